@@ -1,0 +1,29 @@
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv install install-train test demo bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+venv: $(BIN)/python
+
+install: venv
+	$(BIN)/pip install -q -e .
+
+# torch first, pinned, so the `train` extra never pulls a CUDA build
+install-test: venv
+	$(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q -e '.[test,train]'
+
+test: install-test
+	$(BIN)/python -m pytest -n 2 tests
+
+demo: install
+	bash fixtures/demo.sh $(BIN)
+
+clean:
+	rm -rf $(VENV) demo_out
