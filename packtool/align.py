@@ -1,0 +1,209 @@
+"""The alignment model (DESIGN section 2): the one place that knows divisibility rules.
+
+Two multiples drive everything:
+  s  the per-sequence multiple, paid by every segment (CP zigzag needs 2*cp equal chunks);
+  t  the per-slab multiple, paid once per packed slab as tail padding (SP/TP split, FP8 tiles).
+Packers, the writer, `verify` and the training loader all ask this module; none re-derives.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
+CONVENTIONS = ("packtool", "skyrl", "nemo-rl", "verl", "per-sequence")
+
+
+class AlignmentError(ValueError):
+    """Invalid alignment settings; the message names the flag to change."""
+
+
+def round_up(x, m):
+    """Round x (int or integer ndarray) up to a multiple of m."""
+    return -(-x // m) * m
+
+
+def _lcm(*xs: int) -> int:
+    return math.lcm(*xs)
+
+
+# --- conventions: (tp, cp, tp_sp, fp8) -> (s, t) -------------------------------------
+# Each transcribes the cited framework function; tests keep an independent transcription.
+
+def _packtool(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
+    # DESIGN section 2. FP8 tile r follows SkyRL's recipe reasoning: the 1x128 blockwise
+    # tile applies to the SP all-gather input, so 128 only when the slab is split over TP.
+    s = 2 * cp if cp > 1 else 1
+    r = {"none": 1, "tensorwise": 16, "mxfp8": 32,
+         "blockwise": 128 if tp_sp > 1 else 16}[fp8]
+    return s, _lcm(s, cp * tp_sp, r * cp * tp_sp)
+
+
+def _skyrl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
+    # SkyRL skyrl_train/utils/...: get_packing_align_size_sequence / get_packing_align_size_total
+    # (PR #2108 stack). SkyRL's Megatron path always runs SP with TP, so it uses tp, not tp_sp.
+    s = 2 * tp * cp if cp > 1 else 1
+    layout = 2 * tp * cp if cp > 1 else tp
+    if fp8 == "mxfp8":
+        f = 32 * tp * cp
+    elif fp8 == "blockwise" and tp > 1:
+        f = 128 * tp * cp
+    elif fp8 in ("blockwise", "tensorwise"):
+        f = 16 * cp
+    else:
+        f = 1
+    return s, _lcm(s, layout, f)
+
+
+def _nemo_rl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
+    # NeMo-RL nemo_rl/models/megatron/common.py: _get_pack_sequence_parameters_for_megatron.
+    # pad_individual_seqs_to_multiple_of = (2*cp if cp>1) * (tp if sp); with FP8 the packed
+    # sequence is padded to divisor * (2*cp if cp>1) * (tp if sp), divisor 128 blockwise,
+    # 32 mxfp8, 16 otherwise.
+    cp_f = 2 * cp if cp > 1 else 1
+    s = cp_f * tp_sp
+    if fp8 == "none":
+        return s, s
+    div = {"blockwise": 128, "mxfp8": 32, "tensorwise": 16}[fp8]
+    return s, _lcm(s, div * cp_f * tp_sp)
+
+
+def _verl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
+    # verl verl/models/mcore/util.py: preprocess_packed_seqs(use_fp8_padding=...).
+    # align_size = tp*cp*2 if cp>1 else tp; FP8: each sequence to lcm(16, align_size),
+    # cu_seqlens_padded[-1] to a multiple of align_size*128. verl ignores SP and the recipe.
+    align = tp * cp * 2 if cp > 1 else tp
+    if fp8 == "none":
+        return align, align
+    s = _lcm(16, align)
+    return s, _lcm(s, align * 128)
+
+
+def _per_sequence(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
+    # The naive rule: every sequence pays packtool's full slab multiple t.
+    _, t = _packtool(tp, cp, tp_sp, fp8)
+    return t, t
+
+
+_CONVENTION_FN = {"packtool": _packtool, "skyrl": _skyrl, "nemo-rl": _nemo_rl,
+                  "verl": _verl, "per-sequence": _per_sequence}
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Alignment settings and the multiples they imply.
+
+    >>> a = Alignment(tp=4, cp=2, capacity=32)
+    >>> (a.s, a.t, a.usable)
+    (4, 8, 32)
+    """
+
+    tp: int = 1
+    cp: int = 1
+    sp: bool | None = None  # None: on when tp > 1 (megatron's usual setting)
+    fp8: str = "none"
+    capacity: int = 8192
+    fixed_length: int | None = None
+    convention: str = "packtool"
+    s: int = field(init=False)
+    t: int = field(init=False)
+    usable: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name, flag in (("tp", "--tp"), ("cp", "--cp")):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise AlignmentError(f"{flag} must be a positive integer, got {v!r}")
+        if self.fp8 not in FP8_RECIPES:
+            raise AlignmentError(f"--fp8 must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
+        if self.convention not in CONVENTIONS:
+            raise AlignmentError(
+                f"--convention must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
+        sp = self.tp > 1 if self.sp is None else bool(self.sp)
+        object.__setattr__(self, "sp", sp)
+        s, t = _CONVENTION_FN[self.convention](int(self.tp), int(self.cp), self.tp_sp, self.fp8)
+        assert t % s == 0, (s, t)  # the tail pad must keep every segment divisible by s
+        object.__setattr__(self, "s", s)
+        object.__setattr__(self, "t", t)
+        object.__setattr__(self, "usable", self._usable())
+
+    def _usable(self) -> int:
+        if self.fixed_length is not None:
+            L = self.fixed_length
+            if L < 1:
+                raise AlignmentError(f"--fixed-length must be positive, got {L}")
+            if L % self.t:
+                raise AlignmentError(
+                    f"--fixed-length {L} is not a multiple of the packed multiple t={self.t} "
+                    f"({self.describe()}): use --fixed-length {round_up(L, self.t)}")
+            return L
+        C = self.capacity
+        if not isinstance(C, (int, np.integer)) or C < 1:
+            raise AlignmentError(f"--max-tokens must be a positive integer, got {C!r}")
+        U = C - C % self.t
+        if U == 0:
+            raise AlignmentError(
+                f"--max-tokens {C} is below the packed multiple t={self.t} ({self.describe()}): "
+                f"raise --max-tokens to at least {self.t}")
+        return U
+
+    @property
+    def tp_sp(self) -> int:
+        return self.tp if (self.sp if self.sp is not None else self.tp > 1) else 1
+
+    def describe(self) -> str:
+        return (f"tp={self.tp} cp={self.cp} sp={'on' if self.sp else 'off'} fp8={self.fp8} "
+                f"convention={self.convention}")
+
+    # --- footprints ----------------------------------------------------------------
+    def seq_footprint(self, lengths):
+        """Physical length of each sequence: its length rounded up to s."""
+        return round_up(np.asarray(lengths, dtype=np.int64), self.s)
+
+    def bin_footprint(self, seq_footprint_sum):
+        """A slab's length before any fixed-length fill: sum of footprints rounded up to t."""
+        return round_up(np.asarray(seq_footprint_sum, dtype=np.int64), self.t)
+
+    def slab_length(self, seq_footprint_sum):
+        """Physical length of a slab on disk (fixed_length when set, for bins that fit)."""
+        fp = self.bin_footprint(seq_footprint_sum)
+        if self.fixed_length is None:
+            return fp
+        return np.maximum(fp, self.fixed_length)
+
+    # --- bounds --------------------------------------------------------------------
+    def lower_bound(self, lengths) -> int:
+        """Singletons (footprint > U) plus ceil(sum of the other footprints / U)."""
+        fp = self.seq_footprint(lengths)
+        over = fp > self.usable
+        return int(over.sum()) + int(-(-int(fp[~over].sum()) // self.usable))
+
+    def l2_bound(self, lengths) -> int:
+        """Martello-Toth L2 over footprints that fit, plus the singletons."""
+        fp = self.seq_footprint(lengths)
+        over = fp > self.usable
+        return int(over.sum()) + martello_toth_l2(fp[~over], self.usable)
+
+
+def martello_toth_l2(sizes: np.ndarray, capacity: int) -> int:
+    """L2 = max over k in [0, C/2] of |J1|+|J2| + max(0, ceil((S(J3) - (|J2|C - S(J2))) / C)),
+    J1 = {w > C-k}, J2 = {C/2 < w <= C-k}, J3 = {k <= w <= C/2}. Vectorized over the distinct
+    k that matter (0 and each size <= C/2)."""
+    w = np.sort(np.asarray(sizes, dtype=np.int64))
+    if w.size == 0:
+        return 0
+    C = int(capacity)
+    pre = np.concatenate(([0], np.cumsum(w)))
+    ks = np.unique(np.concatenate(([0], w[w * 2 <= C])))
+    n = w.size
+    i_gt_cmk = np.searchsorted(w, C - ks, side="right")  # first index with w > C-k
+    i_gt_half = np.searchsorted(w, C // 2, side="right")  # first index with w > C/2
+    i_ge_k = np.searchsorted(w, ks, side="left")  # first index with w >= k
+    n1 = n - i_gt_cmk
+    n2 = np.maximum(i_gt_cmk - i_gt_half, 0)
+    s2 = pre[np.maximum(i_gt_cmk, i_gt_half)] - pre[i_gt_half]
+    s3 = pre[i_gt_half] - pre[np.minimum(i_ge_k, i_gt_half)]
+    extra = np.maximum(0, -(-(s3 - (n2 * C - s2)) // C))
+    return int((n1 + n2 + extra).max())

@@ -1,0 +1,150 @@
+"""Segment layout inside slabs: padded lengths, cu arrays, tail pad, fill, CP zigzag chunks.
+
+All functions work on many bins at once. A set of bins is CSR: `seg_len[bin_offsets[b]:
+bin_offsets[b+1]]` are the real lengths of bin b's segments in slab order. The rules
+(s, t, fixed length) come from `align.Alignment`; this module only applies them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .align import Alignment, round_up
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Physical layout of every slab. Segment arrays include one trailing fill segment per
+    slab that has fixed-length fill (real length 0, `is_fill` True)."""
+
+    seg_offsets: np.ndarray  # int64[n_bins+1]: slab b's segments, fill segment included
+    seg_len: np.ndarray  # int64: real tokens of each segment (0 for a fill segment)
+    seg_padded: np.ndarray  # int64: physical tokens (tail pad counted on the last real one)
+    seg_start: np.ndarray  # int64: physical start of each segment inside its slab
+    is_fill: np.ndarray  # bool
+    footprint: np.ndarray  # int64[n_bins]: round_up(sum(round_up(len, s)), t)
+    layout_pad: np.ndarray  # int64[n_bins]: sum(round_up(len, s) - len), the per-sequence gaps
+    tail_pad: np.ndarray  # int64[n_bins]: footprint - sum(round_up(len, s)), paid once per slab
+    fill: np.ndarray  # int64[n_bins]: fixed_length - footprint (0 without fixed length)
+    slab_len: np.ndarray  # int64[n_bins]: footprint + fill, the row length on disk
+
+    @property
+    def n_bins(self) -> int:
+        return self.seg_offsets.size - 1
+
+    def bin_of_segment(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_bins), np.diff(self.seg_offsets))
+
+    def cu_seqlens(self, b: int) -> np.ndarray:
+        """Prefix sums of real lengths of slab b (a fill segment repeats the last value)."""
+        lo, hi = self.seg_offsets[b], self.seg_offsets[b + 1]
+        return np.concatenate(([0], np.cumsum(self.seg_len[lo:hi]))).astype(np.int32)
+
+    def cu_seqlens_padded(self, b: int) -> np.ndarray:
+        """Physical segment offsets of slab b; the last value equals the slab length."""
+        lo, hi = self.seg_offsets[b], self.seg_offsets[b + 1]
+        return np.concatenate(([0], np.cumsum(self.seg_padded[lo:hi]))).astype(np.int32)
+
+
+def compute_layout(seg_len: np.ndarray, bin_offsets: np.ndarray, align: Alignment) -> Layout:
+    seg_len = np.asarray(seg_len, dtype=np.int64)
+    bin_offsets = np.asarray(bin_offsets, dtype=np.int64)
+    n_bins = bin_offsets.size - 1
+    counts = np.diff(bin_offsets)
+    if n_bins and (counts < 1).any():
+        raise ValueError(f"slab {int(np.argmin(counts))} has no segments")
+    fp = align.seq_footprint(seg_len)
+    fp_sum = np.add.reduceat(fp, bin_offsets[:-1]) if n_bins else np.zeros(0, np.int64)
+    len_sum = np.add.reduceat(seg_len, bin_offsets[:-1]) if n_bins else np.zeros(0, np.int64)
+    footprint = align.bin_footprint(fp_sum)
+    tail = footprint - fp_sum
+    padded = fp.copy()
+    padded[bin_offsets[1:] - 1] += tail
+    if align.fixed_length is not None:
+        fill = np.maximum(align.fixed_length - footprint, 0)
+    else:
+        fill = np.zeros(n_bins, np.int64)
+    has_fill = fill > 0
+    # insert one fill segment after the last real segment of each filled bin
+    new_counts = counts + has_fill
+    seg_offsets = np.concatenate(([0], np.cumsum(new_counts)))
+    n_out = int(seg_offsets[-1])
+    real_pos = np.arange(seg_len.size) + np.repeat(seg_offsets[:-1] - bin_offsets[:-1], counts)
+    out_len = np.zeros(n_out, np.int64)
+    out_pad = np.zeros(n_out, np.int64)
+    is_fill = np.ones(n_out, bool)
+    out_len[real_pos] = seg_len
+    out_pad[real_pos] = padded
+    is_fill[real_pos] = False
+    out_pad[seg_offsets[1:][has_fill] - 1] = fill[has_fill]
+    seg_start = _segment_starts(out_pad, seg_offsets)
+    return Layout(seg_offsets=seg_offsets, seg_len=out_len, seg_padded=out_pad,
+                  seg_start=seg_start, is_fill=is_fill, footprint=footprint,
+                  layout_pad=fp_sum - len_sum, tail_pad=tail, fill=fill,
+                  slab_len=footprint + fill)
+
+
+def _segment_starts(sizes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums of `sizes` restarting at every CSR boundary."""
+    cs = np.concatenate(([0], np.cumsum(sizes)))
+    counts = np.diff(offsets)
+    return cs[:-1] - np.repeat(cs[offsets[:-1]], counts)
+
+
+# --- context parallel zigzag ---------------------------------------------------------
+# Rank r of cp holds chunks r and 2cp-1-r of every segment (TransformerEngine
+# thd_get_partitioned_indices; megatron-core get_batch_on_this_cp_rank for THD).
+
+def cp_chunk_ranges(seg_start: np.ndarray, seg_padded: np.ndarray, cp: int) -> np.ndarray:
+    """int64[n_segments, cp, 2, 2]: for each segment and rank, the two [start, end) ranges
+    (slab coordinates) that rank holds. Needs seg_padded % (2*cp) == 0."""
+    seg_start = np.asarray(seg_start, np.int64)
+    seg_padded = np.asarray(seg_padded, np.int64)
+    if cp == 1:
+        out = np.zeros((seg_start.size, 1, 2, 2), np.int64)
+        out[:, 0, 0, 0] = seg_start
+        out[:, 0, 0, 1] = seg_start + seg_padded
+        out[:, 0, 1, :] = (seg_start + seg_padded)[:, None]  # empty second chunk
+        return out
+    if (seg_padded % (2 * cp)).any():
+        bad = int(np.flatnonzero(seg_padded % (2 * cp))[0])
+        raise ValueError(f"segment {bad} has padded length {int(seg_padded[bad])}, "
+                         f"not a multiple of 2*cp={2 * cp}")
+    chunk = seg_padded // (2 * cp)
+    r = np.arange(cp)
+    first = seg_start[:, None] + r[None, :] * chunk[:, None]
+    second = seg_start[:, None] + (2 * cp - 1 - r)[None, :] * chunk[:, None]
+    out = np.empty((seg_start.size, cp, 2, 2), np.int64)
+    out[:, :, 0, 0] = first
+    out[:, :, 0, 1] = first + chunk[:, None]
+    out[:, :, 1, 0] = second
+    out[:, :, 1, 1] = second + chunk[:, None]
+    return out
+
+
+def cp_rank_index(seg_start: np.ndarray, seg_padded: np.ndarray, cp: int, rank: int) -> np.ndarray:
+    """Slab positions that make up rank `rank`'s local slab, in local order."""
+    if not 0 <= rank < cp:
+        raise ValueError(f"cp rank {rank} out of range for cp={cp}")
+    rng = cp_chunk_ranges(seg_start, seg_padded, cp)[:, rank].reshape(-1, 2)
+    lens = rng[:, 1] - rng[:, 0]
+    if lens.sum() == 0:
+        return np.zeros(0, np.int64)
+    starts = np.repeat(rng[:, 0] - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return starts + np.arange(lens.sum())
+
+
+def cp_local_cu_seqlens_padded(cu_seqlens_padded: np.ndarray, cp: int) -> np.ndarray:
+    """Each rank holds padded/cp tokens of every segment, so local offsets are global / cp."""
+    return np.asarray(cu_seqlens_padded) // cp
+
+
+def cp_merge(local_slabs: list[np.ndarray], seg_start: np.ndarray, seg_padded: np.ndarray,
+             cp: int) -> np.ndarray:
+    """Inverse of slicing: rebuild the full slab from every rank's local slab."""
+    total = int(np.sum(seg_padded))
+    out = np.empty(total, dtype=np.asarray(local_slabs[0]).dtype)
+    for r in range(cp):
+        out[cp_rank_index(seg_start, seg_padded, cp, r)] = local_slabs[r]
+    return out
