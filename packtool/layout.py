@@ -38,13 +38,11 @@ class Layout:
 
     def cu_seqlens(self, b: int) -> np.ndarray:
         """Prefix sums of real lengths of slab b (a fill segment repeats the last value)."""
-        lo, hi = self.seg_offsets[b], self.seg_offsets[b + 1]
-        return np.concatenate(([0], np.cumsum(self.seg_len[lo:hi]))).astype(np.int32)
+        return flat_cu(self, b, b + 1)[0]
 
     def cu_seqlens_padded(self, b: int) -> np.ndarray:
         """Physical segment offsets of slab b; the last value equals the slab length."""
-        lo, hi = self.seg_offsets[b], self.seg_offsets[b + 1]
-        return np.concatenate(([0], np.cumsum(self.seg_padded[lo:hi]))).astype(np.int32)
+        return flat_cu(self, b, b + 1)[1]
 
 
 def compute_layout(seg_len: np.ndarray, bin_offsets: np.ndarray, align: Alignment) -> Layout:
@@ -148,3 +146,22 @@ def cp_merge(local_slabs: list[np.ndarray], seg_start: np.ndarray, seg_padded: n
     for r in range(cp):
         out[cp_rank_index(seg_start, seg_padded, cp, r)] = local_slabs[r]
     return out
+
+
+def flat_cu(layout: Layout, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """cu_seqlens and cu_seqlens_padded of slabs [b0, b1) as one flat array each (n_seg+1
+    entries per slab), plus their list offsets: the columnar form the writer stores."""
+    lo, hi = int(layout.seg_offsets[b0]), int(layout.seg_offsets[b1])
+    counts = np.diff(layout.seg_offsets[b0:b1 + 1])
+    rel = layout.seg_offsets[b0:b1] - lo
+    n = hi - lo
+    # each slab's list is [0, cumsum...]: one leading zero then the segments' running ends
+    ends_len = _segment_starts(layout.seg_len[lo:hi], np.concatenate((rel, [n]))) + layout.seg_len[lo:hi]
+    ends_pad = layout.seg_start[lo:hi] + layout.seg_padded[lo:hi]
+    list_off = np.concatenate(([0], np.cumsum(counts + 1)))
+    cu = np.zeros(int(list_off[-1]), np.int64)
+    cup = np.zeros_like(cu)
+    pos = np.arange(n) + np.repeat(np.arange(b1 - b0), counts) + 1
+    cu[pos] = ends_len
+    cup[pos] = ends_pad
+    return cu.astype(np.int32), cup.astype(np.int32), list_off.astype(np.int32)

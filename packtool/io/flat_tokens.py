@@ -1,0 +1,63 @@
+"""Flat, memory-mapped token store for the writer's random access.
+
+The tokenized cache is Parquet (columnar, compressed, user-facing). Slabs are shuffled, so
+every row group of output touches rows from everywhere in the input; re-reading Parquet row
+groups for that is quadratic. One streaming pass turns the cache into three flat files that
+numpy memory-maps: gathering a row group of slabs is then a copy, and resident memory stays
+bounded by the page cache rather than the dataset.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+
+_FILES = ("ids.i32", "mask.u8", "offsets.npy")
+
+
+@dataclass(frozen=True)
+class FlatTokens:
+    ids: np.ndarray  # int32 memmap, all rows concatenated in source_index order
+    mask: np.ndarray  # uint8 memmap
+    offsets: np.ndarray  # int64[n_rows+1]
+
+    @property
+    def num_rows(self) -> int:
+        return self.offsets.size - 1
+
+    @classmethod
+    def open(cls, directory: str) -> "FlatTokens":
+        offsets = np.load(os.path.join(directory, "offsets.npy"))
+        n = int(offsets[-1])
+        ids = np.memmap(os.path.join(directory, "ids.i32"), np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
+        mask = np.memmap(os.path.join(directory, "mask.u8"), np.uint8, "r", shape=(n,)) if n else np.zeros(0, np.uint8)
+        return cls(ids, mask, offsets)
+
+
+def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
+    """Stream the cache's `input_ids`/`loss_mask` (rows sorted by source_index) into flat files.
+    Written under a temporary name and renamed, so a half-built store is never opened."""
+    if all(os.path.exists(os.path.join(directory, f)) for f in _FILES):
+        return FlatTokens.open(directory)
+    tmp = directory + f".tmp-{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    lengths = []
+    with open(os.path.join(tmp, "ids.i32"), "wb") as fi, open(os.path.join(tmp, "mask.u8"), "wb") as fm:
+        for path in parquet_files:
+            pf = pq.ParquetFile(path)
+            for batch in pf.iter_batches(columns=["input_ids", "loss_mask"], batch_size=4096):
+                ids, mask = batch.column(0), batch.column(1)
+                offs = ids.offsets.to_numpy()
+                lengths.append(np.diff(offs))
+                ids.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].astype(np.int32).tofile(fi)
+                mo = mask.offsets.to_numpy()
+                mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8).tofile(fm)
+    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    np.save(os.path.join(tmp, "offsets.npy"), np.concatenate(([0], np.cumsum(lens))).astype(np.int64))
+    if os.path.exists(directory):
+        import shutil
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return FlatTokens.open(directory)

@@ -1,0 +1,176 @@
+"""Slab writer: a `Plan` plus a token store in, FORMAT.md shards out.
+
+Shards are written row group by row group (memory bounded by one row group), zstd, under a
+temporary name; the caller renames the whole output directory when everything is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..layout import cp_local_cu_seqlens_padded, flat_cu
+from ..plan import Plan
+from .flat_tokens import FlatTokens
+
+SCHEMA_VERSION = 1
+
+SCHEMA = pa.schema([
+    ("input_ids", pa.list_(pa.int32())),
+    ("loss_mask", pa.list_(pa.uint8())),
+    ("seq_lens", pa.list_(pa.int32())),
+    ("cu_seqlens", pa.list_(pa.int32())),
+    ("cu_seqlens_padded", pa.list_(pa.int32())),
+    ("cp_offsets", pa.list_(pa.int32())),
+    ("source_index", pa.list_(pa.int64())),
+    ("chunk_index", pa.list_(pa.int32())),
+    ("source_offset", pa.list_(pa.int64())),
+    ("num_tokens", pa.int32()),
+    ("num_loss_tokens", pa.int32()),
+    ("layout_pad", pa.int32()),
+    ("tail_pad", pa.int32()),
+    ("fill_pad", pa.int32()),
+    ("singleton", pa.bool_()),
+    ("slab_index", pa.int64()),
+    ("dp_rank", pa.int32()),
+    ("step", pa.int32()),
+    ("microbatch", pa.int32()),
+], metadata={b"packtool.schema_version": str(SCHEMA_VERSION).encode()})
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    file: str
+    rows: int
+    tokens: int  # physical tokens
+    loss_tokens: int
+    bytes: int
+    sha256: str
+
+
+@nb.njit(cache=True)
+def _gather(tok_ids, tok_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
+    # copy each segment's tokens into its physical place; the first token of every segment
+    # predicts nothing inside the segment, so it is never a target
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        d = dest[i]
+        for j in range(length[i]):
+            out_ids[d + j] = tok_ids[a + j]
+            out_mask[d + j] = tok_mask[a + j]
+        if length[i] > 0:
+            out_mask[d] = 0
+
+
+def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ))
+
+
+class SlabWriter:
+    """Builds the Arrow columns of slabs [b0, b1) of a plan."""
+
+    def __init__(self, plan: Plan, tokens: FlatTokens, pad_id: int):
+        self.p, self.tok, self.pad_id = plan, tokens, int(pad_id)
+        lay = plan.layout
+        self.real = ~lay.is_fill
+        self.slab_base = np.concatenate(([0], np.cumsum(lay.slab_len))).astype(np.int64)
+        # per layout segment: source fields, -1 on fill segments
+        n = lay.seg_len.size
+        self.src = np.full(n, -1, np.int64)
+        self.src[self.real] = plan.seg_source
+        self.chunk = np.full(n, -1, np.int32)
+        self.chunk[self.real] = plan.seg_chunk
+        self.off = np.zeros(n, np.int64)
+        self.off[self.real] = plan.seg_offset
+
+    def batch(self, b0: int, b1: int) -> pa.RecordBatch:
+        p, lay = self.p, self.p.layout
+        lo, hi = int(lay.seg_offsets[b0]), int(lay.seg_offsets[b1])
+        base = self.slab_base[b0]
+        total = int(self.slab_base[b1] - base)
+        ids = np.full(total, self.pad_id, np.int32)
+        mask = np.zeros(total, np.uint8)
+        seg_slab = np.repeat(np.arange(b0, b1), np.diff(lay.seg_offsets[b0:b1 + 1]))
+        real = self.real[lo:hi]
+        dest = (self.slab_base[seg_slab] - base + lay.seg_start[lo:hi])[real]
+        _gather(self.tok.ids, self.tok.mask, self.tok.offsets, self.src[lo:hi][real],
+                self.off[lo:hi][real], lay.seg_len[lo:hi][real], dest, ids, mask)
+        row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
+        seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
+        cu, cup, cu_off = flat_cu(lay, b0, b1)
+        loss = np.add.reduceat(mask.astype(np.int64), row_off[:-1]) if total else np.zeros(0)
+        seg_len = lay.seg_len[lo:hi]
+        cols = [
+            _list(ids, row_off, pa.int32()),
+            _list(mask, row_off, pa.uint8()),
+            _list(seg_len.astype(np.int32), seg_off, pa.int32()),
+            _list(cu, cu_off, pa.int32()),
+            _list(cup, cu_off, pa.int32()),
+            _list(cp_local_cu_seqlens_padded(cup, p.alignment.cp).astype(np.int32), cu_off, pa.int32()),
+            _list(self.src[lo:hi], seg_off, pa.int64()),
+            _list(self.chunk[lo:hi], seg_off, pa.int32()),
+            _list(self.off[lo:hi], seg_off, pa.int64()),
+            pa.array(np.add.reduceat(seg_len, seg_off[:-1]).astype(np.int32)),
+            pa.array(loss.astype(np.int32)),
+            pa.array(lay.layout_pad[b0:b1].astype(np.int32)),
+            pa.array(lay.tail_pad[b0:b1].astype(np.int32)),
+            pa.array(lay.fill[b0:b1].astype(np.int32)),
+            pa.array(p.singleton[b0:b1]),
+            pa.array(p.slab_index[b0:b1]),
+            pa.array(p.dp_rank[b0:b1]),
+            pa.array(p.step[b0:b1]),
+            pa.array(p.microbatch[b0:b1]),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+
+
+def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive slab ranges of about `budget` tokens (at least one slab each)."""
+    out, b0 = [], 0
+    ends = np.cumsum(slab_len)
+    n = slab_len.size
+    while b0 < n:
+        start = ends[b0 - 1] if b0 else 0
+        b1 = int(np.searchsorted(ends, start + budget, side="right"))
+        b1 = max(b1, b0 + 1)
+        out.append((b0, b1))
+        b0 = b1
+    return out
+
+
+def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
+                 shard_tokens: int = 64 << 20, group_tokens: int = 1 << 20,
+                 on_rows: Callable[[int], None] | None = None) -> list[ShardInfo]:
+    """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards."""
+    w = SlabWriter(plan, tokens, pad_id)
+    shards = []
+    for k, (s0, s1) in enumerate(_chunks(plan.layout.slab_len, shard_tokens)):
+        name = f"slabs-{k:05d}.parquet"
+        path = os.path.join(directory, name)
+        tmp = path + ".tmp"
+        loss = 0
+        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False) as pw:
+            for g0, g1 in _chunks(plan.layout.slab_len[s0:s1], group_tokens):
+                batch = w.batch(s0 + g0, s0 + g1)
+                loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
+                pw.write_batch(batch, row_group_size=g1 - g0)
+                if on_rows:
+                    on_rows(g1 - g0)
+        os.replace(tmp, path)
+        tokens = int(plan.layout.slab_len[s0:s1].sum())
+        shards.append(ShardInfo(name, s1 - s0, tokens, loss, os.path.getsize(path), file_sha256(path)))
+    return shards
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()

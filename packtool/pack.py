@@ -1,0 +1,151 @@
+"""`pack`: raw or tokenized data in, verifiable slabs out (the main job).
+
+tokenize (cached) -> plan (lengths only) -> write shards to a temporary directory ->
+manifest last -> swap the directory into place. An interrupted or failed pack never touches
+a previous output at the same path.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, is_dataclass
+
+import numpy as np
+
+from .align import Alignment
+from .config import TokenizeConfig
+from .io import tokenize_to_cache
+from .io.flat_tokens import build_flat_tokens
+from .io.manifest import build_manifest, write_manifest
+from .io.writer import ShardInfo, write_shards
+from .plan import PackingConfig, Plan, plan as make_plan
+from .report import PlanSummary, plan_summary
+
+
+class OutputExistsError(FileExistsError):
+    pass
+
+
+@dataclass(frozen=True)
+class PackResult:
+    output: str | None  # None for a dry run
+    plan: Plan
+    summary: PlanSummary
+    shards: list[ShardInfo]
+    loss_tokens: int
+    cache_path: str
+    tokenize_seconds: float
+    write_seconds: float
+
+
+def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
+         tokenize: TokenizeConfig | None = None, output: str | None = None,
+         overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
+         progress: bool = False, shard_tokens: int = 64 << 20) -> PackResult:
+    packing = packing or PackingConfig()
+    if tokenize is None:
+        raise ValueError("a TokenizeConfig is needed (--tokenizer)")
+    if not dry_run:
+        if not output:
+            raise ValueError("--output is required (or use --dry-run)")
+        if os.path.exists(output) and not overwrite:
+            raise OutputExistsError(f"{output} exists: pass --overwrite to replace it")
+    t0 = time.perf_counter()
+    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+    t_tok = time.perf_counter() - t0
+    p = make_plan(cache.lengths(), alignment, packing)
+    summary = plan_summary(p)
+    if dry_run:
+        return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
+    t1 = time.perf_counter()
+    tokens = build_flat_tokens(_cache_files(cache.path), os.path.join(cache.path, "flat"))
+    if not np.array_equal(np.diff(tokens.offsets), cache.lengths()):
+        raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
+    info = _plain(cache.tokenizer_info)
+    pad_id = _pad_id(info)
+    tmp = _temp_dir(output)
+    try:
+        shards = write_shards(p, tokens, tmp, pad_id, shard_tokens=shard_tokens,
+                              on_rows=_progress_cb(progress, p.num_slabs))
+        loss = sum(s.loss_tokens for s in shards)
+        stats = _stats(summary, loss)
+        inp = {"fingerprint": cache.fingerprint,
+               "files": [_plain(f) for f in cache.input_files]}
+        write_manifest(tmp, build_manifest(p, shards, stats, info, inp))
+        _swap_into_place(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PackResult(output, p, summary, shards, loss, cache.path, t_tok,
+                      time.perf_counter() - t1)
+
+
+def _plain(x):
+    if is_dataclass(x):
+        return asdict(x)
+    if isinstance(x, (tuple, list)):
+        return list(x)
+    return x
+
+
+def _cache_files(path: str) -> list[str]:
+    files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+    return [f for f in files if os.sep + "flat" + os.sep not in f]
+
+
+def _pad_id(info: dict) -> int:
+    for k in ("pad_id", "eos_id"):
+        if info.get(k) is not None:
+            return int(info[k])
+    return 0
+
+
+def _temp_dir(output: str) -> str:
+    parent = os.path.dirname(os.path.abspath(output)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(output))}.packtool-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
+
+
+def _swap_into_place(tmp: str, output: str) -> None:
+    """The old output stays whole until the new one is complete; then two renames."""
+    if os.path.exists(output):
+        old = tmp + ".old"
+        os.replace(output, old)
+        os.replace(tmp, output)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, output)
+
+
+def _stats(s: PlanSummary, loss_tokens: int) -> dict:
+    pad = s.padding
+    return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
+            "real_tokens": pad.real_tokens, "loss_tokens": loss_tokens,
+            "physical_tokens": pad.physical_tokens, "layout_pad": pad.layout_pad,
+            "tail_pad": pad.tail_pad, "fill_pad": pad.fill_pad, "slack": pad.slack,
+            "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
+            "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
+            "overflow": asdict(s.overflow)}
+
+
+def _progress_cb(progress: bool, total: int):
+    if not progress:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    bar = Progress(TextColumn("Writing "), BarColumn(), MofNCompleteColumn(), TextColumn("slabs"),
+                   transient=False)
+    task = bar.add_task("write", total=total)
+    bar.start()
+    done = [0]
+
+    def cb(n: int) -> None:
+        done[0] += n
+        bar.update(task, advance=n)
+        if done[0] >= total:
+            bar.stop()
+    return cb
