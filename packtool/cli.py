@@ -66,6 +66,58 @@ def plan(
         print_plan_summary(summary, Console())
 
 
+@app.command()
+def pack(
+    inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")] = None,
+    chat_template: Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|FILE.jinja (default: the folder's).")] = None,
+    shape: Annotated[str, typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields.")] = "auto",
+    prompt_field: Annotated[Optional[str], typer.Option("--prompt-field")] = None,
+    response_field: Annotated[Optional[str], typer.Option("--response-field")] = None,
+    text_field: Annotated[Optional[str], typer.Option("--text-field")] = None,
+    add_bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")] = None,
+    add_eos: Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")] = None,
+    on_empty: Annotated[str, typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted).")] = "error",
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output (only once the new one is complete).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Tokenize (cached) and print the plan; write nothing.")] = False,
+    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")] = None,
+    max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
+    fixed_length: FixedLength = None, convention: Convention = "packtool",
+    algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
+    json_out: JsonOut = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
+    from .config import TokenizeConfig
+    from .pack import pack as run_pack
+    from .plan import PackingConfig
+    from .report import print_plan_summary
+    try:
+        align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+        cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+        tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template, shape=shape,
+                             prompt_field=prompt_field, response_field=response_field,
+                             text_field=text_field, add_bos=add_bos, add_eos=add_eos,
+                             on_empty=on_empty)
+        res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
+                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if json_out:
+        d = res.summary.to_dict()
+        d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
+                 tokenize_seconds=res.tokenize_seconds, write_seconds=res.write_seconds)
+        print(json.dumps(d))
+        return
+    con = Console()
+    print_plan_summary(res.summary, con)
+    if res.output:
+        mb = sum(s.bytes for s in res.shards) / 1e6
+        con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
+                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.")
+
+
 def main() -> None:
     app()
 
