@@ -1,0 +1,5 @@
+"""Fused LM-head kernels: projection + cross-entropy / log-probs / entropy without storing N x V logits.
+
+`kernels.lm_head` is the public facade; the other modules hold one Triton kernel each beside a
+plain torch reference with the same signature, plus the chunk loop and the tensor-parallel merge.
+"""

@@ -1,0 +1,95 @@
+"""Public LM-head losses for the trainer: `impl='fused'` (Triton, chunked, logits never stored) or
+`impl='torch'` (dense reference). Both take hidden [..., H] and weight [V_local, H].
+
+    loss = fused_linear_cross_entropy(h, W, targets, loss_weights)           # SFT, scalar
+    lp, ent = fused_linear_logprobs_entropy(h, W, targets, temperature=T)    # RL, per token
+
+loss_weights [N]: zero marks an inactive row (prompt, pad), which costs nothing on the fused
+path; for cross-entropy the nonzero values weight each row's term, for log-probs/entropy only the
+zero pattern is used. Targets of active rows must lie in [0, V). tp_group shards the vocab:
+each rank passes its weight rows, gets the full-vocab results and the full grad_hidden.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._triton import check_device
+from kernels.fused_ce import FusedLinearCrossEntropy
+from kernels.fused_logprobs import FusedLinearLogprobsEntropy
+from kernels.head_loop import HeadOptions
+from kernels.reference import torch_reference_cross_entropy, torch_reference_logprobs_entropy
+
+IMPLS = ("fused", "torch")
+
+__all__ = [
+    "IMPLS",
+    "fused_linear_cross_entropy",
+    "fused_linear_logprobs_entropy",
+    "torch_reference_cross_entropy",
+    "torch_reference_logprobs_entropy",
+]
+
+
+def _flatten(hidden, weight, targets, loss_weights):
+    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: expected [..., H] and [V, H]"
+        )
+    lead = hidden.shape[:-1]
+    if targets.shape != lead or (loss_weights is not None and loss_weights.shape != lead):
+        raise ValueError(
+            f"targets {tuple(targets.shape)} / loss_weights "
+            f"{None if loss_weights is None else tuple(loss_weights.shape)} must match hidden's "
+            f"leading shape {tuple(lead)}"
+        )
+    if hidden.dtype != weight.dtype:
+        raise ValueError(f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast one of them")
+    h = hidden.reshape(-1, hidden.shape[-1])
+    w = None if loss_weights is None else loss_weights.reshape(-1)
+    return lead, h, targets.reshape(-1).long(), w
+
+
+def _check_impl(impl, tp_group):
+    if impl not in IMPLS:
+        raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
+    if impl == "torch" and tp_group is not None:
+        raise ValueError("impl='torch' has no vocab sharding; use impl='fused' with tp_group")
+
+
+def fused_linear_cross_entropy(
+    hidden, weight, targets, loss_weights=None, reduction="sum", *,
+    impl="fused", tp_group=None, chunk_rows=None,
+):
+    """Weighted cross-entropy of h W^T: a scalar sum ('sum') or the per-row terms ('none')."""
+    _check_impl(impl, tp_group)
+    if reduction not in ("sum", "none"):
+        raise ValueError(f"reduction {reduction!r}: expected 'sum' or 'none'")
+    lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
+    if impl == "torch":
+        out = torch_reference_cross_entropy(h, weight, t, w, reduction)
+        return out if reduction == "sum" else out.reshape(lead)
+    check_device(h, weight)
+    opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group)
+    if reduction == "sum":
+        return FusedLinearCrossEntropy.apply(h, weight, t, w, opts)
+    # Per-row losses need per-row upstream gradients, known only in backward: the log-prob path.
+    lp, _ = FusedLinearLogprobsEntropy.apply(h, weight, t, w, 1.0, opts)
+    scale = torch.ones_like(lp) if w is None else w.to(torch.float32)
+    return (-scale * lp).reshape(lead)
+
+
+def fused_linear_logprobs_entropy(
+    hidden, weight, targets, temperature=1.0, loss_weights=None, *,
+    impl="fused", tp_group=None, chunk_rows=None,
+):
+    """(log p(target), entropy) per row of softmax(h W^T / temperature), fp32, shaped like targets."""
+    _check_impl(impl, tp_group)
+    lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
+    if impl == "torch":
+        lp, ent = torch_reference_logprobs_entropy(h, weight, t, temperature, w)
+    else:
+        check_device(h, weight)
+        opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group)
+        lp, ent = FusedLinearLogprobsEntropy.apply(h, weight, t, w, float(temperature), opts)
+    return lp.reshape(lead), ent.reshape(lead)

@@ -1,0 +1,86 @@
+"""Per-row softmax statistics of a logits block: the online log-sum-exp pass over vocab blocks.
+
+For z = x * inv_temp on one row (the local vocab shard), returns the running max m,
+s = sum exp(z - m), u = sum exp(z - m) * (z - m) and z at the target. u is kept relative to the
+max so entropy = log s - u / s never subtracts two large numbers (logits in the thousands would
+otherwise lose every digit in fp32). Shards merge exactly in `vocab_parallel.merge_row_stats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton.language as tl
+
+from kernels._triton import RowKernel, check_device
+
+
+@dataclass(frozen=True)
+class RowStats:
+    m: torch.Tensor  # fp32 [R]: max of z over the row
+    s: torch.Tensor  # fp32 [R]: sum exp(z - m)
+    u: torch.Tensor  # fp32 [R]: sum exp(z - m) * (z - m)
+    zt: torch.Tensor  # fp32 [R]: z at the target; 0 where the target is not in this shard (-1)
+
+
+def _row_stats_kernel(
+    x_ptr, stride_x, tgt_ptr, m_ptr, s_ptr, u_ptr, zt_ptr, V, inv_temp, BLOCK_V: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    m = float("-inf")
+    s = 0.0
+    u = 0.0
+    for start in range(0, V, BLOCK_V):
+        offs = start + tl.arange(0, BLOCK_V)
+        mask = offs < V
+        z = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(tl.float32) * inv_temp
+        m_new = tl.maximum(m, tl.max(z, axis=0))
+        alpha = tl.exp(m - m_new)
+        # first block: m = -inf and s = 0 would make (m - m_new) * s NaN; the old sums are empty
+        shift = (tl.where(s > 0.0, m, m_new) - m_new) * s
+        e = tl.exp(z - m_new)
+        d = tl.where(mask, z - m_new, 0.0)
+        u = alpha * (u + shift) + tl.sum(e * d, axis=0)
+        s = alpha * s + tl.sum(e, axis=0)
+        m = m_new
+    t = tl.load(tgt_ptr + row)
+    has_t = t >= 0
+    zt = tl.load(x_row + tl.where(has_t, t, 0)).to(tl.float32) * inv_temp
+    zt = tl.where(has_t, zt, 0.0)
+    tl.store(m_ptr + row, m)
+    tl.store(s_ptr + row, s)
+    tl.store(u_ptr + row, u)
+    tl.store(zt_ptr + row, zt)
+
+
+_KERNEL = RowKernel(_row_stats_kernel, key=["V"])
+
+
+def _empty_stats(rows: int, device) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.empty(rows, dtype=torch.float32, device=device) for _ in range(4))
+
+
+def row_stats_triton(logits: torch.Tensor, targets: torch.Tensor, inv_temp: float) -> RowStats:
+    """logits [R, V] (row-contiguous), targets [R] int64 local indices or -1."""
+    check_device(logits, targets)
+    rows, vocab = logits.shape
+    m, s, u, zt = _empty_stats(rows, logits.device)
+    if rows:
+        assert logits.stride(1) == 1, "row_stats: logits rows must be contiguous"
+        _KERNEL((rows,), logits, logits.stride(0), targets, m, s, u, zt, vocab, float(inv_temp))
+    return RowStats(m=m, s=s, u=u, zt=zt)
+
+
+def row_stats_torch(logits: torch.Tensor, targets: torch.Tensor, inv_temp: float) -> RowStats:
+    """Reference: same statistics, computed densely (float64 in stays float64)."""
+    dt = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    z = logits.to(dt) * inv_temp
+    m = z.max(dim=1).values
+    d = z - m[:, None]
+    e = torch.exp(d)
+    has_t = targets >= 0
+    zt = z.gather(1, targets.clamp_min(0)[:, None]).squeeze(1)
+    zt = torch.where(has_t, zt, torch.zeros_like(zt))
+    return RowStats(m=m, s=e.sum(1), u=(e * d).sum(1), zt=zt)
