@@ -42,26 +42,31 @@ def _packtool(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
 
 
 def _skyrl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
-    # SkyRL skyrl_train/utils/...: get_packing_align_size_sequence / get_packing_align_size_total
-    # (PR #2108 stack). SkyRL's Megatron path always runs SP with TP, so it uses tp, not tp_sp.
+    # SkyRL skyrl/backends/skyrl_train/distributed/megatron/packing_utils.py (PR #2108 stack,
+    # dyurk-lila/SkyRL@7c5f069): get_packing_align_size_sequence / get_packing_align_size_total
+    # with _fp8_token_align. SkyRL's Megatron path always runs SP with TP, so it uses tp, not
+    # tp_sp. _fp8_token_align tests only for mxfp8 (is_mxfp8_recipe); every other recipe,
+    # tensorwise included, takes the blockwise branch: 128*tp*cp when tp>1, else 16*cp.
     s = 2 * tp * cp if cp > 1 else 1
     layout = 2 * tp * cp if cp > 1 else tp
+    if fp8 == "none":  # fp8_enabled=False: the slab multiple is the layout multiple alone
+        return s, _lcm(s, layout)
     if fp8 == "mxfp8":
         f = 32 * tp * cp
-    elif fp8 == "blockwise" and tp > 1:
+    elif tp > 1:
         f = 128 * tp * cp
-    elif fp8 in ("blockwise", "tensorwise"):
-        f = 16 * cp
     else:
-        f = 1
+        f = 16 * cp
     return s, _lcm(s, layout, f)
 
 
 def _nemo_rl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
-    # NeMo-RL nemo_rl/models/megatron/common.py: _get_pack_sequence_parameters_for_megatron.
-    # pad_individual_seqs_to_multiple_of = (2*cp if cp>1) * (tp if sp); with FP8 the packed
-    # sequence is padded to divisor * (2*cp if cp>1) * (tp if sp), divisor 128 blockwise,
-    # 32 mxfp8, 16 otherwise.
+    # NeMo-RL nemo_rl/models/megatron/data.py (earlier common.py):
+    # _get_pack_sequence_parameters_for_megatron with get_parallel_token_alignment and
+    # get_fp8_token_alignment. pad_individual_seqs_to_multiple_of is at least
+    # (2*cp if cp>1) * (tp if tp>1 and sp); with FP8 the packed sequence is padded to
+    # divisor * (2*cp if cp>1) * (tp if tp>1 and sp), divisor 128 blockwise, 32 mxfp8,
+    # 16 otherwise (the older common.py@07fee340 had no mxfp8 case: 16).
     cp_f = 2 * cp if cp > 1 else 1
     s = cp_f * tp_sp
     if fp8 == "none":
@@ -71,9 +76,10 @@ def _nemo_rl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
 
 
 def _verl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
-    # verl verl/models/mcore/util.py: preprocess_packed_seqs(use_fp8_padding=...).
-    # align_size = tp*cp*2 if cp>1 else tp; FP8: each sequence to lcm(16, align_size),
-    # cu_seqlens_padded[-1] to a multiple of align_size*128. verl ignores SP and the recipe.
+    # verl verl/models/mcore/util.py (volcengine/verl@0ba5739): preprocess_packed_seqs
+    # (use_fp8_padding=...). align_size = tp*cp*2 if cp>1 else tp; FP8: each sequence to
+    # lcm(16, align_size), cu_seqlens_padded[-1] to a multiple of align_size*128.
+    # verl ignores SP and the recipe (use_fp8_padding is set by config.fp8 e4m3/hybrid).
     align = tp * cp * 2 if cp > 1 else tp
     if fp8 == "none":
         return align, align
