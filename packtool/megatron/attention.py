@@ -1,0 +1,137 @@
+"""THD core attention for megatron-core's GPTModel, without TransformerEngine.
+
+megatron-core 0.16.1's own `DotProductAttention` rejects packed (THD) input and context
+parallelism; the TE module that accepts both is not installed on our machines. This module
+is a drop-in `core_attention` for `get_gpt_layer_local_spec()`: same constructor, same
+forward signature, THD only.
+
+Causality is per segment and bottom-right aligned: a query chunk of length q attending
+k >= q keys sees key `i + k - q` and everything before it. With context parallelism each
+rank holds chunks r and 2cp-1-r of every segment (layout.cp_chunk_ranges); K/V are
+all-gathered over the CP group (backward reduce-scatters their gradients) and each local
+chunk j attends the keys of chunks 0..j of its segment. The key index that picks those
+keys out of the gathered tensor is built once per micro-batch on the host (`thd.py`).
+
+Kernels: on CUDA `torch.nn.attention.varlen.varlen_attn(..., window_size=(-1, 0))`
+(flash attention; its default window is NOT causal). torch 2.13's CPU build has the
+function but no CPU kernel (`_flash_attention_forward` is CUDA only), so CPU runs use
+per-chunk `scaled_dot_product_attention` with an explicit bottom-right causal mask.
+Pad positions (layout pad, tail pad, fill) sit at the end of their physical segment, so
+causal attention over the padded segments never lets a real token see a pad.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import divide
+
+
+class _AllGatherDim0(torch.autograd.Function):
+    """all_gather along dim 0 over a torch process group; backward reduce-scatters (sums)
+    the gradient so every rank gets the total gradient of its own K/V rows."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group = group
+        world = dist.get_world_size(group)
+        out = torch.empty((world * x.shape[0],) + tuple(x.shape[1:]), dtype=x.dtype,
+                          device=x.device)
+        dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        world = dist.get_world_size(ctx.group)
+        out = torch.empty((grad.shape[0] // world,) + tuple(grad.shape[1:]), dtype=grad.dtype,
+                          device=grad.device)
+        dist.reduce_scatter_tensor(out, grad.contiguous(), group=ctx.group)
+        return out, None
+
+
+def cp_all_gather(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """Concatenate every CP rank's `x` along dim 0, rank order, with autograd.
+
+    `group` is a torch ProcessGroup, or any object with `size()`, `rank()` and an
+    autograd-aware `all_gather(x)` (the tests' in-process CP simulation)."""
+    if isinstance(group, dist.ProcessGroup):
+        return _AllGatherDim0.apply(x, group)
+    return group.all_gather(x)
+
+
+def _sdpa_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
+                 cu_k: list[int], scale: float) -> torch.Tensor:
+    """Reference path: one SDPA call per (query chunk, key range), bottom-right causal."""
+    outs = []
+    for i in range(len(cu_q) - 1):
+        qs, qe, ks, ke = cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]
+        nq, nk = qe - qs, ke - ks
+        if nq == 0:
+            continue
+        qi = q[qs:qe].transpose(0, 1)  # [h, nq, d]
+        ki = k[ks:ke].transpose(0, 1)
+        vi = v[ks:ke].transpose(0, 1)
+        # query row a sits at key position a + nk - nq (bottom-right alignment)
+        rows = torch.arange(nq, device=q.device)[:, None] + (nk - nq)
+        mask = torch.arange(nk, device=q.device)[None, :] <= rows
+        o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, scale=scale)
+        outs.append(o.transpose(0, 1))
+    return torch.cat(outs, 0) if outs else q.new_zeros(q.shape)
+
+
+class PackedCoreAttention(MegatronModule):
+    """`core_attention` submodule for `SelfAttention` on THD micro-batches built by
+    `packtool.megatron.thd.build_thd_params` (a `PackedSeqParams` with packtool's extra
+    fields). The constructor matches megatron-core's `DotProductAttention`."""
+
+    def __init__(self, config: TransformerConfig, layer_number: int, attn_mask_type: Any,
+                 attention_type: str, attention_dropout: Optional[float] = None,
+                 softmax_scale: Optional[float] = None, cp_comm_type: Optional[str] = None,
+                 pg_collection: Any = None):
+        super().__init__(config=config)
+        dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        if dropout:
+            raise ValueError(f"attention_dropout={dropout}: PackedCoreAttention has no "
+                             f"dropout; set attention_dropout=0.0 in the model config")
+        if config.window_size is not None:
+            raise ValueError("sliding-window attention is not supported; unset window_size")
+        self.layer_number = max(1, layer_number)
+        head_dim = config.kv_channels
+        self.softmax_scale = (1.0 / math.sqrt(head_dim) if softmax_scale is None
+                              else softmax_scale)
+        tp = 1 if pg_collection is None else pg_collection.tp.size()
+        self.heads_per_partition = divide(config.num_attention_heads, tp)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: Any, attn_mask_type: Any = None, attention_bias: Any = None,
+                packed_seq_params: Any = None) -> torch.Tensor:
+        p = packed_seq_params
+        if p is None or getattr(p, "qkv_format", None) != "thd" or not hasattr(p, "attn_cu_q"):
+            raise ValueError("PackedCoreAttention needs THD input: pass packed_seq_params "
+                             "from packtool.megatron.thd.build_thd_params (qkv_format='thd')")
+        if attention_bias is not None:
+            raise ValueError("attention_bias is not supported by PackedCoreAttention")
+        # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
+        if p.cp_size > 1:
+            key = cp_all_gather(key, p.cp_group).index_select(0, p.kv_index)
+            value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)
+        gqa = key.shape[1] != query.shape[1]
+        if query.is_cuda:
+            from torch.nn.attention.varlen import varlen_attn
+            out = varlen_attn(query, key, value, p.attn_cu_q, p.attn_cu_k, p.attn_max_q,
+                              p.attn_max_k, scale=self.softmax_scale, window_size=(-1, 0),
+                              enable_gqa=gqa)
+        else:
+            if gqa:
+                rep = query.shape[1] // key.shape[1]
+                key = key.repeat_interleave(rep, dim=1)
+                value = value.repeat_interleave(rep, dim=1)
+            out = _sdpa_chunks(query, key, value, p.attn_cu_q_host, p.attn_cu_k_host,
+                               self.softmax_scale)
+        return out.reshape(out.shape[0], -1)

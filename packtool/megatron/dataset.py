@@ -1,0 +1,139 @@
+"""`PackedSlabDataset`: packtool slabs -> THD micro-batches for megatron-core, per step.
+
+Use from your own megatron-core training script (one process per GPU, after
+`parallel_state.initialize_model_parallel(...)`)::
+
+    from megatron.core import parallel_state as ps
+    from packtool.megatron import PackedSlabDataset, build_gpt, token_losses
+
+    ds = PackedSlabDataset("packed/", dp_rank=ps.get_data_parallel_rank(),
+                           dp_size=ps.get_data_parallel_world_size(),
+                           cp_rank=ps.get_context_parallel_rank(),
+                           cp_group=ps.get_context_parallel_group(),
+                           seed=0, grad_accum=8, micro_batch_tokens=16384, device="cuda")
+    for step in ds.steps(start_step=0):
+        n_loss = step.global_loss_tokens()            # all-reduced over DP
+        for mb in step.micro_batches:                  # ThdBatch, or None when empty
+            if mb is None:
+                continue
+            per_token = token_losses(model, mb)        # [1, t_local], float32
+            ((per_token * mb.loss_weight).sum() / n_loss).backward()
+        # all-reduce grads over DP x CP (sum), optimizer.step(), zero_grad()
+
+The model's `core_attention` must be `packtool.megatron.PackedCoreAttention` (or TE's
+THD attention): `build_gpt` does that. Memory is bounded by the per-slab scalars plus a
+couple of decoded row groups (`row_group_cache`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from .batching import StepPlan, merge_slabs, plan_epoch
+from .slabs import SlabIndex, SlabManifest, SlabReader
+from .thd import ThdBatch, make_thd_batch
+
+
+@dataclass
+class Step:
+    step: int
+    epoch: int
+    micro_batches: list[ThdBatch | None]  # None = an empty micro-batch (zero loss)
+    n_empty: int
+    loss_tokens: int  # this DP rank's loss tokens in the step (full micro-batches, all CP)
+    real_tokens: int
+    dp_group: Any = None
+
+    def global_loss_tokens(self, device: Any = None) -> int:
+        """Loss tokens of the step summed over DP ranks (an all-reduce when DP > 1)."""
+        if self.dp_group is None:
+            return self.loss_tokens
+        import torch
+        import torch.distributed as dist
+        t = torch.tensor([self.loss_tokens], dtype=torch.int64, device=device)
+        dist.all_reduce(t, group=self.dp_group)
+        return int(t.item())
+
+
+class PackedSlabDataset:
+    """Streams a packtool slab directory as optimizer steps of THD micro-batches.
+
+    dp_rank/dp_size: this rank's data-parallel coordinates. When the manifest holds a DP
+      plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
+      followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
+    cp_rank/cp_size: context-parallel coordinates (cp_size defaults to the manifest's cp;
+      each rank gets chunks r and 2cp-1-r of every segment, via packtool.layout).
+    seed: reshuffles every epoch (steps when planned; row groups and rows otherwise).
+    micro_batch_tokens: merge slabs of a step into micro-batches of at most this many
+      tokens (tail pad charged once per micro-batch); None = one slab per micro-batch.
+    """
+
+    def __init__(self, path: str, dp_rank: int = 0, dp_size: int = 1, cp_rank: int = 0,
+                 cp_size: int | None = None, seed: int = 0, grad_accum: int = 1,
+                 micro_batch_tokens: int | None = None, device: Any = "cpu",
+                 cp_group: Any = None, dp_group: Any = None, row_group_cache: int = 2):
+        self.manifest = SlabManifest.read(path)
+        self.align = self.manifest.alignment
+        self.index = SlabIndex.build(self.manifest)
+        self.reader = SlabReader(self.manifest, self.index, cache=row_group_cache)
+        self.planned = self.manifest.dp > 1
+        if self.planned and dp_size != self.manifest.dp:
+            raise ValueError(f"{path} was packed with --dp {self.manifest.dp} but training runs "
+                             f"data-parallel size {dp_size}: re-pack with --dp {dp_size}, or "
+                             f"pack without --dp for round-robin dealing")
+        if not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
+        if grad_accum < 1:
+            raise ValueError(f"--grad-accum must be >= 1, got {grad_accum}")
+        self.cp_size = self.align.cp if cp_size is None else cp_size
+        if self.cp_size != self.align.cp:
+            raise ValueError(f"{path} was packed for cp={self.align.cp} but cp_size="
+                             f"{self.cp_size}: re-pack with --cp {self.cp_size}")
+        self.dp_rank, self.dp_size, self.cp_rank = dp_rank, dp_size, cp_rank
+        self.seed, self.grad_accum, self.budget = seed, grad_accum, micro_batch_tokens
+        self.device, self.cp_group, self.dp_group = device, cp_group, dp_group
+        if len(self.index) == 0:
+            raise ValueError(f"{path}: the output holds no slabs")
+
+    def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
+        return plan_epoch(self.index, self.align, self.dp_size, self.dp_rank, epoch, self.seed,
+                          self.grad_accum, self.budget, self.planned, first_step)
+
+    def steps_per_epoch(self) -> int:
+        return len(self.plan(0))
+
+    def load(self, mb: list[int]) -> ThdBatch | None:
+        if not mb:
+            return None
+        rows = [self.reader.row(i) for i in mb]
+        m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None)
+        return make_thd_batch(m.input_ids, m.loss_mask, m.seg_len, m.seg_padded,
+                              cp=self.cp_size, cp_rank=self.cp_rank, device=self.device,
+                              cp_group=self.cp_group)
+
+    def steps(self, start_step: int = 0, max_steps: int | None = None) -> Iterator[Step]:
+        """Steps forever (epoch after epoch) from global step `start_step` (resume)."""
+        step, epoch, done = 0, 0, 0
+        while max_steps is None or done < max_steps:
+            plans = self.plan(epoch, first_step=step)
+            if not plans:
+                return
+            if step + len(plans) <= start_step:  # skip whole epochs without reading tokens
+                step += len(plans)
+                epoch += 1
+                continue
+            for p in plans:
+                if p.step < start_step:
+                    continue
+                mbs = [self.load(mb) for mb in p.micro_batches]
+                real = [m for m in mbs if m is not None]
+                yield Step(step=p.step, epoch=epoch, micro_batches=mbs, n_empty=p.n_empty,
+                           loss_tokens=sum(m.num_loss_tokens for m in real),
+                           real_tokens=sum(m.num_tokens for m in real), dp_group=self.dp_group)
+                done += 1
+                if max_steps is not None and done >= max_steps:
+                    return
+            step += len(plans)
+            epoch += 1

@@ -1,0 +1,164 @@
+"""megatron-core GPTModel with packtool's THD core attention, and its LM-head loss.
+
+The model is megatron-core's own `GPTModel` built from `get_gpt_layer_local_spec()`
+(megatron's ColumnParallel/RowParallel linears, so TP and SP come from megatron), with
+one substitution: `core_attention = PackedCoreAttention`. Llama-style shape: RMSNorm,
+SwiGLU, no biases, RoPE, untied output layer.
+
+CPU. Two things stop megatron-core 0.16.1 from running on a CPU-only torch, both narrow:
+  - `RotaryEmbedding.get_emb` moves `inv_freq` to `torch.cuda.current_device()` on its
+    first call. `cpu_rope` replaces that method on the model's RotaryEmbedding instance
+    (not the class) with the same computation minus the device move. Nothing else in the
+    GPT forward path touches CUDA when dropout is 0 and SP is off.
+  - weights are created with `use_cpu_initialization=True`, and the CUDA RNG tracker
+    (`model_parallel_cuda_manual_seed`) is only seeded on CUDA.
+"""
+from __future__ import annotations
+
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from .attention import PackedCoreAttention
+from .thd import ThdBatch
+
+
+@dataclass(frozen=True)
+class GPTShape:
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int  # padded vocabulary (see padded_vocab)
+    kv_heads: Optional[int] = None
+    max_seq: int = 8192
+    rope_base: int = 10000
+
+    def params(self) -> int:
+        """Parameter count (embedding + output layer + blocks)."""
+        kv = self.kv_heads or self.heads
+        hd = self.hidden // self.heads
+        attn = self.hidden * (self.heads * hd + 2 * kv * hd) + self.heads * hd * self.hidden
+        mlp = 3 * self.hidden * self.ffn
+        return 2 * self.vocab * self.hidden + self.layers * (attn + mlp + 2 * self.hidden) + self.hidden
+
+
+def padded_vocab(vocab_size: int, tp: int = 1, multiple: int = 128) -> int:
+    """Megatron pads the vocabulary so each TP shard is a multiple of `multiple`."""
+    m = multiple * tp
+    return -(-vocab_size // m) * m
+
+
+def transformer_config(shape: GPTShape, dtype: torch.dtype, device: str, tp: int = 1,
+                       cp: int = 1, sp: bool = False) -> TransformerConfig:
+    return TransformerConfig(
+        num_layers=shape.layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
+        num_query_groups=shape.kv_heads, ffn_hidden_size=shape.ffn,
+        normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+        bf16=dtype == torch.bfloat16, params_dtype=dtype,
+        use_cpu_initialization=device == "cpu", perform_initialization=True,
+        tensor_model_parallel_size=tp, context_parallel_size=cp, sequence_parallel=sp,
+        masked_softmax_fusion=False, bias_activation_fusion=False, apply_rope_fusion=False,
+        gradient_accumulation_fusion=False, persist_layer_norm=False,
+        bias_dropout_fusion=False, cross_entropy_loss_fusion=False)
+
+
+def _get_emb_no_cuda(self: Any, max_seq_len: int, offset: int = 0) -> torch.Tensor:
+    # RotaryEmbedding.get_emb of megatron-core 0.16.1 without its move of inv_freq to
+    # torch.cuda.current_device(); the rest is the same computation.
+    freqs = self.get_freqs_non_repeated(max_seq_len, offset)
+    if not self.rotary_interleaved:
+        emb = torch.cat((freqs, freqs), dim=-1)
+    else:
+        emb = torch.stack((freqs.view(-1, 1), freqs.view(-1, 1)), dim=-1).view(
+            freqs.shape[0], -1)
+    return emb[:, None, None, :]
+
+
+def cpu_rope(model: GPTModel) -> GPTModel:
+    rope = getattr(model, "rotary_pos_emb", None)
+    if rope is not None:
+        rope.get_emb = types.MethodType(_get_emb_no_cuda, rope)
+    return model
+
+
+def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.float32,
+              tp: int = 1, cp: int = 1, sp: bool = False, seed: int = 0,
+              pg_collection: Any = None) -> GPTModel:
+    """GPTModel with PackedCoreAttention. Needs megatron's parallel_state initialized
+    (or an explicit pg_collection)."""
+    torch.manual_seed(seed)
+    if device != "cpu":
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+        model_parallel_cuda_manual_seed(seed)
+    cfg = transformer_config(shape, dtype, device, tp=tp, cp=cp, sp=sp)
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = PackedCoreAttention
+    kw = {} if pg_collection is None else {"pg_collection": pg_collection}
+    model = GPTModel(cfg, spec, vocab_size=shape.vocab, max_sequence_length=shape.max_seq,
+                     position_embedding_type="rope", rotary_base=shape.rope_base,
+                     share_embeddings_and_output_weights=False, parallel_output=True, **kw)
+    if device == "cpu":
+        cpu_rope(model)
+    else:
+        model = model.to(device)
+    return model
+
+
+@contextmanager
+def _hidden_only(model: GPTModel):
+    # GPTModel._postprocess returns the decoder output (after the final norm) when
+    # post_process is False; the LM head then runs here, fused or not.
+    saved = model.post_process
+    model.post_process = False
+    try:
+        yield
+    finally:
+        model.post_process = saved
+
+
+def hidden_states(model: GPTModel, batch: ThdBatch) -> torch.Tensor:
+    """Decoder output [t_local(/tp with SP), 1, hidden]."""
+    with _hidden_only(model):
+        return model(batch.input_ids, batch.position_ids, None,
+                     packed_seq_params=batch.params)
+
+
+def token_losses(model: GPTModel, batch: ThdBatch) -> torch.Tensor:
+    """Per-token cross-entropy [1, t_local] through megatron's own output layer and
+    vocab-parallel cross-entropy (the 'torch' LM head)."""
+    h = hidden_states(model, batch)
+    logits, _ = model.output_layer(h)
+    return model.compute_language_model_loss(batch.labels, logits.float())
+
+
+def loss_sum(model: GPTModel, batch: ThdBatch, impl: str = "torch",
+             tp_group: Any = None) -> torch.Tensor:
+    """sum_i weight_i * CE_i over the micro-batch's local tokens (a scalar).
+
+    impl='torch': megatron's output layer + vocab_parallel_cross_entropy.
+    impl='fused': kernels.lm_head.fused_linear_cross_entropy (chunked Triton LM head; the
+    logits are never stored). With SP the hidden states are gathered over TP first, and the
+    vocab-sharded weight goes with tp_group."""
+    if impl == "torch":
+        return (token_losses(model, batch) * batch.loss_weight).sum()
+    if impl != "fused":
+        raise ValueError(f"--lm-head must be 'fused' or 'torch', got {impl!r}")
+    from kernels.lm_head import fused_linear_cross_entropy
+    h = hidden_states(model, batch)
+    if model.config.sequence_parallel:
+        from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+        h = gather_from_sequence_parallel_region(h, group=tp_group)
+    w = model.output_layer.weight
+    return fused_linear_cross_entropy(h[:, 0], w, batch.labels[0], batch.loss_weight[0],
+                                      reduction="sum", impl="fused",
+                                      tp_group=tp_group if model.config.tensor_model_parallel_size > 1 else None)

@@ -1,0 +1,153 @@
+"""One THD micro-batch for one CP rank: local tokens, labels, loss weights, PackedSeqParams.
+
+Everything positional comes from `packtool.layout` (cp_chunk_ranges, cp_rank_index,
+cp_local_cu_seqlens_padded): this module applies the zigzag, it does not re-derive it.
+
+Conventions (the same as TransformerEngine and megatron-core's THD RoPE):
+  cu_seqlens_q/kv          prefix sums of real segment lengths (int32)
+  cu_seqlens_q/kv_padded   physical offsets of the FULL slab, before the CP split (int32);
+                           megatron's THD RoPE divides them by cp itself
+  max_seqlen_q/kv          longest padded segment of the full slab (sizes the RoPE table)
+packtool's extra fields drive `attention.PackedCoreAttention`: per-chunk query/key cu
+arrays and, with cp > 1, the index that picks each chunk's keys out of the gathered K/V.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from megatron.core.packed_seq_params import PackedSeqParams
+
+from ..layout import cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_rank_index
+
+
+@dataclass
+class SlabSeqParams(PackedSeqParams):
+    """PackedSeqParams plus what packtool's core attention needs (host copies avoid a
+    device sync per layer)."""
+
+    cp_size: int = 1
+    cp_rank: int = 0
+    attn_cu_q: Optional[torch.Tensor] = None  # int32: query "sequences" (CP chunks)
+    attn_cu_k: Optional[torch.Tensor] = None  # int32: their key ranges
+    attn_max_q: int = 0
+    attn_max_k: int = 0
+    attn_cu_q_host: list = field(default_factory=list)
+    attn_cu_k_host: list = field(default_factory=list)
+    kv_index: Optional[torch.Tensor] = None  # int64 into the gathered [cp * t_local] K/V
+
+
+@dataclass
+class ThdBatch:
+    """One micro-batch on one CP rank. Tensors are [1, t_local] (megatron's THD batch dim)."""
+
+    input_ids: torch.Tensor  # int64
+    position_ids: torch.Tensor  # int64, position inside the segment (unused by RoPE-THD)
+    labels: torch.Tensor  # int64; 0 where weight is 0
+    loss_weight: torch.Tensor  # float32: 1 where the position predicts a target
+    params: SlabSeqParams
+    num_tokens: int  # real tokens of the full micro-batch (all CP ranks)
+    num_loss_tokens: int  # loss tokens of the full micro-batch (all CP ranks)
+    seg_real: np.ndarray  # int64: real length of every segment (FLOP accounting)
+
+
+def shifted_targets(input_ids: np.ndarray, loss_mask: np.ndarray,
+                    cu_padded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """labels[i] = ids[i+1] and weight[i] = loss_mask[i+1] when i+1 is in the same
+    physical segment, else label 0 / weight 0. loss_mask is already 0 on every segment's
+    first token and on pads (FORMAT.md), the segment-end zero makes it explicit."""
+    n = input_ids.shape[0]
+    labels = np.zeros(n, np.int64)
+    weight = np.zeros(n, np.float32)
+    labels[:-1] = input_ids[1:]
+    weight[:-1] = loss_mask[1:]
+    ends = np.asarray(cu_padded[1:], np.int64) - 1  # last position of each segment
+    ends = ends[(ends >= 0) & (ends < n)]
+    labels[ends] = 0
+    weight[ends] = 0.0
+    labels[weight == 0] = 0
+    return labels, weight
+
+
+def positions_in_segment(seg_padded: np.ndarray) -> np.ndarray:
+    starts = np.concatenate(([0], np.cumsum(seg_padded)[:-1]))
+    total = int(np.sum(seg_padded))
+    return np.arange(total) - np.repeat(starts, seg_padded)
+
+
+def build_thd_params(seg_len: np.ndarray, seg_padded: np.ndarray, cp: int, cp_rank: int,
+                     device: torch.device | str = "cpu", cp_group: Any = None) -> SlabSeqParams:
+    """PackedSeqParams(qkv_format='thd') for CP rank `cp_rank` of a slab whose segments
+    have real lengths `seg_len` and physical lengths `seg_padded`."""
+    seg_len = np.asarray(seg_len, np.int64)
+    seg_padded = np.asarray(seg_padded, np.int64)
+    cu = np.concatenate(([0], np.cumsum(seg_len))).astype(np.int32)
+    cu_pad = np.concatenate(([0], np.cumsum(seg_padded))).astype(np.int32)
+    seg_start = cu_pad[:-1].astype(np.int64)
+    max_pad = int(seg_padded.max()) if seg_padded.size else 0
+    kv_index = None
+    if cp == 1:
+        q_cu = k_cu = cu_pad.astype(np.int64)
+        max_q = max_k = max_pad
+    else:
+        rng = cp_chunk_ranges(seg_start, seg_padded, cp)[:, cp_rank]  # [n, 2, 2]
+        q_len = (rng[:, :, 1] - rng[:, :, 0]).reshape(-1)  # chunk lengths, local order
+        # a chunk attends every key of its segment up to its own end (bottom-right causal)
+        k_start = np.repeat(seg_start, 2)
+        k_end = rng[:, :, 1].reshape(-1)
+        k_len = k_end - k_start
+        q_cu = np.concatenate(([0], np.cumsum(q_len)))
+        k_cu = np.concatenate(([0], np.cumsum(k_len)))
+        max_q, max_k = int(q_len.max()), int(k_len.max())
+        # gathered K/V = rank 0's local slab, rank 1's, ...: where is each global position?
+        t_local = int(cp_local_cu_seqlens_padded(cu_pad, cp)[-1])
+        where = np.empty(int(cu_pad[-1]), np.int64)
+        for g in range(cp):
+            where[cp_rank_index(seg_start, seg_padded, cp, g)] = g * t_local + np.arange(t_local)
+        glob = np.repeat(k_start - np.concatenate(([0], np.cumsum(k_len)[:-1])), k_len)
+        glob += np.arange(int(k_len.sum()))
+        kv_index = torch.as_tensor(where[glob], device=device)
+    i32 = dict(dtype=torch.int32, device=device)
+    return SlabSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=torch.as_tensor(cu, **i32), cu_seqlens_kv=torch.as_tensor(cu, **i32),
+        cu_seqlens_q_padded=torch.as_tensor(cu_pad, **i32),
+        cu_seqlens_kv_padded=torch.as_tensor(cu_pad, **i32),
+        max_seqlen_q=max_pad, max_seqlen_kv=max_pad, cp_group=cp_group,
+        cp_size=cp, cp_rank=cp_rank,
+        attn_cu_q=torch.as_tensor(q_cu.astype(np.int32), **i32),
+        attn_cu_k=torch.as_tensor(k_cu.astype(np.int32), **i32),
+        attn_max_q=max_q, attn_max_k=max_k,
+        attn_cu_q_host=q_cu.tolist(), attn_cu_k_host=k_cu.tolist(), kv_index=kv_index)
+
+
+def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.ndarray,
+                   seg_padded: np.ndarray, cp: int = 1, cp_rank: int = 0,
+                   device: torch.device | str = "cpu", cp_group: Any = None) -> ThdBatch:
+    """Slice a full (all-CP-ranks) THD micro-batch for one CP rank and build its params."""
+    seg_len = np.asarray(seg_len, np.int64)
+    seg_padded = np.asarray(seg_padded, np.int64)
+    cu_pad = np.concatenate(([0], np.cumsum(seg_padded)))
+    if int(cu_pad[-1]) != len(input_ids):
+        raise ValueError(f"micro-batch has {len(input_ids)} tokens but its segments' padded "
+                         f"lengths sum to {int(cu_pad[-1])}")
+    labels, weight = shifted_targets(np.asarray(input_ids), np.asarray(loss_mask), cu_pad)
+    n_loss = int(weight.sum())
+    pos = positions_in_segment(seg_padded)
+    ids = np.asarray(input_ids, np.int64)
+    if cp > 1:
+        idx = cp_rank_index(cu_pad[:-1], seg_padded, cp, cp_rank)
+        ids, labels, weight, pos = ids[idx], labels[idx], weight[idx], pos[idx]
+    params = build_thd_params(seg_len, seg_padded, cp, cp_rank, device, cp_group)
+
+    def t(a, dt):
+        return torch.as_tensor(a, dtype=dt, device=device)[None]
+
+    return ThdBatch(input_ids=t(ids, torch.int64), position_ids=t(pos, torch.int64),
+                    labels=t(labels, torch.int64), loss_weight=t(weight, torch.float32),
+                    params=params, num_tokens=int(seg_len.sum()),
+                    num_loss_tokens=n_loss,
+                    seg_real=seg_len)
