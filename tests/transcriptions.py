@@ -90,9 +90,11 @@ def skyrl(tp: int, cp: int, sp: bool, fp8: str) -> tuple[int, int]:
 # divisible_by and asserting it is a multiple of get_parallel_token_alignment), with
 # get_fp8_token_alignment / get_parallel_token_alignment from NeMo-RL's shared
 # "Token-alignment requirements shared by Megatron data paths" module, and
-# _pack_sequences_for_megatron's cu_seqlens_padded rule. The older
-# nemo_rl/models/megatron/common.py@07fee340d79f66d8edbaa360672be006666a28c6 computed the
-# same with `divisor = 128 if use_blockwise_fp8 else 16` (mxfp8 then got 16, not 32).
+# _pack_sequences_for_megatron's cu_seqlens_padded rule. Older versions
+# (nemo_rl/models/megatron/common.py@07fee340d79f66d8edbaa360672be006666a28c6 and
+# data.py@856cc5b956f8fc94c6e00b2bc3fbda5c71e78b09) computed the same with
+# `divisor = 128 if use_blockwise_fp8 else 16` (mxfp8 then got 16, not 32) and fixed
+# pad_individual_seqs_to_multiple_of at the parallel alignment.
 
 
 def nemo_rl_round_up_to_multiple(value: int, multiple: int) -> int:
