@@ -138,8 +138,8 @@ class Alignment:
     def _usable(self) -> int:
         if self.fixed_length is not None:
             L = self.fixed_length
-            if L < 1:
-                raise AlignmentError(f"--fixed-length must be positive, got {L}")
+            if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
+                raise AlignmentError(f"--fixed-length must be a positive integer, got {L!r}")
             if L % self.t:
                 raise AlignmentError(
                     f"--fixed-length {L} is not a multiple of the packed multiple t={self.t} "

@@ -331,10 +331,6 @@ def test_bounds_with_alignment_and_singletons(tp, cp, fp8, mult, data):
     assert math.gcd(a.usable, a.t) == a.t
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "align.py bug: --fixed-length is not checked to be an integer (--max-tokens is): "
-    "Alignment(fixed_length=64.0) gives usable=64.0 and float64 Layout.fill/slab_len; "
-    "fixed_length='64' raises a bare TypeError instead of an AlignmentError naming the flag"))
 @pytest.mark.parametrize("L", [64.0, "64"])
 def test_fixed_length_must_be_an_integer(L):
     with pytest.raises(AlignmentError, match="--fixed-length"):
