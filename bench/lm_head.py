@@ -201,11 +201,42 @@ def matmul_tflops(n, hdim, v, dev, dtype, reps, warmup):
     return {"ms": ms, "TFLOPs": 2 * n * hdim * v / ms / 1e9}
 
 
+def profile(n, hdim, v, dev, dtype):
+    """Where one fwd+bwd of each mode spends GPU time (matmuls vs row kernels vs copies)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    h, w, t, lw, t_ignore = inputs(n, hdim, v, dev, dtype, 1.0)
+    methods = make_methods(h, w, t, lw, t_ignore, dev)
+    tables = {}
+    for name in ("packtool_ce", "packtool_logprobs_entropy"):
+        methods[name]()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            methods[name]()
+            torch.cuda.synchronize()
+        tables[name] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=12)
+        log(f"profile {name} V={v}\n{tables[name]}")
+    return tables
+
+
+def kernel_configs():
+    from kernels import row_stats, softmax_grad
+
+    out = {}
+    for mod in (row_stats, softmax_grad):
+        built = mod._KERNEL._built.get(False)
+        cache = getattr(built, "cache", {}) if built is not None else {}
+        out[mod.__name__] = {str(k): str(c) for k, c in cache.items()}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="time packtool_ce over chunk sizes")
+    ap.add_argument("--profile", action="store_true", help="kernel time table of both modes")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run under TRITON_INTERPRET=1")
     ap.add_argument("--out", default=None)
     ap.add_argument("--reps", type=int, default=5)
@@ -222,7 +253,12 @@ def main():
         result[key] = {"chunk_rows": chunking.default_chunk_rows(hdim, v, torch.tensor([], dtype=dtype).element_size())}
         if args.check:
             log(f"check V={v}")
-            result[key]["check"] = check(n, hdim, v, dev, dtype)
+            try:
+                result[key]["check"] = check(n, hdim, v, dev, dtype)
+            except Exception:  # keep going: the timings are still worth having
+                import traceback
+
+                result[key]["check"] = {"error": traceback.format_exc()[-2000:]}
             log("  ", json.dumps(result[key]["check"]))
         if args.bench:
             result[key]["matmul"] = matmul_tflops(n, hdim, v, dev, dtype, reps, warmup)
@@ -240,8 +276,13 @@ def main():
                                     only=("packtool_ce", "packtool_logprobs_entropy"))
                 chunking.LOGITS_BUDGET_BYTES = budget
             result[key]["sweep"] = sweep
+        if args.profile and dev.type == "cuda":
+            result[key]["profile"] = profile(n, hdim, v, dev, dtype)
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1))
+    result["autotuned"] = kernel_configs()
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
     log(json.dumps(result, indent=1))
 
 
