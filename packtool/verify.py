@@ -1,0 +1,176 @@
+"""`packtool verify`: check a packed output against FORMAT.md and the alignment model.
+
+The manifest is read and checked first; then every shard is checked in a process pool
+(`verify_shard.check_shard`, bounded memory, one shard per task); last come the checks
+that need every shard: counts against the manifest, each source row exactly once (or as
+its overflow policy says), bounds, DP fields. With a source (the same inputs and
+tokenization as `pack`), every segment's tokens are compared with its source row.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+
+import numpy as np
+
+from .align import Alignment, AlignmentError
+from .verify_problems import Problem, ProblemLog
+from .verify_shard import ShardJob, ShardResult, check_shard
+
+SHARD_RE = re.compile(r"^slabs-\d{5}\.parquet$")
+STAT_KEYS = ("real_tokens", "loss_tokens", "physical_tokens", "layout_pad", "tail_pad", "fill_pad", "slack")
+
+
+@dataclass
+class VerifyReport:
+    directory: str
+    ok: bool
+    shards: int
+    slabs: int
+    physical_tokens: int
+    real_tokens: int
+    loss_tokens: int
+    source_checked: bool
+    seconds: float
+    counts: dict  # check -> number of problems
+    problems: list[Problem] = field(default_factory=list)  # the first few of each check
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("directory", "ok", "shards", "slabs", "physical_tokens",
+                                           "real_tokens", "loss_tokens", "source_checked", "seconds",
+                                           "counts", "notes")}
+        d["problems"] = [p.to_dict() for p in self.problems]
+        return d
+
+
+def verify(directory: str, source_dir: str | None = None, workers: int | None = None,
+           max_problems: int = 20, batch_rows: int = 128) -> VerifyReport:
+    """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
+    (see `packtool.io.flat_tokens`), or None to check the output on its own."""
+    t0 = time.perf_counter()
+    log = ProblemLog(max_problems)
+    notes: list[str] = []
+    from .io.manifest import read_manifest
+    try:
+        man = read_manifest(directory)
+    except (OSError, ValueError) as e:
+        log.add("manifest", f"{e}")
+        return _report(directory, log, notes, [], source_dir, t0)
+    align, policy, dp = _check_manifest(man, log)
+    if align is None:
+        return _report(directory, log, notes, [], source_dir, t0)
+    listed = [s.get("file") for s in man.get("shards", [])]
+    present = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "slabs-*.parquet")))
+    for f in listed:
+        if f not in present:
+            log.add("shard_missing", f"shard {f} is listed in manifest.json but missing from {directory}",
+                    shard=f)
+    for f in present:
+        if f not in listed:
+            log.add("shard_extra", f"shard {f} is in {directory} but not listed in manifest.json "
+                    f"(a stray or duplicated shard: a loader globbing slabs-*.parquet would read it)", shard=f)
+    tok = man.get("tokenizer") or {}
+    jobs = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
+                     tok.get("vocab_size"), source_dir, batch_rows, max_problems)
+            for f in listed if f in present]
+    results = _run(jobs, workers)
+    by_name = {s["file"]: s for s in man.get("shards", [])}
+    for res in results:
+        _check_shard_entry(by_name[res.name], res, log)
+        log.merge(res.log)
+    complete = len(jobs) == len(listed) and all(r.readable for r in results)
+    if complete:
+        _check_totals(man, align, policy, dp, results, log, source_dir, notes)
+    else:
+        notes.append("whole-output checks (counts, coverage, bounds, DP) skipped: a shard is "
+                     "missing or unreadable")
+    return _report(directory, log, notes, results, source_dir, t0)
+
+
+def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
+    tot = lambda k: sum(int(r.totals.get(k, 0)) for r in results)  # noqa: E731
+    return VerifyReport(
+        directory=directory, ok=not log, shards=len(results), slabs=sum(r.rows for r in results),
+        physical_tokens=tot("physical_tokens"), real_tokens=tot("real_tokens"),
+        loss_tokens=tot("loss_tokens"), source_checked=source_dir is not None,
+        seconds=time.perf_counter() - t0, counts=dict(log.counts), problems=list(log.problems),
+        notes=notes)
+
+
+def _run(jobs: list[ShardJob], workers: int | None) -> list[ShardResult]:
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [check_shard(j) for j in jobs]
+    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state
+    with ProcessPoolExecutor(workers, mp_context=get_context("forkserver")) as ex:
+        return list(ex.map(check_shard, jobs))
+
+
+def _check_manifest(man: dict, log: ProblemLog):
+    from .plan import PackingConfig
+    if man.get("format") != "packtool-slabs" or man.get("schema_version") != 1:
+        log.add("manifest", f"format {man.get('format')!r} schema_version {man.get('schema_version')!r}: "
+                f"this verifier reads 'packtool-slabs' schema 1", expected=1, found=man.get("schema_version"))
+        return None, None, None
+    cfg = man.get("config") or {}
+    a, pk = cfg.get("alignment") or {}, cfg.get("packing") or {}
+    try:
+        align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
+                          fixed_length=a.get("fixed_length"), convention=a["convention"])
+        packing = PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
+                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+    except (KeyError, TypeError, AlignmentError, ValueError) as e:
+        log.add("manifest", f"config cannot be read ({type(e).__name__}: {e}); manifest.json is edited or damaged")
+        return None, None, None
+    for k in ("s", "t", "usable"):
+        if a.get(k) != getattr(align, k):
+            log.add("manifest", f"config.alignment.{k} is {a.get(k)!r} but {align.describe()} "
+                    f"C={align.capacity} gives {getattr(align, k)}: manifest.json was edited",
+                    expected=getattr(align, k), found=a.get(k))
+    return align, packing.overflow, packing.dp
+
+
+def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
+    name = res.name
+    if entry.get("bytes") != res.bytes:
+        hint = " (truncated)" if isinstance(entry.get("bytes"), int) and res.bytes < entry["bytes"] else ""
+        log.add("shard_size", f"shard {name} has {res.bytes} bytes, manifest.json says {entry.get('bytes')}{hint}",
+                shard=name, expected=entry.get("bytes"), found=res.bytes)
+    if entry.get("sha256") != res.sha256:
+        log.add("checksum", f"shard {name} sha256 is {res.sha256[:16]}…, manifest.json says "
+                f"{str(entry.get('sha256'))[:16]}…: the file changed after packing (flipped or "
+                f"edited bytes)", shard=name, expected=entry.get("sha256"), found=res.sha256)
+    if res.readable:
+        for key, got in (("rows", res.rows), ("tokens", res.totals.get("physical_tokens")),
+                         ("loss_tokens", res.totals.get("loss_tokens"))):
+            if key in entry and entry[key] != got:
+                log.add("shard_counts", f"shard {name} holds {got} {key.replace('_', ' ')}, manifest.json "
+                        f"says {entry[key]}", shard=name, expected=entry[key], found=got)
+
+
+def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, source_dir, notes) -> None:
+    stats = man.get("stats") or {}
+    got = {k: sum(int(r.totals[k]) for r in results) for k in STAT_KEYS}
+    slabs = {k: np.concatenate([r.slabs[k] for r in results]) for k in results[0].slabs}
+    segs = {k: np.concatenate([r.segments[k] for r in results]) for k in results[0].segments}
+    shard_of = np.repeat(np.arange(len(results)), [r.segments["source"].size for r in results])
+    got["slabs"] = int(slabs["slab_index"].size)
+    got["segments"] = int(segs["source"].size)
+    got["lower_bound"] = align.lower_bound(segs["length"])
+    got["l2_bound"] = align.l2_bound(segs["length"])
+    for k, v in got.items():
+        if k in stats and stats[k] != v:
+            log.add("manifest_stats", f"manifest.json stats.{k} is {stats[k]}, the shards give {v}",
+                    expected=v, found=stats[k])
+    names = [r.name for r in results]
+    from .verify_cover import check_coverage, check_dp
+    n_seq = stats.get("sequences")
+    check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
+                   int(slabs["singleton"].sum()), source_dir, log, notes)
+    check_dp(slabs, dp, log, notes)

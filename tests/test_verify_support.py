@@ -1,0 +1,120 @@
+"""Helpers for the verify/inspect tests: packed outputs written by the real writer from
+synthetic token rows, and surgical edits of a shard (re-signed, so that only the semantic
+check under test can catch them). No tests here."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.align import Alignment
+from packtool.io.flat_tokens import FlatTokens
+from packtool.io.manifest import build_manifest, write_manifest
+from packtool.io.writer import SCHEMA, file_sha256, write_shards
+from packtool.plan import PackingConfig, plan
+from packtool.report import plan_summary
+
+PAD = 0
+VOCAB = 1000
+
+
+def write_source(directory: str, lengths, seed: int = 0) -> FlatTokens:
+    """A FlatTokens store of synthetic rows: ids in [3, VOCAB), no loss on a 'prompt' prefix."""
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths, np.int64)
+    off = np.concatenate(([0], np.cumsum(lengths)))
+    ids = rng.integers(3, VOCAB, int(off[-1])).astype(np.int32)
+    pos = np.arange(int(off[-1])) - np.repeat(off[:-1], lengths)
+    mask = (pos >= np.repeat(lengths // 3, lengths)).astype(np.uint8)
+    os.makedirs(directory, exist_ok=True)
+    ids.tofile(os.path.join(directory, "ids.i32"))
+    mask.tofile(os.path.join(directory, "mask.u8"))
+    np.save(os.path.join(directory, "offsets.npy"), off)
+    return FlatTokens.open(directory)
+
+
+def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | None = None,
+               shard_tokens: int = 1 << 10, group_tokens: int = 256, seed: int = 0):
+    """(output dir, source dir) of a pack of synthetic rows through the real writer."""
+    src_dir = os.path.join(root, "source")
+    tokens = write_source(src_dir, lengths, seed)
+    p = plan(np.asarray(lengths), align, packing or PackingConfig())
+    out = os.path.join(root, "packed")
+    os.makedirs(out, exist_ok=True)
+    shards = write_shards(p, tokens, out, PAD, shard_tokens=shard_tokens, group_tokens=group_tokens)
+    stats = _stats(plan_summary(p), sum(s.loss_tokens for s in shards))
+    tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB}
+    write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": "synthetic", "files": []}))
+    return out, src_dir
+
+
+def _stats(s, loss_tokens: int) -> dict:
+    # the manifest's stats block as packtool.pack writes it (kept here so these helpers do not
+    # need the tokenizer stack)
+    pad = s.padding
+    return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
+            "real_tokens": pad.real_tokens, "loss_tokens": loss_tokens,
+            "physical_tokens": pad.physical_tokens, "layout_pad": pad.layout_pad,
+            "tail_pad": pad.tail_pad, "fill_pad": pad.fill_pad, "slack": pad.slack,
+            "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
+            "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
+            "overflow": dataclasses.asdict(s.overflow)}
+
+
+def read_manifest(out: str) -> dict:
+    with open(os.path.join(out, "manifest.json")) as f:
+        return json.load(f)
+
+
+def save_manifest(out: str, man: dict) -> None:
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(man, f, indent=2)
+
+
+def resign(out: str, shard: str) -> None:
+    """Update the manifest's bytes/sha256/rows of `shard` after an edit."""
+    man = read_manifest(out)
+    path = os.path.join(out, shard)
+    for s in man["shards"]:
+        if s["file"] == shard:
+            s["bytes"] = os.path.getsize(path)
+            s["sha256"] = file_sha256(path)
+            s["rows"] = pq.ParquetFile(path).metadata.num_rows
+    save_manifest(out, man)
+
+
+def load_rows(out: str, shard: str) -> dict:
+    """Shard columns as python lists of numpy arrays (small test shards only)."""
+    t = pq.read_table(os.path.join(out, shard))
+    cols = {}
+    for name in t.column_names:
+        col = t.column(name)
+        if pa.types.is_list(col.type):
+            cols[name] = [np.asarray(x) for x in col.to_pylist()]
+        else:
+            cols[name] = list(col.to_numpy())
+    return cols
+
+
+def save_rows(out: str, shard: str, cols: dict, sign: bool = True) -> None:
+    arrays = []
+    for f in SCHEMA:
+        v = cols[f.name]
+        if pa.types.is_list(f.type):
+            arrays.append(pa.array([np.asarray(x).tolist() for x in v], f.type))
+        else:
+            arrays.append(pa.array(v, f.type))
+    pq.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA), os.path.join(out, shard), compression="zstd")
+    if sign:
+        resign(out, shard)
+
+
+def find_row(cols: dict, pred) -> int:
+    for r in range(len(cols["input_ids"])):
+        if pred({k: v[r] for k, v in cols.items()}):
+            return r
+    raise AssertionError("no row matches; enlarge the fixture")
