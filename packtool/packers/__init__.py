@@ -1,0 +1,47 @@
+"""Bin packers over footprints (DESIGN section 3) and the data-parallel assignment.
+
+Packers see only integer footprints and a capacity -- never tp/cp/fp8 -- and return one
+bin id per item, bins numbered 0..B-1 in the order they were opened, deterministically
+(items sorted by size descending, ties by input index). Each algorithm is what its name
+says: no packer returns the better of two algorithms or splits items to fill gaps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .balanced import balanced
+from .bfd import bfd
+from .dp import ATTN_COEF, DPAssignment, DPError, assign_dp
+from .ffd import ffd
+from .mffd import mffd
+
+ALGORITHMS = ("ffd", "bfd", "mffd", "balanced")
+_PACKERS = {"ffd": ffd, "bfd": bfd, "mffd": mffd, "balanced": balanced}
+
+__all__ = ["ALGORITHMS", "ATTN_COEF", "DPAssignment", "DPError", "assign_dp", "pack_items",
+           "ffd", "bfd", "mffd", "balanced"]
+
+
+def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
+    """Bin id (int64) per item; bins numbered 0..B-1 in opening order; deterministic.
+
+    sizes: integer footprints with 1 <= size <= capacity (the caller applies the overflow
+    policy first). An int64 contiguous array is used as is (no copy)."""
+    if algorithm not in _PACKERS:
+        raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        raise ValueError(f"--max-tokens (capacity) must be a positive integer, got {capacity!r}")
+    capacity = int(capacity)
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1 or (sizes.size and not np.issubdtype(sizes.dtype, np.integer)):
+        raise ValueError(f"sizes must be a 1-D integer array, got {sizes.dtype} {sizes.shape}")
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    if sizes.size:
+        lo, hi = int(sizes.min()), int(sizes.max())
+        if lo < 1 or hi > capacity:
+            bad = int(np.flatnonzero((sizes < 1) | (sizes > capacity))[0])
+            raise ValueError(
+                f"sizes[{bad}] = {int(sizes[bad])} is outside 1..{capacity}: footprints must "
+                f"be positive and at most the capacity; apply an --overflow policy "
+                f"(split, truncate, singleton) before packing")
+    return _PACKERS[algorithm](sizes, capacity)
