@@ -1,0 +1,253 @@
+"""`tokenize_to_cache`: inputs + TokenizeConfig -> a TokenizedCache (reused when it exists).
+
+Work split over the cores: the main thread reads and renders batch k+1 (Python, holds the
+GIL) while a worker thread runs `encode_batch` on batch k (Rust, releases the GIL, itself
+parallel over all cores); then the main thread turns batch k into flat arrays and writes it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import tokenizers
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from packtool.config import TokenizeConfig
+from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, CacheWriter, TokenizedCache,
+                               tokenizer_meta, write_cache_json)
+from packtool.io.errors import PacktoolInputError
+from packtool.io.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.io.shapes import Shape, detect_shape, render_batch
+from packtool.io.templates import Renderer, load_template
+from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo, _sha256_file,
+                                  encode_rendered, load_tokenizer, row_sums, start_encode)
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("PACKTOOL_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "packtool", "tokenized")
+
+
+def _fingerprint(files: list[InputFile], cfg: TokenizeConfig, info: TokenizerInfo | None,
+                 shapes: list[Shape]) -> str:
+    opts = cfg.as_dict()
+    opts.pop("batch_size")          # changes row groups, not content
+    opts.pop("tokenizer")           # identified by content hashes below
+    opts.pop("chat_template")
+    key = {
+        "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
+        "inputs": [[f.path, os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns] for f in files],
+        "shapes": [[s.kind, list(s.columns), s.templated] for s in shapes],
+        "tokenizer": [info.sha256, info.config_sha256, info.template_sha256, info.bos_id,
+                      info.eos_id, info.pad_id] if info else None,
+        "options": opts,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
+                  path: str, first_row: int) -> EncodedBatch:
+    """Pre-tokenized rows stay columnar: flat values + offsets straight from Arrow."""
+    col = batch.column("input_ids")
+    if col.null_count:
+        bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
+        raise PacktoolInputError("input_ids is null", path=path, row=first_row + bad)
+    lens = col.value_lengths().to_numpy().astype(np.int32)
+    flat = col.flatten().to_numpy(zero_copy_only=False)
+    if flat.size and (flat.min() < 0 or (vocab_size is not None and flat.max() >= vocab_size)
+                      or flat.max() > np.iinfo(np.int32).max):
+        row = int(np.searchsorted(np.cumsum(lens), np.nonzero(
+            (flat < 0) | (flat >= (vocab_size or 2**31)))[0][0], side="right"))
+        raise PacktoolInputError(f"token id out of range 0..{(vocab_size or 2**31) - 1}",
+                                 path=path, row=first_row + row)
+    ids = flat.astype(np.int32)
+    if len(shape.columns) > 1:
+        name = shape.columns[1]
+        mc = batch.column(name)
+        mlens = mc.value_lengths().fill_null(-1).to_numpy()
+        if not np.array_equal(mlens, lens):
+            row = int(np.nonzero(mlens != lens)[0][0])
+            raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
+                                     row=first_row + row)
+        mv = mc.flatten().to_numpy(zero_copy_only=False)
+        mask = (mv != -100) if name == "labels" else (mv != 0)
+        mask = mask.astype(np.uint8)
+    else:
+        mask = np.ones(ids.size, np.uint8)
+    loss = row_sums(mask, lens)
+    return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
+
+
+class _Progress:
+    def __init__(self, enabled: bool, total: int | None) -> None:
+        self.p = Progress(TextColumn("[bold]Tokenizing"), BarColumn(),
+                          TextColumn("{task.completed:,} rows"), TextColumn("· {task.fields[tokens]} tokens"),
+                          TextColumn("· {task.fields[rate]} tok/s"), TimeElapsedColumn(),
+                          disable=not enabled)
+        self.task = self.p.add_task("tok", total=total, tokens="0", rate="-")
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+
+    def __enter__(self):
+        self.p.__enter__()
+        return self
+
+    def __exit__(self, *a):
+        self.p.__exit__(*a)
+
+    def advance(self, rows: int, tokens: int) -> None:
+        self.tokens += tokens
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        self.p.update(self.task, advance=rows, tokens=_human(self.tokens), rate=_human(self.tokens / dt))
+
+
+def _human(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            return f"{x / div:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def _setup(inputs: list[str], cfg: TokenizeConfig):
+    files = resolve_inputs(inputs)
+    columns = [peek_columns(f) for f in files]
+    loaded: LoadedTokenizer | None = None
+    if cfg.tokenizer:
+        loaded = load_tokenizer(cfg.tokenizer, cfg)
+    template = load_template(cfg.chat_template, loaded.folder_template if loaded else None)
+    for f, c in zip(files, columns):
+        if not c:
+            raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+    shapes = [detect_shape(c, cfg, f.path, template is not None) for f, c in zip(files, columns)]
+    for f, s in zip(files, shapes):
+        if s.kind != "tokens" and loaded is None:
+            raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag="--tokenizer")
+    if loaded is not None:
+        loaded.info = replace(loaded.info, chat_template=template.name if template else None,
+                              template_sha256=template.sha256 if template else None)
+    return files, shapes, loaded, template
+
+
+def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None = None,
+                      progress: bool = True) -> TokenizedCache:
+    """Tokenize `inputs` into a Parquet cache, or return the existing cache for the same
+    inputs (path, size, mtime), tokenizer (content hash), template text and options."""
+    files, shapes, loaded, template = _setup(inputs, cfg)
+    info = loaded.info if loaded else None
+    fp = _fingerprint(files, cfg, info, shapes)
+    root = cache_dir or default_cache_dir()
+    final = os.path.join(root, fp[:32])
+    if os.path.exists(os.path.join(final, "cache.json")):
+        return TokenizedCache(final, reused=True)
+    os.makedirs(root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{fp[:12]}-", dir=root)
+    try:
+        meta = _build(files, shapes, loaded, template, cfg, tmp, progress)
+        meta["fingerprint"] = fp
+        write_cache_json(tmp, meta)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished the same cache first: use theirs
+            if not os.path.exists(os.path.join(final, "cache.json")):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TokenizedCache(final)
+
+
+def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
+    tok = loaded.tokenizer if loaded else None
+    info = loaded.info if loaded else None
+    special = {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
+                                 ("pad_token", info and info.pad_token)) if v}
+    renderer = Renderer(template, special) if template else None
+    writer = CacheWriter(tmp)
+    counts = [count_rows(f) for f in files]
+    total = sum(counts) if all(c is not None for c in counts) else None
+    skipped = {"empty": 0, "all_masked": 0, "rows": []}
+    inputs_meta = []
+    global_row = 0
+    totals = {"rows": 0, "tokens": 0, "loss": 0}
+
+    def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int, bar) -> None:
+        bad = enc.empty | enc.all_masked
+        if bad.any():
+            r = int(np.nonzero(bad)[0][0])
+            what = "empty example" if enc.empty[r] else "example with no loss tokens (all masked)"
+            if cfg.on_empty == "error":
+                raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
+                                         "(skipped rows are counted in cache.json)",
+                                         path=f.path, row=first_row + r)
+            skipped["empty"] += int(enc.empty.sum())
+            skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
+            bad_rows = (first_global + np.nonzero(bad)[0]).tolist()
+            skipped["rows"] = (skipped["rows"] + bad_rows)[:100]
+        keep = ~bad
+        src = first_global + np.arange(enc.lengths.size, dtype=np.int64)
+        tok_keep = np.repeat(keep, enc.lengths)
+        ids, mask, lens = enc.ids[tok_keep], enc.mask[tok_keep], enc.lengths[keep]
+        writer.add(ids, mask, lens, src[keep], fi)
+        totals["rows"] += int(lens.size)
+        totals["tokens"] += int(ids.size)
+        totals["loss"] += int(mask.sum(dtype=np.int64))
+        bar.advance(enc.lengths.size, int(enc.ids.size))
+
+    with _Progress(progress, total) as bar, ThreadPoolExecutor(1) as pool:
+        pending = None
+        for fi, (f, shape) in enumerate(zip(files, shapes)):
+            file_rows = 0
+            for batch in iter_batches(f, cfg.batch_size, list(shape.columns)):
+                n = batch.num_rows
+                if shape.kind == "tokens":
+                    enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
+                    if pending is not None:
+                        finish_pending(pending, finish, loaded, cfg, bar)
+                        pending = None
+                    finish(enc, f, fi, file_rows, global_row, bar)
+                else:
+                    rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows)
+                    fut = pool.submit(start_encode, tok, rb)
+                    if pending is not None:
+                        finish_pending(pending, finish, loaded, cfg, bar)
+                    pending = (fut, rb, shape, f, fi, file_rows, global_row)
+                file_rows += n
+                global_row += n
+            if file_rows == 0:
+                raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+            inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path),
+                                "sha256": _sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
+                                "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
+                                "rows": file_rows})
+        if pending is not None:
+            finish_pending(pending, finish, loaded, cfg, bar)
+    if totals["rows"] == 0:
+        raise PacktoolInputError("every row was skipped; nothing to tokenize")
+    return {
+        "format": CACHE_FORMAT, "version": CACHE_VERSION,
+        "columns": {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target",
+                    "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
+                    "source_file": "int32 index into inputs"},
+        "config": cfg.as_dict(), "tokenizer": tokenizer_meta(info),
+        "template_text": template.text if template else None,
+        "inputs": inputs_meta, "parts": writer.close(),
+        "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
+        "num_loss_tokens": totals["loss"], "skipped": skipped,
+        "tokenizers_version": tokenizers.__version__,
+    }
+
+
+def finish_pending(pending, finish, loaded, cfg, bar) -> None:
+    fut, rb, shape, f, fi, first_row, first_global = pending
+    enc = encode_rendered(loaded.tokenizer, rb, loaded.info, cfg.add_bos, cfg.add_eos,
+                          shape.templated, encodings=fut.result())
+    finish(enc, f, fi, first_row, first_global, bar)
