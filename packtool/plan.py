@@ -163,7 +163,7 @@ def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) ->
     single[slab_of[~fits]] = True
     steps_sorted = step[order_bins]
     if packing.dp > 1:  # renumber steps in on-disk order so consumers read them in sequence
-        _, steps_sorted = np.unique(steps_sorted, return_inverse=True)
+        steps_sorted = np.cumsum(np.concatenate(([0], np.diff(steps_sorted) != 0)))
     lay = compute_layout(seg_len, slab_offsets, alignment)
     return Plan(
         alignment=alignment, packing=packing, num_sequences=int(lengths.size),
