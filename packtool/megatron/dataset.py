@@ -31,6 +31,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..align import Alignment
 from .batching import StepPlan, merge_slabs, plan_epoch
 from .slabs import SlabIndex, SlabManifest, SlabReader
 from .thd import ThdBatch, make_thd_batch
@@ -88,9 +89,11 @@ class PackedSlabDataset:
         if grad_accum < 1:
             raise ValueError(f"--grad-accum must be >= 1, got {grad_accum}")
         self.cp_size = self.align.cp if cp_size is None else cp_size
-        if self.cp_size != self.align.cp:
-            raise ValueError(f"{path} was packed for cp={self.align.cp} but cp_size="
-                             f"{self.cp_size}: re-pack with --cp {self.cp_size}")
+        need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
+        if self.align.s % need_s:
+            raise ValueError(f"{path} was packed for cp={self.align.cp} (segments padded to "
+                             f"multiples of {self.align.s}); cp={self.cp_size} needs multiples "
+                             f"of {need_s}: re-pack with --cp {self.cp_size}")
         self.dp_rank, self.dp_size, self.cp_rank = dp_rank, dp_size, cp_rank
         self.seed, self.grad_accum, self.budget = seed, grad_accum, micro_batch_tokens
         self.device, self.cp_group, self.dp_group = device, cp_group, dp_group

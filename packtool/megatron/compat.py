@@ -1,0 +1,31 @@
+"""Can slabs packed under one alignment be trained under another? (a layout check only)
+
+Training with tp/cp/sp/fp8 needs every segment's padded length to be a multiple of that
+setting's per-sequence multiple s (CP zigzag) and every slab a multiple of its per-slab
+multiple t (SP split, FP8 tiles). Slabs packed with multiples that are themselves
+multiples of those fit; anything else must be re-packed. Both sides come from
+`Alignment`, under the manifest's convention.
+"""
+from __future__ import annotations
+
+from ..align import Alignment
+
+
+def check_training_layout(packed: Alignment, tp: int, cp: int, sp: bool | None,
+                          fp8: str) -> None:
+    """Raise ValueError naming the exact re-pack flags when `packed` does not fit."""
+    need = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=packed.capacity,
+                     convention=packed.convention)
+    problems = []
+    if packed.s % need.s:
+        problems.append(f"segments padded to multiples of {packed.s}, training needs {need.s}")
+    if packed.t % need.t:
+        problems.append(f"slabs padded to multiples of {packed.t}, training needs {need.t}")
+    if problems:
+        sp_flag = "" if need.sp == (tp > 1) else (" --sp" if need.sp else " --no-sp")
+        raise ValueError(
+            f"slabs were packed for {packed.describe()} (s={packed.s}, t={packed.t}) but "
+            f"training runs {need.describe()} (s={need.s}, t={need.t}): "
+            + "; ".join(problems)
+            + f". Re-pack with `packtool pack ... --tp {tp} --cp {cp}{sp_flag} --fp8 {fp8} "
+            f"--max-tokens {packed.capacity}` (or train with the packed settings).")

@@ -1,0 +1,215 @@
+"""The `packtool train` loop: slabs -> megatron-core GPTModel -> AdamW, with logging.
+
+Loss normalization: a step's loss is sum(weight * CE) over every loss token of the step
+(all micro-batches, all DP ranks, all CP chunks) divided by the step's global number of
+loss tokens, all-reduced over DP before the first backward. Each micro-batch backpropagates
+its own sum divided by that global count, and gradients are summed over DP x CP, so the
+update is that of the token mean whatever the micro-batching, grad accumulation or DP size.
+
+Checkpoints: `torch.save` of {model state_dict, optimizer (fp32 masters + AdamW state),
+step, model shape, flags} per tensor-parallel rank (`mp_rank_XX.pt`), written by the
+DP/CP rank 0 of each TP rank. Not megatron's dist_checkpointing format.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .dataset import PackedSlabDataset
+from .flops import H200_BF16_DENSE, train_flops
+from .model import GPTShape, build_gpt, loss_sum
+from .optim import MasterAdamW, clip_grad_norm, lr_at
+from .parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
+
+
+@dataclass
+class TrainConfig:
+    data_dir: str
+    shape: Optional[GPTShape] = None  # None: from --load's checkpoint
+    tp: int = 1
+    cp: int = 1
+    sp: Optional[bool] = None
+    steps: int = 100
+    lr: float = 3e-4
+    warmup: int = 0
+    weight_decay: float = 0.1
+    clip_grad: float = 1.0
+    micro_batch_tokens: Optional[int] = None
+    grad_accum: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    lm_head: str = "torch"
+    log_every: int = 10
+    json_log: Optional[str] = None
+    load: Optional[str] = None
+    save: Optional[str] = None
+    save_every: int = 0
+    peak_flops: float = H200_BF16_DENSE
+    quiet: bool = False
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float
+    loss_tokens: int
+    real_tokens: int
+    micro_batches: int
+    empty_micro_batches: int
+    grad_norm: float
+    lr: float
+    seconds: float
+    tokens_per_s: float
+    mfu: float
+
+
+@dataclass
+class TrainResult:
+    records: list[StepRecord] = field(default_factory=list)
+    params: int = 0
+    final_step: int = 0
+
+
+def _ckpt_path(d: str, tp_rank: int) -> str:
+    return os.path.join(d, f"mp_rank_{tp_rank:02d}.pt")
+
+
+def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
+                    info: ParallelInfo, cfg: TrainConfig) -> None:
+    if info.dp_rank != 0 or info.cp_rank != 0:
+        return
+    os.makedirs(d, exist_ok=True)
+    path = _ckpt_path(d, info.tp_rank)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                "shape": dataclasses.asdict(shape), "tp": info.tp,
+                "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}},
+               path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_checkpoint(d: str, tp_rank: int) -> dict:
+    path = _ckpt_path(d, tp_rank)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--load {d}: no {os.path.basename(path)} (saved by "
+                                f"`packtool train --save`; TP rank {tp_rank})")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class _Log:
+    def __init__(self, cfg: TrainConfig, info: ParallelInfo):
+        self.on = info.is_main and not cfg.quiet
+        self.json = open(cfg.json_log, "a") if (cfg.json_log and info.is_main) else None
+        if self.on:
+            from rich.console import Console
+            self.console = Console()
+
+    def header(self, text: str) -> None:
+        if self.on:
+            self.console.print(text)
+
+    def row(self, r: StepRecord) -> None:
+        if self.on:
+            self.console.print(
+                f"[bold]step {r.step:>6}[/] loss [cyan]{r.loss:8.4f}[/]  "
+                f"{r.tokens_per_s:>10,.0f} real tok/s  MFU [green]{100 * r.mfu:5.1f}%[/]  "
+                f"mb {r.micro_batches} ({r.empty_micro_batches} empty)  "
+                f"gnorm {r.grad_norm:.3f}  lr {r.lr:.2e}")
+
+    def record(self, r: StepRecord) -> None:
+        if self.json:
+            self.json.write(json.dumps(dataclasses.asdict(r)) + "\n")
+            self.json.flush()
+
+    def close(self) -> None:
+        if self.json:
+            self.json.close()
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    info = init_parallel(cfg.tp, cfg.cp, cfg.device)
+    sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
+    ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
+    shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
+    if shape is None:
+        raise ValueError("give the model shape (--layers/--hidden/--heads/--ffn or --config) "
+                         "or --load a checkpoint")
+    dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
+    model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
+                      seed=cfg.seed)
+    opt = MasterAdamW(list(model.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = 0
+    if ckpt:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        start = int(ckpt["step"])
+    ds = PackedSlabDataset(cfg.data_dir, dp_rank=info.dp_rank, dp_size=info.dp,
+                           cp_rank=info.cp_rank, cp_size=cfg.cp, seed=cfg.seed,
+                           grad_accum=cfg.grad_accum, micro_batch_tokens=cfg.micro_batch_tokens,
+                           device=info.device, cp_group=info.cp_group,
+                           dp_group=info.dp_group if info.dp > 1 else None)
+    if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
+        raise ValueError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
+                         f"vocabulary {shape.vocab}")
+    params = list(model.parameters())
+    log = _Log(cfg, info)
+    n_params = sum(p.numel() for p in params) * info.tp  # approx. (norms are replicated)
+    log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "
+               f"vocab {shape.vocab}: {shape.params() / 1e6:.1f}M params · world {info.world} "
+               f"(dp {info.dp} tp {info.tp} cp {info.cp} sp {sp}) · {cfg.device} · "
+               f"lm-head {cfg.lm_head}")
+    res = TrainResult(params=shape.params())
+    total = start + cfg.steps
+    model.train()
+    sync = torch.cuda.synchronize if cfg.device == "cuda" else (lambda: None)
+    sync()
+    for st in ds.steps(start_step=start, max_steps=cfg.steps):
+        t0 = time.perf_counter()
+        lr = lr_at(st.step, cfg.lr, cfg.warmup, total)
+        opt.set_lr(lr)
+        n_loss = st.global_loss_tokens(device=info.device)
+        acc = torch.zeros((), dtype=torch.float64, device=info.device)
+        segs = []
+        for mb in st.micro_batches:
+            if mb is None:
+                continue
+            ls = loss_sum(model, mb, cfg.lm_head, tp_group=info.tp_group)
+            if n_loss > 0:
+                (ls / n_loss).backward()
+            acc += ls.detach().double()
+            segs.append(mb.seg_real)
+        for p in params:  # a rank whose micro-batches were all empty still joins the reduce
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        reduce_grads(params, info)
+        gnorm = clip_grad_norm(params, cfg.clip_grad, info.tp_group, info.tp_rank)
+        opt.step()
+        opt.zero_grad()
+        loss_total, real = all_reduce_sum([float(acc), float(st.real_tokens)],
+                                          info.dp_cp_group, info.device)
+        sync()
+        dt = time.perf_counter() - t0
+        real = real / info.cp  # each CP rank counted the full micro-batch's real tokens
+        flops = all_reduce_sum([train_flops(shape, np.concatenate(segs)) if segs else 0.0],
+                               info.dp_group if info.dp > 1 else None, info.device)[0]
+        rec = StepRecord(step=st.step, loss=loss_total / max(n_loss, 1), loss_tokens=n_loss,
+                         real_tokens=int(real), micro_batches=len(st.micro_batches),
+                         empty_micro_batches=st.n_empty, grad_norm=gnorm, lr=lr, seconds=dt,
+                         tokens_per_s=real / dt, mfu=flops / dt / (cfg.peak_flops * info.world))
+        res.records.append(rec)
+        res.final_step = st.step + 1
+        log.record(rec)
+        if cfg.log_every and (st.step % cfg.log_every == 0 or st.step + 1 == total):
+            log.row(rec)
+        if cfg.save and cfg.save_every and res.final_step % cfg.save_every == 0:
+            save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
+    if cfg.save:
+        save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
+    log.close()
+    return res

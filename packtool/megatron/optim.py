@@ -1,0 +1,93 @@
+"""AdamW with fp32 master weights for bf16 models, global-norm clipping, LR schedule.
+
+torch's AdamW on bf16 parameters loses small updates to rounding; megatron's own
+mixed-precision optimizer needs its DDP grad buffers. This keeps an fp32 copy of every
+parameter (the optimizer's), copies gradients into it, steps, and writes back.
+With fp32 parameters the masters are the parameters themselves.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+class MasterAdamW:
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, betas=(0.9, 0.95),
+                 weight_decay: float = 0.1, eps: float = 1e-8):
+        self.params = [p for p in params if p.requires_grad]
+        self.mixed = any(p.dtype != torch.float32 for p in self.params)
+        if self.mixed:
+            self.master = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+        else:
+            self.master = self.params
+        groups = [{"params": [m for m, p in zip(self.master, self.params) if p.dim() >= 2],
+                   "weight_decay": weight_decay},
+                  {"params": [m for m, p in zip(self.master, self.params) if p.dim() < 2],
+                   "weight_decay": 0.0}]
+        fused = bool(self.params) and self.params[0].is_cuda
+        self.opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+
+    def step(self) -> None:
+        if self.mixed:
+            for m, p in zip(self.master, self.params):
+                m.grad = None if p.grad is None else p.grad.float()
+        self.opt.step()
+        if self.mixed:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.master)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        if self.mixed:
+            for m in self.master:
+                m.grad = None
+
+    def state_dict(self) -> dict:
+        return {"opt": self.opt.state_dict(),
+                "master": [m.detach().cpu() for m in self.master] if self.mixed else None}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.opt.load_state_dict(sd["opt"])
+        if self.mixed and sd.get("master") is not None:
+            with torch.no_grad():
+                for m, s in zip(self.master, sd["master"]):
+                    m.copy_(s)
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, tp_group: Any,
+                   tp_rank: int) -> float:
+    """Global L2 norm over the whole model (TP-sharded params summed over TP, replicated ones
+    counted once); scales grads in place when it exceeds max_norm. Call after reduce_grads."""
+    grads_sh = [p.grad for p in params if p.grad is not None
+                and getattr(p, "tensor_model_parallel", False)]
+    grads_rep = [p.grad for p in params if p.grad is not None
+                 and not getattr(p, "tensor_model_parallel", False)]
+    dev = (grads_sh or grads_rep)[0].device
+    sq = torch.zeros((), dtype=torch.float32, device=dev)
+    for g in grads_sh:
+        sq += g.float().pow(2).sum()
+    if tp_rank == 0:
+        for g in grads_rep:
+            sq += g.float().pow(2).sum()
+    if tp_group is not None and dist.get_world_size(tp_group) > 1:
+        dist.all_reduce(sq, group=tp_group)
+    norm = float(sq.sqrt())
+    if max_norm > 0 and norm > max_norm:
+        torch._foreach_mul_(grads_sh + grads_rep, max_norm / (norm + 1e-6))
+    return norm
+
+
+def lr_at(step: int, base: float, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Linear warmup, then cosine decay to floor * base at `total`."""
+    if warmup and step < warmup:
+        return base * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac)))

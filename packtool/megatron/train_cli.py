@@ -1,0 +1,87 @@
+"""`packtool train DATA_DIR`: the typer command. Imports nothing heavy at import time.
+
+Register with:  from packtool.megatron.train_cli import train_command
+                app.command("train")(train_command)
+"""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+_SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_base")
+
+
+def _yaml_shape(path: str) -> dict:
+    import yaml
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    bad = sorted(set(raw) - set(_SHAPE_KEYS) - {"vocab"})
+    if bad:
+        raise ValueError(f"--config {path}: unknown keys {bad}; allowed: {list(_SHAPE_KEYS)}")
+    return raw
+
+
+def train_command(
+    data_dir: Annotated[str, typer.Argument(help="A `packtool pack` output directory.")],
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (SP on when > 1).")] = 1,
+    cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag chunks, K/V all-gather).")] = 1,
+    fp8: Annotated[str, typer.Option("--fp8", help="FP8 recipe the slabs must suit: a layout check only; training runs bf16 (no TransformerEngine).")] = "none",
+    layers: Annotated[int, typer.Option("--layers", help="Transformer layers.")] = 2,
+    hidden: Annotated[int, typer.Option("--hidden", help="Hidden size.")] = 64,
+    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
+    ffn: Annotated[Optional[int], typer.Option("--ffn", help="SwiGLU FFN size (default 8/3 x hidden, rounded to 64).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="YAML with layers/hidden/heads/ffn/kv_heads/max_seq (overrides those flags).")] = None,
+    load: Annotated[Optional[str], typer.Option("--load", help="Checkpoint directory from --save: model shape, weights, optimizer and step.")] = None,
+    save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
+    save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
+    steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW; warmup then cosine to 10%).")] = 3e-4,
+    warmup: Annotated[int, typer.Option("--warmup", help="Linear warmup steps.")] = 0,
+    micro_batch_tokens: Annotated[Optional[int], typer.Option("--micro-batch-tokens", help="Merge slabs into micro-batches of at most N tokens (tail pad charged once).")] = None,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Slabs per DP rank per step (ignored when the slabs carry a --dp plan).")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cuda",
+    lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE).")] = "torch",
+    log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps.")] = 10,
+    json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE.")] = None,
+) -> None:
+    """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).
+
+    Run under torchrun for several GPUs: DP = world / (tp x cp).
+    """
+    from rich.console import Console
+    err = Console(stderr=True)
+    try:
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"--device must be cpu or cuda, got {device!r}")
+        if lm_head not in ("fused", "torch"):
+            raise ValueError(f"--lm-head must be fused or torch, got {lm_head!r}")
+        from ..align import Alignment  # noqa: F401  (light: numpy only)
+        from .compat import check_training_layout
+        from .slabs import SlabManifest
+        man = SlabManifest.read(data_dir)
+        check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
+        from .loop import TrainConfig, train
+        from .model import GPTShape, padded_vocab
+        shape = None
+        if not load:
+            kw = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+            if config:
+                kw.update(_yaml_shape(config))
+            if kw.get("ffn") is None:
+                kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
+            if not man.vocab_size:
+                raise ValueError(f"{data_dir}/manifest.json has no tokenizer.vocab_size")
+            kw["vocab"] = padded_vocab(man.vocab_size, tp)
+            kw.setdefault("max_seq", max(8192, man.alignment.usable))
+            shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
+        cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
+                          warmup=warmup, micro_batch_tokens=micro_batch_tokens,
+                          grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head,
+                          log_every=log_every, json_log=json_log, load=load, save=save,
+                          save_every=save_every)
+        train(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
