@@ -57,11 +57,18 @@ def test_deterministic_and_input_untouched(algorithm):
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_large_capacity_uses_merge_sort_path(algorithm):
-    # C far above n takes the stable merge sort instead of the counting sort
+@pytest.mark.parametrize("spread", ["large", "small", "ties"])
+def test_large_capacity_sparse_paths(algorithm, spread):
+    # C far above n takes the stable merge sort instead of the counting sort, and bfd its
+    # sorted-array structure instead of the capacity-indexed one
     rng = np.random.default_rng(3)
     C = 10**9
-    sizes = rng.integers(1, C + 1, 200)
+    if spread == "large":
+        sizes = rng.integers(1, C + 1, 300)
+    elif spread == "small":
+        sizes = rng.integers(1, C // 40, 300)
+    else:
+        sizes = rng.choice(np.array([C // 3, C // 7, C // 9, C // 40]) + 1, 300)
     bins = pack_items(sizes, C, algorithm)
     check_packing(sizes, C, bins)
     assert bins.tolist() == REFS[algorithm](sizes.tolist(), C)
