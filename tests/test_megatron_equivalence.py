@@ -28,10 +28,11 @@ SHAPE = GPTShape(layers=2, hidden=32, heads=4, ffn=64, vocab=128, kv_heads=2, ma
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def model():
+@pytest.fixture(scope="module", params=["packtool", "megatron"])
+def model(request):
+    """Both RoPE paths: megatron's own THD RoPE, and packtool's per-micro-batch one."""
     init_parallel(1, 1, "cpu")
-    return build_gpt(SHAPE, seed=1)
+    return build_gpt(SHAPE, seed=1, rope=request.param)
 
 
 def _reference(model, seqs):
@@ -152,7 +153,8 @@ def test_cp2_simulated_in_process(model, tmp_path, fixed):
     for r in range(2):
         pg = ProcessGroupCollection.use_mpu_process_groups()
         pg.cp = groups[r]  # megatron's THD RoPE asks the group for size() and rank()
-        m = build_gpt(SHAPE, cp=2, pg_collection=pg)
+        m = build_gpt(SHAPE, cp=2, pg_collection=pg,
+                      rope="megatron" if hasattr(model, "rotary_pos_emb") else "packtool")
         m.load_state_dict(model.state_dict())
         ranks.append((m, PackedSlabDataset(path, seed=3, cp_rank=r, cp_group=groups[r])))
 
@@ -173,3 +175,22 @@ def test_cp2_simulated_in_process(model, tmp_path, fixed):
     grads = {k: p0.grad + p1.grad for (k, p0), p1 in
              zip(ranks[0][0].named_parameters(), ranks[1][0].parameters())}
     _assert_same(ref, (losses, grads))
+
+
+def test_both_rope_paths_agree():
+    """packtool's RoPE and megatron's THD RoPE give the same losses on the same weights."""
+    init_parallel(1, 1, "cpu")
+    a, b = build_gpt(SHAPE, seed=2, rope="megatron"), build_gpt(SHAPE, seed=2, rope="packtool")
+    b.load_state_dict(a.state_dict())
+    align = Alignment(cp=2, capacity=64)
+    seqs = random_sequences(4, 5, 30, seed=9)
+    from packtool.layout import compute_layout
+    lens = np.array([len(s[0]) for s in seqs])
+    lay = compute_layout(lens, np.array([0, 4]), align)
+    T = int(lay.slab_len[0])
+    ids, mask = np.zeros(T, np.int32), np.zeros(T, np.uint8)
+    for (s, m), st in zip(seqs, lay.seg_start):
+        ids[st:st + len(s)], mask[st:st + len(s)] = s, m
+    la = token_losses(a, make_thd_batch(ids, mask, lay.seg_len, lay.seg_padded))
+    lb = token_losses(b, make_thd_batch(ids, mask, lay.seg_len, lay.seg_padded))
+    torch.testing.assert_close(la, lb, **TOL)

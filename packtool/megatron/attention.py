@@ -65,6 +65,12 @@ def cp_all_gather(x: torch.Tensor, group: Any) -> torch.Tensor:
     return group.all_gather(x)
 
 
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # megatron's _apply_rotary_pos_emb_bshd, non-interleaved: x*cos + rotate_half(x)*sin
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
 def _sdpa_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
                  cu_k: list[int], scale: float) -> torch.Tensor:
     """Reference path: one SDPA call per (query chunk, key range), bottom-right causal."""
@@ -118,6 +124,9 @@ class PackedCoreAttention(MegatronModule):
         if attention_bias is not None:
             raise ValueError("attention_bias is not supported by PackedCoreAttention")
         # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
+        if p.rope_cos is not None:  # packtool's RoPE (model.py): positions within segments
+            query = _rope(query, p.rope_cos, p.rope_sin)
+            key = _rope(key, p.rope_cos, p.rope_sin)
         if p.cp_size > 1:
             key = cp_all_gather(key, p.cp_group).index_select(0, p.kv_index)
             value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)

@@ -7,9 +7,10 @@ SwiGLU, no biases, RoPE, untied output layer.
 
 CPU. Two things stop megatron-core 0.16.1 from running on a CPU-only torch, both narrow:
   - `RotaryEmbedding.get_emb` moves `inv_freq` to `torch.cuda.current_device()` on its
-    first call. `cpu_rope` replaces that method on the model's RotaryEmbedding instance
-    (not the class) with the same computation minus the device move. Nothing else in the
-    GPT forward path touches CUDA when dropout is 0 and SP is off.
+    first call (only with rope='megatron'; packtool's default RoPE never builds it).
+    `cpu_rope` replaces that method on the model's RotaryEmbedding instance (not the class)
+    with the same computation minus the device move. Nothing else in the GPT forward path
+    touches CUDA when dropout is 0 and SP is off.
   - weights are created with `use_cpu_initialization=True`, and the CUDA RNG tracker
     (`model_parallel_cuda_manual_seed`) is only seeded on CUDA.
 """
@@ -93,9 +94,18 @@ def cpu_rope(model: GPTModel) -> GPTModel:
 
 def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.float32,
               tp: int = 1, cp: int = 1, sp: bool = False, seed: int = 0,
-              pg_collection: Any = None) -> GPTModel:
+              pg_collection: Any = None, rope: str = "packtool") -> GPTModel:
     """GPTModel with PackedCoreAttention. Needs megatron's parallel_state initialized
-    (or an explicit pg_collection)."""
+    (or an explicit pg_collection).
+
+    rope='megatron': megatron's own THD RoPE (position_embedding_type='rope'), which loops
+    over segments in Python and syncs the GPU (`cu_seqlens.tolist()`) twice per layer.
+    rope='packtool' (default): the same rotation (same inv_freq, rotate-half form) applied in
+    PackedCoreAttention from the micro-batch's positions-in-segment (CP zigzag included),
+    computed once per micro-batch; GPTModel is built with position_embedding_type='none'.
+    The weights are identical either way (RoPE has none); a test checks both agree."""
+    if rope not in ("packtool", "megatron"):
+        raise ValueError(f"rope must be 'packtool' or 'megatron', got {rope!r}")
     torch.manual_seed(seed)
     if device != "cpu":
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -105,13 +115,29 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
     spec.submodules.self_attention.submodules.core_attention = PackedCoreAttention
     kw = {} if pg_collection is None else {"pg_collection": pg_collection}
     model = GPTModel(cfg, spec, vocab_size=shape.vocab, max_sequence_length=shape.max_seq,
-                     position_embedding_type="rope", rotary_base=shape.rope_base,
+                     position_embedding_type="rope" if rope == "megatron" else "none",
+                     rotary_base=shape.rope_base,
                      share_embeddings_and_output_weights=False, parallel_output=True, **kw)
     if device == "cpu":
         cpu_rope(model)
     else:
         model = model.to(device)
+    if rope == "packtool":
+        d = cfg.kv_channels  # megatron RotaryEmbedding's inv_freq, rotary_percent 1.0
+        model.packtool_inv_freq = 1.0 / (shape.rope_base ** (
+            torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
     return model
+
+
+def _attach_rope(model: GPTModel, batch: ThdBatch) -> None:
+    inv = getattr(model, "packtool_inv_freq", None)
+    p = batch.params
+    if inv is None or p.rope_cos is not None:
+        return
+    freqs = batch.position_ids[0].to(torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
+    dtype = model.config.params_dtype
+    p.rope_cos, p.rope_sin = emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 @contextmanager
@@ -128,6 +154,7 @@ def _hidden_only(model: GPTModel):
 
 def hidden_states(model: GPTModel, batch: ThdBatch) -> torch.Tensor:
     """Decoder output [t_local(/tp with SP), 1, hidden]."""
+    _attach_rope(model, batch)
     with _hidden_only(model):
         return model(batch.input_ids, batch.position_ids, None,
                      packed_seq_params=batch.params)

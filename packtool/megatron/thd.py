@@ -38,6 +38,8 @@ class SlabSeqParams(PackedSeqParams):
     attn_cu_q_host: list = field(default_factory=list)
     attn_cu_k_host: list = field(default_factory=list)
     kv_index: Optional[torch.Tensor] = None  # int64 into the gathered [cp * t_local] K/V
+    rope_cos: Optional[torch.Tensor] = None  # [t_local, 1, head_dim], set by model.py
+    rope_sin: Optional[torch.Tensor] = None
 
 
 @dataclass
