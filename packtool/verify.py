@@ -13,7 +13,8 @@ import os
 import re
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 
 import numpy as np
@@ -76,15 +77,16 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
             log.add("shard_extra", f"shard {f} is in {directory} but not listed in manifest.json "
                     f"(a stray or duplicated shard: a loader globbing slabs-*.parquet would read it)", shard=f)
     tok = man.get("tokenizer") or {}
-    jobs = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
+    workers = max(1, workers or os.cpu_count() or 1)
+    base = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems)
             for f in listed if f in present]
-    results = _run(jobs, workers)
+    results = _merge_pieces(_run(_pieces(base, 4 * workers), workers))
     by_name = {s["file"]: s for s in man.get("shards", [])}
     for res in results:
         _check_shard_entry(by_name[res.name], res, log)
         log.merge(res.log)
-    complete = len(jobs) == len(listed) and all(r.readable for r in results)
+    complete = len(base) == len(listed) and all(r.readable for r in results)
     if complete:
         _check_totals(man, align, policy, dp, results, log, source_dir, notes)
     else:
@@ -103,13 +105,66 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
         notes=notes)
 
 
-def _run(jobs: list[ShardJob], workers: int | None) -> list[ShardResult]:
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _run(jobs: list[ShardJob], workers: int) -> list[ShardResult]:
+    workers = min(workers, len(jobs))
     if workers <= 1:
         return [check_shard(j) for j in jobs]
-    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state
-    with ProcessPoolExecutor(workers, mp_context=get_context("forkserver")) as ex:
-        return list(ex.map(check_shard, jobs))
+    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state. The
+    # pool is kept for the life of the process, so repeated verifies pay start-up once.
+    pool = _POOLS.get(workers)
+    if pool is None:
+        pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("forkserver"))
+    try:
+        return list(pool.map(check_shard, jobs))
+    except BrokenProcessPool:
+        _POOLS.pop(workers, None)
+        raise
+
+
+def _pieces(jobs: list[ShardJob], target: int) -> list[ShardJob]:
+    """Cut shards into runs of row groups so that both cores stay busy to the end, whatever
+    the shard sizes; the first piece of each shard also hashes the file."""
+    import pyarrow.parquet as pq
+    groups = []
+    for j in jobs:
+        try:
+            md = pq.ParquetFile(j.path).metadata
+            groups.append([md.row_group(g).num_rows for g in range(md.num_row_groups)])
+        except Exception:  # unreadable: one piece, check_shard reports why
+            groups.append(None)
+    total = sum(len(g) for g in groups if g) or 1
+    out = []
+    for j, g in zip(jobs, groups):
+        if not g:
+            out.append(j)
+            continue
+        k = max(1, min(len(g), round(target * len(g) / total)))
+        cuts = np.linspace(0, len(g), k + 1).round().astype(int)
+        rows = np.concatenate(([0], np.cumsum(g)))
+        for i, (g0, g1) in enumerate(zip(cuts[:-1], cuts[1:])):
+            out.append(replace(j, row_groups=(int(g0), int(g1)), row0=int(rows[g0]), hash_file=i == 0))
+    return out
+
+
+def _merge_pieces(results: list[ShardResult]) -> list[ShardResult]:
+    merged: dict[str, ShardResult] = {}
+    for r in results:
+        m = merged.get(r.name)
+        if m is None:
+            merged[r.name] = r
+            continue
+        m.rows += r.rows
+        m.readable &= r.readable
+        m.log.merge(r.log)
+        for k, v in r.totals.items():
+            m.totals[k] = m.totals.get(k, 0) + v
+        for d, o in ((m.slabs, r.slabs), (m.segments, r.segments)):
+            for k in list(d) or list(o):
+                d[k] = np.concatenate([d[k], o[k]]) if k in d else o[k]
+    return list(merged.values())
 
 
 def _check_manifest(man: dict, log: ProblemLog):
