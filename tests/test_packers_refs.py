@@ -41,14 +41,17 @@ def bfd_ref(sizes, C):
 
 
 def balanced_ref(sizes, C):
-    """Least-loaded open bin (ties: lowest id) if the item fits there, else a new bin."""
-    rem, out = [], [None] * len(sizes)
-    for i in _desc(sizes):
-        b = max(range(len(rem)), key=lambda b: (rem[b], -b)) if rem else None
+    """Least-loaded open bin if the item fits there, else a new bin; ties: the bin that has
+    had that load longest (placed into least recently)."""
+    rem, stamp, out = [], [], [None] * len(sizes)
+    for t, i in enumerate(_desc(sizes)):
+        b = max(range(len(rem)), key=lambda b: (rem[b], -stamp[b])) if rem else None
         if b is None or rem[b] < sizes[i]:
             b = len(rem)
             rem.append(C)
+            stamp.append(0)
         rem[b] -= sizes[i]
+        stamp[b] = t
         out[i] = b
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -160,6 +160,28 @@ def bitset_next(bits, offs, nwords, x):
                 pos = (pos << 6) + np.int64(trailing_zeros(bits[offs[lev] + pos]))
             return pos
         pos = w + 1
+        lev += 1
+    return -1
+
+
+@njit(cache=True)
+def bitset_prev(bits, offs, x):
+    """Largest set position <= x (x inside the universe), or -1."""
+    nlev = offs.shape[0]
+    lev = 0
+    pos = x
+    while lev < nlev:
+        if pos < 0:
+            return -1
+        w = pos >> 6
+        word = bits[offs[lev] + w] & (_ALL >> np.uint64(63 - (pos & 63)))
+        if word != 0:
+            pos = (w << 6) + 63 - np.int64(leading_zeros(word))
+            while lev > 0:
+                lev -= 1
+                pos = (pos << 6) + 63 - np.int64(leading_zeros(bits[offs[lev] + pos]))
+            return pos
+        pos = w - 1
         lev += 1
     return -1
 
