@@ -21,6 +21,8 @@ causal attention over the padded segments never lets a real token see a pad.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Any, Optional
 
@@ -63,6 +65,16 @@ def cp_all_gather(x: torch.Tensor, group: Any) -> torch.Tensor:
     if isinstance(group, dist.ProcessGroup):
         return _AllGatherDim0.apply(x, group)
     return group.all_gather(x)
+
+
+@functools.lru_cache(maxsize=1)
+def _varlen():
+    """Causal varlen_attn: torch > 2.10 spells causal window_size=(-1, 0) (the default
+    (-1, -1) is full attention); torch 2.10 had is_causal=True."""
+    from torch.nn.attention.varlen import varlen_attn
+    if "window_size" in inspect.signature(varlen_attn).parameters:
+        return functools.partial(varlen_attn, window_size=(-1, 0))
+    return functools.partial(varlen_attn, is_causal=True)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -132,10 +144,9 @@ class PackedCoreAttention(MegatronModule):
             value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)
         gqa = key.shape[1] != query.shape[1]
         if query.is_cuda:
-            from torch.nn.attention.varlen import varlen_attn
-            out = varlen_attn(query, key, value, p.attn_cu_q, p.attn_cu_k, p.attn_max_q,
-                              p.attn_max_k, scale=self.softmax_scale, window_size=(-1, 0),
-                              enable_gqa=gqa)
+            kw = {"enable_gqa": True} if gqa else {}
+            out = _varlen()(query, key, value, p.attn_cu_q, p.attn_cu_k, p.attn_max_q,
+                            p.attn_max_k, scale=self.softmax_scale, **kw)
         else:
             if gqa:
                 rep = query.shape[1] // key.shape[1]

@@ -13,16 +13,17 @@ DP/CP rank 0 of each TP rank. Not megatron's dist_checkpointing format.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
-from .dataset import PackedSlabDataset
+from .dataset import PackedSlabDataset, Step
 from .flops import H200_BF16_DENSE, train_flops
 from .model import GPTShape, build_gpt, loss_sum
 from .optim import MasterAdamW, clip_grad_norm, lr_at
@@ -132,7 +133,10 @@ class _Log:
             self.json.close()
 
 
-def train(cfg: TrainConfig) -> TrainResult:
+def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], Iterable[Step]]]
+          = None) -> TrainResult:
+    """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
+    (the benchmark feeds padded micro-batches of the same data through the same loop)."""
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
     sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
@@ -169,7 +173,9 @@ def train(cfg: TrainConfig) -> TrainResult:
     model.train()
     sync = torch.cuda.synchronize if cfg.device == "cuda" else (lambda: None)
     sync()
-    for st in ds.steps(start_step=start, max_steps=cfg.steps):
+    stream = (ds.steps(start_step=start, max_steps=cfg.steps) if source is None
+              else itertools.islice(source(ds, start), cfg.steps))
+    for st in stream:
         t0 = time.perf_counter()
         lr = lr_at(st.step, cfg.lr, cfg.warmup, total)
         opt.set_lr(lr)

@@ -1,0 +1,223 @@
+"""Packed (THD slabs) vs length-grouped padded training of one megatron-core GPTModel.
+
+One process, one GPU (or torchrun for the multi-GPU checks with --only-packed):
+  1. bf16 matmul rate measured here (8192^3), the same-run ceiling for MFU;
+  2. packtool's varlen attention checked against the per-chunk SDPA reference (cp=1, cp=2);
+  3. PACKED: `packtool train`'s loop on the slabs (one slab = one micro-batch of <= budget);
+  4. PADDED: the same model (same seed) on the same sequences, HF group_by_length style:
+     megabatches of shuffled sequences sorted by length, cut into micro-batches of B rows
+     with B * longest <= the same token budget, every row padded to the longest. They run
+     through the same loop and kernels (each row a THD segment of the padded length, which
+     is exactly the compute of a right-padded [B, L] causal batch).
+Real tokens/s count non-pad tokens only; MFU uses model FLOPs on real tokens with
+attention on real segment lengths (packtool.megatron.flops), against 989 TFLOP/s and
+against the matmul rate measured in step 1.
+
+    python bench/train_h200.py --data DIR --out OUT [--layers 24 --hidden 1536 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from packtool.megatron.dataset import PackedSlabDataset, Step  # noqa: E402
+from packtool.megatron.loop import TrainConfig, train  # noqa: E402
+from packtool.megatron.model import GPTShape, padded_vocab  # noqa: E402
+from packtool.megatron.parallel import init_parallel  # noqa: E402
+from packtool.megatron.thd import make_thd_batch  # noqa: E402
+
+
+def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(reps):
+        a @ b
+    e1.record()
+    torch.cuda.synchronize()
+    return 2 * n ** 3 * reps / (e0.elapsed_time(e1) / 1e3) / 1e12
+
+
+class _LocalCat:
+    """Stand-in CP group: 'gathers' by concatenating given per-rank tensors."""
+
+    def __init__(self, others):
+        self.others = others
+
+    def size(self):
+        return 2
+
+    def rank(self):
+        return 0
+
+    def all_gather(self, x):
+        return torch.cat([x] + self.others.pop(0), 0)
+
+
+def check_attention() -> dict:
+    """varlen_attn (GPU path) vs the per-chunk SDPA reference on the same inputs."""
+    from packtool.megatron.attention import PackedCoreAttention, _sdpa_chunks
+    from packtool.megatron.thd import build_thd_params
+    torch.manual_seed(0)
+    out = {}
+    seg_len = np.array([37, 200, 5, 91])
+    for cp in (1, 2):
+        seg_pad = -(-seg_len // (2 * cp)) * (2 * cp) if cp > 1 else seg_len
+        t = int(seg_pad.sum()) // cp
+        q, k, v = (torch.randn(t, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        k2, v2 = torch.randn_like(k), torch.randn_like(v)
+        grp = _LocalCat([[k2], [v2]]) if cp > 1 else None
+        p = build_thd_params(seg_len, seg_pad, cp, 0, "cuda", grp)
+        attn = PackedCoreAttention.__new__(PackedCoreAttention)
+        torch.nn.Module.__init__(attn)
+        attn.softmax_scale = 128 ** -0.5
+        got = attn.forward(q, k, v, None, packed_seq_params=p).float()
+        kk, vv = (torch.cat([k, k2]), torch.cat([v, v2])) if cp > 1 else (k, v)
+        if cp > 1:
+            kk, vv = kk.index_select(0, p.kv_index), vv.index_select(0, p.kv_index)
+        ref = _sdpa_chunks(q.float(), kk.float(), vv.float(), p.attn_cu_q_host,
+                           p.attn_cu_k_host, 128 ** -0.5).reshape(t, -1)
+        out[f"cp{cp}_max_abs_err"] = float((got - ref).abs().max())
+    return out
+
+
+def padded_source(budget: int, grad_accum: int, seed: int, device: str = "cuda",
+                  megabatch: int = 256):
+    """Steps of length-grouped padded micro-batches built from the slabs' own sequences."""
+
+    def source(ds: PackedSlabDataset, start: int):
+        seqs = []
+        for i in range(len(ds.index)):
+            r = ds.reader.row(i)
+            starts = np.concatenate(([0], np.cumsum(r.seg_padded)[:-1]))
+            for s0, n in zip(starts, r.seq_lens):
+                if n > 0:
+                    seqs.append((np.array(r.input_ids[s0:s0 + n]),
+                                 np.array(r.loss_mask[s0:s0 + n])))
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(seqs))
+        batches = []
+        for m0 in range(0, len(order), megabatch):
+            mb = sorted(order[m0:m0 + megabatch], key=lambda i: -len(seqs[i][0]))
+            cur = []
+            for i in mb:
+                L = len(seqs[cur[0]][0]) if cur else len(seqs[i][0])
+                if cur and (len(cur) + 1) * L > budget:
+                    batches.append(cur)
+                    cur = []
+                cur.append(i)
+            if cur:
+                batches.append(cur)
+        step = 0
+        while True:
+            for b0 in range(0, len(batches) - grad_accum + 1, grad_accum):
+                mbs = []
+                for b in batches[b0:b0 + grad_accum]:
+                    L = len(seqs[b[0]][0])
+                    ids = np.zeros(L * len(b), np.int32)
+                    mask = np.zeros(L * len(b), np.uint8)
+                    for j, i in enumerate(b):
+                        n = len(seqs[i][0])
+                        ids[j * L:j * L + n], mask[j * L:j * L + n] = seqs[i]
+                    lens = np.array([len(seqs[i][0]) for i in b])
+                    mbs.append(make_thd_batch(ids, mask, lens, np.full(len(b), L), device=device))
+                if step >= start:
+                    yield Step(step=step, epoch=0, micro_batches=mbs, n_empty=0,
+                               loss_tokens=sum(m.num_loss_tokens for m in mbs),
+                               real_tokens=sum(m.num_tokens for m in mbs))
+                step += 1
+
+    return source
+
+
+def summarize(res, skip: int) -> dict:
+    recs = res.records[skip:] or res.records
+    secs = sum(r.seconds for r in recs)
+    return {"steps": len(res.records), "params": res.params,
+            "real_tokens_per_s": sum(r.real_tokens for r in recs) / secs,
+            "mfu_989": float(np.average([r.mfu for r in recs], weights=[r.seconds for r in recs])),
+            "loss_first10": float(np.mean([r.loss for r in res.records[:10]])),
+            "loss_last10": float(np.mean([r.loss for r in res.records[-10:]])),
+            "seconds_per_step": secs / len(recs),
+            "physical_tokens_per_step": None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--hidden", type=int, default=1536)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--ffn", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--padded-steps", type=int, default=100)
+    ap.add_argument("--budget", type=int, default=8192)
+    ap.add_argument("--grad-accum", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--lm-head", default="torch")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--cp", type=int, default=1)
+    ap.add_argument("--only-packed", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    info = init_parallel(a.tp, a.cp, a.device)
+    gpu = a.device == "cuda"
+    summary = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "world": info.world, "tp": a.tp, "cp": a.cp, "dp": info.dp}
+    if info.is_main and gpu:
+        summary["matmul_bf16_tflops"] = matmul_tflops()
+        summary["attention_check"] = check_attention()
+        print(json.dumps(summary), flush=True)
+    ds = PackedSlabDataset(a.data, cp_size=a.cp)
+    vocab = padded_vocab(ds.manifest.vocab_size, a.tp)
+    shape = GPTShape(layers=a.layers, hidden=a.hidden, heads=a.heads, ffn=a.ffn, vocab=vocab,
+                     max_seq=max(8192, a.budget))
+    base = dict(data_dir=a.data, shape=shape, tp=a.tp, cp=a.cp, lr=a.lr, warmup=20,
+                grad_accum=a.grad_accum, device=a.device, lm_head=a.lm_head, log_every=25,
+                seed=0)
+    tag = f"tp{a.tp}cp{a.cp}dp{info.dp}"
+    t0 = time.time()
+    res = train(TrainConfig(**base, steps=a.steps, json_log=os.path.join(a.out, f"packed_{tag}.jsonl")))
+    summary["packed"] = summarize(res, skip=10)
+    summary["packed"]["wall_s"] = time.time() - t0
+    summary["packed"]["physical_tokens_per_step"] = a.budget * a.grad_accum
+    if not a.only_packed:
+        if gpu:
+            torch.cuda.empty_cache()
+        t0 = time.time()
+        res = train(TrainConfig(**base, steps=a.padded_steps,
+                                json_log=os.path.join(a.out, f"padded_{tag}.jsonl")),
+                    source=padded_source(a.budget, a.grad_accum, seed=0, device=a.device))
+        summary["padded"] = summarize(res, skip=10)
+        summary["padded"]["wall_s"] = time.time() - t0
+        summary["speedup_real_tokens"] = (summary["packed"]["real_tokens_per_s"]
+                                          / summary["padded"]["real_tokens_per_s"])
+    if info.is_main:
+        mm = summary.get("matmul_bf16_tflops")
+        for k in ("packed", "padded"):
+            if k in summary and mm:
+                summary[k]["mfu_vs_measured_matmul"] = summary[k]["mfu_989"] * 989 / mm
+        if gpu:
+            summary["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+        with open(os.path.join(a.out, f"summary_{tag}.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        print(json.dumps(summary, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
