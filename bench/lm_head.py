@@ -220,6 +220,18 @@ def profile(n, hdim, v, dev, dtype):
     return tables
 
 
+def versions():
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("triton", "liger-kernel", "cut-cross-entropy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
 def kernel_configs():
     from kernels import row_stats, softmax_grad
 
@@ -246,7 +258,7 @@ def main():
     else:
         dev, dtype, n, hdim, vocabs, reps, warmup = torch.device("cuda"), torch.bfloat16, 16384, 4096, (131072, 151936), args.reps, 2
     result = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "torch": torch.__version__, "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "N": n, "H": hdim, "dtype": str(dtype)}
     for v in vocabs:
         key = f"V{v}"

@@ -29,7 +29,12 @@ def _row_configs() -> list[triton.Config]:
 
 
 class RowKernel:
-    """A row kernel, built on first use for the current mode (GPU or interpreter)."""
+    """A row kernel, built on first use for the current mode (GPU or interpreter).
+
+    The vocab width V is a constexpr: it is fixed per model (shard), so specialising on it costs
+    one compile, gives the loop a known trip count, and keeps `range(0, V, BLOCK_V)` a Python int
+    in the interpreter (triton 3.6's interpreter cannot index with a runtime scalar under numpy 2).
+    """
 
     def __init__(self, fn: Callable, key: list[str], restore_value: list[str] | None = None):
         self._fn = fn

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 # Transient logits per chunk; with the two [C, H] buffers this keeps extra memory well under 512 MiB.
-LOGITS_BUDGET_BYTES = 320 * 2**20
+LOGITS_BUDGET_BYTES = 384 * 2**20
 ROW_QUANTUM = 128  # matmul tile height: a chunk of 1000 rows would waste most of a last tile
 MAX_CHUNK_ROWS = 8192
 

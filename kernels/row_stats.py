@@ -25,26 +25,31 @@ class RowStats:
 
 
 def _row_stats_kernel(
-    x_ptr, stride_x, tgt_ptr, m_ptr, s_ptr, u_ptr, zt_ptr, V, inv_temp, BLOCK_V: tl.constexpr
+    x_ptr, stride_x, tgt_ptr, m_ptr, s_ptr, u_ptr, zt_ptr, inv_temp,
+    V: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
+    # One block-max reduction per step; the sums stay per lane (rescaled by the scalar max) and are
+    # reduced once at the end, which keeps the loop off the cross-warp barriers.
     m = float("-inf")
-    s = 0.0
-    u = 0.0
+    s = tl.zeros([BLOCK_V], dtype=tl.float32)
+    u = tl.zeros([BLOCK_V], dtype=tl.float32)
     for start in range(0, V, BLOCK_V):
         offs = start + tl.arange(0, BLOCK_V)
         mask = offs < V
         z = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(tl.float32) * inv_temp
         m_new = tl.maximum(m, tl.max(z, axis=0))
         alpha = tl.exp(m - m_new)
-        # first block: m = -inf and s = 0 would make (m - m_new) * s NaN; the old sums are empty
+        # first step: m = -inf and s = 0 would make (m - m_new) * s NaN; the old sums are empty
         shift = (tl.where(s > 0.0, m, m_new) - m_new) * s
         e = tl.exp(z - m_new)
         d = tl.where(mask, z - m_new, 0.0)
-        u = alpha * (u + shift) + tl.sum(e * d, axis=0)
-        s = alpha * s + tl.sum(e, axis=0)
+        u = alpha * (u + shift) + e * d
+        s = alpha * s + e
         m = m_new
+    s = tl.sum(s, axis=0)
+    u = tl.sum(u, axis=0)
     t = tl.load(tgt_ptr + row)
     has_t = t >= 0
     zt = tl.load(x_row + tl.where(has_t, t, 0)).to(tl.float32) * inv_temp
@@ -69,7 +74,7 @@ def row_stats_triton(logits: torch.Tensor, targets: torch.Tensor, inv_temp: floa
     m, s, u, zt = _empty_stats(rows, logits.device)
     if rows:
         assert logits.stride(1) == 1, "row_stats: logits rows must be contiguous"
-        _KERNEL((rows,), logits, logits.stride(0), targets, m, s, u, zt, vocab, float(inv_temp))
+        _KERNEL((rows,), logits, logits.stride(0), targets, m, s, u, zt, float(inv_temp), V=vocab)
     return RowStats(m=m, s=s, u=u, zt=zt)
 
 

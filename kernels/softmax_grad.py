@@ -17,8 +17,8 @@ from kernels._triton import RowKernel, check_device
 
 
 def _softmax_grad_kernel(
-    x_ptr, stride_x, tgt_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, V, inv_temp,
-    HAS_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
+    x_ptr, stride_x, tgt_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, inv_temp,
+    V: tl.constexpr, HAS_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
@@ -62,7 +62,7 @@ def softmax_grad_triton_(
         _KERNEL(
             (rows,), logits, logits.stride(0), targets, lse,
             entropy if has_ent else lse, coef_lp, coef_ent if has_ent else coef_lp,
-            vocab, float(inv_temp), HAS_ENT=has_ent,
+            float(inv_temp), V=vocab, HAS_ENT=has_ent,
         )
     return logits
 

@@ -199,7 +199,7 @@ def test_leading_dims_and_errors(monkeypatch):
 
 
 def test_chunking_rules():
-    assert default_chunk_rows(4096, 131072, 2) == 1280
+    assert default_chunk_rows(4096, 131072, 2) == 1536
     assert default_chunk_rows(4096, 151936, 2) % 128 == 0
     assert default_chunk_rows(64, 300, 4) == 8192
     act = find_active_rows(torch.tensor([1, 2, 3]), torch.tensor([0.0, 1.0, 0.0]), 10)
