@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated, Optional
 
@@ -116,6 +117,54 @@ def pack(
         mb = sum(s.bytes for s in res.shards) / 1e6
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
                   f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.")
+
+
+@app.command()
+def verify(
+    directory: Annotated[str, typer.Argument(help="Packed output directory (manifest.json + slabs-*.parquet).")],
+    source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (default: the manifest's).")] = None,
+    chat_template: Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|FILE.jinja (default: the manifest's).")] = None,
+    shape: Annotated[str, typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields.")] = "auto",
+    prompt_field: Annotated[Optional[str], typer.Option("--prompt-field")] = None,
+    response_field: Annotated[Optional[str], typer.Option("--response-field")] = None,
+    text_field: Annotated[Optional[str], typer.Option("--text-field")] = None,
+    add_bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")] = None,
+    add_eos: Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")] = None,
+    on_empty: Annotated[str, typer.Option("--on-empty", help="Empty or all-masked rows: error|skip.")] = "error",
+    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
+    max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
+    json_out: JsonOut = False,
+) -> None:
+    """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
+    from .report import print_verify_report
+    from .verify import source_store, verify as run_verify
+    flat = fingerprint = None
+    try:
+        if source:
+            from .config import TokenizeConfig
+            from .io.manifest import read_manifest
+            tok_info = read_manifest(directory).get("tokenizer") or {}
+            if tokenizer is None and tok_info.get("path"):  # default: what pack recorded
+                tokenizer = tok_info["path"]
+                if chat_template is None and tok_info.get("chat_template") == "tokenizer_config.json":
+                    tokenizer = os.path.dirname(tokenizer)  # the folder's own template
+                elif chat_template is None:
+                    chat_template = tok_info.get("chat_template")
+            tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template,
+                                 shape=shape, prompt_field=prompt_field, response_field=response_field,
+                                 text_field=text_field, add_bos=add_bos, add_eos=add_eos, on_empty=on_empty)
+            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
+        report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
+                            source_fingerprint=fingerprint)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if json_out:
+        print(json.dumps(report.to_dict(), default=str))
+    else:
+        print_verify_report(report, Console())
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def main() -> None:

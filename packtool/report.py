@@ -75,3 +75,34 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
                   f"{s.dp_moved:,} sequences moved")
     t.add_row("planning", f"{s.plan_seconds:.3f} s", "")
     console.print(t)
+
+
+def print_verify_report(r, console: Console) -> None:
+    """`packtool verify` in the terminal: a verdict line, then the problems (first of each check)."""
+    rate = r.physical_tokens / r.seconds / 1e6 if r.seconds else 0.0
+    what = "structure and source tokens" if r.source_checked else "structure (no --source)"
+    head = (f"{r.directory}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+            f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
+            f"({rate:.0f}M tokens/s)")
+    console.print(head, highlight=False, soft_wrap=True)
+    for n in r.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False, soft_wrap=True)
+    if r.ok:
+        console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
+        return
+    t = Table(show_header=True, header_style="bold", title=f"{sum(r.counts.values()):,} problem(s)")
+    t.add_column("check")
+    t.add_column("where")
+    t.add_column("what broke", overflow="fold")
+    t.add_column("expected", overflow="fold")
+    t.add_column("found", overflow="fold")
+    shown: dict = {}
+    for p in r.problems:
+        shown[p.check] = shown.get(p.check, 0) + 1
+        t.add_row(p.check, p.location(), p.message, "" if p.expected is None else str(p.expected),
+                  "" if p.found is None else str(p.found))
+    console.print(t)
+    for check, n in sorted(r.counts.items()):
+        if n > shown.get(check, 0):
+            console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")
+    console.print("[bold red]FAILED[/]")

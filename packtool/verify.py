@@ -51,9 +51,10 @@ class VerifyReport:
 
 
 def verify(directory: str, source_dir: str | None = None, workers: int | None = None,
-           max_problems: int = 20, batch_rows: int = 128) -> VerifyReport:
+           max_problems: int = 20, batch_rows: int = 128,
+           source_fingerprint: str | None = None) -> VerifyReport:
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
-    (see `packtool.io.flat_tokens`), or None to check the output on its own."""
+    (see `packtool.io.flat_tokens`, `source_store`), or None to check the output on its own."""
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
@@ -64,6 +65,11 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         log.add("manifest", f"{e}")
         return _report(directory, log, notes, [], source_dir, t0)
     align, policy, dp = _check_manifest(man, log)
+    want_fp = (man.get("input") or {}).get("fingerprint")
+    if source_fingerprint and want_fp and source_fingerprint != want_fp:
+        notes.append(f"the source and tokenization options give input fingerprint "
+                     f"{source_fingerprint[:16]}…, manifest.json says {want_fp[:16]}…: not the same "
+                     f"files or options as `pack` (differences below would follow from that)")
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = [s.get("file") for s in man.get("shards", [])]
@@ -229,3 +235,16 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
                    int(slabs["singleton"].sum()), source_dir, log, notes)
     check_dp(slabs, dp, log, notes)
+
+
+def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
+                 progress: bool = False) -> tuple[str, str]:
+    """Tokenize the source exactly as `pack` does (through the same cache) and return the
+    FlatTokens directory the shard workers compare against, plus the input fingerprint."""
+    from .io import tokenize_to_cache
+    from .io.flat_tokens import build_flat_tokens
+    from .pack import _cache_files
+    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+    flat = os.path.join(cache.path, "flat")
+    build_flat_tokens(_cache_files(cache.path), flat)
+    return flat, cache.fingerprint

@@ -11,22 +11,29 @@ import pytest
 
 from packtool.align import Alignment
 from packtool.plan import PackingConfig
-from packtool.verify import verify
-from test_verify_support import (find_row, load_rows, read_manifest, resign, save_manifest, save_rows,
-                                 write_pack)
+from packtool.config import TokenizeConfig
+from packtool.pack import pack
+from packtool.verify import source_store, verify
+from test_verify_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
 
-# tp=1 cp=2: s=4, t=4; C=256; long rows are split
+# tp=1 cp=2: s=4, t=4; C=256, so the longer GSM8K rows are split
 ALIGN = Alignment(tp=1, cp=2, capacity=256)
 PACKING = PackingConfig("bfd", overflow="split")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+INPUTS = [os.path.join(ROOT, "data", "gsm8k_train_200.jsonl")]
+TOKENIZE = TokenizeConfig(tokenizer=os.path.join(ROOT, "tokenizers", "mistral-7b-v0.1"),
+                          prompt_field="question", response_field="answer")
 
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    rng = np.random.default_rng(7)
-    lengths = rng.integers(2, 120, 160)
-    lengths[[3, 50]] = [600, 300]  # split into chunks
+    """A real `pack` of real data (GSM8K, Mistral tokenizer), cut into several shards."""
     root = tmp_path_factory.mktemp("clean")
-    out, src = write_pack(str(root), lengths, ALIGN, PACKING, shard_tokens=2048, group_tokens=512)
+    cache = str(root / "cache")
+    out = str(root / "packed")
+    res = pack(INPUTS, ALIGN, PACKING, TOKENIZE, output=out, cache_dir=cache, shard_tokens=4096)
+    assert res.plan.overflow.sequences > 0  # the corpus needs split rows
+    src, _ = source_store(INPUTS, TOKENIZE, cache_dir=cache)
     return out, src
 
 
@@ -47,15 +54,16 @@ def messages(report, check) -> str:
 
 
 def same_length_pair(a, b):
-    """Two real segments of equal length, in different rows, one from each shard table."""
+    """Two whole (unsplit) sequences of equal length, in different rows, one from each table."""
+    whole = lambda t, r, k, n: t["source_index"][r][k] >= 0 and t["chunk_index"][r][k] == 0 and n < ALIGN.usable  # noqa: E731
     seen = {}
     for r, lens in enumerate(a["seq_lens"]):
         for k, n in enumerate(lens.tolist()):
-            if a["source_index"][r][k] >= 0:
+            if whole(a, r, k, n):
                 seen.setdefault(n, (r, k))
     for r, lens in enumerate(b["seq_lens"]):
         for k, n in enumerate(lens.tolist()):
-            if n in seen and seen[n][0] != r and b["source_index"][r][k] >= 0:
+            if n in seen and seen[n][0] != r and whole(b, r, k, n):
                 return seen[n], (r, k)
     raise AssertionError("no equal-length pair; enlarge the fixture")
 
@@ -119,13 +127,15 @@ def test_extra_shard(packed):
 def test_dropped_row(packed):
     out, _ = packed
     cols = load_rows(out, "slabs-00000.parquet")
-    lost = set(int(x) for x in cols["source_index"][1] if x >= 0)
-    cols = {k: v[:1] + v[2:] for k, v in cols.items()}
+    # a row of whole sequences only (a split row's first chunk is U=256 long)
+    r0 = find_row(cols, lambda row: (row["seq_lens"] < ALIGN.usable).all() and (row["chunk_index"] <= 0).all())
+    lost = set(int(x) for x in cols["source_index"][r0] if x >= 0)
+    cols = {k: v[:r0] + v[r0 + 1:] for k, v in cols.items()}
     save_rows(out, "slabs-00000.parquet", cols)
     r = verify(out, workers=1)
     assert {"missing_sequence", "slab_index", "manifest_stats"} <= checks(r)
     text = messages(r, "missing_sequence")
-    assert "appear in no slab" in text and str(min(lost)) in text
+    assert "appear in no slab" in text and all(str(x) in text for x in lost)
 
 
 def test_duplicated_segment(packed):
@@ -304,7 +314,7 @@ def test_edited_shard_rows_in_manifest(packed):
 def test_tokens_that_differ_from_the_source(packed):
     out, src = packed
     a = load_rows(out, "slabs-00001.parquet")
-    a["input_ids"][0][1] = (int(a["input_ids"][0][1]) + 1) % 997 + 3
+    a["input_ids"][0][1] = (int(a["input_ids"][0][1]) + 1) % 31000 + 3
     save_rows(out, "slabs-00001.parquet", a)
     assert verify(out, workers=1).ok  # a plausible token: structure alone cannot tell
     r = verify(out, src, workers=1)
