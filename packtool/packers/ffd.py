@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (descending_order, first_fit_sorted, max_bins_bound, tree_build,
+from ._common import (descending_order, first_fit_sorted, max_bins_bound, tree_build, tree_dtype,
                       tree_leaves)
 
 
@@ -20,7 +20,7 @@ def ffd(sizes: np.ndarray, capacity: int) -> np.ndarray:
         return out
     order = descending_order(sizes, capacity)
     P = tree_leaves(max_bins_bound(n, int(sizes.sum()), capacity))
-    tree = np.empty(2 * P, np.int64)
+    tree = np.empty(2 * P, tree_dtype(capacity))
     tree[P:] = capacity  # unopened bins are empty bins
     tree_build(tree, P)
     first_fit_sorted(order, 0, sizes, tree, P, out, 0)

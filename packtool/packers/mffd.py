@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._common import (descending_order, first_fit_sorted, max_bins_bound, tree_build,
+from ._common import (descending_order, first_fit_sorted, max_bins_bound, tree_build, tree_dtype,
                       tree_leaves)
 
 
@@ -158,7 +158,7 @@ def mffd(sizes: np.ndarray, capacity: int) -> np.ndarray:
         return out
     order = descending_order(sizes, capacity)
     P = tree_leaves(max_bins_bound(n, int(sizes.sum()), capacity))
-    tree = np.empty(2 * P, np.int64)
+    tree = np.empty(2 * P, tree_dtype(capacity))
     tree[P:] = capacity
     _mffd_kernel(order, sizes, capacity, tree, P, out)
     return out
