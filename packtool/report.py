@@ -106,3 +106,140 @@ def print_verify_report(r, console: Console) -> None:
         if n > shown.get(check, 0):
             console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")
     console.print("[bold red]FAILED[/]")
+
+
+# --- inspect -------------------------------------------------------------------------------
+# One list of (label, value, share) figures feeds the terminal table and the HTML page, so
+# the two cannot show different numbers; the JSON carries the same values unformatted.
+
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(x: float, top: float, width: int = 30) -> str:
+    """A unicode block bar of x/top of `width` cells, eighths included."""
+    if top <= 0 or x <= 0:
+        return ""
+    eighths = int(round(8 * width * min(x / top, 1.0)))
+    return "█" * (eighths // 8) + (_BLOCKS[eighths % 8] if eighths % 8 else "")
+
+
+def fmt_int(x) -> str:
+    return f"{int(x):,}"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100.0 * x:.2f}%"
+
+
+def inspect_figures(r) -> list[tuple[str, str, str]]:
+    pad, o, cap = r.padding, r.overflow, r.capacity_tokens
+    bound = max(r.lower_bound, r.l2_bound)
+    rows = [
+        ("sequences", fmt_int(r.sequences), ""),
+        ("segments", fmt_int(r.segments), "after the overflow policy"),
+        ("slabs", fmt_int(r.slabs), f"{fmt_int(pad.singleton_slabs)} singleton(s)"),
+        ("lower bound / L2", f"{fmt_int(r.lower_bound)} / {fmt_int(r.l2_bound)}",
+         f"+{fmt_int(r.excess_over_bound)} slabs ({fmt_pct(r.excess_over_bound / bound) if bound else '-'})"),
+        ("real tokens", fmt_int(r.real_tokens), _share(r.real_tokens, cap)),
+    ]
+    if r.loss_tokens is not None:
+        rows.append(("loss tokens", fmt_int(r.loss_tokens), _share(r.loss_tokens, r.real_tokens) + " of real"))
+    rows += [
+        ("layout gaps (per sequence, CP)", fmt_int(pad.layout_pad), _share(pad.layout_pad, cap)),
+        ("tail pads (per slab, TP/SP/FP8)", fmt_int(pad.tail_pad), _share(pad.tail_pad, cap)),
+        ("fixed-length fill", fmt_int(pad.fill_pad), _share(pad.fill_pad, cap)),
+        ("unused capacity (slack)", fmt_int(pad.slack), _share(pad.slack, cap)),
+        ("physical tokens", fmt_int(r.physical_tokens), _share(r.physical_tokens, cap)),
+        ("efficiency (real / physical)", fmt_pct(r.efficiency), ""),
+        ("waste (padding + slack)", fmt_pct(r.waste), f"of {fmt_int(cap)} capacity tokens"),
+        (f"overflow ({o.policy})", f"{fmt_int(o.sequences)} sequences",
+         f"chunks {fmt_int(o.chunks)} · targets lost {fmt_int(o.targets_lost)} · dropped "
+         f"{fmt_int(o.tokens_dropped)} · singletons {fmt_int(o.singletons)}"),
+        (f"dp={r.dp.dp} imbalance", f"{fmt_pct(r.dp.compute_imbalance)} compute",
+         f"{fmt_pct(r.dp.token_imbalance)} tokens · {fmt_pct(r.dp.step_imbalance)} per step"),
+    ]
+    return rows
+
+
+def _share(x: int, total: int) -> str:
+    return fmt_pct(x / total) if total else "-"
+
+
+def what_if_line(r) -> str | None:
+    w = r.what_if
+    if w is None:
+        return None
+    change = (w.best - w.current) / w.current
+    return (f"what if: {w.flag} {w.best:,} ({change:+.1%}) instead of {w.current:,} would cut padding "
+            f"and unused capacity from {fmt_pct(w.current_waste)} to {fmt_pct(w.waste)} "
+            f"({w.slabs:,} slabs instead of {w.current_slabs:,}; tried {', '.join(f'{c:,}' for c in w.tried)})")
+
+
+def histogram_rows(h, integer_edges: bool) -> list[tuple[str, str, str]]:
+    top = max(h.counts) if h.counts else 0
+    out = []
+    for i, c in enumerate(h.counts):
+        lo, hi = h.edges[i], h.edges[i + 1]
+        label = f"[{int(lo):,}, {int(hi):,})" if integer_edges else f"{lo:.0%}–{hi:.0%}"
+        out.append((label, fmt_int(c), bar(c, top)))
+    return out
+
+
+def print_inspect_report(r, console: Console) -> None:
+    a = r.alignment
+    console.print(f"[bold]{r.kind}[/] {r.path or ''} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
+                  f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']:,} U={a['usable']:,}"
+                  + (f" fixed={a['fixed_length']:,}" if a["fixed_length"] else "")
+                  + f" · s={a['s']} t={a['t']} · {a['convention']} convention", highlight=False)
+    t = Table(show_header=True, header_style="bold", title="Where the tokens went")
+    for c, j in (("figure", "left"), ("value", "right"), ("share", "right")):
+        t.add_column(c, justify=j)
+    for row in inspect_figures(r):
+        t.add_row(*row)
+    console.print(t)
+    line = what_if_line(r)
+    if line:
+        console.print(f"[bold cyan]{line}[/]", highlight=False)
+    for title, h, integer in (("Slab fill (real tokens / U, non-singleton slabs)", r.fill_histogram, False),
+                              ("Sequence lengths (tokens)", r.length_histogram, True)):
+        ht = Table(title=title, show_header=True, header_style="bold")
+        ht.add_column("bin")
+        ht.add_column("slabs" if not integer else "sequences", justify="right")
+        ht.add_column("")
+        for row in histogram_rows(h, integer):
+            ht.add_row(*row)
+        console.print(ht)
+    dt = Table(title=f"Per DP rank (dp={r.dp.dp})", show_header=True, header_style="bold")
+    for c in ("rank", "slabs", "real tokens", "physical tokens", "compute", ""):
+        dt.add_column(c, justify="right")
+    top = max((x.compute for x in r.dp.ranks), default=0)
+    for x in r.dp.ranks:
+        dt.add_row(str(x.rank), fmt_int(x.slabs), fmt_int(x.real_tokens), fmt_int(x.physical_tokens),
+                   f"{x.compute:,.0f}", bar(x.compute, top, 20))
+    console.print(dt)
+    wt = Table(title="Worst slabs (padding + unused capacity)", show_header=True, header_style="bold")
+    for c in ("slab", "where", "segs", "real", "physical", "layout", "tail", "fill", "slack", "fill %"):
+        wt.add_column(c, justify="right")
+    for w in r.worst_slabs:
+        wt.add_row(str(w.slab), w.location, str(w.segments), fmt_int(w.real_tokens), fmt_int(w.physical_tokens),
+                   fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad), fmt_int(w.slack),
+                   fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
+    console.print(wt)
+    if r.compare:
+        console.print(compare_table(r))
+    console.print(f"inspect took {r.seconds:.2f} s", style="dim")
+
+
+def compare_table(r) -> Table:
+    ct = Table(title="Same lengths, other algorithms and conventions", show_header=True, header_style="bold")
+    for c in ("convention", "algorithm", "s", "t", "slabs", "bound", "efficiency", "waste", ""):
+        ct.add_column(c, justify="right")
+    top = max((c.waste for c in r.compare if c.error is None), default=0)
+    for c in r.compare:
+        if c.error:
+            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{c.error}[/]")
+            continue
+        ct.add_row(c.convention, c.algorithm, str(c.s), str(c.t), fmt_int(c.slabs),
+                   fmt_int(max(c.lower_bound, c.l2_bound)), fmt_pct(c.efficiency), fmt_pct(c.waste),
+                   bar(c.waste, top, 20))
+    return ct
