@@ -120,6 +120,49 @@ def pack(
 
 
 @app.command()
+def inspect(
+    directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
+    lengths: Annotated[Optional[str], typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths (before packing).")] = None,
+    plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (pass the flags plan used).")] = None,
+    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
+    max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
+    fixed_length: FixedLength = None, convention: Convention = "packtool",
+    algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
+    compare: Annotated[bool, typer.Option("--compare", help="Also plan the same lengths with every algorithm and convention.")] = False,
+    what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Try nearby capacities for less padding.")] = True,
+    html: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report (inline SVG) to FILE.")] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
+    from .inspect import inspect_lengths, inspect_packed, inspect_plan_file
+    from .report import print_inspect_report
+    if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
+        _fail(ValueError("give exactly one of DIR, --lengths FILE or --plan FILE"))
+    try:
+        if directory is not None:
+            report = inspect_packed(directory, compare=compare, what_if=what_if)
+        else:
+            from .plan import PackingConfig, load_lengths
+            align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+            cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+            if lengths is not None:
+                report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare, what_if=what_if)
+            else:
+                report = inspect_plan_file(plan_file, align, cfg, compare=compare, what_if=what_if)
+        if html:
+            from .html_report import write_html
+            write_html(report, html)
+    except (ValueError, OSError, KeyError) as e:
+        _fail(e)
+    if json_out:
+        print(json.dumps(report.to_dict()))
+    else:
+        print_inspect_report(report, Console())
+        if html:
+            Console().print(f"HTML report: {html}")
+
+
+@app.command()
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (manifest.json + slabs-*.parquet).")],
     source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
