@@ -6,7 +6,6 @@ a previous output at the same path.
 """
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import time
@@ -17,7 +16,7 @@ import numpy as np
 from .align import Alignment
 from .config import TokenizeConfig
 from .io import tokenize_to_cache
-from .io.flat_tokens import build_flat_tokens
+from .io.flat_tokens import flat_store_for
 from .io.manifest import build_manifest, write_manifest
 from .io.writer import ShardInfo, write_shards
 from .plan import PackingConfig, Plan, plan as make_plan
@@ -60,7 +59,7 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
     t1 = time.perf_counter()
-    tokens = build_flat_tokens(_cache_files(cache.path), os.path.join(cache.path, "flat"))
+    tokens = flat_store_for(cache)
     if not np.array_equal(np.diff(tokens.offsets), cache.lengths()):
         raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
     info = _plain(cache.tokenizer_info)
@@ -88,11 +87,6 @@ def _plain(x):
     if isinstance(x, (tuple, list)):
         return list(x)
     return x
-
-
-def _cache_files(path: str) -> list[str]:
-    files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
-    return [f for f in files if os.sep + "flat" + os.sep not in f]
 
 
 def _pad_id(info: dict) -> int:

@@ -242,9 +242,7 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     """Tokenize the source exactly as `pack` does (through the same cache) and return the
     FlatTokens directory the shard workers compare against, plus the input fingerprint."""
     from .io import tokenize_to_cache
-    from .io.flat_tokens import build_flat_tokens
-    from .pack import _cache_files
+    from .io.flat_tokens import flat_store_dir, flat_store_for
     cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
-    flat = os.path.join(cache.path, "flat")
-    build_flat_tokens(_cache_files(cache.path), flat)
-    return flat, cache.fingerprint
+    flat_store_for(cache)
+    return flat_store_dir(cache), cache.fingerprint

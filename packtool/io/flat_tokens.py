@@ -61,3 +61,12 @@ def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
         shutil.rmtree(directory)
     os.replace(tmp, directory)
     return FlatTokens.open(directory)
+
+
+def flat_store_dir(cache) -> str:
+    return os.path.join(cache.root, "flat")
+
+
+def flat_store_for(cache) -> FlatTokens:
+    """The flat store beside a tokenized cache (built once, then reused)."""
+    return build_flat_tokens(list(cache.parquet_files), flat_store_dir(cache))
