@@ -151,7 +151,8 @@ def summarize(res, skip: int) -> dict:
             "loss_first10": float(np.mean([r.loss for r in res.records[:10]])),
             "loss_last10": float(np.mean([r.loss for r in res.records[-10:]])),
             "seconds_per_step": secs / len(recs),
-            "physical_tokens_per_step": None}
+            "physical_tokens_per_step": None,
+            "loss_curve_every5": [round(r.loss, 4) for r in res.records[::5]]}
 
 
 def main() -> None:
@@ -171,6 +172,11 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--cp", type=int, default=1)
     ap.add_argument("--only-packed", action="store_true")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None,
+                    help="packed: merge slabs up to N tokens (default: one slab each)")
+    ap.add_argument("--padded-grad-accum", type=int, default=None,
+                    help="padded micro-batches per step (default: --grad-accum)")
+    ap.add_argument("--tag", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -190,19 +196,22 @@ def main() -> None:
     base = dict(data_dir=a.data, shape=shape, tp=a.tp, cp=a.cp, lr=a.lr, warmup=20,
                 grad_accum=a.grad_accum, device=a.device, lm_head=a.lm_head, log_every=25,
                 seed=0)
-    tag = f"tp{a.tp}cp{a.cp}dp{info.dp}"
+    tag = a.tag or f"tp{a.tp}cp{a.cp}dp{info.dp}"
     t0 = time.time()
-    res = train(TrainConfig(**base, steps=a.steps, json_log=os.path.join(a.out, f"packed_{tag}.jsonl")))
+    res = train(TrainConfig(**base, steps=a.steps, micro_batch_tokens=a.micro_batch_tokens,
+                            json_log=f"/tmp/packed_{tag}.jsonl"))
     summary["packed"] = summarize(res, skip=10)
     summary["packed"]["wall_s"] = time.time() - t0
-    summary["packed"]["physical_tokens_per_step"] = a.budget * a.grad_accum
+    summary["packed"]["physical_tokens_per_step"] = float(np.mean(
+        [r.micro_batches for r in res.records])) * (a.micro_batch_tokens or ds.align.usable)
     if not a.only_packed:
         if gpu:
             torch.cuda.empty_cache()
         t0 = time.time()
-        res = train(TrainConfig(**base, steps=a.padded_steps,
-                                json_log=os.path.join(a.out, f"padded_{tag}.jsonl")),
-                    source=padded_source(a.budget, a.grad_accum, seed=0, device=a.device))
+        pga = a.padded_grad_accum or a.grad_accum
+        res = train(TrainConfig(**{**base, "grad_accum": pga}, steps=a.padded_steps,
+                                json_log=f"/tmp/padded_{tag}.jsonl"),
+                    source=padded_source(a.budget, pga, seed=0, device=a.device))
         summary["padded"] = summarize(res, skip=10)
         summary["padded"]["wall_s"] = time.time() - t0
         summary["speedup_real_tokens"] = (summary["packed"]["real_tokens_per_s"]

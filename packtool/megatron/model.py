@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from .attention import PackedCoreAttention
@@ -52,6 +53,17 @@ class GPTShape:
         return 2 * self.vocab * self.hidden + self.layers * (attn + mlp + 2 * self.hidden) + self.hidden
 
 
+class PackedRMSNorm(torch.nn.RMSNorm):
+    """torch RMSNorm usable with sequence parallelism. megatron-core's `WrappedTorchNorm`
+    asserts SP off (its SP-capable norms are Apex/TE, absent here); an RMSNorm over a token
+    shard is correct as long as its weight gradient is summed over TP, which
+    `parallel.reduce_grads` does for parameters marked `sequence_parallel` (megatron's mark)."""
+
+    def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, **_: Any):
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = bool(config.sequence_parallel)
+
+
 def padded_vocab(vocab_size: int, tp: int = 1, multiple: int = 128) -> int:
     """Megatron pads the vocabulary so each TP shard is a multiple of `multiple`."""
     m = multiple * tp
@@ -65,12 +77,14 @@ def transformer_config(shape: GPTShape, dtype: torch.dtype, device: str, tp: int
         num_query_groups=shape.kv_heads, ffn_hidden_size=shape.ffn,
         normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+        # megatron's jit-scripted SwiGLU / bias-dropout-add: GPU only (CPU runs unfused)
+        bias_activation_fusion=device != "cpu", bias_dropout_fusion=device != "cpu",
         bf16=dtype == torch.bfloat16, params_dtype=dtype,
         use_cpu_initialization=device == "cpu", perform_initialization=True,
         tensor_model_parallel_size=tp, context_parallel_size=cp, sequence_parallel=sp,
-        masked_softmax_fusion=False, bias_activation_fusion=False, apply_rope_fusion=False,
+        masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, persist_layer_norm=False,
-        bias_dropout_fusion=False, cross_entropy_loss_fusion=False)
+        cross_entropy_loss_fusion=False)
 
 
 def _get_emb_no_cuda(self: Any, max_seq_len: int, offset: int = 0) -> torch.Tensor:
@@ -111,8 +125,12 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
         model_parallel_cuda_manual_seed(seed)
     cfg = transformer_config(shape, dtype, device, tp=tp, cp=cp, sp=sp)
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = PackedCoreAttention
+    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer.submodules.self_attention.submodules.core_attention = PackedCoreAttention
+    layer.submodules.input_layernorm = PackedRMSNorm
+    layer.submodules.pre_mlp_layernorm = PackedRMSNorm
+    spec = TransformerBlockSubmodules(layer_specs=[layer] * shape.layers,
+                                      layer_norm=PackedRMSNorm)
     kw = {} if pg_collection is None else {"pg_collection": pg_collection}
     model = GPTModel(cfg, spec, vocab_size=shape.vocab, max_sequence_length=shape.max_seq,
                      position_embedding_type="rope" if rope == "megatron" else "none",
