@@ -201,12 +201,12 @@ def matmul_tflops(n, hdim, v, dev, dtype, reps, warmup):
     return {"ms": ms, "TFLOPs": 2 * n * hdim * v / ms / 1e9}
 
 
-def profile(n, hdim, v, dev, dtype):
-    """Where one fwd+bwd of each mode spends GPU time (matmuls vs row kernels vs copies)."""
+def profile(n, hdim, v, dev, dtype, frac_active):
+    """Where one fwd+bwd of each mode spends GPU time (matmuls vs row kernels vs gathers)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    h, w, t, lw, t_ignore = inputs(n, hdim, v, dev, dtype, 1.0)
+    h, w, t, lw, t_ignore = inputs(n, hdim, v, dev, dtype, frac_active)
     methods = make_methods(h, w, t, lw, t_ignore, dev)
     tables = {}
     for name in ("packtool_ce", "packtool_logprobs_entropy"):
@@ -215,8 +215,8 @@ def profile(n, hdim, v, dev, dtype):
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             methods[name]()
             torch.cuda.synchronize()
-        tables[name] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=12)
-        log(f"profile {name} V={v}\n{tables[name]}")
+        tables[name] = prof.key_averages().table(sort_by="cuda_time_total", row_limit=16)
+        log(f"profile {name} V={v} active={frac_active}\n{tables[name]}")
     return tables
 
 
@@ -289,7 +289,9 @@ def main():
                 chunking.LOGITS_BUDGET_BYTES = budget
             result[key]["sweep"] = sweep
         if args.profile and dev.type == "cuda":
-            result[key]["profile"] = profile(n, hdim, v, dev, dtype)
+            result[key]["profile"] = {
+                f"active_{f}": profile(n, hdim, v, dev, dtype, f) for f in (1.0, 0.5)
+            }
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1))
     result["autotuned"] = kernel_configs()

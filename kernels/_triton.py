@@ -20,12 +20,17 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _row_configs() -> list[triton.Config]:
+def _row_configs(extra: dict[str, tuple]) -> list[triton.Config]:
     # The row kernels stream one logits row per program: the knobs are how much of the row one loop
     # step holds in registers and how many warps share it. Larger blocks amortise the per-step
-    # reductions; more warps keep the loads in flight.
+    # reductions; more warps keep the loads in flight. `extra` adds kernel-specific variants.
     shapes = ((1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16))
-    return [triton.Config({"BLOCK_V": b}, num_warps=w) for b, w in shapes]
+    variants = [{}]
+    for name, values in extra.items():
+        variants = [dict(v, **{name: x}) for v in variants for x in values]
+    return [
+        triton.Config({"BLOCK_V": b, **v}, num_warps=w) for b, w in shapes for v in variants
+    ]
 
 
 class RowKernel:
@@ -36,8 +41,17 @@ class RowKernel:
     in the interpreter (triton 3.6's interpreter cannot index with a runtime scalar under numpy 2).
     """
 
-    def __init__(self, fn: Callable, key: list[str], restore_value: list[str] | None = None):
+    def __init__(
+        self,
+        fn: Callable,
+        key: list[str],
+        restore_value: list[str] | None = None,
+        variants: dict[str, tuple] | None = None,
+        interpret_defaults: dict | None = None,
+    ):
         self._fn = fn
+        self._variants = variants or {}
+        self._interp_defaults = {"BLOCK_V": INTERPRET_BLOCK_V, **(interpret_defaults or {})}
         self._key = key
         self._restore = restore_value or []
         self._built: dict[bool, object] = {}
@@ -48,7 +62,7 @@ class RowKernel:
             if not interp:
                 # restore_value: in-place kernels would otherwise be applied once per timed trial.
                 jitted = triton.autotune(
-                    configs=_row_configs(), key=self._key, restore_value=self._restore
+                    configs=_row_configs(self._variants), key=self._key, restore_value=self._restore
                 )(jitted)
             self._built[interp] = jitted
         return self._built[interp]
@@ -57,7 +71,8 @@ class RowKernel:
         interp = interpreting()
         kernel = self._get(interp)
         if interp:
-            kwargs.setdefault("BLOCK_V", INTERPRET_BLOCK_V)
+            for name, value in self._interp_defaults.items():
+                kwargs.setdefault(name, value)
         kernel[grid](*args, **kwargs)
 
 

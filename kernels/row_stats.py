@@ -26,7 +26,7 @@ class RowStats:
 
 def _row_stats_kernel(
     x_ptr, stride_x, tgt_ptr, m_ptr, s_ptr, u_ptr, zt_ptr, inv_temp,
-    V: tl.constexpr, BLOCK_V: tl.constexpr,
+    V: tl.constexpr, BLOCK_V: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
@@ -35,10 +35,20 @@ def _row_stats_kernel(
     m = float("-inf")
     s = tl.zeros([BLOCK_V], dtype=tl.float32)
     u = tl.zeros([BLOCK_V], dtype=tl.float32)
+    lanes = tl.arange(0, BLOCK_V)
+    if PREFETCH:
+        # the max -> exp chain stalls each step on its own load; issue the next block's load first
+        z_next = tl.load(x_row + lanes, mask=lanes < V, other=float("-inf"))
     for start in range(0, V, BLOCK_V):
-        offs = start + tl.arange(0, BLOCK_V)
+        offs = start + lanes
         mask = offs < V
-        z = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(tl.float32) * inv_temp
+        if PREFETCH:
+            z_raw = z_next
+            nxt = offs + BLOCK_V
+            z_next = tl.load(x_row + nxt, mask=nxt < V, other=float("-inf"))
+        else:
+            z_raw = tl.load(x_row + offs, mask=mask, other=float("-inf"))
+        z = z_raw.to(tl.float32) * inv_temp
         m_new = tl.maximum(m, tl.max(z, axis=0))
         alpha = tl.exp(m - m_new)
         # first step: m = -inf and s = 0 would make (m - m_new) * s NaN; the old sums are empty
@@ -60,21 +70,29 @@ def _row_stats_kernel(
     tl.store(zt_ptr + row, zt)
 
 
-_KERNEL = RowKernel(_row_stats_kernel, key=["V"])
+_KERNEL = RowKernel(
+    _row_stats_kernel, key=["V"], variants={"PREFETCH": (False, True)},
+    interpret_defaults={"PREFETCH": True},
+)
 
 
 def _empty_stats(rows: int, device) -> tuple[torch.Tensor, ...]:
     return tuple(torch.empty(rows, dtype=torch.float32, device=device) for _ in range(4))
 
 
-def row_stats_triton(logits: torch.Tensor, targets: torch.Tensor, inv_temp: float) -> RowStats:
-    """logits [R, V] (row-contiguous), targets [R] int64 local indices or -1."""
+def row_stats_triton(
+    logits: torch.Tensor, targets: torch.Tensor, inv_temp: float, **launch
+) -> RowStats:
+    """logits [R, V] (row-contiguous), targets [R] int64 local indices or -1.
+
+    `launch` pins kernel meta-parameters (tests pin PREFETCH); on a GPU the autotuner picks them.
+    """
     check_device(logits, targets)
     rows, vocab = logits.shape
     m, s, u, zt = _empty_stats(rows, logits.device)
     if rows:
         assert logits.stride(1) == 1, "row_stats: logits rows must be contiguous"
-        _KERNEL((rows,), logits, logits.stride(0), targets, m, s, u, zt, float(inv_temp), V=vocab)
+        _KERNEL((rows,), logits, logits.stride(0), targets, m, s, u, zt, float(inv_temp), V=vocab, **launch)
     return RowStats(m=m, s=s, u=u, zt=zt)
 
 

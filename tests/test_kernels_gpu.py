@@ -4,15 +4,17 @@ full N=16384, H=4096, V=131072/151936 check is `bench/lm_head.py --check`)."""
 import pytest
 import torch
 
-from kernels import lm_head as L
-
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton)")
 
 
 @pytest.fixture(autouse=True)
-def _compiled_triton(monkeypatch):
-    # the interpreter test modules set TRITON_INTERPRET=1 process-wide; these tests compile
+def L(monkeypatch):
+    # Imported here, not at collection: importing triton fixes the mode of its jit'd library, and
+    # the interpreter test modules need it interpreted. Run this file in its own process on a GPU.
     monkeypatch.setenv("TRITON_INTERPRET", "0")
+    from kernels import lm_head
+
+    return lm_head
 
 
 def _rel(a, b):
@@ -29,7 +31,7 @@ def _inputs(n=4096, h=1024, v=50257, scale=2.0, masked=0.3):
 
 
 @pytest.mark.parametrize("masked", [0.0, 0.3])
-def test_bf16_cross_entropy_and_logprobs_vs_fp32(masked):
+def test_bf16_cross_entropy_and_logprobs_vs_fp32(L, masked):
     hid, w, t, lw = _inputs(masked=masked)
     g = torch.Generator(device="cuda").manual_seed(1)
     g_lp, g_ent = torch.randn(t.shape[0], generator=g, device="cuda"), torch.randn(t.shape[0], generator=g, device="cuda")
@@ -52,7 +54,7 @@ def test_bf16_cross_entropy_and_logprobs_vs_fp32(masked):
             assert (ghf[lw == 0] == 0).all()
 
 
-def test_bf16_extreme_logits_no_nan():
+def test_bf16_extreme_logits_no_nan(L):
     hid, w, t, lw = _inputs(scale=2e4)
     hh, ww = hid.requires_grad_(), w.requires_grad_()
     loss = L.fused_linear_cross_entropy(hh, ww, t, lw)

@@ -6,7 +6,10 @@ interpreter's 128-wide vocab block, and chunk_rows = 7 makes several ragged chun
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: CPU tensors, no GPU driver
+# Before triton is imported: CPU tensors, no GPU driver. Triton fixes the mode of its own jit'd
+# library at import, so on a GPU machine run this file in a process of its own (not after
+# test_kernels_gpu.py imported triton compiled).
+os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -161,11 +164,12 @@ def test_row_kernels_match_their_references():
     x = torch.randn(9, V, generator=g, dtype=torch.float64) * 30
     t = torch.randint(0, V, (9,), generator=g)
     t[2] = -1  # target owned by another vocab shard
-    sf = row_stats_triton(x.float(), t, 0.8)
     sr = row_stats_torch(x, t, 0.8)
-    for a, b in ((sf.m, sr.m), (sf.s, sr.s), (sf.u, sr.u), (sf.zt, sr.zt)):
-        _close(a, b)
-    assert sf.zt[2] == 0
+    for prefetch in (False, True):
+        sf = row_stats_triton(x.float(), t, 0.8, PREFETCH=prefetch)
+        for a, b in ((sf.m, sr.m), (sf.s, sr.s), (sf.u, sr.u), (sf.zt, sr.zt)):
+            _close(a, b)
+        assert sf.zt[2] == 0
     lse = sr.m + torch.log(sr.s)
     ent = torch.log(sr.s) - sr.u / sr.s
     a, b = torch.randn(9, generator=g, dtype=torch.float64), torch.randn(9, generator=g, dtype=torch.float64)
