@@ -23,16 +23,18 @@ from ._common import (bitset_clear, bitset_layout, bitset_prev, bitset_set,
 @njit(cache=True)
 def _balanced_kernel(order, sizes, capacity, bits, offs, head, tail, nxt, out):
     nbins = 0
+    top = -1  # largest remaining capacity of any open bin (-1: none with room)
     for k in range(order.shape[0]):
         it = order[k]
         s = sizes[it]
-        c = bitset_prev(bits, offs, capacity)
+        c = top
         if c >= s:
             b = head[c]
             head[c] = nxt[b]
             if head[c] < 0:
                 tail[c] = -1
                 bitset_clear(bits, offs, c)
+                top = bitset_prev(bits, offs, c - 1) if c > 0 else -1
         else:
             b = nbins
             nbins += 1
@@ -47,6 +49,8 @@ def _balanced_kernel(order, sizes, capacity, bits, offs, head, tail, nxt, out):
             else:
                 nxt[tail[r]] = b
             tail[r] = b
+            if r > top:
+                top = r
     return nbins
 
 
