@@ -4,6 +4,7 @@ PreTrainedTokenizerFast built from the same tokenizer.json (offline). Token ids 
 a plain `tokenizers` encoding of the text transformers renders."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -28,13 +29,18 @@ def _oracle(tokenizer_file: str, info, template: str, messages: list[dict]):
                                  return_assistant_tokens_mask=True)
     text = hf.apply_chat_template(messages, chat_template=template, tokenize=False)
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
-    assert ids == Tokenizer.from_file(tokenizer_file).encode(text, add_special_tokens=False).ids
+    assert ids == _plain(tokenizer_file).encode(text, add_special_tokens=False).ids
     if info.bos_id is not None and not text.startswith(info.bos_token):
         ids, mask = [info.bos_id] + ids, [0] + mask   # packtool adds the BOS id the template lacks
     return ids, mask
 
 
 _HF_CACHE: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _plain(tokenizer_file: str) -> Tokenizer:
+    return Tokenizer.from_file(tokenizer_file)
 
 
 def _hf(tokenizer_file, special):

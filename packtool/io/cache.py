@@ -1,8 +1,9 @@
 """The tokenized cache: a documented Parquet dataset that later plans and packs reuse.
 
 Layout (see packtool/io/TOKENIZATION.md):
-    <cache_dir>/<fingerprint[:32]>/part-00000.parquet ...   rows in source_index order
-    <cache_dir>/<fingerprint[:32]>/cache.json               what it is and how it was made
+    <cache_dir>/<fingerprint[:32]>/cache.json                    what it is and how it was made
+    <cache_dir>/<fingerprint[:32]>/data/part-00000.parquet ...   rows in source_index order
+`data/` holds only Parquet, so any Parquet reader can open it as a dataset.
 Columns: input_ids list<int32>, loss_mask list<uint8>, length int32, source_index int64
 (global row across the inputs in read order), source_file int32 (index into cache.json inputs).
 Built under a temporary name and renamed, so a cache directory is complete or absent.
@@ -25,6 +26,7 @@ from packtool.io.tokenize import TokenizerInfo
 
 CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_VERSION = 1
+DATA_DIR = "data"
 
 SCHEMA = pa.schema([
     pa.field("input_ids", pa.list_(pa.int32())),
@@ -71,6 +73,8 @@ class TokenizedCache:
     """A finished cache directory. Cheap to open: only cache.json and Parquet footers are read."""
 
     def __init__(self, path: str, reused: bool = False) -> None:
+        if os.path.basename(os.path.normpath(path)) == DATA_DIR:
+            path = os.path.dirname(os.path.normpath(path))
         meta_path = os.path.join(path, "cache.json")
         if not os.path.exists(meta_path):
             raise PacktoolInputError("not a tokenized cache (no cache.json)", path=path)
@@ -78,7 +82,8 @@ class TokenizedCache:
             self.meta: dict = json.load(f)
         if self.meta.get("format") != CACHE_FORMAT or self.meta.get("version") != CACHE_VERSION:
             raise PacktoolInputError("tokenized cache of another format/version; delete it", path=path)
-        self.path = path
+        self.root = path                           # holds cache.json and data/
+        self.path = os.path.join(path, DATA_DIR)   # the Parquet dataset
         self.reused = reused
         self.fingerprint: str = self.meta["fingerprint"]
         self.num_rows: int = self.meta["num_rows"]
@@ -87,7 +92,7 @@ class TokenizedCache:
         self.skipped: dict = self.meta["skipped"]
         self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
         self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
-        self.parquet_files = [os.path.join(path, p["file"]) for p in self.meta["parts"]]
+        self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
         self._rg_start: np.ndarray | None = None
         self._rg_loc: list[tuple[int, int]] = []
         self._rg_cache: OrderedDict = OrderedDict()
@@ -170,7 +175,8 @@ class CacheWriter:
     TOKENS_PER_PART = 256 << 20
 
     def __init__(self, directory: str) -> None:
-        self.dir = directory
+        self.dir = os.path.join(directory, DATA_DIR)
+        os.makedirs(self.dir, exist_ok=True)
         self.parts: list[dict] = []
         self._writer: pq.ParquetWriter | None = None
         self._part_tokens = 0
