@@ -458,36 +458,32 @@ def _token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log):
 
 
 def _check_cp(ids, ids_off, seg_start, padded, seg_off, ok_rows, cp, row0, where, log):
-    """Slice every slab into its CP ranks' local slabs (zigzag, the loader's own functions),
-    check each local slab has T/cp tokens, and that merging them gives back the slab."""
+    """CP zigzag (rank r holds chunks r and 2cp-1-r of every segment). For every segment: its
+    padded length splits into 2*cp equal chunks (cp_chunk_ranges, the loader's own cut). For
+    the first sane slab of the batch, token by token: cut it into the ranks' local slabs with
+    cp_rank_index, check each holds T/cp tokens, and merge them back with cp_merge. (Once every
+    segment divides, the round trip is exact for any tokens, so one slab per batch exercises
+    the loader's path without paying cp extra passes over every token.)"""
     seg_sel = np.repeat(ok_rows, np.diff(seg_off))
+    bad = np.flatnonzero(seg_sel & (padded % (2 * cp) != 0))
+    for i in bad[:1]:
+        r = int(np.searchsorted(seg_off, i, side="right") - 1)
+        log.add("cp_chunks", f"segment {int(i - seg_off[r])} has padded length {int(padded[i])}, which "
+                f"cannot be cut into 2*cp={2 * cp} equal zigzag chunks", row=row0 + r,
+                segment=int(i - seg_off[r]), expected=2 * cp, found=int(padded[i]), **where)
     rows = np.flatnonzero(ok_rows)
-    if not rows.size:
+    if not rows.size or bad.size:
         return
-    # segments of all good rows, in flat-batch coordinates
-    starts = (seg_start + np.repeat(ids_off[:-1], np.diff(seg_off)))[seg_sel]
-    pads = padded[seg_sel]
-    try:
-        locals_ = [ids[cp_rank_index(starts, pads, cp, r)] for r in range(cp)]
-    except ValueError as e:
-        log.add("cp_chunks", f"cannot cut segments into 2*cp={2 * cp} chunks: {e}", row=row0, **where)
+    r = int(rows[0])
+    lo, hi = int(seg_off[r]), int(seg_off[r + 1])
+    slab = ids[ids_off[r]:ids_off[r + 1]]
+    starts, pads = seg_start[lo:hi], padded[lo:hi]
+    locals_ = [slab[cp_rank_index(starts, pads, cp, k)] for k in range(cp)]
+    sizes = [loc.size for loc in locals_]
+    if any(n * cp != slab.size for n in sizes):
+        log.add("cp_chunks", f"CP ranks would hold {sizes} tokens of a {slab.size}-token slab; each needs "
+                f"T/cp = {slab.size // cp}", row=row0 + r, **where)
         return
-    for r, loc in enumerate(locals_):
-        if loc.size * cp != pads.sum():
-            log.add("cp_chunks", f"CP rank {r} would hold {loc.size} tokens, expected {pads.sum() // cp}",
-                    row=row0, **where)
-            return
-    # cp_merge rebuilds in segment order; compare against the slabs' own tokens
-    merged = cp_merge(locals_, _compact_starts(pads), pads, cp)
-    if rows.size == ids_off.size - 1:
-        orig = ids
-    else:
-        orig = np.concatenate([ids[ids_off[r]:ids_off[r + 1]] for r in rows])
-    if merged.size != orig.size or not np.array_equal(merged, orig):
-        bad = int(np.flatnonzero(merged != orig)[0]) if merged.size == orig.size else 0
-        log.add("cp_chunks", f"merging the CP ranks' zigzag chunks does not give back the slab "
-                f"(first difference at batch position {bad})", row=row0, **where)
-
-
-def _compact_starts(pads: np.ndarray) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(pads)[:-1])).astype(np.int64)
+    if not np.array_equal(cp_merge(locals_, starts, pads, cp), slab):
+        log.add("cp_chunks", "merging the CP ranks' zigzag chunks does not give back the slab",
+                row=row0 + r, **where)
