@@ -243,11 +243,61 @@ def kernel_configs():
     return out
 
 
+def _tp_worker(rank, world, n, hdim, v, init_file, out_file, cuda):
+    """Vocab-parallel fused CE and log-probs over `world` GPUs (NCCL) vs the unsharded fused run
+    (CPU gloo ranks under the interpreter for --smoke)."""
+    import torch.distributed as dist
+
+    if cuda:
+        torch.cuda.set_device(rank)
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    h, w, t, lw, _ = inputs(n, hdim, v, dev, torch.bfloat16 if cuda else torch.float32, 0.75)
+    shard = slice(rank * v // world, (rank + 1) * v // world)
+    w_loc = w.detach()[shard].clone().requires_grad_()
+    res = {}
+    for mode in ("ce", "logprobs_entropy"):
+        def run(weight, group):
+            h.grad = None
+            weight.grad = None
+            if mode == "ce":
+                out = L.fused_linear_cross_entropy(h, weight, t, lw, tp_group=group)
+            else:
+                lp, ent = L.fused_linear_logprobs_entropy(h, weight, t, 0.9, lw, tp_group=group)
+                out = lp.sum() + 0.1 * ent.sum()
+            out.backward()
+            return out.detach(), h.grad, weight.grad
+        full = run(w, None)
+        tp = run(w_loc, dist.group.WORLD)
+        ms = timed(lambda: run(w_loc, dist.group.WORLD), dev, 5, 2)
+        res[mode] = {"out_rel": rel(tp[0], full[0]), "grad_hidden_rel": rel(tp[1], full[1]),
+                     "grad_weight_rel": rel(tp[2], full[2][shard]), "ms_per_rank": ms}
+    if rank == 0:
+        Path(out_file).write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def tp_check(n, hdim, v, cuda=True):
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = torch.cuda.device_count() if cuda else 2
+    if world < 2:
+        return {"skipped": f"{world} GPU(s): vocab parallel needs 2"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "tp.json")
+        mp.spawn(_tp_worker, args=(world, n, hdim, v, os.path.join(tmp, "init"), out, cuda), nprocs=world)
+        return {"world": world, **json.loads(Path(out).read_text())}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="time packtool_ce over chunk sizes")
+    ap.add_argument("--tp", action="store_true", help="vocab-parallel check over all visible GPUs")
     ap.add_argument("--profile", action="store_true", help="kernel time table of both modes")
     ap.add_argument("--smoke", action="store_true", help="tiny CPU run under TRITON_INTERPRET=1")
     ap.add_argument("--out", default=None)
@@ -294,6 +344,15 @@ def main():
             }
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.tp:
+        log(f"tp check V={vocabs[0]}")
+        try:
+            result["tp"] = tp_check(n, hdim, vocabs[0], cuda=dev.type == "cuda")
+        except Exception:
+            import traceback
+
+            result["tp"] = {"error": traceback.format_exc()[-2000:]}
+        log("  ", json.dumps(result["tp"]))
     result["autotuned"] = kernel_configs()
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
