@@ -3,7 +3,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# Triton kernels run under the interpreter on machines without a GPU. It must be set before
+# anything imports triton (torch and megatron do, from other test modules in the same worker).
+if not os.path.exists("/dev/nvidia0"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "fixtures")
