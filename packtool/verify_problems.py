@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -49,3 +51,19 @@ class ProblemLog:
 
     def __bool__(self) -> bool:
         return bool(self.counts)
+
+
+def first_of(rows: np.ndarray) -> np.ndarray:
+    """Indices of the first entry of every distinct value in a sorted int array."""
+    return np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if rows.size else rows
+
+
+def segment_problems(log, check, wrong, seg_row, seg_in_row, row0, where, msg, expected=None, found=None):
+    idx = np.flatnonzero(wrong)
+    if not idx.size:
+        return
+    # one entry per row (its first bad segment) keeps the list readable
+    for i in idx[first_of(seg_row[idx])]:
+        log.add(check, msg(i), row=row0 + int(seg_row[i]), segment=int(seg_in_row[i]),
+                expected=None if expected is None else int(expected[i]),
+                found=None if found is None else int(found[i]), **where)

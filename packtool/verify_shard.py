@@ -8,17 +8,16 @@ from `layout.compute_layout` on the rows' own `seq_lens`: the same code the pack
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .align import Alignment
 from .layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
-from .verify_problems import ProblemLog
+from .verify_problems import ProblemLog, first_of, segment_problems
+from .verify_tokens import TOKEN_CHECKS, source_ranges, token_pass, token_problems
 
 LIST_COLUMNS = {
     "input_ids": pa.int32(), "loss_mask": pa.uint8(), "seq_lens": pa.int32(),
@@ -62,58 +61,6 @@ class ShardResult:
     log: ProblemLog | None = None
 
 
-# --- per-token checks (numba) --------------------------------------------------------
-# kinds of per-token problem; each row records its count and the first occurrence
-TOK_LOSS_VALUE, TOK_LOSS_FIRST, TOK_LOSS_PAD, TOK_PAD_ID, TOK_ID_RANGE, TOK_SRC_ID, TOK_SRC_LOSS = range(7)
-TOKEN_CHECKS = ("loss_mask_value", "loss_on_first_token", "loss_on_pad", "pad_token",
-                "token_id_range", "source_tokens", "source_loss_mask")
-
-
-@nb.njit(cache=True)
-def _token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, pad_id, vocab,
-                src_ids, src_mask, src_base, use_src, loss_sum, cnt, first):
-    # first[r, kind] = (position in slab, segment in slab, expected, found)
-    for r in range(row_off.size - 1):
-        base = row_off[r]
-        total = 0
-        for k in range(seg_row_off[r], seg_row_off[r + 1]):
-            st = base + seg_start[k]
-            kk = k - seg_row_off[r]
-            for j in range(seg_padded[k]):
-                v = ids[st + j]
-                m = loss[st + j]
-                total += m
-                kind = -1
-                exp = 0
-                if j >= seg_len[k]:
-                    if m != 0:
-                        kind = TOK_LOSS_PAD
-                    elif v != pad_id:
-                        kind, exp = TOK_PAD_ID, pad_id
-                elif m > 1:
-                    kind, exp = TOK_LOSS_VALUE, 1
-                elif j == 0 and m != 0:
-                    kind = TOK_LOSS_FIRST
-                elif v < 0 or (vocab > 0 and v >= vocab):
-                    kind, exp = TOK_ID_RANGE, vocab
-                elif use_src[k]:
-                    a = src_base[k] + j
-                    if v != src_ids[a]:
-                        kind, exp = TOK_SRC_ID, src_ids[a]
-                    else:
-                        em = 0 if j == 0 else src_mask[a]
-                        if m != em:
-                            kind, exp = TOK_SRC_LOSS, em
-                if kind >= 0:
-                    if cnt[r, kind] == 0:
-                        first[r, kind, 0] = st + j - base
-                        first[r, kind, 1] = kk
-                        first[r, kind, 2] = exp
-                        first[r, kind, 3] = m if kind <= TOK_LOSS_PAD or kind == TOK_SRC_LOSS else v
-                    cnt[r, kind] += 1
-        loss_sum[r] = total
-
-
 # --- helpers over Arrow list columns -----------------------------------------------------
 
 def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -121,11 +68,6 @@ def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     off = arr.offsets.to_numpy().astype(np.int64)
     vals = arr.values.slice(int(off[0]), int(off[-1] - off[0])).to_numpy(zero_copy_only=False)
     return vals, off - off[0]
-
-
-def _first_of(rows: np.ndarray) -> np.ndarray:
-    """Indices of the first entry of every distinct value in a sorted int array."""
-    return np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1]))) if rows.size else rows
 
 
 def sha256_file(path: str) -> tuple[str, int]:
@@ -258,13 +200,13 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
         ok_rows &= firsts == 0
         if col == "cu_seqlens":
             wrong = d != seq_lens
-            _seg_problems(log, col, wrong, seg_row, seg_in_row, row0, where,
+            segment_problems(log, col, wrong, seg_row, seg_in_row, row0, where,
                           lambda i: f"cu_seqlens difference at segment {int(seg_in_row[i])} is {int(d[i])}, "
                                     f"seq_lens says {int(seq_lens[i])}", seq_lens, d)
         else:
             padded = d
             wrong = (d < seq_lens)
-            _seg_problems(log, col, wrong, seg_row, seg_in_row, row0, where,
+            segment_problems(log, col, wrong, seg_row, seg_in_row, row0, where,
                           lambda i: f"cu_seqlens_padded gives segment {int(seg_in_row[i])} "
                                     f"{int(d[i])} physical tokens, fewer than its {int(seq_lens[i])} real "
                                     f"tokens (not monotone or inconsistent with seq_lens)", seq_lens, d)
@@ -291,7 +233,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     last_seg = np.zeros(seg_row.size, bool)
     last_seg[seg_off[1:] - 1] = True
     bad_pos = fill & (~last_seg | (a.fixed_length is None))
-    _seg_problems(log, "segment_fields", bad_fill | bad_real | bad_pos, seg_row, seg_in_row, row0, where,
+    segment_problems(log, "segment_fields", bad_fill | bad_real | bad_pos, seg_row, seg_in_row, row0, where,
                   lambda i: (f"segment {int(seg_in_row[i])}: source_index={int(src_idx[i])} chunk_index="
                              f"{int(chunk[i])} seq_len={int(seq_lens[i])} source_offset={int(s_off[i])} "
                              f"is neither a real segment (source>=0, chunk>=0, len>=1) nor a trailing "
@@ -307,7 +249,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     src_base = np.zeros(seg_row.size, np.int64)
     s_ids, s_mask = np.zeros(1, np.int32), np.zeros(1, np.uint8)
     if src is not None:
-        use_src, src_base = _source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row,
+        use_src, src_base = source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row,
                                            row0, where, log)
         s_ids, s_mask = src.ids, src.mask
     seg_start = cup[not_first] - padded  # start of each segment inside its slab
@@ -315,10 +257,10 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     cnt = np.zeros((n, len(TOKEN_CHECKS)), np.int64)
     first = np.full((n, len(TOKEN_CHECKS), 4), -1, np.int64)
     loss_sum = np.zeros(n, np.int64)
-    _token_pass(ids, loss, ids_off, seg_off, seg_start, seq_lens,
+    token_pass(ids, loss, ids_off, seg_off, seg_start, seq_lens,
                 np.where(rows_ok_seg, padded, 0), job.pad_id, job.vocab_size or 0,
                 s_ids, s_mask, src_base, use_src & rows_ok_seg, loss_sum, cnt, first)
-    _token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log)
+    token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log)
     if not ok_rows.all():  # rows the token pass skipped still count towards the totals
         loss_sum[~ok_rows] = np.add.reduceat(loss.astype(np.int64), ids_off[:-1])[~ok_rows]
     nl = S["num_loss_tokens"].astype(np.int64)
@@ -344,17 +286,6 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
         acc.seg[k].append(v[real])
 
 
-def _seg_problems(log, check, wrong, seg_row, seg_in_row, row0, where, msg, expected=None, found=None):
-    idx = np.flatnonzero(wrong)
-    if not idx.size:
-        return
-    # one entry per row (its first bad segment) keeps the list readable
-    for i in idx[_first_of(seg_row[idx])]:
-        log.add(check, msg(i), row=row0 + int(seg_row[i]), segment=int(seg_in_row[i]),
-                expected=None if expected is None else int(expected[i]),
-                found=None if found is None else int(found[i]), **where)
-
-
 def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log, acc):
     """Recompute each slab's layout from its real seq_lens with compute_layout and compare."""
     a, where = job.alignment, dict(shard=job.name)
@@ -371,7 +302,7 @@ def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok
     foot = Tr - fill_pad
     # divisibility and capacity, phrased by the rule that the manifest's config imposes
     seg_bad = np.flatnonzero(ok_rows[seg_row] & (padded % a.s != 0))
-    for i in seg_bad[_first_of(seg_row[seg_bad])]:
+    for i in seg_bad[first_of(seg_row[seg_bad])]:
         log.add("segment_alignment", f"segment {int(seg_in_row[i])} has padded length {int(padded[i])}, "
                 f"not a multiple of the per-sequence multiple s={a.s} ({a.describe()})",
                 row=row0 + int(seg_row[i]), segment=int(seg_in_row[i]), expected=a.s, found=int(padded[i]), **where)
@@ -407,7 +338,7 @@ def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok
     exp_sel = np.repeat(same_n, np.diff(lay.seg_offsets))
     diff = np.flatnonzero((lay.seg_padded[exp_sel] != padded[seg_sel]) | (lay.is_fill[exp_sel] != fill[seg_sel]))
     sr, si, ep, fp_ = seg_row[seg_sel], seg_in_row[seg_sel], lay.seg_padded[exp_sel], padded[seg_sel]
-    for i in diff[_first_of(sr[diff])]:
+    for i in diff[first_of(sr[diff])]:
         log.add("layout", f"segment {int(si[i])} occupies {int(fp_[i])} physical tokens; the layout "
                 f"of this slab's seq_lens gives {int(ep[i])}", row=row0 + int(sr[i]), segment=int(si[i]),
                 expected=int(ep[i]), found=int(fp_[i]), **where)
@@ -415,46 +346,6 @@ def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok
         log.add("layout", f"slab has {int(nseg[rows[j]])} segments; its seq_lens lay out as "
                 f"{int(np.diff(lay.seg_offsets)[j])} (a fixed-length fill segment is missing or extra)",
                 row=row0 + int(rows[j]), **where)
-
-
-def _source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0, where, log):
-    """Where each real segment's tokens sit in the flat source store; bad references logged."""
-    n_src = src.num_rows
-    real = ~fill
-    in_range = real & (src_idx < n_src)
-    row_len = np.zeros(src_idx.size, np.int64)
-    row_len[in_range] = np.diff(src.offsets)[src_idx[in_range]]
-    fits = in_range & (s_off + seq_lens <= row_len)
-    wrong = real & ~fits
-    _seg_problems(log, "source_tokens", wrong, seg_row, seg_in_row, row0, where,
-                  lambda i: (f"segment {int(seg_in_row[i])} claims source row {int(src_idx[i])} tokens "
-                             f"[{int(s_off[i])}, {int(s_off[i] + seq_lens[i])}) but the source has "
-                             f"{n_src} rows" + (f" and that row has {int(row_len[i])} tokens" if in_range[i] else "")))
-    base = np.zeros(src_idx.size, np.int64)
-    base[fits] = src.offsets[src_idx[fits]] + s_off[fits]
-    return fits, base
-
-
-def _token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log):
-    msgs = {
-        TOK_LOSS_VALUE: "loss_mask is {found} at position {pos} (segment {seg}); only 0/1 are allowed",
-        TOK_LOSS_FIRST: "loss on the first token of segment {seg} (position {pos}): it predicts nothing",
-        TOK_LOSS_PAD: "loss on a pad: loss_mask is {found} at pad position {pos} (segment {seg})",
-        TOK_PAD_ID: "pad position {pos} (segment {seg}) holds token {found}, expected pad_id {expected}",
-        TOK_ID_RANGE: "token {found} at position {pos} (segment {seg}) is outside the vocabulary (size {expected})",
-        TOK_SRC_ID: "tokens differ from the source: segment {seg} (source row {src}, chunk offset {soff}) "
-                    "position {pos} holds {found}, the source has {expected}",
-        TOK_SRC_LOSS: "loss_mask differs from the source: segment {seg} (source row {src}) position {pos} "
-                      "is {found}, expected {expected}",
-    }
-    for r, kind in zip(*np.nonzero(cnt)):
-        pos, seg, exp, found = (int(x) for x in first[r, kind])
-        k = seg_off[r] + seg
-        text = msgs[kind].format(pos=pos, seg=seg, expected=exp, found=found, src=int(src_idx[k]),
-                                 soff=int(s_off[k]))
-        if cnt[r, kind] > 1:
-            text += f" ({int(cnt[r, kind])} such positions in this slab)"
-        log.add(TOKEN_CHECKS[kind], text, row=row0 + int(r), segment=seg, expected=exp, found=found, **where)
 
 
 def _check_cp(ids, ids_off, seg_start, padded, seg_off, ok_rows, cp, row0, where, log):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 
-import numpy as np
 import pytest
 
 from packtool.align import Alignment
