@@ -232,7 +232,7 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     n_seq = stats.get("sequences")
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
                    int(slabs["singleton"].sum()), source_dir, log, notes)
-    check_dp(slabs, dp, log, notes)
+    check_dp(slabs, dp, log)
 
 
 def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,

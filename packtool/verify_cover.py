@@ -112,7 +112,7 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
                     f"{int(missing[0])}", expected=int(src_len.size), found=int(src_len.size - missing.size))
 
 
-def check_dp(slabs: dict, dp: int, log: ProblemLog, notes: list[str]) -> None:
+def check_dp(slabs: dict, dp: int, log: ProblemLog) -> None:
     idx, rank, step, mb = slabs["slab_index"], slabs["dp_rank"], slabs["step"], slabs["microbatch"]
     n = idx.size
     bad_idx = np.sort(idx) != np.arange(n)
@@ -140,6 +140,8 @@ def check_dp(slabs: dict, dp: int, log: ProblemLog, notes: list[str]) -> None:
         log.add("dp", f"{n - uniq.shape[0]} slab(s) repeat another slab's (step, dp_rank, microbatch)",
                 expected=n, found=int(uniq.shape[0]))
     if (np.diff(step) < 0).any():
-        # plan.py means to number steps in on-disk order; FORMAT.md does not require it yet
-        notes.append("steps are not numbered in on-disk order (first decrease after slab "
-                     f"{int(np.flatnonzero(np.diff(step) < 0)[0])}); consumers must sort by step")
+        # plan numbers steps in on-disk order, so a consumer reading shards in order runs
+        # step 0, then step 1, ... on every rank together
+        j = int(np.flatnonzero(np.diff(step) < 0)[0])
+        log.add("dp", f"steps are not in on-disk order: slab {j + 1} has step {int(step[j + 1])} after "
+                f"step {int(step[j])}", expected=int(step[j]), found=int(step[j + 1]))

@@ -75,3 +75,20 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert res.exit_code == 1 and "FAILED" in res.output and "cu_seqlens" in res.output
     res = runner.invoke(app, ["verify", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "manifest.json" in res.output
+
+
+def test_dp_fields(tmp_path):
+    out, _ = write_pack(str(tmp_path), np.arange(5, 400, 3), Alignment(capacity=512),
+                        PackingConfig("bfd", dp=2), shard_tokens=1 << 20)
+    assert verify(out, workers=1).ok
+    a = load_rows(out, "slabs-00000.parquet")
+    a["dp_rank"][0] = 1 - a["dp_rank"][0]  # two slabs of one step on the same rank
+    save_rows(out, "slabs-00000.parquet", a)
+    r = verify(out, workers=1)
+    assert set(r.counts) == {"dp"}
+    a["dp_rank"][0] = 1 - a["dp_rank"][0]
+    a["step"][0], a["step"][2] = a["step"][2], a["step"][0]  # steps out of on-disk order
+    a["dp_rank"][0], a["dp_rank"][2] = a["dp_rank"][2], a["dp_rank"][0]
+    save_rows(out, "slabs-00000.parquet", a)
+    r = verify(out, workers=1)
+    assert set(r.counts) == {"dp"} and "on-disk order" in r.problems[0].message
