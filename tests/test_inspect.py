@@ -231,3 +231,12 @@ def test_docs_list_every_json_key():
         return acc
     missing = sorted(k for k in keys(d, set()) if f"`{k}`" not in doc)
     assert not missing, missing
+
+
+def test_packed_fixed_length_counts_fill(tmp_path):
+    align = Alignment(tp=2, cp=1, capacity=300, fixed_length=300)
+    out, _ = write_pack(str(tmp_path), np.arange(20, 160, 9), align, PackingConfig("bfd"))
+    r = inspect_packed(out, what_if=False)
+    st = read_manifest(out)["stats"]
+    assert r.padding.fill_pad == st["fill_pad"] > 0
+    assert r.physical_tokens == 300 * r.slabs and r.padding.slack == 0
