@@ -240,3 +240,20 @@ def test_packed_fixed_length_counts_fill(tmp_path):
     st = read_manifest(out)["stats"]
     assert r.padding.fill_pad == st["fill_pad"] > 0
     assert r.physical_tokens == 300 * r.slabs and r.padding.slack == 0
+
+
+def test_cli_plan_file_round_trip(tmp_path):
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(map(str, LENGTHS * 20)))
+    flags = ["--cp", "2", "--fp8", "tensorwise", "-C", "96", "-a", "ffd"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["plan", "--lengths", str(lengths), "-o", str(tmp_path / "p.parquet"), "--json"] + flags)
+    assert res.exit_code == 0, res.output
+    planned = json.loads(res.output)
+    res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "--json"] + flags)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["kind"] == "plan" and d["slabs"] == planned["slabs"]
+    assert d["padding"] == planned["padding"]
+    res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "-C", "96"])
+    assert res.exit_code == 2 and "pass the same" in res.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from packtool.align import Alignment
@@ -372,3 +373,23 @@ def test_resign_is_what_hides_content_edits_from_checksum(packed):
     assert "checksum" in checks(r)
     resign(out, "slabs-00000.parquet")
     assert verify(out, workers=1).ok
+
+
+def test_loss_mask_that_differs_from_the_source(packed):
+    out, src = packed
+    a = load_rows(out, "slabs-00001.parquet")
+    r0 = find_row(a, lambda row: row["loss_mask"][1:int(row["seq_lens"][0])].any())
+    k = 1 + int(np.flatnonzero(a["loss_mask"][r0][1:int(a["seq_lens"][r0][0])])[0])
+    a["loss_mask"][r0][k] = 0  # a target dropped: still a valid mask on its own
+    a["num_loss_tokens"][r0] -= 1
+    save_rows(out, "slabs-00001.parquet", a)
+    man = read_manifest(out)
+    man["stats"]["loss_tokens"] -= 1
+    for s in man["shards"]:
+        if s["file"] == "slabs-00001.parquet":
+            s["loss_tokens"] -= 1
+    save_manifest(out, man)
+    assert verify(out, workers=1).ok
+    r = verify(out, src, workers=1)
+    assert set(r.counts) == {"source_loss_mask"}
+    assert f"position {k} is 0, expected 1" in r.problems[0].message
