@@ -14,7 +14,8 @@ from ..align import Alignment
 def check_training_layout(packed: Alignment, tp: int, cp: int, sp: bool | None,
                           fp8: str) -> None:
     """Raise ValueError naming the exact re-pack flags when `packed` does not fit."""
-    need = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=packed.capacity,
+    # capacity only sizes slabs; a huge one keeps Alignment from rejecting it here
+    need = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=1 << 40,
                      convention=packed.convention)
     problems = []
     if packed.s % need.s:
@@ -23,9 +24,10 @@ def check_training_layout(packed: Alignment, tp: int, cp: int, sp: bool | None,
         problems.append(f"slabs padded to multiples of {packed.t}, training needs {need.t}")
     if problems:
         sp_flag = "" if need.sp == (tp > 1) else (" --sp" if need.sp else " --no-sp")
+        cap = max(packed.capacity, need.t)
         raise ValueError(
             f"slabs were packed for {packed.describe()} (s={packed.s}, t={packed.t}) but "
             f"training runs {need.describe()} (s={need.s}, t={need.t}): "
             + "; ".join(problems)
             + f". Re-pack with `packtool pack ... --tp {tp} --cp {cp}{sp_flag} --fp8 {fp8} "
-            f"--max-tokens {packed.capacity}` (or train with the packed settings).")
+            f"--max-tokens {cap}` (or train with the packed settings).")
