@@ -40,7 +40,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
                 first = False
         if grad_w is not None and first:
             grad_w.zero_()  # no active row: no chunk wrote it
-        if grad_h is not None:
+        if grad_h is not None and opts.reduce_grad_hidden:
             shard.all_reduce_sum_(grad_h)  # each rank saw only its vocab shard's share
         ctx.save_for_backward(grad_h, grad_w)
         ctx.has_grads = (need_h, need_w)

@@ -68,6 +68,6 @@ class FusedLinearLogprobsEntropy(torch.autograd.Function):
             for g in (grad_h, grad_w):
                 if g is not None:
                     g.zero_()
-        if grad_h is not None:
+        if grad_h is not None and ctx.opts.reduce_grad_hidden:
             shard.all_reduce_sum_(grad_h)
         return grad_h, grad_w, None, None, None, None

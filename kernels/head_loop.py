@@ -22,6 +22,10 @@ class HeadOptions:
     impl: str = "triton"  # row kernels: "triton" or "torch" (the references, for testing the loop)
     chunk_rows: int | None = None  # None: default_chunk_rows(H, V_local)
     tp_group: object | None = None
+    # True: grad_hidden is all-reduced over tp_group (hidden replicated on the TP ranks, nothing
+    # else sums it). False: each rank returns its vocab shard's partial grad_hidden, for callers
+    # whose own collective sums it (sequence parallel: the all-gather's backward reduce-scatters).
+    reduce_grad_hidden: bool = True
 
 
 def _row_ops(impl: str):

@@ -7,7 +7,9 @@
 loss_weights [N]: zero marks an inactive row (prompt, pad), which costs nothing on the fused
 path; for cross-entropy the nonzero values weight each row's term, for log-probs/entropy only the
 zero pattern is used. Targets of active rows must lie in [0, V). tp_group shards the vocab:
-each rank passes its weight rows, gets the full-vocab results and the full grad_hidden.
+each rank passes its weight rows and gets the full-vocab results; grad_hidden is all-reduced over
+the group unless reduce_grad_hidden=False (then each rank gets its shard's partial sum: use that
+under sequence parallelism, where the all-gather of hidden reduce-scatters the gradient itself).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _check_impl(impl, tp_group):
 
 def fused_linear_cross_entropy(
     hidden, weight, targets, loss_weights=None, reduction="sum", *,
-    impl="fused", tp_group=None, chunk_rows=None,
+    impl="fused", tp_group=None, chunk_rows=None, reduce_grad_hidden=True,
 ):
     """Weighted cross-entropy of h W^T: a scalar sum ('sum') or the per-row terms ('none')."""
     _check_impl(impl, tp_group)
@@ -70,7 +72,7 @@ def fused_linear_cross_entropy(
         out = torch_reference_cross_entropy(h, weight, t, w, reduction)
         return out if reduction == "sum" else out.reshape(lead)
     check_device(h, weight)
-    opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group)
+    opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group, reduce_grad_hidden=reduce_grad_hidden)
     if reduction == "sum":
         return FusedLinearCrossEntropy.apply(h, weight, t, w, opts)
     # Per-row losses need per-row upstream gradients, known only in backward: the log-prob path.
@@ -81,7 +83,7 @@ def fused_linear_cross_entropy(
 
 def fused_linear_logprobs_entropy(
     hidden, weight, targets, temperature=1.0, loss_weights=None, *,
-    impl="fused", tp_group=None, chunk_rows=None,
+    impl="fused", tp_group=None, chunk_rows=None, reduce_grad_hidden=True,
 ):
     """(log p(target), entropy) per row of softmax(h W^T / temperature), fp32, shaped like targets."""
     _check_impl(impl, tp_group)
@@ -90,6 +92,6 @@ def fused_linear_logprobs_entropy(
         lp, ent = torch_reference_logprobs_entropy(h, weight, t, temperature, w)
     else:
         check_device(h, weight)
-        opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group)
+        opts = HeadOptions(chunk_rows=chunk_rows, tp_group=tp_group, reduce_grad_hidden=reduce_grad_hidden)
         lp, ent = FusedLinearLogprobsEntropy.apply(h, weight, t, w, float(temperature), opts)
     return lp.reshape(lead), ent.reshape(lead)

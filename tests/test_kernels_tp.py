@@ -45,6 +45,13 @@ def _worker(rank: int, init_file: str) -> None:
         (gh_f, gw_f), (gh_r, gw_r) = run(ce_f, torch.float32, True), run(ce_r, torch.float64, False)
         check(gh_f, gh_r, "ce grad_hidden")
         check(gw_f, gw_r[rows], "ce grad_weight")
+        # sequence-parallel callers take the partial grad_hidden and sum it themselves
+        partial = lambda hh, ww: L.fused_linear_cross_entropy(
+            hh, ww, t, lw.float(), tp_group=group, chunk_rows=10, reduce_grad_hidden=False)
+        gh_p, _ = run(partial, torch.float32, True)
+        assert (gh_p.double() - gh_r).abs().max() > 1e-3, "partial grad_hidden was already reduced"
+        dist.all_reduce(gh_p, group=group)
+        check(gh_p, gh_r, "ce partial grad_hidden, summed")
 
         def lpe(impl, tp):
             def fn(hh, ww):
