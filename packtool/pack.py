@@ -15,7 +15,7 @@ import numpy as np
 
 from .align import Alignment
 from .config import TokenizeConfig
-from .io import tokenize_to_cache
+from .io import TokenizedCache, tokenize_to_cache
 from .io.flat_tokens import flat_store_for
 from .io.manifest import build_manifest, write_manifest
 from .io.writer import ShardInfo, write_shards
@@ -43,41 +43,57 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
          tokenize: TokenizeConfig | None = None, output: str | None = None,
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
          progress: bool = False, shard_tokens: int = 64 << 20) -> PackResult:
-    packing = packing or PackingConfig()
+    """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
     if tokenize is None:
         raise ValueError("a TokenizeConfig is needed (--tokenizer)")
-    if not dry_run:
-        if not output:
-            raise ValueError("--output is required (or use --dry-run)")
-        if os.path.exists(output) and not overwrite:
-            raise OutputExistsError(f"{output} exists: pass --overwrite to replace it")
+    check_output(output, overwrite, dry_run)
     t0 = time.perf_counter()
     cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
-    t_tok = time.perf_counter() - t0
-    p = make_plan(cache.lengths(), alignment, packing)
+    return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
+                      progress=progress, shard_tokens=shard_tokens,
+                      tokenize_seconds=time.perf_counter() - t0)
+
+
+def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
+    """Refuse before any work is done, never after."""
+    if dry_run:
+        return
+    if not output:
+        raise ValueError("--output is required (or use --dry-run)")
+    if os.path.exists(output) and not overwrite:
+        raise OutputExistsError(f"{output} exists: pass --overwrite to replace it")
+
+
+def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig | None = None,
+               output: str | None = None, overwrite: bool = False, dry_run: bool = False,
+               progress: bool = False, shard_tokens: int = 64 << 20,
+               tokenize_seconds: float = 0.0) -> PackResult:
+    """Plan a tokenized cache's rows and write the slabs + manifest to `output`."""
+    packing = packing or PackingConfig()
+    check_output(output, overwrite, dry_run)
+    lengths = cache.lengths()
+    p = make_plan(lengths, alignment, packing)
     summary = plan_summary(p)
     if dry_run:
-        return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
+        return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
     t1 = time.perf_counter()
     tokens = flat_store_for(cache)
-    if not np.array_equal(np.diff(tokens.offsets), cache.lengths()):
+    if not np.array_equal(np.diff(tokens.offsets), lengths):
         raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
-    info = _plain(cache.tokenizer_info)
-    pad_id = _pad_id(info)
+    info = _plain(cache.tokenizer_info) or {}
     tmp = _temp_dir(output)
     try:
-        shards = write_shards(p, tokens, tmp, pad_id, shard_tokens=shard_tokens,
+        shards = write_shards(p, tokens, tmp, _pad_id(info), shard_tokens=shard_tokens,
                               on_rows=_progress_cb(progress, p.num_slabs))
         loss = sum(s.loss_tokens for s in shards)
-        stats = _stats(summary, loss)
         inp = {"fingerprint": cache.fingerprint,
                "files": [_plain(f) for f in cache.input_files]}
-        write_manifest(tmp, build_manifest(p, shards, stats, info, inp))
+        write_manifest(tmp, build_manifest(p, shards, _stats(summary, loss), info, inp))
         _swap_into_place(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return PackResult(output, p, summary, shards, loss, cache.path, t_tok,
+    return PackResult(output, p, summary, shards, loss, cache.path, tokenize_seconds,
                       time.perf_counter() - t1)
 
 
