@@ -163,7 +163,6 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
                          f"vocabulary {shape.vocab}")
     params = list(model.parameters())
     log = _Log(cfg, info)
-    n_params = sum(p.numel() for p in params) * info.tp  # approx. (norms are replicated)
     log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "
                f"vocab {shape.vocab}: {shape.params() / 1e6:.1f}M params · world {info.world} "
                f"(dp {info.dp} tp {info.tp} cp {info.cp} sp {sp}) · {cfg.device} · "
