@@ -202,7 +202,10 @@ def loss_sum(model: GPTModel, batch: ThdBatch, impl: str = "torch",
     h = hidden_states(model, batch)
     if model.config.sequence_parallel:
         from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
-        h = gather_from_sequence_parallel_region(h, group=tp_group)
+        # the fused head all-reduces grad_hidden over TP itself (HeadOptions
+        # reduce_grad_hidden), so the gather's backward must only split, not reduce-scatter
+        h = gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False,
+                                                 group=tp_group)
     w = model.output_layer.weight
     return fused_linear_cross_entropy(h[:, 0], w, batch.labels[0], batch.loss_weight[0],
                                       reduction="sum", impl="fused",
