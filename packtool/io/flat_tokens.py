@@ -8,6 +8,7 @@ bounded by the page cache rather than the dataset.
 """
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 
@@ -26,6 +27,14 @@ class FlatTokens:
     @property
     def num_rows(self) -> int:
         return self.offsets.size - 1
+
+    def release(self) -> None:
+        """Drop this process's resident pages of the mapped files (they stay in the page
+        cache): a shuffled write touches the whole store, and RSS should not grow with it."""
+        for a in (self.ids, self.mask):
+            mm = getattr(a, "_mmap", None)
+            if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
+                mm.madvise(mmap.MADV_DONTNEED)
 
     @classmethod
     def open(cls, directory: str) -> "FlatTokens":
@@ -51,9 +60,9 @@ def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
                 ids, mask = batch.column(0), batch.column(1)
                 offs = ids.offsets.to_numpy()
                 lengths.append(np.diff(offs))
-                ids.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].astype(np.int32).tofile(fi)
+                ids.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].astype(np.int32, copy=False).tofile(fi)
                 mo = mask.offsets.to_numpy()
-                mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8).tofile(fm)
+                mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False).tofile(fm)
     lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     np.save(os.path.join(tmp, "offsets.npy"), np.concatenate(([0], np.cumsum(lens))).astype(np.int64))
     if os.path.exists(directory):

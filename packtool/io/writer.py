@@ -155,11 +155,15 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
         path = os.path.join(directory, name)
         tmp = path + ".tmp"
         loss = 0
-        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False) as pw:
+        # no dictionary pages: token ids have ~vocab distinct values and dictionary
+        # attempts cost more than they save; zstd does the compressing
+        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
+                              use_dictionary=False) as pw:
             for g0, g1 in _chunks(plan.layout.slab_len[s0:s1], group_tokens):
                 batch = w.batch(s0 + g0, s0 + g1)
                 loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
                 pw.write_batch(batch, row_group_size=g1 - g0)
+                tokens.release()
                 if on_rows:
                     on_rows(g1 - g0)
         os.replace(tmp, path)
