@@ -107,8 +107,8 @@ def test_mffd_fewer_bins_than_ffd():
     # (rem 0). First fit: 11 -> bin1 (rem 13), 6 -> bin1 (rem 7), 6 -> bin1 (rem 1).
     mffd_bins = run(sizes, 24)
     assert groups(sizes, mffd_bins) == [[14, 5, 5], [11, 6, 6]]
-    # ties: the smallest remaining C is the later 5 (index 4), the largest that fits
-    # beside it the earlier one (index 0)
+    # ties by input index: the smallest remaining C is the 5 at index 0, the largest that
+    # fits beside it the 5 at index 4
     assert mffd_bins.tolist() == [0, 1, 0, 1, 0, 1]
 
 

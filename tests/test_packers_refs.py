@@ -79,7 +79,8 @@ def mffd_ref(sizes, U):
     for b in reversed(range(len(A))):  # phase 3
         if has_b[b] or len(Cc) < 2 or sizes[Cc[-1]] + sizes[Cc[-2]] > rem[b]:
             continue
-        i = Cc.pop()  # smallest remaining C
+        i = next(j for j in Cc if sizes[j] == sizes[Cc[-1]])  # smallest C, lowest index
+        Cc.remove(i)
         out[i] = b
         rem[b] -= sizes[i]
         i = [j for j in Cc if sizes[j] <= rem[b]][0]  # largest that fits beside it

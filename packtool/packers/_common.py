@@ -1,9 +1,17 @@
-"""Shared numba pieces for the packers: descending order, a max-tree over bins, a bitset.
+"""Shared numba pieces for the packers: size tables, run logs, a max-tree, a bitset.
 
-Every packer sorts items by size, largest first, ties by input index, so that results are
-deterministic. The max-tree answers "first bin with remaining capacity >= s" in O(log B);
-the multi-level bitset answers "smallest remaining capacity >= s that some bin has" in
-O(log_64 C). Both are flat int arrays so the kernels stay allocation-free in their loops.
+Every packer handles items by size, largest first, ties by input index, so results are
+deterministic. No packer sorts the items: sizes are bounded by the capacity, so a table of
+counts per distinct size (a bincount, or np.unique when C is far above n) drives the
+packing, and each placement is logged as a run (key, bin, count): "the next `count` items
+of this size, in input order, go to `bin`". One final sequential pass over the items hands
+each item the bin of its size's current run. This replaces a sort and a random scatter of
+n item indices by a pass that only touches per-size state, and the memory is the output
+plus the runs actually logged (arrays are allocated with np.empty and only the pages
+written become resident).
+
+The max-tree answers "first bin with remaining capacity >= s" in O(log B); the multi-level
+bitset answers successor/predecessor queries over 0..C in O(log_64 C).
 """
 from __future__ import annotations
 
@@ -15,30 +23,94 @@ _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@njit(cache=True)
-def descending_order(sizes, capacity):
-    """Item indices by size descending, ties by index ascending (a stable sort).
+def size_table(sizes: np.ndarray, capacity: int):
+    """(keys, val, cnt): per-item key into val/cnt, which list the distinct sizes ascending.
 
-    Sizes are bounded by the capacity, so a counting sort (O(n + C), two passes) is used
-    whenever C is not much larger than n; otherwise a stable merge sort."""
+    Dense (C not far above n): the key is the size itself (no copy), val = 0..C.
+    Sparse: np.unique's inverse (8 bytes per item, only in that regime)."""
     n = sizes.shape[0]
-    if capacity <= 4 * n + 4096:
-        counts = np.zeros(capacity + 1, np.int64)
-        for i in range(n):
-            counts[sizes[i]] += 1
-        # start of each size's run in descending order = number of items strictly larger
-        acc = 0
-        for v in range(capacity, -1, -1):
-            c = counts[v]
-            counts[v] = acc
-            acc += c
-        order = np.empty(n, np.int64)
-        for i in range(n):
-            v = sizes[i]
-            order[counts[v]] = i
-            counts[v] += 1
-        return order
-    return np.argsort(-sizes, kind="mergesort").astype(np.int64)
+    if dense_capacity(capacity, n):
+        return sizes, np.arange(capacity + 1, dtype=np.int64), np.bincount(
+            sizes, minlength=capacity + 1).astype(np.int64)
+    val, keys, cnt = np.unique(sizes, return_inverse=True, return_counts=True)
+    return keys.astype(np.int64).reshape(-1), val.astype(np.int64), cnt.astype(np.int64)
+
+
+def dense_capacity(capacity: int, n: int) -> bool:
+    """Whether arrays indexed by capacity (0..C) cost no more than the items themselves."""
+    return capacity <= max(1 << 22, 8 * n)
+
+
+def index_dtype(n: int):
+    """int32 for per-item scratch whenever item and bin counts fit: half the memory."""
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
+class RunLog:
+    """Arrays of a run log; runs of one key are linked in placement order."""
+
+    def __init__(self, n: int, nkeys: int):
+        dt = index_dtype(n)  # bins, counts and run ids are all < n
+        self.bin = np.empty(max(n, 1), dt)
+        self.cnt = np.empty(max(n, 1), dt)
+        self.nxt = np.empty(max(n, 1), dt)
+        self.head = np.full(nkeys, -1, np.int64)
+        self.tail = np.full(nkeys, -1, np.int64)
+
+    def arrays(self):
+        return self.bin, self.cnt, self.nxt, self.head, self.tail
+
+
+@njit(cache=True)
+def add_run(key, b, m, rbin, rcnt, rnxt, head, tail, nr):
+    """Log that the next m items of this key go to bin b; returns the new run count."""
+    t = tail[key]
+    if t >= 0 and rbin[t] == b:
+        rcnt[t] += m
+        return nr
+    rbin[nr] = b
+    rcnt[nr] = m
+    rnxt[nr] = -1
+    if t < 0:
+        head[key] = nr
+    else:
+        rnxt[t] = nr
+    tail[key] = nr
+    return nr + 1
+
+
+@njit(cache=True)
+def assign_runs(keys, rbin, rcnt, rnxt, head, out):
+    """Items in input order take their key's runs in placement order."""
+    K = head.shape[0]
+    cur = head.copy()
+    left = np.zeros(K, np.int64)
+    for k in range(K):
+        if cur[k] >= 0:
+            left[k] = rcnt[cur[k]]
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        r = cur[k]
+        out[i] = rbin[r]
+        left[k] -= 1
+        if left[k] == 0:
+            r = rnxt[r]
+            cur[k] = r
+            if r >= 0:
+                left[k] = rcnt[r]
+
+
+@njit(cache=True)
+def key_at_most(val, x):
+    """Largest key whose value is <= x (-1 if none); val ascending."""
+    a, z = 0, val.shape[0]
+    while a < z:
+        mid = (a + z) >> 1
+        if val[mid] <= x:
+            a = mid + 1
+        else:
+            z = mid
+    return a - 1
 
 
 def max_bins_bound(n: int, total: int, capacity: int) -> int:
@@ -97,37 +169,32 @@ def tree_set(tree, P, leaf, value):
 
 
 @njit(cache=True)
-def first_fit_sorted(order, start, sizes, tree, P, bin_of_item, nbins):
-    """First fit of items order[start:] (already descending) into the bins of a max-tree.
+def first_fit_counts(val, cnt, tree, P, nbins, rbin, rcnt, rnxt, head, tail, nr):
+    """First fit, largest size first, of cnt[key] items of each size val[key].
 
     Leaves hold remaining capacity; leaves of bins not yet opened hold the full capacity,
     so the first leaf that fits is either an open bin or the next bin to open (open bins
-    are a prefix). A run of equal sizes is placed in batches: the first bin that fits one
-    item of size s stays the first fit until fewer than s remain (earlier bins only lose
-    space), so floor(rem / s) items of the run go there at once -- exactly first fit,
-    with far fewer tree walks. Returns the number of bins opened."""
-    n = order.shape[0]
-    i = start
-    while i < n:
-        s = sizes[order[i]]
-        j = i + 1
-        while j < n and sizes[order[j]] == s:
-            j += 1
-        while i < j:
+    are a prefix). Equal sizes are placed in batches: the first bin that fits one item of
+    size s stays the first fit until fewer than s remain (earlier bins only lose space),
+    so floor(rem / s) of them go there at once -- exactly first fit, with far fewer tree
+    walks. Returns (runs logged, bins opened)."""
+    for key in range(val.shape[0] - 1, -1, -1):
+        k = cnt[key]
+        s = val[key]
+        while k > 0:
             if tree[1] < s:
-                raise RuntimeError("first_fit_sorted: max-tree too small (internal bound)")
+                raise RuntimeError("first_fit_counts: max-tree too small (internal bound)")
             b = tree_first_fit(tree, P, s)
             rem = tree[P + b]
             m = rem // s
-            if m > j - i:
-                m = j - i
-            for k in range(i, i + m):
-                bin_of_item[order[k]] = b
-            i += m
+            if m > k:
+                m = k
+            nr = add_run(key, b, m, rbin, rcnt, rnxt, head, tail, nr)
+            k -= m
             tree_set(tree, P, b, rem - m * s)
             if b >= nbins:
                 nbins = b + 1
-    return nbins
+    return nr, nbins
 
 
 # --- multi-level bitset over 0..C (successor queries) ---------------------------------

@@ -23,11 +23,10 @@ A-bins as the first bins (filling bin by bin with the largest item that fits is 
 as item by item first fit, for items in decreasing order), so they run as one true first
 fit on the max-tree of ffd.
 
-"Largest remaining item that fits" in phases 2-3 is a successor query over a class's
-descending array with deletions: binary search the first position whose size fits, then
-the next unused position via path-compressed "next free" links (and "previous free" links
-for the smallest remaining C items). Ties: the largest-that-fits is the lowest input index
-among equal sizes; the smallest remaining is the highest.
+Phases 2-3 work on counts per distinct size: "the largest remaining B item that fits" is
+a predecessor query, "the smallest remaining C item" a successor query, on a bitset over
+the sizes that still have items. Ties between equal sizes go by input index in every phase
+(the lowest index of a size is placed first), as in ffd.
 
 Neither FFD nor MFFD dominates the other on every input (the tests hold one instance of
 each); plans report which wins, never pick the better one.
@@ -37,117 +36,101 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._common import (descending_order, first_fit_sorted, max_bins_bound, tree_build, tree_dtype,
-                      tree_leaves)
+from ._common import (RunLog, add_run, assign_runs, bitset_clear, bitset_layout, bitset_next,
+                      bitset_prev, bitset_set, first_fit_counts, key_at_most, max_bins_bound,
+                      size_table, tree_build, tree_dtype, tree_leaves)
 
 
 @njit(cache=True)
-def _find(par, x):
-    """Root of x in a path-compressed forest (the next/previous free slot)."""
-    r = x
-    while par[r] != r:
-        r = par[r]
-    while par[x] != r:
-        nx = par[x]
-        par[x] = r
-        x = nx
-    return r
-
-
-@njit(cache=True)
-def _first_fitting(order, sizes, lo, hi, room):
-    """First position p in [lo, hi) of the descending order with size <= room (hi if none)."""
-    a, b = lo, hi
-    while a < b:
-        mid = (a + b) >> 1
-        if sizes[order[mid]] <= room:
-            b = mid
+def _first_key_above(val, num, U):
+    """First key whose value v has num * v > U (val ascending)."""
+    a, z = 0, val.shape[0]
+    while a < z:
+        mid = (a + z) >> 1
+        if num * val[mid] > U:
+            z = mid
         else:
             a = mid + 1
     return a
 
 
 @njit(cache=True)
-def _mffd_kernel(order, sizes, capacity, tree, P, out):
-    n = order.shape[0]
+def _mffd_kernel(val, cnt, capacity, tree, P, bits, offs, nwords,
+                 rbin, rcnt, rnxt, rhead, rtail):
     U = capacity
-    a_end = 0
-    while a_end < n and 2 * sizes[order[a_end]] > U:
-        a_end += 1
-    b_end = a_end
-    while b_end < n and 3 * sizes[order[b_end]] > U:
-        b_end += 1
-    c_end = b_end
-    while c_end < n and 6 * sizes[order[c_end]] > U:
-        c_end += 1
-    nA = a_end
-    used = np.zeros(c_end - a_end, np.bool_)  # B and C items placed in phases 2-3
+    K = val.shape[0]
+    kA = _first_key_above(val, 2, U)  # A: keys >= kA
+    kB = _first_key_above(val, 3, U)  # B: kB <= key < kA
+    kC = _first_key_above(val, 6, U)  # C: kC <= key < kB; D: key < kC
+    left = cnt.copy()
+    nr = 0
 
-    # Phase 1: each A item in its own bin.
-    for k in range(nA):
-        out[order[k]] = k
-        tree[P + k] = U - sizes[order[k]]
+    # Phase 1: each A item in its own bin, largest first.
+    nA = 0
+    for key in range(K - 1, kA - 1, -1):
+        for _ in range(left[key]):
+            nr = add_run(key, nA, 1, rbin, rcnt, rnxt, rhead, rtail, nr)
+            tree[P + nA] = U - val[key]
+            nA += 1
+        left[key] = 0
+    for key in range(kA):
+        if left[key] > 0:
+            bitset_set(bits, offs, key)
 
-    # Phase 2: forward through the A-bins, largest fitting B item.
-    nB = b_end - a_end
+    # Phase 2: forward through the A-bins, the largest remaining B item that fits.
     has_b = np.zeros(nA, np.bool_)
-    nextB = np.arange(nB + 1)  # nextB root of q: first unused B slot >= q (nB: none)
-    for k in range(nA):
-        room = tree[P + k]
-        p = _first_fitting(order, sizes, a_end, b_end, room) - a_end
-        q = _find(nextB, p)
-        if q < nB:
-            it = order[a_end + q]
-            out[it] = k
-            tree[P + k] = room - sizes[it]
-            used[q] = True
-            nextB[q] = q + 1
-            has_b[k] = True
+    for b in range(nA):
+        room = tree[P + b]
+        kk = key_at_most(val, room)
+        if kk >= kA:
+            kk = kA - 1
+        if kk < kB:
+            continue
+        key = bitset_prev(bits, offs, kk)
+        if key < kB:
+            continue
+        nr = add_run(key, b, 1, rbin, rcnt, rnxt, rhead, rtail, nr)
+        left[key] -= 1
+        if left[key] == 0:
+            bitset_clear(bits, offs, key)
+        tree[P + b] = room - val[key]
+        has_b[b] = True
 
-    # Phase 3: backward through A-bins without a B item, smallest C + largest C that fits.
-    nC = c_end - b_end
-    nextC = np.arange(nC + 1)  # first unused C slot >= q, nC: none
-    prevC = np.arange(nC + 1)  # shifted by one: root of q+1 is 1 + last unused slot <= q
-    left = nC
-    for k in range(nA - 1, -1, -1):
-        if left < 2:
+    # Phase 3: backward through A-bins without a B item: the smallest remaining C item,
+    # then the largest remaining C item that fits beside it.
+    left_c = 0
+    for key in range(kC, kB):
+        left_c += left[key]
+    for b in range(nA - 1, -1, -1):
+        if left_c < 2:
             break
-        if has_b[k]:
+        if has_b[b]:
             continue
-        room = tree[P + k]
-        t = _find(prevC, nC) - 1  # smallest remaining C
-        t2 = _find(prevC, t) - 1  # second smallest
-        s1 = sizes[order[b_end + t]]
-        if s1 + sizes[order[b_end + t2]] > room:
+        room = tree[P + b]
+        k1 = bitset_next(bits, offs, nwords, kC)  # smallest remaining C (left_c >= 2)
+        k2 = k1 if left[k1] >= 2 else bitset_next(bits, offs, nwords, k1 + 1)
+        if val[k1] + val[k2] > room:
             continue
-        it = order[b_end + t]
-        out[it] = k
-        room -= s1
-        used[nB + t] = True
-        nextC[t] = t + 1
-        prevC[t + 1] = t
-        p = _first_fitting(order, sizes, b_end, c_end, room) - b_end
-        q = _find(nextC, p)  # exists: the second smallest fits
-        it = order[b_end + q]
-        out[it] = k
-        room -= sizes[it]
-        used[nB + q] = True
-        nextC[q] = q + 1
-        prevC[q + 1] = q
-        left -= 2
-        tree[P + k] = room
+        nr = add_run(k1, b, 1, rbin, rcnt, rnxt, rhead, rtail, nr)
+        left[k1] -= 1
+        if left[k1] == 0:
+            bitset_clear(bits, offs, k1)
+        room -= val[k1]
+        kk = key_at_most(val, room)
+        if kk >= kB:
+            kk = kB - 1
+        key = bitset_prev(bits, offs, kk)  # >= k2 >= kC: the second smallest fits
+        nr = add_run(key, b, 1, rbin, rcnt, rnxt, rhead, rtail, nr)
+        left[key] -= 1
+        if left[key] == 0:
+            bitset_clear(bits, offs, key)
+        tree[P + b] = room - val[key]
+        left_c -= 2
 
-    # Phases 4-5: first fit over what is left, in descending order, A-bins first.
+    # Phases 4-5: first fit over what is left, largest first, A-bins first.
     tree_build(tree, P)
-    w = a_end  # compact the unused B and C items in place; D follows unchanged
-    for r in range(a_end, c_end):
-        if not used[r - a_end]:
-            order[w] = order[r]
-            w += 1
-    for r in range(c_end, n):
-        order[w] = order[r]
-        w += 1
-    return first_fit_sorted(order[:w], a_end, sizes, tree, P, out, nA)
+    nr, nbins = first_fit_counts(val, left, tree, P, nA, rbin, rcnt, rnxt, rhead, rtail, nr)
+    return nbins
 
 
 def mffd(sizes: np.ndarray, capacity: int) -> np.ndarray:
@@ -156,9 +139,12 @@ def mffd(sizes: np.ndarray, capacity: int) -> np.ndarray:
     out = np.empty(n, np.int64)
     if n == 0:
         return out
-    order = descending_order(sizes, capacity)
+    keys, val, cnt = size_table(sizes, capacity)
     P = tree_leaves(max_bins_bound(n, int(sizes.sum()), capacity))
     tree = np.empty(2 * P, tree_dtype(capacity))
     tree[P:] = capacity
-    _mffd_kernel(order, sizes, capacity, tree, P, out)
+    bits, offs, nwords = bitset_layout(val.shape[0])
+    log = RunLog(n, val.shape[0])
+    _mffd_kernel(val, cnt, capacity, tree, P, bits, offs, nwords, *log.arrays())
+    assign_runs(keys, log.bin, log.cnt, log.nxt, log.head, out)
     return out
