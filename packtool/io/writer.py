@@ -167,8 +167,8 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                 if on_rows:
                     on_rows(g1 - g0)
         os.replace(tmp, path)
-        tokens = int(plan.layout.slab_len[s0:s1].sum())
-        shards.append(ShardInfo(name, s1 - s0, tokens, loss, os.path.getsize(path), file_sha256(path)))
+        n_tok = int(plan.layout.slab_len[s0:s1].sum())
+        shards.append(ShardInfo(name, s1 - s0, n_tok, loss, os.path.getsize(path), file_sha256(path)))
     return shards
 
 
