@@ -200,13 +200,15 @@ def loss_sum(model: GPTModel, batch: ThdBatch, impl: str = "torch",
         raise ValueError(f"--lm-head must be 'fused' or 'torch', got {impl!r}")
     from kernels.lm_head import fused_linear_cross_entropy
     h = hidden_states(model, batch)
-    if model.config.sequence_parallel:
+    sp = bool(model.config.sequence_parallel)
+    if sp:
+        # gather the token shards; the head then returns its vocab shard's partial
+        # grad_hidden (reduce_grad_hidden=False) and the gather's backward reduce-scatters it
         from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
-        # the fused head all-reduces grad_hidden over TP itself (HeadOptions
-        # reduce_grad_hidden), so the gather's backward must only split, not reduce-scatter
-        h = gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=False,
+        h = gather_from_sequence_parallel_region(h, tensor_parallel_output_grad=True,
                                                  group=tp_group)
-    w = model.output_layer.weight
-    return fused_linear_cross_entropy(h[:, 0], w, batch.labels[0], batch.loss_weight[0],
-                                      reduction="sum", impl="fused",
-                                      tp_group=tp_group if model.config.tensor_model_parallel_size > 1 else None)
+    tp = model.config.tensor_model_parallel_size
+    return fused_linear_cross_entropy(h[:, 0], model.output_layer.weight, batch.labels[0],
+                                      batch.loss_weight[0], reduction="sum", impl="fused",
+                                      tp_group=tp_group if tp > 1 else None,
+                                      reduce_grad_hidden=not sp)
