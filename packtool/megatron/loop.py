@@ -174,8 +174,9 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     sync()
     stream = (ds.steps(start_step=start, max_steps=cfg.steps) if source is None
               else itertools.islice(source(ds, start), cfg.steps))
+    t_next = time.perf_counter()
     for st in stream:
-        t0 = time.perf_counter()
+        t0 = t_next  # the step's time includes reading and laying out its micro-batches
         lr = lr_at(st.step, cfg.lr, cfg.warmup, total)
         opt.set_lr(lr)
         n_loss = st.global_loss_tokens(device=info.device)
@@ -214,6 +215,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
             log.row(rec)
         if cfg.save and cfg.save_every and res.final_step % cfg.save_every == 0:
             save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
+        t_next = time.perf_counter()
     if cfg.save:
         save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
     log.close()
