@@ -210,6 +210,11 @@ def verify(
     raise typer.Exit(0 if report.ok else 1)
 
 
+from .megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
+
+app.command("train")(train_command)
+
+
 def main() -> None:
     app()
 
