@@ -87,7 +87,8 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
                               on_rows=_progress_cb(progress, p.num_slabs))
         loss = sum(s.loss_tokens for s in shards)
         inp = {"fingerprint": cache.fingerprint,
-               "files": [_plain(f) for f in cache.input_files]}
+               "files": [_plain(f) for f in cache.input_files],
+               "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
         write_manifest(tmp, build_manifest(p, shards, _stats(summary, loss), info, inp))
         _swap_into_place(tmp, output)
     except BaseException:
