@@ -162,14 +162,15 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
         raise PacktoolInputError(f"cannot parse JSON Lines ({e})", path=path) from None
 
 
-def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
+                   block_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
     opener = gzip.open if path.lower().endswith(".gz") else open
     lines_before = 0
     try:
         with opener(path, "rb") as f:
             tail = b""
             while True:
-                chunk = f.read(_JSONL_BLOCK)
+                chunk = f.read(block_bytes or _JSONL_BLOCK)
                 data = tail + chunk
                 if not chunk:
                     block, tail = data, b""
@@ -182,8 +183,9 @@ def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None) -> Ite
                 if block.strip():
                     _check_utf8(block, path, lines_before)
                     table = _parse_json_block(block, path, lines_before)
-                    if columns is not None:
-                        table = table.select([c for c in columns if c in table.column_names])
+                    if columns is not None:  # a key absent from a whole block reads as nulls
+                        table = pa.table({c: table.column(c) if c in table.column_names
+                                          else pa.nulls(table.num_rows) for c in columns})
                     yield from table.to_batches(max_chunksize=batch_size)
                 lines_before += block.count(b"\n")
                 if not chunk:
@@ -260,7 +262,9 @@ def peek_columns(f: InputFile) -> list[str]:
             return list(_open_arrow(f.path).schema.names)
     except (pa.ArrowInvalid, OSError) as e:
         raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
-    for batch in iter_batches(f, 64):
+    # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
+    batches = _jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)
+    for batch in batches:
         return list(batch.schema.names)
     return []
 

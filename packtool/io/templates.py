@@ -28,17 +28,7 @@ from packtool.io.errors import PacktoolInputError
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
 _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
-# Tool calls are normalized to OpenAI style before rendering (see shapes.normalize_message):
-# message.tool_calls = [{"type": "function", "function": {"name": str, "arguments": str|dict}}].
-_TOOL_CALL_JSON = (
-    "{%- macro call_json(call, key) -%}"
-    "{{- '{\"name\": ' + call.function.name | tojson + ', \"' + key + '\": ' -}}"
-    "{%- if call.function.arguments is string -%}{{- call.function.arguments -}}"
-    "{%- else -%}{{- call.function.arguments | tojson -}}{%- endif -%}{{- '}' -}}"
-    "{%- endmacro -%}"
-)
-
-CHATML = _TOOL_CALL_JSON + """
+CHATML = """
 {%- for message in messages -%}
 {%- if message.role == 'assistant' -%}
 {{- '<|im_start|>assistant\n' -}}
@@ -47,7 +37,7 @@ CHATML = _TOOL_CALL_JSON + """
 {% generation %}{{- message.content -}}{% endgeneration %}{{- '\n' -}}
 {%- endif -%}
 {%- for call in message.tool_calls -%}
-{{- '<tool_call>\n' + call_json(call, 'arguments') + '\n</tool_call>' -}}
+{{- '<tool_call>\n' -}}{{- '{"name": ' + call.function.name | tojson + ', "arguments": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{{- '\n</tool_call>' -}}
 {%- endfor -%}
 {{- '<|im_end|>\n' -}}
 {%- else -%}
@@ -60,7 +50,7 @@ CHATML = _TOOL_CALL_JSON + """
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
 """
 
-LLAMA3 = _TOOL_CALL_JSON + """
+LLAMA3 = """
 {{- bos_token -}}
 {%- for message in messages -%}
 {%- set role = 'ipython' if message.role == 'tool' else message.role -%}
@@ -70,7 +60,7 @@ LLAMA3 = _TOOL_CALL_JSON + """
 {%- if message.content is defined and message.content -%}
 {% generation %}{{- message.content | trim -}}{% endgeneration %}{{- '\n' -}}
 {%- endif -%}
-{%- for call in message.tool_calls -%}{{- call_json(call, 'parameters') -}}{%- endfor -%}
+{%- for call in message.tool_calls -%}{{- '{"name": ' + call.function.name | tojson + ', "parameters": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{%- endfor -%}
 {{- '<|eot_id|>' -}}
 {%- else -%}
 {% generation %}{{- message.content | trim + '<|eot_id|>' -}}{% endgeneration %}
@@ -86,7 +76,7 @@ LLAMA3 = _TOOL_CALL_JSON + """
 # the first user turn (`[INST] system\n\nuser [/INST]`, as Mistral's later templates do). v0.1
 # has no tool tokens: a call renders as ` [TOOL_CALLS] [{"name": .., "arguments": ..}]</s>` and
 # a result as ` [TOOL_RESULTS] content[/TOOL_RESULTS]` (the v3 layout, as plain text), no loss.
-MISTRAL = _TOOL_CALL_JSON + """
+MISTRAL = """
 {%- if messages and messages[0].role == 'system' -%}
 {%- set system = messages[0].content -%}
 {%- set loop_messages = messages[1:] -%}
@@ -112,7 +102,7 @@ MISTRAL = _TOOL_CALL_JSON + """
 {%- if message.tool_calls is defined and message.tool_calls -%}
 {{- ' [TOOL_CALLS] [' -}}
 {%- for call in message.tool_calls -%}
-{{- call_json(call, 'arguments') -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}
+{{- '{"name": ' + call.function.name | tojson + ', "arguments": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}
 {%- endfor -%}
 {{- ']' + eos_token -}}
 {%- endif -%}
@@ -124,6 +114,9 @@ MISTRAL = _TOOL_CALL_JSON + """
 {%- endfor -%}
 """
 
+# Tool calls arrive normalized to OpenAI style (shapes.normalize_message): message.tool_calls =
+# [{"type": "function", "function": {"name": str, "arguments": str (JSON text, kept) | dict}}].
+# The call's JSON is written inline rather than by a macro: jinja macro calls cost ~10 us each.
 BUILTIN = {"chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL}
 
 
@@ -179,9 +172,11 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
 
 
 @lru_cache(maxsize=16)
-def _compile(text: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_Generation, jinja2.ext.loopcontrols])
+def _compile(text: str, trusted: bool) -> jinja2.Template:
+    # Templates from model folders and files are untrusted code: sandboxed, as in transformers.
+    # Our own built-ins skip the sandbox's per-attribute checks (about 20% of render time).
+    env_cls = jinja2.Environment if trusted else ImmutableSandboxedEnvironment
+    env = env_cls(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     return env.from_string(text)
@@ -216,7 +211,7 @@ class Renderer:
 
     def __init__(self, template: ChatTemplate, special: dict[str, str]) -> None:
         self.template = template
-        self._jinja = _compile(template.text)
+        self._jinja = _compile(template.text, BUILTIN.get(template.name) == template.text)
         self._special = dict(special)
 
     def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
