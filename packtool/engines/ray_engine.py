@@ -1,0 +1,133 @@
+"""`pack_ray`: the `pack` pipeline on a Ray cluster, same inputs/config/result as `pack`.
+
+What runs where:
+  driver   resolve inputs, detect shapes, fingerprint (packtool.io.pipeline), collect per-row
+           lengths, plan (global `packtool.plan.plan`, or `plan_sharded`), write the manifest
+           last and swap the output into place.
+  cluster  read + tokenize (Datasource + map_batches), write cache parts (map_batches),
+           route segment tokens to shards and write slab shards (a cache Datasource, map_batches,
+           groupby(shard).map_groups). Shard-write tasks are retried by Ray (max_retries).
+The output directory and the cache root must be visible to every node (a shared file
+system); a run that dies before the manifest leaves only the temporary directory, which
+never verifies and is removed on the next run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+from packtool.align import Alignment
+from packtool.config import TokenizeConfig
+from packtool.io.cache import TokenizedCache
+from packtool.io.errors import PacktoolInputError
+from packtool.io.manifest import build_manifest, write_manifest
+from packtool.io.pipeline import _fingerprint, _setup, default_cache_dir
+from packtool.pack import (PackResult, _pad_id, _plain, _stats, _swap_into_place, _temp_dir,
+                           check_output)
+from packtool.plan import PackingConfig, plan as make_plan
+from packtool.report import plan_summary
+
+from .ray_source import TokenizeJob
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, progress: bool = False) -> None:
+    """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
+    of the driver are passed to the workers (test hooks, cache locations)."""
+    import ray
+    import ray.data
+
+    if not ray.is_initialized():
+        env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}
+        kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=progress,
+                  include_dashboard=False, configure_logging=progress)
+        if address:
+            ray.init(address=address, **kw)
+        else:
+            ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = progress
+    ctx.print_on_execution_start = progress
+    # The shard shuffle is a few large groups: the pull-based sort shuffle runs as plain
+    # tasks, where the hash shuffle starts aggregator actors that a small cluster pays for.
+    ctx.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    if not progress:
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def _unwrap(e: BaseException) -> BaseException:
+    """The PacktoolInputError a Ray task raised, if any (Ray wraps task errors twice)."""
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, PacktoolInputError):
+            return x
+        todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
+    return e
+
+
+def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> TokenizedCache:
+    """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent."""
+    from .ray_cache import build_cache
+
+    files, shapes, loaded, template = _setup(inputs, cfg)
+    info = loaded.info if loaded else None
+    fp = _fingerprint(files, cfg, info, shapes)
+    root = cache_dir or default_cache_dir()
+    final = os.path.join(root, fp[:32])
+    if os.path.exists(os.path.join(final, "cache.json")):
+        return TokenizedCache(final, reused=True)
+    job = TokenizeJob(tuple(files), tuple(shapes), cfg, info, template)
+    return build_cache(job, fp, final, root)
+
+
+def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
+             tokenize: TokenizeConfig | None = None, output: str | None = None,
+             overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
+             progress: bool = False, shard_tokens: int = 64 << 20,
+             ray_address: str | None = None, num_cpus: int | None = None,
+             plan_shard_rows: int | None = None) -> PackResult:
+    """`packtool.pack.pack` with Ray Data doing the reading, tokenizing and slab writing.
+    `plan_shard_rows`: plan in length shards of this many rows, then merge the underfull bins
+    (see packtool.plan_sharded); None plans globally, like the local engine."""
+    packing = packing or PackingConfig()
+    if tokenize is None:
+        raise ValueError("a TokenizeConfig is needed (--tokenizer)")
+    check_output(output, overwrite, dry_run)
+    init_ray(ray_address, num_cpus, progress)
+    t0 = time.perf_counter()
+    try:
+        cache = tokenized_cache(list(inputs), tokenize, cache_dir)
+    except Exception as e:
+        raise _unwrap(e) from None
+    t_tok = time.perf_counter() - t0
+    lengths = cache.lengths()
+    if plan_shard_rows:
+        from packtool.plan_sharded import plan_sharded
+        p = plan_sharded(lengths, alignment, packing, plan_shard_rows).plan
+    else:
+        p = make_plan(lengths, alignment, packing)
+    summary = plan_summary(p)
+    if dry_run:
+        return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
+    from .ray_write import write_slabs
+
+    t1 = time.perf_counter()
+    info = _plain(cache.tokenizer_info) or {}
+    tmp = _temp_dir(output)
+    try:
+        shards = write_slabs(p, cache, tmp, _pad_id(info), shard_tokens)
+        loss = sum(s.loss_tokens for s in shards)
+        # the manifest's input record, as pack.pack_cache writes it
+        inp = {"fingerprint": cache.fingerprint, "files": [_plain(f) for f in cache.input_files],
+               "tokenize": cache.meta.get("config")}
+        write_manifest(tmp, build_manifest(p, shards, _stats(summary, loss), info, inp))
+        _swap_into_place(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)

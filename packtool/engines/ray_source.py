@@ -1,0 +1,182 @@
+"""Read and tokenize on Ray Data: a Datasource over packtool's readers, then `map_batches`
+running packtool's own render/encode code.
+
+Why a Datasource and not `ray.data.read_json`/`read_parquet` for raw inputs: the plan needs
+every row's provenance (file, row inside the file) to number rows exactly like the local
+engine, JSON arrays and JSONL with packtool's UTF-8/line-numbered errors are not what Ray's
+JSON reader parses, and identical bytes need identical Arrow values. So each read task runs
+`packtool.io.readers` on one piece (a whole file, or a range of Parquet row groups) and tags
+rows with `__fi`/`__row`; the tokenize UDF is fused into the same task by Ray Data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.config import TokenizeConfig
+from packtool.io.errors import PacktoolInputError
+from packtool.io.pipeline import _tokens_batch
+from packtool.io.readers import InputFile, iter_batches
+from packtool.io.shapes import Shape, render_batch
+from packtool.io.templates import ChatTemplate, Renderer
+from packtool.io.tokenize import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
+
+# Parquet row groups per read task: enough rows per task to amortize the task, small enough
+# that a big file still spreads over the cluster.
+PARQUET_ROWS_PER_TASK = 65536
+
+# bad-row codes in the tokenized blocks
+OK, EMPTY, ALL_MASKED = 0, 1, 2
+
+TOKENIZED_SCHEMA = pa.schema([
+    ("input_ids", pa.list_(pa.int32())),
+    ("loss_mask", pa.list_(pa.uint8())),
+    ("length", pa.int32()),    # tokens of the row (0 for a bad row; its tokens are dropped)
+    ("loss", pa.int64()),
+    ("fi", pa.int32()),        # index into the resolved input files
+    ("file_row", pa.int64()),  # row inside that file
+    ("bad", pa.int8()),
+])
+
+
+@dataclass(frozen=True)
+class Piece:
+    fi: int
+    row_groups: tuple[int, ...] | None  # Parquet only; None = the whole file
+    first_row: int                      # row inside the file of the piece's first row
+
+
+@dataclass(frozen=True)
+class TokenizeJob:
+    """What every worker needs to tokenize exactly like the driver would (small, picklable)."""
+    files: tuple[InputFile, ...]
+    shapes: tuple[Shape, ...]
+    cfg: TokenizeConfig
+    info: TokenizerInfo | None          # the driver's, with template fields filled
+    template: ChatTemplate | None
+
+
+def plan_pieces(files: list[InputFile]) -> list[Piece]:
+    out = []
+    for fi, f in enumerate(files):
+        if f.kind != "parquet":
+            out.append(Piece(fi, None, 0))
+            continue
+        md = pq.ParquetFile(f.path).metadata
+        group, rows, first = [], 0, 0
+        for g in range(md.num_row_groups):
+            group.append(g)
+            rows += md.row_group(g).num_rows
+            if rows >= PARQUET_ROWS_PER_TASK:
+                out.append(Piece(fi, tuple(group), first))
+                first += rows
+                group, rows = [], 0
+        if group or md.num_row_groups == 0:
+            out.append(Piece(fi, tuple(group) if group else None, first))
+    return out
+
+
+def _read_piece(job: TokenizeJob, piece: Piece):
+    f, shape = job.files[piece.fi], job.shapes[piece.fi]
+    cols = list(shape.columns)
+    if piece.row_groups is not None:
+        try:
+            batches = pq.ParquetFile(f.path).iter_batches(
+                batch_size=job.cfg.batch_size, row_groups=list(piece.row_groups), columns=cols)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise PacktoolInputError(f"cannot read Parquet ({e})", path=f.path) from None
+    else:
+        batches = iter_batches(f, job.cfg.batch_size, cols)
+    row = piece.first_row
+    for b in batches:
+        n = b.num_rows
+        t = pa.Table.from_batches([b])
+        t = t.append_column("__fi", pa.array(np.full(n, piece.fi, np.int32)))
+        t = t.append_column("__row", pa.array(np.arange(row, row + n, dtype=np.int64)))
+        row += n
+        yield t
+
+
+def make_datasource(job: TokenizeJob):
+    """A `ray.data.Datasource` with one read task per piece."""
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    pieces = plan_pieces(list(job.files))
+
+    class PacktoolInputs(Datasource):
+        def estimate_inmemory_data_size(self):
+            return None
+
+        def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
+            tasks = []
+            for p in pieces:
+                meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None,
+                                     input_files=[job.files[p.fi].path])
+                tasks.append(ReadTask(lambda p=p: _read_piece(job, p), meta))
+            return tasks
+
+        def get_name(self) -> str:
+            return "PacktoolInputs"
+
+    src = PacktoolInputs()
+    src.n_tasks = len(pieces)  # read with override_num_blocks=n_tasks: Ray's default splits
+    return src                 # blocks up to 200 pieces, which only adds tasks here
+
+
+_WORKER: dict = {}  # per worker process: job id -> (tokenizer, info, renderer)
+
+
+def _worker_state(job: TokenizeJob):
+    key = (job.cfg, job.info, job.template)  # each task unpickles its own copy of the job
+    hit = _WORKER.get(key)
+    if hit is not None:
+        return hit
+    tok = renderer = None
+    info = job.info
+    if job.cfg.tokenizer:
+        loaded = load_tokenizer(job.cfg.tokenizer, job.cfg)
+        if loaded.info.sha256 != job.info.sha256:
+            raise PacktoolInputError("tokenizer.json differs on this worker from the driver's "
+                                     "(sha256); put the same file on every node",
+                                     path=loaded.info.path, flag="--tokenizer")
+        tok = loaded.tokenizer
+        special = {k: v for k, v in (("bos_token", info.bos_token), ("eos_token", info.eos_token),
+                                     ("pad_token", info.pad_token)) if v}
+        renderer = Renderer(job.template, special) if job.template else None
+    _WORKER[key] = (tok, info, renderer)
+    return tok, info, renderer
+
+
+def tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
+    """The map_batches UDF: raw rows of one file piece -> TOKENIZED_SCHEMA (every row kept,
+    bad rows flagged, so the driver counts and names them like the local engine)."""
+    tok, info, renderer = _worker_state(job)
+    fi = int(batch.column("__fi")[0].as_py())
+    rows = batch.column("__row").to_numpy()
+    f, shape, cfg = job.files[fi], job.shapes[fi], job.cfg
+    rb = batch.drop_columns(["__fi", "__row"]).combine_chunks().to_batches()
+    raw = rb[0] if rb else pa.RecordBatch.from_pylist([])
+    first_row = int(rows[0])
+    if shape.kind == "tokens":
+        enc = _tokens_batch(raw, shape, info.vocab_size if info else None, f.path, first_row)
+    else:
+        rendered = render_batch(raw, shape, renderer, cfg.prompt_separator, f.path, first_row)
+        enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
+    bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
+    keep = bad == OK
+    lens = np.where(keep, enc.lengths, 0).astype(np.int32)
+    tok_keep = np.repeat(keep, enc.lengths)
+    ids, mask = enc.ids[tok_keep], enc.mask[tok_keep]
+    offs = pa.array(np.concatenate(([0], np.cumsum(lens, dtype=np.int64))).astype(np.int32))
+    loss = row_sums(mask, lens)
+    return pa.Table.from_arrays([
+        pa.ListArray.from_arrays(offs, pa.array(ids, pa.int32())),
+        pa.ListArray.from_arrays(offs, pa.array(mask, pa.uint8())),
+        pa.array(lens), pa.array(loss.astype(np.int64)),
+        pa.array(np.full(lens.size, fi, np.int32)), pa.array(rows.astype(np.int64)),
+        pa.array(bad),
+    ], schema=TOKENIZED_SCHEMA)
