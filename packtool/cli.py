@@ -88,6 +88,8 @@ def pack(
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from .config import TokenizeConfig
@@ -101,8 +103,15 @@ def pack(
                              prompt_field=prompt_field, response_field=response_field,
                              text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                              on_empty=on_empty)
+        if engine not in ("local", "ray"):
+            raise ValueError(f"--engine must be local or ray, got {engine!r}")
+        if engine == "ray":
+            from .engines import pack_ray as run_pack
+            kw = dict(ray_address=ray_address)
+        else:
+            kw = {}
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
-                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out)
+                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)
     except (ValueError, OSError) as e:
         _fail(e)
     if json_out:

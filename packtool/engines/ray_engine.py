@@ -34,9 +34,12 @@ from .ray_source import TokenizeJob
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, progress: bool = False) -> None:
     """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
-    of the driver are passed to the workers (test hooks, cache locations)."""
-    import ray
-    import ray.data
+    of the driver are passed to the workers (cache locations)."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise ValueError("--engine ray needs Ray Data: pip install 'packtool[ray]'") from None
 
     if not ray.is_initialized():
         env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}

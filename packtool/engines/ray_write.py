@@ -21,8 +21,9 @@ from packtool.io.flat_tokens import FlatTokens
 from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _chunks, _list, file_sha256
 from packtool.plan import Plan
 
-# Test hook: when set to a directory, the first attempt of every shard-write task kills its
-# worker process (os._exit) after leaving a marker there; Ray's retry must finish the job.
+# Test hook, read on the driver when the write starts: a directory where the first attempt of
+# every shard-write task leaves a marker and kills its worker process (os._exit); Ray's
+# retry must finish the job.
 FAIL_ONCE_ENV = "PACKTOOL_RAY_FAIL_ONCE_DIR"
 WRITE_MAX_RETRIES = 3
 
@@ -135,8 +136,7 @@ def route_block(batch: pa.Table, routing_box: list) -> pa.Table:
     })
 
 
-def _maybe_fail_once(k: int) -> None:
-    d = os.environ.get(FAIL_ONCE_ENV)
+def _maybe_fail_once(k: int, d: str | None) -> None:
     if not d:
         return
     marker = os.path.join(d, f"shard-{k:05d}.killed")
@@ -162,10 +162,10 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, path: str, group_token
 
 
 def write_group(group: pa.Table, plan_box: list, ranges: list, out_dir: str, pad_id: int,
-                group_tokens: int) -> pa.Table:
+                group_tokens: int, fail_once_dir: str | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does."""
     k = int(group.column("shard")[0].as_py())
-    _maybe_fail_once(k)
+    _maybe_fail_once(k, fail_once_dir)
     s0, s1 = ranges[k]
     sub = slice_plan(_get(plan_box), s0, s1)
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
@@ -236,7 +236,8 @@ def write_slabs(plan: Plan, cache, out_dir: str, pad_id: int,
           .groupby("shard")
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"plan_box": plan_box, "ranges": ranges, "out_dir": out_dir,
-                                 "pad_id": pad_id, "group_tokens": group_tokens}))
+                                 "pad_id": pad_id, "group_tokens": group_tokens,
+                                 "fail_once_dir": os.environ.get(FAIL_ONCE_ENV)}))
     t = pa.concat_tables([b for b in ray.get(ds.to_arrow_refs()) if b.num_columns]).sort_by("shard")
     if t.column("shard").to_pylist() != list(range(len(ranges))):
         raise RuntimeError(f"ray engine: wrote shards {t.column('shard').to_pylist()}, "
