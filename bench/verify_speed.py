@@ -149,6 +149,33 @@ def timed(fn, runs: int):
     return result, min(times), statistics.median(times), rss
 
 
+def cpu_self() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def one_core(fn, runs: int) -> float:
+    """Least CPU seconds of `fn` in this process alone (workers=1): what one core needs,
+    which the machine's other load barely changes, unlike wall time."""
+    fn()
+    best = float("inf")
+    for _ in range(runs):
+        c = cpu_self()
+        fn()
+        best = min(best, cpu_self() - c)
+    return best
+
+
+def decode_only(out: str) -> None:
+    """The floor: read every column of every shard as verify does, check nothing."""
+    import pyarrow.parquet as pq
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".parquet"):
+            for _ in pq.ParquetFile(os.path.join(out, f)).iter_batches(batch_size=128, use_threads=False):
+                pass
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
@@ -169,6 +196,9 @@ def main() -> None:
         assert r.ok, r.problems[:3]
         rs, sbest, smed, srss = timed(lambda: verify(out, tokens_dir(args.work), workers=args.workers), args.runs)
         assert rs.ok, rs.problems[:3]
+        cpu1 = one_core(lambda: verify(out, workers=1), args.runs)
+        cpu1s = one_core(lambda: verify(out, tokens_dir(args.work), workers=1), args.runs)
+        cpu_dec = one_core(lambda: decode_only(out), args.runs)
         _, ibest, imed, _ = timed(lambda: inspect_packed(out), args.runs)
         _, cbest, cmed, _ = timed(lambda: inspect_lengths(lengths, align, packing, compare=True), 1)
         rows.append(dict(
@@ -176,6 +206,9 @@ def main() -> None:
             write_s=write_s, verify_s=best, verify_median_s=med, verify_mtok_s=r.physical_tokens / best / 1e6,
             verify_cpu_s=rss.cpu, verify_mtok_cpu_s=r.physical_tokens / rss.cpu / 1e6,
             source_cpu_s=srss.cpu, load_avg=os.getloadavg()[0],
+            one_core_cpu_s=cpu1, one_core_mtok_s=r.physical_tokens / cpu1 / 1e6,
+            one_core_source_cpu_s=cpu1s, one_core_source_mtok_s=r.physical_tokens / cpu1s / 1e6,
+            decode_only_cpu_s=cpu_dec, decode_only_mtok_s=r.physical_tokens / cpu_dec / 1e6,
             verify_worker_rss_mb=rss.one / 2**20, verify_workers_rss_mb=rss.total / 2**20,
             source_s=sbest, source_median_s=smed, source_mtok_s=r.physical_tokens / sbest / 1e6,
             source_worker_rss_mb=srss.one / 2**20, inspect_s=ibest, inspect_median_s=imed,
@@ -183,6 +216,14 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     print(f"\nMeasured {time.strftime('%Y-%m-%d')} on {platform.machine()} ({os.cpu_count()} cores), "
           f"{lengths.size:,} sequences, {int(lengths.sum()):,} real tokens.\n")
+    print("One core (workers=1, least CPU seconds of the runs):\n")
+    print("| config | verify | verify --source | Parquet decode alone (the floor) |")
+    print("|---|---|---|---|")
+    for x in rows:
+        print(f"| {x['config']} | {x['one_core_cpu_s']:.2f} CPU-s = {x['one_core_mtok_s']:.0f}M tokens/CPU-s | "
+              f"{x['one_core_source_cpu_s']:.2f} CPU-s = {x['one_core_source_mtok_s']:.0f}M | "
+              f"{x['decode_only_cpu_s']:.2f} CPU-s = {x['decode_only_mtok_s']:.0f}M |")
+    print("\nBoth cores (process pool, wall clock):\n")
     print("| config | shards | MB | slabs | physical tokens | verify | tokens/s | CPU s (tokens per CPU-s) | "
           "worker RSS | verify --source | tokens/s | CPU s | worker RSS | inspect DIR | "
           "inspect --lengths --compare | load avg |")

@@ -42,14 +42,16 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
                 f"expected chunk {int(want_c[j])} at token {int(want_o[j])} (a chunk is missing, "
                 f"duplicated or misnumbered)", **_where(i, segs, shard_of, names),
                 expected=int(want_o[j]), found=int(o[j]))
-    rows = np.unique(s)
+    rows = s[~same_src]  # s is sorted: the distinct source rows, without another sort
     if n_seq is not None:
         out = rows[(rows < 0) | (rows >= n_seq)]
         for r in out[:5]:
             i = order[np.searchsorted(s, r)]
             log.add("coverage", f"source row {int(r)} is outside the {n_seq} input sequences",
                     **_where(i, segs, shard_of, names))
-        missing = np.setdiff1d(np.arange(n_seq), rows, assume_unique=True)
+        present = np.zeros(n_seq, bool)
+        present[rows[(rows >= 0) & (rows < n_seq)]] = True
+        missing = np.flatnonzero(~present)
         if missing.size:
             shown = ", ".join(str(int(x)) for x in missing[:10])
             more = f" and {missing.size - 10} more" if missing.size > 10 else ""
