@@ -255,6 +255,15 @@ def _edit_alignment(out, **kw):
     return new
 
 
+def test_misaligned_footprint_for_the_manifest_tp(packed):
+    out, _ = packed
+    new = _edit_alignment(out, tp=4, sp=True)  # SP over 4 ranks: t = lcm(4, cp*tp) = 8
+    assert new.t == 8
+    r = verify(out, workers=1)
+    assert "slab_alignment" in checks(r)
+    assert "t=8" in messages(r, "slab_alignment") and "tp=4" in messages(r, "slab_alignment")
+
+
 def test_misaligned_footprint_for_the_manifest_fp8(packed):
     out, _ = packed
     new = _edit_alignment(out, fp8="mxfp8")
