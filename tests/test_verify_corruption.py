@@ -3,6 +3,7 @@ names what broke. The clean output verifies. Shards are edited and re-signed whe
 case is about content, so that the checksum cannot be what catches it."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -402,3 +403,23 @@ def test_loss_mask_that_differs_from_the_source(packed):
     r = verify(out, src, workers=1)
     assert set(r.counts) == {"source_loss_mask"}
     assert f"position {k} is 0, expected 1" in r.problems[0].message
+
+
+def test_cli_with_source(packed):
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+    out, src = packed
+    cache = os.path.dirname(os.path.dirname(src))
+    args = ["verify", out, "--source", INPUTS[0], "--prompt-field", "question", "--response-field", "answer",
+            "--cache-dir", cache, "--workers", "1", "--json"]
+    res = CliRunner().invoke(app, args)  # tokenizer and template default to the manifest's
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["source_checked"]
+    a = load_rows(out, "slabs-00000.parquet")
+    a["input_ids"][0][2] = (int(a["input_ids"][0][2]) + 7) % 31000 + 3
+    save_rows(out, "slabs-00000.parquet", a)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1
+    d = json.loads(res.output)
+    assert d["counts"] == {"source_tokens": 1} and d["problems"][0]["row"] == 0
