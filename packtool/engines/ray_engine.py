@@ -59,6 +59,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, progress: 
         logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
+def ray_map(f, args: list[tuple]) -> list:
+    """`[f(*a) for a in args]` as Ray tasks (the sharded planner's shard packs)."""
+    import ray
+    rf = ray.remote(f)
+    return ray.get([rf.remote(*a) for a in args])
+
+
 def _unwrap(e: BaseException) -> BaseException:
     """The PacktoolInputError a Ray task raised, if any (Ray wraps task errors twice)."""
     seen, todo = set(), [e]
@@ -111,7 +118,9 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     lengths = cache.lengths()
     if plan_shard_rows:
         from packtool.plan_sharded import plan_sharded
-        p = plan_sharded(lengths, alignment, packing, plan_shard_rows).plan
+        sp = plan_sharded(lengths, alignment, packing, plan_shard_rows, map_fn=ray_map)
+        logging.getLogger(__name__).info("sharded plan: %s", sp.to_dict())
+        p = sp.plan
     else:
         p = make_plan(lengths, alignment, packing)
     summary = plan_summary(p)

@@ -1,0 +1,111 @@
+"""`pack --engine ray` on a local Ray (2 CPUs): the same bytes as the local engine, a worker
+killed mid-write still gives a complete verifying output, a failed run leaves nothing."""
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
+
+from conftest import GPT2, GSM8K, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.config import TokenizeConfig  # noqa: E402
+from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
+from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
+from packtool.io.errors import PacktoolInputError  # noqa: E402
+from packtool.pack import pack  # noqa: E402
+from packtool.plan import PackingConfig  # noqa: E402
+from packtool.verify import verify  # noqa: E402
+
+MIXED = [GSM8K, TASKMASTER, PEPS]  # fields, chat and long text (split) in one run
+MIXED_CFG = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral",
+                           prompt_field="question", response_field="answer")
+ALIGN = Alignment(tp=2, cp=2, fp8="blockwise", capacity=2048)
+SHARD = 100_000  # tokens per shard: several shards, so several write tasks
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    init_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _same_files(a: str, b: str) -> None:
+    names = sorted(os.listdir(a))
+    assert names == sorted(os.listdir(b))
+    assert len([n for n in names if n.endswith(".parquet")]) >= 2
+    diff = [n for n in names if not filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False)]
+    assert not diff, f"differ: {diff}"
+
+
+def test_ray_writes_the_local_bytes_and_a_killed_writer_is_retried(tmp_path, monkeypatch):
+    pk = PackingConfig("mffd", overflow="split", dp=2, seed=3)
+    local = pack(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "local"),
+                 cache_dir=str(tmp_path / "c_local"), shard_tokens=SHARD)
+    kills = tmp_path / "kills"
+    kills.mkdir()
+    monkeypatch.setenv(FAIL_ONCE_ENV, str(kills))  # first attempt of every shard write dies
+    res = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "ray"),
+                   cache_dir=str(tmp_path / "c_ray"), shard_tokens=SHARD)
+    n_shards = len(res.shards)
+    assert sorted(os.listdir(kills)) == [f"shard-{k:05d}.killed" for k in range(n_shards)]
+    _same_files(str(tmp_path / "local"), str(tmp_path / "ray"))
+    assert res.loss_tokens == local.loss_tokens and res.plan.num_slabs == local.plan.num_slabs
+    assert verify(str(tmp_path / "ray")).ok
+    # same fingerprint both ways: the local engine reuses the Ray-built cache and vice versa
+    assert os.path.basename(os.path.dirname(res.cache_path)) == \
+        os.path.basename(os.path.dirname(local.cache_path))
+    monkeypatch.delenv(FAIL_ONCE_ENV)
+    again = pack(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "local2"),
+                 cache_dir=str(tmp_path / "c_ray"), shard_tokens=SHARD)
+    assert again.cache_path == res.cache_path
+    _same_files(str(tmp_path / "local"), str(tmp_path / "local2"))
+
+
+def _with_empty_rows(tmp_path) -> str:
+    rows = [{"text": "first document, some words"}, {"text": "  "},
+            {"text": "third one is here"}, {"text": ""}, {"text": "and the last"}]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows * 40))
+    return str(path)
+
+
+def test_skipped_rows_match_and_errors_name_the_row(tmp_path):
+    src = _with_empty_rows(tmp_path)
+    cfg = TokenizeConfig(tokenizer=GPT2, on_empty="skip", prompt_field="question", response_field="answer")
+    al = Alignment(capacity=512)
+    local = pack([src, GSM8K], al, PackingConfig(seed=1), cfg, output=str(tmp_path / "l"),
+                 cache_dir=str(tmp_path / "c1"), shard_tokens=4096)
+    res = pack_ray([src, GSM8K], al, PackingConfig(seed=1), cfg, output=str(tmp_path / "r"),
+                   cache_dir=str(tmp_path / "c2"), shard_tokens=4096)
+    _same_files(str(tmp_path / "l"), str(tmp_path / "r"))
+    meta = json.load(open(os.path.join(os.path.dirname(res.cache_path), "cache.json")))
+    assert meta["skipped"]["empty"] == 80 and meta["skipped"]["rows"][:2] == [1, 3]
+    with pytest.raises(PacktoolInputError, match=r"docs.jsonl, row 1: empty example"):
+        pack_ray([src], al, None, TokenizeConfig(tokenizer=GPT2), output=str(tmp_path / "x"),
+                 cache_dir=str(tmp_path / "c3"))
+    assert not os.path.exists(tmp_path / "x")
+
+
+def test_a_failed_write_leaves_no_output(tmp_path, monkeypatch):
+    monkeypatch.setenv(FAIL_ONCE_ENV, str(tmp_path / "missing" / "dir"))  # marker cannot be made
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="missing"):
+        pack_ray([GSM8K], Alignment(capacity=1024), None,
+                 TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer"),
+                 output=str(out), cache_dir=str(tmp_path / "c"))
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if "packtool-tmp" in p]
+
+
+def test_sharded_plan_on_ray_verifies(tmp_path):
+    cfg = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral")
+    res = pack_ray([TASKMASTER], ALIGN, PackingConfig("bfd"), cfg, output=str(tmp_path / "o"),
+                   cache_dir=str(tmp_path / "c"), plan_shard_rows=64)
+    assert res.plan.num_sequences == 200
+    assert verify(str(tmp_path / "o")).ok
