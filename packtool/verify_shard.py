@@ -143,7 +143,9 @@ class _Acc:
     def finish(self):
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
         slabs = {k: cat(v, bool if k == "singleton" else np.int64) for k, v in self.slab.items()}
-        segs = {k: cat(v, np.int64) for k, v in self.seg.items()}
+        # a few bytes per segment: the parent holds these for the whole output (coverage)
+        wide = ("source", "offset")
+        segs = {k: cat(v, np.int64 if k in wide else np.int32) for k, v in self.seg.items()}
         return dict(self.tot), slabs, segs
 
 
