@@ -16,49 +16,78 @@ TOKEN_CHECKS = ("loss_mask_value", "loss_on_first_token", "loss_on_pad", "pad_to
 
 
 @nb.njit(cache=True)
+def _slow_segment(ids, loss, st, base, kk, L, P, pad_id, vocab, src_ids, src_mask, a0, use_src, r, cnt, first):
+    """Classify every position of one segment that failed the fast pass (rare: only broken
+    segments come here). first[r, kind] = (position in slab, segment in slab, expected, found)."""
+    for j in range(P):
+        v = ids[st + j]
+        m = loss[st + j]
+        kind = -1
+        exp = 0
+        if j >= L:
+            if m != 0:
+                kind = TOK_LOSS_PAD
+            elif v != pad_id:
+                kind, exp = TOK_PAD_ID, pad_id
+        elif m > 1:
+            kind, exp = TOK_LOSS_VALUE, 1
+        elif j == 0 and m != 0:
+            kind = TOK_LOSS_FIRST
+        elif v < 0 or (vocab > 0 and v >= vocab):
+            kind, exp = TOK_ID_RANGE, vocab
+        elif use_src:
+            if v != src_ids[a0 + j]:
+                kind, exp = TOK_SRC_ID, src_ids[a0 + j]
+            else:
+                em = 0 if j == 0 else src_mask[a0 + j]
+                if m != em:
+                    kind, exp = TOK_SRC_LOSS, em
+        if kind >= 0:
+            if cnt[r, kind] == 0:
+                first[r, kind, 0] = st + j - base
+                first[r, kind, 1] = kk
+                first[r, kind, 2] = exp
+                first[r, kind, 3] = m if kind <= TOK_LOSS_PAD or kind == TOK_SRC_LOSS else v
+            cnt[r, kind] += 1
+
+
+@nb.njit(cache=True)
 def token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, pad_id, vocab,
-                src_ids, src_mask, src_base, use_src, loss_sum, cnt, first):
-    # first[r, kind] = (position in slab, segment in slab, expected, found)
+               src_ids, src_mask, src_base, use_src, loss_sum, cnt, first):
+    """Fast pass: branch-free flags per segment (real part, first token, pads); a segment
+    whose flag is set is classified position by position in `_slow_segment`."""
+    top = vocab if vocab > 0 else 2147483647
     for r in range(row_off.size - 1):
         base = row_off[r]
         total = 0
         for k in range(seg_row_off[r], seg_row_off[r + 1]):
             st = base + seg_start[k]
-            kk = k - seg_row_off[r]
-            for j in range(seg_padded[k]):
-                v = ids[st + j]
+            L = seg_len[k]
+            P = seg_padded[k]
+            bad = False
+            if L > 0:
+                bad = loss[st] != 0
+            if use_src[k]:
+                a0 = src_base[k]
+                for j in range(L):
+                    v = ids[st + j]
+                    m = loss[st + j]
+                    total += m
+                    bad |= (v != src_ids[a0 + j]) | ((m != src_mask[a0 + j]) & (j > 0)) | (m > 1)
+            else:
+                for j in range(L):
+                    v = ids[st + j]
+                    m = loss[st + j]
+                    total += m
+                    bad |= (m > 1) | (v < 0) | (v >= top)
+            for j in range(L, P):
                 m = loss[st + j]
                 total += m
-                kind = -1
-                exp = 0
-                if j >= seg_len[k]:
-                    if m != 0:
-                        kind = TOK_LOSS_PAD
-                    elif v != pad_id:
-                        kind, exp = TOK_PAD_ID, pad_id
-                elif m > 1:
-                    kind, exp = TOK_LOSS_VALUE, 1
-                elif j == 0 and m != 0:
-                    kind = TOK_LOSS_FIRST
-                elif v < 0 or (vocab > 0 and v >= vocab):
-                    kind, exp = TOK_ID_RANGE, vocab
-                elif use_src[k]:
-                    a = src_base[k] + j
-                    if v != src_ids[a]:
-                        kind, exp = TOK_SRC_ID, src_ids[a]
-                    else:
-                        em = 0 if j == 0 else src_mask[a]
-                        if m != em:
-                            kind, exp = TOK_SRC_LOSS, em
-                if kind >= 0:
-                    if cnt[r, kind] == 0:
-                        first[r, kind, 0] = st + j - base
-                        first[r, kind, 1] = kk
-                        first[r, kind, 2] = exp
-                        first[r, kind, 3] = m if kind <= TOK_LOSS_PAD or kind == TOK_SRC_LOSS else v
-                    cnt[r, kind] += 1
+                bad |= (m != 0) | (ids[st + j] != pad_id)
+            if bad:
+                _slow_segment(ids, loss, st, base, k - seg_row_off[r], L, P, pad_id, vocab, src_ids,
+                              src_mask, src_base[k], use_src[k], r, cnt, first)
         loss_sum[r] = total
-
 
 
 def source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0, where, log):
