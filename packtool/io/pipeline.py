@@ -1,7 +1,7 @@
 """`tokenize_to_cache`: inputs + TokenizeConfig -> a TokenizedCache (reused when it exists).
 
-Work split over the cores: the main thread reads and renders batch k+1 (Python, holds the
-GIL) while a worker thread runs `encode_batch` on batch k (Rust, releases the GIL, itself
+Work split over the cores: the main thread reads and renders batch k+2 (Python, holds the
+GIL) while worker threads run `encode_batch` on batches k and k+1 (Rust, GIL released, each
 parallel over all cores); then the main thread turns batch k into flat arrays and writes it.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -29,6 +30,9 @@ from packtool.io.shapes import Shape, detect_shape, render_batch
 from packtool.io.templates import Renderer, load_template
 from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo, _sha256_file,
                                   encode_rendered, load_tokenizer, row_sums, start_encode)
+
+
+_IN_FLIGHT = 2
 
 
 def default_cache_dir() -> str:
@@ -202,24 +206,23 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
         totals["loss"] += int(mask.sum(dtype=np.int64))
         bar.advance(enc.lengths.size, int(enc.ids.size))
 
-    with _Progress(progress, total) as bar, ThreadPoolExecutor(1) as pool:
-        pending = None
+    # Two encodes in flight: a batch's longest document does not leave the other core idle.
+    with _Progress(progress, total) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
+        pending: deque = deque()
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
             for batch in iter_batches(f, cfg.batch_size, list(shape.columns)):
                 n = batch.num_rows
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
-                    if pending is not None:
-                        finish_pending(pending, finish, loaded, cfg, bar)
-                        pending = None
+                    while pending:
+                        finish_pending(pending.popleft(), finish, loaded, cfg, bar)
                     finish(enc, f, fi, file_rows, global_row, bar)
                 else:
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows)
-                    fut = pool.submit(start_encode, tok, rb)
-                    if pending is not None:
-                        finish_pending(pending, finish, loaded, cfg, bar)
-                    pending = (fut, rb, shape, f, fi, file_rows, global_row)
+                    pending.append((pool.submit(start_encode, tok, rb), rb, shape, f, fi, file_rows, global_row))
+                    if len(pending) > _IN_FLIGHT:
+                        finish_pending(pending.popleft(), finish, loaded, cfg, bar)
                 file_rows += n
                 global_row += n
             if file_rows == 0:
@@ -228,8 +231,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                                 "sha256": _sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
                                 "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
-        if pending is not None:
-            finish_pending(pending, finish, loaded, cfg, bar)
+        while pending:
+            finish_pending(pending.popleft(), finish, loaded, cfg, bar)
     if totals["rows"] == 0:
         raise PacktoolInputError("every row was skipped; nothing to tokenize")
     return {
