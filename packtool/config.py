@@ -30,14 +30,15 @@ class TokenizeConfig:
     batch_size: int = 1024                # rows per record batch (bounded memory)
 
     def __post_init__(self) -> None:
+        from packtool.io.errors import PacktoolInputError  # lazy: packtool.io imports this module
         if self.shape not in SHAPES:
-            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r} (--shape)")
+            raise PacktoolInputError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag="--shape")
         if self.on_empty not in ("error", "skip"):
-            raise ValueError(f"on_empty must be 'error' or 'skip', got {self.on_empty!r}")
+            raise PacktoolInputError(f"on_empty must be error or skip, got {self.on_empty!r}", flag="--on-empty")
         if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise PacktoolInputError("batch_size must be >= 1", flag="--batch-size")
         if (self.prompt_field is None) != (self.response_field is None):
-            raise ValueError("--prompt-field and --response-field go together")
+            raise PacktoolInputError("--prompt-field and --response-field go together", flag="--prompt-field")
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -191,3 +191,12 @@ def test_folder_tokenizer_specials(cache_dir):
     assert (info.bos_id, info.eos_id, info.bos_token, info.eos_token) == (1, 2, "<s>", "</s>")
     assert info.config_sha256 is not None and info.vocab_size == 32000
     assert cache.read_rows([0]).input_ids[-1] != 2          # add_eos=False honoured
+
+
+def test_config_errors_are_input_errors():
+    with pytest.raises(PacktoolInputError, match="--shape"):
+        TokenizeConfig(shape="csv")
+    with pytest.raises(PacktoolInputError, match="--on-empty"):
+        TokenizeConfig(on_empty="drop")
+    with pytest.raises(PacktoolInputError, match="go together"):
+        TokenizeConfig(prompt_field="question")
