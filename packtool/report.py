@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .plan import OverflowStats, Plan
@@ -78,34 +79,30 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
 
 
 def print_verify_report(r, console: Console) -> None:
-    """`packtool verify` in the terminal: a verdict line, then the problems (first of each check)."""
-    rate = r.physical_tokens / r.seconds / 1e6 if r.seconds else 0.0
+    """`packtool verify` in the terminal: a verdict line, then one line per problem (the first
+    few of each check), each naming where, what broke, and expected vs found."""
+    rate = r.physical_tokens / r.seconds if r.seconds else 0.0
+    rate_s = f"{rate / 1e6:.1f}M" if rate >= 1e6 else f"{rate / 1e3:.0f}k"
     what = "structure and source tokens" if r.source_checked else "structure (no --source)"
-    head = (f"{r.directory}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
-            f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
-            f"({rate:.0f}M tokens/s)")
-    console.print(head, highlight=False, soft_wrap=True)
+    console.print(f"{r.directory}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+                  f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
+                  f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
     for n in r.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False, soft_wrap=True)
     if r.ok:
         console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
         return
-    t = Table(show_header=True, header_style="bold", title=f"{sum(r.counts.values()):,} problem(s)")
-    t.add_column("check")
-    t.add_column("where")
-    t.add_column("what broke", overflow="fold")
-    t.add_column("expected", overflow="fold")
-    t.add_column("found", overflow="fold")
     shown: dict = {}
     for p in r.problems:
         shown[p.check] = shown.get(p.check, 0) + 1
-        t.add_row(p.check, p.location(), p.message, "" if p.expected is None else str(p.expected),
-                  "" if p.found is None else str(p.found))
-    console.print(t)
+        ef = "" if p.expected is None and p.found is None else f" [dim](expected {p.expected}, found {p.found})[/]"
+        console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(p.location())}: {escape(p.message)}{ef}",
+                      highlight=False, soft_wrap=True)
     for check, n in sorted(r.counts.items()):
         if n > shown.get(check, 0):
             console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")
-    console.print("[bold red]FAILED[/]")
+    console.print(f"[bold red]FAILED[/]: {sum(r.counts.values()):,} problem(s) in "
+                  f"{len(r.counts)} check(s): {', '.join(sorted(r.counts))}", highlight=False, soft_wrap=True)
 
 
 # --- inspect -------------------------------------------------------------------------------
