@@ -24,6 +24,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from packtool.io.errors import PacktoolInputError
+from packtool.io.native_templates import NATIVE, Fallback
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
 _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -211,8 +212,10 @@ class Renderer:
 
     def __init__(self, template: ChatTemplate, special: dict[str, str]) -> None:
         self.template = template
-        self._jinja = _compile(template.text, BUILTIN.get(template.name) == template.text)
+        builtin = BUILTIN.get(template.name) == template.text
+        self._jinja = _compile(template.text, builtin)
         self._special = dict(special)
+        self._native = NATIVE[template.name] if builtin else None
 
     def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         return self._jinja.render(messages=messages, add_generation_prompt=add_generation_prompt,
@@ -220,6 +223,11 @@ class Renderer:
 
     def render(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
         """Raises jinja2.TemplateError (the caller names the row)."""
+        if self._native is not None:
+            try:
+                return self._native(messages, self._special)
+            except Fallback:
+                pass
         if self.template.has_generation:
             marked = self._render(messages)
             if marked.count(_OPEN) != marked.count(_CLOSE) or \
