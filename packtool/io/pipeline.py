@@ -196,11 +196,13 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
             skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
             bad_rows = (first_global + np.nonzero(bad)[0]).tolist()
             skipped["rows"] = (skipped["rows"] + bad_rows)[:100]
-        keep = ~bad
         src = first_global + np.arange(enc.lengths.size, dtype=np.int64)
-        tok_keep = np.repeat(keep, enc.lengths)
-        ids, mask, lens = enc.ids[tok_keep], enc.mask[tok_keep], enc.lengths[keep]
-        writer.add(ids, mask, lens, src[keep], fi)
+        ids, mask, lens = enc.ids, enc.mask, enc.lengths
+        if bad.any():
+            keep = ~bad
+            tok_keep = np.repeat(keep, enc.lengths)
+            ids, mask, lens, src = ids[tok_keep], mask[tok_keep], lens[keep], src[keep]
+        writer.add(ids, mask, lens, src, fi)
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
         totals["loss"] += int(mask.sum(dtype=np.int64))
