@@ -29,6 +29,7 @@ from packtool.align import Alignment  # noqa: E402
 from packtool.io.flat_tokens import FlatTokens  # noqa: E402
 from packtool.io.manifest import build_manifest, write_manifest  # noqa: E402
 from packtool.io.writer import write_shards  # noqa: E402
+from packtool.pack import _stats  # noqa: E402  (the manifest's stats block as pack writes it)
 from packtool.plan import PackingConfig, plan  # noqa: E402
 from packtool.report import plan_summary  # noqa: E402
 
@@ -68,13 +69,7 @@ def write_output(out: str, lengths, tokens: FlatTokens, align, packing) -> float
     os.makedirs(out, exist_ok=True)
     p = plan(lengths, align, packing)
     shards = write_shards(p, tokens, out, 0)
-    s = plan_summary(p)
-    pad = s.padding
-    stats = {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
-             "real_tokens": pad.real_tokens, "loss_tokens": sum(x.loss_tokens for x in shards),
-             "physical_tokens": pad.physical_tokens, "layout_pad": pad.layout_pad, "tail_pad": pad.tail_pad,
-             "fill_pad": pad.fill_pad, "slack": pad.slack, "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
-             "overflow": s.overflow.__dict__}
+    stats = _stats(plan_summary(p), sum(x.loss_tokens for x in shards))
     tok = {"path": "synthetic", "pad_id": 0, "vocab_size": VOCAB}
     write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": "bench", "files": []}))
     return time.perf_counter() - t0

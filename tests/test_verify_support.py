@@ -3,7 +3,6 @@ synthetic token rows, and surgical edits of a shard (re-signed, so that only the
 check under test can catch them). No tests here."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
@@ -15,6 +14,7 @@ from packtool.align import Alignment
 from packtool.io.flat_tokens import FlatTokens
 from packtool.io.manifest import build_manifest, write_manifest
 from packtool.io.writer import SCHEMA, file_sha256, write_shards
+from packtool.pack import _stats  # the manifest's stats block exactly as pack writes it
 from packtool.plan import PackingConfig, plan
 from packtool.report import plan_summary
 
@@ -50,19 +50,6 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
     tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB}
     write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": "synthetic", "files": []}))
     return out, src_dir
-
-
-def _stats(s, loss_tokens: int) -> dict:
-    # the manifest's stats block as packtool.pack writes it (kept here so these helpers do not
-    # need the tokenizer stack)
-    pad = s.padding
-    return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
-            "real_tokens": pad.real_tokens, "loss_tokens": loss_tokens,
-            "physical_tokens": pad.physical_tokens, "layout_pad": pad.layout_pad,
-            "tail_pad": pad.tail_pad, "fill_pad": pad.fill_pad, "slack": pad.slack,
-            "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
-            "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
-            "overflow": dataclasses.asdict(s.overflow)}
 
 
 def read_manifest(out: str) -> dict:
