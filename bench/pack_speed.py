@@ -263,8 +263,8 @@ def main() -> None:
         f"kernel here is single-threaded, so on an idle machine the two agree; this 2-core "
         f"machine was shared with other jobs (1-min load average {min(loads):.1f}.."
         f"{max(loads):.1f} during the run), which inflates wall time several-fold, so the "
-        f"targets are checked on CPU seconds. split s: `apply_overflow` alone (wall), not "
-        f"included. "
+        f"targets are checked on CPU seconds. vs axolotl: axolotl's CPU s over this "
+        f"row's. split s: `apply_overflow` alone (wall), not included. "
         "RSS growth: peak RSS during the call minus RSS just before it, per "
         "packed item, with glibc's mmap threshold fixed so freed heap cannot hide it" + ("" if exact else " (peak not resettable here: an upper bound)") +
         ". axolotl: `pack_group` from axolotl 0.19.0 as MultipackBatchSampler calls it "
