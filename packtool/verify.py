@@ -123,9 +123,13 @@ def _run(jobs: list[ShardJob], workers: int) -> list[ShardResult]:
         pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("forkserver"))
     try:
         return list(pool.map(check_shard, jobs))
-    except BrokenProcessPool:
+    except BrokenProcessPool as e:
+        # e.g. a caller's script without `if __name__ == "__main__":` (workers re-import it):
+        # the checks do not depend on the pool, so run them here rather than fail
         _POOLS.pop(workers, None)
-        raise
+        import warnings
+        warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
+        return [check_shard(j) for j in jobs]
 
 
 def _pieces(jobs: list[ShardJob], target: int) -> list[ShardJob]:
