@@ -109,3 +109,19 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
                    cache_dir=str(tmp_path / "c"), plan_shard_rows=64)
     assert res.plan.num_sequences == 200
     assert verify(str(tmp_path / "o")).ok
+
+
+def test_cli_engine_ray(tmp_path):
+    from typer.testing import CliRunner
+
+    from packtool.cli import app
+    out = tmp_path / "o"
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "--prompt-field", "question",
+                                 "--response-field", "answer", "-C", "1024", "-o", str(out),
+                                 "--cache-dir", str(tmp_path / "c"), "--engine", "ray", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["shards"] == 1
+    assert verify(str(out)).ok
+    bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
+                                   "--engine", "spark"])
+    assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output

@@ -111,9 +111,15 @@ def _get(box):
     return _GOT[key]
 
 
-def route_block(batch: pa.Table, routing_box: list) -> pa.Table:
-    """map_batches UDF: cache rows -> one output row per segment they feed."""
-    r: Routing = _get(routing_box)
+def split_routing(r: Routing, starts: np.ndarray) -> list[Routing]:
+    """The routing rows of each cache piece (pieces start at cache rows `starts`)."""
+    cut = np.searchsorted(r.row, np.append(starts[1:], np.iinfo(np.int64).max))
+    lo = np.concatenate(([0], cut[:-1]))
+    return [Routing(*(getattr(r, f)[a:b] for f in ("row", "off", "length", "shard", "pos")))
+            for a, b in zip(lo, cut)]
+
+
+def _route(batch: pa.Table, r: Routing) -> pa.Table:
     cache_row = batch.column("cache_row").to_numpy()
     lo = np.searchsorted(r.row, cache_row, side="left")
     cnt = np.searchsorted(r.row, cache_row, side="right") - lo
@@ -130,10 +136,21 @@ def route_block(batch: pa.Table, routing_box: list) -> pa.Table:
     idx = np.repeat(offs[row_local] + r.off[seg] - out_off[:-1], lens) + np.arange(int(out_off[-1]))
     o = pa.array(out_off.astype(np.int32))
     return pa.table({
-        "shard": pa.array(r.shard[seg]), "pos": pa.array(r.pos[seg]),
+        "shard": pa.array(r.shard[seg], pa.int32()), "pos": pa.array(r.pos[seg], pa.int64()),
         "ids": pa.ListArray.from_arrays(o, pa.array(ids.values.to_numpy()[idx], pa.int32())),
         "mask": pa.ListArray.from_arrays(o, pa.array(mask.values.to_numpy()[idx], pa.uint8())),
     })
+
+
+def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list) -> pa.Table:
+    """map_batches UDF: cache rows -> one output row per segment they feed. Each task fetches
+    only the routing slice of its own cache piece."""
+    piece = np.searchsorted(piece_starts, batch.column("cache_row").to_numpy(), side="right") - 1
+    us = np.unique(piece)
+    if us.size == 1:  # always, as read: one block per piece
+        return _route(batch, _get([routing_refs[int(us[0])]]))
+    return pa.concat_tables([_route(batch.filter(pa.array(piece == u)), _get([routing_refs[int(u)]]))
+                             for u in us])
 
 
 def _maybe_fail_once(k: int, d: str | None) -> None:
@@ -161,13 +178,13 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, path: str, group_token
                      os.path.getsize(path), file_sha256(path))
 
 
-def write_group(group: pa.Table, plan_box: list, ranges: list, out_dir: str, pad_id: int,
+def write_group(group: pa.Table, plan_refs: list, ranges: list, out_dir: str, pad_id: int,
                 group_tokens: int, fail_once_dir: str | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does."""
     k = int(group.column("shard")[0].as_py())
     _maybe_fail_once(k, fail_once_dir)
     s0, s1 = ranges[k]
-    sub = slice_plan(_get(plan_box), s0, s1)
+    sub = _get([plan_refs[k]])  # this shard's slice of the plan, put by the driver
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
     if not np.array_equal(group.column("pos").to_numpy(), np.arange(sub.seg_source.size)):
         raise RuntimeError(f"ray engine: shard {k} got {group.num_rows} segments, "
@@ -218,6 +235,7 @@ def cache_source(cache, groups_per_task: int = 8):
 
     src = TokenizedCacheSource()
     src.n_tasks = len(pieces)
+    src.piece_starts = np.asarray([p[2] for p in pieces], np.int64)
     return src
 
 
@@ -227,15 +245,17 @@ def write_slabs(plan: Plan, cache, out_dir: str, pad_id: int,
     import ray.data
 
     ranges = shard_ranges(plan, shard_tokens)
-    routing_box = [ray.put(build_routing(plan, ranges))]
-    plan_box = [ray.put(plan)]
     source = cache_source(cache)
+    # no task needs the whole plan: route tasks get their piece's routing rows, write tasks
+    # their shard's slabs (one object each, fetched by the node that runs the task)
+    routing_refs = [ray.put(r) for r in split_routing(build_routing(plan, ranges), source.piece_starts)]
+    plan_refs = [ray.put(slice_plan(plan, s0, s1)) for s0, s1 in ranges]
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
-                       fn_kwargs={"routing_box": routing_box})
+                       fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs})
           .groupby("shard")
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
-                      fn_kwargs={"plan_box": plan_box, "ranges": ranges, "out_dir": out_dir,
+                      fn_kwargs={"plan_refs": plan_refs, "ranges": ranges, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
                                  "fail_once_dir": os.environ.get(FAIL_ONCE_ENV)}))
     t = pa.concat_tables([b for b in ray.get(ds.to_arrow_refs()) if b.num_columns]).sort_by("shard")
