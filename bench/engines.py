@@ -76,6 +76,7 @@ def main() -> None:
         cores = os.cpu_count()
         rows = []
 
+        load = {"local": os.getloadavg()[0]}
         t = time.perf_counter()
         loc = pack(inputs, align, pk, cfg, output=os.path.join(tmp, "local"),
                    cache_dir=os.path.join(tmp, "c_local"))
@@ -89,6 +90,7 @@ def main() -> None:
         print(f"ray.init {t_init:.1f}s", flush=True)
         for name in ("ray (cold workers)", "ray (warm workers)"):
             out = os.path.join(tmp, name.split()[1][1:])
+            load[name] = os.getloadavg()[0]
             t = time.perf_counter()
             res = pack_ray(inputs, align, pk, cfg, output=out, cache_dir=os.path.join(tmp, "c_" + name[5:9]))
             rows.append((name, time.perf_counter() - t, res))
@@ -114,15 +116,16 @@ def main() -> None:
         "text rows), mistral-7b-v0.1 tokenizer + mistral chat template, tp=4 cp=2 sp blockwise "
         "FP8, C=8192, bfd `--overflow split`, 64M-token shards. Each run starts from an empty "
         "tokenized cache: seconds = tokenize + plan + write + manifest. Ray = a local Ray on "
-        f"this machine (`ray.init(num_cpus={cores})`); its start-up is not in the rows.",
+        f"this machine (`ray.init(num_cpus={cores})`); its start-up is not in the rows. The machine "
+        "is shared with other sessions: the load average before each run is listed.",
         "",
-        "| engine | seconds | tokens/s | tokenize s | write s | shards | same bytes as local |",
-        "|---|---|---|---|---|---|---|",
+        "| engine | seconds | tokens/s | tokenize s | write s | shards | same bytes as local | 1-min load before |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, secs, r in rows:
         lines.append(f"| {name} | {secs:.1f} | {n_tok / secs / 1e6:.2f}M | {r.tokenize_seconds:.1f} | "
                      f"{r.write_seconds:.1f} | {len(r.shards)} | "
-                     f"{'—' if name == 'local' else ('yes' if identical else 'NO')} |")
+                     f"{'—' if name == 'local' else ('yes' if identical else 'NO')} | {load[name]:.1f} |")
     lines += ["", f"`ray.init` (local, {cores} CPUs): {t_init:.1f} s, paid once per driver process.", ""]
     lines += ["Sharded planning on the same lengths (`plan_sharded`: pack each length shard, re-pack "
               "the items of bins under 98% full in one merge):", "",

@@ -115,7 +115,7 @@ def plan_sharded(lengths, alignment: Alignment, packing: PackingConfig | None = 
     new_id = np.empty(n_bins, np.int64)
     new_id[order_bins] = np.arange(n_bins)
     slab_of = new_id[bin_of]
-    seg_order = np.lexsort((np.arange(slab_of.size), slab_of))
+    seg_order = np.argsort(slab_of, kind="stable")  # within a slab: input order
     counts = np.bincount(slab_of, minlength=n_bins)
     slab_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     seg_len = segs.length[seg_order]
