@@ -6,7 +6,9 @@ tokenizers. "packtool" is the whole `tokenize_to_cache` call: read files, render
 encode, build loss masks, write the zstd Parquet cache (fresh cache dir, no reuse). "raw" is
 `Tokenizer.encode_batch(texts, add_special_tokens=False)` on exactly the texts packtool
 renders (pre-rendered, in memory, one call: its best case), on the same cores. Runs are
-interleaved and the median of --repeat is reported.
+interleaved; times are medians of --repeat, ratios the median of the per-pair ratios. Wall
+and CPU seconds (all threads) are both reported: on a shared machine CPU time is the
+steadier measure.
 
     .venv/bin/python bench/tokenize_speed.py [--data ../shared/data] [--repeat 3] [--json out.json]
 """
@@ -116,7 +118,10 @@ def main() -> None:
                 "template": template, "texts": len(texts), "rows": rows, "tokens": tokens,
                 "raw_tokens": raw_tokens, "raw_s": raw, "packtool_s": ours,
                 "raw_tok_per_s": raw_tokens / raw, "packtool_tok_per_s": tokens / ours,
-                "ratio": ours / raw, "raw_cpu_s": rawc, "packtool_cpu_s": oursc, "cpu_ratio": oursc / rawc,
+                # ratios of interleaved pairs (same load), then the median
+                "ratio": statistics.median(o / r for o, r in zip(ours_t, raw_t)),
+                "raw_cpu_s": rawc, "packtool_cpu_s": oursc,
+                "cpu_ratio": statistics.median(o / r for o, r in zip(ours_c, raw_c)),
                 "raw_runs": raw_t, "packtool_runs": ours_t, "raw_cpu_runs": raw_c, "packtool_cpu_runs": ours_c,
                 "loadavg_1min_end": os.getloadavg()[0]}
             print(json.dumps(results["tokenizers"][name]), flush=True)
