@@ -125,3 +125,32 @@ def test_cli_engine_ray(tmp_path):
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--engine", "spark"])
     assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output
+
+
+def test_json_arrays_and_parquet_pieces_match_local(tmp_path, monkeypatch):
+    """ShareGPT and Alpaca JSON arrays, and pre-tokenized Parquet read as several row-group
+    pieces (one read task each) in one run: the local bytes."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import ALPACA, SHAREGPT
+
+    from packtool.engines import ray_source
+    from packtool.io.readers import resolve_inputs
+    rng = np.random.default_rng(0)
+    lens = rng.integers(3, 700, 300)
+    ids = [rng.integers(5, 50000, n).astype(np.int32) for n in lens]
+    labels = [np.where(np.arange(n) < n // 2, -100, x) for n, x in zip(lens, ids)]
+    tok = str(tmp_path / "tok.parquet")
+    pq.write_table(pa.table({"input_ids": ids, "labels": labels}), tok, row_group_size=40)
+    monkeypatch.setattr(ray_source, "PARQUET_ROWS_PER_TASK", 100)  # 300 rows -> 3 pieces
+    assert len([p for p in ray_source.plan_pieces(resolve_inputs([tok]))]) == 3
+    inputs = [SHAREGPT, tok, ALPACA]
+    cfg = TokenizeConfig(tokenizer=GPT2, chat_template="chatml")
+    pk = PackingConfig("bfd", overflow="split", seed=5)
+    al = Alignment(tp=2, capacity=1024)
+    pack(inputs, al, pk, cfg, output=str(tmp_path / "l"), cache_dir=str(tmp_path / "c1"),
+         shard_tokens=50_000)
+    pack_ray(inputs, al, pk, cfg, output=str(tmp_path / "r"), cache_dir=str(tmp_path / "c2"),
+             shard_tokens=50_000)
+    _same_files(str(tmp_path / "l"), str(tmp_path / "r"))
