@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 _FILES = ("ids.i32", "mask.u8", "offsets.npy")
@@ -42,6 +43,12 @@ class FlatTokens:
         n = int(offsets[-1])
         ids = np.memmap(os.path.join(directory, "ids.i32"), np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
         mask = np.memmap(os.path.join(directory, "mask.u8"), np.uint8, "r", shape=(n,)) if n else np.zeros(0, np.uint8)
+        for a in (ids, mask):
+            # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
+            # which would map (and count in RSS) far more than the tokens copied
+            mm = getattr(a, "_mmap", None)
+            if mm is not None and hasattr(mmap, "MADV_RANDOM"):
+                mm.madvise(mmap.MADV_RANDOM)
         return cls(ids, mask, offsets)
 
 
@@ -54,15 +61,21 @@ def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
     os.makedirs(tmp, exist_ok=True)
     lengths = []
     with open(os.path.join(tmp, "ids.i32"), "wb") as fi, open(os.path.join(tmp, "mask.u8"), "wb") as fm:
+        pool = pa.default_memory_pool()
         for path in parquet_files:
             pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(columns=["input_ids", "loss_mask"], batch_size=4096):
-                ids, mask = batch.column(0), batch.column(1)
+            for g in range(pf.num_row_groups):  # one row group decoded at a time
+                batch = pf.read_row_group(g, columns=["input_ids", "loss_mask"]).combine_chunks()
+                if batch.num_rows == 0:
+                    continue
+                ids, mask = batch.column(0).chunk(0), batch.column(1).chunk(0)
                 offs = ids.offsets.to_numpy()
                 lengths.append(np.diff(offs))
                 ids.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].astype(np.int32, copy=False).tofile(fi)
                 mo = mask.offsets.to_numpy()
                 mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False).tofile(fm)
+                del batch, ids, mask
+                pool.release_unused()  # the allocator would otherwise keep every decoded group
     lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     np.save(os.path.join(tmp, "offsets.npy"), np.concatenate(([0], np.cumsum(lens))).astype(np.int64))
     if os.path.exists(directory):

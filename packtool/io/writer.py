@@ -20,6 +20,7 @@ from ..plan import Plan
 from .flat_tokens import FlatTokens
 
 SCHEMA_VERSION = 1
+GATHER_SEGMENTS = 32
 
 SCHEMA = pa.schema([
     ("input_ids", pa.list_(pa.int32())),
@@ -99,8 +100,14 @@ class SlabWriter:
         seg_slab = np.repeat(np.arange(b0, b1), np.diff(lay.seg_offsets[b0:b1 + 1]))
         real = self.real[lo:hi]
         dest = (self.slab_base[seg_slab] - base + lay.seg_start[lo:hi])[real]
-        _gather(self.tok.ids, self.tok.mask, self.tok.offsets, self.src[lo:hi][real],
-                self.off[lo:hi][real], lay.seg_len[lo:hi][real], dest, ids, mask)
+        src, off, ln = self.src[lo:hi][real], self.off[lo:hi][real], lay.seg_len[lo:hi][real]
+        # segments come from everywhere in the store; the kernel maps pages around each one,
+        # so the mapped pages are released every GATHER_SEGMENTS to keep RSS bounded
+        for k in range(0, src.size, GATHER_SEGMENTS):
+            sl = slice(k, k + GATHER_SEGMENTS)
+            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, src[sl], off[sl], ln[sl],
+                    dest[sl], ids, mask)
+            self.tok.release()
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)
@@ -163,7 +170,7 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                 batch = w.batch(s0 + g0, s0 + g1)
                 loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
                 pw.write_batch(batch, row_group_size=g1 - g0)
-                tokens.release()
+                pa.default_memory_pool().release_unused()
                 if on_rows:
                     on_rows(g1 - g0)
         os.replace(tmp, path)
