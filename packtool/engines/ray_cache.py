@@ -1,8 +1,13 @@
-"""The tokenized cache built on Ray: tokenized blocks stay in the object store, the driver
-collects only per-row lengths/flags (about 30 bytes a row), numbers rows exactly like the
-local engine, and each block is written as cache parts by `map_batches` with the local
-`CacheWriter` (same schema, row groups, compression). The result is an ordinary
-`TokenizedCache` under the same fingerprint, so either engine reuses what the other built.
+"""The tokenized cache built on Ray, in one pass over the data.
+
+Rows are numbered globally (source_index), so every file's row count is needed before a
+block can be written: Parquet/Arrow have it in their metadata, JSON files are counted first
+by Ray tasks running packtool's reader (parsing only, ~free next to tokenizing). Then
+read -> tokenize -> write is one fused Ray Data task per input piece: each tokenized block
+is written as cache parts by the local `CacheWriter` (same schema, row groups, compression),
+named by its first global row, and only per-row lengths/flags (~30 bytes a row) go back to
+the driver; tokens never enter the object store. The result is an ordinary `TokenizedCache`
+under the same fingerprint, so either engine reuses what the other built.
 """
 from __future__ import annotations
 
@@ -13,11 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import tokenizers
 
 from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWriter, TokenizedCache,
                                tokenizer_meta, write_cache_json)
 from packtool.io.errors import PacktoolInputError
+from packtool.io.readers import count_rows, iter_batches
 from packtool.io.tokenize import _sha256_file
 
 from .ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
@@ -27,8 +34,7 @@ _COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = 
             "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
             "source_file": "int32 index into inputs"}
 
-_PART_SCHEMA = pa.schema([("file", pa.string()), ("rows", pa.int64()), ("tokens", pa.int64()),
-                          ("first", pa.int64()), ("last", pa.int64())])
+_ROW_COLS = ["length", "loss", "fi", "file_row", "bad"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class RowTable:
 
 
 def collect_rows(ds, n_files: int) -> RowTable:
-    cols = {k: [] for k in ("length", "loss", "fi", "file_row", "bad")}
+    cols = {k: [] for k in _ROW_COLS}
     for b in ds.select_columns(list(cols)).iter_batches(batch_format="pyarrow", batch_size=None):
         for k in cols:
             cols[k].append(b.column(k).to_numpy())
@@ -62,10 +68,12 @@ def collect_rows(ds, n_files: int) -> RowTable:
 
 def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
     """map_batches UDF: one tokenized block (a run of consecutive rows of one file) -> cache
-    part files named by their first global row, so sorted names are read order."""
+    part files named by their first global row (sorted names = read order); returns the
+    block's per-row lengths and flags only."""
+    small = batch.select(_ROW_COLS)
     keep = batch.column("bad").to_numpy() == OK
     if not keep.any():
-        return _PART_SCHEMA.empty_table()
+        return small
     b = batch.filter(pa.array(keep))
     fi = b.column("fi").to_numpy()
     src = file_base[fi] + b.column("file_row").to_numpy()
@@ -83,15 +91,50 @@ def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
         a, e = int(offs[r0]), int(offs[r1])
         w.add(ids.values.to_numpy()[a:e].astype(np.int32), mask.values.to_numpy()[a:e].astype(np.uint8),
               lens[r0:r1], src[r0:r1], int(fi[0]))
-    rows = []
     for k, part in enumerate(w.close()):
         name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
         os.replace(os.path.join(stage, DATA_DIR, part["file"]), os.path.join(tmp, DATA_DIR, name))
-        rows.append((name, part["rows"], part["tokens"]))
     shutil.rmtree(stage, ignore_errors=True)
-    return pa.table({"file": [r[0] for r in rows], "rows": [r[1] for r in rows],
-                     "tokens": [r[2] for r in rows], "first": [int(src[0])] * len(rows),
-                     "last": [int(src[-1])] * len(rows)}, schema=_PART_SCHEMA)
+    return small
+
+
+def _count_udf(batch: pa.Table, job: TokenizeJob) -> pa.Table:
+    fis = batch.column("fi").to_pylist()
+    rows = [sum(b.num_rows for b in iter_batches(job.files[fi], job.cfg.batch_size,
+                                                  list(job.shapes[fi].columns))) for fi in fis]
+    return pa.table({"fi": pa.array(fis, pa.int64()), "rows": pa.array(rows, pa.int64())})
+
+
+def count_file_rows(job: TokenizeJob) -> np.ndarray:
+    """Rows per input file: from metadata where the format has it, else counted on Ray."""
+    import ray.data
+
+    counts = [count_rows(f) for f in job.files]
+    need = [i for i, c in enumerate(counts) if c is None]
+    if need:
+        ds = ray.data.from_items([{"fi": i} for i in need], override_num_blocks=len(need))
+        for b in ds.map_batches(_count_udf, batch_format="pyarrow", batch_size=1,
+                                fn_kwargs={"job": job}).iter_batches(batch_format="pyarrow", batch_size=None):
+            for fi, n in zip(b.column("fi").to_pylist(), b.column("rows").to_pylist()):
+                counts[fi] = n
+    return np.asarray(counts, np.int64)
+
+
+def _parts(tmp: str, rt: RowTable, keep: np.ndarray) -> list[dict]:
+    """cache.json's part list, from the part footers and the driver's per-row table."""
+    names = sorted(n for n in os.listdir(os.path.join(tmp, DATA_DIR)) if n.endswith(".parquet"))
+    rows = np.asarray([pq.ParquetFile(os.path.join(tmp, DATA_DIR, n)).metadata.num_rows for n in names],
+                      np.int64)
+    kept_src = np.flatnonzero(keep)
+    if rows.sum() != kept_src.size:
+        raise RuntimeError(f"ray engine: cache parts hold {int(rows.sum())} rows, expected {kept_src.size}")
+    start = np.concatenate(([0], np.cumsum(rows)))
+    first = np.asarray([int(n.split("-")[1]) for n in names], np.int64)
+    if names and not np.array_equal(kept_src[start[:-1]], first):
+        raise RuntimeError("ray engine: cache parts do not tile the rows; re-run")
+    cum = np.concatenate(([0], np.cumsum(rt.length[keep])))
+    return [{"file": n, "rows": int(r), "tokens": int(cum[e] - cum[a])}
+            for n, r, a, e in zip(names, rows, start[:-1], start[1:])]
 
 
 def _check_bad(rt: RowTable, job: TokenizeJob) -> dict:
@@ -114,24 +157,26 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
     tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-", dir=root)
     try:
         os.makedirs(os.path.join(tmp, DATA_DIR))
-        source = make_datasource(job)
-        tokenized = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
-                     .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
-                                  fn_kwargs={"job": job})
-                     .materialize())
-        rt = collect_rows(tokenized, len(job.files))
-        for fi in np.flatnonzero(np.diff(rt.file_base) == 0):
+        counts = count_file_rows(job)
+        for fi in np.flatnonzero(counts == 0):
             raise PacktoolInputError("empty dataset (no rows)", path=job.files[int(fi)].path)
+        file_base = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        source = make_datasource(job)
+        rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
+                .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
+                             fn_kwargs={"job": job})
+                .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
+                             fn_kwargs={"tmp": tmp, "file_base": file_base}))
+        rt = collect_rows(rows, len(job.files))
+        if not np.array_equal(rt.file_base, file_base):
+            fi = int(np.flatnonzero(np.diff(rt.file_base) != counts)[0])
+            raise RuntimeError(f"{job.files[fi].path}: read {int(np.diff(rt.file_base)[fi])} rows, "
+                               f"counted {int(counts[fi])} (file changed during the run?)")
         skipped = _check_bad(rt, job)
         keep = rt.bad == OK
         if not keep.any():
             raise PacktoolInputError("every row was skipped; nothing to tokenize")
-        parts = tokenized.map_batches(_write_part, batch_format="pyarrow", batch_size=None,
-                                      fn_kwargs={"tmp": tmp, "file_base": rt.file_base}).to_arrow_refs()
-        parts = pa.concat_tables([b for b in ray.get(parts) if b.num_columns]).sort_by([("first", "ascending"), ("file", "ascending")])
-        first, last = parts.column("first").to_numpy(), parts.column("last").to_numpy()
-        if (first[1:] <= last[:-1]).any():
-            raise RuntimeError("ray engine: cache parts overlap; re-run")
+        parts = _parts(tmp, rt, keep)
         sha = {}
         inputs_meta = []
         for fi, (f, shape) in enumerate(zip(job.files, job.shapes)):
@@ -146,8 +191,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),
             "template_text": job.template.text if job.template else None,
             "inputs": inputs_meta,
-            "parts": [{"file": n, "rows": int(r), "tokens": int(t)} for n, r, t in
-                      zip(*(parts.column(c).to_pylist() for c in ("file", "rows", "tokens")))],
+            "parts": parts,
             "num_rows": int(keep.sum()), "num_source_rows": int(rt.length.size),
             "num_tokens": int(rt.length[keep].sum()), "num_loss_tokens": int(rt.loss[keep].sum()),
             "skipped": skipped, "tokenizers_version": tokenizers.__version__,
