@@ -1,7 +1,7 @@
 """`packtool verify`: check a packed output against FORMAT.md and the alignment model.
 
 The manifest is read and checked first; then every shard is checked in a process pool
-(`verify_shard.check_shard`, bounded memory, one shard per task); last come the checks
+(`verify_shard.check_shard`, bounded memory, runs of row groups per task); last come the checks
 that need every shard: counts against the manifest, each source row exactly once (or as
 its overflow policy says), bounds, DP fields. With a source (the same inputs and
 tokenization as `pack`), every segment's tokens are compared with its source row.
@@ -93,9 +93,12 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     complete = len(base) == len(listed) and all(r.readable for r in results)
     if complete and results:
         _check_totals(man, align, policy, dp, results, log, source_dir, notes)
-    else:
+    elif not complete:
         notes.append("whole-output checks (counts, coverage, bounds, DP) skipped: a shard is "
                      "missing or unreadable")
+    elif (man.get("stats") or {}).get("slabs"):
+        log.add("manifest", f"manifest.json lists no shards but stats.slabs is {man['stats']['slabs']}",
+                expected=man["stats"]["slabs"], found=0)
     return _report(directory, log, notes, results, source_dir, t0)
 
 

@@ -423,3 +423,12 @@ def test_cli_with_source(packed):
     assert res.exit_code == 1
     d = json.loads(res.output)
     assert d["counts"] == {"source_tokens": 1} and d["problems"][0]["row"] == 0
+
+
+def test_manifest_that_lists_no_shards(packed):
+    out, _ = packed
+    man = read_manifest(out)
+    man["shards"] = []
+    save_manifest(out, man)
+    r = verify(out, workers=1)
+    assert {"manifest", "shard_extra"} <= checks(r) and "lists no shards" in messages(r, "manifest")
