@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 
@@ -123,14 +124,23 @@ def _temp_dir(output: str) -> str:
 
 
 def _swap_into_place(tmp: str, output: str) -> None:
-    """The old output stays whole until the new one is complete; then two renames."""
-    if os.path.exists(output):
-        old = tmp + ".old"
-        os.replace(output, old)
-        os.replace(tmp, output)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, output)
+    """The old output stays whole until the new one is complete; then two renames, with
+    SIGINT held back so that Ctrl-C cannot land between them and leave no output at all."""
+    import signal
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        if os.path.exists(output):
+            old = tmp + ".old"
+            os.replace(output, old)
+            os.replace(tmp, output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output)
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _stats(s: PlanSummary, loss_tokens: int) -> dict:
