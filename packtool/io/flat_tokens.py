@@ -24,18 +24,11 @@ class FlatTokens:
     ids: np.ndarray  # int32 memmap, all rows concatenated in source_index order
     mask: np.ndarray  # uint8 memmap
     offsets: np.ndarray  # int64[n_rows+1]
+    directory: str | None = None  # set when the arrays map files there (the writer preads)
 
     @property
     def num_rows(self) -> int:
         return self.offsets.size - 1
-
-    def release(self) -> None:
-        """Drop this process's resident pages of the mapped files (they stay in the page
-        cache): a shuffled write touches the whole store, and RSS should not grow with it."""
-        for a in (self.ids, self.mask):
-            mm = getattr(a, "_mmap", None)
-            if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
-                mm.madvise(mmap.MADV_DONTNEED)
 
     @classmethod
     def open(cls, directory: str) -> "FlatTokens":
@@ -49,7 +42,7 @@ class FlatTokens:
             mm = getattr(a, "_mmap", None)
             if mm is not None and hasattr(mmap, "MADV_RANDOM"):
                 mm.madvise(mmap.MADV_RANDOM)
-        return cls(ids, mask, offsets)
+        return cls(ids, mask, offsets, directory)
 
 
 def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:

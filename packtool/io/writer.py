@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 from ..layout import cp_local_cu_seqlens_padded, flat_cu
 from ..plan import Plan
 from .flat_tokens import FlatTokens
+from .pread_gather import gather_from_files
 
 SCHEMA_VERSION = 1
-GATHER_SEGMENTS = 32
 
 SCHEMA = pa.schema([
     ("input_ids", pa.list_(pa.int32())),
@@ -101,13 +101,10 @@ class SlabWriter:
         real = self.real[lo:hi]
         dest = (self.slab_base[seg_slab] - base + lay.seg_start[lo:hi])[real]
         src, off, ln = self.src[lo:hi][real], self.off[lo:hi][real], lay.seg_len[lo:hi][real]
-        # segments come from everywhere in the store; the kernel maps pages around each one,
-        # so the mapped pages are released every GATHER_SEGMENTS to keep RSS bounded
-        for k in range(0, src.size, GATHER_SEGMENTS):
-            sl = slice(k, k + GATHER_SEGMENTS)
-            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, src[sl], off[sl], ln[sl],
-                    dest[sl], ids, mask)
-            self.tok.release()
+        if self.tok.directory:  # file-backed store: read spans, map nothing
+            gather_from_files(self.tok.directory, self.tok.offsets, src, off, ln, dest, ids, mask)
+        else:
+            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, src, off, ln, dest, ids, mask)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)

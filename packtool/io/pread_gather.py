@@ -1,0 +1,54 @@
+"""Gather token spans from the flat store files with pread(2), straight into slab buffers.
+
+Shuffled slabs read short spans from everywhere in the store. Through a memory map, the
+kernel maps whole page-cache folios around every span (hundreds of KB each), and RSS grows
+with the store; releasing them costs a madvise per few segments. pread copies just the span
+from the page cache, so the process only ever holds its output buffers.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numba as nb
+import numpy as np
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_pread = _libc.pread
+_pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
+_pread.restype = ctypes.c_ssize_t
+
+
+# No cache=True: the compiled code embeds this process's address of libc's pread.
+@nb.njit(nogil=True)
+def _gather_pread(fd_ids, fd_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
+    """Copy each segment's ids and mask into its place; zero the mask on its first token.
+    Returns the index of the first segment that could not be read whole, or -1."""
+    bi = out_ids.ctypes.data
+    bm = out_mask.ctypes.data
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        n = length[i]
+        d = dest[i]
+        if _pread(fd_ids, bi + d * 4, n * 4, a * 4) != n * 4:
+            return i
+        if _pread(fd_mask, bm + d, n, a) != n:
+            return i
+        if n > 0:
+            out_mask[d] = 0
+    return -1
+
+
+def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+                      length: np.ndarray, dest: np.ndarray, out_ids: np.ndarray,
+                      out_mask: np.ndarray) -> None:
+    fi = os.open(os.path.join(directory, "ids.i32"), os.O_RDONLY)
+    fm = os.open(os.path.join(directory, "mask.u8"), os.O_RDONLY)
+    try:
+        bad = _gather_pread(fi, fm, tok_off, src, src_off, length, dest, out_ids, out_mask)
+    finally:
+        os.close(fi)
+        os.close(fm)
+    if bad >= 0:
+        raise OSError(f"{directory}: short read of source row {int(src[bad])}; the flat token "
+                      f"store is truncated: delete it (it is rebuilt from the cache)")
