@@ -141,20 +141,20 @@ def main() -> None:
         update_section("Ray engine", body + "\n\n" + OVERHEAD_NOTE)
 
 
-OVERHEAD_NOTE = """Where Ray's overhead goes (one node, 2 cores): `ray.init` starts the raylet, GCS and
-object store (once per driver process, above); each pack then pays Ray Data's start-up per
-dataset (worker processes importing packtool, numba and tokenizers), one copy of every token
-into the object store (tokenized blocks stay materialized until the driver has the lengths),
-a second pass over them to write the cache parts, and a shuffle that moves every token once
-more (route, then a sort-based groupby by shard) where the local engine gathers from a
-memory-mapped flat store. On this machine that is the write column: 18-23 s under Ray vs
-6 s local for 97M tokens (~3x), i.e. ~0.15 s per million tokens of extra data movement.
-Tokenizing costs the same code under both engines (two Ray worker processes vs the local
-pipeline's render thread + `encode_batch` on every core); with other sessions loading the
-two cores, the tokenize columns differ by less than the run-to-run noise (the two Ray rows
-are the same job). Ray pays off only when there are more cores than one machine has: the
-tokenize phase is split per file / per 64k Parquet rows over the cluster, and that phase is
-~90% of the time here. How this scales past one machine: docs/SCALING.md."""
+OVERHEAD_NOTE = """Where Ray's overhead goes (one node, 2 cores): `ray.init` (once per driver process,
+above); Ray Data's start-up per dataset (worker processes importing packtool, numba and
+tokenizers); a counting pass over JSON inputs (packtool's reader, parsing only: rows are
+numbered globally, so each file's row count is needed before its cache parts are written);
+and a shuffle that moves every token once through the object store (route, then a
+sort-based groupby by shard) where the local engine gathers from a memory-mapped flat store.
+On this machine that is the write column: 16-19 s under Ray vs 7 s local for 97M tokens,
+~0.1 s per million tokens of extra data movement. Tokenizing runs the same code under both
+engines (Ray: two worker processes, each reading, rendering and encoding; local: a render
+thread plus `encode_batch` on every core). Other sessions kept this machine's load at 3-9
+during the runs and the two Ray rows (the same job) differ by 30%, so the tokenize columns
+do not rank the engines. Ray pays off when there are more cores than one machine has: the
+tokenize phase, 85-95% of the time here, is split per file / per 64k Parquet rows over the
+cluster. How this scales past one machine: docs/SCALING.md."""
 
 if __name__ == "__main__":
     main()
