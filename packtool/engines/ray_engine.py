@@ -4,12 +4,13 @@ What runs where:
   driver   resolve inputs, detect shapes, fingerprint (packtool.io.pipeline), collect per-row
            lengths, plan (global `packtool.plan.plan`, or `plan_sharded`), write the manifest
            last and swap the output into place.
-  cluster  read + tokenize (Datasource + map_batches), write cache parts (map_batches),
-           route segment tokens to shards and write slab shards (a cache Datasource, map_batches,
-           groupby(shard).map_groups). Shard-write tasks are retried by Ray (max_retries).
+  cluster  count JSON rows, then read + tokenize + write cache parts in one fused task per
+           input piece (Datasource + map_batches), route segment tokens to shards and write
+           slab shards (a cache Datasource, map_batches, groupby(shard).map_groups).
+           Shard-write tasks are retried by Ray (max_retries).
 The output directory and the cache root must be visible to every node (a shared file
-system); a run that dies before the manifest leaves only the temporary directory, which
-never verifies and is removed on the next run.
+system); a run that dies before the manifest leaves at most the temporary directory beside
+the output, which has no manifest and so never verifies. See docs/SCALING.md.
 """
 from __future__ import annotations
 
