@@ -15,7 +15,6 @@ steadier measure.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform

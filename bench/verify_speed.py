@@ -29,7 +29,7 @@ from packtool.align import Alignment  # noqa: E402
 from packtool.io.flat_tokens import FlatTokens  # noqa: E402
 from packtool.io.manifest import build_manifest, write_manifest  # noqa: E402
 from packtool.io.writer import write_shards  # noqa: E402
-from packtool.pack import _stats  # noqa: E402  (the manifest's stats block as pack writes it)
+from packtool.pack import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
 from packtool.plan import PackingConfig, plan  # noqa: E402
 from packtool.report import plan_summary  # noqa: E402
 

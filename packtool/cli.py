@@ -93,7 +93,6 @@ def pack(
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from .config import TokenizeConfig
-    from .pack import pack as run_pack
     from .plan import PackingConfig
     from .report import print_plan_summary
     try:
@@ -109,6 +108,7 @@ def pack(
             from .engines import pack_ray as run_pack
             kw = dict(ray_address=ray_address)
         else:
+            from .pack import pack as run_pack
             kw = {}
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)

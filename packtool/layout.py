@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .align import Alignment, round_up
+from .align import Alignment
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -81,22 +82,31 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     tokens = flat_store_for(cache)
     if not np.array_equal(np.diff(tokens.offsets), lengths):
         raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
+    shards, loss = write_output(p, summary, cache, output, lambda tmp, pad_id: write_shards(
+        p, tokens, tmp, pad_id, shard_tokens=shard_tokens, on_rows=_progress_cb(progress, p.num_slabs)))
+    return PackResult(output, p, summary, shards, loss, cache.path, tokenize_seconds,
+                      time.perf_counter() - t1)
+
+
+def write_output(p: Plan, summary: PlanSummary, cache: TokenizedCache, output: str,
+                 write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
+    """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
+    directory, then the manifest goes last and the directory is swapped into place. On any
+    failure (Ctrl-C included) the temporary directory goes and `output` is untouched."""
     info = _plain(cache.tokenizer_info) or {}
     tmp = _temp_dir(output)
     try:
-        shards = write_shards(p, tokens, tmp, _pad_id(info), shard_tokens=shard_tokens,
-                              on_rows=_progress_cb(progress, p.num_slabs))
+        shards = write_fn(tmp, _pad_id(info))
         loss = sum(s.loss_tokens for s in shards)
         inp = {"fingerprint": cache.fingerprint,
                "files": [_plain(f) for f in cache.input_files],
                "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
-        write_manifest(tmp, build_manifest(p, shards, _stats(summary, loss), info, inp))
+        write_manifest(tmp, build_manifest(p, shards, manifest_stats(summary, loss), info, inp))
         _swap_into_place(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return PackResult(output, p, summary, shards, loss, cache.path, tokenize_seconds,
-                      time.perf_counter() - t1)
+    return shards, loss
 
 
 def _plain(x):
@@ -143,7 +153,8 @@ def _swap_into_place(tmp: str, output: str) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _stats(s: PlanSummary, loss_tokens: int) -> dict:
+def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
+    """The manifest's `stats` block."""
     pad = s.padding
     return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
             "real_tokens": pad.real_tokens, "loss_tokens": loss_tokens,

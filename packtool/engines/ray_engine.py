@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 
 from packtool.align import Alignment
 from packtool.config import TokenizeConfig
 from packtool.io.cache import TokenizedCache
 from packtool.io.errors import PacktoolInputError
-from packtool.io.manifest import build_manifest, write_manifest
 from packtool.io.pipeline import _fingerprint, _setup, default_cache_dir
-from packtool.pack import (PackResult, _pad_id, _plain, _stats, _swap_into_place, _temp_dir,
-                           check_output)
+from packtool.pack import PackResult, check_output, write_output
 from packtool.plan import PackingConfig, plan as make_plan
 from packtool.report import plan_summary
 
@@ -130,17 +127,6 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     from .ray_write import write_slabs
 
     t1 = time.perf_counter()
-    info = _plain(cache.tokenizer_info) or {}
-    tmp = _temp_dir(output)
-    try:
-        shards = write_slabs(p, cache, tmp, _pad_id(info), shard_tokens)
-        loss = sum(s.loss_tokens for s in shards)
-        # the manifest's input record, as pack.pack_cache writes it
-        inp = {"fingerprint": cache.fingerprint, "files": [_plain(f) for f in cache.input_files],
-               "tokenize": cache.meta.get("config")}
-        write_manifest(tmp, build_manifest(p, shards, _stats(summary, loss), info, inp))
-        _swap_into_place(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    shards, loss = write_output(p, summary, cache, output,
+                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens))
     return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)

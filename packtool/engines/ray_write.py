@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.io.flat_tokens import FlatTokens
-from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _chunks, _list, file_sha256
+from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _chunks, _list, write_shard_file
 from packtool.plan import Plan
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of
@@ -162,22 +162,6 @@ def _maybe_fail_once(k: int, d: str | None) -> None:
         os._exit(1)
 
 
-def write_shard_file(w: SlabWriter, slab_len: np.ndarray, path: str, group_tokens: int) -> ShardInfo:
-    """One shard file, written exactly as `writer.write_shards` writes each of its shards
-    (same Parquet options, same row groups); the engine tests compare the bytes."""
-    tmp = path + ".tmp"
-    loss = 0
-    with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
-                          use_dictionary=False) as pw:
-        for g0, g1 in _chunks(slab_len, group_tokens):
-            batch = w.batch(g0, g1)
-            loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
-            pw.write_batch(batch, row_group_size=g1 - g0)
-    os.replace(tmp, path)
-    return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
-                     os.path.getsize(path), file_sha256(path))
-
-
 def write_group(group: pa.Table, plan_refs: list, ranges: list, out_dir: str, pad_id: int,
                 group_tokens: int, fail_once_dir: str | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does."""
@@ -195,7 +179,7 @@ def write_group(group: pa.Table, plan_refs: list, ranges: list, out_dir: str, pa
                        np.ascontiguousarray(mask.values.to_numpy()[offs[0]:offs[-1]], np.uint8),
                        offs - offs[0])
     name = f"slabs-{k:05d}.parquet"
-    info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len,
+    info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
                             os.path.join(out_dir, name), group_tokens)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "sha256": [info.sha256]})

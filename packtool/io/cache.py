@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import NamedTuple
 
 import numba

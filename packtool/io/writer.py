@@ -153,27 +153,32 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  on_rows: Callable[[int], None] | None = None) -> list[ShardInfo]:
     """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards."""
     w = SlabWriter(plan, tokens, pad_id)
-    shards = []
-    for k, (s0, s1) in enumerate(_chunks(plan.layout.slab_len, shard_tokens)):
-        name = f"slabs-{k:05d}.parquet"
-        path = os.path.join(directory, name)
-        tmp = path + ".tmp"
-        loss = 0
-        # no dictionary pages: token ids have ~vocab distinct values and dictionary
-        # attempts cost more than they save; zstd does the compressing
-        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
-                              use_dictionary=False) as pw:
-            for g0, g1 in _chunks(plan.layout.slab_len[s0:s1], group_tokens):
-                batch = w.batch(s0 + g0, s0 + g1)
-                loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
-                pw.write_batch(batch, row_group_size=g1 - g0)
-                pa.default_memory_pool().release_unused()
-                if on_rows:
-                    on_rows(g1 - g0)
-        os.replace(tmp, path)
-        n_tok = int(plan.layout.slab_len[s0:s1].sum())
-        shards.append(ShardInfo(name, s1 - s0, n_tok, loss, os.path.getsize(path), file_sha256(path)))
-    return shards
+    return [write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
+                             os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens, on_rows)
+            for k, (s0, s1) in enumerate(_chunks(plan.layout.slab_len, shard_tokens))]
+
+
+def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
+                     group_tokens: int, on_rows: Callable[[int], None] | None = None) -> ShardInfo:
+    """Slabs [first, first + len(slab_len)) of the writer's plan as one shard file, row group
+    by row group, under a temporary name renamed when complete. Every engine writes shards
+    through here, so their bytes agree."""
+    tmp = path + ".tmp"
+    loss = 0
+    # no dictionary pages: token ids have ~vocab distinct values and dictionary
+    # attempts cost more than they save; zstd does the compressing
+    with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
+                          use_dictionary=False) as pw:
+        for g0, g1 in _chunks(slab_len, group_tokens):
+            batch = w.batch(first + g0, first + g1)
+            loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
+            pw.write_batch(batch, row_group_size=g1 - g0)
+            pa.default_memory_pool().release_unused()
+            if on_rows:
+                on_rows(g1 - g0)
+    os.replace(tmp, path)
+    return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
+                     os.path.getsize(path), file_sha256(path))
 
 
 def file_sha256(path: str) -> str:

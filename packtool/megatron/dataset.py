@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import numpy as np
 
 from ..align import Alignment
 from .batching import StepPlan, merge_slabs, plan_epoch
