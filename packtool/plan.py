@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -130,6 +131,14 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str) -> tuple[
 def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) -> Plan:
     """Place sequences of the given token lengths into slabs. See DESIGN sections 2-3."""
     packing = packing or PackingConfig()
+    return plan_with(lengths, alignment, packing,
+                     lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
+
+
+def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
+              pack_fn: Callable[[np.ndarray], np.ndarray]) -> Plan:
+    """`plan`, with the placement of the footprints that fit given by `pack_fn(footprints)
+    -> bin id per item` (sharded planning passes its own); everything else is shared."""
     t0 = time.perf_counter()
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     segs, ovf = apply_overflow(lengths, alignment, packing.overflow)
@@ -138,7 +147,7 @@ def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) ->
     bin_of = np.empty(segs.length.size, np.int64)
     n_packed = 0
     if fits.any():
-        bin_of[fits] = pack_items(fp[fits], alignment.usable, packing.algorithm)
+        bin_of[fits] = pack_fn(fp[fits])
         n_packed = int(bin_of[fits].max()) + 1
     bin_of[~fits] = n_packed + np.arange(int((~fits).sum()))
     n_bins = int(bin_of.max()) + 1 if bin_of.size else 0

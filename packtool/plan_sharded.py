@@ -12,16 +12,14 @@ The result is an ordinary `Plan` (DP assignment, seeded slab order and layout as
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 
 from .align import Alignment
-from .layout import compute_layout
-from .packers import assign_dp, pack_items
-from .plan import PackingConfig, Plan, _slab_order, apply_overflow
+from .packers import pack_items
+from .plan import PackingConfig, Plan, plan_with
 
 
 @dataclass(frozen=True)
@@ -88,51 +86,17 @@ def plan_sharded(lengths, alignment: Alignment, packing: PackingConfig | None = 
     if shard_rows < 1:
         raise ValueError(f"shard_rows must be >= 1, got {shard_rows}")
     map_fn = map_fn or (lambda f, args: [f(*a) for a in args])
-    t0 = time.perf_counter()
-    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    segs, ovf = apply_overflow(lengths, alignment, packing.overflow)
-    fp = alignment.seq_footprint(segs.length)
-    fits = ~segs.singleton
-    bin_of = np.empty(segs.length.size, np.int64)
-    fit_bins, stats = _pack_fitting(fp[fits], alignment.usable, packing.algorithm, shard_rows,
-                                    underfull, map_fn)
-    bin_of[fits] = fit_bins
-    n_packed = int(fit_bins.max()) + 1 if fit_bins.size else 0
-    bin_of[~fits] = n_packed + np.arange(int((~fits).sum()))
-    # from here on exactly plan.plan after its pack_items call (tests compare with one shard)
-    n_bins = int(bin_of.max()) + 1 if bin_of.size else 0
-    packed_bins = n_bins
-    rank = np.zeros(n_bins, np.int32)
-    step = np.arange(n_bins, dtype=np.int32)
-    imbalance, moved = 0.0, 0
-    if packing.dp > 1:
-        cap = max(alignment.usable, int(fp.max()))
-        dpa = assign_dp(bin_of, fp, segs.length, cap, packing.dp)
-        bin_of, rank, step = dpa.bin_of_item, dpa.rank, dpa.step
-        imbalance, moved = float(dpa.imbalance), int(dpa.moved_items)
-        n_bins = rank.size
-    order_bins = _slab_order(rank, step, packing.seed, packing.dp > 1)
-    new_id = np.empty(n_bins, np.int64)
-    new_id[order_bins] = np.arange(n_bins)
-    slab_of = new_id[bin_of]
-    seg_order = np.argsort(slab_of, kind="stable")  # within a slab: input order
-    counts = np.bincount(slab_of, minlength=n_bins)
-    slab_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    seg_len = segs.length[seg_order]
-    single = np.zeros(n_bins, bool)
-    single[slab_of[~fits]] = True
-    steps_sorted = step[order_bins]
-    if packing.dp > 1:
-        steps_sorted = np.cumsum(np.concatenate(([0], np.diff(steps_sorted) != 0)))
-    lay = compute_layout(seg_len, slab_offsets, alignment)
-    lb = alignment.lower_bound(segs.length)
-    p = Plan(
-        alignment=alignment, packing=packing, num_sequences=int(lengths.size),
-        seg_source=segs.source[seg_order], seg_offset=segs.offset[seg_order], seg_len=seg_len,
-        seg_chunk=segs.chunk[seg_order], slab_offsets=slab_offsets, singleton=single,
-        slab_index=order_bins.astype(np.int64), dp_rank=rank[order_bins].astype(np.int32),
-        step=np.asarray(steps_sorted, np.int32), microbatch=np.zeros(n_bins, np.int32),
-        layout=lay, overflow=ovf, lower_bound=lb,
-        l2_bound=alignment.l2_bound(segs.length), dp_imbalance=imbalance, dp_moved=moved,
-        seconds=time.perf_counter() - t0)
+    out: dict = {}
+
+    def pack_fn(fp: np.ndarray) -> np.ndarray:
+        fit_bins, out["stats"] = _pack_fitting(fp, alignment.usable, packing.algorithm,
+                                               shard_rows, underfull, map_fn)
+        out["bins"] = int(fit_bins.max()) + 1 if fit_bins.size else 0
+        return fit_bins
+
+    p = plan_with(lengths, alignment, packing, pack_fn)
+    stats = out.get("stats") or _pack_fitting(np.zeros(0, np.int64), alignment.usable,
+                                              packing.algorithm, shard_rows, underfull, map_fn)[1]
+    packed_bins = out.get("bins", 0) + int(p.singleton.sum())  # before any DP adjustment
+    lb = p.lower_bound
     return ShardedPlan(plan=p, lower_bound=lb, extra_bins=packed_bins - lb, **stats)
