@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Annotated, Optional
 
@@ -26,6 +25,17 @@ Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint o
 Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+# Tokenization flags, shared by `pack` and `verify --source`.
+Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
+ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
+Shape = Annotated[Optional[str], typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields (default auto).")]
+PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
+ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
+TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
+AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
+AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
+OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted; default error).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")]
 
 
 def _fail(e: Exception, code: int = 2) -> None:
@@ -70,19 +80,14 @@ def plan(
 @app.command()
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")] = None,
-    chat_template: Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|FILE.jinja (default: the folder's).")] = None,
-    shape: Annotated[str, typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields.")] = "auto",
-    prompt_field: Annotated[Optional[str], typer.Option("--prompt-field")] = None,
-    response_field: Annotated[Optional[str], typer.Option("--response-field")] = None,
-    text_field: Annotated[Optional[str], typer.Option("--text-field")] = None,
-    add_bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")] = None,
-    add_eos: Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")] = None,
-    on_empty: Annotated[str, typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted).")] = "error",
+    tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
+    prompt_field: PromptField = None, response_field: ResponseField = None,
+    text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
+    on_empty: OnEmpty = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output (only once the new one is complete).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Tokenize (cached) and print the plan; write nothing.")] = False,
-    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")] = None,
+    cache_dir: CacheDir = None,
     max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
@@ -98,10 +103,10 @@ def pack(
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
-        tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template, shape=shape,
-                             prompt_field=prompt_field, response_field=response_field,
-                             text_field=text_field, add_bos=add_bos, add_eos=add_eos,
-                             on_empty=on_empty)
+        tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template,
+                             shape=shape or "auto", prompt_field=prompt_field,
+                             response_field=response_field, text_field=text_field,
+                             add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine must be local or ray, got {engine!r}")
         if engine == "ray":
@@ -175,38 +180,26 @@ def inspect(
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (manifest.json + slabs-*.parquet).")],
     source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
-    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (default: the manifest's).")] = None,
-    chat_template: Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|FILE.jinja (default: the manifest's).")] = None,
-    shape: Annotated[str, typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields.")] = "auto",
-    prompt_field: Annotated[Optional[str], typer.Option("--prompt-field")] = None,
-    response_field: Annotated[Optional[str], typer.Option("--response-field")] = None,
-    text_field: Annotated[Optional[str], typer.Option("--text-field")] = None,
-    add_bos: Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")] = None,
-    add_eos: Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")] = None,
-    on_empty: Annotated[str, typer.Option("--on-empty", help="Empty or all-masked rows: error|skip.")] = "error",
-    cache_dir: Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")] = None,
+    tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
+    prompt_field: PromptField = None, response_field: ResponseField = None,
+    text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
+    on_empty: OnEmpty = None, cache_dir: CacheDir = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
     max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
     json_out: JsonOut = False,
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from .report import print_verify_report
-    from .verify import source_store, verify as run_verify
+    from .verify import source_store, source_tokenize_config, verify as run_verify
     flat = fingerprint = None
     try:
         if source:
-            from .config import TokenizeConfig
             from .io.manifest import read_manifest
-            tok_info = read_manifest(directory).get("tokenizer") or {}
-            if tokenizer is None and tok_info.get("path"):  # default: what pack recorded
-                tokenizer = tok_info["path"]
-                if chat_template is None and tok_info.get("chat_template") == "tokenizer_config.json":
-                    tokenizer = os.path.dirname(tokenizer)  # the folder's own template
-                elif chat_template is None:
-                    chat_template = tok_info.get("chat_template")
-            tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template,
-                                 shape=shape, prompt_field=prompt_field, response_field=response_field,
-                                 text_field=text_field, add_bos=add_bos, add_eos=add_eos, on_empty=on_empty)
+            tok = source_tokenize_config(read_manifest(directory), tokenizer=tokenizer,
+                                         chat_template=chat_template, shape=shape,
+                                         prompt_field=prompt_field, response_field=response_field,
+                                         text_field=text_field, add_bos=add_bos, add_eos=add_eos,
+                                         on_empty=on_empty)
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
                             source_fingerprint=fingerprint)

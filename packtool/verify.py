@@ -242,6 +242,25 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     check_dp(slabs, dp, log)
 
 
+def source_tokenize_config(manifest: dict, **flags):
+    """The tokenization `pack` recorded in the manifest, with the flags given winning (None =
+    not given). Older manifests without the record fall back to their tokenizer identity."""
+    from dataclasses import fields
+
+    from .config import TokenizeConfig
+    base = dict((manifest.get("input") or {}).get("tokenize") or {})
+    if not base:
+        info = manifest.get("tokenizer") or {}
+        base["tokenizer"] = info.get("path")
+        if info.get("chat_template") == "tokenizer_config.json" and info.get("path"):
+            base["tokenizer"] = os.path.dirname(info["path"])  # the folder's own template
+        else:
+            base["chat_template"] = info.get("chat_template")
+    base.update({k: v for k, v in flags.items() if v is not None})
+    names = {f.name for f in fields(TokenizeConfig)}
+    return TokenizeConfig(**{k: v for k, v in base.items() if k in names})
+
+
 def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
                  progress: bool = False) -> tuple[str, str]:
     """Tokenize the source exactly as `pack` does (through the same cache) and return the
