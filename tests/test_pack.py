@@ -249,3 +249,18 @@ def test_format_md_reader_example_runs(tmp_path):
         assert int(n) == idx.size
         assert int(loss) == int(np.asarray(row["loss_mask"])[idx].sum())
         assert json.loads(cu_local) == (cup // 2).tolist()
+
+
+def test_verify_source_reuses_the_recorded_tokenization(tmp_path):
+    """`verify --source` with no tokenization flags re-tokenizes as the manifest recorded."""
+    out = str(tmp_path / "out")
+    pack([GSM8K, TASKMASTER], Alignment(cp=2, capacity=2048), PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral", prompt_field="question",
+                        response_field="answer"), output=out, cache_dir=str(tmp_path / "c"))
+    r = runner.invoke(app, ["verify", out, "--source", GSM8K, "--source", TASKMASTER,
+                            "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert r.exit_code == 0, r.output
+    # a different template is a different tokenization: every chat row then differs
+    r = runner.invoke(app, ["verify", out, "--source", GSM8K, "--source", TASKMASTER,
+                            "--chat-template", "chatml", "--cache-dir", str(tmp_path / "c"), "--json"])
+    assert r.exit_code == 1, r.output
