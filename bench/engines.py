@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-DATA = "/work/shared/data"
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
 FILES = ["gsm8k/train.jsonl", "gsm8k/test.jsonl", "gpteacher/codegen-instruct.json",
          "gpteacher/roleplay-simple-deduped-roleplay-instruct.json",
          "gpteacher/toolformer-dedupe-only-dataset.json", "taskmaster4/tm4_coffee_dialogs_chat.jsonl.gz",
