@@ -39,8 +39,16 @@ def _lengths(n: int) -> np.ndarray:
 
 
 def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    """RSS of this process and every child (the writer's worker processes count too)."""
+    import psutil
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for c in me.children(recursive=True):
+        try:
+            total += c.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
 
 
 class Peak:
@@ -190,9 +198,10 @@ def _write(rows: list[dict]) -> None:
         "`datasets` table of the same rows (TRL truncates sequences over C; its bound is over "
         "the truncated lengths), as SFTTrainer runs it (1,000-row map windows) and over the "
         "whole dataset at once; its output stays an Arrow table (no Parquet write). Each row is "
-        "a fresh process; RSS growth = peak RSS (sampled every 5 ms) minus RSS just before the "
-        "call. packtool reads the token spans of each row group with pread from its flat "
-        "store, so no page of the store is mapped into the process.",
+        "a fresh process; RSS growth = peak RSS of the process and all its children (packtool's "
+        "shard-writer processes, one per core, included), sampled every 5 ms, minus RSS just "
+        "before the call. packtool reads the token spans of each row group with pread from "
+        "its flat store, so no page of the store is mapped into any process.",
         "", *lines])
     update_section("Pack end to end (from the tokenized cache)", body)
     print(body)

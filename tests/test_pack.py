@@ -264,3 +264,18 @@ def test_verify_source_reuses_the_recorded_tokenization(tmp_path):
     r = runner.invoke(app, ["verify", out, "--source", GSM8K, "--source", TASKMASTER,
                             "--chat-template", "chatml", "--cache-dir", str(tmp_path / "c"), "--json"])
     assert r.exit_code == 1, r.output
+
+
+def test_parallel_shard_writers_give_the_sequential_bytes(tmp_path, monkeypatch):
+    import packtool.io.writer as writer
+    cfg = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral")
+    outs = []
+    for k, cores in enumerate((2, 1)):
+        monkeypatch.setattr(writer.os, "cpu_count", lambda c=cores: c)
+        out = str(tmp_path / f"o{k}")
+        res = pack([TASKMASTER], Alignment(cp=2, capacity=2048), PackingConfig(seed=3), cfg,
+                   output=out, cache_dir=str(tmp_path / "c"), shard_tokens=20_000)
+        assert len(res.shards) > 2
+        outs.append(out)
+    for f in sorted(os.listdir(outs[0])):
+        assert open(os.path.join(outs[0], f), "rb").read() == open(os.path.join(outs[1], f), "rb").read(), f

@@ -152,10 +152,45 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  shard_tokens: int = 64 << 20, group_tokens: int = 1 << 20,
                  on_rows: Callable[[int], None] | None = None) -> list[ShardInfo]:
     """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards."""
+    ranges = _chunks(plan.layout.slab_len, shard_tokens)
+    jobs = [(k, s0, s1, os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens)
+            for k, (s0, s1) in enumerate(ranges)]
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers > 1 and tokens.directory:  # shards are independent: one process per core
+        return _write_parallel(plan, tokens.directory, pad_id, jobs, workers, on_rows)
     w = SlabWriter(plan, tokens, pad_id)
-    return [write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
-                             os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens, on_rows)
-            for k, (s0, s1) in enumerate(_chunks(plan.layout.slab_len, shard_tokens))]
+    return [write_shard_file(w, plan.layout.slab_len[s0:s1], s0, path, g, on_rows)
+            for _, s0, s1, path, g in jobs]
+
+
+_WORKER: SlabWriter | None = None
+
+
+def _init_worker(plan: Plan, directory: str, pad_id: int) -> None:
+    global _WORKER
+    _WORKER = SlabWriter(plan, FlatTokens.open(directory), pad_id)
+
+
+def _write_job(job) -> ShardInfo:
+    _, s0, s1, path, group_tokens = job
+    return write_shard_file(_WORKER, _WORKER.p.layout.slab_len[s0:s1], s0, path, group_tokens)
+
+
+def _write_parallel(plan: Plan, directory: str, pad_id: int, jobs: list, workers: int,
+                    on_rows: Callable[[int], None] | None) -> list[ShardInfo]:
+    """Each worker gets the plan once; a shard is written whole by one worker, so the bytes
+    are those of the sequential path."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    out: list[ShardInfo] = []
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver"),
+                             initializer=_init_worker, initargs=(plan, directory, pad_id)) as ex:
+        for info in ex.map(_write_job, jobs):
+            out.append(info)
+            if on_rows:
+                on_rows(info.rows)
+    return out
 
 
 def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
