@@ -108,10 +108,11 @@ def run_packtool(n: int, work: str) -> dict:
     align, cfg = Alignment(capacity=C), PackingConfig("bfd", overflow="split")
     pack_cache(cache, align, cfg, out + "_warm", overwrite=True, dry_run=True)  # JIT warm-up
     rows = []
-    for label in ("first pack: builds the flat store", "re-pack: flat store exists"):
+    for workers, label in ((None, "first pack: builds the flat store"), (None, "re-pack: flat store exists"),
+                           (1, "re-pack, --workers 1")):
         t0 = time.perf_counter()
         with Peak() as pk:
-            res = pack_cache(cache, align, cfg, out, overwrite=True)
+            res = pack_cache(cache, align, cfg, out, overwrite=True, workers=workers)
         sec = time.perf_counter() - t0
         rows.append(dict(engine=f"packtool bfd ({label})", n=n, seconds=sec,
                          tokens=res.summary.padding.real_tokens, rss_growth=pk.growth,

@@ -93,6 +93,7 @@ def pack(
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer processes (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
 ) -> None:
@@ -114,7 +115,7 @@ def pack(
             kw = dict(ray_address=ray_address)
         else:
             from .pack import pack as run_pack
-            kw = {}
+            kw = dict(workers=workers)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)
     except (ValueError, OSError) as e:

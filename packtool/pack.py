@@ -44,7 +44,8 @@ class PackResult:
 def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
          tokenize: TokenizeConfig | None = None, output: str | None = None,
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
-         progress: bool = False, shard_tokens: int = 64 << 20) -> PackResult:
+         progress: bool = False, shard_tokens: int = 64 << 20,
+         workers: int | None = None) -> PackResult:
     """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
     if tokenize is None:
         raise ValueError("a TokenizeConfig is needed (--tokenizer)")
@@ -53,7 +54,7 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
     cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
     return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
                       progress=progress, shard_tokens=shard_tokens,
-                      tokenize_seconds=time.perf_counter() - t0)
+                      tokenize_seconds=time.perf_counter() - t0, workers=workers)
 
 
 def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
@@ -69,8 +70,9 @@ def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
 def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig | None = None,
                output: str | None = None, overwrite: bool = False, dry_run: bool = False,
                progress: bool = False, shard_tokens: int = 64 << 20,
-               tokenize_seconds: float = 0.0) -> PackResult:
-    """Plan a tokenized cache's rows and write the slabs + manifest to `output`."""
+               tokenize_seconds: float = 0.0, workers: int | None = None) -> PackResult:
+    """Plan a tokenized cache's rows and write the slabs + manifest to `output`; shards are
+    written by up to `workers` processes (default: one per core)."""
     packing = packing or PackingConfig()
     check_output(output, overwrite, dry_run)
     lengths = cache.lengths()
@@ -83,7 +85,8 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     if not np.array_equal(np.diff(tokens.offsets), lengths):
         raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
     shards, loss = write_output(p, summary, cache, output, lambda tmp, pad_id: write_shards(
-        p, tokens, tmp, pad_id, shard_tokens=shard_tokens, on_rows=_progress_cb(progress, p.num_slabs)))
+        p, tokens, tmp, pad_id, shard_tokens=shard_tokens, on_rows=_progress_cb(progress, p.num_slabs),
+        workers=workers))
     return PackResult(output, p, summary, shards, loss, cache.path, tokenize_seconds,
                       time.perf_counter() - t1)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Callable
 
@@ -150,14 +152,21 @@ def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  shard_tokens: int = 64 << 20, group_tokens: int = 1 << 20,
-                 on_rows: Callable[[int], None] | None = None) -> list[ShardInfo]:
-    """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards."""
+                 on_rows: Callable[[int], None] | None = None,
+                 workers: int | None = None) -> list[ShardInfo]:
+    """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards, by up to
+    `workers` processes (default: one per core; each holds the plan and its own buffers)."""
     ranges = _chunks(plan.layout.slab_len, shard_tokens)
     jobs = [(k, s0, s1, os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens)
             for k, (s0, s1) in enumerate(ranges)]
-    workers = min(len(jobs), os.cpu_count() or 1)
+    workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers > 1 and tokens.directory:  # shards are independent: one process per core
-        return _write_parallel(plan, tokens.directory, pad_id, jobs, workers, on_rows)
+        try:
+            return _write_parallel(plan, tokens.directory, pad_id, jobs, workers, on_rows)
+        except BrokenProcessPool:
+            # e.g. a caller's script without an `if __name__ == "__main__":` guard: the
+            # workers cannot start, so write here instead (same bytes, one core)
+            warnings.warn("packtool: shard writer processes could not start; writing in one process")
     w = SlabWriter(plan, tokens, pad_id)
     return [write_shard_file(w, plan.layout.slab_len[s0:s1], s0, path, g, on_rows)
             for _, s0, s1, path, g in jobs]
