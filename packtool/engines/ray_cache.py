@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import tokenizers
 
 from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWriter, TokenizedCache,
-                               tokenizer_meta, write_cache_json)
+                               tokenizer_meta, publish_cache)
 from packtool.io.errors import PacktoolInputError
 from packtool.io.readers import count_rows, iter_batches
 from packtool.io.tokenize import _sha256_file
@@ -197,14 +197,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
             "skipped": skipped, "tokenizers_version": tokenizers.__version__,
             "fingerprint": fingerprint,
         }
-        write_cache_json(tmp, meta)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another run finished the same cache first: use theirs
-            if not os.path.exists(os.path.join(final, "cache.json")):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        return publish_cache(tmp, final, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return TokenizedCache(final)

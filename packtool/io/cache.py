@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import OrderedDict
 from dataclasses import asdict
 from typing import NamedTuple
@@ -240,3 +241,17 @@ def write_cache_json(directory: str, meta: dict) -> None:
 
 def tokenizer_meta(info: TokenizerInfo | None) -> dict | None:
     return asdict(info) if info is not None else None
+
+
+def publish_cache(tmp: str, final: str, meta: dict) -> "TokenizedCache":
+    """Finish a cache built in `tmp`: cache.json, then one rename to `final`. If another run
+    finished the same cache (same fingerprint) first, theirs is kept and ours dropped."""
+    write_cache_json(tmp, meta)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.exists(os.path.join(final, "cache.json")):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TokenizedCache(final)
+

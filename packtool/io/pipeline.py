@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from packtool.config import TokenizeConfig
 from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, CacheWriter, TokenizedCache,
-                               tokenizer_meta, write_cache_json)
+                               tokenizer_meta, publish_cache)
 from packtool.io.errors import PacktoolInputError
 from packtool.io.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.io.shapes import Shape, detect_shape, render_batch
@@ -156,17 +156,10 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
     try:
         meta = _build(files, shapes, loaded, template, cfg, tmp, progress)
         meta["fingerprint"] = fp
-        write_cache_json(tmp, meta)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished the same cache first: use theirs
-            if not os.path.exists(os.path.join(final, "cache.json")):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        return publish_cache(tmp, final, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return TokenizedCache(final)
 
 
 def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
