@@ -7,13 +7,14 @@ from `layout.compute_layout` on the rows' own `seq_lens`: the same code the pack
 """
 from __future__ import annotations
 
-import hashlib
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .io.checksum import sha256_file
 from .align import Alignment
 from .layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
 from .verify_problems import ProblemLog, first_of, segment_problems
@@ -70,18 +71,8 @@ def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return vals, off - off[0]
 
 
-def sha256_file(path: str) -> tuple[str, int]:
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-            n += len(block)
-    return h.hexdigest(), n
-
-
 def check_shard(job: ShardJob) -> ShardResult:
-    digest, size = sha256_file(job.path) if job.hash_file else ("", 0)
+    digest, size = (sha256_file(job.path), os.path.getsize(job.path)) if job.hash_file else ("", 0)
     res = ShardResult(job.name, digest, size, log=ProblemLog(job.max_problems))
     log = res.log
     try:

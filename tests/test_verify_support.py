@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 from packtool.align import Alignment
 from packtool.io.flat_tokens import FlatTokens
 from packtool.io.manifest import build_manifest, write_manifest
-from packtool.io.writer import SCHEMA, file_sha256, write_shards
+from packtool.io.checksum import sha256_file as file_sha256
+from packtool.io.writer import SCHEMA, write_shards
 from packtool.pack import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.plan import PackingConfig, plan
 from packtool.report import plan_summary

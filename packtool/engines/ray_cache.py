@@ -25,7 +25,7 @@ from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWrite
                                tokenizer_meta, publish_cache)
 from packtool.io.errors import PacktoolInputError
 from packtool.io.readers import count_rows, iter_batches
-from packtool.io.tokenize import _sha256_file
+from packtool.io.checksum import sha256_file
 
 from .ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 
@@ -181,7 +181,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
         inputs_meta = []
         for fi, (f, shape) in enumerate(zip(job.files, job.shapes)):
             if f.path not in sha:
-                sha[f.path] = _sha256_file(f.path)
+                sha[f.path] = sha256_file(f.path)
             inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path), "sha256": sha[f.path],
                                 "mtime_ns": os.stat(f.path).st_mtime_ns, "format": f.kind,
                                 "shape": shape.kind, "columns": list(shape.columns),

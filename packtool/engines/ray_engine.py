@@ -22,7 +22,7 @@ from packtool.align import Alignment
 from packtool.config import TokenizeConfig
 from packtool.io.cache import TokenizedCache
 from packtool.io.errors import PacktoolInputError
-from packtool.io.pipeline import _fingerprint, _setup, default_cache_dir
+from packtool.io.pipeline import _fingerprint, _setup, cache_location
 from packtool.pack import PackResult, check_output, write_output
 from packtool.plan import PackingConfig, plan as make_plan
 from packtool.report import plan_summary
@@ -85,10 +85,9 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     files, shapes, loaded, template = _setup(inputs, cfg)
     info = loaded.info if loaded else None
     fp = _fingerprint(files, cfg, info, shapes)
-    root = cache_dir or default_cache_dir()
-    final = os.path.join(root, fp[:32])
-    if os.path.exists(os.path.join(final, "cache.json")):
-        return TokenizedCache(final, reused=True)
+    root, final, existing = cache_location(cache_dir, fp)
+    if existing is not None:
+        return existing
     job = TokenizeJob(tuple(files), tuple(shapes), cfg, info, template)
     return build_cache(job, fp, final, root)
 

@@ -28,7 +28,8 @@ from packtool.io.errors import PacktoolInputError
 from packtool.io.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.io.shapes import Shape, detect_shape, render_batch
 from packtool.io.templates import Renderer, load_template
-from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo, _sha256_file,
+from packtool.io.checksum import sha256_file
+from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo, 
                                   encode_rendered, load_tokenizer, row_sums, start_encode)
 
 
@@ -140,6 +141,14 @@ def _setup(inputs: list[str], cfg: TokenizeConfig):
     return files, shapes, loaded, template
 
 
+def cache_location(cache_dir: str | None, fingerprint: str) -> tuple[str, str, TokenizedCache | None]:
+    """(cache root, this fingerprint's directory, the finished cache there if any)."""
+    root = cache_dir or default_cache_dir()
+    final = os.path.join(root, fingerprint[:32])
+    done = os.path.exists(os.path.join(final, "cache.json"))
+    return root, final, TokenizedCache(final, reused=True) if done else None
+
+
 def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None = None,
                       progress: bool = True) -> TokenizedCache:
     """Tokenize `inputs` into a Parquet cache, or return the existing cache for the same
@@ -147,10 +156,9 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
     files, shapes, loaded, template = _setup(inputs, cfg)
     info = loaded.info if loaded else None
     fp = _fingerprint(files, cfg, info, shapes)
-    root = cache_dir or default_cache_dir()
-    final = os.path.join(root, fp[:32])
-    if os.path.exists(os.path.join(final, "cache.json")):
-        return TokenizedCache(final, reused=True)
+    root, final, existing = cache_location(cache_dir, fp)
+    if existing is not None:
+        return existing
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{fp[:12]}-", dir=root)
     try:
@@ -223,7 +231,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
             if file_rows == 0:
                 raise PacktoolInputError("empty dataset (no rows)", path=f.path)
             inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path),
-                                "sha256": _sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
+                                "sha256": sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
                                 "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         while pending:

@@ -9,7 +9,6 @@ list is built in Python. BOS/EOS are added as ids, never as text.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from tokenizers import Tokenizer
 
 from packtool.io.errors import PacktoolInputError
 from packtool.io.shapes import RenderedBatch
+from packtool.io.checksum import sha256_file
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -49,14 +49,6 @@ class LoadedTokenizer:
     tokenizer: Tokenizer
     info: TokenizerInfo
     folder_template: str | None   # the folder's chat_template text, if any
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _token_str(v) -> str | None:
@@ -144,11 +136,11 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     pad = pick(cfg.pad_token, "pad_token", None, _PAD_NAMES, must_be_special=False)
     pad_id = vocab[pad] if pad else (vocab[eos] if eos else 0)
     info = TokenizerInfo(
-        path=os.path.abspath(path), sha256=_sha256_file(path), chat_template=template_name,
+        path=os.path.abspath(path), sha256=sha256_file(path), chat_template=template_name,
         template_sha256=None, bos_id=vocab.get(bos) if bos else None,
         eos_id=vocab.get(eos) if eos else None, pad_id=int(pad_id),
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
-        pad_token=pad if pad else eos, config_sha256=_sha256_file(conf_path) if conf_path else None)
+        pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
     return LoadedTokenizer(tok, info, _template_from_config(conf))
 
 

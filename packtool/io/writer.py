@@ -5,7 +5,6 @@ temporary name; the caller renames the whole output directory when everything is
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from concurrent.futures.process import BrokenProcessPool
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ..layout import cp_local_cu_seqlens_padded, flat_cu
 from ..plan import Plan
+from .checksum import sha256_file
 from .flat_tokens import FlatTokens
 from .pread_gather import gather_from_files
 
@@ -222,12 +222,4 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                 on_rows(g1 - g0)
     os.replace(tmp, path)
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
-                     os.path.getsize(path), file_sha256(path))
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+                     os.path.getsize(path), sha256_file(path))
