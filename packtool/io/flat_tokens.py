@@ -85,3 +85,46 @@ def flat_store_dir(cache) -> str:
 def flat_store_for(cache) -> FlatTokens:
     """The flat store beside a tokenized cache (built once, then reused)."""
     return build_flat_tokens(list(cache.parquet_files), flat_store_dir(cache))
+
+
+class FlatTokensBuilder:
+    """Writes a flat store while its rows are produced: `tokenize_to_cache` feeds it the same
+    arrays it writes to the cache parts, so the first pack opens the store instead of
+    re-reading the Parquet cache. Rows must be added in cache row order. The store is meant
+    to live inside a directory that is published by one rename (the cache's temporary
+    directory), so files are written in place; offsets.npy is written last, by close()."""
+
+    def __init__(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self._ids = open(os.path.join(directory, "ids.i32"), "wb", buffering=0)
+        self._mask = open(os.path.join(directory, "mask.u8"), "wb", buffering=0)
+        self._lengths: list[np.ndarray] = []
+
+    def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> None:
+        """Append rows: `ids` (int32) and `mask` (uint8) are the rows concatenated, `lengths`
+        their token counts."""
+        ids = np.ascontiguousarray(ids, np.int32)
+        mask = np.ascontiguousarray(mask, np.uint8)
+        lengths = np.asarray(lengths, np.int64)
+        if ids.size != mask.size or ids.size != int(lengths.sum()):
+            raise ValueError(f"flat store rows disagree: {ids.size} ids, {mask.size} mask values, "
+                             f"lengths sum to {int(lengths.sum())}")
+        for f, a in ((self._ids, ids), (self._mask, mask)):
+            view = memoryview(a).cast("B")
+            while view:  # unbuffered writes may be short
+                view = view[f.write(view):]
+        self._lengths.append(lengths)
+
+    def close(self) -> None:
+        self._ids.close()
+        self._mask.close()
+        lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(lens.size + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        np.save(os.path.join(self.directory, "offsets.npy"), offsets)
+
+    def abort(self) -> None:
+        """Close the files; the caller removes the enclosing temporary directory."""
+        self._ids.close()
+        self._mask.close()
