@@ -93,15 +93,18 @@ class Plan:
         return self.slab_offsets.size - 1
 
 
-def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str) -> tuple[Segments, OverflowStats]:
+def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
+                   first_row: int = 0) -> tuple[Segments, OverflowStats]:
+    """Segments of `lengths` under the overflow policy; sources are numbered from `first_row`
+    (a length shard of a larger input), and so are the rows errors name."""
     lengths = np.asarray(lengths, np.int64)
     if lengths.size and lengths.min() < 1:
         bad = int(np.flatnonzero(lengths < 1)[0])
-        raise PlanError(f"sequence {bad} has {int(lengths[bad])} tokens: every sequence needs at least 1")
+        raise PlanError(f"sequence {first_row + bad} has {int(lengths[bad])} tokens: every sequence needs at least 1")
     U = align.usable
     over = align.seq_footprint(lengths) > U
     n_over = int(over.sum())
-    idx = np.arange(lengths.size, dtype=np.int64)
+    idx = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
     zeros = np.zeros(lengths.size, np.int64)
     if n_over == 0 or policy == "singleton":
         segs = Segments(idx, zeros, lengths, zeros.astype(np.int32), over)
@@ -109,7 +112,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str) -> tuple[
     if policy == "error":
         i = int(np.flatnonzero(over)[0])
         raise PlanError(
-            f"sequence {i} has {int(lengths[i])} tokens; aligned footprint "
+            f"sequence {first_row + i} has {int(lengths[i])} tokens; aligned footprint "
             f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} "
             f"({n_over} such sequences): raise --max-tokens or use --overflow split|truncate|singleton")
     if policy == "truncate":
@@ -118,11 +121,12 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str) -> tuple[
         return Segments(idx, zeros, new, zeros.astype(np.int32), np.zeros(lengths.size, bool)), st
     # split: chunks of U tokens (U is a multiple of s); each boundary loses one target
     n_chunks = np.where(over, -(-lengths // U), 1)
-    src = np.repeat(idx, n_chunks)
+    row = np.repeat(np.arange(lengths.size), n_chunks)
     first = np.concatenate(([0], np.cumsum(n_chunks)[:-1]))
-    chunk = (np.arange(src.size) - np.repeat(first, n_chunks)).astype(np.int32)
+    chunk = (np.arange(row.size) - np.repeat(first, n_chunks)).astype(np.int32)
     offset = chunk.astype(np.int64) * U
-    length = np.minimum(lengths[src] - offset, U)
+    length = np.minimum(lengths[row] - offset, U)
+    src = idx[row]
     st = OverflowStats(policy, n_over, chunks=int(n_chunks[over].sum()),
                        targets_lost=int((n_chunks[over] - 1).sum()))
     return Segments(src, offset, length, chunk, np.zeros(src.size, bool)), st
@@ -160,7 +164,7 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
         bin_of, rank, step = dpa.bin_of_item, dpa.rank, dpa.step
         imbalance, moved = float(dpa.imbalance), int(dpa.moved_items)
         n_bins = rank.size
-    order_bins = _slab_order(rank, step, packing.seed, packing.dp > 1)
+    order_bins, steps_sorted = slab_order(rank, step, packing)
     new_id = np.empty(n_bins, np.int64)
     new_id[order_bins] = np.arange(n_bins)
     slab_of = new_id[bin_of]
@@ -170,9 +174,6 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
     seg_len = segs.length[seg_order]
     single = np.zeros(n_bins, bool)
     single[slab_of[~fits]] = True
-    steps_sorted = step[order_bins]
-    if packing.dp > 1:  # renumber steps in on-disk order so consumers read them in sequence
-        steps_sorted = np.cumsum(np.concatenate(([0], np.diff(steps_sorted) != 0)))
     lay = compute_layout(seg_len, slab_offsets, alignment)
     return Plan(
         alignment=alignment, packing=packing, num_sequences=int(lengths.size),
@@ -185,14 +186,19 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
         seconds=time.perf_counter() - t0)
 
 
-def _slab_order(rank: np.ndarray, step: np.ndarray, seed: int, by_step: bool) -> np.ndarray:
-    """On-disk slab order: a seeded shuffle (never sorted by length). With DP, whole steps are
-    shuffled and each step's slabs stay together in rank order."""
-    rng = np.random.default_rng(seed)
-    if not by_step:
-        return rng.permutation(rank.size)
+def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """On-disk slab order (bin ids in disk order) and the step of each slab in that order.
+    A seeded shuffle, never sorted by length; with DP, whole steps are shuffled, each step's
+    slabs stay together in rank order, and steps are renumbered in disk order so consumers
+    read them in sequence. Per bin only: sharded planning calls it on the driver too."""
+    rng = np.random.default_rng(packing.seed)
+    if packing.dp <= 1:
+        order = rng.permutation(rank.size)
+        return order, step[order]
     perm = rng.permutation(int(step.max()) + 1)
-    return np.lexsort((rank, perm[step]))
+    order = np.lexsort((rank, perm[step]))
+    steps = step[order]
+    return order, np.cumsum(np.concatenate(([0], np.diff(steps) != 0)))
 
 
 def load_lengths(path: str, column: str | None = None) -> np.ndarray:
