@@ -34,6 +34,8 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide
 
+from .fused import rope
+
 
 class _AllGatherDim0(torch.autograd.Function):
     """all_gather along dim 0 over a torch process group; backward reduce-scatters (sums)
@@ -75,12 +77,6 @@ def _varlen():
     if "window_size" in inspect.signature(varlen_attn).parameters:
         return functools.partial(varlen_attn, window_size=(-1, 0))
     return functools.partial(varlen_attn, is_causal=True)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # megatron's _apply_rotary_pos_emb_bshd, non-interleaved: x*cos + rotate_half(x)*sin
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 def _sdpa_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
@@ -137,8 +133,7 @@ class PackedCoreAttention(MegatronModule):
             raise ValueError("attention_bias is not supported by PackedCoreAttention")
         # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
         if p.rope_cos is not None:  # packtool's RoPE (model.py): positions within segments
-            query = _rope(query, p.rope_cos, p.rope_sin)
-            key = _rope(key, p.rope_cos, p.rope_sin)
+            query, key = rope(query, key, p.rope_cos, p.rope_sin)
         if p.cp_size > 1:
             key = cp_all_gather(key, p.cp_group).index_select(0, p.kv_index)
             value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)

@@ -30,6 +30,7 @@ from megatron.core.transformer.transformer_block import TransformerBlockSubmodul
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from .attention import PackedCoreAttention
+from .fused import rms_norm
 from .thd import ThdBatch
 
 
@@ -62,6 +63,10 @@ class PackedRMSNorm(torch.nn.RMSNorm):
     def __init__(self, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, **_: Any):
         super().__init__(hidden_size, eps=eps)
         self.weight.sequence_parallel = bool(config.sequence_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # one fused kernel on CUDA instead of torch's pow/mean/rsqrt/mul chain (fused.py)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def padded_vocab(vocab_size: int, tp: int = 1, multiple: int = 128) -> int:
