@@ -96,6 +96,7 @@ def pack(
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer processes (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
+    plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="With --engine ray: plan in shards of N rows as Ray tasks and merge their underfull bins; the driver holds per-bin arrays only (a few extra bins, reported).")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from .config import TokenizeConfig
@@ -110,9 +111,11 @@ def pack(
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine must be local or ray, got {engine!r}")
+        if plan_shard_rows is not None and engine != "ray":
+            raise ValueError("--plan-shard-rows needs --engine ray (sharded plans are written by Ray tasks)")
         if engine == "ray":
             from .engines import pack_ray as run_pack
-            kw = dict(ray_address=ray_address)
+            kw = dict(ray_address=ray_address, plan_shard_rows=plan_shard_rows)
         else:
             from .pack import pack as run_pack
             kw = dict(workers=workers)
@@ -124,10 +127,16 @@ def pack(
         d = res.summary.to_dict()
         d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
                  tokenize_seconds=res.tokenize_seconds, write_seconds=res.write_seconds)
+        if hasattr(res.plan, "stats"):
+            d["sharded_plan"] = res.plan.stats.to_dict()
         print(json.dumps(d))
         return
     con = Console()
     print_plan_summary(res.summary, con)
+    if hasattr(res.plan, "stats"):
+        st = res.plan.stats
+        con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
+                  f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "

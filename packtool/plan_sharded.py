@@ -166,6 +166,7 @@ class ShardedPlan:
     dp_rank: np.ndarray     # int32 per slab
     step: np.ndarray        # int32 per slab
     handles: list           # per shard: its Placement (or a Ray reference to it)
+    first_rows: np.ndarray  # int64 per shard: its first input row
     local_slab: list        # per shard: int64 slab of each local bin
     pool_shard_items: np.ndarray  # int64 per shard: how many pool items it holds
     pool_slab: np.ndarray   # int64 slab of each merge-pool item (pool in input order)
@@ -335,6 +336,7 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
         alignment=alignment, packing=packing, num_sequences=sum(s.rows for s in sums), num_segments=n_items, count=cnt_b[order], fp_sum=fp_b[order],
         real=len_b[order], singleton=single[order], slab_index=order.astype(np.int64),
         dp_rank=rank[order].astype(np.int32), step=np.asarray(steps, np.int32), handles=handles,
+        first_rows=np.asarray([r0 for r0, _ in shards], np.int64),
         local_slab=[new_id[g] for g in gid], pool_shard_items=np.asarray([s.pool.length.size for s in sums], np.int64),
         pool_slab=new_id[pool_slab_gid], moved=(moved_shard, moved_idx, new_id[moved_gid]),
         overflow=_sum_overflow([s.overflow for s in sums], packing.overflow),

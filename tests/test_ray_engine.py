@@ -61,6 +61,12 @@ def test_ray_writes_the_local_bytes_and_a_killed_writer_is_retried(tmp_path, mon
     assert os.path.basename(os.path.dirname(res.cache_path)) == \
         os.path.basename(os.path.dirname(local.cache_path))
     monkeypatch.delenv(FAIL_ONCE_ENV)
+    # one plan shard: the sharded path (placements in the object store, sub-plans rebuilt by
+    # the write tasks) gives the same bytes as the global plan
+    one = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "ray1"),
+                   cache_dir=str(tmp_path / "c_ray"), shard_tokens=SHARD, plan_shard_rows=10**9)
+    assert one.plan.stats.shards == 1
+    _same_files(str(tmp_path / "local"), str(tmp_path / "ray1"))
     again = pack(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "local2"),
                  cache_dir=str(tmp_path / "c_ray"), shard_tokens=SHARD)
     assert again.cache_path == res.cache_path
@@ -110,11 +116,33 @@ def test_a_failed_write_leaves_no_output(tmp_path, monkeypatch):
 
 
 def test_sharded_plan_on_ray_verifies(tmp_path):
-    cfg = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral")
-    res = pack_ray([TASKMASTER], ALIGN, PackingConfig("bfd"), cfg, output=str(tmp_path / "o"),
-                   cache_dir=str(tmp_path / "c"), plan_shard_rows=64)
-    assert res.plan.num_sequences == 200
+    """Sharded planning: the driver gets per-bin arrays only; the output verifies, every row
+    appears once, and the slabs are those of the library's sharded plan, materialized."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packtool.io.cache import TokenizedCache
+    from packtool.plan_sharded import ShardedPlan, plan_sharded
+    pk = PackingConfig("bfd", overflow="split", dp=2, seed=4)
+    res = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "o"),
+                   cache_dir=str(tmp_path / "c"), plan_shard_rows=150, shard_tokens=SHARD)
+    p = res.plan
+    assert isinstance(p, ShardedPlan) and p.stats.shards >= 3 and p.stats.merged_items > 0
+    assert p.stats.extra_bins == p.stats.kept_bins + p.stats.merged_bins - p.lower_bound >= 0
     assert verify(str(tmp_path / "o")).ok
+    assert len(res.shards) >= 2
+    t = pa.concat_tables([pq.read_table(str(tmp_path / "o" / s.file)) for s in res.shards])
+    src = t.column("source_index").combine_chunks()
+    chunk = np.asarray(t.column("chunk_index").combine_chunks().values)
+    rows = np.asarray(src.values)
+    lengths = TokenizedCache(os.path.dirname(res.cache_path)).lengths()
+    assert np.array_equal(np.unique(rows[chunk == 0]), np.arange(lengths.size))  # each row once
+    assert np.unique(rows * 1000 + chunk).size == rows.size
+    m = plan_sharded(lengths, ALIGN, pk, shard_rows=150).materialize()
+    assert np.array_equal(rows, m.seg_source) and np.array_equal(chunk, m.seg_chunk)
+    assert np.array_equal(np.asarray(t.column("slab_index")), m.slab_index)
+    assert np.array_equal(np.asarray(t.column("dp_rank")), m.dp_rank)
 
 
 def test_cli_engine_ray(tmp_path):
@@ -128,9 +156,19 @@ def test_cli_engine_ray(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output.strip().splitlines()[-1])["shards"] == 1
     assert verify(str(out)).ok
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "--prompt-field", "question",
+                                 "--response-field", "answer", "-C", "1024", "-o", str(tmp_path / "s"),
+                                 "--cache-dir", str(tmp_path / "c"), "--engine", "ray",
+                                 "--plan-shard-rows", "40"])
+    assert r.exit_code == 0, r.output
+    assert "Sharded plan: " in r.output and "bins over the lower bound" in r.output
+    assert verify(str(tmp_path / "s")).ok
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--engine", "spark"])
     assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output
+    bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
+                                   "--plan-shard-rows", "10"])
+    assert bad.exit_code == 2 and "--plan-shard-rows needs --engine ray" in bad.output
 
 
 def test_json_arrays_and_parquet_pieces_match_local(tmp_path, monkeypatch):

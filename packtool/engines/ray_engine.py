@@ -1,11 +1,12 @@
 """`pack_ray`: the `pack` pipeline on a Ray cluster, same inputs/config/result as `pack`.
 
 What runs where:
-  driver   resolve inputs, detect shapes, fingerprint (packtool.io.pipeline), collect per-row
-           lengths, plan (global `packtool.plan.plan`, or `plan_sharded`), write the manifest
-           last and swap the output into place.
+  driver   resolve inputs, detect shapes, fingerprint (packtool.io.pipeline), plan (global
+           `packtool.plan.plan` over every row's length, or sharded: per-bin arrays only,
+           see ray_plan), write the manifest last and swap the output into place.
   cluster  count JSON rows, then read + tokenize + write cache parts in one fused task per
-           input piece (Datasource + map_batches), route segment tokens to shards and write
+           input piece (Datasource + map_batches), with sharded planning pack each row shard
+           (placements stay in the object store), route segment tokens to shards and write
            slab shards (a cache Datasource, map_batches, groupby(shard).map_groups).
            Shard-write tasks are retried by Ray (max_retries).
 The output directory and the cache root must be visible to every node (a shared file
@@ -24,7 +25,7 @@ from packtool.io.cache import TokenizedCache
 from packtool.io.errors import PacktoolInputError
 from packtool.io.pipeline import _fingerprint, _setup, cache_location
 from packtool.pack import PackResult, check_output, write_output
-from packtool.plan import PackingConfig, plan as make_plan
+from packtool.plan import PackingConfig, PlanError, plan as make_plan
 from packtool.report import plan_summary
 
 from .ray_source import TokenizeJob
@@ -57,22 +58,16 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, progress: 
         logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def ray_map(f, args: list[tuple]) -> list:
-    """`[f(*a) for a in args]` as Ray tasks (the sharded planner's shard packs)."""
-    import ray
-    rf = ray.remote(f)
-    return ray.get([rf.remote(*a) for a in args])
-
-
 def _unwrap(e: BaseException) -> BaseException:
-    """The PacktoolInputError a Ray task raised, if any (Ray wraps task errors twice)."""
+    """The packtool error (bad input row, impossible plan) a Ray task raised, if any (Ray
+    wraps task errors twice)."""
     seen, todo = set(), [e]
     while todo:
         x = todo.pop()
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, PacktoolInputError):
+        if isinstance(x, (PacktoolInputError, PlanError)):
             return x
         todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
     return e
@@ -99,8 +94,10 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
              ray_address: str | None = None, num_cpus: int | None = None,
              plan_shard_rows: int | None = None) -> PackResult:
     """`packtool.pack.pack` with Ray Data doing the reading, tokenizing and slab writing.
-    `plan_shard_rows`: plan in length shards of this many rows, then merge the underfull bins
-    (see packtool.plan_sharded); None plans globally, like the local engine."""
+    `plan_shard_rows`: plan in shards of this many rows as Ray tasks, then merge the underfull
+    bins; the driver then holds per-bin arrays only, and `PackResult.plan` is a
+    `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None plans globally on the
+    driver, like the local engine."""
     packing = packing or PackingConfig()
     if tokenize is None:
         raise ValueError("a TokenizeConfig is needed (--tokenizer)")
@@ -112,15 +109,17 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     except Exception as e:
         raise _unwrap(e) from None
     t_tok = time.perf_counter() - t0
-    lengths = cache.lengths()
-    if plan_shard_rows:
-        from packtool.plan_sharded import plan_sharded
-        sp = plan_sharded(lengths, alignment, packing, plan_shard_rows, map_fn=ray_map)
-        logging.getLogger(__name__).info("sharded plan: %s", sp.to_dict())
-        p = sp.plan
+    if plan_shard_rows:  # the driver holds per-bin arrays only (packtool.plan_sharded)
+        from .ray_plan import plan_on_ray
+        try:
+            p = plan_on_ray(cache, alignment, packing, plan_shard_rows)
+        except Exception as e:
+            raise _unwrap(e) from None
+        summary = p.summary()
+        logging.getLogger(__name__).info("sharded plan: %s", p.stats.to_dict())
     else:
-        p = make_plan(lengths, alignment, packing)
-    summary = plan_summary(p)
+        p = make_plan(cache.lengths(), alignment, packing)
+        summary = plan_summary(p)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
     from .ray_write import write_slabs

@@ -4,14 +4,15 @@ writes it with packtool's `SlabWriter`.
 Slabs are shuffled, so any shard needs rows from anywhere in the cache. Instead of random
 reads into a shared token store, the tokens move once through Ray Data's shuffle:
     read(cache row groups) -> map_batches(route): (shard, position, tokens) per segment
-    -> groupby(shard).map_groups(write): sort by position, gather, write slabs-NNNNN.parquet
+    -> groupby(shard).map_groups(write): sort by position, build the shard's sub-plan from
+       its segments and the driver's per-slab values (plan_slabs.SlabSpec), write slabs-NNNNN.parquet
 Shard boundaries are `writer._chunks(slab_len, shard_tokens)`, the local writer's, and each
 shard's row groups are `_chunks(..., group_tokens)` inside it, so the files are the same bytes.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,8 @@ import pyarrow.parquet as pq
 from packtool.io.flat_tokens import FlatTokens
 from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _chunks, _list, write_shard_file
 from packtool.plan import Plan
+from packtool.plan_sharded import ShardedPlan, shard_routing
+from packtool.plan_slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of
 # every shard-write task leaves a marker and kills its worker process (os._exit); Ray's
@@ -29,48 +32,6 @@ WRITE_MAX_RETRIES = 3
 
 _SRC = SCHEMA.get_field_index("source_index")
 _OFF = SCHEMA.get_field_index("source_offset")
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Real segments sorted by (cache row, offset in the row): where each one's tokens go."""
-    row: np.ndarray     # int64 cache row
-    off: np.ndarray     # int64 first token in the row
-    length: np.ndarray  # int64 tokens
-    shard: np.ndarray   # int32 shard number
-    pos: np.ndarray     # int64 index among the shard's real segments (on-disk order)
-
-
-def shard_ranges(plan: Plan, shard_tokens: int) -> list[tuple[int, int]]:
-    return _chunks(plan.layout.slab_len, shard_tokens)
-
-
-def build_routing(plan: Plan, ranges: list[tuple[int, int]]) -> Routing:
-    slab_of = np.repeat(np.arange(plan.num_slabs), np.diff(plan.slab_offsets))
-    starts = np.asarray([s0 for s0, _ in ranges], np.int64)
-    shard_of_slab = (np.searchsorted(starts, np.arange(plan.num_slabs), side="right") - 1).astype(np.int32)
-    shard = shard_of_slab[slab_of]
-    pos = np.arange(plan.seg_source.size, dtype=np.int64) - plan.slab_offsets[starts[shard]]
-    order = np.lexsort((plan.seg_offset, plan.seg_source))
-    return Routing(plan.seg_source[order], plan.seg_offset[order], plan.seg_len[order],
-                   shard[order], pos[order])
-
-
-def slice_plan(p: Plan, s0: int, s1: int) -> Plan:
-    """Slabs [s0, s1) of a plan as a plan of their own (same per-slab values)."""
-    lay = p.layout
-    lo, hi = int(lay.seg_offsets[s0]), int(lay.seg_offsets[s1])
-    rlo, rhi = int(p.slab_offsets[s0]), int(p.slab_offsets[s1])
-    sub_lay = replace(lay, seg_offsets=lay.seg_offsets[s0:s1 + 1] - lo, seg_len=lay.seg_len[lo:hi],
-                      seg_padded=lay.seg_padded[lo:hi], seg_start=lay.seg_start[lo:hi],
-                      is_fill=lay.is_fill[lo:hi], footprint=lay.footprint[s0:s1],
-                      layout_pad=lay.layout_pad[s0:s1], tail_pad=lay.tail_pad[s0:s1],
-                      fill=lay.fill[s0:s1], slab_len=lay.slab_len[s0:s1])
-    return replace(p, seg_source=p.seg_source[rlo:rhi], seg_offset=p.seg_offset[rlo:rhi],
-                   seg_len=p.seg_len[rlo:rhi], seg_chunk=p.seg_chunk[rlo:rhi],
-                   slab_offsets=p.slab_offsets[s0:s1 + 1] - rlo, singleton=p.singleton[s0:s1],
-                   slab_index=p.slab_index[s0:s1], dp_rank=p.dp_rank[s0:s1], step=p.step[s0:s1],
-                   microbatch=p.microbatch[s0:s1], layout=sub_lay)
 
 
 class ShardSlabWriter(SlabWriter):
@@ -115,8 +76,7 @@ def split_routing(r: Routing, starts: np.ndarray) -> list[Routing]:
     """The routing rows of each cache piece (pieces start at cache rows `starts`)."""
     cut = np.searchsorted(r.row, np.append(starts[1:], np.iinfo(np.int64).max))
     lo = np.concatenate(([0], cut[:-1]))
-    return [Routing(*(getattr(r, f)[a:b] for f in ("row", "off", "length", "shard", "pos")))
-            for a, b in zip(lo, cut)]
+    return [r.take(a, b) for a, b in zip(lo, cut)]
 
 
 def _route(batch: pa.Table, r: Routing) -> pa.Table:
@@ -137,6 +97,8 @@ def _route(batch: pa.Table, r: Routing) -> pa.Table:
     o = pa.array(out_off.astype(np.int32))
     return pa.table({
         "shard": pa.array(r.shard[seg], pa.int32()), "pos": pa.array(r.pos[seg], pa.int64()),
+        "src": pa.array(r.row[seg], pa.int64()), "off": pa.array(r.off[seg], pa.int64()),
+        "chunk": pa.array(r.chunk[seg], pa.int32()),
         "ids": pa.ListArray.from_arrays(o, pa.array(ids.values.to_numpy()[idx], pa.int32())),
         "mask": pa.ListArray.from_arrays(o, pa.array(mask.values.to_numpy()[idx], pa.uint8())),
     })
@@ -144,13 +106,14 @@ def _route(batch: pa.Table, r: Routing) -> pa.Table:
 
 def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list) -> pa.Table:
     """map_batches UDF: cache rows -> one output row per segment they feed. Each task fetches
-    only the routing slice of its own cache piece."""
+    only the routing rows of its own cache piece: a slice of the global plan's routing, or the
+    routings of the plan shards that overlap the piece (each routes only its own rows)."""
     piece = np.searchsorted(piece_starts, batch.column("cache_row").to_numpy(), side="right") - 1
-    us = np.unique(piece)
-    if us.size == 1:  # always, as read: one block per piece
-        return _route(batch, _get([routing_refs[int(us[0])]]))
-    return pa.concat_tables([_route(batch.filter(pa.array(piece == u)), _get([routing_refs[int(u)]]))
-                             for u in us])
+    parts = []
+    for u in np.unique(piece):  # one piece per block, as read
+        b = batch if piece[0] == piece[-1] else batch.filter(pa.array(piece == u))
+        parts += [_route(b, _get([ref])) for ref in routing_refs[int(u)]]
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def _maybe_fail_once(k: int, d: str | None) -> None:
@@ -162,19 +125,21 @@ def _maybe_fail_once(k: int, d: str | None) -> None:
         os._exit(1)
 
 
-def write_group(group: pa.Table, plan_refs: list, ranges: list, out_dir: str, pad_id: int,
+def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
                 group_tokens: int, fail_once_dir: str | None = None) -> pa.Table:
-    """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does."""
+    """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
+    The shard's sub-plan is built here from its segments and the driver's per-slab values."""
     k = int(group.column("shard")[0].as_py())
     _maybe_fail_once(k, fail_once_dir)
-    s0, s1 = ranges[k]
-    sub = _get([plan_refs[k]])  # this shard's slice of the plan, put by the driver
+    spec: SlabSpec = _get([spec_refs[k]])
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
-    if not np.array_equal(group.column("pos").to_numpy(), np.arange(sub.seg_source.size)):
-        raise RuntimeError(f"ray engine: shard {k} got {group.num_rows} segments, "
-                           f"expected {sub.seg_source.size}")
+    n = int(spec.count.sum())
+    if not np.array_equal(group.column("pos").to_numpy(), np.arange(n)):
+        raise RuntimeError(f"ray engine: shard {k} got {group.num_rows} segments, expected {n}")
     ids, mask = group.column("ids").combine_chunks(), group.column("mask").combine_chunks()
     offs = ids.offsets.to_numpy().astype(np.int64)
+    sub = spec.plan(group.column("src").to_numpy(), group.column("off").to_numpy(), np.diff(offs),
+                    group.column("chunk").to_numpy())
     store = FlatTokens(np.ascontiguousarray(ids.values.to_numpy()[offs[0]:offs[-1]], np.int32),
                        np.ascontiguousarray(mask.values.to_numpy()[offs[0]:offs[-1]], np.uint8),
                        offs - offs[0])
@@ -185,6 +150,19 @@ def write_group(group: pa.Table, plan_refs: list, ranges: list, out_dir: str, pa
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "sha256": [info.sha256]})
 
 
+def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
+    """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
+    pieces, row = [], 0
+    for path in cache.parquet_files:
+        md = pq.ParquetFile(path).metadata
+        for g0 in range(0, md.num_row_groups, groups_per_task):
+            gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
+            n = sum(md.row_group(g).num_rows for g in gs)
+            pieces.append((path, gs, row, n))
+            row += n
+    return pieces
+
+
 def cache_source(cache, groups_per_task: int = 8):
     """A Datasource over the tokenized cache: one read task per run of row groups, each row
     tagged with its cache row (what the plan's seg_source counts). `ray.data.read_parquet`
@@ -193,13 +171,7 @@ def cache_source(cache, groups_per_task: int = 8):
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
 
-    pieces, row = [], 0
-    for path in cache.parquet_files:
-        md = pq.ParquetFile(path).metadata
-        for g0 in range(0, md.num_row_groups, groups_per_task):
-            gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
-            pieces.append((path, gs, row))
-            row += sum(md.row_group(g).num_rows for g in gs)
+    pieces = [p[:3] for p in cache_pieces(cache, groups_per_task)]
 
     def read(path, gs, first):
         t = pq.ParquetFile(path).read_row_groups(gs, columns=["input_ids", "loss_mask"])
@@ -223,23 +195,43 @@ def cache_source(cache, groups_per_task: int = 8):
     return src
 
 
-def write_slabs(plan: Plan, cache, out_dir: str, pad_id: int,
+def _sharded_routing_refs(sp: ShardedPlan, ranges: list, piece_starts: np.ndarray) -> list:
+    """Per cache piece, the routing of the plan shard that holds its rows: one task per plan
+    shard turns its placement (in the object store) into routing rows, on a worker."""
+    import ray
+    rf = ray.remote(shard_routing)
+    refs = [rf.remote(h, *a) for h, a in zip(sp.handles, sp.routing_args(ranges))]
+    first = np.asarray(sp.first_rows, np.int64)
+    lo = np.searchsorted(first, piece_starts, side="right") - 1
+    hi = np.searchsorted(first, np.append(piece_starts[1:], sp.num_sequences), side="left")
+    return [refs[a:max(b, a + 1)] for a, b in zip(lo, hi)]
+
+
+def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
                 shard_tokens: int, group_tokens: int = 1 << 20) -> list[ShardInfo]:
+    """Write a global `Plan` or a `ShardedPlan` (whose segments never reach the driver)."""
     import ray
     import ray.data
 
-    ranges = shard_ranges(plan, shard_tokens)
     source = cache_source(cache)
     # no task needs the whole plan: route tasks get their piece's routing rows, write tasks
-    # their shard's slabs (one object each, fetched by the node that runs the task)
-    routing_refs = [ray.put(r) for r in split_routing(build_routing(plan, ranges), source.piece_starts)]
-    plan_refs = [ray.put(slice_plan(plan, s0, s1)) for s0, s1 in ranges]
+    # their shard's per-slab values (one object each, fetched by the node that runs the task)
+    if isinstance(plan, ShardedPlan):
+        ranges = _chunks(plan.slab_len(), shard_tokens)
+        routing_refs = _sharded_routing_refs(plan, ranges, source.piece_starts)
+        spec_refs = [ray.put(plan.spec(s0, s1)) for s0, s1 in ranges]
+    else:
+        ranges = _chunks(plan.layout.slab_len, shard_tokens)
+        routing = routing_of_plan(plan, ranges)
+        routing_refs = [[ray.put(r)] for r in split_routing(routing, source.piece_starts)]
+        del routing
+        spec_refs = [ray.put(spec_of_plan(plan, s0, s1)) for s0, s1 in ranges]
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs})
           .groupby("shard")
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
-                      fn_kwargs={"plan_refs": plan_refs, "ranges": ranges, "out_dir": out_dir,
+                      fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
                                  "fail_once_dir": os.environ.get(FAIL_ONCE_ENV)}))
     t = pa.concat_tables([b for b in ray.get(ds.to_arrow_refs()) if b.num_columns]).sort_by("shard")
