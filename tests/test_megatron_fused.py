@@ -28,6 +28,12 @@ def test_rms_norm_bf16_normalizes_in_fp32():
     torch.testing.assert_close(out, torch.full((2, 8), 2.0, dtype=torch.bfloat16))
 
 
+def test_rms_norm_keeps_activation_dtype_with_fp32_weight():
+    # megatron builds bf16 linears but torch's RMSNorm weight stays fp32
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    assert fused.rms_norm(x, torch.ones(8), 1e-5).dtype == torch.bfloat16
+
+
 def test_rope_matches_rotate_half():
     torch.manual_seed(0)
     q, k = torch.randn(11, 4, 16, dtype=torch.float64), torch.randn(11, 2, 16, dtype=torch.float64)
