@@ -10,6 +10,13 @@ The Ray engine runs on a local Ray started by the same process (ray.init(num_cpu
 its start-up is timed apart, then a cold run (fresh worker processes) and a warm one.
 
     python bench/engines.py [--copies 10] [--write]   (--write: update BENCHMARKS.md)
+    python bench/engines.py --plan-memory 10,30,100 [--write]
+
+--plan-memory: the driver's peak RSS while planning N million synthetic lengths (drawn from the
+real mistral lengths of ../shared/data), global `plan()` vs sharded planning on a local Ray
+(shard packs as Ray tasks; the driver also builds what the write step needs from it: the
+per-shard routing arguments and per-output-shard slab specs). Each run is a fresh process;
+bytes per sequence = (peak RSS - RSS after imports, Ray start and a warm-up plan) / N.
 """
 from __future__ import annotations
 
@@ -53,11 +60,146 @@ def same_output(a: str, b: str) -> bool:
         filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
 
 
+REAL_LENGTHS = os.path.join(DATA, "token_lengths_by_source.json")
+PLAN_SHARD_ROWS = 1 << 20
+
+
+def real_lengths():
+    import numpy as np
+    d = json.load(open(REAL_LENGTHS))
+    return np.concatenate([np.asarray(v["mistral-7b-v0.1"]["lengths"], np.int64) for v in d["sources"].values()])
+
+
+class SyntheticLengths:
+    """Lengths of one shard drawn from the real distribution, generated where the task runs."""
+
+    def __init__(self, pool, seed: int, n: int):
+        self.pool, self.seed, self.n = pool, seed, n
+
+    def __call__(self):
+        import numpy as np
+        return np.random.default_rng(self.seed).choice(self.pool, self.n)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+
+
+def _peak_mib() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_plan(mode: str, n: int) -> dict:
+    """One measurement in this (fresh) process: the driver's peak RSS growth while planning."""
+    import numpy as np
+
+    from packtool.align import Alignment
+    from packtool.io.writer import _chunks
+    from packtool.plan import PackingConfig, plan
+    from packtool.plan_sharded import plan_shards
+    align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)
+    pk = PackingConfig("bfd", overflow="split")
+    pool = real_lengths()
+    if mode == "sharded":
+        from packtool.engines.ray_engine import init_ray
+        from packtool.engines.ray_plan import RayRunner
+        init_ray(num_cpus=os.cpu_count())
+        plan_shards([(0, SyntheticLengths(pool, 0, 10_000))], align, pk, runner=RayRunner())
+    plan(pool[:10_000], align, pk)  # numba compiled and loaded before the baseline
+    base = _rss_mib()
+    t = time.perf_counter()
+    if mode == "global":
+        lengths = np.random.default_rng(0).choice(pool, n)  # the driver holds every length
+        p = plan(lengths, align, pk)
+        slabs, extra = p.num_slabs, p.num_slabs - p.lower_bound
+    else:
+        shards = [(a, SyntheticLengths(pool, 1 + a // PLAN_SHARD_ROWS, min(PLAN_SHARD_ROWS, n - a)))
+                  for a in range(0, n, PLAN_SHARD_ROWS)]
+        sp = plan_shards(shards, align, pk, runner=RayRunner())
+        ranges = _chunks(sp.slab_len(), 64 << 20)  # what the write step builds on the driver
+        args, specs = sp.routing_args(ranges), [sp.spec(a, e) for a, e in ranges]
+        slabs, extra = sp.num_slabs, sp.stats.extra_bins
+        del args, specs
+    secs = time.perf_counter() - t
+    return {"mode": mode, "n": n, "seconds": secs, "slabs": slabs, "extra_bins": extra,
+            "base_mib": base, "peak_mib": _peak_mib(),
+            "bytes_per_seq": (_peak_mib() - base) * 2**20 / n}
+
+
+def plan_memory(sizes: list[int], write: bool) -> None:
+    import subprocess
+    rows = []
+    for n in sizes:
+        for mode in ("global", "sharded"):
+            if mode == "global" and n > 30_000_000:
+                continue  # ~170 B/seq: more than this shared machine should give one run
+            load = os.getloadavg()[0]
+            out = subprocess.run([sys.executable, __file__, "--measure", mode, str(n)],
+                                 capture_output=True, text=True, check=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            r["load"] = load
+            rows.append(r)
+            print(r, flush=True)
+    lines = [
+        f"`python bench/engines.py --plan-memory {','.join(str(n // 10**6) for n in sizes)}` — measured "
+        f"{time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, Ray {__import__('ray').__version__}.",
+        "",
+        "The driver's memory while planning N synthetic lengths (drawn from the real mistral "
+        "lengths of ../shared/data; tp=4 cp=2 blockwise FP8, C=8192, bfd `--overflow split`). "
+        "global = `plan()` over every length on the driver, as `--engine ray` without "
+        f"`--plan-shard-rows` and the local engine plan; sharded = `--plan-shard-rows {PLAN_SHARD_ROWS}`: "
+        "shard packs as Ray tasks on a local Ray, placements left in the object store, and the "
+        "driver also builds what the write step sends from it (routing arguments per plan "
+        "shard, slab specs per output shard). Bytes per sequence = growth of the driver's "
+        "peak RSS over its RSS after imports, Ray start and a warm-up plan, divided by N.",
+        "",
+        "| N | mode | plan s | slabs | extra bins vs lower bound | driver peak RSS growth | bytes per sequence | 1-min load before |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['n'] / 1e6:.0f}M | {r['mode']} | {r['seconds']:.1f} | {r['slabs']:,} | "
+                     f"{r['extra_bins']:+,} | {(r['peak_mib'] - r['base_mib']):,.0f} MiB | "
+                     f"{r['bytes_per_seq']:.1f} | {r['load']:.1f} |")
+    body = "\n".join(lines)
+    print(body)
+    if write:
+        write_ray_section(memory=body)
+
+
+MEMORY_HEADING = "### The driver's memory: global vs sharded planning"
+
+
+def write_ray_section(main: str | None = None, memory: str | None = None) -> None:
+    """BENCHMARKS.md "Ray engine" = the engines run + the planning-memory run; each command
+    rewrites its own part and keeps the other's."""
+    import re
+
+    from bench.md import PATH, update_section
+    text = open(PATH).read()
+    m = re.search(r"^## Ray engine\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    old = m.group(1).strip() if m else ""
+    old_main, _, old_mem = old.partition(MEMORY_HEADING)
+    main = main if main is not None else old_main.strip()
+    memory = memory if memory is not None else old_mem.strip()
+    update_section("Ray engine", main + ("\n\n" + MEMORY_HEADING + "\n\n" + memory if memory else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--plan-memory", help="comma-separated sizes in millions of sequences")
+    ap.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure_plan(args.measure[0], int(args.measure[1]))))
+        return
+    if args.plan_memory:
+        plan_memory([int(float(x) * 10**6) for x in args.plan_memory.split(",")], args.write)
+        return
 
     from packtool.align import Alignment
     from packtool.config import TokenizeConfig
@@ -132,13 +274,13 @@ def main() -> None:
               "| shard rows | shards | items merged | bins | global plan bins | lower bound | extra vs global | extra vs lower bound |",
               "|---|---|---|---|---|---|---|---|"]
     for r, s in sharded:
-        lines.append(f"| {r:,} | {s.shards} | {s.merged_items:,} | {s.plan.num_slabs:,} | {g.num_slabs:,} | "
-                     f"{s.lower_bound:,} | {s.plan.num_slabs - g.num_slabs:+d} | {s.extra_bins:+d} |")
+        st = s.stats
+        lines.append(f"| {r:,} | {st.shards} | {st.merged_items:,} | {s.num_slabs:,} | {g.num_slabs:,} | "
+                     f"{st.lower_bound:,} | {s.num_slabs - g.num_slabs:+d} | {st.extra_bins:+d} |")
     body = "\n".join(lines)
     print(body)
     if args.write:
-        from bench.md import update_section
-        update_section("Ray engine", body + "\n\n" + OVERHEAD_NOTE)
+        write_ray_section(main=body + "\n\n" + OVERHEAD_NOTE)
 
 
 OVERHEAD_NOTE = """Where Ray's overhead goes (one node, 2 cores): `ray.init` (once per driver process,

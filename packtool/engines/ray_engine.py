@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.config import TokenizeConfig
@@ -127,4 +128,6 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     t1 = time.perf_counter()
     shards, loss = write_output(p, summary, cache, output,
                                 lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens))
+    if plan_shard_rows:  # the placements are written: let the object store free them
+        p = replace(p, handles=[])
     return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)
