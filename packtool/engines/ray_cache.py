@@ -5,8 +5,9 @@ block can be written: Parquet/Arrow have it in their metadata, JSON files are co
 by Ray tasks running packtool's reader (parsing only, ~free next to tokenizing). Then
 read -> tokenize -> write is one fused Ray Data task per input piece: each tokenized block
 is written as cache parts by the local `CacheWriter` (same schema, row groups, compression),
-named by its first global row, and only per-row lengths/flags (~30 bytes a row) go back to
-the driver; tokens never enter the object store. The result is an ordinary `TokenizedCache`
+named by its first global row, and one summary row per block goes back to the driver (rows,
+tokens, its bad rows, its part files): nothing per input row; tokens never enter the object
+store. The result is an ordinary `TokenizedCache`
 under the same fingerprint, so either engine reuses what the other built.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import tokenizers
 
@@ -34,68 +36,107 @@ _COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = 
             "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
             "source_file": "int32 index into inputs"}
 
-_ROW_COLS = ["length", "loss", "fi", "file_row", "bad"]
+# one row per tokenized block goes back to the driver (never one per input row)
+BLOCK_SCHEMA = pa.schema([
+    ("fi", pa.int32()), ("first_row", pa.int64()), ("rows", pa.int64()),
+    ("tokens", pa.int64()), ("loss", pa.int64()),        # rows kept (not bad) only
+    ("bad_row", pa.list_(pa.int64())), ("bad_kind", pa.list_(pa.int8())),  # file rows
+    ("part_file", pa.list_(pa.string())), ("part_rows", pa.list_(pa.int64())),
+    ("part_tokens", pa.list_(pa.int64())),
+])
 
 
 @dataclass(frozen=True)
-class RowTable:
-    """Every raw input row in read order (file by file), as the driver holds it."""
-    length: np.ndarray    # int64 tokens (0 for a bad row)
-    loss: np.ndarray      # int64 loss tokens
-    fi: np.ndarray        # int32 file index
-    file_row: np.ndarray  # int64 row inside the file
-    bad: np.ndarray       # int8 OK | EMPTY | ALL_MASKED
+class BlockTable:
+    """What the driver learns from the tokenize pass: per file, per bad row, per cache part."""
     file_base: np.ndarray  # int64[n_files+1] global row of each file's first row
+    bad_row: np.ndarray    # int64 global rows that are empty or all-masked, ascending
+    bad_kind: np.ndarray   # int8 EMPTY | ALL_MASKED
+    bad_fi: np.ndarray     # int32 their file
+    tokens: int            # kept rows' tokens
+    loss: int              # kept rows' loss tokens
+    parts: list            # [{"file", "rows", "tokens"}] sorted by name (= first row)
 
 
-def collect_rows(ds, n_files: int) -> RowTable:
-    cols = {k: [] for k in _ROW_COLS}
-    for b in ds.select_columns(list(cols)).iter_batches(batch_format="pyarrow", batch_size=None):
+def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
+    """A list column's values, blocks taken in `order`."""
+    return np.asarray(pc.list_flatten(col.take(pa.array(order))).to_numpy(zero_copy_only=False), dtype)
+
+
+def collect_blocks(ds, n_files: int) -> BlockTable:
+    cols = {f.name: [] for f in BLOCK_SCHEMA}
+    for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         for k in cols:
-            cols[k].append(b.column(k).to_numpy())
-    a = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
-    order = np.lexsort((a["file_row"], a["fi"]))  # blocks arrive in any order; rows carry their place
-    a = {k: v[order] for k, v in a.items()}
-    counts = np.bincount(a["fi"].astype(np.int64), minlength=n_files)
+            cols[k].append(b.column(k))
+    t = pa.Table.from_arrays([pa.chunked_array(cols[f.name], f.type) for f in BLOCK_SCHEMA],
+                             schema=BLOCK_SCHEMA)
+    fi, first, rows = (t.column(k).to_numpy() for k in ("fi", "first_row", "rows"))
+    order = np.lexsort((first, fi))  # blocks arrive in any order; each carries its place
+    fi, first, rows = fi[order].astype(np.int64), first[order], rows[order]
+    counts = np.bincount(fi, weights=rows, minlength=n_files).astype(np.int64)
     base = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    expect = np.arange(a["fi"].size, dtype=np.int64) - base[a["fi"].astype(np.int64)]
-    if not np.array_equal(a["file_row"], expect):
+    # blocks of a file must tile its rows: each starts where the one before ended
+    expect = np.concatenate(([0], np.cumsum(rows)[:-1])) - base[fi]
+    if not np.array_equal(first, expect):
         raise RuntimeError("ray engine: tokenized rows are missing or duplicated (a read task "
                            "returned an incomplete piece); re-run")
-    return RowTable(a["length"].astype(np.int64), a["loss"].astype(np.int64), a["fi"].astype(np.int32),
-                    a["file_row"].astype(np.int64), a["bad"].astype(np.int8), base)
+    n_bad = pc.list_value_length(t.column("bad_row")).to_numpy()[order]
+    bad_fi = np.repeat(fi, n_bad).astype(np.int32)
+    bad_row = base[bad_fi] + _flat(t.column("bad_row"), order, np.int64)
+    bad_kind = _flat(t.column("bad_kind"), order, np.int8)
+    parts = [{"file": f, "rows": int(r), "tokens": int(k)} for f, r, k in
+             zip(*(pc.list_flatten(t.column(n)).to_pylist() for n in ("part_file", "part_rows", "part_tokens")))]
+    o = np.argsort(bad_row, kind="stable")
+    return BlockTable(base, bad_row[o], bad_kind[o], bad_fi[o], int(t.column("tokens").to_numpy().sum()),
+                      int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]))
 
 
 def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
     """map_batches UDF: one tokenized block (a run of consecutive rows of one file) -> cache
-    part files named by their first global row (sorted names = read order); returns the
-    block's per-row lengths and flags only."""
-    small = batch.select(_ROW_COLS)
-    keep = batch.column("bad").to_numpy() == OK
-    if not keep.any():
-        return small
-    b = batch.filter(pa.array(keep))
-    fi = b.column("fi").to_numpy()
-    src = file_base[fi] + b.column("file_row").to_numpy()
-    if fi.min() != fi.max() or (src.size > 1 and (np.diff(src) <= 0).any()):
+    part files named by their first global row (sorted names = read order); returns one
+    summary row for the block (BLOCK_SCHEMA)."""
+    fi_all = batch.column("fi").to_numpy()
+    rows_all = batch.column("file_row").to_numpy()
+    bad = batch.column("bad").to_numpy()
+    if fi_all.size and (fi_all.min() != fi_all.max() or (np.diff(rows_all) != 1).any()):
         raise RuntimeError("ray engine: a tokenized block mixes files or is out of order")
-    ids, mask = b.column("input_ids").combine_chunks(), b.column("loss_mask").combine_chunks()
-    offs = ids.offsets.to_numpy()
-    lens = b.column("length").to_numpy().astype(np.int32)
-    stage = os.path.join(tmp, f".stage-{int(src[0]):012d}")
-    shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
-    w = CacheWriter(stage)
-    step = CacheWriter.ROWS_PER_GROUP
-    for r0 in range(0, lens.size, step):  # add in row-group-sized pieces, as the local build does
-        r1 = min(r0 + step, lens.size)
-        a, e = int(offs[r0]), int(offs[r1])
-        w.add(ids.values.to_numpy()[a:e].astype(np.int32), mask.values.to_numpy()[a:e].astype(np.uint8),
-              lens[r0:r1], src[r0:r1], int(fi[0]))
-    for k, part in enumerate(w.close()):
-        name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
-        os.replace(os.path.join(stage, DATA_DIR, part["file"]), os.path.join(tmp, DATA_DIR, name))
-    shutil.rmtree(stage, ignore_errors=True)
-    return small
+    keep = bad == OK
+    parts: list[dict] = []
+    if keep.any():
+        b = batch.filter(pa.array(keep))
+        fi = int(fi_all[0])
+        src = file_base[fi] + b.column("file_row").to_numpy()
+        ids, mask = b.column("input_ids").combine_chunks(), b.column("loss_mask").combine_chunks()
+        offs = ids.offsets.to_numpy()
+        lens = b.column("length").to_numpy().astype(np.int32)
+        stage = os.path.join(tmp, f".stage-{int(src[0]):012d}")
+        shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
+        w = CacheWriter(stage)
+        step = CacheWriter.ROWS_PER_GROUP
+        for r0 in range(0, lens.size, step):  # add in row-group-sized pieces, as the local build does
+            r1 = min(r0 + step, lens.size)
+            a, e = int(offs[r0]), int(offs[r1])
+            w.add(ids.values.to_numpy()[a:e].astype(np.int32), mask.values.to_numpy()[a:e].astype(np.uint8),
+                  lens[r0:r1], src[r0:r1], fi)
+        for k, part in enumerate(w.close()):
+            name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
+            os.replace(os.path.join(stage, DATA_DIR, part["file"]), os.path.join(tmp, DATA_DIR, name))
+            parts.append(dict(part, file=name))
+        shutil.rmtree(stage, ignore_errors=True)
+    length = batch.column("length").to_numpy()
+    loss = batch.column("loss").to_numpy()
+    return pa.table({
+        "fi": pa.array([int(fi_all[0]) if fi_all.size else 0], pa.int32()),
+        "first_row": pa.array([int(rows_all[0]) if rows_all.size else 0], pa.int64()),
+        "rows": pa.array([int(fi_all.size)], pa.int64()),
+        "tokens": pa.array([int(length[keep].sum())], pa.int64()),
+        "loss": pa.array([int(loss[keep].sum())], pa.int64()),
+        "bad_row": pa.array([rows_all[~keep].tolist()], pa.list_(pa.int64())),
+        "bad_kind": pa.array([bad[~keep].tolist()], pa.list_(pa.int8())),
+        "part_file": pa.array([[p["file"] for p in parts]], pa.list_(pa.string())),
+        "part_rows": pa.array([[int(p["rows"]) for p in parts]], pa.list_(pa.int64())),
+        "part_tokens": pa.array([[int(p["tokens"]) for p in parts]], pa.list_(pa.int64())),
+    }, schema=BLOCK_SCHEMA)
 
 
 def _count_udf(batch: pa.Table, job: TokenizeJob) -> pa.Table:
@@ -120,33 +161,24 @@ def count_file_rows(job: TokenizeJob) -> np.ndarray:
     return np.asarray(counts, np.int64)
 
 
-def _parts(tmp: str, rt: RowTable, keep: np.ndarray) -> list[dict]:
-    """cache.json's part list, from the part footers and the driver's per-row table."""
+def _check_parts(tmp: str, bt: BlockTable, n_kept: int) -> None:
     names = sorted(n for n in os.listdir(os.path.join(tmp, DATA_DIR)) if n.endswith(".parquet"))
-    rows = np.asarray([pq.ParquetFile(os.path.join(tmp, DATA_DIR, n)).metadata.num_rows for n in names],
-                      np.int64)
-    kept_src = np.flatnonzero(keep)
-    if rows.sum() != kept_src.size:
-        raise RuntimeError(f"ray engine: cache parts hold {int(rows.sum())} rows, expected {kept_src.size}")
-    start = np.concatenate(([0], np.cumsum(rows)))
-    first = np.asarray([int(n.split("-")[1]) for n in names], np.int64)
-    if names and not np.array_equal(kept_src[start[:-1]], first):
-        raise RuntimeError("ray engine: cache parts do not tile the rows; re-run")
-    cum = np.concatenate(([0], np.cumsum(rt.length[keep])))
-    return [{"file": n, "rows": int(r), "tokens": int(cum[e] - cum[a])}
-            for n, r, a, e in zip(names, rows, start[:-1], start[1:])]
+    if names != [p["file"] for p in bt.parts]:
+        raise RuntimeError("ray engine: cache part files do not match what the tasks wrote; re-run")
+    if sum(p["rows"] for p in bt.parts) != n_kept:
+        raise RuntimeError(f"ray engine: cache parts hold {sum(p['rows'] for p in bt.parts)} rows, "
+                           f"expected {n_kept}")
 
 
-def _check_bad(rt: RowTable, job: TokenizeJob) -> dict:
-    bad = np.flatnonzero(rt.bad != OK)
-    if bad.size and job.cfg.on_empty == "error":
-        r = int(bad[0])
-        what = "empty example" if rt.bad[r] == EMPTY else "example with no loss tokens (all masked)"
+def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
+    if bt.bad_row.size and job.cfg.on_empty == "error":
+        what = "empty example" if bt.bad_kind[0] == EMPTY else "example with no loss tokens (all masked)"
+        fi = int(bt.bad_fi[0])
         raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
                                  "(skipped rows are counted in cache.json)",
-                                 path=job.files[int(rt.fi[r])].path, row=int(rt.file_row[r]))
-    return {"empty": int((rt.bad == EMPTY).sum()), "all_masked": int((rt.bad == ALL_MASKED).sum()),
-            "rows": bad[:100].tolist()}
+                                 path=job.files[fi].path, row=int(bt.bad_row[0] - bt.file_base[fi]))
+    return {"empty": int((bt.bad_kind == EMPTY).sum()), "all_masked": int((bt.bad_kind == ALL_MASKED).sum()),
+            "rows": bt.bad_row[:100].tolist()}
 
 
 def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> TokenizedCache:
@@ -167,16 +199,17 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
                              fn_kwargs={"job": job})
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"tmp": tmp, "file_base": file_base}))
-        rt = collect_rows(rows, len(job.files))
-        if not np.array_equal(rt.file_base, file_base):
-            fi = int(np.flatnonzero(np.diff(rt.file_base) != counts)[0])
-            raise RuntimeError(f"{job.files[fi].path}: read {int(np.diff(rt.file_base)[fi])} rows, "
+        bt = collect_blocks(rows, len(job.files))
+        if not np.array_equal(bt.file_base, file_base):
+            fi = int(np.flatnonzero(np.diff(bt.file_base) != counts)[0])
+            raise RuntimeError(f"{job.files[fi].path}: read {int(np.diff(bt.file_base)[fi])} rows, "
                                f"counted {int(counts[fi])} (file changed during the run?)")
-        skipped = _check_bad(rt, job)
-        keep = rt.bad == OK
-        if not keep.any():
+        skipped = _check_bad(bt, job)
+        n_rows = int(file_base[-1])
+        n_kept = n_rows - int(bt.bad_row.size)
+        if n_kept == 0:
             raise PacktoolInputError("every row was skipped; nothing to tokenize")
-        parts = _parts(tmp, rt, keep)
+        _check_parts(tmp, bt, n_kept)
         sha = {}
         inputs_meta = []
         for fi, (f, shape) in enumerate(zip(job.files, job.shapes)):
@@ -185,15 +218,15 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
             inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path), "sha256": sha[f.path],
                                 "mtime_ns": os.stat(f.path).st_mtime_ns, "format": f.kind,
                                 "shape": shape.kind, "columns": list(shape.columns),
-                                "rows": int(rt.file_base[fi + 1] - rt.file_base[fi])})
+                                "rows": int(file_base[fi + 1] - file_base[fi])})
         meta = {
             "format": CACHE_FORMAT, "version": CACHE_VERSION, "columns": _COLUMNS,
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),
             "template_text": job.template.text if job.template else None,
             "inputs": inputs_meta,
-            "parts": parts,
-            "num_rows": int(keep.sum()), "num_source_rows": int(rt.length.size),
-            "num_tokens": int(rt.length[keep].sum()), "num_loss_tokens": int(rt.loss[keep].sum()),
+            "parts": bt.parts,
+            "num_rows": n_kept, "num_source_rows": n_rows,
+            "num_tokens": bt.tokens, "num_loss_tokens": bt.loss,
             "skipped": skipped, "tokenizers_version": tokenizers.__version__,
             "fingerprint": fingerprint,
         }
