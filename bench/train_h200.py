@@ -93,9 +93,43 @@ def check_attention() -> dict:
     return out
 
 
-def padded_source(budget: int, grad_accum: int, seed: int, device: str = "cuda",
-                  megabatch: int = 256):
-    """Steps of length-grouped padded micro-batches built from the slabs' own sequences."""
+def length_grouped_batches(lengths: np.ndarray, budget: int, seed: int, style: str) -> list:
+    """Row indices of each padded micro-batch.
+
+    style='hf': transformers' `group_by_length` (LengthGroupedSampler): a fixed batch size
+      B, seeded permutation, megabatches of 50 x B sorted by length (longest first), cut
+      into batches of B. Under a token budget a fixed B must fit the longest sequence, so
+      B = budget // longest: the memory the packed run gets, with HF's batching.
+    style='bucketed': the stronger baseline, dynamic B (a token-budget bucketing HF does not
+      have): megabatches of 256 sorted by length, cut greedily so B x longest <= budget."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(lengths.size)
+    if style == "hf":
+        b = max(1, budget // int(lengths.max()))
+        mega = 50 * b
+        flat = np.concatenate([sorted(order[m:m + mega], key=lambda i: -lengths[i])
+                               for m in range(0, order.size, mega)])
+        return [flat[i:i + b] for i in range(0, flat.size, b)]
+    if style != "bucketed":
+        raise ValueError(f"padded style {style!r}")
+    batches = []
+    for m0 in range(0, order.size, 256):
+        cur: list = []
+        for i in sorted(order[m0:m0 + 256], key=lambda i: -lengths[i]):
+            if cur and (len(cur) + 1) * lengths[cur[0]] > budget:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+    return batches
+
+
+def padded_source(budget: int, real_per_step: float, seed: int, device: str = "cuda",
+                  style: str = "hf"):
+    """Steps of length-grouped padded micro-batches built from the slabs' own sequences;
+    each step takes as many micro-batches as hold about `real_per_step` real tokens (the
+    packed run's), so the optimizer's share of a step is the same in both runs."""
 
     def source(ds: PackedSlabDataset, start: int):
         seqs = []
@@ -106,33 +140,28 @@ def padded_source(budget: int, grad_accum: int, seed: int, device: str = "cuda",
                 if n > 0:
                     seqs.append((np.array(r.input_ids[s0:s0 + n]),
                                  np.array(r.loss_mask[s0:s0 + n])))
-        rng = np.random.default_rng(seed)
-        order = rng.permutation(len(seqs))
-        batches = []
-        for m0 in range(0, len(order), megabatch):
-            mb = sorted(order[m0:m0 + megabatch], key=lambda i: -len(seqs[i][0]))
-            cur = []
-            for i in mb:
-                L = len(seqs[cur[0]][0]) if cur else len(seqs[i][0])
-                if cur and (len(cur) + 1) * L > budget:
-                    batches.append(cur)
-                    cur = []
-                cur.append(i)
-            if cur:
-                batches.append(cur)
+        lengths = np.array([len(x[0]) for x in seqs])
+        batches = length_grouped_batches(lengths, budget, seed, style)
+        per_batch = lengths.sum() / len(batches)
+        accum = max(1, int(round(real_per_step / per_batch)))
+        print(json.dumps({"padded_style": style, "micro_batches": len(batches),
+                          "rows_per_batch": float(np.mean([len(b) for b in batches])),
+                          "real_fraction": float(lengths.sum() / sum(
+                              len(b) * lengths[b].max() for b in batches)),
+                          "micro_batches_per_step": accum}), flush=True)
         step = 0
         while True:
-            for b0 in range(0, len(batches) - grad_accum + 1, grad_accum):
+            for b0 in range(0, len(batches) - accum + 1, accum):
                 mbs = []
-                for b in batches[b0:b0 + grad_accum]:
-                    L = len(seqs[b[0]][0])
+                for b in batches[b0:b0 + accum]:
+                    L = int(lengths[b].max())
                     ids = np.zeros(L * len(b), np.int32)
                     mask = np.zeros(L * len(b), np.uint8)
                     for j, i in enumerate(b):
-                        n = len(seqs[i][0])
+                        n = lengths[i]
                         ids[j * L:j * L + n], mask[j * L:j * L + n] = seqs[i]
-                    lens = np.array([len(seqs[i][0]) for i in b])
-                    mbs.append(make_thd_batch(ids, mask, lens, np.full(len(b), L), device=device))
+                    mbs.append(make_thd_batch(ids, mask, lengths[b], np.full(len(b), L),
+                                              device=device))
                 if step >= start:
                     yield Step(step=step, epoch=0, micro_batches=mbs, n_empty=0,
                                loss_tokens=sum(m.num_loss_tokens for m in mbs),
@@ -174,8 +203,8 @@ def main() -> None:
     ap.add_argument("--only-packed", action="store_true")
     ap.add_argument("--micro-batch-tokens", type=int, default=None,
                     help="packed: merge slabs up to N tokens (default: one slab each)")
-    ap.add_argument("--padded-grad-accum", type=int, default=None,
-                    help="padded micro-batches per step (default: --grad-accum)")
+    ap.add_argument("--padded", default="hf,bucketed",
+                    help="padded baselines to run, comma-separated: hf, bucketed")
     ap.add_argument("--tag", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run of this script")
     a = ap.parse_args()
@@ -204,21 +233,22 @@ def main() -> None:
     summary["packed"]["wall_s"] = time.time() - t0
     summary["packed"]["physical_tokens_per_step"] = float(np.mean(
         [r.micro_batches for r in res.records])) * (a.micro_batch_tokens or ds.align.usable)
-    if not a.only_packed:
+    real_per_step = float(np.mean([r.real_tokens for r in res.records]))
+    for style in ([] if a.only_packed else a.padded.split(",")):
         if gpu:
             torch.cuda.empty_cache()
         t0 = time.time()
-        pga = a.padded_grad_accum or a.grad_accum
-        res = train(TrainConfig(**{**base, "grad_accum": pga}, steps=a.padded_steps,
-                                json_log=f"/tmp/padded_{tag}.jsonl"),
-                    source=padded_source(a.budget, pga, seed=0, device=a.device))
-        summary["padded"] = summarize(res, skip=10)
-        summary["padded"]["wall_s"] = time.time() - t0
-        summary["speedup_real_tokens"] = (summary["packed"]["real_tokens_per_s"]
-                                          / summary["padded"]["real_tokens_per_s"])
+        res = train(TrainConfig(**base, steps=a.padded_steps, json_log=f"/tmp/padded_{style}_{tag}.jsonl"),
+                    source=padded_source(a.budget, real_per_step, seed=0, device=a.device,
+                                         style=style))
+        key = f"padded_{style}"
+        summary[key] = summarize(res, skip=10)
+        summary[key]["wall_s"] = time.time() - t0
+        summary[f"speedup_vs_{style}"] = (summary["packed"]["real_tokens_per_s"]
+                                          / summary[key]["real_tokens_per_s"])
     if info.is_main:
         mm = summary.get("matmul_bf16_tflops")
-        for k in ("packed", "padded"):
+        for k in [k for k in summary if k == "packed" or k.startswith("padded_")]:
             if k in summary and mm:
                 summary[k]["mfu_vs_measured_matmul"] = summary[k]["mfu_989"] * 989 / mm
         if gpu:
