@@ -26,14 +26,17 @@ from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, CacheWriter, Tokeniz
                                tokenizer_meta, publish_cache)
 from packtool.io.errors import PacktoolInputError
 from packtool.io.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
-from packtool.io.shapes import Shape, detect_shape, render_batch
+from packtool.io.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.io.templates import Renderer, load_template
 from packtool.io.checksum import sha256_file
-from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo, 
+from packtool.io.flat_tokens import FlatTokensBuilder, flat_store_dir
+from packtool.io.tokenize import (EncodedBatch, LoadedTokenizer, TokenizerInfo,
                                   encode_rendered, load_tokenizer, row_sums, start_encode)
 
 
-_IN_FLIGHT = 2
+_IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
+_CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
+_SINK_DEPTH = 4           # finished chunks waiting for the writer thread
 
 
 def default_cache_dir() -> str:
@@ -171,20 +174,19 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
 
 
 def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
-    tok = loaded.tokenizer if loaded else None
     info = loaded.info if loaded else None
     special = {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
                                  ("pad_token", info and info.pad_token)) if v}
     renderer = Renderer(template, special) if template else None
-    writer = CacheWriter(tmp)
     counts = [count_rows(f) for f in files]
     total = sum(counts) if all(c is not None for c in counts) else None
     skipped = {"empty": 0, "all_masked": 0, "rows": []}
     inputs_meta = []
     global_row = 0
     totals = {"rows": 0, "tokens": 0, "loss": 0}
+    sink = _Sink(tmp)
 
-    def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int, bar) -> None:
+    def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int) -> None:
         bad = enc.empty | enc.all_masked
         if bad.any():
             r = int(np.nonzero(bad)[0][0])
@@ -203,29 +205,36 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
             keep = ~bad
             tok_keep = np.repeat(keep, enc.lengths)
             ids, mask, lens, src = ids[tok_keep], mask[tok_keep], lens[keep], src[keep]
-        writer.add(ids, mask, lens, src, fi)
+        sink.add(ids, mask, lens, src, fi)
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
         totals["loss"] += int(mask.sum(dtype=np.int64))
         bar.advance(enc.lengths.size, int(enc.ids.size))
 
-    # Two encodes in flight: a batch's longest document does not leave the other core idle.
-    with _Progress(progress, total) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
-        pending: deque = deque()
+    pending: deque = deque()  # (future, file, file index, first file row, first global row)
+
+    def drain(limit: int) -> None:
+        """Finish encoded chunks in order: every finished one, and more until `limit` remain."""
+        while pending and (len(pending) > limit or pending[0][0].done()):
+            fut, *where = pending.popleft()
+            finish(fut.result(), *where)
+
+    def read_all(pool: ThreadPoolExecutor) -> None:
+        nonlocal global_row
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
             for batch in iter_batches(f, cfg.batch_size, list(shape.columns)):
                 n = batch.num_rows
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
-                    while pending:
-                        finish_pending(pending.popleft(), finish, loaded, cfg, bar)
-                    finish(enc, f, fi, file_rows, global_row, bar)
+                    drain(0)
+                    finish(enc, f, fi, file_rows, global_row)
                 else:
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows)
-                    pending.append((pool.submit(start_encode, tok, rb), rb, shape, f, fi, file_rows, global_row))
-                    if len(pending) > _IN_FLIGHT:
-                        finish_pending(pending.popleft(), finish, loaded, cfg, bar)
+                    for off, part in split_rendered(rb, _CHUNK_CHARS):
+                        fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated)
+                        pending.append((fut, f, fi, file_rows + off, global_row + off))
+                        drain(_IN_FLIGHT)
                 file_rows += n
                 global_row += n
             if file_rows == 0:
@@ -234,8 +243,22 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                                 "sha256": sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
                                 "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
-        while pending:
-            finish_pending(pending.popleft(), finish, loaded, cfg, bar)
+        drain(0)
+
+    # Chunks of ~_CHUNK_CHARS queued _IN_FLIGHT deep: the encoder always has work while this
+    # thread reads and renders, and the last chunk (whose tail nothing overlaps) is small.
+    try:
+        with _Progress(progress, total) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
+            try:
+                read_all(pool)
+            except BaseException:
+                for fut, *_ in pending:
+                    fut.cancel()  # queued chunks are dropped, running ones end with the pool
+                raise
+        parts = sink.close()
+    except BaseException:
+        sink.abort()
+        raise
     if totals["rows"] == 0:
         raise PacktoolInputError("every row was skipped; nothing to tokenize")
     return {
@@ -245,15 +268,72 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                     "source_file": "int32 index into inputs"},
         "config": cfg.as_dict(), "tokenizer": tokenizer_meta(info),
         "template_text": template.text if template else None,
-        "inputs": inputs_meta, "parts": writer.close(),
+        "inputs": inputs_meta, "parts": parts,
         "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
         "num_loss_tokens": totals["loss"], "skipped": skipped,
         "tokenizers_version": tokenizers.__version__,
     }
 
 
-def finish_pending(pending, finish, loaded, cfg, bar) -> None:
-    fut, rb, shape, f, fi, first_row, first_global = pending
-    enc = encode_rendered(loaded.tokenizer, rb, loaded.info, cfg.add_bos, cfg.add_eos,
-                          shape.templated, encodings=fut.result())
-    finish(enc, f, fi, first_row, first_global, bar)
+def _encode_chunk(loaded: LoadedTokenizer, rb: RenderedBatch, cfg: TokenizeConfig,
+                  templated: bool) -> EncodedBatch:
+    """Runs on an encode thread: encode_batch (GIL released, all cores), then ids + masks, so
+    a chunk's Python work starts as soon as it is encoded and its Encodings die here."""
+    encodings = start_encode(loaded.tokenizer, rb)
+    return encode_rendered(loaded.tokenizer, rb, loaded.info, cfg.add_bos, cfg.add_eos,
+                           templated, encodings=encodings)
+
+
+def split_rendered(rb: RenderedBatch, max_chars: int) -> list[tuple[int, RenderedBatch]]:
+    """(first row offset, rows) runs of about `max_chars` rendered characters each (a longer
+    row is a run of its own). A row is always encoded whole."""
+    out, start, chars = [], 0, 0
+    for i, t in enumerate(rb.texts):
+        chars += len(t)
+        if chars >= max_chars:
+            out.append((start, i + 1))
+            start, chars = i + 1, 0
+    if start < len(rb.texts) or not out:
+        out.append((start, len(rb.texts)))
+    if len(out) == 1:
+        return [(0, rb)]
+    return [(a, RenderedBatch(rb.texts[a:b], rb.spans[a:b], rb.empty[a:b])) for a, b in out]
+
+
+class _Sink:
+    """Cache parts and the flat token store, written by one background thread in row order:
+    Parquet encoding and file writes release the GIL, so they overlap rendering here."""
+
+    def __init__(self, tmp: str) -> None:
+        self.writer = CacheWriter(tmp)
+        self.flat = FlatTokensBuilder(flat_store_dir(_Root(tmp)))
+        self.pool = ThreadPoolExecutor(1)
+        self.pending: deque = deque()
+
+    def _write(self, ids, mask, lens, src, fi) -> None:
+        self.writer.add(ids, mask, lens, src, fi)
+        self.flat.add(ids, mask, lens)
+
+    def add(self, ids: np.ndarray, mask: np.ndarray, lens: np.ndarray, src: np.ndarray, fi: int) -> None:
+        self.pending.append(self.pool.submit(self._write, ids, mask, lens, src, fi))
+        while self.pending and (len(self.pending) > _SINK_DEPTH or self.pending[0].done()):
+            self.pending.popleft().result()  # re-raises a write error here
+
+    def close(self) -> list[dict]:
+        while self.pending:
+            self.pending.popleft().result()
+        parts = self.pool.submit(self.writer.close).result()
+        self.pool.shutdown()
+        self.flat.close()
+        return parts
+
+    def abort(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.flat.abort()
+
+
+class _Root:
+    """What flat_store_dir needs of a cache: its root (here the temporary build directory)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root

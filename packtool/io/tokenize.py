@@ -13,7 +13,6 @@ import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
 
 import numba
 import numpy as np
@@ -219,9 +218,10 @@ def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
     (a worker thread) and hand the result in."""
     if encodings is None:
         encodings = start_encode(tok, rb)
-    id_lists = [e.ids for e in encodings]
-    lens = np.fromiter(map(len, id_lists), np.int32, count=len(id_lists))
-    content = np.fromiter(chain.from_iterable(id_lists), np.int32, count=int(lens.sum()))
+    # `e.ids` is a Python list; numpy converts a list in one C loop (faster than fromiter)
+    id_arrays = [np.array(e.ids, np.int32) for e in encodings]
+    lens = np.fromiter(map(len, id_arrays), np.int32, count=len(id_arrays))
+    content = np.concatenate(id_arrays) if id_arrays else np.zeros(0, np.int32)
     if all(s is None for s in rb.spans):
         content_mask = np.ones(content.shape[0], np.uint8)
     else:
