@@ -60,6 +60,7 @@ def same_output(a: str, b: str) -> bool:
         filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
 
 
+SHARDED_ROWS = 65536
 REAL_LENGTHS = os.path.join(DATA, "token_lengths_by_source.json")
 PLAN_SHARD_ROWS = 1 << 20
 
@@ -110,6 +111,7 @@ def measure_plan(mode: str, n: int) -> dict:
     plan(pool[:10_000], align, pk)  # numba compiled and loaded before the baseline
     base = _rss_mib()
     t = time.perf_counter()
+    held = None
     if mode == "global":
         lengths = np.random.default_rng(0).choice(pool, n)  # the driver holds every length
         p = plan(lengths, align, pk)
@@ -119,13 +121,13 @@ def measure_plan(mode: str, n: int) -> dict:
                   for a in range(0, n, PLAN_SHARD_ROWS)]
         sp = plan_shards(shards, align, pk, runner=RayRunner())
         ranges = _chunks(sp.slab_len(), 64 << 20)  # what the write step builds on the driver
-        args, specs = sp.routing_args(ranges), [sp.spec(a, e) for a, e in ranges]
+        held = (sp.routing_args(ranges), [sp.spec(a, e) for a, e in ranges])  # alive at the peak
         slabs, extra = sp.num_slabs, sp.stats.extra_bins
-        del args, specs
     secs = time.perf_counter() - t
+    peak = _peak_mib()
+    del held
     return {"mode": mode, "n": n, "seconds": secs, "slabs": slabs, "extra_bins": extra,
-            "base_mib": base, "peak_mib": _peak_mib(),
-            "bytes_per_seq": (_peak_mib() - base) * 2**20 / n}
+            "base_mib": base, "peak_mib": peak, "bytes_per_seq": (peak - base) * 2**20 / n}
 
 
 def plan_memory(sizes: list[int], write: bool) -> None:
@@ -238,6 +240,15 @@ def main() -> None:
             rows.append((name, time.perf_counter() - t, res))
             print(f"{name} {rows[-1][1]:.1f}s same={same_output(os.path.join(tmp, 'local'), out)}", flush=True)
         identical = all(same_output(os.path.join(tmp, "local"), os.path.join(tmp, n)) for n in ("cold", "warm"))
+        name = f"ray, sharded plan ({SHARDED_ROWS:,} rows)"
+        load[name] = os.getloadavg()[0]
+        t = time.perf_counter()
+        res = pack_ray(inputs, align, pk, cfg, output=os.path.join(tmp, "sharded"),
+                       cache_dir=os.path.join(tmp, "c_sharded"), plan_shard_rows=SHARDED_ROWS)
+        rows.append((name, time.perf_counter() - t, res))
+        from packtool.verify import verify
+        sharded_ok = verify(os.path.join(tmp, "sharded")).ok
+        print(f"{name} {rows[-1][1]:.1f}s verifies={sharded_ok} {res.plan.stats}", flush=True)
 
         from packtool.io.cache import TokenizedCache
         lengths = TokenizedCache(os.path.dirname(loc.cache_path)).lengths()
@@ -265,9 +276,13 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, secs, r in rows:
+        same = "—" if name == "local" else ("yes" if identical else "NO")
+        if "sharded" in name:
+            st = r.plan.stats
+            same = (f"own bins ({r.plan.num_slabs:,} slabs, {st.extra_bins:+d} vs lower bound); "
+                    f"verifies: {'yes' if sharded_ok else 'NO'}")
         lines.append(f"| {name} | {secs:.1f} | {n_tok / secs / 1e6:.2f}M | {r.tokenize_seconds:.1f} | "
-                     f"{r.write_seconds:.1f} | {len(r.shards)} | "
-                     f"{'—' if name == 'local' else ('yes' if identical else 'NO')} | {load[name]:.1f} |")
+                     f"{r.write_seconds:.1f} | {len(r.shards)} | {same} | {load[name]:.1f} |")
     lines += ["", f"`ray.init` (local, {cores} CPUs): {t_init:.1f} s, paid once per driver process.", ""]
     lines += ["Sharded planning on the same lengths (`plan_sharded`: pack each length shard, re-pack "
               "the items of bins under 98% full in one merge):", "",

@@ -17,7 +17,7 @@ bound. With one shard the result is exactly `plan.plan` (tested).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -242,7 +242,6 @@ class ShardedPlan:
             fill_pad=int((slab_len - fp).sum()),
             slack=int(np.maximum(a.usable - slab_len[~self.singleton], 0).sum()),
             singleton_slabs=int(self.singleton.sum()), efficiency=real / phys if phys else 1.0)
-        from dataclasses import asdict
         return PlanSummary(
             alignment=dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
                            fixed_length=a.fixed_length, convention=a.convention, s=a.s, t=a.t,
@@ -259,6 +258,52 @@ def _sum_overflow(stats: list[OverflowStats], policy: str) -> OverflowStats:
     return OverflowStats(policy, **{k: sum(getattr(s, k) for s in stats) for k in keys})
 
 
+@dataclass
+class _Bins:
+    """Every bin's figures, numbered as `plan()` numbers them: packed bins (each shard's kept
+    bins, then the merge bins), then the singletons in input order."""
+    fp: np.ndarray
+    length: np.ndarray
+    count: np.ndarray
+    cost: np.ndarray      # empty without --dp
+    gid: list             # per shard: bin id of each local bin
+    kept_base: np.ndarray  # per shard: id of its first kept bin (K at the end)
+    merged: int           # merge bins, ids K..K+merged-1
+    singletons: int       # ids K+merged.. (before any DP bins)
+    pool: Placement
+    pool_fp: np.ndarray
+    pool_gid: np.ndarray  # bin of each pool item
+
+
+def _merge(sums: list[ShardSummary], alignment: Alignment, packing: PackingConfig) -> _Bins:
+    """The shards' bins plus one merge pass over their underfull bins' items."""
+    n_kept = np.asarray([s.n_kept for s in sums], np.int64)
+    n_single = np.asarray([s.bin_fp.size - s.n_kept for s in sums], np.int64)
+    K = int(n_kept.sum())
+    pool = Placement(*(np.concatenate([getattr(s.pool, f) for s in sums]) for f in
+                       ("source", "offset", "length", "chunk", "bin")))
+    pool_fp = alignment.seq_footprint(pool.length)
+    mb = pack_items(pool_fp, alignment.usable, packing.algorithm) if pool_fp.size else np.zeros(0, np.int64)
+    M = int(mb.max()) + 1 if mb.size else 0
+    kept_base = np.concatenate(([0], np.cumsum(n_kept)))
+    single_base = K + M + np.concatenate(([0], np.cumsum(n_single)))
+    gid = [np.concatenate((kept_base[j] + np.arange(s.n_kept), single_base[j] + np.arange(n_single[j])))
+           for j, s in enumerate(sums)]
+    n = int(single_base[-1])
+    fp, length, count = (np.zeros(n, np.int64) for _ in range(3))
+    cost = np.zeros(n if packing.dp > 1 else 0)
+    for g, s in zip(gid, sums):
+        fp[g], length[g], count[g] = s.bin_fp, s.bin_len, s.bin_count
+        if cost.size:
+            cost[g] = s.bin_cost
+    fp[K:K + M] = np.bincount(mb, weights=pool_fp, minlength=M)
+    length[K:K + M] = np.bincount(mb, weights=pool.length, minlength=M)
+    count[K:K + M] = np.bincount(mb, minlength=M)
+    if cost.size:
+        cost[K:K + M] = _cost(mb, pool_fp, pool.length, M)
+    return _Bins(fp, length, count, cost, gid, kept_base, M, int(n_single.sum()), pool, pool_fp, K + mb)
+
+
 def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
                 packing: PackingConfig | None = None, underfull: float = 0.98,
                 runner=None) -> ShardedPlan:
@@ -268,77 +313,48 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     t0 = time.perf_counter()
     packing = packing or PackingConfig()
     runner = runner or LocalRunner()
-    U = alignment.usable
     if len(shards) == 1:
         underfull = 0.0  # nothing to merge with: the global plan
     res = runner.map(pack_shard, [(ln, r0, alignment, packing, underfull) for r0, ln in shards])
-    sums = [s for s, _ in res]
-    handles = [h for _, h in res]
+    sums, handles = [s for s, _ in res], [h for _, h in res]
     del res
-    n_kept = np.asarray([s.n_kept for s in sums], np.int64)
-    n_single = np.asarray([s.bin_fp.size - s.n_kept for s in sums], np.int64)
-    K = int(n_kept.sum())
-    pool = Placement(*(np.concatenate([getattr(s.pool, f) for s in sums]) for f in
-                       ("source", "offset", "length", "chunk", "bin")))
-    pool_fp = alignment.seq_footprint(pool.length)
-    mb = pack_items(pool_fp, U, packing.algorithm) if pool.length.size else np.zeros(0, np.int64)
-    M = int(mb.max()) + 1 if mb.size else 0
-    # bin ids as plan() numbers them: packed bins (every shard's kept, then the merge bins),
-    # then every singleton in input order
-    kept_base = np.concatenate(([0], np.cumsum(n_kept)))
-    single_base = K + M + np.concatenate(([0], np.cumsum(n_single)))
-    gid = [np.concatenate((kept_base[j] + np.arange(s.n_kept), single_base[j] + np.arange(n_single[j])))
-           for j, s in enumerate(sums)]
-    n_bins = int(single_base[-1])
-    fp_b, len_b, cnt_b = (np.zeros(n_bins, np.int64) for _ in range(3))
-    cost_b = np.zeros(n_bins)
-    for g, s in zip(gid, sums):
-        fp_b[g], len_b[g], cnt_b[g] = s.bin_fp, s.bin_len, s.bin_count
-        if packing.dp > 1:
-            cost_b[g] = s.bin_cost
-    mg = K + mb
-    fp_b[K:K + M] = np.bincount(mb, weights=pool_fp, minlength=M)
-    len_b[K:K + M] = np.bincount(mb, weights=pool.length, minlength=M)
-    cnt_b[K:K + M] = np.bincount(mb, minlength=M)
-    if packing.dp > 1:
-        cost_b[K:K + M] = _cost(mb, pool_fp, pool.length, M)
+    b = _merge(sums, alignment, packing)
+    K, M, S = int(b.kept_base[-1]), b.merged, b.singletons
     n_items = sum(s.items for s in sums)
-    hist = np.sum([s.fp_hist for s in sums], axis=0)
-    S = int(n_single.sum())
-    lower, l2 = bounds_from_histogram(hist, U)
-    stats = ShardStats(len(shards), K, int(pool.length.size), M,
-                       max([s.items for s in sums] + [int(pool.length.size)]), S + lower, K + M - lower)
-    pool_slab_gid = mg
-    moved_shard = moved_idx = moved_gid = np.zeros(0, np.int64)
-    rank = np.zeros(n_bins, np.int32)
-    step = np.arange(n_bins, dtype=np.int32)
+    lower, l2 = bounds_from_histogram(np.sum([s.fp_hist for s in sums], axis=0), alignment.usable)
+    stats = ShardStats(len(shards), K, int(b.pool_fp.size), M,
+                       max([s.items for s in sums] + [int(b.pool_fp.size)]), S + lower, K + M - lower)
+    n_bins = b.fp.size
+    pool_gid, moved = b.pool_gid, (np.zeros(0, np.int64),) * 3
+    rank, step = np.zeros(n_bins, np.int32), np.arange(n_bins, dtype=np.int32)
     imbalance, n_moved = 0.0, 0
     if packing.dp > 1:
         target = max(packing.dp, -(-n_bins // packing.dp) * packing.dp)
-        if n_items < target:
+        if n_items < target:  # assign_dp's check and message
             raise DPError(
                 f"--dp {packing.dp}: every rank needs a bin at every step, so the bin count must "
                 f"be a multiple of {packing.dp} (here {target}), but the input has only {n_items} "
                 f"sequences in {n_bins} bins: lower --dp to at most {max(1, n_items)} or add data")
         if target > n_bins:
-            moves = dp_moves(fp_b, len_b, cnt_b, cost_b, target, kept_base, pool, pool_fp, mg,
-                             lambda j, local: runner.call(bin_items, handles[j], local), alignment)
-            fp_b, len_b, cnt_b, cost_b, pool_slab_gid, moved_shard, moved_idx, moved_gid = moves
-            n_moved = target - n_bins
-            n_bins = target
-        rank, step, imbalance = deal_steps(cost_b, packing.dp)
+            b.fp, b.length, b.count, b.cost, pool_gid, *moved = dp_moves(
+                b.fp, b.length, b.count, b.cost, target, b.kept_base, b.pool, b.pool_fp, b.pool_gid,
+                lambda j, local: runner.call(bin_items, handles[j], local), alignment)
+            n_moved, n_bins = target - n_bins, target
+        rank, step, imbalance = deal_steps(b.cost, packing.dp)
     order, steps = slab_order(rank, step, packing)
     new_id = np.empty(n_bins, np.int64)
     new_id[order] = np.arange(n_bins)
     single = np.zeros(n_bins, bool)
     single[K + M:K + M + S] = True
     return ShardedPlan(
-        alignment=alignment, packing=packing, num_sequences=sum(s.rows for s in sums), num_segments=n_items, count=cnt_b[order], fp_sum=fp_b[order],
-        real=len_b[order], singleton=single[order], slab_index=order.astype(np.int64),
+        alignment=alignment, packing=packing, num_sequences=sum(s.rows for s in sums),
+        num_segments=n_items, count=b.count[order], fp_sum=b.fp[order], real=b.length[order],
+        singleton=single[order], slab_index=order.astype(np.int64),
         dp_rank=rank[order].astype(np.int32), step=np.asarray(steps, np.int32), handles=handles,
         first_rows=np.asarray([r0 for r0, _ in shards], np.int64),
-        local_slab=[new_id[g] for g in gid], pool_shard_items=np.asarray([s.pool.length.size for s in sums], np.int64),
-        pool_slab=new_id[pool_slab_gid], moved=(moved_shard, moved_idx, new_id[moved_gid]),
+        local_slab=[new_id[g] for g in b.gid],
+        pool_shard_items=np.asarray([s.pool.length.size for s in sums], np.int64),
+        pool_slab=new_id[pool_gid], moved=(moved[0], moved[1], new_id[moved[2]]),
         overflow=_sum_overflow([s.overflow for s in sums], packing.overflow),
         lower_bound=S + lower, l2_bound=S + l2, dp_imbalance=imbalance, dp_moved=n_moved,
         stats=stats, seconds=time.perf_counter() - t0)
