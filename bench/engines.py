@@ -165,10 +165,19 @@ def plan_memory(sizes: list[int], write: bool) -> None:
         lines.append(f"| {r['n'] / 1e6:.0f}M | {r['mode']} | {r['seconds']:.1f} | {r['slabs']:,} | "
                      f"{r['extra_bins']:+,} | {(r['peak_mib'] - r['base_mib']):,.0f} MiB | "
                      f"{r['bytes_per_seq']:.1f} | {r['load']:.1f} |")
+    lines += ["", MEMORY_NOTE]
     body = "\n".join(lines)
     print(body)
     if write:
         write_ray_section(memory=body)
+
+
+MEMORY_NOTE = """Sharded planning keeps ~135 B per slab on the driver (slabs hold ~25 sequences of this
+mix), ~33x less than the global plan's per-sequence arrays; the per-sequence state moves to
+the object store of the nodes that ran the tasks (placements 36 B per segment, routing rows
+40 B per segment during the write; docs/SCALING.md). Extra bins over the lower bound are
+about the global plan's, ~8 per million sequences (each row draws its own N sequences).
+Global at 100M (~17 GiB) was not run on this shared machine."""
 
 
 MEMORY_HEADING = "### The driver's memory: global vs sharded planning"
@@ -304,14 +313,17 @@ tokenizers); a counting pass over JSON inputs (packtool's reader, parsing only: 
 numbered globally, so each file's row count is needed before its cache parts are written);
 and a shuffle that moves every token once through the object store (route, then a
 sort-based groupby by shard) where the local engine gathers from a memory-mapped flat store.
-On this machine that is the write column: 16-19 s under Ray vs 7 s local for 97M tokens,
-~0.1 s per million tokens of extra data movement. Tokenizing runs the same code under both
-engines (Ray: two worker processes, each reading, rendering and encoding; local: a render
-thread plus `encode_batch` on every core). Other sessions kept this machine's load at 3-9
-during the runs and the two Ray rows (the same job) differ by 30%, so the tokenize columns
-do not rank the engines. Ray pays off when there are more cores than one machine has: the
-tokenize phase, 85-95% of the time here, is split per file / per 64k Parquet rows over the
-cluster. How this scales past one machine: docs/SCALING.md."""
+This run (2026-11-30 ~06:40 UTC, load 3.2-6.8 from other sessions) puts the overhead at
++36-43% end to end on one 2-core node: write 15-16 s under Ray vs 2.7 s local for 97M tokens
+(~0.13 s per million tokens of extra data movement; the local writer preads from its flat
+store, one process per core), tokenize 72-75 s vs 61 s (two Ray worker processes vs a render
+thread plus `encode_batch` on both cores). Under load the totals do not rank the engines
+(an earlier run at load 3-9 had the two Ray runs 30% apart). The sharded plan costs nothing
+measurable end to end (planning is under a second either way at this size) and here gives the
+global plan's 11,956 slabs; what it changes is where the per-sequence state lives (below).
+Ray pays off when there are more cores than one machine has: the tokenize phase, ~80% of the
+time here, is split per file / per 64k Parquet rows over the cluster. How this scales past
+one machine: docs/SCALING.md."""
 
 if __name__ == "__main__":
     main()
