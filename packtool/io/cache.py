@@ -3,10 +3,12 @@
 Layout (see packtool/io/TOKENIZATION.md):
     <cache_dir>/<fingerprint[:32]>/cache.json                    what it is and how it was made
     <cache_dir>/<fingerprint[:32]>/data/part-00000.parquet ...   rows in source_index order
-`data/` holds only Parquet, so any Parquet reader can open it as a dataset.
+    <cache_dir>/<fingerprint[:32]>/flat/                          the same rows as flat files
+`data/` holds only Parquet, so any Parquet reader can open it as a dataset. `flat/` is the
+pack's flat token store (io/flat_tokens.py), written by tokenize_to_cache alongside the parts.
 Columns: input_ids list<int32>, loss_mask list<uint8>, length int32, source_index int64
 (global row across the inputs in read order), source_file int32 (index into cache.json inputs).
-Built under a temporary name and renamed, so a cache directory is complete or absent.
+Built under a temporary name and renamed (flat/ included), so a cache directory is complete or absent.
 """
 from __future__ import annotations
 
