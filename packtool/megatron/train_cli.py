@@ -42,7 +42,7 @@ def train_command(
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Slabs per DP rank per step (ignored when the slabs carry a --dp plan).")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
     device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cuda",
-    lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE).")] = "torch",
+    lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps.")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE.")] = None,
 ) -> None:
@@ -55,8 +55,10 @@ def train_command(
     try:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"--device must be cpu or cuda, got {device!r}")
-        if lm_head not in ("fused", "torch"):
-            raise ValueError(f"--lm-head must be fused or torch, got {lm_head!r}")
+        if lm_head not in ("fused", "torch", "auto"):
+            raise ValueError(f"--lm-head must be fused, torch or auto, got {lm_head!r}")
+        if lm_head == "auto":  # the Triton head runs interpreted (slow) without a GPU
+            lm_head = "fused" if device == "cuda" else "torch"
         from ..align import Alignment  # noqa: F401  (light: numpy only)
         from .compat import check_training_layout
         from .slabs import SlabManifest
