@@ -125,10 +125,11 @@ def shard_routing(pl: Placement, bin_shard: np.ndarray, bin_base: np.ndarray,
 
 
 class LocalRunner:
-    """Shard tasks in this process; placements stay here (the library call, tests)."""
+    """Shard tasks in this process; placements stay here (the library call, tests).
+    `map` yields (summary, placement handle) per task, in order."""
 
-    def map(self, f: Callable, args: list[tuple]) -> list[tuple[Any, Any]]:
-        return [f(*a) for a in args]
+    def map(self, f: Callable, args: list[tuple]):
+        return (f(*a) for a in args)
 
     def call(self, f: Callable, handle: Any, *args):
         return f(handle, *args)
@@ -315,15 +316,21 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     runner = runner or LocalRunner()
     if len(shards) == 1:
         underfull = 0.0  # nothing to merge with: the global plan
-    res = runner.map(pack_shard, [(ln, r0, alignment, packing, underfull) for r0, ln in shards])
-    sums, handles = [s for s, _ in res], [h for _, h in res]
-    del res
+    sums, handles = [], []
+    hist = np.zeros(alignment.usable + 1, np.int64)
+    for s, h in runner.map(pack_shard, [(ln, r0, alignment, packing, underfull) for r0, ln in shards]):
+        hist += s.fp_hist  # summed as they come: one histogram held, not one per shard
+        sums.append(replace(s, fp_hist=None))
+        handles.append(h)
     b = _merge(sums, alignment, packing)
     K, M, S = int(b.kept_base[-1]), b.merged, b.singletons
-    n_items = sum(s.items for s in sums)
-    lower, l2 = bounds_from_histogram(np.sum([s.fp_hist for s in sums], axis=0), alignment.usable)
+    n_rows, n_items = sum(s.rows for s in sums), sum(s.items for s in sums)
+    pool_items = np.asarray([s.pool.length.size for s in sums], np.int64)
+    overflow = _sum_overflow([s.overflow for s in sums], packing.overflow)
+    lower, l2 = bounds_from_histogram(hist, alignment.usable)
     stats = ShardStats(len(shards), K, int(b.pool_fp.size), M,
                        max([s.items for s in sums] + [int(b.pool_fp.size)]), S + lower, K + M - lower)
+    del sums  # their per-bin arrays are in `b` now
     n_bins = b.fp.size
     pool_gid, moved = b.pool_gid, (np.zeros(0, np.int64),) * 3
     rank, step = np.zeros(n_bins, np.int32), np.arange(n_bins, dtype=np.int32)
@@ -347,15 +354,15 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     single = np.zeros(n_bins, bool)
     single[K + M:K + M + S] = True
     return ShardedPlan(
-        alignment=alignment, packing=packing, num_sequences=sum(s.rows for s in sums),
+        alignment=alignment, packing=packing, num_sequences=n_rows,
         num_segments=n_items, count=b.count[order], fp_sum=b.fp[order], real=b.length[order],
         singleton=single[order], slab_index=order.astype(np.int64),
         dp_rank=rank[order].astype(np.int32), step=np.asarray(steps, np.int32), handles=handles,
         first_rows=np.asarray([r0 for r0, _ in shards], np.int64),
         local_slab=[new_id[g] for g in b.gid],
-        pool_shard_items=np.asarray([s.pool.length.size for s in sums], np.int64),
+        pool_shard_items=pool_items,
         pool_slab=new_id[pool_gid], moved=(moved[0], moved[1], new_id[moved[2]]),
-        overflow=_sum_overflow([s.overflow for s in sums], packing.overflow),
+        overflow=overflow,
         lower_bound=S + lower, l2_bound=S + l2, dp_imbalance=imbalance, dp_moved=n_moved,
         stats=stats, seconds=time.perf_counter() - t0)
 

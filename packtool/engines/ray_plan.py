@@ -34,12 +34,13 @@ class RayRunner:
     """Shard packs as Ray tasks: the summary comes back, the placement stays in the object
     store (its reference is the handle); later calls run where the placement is read."""
 
-    def map(self, f, args: list[tuple]) -> list[tuple]:
+    def map(self, f, args: list[tuple]):
+        """Every task submitted at once; summaries fetched one by one, in order."""
         import ray
         rf = ray.remote(num_returns=2)(f)
         refs = [rf.remote(*a) for a in args]
-        summaries = ray.get([r[0] for r in refs])
-        return list(zip(summaries, [r[1] for r in refs]))
+        for summary_ref, placement_ref in refs:
+            yield ray.get(summary_ref), placement_ref
 
     def call(self, f, handle, *args):
         import ray
