@@ -163,6 +163,12 @@ def test_cli_engine_ray(tmp_path):
     assert r.exit_code == 0, r.output
     assert "Sharded plan: " in r.output and "bins over the lower bound" in r.output
     assert verify(str(tmp_path / "s")).ok
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "--prompt-field", "question",
+                                 "--response-field", "answer", "-C", "1024", "-o", str(tmp_path / "s"),
+                                 "--cache-dir", str(tmp_path / "c"), "--engine", "ray", "--overwrite",
+                                 "--plan-shard-rows", "40", "--json"])
+    d = json.loads(r.output.strip().splitlines()[-1])
+    assert d["sharded_plan"]["shards"] > 1 and d["sharded_plan"]["extra_bins"] == d["slabs"] - d["lower_bound"]
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--engine", "spark"])
     assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output
