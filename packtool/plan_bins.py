@@ -11,8 +11,7 @@ from typing import Callable
 import numpy as np
 
 from .align import Alignment
-from .packers import ATTN_COEF
-from .packers.dp import _move_to_multiple
+from .packers.dp import bin_costs, move_to_multiple
 
 
 def bounds_from_histogram(hist: np.ndarray, capacity: int) -> tuple[int, int]:
@@ -38,27 +37,6 @@ def bounds_from_histogram(hist: np.ndarray, capacity: int) -> tuple[int, int]:
     s3 = scum[half] - s_lt_k
     extra = np.maximum(0, -(-(s3 - (n2 * C - s2)) // C))
     return lower, int((n1 + n2 + extra).max())
-
-
-def deal_steps(cost: np.ndarray, dp: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """`assign_dp` steps 2-3 from bin costs: bins by cost descending dealt dp at a time to
-    steps, ranks snaked; returns rank, step and the mean per-step imbalance."""
-    by_cost = np.argsort(-cost, kind="stable")
-    pos = np.empty(cost.size, np.int64)
-    pos[by_cost] = np.arange(cost.size)
-    step = pos // dp
-    within = pos % dp
-    rank = np.where(step % 2 == 0, within, dp - 1 - within)
-    per_step = cost[by_cost].reshape(-1, dp)
-    mean = per_step.mean(axis=1)
-    ratio = (per_step.max(axis=1) - mean) / np.maximum(mean, 1e-300)
-    return rank.astype(np.int32), step.astype(np.int32), float(ratio.mean())
-
-
-def _cost(bins: np.ndarray, fp: np.ndarray, length: np.ndarray, n: int) -> np.ndarray:
-    # packers.dp._bin_cost's sum, item by item in input order, so floats agree with plan()
-    L = length.astype(np.float64)
-    return np.bincount(bins, weights=fp.astype(np.float64) + ATTN_COEF * L * L, minlength=n)
 
 
 def dp_moves(fp_b, len_b, cnt_b, cost_b, target: int, kept_base: np.ndarray, pool, pool_fp,
@@ -90,7 +68,7 @@ def dp_moves(fp_b, len_b, cnt_b, cost_b, target: int, kept_base: np.ndarray, poo
     length, gid, shard, idx = length[order], gid[order], shard[order], idx[order]
     fp = alignment.seq_footprint(length)
     sub = np.searchsorted(cand, gid)
-    _move_to_multiple(sub, fp, cand.size, cand.size + k)
+    move_to_multiple(sub, fp, cand.size, cand.size + k)
     moved = sub >= cand.size
     new_gid = np.where(moved, n_bins + sub - cand.size, gid)
     ext = lambda a, v: np.concatenate((a, np.zeros(k, a.dtype)))  # noqa: E731
@@ -100,8 +78,8 @@ def dp_moves(fp_b, len_b, cnt_b, cost_b, target: int, kept_base: np.ndarray, poo
     np.subtract.at(cnt_b, gid[moved], 1)
     fp_b[new_gid[moved]], len_b[new_gid[moved]], cnt_b[new_gid[moved]] = fp[moved], length[moved], 1
     # costs re-summed over each touched bin's remaining items, in input order (as assign_dp)
-    cost_b[cand] = _cost(np.searchsorted(cand, gid[~moved]), fp[~moved], length[~moved], cand.size)
-    cost_b[new_gid[moved]] = _cost(new_gid[moved] - n_bins, fp[moved], length[moved], k)
+    cost_b[cand] = bin_costs(np.searchsorted(cand, gid[~moved]), fp[~moved], length[~moved], cand.size)
+    cost_b[new_gid[moved]] = bin_costs(new_gid[moved] - n_bins, fp[moved], length[moved], k)
     pool_new = pool_gid.copy()
     pm = moved & (shard < 0)
     pool_new[idx[pm]] = new_gid[pm]

@@ -23,10 +23,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .align import Alignment
-from .packers import DPError, pack_items
+from .packers import pack_items
 from .plan import OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
 from .plan_slabs import Routing, SlabSpec, segment_base, shard_of_slab
-from .plan_bins import _cost, bounds_from_histogram, deal_steps, dp_moves
+from .packers.dp import bin_costs, deal_steps, dp_target
+from .plan_bins import bounds_from_histogram, dp_moves
 from .report import PlanSummary
 from .stats import PaddingStats
 
@@ -89,7 +90,7 @@ def pack_shard(lengths, first_row: int, alignment: Alignment, packing: PackingCo
         bin_fp=np.bincount(pb, weights=pfp, minlength=nb).astype(np.int64),
         bin_len=np.bincount(pb, weights=plen, minlength=nb).astype(np.int64),
         bin_count=np.bincount(pb, minlength=nb).astype(np.int64),
-        bin_cost=_cost(pb, pfp, plen, nb) if packing.dp > 1 else np.zeros(0),
+        bin_cost=bin_costs(pb, pfp, plen, nb) if packing.dp > 1 else np.zeros(0),
         pool=None, fp_hist=np.bincount(fp[fits], minlength=U + 1).astype(np.int64), overflow=ovf)
     pl = Placement(segs.source, segs.offset, segs.length, segs.chunk, b)
     return replace(summary, pool=pl.take(np.flatnonzero(b < 0))), pl
@@ -301,7 +302,7 @@ def _merge(sums: list[ShardSummary], alignment: Alignment, packing: PackingConfi
     length[K:K + M] = np.bincount(mb, weights=pool.length, minlength=M)
     count[K:K + M] = np.bincount(mb, minlength=M)
     if cost.size:
-        cost[K:K + M] = _cost(mb, pool_fp, pool.length, M)
+        cost[K:K + M] = bin_costs(mb, pool_fp, pool.length, M)
     return _Bins(fp, length, count, cost, gid, kept_base, M, int(n_single.sum()), pool, pool_fp, K + mb)
 
 
@@ -336,18 +337,14 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     rank, step = np.zeros(n_bins, np.int32), np.arange(n_bins, dtype=np.int32)
     imbalance, n_moved = 0.0, 0
     if packing.dp > 1:
-        target = max(packing.dp, -(-n_bins // packing.dp) * packing.dp)
-        if n_items < target:  # assign_dp's check and message
-            raise DPError(
-                f"--dp {packing.dp}: every rank needs a bin at every step, so the bin count must "
-                f"be a multiple of {packing.dp} (here {target}), but the input has only {n_items} "
-                f"sequences in {n_bins} bins: lower --dp to at most {max(1, n_items)} or add data")
+        target = dp_target(n_items, n_bins, packing.dp)
         if target > n_bins:
             b.fp, b.length, b.count, b.cost, pool_gid, *moved = dp_moves(
                 b.fp, b.length, b.count, b.cost, target, b.kept_base, b.pool, b.pool_fp, b.pool_gid,
                 lambda j, local: runner.call(bin_items, handles[j], local), alignment)
             n_moved, n_bins = target - n_bins, target
-        rank, step, imbalance = deal_steps(b.cost, packing.dp)
+        rank, step, ratio = deal_steps(b.cost, packing.dp)
+        imbalance = float(ratio.mean())
     order, steps = slab_order(rank, step, packing)
     new_id = np.empty(n_bins, np.int64)
     new_id[order] = np.arange(n_bins)

@@ -126,13 +126,44 @@ def _move_to_multiple(bin_of_item, sizes, nbins, target):
     return target - nbins
 
 
-@njit(cache=True)
-def _bin_cost(bin_of_item, sizes, seq_lens, nbins, attn_coef):
-    cost = np.zeros(nbins, np.float64)
-    for i in range(bin_of_item.shape[0]):
-        L = float(seq_lens[i])
-        cost[bin_of_item[i]] += float(sizes[i]) + attn_coef * L * L
-    return cost
+def bin_costs(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray, nbins: int,
+              attn_coef: float = ATTN_COEF) -> np.ndarray:
+    """DP compute cost per bin: footprint plus the attention term of each real length,
+    summed item by item in input order (so sharded planning gets the same floats)."""
+    L = np.asarray(seq_lens, np.float64)
+    return np.bincount(bin_of_item, weights=np.asarray(sizes, np.float64) + attn_coef * L * L,
+                       minlength=nbins)
+
+
+def dp_target(n_items: int, nbins: int, dp: int) -> int:
+    """The bin count after DP rounding (a multiple of dp, at least dp); DPError naming --dp
+    when there are too few sequences to give every rank a bin at every step."""
+    target = max(dp, -(-nbins // dp) * dp)
+    if n_items < target:
+        raise DPError(
+            f"--dp {dp}: every rank needs a bin at every step, so the bin count must be a "
+            f"multiple of {dp} (here {target}), but the input has only {n_items} sequences in "
+            f"{nbins} bins: lower --dp to at most {max(1, n_items)} or add data")
+    return target
+
+
+def deal_steps(cost: np.ndarray, dp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bins by cost descending, dealt dp at a time to steps, ranks snaked so that no rank
+    takes every step's heaviest bin. Returns rank, step and each step's imbalance
+    (max - mean) / mean."""
+    by_cost = np.argsort(-cost, kind="stable")
+    pos = np.empty(cost.size, np.int64)
+    pos[by_cost] = np.arange(cost.size)
+    step = pos // dp
+    within = pos % dp
+    rank = np.where(step % 2 == 0, within, dp - 1 - within)
+    per_step = cost[by_cost].reshape(-1, dp)
+    mean = per_step.mean(axis=1)
+    ratio = (per_step.max(axis=1) - mean) / np.maximum(mean, 1e-300)
+    return rank.astype(np.int32), step.astype(np.int32), ratio
+
+
+move_to_multiple = _move_to_multiple
 
 
 def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
@@ -153,12 +184,7 @@ def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
         raise ValueError(f"assign_dp: bin_of_item ({n}), sizes ({sizes.shape[0]}) and "
                          f"seq_lens ({seq_lens.shape[0]}) must have one entry per sequence")
     nbins = int(bin_of_item.max()) + 1 if n else 0
-    target = max(dp, -(-nbins // dp) * dp)
-    if n < target:
-        raise DPError(
-            f"--dp {dp}: every rank needs a bin at every step, so the bin count must be a "
-            f"multiple of {dp} (here {target}), but the input has only {n} sequences in "
-            f"{nbins} bins: lower --dp to at most {max(1, n)} or add data")
+    target = dp_target(n, nbins, dp)
     if n and np.bincount(bin_of_item, minlength=nbins).min() == 0:
         raise ValueError("assign_dp: bin ids must be 0..B-1 with no empty bin")
     moved = 0
@@ -167,20 +193,12 @@ def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
     loads = np.bincount(bin_of_item, weights=sizes, minlength=target)
     if loads.max() > capacity:
         raise ValueError(f"assign_dp: a bin holds {int(loads.max())} > capacity {capacity}")
-    cost = _bin_cost(bin_of_item, sizes, seq_lens, target, float(attn_coef))
-    by_cost = np.argsort(-cost, kind="stable")
-    pos = np.empty(target, np.int64)
-    pos[by_cost] = np.arange(target)
-    step = pos // dp
-    within = pos % dp
-    rank = np.where(step % 2 == 0, within, dp - 1 - within)
-    per_step = cost[by_cost].reshape(-1, dp)
-    mean = per_step.mean(axis=1)
-    ratio = (per_step.max(axis=1) - mean) / np.maximum(mean, 1e-300)
+    cost = bin_costs(bin_of_item, sizes, seq_lens, target, float(attn_coef))
+    rank, step, ratio = deal_steps(cost, dp)
     totals = np.bincount(rank, weights=cost, minlength=dp)
     tmean = totals.mean()
     return DPAssignment(
-        bin_of_item=bin_of_item, rank=rank.astype(np.int32), step=step.astype(np.int32),
+        bin_of_item=bin_of_item, rank=rank, step=step,
         moved_items=moved, imbalance=float(ratio.mean()),
         max_step_imbalance=float(ratio.max()),
         rank_imbalance=float((totals.max() - tmean) / tmean) if tmean > 0 else 0.0,
