@@ -93,32 +93,44 @@ def _make_input(n: int, work: str) -> str:
     return path
 
 
-def run_packtool(n: int, work: str) -> dict:
+PACKTOOL_CASES = {  # case -> (workers, keep the flat store, label)
+    "first": (None, False, "first pack: builds the flat store"),
+    "repack": (None, True, "re-pack: flat store exists"),
+    "repack-w1": (1, True, "re-pack, --workers 1"),
+}
+
+
+def run_packtool(n: int, work: str, case: str) -> dict:
+    """One pack in this (fresh) process. Warm-up: a plan of 1,000 rows (numba loads its
+    on-disk cache of compiled code); nothing the size of the data runs before the baseline."""
     from packtool.align import Alignment
     from packtool.config import TokenizeConfig
     from packtool.io import tokenize_to_cache
+    from packtool.io.flat_tokens import flat_store_for
     from packtool.pack import pack_cache
-    from packtool.plan import PackingConfig
+    from packtool.plan import PackingConfig, plan as make_plan
     src = _make_input(n, work)
     cache = tokenize_to_cache([src], TokenizeConfig(shape="tokens"), cache_dir=os.path.join(work, "cache"),
                               progress=False)
-    flat = os.path.join(cache.root, "flat")
-    shutil.rmtree(flat, ignore_errors=True)  # the flat store build is part of the timed pack
+    if case == "prepare":  # its own process: the measured ones only open the cache
+        flat_store_for(cache)
+        return {}
+    workers, keep_flat, label = PACKTOOL_CASES[case]
+    if not keep_flat:
+        shutil.rmtree(os.path.join(cache.root, "flat"))  # the flat store build is part of the timed pack
     out = os.path.join(work, f"out_{n}")
     align, cfg = Alignment(capacity=C), PackingConfig("bfd", overflow="split")
-    pack_cache(cache, align, cfg, out + "_warm", overwrite=True, dry_run=True)  # JIT warm-up
-    rows = []
-    for workers, label in ((None, "first pack: builds the flat store"), (None, "re-pack: flat store exists"),
-                           (1, "re-pack, --workers 1")):
-        t0 = time.perf_counter()
-        with Peak() as pk:
-            res = pack_cache(cache, align, cfg, out, overwrite=True, workers=workers)
-        sec = time.perf_counter() - t0
-        rows.append(dict(engine=f"packtool bfd ({label})", n=n, seconds=sec,
-                         tokens=res.summary.padding.real_tokens, rss_growth=pk.growth,
-                         bins=res.plan.num_slabs, lower_bound=res.plan.lower_bound))
-        shutil.rmtree(out, ignore_errors=True)
-    return rows
+    make_plan(cache.lengths()[:1000], align, cfg)
+    import gc
+    gc.collect()
+    t0 = time.perf_counter()
+    with Peak() as pk:
+        res = pack_cache(cache, align, cfg, out, overwrite=True, workers=workers)
+    sec = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    return dict(engine=f"packtool bfd ({label})", n=n, seconds=sec,
+                tokens=res.summary.padding.real_tokens, rss_growth=pk.growth,
+                bins=res.plan.num_slabs, lower_bound=res.plan.lower_bound)
 
 
 def run_trl(n: int, work: str, batch: int | None) -> dict:
@@ -149,31 +161,34 @@ def main() -> None:
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "packtool_bench_e2e"))
     ap.add_argument("--no-trl", action="store_true")
+    ap.add_argument("--cases", nargs="+", default=list(PACKTOOL_CASES), choices=list(PACKTOOL_CASES))
+    ap.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     if a.case:  # child process: one measurement
         kind, n = a.case.split(":")
         n = int(n)
-        rs = run_packtool(n, a.work) if kind == "packtool" else [run_trl(n, a.work, 1000 if kind == "trl1k" else None)]
-        for r in rs:
+        r = (run_packtool(n, a.work, kind.split("-", 1)[1]) if kind.startswith("packtool-")
+             else run_trl(n, a.work, 1000 if kind == "trl1k" else None))
+        if r:
             print("RESULT " + json.dumps(r))
         return
     rows = []
     for n in a.sizes:
-        kinds = ["packtool"] + ([] if a.no_trl else ["trl1k", "trlall"])
+        kinds = ["packtool-prepare"] + [f"packtool-{c}" for c in a.cases] + ([] if a.no_trl else ["trl1k", "trlall"])
         for kind in kinds:
             p = subprocess.run([sys.executable, __file__, "--case", f"{kind}:{n}", "--work", a.work],
                                capture_output=True, text=True)
             lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-            if not lines:
+            if not lines and not kind.endswith("prepare"):
                 print(p.stdout[-2000:], p.stderr[-4000:])
             for line in lines:
                 rows.append(json.loads(line[7:]))
                 print(rows[-1], flush=True)
-    _write(rows)
+    _write(rows, a.no_write)
 
 
-def _write(rows: list[dict]) -> None:
+def _write(rows: list[dict], dry: bool = False) -> None:
     from bench.md import update_section
     by_n = {}
     for r in rows:
@@ -204,7 +219,8 @@ def _write(rows: list[dict]) -> None:
         "before the call. packtool reads the token spans of each row group with pread from "
         "its flat store, so no page of the store is mapped into any process.",
         "", *lines])
-    update_section("Pack end to end (from the tokenized cache)", body)
+    if not dry:
+        update_section("Pack end to end (from the tokenized cache)", body)
     print(body)
 
 

@@ -20,7 +20,7 @@ from .config import TokenizeConfig
 from .io import TokenizedCache, tokenize_to_cache
 from .io.flat_tokens import flat_store_for
 from .io.manifest import build_manifest, write_manifest
-from .io.writer import ShardInfo, write_shards
+from .io.writer import ShardInfo, release_memory, write_shards
 from .plan import PackingConfig, Plan, plan as make_plan
 from .report import PlanSummary, plan_summary
 
@@ -72,7 +72,8 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
                progress: bool = False, shard_tokens: int = 64 << 20,
                tokenize_seconds: float = 0.0, workers: int | None = None) -> PackResult:
     """Plan a tokenized cache's rows and write the slabs + manifest to `output`; shards are
-    written by up to `workers` processes (default: one per core)."""
+    written by up to `workers` threads of this process (default: one per core; the bytes do
+    not depend on it)."""
     packing = packing or PackingConfig()
     check_output(output, overwrite, dry_run)
     lengths = cache.lengths()
@@ -80,6 +81,7 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     summary = plan_summary(p)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
+    release_memory()  # the planner's freed temporaries, before the write needs its own
     t1 = time.perf_counter()
     tokens = flat_store_for(cache)
     if not np.array_equal(np.diff(tokens.offsets), lengths):

@@ -4,23 +4,24 @@ Shuffled slabs read short spans from everywhere in the store. Through a memory m
 kernel maps whole page-cache folios around every span (hundreds of KB each), and RSS grows
 with the store; releasing them costs a madvise per few segments. pread copies just the span
 from the page cache, so the process only ever holds its output buffers.
+
+Every kernel here runs without the GIL: the shard writers are threads, and one thread's
+gather overlaps the other's Parquet encoding.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 
 import numba as nb
 import numpy as np
+from numba import types
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_pread = _libc.pread
-_pread.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64]
-_pread.restype = ctypes.c_ssize_t
+# libc's pread, bound by symbol name when the code is linked (not by this process's address),
+# so the compiled gather can be cached on disk; the buffer pointer passes as an integer
+_pread = types.ExternalFunction("pread", types.intp(types.intc, types.intp, types.uintp, types.int64))
 
 
-# No cache=True: the compiled code embeds this process's address of libc's pread.
-@nb.njit(nogil=True)
+@nb.njit(nogil=True, cache=True)
 def _gather_pread(fd_ids, fd_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
     """Copy each segment's ids and mask into its place; zero the mask on its first token.
     Returns the index of the first segment that could not be read whole, or -1."""
@@ -37,6 +38,27 @@ def _gather_pread(fd_ids, fd_mask, tok_off, src, src_off, length, dest, out_ids,
         if n > 0:
             out_mask[d] = 0
     return -1
+
+
+@nb.njit(nogil=True, cache=True)
+def fill_pads(out_ids, pad_id, out_mask):
+    """Every position starts as a pad (pad_id, no loss); the gather overwrites the tokens."""
+    for i in range(out_ids.size):
+        out_ids[i] = pad_id
+    for i in range(out_mask.size):
+        out_mask[i] = 0
+
+
+@nb.njit(nogil=True, cache=True)
+def row_sums(mask, row_off):
+    """Loss tokens of each row (row r is mask[row_off[r]:row_off[r+1]])."""
+    out = np.zeros(row_off.size - 1, np.int32)
+    for r in range(row_off.size - 1):
+        s = 0
+        for j in range(row_off[r], row_off[r + 1]):
+            s += mask[j]
+        out[r] = s
+    return out
 
 
 def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,

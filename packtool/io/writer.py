@@ -2,14 +2,19 @@
 
 Shards are written row group by row group (memory bounded by one row group), zstd, under a
 temporary name; the caller renames the whole output directory when everything is written.
+Shards are independent, so one thread per core writes them: pyarrow encodes and compresses
+without the GIL, and so does the numba gather.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
-import warnings
-from concurrent.futures.process import BrokenProcessPool
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numba as nb
 import numpy as np
@@ -20,7 +25,7 @@ from ..layout import cp_local_cu_seqlens_padded, flat_cu
 from ..plan import Plan
 from .checksum import sha256_file
 from .flat_tokens import FlatTokens
-from .pread_gather import gather_from_files
+from .pread_gather import fill_pads, gather_from_files, row_sums
 
 SCHEMA_VERSION = 1
 
@@ -57,7 +62,7 @@ class ShardInfo:
     sha256: str
 
 
-@nb.njit(cache=True)
+@nb.njit(nogil=True, cache=True)
 def _gather(tok_ids, tok_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
     # copy each segment's tokens into its physical place; the first token of every segment
     # predicts nothing inside the segment, so it is never a target
@@ -71,46 +76,56 @@ def _gather(tok_ids, tok_mask, tok_off, src, src_off, length, dest, out_ids, out
             out_mask[d] = 0
 
 
+def _buffer(n: int, dtype) -> np.ndarray:
+    """A writable array in Arrow's memory pool, where the Parquet writer allocates and frees
+    its own buffers: one allocator reuses the same pages group after group."""
+    return np.frombuffer(pa.allocate_buffer(n * np.dtype(dtype).itemsize), dtype)
+
+
 def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ))
 
 
+def _per_segment(real: np.ndarray, values: np.ndarray, fill, dtype) -> np.ndarray:
+    out = np.full(real.size, fill, dtype)
+    out[real] = values
+    return out
+
+
 class SlabWriter:
-    """Builds the Arrow columns of slabs [b0, b1) of a plan."""
+    """Builds the Arrow columns of slabs [b0, b1) of a plan. Holds nothing per segment beyond
+    the plan itself (the provenance columns are built per row group), and `batch` may run in
+    several threads at once."""
 
     def __init__(self, plan: Plan, tokens: FlatTokens, pad_id: int):
         self.p, self.tok, self.pad_id = plan, tokens, int(pad_id)
         lay = plan.layout
-        self.real = ~lay.is_fill
+        self.real = ~lay.is_fill  # layout segment -> holds a plan segment (not a fill)
         self.slab_base = np.concatenate(([0], np.cumsum(lay.slab_len))).astype(np.int64)
-        # per layout segment: source fields, -1 on fill segments
-        n = lay.seg_len.size
-        self.src = np.full(n, -1, np.int64)
-        self.src[self.real] = plan.seg_source
-        self.chunk = np.full(n, -1, np.int32)
-        self.chunk[self.real] = plan.seg_chunk
-        self.off = np.zeros(n, np.int64)
-        self.off[self.real] = plan.seg_offset
 
     def batch(self, b0: int, b1: int) -> pa.RecordBatch:
         p, lay = self.p, self.p.layout
         lo, hi = int(lay.seg_offsets[b0]), int(lay.seg_offsets[b1])
+        r0, r1 = int(p.slab_offsets[b0]), int(p.slab_offsets[b1])  # the plan's segments
+        real = self.real[lo:hi]
+        # source fields per layout segment, -1 on fill segments
+        src = _per_segment(real, p.seg_source[r0:r1], -1, np.int64)
+        chunk = _per_segment(real, p.seg_chunk[r0:r1], -1, np.int32)
+        off = _per_segment(real, p.seg_offset[r0:r1], 0, np.int64)
         base = self.slab_base[b0]
         total = int(self.slab_base[b1] - base)
-        ids = np.full(total, self.pad_id, np.int32)
-        mask = np.zeros(total, np.uint8)
+        ids, mask = _buffer(total, np.int32), _buffer(total, np.uint8)
+        fill_pads(ids, self.pad_id, mask)
         seg_slab = np.repeat(np.arange(b0, b1), np.diff(lay.seg_offsets[b0:b1 + 1]))
-        real = self.real[lo:hi]
         dest = (self.slab_base[seg_slab] - base + lay.seg_start[lo:hi])[real]
-        src, off, ln = self.src[lo:hi][real], self.off[lo:hi][real], lay.seg_len[lo:hi][real]
+        rsrc, roff, rlen = p.seg_source[r0:r1], p.seg_offset[r0:r1], lay.seg_len[lo:hi][real]
         if self.tok.directory:  # file-backed store: read spans, map nothing
-            gather_from_files(self.tok.directory, self.tok.offsets, src, off, ln, dest, ids, mask)
+            gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         else:
-            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, src, off, ln, dest, ids, mask)
+            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)
-        loss = np.add.reduceat(mask.astype(np.int64), row_off[:-1]) if total else np.zeros(0)
         seg_len = lay.seg_len[lo:hi]
         cols = [
             _list(ids, row_off, pa.int32()),
@@ -119,11 +134,11 @@ class SlabWriter:
             _list(cu, cu_off, pa.int32()),
             _list(cup, cu_off, pa.int32()),
             _list(cp_local_cu_seqlens_padded(cup, p.alignment.cp).astype(np.int32), cu_off, pa.int32()),
-            _list(self.src[lo:hi], seg_off, pa.int64()),
-            _list(self.chunk[lo:hi], seg_off, pa.int32()),
-            _list(self.off[lo:hi], seg_off, pa.int64()),
+            _list(src, seg_off, pa.int64()),
+            _list(chunk, seg_off, pa.int32()),
+            _list(off, seg_off, pa.int64()),
             pa.array(np.add.reduceat(seg_len, seg_off[:-1]).astype(np.int32)),
-            pa.array(loss.astype(np.int32)),
+            pa.array(row_sums(mask, row_off)),
             pa.array(lay.layout_pad[b0:b1].astype(np.int32)),
             pa.array(lay.tail_pad[b0:b1].astype(np.int32)),
             pa.array(lay.fill[b0:b1].astype(np.int32)),
@@ -134,6 +149,26 @@ class SlabWriter:
             pa.array(p.microbatch[b0:b1]),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+
+
+def release_memory() -> None:
+    """Hand free pages back to the OS: Arrow's pool, and the C heap (glibc keeps freed pages
+    otherwise; planning 1M sequences frees ~100 MB of temporaries that would stay resident
+    through the whole write). Per shard, not per row group: returning pages that the next
+    group would fault in again costs a third more time when writers run in threads."""
+    pa.default_memory_pool().release_unused()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
 
 
 def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -155,71 +190,103 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  on_rows: Callable[[int], None] | None = None,
                  workers: int | None = None) -> list[ShardInfo]:
     """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards, by up to
-    `workers` processes (default: one per core; each holds the plan and its own buffers)."""
+    `workers` threads (default: one per core). A shard is written whole by one thread, so the
+    bytes do not depend on `workers`; the threads share the plan, and Parquet encoding and
+    the gather run without the GIL."""
     ranges = _chunks(plan.layout.slab_len, shard_tokens)
-    jobs = [(k, s0, s1, os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens)
-            for k, (s0, s1) in enumerate(ranges)]
-    workers = min(len(jobs), workers or os.cpu_count() or 1)
-    if workers > 1 and tokens.directory:  # shards are independent: one process per core
-        try:
-            return _write_parallel(plan, tokens.directory, pad_id, jobs, workers, on_rows)
-        except BrokenProcessPool:
-            # e.g. a caller's script without an `if __name__ == "__main__":` guard: the
-            # workers cannot start, so write here instead (same bytes, one core)
-            warnings.warn("packtool: shard writer processes could not start; writing in one process")
     w = SlabWriter(plan, tokens, pad_id)
-    return [write_shard_file(w, plan.layout.slab_len[s0:s1], s0, path, g, on_rows)
-            for _, s0, s1, path, g in jobs]
+    jobs = [(plan.layout.slab_len[s0:s1], s0, os.path.join(directory, f"slabs-{k:05d}.parquet"))
+            for k, (s0, s1) in enumerate(ranges)]
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    if workers == 1:
+        return [write_shard_file(w, sl, s0, path, group_tokens, on_rows) for sl, s0, path in jobs]
+    lock = threading.Lock()
 
+    def rows_done(n: int) -> None:
+        with lock:
+            on_rows(n)
 
-_WORKER: SlabWriter | None = None
-
-
-def _init_worker(plan: Plan, directory: str, pad_id: int) -> None:
-    global _WORKER
-    _WORKER = SlabWriter(plan, FlatTokens.open(directory), pad_id)
-
-
-def _write_job(job) -> ShardInfo:
-    _, s0, s1, path, group_tokens = job
-    return write_shard_file(_WORKER, _WORKER.p.layout.slab_len[s0:s1], s0, path, group_tokens)
-
-
-def _write_parallel(plan: Plan, directory: str, pad_id: int, jobs: list, workers: int,
-                    on_rows: Callable[[int], None] | None) -> list[ShardInfo]:
-    """Each worker gets the plan once; a shard is written whole by one worker, so the bytes
-    are those of the sequential path."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    out: list[ShardInfo] = []
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver"),
-                             initializer=_init_worker, initargs=(plan, directory, pad_id)) as ex:
-        for info in ex.map(_write_job, jobs):
-            out.append(info)
-            if on_rows:
-                on_rows(info.rows)
-    return out
+    cb = rows_done if on_rows else None
+    # a shard is sequential, so the last ones would leave cores idle: those gather their next
+    # row group in a helper thread while encoding (earlier ones would only add memory)
+    last = len(jobs) - (workers - 1)
+    with ThreadPoolExecutor(workers, thread_name_prefix="packtool-shard") as ex:
+        futs = [ex.submit(write_shard_file, w, sl, s0, path, group_tokens, cb, k >= last)
+                for k, (sl, s0, path) in enumerate(jobs)]
+        try:
+            return [f.result() for f in futs]
+        except BaseException:
+            for f in futs:  # a failed shard (or Ctrl-C) stops the shards not yet started
+                f.cancel()
+            raise
 
 
 def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
-                     group_tokens: int, on_rows: Callable[[int], None] | None = None) -> ShardInfo:
+                     group_tokens: int, on_rows: Callable[[int], None] | None = None,
+                     ahead: bool = False) -> ShardInfo:
     """Slabs [first, first + len(slab_len)) of the writer's plan as one shard file, row group
     by row group, under a temporary name renamed when complete. Every engine writes shards
-    through here, so their bytes agree."""
+    through here, so their bytes agree. With `ahead`, the next row group is gathered by a
+    helper thread while this one encodes (one group ahead, so memory stays bounded)."""
     tmp = path + ".tmp"
     loss = 0
+    groups = _chunks(slab_len, group_tokens)
     # no dictionary pages: token ids have ~vocab distinct values and dictionary
     # attempts cost more than they save; zstd does the compressing
-    with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
-                          use_dictionary=False) as pw:
-        for g0, g1 in _chunks(slab_len, group_tokens):
-            batch = w.batch(first + g0, first + g1)
-            loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
-            pw.write_batch(batch, row_group_size=g1 - g0)
-            pa.default_memory_pool().release_unused()
-            if on_rows:
-                on_rows(g1 - g0)
+    make = lambda g: w.batch(first + g[0], first + g[1])  # noqa: E731
+    batches = _ahead(make, groups) if ahead else map(make, groups)
+    try:
+        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
+                              use_dictionary=False) as pw:
+            for (g0, g1), batch in zip(groups, batches):
+                loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
+                pw.write_batch(batch, row_group_size=g1 - g0)
+                del batch
+                if on_rows:
+                    on_rows(g1 - g0)
+    finally:
+        if ahead:
+            batches.close()  # stops the gather thread when a write fails
     os.replace(tmp, path)
+    release_memory()
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
                      os.path.getsize(path), sha256_file(path))
+
+
+def _ahead(fn: Callable, items: list) -> Iterator:
+    """fn(item) for each item, in order, computed one item ahead by a helper thread."""
+    if len(items) < 2:
+        yield from map(fn, items)
+        return
+    q: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(r) -> bool:
+        while not stop.is_set():  # the consumer may have stopped early
+            try:
+                q.put(r, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for it in items:
+                if not put((True, fn(it))):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            put((False, e))
+
+    t = threading.Thread(target=produce, name="packtool-gather", daemon=True)
+    t.start()
+    try:
+        for _ in items:
+            ok, r = q.get()
+            if not ok:
+                raise r
+            yield r
+            del r
+    finally:
+        stop.set()
+        t.join()

@@ -1,0 +1,103 @@
+"""The shard writer: threads and the gather-ahead helper never change a byte; the provenance
+columns are the plan's; a failure in any thread reaches the caller."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from packtool.align import Alignment
+from packtool.io import writer
+from packtool.io.flat_tokens import FlatTokens
+from packtool.io.writer import SlabWriter, write_shard_file, write_shards
+from packtool.plan import PackingConfig, plan
+from tests.test_verify_support import PAD, write_source
+
+LENGTHS = np.random.default_rng(7).integers(1, 700, 3000)
+ALIGN = Alignment(tp=2, cp=2, sp=True, capacity=2048)
+
+
+def _files(d: str) -> dict[str, bytes]:
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return write_source(str(tmp_path_factory.mktemp("src")), LENGTHS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def packed():
+    return plan(LENGTHS, ALIGN, PackingConfig("bfd", overflow="split", seed=5))
+
+
+def test_thread_count_does_not_change_bytes(tmp_path, store, packed):
+    outs = []
+    for workers in (1, 2, 3):
+        d = str(tmp_path / f"w{workers}")
+        os.makedirs(d)
+        infos = write_shards(packed, store, d, PAD, shard_tokens=40_000, group_tokens=5_000,
+                             workers=workers)
+        assert len(infos) >= 4
+        outs.append((_files(d), infos))
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_gather_ahead_and_in_memory_store_give_the_same_bytes(tmp_path, store, packed):
+    """The pread gather (file store) and the numba copy (in-memory store, as the Ray engine
+    uses), each with and without the helper thread, write one and the same file."""
+    mem = FlatTokens(np.array(store.ids), np.array(store.mask), store.offsets)
+    sl = packed.layout.slab_len
+    n = min(sl.size, 40)
+    got = []
+    for tokens in (store, mem):
+        for ahead in (False, True):
+            path = str(tmp_path / f"{tokens.directory is None}-{ahead}.parquet")
+            info = write_shard_file(SlabWriter(packed, tokens, PAD), sl[3:3 + n], 3, path, 6_000,
+                                    ahead=ahead)
+            assert pq.ParquetFile(path).metadata.num_row_groups > 2
+            got.append((open(path, "rb").read(), info.rows, info.tokens, info.loss_tokens))
+    assert all(g == got[0] for g in got[1:])
+
+
+def test_provenance_columns_are_the_plans(store):
+    lengths = LENGTHS[:400]
+    p = plan(lengths, Alignment(cp=2, capacity=2048, fixed_length=2048), PackingConfig("bfd"))
+    assert p.layout.is_fill.any()  # fill segments carry -1 / 0
+    t = SlabWriter(p, store, PAD).batch(0, p.num_slabs)
+    src, chunk, off = (t.column(c).values.to_numpy() for c in ("source_index", "chunk_index", "source_offset"))
+    real = ~p.layout.is_fill
+    assert np.array_equal(src[real], p.seg_source) and (src[~real] == -1).all()
+    assert np.array_equal(chunk[real], p.seg_chunk) and (chunk[~real] == -1).all()
+    assert np.array_equal(off[real], p.seg_offset) and (off[~real] == 0).all()
+    assert len(t.column("input_ids").values) == int(p.layout.slab_len.sum())
+    mask = t.column("loss_mask")
+    assert np.array_equal(t.column("num_loss_tokens").to_numpy(),
+                          [int(np.asarray(mask[i].values).sum()) for i in range(len(mask))])
+
+
+def test_a_failing_shard_reaches_the_caller_and_leaves_no_thread(tmp_path, store, packed):
+    bad = str(tmp_path / "short")
+    os.makedirs(bad)
+    for f in ("ids.i32", "mask.u8"):  # the store loses its last rows
+        data = open(os.path.join(store.directory, f), "rb").read()
+        open(os.path.join(bad, f), "wb").write(data[: len(data) // 2])
+    tokens = FlatTokens(store.ids, store.mask, store.offsets, bad)
+    before = threading.active_count()
+    for workers in (1, 2):
+        out = str(tmp_path / f"o{workers}")
+        os.makedirs(out)
+        with pytest.raises(OSError, match="truncated"):
+            write_shards(packed, tokens, out, PAD, shard_tokens=40_000, group_tokens=5_000,
+                         workers=workers)
+    with pytest.raises(OSError, match="truncated"):  # raised in the gather-ahead thread
+        write_shard_file(SlabWriter(packed, tokens, PAD), packed.layout.slab_len, 0,
+                         str(tmp_path / "x.parquet"), 5_000, ahead=True)
+    assert threading.active_count() == before
+
+
+def test_release_memory_is_safe_to_call_anywhere():
+    writer.release_memory()  # no-op off glibc; must not raise on it
