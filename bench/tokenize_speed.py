@@ -3,14 +3,20 @@
 All 28,188 records of ../shared/data (GSM8K train+test, HumanEval, GPTeacher x3, Taskmaster-4
 chats, FastChat ShareGPT + MT-Bench, PEPs, Rust book) with the gpt2 and mistral-7b-v0.1
 tokenizers. "packtool" is the whole `tokenize_to_cache` call: read files, render templates,
-encode, build loss masks, write the zstd Parquet cache (fresh cache dir, no reuse). "raw" is
-`Tokenizer.encode_batch(texts, add_special_tokens=False)` on exactly the texts packtool
-renders (pre-rendered, in memory, one call: its best case), on the same cores. Runs are
-interleaved; times are medians of --repeat, ratios the median of the per-pair ratios. Wall
-and CPU seconds (all threads) are both reported: on a shared machine CPU time is the
-steadier measure.
+encode, build loss masks, write the zstd Parquet cache and the flat token store (fresh cache
+dir, no reuse). "raw" is `Tokenizer.encode_batch(texts, add_special_tokens=False)` on exactly
+the texts packtool renders (pre-rendered, in memory, one call: its best case), on the same
+cores. "raw-fast" is the stricter baseline a hand-written loop would use: `encode_batch_fast`
+for the rows that need no offsets (whole-text loss) and `encode_batch` for the rest, one call
+each. Neither raw side frees its Encodings inside the timed region. Runs are interleaved;
+times are medians of --repeat, ratios the median of the per-run ratios. Wall and CPU seconds
+(all threads) are both reported: on a shared machine CPU time is the steadier measure.
 
-    .venv/bin/python bench/tokenize_speed.py [--data ../shared/data] [--repeat 3] [--json out.json]
+--pack also times the first `pack_cache` of the mistral cache (C=8192, bfd) with the flat
+token store as tokenize_to_cache wrote it, with the store removed (rebuilt from Parquet, as
+before the store was written while tokenizing) and a re-pack.
+
+    .venv/bin/python bench/tokenize_speed.py [--data ../shared/data] [--repeat 3] [--pack] [--json out.json]
 """
 from __future__ import annotations
 
@@ -62,16 +68,40 @@ def groups(data: str, tmp: str) -> list[tuple[list[str], dict]]:
             ([d("humaneval/HumanEval.jsonl.gz")], {"prompt_field": "prompt", "response_field": "canonical_solution"})]
 
 
-def rendered_texts(inputs: list[str], cfg: TokenizeConfig) -> list[str]:
+def rendered_texts(inputs: list[str], cfg: TokenizeConfig) -> tuple[list[str], list[bool]]:
+    """The texts packtool encodes, and per text whether it needs no offsets (no spans)."""
     files, shapes, loaded, template = _setup(inputs, cfg)
     info = loaded.info
     special = {k: v for k, v in (("bos_token", info.bos_token), ("eos_token", info.eos_token)) if v}
     renderer = Renderer(template, special) if template else None
-    texts = []
+    texts, plain = [], []
     for f, shape in zip(files, shapes):
         for b in iter_batches(f, cfg.batch_size, list(shape.columns)):
-            texts += render_batch(b, shape, renderer, cfg.prompt_separator, f.path, 0).texts
-    return texts
+            rb = render_batch(b, shape, renderer, cfg.prompt_separator, f.path, 0)
+            texts += rb.texts
+            plain += [s is None for s in rb.spans]
+    return texts, plain
+
+
+def first_pack(grp, cfgs, tmp: str) -> dict:
+    """Seconds of the first pack with the flat store written while tokenizing, of a first pack
+    that rebuilds it from Parquet (the old path), and of a re-pack."""
+    from packtool.align import Alignment
+    from packtool.io.flat_tokens import flat_store_dir
+    from packtool.pack import pack_cache
+    from packtool.plan import PackingConfig
+    cache = tokenize_to_cache(grp[0][0], cfgs[0], os.path.join(tmp, "pack-cache"), progress=False)
+    align, packing = Alignment(capacity=8192), PackingConfig("bfd", overflow="split")
+    pack_cache(cache, align, packing, dry_run=True)  # compile the planner first
+    out, res = os.path.join(tmp, "pack-out"), {"written": [], "rebuilt": [], "repack": []}
+    for _ in range(3):
+        for key in res:
+            if key == "rebuilt":
+                shutil.rmtree(flat_store_dir(cache))
+            t0 = time.perf_counter()
+            pack_cache(cache, align, packing, out, overwrite=True)
+            res[key].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in res.items()} | {"tokens": cache.num_tokens}
 
 
 def main() -> None:
@@ -79,62 +109,85 @@ def main() -> None:
     ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pack", action="store_true", help="also time the first pack (see docstring)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tokbench-")
     results = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
                           f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "tokenizers": {}}
+               "loadavg_start": os.getloadavg()[0], "tokenizers": {}}
     try:
         grp = groups(os.path.abspath(args.data), tmp)
         for name, template in TOKENIZERS.items():
             tok_path = os.path.join(args.data, "tokenizers", name, "tokenizer.json")
             cfgs = [TokenizeConfig(tokenizer=tok_path, chat_template=template, **over) for _, over in grp]
-            texts = [t for (inputs, _), cfg in zip(grp, cfgs) for t in rendered_texts(inputs, cfg)]
+            texts, plain = [], []
+            for (inputs, _), cfg in zip(grp, cfgs):
+                t, p = rendered_texts(inputs, cfg)
+                texts += t
+                plain += p
+            fast_texts = [t for t, p in zip(texts, plain) if p]
+            offs_texts = [t for t, p in zip(texts, plain) if not p]
             tok = Tokenizer.from_file(tok_path)
-            raw_t, ours_t, raw_c, ours_c, rows, tokens, raw_tokens = [], [], [], [], 0, 0, 0
+            runs = {k: [] for k in ("raw_t", "raw_c", "fast_t", "fast_c", "ours_t", "ours_c")}
+            rows = tokens = raw_tokens = 0
             for r in range(args.repeat):
                 t0, c0 = time.perf_counter(), cpu_s()
                 enc = tok.encode_batch(texts, add_special_tokens=False)
-                raw_t.append(time.perf_counter() - t0)
-                raw_c.append(cpu_s() - c0)
+                runs["raw_t"].append(time.perf_counter() - t0)
+                runs["raw_c"].append(cpu_s() - c0)
                 raw_tokens = sum(len(e) for e in enc)
+                del enc
+                t0, c0 = time.perf_counter(), cpu_s()
+                enc = (tok.encode_batch_fast(fast_texts, add_special_tokens=False),
+                       tok.encode_batch(offs_texts, add_special_tokens=False))
+                runs["fast_t"].append(time.perf_counter() - t0)
+                runs["fast_c"].append(cpu_s() - c0)
                 del enc
                 cache_root = os.path.join(tmp, f"cache-{name}-{r}")
                 t0, c0 = time.perf_counter(), cpu_s()
                 caches = [tokenize_to_cache(inputs, cfg, cache_root, progress=False)
                           for (inputs, _), cfg in zip(grp, cfgs)]
-                ours_t.append(time.perf_counter() - t0)
-                ours_c.append(cpu_s() - c0)
+                runs["ours_t"].append(time.perf_counter() - t0)
+                runs["ours_c"].append(cpu_s() - c0)
                 rows = sum(c.num_rows for c in caches)
                 tokens = sum(c.num_tokens for c in caches)
                 shutil.rmtree(cache_root)
-                print(f"{name} run {r}: raw {raw_t[-1]:.2f}s ({raw_c[-1]:.2f} cpu-s), "
-                      f"packtool {ours_t[-1]:.2f}s ({ours_c[-1]:.2f} cpu-s), load {os.getloadavg()[0]:.1f}",
-                      flush=True)
-            raw, ours = statistics.median(raw_t), statistics.median(ours_t)
-            rawc, oursc = statistics.median(raw_c), statistics.median(ours_c)
+                print(f"{name} run {r}: raw {runs['raw_t'][-1]:.2f}s ({runs['raw_c'][-1]:.2f} cpu-s), "
+                      f"raw-fast {runs['fast_t'][-1]:.2f}s ({runs['fast_c'][-1]:.2f} cpu-s), "
+                      f"packtool {runs['ours_t'][-1]:.2f}s ({runs['ours_c'][-1]:.2f} cpu-s), "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            ratio = lambda a, b: statistics.median(o / r for o, r in zip(runs[a], runs[b]))  # noqa: E731
             results["tokenizers"][name] = {
                 "template": template, "texts": len(texts), "rows": rows, "tokens": tokens,
-                "raw_tokens": raw_tokens, "raw_s": raw, "packtool_s": ours,
-                "raw_tok_per_s": raw_tokens / raw, "packtool_tok_per_s": tokens / ours,
-                # ratios of interleaved pairs (same load), then the median
-                "ratio": statistics.median(o / r for o, r in zip(ours_t, raw_t)),
-                "raw_cpu_s": rawc, "packtool_cpu_s": oursc,
-                "cpu_ratio": statistics.median(o / r for o, r in zip(ours_c, raw_c)),
-                "raw_runs": raw_t, "packtool_runs": ours_t, "raw_cpu_runs": raw_c, "packtool_cpu_runs": ours_c,
-                "loadavg_1min_end": os.getloadavg()[0]}
-            print(json.dumps(results["tokenizers"][name]), flush=True)
+                "raw_tokens": raw_tokens, "raw_s": med["raw_t"], "raw_fast_s": med["fast_t"],
+                "packtool_s": med["ours_t"],
+                "raw_tok_per_s": raw_tokens / med["raw_t"], "packtool_tok_per_s": tokens / med["ours_t"],
+                # ratios of interleaved runs (same load), then the median
+                "ratio": ratio("ours_t", "raw_t"), "ratio_vs_fast": ratio("ours_t", "fast_t"),
+                "raw_cpu_s": med["raw_c"], "raw_fast_cpu_s": med["fast_c"], "packtool_cpu_s": med["ours_c"],
+                "cpu_ratio": ratio("ours_c", "raw_c"), "cpu_ratio_vs_fast": ratio("ours_c", "fast_c"),
+                "runs": runs, "loadavg_1min_end": os.getloadavg()[0]}
+            print(json.dumps({k: v for k, v in results["tokenizers"][name].items() if k != "runs"}), flush=True)
+            if args.pack and name == "mistral-7b-v0.1":
+                results["first_pack"] = first_pack(grp, cfgs, tmp)
+                print(json.dumps(results["first_pack"]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\nmachine: {results['machine']}; {results['date']}")
-    print("| tokenizer | template | rows | tokens | raw encode_batch | packtool tokenize_to_cache | "
-          "wall ratio | CPU-s raw / packtool | CPU ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\nmachine: {results['machine']}; {results['date']}; load {results['loadavg_start']:.1f} at start")
+    print("| tokenizer | template | rows | tokens | raw encode_batch | raw-fast | packtool tokenize_to_cache | "
+          "wall ratio (vs raw-fast) | CPU s raw / raw-fast / packtool | CPU ratio (vs raw-fast) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results["tokenizers"].items():
         print(f"| {name} | {r['template']} | {r['rows']:,} | {r['tokens']:,} | {r['raw_s']:.1f} s "
-              f"({r['raw_tok_per_s'] / 1e3:.0f}k tok/s) | {r['packtool_s']:.1f} s "
-              f"({r['packtool_tok_per_s'] / 1e3:.0f}k tok/s) | {r['ratio']:.2f}x | "
-              f"{r['raw_cpu_s']:.1f} / {r['packtool_cpu_s']:.1f} | {r['cpu_ratio']:.2f}x |")
+              f"({r['raw_tok_per_s'] / 1e3:,.0f}k tok/s) | {r['raw_fast_s']:.1f} s | {r['packtool_s']:.1f} s "
+              f"({r['packtool_tok_per_s'] / 1e3:,.0f}k tok/s) | **{r['ratio']:.2f}x** ({r['ratio_vs_fast']:.2f}x) | "
+              f"{r['raw_cpu_s']:.1f} / {r['raw_fast_cpu_s']:.1f} / {r['packtool_cpu_s']:.1f} | "
+              f"{r['cpu_ratio']:.2f}x ({r['cpu_ratio_vs_fast']:.2f}x) |")
+    if "first_pack" in results:
+        fp = results["first_pack"]
+        print(f"\nfirst pack ({fp['tokens']:,} tokens): flat store written while tokenizing {fp['written']:.2f} s, "
+              f"rebuilt from Parquet {fp['rebuilt']:.2f} s, re-pack {fp['repack']:.2f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
