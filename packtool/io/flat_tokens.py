@@ -68,7 +68,9 @@ def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
                 mo = mask.offsets.to_numpy()
                 mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False).tofile(fm)
                 del batch, ids, mask
-                pool.release_unused()  # the allocator would otherwise keep every decoded group
+    # once, not per row group: handing pages back for the next group to fault in again
+    # costs ~40% of the build; the pool reuses them group after group instead
+    pool.release_unused()
     lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     np.save(os.path.join(tmp, "offsets.npy"), np.concatenate(([0], np.cumsum(lens))).astype(np.int64))
     if os.path.exists(directory):
