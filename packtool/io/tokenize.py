@@ -164,6 +164,7 @@ def _assemble(content, content_mask, lens, bos, eos, bos_id, eos_id):
         total += out_lens[i]
     ids = np.empty(total, np.int32)
     mask = np.zeros(total, np.uint8)
+    loss = np.zeros(n, np.int64)  # target tokens per row
     src = 0
     dst = 0
     for i in range(n):
@@ -173,14 +174,16 @@ def _assemble(content, content_mask, lens, bos, eos, bos_id, eos_id):
         for k in range(lens[i]):
             ids[dst] = content[src]
             mask[dst] = content_mask[src]
+            loss[i] += content_mask[src]
             src += 1
             dst += 1
         if eos[i]:
             ids[dst] = eos_id
             # EOS is a target exactly when the token before it is (it ends that response)
             mask[dst] = mask[dst - 1] if lens[i] > 0 else 0
+            loss[i] += mask[dst]
             dst += 1
-    return ids, mask, out_lens
+    return ids, mask, out_lens, loss
 
 
 def _span_token_range(enc, n_tok: int, a: int, b: int) -> tuple[int, int]:
@@ -240,10 +243,9 @@ def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
     if add_eos and info.eos_id is None:
         raise PacktoolInputError("add_eos needs an EOS token; the tokenizer has none", flag="--eos-token")
     eos = np.full(n, 1 if add_eos else 0, np.uint8)
-    ids, mask, out_lens = _assemble(content, content_mask, lens, bos, eos,
-                                    info.bos_id if info.bos_id is not None else -1,
-                                    info.eos_id if info.eos_id is not None else -1)
-    loss = row_sums(mask, out_lens)
+    ids, mask, out_lens, loss = _assemble(content, content_mask, lens, bos, eos,
+                                          info.bos_id if info.bos_id is not None else -1,
+                                          info.eos_id if info.eos_id is not None else -1)
     return EncodedBatch(ids, mask, out_lens, np.asarray(rb.empty, bool) | (lens == 0), loss == 0)
 
 
