@@ -101,3 +101,25 @@ def test_a_failing_shard_reaches_the_caller_and_leaves_no_thread(tmp_path, store
 
 def test_release_memory_is_safe_to_call_anywhere():
     writer.release_memory()  # no-op off glibc; must not raise on it
+
+
+def test_a_failing_shard_stops_the_others_at_their_next_row_group(tmp_path, store, packed, monkeypatch):
+    calls = []
+    real_batch = SlabWriter.batch
+
+    def batch(self, b0, b1):
+        calls.append(b0)
+        if b0 == 0:
+            raise RuntimeError("shard 0 breaks")
+        return real_batch(self, b0, b1)
+
+    monkeypatch.setattr(SlabWriter, "batch", batch)
+    sl = packed.layout.slab_len
+    shards = writer._chunks(sl, 400_000)
+    assert len(shards) >= 2
+    second = len(writer._chunks(sl[shards[1][0]:shards[1][1]], 2_000))  # ~200 row groups
+    with pytest.raises(RuntimeError, match="shard 0 breaks"):
+        write_shards(packed, store, str(tmp_path), PAD, shard_tokens=400_000, group_tokens=2_000,
+                     workers=2)
+    # the second shard (written alongside the first) stopped early, and no later shard started
+    assert len(calls) < 1 + second // 2

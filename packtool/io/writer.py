@@ -12,7 +12,7 @@ import ctypes.util
 import os
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -200,25 +200,33 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
     if workers == 1:
         return [write_shard_file(w, sl, s0, path, group_tokens, on_rows) for sl, s0, path in jobs]
-    lock = threading.Lock()
+    lock, failed = threading.Lock(), threading.Event()
 
-    def rows_done(n: int) -> None:
-        with lock:
-            on_rows(n)
+    def group_done(n: int) -> None:
+        if failed.is_set():  # another shard failed, or Ctrl-C: stop at this row group
+            raise _Cancelled()
+        if on_rows:
+            with lock:
+                on_rows(n)
 
-    cb = rows_done if on_rows else None
     # a shard is sequential, so the last ones would leave cores idle: those gather their next
     # row group in a helper thread while encoding (earlier ones would only add memory)
     last = len(jobs) - (workers - 1)
     with ThreadPoolExecutor(workers, thread_name_prefix="packtool-shard") as ex:
-        futs = [ex.submit(write_shard_file, w, sl, s0, path, group_tokens, cb, k >= last)
+        futs = [ex.submit(write_shard_file, w, sl, s0, path, group_tokens, group_done, k >= last)
                 for k, (sl, s0, path) in enumerate(jobs)]
         try:
+            wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
             return [f.result() for f in futs]
         except BaseException:
-            for f in futs:  # a failed shard (or Ctrl-C) stops the shards not yet started
+            failed.set()
+            for f in futs:
                 f.cancel()
             raise
+
+
+class _Cancelled(Exception):
+    pass
 
 
 def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
