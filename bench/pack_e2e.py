@@ -1,12 +1,14 @@
 """Pack from a tokenized cache (plan + write Parquet) against TRL's pack_dataset(strategy="bfd").
 
 Same lengths for both: N sequences resampled from the gpt2 token lengths of every record in
-../shared/data (about 308 tokens each), C=8192, random int32 token ids. Each case runs in a
-fresh subprocess; peak RSS is sampled every 5 ms and reported as growth over the RSS just
-before the timed call (after imports and after the input is ready). packtool's side: the
-flat token store build + plan + Parquet write of `pack_cache`; `--overflow split`. TRL's side:
-`pack_dataset` as SFTTrainer runs it (map batches of 1,000 rows) and over the whole dataset at
-once (one batch). Writes the `Pack end to end` section of BENCHMARKS.md.
+../shared/data (about 308 tokens each), C=8192, random int32 token ids. Every case runs in a
+fresh subprocess (the tokenized cache is made beforehand by another one); peak RSS is sampled
+every 5 ms and reported as growth over the RSS just before the timed call (after imports and
+after the input is ready). packtool's side: plan + Parquet write of `pack_cache`, `--overflow
+split`, with the flat token store that tokenization writes, with `--workers 1`, and with the
+store rebuilt from the cache's Parquet. TRL's side: `pack_dataset` as SFTTrainer runs it (map
+batches of 1,000 rows) and over the whole dataset at once (one batch). Writes the `Pack end
+to end` section of BENCHMARKS.md.
 
     python bench/pack_e2e.py --sizes 100000 1000000
 """
@@ -94,10 +96,11 @@ def _make_input(n: int, work: str) -> str:
 
 
 PACKTOOL_CASES = {  # case -> (workers, keep the flat store, label)
-    "first": (None, False, "first pack: builds the flat store"),
-    "repack": (None, True, "re-pack: flat store exists"),
-    "repack-w1": (1, True, "re-pack, --workers 1"),
+    "repack": (None, True, "flat store from tokenize"),
+    "repack-w1": (1, True, "flat store from tokenize, --workers 1"),
+    "first": (None, False, "flat store rebuilt from the cache"),
 }
+DEFAULT = "packtool bfd (flat store from tokenize)"  # the row TRL is compared with
 
 
 def run_packtool(n: int, work: str, case: str) -> dict:
@@ -173,7 +176,7 @@ def main() -> None:
         if r:
             print("RESULT " + json.dumps(r))
         return
-    rows = []
+    rows, load = [], [os.getloadavg()]
     for n in a.sizes:
         kinds = ["packtool-prepare"] + [f"packtool-{c}" for c in a.cases] + ([] if a.no_trl else ["trl1k", "trlall"])
         for kind in kinds:
@@ -185,39 +188,46 @@ def main() -> None:
             for line in lines:
                 rows.append(json.loads(line[7:]))
                 print(rows[-1], flush=True)
-    _write(rows, a.no_write)
+    load.append(os.getloadavg())
+    _write(rows, load, a.no_write)
 
 
-def _write(rows: list[dict], dry: bool = False) -> None:
+def _write(rows: list[dict], load: list, dry: bool = False) -> None:
     from bench.md import update_section
     by_n = {}
     for r in rows:
         by_n.setdefault(r["n"], {})[r["engine"]] = r
-    lines = ["| sequences | engine | seconds | tokens/s | peak RSS growth | bins | over lower bound | packtool first-pack speed-up |",
+    lines = ["| sequences | engine | seconds | tokens/s | peak RSS growth | bins | over lower bound | packtool speed-up, RSS ratio |",
              "|---|---|---|---|---|---|---|---|"]
     for n, d in by_n.items():
-        ours = next((r for k, r in d.items() if k.startswith("packtool")), None)
+        ours = d.get(DEFAULT)
         for name, r in d.items():
             tps = r["tokens"] / r["seconds"]
             over = (r["bins"] - r["lower_bound"]) / r["lower_bound"]
-            sp = "" if name.startswith("packtool") or not ours else f"{(ours['tokens'] / ours['seconds']) / tps:.1f}x"
+            sp = "" if name.startswith("packtool") or not ours else (
+                f"{(ours['tokens'] / ours['seconds']) / tps:.2f}x, "
+                f"1/{r['rss_growth'] / max(ours['rss_growth'], 1):.1f}")
             lines.append(f"| {n:,} | {name} | {r['seconds']:.2f} | {tps / 1e6:.1f}M | "
                          f"{r['rss_growth'] / 2**20:,.0f} MiB | {r['bins']:,} | {100 * over:.3f}% | {sp} |")
     body = "\n".join([
         f"`python bench/pack_e2e.py` — measured {datetime.date.today()} on {platform.machine()}, "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}.",
+        f"{os.cpu_count()} cores, Python {platform.python_version()}; load average (1/5/15 min) "
+        f"{'/'.join(f'{x:.2f}' for x in load[0])} before, {'/'.join(f'{x:.2f}' for x in load[1])} after.",
         "",
         "Pack from a tokenized cache: N sequences resampled from the gpt2 token lengths of every "
-        "record in ../shared/data (random int32 ids), C=8192. packtool = `pack_cache` (flat "
-        "token store build + bfd plan with `--overflow split` + zstd Parquet slabs with every "
-        "FORMAT.md column). TRL = `trl.data_utils.pack_dataset(strategy='bfd')` from a "
+        "record in ../shared/data (random int32 ids), C=8192. packtool = `pack_cache`: bfd plan "
+        "with `--overflow split` + zstd Parquet slabs with every FORMAT.md column, shards "
+        "written by one thread per core (default) or one (`--workers 1`), token spans read from "
+        "the flat store that tokenization writes beside the cache, or (last row) from one "
+        "rebuilt from the cache's Parquet first. The speed-up column compares the default row "
+        "with TRL. TRL = `trl.data_utils.pack_dataset(strategy='bfd')` from a "
         "`datasets` table of the same rows (TRL truncates sequences over C; its bound is over "
         "the truncated lengths), as SFTTrainer runs it (1,000-row map windows) and over the "
         "whole dataset at once; its output stays an Arrow table (no Parquet write). Each row is "
-        "a fresh process; RSS growth = peak RSS of the process and all its children (packtool's "
-        "shard-writer processes, one per core, included), sampled every 5 ms, minus RSS just "
+        "a fresh process (warm-up: a plan of 1,000 rows, nothing the size of the data); RSS "
+        "growth = peak RSS of the process and any children, sampled every 5 ms, minus RSS just "
         "before the call. packtool reads the token spans of each row group with pread from "
-        "its flat store, so no page of the store is mapped into any process.",
+        "its flat store, so no page of the store is mapped into the process.",
         "", *lines])
     if not dry:
         update_section("Pack end to end (from the tokenized cache)", body)

@@ -197,9 +197,14 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     w = SlabWriter(plan, tokens, pad_id)
     jobs = [(plan.layout.slab_len[s0:s1], s0, os.path.join(directory, f"slabs-{k:05d}.parquet"))
             for k, (s0, s1) in enumerate(ranges)]
-    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
+    cores = max(1, workers or os.cpu_count() or 1)
+    # a shard is sequential, so the last ones would leave cores idle: those gather their next
+    # row group in a helper thread while encoding (earlier ones would only add memory)
+    last = len(jobs) - (cores - 1) if cores > 1 else len(jobs)
+    workers = min(len(jobs), cores)
     if workers == 1:
-        return [write_shard_file(w, sl, s0, path, group_tokens, on_rows) for sl, s0, path in jobs]
+        return [write_shard_file(w, sl, s0, path, group_tokens, on_rows, k >= last)
+                for k, (sl, s0, path) in enumerate(jobs)]
     lock, failed = threading.Lock(), threading.Event()
 
     def group_done(n: int) -> None:
@@ -209,9 +214,6 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
             with lock:
                 on_rows(n)
 
-    # a shard is sequential, so the last ones would leave cores idle: those gather their next
-    # row group in a helper thread while encoding (earlier ones would only add memory)
-    last = len(jobs) - (workers - 1)
     with ThreadPoolExecutor(workers, thread_name_prefix="packtool-shard") as ex:
         futs = [ex.submit(write_shard_file, w, sl, s0, path, group_tokens, group_done, k >= last)
                 for k, (sl, s0, path) in enumerate(jobs)]
