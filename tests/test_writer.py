@@ -123,3 +123,30 @@ def test_a_failing_shard_stops_the_others_at_their_next_row_group(tmp_path, stor
                      workers=2)
     # the second shard (written alongside the first) stopped early, and no later shard started
     assert len(calls) < 1 + second // 2
+
+
+def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp_path):
+    import pyarrow as pa
+    from packtool.io.flat_tokens import build_flat_tokens
+    rng = np.random.default_rng(0)
+    files = []
+    for k in range(2):  # two files of several row groups
+        lens = rng.integers(0, 50, 300)
+        off = np.concatenate(([0], np.cumsum(lens))).astype(np.int32)
+        t = pa.table({"input_ids": pa.ListArray.from_arrays(off, pa.array(rng.integers(0, 9, off[-1]), pa.int32())),
+                      "loss_mask": pa.ListArray.from_arrays(off, pa.array(rng.integers(0, 2, off[-1]), pa.uint8())),
+                      "length": pa.array(lens, pa.int32())})
+        files.append(str(tmp_path / f"p{k}.parquet"))
+        pq.write_table(t, files[-1], row_group_size=64)
+    stores = [build_flat_tokens(files, str(tmp_path / f"s{n}"), threads=n) for n in (1, 3)]
+    for f in ("ids.i32", "mask.u8", "offsets.npy"):
+        assert open(os.path.join(stores[0].directory, f), "rb").read() == \
+            open(os.path.join(stores[1].directory, f), "rb").read()
+    whole = pq.read_table(files[0]).column("input_ids").combine_chunks()
+    assert np.array_equal(stores[0].ids[: len(whole.values)], whole.values.to_numpy())
+    t = pq.read_table(files[1])
+    bad = t.set_column(2, "length", pa.array(np.asarray(t.column("length")) + 1, pa.int32()))
+    pq.write_table(bad, files[1], row_group_size=64)
+    with pytest.raises(ValueError, match="disagree with the `length` column"):
+        build_flat_tokens(files, str(tmp_path / "bad"), threads=2)
+    assert not any(n.startswith("bad") for n in os.listdir(tmp_path))  # no half-built store

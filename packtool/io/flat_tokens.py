@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,39 +47,80 @@ class FlatTokens:
         return cls(ids, mask, offsets, directory)
 
 
-def build_flat_tokens(parquet_files: list[str], directory: str) -> FlatTokens:
-    """Stream the cache's `input_ids`/`loss_mask` (rows sorted by source_index) into flat files.
+def build_flat_tokens(parquet_files: list[str], directory: str,
+                      threads: int | None = None) -> FlatTokens:
+    """Turn the cache's `input_ids`/`loss_mask` (rows sorted by source_index) into flat files.
+    Row groups are decoded by up to `threads` threads (default: one per core), each writing
+    its rows at their place (the `length` column says where, before anything is decoded).
     Written under a temporary name and renamed, so a half-built store is never opened."""
     if all(os.path.exists(os.path.join(directory, f)) for f in _FILES):
         return FlatTokens.open(directory)
+    groups, lens, row_base = [], [], 0  # (file, row group, first row, its lengths)
+    for path in parquet_files:
+        pf = pq.ParquetFile(path)
+        n = pf.read(columns=["length"]).column(0).to_numpy().astype(np.int64)
+        starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+        groups += [(path, g, row_base + int(starts[g]), n[starts[g]:starts[g + 1]])
+                   for g in range(pf.num_row_groups)]
+        lens.append(n)
+        row_base += n.size
+    lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     tmp = directory + f".tmp-{os.getpid()}"
     os.makedirs(tmp, exist_ok=True)
-    lengths = []
-    with open(os.path.join(tmp, "ids.i32"), "wb") as fi, open(os.path.join(tmp, "mask.u8"), "wb") as fm:
-        pool = pa.default_memory_pool()
-        for path in parquet_files:
-            pf = pq.ParquetFile(path)
-            for g in range(pf.num_row_groups):  # one row group decoded at a time
-                batch = pf.read_row_group(g, columns=["input_ids", "loss_mask"]).combine_chunks()
-                if batch.num_rows == 0:
-                    continue
-                ids, mask = batch.column(0).chunk(0), batch.column(1).chunk(0)
-                offs = ids.offsets.to_numpy()
-                lengths.append(np.diff(offs))
-                ids.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]].astype(np.int32, copy=False).tofile(fi)
-                mo = mask.offsets.to_numpy()
-                mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False).tofile(fm)
-                del batch, ids, mask
-    # once, not per row group: handing pages back for the next group to fault in again
-    # costs ~40% of the build; the pool reuses them group after group instead
-    pool.release_unused()
-    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    np.save(os.path.join(tmp, "offsets.npy"), np.concatenate(([0], np.cumsum(lens))).astype(np.int64))
+    fi = os.open(os.path.join(tmp, "ids.i32"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fm = os.open(os.path.join(tmp, "mask.u8"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fi, int(offsets[-1]) * 4)
+        os.ftruncate(fm, int(offsets[-1]))
+
+        def one(job) -> None:  # one row group: decode, check, write at its place
+            path, g, row0, expect = job
+            t = pq.ParquetFile(path).read_row_group(g, columns=["input_ids", "loss_mask"],
+                                                    use_threads=False).combine_chunks()
+            if t.num_rows == 0:
+                return
+            ids, mask = t.column(0).chunk(0), t.column(1).chunk(0)
+            io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
+            if not (np.array_equal(np.diff(io_), expect) and np.array_equal(np.diff(mo), expect)):
+                raise ValueError(f"{path}: row group {g}: token lists disagree with the `length` "
+                                 f"column; the cache is damaged: delete it and re-run")
+            a = int(offsets[row0])
+            _pwrite_all(fi, ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]].astype(np.int32, copy=False), a * 4)
+            _pwrite_all(fm, mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False), a)
+
+        n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-flat") as ex:
+            futs = [ex.submit(one, job) for job in groups]
+            try:
+                for f in futs:
+                    f.result()
+            except BaseException:
+                for f in futs:  # nothing more starts; the running groups finish
+                    f.cancel()
+                raise
+    except BaseException:
+        os.close(fi)
+        os.close(fm)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.close(fi)
+    os.close(fm)
+    # the pool reuses decoded groups' pages while building; hand them back once, at the end
+    pa.default_memory_pool().release_unused()
+    np.save(os.path.join(tmp, "offsets.npy"), offsets)
     if os.path.exists(directory):
-        import shutil
         shutil.rmtree(directory)
     os.replace(tmp, directory)
     return FlatTokens.open(directory)
+
+
+def _pwrite_all(fd: int, a: np.ndarray, at: int) -> None:
+    view = memoryview(np.ascontiguousarray(a)).cast("B")
+    while view:  # pwrite may write less than asked
+        k = os.pwrite(fd, view, at)
+        view, at = view[k:], at + k
 
 
 def flat_store_dir(cache) -> str:
