@@ -8,9 +8,12 @@ dir, no reuse). "raw" is `Tokenizer.encode_batch(texts, add_special_tokens=False
 the texts packtool renders (pre-rendered, in memory, one call: its best case), on the same
 cores. "raw-fast" is the stricter baseline a hand-written loop would use: `encode_batch_fast`
 for the rows that need no offsets (whole-text loss) and `encode_batch` for the rest, one call
-each. Neither raw side frees its Encodings inside the timed region. Runs are interleaved;
-times are medians of --repeat, ratios the median of the per-run ratios. Wall and CPU seconds
-(all threads) are both reported: on a shared machine CPU time is the steadier measure.
+each. Neither raw side frees its Encodings inside the timed region. Every run is a fresh
+process after an untimed warm-up (tokenizer loaded, rayon pool started, packtool's compiled
+code loaded): in one long-lived process each run costs more CPU than the one before, which
+biased whichever side ran later. Runs are interleaved; times are medians of --repeat, ratios
+the median of the per-run ratios. Wall and CPU seconds (all threads) are both reported: on a
+shared machine CPU time is the steadier measure.
 
 --pack also times the first `pack_cache` of the mistral cache (C=8192, bfd) with the flat
 token store as tokenize_to_cache wrote it, with the store removed (rebuilt from Parquet, as
@@ -23,10 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import platform
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,69 +109,98 @@ def first_pack(grp, cfgs, tmp: str) -> dict:
     return {k: statistics.median(v) for k, v in res.items()} | {"tokens": cache.num_tokens}
 
 
+def run_case(case: str, name: str, data: str, work: str) -> dict:
+    """One timed run in this (fresh) process: the heap of earlier runs would slow later ones
+    (CPU per run grows ~5% a run in one process), so every run gets its own process. Warm-up
+    first, untimed: the tokenizer loaded, the rayon pool started, packtool's numba code loaded."""
+    grp = groups(data, work)
+    tok_path = os.path.join(data, "tokenizers", name, "tokenizer.json")
+    if case == "ours":
+        cfgs = [TokenizeConfig(tokenizer=tok_path, chat_template=TOKENIZERS[name], **over) for _, over in grp]
+        root = tempfile.mkdtemp(dir=work)
+        tokenize_to_cache(grp[1][0], cfgs[1], os.path.join(root, "warm"), progress=False)
+        t0, c0 = time.perf_counter(), cpu_s()
+        caches = [tokenize_to_cache(inputs, cfg, os.path.join(root, "run"), progress=False)
+                  for (inputs, _), cfg in zip(grp, cfgs)]
+        out = {"wall": time.perf_counter() - t0, "cpu": cpu_s() - c0,
+               "rows": sum(c.num_rows for c in caches), "tokens": sum(c.num_tokens for c in caches)}
+        shutil.rmtree(root)
+        return out
+    with open(os.path.join(work, f"texts-{name}.pkl"), "rb") as f:
+        texts, plain = pickle.load(f)
+    tok = Tokenizer.from_file(tok_path)
+    tok.encode_batch(texts[:64], add_special_tokens=False)
+    t0, c0 = time.perf_counter(), cpu_s()
+    if case == "raw":
+        enc = tok.encode_batch(texts, add_special_tokens=False)
+    else:  # raw-fast: offsets only where a loss span needs them
+        enc = tok.encode_batch_fast([t for t, p in zip(texts, plain) if p], add_special_tokens=False) + \
+            tok.encode_batch([t for t, p in zip(texts, plain) if not p], add_special_tokens=False)
+    out = {"wall": time.perf_counter() - t0, "cpu": cpu_s() - c0, "rows": len(enc),
+           "tokens": sum(len(e) for e in enc)}
+    return out
+
+
+def child(case: str, name: str, data: str, work: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--case", case, "--tokenizer", name,
+           "--data", data, "--work", work]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"{case} {name} failed:\n{res.stderr}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--pack", action="store_true", help="also time the first pack (see docstring)")
+    ap.add_argument("--case", choices=["raw", "fast", "ours"], help=argparse.SUPPRESS)
+    ap.add_argument("--tokenizer", help=argparse.SUPPRESS)
+    ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    data = os.path.abspath(args.data)
+    if args.case:
+        print(json.dumps(run_case(args.case, args.tokenizer, data, args.work)))
+        return
     tmp = tempfile.mkdtemp(prefix="tokbench-")
     results = {"machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
                           f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "loadavg_start": os.getloadavg()[0], "tokenizers": {}}
     try:
-        grp = groups(os.path.abspath(args.data), tmp)
+        grp = groups(data, tmp)
         for name, template in TOKENIZERS.items():
-            tok_path = os.path.join(args.data, "tokenizers", name, "tokenizer.json")
+            tok_path = os.path.join(data, "tokenizers", name, "tokenizer.json")
             cfgs = [TokenizeConfig(tokenizer=tok_path, chat_template=template, **over) for _, over in grp]
             texts, plain = [], []
             for (inputs, _), cfg in zip(grp, cfgs):
                 t, p = rendered_texts(inputs, cfg)
                 texts += t
                 plain += p
-            fast_texts = [t for t, p in zip(texts, plain) if p]
-            offs_texts = [t for t, p in zip(texts, plain) if not p]
-            tok = Tokenizer.from_file(tok_path)
-            runs = {k: [] for k in ("raw_t", "raw_c", "fast_t", "fast_c", "ours_t", "ours_c")}
-            rows = tokens = raw_tokens = 0
+            with open(os.path.join(tmp, f"texts-{name}.pkl"), "wb") as f:
+                pickle.dump((texts, plain), f)
+            runs: dict[str, list[dict]] = {"raw": [], "fast": [], "ours": []}
             for r in range(args.repeat):
-                t0, c0 = time.perf_counter(), cpu_s()
-                enc = tok.encode_batch(texts, add_special_tokens=False)
-                runs["raw_t"].append(time.perf_counter() - t0)
-                runs["raw_c"].append(cpu_s() - c0)
-                raw_tokens = sum(len(e) for e in enc)
-                del enc
-                t0, c0 = time.perf_counter(), cpu_s()
-                enc = (tok.encode_batch_fast(fast_texts, add_special_tokens=False),
-                       tok.encode_batch(offs_texts, add_special_tokens=False))
-                runs["fast_t"].append(time.perf_counter() - t0)
-                runs["fast_c"].append(cpu_s() - c0)
-                del enc
-                cache_root = os.path.join(tmp, f"cache-{name}-{r}")
-                t0, c0 = time.perf_counter(), cpu_s()
-                caches = [tokenize_to_cache(inputs, cfg, cache_root, progress=False)
-                          for (inputs, _), cfg in zip(grp, cfgs)]
-                runs["ours_t"].append(time.perf_counter() - t0)
-                runs["ours_c"].append(cpu_s() - c0)
-                rows = sum(c.num_rows for c in caches)
-                tokens = sum(c.num_tokens for c in caches)
-                shutil.rmtree(cache_root)
-                print(f"{name} run {r}: raw {runs['raw_t'][-1]:.2f}s ({runs['raw_c'][-1]:.2f} cpu-s), "
-                      f"raw-fast {runs['fast_t'][-1]:.2f}s ({runs['fast_c'][-1]:.2f} cpu-s), "
-                      f"packtool {runs['ours_t'][-1]:.2f}s ({runs['ours_c'][-1]:.2f} cpu-s), "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)
-            med = {k: statistics.median(v) for k, v in runs.items()}
-            ratio = lambda a, b: statistics.median(o / r for o, r in zip(runs[a], runs[b]))  # noqa: E731
+                for case in runs:  # interleaved, one fresh process each
+                    runs[case].append(child(case, name, data, tmp))
+                print(f"{name} run {r}: " + ", ".join(
+                    f"{c} {v[-1]['wall']:.2f}s ({v[-1]['cpu']:.2f} cpu-s)" for c, v in runs.items())
+                    + f", load {os.getloadavg()[0]:.1f}", flush=True)
+            med = {f"{c}_{k}": statistics.median(x[k] for x in v) for c, v in runs.items() for k in ("wall", "cpu")}
+
+            def ratio(a: str, b: str, k: str) -> float:  # per interleaved run (same load), then the median
+                return statistics.median(x[k] / y[k] for x, y in zip(runs[a], runs[b]))
+            ours = runs["ours"][-1]
             results["tokenizers"][name] = {
-                "template": template, "texts": len(texts), "rows": rows, "tokens": tokens,
-                "raw_tokens": raw_tokens, "raw_s": med["raw_t"], "raw_fast_s": med["fast_t"],
-                "packtool_s": med["ours_t"],
-                "raw_tok_per_s": raw_tokens / med["raw_t"], "packtool_tok_per_s": tokens / med["ours_t"],
-                # ratios of interleaved runs (same load), then the median
-                "ratio": ratio("ours_t", "raw_t"), "ratio_vs_fast": ratio("ours_t", "fast_t"),
-                "raw_cpu_s": med["raw_c"], "raw_fast_cpu_s": med["fast_c"], "packtool_cpu_s": med["ours_c"],
-                "cpu_ratio": ratio("ours_c", "raw_c"), "cpu_ratio_vs_fast": ratio("ours_c", "fast_c"),
+                "template": template, "texts": len(texts), "rows": ours["rows"], "tokens": ours["tokens"],
+                "raw_tokens": runs["raw"][-1]["tokens"], "raw_s": med["raw_wall"], "raw_fast_s": med["fast_wall"],
+                "packtool_s": med["ours_wall"],
+                "raw_tok_per_s": runs["raw"][-1]["tokens"] / med["raw_wall"],
+                "packtool_tok_per_s": ours["tokens"] / med["ours_wall"],
+                "ratio": ratio("ours", "raw", "wall"), "ratio_vs_fast": ratio("ours", "fast", "wall"),
+                "raw_cpu_s": med["raw_cpu"], "raw_fast_cpu_s": med["fast_cpu"], "packtool_cpu_s": med["ours_cpu"],
+                "cpu_ratio": ratio("ours", "raw", "cpu"), "cpu_ratio_vs_fast": ratio("ours", "fast", "cpu"),
                 "runs": runs, "loadavg_1min_end": os.getloadavg()[0]}
             print(json.dumps({k: v for k, v in results["tokenizers"][name].items() if k != "runs"}), flush=True)
             if args.pack and name == "mistral-7b-v0.1":
