@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 _FILES = ("ids.i32", "mask.u8", "offsets.npy")
+_BUILD_ROWS = 2048  # rows decoded at a time per thread while rebuilding the store
 
 
 @dataclass(frozen=True)
@@ -75,20 +76,24 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
         os.ftruncate(fi, int(offsets[-1]) * 4)
         os.ftruncate(fm, int(offsets[-1]))
 
-        def one(job) -> None:  # one row group: decode, check, write at its place
+        def one(job) -> None:  # one row group, a few thousand rows at a time (bounded memory)
             path, g, row0, expect = job
-            t = pq.ParquetFile(path).read_row_group(g, columns=["input_ids", "loss_mask"],
-                                                    use_threads=False).combine_chunks()
-            if t.num_rows == 0:
-                return
-            ids, mask = t.column(0).chunk(0), t.column(1).chunk(0)
-            io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
-            if not (np.array_equal(np.diff(io_), expect) and np.array_equal(np.diff(mo), expect)):
-                raise ValueError(f"{path}: row group {g}: token lists disagree with the `length` "
-                                 f"column; the cache is damaged: delete it and re-run")
-            a = int(offsets[row0])
-            _pwrite_all(fi, ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]].astype(np.int32, copy=False), a * 4)
-            _pwrite_all(fm, mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False), a)
+            at, done = int(offsets[row0]), 0
+            for t in pq.ParquetFile(path).iter_batches(_BUILD_ROWS, row_groups=[g], use_threads=False,
+                                                       columns=["input_ids", "loss_mask"]):
+                ids, mask = t.column(0), t.column(1)
+                io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
+                want = expect[done:done + t.num_rows]
+                if not (np.array_equal(np.diff(io_), want) and np.array_equal(np.diff(mo), want)):
+                    raise ValueError(f"{path}: row group {g}: token lists disagree with the "
+                                     f"`length` column; the cache is damaged: delete it and re-run")
+                _pwrite_all(fi, ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]].astype(np.int32, copy=False), at * 4)
+                _pwrite_all(fm, mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False), at)
+                at += int(io_[-1] - io_[0])
+                done += t.num_rows
+            if done != expect.size:
+                raise ValueError(f"{path}: row group {g} has {done} rows, its metadata says "
+                                 f"{expect.size}; the cache is damaged: delete it and re-run")
 
         n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
         with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-flat") as ex:
