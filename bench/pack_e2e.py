@@ -98,8 +98,12 @@ def _make_input(n: int, work: str) -> str:
 PACKTOOL_CASES = {  # case -> (workers, keep the flat store, label)
     "repack": (None, True, "flat store from tokenize"),
     "repack-w1": (1, True, "flat store from tokenize, --workers 1"),
+    "repack-jemalloc": (None, True, "flat store from tokenize, ARROW_DEFAULT_MEMORY_POOL=jemalloc"),
     "first": (None, False, "flat store rebuilt from the cache"),
 }
+# Arrow reads its default pool from the environment once, before anything is allocated: the
+# case's process starts with it (mimalloc, pyarrow's default, everywhere else)
+CASE_ENV = {"packtool-repack-jemalloc": {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}}
 DEFAULT = "packtool bfd (flat store from tokenize)"  # the row TRL is compared with
 
 
@@ -185,7 +189,7 @@ def main() -> None:
             runs = []
             for _ in range(1 if kind.endswith("prepare") else a.repeat):
                 p = subprocess.run([sys.executable, __file__, "--case", f"{kind}:{n}", "--work", a.work],
-                                   capture_output=True, text=True)
+                                   capture_output=True, text=True, env={**os.environ, **CASE_ENV.get(kind, {})})
                 lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
                 if not lines and not kind.endswith("prepare"):
                     print(p.stdout[-2000:], p.stderr[-4000:])
