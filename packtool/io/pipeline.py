@@ -1,8 +1,11 @@
 """`tokenize_to_cache`: inputs + TokenizeConfig -> a TokenizedCache (reused when it exists).
 
-Work split over the cores: the main thread reads and renders batch k+2 (Python, holds the
-GIL) while worker threads run `encode_batch` on batches k and k+1 (Rust, GIL released, each
-parallel over all cores); then the main thread turns batch k into flat arrays and writes it.
+Work split over the cores: the main thread reads and renders (Python, holds the GIL) and cuts
+each rendered batch into chunks of about a million characters; encode threads run
+`encode_batch` on a chunk (Rust, GIL released, parallel over all cores) and turn its
+Encodings into flat ids + loss masks; one writer thread appends finished chunks, in row order,
+to the Parquet parts and to the flat token store that `pack` gathers from, so both are
+published together by one rename.
 """
 from __future__ import annotations
 
