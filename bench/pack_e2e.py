@@ -98,23 +98,24 @@ def _make_input(n: int, work: str) -> str:
 PACKTOOL_CASES = {  # case -> (workers, keep the flat store, label)
     "repack": (None, True, "flat store from tokenize"),
     "repack-w1": (1, True, "flat store from tokenize, --workers 1"),
-    "repack-jemalloc": (None, True, "flat store from tokenize, ARROW_DEFAULT_MEMORY_POOL=jemalloc"),
+    "repack-mimalloc": (None, True, "flat store from tokenize, Arrow pool mimalloc"),
     "first": (None, False, "flat store rebuilt from the cache"),
 }
-# Arrow reads its default pool from the environment once, before anything is allocated: the
-# case's process starts with it (mimalloc, pyarrow's default, everywhere else)
-CASE_ENV = {"packtool-repack-jemalloc": {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc"}}
+# Arrow reads its default pool from the environment when it loads. `packtool.pack` asks for
+# jemalloc when it is imported first (as `packtool pack` does); this case keeps pyarrow's own
+# default, as for a caller that imported pyarrow before packtool
+CASE_ENV = {"packtool-repack-mimalloc": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}}
 DEFAULT = "packtool bfd (flat store from tokenize)"  # the row TRL is compared with
 
 
 def run_packtool(n: int, work: str, case: str) -> dict:
     """One pack in this (fresh) process. Warm-up: a plan of 1,000 rows (numba loads its
     on-disk cache of compiled code); nothing the size of the data runs before the baseline."""
+    from packtool.pack import pack_cache  # first, as the CLI imports it: it picks Arrow's pool
     from packtool.align import Alignment
     from packtool.config import TokenizeConfig
     from packtool.io import tokenize_to_cache
     from packtool.io.flat_tokens import flat_store_for
-    from packtool.pack import pack_cache
     from packtool.plan import PackingConfig, plan as make_plan
     src = _make_input(n, work)
     cache = tokenize_to_cache([src], TokenizeConfig(shape="tokens"), cache_dir=os.path.join(work, "cache"),
@@ -234,8 +235,11 @@ def _write(rows: list[dict], load: list, dry: bool = False) -> None:
         "with `--overflow split` + zstd Parquet slabs with every FORMAT.md column, shards "
         "written by one thread per core (default) or one (`--workers 1`), token spans read from "
         "the flat store that tokenization writes beside the cache, or (last row) from one "
-        "rebuilt from the cache's Parquet first. The speed-up column compares the default row "
-        "with TRL. TRL = `trl.data_utils.pack_dataset(strategy='bfd')` from a "
+        "rebuilt from the cache's Parquet first. Arrow's memory pool is jemalloc, which "
+        "`packtool.pack` asks for when it is the one to load pyarrow (as `packtool pack` does); "
+        "the 'Arrow pool mimalloc' row keeps pyarrow's default, as for a caller that imported "
+        "pyarrow before packtool. The speed-up column compares the default row (first) with "
+        "TRL. TRL = `trl.data_utils.pack_dataset(strategy='bfd')` from a "
         "`datasets` table of the same rows (TRL truncates sequences over C; its bound is over "
         "the truncated lengths), as SFTTrainer runs it (1,000-row map windows) and over the "
         "whole dataset at once; its output stays an Arrow table (no Parquet write). Each row is "
