@@ -2,9 +2,10 @@
 
 The tokenized cache is Parquet (columnar, compressed, user-facing). Slabs are shuffled, so
 every row group of output touches rows from everywhere in the input; re-reading Parquet row
-groups for that is quadratic. One streaming pass turns the cache into three flat files that
-numpy memory-maps: gathering a row group of slabs is then a copy, and resident memory stays
-bounded by the page cache rather than the dataset.
+groups for that is quadratic. Tokenization writes three flat files beside the cache (or one
+pass over the cache rebuilds them): gathering a row group of slabs is then a pread of each
+span (io/pread_gather.py), and resident memory stays bounded by the output buffers rather
+than the dataset.
 """
 from __future__ import annotations
 
