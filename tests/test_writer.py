@@ -3,6 +3,8 @@ columns are the plan's; a failure in any thread reaches the caller."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -150,3 +152,14 @@ def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp
     with pytest.raises(ValueError, match="disagree with the `length` column"):
         build_flat_tokens(files, str(tmp_path / "bad"), threads=2)
     assert not any(n.startswith("bad") for n in os.listdir(tmp_path))  # no half-built store
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="packtool asks for jemalloc on Linux only")
+def test_pack_asks_arrow_for_jemalloc_unless_told_otherwise():
+    code = "import packtool.pack, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "jemalloc", got.stderr
+    env["ARROW_DEFAULT_MEMORY_POOL"] = "system"  # the user's choice wins
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == "system", got.stderr
