@@ -316,7 +316,7 @@ sort-based groupby by shard) where the local engine gathers from a memory-mapped
 This run (2026-11-30 ~06:40 UTC, load 3.2-6.8 from other sessions) puts the overhead at
 +36-43% end to end on one 2-core node: write 15-16 s under Ray vs 2.7 s local for 97M tokens
 (~0.13 s per million tokens of extra data movement; the local writer preads from its flat
-store, one process per core), tokenize 72-75 s vs 61 s (two Ray worker processes vs a render
+store, one thread per core), tokenize 72-75 s vs 61 s (two Ray worker processes vs a render
 thread plus `encode_batch` on both cores). Under load the totals do not rank the engines
 (an earlier run at load 3-9 had the two Ray runs 30% apart). The sharded plan costs nothing
 measurable end to end (planning is under a second either way at this size) and here gives the

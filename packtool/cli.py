@@ -93,7 +93,7 @@ def pack(
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer processes (default: one per core; 1 keeps memory lowest).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="With --engine ray: plan in shards of N rows as Ray tasks and merge their underfull bins; the driver holds per-bin arrays only (a few extra bins, reported).")] = None,
