@@ -24,7 +24,7 @@ from packtool.align import Alignment
 from packtool.config import TokenizeConfig
 from packtool.io.cache import TokenizedCache
 from packtool.io.errors import PacktoolInputError
-from packtool.io.pipeline import _fingerprint, _setup, cache_location
+from packtool.io.pipeline import resolve_cache
 from packtool.pack import PackResult, check_output, write_output
 from packtool.plan import PackingConfig, PlanError, plan as make_plan
 from packtool.report import plan_summary
@@ -78,14 +78,11 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent."""
     from .ray_cache import build_cache
 
-    files, shapes, loaded, template = _setup(inputs, cfg)
-    info = loaded.info if loaded else None
-    fp = _fingerprint(files, cfg, info, shapes)
-    root, final, existing = cache_location(cache_dir, fp)
-    if existing is not None:
-        return existing
-    job = TokenizeJob(tuple(files), tuple(shapes), cfg, info, template)
-    return build_cache(job, fp, final, root)
+    r = resolve_cache(inputs, cfg, cache_dir)
+    if r.existing is not None:
+        return r.existing
+    job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template)
+    return build_cache(job, r.fingerprint, r.final, r.root)
 
 
 def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -147,30 +147,47 @@ def _setup(inputs: list[str], cfg: TokenizeConfig):
     return files, shapes, loaded, template
 
 
-def cache_location(cache_dir: str | None, fingerprint: str) -> tuple[str, str, TokenizedCache | None]:
-    """(cache root, this fingerprint's directory, the finished cache there if any)."""
+@dataclass(frozen=True)
+class CacheRequest:
+    """What both engines resolve before tokenizing: the inputs, their shapes, the tokenizer
+    and template, the fingerprint, and where its cache lives (and the cache, if finished)."""
+    files: list
+    shapes: list
+    loaded: LoadedTokenizer | None
+    template: object
+    fingerprint: str
+    root: str               # cache root directory
+    final: str              # this fingerprint's directory
+    existing: TokenizedCache | None
+
+    @property
+    def info(self) -> TokenizerInfo | None:
+        return self.loaded.info if self.loaded else None
+
+
+def resolve_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> CacheRequest:
+    files, shapes, loaded, template = _setup(inputs, cfg)
+    fp = _fingerprint(files, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
-    final = os.path.join(root, fingerprint[:32])
+    final = os.path.join(root, fp[:32])
     done = os.path.exists(os.path.join(final, "cache.json"))
-    return root, final, TokenizedCache(final, reused=True) if done else None
+    return CacheRequest(files, shapes, loaded, template, fp, root, final,
+                        TokenizedCache(final, reused=True) if done else None)
 
 
 def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None = None,
                       progress: bool = True) -> TokenizedCache:
     """Tokenize `inputs` into a Parquet cache, or return the existing cache for the same
     inputs (path, size, mtime), tokenizer (content hash), template text and options."""
-    files, shapes, loaded, template = _setup(inputs, cfg)
-    info = loaded.info if loaded else None
-    fp = _fingerprint(files, cfg, info, shapes)
-    root, final, existing = cache_location(cache_dir, fp)
-    if existing is not None:
-        return existing
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{fp[:12]}-", dir=root)
+    r = resolve_cache(inputs, cfg, cache_dir)
+    if r.existing is not None:
+        return r.existing
+    os.makedirs(r.root, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-", dir=r.root)
     try:
-        meta = _build(files, shapes, loaded, template, cfg, tmp, progress)
-        meta["fingerprint"] = fp
-        return publish_cache(tmp, final, meta)
+        meta = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress)
+        meta["fingerprint"] = r.fingerprint
+        return publish_cache(tmp, r.final, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
