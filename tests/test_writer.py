@@ -163,3 +163,24 @@ def test_pack_asks_arrow_for_jemalloc_unless_told_otherwise():
     env["ARROW_DEFAULT_MEMORY_POOL"] = "system"  # the user's choice wins
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.stdout.strip() == "system", got.stderr
+
+
+def test_token_columns_are_byte_stream_split_and_read_back_unchanged(tmp_path, store, packed):
+    """The two token columns carry the encoding FORMAT.md names (an option that names a
+    column wrongly is ignored by pyarrow without a word), and a plain pyarrow read gives the
+    gathered values back."""
+    path = str(tmp_path / "s.parquet")
+    w = SlabWriter(packed, store, PAD)
+    n = min(packed.layout.slab_len.size, 30)
+    write_shard_file(w, packed.layout.slab_len[:n], 0, path, group_tokens=8_000)
+    md = pq.ParquetFile(path).metadata
+    cols = {md.row_group(0).column(i).path_in_schema: md.row_group(0).column(i)
+            for i in range(md.num_columns)}
+    for name in ("input_ids", "loss_mask"):
+        assert "BYTE_STREAM_SPLIT" in cols[f"{name}.list.element"].encodings, name
+        assert cols[f"{name}.list.element"].compression == "ZSTD"
+    assert "BYTE_STREAM_SPLIT" not in cols["seq_lens.list.element"].encodings
+    back = pq.read_table(path)
+    want = w.batch(0, n)
+    for name in ("input_ids", "loss_mask"):
+        assert back.column(name).combine_chunks().equals(want.column(name)), name
