@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.io.flat_tokens import FlatTokens  # noqa: E402
+from packtool.io.flat_tokens import TOKENS_FILE, FlatTokens, write_flat_store  # noqa: E402
 from packtool.io.manifest import build_manifest, write_manifest  # noqa: E402
 from packtool.io.writer import write_shards  # noqa: E402
 from packtool.pack import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
@@ -50,16 +50,13 @@ def real_lengths(times: int = 10) -> np.ndarray:
 
 
 def source_store(directory: str, lengths: np.ndarray) -> FlatTokens:
-    if os.path.exists(os.path.join(directory, "offsets.npy")):
+    if os.path.exists(os.path.join(directory, TOKENS_FILE)):
         return FlatTokens.open(directory)
-    os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(0)
     off = np.concatenate(([0], np.cumsum(lengths)))
-    rng.integers(3, VOCAB, int(off[-1]), dtype=np.int32).tofile(os.path.join(directory, "ids.i32"))
     pos = np.arange(int(off[-1])) - np.repeat(off[:-1], lengths)
-    (pos >= np.repeat(lengths // 3, lengths)).astype(np.uint8).tofile(os.path.join(directory, "mask.u8"))
-    np.save(os.path.join(directory, "offsets.npy"), off)
-    return FlatTokens.open(directory)
+    return write_flat_store(directory, rng.integers(3, VOCAB, int(off[-1]), dtype=np.int32),
+                            pos >= np.repeat(lengths // 3, lengths), off)
 
 
 def write_output(out: str, lengths, tokens: FlatTokens, align, packing) -> float:

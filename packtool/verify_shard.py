@@ -240,11 +240,11 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     loss = L["loss_mask"][0]
     use_src = np.zeros(seg_row.size, bool)
     src_base = np.zeros(seg_row.size, np.int64)
-    s_ids, s_mask = np.zeros(1, np.int32), np.zeros(1, np.uint8)
+    s_tok = np.zeros(1, np.int32)
     if src is not None:
         use_src, src_base = source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row,
                                            row0, where, log)
-        s_ids, s_mask = src.ids, src.mask
+        s_tok = src.tokens
     seg_start = cup[not_first] - padded  # start of each segment inside its slab
     rows_ok_seg = ok_rows[seg_row]
     cnt = np.zeros((n, len(TOKEN_CHECKS)), np.int64)
@@ -252,7 +252,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     loss_sum = np.zeros(n, np.int64)
     token_pass(ids, loss, ids_off, seg_off, seg_start, seq_lens,
                 np.where(rows_ok_seg, padded, 0), job.pad_id, job.vocab_size or 0,
-                s_ids, s_mask, src_base, use_src & rows_ok_seg, loss_sum, cnt, first)
+                s_tok, src_base, use_src & rows_ok_seg, loss_sum, cnt, first)
     token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log)
     if not ok_rows.all():  # rows the token pass skipped still count towards the totals
         loss_sum[~ok_rows] = np.add.reduceat(loss.astype(np.int64), ids_off[:-1])[~ok_rows]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .io.flat_tokens import token_id, token_loss
 from .verify_problems import segment_problems
 
 # --- per-token checks (numba) --------------------------------------------------------
@@ -16,7 +17,7 @@ TOKEN_CHECKS = ("loss_mask_value", "loss_on_first_token", "loss_on_pad", "pad_to
 
 
 @nb.njit(cache=True)
-def _slow_segment(ids, loss, st, base, kk, L, P, pad_id, vocab, src_ids, src_mask, a0, use_src, r, cnt, first):
+def _slow_segment(ids, loss, st, base, kk, L, P, pad_id, vocab, src_tok, a0, use_src, r, cnt, first):
     """Classify every position of one segment that failed the fast pass (rare: only broken
     segments come here). first[r, kind] = (position in slab, segment in slab, expected, found)."""
     for j in range(P):
@@ -36,10 +37,11 @@ def _slow_segment(ids, loss, st, base, kk, L, P, pad_id, vocab, src_ids, src_mas
         elif v < 0 or (vocab > 0 and v >= vocab):
             kind, exp = TOK_ID_RANGE, vocab
         elif use_src:
-            if v != src_ids[a0 + j]:
-                kind, exp = TOK_SRC_ID, src_ids[a0 + j]
+            sv = src_tok[a0 + j]
+            if v != token_id(sv):
+                kind, exp = TOK_SRC_ID, token_id(sv)
             else:
-                em = 0 if j == 0 else src_mask[a0 + j]
+                em = 0 if j == 0 else token_loss(sv)
                 if m != em:
                     kind, exp = TOK_SRC_LOSS, em
         if kind >= 0:
@@ -53,7 +55,7 @@ def _slow_segment(ids, loss, st, base, kk, L, P, pad_id, vocab, src_ids, src_mas
 
 @nb.njit(cache=True)
 def token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, pad_id, vocab,
-               src_ids, src_mask, src_base, use_src, loss_sum, cnt, first):
+               src_tok, src_base, use_src, loss_sum, cnt, first):
     """Fast pass: branch-free flags per segment (real part, first token, pads); a segment
     whose flag is set is classified position by position in `_slow_segment`."""
     top = vocab if vocab > 0 else 2147483647
@@ -73,7 +75,8 @@ def token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, 
                     v = ids[st + j]
                     m = loss[st + j]
                     total += m
-                    bad |= (v != src_ids[a0 + j]) | ((m != src_mask[a0 + j]) & (j > 0)) | (m > 1)
+                    sv = src_tok[a0 + j]
+                    bad |= (v != token_id(sv)) | ((m != token_loss(sv)) & (j > 0)) | (m > 1)
             else:
                 for j in range(L):
                     v = ids[st + j]
@@ -85,8 +88,8 @@ def token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, 
                 total += m
                 bad |= (m != 0) | (ids[st + j] != pad_id)
             if bad:
-                _slow_segment(ids, loss, st, base, k - seg_row_off[r], L, P, pad_id, vocab, src_ids,
-                              src_mask, src_base[k], use_src[k], r, cnt, first)
+                _slow_segment(ids, loss, st, base, k - seg_row_off[r], L, P, pad_id, vocab, src_tok,
+                              src_base[k], use_src[k], r, cnt, first)
         loss_sum[r] = total
 
 

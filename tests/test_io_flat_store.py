@@ -15,7 +15,7 @@ import packtool.io.pipeline as pipeline
 from packtool.config import TokenizeConfig
 from packtool.io import tokenize_to_cache
 from packtool.io.cache import CacheWriter
-from packtool.io.flat_tokens import build_flat_tokens, flat_store_dir, flat_store_for
+from packtool.io.flat_tokens import TOKENS_FILE, build_flat_tokens, flat_store_dir, flat_store_for
 from packtool.io.shapes import RenderedBatch
 
 # one config for every shape: GSM8K as fields through chatml, Taskmaster chats, PEPs as text
@@ -34,7 +34,7 @@ def _inputs(tmp_path) -> list[str]:
 
 
 def _files(d: str) -> dict[str, bytes]:
-    return {n: open(os.path.join(d, n), "rb").read() for n in ("ids.i32", "mask.u8", "offsets.npy")}
+    return {n: open(os.path.join(d, n), "rb").read() for n in (TOKENS_FILE, "offsets.npy")}
 
 
 def test_flat_store_is_written_with_the_cache(monkeypatch, tmp_path, cache_dir):
@@ -50,7 +50,7 @@ def test_flat_store_is_written_with_the_cache(monkeypatch, tmp_path, cache_dir):
     assert store.directory == written
     assert {n: os.stat(os.path.join(written, n)).st_mtime_ns for n in os.listdir(written)} == stamp
     np.testing.assert_array_equal(np.diff(store.offsets), cache.lengths())
-    assert int(store.mask.sum()) == cache.num_loss_tokens
+    assert int(store.decoded()[1].sum()) == cache.num_loss_tokens
 
 
 def test_cache_without_flat_store_still_packs(tmp_path, cache_dir):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.align import Alignment
-from packtool.io.flat_tokens import FlatTokens
+from packtool.io.flat_tokens import FlatTokens, write_flat_store
 from packtool.io.manifest import build_manifest, write_manifest
 from packtool.io.checksum import sha256_file as file_sha256
 from packtool.io.writer import SCHEMA, write_shards
@@ -31,11 +31,7 @@ def write_source(directory: str, lengths, seed: int = 0) -> FlatTokens:
     ids = rng.integers(3, VOCAB, int(off[-1])).astype(np.int32)
     pos = np.arange(int(off[-1])) - np.repeat(off[:-1], lengths)
     mask = (pos >= np.repeat(lengths // 3, lengths)).astype(np.uint8)
-    os.makedirs(directory, exist_ok=True)
-    ids.tofile(os.path.join(directory, "ids.i32"))
-    mask.tofile(os.path.join(directory, "mask.u8"))
-    np.save(os.path.join(directory, "offsets.npy"), off)
-    return FlatTokens.open(directory)
+    return write_flat_store(directory, ids, mask, off)
 
 
 def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | None = None,

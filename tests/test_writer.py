@@ -13,7 +13,7 @@ import pytest
 
 from packtool.align import Alignment
 from packtool.io import writer
-from packtool.io.flat_tokens import FlatTokens
+from packtool.io.flat_tokens import TOKENS_FILE, FlatTokens
 from packtool.io.writer import SlabWriter, write_shard_file, write_shards
 from packtool.plan import PackingConfig, plan
 from tests.test_verify_support import PAD, write_source
@@ -51,7 +51,7 @@ def test_thread_count_does_not_change_bytes(tmp_path, store, packed):
 def test_gather_ahead_and_in_memory_store_give_the_same_bytes(tmp_path, store, packed):
     """The pread gather (file store) and the numba copy (in-memory store, as the Ray engine
     uses), each with and without the helper thread, write one and the same file."""
-    mem = FlatTokens(np.array(store.ids), np.array(store.mask), store.offsets)
+    mem = FlatTokens(np.array(store.tokens), store.offsets)
     sl = packed.layout.slab_len
     n = min(sl.size, 40)
     got = []
@@ -84,10 +84,9 @@ def test_provenance_columns_are_the_plans(store):
 def test_a_failing_shard_reaches_the_caller_and_leaves_no_thread(tmp_path, store, packed):
     bad = str(tmp_path / "short")
     os.makedirs(bad)
-    for f in ("ids.i32", "mask.u8"):  # the store loses its last rows
-        data = open(os.path.join(store.directory, f), "rb").read()
-        open(os.path.join(bad, f), "wb").write(data[: len(data) // 2])
-    tokens = FlatTokens(store.ids, store.mask, store.offsets, bad)
+    data = open(os.path.join(store.directory, TOKENS_FILE), "rb").read()
+    open(os.path.join(bad, TOKENS_FILE), "wb").write(data[: len(data) // 2])  # loses its last rows
+    tokens = FlatTokens(store.tokens, store.offsets, bad)
     before = threading.active_count()
     for workers in (1, 2):
         out = str(tmp_path / f"o{workers}")
@@ -141,11 +140,13 @@ def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp
         files.append(str(tmp_path / f"p{k}.parquet"))
         pq.write_table(t, files[-1], row_group_size=64)
     stores = [build_flat_tokens(files, str(tmp_path / f"s{n}"), threads=n) for n in (1, 3)]
-    for f in ("ids.i32", "mask.u8", "offsets.npy"):
+    for f in (TOKENS_FILE, "offsets.npy"):
         assert open(os.path.join(stores[0].directory, f), "rb").read() == \
             open(os.path.join(stores[1].directory, f), "rb").read()
     whole = pq.read_table(files[0]).column("input_ids").combine_chunks()
-    assert np.array_equal(stores[0].ids[: len(whole.values)], whole.values.to_numpy())
+    ids, mask = stores[0].decoded(0, len(whole.values))
+    assert np.array_equal(ids, whole.values.to_numpy())
+    assert np.array_equal(mask, pq.read_table(files[0]).column("loss_mask").combine_chunks().values.to_numpy())
     t = pq.read_table(files[1])
     bad = t.set_column(2, "length", pa.array(np.asarray(t.column("length")) + 1, pa.int32()))
     pq.write_table(bad, files[1], row_group_size=64)

@@ -140,9 +140,8 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
     offs = ids.offsets.to_numpy().astype(np.int64)
     sub = spec.plan(group.column("src").to_numpy(), group.column("off").to_numpy(), np.diff(offs),
                     group.column("chunk").to_numpy())
-    store = FlatTokens(np.ascontiguousarray(ids.values.to_numpy()[offs[0]:offs[-1]], np.int32),
-                       np.ascontiguousarray(mask.values.to_numpy()[offs[0]:offs[-1]], np.uint8),
-                       offs - offs[0])
+    store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
+                                   mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0])
     name = f"slabs-{k:05d}.parquet"
     info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
                             os.path.join(out_dir, name), group_tokens)

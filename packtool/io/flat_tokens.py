@@ -1,11 +1,15 @@
-"""Flat, memory-mapped token store for the writer's random access.
+"""Flat token store for the writer's random access.
 
 The tokenized cache is Parquet (columnar, compressed, user-facing). Slabs are shuffled, so
 every row group of output touches rows from everywhere in the input; re-reading Parquet row
-groups for that is quadratic. Tokenization writes three flat files beside the cache (or one
-pass over the cache rebuilds them): gathering a row group of slabs is then a pread of each
-span (io/pread_gather.py), and resident memory stays bounded by the output buffers rather
-than the dataset.
+groups for that is quadratic. Tokenization writes a flat file beside the cache (or one pass
+over the cache rebuilds it): gathering a row group of slabs is then one pread per span
+(io/pread_gather.py), and resident memory stays bounded by the output buffers rather than
+the dataset.
+
+One int32 per token holds both the id and the loss flag: `id | loss << 31`. Ids are
+non-negative int32 (the cache refuses others), so bit 31 is free, and a span is one read
+instead of two: with ~300-token sequences the per-call cost of pread dominates its copy.
 """
 from __future__ import annotations
 
@@ -15,38 +19,94 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_FILES = ("ids.i32", "mask.u8", "offsets.npy")
+TOKENS_FILE = "tokens.i32"
+_FILES = (TOKENS_FILE, "offsets.npy")
 _BUILD_ROWS = 2048  # rows decoded at a time per thread while rebuilding the store
+ID_BITS = 0x7FFFFFFF
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def token_id(v):
+    return v & ID_BITS
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def token_loss(v):
+    return (v >> 31) & 1
+
+
+@nb.njit(nogil=True, cache=True)
+def _pack(ids, mask, out):
+    """out = ids | (mask != 0) << 31; the index of the first negative id, or -1."""
+    for i in range(ids.size):
+        v = ids[i]
+        if v < 0:
+            return i
+        out[i] = v | ((-1 << 31) if mask[i] != 0 else 0)
+    return -1
+
+
+def pack_tokens(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The store's int32 words for these ids (non-negative int32) and loss flags."""
+    ids = np.ascontiguousarray(ids, np.int32)
+    mask = np.ascontiguousarray(mask, np.uint8)
+    if ids.size != mask.size:
+        raise ValueError(f"{ids.size} ids but {mask.size} loss flags")
+    out = np.empty(ids.size, np.int32)
+    bad = _pack(ids, mask, out)
+    if bad >= 0:
+        raise ValueError(f"token id {int(ids[bad])} at flat position {bad} is negative; token "
+                         f"ids must be in 0..2**31-1")
+    return out
 
 
 @dataclass(frozen=True)
 class FlatTokens:
-    ids: np.ndarray  # int32 memmap, all rows concatenated in source_index order
-    mask: np.ndarray  # uint8 memmap
+    tokens: np.ndarray  # int32 `id | loss << 31`, all rows concatenated in source_index order
     offsets: np.ndarray  # int64[n_rows+1]
-    directory: str | None = None  # set when the arrays map files there (the writer preads)
+    directory: str | None = None  # set when `tokens` maps the file there (the writer preads)
 
     @property
     def num_rows(self) -> int:
         return self.offsets.size - 1
 
     @classmethod
+    def from_arrays(cls, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray) -> "FlatTokens":
+        """An in-memory store (the Ray engine's shard-local rows, tests)."""
+        return cls(pack_tokens(ids, mask), np.asarray(offsets, np.int64))
+
+    def decoded(self, a: int = 0, b: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32, loss uint8) of flat positions [a, b): a copy, so keep ranges small."""
+        t = np.asarray(self.tokens[a:b])
+        return t & ID_BITS, ((t >> 31) & 1).astype(np.uint8)
+
+    @classmethod
     def open(cls, directory: str) -> "FlatTokens":
         offsets = np.load(os.path.join(directory, "offsets.npy"))
         n = int(offsets[-1])
-        ids = np.memmap(os.path.join(directory, "ids.i32"), np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
-        mask = np.memmap(os.path.join(directory, "mask.u8"), np.uint8, "r", shape=(n,)) if n else np.zeros(0, np.uint8)
-        for a in (ids, mask):
-            # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
-            # which would map (and count in RSS) far more than the tokens copied
-            mm = getattr(a, "_mmap", None)
-            if mm is not None and hasattr(mmap, "MADV_RANDOM"):
-                mm.madvise(mmap.MADV_RANDOM)
-        return cls(ids, mask, offsets, directory)
+        if not n:
+            return cls(np.zeros(0, np.int32), offsets, directory)
+        tokens = np.memmap(os.path.join(directory, TOKENS_FILE), np.int32, "r", shape=(n,))
+        # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
+        # which would map (and count in RSS) far more than the tokens copied
+        mm = getattr(tokens, "_mmap", None)
+        if mm is not None and hasattr(mmap, "MADV_RANDOM"):
+            mm.madvise(mmap.MADV_RANDOM)
+        return cls(tokens, offsets, directory)
+
+
+def write_flat_store(directory: str, ids: np.ndarray, mask: np.ndarray,
+                     offsets: np.ndarray) -> FlatTokens:
+    """A store from whole arrays in one go (tests and benchmarks)."""
+    os.makedirs(directory, exist_ok=True)
+    pack_tokens(ids, mask).tofile(os.path.join(directory, TOKENS_FILE))
+    np.save(os.path.join(directory, "offsets.npy"), np.asarray(offsets, np.int64))
+    return FlatTokens.open(directory)
 
 
 def build_flat_tokens(parquet_files: list[str], directory: str,
@@ -71,11 +131,9 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     np.cumsum(lengths, out=offsets[1:])
     tmp = directory + f".tmp-{os.getpid()}"
     os.makedirs(tmp, exist_ok=True)
-    fi = os.open(os.path.join(tmp, "ids.i32"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    fm = os.open(os.path.join(tmp, "mask.u8"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fi, int(offsets[-1]) * 4)
-        os.ftruncate(fm, int(offsets[-1]))
 
         def one(job) -> None:  # one row group, a few thousand rows at a time (bounded memory)
             path, g, row0, expect = job
@@ -88,8 +146,13 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 if not (np.array_equal(np.diff(io_), want) and np.array_equal(np.diff(mo), want)):
                     raise ValueError(f"{path}: row group {g}: token lists disagree with the "
                                      f"`length` column; the cache is damaged: delete it and re-run")
-                _pwrite_all(fi, ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]].astype(np.int32, copy=False), at * 4)
-                _pwrite_all(fm, mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]].astype(np.uint8, copy=False), at)
+                try:
+                    words = pack_tokens(ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]],
+                                        mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]])
+                except ValueError as e:
+                    raise ValueError(f"{path}: row group {g}: {e}; the cache is damaged: delete "
+                                     f"it and re-run") from None
+                _pwrite_all(fi, words, at * 4)
                 at += int(io_[-1] - io_[0])
                 done += t.num_rows
             if done != expect.size:
@@ -108,11 +171,9 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 raise
     except BaseException:
         os.close(fi)
-        os.close(fm)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     os.close(fi)
-    os.close(fm)
     # the pool reuses decoded groups' pages while building; hand them back once, at the end
     pa.default_memory_pool().release_unused()
     np.save(os.path.join(tmp, "offsets.npy"), offsets)
@@ -148,34 +209,28 @@ class FlatTokensBuilder:
     def __init__(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
-        self._ids = open(os.path.join(directory, "ids.i32"), "wb", buffering=0)
-        self._mask = open(os.path.join(directory, "mask.u8"), "wb", buffering=0)
+        self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
         self._lengths: list[np.ndarray] = []
 
     def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> None:
         """Append rows: `ids` (int32) and `mask` (uint8) are the rows concatenated, `lengths`
         their token counts."""
-        ids = np.ascontiguousarray(ids, np.int32)
-        mask = np.ascontiguousarray(mask, np.uint8)
         lengths = np.asarray(lengths, np.int64)
-        if ids.size != mask.size or ids.size != int(lengths.sum()):
-            raise ValueError(f"flat store rows disagree: {ids.size} ids, {mask.size} mask values, "
-                             f"lengths sum to {int(lengths.sum())}")
-        for f, a in ((self._ids, ids), (self._mask, mask)):
-            view = memoryview(a).cast("B")
-            while view:  # unbuffered writes may be short
-                view = view[f.write(view):]
+        if np.size(ids) != np.size(mask) or np.size(ids) != int(lengths.sum()):
+            raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
+                             f"values, lengths sum to {int(lengths.sum())}")
+        view = memoryview(pack_tokens(ids, mask)).cast("B")
+        while view:  # unbuffered writes may be short
+            view = view[self._tokens.write(view):]
         self._lengths.append(lengths)
 
     def close(self) -> None:
-        self._ids.close()
-        self._mask.close()
+        self._tokens.close()
         lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
         np.save(os.path.join(self.directory, "offsets.npy"), offsets)
 
     def abort(self) -> None:
-        """Close the files; the caller removes the enclosing temporary directory."""
-        self._ids.close()
-        self._mask.close()
+        """Close the file; the caller removes the enclosing temporary directory."""
+        self._tokens.close()

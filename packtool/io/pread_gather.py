@@ -1,4 +1,4 @@
-"""Gather token spans from the flat store files with pread(2), straight into slab buffers.
+"""Gather token spans from the flat store file with pread(2), straight into slab buffers.
 
 Shuffled slabs read short spans from everywhere in the store. Through a memory map, the
 kernel maps whole page-cache folios around every span (hundreds of KB each), and RSS grows
@@ -16,25 +16,30 @@ import numba as nb
 import numpy as np
 from numba import types
 
+from .flat_tokens import TOKENS_FILE, token_id, token_loss
+
 # libc's pread, bound by symbol name when the code is linked (not by this process's address),
 # so the compiled gather can be cached on disk; the buffer pointer passes as an integer
 _pread = types.ExternalFunction("pread", types.intp(types.intc, types.intp, types.uintp, types.int64))
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather_pread(fd_ids, fd_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
-    """Copy each segment's ids and mask into its place; zero the mask on its first token.
-    Returns the index of the first segment that could not be read whole, or -1."""
+def _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask):
+    """Read each segment's words into its place in `out_ids`, then split them into id and
+    loss flag in place (the span is hot in cache); the first token of every segment
+    predicts nothing inside it, so its flag is cleared. Returns the index of the first
+    segment that could not be read whole, or -1."""
     bi = out_ids.ctypes.data
-    bm = out_mask.ctypes.data
     for i in range(src.size):
         a = tok_off[src[i]] + src_off[i]
         n = length[i]
         d = dest[i]
-        if _pread(fd_ids, bi + d * 4, n * 4, a * 4) != n * 4:
+        if _pread(fd, bi + d * 4, n * 4, a * 4) != n * 4:
             return i
-        if _pread(fd_mask, bm + d, n, a) != n:
-            return i
+        for j in range(d, d + n):
+            v = out_ids[j]
+            out_ids[j] = token_id(v)
+            out_mask[j] = token_loss(v)
         if n > 0:
             out_mask[d] = 0
     return -1
@@ -64,13 +69,11 @@ def row_sums(mask, row_off):
 def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
                       length: np.ndarray, dest: np.ndarray, out_ids: np.ndarray,
                       out_mask: np.ndarray) -> None:
-    fi = os.open(os.path.join(directory, "ids.i32"), os.O_RDONLY)
-    fm = os.open(os.path.join(directory, "mask.u8"), os.O_RDONLY)
+    fd = os.open(os.path.join(directory, TOKENS_FILE), os.O_RDONLY)
     try:
-        bad = _gather_pread(fi, fm, tok_off, src, src_off, length, dest, out_ids, out_mask)
+        bad = _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask)
     finally:
-        os.close(fi)
-        os.close(fm)
+        os.close(fd)
     if bad >= 0:
         raise OSError(f"{directory}: short read of source row {int(src[bad])}; the flat token "
                       f"store is truncated: delete it (it is rebuilt from the cache)")

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from ..layout import cp_local_cu_seqlens_padded, flat_cu
 from ..plan import Plan
 from .checksum import sha256_file
-from .flat_tokens import FlatTokens
+from .flat_tokens import FlatTokens, token_id, token_loss
 from .pread_gather import fill_pads, gather_from_files, row_sums
 
 SCHEMA_VERSION = 1
@@ -67,15 +67,16 @@ class ShardInfo:
 
 
 @nb.njit(nogil=True, cache=True)
-def _gather(tok_ids, tok_mask, tok_off, src, src_off, length, dest, out_ids, out_mask):
+def _gather(tokens, tok_off, src, src_off, length, dest, out_ids, out_mask):
     # copy each segment's tokens into its physical place; the first token of every segment
     # predicts nothing inside the segment, so it is never a target
     for i in range(src.size):
         a = tok_off[src[i]] + src_off[i]
         d = dest[i]
         for j in range(length[i]):
-            out_ids[d + j] = tok_ids[a + j]
-            out_mask[d + j] = tok_mask[a + j]
+            v = tokens[a + j]
+            out_ids[d + j] = token_id(v)
+            out_mask[d + j] = token_loss(v)
         if length[i] > 0:
             out_mask[d] = 0
 
@@ -126,7 +127,7 @@ class SlabWriter:
         if self.tok.directory:  # file-backed store: read spans, map nothing
             gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         else:
-            _gather(self.tok.ids, self.tok.mask, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+            _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)
