@@ -19,6 +19,7 @@ from multiprocessing import get_context
 import numpy as np
 
 from .align import Alignment, AlignmentError
+from .io.checksum import CHECKSUMS, SHARD_CHECKSUM
 from .verify_problems import Problem, ProblemLog
 from .verify_shard import ShardJob, ShardResult, check_shard
 
@@ -82,11 +83,12 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
                     f"(a stray or duplicated shard: a loader globbing slabs-*.parquet would read it)", shard=f)
     tok = man.get("tokenizer") or {}
     workers = max(1, workers or os.cpu_count() or 1)
+    by_name = {s["file"]: s for s in man.get("shards", [])}
     base = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
-                     tok.get("vocab_size"), source_dir, batch_rows, max_problems)
+                     tok.get("vocab_size"), source_dir, batch_rows, max_problems,
+                     checksum=_checksum_of(by_name[f]))
             for f in listed if f in present]
     results = _merge_pieces(_run(_pieces(base, 4 * workers), workers))
-    by_name = {s["file"]: s for s in man.get("shards", [])}
     for res in results:
         _check_shard_entry(by_name[res.name], res, log)
         log.merge(res.log)
@@ -202,16 +204,22 @@ def _check_manifest(man: dict, log: ProblemLog):
     return align, packing.overflow, packing.dp
 
 
+def _checksum_of(entry: dict) -> str:
+    """The algorithm a manifest shard entry was hashed with (older outputs: sha256)."""
+    return next((a for a in CHECKSUMS if a in entry), SHARD_CHECKSUM)
+
+
 def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
     name = res.name
     if entry.get("bytes") != res.bytes:
         hint = " (truncated)" if isinstance(entry.get("bytes"), int) and res.bytes < entry["bytes"] else ""
         log.add("shard_size", f"shard {name} has {res.bytes} bytes, manifest.json says {entry.get('bytes')}{hint}",
                 shard=name, expected=entry.get("bytes"), found=res.bytes)
-    if entry.get("sha256") != res.sha256:
-        log.add("checksum", f"shard {name} sha256 is {res.sha256[:16]}…, manifest.json says "
-                f"{str(entry.get('sha256'))[:16]}…: the file changed after packing (flipped or "
-                f"edited bytes)", shard=name, expected=entry.get("sha256"), found=res.sha256)
+    alg = _checksum_of(entry)
+    if entry.get(alg) != res.digest:
+        log.add("checksum", f"shard {name} {alg} is {res.digest[:16]}…, manifest.json says "
+                f"{str(entry.get(alg))[:16]}…: the file changed after packing (flipped or "
+                f"edited bytes)", shard=name, expected=entry.get(alg), found=res.digest)
     if res.readable:
         for key, got in (("rows", res.rows), ("tokens", res.totals.get("physical_tokens")),
                          ("loss_tokens", res.totals.get("loss_tokens"))):

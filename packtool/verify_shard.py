@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .io.checksum import sha256_file
+from .io.checksum import SHARD_CHECKSUM, file_digest
 from .align import Alignment
 from .layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
 from .verify_problems import ProblemLog, first_of, segment_problems
@@ -47,12 +47,13 @@ class ShardJob:
     row_groups: tuple[int, int] | None = None  # a piece of the shard; None: all of it
     row0: int = 0  # rows before the piece
     hash_file: bool = True  # one piece per shard hashes the whole file
+    checksum: str = SHARD_CHECKSUM  # the algorithm the manifest used (older ones: sha256)
 
 
 @dataclass
 class ShardResult:
     name: str
-    sha256: str
+    digest: str  # of the job's `checksum` algorithm
     bytes: int
     rows: int = 0
     readable: bool = True
@@ -72,7 +73,8 @@ def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_shard(job: ShardJob) -> ShardResult:
-    digest, size = (sha256_file(job.path), os.path.getsize(job.path)) if job.hash_file else ("", 0)
+    digest, size = ((file_digest(job.path, job.checksum), os.path.getsize(job.path)) if job.hash_file
+                    else ("", 0))
     res = ShardResult(job.name, digest, size, log=ProblemLog(job.max_problems))
     log = res.log
     try:

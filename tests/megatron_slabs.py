@@ -105,7 +105,7 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         name = f"slabs-{s:05d}.parquet"
         pq.write_table(part, os.path.join(path, name), row_group_size=rows_per_group,
                        compression="zstd")
-        files.append({"file": name, "rows": part.num_rows, "bytes": 0, "sha256": ""})
+        files.append({"file": name, "rows": part.num_rows, "bytes": 0, "xxh3_128": ""})
     a = align
     manifest = {
         "format": "packtool-slabs", "schema_version": 1, "packtool_version": "0.1.0",

@@ -109,6 +109,26 @@ def test_flipped_bytes(packed):
     assert "flipped" in messages(r, "checksum") and "slabs-00000.parquet" in messages(r, "checksum")
 
 
+def test_manifest_of_an_older_version_with_sha256_checksums(packed):
+    """Outputs written before xxh3-128 carry sha256 per shard: they verify, and a flipped
+    byte is still caught and named with that algorithm."""
+    import hashlib
+    out, _ = packed
+    man = read_manifest(out)
+    assert all("xxh3_128" in s and "sha256" not in s for s in man["shards"])
+    for s in man["shards"]:
+        del s["xxh3_128"]
+        s["sha256"] = hashlib.sha256(open(os.path.join(out, s["file"]), "rb").read()).hexdigest()
+    save_manifest(out, man)
+    assert verify(out, workers=1).ok
+    path = os.path.join(out, "slabs-00001.parquet")
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    r = verify(out, workers=1)
+    assert "checksum" in checks(r) and "sha256" in messages(r, "checksum")
+
+
 def test_missing_shard(packed):
     out, _ = packed
     os.remove(os.path.join(out, "slabs-00002.parquet"))

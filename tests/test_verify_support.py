@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from packtool.align import Alignment
 from packtool.io.flat_tokens import FlatTokens, write_flat_store
 from packtool.io.manifest import build_manifest, write_manifest
-from packtool.io.checksum import sha256_file as file_sha256
+from packtool.io.checksum import SHARD_CHECKSUM, file_digest
 from packtool.io.writer import SCHEMA, write_shards
 from packtool.pack import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.plan import PackingConfig, plan
@@ -60,13 +60,13 @@ def save_manifest(out: str, man: dict) -> None:
 
 
 def resign(out: str, shard: str) -> None:
-    """Update the manifest's bytes/sha256/rows of `shard` after an edit."""
+    """Update the manifest's bytes/checksum/rows of `shard` after an edit."""
     man = read_manifest(out)
     path = os.path.join(out, shard)
     for s in man["shards"]:
         if s["file"] == shard:
             s["bytes"] = os.path.getsize(path)
-            s["sha256"] = file_sha256(path)
+            s[SHARD_CHECKSUM] = file_digest(path, SHARD_CHECKSUM)
             s["rows"] = pq.ParquetFile(path).metadata.num_rows
     save_manifest(out, man)
 

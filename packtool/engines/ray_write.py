@@ -146,7 +146,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
     info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
                             os.path.join(out_dir, name), group_tokens)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
-                     "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "sha256": [info.sha256]})
+                     "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128]})
 
 
 def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
@@ -238,4 +238,4 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
         raise RuntimeError(f"ray engine: wrote shards {t.column('shard').to_pylist()}, "
                            f"expected 0..{len(ranges) - 1}")
     return [ShardInfo(f, int(r), int(tk), int(ls), int(b), s) for f, r, tk, ls, b, s in
-            zip(*(t.column(c).to_pylist() for c in ("file", "rows", "tokens", "loss_tokens", "bytes", "sha256")))]
+            zip(*(t.column(c).to_pylist() for c in ("file", "rows", "tokens", "loss_tokens", "bytes", "xxh3_128")))]

@@ -46,12 +46,13 @@ def _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask):
 
 
 @nb.njit(nogil=True, cache=True)
-def fill_pads(out_ids, pad_id, out_mask):
-    """Every position starts as a pad (pad_id, no loss); the gather overwrites the tokens."""
-    for i in range(out_ids.size):
-        out_ids[i] = pad_id
-    for i in range(out_mask.size):
-        out_mask[i] = 0
+def fill_pads(out_ids, out_mask, pad_id, start, real, padded):
+    """Every position past a segment's real tokens, up to its padded end, is a pad (pad_id, no
+    loss). Segments tile their slabs, so with the gather every position is written once."""
+    for k in range(start.size):
+        for j in range(start[k] + real[k], start[k] + padded[k]):
+            out_ids[j] = pad_id
+            out_mask[j] = 0
 
 
 @nb.njit(nogil=True, cache=True)

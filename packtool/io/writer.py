@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from ..layout import cp_local_cu_seqlens_padded, flat_cu
 from ..plan import Plan
-from .checksum import sha256_file
+from .checksum import shard_checksum
 from .flat_tokens import FlatTokens, token_id, token_loss
 from .pread_gather import fill_pads, gather_from_files, row_sums
 
@@ -63,7 +63,7 @@ class ShardInfo:
     tokens: int  # physical tokens
     loss_tokens: int
     bytes: int
-    sha256: str
+    xxh3_128: str  # checksum.SHARD_CHECKSUM, the manifest's key
 
 
 @nb.njit(nogil=True, cache=True)
@@ -120,9 +120,10 @@ class SlabWriter:
         base = self.slab_base[b0]
         total = int(self.slab_base[b1] - base)
         ids, mask = _buffer(total, np.int32), _buffer(total, np.uint8)
-        fill_pads(ids, self.pad_id, mask)
         seg_slab = np.repeat(np.arange(b0, b1), np.diff(lay.seg_offsets[b0:b1 + 1]))
-        dest = (self.slab_base[seg_slab] - base + lay.seg_start[lo:hi])[real]
+        start = self.slab_base[seg_slab] - base + lay.seg_start[lo:hi]
+        fill_pads(ids, mask, self.pad_id, start, lay.seg_len[lo:hi], lay.seg_padded[lo:hi])
+        dest = start[real]
         rsrc, roff, rlen = p.seg_source[r0:r1], p.seg_offset[r0:r1], lay.seg_len[lo:hi][real]
         if self.tok.directory:  # file-backed store: read spans, map nothing
             gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
@@ -268,7 +269,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     os.replace(tmp, path)
     release_memory()
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
-                     os.path.getsize(path), sha256_file(path))
+                     os.path.getsize(path), shard_checksum(path))
 
 
 def _ahead(fn: Callable, items: list) -> Iterator:
