@@ -96,7 +96,7 @@ def pack(
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
-    plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="With --engine ray: plan in shards of N rows as Ray tasks and merge their underfull bins; the driver holds per-bin arrays only (a few extra bins, reported).")] = None,
+    plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: shards run as Ray tasks and the driver holds per-bin arrays only; default: one global plan.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from .config import TokenizeConfig
@@ -111,14 +111,14 @@ def pack(
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine must be local or ray, got {engine!r}")
-        if plan_shard_rows is not None and engine != "ray":
-            raise ValueError("--plan-shard-rows needs --engine ray (sharded plans are written by Ray tasks)")
+        if plan_shard_rows is not None and plan_shard_rows < 0:
+            raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {plan_shard_rows}")
         if engine == "ray":
             from .engines import pack_ray as run_pack
             kw = dict(ray_address=ray_address, plan_shard_rows=plan_shard_rows)
         else:
             from .pack import pack as run_pack
-            kw = dict(workers=workers)
+            kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)
     except (ValueError, OSError) as e:
@@ -133,7 +133,7 @@ def pack(
         return
     con = Console()
     print_plan_summary(res.summary, con)
-    if hasattr(res.plan, "stats"):
+    if hasattr(res.plan, "stats") and res.plan.stats.shards > 1:  # one shard: the global plan
         st = res.plan.stats
         con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
                   f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")

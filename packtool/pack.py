@@ -3,15 +3,21 @@
 tokenize (cached) -> plan (lengths only) -> write shards to a temporary directory ->
 manifest last -> swap the directory into place. An interrupted or failed pack never touches
 a previous output at the same path.
+
+The plan is made in row shards whose placements spill to disk (packtool.plan_spill; each
+writer thread reads only its own shard's segments, io/spill_write.py), so memory does not
+grow with the rows; `plan_shard_rows=0` plans globally in memory instead. Rows that fit in
+one shard get exactly the global plan, and the same bytes.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from typing import Callable
 
 if "pyarrow" not in sys.modules and sys.platform.startswith("linux"):
@@ -26,10 +32,12 @@ import numpy as np  # noqa: E402
 from .align import Alignment  # noqa: E402
 from .config import TokenizeConfig  # noqa: E402
 from .io import TokenizedCache, tokenize_to_cache  # noqa: E402
-from .io.flat_tokens import flat_store_for  # noqa: E402
+from .io.flat_tokens import flat_store_dir, flat_store_for  # noqa: E402
 from .io.manifest import build_manifest, write_manifest  # noqa: E402
 from .io.writer import ShardInfo, release_memory, write_shards  # noqa: E402
 from .plan import PackingConfig, Plan, plan as make_plan  # noqa: E402
+from .plan_sharded import ShardedPlan  # noqa: E402
+from .plan_spill import PLAN_SHARD_ROWS  # noqa: E402
 from .report import PlanSummary, plan_summary  # noqa: E402
 
 
@@ -40,7 +48,7 @@ class OutputExistsError(FileExistsError):
 @dataclass(frozen=True)
 class PackResult:
     output: str | None  # None for a dry run
-    plan: Plan
+    plan: Plan | ShardedPlan  # sharded: per-slab arrays only (its placements are gone)
     summary: PlanSummary
     shards: list[ShardInfo]
     loss_tokens: int
@@ -53,7 +61,7 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
          tokenize: TokenizeConfig | None = None, output: str | None = None,
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
          progress: bool = False, shard_tokens: int = 64 << 20,
-         workers: int | None = None) -> PackResult:
+         workers: int | None = None, plan_shard_rows: int | None = None) -> PackResult:
     """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
     if tokenize is None:
         raise ValueError("a TokenizeConfig is needed (--tokenizer)")
@@ -62,7 +70,8 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
     cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
     return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
                       progress=progress, shard_tokens=shard_tokens,
-                      tokenize_seconds=time.perf_counter() - t0, workers=workers)
+                      tokenize_seconds=time.perf_counter() - t0, workers=workers,
+                      plan_shard_rows=plan_shard_rows)
 
 
 def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
@@ -78,12 +87,20 @@ def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
 def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig | None = None,
                output: str | None = None, overwrite: bool = False, dry_run: bool = False,
                progress: bool = False, shard_tokens: int = 64 << 20,
-               tokenize_seconds: float = 0.0, workers: int | None = None) -> PackResult:
+               tokenize_seconds: float = 0.0, workers: int | None = None,
+               plan_shard_rows: int | None = None) -> PackResult:
     """Plan a tokenized cache's rows and write the slabs + manifest to `output`; shards are
     written by up to `workers` threads of this process (default: one per core; the bytes do
-    not depend on it)."""
+    not depend on it). The plan is made in shards of `plan_shard_rows` rows (default
+    `PLAN_SHARD_ROWS`) spilled to disk; 0 plans every row at once in memory."""
     packing = packing or PackingConfig()
     check_output(output, overwrite, dry_run)
+    shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else int(plan_shard_rows)
+    if shard_rows < 0:
+        raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {shard_rows}")
+    if shard_rows and cache.num_rows:
+        return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
+                             tokenize_seconds, workers, shard_rows)
     lengths = cache.lengths()
     p = make_plan(lengths, alignment, packing)
     summary = plan_summary(p)
@@ -101,7 +118,48 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
                       time.perf_counter() - t1)
 
 
-def write_output(p: Plan, summary: PlanSummary, cache: TokenizedCache, output: str,
+def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig,
+                  output: str | None, dry_run: bool, progress: bool, shard_tokens: int,
+                  tokenize_seconds: float, workers: int | None, shard_rows: int) -> PackResult:
+    """`pack_cache` with the plan in row shards spilled beside the output (or to the system's
+    temporary directory for a dry run); the spill goes whatever happens."""
+    from .io.spill_write import write_spilled
+    from .plan_spill import plan_spilled
+
+    store_dir = flat_store_dir(cache)
+    if not os.path.exists(os.path.join(store_dir, "offsets.npy")):  # written last: complete
+        flat_store_for(cache)  # built once; the write reads it by path
+        release_memory()
+    spill = _spill_dir(output)
+    try:
+        sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
+        summary = sp.summary()
+        if dry_run:
+            return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
+                              tokenize_seconds, 0.0)
+        release_memory()  # the shard packs' freed temporaries, before the write needs its own
+        t1 = time.perf_counter()
+        shards, loss = write_output(sp, summary, cache, output, lambda tmp, pad_id: write_spilled(
+            sp, store_dir, spill, tmp, pad_id, shard_tokens=shard_tokens,
+            on_rows=_progress_cb(progress, sp.num_slabs), workers=workers))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    return PackResult(output, replace(sp, handles=[]), summary, shards, loss, cache.path,
+                      tokenize_seconds, time.perf_counter() - t1)
+
+
+def _spill_dir(output: str | None) -> str:
+    """A fresh directory beside the output (same file system as the write), else in the
+    system's temporary directory."""
+    if not output:
+        return tempfile.mkdtemp(prefix="packtool-spill-")
+    parent = os.path.dirname(os.path.abspath(output)) or "."
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.packtool-spill-",
+                            dir=parent)
+
+
+def write_output(p: Plan | ShardedPlan, summary: PlanSummary, cache: TokenizedCache, output: str,
                  write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
     """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
     directory, then the manifest goes last and the directory is swapped into place. On any

@@ -1,0 +1,187 @@
+"""Sharded planning for the local engine with every per-item array on disk: memory flat in rows.
+
+`plan_sharded.plan_shards` packs row shards and keeps each shard's `Placement` behind a
+handle. Here the handle is a file (`SpillRunner`): a shard's placement is written as soon as it
+is packed, so planning holds per-bin arrays and one shard's items at a time. Each shard reads
+its own rows' lengths from the tokenized cache and checks them against the flat token store's
+offsets (`CheckedLengths`), so no per-row array of the whole input is ever in memory either.
+
+`route_to_files` then turns one placement at a time into routing rows (`shard_routing`) and
+appends them to one file per output shard: a `ROUTED` record per segment, with its position
+inside the shard and its absolute token start in the flat store; each file is then put in
+on-disk order, so a shard writer reads just the segments of one row group at a time
+(io/spill_write.py). With one shard the plan is exactly `plan.plan`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .align import Alignment
+from .plan import PackingConfig
+from .plan_sharded import Placement, ShardedPlan, plan_shards, shard_routing
+
+PLAN_SHARD_ROWS = 1 << 17  # default rows per plan shard (`pack --plan-shard-rows`)
+
+# One segment of an output shard: source row, offset in the row, absolute token start in
+# the flat store, length, chunk. ROUTED adds its position in the shard (on-disk order).
+SEGMENT = np.dtype([("row", "<i8"), ("off", "<i8"), ("start", "<i8"), ("length", "<i8"),
+                    ("chunk", "<i4")])
+ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
+
+_FIELDS = ("source", "offset", "length", "chunk", "bin")
+
+
+def save_placement(pl: Placement, path: str) -> None:
+    np.savez(path, **{f: getattr(pl, f) for f in _FIELDS})
+
+
+def load_placement(path: str) -> Placement:
+    with np.load(path) as z:
+        return Placement(*(z[f] for f in _FIELDS))
+
+
+class SpillRunner:
+    """`plan_shards`' runner with placements in files under `directory` (the handle is the
+    path); shards are packed here, one at a time."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def map(self, f: Callable, args: list[tuple]):
+        for j, a in enumerate(args):
+            summary, pl = f(*a)
+            path = os.path.join(self.directory, f"placement-{j:05d}.npz")
+            save_placement(pl, path)
+            del pl
+            yield summary, path
+
+    def call(self, f: Callable, handle: str, *args):
+        return f(load_placement(handle), *args)
+
+    def get(self, handle: str) -> Placement:
+        return load_placement(handle)
+
+
+class StoreOffsets:
+    """Slices of the flat token store's offsets.npy, read from the file: never the whole array
+    (8 bytes a row) and never a mapping whose touched pages would count as resident."""
+
+    def __init__(self, store_dir: str):
+        self.path = os.path.join(store_dir, "offsets.npy")
+        m = np.load(self.path, mmap_mode="r")
+        self.rows, self.header, self.dtype = m.size - 1, int(m.offset), m.dtype
+        del m
+
+    def read(self, a: int, n: int) -> np.ndarray:
+        """offsets[a:a+n] as int64."""
+        if a < 0 or a + n > self.rows + 1:
+            raise RuntimeError(f"{self.path}: rows {a}..{a + n - 1} asked, the flat token store has "
+                               f"{self.rows}; delete it (it is rebuilt from the cache) and re-run")
+        out = np.fromfile(self.path, self.dtype, n, offset=self.header + a * self.dtype.itemsize)
+        return out.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class CheckedLengths:
+    """The lengths of cache rows [first, first + n), read where the shard is packed and checked
+    against the flat token store (the writer reads the tokens there)."""
+    read: Callable[[], np.ndarray]
+    store: StoreOffsets
+    first: int
+    cache_path: str
+
+    def __call__(self) -> np.ndarray:
+        lengths = self.read()
+        if not np.array_equal(np.diff(self.store.read(self.first, lengths.size + 1)), lengths):
+            raise RuntimeError(f"{self.cache_path}: tokenized cache is inconsistent with its flat "
+                               f"token store (rows from {self.first}); delete it and re-run")
+        return lengths
+
+
+def plan_spilled(cache, alignment: Alignment, packing: PackingConfig, shard_rows: int,
+                 store_dir: str, directory: str, underfull: float = 0.98) -> ShardedPlan:
+    """Plan the cache's rows in shards of `shard_rows`, each placement spilled to `directory`.
+    The flat token store in `store_dir` must exist (its offsets are checked and routed)."""
+    from .engines.ray_plan import cache_shards  # reads a row range's lengths from the cache
+
+    if shard_rows < 1:
+        raise ValueError(f"--plan-shard-rows must be >= 1 (0: one global plan), got {shard_rows}")
+    store = StoreOffsets(store_dir)
+    if store.rows != cache.num_rows:
+        raise RuntimeError(f"{cache.path}: the flat token store has {store.rows} rows, the cache "
+                           f"{cache.num_rows}; delete the cache and re-run")
+    shards = [(r0, CheckedLengths(reader, store, r0, cache.path))
+              for r0, reader in cache_shards(cache, shard_rows)]
+    return plan_shards(shards, alignment, packing, underfull, SpillRunner(directory))
+
+
+def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: str,
+                   directory: str) -> list[str]:
+    """Every segment of a spilled plan into the file of its output shard (`ranges`: runs of
+    slabs), as `SEGMENT` records in on-disk order. One placement is in memory at a time (and
+    is deleted once routed), then one output shard's records while they are put in order.
+    Returns the file of each output shard."""
+    store = StoreOffsets(store_dir)
+    paths = [os.path.join(directory, f"routed-{k:05d}.bin") for k in range(len(ranges))]
+    for p in paths:
+        open(p, "wb").close()  # a shard with no segment cannot exist, but its file always does
+    ends = np.append(sp.first_rows[1:], sp.num_sequences)
+    for j, (handle, args) in enumerate(zip(sp.handles, sp.routing_args(ranges))):
+        r = shard_routing(load_placement(handle), *args)
+        os.remove(handle)
+        first = int(sp.first_rows[j])
+        offs = store.read(first, int(ends[j]) - first + 1)
+        local = r.row - first
+        if r.row.size and (r.off + r.length > np.diff(offs)[local]).any():
+            raise RuntimeError(f"{store.path}: a planned segment runs past its row (rows from "
+                               f"{first}); the flat token store does not match the plan")
+        order = np.argsort(r.shard, kind="stable")
+        rec = np.empty(order.size, ROUTED)
+        rec["pos"], rec["row"], rec["off"] = r.pos[order], r.row[order], r.off[order]
+        rec["start"] = offs[local[order]] + rec["off"]
+        rec["length"], rec["chunk"] = r.length[order], r.chunk[order]
+        cut = np.searchsorted(r.shard[order], np.arange(len(ranges) + 1))
+        del r, order, local, offs
+        for k in np.flatnonzero(np.diff(cut)):
+            with open(paths[k], "ab") as f:
+                rec[cut[k]:cut[k + 1]].tofile(f)
+    for k, (s0, s1) in enumerate(ranges):
+        _put_in_order(paths[k], int(sp.count[s0:s1].sum()))
+    return paths
+
+
+def _put_in_order(path: str, n: int) -> None:
+    """Rewrite a shard's routed records as `n` SEGMENT records in on-disk order; every
+    position must come exactly once."""
+    have = os.path.getsize(path) // ROUTED.itemsize
+    if have != n:
+        raise RuntimeError(f"{path}: {have} routed segments for a shard that holds {n}; the "
+                           f"routing does not match the plan")
+    out = np.empty(n, SEGMENT)
+    seen = np.zeros(n, bool)
+    step = 1 << 16  # read in pieces: the records never sit twice in memory
+    with open(path, "rb") as fh:
+        for a in range(0, n, step):
+            rec = np.fromfile(fh, ROUTED, min(step, n - a))
+            pos = rec["pos"]
+            if pos.size and (pos.min() < 0 or pos.max() >= n):
+                raise RuntimeError(f"{path}: a routed position is outside the shard's {n} segments")
+            seen[pos] = True
+            for f in SEGMENT.names:
+                out[f][pos] = rec[f]
+    if not seen.all():
+        raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
+    out.tofile(path)
+
+
+def read_segments(path: str, a: int, e: int) -> dict[str, np.ndarray]:
+    """Segments [a, e) of an output shard (on-disk order) from its routed file: one
+    contiguous array per `SEGMENT` field."""
+    rec = np.fromfile(path, SEGMENT, e - a, offset=a * SEGMENT.itemsize)
+    if rec.size != e - a:
+        raise RuntimeError(f"{path}: segments {a}..{e - 1} asked, the file ends before")
+    return {f: np.ascontiguousarray(rec[f]) for f in SEGMENT.names}
