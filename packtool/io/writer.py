@@ -87,8 +87,16 @@ def _buffer(n: int, dtype) -> np.ndarray:
     return np.frombuffer(pa.allocate_buffer(n * np.dtype(dtype).itemsize), dtype)
 
 
+def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """A numpy array as an Arrow array without a copy. `pa.array` on an int32 array scans it
+    (about 5 ns per value here, a second and a half of CPU over 300M tokens) although it
+    does not copy; wrapping the buffer costs nothing."""
+    a = np.ascontiguousarray(values, typ.to_pandas_dtype())
+    return pa.Array.from_buffers(typ, a.size, [None, pa.py_buffer(a)])
+
+
 def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(values, typ))
+    return pa.ListArray.from_arrays(_arrow(offsets, pa.int32()), _arrow(values, typ))
 
 
 def _per_segment(real: np.ndarray, values: np.ndarray, fill, dtype) -> np.ndarray:
@@ -143,16 +151,16 @@ class SlabWriter:
             _list(src, seg_off, pa.int64()),
             _list(chunk, seg_off, pa.int32()),
             _list(off, seg_off, pa.int64()),
-            pa.array(np.add.reduceat(seg_len, seg_off[:-1]).astype(np.int32)),
-            pa.array(row_sums(mask, row_off)),
-            pa.array(lay.layout_pad[b0:b1].astype(np.int32)),
-            pa.array(lay.tail_pad[b0:b1].astype(np.int32)),
-            pa.array(lay.fill[b0:b1].astype(np.int32)),
-            pa.array(p.singleton[b0:b1]),
-            pa.array(p.slab_index[b0:b1]),
-            pa.array(p.dp_rank[b0:b1]),
-            pa.array(p.step[b0:b1]),
-            pa.array(p.microbatch[b0:b1]),
+            _arrow(np.add.reduceat(seg_len, seg_off[:-1]), pa.int32()),
+            _arrow(row_sums(mask, row_off), pa.int32()),
+            _arrow(lay.layout_pad[b0:b1], pa.int32()),
+            _arrow(lay.tail_pad[b0:b1], pa.int32()),
+            _arrow(lay.fill[b0:b1], pa.int32()),
+            pa.array(p.singleton[b0:b1]),  # bits in Arrow: converted, not wrapped
+            _arrow(p.slab_index[b0:b1], pa.int64()),
+            _arrow(p.dp_rank[b0:b1], pa.int32()),
+            _arrow(p.step[b0:b1], pa.int32()),
+            _arrow(p.microbatch[b0:b1], pa.int32()),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 
