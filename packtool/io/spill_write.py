@@ -1,14 +1,14 @@
 """Write a spilled sharded plan (packtool.plan_spill): each output shard from its own file.
 
 The segments are routed to one file per output shard first (`plan_spill.route_to_files`).
-Then one thread per core writes whole shards, as `writer.write_shards` does: for every row
-group, a thread reads that group's segments from its shard's file (36 bytes each, in on-disk
-order), rebuilds the group's `Plan` (`ShardedPlan.spec(...).plan`) and writes it through
-`write_shard_file` and the Ray engine's `ShardSlabWriter` (row k of its token store is
-segment k: here the store's offsets are the segments' absolute starts in the flat token
-file, read with pread). So a thread holds one row group's segments, not its shard's, and the
-bytes are the global plan's writer's: same shards, row groups and columns (tested), whatever
-the number of threads.
+Then one thread per core writes whole shards, as `writer.write_shards` does: a thread puts
+its shard's file in on-disk order (`plan_spill.put_in_order`), then for every row group
+reads that group's segments from the file (36 bytes each), rebuilds the group's `Plan`
+(`ShardedPlan.spec(...).plan`) and writes it through `write_shard_file` and the Ray
+engine's `ShardSlabWriter` (row k of its token store is segment k: here the store's offsets
+are the segments' absolute starts in the flat token file, read with pread). So a thread
+holds one row group's segments, not its shard's, and the bytes are the global plan's
+writer's: same shards, row groups and columns (tested), whatever the number of threads.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..engines.ray_write import ShardSlabWriter
 from ..plan_sharded import ShardedPlan
-from ..plan_spill import read_segments, route_to_files
+from ..plan_spill import put_in_order, read_segments, route_to_files
 from .flat_tokens import FlatTokens
 from .writer import ShardInfo, _chunks, release_memory, write_shard_file, write_shards
 
@@ -63,11 +63,11 @@ def write_spilled(sp: ShardedPlan, store_dir: str, spill_dir: str, directory: st
     write the shards into `directory` as slabs-NNNNN.parquet by up to `workers` threads
     (default: one per core); `store_dir` is the flat token store. A shard is written whole by
     one thread, so the bytes do not depend on `workers`."""
+    cores = max(1, workers or os.cpu_count() or 1)
     slab_len = sp.slab_len()
     ranges = _chunks(slab_len, shard_tokens)
     routed = route_to_files(sp, ranges, store_dir, spill_dir)
     release_memory()  # the routing's freed temporaries, before the writer threads start
-    cores = max(1, workers or os.cpu_count() or 1)
     n_threads = min(len(ranges), cores)
     # the last shards would leave cores idle: those gather a row group ahead (write_shards' rule)
     last = len(ranges) - (cores - 1) if cores > 1 else len(ranges)
@@ -80,6 +80,10 @@ def write_spilled(sp: ShardedPlan, store_dir: str, spill_dir: str, directory: st
             with lock:
                 on_rows(n)
 
+    def order(k: int) -> None:
+        s0, s1 = ranges[k]
+        put_in_order(routed[k], int(sp.count[s0:s1].sum()))
+
     def one(k: int) -> ShardInfo:
         s0, s1 = ranges[k]
         w = RoutedSlabWriter(sp, s0, s1, routed[k], store_dir, pad_id)
@@ -89,11 +93,26 @@ def write_spilled(sp: ShardedPlan, store_dir: str, spill_dir: str, directory: st
         return info
 
     if n_threads == 1:
-        return [one(k) for k in range(len(ranges))]
+        out = []
+        for k in range(len(ranges)):
+            order(k)
+            out.append(one(k))
+        return out
     with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-shard") as ex:
-        futs = [ex.submit(one, k) for k in range(len(ranges))]
+        futs = []
         try:
+            # this thread puts each shard's file in order just before queueing it, while the
+            # writers run: its memory is freed in the main heap, which malloc_trim returns
+            # (a writer thread's would stay resident through its shard)
+            for k in range(len(ranges)):
+                if any(f.done() and f.exception() is not None for f in futs):
+                    break
+                order(k)
+                futs.append(ex.submit(one, k))
             wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
+            for f in futs:
+                if f.done() and f.exception() is not None:
+                    raise f.exception()
             return [f.result() for f in futs]
         except BaseException:
             failed.set()
