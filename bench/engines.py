@@ -234,7 +234,7 @@ def main() -> None:
         loc = pack(inputs, align, pk, cfg, output=os.path.join(tmp, "local"),
                    cache_dir=os.path.join(tmp, "c_local"))
         rows.append(("local", time.perf_counter() - t, loc))
-        n_tok = int(loc.plan.seg_len.sum())
+        n_tok = int(loc.summary.padding.real_tokens)  # loc.plan may be a ShardedPlan (no segments)
         print(f"local {rows[-1][1]:.1f}s", flush=True)
 
         t = time.perf_counter()
