@@ -35,7 +35,8 @@ def source(tmp_path_factory):
     rng = np.random.default_rng(3)
     lens = np.where(rng.random(600) < 0.05, rng.integers(1100, 3000, 600), rng.integers(2, 400, 600))
     ids = [rng.integers(0, 50000, n).astype(np.int32) for n in lens]
-    labels = [np.where(np.arange(n) < n // 3, -100, x) if i % 2 else x for i, (n, x) in enumerate(zip(lens, ids))]
+    labels = [np.where(np.arange(n) < n // 3, -100, x) if i % 2 else x
+              for i, (n, x) in enumerate(zip(lens, ids))]
     path = str(d / "tok.parquet")
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), path, row_group_size=128)
     return path, str(d / "cache")
@@ -84,7 +85,7 @@ def test_many_plan_shards_verify_and_place_every_row_once(source, tmp_path, dp):
 
 def test_bytes_do_not_depend_on_writer_threads(source, tmp_path):
     one = _pack(source, tmp_path / "w1", plan_shard_rows=100, workers=1)
-    two = _pack(source, tmp_path / "w2", plan_shard_rows=100, workers=2)
+    _pack(source, tmp_path / "w2", plan_shard_rows=100, workers=2)
     assert len(one.shards) > 2 and one.plan.stats.shards > 1
     assert _files(tmp_path / "w1") == _files(tmp_path / "w2")
 
