@@ -12,6 +12,7 @@ one shard get exactly the global plan, and the same bytes.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -37,6 +38,7 @@ from .io.manifest import build_manifest, write_manifest  # noqa: E402
 from .io.writer import ShardInfo, release_memory, write_shards  # noqa: E402
 from .plan import PackingConfig, Plan, plan as make_plan  # noqa: E402
 from .plan_sharded import ShardedPlan  # noqa: E402
+from .plan_slabs import SlabSpec  # noqa: E402
 from .plan_spill import PLAN_SHARD_ROWS  # noqa: E402
 from .report import PlanSummary, plan_summary  # noqa: E402
 
@@ -122,8 +124,9 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
                   output: str | None, dry_run: bool, progress: bool, shard_tokens: int,
                   tokenize_seconds: float, workers: int | None, shard_rows: int) -> PackResult:
     """`pack_cache` with the plan in row shards spilled beside the output (or to the system's
-    temporary directory for a dry run); the spill goes whatever happens."""
-    from .io.spill_write import write_spilled
+    temporary directory for a dry run); the spill goes whatever happens. While the shards
+    are written, the plan's per-slab arrays wait on disk too."""
+    from .io.spill_write import SpilledShards, write_spilled
     from .plan_spill import plan_spilled
 
     store_dir = flat_store_dir(cache)
@@ -137,15 +140,21 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
         if dry_run:
             return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
                               tokenize_seconds, 0.0)
-        release_memory()  # the shard packs' freed temporaries, before the write needs its own
         t1 = time.perf_counter()
-        shards, loss = write_output(sp, summary, cache, output, lambda tmp, pad_id: write_spilled(
-            sp, store_dir, spill, tmp, pad_id, shard_tokens=shard_tokens,
-            on_rows=_progress_cb(progress, sp.num_slabs), workers=workers))
+        shards_in = SpilledShards.route(sp, store_dir, spill, shard_tokens)
+        stash, n_slabs, config = os.path.join(spill, "plan.pkl"), sp.num_slabs, sp.spec(0, 0)
+        with open(stash, "wb") as f:
+            pickle.dump(replace(sp, handles=[]), f, protocol=pickle.HIGHEST_PROTOCOL)
+        del sp
+        release_memory()  # the plan and the routing's temporaries, before the writers start
+        shards, loss = write_output(config, summary, cache, output, lambda tmp, pad_id: write_spilled(
+            shards_in, store_dir, tmp, pad_id, on_rows=_progress_cb(progress, n_slabs), workers=workers))
+        with open(stash, "rb") as f:
+            sp = pickle.load(f)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    return PackResult(output, replace(sp, handles=[]), summary, shards, loss, cache.path,
-                      tokenize_seconds, time.perf_counter() - t1)
+    return PackResult(output, sp, summary, shards, loss, cache.path, tokenize_seconds,
+                      time.perf_counter() - t1)
 
 
 def _spill_dir(output: str | None) -> str:
@@ -159,11 +168,12 @@ def _spill_dir(output: str | None) -> str:
                             dir=parent)
 
 
-def write_output(p: Plan | ShardedPlan, summary: PlanSummary, cache: TokenizedCache, output: str,
-                 write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
+def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,
+                 output: str, write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
     """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
     directory, then the manifest goes last and the directory is swapped into place. On any
-    failure (Ctrl-C included) the temporary directory goes and `output` is untouched."""
+    failure (Ctrl-C included) the temporary directory goes and `output` is untouched. Of `p`
+    the manifest reads the alignment and packing config only."""
     info = _plain(cache.tokenizer_info) or {}
     tmp = _temp_dir(output)
     try:
