@@ -99,8 +99,9 @@ def test_one_shard_is_the_global_plan_bytes(source, tmp_path):
     assert g.summary.padding == s.summary.padding and g.summary.slabs == s.summary.slabs
 
 
-def test_spill_is_removed_after_success_and_failures(source, tmp_path, monkeypatch):
-    _pack(source, tmp_path / "ok", plan_shard_rows=64)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_spill_is_removed_after_success_and_failures(source, tmp_path, monkeypatch, workers):
+    _pack(source, tmp_path / "ok", plan_shard_rows=64, workers=workers)
     assert _leftovers(tmp_path) == []
     calls = []
 
@@ -113,7 +114,7 @@ def test_spill_is_removed_after_success_and_failures(source, tmp_path, monkeypat
     real = spill_write.write_shard_file
     monkeypatch.setattr(spill_write, "write_shard_file", fail_second)
     with pytest.raises(OSError, match="disk full"):
-        _pack(source, tmp_path / "bad", plan_shard_rows=64, workers=1)
+        _pack(source, tmp_path / "bad", plan_shard_rows=64, workers=workers)
     assert _leftovers(tmp_path) == [] and not (tmp_path / "bad").exists()
     monkeypatch.undo()
     # a failure while planning: a row over the capacity with --overflow error
