@@ -97,7 +97,7 @@ def measure_plan(mode: str, n: int) -> dict:
     import numpy as np
 
     from packtool.align import Alignment
-    from packtool.io.writer import _chunks
+    from packtool.io.writer import shard_ranges
     from packtool.plan import PackingConfig, plan
     from packtool.plan_sharded import plan_shards
     align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)
@@ -120,7 +120,7 @@ def measure_plan(mode: str, n: int) -> dict:
         shards = [(a, SyntheticLengths(pool, 1 + a // PLAN_SHARD_ROWS, min(PLAN_SHARD_ROWS, n - a)))
                   for a in range(0, n, PLAN_SHARD_ROWS)]
         sp = plan_shards(shards, align, pk, runner=RayRunner())
-        ranges = _chunks(sp.slab_len(), 64 << 20)  # what the write step builds on the driver
+        ranges = shard_ranges(sp.slab_len(), 64 << 20)  # what the write step builds on the driver
         held = (sp.routing_args(ranges), [sp.spec(a, e) for a, e in ranges])  # alive at the peak
         slabs, extra = sp.num_slabs, sp.stats.extra_bins
     secs = time.perf_counter() - t

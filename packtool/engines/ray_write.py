@@ -6,7 +6,7 @@ reads into a shared token store, the tokens move once through Ray Data's shuffle
     read(cache row groups) -> map_batches(route): (shard, position, tokens) per segment
     -> groupby(shard).map_groups(write): sort by position, build the shard's sub-plan from
        its segments and the driver's per-slab values (plan_slabs.SlabSpec), write slabs-NNNNN.parquet
-Shard boundaries are `writer._chunks(slab_len, shard_tokens)`, the local writer's, and each
+Shard boundaries are `writer.shard_ranges(slab_len, shard_tokens)`, the local writer's, and each
 shard's row groups are `_chunks(..., group_tokens)` inside it, so the files are the same bytes.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.io.flat_tokens import FlatTokens
-from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _chunks, _list, write_shard_file
+from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _list, shard_ranges, write_shard_file
 from packtool.plan import Plan
 from packtool.plan_sharded import ShardedPlan, shard_routing
 from packtool.plan_slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
@@ -216,11 +216,11 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
     # no task needs the whole plan: route tasks get their piece's routing rows, write tasks
     # their shard's per-slab values (one object each, fetched by the node that runs the task)
     if isinstance(plan, ShardedPlan):
-        ranges = _chunks(plan.slab_len(), shard_tokens)
+        ranges = shard_ranges(plan.slab_len(), shard_tokens)
         routing_refs = _sharded_routing_refs(plan, ranges, source.piece_starts)
         spec_refs = [ray.put(plan.spec(s0, s1)) for s0, s1 in ranges]
     else:
-        ranges = _chunks(plan.layout.slab_len, shard_tokens)
+        ranges = shard_ranges(plan.layout.slab_len, shard_tokens)
         routing = routing_of_plan(plan, ranges)
         routing_refs = [[ray.put(r)] for r in split_routing(routing, source.piece_starts)]
         del routing

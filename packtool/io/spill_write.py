@@ -30,7 +30,7 @@ from ..plan_sharded import ShardedPlan
 from ..plan_slabs import SlabSpec
 from ..plan_spill import put_in_order, read_segments, route_to_files
 from .flat_tokens import FlatTokens
-from .writer import ShardInfo, _chunks, write_shard_file, write_shards
+from .writer import ShardInfo, shard_ranges, write_shard_file, write_shards
 
 # the row-group size write_shards uses by default, so both paths cut the same row groups
 GROUP_TOKENS = inspect.signature(write_shards).parameters["group_tokens"].default
@@ -72,10 +72,10 @@ class SpilledShards:
     @classmethod
     def route(cls, sp: ShardedPlan, store_dir: str, spill_dir: str,
               shard_tokens: int = 64 << 20) -> "SpilledShards":
-        """Cut `sp` into output shards as `write_shards` does (`_chunks` of the slab lengths)
+        """Cut `sp` into output shards as `write_shards` does (`shard_ranges`)
         and route every segment (placements in `spill_dir`) to its shard's file."""
         slab_len = sp.slab_len()
-        ranges = _chunks(slab_len, shard_tokens)  # write_shards' cut: keep the two the same
+        ranges = shard_ranges(slab_len, shard_tokens)  # write_shards' cut
         routed = route_to_files(sp, ranges, store_dir, spill_dir)
         specs = []
         for k, (s0, s1) in enumerate(ranges):

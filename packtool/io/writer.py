@@ -199,6 +199,27 @@ def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
     return out
 
 
+SHARD_MULTIPLE = 4  # output shards come in multiples of this (see shard_ranges)
+MIN_SPLIT_TOKENS = 1 << 22  # below this, one shard
+
+
+def shard_ranges(slab_len: np.ndarray, shard_tokens: int) -> list[tuple[int, int]]:
+    """The output shards: runs of consecutive slabs of about equal size, none much over
+    `shard_tokens`, and (above MIN_SPLIT_TOKENS) a multiple of SHARD_MULTIPLE of them. Shards
+    are written one per thread, so 1, 2 or 4 writers (and as many DP readers) get equal work
+    instead of one finishing a short last shard alone. A function of the slabs alone: the
+    bytes never depend on the machine."""
+    ends = np.cumsum(slab_len, dtype=np.int64)
+    total = int(ends[-1]) if ends.size else 0
+    n = max(1, -(-total // max(int(shard_tokens), 1)))
+    if total >= MIN_SPLIT_TOKENS:
+        n = -(-n // SHARD_MULTIPLE) * SHARD_MULTIPLE
+    # shard k ends at the first slab that reaches k/n of the tokens
+    cuts = np.searchsorted(ends, (np.arange(1, n) * total + n - 1) // n, side="left") + 1
+    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, ends.size), [ends.size])))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
 def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  shard_tokens: int = 64 << 20, group_tokens: int = 1 << 20,
                  on_rows: Callable[[int], None] | None = None,
@@ -207,7 +228,7 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     `workers` threads (default: one per core). A shard is written whole by one thread, so the
     bytes do not depend on `workers`; the threads share the plan, and Parquet encoding and
     the gather run without the GIL."""
-    ranges = _chunks(plan.layout.slab_len, shard_tokens)
+    ranges = shard_ranges(plan.layout.slab_len, shard_tokens)
     w = SlabWriter(plan, tokens, pad_id)
     jobs = [(plan.layout.slab_len[s0:s1], s0, os.path.join(directory, f"slabs-{k:05d}.parquet"))
             for k, (s0, s1) in enumerate(ranges)]
