@@ -143,6 +143,10 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
     assert np.array_equal(rows, m.seg_source) and np.array_equal(chunk, m.seg_chunk)
     assert np.array_equal(np.asarray(t.column("slab_index")), m.slab_index)
     assert np.array_equal(np.asarray(t.column("dp_rank")), m.dp_rank)
+    # the local engine's spilled plan of the same shards writes the same bytes
+    pack(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "local"), cache_dir=str(tmp_path / "c"),
+         plan_shard_rows=150, shard_tokens=SHARD)
+    _same_files(str(tmp_path / "o"), str(tmp_path / "local"))
 
 
 def test_cli_engine_ray(tmp_path):

@@ -27,6 +27,7 @@ from packtool.io.errors import PacktoolInputError
 from packtool.io.pipeline import resolve_cache
 from packtool.pack import PackResult, check_output, write_output
 from packtool.plan import PackingConfig, PlanError, plan as make_plan
+from packtool.plan_spill import PLAN_SHARD_ROWS
 from packtool.report import plan_summary
 
 from .ray_source import TokenizeJob
@@ -94,8 +95,9 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     """`packtool.pack.pack` with Ray Data doing the reading, tokenizing and slab writing.
     `plan_shard_rows`: plan in shards of this many rows as Ray tasks, then merge the underfull
     bins; the driver then holds per-bin arrays only, and `PackResult.plan` is a
-    `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None plans globally on the
-    driver, like the local engine."""
+    `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None: the local engine's
+    default (`plan_spill.PLAN_SHARD_ROWS`), so both engines plan, and write, the same bytes;
+    0 plans globally on the driver."""
     packing = packing or PackingConfig()
     if tokenize is None:
         raise ValueError("a TokenizeConfig is needed (--tokenizer)")
@@ -107,6 +109,8 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     except Exception as e:
         raise _unwrap(e) from None
     t_tok = time.perf_counter() - t0
+    if plan_shard_rows is None:
+        plan_shard_rows = PLAN_SHARD_ROWS
     if plan_shard_rows:  # the driver holds per-bin arrays only (packtool.plan_sharded)
         from .ray_plan import plan_on_ray
         try:
