@@ -18,8 +18,6 @@ import dataclasses
 import inspect
 import os
 import pickle
-import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,7 +28,7 @@ from ..plan_sharded import ShardedPlan
 from ..plan_slabs import SlabSpec
 from ..plan_spill import put_in_order, read_segments, route_to_files
 from .flat_tokens import FlatTokens
-from .writer import ShardInfo, shard_ranges, write_shard_file, write_shards
+from .writer import ShardInfo, run_shards, shard_ranges, write_shard_file, write_shards
 
 # the row-group size write_shards uses by default, so both paths cut the same row groups
 GROUP_TOKENS = inspect.signature(write_shards).parameters["group_tokens"].default
@@ -85,66 +83,24 @@ class SpilledShards:
         return cls(routed, specs, [int(sp.count[s0:s1].sum()) for s0, s1 in ranges])
 
 
-class _Cancelled(Exception):
-    pass
-
-
 def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id: int,
                   group_tokens: int = GROUP_TOKENS, on_rows: Callable[[int], None] | None = None,
                   workers: int | None = None) -> list[ShardInfo]:
     """Write routed output shards into `directory` as slabs-NNNNN.parquet by up to `workers`
     threads (default: one per core); `store_dir` is the flat token store. A shard is written
     whole by one thread, so the bytes do not depend on `workers`."""
-    cores = max(1, workers or os.cpu_count() or 1)
-    n = len(shards.routed)
-    n_threads = min(n, cores)
-    # the last shards would leave cores idle: those gather a row group ahead (write_shards' rule)
-    last = n - (cores - 1) if cores > 1 else n
-    lock, failed = threading.Lock(), threading.Event()
-
-    def group_done(rows: int) -> None:
-        if failed.is_set():  # another shard failed, or Ctrl-C: stop at this row group
-            raise _Cancelled()
-        if on_rows:
-            with lock:
-                on_rows(rows)
-
     def order(k: int) -> None:
+        # in the main thread, just before shard k is queued: memory freed here goes back to
+        # the main heap, which malloc_trim returns (a writer thread's would stay resident)
         put_in_order(shards.routed[k], shards.segments[k])
 
-    def one(k: int) -> ShardInfo:
+    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
         with open(shards.specs[k], "rb") as f:
             spec, slab_len = pickle.load(f)
         w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id)
         info = write_shard_file(w, slab_len, 0, os.path.join(directory, f"slabs-{k:05d}.parquet"),
-                                group_tokens, group_done if n_threads > 1 else on_rows, k >= last)
+                                group_tokens, rows_cb, ahead)
         os.remove(shards.routed[k])
         return info
 
-    if n_threads == 1:
-        out = []
-        for k in range(n):
-            order(k)
-            out.append(one(k))
-        return out
-    with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-shard") as ex:
-        futs = []
-        try:
-            # this thread puts each shard's file in order just before queueing it, while the
-            # writers run: its memory is freed in the main heap, which malloc_trim returns
-            # (a writer thread's would stay resident through its shard)
-            for k in range(n):
-                if any(f.done() and f.exception() is not None for f in futs):
-                    break
-                order(k)
-                futs.append(ex.submit(one, k))
-            wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
-            for f in futs:
-                if f.done() and f.exception() is not None:
-                    raise f.exception()
-            return [f.result() for f in futs]
-        except BaseException:
-            failed.set()
-            for f in futs:
-                f.cancel()
-            raise
+    return run_shards(len(shards.routed), one, workers, on_rows, prepare=order)

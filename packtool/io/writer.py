@@ -230,30 +230,56 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     the gather run without the GIL."""
     ranges = shard_ranges(plan.layout.slab_len, shard_tokens)
     w = SlabWriter(plan, tokens, pad_id)
-    jobs = [(plan.layout.slab_len[s0:s1], s0, os.path.join(directory, f"slabs-{k:05d}.parquet"))
-            for k, (s0, s1) in enumerate(ranges)]
+
+    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
+        s0, s1 = ranges[k]
+        return write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
+                                os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens,
+                                rows_cb, ahead)
+    return run_shards(len(ranges), one, workers, on_rows)
+
+
+def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None = None,
+               on_rows: Callable[[int], None] | None = None,
+               prepare: Callable[[int], None] | None = None) -> list[ShardInfo]:
+    """Shards 0..n-1 by up to `workers` threads (default: one per core):
+    `write_one(k, on_rows, ahead)` writes shard k whole, and `prepare(k)`, if given, runs in
+    this thread just before shard k is queued. The first failure (or Ctrl-C) stops every
+    other shard at its next row group and is raised here."""
     cores = max(1, workers or os.cpu_count() or 1)
+    threads = min(n, cores)
     # a shard is sequential, so the last ones would leave cores idle: those gather their next
     # row group in a helper thread while encoding (earlier ones would only add memory)
-    last = len(jobs) - (cores - 1) if cores > 1 else len(jobs)
-    workers = min(len(jobs), cores)
-    if workers == 1:
-        return [write_shard_file(w, sl, s0, path, group_tokens, on_rows, k >= last)
-                for k, (sl, s0, path) in enumerate(jobs)]
+    last = n - (cores - 1) if cores > 1 else n
+    if threads <= 1:
+        out = []
+        for k in range(n):
+            if prepare:
+                prepare(k)
+            out.append(write_one(k, on_rows, k >= last))
+        return out
     lock, failed = threading.Lock(), threading.Event()
 
-    def group_done(n: int) -> None:
+    def group_done(rows: int) -> None:
         if failed.is_set():  # another shard failed, or Ctrl-C: stop at this row group
             raise _Cancelled()
         if on_rows:
             with lock:
-                on_rows(n)
+                on_rows(rows)
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="packtool-shard") as ex:
-        futs = [ex.submit(write_shard_file, w, sl, s0, path, group_tokens, group_done, k >= last)
-                for k, (sl, s0, path) in enumerate(jobs)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="packtool-shard") as ex:
+        futs = []
         try:
+            for k in range(n):
+                if any(f.done() and f.exception() is not None for f in futs):
+                    break
+                if prepare:
+                    prepare(k)
+                futs.append(ex.submit(write_one, k, group_done, k >= last))
             wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
+            for f in futs:
+                if f.done() and f.exception() is not None:
+                    raise f.exception()
             return [f.result() for f in futs]
         except BaseException:
             failed.set()
