@@ -68,7 +68,11 @@ def test_encode_chunking_does_not_change_the_cache(monkeypatch, tmp_path):
     whole = tokenize_to_cache(inputs, CFG, str(tmp_path / "a"), progress=False)
     monkeypatch.setattr(pipeline, "_CHUNK_CHARS", 1)  # one row per encode_batch call
     monkeypatch.setattr(pipeline, "_IN_FLIGHT", 1)
+    seen = []
+    real_build = pipeline._build
+    monkeypatch.setattr(pipeline, "_build", lambda *a: seen.append(__import__("gc").get_threshold()) or real_build(*a))
     chunked = tokenize_to_cache(inputs, CFG, str(tmp_path / "b"), progress=False)
+    assert seen and seen[0][0] == 50_000  # tokenizing runs with a relaxed collector
     assert pq.read_table(whole.path).equals(pq.read_table(chunked.path))
     for k in ("num_rows", "num_tokens", "num_loss_tokens", "skipped", "inputs"):
         assert whole.meta[k] == chunked.meta[k]
@@ -88,6 +92,9 @@ def test_failed_write_leaves_no_cache(monkeypatch, tmp_path, cache_dir):
     def full_disk(self, *a, **k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(CacheWriter, "add", full_disk)
+    import gc
+    before = gc.get_threshold()
     with pytest.raises(OSError, match="No space left"):
         tokenize_to_cache([GSM8K], CFG, cache_dir, progress=False)
     assert os.listdir(cache_dir) == []
+    assert gc.get_threshold() == before  # the collector's thresholds come back on failure too

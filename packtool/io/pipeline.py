@@ -9,6 +9,7 @@ published together by one rename.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -185,12 +187,28 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
     os.makedirs(r.root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-", dir=r.root)
     try:
-        meta = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress)
+        with _fewer_collections():
+            meta = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress)
         meta["fingerprint"] = r.fingerprint
         return publish_cache(tmp, r.final, meta)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def _fewer_collections():
+    """Tokenizing allocates millions of short-lived containers (parsed rows, rendered texts,
+    Encodings' id lists). At CPython's default thresholds (700, 10, 10) the cyclic collector
+    runs every few rows and promotes each in-flight batch to the older generations, whose
+    passes then walk it again: 0.76 s of CPU per 10M gpt2 tokens here, 0.15 s with these.
+    Reference counting frees nearly all of it anyway; the caller's thresholds come back."""
+    old = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
