@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from .align import Alignment  # noqa: E402
 from .config import TokenizeConfig  # noqa: E402
 from .io import TokenizedCache, tokenize_to_cache  # noqa: E402
-from .io.flat_tokens import flat_store_dir, flat_store_for  # noqa: E402
+from .io.flat_tokens import flat_store_for  # noqa: E402
 from .io.manifest import build_manifest, write_manifest  # noqa: E402
 from .io.writer import ShardInfo, release_memory, write_shards  # noqa: E402
 from .plan import PackingConfig, Plan, plan as make_plan  # noqa: E402
@@ -129,10 +129,8 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     from .io.spill_write import SpilledShards, write_spilled
     from .plan_spill import plan_spilled
 
-    store_dir = flat_store_dir(cache)
-    if not os.path.exists(os.path.join(store_dir, "offsets.npy")):  # written last: complete
-        flat_store_for(cache)  # built once; the write reads it by path
-        release_memory()
+    store_dir = flat_store_for(cache).directory  # built (or rebuilt from an older layout) once
+    release_memory()
     spill = _spill_dir(output)
     try:
         sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)

@@ -117,7 +117,7 @@ def shard_routing(pl: Placement, bin_shard: np.ndarray, bin_base: np.ndarray,
     counts = np.bincount(kb, minlength=bin_base.size)
     order = np.argsort(kb, kind="stable")
     rank = np.empty(kb.size, np.int64)
-    rank[order] = np.arange(kb.size) - np.repeat(np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    rank[order] = np.arange(kb.size) - np.repeat(np.cumsum(counts) - counts, counts)  # a shard may keep no bin
     shard[k], pos[k] = bin_shard[kb], bin_base[kb] + rank
     p = b == -1
     shard[p], pos[p] = pool_shard, pool_pos

@@ -63,6 +63,25 @@ def test_cache_without_flat_store_still_packs(tmp_path, cache_dir):
     assert _files(flat_store_for(cache).directory) == before
 
 
+def test_store_in_the_older_two_file_layout_is_rebuilt_by_pack(tmp_path, cache_dir):
+    """A cache from before the one-word store has flat/ids.i32, mask.u8 and offsets.npy: the
+    pack (spilled plan, the default) rebuilds the store instead of reading a missing file."""
+    from packtool.align import Alignment
+    from packtool.pack import pack_cache
+    from packtool.verify import verify
+    cache = tokenize_to_cache([GSM8K], CFG, cache_dir, progress=False)
+    d = flat_store_dir(cache)
+    want = _files(d)
+    ids, mask = flat_store_for(cache).decoded()
+    os.remove(os.path.join(d, TOKENS_FILE))
+    ids.tofile(os.path.join(d, "ids.i32"))
+    mask.tofile(os.path.join(d, "mask.u8"))
+    out = str(tmp_path / "out")
+    pack_cache(cache, Alignment(capacity=1024), output=out, plan_shard_rows=64)
+    assert _files(d) == want and not os.path.exists(os.path.join(d, "mask.u8"))
+    assert verify(out).ok
+
+
 def test_encode_chunking_does_not_change_the_cache(monkeypatch, tmp_path):
     inputs = _inputs(tmp_path)
     whole = tokenize_to_cache(inputs, CFG, str(tmp_path / "a"), progress=False)

@@ -129,3 +129,13 @@ def test_real_lengths_cost_few_extra_bins():
     assert s.stats.shards >= 7
     # within a bin per shard of the global plan (each shard's tail is re-packed)
     assert s.lower_bound <= s.num_slabs <= g.num_slabs + s.stats.shards
+
+
+def test_a_shard_that_keeps_no_bin_is_routed():
+    """A short last shard whose only bins are underfull sends every item to the merge pool:
+    it keeps no bin, and routing still places each of its items once."""
+    lengths = np.concatenate((_lengths(512), [300, 200, 100]))  # last shard: 3 short rows
+    sp = plan_sharded(lengths, ALIGN, PackingConfig("bfd", overflow="split"), shard_rows=512)
+    assert sp.stats.shards == 2 and len(sp.local_slab[1]) == 0
+    m = sp.materialize()
+    assert np.array_equal(np.sort(m.seg_source[m.seg_chunk == 0]), np.arange(lengths.size))

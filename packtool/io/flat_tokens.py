@@ -91,7 +91,12 @@ class FlatTokens:
         n = int(offsets[-1])
         if not n:
             return cls(np.zeros(0, np.int32), offsets, directory)
-        tokens = np.memmap(os.path.join(directory, TOKENS_FILE), np.int32, "r", shape=(n,))
+        path = os.path.join(directory, TOKENS_FILE)
+        if os.path.getsize(path) != 4 * n:
+            raise RuntimeError(f"{directory}: the flat token store is inconsistent ({TOKENS_FILE} "
+                               f"has {os.path.getsize(path)} bytes, offsets.npy says {4 * n}); "
+                               f"delete it (it is rebuilt from the cache) and re-run")
+        tokens = np.memmap(path, np.int32, "r", shape=(n,))
         # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
         # which would map (and count in RSS) far more than the tokens copied
         mm = getattr(tokens, "_mmap", None)
