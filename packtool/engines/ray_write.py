@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.io.flat_tokens import FlatTokens
-from packtool.io.writer import SCHEMA, ShardInfo, SlabWriter, _list, shard_ranges, write_shard_file
+from packtool.io.writer import (GROUP_TOKENS, SCHEMA, ShardInfo, SlabWriter, _list, shard_ranges,
+                                write_shard_file)
 from packtool.plan import Plan
 from packtool.plan_sharded import ShardedPlan, shard_routing
 from packtool.plan_slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
@@ -207,7 +208,7 @@ def _sharded_routing_refs(sp: ShardedPlan, ranges: list, piece_starts: np.ndarra
 
 
 def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
-                shard_tokens: int, group_tokens: int = 1 << 20) -> list[ShardInfo]:
+                shard_tokens: int, group_tokens: int = GROUP_TOKENS) -> list[ShardInfo]:
     """Write a global `Plan` or a `ShardedPlan` (whose segments never reach the driver)."""
     import ray
     import ray.data

@@ -15,7 +15,6 @@ and columns (tested), whatever the number of threads.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import pickle
 from dataclasses import dataclass
@@ -28,14 +27,9 @@ from ..plan_sharded import ShardedPlan
 from ..plan_slabs import SlabSpec
 from ..plan_spill import put_in_order, read_segments, route_to_files
 from .flat_tokens import FlatTokens
-from .writer import ShardInfo, run_shards, shard_ranges, write_shard_file, write_shards
+from .writer import GROUP_TOKENS, ShardInfo, run_shards, shard_ranges, write_shard_file
 
-# the row-group size write_shards uses by default, so both paths cut the same row groups
-GROUP_TOKENS = inspect.signature(write_shards).parameters["group_tokens"].default
-# With a store directory the writer preads the token files and never reads the store's
-# in-memory token arrays: those fields (whatever the store's layout) stay empty.
-_NO_TOKENS = {f.name: np.zeros(0, np.int32) for f in dataclasses.fields(FlatTokens)
-              if f.name not in ("offsets", "directory")}
+_NO_TOKENS = np.zeros(0, np.int32)  # with a directory the writer preads the file, never this
 
 
 class RoutedSlabWriter:
@@ -51,7 +45,7 @@ class RoutedSlabWriter:
         sp = self.spec
         sub = dataclasses.replace(sp, **{f: getattr(sp, f)[b0:b1] for f in _PER_SLAB})
         plan = sub.plan(s["row"], s["off"], s["length"], s["chunk"])
-        store = FlatTokens(offsets=s["start"], directory=self.store_dir, **_NO_TOKENS)
+        store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir)
         return ShardSlabWriter(plan, store, self.pad_id).batch(0, b1 - b0)
 
 

@@ -200,6 +200,7 @@ def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 SHARD_MULTIPLE = 4  # output shards come in multiples of this (see shard_ranges)
+GROUP_TOKENS = 1 << 20  # tokens per row group, every engine's default
 MIN_SPLIT_TOKENS = 1 << 22  # below this, one shard
 
 
@@ -221,7 +222,7 @@ def shard_ranges(slab_len: np.ndarray, shard_tokens: int) -> list[tuple[int, int
 
 
 def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
-                 shard_tokens: int = 64 << 20, group_tokens: int = 1 << 20,
+                 shard_tokens: int = 64 << 20, group_tokens: int = GROUP_TOKENS,
                  on_rows: Callable[[int], None] | None = None,
                  workers: int | None = None) -> list[ShardInfo]:
     """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards, by up to
