@@ -97,9 +97,9 @@ def measure_plan(mode: str, n: int) -> dict:
     import numpy as np
 
     from packtool.align import Alignment
-    from packtool.io.writer import shard_ranges
-    from packtool.plan import PackingConfig, plan
-    from packtool.plan_sharded import plan_shards
+    from packtool.slabs.writer import shard_ranges
+    from packtool.planning.core import PackingConfig, plan
+    from packtool.planning.sharded import plan_shards
     align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)
     pk = PackingConfig("bfd", overflow="split")
     pool = real_lengths()
@@ -213,11 +213,11 @@ def main() -> None:
         return
 
     from packtool.align import Alignment
-    from packtool.config import TokenizeConfig
+    from packtool.tokenize.config import TokenizeConfig
     from packtool.engines.ray_engine import init_ray, pack_ray
-    from packtool.pack import pack
-    from packtool.plan import PackingConfig, plan
-    from packtool.plan_sharded import plan_sharded
+    from packtool.packing import pack
+    from packtool.planning.core import PackingConfig, plan
+    from packtool.planning.sharded import plan_sharded
 
     tmp = tempfile.mkdtemp(prefix="packtool-bench-engines-")
     try:
@@ -255,11 +255,11 @@ def main() -> None:
         res = pack_ray(inputs, align, pk, cfg, output=os.path.join(tmp, "sharded"),
                        cache_dir=os.path.join(tmp, "c_sharded"), plan_shard_rows=SHARDED_ROWS)
         rows.append((name, time.perf_counter() - t, res))
-        from packtool.verify import verify
+        from packtool.verification.run import verify
         sharded_ok = verify(os.path.join(tmp, "sharded")).ok
         print(f"{name} {rows[-1][1]:.1f}s verifies={sharded_ok} {res.plan.stats}", flush=True)
 
-        from packtool.io.cache import TokenizedCache
+        from packtool.tokenize.cache import TokenizedCache
         lengths = TokenizedCache(os.path.dirname(loc.cache_path)).lengths()
         g = plan(lengths, align, pk)
         sharded = [(r, plan_sharded(lengths, align, pk, shard_rows=r)) for r in (65536, 16384, 4096)]

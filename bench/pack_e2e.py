@@ -101,7 +101,7 @@ PACKTOOL_CASES = {  # case -> (workers, keep the flat store, label)
     "repack-mimalloc": (None, True, "flat store from tokenize, Arrow pool mimalloc"),
     "first": (None, False, "flat store rebuilt from the cache"),
 }
-# Arrow reads its default pool from the environment when it loads. `packtool.pack` asks for
+# Arrow reads its default pool from the environment when it loads. `packtool.packing` asks for
 # jemalloc when it is imported first (as `packtool pack` does); this case keeps pyarrow's own
 # default, as for a caller that imported pyarrow before packtool
 CASE_ENV = {"packtool-repack-mimalloc": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}}
@@ -111,12 +111,12 @@ DEFAULT = "packtool bfd (flat store from tokenize)"  # the row TRL is compared w
 def run_packtool(n: int, work: str, case: str) -> dict:
     """One pack in this (fresh) process. Warm-up: a plan of 1,000 rows (numba loads its
     on-disk cache of compiled code); nothing the size of the data runs before the baseline."""
-    from packtool.pack import pack_cache  # first, as the CLI imports it: it picks Arrow's pool
+    from packtool.packing import pack_cache  # first, as the CLI imports it: it picks Arrow's pool
     from packtool.align import Alignment
-    from packtool.config import TokenizeConfig
-    from packtool.io import tokenize_to_cache
-    from packtool.io.flat_tokens import flat_store_for
-    from packtool.plan import PackingConfig, plan as make_plan
+    from packtool.tokenize.config import TokenizeConfig
+    from packtool.tokenize import tokenize_to_cache
+    from packtool.tokenize.flat_tokens import flat_store_for
+    from packtool.planning.core import PackingConfig, plan as make_plan
     src = _make_input(n, work)
     cache = tokenize_to_cache([src], TokenizeConfig(shape="tokens"), cache_dir=os.path.join(work, "cache"),
                               progress=False)
@@ -158,7 +158,7 @@ def run_trl(n: int, work: str, batch: int | None) -> dict:
         nb = len(packed)
     sec = time.perf_counter() - t0
     from packtool.align import Alignment
-    from packtool.plan import apply_overflow
+    from packtool.planning.core import apply_overflow
     segs, _ = apply_overflow(lens, Alignment(capacity=C), "truncate")
     return dict(engine=f"TRL bfd ({'1,000-row windows' if batch else 'whole dataset'})", n=n,
                 seconds=sec, tokens=int(segs.length.sum()), rss_growth=pk.growth, bins=nb,
@@ -239,7 +239,7 @@ def _write(rows: list[dict], load: list, dry: bool = False) -> None:
         "written by one thread per core (default) or one (`--workers 1`), token spans read from "
         "the flat store that tokenization writes beside the cache, or (last row) from one "
         "rebuilt from the cache's Parquet first. Arrow's memory pool is jemalloc, which "
-        "`packtool.pack` asks for when it is the one to load pyarrow (as `packtool pack` does); "
+        "`packtool.packing` asks for when it is the one to load pyarrow (as `packtool pack` does); "
         "the 'Arrow pool mimalloc' row keeps pyarrow's default, as for a caller that imported "
         "pyarrow before packtool. The speed-up column compares the default row (first) with "
         "TRL. TRL = `trl.data_utils.pack_dataset(strategy='bfd')` from a "

@@ -9,7 +9,7 @@ Data (resampled with replacement, fixed seed):
   wiki  Graphcore's Wikipedia BERT pre-training histogram (16.3M sequences, 1..512
         WordPiece tokens), lengths multiplied by 16 (16..8,192) so a slab of 8K/32K holds
         1-2 to 8 of them as in LLM pre-training, not hundreds.
-Lengths above C go through packtool.plan.apply_overflow(..., "split") (chunks of C), the
+Lengths above C go through packtool.planning.core.apply_overflow(..., "split") (chunks of C), the
 `--overflow split` policy of `packtool plan`; packers and axolotl see the same chunks.
 
 Each (data, n, C, algorithm) runs in a fresh subprocess: load lengths, split, warm the JIT
@@ -90,7 +90,7 @@ def _axolotl(lengths: np.ndarray, C: int):
 def worker(path: str, C: int, algorithm: str, repeats: int) -> dict:
     from packtool.align import Alignment
     from packtool.packers import pack_items
-    from packtool.plan import apply_overflow
+    from packtool.planning.core import apply_overflow
 
     lengths = np.load(path)
     align = Alignment(capacity=C)
@@ -253,7 +253,7 @@ def main() -> None:
         "sft: gpt2 token lengths of every record in ../shared/data pooled (28,188 records, "
         "20..50,067 tokens), resampled. wiki: Graphcore's Wikipedia BERT histogram "
         "(arXiv:2107.02027) with every length x16 (16..8,192), resampled. Lengths above C are "
-        "split into chunks of C by `packtool.plan.apply_overflow(..., \"split\")` (the "
+        "split into chunks of C by `packtool.planning.core.apply_overflow(..., \"split\")` (the "
         "`--overflow split` policy), so packers and axolotl get the same items; the lower "
         "bound is `Alignment(capacity=C).lower_bound(chunks)` = ceil(tokens / C) (tp=cp=1); "
         "L2 is Martello-Toth's bound (`l2_bound`), tighter when many items exceed C/2 (wiki).",

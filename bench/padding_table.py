@@ -17,8 +17,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.md import update_section  # noqa: E402
 from packtool.align import CONVENTIONS, Alignment  # noqa: E402
-from packtool.plan import PackingConfig, plan  # noqa: E402
-from packtool.stats import padding_stats  # noqa: E402
+from packtool.planning.core import PackingConfig, plan  # noqa: E402
+from packtool.planning.summary import padding_stats  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
 

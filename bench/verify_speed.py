@@ -26,12 +26,12 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.io.flat_tokens import TOKENS_FILE, FlatTokens, write_flat_store  # noqa: E402
-from packtool.io.manifest import build_manifest, write_manifest  # noqa: E402
-from packtool.io.writer import write_shards  # noqa: E402
-from packtool.pack import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
-from packtool.plan import PackingConfig, plan  # noqa: E402
-from packtool.report import plan_summary  # noqa: E402
+from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens, write_flat_store  # noqa: E402
+from packtool.slabs.format import build_manifest, write_manifest  # noqa: E402
+from packtool.slabs.writer import write_shards  # noqa: E402
+from packtool.packing import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
+from packtool.planning.core import PackingConfig, plan  # noqa: E402
+from packtool.planning.summary import plan_summary  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "token_lengths_by_source.json")
 VOCAB = 32000
@@ -174,8 +174,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/packtool-bench-verify")
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
-    from packtool.inspect import inspect_lengths, inspect_packed
-    from packtool.verify import verify
+    from packtool.inspection.report import inspect_lengths, inspect_packed
+    from packtool.verification.run import verify
     lengths = real_lengths()
     tokens = source_store(os.path.join(args.work, "source"), lengths)
     rows = []

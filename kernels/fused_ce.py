@@ -59,6 +59,3 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
                 grad_w.mul_(scale.to(grad_w.dtype))
         return (grad_h if need_h else None), (grad_w if need_w else None), None, None, None
 
-
-def fused_linear_cross_entropy_sum(hidden, weight, targets, loss_weights, opts: HeadOptions):
-    return FusedLinearCrossEntropy.apply(hidden, weight, targets, loss_weights, opts)

@@ -1,2 +1,52 @@
-"""packtool: alignment-aware sequence packing for Megatron THD training."""
+"""packtool: alignment-aware sequence packing for Megatron THD training.
+
+The library face: each CLI subcommand is one of these calls.
+
+    import packtool
+    a = packtool.Alignment(tp=2, cp=2, capacity=8192)
+    res = packtool.pack(["data.jsonl"], a, tokenize=packtool.TokenizeConfig(tokenizer="tok.json"),
+                        output="out/")
+    rep = packtool.verify("out/")
+    ins = packtool.inspect("out/")
+
+Names load on first use, so `import packtool` costs no pyarrow or numba start-up.
+Stages and data flow: docs/DESIGN.md.
+"""
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Alignment": "packtool.align",
+    "AlignmentError": "packtool.align",
+    "PacktoolInputError": "packtool.errors",
+    "TokenizeConfig": "packtool.tokenize.config",
+    "PackingConfig": "packtool.planning.core",
+    "plan": "packtool.planning.core",
+    "pack": "packtool.packing",
+    "PackResult": "packtool.packing",
+    "verify": "packtool.verification.run",
+    "VerifyReport": "packtool.verification.run",
+    "inspect": ("packtool.inspection.report", "inspect_packed"),
+    "inspect_lengths": "packtool.inspection.report",
+    "InspectReport": "packtool.inspection.report",
+    "SlabManifest": "packtool.slabs.format",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'packtool' has no attribute {name!r}")
+    module, attr = target if isinstance(target, tuple) else (target, name)
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .align import Alignment
+from packtool.align import Alignment
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import torch
 from packtool.align import Alignment
 from packtool.layout import compute_layout
 
+from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict
+
 VOCAB = 128
 PAD = 0
 
@@ -108,12 +110,10 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         files.append({"file": name, "rows": part.num_rows, "bytes": 0, "xxh3_128": ""})
     a = align
     manifest = {
-        "format": "packtool-slabs", "schema_version": 1, "packtool_version": "0.1.0",
-        "config": {"alignment": {"tp": a.tp, "cp": a.cp, "sp": a.sp, "fp8": a.fp8,
-                                 "capacity": a.capacity, "fixed_length": a.fixed_length,
-                                 "convention": a.convention, "s": a.s, "t": a.t,
-                                 "usable": a.usable},
-                   "packing": {"algorithm": "test", "overflow": "error", "dp": dp, "seed": 0}},
+        "format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "packtool_version": "0.1.0",
+        # greedy_bins is a first fit: the closest real algorithm name the format accepts
+        "config": {"alignment": alignment_dict(a),
+                   "packing": {"algorithm": "ffd", "overflow": "error", "dp": dp, "seed": 0}},
         "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD,
                       "vocab_size": VOCAB},
         "input": {"fingerprint": "test", "files": []}, "stats": {}, "shards": files}

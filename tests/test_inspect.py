@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
-from packtool.cli import app
-from packtool.inspect import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
+from packtool.cli.app import app
+from packtool.inspection.report import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.packers import ATTN_COEF
-from packtool.plan import PackingConfig, plan, write_plan
-from packtool.report import fmt_int, fmt_pct, inspect_figures
+from packtool.planning.core import PackingConfig, plan, write_plan
+from packtool.inspection.figures import fmt_int, fmt_pct, inspect_figures
 from test_verify_support import read_manifest, write_pack
 
 # Hand-built case. tp=1 cp=2 fp8=tensorwise: s = 2*cp = 4, t = lcm(4, 2, 16*2) = 32; C = U = 96.
@@ -193,7 +193,7 @@ def test_json_html_and_table_carry_the_same_numbers(tmp_path):
         assert value in _table_row(table, label), label
         assert f"<td>{label}</td><td>{value}</td>" in page_text, label
     # and every other figure the table shows is on the page, in the same words
-    from packtool.inspect import inspect_lengths as il
+    from packtool.inspection.report import inspect_lengths as il
     for label, value, share in inspect_figures(il(LENGTHS, ALIGN, FFD)):
         assert f"<td>{label}</td><td>{value}</td><td>{share}</td>" in page_text
     # histograms: the same counts in the table, the page's table and its SVG bars

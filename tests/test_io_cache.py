@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2, GSM8K, MISTRAL, MISTRAL_DIR, PEPS, SHAREGPT
 
-import packtool.io.pipeline as pipeline
-from packtool.config import TokenizeConfig
-from packtool.io import PacktoolInputError, TokenizedCache, tokenize_to_cache
-from packtool.io.cache import CacheWriter
+import packtool.tokenize.pipeline as pipeline
+from packtool.tokenize.config import TokenizeConfig
+from packtool.errors import PacktoolInputError
+from packtool.tokenize import TokenizedCache, tokenize_to_cache
+from packtool.tokenize.cache import CacheWriter
 
 GSM_CFG = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
 

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2, GSM8K, PEPS, TASKMASTER
 
-import packtool.io.pipeline as pipeline
-from packtool.config import TokenizeConfig
-from packtool.io import tokenize_to_cache
-from packtool.io.cache import CacheWriter
-from packtool.io.flat_tokens import TOKENS_FILE, build_flat_tokens, flat_store_dir, flat_store_for
-from packtool.io.shapes import RenderedBatch
+import packtool.tokenize.pipeline as pipeline
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize import tokenize_to_cache
+from packtool.tokenize.cache import CacheWriter
+from packtool.tokenize.flat_tokens import TOKENS_FILE, build_flat_tokens, flat_store_dir, flat_store_for
+from packtool.tokenize.shapes import RenderedBatch
 
 # one config for every shape: GSM8K as fields through chatml, Taskmaster chats, PEPs as text
 CFG = TokenizeConfig(tokenizer=GPT2, chat_template="chatml", prompt_field="question",
@@ -67,8 +67,8 @@ def test_store_in_the_older_two_file_layout_is_rebuilt_by_pack(tmp_path, cache_d
     """A cache from before the one-word store has flat/ids.i32, mask.u8 and offsets.npy: the
     pack (spilled plan, the default) rebuilds the store instead of reading a missing file."""
     from packtool.align import Alignment
-    from packtool.pack import pack_cache
-    from packtool.verify import verify
+    from packtool.packing import pack_cache
+    from packtool.verification.run import verify
     cache = tokenize_to_cache([GSM8K], CFG, cache_dir, progress=False)
     d = flat_store_dir(cache)
     want = _files(d)

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ALPACA, GSM8K, TASKMASTER
 
-from packtool.io.errors import PacktoolInputError
-from packtool.io.readers import count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.readers import count_rows, iter_batches, peek_columns, resolve_inputs
 
 
 def _gsm8k_rows() -> list[dict]:
@@ -92,7 +92,7 @@ def test_json_array_and_projection(tmp_path):
 
 def test_jsonl_streams_in_blocks(monkeypatch, tmp_path):
     """Force tiny byte blocks: rows that straddle blocks are still read exactly once, in order."""
-    import packtool.io.readers as readers
+    import packtool.tokenize.readers as readers
     monkeypatch.setattr(readers, "_JSONL_BLOCK", 997)
     with gzip.open(TASKMASTER, "rt") as f:
         rows = [json.loads(line) for line in f][:40]

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from packtool import layout as layout_mod
 from packtool.align import CONVENTIONS, FP8_RECIPES, Alignment
-from packtool.layout import (compute_layout, cp_chunk_ranges, cp_local_cu_seqlens_padded,
-                             cp_merge, cp_rank_index)
+from packtool.layout import compute_layout, cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
 
 
 # --- reference: TransformerEngine thd_get_partitioned_indices -------------------------

@@ -16,14 +16,14 @@ from conftest import ALPACA, GPT2, GSM8K, MISTRAL_DIR, PEPS, ROOT, SHAREGPT, TAS
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
-import packtool.pack as pack_mod
+import packtool.packing as pack_mod
 from packtool.align import Alignment
-from packtool.cli import app
-from packtool.config import TokenizeConfig
+from packtool.cli.app import app
+from packtool.tokenize.config import TokenizeConfig
 from packtool.layout import cp_rank_index
-from packtool.pack import OutputExistsError, pack
-from packtool.plan import PackingConfig
-from packtool.verify import source_store, verify
+from packtool.packing import OutputExistsError, pack
+from packtool.planning.core import PackingConfig
+from packtool.verification.run import source_store, verify
 
 runner = CliRunner()
 
@@ -267,7 +267,7 @@ def test_verify_source_reuses_the_recorded_tokenization(tmp_path):
 
 
 def test_parallel_shard_writers_give_the_sequential_bytes(tmp_path, monkeypatch):
-    import packtool.io.writer as writer
+    import packtool.slabs.writer as writer
     cfg = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral")
     outs = []
     for k, cores in enumerate((2, 1)):

@@ -1,5 +1,5 @@
-"""The local engine's sharded plan with placements on disk (packtool.plan_spill,
-io/spill_write.py): many plan shards and output shards verify against the source, place
+"""The local engine's sharded plan with placements on disk (packtool.planning.spill,
+slabs/routed.py): many plan shards and output shards verify against the source, place
 every row once, write the same bytes with any number of writer threads; one shard is the
 global plan's bytes; the spill directory never outlives the pack."""
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import packtool.io.spill_write as spill_write
+import packtool.slabs.routed as spill_write
 from packtool.align import Alignment
-from packtool.cli import app
-from packtool.config import TokenizeConfig
-from packtool.pack import pack
-from packtool.plan import PackingConfig, PlanError
-from packtool.plan_sharded import ShardedPlan
-from packtool.verify import source_store, verify
+from packtool.cli.app import app
+from packtool.tokenize.config import TokenizeConfig
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig, PlanError
+from packtool.planning.sharded import ShardedPlan
+from packtool.verification.run import source_store, verify
 
 TOK = TokenizeConfig(shape="tokens")
 ALIGN = Alignment(tp=2, cp=2, fp8="blockwise", capacity=1024)

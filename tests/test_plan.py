@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from packtool.align import Alignment, round_up
 from packtool.packers import DPError
-from packtool.plan import PackingConfig, PlanError, apply_overflow, plan
+from packtool.planning.core import PackingConfig, PlanError, apply_overflow, plan
 
 RECIPES = ["none", "tensorwise", "mxfp8", "blockwise"]
 

@@ -13,13 +13,13 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 from conftest import GPT2, GSM8K, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.config import TokenizeConfig  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
 from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
-from packtool.io.errors import PacktoolInputError  # noqa: E402
-from packtool.pack import pack  # noqa: E402
-from packtool.plan import PackingConfig  # noqa: E402
-from packtool.verify import verify  # noqa: E402
+from packtool.errors import PacktoolInputError  # noqa: E402
+from packtool.packing import pack  # noqa: E402
+from packtool.planning.core import PackingConfig  # noqa: E402
+from packtool.verification.run import verify  # noqa: E402
 
 MIXED = [GSM8K, TASKMASTER, PEPS]  # fields, chat and long text (split) in one run
 MIXED_CFG = TokenizeConfig(tokenizer=MISTRAL_DIR, chat_template="mistral",
@@ -122,8 +122,8 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from packtool.io.cache import TokenizedCache
-    from packtool.plan_sharded import ShardedPlan, plan_sharded
+    from packtool.tokenize.cache import TokenizedCache
+    from packtool.planning.sharded import ShardedPlan, plan_sharded
     pk = PackingConfig("bfd", overflow="split", dp=2, seed=4)
     res = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "o"),
                    cache_dir=str(tmp_path / "c"), plan_shard_rows=150, shard_tokens=SHARD)
@@ -152,7 +152,7 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
 def test_cli_engine_ray(tmp_path):
     from typer.testing import CliRunner
 
-    from packtool.cli import app
+    from packtool.cli.app import app
     out = tmp_path / "o"
     r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "--prompt-field", "question",
                                  "--response-field", "answer", "-C", "1024", "-o", str(out),
@@ -190,7 +190,7 @@ def test_json_arrays_and_parquet_pieces_match_local(tmp_path, monkeypatch):
     from conftest import ALPACA, SHAREGPT
 
     from packtool.engines import ray_source
-    from packtool.io.readers import resolve_inputs
+    from packtool.tokenize.readers import resolve_inputs
     rng = np.random.default_rng(0)
     lens = rng.integers(3, 700, 300)
     ids = [rng.integers(5, 50000, n).astype(np.int32) for n in lens]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from packtool.align import Alignment, martello_toth_l2
-from packtool.plan import PackingConfig, plan
-from packtool.plan_bins import bounds_from_histogram
-from packtool.plan_sharded import plan_sharded
-from packtool.report import plan_summary
+from packtool.planning.core import PackingConfig, plan
+from packtool.planning.bins import bounds_from_histogram
+from packtool.planning.sharded import plan_sharded
+from packtool.planning.summary import plan_summary
 
 ALIGN = Alignment(tp=2, cp=2, fp8="blockwise", capacity=4096)
 REAL = "/work/shared/data/token_lengths_by_source.json"

@@ -14,10 +14,11 @@ import pytest
 from conftest import GPT2, GSM8K, MISTRAL, MISTRAL_DIR, SHAREGPT, TASKMASTER
 from tokenizers import Tokenizer
 
-from packtool.config import TokenizeConfig
-from packtool.io import PacktoolInputError, tokenize_to_cache
-from packtool.io.shapes import normalize_message, sharegpt_to_messages
-from packtool.io.templates import BUILTIN
+from packtool.tokenize.config import TokenizeConfig
+from packtool.errors import PacktoolInputError
+from packtool.tokenize import tokenize_to_cache
+from packtool.tokenize.shapes import normalize_message, sharegpt_to_messages
+from packtool.tokenize.templates import BUILTIN
 
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (test extra)")
 
@@ -80,7 +81,7 @@ def test_mistral_rendering_documented_layout(cache_dir):
             {"role": "assistant", "tool_call": {"name": "add", "arguments": "{\"item\": \"latte\"}"}},
             {"role": "tool", "name": "add", "content": "{\"ok\": true}"},
             {"role": "assistant", "content": "Done."}]
-    from packtool.io.templates import Renderer, make_template
+    from packtool.tokenize.templates import Renderer, make_template
     r = Renderer(make_template("mistral", BUILTIN["mistral"]), {"bos_token": "<s>", "eos_token": "</s>"})
     text, spans = r.render([normalize_message(m) for m in msgs])
     assert text == ('<s>[INST] Be brief.\n\none latte [/INST] [TOOL_CALLS] [{"name": "add", "arguments": '

@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import GSM8K, SHAREGPT, TASKMASTER
 
-from packtool.io.native_templates import NATIVE, Fallback
-from packtool.io.shapes import normalize_message, sharegpt_to_messages
-from packtool.io.templates import BUILTIN, Renderer, make_template
+from packtool.tokenize.native_templates import NATIVE, Fallback
+from packtool.tokenize.shapes import normalize_message, sharegpt_to_messages
+from packtool.tokenize.templates import BUILTIN, Renderer, make_template
 
 SPECIALS = [{"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>"},
             {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}]   # gpt2: no BOS

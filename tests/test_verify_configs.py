@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
-from packtool.cli import app
-from packtool.plan import PackingConfig
-from packtool.verify import verify
+from packtool.cli.app import app
+from packtool.planning.core import PackingConfig
+from packtool.verification.run import verify
 from test_verify_support import load_rows, save_rows, write_pack
 
 CASES = [

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from packtool.align import Alignment
-from packtool.plan import PackingConfig
-from packtool.config import TokenizeConfig
-from packtool.pack import pack
-from packtool.verify import source_store, verify
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+from packtool.packing import pack
+from packtool.verification.run import source_store, verify
 from test_verify_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
 
 # tp=1 cp=2: s=4, t=4; C=256, so the longer GSM8K rows are split
@@ -428,7 +428,7 @@ def test_loss_mask_that_differs_from_the_source(packed):
 def test_cli_with_source(packed):
     from typer.testing import CliRunner
 
-    from packtool.cli import app
+    from packtool.cli.app import app
     out, src = packed
     cache = os.path.dirname(os.path.dirname(src))
     args = ["verify", out, "--source", INPUTS[0], "--prompt-field", "question", "--response-field", "answer",

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from packtool.align import Alignment
-from packtool.io import writer
-from packtool.io.flat_tokens import TOKENS_FILE, FlatTokens
-from packtool.io.writer import SlabWriter, write_shard_file, write_shards
-from packtool.plan import PackingConfig, plan
+from packtool.slabs import writer
+from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens
+from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
+from packtool.planning.core import PackingConfig, plan
 from tests.test_verify_support import PAD, write_source
 
 LENGTHS = np.random.default_rng(7).integers(1, 700, 3000)
@@ -128,7 +128,7 @@ def test_a_failing_shard_stops_the_others_at_their_next_row_group(tmp_path, stor
 
 def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp_path):
     import pyarrow as pa
-    from packtool.io.flat_tokens import build_flat_tokens
+    from packtool.tokenize.flat_tokens import build_flat_tokens
     rng = np.random.default_rng(0)
     files = []
     for k in range(2):  # two files of several row groups
@@ -157,7 +157,7 @@ def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="packtool asks for jemalloc on Linux only")
 def test_pack_asks_arrow_for_jemalloc_unless_told_otherwise():
-    code = "import packtool.pack, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    code = "import packtool.packing, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert got.stdout.strip() == "jemalloc", got.stderr

@@ -22,15 +22,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import tokenizers
 
-from packtool.io.cache import (CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWriter, TokenizedCache,
-                               tokenizer_meta, publish_cache)
-from packtool.io.errors import PacktoolInputError
-from packtool.io.readers import count_rows, iter_batches
-from packtool.io.checksum import sha256_file
+from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWriter, TokenizedCache, tokenizer_meta, publish_cache
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.readers import count_rows, iter_batches
+from packtool.tokenize.checksum import sha256_file
 
-from .ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
+from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 
-# same column descriptions as packtool.io.pipeline writes into cache.json
+# same column descriptions as packtool.tokenize.pipeline writes into cache.json
 _COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target",
             "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
             "source_file": "int32 index into inputs"}

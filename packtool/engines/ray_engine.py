@@ -1,8 +1,8 @@
 """`pack_ray`: the `pack` pipeline on a Ray cluster, same inputs/config/result as `pack`.
 
 What runs where:
-  driver   resolve inputs, detect shapes, fingerprint (packtool.io.pipeline), plan (global
-           `packtool.plan.plan` over every row's length, or sharded: per-bin arrays only,
+  driver   resolve inputs, detect shapes, fingerprint (packtool.tokenize.pipeline), plan (global
+           `packtool.planning.core.plan` over every row's length, or sharded: per-bin arrays only,
            see ray_plan), write the manifest last and swap the output into place.
   cluster  count JSON rows, then read + tokenize + write cache parts in one fused task per
            input piece (Datasource + map_batches), with sharded planning pack each row shard
@@ -21,16 +21,16 @@ import time
 from dataclasses import replace
 
 from packtool.align import Alignment
-from packtool.config import TokenizeConfig
-from packtool.io.cache import TokenizedCache
-from packtool.io.errors import PacktoolInputError
-from packtool.io.pipeline import resolve_cache
-from packtool.pack import PackResult, check_output, write_output
-from packtool.plan import PackingConfig, PlanError, plan as make_plan
-from packtool.plan_spill import PLAN_SHARD_ROWS
-from packtool.report import plan_summary
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.cache import TokenizedCache
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.pipeline import resolve_cache
+from packtool.packing import PackResult, check_output, write_output
+from packtool.planning.core import PackingConfig, PlanError, plan as make_plan
+from packtool.planning.spill import PLAN_SHARD_ROWS
+from packtool.planning.summary import plan_summary
 
-from .ray_source import TokenizeJob
+from packtool.engines.ray_source import TokenizeJob
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, progress: bool = False) -> None:
@@ -77,7 +77,7 @@ def _unwrap(e: BaseException) -> BaseException:
 
 def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> TokenizedCache:
     """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent."""
-    from .ray_cache import build_cache
+    from packtool.engines.ray_cache import build_cache
 
     r = resolve_cache(inputs, cfg, cache_dir)
     if r.existing is not None:
@@ -92,7 +92,7 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
              progress: bool = False, shard_tokens: int = 64 << 20,
              ray_address: str | None = None, num_cpus: int | None = None,
              plan_shard_rows: int | None = None) -> PackResult:
-    """`packtool.pack.pack` with Ray Data doing the reading, tokenizing and slab writing.
+    """`packtool.packing.pack` with Ray Data doing the reading, tokenizing and slab writing.
     `plan_shard_rows`: plan in shards of this many rows as Ray tasks, then merge the underfull
     bins; the driver then holds per-bin arrays only, and `PackResult.plan` is a
     `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None: the local engine's
@@ -111,8 +111,8 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     t_tok = time.perf_counter() - t0
     if plan_shard_rows is None:
         plan_shard_rows = PLAN_SHARD_ROWS
-    if plan_shard_rows:  # the driver holds per-bin arrays only (packtool.plan_sharded)
-        from .ray_plan import plan_on_ray
+    if plan_shard_rows:  # the driver holds per-bin arrays only (packtool.planning.sharded)
+        from packtool.engines.ray_plan import plan_on_ray
         try:
             p = plan_on_ray(cache, alignment, packing, plan_shard_rows)
         except Exception as e:
@@ -124,7 +124,7 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
         summary = plan_summary(p)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
-    from .ray_write import write_slabs
+    from packtool.engines.ray_write import write_slabs
 
     t1 = time.perf_counter()
     shards, loss = write_output(p, summary, cache, output,

@@ -5,7 +5,7 @@ Why a Datasource and not `ray.data.read_json`/`read_parquet` for raw inputs: the
 every row's provenance (file, row inside the file) to number rows exactly like the local
 engine, JSON arrays and JSONL with packtool's UTF-8/line-numbered errors are not what Ray's
 JSON reader parses, and identical bytes need identical Arrow values. So each read task runs
-`packtool.io.readers` on one piece (a whole file, or a range of Parquet row groups) and tags
+`packtool.tokenize.readers` on one piece (a whole file, or a range of Parquet row groups) and tags
 rows with `__fi`/`__row`; the tokenize UDF is fused into the same task by Ray Data.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.config import TokenizeConfig
-from packtool.io.errors import PacktoolInputError
-from packtool.io.pipeline import _tokens_batch
-from packtool.io.readers import InputFile, iter_batches
-from packtool.io.shapes import Shape, render_batch
-from packtool.io.templates import ChatTemplate, Renderer
-from packtool.io.tokenize import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
+from packtool.tokenize.config import TokenizeConfig
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.pipeline import _tokens_batch
+from packtool.tokenize.readers import InputFile, iter_batches
+from packtool.tokenize.shapes import Shape, render_batch
+from packtool.tokenize.templates import ChatTemplate, Renderer
+from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
 
 # Parquet row groups per read task: enough rows per task to amortize the task, small enough
 # that a big file still spreads over the cluster.

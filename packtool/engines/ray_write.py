@@ -12,52 +12,25 @@ shard's row groups are `_chunks(..., group_tokens)` inside it, so the files are 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.io.flat_tokens import FlatTokens
-from packtool.io.writer import (GROUP_TOKENS, SCHEMA, ShardInfo, SlabWriter, _list, shard_ranges,
-                                write_shard_file)
-from packtool.plan import Plan
-from packtool.plan_sharded import ShardedPlan, shard_routing
-from packtool.plan_slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
+from packtool.tokenize.flat_tokens import FlatTokens
+from packtool.slabs.writer import GROUP_TOKENS, shard_ranges, write_shard_file
+from packtool.slabs.format import ShardInfo
+from packtool.planning.core import Plan
+from packtool.planning.sharded import ShardedPlan, shard_routing
+from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
+from packtool.tokenize.cache import cache_pieces
+from packtool.slabs.writer import ShardSlabWriter
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of
 # every shard-write task leaves a marker and kills its worker process (os._exit); Ray's
 # retry must finish the job.
 FAIL_ONCE_ENV = "PACKTOOL_RAY_FAIL_ONCE_DIR"
 WRITE_MAX_RETRIES = 3
-
-_SRC = SCHEMA.get_field_index("source_index")
-_OFF = SCHEMA.get_field_index("source_offset")
-
-
-class ShardSlabWriter(SlabWriter):
-    """`SlabWriter` over a shard-local token store: row k of the store is exactly real
-    segment k of the shard, so the gather runs on local ids; the provenance columns
-    (source_index, source_offset) are put back to the plan's global values."""
-
-    def __init__(self, sub: Plan, store: FlatTokens, pad_id: int):
-        n = sub.seg_source.size
-        local = replace(sub, seg_source=np.arange(n, dtype=np.int64), seg_offset=np.zeros(n, np.int64))
-        super().__init__(local, store, pad_id)
-        self.gsrc = np.full(self.real.size, -1, np.int64)
-        self.gsrc[self.real] = sub.seg_source
-        self.goff = np.zeros(self.real.size, np.int64)
-        self.goff[self.real] = sub.seg_offset
-
-    def batch(self, b0: int, b1: int) -> pa.RecordBatch:
-        rb = super().batch(b0, b1)
-        so = self.p.layout.seg_offsets
-        lo, hi = int(so[b0]), int(so[b1])
-        seg_off = (so[b0:b1 + 1] - lo).astype(np.int32)
-        cols = list(rb.columns)
-        cols[_SRC] = _list(self.gsrc[lo:hi], seg_off, pa.int64())
-        cols[_OFF] = _list(self.goff[lo:hi], seg_off, pa.int64())
-        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 
 
 _GOT: dict = {}  # per worker process: object id -> value (the plan and routing are read once)
@@ -149,18 +122,6 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128]})
 
-
-def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
-    """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
-    pieces, row = [], 0
-    for path in cache.parquet_files:
-        md = pq.ParquetFile(path).metadata
-        for g0 in range(0, md.num_row_groups, groups_per_task):
-            gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
-            n = sum(md.row_group(g).num_rows for g in gs)
-            pieces.append((path, gs, row, n))
-            row += n
-    return pieces
 
 
 def cache_source(cache, groups_per_task: int = 8):

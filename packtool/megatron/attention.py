@@ -34,7 +34,7 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide
 
-from .fused import rope
+from packtool.megatron.fused import rope
 
 
 class _AllGatherDim0(torch.autograd.Function):

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..align import Alignment
-from ..layout import compute_layout
-from .slabs import SlabIndex, SlabRow
+from packtool.align import Alignment
+from packtool.layout import compute_layout
+from packtool.slabs.reader import SlabIndex, SlabRow
 
 
 @dataclass(frozen=True)

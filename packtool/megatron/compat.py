@@ -8,7 +8,7 @@ multiples of those fit; anything else must be re-packed. Both sides come from
 """
 from __future__ import annotations
 
-from ..align import Alignment
+from packtool.align import Alignment
 
 
 def check_training_layout(packed: Alignment, tp: int, cp: int, sp: bool | None,

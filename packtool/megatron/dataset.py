@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 
-from ..align import Alignment
-from .batching import StepPlan, merge_slabs, plan_epoch
-from .slabs import SlabIndex, SlabManifest, SlabReader
-from .thd import ThdBatch, make_thd_batch
+from packtool.align import Alignment
+from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
+from packtool.slabs.format import SlabManifest
+from packtool.slabs.reader import SlabIndex, SlabReader
+from packtool.megatron.thd import ThdBatch, make_thd_batch
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import GPTShape
+from packtool.megatron.model import GPTShape
 
 H200_BF16_DENSE = 989e12  # NVIDIA datasheet, dense bf16 (H100/H200 SXM)
 

@@ -23,11 +23,11 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from .dataset import PackedSlabDataset, Step
-from .flops import H200_BF16_DENSE, train_flops
-from .model import GPTShape, build_gpt, loss_sum
-from .optim import MasterAdamW, clip_grad_norm, lr_at
-from .parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
+from packtool.megatron.dataset import PackedSlabDataset, Step
+from packtool.megatron.flops import H200_BF16_DENSE, train_flops
+from packtool.megatron.model import GPTShape, build_gpt, loss_sum
+from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
+from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
 
 
 @dataclass

@@ -29,9 +29,9 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from .attention import PackedCoreAttention
-from .fused import rms_norm
-from .thd import ThdBatch
+from packtool.megatron.attention import PackedCoreAttention
+from packtool.megatron.fused import rms_norm
+from packtool.megatron.thd import ThdBatch
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from ..layout import cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_rank_index
+from packtool.layout import cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_rank_index
 
 
 @dataclass

@@ -59,13 +59,13 @@ def train_command(
             raise ValueError(f"--lm-head must be fused, torch or auto, got {lm_head!r}")
         if lm_head == "auto":  # the Triton head runs interpreted (slow) without a GPU
             lm_head = "fused" if device == "cuda" else "torch"
-        from ..align import Alignment  # noqa: F401  (light: numpy only)
-        from .compat import check_training_layout
-        from .slabs import SlabManifest
+        from packtool.align import Alignment  # noqa: F401  (light: numpy only)
+        from packtool.megatron.compat import check_training_layout
+        from packtool.slabs.format import SlabManifest
         man = SlabManifest.read(data_dir)
         check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
-        from .loop import TrainConfig, train
-        from .model import GPTShape, padded_vocab
+        from packtool.megatron.loop import TrainConfig, train
+        from packtool.megatron.model import GPTShape, padded_vocab
         shape = None
         if not load:
             kw = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}

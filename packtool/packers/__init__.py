@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .balanced import balanced
-from .bfd import bfd
-from .dp import ATTN_COEF, DPAssignment, DPError, assign_dp
-from .ffd import ffd
-from .mffd import mffd
+from packtool.packers.balanced import balanced
+from packtool.packers.bfd import bfd
+from packtool.packers.dp import ATTN_COEF, DPAssignment, DPError, assign_dp
+from packtool.packers.ffd import ffd
+from packtool.packers.mffd import mffd
 
 ALGORITHMS = ("ffd", "bfd", "mffd", "balanced")
 _PACKERS = {"ffd": ffd, "bfd": bfd, "mffd": mffd, "balanced": balanced}

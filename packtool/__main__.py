@@ -1,0 +1,3 @@
+from packtool.cli.app import main
+
+main()

@@ -1,0 +1,236 @@
+"""The `packtool` command line: flags -> config dataclasses -> library calls. No logic here."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Alignment-aware sequence packing for Megatron THD training.")
+err = Console(stderr=True)
+
+# Flags shared by every subcommand that takes them (DESIGN section 4).
+MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
+Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
+Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag, 2*cp chunks per sequence).")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp>1).")]
+Fp8 = Annotated[str, typer.Option("--fp8", help="FP8 recipe: none|tensorwise|mxfp8|blockwise.")]
+FixedLength = Annotated[Optional[int], typer.Option("--fixed-length", help="Every slab exactly this long (PP / static shapes).")]
+Convention = Annotated[str, typer.Option("--convention", help="Layout rules: packtool|skyrl|nemo-rl|verl|per-sequence.")]
+Algorithm = Annotated[str, typer.Option("--algorithm", "-a", help="Packer: ffd|bfd|mffd|balanced.")]
+Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint over capacity: error|singleton|truncate|split (default per algorithm).")]
+Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+# Tokenization flags, shared by `pack` and `verify --source`.
+Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
+ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
+Shape = Annotated[Optional[str], typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields (default auto).")]
+PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
+ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
+TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
+AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
+AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
+OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted; default error).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")]
+
+
+def _fail(e: Exception, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
+    from packtool.align import Alignment
+    return Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
+                     fixed_length=fixed_length, convention=convention)
+
+
+@app.command()
+def plan(
+    lengths: Annotated[str, typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths.")],
+    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
+    max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
+    fixed_length: FixedLength = None, convention: Convention = "packtool",
+    algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the plan (one row per segment) to Parquet.")] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Plan slabs for a list of sequence lengths and print where the padding goes."""
+    from packtool.planning.core import PackingConfig, load_lengths, plan as make_plan, write_plan
+    from packtool.planning.summary import plan_summary
+    from packtool.cli.printing import print_plan_summary
+    try:
+        align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+        cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+        p = make_plan(load_lengths(lengths, column), align, cfg)
+        if output:
+            write_plan(p, output)
+    except ValueError as e:
+        _fail(e)
+    summary = plan_summary(p)
+    if json_out:
+        print(json.dumps(summary.to_dict()))
+    else:
+        print_plan_summary(summary, Console())
+
+
+@app.command()
+def pack(
+    inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
+    tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
+    prompt_field: PromptField = None, response_field: ResponseField = None,
+    text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
+    on_empty: OnEmpty = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output (only once the new one is complete).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Tokenize (cached) and print the plan; write nothing.")] = False,
+    cache_dir: CacheDir = None,
+    max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
+    fixed_length: FixedLength = None, convention: Convention = "packtool",
+    algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
+    json_out: JsonOut = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
+    plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
+) -> None:
+    """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
+    from packtool.tokenize.config import TokenizeConfig
+    from packtool.planning.core import PackingConfig
+    from packtool.cli.printing import print_plan_summary
+    try:
+        align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+        cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+        tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template,
+                             shape=shape or "auto", prompt_field=prompt_field,
+                             response_field=response_field, text_field=text_field,
+                             add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
+        if engine not in ("local", "ray"):
+            raise ValueError(f"--engine must be local or ray, got {engine!r}")
+        if plan_shard_rows is not None and plan_shard_rows < 0:
+            raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {plan_shard_rows}")
+        if engine == "ray":
+            from packtool.engines import pack_ray as run_pack
+            kw = dict(ray_address=ray_address, plan_shard_rows=plan_shard_rows)
+        else:
+            from packtool.packing import pack as run_pack
+            kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
+        res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
+                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if json_out:
+        d = res.summary.to_dict()
+        d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
+                 tokenize_seconds=res.tokenize_seconds, write_seconds=res.write_seconds)
+        if hasattr(res.plan, "stats"):
+            d["sharded_plan"] = res.plan.stats.to_dict()
+        print(json.dumps(d))
+        return
+    con = Console()
+    print_plan_summary(res.summary, con)
+    if hasattr(res.plan, "stats") and res.plan.stats.shards > 1:  # one shard: the global plan
+        st = res.plan.stats
+        con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
+                  f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")
+    if res.output:
+        mb = sum(s.bytes for s in res.shards) / 1e6
+        con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
+                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.")
+
+
+@app.command()
+def inspect(
+    directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
+    lengths: Annotated[Optional[str], typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths (before packing).")] = None,
+    plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (pass the flags plan used).")] = None,
+    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
+    max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
+    fixed_length: FixedLength = None, convention: Convention = "packtool",
+    algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
+    compare: Annotated[bool, typer.Option("--compare", help="Also plan the same lengths with every algorithm and convention.")] = False,
+    what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Try nearby capacities for less padding.")] = True,
+    html: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report (inline SVG) to FILE.")] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
+    from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
+    from packtool.cli.printing import print_inspect_report
+    if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
+        _fail(ValueError("give exactly one of DIR, --lengths FILE or --plan FILE"))
+    try:
+        if directory is not None:
+            report = inspect_packed(directory, compare=compare, what_if=what_if)
+        else:
+            from packtool.planning.core import PackingConfig, load_lengths
+            align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+            cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+            if lengths is not None:
+                report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare, what_if=what_if)
+            else:
+                report = inspect_plan_file(plan_file, align, cfg, compare=compare, what_if=what_if)
+        if html:
+            from packtool.inspection.html import write_html
+            write_html(report, html)
+    except (ValueError, OSError, KeyError) as e:
+        _fail(e)
+    if json_out:
+        print(json.dumps(report.to_dict()))
+    else:
+        print_inspect_report(report, Console())
+        if html:
+            Console().print(f"HTML report: {html}")
+
+
+@app.command()
+def verify(
+    directory: Annotated[str, typer.Argument(help="Packed output directory (manifest.json + slabs-*.parquet).")],
+    source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
+    tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
+    prompt_field: PromptField = None, response_field: ResponseField = None,
+    text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
+    on_empty: OnEmpty = None, cache_dir: CacheDir = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
+    max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
+    json_out: JsonOut = False,
+) -> None:
+    """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
+    from packtool.cli.printing import print_verify_report
+    from packtool.verification.run import source_store, source_tokenize_config, verify as run_verify
+    flat = fingerprint = None
+    try:
+        if source:
+            from packtool.slabs.format import read_manifest
+            tok = source_tokenize_config(read_manifest(directory), tokenizer=tokenizer,
+                                         chat_template=chat_template, shape=shape,
+                                         prompt_field=prompt_field, response_field=response_field,
+                                         text_field=text_field, add_bos=add_bos, add_eos=add_eos,
+                                         on_empty=on_empty)
+            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
+        report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
+                            source_fingerprint=fingerprint)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if json_out:
+        print(json.dumps(report.to_dict(), default=str))
+    else:
+        print_verify_report(report, Console())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+from packtool.megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
+
+app.command("train")(train_command)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

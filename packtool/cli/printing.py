@@ -1,0 +1,136 @@
+"""Plan summaries for people (rich tables) and programs (JSON): the figures `plan` prints."""
+from __future__ import annotations
+
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from packtool.planning.summary import PlanSummary
+from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
+
+
+
+def _pct(x: int, total: int) -> str:
+    return f"{100.0 * x / total:.2f}%" if total else "-"
+
+
+def print_plan_summary(s: PlanSummary, console: Console) -> None:
+    a, pad, o = s.alignment, s.padding, s.overflow
+    console.print(f"[bold]{s.packing['algorithm']}[/] · tp={a['tp']} cp={a['cp']} "
+                  f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']} "
+                  f"U={a['usable']} · s={a['s']} t={a['t']} · {a['convention']} convention")
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_column("share", justify="right")
+    cap = pad.capacity_tokens
+    t.add_row("sequences", f"{s.sequences:,}", "")
+    t.add_row("slabs", f"{s.slabs:,}", "")
+    t.add_row("lower bound / L2", f"{s.lower_bound:,} / {s.l2_bound:,}",
+              f"+{s.excess_over_bound:,} ({_pct(s.excess_over_bound, max(s.lower_bound, s.l2_bound))})")
+    t.add_row("real tokens", f"{pad.real_tokens:,}", _pct(pad.real_tokens, cap))
+    t.add_row("layout gaps (per sequence, CP)", f"{pad.layout_pad:,}", _pct(pad.layout_pad, cap))
+    t.add_row("tail pads (per slab, TP/SP/FP8)", f"{pad.tail_pad:,}", _pct(pad.tail_pad, cap))
+    t.add_row("fixed-length fill", f"{pad.fill_pad:,}", _pct(pad.fill_pad, cap))
+    t.add_row("slack (unused capacity)", f"{pad.slack:,}", _pct(pad.slack, cap))
+    t.add_row(f"overflow ({o.policy})", f"{o.sequences:,} sequences",
+              f"chunks {o.chunks:,} · targets lost {o.targets_lost:,} · dropped {o.tokens_dropped:,}"
+              f" · singletons {o.singletons:,}")
+    if s.packing["dp"] > 1:
+        t.add_row(f"dp={s.packing['dp']}", f"imbalance {100 * s.dp_imbalance:.2f}%",
+                  f"{s.dp_moved:,} sequences moved")
+    t.add_row("planning", f"{s.plan_seconds:.3f} s", "")
+    console.print(t)
+
+
+def print_verify_report(r, console: Console) -> None:
+    """`packtool verify` in the terminal: a verdict line, then one line per problem (the first
+    few of each check), each naming where, what broke, and expected vs found."""
+    rate = r.physical_tokens / r.seconds if r.seconds else 0.0
+    rate_s = f"{rate / 1e6:.1f}M" if rate >= 1e6 else f"{rate / 1e3:.0f}k"
+    what = "structure and source tokens" if r.source_checked else "structure (no --source)"
+    console.print(f"{r.directory}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+                  f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
+                  f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
+    for n in r.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False, soft_wrap=True)
+    if r.ok:
+        console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
+        return
+    shown: dict = {}
+    for p in r.problems:
+        shown[p.check] = shown.get(p.check, 0) + 1
+        ef = "" if p.expected is None and p.found is None else f" [dim](expected {p.expected}, found {p.found})[/]"
+        console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(p.location())}: {escape(p.message)}{ef}",
+                      highlight=False, soft_wrap=True)
+    for check, n in sorted(r.counts.items()):
+        if n > shown.get(check, 0):
+            console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")
+    console.print(f"[bold red]FAILED[/]: {sum(r.counts.values()):,} problem(s) in "
+                  f"{len(r.counts)} check(s): {', '.join(sorted(r.counts))}", highlight=False, soft_wrap=True)
+
+
+# --- inspect -------------------------------------------------------------------------------
+# One list of (label, value, share) figures feeds the terminal table and the HTML page, so
+# the two cannot show different numbers; the JSON carries the same values unformatted.
+
+
+def print_inspect_report(r, console: Console) -> None:
+    a = r.alignment
+    console.print(f"[bold]{r.kind}[/] {r.path or ''} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
+                  f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']:,} U={a['usable']:,}"
+                  + (f" fixed={a['fixed_length']:,}" if a["fixed_length"] else "")
+                  + f" · s={a['s']} t={a['t']} · {a['convention']} convention", highlight=False)
+    t = Table(show_header=True, header_style="bold", title="Where the tokens went")
+    for c, j in (("figure", "left"), ("value", "right"), ("share", "right")):
+        t.add_column(c, justify=j)
+    for row in inspect_figures(r):
+        t.add_row(*row)
+    console.print(t)
+    line = what_if_line(r)
+    if line:
+        console.print(f"[bold cyan]{line}[/]", highlight=False)
+    for title, h, integer in (("Slab fill (real tokens / U, non-singleton slabs)", r.fill_histogram, False),
+                              ("Sequence lengths (tokens)", r.length_histogram, True)):
+        ht = Table(title=title, show_header=True, header_style="bold")
+        ht.add_column("bin")
+        ht.add_column("slabs" if not integer else "sequences", justify="right")
+        ht.add_column("")
+        for row in histogram_rows(h, integer):
+            ht.add_row(*row)
+        console.print(ht)
+    dt = Table(title=f"Per DP rank (dp={r.dp.dp})", show_header=True, header_style="bold")
+    for c in ("rank", "slabs", "real tokens", "physical tokens", "compute", ""):
+        dt.add_column(c, justify="right")
+    top = max((x.compute for x in r.dp.ranks), default=0)
+    for x in r.dp.ranks:
+        dt.add_row(str(x.rank), fmt_int(x.slabs), fmt_int(x.real_tokens), fmt_int(x.physical_tokens),
+                   f"{x.compute:,.0f}", bar(x.compute, top, 20))
+    console.print(dt)
+    wt = Table(title="Worst slabs (padding + unused capacity)", show_header=True, header_style="bold")
+    for c in ("slab", "where", "segs", "real", "physical", "layout", "tail", "fill", "slack", "fill %"):
+        wt.add_column(c, justify="right")
+    for w in r.worst_slabs:
+        wt.add_row(str(w.slab), w.location, str(w.segments), fmt_int(w.real_tokens), fmt_int(w.physical_tokens),
+                   fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad), fmt_int(w.slack),
+                   fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
+    console.print(wt)
+    if r.compare:
+        console.print(compare_table(r))
+    console.print(f"inspect took {r.seconds:.2f} s", style="dim")
+
+
+def compare_table(r) -> Table:
+    ct = Table(title="Same lengths, other algorithms and conventions", show_header=True, header_style="bold")
+    for c in ("convention", "algorithm", "s", "t", "slabs", "bound", "efficiency", "waste", ""):
+        ct.add_column(c, justify="right")
+    top = max((c.waste for c in r.compare if c.error is None), default=0)
+    for c in r.compare:
+        if c.error:
+            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{c.error}[/]")
+            continue
+        ct.add_row(c.convention, c.algorithm, str(c.s), str(c.t), fmt_int(c.slabs),
+                   fmt_int(max(c.lower_bound, c.l2_bound)), fmt_pct(c.efficiency), fmt_pct(c.waste),
+                   bar(c.waste, top, 20))
+    return ct

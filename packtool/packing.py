@@ -1,0 +1,263 @@
+"""`pack`: raw or tokenized data in, verifiable slabs out (the main job).
+
+tokenize (cached) -> plan (lengths only) -> write shards to a temporary directory ->
+manifest last -> swap the directory into place. An interrupted or failed pack never touches
+a previous output at the same path.
+
+The plan is made in row shards whose placements spill to disk (packtool.planning.spill; each
+writer thread reads only its own shard's segments, slabs/routed.py), so memory does not
+grow with the rows; `plan_shard_rows=0` plans globally in memory instead. Rows that fit in
+one shard get exactly the global plan, and the same bytes.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, is_dataclass, replace
+from typing import Callable
+
+if "pyarrow" not in sys.modules and sys.platform.startswith("linux"):
+    # Arrow picks its default allocator once, when it loads. With the shard-writer threads,
+    # jemalloc measured 174 vs ~221 MiB peak RSS growth and ~10% less CPU than pyarrow's
+    # mimalloc at 1M sequences (BENCHMARKS.md, Pack end to end); an explicit
+    # ARROW_DEFAULT_MEMORY_POOL wins, and a caller that loaded pyarrow first keeps its pool.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+
+import numpy as np  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
+from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
+from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
+from packtool.slabs.format import build_manifest, write_manifest  # noqa: E402
+from packtool.slabs.format import ShardInfo  # noqa: E402
+from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
+from packtool.planning.core import PackingConfig, Plan, plan as make_plan  # noqa: E402
+from packtool.planning.sharded import ShardedPlan  # noqa: E402
+from packtool.planning.slabs import SlabSpec  # noqa: E402
+from packtool.planning.spill import PLAN_SHARD_ROWS  # noqa: E402
+from packtool.planning.summary import PlanSummary, plan_summary  # noqa: E402
+
+
+class OutputExistsError(FileExistsError):
+    pass
+
+
+@dataclass(frozen=True)
+class PackResult:
+    output: str | None  # None for a dry run
+    plan: Plan | ShardedPlan  # sharded: per-slab arrays only (its placements are gone)
+    summary: PlanSummary
+    shards: list[ShardInfo]
+    loss_tokens: int
+    cache_path: str
+    tokenize_seconds: float
+    write_seconds: float
+
+
+def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
+         tokenize: TokenizeConfig | None = None, output: str | None = None,
+         overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
+         progress: bool = False, shard_tokens: int = 64 << 20,
+         workers: int | None = None, plan_shard_rows: int | None = None) -> PackResult:
+    """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
+    if tokenize is None:
+        raise ValueError("a TokenizeConfig is needed (--tokenizer)")
+    check_output(output, overwrite, dry_run)
+    t0 = time.perf_counter()
+    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+    return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
+                      progress=progress, shard_tokens=shard_tokens,
+                      tokenize_seconds=time.perf_counter() - t0, workers=workers,
+                      plan_shard_rows=plan_shard_rows)
+
+
+def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
+    """Refuse before any work is done, never after."""
+    if dry_run:
+        return
+    if not output:
+        raise ValueError("--output is required (or use --dry-run)")
+    if os.path.exists(output) and not overwrite:
+        raise OutputExistsError(f"{output} exists: pass --overwrite to replace it")
+
+
+def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig | None = None,
+               output: str | None = None, overwrite: bool = False, dry_run: bool = False,
+               progress: bool = False, shard_tokens: int = 64 << 20,
+               tokenize_seconds: float = 0.0, workers: int | None = None,
+               plan_shard_rows: int | None = None) -> PackResult:
+    """Plan a tokenized cache's rows and write the slabs + manifest to `output`; shards are
+    written by up to `workers` threads of this process (default: one per core; the bytes do
+    not depend on it). The plan is made in shards of `plan_shard_rows` rows (default
+    `PLAN_SHARD_ROWS`) spilled to disk; 0 plans every row at once in memory."""
+    packing = packing or PackingConfig()
+    check_output(output, overwrite, dry_run)
+    shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else int(plan_shard_rows)
+    if shard_rows < 0:
+        raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {shard_rows}")
+    if shard_rows and cache.num_rows:
+        return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
+                             tokenize_seconds, workers, shard_rows)
+    lengths = cache.lengths()
+    p = make_plan(lengths, alignment, packing)
+    summary = plan_summary(p)
+    if dry_run:
+        return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
+    release_memory()  # the planner's freed temporaries, before the write needs its own
+    t1 = time.perf_counter()
+    tokens = flat_store_for(cache)
+    if not np.array_equal(np.diff(tokens.offsets), lengths):
+        raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
+    shards, loss = write_output(p, summary, cache, output, lambda tmp, pad_id: write_shards(
+        p, tokens, tmp, pad_id, shard_tokens=shard_tokens, on_rows=_progress_cb(progress, p.num_slabs),
+        workers=workers))
+    return PackResult(output, p, summary, shards, loss, cache.path, tokenize_seconds,
+                      time.perf_counter() - t1)
+
+
+def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig,
+                  output: str | None, dry_run: bool, progress: bool, shard_tokens: int,
+                  tokenize_seconds: float, workers: int | None, shard_rows: int) -> PackResult:
+    """`pack_cache` with the plan in row shards spilled beside the output (or to the system's
+    temporary directory for a dry run); the spill goes whatever happens. While the shards
+    are written, the plan's per-slab arrays wait on disk too."""
+    from packtool.slabs.routed import SpilledShards, write_spilled
+    from packtool.planning.spill import plan_spilled
+
+    store_dir = flat_store_for(cache).directory  # built (or rebuilt from an older layout) once
+    release_memory()
+    spill = _spill_dir(output)
+    try:
+        sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
+        summary = sp.summary()
+        if dry_run:
+            return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
+                              tokenize_seconds, 0.0)
+        t1 = time.perf_counter()
+        shards_in = SpilledShards.route(sp, store_dir, spill, shard_tokens)
+        stash, n_slabs, config = os.path.join(spill, "plan.pkl"), sp.num_slabs, sp.spec(0, 0)
+        with open(stash, "wb") as f:
+            pickle.dump(replace(sp, handles=[]), f, protocol=pickle.HIGHEST_PROTOCOL)
+        del sp
+        release_memory()  # the plan and the routing's temporaries, before the writers start
+        shards, loss = write_output(config, summary, cache, output, lambda tmp, pad_id: write_spilled(
+            shards_in, store_dir, tmp, pad_id, on_rows=_progress_cb(progress, n_slabs), workers=workers))
+        with open(stash, "rb") as f:
+            sp = pickle.load(f)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    return PackResult(output, sp, summary, shards, loss, cache.path, tokenize_seconds,
+                      time.perf_counter() - t1)
+
+
+def _spill_dir(output: str | None) -> str:
+    """A fresh directory beside the output (same file system as the write), else in the
+    system's temporary directory."""
+    if not output:
+        return tempfile.mkdtemp(prefix="packtool-spill-")
+    parent = os.path.dirname(os.path.abspath(output)) or "."
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.packtool-spill-",
+                            dir=parent)
+
+
+def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,
+                 output: str, write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
+    """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
+    directory, then the manifest goes last and the directory is swapped into place. On any
+    failure (Ctrl-C included) the temporary directory goes and `output` is untouched. Of `p`
+    the manifest reads the alignment and packing config only."""
+    info = _plain(cache.tokenizer_info) or {}
+    tmp = _temp_dir(output)
+    try:
+        shards = write_fn(tmp, _pad_id(info))
+        loss = sum(s.loss_tokens for s in shards)
+        inp = {"fingerprint": cache.fingerprint,
+               "files": [_plain(f) for f in cache.input_files],
+               "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
+        write_manifest(tmp, build_manifest(p, shards, manifest_stats(summary, loss), info, inp))
+        _swap_into_place(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return shards, loss
+
+
+def _plain(x):
+    if is_dataclass(x):
+        return asdict(x)
+    if isinstance(x, (tuple, list)):
+        return list(x)
+    return x
+
+
+def _pad_id(info: dict) -> int:
+    for k in ("pad_id", "eos_id"):
+        if info.get(k) is not None:
+            return int(info[k])
+    return 0
+
+
+def _temp_dir(output: str) -> str:
+    parent = os.path.dirname(os.path.abspath(output)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(output))}.packtool-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
+
+
+def _swap_into_place(tmp: str, output: str) -> None:
+    """The old output stays whole until the new one is complete; then two renames, with
+    SIGINT held back so that Ctrl-C cannot land between them and leave no output at all."""
+    import signal
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        if os.path.exists(output):
+            old = tmp + ".old"
+            os.replace(output, old)
+            os.replace(tmp, output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output)
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
+    """The manifest's `stats` block."""
+    pad = s.padding
+    return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
+            "real_tokens": pad.real_tokens, "loss_tokens": loss_tokens,
+            "physical_tokens": pad.physical_tokens, "layout_pad": pad.layout_pad,
+            "tail_pad": pad.tail_pad, "fill_pad": pad.fill_pad, "slack": pad.slack,
+            "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
+            "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
+            "overflow": asdict(s.overflow)}
+
+
+def _progress_cb(progress: bool, total: int):
+    if not progress:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    bar = Progress(TextColumn("Writing "), BarColumn(), MofNCompleteColumn(), TextColumn("slabs"),
+                   transient=False)
+    task = bar.add_task("write", total=total)
+    bar.start()
+    done = [0]
+
+    def cb(n: int) -> None:
+        done[0] += n
+        bar.update(task, advance=n)
+        if done[0] >= total:
+            bar.stop()
+    return cb

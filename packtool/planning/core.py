@@ -1,0 +1,261 @@
+"""Planning: lengths in, slabs out (which segment goes where), before any token moves.
+
+`plan()` applies the overflow policy, asks `packers` to place footprints, optionally assigns
+slabs to DP ranks and steps, shuffles slab order by seed and computes the layout through
+`layout.compute_layout`. Everything downstream (writer, inspect, verify) reads a `Plan`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from packtool.align import Alignment
+from packtool.layout import Layout, compute_layout
+from packtool.packers import ALGORITHMS, assign_dp, pack_items
+
+OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
+# DESIGN section 3: strict packers refuse by default; mffd/balanced keep the seed's soft cap.
+DEFAULT_OVERFLOW = {"ffd": "error", "bfd": "error", "mffd": "singleton", "balanced": "singleton"}
+
+
+class PlanError(ValueError):
+    """A plan cannot be made as asked; the message names the row and the flag that fixes it."""
+
+
+@dataclass(frozen=True)
+class PackingConfig:
+    algorithm: str = "bfd"
+    overflow: str | None = None  # None: the algorithm's default
+    dp: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise PlanError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+        pol = self.overflow or DEFAULT_OVERFLOW[self.algorithm]
+        if pol not in OVERFLOW_POLICIES:
+            raise PlanError(f"--overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
+        object.__setattr__(self, "overflow", pol)
+        if self.dp < 1:
+            raise PlanError(f"--dp must be >= 1, got {self.dp}")
+
+
+@dataclass(frozen=True)
+class OverflowStats:
+    policy: str
+    sequences: int = 0  # sequences whose footprint exceeds the usable capacity
+    chunks: int = 0  # segments produced from them (split)
+    targets_lost: int = 0  # next-token targets lost at split boundaries
+    tokens_dropped: int = 0  # truncate
+    singletons: int = 0
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Items to place after the overflow policy: a whole sequence or a chunk of one."""
+
+    source: np.ndarray  # int64 source row
+    offset: np.ndarray  # int64 first token inside the source row
+    length: np.ndarray  # int64 real tokens
+    chunk: np.ndarray  # int32 chunk number (0 for whole sequences)
+    singleton: np.ndarray  # bool: placed alone, footprint > U
+
+
+@dataclass(frozen=True)
+class Plan:
+    alignment: Alignment
+    packing: PackingConfig
+    num_sequences: int
+    # segments in on-disk order: slab b holds seg_*[slab_offsets[b]:slab_offsets[b+1]]
+    seg_source: np.ndarray
+    seg_offset: np.ndarray
+    seg_len: np.ndarray
+    seg_chunk: np.ndarray
+    slab_offsets: np.ndarray
+    singleton: np.ndarray  # bool per slab
+    slab_index: np.ndarray  # int64 per slab: plan order before the seeded shuffle
+    dp_rank: np.ndarray
+    step: np.ndarray
+    microbatch: np.ndarray
+    layout: Layout
+    overflow: OverflowStats
+    lower_bound: int
+    l2_bound: int
+    dp_imbalance: float
+    dp_moved: int
+    seconds: float = field(compare=False)
+
+    @property
+    def num_slabs(self) -> int:
+        return self.slab_offsets.size - 1
+
+
+def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
+                   first_row: int = 0) -> tuple[Segments, OverflowStats]:
+    """Segments of `lengths` under the overflow policy; sources are numbered from `first_row`
+    (a length shard of a larger input), and so are the rows errors name."""
+    lengths = np.asarray(lengths, np.int64)
+    if lengths.size and lengths.min() < 1:
+        bad = int(np.flatnonzero(lengths < 1)[0])
+        raise PlanError(f"sequence {first_row + bad} has {int(lengths[bad])} tokens: every sequence needs at least 1")
+    U = align.usable
+    over = align.seq_footprint(lengths) > U
+    n_over = int(over.sum())
+    idx = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
+    zeros = np.zeros(lengths.size, np.int64)
+    if n_over == 0 or policy == "singleton":
+        segs = Segments(idx, zeros, lengths, zeros.astype(np.int32), over)
+        return segs, OverflowStats(policy, n_over, singletons=n_over if policy == "singleton" else 0)
+    if policy == "error":
+        i = int(np.flatnonzero(over)[0])
+        raise PlanError(
+            f"sequence {first_row + i} has {int(lengths[i])} tokens; aligned footprint "
+            f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} "
+            f"({n_over} such sequences): raise --max-tokens or use --overflow split|truncate|singleton")
+    if policy == "truncate":
+        new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
+        st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))
+        return Segments(idx, zeros, new, zeros.astype(np.int32), np.zeros(lengths.size, bool)), st
+    # split: chunks of U tokens (U is a multiple of s); each boundary loses one target
+    n_chunks = np.where(over, -(-lengths // U), 1)
+    row = np.repeat(np.arange(lengths.size), n_chunks)
+    first = np.concatenate(([0], np.cumsum(n_chunks)[:-1]))
+    chunk = (np.arange(row.size) - np.repeat(first, n_chunks)).astype(np.int32)
+    offset = chunk.astype(np.int64) * U
+    length = np.minimum(lengths[row] - offset, U)
+    src = idx[row]
+    st = OverflowStats(policy, n_over, chunks=int(n_chunks[over].sum()),
+                       targets_lost=int((n_chunks[over] - 1).sum()))
+    return Segments(src, offset, length, chunk, np.zeros(src.size, bool)), st
+
+
+def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) -> Plan:
+    """Place sequences of the given token lengths into slabs. See DESIGN sections 2-3."""
+    packing = packing or PackingConfig()
+    return plan_with(lengths, alignment, packing,
+                     lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
+
+
+def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
+              pack_fn: Callable[[np.ndarray], np.ndarray]) -> Plan:
+    """`plan`, with the placement of the footprints that fit given by `pack_fn(footprints)
+    -> bin id per item` (sharded planning passes its own); everything else is shared."""
+    t0 = time.perf_counter()
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    segs, ovf = apply_overflow(lengths, alignment, packing.overflow)
+    fp = alignment.seq_footprint(segs.length)
+    fits = ~segs.singleton
+    bin_of = np.empty(segs.length.size, np.int64)
+    n_packed = 0
+    if fits.any():
+        bin_of[fits] = pack_fn(fp[fits])
+        n_packed = int(bin_of[fits].max()) + 1
+    bin_of[~fits] = n_packed + np.arange(int((~fits).sum()))
+    n_bins = int(bin_of.max()) + 1 if bin_of.size else 0
+    rank = np.zeros(n_bins, np.int32)
+    step = np.arange(n_bins, dtype=np.int32)
+    imbalance, moved = 0.0, 0
+    if packing.dp > 1:
+        cap = max(alignment.usable, int(fp.max()))
+        dpa = assign_dp(bin_of, fp, segs.length, cap, packing.dp)
+        bin_of, rank, step = dpa.bin_of_item, dpa.rank, dpa.step
+        imbalance, moved = float(dpa.imbalance), int(dpa.moved_items)
+        n_bins = rank.size
+    order_bins, steps_sorted = slab_order(rank, step, packing)
+    new_id = np.empty(n_bins, np.int64)
+    new_id[order_bins] = np.arange(n_bins)
+    slab_of = new_id[bin_of]
+    seg_order = np.argsort(slab_of, kind="stable")  # within a slab: input order
+    counts = np.bincount(slab_of, minlength=n_bins)
+    slab_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    seg_len = segs.length[seg_order]
+    single = np.zeros(n_bins, bool)
+    single[slab_of[~fits]] = True
+    lay = compute_layout(seg_len, slab_offsets, alignment)
+    return Plan(
+        alignment=alignment, packing=packing, num_sequences=int(lengths.size),
+        seg_source=segs.source[seg_order], seg_offset=segs.offset[seg_order], seg_len=seg_len,
+        seg_chunk=segs.chunk[seg_order], slab_offsets=slab_offsets, singleton=single,
+        slab_index=order_bins.astype(np.int64), dp_rank=rank[order_bins].astype(np.int32),
+        step=np.asarray(steps_sorted, np.int32), microbatch=np.zeros(n_bins, np.int32),
+        layout=lay, overflow=ovf, lower_bound=alignment.lower_bound(segs.length),
+        l2_bound=alignment.l2_bound(segs.length), dp_imbalance=imbalance, dp_moved=moved,
+        seconds=time.perf_counter() - t0)
+
+
+def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """On-disk slab order (bin ids in disk order) and the step of each slab in that order.
+    A seeded shuffle, never sorted by length; with DP, whole steps are shuffled, each step's
+    slabs stay together in rank order, and steps are renumbered in disk order so consumers
+    read them in sequence. Per bin only: sharded planning calls it on the driver too."""
+    rng = np.random.default_rng(packing.seed)
+    if packing.dp <= 1:
+        order = rng.permutation(rank.size)
+        return order, step[order]
+    perm = rng.permutation(int(step.max()) + 1)
+    order = np.lexsort((rank, perm[step]))
+    steps = step[order]
+    return order, np.cumsum(np.concatenate(([0], np.diff(steps) != 0)))
+
+
+def load_lengths(path: str, column: str | None = None) -> np.ndarray:
+    """Integer lengths from .npy, Parquet, Arrow IPC/Feather or a text file of one per line."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        raise PlanError(f"{path}: no such file (--lengths)")
+    try:
+        if path.endswith(".npy"):
+            arr = np.load(path)
+            return _check_lengths(np.asarray(arr).reshape(-1), path)
+        if path.endswith((".txt", ".csv")):
+            return _check_lengths(np.loadtxt(path, dtype=np.int64, ndmin=1), path)
+        table = pq.read_table(path) if path.endswith(".parquet") else feather.read_table(path)
+    except (OSError, ValueError, pa.ArrowInvalid) as e:
+        raise PlanError(f"{path}: cannot read lengths ({e})") from None
+    names = [f.name for f in table.schema if pa.types.is_integer(f.type)]
+    col = column or ("length" if "length" in names else (names[0] if len(names) == 1 else None))
+    if col is None or col not in table.column_names:
+        raise PlanError(f"{path}: pick the lengths column with --column (integer columns: {names})")
+    return _check_lengths(table.column(col).to_numpy(), path)
+
+
+def _check_lengths(arr: np.ndarray, path: str) -> np.ndarray:
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise PlanError(f"{path}: lengths must be integers, got {arr.dtype}")
+    if arr.size == 0:
+        raise PlanError(f"{path}: no lengths")
+    return arr.astype(np.int64)
+
+
+def write_plan(p: Plan, path: str) -> None:
+    """One row per segment: slab, dp_rank, step, source_index, chunk_index, offsets, lengths."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lay = p.layout
+    real = ~lay.is_fill
+    slab = lay.bin_of_segment()[real]
+    table = pa.table({
+        "slab": pa.array(slab, pa.int64()),
+        "dp_rank": pa.array(p.dp_rank[slab], pa.int32()),
+        "step": pa.array(p.step[slab], pa.int32()),
+        "source_index": pa.array(p.seg_source, pa.int64()),
+        "chunk_index": pa.array(p.seg_chunk, pa.int32()),
+        "source_offset": pa.array(p.seg_offset, pa.int64()),
+        "length": pa.array(p.seg_len, pa.int32()),
+        "padded": pa.array(lay.seg_padded[real], pa.int32()),
+        "start": pa.array(lay.seg_start[real], pa.int32()),
+    })
+    tmp = path + ".tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)

@@ -1,0 +1,191 @@
+"""The slab format's one owner: the Parquet schema, the manifest (write, read, validate,
+defaults) and the names of a packed output's files. FORMAT.md is its prose; verify, inspect,
+the Megatron dataset (`slabs.reader`) and users' own readers all go through here.
+
+A packed output is a folder of shards plus `manifest.json`, written last: its presence means
+the output is whole (docs/DESIGN.md, "The slab format").
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, is_dataclass
+
+import pyarrow as pa
+
+from packtool import __version__
+from packtool.align import Alignment, AlignmentError
+from packtool.errors import PacktoolInputError
+from packtool.planning.core import PackingConfig, Plan, PlanError
+
+MANIFEST = "manifest.json"
+FORMAT_NAME = "packtool-slabs"
+
+
+class FormatError(PacktoolInputError):
+    """A packed output that this packtool cannot read: no manifest, another format or
+    version, a damaged or edited manifest, a shard name that leaves the folder."""
+
+
+SCHEMA_VERSION = 1
+
+
+SCHEMA = pa.schema([
+    ("input_ids", pa.list_(pa.int32())),
+    ("loss_mask", pa.list_(pa.uint8())),
+    ("seq_lens", pa.list_(pa.int32())),
+    ("cu_seqlens", pa.list_(pa.int32())),
+    ("cu_seqlens_padded", pa.list_(pa.int32())),
+    ("cp_offsets", pa.list_(pa.int32())),
+    ("source_index", pa.list_(pa.int64())),
+    ("chunk_index", pa.list_(pa.int32())),
+    ("source_offset", pa.list_(pa.int64())),
+    ("num_tokens", pa.int32()),
+    ("num_loss_tokens", pa.int32()),
+    ("layout_pad", pa.int32()),
+    ("tail_pad", pa.int32()),
+    ("fill_pad", pa.int32()),
+    ("singleton", pa.bool_()),
+    ("slab_index", pa.int64()),
+    ("dp_rank", pa.int32()),
+    ("step", pa.int32()),
+    ("microbatch", pa.int32()),
+], metadata={b"packtool.schema_version": str(SCHEMA_VERSION).encode()})
+
+
+# Parquet BYTE_STREAM_SPLIT for integers: readers need Parquet format 2.11 (pyarrow >= 17)
+TOKEN_ENCODING = {"input_ids.list.element": "BYTE_STREAM_SPLIT",
+                  "loss_mask.list.element": "BYTE_STREAM_SPLIT"}
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    file: str
+    rows: int
+    tokens: int  # physical tokens
+    loss_tokens: int
+    bytes: int
+    xxh3_128: str  # checksum.SHARD_CHECKSUM, the manifest's key
+
+
+def _plain(x):
+    return asdict(x) if is_dataclass(x) else x
+
+
+def alignment_dict(a: Alignment) -> dict:
+    return dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
+                fixed_length=a.fixed_length, convention=a.convention, s=a.s, t=a.t, usable=a.usable)
+
+
+def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: dict,
+                   input_info: dict) -> dict:
+    """Everything a reader needs to check and consume the slabs; no timings, so the same
+    input and config give a byte-identical manifest."""
+    return {
+        "format": FORMAT_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "packtool_version": __version__,
+        "config": {"alignment": alignment_dict(plan.alignment), "packing": _plain(plan.packing)},
+        "tokenizer": tokenizer,
+        "input": input_info,
+        "stats": stats,
+        "shards": [_plain(s) for s in shards],
+    }
+
+
+def write_manifest(directory: str, manifest: dict) -> str:
+    path = os.path.join(directory, MANIFEST)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(directory: str) -> dict:
+    """The manifest as written, after the checks every reader needs: it exists, parses, and
+    names this format and version."""
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.exists(path):
+        raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
+                          f"pack: re-run `packtool pack`)")
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") != SCHEMA_VERSION:
+        fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
+        raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
+                          f"{FORMAT_NAME!r} schema {SCHEMA_VERSION}")
+    return m
+
+
+def manifest_config(m: dict, where: str = MANIFEST) -> tuple[Alignment, PackingConfig]:
+    """The alignment and packing config a manifest records, with the format's one set of
+    defaults; the derived multiples must agree with what this packtool computes."""
+    cfg = m.get("config")
+    try:
+        a, pk = cfg["alignment"], cfg["packing"]
+        align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
+                          fixed_length=a.get("fixed_length"), convention=a["convention"])
+        packing = PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
+                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+    except (KeyError, TypeError, AlignmentError, PlanError, ValueError) as e:
+        raise FormatError(f"{where}: config cannot be read ({type(e).__name__}: {e}); "
+                          f"the manifest is edited or damaged: re-run `packtool pack`") from None
+    for k in ("s", "t", "usable"):
+        if a.get(k) != getattr(align, k):
+            raise FormatError(f"{where}: config.alignment.{k} is {a.get(k)!r} but {align.describe()} "
+                              f"C={align.capacity} gives {getattr(align, k)}: the manifest was edited")
+    return align, packing
+
+
+def shard_names(m: dict, where: str = MANIFEST) -> list[str]:
+    """The shard file names, each a plain name inside the output folder: a manifest never
+    makes a reader open a file elsewhere."""
+    try:
+        names = [s["file"] for s in m["shards"]]
+    except (KeyError, TypeError) as e:
+        raise FormatError(f"{where}: shards cannot be read ({type(e).__name__}: {e}); "
+                          f"re-run `packtool pack`") from None
+    for n in names:
+        if not isinstance(n, str) or not n or n in (".", "..") or os.path.basename(n) != n or "\\" in n:
+            raise FormatError(f"{where}: shard name {n!r} is not a plain file name in the output "
+                              f"folder; the manifest is edited or damaged")
+    return names
+
+
+@dataclass(frozen=True)
+class SlabManifest:
+    """A packed output's manifest, validated: what a reader of the slabs needs."""
+
+    path: str
+    alignment: Alignment
+    packing: PackingConfig
+    pad_id: int
+    vocab_size: int
+    shards: list[str]
+    raw: dict
+
+    @property
+    def dp(self) -> int:
+        return self.packing.dp
+
+    def shard_path(self, i: int) -> str:
+        return os.path.join(self.path, self.shards[i])
+
+    @classmethod
+    def read(cls, path: str) -> "SlabManifest":
+        m = read_manifest(path)
+        where = os.path.join(path, MANIFEST)
+        align, packing = manifest_config(m, where)
+        tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}
+        try:
+            pad_id, vocab = int(tok.get("pad_id") or 0), int(tok.get("vocab_size") or 0)
+        except (TypeError, ValueError):
+            raise FormatError(f"{where}: tokenizer.pad_id/vocab_size are not integers; "
+                              f"re-run `packtool pack`") from None
+        return cls(path=path, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
+                   shards=shard_names(m, where), raw=m)

@@ -1,0 +1,81 @@
+"""Gather token spans from the flat store file with pread(2), straight into slab buffers.
+
+Shuffled slabs read short spans from everywhere in the store. Through a memory map, the
+kernel maps whole page-cache folios around every span (hundreds of KB each), and RSS grows
+with the store; releasing them costs a madvise per few segments. pread copies just the span
+from the page cache, so the process only ever holds its output buffers.
+
+Every kernel here runs without the GIL: the shard writers are threads, and one thread's
+gather overlaps the other's Parquet encoding.
+"""
+from __future__ import annotations
+
+import os
+
+import numba as nb
+import numpy as np
+from numba import types
+
+from packtool.tokenize.flat_tokens import TOKENS_FILE, token_id, token_loss
+
+# libc's pread, bound by symbol name when the code is linked (not by this process's address),
+# so the compiled gather can be cached on disk; the buffer pointer passes as an integer
+_pread = types.ExternalFunction("pread", types.intp(types.intc, types.intp, types.uintp, types.int64))
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask):
+    """Read each segment's words into its place in `out_ids`, then split them into id and
+    loss flag in place (the span is hot in cache); the first token of every segment
+    predicts nothing inside it, so its flag is cleared. Returns the index of the first
+    segment that could not be read whole, or -1."""
+    bi = out_ids.ctypes.data
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        n = length[i]
+        d = dest[i]
+        if _pread(fd, bi + d * 4, n * 4, a * 4) != n * 4:
+            return i
+        for j in range(d, d + n):
+            v = out_ids[j]
+            out_ids[j] = token_id(v)
+            out_mask[j] = token_loss(v)
+        if n > 0:
+            out_mask[d] = 0
+    return -1
+
+
+@nb.njit(nogil=True, cache=True)
+def fill_pads(out_ids, out_mask, pad_id, start, real, padded):
+    """Every position past a segment's real tokens, up to its padded end, is a pad (pad_id, no
+    loss). Segments tile their slabs, so with the gather every position is written once."""
+    for k in range(start.size):
+        for j in range(start[k] + real[k], start[k] + padded[k]):
+            out_ids[j] = pad_id
+            out_mask[j] = 0
+
+
+@nb.njit(nogil=True, cache=True)
+def row_sums(mask, row_off):
+    """Loss tokens of each row (row r is mask[row_off[r]:row_off[r+1]])."""
+    out = np.zeros(row_off.size - 1, np.int32)
+    for r in range(row_off.size - 1):
+        s = np.int32(0)  # a 32-bit sum of a contiguous slice vectorizes (12x the int64 loop)
+        m = mask[row_off[r]:row_off[r + 1]]
+        for j in range(m.size):
+            s += np.int32(m[j])
+        out[r] = s
+    return out
+
+
+def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+                      length: np.ndarray, dest: np.ndarray, out_ids: np.ndarray,
+                      out_mask: np.ndarray) -> None:
+    fd = os.open(os.path.join(directory, TOKENS_FILE), os.O_RDONLY)
+    try:
+        bad = _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask)
+    finally:
+        os.close(fd)
+    if bad >= 0:
+        raise OSError(f"{directory}: short read of source row {int(src[bad])}; the flat token "
+                      f"store is truncated: delete it (it is rebuilt from the cache)")

@@ -1,0 +1,124 @@
+"""Read a packtool slab directory (FORMAT.md) with bounded memory, through `slabs.format`.
+
+`SlabIndex` holds only the per-slab scalars (a few ints per slab) for the whole output,
+read column by column, row group by row group. Token data are read one row group at a time
+on demand (`SlabReader`, a small LRU of decoded row groups) and sliced per row as numpy
+views of the Arrow buffers: no per-token Python objects.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.slabs.format import SlabManifest
+
+SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
+           "step", "microbatch")
+LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded")
+
+
+@dataclass(frozen=True)
+class SlabIndex:
+    """Scalars of every slab, in on-disk order. `where[i] = (shard, row_group, row)`."""
+
+    shard: np.ndarray
+    row_group: np.ndarray
+    row: np.ndarray
+    num_tokens: np.ndarray
+    num_loss_tokens: np.ndarray
+    stripped: np.ndarray  # tokens without tail pad and fill: sum of round_up(len, s)
+    dp_rank: np.ndarray
+    step: np.ndarray
+    microbatch: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.shard.size)
+
+    @classmethod
+    def build(cls, manifest: SlabManifest) -> "SlabIndex":
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row",
+                                                              *SCALARS)}
+        for si in range(len(manifest.shards)):
+            pf = pq.ParquetFile(manifest.shard_path(si))
+            for rg in range(pf.num_row_groups):
+                t = pf.read_row_group(rg, columns=list(SCALARS))
+                n = t.num_rows
+                parts["shard"].append(np.full(n, si, np.int32))
+                parts["row_group"].append(np.full(n, rg, np.int32))
+                parts["row"].append(np.arange(n, dtype=np.int32))
+                for c in SCALARS:
+                    parts[c].append(t.column(c).to_numpy().astype(np.int64))
+        cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
+        return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
+                   num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
+                   stripped=cat["num_tokens"] + cat["layout_pad"], dp_rank=cat["dp_rank"],
+                   step=cat["step"], microbatch=cat["microbatch"])
+
+
+@dataclass
+class SlabRow:
+    """One slab's arrays (numpy views, valid while its row group is cached)."""
+
+    input_ids: np.ndarray  # int32[T]
+    loss_mask: np.ndarray  # uint8[T]
+    seq_lens: np.ndarray  # int32[n_seg]
+    seg_padded: np.ndarray  # int64[n_seg]
+    tail_pad: int
+    fill_pad: int
+
+
+def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return values, offsets
+
+
+class SlabReader:
+    """Random access to slabs by index, decoding at most `cache` row groups at a time."""
+
+    def __init__(self, manifest: SlabManifest, index: SlabIndex, cache: int = 2):
+        self.manifest = manifest
+        self.index = index
+        self._files: dict[int, pq.ParquetFile] = {}
+        self._cache: OrderedDict[tuple[int, int], dict] = OrderedDict()
+        self._cache_size = max(1, cache)
+
+    def _group(self, shard: int, rg: int) -> dict:
+        key = (shard, rg)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        if shard not in self._files:
+            self._files[shard] = pq.ParquetFile(self.manifest.shard_path(shard))
+        t = self._files[shard].read_row_group(rg, columns=[*LISTS, "tail_pad", "fill_pad"])
+        g = {c: _list_column(t.column(c)) for c in LISTS}
+        g["tail_pad"] = t.column("tail_pad").to_numpy()
+        g["fill_pad"] = t.column("fill_pad").to_numpy()
+        self._cache[key] = g
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return g
+
+    def row(self, i: int) -> SlabRow:
+        ix = self.index
+        g = self._group(int(ix.shard[i]), int(ix.row_group[i]))
+        r = int(ix.row[i])
+
+        def sl(c):
+            v, o = g[c]
+            return v[o[r]:o[r + 1]]
+
+        cu_pad = sl("cu_seqlens_padded").astype(np.int64)
+        ids = sl("input_ids")
+        if cu_pad[-1] != ids.size:
+            raise ValueError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
+                             f"{int(ix.row_group[i])} row {r}: cu_seqlens_padded[-1]="
+                             f"{int(cu_pad[-1])} but {ids.size} tokens; run `packtool verify`")
+        return SlabRow(input_ids=ids, loss_mask=sl("loss_mask"), seq_lens=sl("seq_lens"),
+                       seg_padded=np.diff(cu_pad), tail_pad=int(g["tail_pad"][r]),
+                       fill_pad=int(g["fill_pad"][r]))

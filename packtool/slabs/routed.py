@@ -1,0 +1,180 @@
+"""Write a spilled sharded plan (packtool.planning.spill): each output shard from its own files.
+
+`SpilledShards.route` cuts the plan into output shards (`write_shards`' boundaries), routes
+every segment to its shard's file (`plan_spill.route_to_files`) and saves each shard's slab
+values (`SlabSpec`, slab lengths), so the caller can drop the plan during the write. Then
+one thread per core writes whole shards, as `writer.write_shards` does; the main thread puts
+each shard's file in on-disk order (`plan_spill.put_in_order`) just before queueing it. For
+every row group a writer reads that group's segments (36 bytes each), rebuilds the group's
+`Plan` (`SlabSpec.plan`) and writes it through `write_shard_file` and the Ray engine's
+`ShardSlabWriter` (row k of its token store is segment k: here the store's offsets are the
+segments' absolute starts in the flat token file, read with pread). So a thread holds one
+row group's segments, and the bytes are the global plan's writer's: same shards, row groups
+and columns (tested), whatever the number of threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from packtool.slabs.writer import ShardSlabWriter
+from packtool.planning.sharded import ShardedPlan
+from packtool.planning.slabs import SlabSpec
+from packtool.tokenize.flat_tokens import FlatTokens
+from packtool.slabs.writer import GROUP_TOKENS, run_shards, shard_ranges, write_shard_file
+from packtool.slabs.format import ShardInfo
+from packtool.planning.spill import StoreOffsets, load_placement
+from packtool.planning.sharded import shard_routing
+
+_NO_TOKENS = np.zeros(0, np.int32)  # with a directory the writer preads the file, never this
+
+
+class RoutedSlabWriter:
+    """`SlabWriter.batch` for one output shard, from its `SlabSpec` and its routed file `path`
+    (segments in on-disk order); slab numbers are the shard's. Safe in several threads."""
+
+    def __init__(self, spec: SlabSpec, path: str, store_dir: str, pad_id: int):
+        self.spec, self.path, self.store_dir, self.pad_id = spec, path, store_dir, pad_id
+        self.first = np.concatenate(([0], np.cumsum(spec.count))).astype(np.int64)
+
+    def batch(self, b0: int, b1: int):
+        s = read_segments(self.path, int(self.first[b0]), int(self.first[b1]))
+        sp = self.spec
+        sub = dataclasses.replace(sp, **{f: getattr(sp, f)[b0:b1] for f in _PER_SLAB})
+        plan = sub.plan(s["row"], s["off"], s["length"], s["chunk"])
+        store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir)
+        return ShardSlabWriter(plan, store, self.pad_id).batch(0, b1 - b0)
+
+
+_PER_SLAB = ("count", "singleton", "slab_index", "dp_rank", "step")
+
+
+@dataclass(frozen=True)
+class SpilledShards:
+    """The output shards of a spilled plan, ready to write: per shard, its routed segments
+    and its slab values (`SlabSpec` + slab lengths) are files, so the plan itself (per-slab
+    arrays, ~50 bytes a slab) need not stay in memory while the shards are written."""
+    routed: list[str]    # ROUTED records, put in order just before the shard is written
+    specs: list[str]     # pickled (SlabSpec, slab lengths)
+    segments: list[int]  # real segments per shard
+
+    @classmethod
+    def route(cls, sp: ShardedPlan, store_dir: str, spill_dir: str,
+              shard_tokens: int = 64 << 20) -> "SpilledShards":
+        """Cut `sp` into output shards as `write_shards` does (`shard_ranges`)
+        and route every segment (placements in `spill_dir`) to its shard's file."""
+        slab_len = sp.slab_len()
+        ranges = shard_ranges(slab_len, shard_tokens)  # write_shards' cut
+        routed = route_to_files(sp, ranges, store_dir, spill_dir)
+        specs = []
+        for k, (s0, s1) in enumerate(ranges):
+            specs.append(os.path.join(spill_dir, f"spec-{k:05d}.pkl"))
+            with open(specs[-1], "wb") as f:
+                pickle.dump((sp.spec(s0, s1), slab_len[s0:s1]), f, protocol=pickle.HIGHEST_PROTOCOL)
+        return cls(routed, specs, [int(sp.count[s0:s1].sum()) for s0, s1 in ranges])
+
+
+def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id: int,
+                  group_tokens: int = GROUP_TOKENS, on_rows: Callable[[int], None] | None = None,
+                  workers: int | None = None) -> list[ShardInfo]:
+    """Write routed output shards into `directory` as slabs-NNNNN.parquet by up to `workers`
+    threads (default: one per core); `store_dir` is the flat token store. A shard is written
+    whole by one thread, so the bytes do not depend on `workers`."""
+    def order(k: int) -> None:
+        # in the main thread, just before shard k is queued: memory freed here goes back to
+        # the main heap, which malloc_trim returns (a writer thread's would stay resident)
+        put_in_order(shards.routed[k], shards.segments[k])
+
+    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
+        with open(shards.specs[k], "rb") as f:
+            spec, slab_len = pickle.load(f)
+        w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id)
+        info = write_shard_file(w, slab_len, 0, os.path.join(directory, f"slabs-{k:05d}.parquet"),
+                                group_tokens, rows_cb, ahead)
+        os.remove(shards.routed[k])
+        return info
+
+    return run_shards(len(shards.routed), one, workers, on_rows, prepare=order)
+
+
+# One segment of an output shard: source row, offset in the row, absolute token start in
+# the flat store, length, chunk. ROUTED adds its position in the shard (on-disk order).
+SEGMENT = np.dtype([("row", "<i8"), ("off", "<i8"), ("start", "<i8"), ("length", "<i8"),
+                    ("chunk", "<i4")])
+
+
+ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
+
+
+def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: str,
+                   directory: str) -> list[str]:
+    """Every segment of a spilled plan appended to the file of its output shard (`ranges`:
+    runs of slabs) as a `ROUTED` record, one placement at a time (deleted once routed; in
+    this thread, as `SpillRunner` packs). Returns the file of each output shard, for
+    `put_in_order`."""
+    store = StoreOffsets(store_dir)
+    paths = [os.path.join(directory, f"routed-{k:05d}.bin") for k in range(len(ranges))]
+    for p in paths:
+        open(p, "wb").close()  # a shard with no segment cannot exist, but its file always does
+    ends = np.append(sp.first_rows[1:], sp.num_sequences)
+    kind = np.int16 if len(ranges) < 1 << 15 else np.int32  # int16 sorts by radix: faster
+    for j, (handle, args) in enumerate(zip(sp.handles, sp.routing_args(ranges))):
+        r = shard_routing(load_placement(handle), *args)
+        first = int(sp.first_rows[j])
+        offs = store.read(first, int(ends[j]) - first + 1)
+        local = r.row - first
+        if r.row.size and (r.off + r.length > np.diff(offs)[local]).any():
+            raise RuntimeError(f"{store.path}: a planned segment runs past its row (rows from "
+                               f"{first}); the flat token store does not match the plan")
+        shard = r.shard.astype(kind)
+        order = np.argsort(shard, kind="stable")
+        rec = np.empty(order.size, ROUTED)
+        rec["pos"], rec["row"], rec["off"] = r.pos[order], r.row[order], r.off[order]
+        rec["start"] = offs[local[order]] + rec["off"]
+        rec["length"], rec["chunk"] = r.length[order], r.chunk[order]
+        cut = np.searchsorted(shard[order], np.arange(len(ranges) + 1))
+        del r, order, local, offs, shard
+        for k in np.flatnonzero(np.diff(cut)):
+            with open(paths[k], "ab") as f:
+                rec[cut[k]:cut[k + 1]].tofile(f)
+        os.remove(handle)
+    return paths
+
+
+def put_in_order(path: str, n: int) -> None:
+    """Rewrite an output shard's routed records as its `n` SEGMENT records in on-disk order
+    (the same bytes whatever order the records were appended in); every position must come
+    exactly once."""
+    have = os.path.getsize(path) // ROUTED.itemsize
+    if have != n:
+        raise RuntimeError(f"{path}: {have} routed segments for a shard that holds {n}; the "
+                           f"routing does not match the plan")
+    out = np.empty(n, SEGMENT)
+    seen = np.zeros(n, bool)
+    step = 1 << 16  # read in pieces: the records never sit twice in memory
+    with open(path, "rb") as fh:
+        for a in range(0, n, step):
+            rec = np.fromfile(fh, ROUTED, min(step, n - a))
+            pos = rec["pos"]
+            if pos.size and (pos.min() < 0 or pos.max() >= n):
+                raise RuntimeError(f"{path}: a routed position is outside the shard's {n} segments")
+            seen[pos] = True
+            for f in SEGMENT.names:
+                out[f][pos] = rec[f]
+    if not seen.all():
+        raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
+    out.tofile(path)
+
+
+def read_segments(path: str, a: int, e: int) -> dict[str, np.ndarray]:
+    """Segments [a, e) of an output shard (on-disk order) from its routed file: one
+    contiguous array per `SEGMENT` field."""
+    rec = np.fromfile(path, SEGMENT, e - a, offset=a * SEGMENT.itemsize)
+    if rec.size != e - a:
+        raise RuntimeError(f"{path}: segments {a}..{e - 1} asked, the file ends before")
+    return {f: np.ascontiguousarray(rec[f]) for f in SEGMENT.names}

@@ -1,0 +1,361 @@
+"""Slab writer: a `Plan` plus a token store in, FORMAT.md shards out.
+
+Shards are written row group by row group (memory bounded by one row group), zstd, under a
+temporary name; the caller renames the whole output directory when everything is written.
+Shards are independent, so one thread per core writes them: pyarrow encodes and compresses
+without the GIL, and so does the numba gather.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import queue
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Callable, Iterator
+
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
+from packtool.planning.core import Plan
+from packtool.tokenize.checksum import shard_checksum
+from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
+from packtool.slabs.gather import fill_pads, gather_from_files, row_sums
+from dataclasses import replace
+from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather(tokens, tok_off, src, src_off, length, dest, out_ids, out_mask):
+    # copy each segment's tokens into its physical place; the first token of every segment
+    # predicts nothing inside the segment, so it is never a target
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        d = dest[i]
+        for j in range(length[i]):
+            v = tokens[a + j]
+            out_ids[d + j] = token_id(v)
+            out_mask[d + j] = token_loss(v)
+        if length[i] > 0:
+            out_mask[d] = 0
+
+
+def _buffer(n: int, dtype) -> np.ndarray:
+    """A writable array in Arrow's memory pool, where the Parquet writer allocates and frees
+    its own buffers: one allocator reuses the same pages group after group."""
+    return np.frombuffer(pa.allocate_buffer(n * np.dtype(dtype).itemsize), dtype)
+
+
+def _arrow(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """A numpy array as an Arrow array without a copy. `pa.array` on an int32 array scans it
+    (about 5 ns per value here, a second and a half of CPU over 300M tokens) although it
+    does not copy; wrapping the buffer costs nothing."""
+    a = np.ascontiguousarray(values, typ.to_pandas_dtype())
+    return pa.Array.from_buffers(typ, a.size, [None, pa.py_buffer(a)])
+
+
+def _list(values: np.ndarray, offsets: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(_arrow(offsets, pa.int32()), _arrow(values, typ))
+
+
+def _per_segment(real: np.ndarray, values: np.ndarray, fill, dtype) -> np.ndarray:
+    out = np.full(real.size, fill, dtype)
+    out[real] = values
+    return out
+
+
+class SlabWriter:
+    """Builds the Arrow columns of slabs [b0, b1) of a plan. Holds nothing per segment beyond
+    the plan itself (the provenance columns are built per row group), and `batch` may run in
+    several threads at once."""
+
+    def __init__(self, plan: Plan, tokens: FlatTokens, pad_id: int):
+        self.p, self.tok, self.pad_id = plan, tokens, int(pad_id)
+        lay = plan.layout
+        self.real = ~lay.is_fill  # layout segment -> holds a plan segment (not a fill)
+        self.slab_base = np.concatenate(([0], np.cumsum(lay.slab_len))).astype(np.int64)
+
+    def batch(self, b0: int, b1: int) -> pa.RecordBatch:
+        p, lay = self.p, self.p.layout
+        lo, hi = int(lay.seg_offsets[b0]), int(lay.seg_offsets[b1])
+        r0, r1 = int(p.slab_offsets[b0]), int(p.slab_offsets[b1])  # the plan's segments
+        real = self.real[lo:hi]
+        # source fields per layout segment, -1 on fill segments
+        src = _per_segment(real, p.seg_source[r0:r1], -1, np.int64)
+        chunk = _per_segment(real, p.seg_chunk[r0:r1], -1, np.int32)
+        off = _per_segment(real, p.seg_offset[r0:r1], 0, np.int64)
+        base = self.slab_base[b0]
+        total = int(self.slab_base[b1] - base)
+        ids, mask = _buffer(total, np.int32), _buffer(total, np.uint8)
+        seg_slab = np.repeat(np.arange(b0, b1), np.diff(lay.seg_offsets[b0:b1 + 1]))
+        start = self.slab_base[seg_slab] - base + lay.seg_start[lo:hi]
+        fill_pads(ids, mask, self.pad_id, start, lay.seg_len[lo:hi], lay.seg_padded[lo:hi])
+        dest = start[real]
+        rsrc, roff, rlen = p.seg_source[r0:r1], p.seg_offset[r0:r1], lay.seg_len[lo:hi][real]
+        if self.tok.directory:  # file-backed store: read spans, map nothing
+            gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+        else:
+            _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+        row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
+        seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
+        cu, cup, cu_off = flat_cu(lay, b0, b1)
+        seg_len = lay.seg_len[lo:hi]
+        cols = [
+            _list(ids, row_off, pa.int32()),
+            _list(mask, row_off, pa.uint8()),
+            _list(seg_len.astype(np.int32), seg_off, pa.int32()),
+            _list(cu, cu_off, pa.int32()),
+            _list(cup, cu_off, pa.int32()),
+            _list(cp_local_cu_seqlens_padded(cup, p.alignment.cp).astype(np.int32), cu_off, pa.int32()),
+            _list(src, seg_off, pa.int64()),
+            _list(chunk, seg_off, pa.int32()),
+            _list(off, seg_off, pa.int64()),
+            _arrow(np.add.reduceat(seg_len, seg_off[:-1]), pa.int32()),
+            _arrow(row_sums(mask, row_off), pa.int32()),
+            _arrow(lay.layout_pad[b0:b1], pa.int32()),
+            _arrow(lay.tail_pad[b0:b1], pa.int32()),
+            _arrow(lay.fill[b0:b1], pa.int32()),
+            pa.array(p.singleton[b0:b1]),  # bits in Arrow: converted, not wrapped
+            _arrow(p.slab_index[b0:b1], pa.int64()),
+            _arrow(p.dp_rank[b0:b1], pa.int32()),
+            _arrow(p.step[b0:b1], pa.int32()),
+            _arrow(p.microbatch[b0:b1], pa.int32()),
+        ]
+        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+
+
+def release_memory() -> None:
+    """Hand free pages back to the OS: Arrow's pool, and the C heap (glibc keeps freed pages
+    otherwise; planning 1M sequences frees ~100 MB of temporaries that would stay resident
+    through the whole write). Per shard, not per row group: returning pages that the next
+    group would fault in again costs a third more time when writers run in threads."""
+    pa.default_memory_pool().release_unused()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive slab ranges of about `budget` tokens (at least one slab each)."""
+    out, b0 = [], 0
+    ends = np.cumsum(slab_len)
+    n = slab_len.size
+    while b0 < n:
+        start = ends[b0 - 1] if b0 else 0
+        b1 = int(np.searchsorted(ends, start + budget, side="right"))
+        b1 = max(b1, b0 + 1)
+        out.append((b0, b1))
+        b0 = b1
+    return out
+
+
+SHARD_MULTIPLE = 4  # output shards come in multiples of this (see shard_ranges)
+GROUP_TOKENS = 1 << 20  # tokens per row group, every engine's default
+MIN_SPLIT_TOKENS = 1 << 22  # below this, one shard
+
+
+def shard_ranges(slab_len: np.ndarray, shard_tokens: int) -> list[tuple[int, int]]:
+    """The output shards: runs of consecutive slabs of about equal size, none much over
+    `shard_tokens`, and (above MIN_SPLIT_TOKENS) a multiple of SHARD_MULTIPLE of them. Shards
+    are written one per thread, so 1, 2 or 4 writers (and as many DP readers) get equal work
+    instead of one finishing a short last shard alone. A function of the slabs alone: the
+    bytes never depend on the machine."""
+    ends = np.cumsum(slab_len, dtype=np.int64)
+    total = int(ends[-1]) if ends.size else 0
+    n = max(1, -(-total // max(int(shard_tokens), 1)))
+    if total >= MIN_SPLIT_TOKENS:
+        n = -(-n // SHARD_MULTIPLE) * SHARD_MULTIPLE
+    # shard k ends at the first slab that reaches k/n of the tokens
+    cuts = np.searchsorted(ends, (np.arange(1, n) * total + n - 1) // n, side="left") + 1
+    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, ends.size), [ends.size])))
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
+                 shard_tokens: int = 64 << 20, group_tokens: int = GROUP_TOKENS,
+                 on_rows: Callable[[int], None] | None = None,
+                 workers: int | None = None) -> list[ShardInfo]:
+    """Write every slab of `plan` into `directory` as slabs-NNNNN.parquet shards, by up to
+    `workers` threads (default: one per core). A shard is written whole by one thread, so the
+    bytes do not depend on `workers`; the threads share the plan, and Parquet encoding and
+    the gather run without the GIL."""
+    ranges = shard_ranges(plan.layout.slab_len, shard_tokens)
+    w = SlabWriter(plan, tokens, pad_id)
+
+    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
+        s0, s1 = ranges[k]
+        return write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
+                                os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens,
+                                rows_cb, ahead)
+    return run_shards(len(ranges), one, workers, on_rows)
+
+
+def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None = None,
+               on_rows: Callable[[int], None] | None = None,
+               prepare: Callable[[int], None] | None = None) -> list[ShardInfo]:
+    """Shards 0..n-1 by up to `workers` threads (default: one per core):
+    `write_one(k, on_rows, ahead)` writes shard k whole, and `prepare(k)`, if given, runs in
+    this thread just before shard k is queued. The first failure (or Ctrl-C) stops every
+    other shard at its next row group and is raised here."""
+    cores = max(1, workers or os.cpu_count() or 1)
+    threads = min(n, cores)
+    # a shard is sequential, so the last ones would leave cores idle: those gather their next
+    # row group in a helper thread while encoding (earlier ones would only add memory)
+    last = n - (cores - 1) if cores > 1 else n
+    if threads <= 1:
+        out = []
+        for k in range(n):
+            if prepare:
+                prepare(k)
+            out.append(write_one(k, on_rows, k >= last))
+        return out
+    lock, failed = threading.Lock(), threading.Event()
+
+    def group_done(rows: int) -> None:
+        if failed.is_set():  # another shard failed, or Ctrl-C: stop at this row group
+            raise _Cancelled()
+        if on_rows:
+            with lock:
+                on_rows(rows)
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="packtool-shard") as ex:
+        futs = []
+        try:
+            for k in range(n):
+                if any(f.done() and f.exception() is not None for f in futs):
+                    break
+                if prepare:
+                    prepare(k)
+                futs.append(ex.submit(write_one, k, group_done, k >= last))
+            wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
+            for f in futs:
+                if f.done() and f.exception() is not None:
+                    raise f.exception()
+            return [f.result() for f in futs]
+        except BaseException:
+            failed.set()
+            for f in futs:
+                f.cancel()
+            raise
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
+                     group_tokens: int, on_rows: Callable[[int], None] | None = None,
+                     ahead: bool = False) -> ShardInfo:
+    """Slabs [first, first + len(slab_len)) of the writer's plan as one shard file, row group
+    by row group, under a temporary name renamed when complete. Every engine writes shards
+    through here, so their bytes agree. With `ahead`, the next row group is gathered by a
+    helper thread while this one encodes (one group ahead, so memory stays bounded)."""
+    tmp = path + ".tmp"
+    loss = 0
+    groups = _chunks(slab_len, group_tokens)
+    # no dictionary pages: token ids have ~vocab distinct values and dictionary
+    # attempts cost more than they save; zstd does the compressing. The two token columns
+    # are byte-stream-split first: their high bytes are (nearly) constant, so zstd skips
+    # over them instead of modelling interleaved bytes (a third less encoding CPU, the same
+    # size on real ids, smaller on random ones: BENCHMARKS.md, Pack end to end)
+    make = lambda g: w.batch(first + g[0], first + g[1])  # noqa: E731
+    batches = _ahead(make, groups) if ahead else map(make, groups)
+    try:
+        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
+                              use_dictionary=False, column_encoding=TOKEN_ENCODING) as pw:
+            for (g0, g1), batch in zip(groups, batches):
+                loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
+                pw.write_batch(batch, row_group_size=g1 - g0)
+                del batch
+                if on_rows:
+                    on_rows(g1 - g0)
+    finally:
+        if ahead:
+            batches.close()  # stops the gather thread when a write fails
+    os.replace(tmp, path)
+    release_memory()
+    return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
+                     os.path.getsize(path), shard_checksum(path))
+
+
+def _ahead(fn: Callable, items: list) -> Iterator:
+    """fn(item) for each item, in order, computed one item ahead by a helper thread."""
+    if len(items) < 2:
+        yield from map(fn, items)
+        return
+    q: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(r) -> bool:
+        while not stop.is_set():  # the consumer may have stopped early
+            try:
+                q.put(r, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce() -> None:
+        try:
+            for it in items:
+                if not put((True, fn(it))):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            put((False, e))
+
+    t = threading.Thread(target=produce, name="packtool-gather", daemon=True)
+    t.start()
+    try:
+        for _ in items:
+            ok, r = q.get()
+            if not ok:
+                raise r
+            yield r
+            del r
+    finally:
+        stop.set()
+        t.join()
+
+
+_SRC = SCHEMA.get_field_index("source_index")
+
+
+_OFF = SCHEMA.get_field_index("source_offset")
+
+
+class ShardSlabWriter(SlabWriter):
+    """`SlabWriter` over a shard-local token store: row k of the store is exactly real
+    segment k of the shard, so the gather runs on local ids; the provenance columns
+    (source_index, source_offset) are put back to the plan's global values."""
+
+    def __init__(self, sub: Plan, store: FlatTokens, pad_id: int):
+        n = sub.seg_source.size
+        local = replace(sub, seg_source=np.arange(n, dtype=np.int64), seg_offset=np.zeros(n, np.int64))
+        super().__init__(local, store, pad_id)
+        self.gsrc = np.full(self.real.size, -1, np.int64)
+        self.gsrc[self.real] = sub.seg_source
+        self.goff = np.zeros(self.real.size, np.int64)
+        self.goff[self.real] = sub.seg_offset
+
+    def batch(self, b0: int, b1: int) -> pa.RecordBatch:
+        rb = super().batch(b0, b1)
+        so = self.p.layout.seg_offsets
+        lo, hi = int(so[b0]), int(so[b1])
+        seg_off = (so[b0:b1 + 1] - lo).astype(np.int32)
+        cols = list(rb.columns)
+        cols[_SRC] = _list(self.gsrc[lo:hi], seg_off, pa.int64())
+        cols[_OFF] = _list(self.goff[lo:hi], seg_off, pa.int64())
+        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)

@@ -1,0 +1,297 @@
+"""The tokenized cache: a documented Parquet dataset that later plans and packs reuse.
+
+Layout (see packtool/docs/TOKENIZATION.md):
+    <cache_dir>/<fingerprint[:32]>/cache.json                    what it is and how it was made
+    <cache_dir>/<fingerprint[:32]>/data/part-00000.parquet ...   rows in source_index order
+    <cache_dir>/<fingerprint[:32]>/flat/                          the same rows as flat files
+`data/` holds only Parquet, so any Parquet reader can open it as a dataset. `flat/` is the
+pack's flat token store (tokenize/flat_tokens.py), written by tokenize_to_cache alongside the parts.
+Columns: input_ids list<int32>, loss_mask list<uint8>, length int32, source_index int64
+(global row across the inputs in read order), source_file int32 (index into cache.json inputs).
+Built under a temporary name and renamed (flat/ included), so a cache directory is complete or absent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import OrderedDict
+from dataclasses import asdict
+from typing import NamedTuple
+
+import numba
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.encode import TokenizerInfo
+from dataclasses import dataclass
+
+CACHE_FORMAT = "packtool-tokenized-cache"
+CACHE_VERSION = 1
+DATA_DIR = "data"
+
+SCHEMA = pa.schema([
+    pa.field("input_ids", pa.list_(pa.int32())),
+    pa.field("loss_mask", pa.list_(pa.uint8())),
+    pa.field("length", pa.int32()),
+    pa.field("source_index", pa.int64()),
+    pa.field("source_file", pa.int32()),
+])
+
+
+class InputFileInfo(NamedTuple):
+    path: str
+    bytes: int
+    sha256: str
+
+
+class Rows(NamedTuple):
+    """Rows gathered by `TokenizedCache.read_rows`, in the order requested: row k is
+    input_ids[offsets[k]:offsets[k+1]] (int32) with loss_mask over the same range (uint8)."""
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    offsets: np.ndarray   # int64, len(indices) + 1
+
+
+@numba.njit(cache=True)
+def _gather(values, offsets, rows, out_offsets, out):
+    for k in range(rows.shape[0]):
+        s = offsets[rows[k]]
+        e = offsets[rows[k] + 1]
+        d = out_offsets[k]
+        for j in range(e - s):
+            out[d + j] = values[s + j]
+
+
+def _flat(col: pa.ChunkedArray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as (flat values, int64 offsets), zero-copy where Arrow allows."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offs = arr.offsets.to_numpy().astype(np.int64)
+    vals = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]]
+    return np.ascontiguousarray(vals, dtype=dtype), offs - offs[0]
+
+
+class TokenizedCache:
+    """A finished cache directory. Cheap to open: only cache.json and Parquet footers are read."""
+
+    def __init__(self, path: str, reused: bool = False) -> None:
+        if os.path.basename(os.path.normpath(path)) == DATA_DIR:
+            path = os.path.dirname(os.path.normpath(path))
+        meta_path = os.path.join(path, "cache.json")
+        if not os.path.exists(meta_path):
+            raise PacktoolInputError("not a tokenized cache (no cache.json)", path=path)
+        with open(meta_path) as f:
+            self.meta: dict = json.load(f)
+        if self.meta.get("format") != CACHE_FORMAT or self.meta.get("version") != CACHE_VERSION:
+            raise PacktoolInputError("tokenized cache of another format/version; delete it", path=path)
+        self.root = path                           # holds cache.json and data/
+        self.path = os.path.join(path, DATA_DIR)   # the Parquet dataset
+        self.reused = reused
+        self.fingerprint: str = self.meta["fingerprint"]
+        self.num_rows: int = self.meta["num_rows"]
+        self.num_tokens: int = self.meta["num_tokens"]
+        self.num_loss_tokens: int = self.meta["num_loss_tokens"]
+        self.skipped: dict = self.meta["skipped"]
+        self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
+        self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
+        self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
+        self._rg_start: np.ndarray | None = None
+        self._rg_loc: list[tuple[int, int]] = []
+        self._rg_cache: OrderedDict = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"TokenizedCache({self.path!r}, rows={self.num_rows}, tokens={self.num_tokens})"
+
+    def _column(self, name: str) -> np.ndarray:
+        parts = [pq.read_table(p, columns=[name]).column(0).to_numpy() for p in self.parquet_files]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def lengths(self) -> np.ndarray:
+        """Token count of every row (int64), in row order (= source_index order)."""
+        return self._column("length").astype(np.int64)
+
+    def source_indices(self) -> np.ndarray:
+        """Global input row of every cache row; equals arange(num_rows) unless rows were skipped."""
+        return self._column("source_index").astype(np.int64)
+
+    def _row_groups(self) -> np.ndarray:
+        if self._rg_start is None:
+            starts = [0]
+            for fi, p in enumerate(self.parquet_files):
+                md = pq.ParquetFile(p).metadata
+                for g in range(md.num_row_groups):
+                    self._rg_loc.append((fi, g))
+                    starts.append(starts[-1] + md.row_group(g).num_rows)
+            self._rg_start = np.asarray(starts, np.int64)
+        return self._rg_start
+
+    def _load_group(self, g: int):
+        hit = self._rg_cache.get(g)
+        if hit is not None:
+            self._rg_cache.move_to_end(g)
+            return hit
+        fi, rg = self._rg_loc[g]
+        t = pq.ParquetFile(self.parquet_files[fi]).read_row_group(rg, columns=["input_ids", "loss_mask"])
+        ids, offs = _flat(t.column("input_ids"), np.int32)
+        mask, _ = _flat(t.column("loss_mask"), np.uint8)
+        self._rg_cache[g] = (ids, mask, offs)
+        while len(self._rg_cache) > 8:  # bounded: a few row groups of a few M tokens each
+            self._rg_cache.popitem(last=False)
+        return ids, mask, offs
+
+    def read_rows(self, indices) -> Rows:
+        """Random access by cache row position (0..num_rows-1). Reads each needed row group once
+        (columns input_ids/loss_mask only) and gathers with a compiled loop. For whole-dataset
+        shuffled access prefer streaming `parquet_files` once (rows are in order)."""
+        idx = np.asarray(indices, np.int64).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_rows):
+            raise IndexError(f"row index out of range 0..{self.num_rows - 1}")
+        starts = self._row_groups()
+        group = np.searchsorted(starts, idx, side="right") - 1
+        out_len = np.zeros(idx.size, np.int64)
+        pools = {}
+        for g in np.unique(group):
+            ids, mask, offs = self._load_group(int(g))
+            sel = np.nonzero(group == g)[0]
+            local = idx[sel] - starts[g]
+            out_len[sel] = offs[local + 1] - offs[local]
+            pools[int(g)] = (ids, mask, offs, sel, local)
+        out_offs = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(out_len, out=out_offs[1:])
+        out_ids = np.empty(int(out_offs[-1]), np.int32)
+        out_mask = np.empty(int(out_offs[-1]), np.uint8)
+        for ids, mask, offs, sel, local in pools.values():
+            sub_offs = np.ascontiguousarray(out_offs[sel])
+            _gather(ids, offs, local, sub_offs, out_ids)
+            _gather(mask, offs, local, sub_offs, out_mask)
+        return Rows(out_ids, out_mask, out_offs)
+
+
+# ---------------------------------------------------------------- writing
+
+class CacheWriter:
+    """Appends encoded batches as row groups of bounded size to part files in `directory`."""
+
+    ROWS_PER_GROUP = 8192
+    TOKENS_PER_GROUP = 4 << 20
+    TOKENS_PER_PART = 256 << 20
+
+    def __init__(self, directory: str) -> None:
+        self.dir = os.path.join(directory, DATA_DIR)
+        os.makedirs(self.dir, exist_ok=True)
+        self.parts: list[dict] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._part_tokens = 0
+        self._part_rows = 0
+        self._buf: list[pa.RecordBatch] = []
+        self._buf_rows = 0
+        self._buf_tokens = 0
+
+    def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray,
+            source_index: np.ndarray, source_file: int) -> None:
+        if lengths.size == 0:
+            return
+        offs = np.zeros(lengths.size + 1, np.int32)
+        np.cumsum(lengths, out=offs[1:])
+        pa_offs = pa.array(offs)
+        batch = pa.record_batch([
+            pa.ListArray.from_arrays(pa_offs, pa.array(ids, pa.int32())),
+            pa.ListArray.from_arrays(pa_offs, pa.array(mask, pa.uint8())),
+            pa.array(lengths.astype(np.int32)),
+            pa.array(source_index.astype(np.int64)),
+            pa.array(np.full(lengths.size, source_file, np.int32)),
+        ], schema=SCHEMA)
+        self._buf.append(batch)
+        self._buf_rows += lengths.size
+        self._buf_tokens += int(offs[-1])
+        if self._buf_rows >= self.ROWS_PER_GROUP or self._buf_tokens >= self.TOKENS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buf:
+            return
+        if self._writer is None:
+            name = f"part-{len(self.parts):05d}.parquet"
+            self.parts.append({"file": name, "rows": 0, "tokens": 0})
+            self._writer = pq.ParquetWriter(
+                os.path.join(self.dir, name), SCHEMA, compression="zstd",
+                use_dictionary=["source_file"], write_statistics=["length", "source_index", "source_file"])
+        table = pa.Table.from_batches(self._buf, SCHEMA)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self.parts[-1]["rows"] += self._buf_rows
+        self.parts[-1]["tokens"] += self._buf_tokens
+        self._part_tokens += self._buf_tokens
+        self._buf, self._buf_rows, self._buf_tokens = [], 0, 0
+        if self._part_tokens >= self.TOKENS_PER_PART:
+            self._writer.close()
+            self._writer, self._part_tokens = None, 0
+
+    def close(self) -> list[dict]:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        return self.parts
+
+
+def write_cache_json(directory: str, meta: dict) -> None:
+    with open(os.path.join(directory, "cache.json"), "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+def tokenizer_meta(info: TokenizerInfo | None) -> dict | None:
+    return asdict(info) if info is not None else None
+
+
+def publish_cache(tmp: str, final: str, meta: dict) -> "TokenizedCache":
+    """Finish a cache built in `tmp`: cache.json, then one rename to `final`. If another run
+    finished the same cache (same fingerprint) first, theirs is kept and ours dropped."""
+    write_cache_json(tmp, meta)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.exists(os.path.join(final, "cache.json")):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return TokenizedCache(final)
+
+
+def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
+    """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
+    pieces, row = [], 0
+    for path in cache.parquet_files:
+        md = pq.ParquetFile(path).metadata
+        for g0 in range(0, md.num_row_groups, groups_per_task):
+            gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
+            n = sum(md.row_group(g).num_rows for g in gs)
+            pieces.append((path, gs, row, n))
+            row += n
+    return pieces
+
+
+@dataclass(frozen=True)
+class CacheLengths:
+    """The `length` column of some cache rows: read by the shard task, where it runs."""
+    pieces: tuple  # ((parquet file, row groups, first, end), ...): rows [first, end) of the groups
+
+    def __call__(self) -> np.ndarray:
+        parts = [pq.ParquetFile(path).read_row_groups(list(gs), columns=["length"]).column(0)
+                 .to_numpy()[a:e] for path, gs, a, e in self.pieces]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def cache_shards(cache, shard_rows: int) -> list[tuple[int, CacheLengths]]:
+    """Plan shards of `shard_rows` cache rows (the last may be smaller), as (first row, reader)."""
+    if shard_rows < 1:
+        raise ValueError(f"--plan-shard-rows must be >= 1, got {shard_rows}")
+    pieces = cache_pieces(cache)
+    total = sum(p[3] for p in pieces)
+    shards = []
+    for a in range(0, total, shard_rows):
+        e = min(a + shard_rows, total)
+        shards.append((a, CacheLengths(tuple((path, tuple(gs), max(a - r0, 0), min(e - r0, n))
+                                             for path, gs, r0, n in pieces if r0 < e and r0 + n > a))))
+    return shards

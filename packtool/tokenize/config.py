@@ -1,0 +1,45 @@
+"""Configuration dataclasses: flags -> these -> library calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from packtool.errors import PacktoolInputError
+
+SHAPES = ("auto", "tokens", "text", "chat", "sharegpt", "alpaca", "prompt_completion", "fields")
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """How raw rows become token ids and loss masks (the tokenized cache's key, with the inputs).
+
+    None for add_bos/add_eos means "the sensible default for the shape" (see packtool/io/tokenize.py):
+    BOS when the tokenizer has one and the rendered text does not already start with it;
+    EOS for text and untemplated prompt/response rows, not for chat (the template ends turns).
+    """
+    tokenizer: str | None = None          # tokenizer.json or a model folder holding one
+    chat_template: str | None = None      # chatml | llama3 | mistral | FILE.jinja | None (folder's)
+    shape: str = "auto"                   # one of SHAPES
+    prompt_field: str | None = None       # with response_field: any two columns (shape=fields)
+    response_field: str | None = None
+    text_field: str | None = None         # default "text"
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    bos_token: str | None = None          # override the tokenizer's special tokens
+    eos_token: str | None = None
+    pad_token: str | None = None
+    prompt_separator: str | None = None   # between prompt and response without a template
+    on_empty: str = "error"               # error | skip (skipped rows are counted in cache.json)
+    batch_size: int = 1024                # rows per record batch (bounded memory)
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise PacktoolInputError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag="--shape")
+        if self.on_empty not in ("error", "skip"):
+            raise PacktoolInputError(f"on_empty must be error or skip, got {self.on_empty!r}", flag="--on-empty")
+        if self.batch_size < 1:
+            raise PacktoolInputError("batch_size must be >= 1", flag="--batch-size")
+        if (self.prompt_field is None) != (self.response_field is None):
+            raise PacktoolInputError("--prompt-field and --response-field go together", flag="--prompt-field")
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}

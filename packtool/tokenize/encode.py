@@ -1,0 +1,264 @@
+"""Tokenizer loading and the encode step: rendered text + char spans -> ids + loss mask.
+
+Every row is tokenized as ONE string (`encode_batch(..., add_special_tokens=False)`), so the
+ids always equal a direct `tokenizers` encoding of the rendered text. The loss mask marks
+every token that overlaps an assistant/response character span (the rule transformers'
+`return_assistant_tokens_mask` uses): a token straddling a span boundary counts as a target.
+Spans are mapped with `Encoding.char_to_token` at span ends only, so no per-token offsets
+list is built in Python. BOS/EOS are added as ids, never as text.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numba
+import numpy as np
+from tokenizers import Tokenizer
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.shapes import RenderedBatch
+from packtool.tokenize.checksum import sha256_file
+
+_BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
+_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
+_PAD_NAMES = ("<pad>", "[PAD]", "<|pad|>", "<|finetune_right_pad_id|>", "<unk>")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    path: str                  # tokenizer.json that was loaded
+    sha256: str                # of tokenizer.json
+    chat_template: str | None  # built-in name, template file path, "tokenizer_config.json" or None
+    template_sha256: str | None
+    bos_id: int | None
+    eos_id: int | None
+    pad_id: int                # what pads hold in slabs (never a target)
+    vocab_size: int
+    bos_token: str | None = None
+    eos_token: str | None = None
+    pad_token: str | None = None
+    config_sha256: str | None = None  # of the folder's tokenizer_config.json, if any
+
+
+@dataclass
+class LoadedTokenizer:
+    tokenizer: Tokenizer
+    info: TokenizerInfo
+    folder_template: str | None   # the folder's chat_template text, if any
+
+
+def _token_str(v) -> str | None:
+    if isinstance(v, dict):
+        return v.get("content")
+    return v
+
+
+def _template_from_config(conf: dict) -> str | None:
+    t = conf.get("chat_template")
+    if isinstance(t, list):  # [{"name": "default", "template": ...}, ...]
+        named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
+        return named.get("default") or next(iter(named.values()), None)
+    return t
+
+
+def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
+    """BOS/EOS that the tokenizer's own TemplateProcessing would add around a single text."""
+    pp = json.loads(tok.post_processor.__getstate__()) if tok.post_processor is not None else {}
+    procs = pp.get("processors", [pp]) if pp.get("type") == "Sequence" else [pp]
+    for p in procs:
+        if p and p.get("type") == "TemplateProcessing":
+            single = p.get("single") or []
+            seq_at = [i for i, s in enumerate(single) if "Sequence" in s]
+            if not seq_at:
+                continue
+            before = [s["SpecialToken"]["id"] for s in single[:seq_at[0]] if "SpecialToken" in s]
+            after = [s["SpecialToken"]["id"] for s in single[seq_at[0] + 1:] if "SpecialToken" in s]
+            return (before[0] if before else None), (after[-1] if after else None)
+    return None, None
+
+
+@lru_cache(maxsize=4)
+def _load_cached(path: str, size: int, mtime_ns: int) -> Tokenizer:
+    # Deserializing a 3.5 MB tokenizer.json costs ~0.5 s; runs that tokenize several input
+    # groups in one process load it once. Keyed by size+mtime so an edited file reloads.
+    return Tokenizer.from_file(path)
+
+
+def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
+    """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
+    if not spec:
+        raise PacktoolInputError("a tokenizer is required to tokenize raw text", flag="--tokenizer")
+    conf: dict = {}
+    conf_path = None
+    if os.path.isdir(spec):
+        path = os.path.join(spec, "tokenizer.json")
+        conf_path = os.path.join(spec, "tokenizer_config.json")
+        if not os.path.exists(path):
+            hint = " (it has tokenizer.model: convert it to tokenizer.json with transformers once)" \
+                if os.path.exists(os.path.join(spec, "tokenizer.model")) else ""
+            raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag="--tokenizer")
+        if os.path.exists(conf_path):
+            with open(conf_path, encoding="utf-8") as f:
+                conf = json.load(f)
+        else:
+            conf_path = None
+    else:
+        path = spec
+        if not os.path.exists(path):
+            raise PacktoolInputError("tokenizer file not found", path=spec, flag="--tokenizer")
+    st = os.stat(path)
+    try:
+        tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+        raise PacktoolInputError(f"cannot load tokenizer ({e})", path=path, flag="--tokenizer") from None
+    vocab = tok.get_vocab(with_added_tokens=True)
+    specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    pp_bos, pp_eos = _post_processor_specials(tok)
+
+    def pick(override, conf_key, pp_value, names, must_be_special=True):
+        for cand in (override, _token_str(conf.get(conf_key)), pp_value):
+            if cand:
+                if cand not in vocab:
+                    raise PacktoolInputError(f"{conf_key} {cand!r} is not in the tokenizer vocabulary",
+                                             path=path, flag=f"--{conf_key.replace('_', '-')}")
+                return cand
+        for n in names:
+            if n in vocab and (n in specials or not must_be_special):
+                return n
+        return None
+
+    bos = pick(cfg.bos_token, "bos_token", pp_bos, _BOS_NAMES)
+    eos = pick(cfg.eos_token, "eos_token", pp_eos, _EOS_NAMES)
+    pad = pick(cfg.pad_token, "pad_token", None, _PAD_NAMES, must_be_special=False)
+    pad_id = vocab[pad] if pad else (vocab[eos] if eos else 0)
+    info = TokenizerInfo(
+        path=os.path.abspath(path), sha256=sha256_file(path), chat_template=template_name,
+        template_sha256=None, bos_id=vocab.get(bos) if bos else None,
+        eos_id=vocab.get(eos) if eos else None, pad_id=int(pad_id),
+        vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
+        pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
+    return LoadedTokenizer(tok, info, _template_from_config(conf))
+
+
+# ---------------------------------------------------------------- encoding
+
+@dataclass
+class EncodedBatch:
+    ids: np.ndarray        # int32, rows concatenated
+    mask: np.ndarray       # uint8, same length
+    lengths: np.ndarray    # int32, per row
+    empty: np.ndarray      # bool, per row: no content
+    all_masked: np.ndarray  # bool, per row: no target token
+
+
+@numba.njit(cache=True)
+def _assemble(content, content_mask, lens, bos, eos, bos_id, eos_id):
+    n = lens.shape[0]
+    out_lens = np.empty(n, np.int32)
+    total = 0
+    for i in range(n):
+        out_lens[i] = lens[i] + bos[i] + eos[i]
+        total += out_lens[i]
+    ids = np.empty(total, np.int32)
+    mask = np.zeros(total, np.uint8)
+    loss = np.zeros(n, np.int64)  # target tokens per row
+    src = 0
+    dst = 0
+    for i in range(n):
+        if bos[i]:
+            ids[dst] = bos_id   # BOS is never a target (nothing precedes it)
+            dst += 1
+        for k in range(lens[i]):
+            ids[dst] = content[src]
+            mask[dst] = content_mask[src]
+            loss[i] += content_mask[src]
+            src += 1
+            dst += 1
+        if eos[i]:
+            ids[dst] = eos_id
+            # EOS is a target exactly when the token before it is (it ends that response)
+            mask[dst] = mask[dst - 1] if lens[i] > 0 else 0
+            loss[i] += mask[dst]
+            dst += 1
+    return ids, mask, out_lens, loss
+
+
+def _span_token_range(enc, n_tok: int, a: int, b: int) -> tuple[int, int]:
+    """[t0, t1) = tokens overlapping chars [a, b), for offsets in text order."""
+    t0 = None
+    for c in range(a, b):
+        t0 = enc.char_to_token(c)
+        if t0 is not None:
+            break
+    if t0 is None:
+        return 0, 0
+    t1 = None
+    for c in range(b - 1, a - 1, -1):
+        t1 = enc.char_to_token(c)
+        if t1 is not None:
+            break
+    # several tokens can cover one char (byte fallback): take every one that starts before b
+    while t1 + 1 < n_tok and enc.token_to_chars(t1 + 1)[0] < b:
+        t1 += 1
+    return t0, t1 + 1
+
+
+def span_mask(enc, n_tok: int, spans: list[tuple[int, int]]) -> np.ndarray:
+    m = np.zeros(n_tok, np.uint8)
+    for a, b in spans:
+        t0, t1 = _span_token_range(enc, n_tok, a, b)
+        m[t0:t1] = 1
+    return m
+
+
+def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
+                    add_bos: bool | None, add_eos: bool | None, templated: bool,
+                    encodings=None) -> EncodedBatch:
+    """Tokenize a rendered batch. `encodings` lets the caller run encode_batch elsewhere
+    (a worker thread) and hand the result in."""
+    if encodings is None:
+        encodings = start_encode(tok, rb)
+    # `e.ids` is a Python list; numpy converts a list in one C loop (faster than fromiter)
+    id_arrays = [np.array(e.ids, np.int32) for e in encodings]
+    lens = np.fromiter(map(len, id_arrays), np.int32, count=len(id_arrays))
+    content = np.concatenate(id_arrays) if id_arrays else np.zeros(0, np.int32)
+    if all(s is None for s in rb.spans):
+        content_mask = np.ones(content.shape[0], np.uint8)
+    else:
+        parts = [np.ones(n, np.uint8) if sp is None else span_mask(e, int(n), sp)
+                 for e, n, sp in zip(encodings, lens, rb.spans)]
+        content_mask = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+    n = len(rb.texts)
+    bos_auto = add_bos is None
+    use_bos = info.bos_id is not None and add_bos is not False
+    if use_bos and bos_auto:  # don't double a BOS the template already wrote
+        bos = np.fromiter((not t.startswith(info.bos_token) for t in rb.texts), np.uint8, count=n)
+    else:
+        bos = np.full(n, 1 if use_bos else 0, np.uint8)
+    if add_eos is None:
+        add_eos = not templated
+    if add_eos and info.eos_id is None:
+        raise PacktoolInputError("add_eos needs an EOS token; the tokenizer has none", flag="--eos-token")
+    eos = np.full(n, 1 if add_eos else 0, np.uint8)
+    ids, mask, out_lens, loss = _assemble(content, content_mask, lens, bos, eos,
+                                          info.bos_id if info.bos_id is not None else -1,
+                                          info.eos_id if info.eos_id is not None else -1)
+    return EncodedBatch(ids, mask, out_lens, np.asarray(rb.empty, bool) | (lens == 0), loss == 0)
+
+
+def row_sums(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Per-row sums of a flat array split by `lens` (zero-length rows give 0)."""
+    cs = np.concatenate(([0], np.cumsum(flat, dtype=np.int64)))
+    ends = np.cumsum(lens, dtype=np.int64)
+    return cs[ends] - cs[ends - lens]
+
+
+def start_encode(tok: Tokenizer, rb: RenderedBatch):
+    """encode_batch releases the GIL and runs on every core; offsets are only needed when
+    some row has spans, otherwise the cheaper encode_batch_fast is used."""
+    if all(s is None for s in rb.spans) and hasattr(tok, "encode_batch_fast"):
+        return tok.encode_batch_fast(rb.texts, add_special_tokens=False)
+    return tok.encode_batch(rb.texts, add_special_tokens=False)

@@ -1,0 +1,241 @@
+"""Flat token store for the writer's random access.
+
+The tokenized cache is Parquet (columnar, compressed, user-facing). Slabs are shuffled, so
+every row group of output touches rows from everywhere in the input; re-reading Parquet row
+groups for that is quadratic. Tokenization writes a flat file beside the cache (or one pass
+over the cache rebuilds it): gathering a row group of slabs is then one pread per span
+(slabs/gather.py), and resident memory stays bounded by the output buffers rather than
+the dataset.
+
+One int32 per token holds both the id and the loss flag: `id | loss << 31`. Ids are
+non-negative int32 (the cache refuses others), so bit 31 is free, and a span is one read
+instead of two: with ~300-token sequences the per-call cost of pread dominates its copy.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TOKENS_FILE = "tokens.i32"
+_FILES = (TOKENS_FILE, "offsets.npy")
+_BUILD_ROWS = 2048  # rows decoded at a time per thread while rebuilding the store
+ID_BITS = 0x7FFFFFFF
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def token_id(v):
+    return v & ID_BITS
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def token_loss(v):
+    return (v >> 31) & 1
+
+
+@nb.njit(nogil=True, cache=True)
+def _pack(ids, mask, out):
+    """out = ids | (mask != 0) << 31; the index of the first negative id, or -1."""
+    for i in range(ids.size):
+        v = ids[i]
+        if v < 0:
+            return i
+        out[i] = v | ((-1 << 31) if mask[i] != 0 else 0)
+    return -1
+
+
+def pack_tokens(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The store's int32 words for these ids (non-negative int32) and loss flags."""
+    ids = np.ascontiguousarray(ids, np.int32)
+    mask = np.ascontiguousarray(mask, np.uint8)
+    if ids.size != mask.size:
+        raise ValueError(f"{ids.size} ids but {mask.size} loss flags")
+    out = np.empty(ids.size, np.int32)
+    bad = _pack(ids, mask, out)
+    if bad >= 0:
+        raise ValueError(f"token id {int(ids[bad])} at flat position {bad} is negative; token "
+                         f"ids must be in 0..2**31-1")
+    return out
+
+
+@dataclass(frozen=True)
+class FlatTokens:
+    tokens: np.ndarray  # int32 `id | loss << 31`, all rows concatenated in source_index order
+    offsets: np.ndarray  # int64[n_rows+1]
+    directory: str | None = None  # set when `tokens` maps the file there (the writer preads)
+
+    @property
+    def num_rows(self) -> int:
+        return self.offsets.size - 1
+
+    @classmethod
+    def from_arrays(cls, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray) -> "FlatTokens":
+        """An in-memory store (the Ray engine's shard-local rows, tests)."""
+        return cls(pack_tokens(ids, mask), np.asarray(offsets, np.int64))
+
+    def decoded(self, a: int = 0, b: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int32, loss uint8) of flat positions [a, b): a copy, so keep ranges small."""
+        t = np.asarray(self.tokens[a:b])
+        return t & ID_BITS, ((t >> 31) & 1).astype(np.uint8)
+
+    @classmethod
+    def open(cls, directory: str) -> "FlatTokens":
+        offsets = np.load(os.path.join(directory, "offsets.npy"))
+        n = int(offsets[-1])
+        if not n:
+            return cls(np.zeros(0, np.int32), offsets, directory)
+        path = os.path.join(directory, TOKENS_FILE)
+        if os.path.getsize(path) != 4 * n:
+            raise RuntimeError(f"{directory}: the flat token store is inconsistent ({TOKENS_FILE} "
+                               f"has {os.path.getsize(path)} bytes, offsets.npy says {4 * n}); "
+                               f"delete it (it is rebuilt from the cache) and re-run")
+        tokens = np.memmap(path, np.int32, "r", shape=(n,))
+        # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
+        # which would map (and count in RSS) far more than the tokens copied
+        mm = getattr(tokens, "_mmap", None)
+        if mm is not None and hasattr(mmap, "MADV_RANDOM"):
+            mm.madvise(mmap.MADV_RANDOM)
+        return cls(tokens, offsets, directory)
+
+
+def write_flat_store(directory: str, ids: np.ndarray, mask: np.ndarray,
+                     offsets: np.ndarray) -> FlatTokens:
+    """A store from whole arrays in one go (tests and benchmarks)."""
+    os.makedirs(directory, exist_ok=True)
+    pack_tokens(ids, mask).tofile(os.path.join(directory, TOKENS_FILE))
+    np.save(os.path.join(directory, "offsets.npy"), np.asarray(offsets, np.int64))
+    return FlatTokens.open(directory)
+
+
+def build_flat_tokens(parquet_files: list[str], directory: str,
+                      threads: int | None = None) -> FlatTokens:
+    """Turn the cache's `input_ids`/`loss_mask` (rows sorted by source_index) into flat files.
+    Row groups are decoded by up to `threads` threads (default: one per core), each writing
+    its rows at their place (the `length` column says where, before anything is decoded).
+    Written under a temporary name and renamed, so a half-built store is never opened."""
+    if all(os.path.exists(os.path.join(directory, f)) for f in _FILES):
+        return FlatTokens.open(directory)
+    groups, lens, row_base = [], [], 0  # (file, row group, first row, its lengths)
+    for path in parquet_files:
+        pf = pq.ParquetFile(path)
+        n = pf.read(columns=["length"]).column(0).to_numpy().astype(np.int64)
+        starts = np.cumsum([0] + [pf.metadata.row_group(g).num_rows for g in range(pf.num_row_groups)])
+        groups += [(path, g, row_base + int(starts[g]), n[starts[g]:starts[g + 1]])
+                   for g in range(pf.num_row_groups)]
+        lens.append(n)
+        row_base += n.size
+    lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+    offsets = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tmp = directory + f".tmp-{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fi, int(offsets[-1]) * 4)
+
+        def one(job) -> None:  # one row group, a few thousand rows at a time (bounded memory)
+            path, g, row0, expect = job
+            at, done = int(offsets[row0]), 0
+            for t in pq.ParquetFile(path).iter_batches(_BUILD_ROWS, row_groups=[g], use_threads=False,
+                                                       columns=["input_ids", "loss_mask"]):
+                ids, mask = t.column(0), t.column(1)
+                io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
+                want = expect[done:done + t.num_rows]
+                if not (np.array_equal(np.diff(io_), want) and np.array_equal(np.diff(mo), want)):
+                    raise ValueError(f"{path}: row group {g}: token lists disagree with the "
+                                     f"`length` column; the cache is damaged: delete it and re-run")
+                try:
+                    words = pack_tokens(ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]],
+                                        mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]])
+                except ValueError as e:
+                    raise ValueError(f"{path}: row group {g}: {e}; the cache is damaged: delete "
+                                     f"it and re-run") from None
+                _pwrite_all(fi, words, at * 4)
+                at += int(io_[-1] - io_[0])
+                done += t.num_rows
+            if done != expect.size:
+                raise ValueError(f"{path}: row group {g} has {done} rows, its metadata says "
+                                 f"{expect.size}; the cache is damaged: delete it and re-run")
+
+        n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
+        with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-flat") as ex:
+            futs = [ex.submit(one, job) for job in groups]
+            try:
+                for f in futs:
+                    f.result()
+            except BaseException:
+                for f in futs:  # nothing more starts; the running groups finish
+                    f.cancel()
+                raise
+    except BaseException:
+        os.close(fi)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.close(fi)
+    # the pool reuses decoded groups' pages while building; hand them back once, at the end
+    pa.default_memory_pool().release_unused()
+    np.save(os.path.join(tmp, "offsets.npy"), offsets)
+    if os.path.exists(directory):
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return FlatTokens.open(directory)
+
+
+def _pwrite_all(fd: int, a: np.ndarray, at: int) -> None:
+    view = memoryview(np.ascontiguousarray(a)).cast("B")
+    while view:  # pwrite may write less than asked
+        k = os.pwrite(fd, view, at)
+        view, at = view[k:], at + k
+
+
+def flat_store_dir(cache) -> str:
+    return os.path.join(cache.root, "flat")
+
+
+def flat_store_for(cache) -> FlatTokens:
+    """The flat store beside a tokenized cache (built once, then reused)."""
+    return build_flat_tokens(list(cache.parquet_files), flat_store_dir(cache))
+
+
+class FlatTokensBuilder:
+    """Writes a flat store while its rows are produced: `tokenize_to_cache` feeds it the same
+    arrays it writes to the cache parts, so the first pack opens the store instead of
+    re-reading the Parquet cache. Rows must be added in cache row order. The store is meant
+    to live inside a directory that is published by one rename (the cache's temporary
+    directory), so files are written in place; offsets.npy is written last, by close()."""
+
+    def __init__(self, directory: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
+        self._lengths: list[np.ndarray] = []
+
+    def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> None:
+        """Append rows: `ids` (int32) and `mask` (uint8) are the rows concatenated, `lengths`
+        their token counts."""
+        lengths = np.asarray(lengths, np.int64)
+        if np.size(ids) != np.size(mask) or np.size(ids) != int(lengths.sum()):
+            raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
+                             f"values, lengths sum to {int(lengths.sum())}")
+        view = memoryview(pack_tokens(ids, mask)).cast("B")
+        while view:  # unbuffered writes may be short
+            view = view[self._tokens.write(view):]
+        self._lengths.append(lengths)
+
+    def close(self) -> None:
+        self._tokens.close()
+        lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(lens.size + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        np.save(os.path.join(self.directory, "offsets.npy"), offsets)
+
+    def abort(self) -> None:
+        """Close the file; the caller removes the enclosing temporary directory."""
+        self._tokens.close()

@@ -1,0 +1,283 @@
+"""Readers: every supported input format streamed as Arrow record batches.
+
+Parquet and Arrow IPC are read natively (column projection, one row group or IPC batch at a
+time). JSON Lines (optionally gzip) is read in byte blocks of whole lines, each parsed by
+Arrow's C++ JSON reader after a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON
+array (`[{...}, ...]`) cannot be split without parsing, so its text is held once and decoded
+one element at a time. A `datasets.save_to_disk` folder is a list of Arrow IPC stream files.
+Memory stays bounded by one block / batch, except for JSON arrays (bounded by the file).
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from packtool.errors import PacktoolInputError
+
+_JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
+_PARQUET_EXT = (".parquet", ".pq")
+_JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
+_ARROW_EXT = (".arrow", ".feather", ".ipc")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One concrete file to read. `kind`: parquet | jsonl | json | arrow."""
+    path: str
+    kind: str
+
+
+def _kind_of(path: str) -> str | None:
+    low = path.lower()
+    if low.endswith(_PARQUET_EXT):
+        return "parquet"
+    if low.endswith(_JSONL_EXT):
+        return "jsonl"
+    if low.endswith(".json"):
+        return "json"
+    if low.endswith(_ARROW_EXT):
+        return "arrow"
+    return None
+
+
+def _hf_dataset_files(folder: str) -> list[str]:
+    """Data files of a `datasets.save_to_disk` folder, in the order state.json lists them."""
+    if os.path.exists(os.path.join(folder, "dataset_dict.json")):
+        splits = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+        raise PacktoolInputError(
+            f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
+    state = os.path.join(folder, "state.json")
+    if os.path.exists(state):
+        with open(state) as f:
+            names = [d["filename"] for d in json.load(f).get("_data_files", [])]
+        if names:
+            return [os.path.join(folder, n) for n in names]
+    return sorted(glob.glob(os.path.join(folder, "*.arrow")))
+
+
+def resolve_inputs(inputs: list[str]) -> list[InputFile]:
+    """Expand files, folders and globs into files in a deterministic read order."""
+    if not inputs:
+        raise PacktoolInputError("no input files given")
+    out: list[InputFile] = []
+    for spec in inputs:
+        if any(c in spec for c in "*?["):
+            paths = sorted(glob.glob(spec, recursive=True))
+            if not paths:
+                raise PacktoolInputError("glob matched no files", path=spec)
+        else:
+            paths = [spec]
+        for p in paths:
+            if os.path.isdir(p):
+                if os.path.exists(os.path.join(p, "dataset_info.json")) or \
+                        os.path.exists(os.path.join(p, "dataset_dict.json")):
+                    out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
+                    continue
+                inner = sorted(f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
+                               if os.path.isfile(f) and _kind_of(f))
+                if not inner:
+                    raise PacktoolInputError(
+                        "folder holds no .parquet/.jsonl/.json/.arrow files", path=p)
+                out += [InputFile(f, _kind_of(f)) for f in inner]
+            elif not os.path.exists(p):
+                raise PacktoolInputError("input file not found", path=p)
+            else:
+                kind = _kind_of(p)
+                if kind is None:
+                    raise PacktoolInputError(
+                        "unknown file type; expected .parquet, .jsonl[.gz], .json, .arrow/.feather "
+                        "or a datasets.save_to_disk folder", path=p)
+                out.append(InputFile(os.path.abspath(p), kind))
+    return [InputFile(os.path.abspath(f.path), f.kind) for f in out]
+
+
+# ---------------------------------------------------------------- per-format streams
+
+def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    try:
+        pf = pq.ParquetFile(path)
+        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise PacktoolInputError(f"cannot read Parquet ({e})", path=path) from None
+
+
+def _open_arrow(path: str):
+    source = pa.memory_map(path)
+    try:
+        return ipc.open_file(source)
+    except pa.ArrowInvalid:
+        source.seek(0)
+        return ipc.open_stream(source)
+
+
+def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    try:
+        reader = _open_arrow(path)
+        if isinstance(reader, ipc.RecordBatchFileReader):
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            batches = iter(reader)
+        for b in batches:
+            if columns is not None:
+                b = b.select(columns)
+            for start in range(0, b.num_rows, batch_size):
+                yield b.slice(start, batch_size)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise PacktoolInputError(f"cannot read Arrow IPC ({e})", path=path) from None
+
+
+def _check_utf8(block: bytes, path: str, first_line: int) -> None:
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + block.count(b"\n", 0, e.start) + 1
+        raise PacktoolInputError(
+            f"invalid UTF-8 at line {line} (byte {e.start} of its block); re-encode the file as UTF-8",
+            path=path) from None
+
+
+def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
+    try:
+        return pajson.read_json(io.BytesIO(block),
+                                read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+    except pa.ArrowInvalid as e:
+        # Find the offending line with the exact Python parser so the message can name it.
+        for i, raw in enumerate(block.split(b"\n")):
+            if raw.strip():
+                try:
+                    json.loads(raw)
+                except json.JSONDecodeError as je:
+                    raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
+                                             path=path) from None
+        raise PacktoolInputError(f"cannot parse JSON Lines ({e})", path=path) from None
+
+
+def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
+                   block_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    lines_before = 0
+    try:
+        with opener(path, "rb") as f:
+            tail = b""
+            while True:
+                chunk = f.read(block_bytes or _JSONL_BLOCK)
+                data = tail + chunk
+                if not chunk:
+                    block, tail = data, b""
+                else:
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        tail = data
+                        continue
+                    block, tail = data[:cut + 1], data[cut + 1:]
+                if block.strip():
+                    _check_utf8(block, path, lines_before)
+                    table = _parse_json_block(block, path, lines_before)
+                    if columns is not None:  # a key absent from a whole block reads as nulls
+                        table = pa.table({c: table.column(c) if c in table.column_names
+                                          else pa.nulls(table.num_rows) for c in columns})
+                    yield from table.to_batches(max_chunksize=batch_size)
+                lines_before += block.count(b"\n")
+                if not chunk:
+                    break
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise PacktoolInputError(f"cannot read file ({e})", path=path) from None
+
+
+def _json_array_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    raw = open(path, "rb").read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise PacktoolInputError(f"invalid UTF-8 at line {line}; re-encode the file as UTF-8",
+                                 path=path) from None
+    del raw
+    pos = len(text) - len(text.lstrip())
+    if not text.startswith("[", pos):
+        yield from _jsonl_batches(path, batch_size, columns)  # a .json file holding JSON Lines
+        return
+    dec = json.JSONDecoder()
+    pos += 1
+    rows: list[dict] = []
+    n = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text):
+            raise PacktoolInputError("JSON array is not closed", path=path)
+        if text[pos] == "]":
+            break
+        try:
+            obj, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise PacktoolInputError(f"invalid JSON at line {e.lineno}: {e.msg}", path=path, row=n) from None
+        if not isinstance(obj, dict):
+            raise PacktoolInputError("JSON array element is not an object", path=path, row=n)
+        rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
+        n += 1
+        if len(rows) == batch_size:
+            yield _rows_to_batch(rows, path, n - len(rows))
+            rows = []
+    if rows:
+        yield _rows_to_batch(rows, path, n - len(rows))
+
+
+def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:
+    try:
+        return pa.RecordBatch.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise PacktoolInputError(f"rows {first_row}..{first_row + len(rows) - 1} have mixed types ({e})",
+                                 path=path) from None
+
+
+_READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
+            "jsonl": _jsonl_batches, "json": _json_array_batches}
+
+
+def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
+    format allows it (JSON rows are parsed whole, then projected)."""
+    if not os.path.exists(f.path):
+        raise PacktoolInputError("input file not found", path=f.path)
+    return _READERS[f.kind](f.path, batch_size, columns)
+
+
+def peek_columns(f: InputFile) -> list[str]:
+    """Column names, from metadata where the format has it, else from the first batch."""
+    try:
+        if f.kind == "parquet":
+            return list(pq.ParquetFile(f.path).schema_arrow.names)
+        if f.kind == "arrow":
+            return list(_open_arrow(f.path).schema.names)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
+    # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
+    batches = _jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)
+    for batch in batches:
+        return list(batch.schema.names)
+    return []
+
+
+def count_rows(f: InputFile) -> int | None:
+    """Row count when the format stores it (for the progress bar), else None."""
+    try:
+        if f.kind == "parquet":
+            return pq.ParquetFile(f.path).metadata.num_rows
+        if f.kind == "arrow":
+            r = _open_arrow(f.path)
+            if isinstance(r, ipc.RecordBatchFileReader):
+                return sum(r.get_batch(i).num_rows for i in range(r.num_record_batches))
+    except (pa.ArrowInvalid, OSError):
+        return None
+    return None

@@ -1,0 +1,198 @@
+"""Input shapes: which columns mean what, and how one row becomes text plus loss spans.
+
+Detection looks at a file's column names (per file, so one run can mix GSM8K, chats and
+documents); `TokenizeConfig.shape` overrides it for every file. Rows are converted one record
+batch at a time: this is the one place where Arrow data becomes Python objects, because
+templates need them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+import pyarrow as pa
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.templates import Renderer
+
+ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides "
+                 "further context. Write a response that appropriately completes the request.\n\n"
+                 "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n")
+ALPACA_PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write a response that "
+                          "appropriately completes the request.\n\n"
+                          "### Instruction:\n{instruction}\n\n### Response:\n")
+
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "system": "system", "tool": "tool",
+                   "observation": "tool", "function_response": "tool"}
+
+_FIX = ("--shape {tokens,text,chat,sharegpt,alpaca,prompt_completion,fields}, --text-field NAME, "
+        "or --prompt-field A --response-field B")
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str                        # tokens | text | chat | sharegpt | alpaca | prompt_completion | fields
+    columns: tuple[str, ...]         # the columns this shape reads, in a fixed role order
+    templated: bool = False          # rendered through a chat template
+
+
+def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: list[str]) -> None:
+    missing = [n for n in names if n not in cols]
+    if missing:
+        raise PacktoolInputError(
+            f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}; "
+            f"fix with {_FIX}", path=path)
+
+
+def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
+    """Pick the shape for one file. Explicit cfg.shape wins; auto follows a fixed precedence."""
+    cols = set(columns)
+    text_field = cfg.text_field or "text"
+    kind = cfg.shape
+    if kind == "auto":
+        if cfg.prompt_field and cfg.prompt_field in cols and cfg.response_field in cols:
+            kind = "fields"
+        elif "input_ids" in cols:
+            kind = "tokens"
+        elif "messages" in cols:
+            kind = "chat"
+        elif "conversations" in cols:
+            kind = "sharegpt"
+        elif "instruction" in cols and ("output" in cols or "response" in cols):
+            kind = "alpaca"
+        elif "prompt" in cols and "completion" in cols:
+            kind = "prompt_completion"
+        elif text_field in cols:
+            kind = "text"
+        else:
+            raise PacktoolInputError(
+                f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
+                f"fix with {_FIX}", path=path)
+    if kind == "tokens":
+        _need(cols, ("input_ids",), kind, path, columns)
+        extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
+        return Shape(kind, ("input_ids",) + extra)
+    if kind == "text":
+        _need(cols, (text_field,), kind, path, columns)
+        return Shape(kind, (text_field,))
+    if kind in ("chat", "sharegpt"):
+        col = "messages" if kind == "chat" else "conversations"
+        _need(cols, (col,), kind, path, columns)
+        if not has_template:
+            raise PacktoolInputError(
+                f"{kind} rows need a chat template; pass --chat-template chatml|llama3|mistral|FILE.jinja "
+                "or a tokenizer folder whose tokenizer_config.json has one", path=path)
+        return Shape(kind, (col,), templated=True)
+    if kind == "alpaca":
+        resp = "output" if "output" in cols else "response"
+        _need(cols, ("instruction", resp), kind, path, columns)
+        return Shape(kind, ("instruction", resp) + (("input",) if "input" in cols else ()), has_template)
+    if kind == "prompt_completion":
+        _need(cols, ("prompt", "completion"), kind, path, columns)
+        return Shape(kind, ("prompt", "completion"), has_template)
+    if kind == "fields":
+        if not cfg.prompt_field:
+            raise PacktoolInputError("shape fields needs --prompt-field and --response-field", path=path)
+        _need(cols, (cfg.prompt_field, cfg.response_field), kind, path, columns)
+        return Shape(kind, (cfg.prompt_field, cfg.response_field), has_template)
+    raise PacktoolInputError(f"unknown shape {kind!r}", flag="--shape")
+
+
+# ---------------------------------------------------------------- rows -> text + spans
+
+def _content_text(content) -> str | None:
+    if isinstance(content, list):  # content blocks: keep the text ones
+        return "".join(b.get("text") or "" for b in content if isinstance(b, dict))
+    return content
+
+
+def normalize_message(m: dict) -> dict:
+    """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
+    them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`."""
+    out = {k: v for k, v in m.items() if v is not None}
+    if "content" in out:
+        out["content"] = _content_text(out["content"])
+    call = out.pop("tool_call", None)
+    if call is not None:
+        out["tool_calls"] = [{"type": "function", "function": {k: v for k, v in call.items() if v is not None}}]
+    elif "tool_calls" in out:
+        out["tool_calls"] = [c if "function" in c else {"type": "function", "function": c}
+                             for c in out["tool_calls"]]
+    return out
+
+
+def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
+    msgs = []
+    for t in turns:
+        who = t.get("from")
+        role = _SHAREGPT_ROLES.get(who)
+        if role is None:
+            raise PacktoolInputError(f"ShareGPT turn has unknown 'from' {who!r}; known: "
+                                     f"{', '.join(sorted(_SHAREGPT_ROLES))}", path=path, row=row)
+        msgs.append({"role": role, "content": t.get("value") or ""})
+    return msgs
+
+
+@dataclass
+class RenderedBatch:
+    texts: list[str]
+    spans: list[list[tuple[int, int]] | None]   # None: every token is a target (text shape)
+    empty: list[bool]                            # no content at all (empty text / no messages)
+
+
+def _prompt_response(shape: Shape, row: tuple, separator: str | None) -> tuple[str, str]:
+    if shape.kind == "alpaca":
+        instruction, response = row[0] or "", row[1] or ""
+        inp = row[2] if len(row) > 2 else None
+        if shape.templated:
+            return (instruction + "\n\n" + inp if inp else instruction), response
+        prompt = (ALPACA_PROMPT.format(instruction=instruction, input=inp) if inp
+                  else ALPACA_PROMPT_NO_INPUT.format(instruction=instruction))
+        return prompt, response
+    sep = separator if separator is not None else ("\n" if shape.kind == "fields" else "")
+    prompt, response = row[0] or "", row[1] or ""
+    if not shape.templated:
+        prompt = prompt + sep
+    return prompt, response
+
+
+def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
+                 separator: str | None, path: str, first_row: int) -> RenderedBatch:
+    cols = [batch.column(c).to_pylist() for c in shape.columns]
+    texts: list[str] = []
+    spans: list[list[tuple[int, int]] | None] = []
+    empty: list[bool] = []
+    for i, row in enumerate(zip(*cols)):
+        if shape.kind == "text":
+            text = row[0] or ""
+            texts.append(text)
+            spans.append(None)
+            empty.append(not text.strip())
+            continue
+        if shape.kind in ("chat", "sharegpt"):
+            raw = row[0] or []
+            msgs = ([normalize_message(m) for m in raw] if shape.kind == "chat"
+                    else sharegpt_to_messages(raw, path, first_row + i))
+        else:
+            prompt, response = _prompt_response(shape, row, separator)
+            if not shape.templated:
+                texts.append(prompt + response)
+                spans.append([(len(prompt), len(prompt) + len(response))] if response else [])
+                empty.append(not (prompt + response).strip())
+                continue
+            msgs = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+        if not msgs:
+            texts.append("")
+            spans.append([])
+            empty.append(True)
+            continue
+        try:
+            text, sp = renderer.render(msgs)
+        except (jinja2.TemplateError, TypeError) as e:
+            raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
+                                     path=path, row=first_row + i, flag="--chat-template") from None
+        texts.append(text)
+        spans.append(sp)
+        empty.append(not text.strip())
+    return RenderedBatch(texts, spans, empty)

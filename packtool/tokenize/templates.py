@@ -1,0 +1,254 @@
+"""Chat templates: built-ins, loading, and rendering with assistant character spans.
+
+Loss spans come from `{% generation %}...{% endgeneration %}` blocks (the convention
+transformers uses for `return_assistant_tokens_mask`). We render the block's body between two
+private-use marker characters, then strip them and keep their positions: this works however
+jinja buffers output (set blocks, macros, filters). A template without generation blocks (a
+model folder's template, a user .jinja) gets spans by prefix rendering: assistant message i
+covers render(messages[:i], add_generation_prompt=True) .. render(messages[:i+1]), minus
+trailing whitespace; that needs each rendering to be a prefix of the next (checked).
+
+Built-ins render tool calls and tool results as non-loss text (packtool/docs/TOKENIZATION.md): the loss covers an assistant's natural-language content and its end marker.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.native_templates import NATIVE, Fallback
+
+_OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
+_GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+CHATML = """
+{%- for message in messages -%}
+{%- if message.role == 'assistant' -%}
+{{- '<|im_start|>assistant\n' -}}
+{%- if message.tool_calls is defined and message.tool_calls -%}
+{%- if message.content is defined and message.content -%}
+{% generation %}{{- message.content -}}{% endgeneration %}{{- '\n' -}}
+{%- endif -%}
+{%- for call in message.tool_calls -%}
+{{- '<tool_call>\n' -}}{{- '{"name": ' + call.function.name | tojson + ', "arguments": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{{- '\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\n' -}}
+{%- else -%}
+{% generation %}{{- message.content + '<|im_end|>' -}}{% endgeneration %}{{- '\n' -}}
+{%- endif -%}
+{%- else -%}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
+
+LLAMA3 = """
+{{- bos_token -}}
+{%- for message in messages -%}
+{%- set role = 'ipython' if message.role == 'tool' else message.role -%}
+{{- '<|start_header_id|>' + role + '<|end_header_id|>\n\n' -}}
+{%- if message.role == 'assistant' -%}
+{%- if message.tool_calls is defined and message.tool_calls -%}
+{%- if message.content is defined and message.content -%}
+{% generation %}{{- message.content | trim -}}{% endgeneration %}{{- '\n' -}}
+{%- endif -%}
+{%- for call in message.tool_calls -%}{{- '{"name": ' + call.function.name | tojson + ', "parameters": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{%- endfor -%}
+{{- '<|eot_id|>' -}}
+{%- else -%}
+{% generation %}{{- message.content | trim + '<|eot_id|>' -}}{% endgeneration %}
+{%- endif -%}
+{%- else -%}
+{{- message.content | trim + '<|eot_id|>' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}{%- endif -%}
+"""
+
+# Mistral v0.1 layout `<s>[INST] u [/INST] a</s>[INST] ...`. A system message is folded into
+# the first user turn (`[INST] system\n\nuser [/INST]`, as Mistral's later templates do). v0.1
+# has no tool tokens: a call renders as ` [TOOL_CALLS] [{"name": .., "arguments": ..}]</s>` and
+# a result as ` [TOOL_RESULTS] content[/TOOL_RESULTS]` (the v3 layout, as plain text), no loss.
+MISTRAL = """
+{%- if messages and messages[0].role == 'system' -%}
+{%- set system = messages[0].content -%}
+{%- set loop_messages = messages[1:] -%}
+{%- else -%}
+{%- set system = '' -%}
+{%- set loop_messages = messages -%}
+{%- endif -%}
+{%- if system and (not loop_messages or loop_messages[0].role != 'user') -%}
+{{- raise_exception('mistral template: a system message must be followed by a user message') -}}
+{%- endif -%}
+{{- bos_token -}}
+{%- for message in loop_messages -%}
+{%- if message.role == 'user' -%}
+{%- if loop.first and system -%}
+{{- '[INST] ' + system + '\n\n' + message.content + ' [/INST]' -}}
+{%- else -%}
+{{- '[INST] ' + message.content + ' [/INST]' -}}
+{%- endif -%}
+{%- elif message.role == 'assistant' -%}
+{%- if message.content is defined and message.content -%}
+{{- ' ' -}}{% generation %}{{- message.content + eos_token -}}{% endgeneration %}
+{%- endif -%}
+{%- if message.tool_calls is defined and message.tool_calls -%}
+{{- ' [TOOL_CALLS] [' -}}
+{%- for call in message.tool_calls -%}
+{{- '{"name": ' + call.function.name | tojson + ', "arguments": ' + (call.function.arguments if call.function.arguments is string else call.function.arguments | tojson) + '}' -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}
+{%- endfor -%}
+{{- ']' + eos_token -}}
+{%- endif -%}
+{%- elif message.role == 'tool' -%}
+{{- ' [TOOL_RESULTS] ' + message.content + '[/TOOL_RESULTS]' -}}
+{%- else -%}
+{{- raise_exception('mistral template: unsupported role ' + message.role) -}}
+{%- endif -%}
+{%- endfor -%}
+"""
+
+# Tool calls arrive normalized to OpenAI style (shapes.normalize_message): message.tool_calls =
+# [{"type": "function", "function": {"name": str, "arguments": str (JSON text, kept) | dict}}].
+# The call's JSON is written inline rather than by a macro: jinja macro calls cost ~10 us each.
+BUILTIN = {"chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL}
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    name: str          # builtin name, file path, or "tokenizer_config.json"
+    text: str
+    sha256: str
+    has_generation: bool
+
+
+def make_template(name: str, text: str) -> ChatTemplate:
+    return ChatTemplate(name, text, hashlib.sha256(text.encode()).hexdigest(),
+                        bool(_GEN_RE.search(text)))
+
+
+def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate | None:
+    """`spec`: a built-in name, a .jinja path, "none", or None (the model folder's template)."""
+    if spec is None:
+        return make_template("tokenizer_config.json", folder_template) if folder_template else None
+    if spec == "none":
+        return None
+    if spec in BUILTIN:
+        return make_template(spec, BUILTIN[spec])
+    if os.path.isfile(spec):
+        with open(spec, encoding="utf-8") as f:
+            return make_template(os.path.abspath(spec), f.read())
+    raise PacktoolInputError(
+        f"chat template {spec!r} is neither a built-in ({', '.join(BUILTIN)}) nor a file",
+        flag="--chat-template")
+
+
+class _Generation(jinja2.ext.Extension):
+    """`{% generation %}body{% endgeneration %}` -> body wrapped in span markers."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_wrap"), [], [], body).set_lineno(lineno)
+
+    def _wrap(self, caller):
+        return _OPEN + caller() + _CLOSE
+
+
+def _raise(message: str):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # Same as transformers' override: no HTML escaping, unicode kept.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+@lru_cache(maxsize=16)
+def _compile(text: str, trusted: bool) -> jinja2.Template:
+    # Templates from model folders and files are untrusted code: sandboxed, as in transformers.
+    # Our own built-ins skip the sandbox's per-attribute checks (about 20% of render time).
+    env_cls = jinja2.Environment if trusted else ImmutableSandboxedEnvironment
+    env = env_cls(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    return env.from_string(text)
+
+
+def _strip_markers(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    spans: list[tuple[int, int]] = []
+    out: list[str] = []
+    pos = 0
+    length = 0
+    while True:
+        i = marked.find(_OPEN, pos)
+        if i < 0:
+            out.append(marked[pos:])
+            break
+        j = marked.find(_CLOSE, i)
+        out.append(marked[pos:i])
+        length += i - pos
+        body = marked[i + 1:j]
+        if _OPEN in body:
+            raise jinja2.exceptions.TemplateError("nested {% generation %} blocks")
+        if body:
+            spans.append((length, length + len(body)))
+        out.append(body)
+        length += len(body)
+        pos = j + 1
+    return "".join(out), spans
+
+
+class Renderer:
+    """Renders conversations to (text, assistant char spans) with one template."""
+
+    def __init__(self, template: ChatTemplate, special: dict[str, str]) -> None:
+        self.template = template
+        builtin = BUILTIN.get(template.name) == template.text
+        self._jinja = _compile(template.text, builtin)
+        self._special = dict(special)
+        self._native = NATIVE[template.name] if builtin else None
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+        return self._jinja.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                  tools=None, documents=None, **self._special)
+
+    def render(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+        """Raises jinja2.TemplateError (the caller names the row)."""
+        if self._native is not None:
+            try:
+                return self._native(messages, self._special)
+            except Fallback:
+                pass
+        if self.template.has_generation:
+            marked = self._render(messages)
+            if marked.count(_OPEN) != marked.count(_CLOSE) or \
+                    any(_OPEN in str(m.get("content", "")) for m in messages):
+                raise jinja2.exceptions.TemplateError("message text holds a reserved marker U+E000")
+            return _strip_markers(marked)
+        return self._render_by_prefix(messages)
+
+    def _render_by_prefix(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+        full = self._render(messages)
+        spans: list[tuple[int, int]] = []
+        for i, m in enumerate(messages):
+            if m.get("role") != "assistant" or not m.get("content") or m.get("tool_calls"):
+                continue
+            head = self._render(messages[:i], add_generation_prompt=True) if i else ""
+            upto = self._render(messages[:i + 1])
+            if not upto.startswith(head) or not full.startswith(upto):
+                raise jinja2.exceptions.TemplateError(
+                    "template renders a conversation prefix differently from the whole; add "
+                    "{% generation %} blocks around assistant content to the template")
+            end = len(upto.rstrip())
+            if end > len(head):
+                spans.append((len(head), end))
+        return full, spans

@@ -1,0 +1,149 @@
+"""`verify`, whole output: every source row exactly once (or as the overflow policy says),
+and the DP fields. Works on the per-segment arrays every shard worker returns, sorted once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from packtool.align import Alignment
+from packtool.verification.problems import ProblemLog
+
+
+def _where(i, segs, shard_of, names) -> dict:
+    return dict(shard=names[int(shard_of[i])], row=int(segs["row"][i]), segment=int(segs["seg"][i]))
+
+
+def _loc(i, segs, shard_of, names) -> str:
+    w = _where(i, segs, shard_of, names)
+    return f"{w['shard']} row {w['row']} segment {w['segment']}"
+
+
+def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Alignment, policy: str,
+                   n_seq: int | None, overflow: dict, singletons: int, source_dir: str | None,
+                   log: ProblemLog, notes: list[str]) -> None:
+    src, chunk, off, length = segs["source"], segs["chunk"], segs["offset"], segs["length"]
+    order = np.lexsort((chunk, src))
+    s, c, o, n = src[order], chunk[order], off[order], length[order]
+    same_src = np.concatenate(([False], s[1:] == s[:-1]))
+    # duplicated (source, chunk): the same piece of a row twice
+    dup = same_src & np.concatenate(([False], c[1:] == c[:-1]))
+    for j in np.flatnonzero(dup):
+        i, prev = order[j], order[j - 1]
+        log.add("duplicate_segment", f"source row {int(s[j])} chunk {int(c[j])} appears twice: at "
+                f"{_loc(prev, segs, shard_of, names)} and at {_loc(i, segs, shard_of, names)}",
+                **_where(i, segs, shard_of, names), expected=1, found=2)
+    # chunks of a row: numbered 0,1,2..., each starting where the previous one ended
+    want_c = np.where(same_src, np.concatenate(([0], c[:-1] + 1)), 0)
+    want_o = np.where(same_src, np.concatenate(([0], o[:-1] + n[:-1])), 0)
+    gap = ~dup & ((c != want_c) | (o != want_o))
+    for j in np.flatnonzero(gap):
+        i = order[j]
+        log.add("chunk_order", f"source row {int(s[j])} chunk {int(c[j])} starts at token {int(o[j])}; "
+                f"expected chunk {int(want_c[j])} at token {int(want_o[j])} (a chunk is missing, "
+                f"duplicated or misnumbered)", **_where(i, segs, shard_of, names),
+                expected=int(want_o[j]), found=int(o[j]))
+    rows = s[~same_src]  # s is sorted: the distinct source rows, without another sort
+    if n_seq is not None:
+        out = rows[(rows < 0) | (rows >= n_seq)]
+        for r in out[:5]:
+            i = order[np.searchsorted(s, r)]
+            log.add("coverage", f"source row {int(r)} is outside the {n_seq} input sequences",
+                    **_where(i, segs, shard_of, names))
+        present = np.zeros(n_seq, bool)
+        present[rows[(rows >= 0) & (rows < n_seq)]] = True
+        missing = np.flatnonzero(~present)
+        if missing.size:
+            shown = ", ".join(str(int(x)) for x in missing[:10])
+            more = f" and {missing.size - 10} more" if missing.size > 10 else ""
+            log.add("missing_sequence", f"{missing.size} source row(s) appear in no slab: {shown}{more} "
+                    f"(a dropped slab row or segment)", expected=int(n_seq), found=int(n_seq - missing.size))
+    # overflow accounting against the manifest
+    n_chunks = np.bincount(np.searchsorted(rows, s), minlength=rows.size)
+    split_rows = n_chunks > 1
+    if split_rows.any() and policy != "split":
+        j = int(np.flatnonzero(split_rows)[0])
+        log.add("overflow", f"source row {int(rows[j])} is cut into {int(n_chunks[j])} chunks but the "
+                f"overflow policy is {policy!r}")
+    got = {"singletons": singletons}
+    if policy == "split":
+        got.update(sequences=int(split_rows.sum()), chunks=int(n_chunks[split_rows].sum()),
+                   targets_lost=int((n_chunks[split_rows] - 1).sum()))
+    elif policy == "singleton":
+        got["sequences"] = singletons
+    for k, v in got.items():
+        if k in overflow and overflow[k] != v:
+            log.add("manifest_stats", f"manifest.json stats.overflow.{k} is {overflow[k]}, the shards give {v}",
+                    expected=v, found=overflow[k])
+    if source_dir is not None:
+        _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy,
+                              n_seq, overflow, source_dir, log)
+
+
+def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy, n_seq,
+                          overflow, source_dir, log) -> None:
+    """With the source: each row's pieces add up to the whole row (split, whole) or to the
+    kept prefix (truncate); tokens themselves were compared by the shard workers."""
+    from packtool.tokenize.flat_tokens import FlatTokens
+    src = FlatTokens.open(source_dir)
+    src_len = np.diff(src.offsets)
+    if n_seq is not None and n_seq != src_len.size:
+        log.add("source_rows", f"the source has {src_len.size} rows, manifest.json stats.sequences is "
+                f"{n_seq}: not the input this output was packed from", expected=n_seq, found=int(src_len.size))
+    valid = rows[(rows >= 0) & (rows < src_len.size)]
+    got_total = np.add.reduceat(n, np.searchsorted(s, rows)) if rows.size else n
+    got_total = got_total[(rows >= 0) & (rows < src_len.size)]
+    want = src_len[valid]
+    if policy == "truncate":
+        want = np.minimum(want, align.usable)
+        dropped = int((src_len[valid] - want).sum())
+        if "tokens_dropped" in overflow and overflow["tokens_dropped"] != dropped:
+            log.add("manifest_stats", f"manifest.json stats.overflow.tokens_dropped is "
+                    f"{overflow['tokens_dropped']}, the source gives {dropped}",
+                    expected=dropped, found=overflow["tokens_dropped"])
+    for j in np.flatnonzero(got_total != want):
+        r = int(valid[j])
+        i = order[np.searchsorted(s, r)]
+        log.add("source_length", f"source row {r} has {int(src_len[r])} tokens; its segments hold "
+                f"{int(got_total[j])}, expected {int(want[j])} under overflow policy {policy!r}",
+                **{**_where(i, segs, shard_of, names), "segment": None},
+                expected=int(want[j]), found=int(got_total[j]))
+    if n_seq is None or n_seq != src_len.size:
+        missing = np.setdiff1d(np.arange(src_len.size), rows, assume_unique=True)
+        if missing.size:
+            log.add("missing_sequence", f"{missing.size} source row(s) appear in no slab, first "
+                    f"{int(missing[0])}", expected=int(src_len.size), found=int(src_len.size - missing.size))
+
+
+def check_dp(slabs: dict, dp: int, log: ProblemLog) -> None:
+    idx, rank, step, mb = slabs["slab_index"], slabs["dp_rank"], slabs["step"], slabs["microbatch"]
+    n = idx.size
+    bad_idx = np.sort(idx) != np.arange(n)
+    if bad_idx.any():
+        j = int(np.flatnonzero(bad_idx)[0])
+        log.add("slab_index", f"slab_index is not a permutation of 0..{n - 1} (first gap or repeat near "
+                f"{j}): a slab row was dropped or duplicated", expected=j, found=int(np.sort(idx)[j]))
+    out = (rank < 0) | (rank >= dp)
+    if out.any():
+        log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (--dp {dp})",
+                expected=dp, found=int(rank[out][0]))
+        return
+    if dp == 1:
+        return
+    if n % dp:
+        log.add("dp", f"{n} slabs is not a multiple of dp={dp}: some rank would run short",
+                expected=-(-n // dp) * dp, found=n)
+    per_rank = np.bincount(rank, minlength=dp)
+    if per_rank.min() != per_rank.max():
+        log.add("dp", f"ranks hold {int(per_rank.min())}..{int(per_rank.max())} slabs; every rank must "
+                f"run the same number of steps", expected=int(per_rank.max()), found=int(per_rank.min()))
+    key = np.stack([step, rank, mb], axis=1)
+    uniq = np.unique(key, axis=0)
+    if uniq.shape[0] != n:
+        log.add("dp", f"{n - uniq.shape[0]} slab(s) repeat another slab's (step, dp_rank, microbatch)",
+                expected=n, found=int(uniq.shape[0]))
+    if (np.diff(step) < 0).any():
+        # plan numbers steps in on-disk order, so a consumer reading shards in order runs
+        # step 0, then step 1, ... on every rank together
+        j = int(np.flatnonzero(np.diff(step) < 0)[0])
+        log.add("dp", f"steps are not in on-disk order: slab {j + 1} has step {int(step[j + 1])} after "
+                f"step {int(step[j])}", expected=int(step[j]), found=int(step[j + 1]))

@@ -1,0 +1,266 @@
+"""`packtool verify`: check a packed output against FORMAT.md and the alignment model.
+
+The manifest is read and checked first; then every shard is checked in a process pool
+(`verify_shard.check_shard`, bounded memory, runs of row groups per task); last come the checks
+that need every shard: counts against the manifest, each source row exactly once (or as
+its overflow policy says), bounds, DP fields. With a source (the same inputs and
+tokenization as `pack`), every segment's tokens are compared with its source row.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+
+import numpy as np
+
+from packtool.align import Alignment
+from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
+from packtool.verification.problems import Problem, ProblemLog
+from packtool.verification.shard import ShardJob, ShardResult, check_shard
+from packtool.slabs.format import FormatError, manifest_config, read_manifest, shard_names
+
+STAT_KEYS = ("real_tokens", "loss_tokens", "physical_tokens", "layout_pad", "tail_pad", "fill_pad", "slack")
+
+
+@dataclass
+class VerifyReport:
+    directory: str
+    ok: bool
+    shards: int
+    slabs: int
+    physical_tokens: int
+    real_tokens: int
+    loss_tokens: int
+    source_checked: bool
+    seconds: float
+    counts: dict  # check -> number of problems
+    problems: list[Problem] = field(default_factory=list)  # the first few of each check
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("directory", "ok", "shards", "slabs", "physical_tokens",
+                                           "real_tokens", "loss_tokens", "source_checked", "seconds",
+                                           "counts", "notes")}
+        d["problems"] = [p.to_dict() for p in self.problems]
+        return d
+
+
+def verify(directory: str, source_dir: str | None = None, workers: int | None = None,
+           max_problems: int = 20, batch_rows: int = 128,
+           source_fingerprint: str | None = None) -> VerifyReport:
+    """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
+    (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own."""
+    t0 = time.perf_counter()
+    log = ProblemLog(max_problems)
+    notes: list[str] = []
+    try:
+        man = read_manifest(directory)
+    except FormatError as e:
+        log.add("manifest", f"{e}")
+        return _report(directory, log, notes, [], source_dir, t0)
+    align, policy, dp = _check_manifest(man, log)
+    want_fp = (man.get("input") or {}).get("fingerprint")
+    if source_fingerprint and want_fp and source_fingerprint != want_fp:
+        notes.append(f"the source and tokenization options give input fingerprint "
+                     f"{source_fingerprint[:16]}…, manifest.json says {want_fp[:16]}…: not the same "
+                     f"files or options as `pack` (differences below would follow from that)")
+    if align is None:
+        return _report(directory, log, notes, [], source_dir, t0)
+    listed = [s.get("file") for s in man.get("shards", [])]
+    present = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "slabs-*.parquet")))
+    for f in listed:
+        if f not in present:
+            log.add("shard_missing", f"shard {f} is listed in manifest.json but missing from {directory}",
+                    shard=f)
+    for f in present:
+        if f not in listed:
+            log.add("shard_extra", f"shard {f} is in {directory} but not listed in manifest.json "
+                    f"(a stray or duplicated shard: a loader globbing slabs-*.parquet would read it)", shard=f)
+    tok = man.get("tokenizer") or {}
+    workers = max(1, workers or os.cpu_count() or 1)
+    by_name = {s["file"]: s for s in man.get("shards", [])}
+    base = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
+                     tok.get("vocab_size"), source_dir, batch_rows, max_problems,
+                     checksum=_checksum_of(by_name[f]))
+            for f in listed if f in present]
+    results = _merge_pieces(_run(_pieces(base, 4 * workers), workers))
+    for res in results:
+        _check_shard_entry(by_name[res.name], res, log)
+        log.merge(res.log)
+    complete = len(base) == len(listed) and all(r.readable for r in results)
+    if complete and results:
+        _check_totals(man, align, policy, dp, results, log, source_dir, notes)
+    elif not complete:
+        notes.append("whole-output checks (counts, coverage, bounds, DP) skipped: a shard is "
+                     "missing or unreadable")
+    elif (man.get("stats") or {}).get("slabs"):
+        log.add("manifest", f"manifest.json lists no shards but stats.slabs is {man['stats']['slabs']}",
+                expected=man["stats"]["slabs"], found=0)
+    return _report(directory, log, notes, results, source_dir, t0)
+
+
+def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
+    tot = lambda k: sum(int(r.totals.get(k, 0)) for r in results)  # noqa: E731
+    return VerifyReport(
+        directory=directory, ok=not log, shards=len(results), slabs=sum(r.rows for r in results),
+        physical_tokens=tot("physical_tokens"), real_tokens=tot("real_tokens"),
+        loss_tokens=tot("loss_tokens"), source_checked=source_dir is not None,
+        seconds=time.perf_counter() - t0, counts=dict(log.counts), problems=list(log.problems),
+        notes=notes)
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+
+
+def _run(jobs: list[ShardJob], workers: int) -> list[ShardResult]:
+    workers = min(workers, len(jobs))
+    if workers <= 1:
+        return [check_shard(j) for j in jobs]
+    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state. The
+    # pool is kept for the life of the process, so repeated verifies pay start-up once.
+    pool = _POOLS.get(workers)
+    if pool is None:
+        pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("forkserver"))
+    try:
+        return list(pool.map(check_shard, jobs))
+    except BrokenProcessPool as e:
+        # e.g. a caller's script without `if __name__ == "__main__":` (workers re-import it):
+        # the checks do not depend on the pool, so run them here rather than fail
+        _POOLS.pop(workers, None)
+        import warnings
+        warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
+        return [check_shard(j) for j in jobs]
+
+
+def _pieces(jobs: list[ShardJob], target: int) -> list[ShardJob]:
+    """Cut shards into runs of row groups so that both cores stay busy to the end, whatever
+    the shard sizes; the first piece of each shard also hashes the file."""
+    import pyarrow.parquet as pq
+    groups = []
+    for j in jobs:
+        try:
+            md = pq.ParquetFile(j.path).metadata
+            groups.append([md.row_group(g).num_rows for g in range(md.num_row_groups)])
+        except Exception:  # unreadable: one piece, check_shard reports why
+            groups.append(None)
+    total = sum(len(g) for g in groups if g) or 1
+    out = []
+    for j, g in zip(jobs, groups):
+        if not g:
+            out.append(j)
+            continue
+        k = max(1, min(len(g), round(target * len(g) / total)))
+        cuts = np.linspace(0, len(g), k + 1).round().astype(int)
+        rows = np.concatenate(([0], np.cumsum(g)))
+        for i, (g0, g1) in enumerate(zip(cuts[:-1], cuts[1:])):
+            out.append(replace(j, row_groups=(int(g0), int(g1)), row0=int(rows[g0]), hash_file=i == 0))
+    return out
+
+
+def _merge_pieces(results: list[ShardResult]) -> list[ShardResult]:
+    merged: dict[str, ShardResult] = {}
+    for r in results:
+        m = merged.get(r.name)
+        if m is None:
+            merged[r.name] = r
+            continue
+        m.rows += r.rows
+        m.readable &= r.readable
+        m.log.merge(r.log)
+        for k, v in r.totals.items():
+            m.totals[k] = m.totals.get(k, 0) + v
+        for d, o in ((m.slabs, r.slabs), (m.segments, r.segments)):
+            for k in list(d) or list(o):
+                d[k] = np.concatenate([d[k], o[k]]) if k in d else o[k]
+    return list(merged.values())
+
+
+def _check_manifest(man: dict, log: ProblemLog):
+    try:
+        align, packing = manifest_config(man)
+        shard_names(man)
+    except FormatError as e:
+        log.add("manifest", str(e))
+        return None, None, None
+    return align, packing.overflow, packing.dp
+
+
+def _checksum_of(entry: dict) -> str:
+    """The algorithm a manifest shard entry was hashed with (older outputs: sha256)."""
+    return next((a for a in CHECKSUMS if a in entry), SHARD_CHECKSUM)
+
+
+def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
+    name = res.name
+    if entry.get("bytes") != res.bytes:
+        hint = " (truncated)" if isinstance(entry.get("bytes"), int) and res.bytes < entry["bytes"] else ""
+        log.add("shard_size", f"shard {name} has {res.bytes} bytes, manifest.json says {entry.get('bytes')}{hint}",
+                shard=name, expected=entry.get("bytes"), found=res.bytes)
+    alg = _checksum_of(entry)
+    if entry.get(alg) != res.digest:
+        log.add("checksum", f"shard {name} {alg} is {res.digest[:16]}…, manifest.json says "
+                f"{str(entry.get(alg))[:16]}…: the file changed after packing (flipped or "
+                f"edited bytes)", shard=name, expected=entry.get(alg), found=res.digest)
+    if res.readable:
+        for key, got in (("rows", res.rows), ("tokens", res.totals.get("physical_tokens")),
+                         ("loss_tokens", res.totals.get("loss_tokens"))):
+            if key in entry and entry[key] != got:
+                log.add("shard_counts", f"shard {name} holds {got} {key.replace('_', ' ')}, manifest.json "
+                        f"says {entry[key]}", shard=name, expected=entry[key], found=got)
+
+
+def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, source_dir, notes) -> None:
+    stats = man.get("stats") or {}
+    got = {k: sum(int(r.totals[k]) for r in results) for k in STAT_KEYS}
+    slabs = {k: np.concatenate([r.slabs[k] for r in results]) for k in results[0].slabs}
+    segs = {k: np.concatenate([r.segments[k] for r in results]) for k in results[0].segments}
+    shard_of = np.repeat(np.arange(len(results)), [r.segments["source"].size for r in results])
+    got["slabs"] = int(slabs["slab_index"].size)
+    got["segments"] = int(segs["source"].size)
+    got["lower_bound"] = align.lower_bound(segs["length"])
+    got["l2_bound"] = align.l2_bound(segs["length"])
+    for k, v in got.items():
+        if k in stats and stats[k] != v:
+            log.add("manifest_stats", f"manifest.json stats.{k} is {stats[k]}, the shards give {v}",
+                    expected=v, found=stats[k])
+    names = [r.name for r in results]
+    from packtool.verification.cover import check_coverage, check_dp
+    n_seq = stats.get("sequences")
+    check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
+                   int(slabs["singleton"].sum()), source_dir, log, notes)
+    check_dp(slabs, dp, log)
+
+
+def source_tokenize_config(manifest: dict, **flags):
+    """The tokenization `pack` recorded in the manifest, with the flags given winning (None =
+    not given). Older manifests without the record fall back to their tokenizer identity."""
+    from dataclasses import fields
+
+    from packtool.tokenize.config import TokenizeConfig
+    base = dict((manifest.get("input") or {}).get("tokenize") or {})
+    if not base:
+        info = manifest.get("tokenizer") or {}
+        base["tokenizer"] = info.get("path")
+        if info.get("chat_template") == "tokenizer_config.json" and info.get("path"):
+            base["tokenizer"] = os.path.dirname(info["path"])  # the folder's own template
+        else:
+            base["chat_template"] = info.get("chat_template")
+    base.update({k: v for k, v in flags.items() if v is not None})
+    names = {f.name for f in fields(TokenizeConfig)}
+    return TokenizeConfig(**{k: v for k, v in base.items() if k in names})
+
+
+def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
+                 progress: bool = False) -> tuple[str, str]:
+    """Tokenize the source exactly as `pack` does (through the same cache) and return the
+    FlatTokens directory the shard workers compare against, plus the input fingerprint."""
+    from packtool.tokenize import tokenize_to_cache
+    from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
+    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+    flat_store_for(cache)
+    return flat_store_dir(cache), cache.fingerprint
