@@ -14,7 +14,7 @@ venv: $(BIN)/python
 install: venv
 	$(BIN)/pip install -q -e .
 
-# torch first, pinned, so the `train` extra never pulls a CUDA build; `ray`: tests/test_ray_*.py (~35 s on 2 cores)
+# torch first, pinned, so the `train` extra never pulls a CUDA build; `ray`: tests/engines/ (~35 s on 2 cores)
 install-test: venv
 	$(BIN)/pip install -q $(TORCH_PIN)
 	$(BIN)/pip install -q -e '.[test,train,ray]'

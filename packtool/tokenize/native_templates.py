@@ -4,7 +4,7 @@ Jinja costs 40-150 us per conversation, the largest Python cost of tokenizing ch
 two cores. These functions produce the same text and assistant spans in a few microseconds
 for well-formed messages; anything unusual (a missing key, a non-string value, an unknown
 role) raises `Fallback` and the caller renders with jinja, which then decides what happens
-(including the template's own errors). tests/test_tokenize_native.py checks equality with
+(including the template's own errors). tests/tokenize/test_tokenize_native.py checks equality with
 the jinja templates on every fixture conversation and on edge cases.
 """
 from __future__ import annotations

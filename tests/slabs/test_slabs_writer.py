@@ -16,7 +16,7 @@ from packtool.slabs import writer
 from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens
 from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
 from packtool.planning.core import PackingConfig, plan
-from tests.test_verify_support import PAD, write_source
+from slab_support import PAD, write_source
 
 LENGTHS = np.random.default_rng(7).integers(1, 700, 3000)
 ALIGN = Alignment(tp=2, cp=2, sp=True, capacity=2048)

@@ -17,7 +17,7 @@ from packtool.inspection.report import InspectError, inspect_lengths, inspect_pa
 from packtool.packers import ATTN_COEF
 from packtool.planning.core import PackingConfig, plan, write_plan
 from packtool.inspection.figures import fmt_int, fmt_pct, inspect_figures
-from test_verify_support import read_manifest, write_pack
+from slab_support import read_manifest, write_pack
 
 # Hand-built case. tp=1 cp=2 fp8=tensorwise: s = 2*cp = 4, t = lcm(4, 2, 16*2) = 32; C = U = 96.
 # lengths 30 17 9 40 3 -> footprints 32 20 12 40 4 (sum 108; lower bound ceil(108/96) = 2).
@@ -217,7 +217,7 @@ def test_cli_packed_and_errors(packed, tmp_path):
 
 def test_docs_list_every_json_key():
     """docs/INSPECT.md documents the --json schema: every key the report emits is named there."""
-    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "INSPECT.md")).read()
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "INSPECT.md")).read()
     d = inspect_lengths(LENGTHS, ALIGN, FFD, compare=True).to_dict()
 
     def keys(x, acc):

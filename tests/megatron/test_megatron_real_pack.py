@@ -16,7 +16,7 @@ from packtool.megatron.model import GPTShape, padded_vocab  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "fixtures", "data", "gsm8k_train_200.jsonl")
 TOK = os.path.join(ROOT, "fixtures", "tokenizers", "gpt2", "tokenizer.json")
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from packtool.align import CONVENTIONS, FP8_RECIPES, Alignment, AlignmentError, martello_toth_l2
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import transcriptions as tr  # noqa: E402
 
 # --- DESIGN section 2 worked examples -------------------------------------------------

@@ -18,7 +18,7 @@ from packtool.planning.sharded import plan_sharded
 from packtool.planning.summary import plan_summary
 
 ALIGN = Alignment(tp=2, cp=2, fp8="blockwise", capacity=4096)
-REAL = "/work/shared/data/token_lengths_by_source.json"
+REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data", "token_lengths_by_source.json")
 
 
 def _lengths(n=6000, seed=1):

@@ -15,12 +15,12 @@ from packtool.planning.core import PackingConfig
 from packtool.tokenize.config import TokenizeConfig
 from packtool.packing import pack
 from packtool.verification.run import source_store, verify
-from test_verify_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
+from slab_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
 
 # tp=1 cp=2: s=4, t=4; C=256, so the longer GSM8K rows are split
 ALIGN = Alignment(tp=1, cp=2, capacity=256)
 PACKING = PackingConfig("bfd", overflow="split")
-ROOT = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 INPUTS = [os.path.join(ROOT, "data", "gsm8k_train_200.jsonl")]
 TOKENIZE = TokenizeConfig(tokenizer=os.path.join(ROOT, "tokenizers", "mistral-7b-v0.1"),
                           prompt_field="question", response_field="answer")

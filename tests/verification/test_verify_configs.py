@@ -13,7 +13,7 @@ from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.planning.core import PackingConfig
 from packtool.verification.run import verify
-from test_verify_support import load_rows, save_rows, write_pack
+from slab_support import load_rows, save_rows, write_pack
 
 CASES = [
     (Alignment(tp=1, cp=1, capacity=256), PackingConfig("ffd", overflow="split")),
