@@ -97,9 +97,9 @@ def measure_plan(mode: str, n: int) -> dict:
     import numpy as np
 
     from packtool.align import Alignment
-    from packtool.slabs.writer import shard_ranges
     from packtool.planning.core import PackingConfig, plan
     from packtool.planning.sharded import plan_shards
+    from packtool.slabs.writer import shard_ranges
     align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)
     pk = PackingConfig("bfd", overflow="split")
     pool = real_lengths()
@@ -213,11 +213,11 @@ def main() -> None:
         return
 
     from packtool.align import Alignment
-    from packtool.tokenize.config import TokenizeConfig
     from packtool.engines.ray_engine import init_ray, pack_ray
     from packtool.packing import pack
     from packtool.planning.core import PackingConfig, plan
     from packtool.planning.sharded import plan_sharded
+    from packtool.tokenize.config import TokenizeConfig
 
     tmp = tempfile.mkdtemp(prefix="packtool-bench-engines-")
     try:

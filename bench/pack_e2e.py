@@ -111,12 +111,13 @@ DEFAULT = "packtool bfd (flat store from tokenize)"  # the row TRL is compared w
 def run_packtool(n: int, work: str, case: str) -> dict:
     """One pack in this (fresh) process. Warm-up: a plan of 1,000 rows (numba loads its
     on-disk cache of compiled code); nothing the size of the data runs before the baseline."""
-    from packtool.packing import pack_cache  # first, as the CLI imports it: it picks Arrow's pool
     from packtool.align import Alignment
-    from packtool.tokenize.config import TokenizeConfig
+    from packtool.packing import pack_cache  # first, as the CLI imports it: it picks Arrow's pool
+    from packtool.planning.core import PackingConfig
+    from packtool.planning.core import plan as make_plan
     from packtool.tokenize import tokenize_to_cache
+    from packtool.tokenize.config import TokenizeConfig
     from packtool.tokenize.flat_tokens import flat_store_for
-    from packtool.planning.core import PackingConfig, plan as make_plan
     src = _make_input(n, work)
     cache = tokenize_to_cache([src], TokenizeConfig(shape="tokens"), cache_dir=os.path.join(work, "cache"),
                               progress=False)

@@ -40,8 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize import tokenize_to_cache  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize.pipeline import _setup  # noqa: E402
 from packtool.tokenize.readers import iter_batches  # noqa: E402
 from packtool.tokenize.shapes import render_batch  # noqa: E402
@@ -92,9 +92,9 @@ def first_pack(grp, cfgs, tmp: str) -> dict:
     """Seconds of the first pack with the flat store written while tokenizing, of a first pack
     that rebuilds it from Parquet (the old path), and of a re-pack."""
     from packtool.align import Alignment
-    from packtool.tokenize.flat_tokens import flat_store_dir
     from packtool.packing import pack_cache
     from packtool.planning.core import PackingConfig
+    from packtool.tokenize.flat_tokens import flat_store_dir
     align, packing = Alignment(capacity=8192), PackingConfig("bfd", overflow="split")
     out, res = os.path.join(tmp, "pack-out"), {"written": [], "rebuilt": [], "repack": []}
     for r in range(3):

@@ -60,7 +60,8 @@ def summary(res, skip: int) -> dict:
 
 
 def profile(cfg: TrainConfig, out: str) -> dict:
-    from torch.profiler import ProfilerActivity, profile as prof
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof
     train(cfg.__class__(**{**cfg.__dict__, "steps": 3}))  # warm: compile caches, allocator
     torch.cuda.synchronize()
     t0 = time.perf_counter()

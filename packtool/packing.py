@@ -31,17 +31,21 @@ if "pyarrow" not in sys.modules and sys.platform.startswith("linux"):
 import numpy as np  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
-from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
-from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
-from packtool.slabs.format import build_manifest, write_manifest  # noqa: E402
-from packtool.slabs.format import ShardInfo  # noqa: E402
-from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
-from packtool.planning.core import PackingConfig, Plan, plan as make_plan  # noqa: E402
+from packtool.planning.core import PackingConfig, Plan  # noqa: E402
+from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan  # noqa: E402
 from packtool.planning.slabs import SlabSpec  # noqa: E402
 from packtool.planning.spill import PLAN_SHARD_ROWS  # noqa: E402
 from packtool.planning.summary import PlanSummary, plan_summary  # noqa: E402
+from packtool.slabs.format import (  # noqa: E402
+    ShardInfo,  # noqa: E402
+    build_manifest,
+    write_manifest,
+)
+from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
+from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
+from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
 
 
 class OutputExistsError(FileExistsError):
@@ -127,8 +131,8 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     """`pack_cache` with the plan in row shards spilled beside the output (or to the system's
     temporary directory for a dry run); the spill goes whatever happens. While the shards
     are written, the plan's per-slab arrays wait on disk too."""
-    from packtool.slabs.routed import SpilledShards, write_spilled
     from packtool.planning.spill import plan_spilled
+    from packtool.slabs.routed import SpilledShards, write_spilled
 
     store_dir = flat_store_for(cache).directory  # built (or rebuilt from an older layout) once
     release_memory()

@@ -16,7 +16,6 @@ import torch
 
 from packtool.align import Alignment
 from packtool.layout import compute_layout
-
 from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict
 
 VOCAB = 128

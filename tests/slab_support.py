@@ -11,14 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.align import Alignment
-from packtool.tokenize.flat_tokens import FlatTokens, write_flat_store
-from packtool.slabs.format import build_manifest, write_manifest
-from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
-from packtool.slabs.format import SCHEMA
-from packtool.slabs.writer import write_shards
 from packtool.packing import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.planning.core import PackingConfig, plan
 from packtool.planning.summary import plan_summary
+from packtool.slabs.format import SCHEMA, build_manifest, write_manifest
+from packtool.slabs.writer import write_shards
+from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
+from packtool.tokenize.flat_tokens import FlatTokens, write_flat_store
 
 PAD = 0
 VOCAB = 1000

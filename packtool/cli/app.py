@@ -60,9 +60,10 @@ def plan(
     json_out: JsonOut = False,
 ) -> None:
     """Plan slabs for a list of sequence lengths and print where the padding goes."""
-    from packtool.planning.core import PackingConfig, load_lengths, plan as make_plan, write_plan
-    from packtool.planning.summary import plan_summary
     from packtool.cli.printing import print_plan_summary
+    from packtool.planning.core import PackingConfig, load_lengths, write_plan
+    from packtool.planning.core import plan as make_plan
+    from packtool.planning.summary import plan_summary
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
@@ -100,9 +101,9 @@ def pack(
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
-    from packtool.tokenize.config import TokenizeConfig
-    from packtool.planning.core import PackingConfig
     from packtool.cli.printing import print_plan_summary
+    from packtool.planning.core import PackingConfig
+    from packtool.tokenize.config import TokenizeConfig
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
@@ -159,8 +160,8 @@ def inspect(
     json_out: JsonOut = False,
 ) -> None:
     """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
-    from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
     from packtool.cli.printing import print_inspect_report
+    from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
         _fail(ValueError("give exactly one of DIR, --lengths FILE or --plan FILE"))
     try:
@@ -201,7 +202,8 @@ def verify(
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
-    from packtool.verification.run import source_store, source_tokenize_config, verify as run_verify
+    from packtool.verification.run import source_store, source_tokenize_config
+    from packtool.verification.run import verify as run_verify
     flat = fingerprint = None
     try:
         if source:

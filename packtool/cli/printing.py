@@ -1,14 +1,12 @@
 """Plan summaries for people (rich tables) and programs (JSON): the figures `plan` prints."""
 from __future__ import annotations
 
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from packtool.planning.summary import PlanSummary
 from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
-
+from packtool.planning.summary import PlanSummary
 
 
 def _pct(x: int, total: int) -> str:

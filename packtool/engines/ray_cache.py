@@ -22,12 +22,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import tokenizers
 
-from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, DATA_DIR, CacheWriter, TokenizedCache, tokenizer_meta, publish_cache
-from packtool.errors import PacktoolInputError
-from packtool.tokenize.readers import count_rows, iter_batches
-from packtool.tokenize.checksum import sha256_file
-
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.cache import (
+    CACHE_FORMAT,
+    CACHE_VERSION,
+    DATA_DIR,
+    CacheWriter,
+    TokenizedCache,
+    publish_cache,
+    tokenizer_meta,
+)
+from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.readers import count_rows, iter_batches
 
 # same column descriptions as packtool.tokenize.pipeline writes into cache.json
 _COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target",

@@ -21,16 +21,16 @@ import time
 from dataclasses import replace
 
 from packtool.align import Alignment
-from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.cache import TokenizedCache
+from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.pipeline import resolve_cache
 from packtool.packing import PackResult, check_output, write_output
-from packtool.planning.core import PackingConfig, PlanError, plan as make_plan
+from packtool.planning.core import PackingConfig, PlanError
+from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary
-
-from packtool.engines.ray_source import TokenizeJob
+from packtool.tokenize.cache import TokenizedCache
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.pipeline import resolve_cache
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, progress: bool = False) -> None:

@@ -7,14 +7,10 @@ from the placements without bringing them to the driver.
 """
 from __future__ import annotations
 
-
-
 from packtool.align import Alignment
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import ShardedPlan, plan_shards
-
 from packtool.tokenize.cache import cache_shards
-
 
 
 class RayRunner:

@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.tokenize.config import TokenizeConfig
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
 from packtool.tokenize.pipeline import _tokens_batch
 from packtool.tokenize.readers import InputFile, iter_batches
 from packtool.tokenize.shapes import Shape, render_batch
 from packtool.tokenize.templates import ChatTemplate, Renderer
-from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
 
 # Parquet row groups per read task: enough rows per task to amortize the task, small enough
 # that a big file still spreads over the cluster.

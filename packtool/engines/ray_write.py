@@ -17,14 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.tokenize.flat_tokens import FlatTokens
-from packtool.slabs.writer import GROUP_TOKENS, shard_ranges, write_shard_file
-from packtool.slabs.format import ShardInfo
 from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
+from packtool.slabs.format import ShardInfo
+from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache import cache_pieces
-from packtool.slabs.writer import ShardSlabWriter
+from packtool.tokenize.flat_tokens import FlatTokens
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of
 # every shard-write task leaves a marker and kills its worker process (os._exit); Ray's
@@ -48,30 +47,30 @@ def _get(box):
 
 def split_routing(r: Routing, starts: np.ndarray) -> list[Routing]:
     """The routing rows of each cache piece (pieces start at cache rows `starts`)."""
-    cut = np.searchsorted(r.row, np.append(starts[1:], np.iinfo(np.int64).max))
+    cut = np.searchsorted(r.source, np.append(starts[1:], np.iinfo(np.int64).max))
     lo = np.concatenate(([0], cut[:-1]))
     return [r.take(a, b) for a, b in zip(lo, cut)]
 
 
 def _route(batch: pa.Table, r: Routing) -> pa.Table:
     cache_row = batch.column("cache_row").to_numpy()
-    lo = np.searchsorted(r.row, cache_row, side="left")
-    cnt = np.searchsorted(r.row, cache_row, side="right") - lo
+    lo = np.searchsorted(r.source, cache_row, side="left")
+    cnt = np.searchsorted(r.source, cache_row, side="right") - lo
     total = int(cnt.sum())
     seg = np.repeat(lo - np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt) + np.arange(total)
     row_local = np.repeat(np.arange(cache_row.size), cnt)
     ids, mask = batch.column("input_ids").combine_chunks(), batch.column("loss_mask").combine_chunks()
     offs = ids.offsets.to_numpy().astype(np.int64)
     lens = r.length[seg]
-    if (r.off[seg] + lens > np.diff(offs)[row_local]).any():
+    if (r.offset[seg] + lens > np.diff(offs)[row_local]).any():
         raise RuntimeError("ray engine: a planned segment runs past its cache row; the cache "
                            "does not match the plan (delete the cache and re-run)")
     out_off = np.concatenate(([0], np.cumsum(lens)))
-    idx = np.repeat(offs[row_local] + r.off[seg] - out_off[:-1], lens) + np.arange(int(out_off[-1]))
+    idx = np.repeat(offs[row_local] + r.offset[seg] - out_off[:-1], lens) + np.arange(int(out_off[-1]))
     o = pa.array(out_off.astype(np.int32))
     return pa.table({
         "shard": pa.array(r.shard[seg], pa.int32()), "pos": pa.array(r.pos[seg], pa.int64()),
-        "src": pa.array(r.row[seg], pa.int64()), "off": pa.array(r.off[seg], pa.int64()),
+        "source": pa.array(r.source[seg], pa.int64()), "offset": pa.array(r.offset[seg], pa.int64()),
         "chunk": pa.array(r.chunk[seg], pa.int32()),
         "ids": pa.ListArray.from_arrays(o, pa.array(ids.values.to_numpy()[idx], pa.int32())),
         "mask": pa.ListArray.from_arrays(o, pa.array(mask.values.to_numpy()[idx], pa.uint8())),
@@ -112,7 +111,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
         raise RuntimeError(f"ray engine: shard {k} got {group.num_rows} segments, expected {n}")
     ids, mask = group.column("ids").combine_chunks(), group.column("mask").combine_chunks()
     offs = ids.offsets.to_numpy().astype(np.int64)
-    sub = spec.plan(group.column("src").to_numpy(), group.column("off").to_numpy(), np.diff(offs),
+    sub = spec.plan(group.column("source").to_numpy(), group.column("offset").to_numpy(), np.diff(offs),
                     group.column("chunk").to_numpy())
     store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
                                    mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0])
@@ -126,7 +125,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
 
 def cache_source(cache, groups_per_task: int = 8):
     """A Datasource over the tokenized cache: one read task per run of row groups, each row
-    tagged with its cache row (what the plan's seg_source counts). `ray.data.read_parquet`
+    tagged with its cache row (what the plan's segments.source counts). `ray.data.read_parquet`
     would do the reading, but it does not give row positions, and its file listing costs
     ~30 s per call on this machine (Ray 2.60)."""
     from ray.data.block import BlockMetadata

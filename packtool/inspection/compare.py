@@ -6,14 +6,15 @@ figure is what `pack` would produce with those flags, not an estimate.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from packtool.align import CONVENTIONS, Alignment, AlignmentError, round_up
 from packtool.packers import ALGORITHMS
-from packtool.planning.core import PackingConfig, PlanError, plan as make_plan
+from packtool.planning.core import PackingConfig, PlanError
+from packtool.planning.core import plan as make_plan
 from packtool.planning.summary import PaddingStats, padding_stats
-from dataclasses import dataclass
 
 WHAT_IF_SPAN = 0.125  # try capacities within +-12.5% of the current one
 WHAT_IF_TRIES = 9

@@ -1,5 +1,6 @@
 """Figures of an inspect report as plain strings: shared by the terminal and HTML reports."""
 from __future__ import annotations
+
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 

@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
 from packtool.packers import ATTN_COEF
-from packtool.planning.core import OverflowStats, PackingConfig, Plan, plan as make_plan
+from packtool.planning.core import OverflowStats, PackingConfig, Plan
+from packtool.planning.core import plan as make_plan
 from packtool.planning.summary import PaddingStats, padding_stats
-from packtool.inspection.compare import CompareRow, WhatIf
 
 SCHEMA = "packtool-inspect"
 SCHEMA_VERSION = 1
@@ -125,8 +126,8 @@ class InspectReport:
 # --- ways in ---------------------------------------------------------------------------
 
 def slabs_from_plan(p: Plan, source_lengths: np.ndarray | None = None) -> SlabSet:
-    src_len = source_lengths if source_lengths is not None else _reassemble(p.seg_source, p.seg_len)
-    return SlabSet(p.alignment, p.packing, p.seg_len, p.slab_offsets, p.singleton, p.dp_rank,
+    src_len = source_lengths if source_lengths is not None else _reassemble(p.segments.source, p.segments.length)
+    return SlabSet(p.alignment, p.packing, p.segments.length, p.slab_offsets, p.singleton, p.dp_rank,
                    p.step, p.overflow, p.num_sequences, np.asarray(src_len, np.int64))
 
 

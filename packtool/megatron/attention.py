@@ -29,7 +29,6 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide

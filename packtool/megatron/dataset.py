@@ -29,12 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-
 from packtool.align import Alignment
 from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
+from packtool.megatron.thd import ThdBatch, make_thd_batch
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
-from packtool.megatron.thd import ThdBatch, make_thd_batch
 
 
 @dataclass

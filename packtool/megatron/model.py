@@ -23,7 +23,6 @@ from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
-
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules

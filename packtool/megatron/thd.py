@@ -18,7 +18,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-
 from megatron.core.packed_seq_params import PackedSeqParams
 
 from packtool.layout import cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_rank_index

@@ -18,7 +18,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from packtool.packers._common import bitset_clear, bitset_layout, bitset_prev, bitset_set, dense_capacity, index_dtype, max_bins_bound, size_table, tree_leaves
+from packtool.packers._common import (
+    bitset_clear,
+    bitset_layout,
+    bitset_prev,
+    bitset_set,
+    dense_capacity,
+    index_dtype,
+    max_bins_bound,
+    size_table,
+    tree_leaves,
+)
 
 
 @njit(cache=True)

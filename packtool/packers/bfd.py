@@ -22,7 +22,18 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from packtool.packers._common import RunLog, add_run, assign_runs, bitset_clear, bitset_layout, bitset_next, bitset_set, dense_capacity, max_bins_bound, size_table
+from packtool.packers._common import (
+    RunLog,
+    add_run,
+    assign_runs,
+    bitset_clear,
+    bitset_layout,
+    bitset_next,
+    bitset_set,
+    dense_capacity,
+    max_bins_bound,
+    size_table,
+)
 
 
 @njit(cache=True)

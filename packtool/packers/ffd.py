@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from packtool.packers._common import RunLog, assign_runs, first_fit_counts, max_bins_bound, size_table, tree_build, tree_dtype, tree_leaves
+from packtool.packers._common import (
+    RunLog,
+    assign_runs,
+    first_fit_counts,
+    max_bins_bound,
+    size_table,
+    tree_build,
+    tree_dtype,
+    tree_leaves,
+)
 
 
 def ffd(sizes: np.ndarray, capacity: int) -> np.ndarray:

@@ -36,7 +36,23 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from packtool.packers._common import RunLog, add_run, assign_runs, bitset_clear, bitset_layout, bitset_next, bitset_prev, bitset_set, first_fit_counts, key_at_most, max_bins_bound, size_table, tree_build, tree_dtype, tree_leaves
+from packtool.packers._common import (
+    RunLog,
+    add_run,
+    assign_runs,
+    bitset_clear,
+    bitset_layout,
+    bitset_next,
+    bitset_prev,
+    bitset_set,
+    first_fit_counts,
+    key_at_most,
+    max_bins_bound,
+    size_table,
+    tree_build,
+    tree_dtype,
+    tree_leaves,
+)
 
 
 @njit(cache=True)

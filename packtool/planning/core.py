@@ -53,15 +53,25 @@ class OverflowStats:
     singletons: int = 0
 
 
+# The one set of names a segment goes by from plan to writer (docs/DESIGN.md, "Segments"):
+# `Segments`, the sharded `Placement`, the `Routing` to output shards and the spilled
+# `slabs.routed.SEGMENT` records all use them, as do the slab columns they become
+# (source_index, source_offset, seq_lens, chunk_index).
+SEGMENT_FIELDS = ("source", "offset", "length", "chunk")
+
+
 @dataclass(frozen=True)
 class Segments:
     """Items to place after the overflow policy: a whole sequence or a chunk of one."""
 
-    source: np.ndarray  # int64 source row
+    source: np.ndarray  # int64 source row (tokenized cache row)
     offset: np.ndarray  # int64 first token inside the source row
     length: np.ndarray  # int64 real tokens
     chunk: np.ndarray  # int32 chunk number (0 for whole sequences)
     singleton: np.ndarray  # bool: placed alone, footprint > U
+
+    def take(self, idx: np.ndarray) -> "Segments":
+        return Segments(*(getattr(self, f)[idx] for f in (*SEGMENT_FIELDS, "singleton")))
 
 
 @dataclass(frozen=True)
@@ -69,11 +79,8 @@ class Plan:
     alignment: Alignment
     packing: PackingConfig
     num_sequences: int
-    # segments in on-disk order: slab b holds seg_*[slab_offsets[b]:slab_offsets[b+1]]
-    seg_source: np.ndarray
-    seg_offset: np.ndarray
-    seg_len: np.ndarray
-    seg_chunk: np.ndarray
+    # segments in on-disk order: slab b holds segments.*[slab_offsets[b]:slab_offsets[b+1]]
+    segments: Segments
     slab_offsets: np.ndarray
     singleton: np.ndarray  # bool per slab
     slab_index: np.ndarray  # int64 per slab: plan order before the seeded shuffle
@@ -171,14 +178,13 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
     seg_order = np.argsort(slab_of, kind="stable")  # within a slab: input order
     counts = np.bincount(slab_of, minlength=n_bins)
     slab_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    seg_len = segs.length[seg_order]
+    placed = segs.take(seg_order)
     single = np.zeros(n_bins, bool)
     single[slab_of[~fits]] = True
-    lay = compute_layout(seg_len, slab_offsets, alignment)
+    lay = compute_layout(placed.length, slab_offsets, alignment)
     return Plan(
         alignment=alignment, packing=packing, num_sequences=int(lengths.size),
-        seg_source=segs.source[seg_order], seg_offset=segs.offset[seg_order], seg_len=seg_len,
-        seg_chunk=segs.chunk[seg_order], slab_offsets=slab_offsets, singleton=single,
+        segments=placed, slab_offsets=slab_offsets, singleton=single,
         slab_index=order_bins.astype(np.int64), dp_rank=rank[order_bins].astype(np.int32),
         step=np.asarray(steps_sorted, np.int32), microbatch=np.zeros(n_bins, np.int32),
         layout=lay, overflow=ovf, lower_bound=alignment.lower_bound(segs.length),
@@ -249,10 +255,10 @@ def write_plan(p: Plan, path: str) -> None:
         "slab": pa.array(slab, pa.int64()),
         "dp_rank": pa.array(p.dp_rank[slab], pa.int32()),
         "step": pa.array(p.step[slab], pa.int32()),
-        "source_index": pa.array(p.seg_source, pa.int64()),
-        "chunk_index": pa.array(p.seg_chunk, pa.int32()),
-        "source_offset": pa.array(p.seg_offset, pa.int64()),
-        "length": pa.array(p.seg_len, pa.int32()),
+        "source_index": pa.array(p.segments.source, pa.int64()),
+        "chunk_index": pa.array(p.segments.chunk, pa.int32()),
+        "source_offset": pa.array(p.segments.offset, pa.int64()),
+        "length": pa.array(p.segments.length, pa.int32()),
         "padded": pa.array(lay.seg_padded[real], pa.int32()),
         "start": pa.array(lay.seg_start[real], pa.int32()),
     })

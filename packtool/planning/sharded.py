@@ -24,12 +24,11 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.packers import pack_items
-from packtool.planning.core import OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
-from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
 from packtool.packers.dp import bin_costs, deal_steps, dp_target
 from packtool.planning.bins import bounds_from_histogram, dp_moves
-from packtool.planning.summary import PlanSummary
-from packtool.planning.summary import PaddingStats
+from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
+from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
+from packtool.planning.summary import PaddingStats, PlanSummary
 
 
 @dataclass(frozen=True)
@@ -223,12 +222,12 @@ class ShardedPlan:
         runner = runner or LocalRunner()
         routes = [runner.call(shard_routing, h, *a)
                   for h, a in zip(self.handles, self.routing_args([(0, self.num_slabs)]))]
-        cols = {f: np.concatenate([getattr(r, f) for r in routes]) for f in ("row", "off", "length", "chunk", "pos")}
+        cols = {f: np.concatenate([getattr(r, f) for r in routes]) for f in (*SEGMENT_FIELDS, "pos")}
         out = {}
         for f, v in cols.items():
             out[f] = np.empty_like(v)
             out[f][cols["pos"]] = v
-        p = self.spec(0, self.num_slabs).plan(out["row"], out["off"], out["length"], out["chunk"])
+        p = self.spec(0, self.num_slabs).plan(*(out[f] for f in SEGMENT_FIELDS))
         return replace(p, seconds=self.seconds)
 
     def summary(self) -> PlanSummary:

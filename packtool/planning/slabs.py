@@ -15,20 +15,20 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.layout import compute_layout
-from packtool.planning.core import OverflowStats, PackingConfig, Plan
+from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, Segments
 
 
 @dataclass(frozen=True)
 class Routing:
     """Segments (sorted by source row, then offset) and where each one goes."""
-    row: np.ndarray     # int64 source row (tokenized cache row)
-    off: np.ndarray     # int64 first token in the row
+    source: np.ndarray  # int64 source row (tokenized cache row)
+    offset: np.ndarray  # int64 first token in the row
     length: np.ndarray  # int64 tokens
     chunk: np.ndarray   # int32 chunk number (split), 0 for a whole sequence
     shard: np.ndarray   # int32 output shard
     pos: np.ndarray     # int64 index among the shard's real segments (on-disk order)
 
-    FIELDS = ("row", "off", "length", "chunk", "shard", "pos")
+    FIELDS = (*SEGMENT_FIELDS, "shard", "pos")
 
     def take(self, a: int, b: int) -> "Routing":
         return Routing(*(getattr(self, f)[a:b] for f in self.FIELDS))
@@ -60,10 +60,12 @@ class SlabSpec:
                                f"that hold {n}; the routing does not match the plan")
         offsets = np.concatenate(([0], np.cumsum(self.count))).astype(np.int64)
         seg_len = np.asarray(length, np.int64)
+        alone = np.repeat(self.singleton, self.count)
+        segs = Segments(np.asarray(source, np.int64), np.asarray(offset, np.int64), seg_len,
+                        np.asarray(chunk, np.int32), alone)
         return Plan(
             alignment=self.alignment, packing=self.packing, num_sequences=self.num_sequences,
-            seg_source=np.asarray(source, np.int64), seg_offset=np.asarray(offset, np.int64),
-            seg_len=seg_len, seg_chunk=np.asarray(chunk, np.int32), slab_offsets=offsets,
+            segments=segs, slab_offsets=offsets,
             singleton=self.singleton, slab_index=self.slab_index, dp_rank=self.dp_rank,
             step=self.step, microbatch=np.zeros(self.count.size, np.int32),
             layout=compute_layout(seg_len, offsets, self.alignment), overflow=self.overflow,
@@ -97,7 +99,8 @@ def routing_of_plan(p: Plan, ranges: list[tuple[int, int]]) -> Routing:
     count = np.diff(p.slab_offsets)
     shard, starts = shard_of_slab(ranges, p.num_slabs)
     slab_of = np.repeat(np.arange(p.num_slabs), count)
-    pos = np.arange(p.seg_source.size, dtype=np.int64) - p.slab_offsets[starts[shard[slab_of]]]
-    order = np.lexsort((p.seg_offset, p.seg_source))
-    return Routing(p.seg_source[order], p.seg_offset[order], p.seg_len[order], p.seg_chunk[order],
+    sg = p.segments
+    pos = np.arange(sg.source.size, dtype=np.int64) - p.slab_offsets[starts[shard[slab_of]]]
+    order = np.lexsort((sg.offset, sg.source))
+    return Routing(sg.source[order], sg.offset[order], sg.length[order], sg.chunk[order],
                    shard[slab_of][order], pos[order])

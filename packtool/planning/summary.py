@@ -70,7 +70,7 @@ def plan_summary(p: Plan) -> PlanSummary:
         alignment=dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
                        fixed_length=a.fixed_length, convention=a.convention, s=a.s, t=a.t,
                        usable=a.usable),
-        packing=asdict(p.packing), sequences=p.num_sequences, segments=int(p.seg_len.size),
+        packing=asdict(p.packing), sequences=p.num_sequences, segments=int(p.segments.length.size),
         slabs=p.num_slabs, lower_bound=p.lower_bound, l2_bound=p.l2_bound,
         excess_over_bound=p.num_slabs - bound,
         padding=padding_stats(p.layout, a, p.singleton), overflow=p.overflow,

@@ -5,8 +5,16 @@
 `gather` preads token spans from the flat store; `reader` reads slabs back with bounded
 memory (the Megatron dataset and users' own loaders).
 """
-from packtool.slabs.format import (FORMAT_NAME, MANIFEST, SCHEMA, SCHEMA_VERSION, FormatError,
-                                   ShardInfo, SlabManifest, read_manifest)
+from packtool.slabs.format import (
+                                   FORMAT_NAME,
+                                   MANIFEST,
+                                   SCHEMA,
+                                   SCHEMA_VERSION,
+                                   FormatError,
+                                   ShardInfo,
+                                   SlabManifest,
+                                   read_manifest,
+)
 from packtool.slabs.reader import SlabIndex, SlabReader, SlabRow
 
 __all__ = ["FORMAT_NAME", "MANIFEST", "SCHEMA", "SCHEMA_VERSION", "FormatError", "ShardInfo",

@@ -22,14 +22,19 @@ from typing import Callable
 
 import numpy as np
 
-from packtool.slabs.writer import ShardSlabWriter
-from packtool.planning.sharded import ShardedPlan
+from packtool.planning.core import SEGMENT_FIELDS
+from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import SlabSpec
-from packtool.tokenize.flat_tokens import FlatTokens
-from packtool.slabs.writer import GROUP_TOKENS, run_shards, shard_ranges, write_shard_file
-from packtool.slabs.format import ShardInfo
 from packtool.planning.spill import StoreOffsets, load_placement
-from packtool.planning.sharded import shard_routing
+from packtool.slabs.format import ShardInfo
+from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, run_shards, shard_ranges, write_shard_file
+from packtool.tokenize.flat_tokens import FlatTokens
+
+# One segment of an output shard: source row, offset in the row, absolute token start in
+# the flat store, length, chunk. ROUTED adds its position in the shard (on-disk order).
+SEGMENT = np.dtype([("source", "<i8"), ("offset", "<i8"), ("start", "<i8"), ("length", "<i8"),
+                    ("chunk", "<i4")])
+ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
 
 _NO_TOKENS = np.zeros(0, np.int32)  # with a directory the writer preads the file, never this
 
@@ -46,7 +51,7 @@ class RoutedSlabWriter:
         s = read_segments(self.path, int(self.first[b0]), int(self.first[b1]))
         sp = self.spec
         sub = dataclasses.replace(sp, **{f: getattr(sp, f)[b0:b1] for f in _PER_SLAB})
-        plan = sub.plan(s["row"], s["off"], s["length"], s["chunk"])
+        plan = sub.plan(*(s[f] for f in SEGMENT_FIELDS))
         store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir)
         return ShardSlabWriter(plan, store, self.pad_id).batch(0, b1 - b0)
 
@@ -102,13 +107,6 @@ def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id:
     return run_shards(len(shards.routed), one, workers, on_rows, prepare=order)
 
 
-# One segment of an output shard: source row, offset in the row, absolute token start in
-# the flat store, length, chunk. ROUTED adds its position in the shard (on-disk order).
-SEGMENT = np.dtype([("row", "<i8"), ("off", "<i8"), ("start", "<i8"), ("length", "<i8"),
-                    ("chunk", "<i4")])
-
-
-ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
 
 
 def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: str,
@@ -127,15 +125,15 @@ def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: st
         r = shard_routing(load_placement(handle), *args)
         first = int(sp.first_rows[j])
         offs = store.read(first, int(ends[j]) - first + 1)
-        local = r.row - first
-        if r.row.size and (r.off + r.length > np.diff(offs)[local]).any():
+        local = r.source - first
+        if r.source.size and (r.offset + r.length > np.diff(offs)[local]).any():
             raise RuntimeError(f"{store.path}: a planned segment runs past its row (rows from "
                                f"{first}); the flat token store does not match the plan")
         shard = r.shard.astype(kind)
         order = np.argsort(shard, kind="stable")
         rec = np.empty(order.size, ROUTED)
-        rec["pos"], rec["row"], rec["off"] = r.pos[order], r.row[order], r.off[order]
-        rec["start"] = offs[local[order]] + rec["off"]
+        rec["pos"], rec["source"], rec["offset"] = r.pos[order], r.source[order], r.offset[order]
+        rec["start"] = offs[local[order]] + rec["offset"]
         rec["length"], rec["chunk"] = r.length[order], r.chunk[order]
         cut = np.searchsorted(shard[order], np.arange(len(ranges) + 1))
         del r, order, local, offs, shard

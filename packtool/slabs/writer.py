@@ -13,6 +13,7 @@ import os
 import queue
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Callable, Iterator
 
 import numba as nb
@@ -22,11 +23,10 @@ import pyarrow.parquet as pq
 
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
+from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
+from packtool.slabs.gather import fill_pads, gather_from_files, row_sums
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
-from packtool.slabs.gather import fill_pads, gather_from_files, row_sums
-from dataclasses import replace
-from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
 
 
 @nb.njit(nogil=True, cache=True)
@@ -85,9 +85,9 @@ class SlabWriter:
         r0, r1 = int(p.slab_offsets[b0]), int(p.slab_offsets[b1])  # the plan's segments
         real = self.real[lo:hi]
         # source fields per layout segment, -1 on fill segments
-        src = _per_segment(real, p.seg_source[r0:r1], -1, np.int64)
-        chunk = _per_segment(real, p.seg_chunk[r0:r1], -1, np.int32)
-        off = _per_segment(real, p.seg_offset[r0:r1], 0, np.int64)
+        src = _per_segment(real, p.segments.source[r0:r1], -1, np.int64)
+        chunk = _per_segment(real, p.segments.chunk[r0:r1], -1, np.int32)
+        off = _per_segment(real, p.segments.offset[r0:r1], 0, np.int64)
         base = self.slab_base[b0]
         total = int(self.slab_base[b1] - base)
         ids, mask = _buffer(total, np.int32), _buffer(total, np.uint8)
@@ -95,7 +95,7 @@ class SlabWriter:
         start = self.slab_base[seg_slab] - base + lay.seg_start[lo:hi]
         fill_pads(ids, mask, self.pad_id, start, lay.seg_len[lo:hi], lay.seg_padded[lo:hi])
         dest = start[real]
-        rsrc, roff, rlen = p.seg_source[r0:r1], p.seg_offset[r0:r1], lay.seg_len[lo:hi][real]
+        rsrc, roff, rlen = p.segments.source[r0:r1], p.segments.offset[r0:r1], lay.seg_len[lo:hi][real]
         if self.tok.directory:  # file-backed store: read spans, map nothing
             gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         else:
@@ -342,13 +342,14 @@ class ShardSlabWriter(SlabWriter):
     (source_index, source_offset) are put back to the plan's global values."""
 
     def __init__(self, sub: Plan, store: FlatTokens, pad_id: int):
-        n = sub.seg_source.size
-        local = replace(sub, seg_source=np.arange(n, dtype=np.int64), seg_offset=np.zeros(n, np.int64))
+        n = sub.segments.source.size
+        local = replace(sub, segments=replace(sub.segments, source=np.arange(n, dtype=np.int64),
+                                              offset=np.zeros(n, np.int64)))
         super().__init__(local, store, pad_id)
         self.gsrc = np.full(self.real.size, -1, np.int64)
-        self.gsrc[self.real] = sub.seg_source
+        self.gsrc[self.real] = sub.segments.source
         self.goff = np.zeros(self.real.size, np.int64)
-        self.goff[self.real] = sub.seg_offset
+        self.goff[self.real] = sub.segments.offset
 
     def batch(self, b0: int, b1: int) -> pa.RecordBatch:
         rb = super().batch(b0, b1)

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 from collections import OrderedDict
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numba
@@ -26,7 +26,6 @@ import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.encode import TokenizerInfo
-from dataclasses import dataclass
 
 CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_VERSION = 1

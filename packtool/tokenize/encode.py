@@ -19,8 +19,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.shapes import RenderedBatch
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.shapes import RenderedBatch
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")

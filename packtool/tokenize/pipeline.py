@@ -17,8 +17,8 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -26,16 +26,30 @@ import pyarrow as pa
 import tokenizers
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, CacheWriter, TokenizedCache, tokenizer_meta, publish_cache
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.cache import (
+    CACHE_FORMAT,
+    CACHE_VERSION,
+    CacheWriter,
+    TokenizedCache,
+    publish_cache,
+    tokenizer_meta,
+)
+from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.encode import (
+    EncodedBatch,
+    LoadedTokenizer,
+    TokenizerInfo,
+    encode_rendered,
+    load_tokenizer,
+    row_sums,
+    start_encode,
+)
+from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
-from packtool.tokenize.checksum import sha256_file
-from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
-from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, TokenizerInfo, encode_rendered, load_tokenizer, row_sums, start_encode
-
 
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call

@@ -19,10 +19,10 @@ from multiprocessing import get_context
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.slabs.format import FormatError, manifest_config, read_manifest, shard_names
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.shard import ShardJob, ShardResult, check_shard
-from packtool.slabs.format import FormatError, manifest_config, read_manifest, shard_names
 
 STAT_KEYS = ("real_tokens", "loss_tokens", "physical_tokens", "layout_pad", "tail_pad", "fill_pad", "slack")
 

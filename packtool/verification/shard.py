@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.align import Alignment
 from packtool.layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
+from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.verification.problems import ProblemLog, first_of, segment_problems
 from packtool.verification.tokens import TOKEN_CHECKS, source_ranges, token_pass, token_problems
 

@@ -13,12 +13,12 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 from conftest import GPT2, GSM8K, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
 from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
 from packtool.errors import PacktoolInputError  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.verification.run import verify  # noqa: E402
 
 MIXED = [GSM8K, TASKMASTER, PEPS]  # fields, chat and long text (split) in one run
@@ -122,8 +122,8 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from packtool.tokenize.cache import TokenizedCache
     from packtool.planning.sharded import ShardedPlan, plan_sharded
+    from packtool.tokenize.cache import TokenizedCache
     pk = PackingConfig("bfd", overflow="split", dp=2, seed=4)
     res = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "o"),
                    cache_dir=str(tmp_path / "c"), plan_shard_rows=150, shard_tokens=SHARD)
@@ -140,7 +140,7 @@ def test_sharded_plan_on_ray_verifies(tmp_path):
     assert np.array_equal(np.unique(rows[chunk == 0]), np.arange(lengths.size))  # each row once
     assert np.unique(rows * 1000 + chunk).size == rows.size
     m = plan_sharded(lengths, ALIGN, pk, shard_rows=150).materialize()
-    assert np.array_equal(rows, m.seg_source) and np.array_equal(chunk, m.seg_chunk)
+    assert np.array_equal(rows, m.segments.source) and np.array_equal(chunk, m.segments.chunk)
     assert np.array_equal(np.asarray(t.column("slab_index")), m.slab_index)
     assert np.array_equal(np.asarray(t.column("dp_rank")), m.dp_rank)
     # the local engine's spilled plan of the same shards writes the same bytes

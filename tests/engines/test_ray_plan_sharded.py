@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from packtool.align import Alignment, martello_toth_l2
-from packtool.planning.core import PackingConfig, plan
 from packtool.planning.bins import bounds_from_histogram
+from packtool.planning.core import SEGMENT_FIELDS, PackingConfig, plan
 from packtool.planning.sharded import plan_sharded
 from packtool.planning.summary import plan_summary
 
@@ -31,6 +31,10 @@ def _same_plan(g, p):
         if f.name in ("seconds", "layout"):
             continue
         a, b = getattr(g, f.name), getattr(p, f.name)
+        if f.name == "segments":
+            for k in (*SEGMENT_FIELDS, "singleton"):
+                assert np.array_equal(getattr(a, k), getattr(b, k)), k
+            continue
         assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
     assert np.array_equal(g.layout.slab_len, p.layout.slab_len)
 
@@ -55,18 +59,18 @@ def test_one_shard_is_the_global_plan(dp, overflow):
 def _check(lengths, s, align=ALIGN):
     p = s.materialize()
     # every (row, chunk) exactly once, and the chunks of a row cover it
-    pairs = p.seg_source * 1000 + p.seg_chunk
+    pairs = p.segments.source * 1000 + p.segments.chunk
     assert np.unique(pairs).size == pairs.size == s.num_segments
-    covered = np.bincount(p.seg_source, weights=p.seg_len, minlength=lengths.size)
+    covered = np.bincount(p.segments.source, weights=p.segments.length, minlength=lengths.size)
     if s.packing.overflow != "truncate":
         assert np.array_equal(covered.astype(np.int64), lengths)
-    fp = align.seq_footprint(p.seg_len)
+    fp = align.seq_footprint(p.segments.length)
     load = np.add.reduceat(fp, p.slab_offsets[:-1])
     assert (load[~p.singleton] <= align.usable).all()
     # what the driver computed from bins alone is what the materialized plan gives
     assert _summary(plan_summary(p)) == _summary(s.summary())
     assert np.array_equal(np.diff(p.slab_offsets), s.count)
-    assert p.lower_bound == align.lower_bound(p.seg_len) and p.l2_bound == align.l2_bound(p.seg_len)
+    assert p.lower_bound == align.lower_bound(p.segments.length) and p.l2_bound == align.l2_bound(p.segments.length)
     return p
 
 
@@ -77,7 +81,7 @@ def test_many_shards_place_every_segment_once_within_capacity(algorithm):
     s = plan_sharded(lengths, ALIGN, pk, shard_rows=500)
     p = _check(lengths, s)
     st = s.stats
-    assert st.shards == 12 and st.peak_items <= max(st.merged_items, p.seg_len.size)
+    assert st.shards == 12 and st.peak_items <= max(st.merged_items, p.segments.length.size)
     assert st.kept_bins + st.merged_bins == p.num_slabs
     assert st.extra_bins == p.num_slabs - p.lower_bound >= 0
     assert p.lower_bound == plan(lengths, ALIGN, pk).lower_bound
@@ -138,4 +142,4 @@ def test_a_shard_that_keeps_no_bin_is_routed():
     sp = plan_sharded(lengths, ALIGN, PackingConfig("bfd", overflow="split"), shard_rows=512)
     assert sp.stats.shards == 2 and len(sp.local_slab[1]) == 0
     m = sp.materialize()
-    assert np.array_equal(np.sort(m.seg_source[m.seg_chunk == 0]), np.arange(lengths.size))
+    assert np.array_equal(np.sort(m.segments.source[m.segments.chunk == 0]), np.arange(lengths.size))

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+
 from packtool.align import Alignment  # noqa: E402
 from packtool.layout import cp_rank_index  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402

@@ -15,9 +15,8 @@ import torch
 pytest.importorskip("megatron.core")
 
 from megatron.core.process_groups_config import ProcessGroupCollection  # noqa: E402
+from megatron_slabs import greedy_bins, random_sequences, run_threads, thread_cp_groups, write_slab_dir  # noqa: E402
 
-from megatron_slabs import (greedy_bins, random_sequences, run_threads,  # noqa: E402
-                            thread_cp_groups, write_slab_dir)
 from packtool.align import Alignment  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
 from packtool.megatron.model import GPTShape, build_gpt, token_losses  # noqa: E402

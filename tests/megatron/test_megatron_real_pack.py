@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape, padded_vocab  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "fixtures", "data", "gsm8k_train_200.jsonl")

@@ -30,6 +30,7 @@ def _batch_arrays():
 
 def _run(tp, rank=0, init_file=None):
     import torch.distributed as dist
+
     from packtool.megatron.model import GPTShape, build_gpt, token_losses
     from packtool.megatron.parallel import init_parallel
     from packtool.megatron.thd import make_thd_batch

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 typer = pytest.importorskip("typer")
+from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.megatron.train_cli import train_command  # noqa: E402
 

@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 import packtool.packing as pack_mod
 from packtool.align import Alignment
 from packtool.cli.app import app
-from packtool.tokenize.config import TokenizeConfig
 from packtool.layout import cp_rank_index
 from packtool.packing import OutputExistsError, pack
 from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 
 runner = CliRunner()

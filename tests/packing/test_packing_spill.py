@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 import packtool.slabs.routed as spill_write
 from packtool.align import Alignment
 from packtool.cli.app import app
-from packtool.tokenize.config import TokenizeConfig
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig, PlanError
 from packtool.planning.sharded import ShardedPlan
+from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 
 TOK = TokenizeConfig(shape="tokens")

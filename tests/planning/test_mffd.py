@@ -8,9 +8,9 @@ over small inputs with this implementation, then re-derived by hand below.
 from __future__ import annotations
 
 import numpy as np
-
 from test_packers import check_packing
-from test_packers_refs import ffd_ref, mffd_ref
+from test_packers_refs import mffd_ref
+
 from packtool.packers import pack_items
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_packers_refs import REFS
+
 from packtool.packers import ALGORITHMS, pack_items
 
 

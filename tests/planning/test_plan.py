@@ -42,7 +42,7 @@ def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
     except DPError as e:
         # legitimate only when there are too few segments to give every rank a slab per step
         p1 = plan(lengths, align, dataclasses.replace(cfg, dp=1))
-        assert p1.seg_len.size < round_up(p1.num_slabs, cfg.dp), e
+        assert p1.segments.length.size < round_up(p1.num_slabs, cfg.dp), e
         assert "--dp" in str(e)
         return
     lay = p.layout
@@ -51,7 +51,7 @@ def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
     # every source token is placed exactly once, or counted by the policy
     covered = np.zeros(int(lengths.sum()), np.int64)
     base = np.concatenate(([0], np.cumsum(lengths)))
-    for src, off, ln in zip(p.seg_source, p.seg_offset, p.seg_len):
+    for src, off, ln in zip(p.segments.source, p.segments.offset, p.segments.length):
         covered[base[src] + off: base[src] + off + ln] += 1
     assert covered.max() <= 1
     if cfg.overflow == "truncate":
@@ -79,7 +79,9 @@ def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
         assert (np.diff(p.step) >= 0).all()
     # deterministic
     q = plan(lengths, align, cfg)
-    for name in ("seg_source", "seg_offset", "seg_len", "slab_offsets", "dp_rank", "step"):
+    for name in ("source", "offset", "length", "chunk"):
+        assert np.array_equal(getattr(p.segments, name), getattr(q.segments, name))
+    for name in ("slab_offsets", "dp_rank", "step"):
         assert np.array_equal(getattr(p, name), getattr(q, name))
 
 
@@ -118,10 +120,10 @@ def test_seed_shuffles_order_not_content():
     a = Alignment(capacity=1024)
     p0 = plan(lengths, a, PackingConfig(seed=0))
     p1 = plan(lengths, a, PackingConfig(seed=1))
-    assert not np.array_equal(p0.seg_source, p1.seg_source)
+    assert not np.array_equal(p0.segments.source, p1.segments.source)
 
     def slabs(p):
-        return sorted(tuple(sorted(p.seg_source[p.slab_offsets[b]:p.slab_offsets[b + 1]].tolist()))
+        return sorted(tuple(sorted(p.segments.source[p.slab_offsets[b]:p.slab_offsets[b + 1]].tolist()))
                       for b in range(p.num_slabs))
     assert slabs(p0) == slabs(p1)
     # not sorted by length on disk

@@ -10,13 +10,13 @@ import threading
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from slab_support import PAD, write_source
 
 from packtool.align import Alignment
-from packtool.slabs import writer
-from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens
-from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
 from packtool.planning.core import PackingConfig, plan
-from slab_support import PAD, write_source
+from packtool.slabs import writer
+from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
+from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens
 
 LENGTHS = np.random.default_rng(7).integers(1, 700, 3000)
 ALIGN = Alignment(tp=2, cp=2, sp=True, capacity=2048)
@@ -72,9 +72,9 @@ def test_provenance_columns_are_the_plans(store):
     t = SlabWriter(p, store, PAD).batch(0, p.num_slabs)
     src, chunk, off = (t.column(c).values.to_numpy() for c in ("source_index", "chunk_index", "source_offset"))
     real = ~p.layout.is_fill
-    assert np.array_equal(src[real], p.seg_source) and (src[~real] == -1).all()
-    assert np.array_equal(chunk[real], p.seg_chunk) and (chunk[~real] == -1).all()
-    assert np.array_equal(off[real], p.seg_offset) and (off[~real] == 0).all()
+    assert np.array_equal(src[real], p.segments.source) and (src[~real] == -1).all()
+    assert np.array_equal(chunk[real], p.segments.chunk) and (chunk[~real] == -1).all()
+    assert np.array_equal(off[real], p.segments.offset) and (off[~real] == 0).all()
     assert len(t.column("input_ids").values) == int(p.layout.slab_len.sum())
     mask = t.column("loss_mask")
     assert np.array_equal(t.column("num_loss_tokens").to_numpy(),
@@ -128,6 +128,7 @@ def test_a_failing_shard_stops_the_others_at_their_next_row_group(tmp_path, stor
 
 def test_flat_store_rebuild_in_threads_matches_one_thread_and_checks_lengths(tmp_path):
     import pyarrow as pa
+
     from packtool.tokenize.flat_tokens import build_flat_tokens
     rng = np.random.default_rng(0)
     files = []

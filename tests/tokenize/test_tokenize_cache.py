@@ -12,10 +12,10 @@ import pytest
 from conftest import GPT2, GSM8K, MISTRAL, MISTRAL_DIR, PEPS, SHAREGPT
 
 import packtool.tokenize.pipeline as pipeline
-from packtool.tokenize.config import TokenizeConfig
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import TokenizedCache, tokenize_to_cache
 from packtool.tokenize.cache import CacheWriter
+from packtool.tokenize.config import TokenizeConfig
 
 GSM_CFG = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
 

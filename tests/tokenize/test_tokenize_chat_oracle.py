@@ -14,9 +14,9 @@ import pytest
 from conftest import GPT2, GSM8K, MISTRAL, MISTRAL_DIR, SHAREGPT, TASKMASTER
 from tokenizers import Tokenizer
 
-from packtool.tokenize.config import TokenizeConfig
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import tokenize_to_cache
+from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.shapes import normalize_message, sharegpt_to_messages
 from packtool.tokenize.templates import BUILTIN
 

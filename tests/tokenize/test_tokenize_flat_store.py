@@ -12,9 +12,9 @@ import pytest
 from conftest import GPT2, GSM8K, PEPS, TASKMASTER
 
 import packtool.tokenize.pipeline as pipeline
-from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize import tokenize_to_cache
 from packtool.tokenize.cache import CacheWriter
+from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.flat_tokens import TOKENS_FILE, build_flat_tokens, flat_store_dir, flat_store_for
 from packtool.tokenize.shapes import RenderedBatch
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import ALPACA, GPT2, GSM8K, MISTRAL, PEPS
 from tokenizers import Tokenizer
 
-from packtool.tokenize.config import TokenizeConfig
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import tokenize_to_cache
+from packtool.tokenize.config import TokenizeConfig
 
 GPT2_EOS = 50256
 MISTRAL_BOS, MISTRAL_EOS = 1, 2

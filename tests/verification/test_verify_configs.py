@@ -7,13 +7,13 @@ import os
 
 import numpy as np
 import pytest
+from slab_support import load_rows, save_rows, write_pack
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.planning.core import PackingConfig
 from packtool.verification.run import verify
-from slab_support import load_rows, save_rows, write_pack
 
 CASES = [
     (Alignment(tp=1, cp=1, capacity=256), PackingConfig("ffd", overflow="split")),

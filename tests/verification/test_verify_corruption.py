@@ -9,13 +9,13 @@ import shutil
 
 import numpy as np
 import pytest
+from slab_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
 
 from packtool.align import Alignment
+from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.tokenize.config import TokenizeConfig
-from packtool.packing import pack
 from packtool.verification.run import source_store, verify
-from slab_support import find_row, load_rows, read_manifest, resign, save_manifest, save_rows
 
 # tp=1 cp=2: s=4, t=4; C=256, so the longer GSM8K rows are split
 ALIGN = Alignment(tp=1, cp=2, capacity=256)
