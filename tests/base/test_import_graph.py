@@ -1,0 +1,151 @@
+"""The import rules of docs/DESIGN.md ("Stages"), checked on the source tree.
+
+Every `import`/`from ... import` of a packtool module counts, deferred ones inside functions
+included (they run too), and importing `packtool.a.b` also runs `packtool/a/__init__.py`.
+
+  - no cycles between modules;
+  - a stage imports only the base and earlier stages (tokenize -> planning -> slabs ->
+    packing -> verification | inspection); consumers (megatron, engines, cli, ...) come last;
+  - nothing outside `engines/` imports `engines/`, except the CLI that dispatches `--engine`;
+  - planning never imports printing (the CLI, rich).
+"""
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
+
+BASE = {"errors", "align", "layout", "packers", "__init__"}
+ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "packing": 4, "verification": 5, "inspection": 5}
+CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages
+
+
+def stage_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def rank_of(module: str) -> int:
+    s = stage_of(module)
+    return 0 if s in BASE else ORDER.get(s, CONSUMER)
+
+
+def module_graph(root: str = ROOT) -> dict[str, set[str]]:
+    """module -> packtool modules it imports (with their parent packages)."""
+    files = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith(".py"):
+                rel = os.path.relpath(os.path.join(d, n), os.path.dirname(root))[:-3].split(os.sep)
+                if rel[-1] == "__init__":
+                    rel = rel[:-1]
+                files[".".join(rel)] = os.path.join(d, n)
+    graph = {}
+    for mod, path in files.items():
+        tree = ast.parse(open(path).read(), path)
+        deps = set()
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{path}:{node.lineno}: relative import; packtool uses absolute imports")
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if not name.startswith("packtool"):
+                    continue
+                parts = name.split(".")
+                for k in range(2, len(parts) + 1):  # parent packages run first
+                    cand = ".".join(parts[:k])
+                    if cand in files and cand != mod and not mod.startswith(cand + "."):
+                        deps.add(cand)
+        graph[mod] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u):
+        color[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if color.get(v) == 1:
+                return stack[stack.index(v):] + [v]
+            if not color.get(v):
+                found = visit(v)
+                if found:
+                    return found
+        stack.pop()
+        color[u] = 2
+        return None
+
+    for m in sorted(graph):
+        if not color.get(m):
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def rule_breaks(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for m, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            sm, sd = stage_of(m), stage_of(d)
+            if sd == "engines" and sm not in ("engines", "cli"):
+                out.append(f"{m} imports {d}: only engines/ (and the CLI's --engine) may")
+            elif sm == "planning" and sd == "cli":
+                out.append(f"{m} imports {d}: planning never imports printing")
+            elif sm != sd and rank_of(m) < CONSUMER and rank_of(d) >= rank_of(m) and rank_of(d) > 0:
+                out.append(f"{m} ({sm}) imports {d} ({sd}): imports run from later stages to earlier ones")
+    return out
+
+
+def test_the_tree_has_no_cycle():
+    assert find_cycle(module_graph()) is None
+
+
+def test_the_tree_follows_the_stage_rules():
+    assert rule_breaks(module_graph()) == []
+
+
+def test_planning_never_loads_printing_libraries():
+    for m in (m for m in module_graph() if stage_of(m) == "planning"):
+        mod_path = os.path.join(os.path.dirname(ROOT), *m.split(".")) + ".py"
+        if not os.path.exists(mod_path):
+            mod_path = os.path.join(os.path.dirname(ROOT), *m.split("."), "__init__.py")
+        tree = ast.parse(open(mod_path).read())
+        roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "rich" not in roots and "typer" not in roots, m
+
+
+@pytest.mark.parametrize("graph,expect", [
+    ({"packtool.planning.core": {"packtool.slabs.format"}, "packtool.slabs.format": set()}, "later stages"),
+    ({"packtool.tokenize.cache": {"packtool.engines.ray_plan"}, "packtool.engines.ray_plan": set()}, "only engines/"),
+    ({"packtool.planning.sharded": {"packtool.cli.printing"}, "packtool.cli.printing": set()}, "never imports printing"),
+    ({"packtool.verification.run": {"packtool.inspection.report"}, "packtool.inspection.report": set()}, "later stages"),
+])
+def test_the_checker_catches_each_kind_of_break(graph, expect):
+    breaks = rule_breaks(graph)
+    assert len(breaks) == 1 and expect in breaks[0], breaks
+
+
+def test_the_checker_catches_a_cycle():
+    g = {"packtool.slabs.writer": {"packtool.slabs.format"}, "packtool.slabs.format": {"packtool.slabs.gather"},
+         "packtool.slabs.gather": {"packtool.slabs.writer"}}
+    cyc = find_cycle(g)
+    assert cyc[0] == cyc[-1] and set(cyc) == set(g) and len(cyc) == 4
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_allowed_imports_pass():
+    g = {"packtool.slabs.writer": {"packtool.planning.core", "packtool.align", "packtool.tokenize.flat_tokens"},
+         "packtool.cli.app": {"packtool.engines", "packtool.packing"}, "packtool.megatron.dataset": {"packtool.slabs"}}
+    assert rule_breaks(g) == []
