@@ -1,0 +1,81 @@
+"""FORMAT.md is executable: its standalone reader runs against a real pack and agrees with
+packtool's own layout, and its manifest example has the shape of a real manifest."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import types
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import GPT2, GSM8K, PEPS
+
+from packtool.align import Alignment
+from packtool.layout import cp_rank_index
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.slabs.format import read_manifest
+from packtool.tokenize.config import TokenizeConfig
+
+FORMAT_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")
+
+
+def _block(heading: str, lang: str) -> str:
+    text = open(FORMAT_MD).read()
+    section = text[text.index(heading):]
+    m = re.search(rf"```{lang}\n(.*?)```", section, re.S)
+    assert m, f"FORMAT.md: no ```{lang} block under {heading!r}"
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fmt")
+    out = str(root / "packed")
+    pack([GSM8K, PEPS], Alignment(tp=2, cp=2, capacity=2048), PackingConfig("bfd", overflow="split", seed=3),
+         TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer"),
+         output=out, cache_dir=str(root / "cache"), shard_tokens=1 << 16)
+    return out
+
+
+def _same_keys(doc, real, where="manifest"):
+    if isinstance(real, dict):
+        assert isinstance(doc, dict), f"{where}: FORMAT.md shows {type(doc).__name__}, a manifest has an object"
+        if where in ("manifest.input.tokenize",):  # the options are elided with "..."
+            assert set(doc) - {"..."} <= set(real), (where, set(doc) - set(real))
+            return
+        assert set(doc) == set(real), (where, sorted(set(doc) ^ set(real)))
+        for k in doc:
+            _same_keys(doc[k], real[k], f"{where}.{k}")
+    elif isinstance(real, list) and real:
+        assert isinstance(doc, list) and doc, f"{where}: FORMAT.md shows {doc!r}"
+        _same_keys(doc[0], real[0], f"{where}[0]")
+
+
+def test_the_manifest_example_has_the_shape_of_a_real_manifest(packed):
+    doc = json.loads(_block("## manifest.json", "json"))
+    _same_keys(doc, read_manifest(packed))
+
+
+def test_the_standalone_reader_matches_packtool(packed):
+    mod = types.ModuleType("format_reader")
+    exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
+    man = read_manifest(packed)
+    cp = man["config"]["alignment"]["cp"]
+    checked = 0
+    for entry in man["shards"]:
+        t = pq.read_table(os.path.join(packed, entry["file"]))
+        for row in range(t.num_rows):
+            slab = t.slice(row, 1).to_pylist()[0]
+            ids = np.asarray(slab["input_ids"], np.int32)
+            mask = np.asarray(slab["loss_mask"], np.uint8)
+            cu = np.asarray(slab["cu_seqlens_padded"], np.int64)
+            for r in range(cp):
+                got_ids, got_mask, got_cu = mod.read_slab_for_cp_rank(packed, entry["file"], row, r)
+                idx = cp_rank_index(cu[:-1], np.diff(cu), cp, r)
+                assert np.array_equal(got_ids, ids[idx]) and np.array_equal(got_mask, mask[idx])
+                assert np.array_equal(got_cu, cu // cp)
+                checked += 1
+    assert checked >= 2 * cp
