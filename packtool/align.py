@@ -1,4 +1,4 @@
-"""The alignment model (DESIGN section 2): the one place that knows divisibility rules.
+"""The alignment model (docs/DESIGN.md §2): the one place that knows divisibility rules.
 
 Two multiples drive everything:
   s  the per-sequence multiple, paid by every segment (CP zigzag needs 2*cp equal chunks);
@@ -33,7 +33,7 @@ def _lcm(*xs: int) -> int:
 # Each transcribes the cited framework function; tests keep an independent transcription.
 
 def _packtool(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
-    # DESIGN section 2. FP8 tile r follows SkyRL's recipe reasoning: the 1x128 blockwise
+    # docs/DESIGN.md §2. FP8 tile r follows SkyRL's recipe reasoning: the 1x128 blockwise
     # tile applies to the SP all-gather input, so 128 only when the slab is split over TP.
     s = 2 * cp if cp > 1 else 1
     r = {"none": 1, "tensorwise": 16, "mxfp8": 32,

@@ -12,7 +12,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Alignment-aware sequence packing for Megatron THD training.")
 err = Console(stderr=True)
 
-# Flags shared by every subcommand that takes them (DESIGN section 4).
+# Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag, 2*cp chunks per sequence).")]

@@ -1,4 +1,4 @@
-"""Bin packers over footprints (DESIGN section 3) and the data-parallel assignment.
+"""Bin packers over footprints (docs/DESIGN.md §3) and the data-parallel assignment.
 
 Packers see only integer footprints and a capacity -- never tp/cp/fp8 -- and return one
 bin id per item, bins numbered 0..B-1 in the order they were opened, deterministically

@@ -17,7 +17,7 @@ from packtool.layout import Layout, compute_layout
 from packtool.packers import ALGORITHMS, assign_dp, pack_items
 
 OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
-# DESIGN section 3: strict packers refuse by default; mffd/balanced keep the seed's soft cap.
+# docs/DESIGN.md §3: strict packers refuse by default; mffd/balanced keep the seed's soft cap.
 DEFAULT_OVERFLOW = {"ffd": "error", "bfd": "error", "mffd": "singleton", "balanced": "singleton"}
 
 
@@ -140,7 +140,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
 
 
 def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) -> Plan:
-    """Place sequences of the given token lengths into slabs. See DESIGN sections 2-3."""
+    """Place sequences of the given token lengths into slabs. See docs/DESIGN.md §2-3."""
     packing = packing or PackingConfig()
     return plan_with(lengths, alignment, packing,
                      lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
