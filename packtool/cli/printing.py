@@ -5,7 +5,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
 from packtool.planning.summary import PlanSummary
 
 
@@ -75,6 +74,8 @@ def print_verify_report(r, console: Console) -> None:
 
 
 def print_inspect_report(r, console: Console) -> None:
+    # inspect's figures load only for inspect: `pack` and `verify` never import the inspect stage
+    from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
     a = r.alignment
     console.print(f"[bold]{r.kind}[/] {r.path or ''} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
                   f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']:,} U={a['usable']:,}"
@@ -120,6 +121,7 @@ def print_inspect_report(r, console: Console) -> None:
 
 
 def compare_table(r) -> Table:
+    from packtool.inspection.figures import bar, fmt_int, fmt_pct
     ct = Table(title="Same lengths, other algorithms and conventions", show_header=True, header_style="bold")
     for c in ("convention", "algorithm", "s", "t", "slabs", "bound", "efficiency", "waste", ""):
         ct.add_column(c, justify="right")
