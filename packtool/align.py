@@ -32,13 +32,31 @@ def _lcm(*xs: int) -> int:
 # --- conventions: (tp, cp, tp_sp, fp8) -> (s, t) -------------------------------------
 # Each transcribes the cited framework function; tests keep an independent transcription.
 
+# Local token count T (the tokens one CP rank's GEMMs see; with SP, after the all-gather)
+# that packtool's FP8 linears need to be a multiple of, found by running them on an H200
+# (bench/fp8_tiles.py, torch 2.11 cuBLASLt; bench/notes/fp8.md): T is M in fprop/dgrad (any
+# M for tensorwise, a multiple of 8 for blockwise's 1x128 scales) and the reduction dim in
+# wgrad, where torch._scaled_mm wants it divisible by 16 for both recipes; a ragged last
+# 1x128 block along T is accepted and exact. mxfp8 (Blackwell only) is not measured here:
+# its 32 is megatron-core's get_fp8_align_size.
+FP8_TOKEN_MULTIPLE = {"none": 1, "tensorwise": 16, "blockwise": 16, "mxfp8": 32}
+
+
+def fp8_token_multiple(fp8: str) -> int:
+    """The multiple an FP8 GEMM needs of its local (per CP rank, SP-gathered) token count."""
+    return FP8_TOKEN_MULTIPLE[fp8]
+
+
 def _packtool(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:
-    # docs/DESIGN.md §2. FP8 tile r follows SkyRL's recipe reasoning: the 1x128 blockwise
-    # tile applies to the SP all-gather input, so 128 only when the slab is split over TP.
+    # docs/DESIGN.md §2, FP8 part settled against the kernels (FP8_TOKEN_MULTIPLE): packtool's
+    # linears all-gather the SP shards in bf16 and quantize after the gather, so the GEMMs
+    # need slab/cp to be a multiple of r, not each TP shard (r * cp * tp_sp, the older rule,
+    # was SkyRL's reasoning for TransformerEngine's FP8 all-gather). mxfp8 keeps that older
+    # shard rule: packtool runs no mxfp8 GEMM, so nothing here measured where it quantizes.
     s = 2 * cp if cp > 1 else 1
-    r = {"none": 1, "tensorwise": 16, "mxfp8": 32,
-         "blockwise": 128 if tp_sp > 1 else 16}[fp8]
-    return s, _lcm(s, cp * tp_sp, r * cp * tp_sp)
+    r = fp8_token_multiple(fp8)
+    f = r * cp * tp_sp if fp8 == "mxfp8" else r * cp
+    return s, _lcm(s, cp * tp_sp, f)
 
 
 def _skyrl(tp: int, cp: int, tp_sp: int, fp8: str) -> tuple[int, int]:

@@ -246,13 +246,15 @@ def packtool(tp: int, cp: int, sp: bool, fp8: str) -> tuple[int, int]:
     sequence_multiple = 2 * cp if cp > 1 else 1
     tp_sp = tp if sp else 1
     if fp8 == "none":
-        r = 1
-    elif fp8 == "blockwise":
-        # the 1x128 tile applies to the sequence-parallel all-gather input
-        r = 128 if tp_sp > 1 else 16
+        fp8_multiple = 1
+    elif fp8 == "mxfp8":
+        # not run by packtool (Blackwell): megatron-core's 32 on every TP shard
+        fp8_multiple = mcore_get_fp8_align_size(fp8) * cp * tp_sp
     else:
-        r = mcore_get_fp8_align_size(fp8)  # tensorwise 16, mxfp8 32
-    packed_multiple = math.lcm(sequence_multiple, cp * tp_sp, r * cp * tp_sp)
+        # tensorwise and blockwise, measured on an H200 (bench/notes/fp8.md): each CP rank's
+        # GEMMs run on the SP-gathered tokens, and wgrad needs that count divisible by 16
+        fp8_multiple = 16 * cp
+    packed_multiple = math.lcm(sequence_multiple, cp * tp_sp, fp8_multiple)
     return sequence_multiple, packed_multiple
 
 

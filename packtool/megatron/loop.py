@@ -47,6 +47,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     lm_head: str = "torch"
+    fp8: str = "none"  # tensorwise | blockwise: FP8 GEMMs in the transformer's linears
     log_every: int = 10
     json_log: Optional[str] = None
     load: Optional[str] = None
@@ -145,8 +146,11 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
         raise ValueError("give the model shape (--layers/--hidden/--heads/--ffn or --config) "
                          "or --load a checkpoint")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
+    if cfg.fp8 != "none":
+        from .fp8 import check_recipe
+        check_recipe(cfg.fp8, cfg.device)
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
-                      seed=cfg.seed)
+                      seed=cfg.seed, fp8=cfg.fp8)
     opt = MasterAdamW(list(model.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = 0
     if ckpt:
@@ -166,7 +170,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "
                f"vocab {shape.vocab}: {shape.params() / 1e6:.1f}M params · world {info.world} "
                f"(dp {info.dp} tp {info.tp} cp {info.cp} sp {sp}) · {cfg.device} · "
-               f"lm-head {cfg.lm_head}")
+               f"lm-head {cfg.lm_head} · fp8 {cfg.fp8}")
     res = TrainResult(params=shape.params())
     total = start + cfg.steps
     model.train()

@@ -112,7 +112,7 @@ def cpu_rope(model: GPTModel) -> GPTModel:
 
 def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.float32,
               tp: int = 1, cp: int = 1, sp: bool = False, seed: int = 0,
-              pg_collection: Any = None, rope: str = "packtool") -> GPTModel:
+              pg_collection: Any = None, rope: str = "packtool", fp8: str = "none") -> GPTModel:
     """GPTModel with PackedCoreAttention. Needs megatron's parallel_state initialized
     (or an explicit pg_collection).
 
@@ -121,7 +121,10 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
     rope='packtool' (default): the same rotation (same inv_freq, rotate-half form) applied in
     PackedCoreAttention from the micro-batch's positions-in-segment (CP zigzag included),
     computed once per micro-batch; GPTModel is built with position_embedding_type='none'.
-    The weights are identical either way (RoPE has none); a test checks both agree."""
+    The weights are identical either way (RoPE has none); a test checks both agree.
+
+    fp8='tensorwise'|'blockwise': the four linears of every layer run FP8 GEMMs
+    (packtool/megatron/fp8.py); the embedding, norms, attention and LM head do not."""
     if rope not in ("packtool", "megatron"):
         raise ValueError(f"rope must be 'packtool' or 'megatron', got {rope!r}")
     torch.manual_seed(seed)
@@ -133,6 +136,11 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
     layer.submodules.self_attention.submodules.core_attention = PackedCoreAttention
     layer.submodules.input_layernorm = PackedRMSNorm
     layer.submodules.pre_mlp_layernorm = PackedRMSNorm
+    if fp8 != "none":
+        from .fp8 import apply_to_layer_spec, check_shape
+        kv = shape.kv_heads or shape.heads
+        check_shape(fp8, shape.hidden, shape.ffn, (shape.heads + 2 * kv) * cfg.kv_channels, tp)
+        apply_to_layer_spec(layer, fp8)
     spec = TransformerBlockSubmodules(layer_specs=[layer] * shape.layers,
                                       layer_norm=PackedRMSNorm)
     kw = {} if pg_collection is None else {"pg_collection": pg_collection}

@@ -26,7 +26,7 @@ def train_command(
     data_dir: Annotated[str, typer.Argument(help="A `packtool pack` output directory.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (SP on when > 1).")] = 1,
     cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag chunks, K/V all-gather).")] = 1,
-    fp8: Annotated[str, typer.Option("--fp8", help="FP8 recipe the slabs must suit: a layout check only; training runs bf16 (no TransformerEngine).")] = "none",
+    fp8: Annotated[str, typer.Option("--fp8", help="none | tensorwise | blockwise: FP8 GEMMs in the transformer's linear layers (Hopper or newer; the slabs must be packed for it). mxfp8 needs Blackwell and is refused.")] = "none",
     layers: Annotated[int, typer.Option("--layers", help="Transformer layers.")] = 2,
     hidden: Annotated[int, typer.Option("--hidden", help="Hidden size.")] = 64,
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
@@ -62,6 +62,9 @@ def train_command(
         from packtool.align import Alignment  # noqa: F401  (light: numpy only)
         from packtool.megatron.compat import check_training_layout
         from packtool.slabs.format import SlabManifest
+        if fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
+            from packtool.megatron.fp8 import check_recipe
+            check_recipe(fp8, device)
         man = SlabManifest.read(data_dir)
         check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
         from packtool.megatron.loop import TrainConfig, train
@@ -80,7 +83,7 @@ def train_command(
             shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
         cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
                           warmup=warmup, micro_batch_tokens=micro_batch_tokens,
-                          grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head,
+                          grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                           log_every=log_every, json_log=json_log, load=load, save=save,
                           save_every=save_every)
         train(cfg)

@@ -30,7 +30,8 @@ import transcriptions as tr  # noqa: E402
 #   verl         align_size=tp=4 for every sequence; fp 8+8=16               -> 16
 #   per-sequence s=t=4: 8+8                                                  -> 16
 # tp=4, cp=1, blockwise, [7,5], C=1024 (sp on):
-#   packtool     s=1, r=128 (tp_sp=4>1), t=lcm(1, 4, 512)=512. fp 12 <= 1024 -> 512
+#   packtool     s=1, r=16 on the SP-gathered tokens (measured, bench/notes/fp8.md),
+#                t=lcm(1, 4, 16*1)=16. fp 12 <= 1024 -> round_up(12,16)=16
 #   skyrl        sequence=1; total=lcm(4, _fp8_token_align=128*4*1)=512        -> 512
 #   nemo-rl      (derive) pad_individual=4; get_fp8_token_alignment=128 (blockwise) ->
 #                pad_packed_seq_to_multiple_of=128*4=512; U=1024-1024%512=1024.
@@ -38,7 +39,7 @@ import transcriptions as tr  # noqa: E402
 #   verl         (derive) align_size=tp=4; use_fp8_padding: per sequence lcm(16,4)=16,
 #                last to align_size*128=512; U=1024. fp 16+16=32 <= 1024 ->
 #                cu_seqlens_padded[-1]=round_up(32,512)                      -> 512
-#   per-sequence s=t=512: 512+512=1024 <= 1024                               -> 1024
+#   per-sequence s=t=16: 16+16=32 <= 1024                                    -> 32
 # tp=1, cp=2, none, [6,5], C=64 (sp off since tp=1):
 #   packtool     s=4, t=lcm(4, 2, 2)=4. fp 8+8=16                            -> 16
 #   skyrl        sequence=tp*cp*2=4, total=layout_align=4                     -> 16
@@ -56,8 +57,8 @@ WORKED = {
                          {"packtool": [12], "skyrl": [12], "nemo-rl": [16], "verl": [16],
                           "per-sequence": [16]}),
     "tp4-cp1-blockwise-C1024": (4, 1, "blockwise", [7, 5], 1024,
-                                {"packtool": [512], "skyrl": [512], "nemo-rl": [512],
-                                 "verl": [512], "per-sequence": [1024]}),
+                                {"packtool": [16], "skyrl": [512], "nemo-rl": [512],
+                                 "verl": [512], "per-sequence": [32]}),
     "tp1-cp2-none-C64": (1, 2, "none", [6, 5], 64,
                          {"packtool": [16], "skyrl": [16], "nemo-rl": [16], "verl": [16],
                           "per-sequence": [16]}),
@@ -222,7 +223,7 @@ def test_sp_defaults_on_with_tp():
     (dict(fixed_length=0), "--fixed-length"),
     (dict(fixed_length=-16), "--fixed-length"),
     (dict(tp=4, cp=2, capacity=7), "--max-tokens"),  # U = 7 - 7 % 8 = 0
-    (dict(tp=4, fp8="blockwise", capacity=511), "--max-tokens"),  # t=512
+    (dict(tp=4, fp8="blockwise", capacity=15), "--max-tokens"),  # t=16 (gathered tokens)
 ])
 def test_invalid_input_names_the_flag(kwargs, flag):
     with pytest.raises(AlignmentError) as e:

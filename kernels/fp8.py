@@ -1,0 +1,181 @@
+"""FP8 GEMMs for the transformer's linear layers: quantizers, the scaled matmul, a torch reference.
+
+Every GEMM of a linear y = x W^T (x [T, K], W [N, K], g = dL/dy [T, N]) is written as
+A [M, R] @ B [P, R]^T with both operands quantized along the reduction dim R:
+
+    fprop  y  = x   . W^T      A = x   [T, K]   B = W   [N, K]
+    dgrad  dx = g   . (W^T)^T  A = g   [T, N]   B = W^T [K, N]
+    wgrad  dW = g^T . (x^T)^T  A = g^T [N, T]   B = x^T [K, T]
+
+so the token count T is M in fprop/dgrad and the reduction dim R in wgrad. That is the
+"TN" layout cuBLASLt's FP8 kernels take (mat1 row-major, mat2 column-major): `mm` passes
+A as mat1 and B^T (a column-major view of B) as mat2.
+
+Recipes (Hopper, current scaling: scales from this tensor's amax now, no history):
+  tensorwise  one fp32 scale per tensor; e4m3 activations and weights, e5m2 gradients.
+  blockwise   DeepSeek-V3: 1x128 blocks along R for activations and gradients, 128x128
+              blocks for weights; e4m3 everywhere.
+mxfp8 (1x32 blocks, e8m0 scales) is Blackwell-only in cuBLASLt and is not built here.
+
+`impl="scaled_mm"` runs torch._scaled_mm (cuBLASLt); `impl="reference"` dequantizes to fp32
+and multiplies (CPU tests, and the yardstick of the GPU tests). Shape rules are the
+caller's: packtool/megatron/fp8.py asks packtool.align before calling in.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+FMAX = {E4M3: 448.0, E5M2: 57344.0}
+BLOCK = 128
+RECIPES = ("tensorwise", "blockwise")
+
+
+@dataclass
+class Q:
+    """A quantized operand: `data` [rows, R] row-major, `scale` the fp32 dequantization
+    factors (x ~ data * scale), `kind` 'tensor' (0-dim scale), '1x128' ([rows, ceil(R/128)])
+    or '128x128' ([ceil(rows/128), ceil(R/128)])."""
+    data: torch.Tensor
+    scale: torch.Tensor
+    kind: str
+
+    def t(self) -> "Q":
+        """The transposed operand; only tensor and 128x128 scalings survive a transpose."""
+        if self.kind == "1x128":
+            raise ValueError("a 1x128-scaled operand must be re-quantized, not transposed")
+        s = self.scale if self.kind == "tensor" else self.scale.t().contiguous()
+        return Q(self.data.t().contiguous(), s, self.kind)
+
+
+def _tensor_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    amax = x.abs().amax().float()
+    scale = torch.where(amax > 0, FMAX[dtype] / amax, torch.ones_like(amax))
+    q = (x.float() * scale).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype)
+    return q, scale.reciprocal()
+
+
+def _rows_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    # 1x128 blocks along the last dim; a ragged last block is zero-padded for its amax only
+    r, c = x.shape
+    cp = -(-c // BLOCK) * BLOCK
+    xb = F.pad(x.float(), (0, cp - c)).view(r, cp // BLOCK, BLOCK)
+    amax = xb.abs().amax(-1, keepdim=True)
+    s = torch.where(amax > 0, amax / FMAX[dtype], torch.ones_like(amax))
+    q = (xb / s).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype).view(r, cp)[:, :c]
+    return q.contiguous(), s.view(r, cp // BLOCK)
+
+
+def _tiles_q(w: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    r, c = w.shape
+    rp, cp = -(-r // BLOCK) * BLOCK, -(-c // BLOCK) * BLOCK
+    wb = F.pad(w.float(), (0, cp - c, 0, rp - r)).view(rp // BLOCK, BLOCK, cp // BLOCK, BLOCK)
+    amax = wb.abs().amax(dim=(1, 3), keepdim=True)
+    s = torch.where(amax > 0, amax / FMAX[dtype], torch.ones_like(amax))
+    q = (wb / s).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype).view(rp, cp)[:r, :c]
+    return q.contiguous(), s.view(rp // BLOCK, cp // BLOCK)
+
+
+def _tensor_q_both(x: torch.Tensor, dtype: torch.dtype):
+    # the operand and its transpose from one read (wgrad needs x^T / g^T)
+    q, s = _tensor_q(x, dtype)
+    return q, q.t().contiguous(), s
+
+
+_QUANT = {"tensor": _tensor_q, "1x128": _rows_q, "128x128": _tiles_q}
+
+
+def _compile_on() -> bool:
+    return os.environ.get("PACKTOOL_FUSED", "1") != "0"
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(fn):
+    # one fused Triton kernel per quantizer instead of ~6 eager passes; dynamic=True because
+    # the token count changes every micro-batch
+    return torch.compile(fn, dynamic=True)
+
+
+def _run(fn, x, *args):
+    if x.is_cuda and _compile_on():
+        fn = _compiled(fn)
+    return fn(x, *args)
+
+
+def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
+    """Quantize a 2-D tensor along its last dim per `kind`."""
+    q, s = _run(_QUANT[kind], x, dtype)
+    return Q(q, s, kind)
+
+
+def quantize_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
+    """Tensorwise: the operand and its transpose, sharing one scale."""
+    q, qt, s = _run(_tensor_q_both, x, dtype)
+    return Q(q, s, "tensor"), Q(qt, s, "tensor")
+
+
+def dequantize(a: Q) -> torch.Tensor:
+    r, c = a.data.shape
+    x = a.data.float()
+    if a.kind == "tensor":
+        return x * a.scale
+    if a.kind == "1x128":
+        return x * a.scale.repeat_interleave(BLOCK, 1)[:, :c]
+    return x * a.scale.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:r, :c]
+
+
+def _scale_a(a: Q) -> torch.Tensor:
+    # torch's 1x128 check wants the scale outer-dim-major (stride (1, rows))
+    return a.scale.t().contiguous().t() if a.kind == "1x128" else a.scale
+
+
+def _scale_b(b: Q) -> torch.Tensor:
+    # torch checks mat2 = B^T through scale_b^T against B's own [rows, blocks] layout
+    if b.kind == "1x128":
+        return b.scale.t().contiguous()
+    return b.scale.t() if b.kind == "128x128" else b.scale
+
+
+def mm(a: Q, b: Q, out_dtype: torch.dtype = torch.bfloat16, impl: str = "scaled_mm",
+       fast_accum: bool = False) -> torch.Tensor:
+    """A @ B^T from quantized operands (both [*, R], quantized along R)."""
+    if impl == "reference":
+        return (dequantize(a) @ dequantize(b).t()).to(out_dtype)
+    if impl != "scaled_mm":
+        raise ValueError(f"impl must be 'scaled_mm' or 'reference', got {impl!r}")
+    return torch._scaled_mm(a.data, b.data.t(), scale_a=_scale_a(a), scale_b=_scale_b(b),
+                            out_dtype=out_dtype, use_fast_accum=fast_accum)
+
+
+# --- the three GEMMs of a linear layer -------------------------------------------------
+
+def fprop(x: torch.Tensor, w: torch.Tensor, recipe: str, impl: str = "scaled_mm"):
+    """y = x W^T. Returns y and what backward needs: (x operand for wgrad, W operand)."""
+    if recipe == "tensorwise":
+        xq, xq_t = quantize_with_t(x, E4M3)
+        wq = quantize(w, "tensor", E4M3)
+        # fprop keeps cuBLAS's fast accumulation (as TransformerEngine does); grads do not
+        return mm(xq, wq, x.dtype, impl, fast_accum=True), (xq_t, wq)
+    if recipe == "blockwise":
+        wq = quantize(w, "128x128", E4M3)
+        y = mm(quantize(x, "1x128", E4M3), wq, x.dtype, impl)
+        return y, (quantize(x.t(), "1x128", E4M3), wq)
+    raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
+
+
+def backward(g: torch.Tensor, saved, recipe: str, impl: str = "scaled_mm"):
+    """dx = g W and dW = g^T x from fprop's saved operands."""
+    x_t, wq = saved
+    if recipe == "tensorwise":
+        gq, gq_t = quantize_with_t(g, E5M2)
+    else:
+        gq, gq_t = quantize(g, "1x128", E4M3), quantize(g.t(), "1x128", E4M3)
+    dx = mm(gq, wq.t(), g.dtype, impl)
+    dw = mm(gq_t, x_t, g.dtype, impl)
+    return dx, dw
