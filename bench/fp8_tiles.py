@@ -25,7 +25,7 @@ os.environ.setdefault("PACKTOOL_FUSED", "0")  # eager quantizers: ragged shapes,
 
 from kernels import fp8  # noqa: E402
 
-T_SWEEP = (1, 8, 15, 16, 17, 24, 32, 48, 64, 96, 112, 120, 128, 136, 144, 192, 200, 256, 320,
+T_SWEEP = (1, 4, 8, 12, 15, 16, 17, 20, 24, 32, 48, 64, 96, 112, 120, 128, 136, 144, 192, 200, 256, 320,
            384, 640, 1000, 1024, 2048, 2064, 4096)
 
 
@@ -49,7 +49,7 @@ def _gemm_operands(recipe, gemm, x, w, g):
     return fp8.quantize(g.t(), "1x128"), fp8.quantize(x.t(), "1x128")
 
 
-def probe(recipe, gemm, T, K=256, N=512):
+def probe(recipe, gemm, T, K=512, N=1024):
     x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * 0.05
     g = torch.randn(T, N, device="cuda", dtype=torch.bfloat16)
@@ -66,6 +66,11 @@ def probe(recipe, gemm, T, K=256, N=512):
 
 def extra_checks() -> dict:
     out = {}
+    # blockwise weights: the 128x128 scale grid's row stride is ceil(dim/128) floats; does
+    # cuBLASLt get it right when that is not a multiple of 4 (16 bytes)?
+    for K in (256, 384, 512, 640, 1024, 1536):
+        out[f"blockwise_fprop_K{K}_N1024"] = probe("blockwise", "fprop", 256, K=K, N=1024)
+        out[f"blockwise_dgrad_K1024_N{K}"] = probe("blockwise", "dgrad", 256, K=1024, N=K)
     a = torch.randn(64, 128, device="cuda").to(fp8.E4M3)
     b = torch.randn(256, 128, device="cuda").to(fp8.E4M3)
     try:
@@ -90,15 +95,19 @@ def extra_checks() -> dict:
 def rule(table: dict) -> dict:
     """Smallest r such that every swept T accepted-and-correct in all three GEMMs is exactly
     the multiples of r (None if the accepted set is not of that form)."""
+    def multiple(good):
+        for cand in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            if good == [T for T in T_SWEEP if T % cand == 0]:
+                return cand
+        return None
+
     res = {}
     for recipe, gemms in table.items():
         good = [T for T in T_SWEEP if all(gemms[gm][str(T)] == "ok" for gm in gemms)]
-        r = None
-        for cand in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-            if good == [T for T in T_SWEEP if T % cand == 0]:
-                r = cand
-                break
-        res[recipe] = {"accepted_T": good, "multiple": r}
+        res[recipe] = {"accepted_T": good, "multiple": multiple(good),
+                       "per_gemm_multiple": {gm: multiple([T for T in T_SWEEP
+                                                           if row[str(T)] == "ok"])
+                                             for gm, row in gemms.items()}}
     return res
 
 
@@ -130,10 +139,16 @@ def speed(T=32768, shapes=((2048, 6144), (2048, 11264), (5632, 2048), (4096, 122
                 a, b = fp8.quantize(x, "tensor"), fp8.quantize(w, "tensor")
                 r[f"{rc}_gemm_ms"] = _ms(lambda: fp8.mm(a, b, fast_accum=True))
                 r[f"{rc}_quant_x_ms"] = _ms(lambda: fp8.quantize_with_t(x, fp8.E4M3))
+                fp8.TRANSPOSE = "copy"
+                r[f"{rc}_quant_x_copyT_ms"] = _ms(lambda: fp8.quantize_with_t(x, fp8.E4M3))
+                fp8.TRANSPOSE = "fused"
+                r[f"{rc}_quant_x_noT_ms"] = _ms(lambda: fp8.quantize(x, "tensor"))
             else:
                 a, b = fp8.quantize(x, "1x128"), fp8.quantize(w, "128x128")
                 r[f"{rc}_gemm_ms"] = _ms(lambda: fp8.mm(a, b))
                 r[f"{rc}_quant_x_ms"] = _ms(lambda: fp8.quantize(x, "1x128"))
+                r[f"{rc}_quant_xT_ms"] = _ms(lambda: fp8.quantize(x.t(), "1x128"))
+                r[f"{rc}_quant_w_ms"] = _ms(lambda: fp8.quantize(w, "128x128"))
         r["tflops_bf16"] = 2 * T * K * N / r["bf16_ms"] / 1e9
         for rc in fp8.RECIPES:
             r[f"tflops_{rc}_gemm"] = 2 * T * K * N / r[f"{rc}_gemm_ms"] / 1e9

@@ -50,8 +50,9 @@ class Q:
         """The transposed operand; only tensor and 128x128 scalings survive a transpose."""
         if self.kind == "1x128":
             raise ValueError("a 1x128-scaled operand must be re-quantized, not transposed")
-        s = self.scale if self.kind == "tensor" else self.scale.t().contiguous()
-        return Q(self.data.t().contiguous(), s, self.kind)
+        with _range("fp8_quant"):
+            s = self.scale if self.kind == "tensor" else self.scale.t().contiguous()
+            return Q(self.data.t().contiguous(), s, self.kind)
 
 
 def _tensor_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,15 +109,31 @@ def _run(fn, x, *args):
     return fn(x, *args)
 
 
+def _range(name: str):
+    # a profiler range (bench/train_fp8.py --profile splits GPU time by it); near free otherwise
+    return torch.profiler.record_function(name)
+
+
 def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
     """Quantize a 2-D tensor along its last dim per `kind`."""
-    q, s = _run(_QUANT[kind], x, dtype)
+    with _range("fp8_quant"):
+        q, s = _run(_QUANT[kind], x, dtype)
     return Q(q, s, kind)
+
+
+# 'fused': one compiled kernel writes the operand and its transpose; 'copy': the compiled
+# quantizer writes the operand, then an eager 1-byte transpose copy (bench/fp8_tiles.py --speed)
+TRANSPOSE = os.environ.get("PACKTOOL_FP8_TRANSPOSE", "fused")
 
 
 def quantize_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
     """Tensorwise: the operand and its transpose, sharing one scale."""
-    q, qt, s = _run(_tensor_q_both, x, dtype)
+    with _range("fp8_quant"):
+        if TRANSPOSE == "fused":
+            q, qt, s = _run(_tensor_q_both, x, dtype)
+        else:
+            q, s = _run(_tensor_q, x, dtype)
+            qt = q.t().contiguous()
     return Q(q, s, "tensor"), Q(qt, s, "tensor")
 
 
@@ -149,8 +166,9 @@ def mm(a: Q, b: Q, out_dtype: torch.dtype = torch.bfloat16, impl: str = "scaled_
         return (dequantize(a) @ dequantize(b).t()).to(out_dtype)
     if impl != "scaled_mm":
         raise ValueError(f"impl must be 'scaled_mm' or 'reference', got {impl!r}")
-    return torch._scaled_mm(a.data, b.data.t(), scale_a=_scale_a(a), scale_b=_scale_b(b),
-                            out_dtype=out_dtype, use_fast_accum=fast_accum)
+    with _range("fp8_gemm"):
+        return torch._scaled_mm(a.data, b.data.t(), scale_a=_scale_a(a), scale_b=_scale_b(b),
+                                out_dtype=out_dtype, use_fast_accum=fast_accum)
 
 
 # --- the three GEMMs of a linear layer -------------------------------------------------
