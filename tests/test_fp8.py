@@ -143,3 +143,19 @@ def test_mxfp8_is_refused_in_one_line():
 def test_blockwise_refuses_weight_dims_cublas_gets_wrong():
     with pytest.raises(ValueError, match="multiple of 512; got --hidden=256"):
         build_gpt(GPTShape(layers=1, hidden=256, heads=2, ffn=512, vocab=128), fp8="blockwise")
+
+
+def test_train_cli_refuses_mxfp8_before_any_repack_advice(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
+    from packtool.megatron.train_cli import train_command
+    app = typer.Typer()
+    app.command("train")(train_command)
+    app.command("noop")(lambda: None)
+    align = Alignment(fp8="mxfp8", capacity=64)
+    seqs = random_sequences(6, 3, 30, seed=1)
+    d = str(write_slab_dir(str(tmp_path / "d"), seqs, greedy_bins(seqs, align), align))
+    r = CliRunner().invoke(app, ["train", d, "--device", "cpu", "--fp8", "mxfp8"])
+    assert r.exit_code == 2 and "Blackwell" in r.output and "Re-pack" not in r.output

@@ -50,7 +50,7 @@ def test_train_cpu_with_yaml_config(slabs, tmp_path):
 
 
 @pytest.mark.parametrize("flags, fix", [(["--cp", "2"], "--cp 2"),
-                                        (["--fp8", "mxfp8"], "--fp8 mxfp8"),
+                                        (["--cp", "2", "--fp8", "tensorwise"], "--cp 2 --fp8 tensorwise"),
                                         (["--tp", "32", "--fp8", "blockwise"], "--tp 32")])
 def test_layout_mismatch_names_the_repack(slabs, flags, fix):
     r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
