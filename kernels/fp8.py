@@ -99,7 +99,13 @@ def _compile_on() -> bool:
 @functools.lru_cache(maxsize=None)
 def _compiled(fn):
     # one fused Triton kernel per quantizer instead of ~6 eager passes; dynamic=True because
-    # the token count changes every micro-batch
+    # the token count changes every micro-batch. Each quantizer meets several layouts
+    # (x, x^T views, weights, two dtypes): past dynamo's default limit of 8 recompiles it
+    # silently ran eager (3x the GPU time of blockwise quantization on an H200 profile)
+    import torch._dynamo.config as dc
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dc, name):
+            setattr(dc, name, max(getattr(dc, name), 64))
     return torch.compile(fn, dynamic=True)
 
 
@@ -173,27 +179,34 @@ def mm(a: Q, b: Q, out_dtype: torch.dtype = torch.bfloat16, impl: str = "scaled_
 
 # --- the three GEMMs of a linear layer -------------------------------------------------
 
-def fprop(x: torch.Tensor, w: torch.Tensor, recipe: str, impl: str = "scaled_mm"):
-    """y = x W^T. Returns y and what backward needs: (x operand for wgrad, W operand)."""
+def weight_operands(w: torch.Tensor, recipe: str) -> tuple[Q, Q]:
+    """The weight as fprop's B (W, [N, K]) and dgrad's B (W^T, [K, N]). A weight changes only
+    at the optimizer step, so callers may keep these across micro-batches."""
+    if recipe not in RECIPES:
+        raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
+    wq = quantize(w, "tensor" if recipe == "tensorwise" else "128x128", E4M3)
+    return wq, wq.t()
+
+
+def fprop(x: torch.Tensor, w: torch.Tensor, recipe: str, impl: str = "scaled_mm",
+          w_ops: tuple[Q, Q] | None = None):
+    """y = x W^T. Returns y and what backward needs (x's wgrad operand, W^T)."""
+    wq, wq_t = weight_operands(w, recipe) if w_ops is None else w_ops
     if recipe == "tensorwise":
         xq, xq_t = quantize_with_t(x, E4M3)
-        wq = quantize(w, "tensor", E4M3)
         # fprop keeps cuBLAS's fast accumulation (as TransformerEngine does); grads do not
-        return mm(xq, wq, x.dtype, impl, fast_accum=True), (xq_t, wq)
-    if recipe == "blockwise":
-        wq = quantize(w, "128x128", E4M3)
-        y = mm(quantize(x, "1x128", E4M3), wq, x.dtype, impl)
-        return y, (quantize(x.t(), "1x128", E4M3), wq)
-    raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
+        return mm(xq, wq, x.dtype, impl, fast_accum=True), (xq_t, wq_t)
+    y = mm(quantize(x, "1x128", E4M3), wq, x.dtype, impl)
+    return y, (quantize(x.t(), "1x128", E4M3), wq_t)
 
 
 def backward(g: torch.Tensor, saved, recipe: str, impl: str = "scaled_mm"):
     """dx = g W and dW = g^T x from fprop's saved operands."""
-    x_t, wq = saved
+    x_t, wq_t = saved
     if recipe == "tensorwise":
         gq, gq_t = quantize_with_t(g, E5M2)
     else:
         gq, gq_t = quantize(g, "1x128", E4M3), quantize(g.t(), "1x128", E4M3)
-    dx = mm(gq, wq.t(), g.dtype, impl)
+    dx = mm(gq, wq_t, g.dtype, impl)
     dw = mm(gq_t, x_t, g.dtype, impl)
     return dx, dw

@@ -136,16 +136,15 @@ class PackedCoreAttention(MegatronModule):
         if p.cp_size > 1:
             key = cp_all_gather(key, p.cp_group).index_select(0, p.kv_index)
             value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)
-        gqa = key.shape[1] != query.shape[1]
+        if key.shape[1] != query.shape[1]:
+            # GQA: torch 2.11's varlen_attn has no enable_gqa (TypeError on an H200, 2026-12-01)
+            rep = query.shape[1] // key.shape[1]
+            key = key.repeat_interleave(rep, dim=1)
+            value = value.repeat_interleave(rep, dim=1)
         if query.is_cuda:
-            kw = {"enable_gqa": True} if gqa else {}
             out = _varlen()(query, key, value, p.attn_cu_q, p.attn_cu_k, p.attn_max_q,
-                            p.attn_max_k, scale=self.softmax_scale, **kw)
+                            p.attn_max_k, scale=self.softmax_scale)
         else:
-            if gqa:
-                rep = query.shape[1] // key.shape[1]
-                key = key.repeat_interleave(rep, dim=1)
-                value = value.repeat_interleave(rep, dim=1)
             out = _sdpa_chunks(query, key, value, p.attn_cu_q_host, p.attn_cu_k_host,
                                self.softmax_scale)
         return out.reshape(out.shape[0], -1)

@@ -73,11 +73,12 @@ def check_tokens(n: int, fp8: str) -> None:
 
 class _Fp8Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, recipe, impl, sequence_parallel, allreduce_dgrad, tp_group):
+    def forward(ctx, x, weight, recipe, impl, sequence_parallel, allreduce_dgrad, tp_group,
+                w_ops):
         total = _sp_gather(x, tp_group) if sequence_parallel else x
         x2 = total.reshape(-1, total.shape[-1])
         check_tokens(x2.shape[0], recipe)
-        y, saved = kfp8.fprop(x2, weight, recipe, impl)
+        y, saved = kfp8.fprop(x2, weight, recipe, impl, w_ops)
         # quantized operands (1 byte per element) instead of the bf16 input: wgrad reuses
         # them, and with SP the gathered input need not be gathered again in backward
         ctx.saved, ctx.recipe, ctx.impl = saved, recipe, impl
@@ -95,7 +96,7 @@ class _Fp8Linear(torch.autograd.Function):
             dx = _sp_reduce_scatter(dx, ctx.group)
         elif ctx.allreduce:
             torch.distributed.all_reduce(dx, group=ctx.group)
-        return dx, dw.to(ctx.w_dtype), None, None, None, None, None
+        return dx, dw.to(ctx.w_dtype), None, None, None, None, None, None
 
 
 def _sp_gather(x: torch.Tensor, group) -> torch.Tensor:
@@ -118,20 +119,30 @@ def _sp_reduce_scatter(x: torch.Tensor, group) -> torch.Tensor:
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], recipe: str,
                impl: str, sequence_parallel: bool = False, allreduce_dgrad: bool = False,
-               tp_group: Any = None) -> torch.Tensor:
-    out = _Fp8Linear.apply(x, weight, recipe, impl, sequence_parallel, allreduce_dgrad, tp_group)
+               tp_group: Any = None, w_ops: Any = None) -> torch.Tensor:
+    out = _Fp8Linear.apply(x, weight, recipe, impl, sequence_parallel, allreduce_dgrad, tp_group,
+                           w_ops)
     return out if bias is None else out + bias
 
 
 class _Fp8ImplMixin:
     fp8_recipe = "tensorwise"
+    _w_cache: Any = None
+
+    def _weight_operands(self, weight: torch.Tensor) -> Any:
+        # quantize the weight once per optimizer step, not once per micro-batch: the step's
+        # in-place copy from the fp32 masters (and load_state_dict) bumps weight._version
+        key = (weight.data_ptr(), weight._version)
+        if self._w_cache is None or self._w_cache[0] != key:
+            self._w_cache = (key, kfp8.weight_operands(weight.detach(), self.fp8_recipe))
+        return self._w_cache[1]
 
     def _forward_impl(self, input, weight, bias=None, gradient_accumulation_fusion=False,
                       allreduce_dgrad=False, sequence_parallel=False, grad_output_buffer=None,
                       wgrad_deferral_limit=None, tp_group=None, **_: Any):
         impl = "scaled_mm" if input.is_cuda else "reference"
         return fp8_linear(input, weight, bias, self.fp8_recipe, impl, sequence_parallel,
-                          allreduce_dgrad, tp_group)
+                          allreduce_dgrad, tp_group, self._weight_operands(weight))
 
 
 class Fp8ColumnParallelLinear(_Fp8ImplMixin, ColumnParallelLinear):
