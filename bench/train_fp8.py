@@ -112,10 +112,13 @@ def main() -> None:
            "load": os.getloadavg(), "shape": shape.__dict__, "params_m": shape.params() / 1e6,
            "args": vars(a), "runs": []}
     order = recipes if a.mode == "curves" else recipes * a.rounds
+    path = os.path.join(a.out, f"{a.tag}_{a.mode}.json")
     for rc in order:
         r = run(a, shape, rc, a.steps, a.skip)
         out["runs"].append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "loss_curve"}), flush=True)
+        with open(path, "w") as f:  # each run as it ends: a cut-off command keeps what ran
+            json.dump(out, f, indent=1)
     by = {rc: [r["real_tokens_per_s"] for r in out["runs"] if r["recipe"] == rc] for rc in recipes}
     out["tok_s"] = {rc: {"median": statistics.median(v), "min": min(v), "max": max(v)}
                     for rc, v in by.items()}
@@ -130,7 +133,7 @@ def main() -> None:
         out["profile"] = [profile(a, shape, rc, a.profile_steps) for rc in recipes]
         for p in out["profile"]:
             print(json.dumps({k: v for k, v in p.items() if k != "top_kernels"}), flush=True)
-    with open(os.path.join(a.out, f"{a.tag}_{a.mode}.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps({k: out[k] for k in out if k in ("tok_s", "speedup_vs_bf16",
                                                       "last50_loss_gap_vs_bf16")}), flush=True)

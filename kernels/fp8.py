@@ -66,7 +66,8 @@ def _rows_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Te
     # 1x128 blocks along the last dim; a ragged last block is zero-padded for its amax only
     r, c = x.shape
     cp = -(-c // BLOCK) * BLOCK
-    xb = F.pad(x.float(), (0, cp - c)).view(r, cp // BLOCK, BLOCK)
+    xf = x.float() if cp == c else F.pad(x.float(), (0, cp - c))  # no pad pass when whole
+    xb = xf.reshape(r, cp // BLOCK, BLOCK)
     amax = xb.abs().amax(-1, keepdim=True)
     s = torch.where(amax > 0, amax / FMAX[dtype], torch.ones_like(amax))
     q = (xb / s).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype).view(r, cp)[:, :c]
