@@ -2,4 +2,5 @@
 
 `kernels.lm_head` is the public facade; the other modules hold one Triton kernel each beside a
 plain torch reference with the same signature, plus the chunk loop and the tensor-parallel merge.
+`kernels.fp8` holds the FP8 GEMMs of the transformer's linears (torch._scaled_mm + an fp32 reference).
 """

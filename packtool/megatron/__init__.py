@@ -14,6 +14,7 @@ _EXPORTS = {
     "build_thd_params": "thd",
     "GPTShape": "model", "build_gpt": "model", "token_losses": "model", "loss_sum": "model",
     "hidden_states": "model", "padded_vocab": "model",
+    "fp8_linear": "fp8", "Fp8ColumnParallelLinear": "fp8", "Fp8RowParallelLinear": "fp8",
 }
 
 __all__ = sorted(_EXPORTS)
