@@ -26,7 +26,7 @@ from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParall
 
 from kernels import fp8 as kfp8
 
-from ..align import AlignmentError, fp8_token_multiple
+from packtool.align import AlignmentError, fp8_token_multiple
 
 TRAIN_RECIPES = ("tensorwise", "blockwise")
 

@@ -147,7 +147,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
                          "or --load a checkpoint")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     if cfg.fp8 != "none":
-        from .fp8 import check_recipe
+        from packtool.megatron.fp8 import check_recipe
         check_recipe(cfg.fp8, cfg.device)
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)

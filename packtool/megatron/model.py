@@ -137,7 +137,7 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
     layer.submodules.input_layernorm = PackedRMSNorm
     layer.submodules.pre_mlp_layernorm = PackedRMSNorm
     if fp8 != "none":
-        from .fp8 import apply_to_layer_spec, check_shape
+        from packtool.megatron.fp8 import apply_to_layer_spec, check_shape
         kv = shape.kv_heads or shape.heads
         check_shape(fp8, shape.hidden, shape.ffn, (shape.heads + 2 * kv) * cfg.kv_channels, tp)
         apply_to_layer_spec(layer, fp8)

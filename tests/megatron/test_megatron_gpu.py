@@ -1,6 +1,6 @@
 """The real model on a GPU (skipped without CUDA): packing changes nothing but speed, and the
 FP8 GEMMs are what they claim. Run in its own process on the GPU machine:
-    python -m pytest -q -s tests/test_megatron_gpu.py
+    python -m pytest -q -s tests/megatron/test_megatron_gpu.py
 
 1. Packed vs one-at-a-time: megatron-core's GPTModel (bf16; packtool's THD attention,
    varlen_attn) gives each sequence the same loss, and the summed gradient, fed alone or

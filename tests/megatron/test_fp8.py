@@ -1,7 +1,7 @@
 """FP8 linears on CPU: kernels/fp8.py's quantizers and fp32 reference GEMMs (small, odd
 shapes), the token rule packtool.align now uses, and the negative tests: a local token
 count off the rule, mxfp8, and weight dims blockwise cannot take all fail loudly with one
-line. The same code on an H200 with torch._scaled_mm: tests/test_megatron_gpu.py.
+line. The same code on an H200 with torch._scaled_mm: tests/megatron/test_megatron_gpu.py.
 
 Tolerances (relative L2 against the fp32 product of the unquantized operands): e4m3
 (3 mantissa bits) GEMMs within 6%, GEMMs with an e5m2 gradient (2 bits) within 10%; seen
