@@ -176,10 +176,10 @@ def test_fixed_length_bin_that_already_fills_gets_no_fill_segment():
 
 
 def test_blockwise_tail_pad_without_cp():
-    a = Alignment(tp=4, fp8="blockwise", capacity=1024)  # s=1, t=512
+    a = Alignment(tp=4, fp8="blockwise", capacity=1024)  # s=1, t=16 (FP8 rule on gathered tokens)
     lay = compute_layout(np.array([7, 5]), np.array([0, 2]), a)
-    assert lay.seg_padded.tolist() == [7, 505]
-    assert (lay.layout_pad[0], lay.tail_pad[0], lay.slab_len[0]) == (0, 500, 512)
+    assert lay.seg_padded.tolist() == [7, 9]
+    assert (lay.layout_pad[0], lay.tail_pad[0], lay.slab_len[0]) == (0, 4, 16)
 
 
 def test_empty_plan():

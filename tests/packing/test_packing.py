@@ -199,7 +199,7 @@ def test_sigint_during_a_real_pack_leaves_previous_output(tmp_path):
 
 
 @pytest.mark.parametrize("extra,pattern", [
-    (["--max-tokens", "100", "--tp", "2", "--cp", "2", "--fp8", "blockwise"], r"--max-tokens 100 is below the packed multiple t=512"),
+    (["--max-tokens", "20", "--tp", "2", "--cp", "2", "--fp8", "blockwise"], r"--max-tokens 20 is below the packed multiple t=32"),
     (["--algorithm", "ffd", "--max-tokens", "1024"], r"sequence \d+ has \d+ tokens; aligned footprint \d+ exceeds capacity 1024.*--overflow"),
     (["--tokenizer", "/nonexistent/tok.json"], r"tokenizer"),
 ])
