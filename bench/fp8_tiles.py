@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PACKTOOL_FUSED", "0")  # eager quantizers: ragged shapes, no compiles
 
-from kernels import fp8  # noqa: E402
+from kernels import fp8
 
 T_SWEEP = (1, 4, 8, 12, 15, 16, 17, 20, 24, 32, 48, 64, 96, 112, 120, 128, 136, 144, 192, 200, 256, 320,
            384, 640, 1000, 1024, 2048, 2064, 4096)

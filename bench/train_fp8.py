@@ -28,10 +28,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
-from packtool.megatron.loop import TrainConfig, train  # noqa: E402
-from packtool.megatron.model import GPTShape, padded_vocab  # noqa: E402
-from packtool.megatron.parallel import init_parallel  # noqa: E402
+from packtool.megatron.dataset import PackedSlabDataset
+from packtool.megatron.loop import TrainConfig, train
+from packtool.megatron.model import GPTShape, padded_vocab
+from packtool.megatron.parallel import init_parallel
 
 
 def run(a, shape, recipe, steps, skip):

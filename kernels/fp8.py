@@ -46,7 +46,7 @@ class Q:
     scale: torch.Tensor
     kind: str
 
-    def t(self) -> "Q":
+    def t(self) -> Q:
         """The transposed operand; only tensor and 128x128 scalings survive a transpose."""
         if self.kind == "1x128":
             raise ValueError("a 1x128-scaled operand must be re-quantized, not transposed")
@@ -97,7 +97,7 @@ def _compile_on() -> bool:
     return os.environ.get("PACKTOOL_FUSED", "1") != "0"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(fn):
     # one fused Triton kernel per quantizer instead of ~6 eager passes; dynamic=True because
     # the token count changes every micro-batch. Each quantizer meets several layouts

@@ -19,13 +19,12 @@ so it stays bf16.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 
 from kernels import fp8 as kfp8
-
 from packtool.align import AlignmentError, fp8_token_multiple
 
 TRAIN_RECIPES = ("tensorwise", "blockwise")
@@ -117,7 +116,7 @@ def _sp_reduce_scatter(x: torch.Tensor, group) -> torch.Tensor:
     return out
 
 
-def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], recipe: str,
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, recipe: str,
                impl: str, sequence_parallel: bool = False, allreduce_dgrad: bool = False,
                tp_group: Any = None, w_ops: Any = None) -> torch.Tensor:
     out = _Fp8Linear.apply(x, weight, recipe, impl, sequence_parallel, allreduce_dgrad, tp_group,
@@ -153,7 +152,7 @@ class Fp8RowParallelLinear(_Fp8ImplMixin, RowParallelLinear):
     """megatron RowParallelLinear whose GEMMs run in FP8 (recipe: `fp8_recipe`)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def linear_classes(recipe: str) -> tuple[type, type]:
     """(column, row) parallel linear classes for `recipe`, for a megatron layer spec."""
     if recipe not in TRAIN_RECIPES:

@@ -83,10 +83,10 @@ def test_packtool_slab_multiple_is_the_least_the_gemms_take(fp8, tp, cp):
 # --- the FP8 linear and the model, fp32 reference on CPU -------------------------------
 megatron = pytest.importorskip("megatron.core")
 
-from packtool.megatron import fp8 as mfp8  # noqa: E402
-from packtool.megatron.model import GPTShape, build_gpt, token_losses  # noqa: E402
-from packtool.megatron.parallel import init_parallel  # noqa: E402
-from packtool.megatron.thd import make_thd_batch  # noqa: E402
+from packtool.megatron import fp8 as mfp8
+from packtool.megatron.model import GPTShape, build_gpt, token_losses
+from packtool.megatron.parallel import init_parallel
+from packtool.megatron.thd import make_thd_batch
 
 SHAPE = GPTShape(layers=1, hidden=512, heads=4, ffn=1024, vocab=128, max_seq=256)
 
@@ -147,9 +147,9 @@ def test_blockwise_refuses_weight_dims_cublas_gets_wrong():
 
 def test_train_cli_refuses_mxfp8_before_any_repack_advice(tmp_path):
     import typer
+    from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
     from typer.testing import CliRunner
 
-    from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
     from packtool.megatron.train_cli import train_command
     app = typer.Typer()
     app.command("train")(train_command)

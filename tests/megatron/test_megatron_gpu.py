@@ -26,8 +26,9 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("megatron.core")
 
-from megatron_slabs import random_sequences  # noqa: E402
-from packtool.align import AlignmentError  # noqa: E402
+from megatron_slabs import random_sequences
+
+from packtool.align import AlignmentError
 
 SEQ_LENS = (45, 200, 5, 91, 128, 64)  # 533 tokens: 536 is a multiple of 8, not 16
 
@@ -40,8 +41,9 @@ def _compiled_triton(monkeypatch):
 
 @pytest.fixture(scope="module")
 def mods():
+    from kernels import fp8 as kfp8
+    from kernels import lm_head
     from packtool.megatron import fp8, model, parallel, thd
-    from kernels import fp8 as kfp8, lm_head
     parallel.init_parallel(1, 1, "cuda")
     return dict(model=model, thd=thd, fp8=fp8, kfp8=kfp8, lm_head=lm_head)
 
