@@ -148,10 +148,10 @@ class StepPacker:
         fp = self.align.seq_footprint(lens)
         U = self.align.usable
         n = lens.size
-        if n and int(lens.min()) < 1:
+        if n and int(lens.min()) < 0:
             i = int(np.argmin(lens))
-            raise OnlinePackError(f"sequence {i} has {int(lens[i])} tokens: every sequence "
-                                  f"needs at least 1 (drop empty rollouts before packing)")
+            raise OnlinePackError(f"sequence {i} has length {int(lens[i])}: lengths must be "
+                                  f"nonnegative token counts")
         order = np.empty(n, np.int64)
         if n:
             cap = int(fp.max())
