@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..packers._common import tree_build, tree_first_fit, tree_set
+from ..packers._common import (max_bins_bound, tree_build, tree_first_fit, tree_leaves,
+                               tree_set)
+from ..packers.dp import move_to_multiple
 
 
 @njit(cache=True)
@@ -177,3 +179,85 @@ def first_fit(sizes, order, capacity, P, bin_of):
         if b >= nbins:
             nbins = b + 1
     return nbins
+
+
+# --- one dispatch per step -------------------------------------------------------------
+OK, NEGATIVE, OVERSIZE, TOO_FEW = 0, 1, 2, 3
+# packers._common's bin bound and tree size, compiled as they are (not re-derived)
+bins_bound = njit(cache=True)(max_bins_bound)
+leaves_for = njit(cache=True)(tree_leaves)
+
+
+@njit(cache=True)
+def check_sizes(fp, capacity, strict):
+    """(status, index): a negative size, or with `strict` a size above the capacity."""
+    for i in range(fp.shape[0]):
+        if fp[i] < 0:
+            return NEGATIVE, i
+    if strict:
+        for i in range(fp.shape[0]):
+            if fp[i] > capacity:
+                return OVERSIZE, i
+    return OK, -1
+
+
+@njit(cache=True)
+def target_count(nbins, min_bins, multiple):
+    """SkyRL's `_adjust_bin_count` target (min_bins 0 / multiple 1 when unset)."""
+    t = nbins if nbins > min_bins else min_bins
+    r = t % multiple
+    return t if r == 0 else t + multiple - r
+
+
+@njit(cache=True)
+def finish_bins(fp, order, bin_of, nbins, min_bins, multiple, skyrl_moves, offsets, items):
+    """Bin count up to the target by moves, then CSR. Returns (status, bins)."""
+    n = fp.shape[0]
+    target = target_count(nbins, min_bins, multiple)
+    if target > n:
+        return TOO_FEW, target
+    if target > nbins and skyrl_moves:
+        off0 = np.empty(nbins + 1, np.int64)
+        it0 = np.empty(n, np.int64)
+        csr_by_bin(bin_of, order, nbins, off0, it0)
+        key = np.empty(nbins, np.int64)
+        for b in range(nbins):  # count descending, then bin id descending
+            key[b] = -((off0[b + 1] - off0[b]) * (nbins + 1) + b)
+        donors = np.argsort(key)
+        skyrl_adjust(off0, it0, donors, target, offsets, items, bin_of)
+        return OK, target
+    if target > nbins:
+        move_to_multiple(bin_of, fp, nbins, target)
+    csr_by_bin(bin_of, order, target, offsets[:target + 1], items)
+    return OK, target
+
+
+@njit(cache=True)
+def pack_fast(fp, capacity, least_loaded, strict, ties_desc, min_bins, multiple,
+              skyrl_moves, order, bin_of, offsets, items):
+    """Check, order, place (first fit or SkyRL's least-loaded), count, CSR: a whole step
+    in one call. Oversized items (strict off) take bins 0..k-1 alone, largest first.
+    Returns (status, bins or the index/target the status names)."""
+    st, i = check_sizes(fp, capacity, strict)
+    if st != OK:
+        return st, i
+    n = fp.shape[0]
+    total, top = 0, capacity
+    for i in range(n):
+        total += fp[i]
+        if fp[i] > top:
+            top = fp[i]
+    order_by_size(fp, top, ties_desc, order)
+    if least_loaded:
+        nb = balanced_heap(fp, order, capacity, bin_of)
+    else:
+        nbig = 0
+        while nbig < n and fp[order[nbig]] > capacity:
+            bin_of[order[nbig]] = nbig
+            nbig += 1
+        P = leaves_for(bins_bound(n, total, capacity))
+        nb = nbig + first_fit(fp, order[nbig:], capacity, P, bin_of)
+        if nbig:
+            for p in range(nbig, n):
+                bin_of[order[p]] += nbig
+    return finish_bins(fp, order, bin_of, nb, min_bins, multiple, skyrl_moves, offsets, items)

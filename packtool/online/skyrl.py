@@ -28,6 +28,7 @@ Where packtool differs, on purpose and only when asked:
 from __future__ import annotations
 
 import enum
+from functools import lru_cache
 from typing import Optional
 
 from ..align import Alignment
@@ -39,6 +40,12 @@ class PackingStrategy(enum.Enum):
 
     FIRST_FIT_DECREASING = "first_fit_decreasing"
     BALANCED = "balanced"
+
+
+@lru_cache(maxsize=64)
+def _alignment(tp, cp, sp, fp8, capacity, convention) -> Alignment:
+    # SkyRL builds a packer every step; the Alignment (frozen) is the same every time
+    return Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=capacity, convention=convention)
 
 
 class SeqPacker:
@@ -63,8 +70,7 @@ class SeqPacker:
         if bin_count_multiple is not None and bin_count_multiple < 1:
             raise ValueError("bin_count_multiple must be positive")
         if alignment is None:
-            alignment = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=bin_capacity,
-                                  convention=convention)
+            alignment = _alignment(tp, cp, sp, fp8, bin_capacity, convention)
         elif alignment.capacity != bin_capacity or alignment.fixed_length is not None:
             raise ValueError(f"alignment capacity {alignment.capacity} (fixed_length "
                              f"{alignment.fixed_length}) must equal bin_capacity "

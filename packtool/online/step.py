@@ -14,15 +14,12 @@ O(1) numpy calls per step and copies the lengths only when their dtype or device
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..align import Alignment
 from ..packers import ALGORITHMS as _PACKER_ALGORITHMS
 from ..packers import pack_items
-from ..packers._common import max_bins_bound, tree_leaves
-from ..packers.dp import ATTN_COEF, bin_costs, deal_steps, move_to_multiple
+from ..packers.dp import ATTN_COEF, bin_costs, deal_steps
 from . import _kernels as K
 
 # "least-loaded" is SkyRL's Balanced rule (a (load, bin id) heap); packtool's "balanced"
@@ -37,26 +34,72 @@ class OnlinePackError(ValueError):
     packtool.io's PacktoolInputError: importing packtool.io loads pyarrow, ~0.6 s.)"""
 
 
-@dataclass(frozen=True)
 class StepBins:
     """One step's bins. Bin b holds `items[offsets[b]:offsets[b+1]]` (sequence indices, in
-    placement order: size descending). With dp ranks, rank `rank[b]` runs bin b as its
-    micro-batch number `micro[b]`; every rank gets num_bins / dp bins."""
+    placement order: footprint descending). With dp ranks, rank `rank[b]` runs bin b as its
+    micro-batch number `micro[b]`; every rank gets num_bins / dp bins. Per-bin figures are
+    computed on first use, so a step that only needs the bins pays for nothing else."""
 
-    bin_of: np.ndarray  # int64 per sequence
-    offsets: np.ndarray  # int64[num_bins + 1]
-    items: np.ndarray  # int64[n]
-    footprint: np.ndarray  # int64 per bin: Alignment.bin_footprint of its footprint sum
-    tokens: np.ndarray  # int64 per bin: real tokens
-    cost: np.ndarray  # float64 per bin: footprint + attn_coef * sum(len^2) (packers.dp)
-    rank: np.ndarray | None  # int32 per bin (dp given) or None
-    micro: np.ndarray | None  # int32 per bin: position in its rank's micro-batch order
-    moved: int  # sequences moved to reach the bin count
-    dp: int | None
+    __slots__ = ("lengths", "seq_footprint", "bin_of", "offsets", "items", "_packer",
+                 "_cache")
+
+    def __init__(self, lengths, seq_footprint, bin_of, offsets, items, packer):
+        self.lengths = lengths  # int64 per sequence (a view of the caller's array if it was one)
+        self.seq_footprint = seq_footprint  # Alignment.seq_footprint(lengths)
+        self.bin_of = bin_of  # int64 per sequence
+        self.offsets = offsets  # int64[num_bins + 1]
+        self.items = items  # int64[n]
+        self._packer = packer
+        self._cache = {}
 
     @property
     def num_bins(self) -> int:
         return self.offsets.size - 1
+
+    @property
+    def dp(self) -> int | None:
+        return self._packer.dp
+
+    def _get(self, key, fn):
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    @property
+    def footprint(self) -> np.ndarray:
+        """int64 per bin: Alignment.bin_footprint of its footprint sum (the padded row)."""
+        return self._get("footprint", lambda: self._packer.align.bin_footprint(np.bincount(
+            self.bin_of, weights=self.seq_footprint, minlength=self.num_bins).astype(np.int64)))
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int64 per bin: real tokens."""
+        return self._get("tokens", lambda: np.bincount(
+            self.bin_of, weights=self.lengths, minlength=self.num_bins).astype(np.int64))
+
+    @property
+    def cost(self) -> np.ndarray:
+        """float64 per bin: footprint + attn_coef * sum(len^2) (packers.dp.bin_costs)."""
+        return self._get("cost", lambda: bin_costs(self.bin_of, self.seq_footprint,
+                                                    self.lengths, self.num_bins,
+                                                    self._packer.attn_coef))
+
+    def _deal(self):
+        if self.dp is None:
+            return None, None
+        rank, micro, _ = deal_steps(self.cost, self.dp)
+        return rank, micro
+
+    @property
+    def rank(self) -> np.ndarray | None:
+        """int32 per bin: its DP rank (bins dealt by cost, packers.dp.deal_steps); None
+        without dp."""
+        return self._get("deal", self._deal)[0]
+
+    @property
+    def micro(self) -> np.ndarray | None:
+        """int32 per bin: its position in its rank's micro-batch order; None without dp."""
+        return self._get("deal", self._deal)[1]
 
     def bins(self) -> list[list[int]]:
         """Bins as lists of sequence indices (SkyRL's `pack` return value)."""
@@ -148,76 +191,52 @@ class StepPacker:
         fp = self.align.seq_footprint(lens)
         U = self.align.usable
         n = lens.size
-        if n and int(lens.min()) < 0:
-            i = int(np.argmin(lens))
-            raise OnlinePackError(f"sequence {i} has length {int(lens[i])}: lengths must be "
-                                  f"nonnegative token counts")
         order = np.empty(n, np.int64)
-        if n:
-            cap = int(fp.max())
-            if cap > U and self.oversize == "error":
-                i = int(np.argmax(fp))
-                raise OnlinePackError(
-                    f"Sequence length {int(lens[i])} (sequence {i}, footprint {int(fp[i])}) "
-                    f"exceeds bin capacity {U} ({self.align.describe()}): raise the capacity, "
-                    f"truncate the rollout, or pack with oversize='singleton'")
-            K.order_by_size(fp, max(cap, U), self.ties_desc, order)
         bin_of = np.empty(n, np.int64)
-        nbins = self._place(fp, order, bin_of, U) if n else 0
-        target = self.target_bins(nbins)
-        if target > n:
-            raise OnlinePackError(
-                f"Cannot create {target} bins with only {n} sequences (min_bin_count="
-                f"{self.min_bin_count}, bin_count_multiple={self.bin_count_multiple}): each "
-                f"bin needs at least one sequence; lower dp/min_bin_count/bin_count_multiple "
-                f"or pack more sequences")
-        offsets = np.empty(target + 1, np.int64)
+        offsets = np.empty(n + 2, np.int64)
         items = np.empty(n, np.int64)
-        moved = target - nbins
-        if moved and self.moves == "skyrl":
-            off0 = np.empty(nbins + 1, np.int64)
-            it0 = np.empty(n, np.int64)
-            K.csr_by_bin(bin_of, order, nbins, off0, it0)
-            cnt = np.diff(off0)
-            donors = np.lexsort((-np.arange(nbins), -cnt))  # count desc, then bin id desc
-            K.skyrl_adjust(off0, it0, donors, target, offsets, items, bin_of)
+        mb, mul = self.min_bin_count or 0, self.bin_count_multiple or 1
+        skyrl = self.moves == "skyrl"
+        if self.algorithm in ("ffd", "least-loaded"):
+            st, v = K.pack_fast(fp, U, self.algorithm == "least-loaded",
+                                self.oversize == "error", self.ties_desc, mb, mul, skyrl,
+                                order, bin_of, offsets, items)
         else:
-            if moved:
-                move_to_multiple(bin_of, fp, nbins, target)
-            K.csr_by_bin(bin_of, order, target, offsets, items)
-        return self._finish(lens, fp, bin_of, offsets, items, moved)
+            st, v = K.check_sizes(fp, U, self.oversize == "error")
+            if st == K.OK:
+                nb = self._place(fp, order, bin_of, U)
+                st, v = K.finish_bins(fp, order, bin_of, nb, mb, mul, skyrl, offsets, items)
+        if st != K.OK:
+            raise self._error(st, v, lens, fp, n)
+        return StepBins(lens, fp, bin_of, offsets[:v + 1], items, self)
+
+    def _error(self, st: int, v: int, lens, fp, n: int) -> OnlinePackError:
+        if st == K.NEGATIVE:
+            return OnlinePackError(f"sequence {v} has length {int(lens[v])}: lengths must be "
+                                   f"nonnegative token counts")
+        if st == K.OVERSIZE:
+            return OnlinePackError(
+                f"Sequence length {int(lens[v])} (sequence {v}, footprint {int(fp[v])}) "
+                f"exceeds bin capacity {self.align.usable} ({self.align.describe()}): raise "
+                f"the capacity, truncate the rollout, or pack with oversize='singleton'")
+        return OnlinePackError(
+            f"Cannot create {v} bins with only {n} sequences (min_bin_count="
+            f"{self.min_bin_count}, bin_count_multiple={self.bin_count_multiple}): each bin "
+            f"needs at least one sequence; lower dp/min_bin_count/bin_count_multiple or pack "
+            f"more sequences")
 
     def _place(self, fp, order, bin_of, U) -> int:
-        """Bins for the items; oversized ones (fp > U, only with oversize='singleton') come
-        first in `order` and take bins 0..k-1 each alone, as SkyRL's Balanced opens them."""
-        if self.algorithm == "least-loaded":  # the soft cap is part of SkyRL's rule
-            return int(K.balanced_heap(fp, order, U, bin_of))
+        """packtool's other packers; oversized items (oversize='singleton') take bins
+        0..k-1 alone, largest first. `order` gets the placement order (size descending)."""
+        n = fp.size
+        K.order_by_size(fp, max(U, int(fp.max())) if n else U, self.ties_desc, order)
         nbig = int(np.count_nonzero(fp > U))
         bin_of[order[:nbig]] = np.arange(nbig)
         rest = order[nbig:]
-        if self.algorithm == "ffd":
-            P = tree_leaves(max_bins_bound(rest.size, int(fp[rest].sum()), U))
-            nb = int(K.first_fit(fp, rest, U, P, bin_of))
-        else:  # packtool's packers break ties by index ascending: reverse for descending
-            idx = np.sort(rest)[::-1] if self.ties_desc else np.sort(rest)
-            sub = pack_items(fp[idx], U, self.algorithm)
-            bin_of[idx] = sub
-            nb = int(sub.max()) + 1 if sub.size else 0
-        if nbig:
-            bin_of[rest] += nbig
-        return nbig + nb
-
-    def _finish(self, lens, fp, bin_of, offsets, items, moved) -> StepBins:
-        nb = offsets.size - 1
-        fsum = np.bincount(bin_of, weights=fp, minlength=nb).astype(np.int64)
-        tokens = np.bincount(bin_of, weights=lens, minlength=nb).astype(np.int64)
-        cost = bin_costs(bin_of, fp, lens, nb, self.attn_coef)
-        rank = micro = None
-        if self.dp is not None and nb:
-            rank, micro, _ = deal_steps(cost, self.dp)
-        return StepBins(bin_of=bin_of, offsets=offsets, items=items,
-                        footprint=self.align.bin_footprint(fsum), tokens=tokens, cost=cost,
-                        rank=rank, micro=micro, moved=moved, dp=self.dp)
+        idx = np.sort(rest)[::-1] if self.ties_desc else np.sort(rest)  # packers: ties by index
+        sub = pack_items(fp[idx], U, self.algorithm) if idx.size else idx
+        bin_of[idx] = sub + nbig
+        return nbig + (int(sub.max()) + 1 if sub.size else 0)
 
 
 def pack_step(lengths, alignment: Alignment | None = None, **kw) -> StepBins:
