@@ -180,12 +180,6 @@ class StepPacker:
         self.moves, self.oversize, self.attn_coef = moves, oversize, float(attn_coef)
         self.ties_desc = ties == "descending"
 
-    def target_bins(self, nbins: int) -> int:
-        """SkyRL's `_adjust_bin_count` target: at least min_bin_count, then up to a multiple."""
-        t = max(nbins, self.min_bin_count or 0)
-        m = self.bin_count_multiple
-        return t if not m or t % m == 0 else t + m - t % m
-
     def pack(self, lengths) -> StepBins:
         lens = as_lengths(lengths)
         fp = self.align.seq_footprint(lens)
