@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..align import Alignment
+from ..errors import PacktoolInputError
 from ..packers import ALGORITHMS as _PACKER_ALGORITHMS
 from ..packers import pack_items
 from ..packers.dp import ATTN_COEF, bin_costs, deal_steps
@@ -29,9 +30,9 @@ MOVES = ("balance", "skyrl")
 OVERSIZE = ("error", "singleton")
 
 
-class OnlinePackError(ValueError):
-    """A step cannot be packed as asked; one line naming the sequence and the fix. (Not
-    packtool.io's PacktoolInputError: importing packtool.io loads pyarrow, ~0.6 s.)"""
+class OnlinePackError(PacktoolInputError):
+    """A step cannot be packed as asked; one line naming the sequence and the fix. A
+    ValueError, as SkyRL's packer raises."""
 
 
 class StepBins:
