@@ -31,7 +31,7 @@ def _both(alg, lens, cap, mb=None, mul=None):
 
 
 @settings(max_examples=300, deadline=None)
-@given(lens=st.lists(st.integers(0, 400), max_size=120), cap=st.integers(1, 300),
+@given(lens=st.lists(st.integers(0, 400), max_size=250), cap=st.integers(1, 300),
        mb=st.one_of(st.none(), st.integers(0, 20)), mul=st.one_of(st.none(), st.integers(1, 9)),
        alg=st.sampled_from(ALGS))
 def test_identical_bins_to_skyrl(lens, cap, mb, mul, alg):

@@ -192,7 +192,11 @@ class StepPacker:
         items = np.empty(n, np.int64)
         mb, mul = self.min_bin_count or 0, self.bin_count_multiple or 1
         skyrl = self.moves == "skyrl"
-        if self.algorithm in ("ffd", "least-loaded"):
+        # first fit walks the max-tree per item; packers.ffd batches equal sizes, which
+        # wins once sizes repeat (n >= 2U measured, bench/notes/online.md): same bins
+        # (packers take sizes >= 1 only; SkyRL accepts empty sequences)
+        if self.algorithm == "least-loaded" or (self.algorithm == "ffd" and (
+                n < 2 * U or int(fp.min()) < 1)):
             st, v = K.pack_fast(fp, U, self.algorithm == "least-loaded",
                                 self.oversize == "error", self.ties_desc, mb, mul, skyrl,
                                 order, bin_of, offsets, items)
@@ -226,6 +230,10 @@ class StepPacker:
         n = fp.size
         K.order_by_size(fp, max(U, int(fp.max())) if n else U, self.ties_desc, order)
         nbig = int(np.count_nonzero(fp > U))
+        if nbig == 0 and n:  # every item fits: the packer sees them all, no index sort
+            sub = pack_items(fp[::-1] if self.ties_desc else fp, U, self.algorithm)
+            bin_of[:] = sub[::-1] if self.ties_desc else sub
+            return int(sub.max()) + 1
         bin_of[order[:nbig]] = np.arange(nbig)
         rest = order[nbig:]
         idx = np.sort(rest)[::-1] if self.ties_desc else np.sort(rest)  # packers: ties by index
