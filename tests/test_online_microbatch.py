@@ -77,3 +77,15 @@ def test_pad_to_keeps_ranks_in_step():
     assert mb.lists() == [[0, 1], [2], [], []] and mb.num_empty == 2
     with pytest.raises(OnlinePackError, match="pad_to=1"):
         micro_batches([10, 20, 30], Alignment(), 35, pad_to=1)
+
+
+def test_rank_rows_of_a_step_feed_micro_batches():
+    from packtool.online import pack_step
+    align = Alignment(cp=2, capacity=4096)
+    lens = np.random.default_rng(4).integers(1, 1500, 300)
+    step = pack_step(lens, align, dp=4)
+    for r in range(4):
+        idx, offs = step.rank_rows(r)
+        mb = micro_batches(lens[idx], align, 8192, offs)
+        assert sorted(mb.rows.tolist()) == list(range(offs.size - 1))
+        assert (mb.footprint <= 8192).all()  # rows fit 4096 each, so two fit 8192

@@ -116,6 +116,14 @@ class StepBins:
         mine = mine[np.argsort(self.micro[mine], kind="stable")]
         return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in mine.tolist()]
 
+    def rank_rows(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rank r's bins as packed rows for `micro_batches`: (sequence indices, row
+        offsets), rows in micro-batch order; lengths[indices] are the segment lengths."""
+        rows = self.rank_bins(r)
+        offs = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([x.size for x in rows], out=offs[1:])
+        return (np.concatenate(rows) if rows else np.zeros(0, np.int64)), offs
+
     def imbalance(self) -> float:
         """(max - mean) / mean of per-rank total cost; 0 is perfect."""
         if self.rank is None:
