@@ -50,9 +50,9 @@ def child(n: int, reps: int, dp: int, budget_s: float, run_ffd: bool) -> dict:
     }
     step = StepPacker(capacity=C, algorithm="ffd", dp=dp)
     runs["pt_step"] = lambda: step.pack(x)
-    bins, times = {}, {k: [] for k, f in runs.items() if f is not None}
-    for k in times:  # warm-up call (compile/cache load), untimed; also the bin counts
-        out = runs[k]()
+    bins, first, times = {}, {}, {k: [] for k, f in runs.items() if f is not None}
+    for k in times:  # warm-up call (compile/cache load), untimed; also the bins
+        out = first[k] = runs[k]()
         bins[k] = out.num_bins if hasattr(out, "num_bins") else len(out)
     t_start = time.perf_counter()
     for r in range(reps):
@@ -64,27 +64,25 @@ def child(n: int, reps: int, dp: int, budget_s: float, run_ffd: bool) -> dict:
             times[k].append(time.perf_counter() - t0)
         if time.perf_counter() - t_start > 4 * budget_s and r >= 2:
             break
-    same = None
-    if run_ffd:
-        same = (sk.make_seq_packer("first_fit_decreasing", C, dp, dp).pack(xl)
-                == make_seq_packer("first_fit_decreasing", C, dp, dp).pack(xl))
-    same_bal = (sk.make_seq_packer("balanced", C, dp, dp).pack(xl)
-                == make_seq_packer("balanced", C, dp, dp).pack(xl))
+    same = first["skyrl_ffd"] == first["pt_ffd"] if run_ffd else None
+    same_bal = first["skyrl_balanced"] == first["pt_balanced"]
     return {"n": n, "bins": bins, "same_ffd": same, "same_balanced": same_bal,
             "times": times, "mean_len": float(np.mean(x))}
 
 
-def startup(runs: int) -> list[float]:
-    """Seconds for `import packtool.online` + the first pack_step call, fresh processes."""
+def startup(runs: int) -> list[tuple[float, float]]:
+    """(import, first call) seconds: `import numpy, packtool.online`, then the first
+    pack_step of 512 sequences, in fresh processes."""
     code = ("import time; t=time.perf_counter(); import numpy as np; "
-            "from packtool.online import pack_step; "
+            "from packtool.online import pack_step; t1=time.perf_counter(); "
             "pack_step(np.arange(1, 513) * 7, capacity=16384, dp=8); "
-            "print(time.perf_counter() - t)")
+            "print(t1 - t, time.perf_counter() - t1)")
     out = []
     for _ in range(runs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, cwd=ROOT)
-        out.append(float(r.stdout.strip().splitlines()[-1]))
+        a, b = r.stdout.strip().splitlines()[-1].split()
+        out.append((float(a), float(b)))
     return out
 
 
@@ -101,7 +99,8 @@ def fmt(ts: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="64,512,4096,32768,131072,1048576")
+    ap.add_argument("--sizes", default="64,256,512,1024,4096,16384,32768,65536,131072,262144,"
+                    "1048576")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--dp", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=20.0,
@@ -144,9 +143,14 @@ def main() -> None:
               f"{fmt(t['pt_ffd'])} | {fmt(t['pt_balanced'])} | {fmt(t['pt_step'])} | "
               f"{fb} | {bb} | {same} |")
     st = startup(a.startup_runs)
-    print(f"\nstart-up (fresh process: import packtool.online + first pack_step, 512 seqs, "
-          f"numba cache warm), {len(st)} runs: median {statistics.median(st) * 1e3:.0f} ms "
-          f"[{min(st) * 1e3:.0f}-{max(st) * 1e3:.0f}]; load {os.getloadavg()[0]:.2f}")
+
+    def ms(v):
+        return (f"{statistics.median(v) * 1e3:.0f} ms [{min(v) * 1e3:.0f}-"
+                f"{max(v) * 1e3:.0f}]")
+    print(f"\nstart-up, fresh processes, numba cache warm, {len(st)} runs: import numpy + "
+          f"packtool.online {ms([x for x, _ in st])}, first pack_step (512 seqs, dp=8) "
+          f"{ms([y for _, y in st])}, total {ms([x + y for x, y in st])}; "
+          f"load {os.getloadavg()[0]:.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": results, "startup_s": st}, f, indent=1)
