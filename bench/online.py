@@ -8,7 +8,8 @@ Lognormal lengths (mu=7, sigma=1, clipped to 1..C), C=16384, bin count a multipl
 own fresh process; inside it the packers are called in alternation (one call of each per
 round) after one untimed warm-up call each, and the table gives the median with the
 [min, max] spread. SkyRL's FFD is O(n * bins): above --skyrl-ffd-max-n it is not run.
-Start-up: import + first call of `pack_step` in fresh processes (numba cache warm).
+Start-up: import + first call of `pack_step` in fresh processes (numba cache warm), wall
+and CPU time (the process's user+sys, which a busy shared machine inflates less).
 """
 from __future__ import annotations
 
@@ -73,16 +74,15 @@ def child(n: int, reps: int, dp: int, budget_s: float, run_ffd: bool) -> dict:
 def startup(runs: int) -> list[tuple[float, float]]:
     """(import, first call) seconds: `import numpy, packtool.online`, then the first
     pack_step of 512 sequences, in fresh processes."""
-    code = ("import time; t=time.perf_counter(); import numpy as np; "
+    code = ("import time; t=time.perf_counter(); c=time.process_time(); import numpy as np; "
             "from packtool.online import pack_step; t1=time.perf_counter(); "
-            "pack_step(np.arange(1, 513) * 7, capacity=16384, dp=8); "
-            "print(t1 - t, time.perf_counter() - t1)")
+            "c1=time.process_time(); pack_step(np.arange(1, 513) * 7, capacity=16384, dp=8); "
+            "print(t1 - t, time.perf_counter() - t1, c1 - c, time.process_time() - c1)")
     out = []
     for _ in range(runs):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, cwd=ROOT)
-        a, b = r.stdout.strip().splitlines()[-1].split()
-        out.append((float(a), float(b)))
+        out.append(tuple(float(v) for v in r.stdout.strip().splitlines()[-1].split()))
     return out
 
 
@@ -147,9 +147,12 @@ def main() -> None:
     def ms(v):
         return (f"{statistics.median(v) * 1e3:.0f} ms [{min(v) * 1e3:.0f}-"
                 f"{max(v) * 1e3:.0f}]")
-    print(f"\nstart-up, fresh processes, numba cache warm, {len(st)} runs: import numpy + "
-          f"packtool.online {ms([x for x, _ in st])}, first pack_step (512 seqs, dp=8) "
-          f"{ms([y for _, y in st])}, total {ms([x + y for x, y in st])}; "
+    print(f"\nstart-up, fresh processes, numba cache warm, {len(st)} runs, median [min-max]:"
+          f"\n  wall: import numpy + packtool.online {ms([r[0] for r in st])}, first "
+          f"pack_step (512 seqs, dp=8) {ms([r[1] for r in st])}, total "
+          f"{ms([r[0] + r[1] for r in st])}\n  CPU (user+sys of the process, less "
+          f"sensitive to a shared machine): import {ms([r[2] for r in st])}, first call "
+          f"{ms([r[3] for r in st])}, total {ms([r[2] + r[3] for r in st])}; "
           f"load {os.getloadavg()[0]:.2f}")
     if a.json:
         with open(a.json, "w") as f:
