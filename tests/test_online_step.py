@@ -92,3 +92,20 @@ def test_errors_name_the_sequence_and_the_fix():
     with pytest.raises(OnlinePackError, match="algorithm must be one of"):
         StepPacker(capacity=100, algorithm="worst-fit")
     assert pack_step([], capacity=100).num_bins == 0
+
+
+def test_import_stays_light_and_warm_cache_covers_every_path():
+    """`import packtool.online` loads no pyarrow/rich/torch (start-up); the warm-up runs
+    every compiled path (a kernel that fails to compile fails here)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys, packtool.online as o; o.pack_step([3, 4], capacity=8); "
+            "print(sorted(m for m in ('pyarrow', 'rich', 'torch', 'typer', 'megatron') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=root).stdout.strip().splitlines()[-1]
+    assert out == "[]"
+    from packtool.online import warm_cache
+    assert warm_cache() > 0

@@ -16,11 +16,12 @@ _LAZY = {
     "PackingStrategy": "skyrl", "make_seq_packer": "skyrl",
     "MicroBatches": "microbatch", "micro_batches": "microbatch",
     "thd_batch": "thd", "thd_batches": "thd",
-    "warmup": "warmup",
+    "warm_cache": "warmup",
 }
 
+# thd's names load torch and megatron-core: reachable as attributes, not by `import *`
 __all__ = sorted(["ALGORITHMS", "OnlinePackError", "StepBins", "StepPacker", "as_lengths",
-                  "pack_step", *_LAZY])
+                  "pack_step", *(k for k, v in _LAZY.items() if v != "thd")])
 
 
 def __getattr__(name: str):

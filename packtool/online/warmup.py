@@ -18,7 +18,7 @@ import numpy as np
 from ..align import Alignment
 
 
-def warmup(verbose: bool = False) -> float:
+def warm_cache(verbose: bool = False) -> float:
     """Compile (or load) every kernel signature packtool.online uses; returns seconds."""
     from .microbatch import micro_batches
     from .skyrl import make_seq_packer
@@ -45,4 +45,4 @@ def warmup(verbose: bool = False) -> float:
 
 
 if __name__ == "__main__":
-    warmup(verbose=True)
+    warm_cache(verbose=True)
