@@ -19,7 +19,7 @@ from packtool.online.thd import thd_batch, thd_batches  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning import PackingConfig  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOK = os.path.join(ROOT, "fixtures", "tokenizers", "gpt2", "tokenizer.json")
 ALIGNS = [Alignment(cp=2, fp8="tensorwise", capacity=256),
           Alignment(tp=2, cp=2, capacity=512, fixed_length=512)]

@@ -100,7 +100,7 @@ def test_import_stays_light_and_warm_cache_covers_every_path():
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = ("import sys, packtool.online as o; o.pack_step([3, 4], capacity=8); "
             "print(sorted(m for m in ('pyarrow', 'rich', 'torch', 'typer', 'megatron') "
             "if m in sys.modules))")
