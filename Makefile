@@ -14,10 +14,12 @@ venv: $(BIN)/python
 install: venv
 	$(BIN)/pip install -q -e .
 
-# torch first, pinned, so the `train` extra never pulls a CUDA build; `ray`: tests/engines/ (~35 s on 2 cores)
+# torch first, pinned, so the `train` extra never pulls a CUDA build; `ray`: tests/engines/ (~35 s on 2 cores);
+# skyrl: tests/online/ compares against its bin_packing.py (standard library only, so --no-deps)
 install-test: venv
 	$(BIN)/pip install -q $(TORCH_PIN)
 	$(BIN)/pip install -q -e '.[test,train,ray]'
+	$(BIN)/pip install -q --no-deps skyrl==0.3.0
 
 test: install-test
 	$(BIN)/python -m pytest -n 2 tests

@@ -1,0 +1,30 @@
+"""packtool inside RL/SFT trainers, every step: in-memory lengths -> bins for DP ranks
+(`step`), a drop-in for SkyRL's SeqPacker (`skyrl`), worker-side token-budget micro-batches
+(`microbatch`), THD batches from in-memory token tensors (`thd`, needs torch and
+megatron-core, loaded on first use) and the numba cache warm-up (`warmup`).
+
+Importing this package loads numpy and numba only (no pyarrow, rich or torch).
+"""
+from __future__ import annotations
+
+import importlib
+
+from .step import ALGORITHMS, OnlinePackError, StepBins, StepPacker, as_lengths, pack_step
+
+_LAZY = {
+    "SeqPacker": "skyrl", "FirstFitDecreasing": "skyrl", "Balanced": "skyrl",
+    "PackingStrategy": "skyrl", "make_seq_packer": "skyrl",
+    "MicroBatches": "microbatch", "micro_batches": "microbatch",
+    "thd_batch": "thd", "thd_batches": "thd",
+    "warm_cache": "warmup",
+}
+
+# thd's names load torch and megatron-core: reachable as attributes, not by `import *`
+__all__ = sorted(["ALGORITHMS", "OnlinePackError", "StepBins", "StepPacker", "as_lengths",
+                  "pack_step", *(k for k, v in _LAZY.items() if v != "thd")])
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
