@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from .step import ALGORITHMS, OnlinePackError, StepBins, StepPacker, as_lengths, pack_step
+from packtool.online.step import ALGORITHMS, OnlinePackError, StepBins, StepPacker, as_lengths, pack_step
 
 _LAZY = {
     "SeqPacker": "skyrl", "FirstFitDecreasing": "skyrl", "Balanced": "skyrl",

@@ -11,9 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..packers._common import (max_bins_bound, tree_build, tree_first_fit, tree_leaves,
-                               tree_set)
-from ..packers.dp import move_to_multiple
+from packtool.packers._common import max_bins_bound, tree_build, tree_first_fit, tree_leaves, tree_set
+from packtool.packers.dp import move_to_multiple
 
 
 @njit(cache=True)

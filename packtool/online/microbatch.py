@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..align import Alignment
-from . import _kernels as K
-from .step import OnlinePackError, StepPacker, as_lengths
+from packtool.align import Alignment
+from packtool.online import _kernels as K
+from packtool.online.step import OnlinePackError, StepPacker, as_lengths
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ import enum
 from functools import lru_cache
 from typing import Optional
 
-from ..align import Alignment
-from .step import StepBins, StepPacker
+from packtool.align import Alignment
+from packtool.online.step import StepBins, StepPacker
 
 
 class PackingStrategy(enum.Enum):

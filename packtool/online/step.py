@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..align import Alignment
-from ..errors import PacktoolInputError
-from ..packers import ALGORITHMS as _PACKER_ALGORITHMS
-from ..packers import pack_items
-from ..packers.dp import ATTN_COEF, bin_costs, deal_steps
-from . import _kernels as K
+from packtool.align import Alignment
+from packtool.errors import PacktoolInputError
+from packtool.online import _kernels as K
+from packtool.packers import ALGORITHMS as _PACKER_ALGORITHMS
+from packtool.packers import pack_items
+from packtool.packers.dp import ATTN_COEF, bin_costs, deal_steps
 
 # "least-loaded" is SkyRL's Balanced rule (a (load, bin id) heap); packtool's "balanced"
 # breaks load ties by the time a bin reached its load, which changes labels, not counts.

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..align import Alignment
-from ..layout import compute_layout, cp_rank_index
-from ..megatron.thd import ThdBatch, build_thd_params, positions_in_segment
-from .step import OnlinePackError
+from packtool.align import Alignment
+from packtool.layout import compute_layout, cp_rank_index
+from packtool.megatron.thd import ThdBatch, build_thd_params, positions_in_segment
+from packtool.online.step import OnlinePackError
 
 
 def _flat(x, lengths, what: str):

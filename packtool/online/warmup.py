@@ -15,14 +15,14 @@ import time
 
 import numpy as np
 
-from ..align import Alignment
+from packtool.align import Alignment
 
 
 def warm_cache(verbose: bool = False) -> float:
     """Compile (or load) every kernel signature packtool.online uses; returns seconds."""
-    from .microbatch import micro_batches
-    from .skyrl import make_seq_packer
-    from .step import StepPacker
+    from packtool.online.microbatch import micro_batches
+    from packtool.online.skyrl import make_seq_packer
+    from packtool.online.step import StepPacker
 
     t0 = time.perf_counter()
     small = np.array([5, 3, 9, 9, 1, 7, 2, 8], np.int64)
