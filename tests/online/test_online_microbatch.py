@@ -63,7 +63,7 @@ def test_packed_rows_are_pre_aligned():
 
 
 def test_tail_is_charged_once_per_micro_batch():
-    align = Alignment(tp=2, fp8="blockwise", capacity=4096)  # t = 256
+    align = Alignment(tp=8, fp8="mxfp8", capacity=4096)  # t = 32 * tp_sp = 256
     assert align.t == 256
     # 3 * 100 = 300 -> one tail -> 512 fits; a tail per row would be 3 * 256 = 768
     mb = micro_batches([100, 100, 100], align, 512, order="keep")
