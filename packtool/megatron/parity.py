@@ -101,6 +101,32 @@ def _stage_api():
     return pack, verify, TokenizeConfig, PackingConfig
 
 
+def take_rows(spec: str, out_dir: str) -> str:
+    """`PATH` as is, or `PATH@A:B` / `PATH@I`: rows A..B-1 / row I of a JSON array or
+    JSONL(.gz) file, written to `out_dir` as JSONL (the same records, in file order)."""
+    path, _, sel = spec.partition("@")
+    if not sel:
+        return path
+    import gzip
+    import json
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        if path.endswith((".json", ".json.gz")):
+            rows = [json.dumps(r) for r in json.load(f)]
+        else:
+            rows = [line.rstrip("\n") for line in f if line.strip()]
+    a, colon, b = sel.partition(":")
+    picked = rows[int(a or 0):int(b) if b else None] if colon else [rows[int(a)]]
+    if not picked:
+        raise ValueError(f"{spec}: selects no rows (the file has {len(rows)})")
+    base = os.path.basename(path).split(".")[0]
+    out = os.path.join(out_dir, f"{base}@{sel.replace(':', '-')}.jsonl")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(out, "w") as f:
+        f.write("\n".join(picked) + "\n")
+    return out
+
+
 @dataclass(frozen=True)
 class SlabSet:
     path: str
