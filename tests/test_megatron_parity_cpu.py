@@ -55,6 +55,14 @@ class _Work:
         return self.sets
 
 
+def _unmarked_norm_cut(full, name, param, model, tp, tp_rank):
+    """A sequence-parallel bug: the norm weights lose megatron's `sequence_parallel` mark,
+    so reduce_grads never sums their token-shard gradients over TP."""
+    if "layernorm" in name:
+        param.sequence_parallel = False
+    return cut_param(full, name, param, model, tp, tp_rank)
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     return _Work(str(tmp_path_factory.mktemp("parity")))
@@ -124,19 +132,25 @@ def test_cut_then_uncut_gives_the_full_weights():
 
 def test_two_ranks_match_one_rank(work):
     """DP=2, TP=2+SP and CP=2 in one 2-rank gloo world (parallel_state re-initialized per
-    layout), plus TP=2+SP with a planted sharding bug, which the same check must fail far
-    above the tolerance (the harness tells a layout bug from summation order)."""
+    layout), plus TP=2+SP with two planted bugs (fc1 cut in contiguous halves; norm gradients
+    not summed over TP), which the same check must fail far above the tolerance: the
+    harness tells a layout bug from summation order."""
     sets = work.slabs(TWO_RANK)
     _assert_same_sequences(sets, TWO_RANK)
     assert sets["cp2"].alignment.s == 4 and sets["ref"].alignment.s == 1  # really re-laid out
     runs = [(n, n, sets[n].path, None) for n in TWO_RANK]
     runs.append(("tp2sp-naive-fc1", "tp2sp", sets["tp2sp"].path, _naive_cut))
+    runs.append(("tp2sp-unreduced-norms", "tp2sp", sets["tp2sp"].path, _unmarked_norm_cut))
     rows = _spawn(work.root, 2, runs)
     for name in TWO_RANK:
         _assert_parity(rows[name], work.ref)
     bug = rows["tp2sp-naive-fc1"]
     assert not bug.passed
     assert bug.errors["fc1"] > 100 * bug.tol
+    sp_bug = rows["tp2sp-unreduced-norms"]  # SP is really on, and the error stays local
+    assert not sp_bug.passed
+    assert sp_bug.errors["norms"] > 100 * sp_bug.tol
+    assert sp_bug.errors["embedding"] <= sp_bug.tol
 
 
 @pytest.mark.slow
