@@ -94,7 +94,7 @@ def cmd_run(a) -> None:
     rec = dataclasses.asdict(row) | {
         "passed": row.passed, "seconds": time.perf_counter() - t0, "machine": _machine(a.device),
         "device": a.device, "dtype": str(ref.dtype), "shape": dataclasses.asdict(ref.shape),
-        "lm_head": a.lm_head, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "lm_head": a.lm_head, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                  capture_output=True, text=True).stdout.strip()}
     with open(os.path.join(a.work, f"parity-{a.device}.jsonl"), "a") as f:
