@@ -37,11 +37,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..align import Alignment
-from .dataset import PackedSlabDataset
-from .model import GPTShape, build_gpt, loss_sum
-from .optim import clip_grad_norm
-from .parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
+from packtool.align import Alignment
+from packtool.megatron.dataset import PackedSlabDataset
+from packtool.megatron.model import GPTShape, build_gpt, loss_sum
+from packtool.megatron.optim import clip_grad_norm
+from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
 
 GROUPS = ("embedding", "qkv", "proj", "fc1", "fc2", "norms", "output")
 UNIT_ROUNDOFF = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8}
@@ -94,10 +94,10 @@ def param_group(name: str) -> str:
 def _stage_api():
     """pack, verify and their configs, imported lazily here and only here: those modules
     are moving into stage folders, and this is the one line to follow them."""
-    from ..config import TokenizeConfig
-    from ..pack import pack
-    from ..plan import PackingConfig
-    from ..verify import verify
+    from packtool.packing import pack
+    from packtool.planning import PackingConfig
+    from packtool.tokenize import TokenizeConfig
+    from packtool.verification import verify
     return pack, verify, TokenizeConfig, PackingConfig
 
 
