@@ -17,8 +17,7 @@ pytest.importorskip("megatron.core")
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 from packtool.megatron.parity import (GROUPS, LAYOUTS, Reference, cut_param,  # noqa: E402
-                                      pack_for, pack_layouts, run_reference, take_rows,
-                                      uncut)
+                                      pack_layouts, run_reference, take_rows, uncut)
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
 TOKENIZE = {"tokenizer": MISTRAL_DIR, "prompt_field": "question", "response_field": "answer"}
@@ -33,28 +32,6 @@ def _naive_cut(full, name, param, model, tp, tp_rank):
     return full.chunk(tp, dim=param.partition_dim)[tp_rank]
 
 
-class _Work:
-    """Slabs packed on demand (each xdist worker builds only what its tests use) and the
-    one-rank reference on the 'ref' slabs."""
-
-    def __init__(self, root: str):
-        self.root = root
-        self.inputs = [take_rows(GSM8K + "@0:10", os.path.join(root, "inputs"))]
-        self.sets = pack_layouts(self.inputs, TOKENIZE, root, [], 512)  # 'ref' alone
-        self.ref = run_reference(SHAPE, self.sets["ref"].path)
-        self.ref.save(os.path.join(root, "ref.pt"))
-
-    def slabs(self, names):
-        for n in names:
-            align = LAYOUTS[n].alignment(512)
-            if n not in self.sets:
-                self.sets[n] = (self.sets["ref"] if align == self.sets["ref"].alignment else
-                                pack_for(self.inputs, TOKENIZE, align,
-                                         os.path.join(self.root, f"slabs-{n}"),
-                                         os.path.join(self.root, "cache")))
-        return self.sets
-
-
 def _unmarked_norm_cut(full, name, param, model, tp, tp_rank):
     """A sequence-parallel bug: the norm weights lose megatron's `sequence_parallel` mark,
     so reduce_grads never sums their token-shard gradients over TP."""
@@ -63,9 +40,35 @@ def _unmarked_norm_cut(full, name, param, model, tp, tp_rank):
     return cut_param(full, name, param, model, tp, tp_rank)
 
 
-@pytest.fixture(scope="module")
+class _Work:
+    """Slabs for every layout and the one-rank reference, built once per test session and
+    shared by the xdist workers (under a file lock), then read back."""
+
+    def __init__(self, root: str):
+        import pickle
+        from filelock import FileLock
+        self.root = root
+        os.makedirs(root, exist_ok=True)
+        with FileLock(os.path.join(root, "build.lock")):
+            done = os.path.join(root, "slabs.pkl")
+            if not os.path.exists(done):
+                inputs = [take_rows(GSM8K + "@0:10", os.path.join(root, "inputs"))]
+                sets = pack_layouts(inputs, TOKENIZE, root,
+                                    [LAYOUTS[n] for n in LAYOUTS if n != "1"], 512)
+                run_reference(SHAPE, sets["ref"].path).save(os.path.join(root, "ref.pt"))
+                with open(done, "wb") as f:
+                    pickle.dump(sets, f)
+            with open(done, "rb") as f:
+                self.sets = pickle.load(f)
+        self.ref = Reference.load(os.path.join(root, "ref.pt"))
+
+
+@pytest.fixture(scope="session")
 def work(tmp_path_factory):
-    return _Work(str(tmp_path_factory.mktemp("parity")))
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one folder for every worker of this run
+        base = base.parent
+    return _Work(str(base / "parity-cpu"))
 
 
 def _worker(rank, world, init, ref_path, runs, out):
@@ -135,7 +138,7 @@ def test_two_ranks_match_one_rank(work):
     layout), plus TP=2+SP with two planted bugs (fc1 cut in contiguous halves; norm gradients
     not summed over TP), which the same check must fail far above the tolerance: the
     harness tells a layout bug from summation order."""
-    sets = work.slabs(TWO_RANK)
+    sets = work.sets
     _assert_same_sequences(sets, TWO_RANK)
     assert sets["cp2"].alignment.s == 4 and sets["ref"].alignment.s == 1  # really re-laid out
     runs = [(n, n, sets[n].path, None) for n in TWO_RANK]
@@ -155,7 +158,7 @@ def test_two_ranks_match_one_rank(work):
 
 @pytest.mark.slow
 def test_tp2_x_cp2_matches_one_rank(work):
-    sets = work.slabs(["tp2cp2"])
+    sets = work.sets
     _assert_same_sequences(sets, ["tp2cp2"])
     rows = _spawn(work.root, 4, [("tp2cp2", "tp2cp2", sets["tp2cp2"].path, None)])
     _assert_parity(rows["tp2cp2"], work.ref)
