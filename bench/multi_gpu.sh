@@ -45,6 +45,10 @@ parity() {  # PACK_ARGS / SHAPE_ARGS override the slabs and the model (cpu: smal
   for l in dp2 tp2sp cp2; do
     launch 2 "$here/bench/parity.py" run --work "$out" --layout "$l" --device "$dev" || echo "$l FAILED"
   done
+  for bug in naive-fc1 unreduced-norms; do  # self-check: these must FAIL (the run exits 0 if so)
+    launch 2 "$here/bench/parity.py" run --work "$out" --layout tp2sp --device "$dev" \
+      --plant-bug "$bug" || echo "planted bug $bug was NOT caught"
+  done
   if [ "$n" -ge 4 ]; then
     launch 4 "$here/bench/parity.py" run --work "$out" --layout tp2cp2 --device "$dev" || echo "tp2cp2 FAILED"
   else

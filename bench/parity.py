@@ -27,9 +27,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from packtool.megatron.parity import (LAYOUTS, ParityRow, Reference, format_table,  # noqa: E402
-                                      pack_layouts, reference_row, run_layout, run_reference,
-                                      take_rows)
+from packtool.megatron.parity import (LAYOUTS, PLANTED_BUGS, ParityRow, Reference,  # noqa: E402
+                                      cut_param, format_table, pack_layouts, reference_row,
+                                      run_layout, run_reference, take_rows)
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(HERE, "fixtures")
@@ -88,7 +88,9 @@ def cmd_run(a) -> None:
                      f"--work {a.work} --layout 1 --device {a.device}` first")
         ref = Reference.load(ref_path)
         row = run_layout(LAYOUTS[a.layout], ref, slabs[a.layout]["path"], a.device,
-                         lm_head=a.lm_head)
+                         lm_head=a.lm_head, cut=PLANTED_BUGS.get(a.plant_bug, cut_param))
+        if row is not None and a.plant_bug:
+            row.layout = f"{row.layout} + planted bug {a.plant_bug}"
     if row is None:  # not rank 0
         return
     rec = dataclasses.asdict(row) | {
@@ -101,7 +103,10 @@ def cmd_run(a) -> None:
         f.write(json.dumps(rec) + "\n")
     print(format_table([row]))
     print(row.tol_why)
-    if not row.passed:
+    if a.plant_bug:  # a self-check: the harness must fail a planted bug
+        if row.passed:
+            sys.exit(f"planted bug {a.plant_bug} PASSED the check: the harness cannot see it")
+    elif not row.passed:
         sys.exit(f"layout {a.layout}: parity FAILED")
 
 
@@ -133,6 +138,8 @@ def main() -> None:
     r.add_argument("--layout", required=True, choices=list(LAYOUTS))
     r.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     r.add_argument("--lm-head", default="torch", choices=["torch", "fused"])
+    r.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None,
+                   help="self-check: run the layout with a planted bug, which must FAIL")
     for name, default in (("layers", 4), ("hidden", 1024), ("heads", 8), ("kv-heads", 8),
                           ("ffn", 2816), ("max-seq", 32768)):
         r.add_argument(f"--{name}", type=int, default=default, help="reference only")

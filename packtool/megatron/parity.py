@@ -198,6 +198,27 @@ def uncut(parts: list[torch.Tensor], name: str, param: torch.nn.Parameter,
     return torch.cat(parts, dim=dim)
 
 
+def naive_fc1_cut(full: torch.Tensor, name: str, param: torch.nn.Parameter, model: Any,
+                  tp: int, tp_rank: int) -> torch.Tensor:
+    """A planted bug (harness self-check): every sharded tensor cut in contiguous chunks,
+    so with SwiGLU rank 0 holds all the gate rows of fc1 and rank 1 all the up rows."""
+    if not getattr(param, "tensor_model_parallel", False) or tp == 1:
+        return full
+    return full.chunk(tp, dim=param.partition_dim)[tp_rank]
+
+
+def unreduced_norms_cut(full: torch.Tensor, name: str, param: torch.nn.Parameter, model: Any,
+                        tp: int, tp_rank: int) -> torch.Tensor:
+    """A planted bug (harness self-check): the norm weights lose megatron's
+    `sequence_parallel` mark, so reduce_grads never sums their token-shard gradients over TP."""
+    if "layernorm" in name:
+        param.sequence_parallel = False
+    return cut_param(full, name, param, model, tp, tp_rank)
+
+
+PLANTED_BUGS = {"naive-fc1": naive_fc1_cut, "unreduced-norms": unreduced_norms_cut}
+
+
 def load_full_weights(model: Any, full: dict[str, torch.Tensor], info: ParallelInfo,
                       cut=cut_param) -> None:
     """Copy this rank's cut of the full weights into `model` (every parameter, or raise)."""

@@ -16,28 +16,13 @@ pytest.importorskip("megatron.core")
 
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
-from packtool.megatron.parity import (GROUPS, LAYOUTS, Reference, cut_param,  # noqa: E402
-                                      pack_layouts, run_reference, take_rows, uncut)
+from packtool.megatron.parity import (GROUPS, LAYOUTS, PLANTED_BUGS, Reference,  # noqa: E402
+                                      cut_param, pack_layouts, run_reference, take_rows,
+                                      uncut)
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
 TOKENIZE = {"tokenizer": MISTRAL_DIR, "prompt_field": "question", "response_field": "answer"}
 TWO_RANK = ("dp2", "tp2sp", "cp2")
-
-
-def _naive_cut(full, name, param, model, tp, tp_rank):
-    """The classic sharding bug: fc1 = [gate; up] split in contiguous halves, so rank 0
-    holds all the gate rows and rank 1 all the up rows."""
-    if not getattr(param, "tensor_model_parallel", False):
-        return full
-    return full.chunk(tp, dim=param.partition_dim)[tp_rank]
-
-
-def _unmarked_norm_cut(full, name, param, model, tp, tp_rank):
-    """A sequence-parallel bug: the norm weights lose megatron's `sequence_parallel` mark,
-    so reduce_grads never sums their token-shard gradients over TP."""
-    if "layernorm" in name:
-        param.sequence_parallel = False
-    return cut_param(full, name, param, model, tp, tp_rank)
 
 
 class _Work:
@@ -142,8 +127,8 @@ def test_two_ranks_match_one_rank(work):
     _assert_same_sequences(sets, TWO_RANK)
     assert sets["cp2"].alignment.s == 4 and sets["ref"].alignment.s == 1  # really re-laid out
     runs = [(n, n, sets[n].path, None) for n in TWO_RANK]
-    runs.append(("tp2sp-naive-fc1", "tp2sp", sets["tp2sp"].path, _naive_cut))
-    runs.append(("tp2sp-unreduced-norms", "tp2sp", sets["tp2sp"].path, _unmarked_norm_cut))
+    runs += [(f"tp2sp-{bug}", "tp2sp", sets["tp2sp"].path, cut)
+             for bug, cut in PLANTED_BUGS.items()]
     rows = _spawn(work.root, 2, runs)
     for name in TWO_RANK:
         _assert_parity(rows[name], work.ref)
