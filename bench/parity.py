@@ -28,8 +28,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from packtool.megatron.parity import (LAYOUTS, PLANTED_BUGS, ParityRow, Reference,  # noqa: E402
-                                      cut_param, format_table, pack_layouts, reference_row,
-                                      run_layout, run_reference, take_rows)
+                                      cut_param, format_table, reference_row, run_layout,
+                                      run_reference)
+from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(HERE, "fixtures")

@@ -17,8 +17,8 @@ pytest.importorskip("megatron.core")
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 from packtool.megatron.parity import (GROUPS, LAYOUTS, PLANTED_BUGS, Reference,  # noqa: E402
-                                      cut_param, pack_layouts, run_reference, take_rows,
-                                      uncut)
+                                      cut_param, run_reference, uncut)
+from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
 TOKENIZE = {"tokenizer": MISTRAL_DIR, "prompt_field": "question", "response_field": "answer"}
