@@ -12,7 +12,9 @@ on the same weights (TP shards cut from the one-rank weights) and the same seque
 
 `--device cpu` runs the same under gloo in fp32 (torchrun works on CPU too). `run --layout 1`
 writes the reference (W/ref-DEVICE.pt: full weights, loss, full gradients); every other
-layout loads it, so run it first. Rows go to W/parity-DEVICE.jsonl, one per run.
+layout loads it, so run it first. Rows go to W/parity-DEVICE.jsonl, one per run (a new
+reference starts the file afresh). Any `[dpN][tpN[sp]][cpN]` layout runs the same way once
+`pack --layouts NAME` has packed its slabs (e.g. tp4sp on 4 GPUs, dp2tp2spcp2 on 8).
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from packtool.megatron.parity import (LAYOUTS, PLANTED_BUGS, ParityRow, Reference,  # noqa: E402
-                                      cut_param, format_table, reference_row, run_layout,
-                                      run_reference)
+                                      cut_param, format_table, parse_layout, reference_row,
+                                      run_layout, run_reference)
 from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,12 +50,18 @@ def _slabs(work: str) -> dict:
 def cmd_pack(a) -> None:
     inputs = [take_rows(s, os.path.join(a.work, "inputs")) for s in (a.inputs or GPU_INPUTS)]
     sets = pack_layouts(inputs, {"tokenizer": a.tokenizer}, a.work,
-                        [LAYOUTS[n] for n in LAYOUTS if n != "1"], a.capacity)
+                        [parse_layout(n) for n in a.layouts], a.capacity)
     info = {name: {"path": s.path, "alignment": s.alignment.describe(), "s": s.alignment.s,
                    "t": s.alignment.t, "slabs": s.slabs, "real_tokens": s.real_tokens,
                    "loss_tokens": s.loss_tokens, "verify": "ok"} for name, s in sets.items()}
     info["_inputs"] = a.inputs or GPU_INPUTS
-    with open(os.path.join(a.work, "slabs.json"), "w") as f:
+    path = os.path.join(a.work, "slabs.json")
+    if os.path.exists(path):  # packing more layouts later keeps the earlier ones
+        old = _slabs(a.work)
+        if old.get("_inputs") != info["_inputs"]:
+            sys.exit(f"{path} was packed from {old.get('_inputs')}: use another --work")
+        info = old | info
+    with open(path, "w") as f:
         json.dump(info, f, indent=1)
     for name, s in sets.items():
         print(f"{name:7s} {s.alignment.describe():55s} s={s.alignment.s} t={s.alignment.t} "
@@ -88,7 +96,11 @@ def cmd_run(a) -> None:
             sys.exit(f"{ref_path} missing: run `torchrun --nproc-per-node 1 bench/parity.py run "
                      f"--work {a.work} --layout 1 --device {a.device}` first")
         ref = Reference.load(ref_path)
-        row = run_layout(LAYOUTS[a.layout], ref, slabs[a.layout]["path"], a.device,
+        if a.layout not in slabs:
+            sys.exit(f"no slabs packed for layout {a.layout}: run `python bench/parity.py pack "
+                     f"--work {a.work} --layouts {a.layout} ...` (with the same inputs)")
+        lay = parse_layout(a.layout, int(os.environ.get("WORLD_SIZE", "1")))
+        row = run_layout(lay, ref, slabs[a.layout]["path"], a.device,
                          lm_head=a.lm_head, cut=PLANTED_BUGS.get(a.plant_bug, cut_param))
         if row is not None and a.plant_bug:
             row.layout = f"{row.layout} + planted bug {a.plant_bug}"
@@ -100,7 +112,8 @@ def cmd_run(a) -> None:
         "lm_head": a.lm_head, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                  capture_output=True, text=True).stdout.strip()}
-    with open(os.path.join(a.work, f"parity-{a.device}.jsonl"), "a") as f:
+    # a new reference starts a new table: earlier rows were measured against another one
+    with open(os.path.join(a.work, f"parity-{a.device}.jsonl"), "w" if a.layout == "1" else "a") as f:
         f.write(json.dumps(rec) + "\n")
     print(format_table([row]))
     print(row.tol_why)
@@ -134,9 +147,14 @@ def main() -> None:
                    "the alpaca and long-PEP fixtures, whole")
     p.add_argument("--tokenizer", default=MISTRAL)
     p.add_argument("--capacity", type=int, default=32768)
+    p.add_argument("--layouts", nargs="*", default=[n for n in LAYOUTS if n != "1"],
+                   help="layout names: those of LAYOUTS or [dpN][tpN[sp]][cpN]")
     r = sub.add_parser("run", help="one layout's step (under torchrun for several ranks)")
     r.add_argument("--work", required=True)
-    r.add_argument("--layout", required=True, choices=list(LAYOUTS))
+    r.add_argument("--layout", required=True,
+                   help=f"1 (the reference), {', '.join(n for n in LAYOUTS if n != '1')}, or "
+                   "any [dpN][tpN[sp]][cpN] packed by `pack --layouts`; the world comes from "
+                   "torchrun")
     r.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     r.add_argument("--lm-head", default="torch", choices=["torch", "fused"])
     r.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None,

@@ -33,6 +33,7 @@ torch build (see there); nothing else differs from a GPU run but dtype and kerne
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,25 @@ LAYOUTS = {
     "cp2": Layout("cp2", 2, cp=2),
     "tp2cp2": Layout("tp2cp2", 4, tp=2, cp=2, sp=True),
 }
+
+_LAYOUT_NAME = re.compile(r"^(?:dp(\d+))?(?:tp(\d+)(sp)?)?(?:cp(\d+))?$")
+
+
+def parse_layout(name: str, world: int | None = None) -> Layout:
+    """A name of LAYOUTS, or any `[dpN][tpN[sp]][cpN]` ('dp4', 'tp4sp', 'tp2spcp2',
+    'dp2tp2sp'); DP defaults to what `world` leaves after TP x CP."""
+    if name in LAYOUTS and world in (None, LAYOUTS[name].world):
+        return LAYOUTS[name]
+    m = _LAYOUT_NAME.match(name)
+    if not name or m is None:
+        raise ValueError(f"layout {name!r}: use one of {', '.join(LAYOUTS)} or "
+                         f"[dpN][tpN[sp]][cpN], e.g. tp4sp or dp2tp2spcp2")
+    tp, cp = int(m.group(2) or 1), int(m.group(4) or 1)
+    dp = int(m.group(1)) if m.group(1) else (world or tp * cp) // (tp * cp)
+    lay = Layout(name, dp * tp * cp, tp=tp, cp=cp, sp=bool(m.group(3)))
+    if world is not None and lay.world != world:
+        raise ValueError(f"layout {name!r} needs {lay.world} ranks, this world has {world}")
+    return lay
 
 
 def param_group(name: str) -> str:
@@ -324,8 +344,8 @@ def run_layout(layout: Layout, ref: Reference, data: str, device: str = "cpu",
     (None elsewhere). `cut` exists so a test can plant a sharding bug."""
     info = init_parallel(layout.tp, layout.cp, device)
     if info.world != layout.world:
-        raise ValueError(f"layout {layout.name} needs {layout.world} ranks, this world has "
-                         f"{info.world}")
+        raise ValueError(f"layout {layout.name} ({layout.describe()}) needs {layout.world} "
+                         f"ranks, this world has {info.world}")
     with cpu_buffers(device):
         model = build_gpt(ref.shape, device=device, dtype=ref.dtype, tp=layout.tp,
                           cp=layout.cp, sp=layout.sp, seed=seed)
@@ -336,7 +356,7 @@ def run_layout(layout: Layout, ref: Reference, data: str, device: str = "cpu",
     r = ref.step
     tol, why = tolerance(ref.dtype, r.loss_tokens, ref.shape.vocab, ref.shape.layers,
                          r.micro_batches, layout.world)
-    return ParityRow(layout.name, layout.world, got.loss, abs(got.loss - r.loss),
+    return ParityRow(layout.describe(), layout.world, got.loss, abs(got.loss - r.loss),
                      abs(got.grad_norm - r.grad_norm) / r.grad_norm,
                      group_errors(r.grads, got.grads), tol, why, ref.floor)
 
@@ -345,7 +365,7 @@ def reference_row(ref: Reference) -> ParityRow:
     r = ref.step
     tol, why = tolerance(ref.dtype, r.loss_tokens, ref.shape.vocab, ref.shape.layers,
                          r.micro_batches, 1)
-    return ParityRow("1 (reverse order)", 1, r.loss, ref.floor_loss, 0.0, ref.floor, tol, why,
+    return ParityRow("1 rank (reverse order)", 1, r.loss, ref.floor_loss, 0.0, ref.floor, tol, why,
                      ref.floor)
 
 
@@ -356,8 +376,7 @@ def format_table(rows: list[ParityRow]) -> str:
     lines = [head, "|" + "---|" * (7 + len(GROUPS))]
     for r in rows:
         errs = " | ".join(f"{r.errors[g]:.1e}" if g in r.errors else "-" for g in GROUPS)
-        name = LAYOUTS[r.layout].describe() if r.layout in LAYOUTS else r.layout
-        lines.append(f"| {name} | {r.ranks} | {r.loss:.6f} | {r.loss_diff:.1e} | "
+        lines.append(f"| {r.layout} | {r.ranks} | {r.loss:.6f} | {r.loss_diff:.1e} | "
                      f"{r.grad_norm_rel:.1e} | {errs} | {r.tol:.1e} | "
                      f"{'pass' if r.passed else 'FAIL'} |")
     return "\n".join(lines)

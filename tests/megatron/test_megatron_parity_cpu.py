@@ -16,8 +16,8 @@ pytest.importorskip("megatron.core")
 
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
-from packtool.megatron.parity import (GROUPS, LAYOUTS, PLANTED_BUGS, Reference,  # noqa: E402
-                                      cut_param, run_reference, uncut)
+from packtool.megatron.parity import (GROUPS, LAYOUTS, PLANTED_BUGS, Layout,  # noqa: E402
+                                      Reference, cut_param, parse_layout, run_reference, uncut)
 from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
@@ -98,6 +98,17 @@ def _assert_same_sequences(sets, names):
         s, lay = sets[name], LAYOUTS[name]
         assert (s.alignment.tp, s.alignment.cp, s.alignment.sp) == (lay.tp, lay.cp, lay.sp)
         assert (s.real_tokens, s.loss_tokens) == (ref.real_tokens, ref.loss_tokens), name
+
+
+def test_layout_names():
+    assert parse_layout("tp2cp2", 4) == LAYOUTS["tp2cp2"]
+    assert parse_layout("tp4sp", 8) == Layout("tp4sp", 8, tp=4, sp=True)  # DP=2 from the world
+    assert parse_layout("dp2tp2spcp2").world == 8
+    assert parse_layout("tp2", 2).sp is False  # SP only when named (LAYOUTS' tp2cp2 aside)
+    with pytest.raises(ValueError, match="needs 4 ranks"):
+        parse_layout("dp2tp2", 2)
+    with pytest.raises(ValueError, match="use one of"):
+        parse_layout("tp2x")
 
 
 def test_cut_then_uncut_gives_the_full_weights():
