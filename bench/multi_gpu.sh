@@ -40,7 +40,6 @@ parity() {  # PACK_ARGS / SHAPE_ARGS override the slabs and the model (cpu: smal
   fi
   mkdir -p "$out"
   [ -f "$out/slabs.json" ] || "$py" "$here/bench/parity.py" pack --work "$out" "${pack[@]}"
-  rm -f "$out/parity-$dev.jsonl"
   launch 1 "$here/bench/parity.py" run --work "$out" --layout 1 --device "$dev" "${shape[@]}"
   for l in dp2 tp2sp cp2; do
     launch 2 "$here/bench/parity.py" run --work "$out" --layout "$l" --device "$dev" || echo "$l FAILED"

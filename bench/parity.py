@@ -109,11 +109,13 @@ def cmd_run(a) -> None:
     rec = dataclasses.asdict(row) | {
         "passed": row.passed, "seconds": time.perf_counter() - t0, "machine": _machine(a.device),
         "device": a.device, "dtype": str(ref.dtype), "shape": dataclasses.asdict(ref.shape),
-        "lm_head": a.lm_head, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "lm_head": a.lm_head, "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                  capture_output=True, text=True).stdout.strip()}
     # a new reference starts a new table: earlier rows were measured against another one
-    with open(os.path.join(a.work, f"parity-{a.device}.jsonl"), "w" if a.layout == "1" else "a") as f:
+    mode = "w" if a.layout == "1" else "a"
+    with open(os.path.join(a.work, f"parity-{a.device}.jsonl"), mode) as f:
         f.write(json.dumps(rec) + "\n")
     print(format_table([row]))
     print(row.tol_why)
@@ -135,7 +137,8 @@ def cmd_table(a) -> None:
             last = d
     print(format_table(list(rows.values())))
     print(f"\ntolerance: {last['tol_why']}; {last['dtype']} on {last['machine']}, "
-          f"shape {last['shape']}, lm-head {last['lm_head']}, {last['date']}, commit {last['commit']}")
+          f"shape {last['shape']}, lm-head {last['lm_head']}, {last['date']}, "
+          f"commit {last['commit']}")
 
 
 def main() -> None:

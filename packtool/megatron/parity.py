@@ -5,9 +5,10 @@ The one-rank run is the reference: its full (TP=1) weights are saved, and every 
 model is loaded with them, TP shards CUT from those full tensors (`cut_param`), never drawn
 from the layout's own RNG streams. Each layout reads slabs packed for its own alignment
 (`packtool.align.Alignment(tp, cp, sp)`, checked by `verify`: `parity_data.py`) holding
-the same sequences as the reference's one-rank slabs. One step covers every slab, so the loss (a token mean)
-and the gradients are the same quantity on every layout up to summation order; gradients
-are gathered back to full shape (`gather_full_grads`) and compared group by group.
+the same sequences as the reference's one-rank slabs. One step covers every slab, so the
+loss (a token mean) and the gradients are the same quantity on every layout up to
+summation order; gradients are gathered back to full shape (`gather_full_grads`) and
+compared group by group.
 
 The step mirrors `loop.train`'s (loss over the step's global loss tokens, one backward per
 micro-batch, `parallel.reduce_grads`, loss all-reduced over DP x CP) without the update.
