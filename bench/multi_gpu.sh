@@ -6,7 +6,8 @@
 #        TP=2 x CP=2 when 4 GPUs are visible; prints the table. `cpu`: the same under gloo
 #        (fp32) with a small model and slabs; PACK_ARGS / SHAPE_ARGS override either.
 #   bash bench/multi_gpu.sh throughput OUT [DATA] # real tok/s per layout beside 1 GPU, 30 steps
-#        of the 834 M model (bench/train_h200.py --only-packed), same global batch per step
+#        of the 834 M model (bench/train_h200.py --only-packed), 4 slabs per step on every
+#        layout; DATA defaults to 4 fixture slabs of <= 20,480 tokens packed for TP=2 x CP=2
 #   bash bench/multi_gpu.sh fit OUT LAYOUT        # largest model LAYOUT fits: a ladder of shapes,
 #        3 steps each, until one fails; LAYOUT is one of 1 dp2 tp2 cp2 tp2cp2
 #   bash bench/multi_gpu.sh DATA OUT [LM_HEAD]    # the older 60-step loss curves (kept as was)
@@ -56,19 +57,26 @@ parity() {  # PACK_ARGS / SHAPE_ARGS override the slabs and the model (cpu: smal
   "$py" "$here/bench/parity.py" table --work "$out" --device "$dev"
 }
 
+tput_data() {  # 4 slabs of up to 20,480 tokens packed for TP=2 x CP=2 (they fit every layout):
+  # the alpaca and ShareGPT fixtures and four long PEPs (the ~22k-token one left out)
+  local w=$1/tput-slabs f=$here/fixtures/data
+  [ -f "$w/slabs.json" ] || "$py" "$here/bench/parity.py" pack --work "$w" --layouts tp2cp2 \
+    --capacity 20480 --inputs "$f/gpteacher_alpaca_200.json" "$f/fastchat_sharegpt_120.json" \
+    "$f/peps_long5.jsonl.gz@0:3" "$f/peps_long5.jsonl.gz@4" >&2
+  echo "$w/slabs-tp2-cp2-sp1"
+}
+
 throughput() {
   local out=$1 data=${2:-}
-  if [ -z "$data" ]; then  # the parity slabs packed for TP=2 x CP=2 fit every layout
-    [ -f "$out/slabs.json" ] || "$py" "$here/bench/parity.py" pack --work "$out"
-    data="$out/slabs-tp2-cp2-sp1"
-  fi
+  mkdir -p "$out"
+  [ -n "$data" ] || data=$(tput_data "$out")
   local n; n=$(ngpu)
   for l in 1 dp2 tp2 cp2 tp2cp2; do
     set -- ${LAYOUT[$l]}
     local np=$1; shift
     if [ "$np" -gt "$n" ]; then echo "$l NOT RUN: needs $np GPUs, $n visible"; continue; fi
     launch "$np" "$here/bench/train_h200.py" --data "$data" --out "$out/tput" --only-packed \
-      --steps 30 --budget 32768 --lm-head fused --tag "tput_$l" "$@" > "$out/tput_$l.log" 2>&1 \
+      --steps 30 --budget 20480 --lm-head fused --tag "tput_$l" "$@" > "$out/tput_$l.log" 2>&1 \
       || echo "$l failed (see $out/tput_$l.log)"
   done
   "$py" - "$out/tput" <<'PY'
@@ -88,8 +96,9 @@ PY
 }
 
 fit() {
-  local out=$1 l=$2 data="$1/slabs-tp2-cp2-sp1"
-  [ -f "$out/slabs.json" ] || "$py" "$here/bench/parity.py" pack --work "$out"
+  local out=$1 l=$2 data
+  mkdir -p "$out"
+  data=$(tput_data "$out")
   set -- ${LAYOUT[$l]}
   local np=$1; shift
   local flags=("$@")
@@ -99,7 +108,7 @@ fit() {
     set -- $s
     local tag="fit_${l}_$1x$2"
     if TMO=540 launch "$np" "$here/bench/train_h200.py" --data "$data" --out "$out/fit" \
-        --only-packed --steps 3 --budget 32768 --lm-head fused --layers "$1" --hidden "$2" \
+        --only-packed --steps 3 --budget 20480 --lm-head fused --layers "$1" --hidden "$2" \
         --heads "$3" --ffn "$4" --tag "$tag" "${flags[@]}" > "$out/$tag.log" 2>&1; then
       "$py" - "$out/fit/summary_$tag.json" "$l" "$1x$2" <<'PY'
 import json, sys
@@ -107,8 +116,10 @@ s = json.load(open(sys.argv[1]))
 print(sys.argv[2], sys.argv[3], f"fits: peak {s.get('peak_mem_gib', 0):.1f} GiB (rank 0),",
       f"{s['packed']['real_tokens_per_s']:,.0f} real tok/s")
 PY
+    elif grep -qi "out of memory" "$out/$tag.log"; then
+      echo "$l $1x$2 does NOT fit (CUDA out of memory; $out/$tag.log)"; break
     else
-      echo "$l $1x$2 does NOT fit, or failed (see $out/$tag.log)"; break
+      echo "$l $1x$2 FAILED, not out of memory (timeout 540 s, or see $out/$tag.log)"; break
     fi
   done
 }
