@@ -32,8 +32,8 @@ parity() {  # PACK_ARGS / SHAPE_ARGS override the slabs and the model (cpu: smal
   local pack=(${PACK_ARGS:-}) shape=(${SHAPE_ARGS:-})
   if [ "$dev" = cpu ]; then
     n=4
-    [ ${#pack[@]} -gt 0 ] || pack=(--inputs "$here/fixtures/data/gpteacher_alpaca_200.json@0:24"
-                                 "$here/fixtures/data/peps_long5.jsonl.gz@2" --capacity 8192)
+    [ ${#pack[@]} -gt 0 ] || pack=(--inputs "$here/fixtures/data/gpteacher_alpaca_200.json@0:96"
+                                 "$here/fixtures/data/peps_long5.jsonl.gz@2" --capacity 6144)
     [ ${#shape[@]} -gt 0 ] || shape=(--layers 4 --hidden 128 --heads 4 --kv-heads 2 --ffn 352
                                    --max-seq 8192)
   else
