@@ -3,7 +3,7 @@ gives the one-rank loss and every parameter's gradient (gathered to full shape),
 same weights (TP shards cut from the one-rank model's) and the same sequences (gsm8k rows,
 Mistral tokenizer, packed for each layout and verified). The tolerance is stated in
 packtool/megatron/parity.py (4 u sqrt(n), u = 2^-24, n = max(loss tokens, vocab):
-4.3e-5 here); observed errors are ~1e-7. A planted sharding bug must fail the same check.
+4.3e-5 here); observed errors are ~1e-7. Two planted layout bugs must fail the same check.
 """
 from __future__ import annotations
 
