@@ -122,7 +122,10 @@ def _refuse_repeats(files: list[InputFile]) -> None:
     packed twice: an error, naming both spellings."""
     seen: dict = {}
     for f in files:
-        st = os.stat(f.path)
+        try:
+            st = os.stat(f.path)
+        except OSError:  # missing: the reader names it
+            continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
             first = seen[key]
