@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pyarrow as pa
 import tokenizers
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
