@@ -3,7 +3,7 @@
 Inputs: the 12 data files of ../shared/data (GSM8K train/test as prompt/response fields,
 GPTeacher x3 Alpaca, Taskmaster-4 chat, FastChat ShareGPT, PEPs and the Rust book as text,
 HumanEval and MT-Bench rewritten once into prompt/completion and text rows because their
-columns match no shape), each file listed `--copies` times (28,188 records per copy).
+columns match no shape), copied `--copies` times (28,188 records per copy).
 Tokenizer mistral-7b-v0.1 (mistral chat template), tp=4 cp=2 sp blockwise FP8, C=8192, bfd,
 --overflow split. Every run starts from an empty tokenized cache, so tokenizing is counted.
 The Ray engine runs on a local Ray started by the same process (ray.init(num_cpus=cores)):
@@ -52,6 +52,21 @@ def prepare(tmp: str) -> list[str]:
         for line in f:
             o.write(json.dumps({"text": "\n\n".join(json.loads(line)["turns"])}) + "\n")
     return [os.path.join(DATA, p) for p in FILES] + [he, mt]
+
+
+def replicate(files: list[str], copies: int, tmp: str) -> list[str]:
+    """`copies` real copies of every file, each copy in its own folder: packtool refuses one
+    file listed twice (it would be packed twice without a word)."""
+    out = []
+    for k in range(copies):
+        d = os.path.join(tmp, f"copy{k:02d}")
+        os.makedirs(d, exist_ok=True)
+        for f in files:
+            dst = os.path.join(d, os.path.basename(f))
+            if not os.path.exists(dst):
+                shutil.copyfile(f, dst)
+            out.append(dst)
+    return out
 
 
 def same_output(a: str, b: str) -> bool:
@@ -221,7 +236,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="packtool-bench-engines-")
     try:
-        inputs = prepare(tmp) * args.copies
+        inputs = replicate(prepare(tmp), args.copies, tmp)
         cfg = TokenizeConfig(tokenizer=os.path.join(DATA, "tokenizers/mistral-7b-v0.1"),
                              chat_template="mistral", prompt_field="question", response_field="answer")
         align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)

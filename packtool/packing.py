@@ -36,7 +36,7 @@ from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan  # noqa: E402
 from packtool.planning.slabs import SlabSpec  # noqa: E402
 from packtool.planning.spill import PLAN_SHARD_ROWS  # noqa: E402
-from packtool.planning.summary import PlanSummary, plan_summary  # noqa: E402
+from packtool.planning.summary import PlanSummary, plan_summary, with_skipped  # noqa: E402
 from packtool.slabs.format import (  # noqa: E402
     ShardInfo,  # noqa: E402
     build_manifest,
@@ -110,7 +110,7 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
                              tokenize_seconds, workers, shard_rows)
     lengths = cache.lengths()
     p = make_plan(lengths, alignment, packing)
-    summary = plan_summary(p)
+    summary = with_skipped(plan_summary(p), cache.skipped)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
     release_memory()  # the planner's freed temporaries, before the write needs its own
@@ -139,7 +139,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     spill = _spill_dir(output)
     try:
         sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
-        summary = sp.summary()
+        summary = with_skipped(sp.summary(), cache.skipped)
         if dry_run:
             return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
                               tokenize_seconds, 0.0)
@@ -182,6 +182,15 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
     try:
         shards = write_fn(tmp, _pad_id(info))
         loss = sum(s.loss_tokens for s in shards)
+        if loss == 0:  # nothing to train on is never what was asked for
+            from packtool.errors import PacktoolInputError
+            ovf = summary.overflow
+            hint = (f"--overflow split cut {ovf.sequences:,} sequence(s) into chunks of at most "
+                    f"{summary.alignment['usable']} token(s), which keep no targets: raise "
+                    f"--max-tokens" if ovf.policy == "split" and ovf.sequences
+                    else "check the loss masks and the chat template")
+            raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}",
+                                     path=output)
         inp = {"fingerprint": cache.fingerprint,
                "files": [_plain(f) for f in cache.input_files],
                "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
@@ -246,7 +255,8 @@ def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
             "tail_pad": pad.tail_pad, "fill_pad": pad.fill_pad, "slack": pad.slack,
             "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
             "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
-            "overflow": asdict(s.overflow)}
+            "overflow": asdict(s.overflow), "skipped_rows": dict(s.skipped_rows),
+            "changes": asdict(s.changes)}
 
 
 def _progress_cb(progress: bool, total: int):

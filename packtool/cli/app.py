@@ -44,7 +44,10 @@ def _fail(e: Exception, code: int = 2) -> None:
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
-    from packtool.align import Alignment
+    from packtool.align import Alignment, AlignmentError
+    if fixed_length is not None and fixed_length > max_tokens:  # would silently win over -C
+        raise AlignmentError(f"--fixed-length {fixed_length} is larger than --max-tokens "
+                             f"{max_tokens}: pass -C {fixed_length} too, or a smaller --fixed-length")
     return Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
                      fixed_length=fixed_length, convention=convention)
 
@@ -111,6 +114,8 @@ def pack(
                              shape=shape or "auto", prompt_field=prompt_field,
                              response_field=response_field, text_field=text_field,
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {workers} (leave it out for one per core)")
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine must be local or ray, got {engine!r}")
         if plan_shard_rows is not None and plan_shard_rows < 0:

@@ -39,6 +39,9 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
                   f"{s.dp_moved:,} sequences moved")
     t.add_row("planning", f"{s.plan_seconds:.3f} s", "")
     console.print(t)
+    changed = s.changes.warning()
+    if changed:  # never silent: what did not reach the output as it was read
+        console.print(f"[yellow]warning:[/] {escape(changed)}", highlight=False, soft_wrap=True)
 
 
 def print_verify_report(r, console: Console) -> None:

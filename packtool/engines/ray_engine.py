@@ -27,7 +27,7 @@ from packtool.packing import PackResult, check_output, write_output
 from packtool.planning.core import PackingConfig, PlanError
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
-from packtool.planning.summary import plan_summary
+from packtool.planning.summary import plan_summary, with_skipped
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.pipeline import resolve_cache
@@ -122,6 +122,7 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     else:
         p = make_plan(cache.lengths(), alignment, packing)
         summary = plan_summary(p)
+    summary = with_skipped(summary, cache.skipped)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
     from packtool.engines.ray_write import write_slabs

@@ -164,7 +164,8 @@ def tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
     if shape.kind == "tokens":
         enc = _tokens_batch(raw, shape, info.vocab_size if info else None, f.path, first_row)
     else:
-        rendered = render_batch(raw, shape, renderer, cfg.prompt_separator, f.path, first_row)
+        rendered = render_batch(raw, shape, renderer, cfg.prompt_separator, f.path, first_row,
+                                skip_null=cfg.on_empty == "skip")
         enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
     bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
     keep = bad == OK

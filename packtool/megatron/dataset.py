@@ -9,6 +9,7 @@ Use from your own megatron-core training script (one process per GPU, after
     ds = PackedSlabDataset("packed/", dp_rank=ps.get_data_parallel_rank(),
                            dp_size=ps.get_data_parallel_world_size(),
                            cp_rank=ps.get_context_parallel_rank(),
+                           cp_size=ps.get_context_parallel_world_size(),
                            cp_group=ps.get_context_parallel_group(),
                            seed=0, grad_accum=8, micro_batch_tokens=16384, device="cuda")
     for step in ds.steps(start_step=0):
@@ -63,8 +64,10 @@ class PackedSlabDataset:
     dp_rank/dp_size: this rank's data-parallel coordinates. When the manifest holds a DP
       plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
       followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
-    cp_rank/cp_size: context-parallel coordinates (cp_size defaults to the manifest's cp;
-      each rank gets chunks r and 2cp-1-r of every segment, via packtool.layout).
+    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else
+      the manifest's cp. Each rank gets chunks r and 2cp-1-r of every segment (packtool.layout),
+      so slabs packed for another CP train as they are when their segments divide into
+      2*cp_size chunks (packed cp=4 trains at cp=2 or 1); otherwise one line names the re-pack.
     seed: reshuffles every epoch (steps when planned; row groups and rows otherwise).
     micro_batch_tokens: merge slabs of a step into micro-batches of at most this many
       tokens (tail pad charged once per micro-batch); None = one slab per micro-batch.
@@ -87,12 +90,14 @@ class PackedSlabDataset:
             raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
         if grad_accum < 1:
             raise ValueError(f"--grad-accum must be >= 1, got {grad_accum}")
-        self.cp_size = self.align.cp if cp_size is None else cp_size
+        self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group, self.align.cp)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
             raise ValueError(f"{path} was packed for cp={self.align.cp} (segments padded to "
-                             f"multiples of {self.align.s}); cp={self.cp_size} needs multiples "
-                             f"of {need_s}: re-pack with --cp {self.cp_size}")
+                             f"multiples of {self.align.s}), training cp={self.cp_size} needs "
+                             f"multiples of {need_s}: re-pack with --cp {self.cp_size}")
+        # otherwise every segment splits into 2*cp_size equal chunks: `load` re-derives the
+        # zigzag for the training CP (packtool.layout), whatever CP the slabs were packed for
         self.dp_rank, self.dp_size, self.cp_rank = dp_rank, dp_size, cp_rank
         self.seed, self.grad_accum, self.budget = seed, grad_accum, micro_batch_tokens
         self.device, self.cp_group, self.dp_group = device, cp_group, dp_group
@@ -139,3 +144,20 @@ class PackedSlabDataset:
                     return
             step += len(plans)
             epoch += 1
+
+
+def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any, packed_cp: int) -> int:
+    """The CP size training runs: cp_size, else cp_group's size, else the packed cp; the
+    three (and cp_rank) must agree, or one line says which to change."""
+    group_size = int(cp_group.size()) if cp_group is not None and hasattr(cp_group, "size") else None
+    if cp_size is None:
+        cp_size = group_size if group_size is not None else packed_cp
+    if not isinstance(cp_size, int) or cp_size < 1:
+        raise ValueError(f"cp_size must be a positive integer, got {cp_size!r}")
+    if group_size is not None and group_size != cp_size:
+        raise ValueError(f"{path}: cp_size={cp_size} but cp_group has {group_size} ranks: pass "
+                         f"cp_size={group_size} (the training CP)")
+    if not 0 <= cp_rank < cp_size:
+        raise ValueError(f"{path}: cp_rank {cp_rank} out of range for cp_size {cp_size}: pass "
+                         f"cp_size (the training CP, e.g. ps.get_context_parallel_world_size())")
+    return cp_size

@@ -22,6 +22,26 @@ def _yaml_shape(path: str) -> dict:
     return raw
 
 
+def _pick_device(device: str | None, err) -> str:
+    """cuda when torch sees one, else cpu, in one line; an explicit --device is checked."""
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cpu":
+        return device
+    import torch
+    has = torch.cuda.is_available()
+    if device == "cuda" and not has:
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
+        raise ValueError(f"--device cuda, but torch {torch.__version__} sees no CUDA device "
+                         f"({build}): pass --device cpu, or install a CUDA build of torch")
+    if device is None:
+        name = f" ({torch.cuda.get_device_name()})" if has else ""
+        why = "" if has else ": torch sees no CUDA device (pass --device cuda to require one)"
+        err.print(f"packtool train: device {'cuda' if has else 'cpu'}{name}{why}",
+                  highlight=False, soft_wrap=True, markup=False)
+    return "cuda" if has else "cpu"
+
+
 def train_command(
     data_dir: Annotated[str, typer.Argument(help="A `packtool pack` output directory.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (SP on when > 1).")] = 1,
@@ -41,7 +61,7 @@ def train_command(
     micro_batch_tokens: Annotated[Optional[int], typer.Option("--micro-batch-tokens", help="Merge slabs into micro-batches of at most N tokens (tail pad charged once).")] = None,
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Slabs per DP rank per step (ignored when the slabs carry a --dp plan).")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda.")] = "cuda",
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
     lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps.")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE.")] = None,
@@ -53,8 +73,7 @@ def train_command(
     from rich.console import Console
     err = Console(stderr=True)
     try:
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"--device must be cpu or cuda, got {device!r}")
+        device = _pick_device(device, err)
         if lm_head not in ("fused", "torch", "auto"):
             raise ValueError(f"--lm-head must be fused, torch or auto, got {lm_head!r}")
         if lm_head == "auto":  # the Triton head runs interpreted (slow) without a GPU

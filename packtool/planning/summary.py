@@ -1,8 +1,9 @@
-"""Plan statistics: where the tokens and the padding went. One definition, used by `plan`,
-the manifest, `inspect` and `verify`."""
+"""Plan statistics: where the tokens and the padding went, and which rows did not reach the
+output as they were (`DataChanges`). One definition, used by `plan`, `pack` (its summary,
+`--json` and the manifest's stats), `inspect` and `verify`."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -44,6 +45,55 @@ def padding_stats(layout: Layout, align: Alignment, singleton: np.ndarray) -> Pa
 
 
 @dataclass(frozen=True)
+class DataChanges:
+    """Every input row that is not in the output exactly as it was read: skipped while
+    tokenizing (`--on-empty skip`), cut short (`--overflow truncate`) or cut into chunks
+    (`--overflow split`, one next-token target lost per cut)."""
+    rows_skipped_empty: int = 0
+    rows_skipped_all_masked: int = 0
+    sequences_truncated: int = 0
+    tokens_dropped: int = 0
+    sequences_split: int = 0
+    chunks: int = 0
+    targets_lost: int = 0
+
+    @property
+    def rows_skipped(self) -> int:
+        return self.rows_skipped_empty + self.rows_skipped_all_masked
+
+    def any(self) -> bool:
+        return any(asdict(self).values())
+
+    def warning(self) -> str | None:
+        """One line saying what changed, or None when nothing did."""
+        parts = []
+        if self.rows_skipped:
+            parts.append(f"{self.rows_skipped:,} row(s) skipped by --on-empty skip "
+                         f"({self.rows_skipped_empty:,} empty, {self.rows_skipped_all_masked:,} "
+                         f"with no loss tokens)")
+        if self.sequences_truncated:
+            parts.append(f"{self.tokens_dropped:,} token(s) dropped from {self.sequences_truncated:,} "
+                         f"sequence(s) by --overflow truncate")
+        if self.sequences_split:
+            parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
+                         f"--overflow split ({self.targets_lost:,} target(s) lost at the cuts)")
+        return "; ".join(parts) or None
+
+
+def data_changes(overflow: OverflowStats, skipped: dict | None = None) -> DataChanges:
+    skipped = skipped or {}
+    trunc = overflow.policy == "truncate"
+    split = overflow.policy == "split"
+    return DataChanges(
+        rows_skipped_empty=int(skipped.get("empty", 0)),
+        rows_skipped_all_masked=int(skipped.get("all_masked", 0)),
+        sequences_truncated=overflow.sequences if trunc else 0,
+        tokens_dropped=overflow.tokens_dropped,
+        sequences_split=overflow.sequences if split else 0,
+        chunks=overflow.chunks, targets_lost=overflow.targets_lost)
+
+
+@dataclass(frozen=True)
 class PlanSummary:
     alignment: dict
     packing: dict
@@ -58,9 +108,24 @@ class PlanSummary:
     dp_imbalance: float
     dp_moved: int
     plan_seconds: float
+    # rows dropped before planning (the tokenized cache's `skipped`: empty / all_masked)
+    skipped_rows: dict = field(default_factory=lambda: {"empty": 0, "all_masked": 0})
+
+    @property
+    def changes(self) -> DataChanges:
+        return data_changes(self.overflow, self.skipped_rows)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["changes"] = asdict(self.changes)
+        return d
+
+
+def with_skipped(summary: PlanSummary, skipped: dict | None) -> PlanSummary:
+    """`summary` counting the rows the tokenizer skipped (a cache's `skipped`)."""
+    skipped = skipped or {}
+    return replace(summary, skipped_rows={"empty": int(skipped.get("empty", 0)),
+                                          "all_masked": int(skipped.get("all_masked", 0))})
 
 
 def plan_summary(p: Plan) -> PlanSummary:

@@ -9,6 +9,13 @@ pack's flat token store (tokenize/flat_tokens.py), written by tokenize_to_cache 
 Columns: input_ids list<int32>, loss_mask list<uint8>, length int32, source_index int64
 (global row across the inputs in read order), source_file int32 (index into cache.json inputs).
 Built under a temporary name and renamed (flat/ included), so a cache directory is complete or absent.
+
+Trust: cache.json records the size and xxh3-128 of every file the cache holds (`checksums`:
+the Parquet parts and, once built, flat/tokens.i32 and flat/offsets.npy), and the key
+(`fingerprint`) covers the inputs' content, not their size and mtime. A cache is reused only
+after every recorded file is re-hashed and matches (`cache_problem`); anything else -- a
+flipped byte, a truncated or missing file, a garbled cache.json -- is reported in one line
+and the cache is rebuilt (tokenize/pipeline.py).
 """
 from __future__ import annotations
 
@@ -25,11 +32,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.encode import TokenizerInfo
 
 CACHE_FORMAT = "packtool-tokenized-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: content-keyed, every file checksummed in cache.json
 DATA_DIR = "data"
+FLAT_DIR = "flat"
+FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
+CHECKSUM_ALG = "xxh3_128"
+
+
+class CacheDamagedError(PacktoolInputError):
+    """A tokenized cache whose files do not match what cache.json recorded (or whose
+    cache.json cannot be read). The pipeline rebuilds such a cache; a caller that opened one
+    directly gets this error, naming the cache and the fix."""
 
 SCHEMA = pa.schema([
     pa.field("input_ids", pa.list_(pa.int32())),
@@ -81,21 +98,24 @@ class TokenizedCache:
         meta_path = os.path.join(path, "cache.json")
         if not os.path.exists(meta_path):
             raise PacktoolInputError("not a tokenized cache (no cache.json)", path=path)
-        with open(meta_path) as f:
-            self.meta: dict = json.load(f)
+        self.meta: dict = read_cache_json(path)
         if self.meta.get("format") != CACHE_FORMAT or self.meta.get("version") != CACHE_VERSION:
             raise PacktoolInputError("tokenized cache of another format/version; delete it", path=path)
         self.root = path                           # holds cache.json and data/
         self.path = os.path.join(path, DATA_DIR)   # the Parquet dataset
         self.reused = reused
-        self.fingerprint: str = self.meta["fingerprint"]
-        self.num_rows: int = self.meta["num_rows"]
-        self.num_tokens: int = self.meta["num_tokens"]
-        self.num_loss_tokens: int = self.meta["num_loss_tokens"]
-        self.skipped: dict = self.meta["skipped"]
-        self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
-        self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
-        self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
+        try:
+            self.fingerprint: str = self.meta["fingerprint"]
+            self.num_rows: int = int(self.meta["num_rows"])
+            self.num_tokens: int = int(self.meta["num_tokens"])
+            self.num_loss_tokens: int = int(self.meta["num_loss_tokens"])
+            self.skipped: dict = dict(self.meta["skipped"])
+            self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
+            self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
+            self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CacheDamagedError(f"cache.json is damaged ({type(e).__name__}: {e}); delete "
+                                    f"the folder and re-run (it is rebuilt)", path=path) from None
         self._rg_start: np.ndarray | None = None
         self._rg_loc: list[tuple[int, int]] = []
         self._rg_cache: OrderedDict = OrderedDict()
@@ -236,18 +256,104 @@ class CacheWriter:
 
 
 def write_cache_json(directory: str, meta: dict) -> None:
-    with open(os.path.join(directory, "cache.json"), "w") as f:
+    """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
+    tmp = os.path.join(directory, f".cache.json.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
         json.dump(meta, f, indent=1, sort_keys=False)
         f.write("\n")
+    os.replace(tmp, os.path.join(directory, "cache.json"))
+
+
+def read_cache_json(directory: str) -> dict:
+    try:
+        with open(os.path.join(directory, "cache.json"), "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
+                                f"folder and re-run (it is rebuilt)", path=directory) from None
+    if not isinstance(meta, dict):
+        raise CacheDamagedError("cache.json is not a JSON object; delete the folder and re-run",
+                                path=directory)
+    return meta
+
+
+# ---------------------------------------------------------------- checksums
+
+def file_record(path: str, digest: str | None = None) -> dict:
+    """What cache.json keeps of one file: its size and xxh3-128."""
+    return {"bytes": os.path.getsize(path), CHECKSUM_ALG: digest or fast_digest(path)}
+
+
+def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> dict:
+    """Records of the Parquet parts and, when present, the flat store under `root`, keyed by
+    path relative to `root`; `known` holds records already computed (the flat tokens,
+    hashed while they were written)."""
+    known = known or {}
+    names = [f"{DATA_DIR}/{p['file']}" for p in parts]
+    if all(os.path.exists(os.path.join(root, FLAT_DIR, n)) for n in FLAT_FILES):
+        names += [f"{FLAT_DIR}/{n}" for n in FLAT_FILES]
+    return {n: known.get(n) or file_record(os.path.join(root, n)) for n in names}
+
+
+def _file_problem(root: str, name: str, rec) -> str | None:
+    path = os.path.join(root, name)
+    if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or CHECKSUM_ALG not in rec:
+        return f"cache.json's record of {name} is damaged"
+    if not os.path.isfile(path):
+        return f"{name} is missing"
+    size = os.path.getsize(path)
+    if size != rec["bytes"]:
+        return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
+    if fast_digest(path) != rec[CHECKSUM_ALG]:
+        return f"{name} does not match its checksum (changed bytes)"
+    return None
+
+
+def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
+    """Why the cache at `root` must not be reused (None: every recorded file re-hashed and
+    matched). Reads each file once; the flat store may be absent (it is rebuilt from the
+    verified Parquet and must then hash to its record)."""
+    try:
+        meta = read_cache_json(root)
+    except CacheDamagedError:
+        return "cache.json cannot be read"
+    if meta.get("format") != CACHE_FORMAT or meta.get("version") != CACHE_VERSION:
+        return "cache.json is of another format or version"
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        return "cache.json belongs to other inputs or options (fingerprint differs)"
+    sums, parts = meta.get("checksums"), meta.get("parts")
+    if not isinstance(sums, dict) or not isinstance(parts, list):
+        return "cache.json has no checksums"
+    try:
+        names = [f"{DATA_DIR}/{p['file']}" for p in parts]
+    except (TypeError, KeyError):
+        return "cache.json's list of parts is damaged"
+    for n in FLAT_FILES:  # absent: rebuilt from the Parquet, then held to its record
+        name = f"{FLAT_DIR}/{n}"
+        if os.path.exists(os.path.join(root, name)):
+            if name not in sums:
+                return f"{name} has no checksum in cache.json"
+            names.append(name)
+    for name in names:
+        problem = _file_problem(root, name, sums.get(name))
+        if problem:
+            return problem
+    try:
+        TokenizedCache(root)
+    except PacktoolInputError as e:
+        return str(e)
+    return None
 
 
 def tokenizer_meta(info: TokenizerInfo | None) -> dict | None:
     return asdict(info) if info is not None else None
 
 
-def publish_cache(tmp: str, final: str, meta: dict) -> "TokenizedCache":
-    """Finish a cache built in `tmp`: cache.json, then one rename to `final`. If another run
-    finished the same cache (same fingerprint) first, theirs is kept and ours dropped."""
+def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -> "TokenizedCache":
+    """Finish a cache built in `tmp`: checksums of every file, cache.json, then one rename to
+    `final`. If another run finished the same cache (same fingerprint) first, theirs is kept
+    and ours dropped."""
+    meta["checksums"] = cache_checksums(tmp, meta["parts"], known)
     write_cache_json(tmp, meta)
     try:
         os.rename(tmp, final)

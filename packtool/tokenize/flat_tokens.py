@@ -24,6 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.tokenize.cache import (CHECKSUM_ALG, FLAT_DIR, CacheDamagedError, file_record,
+                                     read_cache_json, write_cache_json)
+
 TOKENS_FILE = "tokens.i32"
 _FILES = (TOKENS_FILE, "offsets.npy")
 _BUILD_ROWS = 2048  # rows decoded at a time per thread while rebuilding the store
@@ -87,15 +90,23 @@ class FlatTokens:
 
     @classmethod
     def open(cls, directory: str) -> "FlatTokens":
-        offsets = np.load(os.path.join(directory, "offsets.npy"))
+        try:
+            offsets = np.load(os.path.join(directory, "offsets.npy"), allow_pickle=False)
+            if offsets.dtype != np.int64 or offsets.ndim != 1 or not offsets.size:
+                raise ValueError(f"offsets of dtype {offsets.dtype}, shape {offsets.shape}")
+        except (OSError, ValueError, EOFError) as e:
+            raise CacheDamagedError(f"the flat token store's offsets.npy cannot be read ({e}); "
+                                    f"delete the folder (it is rebuilt from the cache) and re-run",
+                                    path=directory) from None
         n = int(offsets[-1])
         if not n:
             return cls(np.zeros(0, np.int32), offsets, directory)
         path = os.path.join(directory, TOKENS_FILE)
         if os.path.getsize(path) != 4 * n:
-            raise RuntimeError(f"{directory}: the flat token store is inconsistent ({TOKENS_FILE} "
-                               f"has {os.path.getsize(path)} bytes, offsets.npy says {4 * n}); "
-                               f"delete it (it is rebuilt from the cache) and re-run")
+            raise CacheDamagedError(f"the flat token store is inconsistent ({TOKENS_FILE} has "
+                                    f"{os.path.getsize(path)} bytes, offsets.npy says {4 * n}); "
+                                    f"delete it (it is rebuilt from the cache) and re-run",
+                                    path=directory)
         tokens = np.memmap(path, np.int32, "r", shape=(n,))
         # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
         # which would map (and count in RSS) far more than the tokens copied
@@ -149,19 +160,19 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
                 want = expect[done:done + t.num_rows]
                 if not (np.array_equal(np.diff(io_), want) and np.array_equal(np.diff(mo), want)):
-                    raise ValueError(f"{path}: row group {g}: token lists disagree with the "
+                    raise CacheDamagedError(f"{path}: row group {g}: token lists disagree with the "
                                      f"`length` column; the cache is damaged: delete it and re-run")
                 try:
                     words = pack_tokens(ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]],
                                         mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]])
                 except ValueError as e:
-                    raise ValueError(f"{path}: row group {g}: {e}; the cache is damaged: delete "
-                                     f"it and re-run") from None
+                    raise CacheDamagedError(f"{path}: row group {g}: {e}; the cache is damaged: "
+                                            f"delete it and re-run") from None
                 _pwrite_all(fi, words, at * 4)
                 at += int(io_[-1] - io_[0])
                 done += t.num_rows
             if done != expect.size:
-                raise ValueError(f"{path}: row group {g} has {done} rows, its metadata says "
+                raise CacheDamagedError(f"{path}: row group {g} has {done} rows, its metadata says "
                                  f"{expect.size}; the cache is damaged: delete it and re-run")
 
         n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
@@ -196,12 +207,35 @@ def _pwrite_all(fd: int, a: np.ndarray, at: int) -> None:
 
 
 def flat_store_dir(cache) -> str:
-    return os.path.join(cache.root, "flat")
+    return os.path.join(cache.root, FLAT_DIR)
 
 
 def flat_store_for(cache) -> FlatTokens:
-    """The flat store beside a tokenized cache (built once, then reused)."""
-    return build_flat_tokens(list(cache.parquet_files), flat_store_dir(cache))
+    """The flat store beside a tokenized cache (built once, then reused). A store built here
+    (a Ray-built cache, or one whose flat/ was removed) is held to the checksums cache.json
+    recorded for it, or, when there are none, has them recorded: the next reuse checks it."""
+    d = flat_store_dir(cache)
+    built = not all(os.path.exists(os.path.join(d, f)) for f in _FILES)
+    store = build_flat_tokens(list(cache.parquet_files), d)
+    if built:
+        _hold_to_record(cache, d)
+    return store
+
+
+def _hold_to_record(cache, d: str) -> None:
+    meta = read_cache_json(cache.root)
+    sums = meta.setdefault("checksums", {})
+    new = {f"{FLAT_DIR}/{n}": file_record(os.path.join(d, n)) for n in _FILES}
+    for name, rec in new.items():
+        old = sums.get(name)
+        if old is not None and old.get(CHECKSUM_ALG) != rec[CHECKSUM_ALG]:
+            raise CacheDamagedError(f"the flat token store rebuilt from the cache's Parquet does "
+                                    f"not match cache.json's checksum of {name}; delete the "
+                                    f"folder and re-run (it is rebuilt)", path=cache.root)
+    if any(name not in sums for name in new):
+        sums.update(new)
+        write_cache_json(cache.root, meta)
+        cache.meta["checksums"] = sums
 
 
 class FlatTokensBuilder:
@@ -213,9 +247,11 @@ class FlatTokensBuilder:
 
     def __init__(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
+        import xxhash
         self.directory = directory
         self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
         self._lengths: list[np.ndarray] = []
+        self._hash = xxhash.xxh3_128()  # the checksum cache.json records, without a re-read
 
     def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> None:
         """Append rows: `ids` (int32) and `mask` (uint8) are the rows concatenated, `lengths`
@@ -225,16 +261,21 @@ class FlatTokensBuilder:
             raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
                              f"values, lengths sum to {int(lengths.sum())}")
         view = memoryview(pack_tokens(ids, mask)).cast("B")
+        self._hash.update(view)
         while view:  # unbuffered writes may be short
             view = view[self._tokens.write(view):]
         self._lengths.append(lengths)
 
-    def close(self) -> None:
+    def close(self) -> dict:
+        """Finish the store; returns cache.json's records of its files."""
         self._tokens.close()
         lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
         np.save(os.path.join(self.directory, "offsets.npy"), offsets)
+        return {f"{FLAT_DIR}/{TOKENS_FILE}": file_record(os.path.join(self.directory, TOKENS_FILE),
+                                                         self._hash.hexdigest()),
+                f"{FLAT_DIR}/offsets.npy": file_record(os.path.join(self.directory, "offsets.npy"))}
 
     def abort(self) -> None:
         """Close the file; the caller removes the enclosing temporary directory."""

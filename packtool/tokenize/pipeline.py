@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import deque
@@ -22,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pyarrow as pa
 import tokenizers
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -32,10 +32,11 @@ from packtool.tokenize.cache import (
     CACHE_VERSION,
     CacheWriter,
     TokenizedCache,
+    cache_problem,
     publish_cache,
     tokenizer_meta,
 )
-from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.checksum import fast_digest, sha256_file
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import (
     EncodedBatch,
@@ -43,13 +44,13 @@ from packtool.tokenize.encode import (
     TokenizerInfo,
     encode_rendered,
     load_tokenizer,
-    row_sums,
     start_encode,
 )
 from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
+from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
@@ -61,54 +62,22 @@ def default_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "packtool", "tokenized")
 
 
-def _fingerprint(files: list[InputFile], cfg: TokenizeConfig, info: TokenizerInfo | None,
-                 shapes: list[Shape]) -> str:
+def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig,
+                 info: TokenizerInfo | None, shapes: list[Shape]) -> str:
     opts = cfg.as_dict()
     opts.pop("batch_size")          # changes row groups, not content
     opts.pop("tokenizer")           # identified by content hashes below
     opts.pop("chat_template")
     key = {
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
-        "inputs": [[f.path, os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns] for f in files],
+        # content, not size + mtime: an input edited in place keeping both is a new key
+        "inputs": [[f.path, d] for f, d in zip(files, digests)],
         "shapes": [[s.kind, list(s.columns), s.templated] for s in shapes],
         "tokenizer": [info.sha256, info.config_sha256, info.template_sha256, info.bos_id,
                       info.eos_id, info.pad_id] if info else None,
         "options": opts,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-def _tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
-                  path: str, first_row: int) -> EncodedBatch:
-    """Pre-tokenized rows stay columnar: flat values + offsets straight from Arrow."""
-    col = batch.column("input_ids")
-    if col.null_count:
-        bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
-        raise PacktoolInputError("input_ids is null", path=path, row=first_row + bad)
-    lens = col.value_lengths().to_numpy().astype(np.int32)
-    flat = col.flatten().to_numpy(zero_copy_only=False)
-    if flat.size and (flat.min() < 0 or (vocab_size is not None and flat.max() >= vocab_size)
-                      or flat.max() > np.iinfo(np.int32).max):
-        row = int(np.searchsorted(np.cumsum(lens), np.nonzero(
-            (flat < 0) | (flat >= (vocab_size or 2**31)))[0][0], side="right"))
-        raise PacktoolInputError(f"token id out of range 0..{(vocab_size or 2**31) - 1}",
-                                 path=path, row=first_row + row)
-    ids = flat.astype(np.int32)
-    if len(shape.columns) > 1:
-        name = shape.columns[1]
-        mc = batch.column(name)
-        mlens = mc.value_lengths().fill_null(-1).to_numpy()
-        if not np.array_equal(mlens, lens):
-            row = int(np.nonzero(mlens != lens)[0][0])
-            raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
-                                     row=first_row + row)
-        mv = mc.flatten().to_numpy(zero_copy_only=False)
-        mask = (mv != -100) if name == "labels" else (mv != 0)
-        mask = mask.astype(np.uint8)
-    else:
-        mask = np.ones(ids.size, np.uint8)
-    loss = row_sums(mask, lens)
-    return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
 
 
 class _Progress:
@@ -173,20 +142,61 @@ class CacheRequest:
     root: str               # cache root directory
     final: str              # this fingerprint's directory
     existing: TokenizedCache | None
+    digests: tuple = ()     # xxh3-128 of each input's content (the key), in `files` order
 
     @property
     def info(self) -> TokenizerInfo | None:
         return self.loaded.info if self.loaded else None
 
 
+def input_digests(files: list[InputFile]) -> list[str]:
+    """xxh3-128 of every input's bytes (the cache key; re-checked after tokenizing)."""
+    return [fast_digest(f.path) for f in files]
+
+
 def resolve_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> CacheRequest:
+    """Inputs, shapes, tokenizer and key; the finished cache for that key when every file it
+    holds re-hashes to its record. A damaged one is set aside in one line and rebuilt."""
     files, shapes, loaded, template = _setup(inputs, cfg)
-    fp = _fingerprint(files, cfg, loaded.info if loaded else None, shapes)
+    digests = input_digests(files)
+    fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
     final = os.path.join(root, fp[:32])
-    done = os.path.exists(os.path.join(final, "cache.json"))
     return CacheRequest(files, shapes, loaded, template, fp, root, final,
-                        TokenizedCache(final, reused=True) if done else None)
+                        reusable_cache(final, fp), tuple(digests))
+
+
+def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
+    """The cache at `final` if it exists and checks out; None (after saying why, once, and
+    removing it) if it is damaged or stale; None if there is none."""
+    if not os.path.lexists(final):
+        return None
+    problem = cache_problem(final, fingerprint)
+    if problem is None:
+        return TokenizedCache(final, reused=True)
+    note(f"tokenized cache {final} is damaged ({problem}); rebuilding it from the inputs")
+    discard_cache(final)
+    return None
+
+
+def discard_cache(final: str) -> None:
+    """Move a damaged cache aside (one rename: no reader sees it half-deleted), then delete it."""
+    aside = f"{final}.damaged-{os.getpid()}"
+    try:
+        os.replace(final, aside)
+    except OSError:
+        return  # another run moved or replaced it first
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+NOTES: list[str] = []  # every note said in this process (library callers can read them)
+
+
+def note(message: str) -> None:
+    """One line on stderr about something packtool did on its own (a cache rebuilt)."""
+    NOTES.append(message)
+    sys.stderr.write(f"packtool: {message}\n")
+    sys.stderr.flush()
 
 
 def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None = None,
@@ -200,9 +210,10 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
     tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-", dir=r.root)
     try:
         with _fewer_collections():
-            meta = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress)
+            meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
+                                 list(r.digests))
         meta["fingerprint"] = r.fingerprint
-        return publish_cache(tmp, r.final, meta)
+        return publish_cache(tmp, r.final, meta, known)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -223,7 +234,7 @@ def _fewer_collections():
         gc.set_threshold(*old)
 
 
-def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
+def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tuple[dict, dict]:
     info = loaded.info if loaded else None
     special = {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
                                  ("pad_token", info and info.pad_token)) if v}
@@ -280,7 +291,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                     drain(0)
                     finish(enc, f, fi, file_rows, global_row)
                 else:
-                    rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows)
+                    rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows,
+                                      skip_null=cfg.on_empty == "skip")
                     for off, part in split_rendered(rb, _CHUNK_CHARS):
                         fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated)
                         pending.append((fut, f, fi, file_rows + off, global_row + off))
@@ -289,8 +301,12 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                 global_row += n
             if file_rows == 0:
                 raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+            if fast_digest(f.path) != digests[fi]:  # the key must describe what was read
+                raise PacktoolInputError("the file changed while it was being tokenized; re-run "
+                                         "once it is complete", path=f.path)
             inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path),
-                                "sha256": sha256_file(f.path), "mtime_ns": os.stat(f.path).st_mtime_ns,
+                                "sha256": sha256_file(f.path), "xxh3_128": digests[fi],
+                                "mtime_ns": os.stat(f.path).st_mtime_ns,
                                 "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)
@@ -305,7 +321,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
                 for fut, *_ in pending:
                     fut.cancel()  # queued chunks are dropped, running ones end with the pool
                 raise
-        parts = sink.close()
+        parts, known = sink.close()
     except BaseException:
         sink.abort()
         raise
@@ -322,7 +338,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress) -> dict:
         "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
         "num_loss_tokens": totals["loss"], "skipped": skipped,
         "tokenizers_version": tokenizers.__version__,
-    }
+    }, known
 
 
 def _encode_chunk(loaded: LoadedTokenizer, rb: RenderedBatch, cfg: TokenizeConfig,
@@ -369,13 +385,13 @@ class _Sink:
         while self.pending and (len(self.pending) > _SINK_DEPTH or self.pending[0].done()):
             self.pending.popleft().result()  # re-raises a write error here
 
-    def close(self) -> list[dict]:
+    def close(self) -> tuple[list[dict], dict]:
+        """The cache parts, and cache.json's records of the flat store's files."""
         while self.pending:
             self.pending.popleft().result()
         parts = self.pool.submit(self.writer.close).result()
         self.pool.shutdown()
-        self.flat.close()
-        return parts
+        return parts, self.flat.close()
 
     def abort(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

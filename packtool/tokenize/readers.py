@@ -14,6 +14,7 @@ import gzip
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -28,6 +29,10 @@ _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at 
 _PARQUET_EXT = (".parquet", ".pq")
 _JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
 _ARROW_EXT = (".arrow", ".feather", ".ipc")
+# Data files packtool cannot read: in a folder input they are an error, not silently left out
+# (README.md, LICENSE, hidden files and the like are not data and are passed over).
+_UNREADABLE_EXT = (".zst", ".zstd", ".bz2", ".xz", ".lz4", ".lzma", ".br", ".zip", ".tar", ".tgz",
+                   ".7z", ".gz", ".csv", ".tsv", ".orc", ".avro")
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,17 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         os.path.exists(os.path.join(p, "dataset_dict.json")):
                     out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
                     continue
-                inner = sorted(f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
-                               if os.path.isfile(f) and _kind_of(f))
+                found = [f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
+                         if os.path.isfile(f)]
+                unreadable = sorted(os.path.relpath(f, p) for f in found
+                                    if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
+                if unreadable:
+                    more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+                    raise PacktoolInputError(
+                        f"folder holds data files packtool cannot read: {', '.join(unreadable[:3])}"
+                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz], .json, .arrow), "
+                        f"or pass the readable files themselves", path=p)
+                inner = sorted(f for f in found if _kind_of(f))
                 if not inner:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow files", path=p)
@@ -98,7 +112,27 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         "unknown file type; expected .parquet, .jsonl[.gz], .json, .arrow/.feather "
                         "or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
-    return [InputFile(os.path.abspath(f.path), f.kind) for f in out]
+    files = [InputFile(os.path.abspath(f.path), f.kind) for f in out]
+    _refuse_repeats(files)
+    return files
+
+
+def _refuse_repeats(files: list[InputFile]) -> None:
+    """One file reached twice (named twice, by a glob and by name, through a link) would be
+    packed twice: an error, naming both spellings."""
+    seen: dict = {}
+    for f in files:
+        try:
+            st = os.stat(f.path)
+        except OSError:  # missing: the reader names it
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            first = seen[key]
+            also = "" if first == f.path else f" (also given as {first})"
+            raise PacktoolInputError(f"input given more than once{also}; pass each file once",
+                                     path=f.path)
+        seen[key] = f.path
 
 
 # ---------------------------------------------------------------- per-format streams
@@ -152,14 +186,26 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
                                 read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
     except pa.ArrowInvalid as e:
         # Find the offending line with the exact Python parser so the message can name it.
-        for i, raw in enumerate(block.split(b"\n")):
+        lines = block.split(b"\n")
+        for i, raw in enumerate(lines):
             if raw.strip():
                 try:
                     json.loads(raw)
                 except json.JSONDecodeError as je:
                     raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
                                              path=path) from None
-        raise PacktoolInputError(f"cannot parse JSON Lines ({e})", path=path) from None
+        # valid JSON, mixed types: Arrow counts rows from the block; name the file's line
+        m = re.search(r"in row (\d+)", str(e))
+        msg = " ".join(str(e).split()).replace("JSON parse error: ", "")
+        if m:
+            rows = [i for i, raw in enumerate(lines) if raw.strip()]
+            k = int(m.group(1))
+            if k < len(rows):
+                line = first_line + rows[k] + 1
+                msg = re.sub(r" in row \d+", "", msg)
+                raise PacktoolInputError(f"{msg} at line {line}: give the field one type in every "
+                                         f"row", path=path) from None
+        raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
 
 
 def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,

@@ -125,6 +125,9 @@ def normalize_message(m: dict) -> dict:
 def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
     msgs = []
     for t in turns:
+        if not isinstance(t, dict):
+            raise PacktoolInputError(f"ShareGPT turn is {type(t).__name__}, not an object with "
+                                     f"'from' and 'value'", path=path, row=row)
         who = t.get("from")
         role = _SHAREGPT_ROLES.get(who)
         if role is None:
@@ -157,13 +160,73 @@ def _prompt_response(shape: Shape, row: tuple, separator: str | None) -> tuple[s
     return prompt, response
 
 
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+            or getattr(pa.types, "is_string_view", lambda _: False)(t))
+
+
+def _is_messages(t: pa.DataType) -> bool:
+    return pa.types.is_null(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+        pa.types.is_struct(t.value_type) or pa.types.is_null(t.value_type)))
+
+
+def check_column_types(batch: pa.RecordBatch, shape: Shape, path: str, first_row: int) -> None:
+    """Text columns hold strings and message columns lists of objects, else one line naming
+    the column, its type and the first row that has a value (Parquet columns of another type,
+    a JSON field that is a number in some rows)."""
+    want = _is_messages if shape.kind in ("chat", "sharegpt") else _is_text
+    for name in shape.columns:
+        col = batch.column(name)
+        if not want(col.type):
+            valid = col.is_valid().to_numpy(zero_copy_only=False).nonzero()[0]
+            what = "lists of message objects" if want is _is_messages else "strings"
+            raise PacktoolInputError(
+                f"column {name} holds {col.type}, {shape.kind} rows need {what}; convert the "
+                f"column (or pick another with --shape/--text-field/--prompt-field)",
+                path=path, row=first_row + int(valid[0]) if valid.size else first_row)
+
+
+def _null_message(m) -> bool:
+    """A chat turn without content (null or missing) and without a tool call."""
+    return isinstance(m, dict) and m.get("content") is None and not (m.get("tool_calls") or m.get("tool_call"))
+
+
+def _refuse_null(what: str, path: str, row: int) -> None:
+    raise PacktoolInputError(f"{what} is null or missing (it would become an empty turn); fill "
+                             f"it, drop the row, or pass --on-empty skip to skip such rows "
+                             f"(counted)", path=path, row=row)
+
+
 def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
-                 separator: str | None, path: str, first_row: int) -> RenderedBatch:
+                 separator: str | None, path: str, first_row: int,
+                 skip_null: bool = False) -> RenderedBatch:
+    """Rows -> text + loss spans. A null prompt, response or chat turn is an error naming the
+    row, or (`skip_null`, from --on-empty skip) an empty row that the pipeline skips and counts."""
+    check_column_types(batch, shape, path, first_row)
     cols = [batch.column(c).to_pylist() for c in shape.columns]
     texts: list[str] = []
     spans: list[list[tuple[int, int]] | None] = []
     empty: list[bool] = []
     for i, row in enumerate(zip(*cols)):
+        null = None
+        if shape.kind in ("chat", "sharegpt"):
+            key = "content" if shape.kind == "chat" else "value"
+            bad = [j for j, m in enumerate(row[0] or []) if (
+                _null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") is None)]
+            if bad:
+                null = f"{shape.columns[0]}[{bad[0]}].{key}"
+        elif shape.kind != "text":
+            nulls = [shape.columns[j] for j in (0, 1) if row[j] is None]
+            null = nulls[0] if nulls else None
+        if null is not None:
+            if not skip_null:
+                _refuse_null(null, path, first_row + i)
+            texts.append("")
+            spans.append([])
+            empty.append(True)
+            continue
         if shape.kind == "text":
             text = row[0] or ""
             texts.append(text)

@@ -257,10 +257,25 @@ def source_tokenize_config(manifest: dict, **flags):
 
 def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
                  progress: bool = False) -> tuple[str, str]:
-    """Tokenize the source exactly as `pack` does (through the same cache) and return the
-    FlatTokens directory the shard workers compare against, plus the input fingerprint."""
-    from packtool.tokenize import tokenize_to_cache
+    """Re-read and re-tokenize the source exactly as `pack` does, into a fresh temporary
+    cache (never the cache being checked: a damaged one would vouch for itself), and return
+    the FlatTokens directory the shard workers compare against, plus the input fingerprint.
+    The temporary cache lives under the cache root (`cache_dir`, the same file system a
+    cache was sized for) and is removed when this process exits."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from packtool.tokenize import default_cache_dir, tokenize_to_cache
     from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
-    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
-    flat_store_for(cache)
+    root = cache_dir or default_cache_dir()
+    os.makedirs(root, exist_ok=True)
+    fresh = tempfile.mkdtemp(prefix=f".verify-source-{os.getpid()}-", dir=root)
+    atexit.register(shutil.rmtree, fresh, True)
+    try:
+        cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=fresh, progress=progress)
+        flat_store_for(cache)
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
     return flat_store_dir(cache), cache.fingerprint

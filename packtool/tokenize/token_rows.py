@@ -1,0 +1,77 @@
+"""Pre-tokenized rows (`input_ids`, optional `loss_mask` or `labels`) -> an EncodedBatch.
+
+Rows stay columnar: flat values + offsets straight from Arrow. What is not exactly a list of
+integers is an error naming the file, the row (counted from the file's start) and the fix:
+a column that is not a list, null rows, ids that are floats with a fraction, NaN or
+infinite, or out of the vocabulary. Floats that are whole numbers (`[1.0, 2.0]`, as some
+writers store ids) are taken as those integers: nothing changes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.encode import EncodedBatch, row_sums
+from packtool.tokenize.shapes import Shape
+
+
+def _row_of(lens: np.ndarray, flat_pos: int) -> int:
+    return int(np.searchsorted(np.cumsum(lens), flat_pos, side="right"))
+
+
+def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
+    """(flat numpy values, int32 row lengths) of a list-of-numbers column."""
+    col = batch.column(name)
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        raise PacktoolInputError(f"{name} holds {t}, not a list of integers per row; write each "
+                                 f"row's ids as a list", path=path, row=first_row)
+    vt = t.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_boolean(vt)
+            or pa.types.is_null(vt)):
+        raise PacktoolInputError(f"{name} holds lists of {vt}, not integers; write the ids as "
+                                 f"integers", path=path, row=first_row)
+    if col.null_count:
+        bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
+        raise PacktoolInputError(f"{name} is null", path=path, row=first_row + bad)
+    lens = col.value_lengths().to_numpy().astype(np.int32)
+    values = col.flatten()
+    if values.null_count:
+        pos = int(np.nonzero(values.is_null().to_numpy(zero_copy_only=False))[0][0])
+        raise PacktoolInputError(f"{name} holds a null value inside a row; remove it",
+                                 path=path, row=first_row + _row_of(lens, pos))
+    flat = values.to_numpy(zero_copy_only=False)
+    if flat.dtype.kind == "f":
+        frac = ~np.isfinite(flat) | (flat != np.floor(flat))
+        if frac.any():
+            pos = int(np.nonzero(frac)[0][0])
+            raise PacktoolInputError(f"{name} holds {float(flat[pos])!r}, not an integer (floats are "
+                                     f"not truncated); write the ids as integers", path=path,
+                                     row=first_row + _row_of(lens, pos))
+    return flat, lens
+
+
+def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
+                 path: str, first_row: int) -> EncodedBatch:
+    flat, lens = _list_values(batch, "input_ids", path, first_row)
+    top = vocab_size or 2**31
+    if flat.size:
+        out = (flat < 0) | (flat >= top)
+        if out.any():
+            raise PacktoolInputError(f"token id out of range 0..{top - 1}", path=path,
+                                     row=first_row + _row_of(lens, int(np.nonzero(out)[0][0])))
+    ids = flat.astype(np.int32)
+    if len(shape.columns) > 1:
+        name = shape.columns[1]
+        mv, mlens = _list_values(batch, name, path, first_row)
+        if not np.array_equal(mlens, lens):
+            row = int(np.nonzero(mlens != lens)[0][0])
+            raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
+                                     row=first_row + row)
+        mask = (mv != -100) if name == "labels" else (mv != 0)
+        mask = mask.astype(np.uint8)
+    else:
+        mask = np.ones(ids.size, np.uint8)
+    loss = row_sums(mask, lens)
+    return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
