@@ -29,7 +29,7 @@ from packtool.align import Alignment  # noqa: E402
 from packtool.packing import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
 from packtool.planning.core import PackingConfig, plan  # noqa: E402
 from packtool.planning.summary import plan_summary  # noqa: E402
-from packtool.slabs.format import build_manifest, write_manifest  # noqa: E402
+from packtool.slabs.format import build_manifest, manifest_file, write_manifest  # noqa: E402
 from packtool.slabs.writer import write_shards  # noqa: E402
 from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens, write_flat_store  # noqa: E402
 
@@ -60,7 +60,7 @@ def source_store(directory: str, lengths: np.ndarray) -> FlatTokens:
 
 
 def write_output(out: str, lengths, tokens: FlatTokens, align, packing) -> float:
-    if os.path.exists(os.path.join(out, "manifest.json")):
+    if manifest_file(out):
         return 0.0
     t0 = time.perf_counter()
     os.makedirs(out, exist_ok=True)

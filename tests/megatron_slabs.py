@@ -5,7 +5,6 @@ Kept independent of the packer so these tests pin the format contract, not the w
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 
@@ -16,7 +15,7 @@ import torch
 
 from packtool.align import Alignment
 from packtool.layout import compute_layout
-from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict
+from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict, write_manifest
 
 VOCAB = 128
 PAD = 0
@@ -96,7 +95,7 @@ def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch
 
 def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_group: int = 4,
                    shards: int = 1, **plan):
-    """Write shards + manifest.json; returns the path."""
+    """Write shards + the manifest; returns the path."""
     os.makedirs(path, exist_ok=True)
     table = slab_table(seqs, bins, align, **plan)
     per = -(-table.num_rows // shards)
@@ -116,8 +115,7 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD,
                       "vocab_size": VOCAB},
         "input": {"fingerprint": "test", "files": []}, "stats": {}, "shards": files}
-    with open(os.path.join(path, "manifest.json"), "w") as f:
-        json.dump(manifest, f)
+    write_manifest(path, manifest)
     return path
 
 

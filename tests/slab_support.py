@@ -14,7 +14,7 @@ from packtool.align import Alignment
 from packtool.packing import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.planning.core import PackingConfig, plan
 from packtool.planning.summary import plan_summary
-from packtool.slabs.format import SCHEMA, build_manifest, write_manifest
+from packtool.slabs.format import MANIFEST, SCHEMA, build_manifest, write_manifest
 from packtool.slabs.writer import write_shards
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.tokenize.flat_tokens import FlatTokens, write_flat_store
@@ -50,12 +50,12 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
 
 
 def read_manifest(out: str) -> dict:
-    with open(os.path.join(out, "manifest.json")) as f:
+    with open(os.path.join(out, MANIFEST)) as f:
         return json.load(f)
 
 
 def save_manifest(out: str, man: dict) -> None:
-    with open(os.path.join(out, "manifest.json"), "w") as f:
+    with open(os.path.join(out, MANIFEST), "w") as f:
         json.dump(man, f, indent=2)
 
 

@@ -98,6 +98,7 @@ def pack(
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    shard_tokens: Annotated[int, typer.Option("--shard-tokens", help="About this many tokens per Parquet shard file (default 67108864); shards end on whole slabs, in multiples of 4 above 4Mi tokens.")] = 64 << 20,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
@@ -126,8 +127,11 @@ def pack(
         else:
             from packtool.packing import pack as run_pack
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
+        if shard_tokens < 1:
+            raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
-                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out, **kw)
+                       dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
+                       shard_tokens=shard_tokens, **kw)
     except (ValueError, OSError) as e:
         _fail(e)
     if json_out:
@@ -195,7 +199,7 @@ def inspect(
 
 @app.command()
 def verify(
-    directory: Annotated[str, typer.Argument(help="Packed output directory (manifest.json + slabs-*.parquet).")],
+    directory: Annotated[str, typer.Argument(help="Packed output directory (slabs-*.parquet + .manifest.json).")],
     source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
     tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
     prompt_field: PromptField = None, response_field: ResponseField = None,

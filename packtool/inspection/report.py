@@ -195,7 +195,7 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True) 
     for i, name in enumerate(sm.shards):
         path = sm.shard_path(i)
         if not os.path.exists(path):
-            raise InspectError(f"{path}: listed in manifest.json but missing; run `packtool verify {directory}`")
+            raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
         t = pq.read_table(path, columns=cols)
         src_arr = t.column("source_index").combine_chunks()
         src = src_arr.values.to_numpy()

@@ -96,7 +96,7 @@ def train_command(
             if kw.get("ffn") is None:
                 kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
             if not man.vocab_size:
-                raise ValueError(f"{data_dir}/manifest.json has no tokenizer.vocab_size")
+                raise ValueError(f"{man.manifest} has no tokenizer.vocab_size")
             kw["vocab"] = padded_vocab(man.vocab_size, tp)
             kw.setdefault("max_seq", max(8192, man.alignment.usable))
             shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})

@@ -7,15 +7,17 @@ memory (the Megatron dataset and users' own loaders).
 """
 from packtool.slabs.format import (
                                    FORMAT_NAME,
+                                   LEGACY_MANIFEST,
                                    MANIFEST,
                                    SCHEMA,
                                    SCHEMA_VERSION,
                                    FormatError,
                                    ShardInfo,
                                    SlabManifest,
+                                   manifest_file,
                                    read_manifest,
 )
 from packtool.slabs.reader import SlabIndex, SlabReader, SlabRow
 
-__all__ = ["FORMAT_NAME", "MANIFEST", "SCHEMA", "SCHEMA_VERSION", "FormatError", "ShardInfo",
-           "SlabManifest", "read_manifest", "SlabIndex", "SlabReader", "SlabRow"]
+__all__ = ["FORMAT_NAME", "LEGACY_MANIFEST", "MANIFEST", "SCHEMA", "SCHEMA_VERSION", "FormatError",
+           "ShardInfo", "SlabManifest", "manifest_file", "read_manifest", "SlabIndex", "SlabReader", "SlabRow"]

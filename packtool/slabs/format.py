@@ -2,8 +2,12 @@
 defaults) and the names of a packed output's files. FORMAT.md is its prose; verify, inspect,
 the Megatron dataset (`slabs.reader`) and users' own readers all go through here.
 
-A packed output is a folder of shards plus `manifest.json`, written last: its presence means
-the output is whole (docs/DESIGN.md, "The slab format").
+A packed output is a folder of shards plus the manifest `.manifest.json`, written last: its
+presence means the output is whole (docs/DESIGN.md, "The slab format"). The leading dot keeps
+the folder a plain Parquet dataset: Arrow's readers skip names starting with `.` or `_`,
+`datasets`' file resolver skips only `.` (it would read `_manifest.json` as a shard). Outputs
+written before the rename carry `manifest.json`; every reader here still takes them
+(`manifest_file`), nothing writes that name again.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ from packtool.align import Alignment, AlignmentError
 from packtool.errors import PacktoolInputError
 from packtool.planning.core import PackingConfig, Plan, PlanError
 
-MANIFEST = "manifest.json"
+MANIFEST = ".manifest.json"
+LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 FORMAT_NAME = "packtool-slabs"
 
 
@@ -100,14 +105,40 @@ def write_manifest(directory: str, manifest: dict) -> str:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
+    legacy = os.path.join(directory, LEGACY_MANIFEST)
+    if os.path.isfile(legacy):  # one manifest per folder; the old name would be read as data
+        os.remove(legacy)
     return path
+
+
+def manifest_file(directory: str) -> str | None:
+    """The manifest's path in `directory`: `MANIFEST`, else the older `LEGACY_MANIFEST`;
+    None when there is neither."""
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def is_hidden(name: str) -> bool:
+    """A name every plain Parquet reader of the folder skips (Arrow: `.` and `_`)."""
+    return name.startswith((".", "_"))
+
+
+def stray_entries(directory: str, shards: list[str]) -> list[str]:
+    """Names in `directory` that are neither a listed shard nor hidden: `pq.read_table(dir)`,
+    `pyarrow.dataset` and `datasets.load_dataset("parquet", data_dir=dir)` would read them as
+    data. An older output's `manifest.json` is one of them."""
+    listed = set(shards)
+    return sorted(n for n in os.listdir(directory) if n not in listed and not is_hidden(n))
 
 
 def read_manifest(directory: str) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
     names this format and version."""
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.exists(path):
+    path = manifest_file(directory)
+    if path is None:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
     try:
@@ -162,6 +193,7 @@ class SlabManifest:
     """A packed output's manifest, validated: what a reader of the slabs needs."""
 
     path: str
+    manifest: str  # the manifest file read (MANIFEST, or LEGACY_MANIFEST in older outputs)
     alignment: Alignment
     packing: PackingConfig
     pad_id: int
@@ -179,7 +211,7 @@ class SlabManifest:
     @classmethod
     def read(cls, path: str) -> "SlabManifest":
         m = read_manifest(path)
-        where = os.path.join(path, MANIFEST)
+        where = manifest_file(path) or os.path.join(path, MANIFEST)
         align, packing = manifest_config(m, where)
         tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}
         try:
@@ -187,5 +219,5 @@ class SlabManifest:
         except (TypeError, ValueError):
             raise FormatError(f"{where}: tokenizer.pad_id/vocab_size are not integers; "
                               f"re-run `packtool pack`") from None
-        return cls(path=path, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
+        return cls(path=path, manifest=where, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
                    shards=shard_names(m, where), raw=m)

@@ -72,7 +72,7 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
         got["sequences"] = singletons
     for k, v in got.items():
         if k in overflow and overflow[k] != v:
-            log.add("manifest_stats", f"manifest.json stats.overflow.{k} is {overflow[k]}, the shards give {v}",
+            log.add("manifest_stats", f"the manifest's stats.overflow.{k} is {overflow[k]}, the shards give {v}",
                     expected=v, found=overflow[k])
     if source_dir is not None:
         _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy,
@@ -87,7 +87,7 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
     src = FlatTokens.open(source_dir)
     src_len = np.diff(src.offsets)
     if n_seq is not None and n_seq != src_len.size:
-        log.add("source_rows", f"the source has {src_len.size} rows, manifest.json stats.sequences is "
+        log.add("source_rows", f"the source has {src_len.size} rows, the manifest's stats.sequences is "
                 f"{n_seq}: not the input this output was packed from", expected=n_seq, found=int(src_len.size))
     valid = rows[(rows >= 0) & (rows < src_len.size)]
     got_total = np.add.reduceat(n, np.searchsorted(s, rows)) if rows.size else n
@@ -97,7 +97,7 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
         want = np.minimum(want, align.usable)
         dropped = int((src_len[valid] - want).sum())
         if "tokens_dropped" in overflow and overflow["tokens_dropped"] != dropped:
-            log.add("manifest_stats", f"manifest.json stats.overflow.tokens_dropped is "
+            log.add("manifest_stats", f"the manifest's stats.overflow.tokens_dropped is "
                     f"{overflow['tokens_dropped']}, the source gives {dropped}",
                     expected=dropped, found=overflow["tokens_dropped"])
     for j in np.flatnonzero(got_total != want):

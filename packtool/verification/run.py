@@ -8,7 +8,6 @@ tokenization as `pack`), every segment's tokens are compared with its source row
 """
 from __future__ import annotations
 
-import glob
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -19,7 +18,16 @@ from multiprocessing import get_context
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.slabs.format import FormatError, manifest_config, read_manifest, shard_names
+from packtool.slabs.format import (
+    LEGACY_MANIFEST,
+    MANIFEST,
+    FormatError,
+    manifest_config,
+    manifest_file,
+    read_manifest,
+    shard_names,
+    stray_entries,
+)
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.shard import ShardJob, ShardResult, check_shard
@@ -67,20 +75,26 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     want_fp = (man.get("input") or {}).get("fingerprint")
     if source_fingerprint and want_fp and source_fingerprint != want_fp:
         notes.append(f"the source and tokenization options give input fingerprint "
-                     f"{source_fingerprint[:16]}…, manifest.json says {want_fp[:16]}…: not the same "
+                     f"{source_fingerprint[:16]}…, the manifest says {want_fp[:16]}…: not the same "
                      f"files or options as `pack` (differences below would follow from that)")
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = [s.get("file") for s in man.get("shards", [])]
-    present = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "slabs-*.parquet")))
+    present = [f for f in listed if os.path.isfile(os.path.join(directory, f))]
     for f in listed:
         if f not in present:
-            log.add("shard_missing", f"shard {f} is listed in manifest.json but missing from {directory}",
+            log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
-    for f in present:
-        if f not in listed:
-            log.add("shard_extra", f"shard {f} is in {directory} but not listed in manifest.json "
-                    f"(a stray or duplicated shard: a loader globbing slabs-*.parquet would read it)", shard=f)
+    legacy = os.path.basename(manifest_file(directory) or "") == LEGACY_MANIFEST
+    for f in stray_entries(directory, listed):
+        if legacy and f == LEGACY_MANIFEST:
+            notes.append(f"{LEGACY_MANIFEST} is an older packtool's manifest name: packtool reads it, "
+                         f"but pq.read_table/pyarrow.dataset/datasets read it as a shard and fail; "
+                         f"rename it to {MANIFEST} (or re-pack) for a plain Parquet dataset")
+        else:
+            log.add("shard_extra", f"{f} is in {directory} but not listed in the manifest (a stray or "
+                    f"duplicated file: pq.read_table, pyarrow.dataset and datasets' parquet loader "
+                    f"read every file whose name does not start with '.' or '_')", shard=f)
     tok = man.get("tokenizer") or {}
     workers = max(1, workers or os.cpu_count() or 1)
     by_name = {s["file"]: s for s in man.get("shards", [])}
@@ -99,7 +113,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         notes.append("whole-output checks (counts, coverage, bounds, DP) skipped: a shard is "
                      "missing or unreadable")
     elif (man.get("stats") or {}).get("slabs"):
-        log.add("manifest", f"manifest.json lists no shards but stats.slabs is {man['stats']['slabs']}",
+        log.add("manifest", f"the manifest lists no shards but stats.slabs is {man['stats']['slabs']}",
                 expected=man["stats"]["slabs"], found=0)
     return _report(directory, log, notes, results, source_dir, t0)
 
@@ -199,18 +213,18 @@ def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
     name = res.name
     if entry.get("bytes") != res.bytes:
         hint = " (truncated)" if isinstance(entry.get("bytes"), int) and res.bytes < entry["bytes"] else ""
-        log.add("shard_size", f"shard {name} has {res.bytes} bytes, manifest.json says {entry.get('bytes')}{hint}",
+        log.add("shard_size", f"shard {name} has {res.bytes} bytes, the manifest says {entry.get('bytes')}{hint}",
                 shard=name, expected=entry.get("bytes"), found=res.bytes)
     alg = _checksum_of(entry)
     if entry.get(alg) != res.digest:
-        log.add("checksum", f"shard {name} {alg} is {res.digest[:16]}…, manifest.json says "
+        log.add("checksum", f"shard {name} {alg} is {res.digest[:16]}…, the manifest says "
                 f"{str(entry.get(alg))[:16]}…: the file changed after packing (flipped or "
                 f"edited bytes)", shard=name, expected=entry.get(alg), found=res.digest)
     if res.readable:
         for key, got in (("rows", res.rows), ("tokens", res.totals.get("physical_tokens")),
                          ("loss_tokens", res.totals.get("loss_tokens"))):
             if key in entry and entry[key] != got:
-                log.add("shard_counts", f"shard {name} holds {got} {key.replace('_', ' ')}, manifest.json "
+                log.add("shard_counts", f"shard {name} holds {got} {key.replace('_', ' ')}, the manifest "
                         f"says {entry[key]}", shard=name, expected=entry[key], found=got)
 
 
@@ -226,7 +240,7 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     got["l2_bound"] = align.l2_bound(segs["length"])
     for k, v in got.items():
         if k in stats and stats[k] != v:
-            log.add("manifest_stats", f"manifest.json stats.{k} is {stats[k]}, the shards give {v}",
+            log.add("manifest_stats", f"the manifest's stats.{k} is {stats[k]}, the shards give {v}",
                     expected=v, found=stats[k])
     names = [r.name for r in results]
     from packtool.verification.cover import check_coverage, check_dp

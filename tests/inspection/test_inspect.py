@@ -17,6 +17,7 @@ from packtool.cli.app import app
 from packtool.inspection.figures import fmt_int, fmt_pct, inspect_figures
 from packtool.inspection.report import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.packers import ATTN_COEF
+from packtool.slabs.format import MANIFEST
 from packtool.planning.core import PackingConfig, plan, write_plan
 
 # Hand-built case. tp=1 cp=2 fp8=tensorwise: s = 2*cp = 4, t = lcm(4, 2, 16*2) = 32; C = U = 96.
@@ -212,7 +213,7 @@ def test_cli_packed_and_errors(packed, tmp_path):
     res = runner.invoke(app, ["inspect"])
     assert res.exit_code == 2 and "exactly one" in res.output
     res = runner.invoke(app, ["inspect", str(tmp_path / "missing")])
-    assert res.exit_code == 2 and "manifest.json" in res.output
+    assert res.exit_code == 2 and MANIFEST in res.output
 
 
 def test_docs_list_every_json_key():

@@ -22,6 +22,7 @@ from packtool.cli.app import app
 from packtool.layout import cp_rank_index
 from packtool.packing import OutputExistsError, pack
 from packtool.planning.core import PackingConfig
+from packtool.slabs.format import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 
@@ -29,7 +30,7 @@ runner = CliRunner()
 
 
 def _rows(out: str) -> pa.Table:
-    man = json.load(open(os.path.join(out, "manifest.json")))
+    man = json.load(open(os.path.join(out, MANIFEST)))
     return pa.concat_tables([pq.read_table(os.path.join(out, s["file"])) for s in man["shards"]])
 
 
@@ -109,7 +110,7 @@ def test_text_tokens_equal_a_direct_tokenizers_encoding(tmp_path):
     tok = Tokenizer.from_file(GPT2)
     texts = [json.loads(line)["text"] for line in __import__("gzip").open(PEPS, "rt")]
     got = _reassemble(_rows(out))
-    info = json.load(open(os.path.join(out, "manifest.json")))["tokenizer"]
+    info = json.load(open(os.path.join(out, MANIFEST)))["tokenizer"]
     for i, text in enumerate(texts):
         direct = tok.encode(text, add_special_tokens=False).ids
         seq = got[i].tolist()
@@ -193,7 +194,7 @@ def test_sigint_during_a_real_pack_leaves_previous_output(tmp_path):
     after = {f: (out / f).read_bytes() for f in os.listdir(out)}
     # the interrupt landed before the swap (old output intact) or after it (new output whole);
     # never a missing or half-written output
-    assert "manifest.json" in after
+    assert MANIFEST in after
     assert after == before or verify(str(out)).ok
     assert not [d for d in os.listdir(tmp_path) if "packtool-tmp" in d]
 

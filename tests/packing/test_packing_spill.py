@@ -20,6 +20,7 @@ from packtool.cli.app import app
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig, PlanError
 from packtool.planning.sharded import ShardedPlan
+from packtool.slabs.format import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 
@@ -76,7 +77,7 @@ def test_many_plan_shards_verify_and_place_every_row_once(source, tmp_path, dp):
     assert np.unique(pairs).size == pairs.size == res.plan.num_segments  # every (row, chunk) once
     lengths = np.diff(np.load(os.path.join(src, "offsets.npy")))
     assert np.array_equal(np.bincount(src_idx[real], weights=seq_lens[real], minlength=600), lengths)
-    man = json.load(open(out / "manifest.json"))
+    man = json.load(open(out / MANIFEST))
     assert man["stats"]["slabs"] == res.plan.num_slabs == res.summary.slabs
     assert res.plan.num_slabs <= res.plan.lower_bound * 1.05 + dp
     if dp > 1:

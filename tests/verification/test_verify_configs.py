@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.planning.core import PackingConfig
+from packtool.slabs.format import MANIFEST
 from packtool.verification.run import verify
 
 CASES = [
@@ -32,7 +33,7 @@ def test_clean_outputs_verify(tmp_path, align, packing):
     out, src = write_pack(str(tmp_path), lengths, align, packing, shard_tokens=8192, group_tokens=2048)
     r = verify(out, src, workers=1)
     assert r.ok, r.problems
-    man = json.load(open(os.path.join(out, "manifest.json")))
+    man = json.load(open(os.path.join(out, MANIFEST)))
     assert (r.slabs, r.real_tokens, r.physical_tokens) == (
         man["stats"]["slabs"], man["stats"]["real_tokens"], man["stats"]["physical_tokens"])
     if align.fixed_length:
@@ -74,7 +75,7 @@ def test_cli_exit_codes_and_json(tmp_path):
     res = runner.invoke(app, ["verify", out, "--workers", "1"])
     assert res.exit_code == 1 and "FAILED" in res.output and "cu_seqlens" in res.output
     res = runner.invoke(app, ["verify", str(tmp_path / "nope")])
-    assert res.exit_code == 1 and "manifest.json" in res.output
+    assert res.exit_code == 1 and MANIFEST in res.output
 
 
 def test_dp_fields(tmp_path):

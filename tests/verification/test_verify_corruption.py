@@ -14,6 +14,7 @@ from slab_support import find_row, load_rows, read_manifest, resign, save_manife
 from packtool.align import Alignment
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
+from packtool.slabs.format import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 
@@ -380,9 +381,9 @@ def test_split_chunk_out_of_order(packed):
 
 def test_missing_manifest(packed):
     out, _ = packed
-    os.remove(os.path.join(out, "manifest.json"))
+    os.remove(os.path.join(out, MANIFEST))
     r = verify(out, workers=1)
-    assert checks(r) == {"manifest"} and "manifest.json" in messages(r, "manifest")
+    assert checks(r) == {"manifest"} and MANIFEST in messages(r, "manifest")
 
 
 def test_cp_offsets(packed):
