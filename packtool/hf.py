@@ -1,0 +1,213 @@
+"""Hugging Face trainers on packtool slabs: a torch Dataset of slabs and the collator that
+turns them into transformers' padding-free batches (docs/HF.md).
+
+A batch is what `transformers.DataCollatorWithFlattening` makes: `input_ids`, `labels` and
+`position_ids` of shape [1, T], positions restarting at 0 on every segment, labels unshifted
+(the model shifts them) and -100 on each segment's first token, on pads and on tokens the
+source masks. That is exactly the slab's own `loss_mask` (FORMAT.md), so labels are
+`where(loss_mask, input_ids, -100)`. Segments stay independent because:
+
+- flash_attention_2 (and the other varlen kernels) read the segment starts from
+  `position_ids`, or from `cu_seq_lens_q/k` when `flash_kwargs=True`;
+- sdpa, eager and flex_attention build a block-diagonal causal mask from `position_ids`
+  when no `attention_mask` is given and no KV cache is in use
+  (`transformers.masking_utils.find_packed_sequence_indices`). Older transformers without it
+  attend across segments: pass `mask_4d=True` there (a [1, 1, T, T] additive mask: memory
+  grows with T squared). `needs_4d_mask(model)` says which.
+
+So the collator never returns a 2D `attention_mask` (with one, transformers stops looking at
+the positions and the segments would see each other), and every batch carries
+`use_cache=False`: models default to `config.use_cache=True`, and a cache, even an empty one,
+also switches the detection off. `Trainer` and `SFTTrainer` turn the cache off themselves;
+a plain `model(**batch)` loop gets it from the batch.
+
+The slabs' alignment pads (for Megatron's TP/CP/FP8) mean nothing to a padding-free HF model:
+by default they are dropped (`keep_pads=False`); `keep_pads=True` keeps the slab's physical
+layout, pads inside their segment with label -100.
+
+DP: with an output packed with `--dp N` every rank gets the slabs the plan gave it, in
+(step, micro-batch) order; without, slabs are dealt round robin. `SlabDataset(rank=r)` holds
+rank r's slabs (own training loops); `SlabDataset(rank=None, world_size=N)` holds them all,
+interleaved so that a sequential sampler under accelerate (what `Trainer` uses) hands rank r
+its own slabs.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from packtool.errors import PacktoolInputError
+from packtool.slabs.format import SlabManifest
+from packtool.slabs.reader import SlabIndex, SlabReader
+
+__all__ = ["SlabDataset", "SlabCollator", "slab_features", "dp_order", "needs_4d_mask",
+           "IGNORE_INDEX"]
+
+IGNORE_INDEX = -100  # transformers' ignore_index of the causal-LM loss
+
+
+def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int | None = None,
+             per_device_batch: int = 1) -> np.ndarray:
+    """Slab indices in the order a consumer reads them. `rank` given: that rank's slabs;
+    None: every rank's, interleaved in runs of `per_device_batch` (run k of rank 0, of rank
+    1, ...), which is how accelerate deals a sequential sampler's batches to ranks."""
+    if world_size < 1 or per_device_batch < 1:
+        raise PacktoolInputError(f"world_size ({world_size}) and per_device_batch "
+                                 f"({per_device_batch}) must be >= 1")
+    if rank is not None and not 0 <= rank < world_size:
+        raise PacktoolInputError(f"rank {rank} out of range for world_size {world_size}")
+    n = len(index)
+    if planned_dp > 1:
+        if world_size != planned_dp:
+            raise PacktoolInputError(f"the slabs were packed with --dp {planned_dp} but training runs "
+                                     f"{world_size} data-parallel ranks: re-pack with --dp {world_size}, "
+                                     f"or pack without --dp for round-robin dealing")
+        order = np.lexsort((index.microbatch, index.step, index.dp_rank))  # rank-major
+        owner = index.dp_rank[order]
+    else:
+        order = np.argsort(np.arange(n) % world_size, kind="stable")  # i -> rank i % W
+        owner = order % world_size
+    if rank is not None:
+        return order[owner == rank].astype(np.int64)
+    first = np.searchsorted(owner, np.arange(world_size))  # owner is sorted (rank-major)
+    pos = np.arange(n) - first[owner]  # place of each slab in its rank's stream
+    return order[np.lexsort((pos, owner, pos // per_device_batch))].astype(np.int64)
+
+
+def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
+                  keep_pads: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input_ids int64[n], labels int64[n], segment lengths int64[k]) of one slab.
+    `keep_pads=False` keeps each segment's real tokens only; True keeps every physical
+    position, the tail pad in the last segment and a fixed-length fill as its own segment."""
+    ids = np.asarray(input_ids)
+    mask = np.asarray(loss_mask)
+    cu = np.asarray(cu_seqlens_padded, np.int64)
+    if keep_pads:
+        lens = np.diff(cu)
+        idx = np.arange(ids.size)
+    else:
+        lens = np.asarray(seq_lens, np.int64)
+        starts = cu[:-1]
+        first = np.cumsum(lens) - lens  # where each segment starts once the pads are gone
+        idx = np.repeat(starts - first, lens) + np.arange(int(lens.sum()))
+    lens = lens[lens > 0]
+    out_ids = ids[idx].astype(np.int64)
+    labels = np.where(mask[idx] != 0, out_ids, IGNORE_INDEX)
+    # FORMAT.md already gives a segment's first token no loss; a batch must never predict it
+    # from the previous segment, whatever the file says
+    labels[np.cumsum(lens) - lens] = IGNORE_INDEX
+    return out_ids, labels, lens
+
+
+class SlabDataset(Dataset):
+    """A packed output's slabs as map-style torch dataset items, each a dict of the slab's columns that `SlabCollator`
+    reads: `input_ids`, `loss_mask`, `seq_lens`, `cu_seqlens_padded` (numpy arrays).
+
+    Reads go through `slabs.reader` (bounded memory: at most `row_group_cache` decoded row
+    groups per process); a DataLoader worker opens its own files."""
+
+    def __init__(self, path: str, rank: int | None = None, world_size: int = 1,
+                 per_device_batch: int = 1, row_group_cache: int = 2):
+        self.path = path
+        self.manifest = SlabManifest.read(path)
+        self.index = SlabIndex.build(self.manifest)
+        self.order = dp_order(self.index, self.manifest.dp, world_size, rank, per_device_batch)
+        self.rank, self.world_size = rank, world_size
+        self._cache = row_group_cache
+        self._reader: SlabReader | None = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return int(self.order.size)
+
+    @property
+    def loss_tokens(self) -> int:
+        return int(self.index.num_loss_tokens[self.order].sum())
+
+    def _read(self) -> SlabReader:
+        if self._reader is None or self._pid != os.getpid():  # file handles are per process
+            self._reader = SlabReader(self.manifest, self.index, cache=self._cache)
+            self._pid = os.getpid()
+        return self._reader
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"slab {i} out of range ({len(self)} slabs)")
+        row = self._read().row(int(self.order[i]))
+        # copies: the reader's arrays are views of a row group it may evict before collation
+        return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),
+                "seq_lens": row.seq_lens.copy(),
+                "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded)))}
+
+
+@dataclass
+class SlabCollator:
+    """Slabs -> one padding-free batch [1, T] (the slabs of a batch one after another).
+
+    Features are `SlabDataset` items or raw slab rows with the same columns, e.g. from
+    `datasets.load_dataset("parquet", data_dir=OUT)` (with `remove_unused_columns=False`).
+    flash_kwargs: also return `cu_seq_lens_q/k` and `max_length_q/k` (flash attention reads
+      them instead of deriving them from `position_ids`).
+    seq_idx: also return `seq_idx`, the segment of every token (Mamba-style kernels).
+    mask_4d: also return a [1, 1, T, T] additive block-diagonal causal `attention_mask` of
+      `mask_dtype`, for sdpa/eager on transformers that do not read packing from positions.
+    """
+
+    keep_pads: bool = False
+    flash_kwargs: bool = False
+    seq_idx: bool = False
+    mask_4d: bool = False
+    mask_dtype: Any = None  # torch dtype of the 4D mask (default float32)
+
+    def __call__(self, features: Sequence[dict]) -> dict:
+        import torch
+        if not features:
+            raise PacktoolInputError("SlabCollator got an empty batch")
+        parts = [slab_features(f["input_ids"], f["loss_mask"], f["seq_lens"],
+                               f["cu_seqlens_padded"], self.keep_pads) for f in features]
+        ids = np.concatenate([p[0] for p in parts])
+        labels = np.concatenate([p[1] for p in parts])
+        lens = np.concatenate([p[2] for p in parts])
+        if ids.size == 0:
+            raise PacktoolInputError("SlabCollator: the batch's slabs hold no tokens")
+        cu = np.concatenate(([0], np.cumsum(lens)))
+        pos = np.arange(ids.size) - np.repeat(cu[:-1], lens)
+        out = {"input_ids": torch.from_numpy(ids)[None], "labels": torch.from_numpy(labels)[None],
+               "position_ids": torch.from_numpy(pos)[None], "use_cache": False}
+        if self.flash_kwargs:
+            out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = torch.from_numpy(cu.astype(np.int32))
+            out["max_length_q"] = out["max_length_k"] = int(lens.max())
+        seg = np.repeat(np.arange(lens.size), lens)
+        if self.seq_idx:
+            out["seq_idx"] = torch.from_numpy(seg.astype(np.int32))[None]
+        if self.mask_4d:
+            out["attention_mask"] = block_causal_mask(seg, self.mask_dtype or torch.float32)
+        return out
+
+
+def block_causal_mask(seg: np.ndarray, dtype) -> Any:
+    """[1, 1, T, T] additive mask: 0 where query i may see key j (same segment, j <= i),
+    the dtype's minimum elsewhere (what eager adds and sdpa accepts)."""
+    import torch
+    s = torch.from_numpy(seg)
+    allowed = (s[:, None] == s[None, :]) & torch.ones(s.numel(), s.numel(), dtype=torch.bool).tril()
+    m = torch.zeros(allowed.shape, dtype=dtype)
+    m.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return m[None, None]
+
+
+def needs_4d_mask(model) -> bool:
+    """True when `model`'s attention would attend across segments given positions alone:
+    a non-varlen implementation on a transformers without packed-sequence detection."""
+    impl = str(getattr(model.config, "_attn_implementation", "") or "")
+    if "flash" in impl:
+        return False
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:
+        return True
+    return False

@@ -1,0 +1,236 @@
+"""packtool.hf: slabs -> transformers' padding-free batches. A tiny randomly initialised Llama
+(built from a config; nothing downloaded) gives every sequence of a packed batch the same loss
+and the same gradients as that sequence alone, for each attention implementation that runs on
+CPU; SFTTrainer and Trainer train on packtool slabs."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from conftest import GPT2, GSM8K  # noqa: E402
+from slab_support import VOCAB, write_pack  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.errors import PacktoolInputError  # noqa: E402
+from packtool.hf import IGNORE_INDEX, SlabCollator, SlabDataset, dp_order, needs_4d_mask  # noqa: E402
+from packtool.planning.core import PackingConfig  # noqa: E402
+
+# fp32 on CPU: a sequence's loss and gradients agree with it run alone to this tolerance
+# (measured differences are ~1e-7 relative: summation order inside the attention kernels)
+RTOL, ATOL = 1e-5, 1e-6
+IMPLS = ["eager", "sdpa", "flex_attention"]
+
+
+def tiny_llama(impl: str, vocab: int = VOCAB, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      attn_implementation=impl)
+    return LlamaForCausalLM(cfg).float().eval()
+
+
+@pytest.fixture(scope="module")
+def slabs(tmp_path_factory):
+    """Several slabs with every kind of pad: per-sequence (s=4 for cp=2), tail, and fills."""
+    rng = np.random.default_rng(1)
+    out, _ = write_pack(str(tmp_path_factory.mktemp("hf")), rng.integers(2, 90, 24),
+                        Alignment(tp=2, cp=2, capacity=256, fixed_length=256))
+    return out
+
+
+def per_token_loss(logits, labels):
+    """transformers' causal-LM convention: logits[i] predicts labels[i + 1]."""
+    lab = torch.nn.functional.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:]
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), lab.flatten(),
+                                             ignore_index=IGNORE_INDEX, reduction="none")
+
+
+def segments(batch):
+    pos = batch["position_ids"][0]
+    starts = torch.nonzero(pos == 0).flatten().tolist() + [pos.numel()]
+    return list(zip(starts[:-1], starts[1:]))
+
+
+def test_labels_follow_the_slab_loss_mask(slabs):
+    ds = SlabDataset(slabs)
+    feats = [ds[i] for i in range(3)]
+    b = SlabCollator()(feats)
+    ids, labels, pos = (b[k][0].numpy() for k in ("input_ids", "labels", "position_ids"))
+    assert ids.shape == labels.shape == pos.shape and b["input_ids"].shape[0] == 1
+    assert "attention_mask" not in b  # a 2D mask would switch off transformers' packing
+    assert b["use_cache"] is False  # so would a KV cache (config.use_cache defaults to True)
+    # pads dropped: one segment per real sequence, each as long as its real tokens
+    lens = np.concatenate([f["seq_lens"][f["seq_lens"] > 0] for f in feats])
+    assert [e - s for s, e in segments(b)] == lens.tolist() and ids.size == lens.sum()
+    # labels: the token itself where the slab says it is a target, -100 elsewhere
+    want_ids, want_lab = [], []
+    for f in feats:
+        cu = f["cu_seqlens_padded"]
+        for k, n in enumerate(f["seq_lens"]):
+            seg = slice(cu[k], cu[k] + n)
+            want_ids.append(f["input_ids"][seg])
+            want_lab.append(np.where(f["loss_mask"][seg] == 1, f["input_ids"][seg], IGNORE_INDEX))
+    assert np.array_equal(ids, np.concatenate(want_ids))
+    assert np.array_equal(labels, np.concatenate(want_lab))
+    assert (labels[pos == 0] == IGNORE_INDEX).all()
+    assert (labels != IGNORE_INDEX).sum() == sum(int(f["loss_mask"].sum()) for f in feats)
+    # keep_pads: the slab's physical layout, pads in their segment and never a target
+    kp = SlabCollator(keep_pads=True, flash_kwargs=True, seq_idx=True)(feats)
+    pad_id = ds.manifest.pad_id
+    assert kp["input_ids"].shape[1] == sum(f["input_ids"].size for f in feats)
+    assert kp["cu_seq_lens_q"].tolist() == [0] + np.cumsum(
+        [e - s for s, e in segments(kp)]).tolist() and kp["max_length_q"] == max(e - s for s, e in segments(kp))
+    assert (kp["labels"] != IGNORE_INDEX).sum() == (b["labels"] != IGNORE_INDEX).sum()
+    pads = kp["input_ids"][0].numel() - ids.size
+    assert pads > 0 and int((kp["input_ids"][0] == pad_id).sum()) >= pads
+
+
+def _check_equivalence(model, batch, with_grads: bool, bounds=None):
+    """Each segment's summed loss (and its gradient) vs the segment run alone."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    kw = {k: v for k, v in batch.items() if k != "labels"}  # use_cache=False included
+    tok = per_token_loss(model(**kw).logits, batch["labels"])
+    diffs = []
+    for k, (s, e) in enumerate(bounds or segments(batch)):
+        alone = per_token_loss(model(input_ids=batch["input_ids"][:, s:e]).logits,
+                               batch["labels"][:, s:e]).sum()
+        packed = tok[s:e].sum()
+        torch.testing.assert_close(packed, alone, rtol=RTOL, atol=ATOL)
+        if with_grads and k < 4:
+            g_packed = torch.autograd.grad(packed, params, retain_graph=True)
+            g_alone = torch.autograd.grad(alone, params)
+            for a, b in zip(g_packed, g_alone):
+                torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+        diffs.append(float(abs(packed - alone).detach()))
+    return diffs
+
+
+def _model_or_skip(impl):
+    try:
+        m = tiny_llama(impl)
+        with torch.no_grad():
+            m(input_ids=torch.tensor([[5, 6, 7, 8]]), position_ids=torch.tensor([[0, 1, 0, 1]]))
+    except Exception as e:  # an implementation this machine/transformers cannot run
+        pytest.skip(f"attn_implementation={impl!r} does not run here: {type(e).__name__}: {e}")
+    return m
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_packed_losses_and_grads_equal_each_sequence_alone(slabs, impl):
+    model = _model_or_skip(impl)
+    ds = SlabDataset(slabs)
+    batch = SlabCollator()([ds[i] for i in range(3)])  # three slabs in one [1, T] row
+    assert not needs_4d_mask(model)  # this transformers isolates segments from positions
+    assert len(segments(batch)) >= 6
+    if impl == "flex_attention":  # torch has no FlexAttention backward on CPU: losses only
+        with torch.no_grad():
+            _check_equivalence(model, batch, with_grads=False)
+        return
+    _check_equivalence(model, batch, with_grads=True)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_4d_mask_path_is_exact_too(slabs, impl):
+    """For transformers that do not read packing from positions: the explicit mask."""
+    model = _model_or_skip(impl)
+    ds = SlabDataset(slabs)
+    batch = SlabCollator(keep_pads=True, mask_4d=True)([ds[0], ds[1]])
+    assert batch["attention_mask"].shape == (1, 1, batch["input_ids"].shape[1], batch["input_ids"].shape[1])
+    _check_equivalence(model, batch, with_grads=False)
+
+
+def test_the_check_can_fail_positions_without_restarts_leak(slabs):
+    """Control: the same batch without restarting positions lets segments see each other."""
+    model = tiny_llama("sdpa")
+    ds = SlabDataset(slabs)
+    batch = SlabCollator()([ds[0]])
+    bounds = segments(batch)
+    _check_equivalence(model, batch, with_grads=False, bounds=bounds)
+    batch["position_ids"] = torch.arange(batch["input_ids"].shape[1])[None]
+    with pytest.raises(AssertionError):
+        _check_equivalence(model, batch, with_grads=False, bounds=bounds)
+
+
+def test_dp_ranks_get_their_slabs_under_accelerate(tmp_path):
+    """rank=r holds what accelerate's batch sharding of the interleaved dataset gives rank r."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+    rng = np.random.default_rng(2)
+    out, _ = write_pack(str(tmp_path), rng.integers(2, 200, 60), Alignment(capacity=256),
+                        PackingConfig(dp=2))
+    for batch in (1, 2):
+        every = SlabDataset(out, world_size=2, per_device_batch=batch)
+        assert sorted(every.order.tolist()) == list(range(len(every.index)))
+        for r in range(2):
+            mine = SlabDataset(out, rank=r, world_size=2)
+            assert (mine.index.dp_rank[mine.order] == r).all()
+            key = mine.index.step[mine.order] * 10**6 + mine.index.microbatch[mine.order]
+            assert (np.diff(key) > 0).all()  # the plan's step order
+            shard = BatchSamplerShard(BatchSampler(SequentialSampler(every), batch, False), 2, r)
+            got = [int(every.order[i]) for b in shard for i in b]
+            # exact up to the last whole run of `batch` slabs (all of them for batch 1)
+            whole = len(mine) // batch * batch
+            assert got[:whole] == mine.order[:whole].tolist() and (batch > 1 or whole == len(mine))
+    with pytest.raises(PacktoolInputError, match="--dp 2"):
+        SlabDataset(out, rank=0, world_size=4)
+    # without a DP plan: round robin
+    idx = SlabDataset(out, world_size=2).index
+    assert dp_order(idx, 1, 3, 1).tolist() == list(range(1, len(idx), 3))
+
+
+def _gsm8k_slabs(tmp_path) -> str:
+    from packtool.packing import pack
+    from packtool.tokenize.config import TokenizeConfig
+    out = str(tmp_path / "gsm8k")
+    pack([GSM8K], Alignment(capacity=512), PackingConfig(), output=out,
+         tokenize=TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer"),
+         cache_dir=str(tmp_path / "cache"), workers=1)
+    return out
+
+
+def _train_args(cls, tmp_path, **kw):
+    return cls(output_dir=str(tmp_path / "run"), max_steps=3, per_device_train_batch_size=2,
+               learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to=[],
+               use_cpu=True, remove_unused_columns=False, train_sampling_strategy="sequential",
+               dataloader_num_workers=0, **kw)
+
+
+def test_sft_trainer_runs_on_packtool_slabs(tmp_path):
+    trl = pytest.importorskip("trl", reason="trl is not installed (the `test` extra has it)")
+    from transformers import PreTrainedTokenizerFast
+    out = _gsm8k_slabs(tmp_path)
+    ds = SlabDataset(out)
+    tok = PreTrainedTokenizerFast(tokenizer_file=GPT2, pad_token="<|endoftext|>")
+    model = tiny_llama("sdpa", vocab=len(tok))
+    args = _train_args(trl.SFTConfig, tmp_path, dataset_kwargs={"skip_prepare_dataset": True},
+                       max_length=None)
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                             data_collator=SlabCollator())
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert batch["input_ids"].shape[0] == 1 and "attention_mask" not in batch
+    res = trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert res.global_step == 3 and len(losses) == 3 and np.isfinite(losses).all()
+    assert losses[0] == pytest.approx(np.log(len(tok)), rel=0.05)  # random init: ~uniform
+
+
+def test_plain_trainer_reads_the_plain_parquet_output(tmp_path):
+    """The output as a `datasets` Parquet dataset (no packtool reader) and the same collator."""
+    datasets = pytest.importorskip("datasets")
+    from transformers import Trainer
+    out = _gsm8k_slabs(tmp_path)
+    hf = datasets.load_dataset("parquet", data_dir=out, cache_dir=str(tmp_path / "hf"))["train"]
+    ours = SlabDataset(out)
+    assert len(hf) == len(ours)
+    first = SlabCollator()([ours[0], ours[1]])
+    assert all(torch.equal(first[k], SlabCollator()([hf[0], hf[1]])[k]) for k in first)
+    trainer = Trainer(model=tiny_llama("eager", vocab=50257), args=_train_args(
+        transformers.TrainingArguments, tmp_path), train_dataset=hf, data_collator=SlabCollator())
+    res = trainer.train()
+    assert res.global_step == 3 and np.isfinite(res.training_loss)
