@@ -134,6 +134,20 @@ class SlabDataset(Dataset):
             self._pid = os.getpid()
         return self._reader
 
+    def to_hf(self, streaming: bool = False, **load_kwargs):
+        """The same items, in the same order, as a `datasets` dataset (TRL's SFTTrainer takes
+        nothing else). streaming=False: a `datasets.Dataset` of the shards (converted once
+        into the `datasets` cache, `load_kwargs` go to `load_dataset`) in this order;
+        True: a `datasets.IterableDataset` reading through this dataset, no copy (the
+        trainer needs `max_steps`)."""
+        import datasets
+        if streaming:
+            return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
+        files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
+        full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)
+        cols = ["input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded"]
+        return full.select_columns(cols).select(self.order)
+
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"slab {i} out of range ({len(self)} slabs)")
@@ -142,6 +156,11 @@ class SlabDataset(Dataset):
         return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),
                 "seq_lens": row.seq_lens.copy(),
                 "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded)))}
+
+
+def _items(ds: SlabDataset):
+    for i in range(len(ds)):
+        yield ds[i]
 
 
 @dataclass

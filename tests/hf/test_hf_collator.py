@@ -201,11 +201,15 @@ def _train_args(cls, tmp_path, **kw):
                dataloader_num_workers=0, **kw)
 
 
-def test_sft_trainer_runs_on_packtool_slabs(tmp_path):
+@pytest.mark.parametrize("streaming", [False, True], ids=["Dataset", "IterableDataset"])
+def test_sft_trainer_runs_on_packtool_slabs(tmp_path, streaming):
     trl = pytest.importorskip("trl", reason="trl is not installed (the `test` extra has it)")
     from transformers import PreTrainedTokenizerFast
     out = _gsm8k_slabs(tmp_path)
-    ds = SlabDataset(out)
+    slabs = SlabDataset(out)
+    ds = slabs.to_hf(streaming=streaming, **({} if streaming else {"cache_dir": str(tmp_path / "hf")}))
+    first = next(iter(ds))
+    assert all(np.array_equal(first[k], slabs[0][k]) for k in slabs[0])  # same order, same slabs
     tok = PreTrainedTokenizerFast(tokenizer_file=GPT2, pad_token="<|endoftext|>")
     model = tiny_llama("sdpa", vocab=len(tok))
     args = _train_args(trl.SFTConfig, tmp_path, dataset_kwargs={"skip_prepare_dataset": True},
@@ -220,17 +224,19 @@ def test_sft_trainer_runs_on_packtool_slabs(tmp_path):
     assert losses[0] == pytest.approx(np.log(len(tok)), rel=0.05)  # random init: ~uniform
 
 
-def test_plain_trainer_reads_the_plain_parquet_output(tmp_path):
-    """The output as a `datasets` Parquet dataset (no packtool reader) and the same collator."""
+def test_plain_trainer_on_slabs_and_on_the_plain_parquet_output(tmp_path):
+    """Trainer on SlabDataset; the output read as a `datasets` Parquet dataset (no packtool
+    reader) collates to the same batches."""
     datasets = pytest.importorskip("datasets")
     from transformers import Trainer
     out = _gsm8k_slabs(tmp_path)
-    hf = datasets.load_dataset("parquet", data_dir=out, cache_dir=str(tmp_path / "hf"))["train"]
     ours = SlabDataset(out)
+    hf = datasets.load_dataset("parquet", data_dir=out, cache_dir=str(tmp_path / "hf"))["train"]
     assert len(hf) == len(ours)
-    first = SlabCollator()([ours[0], ours[1]])
-    assert all(torch.equal(first[k], SlabCollator()([hf[0], hf[1]])[k]) for k in first)
+    want = SlabCollator()([ours[0], ours[1]])
+    got = SlabCollator()([hf[0], hf[1]])
+    assert all(torch.equal(want[k], got[k]) for k in ("input_ids", "labels", "position_ids"))
     trainer = Trainer(model=tiny_llama("eager", vocab=50257), args=_train_args(
-        transformers.TrainingArguments, tmp_path), train_dataset=hf, data_collator=SlabCollator())
+        transformers.TrainingArguments, tmp_path), train_dataset=ours, data_collator=SlabCollator())
     res = trainer.train()
     assert res.global_step == 3 and np.isfinite(res.training_loss)
