@@ -55,7 +55,7 @@ def _same_keys(doc, real, where="manifest"):
 
 
 def test_the_manifest_example_has_the_shape_of_a_real_manifest(packed):
-    doc = json.loads(_block("## manifest.json", "json"))
+    doc = json.loads(_block("## .manifest.json", "json"))
     _same_keys(doc, read_manifest(packed))
 
 
