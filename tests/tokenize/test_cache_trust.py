@@ -21,6 +21,7 @@ import packtool.tokenize.pipeline as pipeline
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.packing import pack_cache
+from packtool.slabs.format import MANIFEST
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
 from packtool.tokenize.cache import CacheDamagedError, TokenizedCache, cache_problem
 from packtool.tokenize.flat_tokens import TOKENS_FILE, flat_store_dir, flat_store_for
@@ -141,7 +142,7 @@ def test_in_place_edit_with_same_size_and_mtime_is_caught(built, capsys, tmp_pat
     assert again.input_files[0].sha256 == hashlib.sha256(edited).hexdigest()
     out = str(tmp_path / "out")
     pack_cache(again, Alignment(capacity=1024), output=out)
-    man = json.load(open(os.path.join(out, "manifest.json")))
+    man = json.load(open(os.path.join(out, MANIFEST)))
     assert man["input"]["files"][0][2] == hashlib.sha256(edited).hexdigest()  # the true hash
 
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 import packtool.tokenize.readers as readers
 from packtool.cli.app import app
+from packtool.slabs.format import MANIFEST
 
 GSM_ARGS = ["--prompt-field", "question", "--response-field", "answer"]
 
@@ -239,7 +240,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, bui
 # ------------------------------------------------------------- counted, documented drops
 
 def _manifest(out) -> dict:
-    return json.load(open(os.path.join(out, "manifest.json")))
+    return json.load(open(os.path.join(out, MANIFEST)))
 
 
 def test_truncate_is_counted_in_json_manifest_and_a_warning(tmp_path):
