@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import PacktoolInputError
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
 from packtool.packers import ATTN_COEF
@@ -27,7 +28,7 @@ FILL_BINS = 10
 WORST = 10
 
 
-class InspectError(ValueError):
+class InspectError(PacktoolInputError):
     """The input cannot be inspected as asked; the message names the file and the fix."""
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError
 
 MANIFEST = ".manifest.json"
@@ -27,7 +27,7 @@ LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 FORMAT_NAME = "packtool-slabs"
 
 
-class FormatError(PacktoolInputError):
+class FormatError(PacktoolFormatError):
     """A packed output that this packtool cannot read: no manifest, another format or
     version, a damaged or edited manifest, a shard name that leaves the folder."""
 
