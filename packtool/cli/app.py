@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from packtool.cli.failure import fail, guarded, set_debug
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
-err = Console(stderr=True)
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
@@ -38,9 +39,9 @@ OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")]
 
 
-def _fail(e: Exception, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an error (also PACKTOOL_DEBUG=1).")] = False) -> None:
+    set_debug(debug)
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
@@ -53,6 +54,7 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
 
 
 @app.command()
+@guarded
 def plan(
     lengths: Annotated[str, typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths.")],
     column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
@@ -73,8 +75,8 @@ def plan(
         p = make_plan(load_lengths(lengths, column), align, cfg)
         if output:
             write_plan(p, output)
-    except ValueError as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     summary = plan_summary(p)
     if json_out:
         print(json.dumps(summary.to_dict()))
@@ -83,6 +85,7 @@ def plan(
 
 
 @app.command()
+@guarded
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
     tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
@@ -132,8 +135,8 @@ def pack(
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
                        shard_tokens=shard_tokens, **kw)
-    except (ValueError, OSError) as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         d = res.summary.to_dict()
         d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
@@ -155,6 +158,7 @@ def pack(
 
 
 @app.command()
+@guarded
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
     lengths: Annotated[Optional[str], typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths (before packing).")] = None,
@@ -172,7 +176,7 @@ def inspect(
     from packtool.cli.printing import print_inspect_report
     from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
-        _fail(ValueError("give exactly one of DIR, --lengths FILE or --plan FILE"))
+        fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:
         if directory is not None:
             report = inspect_packed(directory, compare=compare, what_if=what_if)
@@ -187,8 +191,8 @@ def inspect(
         if html:
             from packtool.inspection.html import write_html
             write_html(report, html)
-    except (ValueError, OSError, KeyError) as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         print(json.dumps(report.to_dict()))
     else:
@@ -198,6 +202,7 @@ def inspect(
 
 
 @app.command()
+@guarded
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (slabs-*.parquet + .manifest.json).")],
     source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
@@ -225,8 +230,8 @@ def verify(
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
                             source_fingerprint=fingerprint)
-    except (ValueError, OSError) as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         print(json.dumps(report.to_dict(), default=str))
     else:
@@ -236,7 +241,7 @@ def verify(
 
 from packtool.megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
 
-app.command("train")(train_command)
+app.command("train")(guarded(train_command))
 
 
 def main() -> None:
