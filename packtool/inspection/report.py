@@ -152,8 +152,12 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
     packing = packing or PackingConfig()
     if not os.path.exists(path):
         raise InspectError(f"{path}: no such file (--plan)")
-    t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
-                                      "length", "padded"])
+    try:
+        t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
+                                          "length", "padded"])
+    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
+        raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
+                           f"write it with `packtool plan --output`") from None
     col = {c: t.column(c).to_numpy() for c in t.column_names}
     slab = col["slab"].astype(np.int64)
     if slab.size and (np.diff(slab) < 0).any():
@@ -195,9 +199,13 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True) 
     locations: list[str] = []
     for i, name in enumerate(sm.shards):
         path = sm.shard_path(i)
-        if not os.path.exists(path):
+        if not os.path.isfile(path):
             raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
-        t = pq.read_table(path, columns=cols)
+        try:
+            t = pq.read_table(path, columns=cols)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a shard
+            raise InspectError(f"{path}: cannot be read as a slab shard ({' '.join(str(e).split())[:200]}); "
+                               f"run `packtool verify {directory}`") from None
         src_arr = t.column("source_index").combine_chunks()
         src = src_arr.values.to_numpy()
         real = src >= 0  # fill segments are layout, not content
