@@ -47,6 +47,7 @@ from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
 from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
 from packtool.output import OutputExistsError, check_output, claim_output  # noqa: E402,F401
 from packtool.output import spill_dir, swap_into_place, temp_dir  # noqa: E402
+from packtool.progress import say_if_compiling  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
                       cache_dir=cache_root(cache_dir)):
+        say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
         return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,

@@ -26,6 +26,7 @@ Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint o
 Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 # Tokenization flags, shared by `pack` and `verify --source`.
 Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
 ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
@@ -170,7 +171,7 @@ def inspect(
     compare: Annotated[bool, typer.Option("--compare", help="Also plan the same lengths with every algorithm and convention.")] = False,
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Try nearby capacities for less padding.")] = True,
     html: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report (inline SVG) to FILE.")] = None,
-    json_out: JsonOut = False,
+    json_out: JsonOut = False, quiet: Quiet = False,
 ) -> None:
     """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
     from packtool.cli.printing import print_inspect_report
@@ -179,7 +180,8 @@ def inspect(
         fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:
         if directory is not None:
-            report = inspect_packed(directory, compare=compare, what_if=what_if)
+            report = inspect_packed(directory, compare=compare, what_if=what_if,
+                                    progress=not (json_out or quiet))
         else:
             from packtool.planning.core import PackingConfig, load_lengths
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
@@ -212,7 +214,7 @@ def verify(
     on_empty: OnEmpty = None, cache_dir: CacheDir = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
     max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
-    json_out: JsonOut = False,
+    json_out: JsonOut = False, quiet: Quiet = False,
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
@@ -227,9 +229,10 @@ def verify(
                                          prompt_field=prompt_field, response_field=response_field,
                                          text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                                          on_empty=on_empty)
-            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
+            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
+                                             progress=not (json_out or quiet))
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
-                            source_fingerprint=fingerprint)
+                            source_fingerprint=fingerprint, progress=not (json_out or quiet))
     except Exception as e:
         fail(e, json_out)
     if json_out:
