@@ -358,6 +358,9 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
         check_output(output, overwrite, dry_run, inputs, cache_dir)  # a run may have just ended
         with _sigterm_unwinds():
             yield
+    except Terminated:
+        say(f"terminated (SIGTERM): this run's temporary files are removed; {output} is as it was")
+        raise
     finally:
         with _HELD_LOCK:
             _HELD.pop(key, None)
