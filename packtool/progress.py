@@ -52,8 +52,9 @@ def kernels_cached() -> bool:
     extra = numba.config.CACHE_DIR or ""
     for rel in _KERNEL_MODULES:
         mod = os.path.splitext(os.path.basename(rel))[0]
-        here = glob.glob(os.path.join(root, os.path.dirname(rel), "__pycache__", f"{mod}.*.nbi"))
-        if not here and not (extra and glob.glob(os.path.join(extra, "**", f"{mod}.*.nbi"),
+        here = glob.glob(os.path.join(glob.escape(os.path.join(root, os.path.dirname(rel), "__pycache__")),
+                                        f"{mod}.*.nbi"))
+        if not here and not (extra and glob.glob(os.path.join(glob.escape(extra), "**", f"{mod}.*.nbi"),
                                                   recursive=True)):
             return False
     return True

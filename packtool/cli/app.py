@@ -155,7 +155,8 @@ def pack(
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
-                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.")
+                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.",
+                  markup=False, highlight=False)
 
 
 @app.command()
@@ -200,7 +201,7 @@ def inspect(
     else:
         print_inspect_report(report, Console())
         if html:
-            Console().print(f"HTML report: {html}")
+            Console().print(f"HTML report: {html}", markup=False, highlight=False)
 
 
 @app.command()

@@ -264,6 +264,15 @@ def test_brackets_in_a_path_print_whole(proj):
     expect_error(proj.parent, pack_args(proj, "-o", "new", data=missing), 2, "a[/x]b[bold].jsonl")
 
 
+def test_brackets_in_an_output_path_print_whole(proj):
+    args = pack_args(proj, "-o", "o[/x][bold]")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0 and "Done: o[/x][bold]" in r.stdout, r.stderr
+    for cmd in (["verify", "o[/x][bold]"], ["inspect", "o[/x][bold]"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0 and "o[/x][bold]" in r.stdout and "Traceback" not in r.stderr, r.stderr
+
+
 def test_ray_hint_prints_whole(proj, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     expect_error(proj.parent, pack_args(proj, "-o", "new", "--engine", "ray"), 2, "pip install 'packtool[ray]'")
