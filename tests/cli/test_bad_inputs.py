@@ -210,6 +210,23 @@ def test_jsonl_column_type_row_counted_from_file_start(proj):
     expect_error(proj.parent, pack_args(proj, "-o", "new", data=path), 2, "nums.jsonl", "row 1", "int64")
 
 
+# --- tokenizer files ------------------------------------------------------------------
+
+@pytest.mark.parametrize("config,tok_json,needle", [
+    ("{bad", None, "tokenizer_config.json: cannot read as JSON"),
+    ("[1, 2]", None, "tokenizer_config.json: is not a JSON object"),
+    (None, "garbage", "tokenizer.json: cannot load tokenizer"),
+])
+def test_bad_tokenizer_files(proj, config, tok_json, needle):
+    if config is not None:
+        (proj / "tok" / "tokenizer_config.json").write_text(config)
+    if tok_json is not None:
+        (proj / "tok" / "tokenizer.json").write_text(tok_json)
+    args = pack_args(proj, "-o", "new")
+    args[args.index("--tokenizer") + 1] = str(proj / "tok")
+    expect_error(proj.parent, args, 2, needle, "--tokenizer")
+
+
 # --- chat templates -------------------------------------------------------------------
 
 def _chat_file(p):
