@@ -259,6 +259,7 @@ def clean_stale(output: str, cache_root: str | None = None) -> int:
 
 
 _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-(\d+)-")
+_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-(\d+)$")  # tokenize.pipeline.discard_cache
 _FLAT_TMP = re.compile(r"^flat\.tmp-(\d+)$")
 
 
@@ -268,7 +269,7 @@ def _clean_cache(root: str | None) -> int:
     n = 0
     for e in os.listdir(root):
         path = os.path.join(root, e)
-        m = _CACHE_TMP.match(e)
+        m = _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e)
         if m and not _pid_alive(int(m.group(1))):
             shutil.rmtree(path, ignore_errors=True)
             n += 1

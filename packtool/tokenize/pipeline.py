@@ -49,7 +49,6 @@ from packtool.tokenize.encode import (
 from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
-from packtool.tokenize.column_types import check_batch_types
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
@@ -287,7 +286,6 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             file_rows = 0
             for batch in iter_batches(f, cfg.batch_size, list(shape.columns)):
                 n = batch.num_rows
-                check_batch_types(batch, shape, f.path, file_rows)
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
                     drain(0)

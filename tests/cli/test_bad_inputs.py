@@ -191,11 +191,11 @@ def test_missing_output_is_usage(proj):
 # --- input column types ---------------------------------------------------------------
 
 @pytest.mark.parametrize("name,table,needle", [
-    ("int_text.parquet", {"text": [1, 2, 3]}, "column 'text' holds int64"),
-    ("struct_text.parquet", {"text": [{"a": 1}]}, "column 'text' holds struct"),
-    ("str_ids.parquet", {"input_ids": ["a", "b"]}, "column 'input_ids' holds string"),
-    ("int_pc.parquet", {"prompt": [1, 2], "completion": [3, 4]}, "column 'prompt' holds int64"),
-    ("str_chat.parquet", {"messages": [[1, 2]]}, "column 'messages' holds list<"),
+    ("int_text.parquet", {"text": [1, 2, 3]}, "column text holds int64"),
+    ("struct_text.parquet", {"text": [{"a": 1}]}, "column text holds struct"),
+    ("str_ids.parquet", {"input_ids": ["a", "b"]}, "input_ids holds string"),
+    ("int_pc.parquet", {"prompt": [1, 2], "completion": [3, 4]}, "column prompt holds int64"),
+    ("str_chat.parquet", {"messages": [[1, 2]]}, "column messages holds list<"),
 ])
 def test_parquet_column_types(proj, name, table, needle):
     path = proj / "data" / name

@@ -35,11 +35,14 @@ def _dead_pid() -> int:
 def test_error_hierarchy():
     from packtool.align import AlignmentError
     from packtool.inspection.report import InspectError
+    from packtool.packers import DPError
     from packtool.planning.core import PlanError
+    from packtool.tokenize.cache import CacheDamagedError
     from packtool.errors import PacktoolConfigError, PacktoolInputError
     assert issubclass(FormatError, PacktoolFormatError)
     assert issubclass(AlignmentError, PacktoolConfigError) and issubclass(PlanError, PacktoolConfigError)
-    assert issubclass(InspectError, PacktoolInputError)
+    assert issubclass(InspectError, PacktoolInputError) and issubclass(DPError, PacktoolConfigError)
+    assert CacheDamagedError("x").kind == "cache"
     assert issubclass(OutputExistsError, PacktoolOutputError) and issubclass(OutputExistsError, FileExistsError)
     for cls in (FormatError, AlignmentError, PlanError, InspectError, OutputExistsError, PacktoolInputError):
         assert issubclass(cls, PacktoolError) and cls("x").exit_code == 2
@@ -103,7 +106,8 @@ def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
     (cache / f".tmp-0123456789ab-{live}-xyz").mkdir()
     (cache / "abcd" / f"flat.tmp-{dead}").mkdir(parents=True)
     (cache / "abcd" / "flat").mkdir()
-    assert clean_stale(out, str(cache)) == 4
+    (cache / f"abcd.damaged-{dead}").mkdir()
+    assert clean_stale(out, str(cache)) == 5
     assert sorted(os.listdir(tmp_path)) == sorted(kept + ["cache"])
     assert sorted(os.listdir(cache)) == sorted(["abcd", f".tmp-0123456789ab-{live}-xyz"])
     assert os.listdir(cache / "abcd") == ["flat"]
