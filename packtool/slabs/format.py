@@ -166,10 +166,10 @@ def _check_types(m: dict, path: str) -> None:
             bad(key, "an object")
     if not isinstance(m.get("config"), dict):
         bad("config", "an object")
-    for key, v in (m.get("stats") or {}).items():
-        if key == "overflow":
+    for key, v in (m.get("stats") or {}).items():  # counts, or objects of counts (overflow, changes)
+        if key == "overflow" or isinstance(v, dict):
             if not isinstance(v, dict) or not all(is_num(x) for k, x in v.items() if k != "policy"):
-                bad("stats.overflow", "an object of counts")
+                bad(f"stats.{key}", "an object of counts")
         elif v is not None and not is_num(v):
             bad(f"stats.{key}", "a number")
     for key in ("pad_id", "eos_id", "bos_id", "vocab_size"):

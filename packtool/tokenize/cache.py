@@ -340,7 +340,7 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
             return problem
     try:
         TokenizedCache(root)
-    except PacktoolInputError as e:
+    except (PacktoolInputError, CacheDamagedError) as e:
         return str(e)
     return None
 
