@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from packtool.errors import PacktoolInputError, PacktoolOutputError
-from packtool.slabs.format import MANIFEST, FormatError, read_manifest, shard_names
+from packtool.slabs.format import (LEGACY_MANIFEST, MANIFEST, FormatError, manifest_file, read_manifest,
+                                   shard_names)
+
+_MANIFESTS = (MANIFEST, LEGACY_MANIFEST)
 
 TMP_TAG = "packtool-tmp"
 SPILL_TAG = "packtool-spill"
@@ -79,13 +82,13 @@ def owned_names(output: str) -> list[str]:
         return []
     try:
         m = read_manifest(output)
-        names = shard_names(m, os.path.join(output, MANIFEST))
+        names = shard_names(m, manifest_file(output) or output)
     except FormatError:
-        return _refuse_foreign(output, entries, "it is not a packtool output (no readable manifest.json)")
-    foreign = [e for e in entries if e != MANIFEST and e not in set(names)]
+        return _refuse_foreign(output, entries, "it is not a packtool output (no readable manifest)")
+    foreign = [e for e in entries if e not in _MANIFESTS and e not in set(names)]
     if foreign:
         return _refuse_foreign(output, foreign, "a packtool output, but it also holds")
-    return [e for e in entries if e == MANIFEST or e in set(names)]
+    return [e for e in entries if e in _MANIFESTS or e in set(names)]
 
 
 def _refuse_foreign(output: str, foreign: list[str], why: str) -> list[str]:
@@ -241,7 +244,7 @@ def clean_stale(output: str, cache_root: str | None = None) -> int:
             continue
         path = os.path.join(parent, e)
         if m.group(2):  # `.old`: the previous output, set aside by a swap that did not finish
-            if not os.path.lexists(out) and os.path.exists(os.path.join(path, MANIFEST)):
+            if not os.path.lexists(out) and manifest_file(path):
                 os.replace(path, out)
                 restored = True
                 continue
@@ -294,7 +297,7 @@ def _remove_previous(old: str, quiet: bool = False) -> int:
         names = shard_names(read_manifest(old))
     except FormatError:
         names = []
-    for n in (*names, MANIFEST):
+    for n in (*names, *_MANIFESTS):
         try:
             os.unlink(os.path.join(old, n))
         except FileNotFoundError:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 import packtool.tokenize.templates as templates
 from packtool.cli.app import app
 from packtool.output import lock_path
+from packtool.slabs.format import MANIFEST
 
 runner = CliRunner()
 TEMP_MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-")
@@ -148,7 +149,7 @@ def test_previous_output_with_a_foreign_file_not_replaced(proj):
 
 
 def test_damaged_previous_output_not_replaced(proj):
-    (proj / "packed" / "manifest.json").write_text("{not json")
+    (proj / "packed" / MANIFEST).write_text("{not json")
     expect_error(proj.parent, pack_args(proj, "-o", "packed", "--overwrite"), 2,
                  "packed", "not a packtool output")
 
@@ -338,11 +339,11 @@ def damaged(tmp_path, previous, monkeypatch):
         shutil.copytree(previous, d)
         path, value, _ = MANIFEST_CASES[case]
         if path == "raw":
-            (d / "manifest.json").write_text(value)
+            (d / MANIFEST).write_text(value)
         else:
-            m = json.loads((d / "manifest.json").read_text())
+            m = json.loads((d / MANIFEST).read_text())
             _edit(m, path, value)
-            (d / "manifest.json").write_text(json.dumps(m))
+            (d / MANIFEST).write_text(json.dumps(m))
         return d
     monkeypatch.chdir(tmp_path)
     return make
@@ -382,7 +383,7 @@ def test_damaged_shard(tmp_path, previous, monkeypatch, damage, inspect_needle, 
     monkeypatch.chdir(tmp_path)
     d = tmp_path / "out"
     shutil.copytree(previous, d)
-    shard = d / json.loads((d / "manifest.json").read_text())["shards"][0]["file"]
+    shard = d / json.loads((d / MANIFEST).read_text())["shards"][0]["file"]
     if damage == "garbage":
         shard.write_bytes(b"not parquet at all")
     elif damage == "truncate":
@@ -404,9 +405,9 @@ def test_inspect_and_verify_not_an_output(tmp_path, monkeypatch, what):
         p.mkdir()
     elif what == "a_file":
         p.write_text("hello")
-    expect_error(tmp_path, ["inspect", str(p)], 2, what, "no manifest.json")
+    expect_error(tmp_path, ["inspect", str(p)], 2, what, "not a packtool output")
     r = runner.invoke(app, ["verify", str(p)])
-    assert r.exit_code == 1 and "no manifest.json" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert r.exit_code == 1 and "not a packtool output" in r.stdout and "Traceback" not in r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("kind,content,needle", [

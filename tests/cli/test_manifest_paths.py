@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.errors import PacktoolFormatError
-from packtool.slabs.format import SlabManifest, shard_names
+from packtool.slabs.format import MANIFEST, SlabManifest, shard_names
 
 runner = CliRunner()
 BAD_NAMES = ["../secret/x.parquet", "/etc/passwd", "sub/slabs-00000.parquet", "..", ".", "", "a\\b.parquet", 7]
@@ -34,16 +34,16 @@ def escaped(request, packed, tmp_path):
     shutil.copytree(packed, d)
     secret = tmp_path / "secret"
     secret.mkdir()
-    first = json.loads((d / "manifest.json").read_text())["shards"][0]["file"]
+    first = json.loads((d / MANIFEST).read_text())["shards"][0]["file"]
     shutil.copy(d / first, secret / "x.parquet")  # a readable shard outside: must not be read
-    m = json.loads((d / "manifest.json").read_text())
+    m = json.loads((d / MANIFEST).read_text())
     m["shards"][0]["file"] = request.param
-    (d / "manifest.json").write_text(json.dumps(m))
+    (d / MANIFEST).write_text(json.dumps(m))
     return d
 
 
 def test_shard_names_refuses(escaped):
-    m = json.loads((escaped / "manifest.json").read_text())
+    m = json.loads((escaped / MANIFEST).read_text())
     with pytest.raises(PacktoolFormatError, match="not a plain file name"):
         shard_names(m)
     with pytest.raises(PacktoolFormatError, match="not a plain file name"):

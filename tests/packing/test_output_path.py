@@ -150,3 +150,11 @@ def test_owned_names_refuses_foreign_and_unreadable(tmp_path):
     (tmp_path / "o" / MANIFEST).write_text("[]")
     with pytest.raises(PacktoolOutputError, match="not a packtool output"):
         owned_names(d)
+
+
+def test_an_older_output_with_manifest_json_is_replaceable(tmp_path, monkeypatch):
+    from packtool.slabs.format import LEGACY_MANIFEST
+    monkeypatch.chdir(tmp_path)
+    d = _fake_output(str(tmp_path / "old"))
+    os.replace(os.path.join(d, MANIFEST), os.path.join(d, LEGACY_MANIFEST))
+    assert check_output(d, overwrite=True) == [LEGACY_MANIFEST, "slabs-00000.parquet"]
