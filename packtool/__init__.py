@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Alignment": "packtool.align",
     "AlignmentError": "packtool.align",
+    "PacktoolError": "packtool.errors",
     "PacktoolInputError": "packtool.errors",
     "TokenizeConfig": "packtool.tokenize.config",
     "PackingConfig": "packtool.planning.core",

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from packtool.errors import PacktoolConfigError
+
 FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
 CONVENTIONS = ("packtool", "skyrl", "nemo-rl", "verl", "per-sequence")
 
 
-class AlignmentError(ValueError):
+class AlignmentError(PacktoolConfigError):
     """Invalid alignment settings; the message names the flag to change."""
 
 

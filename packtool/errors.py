@@ -1,21 +1,85 @@
-"""The one error type for bad input: a single line naming the file, the row and the fix.
+"""packtool's one error type: every user-facing failure is a `PacktoolError`, one line naming
+the file (and row, or flag) and the fix.
 
-The CLI maps it to exit code 2; library callers can catch it without parsing text.
+    PacktoolError            base; `kind` and `exit_code` say how the CLI reports it
+      PacktoolInputError     bad input data, tokenizer or template (kind "input")
+      PacktoolConfigError    flags that cannot work together: alignment, plan (kind "config")
+      PacktoolCacheError     a tokenized cache that cannot be used (kind "cache")
+      PacktoolFormatError    a packed output this packtool cannot read (kind "format")
+      PacktoolOutputError    an --output packtool will not write to, or is busy (kind "output")
+
+The CLI prints `error: <message>` (escaped: user text is never read as markup) and exits with
+`exit_code` (2 for all of these; 1 is kept for "verify found problems"). The base derives
+from ValueError so that callers written against the older error types keep working.
 """
 from __future__ import annotations
 
+EXIT_OK = 0
+EXIT_PROBLEMS = 1  # verify ran and found problems
+EXIT_USAGE = 2  # bad usage, input, config, cache, format or output path
+EXIT_INTERNAL = 3  # a bug in packtool (not the user's fault): report it with --debug
 
-class PacktoolInputError(ValueError):
-    """Bad input data, tokenizer or flag. The message is one line (newlines are folded)."""
 
-    def __init__(self, message: str, *, path: str | None = None, row: int | None = None,
+def one_line(text: object) -> str:
+    """Fold whitespace (newlines included) so that a message is always a single line."""
+    return " ".join(str(text).split())
+
+
+class PacktoolError(ValueError):
+    """Base of every error packtool raises for a user to act on. The message is one line."""
+
+    kind = "error"
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, path: str | None = None, row: int | None = None,
                  flag: str | None = None) -> None:
         where = ", ".join(p for p in (str(path) if path is not None else None,
                                        f"row {row}" if row is not None else None) if p)
-        text = " ".join(str(message).split())
+        text = one_line(message)
         if flag is not None and flag not in text:
             text += f" (see {flag})"
         super().__init__(f"{where}: {text}" if where else text)
         self.path = path
         self.row = row
         self.flag = flag
+
+    def to_dict(self) -> dict:
+        """The `--json` form of the error."""
+        return {"error": {"kind": self.kind, "type": type(self).__name__, "message": str(self),
+                          "path": None if self.path is None else str(self.path), "row": self.row,
+                          "flag": self.flag, "exit_code": self.exit_code}}
+
+
+class PacktoolInputError(PacktoolError):
+    """Bad input data, tokenizer, template or flag value."""
+
+    kind = "input"
+
+
+class PacktoolConfigError(PacktoolError):
+    """A configuration that cannot work: alignment flags, packing policy, capacity."""
+
+    kind = "config"
+
+
+class PacktoolCacheError(PacktoolError):
+    """A tokenized cache that is damaged, stale or unreadable; the message says the fix."""
+
+    kind = "cache"
+
+
+class PacktoolFormatError(PacktoolError):
+    """A packed output (manifest or shard) that this packtool cannot read."""
+
+    kind = "format"
+
+
+class PacktoolOutputError(PacktoolError):
+    """An --output that packtool will not write to (not its own, inside an input, busy)."""
+
+    kind = "output"
+
+
+__all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
+           "PacktoolFormatError", "PacktoolOutputError", "one_line", "EXIT_OK", "EXIT_PROBLEMS",
+           "EXIT_USAGE", "EXIT_INTERNAL"]

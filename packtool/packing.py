@@ -15,8 +15,6 @@ import os
 import pickle
 import shutil
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from typing import Callable
@@ -46,10 +44,10 @@ from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
 from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
-
-
-class OutputExistsError(FileExistsError):
-    pass
+from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
+from packtool.output import OutputExistsError, check_output, claim_output  # noqa: E402,F401
+from packtool.output import spill_dir, swap_into_place, temp_dir  # noqa: E402
+from packtool.progress import say_if_compiling  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -71,24 +69,27 @@ def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None 
          workers: int | None = None, plan_shard_rows: int | None = None) -> PackResult:
     """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
     if tokenize is None:
-        raise ValueError("a TokenizeConfig is needed (--tokenizer)")
-    check_output(output, overwrite, dry_run)
-    t0 = time.perf_counter()
-    cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
-    return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
-                      progress=progress, shard_tokens=shard_tokens,
-                      tokenize_seconds=time.perf_counter() - t0, workers=workers,
-                      plan_shard_rows=plan_shard_rows)
+        raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
+    with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
+                      cache_dir=cache_root(cache_dir)):
+        say_if_compiling(progress and not dry_run)
+        t0 = time.perf_counter()
+        cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+        return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
+                          progress=progress, shard_tokens=shard_tokens,
+                          tokenize_seconds=time.perf_counter() - t0, workers=workers,
+                          plan_shard_rows=plan_shard_rows)
 
 
-def check_output(output: str | None, overwrite: bool, dry_run: bool) -> None:
-    """Refuse before any work is done, never after."""
-    if dry_run:
-        return
-    if not output:
-        raise ValueError("--output is required (or use --dry-run)")
-    if os.path.exists(output) and not overwrite:
-        raise OutputExistsError(f"{output} exists: pass --overwrite to replace it")
+def cache_root(cache_dir: str | None) -> str:
+    from packtool.tokenize.pipeline import default_cache_dir
+    return cache_dir or default_cache_dir()
+
+
+def _config_files(tokenize: TokenizeConfig) -> list[str]:
+    """The tokenizer and template files: inputs too, which an --output must not hold."""
+    return [p for p in (tokenize.tokenizer, tokenize.chat_template)
+            if isinstance(p, str) and os.path.exists(p)]
 
 
 def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig | None = None,
@@ -101,10 +102,18 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     not depend on it). The plan is made in shards of `plan_shard_rows` rows (default
     `PLAN_SHARD_ROWS`) spilled to disk; 0 plans every row at once in memory."""
     packing = packing or PackingConfig()
-    check_output(output, overwrite, dry_run)
+    with claim_output(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)):
+        return _pack_cache(cache, alignment, packing, output, dry_run, progress, shard_tokens,
+                           tokenize_seconds, workers, plan_shard_rows)
+
+
+def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig,
+                output: str | None, dry_run: bool, progress: bool, shard_tokens: int,
+                tokenize_seconds: float, workers: int | None,
+                plan_shard_rows: int | None) -> PackResult:
     shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else int(plan_shard_rows)
     if shard_rows < 0:
-        raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {shard_rows}")
+        raise PacktoolInputError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {shard_rows}")
     if shard_rows and cache.num_rows:
         return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
                              tokenize_seconds, workers, shard_rows)
@@ -117,7 +126,7 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     t1 = time.perf_counter()
     tokens = flat_store_for(cache)
     if not np.array_equal(np.diff(tokens.offsets), lengths):
-        raise RuntimeError(f"{cache.path}: tokenized cache is inconsistent; delete it and re-run")
+        raise PacktoolCacheError("tokenized cache is inconsistent; delete it and re-run", path=cache.path)
     shards, loss = write_output(p, summary, cache, output, lambda tmp, pad_id: write_shards(
         p, tokens, tmp, pad_id, shard_tokens=shard_tokens, on_rows=_progress_cb(progress, p.num_slabs),
         workers=workers))
@@ -136,7 +145,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
 
     store_dir = flat_store_for(cache).directory  # built (or rebuilt from an older layout) once
     release_memory()
-    spill = _spill_dir(output)
+    spill = spill_dir(output)
     try:
         sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
         summary = with_skipped(sp.summary(), cache.skipped)
@@ -160,17 +169,6 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
                       time.perf_counter() - t1)
 
 
-def _spill_dir(output: str | None) -> str:
-    """A fresh directory beside the output (same file system as the write), else in the
-    system's temporary directory."""
-    if not output:
-        return tempfile.mkdtemp(prefix="packtool-spill-")
-    parent = os.path.dirname(os.path.abspath(output)) or "."
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(output))}.packtool-spill-",
-                            dir=parent)
-
-
 def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,
                  output: str, write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
     """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
@@ -178,7 +176,7 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
     failure (Ctrl-C included) the temporary directory goes and `output` is untouched. Of `p`
     the manifest reads the alignment and packing config only."""
     info = _plain(cache.tokenizer_info) or {}
-    tmp = _temp_dir(output)
+    tmp = temp_dir(output)
     try:
         shards = write_fn(tmp, _pad_id(info))
         loss = sum(s.loss_tokens for s in shards)
@@ -195,7 +193,7 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
                "files": [_plain(f) for f in cache.input_files],
                "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
         write_manifest(tmp, build_manifest(p, shards, manifest_stats(summary, loss), info, inp))
-        _swap_into_place(tmp, output)
+        swap_into_place(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -215,35 +213,6 @@ def _pad_id(info: dict) -> int:
         if info.get(k) is not None:
             return int(info[k])
     return 0
-
-
-def _temp_dir(output: str) -> str:
-    parent = os.path.dirname(os.path.abspath(output)) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(output))}.packtool-tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    return tmp
-
-
-def _swap_into_place(tmp: str, output: str) -> None:
-    """The old output stays whole until the new one is complete; then two renames, with
-    SIGINT held back so that Ctrl-C cannot land between them and leave no output at all."""
-    import signal
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        if os.path.exists(output):
-            old = tmp + ".old"
-            os.replace(output, old)
-            os.replace(tmp, output)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, output)
-    finally:
-        if main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:

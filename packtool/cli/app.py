@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from packtool.cli.failure import fail, guarded, set_debug
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
-err = Console(stderr=True)
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
@@ -25,6 +26,7 @@ Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint o
 Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 # Tokenization flags, shared by `pack` and `verify --source`.
 Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
 ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
@@ -38,9 +40,9 @@ OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")]
 
 
-def _fail(e: Exception, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an error (also PACKTOOL_DEBUG=1).")] = False) -> None:
+    set_debug(debug)
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
@@ -53,6 +55,7 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
 
 
 @app.command()
+@guarded
 def plan(
     lengths: Annotated[str, typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths.")],
     column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
@@ -73,8 +76,8 @@ def plan(
         p = make_plan(load_lengths(lengths, column), align, cfg)
         if output:
             write_plan(p, output)
-    except ValueError as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     summary = plan_summary(p)
     if json_out:
         print(json.dumps(summary.to_dict()))
@@ -83,6 +86,7 @@ def plan(
 
 
 @app.command()
+@guarded
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
     tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
@@ -132,8 +136,8 @@ def pack(
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
                        shard_tokens=shard_tokens, **kw)
-    except (ValueError, OSError) as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         d = res.summary.to_dict()
         d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
@@ -151,10 +155,12 @@ def pack(
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
-                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.")
+                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.",
+                  markup=False, highlight=False)
 
 
 @app.command()
+@guarded
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
     lengths: Annotated[Optional[str], typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths (before packing).")] = None,
@@ -166,16 +172,17 @@ def inspect(
     compare: Annotated[bool, typer.Option("--compare", help="Also plan the same lengths with every algorithm and convention.")] = False,
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Try nearby capacities for less padding.")] = True,
     html: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report (inline SVG) to FILE.")] = None,
-    json_out: JsonOut = False,
+    json_out: JsonOut = False, quiet: Quiet = False,
 ) -> None:
     """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
     from packtool.cli.printing import print_inspect_report
     from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
-        _fail(ValueError("give exactly one of DIR, --lengths FILE or --plan FILE"))
+        fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:
         if directory is not None:
-            report = inspect_packed(directory, compare=compare, what_if=what_if)
+            report = inspect_packed(directory, compare=compare, what_if=what_if,
+                                    progress=not (json_out or quiet))
         else:
             from packtool.planning.core import PackingConfig, load_lengths
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
@@ -187,17 +194,18 @@ def inspect(
         if html:
             from packtool.inspection.html import write_html
             write_html(report, html)
-    except (ValueError, OSError, KeyError) as e:
-        _fail(e)
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         print(json.dumps(report.to_dict()))
     else:
         print_inspect_report(report, Console())
         if html:
-            Console().print(f"HTML report: {html}")
+            Console().print(f"HTML report: {html}", markup=False, highlight=False)
 
 
 @app.command()
+@guarded
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (slabs-*.parquet + .manifest.json).")],
     source: Annotated[Optional[list[str]], typer.Option("--source", help="The inputs that were packed (repeat); compares every segment's tokens.")] = None,
@@ -207,7 +215,7 @@ def verify(
     on_empty: OnEmpty = None, cache_dir: CacheDir = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
     max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
-    json_out: JsonOut = False,
+    json_out: JsonOut = False, quiet: Quiet = False,
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
@@ -222,11 +230,12 @@ def verify(
                                          prompt_field=prompt_field, response_field=response_field,
                                          text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                                          on_empty=on_empty)
-            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir, progress=not json_out)
+            flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
+                                             progress=not (json_out or quiet))
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
-                            source_fingerprint=fingerprint)
-    except (ValueError, OSError) as e:
-        _fail(e)
+                            source_fingerprint=fingerprint, progress=not (json_out or quiet))
+    except Exception as e:
+        fail(e, json_out)
     if json_out:
         print(json.dumps(report.to_dict(), default=str))
     else:
@@ -236,7 +245,7 @@ def verify(
 
 from packtool.megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
 
-app.command("train")(train_command)
+app.command("train")(guarded(train_command))
 
 
 def main() -> None:

@@ -50,18 +50,19 @@ def print_verify_report(r, console: Console) -> None:
     rate = r.physical_tokens / r.seconds if r.seconds else 0.0
     rate_s = f"{rate / 1e6:.1f}M" if rate >= 1e6 else f"{rate / 1e3:.0f}k"
     what = "structure and source tokens" if r.source_checked else "structure (no --source)"
-    console.print(f"{r.directory}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+    console.print(f"{escape(str(r.directory))}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
                   f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
                   f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
     for n in r.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
     if r.ok:
         console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
         return
     shown: dict = {}
     for p in r.problems:
         shown[p.check] = shown.get(p.check, 0) + 1
-        ef = "" if p.expected is None and p.found is None else f" [dim](expected {p.expected}, found {p.found})[/]"
+        ef = "" if p.expected is None and p.found is None else \
+            f" [dim](expected {escape(str(p.expected))}, found {escape(str(p.found))})[/]"
         console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(p.location())}: {escape(p.message)}{ef}",
                       highlight=False, soft_wrap=True)
     for check, n in sorted(r.counts.items()):
@@ -80,7 +81,7 @@ def print_inspect_report(r, console: Console) -> None:
     # inspect's figures load only for inspect: `pack` and `verify` never import the inspect stage
     from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
     a = r.alignment
-    console.print(f"[bold]{r.kind}[/] {r.path or ''} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
+    console.print(f"[bold]{r.kind}[/] {escape(str(r.path or ''))} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
                   f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']:,} U={a['usable']:,}"
                   + (f" fixed={a['fixed_length']:,}" if a["fixed_length"] else "")
                   + f" · s={a['s']} t={a['t']} · {a['convention']} convention", highlight=False)
@@ -131,7 +132,7 @@ def compare_table(r) -> Table:
     top = max((c.waste for c in r.compare if c.error is None), default=0)
     for c in r.compare:
         if c.error:
-            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{c.error}[/]")
+            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{escape(str(c.error))}[/]")
             continue
         ct.add_row(c.convention, c.algorithm, str(c.s), str(c.t), fmt_int(c.slabs),
                    fmt_int(max(c.lower_bound, c.l2_bound)), fmt_pct(c.efficiency), fmt_pct(c.waste),

@@ -22,8 +22,9 @@ from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
-from packtool.errors import PacktoolInputError
-from packtool.packing import PackResult, check_output, write_output
+from packtool.errors import PacktoolError, PacktoolInputError
+from packtool.output import claim_output
+from packtool.packing import PackResult, _config_files, cache_root, write_output
 from packtool.planning.core import PackingConfig, PlanError
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
@@ -40,7 +41,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, progress: 
         import ray
         import ray.data
     except ImportError:
-        raise ValueError("--engine ray needs Ray Data: pip install 'packtool[ray]'") from None
+        raise PacktoolInputError("--engine ray needs Ray Data: pip install 'packtool[ray]'") from None
 
     if not ray.is_initialized():
         env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}
@@ -69,7 +70,7 @@ def _unwrap(e: BaseException) -> BaseException:
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, (PacktoolInputError, PlanError)):
+        if isinstance(x, PacktoolError):
             return x
         todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
     return e
@@ -100,8 +101,15 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     0 plans globally on the driver."""
     packing = packing or PackingConfig()
     if tokenize is None:
-        raise ValueError("a TokenizeConfig is needed (--tokenizer)")
-    check_output(output, overwrite, dry_run)
+        raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
+    with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
+                      cache_dir=cache_root(cache_dir)):
+        return _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir,
+                         progress, shard_tokens, ray_address, num_cpus, plan_shard_rows)
+
+
+def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,
+              shard_tokens, ray_address, num_cpus, plan_shard_rows) -> PackResult:
     init_ray(ray_address, num_cpus, progress)
     t0 = time.perf_counter()
     try:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import PacktoolInputError
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
 from packtool.packers import ATTN_COEF
@@ -27,7 +28,7 @@ FILL_BINS = 10
 WORST = 10
 
 
-class InspectError(ValueError):
+class InspectError(PacktoolInputError):
     """The input cannot be inspected as asked; the message names the file and the fix."""
 
 
@@ -151,8 +152,12 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
     packing = packing or PackingConfig()
     if not os.path.exists(path):
         raise InspectError(f"{path}: no such file (--plan)")
-    t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
-                                      "length", "padded"])
+    try:
+        t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
+                                          "length", "padded"])
+    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
+        raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
+                           f"write it with `packtool plan --output`") from None
     col = {c: t.column(c).to_numpy() for c in t.column_names}
     slab = col["slab"].astype(np.int64)
     if slab.size and (np.diff(slab) < 0).any():
@@ -179,11 +184,10 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
     return build_report("plan", path, ss, compare, what_if, t0)
 
 
-def inspect_packed(directory: str, compare: bool = False, what_if: bool = True) -> InspectReport:
+def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
+                   progress: bool = False) -> InspectReport:
     """Reads only the small columns of each shard (never input_ids), one shard at a time."""
     import time
-
-    import pyarrow.parquet as pq
 
     from packtool.slabs.format import SlabManifest
     t0 = time.perf_counter()
@@ -192,23 +196,12 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True) 
     cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step"]
     parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step")}
     locations: list[str] = []
-    for i, name in enumerate(sm.shards):
-        path = sm.shard_path(i)
-        if not os.path.exists(path):
-            raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
-        t = pq.read_table(path, columns=cols)
-        src_arr = t.column("source_index").combine_chunks()
-        src = src_arr.values.to_numpy()
-        real = src >= 0  # fill segments are layout, not content
-        per_row = np.diff(src_arr.offsets.to_numpy())
-        row_of = np.repeat(np.arange(t.num_rows), per_row)
-        parts["len"].append(t.column("seq_lens").combine_chunks().values.to_numpy()[real])
-        parts["src"].append(src[real])
-        parts["chunk"].append(t.column("chunk_index").combine_chunks().values.to_numpy()[real])
-        parts["nseg"].append(np.bincount(row_of[real], minlength=t.num_rows))
-        for k, c in (("loss", "num_loss_tokens"), ("single", "singleton"), ("rank", "dp_rank"), ("step", "step")):
-            parts[k].append(t.column(c).to_numpy())
-        locations += [f"{name} row {r}" for r in range(t.num_rows)]
+    from packtool.progress import bar, large
+    paths = [sm.shard_path(i) for i in range(len(sm.shards))]
+    with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
+        for i, name in enumerate(sm.shards):
+            _read_shard(directory, paths[i], name, cols, parts, locations)
+            advance(1)
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
@@ -220,6 +213,30 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True) 
                  ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
                  cat["loss"].astype(np.int64), locations)
     return build_report("packed", directory, ss, compare, what_if, t0)
+
+
+def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: dict, locations: list) -> None:
+    """Append one shard's small columns to `parts` (never input_ids)."""
+    import pyarrow.parquet as pq
+    if not os.path.isfile(path):
+        raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
+    try:
+        t = pq.read_table(path, columns=cols)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a shard
+        raise InspectError(f"{path}: cannot be read as a slab shard ({' '.join(str(e).split())[:200]}); "
+                           f"run `packtool verify {directory}`") from None
+    src_arr = t.column("source_index").combine_chunks()
+    src = src_arr.values.to_numpy()
+    real = src >= 0  # fill segments are layout, not content
+    per_row = np.diff(src_arr.offsets.to_numpy())
+    row_of = np.repeat(np.arange(t.num_rows), per_row)
+    parts["len"].append(t.column("seq_lens").combine_chunks().values.to_numpy()[real])
+    parts["src"].append(src[real])
+    parts["chunk"].append(t.column("chunk_index").combine_chunks().values.to_numpy()[real])
+    parts["nseg"].append(np.bincount(row_of[real], minlength=t.num_rows))
+    for k, c in (("loss", "num_loss_tokens"), ("single", "singleton"), ("rank", "dp_rank"), ("step", "step")):
+        parts[k].append(t.column(c).to_numpy())
+    locations += [f"{name} row {r}" for r in range(t.num_rows)]
 
 
 def _reassemble(source: np.ndarray, seg_len: np.ndarray) -> np.ndarray:

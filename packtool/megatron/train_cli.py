@@ -107,5 +107,6 @@ def train_command(
                           save_every=save_every)
         train(cfg)
     except (ValueError, FileNotFoundError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+        err.print(f"[bold red]error:[/] {escape(' '.join(str(e).split()))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from packtool.errors import PacktoolConfigError
+
 ATTN_COEF = 1.0 / (12 * 4096)
 
 
-class DPError(ValueError):
+class DPError(PacktoolConfigError):
     """--dp cannot be satisfied for this input; the message says why and what to change."""
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import PacktoolConfigError
 from packtool.layout import Layout, compute_layout
 from packtool.packers import ALGORITHMS, assign_dp, pack_items
 
@@ -21,7 +22,7 @@ OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
 DEFAULT_OVERFLOW = {"ffd": "error", "bfd": "error", "mffd": "singleton", "balanced": "singleton"}
 
 
-class PlanError(ValueError):
+class PlanError(PacktoolConfigError):
     """A plan cannot be made as asked; the message names the row and the flag that fixes it."""
 
 

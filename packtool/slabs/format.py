@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError
 
 MANIFEST = ".manifest.json"
@@ -27,7 +27,7 @@ LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 FORMAT_NAME = "packtool-slabs"
 
 
-class FormatError(PacktoolInputError):
+class FormatError(PacktoolFormatError):
     """A packed output that this packtool cannot read: no manifest, another format or
     version, a damaged or edited manifest, a shard name that leaves the folder."""
 
@@ -150,7 +150,39 @@ def read_manifest(directory: str) -> dict:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
                           f"{FORMAT_NAME!r} schema {SCHEMA_VERSION}")
+    _check_types(m, path)
     return m
+
+
+def _check_types(m: dict, path: str) -> None:
+    """The JSON types every reader relies on, so an edited manifest is one line, not a crash
+    inside whichever reader touches the field first."""
+    def bad(field: str, want: str):
+        raise FormatError(f"{path}: {field} is not {want}; the manifest is edited or damaged: "
+                          f"re-run `packtool pack`")
+    is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for key in ("config", "stats", "tokenizer", "input"):
+        if key in m and m[key] is not None and not isinstance(m[key], dict):
+            bad(key, "an object")
+    if not isinstance(m.get("config"), dict):
+        bad("config", "an object")
+    for key, v in (m.get("stats") or {}).items():  # counts, or objects of counts (overflow, changes)
+        if key == "overflow" or isinstance(v, dict):
+            if not isinstance(v, dict) or not all(is_num(x) for k, x in v.items() if k != "policy"):
+                bad(f"stats.{key}", "an object of counts")
+        elif v is not None and not is_num(v):
+            bad(f"stats.{key}", "a number")
+    for key in ("pad_id", "eos_id", "bos_id", "vocab_size"):
+        v = (m.get("tokenizer") or {}).get(key)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
+            bad(f"tokenizer.{key}", "an integer")
+    shards = m.get("shards")
+    if not isinstance(shards, list) or not all(isinstance(e, dict) for e in shards):
+        bad("shards", "a list of objects")
+    for i, e in enumerate(shards):
+        for key in ("rows", "tokens", "loss_tokens", "bytes"):
+            if key in e and not (isinstance(e[key], int) and not isinstance(e[key], bool)):
+                bad(f"shards[{i}].{key}", "an integer")
 
 
 def manifest_config(m: dict, where: str = MANIFEST) -> tuple[Alignment, PackingConfig]:

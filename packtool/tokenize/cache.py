@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolCacheError, PacktoolInputError
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.encode import TokenizerInfo
 
@@ -43,7 +43,7 @@ FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.j
 CHECKSUM_ALG = "xxh3_128"
 
 
-class CacheDamagedError(PacktoolInputError):
+class CacheDamagedError(PacktoolCacheError):
     """A tokenized cache whose files do not match what cache.json recorded (or whose
     cache.json cannot be read). The pipeline rebuilds such a cache; a caller that opened one
     directly gets this error, naming the cache and the fix."""
@@ -340,7 +340,7 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
             return problem
     try:
         TokenizedCache(root)
-    except PacktoolInputError as e:
+    except (PacktoolInputError, CacheDamagedError) as e:
         return str(e)
     return None
 

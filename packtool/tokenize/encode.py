@@ -101,8 +101,15 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
                 if os.path.exists(os.path.join(spec, "tokenizer.model")) else ""
             raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag="--tokenizer")
         if os.path.exists(conf_path):
-            with open(conf_path, encoding="utf-8") as f:
-                conf = json.load(f)
+            try:
+                with open(conf_path, encoding="utf-8") as f:
+                    conf = json.load(f)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=conf_path,
+                                         flag="--tokenizer") from None
+            if not isinstance(conf, dict):
+                raise PacktoolInputError("is not a JSON object; fix or remove it", path=conf_path,
+                                         flag="--tokenizer")
         else:
             conf_path = None
     else:

@@ -207,7 +207,7 @@ def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | N
     if r.existing is not None:
         return r.existing
     os.makedirs(r.root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-", dir=r.root)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", dir=r.root)
     try:
         with _fewer_collections():
             meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,

@@ -60,7 +60,7 @@ class VerifyReport:
 
 def verify(directory: str, source_dir: str | None = None, workers: int | None = None,
            max_problems: int = 20, batch_rows: int = 128,
-           source_fingerprint: str | None = None) -> VerifyReport:
+           source_fingerprint: str | None = None, progress: bool = False) -> VerifyReport:
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
     (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own."""
     t0 = time.perf_counter()
@@ -79,7 +79,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
                      f"files or options as `pack` (differences below would follow from that)")
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
-    listed = [s.get("file") for s in man.get("shards", [])]
+    listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
     present = [f for f in listed if os.path.isfile(os.path.join(directory, f))]
     for f in listed:
         if f not in present:
@@ -97,12 +97,15 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
                     f"read every file whose name does not start with '.' or '_')", shard=f)
     tok = man.get("tokenizer") or {}
     workers = max(1, workers or os.cpu_count() or 1)
-    by_name = {s["file"]: s for s in man.get("shards", [])}
+    by_name = dict(zip(listed, man["shards"]))
     base = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
                      checksum=_checksum_of(by_name[f]))
             for f in listed if f in present]
-    results = _merge_pieces(_run(_pieces(base, 4 * workers), workers))
+    from packtool.progress import bar, large
+    pieces = _pieces(base, 4 * workers)
+    with bar("Verifying", len(pieces), "pieces", progress and large([j.path for j in base])) as advance:
+        results = _merge_pieces(_run(pieces, workers, advance))
     for res in results:
         _check_shard_entry(by_name[res.name], res, log)
         log.merge(res.log)
@@ -131,24 +134,29 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
-def _run(jobs: list[ShardJob], workers: int) -> list[ShardResult]:
+def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[ShardResult]:
     workers = min(workers, len(jobs))
     if workers <= 1:
-        return [check_shard(j) for j in jobs]
+        return [_done(check_shard(j), advance) for j in jobs]
     # forkserver: Arrow and numba keep threads, which fork would copy in a broken state. The
     # pool is kept for the life of the process, so repeated verifies pay start-up once.
     pool = _POOLS.get(workers)
     if pool is None:
         pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("forkserver"))
     try:
-        return list(pool.map(check_shard, jobs))
+        return [_done(r, advance) for r in pool.map(check_shard, jobs)]
     except BrokenProcessPool as e:
         # e.g. a caller's script without `if __name__ == "__main__":` (workers re-import it):
         # the checks do not depend on the pool, so run them here rather than fail
         _POOLS.pop(workers, None)
         import warnings
         warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
-        return [check_shard(j) for j in jobs]
+        return [_done(check_shard(j), advance) for j in jobs]
+
+
+def _done(r: ShardResult, advance) -> ShardResult:
+    advance(1)
+    return r
 
 
 def _pieces(jobs: list[ShardJob], target: int) -> list[ShardJob]:

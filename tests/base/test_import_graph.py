@@ -18,8 +18,10 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
-BASE = {"errors", "align", "layout", "packers", "__init__"}
-ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "packing": 4, "verification": 5, "inspection": 5}
+BASE = {"errors", "align", "layout", "packers", "progress", "__init__"}
+# output.py (who may write where) sits between the slab format it reads and the pack job.
+ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output": 3.5, "packing": 4, "verification": 5,
+         "inspection": 5}
 CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages
 
 

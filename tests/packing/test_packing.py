@@ -218,8 +218,9 @@ def test_cli_missing_input_and_existing_output(tmp_path):
     r = runner.invoke(app, ["pack", str(tmp_path / "nope.jsonl"), "--tokenizer", GPT2, "--output", str(tmp_path / "o")])
     assert r.exit_code == 2 and "nope.jsonl" in r.output
     (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.txt").write_text("mine")  # an empty folder is fine; a foreign file is not
     r = runner.invoke(app, ["pack", PEPS, "--tokenizer", GPT2, "--output", str(tmp_path / "o")])
-    assert r.exit_code == 2 and "--overwrite" in r.output
+    assert r.exit_code == 2 and "notes.txt" in r.output
 
 
 def test_dry_run_prints_plan_and_writes_nothing(tmp_path):

@@ -1,0 +1,100 @@
+"""How a failed command ends: one escaped `error:` line on stderr (user text is never read as
+rich markup), the same as a JSON object on stdout under `--json`, and the exit status.
+
+    0  done (verify: every invariant holds)
+    1  verify ran and found problems
+    2  bad usage, input, config, cache, format or output path (every PacktoolError; also a
+       file that cannot be read or written)
+    3  a packtool bug: the line says so; the traceback shows with --debug or PACKTOOL_DEBUG=1
+A traceback is printed only in debug mode.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import os
+import sys
+import traceback
+
+import typer
+from typer.exceptions import TyperException
+from rich.console import Console
+from rich.text import Text
+
+from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
+
+_STATE = {"debug": False}
+
+
+def set_debug(on: bool) -> None:
+    _STATE["debug"] = bool(on)
+
+
+def debug_on() -> bool:
+    return _STATE["debug"] or os.environ.get("PACKTOOL_DEBUG", "") not in ("", "0")
+
+
+def describe(e: BaseException) -> tuple[str, str, int]:
+    """(kind, one-line message, exit status) for any exception a command let out."""
+    if isinstance(e, PacktoolError):
+        return e.kind, one_line(e), e.exit_code
+    if isinstance(e, OSError):
+        where = e.filename if e.filename is not None else None
+        why = e.strerror or str(e)
+        if e.errno == errno.ENOSPC:
+            why += " (free some space or write elsewhere)"
+        return "io", one_line(f"{where}: {why}" if where else why), EXIT_USAGE
+    if isinstance(e, (ValueError, UnicodeError)):
+        return "input", one_line(e), EXIT_USAGE
+    if isinstance(e, MemoryError):
+        return "resources", "out of memory (try --workers 1 or a smaller --plan-shard-rows)", EXIT_USAGE
+    msg = one_line(f"{type(e).__name__}: {e}")
+    return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
+            f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
+
+
+def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
+                json_out: bool = False, extra: dict | None = None) -> None:
+    err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
+    err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
+    if json_out:
+        d = {"kind": kind, "message": message, "exit_code": code, **(extra or {})}
+        print(json.dumps({"error": d}), flush=True)
+
+
+def report(e: BaseException, json_out: bool = False) -> int:
+    """Print `e` as one line (and JSON); return the exit status."""
+    kind, message, code = describe(e)
+    if debug_on():
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    extra = {"type": type(e).__name__}
+    if isinstance(e, PacktoolError):
+        extra.update(e.to_dict()["error"])
+        extra.pop("message", None)
+    print_error(message, kind, code, json_out=json_out, extra=extra)
+    return code
+
+
+def guarded(fn):
+    """Wrap a typer command: every exception it lets out becomes `report`'s line + status."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise
+        except Exception as e:  # noqa: BLE001  the one place every failure ends
+            raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
+    return wrapper
+
+
+def fail(e: BaseException | str, json_out: bool = False) -> None:
+    """Stop the command here with `e` reported (a string is a usage error)."""
+    if isinstance(e, str):
+        print_error(one_line(e), "usage", EXIT_USAGE, json_out=json_out)
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(report(e, json_out))
+
+
+__all__ = ["describe", "fail", "guarded", "print_error", "report", "set_debug", "debug_on"]
