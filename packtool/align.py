@@ -36,7 +36,7 @@ def _lcm(*xs: int) -> int:
 
 # Local token count T (the tokens one CP rank's GEMMs see; with SP, after the all-gather)
 # that packtool's FP8 linears need to be a multiple of, found by running them on an H200
-# (bench/fp8_tiles.py, torch 2.11 cuBLASLt; bench/notes/fp8.md): T is M in fprop/dgrad (any
+# (bench/fp8_tiles.py, torch 2.11 cuBLASLt; BENCHMARKS.md "FP8 training"): T is M in fprop/dgrad (any
 # M for tensorwise, a multiple of 8 for blockwise's 1x128 scales) and the reduction dim in
 # wgrad, where torch._scaled_mm wants it divisible by 16 for both recipes; a ragged last
 # 1x128 block along T is accepted and exact. mxfp8 (Blackwell only) is not measured here:

@@ -251,7 +251,7 @@ def packtool(tp: int, cp: int, sp: bool, fp8: str) -> tuple[int, int]:
         # not run by packtool (Blackwell): megatron-core's 32 on every TP shard
         fp8_multiple = mcore_get_fp8_align_size(fp8) * cp * tp_sp
     else:
-        # tensorwise and blockwise, measured on an H200 (bench/notes/fp8.md): each CP rank's
+        # tensorwise and blockwise, measured on an H200 (BENCHMARKS.md "FP8 training"): each CP rank's
         # GEMMs run on the SP-gathered tokens, and wgrad needs that count divisible by 16
         fp8_multiple = 16 * cp
     packed_multiple = math.lcm(sequence_multiple, cp * tp_sp, fp8_multiple)

@@ -51,7 +51,7 @@ def check_shape(fp8: str, hidden: int, ffn: int, qkv: int, tp: int = 1) -> None:
     """The weight dims the FP8 GEMMs accept. blockwise: cuBLASLt reads each row of a 128x128
     weight-scale grid at a 16-byte aligned stride while torch._scaled_mm demands the exact
     stride, so the block count along both weight dims must be a multiple of 4; with K=256
-    the product came back silently wrong on the H200 (bench/notes/fp8.md)."""
+    the product came back silently wrong on the H200 (BENCHMARKS.md "FP8 training")."""
     m = {"none": 1, "tensorwise": 16, "blockwise": 512}.get(fp8, 1)
     dims = (("--hidden", hidden), ("--hidden / tp", hidden // tp), ("--ffn / tp", ffn // tp),
             ("q/k/v projection / tp", qkv // tp))

@@ -201,7 +201,7 @@ class StepPacker:
         mb, mul = self.min_bin_count or 0, self.bin_count_multiple or 1
         skyrl = self.moves == "skyrl"
         # first fit walks the max-tree per item; packers.ffd batches equal sizes, which
-        # wins once sizes repeat (n >= 2U measured, bench/notes/online.md): same bins
+        # wins once sizes repeat (n >= 2U measured, BENCHMARKS.md "Online packing"): same bins
         # (packers take sizes >= 1 only; SkyRL accepts empty sequences)
         if self.algorithm == "least-loaded" or (self.algorithm == "ffd" and (
                 n < 2 * U or int(fp.min()) < 1)):

@@ -30,7 +30,7 @@ import transcriptions as tr  # noqa: E402
 #   verl         align_size=tp=4 for every sequence; fp 8+8=16               -> 16
 #   per-sequence s=t=4: 8+8                                                  -> 16
 # tp=4, cp=1, blockwise, [7,5], C=1024 (sp on):
-#   packtool     s=1, r=16 on the SP-gathered tokens (measured, bench/notes/fp8.md),
+#   packtool     s=1, r=16 on the SP-gathered tokens (measured, BENCHMARKS.md "FP8 training"),
 #                t=lcm(1, 4, 16*1)=16. fp 12 <= 1024 -> round_up(12,16)=16
 #   skyrl        sequence=1; total=lcm(4, _fp8_token_align=128*4*1)=512        -> 512
 #   nemo-rl      (derive) pad_individual=4; get_fp8_token_alignment=128 (blockwise) ->

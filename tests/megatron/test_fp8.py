@@ -63,7 +63,7 @@ def test_reference_gemms_match_fp32(recipe, T, K, N):
 
 # --- the token rule -------------------------------------------------------------------
 def test_fp8_token_multiples_are_the_measured_ones():
-    # bench/notes/fp8.md: torch._scaled_mm on an H200 accepted (and got right) every T that is
+    # BENCHMARKS.md "FP8 training": torch._scaled_mm on an H200 accepted (and got right) every T that is
     # a multiple of 16 and no other, for both recipes (wgrad reduces over T)
     assert {r: fp8_token_multiple(r) for r in ("none", "tensorwise", "blockwise")} == {
         "none": 1, "tensorwise": 16, "blockwise": 16}
