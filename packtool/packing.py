@@ -48,6 +48,7 @@ from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
 from packtool.output import OutputExistsError, check_output, claim_output  # noqa: E402,F401
 from packtool.output import spill_dir, swap_into_place, temp_dir  # noqa: E402
 from packtool.progress import say_if_compiling  # noqa: E402
+from packtool.tokenize.hf_input import resolve_sources  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -62,19 +63,25 @@ class PackResult:
     write_seconds: float
 
 
-def pack(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
+def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
          tokenize: TokenizeConfig | None = None, output: str | None = None,
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
          progress: bool = False, shard_tokens: int = 64 << 20,
-         workers: int | None = None, plan_shard_rows: int | None = None) -> PackResult:
-    """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`."""
+         workers: int | None = None, plan_shard_rows: int | None = None,
+         split: str | None = None) -> PackResult:
+    """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`. `inputs`: paths
+    (files, folders, globs), or a `datasets.Dataset`, `IterableDataset` (streamed),
+    `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list)."""
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
-    with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
+    items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+    paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
+    with claim_output(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
                       cache_dir=cache_root(cache_dir)):
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
-        cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=cache_dir, progress=progress)
+        cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
+                                  progress=progress)
         return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
                           progress=progress, shard_tokens=shard_tokens,
                           tokenize_seconds=time.perf_counter() - t0, workers=workers,

@@ -106,9 +106,12 @@ def pack(
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="Hugging Face dataset split (a dataset name, or a local dataset repo folder, read with datasets.load_dataset; extra: packtool[hf]).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="Hugging Face dataset configuration (with a dataset name or repo folder).")] = None,
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
+    from packtool.tokenize import hf_input as _hf
     from packtool.cli.printing import print_plan_summary
     from packtool.planning.core import PackingConfig
     from packtool.tokenize.config import TokenizeConfig
@@ -133,6 +136,10 @@ def pack(
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         if shard_tokens < 1:
             raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+        if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
+            if len(inputs) != 1 or engine != "local":
+                raise ValueError("a dataset name or --split/--config takes one name or folder (--engine local)")
+            inputs = _hf.load_dataset(inputs[0], split, config)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
                        shard_tokens=shard_tokens, **kw)

@@ -47,7 +47,8 @@ from packtool.tokenize.encode import (
     start_encode,
 )
 from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
-from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
+from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
@@ -110,9 +111,9 @@ def _human(x: float) -> str:
     return f"{x:.0f}"
 
 
-def _setup(inputs: list[str], cfg: TokenizeConfig):
-    files = resolve_inputs(inputs)
-    columns = [peek_columns(f) for f in files]
+def _setup(inputs, cfg: TokenizeConfig):
+    files = resolve_sources(inputs)  # files, folders, globs, datasets and Arrow objects
+    columns = [columns_of(f) for f in files]
     loaded: LoadedTokenizer | None = None
     if cfg.tokenizer:
         loaded = load_tokenizer(cfg.tokenizer, cfg)
@@ -149,12 +150,13 @@ class CacheRequest:
         return self.loaded.info if self.loaded else None
 
 
-def input_digests(files: list[InputFile]) -> list[str]:
-    """xxh3-128 of every input's bytes (the cache key; re-checked after tokenizing)."""
-    return [fast_digest(f.path) for f in files]
+def input_digests(files: list) -> list[str]:
+    """xxh3-128 of every input file's bytes (the cache key; re-checked after tokenizing); an
+    object input's own fingerprint (hf_input.key_of)."""
+    return [fast_digest(f.path) if isinstance(f, InputFile) else key_of(f)[1] for f in files]
 
 
-def resolve_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> CacheRequest:
+def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None) -> CacheRequest:
     """Inputs, shapes, tokenizer and key; the finished cache for that key when every file it
     holds re-hashes to its record. A damaged one is set aside in one line and rebuilt."""
     files, shapes, loaded, template = _setup(inputs, cfg)
@@ -199,10 +201,11 @@ def note(message: str) -> None:
     sys.stderr.flush()
 
 
-def tokenize_to_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None = None,
+def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
                       progress: bool = True) -> TokenizedCache:
-    """Tokenize `inputs` into a Parquet cache, or return the existing cache for the same
-    inputs (path, size, mtime), tokenizer (content hash), template text and options."""
+    """Tokenize `inputs` (paths, or objects: hf_input.as_source) into a Parquet cache, or return
+    the existing cache for the same inputs (path, size, mtime; a dataset's own fingerprint),
+    tokenizer (content hash), template text and options."""
     r = resolve_cache(inputs, cfg, cache_dir)
     if r.existing is not None:
         return r.existing
@@ -239,7 +242,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     special = {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
                                  ("pad_token", info and info.pad_token)) if v}
     renderer = Renderer(template, special) if template else None
-    counts = [count_rows(f) for f in files]
+    counts = [rows_of(f) for f in files]
     total = sum(counts) if all(c is not None for c in counts) else None
     skipped = {"empty": 0, "all_masked": 0, "rows": []}
     inputs_meta = []
@@ -284,7 +287,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         nonlocal global_row
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
-            for batch in iter_batches(f, cfg.batch_size, list(shape.columns)):
+            meta = start_meta(f)
+            for batch in batches_of(f, cfg.batch_size, list(shape.columns)):
                 n = batch.num_rows
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
@@ -301,13 +305,11 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                 global_row += n
             if file_rows == 0:
                 raise PacktoolInputError("empty dataset (no rows)", path=f.path)
-            if fast_digest(f.path) != digests[fi]:  # the key must describe what was read
+            if isinstance(f, InputFile) and fast_digest(f.path) != digests[fi]:  # the key must describe what was read
                 raise PacktoolInputError("the file changed while it was being tokenized; re-run "
                                          "once it is complete", path=f.path)
-            inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path),
-                                "sha256": sha256_file(f.path), "xxh3_128": digests[fi],
-                                "mtime_ns": os.stat(f.path).st_mtime_ns,
-                                "format": f.kind, "shape": shape.kind, "columns": list(shape.columns),
+            extra = {"xxh3_128": digests[fi]} if isinstance(f, InputFile) else {}
+            inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)
 

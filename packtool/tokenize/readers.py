@@ -140,7 +140,10 @@ def _refuse_repeats(files: list[InputFile]) -> None:
 def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
     try:
         pf = pq.ParquetFile(path)
-        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        # one reader per row group: a reader over the whole file keeps every decoded row
+        # group's buffers until it ends (RSS grew ~620 MiB over a 637 MB file of 1M rows)
+        for g in range(pf.num_row_groups):
+            yield from pf.iter_batches(batch_size=batch_size, columns=columns, row_groups=[g])
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise PacktoolInputError(f"cannot read Parquet ({e})", path=path) from None
 
