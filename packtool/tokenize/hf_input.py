@@ -39,6 +39,8 @@ class ArrowSource:
     def batches(self, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
         """Record batches of at most `batch_size` rows, zero-copy slices of what `read` gives."""
         for part in self.read(batch_size, columns):
+            if isinstance(part, pa.Table) and part.num_columns and part.column(0).num_chunks > 1:
+                part = part.combine_chunks()  # a stream's batch arrives as one chunk per row
             for b in (part.to_batches() if isinstance(part, pa.Table) else [part]):
                 if columns is not None:
                     b = b.select(columns)
@@ -217,7 +219,7 @@ def load_dataset(spec: str, split: str | None, config: str | None):
             "offline" in str(e).lower() or "connect" in str(e).lower() or "not found" in str(e).lower()
         if offline and not os.path.isdir(spec):
             raise PacktoolInputError(f"dataset not in the local cache and the Hub cannot be "
-                                     f"reached; {OFFLINE_HINT}", path=spec) from None
+                                     f"reached; {OFFLINE_HINT.replace('NAME', spec)}", path=spec) from None
         raise PacktoolInputError(f"datasets.load_dataset failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                                  path=spec, flag="--config") from None
     if split is None and _is(ds, "datasets", "DatasetDict", "IterableDatasetDict"):
