@@ -1,4 +1,4 @@
-"""Pre-tokenized rows into the cache as columnar copies (packtool/tokenize/arrow_ingest.py):
+"""Pre-tokenized rows into the cache as columnar copies (packtool/tokenize/token_rows.py):
 the same packed bytes from every file format and list type, masks and labels as written,
 bad rows named, and ingest memory bounded by a row group, not by the file."""
 from __future__ import annotations
@@ -94,11 +94,11 @@ def test_loss_mask_and_labels_columns(tmp_path, cache_dir):
     (lambda: pa.table({"input_ids": pa.array([[1], None, [3]], pa.list_(pa.int32()))}),
      r"bad\.parquet, row 1: input_ids is null"),
     (lambda: pa.table({"input_ids": pa.array([[1], [2, None]], pa.list_(pa.int32()))}),
-     r"bad\.parquet, row 1: input_ids holds a null token"),
+     r"bad\.parquet, row 1: input_ids holds a null value inside a row"),
     (lambda: pa.table({"input_ids": pa.array([[1, 2], [3, 4]]), "loss_mask": pa.array([[1, 1], [1]])}),
      r"bad\.parquet, row 1: loss_mask length differs"),
     (lambda: pa.table({"input_ids": pa.array(["a", "b"])}),
-     r"input_ids must be a list of integers"),
+     r"bad\.parquet, row 0: input_ids holds string, not a list of integers"),
 ])
 def test_bad_rows_are_named(tmp_path, cache_dir, table, match):
     path = tmp_path / "bad.parquet"
