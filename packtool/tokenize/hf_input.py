@@ -136,14 +136,19 @@ def resolve_sources(inputs, split: str | None = None) -> list:
     """Files (strings: files, folders, globs) and objects, in order, as InputFile/ArrowSource."""
     if isinstance(inputs, (str, os.PathLike)) or not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
+    strings = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
+    if strings and split is not None:
+        raise PacktoolInputError("split applies to a dataset object or name, not a file",
+                                 path=strings[0], flag="--split")
+    if strings and len(strings) == len(inputs):
+        return resolve_inputs(strings)  # one call: its checks (a file reached twice) see them all
+    if strings:
+        resolve_inputs(strings)
     out: list = []
     for item in inputs:
         if isinstance(item, (InputFile, ArrowSource)):
             out.append(item)
         elif isinstance(item, (str, os.PathLike)):
-            if split is not None:
-                raise PacktoolInputError("split applies to a dataset object or name, not a file",
-                                         path=str(item), flag="--split")
             out += resolve_inputs([os.fspath(item)])
         else:
             out.append(as_source(item, split))
