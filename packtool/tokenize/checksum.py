@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
@@ -43,12 +42,13 @@ def shard_checksum(path: str) -> str:
 
 
 def fast_digest(path: str) -> str:
-    """xxh3-128 of a file's bytes, hashed straight from a read-only mapping (no copies)."""
+    """xxh3-128 of a file's bytes, read in blocks into one reused buffer. Not one mapping of
+    the whole file: its pages count in RSS while hashed (+~620 MiB peak for a 637 MB input)."""
     import xxhash
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return xxhash.xxh3_128(b"").hexdigest()
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if hasattr(mmap, "MADV_SEQUENTIAL"):
-                m.madvise(mmap.MADV_SEQUENTIAL)
-            return xxhash.xxh3_128(m).hexdigest()
+    h = xxhash.xxh3_128()
+    buf = bytearray(1 << 22)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
