@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
 CHECKSUMS = (SHARD_CHECKSUM, "sha256")  # what `verify` knows, newest first

@@ -24,8 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.tokenize.cache import (CHECKSUM_ALG, FLAT_DIR, CacheDamagedError, file_record,
-                                     read_cache_json, write_cache_json)
+from packtool.tokenize.cache import (
+    CHECKSUM_ALG,
+    FLAT_DIR,
+    CacheDamagedError,
+    file_record,
+    read_cache_json,
+    write_cache_json,
+)
 
 TOKENS_FILE = "tokens.i32"
 _FILES = (TOKENS_FILE, "offsets.npy")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import tokenizers
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.cache import (
@@ -36,7 +36,7 @@ from packtool.tokenize.cache import (
     publish_cache,
     tokenizer_meta,
 )
-from packtool.tokenize.checksum import fast_digest, sha256_file
+from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import (
     EncodedBatch,
@@ -82,14 +82,24 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
 
 
 class _Progress:
-    def __init__(self, enabled: bool, total: int | None) -> None:
+    """The tokenizing bar. Its unit is rows when every input stores its row count, else bytes
+    on disk (JSON Lines store none), so the bar always has a total and an ETA."""
+
+    def __init__(self, enabled: bool, total: int | None, by_bytes: bool = False) -> None:
         self.p = Progress(TextColumn("[bold]Tokenizing"), BarColumn(),
-                          TextColumn("{task.completed:,} rows"), TextColumn("· {task.fields[tokens]} tokens"),
+                          TextColumn("{task.fields[rows]} rows"), TextColumn("· {task.fields[tokens]} tokens"),
                           TextColumn("· {task.fields[rate]} tok/s"), TimeElapsedColumn(),
-                          disable=not enabled)
-        self.task = self.p.add_task("tok", total=total, tokens="0", rate="-")
+                          TextColumn("· ETA"), TimeRemainingColumn(), disable=not enabled)
+        self.task = self.p.add_task("tok", total=total, tokens="0", rate="-", rows="0")
+        self.by_bytes = by_bytes
+        self.rows = 0
         self.tokens = 0
         self.t0 = time.perf_counter()
+
+    def at_bytes(self, n: int) -> None:
+        """Bytes mode: the bar stands at `n` bytes of all inputs."""
+        if self.by_bytes:
+            self.p.update(self.task, completed=n)
 
     def __enter__(self):
         self.p.__enter__()
@@ -99,9 +109,11 @@ class _Progress:
         self.p.__exit__(*a)
 
     def advance(self, rows: int, tokens: int) -> None:
+        self.rows += rows
         self.tokens += tokens
         dt = max(time.perf_counter() - self.t0, 1e-9)
-        self.p.update(self.task, advance=rows, tokens=_human(self.tokens), rate=_human(self.tokens / dt))
+        self.p.update(self.task, advance=0 if self.by_bytes else rows, rows=f"{self.rows:,}",
+                      tokens=_human(self.tokens), rate=_human(self.tokens / dt))
 
 
 def _human(x: float) -> str:
@@ -243,7 +255,11 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                                  ("pad_token", info and info.pad_token)) if v}
     renderer = Renderer(template, special) if template else None
     counts = [rows_of(f) for f in files]
-    total = sum(counts) if all(c is not None for c in counts) else None
+    total, by_bytes = (sum(counts), False) if all(c is not None for c in counts) else (None, False)
+    sizes = [os.path.getsize(f.path) if isinstance(f, InputFile) else None for f in files]
+    if total is None and all(s is not None for s in sizes):
+        total, by_bytes = sum(sizes), True
+    bytes_before = 0  # bytes of the inputs already read (bytes mode)
     skipped = {"empty": 0, "all_masked": 0, "rows": []}
     inputs_meta = []
     global_row = 0
@@ -284,11 +300,13 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             finish(fut.result(), *where)
 
     def read_all(pool: ThreadPoolExecutor) -> None:
-        nonlocal global_row
+        nonlocal global_row, bytes_before
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
             meta = start_meta(f)
-            for batch in batches_of(f, cfg.batch_size, list(shape.columns)):
+            base = bytes_before
+            for batch in batches_of(f, cfg.batch_size, list(shape.columns),
+                                    read_bytes=lambda n, base=base: bar.at_bytes(base + n)):
                 n = batch.num_rows
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
@@ -303,8 +321,13 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                         drain(_IN_FLIGHT)
                 file_rows += n
                 global_row += n
+                if by_bytes and counts[fi]:  # a file that stores its rows, in a bytes-mode bar
+                    bar.at_bytes(base + sizes[fi] * file_rows // counts[fi])
             if file_rows == 0:
                 raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+            if by_bytes:
+                bytes_before += sizes[fi]
+                bar.at_bytes(bytes_before)
             if isinstance(f, InputFile) and fast_digest(f.path) != digests[fi]:  # the key must describe what was read
                 raise PacktoolInputError("the file changed while it was being tokenized; re-run "
                                          "once it is complete", path=f.path)
@@ -316,7 +339,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     # Chunks of ~_CHUNK_CHARS queued _IN_FLIGHT deep: the encoder always has work while this
     # thread reads and renders, and the last chunk (whose tail nothing overlaps) is small.
     try:
-        with _Progress(progress, total) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
+        with _Progress(progress, total, by_bytes) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
             try:
                 read_all(pool)
             except BaseException:

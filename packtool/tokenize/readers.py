@@ -212,14 +212,19 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
 
 
 def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
-                   block_bytes: int | None = None) -> Iterator[pa.RecordBatch]:
+                   block_bytes: int | None = None, read_bytes=None) -> Iterator[pa.RecordBatch]:
+    """`read_bytes(n)`, when given, hears the on-disk bytes read so far (compressed bytes for
+    .gz) after each block: JSON Lines store no row count, so progress goes by bytes."""
     opener = gzip.open if path.lower().endswith(".gz") else open
     lines_before = 0
     try:
         with opener(path, "rb") as f:
+            raw = getattr(f, "fileobj", f)  # a GzipFile's compressed stream
             tail = b""
             while True:
                 chunk = f.read(block_bytes or _JSONL_BLOCK)
+                if read_bytes is not None:
+                    read_bytes(raw.tell())
                 data = tail + chunk
                 if not chunk:
                     block, tail = data, b""
@@ -294,11 +299,15 @@ _READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
             "jsonl": _jsonl_batches, "json": _json_array_batches}
 
 
-def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None,
+                 read_bytes=None) -> Iterator[pa.RecordBatch]:
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
-    format allows it (JSON rows are parsed whole, then projected)."""
+    format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
+    `_jsonl_batches` (JSON Lines only)."""
     if not os.path.exists(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
+    if f.kind == "jsonl" and read_bytes is not None:
+        return _jsonl_batches(f.path, batch_size, columns, read_bytes=read_bytes)
     return _READERS[f.kind](f.path, batch_size, columns)
 
 
