@@ -4,3 +4,6 @@
 plain torch reference with the same signature, plus the chunk loop and the tensor-parallel merge.
 `kernels.fp8` holds the FP8 GEMMs of the transformer's linears (torch._scaled_mm + an fp32 reference).
 """
+
+# the public modules; importing the package itself loads no torch or triton
+__all__ = ["lm_head", "fp8"]
