@@ -24,6 +24,7 @@ import tokenizers
 
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 from packtool.errors import PacktoolInputError
+from packtool.progress import bar
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
     CACHE_VERSION,
@@ -68,11 +69,12 @@ def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
     return np.asarray(pc.list_flatten(col.take(pa.array(order))).to_numpy(zero_copy_only=False), dtype)
 
 
-def collect_blocks(ds, n_files: int) -> BlockTable:
+def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
     cols = {f.name: [] for f in BLOCK_SCHEMA}
     for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
         for k in cols:
             cols[k].append(b.column(k))
+        advance(int(pc.sum(b.column("rows")).as_py() or 0))
     t = pa.Table.from_arrays([pa.chunked_array(cols[f.name], f.type) for f in BLOCK_SCHEMA],
                              schema=BLOCK_SCHEMA)
     fi, first, rows = (t.column(k).to_numpy() for k in ("fi", "first_row", "rows"))
@@ -186,8 +188,10 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             "rows": bt.bad_row[:100].tolist()}
 
 
-def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> TokenizedCache:
-    """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build)."""
+def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
+                progress: bool = False) -> TokenizedCache:
+    """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build).
+    `progress`: packtool's own bar, by rows, as blocks come back (Ray's bars stay off)."""
     import ray.data
 
     os.makedirs(root, exist_ok=True)
@@ -204,7 +208,8 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str) -> To
                              fn_kwargs={"job": job})
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"tmp": tmp, "file_base": file_base}))
-        bt = collect_blocks(rows, len(job.files))
+        with bar("Tokenizing (Ray)", int(file_base[-1]), "rows", progress) as advance:
+            bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):
             fi = int(np.flatnonzero(np.diff(bt.file_base) != counts)[0])
             raise RuntimeError(f"{job.files[fi].path}: read {int(np.diff(bt.file_base)[fi])} rows, "

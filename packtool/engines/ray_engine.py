@@ -25,7 +25,7 @@ from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.output import claim_output
 from packtool.packing import PackResult, _config_files, cache_root, write_output
-from packtool.planning.core import PackingConfig, PlanError
+from packtool.planning.core import PackingConfig
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
@@ -34,7 +34,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.pipeline import resolve_cache
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, progress: bool = False) -> None:
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
     of the driver are passed to the workers (cache locations)."""
     try:
@@ -45,20 +45,21 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, progress: 
 
     if not ray.is_initialized():
         env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}
-        kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=progress,
-                  include_dashboard=False, configure_logging=progress)
+        # packtool shows its own bars (`progress`); Ray's bars and worker logs stay off:
+        # a task's error still reaches the driver as the exception it raised
+        kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
+                  include_dashboard=False, configure_logging=False)
         if address:
             ray.init(address=address, **kw)
         else:
             ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = progress
-    ctx.print_on_execution_start = progress
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
     # The shard shuffle is a few large groups: the pull-based sort shuffle runs as plain
     # tasks, where the hash shuffle starts aggregator actors that a small cluster pays for.
     ctx.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    if not progress:
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its notices (bars off, ...) are not the user's concern
 
 
 def _unwrap(e: BaseException) -> BaseException:
@@ -76,7 +77,8 @@ def _unwrap(e: BaseException) -> BaseException:
     return e
 
 
-def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None) -> TokenizedCache:
+def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None,
+                    progress: bool = False) -> TokenizedCache:
     """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent."""
     from packtool.engines.ray_cache import build_cache
 
@@ -84,7 +86,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     if r.existing is not None:
         return r.existing
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template)
-    return build_cache(job, r.fingerprint, r.final, r.root)
+    return build_cache(job, r.fingerprint, r.final, r.root, progress)
 
 
 def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
@@ -110,10 +112,10 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
 
 def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,
               shard_tokens, ray_address, num_cpus, plan_shard_rows) -> PackResult:
-    init_ray(ray_address, num_cpus, progress)
+    init_ray(ray_address, num_cpus)
     t0 = time.perf_counter()
     try:
-        cache = tokenized_cache(list(inputs), tokenize, cache_dir)
+        cache = tokenized_cache(list(inputs), tokenize, cache_dir, progress)
     except Exception as e:
         raise _unwrap(e) from None
     t_tok = time.perf_counter() - t0
@@ -137,7 +139,7 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
 
     t1 = time.perf_counter()
     shards, loss = write_output(p, summary, cache, output,
-                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens))
+                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens, progress=progress))
     if plan_shard_rows:  # the placements are written: let the object store free them
         p = replace(p, handles=[])
     return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)

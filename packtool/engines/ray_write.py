@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
+from packtool.progress import bar
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache import cache_pieces
@@ -168,8 +169,9 @@ def _sharded_routing_refs(sp: ShardedPlan, ranges: list, piece_starts: np.ndarra
 
 
 def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
-                shard_tokens: int, group_tokens: int = GROUP_TOKENS) -> list[ShardInfo]:
-    """Write a global `Plan` or a `ShardedPlan` (whose segments never reach the driver)."""
+                shard_tokens: int, group_tokens: int = GROUP_TOKENS, progress: bool = False) -> list[ShardInfo]:
+    """Write a global `Plan` or a `ShardedPlan` (whose segments never reach the driver);
+    `progress`: packtool's own bar, a step per shard written."""
     import ray
     import ray.data
 
@@ -194,7 +196,13 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
                                  "fail_once_dir": os.environ.get(FAIL_ONCE_ENV)}))
-    t = pa.concat_tables([b for b in ray.get(ds.to_arrow_refs()) if b.num_columns]).sort_by("shard")
+    got = []
+    with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written
+            if b.num_columns and b.num_rows:
+                got.append(pa.Table.from_batches([b]) if isinstance(b, pa.RecordBatch) else b)
+                advance(b.num_rows)
+    t = pa.concat_tables(got).sort_by("shard")
     if t.column("shard").to_pylist() != list(range(len(ranges))):
         raise RuntimeError(f"ray engine: wrote shards {t.column('shard').to_pylist()}, "
                            f"expected 0..{len(ranges) - 1}")
