@@ -197,11 +197,12 @@ def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
         raise ValueError(f"assign_dp: a bin holds {int(loads.max())} > capacity {capacity}")
     cost = bin_costs(bin_of_item, sizes, seq_lens, target, float(attn_coef))
     rank, step, ratio = deal_steps(cost, dp)
+    ratio = np.maximum(ratio, 0.0)  # max >= mean; a float mean of equal costs can land a hair above
     totals = np.bincount(rank, weights=cost, minlength=dp)
     tmean = totals.mean()
     return DPAssignment(
         bin_of_item=bin_of_item, rank=rank, step=step,
         moved_items=moved, imbalance=float(ratio.mean()),
         max_step_imbalance=float(ratio.max()),
-        rank_imbalance=float((totals.max() - tmean) / tmean) if tmean > 0 else 0.0,
+        rank_imbalance=max(0.0, float((totals.max() - tmean) / tmean)) if tmean > 0 else 0.0,
         cost=cost, num_bins=target, num_steps=target // dp, dp=dp)
