@@ -35,6 +35,7 @@ def lengths(n: int, seed: int = 0):
 def child(n: int, reps: int, dp: int, budget_s: float, run_ffd: bool) -> dict:
     """Alternating warm timings for one n (runs in a fresh process)."""
     import numpy as np
+
     from packtool.online import StepPacker
     from packtool.online.skyrl import load_reference, make_seq_packer
 

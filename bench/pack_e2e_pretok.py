@@ -46,8 +46,8 @@ def _peak() -> int:
 
 
 def run_packtool(src: str, work: str, warm: bool) -> dict:
-    from packtool.packing import pack  # first: it picks Arrow's pool, as the CLI does
     from packtool.align import Alignment
+    from packtool.packing import pack  # first: it picks Arrow's pool, as the CLI does
     from packtool.planning.core import PackingConfig
     from packtool.tokenize.config import TokenizeConfig
     cache, out = os.path.join(work, "pt-cache"), os.path.join(work, "pt-out")

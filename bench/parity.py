@@ -29,9 +29,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from packtool.megatron.parity import (LAYOUTS, PLANTED_BUGS, ParityRow, Reference,  # noqa: E402
-                                      cut_param, format_table, parse_layout, reference_row,
-                                      run_layout, run_reference)
+from packtool.megatron.parity import (  # noqa: E402
+    LAYOUTS,
+    PLANTED_BUGS,
+    ParityRow,
+    Reference,
+    cut_param,
+    format_table,
+    parse_layout,
+    reference_row,
+    run_layout,
+    run_reference,
+)
 from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +87,7 @@ def _machine(device: str) -> str:
 
 def cmd_run(a) -> None:
     import torch
+
     from packtool.megatron.model import GPTShape, padded_vocab
     slabs = _slabs(a.work)
     ref_path = os.path.join(a.work, f"ref-{a.device}.pt")

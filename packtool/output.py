@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from packtool.errors import PacktoolInputError, PacktoolOutputError
-from packtool.slabs.format import (LEGACY_MANIFEST, MANIFEST, FormatError, manifest_file, read_manifest,
-                                   shard_names)
+from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, FormatError, manifest_file, read_manifest, shard_names
 
 _MANIFESTS = (MANIFEST, LEGACY_MANIFEST)
 

@@ -29,12 +29,15 @@ if "pyarrow" not in sys.modules and sys.platform.startswith("linux"):
 import numpy as np  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
+from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
+from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir  # noqa: E402,F401  # noqa: E402
 from packtool.planning.core import PackingConfig, Plan  # noqa: E402
 from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan  # noqa: E402
 from packtool.planning.slabs import SlabSpec  # noqa: E402
 from packtool.planning.spill import PLAN_SHARD_ROWS  # noqa: E402
 from packtool.planning.summary import PlanSummary, plan_summary, with_skipped  # noqa: E402
+from packtool.progress import say_if_compiling  # noqa: E402
 from packtool.slabs.format import (  # noqa: E402
     ShardInfo,  # noqa: E402
     build_manifest,
@@ -44,10 +47,6 @@ from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
 from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
-from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
-from packtool.output import OutputExistsError, check_output, claim_output  # noqa: E402,F401
-from packtool.output import spill_dir, swap_into_place, temp_dir  # noqa: E402
-from packtool.progress import say_if_compiling  # noqa: E402
 from packtool.tokenize.hf_input import resolve_sources  # noqa: E402
 
 

@@ -111,9 +111,9 @@ def pack(
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
-    from packtool.tokenize import hf_input as _hf
     from packtool.cli.printing import print_plan_summary
     from packtool.planning.core import PackingConfig
+    from packtool.tokenize import hf_input as _hf
     from packtool.tokenize.config import TokenizeConfig
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)

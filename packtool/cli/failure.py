@@ -18,9 +18,9 @@ import sys
 import traceback
 
 import typer
-from typer.exceptions import TyperException
 from rich.console import Console
 from rich.text import Text
+from typer.exceptions import TyperException
 
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 typer = pytest.importorskip("typer")
+from megatron_slabs import greedy_bins, random_sequences, thread_cp_groups, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from megatron_slabs import greedy_bins, random_sequences, thread_cp_groups, write_slab_dir  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.layout import cp_rank_index  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402

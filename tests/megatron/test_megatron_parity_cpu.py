@@ -15,9 +15,19 @@ import torch
 pytest.importorskip("megatron.core")
 
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
+
 from packtool.megatron.model import GPTShape  # noqa: E402
-from packtool.megatron.parity import (GROUPS, LAYOUTS, PLANTED_BUGS, Layout,  # noqa: E402
-                                      Reference, cut_param, parse_layout, run_reference, uncut)
+from packtool.megatron.parity import (  # noqa: E402
+    GROUPS,
+    LAYOUTS,
+    PLANTED_BUGS,
+    Layout,
+    Reference,
+    cut_param,
+    parse_layout,
+    run_reference,
+    uncut,
+)
 from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
@@ -31,6 +41,7 @@ class _Work:
 
     def __init__(self, root: str):
         import pickle
+
         from filelock import FileLock
         self.root = root
         os.makedirs(root, exist_ok=True)
@@ -58,6 +69,7 @@ def work(tmp_path_factory):
 
 def _worker(rank, world, init, ref_path, runs, out):
     import torch.distributed as dist
+
     from packtool.megatron.parity import LAYOUTS, Reference, cut_param, run_layout
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     ref = Reference.load(ref_path)

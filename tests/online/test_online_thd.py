@@ -13,11 +13,11 @@ torch = pytest.importorskip("torch", reason="THD batches are torch tensors")
 pytest.importorskip("megatron.core", reason="ThdBatch carries megatron's PackedSeqParams")
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
 from packtool.online.thd import thd_batch, thd_batches  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning import PackingConfig  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOK = os.path.join(ROOT, "fixtures", "tokenizers", "gpt2", "tokenizer.json")

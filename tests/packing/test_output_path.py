@@ -11,8 +11,17 @@ import sys
 import pytest
 
 from packtool.errors import PacktoolError, PacktoolFormatError, PacktoolOutputError
-from packtool.output import (OutputExistsError, check_output, claim_output, clean_stale, lock_path,
-                             owned_names, spill_dir, swap_into_place, temp_dir)
+from packtool.output import (
+    OutputExistsError,
+    check_output,
+    claim_output,
+    clean_stale,
+    lock_path,
+    owned_names,
+    spill_dir,
+    swap_into_place,
+    temp_dir,
+)
 from packtool.slabs.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, FormatError
 
 
@@ -34,11 +43,11 @@ def _dead_pid() -> int:
 
 def test_error_hierarchy():
     from packtool.align import AlignmentError
+    from packtool.errors import PacktoolConfigError, PacktoolInputError
     from packtool.inspection.report import InspectError
     from packtool.packers import DPError
     from packtool.planning.core import PlanError
     from packtool.tokenize.cache import CacheDamagedError
-    from packtool.errors import PacktoolConfigError, PacktoolInputError
     assert issubclass(FormatError, PacktoolFormatError)
     assert issubclass(AlignmentError, PacktoolConfigError) and issubclass(PlanError, PacktoolConfigError)
     assert issubclass(InspectError, PacktoolInputError) and issubclass(DPError, PacktoolConfigError)

@@ -90,8 +90,8 @@ def test_text_dataset_matches_the_jsonl_file(tmp_path):
 
 
 def test_cache_is_keyed_by_the_dataset_fingerprint(tokens, tmp_path):
-    from packtool.tokenize.pipeline import tokenize_to_cache
     from packtool.tokenize.hf_input import resolve_sources
+    from packtool.tokenize.pipeline import tokenize_to_cache
     d, table = tokens
     ds = datasets.Dataset.from_parquet(str(d / "t.parquet"), cache_dir=str(tmp_path / "hf"))
     cfg, cd = TokenizeConfig(shape="tokens"), str(tmp_path / "cache")
@@ -124,6 +124,7 @@ def test_dataset_dict_needs_a_split(tokens, tmp_path):
 
 def _cli(args, monkeypatch, env=None):
     from typer.testing import CliRunner
+
     from packtool.cli.app import app
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
