@@ -33,6 +33,10 @@ import torch.nn.functional as F
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 FMAX = {E4M3: 448.0, E5M2: 57344.0}
+# block scales are amax * (1/FMAX), not amax / FMAX: CUDA's eager division by a Python scalar
+# multiplies by its reciprocal and the CPU's divides, so the quotient differed by an ulp
+# between them; the product is the same everywhere (and in kernels/fp8_quant.py)
+INV_FMAX = {k: 1.0 / v for k, v in FMAX.items()}
 BLOCK = 128
 RECIPES = ("tensorwise", "blockwise")
 
@@ -57,7 +61,9 @@ class Q:
 
 def _tensor_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     amax = x.abs().amax().float()
-    scale = torch.where(amax > 0, FMAX[dtype] / amax, torch.ones_like(amax))
+    # reciprocal, then multiply: what `FMAX / amax` always ran as (Tensor.__rtruediv__),
+    # spelled out so the Triton quantizers can match it bit for bit
+    scale = torch.where(amax > 0, amax.reciprocal() * FMAX[dtype], torch.ones_like(amax))
     q = (x.float() * scale).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype)
     return q, scale.reciprocal()
 
@@ -69,7 +75,7 @@ def _rows_q(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Te
     xf = x.float() if cp == c else F.pad(x.float(), (0, cp - c))  # no pad pass when whole
     xb = xf.reshape(r, cp // BLOCK, BLOCK)
     amax = xb.abs().amax(-1, keepdim=True)
-    s = torch.where(amax > 0, amax / FMAX[dtype], torch.ones_like(amax))
+    s = torch.where(amax > 0, amax * INV_FMAX[dtype], torch.ones_like(amax))
     q = (xb / s).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype).view(r, cp)[:, :c]
     return q.contiguous(), s.view(r, cp // BLOCK)
 
@@ -79,7 +85,7 @@ def _tiles_q(w: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.T
     rp, cp = -(-r // BLOCK) * BLOCK, -(-c // BLOCK) * BLOCK
     wb = F.pad(w.float(), (0, cp - c, 0, rp - r)).view(rp // BLOCK, BLOCK, cp // BLOCK, BLOCK)
     amax = wb.abs().amax(dim=(1, 3), keepdim=True)
-    s = torch.where(amax > 0, amax / FMAX[dtype], torch.ones_like(amax))
+    s = torch.where(amax > 0, amax * INV_FMAX[dtype], torch.ones_like(amax))
     q = (wb / s).clamp(-FMAX[dtype], FMAX[dtype]).to(dtype).view(rp, cp)[:r, :c]
     return q.contiguous(), s.view(rp // BLOCK, cp // BLOCK)
 
@@ -128,20 +134,44 @@ def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
     return Q(q, s, kind)
 
 
-# 'fused': one compiled kernel writes the operand and its transpose; 'copy': the compiled
-# quantizer writes the operand, then an eager 1-byte transpose copy (bench/fp8_tiles.py --speed)
+# The CUDA quantizers of activations and gradients: 'triton' (kernels/fp8_quant.py, one read
+# of x writes the operand and its transpose, bit-exact with the reference) or 'compiled' (the
+# torch.compile'd reference quantizers, kept so bench/ can compare the two)
+QUANT = os.environ.get("PACKTOOL_FP8_QUANT", "triton")
+if QUANT not in ("triton", "compiled"):
+    raise ValueError(f"PACKTOOL_FP8_QUANT must be 'triton' or 'compiled', got {QUANT!r}")
+# compiled path only: 'fused' = one compiled kernel writes the operand and its transpose; 'copy'
+# = the compiled quantizer writes the operand, then an eager 1-byte transpose copy
 TRANSPOSE = os.environ.get("PACKTOOL_FP8_TRANSPOSE", "fused")
+
+
+def _triton_on(x: torch.Tensor) -> bool:
+    return x.is_cuda and QUANT == "triton"
 
 
 def quantize_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
     """Tensorwise: the operand and its transpose, sharing one scale."""
     with _range("fp8_quant"):
-        if TRANSPOSE == "fused":
+        if _triton_on(x):
+            from kernels.fp8_quant import tensor_q_both_triton
+            q, qt, s = tensor_q_both_triton(x, dtype)
+        elif TRANSPOSE == "fused":
             q, qt, s = _run(_tensor_q_both, x, dtype)
         else:
             q, s = _run(_tensor_q, x, dtype)
             qt = q.t().contiguous()
     return Q(q, s, "tensor"), Q(qt, s, "tensor")
+
+
+def quantize_rows_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
+    """Blockwise: x [T, K] in 1x128 blocks along K, and x^T [K, T] in 1x128 blocks along T
+    (fprop/dgrad's operand and wgrad's)."""
+    if not _triton_on(x):
+        return quantize(x, "1x128", dtype), quantize(x.t(), "1x128", dtype)
+    from kernels.fp8_quant import rows_q_both_triton
+    with _range("fp8_quant"):
+        q, s, qt, st = rows_q_both_triton(x, dtype)
+    return Q(q, s, "1x128"), Q(qt, st, "1x128")
 
 
 def dequantize(a: Q) -> torch.Tensor:
@@ -185,7 +215,9 @@ def weight_operands(w: torch.Tensor, recipe: str) -> tuple[Q, Q]:
     at the optimizer step, so callers may keep these across micro-batches."""
     if recipe not in RECIPES:
         raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
-    wq = quantize(w, "tensor" if recipe == "tensorwise" else "128x128", E4M3)
+    if recipe == "tensorwise":
+        return quantize_with_t(w, E4M3)
+    wq = quantize(w, "128x128", E4M3)
     return wq, wq.t()
 
 
@@ -197,8 +229,8 @@ def fprop(x: torch.Tensor, w: torch.Tensor, recipe: str, impl: str = "scaled_mm"
         xq, xq_t = quantize_with_t(x, E4M3)
         # fprop keeps cuBLAS's fast accumulation (as TransformerEngine does); grads do not
         return mm(xq, wq, x.dtype, impl, fast_accum=True), (xq_t, wq_t)
-    y = mm(quantize(x, "1x128", E4M3), wq, x.dtype, impl)
-    return y, (quantize(x.t(), "1x128", E4M3), wq_t)
+    xq, xq_t = quantize_rows_with_t(x, E4M3)
+    return mm(xq, wq, x.dtype, impl), (xq_t, wq_t)
 
 
 def backward(g: torch.Tensor, saved, recipe: str, impl: str = "scaled_mm"):
@@ -207,7 +239,7 @@ def backward(g: torch.Tensor, saved, recipe: str, impl: str = "scaled_mm"):
     if recipe == "tensorwise":
         gq, gq_t = quantize_with_t(g, E5M2)
     else:
-        gq, gq_t = quantize(g, "1x128", E4M3), quantize(g.t(), "1x128", E4M3)
+        gq, gq_t = quantize_rows_with_t(g, E4M3)
     dx = mm(gq, wq_t, g.dtype, impl)
     dw = mm(gq_t, x_t, g.dtype, impl)
     return dx, dw

@@ -1,0 +1,189 @@
+"""Triton FP8 quantizers: each reads its bf16 input once and writes both GEMM operands.
+
+Every linear needs an activation (and, in backward, a gradient) quantized twice: along K for
+fprop/dgrad ([T, K]) and along T for wgrad ([K, T], the transpose). The torch reference
+(`kernels.fp8._tensor_q` / `_rows_q`, compiled by Inductor) does that in separate passes
+over x; these kernels do it in one:
+
+  tensorwise  `amax_triton` (a reduction: per-program max |x|, combined by an atomic max on
+              the float's bits, which orders like the float because |x| >= 0), then
+              `tensor_q_both_triton`: one read of x, scale = FMAX / amax exactly as the
+              reference (IEEE division), the fp8 tile written as is and transposed.
+  blockwise   `rows_q_both_triton`: one read of a 128x128 tile gives the 1x128-along-K
+              quantization of x (128 row scales) and the 1x128-along-T quantization of x^T
+              (128 column scales); ragged edge tiles are zero-padded for the amax only, as
+              the reference pads.
+
+Bit-exact with the eager reference: IEEE division (`div_rn`) where the reference divides,
+fp32 max reductions (order-free), round-to-nearest-even fp8 casts after the same clamp.
+Scales are written block-major ([blocks, rows] in memory, returned as the [rows, blocks]
+view), which is the layout `kernels.fp8._scale_a/_scale_b` hand cuBLASLt, so no copy follows.
+
+Kernels are built at first launch (kernels/_triton.py says why): interpreted on CPU tensors
+under TRITON_INTERPRET=1 (tests), compiled and autotuned on a GPU.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton import interpreting
+from kernels.fp8 import BLOCK, FMAX, INV_FMAX
+
+
+def _amax_kernel(x_ptr, out_ptr, n, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    offs = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    m = tl.max(tl.abs(x), axis=0)
+    # non-negative floats order like their int32 bits, so an integer atomic max is a float max
+    tl.atomic_max(out_ptr, m.to(tl.int32, bitcast=True))
+
+
+def _tensor_q_both_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inv_ptr, T, K, fmax,
+                          BT: tl.constexpr, BK: tl.constexpr, EXACT: tl.constexpr):
+    pt, pk = tl.program_id(0), tl.program_id(1)
+    rows = (pt * BT + tl.arange(0, BT)).to(tl.int64)
+    cols = (pk * BK + tl.arange(0, BK)).to(tl.int64)
+    mask = (rows[:, None] < T) & (cols[None, :] < K)
+    amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+    # the reference: scale = (1 / amax) * FMAX (1 where amax = 0), data = clamp(x * scale)
+    scale = tl.where(amax > 0, tl.math.div_rn(tl.zeros_like(amax) + 1.0, amax) * fmax, 1.0)
+    x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0.0)
+    y = _to_fp8(tl.clamp(x.to(tl.float32) * scale, -fmax, fmax), q_ptr.dtype.element_ty, EXACT)
+    tl.store(q_ptr + rows[:, None] * K + cols[None, :], y, mask=mask)
+    tl.store(qt_ptr + cols[:, None] * T + rows[None, :], tl.trans(y), mask=tl.trans(mask))
+    if (pt == 0) & (pk == 0):
+        tl.store(inv_ptr, tl.math.div_rn(tl.zeros_like(scale) + 1.0, scale))
+
+
+def _rows_q_both_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, T, K, fmax, inv_fmax,
+                        B: tl.constexpr,
+                        EXACT: tl.constexpr):
+    pt, pk = tl.program_id(0), tl.program_id(1)
+    rows = (pt * B + tl.arange(0, B)).to(tl.int64)
+    cols = (pk * B + tl.arange(0, B)).to(tl.int64)
+    mask = (rows[:, None] < T) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    ax = tl.abs(x)
+    # along K: one scale per row of the tile (the reference: s = amax * (1/FMAX), data = x / s)
+    ra = tl.max(ax, axis=1)
+    rs = tl.where(ra > 0, ra * inv_fmax, 1.0)
+    y = tl.math.div_rn(x, tl.broadcast_to(rs[:, None], (B, B)))
+    y = _to_fp8(tl.clamp(y, -fmax, fmax), q_ptr.dtype.element_ty, EXACT)
+    tl.store(q_ptr + rows[:, None] * K + cols[None, :], y, mask=mask)
+    tl.store(s_ptr + pk * T + rows, rs, mask=rows < T)  # [K blocks, T]
+    # along T (the transpose's rows): one scale per column of the tile
+    ca = tl.max(ax, axis=0)
+    cs = tl.where(ca > 0, ca * inv_fmax, 1.0)
+    yt = tl.math.div_rn(x, tl.broadcast_to(cs[None, :], (B, B)))
+    yt = _to_fp8(tl.clamp(yt, -fmax, fmax), qt_ptr.dtype.element_ty, EXACT)
+    tl.store(qt_ptr + cols[:, None] * T + rows[None, :], tl.trans(yt), mask=tl.trans(mask))
+    tl.store(st_ptr + pt * K + cols, cs, mask=cols < K)  # [T blocks, K]
+
+
+@triton.jit
+def _to_fp8(v, dtype: tl.constexpr, EXACT: tl.constexpr):
+    """Cast clamped fp32 to fp8, round-to-nearest-even. On a GPU that is the hardware cvt.
+    EXACT (the interpreter, whose float cast truncates and drops the exponent carry): round in
+    fp32 first, so the cast that follows meets only representable values."""
+    if EXACT:
+        MB: tl.constexpr = 3 if dtype == tl.float8e4nv else 2  # mantissa bits
+        EMIN: tl.constexpr = -6 if dtype == tl.float8e4nv else -14  # smallest normal exponent
+        SH: tl.constexpr = 23 - MB
+        bits = v.to(tl.int32, bitcast=True)
+        sign = bits & -2147483648
+        mag = bits & 2147483647
+        # normal range: RNE on the fp32 bits (a carry out of the mantissa bumps the exponent)
+        rn = (mag + ((1 << (SH - 1)) - 1) + ((mag >> SH) & 1)) & ~((1 << SH) - 1)
+        a = mag.to(tl.float32, bitcast=True)
+        # subnormal range: a fixed quantum 2^(EMIN-MB); adding 1.5 * 2^23 quanta rounds to it
+        big: tl.constexpr = 1.5 * 2.0 ** (23 + EMIN - MB)
+        sub = ((a + big) - big).to(tl.int32, bitcast=True)
+        mag = tl.where(a < 2.0 ** EMIN, sub, rn)
+        v = (mag | sign).to(tl.float32, bitcast=True)
+    return v.to(dtype)
+
+
+_AMAX_BLOCK = 8192
+_built: dict = {}
+
+
+def _tile_configs(shapes):
+    return [triton.Config(dict(zip(("BT", "BK"), s)), num_warps=w) for s in shapes for w in (4, 8)]
+
+
+def _kernel(name: str):
+    """The jitted kernel for the current mode; on a GPU the cast kernels are autotuned on K."""
+    key = (name, interpreting())
+    if key not in _built:
+        fn = {"amax": _amax_kernel, "tensor": _tensor_q_both_kernel,
+              "rows": _rows_q_both_kernel}[name]
+        k = triton.jit(fn)
+        if not key[1] and name == "tensor":
+            k = triton.autotune(_tile_configs(((64, 64), (64, 128), (128, 64), (128, 128))),
+                                key=["K"])(k)
+        elif not key[1] and name == "rows":
+            k = triton.autotune([triton.Config({}, num_warps=w) for w in (4, 8, 16)],
+                                key=["K"])(k)
+        _built[key] = k
+    return _built[key]
+
+
+def _check(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 2:
+        raise ValueError(f"fp8 quantize: a 2-D tensor is needed, got shape {tuple(x.shape)}")
+    if x.device.type != "cuda" and not interpreting():
+        raise RuntimeError(f"fp8 Triton quantizer: tensor on {x.device} needs a CUDA device, or "
+                           "TRITON_INTERPRET=1 for the CPU interpreter; use kernels.fp8's "
+                           "torch quantizers on CPU")
+    return x.contiguous()
+
+
+def amax_triton(x: torch.Tensor) -> torch.Tensor:
+    """max |x| as a 0-dim fp32 tensor (0 for an empty x)."""
+    x = _check(x)
+    out = torch.zeros((), dtype=torch.int32, device=x.device)
+    n = x.numel()
+    if n:
+        _kernel("amax")[(triton.cdiv(n, _AMAX_BLOCK),)](x, out, n, BLOCK_N=_AMAX_BLOCK)
+    return out.view(torch.float32)
+
+
+def tensor_q_both_triton(x: torch.Tensor, dtype: torch.dtype):
+    """(data [T, K], data^T [K, T], dequantization scale 0-dim): `_tensor_q(x)` and its
+    transpose, bit for bit."""
+    x = _check(x)
+    T, K = x.shape
+    amax = amax_triton(x)
+    q = torch.empty((T, K), dtype=dtype, device=x.device)
+    qt = torch.empty((K, T), dtype=dtype, device=x.device)
+    inv = torch.empty((), dtype=torch.float32, device=x.device)
+    kern = _kernel("tensor")
+    if interpreting():
+        kern[(triton.cdiv(T, 64), triton.cdiv(K, 64))](x, amax, q, qt, inv, T, K, FMAX[dtype],
+                                                       BT=64, BK=64, EXACT=True)
+    else:
+        grid = lambda m: (triton.cdiv(T, m["BT"]), triton.cdiv(K, m["BK"]))  # noqa: E731
+        kern[grid](x, amax, q, qt, inv, T, K, FMAX[dtype], EXACT=False)
+    if T * K == 0:
+        inv.fill_(1.0)
+    return q, qt, inv
+
+
+def rows_q_both_triton(x: torch.Tensor, dtype: torch.dtype):
+    """(data [T, K], scales [T, ceil(K/128)], data^T [K, T], scales^T [K, ceil(T/128)]):
+    `_rows_q(x)` and `_rows_q(x.t())`, bit for bit; scales are views of block-major storage."""
+    x = _check(x)
+    T, K = x.shape
+    nk, nt = triton.cdiv(K, BLOCK), triton.cdiv(T, BLOCK)
+    q = torch.empty((T, K), dtype=dtype, device=x.device)
+    qt = torch.empty((K, T), dtype=dtype, device=x.device)
+    s = torch.empty((nk, T), dtype=torch.float32, device=x.device)
+    st = torch.empty((nt, K), dtype=torch.float32, device=x.device)
+    if T and K:
+        _kernel("rows")[(nt, nk)](x, q, s, qt, st, T, K, FMAX[dtype], INV_FMAX[dtype],
+                                  B=BLOCK,
+                                  EXACT=interpreting())
+    return q, s.t(), qt, st.t()

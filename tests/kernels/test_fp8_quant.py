@@ -1,0 +1,96 @@
+"""The Triton FP8 quantizers (kernels/fp8_quant.py) under the interpreter (CPU) against the torch
+reference quantizers of kernels/fp8.py, bit for bit on the fp8 data and the scales.
+
+Odd shapes: T not a multiple of 128 (ragged last block along T, hence along the transpose's
+rows), K = 128 + 16 (ragged last block along K), tiles smaller than one block, rows of zeros.
+"""
+
+import os
+
+# Before triton is imported (see test_kernels_lm_head.py): CPU tensors, interpreted kernels.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels import fp8  # noqa: E402
+from kernels import fp8_quant as fq  # noqa: E402
+
+SHAPES = [(200, 144), (16, 128), (130, 272), (48, 16), (257, 40)]
+DTYPES = [fp8.E4M3, fp8.E5M2]
+
+
+def _x(T, K, seed, spread=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, K, generator=g)
+    if spread:  # magnitudes over ~8 binades per row so blocks get different scales
+        x = x * torch.exp2(torch.randint(-4, 4, (T, 1), generator=g).float())
+        x = x * torch.exp2(torch.randint(-2, 2, (1, K), generator=g).float())
+    return x.bfloat16()
+
+
+def _bits_equal(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), \
+        int((a.view(torch.uint8) != b.view(torch.uint8)).sum())
+
+
+@pytest.mark.parametrize("T,K", SHAPES)
+def test_amax_matches_torch(T, K):
+    x = _x(T, K, seed=T * K)
+    assert fq.amax_triton(x).item() == x.abs().amax().float().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,K", SHAPES)
+def test_tensorwise_both_match_reference(T, K, dtype):
+    x = _x(T, K, seed=T + K)
+    q, qt, s = fq.tensor_q_both_triton(x, dtype)
+    rq, rs = fp8._tensor_q(x, dtype)
+    _bits_equal(q, rq)
+    _bits_equal(qt, rq.t().contiguous())
+    assert s.dtype == torch.float32 and s.dim() == 0 and s.item() == rs.item()
+
+
+def test_tensorwise_all_zero_input_scale_one():
+    x = torch.zeros(32, 144, dtype=torch.bfloat16)
+    q, qt, s = fq.tensor_q_both_triton(x, fp8.E4M3)
+    assert s.item() == 1.0 and not q.float().any() and not qt.float().any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,K", SHAPES)
+def test_blockwise_both_match_reference(T, K, dtype):
+    x = _x(T, K, seed=3 * T + K)
+    x[5 % T] = 0  # a row of zeros: its scales fall back to 1, as the reference's do
+    q, s, qt, st = fq.rows_q_both_triton(x, dtype)
+    rq, rs = fp8._rows_q(x, dtype)
+    rqt, rst = fp8._rows_q(x.t(), dtype)
+    _bits_equal(q, rq)
+    _bits_equal(qt, rqt)
+    assert torch.equal(s, rs) and torch.equal(st, rst)
+    # block-major storage: the layout _scale_a / _scale_b pass on without a copy
+    assert s.stride() == (1, T) and st.stride() == (1, K)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "blockwise"])
+def test_linear_gemms_same_with_triton_quantizers(monkeypatch, recipe):
+    # kernels.fp8's three GEMMs with the Triton quantizers forced on CPU (interpreted) give
+    # exactly what the torch quantizers give: same operands, same reference product
+    T, K, N = 144, 272, 144
+    x, w, g = _x(T, K, 1), _x(N, K, 2, spread=False) * 0.05, _x(T, N, 3)
+    out = {}
+    for mode in ("triton", "torch"):
+        monkeypatch.setattr(fp8, "QUANT", mode)
+        monkeypatch.setattr(fp8, "_triton_on", lambda x, m=mode: m == "triton")
+        y, saved = fp8.fprop(x, w, recipe, impl="reference")
+        dx, dw = fp8.backward(g, saved, recipe, impl="reference")
+        out[mode] = (y, dx, dw)
+    for a, b in zip(out["triton"], out["torch"]):
+        assert torch.equal(a, b)
+
+
+def test_triton_quantizer_refuses_cpu_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        fq.rows_q_both_triton(torch.ones(16, 16, dtype=torch.bfloat16), fp8.E4M3)
