@@ -9,6 +9,10 @@ same slabs, same seed, same data order:
   --profile      after either mode: torch.profiler over --profile-steps steps per recipe,
                  device time split into FP8 GEMMs, FP8 quantization (kernels/fp8.py's
                  record_function ranges), bf16 GEMMs and the rest.
+  --seeds 0,1    curves: every recipe once per seed (the seed sets the init and the data
+                 order); loss gaps are taken against bf16 of the same seed.
+A recipe may name its quantizers: `blockwise@compiled` runs the torch.compile'd reference
+quantizers, `blockwise` (= `blockwise@triton`) kernels/fp8_quant.py's.
 MFU counts model FLOPs on real tokens against 989 TFLOP/s (dense bf16) for every recipe,
 so FP8 gains show as higher MFU on the same scale.
 
@@ -34,19 +38,26 @@ from packtool.megatron.model import GPTShape, padded_vocab
 from packtool.megatron.parallel import init_parallel
 
 
-def run(a, shape, recipe, steps, skip):
+def _split(label):
+    recipe, _, quant = label.partition("@")
+    return recipe, quant or "triton"
+
+
+def run(a, shape, label, steps, skip, seed=0):
+    from kernels import fp8 as kfp8
+    recipe, kfp8.QUANT = _split(label)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     cfg = TrainConfig(data_dir=a.data, shape=shape, lr=a.lr, warmup=20, steps=steps,
                       grad_accum=a.grad_accum, micro_batch_tokens=a.micro_batch_tokens,
-                      device="cuda", lm_head=a.lm_head, log_every=a.log_every, seed=0,
+                      device="cuda", lm_head=a.lm_head, log_every=a.log_every, seed=seed,
                       fp8=recipe)
     t0 = time.time()
     res = train(cfg)
     recs = res.records[skip:] or res.records
     secs = sum(r.seconds for r in recs)
     losses = [r.loss for r in res.records]
-    return {"recipe": recipe, "steps": len(res.records), "wall_s": time.time() - t0,
+    return {"recipe": label, "seed": seed, "steps": len(res.records), "wall_s": time.time() - t0,
             "real_tokens_per_s": sum(r.real_tokens for r in recs) / secs,
             "mfu_989": float(np.average([r.mfu for r in recs], weights=[r.seconds for r in recs])),
             "seconds_per_step": secs / len(recs),
@@ -100,6 +111,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--tag", default="fp8")
+    ap.add_argument("--seeds", default="0", help="curves: comma-separated seeds")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     init_parallel(1, 1, "cuda")
@@ -111,10 +123,12 @@ def main() -> None:
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "load": os.getloadavg(), "shape": shape.__dict__, "params_m": shape.params() / 1e6,
            "args": vars(a), "runs": []}
-    order = recipes if a.mode == "curves" else recipes * a.rounds
+    seeds = [int(x) for x in a.seeds.split(",")]
+    order = ([(rc, sd) for sd in seeds for rc in recipes] if a.mode == "curves"
+             else [(rc, 0) for _ in range(a.rounds) for rc in recipes])
     path = os.path.join(a.out, f"{a.tag}_{a.mode}.json")
-    for rc in order:
-        r = run(a, shape, rc, a.steps, a.skip)
+    for rc, sd in order:
+        r = run(a, shape, rc, a.steps, a.skip, sd)
         out["runs"].append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "loss_curve"}), flush=True)
         with open(path, "w") as f:  # each run as it ends: a cut-off command keeps what ran
@@ -125,10 +139,11 @@ def main() -> None:
     if "none" in by:
         base = out["tok_s"]["none"]["median"]
         out["speedup_vs_bf16"] = {rc: out["tok_s"][rc]["median"] / base for rc in by}
-        bl = [r["loss_last50"] for r in out["runs"] if r["recipe"] == "none"][0]
+        last = {(r["recipe"], r["seed"]): r["loss_last50"] for r in out["runs"]}
+        # per seed, against bf16 of the same seed (same init, same data order)
         out["last50_loss_gap_vs_bf16"] = {
-            rc: [r["loss_last50"] for r in out["runs"] if r["recipe"] == rc][0] / bl - 1
-            for rc in by}
+            f"{rc} seed {sd}": last[(rc, sd)] / last[("none", sd)] - 1
+            for rc in recipes for sd in seeds if (rc, sd) in last and ("none", sd) in last}
     if a.profile:
         out["profile"] = [profile(a, shape, rc, a.profile_steps) for rc in recipes]
         for p in out["profile"]:

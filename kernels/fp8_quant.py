@@ -47,7 +47,7 @@ def _tensor_q_both_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inv_ptr, T, K, fmax,
     rows = (pt * BT + tl.arange(0, BT)).to(tl.int64)
     cols = (pk * BK + tl.arange(0, BK)).to(tl.int64)
     mask = (rows[:, None] < T) & (cols[None, :] < K)
-    amax = tl.load(amax_ptr).to(tl.float32, bitcast=True)
+    amax = tl.load(amax_ptr)
     # the reference: scale = (1 / amax) * FMAX (1 where amax = 0), data = clamp(x * scale)
     scale = tl.where(amax > 0, tl.math.div_rn(tl.zeros_like(amax) + 1.0, amax) * fmax, 1.0)
     x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0.0)
