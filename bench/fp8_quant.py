@@ -70,6 +70,16 @@ def check() -> list:
                      "compiled_bytes_off": _diff(cq, rq),
                      "compiled_scale_equal": bool(torch.equal(cs, rs))})
         print(json.dumps(rows[-3:]), flush=True)
+    for i, (R, C) in enumerate(((11264, 4096), (4096, 11264), (12288, 4096), (2064, 2192))):
+        w = _x(R, C, 50 + i)
+        q, s, qt, st = fq.tiles_q_both_triton(w, fp8.E4M3)
+        ref = fp8.quantize(w, "128x128", fp8.E4M3)
+        rt = ref.t()
+        rows.append({"recipe": "blockwise weight 128x128", "T": R, "K": C, "dtype": "e4m3",
+                     "triton_bytes_off": _diff(q, ref.data) + _diff(qt, rt.data),
+                     "triton_scale_equal": bool(torch.equal(s, ref.scale)
+                                                and torch.equal(st, rt.scale))})
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -77,7 +87,7 @@ def _ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def speed() -> list:
+def speed(compiled: bool = True) -> list:
     rows = []
     ctb, crq = fp8._compiled(fp8._tensor_q_both), fp8._compiled(fp8._rows_q)
     for i, (T, K) in enumerate(SHAPES[:4]):
@@ -86,13 +96,18 @@ def speed() -> list:
         least = 2 * n + 2 * n  # bf16 read once, two fp8 outputs
         r = {"T": T, "K": K,
              "tw_triton_ms": _ms(lambda: fq.tensor_q_both_triton(x, fp8.E4M3)),
-             "tw_compiled_ms": _ms(lambda: ctb(x, fp8.E4M3)),
+             "tw_compiled_ms": _ms(lambda: ctb(x, fp8.E4M3)) if compiled else None,
              "tw_amax_only_ms": _ms(lambda: fq.amax_triton(x)),
              "bw_triton_ms": _ms(lambda: fq.rows_q_both_triton(x, fp8.E4M3)),
-             "bw_compiled_ms": _ms(lambda: (crq(x, fp8.E4M3), crq(x.t(), fp8.E4M3))),
+             "bw_compiled_ms": (_ms(lambda: (crq(x, fp8.E4M3), crq(x.t(), fp8.E4M3)))
+                                if compiled else None),
              "copy_ms": _ms(lambda: x.clone())}
+        w = torch.randn(K, T // 8, device="cuda").bfloat16()  # a weight-sized 128x128 input
+        r["w_tiles_triton_ms"] = _ms(lambda: fq.tiles_q_both_triton(w, fp8.E4M3))
+        r["w_tiles_triton_GBps_least_bytes"] = 4 * w.numel() / r["w_tiles_triton_ms"] / 1e6
         for k in ("tw_triton", "tw_compiled", "bw_triton", "bw_compiled"):
-            r[k + "_GBps_least_bytes"] = least / r[k + "_ms"] / 1e6
+            if r[k + "_ms"] is not None:
+                r[k + "_GBps_least_bytes"] = least / r[k + "_ms"] / 1e6
         r["tw_triton_GBps_moved"] = (least + 2 * n) / r["tw_triton_ms"] / 1e6  # + amax read
         r["copy_GBps"] = 4 * n / r["copy_ms"] / 1e6
         rows.append(r)
@@ -132,11 +147,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default="check,speed,linear")
+    ap.add_argument("--no-compiled", action="store_true", help="speed: Triton quantizers only")
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
     for part in a.parts.split(","):
-        res[part] = {"check": check, "speed": speed, "linear": linear}[part]()
+        res[part] = {"check": check, "speed": lambda: speed(not a.no_compiled),
+                     "linear": linear}[part]()
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
     if "check" in res:

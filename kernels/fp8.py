@@ -217,6 +217,11 @@ def weight_operands(w: torch.Tensor, recipe: str) -> tuple[Q, Q]:
         raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
     if recipe == "tensorwise":
         return quantize_with_t(w, E4M3)
+    if _triton_on(w):
+        from kernels.fp8_quant import tiles_q_both_triton
+        with _range("fp8_quant"):
+            q, s, qt, st = tiles_q_both_triton(w, E4M3)
+        return Q(q, s, "128x128"), Q(qt, st, "128x128")
     wq = quantize(w, "128x128", E4M3)
     return wq, wq.t()
 

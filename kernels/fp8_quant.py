@@ -12,9 +12,10 @@ over x; these kernels do it in one:
   blockwise   `rows_q_both_triton`: one read of a 128x128 tile gives the 1x128-along-K
               quantization of x (128 row scales) and the 1x128-along-T quantization of x^T
               (128 column scales); ragged edge tiles are zero-padded for the amax only, as
-              the reference pads.
+              the reference pads. `tiles_q_both_triton`: a weight in 128x128 blocks and its
+              transpose, from one read.
 
-Bit-exact with the eager reference: IEEE division (`div_rn`) where the reference divides,
+Bit-exact with the eager reference: the IEEE quotient where the reference divides (`_div`),
 fp32 max reductions (order-free), round-to-nearest-even fp8 casts after the same clamp.
 Scales are written block-major ([blocks, rows] in memory, returned as the [rows, blocks]
 view), which is the layout `kernels.fp8._scale_a/_scale_b` hand cuBLASLt, so no copy follows.
@@ -58,29 +59,60 @@ def _tensor_q_both_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inv_ptr, T, K, fmax,
         tl.store(inv_ptr, tl.math.div_rn(tl.zeros_like(scale) + 1.0, scale))
 
 
+@triton.jit
+def _div(x, s, r):
+    """x / s correctly rounded, from r = 1/s correctly rounded (one per row or column): the
+    product's error is taken back with one exact fma residual (Markstein's theorem: the
+    corrected quotient is the IEEE one for normal operands). 3 instructions instead of
+    div.rn's ~15, which had made the blockwise kernel compute-bound."""
+    s = tl.broadcast_to(s, x.shape)  # tl.fma does not broadcast
+    r = tl.broadcast_to(r, x.shape)
+    q = x * r
+    return tl.fma(tl.fma(-q, s, x), r, q)
+
+
+@triton.jit
+def _scales(amax, inv_fmax):
+    # the reference's s = amax * (1/FMAX), 1 where a block is all zeros; and 1/s
+    s = tl.where(amax > 0, amax * inv_fmax, 1.0)
+    return s, tl.math.div_rn(s * 0.0 + 1.0, s)  # s is finite and > 0
+
+
 def _rows_q_both_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, T, K, fmax, inv_fmax,
-                        B: tl.constexpr,
-                        EXACT: tl.constexpr):
+                        B: tl.constexpr, EXACT: tl.constexpr):
     pt, pk = tl.program_id(0), tl.program_id(1)
     rows = (pt * B + tl.arange(0, B)).to(tl.int64)
     cols = (pk * B + tl.arange(0, B)).to(tl.int64)
     mask = (rows[:, None] < T) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    ax = tl.abs(x)
-    # along K: one scale per row of the tile (the reference: s = amax * (1/FMAX), data = x / s)
-    ra = tl.max(ax, axis=1)
-    rs = tl.where(ra > 0, ra * inv_fmax, 1.0)
-    y = tl.math.div_rn(x, tl.broadcast_to(rs[:, None], (B, B)))
+    # along K: one scale per row of the tile (the reference: data = x / s)
+    rs, rr = _scales(tl.max(tl.abs(x), axis=1), inv_fmax)
+    y = _div(x, rs[:, None], rr[:, None])
     y = _to_fp8(tl.clamp(y, -fmax, fmax), q_ptr.dtype.element_ty, EXACT)
     tl.store(q_ptr + rows[:, None] * K + cols[None, :], y, mask=mask)
     tl.store(s_ptr + pk * T + rows, rs, mask=rows < T)  # [K blocks, T]
     # along T (the transpose's rows): one scale per column of the tile
-    ca = tl.max(ax, axis=0)
-    cs = tl.where(ca > 0, ca * inv_fmax, 1.0)
-    yt = tl.math.div_rn(x, tl.broadcast_to(cs[None, :], (B, B)))
+    cs, cr = _scales(tl.max(tl.abs(x), axis=0), inv_fmax)
+    yt = _div(x, cs[None, :], cr[None, :])
     yt = _to_fp8(tl.clamp(yt, -fmax, fmax), qt_ptr.dtype.element_ty, EXACT)
     tl.store(qt_ptr + cols[:, None] * T + rows[None, :], tl.trans(yt), mask=tl.trans(mask))
     tl.store(st_ptr + pt * K + cols, cs, mask=cols < K)  # [T blocks, K]
+
+
+def _tiles_q_both_kernel(w_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, fmax, inv_fmax,
+                         B: tl.constexpr, EXACT: tl.constexpr):
+    # a weight [R, C] in 128x128 blocks, and its transpose: the same fp8 tile written twice
+    pr, pc = tl.program_id(0), tl.program_id(1)
+    rows = (pr * B + tl.arange(0, B)).to(tl.int64)
+    cols = (pc * B + tl.arange(0, B)).to(tl.int64)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    x = tl.load(w_ptr + rows[:, None] * C + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    s, r = _scales(tl.max(tl.max(tl.abs(x), axis=1), axis=0), inv_fmax)
+    y = _to_fp8(tl.clamp(_div(x, s, r), -fmax, fmax), q_ptr.dtype.element_ty, EXACT)
+    tl.store(q_ptr + rows[:, None] * C + cols[None, :], y, mask=mask)
+    tl.store(qt_ptr + cols[:, None] * R + rows[None, :], tl.trans(y), mask=tl.trans(mask))
+    tl.store(s_ptr + pr * tl.num_programs(1) + pc, s)
+    tl.store(st_ptr + pc * tl.num_programs(0) + pr, s)
 
 
 @triton.jit
@@ -119,14 +151,14 @@ def _kernel(name: str):
     key = (name, interpreting())
     if key not in _built:
         fn = {"amax": _amax_kernel, "tensor": _tensor_q_both_kernel,
-              "rows": _rows_q_both_kernel}[name]
+              "rows": _rows_q_both_kernel, "tiles": _tiles_q_both_kernel}[name]
         k = triton.jit(fn)
         if not key[1] and name == "tensor":
             k = triton.autotune(_tile_configs(((64, 64), (64, 128), (128, 64), (128, 128))),
                                 key=["K"])(k)
-        elif not key[1] and name == "rows":
+        elif not key[1] and name in ("rows", "tiles"):
             k = triton.autotune([triton.Config({}, num_warps=w) for w in (4, 8, 16)],
-                                key=["K"])(k)
+                                key=["K" if name == "rows" else "C"])(k)
         _built[key] = k
     return _built[key]
 
@@ -187,3 +219,19 @@ def rows_q_both_triton(x: torch.Tensor, dtype: torch.dtype):
                                   B=BLOCK,
                                   EXACT=interpreting())
     return q, s.t(), qt, st.t()
+
+
+def tiles_q_both_triton(w: torch.Tensor, dtype: torch.dtype):
+    """(data [R, C], scales [ceil(R/128), ceil(C/128)], data^T [C, R], scales^T): `_tiles_q(w)`
+    and its transpose (`Q.t()`), bit for bit, from one read of w."""
+    w = _check(w)
+    R, C = w.shape
+    nr, nc = triton.cdiv(R, BLOCK), triton.cdiv(C, BLOCK)
+    q = torch.empty((R, C), dtype=dtype, device=w.device)
+    qt = torch.empty((C, R), dtype=dtype, device=w.device)
+    s = torch.empty((nr, nc), dtype=torch.float32, device=w.device)
+    st = torch.empty((nc, nr), dtype=torch.float32, device=w.device)
+    if R and C:
+        _kernel("tiles")[(nr, nc)](w, q, s, qt, st, R, C, FMAX[dtype], INV_FMAX[dtype],
+                                   B=BLOCK, EXACT=interpreting())
+    return q, s, qt, st

@@ -73,6 +73,18 @@ def test_blockwise_both_match_reference(T, K, dtype):
     assert s.stride() == (1, T) and st.stride() == (1, K)
 
 
+@pytest.mark.parametrize("R,C", [(200, 144), (384, 256), (16, 40)])
+def test_weight_tiles_both_match_reference(R, C):
+    w = _x(R, C, seed=R - C)
+    w[:128, :128] = 0  # an all-zero block: scale 1
+    q, s, qt, st = fq.tiles_q_both_triton(w, fp8.E4M3)
+    ref = fp8.quantize(w, "128x128", fp8.E4M3)
+    ref_t = ref.t()
+    _bits_equal(q, ref.data)
+    _bits_equal(qt, ref_t.data)
+    assert torch.equal(s, ref.scale) and torch.equal(st, ref_t.scale)
+
+
 @pytest.mark.parametrize("recipe", ["tensorwise", "blockwise"])
 def test_linear_gemms_same_with_triton_quantizers(monkeypatch, recipe):
     # kernels.fp8's three GEMMs with the Triton quantizers forced on CPU (interpreted) give
@@ -94,3 +106,25 @@ def test_triton_quantizer_refuses_cpu_without_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         fq.rows_q_both_triton(torch.ones(16, 16, dtype=torch.bfloat16), fp8.E4M3)
+
+
+def test_division_is_the_ieee_quotient():
+    # _div (reciprocal, product, one fma correction) against torch's IEEE x / s on 2^18 pairs:
+    # s as the quantizers make it (amax * (1/448), amax from bf16), x any bf16 up to amax
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def div_kernel(x_ptr, a_ptr, o_ptr, inv_fmax, N: tl.constexpr):
+        i = tl.arange(0, N)
+        s, r = fq._scales(tl.load(a_ptr + i), inv_fmax)
+        tl.store(o_ptr + i, fq._div(tl.load(x_ptr + i), s, r))
+
+    g = torch.Generator().manual_seed(7)
+    n = 1 << 18
+    amax = (torch.rand(n, generator=g) * 2.0 ** torch.randint(-20, 20, (n,), generator=g)).bfloat16().float()
+    x = (torch.rand(n, generator=g) * 2 - 1).mul(amax).bfloat16().float()
+    out = torch.empty(n)
+    div_kernel[(1,)](x, amax, out, fp8.INV_FMAX[fp8.E4M3], N=n)
+    s = torch.where(amax > 0, amax * fp8.INV_FMAX[fp8.E4M3], torch.ones_like(amax))
+    assert torch.equal(out, x / s)

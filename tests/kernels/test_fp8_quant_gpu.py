@@ -41,6 +41,10 @@ def test_triton_quantizers_bit_exact_on_gpu(mods, T, K):
     rqt, rst = fp8._rows_q(x.t(), fp8.E4M3)
     assert _same_bits(q, rq) and _same_bits(qt, rqt)
     assert torch.equal(s, rs) and torch.equal(st, rst)
+    q, s, qt, st = fq.tiles_q_both_triton(x, fp8.E4M3)
+    ref = fp8._tiles_q(x, fp8.E4M3)
+    assert _same_bits(q, ref[0]) and _same_bits(qt, ref[0].t().contiguous())
+    assert torch.equal(s, ref[1]) and torch.equal(st, ref[1].t().contiguous())
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "blockwise"])
