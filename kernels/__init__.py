@@ -2,8 +2,9 @@
 
 `kernels.lm_head` is the public facade; the other modules hold one Triton kernel each beside a
 plain torch reference with the same signature, plus the chunk loop and the tensor-parallel merge.
-`kernels.fp8` holds the FP8 GEMMs of the transformer's linears (torch._scaled_mm + an fp32 reference).
+`kernels.fp8` holds the FP8 GEMMs of the transformer's linears (torch._scaled_mm + an fp32 reference),
+`kernels.fp8_quant` their Triton quantizers (one read of x writes the operand and its transpose).
 """
 
 # the public modules; importing the package itself loads no torch or triton
-__all__ = ["lm_head", "fp8"]
+__all__ = ["lm_head", "fp8", "fp8_quant"]
