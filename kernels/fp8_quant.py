@@ -192,6 +192,8 @@ def tensor_q_both_triton(x: torch.Tensor, dtype: torch.dtype):
     q = torch.empty((T, K), dtype=dtype, device=x.device)
     qt = torch.empty((K, T), dtype=dtype, device=x.device)
     inv = torch.empty((), dtype=torch.float32, device=x.device)
+    if T * K == 0:
+        return q, qt, inv.fill_(1.0)
     kern = _kernel("tensor")
     if interpreting():
         kern[(triton.cdiv(T, 64), triton.cdiv(K, 64))](x, amax, q, qt, inv, T, K, FMAX[dtype],
@@ -199,8 +201,6 @@ def tensor_q_both_triton(x: torch.Tensor, dtype: torch.dtype):
     else:
         grid = lambda m: (triton.cdiv(T, m["BT"]), triton.cdiv(K, m["BK"]))  # noqa: E731
         kern[grid](x, amax, q, qt, inv, T, K, FMAX[dtype], EXACT=False)
-    if T * K == 0:
-        inv.fill_(1.0)
     return q, qt, inv
 
 

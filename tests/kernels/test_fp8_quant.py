@@ -52,6 +52,14 @@ def test_tensorwise_both_match_reference(T, K, dtype):
     assert s.dtype == torch.float32 and s.dim() == 0 and s.item() == rs.item()
 
 
+def test_empty_inputs():
+    x = torch.zeros(0, 144, dtype=torch.bfloat16)
+    q, qt, s = fq.tensor_q_both_triton(x, fp8.E4M3)
+    assert q.shape == (0, 144) and qt.shape == (144, 0) and s.item() == 1.0
+    q, s, qt, st = fq.rows_q_both_triton(x, fp8.E4M3)
+    assert q.shape == (0, 144) and s.shape == (0, 2) and qt.shape == (144, 0) and st.shape == (144, 0)
+
+
 def test_tensorwise_all_zero_input_scale_one():
     x = torch.zeros(32, 144, dtype=torch.bfloat16)
     q, qt, s = fq.tensor_q_both_triton(x, fp8.E4M3)
