@@ -18,7 +18,12 @@ Recipes (Hopper, current scaling: scales from this tensor's amax now, no history
 mxfp8 (1x32 blocks, e8m0 scales) is Blackwell-only in cuBLASLt and is not built here.
 
 `impl="scaled_mm"` runs torch._scaled_mm (cuBLASLt); `impl="reference"` dequantizes to fp32
-and multiplies (CPU tests, and the yardstick of the GPU tests). Shape rules are the
+and multiplies (CPU tests, and the yardstick of the GPU tests).
+
+Quantizers: `_tensor_q` / `_rows_q` / `_tiles_q` below are the reference. On CUDA the
+activations, gradients and weights go through kernels/fp8_quant.py's Triton kernels, which
+read x once and write the operand and its transpose (wgrad's), bit-exact with the reference;
+PACKTOOL_FP8_QUANT=compiled runs the torch.compile'd reference instead (bench comparisons). Shape rules are the
 caller's: packtool/megatron/fp8.py asks packtool.align before calling in.
 """
 from __future__ import annotations
