@@ -36,7 +36,7 @@ def tiny_llama(impl: str, vocab: int = VOCAB, seed: int = 0, device: str = "cpu"
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      attn_implementation=impl)
+                      head_dim=16, attn_implementation=impl)  # flex on CUDA needs head_dim >= 16
     return LlamaForCausalLM(cfg).float().eval().to(device)
 
 
