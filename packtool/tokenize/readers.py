@@ -1,8 +1,8 @@
 """Readers: every supported input format streamed as Arrow record batches.
 
 Parquet and Arrow IPC are read natively (column projection, one row group or IPC batch at a
-time). JSON Lines (optionally gzip) is read in byte blocks of whole lines, each parsed by
-Arrow's C++ JSON reader after a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON
+time). JSON Lines (optionally gzip, zstd or bzip2 compressed) is read in byte blocks of whole lines,
+each parsed by Arrow's C++ JSON reader after a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON
 array (`[{...}, ...]`) cannot be split without parsing, so its text is held once and decoded
 one element at a time. A `datasets.save_to_disk` folder is a list of Arrow IPC stream files.
 Memory stays bounded by one block / batch, except for JSON arrays (bounded by the file).
@@ -15,6 +15,7 @@ import io
 import json
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -27,7 +28,10 @@ from packtool.errors import PacktoolInputError
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
 _PARQUET_EXT = (".parquet", ".pq")
-_JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
+# Compressed JSON Lines: suffix -> Arrow codec (gzip goes through Python's gzip module).
+_JSONL_CODECS = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
+_JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz") + tuple(
+    base + c for base in (".jsonl", ".ndjson", ".json") for c in _JSONL_CODECS)
 _ARROW_EXT = (".arrow", ".feather", ".ipc")
 # Data files packtool cannot read: in a folder input they are an error, not silently left out
 # (README.md, LICENSE, hidden files and the like are not data and are passed over).
@@ -67,7 +71,7 @@ def _hf_dataset_files(folder: str) -> list[str]:
             names = [d["filename"] for d in json.load(f).get("_data_files", [])]
         if names:
             return [os.path.join(folder, n) for n in names]
-    return sorted(glob.glob(os.path.join(folder, "*.arrow")))
+    return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
 
 
 def resolve_inputs(inputs: list[str]) -> list[InputFile]:
@@ -76,7 +80,8 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
     for spec in inputs:
-        if any(c in spec for c in "*?["):
+        # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
+        if any(c in spec for c in "*?[") and not os.path.exists(spec):
             paths = sorted(glob.glob(spec, recursive=True))
             if not paths:
                 raise PacktoolInputError("glob matched no files", path=spec)
@@ -88,7 +93,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         os.path.exists(os.path.join(p, "dataset_dict.json")):
                     out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
                     continue
-                found = [f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
+                found = [f for f in glob.glob(os.path.join(glob.escape(p), "**", "*"), recursive=True)
                          if os.path.isfile(f)]
                 unreadable = sorted(os.path.relpath(f, p) for f in found
                                     if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
@@ -96,7 +101,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                     more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
                     raise PacktoolInputError(
                         f"folder holds data files packtool cannot read: {', '.join(unreadable[:3])}"
-                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz], .json, .arrow), "
+                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow), "
                         f"or pass the readable files themselves", path=p)
                 inner = sorted(f for f in found if _kind_of(f))
                 if not inner:
@@ -109,8 +114,8 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                 kind = _kind_of(p)
                 if kind is None:
                     raise PacktoolInputError(
-                        "unknown file type; expected .parquet, .jsonl[.gz], .json, .arrow/.feather "
-                        "or a datasets.save_to_disk folder", path=p)
+                        "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
+                        ".arrow/.feather or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
     files = [InputFile(os.path.abspath(f.path), f.kind) for f in out]
     _refuse_repeats(files)
@@ -214,12 +219,10 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
 def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                    block_bytes: int | None = None, read_bytes=None) -> Iterator[pa.RecordBatch]:
     """`read_bytes(n)`, when given, hears the on-disk bytes read so far (compressed bytes for
-    .gz) after each block: JSON Lines store no row count, so progress goes by bytes."""
-    opener = gzip.open if path.lower().endswith(".gz") else open
+    .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes."""
     lines_before = 0
     try:
-        with opener(path, "rb") as f:
-            raw = getattr(f, "fileobj", f)  # a GzipFile's compressed stream
+        with _open_jsonl(path) as (f, raw):
             tail = b""
             while True:
                 chunk = f.read(block_bytes or _JSONL_BLOCK)
@@ -244,8 +247,24 @@ def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                 lines_before += block.count(b"\n")
                 if not chunk:
                     break
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise PacktoolInputError(f"cannot read file ({e})", path=path) from None
+    except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
+        raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
+
+
+@contextmanager
+def _open_jsonl(path: str):
+    """(decompressed stream, on-disk stream): `raw.tell()` counts the compressed bytes read."""
+    low = path.lower()
+    codec = next((c for ext, c in _JSONL_CODECS.items() if low.endswith(ext)), None)
+    if low.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            yield f, f.fileobj
+    elif codec is not None:
+        with pa.OSFile(path, "rb") as raw, pa.CompressedInputStream(raw, codec) as f:
+            yield f, raw
+    else:
+        with open(path, "rb") as f:
+            yield f, f
 
 
 def _json_array_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:

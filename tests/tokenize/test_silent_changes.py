@@ -184,8 +184,8 @@ def _gsm(*flags):
 
 
 CASES = [
-    ("folder-zst", _folder_with(".jsonl.zst"), ["b.jsonl.zst", "cannot read", "decompress"]),
-    ("folder-bz2", _folder_with(".jsonl.bz2"), ["b.jsonl.bz2", "cannot read"]),
+    ("folder-xz", _folder_with(".jsonl.xz"), ["b.jsonl.xz", "cannot read", "decompress"]),
+    ("folder-lz4", _folder_with(".jsonl.lz4"), ["b.jsonl.lz4", "cannot read"]),
     ("folder-csv", _folder_with(".csv"), ["b.csv", "convert"]),
     ("same-input-twice", _twice, ["a.jsonl", "more than once", "pass each file once"]),
     ("glob-and-name", _glob_and_name, ["a.jsonl", "more than once"]),

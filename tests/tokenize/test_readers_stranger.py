@@ -1,0 +1,100 @@
+"""Inputs a new user hands packtool: zstd / bzip2 JSON Lines read like .gz (same rows, progress
+by compressed bytes), and paths whose names hold glob characters (`run[1].jsonl`, a folder
+`data[1]/`) read as the paths they are."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import shutil
+
+import pyarrow as pa
+import pytest
+from conftest import GSM8K
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.readers import _jsonl_batches, iter_batches, peek_columns, resolve_inputs
+
+
+def _rows() -> list[dict]:
+    with open(GSM8K) as f:
+        return [json.loads(line) for line in f]
+
+
+def _read_all(paths, batch_size=37) -> list[dict]:
+    rows = []
+    for f in resolve_inputs(paths):
+        for b in iter_batches(f, batch_size):
+            rows += b.to_pylist()
+    return rows
+
+
+def _compress(src: str, dst, codec: str) -> None:
+    data = open(src, "rb").read()
+    if codec == "gzip":
+        dst.write_bytes(gzip.compress(data))
+    elif codec == "bz2":
+        dst.write_bytes(bz2.compress(data))
+    else:
+        with pa.OSFile(str(dst), "wb") as raw, pa.CompressedOutputStream(raw, codec) as out:
+            out.write(data)
+
+
+@pytest.mark.parametrize("suffix,codec", [(".jsonl.zst", "zstd"), (".jsonl.zstd", "zstd"),
+                                          (".ndjson.bz2", "bz2"), (".jsonl.bz2", "bz2")])
+def test_zstd_and_bzip2_jsonl_read_like_plain(tmp_path, suffix, codec):
+    p = tmp_path / f"gsm{suffix}"
+    _compress(GSM8K, p, codec)
+    assert _read_all([str(p)]) == _rows()
+    assert peek_columns(resolve_inputs([str(p)])[0]) == ["question", "answer"]
+
+
+@pytest.mark.parametrize("suffix,codec", [(".jsonl.gz", "gzip"), (".jsonl.zst", "zstd"), (".jsonl.bz2", "bz2")])
+def test_progress_of_compressed_jsonl_counts_compressed_bytes(tmp_path, suffix, codec):
+    """The tokenize bar's total is the file's size on disk; what the reader reports must end
+    exactly there (never the decompressed size, which would run the bar past 100%)."""
+    p = tmp_path / f"gsm{suffix}"
+    _compress(GSM8K, p, codec)
+    seen: list[int] = []
+    rows = sum(b.num_rows for b in _jsonl_batches(str(p), 64, None, block_bytes=16 << 10,
+                                                  read_bytes=seen.append))
+    assert rows == len(_rows())
+    assert seen == sorted(seen) and len(seen) > 1
+    assert seen[-1] == p.stat().st_size < len(open(GSM8K, "rb").read())
+
+
+def test_damaged_zstd_is_one_line(tmp_path):
+    p = tmp_path / "bad.jsonl.zst"
+    p.write_bytes(b"this is not zstd at all\n" * 10)
+    with pytest.raises(PacktoolInputError, match=r"bad\.jsonl\.zst.*cannot read file"):
+        _read_all([str(p)])
+
+
+def test_folder_of_compressed_jsonl_is_read(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    _compress(GSM8K, d / "a.jsonl.zst", "zstd")
+    _compress(GSM8K, d / "b.jsonl.bz2", "bz2")
+    assert _read_all([str(d)]) == _rows() * 2
+
+
+def test_file_named_with_glob_characters_is_that_file(tmp_path):
+    p = tmp_path / "run[1].jsonl"
+    shutil.copy(GSM8K, p)
+    (tmp_path / "run1.jsonl").write_text('{"question": "other", "answer": "file"}\n')  # what [1] would match
+    assert _read_all([str(p)]) == _rows()
+
+
+def test_folder_named_with_glob_characters_is_that_folder(tmp_path):
+    d = tmp_path / "data[1]"
+    d.mkdir()
+    shutil.copy(GSM8K, d / "a.jsonl")
+    assert _read_all([str(d)]) == _rows()
+
+
+def test_glob_still_expands_and_missing_glob_still_errors(tmp_path):
+    shutil.copy(GSM8K, tmp_path / "a.jsonl")
+    shutil.copy(GSM8K, tmp_path / "b.jsonl")
+    assert _read_all([str(tmp_path / "*.jsonl")]) == _rows() * 2
+    with pytest.raises(PacktoolInputError, match="glob matched no files"):
+        resolve_inputs([str(tmp_path / "c[0-9].jsonl")])
