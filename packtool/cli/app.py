@@ -1,14 +1,17 @@
 """The `packtool` command line: flags -> config dataclasses -> library calls. No logic here."""
 from __future__ import annotations
 
+import functools
 import json
 import sys
+import warnings
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from packtool.cli.failure import fail, guarded, set_debug
+from packtool.cli.inputs import check_input_specs, check_shape_flags
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
@@ -30,7 +33,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 # Tokenization flags, shared by `pack` and `verify --source`.
 Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
 ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
-Shape = Annotated[Optional[str], typer.Option("--shape", help="auto|tokens|text|chat|sharegpt|alpaca|prompt_completion|fields (default auto).")]
+Shape = Annotated[Optional[str], typer.Option("--shape", help="One of auto, tokens, text, chat, sharegpt, alpaca, prompt_completion, fields (default auto).")]
 PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
 ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
 TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
@@ -101,12 +104,12 @@ def pack(
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr (tokenizing, writing).")] = True,
     shard_tokens: Annotated[int, typer.Option("--shard-tokens", help="About this many tokens per Parquet shard file (default 67108864); shards end on whole slabs, in multiples of 4 above 4Mi tokens.")] = 64 << 20,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool[ray]).")] = "local",
+    engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool\\[ray]).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster to join (default with --engine ray: a local Ray on this machine's cores).")] = None,
-    split: Annotated[Optional[str], typer.Option("--split", help="Hugging Face dataset split (a dataset name, or a local dataset repo folder, read with datasets.load_dataset; extra: packtool[hf]).")] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="Hugging Face dataset split (a dataset name, or a local dataset repo folder, read with datasets.load_dataset; extra: packtool\\[hf]).")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="Hugging Face dataset configuration (with a dataset name or repo folder).")] = None,
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
 ) -> None:
@@ -136,6 +139,8 @@ def pack(
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         if shard_tokens < 1:
             raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+        check_input_specs(inputs, split or config)
+        check_shape_flags(shape, prompt_field, response_field, text_field)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
             if len(inputs) != 1 or engine != "local":
                 raise ValueError("a dataset name or --split/--config takes one name or folder (--engine local)")
@@ -252,7 +257,23 @@ def verify(
 
 from packtool.megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
 
-app.command("train")(guarded(train_command))
+
+
+def _without_backend_notices(fn):
+    """megatron-core 0.16 warns that Apex / Transformer Engine are not installed and that its own
+    default cuda_graph_scope "full" is deprecated (8 lines on every run); packtool's trainer uses
+    neither backend nor sets the scope, so these notices say nothing a user can act on."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*(Apex|Transformer Engine).* (is|are) not installed",
+                                    category=UserWarning)
+            warnings.filterwarnings("ignore", message="full scope is deprecated", category=UserWarning)
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+app.command("train")(guarded(_without_backend_notices(train_command)))
 
 
 def main() -> None:

@@ -50,9 +50,10 @@ def print_verify_report(r, console: Console) -> None:
     rate = r.physical_tokens / r.seconds if r.seconds else 0.0
     rate_s = f"{rate / 1e6:.1f}M" if rate >= 1e6 else f"{rate / 1e3:.0f}k"
     what = "structure and source tokens" if r.source_checked else "structure (no --source)"
-    console.print(f"{escape(str(r.directory))}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
-                  f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
-                  f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
+    if not (set(r.counts) == {"manifest"} and not r.shards):  # nothing read: no figures to print
+        console.print(f"{escape(str(r.directory))}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+                      f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
+                      f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
     for n in r.notes:
         console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
     if r.ok:

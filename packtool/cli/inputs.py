@@ -1,0 +1,45 @@
+"""Input arguments the command line refuses before any work: stdin (`-`), a missing path that
+would otherwise be looked up as a Hugging Face dataset name, and shape flags that contradict
+each other (one of them would be silently ignored)."""
+from __future__ import annotations
+
+import os
+
+from packtool.errors import PacktoolInputError
+
+# Suffixes that say "a file" (a Hub dataset name has none of them): a missing one is a typo or
+# a wrong path, never a name to look up on the Hub (which retries the network for ~30 s).
+_FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
+                  ".xz", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".arrow", ".feather", ".ipc", ".csv",
+                  ".tsv", ".txt", ".orc", ".avro")
+
+
+def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
+    """Refuse `-` and a missing path before it is taken for a dataset name."""
+    for spec in inputs:
+        if spec == "-":
+            raise PacktoolInputError("reading from stdin is not supported (the cache key is the file's "
+                                     "bytes); save the data to a file, e.g. `... > data.jsonl`, and "
+                                     "pass its path", path="-")
+        if hf_flags or os.path.exists(spec) or any(c in spec for c in "*?["):
+            continue
+        folder = os.path.dirname(spec)
+        looks_like_path = (os.path.isabs(spec) or spec.startswith(("./", "../", "~"))
+                           or spec.lower().endswith(_FILE_SUFFIXES) or (folder != "" and os.path.isdir(folder)))
+        if looks_like_path:
+            raise PacktoolInputError("input file not found", path=spec)
+
+
+def check_shape_flags(shape: str | None, prompt_field: str | None, response_field: str | None,
+                      text_field: str | None) -> None:
+    """Field flags that a forced --shape would ignore are an error, not a silent no-op (under
+    auto each file picks its own shape, so --text-field beside --prompt-field is fine)."""
+    two = prompt_field is not None or response_field is not None
+    if shape in (None, "auto"):  # each file picks its shape: every field flag may apply to one
+        return
+    if two and shape != "fields":
+        raise PacktoolInputError(f"--shape {shape} ignores --prompt-field/--response-field; drop them, "
+                                 f"or use --shape fields", flag="--shape")
+    if text_field is not None and shape != "text":
+        raise PacktoolInputError(f"--shape {shape} ignores --text-field; drop it, or use --shape text",
+                                 flag="--shape")
