@@ -1,0 +1,93 @@
+"""What a new user types that packtool used to answer badly: stdin, a mistyped path taken for a
+Hugging Face dataset name, field flags that a forced --shape ignores, verify/inspect pointed
+at a missing folder or at a shard, help text whose `[extra]` was eaten as markup, and
+megatron-core's import notices on every `train`. Each error is one line (test_bad_inputs'
+harness: exit status, no traceback, user files untouched, nothing left behind)."""
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import pytest
+from conftest import GPT2, GSM8K
+from test_bad_inputs import expect_error, runner
+
+from packtool.cli.app import _without_backend_notices, app
+
+GSM_ARGS = ["--prompt-field", "question", "--response-field", "answer"]
+
+
+def _pack_args(tmp_path, *inputs, extra=()):
+    return ["pack", *inputs, "--tokenizer", GPT2, "-o", str(tmp_path / "out"), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache"), *extra]
+
+
+def test_stdin_dash_is_refused_with_the_fix(tmp_path):
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    line = expect_error(tmp_path, _pack_args(tmp_path, "-", extra=GSM_ARGS), 2, "-:", "stdin", "save the data to a file")
+    assert "datasets" not in line and "Repo id" not in line
+
+
+@pytest.mark.parametrize("spec", ["gsm.jsonl.zstd", "./train", "nope.csv", "sub/missing"])
+def test_missing_path_is_not_looked_up_as_a_dataset_name(tmp_path, monkeypatch, spec):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    line = expect_error(tmp_path, _pack_args(tmp_path, spec, extra=GSM_ARGS), 2, spec, "input file not found")
+    assert "load_dataset" not in line and "--config" not in line
+
+
+def test_missing_absolute_path_is_not_found(tmp_path):
+    spec = str(tmp_path / "gone" / "data.jsonl.zst")
+    expect_error(tmp_path, _pack_args(tmp_path, spec), 2, spec, "input file not found")
+
+
+@pytest.mark.parametrize("flags,needles", [
+    (["--shape", "text", *GSM_ARGS], ["--shape text", "--prompt-field", "--shape fields"]),
+    (["--shape", "chat", "--chat-template", "chatml", "--text-field", "question"], ["--shape chat", "--text-field"]),
+    (["--shape", "alpaca", *GSM_ARGS], ["--shape alpaca", "drop them"]),
+])
+def test_field_flags_a_forced_shape_ignores_are_refused(tmp_path, flags, needles):
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    expect_error(tmp_path, _pack_args(tmp_path, str(tmp_path / "gsm.jsonl"), extra=flags), 2, *needles)
+
+
+def test_auto_shape_still_takes_text_and_prompt_fields_together(tmp_path):
+    """One run may mix GSM8K (prompt/response) and documents (--text-field): not a contradiction."""
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    (tmp_path / "docs.jsonl").write_text('{"body": "a plain document"}\n')
+    r = runner.invoke(app, _pack_args(tmp_path, str(tmp_path / "gsm.jsonl"), str(tmp_path / "docs.jsonl"),
+                                      extra=[*GSM_ARGS, "--text-field", "body", "-C", "1024"]))
+    assert r.exit_code == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("what", ["missing", "a_file"])
+def test_verify_and_inspect_name_a_missing_folder_or_a_file(tmp_path, monkeypatch, what):
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / what
+    needle = "no such folder" if what == "missing" else "a file, not a packtool output folder"
+    if what == "a_file":
+        p.write_text("hello")
+    line = expect_error(tmp_path, ["inspect", str(p)], 2, str(p), needle)
+    assert "re-run" not in line
+    r = runner.invoke(app, ["verify", str(p)])
+    assert r.exit_code == 1 and needle in r.stdout, r.stdout
+    assert "0 shard(s)" not in r.stdout and "tokens/s" not in r.stdout and "re-run" not in r.stdout
+
+
+def test_help_shows_the_extras_in_brackets():
+    r = runner.invoke(app, ["pack", "--help"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0
+    assert "packtool[ray]" in r.stdout and "packtool[hf]" in r.stdout, r.stdout
+    assert "Progress bars on stderr" in r.stdout
+
+
+def test_train_hides_only_megatrons_backend_notices():
+    def noisy():
+        warnings.warn("Transformer Engine and Apex are not installed. Falling back to Torch optimizers.")
+        warnings.warn("Apex is not installed. Falling back to Torch Norm")
+        warnings.warn("full scope is deprecated. Use empty cuda_graph_scope to capture the whole layer.")
+        warnings.warn("something packtool's user should see")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _without_backend_notices(noisy)()
+    assert [str(w.message) for w in seen] == ["something packtool's user should see"]
