@@ -6,6 +6,7 @@ rich markup), the same as a JSON object on stdout under `--json`, and the exit s
     2  bad usage, input, config, cache, format or output path (every PacktoolError; also a
        file that cannot be read or written)
     3  a packtool bug: the line says so; the traceback shows with --debug or PACKTOOL_DEBUG=1
+  130  interrupted (Ctrl-C): one line says so
 A traceback is printed only in debug mode.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typer.exceptions import TyperException
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 
 _STATE = {"debug": False}
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 
 def set_debug(on: bool) -> None:
@@ -84,6 +86,11 @@ def guarded(fn):
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, TyperException):
             raise
+        except KeyboardInterrupt:  # the bars are transient: without a line Ctrl-C ends in silence
+            print_error("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
+                        "output as it was: re-run the command to start again", "interrupted", EXIT_INTERRUPTED,
+                        json_out=bool(kwargs.get("json_out")))
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends
             raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
     return wrapper

@@ -105,37 +105,64 @@ def print_inspect_report(r, console: Console) -> None:
             ht.add_row(*row)
         console.print(ht)
     dt = Table(title=f"Per DP rank (dp={r.dp.dp})", show_header=True, header_style="bold")
-    for c in ("rank", "slabs", "real tokens", "physical tokens", "compute", ""):
-        dt.add_column(c, justify="right")
+    heads = ("rank", "slabs", "real tokens", "physical tokens", "compute")
+    cells = [(str(x.rank), fmt_int(x.slabs), fmt_int(x.real_tokens), fmt_int(x.physical_tokens),
+              f"{x.compute:,.0f}") for x in r.dp.ranks]
+    for c in heads:
+        dt.add_column(c, justify="right", no_wrap=True)
+    bw = _bar_width(console, heads, cells)
+    if bw:
+        dt.add_column("", no_wrap=True)
     top = max((x.compute for x in r.dp.ranks), default=0)
-    for x in r.dp.ranks:
-        dt.add_row(str(x.rank), fmt_int(x.slabs), fmt_int(x.real_tokens), fmt_int(x.physical_tokens),
-                   f"{x.compute:,.0f}", bar(x.compute, top, 20))
+    for x, row in zip(r.dp.ranks, cells):
+        dt.add_row(*row, *([bar(x.compute, top, bw)] if bw else []))
     console.print(dt)
     wt = Table(title="Worst slabs (padding + unused capacity)", show_header=True, header_style="bold")
-    for c in ("slab", "where", "segs", "real", "physical", "layout", "tail", "fill", "slack", "fill %"):
-        wt.add_column(c, justify="right")
+    # numbers are never cut (80 columns showed "44.4…" and "physi…"): `where` needs ~28 columns
+    # beside the nine numbers, so a narrow terminal leaves it to the caption's pointer
+    where = console.width >= 110
+    if not where:
+        wt.caption = "each slab's shard and row: widen the terminal to 110 columns, or --json"
+    for c in ("slab",) + (("where",) if where else ()) + ("segs", "real", "physical", "layout", "tail",
+                                                          "fill", "slack", "fill %"):
+        wt.add_column(c, justify="right", no_wrap=True)
     for w in r.worst_slabs:
-        wt.add_row(str(w.slab), w.location, str(w.segments), fmt_int(w.real_tokens), fmt_int(w.physical_tokens),
-                   fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad), fmt_int(w.slack),
-                   fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
+        wt.add_row(str(w.slab), *([w.location] if where else []), str(w.segments), fmt_int(w.real_tokens),
+                   fmt_int(w.physical_tokens), fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad),
+                   fmt_int(w.slack), fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
     console.print(wt)
     if r.compare:
-        console.print(compare_table(r))
+        console.print(compare_table(r, console))
     console.print(f"inspect took {r.seconds:.2f} s", style="dim")
 
 
-def compare_table(r) -> Table:
+def _bar_width(console: Console, headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> int:
+    """Cells left for a bar column beside these columns of figures (0: leave the bar out, so
+    the figures are never cut to "…" on a narrow terminal). A column takes its widest cell
+    plus 3 (padding and rule); the bar column the same."""
+    used = 1 + sum(max([len(h)] + [len(r[i]) for r in rows]) + 3 for i, h in enumerate(headers)) + 3
+    w = min(20, console.width - used)
+    return w if w >= 4 else 0
+
+
+def compare_table(r, console: Console) -> Table:
     from packtool.inspection.figures import bar, fmt_int, fmt_pct
     ct = Table(title="Same lengths, other algorithms and conventions", show_header=True, header_style="bold")
-    for c in ("convention", "algorithm", "s", "t", "slabs", "bound", "efficiency", "waste", ""):
-        ct.add_column(c, justify="right")
+    heads = ("convention", "algorithm", "s", "t", "slabs", "bound", "efficiency", "waste")
+    cells = [(c.convention, c.algorithm, str(c.s), str(c.t), fmt_int(c.slabs),
+              fmt_int(max(c.lower_bound, c.l2_bound)), fmt_pct(c.efficiency), fmt_pct(c.waste))
+             for c in r.compare if not c.error]
+    for h in heads:
+        ct.add_column(h, justify="right", no_wrap=True)
+    bw = _bar_width(console, heads, cells)
+    last = bw or any(c.error for c in r.compare)  # the bar, or the reason a combination failed
+    if last:
+        ct.add_column("")
     top = max((c.waste for c in r.compare if c.error is None), default=0)
+    ok = iter(cells)
     for c in r.compare:
         if c.error:
             ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{escape(str(c.error))}[/]")
             continue
-        ct.add_row(c.convention, c.algorithm, str(c.s), str(c.t), fmt_int(c.slabs),
-                   fmt_int(max(c.lower_bound, c.l2_bound)), fmt_pct(c.efficiency), fmt_pct(c.waste),
-                   bar(c.waste, top, 20))
+        ct.add_row(*next(ok), *([bar(c.waste, top, bw) if bw else ""] if last else []))
     return ct

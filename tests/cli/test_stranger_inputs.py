@@ -91,3 +91,34 @@ def test_train_hides_only_megatrons_backend_notices():
         warnings.simplefilter("always")
         _without_backend_notices(noisy)()
     assert [str(w.message) for w in seen] == ["something packtool's user should see"]
+
+
+def test_ctrl_c_says_so_in_one_line(tmp_path, monkeypatch):
+    import packtool.packing
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(packtool.packing, "pack", interrupted)
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    r = runner.invoke(app, _pack_args(tmp_path, str(tmp_path / "gsm.jsonl"), extra=GSM_ARGS))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 130 and len(lines) == 1 and "interrupted (Ctrl-C)" in lines[0], r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_inspect_tables_never_cut_a_figure_on_a_narrow_terminal(tmp_path, columns):
+    """At 80 columns the worst-slabs table printed "44.4…" and "physi…", --compare "effici…"."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    lengths = tmp_path / "lengths.npy"
+    np.save(lengths, rng.integers(20, 9000, 400))
+    r = runner.invoke(app, ["inspect", "--lengths", str(lengths), "-C", "4096", "--overflow", "split",
+                            "--tp", "2", "--cp", "2", "--fp8", "blockwise", "--compare"],
+                      env={"COLUMNS": str(columns)})
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "…" not in r.stdout, r.stdout
+    assert max(len(ln) for ln in r.stdout.splitlines()) <= columns
+    for header in ("physical", "fill %", "efficiency", "waste"):
+        assert header in r.stdout
+    assert ("widen the terminal" in r.stdout) == (columns < 110)
