@@ -244,8 +244,13 @@ def verify(
                                          on_empty=on_empty)
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
                                              progress=not (json_out or quiet))
+        files = None
+        if source:
+            from packtool.tokenize.readers import resolve_inputs
+            files = [f.path for f in resolve_inputs(list(source))]
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
-                            source_fingerprint=fingerprint, progress=not (json_out or quiet))
+                            source_fingerprint=fingerprint, progress=not (json_out or quiet),
+                            source_tokenize=tok if source else None, source_files=files)
     except Exception as e:
         fail(e, json_out)
     if json_out:

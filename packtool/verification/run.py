@@ -60,9 +60,12 @@ class VerifyReport:
 
 def verify(directory: str, source_dir: str | None = None, workers: int | None = None,
            max_problems: int = 20, batch_rows: int = 128,
-           source_fingerprint: str | None = None, progress: bool = False) -> VerifyReport:
+           source_fingerprint: str | None = None, progress: bool = False,
+           source_tokenize=None, source_files: list[str] | None = None) -> VerifyReport:
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
-    (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own."""
+    (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own.
+    `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths), when given, let a
+    fingerprint mismatch name what differs from the manifest's record."""
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
@@ -81,7 +84,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     if source_fingerprint and want_fp and source_fingerprint != want_fp:
         notes.append(f"the source and tokenization options give input fingerprint "
                      f"{source_fingerprint[:16]}…, the manifest says {want_fp[:16]}…: not the same "
-                     f"files or options as `pack` (differences below would follow from that)")
+                     f"files or options as `pack`{_what_differs(man, source_tokenize, source_files)} "
+                     f"(differences below would follow from that)")
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
@@ -261,6 +265,30 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
                    int(slabs["singleton"].sum()), source_dir, log, notes)
     check_dp(slabs, dp, log)
+
+
+def _what_differs(man: dict, tokenize, files: list[str] | None) -> str:
+    """`: tokenizer A (pack: B); files ...` for a --source that is not what `pack` read, so
+    the thousand token mismatches that follow are explained by their cause in one line."""
+    rec = man.get("input") or {}
+    said = []
+    if tokenize is not None:
+        was = rec.get("tokenize") or {}
+        for k, v in tokenize.as_dict().items():
+            old = was.get(k)
+            if k in was and old != v and not (k == "tokenizer" and v and old
+                                               and os.path.realpath(v) == os.path.realpath(old)):
+                said.append(f"{k} {v} (pack: {old})")
+    if files is not None and rec.get("files"):
+        packed = [f[0] if isinstance(f, (list, tuple)) else f.get("path") for f in rec["files"]]
+        given = [os.path.abspath(f) for f in files]
+        if given != packed:
+            gone = [os.path.basename(p) for p in packed if p not in given]
+            new = [os.path.basename(p) for p in given if p not in packed]
+            said.append("files " + ("in another order" if not gone and not new else
+                                    f"{', '.join(new[:3]) or 'none'} given, {', '.join(gone[:3]) or 'none'} "
+                                    f"packed but not given"))
+    return f": {'; '.join(said)}" if said else ""
 
 
 def source_tokenize_config(manifest: dict, **flags):
