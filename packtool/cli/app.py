@@ -212,6 +212,11 @@ def inspect(
         print(json.dumps(report.to_dict()))
     else:
         print_inspect_report(report, Console())
+        if plan_file is not None:  # a plan file records no flags: say which ones the figures assumed
+            Console(stderr=True).print(
+                f"note: a plan file does not record its flags; these figures assume -C {max_tokens} --tp {tp} "
+                f"--cp {cp} --fp8 {fp8} --convention {convention} -a {algorithm}: pass the flags `plan` used",
+                markup=False, highlight=False, soft_wrap=True)
         if html:
             Console().print(f"HTML report: {html}", markup=False, highlight=False)
 

@@ -175,6 +175,13 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
             f"pass the same --tp/--cp/--sp/--fp8/--max-tokens/--fixed-length/--convention as `plan`")
     first = offsets[:-1]
     single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
+    over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
+    if over.size:  # the plan was made for a larger capacity: every figure would be wrong
+        b = int(over[0])
+        raise InspectError(
+            f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
+            f"C={alignment.capacity:,}: the plan was made with a larger --max-tokens; pass the same "
+            f"--max-tokens (and --tp/--cp/--fp8/...) as `plan`")
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
     ovf = _overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
