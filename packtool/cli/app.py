@@ -91,7 +91,7 @@ def plan(
 @app.command()
 @guarded
 def pack(
-    inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSONL[.gz], JSON, Arrow, datasets folder).")],
+    inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSON Lines [.gz/.zst/.bz2], JSON, Arrow, CSV/TSV, datasets folder).")],
     tokenizer: Tokenizer = None, chat_template: ChatTemplate = None, shape: Shape = None,
     prompt_field: PromptField = None, response_field: ResponseField = None,
     text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,

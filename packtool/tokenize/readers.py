@@ -4,7 +4,8 @@ Parquet and Arrow IPC are read natively (column projection, one row group or IPC
 time). JSON Lines (optionally gzip, zstd or bzip2 compressed) is read in byte blocks of whole lines,
 each parsed by Arrow's C++ JSON reader after a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON
 array (`[{...}, ...]`) cannot be split without parsing, so its text is held once and decoded
-one element at a time. A `datasets.save_to_disk` folder is a list of Arrow IPC stream files.
+one element at a time. CSV/TSV (a header row, every column read as text) streams through Arrow's
+CSV reader. A `datasets.save_to_disk` folder is a list of Arrow IPC stream files.
 Memory stays bounded by one block / batch, except for JSON arrays (bounded by the file).
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.ipc as ipc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -33,15 +35,16 @@ _JSONL_CODECS = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 _JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz") + tuple(
     base + c for base in (".jsonl", ".ndjson", ".json") for c in _JSONL_CODECS)
 _ARROW_EXT = (".arrow", ".feather", ".ipc")
+_CSV_EXT = tuple(base + c for base in (".csv", ".tsv") for c in ("", ".gz", *_JSONL_CODECS))
 # Data files packtool cannot read: in a folder input they are an error, not silently left out
 # (README.md, LICENSE, hidden files and the like are not data and are passed over).
 _UNREADABLE_EXT = (".zst", ".zstd", ".bz2", ".xz", ".lz4", ".lzma", ".br", ".zip", ".tar", ".tgz",
-                   ".7z", ".gz", ".csv", ".tsv", ".orc", ".avro")
+                   ".7z", ".gz", ".orc", ".avro", ".xlsx", ".xls")
 
 
 @dataclass(frozen=True)
 class InputFile:
-    """One concrete file to read. `kind`: parquet | jsonl | json | arrow."""
+    """One concrete file to read. `kind`: parquet | jsonl | json | arrow | csv."""
     path: str
     kind: str
 
@@ -56,6 +59,8 @@ def _kind_of(path: str) -> str | None:
         return "json"
     if low.endswith(_ARROW_EXT):
         return "arrow"
+    if low.endswith(_CSV_EXT):
+        return "csv"
     return None
 
 
@@ -101,12 +106,12 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                     more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
                     raise PacktoolInputError(
                         f"folder holds data files packtool cannot read: {', '.join(unreadable[:3])}"
-                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow), "
+                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow, .csv/.tsv), "
                         f"or pass the readable files themselves", path=p)
                 inner = sorted(f for f in found if _kind_of(f))
                 if not inner:
                     raise PacktoolInputError(
-                        "folder holds no .parquet/.jsonl/.json/.arrow files", path=p)
+                        "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files", path=p)
                 out += [InputFile(f, _kind_of(f)) for f in inner]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
@@ -115,7 +120,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                 if kind is None:
                     raise PacktoolInputError(
                         "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
-                        ".arrow/.feather or a datasets.save_to_disk folder", path=p)
+                        ".arrow/.feather, .csv/.tsv or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
     files = [InputFile(os.path.abspath(f.path), f.kind) for f in out]
     _refuse_repeats(files)
@@ -222,7 +227,7 @@ def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
     .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes."""
     lines_before = 0
     try:
-        with _open_jsonl(path) as (f, raw):
+        with _open_text(path) as (f, raw):
             tail = b""
             while True:
                 chunk = f.read(block_bytes or _JSONL_BLOCK)
@@ -252,7 +257,7 @@ def _jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
 
 
 @contextmanager
-def _open_jsonl(path: str):
+def _open_text(path: str):
     """(decompressed stream, on-disk stream): `raw.tell()` counts the compressed bytes read."""
     low = path.lower()
     codec = next((c for ext, c in _JSONL_CODECS.items() if low.endswith(ext)), None)
@@ -314,19 +319,54 @@ def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatc
                                  path=path) from None
 
 
+def _csv_options(path: str, columns: list[str] | None, names: list[str] | None):
+    # every column a string: a column that looks numeric in the first block must not fail (or
+    # change type) on a later text row; an empty field is null, so a missing answer is named
+    # like a missing JSON key instead of becoming an empty turn
+    low = path.lower()
+    delimiter = "\t" if low.endswith(tuple(x for x in _CSV_EXT if x.startswith(".tsv"))) else ","
+    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    convert = pacsv.ConvertOptions(
+        column_types={n: pa.string() for n in names or []}, strings_can_be_null=True, null_values=[""],
+        include_columns=columns, include_missing_columns=columns is not None)
+    return pacsv.ReadOptions(block_size=_JSONL_BLOCK), parse, convert
+
+
+def _csv_names(path: str) -> list[str]:
+    with _open_text(path) as (f, _):
+        read, parse, _ = _csv_options(path, None, None)
+        return list(pacsv.open_csv(f, read_options=read, parse_options=parse).schema.names)
+
+
+def _csv_batches(path: str, batch_size: int, columns: list[str] | None,
+                 read_bytes=None) -> Iterator[pa.RecordBatch]:
+    """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks."""
+    try:
+        names = _csv_names(path)
+        with _open_text(path) as (f, raw):
+            read, parse, convert = _csv_options(path, columns, names)
+            for b in pacsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
+                if read_bytes is not None:
+                    read_bytes(raw.tell())
+                yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
+    except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
+        raise PacktoolInputError(f"cannot read CSV ({' '.join(str(e).split())[:300]}); check its quoting "
+                                 f"and header row, or convert it to JSON Lines", path=path) from None
+
+
 _READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
-            "jsonl": _jsonl_batches, "json": _json_array_batches}
+            "jsonl": _jsonl_batches, "json": _json_array_batches, "csv": _csv_batches}
 
 
 def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None,
                  read_bytes=None) -> Iterator[pa.RecordBatch]:
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
     format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
-    `_jsonl_batches` (JSON Lines only)."""
+    `_jsonl_batches` (JSON Lines and CSV)."""
     if not os.path.exists(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
-    if f.kind == "jsonl" and read_bytes is not None:
-        return _jsonl_batches(f.path, batch_size, columns, read_bytes=read_bytes)
+    if f.kind in ("jsonl", "csv") and read_bytes is not None:
+        return _READERS[f.kind](f.path, batch_size, columns, read_bytes=read_bytes)
     return _READERS[f.kind](f.path, batch_size, columns)
 
 
@@ -337,7 +377,9 @@ def peek_columns(f: InputFile) -> list[str]:
             return list(pq.ParquetFile(f.path).schema_arrow.names)
         if f.kind == "arrow":
             return list(_open_arrow(f.path).schema.names)
-    except (pa.ArrowInvalid, OSError) as e:
+        if f.kind == "csv":
+            return _csv_names(f.path)
+    except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
     # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
     batches = _jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)

@@ -122,3 +122,30 @@ def test_inspect_tables_never_cut_a_figure_on_a_narrow_terminal(tmp_path, column
     for header in ("physical", "fill %", "efficiency", "waste"):
         assert header in r.stdout
     assert ("widen the terminal" in r.stdout) == (columns < 110)
+
+
+def test_csv_packs_like_the_same_rows_as_json_lines(tmp_path):
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+    rows = [json.loads(line) for line in open(GSM8K)][:40]
+    with open(tmp_path / "gsm.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["question", "answer"])
+        w.writeheader()
+        w.writerows(rows)
+    (tmp_path / "gsm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ids = []
+    for name in ("gsm.csv", "gsm.jsonl"):
+        out = tmp_path / f"out-{name}"
+        r = runner.invoke(app, ["pack", str(tmp_path / name), "--tokenizer", GPT2, *GSM_ARGS, "-C", "2048",
+                                "-o", str(out), "--no-progress", "--cache-dir", str(tmp_path / "cache")])
+        assert r.exit_code == 0, r.stdout + r.stderr
+        ids.append(pq.read_table(out).column("input_ids").to_pylist())
+    assert ids[0] == ids[1]
+
+
+def test_csv_empty_answer_is_named_like_a_missing_json_key(tmp_path):
+    (tmp_path / "qa.csv").write_text('question,answer\n"What is 1+1?",2\n"And 2+2?",\n')
+    expect_error(tmp_path, _pack_args(tmp_path, str(tmp_path / "qa.csv"), extra=GSM_ARGS), 2,
+                 "qa.csv", "row 1", "answer is null or missing", "--on-empty skip")

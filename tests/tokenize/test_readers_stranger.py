@@ -98,3 +98,61 @@ def test_glob_still_expands_and_missing_glob_still_errors(tmp_path):
     assert _read_all([str(tmp_path / "*.jsonl")]) == _rows() * 2
     with pytest.raises(PacktoolInputError, match="glob matched no files"):
         resolve_inputs([str(tmp_path / "c[0-9].jsonl")])
+
+
+# ------------------------------------------------------------------- CSV / TSV
+
+def _write_csv(path, rows: list[dict], delimiter=",") -> None:
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), delimiter=delimiter)
+    w.writeheader()
+    w.writerows(rows)
+    data = buf.getvalue().encode()
+    low = str(path)
+    if low.endswith(".gz"):
+        path.write_bytes(gzip.compress(data))
+    elif low.endswith(".zst"):
+        with pa.OSFile(low, "wb") as raw, pa.CompressedOutputStream(raw, "zstd") as out:
+            out.write(data)
+    else:
+        path.write_bytes(data)
+
+
+@pytest.mark.parametrize("name,delimiter", [("gsm.csv", ","), ("gsm.tsv", "\t"), ("gsm.csv.gz", ","),
+                                            ("gsm.tsv.zst", "\t")])
+def test_csv_and_tsv_read_like_json_lines(tmp_path, name, delimiter):
+    """GSM8K answers hold newlines and commas: quoted fields keep them."""
+    p = tmp_path / name
+    _write_csv(p, _rows(), delimiter)
+    assert _read_all([str(p)]) == _rows()
+    assert peek_columns(resolve_inputs([str(p)])[0]) == ["question", "answer"]
+
+
+def test_csv_columns_are_text_and_empty_fields_are_null(tmp_path):
+    p = tmp_path / "mixed.csv"
+    p.write_text('id,text,score\n1,"hello, world",42\n2,,7\n3,"line one\nline two",\n')
+    rows = _read_all([str(p)])
+    assert rows == [{"id": "1", "text": "hello, world", "score": "42"},
+                    {"id": "2", "text": None, "score": "7"},
+                    {"id": "3", "text": "line one\nline two", "score": None}]
+    f = resolve_inputs([str(p)])[0]
+    assert [b.to_pylist() for b in iter_batches(f, 10, ["text", "absent"])][0][0] == \
+        {"text": "hello, world", "absent": None}
+
+
+def test_damaged_csv_is_one_line(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text('a,b\n1,2\n3,4,5\n')
+    with pytest.raises(PacktoolInputError, match=r"bad\.csv.*cannot read CSV.*convert it to JSON Lines"):
+        _read_all([str(p)])
+
+
+def test_progress_of_compressed_csv_counts_compressed_bytes(tmp_path):
+    from packtool.tokenize.readers import _csv_batches
+    p = tmp_path / "gsm.csv.gz"
+    _write_csv(p, _rows() * 20)
+    seen: list[int] = []
+    assert sum(b.num_rows for b in _csv_batches(str(p), 64, None, read_bytes=seen.append)) == 20 * len(_rows())
+    assert seen and seen == sorted(seen) and seen[-1] == p.stat().st_size

@@ -186,7 +186,7 @@ def _gsm(*flags):
 CASES = [
     ("folder-xz", _folder_with(".jsonl.xz"), ["b.jsonl.xz", "cannot read", "decompress"]),
     ("folder-lz4", _folder_with(".jsonl.lz4"), ["b.jsonl.lz4", "cannot read"]),
-    ("folder-csv", _folder_with(".csv"), ["b.csv", "convert"]),
+    ("folder-avro", _folder_with(".avro"), ["b.avro", "convert"]),
     ("same-input-twice", _twice, ["a.jsonl", "more than once", "pass each file once"]),
     ("glob-and-name", _glob_and_name, ["a.jsonl", "more than once"]),
     ("symlink-twice", _symlink, ["b.jsonl", "more than once", "a.jsonl"]),

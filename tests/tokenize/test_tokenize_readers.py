@@ -134,9 +134,9 @@ def test_missing_and_unknown_inputs(tmp_path):
         resolve_inputs([str(tmp_path / "nope.jsonl")])
     with pytest.raises(PacktoolInputError, match="glob matched no files"):
         resolve_inputs([str(tmp_path / "*.parquet")])
-    (tmp_path / "x.csv").write_text("a,b\n")
+    (tmp_path / "x.xlsx").write_bytes(b"PK not a csv")
     with pytest.raises(PacktoolInputError, match="unknown file type"):
-        resolve_inputs([str(tmp_path / "x.csv")])
+        resolve_inputs([str(tmp_path / "x.xlsx")])
     os.makedirs(tmp_path / "dd" / "train")
     (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train"]}')
     with pytest.raises(PacktoolInputError, match="one split folder instead: train"):
