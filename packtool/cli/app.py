@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from packtool.cli.failure import fail, guarded, set_debug
+from packtool.cli.failure import fail, guarded, set_debug, stdout_console
 from packtool.cli.inputs import check_input_specs, check_shape_flags
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -85,7 +85,7 @@ def plan(
     if json_out:
         print(json.dumps(summary.to_dict()))
     else:
-        print_plan_summary(summary, Console())
+        print_plan_summary(summary, stdout_console())
 
 
 @app.command()
@@ -158,7 +158,7 @@ def pack(
             d["sharded_plan"] = res.plan.stats.to_dict()
         print(json.dumps(d))
         return
-    con = Console()
+    con = stdout_console()
     print_plan_summary(res.summary, con)
     if hasattr(res.plan, "stats") and res.plan.stats.shards > 1:  # one shard: the global plan
         st = res.plan.stats
@@ -192,6 +192,9 @@ def inspect(
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
         fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:
+        if html:
+            from packtool.inspection.html import check_html_path
+            check_html_path(html)
         if directory is not None:
             report = inspect_packed(directory, compare=compare, what_if=what_if,
                                     progress=not (json_out or quiet))
@@ -211,14 +214,14 @@ def inspect(
     if json_out:
         print(json.dumps(report.to_dict()))
     else:
-        print_inspect_report(report, Console())
+        print_inspect_report(report, stdout_console())
         if plan_file is not None:  # a plan file records no flags: say which ones the figures assumed
             Console(stderr=True).print(
                 f"note: a plan file does not record its flags; these figures assume -C {max_tokens} --tp {tp} "
                 f"--cp {cp} --fp8 {fp8} --convention {convention} -a {algorithm}: pass the flags `plan` used",
                 markup=False, highlight=False, soft_wrap=True)
         if html:
-            Console().print(f"HTML report: {html}", markup=False, highlight=False)
+            stdout_console().print(f"HTML report: {html}", markup=False, highlight=False)
 
 
 @app.command()
@@ -261,12 +264,11 @@ def verify(
     if json_out:
         print(json.dumps(report.to_dict(), default=str))
     else:
-        print_verify_report(report, Console())
+        print_verify_report(report, stdout_console())
     raise typer.Exit(0 if report.ok else 1)
 
 
 from packtool.megatron.train_cli import train_command  # noqa: E402  (imports no torch until run)
-
 
 
 def _without_backend_notices(fn):

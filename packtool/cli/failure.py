@@ -7,6 +7,7 @@ rich markup), the same as a JSON object on stdout under `--json`, and the exit s
        file that cannot be read or written)
     3  a packtool bug: the line says so; the traceback shows with --debug or PACKTOOL_DEBUG=1
   130  interrupted (Ctrl-C): one line says so
+  141  stdout closed by its reader (`packtool ... | head`): nothing more is printed
 A traceback is printed only in debug mode.
 """
 from __future__ import annotations
@@ -27,6 +28,32 @@ from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 
 _STATE = {"debug": False}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
+
+
+class _StdoutConsole(Console):
+    """rich's Console ends a broken pipe with exit 1 (verify's "problems found"); hand it to
+    `guarded` instead, which knows `| head` from a failure."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def stdout_console() -> Console:
+    """The console every command prints its tables and lines to."""
+    return _StdoutConsole()
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed (poll reports an error on its end), so a
+    BrokenPipeError from a worker's own pipe is never mistaken for `| head`."""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a real file (tests), or no poll
+        return False
 
 
 def set_debug(on: bool) -> None:
@@ -86,6 +113,11 @@ def guarded(fn):
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, TyperException):
             raise
+        except BrokenPipeError as e:  # `packtool ... | head`: the reader left; not an error of ours
+            if not _stdout_gone():
+                raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
+            raise typer.Exit(EXIT_PIPE) from None
         except KeyboardInterrupt:  # the bars are transient: without a line Ctrl-C ends in silence
             print_error("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
                         "output as it was: re-run the command to start again", "interrupted", EXIT_INTERRUPTED,
@@ -104,4 +136,4 @@ def fail(e: BaseException | str, json_out: bool = False) -> None:
     raise typer.Exit(report(e, json_out))
 
 
-__all__ = ["describe", "fail", "guarded", "print_error", "report", "set_debug", "debug_on"]
+__all__ = ["describe", "fail", "guarded", "print_error", "report", "set_debug", "debug_on", "stdout_console"]

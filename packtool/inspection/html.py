@@ -121,8 +121,28 @@ def render_html(r) -> str:
     return "\n".join(parts)
 
 
+def check_html_path(path: str) -> None:
+    """Refuse, before any work, a report path that cannot be written or that would land inside
+    a packed output (every plain Parquet reader and `verify` would then take it for a shard)."""
+    import os
+
+    from packtool.errors import PacktoolOutputError
+    from packtool.slabs.format import manifest_file
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise PacktoolOutputError("is a folder; give a file name such as report.html", path=path, flag="--html")
+    if not os.path.isdir(folder):
+        raise PacktoolOutputError(f"folder {folder} does not exist; create it or write the report elsewhere",
+                                  path=path, flag="--html")
+    if manifest_file(folder) is not None:
+        raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and "
+                                  "`packtool verify` would read it as a shard; write it beside the folder",
+                                  path=path, flag="--html")
+
+
 def write_html(r, path: str) -> None:
     import os
+    check_html_path(path)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(render_html(r))

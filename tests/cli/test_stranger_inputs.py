@@ -129,7 +129,8 @@ def test_csv_packs_like_the_same_rows_as_json_lines(tmp_path):
     import json
 
     import pyarrow.parquet as pq
-    rows = [json.loads(line) for line in open(GSM8K)][:40]
+    with open(GSM8K) as f:
+        rows = [json.loads(line) for line in f][:40]
     with open(tmp_path / "gsm.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["question", "answer"])
         w.writeheader()
@@ -149,3 +150,36 @@ def test_csv_empty_answer_is_named_like_a_missing_json_key(tmp_path):
     (tmp_path / "qa.csv").write_text('question,answer\n"What is 1+1?",2\n"And 2+2?",\n')
     expect_error(tmp_path, _pack_args(tmp_path, str(tmp_path / "qa.csv"), extra=GSM_ARGS), 2,
                  "qa.csv", "row 1", "answer is null or missing", "--on-empty skip")
+
+
+@pytest.mark.parametrize("where,needle", [("nodir/report.html", "does not exist"),
+                                          ("out/report.html", "inside a packed output folder"),
+                                          ("out", "is a folder")])
+def test_inspect_html_path_refused_before_any_work(tmp_path, monkeypatch, where, needle):
+    """--html into the packed folder made the next `verify` fail and `pq.read_table` read HTML."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    r = runner.invoke(app, _pack_args(tmp_path, str(tmp_path / "gsm.jsonl"), extra=[*GSM_ARGS, "-C", "2048"]))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    expect_error(tmp_path, ["inspect", "out", "--html", where], 2, where, needle, "--html")
+    assert runner.invoke(app, ["verify", "out"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args", [["plan", "--json"], ["inspect"], ["inspect", "--json"]])
+def test_stdout_closed_by_its_reader_is_quiet(tmp_path, args):
+    """`packtool ... | head`: exit 141 (SIGPIPE's status), no `error: Broken pipe`, and never
+    exit 1, which `verify` means as "problems found"."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    lengths = tmp_path / "lengths.npy"
+    np.save(lengths, np.random.default_rng(2).integers(10, 3000, 200))
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first byte is written
+    p = subprocess.run([sys.executable, "-m", "packtool.cli", *args[:1], "--lengths", str(lengths), "-C", "4096",
+                        *args[1:]], stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
+    os.close(w)
+    assert p.returncode == 141, p.stderr
+    assert "error" not in p.stderr and "Traceback" not in p.stderr, p.stderr

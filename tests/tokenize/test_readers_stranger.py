@@ -6,6 +6,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 import shutil
 
 import pyarrow as pa
@@ -30,7 +31,8 @@ def _read_all(paths, batch_size=37) -> list[dict]:
 
 
 def _compress(src: str, dst, codec: str) -> None:
-    data = open(src, "rb").read()
+    with open(src, "rb") as f:
+        data = f.read()
     if codec == "gzip":
         dst.write_bytes(gzip.compress(data))
     elif codec == "bz2":
@@ -60,7 +62,7 @@ def test_progress_of_compressed_jsonl_counts_compressed_bytes(tmp_path, suffix, 
                                                   read_bytes=seen.append))
     assert rows == len(_rows())
     assert seen == sorted(seen) and len(seen) > 1
-    assert seen[-1] == p.stat().st_size < len(open(GSM8K, "rb").read())
+    assert seen[-1] == p.stat().st_size < os.path.getsize(GSM8K)
 
 
 def test_damaged_zstd_is_one_line(tmp_path):
@@ -138,8 +140,7 @@ def test_csv_columns_are_text_and_empty_fields_are_null(tmp_path):
                     {"id": "2", "text": None, "score": "7"},
                     {"id": "3", "text": "line one\nline two", "score": None}]
     f = resolve_inputs([str(p)])[0]
-    assert [b.to_pylist() for b in iter_batches(f, 10, ["text", "absent"])][0][0] == \
-        {"text": "hello, world", "absent": None}
+    assert next(iter_batches(f, 10, ["text", "absent"])).to_pylist()[0] == {"text": "hello, world", "absent": None}
 
 
 def test_damaged_csv_is_one_line(tmp_path):
