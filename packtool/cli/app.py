@@ -164,6 +164,8 @@ def pack(
         st = res.plan.stats
         con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
                   f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")
+    if dry_run and output:  # said, so that a finished run with -o is never taken for a written one
+        con.print(f"--dry-run: nothing was written; {output} is left as it was", markup=False, highlight=False)
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "

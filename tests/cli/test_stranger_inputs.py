@@ -183,3 +183,11 @@ def test_stdout_closed_by_its_reader_is_quiet(tmp_path, args):
     os.close(w)
     assert p.returncode == 141, p.stderr
     assert "error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_dry_run_with_an_output_says_nothing_was_written(tmp_path):
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    r = runner.invoke(app, _pack_args(tmp_path, str(tmp_path / "gsm.jsonl"), extra=[*GSM_ARGS, "--dry-run"]),
+                      env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert "--dry-run: nothing was written" in r.stdout and not (tmp_path / "out").exists()
