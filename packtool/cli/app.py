@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 import warnings
 from typing import Annotated, Optional
@@ -168,8 +169,9 @@ def pack(
         con.print(f"--dry-run: nothing was written; {output} is left as it was", markup=False, highlight=False)
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
+        q = shlex.quote(res.output)  # the two commands must paste as they are (spaces, brackets)
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
-                  f"Check it with `packtool verify {res.output}`, look with `packtool inspect {res.output}`.",
+                  f"Check it with `packtool verify {q}`, look with `packtool inspect {q}`.",
                   markup=False, highlight=False)
 
 

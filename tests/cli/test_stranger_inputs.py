@@ -191,3 +191,12 @@ def test_dry_run_with_an_output_says_nothing_was_written(tmp_path):
                       env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stdout + r.stderr
     assert "--dry-run: nothing was written" in r.stdout and not (tmp_path / "out").exists()
+
+
+def test_done_line_commands_paste_as_they_are_for_a_path_with_spaces(tmp_path):
+    shutil.copy(GSM8K, tmp_path / "gsm.jsonl")
+    out = tmp_path / "my out [1]"
+    r = runner.invoke(app, ["pack", str(tmp_path / "gsm.jsonl"), "--tokenizer", GPT2, *GSM_ARGS, "-o", str(out),
+                            "--no-progress", "--cache-dir", str(tmp_path / "cache")], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert f"`packtool verify '{out}'`" in r.stdout and f"`packtool inspect '{out}'`" in r.stdout
