@@ -9,6 +9,8 @@ tokenization as `pack`), every segment's tokens are compared with its source row
 from __future__ import annotations
 
 import os
+import re
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -143,9 +145,29 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
+def _pool_would_rerun_caller() -> bool:
+    """Whether worker processes would run the caller's script again: multiprocessing imports a
+    `python script.py` (or `python -m mod`) main module in every worker, and without an
+    `if __name__ == "__main__":` guard its top level runs there too (a script that packed with
+    overwrite=True and then verified started a second pack of the same output in a worker)."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if name == "__main__" or name.endswith(".__main__"):
+        return False  # a package's __main__ is never re-imported (`python -m packtool.cli`)
+    path = getattr(main, "__file__", None)
+    if not path or not os.path.isfile(path):
+        return False  # interactive, -c, notebooks: nothing to run again
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            src = f.read()
+    except OSError:
+        return False
+    return re.search(r"""__name__\s*==\s*['"]__main__['"]""", src) is None
+
+
 def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[ShardResult]:
     workers = min(workers, len(jobs))
-    if workers <= 1:
+    if workers <= 1 or _pool_would_rerun_caller():
         return [_done(check_shard(j), advance) for j in jobs]
     # forkserver: Arrow and numba keep threads, which fork would copy in a broken state. The
     # pool is kept for the life of the process, so repeated verifies pay start-up once.
