@@ -38,7 +38,7 @@ from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import count_rows, iter_batches
 
 # same column descriptions as packtool.tokenize.pipeline writes into cache.json
-_COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target",
+_COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target; null row: every token is",
             "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
             "source_file": "int32 index into inputs"}
 

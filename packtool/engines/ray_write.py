@@ -23,7 +23,7 @@ from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_
 from packtool.progress import bar
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
-from packtool.tokenize.cache import cache_pieces
+from packtool.tokenize.cache import cache_pieces, mask_values
 from packtool.tokenize.flat_tokens import FlatTokens
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of
@@ -60,7 +60,8 @@ def _route(batch: pa.Table, r: Routing) -> pa.Table:
     total = int(cnt.sum())
     seg = np.repeat(lo - np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt) + np.arange(total)
     row_local = np.repeat(np.arange(cache_row.size), cnt)
-    ids, mask = batch.column("input_ids").combine_chunks(), batch.column("loss_mask").combine_chunks()
+    ids = batch.column("input_ids").combine_chunks()
+    mask = mask_values(ids, batch.column("loss_mask"))  # from ids' first value, null rows as ones
     offs = ids.offsets.to_numpy().astype(np.int64)
     lens = r.length[seg]
     if (r.offset[seg] + lens > np.diff(offs)[row_local]).any():
@@ -74,7 +75,7 @@ def _route(batch: pa.Table, r: Routing) -> pa.Table:
         "source": pa.array(r.source[seg], pa.int64()), "offset": pa.array(r.offset[seg], pa.int64()),
         "chunk": pa.array(r.chunk[seg], pa.int32()),
         "ids": pa.ListArray.from_arrays(o, pa.array(ids.values.to_numpy()[idx], pa.int32())),
-        "mask": pa.ListArray.from_arrays(o, pa.array(mask.values.to_numpy()[idx], pa.uint8())),
+        "mask": pa.ListArray.from_arrays(o, pa.array(mask[idx - offs[0]], pa.uint8())),
     })
 
 

@@ -6,8 +6,9 @@ Layout (see packtool/docs/TOKENIZATION.md):
     <cache_dir>/<fingerprint[:32]>/flat/                          the same rows as flat files
 `data/` holds only Parquet, so any Parquet reader can open it as a dataset. `flat/` is the
 pack's flat token store (tokenize/flat_tokens.py), written by tokenize_to_cache alongside the parts.
-Columns: input_ids list<int32>, loss_mask list<uint8>, length int32, source_index int64
-(global row across the inputs in read order), source_file int32 (index into cache.json inputs).
+Columns: input_ids list<int32>, loss_mask list<uint8> (null on a row whose every token is a
+target: tokenize/cache_parts.py), length int32, source_index int64 (global row across the
+inputs in read order), source_file int32 (index into cache.json inputs).
 Built under a temporary name and renamed (flat/ included), so a cache directory is complete or absent.
 
 Trust: cache.json records the size and xxh3-128 of every file the cache holds (`checksums`:
@@ -32,30 +33,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolCacheError, PacktoolInputError
+from packtool.tokenize.cache_parts import (  # noqa: F401  (CacheWriter, SCHEMA: re-exported)
+    CHECKSUM_ALG,
+    DATA_DIR,
+    SCHEMA,
+    CacheWriter,
+    file_record,
+    mask_values,
+)
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.encode import TokenizerInfo
 
 CACHE_FORMAT = "packtool-tokenized-cache"
-CACHE_VERSION = 2  # 2: content-keyed, every file checksummed in cache.json
-DATA_DIR = "data"
+CACHE_VERSION = 3  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
-CHECKSUM_ALG = "xxh3_128"
 
 
 class CacheDamagedError(PacktoolCacheError):
     """A tokenized cache whose files do not match what cache.json recorded (or whose
     cache.json cannot be read). The pipeline rebuilds such a cache; a caller that opened one
     directly gets this error, naming the cache and the fix."""
-
-SCHEMA = pa.schema([
-    pa.field("input_ids", pa.list_(pa.int32())),
-    pa.field("loss_mask", pa.list_(pa.uint8())),
-    pa.field("length", pa.int32()),
-    pa.field("source_index", pa.int64()),
-    pa.field("source_file", pa.int32()),
-])
-
 
 class InputFileInfo(NamedTuple):
     path: str
@@ -154,7 +152,7 @@ class TokenizedCache:
         fi, rg = self._rg_loc[g]
         t = pq.ParquetFile(self.parquet_files[fi]).read_row_group(rg, columns=["input_ids", "loss_mask"])
         ids, offs = _flat(t.column("input_ids"), np.int32)
-        mask, _ = _flat(t.column("loss_mask"), np.uint8)
+        mask = mask_values(t.column("input_ids"), t.column("loss_mask"))
         self._rg_cache[g] = (ids, mask, offs)
         while len(self._rg_cache) > 8:  # bounded: a few row groups of a few M tokens each
             self._rg_cache.popitem(last=False)
@@ -190,71 +188,6 @@ class TokenizedCache:
 
 # ---------------------------------------------------------------- writing
 
-class CacheWriter:
-    """Appends encoded batches as row groups of bounded size to part files in `directory`."""
-
-    ROWS_PER_GROUP = 8192
-    TOKENS_PER_GROUP = 4 << 20
-    TOKENS_PER_PART = 256 << 20
-
-    def __init__(self, directory: str) -> None:
-        self.dir = os.path.join(directory, DATA_DIR)
-        os.makedirs(self.dir, exist_ok=True)
-        self.parts: list[dict] = []
-        self._writer: pq.ParquetWriter | None = None
-        self._part_tokens = 0
-        self._part_rows = 0
-        self._buf: list[pa.RecordBatch] = []
-        self._buf_rows = 0
-        self._buf_tokens = 0
-
-    def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray,
-            source_index: np.ndarray, source_file: int) -> None:
-        if lengths.size == 0:
-            return
-        offs = np.zeros(lengths.size + 1, np.int32)
-        np.cumsum(lengths, out=offs[1:])
-        pa_offs = pa.array(offs)
-        batch = pa.record_batch([
-            pa.ListArray.from_arrays(pa_offs, pa.array(ids, pa.int32())),
-            pa.ListArray.from_arrays(pa_offs, pa.array(mask, pa.uint8())),
-            pa.array(lengths.astype(np.int32)),
-            pa.array(source_index.astype(np.int64)),
-            pa.array(np.full(lengths.size, source_file, np.int32)),
-        ], schema=SCHEMA)
-        self._buf.append(batch)
-        self._buf_rows += lengths.size
-        self._buf_tokens += int(offs[-1])
-        if self._buf_rows >= self.ROWS_PER_GROUP or self._buf_tokens >= self.TOKENS_PER_GROUP:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._buf:
-            return
-        if self._writer is None:
-            name = f"part-{len(self.parts):05d}.parquet"
-            self.parts.append({"file": name, "rows": 0, "tokens": 0})
-            self._writer = pq.ParquetWriter(
-                os.path.join(self.dir, name), SCHEMA, compression="zstd",
-                use_dictionary=["source_file"], write_statistics=["length", "source_index", "source_file"])
-        table = pa.Table.from_batches(self._buf, SCHEMA)
-        self._writer.write_table(table, row_group_size=table.num_rows)
-        self.parts[-1]["rows"] += self._buf_rows
-        self.parts[-1]["tokens"] += self._buf_tokens
-        self._part_tokens += self._buf_tokens
-        self._buf, self._buf_rows, self._buf_tokens = [], 0, 0
-        if self._part_tokens >= self.TOKENS_PER_PART:
-            self._writer.close()
-            self._writer, self._part_tokens = None, 0
-
-    def close(self) -> list[dict]:
-        self._flush()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        return self.parts
-
-
 def write_cache_json(directory: str, meta: dict) -> None:
     """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
     tmp = os.path.join(directory, f".cache.json.tmp-{os.getpid()}")
@@ -278,11 +211,6 @@ def read_cache_json(directory: str) -> dict:
 
 
 # ---------------------------------------------------------------- checksums
-
-def file_record(path: str, digest: str | None = None) -> dict:
-    """What cache.json keeps of one file: its size and xxh3-128."""
-    return {"bytes": os.path.getsize(path), CHECKSUM_ALG: digest or fast_digest(path)}
-
 
 def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> dict:
     """Records of the Parquet parts and, when present, the flat store under `root`, keyed by

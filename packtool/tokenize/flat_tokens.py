@@ -29,6 +29,7 @@ from packtool.tokenize.cache import (
     FLAT_DIR,
     CacheDamagedError,
     file_record,
+    mask_values,
     read_cache_json,
     write_cache_json,
 )
@@ -60,14 +61,29 @@ def _pack(ids, mask, out):
     return -1
 
 
-def pack_tokens(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """The store's int32 words for these ids (non-negative int32) and loss flags."""
+@nb.njit(nogil=True, cache=True)
+def _pack_targets(ids, out):
+    """out = ids | 1 << 31 (every token a target); the index of the first negative id, or -1."""
+    for i in range(ids.size):
+        v = ids[i]
+        if v < 0:
+            return i
+        out[i] = v | (-1 << 31)
+    return -1
+
+
+def pack_tokens(ids: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The store's int32 words for these ids (non-negative int32) and loss flags (None:
+    every token is a target)."""
     ids = np.ascontiguousarray(ids, np.int32)
-    mask = np.ascontiguousarray(mask, np.uint8)
-    if ids.size != mask.size:
-        raise ValueError(f"{ids.size} ids but {mask.size} loss flags")
     out = np.empty(ids.size, np.int32)
-    bad = _pack(ids, mask, out)
+    if mask is None:
+        bad = _pack_targets(ids, out)
+    else:
+        mask = np.ascontiguousarray(mask, np.uint8)
+        if ids.size != mask.size:
+            raise ValueError(f"{ids.size} ids but {mask.size} loss flags")
+        bad = _pack(ids, mask, out)
     if bad >= 0:
         raise ValueError(f"token id {int(ids[bad])} at flat position {bad} is negative; token "
                          f"ids must be in 0..2**31-1")
@@ -165,12 +181,14 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 ids, mask = t.column(0), t.column(1)
                 io_, mo = ids.offsets.to_numpy(), mask.offsets.to_numpy()
                 want = expect[done:done + t.num_rows]
-                if not (np.array_equal(np.diff(io_), want) and np.array_equal(np.diff(mo), want)):
+                held = mask.is_valid().to_numpy(zero_copy_only=False)  # null: all targets
+                if not (np.array_equal(np.diff(io_), want)
+                        and np.array_equal(np.diff(mo)[held], want[held])):
                     raise CacheDamagedError(f"{path}: row group {g}: token lists disagree with the "
                                      f"`length` column; the cache is damaged: delete it and re-run")
                 try:
                     words = pack_tokens(ids.values.to_numpy(zero_copy_only=False)[io_[0]:io_[-1]],
-                                        mask.values.to_numpy(zero_copy_only=False)[mo[0]:mo[-1]])
+                                        mask_values(ids, mask))
                 except ValueError as e:
                     raise CacheDamagedError(f"{path}: row group {g}: {e}; the cache is damaged: "
                                             f"delete it and re-run") from None
@@ -259,11 +277,11 @@ class FlatTokensBuilder:
         self._lengths: list[np.ndarray] = []
         self._hash = xxhash.xxh3_128()  # the checksum cache.json records, without a re-read
 
-    def add(self, ids: np.ndarray, mask: np.ndarray, lengths: np.ndarray) -> None:
-        """Append rows: `ids` (int32) and `mask` (uint8) are the rows concatenated, `lengths`
-        their token counts."""
+    def add(self, ids: np.ndarray, mask: np.ndarray | None, lengths: np.ndarray) -> None:
+        """Append rows: `ids` (int32) and `mask` (uint8; None: every token is a target) are
+        the rows concatenated, `lengths` their token counts."""
         lengths = np.asarray(lengths, np.int64)
-        if np.size(ids) != np.size(mask) or np.size(ids) != int(lengths.sum()):
+        if (mask is not None and np.size(ids) != np.size(mask)) or np.size(ids) != int(lengths.sum()):
             raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
                              f"values, lengths sum to {int(lengths.sum())}")
         view = memoryview(pack_tokens(ids, mask)).cast("B")

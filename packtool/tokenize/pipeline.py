@@ -3,9 +3,10 @@
 Work split over the cores: the main thread reads and renders (Python, holds the GIL) and cuts
 each rendered batch into chunks of about a million characters; encode threads run
 `encode_batch` on a chunk (Rust, GIL released, parallel over all cores) and turn its
-Encodings into flat ids + loss masks; one writer thread appends finished chunks, in row order,
-to the Parquet parts and to the flat token store that `pack` gathers from, so both are
-published together by one rename.
+Encodings into flat ids + loss masks; two writer threads (tokenize/sink.py) append finished
+chunks, in row order, to the Parquet parts and to the flat token store that `pack` gathers
+from, so both are published together by one rename. Pre-tokenized batches skip the encoders:
+their list columns' values go to the writers as they are (no per-row Python).
 """
 from __future__ import annotations
 
@@ -24,13 +25,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import tokenizers
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
     CACHE_VERSION,
-    CacheWriter,
     TokenizedCache,
     cache_problem,
     publish_cache,
@@ -46,16 +45,16 @@ from packtool.tokenize.encode import (
     load_tokenizer,
     start_encode,
 )
-from packtool.tokenize.flat_tokens import FlatTokensBuilder, flat_store_dir
+from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
+from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
-_SINK_DEPTH = 4           # finished chunks waiting for the writer thread
 
 
 def default_cache_dir() -> str:
@@ -79,48 +78,6 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
         "options": opts,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-
-
-class _Progress:
-    """The tokenizing bar. Its unit is rows when every input stores its row count, else bytes
-    on disk (JSON Lines store none), so the bar always has a total and an ETA."""
-
-    def __init__(self, enabled: bool, total: int | None, by_bytes: bool = False) -> None:
-        self.p = Progress(TextColumn("[bold]Tokenizing"), BarColumn(),
-                          TextColumn("{task.fields[rows]} rows"), TextColumn("· {task.fields[tokens]} tokens"),
-                          TextColumn("· {task.fields[rate]} tok/s"), TimeElapsedColumn(),
-                          TextColumn("· ETA"), TimeRemainingColumn(), disable=not enabled)
-        self.task = self.p.add_task("tok", total=total, tokens="0", rate="-", rows="0")
-        self.by_bytes = by_bytes
-        self.rows = 0
-        self.tokens = 0
-        self.t0 = time.perf_counter()
-
-    def at_bytes(self, n: int) -> None:
-        """Bytes mode: the bar stands at `n` bytes of all inputs."""
-        if self.by_bytes:
-            self.p.update(self.task, completed=n)
-
-    def __enter__(self):
-        self.p.__enter__()
-        return self
-
-    def __exit__(self, *a):
-        self.p.__exit__(*a)
-
-    def advance(self, rows: int, tokens: int) -> None:
-        self.rows += rows
-        self.tokens += tokens
-        dt = max(time.perf_counter() - self.t0, 1e-9)
-        self.p.update(self.task, advance=0 if self.by_bytes else rows, rows=f"{self.rows:,}",
-                      tokens=_human(self.tokens), rate=_human(self.tokens / dt))
-
-
-def _human(x: float) -> str:
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= div:
-            return f"{x / div:.1f}{unit}"
-    return f"{x:.0f}"
 
 
 def _setup(inputs, cfg: TokenizeConfig):
@@ -264,7 +221,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     inputs_meta = []
     global_row = 0
     totals = {"rows": 0, "tokens": 0, "loss": 0}
-    sink = _Sink(tmp)
+    sink = CacheSink(tmp)
 
     def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int) -> None:
         bad = enc.empty | enc.all_masked
@@ -284,11 +241,12 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         if bad.any():
             keep = ~bad
             tok_keep = np.repeat(keep, enc.lengths)
-            ids, mask, lens, src = ids[tok_keep], mask[tok_keep], lens[keep], src[keep]
+            ids, lens, src = ids[tok_keep], lens[keep], src[keep]
+            mask = None if mask is None else mask[tok_keep]
         sink.add(ids, mask, lens, src, fi)
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
-        totals["loss"] += int(mask.sum(dtype=np.int64))
+        totals["loss"] += int(ids.size if mask is None else mask.sum(dtype=np.int64))
         bar.advance(enc.lengths.size, int(enc.ids.size))
 
     pending: deque = deque()  # (future, file, file index, first file row, first global row)
@@ -309,7 +267,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                                     read_bytes=lambda n, base=base: bar.at_bytes(base + n)):
                 n = batch.num_rows
                 if shape.kind == "tokens":
-                    enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows)
+                    enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows,
+                                         lean=True)
                     drain(0)
                     finish(enc, f, fi, file_rows, global_row)
                 else:
@@ -354,7 +313,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         raise PacktoolInputError("every row was skipped; nothing to tokenize")
     return {
         "format": CACHE_FORMAT, "version": CACHE_VERSION,
-        "columns": {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target",
+        "columns": {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target; null row: every token is",
                     "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
                     "source_file": "int32 index into inputs"},
         "config": cfg.as_dict(), "tokenizer": tokenizer_meta(info),
@@ -389,42 +348,3 @@ def split_rendered(rb: RenderedBatch, max_chars: int) -> list[tuple[int, Rendere
     if len(out) == 1:
         return [(0, rb)]
     return [(a, RenderedBatch(rb.texts[a:b], rb.spans[a:b], rb.empty[a:b])) for a, b in out]
-
-
-class _Sink:
-    """Cache parts and the flat token store, written by one background thread in row order:
-    Parquet encoding and file writes release the GIL, so they overlap rendering here."""
-
-    def __init__(self, tmp: str) -> None:
-        self.writer = CacheWriter(tmp)
-        self.flat = FlatTokensBuilder(flat_store_dir(_Root(tmp)))
-        self.pool = ThreadPoolExecutor(1)
-        self.pending: deque = deque()
-
-    def _write(self, ids, mask, lens, src, fi) -> None:
-        self.writer.add(ids, mask, lens, src, fi)
-        self.flat.add(ids, mask, lens)
-
-    def add(self, ids: np.ndarray, mask: np.ndarray, lens: np.ndarray, src: np.ndarray, fi: int) -> None:
-        self.pending.append(self.pool.submit(self._write, ids, mask, lens, src, fi))
-        while self.pending and (len(self.pending) > _SINK_DEPTH or self.pending[0].done()):
-            self.pending.popleft().result()  # re-raises a write error here
-
-    def close(self) -> tuple[list[dict], dict]:
-        """The cache parts, and cache.json's records of the flat store's files."""
-        while self.pending:
-            self.pending.popleft().result()
-        parts = self.pool.submit(self.writer.close).result()
-        self.pool.shutdown()
-        return parts, self.flat.close()
-
-    def abort(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.flat.abort()
-
-
-class _Root:
-    """What flat_store_dir needs of a cache: its root (here the temporary build directory)."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root

@@ -8,6 +8,7 @@ writers store ids) are taken as those integers: nothing changes.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -52,15 +53,30 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
     return flat, lens
 
 
+@numba.njit(nogil=True, cache=True)
+def _first_outside(flat, top):
+    """Index of the first value outside 0..top-1, or -1 (one pass, no temporaries)."""
+    for i in range(flat.size):
+        if flat[i] < 0 or flat[i] >= top:
+            return i
+    return -1
+
+
 def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
-                 path: str, first_row: int) -> EncodedBatch:
+                 path: str, first_row: int, lean: bool = False) -> EncodedBatch:
+    """`lean`: a batch without a mask column gets mask None (every token a target) instead
+    of a uint8 one per token (tokenize_to_cache's writers take None)."""
     flat, lens = _list_values(batch, "input_ids", path, first_row)
     top = vocab_size or 2**31
     if flat.size:
-        out = (flat < 0) | (flat >= top)
-        if out.any():
+        if flat.dtype.kind in "iu":
+            bad = _first_outside(flat, top)
+        else:
+            out = (flat < 0) | (flat >= top)
+            bad = int(np.nonzero(out)[0][0]) if out.any() else -1
+        if bad >= 0:
             raise PacktoolInputError(f"token id out of range 0..{top - 1}", path=path,
-                                     row=first_row + _row_of(lens, int(np.nonzero(out)[0][0])))
+                                     row=first_row + _row_of(lens, int(bad)))
     ids = flat.astype(np.int32)
     if len(shape.columns) > 1:
         name = shape.columns[1]
@@ -71,7 +87,8 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
                                      row=first_row + row)
         mask = (mv != -100) if name == "labels" else (mv != 0)
         mask = mask.astype(np.uint8)
+        loss = row_sums(mask, lens)
     else:
-        mask = np.ones(ids.size, np.uint8)
-    loss = row_sums(mask, lens)
+        mask = None if lean else np.ones(ids.size, np.uint8)
+        loss = lens
     return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)

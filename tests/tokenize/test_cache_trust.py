@@ -23,7 +23,7 @@ from packtool.cli.app import app
 from packtool.packing import pack_cache
 from packtool.slabs.format import MANIFEST
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
-from packtool.tokenize.cache import CacheDamagedError, TokenizedCache, cache_problem
+from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, CacheDamagedError, TokenizedCache, cache_problem
 from packtool.tokenize.flat_tokens import TOKENS_FILE, flat_store_dir, flat_store_for
 
 CFG = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
@@ -149,7 +149,7 @@ def test_in_place_edit_with_same_size_and_mtime_is_caught(built, capsys, tmp_pat
 def test_opening_a_damaged_cache_directly_names_it(built):
     _, _, cache, _ = built
     with open(os.path.join(cache.root, "cache.json"), "wb") as f:
-        f.write(b'{"format": "packtool-tokenized-cache", "version": 2, "num_rows": "x"}')
+        f.write(json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "num_rows": "x"}).encode())
     with pytest.raises(CacheDamagedError, match="cache.json is damaged"):
         TokenizedCache(cache.root)
     with open(os.path.join(cache.root, "cache.json"), "wb") as f:
