@@ -136,7 +136,7 @@ def cache_source(cache, groups_per_task: int = 8):
     pieces = [p[:3] for p in cache_pieces(cache, groups_per_task)]
 
     def read(path, gs, first):
-        t = pq.ParquetFile(path).read_row_groups(gs, columns=["input_ids", "loss_mask"])
+        t = cache.token_lists(path, gs, first)  # from flat/ when only it holds them
         yield t.append_column("cache_row", pa.array(np.arange(first, first + t.num_rows, dtype=np.int64)))
 
     class TokenizedCacheSource(Datasource):

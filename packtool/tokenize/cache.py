@@ -111,6 +111,8 @@ class TokenizedCache:
             self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
             self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
             self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
+            # "flat": token lists in flat/ only (pre-tokenized inputs, tokenize/cache_parts.py)
+            self.flat_only: bool = self.meta.get("token_lists", "parts") == "flat"
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CacheDamagedError(f"cache.json is damaged ({type(e).__name__}: {e}); delete "
                                     f"the folder and re-run (it is rebuilt)", path=path) from None
@@ -165,6 +167,8 @@ class TokenizedCache:
         idx = np.asarray(indices, np.int64).ravel()
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_rows):
             raise IndexError(f"row index out of range 0..{self.num_rows - 1}")
+        if self.flat_only:
+            return self._read_flat(idx)
         starts = self._row_groups()
         group = np.searchsorted(starts, idx, side="right") - 1
         out_len = np.zeros(idx.size, np.int64)
@@ -184,6 +188,36 @@ class TokenizedCache:
             _gather(ids, offs, local, sub_offs, out_ids)
             _gather(mask, offs, local, sub_offs, out_mask)
         return Rows(out_ids, out_mask, out_offs)
+
+    def _flat_store(self):
+        from packtool.tokenize.flat_tokens import FlatTokens  # flat_tokens imports this module
+        return FlatTokens.open(os.path.join(self.root, FLAT_DIR))
+
+    def _read_flat(self, idx: np.ndarray) -> Rows:
+        store = self._flat_store()
+        if store.num_rows != self.num_rows:
+            raise CacheDamagedError(f"the flat token store has {store.num_rows} rows, cache.json "
+                                    f"{self.num_rows}; delete the folder and re-run", path=self.root)
+        lens = store.offsets[idx + 1] - store.offsets[idx]
+        out_offs = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(lens, out=out_offs[1:])
+        words = np.empty(int(out_offs[-1]), np.int32)
+        _gather(np.asarray(store.tokens), store.offsets, idx, out_offs, words)
+        return Rows(words & 0x7FFFFFFF, ((words >> 31) & 1).astype(np.uint8), out_offs)
+
+    def token_lists(self, path: str, groups, first: int) -> pa.Table:
+        """`input_ids` and `loss_mask` (null rows: all targets) of the rows in row groups
+        `groups` of part `path`, the first of which is cache row `first`."""
+        if not self.flat_only:
+            return pq.ParquetFile(path).read_row_groups(list(groups), columns=["input_ids", "loss_mask"])
+        md = pq.ParquetFile(path).metadata
+        n = sum(md.row_group(g).num_rows for g in groups)
+        store = self._flat_store()
+        offs = np.asarray(store.offsets[first:first + n + 1]) - store.offsets[first]
+        words = np.asarray(store.tokens[store.offsets[first]:store.offsets[first + n]])
+        po = pa.array(offs.astype(np.int32))
+        return pa.table({"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
+                         "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))})
 
 
 # ---------------------------------------------------------------- writing
@@ -256,9 +290,10 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
         names = [f"{DATA_DIR}/{p['file']}" for p in parts]
     except (TypeError, KeyError):
         return "cache.json's list of parts is damaged"
-    for n in FLAT_FILES:  # absent: rebuilt from the Parquet, then held to its record
+    flat_only = meta.get("token_lists", "parts") == "flat"
+    for n in FLAT_FILES:  # absent: rebuilt from the Parquet (unless only flat/ holds the tokens)
         name = f"{FLAT_DIR}/{n}"
-        if os.path.exists(os.path.join(root, name)):
+        if flat_only or os.path.exists(os.path.join(root, name)):
             if name not in sums:
                 return f"{name} has no checksum in cache.json"
             names.append(name)

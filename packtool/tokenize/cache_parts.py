@@ -1,6 +1,11 @@
 """The tokenized cache's Parquet parts: their schema, how rows are encoded into them
 (`CacheWriter`) and how a part's `loss_mask` is read back (`mask_values`).
 
+A cache of pre-tokenized inputs only is a flat-store cache (cache.json `"token_lists":
+"flat"`): its parts hold `length`, `source_index` and `source_file`, and the token lists live
+in flat/ alone (checksummed like every file). The ids are in the user's own files already;
+encoding them into Parquet a second time cost more CPU than the rest of the ingest.
+
 `loss_mask` is null on a row whose every token is a target (cache version 3). Pre-tokenized
 inputs without a mask column, and plain-text rows, are all targets: writing a uint8 list
 value per token for them cost about as much as writing `input_ids` itself (Parquet stores
@@ -32,6 +37,9 @@ SCHEMA = pa.schema([
     pa.field("source_index", pa.int64()),
     pa.field("source_file", pa.int32()),
 ])
+# a flat-store cache (pre-tokenized inputs: their ids are in the user's files already) keeps
+# its token lists in flat/ only; its parts hold what planning reads, per row
+ROW_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in ("input_ids", "loss_mask")])
 _TOKEN_ENCODING = {"input_ids.list.element": "BYTE_STREAM_SPLIT",
                    "loss_mask.list.element": "BYTE_STREAM_SPLIT"}
 
@@ -126,7 +134,8 @@ def mask_values(ids: pa.ListArray | pa.ChunkedArray, mask: pa.ListArray | pa.Chu
 
 
 class CacheWriter:
-    """Appends encoded batches as row groups of bounded size to part files in `directory`.
+    """Appends encoded batches as row groups of bounded size to part files in `directory`
+    (without `token_lists`: the per-row columns only, for a flat-store cache).
     With `checksums`, each part is hashed as soon as it is closed (by the thread writing it,
     while its pages are still cached): `records` holds cache.json's record of every part."""
 
@@ -134,8 +143,9 @@ class CacheWriter:
     TOKENS_PER_GROUP = 4 << 20
     TOKENS_PER_PART = 256 << 20
 
-    def __init__(self, directory: str, checksums: bool = False) -> None:
+    def __init__(self, directory: str, checksums: bool = False, token_lists: bool = True) -> None:
         self.dir = os.path.join(directory, DATA_DIR)
+        self.schema = SCHEMA if token_lists else ROW_SCHEMA
         os.makedirs(self.dir, exist_ok=True)
         self.parts: list[dict] = []
         self.records: dict[str, dict] = {}
@@ -154,13 +164,12 @@ class CacheWriter:
             return
         offs = np.zeros(lengths.size + 1, np.int32)
         np.cumsum(lengths, out=offs[1:])
-        batch = pa.record_batch([
-            pa.ListArray.from_arrays(_wrap(offs, pa.int32()), _wrap(ids, pa.int32())),
-            mask_column(None if mask is None else np.ascontiguousarray(mask, np.uint8), offs),
-            _wrap(lengths, pa.int32()),
-            _wrap(source_index, pa.int64()),
-            pa.array(np.full(lengths.size, source_file, np.int32)),
-        ], schema=SCHEMA)
+        cols = [_wrap(lengths, pa.int32()), _wrap(source_index, pa.int64()),
+                pa.array(np.full(lengths.size, source_file, np.int32))]
+        if self.schema is SCHEMA:
+            cols[:0] = [pa.ListArray.from_arrays(_wrap(offs, pa.int32()), _wrap(ids, pa.int32())),
+                        mask_column(None if mask is None else np.ascontiguousarray(mask, np.uint8), offs)]
+        batch = pa.record_batch(cols, schema=self.schema)
         self._buf.append(batch)
         self._buf_rows += lengths.size
         self._buf_tokens += int(offs[-1])
@@ -173,11 +182,12 @@ class CacheWriter:
         if self._writer is None:
             name = f"part-{len(self.parts):05d}.parquet"
             self.parts.append({"file": name, "rows": 0, "tokens": 0})
+            lists = self.schema is SCHEMA
             self._writer = pq.ParquetWriter(
-                os.path.join(self.dir, name), SCHEMA, compression="zstd", compression_level=1,
-                use_dictionary=["source_file"], column_encoding=_TOKEN_ENCODING,
+                os.path.join(self.dir, name), self.schema, compression="zstd", compression_level=1,
+                use_dictionary=["source_file"], column_encoding=_TOKEN_ENCODING if lists else None,
                 write_statistics=["length", "source_index", "source_file"])
-        table = pa.Table.from_batches(self._buf, SCHEMA)
+        table = pa.Table.from_batches(self._buf, self.schema)
         self._writer.write_table(table, row_group_size=table.num_rows)
         self.parts[-1]["rows"] += self._buf_rows
         self.parts[-1]["tokens"] += self._buf_tokens

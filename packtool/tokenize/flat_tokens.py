@@ -240,6 +240,9 @@ def flat_store_for(cache) -> FlatTokens:
     recorded for it, or, when there are none, has them recorded: the next reuse checks it."""
     d = flat_store_dir(cache)
     built = not all(os.path.exists(os.path.join(d, f)) for f in _FILES)
+    if built and getattr(cache, "flat_only", False):  # nothing to rebuild it from
+        raise CacheDamagedError("the flat token store, the only copy of this cache's tokens, is "
+                                "missing; delete the folder and re-run (it is rebuilt)", path=cache.root)
     store = build_flat_tokens(list(cache.parquet_files), d)
     if built:
         _hold_to_record(cache, d)

@@ -53,6 +53,8 @@ from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
+_LIST_COLUMNS = {"input_ids": "list<int32> token ids",
+                 "loss_mask": "list<uint8> 1 = token is a target; null row: every token is"}
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
 
@@ -221,7 +223,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     inputs_meta = []
     global_row = 0
     totals = {"rows": 0, "tokens": 0, "loss": 0}
-    sink = CacheSink(tmp)
+    flat_only = all(s.kind == "tokens" for s in shapes)  # ids are in the inputs already
+    sink = CacheSink(tmp, token_lists=not flat_only)
 
     def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int) -> None:
         bad = enc.empty | enc.all_masked
@@ -313,7 +316,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         raise PacktoolInputError("every row was skipped; nothing to tokenize")
     return {
         "format": CACHE_FORMAT, "version": CACHE_VERSION,
-        "columns": {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target; null row: every token is",
+        "token_lists": "flat" if flat_only else "parts",
+        "columns": {**({} if flat_only else _LIST_COLUMNS),
                     "length": "int32 tokens in the row", "source_index": "int64 global input row (read order)",
                     "source_file": "int32 index into inputs"},
         "config": cfg.as_dict(), "tokenizer": tokenizer_meta(info),

@@ -23,8 +23,8 @@ DEPTH = 4  # batches queued per writer
 class CacheSink:
     """Rows in, cache parts + flat store out, under the temporary build directory `tmp`."""
 
-    def __init__(self, tmp: str) -> None:
-        self.writer = CacheWriter(tmp, checksums=True)
+    def __init__(self, tmp: str, token_lists: bool = True) -> None:
+        self.writer = CacheWriter(tmp, checksums=True, token_lists=token_lists)
         self.flat = FlatTokensBuilder(os.path.join(tmp, FLAT_DIR))
         self.pools = (ThreadPoolExecutor(1, thread_name_prefix="packtool-parts"),
                       ThreadPoolExecutor(1, thread_name_prefix="packtool-flat"))
