@@ -47,6 +47,7 @@ from packtool.tokenize.encode import (
 )
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
+from packtool.tokenize.prefetch import read_ahead
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
@@ -266,8 +267,11 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             file_rows = 0
             meta = start_meta(f)
             base = bytes_before
-            for batch in batches_of(f, cfg.batch_size, list(shape.columns),
-                                    read_bytes=lambda n, base=base: bar.at_bytes(base + n)):
+            batches = batches_of(f, cfg.batch_size, list(shape.columns),
+                                 read_bytes=lambda n, base=base: bar.at_bytes(base + n))
+            if shape.kind == "tokens" and isinstance(f, InputFile):  # decoding overlaps the rest
+                batches = read_ahead(batches)
+            for batch in batches:
                 n = batch.num_rows
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows,
