@@ -15,7 +15,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing

@@ -33,11 +33,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolCacheError, PacktoolInputError
-from packtool.tokenize.cache_parts import (  # noqa: F401  (CacheWriter, SCHEMA: re-exported)
+from packtool.tokenize.cache_parts import (
     CHECKSUM_ALG,
     DATA_DIR,
-    SCHEMA,
-    CacheWriter,
+    SCHEMA,  # noqa: F401  (re-exported: the Ray engine and tests import it from here)
+    CacheWriter,  # noqa: F401
     file_record,
     mask_values,
 )
@@ -312,7 +312,7 @@ def tokenizer_meta(info: TokenizerInfo | None) -> dict | None:
     return asdict(info) if info is not None else None
 
 
-def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -> "TokenizedCache":
+def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -> TokenizedCache:
     """Finish a cache built in `tmp`: checksums of every file, cache.json, then one rename to
     `final`. If another run finished the same cache (same fingerprint) first, theirs is kept
     and ours dropped."""

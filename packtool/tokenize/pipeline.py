@@ -17,7 +17,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ import numpy as np
 import tokenizers
 
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
     CACHE_VERSION,
@@ -45,13 +45,12 @@ from packtool.tokenize.encode import (
     load_tokenizer,
     start_encode,
 )
-from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
 from packtool.tokenize.prefetch import read_ahead
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
-from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.sink import CacheSink
+from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
 _LIST_COLUMNS = {"input_ids": "list<int32> token ids",

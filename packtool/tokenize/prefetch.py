@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 
 def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
@@ -35,7 +35,7 @@ def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
                 if not put((True, b)):
                     return
             put((True, end))
-        except BaseException as e:  # handed to the consumer, raised there
+        except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
             put((False, e))
 
     t = threading.Thread(target=produce, name="packtool-read", daemon=True)
