@@ -46,7 +46,7 @@ from packtool.tokenize.encode import (
     start_encode,
 )
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
-from packtool.tokenize.prefetch import read_ahead
+from packtool.tokenize.prefetch import read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
 from packtool.tokenize.sink import CacheSink
@@ -177,6 +177,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     """Tokenize `inputs` (paths, or objects: hf_input.as_source) into a Parquet cache, or return
     the existing cache for the same inputs (path, size, mtime; a dataset's own fingerprint),
     tokenizer (content hash), template text and options."""
+    warm_compiled_code()
     r = resolve_cache(inputs, cfg, cache_dir)
     if r.existing is not None:
         return r.existing

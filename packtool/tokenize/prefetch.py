@@ -52,3 +52,19 @@ def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
     finally:
         stop.set()
         t.join()
+
+
+def warm_compiled_code() -> threading.Thread:
+    """Start numba's compiler target on a helper thread. Its first use in a process costs
+    ~0.4-0.7 s (LLVM and the CPU target set up, before any cached function loads), paid on
+    whichever thread calls a compiled function first; begun here, it overlaps hashing the
+    inputs instead of stalling the first batch. Later loads of cached functions take ms."""
+    def warm() -> None:
+        import numpy as np
+
+        from packtool.tokenize.token_rows import first_outside
+        first_outside(np.zeros(1, np.int32), 1)
+
+    t = threading.Thread(target=warm, name="packtool-warm", daemon=True)
+    t.start()
+    return t

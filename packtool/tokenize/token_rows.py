@@ -54,7 +54,7 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
 
 
 @numba.njit(nogil=True, cache=True)
-def _first_outside(flat, top):
+def first_outside(flat, top):
     """Index of the first value outside 0..top-1, or -1 (one pass, no temporaries)."""
     for i in range(flat.size):
         if flat[i] < 0 or flat[i] >= top:
@@ -70,7 +70,7 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
     top = vocab_size or 2**31
     if flat.size:
         if flat.dtype.kind in "iu":
-            bad = _first_outside(flat, top)
+            bad = first_outside(flat, top)
         else:
             out = (flat < 0) | (flat >= top)
             bad = int(np.nonzero(out)[0][0]) if out.any() else -1

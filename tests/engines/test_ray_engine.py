@@ -208,3 +208,30 @@ def test_json_arrays_and_parquet_pieces_match_local(tmp_path, monkeypatch):
     pack_ray(inputs, al, pk, cfg, output=str(tmp_path / "r"), cache_dir=str(tmp_path / "c2"),
              shard_tokens=50_000)
     _same_files(str(tmp_path / "l"), str(tmp_path / "r"))
+
+
+def test_pretokenized_cache_is_shared_both_ways(tmp_path):
+    """A cache of pre-tokenized inputs built locally keeps its token lists in flat/ only; Ray
+    reuses it (its write tasks read the tokens there) and writes the local bytes. A Ray-built
+    cache of the same inputs (Parquet token lists) is reused by the local engine just as well."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(2)
+    ids = [rng.integers(5, 50000, n).astype(np.int32) for n in rng.integers(3, 700, 300)]
+    tok = str(tmp_path / "tok.parquet")
+    pq.write_table(pa.table({"input_ids": ids}), tok, row_group_size=40)
+    cfg, pk, al = TokenizeConfig(shape="tokens"), PackingConfig("bfd", overflow="split"), Alignment(capacity=1024)
+    local = pack([tok], al, pk, cfg, output=str(tmp_path / "l"), cache_dir=str(tmp_path / "c1"),
+                 shard_tokens=50_000)
+    assert json.load(open(os.path.join(os.path.dirname(local.cache_path), "cache.json")))["token_lists"] == "flat"
+    reused = pack_ray([tok], al, pk, cfg, output=str(tmp_path / "r"), cache_dir=str(tmp_path / "c1"),
+                      shard_tokens=50_000)
+    assert reused.cache_path == local.cache_path
+    _same_files(str(tmp_path / "l"), str(tmp_path / "r"))
+    pack_ray([tok], al, pk, cfg, output=str(tmp_path / "r2"), cache_dir=str(tmp_path / "c2"), shard_tokens=50_000)
+    again = pack([tok], al, pk, cfg, output=str(tmp_path / "l2"), cache_dir=str(tmp_path / "c2"),
+                 shard_tokens=50_000)
+    _same_files(str(tmp_path / "l"), str(tmp_path / "r2"))
+    _same_files(str(tmp_path / "l"), str(tmp_path / "l2"))
+    assert os.path.dirname(again.cache_path).startswith(str(tmp_path / "c2"))
