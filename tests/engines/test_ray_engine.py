@@ -224,7 +224,8 @@ def test_pretokenized_cache_is_shared_both_ways(tmp_path):
     cfg, pk, al = TokenizeConfig(shape="tokens"), PackingConfig("bfd", overflow="split"), Alignment(capacity=1024)
     local = pack([tok], al, pk, cfg, output=str(tmp_path / "l"), cache_dir=str(tmp_path / "c1"),
                  shard_tokens=50_000)
-    assert json.load(open(os.path.join(os.path.dirname(local.cache_path), "cache.json")))["token_lists"] == "flat"
+    with open(os.path.join(os.path.dirname(local.cache_path), "cache.json")) as f:
+        assert json.load(f)["token_lists"] == "flat"
     reused = pack_ray([tok], al, pk, cfg, output=str(tmp_path / "r"), cache_dir=str(tmp_path / "c1"),
                       shard_tokens=50_000)
     assert reused.cache_path == local.cache_path
