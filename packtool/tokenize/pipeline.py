@@ -254,6 +254,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         bar.advance(enc.lengths.size, int(enc.ids.size))
 
     pending: deque = deque()  # (future, file, file index, first file row, first global row)
+    rechecks: list = []  # (file, its key digest, its digest once read)
 
     def drain(limit: int) -> None:
         """Finish encoded chunks in order: every finished one, and more until `limit` remain."""
@@ -294,9 +295,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             if by_bytes:
                 bytes_before += sizes[fi]
                 bar.at_bytes(bytes_before)
-            if isinstance(f, InputFile) and fast_digest(f.path) != digests[fi]:  # the key must describe what was read
-                raise PacktoolInputError("the file changed while it was being tokenized; re-run "
-                                         "once it is complete", path=f.path)
+            if isinstance(f, InputFile):  # the key must describe what was read: re-hashed beside the writes
+                rechecks.append((f, digests[fi], pool.submit(fast_digest, f.path)))
             extra = {"xxh3_128": digests[fi]} if isinstance(f, InputFile) else {}
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
@@ -312,6 +312,10 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                 for fut, *_ in pending:
                     fut.cancel()  # queued chunks are dropped, running ones end with the pool
                 raise
+        for f, digest, now in rechecks:
+            if now.result() != digest:
+                raise PacktoolInputError("the file changed while it was being tokenized; re-run "
+                                         "once it is complete", path=f.path)
         parts, known = sink.close()
     except BaseException:
         sink.abort()

@@ -146,3 +146,22 @@ def test_mask_codec_round_trips_mixed_rows(tmp_path):
     assert np.array_equal(np.asarray(store.tokens), pack_tokens(ids, mask))
     t = pq.read_table(parts)
     assert np.array_equal(mask_values(t.column("input_ids"), t.column("loss_mask")), mask)
+
+
+def test_an_input_changed_while_read_is_an_error_and_leaves_no_cache(tmp_path, monkeypatch):
+    """The key is the content hashed before reading; the file is hashed again once read (beside
+    the writes), and a difference is an error naming the file, with nothing published."""
+    from packtool.errors import PacktoolInputError
+    src = tmp_path / "tok.parquet"
+    pq.write_table(pa.table({"input_ids": pa.array(_rows(200), pa.list_(pa.int32()))}), src, row_group_size=50)
+    inner = pipeline._tokens_batch
+
+    def edit_then_read(batch, *a, **k):
+        with open(src, "ab") as f:  # the bytes change under the reader (its footer is already read)
+            f.write(b"x")
+        return inner(batch, *a, **k)
+    monkeypatch.setattr(pipeline, "_tokens_batch", edit_then_read)
+    root = tmp_path / "cache"
+    with pytest.raises(PacktoolInputError, match=r"tok\.parquet: the file changed while it was being tokenized"):
+        tokenize_to_cache([str(src)], TokenizeConfig(shape="tokens"), str(root), progress=False)
+    assert os.listdir(root) == []
