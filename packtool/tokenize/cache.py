@@ -189,20 +189,30 @@ class TokenizedCache:
             _gather(mask, offs, local, sub_offs, out_mask)
         return Rows(out_ids, out_mask, out_offs)
 
-    def _flat_store(self):
-        from packtool.tokenize.flat_tokens import FlatTokens  # flat_tokens imports this module
-        return FlatTokens.open(os.path.join(self.root, FLAT_DIR))
+    def _flat_store(self) -> tuple[np.ndarray, np.ndarray]:
+        """(words, offsets) of flat/ (format: tokenize/flat_tokens.py, which imports this
+        module), checked against cache.json's row and token counts."""
+        d = os.path.join(self.root, FLAT_DIR)
+        try:
+            offsets = np.load(os.path.join(d, FLAT_FILES[1]), allow_pickle=False)
+            n = int(offsets[-1]) if offsets.size else -1
+            ok = offsets.size == self.num_rows + 1 and n == self.num_tokens and \
+                os.path.getsize(os.path.join(d, FLAT_FILES[0])) == 4 * n
+        except (OSError, ValueError, EOFError):
+            ok = False
+        if not ok:
+            raise CacheDamagedError("the flat token store is missing or disagrees with cache.json; "
+                                    "delete the folder and re-run (it is rebuilt)", path=self.root)
+        words = np.memmap(os.path.join(d, FLAT_FILES[0]), np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
+        return np.asarray(words), offsets
 
     def _read_flat(self, idx: np.ndarray) -> Rows:
-        store = self._flat_store()
-        if store.num_rows != self.num_rows:
-            raise CacheDamagedError(f"the flat token store has {store.num_rows} rows, cache.json "
-                                    f"{self.num_rows}; delete the folder and re-run", path=self.root)
-        lens = store.offsets[idx + 1] - store.offsets[idx]
+        tokens, offsets = self._flat_store()
+        lens = offsets[idx + 1] - offsets[idx]
         out_offs = np.zeros(idx.size + 1, np.int64)
         np.cumsum(lens, out=out_offs[1:])
         words = np.empty(int(out_offs[-1]), np.int32)
-        _gather(np.asarray(store.tokens), store.offsets, idx, out_offs, words)
+        _gather(tokens, offsets, idx, out_offs, words)
         return Rows(words & 0x7FFFFFFF, ((words >> 31) & 1).astype(np.uint8), out_offs)
 
     def token_lists(self, path: str, groups, first: int) -> pa.Table:
@@ -212,9 +222,9 @@ class TokenizedCache:
             return pq.ParquetFile(path).read_row_groups(list(groups), columns=["input_ids", "loss_mask"])
         md = pq.ParquetFile(path).metadata
         n = sum(md.row_group(g).num_rows for g in groups)
-        store = self._flat_store()
-        offs = np.asarray(store.offsets[first:first + n + 1]) - store.offsets[first]
-        words = np.asarray(store.tokens[store.offsets[first]:store.offsets[first + n]])
+        tokens, offsets = self._flat_store()
+        offs = offsets[first:first + n + 1] - offsets[first]
+        words = tokens[offsets[first]:offsets[first + n]]
         po = pa.array(offs.astype(np.int32))
         return pa.table({"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
                          "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))})
