@@ -6,7 +6,8 @@ lengths of every record in ../shared/data (about 308 tokens each), random ids (b
 builds the file). Both sides start from that file in a fresh process and end with Parquet
 written:
   packtool  `pack([file], C=8192, bfd, --overflow split, shape tokens)` into a fresh cache dir:
-            ingest into the tokenized cache + plan + slabs + manifest;
+            ingest into the tokenized cache (for pre-tokenized inputs: the flat token store
+            plus per-row Parquet parts, cache v3) + plan + slabs + manifest;
   TRL       `Dataset.from_parquet` (fresh datasets cache) -> `trl.data_utils.pack_dataset(ds,
             8192, strategy="bfd")` (map batches of 1,000 rows, SFTTrainer's default) ->
             `Dataset.to_parquet`.
@@ -15,7 +16,8 @@ call, all threads) is reported beside wall time because the machine is shared. P
 (whole process, imports included); growth is that minus RSS just before the timed call.
 tokens/s counts the input tokens for both sides. Load is printed before and after each run.
 
-    python bench/pack_e2e_pretok.py --sizes 100000 1000000 --repeat 3
+    python bench/pack_e2e_pretok.py --sizes 100000 1000000 3000000 --repeat 2 --log bench/notes/ingest_runs_v3.jsonl
+    python bench/notes/ingest_table.py bench/notes/ingest_runs_v3.jsonl   # medians per size
 """
 from __future__ import annotations
 

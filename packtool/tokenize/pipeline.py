@@ -255,6 +255,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
 
     pending: deque = deque()  # (future, file, file index, first file row, first global row)
     rechecks: list = []  # (file, its key digest, its digest once read)
+    readers: list = []  # read-ahead generators, closed (their threads stopped) on an error
 
     def drain(limit: int) -> None:
         """Finish encoded chunks in order: every finished one, and more until `limit` remain."""
@@ -272,6 +273,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                                  read_bytes=lambda n, base=base: bar.at_bytes(base + n))
             if shape.kind == "tokens" and isinstance(f, InputFile):  # decoding overlaps the rest
                 batches = read_ahead(batches)
+                readers.append(batches)
             for batch in batches:
                 n = batch.num_rows
                 if shape.kind == "tokens":
@@ -311,6 +313,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             except BaseException:
                 for fut, *_ in pending:
                     fut.cancel()  # queued chunks are dropped, running ones end with the pool
+                for it in readers:
+                    it.close()
                 raise
         for f, digest, now in rechecks:
             if now.result() != digest:

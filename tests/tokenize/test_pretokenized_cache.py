@@ -165,3 +165,22 @@ def test_an_input_changed_while_read_is_an_error_and_leaves_no_cache(tmp_path, m
     with pytest.raises(PacktoolInputError, match=r"tok\.parquet: the file changed while it was being tokenized"):
         tokenize_to_cache([str(src)], TokenizeConfig(shape="tokens"), str(root), progress=False)
     assert os.listdir(root) == []
+
+
+def test_an_error_stops_the_read_ahead_thread(tmp_path):
+    """A bad row raises in the caller; the thread decoding ahead is stopped, not left behind."""
+    import threading
+
+    from packtool.errors import PacktoolInputError
+    src = tmp_path / "bad.parquet"
+    rows = _rows(400)
+    rows[300] = [-1]
+    pq.write_table(pa.table({"input_ids": pa.array(rows, pa.list_(pa.int32()))}), src, row_group_size=50)
+    try:
+        tokenize_to_cache([str(src)], TokenizeConfig(shape="tokens", batch_size=20), str(tmp_path / "c"),
+                          progress=False)
+    except PacktoolInputError as e:  # checked while the error (and its frames) is still held
+        assert "bad.parquet, row 300: token id out of range" in str(e)
+        assert not [t for t in threading.enumerate() if t.name == "packtool-read"]
+    else:
+        pytest.fail("a negative id was accepted")
