@@ -35,6 +35,7 @@ from packtool.tokenize.cache import (
     tokenizer_meta,
 )
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.pipeline import all_skipped_error, no_rows_error
 from packtool.tokenize.readers import count_rows, iter_batches
 
 # same column descriptions as packtool.tokenize.pipeline writes into cache.json
@@ -200,7 +201,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
         os.makedirs(os.path.join(tmp, DATA_DIR))
         counts = count_file_rows(job)
         for fi in np.flatnonzero(counts == 0):
-            raise PacktoolInputError("empty dataset (no rows)", path=job.files[int(fi)].path)
+            raise no_rows_error(job.files[int(fi)].path)
         file_base = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         source = make_datasource(job)
         rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
@@ -218,7 +219,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
         n_rows = int(file_base[-1])
         n_kept = n_rows - int(bt.bad_row.size)
         if n_kept == 0:
-            raise PacktoolInputError("every row was skipped; nothing to tokenize")
+            raise all_skipped_error(skipped["empty"], skipped["all_masked"], job.files)
         _check_parts(tmp, bt, n_kept)
         sha = {}
         inputs_meta = []

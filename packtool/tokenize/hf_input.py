@@ -208,7 +208,8 @@ OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-typ
 def is_dataset_name(spec: str) -> bool:
     """Not a local path or glob: a Hub dataset name (`owner/name` or `name`)."""
     return not os.path.exists(spec) and not any(c in spec for c in "*?[") and \
-        not spec.lower().endswith((".parquet", ".pq", ".jsonl", ".json", ".gz", ".arrow", ".feather", ".ipc"))
+        not spec.lower().endswith((".parquet", ".pq", ".jsonl", ".json", ".gz", ".zst", ".zstd", ".bz2",
+                                   ".csv", ".tsv", ".arrow", ".feather", ".ipc"))
 
 
 def load_dataset(spec: str, split: str | None, config: str | None):
@@ -222,8 +223,10 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     try:
         ds = datasets.load_dataset(spec, config, split=split)
     except (ConnectionError, OSError, FileNotFoundError, ValueError) as e:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false") or \
-            "offline" in str(e).lower() or "connect" in str(e).lower() or "not found" in str(e).lower()
+        text = f"{type(e).__name__} {e}".lower()
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false") or any(
+            w in text for w in ("offline", "connect", "not found", "couldn't reach", "could not reach",
+                                "localentrynotfound"))
         if offline and not os.path.isdir(spec):
             raise PacktoolInputError(f"dataset not in the local cache and the Hub cannot be "
                                      f"reached; {OFFLINE_HINT.replace('NAME', spec)}", path=spec) from None

@@ -82,6 +82,21 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+def no_rows_error(path: str) -> PacktoolInputError:
+    return PacktoolInputError("empty dataset (no rows): remove it from the inputs (or check the "
+                              "path, and --split for a dataset)", path=path)
+
+
+def all_skipped_error(empty: int, all_masked: int, files) -> PacktoolInputError:
+    """--on-empty skip dropped every row: say why, and what usually causes it."""
+    names = ", ".join(str(getattr(f, "path", f)) for f in files[:3]) + (" ..." if len(files) > 3 else "")
+    return PacktoolInputError(
+        f"{names}: every row was skipped under --on-empty skip ({empty:,} empty, {all_masked:,} "
+        "with no loss tokens), so nothing is left to pack; check the shape and field flags "
+        "(--shape, --text-field, --prompt-field/--response-field) and, for chats, that assistant "
+        "turns exist")
+
+
 def _setup(inputs, cfg: TokenizeConfig):
     files = resolve_sources(inputs)  # files, folders, globs, datasets and Arrow objects
     columns = [columns_of(f) for f in files]
@@ -91,7 +106,7 @@ def _setup(inputs, cfg: TokenizeConfig):
     template = load_template(cfg.chat_template, loaded.folder_template if loaded else None)
     for f, c in zip(files, columns):
         if not c:
-            raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+            raise no_rows_error(f.path)
     shapes = [detect_shape(c, cfg, f.path, template is not None) for f, c in zip(files, columns)]
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
@@ -293,7 +308,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                 if by_bytes and counts[fi]:  # a file that stores its rows, in a bytes-mode bar
                     bar.at_bytes(base + sizes[fi] * file_rows // counts[fi])
             if file_rows == 0:
-                raise PacktoolInputError("empty dataset (no rows)", path=f.path)
+                raise no_rows_error(f.path)
             if by_bytes:
                 bytes_before += sizes[fi]
                 bar.at_bytes(bytes_before)
@@ -325,7 +340,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         sink.abort()
         raise
     if totals["rows"] == 0:
-        raise PacktoolInputError("every row was skipped; nothing to tokenize")
+        raise all_skipped_error(skipped["empty"], skipped["all_masked"], files)
     return {
         "format": CACHE_FORMAT, "version": CACHE_VERSION,
         "token_lists": "flat" if flat_only else "parts",

@@ -153,3 +153,24 @@ def test_cli_offline_name_says_how_to_point_at_a_copy(tmp_path, monkeypatch):
     assert "nobody-here/no-such-dataset" in r.output and "pass DIR" in r.output
     assert len(r.output.strip().splitlines()) <= 2  # one line (rich may wrap it once)
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_unreachable_hub_without_offline_mode_gets_the_offline_hint(monkeypatch):
+    """The Hub down but HF_HUB_OFFLINE unset: huggingface_hub's LocalEntryNotFoundError
+    ("Couldn't reach ...") is the offline case too, not a --config problem."""
+    datasets = pytest.importorskip("datasets")
+    from packtool.tokenize.hf_input import is_dataset_name, load_dataset
+
+    class LocalEntryNotFoundError(OSError):
+        pass
+
+    def unreachable(*a, **k):
+        raise LocalEntryNotFoundError("Couldn't reach 'owner/name' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(PacktoolInputError, match=r"owner/name: dataset not in the local cache.*pass DIR"):
+        load_dataset("owner/name", "train", None)
+    for path in ("x.jsonl.zst", "x.jsonl.bz2", "x.csv", "x.tsv", "x.jsonl.zstd"):
+        assert not is_dataset_name(path)  # a missing file of a known type is not a Hub name
+    assert is_dataset_name("owner/name")

@@ -146,7 +146,9 @@ def test_all_masked_chat_and_skip_everything(tmp_path, cache_dir):
     path = _jsonl(tmp_path, "c.jsonl", chats)
     with pytest.raises(PacktoolInputError, match="row 0: example with no loss tokens"):
         tokenize_to_cache([path], TokenizeConfig(tokenizer=GPT2, chat_template="chatml"), cache_dir, progress=False)
-    with pytest.raises(PacktoolInputError, match="every row was skipped"):
+    # says which input, why (1 with no loss tokens), and what to check
+    with pytest.raises(PacktoolInputError, match=r"c\.jsonl: every row was skipped .*0 empty, 1 with no "
+                       r"loss tokens.*--shape"):
         tokenize_to_cache([path], TokenizeConfig(tokenizer=GPT2, chat_template="chatml", on_empty="skip"),
                           cache_dir, progress=False)
 
@@ -154,7 +156,7 @@ def test_all_masked_chat_and_skip_everything(tmp_path, cache_dir):
 def test_input_and_tokenizer_errors(tmp_path, cache_dir):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(PacktoolInputError, match=r"empty\.jsonl: empty dataset"):
+    with pytest.raises(PacktoolInputError, match=r"empty\.jsonl: empty dataset \(no rows\): remove it"):
         tokenize_to_cache([str(empty)], GSM_CFG, cache_dir, progress=False)
     pq.write_table(pa.table({"text": pa.array([], pa.string())}), tmp_path / "e.parquet")
     with pytest.raises(PacktoolInputError, match="empty dataset"):
