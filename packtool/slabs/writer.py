@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.arrays import arrow_of, np_of
+
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
@@ -119,7 +121,7 @@ class SlabWriter:
             _arrow(lay.layout_pad[b0:b1], pa.int32()),
             _arrow(lay.tail_pad[b0:b1], pa.int32()),
             _arrow(lay.fill[b0:b1], pa.int32()),
-            pa.array(p.singleton[b0:b1]),  # bits in Arrow: converted, not wrapped
+            arrow_of(np.asarray(p.singleton[b0:b1], np.bool_)),  # bits in Arrow: packed, not wrapped
             _arrow(p.slab_index[b0:b1], pa.int64()),
             _arrow(p.dp_rank[b0:b1], pa.int32()),
             _arrow(p.step[b0:b1], pa.int32()),
@@ -277,7 +279,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
         with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
                               use_dictionary=False, column_encoding=TOKEN_ENCODING) as pw:
             for (g0, g1), batch in zip(groups, batches):
-                loss += int(np.asarray(batch.column("num_loss_tokens")).sum())
+                loss += int(np_of(batch.column("num_loss_tokens")).sum())
                 pw.write_batch(batch, row_group_size=g1 - g0)
                 del batch
                 if on_rows:

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.arrays import np_of
 from packtool.errors import PacktoolCacheError, PacktoolInputError
 from packtool.tokenize.cache_parts import (
     CHECKSUM_ALG,
@@ -82,8 +83,8 @@ def _gather(values, offsets, rows, out_offsets, out):
 def _flat(col: pa.ChunkedArray, dtype) -> tuple[np.ndarray, np.ndarray]:
     """A list column as (flat values, int64 offsets), zero-copy where Arrow allows."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offs = arr.offsets.to_numpy().astype(np.int64)
-    vals = arr.values.to_numpy(zero_copy_only=False)[offs[0]:offs[-1]]
+    offs = np_of(arr.offsets).astype(np.int64)
+    vals = np_of(arr.values)[offs[0]:offs[-1]]
     return np.ascontiguousarray(vals, dtype=dtype), offs - offs[0]
 
 
@@ -124,7 +125,7 @@ class TokenizedCache:
         return f"TokenizedCache({self.path!r}, rows={self.num_rows}, tokens={self.num_tokens})"
 
     def _column(self, name: str) -> np.ndarray:
-        parts = [pq.read_table(p, columns=[name]).column(0).to_numpy() for p in self.parquet_files]
+        parts = [np_of(pq.read_table(p, columns=[name]).column(0)) for p in self.parquet_files]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def lengths(self) -> np.ndarray:
@@ -356,8 +357,8 @@ class CacheLengths:
     pieces: tuple  # ((parquet file, row groups, first, end), ...): rows [first, end) of the groups
 
     def __call__(self) -> np.ndarray:
-        parts = [pq.ParquetFile(path).read_row_groups(list(gs), columns=["length"]).column(0)
-                 .to_numpy()[a:e] for path, gs, a, e in self.pieces]
+        parts = [np_of(pq.ParquetFile(path).read_row_groups(list(gs), columns=["length"]).column(0))[a:e]
+                 for path, gs, a, e in self.pieces]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 

@@ -165,7 +165,7 @@ class CacheWriter:
         offs = np.zeros(lengths.size + 1, np.int32)
         np.cumsum(lengths, out=offs[1:])
         cols = [_wrap(lengths, pa.int32()), _wrap(source_index, pa.int64()),
-                pa.array(np.full(lengths.size, source_file, np.int32))]
+                _wrap(np.full(lengths.size, source_file, np.int32), pa.int32())]
         if self.schema is SCHEMA:
             cols[:0] = [pa.ListArray.from_arrays(_wrap(offs, pa.int32()), _wrap(ids, pa.int32())),
                         mask_column(None if mask is None else np.ascontiguousarray(mask, np.uint8), offs)]

@@ -12,6 +12,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.encode import EncodedBatch, row_sums
 from packtool.tokenize.shapes import Shape
@@ -36,13 +37,18 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
     if col.null_count:
         bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
         raise PacktoolInputError(f"{name} is null", path=path, row=first_row + bad)
-    lens = col.value_lengths().to_numpy().astype(np.int32)
-    values = col.flatten()
+    if pa.types.is_fixed_size_list(t):
+        values = col.flatten()
+        lens = np.full(len(col), t.list_size, np.int32)
+    else:
+        offs = np_of(col.offsets)  # the rows' span of the child array (slices respected)
+        lens = np.diff(offs).astype(np.int32)
+        values = col.values.slice(int(offs[0]), int(offs[-1] - offs[0])) if len(offs) else col.values.slice(0, 0)
     if values.null_count:
         pos = int(np.nonzero(values.is_null().to_numpy(zero_copy_only=False))[0][0])
         raise PacktoolInputError(f"{name} holds a null value inside a row; remove it",
                                  path=path, row=first_row + _row_of(lens, pos))
-    flat = values.to_numpy(zero_copy_only=False)
+    flat = np_of(values)  # not to_numpy: that imports pandas (packtool/arrays.py)
     if flat.dtype.kind == "f":
         frac = ~np.isfinite(flat) | (flat != np.floor(flat))
         if frac.any():
