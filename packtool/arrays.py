@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["np_of", "list_parts", "arrow_of"]
+__all__ = ["arrow_of", "list_parts", "np_of"]
 
 
 def _primitive(t: pa.DataType) -> bool:

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import arrow_of, np_of
-
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
