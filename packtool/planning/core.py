@@ -16,6 +16,7 @@ from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError
 from packtool.layout import Layout, compute_layout
 from packtool.packers import ALGORITHMS, assign_dp, pack_items
+from packtool.progress import compile_seconds
 
 OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
 # docs/DESIGN.md §3: strict packers refuse by default; mffd/balanced keep the seed's soft cap.
@@ -94,7 +95,8 @@ class Plan:
     l2_bound: int
     dp_imbalance: float
     dp_moved: int
-    seconds: float = field(compare=False)
+    seconds: float = field(compare=False)  # planning only: kernel compiles are apart
+    compile_seconds: float = field(default=0.0, compare=False)  # numba compiles (first run)
 
     @property
     def num_slabs(self) -> int:
@@ -151,7 +153,7 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
               pack_fn: Callable[[np.ndarray], np.ndarray]) -> Plan:
     """`plan`, with the placement of the footprints that fit given by `pack_fn(footprints)
     -> bin id per item` (sharded planning passes its own); everything else is shared."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), compile_seconds()
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     segs, ovf = apply_overflow(lengths, alignment, packing.overflow)
     fp = alignment.seq_footprint(segs.length)
@@ -190,7 +192,14 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
         step=np.asarray(steps_sorted, np.int32), microbatch=np.zeros(n_bins, np.int32),
         layout=lay, overflow=ovf, lower_bound=alignment.lower_bound(segs.length),
         l2_bound=alignment.l2_bound(segs.length), dp_imbalance=imbalance, dp_moved=moved,
-        seconds=time.perf_counter() - t0)
+        **planning_seconds(t0, c0))
+
+
+def planning_seconds(t0: float, c0: float) -> dict:
+    """A plan's `seconds` since `t0` without the kernel compiles since `c0` (a first run's
+    numba compile is not planning: it is reported apart, as `compile_seconds`)."""
+    compiled = compile_seconds() - c0
+    return {"seconds": max(time.perf_counter() - t0 - compiled, 0.0), "compile_seconds": compiled}
 
 
 def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tuple[np.ndarray, np.ndarray]:

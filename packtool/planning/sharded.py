@@ -27,6 +27,8 @@ from packtool.packers import pack_items
 from packtool.packers.dp import bin_costs, deal_steps, dp_target
 from packtool.planning.bins import bounds_from_histogram, dp_moves
 from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
+from packtool.planning.core import planning_seconds
+from packtool.progress import compile_seconds
 from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
 from packtool.planning.summary import PaddingStats, PlanSummary
 
@@ -178,7 +180,8 @@ class ShardedPlan:
     dp_imbalance: float
     dp_moved: int
     stats: ShardStats
-    seconds: float = field(compare=False)
+    seconds: float = field(compare=False)  # planning only: kernel compiles are apart
+    compile_seconds: float = field(default=0.0, compare=False)
 
     @property
     def num_slabs(self) -> int:
@@ -228,7 +231,7 @@ class ShardedPlan:
             out[f] = np.empty_like(v)
             out[f][cols["pos"]] = v
         p = self.spec(0, self.num_slabs).plan(*(out[f] for f in SEGMENT_FIELDS))
-        return replace(p, seconds=self.seconds)
+        return replace(p, seconds=self.seconds, compile_seconds=self.compile_seconds)
 
     def summary(self) -> PlanSummary:
         """`report.plan_summary`'s figures, from the per-slab arrays."""
@@ -251,7 +254,7 @@ class ShardedPlan:
             slabs=self.num_slabs, lower_bound=self.lower_bound, l2_bound=self.l2_bound,
             excess_over_bound=self.num_slabs - max(self.lower_bound, self.l2_bound), padding=pad,
             overflow=self.overflow, dp_imbalance=self.dp_imbalance, dp_moved=self.dp_moved,
-            plan_seconds=self.seconds)
+            plan_seconds=self.seconds, compile_seconds=self.compile_seconds)
 
 
 def _sum_overflow(stats: list[OverflowStats], policy: str) -> OverflowStats:
@@ -311,7 +314,7 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     """Plan shards given as (first row, lengths) in row order; lengths are an int array or a
     zero-argument callable run by the shard task. `runner` runs the shard tasks (default: here;
     the Ray engine's runs them as Ray tasks and keeps the placements in the object store)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), compile_seconds()
     packing = packing or PackingConfig()
     runner = runner or LocalRunner()
     if len(shards) == 1:
@@ -360,7 +363,7 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
         pool_slab=new_id[pool_gid], moved=(moved[0], moved[1], new_id[moved[2]]),
         overflow=overflow,
         lower_bound=S + lower, l2_bound=S + l2, dp_imbalance=imbalance, dp_moved=n_moved,
-        stats=stats, seconds=time.perf_counter() - t0)
+        stats=stats, **planning_seconds(t0, c0))
 
 
 def plan_sharded(lengths, alignment: Alignment, packing: PackingConfig | None = None,

@@ -110,6 +110,8 @@ class PlanSummary:
     plan_seconds: float
     # rows dropped before planning (the tokenized cache's `skipped`: empty / all_masked)
     skipped_rows: dict = field(default_factory=lambda: {"empty": 0, "all_masked": 0})
+    # numba kernel compiles during planning (a first run on a machine); not in plan_seconds
+    compile_seconds: float = 0.0
 
     @property
     def changes(self) -> DataChanges:
@@ -139,4 +141,5 @@ def plan_summary(p: Plan) -> PlanSummary:
         slabs=p.num_slabs, lower_bound=p.lower_bound, l2_bound=p.l2_bound,
         excess_over_bound=p.num_slabs - bound,
         padding=padding_stats(p.layout, a, p.singleton), overflow=p.overflow,
-        dp_imbalance=p.dp_imbalance, dp_moved=p.dp_moved, plan_seconds=p.seconds)
+        dp_imbalance=p.dp_imbalance, dp_moved=p.dp_moved, plan_seconds=p.seconds,
+        compile_seconds=p.compile_seconds)
