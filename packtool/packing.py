@@ -16,6 +16,7 @@ import pickle
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from typing import Callable
 
@@ -31,7 +32,7 @@ import numpy as np  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
 from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir  # noqa: E402,F401  # noqa: E402
-from packtool.planning.core import PackingConfig, Plan  # noqa: E402
+from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError  # noqa: E402
 from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan  # noqa: E402
 from packtool.planning.slabs import SlabSpec  # noqa: E402
@@ -124,7 +125,8 @@ def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingCon
         return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
                              tokenize_seconds, workers, shard_rows)
     lengths = cache.lengths()
-    p = make_plan(lengths, alignment, packing)
+    with rows_named(cache):
+        p = make_plan(lengths, alignment, packing)
     summary = with_skipped(plan_summary(p), cache.skipped)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
@@ -153,7 +155,8 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     release_memory()
     spill = spill_dir(output)
     try:
-        sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
+        with rows_named(cache):
+            sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
         summary = with_skipped(sp.summary(), cache.skipped)
         if dry_run:
             return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
@@ -173,6 +176,30 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
         shutil.rmtree(spill, ignore_errors=True)
     return PackResult(output, sp, summary, shards, loss, cache.path, tokenize_seconds,
                       time.perf_counter() - t1)
+
+
+@contextmanager
+def rows_named(cache: TokenizedCache):
+    """A planner's error about "sequence N" (a row of the cache, numbered across every input)
+    named as the input file and its row instead."""
+    try:
+        yield
+    except SequenceError as e:
+        path, row = source_of_row(cache, e.sequence)
+        raise PlanError(e.detail, path=path, row=row) from None
+
+
+def source_of_row(cache: TokenizedCache, i: int) -> tuple[str | None, int]:
+    """(input file, row in it; 0-based like the tokenizer's errors) of cache row `i`, through
+    the cache's `source_index` (global input row, skipped rows counted) and the rows each
+    input held (cache.json `inputs`). A cache without per-input counts: (None, global row)."""
+    src = int(cache.source_indices()[i])
+    counts = [d.get("rows") for d in cache.meta.get("inputs", [])]
+    if not counts or any(c is None for c in counts):
+        return None, src
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    f = int(np.searchsorted(starts, src, side="right")) - 1
+    return cache.input_files[f].path, src - int(starts[f])
 
 
 def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,

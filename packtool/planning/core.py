@@ -27,6 +27,16 @@ class PlanError(PacktoolConfigError):
     """A plan cannot be made as asked; the message names the row and the flag that fixes it."""
 
 
+class SequenceError(PlanError):
+    """One sequence cannot be planned: `sequence` is its index in the planned lengths (a
+    tokenized cache's row), `detail` the message without it, so that a caller who knows where
+    the row came from (packing: the file and its row) can name that instead."""
+
+    def __init__(self, sequence: int, detail: str) -> None:
+        super().__init__(f"sequence {sequence} has {detail}")
+        self.sequence, self.detail = sequence, detail
+
+
 @dataclass(frozen=True)
 class PackingConfig:
     algorithm: str = "bfd"
@@ -110,7 +120,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
     lengths = np.asarray(lengths, np.int64)
     if lengths.size and lengths.min() < 1:
         bad = int(np.flatnonzero(lengths < 1)[0])
-        raise PlanError(f"sequence {first_row + bad} has {int(lengths[bad])} tokens: every sequence needs at least 1")
+        raise SequenceError(first_row + bad, f"{int(lengths[bad])} tokens: every sequence needs at least 1")
     U = align.usable
     over = align.seq_footprint(lengths) > U
     n_over = int(over.sum())
@@ -121,10 +131,11 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         return segs, OverflowStats(policy, n_over, singletons=n_over if policy == "singleton" else 0)
     if policy == "error":
         i = int(np.flatnonzero(over)[0])
-        raise PlanError(
-            f"sequence {first_row + i} has {int(lengths[i])} tokens; aligned footprint "
-            f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} "
-            f"({n_over} such sequences): raise --max-tokens or use --overflow split|truncate|singleton")
+        raise SequenceError(
+            first_row + i, f"{int(lengths[i])} tokens; aligned footprint "
+            f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} ({n_over} such "
+            f"sequence{'s' if n_over != 1 else ''}): raise --max-tokens or use --overflow "
+            f"split|truncate|singleton")
     if policy == "truncate":
         new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
         st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))

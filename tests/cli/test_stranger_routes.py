@@ -1,0 +1,38 @@
+"""Stranger-test answers (routes): each error names the file and its row (not a global index
+across inputs), the wrong-typed parameter, the key a chat turn has, the folder that is not an
+output. test_bad_inputs' harness: exit status, one `error:` line, no traceback, user files
+untouched, nothing left behind."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import GPT2
+from test_bad_inputs import expect_error
+
+
+def _pack(tmp_path, *inputs, extra=()):
+    return ["pack", *map(str, inputs), "--tokenizer", GPT2, "-o", str(tmp_path / "out"),
+            "--no-progress", "--cache-dir", str(tmp_path / "cache"), *extra]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("shard_rows", ["0", "2"])
+def test_an_oversized_row_is_named_by_its_file_and_row(tmp_path, shard_rows):
+    """R1: the second input's row 1, not "sequence 4" counted across both inputs."""
+    a = _jsonl(tmp_path / "small.jsonl", [{"text": "a short document"}] * 3)
+    g = _jsonl(tmp_path / "giant.jsonl", [{"text": "short"}, {"text": "word " * 600}])
+    line = expect_error(tmp_path, _pack(tmp_path, a, g, extra=["-C", "128", "--plan-shard-rows", shard_rows]),
+                        2, "giant.jsonl, row 1:", "tokens; aligned footprint", "--max-tokens",
+                        "(1 such sequence)")
+    assert "sequence 4" not in line
+
+
+def test_the_row_survives_skipped_rows_before_it(tmp_path):
+    g = _jsonl(tmp_path / "giant.jsonl", [{"text": ""}, {"text": "ok"}, {"text": "word " * 600}])
+    expect_error(tmp_path, _pack(tmp_path, g, extra=["-C", "128", "--on-empty", "skip"]), 2,
+                 "giant.jsonl, row 2:")
