@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
 from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir  # noqa: E402,F401  # noqa: E402
+from packtool.params import expect  # noqa: E402
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError  # noqa: E402
 from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan  # noqa: E402
@@ -74,6 +75,8 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
     `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list)."""
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
+    expect(tokenize, TokenizeConfig, "pack", "tokenize")
+    _expect_plan_args("pack", alignment, packing)
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
     with claim_output(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
@@ -86,6 +89,11 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
                           progress=progress, shard_tokens=shard_tokens,
                           tokenize_seconds=time.perf_counter() - t0, workers=workers,
                           plan_shard_rows=plan_shard_rows)
+
+
+def _expect_plan_args(func: str, alignment, packing) -> None:
+    expect(alignment, Alignment, func, "alignment")
+    expect(packing, PackingConfig, func, "packing", optional=True)
 
 
 def cache_root(cache_dir: str | None) -> str:
@@ -108,6 +116,8 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     written by up to `workers` threads of this process (default: one per core; the bytes do
     not depend on it). The plan is made in shards of `plan_shard_rows` rows (default
     `PLAN_SHARD_ROWS`) spilled to disk; 0 plans every row at once in memory."""
+    expect(cache, TokenizedCache, "pack_cache", "cache")
+    _expect_plan_args("pack_cache", alignment, packing)
     packing = packing or PackingConfig()
     with claim_output(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)):
         return _pack_cache(cache, alignment, packing, output, dry_run, progress, shard_tokens,

@@ -17,6 +17,7 @@ from packtool.align import Alignment
 from packtool.errors import PacktoolInputError
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
+from packtool.params import expect
 from packtool.packers import ATTN_COEF
 from packtool.planning.core import OverflowStats, PackingConfig, Plan
 from packtool.planning.core import plan as make_plan
@@ -136,6 +137,8 @@ def inspect_lengths(lengths, alignment: Alignment, packing: PackingConfig | None
                     compare: bool = False, what_if: bool = True) -> InspectReport:
     import time
     t0 = time.perf_counter()
+    expect(alignment, Alignment, "inspect_lengths", "alignment")
+    expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
     lengths = np.asarray(lengths, np.int64)
     p = make_plan(lengths, alignment, packing or PackingConfig())
     return build_report("lengths", None, slabs_from_plan(p, lengths), compare, what_if, t0)

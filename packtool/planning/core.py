@@ -16,6 +16,7 @@ from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError
 from packtool.layout import Layout, compute_layout
 from packtool.packers import ALGORITHMS, assign_dp, pack_items
+from packtool.params import expect
 from packtool.progress import compile_seconds
 
 OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
@@ -155,7 +156,8 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
 
 def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) -> Plan:
     """Place sequences of the given token lengths into slabs. See docs/DESIGN.md §2-3."""
-    packing = packing or PackingConfig()
+    expect(alignment, Alignment, "plan", "alignment")
+    packing = expect(packing, PackingConfig, "plan", "packing", optional=True) or PackingConfig()
     return plan_with(lengths, alignment, packing,
                      lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
 

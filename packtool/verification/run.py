@@ -68,6 +68,9 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own.
     `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths), when given, let a
     fingerprint mismatch name what differs from the manifest's record."""
+    from packtool.params import expect
+    from packtool.tokenize.config import TokenizeConfig
+    expect(source_tokenize, TokenizeConfig, "verify", "source_tokenize", optional=True)
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
