@@ -87,6 +87,41 @@ def _load_cached(path: str, size: int, mtime_ns: int) -> Tokenizer:
     return Tokenizer.from_file(path)
 
 
+# Files of a tokenizer folder that are not tokenizer.json, which users pass by mistake.
+_SIBLINGS = {"vocab.json": "a vocabulary file?", "merges.txt": "a BPE merges file?",
+             "tokenizer_config.json": "the tokenizer's settings, not the tokenizer",
+             "special_tokens_map.json": "a special-tokens map?", "config.json": "a model config?",
+             "tokenizer.model": "a SentencePiece model: convert it to tokenizer.json with transformers once",
+             "vocab.txt": "a vocabulary file?"}
+
+
+def _what_file(path: str) -> str | None:
+    """What a file that `tokenizers` cannot load looks like, when it is recognisably another
+    file (by name, or a JSON object without a tokenizer's "model"); None: a damaged tokenizer."""
+    name = os.path.basename(path)
+    if name in _SIBLINGS:
+        return _SIBLINGS[name]
+    try:
+        if os.path.getsize(path) > 256 << 20:
+            return None
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if isinstance(obj, dict) and "model" not in obj:
+        ints = sum(isinstance(v, int) for v in list(obj.values())[:100])
+        return "a vocabulary file?" if obj and ints == min(len(obj), 100) else 'no "model" key'
+    return None
+
+
+def _fix_for(path: str) -> str:
+    folder = os.path.dirname(path) or "."
+    beside = os.path.join(folder, "tokenizer.json")
+    if os.path.exists(beside) and os.path.abspath(beside) != os.path.abspath(path):
+        return f"the tokenizer folder {folder} or {beside}"
+    return "the tokenizer folder or its tokenizer.json"
+
+
 def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
     """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
     if not spec:
@@ -120,6 +155,10 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     try:
         tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns)
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+        what = _what_file(path)
+        if what:
+            raise PacktoolInputError(f"not a tokenizer.json ({what}): pass {_fix_for(path)}",
+                                     path=path, flag="--tokenizer") from None
         raise PacktoolInputError(f"cannot load tokenizer ({e})", path=path, flag="--tokenizer") from None
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}

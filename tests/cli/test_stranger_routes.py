@@ -5,6 +5,7 @@ untouched, nothing left behind."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from conftest import GPT2
@@ -36,3 +37,18 @@ def test_the_row_survives_skipped_rows_before_it(tmp_path):
     g = _jsonl(tmp_path / "giant.jsonl", [{"text": ""}, {"text": "ok"}, {"text": "word " * 600}])
     expect_error(tmp_path, _pack(tmp_path, g, extra=["-C", "128", "--on-empty", "skip"]), 2,
                  "giant.jsonl, row 2:")
+
+
+@pytest.mark.parametrize("name", ["vocab.json", "words.json"])
+def test_a_vocabulary_file_is_not_taken_for_a_tokenizer(tmp_path, name):
+    """R13: not `cannot load tokenizer (expected , or } at line 1 column 5)`."""
+    tok = tmp_path / "gpt2"
+    tok.mkdir()
+    shutil.copy(GPT2, tok / "tokenizer.json")
+    (tok / name).write_text(json.dumps({"!": 0, '"': 1, "#": 2}))
+    data = _jsonl(tmp_path / "d.jsonl", [{"text": "hello"}])
+    args = ["pack", str(data), "--tokenizer", str(tok / name), "-o", str(tmp_path / "out"), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]
+    line = expect_error(tmp_path, args, 2, name, "not a tokenizer.json (a vocabulary file?)",
+                        f"the tokenizer folder {tok} or {tok / 'tokenizer.json'}")
+    assert "line 1 column" not in line
