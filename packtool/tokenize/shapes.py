@@ -199,6 +199,31 @@ def _refuse_null(what: str, path: str, row: int) -> None:
                              f"(counted)", path=path, row=row)
 
 
+def _turn_keys(turns, j: int) -> list[str]:
+    m = (turns or [None] * (j + 1))[j]
+    return [k for k, v in m.items() if v is not None] if isinstance(m, dict) else []
+
+
+def _refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row: int,
+                 everywhere: bool) -> None:
+    """A turn that holds its text under another key (`text`, `message`): a schema to rename,
+    not an empty turn, so --on-empty skip (which would drop every such row) is no fix."""
+    fix = (f"rename the key to {key} (chat turns are {{role, {key}}})" if everywhere else
+           f"fill {key}, rename the key, drop the row, or pass --on-empty skip to skip such rows (counted)")
+    raise PacktoolInputError(f"{column}[{j}]: turn has keys {', '.join(keys)} but no {key}; {fix}",
+                             path=path, row=row)
+
+
+def _schema_lacks(col: pa.Array, key: str) -> bool:
+    """Whether no turn of the column can have `key`: the turns' struct type has no such field
+    (the JSON reader unites the keys of every row of the batch) nor a tool call."""
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    names = {t.value_type.field(i).name for i in range(t.value_type.num_fields)}
+    return key not in names and not names & {"tool_calls", "tool_call"}
+
+
 def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                  separator: str | None, path: str, first_row: int,
                  skip_null: bool = False) -> RenderedBatch:
@@ -206,6 +231,8 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     row, or (`skip_null`, from --on-empty skip) an empty row that the pipeline skips and counts."""
     check_column_types(batch, shape, path, first_row)
     cols = [batch.column(c).to_pylist() for c in shape.columns]
+    msg_key = {"chat": "content", "sharegpt": "value"}.get(shape.kind)
+    no_key = msg_key is not None and _schema_lacks(batch.column(shape.columns[0]), msg_key)
     texts: list[str] = []
     spans: list[list[tuple[int, int]] | None] = []
     empty: list[bool] = []
@@ -217,6 +244,10 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                 _null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") is None)]
             if bad:
                 null = f"{shape.columns[0]}[{bad[0]}].{key}"
+                keys = _turn_keys(row[0], bad[0])
+                if set(keys) - {"role", "from", "name"}:  # its text is under another key
+                    if no_key or not skip_null:
+                        _refuse_keys(shape.columns[0], bad[0], keys, key, path, first_row + i, no_key)
         elif shape.kind != "text":
             nulls = [shape.columns[j] for j in (0, 1) if row[j] is None]
             null = nulls[0] if nulls else None

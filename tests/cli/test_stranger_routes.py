@@ -52,3 +52,28 @@ def test_a_vocabulary_file_is_not_taken_for_a_tokenizer(tmp_path, name):
     line = expect_error(tmp_path, args, 2, name, "not a tokenizer.json (a vocabulary file?)",
                         f"the tokenizer folder {tok} or {tok / 'tokenizer.json'}")
     assert "line 1 column" not in line
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_chat_turns_with_text_instead_of_content_name_their_keys(tmp_path, skip):
+    """R3: the turn's keys are named; --on-empty skip would drop every row, so it is no fix."""
+    rows = [{"messages": [{"role": "user", "text": "hi"}, {"role": "assistant", "text": "hello"}]}] * 3
+    data = _jsonl(tmp_path / "chat.jsonl", rows)
+    extra = ["--chat-template", "chatml", *(["--on-empty", "skip"] if skip else [])]
+    line = expect_error(tmp_path, _pack(tmp_path, data, extra=extra), 2, "chat.jsonl, row 0",
+                        "messages[0]: turn has keys role, text but no content", "rename the key to content")
+    assert "--on-empty skip" not in line
+
+
+def test_one_turn_without_content_among_good_rows_may_still_be_skipped(tmp_path):
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    bad = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "text": "hello"}]}
+    data = _jsonl(tmp_path / "chat.jsonl", [good, bad, good])
+    expect_error(tmp_path, _pack(tmp_path, data, extra=["--chat-template", "chatml"]), 2,
+                 "chat.jsonl, row 1", "messages[1]: turn has keys role, text but no content",
+                 "--on-empty skip")
+    from test_bad_inputs import runner
+
+    from packtool.cli.app import app
+    r = runner.invoke(app, _pack(tmp_path, data, extra=["--chat-template", "chatml", "--on-empty", "skip"]))
+    assert r.exit_code == 0, r.stdout + r.stderr
