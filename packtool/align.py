@@ -117,6 +117,14 @@ _CONVENTION_FN = {"packtool": _packtool, "skyrl": _skyrl, "nemo-rl": _nemo_rl,
                   "verl": _verl, "per-sequence": _per_sequence}
 
 
+def sp_note(tp: int, sp: bool | None) -> str | None:
+    """What to tell a user who asked for sequence parallelism with tp=1 (it is turned off)."""
+    if sp and tp == 1:
+        return ("--sp has no effect with --tp 1 (sequence parallelism splits activations across "
+                "the tensor-parallel group; megatron-core turns it off too): packing with sp=off")
+    return None
+
+
 @dataclass(frozen=True)
 class Alignment:
     """Alignment settings and the multiples they imply.
@@ -128,7 +136,7 @@ class Alignment:
 
     tp: int = 1
     cp: int = 1
-    sp: bool | None = None  # None: on when tp > 1 (megatron's usual setting)
+    sp: bool | None = None  # None: on when tp > 1 (megatron's usual setting); off when tp == 1
     fp8: str = "none"
     capacity: int = 8192
     fixed_length: int | None = None
@@ -147,7 +155,10 @@ class Alignment:
         if self.convention not in CONVENTIONS:
             raise AlignmentError(
                 f"--convention must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
-        sp = self.tp > 1 if self.sp is None else bool(self.sp)
+        # SP splits activations across the TP group: with tp=1 there is none, and megatron-core
+        # turns it off ("Disabling sequence parallelism because tensor model parallelism is
+        # disabled"); so does packtool, and `sp_note` says so to a user who asked for it.
+        sp = self.tp > 1 if self.sp is None else bool(self.sp) and self.tp > 1
         object.__setattr__(self, "sp", sp)
         s, t = _CONVENTION_FN[self.convention](int(self.tp), int(self.cp), self.tp_sp, self.fp8)
         assert t % s == 0, (s, t)  # the tail pad must keep every segment divisible by s

@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag, 2*cp chunks per sequence).")]
-Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp>1).")]
+Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp>1; with --tp 1 it is off, as in megatron-core).")]
 Fp8 = Annotated[str, typer.Option("--fp8", help="FP8 recipe: none|tensorwise|mxfp8|blockwise.")]
 FixedLength = Annotated[Optional[int], typer.Option("--fixed-length", help="Every slab exactly this long (PP / static shapes).")]
 Convention = Annotated[str, typer.Option("--convention", help="Layout rules: packtool|skyrl|nemo-rl|verl|per-sequence.")]
@@ -50,12 +50,16 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceba
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
-    from packtool.align import Alignment, AlignmentError
+    from packtool.align import Alignment, AlignmentError, sp_note
     if fixed_length is not None and fixed_length > max_tokens:  # would silently win over -C
         raise AlignmentError(f"--fixed-length {fixed_length} is larger than --max-tokens "
                              f"{max_tokens}: pass -C {fixed_length} too, or a smaller --fixed-length")
-    return Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
-                     fixed_length=fixed_length, convention=convention)
+    a = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
+                  fixed_length=fixed_length, convention=convention)
+    note = sp_note(tp, sp)
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    return a
 
 
 @app.command()

@@ -336,3 +336,14 @@ def test_bounds_with_alignment_and_singletons(tp, cp, fp8, mult, data):
 def test_fixed_length_must_be_an_integer(L):
     with pytest.raises(AlignmentError, match="--fixed-length"):
         Alignment(tp=4, cp=2, fixed_length=L)
+
+
+def test_sp_with_tp1_is_off_and_noted():
+    """Stranger-test R10: --tp 1 --sp was accepted silently. SP needs a TP group: packtool
+    turns it off like megatron-core does, and says so."""
+    from packtool.align import Alignment, sp_note
+    a = Alignment(tp=1, sp=True, capacity=64)
+    assert a.sp is False and (a.s, a.t) == (Alignment(tp=1, sp=False, capacity=64).s, Alignment(tp=1, capacity=64).t)
+    assert "--sp has no effect with --tp 1" in sp_note(1, True)
+    assert sp_note(1, None) is None and sp_note(2, True) is None and sp_note(1, False) is None
+    assert Alignment(tp=2, sp=True, capacity=64).sp is True

@@ -77,3 +77,16 @@ def test_one_turn_without_content_among_good_rows_may_still_be_skipped(tmp_path)
     from packtool.cli.app import app
     r = runner.invoke(app, _pack(tmp_path, data, extra=["--chat-template", "chatml", "--on-empty", "skip"]))
     assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_tp1_sp_is_noted_once(tmp_path):
+    """R10: one note on stderr; the plan is the sp=off plan."""
+    import numpy as np
+    from test_bad_inputs import runner
+
+    from packtool.cli.app import app
+    np.save(tmp_path / "l.npy", np.full(8, 100))
+    r = runner.invoke(app, ["plan", "--lengths", str(tmp_path / "l.npy"), "-C", "512", "--tp", "1", "--sp", "--json"])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert r.stderr.count("--sp has no effect with --tp 1") == 1
+    assert json.loads(r.stdout.strip().splitlines()[-1])["alignment"]["sp"] is False
