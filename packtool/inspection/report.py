@@ -199,12 +199,8 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     """Reads only the small columns of each shard (never input_ids), one shard at a time."""
     import time
 
-    from packtool.slabs.format import FormatError, SlabManifest
+    from packtool.slabs.format import SlabManifest
     t0 = time.perf_counter()
-    if not os.path.isdir(directory):  # a typo or a shard: the manifest's "re-run pack" would mislead
-        what = "a file, not a packtool output folder; give the folder that holds it" if os.path.exists(directory) \
-            else "no such folder (not a packtool output); give the folder `packtool pack -o` wrote"
-        raise FormatError(f"{directory}: {what}")
     sm = SlabManifest.read(directory)
     man, align, packing = sm.raw, sm.alignment, sm.packing
     cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step"]

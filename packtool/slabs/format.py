@@ -136,7 +136,13 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
 
 def read_manifest(directory: str) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
-    names this format and version."""
+    names this format and version. A typo or a shard file is said as such: "re-run pack"
+    would mislead there."""
+    if not os.path.isdir(directory):
+        raise FormatError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
+                          if os.path.exists(directory) else
+                          f"{directory}: no such folder (not a packtool output); give the folder "
+                          f"`packtool pack -o` wrote")
     path = manifest_file(directory)
     if path is None:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "

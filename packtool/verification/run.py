@@ -74,11 +74,6 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
-    if not os.path.isdir(directory):  # a typo or a shard: the manifest's "re-run pack" would mislead
-        log.add("manifest", f"{directory}: a file, not a packtool output folder; give the folder that holds it"
-                if os.path.exists(directory) else
-                f"{directory}: no such folder (not a packtool output); give the folder `packtool pack -o` wrote")
-        return _report(directory, log, notes, [], source_dir, t0)
     try:
         man = read_manifest(directory)
     except FormatError as e:

@@ -90,3 +90,26 @@ def test_tp1_sp_is_noted_once(tmp_path):
     assert r.exit_code == 0, r.stdout + r.stderr
     assert r.stderr.count("--sp has no effect with --tp 1") == 1
     assert json.loads(r.stdout.strip().splitlines()[-1])["alignment"]["sp"] is False
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_read_manifest_itself_says_no_folder_or_a_file(tmp_path, kind):
+    """R14: the format's reader says it (not "re-run packtool pack"), so every reader does:
+    verify, inspect, the torch dataset."""
+    from packtool.errors import PacktoolFormatError
+    from packtool.slabs.format import read_manifest
+    target = tmp_path / "nope"
+    if kind == "file":
+        target.write_bytes(b"PAR1")
+    want = "a file, not a packtool output folder" if kind == "file" else "no such folder"
+    for read in (read_manifest, _slab_dataset):
+        with pytest.raises(PacktoolFormatError) as e:
+            read(str(target))
+        assert want in str(e.value) and "re-run" not in str(e.value)
+    # the CLI's verify / inspect: test_stranger_inputs.test_verify_and_inspect_name_a_missing_folder_or_a_file
+
+
+def _slab_dataset(path):
+    pytest.importorskip("torch")
+    from packtool.hf import SlabDataset
+    return SlabDataset(path)
