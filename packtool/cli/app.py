@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 import warnings
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -49,6 +50,16 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceba
     set_debug(debug)
 
 
+@contextmanager
+def _rows_of(lengths_file: str):
+    """A planner's "sequence N" is row N of the --lengths file: say so."""
+    from packtool.planning.core import PlanError, SequenceError
+    try:
+        yield
+    except SequenceError as e:
+        raise PlanError(e.detail, path=lengths_file, row=e.sequence) from None
+
+
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
     from packtool.align import Alignment, AlignmentError, sp_note
     if fixed_length is not None and fixed_length > max_tokens:  # would silently win over -C
@@ -65,8 +76,8 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
 @app.command()
 @guarded
 def plan(
-    lengths: Annotated[str, typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths.")],
-    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
+    lengths: Annotated[str, typer.Option("--lengths", help="File of integer lengths: Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt (one per line).")],
+    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (default: the one named length, lengths, num_tokens, seq_len or n_tokens; or the only column).")] = None,
     max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
@@ -81,7 +92,8 @@ def plan(
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
-        p = make_plan(load_lengths(lengths, column), align, cfg)
+        with _rows_of(lengths):
+            p = make_plan(load_lengths(lengths, column), align, cfg)
         if output:
             write_plan(p, output)
     except Exception as e:
@@ -183,9 +195,9 @@ def pack(
 @guarded
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
-    lengths: Annotated[Optional[str], typer.Option("--lengths", help="Parquet/Arrow/npy/txt file of integer lengths (before packing).")] = None,
+    lengths: Annotated[Optional[str], typer.Option("--lengths", help="File of integer lengths (before packing): Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt.")] = None,
     plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (pass the flags plan used).")] = None,
-    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (Parquet/Arrow).")] = None,
+    column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (default: the one named length, lengths, num_tokens, seq_len or n_tokens; or the only column).")] = None,
     max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
@@ -211,7 +223,9 @@ def inspect(
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
             cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
             if lengths is not None:
-                report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare, what_if=what_if)
+                with _rows_of(lengths):
+                    report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
+                                             what_if=what_if)
             else:
                 report = inspect_plan_file(plan_file, align, cfg, compare=compare, what_if=what_if)
         if html:

@@ -231,37 +231,9 @@ def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tu
 
 
 def load_lengths(path: str, column: str | None = None) -> np.ndarray:
-    """Integer lengths from .npy, Parquet, Arrow IPC/Feather or a text file of one per line."""
-    import os
-
-    import pyarrow as pa
-    import pyarrow.feather as feather
-    import pyarrow.parquet as pq
-
-    if not os.path.exists(path):
-        raise PlanError(f"{path}: no such file (--lengths)")
-    try:
-        if path.endswith(".npy"):
-            arr = np.load(path)
-            return _check_lengths(np.asarray(arr).reshape(-1), path)
-        if path.endswith((".txt", ".csv")):
-            return _check_lengths(np.loadtxt(path, dtype=np.int64, ndmin=1), path)
-        table = pq.read_table(path) if path.endswith(".parquet") else feather.read_table(path)
-    except (OSError, ValueError, pa.ArrowInvalid) as e:
-        raise PlanError(f"{path}: cannot read lengths ({e})") from None
-    names = [f.name for f in table.schema if pa.types.is_integer(f.type)]
-    col = column or ("length" if "length" in names else (names[0] if len(names) == 1 else None))
-    if col is None or col not in table.column_names:
-        raise PlanError(f"{path}: pick the lengths column with --column (integer columns: {names})")
-    return _check_lengths(table.column(col).to_numpy(), path)
-
-
-def _check_lengths(arr: np.ndarray, path: str) -> np.ndarray:
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise PlanError(f"{path}: lengths must be integers, got {arr.dtype}")
-    if arr.size == 0:
-        raise PlanError(f"{path}: no lengths")
-    return arr.astype(np.int64)
+    """Integer lengths from a file; which files and which column: `planning.lengths`."""
+    from packtool.planning.lengths import read_lengths
+    return read_lengths(path, column)
 
 
 def write_plan(p: Plan, path: str) -> None:

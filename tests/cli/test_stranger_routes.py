@@ -113,3 +113,10 @@ def _slab_dataset(path):
     pytest.importorskip("torch")
     from packtool.hf import SlabDataset
     return SlabDataset(path)
+
+
+def test_plan_names_the_lengths_file_and_row(tmp_path):
+    """R6: `sequence 0 has 0 tokens` named neither file nor row."""
+    (tmp_path / "l.csv").write_text("length\n5\n0\n")
+    expect_error(tmp_path, ["plan", "--lengths", str(tmp_path / "l.csv")], 2, "l.csv, row 1: 0 tokens",
+                 "at least 1")

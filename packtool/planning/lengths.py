@@ -1,0 +1,136 @@
+"""Sequence lengths from a file (`plan --lengths`, `inspect --lengths`): which files, which
+column, and one-line errors naming the file and what was found there.
+
+The rule for the column: `--column NAME` when given; else the one column named
+`length`, `lengths`, `num_tokens`, `seq_len` or `n_tokens` (LENGTH_COLUMNS, in that order);
+else a file with a single column (a headerless list, .npy, .txt). Another integer column
+(an `id`) is never taken for lengths on its own: the error names the columns found.
+
+Files: .npy; .txt (one integer per line); .csv/.tsv (with a header, or one headerless
+column); .jsonl/.ndjson (one object per line); Parquet; Arrow IPC/Feather (.arrow, .feather,
+.ipc, or any other name)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from packtool.planning.core import PlanError
+
+LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
+KINDS = ".npy, .txt, .csv/.tsv, .jsonl, Parquet or Arrow IPC/Feather"
+
+
+def read_lengths(path: str, column: str | None = None) -> np.ndarray:
+    """Integer lengths (int64) from `path` by the module's rule for the column."""
+    if not os.path.exists(path):
+        raise PlanError(f"{path}: no such file (--lengths)")
+    if os.path.isdir(path):
+        raise PlanError(f"{path}: a folder; --lengths takes one file ({KINDS})")
+    low = path.lower()
+    if low.endswith(".npy"):
+        return _npy(path, column)
+    if low.endswith(".txt"):
+        return _text(path, column)
+    table = _table(path, low)
+    return _check(path, *_pick(path, table, column))
+
+
+def _npy(path: str, column: str | None) -> np.ndarray:
+    if column:
+        raise PlanError(f"{path}: a .npy array has no columns; drop --column")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{path}: cannot read lengths from this .npy ({str(e).split('.')[0]})") from None
+    return _check(path, np.asarray(arr).reshape(-1), None)
+
+
+def _text(path: str, column: str | None) -> np.ndarray:
+    if column:
+        raise PlanError(f"{path}: a .txt file is one length per line, no columns; drop --column")
+    try:
+        arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
+    except ValueError as e:
+        raise PlanError(f"{path}: a .txt file holds one integer length per line ({e}); "
+                        f"for columns use .csv with a header") from None
+    return _check(path, arr, None)
+
+
+def _table(path: str, low: str):
+    import pyarrow as pa
+    try:
+        if low.endswith((".csv", ".tsv")):
+            return _csv(path, "\t" if low.endswith(".tsv") else ",")
+        if low.endswith((".jsonl", ".ndjson")):
+            import pyarrow.json as pj
+            return pj.read_json(path)
+        if low.endswith(".json"):
+            raise PlanError(f"{path}: a .json file; --lengths reads JSON Lines (.jsonl: one object "
+                            f"per line) or {KINDS}")
+        if low.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            return pq.read_table(path)
+        import pyarrow.feather as feather
+        return feather.read_table(path)
+    except (OSError, ValueError, pa.ArrowInvalid) as e:
+        if isinstance(e, PlanError):
+            raise
+        raise PlanError(f"{path}: cannot read lengths ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                        f"--lengths reads {KINDS}") from None
+
+
+def _csv(path: str, sep: str):
+    import pyarrow.csv as pc
+    table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep))
+    if all(_is_int(n) for n in table.column_names):  # no header: the first row was data
+        table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep),
+                            read_options=pc.ReadOptions(autogenerate_column_names=True))
+        if table.num_columns != 1:
+            raise PlanError(f"{path}: {table.num_columns} columns and no header; add a header "
+                            f"with a column named {' or '.join(LENGTH_COLUMNS[:3])}")
+    return table
+
+
+def _is_int(name: str) -> bool:
+    try:
+        int(name)
+        return True
+    except ValueError:
+        return False
+
+
+def _pick(path: str, table, column: str | None):
+    names = table.column_names
+    if column is not None:
+        if column not in names:
+            raise PlanError(f"{path}: no column {column!r} (--column); columns: {', '.join(names)}")
+        return table.column(column), column
+    named = [c for c in LENGTH_COLUMNS if c in names]
+    if named:
+        return table.column(named[0]), named[0]
+    if len(names) == 1:
+        return table.column(0), names[0]
+    raise PlanError(f"{path}: no lengths column (named {', '.join(LENGTH_COLUMNS)}) among "
+                    f"{', '.join(f'{n} ({table.schema.field(n).type})' for n in names)}: "
+                    f"pick it with --column")
+
+
+def _check(path: str, col, name: str | None) -> np.ndarray:
+    import pyarrow as pa
+    where = f"column {name}" if name else "lengths"
+    if isinstance(col, (pa.Array, pa.ChunkedArray)):
+        if col.null_count:
+            first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
+            raise PlanError(f"{path}, row {first}: {where} is null; every row needs a length")
+        if not pa.types.is_integer(col.type):
+            raise PlanError(f"{path}: {where} holds {col.type}, lengths must be integers")
+        col = col.to_numpy()
+    if not np.issubdtype(col.dtype, np.integer):
+        raise PlanError(f"{path}: {where} holds {col.dtype}, lengths must be integers")
+    if col.size == 0:
+        raise PlanError(f"{path}: no lengths")
+    return col.astype(np.int64)
+
+
+__all__ = ["KINDS", "LENGTH_COLUMNS", "read_lengths"]
