@@ -86,7 +86,9 @@ def plan(
 ) -> None:
     """Plan slabs for a list of sequence lengths and print where the padding goes."""
     from packtool.cli.printing import print_plan_summary
-    from packtool.planning.core import PackingConfig, load_lengths, write_plan
+    from packtool.planning.core import PackingConfig
+    from packtool.planning.lengths import load_lengths
+    from packtool.planning.plan_file import write_plan
     from packtool.planning.core import plan as make_plan
     from packtool.planning.summary import plan_summary
     try:
@@ -196,7 +198,7 @@ def pack(
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
     lengths: Annotated[Optional[str], typer.Option("--lengths", help="File of integer lengths (before packing): Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt.")] = None,
-    plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (pass the flags plan used).")] = None,
+    plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (it records the flags plan used).")] = None,
     column: Annotated[Optional[str], typer.Option("--column", help="Lengths column (default: the one named length, lengths, num_tokens, seq_len or n_tokens; or the only column).")] = None,
     max_tokens: MaxTokens = 8192, tp: Tp = 1, cp: Cp = 1, sp: Sp = None, fp8: Fp8 = "none",
     fixed_length: FixedLength = None, convention: Convention = "packtool",
@@ -219,7 +221,8 @@ def inspect(
             report = inspect_packed(directory, compare=compare, what_if=what_if,
                                     progress=not (json_out or quiet))
         else:
-            from packtool.planning.core import PackingConfig, load_lengths
+            from packtool.planning.core import PackingConfig
+            from packtool.planning.lengths import load_lengths
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
             cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
             if lengths is not None:
@@ -227,7 +230,10 @@ def inspect(
                     report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
                                              what_if=what_if)
             else:
-                report = inspect_plan_file(plan_file, align, cfg, compare=compare, what_if=what_if)
+                from packtool.align import Alignment
+                given = (align, cfg) != (Alignment(), PackingConfig())  # else: the file's own
+                report = inspect_plan_file(plan_file, align if given else None, cfg if given else None,
+                                           compare=compare, what_if=what_if)
         if html:
             from packtool.inspection.html import write_html
             write_html(report, html)
@@ -237,10 +243,13 @@ def inspect(
         print(json.dumps(report.to_dict()))
     else:
         print_inspect_report(report, stdout_console())
-        if plan_file is not None:  # a plan file records no flags: say which ones the figures assumed
+        if plan_file is not None:  # say which settings the figures rest on
+            from packtool.planning.plan_file import plan_flags, read_plan_config
+            stored = read_plan_config(plan_file)
             Console(stderr=True).print(
-                f"note: a plan file does not record its flags; these figures assume -C {max_tokens} --tp {tp} "
-                f"--cp {cp} --fp8 {fp8} --convention {convention} -a {algorithm}: pass the flags `plan` used",
+                f"note: settings recorded in the plan file: {plan_flags(*stored)}" if stored else
+                f"note: this plan file records no settings (an older packtool); these figures assume "
+                f"{plan_flags(align, cfg)}: pass the flags `plan` used",
                 markup=False, highlight=False, soft_wrap=True)
         if html:
             stdout_console().print(f"HTML report: {html}", markup=False, highlight=False)

@@ -144,15 +144,15 @@ def inspect_lengths(lengths, alignment: Alignment, packing: PackingConfig | None
     return build_report("lengths", None, slabs_from_plan(p, lengths), compare, what_if, t0)
 
 
-def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | None = None,
+def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: PackingConfig | None = None,
                       compare: bool = False, what_if: bool = True) -> InspectReport:
-    """A plan Parquet (`packtool plan --output`) carries no config: pass the flags `plan` used;
-    the stored padded lengths are checked against them."""
+    """A plan Parquet (`packtool plan --output`) records the settings it was made with; None
+    uses them, settings passed must agree. An older plan file records none: pass the flags
+    `plan` used. The stored padded lengths are checked against the settings either way."""
     import time
 
     import pyarrow.parquet as pq
     t0 = time.perf_counter()
-    packing = packing or PackingConfig()
     if not os.path.exists(path):
         raise InspectError(f"{path}: no such file (--plan)")
     try:
@@ -161,6 +161,7 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
     except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
         raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
                            f"write it with `packtool plan --output`") from None
+    alignment, packing = plan_settings(path, alignment, packing)
     col = {c: t.column(c).to_numpy() for c in t.column_names}
     slab = col["slab"].astype(np.int64)
     if slab.size and (np.diff(slab) < 0).any():
@@ -192,6 +193,25 @@ def inspect_plan_file(path: str, alignment: Alignment, packing: PackingConfig | 
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
                  col["step"][first], ovf, int(src_len.size), src_len)
     return build_report("plan", path, ss, compare, what_if, t0)
+
+
+def plan_settings(path: str, alignment: Alignment | None,
+                  packing: PackingConfig | None) -> tuple[Alignment, PackingConfig]:
+    """The settings to read a plan file with: the ones it records, or those passed (which
+    must agree with the recorded ones)."""
+    from packtool.planning.plan_file import plan_flags, read_plan_config
+    stored = read_plan_config(path)
+    if stored is None:
+        if alignment is None:
+            raise InspectError(f"{path}: this plan file records no settings (an older packtool): "
+                               f"pass the flags `plan` used (--max-tokens, --tp, --cp, ...)")
+        return alignment, packing or PackingConfig()
+    sa, sp = stored
+    a, pk = alignment or sa, packing or sp
+    if (a, pk) != (sa, sp):
+        raise InspectError(f"{path}: made with {plan_flags(sa, sp)}, but {plan_flags(a, pk)} was "
+                           f"passed: drop the flags (the file records them) or pass the same")
+    return a, pk
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,

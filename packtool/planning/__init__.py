@@ -6,7 +6,9 @@ its placements on disk), `slabs` (per-slab specs and the routing of segments to 
 shards), `summary` (padding figures and the plan summary). Asks `align` and `layout` for
 every footprint; never imports printing or later stages (docs/DESIGN.md).
 """
-from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, load_lengths, plan, write_plan
+from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, plan
+from packtool.planning.lengths import load_lengths
+from packtool.planning.plan_file import write_plan
 from packtool.planning.sharded import ShardedPlan, plan_sharded
 from packtool.planning.summary import PaddingStats, PlanSummary, padding_stats, plan_summary
 

@@ -228,35 +228,3 @@ def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tu
     order = np.lexsort((rank, perm[step]))
     steps = step[order]
     return order, np.cumsum(np.concatenate(([0], np.diff(steps) != 0)))
-
-
-def load_lengths(path: str, column: str | None = None) -> np.ndarray:
-    """Integer lengths from a file; which files and which column: `planning.lengths`."""
-    from packtool.planning.lengths import read_lengths
-    return read_lengths(path, column)
-
-
-def write_plan(p: Plan, path: str) -> None:
-    """One row per segment: slab, dp_rank, step, source_index, chunk_index, offsets, lengths."""
-    import os
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    lay = p.layout
-    real = ~lay.is_fill
-    slab = lay.bin_of_segment()[real]
-    table = pa.table({
-        "slab": pa.array(slab, pa.int64()),
-        "dp_rank": pa.array(p.dp_rank[slab], pa.int32()),
-        "step": pa.array(p.step[slab], pa.int32()),
-        "source_index": pa.array(p.segments.source, pa.int64()),
-        "chunk_index": pa.array(p.segments.chunk, pa.int32()),
-        "source_offset": pa.array(p.segments.offset, pa.int64()),
-        "length": pa.array(p.segments.length, pa.int32()),
-        "padded": pa.array(lay.seg_padded[real], pa.int32()),
-        "start": pa.array(lay.seg_start[real], pa.int32()),
-    })
-    tmp = path + ".tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)

@@ -21,7 +21,7 @@ LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
 KINDS = ".npy, .txt, .csv/.tsv, .jsonl, Parquet or Arrow IPC/Feather"
 
 
-def read_lengths(path: str, column: str | None = None) -> np.ndarray:
+def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     """Integer lengths (int64) from `path` by the module's rule for the column."""
     if not os.path.exists(path):
         raise PlanError(f"{path}: no such file (--lengths)")
@@ -133,4 +133,4 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     return col.astype(np.int64)
 
 
-__all__ = ["KINDS", "LENGTH_COLUMNS", "read_lengths"]
+__all__ = ["KINDS", "LENGTH_COLUMNS", "load_lengths"]

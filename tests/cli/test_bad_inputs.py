@@ -442,7 +442,7 @@ def test_traceback_only_in_debug(tmp_path, monkeypatch):
 
 
 def test_internal_error_says_bug_exit_3(tmp_path, monkeypatch):
-    import packtool.planning.core as core
+    import packtool.planning.lengths as core
     monkeypatch.chdir(tmp_path)
 
     def broken(*a, **k):

@@ -17,7 +17,8 @@ from packtool.cli.app import app
 from packtool.inspection.figures import fmt_int, fmt_pct, inspect_figures
 from packtool.inspection.report import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.packers import ATTN_COEF
-from packtool.planning.core import PackingConfig, plan, write_plan
+from packtool.planning.core import PackingConfig, plan
+from packtool.planning.plan_file import write_plan
 
 # Hand-built case. tp=1 cp=2 fp8=tensorwise: s = 2*cp = 4, t = lcm(4, 2, 16*2) = 32; C = U = 96.
 # lengths 30 17 9 40 3 -> footprints 32 20 12 40 4 (sum 108; lower bound ceil(108/96) = 2).
@@ -158,8 +159,29 @@ def test_plan_file_matches_lengths(packed, tmp_path):
     assert (r.padding, r.slabs, r.lower_bound, r.l2_bound, r.dp) == (ref.padding, ref.slabs, ref.lower_bound,
                                                                       ref.l2_bound, ref.dp)
     assert r.overflow == ref.overflow
-    with pytest.raises(InspectError, match="pass the same --tp"):
+    with pytest.raises(InspectError, match="made with .* --tp 1 --cp 1 .* pass the same"):
         inspect_plan_file(path, Alignment(tp=1, cp=1, capacity=1024), packing)
+
+
+def test_plan_file_records_its_settings(packed, tmp_path):
+    """Stranger-test R7: the plan Parquet stores alignment and packing in its schema metadata;
+    inspect uses them without flags. A file without them (older packtool) needs the flags."""
+    import pyarrow.parquet as pq
+
+    from packtool.planning.plan_file import read_plan_config
+    _, lengths, align, packing = packed
+    path = str(tmp_path / "plan.parquet")
+    write_plan(plan(lengths, align, packing), path)
+    assert read_plan_config(path) == (align, packing)
+    r = inspect_plan_file(path)
+    ref = inspect_plan_file(path, align, packing)
+    assert (r.padding, r.slabs, r.alignment, r.packing) == (ref.padding, ref.slabs, ref.alignment, ref.packing)
+    old = str(tmp_path / "old.parquet")
+    pq.write_table(pq.read_table(path).replace_schema_metadata(None), old)
+    assert read_plan_config(old) is None
+    with pytest.raises(InspectError, match="records no settings .* pass the flags"):
+        inspect_plan_file(old)
+    assert inspect_plan_file(old, align, packing).padding == ref.padding
 
 
 def _table_row(text: str, label: str) -> str:
@@ -257,3 +279,6 @@ def test_cli_plan_file_round_trip(tmp_path):
     assert d["padding"] == planned["padding"]
     res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "-C", "96"])
     assert res.exit_code == 2 and "pass the same" in res.output
+    res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet")])  # the file's own flags
+    assert res.exit_code == 0, res.output
+    assert "settings recorded in the plan file: -C 96 --tp 1 --cp 2" in res.stderr and "-a ffd" in res.stderr

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from packtool.planning.core import PlanError, load_lengths
+from packtool.planning.core import PlanError
+from packtool.planning.lengths import load_lengths
 
 
 def test_parquet_with_only_an_id_integer_column_is_refused(tmp_path):

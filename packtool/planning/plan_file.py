@@ -1,0 +1,79 @@
+"""The plan Parquet (`packtool plan --output`): one row per segment, and the alignment and
+packing settings it was made with in the schema metadata (key `packtool.plan`), so that
+`inspect --plan` uses them rather than assuming flags."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+
+from packtool import __version__
+from packtool.align import Alignment, AlignmentError
+from packtool.planning.core import PackingConfig, Plan, PlanError
+
+META_KEY = b"packtool.plan"
+
+
+def plan_config(p: Plan) -> dict:
+    a = p.alignment
+    return {"packtool_version": __version__, "num_sequences": int(p.num_sequences),
+            "alignment": dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
+                              fixed_length=a.fixed_length, convention=a.convention,
+                              s=a.s, t=a.t, usable=a.usable),
+            "packing": asdict(p.packing)}
+
+
+def write_plan(p: Plan, path: str) -> None:
+    """One row per segment: slab, dp_rank, step, source_index, chunk_index, offsets, lengths;
+    the settings in the schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lay = p.layout
+    real = ~lay.is_fill
+    slab = lay.bin_of_segment()[real]
+    table = pa.table({
+        "slab": pa.array(slab, pa.int64()),
+        "dp_rank": pa.array(p.dp_rank[slab], pa.int32()),
+        "step": pa.array(p.step[slab], pa.int32()),
+        "source_index": pa.array(p.segments.source, pa.int64()),
+        "chunk_index": pa.array(p.segments.chunk, pa.int32()),
+        "source_offset": pa.array(p.segments.offset, pa.int64()),
+        "length": pa.array(p.segments.length, pa.int32()),
+        "padded": pa.array(lay.seg_padded[real], pa.int32()),
+        "start": pa.array(lay.seg_start[real], pa.int32()),
+    }).replace_schema_metadata({META_KEY: json.dumps(plan_config(p), sort_keys=True).encode()})
+    tmp = path + ".tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
+    """The settings a plan file records; None for a plan file written before they were."""
+    import pyarrow.parquet as pq
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(META_KEY)
+    if raw is None:
+        return None
+    try:
+        cfg = json.loads(raw)
+        a, pk = cfg["alignment"], cfg["packing"]
+        align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
+                          fixed_length=a.get("fixed_length"), convention=a["convention"])
+        packing = PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
+                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+    except (ValueError, KeyError, TypeError, AlignmentError, PlanError) as e:
+        raise PlanError(f"{path}: the plan settings in its metadata cannot be read "
+                        f"({type(e).__name__}: {e}); write it again with `packtool plan --output`") from None
+    return align, packing
+
+
+def plan_flags(a: Alignment, pk: PackingConfig) -> str:
+    """The command-line flags that give these settings."""
+    fl = f" --fixed-length {a.fixed_length}" if a.fixed_length is not None else ""
+    return (f"-C {a.capacity} --tp {a.tp} --cp {a.cp} --{'' if a.sp else 'no-'}sp --fp8 {a.fp8}{fl} "
+            f"--convention {a.convention} -a {pk.algorithm} --overflow {pk.overflow} --dp {pk.dp} "
+            f"--seed {pk.seed}")
+
+
+__all__ = ["META_KEY", "plan_config", "plan_flags", "read_plan_config", "write_plan"]
