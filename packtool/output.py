@@ -7,12 +7,13 @@ only such an output. The checks run before any work. A lock file beside the outp
 Temporary and spill folders carry the owner's pid; a later run removes those whose process
 is dead (and restores a previous output a kill left half-swapped). SIGTERM is turned into
 an exit that runs the same clean-up as Ctrl-C. Nothing packtool did not write is deleted.
+Where --output may not lie relative to the inputs, the working directory and the tokenized
+cache: packtool.output_relations.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from packtool.errors import PacktoolInputError, PacktoolOutputError
+from packtool.output_relations import check_relations, real_path
 from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, FormatError, manifest_file, read_manifest, shard_names
 
 _MANIFESTS = (MANIFEST, LEGACY_MANIFEST)
@@ -51,23 +53,7 @@ def say(line: str) -> None:
 
 # --- checks -----------------------------------------------------------------------------
 
-def _real(p: str) -> str:
-    return os.path.realpath(os.path.abspath(os.path.expanduser(p)))
-
-
-def _inside(child: str, parent: str) -> bool:
-    """child == parent or child below parent (both real paths)."""
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
-
-
-def _input_paths(inputs: Iterable[str]) -> list[str]:
-    out = []
-    for s in inputs:
-        if not s:
-            continue
-        s = os.path.expanduser(str(s))
-        out += [s] if os.path.exists(s) else (glob.glob(s, recursive=True) or [s])
-    return out
+_real = real_path
 
 
 def owned_names(output: str) -> list[str]:
@@ -115,24 +101,8 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
         return []
     if not output:
         raise PacktoolInputError("--output is required (or use --dry-run)")
+    check_relations(output, inputs, cache_dir)
     out = _real(output)
-    cwd = _real(os.getcwd())
-    if _inside(cwd, out):
-        what = "the working directory" if out == cwd else f"the working directory {cwd}"
-        raise PacktoolOutputError(f"is {what} or holds it; give a new folder, e.g. -o packed/",
-                                  path=output)
-    for p in _input_paths(inputs):
-        rp = _real(p)
-        if _inside(rp, out):
-            raise PacktoolOutputError(f"holds the input {p}; give an --output outside the inputs",
-                                      path=output)
-        if os.path.isdir(rp) and _inside(out, rp):
-            raise PacktoolOutputError(f"is inside the input folder {p} (a later pack of it would "
-                                      f"read the slabs as data); give an --output outside it",
-                                      path=output)
-    if cache_dir and _inside(_real(cache_dir), out):
-        raise PacktoolOutputError(f"holds the tokenized cache {cache_dir}; give another --output "
-                                  f"(or --cache-dir)", path=output)
     if os.path.lexists(out) and not os.path.isdir(out):
         raise PacktoolOutputError("exists and is not a folder; pick another --output", path=output)
     base = _nearest_existing(os.path.dirname(out))

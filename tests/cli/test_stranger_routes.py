@@ -120,3 +120,13 @@ def test_plan_names_the_lengths_file_and_row(tmp_path):
     (tmp_path / "l.csv").write_text("length\n5\n0\n")
     expect_error(tmp_path, ["plan", "--lengths", str(tmp_path / "l.csv")], 2, "l.csv, row 1: 0 tokens",
                  "at least 1")
+
+
+def test_output_inside_the_cache_dir_is_refused(tmp_path):
+    """R11: like the other inside/ancestor checks of packtool.output, before any work."""
+    data = _jsonl(tmp_path / "d.jsonl", [{"text": "hello"}])
+    (tmp_path / "cache").mkdir()
+    args = ["pack", str(data), "--tokenizer", GPT2, "-o", str(tmp_path / "cache" / "out"), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]
+    expect_error(tmp_path, args, 2, "out", "is inside the tokenized cache folder", "--cache-dir")
+    assert not (tmp_path / "cache" / "out").exists() and list((tmp_path / "cache").iterdir()) == []
