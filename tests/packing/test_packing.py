@@ -201,7 +201,7 @@ def test_sigint_during_a_real_pack_leaves_previous_output(tmp_path):
 
 @pytest.mark.parametrize("extra,pattern", [
     (["--max-tokens", "20", "--tp", "2", "--cp", "2", "--fp8", "blockwise"], r"--max-tokens 20 is below the packed multiple t=32"),
-    (["--algorithm", "ffd", "--max-tokens", "1024"], r"sequence \d+ has \d+ tokens; aligned footprint \d+ exceeds capacity 1024.*--overflow"),
+    (["--algorithm", "ffd", "--max-tokens", "1024"], r"peps_long5.jsonl.gz, row \d+: \d+ tokens; aligned footprint \d+ exceeds capacity 1024.*--overflow"),
     (["--tokenizer", "/nonexistent/tok.json"], r"tokenizer"),
 ])
 def test_cli_errors_are_one_line_and_write_nothing(tmp_path, extra, pattern):
