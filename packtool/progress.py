@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -42,16 +43,40 @@ def large(paths: list[str]) -> bool:
     return total >= PROGRESS_MIN_BYTES
 
 
-class _CompileWatch:
-    """numba's "numba:compile" events (fired on a cache miss only, never on a load from the
-    on-disk cache) for packtool's own kernels: the outermost compile's seconds are summed so
-    that timings can leave them out, and the first one can be announced."""
+class _Span:
+    """Seconds spent inside an event kind, per thread, outermost only (events nest: a kernel's
+    callee compiles inside it; numba's compiler lock is re-entered)."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.local = threading.local()
+        self.total: dict[int, float] = {}
+
+    def start(self) -> bool:
+        d = getattr(self.local, "depth", 0)
+        self.local.depth = d + 1
+        if d == 0:
+            self.local.t0 = time.perf_counter()
+        return d == 0
+
+    def end(self) -> None:
+        self.local.depth -= 1
+        if self.local.depth == 0:
+            k = threading.get_ident()
+            self.total[k] = self.total.get(k, 0.0) + time.perf_counter() - self.local.t0
+
+    def seconds(self) -> float:
+        return self.total.get(threading.get_ident(), 0.0)
+
+
+class _CompileWatch:
+    """numba's events: "numba:compile" fires on a cache miss only (never on a load from the
+    on-disk cache), for packtool's own kernels the first one is announced; the compiler lock
+    is held for a compile and for a load from the cache alike. Both are timed per thread, so
+    that a timing can leave them out and report them apart."""
+
+    def __init__(self) -> None:
         self.announce = False
-        self._depth = 0
-        self._t0 = 0.0
+        self.compiles, self.kernels = _Span(), _Span()
 
     @staticmethod
     def _ours(event) -> bool:
@@ -59,23 +84,19 @@ class _CompileWatch:
         return getattr(getattr(disp, "py_func", None), "__module__", "").startswith("packtool")
 
     def on_start(self, event) -> None:
-        if not self._ours(event):
-            return
-        self._depth += 1  # nested: a kernel's callee compiles inside it (one thread: numba's lock)
-        if self._depth == 1:
-            if self.announce and "compile" not in _said:
-                _said.add("compile")
-                print("packtool: first run on this machine: compiling the packing kernels (numba, "
-                      "once per machine); later runs load them from the cache",
-                      file=sys.stderr, flush=True)
-            self._t0 = time.perf_counter()
+        if event.kind == "numba:compiler_lock":
+            self.kernels.start()
+        elif self._ours(event) and self.compiles.start() and self.announce and "compile" not in _said:
+            _said.add("compile")
+            print("packtool: first run on this machine: compiling the packing kernels (numba, "
+                  "once per machine); later runs load them from the cache",
+                  file=sys.stderr, flush=True)
 
     def on_end(self, event) -> None:
-        if not self._ours(event):
-            return
-        self._depth -= 1
-        if self._depth == 0:
-            self.seconds += time.perf_counter() - self._t0
+        if event.kind == "numba:compiler_lock":
+            self.kernels.end()
+        elif self._ours(event):
+            self.compiles.end()
 
 
 _watch: _CompileWatch | None = None
@@ -95,14 +116,21 @@ def _watching() -> _CompileWatch:
 
         w = _CompileWatch()
         event.register("numba:compile", _Listener())
+        event.register("numba:compiler_lock", _Listener())
         _watch = w
     return _watch
 
 
 def compile_seconds() -> float:
-    """Seconds this process has spent compiling packtool's numba kernels so far (loads from
+    """Seconds this thread has spent compiling packtool's numba kernels so far (loads from
     numba's on-disk cache are not compiles). Watching starts on the first call."""
-    return _watching().seconds
+    return _watching().compiles.seconds()
+
+
+def kernel_seconds() -> float:
+    """Seconds this thread has spent in numba's compiler lock so far: compiles and loads of
+    kernels from the on-disk cache (once per process), and waits for another thread's."""
+    return _watching().kernels.seconds()
 
 
 def say_if_compiling(enabled: bool = True) -> None:
@@ -113,4 +141,4 @@ def say_if_compiling(enabled: bool = True) -> None:
         _watching().announce = True
 
 
-__all__ = ["PROGRESS_MIN_BYTES", "bar", "compile_seconds", "large", "say_if_compiling"]
+__all__ = ["PROGRESS_MIN_BYTES", "bar", "compile_seconds", "kernel_seconds", "large", "say_if_compiling"]

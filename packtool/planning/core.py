@@ -17,7 +17,7 @@ from packtool.errors import PacktoolConfigError
 from packtool.layout import Layout, compute_layout
 from packtool.packers import ALGORITHMS, assign_dp, pack_items
 from packtool.params import expect
-from packtool.progress import compile_seconds
+from packtool.progress import compile_seconds, kernel_seconds
 
 OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
 # docs/DESIGN.md §3: strict packers refuse by default; mffd/balanced keep the seed's soft cap.
@@ -108,6 +108,7 @@ class Plan:
     dp_moved: int
     seconds: float = field(compare=False)  # planning only: kernel compiles are apart
     compile_seconds: float = field(default=0.0, compare=False)  # numba compiles (first run)
+    load_seconds: float = field(default=0.0, compare=False)  # kernels loaded from numba's cache
 
     @property
     def num_slabs(self) -> int:
@@ -166,7 +167,7 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
               pack_fn: Callable[[np.ndarray], np.ndarray]) -> Plan:
     """`plan`, with the placement of the footprints that fit given by `pack_fn(footprints)
     -> bin id per item` (sharded planning passes its own); everything else is shared."""
-    t0, c0 = time.perf_counter(), compile_seconds()
+    t0, c0 = time.perf_counter(), (compile_seconds(), kernel_seconds())
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     segs, ovf = apply_overflow(lengths, alignment, packing.overflow)
     fp = alignment.seq_footprint(segs.length)
@@ -208,11 +209,13 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
         **planning_seconds(t0, c0))
 
 
-def planning_seconds(t0: float, c0: float) -> dict:
-    """A plan's `seconds` since `t0` without the kernel compiles since `c0` (a first run's
-    numba compile is not planning: it is reported apart, as `compile_seconds`)."""
-    compiled = compile_seconds() - c0
-    return {"seconds": max(time.perf_counter() - t0 - compiled, 0.0), "compile_seconds": compiled}
+def planning_seconds(t0: float, c0: tuple[float, float]) -> dict:
+    """A plan's `seconds` since `t0` without the kernel compiles and cache loads since `c0`
+    (`compile_seconds()`, `kernel_seconds()`): a first run's numba compile, or a process's
+    first load of the kernels, is not planning; they are reported apart."""
+    compiled, kernels = compile_seconds() - c0[0], kernel_seconds() - c0[1]
+    return {"seconds": max(time.perf_counter() - t0 - kernels, 0.0), "compile_seconds": compiled,
+            "load_seconds": max(kernels - compiled, 0.0)}
 
 
 def slab_order(rank: np.ndarray, step: np.ndarray, packing: PackingConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from packtool.packers.dp import bin_costs, deal_steps, dp_target
 from packtool.planning.bins import bounds_from_histogram, dp_moves
 from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
 from packtool.planning.core import planning_seconds
-from packtool.progress import compile_seconds
+from packtool.progress import compile_seconds, kernel_seconds
 from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
 from packtool.planning.summary import PaddingStats, PlanSummary
 
@@ -182,6 +182,7 @@ class ShardedPlan:
     stats: ShardStats
     seconds: float = field(compare=False)  # planning only: kernel compiles are apart
     compile_seconds: float = field(default=0.0, compare=False)
+    load_seconds: float = field(default=0.0, compare=False)
 
     @property
     def num_slabs(self) -> int:
@@ -231,7 +232,8 @@ class ShardedPlan:
             out[f] = np.empty_like(v)
             out[f][cols["pos"]] = v
         p = self.spec(0, self.num_slabs).plan(*(out[f] for f in SEGMENT_FIELDS))
-        return replace(p, seconds=self.seconds, compile_seconds=self.compile_seconds)
+        return replace(p, seconds=self.seconds, compile_seconds=self.compile_seconds,
+                       load_seconds=self.load_seconds)
 
     def summary(self) -> PlanSummary:
         """`report.plan_summary`'s figures, from the per-slab arrays."""
@@ -254,7 +256,8 @@ class ShardedPlan:
             slabs=self.num_slabs, lower_bound=self.lower_bound, l2_bound=self.l2_bound,
             excess_over_bound=self.num_slabs - max(self.lower_bound, self.l2_bound), padding=pad,
             overflow=self.overflow, dp_imbalance=self.dp_imbalance, dp_moved=self.dp_moved,
-            plan_seconds=self.seconds, compile_seconds=self.compile_seconds)
+            plan_seconds=self.seconds, compile_seconds=self.compile_seconds,
+            load_seconds=self.load_seconds)
 
 
 def _sum_overflow(stats: list[OverflowStats], policy: str) -> OverflowStats:
@@ -314,7 +317,7 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     """Plan shards given as (first row, lengths) in row order; lengths are an int array or a
     zero-argument callable run by the shard task. `runner` runs the shard tasks (default: here;
     the Ray engine's runs them as Ray tasks and keeps the placements in the object store)."""
-    t0, c0 = time.perf_counter(), compile_seconds()
+    t0, c0 = time.perf_counter(), (compile_seconds(), kernel_seconds())
     packing = packing or PackingConfig()
     runner = runner or LocalRunner()
     if len(shards) == 1:

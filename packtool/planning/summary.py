@@ -110,8 +110,10 @@ class PlanSummary:
     plan_seconds: float
     # rows dropped before planning (the tokenized cache's `skipped`: empty / all_masked)
     skipped_rows: dict = field(default_factory=lambda: {"empty": 0, "all_masked": 0})
-    # numba kernel compiles during planning (a first run on a machine); not in plan_seconds
+    # numba kernel compiles (a first run on a machine) and loads from numba's cache (once per
+    # process) during planning; neither is in plan_seconds
     compile_seconds: float = 0.0
+    load_seconds: float = 0.0
 
     @property
     def changes(self) -> DataChanges:
@@ -142,4 +144,4 @@ def plan_summary(p: Plan) -> PlanSummary:
         excess_over_bound=p.num_slabs - bound,
         padding=padding_stats(p.layout, a, p.singleton), overflow=p.overflow,
         dp_imbalance=p.dp_imbalance, dp_moved=p.dp_moved, plan_seconds=p.seconds,
-        compile_seconds=p.compile_seconds)
+        compile_seconds=p.compile_seconds, load_seconds=p.load_seconds)

@@ -28,7 +28,7 @@ def _lengths(n=6000, seed=1):
 
 def _same_plan(g, p):
     for f in dataclasses.fields(g):
-        if f.name in ("seconds", "compile_seconds", "layout"):
+        if f.name in ("seconds", "compile_seconds", "load_seconds", "layout"):
             continue
         a, b = getattr(g, f.name), getattr(p, f.name)
         if f.name == "segments":
@@ -43,6 +43,7 @@ def _summary(d):
     d = d.to_dict()
     d.pop("plan_seconds")
     d.pop("compile_seconds")
+    d.pop("load_seconds")
     return d
 
 

@@ -61,16 +61,24 @@ def test_plan_seconds_leave_the_compile_out_without_double_counting():
     t0 = time.perf_counter()
     p = plan_with(np.full(10, 8), a, PackingConfig(), lambda fp: k(fp))
     wall = time.perf_counter() - t0
-    assert p.compile_seconds > 0
-    assert p.seconds + p.compile_seconds <= wall  # each second counted once
+    assert p.compile_seconds > 0 and p.load_seconds >= 0
+    assert p.seconds + p.compile_seconds + p.load_seconds <= wall  # each second counted once
     s = plan_summary(p)
-    assert (s.plan_seconds, s.compile_seconds) == (p.seconds, p.compile_seconds)
+    assert (s.plan_seconds, s.compile_seconds, s.load_seconds) == (p.seconds, p.compile_seconds, p.load_seconds)
     con = Console(record=True, width=200)
     print_plan_summary(s, con)
     row = [ln for ln in con.export_text().splitlines() if "planning" in ln][0]
-    assert f"{s.plan_seconds:.3f} s" in row and "kernel compile, not included" in row
+    assert f"{s.plan_seconds:.3f} s" in row and "kernel compile" in row and "not included" in row
     again = plan_with(np.full(10, 8), a, PackingConfig(), lambda fp: k(fp))
     assert again.compile_seconds == 0  # compiled once: the second plan has none to report
+
+
+def test_the_note_names_compile_and_load_apart():
+    from packtool.cli.printing import plan_compile_note
+    assert plan_compile_note(0.0, 0.0) == ""
+    assert plan_compile_note(2.0, 0.0) == "+2.00 s kernel compile, not included"
+    assert plan_compile_note(0.0, 0.64) == "+0.64 s kernel load, not included"
+    assert plan_compile_note(1.5, 0.25) == "+1.50 s kernel compile, +0.25 s kernel load, not included"
 
 
 def test_a_second_identical_pack_says_no_compile_note(tmp_path):
