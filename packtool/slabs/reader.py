@@ -7,6 +7,7 @@ views of the Arrow buffers: no per-token Python objects.
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -87,8 +88,16 @@ class SlabReader:
         self._files: dict[int, pq.ParquetFile] = {}
         self._cache: OrderedDict[tuple[int, int], dict] = OrderedDict()
         self._cache_size = max(1, cache)
+        # one reader may serve several threads (CP ranks simulated as threads, a threaded
+        # loader): a pyarrow ParquetFile and this LRU are not safe to share unlocked
+        # ("ReadRangeCache did not find matching cache entry" under load)
+        self._lock = threading.Lock()
 
     def _group(self, shard: int, rg: int) -> dict:
+        with self._lock:
+            return self._group_locked(shard, rg)
+
+    def _group_locked(self, shard: int, rg: int) -> dict:
         key = (shard, rg)
         if key in self._cache:
             self._cache.move_to_end(key)
