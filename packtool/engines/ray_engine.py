@@ -24,7 +24,7 @@ from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.output import claim_output
-from packtool.packing import PackResult, _config_files, cache_root, write_output
+from packtool.packing import PackResult, _config_files, cache_root, rows_named, write_output
 from packtool.planning.core import PackingConfig
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
@@ -123,14 +123,16 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
         plan_shard_rows = PLAN_SHARD_ROWS
     if plan_shard_rows:  # the driver holds per-bin arrays only (packtool.planning.sharded)
         from packtool.engines.ray_plan import plan_on_ray
-        try:
-            p = plan_on_ray(cache, alignment, packing, plan_shard_rows)
-        except Exception as e:
-            raise _unwrap(e) from None
+        with rows_named(cache):  # "sequence N" named as its input file and row, as locally
+            try:
+                p = plan_on_ray(cache, alignment, packing, plan_shard_rows)
+            except Exception as e:
+                raise _unwrap(e) from None
         summary = p.summary()
         logging.getLogger(__name__).info("sharded plan: %s", p.stats.to_dict())
     else:
-        p = make_plan(cache.lengths(), alignment, packing)
+        with rows_named(cache):
+            p = make_plan(cache.lengths(), alignment, packing)
         summary = plan_summary(p)
     summary = with_skipped(summary, cache.skipped)
     if dry_run:

@@ -37,6 +37,11 @@ class SequenceError(PlanError):
         super().__init__(f"sequence {sequence} has {detail}")
         self.sequence, self.detail = sequence, detail
 
+    def __reduce__(self):
+        # rebuilt from its own fields when a Ray plan task sends it back (the default pickles
+        # args=(message,), which this __init__ cannot take: Ray said "Failed to deserialize")
+        return (type(self), (self.sequence, self.detail))
+
 
 @dataclass(frozen=True)
 class PackingConfig:

@@ -15,7 +15,7 @@ from conftest import GPT2, GSM8K, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
 from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
-from packtool.errors import PacktoolInputError  # noqa: E402
+from packtool.errors import PacktoolError, PacktoolInputError  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
@@ -236,3 +236,17 @@ def test_pretokenized_cache_is_shared_both_ways(tmp_path):
     _same_files(str(tmp_path / "l"), str(tmp_path / "r2"))
     _same_files(str(tmp_path / "l"), str(tmp_path / "l2"))
     assert os.path.dirname(again.cache_path).startswith(str(tmp_path / "c2"))
+
+
+@pytest.mark.parametrize("shard_rows", [0, 2], ids=["global-plan", "sharded-plan"])
+def test_an_oversized_row_is_named_by_its_file_and_row_under_ray(tmp_path, shard_rows):
+    """As the local engine: the second input's row 1, not "sequence 4" across both inputs."""
+    small, giant = tmp_path / "small.jsonl", tmp_path / "giant.jsonl"
+    small.write_text("".join(json.dumps({"text": "a short document"}) + "\n" for _ in range(3)))
+    giant.write_text(json.dumps({"text": "short"}) + "\n" + json.dumps({"text": "word " * 600}) + "\n")
+    with pytest.raises(PacktoolError, match=r"giant\.jsonl, row 1: 602 tokens; aligned footprint") as e:
+        pack_ray([str(small), str(giant)], Alignment(capacity=128), PackingConfig(),
+                 TokenizeConfig(tokenizer=GPT2), output=str(tmp_path / "out"),
+                 cache_dir=str(tmp_path / "c"), plan_shard_rows=shard_rows)
+    assert "sequence 4" not in str(e.value)
+    assert not (tmp_path / "out").exists()
