@@ -10,11 +10,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import queue
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable
 
 import numba as nb
 import numpy as np
@@ -28,6 +27,7 @@ from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
 from packtool.slabs.gather import fill_pads, gather_from_files, row_sums
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
+from packtool.tokenize.prefetch import read_ahead
 
 
 @nb.njit(nogil=True, cache=True)
@@ -273,7 +273,8 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     # over them instead of modelling interleaved bytes (a third less encoding CPU, the same
     # size on real ids, smaller on random ones: BENCHMARKS.md, Pack end to end)
     make = lambda g: w.batch(first + g[0], first + g[1])  # noqa: E731
-    batches = _ahead(make, groups) if ahead else map(make, groups)
+    ahead = ahead and len(groups) > 1  # the next row group gathered by a helper thread
+    batches = read_ahead(map(make, groups), depth=1) if ahead else map(make, groups)
     try:
         with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
                               use_dictionary=False, column_encoding=TOKEN_ENCODING) as pw:
@@ -290,45 +291,6 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     release_memory()
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
                      os.path.getsize(path), shard_checksum(path))
-
-
-def _ahead(fn: Callable, items: list) -> Iterator:
-    """fn(item) for each item, in order, computed one item ahead by a helper thread."""
-    if len(items) < 2:
-        yield from map(fn, items)
-        return
-    q: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(r) -> bool:
-        while not stop.is_set():  # the consumer may have stopped early
-            try:
-                q.put(r, timeout=0.1)
-                return True
-            except queue.Full:
-                pass
-        return False
-
-    def produce() -> None:
-        try:
-            for it in items:
-                if not put((True, fn(it))):
-                    return
-        except BaseException as e:  # handed to the consumer, raised there
-            put((False, e))
-
-    t = threading.Thread(target=produce, name="packtool-gather", daemon=True)
-    t.start()
-    try:
-        for _ in items:
-            ok, r = q.get()
-            if not ok:
-                raise r
-            yield r
-            del r
-    finally:
-        stop.set()
-        t.join()
 
 
 _SRC = SCHEMA.get_field_index("source_index")
