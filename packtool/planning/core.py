@@ -61,6 +61,25 @@ class PackingConfig:
             raise PlanError(f"--dp must be >= 1, got {self.dp}")
 
 
+def config_dict(a: Alignment, pk: PackingConfig) -> dict:
+    """The settings as manifests and plan files record them (s, t, usable: derived, kept so a
+    reader can check that its packtool derives the same)."""
+    return {"alignment": dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
+                              fixed_length=a.fixed_length, convention=a.convention,
+                              s=a.s, t=a.t, usable=a.usable),
+            "packing": dict(algorithm=pk.algorithm, overflow=pk.overflow, dp=pk.dp, seed=pk.seed)}
+
+
+def config_from_dict(cfg: dict) -> tuple[Alignment, PackingConfig]:
+    """Inverse of `config_dict` (older records: no fixed_length, overflow, dp or seed). Raises
+    KeyError/TypeError/ValueError/AlignmentError/PlanError for the caller to name its file."""
+    a, pk = cfg["alignment"], cfg["packing"]
+    align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
+                      fixed_length=a.get("fixed_length"), convention=a["convention"])
+    return align, PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
+                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+
+
 @dataclass(frozen=True)
 class OverflowStats:
     policy: str

@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
-from packtool.planning.core import PackingConfig, Plan, PlanError
+from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 
 META_KEY = b"packtool.plan"
 
 
 def plan_config(p: Plan) -> dict:
-    a = p.alignment
     return {"packtool_version": __version__, "num_sequences": int(p.num_sequences),
-            "alignment": dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
-                              fixed_length=a.fixed_length, convention=a.convention,
-                              s=a.s, t=a.t, usable=a.usable),
-            "packing": asdict(p.packing)}
+            **config_dict(p.alignment, p.packing)}
 
 
 def write_plan(p: Plan, path: str) -> None:
@@ -56,12 +51,7 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
     if raw is None:
         return None
     try:
-        cfg = json.loads(raw)
-        a, pk = cfg["alignment"], cfg["packing"]
-        align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
-                          fixed_length=a.get("fixed_length"), convention=a["convention"])
-        packing = PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
-                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+        align, packing = config_from_dict(json.loads(raw))
     except (ValueError, KeyError, TypeError, AlignmentError, PlanError) as e:
         raise PlanError(f"{path}: the plan settings in its metadata cannot be read "
                         f"({type(e).__name__}: {e}); write it again with `packtool plan --output`") from None

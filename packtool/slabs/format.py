@@ -20,7 +20,7 @@ import pyarrow as pa
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
 from packtool.errors import PacktoolFormatError
-from packtool.planning.core import PackingConfig, Plan, PlanError
+from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
@@ -78,8 +78,7 @@ def _plain(x):
 
 
 def alignment_dict(a: Alignment) -> dict:
-    return dict(tp=a.tp, cp=a.cp, sp=a.sp, fp8=a.fp8, capacity=a.capacity,
-                fixed_length=a.fixed_length, convention=a.convention, s=a.s, t=a.t, usable=a.usable)
+    return config_dict(a, PackingConfig())["alignment"]
 
 
 def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: dict,
@@ -90,7 +89,7 @@ def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: 
         "format": FORMAT_NAME,
         "schema_version": SCHEMA_VERSION,
         "packtool_version": __version__,
-        "config": {"alignment": alignment_dict(plan.alignment), "packing": _plain(plan.packing)},
+        "config": config_dict(plan.alignment, plan.packing),
         "tokenizer": tokenizer,
         "input": input_info,
         "stats": stats,
@@ -196,11 +195,8 @@ def manifest_config(m: dict, where: str = MANIFEST) -> tuple[Alignment, PackingC
     defaults; the derived multiples must agree with what this packtool computes."""
     cfg = m.get("config")
     try:
-        a, pk = cfg["alignment"], cfg["packing"]
-        align = Alignment(tp=a["tp"], cp=a["cp"], sp=a["sp"], fp8=a["fp8"], capacity=a["capacity"],
-                          fixed_length=a.get("fixed_length"), convention=a["convention"])
-        packing = PackingConfig(algorithm=pk["algorithm"], overflow=pk.get("overflow"),
-                                dp=pk.get("dp", 1), seed=pk.get("seed", 0))
+        align, packing = config_from_dict(cfg)
+        a = cfg["alignment"]
     except (KeyError, TypeError, AlignmentError, PlanError, ValueError) as e:
         raise FormatError(f"{where}: config cannot be read ({type(e).__name__}: {e}); "
                           f"the manifest is edited or damaged: re-run `packtool pack`") from None
