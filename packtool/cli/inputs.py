@@ -6,12 +6,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolInputError
-
-# Suffixes that say "a file" (a Hub dataset name has none of them): a missing one is a typo or
-# a wrong path, never a name to look up on the Hub (which retries the network for ~30 s).
-_FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
-                  ".xz", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".arrow", ".feather", ".ipc", ".csv",
-                  ".tsv", ".txt", ".orc", ".avro")
+from packtool.tokenize.hf_input import FILE_SUFFIXES
 
 
 def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
@@ -25,7 +20,7 @@ def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
             continue
         folder = os.path.dirname(spec)
         looks_like_path = (os.path.isabs(spec) or spec.startswith(("./", "../", "~"))
-                           or spec.lower().endswith(_FILE_SUFFIXES) or (folder != "" and os.path.isdir(folder)))
+                           or spec.lower().endswith(FILE_SUFFIXES) or (folder != "" and os.path.isdir(folder)))
         if looks_like_path:
             raise PacktoolInputError("input file not found", path=spec)
 

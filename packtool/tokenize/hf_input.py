@@ -205,11 +205,17 @@ OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-typ
                 "and pass DIR")
 
 
+# Suffixes that say "a file" (a Hub dataset name has none of them): a missing one is a typo or
+# a wrong path, never a name to look up on the Hub (which retries the network for ~30 s).
+FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
+                 ".xz", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".arrow", ".feather", ".ipc", ".csv",
+                 ".tsv", ".txt", ".orc", ".avro")
+
+
 def is_dataset_name(spec: str) -> bool:
     """Not a local path or glob: a Hub dataset name (`owner/name` or `name`)."""
     return not os.path.exists(spec) and not any(c in spec for c in "*?[") and \
-        not spec.lower().endswith((".parquet", ".pq", ".jsonl", ".json", ".gz", ".zst", ".zstd", ".bz2",
-                                   ".csv", ".tsv", ".arrow", ".feather", ".ipc"))
+        not spec.lower().endswith(FILE_SUFFIXES)
 
 
 def load_dataset(spec: str, split: str | None, config: str | None):
