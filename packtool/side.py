@@ -1,0 +1,166 @@
+"""Per-token side columns (issue 21): the one description of a value that travels with the
+tokens through the layout: rollout log-probs, advantages, loss weights, the sampler's
+candidate ids. The tool does not know the list; a user names the columns.
+
+A `SideColumn` says what every reader needs to place and check the values: the numpy dtype,
+the width (1 = one scalar per token, K = a fixed-width row per token), the fill held by pads
+and by tokens that have no value, and the kind. Kind "support" declares an int column whose
+rows follow the sampler-support rule (FORMAT.md, "Side columns"): -1 padded at the end, and
+for a token that has a row, the token id present in it exactly once. The declaration is
+explicit (`pack --support-columns`, `TokenizeConfig.support_columns`); a name never makes a
+column a support column.
+
+Base module: numpy and packtool.errors only, so that every stage and consumer can use it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from packtool.errors import PacktoolFormatError, PacktoolInputError
+
+__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "side_columns_from_manifest",
+           "side_columns_to_manifest", "parse_names"]
+
+DTYPES = ("float32", "float64", "int32", "int64")
+KINDS = ("values", "support")
+# The slab format's own columns (slabs/format.SCHEMA; a test checks the two agree) and the keys
+# the consumers' batches already carry: a side column of one of these names would shadow it.
+RESERVED = frozenset((
+    "input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded", "cp_offsets", "source_index",
+    "chunk_index", "source_offset", "num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad",
+    "singleton", "slab_index", "dp_rank", "step", "microbatch",
+    "labels", "position_ids", "attention_mask", "tokens", "max_seqlen", "text", "prompt", "response", "messages",
+))
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a Parquet column, a batch key and a CLI list item
+
+
+@dataclass(frozen=True)
+class SideColumn:
+    """One per-token side column. `fill=None` means the default: 0.0 for floats, -1 for ints."""
+
+    name: str
+    dtype: str
+    width: int = 1
+    fill: float | int | None = None
+    kind: str = "values"
+
+    def __post_init__(self) -> None:
+        where = f"side column {self.name!r}"
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise PacktoolInputError(f"{where}: a name is letters, digits and _ (not starting with a digit, "
+                                     f"at most 128 characters)", flag="--side-columns")
+        if self.name in RESERVED:
+            raise PacktoolInputError(f"{where}: the name is one of packtool's own columns or batch keys; "
+                                     f"rename the input column", flag="--side-columns")
+        if self.dtype not in DTYPES:
+            raise PacktoolInputError(f"{where}: dtype {self.dtype!r} is not one of {', '.join(DTYPES)}; "
+                                     f"cast the input column", flag="--side-columns")
+        if isinstance(self.width, bool) or not isinstance(self.width, (int, np.integer)) or self.width < 1:
+            raise PacktoolInputError(f"{where}: width {self.width!r} is not a positive integer",
+                                     flag="--side-columns")
+        object.__setattr__(self, "width", int(self.width))
+        if self.kind not in KINDS:
+            raise PacktoolInputError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}",
+                                     flag="--support-columns")
+        object.__setattr__(self, "fill", self._checked_fill(where))
+        if self.kind == "support" and (not self.is_int or self.fill != -1):
+            raise PacktoolInputError(f"{where}: a support column holds int32/int64 candidate ids with fill -1 "
+                                     f"(got {self.dtype}, fill {self.fill!r})", flag="--support-columns")
+
+    def _checked_fill(self, where: str) -> float | int:
+        fill = self.fill
+        if fill is None:
+            return -1 if self.is_int else 0.0
+        if isinstance(fill, bool) or not isinstance(fill, (int, float, np.integer, np.floating)):
+            raise PacktoolInputError(f"{where}: fill {fill!r} is not a number", flag="--side-columns")
+        if not math.isfinite(float(fill)):
+            raise PacktoolInputError(f"{where}: fill {fill!r} is not finite (the manifest is plain JSON)",
+                                     flag="--side-columns")
+        if self.is_int:
+            info = np.iinfo(self.dtype)
+            if float(fill) != int(fill) or not info.min <= int(fill) <= info.max:
+                raise PacktoolInputError(f"{where}: fill {fill!r} is not an {self.dtype}", flag="--side-columns")
+            return int(fill)
+        return float(fill)
+
+    @property
+    def is_int(self) -> bool:
+        return self.dtype.startswith("int")
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    @property
+    def is_support(self) -> bool:
+        return self.kind == "support"
+
+    def to_dict(self) -> dict:
+        """The manifest entry (FORMAT.md, "Side columns")."""
+        return {"name": self.name, "dtype": self.dtype, "width": self.width, "fill": self.fill, "kind": self.kind}
+
+    @classmethod
+    def from_dict(cls, d: object, where: str = "manifest") -> "SideColumn":
+        """A manifest entry back; anything malformed is a one-line PacktoolFormatError."""
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+            raise PacktoolFormatError(f"{where}: side_columns entry {d!r} is not an object with a name; "
+                                      f"the manifest is edited or damaged: re-run `packtool pack`")
+        try:
+            return cls(name=d["name"], dtype=d.get("dtype"), width=d.get("width", 1), fill=d.get("fill"),
+                       kind=d.get("kind", "values"))
+        except PacktoolInputError as e:
+            raise PacktoolFormatError(f"{where}: side_columns: {e}; the manifest is edited or damaged") from None
+
+    def filled(self, n: int) -> np.ndarray:
+        """n tokens' worth of fill: shape (n,) for width 1, (n, width) otherwise."""
+        return np.full((n,) if self.width == 1 else (n, self.width), self.fill, self.np_dtype)
+
+
+def check_side_columns(cols) -> tuple[SideColumn, ...]:
+    """A tuple of SideColumns with distinct names."""
+    cols = tuple(cols or ())
+    seen = set()
+    for c in cols:
+        if not isinstance(c, SideColumn):
+            raise PacktoolInputError(f"side columns must be SideColumn, got {type(c).__name__}",
+                                     flag="--side-columns")
+        if c.name in seen:
+            raise PacktoolInputError(f"side column {c.name!r} is named twice", flag="--side-columns")
+        seen.add(c.name)
+    return cols
+
+
+def side_columns_to_manifest(cols) -> list[dict]:
+    return [c.to_dict() for c in check_side_columns(cols)]
+
+
+def side_columns_from_manifest(entries: object, where: str = "manifest") -> tuple[SideColumn, ...]:
+    """The manifest's `side_columns` (absent or [] = none: schema version 1 outputs)."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise PacktoolFormatError(f"{where}: side_columns is not a list; the manifest is edited or damaged: "
+                                  f"re-run `packtool pack`")
+    cols = tuple(SideColumn.from_dict(e, where) for e in entries)
+    try:
+        return check_side_columns(cols)
+    except PacktoolInputError as e:
+        raise PacktoolFormatError(f"{where}: {e}; the manifest is edited or damaged") from None
+
+
+def parse_names(text: str | None, flag: str = "--side-columns") -> tuple[str, ...]:
+    """`A,B,C` (spaces ignored) -> ("A", "B", "C"); every name checked, none twice."""
+    if text is None:
+        return ()
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    for n in names:
+        if not _NAME.match(n) or n in RESERVED:
+            raise PacktoolInputError(f"{flag}: {n!r} is not a usable side column name (letters, digits, _; "
+                                     f"not one of packtool's own columns)", flag=flag)
+    if len(set(names)) != len(names):
+        raise PacktoolInputError(f"{flag}: a name is given twice in {text!r}", flag=flag)
+    return names
