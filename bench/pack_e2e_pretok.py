@@ -17,8 +17,8 @@ call, all threads) is reported beside wall time because the machine is shared. P
 (whole process, imports included); growth is that minus RSS just before the timed call.
 tokens/s counts the input tokens for both sides. Load is printed before and after each run.
 
-    python bench/pack_e2e_pretok.py --sizes 100000 1000000 3000000 --repeat 2 --log bench/notes/ingest_runs_v3.jsonl
-    python bench/notes/ingest_table.py bench/notes/ingest_runs_v3.jsonl   # medians per size
+    python bench/pack_e2e_pretok.py --sizes 100000 1000000 3000000 --repeat 2 --log bench/results/ingest/ingest_runs_v3.jsonl
+    python bench/ingest_table.py bench/results/ingest/ingest_runs_v3.jsonl   # medians per size
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Markdown table of bench/pack_e2e_pretok.py --log JSON lines: median per (size, engine).
 
-    python bench/notes/ingest_table.py runs.jsonl
+    python bench/ingest_table.py runs.jsonl
 """
 import json
 import statistics
