@@ -50,3 +50,20 @@ def torch_reference_logprobs_entropy(hidden, weight, targets, temperature=1.0, l
     lp = z.gather(1, t[:, None]).squeeze(1) - lse
     zero = torch.zeros_like(lp)
     return torch.where(active, lp, zero), torch.where(active, ent, zero)
+
+
+def torch_reference_support_logprob(hidden, weight, sampled, support, temperature=1.0):
+    """(logp, entropy, valid) over each row's candidates, from the dense [N, V] logits:
+    logit[s] - logsumexp(logit[row]); rows whose support starts with -1 score 0."""
+    z = _logits(hidden, weight) / temperature
+    ids = support.long()
+    real = ids >= 0
+    zr = z.gather(1, ids.clamp_min(0)).masked_fill(~real, float("-inf"))
+    valid = real[:, 0] if ids.shape[1] else torch.zeros_like(sampled, dtype=torch.bool)
+    safe = torch.where(valid[:, None], zr, torch.zeros_like(zr))  # no all -inf row
+    lse = torch.logsumexp(safe, dim=-1)
+    p = torch.softmax(safe, dim=-1)
+    ent = lse - (p * safe.masked_fill(~real & valid[:, None], 0.0)).sum(-1)
+    lp = z.gather(1, sampled.long().clamp_min(0)[:, None]).squeeze(1) - lse
+    zero = torch.zeros_like(lp)
+    return torch.where(valid, lp, zero), torch.where(valid, ent, zero), valid

@@ -9,11 +9,13 @@ merge is the identity, so single-GPU and TP runs share one code path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from kernels.row_stats import RowStats
+if TYPE_CHECKING:  # row_stats imports triton; the shard itself is plain torch (support_logprob's CPU path)
+    from kernels.row_stats import RowStats
 
 
 @dataclass(frozen=True)

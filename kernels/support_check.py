@@ -1,0 +1,82 @@
+"""The sampler-support rows: checked once, then turned into this rank's local weight rows.
+
+A support row is the fixed-width int32 list of candidate ids that survived the sampler for one
+token: the sampled id exactly once, distinct ids, `-1` padding only at the end. A row whose first
+entry is -1 holds no support (prompt, masked or pad tokens): it is invalid and scores 0. Every
+check runs on the device and the verdicts come back in one host sync; the first bad token is
+named in a one-line ValueError, as `chunking.find_active_rows` does for the full-vocab head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PAD = -1
+
+
+@dataclass(frozen=True)
+class SupportRows:
+    local: torch.Tensor  # int32 [N, K]: this rank's weight row of each candidate, -1: padding/not ours
+    pos: torch.Tensor  # int64 [N]: column of the sampled id in its row (0 on invalid rows)
+    valid: torch.Tensor  # bool [N]: the row holds a support
+    owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
+
+
+def _first(flags: torch.Tensor) -> tuple[int, int]:
+    """(row, column) of the first True in a [N] or [N, K] mask."""
+    nz = torch.nonzero(flags)[0].tolist()
+    return (nz[0], nz[1]) if len(nz) == 2 else (nz[0], 0)
+
+
+def check_support(
+    sampled: torch.Tensor, support: torch.Tensor, vocab_total: int, vocab_start: int,
+    vocab_local: int, loss_mask: torch.Tensor | None = None,
+) -> SupportRows:
+    if support.dim() != 2 or sampled.shape != support.shape[:1]:
+        raise ValueError(
+            f"support {tuple(support.shape)} / sampled {tuple(sampled.shape)}: expected [N, K] and [N]"
+        )
+    if support.dtype not in (torch.int32, torch.int64) or sampled.dtype.is_floating_point:
+        raise ValueError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
+    s = support.long()
+    t = sampled.long()
+    valid = s[:, 0] >= 0 if s.shape[1] else torch.zeros_like(t, dtype=torch.bool)
+    real = s >= 0
+    outside = (s < PAD) | (s >= vocab_total)
+    gap = real[:, 1:] & ~real[:, :-1]  # a candidate after padding: padding must trail
+    srt = s.sort(dim=1).values
+    dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+    match = (s == t[:, None]) & real
+    missing = valid & ~match.any(1)
+    unsupported = (loss_mask != 0) & ~valid if loss_mask is not None else torch.zeros_like(valid)
+    local = s - vocab_start
+    own = real & (local >= 0) & (local < vocab_local)
+    flags = torch.stack([outside.any(), gap.any(), dup.any(), missing.any(), unsupported.any(),
+                         own.sum()]).tolist()  # the one host sync of the checks
+    if flags[0]:
+        n, k = _first(outside)
+        raise ValueError(
+            f"support[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}) "
+            f"(token {n}); -1 is the only padding value"
+        )
+    if flags[1]:
+        n, k = _first(gap)
+        raise ValueError(f"support row of token {n} has a candidate after -1 padding (column {k + 1}): "
+                         "padding must trail the candidates")
+    if flags[2]:
+        n, k = _first(dup)
+        raise ValueError(f"support row of token {n} holds id {int(srt[n, k + 1])} twice: "
+                         "candidates must be distinct")
+    if flags[3]:
+        n, _ = _first(missing)
+        raise ValueError(f"sampled[{n}] = {int(t[n])} is not among its support row's candidates "
+                         f"(token {n}): the sampled id must be in its row exactly once")
+    if flags[4]:
+        n, _ = _first(unsupported)
+        raise ValueError(f"token {n} is loss-active but its support row is empty (all -1): record "
+                         "the sampler's candidates for it or mask it out; no full-vocabulary fallback")
+    pos = match.to(torch.int8).argmax(1)
+    local = torch.where(own, local, torch.full_like(local, PAD)).to(torch.int32).contiguous()
+    return SupportRows(local=local, pos=pos, valid=valid, owned=int(flags[5]))

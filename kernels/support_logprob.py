@@ -1,0 +1,222 @@
+"""Sample-support scoring: the sampled token's log-prob over the sampler's candidates only.
+
+With top-k / top-p / min-p sampling the engine draws each token from a filtered set and
+normalizes over it; scoring over the full vocabulary biases importance ratios and KL terms.
+Per token, with the candidate ids of its support row (kernels/support_check.py):
+
+    z_c = <h, W_c> / T ;  logp = z_sampled - logsumexp_c z_c ;  entropy = -sum_c p_c log p_c
+
+    lp, ent, valid = support_logprob(h, W, sampled, support, temperature=T, entropy=True)
+
+K + 1 dot products per token instead of V: the projection is a gather-GEMV
+(kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
+Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute). When the
+candidates are a large share of the local vocabulary the dense path (kernels/support_torch.py)
+runs GEMMs instead; `impl="auto"` picks by GATHER_MAX_SHARE, measured on an H200.
+
+Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
+all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
+collective for the softmax (each rank's candidates get their gradient from the merged lse and
+entropy), and grad_hidden is all-reduced unless reduce_grad_hidden=False (sequence parallel).
+grad_weight is accumulated in fp32 (atomics, or `deterministic=True`: sorted, bitwise
+reproducible), into `weight.main_grad` when main_grad=True (Megatron's fp32 buffer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from kernels import support_torch
+from kernels.support_check import SupportRows, check_support
+from kernels.vocab_parallel import VocabShard
+
+IMPLS = ("auto", "gather", "dense", "torch")
+# impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
+# under this share of its vocabulary rows; the dense GEMM path above it. Measured on an H200
+# (BENCHMARKS.md, "Sample-support scoring"): fwd+bwd of the gather path crosses the dense path
+# near this share at hidden 4096, V 151,936, 16k tokens.
+GATHER_MAX_SHARE = 0.004
+
+
+@dataclass(frozen=True)
+class _Plan:
+    path: str  # "gather" (Triton), "torch" (chunked torch gather) or "dense"
+    shard: VocabShard
+    inv_temp: float
+    deterministic: bool
+    main_grad: bool
+    reduce_grad_hidden: bool
+
+
+def _ops(path: str):
+    if path == "gather":
+        from kernels import support_kernels as K
+        return K.logits_triton, K.grad_hidden_triton, K.grad_weight_triton_
+    return support_torch.logits_torch, support_torch.grad_hidden_torch, support_torch.grad_weight_torch_
+
+
+def _stats(z: torch.Tensor, pos: torch.Tensor):
+    """This rank's (max, sum-exp, entropy numerator, sampled logit) per row; empty rows: -inf, 0, 0, 0."""
+    if z.shape[1] == 0:
+        zero = z.new_zeros(z.shape[0])
+        return zero - float("inf"), zero, zero, zero
+    m = z.max(dim=1).values
+    m0 = torch.where(m > float("-inf"), m, torch.zeros_like(m))
+    d = z - m0[:, None]
+    e = torch.exp(d)
+    u = (e * d.masked_fill(e == 0, 0.0)).sum(1)  # relative to the max: no cancellation
+    zt = z.gather(1, pos[:, None]).squeeze(1)
+    zt = torch.where(zt > float("-inf"), zt, torch.zeros_like(zt))
+    return m, e.sum(1), u, zt
+
+
+def _merge(m, s, u, zt, group):
+    """Merge the ranks' statistics: one MAX then one SUM all-reduce (none without a group)."""
+    m0 = torch.where(m > float("-inf"), m, torch.zeros_like(m))
+    if group is not None:
+        m_all = m.clone()
+        dist.all_reduce(m_all, op=dist.ReduceOp.MAX, group=group)
+        m_all0 = torch.where(m_all > float("-inf"), m_all, torch.zeros_like(m_all))
+        has = s > 0  # a rank owning none of a row's candidates adds nothing (and no 0 * -inf)
+        scale = torch.where(has, torch.exp(m0 - m_all0), torch.zeros_like(s))
+        shifted = torch.where(has, scale * (u + (m0 - m_all0) * s), torch.zeros_like(u))
+        packed = torch.stack([scale * s, shifted, zt])
+        dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
+        s, u, zt, m0 = packed[0], packed[1], packed[2], m_all0
+    log_s = torch.log(s)
+    return m0 + log_s, log_s - u / s, zt  # lse, entropy, sampled logit
+
+
+class SupportLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, rows: SupportRows, plan: _Plan):
+        logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
+        z = logits_op(hidden, weight, rows.local, plan.inv_temp)
+        lse, ent, zt = _merge(*_stats(z, rows.pos), plan.shard.group)
+        zero = torch.zeros_like(lse)
+        logp = torch.where(rows.valid, zt - lse, zero)
+        ent = torch.where(rows.valid, ent, zero)
+        ctx.save_for_backward(hidden, weight, z, lse, ent)
+        ctx.rows, ctx.plan = rows, plan
+        return logp, ent  # fp32 (fp64 for fp64 inputs: the tests' ground truth)
+
+    @staticmethod
+    def backward(ctx, grad_lp, grad_ent):
+        hidden, weight, z, lse, ent = ctx.saved_tensors
+        rows, plan = ctx.rows, ctx.plan
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_h or need_w):
+            return None, None, None, None
+        g = _grad_logits(z, lse, ent, rows, grad_lp, grad_ent, plan.inv_temp)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        dw = _grad_weight_buffer(weight, plan) if need_w else None
+        if plan.path == "dense":
+            support_torch.grads_dense(g, hidden, weight, rows.local, grad_h, dw)
+        else:
+            _, grad_hidden_op, grad_weight_op = _ops(plan.path)
+            if need_h:
+                grad_h = grad_hidden_op(g, weight, rows.local, hidden.dtype)
+            if need_w:
+                grad_weight_op(dw, g, hidden, rows.local, plan.deterministic, accumulate=True)
+        if grad_h is not None and plan.reduce_grad_hidden:
+            plan.shard.all_reduce_sum_(grad_h)
+        return grad_h, _finish_grad_weight(weight, dw, plan), None, None
+
+
+def _grad_logits(z, lse, ent, rows: SupportRows, grad_lp, grad_ent, inv_temp):
+    """d(a * logp + b * entropy)/dx over the candidates: a (1[c = s] - p_c) - b p_c (log p_c + H)."""
+    own = (rows.local >= 0) & rows.valid[:, None]
+    lp_c = torch.where(own, z - lse[:, None], torch.zeros_like(z))
+    p = torch.where(own, torch.exp(lp_c), torch.zeros_like(z))
+    zero = torch.zeros_like(lse)
+    a = torch.where(rows.valid, grad_lp.to(z.dtype), zero) if grad_lp is not None else zero
+    g = -a[:, None] * p
+    if grad_ent is not None:
+        b = torch.where(rows.valid, grad_ent.to(z.dtype), zero)
+        g = g - b[:, None] * p * (lp_c + ent[:, None])
+    at_s = own.gather(1, rows.pos[:, None]).squeeze(1)
+    g.scatter_add_(1, rows.pos[:, None], torch.where(at_s, a, zero)[:, None])
+    return (g * inv_temp).contiguous()
+
+
+def _grad_weight_buffer(weight, plan: _Plan):
+    if plan.main_grad:
+        mg = getattr(weight, "main_grad", None)
+        if mg is None or mg.dtype != torch.float32 or mg.shape != weight.shape:
+            raise ValueError("main_grad=True: the weight has no fp32 `main_grad` of its shape "
+                             "(Megatron's DDP buffer); pass main_grad=False")
+        return mg
+    dt = torch.float64 if weight.dtype == torch.float64 else torch.float32
+    return torch.zeros(weight.shape, dtype=dt, device=weight.device)
+
+
+def _finish_grad_weight(weight, dw, plan: _Plan):
+    if dw is None:
+        return None
+    if plan.main_grad:  # already added into main_grad, as Megatron's fused accumulation does
+        if hasattr(weight, "grad_added_to_main_grad"):
+            weight.grad_added_to_main_grad = True
+        return None
+    return dw if dw.dtype == weight.dtype else dw.to(weight.dtype)
+
+
+def choose_path(impl: str, hidden: torch.Tensor, rows: SupportRows, vocab_local: int) -> str:
+    """The path a call runs: `auto` is the measured rule (GATHER_MAX_SHARE) where Triton runs."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
+    try:
+        from kernels._triton import interpreting
+    except ImportError:  # no Triton installed: only the torch paths run
+        triton_ok = False
+    else:
+        triton_ok = hidden.is_cuda or interpreting()
+    if impl == "gather" and not triton_ok:
+        raise RuntimeError("support_logprob impl='gather' needs Triton and a CUDA device (or "
+                           "TRITON_INTERPRET=1); "
+                           "use impl='torch' (or 'auto') on CPU")
+    if impl != "auto":
+        return impl
+    if not triton_ok:
+        return "torch"  # CPU without the Triton interpreter: the torch path, same results
+    n = max(1, rows.local.shape[0])
+    return "gather" if rows.owned < GATHER_MAX_SHARE * n * vocab_local else "dense"
+
+
+def support_logprob(
+    hidden, weight, sampled, support, *, temperature=1.0, vocab_start=None, tp_group=None,
+    entropy=False, loss_mask=None, impl="auto", deterministic=False, reduce_grad_hidden=True,
+    main_grad=False,
+):
+    """(logp, entropy | None, valid) of each token over its support row; see the module doc.
+
+    hidden [..., H], weight [V_local, H], sampled [...], support [..., K] (int32, -1 trailing
+    padding). vocab_start: the first vocab id of this rank's weight rows (default: rank *
+    V_local under tp_group, else 0). loss_mask [...]: a nonzero token without support is an
+    error. Rows without support return logp = entropy = 0, valid False, and no gradient.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature = {temperature}: must be > 0")
+    if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: "
+                         "expected [..., H] and [V_local, H]")
+    lead = hidden.shape[:-1]
+    if sampled.shape != lead or support.shape[:-1] != lead:
+        raise ValueError(f"sampled {tuple(sampled.shape)} / support {tuple(support.shape)} must "
+                         f"match hidden's leading shape {tuple(lead)} (support adds K)")
+    h = hidden.reshape(-1, hidden.shape[-1])
+    shard = VocabShard.of(weight, tp_group)
+    start = shard.start if vocab_start is None else int(vocab_start)
+    if tp_group is None and start != 0:
+        raise ValueError(f"vocab_start = {start} without tp_group: an unsharded weight holds the "
+                         "whole vocabulary from id 0; pass tp_group to score a shard")
+    rows = check_support(sampled.reshape(-1), support.reshape(-1, support.shape[-1]), shard.total,
+                         start, weight.shape[0],
+                         None if loss_mask is None else loss_mask.reshape(-1))
+    path = choose_path(impl, h, rows, weight.shape[0])
+    plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
+                 bool(reduce_grad_hidden))
+    lp, ent = SupportLogprob.apply(h, weight, rows, plan)
+    return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

@@ -1,0 +1,295 @@
+"""Sample-support scoring (kernels/support_logprob.py) under the Triton interpreter on CPU, fp32,
+against the dense float64 reference `logit[s] - logsumexp(logit[row])`: values, entropy, grad
+hidden and grad weight, for each path (Triton gather, chunked torch gather, dense GEMMs).
+
+Shapes are small and odd: V = 300 and H = 40 leave ragged blocks, K = 7 pads its tile.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (see test_kernels_lm_head.py)
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from kernels.reference import torch_reference_logprobs_entropy  # noqa: E402
+from kernels.reference import torch_reference_support_logprob as reference  # noqa: E402
+from kernels.support_logprob import support_logprob  # noqa: E402
+
+N, H, V, K = 13, 40, 300, 7
+PATHS = ["gather", "torch", "dense"]
+
+
+def _inputs(seed=0, n=N, k=K, scale=0.5):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, H, generator=g, dtype=torch.float64)
+    w = torch.randn(V, H, generator=g, dtype=torch.float64) * scale
+    sup = torch.stack([torch.randperm(V, generator=g)[:k] for _ in range(n)]).int()
+    sup[2, 4:] = -1  # trailing padding (top-p cut)
+    sup[3, :] = -1  # no support: a prompt token
+    sup[4, 1:] = -1  # a single-member row: logp = 0
+    col = torch.randint(0, 4, (n,), generator=g)
+    col[4] = 0
+    samp = sup[torch.arange(n), col].long()
+    samp[3] = 17  # ignored: the row is invalid
+    up = torch.randn(2, n, generator=g, dtype=torch.float64)
+    return h, w, samp, sup, up
+
+
+def _run(fn, h, w, dtype, up):
+    hh = h.detach().clone().to(dtype).requires_grad_()
+    ww = w.detach().clone().to(dtype).requires_grad_()
+    lp, ent, valid = fn(hh, ww)
+    ((lp * up[0].to(lp.dtype)).sum() + (ent * up[1].to(ent.dtype)).sum()).backward()
+    return lp.detach(), ent.detach(), hh.grad, ww.grad, valid
+
+
+def _ref(h, w, samp, sup, temp, up):
+    return _run(lambda hh, ww: reference(hh, ww, samp, sup, temp), h, w, torch.float64, up)
+
+
+def _rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def _close(got, ref, rel):
+    for what, a, b in zip(("logp", "entropy", "dh", "dW"), got[:4], ref[:4]):
+        assert torch.isfinite(a).all(), what
+        assert _rel(a, b) <= rel, (what, _rel(a, b))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("temp", [1.0, 0.7, 1.9])
+def test_values_and_grads_match_the_dense_fp64_reference(path, temp):
+    h, w, samp, sup, up = _inputs()
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, temperature=temp, entropy=True,
+                                              impl=path), h, w, torch.float32, up)
+    ref = _ref(h, w, samp, sup, temp, up)
+    _close(got, ref, 2e-6)
+    lp, ent, dh, _, valid = got
+    assert valid.tolist() == [i != 3 for i in range(N)]
+    assert lp[3] == 0 and ent[3] == 0 and (dh[3] == 0).all()  # no support: 0, no gradient
+    assert lp[4] == 0 and ent[4] == 0  # a single-member row is certain
+    assert (ent >= 0).all()
+
+
+@pytest.mark.parametrize("path", ["torch", "dense"])  # the Triton kernels accumulate in fp32
+def test_fp64_paths_agree_to_rounding(path):
+    h, w, samp, sup, up = _inputs(1)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
+                                              impl=path), h, w, torch.float64, up)
+    _close(got, _ref(h, w, samp, sup, 0.8, up), 1e-12)
+
+
+def test_deterministic_grad_weight_is_bitwise_reproducible_and_matches_atomic():
+    h, w, samp, sup, up = _inputs(2, n=16, k=5)
+    sup[:, 0] = torch.arange(16) % 3  # hot ids: many rows share them
+    sup[:, 1:] = torch.where(sup[:, 1:] < 3, sup[:, 1:] + 3, sup[:, 1:])
+    sup[3, :] = -1
+    sup[2, 4:] = -1
+    sup[4, 1:] = -1
+    samp = sup[:, 0].long()
+    outs = [_run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl="gather",
+                                                deterministic=det), h, w, torch.float32, up)
+            for det in (True, True, False)]
+    assert torch.equal(outs[0][3], outs[1][3])
+    assert _rel(outs[2][3], outs[0][3]) < 1e-6
+    _close(outs[0], _ref(h, w, samp, sup, 1.0, up), 2e-6)
+
+
+@pytest.mark.parametrize("path", ["torch", "dense"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_hidden(path, dtype):
+    h, w, samp, sup, up = _inputs(3)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl=path),
+               h, w, dtype, up)
+    ref = _ref(h.to(dtype).double(), w.to(dtype).double(), samp, sup, 1.0, up)
+    _close(got, ref, 1e-2)
+
+
+def test_half_hidden_triton_gather():
+    # one dtype through the interpreter (slow); fp16 and bf16 both run on the GPU tests
+    h, w, samp, sup, up = _inputs(3)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl="gather"),
+               h, w, torch.float16, up)
+    _close(got, _ref(h.half().double(), w.half().double(), samp, sup, 1.0, up), 1e-2)
+
+
+BAD = {
+    "missing": (lambda s, t: t.__setitem__(5, int(s[5].max()) + 1 if int(s[5].max()) + 1 < V else 0),
+                r"sampled\[5\] = \d+ is not among its support row's candidates \(token 5\)"),
+    "duplicate": (lambda s, t: s.__setitem__((6, 2), int(s[6, 1])), r"token 6 holds id \d+ twice"),
+    "above_vocab": (lambda s, t: s.__setitem__((7, 3), V), r"support\[7, 3\] = 300 is outside the vocabulary \[0, 300\)"),
+    "below_pad": (lambda s, t: s.__setitem__((8, 1), -2), r"support\[8, 1\] = -2 is outside"),
+    "padding_gap": (lambda s, t: s.__setitem__((9, 2), -1), r"token 9 has a candidate after -1 padding"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_support_is_an_error_naming_the_token(case):
+    h, w, samp, sup, _ = _inputs()
+    samp = samp.clone()
+    samp[5] = sup[5, 0]
+    samp[9] = sup[9, 0]
+    BAD[case][0](sup, samp)
+    with pytest.raises(ValueError, match=BAD[case][1]):
+        support_logprob(h.float(), w.float(), samp, sup, impl="torch")
+
+
+def test_loss_active_token_without_support_is_an_error():
+    h, w, samp, sup, _ = _inputs()
+    mask = torch.ones(N)
+    with pytest.raises(ValueError, match="token 3 is loss-active but its support row is empty"):
+        support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)
+    mask[3] = 0
+    lp, _, valid = support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)
+    assert not valid[3] and lp[3] == 0
+
+
+def test_bounded_logprob_is_at_least_the_full_vocab_one_and_equals_topk_renormalized():
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(N, H, generator=g, dtype=torch.float64)
+    w = torch.randn(V, H, generator=g, dtype=torch.float64) * 0.3
+    temp = 0.9
+    z = (h @ w.t()) / temp
+    for k in (1, 5, 40):
+        top = z.topk(k, dim=1).indices
+        sup = top[:, torch.randperm(k, generator=g)].int()  # the sampler's order is arbitrary
+        samp = top[torch.arange(N), torch.randint(0, k, (N,), generator=g)]
+        lp, ent, valid = support_logprob(h, w, samp, sup, temperature=temp, entropy=True,
+                                         impl="torch")
+        full, _ = torch_reference_logprobs_entropy(h, w, samp, temp)
+        assert valid.all() and (lp >= full - 1e-12).all() and (ent >= -1e-12).all()
+        p = torch.softmax(z, 1)
+        p_topk = torch.zeros_like(p).scatter_(1, top, p.gather(1, top))
+        p_topk /= p_topk.sum(1, keepdim=True)  # the engine's top-k renormalization, densely
+        want = torch.log(p_topk.gather(1, samp[:, None]).squeeze(1))
+        torch.testing.assert_close(lp, want, rtol=0, atol=1e-12)
+
+
+def test_packed_equals_each_sequence_alone_through_the_thd_layout_cp2():
+    """Sequences packed into one slab by layout.compute_layout, split over CP=2 ranks by
+    layout.cp_rank_index: each rank's scores at its positions equal each sequence run alone."""
+    from packtool.align import Alignment
+    from packtool.layout import compute_layout, cp_rank_index
+
+    g = torch.Generator().manual_seed(5)
+    lens = np.array([5, 11, 3, 8])
+    lay = compute_layout(lens, np.array([0, lens.size]), Alignment(cp=2, capacity=64))
+    T, start = int(lay.slab_len[0]), lay.seg_start[~lay.is_fill]
+    h_all = torch.randn(int(lens.sum()), H, generator=g)
+    w = torch.randn(V, H, generator=g) * 0.5
+    sup_all = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(int(lens.sum()))]).int()
+    sup_all[::4, 3:] = -1
+    samp_all = sup_all[:, 0].long()
+    # the slab: real tokens at their layout positions, pads without support
+    dst = np.concatenate([s + np.arange(n) for s, n in zip(start, lens)])
+    h_slab = torch.zeros(T, H)
+    sup_slab = torch.full((T, K), -1, dtype=torch.int32)
+    samp_slab = torch.zeros(T, dtype=torch.long)
+    h_slab[dst], sup_slab[dst], samp_slab[dst] = h_all, sup_all, samp_all
+    alone, off = [], 0
+    for n in lens:
+        sl = slice(off, off + n)
+        alone.append(support_logprob(h_all[sl], w, samp_all[sl], sup_all[sl], entropy=True,
+                                     impl="gather"))
+        off += n
+    alone_lp = torch.cat([a[0] for a in alone])
+    alone_ent = torch.cat([a[1] for a in alone])
+    pos = {int(p): i for i, p in enumerate(dst)}
+    for rank in range(2):
+        idx = torch.as_tensor(cp_rank_index(lay.seg_start, lay.seg_padded, 2, rank))
+        lp, ent, valid = support_logprob(h_slab[idx], w, samp_slab[idx], sup_slab[idx],
+                                         entropy=True, impl="gather")
+        mine = [(j, pos[int(p)]) for j, p in enumerate(idx) if int(p) in pos]
+        assert valid.sum() == len(mine) and len(mine) > 0
+        j, a = map(list, zip(*mine))
+        assert torch.equal(lp[j], alone_lp[a]) and torch.equal(ent[j], alone_ent[a])
+
+
+def test_main_grad_accumulates_in_fp32():
+    h, w, samp, sup, up = _inputs(6)
+    ww = w.float().requires_grad_()
+    ww.main_grad = torch.ones_like(ww)
+    ww.grad_added_to_main_grad = False
+    lp, _, _ = support_logprob(h.float(), ww, samp, sup, impl="torch", main_grad=True)
+    (lp * up[0].float()).sum().backward()
+    ref = _ref(h, w, samp, sup, 1.0, torch.stack([up[0], torch.zeros(N, dtype=torch.float64)]))
+    assert ww.grad is None and ww.grad_added_to_main_grad
+    assert _rel(ww.main_grad - 1, ref[3]) < 2e-6
+
+
+def test_cpu_without_triton_runs_the_torch_path_with_the_same_results(tmp_path):
+    h, w, samp, sup, up = _inputs(7)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl="gather"),
+               h, w, torch.float32, up)
+    torch.save((h, w, samp, sup, up), tmp_path / "in.pt")
+    code = (
+        "import sys, torch; sys.modules['triton'] = None\n"  # importing triton now fails
+        "from kernels.support_logprob import support_logprob\n"
+        f"h, w, samp, sup, up = torch.load({str(tmp_path / 'in.pt')!r})\n"
+        "hh, ww = h.float().requires_grad_(), w.float().requires_grad_()\n"
+        "lp, ent, _ = support_logprob(hh, ww, samp, sup, entropy=True)\n"
+        "((lp * up[0].float()).sum() + (ent * up[1].float()).sum()).backward()\n"
+        f"torch.save((lp.detach(), ent.detach(), hh.grad, ww.grad), {str(tmp_path / 'out.pt')!r})\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=root)
+    cpu = torch.load(tmp_path / "out.pt")
+    for a, b in zip(cpu, got[:4]):
+        assert _rel(a, b) < 1e-6
+
+
+WORLD = 2  # V = 300: 150 rows per rank, ragged against the 128-wide H block too
+
+
+def _tp_worker(rank: int, init_file: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    calls = []
+    real_all_reduce = dist.all_reduce
+
+    def counting(t, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        calls.append(str(op).split(".")[-1])
+        return real_all_reduce(t, op=op, group=group, async_op=async_op)
+
+    dist.all_reduce = counting
+    try:
+        h, w, samp, sup, up = _inputs(8)
+        sup[6] = torch.tensor([5, 9, 140, 3, 77, -1, -1], dtype=torch.int32)  # rank 1 owns none
+        samp[6] = 140
+        sup[7, 0], samp[7] = 280, 280  # sampled id on rank 1 only
+        rows = slice(rank * V // WORLD, (rank + 1) * V // WORLD)
+        ref = _ref(h, w, samp, sup, 0.8, up)
+        for path in ("gather", "dense"):
+            for reduce in (True, False):
+                calls.clear()
+                hh = h.detach().clone().float().requires_grad_()
+                ww = w[rows].detach().clone().float().requires_grad_()
+                lp, ent, _ = support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
+                                             impl=path, tp_group=dist.group.WORLD,
+                                             reduce_grad_hidden=reduce)
+                assert calls == ["MAX", "SUM"], (path, calls)  # one of each in forward
+                ((lp * up[0].float()).sum() + (ent * up[1].float()).sum()).backward()
+                assert calls == ["MAX", "SUM"] + (["SUM"] if reduce else []), (path, calls)
+                dh = hh.grad
+                if not reduce:  # sequence parallel: the caller's collective sums the partials
+                    real_all_reduce(dh)
+                for what, a, b in (("logp", lp, ref[0]), ("entropy", ent, ref[1]), ("dh", dh, ref[2]),
+                                   ("dW", ww.grad, ref[3][rows])):
+                    assert _rel(a, b) < 2e-6, (rank, path, what, _rel(a, b))
+    finally:
+        dist.all_reduce = real_all_reduce
+        dist.destroy_process_group()
+
+
+def test_vocab_parallel_matches_unsharded_and_counts_collectives(tmp_path):
+    mp.spawn(_tp_worker, args=(str(tmp_path / "pg_init"),), nprocs=WORLD, join=True)
