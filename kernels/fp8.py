@@ -35,14 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-E4M3 = torch.float8_e4m3fn
-E5M2 = torch.float8_e5m2
-FMAX = {E4M3: 448.0, E5M2: 57344.0}
-# block scales are amax * (1/FMAX), not amax / FMAX: CUDA's eager division by a Python scalar
-# multiplies by its reciprocal and the CPU's divides, so the quotient differed by an ulp
-# between them; the product is the same everywhere (and in kernels/fp8_quant.py)
-INV_FMAX = {k: 1.0 / v for k, v in FMAX.items()}
-BLOCK = 128
+from kernels.fp8_format import BLOCK, E4M3, E5M2, FMAX, INV_FMAX  # noqa: F401 (re-exported)
+
 RECIPES = ("tensorwise", "blockwise")
 
 

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton import interpreting
-from kernels.fp8 import BLOCK, FMAX, INV_FMAX
+from kernels.fp8_format import BLOCK, FMAX, INV_FMAX
 
 
 def _amax_kernel(x_ptr, out_ptr, n, BLOCK_N: tl.constexpr):

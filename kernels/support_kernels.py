@@ -25,8 +25,8 @@ BLOCK_H = 128
 BLOCK_J = 32  # sorted dW: pairs summed per loop step
 
 
-def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w,
-                   K: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K,
+                   H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     kmask = ks < K
@@ -45,13 +45,13 @@ def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w,
     tl.store(z_ptr + row * K + ks, z, mask=kmask)
 
 
-def _grad_hidden_kernel(g_ptr, w_ptr, ids_ptr, dh_ptr, stride_w, stride_dh,
-                        K: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _grad_hidden_kernel(g_ptr, w_ptr, ids_ptr, dh_ptr, stride_w, stride_dh, K,
+                        K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
     acc = tl.zeros([BLOCK_K, BLOCK_H], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         kmask = ks < K
         ids = tl.load(ids_ptr + row * K + ks, mask=kmask, other=-1)
@@ -64,15 +64,15 @@ def _grad_hidden_kernel(g_ptr, w_ptr, ids_ptr, dh_ptr, stride_w, stride_dh,
     tl.store(dh_ptr + row * stride_dh + ho, dh.to(dh_ptr.dtype.element_ty), mask=hm)
 
 
-def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h,
-                               K: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr,
+def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
+                               K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr,
                                BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
     h = tl.load(h_ptr + row * stride_h + ho, mask=hm, other=0.0)
     h = h.to(dw_ptr.dtype.element_ty)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
         own = ids >= 0
@@ -81,8 +81,8 @@ def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h,
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
 
-def _grad_weight_sorted_kernel(g_ptr, h_ptr, pair_ptr, seg_ptr, uid_ptr, dw_ptr, stride_h,
-                               K: tl.constexpr, H: tl.constexpr, ACC: tl.constexpr,
+def _grad_weight_sorted_kernel(g_ptr, h_ptr, pair_ptr, seg_ptr, uid_ptr, dw_ptr, stride_h, K,
+                               H: tl.constexpr, ACC: tl.constexpr,
                                MAX_SEG: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_H: tl.constexpr):
     seg = tl.program_id(0)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -138,6 +138,12 @@ _GRAD_W_ATOMIC = _Lazy(_grad_weight_atomic_kernel)
 _GRAD_W_SORTED = _Lazy(_grad_weight_sorted_kernel)
 
 
+def _k_pad(k: int) -> int:
+    # the candidate loop's trip count is a constexpr (the interpreter's range() wants Python ints);
+    # a power of two keeps the compiled variants few across K, masked steps load nothing
+    return max(BLOCK_K, triton.next_power_of_2(k))
+
+
 def _contig_rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -151,7 +157,7 @@ def logits_triton(hidden, weight, local, inv_temp: float) -> torch.Tensor:
     if n and k:
         _LOGITS[(n, triton.cdiv(k, BLOCK_K))](
             hidden, weight, local, z, float(inv_temp), hidden.stride(0), weight.stride(0),
-            K=k, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
+            k, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
     return z
 
 
@@ -162,8 +168,8 @@ def grad_hidden_triton(g, weight, local, out_dtype) -> torch.Tensor:
     dh = torch.empty(n, h, dtype=out_dtype, device=g.device)
     if n:
         _GRAD_H[(n, triton.cdiv(h, BLOCK_H))](
-            g, weight, local, dh, weight.stride(0), dh.stride(0),
-            K=k, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
+            g, weight, local, dh, weight.stride(0), dh.stride(0), k,
+            K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
     return dh
 
 
@@ -185,22 +191,20 @@ def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate:
     hidden = _contig_rows(hidden)
     n, k = local.shape
     h = hidden.shape[1]
-    if not deterministic:
-        if not accumulate:
-            dw32.zero_()
-        if n and k:
-            _GRAD_W_ATOMIC[(n, triton.cdiv(h, BLOCK_H))](
-                g, hidden, local, dw32, hidden.stride(0),
-                K=k, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
-        return
     if not accumulate:
         dw32.zero_()
+    if not (n and k):
+        return
+    if not deterministic:
+        _GRAD_W_ATOMIC[(n, triton.cdiv(h, BLOCK_H))](
+            g, hidden, local, dw32, hidden.stride(0), k,
+            K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
+        return
     sp = sorted_pairs(local)
     if sp is None:
         return
     pairs, seg, uid, counts = sp
-    max_seg = triton.next_power_of_2(int(counts.max())) if interpreting() else 0
+    max_seg = max(BLOCK_J, triton.next_power_of_2(int(counts.max()))) if interpreting() else 0
     _GRAD_W_SORTED[(uid.numel(), triton.cdiv(h, BLOCK_H))](
-        g, hidden, pairs, seg, uid, dw32, hidden.stride(0),
-        K=k, H=h, ACC=True, MAX_SEG=max(max_seg, BLOCK_J) if max_seg else 0,
-        BLOCK_J=BLOCK_J, BLOCK_H=BLOCK_H, num_warps=4)
+        g, hidden, pairs, seg, uid, dw32, hidden.stride(0), k,
+        H=h, ACC=True, MAX_SEG=max_seg, BLOCK_J=BLOCK_J, BLOCK_H=BLOCK_H, num_warps=4)

@@ -1,0 +1,224 @@
+"""Sample-support scoring (kernels/support_logprob.py) on a GPU: time, peak extra memory and bf16
+accuracy, beside packtool's full-vocabulary fused log-prob and a chunked torch gather.
+
+  acc    bf16 against the dense fp64 reference (N 2048, H 4096, V 151,936): relative L2 of logp,
+         entropy, dh, dW for the gather path (atomic and deterministic dW) and the dense path
+  main   H 4096, V 151,936, 16k tokens, K in 2/20/64/512 (+ 1024/2048/4096 for the rule): fwd and
+         fwd+bwd time, methods interleaved over --rounds rounds (median of --reps per round), and
+         peak extra memory of fwd+bwd (beyond inputs and the returned gradients)
+  sweep  fwd+bwd of impl='auto' and of the full-vocab fused log-prob over H 2048/4096/8192, V
+         151,936/248,320, TP 1/2/8 (one rank's share: V/TP weight rows, K/TP owned candidates;
+         collectives not included), tokens 16k/64k, K 2/20/64/512; one round, median of --reps
+
+Supports: each row draws a quarter of its candidates (at most 32) from 64 hot ids, the rest
+spread over the vocabulary, in random order; rows are cut to a random length in [1, K] (top-p).
+
+    python bench/support_logprob.py --parts acc,main,sweep --out OUT/support.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kernels import lm_head as L  # noqa: E402
+from kernels.reference import torch_reference_support_logprob  # noqa: E402
+from kernels.support_logprob import GATHER_MAX_SHARE, support_logprob  # noqa: E402
+
+STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def make_support(n, v, k, g, hot=64):
+    """(sampled [n], support [n, k] int32): distinct ids per row, trailing -1 after a random cut."""
+    dev = g.device
+    kh = min(k // 4, 32)
+    assert math.gcd(STRIDE, v - hot) == 1 and k - kh < v - hot
+    hot_ids = torch.rand(n, hot, generator=g, device=dev).argsort(1)[:, :kh]
+    off = torch.randint(0, v - hot, (n, 1), generator=g, device=dev)
+    cold = hot + (off + torch.arange(k - kh, device=dev)[None, :] * STRIDE) % (v - hot)
+    sup = torch.cat([hot_ids, cold], 1)
+    sup = sup.gather(1, torch.rand(n, k, generator=g, device=dev).argsort(1)).int()
+    cut = torch.randint(1, k + 1, (n,), generator=g, device=dev)
+    sup[torch.arange(k, device=dev)[None, :] >= cut[:, None]] = -1
+    col = (torch.rand(n, generator=g, device=dev) * cut).long()
+    return sup.gather(1, col[:, None]).squeeze(1).long(), sup
+
+
+def inputs(n, hdim, v, k, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    h = torch.randn(n, hdim, generator=g, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(v, hdim, generator=g, device="cuda") * (2.0 / hdim**0.5)).bfloat16().requires_grad_()
+    samp, sup = make_support(n, v, k, g)
+    up = torch.randn(2, n, generator=g, device="cuda")
+    return h, w, samp, sup, up
+
+
+def methods(h, w, samp, sup, up, names):
+    def sup_fn(**kw):
+        def f(bwd):
+            lp, ent, _ = support_logprob(h, w, samp, sup, temperature=0.9, entropy=True, **kw)
+            if bwd:
+                ((lp * up[0]).sum() + (ent * up[1]).sum()).backward()
+        return f
+
+    def full(bwd):
+        lp, ent = L.fused_linear_logprobs_entropy(h, w, samp, 0.9)
+        if bwd:
+            ((lp * up[0]).sum() + (ent * up[1]).sum()).backward()
+
+    table = {"auto": sup_fn(), "gather": sup_fn(impl="gather"),
+             "gather_det": sup_fn(impl="gather", deterministic=True), "dense": sup_fn(impl="dense"),
+             "torch_gather": sup_fn(impl="torch"), "full_fused": full}
+    return {m: table[m] for m in names}
+
+
+def time_ms(fn, bwd, leaves, reps, warmup=1):
+    for _ in range(warmup):
+        fn(bwd)
+    times = []
+    for _ in range(reps):
+        for x in leaves:
+            x.grad = None
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        with torch.no_grad() if not bwd else torch.enable_grad():
+            fn(bwd)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    for x in leaves:
+        x.grad = None
+    return sorted(times)[len(times) // 2]
+
+
+def extra_mib(fn, leaves):
+    for x in leaves:
+        x.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn(True)
+    torch.cuda.synchronize()
+    grads = sum(x.grad.numel() * x.grad.element_size() for x in leaves if x.grad is not None)
+    peak = torch.cuda.max_memory_allocated() - base - grads
+    for x in leaves:
+        x.grad = None
+    return peak / 2**20
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def accuracy(n=2048, hdim=4096, v=151936):
+    rows = []
+    for k, impls in ((64, (("gather", False), ("gather", True), ("dense", False))), (512, (("dense", False),))):
+        h, w, samp, sup, up = inputs(n, hdim, v, k, seed=3)
+        hh, ww = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        lp, ent, _ = torch_reference_support_logprob(hh, ww, samp, sup, 0.9)
+        ((lp * up[0].double()).sum() + (ent * up[1].double()).sum()).backward()
+        ref = (lp.detach(), ent.detach(), hh.grad, ww.grad)
+        for impl, det in impls:
+            h.grad = w.grad = None
+            a, b, _ = support_logprob(h, w, samp, sup, temperature=0.9, entropy=True, impl=impl,
+                                      deterministic=det)
+            ((a * up[0]).sum() + (b * up[1]).sum()).backward()
+            r = {"K": k, "impl": impl, "deterministic": det}
+            for name, x, y in zip(("logp", "entropy", "dh", "dW"), (a, b, h.grad, w.grad), ref):
+                r[name + "_relL2"] = rel(x, y)
+            rows.append(r)
+            log(json.dumps(r))
+        del hh, ww, ref
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=16384, hdim=4096, v=151936):
+    rows = []
+    names = ["auto", "gather", "gather_det", "dense", "torch_gather", "full_fused"]
+    for k in ks + rule_ks:
+        h, w, samp, sup, up = inputs(n, hdim, v, k)
+        use = names if k in ks else ["gather", "dense", "full_fused"]
+        fns = methods(h, w, samp, sup, up, use)
+        res = {m: {"fwd": [], "fwdbwd": []} for m in use}
+        for _ in range(rounds):  # interleaved: every method once per round
+            for m, fn in fns.items():
+                for mode in ("fwd", "fwdbwd"):
+                    res[m][mode].append(time_ms(fn, mode == "fwdbwd", (h, w), reps))
+        owned = int((sup >= 0).sum())
+        for m, fn in fns.items():
+            r = {"K": k, "N": n, "H": hdim, "V": v, "method": m, "owned_share": owned / (n * v),
+                 "auto_picks": "gather" if owned < GATHER_MAX_SHARE * n * v else "dense",
+                 "extra_MiB": extra_mib(fn, (h, w))}
+            for mode in ("fwd", "fwdbwd"):
+                t = sorted(res[m][mode])
+                r[mode + "_ms"] = t[len(t) // 2]
+                r[mode + "_min_max"] = [t[0], t[-1]]
+            rows.append(r)
+            log(json.dumps(r))
+        del h, w, fns
+        torch.cuda.empty_cache()
+    return rows
+
+
+def sweep(reps):
+    rows = []
+    for n in (16384, 65536):
+        for hdim in (2048, 4096, 8192):
+            for v in (151936, 248320):
+                for tp in (1, 2, 8):
+                    vl = v // tp
+                    full = None
+                    for k in (2, 20, 64, 512):
+                        kl = max(1, k // tp)
+                        h, w, samp, sup, up = inputs(n, hdim, vl, kl, seed=k)
+                        fns = methods(h, w, samp, sup, up, ["auto"] + ([] if full else ["full_fused"]))
+                        if full is None:
+                            full = time_ms(fns["full_fused"], True, (h, w), reps)
+                        t = time_ms(fns["auto"], True, (h, w), reps)
+                        owned = int((sup >= 0).sum())
+                        r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
+                             "auto_picks": "gather" if owned < GATHER_MAX_SHARE * n * vl else "dense",
+                             "auto_fwdbwd_ms": t, "full_fused_fwdbwd_ms": full, "speedup": full / t}
+                        rows.append(r)
+                        log(json.dumps(r))
+                        del h, w, fns
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default="acc,main,sweep")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
+           "gather_max_share": GATHER_MAX_SHARE}
+    for part in a.parts.split(","):
+        t0 = time.time()
+        res[part] = {"acc": accuracy, "main": lambda: main_grid(a.rounds, a.reps),
+                     "sweep": lambda: sweep(max(1, a.reps // 2))}[part]()
+        log(f"{part}: {time.time() - t0:.0f} s")
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
