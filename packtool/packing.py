@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
 from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir  # noqa: E402,F401  # noqa: E402
+from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir  # noqa: E402
 from packtool.params import expect  # noqa: E402
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError  # noqa: E402
 from packtool.planning.core import plan as make_plan
@@ -46,6 +47,7 @@ from packtool.slabs.format import (  # noqa: E402
     write_manifest,
 )
 from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
+from packtool.storage import is_uri  # noqa: E402
 from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
@@ -79,8 +81,8 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
     _expect_plan_args("pack", alignment, packing)
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
-    with claim_output(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
-                      cache_dir=cache_root(cache_dir)):
+    with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
+               cache_dir=cache_root(cache_dir)):
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
@@ -89,6 +91,17 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
                           progress=progress, shard_tokens=shard_tokens,
                           tokenize_seconds=time.perf_counter() - t0, workers=workers,
                           plan_shard_rows=plan_shard_rows)
+
+
+def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, inputs=(),
+          cache_dir: str | None = None, cache_root: str | None = None):
+    """The output's claim: `output.claim_output` for a folder, `output_store.claim_store`
+    (lease + commit protocol) for an object-store URI."""
+    if cache_dir and is_uri(cache_dir):
+        refuse_store_feature("the tokenized cache (--cache-dir)", "--cache-dir")
+    if output and is_uri(output) and not dry_run:
+        return claim_store(output, overwrite, inputs=[os.fspath(i) for i in inputs], cache_dir=cache_dir)
+    return claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir, cache_root=cache_root)
 
 
 def _expect_plan_args(func: str, alignment, packing) -> None:
@@ -119,7 +132,7 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     expect(cache, TokenizedCache, "pack_cache", "cache")
     _expect_plan_args("pack_cache", alignment, packing)
     packing = packing or PackingConfig()
-    with claim_output(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)):
+    with claim(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)):
         return _pack_cache(cache, alignment, packing, output, dry_run, progress, shard_tokens,
                            tokenize_seconds, workers, plan_shard_rows)
 
@@ -163,7 +176,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
 
     store_dir = flat_store_for(cache).directory  # built (or rebuilt from an older layout) once
     release_memory()
-    spill = spill_dir(output)
+    spill = staging_dir(output, "spill") if output and is_uri(output) else spill_dir(output)
     try:
         with rows_named(cache):
             sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
@@ -219,7 +232,8 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
     failure (Ctrl-C included) the temporary directory goes and `output` is untouched. Of `p`
     the manifest reads the alignment and packing config only."""
     info = _plain(cache.tokenizer_info) or {}
-    tmp = temp_dir(output)
+    store = is_uri(output)
+    tmp = staging_dir(output, "tmp") if store else temp_dir(output)
     try:
         shards = write_fn(tmp, _pad_id(info))
         loss = sum(s.loss_tokens for s in shards)
@@ -235,8 +249,13 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
         inp = {"fingerprint": cache.fingerprint,
                "files": [_plain(f) for f in cache.input_files],
                "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
-        write_manifest(tmp, build_manifest(p, shards, manifest_stats(summary, loss), info, inp))
-        swap_into_place(tmp, output)
+        manifest = build_manifest(p, shards, manifest_stats(summary, loss), info, inp)
+        if store:  # no rename on a store: the manifest, put last, is the commit
+            shards = commit_to_store(tmp, output, shards, manifest)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            write_manifest(tmp, manifest)
+            swap_into_place(tmp, output)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -11,6 +11,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from packtool.storage import file_size
+
 # Below this many bytes of shards the work takes about a second: no bar.
 PROGRESS_MIN_BYTES = 64 << 20
 
@@ -37,8 +39,8 @@ def large(paths: list[str]) -> bool:
     total = 0
     for p in paths:
         try:
-            total += os.path.getsize(p)
-        except OSError:
+            total += file_size(p)
+        except (OSError, ValueError):
             pass
     return total >= PROGRESS_MIN_BYTES
 

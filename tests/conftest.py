@@ -36,3 +36,41 @@ def cache_dir(tmp_path):
     d = tmp_path / "cache"
     d.mkdir()
     return str(d)
+
+
+# ---- an S3-compatible endpoint in-process (tests/storage/): moto's server on 127.0.0.1, no network
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """`http://127.0.0.1:PORT` of a moto S3 server for this test process (one per xdist worker)."""
+    server_mod = pytest.importorskip("moto.server", reason="moto[server] not installed (pip install 'packtool[test]')")
+    import logging
+    import socket
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "packtool-test-key-id", "AWS_SECRET_ACCESS_KEY": "packtool-test-SECRET-value",
+          "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch, request):
+    """A fresh bucket on the in-process endpoint; returns its URI `s3://BUCKET`. The store is
+    reached only through the standard AWS environment chain (AWS_ENDPOINT_URL + dummy keys),
+    exactly as packtool's users configure it; subprocesses inherit it."""
+    import re
+    import uuid
+    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
+    import boto3  # comes with moto; pyarrow honours AWS_ENDPOINT_URL only through from_uri
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import is_uri, locate
 from packtool.tokenize.hf_input import FILE_SUFFIXES
 
 
@@ -16,6 +17,9 @@ def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
             raise PacktoolInputError("reading from stdin is not supported (the cache key is the file's "
                                      "bytes); save the data to a file, e.g. `... > data.jsonl`, and "
                                      "pass its path", path="-")
+        if is_uri(spec):
+            locate(spec)  # an unknown scheme or a URI with credentials: one line, now
+            continue
         if hf_flags or os.path.exists(spec) or any(c in spec for c in "*?["):
             continue
         folder = os.path.dirname(spec)

@@ -104,10 +104,24 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     packing = packing or PackingConfig()
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
+    _refuse_uris(inputs, output, cache_dir)
     with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
                       cache_dir=cache_root(cache_dir)):
         return _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir,
                          progress, shard_tokens, ray_address, num_cpus, plan_shard_rows)
+
+
+def _refuse_uris(inputs, output, cache_dir) -> None:
+    """Object storage with --engine ray is not built yet (issue 24): one line, not a local
+    folder named `s3:` or an input "not found"."""
+    from packtool.storage import is_uri, shown
+    items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+    for what, flag, spec in [("an input", None, i) for i in items] + [("--output", "--output", output),
+                                                                      ("--cache-dir", "--cache-dir", cache_dir)]:
+        if is_uri(spec):
+            raise PacktoolInputError(f"{what} on object storage is not supported by --engine ray yet; "
+                                     f"use --engine local (it reads and writes object stores)",
+                                     path=shown(spec), flag=flag or "--engine")
 
 
 def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,

@@ -248,10 +248,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
 def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: dict, locations: list) -> None:
     """Append one shard's small columns to `parts` (never input_ids)."""
     import pyarrow.parquet as pq
-    if not os.path.isfile(path):
+    from packtool.storage import arrow_file, is_file
+    if not is_file(path):
         raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
     try:
-        t = pq.read_table(path, columns=cols)
+        t = pq.read_table(arrow_file(path), columns=cols)
     except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a shard
         raise InspectError(f"{path}: cannot be read as a slab shard ({' '.join(str(e).split())[:200]}); "
                            f"run `packtool verify {directory}`") from None

@@ -21,6 +21,7 @@ from packtool import __version__
 from packtool.align import Alignment, AlignmentError
 from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
+from packtool.storage import is_uri, locate
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
@@ -111,13 +112,30 @@ def write_manifest(directory: str, manifest: dict) -> str:
 
 
 def manifest_file(directory: str) -> str | None:
-    """The manifest's path in `directory`: `MANIFEST`, else the older `LEGACY_MANIFEST`;
-    None when there is neither."""
+    """The manifest's path in `directory` (a folder or an object-store prefix URI):
+    `MANIFEST`, else the older `LEGACY_MANIFEST`; None when there is neither."""
+    if is_uri(directory):
+        loc = locate(directory)
+        for name in (MANIFEST, LEGACY_MANIFEST):
+            if loc.join(name).is_file():
+                return loc.join(name).shown
+        return None
     for name in (MANIFEST, LEGACY_MANIFEST):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
             return path
     return None
+
+
+def join(directory: str, name: str) -> str:
+    """`name` inside a folder or an object-store prefix URI."""
+    return directory.rstrip("/") + "/" + name if is_uri(directory) else os.path.join(directory, name)
+
+
+def open_file(path: str):
+    """What pyarrow.parquet takes for a shard: a local path as it is, a URI as an Arrow file
+    opened through packtool.storage (ranged reads; the store's standard credentials)."""
+    return locate(path).open_input() if is_uri(path) else path
 
 
 def is_hidden(name: str) -> bool:
@@ -130,13 +148,16 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
     `pyarrow.dataset` and `datasets.load_dataset("parquet", data_dir=dir)` would read them as
     data. An older output's `manifest.json` is one of them."""
     listed = set(shards)
-    return sorted(n for n in os.listdir(directory) if n not in listed and not is_hidden(n))
+    names = locate(directory).names() if is_uri(directory) else os.listdir(directory)
+    return sorted(n for n in names if n not in listed and not is_hidden(n))
 
 
 def read_manifest(directory: str) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
     names this format and version. A typo or a shard file is said as such: "re-run pack"
-    would mislead there."""
+    would mislead there. `directory` may be an object-store prefix URI (s3://...)."""
+    if is_uri(directory):
+        return _read_store_manifest(directory)
     if not os.path.isdir(directory):
         raise FormatError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
                           if os.path.exists(directory) else
@@ -147,9 +168,31 @@ def read_manifest(directory: str) -> dict:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
     try:
-        with open(path) as f:
-            m = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
+    return parse_manifest(data, path)
+
+
+def _read_store_manifest(directory: str) -> dict:
+    loc = locate(directory)
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        try:
+            return parse_manifest(loc.join(name).read_bytes(), loc.join(name).shown)
+        except FileNotFoundError:
+            continue
+    if loc.is_file():
+        raise FormatError(f"{loc.shown}: an object, not a packtool output prefix; give the prefix that holds it")
+    raise FormatError(f"{loc.shown}: no {MANIFEST} (not a packtool output, or a pack that has not "
+                      f"committed: re-run `packtool pack`)")
+
+
+def parse_manifest(data: bytes, path: str) -> dict:
+    """A manifest's bytes, checked: JSON, this format and version, the field types."""
+    try:
+        m = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") != SCHEMA_VERSION:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
@@ -240,12 +283,16 @@ class SlabManifest:
         return self.packing.dp
 
     def shard_path(self, i: int) -> str:
-        return os.path.join(self.path, self.shards[i])
+        return join(self.path, self.shards[i])
+
+    def open_shard(self, i: int):
+        """The shard as pyarrow.parquet takes it (a path, or an Arrow file for a URI)."""
+        return open_file(self.shard_path(i))
 
     @classmethod
     def read(cls, path: str) -> "SlabManifest":
         m = read_manifest(path)
-        where = manifest_file(path) or os.path.join(path, MANIFEST)
+        where = manifest_file(path) or join(path, MANIFEST)
         align, packing = manifest_config(m, where)
         tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}
         try:

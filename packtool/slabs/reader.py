@@ -44,7 +44,7 @@ class SlabIndex:
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row",
                                                               *SCALARS)}
         for si in range(len(manifest.shards)):
-            pf = pq.ParquetFile(manifest.shard_path(si))
+            pf = pq.ParquetFile(manifest.open_shard(si))
             for rg in range(pf.num_row_groups):
                 t = pf.read_row_group(rg, columns=list(SCALARS))
                 n = t.num_rows
@@ -103,7 +103,7 @@ class SlabReader:
             self._cache.move_to_end(key)
             return self._cache[key]
         if shard not in self._files:
-            self._files[shard] = pq.ParquetFile(self.manifest.shard_path(shard))
+            self._files[shard] = pq.ParquetFile(self.manifest.open_shard(shard))
         t = self._files[shard].read_row_group(rg, columns=[*LISTS, "tail_pad", "fill_pad"])
         g = {c: _list_column(t.column(c)) for c in LISTS}
         g["tail_pad"] = t.column("tail_pad").to_numpy()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 
+from packtool.storage import open_bytes
+
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
 CHECKSUMS = (SHARD_CHECKSUM, "sha256")  # what `verify` knows, newest first
 
@@ -26,7 +28,7 @@ def _hasher(alg: str):
 
 def file_digest(path: str, alg: str) -> str:
     h = _hasher(alg)
-    with open(path, "rb") as f:
+    with open_bytes(path) as f:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()

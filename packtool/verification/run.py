@@ -25,11 +25,13 @@ from packtool.slabs.format import (
     MANIFEST,
     FormatError,
     manifest_config,
+    join,
     manifest_file,
     read_manifest,
     shard_names,
     stray_entries,
 )
+from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.shard import ShardJob, ShardResult, check_shard
@@ -89,7 +91,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
-    present = [f for f in listed if os.path.isfile(os.path.join(directory, f))]
+    present = [f for f in listed if is_file(join(directory, f))]
     for f in listed:
         if f not in present:
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
@@ -107,7 +109,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     tok = man.get("tokenizer") or {}
     workers = max(1, workers or os.cpu_count() or 1)
     by_name = dict(zip(listed, man["shards"]))
-    base = [ShardJob(os.path.join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
+    base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
                      checksum=_checksum_of(by_name[f]))
             for f in listed if f in present]

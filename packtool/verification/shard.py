@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from packtool.align import Alignment
 from packtool.layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
+from packtool.storage import arrow_file, file_size
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.verification.problems import ProblemLog, first_of, segment_problems
 from packtool.verification.tokens import TOKEN_CHECKS, source_ranges, token_pass, token_problems
@@ -73,12 +74,12 @@ def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_shard(job: ShardJob) -> ShardResult:
-    digest, size = ((file_digest(job.path, job.checksum), os.path.getsize(job.path)) if job.hash_file
+    digest, size = ((file_digest(job.path, job.checksum), file_size(job.path)) if job.hash_file
                     else ("", 0))
     res = ShardResult(job.name, digest, size, log=ProblemLog(job.max_problems))
     log = res.log
     try:
-        pf = pq.ParquetFile(job.path)
+        pf = pq.ParquetFile(arrow_file(job.path))
     except (OSError, pa.ArrowException) as e:
         res.readable = False
         log.add("shard_unreadable", f"cannot open as Parquet ({e}); the file is truncated or "

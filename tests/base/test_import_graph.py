@@ -18,9 +18,10 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
-BASE = {"errors", "params", "align", "layout", "arrays", "side", "packers", "progress", "__init__"}
+BASE = {"errors", "params", "align", "layout", "arrays", "side", "packers", "progress", "storage", "store_lease",
+        "__init__"}
 # output.py (who may write where) sits between the slab format it reads and the pack job.
-ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output_relations": 3.4, "output": 3.5, "packing": 4, "verification": 5,
+ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output_relations": 3.4, "output_store": 3.45, "output": 3.5, "packing": 4, "verification": 5,
          "inspection": 5}
 CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages
 

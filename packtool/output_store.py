@@ -1,0 +1,245 @@
+"""`pack -o s3://bucket/prefix` (any object store): the commit protocol for stores without
+rename, the object-store side of packtool.output (which owns local folders).
+
+A store has no rename and no folder, so the manifest is the commit (FORMAT.md, "Object
+storage"):
+
+1. claim: a lease object `PREFIX/.packtool.lock` (exclusive create where the store offers
+   it; else write + read back, see `lease`), renewed while the run lives; a second writer
+   fails at once. The prefix must be empty or a previous packtool output with only its own
+   objects, as for folders.
+2. intent: `PREFIX/.packtool-pending-RUN.json` lists the shard names this run will write and
+   the previous manifest's shards it will delete, before any of them is touched, so whatever
+   a killed run leaves is named for the next run to delete.
+3. shards go up (multipart for large ones) under names the current manifest does not list:
+   the plain `slabs-NNNNN.parquet` into an empty prefix (the bytes of a local pack), else
+   `slabs-RUN-NNNNN.parquet`. No reader opens a shard its manifest does not list.
+4. commit: the lease is checked to still be ours, then `PREFIX/.manifest.json` is put in one
+   request: readers see the old manifest or the new one, never a mix.
+5. clean: the previous manifest's shards (those it listed and packtool wrote: the size it
+   recorded) are deleted, then the intent, then the lease.
+
+Shards are first written to a local staging folder (the same writer as a folder output), so
+the machine running pack needs room for one output; requests are O(shards), never O(rows).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
+from packtool.errors import PacktoolInputError, PacktoolOutputError
+from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, FormatError, ShardInfo, shard_names
+from packtool.storage import Location, is_uri, locate
+from packtool.store_lease import LEASE, Lease, take_lease
+
+PENDING_PREFIX = ".packtool-pending-"
+SHOWN_FOREIGN = 3
+
+
+class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
+    """A previous packtool output is at the prefix and --overwrite was not given."""
+
+
+def say(line: str) -> None:
+    print(f"packtool: {line}", file=sys.stderr, flush=True)
+
+
+def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:
+    """(manifest, its name) of a prefix, or (None, None) when it holds none."""
+    from packtool.slabs.format import parse_manifest
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        try:
+            data = loc.join(name).read_bytes()
+        except FileNotFoundError:
+            continue
+        return parse_manifest(data, loc.join(name).shown), name
+    return None, None
+
+
+def _pending(loc: Location) -> dict[str, dict]:
+    out = {}
+    for n in loc.names():
+        if n.startswith(PENDING_PREFIX):
+            try:
+                out[n] = json.loads(loc.join(n).read_bytes())
+            except (FileNotFoundError, ValueError):
+                out[n] = {}
+    return out
+
+
+def owned_objects(loc: Location) -> tuple[dict | None, list[str]]:
+    """(previous manifest or None, every object name at the prefix that is packtool's). Any
+    other object makes the prefix not packtool's to write: refused, naming a few."""
+    names = loc.names()
+    if any(i.path.count("/") > loc.path.count("/") + 1 for i in loc.list()):
+        sub = sorted({i.path[len(loc.path) + 1:].split("/")[0] for i in loc.list()
+                      if i.path.count("/") > loc.path.count("/") + 1})
+        _refuse_foreign(loc, [s + "/" for s in sub], "it holds sub-prefixes")
+    try:
+        m, mname = read_store_manifest(loc)
+        listed = set(shard_names(m, loc.join(mname).shown)) if m else set()
+    except FormatError:
+        _refuse_foreign(loc, names, "it is not a packtool output (no readable manifest)")
+    ours = {MANIFEST, LEGACY_MANIFEST, LEASE} | listed
+    for pname, rec in _pending(loc).items():
+        ours |= {pname, *rec.get("new", []), *rec.get("old", [])}
+    foreign = [n for n in names if n not in ours]
+    if foreign:
+        _refuse_foreign(loc, foreign, "a packtool output, but it also holds" if m else
+                        "it is not empty and not a packtool output")
+    return m, [n for n in names if n in ours]
+
+
+def _refuse_foreign(loc: Location, foreign: list[str], why: str):
+    text = ", ".join(foreign[:SHOWN_FOREIGN]) + (f" and {len(foreign) - SHOWN_FOREIGN} more"
+                                                 if len(foreign) > SHOWN_FOREIGN else "")
+    raise PacktoolOutputError(f"{why}: {text}; packtool writes only into a new or empty prefix or "
+                              f"its own previous output: pick another --output", path=loc.shown)
+
+
+def check_store_output(output: str, overwrite: bool) -> dict | None:
+    """Refuse, before any work, a prefix packtool must not write; the previous manifest."""
+    loc = locate(output)
+    if loc.is_file():
+        raise PacktoolOutputError("is an object, not a prefix; pick another --output", path=loc.shown)
+    m, _ = owned_objects(loc)
+    if m is not None and not overwrite:
+        raise StoreOutputExistsError("exists (a previous packtool output): pass --overwrite to "
+                                     "replace it", path=loc.shown)
+    return m
+
+
+_HELD: dict[str, list] = {}
+
+
+@contextmanager
+def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str | None = None) -> Iterator[Lease]:
+    """Check the prefix, take its lease for the block, remove what dead runs left (their
+    intents say what). Re-entrant within a process (pack -> pack_cache)."""
+    _refuse_inside(output, inputs, cache_dir)
+    key = locate(output).shown
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield _HELD[key][0]
+        finally:
+            _HELD[key][1] -= 1
+        return
+    check_store_output(output, overwrite)
+    lease = take_lease(locate(output))
+    _HELD[key] = [lease, 1]
+    try:
+        clean_dead_runs(locate(output))
+        check_store_output(output, overwrite)  # a run may have just ended
+        yield lease
+    finally:
+        _HELD.pop(key, None)
+        lease.release()
+
+
+def _refuse_inside(output: str, inputs, cache_dir) -> None:
+    out = locate(output).shown.rstrip("/") + "/"
+    for p in inputs:
+        if is_uri(p) and (locate(p).shown.rstrip("/") + "/").startswith(out):
+            raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an --output outside "
+                                      f"the inputs", path=locate(output).shown)
+
+
+def clean_dead_runs(loc: Location) -> int:
+    """With the lease held, every intent is a dead run's: delete what it names that the
+    current manifest does not list, then the intent."""
+    m, mname = read_store_manifest(loc)
+    keep = set(shard_names(m, mname)) if m else set()
+    n = 0
+    for pname, rec in _pending(loc).items():
+        for name in [*rec.get("new", []), *rec.get("old", [])]:
+            if name not in keep and loc.join(name).delete():
+                n += 1
+        loc.join(pname).delete()
+    if n:
+        say(f"removed {n} object(s) a killed packtool run left at {loc.shown}")
+    return n
+
+
+def staging_dir(output: str, tag: str) -> str:
+    """A local folder for a store output's shards or spill, in the system's temp folder
+    (TMPDIR); removed by the caller."""
+    return tempfile.mkdtemp(prefix=f"packtool-{tag}-{os.getpid()}-")
+
+
+def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
+    """Steps 2-5 of the protocol for a finished local staging folder; returns the shards under
+    the names they have in the store."""
+    loc = locate(output)
+    lease = _HELD.get(loc.shown, [None])[0]
+    if lease is None:
+        raise PacktoolOutputError("commit_to_store outside claim_store (a packtool bug)", path=loc.shown)
+    old, oname = read_store_manifest(loc)
+    old_names = shard_names(old, oname) if old else []
+    run = uuid.uuid4().hex[:12]
+    rename = bool(old_names) or any(loc.join(s.file).exists() for s in shards)
+    new = [_renamed(s, run) if rename else s for s in shards]
+    clash = set(old_names) & {s.file for s in new}
+    if clash:
+        raise PacktoolOutputError(f"shard name {sorted(clash)[0]} is listed by the previous manifest; "
+                                  f"re-run (a new run id is drawn)", path=loc.shown)
+    intent = loc.join(f"{PENDING_PREFIX}{run}.json")
+    old_sizes = {e["file"]: e.get("bytes") for e in (old or {}).get("shards", [])}
+    intent.write_bytes(json.dumps({"new": [s.file for s in new], "old": old_names}).encode())
+    for src, dst in zip(shards, new):
+        _upload(os.path.join(staged, src.file), loc.join(dst.file))
+        lease.check()
+    manifest = dict(manifest, shards=[_as_dict(s) for s in new])
+    lease.check()  # the last moment another writer could have taken the prefix
+    loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    if oname == LEGACY_MANIFEST:
+        loc.join(LEGACY_MANIFEST).delete()
+    keep = {s.file for s in new}
+    for name in old_names:
+        if name not in keep and _is_ours(loc.join(name), old_sizes.get(name)):
+            loc.join(name).delete()
+    intent.delete()
+    return new
+
+
+def _renamed(s: ShardInfo, run: str) -> ShardInfo:
+    stem = s.file[:-len(".parquet")] if s.file.endswith(".parquet") else s.file
+    head, _, num = stem.rpartition("-")
+    return ShardInfo(**{**_as_dict(s), "file": f"{head}-{run}-{num}.parquet" if head else f"{stem}-{run}.parquet"})
+
+
+def _as_dict(s: ShardInfo) -> dict:
+    from dataclasses import asdict
+    return asdict(s)
+
+
+def _is_ours(obj: Location, size) -> bool:
+    """A listed shard is deleted only while it is what the manifest recorded (its size)."""
+    try:
+        info = obj.info()
+    except FileNotFoundError:
+        return False
+    return size is None or info.size == size
+
+
+UPLOAD_BUFFER = 16 << 20
+
+
+def _upload(src: str, dst: Location) -> None:
+    with open(src, "rb") as f, dst.open_output() as out:
+        shutil.copyfileobj(f, out, UPLOAD_BUFFER)
+
+
+def refuse_store_feature(what: str, flag: str) -> None:
+    raise PacktoolInputError(f"{what} on object storage is not supported yet; use a local path "
+                             f"(the output may still be a URI)", flag=flag)
+
+
+__all__ = ["PENDING_PREFIX", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
+           "commit_to_store", "owned_objects", "read_store_manifest", "staging_dir"]

@@ -1,0 +1,308 @@
+"""Where data lives: a local path or an object-store URI, resolved once, and every touch of it.
+
+`locate(spec)` turns what a user gave (a local path, `s3://bucket/key`, `gs://...`,
+`abfs://...`, `hdfs://...`, `file://...`, or a path beside a `pyarrow.fs.FileSystem` / fsspec
+filesystem object) into a `Location`: a `pyarrow.fs` filesystem plus a path in it, and a
+`shown` form that is safe to print. Readers and writers ask the Location to open, list,
+stat, write and delete; packtool's local output rules (lock file, overwrite, clean-up) stay in
+`packtool.output`, the object-store commit protocol in `packtool.output_store`, both over this.
+
+Credentials and endpoints come only from each store's standard chain (for S3: AWS_* variables
+including AWS_ENDPOINT_URL, profiles, instance roles), never from the URI: a URI carrying a
+user:secret@ or a key/secret/token query parameter is refused, and nothing here prints more
+than `shown` (scheme, bucket and key). Scheme names Arrow does not know are one-line refusals.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from packtool.errors import PacktoolInputError
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+# what pyarrow.fs.FileSystem.from_uri resolves in this build (gs/az need Arrow built with them)
+SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "viewfs", "file", "local", "mock")
+_SECRET_QUERY = re.compile(r"(key|secret|token|password|passwd|credential|sig|sas)", re.I)
+GLOB_CHARS = "*?["
+
+
+class StorageError(PacktoolInputError):
+    """A location packtool cannot use: an unknown scheme, credentials in a URI, a store that
+    cannot be reached or refuses a request. One line, the location shown without secrets."""
+
+
+def is_uri(spec: object) -> bool:
+    """A `scheme://` string (a Windows drive `C:\\` is not one)."""
+    return isinstance(spec, str) and bool(_URI.match(spec))
+
+
+def shown(spec: str) -> str:
+    """`spec` safe to print or record: no user info, no query string."""
+    if not is_uri(spec):
+        return spec
+    u = urlsplit(spec)
+    host = u.hostname or ""
+    if u.port:
+        host += f":{u.port}"
+    return f"{u.scheme}://{host}{u.path}"
+
+
+@dataclass(frozen=True, eq=False)
+class Location:
+    """A place data lives: `fs` + `path` (Arrow's form: `bucket/key` on object stores, an
+    absolute path locally). `shown` names it in messages and manifests."""
+
+    fs: pafs.FileSystem
+    path: str
+    shown: str
+    local: bool
+
+    # --- naming
+    def join(self, *names: str) -> "Location":
+        path = "/".join([self.path.rstrip("/"), *names]) if not self.local else os.path.join(self.path, *names)
+        return Location(self.fs, path, "/".join([self.shown.rstrip("/"), *names]), self.local)
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    # --- questions
+    def info(self) -> pafs.FileInfo:
+        return self._call("stat", self.fs.get_file_info, self.path)
+
+    def exists(self) -> bool:
+        return self.info().type != pafs.FileType.NotFound
+
+    def is_file(self) -> bool:
+        return self.info().type == pafs.FileType.File
+
+    def is_dir(self) -> bool:
+        """A folder, or on an object store a prefix holding at least one object."""
+        t = self.info().type
+        if t == pafs.FileType.Directory:
+            return True
+        if t == pafs.FileType.File or self.local:
+            return False
+        return bool(self.list(recursive=False))
+
+    def list(self, recursive: bool = True) -> list[pafs.FileInfo]:
+        """Files below this folder/prefix (empty when there is none), sorted by path."""
+        sel = pafs.FileSelector(self.path.rstrip("/") or "/", allow_not_found=True, recursive=recursive)
+        found = self._call("list", self.fs.get_file_info, sel)
+        return sorted((i for i in found if i.type == pafs.FileType.File), key=lambda i: i.path)
+
+    def names(self) -> list[str]:
+        """The plain names directly in this folder/prefix."""
+        return [i.path.rsplit("/", 1)[-1] for i in self.list(recursive=False)]
+
+    # --- bytes
+    def open_input(self):
+        """A seekable Arrow file (Parquet, Arrow IPC, ranged reads on object stores)."""
+        return self._call("open", self.fs.open_input_file, self.path)
+
+    def open_stream(self):
+        """A sequential Arrow stream (no decompression: the readers pick codecs by suffix)."""
+        return self._call("open", self.fs.open_input_stream, self.path, compression=None)
+
+    def read_bytes(self) -> bytes:
+        with self.open_stream() as f:
+            return f.read()
+
+    def open_output(self):
+        """A new object/file written whole: an object store makes it visible only at close
+        (large ones go up as multipart uploads)."""
+        if self.local:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        return self._call("write", self.fs.open_output_stream, self.path)
+
+    def write_bytes(self, data: bytes) -> None:
+        with self.open_output() as f:
+            f.write(data)
+
+    def delete(self) -> bool:
+        """Remove this one file/object; False when it was already gone."""
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            if "not found" in str(e).lower() or "nosuchkey" in str(e).lower():
+                return False
+            raise StorageError(f"cannot delete it ({_why(e)})", path=self.shown) from None
+        return True
+
+    def _call(self, what: str, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            if what != "write" and _not_found(e):
+                raise FileNotFoundError(self.shown) from None
+            raise StorageError(f"cannot {what} it ({_why(e)}); check the store's credentials "
+                               f"chain and endpoint (for S3: AWS_* variables, AWS_ENDPOINT_URL)",
+                               path=self.shown) from None
+
+
+def _not_found(e: OSError) -> bool:
+    t = str(e).lower()
+    return any(w in t for w in ("not found", "nosuchkey", "no such", "does not exist", "path does not exist"))
+
+
+def _why(e: BaseException) -> str:
+    """The store's reason, one line, without anything that could carry a request signature."""
+    text = " ".join(str(e).split())
+    text = re.sub(r"(?i)(signature|credential|authorization|x-amz-[a-z-]+)=\S+", r"\1=…", text)
+    return text[:200]
+
+
+def _refuse_secrets(spec: str) -> None:
+    u = urlsplit(spec)
+    if u.username or u.password:
+        raise StorageError("a URI with user:password@ is refused: credentials come from the store's "
+                           "standard chain (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                           "AWS_PROFILE, an instance role)", path=shown(spec))
+    for part in u.query.split("&"):
+        if part and _SECRET_QUERY.search(part.split("=", 1)[0]):
+            raise StorageError(f"the URI query parameter {part.split('=', 1)[0]!r} looks like a "
+                               f"credential and is refused: use the store's standard chain",
+                               path=shown(spec))
+
+
+def locate(spec, filesystem=None) -> Location:
+    """Resolve a path or URI once. `filesystem`: a `pyarrow.fs.FileSystem` or an fsspec
+    filesystem object (a library user's own store); `spec` is then a path in it."""
+    if filesystem is not None:
+        fs = as_arrow_fs(filesystem)
+        path = os.fspath(spec)
+        return Location(fs, path, f"<{type(filesystem).__name__}>/{path.lstrip('/')}",
+                        isinstance(fs, pafs.LocalFileSystem))
+    spec = os.fspath(spec)
+    m = _URI.match(spec)
+    if not m:
+        path = os.path.abspath(os.path.expanduser(spec))
+        return Location(pafs.LocalFileSystem(), path, spec, True)
+    scheme = m.group(1).lower()
+    if scheme in ("file", "local"):
+        path = urlsplit(spec).path
+        return Location(pafs.LocalFileSystem(), path, path, True)
+    if scheme not in SCHEMES:
+        raise StorageError(f"the scheme {scheme}:// is not supported; packtool reads and writes local "
+                           f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
+                           f"(through pyarrow.fs), or pass a filesystem object from Python",
+                           path=shown(spec))
+    _refuse_secrets(spec)
+    try:
+        fs, path = pafs.FileSystem.from_uri(spec)
+    except (OSError, ValueError, ImportError) as e:
+        raise StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
+                           f"support, or the store's configuration is incomplete", path=shown(spec)) from None
+    return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False)
+
+
+def as_arrow_fs(filesystem) -> pafs.FileSystem:
+    if isinstance(filesystem, pafs.FileSystem):
+        return filesystem
+    mod = type(filesystem).__module__ or ""
+    if mod.startswith("fsspec") or hasattr(filesystem, "protocol") and hasattr(filesystem, "open"):
+        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
+    raise StorageError(f"a {type(filesystem).__name__} is not a filesystem; pass a pyarrow.fs.FileSystem "
+                       f"or an fsspec filesystem")
+
+
+def expand(spec: str) -> list[Location]:
+    """An object-store input spec as its files, sorted: one object, every object below a
+    prefix, or the objects a glob (`*`, `?`, `[...]`, `**`) matches. Hidden names (`.`, `_`)
+    below a prefix are left out, as Arrow's dataset readers do."""
+    loc = locate(spec)
+    if not any(c in loc.path for c in GLOB_CHARS):
+        if loc.is_file():
+            return [loc]
+        found = [i for i in loc.list() if not _hidden_below(i.path, loc.path)]
+        return [_child(loc, i.path) for i in found]
+    cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
+    base = loc.path[:cut].rsplit("/", 1)[0]
+    root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False)
+    pattern = _glob_regex(loc.path)
+    return [_child(root, i.path) for i in root.list() if pattern.match(i.path)]
+
+
+def _child(root: Location, path: str) -> Location:
+    rel = path[len(root.path):].lstrip("/")
+    return Location(root.fs, path, root.shown.rstrip("/") + "/" + rel, root.local)
+
+
+def _hidden_below(path: str, base: str) -> bool:
+    return any(p.startswith((".", "_")) for p in path[len(base):].strip("/").split("/"))
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """`**` crosses folders, `*` and `?` do not (glob.glob(recursive=True)'s rule)."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and "]" in pattern[i + 2:]:
+            j = pattern.index("]", i + 2)
+            body = pattern[i + 1:j]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+# --- the same questions of a string that may be a local path or a URI (readers' one call) ---
+
+def arrow_file(path: str):
+    """What pyarrow readers take: a local path as it is, a URI as a seekable Arrow file."""
+    return locate(path).open_input() if is_uri(path) else path
+
+
+def open_bytes(path: str):
+    """A binary file object for sequential reads (checksums, text inputs)."""
+    return locate(path).open_stream() if is_uri(path) else open(path, "rb")
+
+
+def is_file(path: str) -> bool:
+    return locate(path).is_file() if is_uri(path) else os.path.isfile(path)
+
+
+def file_size(path: str) -> int:
+    if not is_uri(path):
+        return os.path.getsize(path)
+    info = locate(path).info()
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(shown(path))
+    return int(info.size)
+
+
+def file_stat(path: str) -> tuple[int, int]:
+    """(size, mtime in ns; 0 when the store keeps none) of a file or object."""
+    if not is_uri(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    info = locate(path).info()
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(shown(path))
+    return int(info.size), int(info.mtime_ns or 0)
+
+
+__all__ = ["arrow_file", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+           "locate", "shown"]

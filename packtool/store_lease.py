@@ -1,0 +1,150 @@
+"""One writer per object-store prefix: a lease object `PREFIX/.packtool.lock`.
+
+Taking it: an exclusive create, i.e. an S3 `PutObject` with `If-None-Match: *` (through
+botocore, when it is installed: pyarrow.fs has no conditional put), so of two writers exactly
+one gets it and the other fails at once. Without botocore, or on another store, the lease is
+written and read back after `SETTLE_SECONDS`: two writers that both looked before either
+wrote (a window of one request plus the settle time) can both think they hold it; the
+holder re-reads it before its commit (`Lease.check`), which narrows the harm to two runs
+that commit within that window. FORMAT.md and docs/SCALING.md say so.
+
+The holder renews it every `RENEW_SECONDS`; a lease not renewed for `LEASE_SECONDS` is a
+dead run's and the next run takes it over (and cleans what the dead run left). The record
+holds a random token, "pid N on HOST" and the renewal time: nothing secret.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+from packtool.errors import PacktoolOutputError
+from packtool.storage import Location
+
+LEASE = ".packtool.lock"
+LEASE_SECONDS = 120.0
+RENEW_SECONDS = 20.0
+SETTLE_SECONDS = 0.5
+
+
+class LeaseLostError(PacktoolOutputError):
+    """Another run took the prefix's lease while this one was writing: nothing was committed."""
+
+
+def _read(lock: Location) -> dict | None:
+    try:
+        rec = json.loads(lock.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+class Lease:
+    def __init__(self, lock: Location, prefix: str):
+        self.lock, self.prefix = lock, prefix
+        self.token = uuid.uuid4().hex
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def record(self) -> bytes:
+        return json.dumps({"token": self.token, "owner": f"pid {os.getpid()} on {socket.gethostname()}",
+                           "renewed": time.time()}).encode()
+
+    def held(self) -> bool:
+        rec = _read(self.lock)
+        return bool(rec) and rec.get("token") == self.token
+
+    def check(self) -> None:
+        """Raise unless the lease is still this run's (read from the store, not remembered)."""
+        if self.lost or not self.held():
+            self.lost = True
+            raise LeaseLostError("another packtool run took this output's lease while this one was "
+                                 "writing; nothing was committed: re-run when it is done", path=self.prefix)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW_SECONDS):
+            try:
+                if not self.held():
+                    self.lost = True
+                    return
+                self.lock.write_bytes(self.record())
+            except Exception:  # a transient store error: the next renewal or check() says more
+                continue
+
+    def start(self) -> "Lease":
+        self._thread = threading.Thread(target=self._renew, name="packtool-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            if self.held():
+                self.lock.delete()
+        except Exception:  # the lease then expires on its own
+            pass
+
+
+def _busy(prefix: str, rec: dict) -> PacktoolOutputError:
+    age = time.time() - float(rec.get("renewed") or 0)
+    return PacktoolOutputError(f"another packtool pack ({rec.get('owner', '?')}, renewed {age:.0f} s ago) "
+                               f"is writing this output; wait for it to finish or pick another --output "
+                               f"(a dead run's lease expires {LEASE_SECONDS:.0f} s after its last renewal)",
+                               path=prefix)
+
+
+def _s3_exclusive_put(lock: Location, body: bytes) -> bool | None:
+    """True: created; False: it exists; None: no conditional put here (not S3 or no botocore)."""
+    if getattr(lock.fs, "type_name", "") != "s3":
+        return None
+    try:
+        import botocore.session
+        from botocore.exceptions import ClientError
+    except ImportError:
+        return None
+    bucket, _, key = lock.path.partition("/")
+    region = getattr(lock.fs, "region", None) or None
+    client = botocore.session.get_session().create_client("s3", region_name=region)
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or \
+                e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+            return False
+        raise PacktoolOutputError(f"cannot create the lease object ({code or 'error'}); check the "
+                                  f"store's credentials chain", path=lock.shown) from None
+    return True
+
+
+def take_lease(prefix: Location) -> Lease:
+    lock = prefix.join(LEASE)
+    lease = Lease(lock, prefix.shown)
+    rec = _read(lock)
+    if rec is not None:
+        if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS:
+            raise _busy(prefix.shown, rec)
+        print(f"packtool: taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
+              f"stopped renewing it", file=sys.stderr, flush=True)
+        lock.delete()
+    made = _s3_exclusive_put(lock, lease.record())
+    if made is False:
+        raise _busy(prefix.shown, _read(lock) or {})
+    if made is None:
+        lock.write_bytes(lease.record())
+        time.sleep(SETTLE_SECONDS)
+        if not lease.held():
+            raise _busy(prefix.shown, _read(lock) or {})
+    return lease.start()
+
+
+__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "RENEW_SECONDS", "take_lease"]
