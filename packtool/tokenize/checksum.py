@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from packtool.storage import open_bytes
+from packtool.storage import is_uri, open_bytes
 
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
 CHECKSUMS = (SHARD_CHECKSUM, "sha256")  # what `verify` knows, newest first
@@ -49,6 +49,11 @@ def fast_digest(path: str) -> str:
     h = xxhash.xxh3_128()
     buf = bytearray(1 << 22)
     view = memoryview(buf)
+    if is_uri(path):  # an object: streamed in ranged reads, never whole in memory
+        with open_bytes(path) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return h.hexdigest()
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):
             h.update(view[:n])

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 
@@ -178,8 +179,8 @@ def key_of(f) -> list:
     by its own fingerprint, or a fresh id when it has none (a stream: never reused)."""
     if isinstance(f, ArrowSource):
         return [f.kind, f.identity or f"unkeyed-{uuid.uuid4().hex}"]
-    st = os.stat(f.path)
-    return [f.path, st.st_size, st.st_mtime_ns]
+    size, mtime = file_stat(f.path)
+    return [f.path, size, mtime]
 
 
 def start_meta(f) -> Future:
@@ -192,9 +193,9 @@ def start_meta(f) -> Future:
         return done
 
     def meta() -> dict:
-        st = os.stat(f.path)
-        return {"path": f.path, "bytes": st.st_size, "sha256": sha256_file(f.path),
-                "mtime_ns": st.st_mtime_ns, "format": f.kind}
+        size, mtime = file_stat(f.path)
+        return {"path": f.path, "bytes": size, "sha256": sha256_file(f.path),
+                "mtime_ns": mtime, "format": f.kind}
     return _HASH_POOL.submit(meta)
 
 
@@ -214,7 +215,7 @@ FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst",
 
 def is_dataset_name(spec: str) -> bool:
     """Not a local path or glob: a Hub dataset name (`owner/name` or `name`)."""
-    return not os.path.exists(spec) and not any(c in spec for c in "*?[") and \
+    return not is_uri(spec) and not os.path.exists(spec) and not any(c in spec for c in "*?[") and \
         not spec.lower().endswith(FILE_SUFFIXES)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import tokenizers
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import file_size
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -231,7 +232,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     renderer = Renderer(template, special) if template else None
     counts = [rows_of(f) for f in files]
     total, by_bytes = (sum(counts), False) if all(c is not None for c in counts) else (None, False)
-    sizes = [os.path.getsize(f.path) if isinstance(f, InputFile) else None for f in files]
+    sizes = [file_size(f.path) if isinstance(f, InputFile) else None for f in files]
     if total is None and all(s is not None for s in sizes):
         total, by_bytes = sum(sizes), True
     bytes_before = 0  # bytes of the inputs already read (bytes mode)

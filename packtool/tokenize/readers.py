@@ -27,6 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import arrow_file, expand, is_file, is_uri, locate, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
 _PARQUET_EXT = (".parquet", ".pq")
@@ -85,6 +86,9 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
     for spec in inputs:
+        if is_uri(spec):
+            out += _store_files(spec)
+            continue
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             paths = sorted(glob.glob(spec, recursive=True))
@@ -122,8 +126,30 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
                         ".arrow/.feather, .csv/.tsv or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
-    files = [InputFile(os.path.abspath(f.path), f.kind) for f in out]
+    files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
     _refuse_repeats(files)
+    return files
+
+
+def _store_files(spec: str) -> list[InputFile]:
+    """An object-store URI: one object, every data object below a prefix, or a glob's
+    matches (packtool.storage.expand), each named by its URI without secrets."""
+    try:
+        found = expand(spec)
+    except FileNotFoundError:
+        found = []
+    one = len(found) == 1 and found[0].path == locate(spec).path
+    if not found:
+        raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
+                                 else "input not found (no such object or prefix)", path=locate(spec).shown)
+    bad = [x.shown for x in found if not _kind_of(x.path) and (one or x.path.lower().endswith(_UNREADABLE_EXT))]
+    if bad:
+        raise PacktoolInputError("unknown or unreadable file type; expected .parquet, .jsonl[.gz|.zst|.bz2], "
+                                 ".json, .arrow/.feather or .csv/.tsv", path=bad[0])
+    files = [InputFile(x.shown, _kind_of(x.path)) for x in found if _kind_of(x.path)]
+    if not files:
+        raise PacktoolInputError("prefix holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv objects",
+                                 path=locate(spec).shown)
     return files
 
 
@@ -132,6 +158,12 @@ def _refuse_repeats(files: list[InputFile]) -> None:
     packed twice: an error, naming both spellings."""
     seen: dict = {}
     for f in files:
+        if is_uri(f.path):
+            key = f.path
+            if key in seen:
+                raise PacktoolInputError("input given more than once; pass each file once", path=f.path)
+            seen[key] = f.path
+            continue
         try:
             st = os.stat(f.path)
         except OSError:  # missing: the reader names it
@@ -149,7 +181,7 @@ def _refuse_repeats(files: list[InputFile]) -> None:
 
 def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(arrow_file(path))
         # one reader per row group: a reader over the whole file keeps every decoded row
         # group's buffers until it ends (RSS grew ~620 MiB over a 637 MB file of 1M rows)
         for g in range(pf.num_row_groups):
@@ -159,7 +191,7 @@ def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> I
 
 
 def _open_arrow(path: str):
-    source = pa.memory_map(path)
+    source = locate(path).open_input() if is_uri(path) else pa.memory_map(path)
     try:
         return ipc.open_file(source)
     except pa.ArrowInvalid:
@@ -262,18 +294,20 @@ def _open_text(path: str):
     low = path.lower()
     codec = next((c for ext, c in _JSONL_CODECS.items() if low.endswith(ext)), None)
     if low.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
+        with gzip.open(open_bytes(path), "rb") as f:
             yield f, f.fileobj
     elif codec is not None:
-        with pa.OSFile(path, "rb") as raw, pa.CompressedInputStream(raw, codec) as f:
+        with (pa.PythonFile(open_bytes(path), "r") if is_uri(path) else pa.OSFile(path, "rb")) as raw, \
+                pa.CompressedInputStream(raw, codec) as f:
             yield f, raw
     else:
-        with open(path, "rb") as f:
+        with open_bytes(path) as f:
             yield f, f
 
 
 def _json_array_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-    raw = open(path, "rb").read()
+    with open_bytes(path) as f:
+        raw = f.read()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -363,7 +397,7 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
     format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
     `_jsonl_batches` (JSON Lines and CSV)."""
-    if not os.path.exists(f.path):
+    if not is_file(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
     if f.kind in ("jsonl", "csv") and read_bytes is not None:
         return _READERS[f.kind](f.path, batch_size, columns, read_bytes=read_bytes)
@@ -374,7 +408,7 @@ def peek_columns(f: InputFile) -> list[str]:
     """Column names, from metadata where the format has it, else from the first batch."""
     try:
         if f.kind == "parquet":
-            return list(pq.ParquetFile(f.path).schema_arrow.names)
+            return list(pq.ParquetFile(arrow_file(f.path)).schema_arrow.names)
         if f.kind == "arrow":
             return list(_open_arrow(f.path).schema.names)
         if f.kind == "csv":
@@ -392,7 +426,7 @@ def count_rows(f: InputFile) -> int | None:
     """Row count when the format stores it (for the progress bar), else None."""
     try:
         if f.kind == "parquet":
-            return pq.ParquetFile(f.path).metadata.num_rows
+            return pq.ParquetFile(arrow_file(f.path)).metadata.num_rows
         if f.kind == "arrow":
             r = _open_arrow(f.path)
             if isinstance(r, ipc.RecordBatchFileReader):
