@@ -61,7 +61,10 @@ class _Span:
         return d == 0
 
     def end(self) -> None:
-        self.local.depth -= 1
+        d = getattr(self.local, "depth", 0)
+        if d == 0:  # began before the watch was registered (another thread held numba's lock)
+            return
+        self.local.depth = d - 1
         if self.local.depth == 0:
             k = threading.get_ident()
             self.total[k] = self.total.get(k, 0.0) + time.perf_counter() - self.local.t0
