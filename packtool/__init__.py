@@ -15,6 +15,16 @@ Stages and data flow: docs/DESIGN.md.
 from __future__ import annotations
 
 import importlib
+import os as _os
+import sys as _sys
+
+if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
+    # Arrow picks its default allocator once, when it loads, and every entry (the `packtool`
+    # command, `python -m packtool`, the library, Ray and verify workers) imports this package
+    # before any module of it imports pyarrow. jemalloc measured less CPU and peak RSS than
+    # pyarrow's mimalloc with the shard-writer threads (BENCHMARKS.md, Pack end to end). An
+    # explicit ARROW_DEFAULT_MEMORY_POOL wins; a caller that loaded pyarrow first keeps its pool.
+    _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
 __version__ = "0.1.0"
 

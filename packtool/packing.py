@@ -14,44 +14,32 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from typing import Callable
 
-if "pyarrow" not in sys.modules and sys.platform.startswith("linux"):
-    # Arrow picks its default allocator once, when it loads. With the shard-writer threads,
-    # jemalloc measured 174 vs ~221 MiB peak RSS growth and ~10% less CPU than pyarrow's
-    # mimalloc at 1M sequences (BENCHMARKS.md, Pack end to end); an explicit
-    # ARROW_DEFAULT_MEMORY_POOL wins, and a caller that loaded pyarrow first keeps its pool.
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from packtool.align import Alignment  # noqa: E402
-from packtool.errors import PacktoolCacheError, PacktoolInputError  # noqa: E402
-from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir  # noqa: E402,F401  # noqa: E402
-from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir  # noqa: E402
-from packtool.params import expect  # noqa: E402
-from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError  # noqa: E402
+from packtool.align import Alignment
+from packtool.errors import PacktoolCacheError, PacktoolInputError
+from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir
+from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir
+from packtool.params import expect
+from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
 from packtool.planning.core import plan as make_plan
-from packtool.planning.sharded import ShardedPlan  # noqa: E402
-from packtool.planning.slabs import SlabSpec  # noqa: E402
-from packtool.planning.spill import PLAN_SHARD_ROWS  # noqa: E402
-from packtool.planning.summary import PlanSummary, plan_summary, with_skipped  # noqa: E402
-from packtool.progress import say_if_compiling  # noqa: E402
-from packtool.slabs.format import (  # noqa: E402
-    ShardInfo,  # noqa: E402
-    build_manifest,
-    write_manifest,
-)
-from packtool.slabs.writer import release_memory, write_shards  # noqa: E402
-from packtool.storage import is_uri  # noqa: E402
-from packtool.tokenize import TokenizedCache, tokenize_to_cache  # noqa: E402
-from packtool.tokenize.config import TokenizeConfig  # noqa: E402
-from packtool.tokenize.flat_tokens import flat_store_for  # noqa: E402
-from packtool.tokenize.hf_input import resolve_sources  # noqa: E402
+from packtool.planning.sharded import ShardedPlan
+from packtool.planning.slabs import SlabSpec
+from packtool.planning.spill import PLAN_SHARD_ROWS
+from packtool.planning.summary import PlanSummary, plan_summary, with_skipped
+from packtool.progress import say_if_compiling
+from packtool.slabs.format import ShardInfo, build_manifest, write_manifest
+from packtool.slabs.writer import release_memory, write_shards
+from packtool.storage import is_uri
+from packtool.tokenize import TokenizedCache, tokenize_to_cache
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.flat_tokens import flat_store_for
+from packtool.tokenize.hf_input import resolve_sources
 
 
 @dataclass(frozen=True)
@@ -306,3 +294,8 @@ def _progress_cb(progress: bool, total: int):
         if done[0] >= total:
             bar.stop()
     return cb
+
+
+# OutputExistsError and check_output: older callers imported them from here.
+__all__ = ["OutputExistsError", "PackResult", "cache_root", "check_output", "manifest_stats", "pack",
+           "pack_cache", "rows_named", "source_of_row", "write_output"]
