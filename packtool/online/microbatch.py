@@ -23,7 +23,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.online import _kernels as K
-from packtool.online.step import OnlinePackError, StepPacker, as_lengths
+from packtool.online.step import OnlinePackError, StepPacker, as_lengths, check_int
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,9 @@ def micro_batches(seg_lens, alignment: Alignment, budget: int, row_offsets=None,
                 row_offsets.size > 1 and np.any(np.diff(row_offsets) < 0)):
             raise OnlinePackError(f"row_offsets must rise from 0 to len(seg_lens)="
                                   f"{lens.size}: pass the rows' CSR offsets")
-    if isinstance(budget, bool) or int(budget) != budget or budget < alignment.t:
+    budget = check_int("budget", budget, 1)
+    pad_to = check_int("pad_to", pad_to, 0, optional=True)
+    if budget < alignment.t:
         raise OnlinePackError(f"micro-batch budget {budget!r} is below the per-slab multiple "
                               f"t={alignment.t} ({alignment.describe()}): use at least "
                               f"{alignment.t} tokens")

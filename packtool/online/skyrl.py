@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Optional
 
 from packtool.align import Alignment
-from packtool.online.step import StepBins, StepPacker
+from packtool.online.step import StepBins, StepPacker, check_int
 
 
 class PackingStrategy(enum.Enum):
@@ -65,10 +65,9 @@ class SeqPacker:
                  alignment: Alignment | None = None, tp: int = 1, cp: int = 1,
                  sp: bool | None = None, fp8: str = "none", convention: str = "packtool",
                  moves: str = "skyrl"):
-        if min_bin_count is not None and min_bin_count < 0:
-            raise ValueError("min_bin_count must be nonnegative")
-        if bin_count_multiple is not None and bin_count_multiple < 1:
-            raise ValueError("bin_count_multiple must be positive")
+        # OnlinePackError is a ValueError, as SkyRL raises
+        min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
+        bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
         if alignment is None:
             alignment = _alignment(tp, cp, sp, fp8, bin_capacity, convention)
         elif alignment.capacity != bin_capacity or alignment.fixed_length is not None:

@@ -112,6 +112,8 @@ class StepBins:
         """Rank r's bins in micro-batch order, each an int64 array of sequence indices."""
         if self.rank is None:
             raise OnlinePackError("rank_bins needs dp: pack with dp=<data-parallel size>")
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < self.dp:
+            raise OnlinePackError(f"rank {r!r} is not a rank of dp={self.dp}: pass 0 to {self.dp - 1}")
         mine = np.flatnonzero(self.rank == r)
         mine = mine[np.argsort(self.micro[mine], kind="stable")]
         return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in mine.tolist()]
@@ -133,6 +135,29 @@ class StepBins:
         return float((tot.max() - m) / m) if m > 0 else 0.0
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def check_int(name: str, value, minimum: int = 0, optional: bool = False) -> int | None:
+    """`value` as an int when it is an integer >= `minimum` (None too when `optional`); else
+    the one line naming the argument, as the CLI names its flag (2.0, '2' and True are not
+    integers here)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        what = {0: "a nonnegative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise OnlinePackError(f"{name} must be {what}, got {value!r}")
+    return int(value)
+
+
+def check_float(name: str, value, minimum: float = 0.0) -> float:
+    """`value` as a float when it is a finite real number >= `minimum` (nan and inf are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value < minimum:
+        raise OnlinePackError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    return float(value)
+
+
 def as_lengths(lengths) -> np.ndarray:
     """A 1-D integer numpy view of `lengths`: numpy arrays pass through, torch tensors are
     viewed (a CUDA tensor is copied to the host once), lists are converted."""
@@ -146,6 +171,10 @@ def as_lengths(lengths) -> np.ndarray:
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise OnlinePackError(f"sequence lengths must be a 1-D integer array, got "
                               f"{arr.dtype} {arr.shape}: pass one length per sequence")
+    if arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
+        i = int(np.argmax(arr))  # int64 would call it negative
+        raise OnlinePackError(f"sequence {i} has length {int(arr[i])}, above 2^63-1: lengths "
+                              f"must be token counts")
     if arr.dtype != np.int64:
         arr = arr.astype(np.int64)  # the kernels are compiled for int64 only (start-up)
     return arr
@@ -175,11 +204,10 @@ class StepPacker:
                                 else "error")
         if oversize not in OVERSIZE:
             raise OnlinePackError(f"oversize must be error or singleton, got {oversize!r}")
-        for name, v in (("dp", dp), ("bin_count_multiple", bin_count_multiple)):
-            if v is not None and (isinstance(v, bool) or int(v) != v or v < 1):
-                raise OnlinePackError(f"{name} must be a positive integer, got {v!r}")
-        if min_bin_count is not None and min_bin_count < 0:
-            raise OnlinePackError(f"min_bin_count must be nonnegative, got {min_bin_count!r}")
+        dp = check_int("dp", dp, 1, optional=True)
+        bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
+        min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
+        attn_coef = check_float("attn_coef", attn_coef)
         if dp is not None:  # every rank needs the same number of bins, at least one
             min_bin_count = max(min_bin_count or 0, dp)
             bcm = bin_count_multiple or 1

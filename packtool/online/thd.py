@@ -18,7 +18,7 @@ import torch
 from packtool.align import Alignment
 from packtool.layout import compute_layout, cp_rank_index
 from packtool.megatron.thd import ThdBatch, build_thd_params, positions_in_segment
-from packtool.online.step import OnlinePackError
+from packtool.online.step import OnlinePackError, as_lengths
 
 
 def _flat(x, lengths, what: str):
@@ -38,6 +38,19 @@ def _flat(x, lengths, what: str):
     return torch.cat(seqs), lens
 
 
+def _integer_ids(input_ids, lengths) -> None:
+    """Token ids and lengths are integers: the int64 cast would truncate a float (1.7 -> 1)."""
+    if lengths is not None:
+        as_lengths(lengths)  # refuses a float length, names it
+    seqs = [input_ids] if isinstance(input_ids, torch.Tensor) else input_ids
+    for i, t in enumerate(seqs):
+        dt = t.dtype if isinstance(t, torch.Tensor) else torch.as_tensor(t).dtype
+        if dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            where = "input_ids" if isinstance(input_ids, torch.Tensor) else f"input_ids[{i}]"
+            raise OnlinePackError(f"{where} is a {dt} tensor: token ids must be integers (the cast "
+                                  f"to int64 would truncate 1.7 to 1); pass integer ids (torch.long)")
+
+
 def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
               loss_mask: Sequence[torch.Tensor] | torch.Tensor | None = None, *,
               lengths=None, cp_rank: int = 0, cp_size: int | None = None, pad_id: int = 0,
@@ -50,6 +63,7 @@ def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Align
     alignment: the run's Alignment; the slab is laid out by `layout.compute_layout`, with
       a fill segment up to `fixed_length` when it is set.
     cp_size: CP degree of the slice (default alignment.cp); device: default, the tokens'."""
+    _integer_ids(input_ids, lengths)
     ids, lens = _flat(input_ids, lengths, "input_ids")
     device = ids.device if device is None else torch.device(device)
     if loss_mask is None:

@@ -1,0 +1,63 @@
+"""Issue 23 classes 5 and 6: `packtool.online` checks its arguments as the CLI checks its
+flags: every wrong value is one OnlinePackError (a ValueError) naming the argument, never a
+TypeError, a silent truncation or an empty answer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packtool.align import Alignment
+from packtool.online import OnlinePackError, make_seq_packer, micro_batches, pack_step
+
+A = Alignment(capacity=64)
+BAD = {
+    "dp=2.0": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2.0), "dp"),
+    "dp=True": (lambda: pack_step([5, 6], capacity=64, dp=True), "dp"),
+    "min_bin_count='2'": (lambda: pack_step([5, 6], capacity=64, min_bin_count="2"), "min_bin_count"),
+    "bin_count_multiple=0": (lambda: pack_step([5, 6], capacity=64, bin_count_multiple=0), "bin_count_multiple"),
+    "attn_coef=nan": (lambda: pack_step([5, 6], capacity=64, attn_coef=float("nan")), "attn_coef"),
+    "SeqPacker min_bin_count='2'": (lambda: make_seq_packer("balanced", 64, "2"), "min_bin_count"),
+    "SeqPacker bin_count_multiple=1.5": (lambda: make_seq_packer("balanced", 64, 1, 1.5), "bin_count_multiple"),
+    "budget=nan": (lambda: micro_batches([5, 6], A, float("nan")), "budget"),
+    "budget=2.5": (lambda: micro_batches([5, 6], A, 2.5), "budget"),
+    "budget='64'": (lambda: micro_batches([5, 6], A, "64"), "budget"),
+    "pad_to=1.5": (lambda: micro_batches([5, 6], A, 64, pad_to=1.5), "pad_to"),
+    "uint64 2^64-1": (lambda: pack_step(np.array([5, 2**64 - 1], np.uint64), capacity=64), "18446744073709551615"),
+    "float lengths": (lambda: pack_step([5.5, 6], capacity=64), "integer"),
+    "rank_bins(5) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_bins(5), "rank 5"),
+    "rank_bins(-1) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_bins(-1), "rank -1"),
+    "rank_rows(2.0) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_rows(2.0), "rank 2.0"),
+}
+
+
+class TestOnlineArguments:
+    @pytest.mark.parametrize("case", sorted(BAD))
+    def test_refused_naming_the_argument(self, case):
+        call, needle = BAD[case]
+        with pytest.raises(OnlinePackError) as e:
+            call()
+        msg = str(e.value)
+        assert needle in msg and "\n" not in msg, msg
+        assert "length -1" not in msg  # a uint64 length is never called negative
+
+    def test_good_values_still_pass(self):
+        b = pack_step(np.array([5, 6, 7, 8], np.uint64), capacity=64, dp=np.int64(2), min_bin_count=2)
+        assert sorted(np.concatenate([*b.rank_bins(0), *b.rank_bins(1)]).tolist()) == [0, 1, 2, 3]
+        assert micro_batches([5, 6], A, 64, pad_to=np.int32(3)).num_micro_batches == 3
+
+
+class TestThdIds:
+    """thd_batch cast float ids to int64: 1.7 became token 1 without a word."""
+
+    @pytest.mark.parametrize("form", ["list of float tensors", "flat float tensor", "nested python floats",
+                                      "float lengths"])
+    def test_refused(self, form):
+        torch = pytest.importorskip("torch")
+        pytest.importorskip("megatron.core")
+        from packtool.online.thd import thd_batch
+        ids, kw = {"list of float tensors": ([torch.tensor([1.7, 2.0])], {}),
+                   "flat float tensor": (torch.tensor([1.7, 2.0]), {"lengths": [2]}),
+                   "nested python floats": ([[1.7, 2.0]], {}),
+                   "float lengths": (torch.tensor([1, 2]), {"lengths": [1.5, 0.5]})}[form]
+        with pytest.raises(OnlinePackError, match="integer"):
+            thd_batch(ids, A, **kw)
