@@ -22,6 +22,9 @@ class AlignmentError(PacktoolConfigError):
     """Invalid alignment settings; the message names the flag to change."""
 
 
+MAX_SLAB_TOKENS = 2**31 - 1  # a slab's offsets are int32 (FORMAT.md)
+
+
 def round_up(x, m):
     """Round x (int or integer ndarray) up to a multiple of m."""
     return -(-x // m) * m
@@ -171,14 +174,20 @@ class Alignment:
             L = self.fixed_length
             if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
                 raise AlignmentError(f"--fixed-length must be a positive integer, got {L!r}")
+            if L > MAX_SLAB_TOKENS:
+                raise AlignmentError(f"--fixed-length {L} is above {MAX_SLAB_TOKENS:,}, the most a "
+                                     f"slab can hold (FORMAT.md: its offsets are int32)")
             if L % self.t:
                 raise AlignmentError(
                     f"--fixed-length {L} is not a multiple of the packed multiple t={self.t} "
                     f"({self.describe()}): use --fixed-length {round_up(L, self.t)}")
             return L
         C = self.capacity
-        if not isinstance(C, (int, np.integer)) or C < 1:
+        if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
             raise AlignmentError(f"--max-tokens must be a positive integer, got {C!r}")
+        if C > MAX_SLAB_TOKENS:
+            raise AlignmentError(f"--max-tokens {C} is above {MAX_SLAB_TOKENS:,}, the most a slab "
+                                 f"can hold (FORMAT.md: its offsets are int32): lower --max-tokens")
         U = C - C % self.t
         if U == 0:
             raise AlignmentError(

@@ -332,7 +332,7 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
         with _sigterm_unwinds():
             yield
     except Terminated:
-        say(f"terminated (SIGTERM): this run's temporary files are removed; {output} is as it was")
+        say(f"terminated (SIGTERM): this run's temporary files are removed; {_after_swap_note(output)}")
         raise
     finally:
         with _HELD_LOCK:
@@ -366,6 +366,21 @@ def spill_dir(output: str | None) -> str:
     return tempfile.mkdtemp(prefix=os.path.basename(base) + "-", dir=os.path.dirname(base))
 
 
+_SWAPPED: list[str] = []  # outputs this process put in place: never called "as it was" after that
+
+
+def swapped_outputs() -> list[str]:
+    """The outputs this process has replaced (or created) so far, in order: what an
+    interruption after the swap must name as new rather than as left alone."""
+    return list(_SWAPPED)
+
+
+def _after_swap_note(output: str | None) -> str:
+    if output and output in _SWAPPED:
+        return f"{output} was already complete and in place (the new output; any previous one is replaced)"
+    return f"{output} is as it was"
+
+
 def swap_into_place(tmp: str, output: str) -> None:
     """The old output stays whole until the new one is complete; then two renames, with
     SIGINT and SIGTERM held back so that neither lands between them. The replaced output is
@@ -380,13 +395,15 @@ def swap_into_place(tmp: str, output: str) -> None:
             old = tmp + ".old"
             os.replace(output, old)
             os.replace(tmp, output)
+            _SWAPPED.append(output)
             _remove_previous(old)
         else:
             os.replace(tmp, output)
+            _SWAPPED.append(output)
     finally:
         if main:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 __all__ = ["OutputExistsError", "Terminated", "check_output", "claim_output", "clean_stale",
-           "lock_path", "owned_names", "spill_dir", "swap_into_place", "temp_dir"]
+           "lock_path", "owned_names", "spill_dir", "swap_into_place", "swapped_outputs", "temp_dir"]

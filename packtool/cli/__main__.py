@@ -1,3 +1,3 @@
-from packtool.cli.app import main
+from packtool.cli import main
 
 main()

@@ -11,11 +11,39 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-from packtool.cli.failure import fail, guarded, set_debug, stdout_console
+from packtool.cli.failure import EXIT_INTERRUPTED, click_exceptions, fail, guarded, interrupted, reset, set_debug, stdout_console, usage_error
 from packtool.cli.inputs import check_input_specs, check_shape_flags
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _Commands(TyperGroup):
+    """Every way a command line can end goes through failure.py: a usage error (unknown flag,
+    bad value) is the README's one `error:` line (a JSON object too under --json), not click's
+    boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        argv = list(sys.argv[1:] if args is None else args)
+        json_out = "--json" in argv
+        reset()
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
+            print(e.ctx.get_help())
+            code = e.exit_code
+        except click_exceptions.ClickException as e:
+            code = usage_error(e, json_out)
+        except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
+            code = EXIT_INTERRUPTED
+        if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
+            interrupted(json_out)
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).

@@ -24,6 +24,11 @@ from rich.console import Console
 from rich.text import Text
 from typer.exceptions import TyperException
 
+try:  # typer >= 0.20 carries its own copy of click, and raises its exceptions
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as click_exceptions
+
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 
 _STATE = {"debug": False}
@@ -54,6 +59,11 @@ def _stdout_gone() -> bool:
         return any(ev & select.POLLERR for _, ev in p.poll(0))
     except (OSError, ValueError, AttributeError):  # not a real file (tests), or no poll
         return False
+
+
+def reset() -> None:
+    """A new command line (the CLI's tests run many in one process)."""
+    _STATE["interrupted"] = False
 
 
 def set_debug(on: bool) -> None:
@@ -119,13 +129,39 @@ def guarded(fn):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
             raise typer.Exit(EXIT_PIPE) from None
         except KeyboardInterrupt:  # the bars are transient: without a line Ctrl-C ends in silence
-            print_error("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
-                        "output as it was: re-run the command to start again", "interrupted", EXIT_INTERRUPTED,
-                        json_out=bool(kwargs.get("json_out")))
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(interrupted(bool(kwargs.get("json_out")))) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends
             raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
     return wrapper
+
+
+def interrupted(json_out: bool = False) -> int:
+    """Say once that Ctrl-C stopped the run, and what it left: an output this process already
+    swapped into place is named as the new one, never as "left as it was"."""
+    if not _STATE.get("interrupted"):
+        _STATE["interrupted"] = True
+        from packtool.output import swapped_outputs
+        done = swapped_outputs()
+        if done:
+            msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "
+                   f"(any previous output there is replaced); check it with `packtool verify {done[-1]}`")
+        else:
+            msg = ("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
+                   "output as it was: re-run the command to start again")
+        print_error(msg, "interrupted", EXIT_INTERRUPTED, json_out=json_out)
+    return EXIT_INTERRUPTED
+
+
+def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> int:
+    """click's usage errors (unknown flag, bad value, missing argument) as the one `error:`
+    line (and JSON object) every other failure gets, naming the command's --help."""
+    msg = one_line(e.format_message())
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None and isinstance(e, click_exceptions.UsageError):
+        msg += f" (see `{ctx.command_path} --help`)"
+    code = e.exit_code if isinstance(e.exit_code, int) and e.exit_code else EXIT_USAGE
+    print_error(msg, "usage", code, json_out=json_out)
+    return code
 
 
 def fail(e: BaseException | str, json_out: bool = False) -> None:
@@ -136,4 +172,4 @@ def fail(e: BaseException | str, json_out: bool = False) -> None:
     raise typer.Exit(report(e, json_out))
 
 
-__all__ = ["describe", "fail", "guarded", "print_error", "report", "set_debug", "debug_on", "stdout_console"]
+__all__ = ["describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]

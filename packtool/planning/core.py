@@ -57,8 +57,15 @@ class PackingConfig:
         if pol not in OVERFLOW_POLICIES:
             raise PlanError(f"--overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
         object.__setattr__(self, "overflow", pol)
-        if self.dp < 1:
-            raise PlanError(f"--dp must be >= 1, got {self.dp}")
+        if not _is_int(self.dp) or self.dp < 1:
+            raise PlanError(f"--dp must be an integer >= 1, got {self.dp!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            raise PlanError(f"--seed must be an integer from 0 to 2^63-1 (it seeds numpy's "
+                            f"generator), got {self.seed!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def config_dict(a: Alignment, pk: PackingConfig) -> dict:

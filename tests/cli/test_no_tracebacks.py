@@ -57,3 +57,113 @@ class TestWarmThread:
             assert r.returncode == 0, r.stderr
             no_traceback(r.stdout + r.stderr)
             assert "error" not in r.stderr
+
+
+# --- Ctrl-C in every phase ------------------------------------------------------------------
+
+CHILD = r"""
+import os, sys, time
+stage, marker = os.environ["HOLD_STAGE"], os.environ["HOLD_MARKER"]
+def hold():
+    open(marker, "w").close()
+    time.sleep(20)
+def wrap(mod, name, before=True):
+    orig = getattr(mod, name)
+    def f(*a, **k):
+        if before:
+            hold()
+        r = orig(*a, **k)
+        if not before:
+            hold()
+        return r
+    setattr(mod, name, f)
+if stage == "start-up":
+    import packtool.cli.failure as m  # the CLI's modules still loading
+    wrap(m, "reset")
+elif stage == "flags":
+    import packtool.cli.app as m
+    wrap(m._Commands, "make_context")
+elif stage == "tokenize":
+    import packtool.packing as m
+    wrap(m, "tokenize_to_cache")
+elif stage == "write":
+    import packtool.packing as m
+    wrap(m, "write_manifest")
+elif stage == "after the swap":
+    import packtool.packing as m
+    wrap(m, "swap_into_place", before=False)
+sys.argv = ["packtool", *sys.argv[1:]]
+from packtool.cli import main
+main()
+"""
+
+
+def _tree(d) -> dict[str, bytes]:
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ctrlc")
+    out = root / "out"
+    r = run_cli(["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", str(root / "cache0"), "-o", str(out),
+                 "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    return root, out
+
+
+class TestCtrlC:
+    """SIGINT in each phase: exit 130, one `error:` line that tells the truth about the
+    output (left as it was before the swap; named as the new one after it), no traceback."""
+
+    @pytest.mark.parametrize("stage,json_out", [("start-up", False), ("flags", True), ("tokenize", False),
+                                                ("write", True), ("after the swap", False),
+                                                ("after the swap", True)])
+    def test_one_true_line(self, previous, tmp_path, stage, json_out):
+        import signal
+        import time
+        root, out = previous
+        before = _tree(out)
+        marker = tmp_path / "held"
+        args = ["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", str(tmp_path / "cache"), "-o", str(out),
+                "--overwrite", "--no-progress", "--seed", "7", *(["--json"] if json_out else [])]
+        env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
+        child = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while not marker.exists():
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.005)
+        child.send_signal(signal.SIGINT)
+        stdout, err = child.communicate(timeout=120)
+        no_traceback(stdout + err)
+        assert child.returncode == 130, err
+        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1 and "interrupted (Ctrl-C)" in lines[0], err
+        if stage == "after the swap":
+            assert "as it was" not in lines[0] and str(out) in lines[0], lines[0]
+            manifest = json.loads(_tree(out)[".manifest.json"])
+            assert manifest["config"]["packing"]["seed"] == 7  # the new output is in place
+        else:
+            assert "as it was" in lines[0] or "nothing was read or written" in lines[0], lines[0]
+            assert _tree(out) == before
+        if json_out:
+            assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == 130
+
+    def test_while_the_cli_modules_load(self, monkeypatch, capsys):
+        """The console script's own import of the command line, interrupted."""
+        import packtool.cli as cli
+
+        class Interrupting:
+            def find_spec(self, name, *a):
+                if name == "packtool.cli.app":
+                    raise KeyboardInterrupt
+                return None
+        monkeypatch.delitem(sys.modules, "packtool.cli.app", raising=False)
+        monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+        monkeypatch.setattr(sys, "argv", ["packtool", "pack", "x", "--json"])
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+        got = capsys.readouterr()
+        assert e.value.code == 130
+        assert [ln for ln in got.err.splitlines() if ln.startswith("error:")] == [got.err.strip()]
+        assert json.loads(got.out)["error"]["exit_code"] == 130

@@ -1,0 +1,83 @@
+"""Issue 23 class 6: messages a user can act on. Usage errors are the README's one `error:`
+line (and JSON object under --json), not click's boxed usage text; every refused value names
+its flag. Each case: exit status, one line naming the flag, no traceback, no box."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import GSM8K
+from typer.testing import CliRunner
+
+from packtool.cli.app import app
+
+runner = CliRunner()
+
+USAGE = {
+    "unknown flag": (["pack", "x.jsonl", "--bogus"], "--bogus"),
+    "int flag given text": (["plan", "--lengths", "x", "--seed", "abc"], "--seed"),
+    "missing argument": (["pack"], "inputs"),
+    "missing flag value": (["pack", "x.jsonl", "--engine"], "--engine"),
+    "unknown command": (["frob"], "frob"),
+    "missing required option": (["plan"], "--lengths"),
+    "bool flag given a value": (["inspect", "--lengths", "x", "--compare=3"], "--compare"),
+}
+
+LENGTHS_FLAGS = {  # value -> the flag the line must name
+    "--seed -1": (["--seed", "-1"], "--seed"),
+    "--seed 2^64": (["--seed", str(2**64)], "--seed"),
+    "-C 2^63": (["-C", str(2**63)], "--max-tokens"),
+    "-C 2^31": (["-C", str(2**31)], "--max-tokens"),
+    "--fixed-length 2^31": (["-C", str(2**31 - 1), "--fixed-length", str(2**31)], "--fixed-length"),
+    "--dp 0": (["--dp", "0"], "--dp"),
+    "--tp 0": (["--tp", "0"], "--tp"),
+    "--cp -1": (["--cp", "-1"], "--cp"),
+}
+
+
+def one_line(r, code=2):
+    text = r.stdout + r.stderr
+    assert r.exit_code == code, text
+    assert "Traceback" not in text and "╭" not in text and "Usage:" not in r.stderr, text
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+class TestUsageErrors:
+    @pytest.mark.parametrize("case", sorted(USAGE))
+    def test_one_line_naming_the_flag(self, case):
+        args, needle = USAGE[case]
+        line = one_line(runner.invoke(app, args))
+        assert needle in line, line
+
+    @pytest.mark.parametrize("case", sorted(USAGE))
+    def test_json_object_too(self, case):
+        args, _ = USAGE[case]
+        r = runner.invoke(app, [*args[:1], "--json", *args[1:]])
+        line = one_line(r)
+        err = json.loads(r.stdout.strip().splitlines()[-1])["error"]
+        assert err["kind"] == "usage" and err["exit_code"] == 2 and err["message"] in line
+
+    def test_bare_command_still_shows_help(self):
+        r = runner.invoke(app, [])
+        assert "Usage" in r.stdout and "Traceback" not in r.stdout + r.stderr
+
+
+class TestValuesNameTheirFlag:
+    @pytest.mark.parametrize("case", sorted(LENGTHS_FLAGS))
+    @pytest.mark.parametrize("cmd", ["plan", "inspect"])
+    def test_plan_and_inspect(self, tmp_path, case, cmd):
+        lengths = tmp_path / "l.txt"
+        lengths.write_text("100\n200\n")
+        flags, needle = LENGTHS_FLAGS[case]
+        line = one_line(runner.invoke(app, [cmd, "--lengths", str(lengths), *flags]))
+        assert needle in line and "internal error" not in line, line
+
+    @pytest.mark.parametrize("case", ["--seed -1", "-C 2^63"])
+    def test_pack(self, tmp_path, case):
+        flags, needle = LENGTHS_FLAGS[case]
+        r = runner.invoke(app, ["pack", GSM8K, "--prompt-field", "question", "--response-field", "answer",
+                                "--tokenizer", "x.json", "-o", str(tmp_path / "out"), *flags])
+        line = one_line(r)
+        assert needle in line, line
