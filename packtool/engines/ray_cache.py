@@ -182,6 +182,10 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
     if bt.bad_row.size and job.cfg.on_empty == "error":
         what = "empty example" if bt.bad_kind[0] == EMPTY else "example with no loss tokens (all masked)"
         fi = int(bt.bad_fi[0])
+        if bt.bad_kind[0] == EMPTY:
+            from packtool.tokenize.pipeline import refuse_other_shape
+            refuse_other_shape(job.files[fi], job.shapes[fi], job.cfg.batch_size,
+                               int(bt.bad_row[0] - bt.file_base[fi]))
         raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
                                  "(skipped rows are counted in cache.json)",
                                  path=job.files[fi].path, row=int(bt.bad_row[0] - bt.file_base[fi]))

@@ -49,7 +49,7 @@ from packtool.tokenize.encode import (
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
 from packtool.tokenize.prefetch import read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
-from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, render_batch
+from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
@@ -88,6 +88,20 @@ def no_rows_error(path: str) -> PacktoolInputError:
                               "path, and --split for a dataset)", path=path)
 
 
+def refuse_other_shape(f: InputFile, shape: Shape, batch_size: int, row: int) -> None:
+    """Before calling `row` an empty example: re-read it whole (the run reads its shape's
+    columns only) and name it as a row of another shape if it holds other columns, with the
+    flag that reads it (`--on-empty skip` would drop real data)."""
+    if not isinstance(f, InputFile):  # an in-memory table or a stream: not read twice
+        return
+    seen = 0
+    for batch in batches_of(f, batch_size, None):
+        if row < seen + batch.num_rows:
+            refuse_other_row(batch, shape, f.path, row, row - seen)
+            return
+        seen += batch.num_rows
+
+
 def all_skipped_error(empty: int, all_masked: int, files) -> PacktoolInputError:
     """--on-empty skip dropped every row: say why, and what usually causes it."""
     names = ", ".join(str(getattr(f, "path", f)) for f in files[:3]) + (" ..." if len(files) > 3 else "")
@@ -115,7 +129,24 @@ def _setup(inputs, cfg: TokenizeConfig):
     if loaded is not None:
         loaded.info = replace(loaded.info, chat_template=template.name if template else None,
                               template_sha256=template.sha256 if template else None)
+    if template is not None and any(s.kind in ("chat", "sharegpt") or s.templated for s in shapes):
+        _note_header_in_loss(template, special_tokens(loaded.info if loaded else None))
     return files, shapes, loaded, template
+
+
+def special_tokens(info) -> dict[str, str]:
+    """The special-token strings a template may use (bos_token, eos_token, pad_token)."""
+    return {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
+                              ("pad_token", info and info.pad_token)) if v}
+
+
+def _note_header_in_loss(template, special: dict) -> None:
+    """Said on every run that uses such a template, cached or not (the loss masks are the same)."""
+    if Renderer(template, special).ignores_generation_prompt():
+        note(f"chat template {template.name} ignores add_generation_prompt, so each assistant "
+             f"turn's role header is counted in the loss (nothing marks where the reply starts); "
+             f"add an `{{% if add_generation_prompt %}}` branch that writes the assistant header, "
+             f"or {{% generation %}} blocks around assistant content (docs/TOKENIZATION.md)")
 
 
 @dataclass(frozen=True)
@@ -227,9 +258,7 @@ def _fewer_collections():
 
 def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tuple[dict, dict]:
     info = loaded.info if loaded else None
-    special = {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
-                                 ("pad_token", info and info.pad_token)) if v}
-    renderer = Renderer(template, special) if template else None
+    renderer = Renderer(template, special_tokens(info)) if template else None
     counts = [rows_of(f) for f in files]
     total, by_bytes = (sum(counts), False) if all(c is not None for c in counts) else (None, False)
     sizes = [file_size(f.path) if isinstance(f, InputFile) else None for f in files]
@@ -249,6 +278,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             r = int(np.nonzero(bad)[0][0])
             what = "empty example" if enc.empty[r] else "example with no loss tokens (all masked)"
             if cfg.on_empty == "error":
+                if enc.empty[r]:
+                    refuse_other_shape(f, shapes[fi], cfg.batch_size, first_row + r)
                 raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
                                          "(skipped rows are counted in cache.json)",
                                          path=f.path, row=first_row + r)

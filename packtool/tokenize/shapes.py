@@ -101,24 +101,61 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
 
 # ---------------------------------------------------------------- rows -> text + spans
 
-def _content_text(content) -> str | None:
-    if isinstance(content, list):  # content blocks: keep the text ones
-        return "".join(b.get("text") or "" for b in content if isinstance(b, dict))
-    return content
+def _content_text(content, where: str, path: str | None, row: int | None) -> str | None:
+    """OpenAI content parts joined: the text ones. A part of another kind (image_url,
+    input_audio, file...) is refused, never dropped without a word (docs/TOKENIZATION.md)."""
+    if not isinstance(content, list):
+        return content
+    other = [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in content
+             if not (isinstance(b, dict) and b.get("type", "text") == "text")]
+    if other:
+        kinds = ", ".join(sorted({str(k) for k in other}))
+        raise PacktoolInputError(
+            f"{where}.content has {len(other)} non-text part(s) ({kinds}) beside its text: packtool "
+            f"tokenizes text only and does not drop them silently; keep only the "
+            f'{{"type": "text"}} parts (or flatten content to a string) before packing',
+            path=path, row=row)
+    return "".join(b.get("text") or "" for b in content)
 
 
-def normalize_message(m: dict) -> dict:
+def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[dict]:
+    """OpenAI `tool_calls`: a list of {"type": "function", "function": {"name": str,
+    "arguments": str or object}} (a bare {name, arguments} is wrapped). Any other shape is
+    named here, before a template turns it into "Object of type Undefined..."."""
+    shape = ('a list of {"type": "function", "function": {"name": "...", "arguments": ...}} '
+             '(OpenAI tool_calls)')
+    if not isinstance(calls, (list, tuple)):
+        raise PacktoolInputError(f"{where}.tool_calls is {type(calls).__name__}, not {shape}",
+                                 path=path, row=row)
+    out = []
+    for k, c in enumerate(calls):
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        fn = {a: v for a, v in fn.items() if v is not None} if isinstance(fn, dict) else None
+        if fn is None or not isinstance(fn.get("name"), str) or \
+                not isinstance(fn.get("arguments"), (str, dict)):
+            got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")
+            raise PacktoolInputError(f"{where}.tool_calls[{k}] has {got}: each call needs "
+                                     f"function.name (a string) and function.arguments (a "
+                                     f"string or an object); the list must be {shape}",
+                                     path=path, row=row)
+        out.append({"type": "function", "function": fn} if "function" not in c
+                   else {**c, "function": fn})
+    return out
+
+
+def normalize_message(m: dict, path: str | None = None, row: int | None = None,
+                      where: str = "messages[?]") -> dict:
     """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
-    them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`."""
+    them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`.
+    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error."""
     out = {k: v for k, v in m.items() if v is not None}
     if "content" in out:
-        out["content"] = _content_text(out["content"])
+        out["content"] = _content_text(out["content"], where, path, row)
     call = out.pop("tool_call", None)
     if call is not None:
-        out["tool_calls"] = [{"type": "function", "function": {k: v for k, v in call.items() if v is not None}}]
+        out["tool_calls"] = _tool_calls([call], where + ".tool_call", path, row)
     elif "tool_calls" in out:
-        out["tool_calls"] = [c if "function" in c else {"type": "function", "function": c}
-                             for c in out["tool_calls"]]
+        out["tool_calls"] = _tool_calls(out["tool_calls"], where, path, row)
     return out
 
 
@@ -193,6 +230,28 @@ def _null_message(m) -> bool:
     return isinstance(m, dict) and m.get("content") is None and not (m.get("tool_calls") or m.get("tool_call"))
 
 
+def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i: int) -> None:
+    """A row with none of its shape's columns but values in others is a row of another shape
+    (a `{"text": ...}` row in a chat file), not an empty example: --on-empty skip would drop
+    real data, so it is named with the flag that reads it."""
+    held = [n for n in batch.schema.names if n not in shape.columns and batch.column(n)[i].is_valid]
+    if not held:
+        return
+    from types import SimpleNamespace
+    auto = SimpleNamespace(shape="auto", text_field=None, prompt_field=None, response_field=None)
+    try:
+        other = detect_shape(held, auto, path, True).kind
+    except PacktoolInputError:
+        other = None
+    fix = (f"put such rows in a file of their own and pack it with --shape {other} (or convert them to "
+           f"{', '.join(shape.columns)})" if other else
+           f"convert them to {', '.join(shape.columns)} or drop them")
+    raise PacktoolInputError(
+        f"row has no {' or '.join(shape.columns)} but holds {', '.join(held)}: a "
+        f"{other + ' ' if other else ''}row in a {shape.kind} file, not an empty example "
+        f"(--on-empty skip would drop it); {fix}", path=path, row=row)
+
+
 def _refuse_null(what: str, path: str, row: int) -> None:
     raise PacktoolInputError(f"{what} is null or missing (it would become an empty turn); fill "
                              f"it, drop the row, or pass --on-empty skip to skip such rows "
@@ -238,6 +297,8 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     empty: list[bool] = []
     for i, row in enumerate(zip(*cols)):
         null = None
+        if all(v is None for v in row):
+            refuse_other_row(batch, shape, path, first_row + i, i)
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
             bad = [j for j, m in enumerate(row[0] or []) if (
@@ -266,7 +327,8 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             continue
         if shape.kind in ("chat", "sharegpt"):
             raw = row[0] or []
-            msgs = ([normalize_message(m) for m in raw] if shape.kind == "chat"
+            msgs = ([normalize_message(m, path, first_row + i, f"{shape.columns[0]}[{j}]")
+                     for j, m in enumerate(raw)] if shape.kind == "chat"
                     else sharegpt_to_messages(raw, path, first_row + i))
         else:
             prompt, response = _prompt_response(shape, row, separator)

@@ -366,6 +366,22 @@ class Renderer:
             return _strip_markers(marked)
         return self._render_by_prefix(messages)
 
+    def ignores_generation_prompt(self) -> bool:
+        """Whether spans come by prefix rendering from a template that renders the same with
+        and without add_generation_prompt: then nothing marks where an assistant turn's
+        header ends, and the header (`<|im_start|>assistant` and the like) is in the loss."""
+        if self._native is not None or self.template.has_generation:
+            return False
+        reply = "packtool probe reply"
+        probe = [{"role": "user", "content": "probe"}, {"role": "assistant", "content": reply}]
+        try:
+            head = self._render(probe[:1], add_generation_prompt=True)
+            upto = self._render(probe)
+        except jinja2.exceptions.TemplateError:  # the template's own rules; rows will say
+            return False
+        # a template with no assistant header at all (Mistral's [INST] ... [/INST] reply) is fine
+        return upto.startswith(head) and not upto[len(head):].lstrip().startswith(reply)
+
     def _render_by_prefix(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
         full = self._render(messages)
         spans: list[tuple[int, int]] = []
