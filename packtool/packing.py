@@ -180,7 +180,8 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
         del sp
         release_memory()  # the plan and the routing's temporaries, before the writers start
         shards, loss = write_output(config, summary, cache, output, lambda tmp, pad_id: write_spilled(
-            shards_in, store_dir, tmp, pad_id, on_rows=_progress_cb(progress, n_slabs), workers=workers))
+            shards_in, store_dir, tmp, pad_id, on_rows=_progress_cb(progress, n_slabs), workers=workers,
+            side=cache.side_columns))
         with open(stash, "rb") as f:
             sp = pickle.load(f)
     finally:
@@ -237,7 +238,8 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
         inp = {"fingerprint": cache.fingerprint,
                "files": [_plain(f) for f in cache.input_files],
                "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
-        manifest = build_manifest(p, shards, manifest_stats(summary, loss), info, inp)
+        manifest = build_manifest(p, shards, manifest_stats(summary, loss), info, inp,
+                                  side=getattr(cache, "side_columns", ()))
         if store:  # no rename on a store: the manifest, put last, is the commit
             shards = commit_to_store(tmp, output, shards, manifest)
             shutil.rmtree(tmp, ignore_errors=True)

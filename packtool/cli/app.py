@@ -135,6 +135,10 @@ def plan(
         print_plan_summary(summary, stdout_console())
 
 
+def _csv(text: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+
+
 @app.command()
 @guarded
 def pack(
@@ -159,6 +163,8 @@ def pack(
     split: Annotated[Optional[str], typer.Option("--split", help="Hugging Face dataset split (a dataset name, or a local dataset repo folder, read with datasets.load_dataset; extra: packtool\\[hf]).")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="Hugging Face dataset configuration (with a dataset name or repo folder).")] = None,
     plan_shard_rows: Annotated[Optional[int], typer.Option("--plan-shard-rows", help="Plan in shards of N rows, then merge their underfull bins (any extra bins are reported); 0 plans every row at once in memory. Local engine: default 131072 (1<<17), placements spill to disk beside the output so memory does not grow with the rows, and inputs of at most N rows get exactly the global plan. Ray engine: the same default and the same bytes; shards run as Ray tasks and the driver holds per-bin arrays only.")] = None,
+    side_columns: Annotated[Optional[str], typer.Option("--side-columns", help="Per-token side columns of pre-tokenized rows to keep, NAME[:DTYPE][,NAME...]: a list per row as long as input_ids (one value per token) or a list of K-long lists (K values per token); DTYPE float32|float64|int32|int64 pins the type. Pads hold 0.0 (floats) or -1 (ints). FORMAT.md, Side columns.")] = None,
+    support_columns: Annotated[Optional[str], typer.Option("--support-columns", help="Side columns that hold the sampler's support per token (int ids, -1 padded at the end, the token present exactly once); verify checks that rule. Added to --side-columns.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from packtool.cli.printing import print_plan_summary
@@ -171,7 +177,8 @@ def pack(
         tok = TokenizeConfig(tokenizer=tokenizer, chat_template=chat_template,
                              shape=shape or "auto", prompt_field=prompt_field,
                              response_field=response_field, text_field=text_field,
-                             add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error")
+                             add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error",
+                             side_columns=_csv(side_columns), support_columns=_csv(support_columns))
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers} (leave it out for one per core)")
         if engine not in ("local", "ray"):

@@ -85,6 +85,11 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     r = resolve_cache(inputs, cfg, cache_dir)
     if r.existing is not None:
         return r.existing
+    if cfg.side_columns or cfg.support_columns:
+        # side columns come only with pre-tokenized rows, whose ingest is a columnar copy into
+        # flat/ (no tokenizer): the driver builds that cache, the cluster plans and writes
+        from packtool.tokenize.pipeline import tokenize_to_cache
+        return tokenize_to_cache(inputs, cfg, cache_dir, progress)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template)
     return build_cache(job, r.fingerprint, r.final, r.root, progress)
 

@@ -52,7 +52,7 @@ def split_routing(r: Routing, starts: np.ndarray) -> list[Routing]:
     return [r.take(a, b) for a, b in zip(lo, cut)]
 
 
-def _route(batch: pa.Table, r: Routing) -> pa.Table:
+def _route(batch: pa.Table, r: Routing, side=()) -> pa.Table:
     cache_row = batch.column("cache_row").to_numpy()
     lo = np.searchsorted(r.source, cache_row, side="left")
     cnt = np.searchsorted(r.source, cache_row, side="right") - lo
@@ -69,16 +69,25 @@ def _route(batch: pa.Table, r: Routing) -> pa.Table:
     out_off = np.concatenate(([0], np.cumsum(lens)))
     idx = np.repeat(offs[row_local] + r.offset[seg] - out_off[:-1], lens) + np.arange(int(out_off[-1]))
     o = pa.array(out_off.astype(np.int32))
+    side_cols = {}
+    for k, c in enumerate(side):  # token-aligned like the ids: each token's `width` values
+        col = batch.column(f"side{k}").combine_chunks()
+        so = col.offsets.to_numpy().astype(np.int64)
+        w = c.width
+        vals = col.values.to_numpy()[so[0]:so[-1]]
+        sidx = ((idx - offs[0])[:, None] * w + np.arange(w)).ravel()
+        side_cols[f"side{k}"] = pa.ListArray.from_arrays(pa.array((out_off * w).astype(np.int32)), pa.array(vals[sidx]))
     return pa.table({
         "shard": pa.array(r.shard[seg], pa.int32()), "pos": pa.array(r.pos[seg], pa.int64()),
         "source": pa.array(r.source[seg], pa.int64()), "offset": pa.array(r.offset[seg], pa.int64()),
         "chunk": pa.array(r.chunk[seg], pa.int32()),
         "ids": pa.ListArray.from_arrays(o, pa.array(ids.values.to_numpy()[idx], pa.int32())),
         "mask": pa.ListArray.from_arrays(o, pa.array(mask[idx - offs[0]], pa.uint8())),
+        **side_cols,
     })
 
 
-def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list) -> pa.Table:
+def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list, side=()) -> pa.Table:
     """map_batches UDF: cache rows -> one output row per segment they feed. Each task fetches
     only the routing rows of its own cache piece: a slice of the global plan's routing, or the
     routings of the plan shards that overlap the piece (each routes only its own rows)."""
@@ -86,7 +95,7 @@ def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list) -
     parts = []
     for u in np.unique(piece):  # one piece per block, as read
         b = batch if piece[0] == piece[-1] else batch.filter(pa.array(piece == u))
-        parts += [_route(b, _get([ref])) for ref in routing_refs[int(u)]]
+        parts += [_route(b, _get([ref]), side) for ref in routing_refs[int(u)]]
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
@@ -100,7 +109,7 @@ def _maybe_fail_once(k: int, d: str | None) -> None:
 
 
 def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
-                group_tokens: int, fail_once_dir: str | None = None) -> pa.Table:
+                group_tokens: int, fail_once_dir: str | None = None, side=()) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
     The shard's sub-plan is built here from its segments and the driver's per-slab values."""
     k = int(group.column("shard")[0].as_py())
@@ -114,8 +123,13 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
     offs = ids.offsets.to_numpy().astype(np.int64)
     sub = spec.plan(group.column("source").to_numpy(), group.column("offset").to_numpy(), np.diff(offs),
                     group.column("chunk").to_numpy())
+    side_values = []
+    for k, c in enumerate(side):
+        col = group.column(f"side{k}").combine_chunks()
+        so = col.offsets.to_numpy().astype(np.int64)
+        side_values.append(np.ascontiguousarray(col.values.to_numpy()[so[0]:so[-1]], c.np_dtype))
     store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
-                                   mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0])
+                                   mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0], side, side_values)
     name = f"slabs-{k:05d}.parquet"
     info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
                             os.path.join(out_dir, name), group_tokens)
@@ -190,12 +204,14 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
         spec_refs = [ray.put(spec_of_plan(plan, s0, s1)) for s0, s1 in ranges]
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
-                       fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs})
+                       fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,
+                                  "side": tuple(cache.side_columns)})
           .groupby("shard")
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
-                                 "fail_once_dir": os.environ.get(FAIL_ONCE_ENV)}))
+                                 "fail_once_dir": os.environ.get(FAIL_ONCE_ENV),
+                                 "side": tuple(cache.side_columns)}))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written

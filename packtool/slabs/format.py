@@ -22,6 +22,7 @@ from packtool.align import Alignment, AlignmentError
 from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.storage import is_uri, locate
+from packtool.side import SideColumn, check_side_columns, side_columns_from_manifest, side_columns_to_manifest
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
@@ -33,7 +34,10 @@ class FormatError(PacktoolFormatError):
     version, a damaged or edited manifest, a shard name that leaves the folder."""
 
 
-SCHEMA_VERSION = 1
+# 2: optional per-token side columns (manifest `side_columns`, one Parquet column each, after
+# the built-in ones). Version 1 outputs are version 2 outputs without side columns: still read.
+SCHEMA_VERSION = 2
+READ_VERSIONS = (1, 2)
 
 
 SCHEMA = pa.schema([
@@ -57,6 +61,30 @@ SCHEMA = pa.schema([
     ("step", pa.int32()),
     ("microbatch", pa.int32()),
 ], metadata={b"packtool.schema_version": str(SCHEMA_VERSION).encode()})
+
+
+def side_field(c: SideColumn) -> pa.Field:
+    """A side column's Parquet field: list<dtype> (width 1) or list<fixed_size_list<dtype, K>>,
+    one entry per physical token, like input_ids."""
+    t = pa.from_numpy_dtype(c.np_dtype)
+    return pa.field(c.name, pa.list_(t if c.width == 1 else pa.list_(t, c.width)))
+
+
+def slab_schema(side=()) -> pa.Schema:
+    """The shards' schema: `SCHEMA`, then one field per side column in manifest order."""
+    side = check_side_columns(side)
+    if not side:
+        return SCHEMA
+    return pa.schema(list(SCHEMA) + [side_field(c) for c in side], metadata=SCHEMA.metadata)
+
+
+def side_encoding(side=()) -> dict:
+    """`TOKEN_ENCODING` plus the side columns' values: byte-stream-split too (log-probs'
+    exponent bytes and candidate ids' high bytes are near constant, as for token ids)."""
+    enc = dict(TOKEN_ENCODING)
+    for c in check_side_columns(side):
+        enc[f"{c.name}.list.element" + ("" if c.width == 1 else ".list.element")] = "BYTE_STREAM_SPLIT"
+    return enc
 
 
 # Parquet BYTE_STREAM_SPLIT for integers: readers need Parquet format 2.11 (pyarrow >= 17)
@@ -83,10 +111,11 @@ def alignment_dict(a: Alignment) -> dict:
 
 
 def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: dict,
-                   input_info: dict) -> dict:
+                   input_info: dict, side=()) -> dict:
     """Everything a reader needs to check and consume the slabs; no timings, so the same
     input and config give a byte-identical manifest."""
     return {
+        "side_columns": side_columns_to_manifest(side),
         "format": FORMAT_NAME,
         "schema_version": SCHEMA_VERSION,
         "packtool_version": __version__,
@@ -194,11 +223,15 @@ def parse_manifest(data: bytes, path: str) -> dict:
         m = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") != SCHEMA_VERSION:
+    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
-                          f"{FORMAT_NAME!r} schema {SCHEMA_VERSION}")
+                          f"{FORMAT_NAME!r} schema {' or '.join(map(str, READ_VERSIONS))}")
     _check_types(m, path)
+    if m["schema_version"] < 2 and m.get("side_columns"):
+        raise FormatError(f"{path}: schema_version 1 has no side_columns; the manifest is edited or "
+                          f"damaged: re-run `packtool pack`")
+    side_columns_from_manifest(m.get("side_columns"), path)
     return m
 
 
@@ -277,6 +310,7 @@ class SlabManifest:
     vocab_size: int
     shards: list[str]
     raw: dict
+    side_columns: tuple[SideColumn, ...] = ()  # FORMAT.md "Side columns"; () for version 1
 
     @property
     def dp(self) -> int:
@@ -301,4 +335,9 @@ class SlabManifest:
             raise FormatError(f"{where}: tokenizer.pad_id/vocab_size are not integers; "
                               f"re-run `packtool pack`") from None
         return cls(path=path, manifest=where, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
-                   shards=shard_names(m, where), raw=m)
+                   shards=shard_names(m, where), raw=m,
+                   side_columns=side_columns_from_manifest(m.get("side_columns"), where))
+
+    @property
+    def schema(self) -> pa.Schema:
+        return slab_schema(self.side_columns)

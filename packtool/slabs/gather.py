@@ -16,7 +16,7 @@ import numba as nb
 import numpy as np
 from numba import types
 
-from packtool.tokenize.flat_tokens import TOKENS_FILE, token_id, token_loss
+from packtool.tokenize.flat_tokens import TOKENS_FILE, side_file, token_id, token_loss
 
 # libc's pread, bound by symbol name when the code is linked (not by this process's address),
 # so the compiled gather can be cached on disk; the buffer pointer passes as an integer
@@ -66,6 +66,47 @@ def row_sums(mask, row_off):
             s += np.int32(m[j])
         out[r] = s
     return out
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather_rows_pread(fd, tok_off, src, src_off, length, dest, out_ptr, row_bytes):
+    """A side column's rows (`row_bytes` each, one per token) of each segment into place;
+    the index of the first segment that could not be read whole, or -1."""
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        n = length[i] * row_bytes
+        if n and _pread(fd, out_ptr + dest[i] * row_bytes, n, a * row_bytes) != n:
+            return i
+    return -1
+
+
+@nb.njit(nogil=True, cache=True)
+def _gather_rows(rows, tok_off, src, src_off, length, dest, out):
+    for i in range(src.size):
+        a = tok_off[src[i]] + src_off[i]
+        d = dest[i]
+        for j in range(length[i]):
+            out[d + j, :] = rows[a + j, :]
+
+
+def gather_side(store, k: int, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
+                length: np.ndarray, dest: np.ndarray, out: np.ndarray) -> None:
+    """Side column k of `store` (tokenize.flat_tokens.FlatTokens) for the same segments as the
+    token gather, into `out` ((tokens, width) of its dtype): position for position like
+    input_ids, so a value never crosses a segment boundary. Pads are not touched."""
+    rows = out.view(np.uint8).reshape(out.shape[0], -1)
+    if store.directory is None:
+        _gather_rows(store.side_rows(k), tok_off, src, src_off, length, dest, rows)
+        return
+    path = os.path.join(store.directory, side_file(k))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        bad = _gather_rows_pread(fd, tok_off, src, src_off, length, dest, rows.ctypes.data, rows.shape[1])
+    finally:
+        os.close(fd)
+    if bad >= 0:
+        raise OSError(f"{path}: short read of source row {int(src[bad])}; the flat store's side column "
+                      f"file is truncated: delete the cache folder and re-run")
 
 
 def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,

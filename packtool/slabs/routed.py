@@ -26,7 +26,7 @@ from packtool.planning.core import SEGMENT_FIELDS
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import SlabSpec
 from packtool.planning.spill import StoreOffsets, load_placement
-from packtool.slabs.format import ShardInfo
+from packtool.slabs.format import ShardInfo, slab_schema
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, run_shards, shard_ranges, write_shard_file
 from packtool.tokenize.flat_tokens import FlatTokens
 
@@ -43,8 +43,10 @@ class RoutedSlabWriter:
     """`SlabWriter.batch` for one output shard, from its `SlabSpec` and its routed file `path`
     (segments in on-disk order); slab numbers are the shard's. Safe in several threads."""
 
-    def __init__(self, spec: SlabSpec, path: str, store_dir: str, pad_id: int):
+    def __init__(self, spec: SlabSpec, path: str, store_dir: str, pad_id: int, side=()):
         self.spec, self.path, self.store_dir, self.pad_id = spec, path, store_dir, pad_id
+        self.side = tuple(side)  # the store's side columns (tokenize.cache.side_file order)
+        self.schema = slab_schema(self.side)
         self.first = np.concatenate(([0], np.cumsum(spec.count))).astype(np.int64)
 
     def batch(self, b0: int, b1: int):
@@ -52,7 +54,7 @@ class RoutedSlabWriter:
         sp = self.spec
         sub = dataclasses.replace(sp, **{f: getattr(sp, f)[b0:b1] for f in _PER_SLAB})
         plan = sub.plan(*(s[f] for f in SEGMENT_FIELDS))
-        store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir)
+        store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir, self.side)
         return ShardSlabWriter(plan, store, self.pad_id).batch(0, b1 - b0)
 
 
@@ -86,7 +88,7 @@ class SpilledShards:
 
 def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id: int,
                   group_tokens: int = GROUP_TOKENS, on_rows: Callable[[int], None] | None = None,
-                  workers: int | None = None) -> list[ShardInfo]:
+                  workers: int | None = None, side=()) -> list[ShardInfo]:
     """Write routed output shards into `directory` as slabs-NNNNN.parquet by up to `workers`
     threads (default: one per core); `store_dir` is the flat token store. A shard is written
     whole by one thread, so the bytes do not depend on `workers`."""
@@ -98,7 +100,7 @@ def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id:
     def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
         with open(shards.specs[k], "rb") as f:
             spec, slab_len = pickle.load(f)
-        w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id)
+        w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id, side)
         info = write_shard_file(w, slab_len, 0, os.path.join(directory, f"slabs-{k:05d}.parquet"),
                                 group_tokens, rows_cb, ahead)
         os.remove(shards.routed[k])

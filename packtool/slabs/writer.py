@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from packtool.arrays import arrow_of, np_of
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
-from packtool.slabs.format import SCHEMA, TOKEN_ENCODING, ShardInfo
-from packtool.slabs.gather import fill_pads, gather_from_files, row_sums
+from packtool.slabs.format import SCHEMA, ShardInfo, side_encoding, slab_schema
+from packtool.slabs.gather import fill_pads, gather_from_files, gather_side, row_sums
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.tokenize.prefetch import read_ahead
@@ -76,6 +76,8 @@ class SlabWriter:
 
     def __init__(self, plan: Plan, tokens: FlatTokens, pad_id: int):
         self.p, self.tok, self.pad_id = plan, tokens, int(pad_id)
+        self.side = tuple(tokens.side)  # side columns travel with the store that holds them
+        self.schema = slab_schema(self.side)
         lay = plan.layout
         self.real = ~lay.is_fill  # layout segment -> holds a plan segment (not a fill)
         self.slab_base = np.concatenate(([0], np.cumsum(lay.slab_len))).astype(np.int64)
@@ -102,6 +104,7 @@ class SlabWriter:
         else:
             _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
+        side = [self._side(k, total, rsrc, roff, rlen, dest, row_off) for k in range(len(self.side))]
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)
         seg_len = lay.seg_len[lo:hi]
@@ -125,8 +128,22 @@ class SlabWriter:
             _arrow(p.dp_rank[b0:b1], pa.int32()),
             _arrow(p.step[b0:b1], pa.int32()),
             _arrow(p.microbatch[b0:b1], pa.int32()),
+            *side,
         ]
-        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def _side(self, k: int, total: int, src, src_off, length, dest, row_off) -> pa.Array:
+        """Side column k of these slabs: the fill everywhere (pads, fill segments), then every
+        segment's values gathered at its tokens' places."""
+        c = self.side[k]
+        out = _buffer(total * c.width, c.np_dtype).reshape(total, c.width)
+        out.fill(c.fill)
+        gather_side(self.tok, k, self.tok.offsets, src, src_off, length, dest, out)
+        t = pa.from_numpy_dtype(c.np_dtype)
+        values = _arrow(out.reshape(-1), t)
+        if c.width > 1:
+            values = pa.FixedSizeListArray.from_arrays(values, c.width)
+        return pa.ListArray.from_arrays(_arrow(row_off, pa.int32()), values)
 
 
 def release_memory() -> None:
@@ -276,8 +293,8 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     ahead = ahead and len(groups) > 1  # the next row group gathered by a helper thread
     batches = read_ahead(map(make, groups), depth=1) if ahead else map(make, groups)
     try:
-        with pq.ParquetWriter(tmp, SCHEMA, compression="zstd", write_statistics=False,
-                              use_dictionary=False, column_encoding=TOKEN_ENCODING) as pw:
+        with pq.ParquetWriter(tmp, w.schema, compression="zstd", write_statistics=False,
+                              use_dictionary=False, column_encoding=side_encoding(w.side)) as pw:
             for (g0, g1), batch in zip(groups, batches):
                 loss += int(np_of(batch.column("num_loss_tokens")).sum())
                 pw.write_batch(batch, row_group_size=g1 - g0)
@@ -322,4 +339,4 @@ class ShardSlabWriter(SlabWriter):
         cols = list(rb.columns)
         cols[_SRC] = _list(self.gsrc[lo:hi], seg_off, pa.int64())
         cols[_OFF] = _list(self.goff[lo:hi], seg_off, pa.int64())
-        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)

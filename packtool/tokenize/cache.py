@@ -33,7 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolCacheError, PacktoolInputError
+from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError
+from packtool.side import side_columns_from_manifest
 from packtool.tokenize.cache_parts import (
     CHECKSUM_ALG,
     DATA_DIR,
@@ -49,6 +50,13 @@ CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_VERSION = 3  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
+
+
+def side_file(k: int) -> str:
+    """Side column k's values in flat/ (cache.json `side_columns`, in order): raw values of its
+    dtype, `width` per token, in the order of tokens.i32 (token offsets times the width locate
+    a row). Numbered, not named: a column's name is the user's, a file name is packtool's."""
+    return f"side-{k:03d}.bin"
 
 
 class CacheDamagedError(PacktoolCacheError):
@@ -114,7 +122,8 @@ class TokenizedCache:
             self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
             # "flat": token lists in flat/ only (pre-tokenized inputs, tokenize/cache_parts.py)
             self.flat_only: bool = self.meta.get("token_lists", "parts") == "flat"
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self.side_columns = side_columns_from_manifest(self.meta.get("side_columns"), meta_path)
+        except (KeyError, TypeError, ValueError, AttributeError, PacktoolFormatError) as e:
             raise CacheDamagedError(f"cache.json is damaged ({type(e).__name__}: {e}); delete "
                                     f"the folder and re-run (it is rebuilt)", path=path) from None
         self._rg_start: np.ndarray | None = None
@@ -218,17 +227,24 @@ class TokenizedCache:
 
     def token_lists(self, path: str, groups, first: int) -> pa.Table:
         """`input_ids` and `loss_mask` (null rows: all targets) of the rows in row groups
-        `groups` of part `path`, the first of which is cache row `first`."""
+        `groups` of part `path`, the first of which is cache row `first`; then, per side
+        column k, `side{k}`: each row's values flat (width per token) from flat/."""
         if not self.flat_only:
             return pq.ParquetFile(path).read_row_groups(list(groups), columns=["input_ids", "loss_mask"])
         md = pq.ParquetFile(path).metadata
         n = sum(md.row_group(g).num_rows for g in groups)
         tokens, offsets = self._flat_store()
         offs = offsets[first:first + n + 1] - offsets[first]
-        words = tokens[offsets[first]:offsets[first + n]]
+        a, e = int(offsets[first]), int(offsets[first + n])
+        words = tokens[a:e]
         po = pa.array(offs.astype(np.int32))
-        return pa.table({"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
-                         "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))})
+        cols = {"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
+                "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))}
+        for k, c in enumerate(self.side_columns):
+            vals = np.fromfile(os.path.join(self.root, FLAT_DIR, side_file(k)), c.np_dtype, (e - a) * c.width,
+                               offset=a * c.width * c.np_dtype.itemsize)
+            cols[f"side{k}"] = pa.ListArray.from_arrays(pa.array((offs * c.width).astype(np.int32)), pa.array(vals))
+        return pa.table(cols)
 
 
 # ---------------------------------------------------------------- writing
@@ -265,6 +281,7 @@ def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> 
     names = [f"{DATA_DIR}/{p['file']}" for p in parts]
     if all(os.path.exists(os.path.join(root, FLAT_DIR, n)) for n in FLAT_FILES):
         names += [f"{FLAT_DIR}/{n}" for n in FLAT_FILES]
+    names += [n for n in known if n not in names]  # the side columns' files
     return {n: known.get(n) or file_record(os.path.join(root, n)) for n in names}
 
 
@@ -308,6 +325,12 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
             if name not in sums:
                 return f"{name} has no checksum in cache.json"
             names.append(name)
+    side = meta.get("side_columns")
+    for k in range(len(side) if isinstance(side, list) else 0):  # only flat/ holds them
+        name = f"{FLAT_DIR}/{side_file(k)}"
+        if name not in sums:
+            return f"{name} has no checksum in cache.json"
+        names.append(name)
     for name in names:
         problem = _file_problem(root, name, sums.get(name))
         if problem:

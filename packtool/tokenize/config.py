@@ -30,6 +30,11 @@ class TokenizeConfig:
     prompt_separator: str | None = None   # between prompt and response without a template
     on_empty: str = "error"               # error | skip (skipped rows are counted in cache.json)
     batch_size: int = 1024                # rows per record batch (bounded memory)
+    # per-token side columns of pre-tokenized rows, "NAME" or "NAME:DTYPE" (packtool/side.py,
+    # tokenize/side_values.py); support_columns are declared sampler-support columns (added
+    # to the side columns if not listed): verify checks their rule
+    side_columns: tuple[str, ...] = ()
+    support_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -38,8 +43,16 @@ class TokenizeConfig:
             raise PacktoolInputError(f"on_empty must be error or skip, got {self.on_empty!r}", flag="--on-empty")
         if self.batch_size < 1:
             raise PacktoolInputError("batch_size must be >= 1", flag="--batch-size")
+        for name in ("side_columns", "support_columns"):
+            v = getattr(self, name)
+            if isinstance(v, str):
+                v = tuple(x for x in v.split(",") if x.strip())
+            object.__setattr__(self, name, tuple(v or ()))
+        if self.side_columns or self.support_columns:
+            from packtool.tokenize.side_values import parse_side_spec
+            parse_side_spec(self.side_columns, self.support_columns)  # refused here, not mid-pack
         if (self.prompt_field is None) != (self.response_field is None):
             raise PacktoolInputError("--prompt-field and --response-field go together", flag="--prompt-field")
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}

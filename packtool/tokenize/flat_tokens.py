@@ -31,6 +31,7 @@ from packtool.tokenize.cache import (
     file_record,
     mask_values,
     read_cache_json,
+    side_file,
     write_cache_json,
 )
 
@@ -95,15 +96,42 @@ class FlatTokens:
     tokens: np.ndarray  # int32 `id | loss << 31`, all rows concatenated in source_index order
     offsets: np.ndarray  # int64[n_rows+1]
     directory: str | None = None  # set when `tokens` maps the file there (the writer preads)
+    side: tuple = ()  # SideColumns (cache.json order): their values are side_file(k) in `directory`
+    side_values: tuple = ()  # or in memory (no directory): per column, width values per token
+
+    def side_rows(self, k: int) -> np.ndarray:
+        """Side column k as a (tokens, width * itemsize) byte matrix: in memory, or mapped."""
+        c = self.side[k]
+        row = c.width * c.np_dtype.itemsize
+        if self.directory is None:
+            return np.ascontiguousarray(self.side_values[k]).view(np.uint8).reshape(-1, row)
+        n = int(self.offsets[-1])
+        if not n:
+            return np.zeros((0, row), np.uint8)
+        return np.memmap(os.path.join(self.directory, side_file(k)), np.uint8, "r", shape=(n, row))
 
     @property
     def num_rows(self) -> int:
         return self.offsets.size - 1
 
     @classmethod
-    def from_arrays(cls, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray) -> "FlatTokens":
+    def from_arrays(cls, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray, side=(),
+                    side_values=()) -> "FlatTokens":
         """An in-memory store (the Ray engine's shard-local rows, tests)."""
-        return cls(pack_tokens(ids, mask), np.asarray(offsets, np.int64))
+        return cls(pack_tokens(ids, mask), np.asarray(offsets, np.int64), None, tuple(side), tuple(side_values))
+
+    def check_side(self) -> "FlatTokens":
+        """Every side column's file holds width values of its dtype per token."""
+        n = int(self.offsets[-1])
+        for k, c in enumerate(self.side):
+            want = n * c.width * c.np_dtype.itemsize
+            path = os.path.join(self.directory, side_file(k))
+            have = os.path.getsize(path) if os.path.exists(path) else -1
+            if have != want:
+                raise CacheDamagedError(f"the flat store's {side_file(k)} (side column {c.name}) has {have} "
+                                        f"bytes, {want} expected; delete the cache folder and re-run",
+                                        path=self.directory)
+        return self
 
     def decoded(self, a: int = 0, b: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int32, loss uint8) of flat positions [a, b): a copy, so keep ranges small."""
@@ -246,7 +274,8 @@ def flat_store_for(cache) -> FlatTokens:
     store = build_flat_tokens(list(cache.parquet_files), d)
     if built:
         _hold_to_record(cache, d)
-    return store
+    side = getattr(cache, "side_columns", ())
+    return FlatTokens(store.tokens, store.offsets, store.directory, side).check_side() if side else store
 
 
 def _hold_to_record(cache, d: str) -> None:
@@ -279,31 +308,53 @@ class FlatTokensBuilder:
         self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
         self._lengths: list[np.ndarray] = []
         self._hash = xxhash.xxh3_128()  # the checksum cache.json records, without a re-read
+        self._side: list = []  # per side column: [file, hash], opened by the first add
+        self._xxh3 = xxhash.xxh3_128
 
-    def add(self, ids: np.ndarray, mask: np.ndarray | None, lengths: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, mask: np.ndarray | None, lengths: np.ndarray, sides=None) -> None:
         """Append rows: `ids` (int32) and `mask` (uint8; None: every token is a target) are
         the rows concatenated, `lengths` their token counts."""
         lengths = np.asarray(lengths, np.int64)
         if (mask is not None and np.size(ids) != np.size(mask)) or np.size(ids) != int(lengths.sum()):
             raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
                              f"values, lengths sum to {int(lengths.sum())}")
-        view = memoryview(pack_tokens(ids, mask)).cast("B")
-        self._hash.update(view)
-        while view:  # unbuffered writes may be short
-            view = view[self._tokens.write(view):]
+        _write_hashed(self._tokens, self._hash, pack_tokens(ids, mask))
+        for k, values in enumerate(sides or ()):
+            if k == len(self._side):
+                self._side.append([open(os.path.join(self.directory, side_file(k)), "wb", buffering=0),
+                                   self._xxh3()])
+            _write_hashed(*self._side[k], values)
         self._lengths.append(lengths)
 
-    def close(self) -> dict:
-        """Finish the store; returns cache.json's records of its files."""
+    def close(self, side=()) -> dict:
+        """Finish the store; returns cache.json's records of its files (the files of the side
+        columns `side`, in order, included)."""
         self._tokens.close()
+        recs = {}
+        for k, c in enumerate(side):
+            if k == len(self._side):  # no rows were added: an empty file
+                self._side.append([open(os.path.join(self.directory, side_file(k)), "wb", buffering=0),
+                                   self._xxh3()])
+            f, h = self._side[k]
+            f.close()
+            recs[f"{FLAT_DIR}/{side_file(k)}"] = file_record(f.name, h.hexdigest())
         lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
         np.save(os.path.join(self.directory, "offsets.npy"), offsets)
         return {f"{FLAT_DIR}/{TOKENS_FILE}": file_record(os.path.join(self.directory, TOKENS_FILE),
                                                          self._hash.hexdigest()),
-                f"{FLAT_DIR}/offsets.npy": file_record(os.path.join(self.directory, "offsets.npy"))}
+                f"{FLAT_DIR}/offsets.npy": file_record(os.path.join(self.directory, "offsets.npy")), **recs}
 
     def abort(self) -> None:
-        """Close the file; the caller removes the enclosing temporary directory."""
+        """Close the files; the caller removes the enclosing temporary directory."""
         self._tokens.close()
+        for f, _ in self._side:
+            f.close()
+
+
+def _write_hashed(f, h, values: np.ndarray) -> None:
+    view = memoryview(np.ascontiguousarray(values)).cast("B")
+    h.update(view)
+    while view:  # unbuffered writes may be short
+        view = view[f.write(view):]

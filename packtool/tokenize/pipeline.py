@@ -26,6 +26,7 @@ import numpy as np
 import tokenizers
 
 from packtool.errors import PacktoolInputError
+from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
@@ -50,6 +51,7 @@ from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_s
 from packtool.tokenize.prefetch import read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
+from packtool.tokenize.side_values import SideReader, parse_side_spec
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
@@ -71,11 +73,14 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
     opts.pop("batch_size")          # changes row groups, not content
     opts.pop("tokenizer")           # identified by content hashes below
     opts.pop("chat_template")
+    for k in ("side_columns", "support_columns"):  # none: the key of caches made before them
+        if not opts[k]:
+            opts.pop(k)
     key = {
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
         # content, not size + mtime: an input edited in place keeping both is a new key
         "inputs": [[f.path, d] for f, d in zip(files, digests)],
-        "shapes": [[s.kind, list(s.columns), s.templated] for s in shapes],
+        "shapes": [[s.kind, list(s.columns), s.templated] + ([list(s.side)] if s.side else []) for s in shapes],
         "tokenizer": [info.sha256, info.config_sha256, info.template_sha256, info.bos_id,
                       info.eos_id, info.pad_id] if info else None,
         "options": opts,
@@ -271,8 +276,10 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
     totals = {"rows": 0, "tokens": 0, "loss": 0}
     flat_only = all(s.kind == "tokens" for s in shapes)  # ids are in the inputs already
     sink = CacheSink(tmp, token_lists=not flat_only)
+    side = SideReader(parse_side_spec(cfg.side_columns, cfg.support_columns))
 
-    def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int) -> None:
+    def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int,
+               sides: list | None = None) -> None:
         bad = enc.empty | enc.all_masked
         if bad.any():
             r = int(np.nonzero(bad)[0][0])
@@ -289,12 +296,14 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             skipped["rows"] = (skipped["rows"] + bad_rows)[:100]
         src = first_global + np.arange(enc.lengths.size, dtype=np.int64)
         ids, mask, lens = enc.ids, enc.mask, enc.lengths
+        sides = sides or []
         if bad.any():
             keep = ~bad
             tok_keep = np.repeat(keep, enc.lengths)
             ids, lens, src = ids[tok_keep], lens[keep], src[keep]
             mask = None if mask is None else mask[tok_keep]
-        sink.add(ids, mask, lens, src, fi)
+            sides = [v[np.repeat(tok_keep, v.size // max(tok_keep.size, 1))] for v in sides]
+        sink.add(ids, mask, lens, src, fi, sides)
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
         totals["loss"] += int(ids.size if mask is None else mask.sum(dtype=np.int64))
@@ -316,7 +325,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             file_rows = 0
             meta = start_meta(f)
             base = bytes_before
-            batches = batches_of(f, cfg.batch_size, list(shape.columns),
+            batches = batches_of(f, cfg.batch_size, list(shape.columns) + list(shape.side),
                                  read_bytes=lambda n, base=base: bar.at_bytes(base + n))
             if shape.kind == "tokens" and isinstance(f, InputFile):  # decoding overlaps the rest
                 batches = read_ahead(batches)
@@ -326,8 +335,9 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows,
                                          lean=True)
+                    sides = side.take(batch, enc.lengths, f.path, file_rows) if side.spec else None
                     drain(0)
-                    finish(enc, f, fi, file_rows, global_row)
+                    finish(enc, f, fi, file_rows, global_row, sides)
                 else:
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows,
                                       skip_null=cfg.on_empty == "skip")
@@ -367,7 +377,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             if now.result() != digest:
                 raise PacktoolInputError("the file changed while it was being tokenized; re-run "
                                          "once it is complete", path=f.path)
-        parts, known = sink.close()
+        parts, known = sink.close(side.resolved())
     except BaseException:
         sink.abort()
         raise
@@ -385,6 +395,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
         "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
         "num_loss_tokens": totals["loss"], "skipped": skipped,
         "tokenizers_version": tokenizers.__version__,
+        **({"side_columns": side_columns_to_manifest(side.resolved())} if side.spec else {}),
     }, known
 
 

@@ -35,6 +35,7 @@ class Shape:
     kind: str                        # tokens | text | chat | sharegpt | alpaca | prompt_completion | fields
     columns: tuple[str, ...]         # the columns this shape reads, in a fixed role order
     templated: bool = False          # rendered through a chat template
+    side: tuple[str, ...] = ()       # per-token side columns read beside (tokens only)
 
 
 def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: list[str]) -> None:
@@ -43,6 +44,14 @@ def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: l
         raise PacktoolInputError(
             f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}; "
             f"fix with {_FIX}", path=path)
+
+
+def _side_names(cfg) -> tuple[str, ...]:
+    spec = getattr(cfg, "side_columns", ()) or getattr(cfg, "support_columns", ())
+    if not spec:
+        return ()
+    from packtool.tokenize.side_values import parse_side_spec
+    return tuple(s[0] for s in parse_side_spec(cfg.side_columns, cfg.support_columns))
 
 
 def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
@@ -69,10 +78,14 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
             raise PacktoolInputError(
                 f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
                 f"fix with {_FIX}", path=path)
+    side = _side_names(cfg)
+    if side and kind != "tokens":
+        raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "
+                                 f"this input is shape {kind}", path=path, flag="--side-columns")
     if kind == "tokens":
-        _need(cols, ("input_ids",), kind, path, columns)
+        _need(cols, ("input_ids",) + side, kind, path, columns)
         extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
-        return Shape(kind, ("input_ids",) + extra)
+        return Shape(kind, ("input_ids",) + extra, side=side)
     if kind == "text":
         _need(cols, (text_field,), kind, path, columns)
         return Shape(kind, (text_field,))

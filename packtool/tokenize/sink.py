@@ -31,23 +31,25 @@ class CacheSink:
         self.pending: deque = deque()
 
     def add(self, ids: np.ndarray, mask: np.ndarray | None, lens: np.ndarray, src: np.ndarray,
-            fi: int) -> None:
-        """Rows (mask None: every token is a target); a write error is raised here, on a later
-        call, or by close()."""
+            fi: int, sides: list | None = None) -> None:
+        """Rows (mask None: every token is a target; `sides`: each side column's values of the
+        same tokens, flat, in flat/ only); a write error is raised here, on a later call, or by
+        close()."""
         self.pending.append((self.pools[0].submit(self.writer.add, ids, mask, lens, src, fi),
-                             self.pools[1].submit(self.flat.add, ids, mask, lens)))
+                             self.pools[1].submit(self.flat.add, ids, mask, lens, sides)))
         while self.pending and (len(self.pending) > DEPTH
                                 or all(f.done() for f in self.pending[0])):
             for f in self.pending.popleft():
                 f.result()
 
-    def close(self) -> tuple[list[dict], dict]:
-        """The cache parts, and cache.json's records of the files written (parts and flat store)."""
+    def close(self, side=()) -> tuple[list[dict], dict]:
+        """The cache parts, and cache.json's records of the files written (parts and flat store,
+        side columns `side` included)."""
         while self.pending:
             for f in self.pending.popleft():
                 f.result()
         parts = self.pools[0].submit(self.writer.close).result()
-        flat = self.pools[1].submit(self.flat.close).result()
+        flat = self.pools[1].submit(self.flat.close, side).result()
         for p in self.pools:
             p.shutdown()
         return parts, {**self.writer.records, **flat}

@@ -96,6 +96,14 @@ def test_duckdb_reads_the_shards(packed):
     assert mask == want
 
 
+def test_polars_reads_the_shards(packed):
+    pl = pytest.importorskip("polars", reason="`polars` is not installed (pip install polars)")
+    df = pl.read_parquet(f"{packed}/*.parquet")
+    assert (df.height, int(df["num_tokens"].sum())) == _expected(packed)
+    first = df.filter(pl.col("slab_index") == 0)["loss_mask"].to_list()[0]
+    assert first == _by_slab(pq.read_table(packed)).column("loss_mask")[0].as_py()
+
+
 def test_shard_tokens_cuts_files_not_slabs(packed, tmp_path):
     """`--shard-tokens` changes how many files, never what is in them."""
     one = _pack(tmp_path, "one")  # default: one shard for this small input

@@ -1,0 +1,234 @@
+"""Per-token side columns of pre-tokenized rows (issue 21; FORMAT.md "Side columns").
+
+A side column is a list per row: one number per token (width 1), or one K-long list per
+token (a list of lists, or a list of fixed_size_list<K>: width K). Its row length must equal
+the row's `input_ids` length; a mismatch is one line naming the file, the row and the column.
+A null row, a null token list or a null value is a token "with no value": it holds the
+column's fill, as pads do.
+
+The dtype is the input's (floats: float32, or float64 for doubles; integers and booleans:
+int32, or int64 for 64-bit and uint32 inputs) unless pinned as `NAME:DTYPE`; the width comes
+from the type (fixed_size_list) or from the first token list seen. Both are fixed by the first
+batch that holds the column, and every later batch (and input file) is cast to them: a value
+the cast would change (an int out of range, a fraction into an int column, doubles into a
+float32 column that was not pinned) is refused, never rounded silently.
+
+Columnar throughout: Arrow buffers to numpy (packtool/arrays.py) and one compiled copy of
+runs; no Python loop over rows.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import pyarrow as pa
+
+from packtool.arrays import np_of
+from packtool.errors import PacktoolInputError
+from packtool.side import DTYPES, SideColumn, parse_names
+
+__all__ = ["SideReader", "parse_side_spec"]
+
+
+def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
+    """TokenizeConfig.side_columns ("NAME" or "NAME:DTYPE") and .support_columns -> (name,
+    pinned dtype or None, kind) per column; a support column not in the list is added."""
+    out: dict[str, list] = {}
+    for item in items or ():
+        name, _, dtype = str(item).partition(":")
+        (name,) = parse_names(name) or ("",)
+        dtype = dtype.strip() or None
+        if not name or (dtype is not None and dtype not in DTYPES):
+            raise PacktoolInputError(f"--side-columns: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "
+                                     f"{', '.join(DTYPES)})", flag="--side-columns")
+        if name in out:
+            raise PacktoolInputError(f"--side-columns: {name!r} is given twice", flag="--side-columns")
+        out[name] = [name, dtype, "values"]
+    for name in parse_names(",".join(support or ()), "--support-columns"):
+        out.setdefault(name, [name, None, "values"])[2] = "support"
+    return tuple(tuple(e) for e in out.values())
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _natural_dtype(t: pa.DataType) -> str | None:
+    if pa.types.is_floating(t):
+        return "float64" if t.bit_width == 64 else "float32"
+    if pa.types.is_boolean(t):
+        return "int32"
+    if pa.types.is_integer(t):
+        wide = t.bit_width == 64 or (pa.types.is_unsigned_integer(t) and t.bit_width == 32)
+        return "int64" if wide else "int32"
+    return None
+
+
+@nb.njit(nogil=True, cache=True)
+def _copy_runs(src, src_start, dst_start, count, out):
+    for i in range(count.size):
+        s, d = src_start[i], dst_start[i]
+        for j in range(count[i]):
+            out[d + j] = src[s + j]
+
+
+def _list_offsets(a: pa.Array) -> np.ndarray:
+    if pa.types.is_fixed_size_list(a.type):
+        k = a.type.list_size
+        return (np.arange(len(a) + 1, dtype=np.int64) + a.offset) * k
+    return np_of(a.offsets).astype(np.int64)
+
+
+def _valid(a: pa.Array) -> np.ndarray | None:
+    """Validity per entry (None: no nulls)."""
+    if not a.null_count:
+        return None
+    return np.asarray(a.is_valid().to_numpy(zero_copy_only=False), bool)
+
+
+class SideReader:
+    """Takes the side columns out of each batch of one pack's pre-tokenized inputs; resolves
+    each column's dtype and width from the first batch that holds it, then keeps them."""
+
+    def __init__(self, spec) -> None:
+        self.spec = tuple(spec)
+        self.columns: list[SideColumn | None] = [None] * len(self.spec)
+
+    @property
+    def names(self) -> list[str]:
+        return [s[0] for s in self.spec]
+
+    def resolved(self) -> tuple[SideColumn, ...]:
+        return tuple(c for c in self.columns if c is not None)
+
+    def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int) -> list[np.ndarray]:
+        """Per side column, its values for every token of the batch's rows, flat (T * width,
+        the column's dtype, fill where a token has none)."""
+        return [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
+
+    def _one(self, i: int, col, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:
+        name, pinned, kind = self.spec[i]
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        t = col.type
+
+        def bad(msg, row=None):
+            return PacktoolInputError(f"side column {name}: {msg}", path=path,
+                                      row=None if row is None else first_row + int(row))
+
+        if not _is_list(t):
+            raise bad(f"holds {t}, not a list per row (one value, or one K-long list, per token)", 0)
+        inner = t.value_type
+        nested = _is_list(inner)
+        scalar_t = inner.value_type if nested else inner
+        natural = _natural_dtype(scalar_t) or ("null" if pa.types.is_null(scalar_t) else None)
+        if natural is None:
+            raise bad(f"holds {t}: values must be numbers (float or int)", 0)
+        offs = _list_offsets(col)
+        tok = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))  # the rows' tokens
+        rel = offs - offs[0]
+        c = self.columns[i]
+        if c is None:
+            width = 1
+            if nested:
+                width = inner.list_size if pa.types.is_fixed_size_list(inner) else self._first_width(tok)
+                if width is None:
+                    raise bad("holds no token list yet to tell its width K; write it as a "
+                              "fixed_size_list<K> per token")
+            if natural == "null" and pinned is None:
+                raise bad("holds only nulls, so its type is unknown: pin it as NAME:DTYPE (--side-columns)")
+            c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind)
+        if (c.width > 1) != nested:
+            raise bad(f"is {'a K-long list' if c.width > 1 else 'one value'} per token in earlier rows "
+                      f"but {t} here", 0)
+        have = np.diff(offs)
+        lens = np.asarray(lens, np.int64)
+        row_ok = _valid(col)
+        mism = (have != lens) if row_ok is None else ((have != lens) & row_ok)
+        if mism.any():
+            r = int(np.flatnonzero(mism)[0])
+            raise bad(f"has {int(have[r])} values but input_ids has {int(lens[r])} tokens; a side column "
+                      f"holds one entry per token", r)
+        flat = self._tokens(c, tok, rel, natural, pinned, bad)
+        if row_ok is None:
+            return np.ascontiguousarray(flat)
+        K = c.width
+        out = np.full(int(lens.sum()) * K, c.fill, c.np_dtype)  # null rows: every token filled
+        dst = np.concatenate(([0], np.cumsum(lens)))[:-1]
+        _copy_runs(flat, rel[:-1][row_ok] * K, dst[row_ok] * K, lens[row_ok] * K, out)
+        return out
+
+    @staticmethod
+    def _first_width(tok: pa.Array) -> int | None:
+        n = np.diff(_list_offsets(tok))
+        ok = _valid(tok)
+        n = n if ok is None else n[ok]
+        return int(n[0]) if n.size else None
+
+    def _tokens(self, c: SideColumn, tok: pa.Array, rel: np.ndarray, natural: str, pinned, bad) -> np.ndarray:
+        """The values of the tokens in `tok` (rows at `rel`), flat: len(tok) * width."""
+        K = c.width
+        if K == 1:
+            return self._numbers(tok, c, natural, pinned, bad, rel)
+        io = _list_offsets(tok)
+        tok_ok = _valid(tok)
+        n = np.diff(io)
+        wrong = (n != K) if tok_ok is None else ((n != K) & tok_ok)
+        if wrong.any():
+            pos = int(np.flatnonzero(wrong)[0])
+            r = int(np.searchsorted(rel, pos, side="right")) - 1
+            raise bad(f"token {pos - int(rel[r])} holds {int(n[pos])} values, not {K}; every token's "
+                      f"list is K={K} long (pad its end with the fill)", r)
+        ev = tok.values.slice(int(io[0]), int(io[-1] - io[0]))
+        flat = self._numbers(ev, c, natural, pinned, bad, None)
+        if tok_ok is None:
+            return flat
+        full = np.full(len(tok) * K, c.fill, c.np_dtype)  # a null token list: the fill
+        starts = (io[:-1] - io[0])[tok_ok]
+        _copy_runs(flat, starts, np.flatnonzero(tok_ok).astype(np.int64) * K,
+                   np.full(starts.size, K, np.int64), full)
+        return full
+
+    @staticmethod
+    def _numbers(vals: pa.Array, c: SideColumn, natural: str, pinned, bad, row_offs) -> np.ndarray:
+        """The values as c's dtype, null values as the fill."""
+        ok = _valid(vals)
+        if pa.types.is_null(vals.type):
+            return np.full(len(vals), c.fill, c.np_dtype)
+        x = SideReader._cast(vals, ok, c, natural, pinned, bad, row_offs)
+        if ok is not None:
+            x = np.where(ok, x, np.asarray(c.fill, c.np_dtype))
+        return x
+
+    @staticmethod
+    def _cast(vals: pa.Array, ok, c: SideColumn, natural: str, pinned, bad, row_offs) -> np.ndarray:
+        if pa.types.is_boolean(vals.type):
+            x = np.asarray(vals.to_numpy(zero_copy_only=False), bool).astype(np.int32)
+        else:
+            x = np_of(vals) if ok is None else np_of(vals.fill_null(0))
+        want = c.np_dtype
+
+        def where(pos):
+            return None if row_offs is None else int(np.searchsorted(row_offs, pos, side="right")) - 1
+
+        if x.dtype == want:
+            return x
+        if want.kind == "f":
+            if natural == "float64" and want == np.float32 and pinned is None:
+                raise bad("holds doubles here but float32 values in earlier rows; pin the type as "
+                          "NAME:float32 or NAME:float64 (--side-columns)")
+            return x.astype(want)
+        if x.dtype.kind == "f":
+            frac = ~np.isfinite(x) | (x != np.floor(x))
+            if ok is not None:
+                frac &= ok
+            if frac.any():
+                pos = int(np.flatnonzero(frac)[0])
+                raise bad(f"holds {float(x[pos])!r} in an {c.dtype} column (not truncated)", where(pos))
+        info = np.iinfo(want)
+        out_of = (x < info.min) | (x > info.max)
+        if ok is not None:
+            out_of &= ok
+        if out_of.any():
+            pos = int(np.flatnonzero(out_of)[0])
+            raise bad(f"holds {x[pos]} outside {c.dtype}; pin NAME:int64 (--side-columns)", where(pos))
+        return x.astype(want)
