@@ -124,8 +124,8 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
     sub = spec.plan(group.column("source").to_numpy(), group.column("offset").to_numpy(), np.diff(offs),
                     group.column("chunk").to_numpy())
     side_values = []
-    for k, c in enumerate(side):
-        col = group.column(f"side{k}").combine_chunks()
+    for j, c in enumerate(side):
+        col = group.column(f"side{j}").combine_chunks()
         so = col.offsets.to_numpy().astype(np.int64)
         side_values.append(np.ascontiguousarray(col.values.to_numpy()[so[0]:so[-1]], c.np_dtype))
     store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
