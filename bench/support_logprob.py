@@ -162,7 +162,8 @@ def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=1
         owned = int((sup >= 0).sum())
         for m, fn in fns.items():
             r = {"K": k, "N": n, "H": hdim, "V": v, "method": m, "owned_share": owned / (n * v),
-                 "auto_picks": "gather" if owned < GATHER_MAX_SHARE * n * v else "dense",
+                 "auto_picks_train": "gather" if owned < GATHER_MAX_SHARE["train"] * n * v else "dense",
+                 "auto_picks_forward": "gather" if owned < GATHER_MAX_SHARE["forward"] * n * v else "dense",
                  "extra_MiB": extra_mib(fn, (h, w))}
             for mode in ("fwd", "fwdbwd"):
                 t = sorted(res[m][mode])
@@ -192,7 +193,8 @@ def sweep(reps):
                         t = time_ms(fns["auto"], True, (h, w), reps)
                         owned = int((sup >= 0).sum())
                         r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
-                             "auto_picks": "gather" if owned < GATHER_MAX_SHARE * n * vl else "dense",
+                             "auto_picks": ("gather" if owned < GATHER_MAX_SHARE["train"] * n * vl
+                                            else "dense"),
                              "auto_fwdbwd_ms": t, "full_fused_fwdbwd_ms": full, "speedup": full / t}
                         rows.append(r)
                         log(json.dumps(r))

@@ -8,8 +8,9 @@ Per token n with candidate weight rows c = local[n, k] (-1: padding or another r
 Nothing of size [N, V] or [N, K, H] is formed: each program streams W's rows through registers.
 The hidden row is cast to the weight's dtype first, as the output layer's matmul would, and every
 product is accumulated in fp32. dW has two modes: `atomic` (fp32 atomics, order not fixed) and
-`sorted` (pairs sorted by id, one program per id and H block sums its pairs in a fixed order:
-bitwise reproducible run to run). No autotuning: a fixed launch keeps `sorted` reproducible.
+`sorted` (pairs sorted by id, each id's pairs summed in a fixed order by one program per
+piece of at most PIECE_PAIRS pairs and H block, pieces then summed in order: bitwise
+reproducible run to run). No autotuning: a fixed launch keeps `sorted` reproducible.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from kernels._triton import check_device, interpreting
 BLOCK_K = 16  # candidates per tile (tl.sum needs no 16-minimum, but 16 fills a warp's rows)
 BLOCK_H = 128
 BLOCK_J = 32  # sorted dW: pairs summed per loop step
+PIECE_PAIRS = 256  # sorted dW: most pairs one program sums serially (a hot id's are split)
+PARTIAL_BYTES = 256 * 2**20  # sorted dW: the partial rows of split ids stay under this
 
 
 def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K,
@@ -81,42 +84,53 @@ def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
 
-def _grad_weight_sorted_kernel(g_ptr, h_ptr, pair_ptr, seg_ptr, uid_ptr, dw_ptr, stride_h, K,
-                               H: tl.constexpr, ACC: tl.constexpr,
-                               MAX_SEG: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_H: tl.constexpr):
-    seg = tl.program_id(0)
+def _segment_sum_kernel(g_ptr, src_ptr, pair_ptr, start_ptr, stop_ptr, dst_row_ptr, dst_ptr,
+                        stride_src, K, H: tl.constexpr, DIRECT: tl.constexpr, MAX_SEG: tl.constexpr,
+                        BLOCK_J: tl.constexpr, BLOCK_H: tl.constexpr):
+    """dst[dst_row[i]] += sum over j in [start[i], stop[i]) of coef_j * src[row_j], in order of j.
+
+    DIRECT: row_j = j, coef 1 (summing partial rows); else pair_j = pair[j], coef = g[pair_j] and
+    row_j = pair_j // K (the token of that (token, candidate) pair). Each item's sum runs in a
+    fixed order with a fixed launch: the result is the same bits every run.
+    """
+    item = tl.program_id(0)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
-    start = tl.load(seg_ptr + seg)
-    stop = tl.load(seg_ptr + seg + 1)
+    start = tl.load(start_ptr + item)
+    stop = tl.load(stop_ptr + item)
     acc = tl.zeros([BLOCK_J, BLOCK_H], dtype=tl.float32)
     # MAX_SEG > 0 (interpreter): a static trip count, since the interpreter's range() cannot take
-    # loaded scalars; on a GPU the loop runs over this segment's own length
+    # loaded scalars; on a GPU the loop runs over this item's own length
     if MAX_SEG > 0:
         for j0 in range(0, MAX_SEG, BLOCK_J):
             js = start + j0 + tl.arange(0, BLOCK_J)
             jm = js < stop
-            pair = tl.load(pair_ptr + js, mask=jm, other=0)
-            g = tl.load(g_ptr + pair, mask=jm, other=0.0)
-            row = (pair // K).to(tl.int64)
-            h = tl.load(h_ptr + row[:, None] * stride_h + ho[None, :],
+            if DIRECT:
+                coef = tl.where(jm, 1.0, 0.0)
+                row = js.to(tl.int64)
+            else:
+                pair = tl.load(pair_ptr + js, mask=jm, other=0)
+                coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
+                row = (pair // K).to(tl.int64)
+            x = tl.load(src_ptr + row[:, None] * stride_src + ho[None, :],
                         mask=jm[:, None] & hm[None, :], other=0.0)
-            acc += g[:, None] * h.to(tl.float32)
+            acc += coef[:, None] * x.to(tl.float32)
     else:
         for j0 in range(start, stop, BLOCK_J):
             js = j0 + tl.arange(0, BLOCK_J)
             jm = js < stop
-            pair = tl.load(pair_ptr + js, mask=jm, other=0)
-            g = tl.load(g_ptr + pair, mask=jm, other=0.0)
-            row = (pair // K).to(tl.int64)
-            h = tl.load(h_ptr + row[:, None] * stride_h + ho[None, :],
+            if DIRECT:
+                coef = tl.where(jm, 1.0, 0.0)
+                row = js.to(tl.int64)
+            else:
+                pair = tl.load(pair_ptr + js, mask=jm, other=0)
+                coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
+                row = (pair // K).to(tl.int64)
+            x = tl.load(src_ptr + row[:, None] * stride_src + ho[None, :],
                         mask=jm[:, None] & hm[None, :], other=0.0)
-            acc += g[:, None] * h.to(tl.float32)
-    dw = tl.sum(acc, axis=0)
-    dst = dw_ptr + tl.load(uid_ptr + seg).to(tl.int64) * H + ho
-    if ACC:
-        dw += tl.load(dst, mask=hm, other=0.0)
-    tl.store(dst, dw, mask=hm)
+            acc += coef[:, None] * x.to(tl.float32)
+    dst = dst_ptr + tl.load(dst_row_ptr + item).to(tl.int64) * H + ho
+    tl.store(dst, tl.sum(acc, axis=0) + tl.load(dst, mask=hm, other=0.0), mask=hm)
 
 
 class _Lazy:
@@ -135,7 +149,7 @@ class _Lazy:
 _LOGITS = _Lazy(_logits_kernel)
 _GRAD_H = _Lazy(_grad_hidden_kernel)
 _GRAD_W_ATOMIC = _Lazy(_grad_weight_atomic_kernel)
-_GRAD_W_SORTED = _Lazy(_grad_weight_sorted_kernel)
+_SEGMENT_SUM = _Lazy(_segment_sum_kernel)
 
 
 def _k_pad(k: int) -> int:
@@ -174,7 +188,7 @@ def grad_hidden_triton(g, weight, local, out_dtype) -> torch.Tensor:
 
 
 def sorted_pairs(local: torch.Tensor):
-    """(pair index sorted by weight row, segment offsets, the row of each segment), or None."""
+    """(pair index sorted by weight row, segment offsets, the row of each segment, counts), or None."""
     flat = local.reshape(-1)
     pairs = torch.nonzero(flat >= 0).squeeze(1)
     if pairs.numel() == 0:
@@ -184,6 +198,53 @@ def sorted_pairs(local: torch.Tensor):
     seg = torch.zeros(uid.numel() + 1, dtype=torch.int64, device=local.device)
     torch.cumsum(counts, 0, out=seg[1:])
     return pairs[order], seg, uid, counts
+
+
+def _piece_len(n_pairs: int, h: int) -> int:
+    # partial rows <= 2 * pairs / piece: keep them under PARTIAL_BYTES
+    need = -(-8 * n_pairs * h // PARTIAL_BYTES)
+    return max(PIECE_PAIRS, triton.next_power_of_2(max(1, need)))
+
+
+def _segment_sum(g, src, pairs, start, stop, dst_rows, dst, k, direct, max_seg):
+    h = dst.shape[1]
+    if start.numel():
+        _SEGMENT_SUM[(start.numel(), triton.cdiv(h, BLOCK_H))](
+            g, src, pairs, start, stop, dst_rows, dst, src.stride(0), k, H=h, DIRECT=direct,
+            MAX_SEG=max(BLOCK_J, triton.next_power_of_2(max_seg)) if interpreting() else 0,
+            BLOCK_J=BLOCK_J, BLOCK_H=BLOCK_H, num_warps=4)
+
+
+def grad_weight_sorted_(dw32, g, hidden, local) -> None:
+    """The deterministic dW: pairs sorted by weight row; an id's pairs are summed in pieces of at
+    most `_piece_len` pairs (a hot id would otherwise be one long serial loop), the pieces of an
+    id that has several are written to partial rows and summed in order by a second launch."""
+    sp = sorted_pairs(local)
+    if sp is None:
+        return
+    pairs, seg, uid, counts = sp
+    k = local.shape[1]
+    piece = _piece_len(int(pairs.numel()), hidden.shape[1])
+    n_pieces = (counts + piece - 1) // piece
+    first = torch.cumsum(n_pieces, 0) - n_pieces
+    multi_id = n_pieces > 1
+    slot_first = torch.cumsum(torch.where(multi_id, n_pieces, 0), 0) - torch.where(multi_id, n_pieces, 0)
+    total, n_slots, most = torch.stack([n_pieces.sum(), torch.where(multi_id, n_pieces, 0).sum(),
+                                        n_pieces.max()]).tolist()
+    owner = torch.repeat_interleave(torch.arange(uid.numel(), device=local.device), n_pieces,
+                                    output_size=total)
+    start = seg[owner] + (torch.arange(total, device=local.device) - first[owner]) * piece
+    stop = torch.minimum(start + piece, seg[owner + 1])
+    multi = multi_id[owner]
+    one = ~multi
+    _segment_sum(g, hidden, pairs, start[one], stop[one], uid[owner[one]], dw32, k, False, piece)
+    if n_slots:
+        partial = torch.zeros(n_slots, hidden.shape[1], dtype=torch.float32, device=local.device)
+        slots = torch.arange(n_slots, device=local.device)
+        _segment_sum(g, hidden, pairs, start[multi], stop[multi], slots, partial, k, False, piece)
+        mid = torch.nonzero(multi_id).squeeze(1)
+        s0 = slot_first[mid]
+        _segment_sum(g, partial, pairs, s0, s0 + n_pieces[mid], uid[mid], dw32, k, True, most)
 
 
 def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate: bool) -> None:
@@ -200,11 +261,4 @@ def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate:
             g, hidden, local, dw32, hidden.stride(0), k,
             K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
         return
-    sp = sorted_pairs(local)
-    if sp is None:
-        return
-    pairs, seg, uid, counts = sp
-    max_seg = max(BLOCK_J, triton.next_power_of_2(int(counts.max()))) if interpreting() else 0
-    _GRAD_W_SORTED[(uid.numel(), triton.cdiv(h, BLOCK_H))](
-        g, hidden, pairs, seg, uid, dw32, hidden.stride(0), k,
-        H=h, ACC=True, MAX_SEG=max_seg, BLOCK_J=BLOCK_J, BLOCK_H=BLOCK_H, num_warps=4)
+    grad_weight_sorted_(dw32, g, hidden, local)

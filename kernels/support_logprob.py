@@ -35,10 +35,11 @@ from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "torch")
 # impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
-# under this share of its vocabulary rows; the dense GEMM path above it. Measured on an H200
-# (BENCHMARKS.md, "Sample-support scoring"): fwd+bwd of the gather path crosses the dense path
-# near this share at hidden 4096, V 151,936, 16k tokens.
-GATHER_MAX_SHARE = 0.004
+# under this share of its vocabulary rows, the dense GEMM path above it; one share for calls that
+# will run backward, one for forward-only calls (old log-probs, no grad). Measured on an H200
+# (BENCHMARKS.md, "Sample-support scoring", hidden 4096, V 151,936, 16k tokens): the gather path's
+# time grows with the share, the dense path's hardly, and they cross near these shares.
+GATHER_MAX_SHARE = {"train": 0.0027, "forward": 0.0039}
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def _finish_grad_weight(weight, dw, plan: _Plan):
     return dw if dw.dtype == weight.dtype else dw.to(weight.dtype)
 
 
-def choose_path(impl: str, hidden: torch.Tensor, rows: SupportRows, vocab_local: int) -> str:
+def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: SupportRows) -> str:
     """The path a call runs: `auto` is the measured rule (GATHER_MAX_SHARE) where Triton runs."""
     if impl not in IMPLS:
         raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
@@ -181,8 +182,13 @@ def choose_path(impl: str, hidden: torch.Tensor, rows: SupportRows, vocab_local:
         return impl
     if not triton_ok:
         return "torch"  # CPU without the Triton interpreter: the torch path, same results
-    n = max(1, rows.local.shape[0])
-    return "gather" if rows.owned < GATHER_MAX_SHARE * n * vocab_local else "dense"
+    return "gather" if rows.owned < gather_limit(hidden, weight, rows.local.shape[0]) else "dense"
+
+
+def gather_limit(hidden, weight, n_rows: int) -> float:
+    """Owned candidates over which `auto` leaves the gather path for the dense one."""
+    train = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return GATHER_MAX_SHARE["train" if train else "forward"] * max(1, n_rows) * weight.shape[0]
 
 
 def support_logprob(
@@ -215,7 +221,7 @@ def support_logprob(
     rows = check_support(sampled.reshape(-1), support.reshape(-1, support.shape[-1]), shard.total,
                          start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1))
-    path = choose_path(impl, h, rows, weight.shape[0])
+    path = choose_path(impl, h, weight, rows)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
                  bool(reduce_grad_hidden))
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)

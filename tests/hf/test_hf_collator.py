@@ -139,10 +139,15 @@ def _model_or_skip(impl, device="cpu"):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("impl", IMPLS)
-def test_packed_losses_and_grads_equal_each_sequence_alone(slabs, impl, device):
+def test_packed_losses_and_grads_equal_each_sequence_alone(slabs, impl, device, monkeypatch):
     if device == "cuda":  # fp32 matmuls on the GPU stay fp32: no TF32 rounding in the comparison
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    if impl == "flex_attention" and device == "cuda":
+        # the check takes several gradients of one packed forward (retain_graph=True), which a
+        # compiled backward that donates its buffers refuses (torch 2.11, H200)
+        import torch._functorch.config as fc
+        monkeypatch.setattr(fc, "donated_buffer", False)
     model = _model_or_skip(impl, device)
     ds = SlabDataset(slabs)
     # positions alone where this transformers isolates segments by them, else the 4D mask
