@@ -192,12 +192,16 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
     intent = loc.join(f"{PENDING_PREFIX}{run}.json")
     old_sizes = {e["file"]: e.get("bytes") for e in (old or {}).get("shards", [])}
     intent.write_bytes(json.dumps({"new": [s.file for s in new], "old": old_names}).encode())
-    for src, dst in zip(shards, new):
-        _upload(os.path.join(staged, src.file), loc.join(dst.file))
-        lease.check()
     manifest = dict(manifest, shards=[_as_dict(s) for s in new])
-    lease.check()  # the last moment another writer could have taken the prefix
-    loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    try:
+        for src, dst in zip(shards, new):
+            _upload(os.path.join(staged, src.file), loc.join(dst.file))
+            lease.check()
+        lease.check()  # the last moment another writer could have taken the prefix
+        loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    except BaseException:  # Ctrl-C, SIGTERM, a store error: nothing committed, our uploads go
+        _forget(loc, [s.file for s in new], intent)
+        raise
     if oname == LEGACY_MANIFEST:
         loc.join(LEGACY_MANIFEST).delete()
     keep = {s.file for s in new}
@@ -206,6 +210,15 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
             loc.join(name).delete()
     intent.delete()
     return new
+
+
+def _forget(loc: Location, names: list[str], intent: Location) -> None:
+    try:
+        for n in names:
+            loc.join(n).delete()
+        intent.delete()
+    except Exception:  # the intent stays: the next run removes what it names
+        pass
 
 
 def _renamed(s: ShardInfo, run: str) -> ShardInfo:

@@ -23,7 +23,16 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolCacheError, PacktoolInputError
-from packtool.output import OutputExistsError, check_output, claim_output, spill_dir, swap_into_place, temp_dir
+from packtool.output import (
+    OutputExistsError,
+    Terminated,
+    check_output,
+    claim_output,
+    say,
+    spill_dir,
+    swap_into_place,
+    temp_dir,
+)
 from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir
 from packtool.params import expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
@@ -88,8 +97,22 @@ def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, in
     if cache_dir and is_uri(cache_dir):
         refuse_store_feature("the tokenized cache (--cache-dir)", "--cache-dir")
     if output and is_uri(output) and not dry_run:
-        return claim_store(output, overwrite, inputs=[os.fspath(i) for i in inputs], cache_dir=cache_dir)
+        return _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_dir)
     return claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir, cache_root=cache_root)
+
+
+@contextmanager
+def _claim_store(output: str, overwrite: bool, inputs: list[str], cache_dir: str | None):
+    # claim_output's dry-run claim is its SIGTERM handling alone: a terminated run unwinds
+    # like Ctrl-C, so the lease is released and the staging folder removed
+    with claim_output(output, overwrite, dry_run=True):
+        try:
+            with claim_store(output, overwrite, inputs=inputs, cache_dir=cache_dir):
+                yield
+        except Terminated:
+            say(f"terminated (SIGTERM): this run's temporary files and uploads are removed; {output} "
+                f"holds a whole output (the previous one unless the new manifest was already put)")
+            raise
 
 
 def _expect_plan_args(func: str, alignment, packing) -> None:

@@ -8,8 +8,9 @@ wrote (a window of one request plus the settle time) can both think they hold it
 holder re-reads it before its commit (`Lease.check`), which narrows the harm to two runs
 that commit within that window. FORMAT.md and docs/SCALING.md say so.
 
-The holder renews it every `RENEW_SECONDS`; a lease not renewed for `LEASE_SECONDS` is a
-dead run's and the next run takes it over (and cleans what the dead run left). The record
+The holder renews it every `RENEW_SECONDS`; a lease not renewed for `LEASE_SECONDS`, or
+one whose holder ran on this host and whose process is gone, is a dead run's and the next
+run takes it over (and cleans what the dead run left). The record
 holds a random token, "pid N on HOST" and the renewal time: nothing secret.
 """
 from __future__ import annotations
@@ -126,12 +127,28 @@ def _s3_exclusive_put(lock: Location, body: bytes) -> bool | None:
     return True
 
 
+def _dead_here(rec: dict) -> bool:
+    """The holder ran on this host and its process is gone (killed): no need to wait out
+    the lease."""
+    owner = str(rec.get("owner", ""))
+    pid, _, host = owner.removeprefix("pid ").partition(" on ")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def take_lease(prefix: Location) -> Lease:
     lock = prefix.join(LEASE)
     lease = Lease(lock, prefix.shown)
     rec = _read(lock)
     if rec is not None:
-        if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS:
+        if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
             raise _busy(prefix.shown, rec)
         print(f"packtool: taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
               f"stopped renewing it", file=sys.stderr, flush=True)
