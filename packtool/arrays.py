@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["arrow_of", "list_parts", "np_of"]
+__all__ = ["arrow_of", "list_parts", "np_of", "span_mask"]
 
 
 def _primitive(t: pa.DataType) -> bool:
@@ -54,3 +54,12 @@ def arrow_of(values: np.ndarray) -> pa.Array:
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
                                  [None, pa.py_buffer(values)])
+
+
+def span_mask(total: int, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """A bool mask of `total` positions, True inside every [starts[i], starts[i] + lens[i])
+    (spans that do not overlap: a slab's real tokens, from its segments' starts and lengths)."""
+    d = np.zeros(total + 1, np.int64)
+    np.add.at(d, np.asarray(starts, np.int64), 1)
+    np.add.at(d, np.asarray(starts, np.int64) + np.asarray(lens, np.int64), -1)
+    return np.cumsum(d[:-1]) > 0

@@ -113,7 +113,8 @@ class SideColumn:
             return cls(name=d["name"], dtype=d.get("dtype"), width=d.get("width", 1), fill=d.get("fill"),
                        kind=d.get("kind", "values"))
         except PacktoolInputError as e:
-            raise PacktoolFormatError(f"{where}: side_columns: {e}; the manifest is edited or damaged") from None
+            what = re.sub(r" \(see --[a-z-]+\)$", "", str(e))  # a manifest has no flags to name
+            raise PacktoolFormatError(f"{where}: side_columns: {what}; the manifest is edited or damaged") from None
 
     def filled(self, n: int) -> np.ndarray:
         """n tokens' worth of fill: shape (n,) for width 1, (n, width) otherwise."""

@@ -139,6 +139,14 @@ def print_inspect_report(r, console: Console) -> None:
                    fmt_int(w.physical_tokens), fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad),
                    fmt_int(w.slack), fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
     console.print(wt)
+    if r.side_columns:
+        from packtool.inspection.side import SIDE_HEAD, side_rows
+        st = Table(title="Side columns (FORMAT.md, Side columns)", show_header=True, header_style="bold")
+        for i, c in enumerate(SIDE_HEAD):
+            st.add_column(c, justify="left" if i in (0, 1, 3) else "right", no_wrap=i == 0)
+        for row in side_rows(r):
+            st.add_row(*map(escape, row))
+        console.print(st)
     if r.compare:
         console.print(compare_table(r, console))
     console.print(f"inspect took {r.seconds:.2f} s", style="dim")

@@ -104,6 +104,9 @@ def render_html(r) -> str:
                        fmt_int(w.physical_tokens), fmt_int(w.layout_pad), fmt_int(w.tail_pad),
                        fmt_int(w.fill_pad), fmt_int(w.slack), fmt_pct(w.fill) + (" singleton" if w.singleton else "")]
                       for w in r.worst_slabs])]
+    if r.side_columns:
+        from packtool.inspection.side import SIDE_HEAD, side_rows
+        parts += ["<h2>Side columns</h2>", _table(SIDE_HEAD, [[e(x) for x in row] for row in side_rows(r)])]
     if r.compare:
         ok = [c for c in r.compare if c.error is None]
         parts += ["<h2>Same lengths, other algorithms and conventions</h2>",

@@ -119,6 +119,7 @@ class InspectReport:
     compare: list[CompareRow] = field(default_factory=list)
     what_if: WhatIf | None = None
     seconds: float = 0.0
+    side_columns: list = field(default_factory=list)  # inspection/side.SideColumnReport, packed outputs
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -242,7 +243,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
                  ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
                  cat["loss"].astype(np.int64), locations)
-    return build_report("packed", directory, ss, compare, what_if, t0)
+    from dataclasses import replace
+
+    from packtool.inspection.side import side_reports
+    rep = build_report("packed", directory, ss, compare, what_if, t0)
+    return replace(rep, side_columns=side_reports(sm.side_columns, paths), seconds=time.perf_counter() - t0)
 
 
 def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: dict, locations: list) -> None:

@@ -231,7 +231,10 @@ def parse_manifest(data: bytes, path: str) -> dict:
     if m["schema_version"] < 2 and m.get("side_columns"):
         raise FormatError(f"{path}: schema_version 1 has no side_columns; the manifest is edited or "
                           f"damaged: re-run `packtool pack`")
-    side_columns_from_manifest(m.get("side_columns"), path)
+    try:
+        side_columns_from_manifest(m.get("side_columns"), path)
+    except PacktoolFormatError as e:
+        raise FormatError(str(e)) from None
     return m
 
 
@@ -336,7 +339,7 @@ class SlabManifest:
                               f"re-run `packtool pack`") from None
         return cls(path=path, manifest=where, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
                    shards=shard_names(m, where), raw=m,
-                   side_columns=side_columns_from_manifest(m.get("side_columns"), where))
+                   side_columns=side_columns_from_manifest(m.get("side_columns"), where))  # checked by read_manifest
 
     @property
     def schema(self) -> pa.Schema:

@@ -31,6 +31,7 @@ from packtool.slabs.format import (
     shard_names,
     stray_entries,
 )
+from packtool.side import side_columns_from_manifest
 from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
@@ -111,7 +112,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     by_name = dict(zip(listed, man["shards"]))
     base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
-                     checksum=_checksum_of(by_name[f]))
+                     checksum=_checksum_of(by_name[f]), side=side_columns_from_manifest(man.get("side_columns")))
             for f in listed if f in present]
     from packtool.progress import bar, large
     pieces = _pieces(base, 4 * workers)

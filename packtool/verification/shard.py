@@ -19,6 +19,7 @@ from packtool.layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge
 from packtool.storage import arrow_file, file_size
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.verification.problems import ProblemLog, first_of, segment_problems
+from packtool.verification.side import check_side_batch, check_side_schema
 from packtool.verification.tokens import TOKEN_CHECKS, source_ranges, token_pass, token_problems
 
 LIST_COLUMNS = {
@@ -49,6 +50,7 @@ class ShardJob:
     row0: int = 0  # rows before the piece
     hash_file: bool = True  # one piece per shard hashes the whole file
     checksum: str = SHARD_CHECKSUM  # the algorithm the manifest used (older ones: sha256)
+    side: tuple = ()  # the manifest's side columns (verification/side.py)
 
 
 @dataclass
@@ -86,7 +88,9 @@ def check_shard(job: ShardJob) -> ShardResult:
                 f"corrupt: re-run `packtool pack`", shard=job.name)
         return res
     # every piece checks the schema; only the first reports it
-    if not _check_schema(pf.schema_arrow, job.name, log if job.hash_file else ProblemLog()):
+    schema_log = log if job.hash_file else ProblemLog()
+    if not (_check_schema(pf.schema_arrow, job.name, schema_log)
+            & check_side_schema(pf.schema_arrow, job.side, job.name, schema_log)):
         res.readable = False
         return res
     src = None
@@ -265,6 +269,9 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
                 row=row0 + int(r), expected=int(loss_sum[r]), found=int(nl[r]), **where)
     if a.cp > 1:
         _check_cp(ids, ids_off, seg_start, padded, seg_off, ok_rows, a.cp, row0, where, log)
+    if job.side:
+        check_side_batch(batch, job.side, ids, ids_off, seg_row, seg_start, seq_lens, fill, ok_rows, row0,
+                         where, log)
     acc.tot["physical_tokens"] += int(T.sum())
     acc.tot["real_tokens"] += int(seq_lens.sum())
     acc.tot["loss_tokens"] += int(loss_sum.sum())

@@ -1,0 +1,77 @@
+"""inspect lists a packed output's side columns and their fill share (text, --json, --html);
+the shares are the fill positions counted straight from the shards."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from side_support import K, side_rows, write_input
+from typer.testing import CliRunner
+
+from packtool.align import Alignment
+from packtool.cli.app import app
+from packtool.inspection.report import inspect_packed
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("iside")
+    ids, lp, sup = side_rows(n=60, seed=5)
+    for s in sup[::3]:  # tokens without support: all -1, like prompt tokens
+        s[: s.shape[0] // 2] = -1
+    inp = write_input(str(root / "in.parquet"), ids, lp, sup)
+    out = str(root / "packed")
+    pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
+         cache_dir=str(root / "cache"), shard_tokens=2048)
+    return out
+
+
+def _direct(out: str):
+    t = pq.read_table(out)
+    n = real_n = 0
+    fill = {"lp": 0, "sup": 0}
+    on_real = {"lp": 0, "sup": 0}
+    for row in t.to_pylist():
+        T = len(row["input_ids"])
+        real = np.zeros(T, bool)
+        for a, m in zip(row["cu_seqlens_padded"][:-1], row["seq_lens"]):
+            real[a:a + m] = True
+        lp = np.asarray(row["lp"]) == 0.0
+        sup = (np.asarray(row["sup"]).reshape(T, K) == -1).all(axis=1)
+        for k, f in (("lp", lp), ("sup", sup)):
+            fill[k] += int(f.sum())
+            on_real[k] += int((f & real).sum())
+        n, real_n = n + T, real_n + int(real.sum())
+    return n, real_n, fill, on_real
+
+
+def test_inspect_counts_the_fill_of_every_side_column(packed):
+    r = inspect_packed(packed, what_if=False)
+    n, real_n, fill, on_real = _direct(packed)
+    got = {c.name: c for c in r.side_columns}
+    assert list(got) == ["lp", "sup"] and got["sup"].kind == "support" and got["sup"].width == K
+    for k in ("lp", "sup"):
+        c = got[k]
+        assert (c.positions, c.real_tokens, c.fill_positions, c.fill_on_real) == (n, real_n, fill[k], on_real[k])
+        assert c.fill_share == pytest.approx(fill[k] / n)
+    assert got["sup"].fill_on_real > 0 and got["sup"].fill_positions > n - real_n  # pads + tokens without support
+
+
+def test_inspect_text_json_and_html_show_them(packed, tmp_path):
+    res = CliRunner().invoke(app, ["inspect", packed, "--json", "--no-what-if"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert [c["name"] for c in d["side_columns"]] == ["lp", "sup"] and 0 < d["side_columns"][1]["fill_share"] < 1
+    res = CliRunner().invoke(app, ["inspect", packed, "--no-what-if"], env={"COLUMNS": "160"})
+    assert res.exit_code == 0 and "Side columns" in res.output and "sup" in res.output, res.output
+    html = str(tmp_path / "r.html")
+    res = CliRunner().invoke(app, ["inspect", packed, "--html", html, "--no-what-if"])
+    assert res.exit_code == 0, res.output
+    text = open(html).read()
+    assert "<h2>Side columns</h2>" in text and ">sup<" in text

@@ -1,0 +1,135 @@
+"""verify on side columns (issue 21): a clean pack with a float32 and a K-wide int32 support
+column verifies; each planted corruption (re-signed, so the checksum is not what catches it)
+trips its own check, named in one line."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from side_support import K, side_rows, write_input
+from slab_support import read_manifest, resign, save_manifest
+
+from packtool.align import Alignment
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+from packtool.verification.run import verify
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    root = tmp_path_factory.mktemp("side")
+    ids, lp, sup = side_rows(n=80, seed=3)
+    inp = write_input(str(root / "in.parquet"), ids, lp, sup)
+    out = str(root / "packed")
+    pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
+         cache_dir=str(root / "cache"))
+    return out
+
+
+def test_the_clean_output_verifies(clean):
+    r = verify(clean, workers=1)
+    assert r.ok, r.problems
+
+
+def _table(out):
+    shard = read_manifest(out)["shards"][0]["file"]
+    return shard, pq.read_table(os.path.join(out, shard))
+
+
+def _set(t: pa.Table, name: str, values: list, typ=None) -> pa.Table:
+    i = t.schema.get_field_index(name)
+    return t.set_column(i, name, pa.array(values, typ or t.schema.field(i).type))
+
+
+def _pad_and_real(t: pa.Table, row: int) -> tuple[int, int]:
+    """(a pad position, a real token position) of slab `row`."""
+    cu, sl = t.column("cu_seqlens_padded")[row].as_py(), t.column("seq_lens")[row].as_py()
+    real = np.zeros(cu[-1], bool)
+    for a, n in zip(cu[:-1], sl):
+        real[a:a + n] = True
+    return int(np.flatnonzero(~real)[0]), int(np.flatnonzero(real)[1])
+
+
+def _row_with_pad(t: pa.Table) -> int:
+    for r in range(t.num_rows):
+        if sum(t.column("seq_lens")[r].as_py()) < len(t.column("input_ids")[r]):
+            return r
+    raise AssertionError("no slab with a pad")
+
+
+def _plant(t: pa.Table, case: str) -> pa.Table:
+    r = _row_with_pad(t)
+    pad, tok = _pad_and_real(t, r)
+    lp, sup, ids = t.column("lp").to_pylist(), t.column("sup").to_pylist(), t.column("input_ids").to_pylist()
+    if case == "side_dtype":
+        return _set(t, "lp", lp, pa.list_(pa.float64()))
+    if case == "side_width":
+        return _set(t, "sup", [[row[:-1] for row in s] for s in sup], pa.list_(pa.list_(pa.int32(), K - 1)))
+    if case == "side_length":
+        lp[r] = lp[r][:-1]
+        return _set(t, "lp", lp)
+    if case == "side_null":
+        lp[r][tok] = None
+        return _set(t, "lp", lp)
+    if case == "side_fill_float":
+        lp[r][pad] = 0.5
+        return _set(t, "lp", lp)
+    if case == "side_fill_rows":
+        sup[r][pad] = [3] + [-1] * (K - 1)
+        return _set(t, "sup", sup)
+    token = ids[r][tok]
+    if case == "support_order":
+        sup[r][tok] = [-1, token] + [-1] * (K - 2)
+    elif case == "support_absent":
+        sup[r][tok] = [token + 1] + [-1] * (K - 1)
+    elif case == "support_twice":
+        sup[r][tok] = [token, token] + [-1] * (K - 2)
+    elif case == "support_negative":
+        sup[r][tok] = [token, -7] + [-1] * (K - 2)
+    elif case == "missing":
+        return t.drop_columns(["sup"])
+    elif case == "undeclared":
+        return t.append_column("extra", pa.array(lp, pa.list_(pa.float32())))
+    return _set(t, "sup", sup)
+
+
+CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
+         "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_rows": "side_fill",
+         "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
+         "support_negative": "side_support", "missing": "schema", "undeclared": "schema"}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_planted_corruption_trips_its_check(clean, tmp_path, case):
+    out = str(tmp_path / "p")
+    shutil.copytree(clean, out)
+    shard, t = _table(out)
+    pq.write_table(_plant(t, case), os.path.join(out, shard), compression="zstd")
+    resign(out, shard)
+    r = verify(out, workers=1)
+    assert not r.ok and CASES[case] in r.counts, (case, r.counts)
+    assert set(r.counts) <= {CASES[case], "schema", "shard_unreadable"}, r.counts
+    msgs = [p.message for p in r.problems if p.check == CASES[case]]
+    assert msgs and all("\n" not in m for m in msgs)
+    if CASES[case] != "schema":
+        assert ("'lp'" in msgs[0]) or ("'sup'" in msgs[0]), msgs
+
+
+@pytest.mark.parametrize("entry", [{"name": "lp", "dtype": "float16", "width": 1, "fill": 0.0},
+                                   {"name": "lp", "dtype": "float32", "width": 1, "fill": 0.0, "kind": "support"},
+                                   "lp"])
+def test_a_damaged_side_columns_entry_is_a_manifest_problem(clean, tmp_path, entry):
+    out = str(tmp_path / "p")
+    shutil.copytree(clean, out)
+    man = read_manifest(out)
+    man["side_columns"][0] = entry
+    save_manifest(out, man)
+    r = verify(out, workers=1)
+    assert set(r.counts) == {"manifest"}, r.counts
