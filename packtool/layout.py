@@ -165,3 +165,79 @@ def flat_cu(layout: Layout, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray, n
     cu[pos] = ends_len
     cup[pos] = ends_pad
     return cu.astype(np.int32), cup.astype(np.int32), list_off.astype(np.int32)
+
+
+# --- per-token values through the layout (tokens, masks, side columns) ---------------
+# numpy or torch: a torch tensor stays a torch tensor on its own device; torch is only
+# imported when one is passed, so the base layer keeps numpy as its one dependency.
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def positions_in_segment(seg_padded: np.ndarray) -> np.ndarray:
+    """Position of every physical token inside its segment (0 at each segment start)."""
+    seg_padded = np.asarray(seg_padded, np.int64)
+    starts = np.concatenate(([0], np.cumsum(seg_padded)[:-1]))
+    return np.arange(int(seg_padded.sum())) - np.repeat(starts, seg_padded)
+
+
+def segment_of_position(seg_padded: np.ndarray) -> np.ndarray:
+    """Segment index of every physical token (pads belong to the segment they follow)."""
+    seg_padded = np.asarray(seg_padded, np.int64)
+    return np.repeat(np.arange(seg_padded.size), seg_padded)
+
+
+def token_destinations(lens: np.ndarray, seg_start: np.ndarray, like=None):
+    """Where token j of sequence k lands in the slab: seg_start[k] + j, for the sequences'
+    tokens concatenated in order. `like` a torch tensor: the index is built on its device
+    (host arrays stay the size of the segments, not of the tokens)."""
+    lens = np.asarray(lens, np.int64)
+    shift = np.asarray(seg_start, np.int64) - (np.cumsum(lens) - lens)
+    n = int(lens.sum())
+    if like is None or not _is_torch(like):
+        return np.repeat(shift, lens) + np.arange(n)
+    import torch
+    dev = like.device
+    dst = torch.repeat_interleave(torch.as_tensor(shift, device=dev), torch.as_tensor(lens, device=dev),
+                                  output_size=n)
+    return dst + torch.arange(n, device=dev)
+
+
+def place_tokens(values, dst, total: int, fill):
+    """A slab of `total` positions holding `values[j]` at `dst[j]` and `fill` elsewhere;
+    values are per token along axis 0 with any trailing shape (a K-wide row per token)."""
+    shape = (int(total), *tuple(values.shape[1:]))
+    if _is_torch(values):
+        import torch
+        out = torch.full(shape, fill, dtype=values.dtype, device=values.device)
+    else:
+        out = np.full(shape, fill, dtype=np.asarray(values).dtype)
+    out[dst] = values
+    return out
+
+
+def shift_like_labels(values, cu_seqlens_padded, fill):
+    """Token-aligned -> target-aligned, the shift `labels` get (FORMAT.md, "Side columns").
+
+    out[p] = values[p+1] inside a segment; every segment's last position
+    (cu_seqlens_padded[i+1] - 1) holds `fill`: nothing after it belongs to the segment.
+    The value of token i (its log-prob, its sampler support) is then at position i-1, where
+    the logits that predict token i sit. `values` has the tokens on axis 0 and any trailing
+    shape; numpy or torch (the result stays on the tensor's device)."""
+    cu = np.asarray(cu_seqlens_padded.cpu() if _is_torch(cu_seqlens_padded) else cu_seqlens_padded,
+                    np.int64).reshape(-1)
+    n = int(values.shape[0])
+    if cu.size < 1 or cu[0] != 0 or cu[-1] != n or (np.diff(cu) < 0).any():
+        raise ValueError(f"cu_seqlens_padded must rise from 0 to the {n} positions of the values, "
+                         f"got {cu[:3].tolist()}...{cu[-2:].tolist()}")
+    ends = cu[1:][np.diff(cu) > 0] - 1
+    if _is_torch(values):
+        import torch
+        out = torch.empty_like(values)
+        ends = torch.as_tensor(ends, device=values.device)
+    else:
+        out = np.empty_like(values)
+    out[:-1] = values[1:]
+    out[ends] = fill
+    return out

@@ -20,7 +20,17 @@ import numpy as np
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from packtool.layout import cp_chunk_ranges, cp_local_cu_seqlens_padded, cp_rank_index
+from packtool.layout import (
+    cp_chunk_ranges,
+    cp_local_cu_seqlens_padded,
+    cp_rank_index,
+    positions_in_segment,
+    segment_of_position,
+    shift_like_labels,
+)
+
+__all__ = ["SlabSeqParams", "ThdBatch", "shifted_targets", "positions_in_segment", "build_thd_params",
+           "make_thd_batch", "side_tensors"]
 
 
 @dataclass
@@ -53,30 +63,29 @@ class ThdBatch:
     num_tokens: int  # real tokens of the full micro-batch (all CP ranks)
     num_loss_tokens: int  # loss tokens of the full micro-batch (all CP ranks)
     seg_real: np.ndarray  # int64: real length of every segment (FLOP accounting)
+    # per-token side columns (FORMAT.md "Side columns"), [1, t_local] or [1, t_local, K]:
+    # `side` as stored (token-aligned: position p holds token p's value), `side_targets`
+    # shifted like `labels` (target-aligned: position p holds token p+1's, fill at every
+    # segment's last position), which is what pairs with the logits at p
+    side: dict = field(default_factory=dict)
+    side_targets: dict = field(default_factory=dict)
+    # int64 [1, t_local]: the segment of every local position (pads: the one they follow),
+    # and float32 [n_seg]: loss tokens of every segment of the full micro-batch (all CP
+    # ranks), for per-sequence reductions such as GRPO's sequence mean (docs/RL.md)
+    segment: Optional[torch.Tensor] = None
+    seg_loss_tokens: Optional[torch.Tensor] = None
 
 
 def shifted_targets(input_ids: np.ndarray, loss_mask: np.ndarray,
                     cu_padded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """labels[i] = ids[i+1] and weight[i] = loss_mask[i+1] when i+1 is in the same
-    physical segment, else label 0 / weight 0. loss_mask is already 0 on every segment's
-    first token and on pads (FORMAT.md), the segment-end zero makes it explicit."""
-    n = input_ids.shape[0]
-    labels = np.zeros(n, np.int64)
-    weight = np.zeros(n, np.float32)
-    labels[:-1] = input_ids[1:]
-    weight[:-1] = loss_mask[1:]
-    ends = np.asarray(cu_padded[1:], np.int64) - 1  # last position of each segment
-    ends = ends[(ends >= 0) & (ends < n)]
-    labels[ends] = 0
-    weight[ends] = 0.0
+    physical segment, else label 0 / weight 0 (`layout.shift_like_labels`). loss_mask is
+    already 0 on every segment's first token and on pads (FORMAT.md), the segment-end zero
+    makes it explicit."""
+    labels = shift_like_labels(np.asarray(input_ids, np.int64), cu_padded, 0)
+    weight = shift_like_labels(np.asarray(loss_mask, np.float32), cu_padded, 0.0)
     labels[weight == 0] = 0
     return labels, weight
-
-
-def positions_in_segment(seg_padded: np.ndarray) -> np.ndarray:
-    starts = np.concatenate(([0], np.cumsum(seg_padded)[:-1]))
-    total = int(np.sum(seg_padded))
-    return np.arange(total) - np.repeat(starts, seg_padded)
 
 
 def build_thd_params(seg_len: np.ndarray, seg_padded: np.ndarray, cp: int, cp_rank: int,
@@ -125,10 +134,29 @@ def build_thd_params(seg_len: np.ndarray, seg_padded: np.ndarray, cp: int, cp_ra
         attn_cu_q_host=q_cu.tolist(), attn_cu_k_host=k_cu.tolist(), kv_index=kv_index)
 
 
+def side_tensors(side: dict, cu_padded: np.ndarray, idx, fills: dict, device) -> tuple[dict, dict]:
+    """(token-aligned, target-aligned) side columns of one CP rank: full-slab values are
+    shifted over the full slab's segments first, then both are cut to the rank's positions
+    `idx` (None: all). numpy or torch in; torch [1, t_local(, K)] out on `device`."""
+    stored, shifted = {}, {}
+    for name, v in side.items():
+        if isinstance(v, np.ndarray) and not v.flags.writeable:
+            v = v.copy()  # a view of a cached Arrow buffer: torch wants memory it may own
+        v = torch.as_tensor(v, device=device)
+        tgt = shift_like_labels(v, cu_padded, fills[name])
+        if idx is not None:
+            v, tgt = v[idx], tgt[idx]
+        stored[name], shifted[name] = v[None], tgt[None]
+    return stored, shifted
+
+
 def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.ndarray,
                    seg_padded: np.ndarray, cp: int = 1, cp_rank: int = 0,
-                   device: torch.device | str = "cpu", cp_group: Any = None) -> ThdBatch:
-    """Slice a full (all-CP-ranks) THD micro-batch for one CP rank and build its params."""
+                   device: torch.device | str = "cpu", cp_group: Any = None,
+                   side: dict | None = None, side_fill: dict | None = None) -> ThdBatch:
+    """Slice a full (all-CP-ranks) THD micro-batch for one CP rank and build its params.
+    side: per-token columns of the full micro-batch (name -> [T] or [T, K]), their pads
+    holding `side_fill[name]`."""
     seg_len = np.asarray(seg_len, np.int64)
     seg_padded = np.asarray(seg_padded, np.int64)
     cu_pad = np.concatenate(([0], np.cumsum(seg_padded)))
@@ -137,12 +165,17 @@ def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.nda
                          f"lengths sum to {int(cu_pad[-1])}")
     labels, weight = shifted_targets(np.asarray(input_ids), np.asarray(loss_mask), cu_pad)
     n_loss = int(weight.sum())
+    seg = segment_of_position(seg_padded)
+    seg_loss = np.bincount(seg, weights=weight, minlength=seg_padded.size).astype(np.float32)
     pos = positions_in_segment(seg_padded)
     ids = np.asarray(input_ids, np.int64)
+    idx = None
     if cp > 1:
         idx = cp_rank_index(cu_pad[:-1], seg_padded, cp, cp_rank)
-        ids, labels, weight, pos = ids[idx], labels[idx], weight[idx], pos[idx]
+        ids, labels, weight, pos, seg = ids[idx], labels[idx], weight[idx], pos[idx], seg[idx]
     params = build_thd_params(seg_len, seg_padded, cp, cp_rank, device, cp_group)
+    stored, shifted = side_tensors(side or {}, cu_pad, None if idx is None else torch.as_tensor(idx),
+                                   side_fill or {}, device)
 
     def t(a, dt):
         return torch.as_tensor(a, dtype=dt, device=device)[None]
@@ -151,4 +184,6 @@ def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.nda
                     labels=t(labels, torch.int64), loss_weight=t(weight, torch.float32),
                     params=params, num_tokens=int(seg_len.sum()),
                     num_loss_tokens=n_loss,
-                    seg_real=seg_len)
+                    seg_real=seg_len, side=stored, side_targets=shifted,
+                    segment=t(seg, torch.int64),
+                    seg_loss_tokens=torch.as_tensor(seg_loss, device=device))

@@ -1,7 +1,8 @@
 """packtool inside RL/SFT trainers, every step: in-memory lengths -> bins for DP ranks
 (`step`), a drop-in for SkyRL's SeqPacker (`skyrl`), worker-side token-budget micro-batches
-(`microbatch`), THD batches from in-memory token tensors (`thd`, needs torch and
-megatron-core, loaded on first use) and the numba cache warm-up (`warmup`).
+(`microbatch`), packed micro-batch tensors from in-memory token and side-column tensors
+(`packed`, needs torch; `thd` wraps them in megatron's THD batch, needs megatron-core; both
+loaded on first use) and the numba cache warm-up (`warmup`).
 
 Importing this package loads numpy and numba only (no pyarrow, rich or torch).
 """
@@ -16,12 +17,13 @@ _LAZY = {
     "PackingStrategy": "skyrl", "make_seq_packer": "skyrl",
     "MicroBatches": "microbatch", "micro_batches": "microbatch",
     "thd_batch": "thd", "thd_batches": "thd",
+    "pack_tensors": "packed", "PackedTensors": "packed",
     "warm_cache": "warmup",
 }
 
-# thd's names load torch and megatron-core: reachable as attributes, not by `import *`
+# thd's names load torch and megatron-core, packed's torch: reachable as attributes, not by `import *`
 __all__ = sorted(["ALGORITHMS", "OnlinePackError", "StepBins", "StepPacker", "as_lengths",
-                  "pack_step", *(k for k, v in _LAZY.items() if v != "thd")])
+                  "pack_step", *(k for k, v in _LAZY.items() if v not in ("thd", "packed"))])
 
 
 def __getattr__(name: str):

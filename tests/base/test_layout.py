@@ -260,3 +260,92 @@ def test_layout_properties(plan):
         for b in range(n_bins):
             assert np.array_equal(cu[off[b]:off[b + 1]], lay.cu_seqlens(b))
             assert np.array_equal(cup[off[b]:off[b + 1]], lay.cu_seqlens_padded(b))
+
+
+# --- target alignment of per-token values (FORMAT.md "Side columns") -----------------
+def _naive_shift(values, cu, fill):
+    """One segment at a time: position p of a segment gets the value of p+1, the last fill."""
+    out = np.empty_like(values)
+    for a, b in zip(cu[:-1], cu[1:]):
+        if b > a:
+            out[a:b - 1] = values[a + 1:b]
+            out[b - 1] = fill
+    return out
+
+
+def _shift_ok(shift, values, cu, fill):
+    """The value paired with the logits at p is the one of the token they predict (p+1)."""
+    got = np.asarray(shift(values, cu, fill))
+    return got.shape == values.shape and np.array_equal(got, _naive_shift(values, cu, fill))
+
+
+_PLANTED = {
+    "unshifted": lambda v, cu, fill: v.copy(),
+    "shifted by 2": lambda v, cu, fill: np.concatenate((v[2:], np.full_like(v[:2], fill))),
+    "no fill at segment ends": lambda v, cu, fill: np.concatenate((v[1:], np.full_like(v[:1], fill))),
+    "fill at segment starts": lambda v, cu, fill: _fill_at(np.concatenate((v[1:], np.full_like(v[:1], fill))),
+                                                          np.asarray(cu[:-1]), fill),
+}
+
+
+def _fill_at(v, where, fill):
+    v[where] = fill
+    return v
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=8), width=st.sampled_from([1, 3]),
+       torch_in=st.booleans())
+def test_shift_like_labels_is_the_per_segment_shift(lengths, width, torch_in):
+    from packtool.layout import shift_like_labels
+    cu = np.concatenate(([0], np.cumsum(lengths)))
+    shape = (int(cu[-1]),) if width == 1 else (int(cu[-1]), width)
+    values = np.arange(1, 1 + int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    if torch_in:
+        torch = pytest.importorskip("torch")
+
+        def shift(v, c, f):
+            out = shift_like_labels(torch.from_numpy(v), torch.from_numpy(c), f)
+            assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+            return out.numpy()
+    else:
+        shift = shift_like_labels
+    assert _shift_ok(shift, values, cu, -7.0)
+
+
+@pytest.mark.parametrize("bug", sorted(_PLANTED))
+def test_a_planted_off_by_one_fails_the_shift_check(bug):
+    cu = np.array([0, 4, 5, 9, 15])  # one single-token segment
+    values = np.arange(1, 16, dtype=np.float32)
+    assert not _shift_ok(_PLANTED[bug], values, cu, 0.0)
+    assert not _shift_ok(_PLANTED[bug], np.stack([values, -values], 1), cu, 0.0)
+
+
+def test_shift_like_labels_refuses_offsets_of_another_slab():
+    from packtool.layout import shift_like_labels
+    with pytest.raises(ValueError, match="rise from 0 to the 5 positions"):
+        shift_like_labels(np.zeros(5), np.array([0, 3, 6]), 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=6), cp=st.integers(1, 3),
+       width=st.sampled_from([1, 4]))
+def test_placed_values_sit_in_their_segments(lengths, cp, width):
+    """token_destinations + place_tokens put sequence k's values at the start of segment k,
+    pads hold the fill; numpy and torch give the same slab."""
+    from packtool.layout import place_tokens, token_destinations
+    lens = np.array(lengths)
+    lay = compute_layout(lens, np.array([0, lens.size]), Alignment(cp=cp, capacity=1 << 12))
+    n = int(lens.sum())
+    vals = np.arange(n * width, dtype=np.int32).reshape((n,) if width == 1 else (n, width))
+    T = int(lay.slab_len[0])
+    got = place_tokens(vals, token_destinations(lens, lay.seg_start), T, -1)
+    src = 0
+    for k, L in enumerate(lengths):
+        st_, pad = int(lay.seg_start[k]), int(lay.seg_padded[k])
+        assert np.array_equal(got[st_:st_ + L], vals[src:src + L])
+        assert (got[st_ + L:st_ + pad] == -1).all()
+        src += L
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(vals)
+    assert np.array_equal(place_tokens(t, token_destinations(lens, lay.seg_start, like=t), T, -1).numpy(), got)

@@ -1,0 +1,162 @@
+"""In-memory sequences -> one packed micro-batch's tensors for one CP rank, without megatron.
+
+`pack_tensors` lays the sequences out with `layout.compute_layout` under the run's
+`Alignment` (fixed length included), scatters tokens, loss mask and every side column into
+the padded slab on the tokens' device (`layout.token_destinations` / `place_tokens`),
+shifts targets and side columns with `layout.shift_like_labels` over the FULL slab's
+segments, then cuts the CP zigzag slice (`layout.cp_rank_index`). `online.thd.thd_batch`
+wraps the result in megatron's `ThdBatch`; trainers without megatron (FSDP, plain torch,
+the RL loss of docs/RL.md) use it as it is. Needs torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from packtool.align import Alignment
+from packtool.layout import (
+    compute_layout,
+    cp_rank_index,
+    place_tokens,
+    positions_in_segment,
+    segment_of_position,
+    shift_like_labels,
+    token_destinations,
+)
+from packtool.online.step import OnlinePackError, as_lengths
+
+
+@dataclass
+class PackedTensors:
+    """One micro-batch on one CP rank; token tensors are 1-D [t_local] (or [t_local, K])."""
+
+    input_ids: torch.Tensor  # int64, pad_id on pads
+    position_ids: torch.Tensor  # int64, position inside the segment
+    labels: torch.Tensor  # int64, labels[p] = input_ids[p+1] in the segment; 0 where weight is 0
+    loss_weight: torch.Tensor  # float32, 1 where position p predicts a trained token
+    segment: torch.Tensor  # int64, segment of each position (pads: the one they follow)
+    index: torch.Tensor  # int64, slab position of each local position (the CP zigzag)
+    seg_len: np.ndarray  # int64 per segment of the full slab (a fill segment has 0)
+    seg_padded: np.ndarray  # int64 per segment: physical length
+    num_tokens: int  # real tokens of the full micro-batch (all CP ranks)
+    num_loss_tokens: int  # loss tokens of the full micro-batch (all CP ranks)
+    seg_loss_tokens: torch.Tensor  # float32 [n_seg], loss tokens per segment (all CP ranks)
+    side: dict = field(default_factory=dict)  # token-aligned, as given
+    side_targets: dict = field(default_factory=dict)  # shifted like labels
+
+    @property
+    def cu_seqlens_padded(self) -> np.ndarray:
+        return np.concatenate(([0], np.cumsum(self.seg_padded)))
+
+
+def _flat(x, lengths, what: str, lens_like=None):
+    """(flat tensor with tokens on axis 0, int64 lengths) from a list of per-sequence
+    tensors or one flat tensor with `lengths`."""
+    if isinstance(x, torch.Tensor):
+        if lengths is None:
+            raise OnlinePackError(f"{what} is one flat tensor: pass lengths= (one per sequence)")
+        lens = np.asarray(lengths, np.int64).reshape(-1)
+        if x.dim() == 0 or int(lens.sum()) != x.shape[0]:
+            raise OnlinePackError(f"{what} has {x.shape[0] if x.dim() else 0} tokens but lengths "
+                                  f"sum to {int(lens.sum())}: pass one length per sequence")
+        return x, lens
+    seqs = [torch.as_tensor(t) for t in x]
+    if not seqs:
+        raise OnlinePackError(f"{what}: no sequences (a micro-batch needs at least one)")
+    if lens_like is None:  # tokens and masks: any shape, flattened
+        seqs = [t.reshape(-1) for t in seqs]
+    lens = np.fromiter((t.shape[0] if t.dim() else 1 for t in seqs), np.int64, len(seqs))
+    return torch.cat([t.reshape(t.shape if t.dim() else (1,)) for t in seqs]), lens
+
+
+def _integer_ids(input_ids, lengths) -> None:
+    """Token ids and lengths are integers: the int64 cast would truncate a float (1.7 -> 1)."""
+    if lengths is not None:
+        as_lengths(lengths)  # refuses a float length, names it
+    seqs = [input_ids] if isinstance(input_ids, torch.Tensor) else input_ids
+    for i, t in enumerate(seqs):
+        dt = t.dtype if isinstance(t, torch.Tensor) else torch.as_tensor(t).dtype
+        if dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            where = "input_ids" if isinstance(input_ids, torch.Tensor) else f"input_ids[{i}]"
+            raise OnlinePackError(f"{where} is a {dt} tensor: token ids must be integers (the cast "
+                                  f"to int64 would truncate 1.7 to 1); pass integer ids (torch.long)")
+
+
+def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dict:
+    """name -> (flat values on device, fill); one line names the column and sequence that
+    does not have one value (or one K-row) per token."""
+    out = {}
+    for name, x in side.items():
+        v, vl = _flat(x, lengths, f"side column {name!r}", lens_like=lens)
+        if vl.size != lens.size or not np.array_equal(vl, lens):
+            k = int(np.flatnonzero(vl != lens)[0]) if vl.size == lens.size else None
+            where = (f"sequence {k} has {int(vl[k])} values for {int(lens[k])} tokens" if k is not None
+                     else f"{vl.size} sequences for {lens.size}")
+            raise OnlinePackError(f"side column {name!r}: {where}; give one value (or one K-wide row) "
+                                  f"per token of input_ids")
+        if v.dim() > 2:
+            raise OnlinePackError(f"side column {name!r} has shape {tuple(v.shape)}: one scalar or one "
+                                  f"K-wide row per token")
+        fill = side_fill.get(name)
+        if fill is None:
+            fill = 0.0 if v.is_floating_point() else -1  # packtool.side.SideColumn's defaults
+        out[name] = (v.to(device), fill)
+    return out
+
+
+def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
+                 loss_mask: Sequence[torch.Tensor] | torch.Tensor | None = None, *,
+                 side: dict | None = None, side_fill: dict | None = None, lengths=None,
+                 cp_rank: int = 0, cp_size: int | None = None, pad_id: int = 0,
+                 device: Any = None) -> PackedTensors:
+    """The tensors of one packed micro-batch of the given sequences, in order, for CP rank
+    cp_rank (arguments as `online.thd.thd_batch`)."""
+    _integer_ids(input_ids, lengths)
+    ids, lens = _flat(input_ids, lengths, "input_ids")
+    ids = ids.reshape(-1)
+    device = ids.device if device is None else torch.device(device)
+    if loss_mask is None:
+        mask = torch.ones(ids.numel(), dtype=torch.float32, device=device)
+    else:
+        mask, mlens = _flat(loss_mask, lengths, "loss_mask")
+        if not np.array_equal(mlens, lens):
+            raise OnlinePackError("loss_mask must have one entry per token of input_ids "
+                                  "(same lengths per sequence)")
+        mask = (mask.reshape(-1).to(device) != 0).to(torch.float32)
+    if lens.size and int(lens.min()) < 1:
+        raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
+                              f"rollouts before batching")
+    cols = _side(side or {}, side_fill or {}, lens, lengths, device)
+    cp = alignment.cp if cp_size is None else int(cp_size)
+    lay = compute_layout(lens, np.array([0, lens.size]), alignment)
+    T = int(lay.slab_len[0])
+    start = lay.seg_start[~lay.is_fill]
+    dst = token_destinations(lens, start, like=mask)
+    full_ids = place_tokens(ids.to(device=device, dtype=torch.int64), dst, T, int(pad_id))
+    weight_in = place_tokens(mask, dst, T, 0.0)
+    weight_in[torch.as_tensor(start, device=device)] = 0.0  # FORMAT.md: first token: no target
+    cu_pad = np.concatenate(([0], np.cumsum(lay.seg_padded)))
+    labels = shift_like_labels(full_ids, cu_pad, 0)
+    weight = shift_like_labels(weight_in, cu_pad, 0.0)
+    labels = labels * (weight != 0)
+    seg = torch.as_tensor(segment_of_position(lay.seg_padded), device=device)
+    seg_loss = torch.zeros(lay.seg_padded.size, dtype=torch.float32, device=device).index_add_(0, seg, weight)
+    n_loss = int(weight.sum().item())  # the full micro-batch's (all CP ranks); one sync
+    pos = torch.as_tensor(positions_in_segment(lay.seg_padded), device=device)
+    stored, shifted = {}, {}
+    for name, (v, fill) in cols.items():
+        stored[name] = place_tokens(v, dst, T, fill)
+        shifted[name] = shift_like_labels(stored[name], cu_pad, fill)
+    idx = torch.arange(T, device=device)
+    if cp > 1:
+        idx = torch.as_tensor(cp_rank_index(cu_pad[:-1], lay.seg_padded, cp, cp_rank), device=device)
+        full_ids, labels, weight, pos, seg = full_ids[idx], labels[idx], weight[idx], pos[idx], seg[idx]
+        stored = {k: v[idx] for k, v in stored.items()}
+        shifted = {k: v[idx] for k, v in shifted.items()}
+    return PackedTensors(input_ids=full_ids, position_ids=pos, labels=labels, loss_weight=weight,
+                         segment=seg, index=idx, seg_len=lay.seg_len, seg_padded=lay.seg_padded,
+                         num_tokens=int(lens.sum()), num_loss_tokens=n_loss, seg_loss_tokens=seg_loss,
+                         side=stored, side_targets=shifted)
