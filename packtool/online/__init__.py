@@ -2,7 +2,8 @@
 (`step`), a drop-in for SkyRL's SeqPacker (`skyrl`), worker-side token-budget micro-batches
 (`microbatch`), packed micro-batch tensors from in-memory token and side-column tensors
 (`packed`, needs torch; `thd` wraps them in megatron's THD batch, needs megatron-core; both
-loaded on first use) and the numba cache warm-up (`warmup`).
+loaded on first use), a PPO/GRPO clipped loss on packed batches (`rl`, torch) and the numba
+cache warm-up (`warmup`).
 
 Importing this package loads numpy and numba only (no pyarrow, rich or torch).
 """
@@ -18,12 +19,13 @@ _LAZY = {
     "MicroBatches": "microbatch", "micro_batches": "microbatch",
     "thd_batch": "thd", "thd_batches": "thd",
     "pack_tensors": "packed", "PackedTensors": "packed",
+    "clipped_policy_loss": "rl", "PolicyLoss": "rl",
     "warm_cache": "warmup",
 }
 
-# thd's names load torch and megatron-core, packed's torch: reachable as attributes, not by `import *`
+# thd's names load torch and megatron-core, packed's and rl's torch: attributes, not `import *`
 __all__ = sorted(["ALGORITHMS", "OnlinePackError", "StepBins", "StepPacker", "as_lengths",
-                  "pack_step", *(k for k, v in _LAZY.items() if v not in ("thd", "packed"))])
+                  "pack_step", *(k for k, v in _LAZY.items() if v not in ("thd", "packed", "rl"))])
 
 
 def __getattr__(name: str):
