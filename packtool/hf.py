@@ -41,11 +41,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolInputError
+from packtool.layout import shift_like_labels
+from packtool.side import SideColumn, side_columns_from_manifest
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
-__all__ = ["SlabDataset", "SlabCollator", "slab_features", "dp_order", "needs_4d_mask",
-           "IGNORE_INDEX"]
+__all__ = ["SlabDataset", "SlabCollator", "slab_features", "slab_side_features", "dp_order",
+           "needs_4d_mask", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # transformers' ignore_index of the causal-LM loss
 
@@ -78,6 +80,16 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
     return order[np.lexsort((pos, owner, pos // per_device_batch))].astype(np.int64)
 
 
+def kept_positions(seq_lens, cu_seqlens_padded, n: int, keep_pads: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(slab positions a batch keeps, lengths of the kept segments incl. empty ones)."""
+    cu = np.asarray(cu_seqlens_padded, np.int64)
+    if keep_pads:
+        return np.arange(n), np.diff(cu)
+    lens = np.asarray(seq_lens, np.int64)
+    first = np.cumsum(lens) - lens  # where each segment starts once the pads are gone
+    return np.repeat(cu[:-1] - first, lens) + np.arange(int(lens.sum())), lens
+
+
 def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
                   keep_pads: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input_ids int64[n], labels int64[n], segment lengths int64[k]) of one slab.
@@ -85,15 +97,7 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     position, the tail pad in the last segment and a fixed-length fill as its own segment."""
     ids = np.asarray(input_ids)
     mask = np.asarray(loss_mask)
-    cu = np.asarray(cu_seqlens_padded, np.int64)
-    if keep_pads:
-        lens = np.diff(cu)
-        idx = np.arange(ids.size)
-    else:
-        lens = np.asarray(seq_lens, np.int64)
-        starts = cu[:-1]
-        first = np.cumsum(lens) - lens  # where each segment starts once the pads are gone
-        idx = np.repeat(starts - first, lens) + np.arange(int(lens.sum()))
+    idx, lens = kept_positions(seq_lens, cu_seqlens_padded, ids.size, keep_pads)
     lens = lens[lens > 0]
     out_ids = ids[idx].astype(np.int64)
     labels = np.where(mask[idx] != 0, out_ids, IGNORE_INDEX)
@@ -101,6 +105,24 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     # from the previous segment, whatever the file says
     labels[np.cumsum(lens) - lens] = IGNORE_INDEX
     return out_ids, labels, lens
+
+
+def _side_array(values) -> np.ndarray:
+    v = np.asarray(values)
+    if v.dtype == object:  # K-wide rows from `datasets`: one array per token
+        v = np.stack(list(v)) if v.size else v.astype(np.float32)
+    return v
+
+
+def slab_side_features(values, seq_lens, cu_seqlens_padded, fill,
+                       keep_pads: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(as stored, shifted like labels) of one slab's side column, on the positions
+    `slab_features` keeps. The shift runs over the kept segments, so with the pads dropped
+    a segment's last real token gets the fill, never the next segment's first value."""
+    v = _side_array(values)
+    idx, lens = kept_positions(seq_lens, cu_seqlens_padded, v.shape[0], keep_pads)
+    kept = v[idx]
+    return kept, shift_like_labels(kept, np.concatenate(([0], np.cumsum(lens))), fill)
 
 
 class SlabDataset(Dataset):
@@ -117,6 +139,9 @@ class SlabDataset(Dataset):
         self.index = SlabIndex.build(self.manifest)
         self.order = dp_order(self.index, self.manifest.dp, world_size, rank, per_device_batch)
         self.rank, self.world_size = rank, world_size
+        # the output's side columns: pass them on, `SlabCollator(side_columns=ds.side_columns)`
+        self.side_columns: tuple[SideColumn, ...] = side_columns_from_manifest(
+            self.manifest.raw.get("side_columns"), self.manifest.manifest)
         self._cache = row_group_cache
         self._reader: SlabReader | None = None
         self._pid = -1
@@ -145,7 +170,7 @@ class SlabDataset(Dataset):
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
         full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)
-        cols = ["input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded"]
+        cols = ["input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded", *(c.name for c in self.side_columns)]
         return full.select_columns(cols).select(self.order)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
@@ -155,7 +180,8 @@ class SlabDataset(Dataset):
         # copies: the reader's arrays are views of a row group it may evict before collation
         return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),
                 "seq_lens": row.seq_lens.copy(),
-                "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded)))}
+                "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded))),
+                **{k: v.copy() for k, v in row.side.items()}}
 
 
 def _items(ds: SlabDataset):
@@ -174,6 +200,12 @@ class SlabCollator:
     seq_idx: also return `seq_idx`, the segment of every token (Mamba-style kernels).
     mask_4d: also return a [1, 1, T, T] additive block-diagonal causal `attention_mask` of
       `mask_dtype`, for sdpa/eager on transformers that do not read packing from positions.
+    side_columns: the output's side columns (`SlabDataset.side_columns`, or names; a name's
+      fill is then 0.0 for floats, -1 for ints). Each becomes two batch keys, [1, T] or
+      [1, T, K], on the positions `input_ids` keeps: NAME as stored (token-aligned, like
+      `labels`, which the model shifts) and shift_NAME shifted like labels (target-aligned,
+      like transformers' `shift_labels`: shift_NAME[p] pairs with the logits at p), the fill
+      at every segment's last position (docs/RL.md). Pop them before `model(**batch)`.
     """
 
     keep_pads: bool = False
@@ -181,6 +213,7 @@ class SlabCollator:
     seq_idx: bool = False
     mask_4d: bool = False
     mask_dtype: Any = None  # torch dtype of the 4D mask (default float32)
+    side_columns: Sequence[SideColumn | str] = ()
 
     def __call__(self, features: Sequence[dict]) -> dict:
         import torch
@@ -205,7 +238,28 @@ class SlabCollator:
             out["seq_idx"] = torch.from_numpy(seg.astype(np.int32))[None]
         if self.mask_4d:
             out["attention_mask"] = block_causal_mask(seg, self.mask_dtype or torch.float32)
+        for c in self.side_columns:
+            self._add_side(out, features, c)
         return out
+
+    def _add_side(self, out: dict, features: Sequence[dict], c: SideColumn | str) -> None:
+        import torch
+        name = c.name if isinstance(c, SideColumn) else str(c)
+        if name in out or f"shift_{name}" in out:
+            raise PacktoolInputError(f"SlabCollator: side column {name!r} would overwrite the batch key "
+                                     f"{name if name in out else 'shift_' + name!r}; rename the column at pack time")
+        if any(name not in f for f in features):
+            raise PacktoolInputError(f"SlabCollator: a slab has no side column {name!r}; pass the output's "
+                                     f"own `SlabDataset.side_columns` (keep the column when loading with datasets)")
+        parts = []
+        for f in features:
+            v = _side_array(f[name])
+            if isinstance(c, SideColumn):  # `datasets` rows come back as Python lists: int64, float64
+                v = v.astype(c.np_dtype, copy=False)
+            fill = c.fill if isinstance(c, SideColumn) else (0.0 if v.dtype.kind == "f" else -1)
+            parts.append(slab_side_features(v, f["seq_lens"], f["cu_seqlens_padded"], fill, self.keep_pads))
+        out[name] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[0] for p in parts])))[None]
+        out[f"shift_{name}"] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[1] for p in parts])))[None]
 
 
 def block_causal_mask(seg: np.ndarray, dtype) -> Any:

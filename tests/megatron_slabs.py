@@ -37,8 +37,10 @@ def random_sequences(n: int, lo: int, hi: int, seed: int = 0, prompt: bool = Tru
     return out
 
 
-def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch=None):
-    """A pyarrow Table of slabs in FORMAT.md schema v1. bins: list of lists of seq indices."""
+def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch=None, side=()):
+    """A pyarrow Table of slabs in FORMAT.md's schema. bins: list of lists of seq indices.
+    side: (SideColumn, one array per sequence) pairs, written as FORMAT.md "Side columns"
+    says: token-aligned, fill on every pad, list<dtype> or list<fixed_size_list<dtype, K>>."""
     lens = np.array([len(seqs[i][0]) for b in bins for i in b], np.int64)
     offs = np.concatenate(([0], np.cumsum([len(b) for b in bins])))
     lay = compute_layout(lens, offs, align)
@@ -48,10 +50,12 @@ def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch
     scal = {k: [] for k in ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad",
                             "fill_pad", "singleton", "slab_index", "dp_rank", "step",
                             "microbatch")}
+    side_cols = {c.name: [] for c, _ in side}
     for b, members in enumerate(bins):
         T = int(lay.slab_len[b])
         ids = np.full(T, PAD, np.int32)
         mask = np.zeros(T, np.uint8)
+        side_slab = {c.name: c.filled(T) for c, _ in side}
         lo, hi = lay.seg_offsets[b], lay.seg_offsets[b + 1]
         src = list(members) + [-1] * (hi - lo - len(members))
         for k, si in zip(range(lo, hi), src):
@@ -61,8 +65,12 @@ def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch
             s_ids, s_mask = seqs[si]
             ids[st:st + len(s_ids)] = s_ids
             mask[st:st + len(s_ids)] = s_mask
+            for c, values in side:
+                side_slab[c.name][st:st + len(s_ids)] = values[si]
         cu_pad = lay.cu_seqlens_padded(b)
         cols["input_ids"].append(ids)
+        for name, v in side_slab.items():
+            side_cols[name].append(v)
         cols["loss_mask"].append(mask)
         cols["seq_lens"].append(lay.seg_len[lo:hi].astype(np.int32))
         cols["cu_seqlens"].append(lay.cu_seqlens(b))
@@ -90,14 +98,21 @@ def slab_table(seqs, bins, align: Alignment, dp_rank=None, step=None, microbatch
           "microbatch": pa.int32()}
     arrays = {k: pa.array(v, type=pa.list_(lt[k])) for k, v in cols.items()}
     arrays.update({k: pa.array(v, type=st[k]) for k, v in scal.items()})
+    for c, _ in side:
+        per = side_cols[c.name]
+        flat = pa.array(np.concatenate(per).reshape(-1), type=pa.from_numpy_dtype(c.np_dtype))
+        if c.width > 1:
+            flat = pa.FixedSizeListArray.from_arrays(flat, c.width)
+        offs = pa.array(np.concatenate(([0], np.cumsum([len(v) for v in per]))).astype(np.int32))
+        arrays[c.name] = pa.ListArray.from_arrays(offs, flat)
     return pa.table(arrays)
 
 
 def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_group: int = 4,
-                   shards: int = 1, **plan):
+                   shards: int = 1, side=(), **plan):
     """Write shards + the manifest; returns the path."""
     os.makedirs(path, exist_ok=True)
-    table = slab_table(seqs, bins, align, **plan)
+    table = slab_table(seqs, bins, align, side=side, **plan)
     per = -(-table.num_rows // shards)
     files = []
     for s in range(shards):
@@ -115,6 +130,8 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD,
                       "vocab_size": VOCAB},
         "input": {"fingerprint": "test", "files": []}, "stats": {}, "shards": files}
+    if side:
+        manifest["side_columns"] = [c.to_dict() for c, _ in side]
     write_manifest(path, manifest)
     return path
 
@@ -216,3 +233,27 @@ def run_threads(fns):
     if errs:
         raise errs[0]
     return res
+
+
+def logprob_of(ids):
+    """A per-token value that names its token: whoever reads it can tell which token it is."""
+    return (-np.asarray(ids, np.float64) / 1000).astype(np.float32)
+
+
+def random_side(seqs, k: int = 4, seed: int = 0):
+    """Side columns for `seqs` as `write_slab_dir(side=...)` takes them: old_logprobs (float32,
+    a function of the token), returns (float64, fill -9: not the default) and support (int32
+    rows of k: the token once among other candidates, -1 at the end; all -1 off the loss)."""
+    from packtool.side import SideColumn
+    rng = np.random.default_rng(seed)
+    lp, ret, sup = [], [], []
+    for ids, mask in seqs:
+        lp.append(logprob_of(ids))
+        ret.append(rng.normal(size=len(ids)))
+        rows = np.full((len(ids), k), -1, np.int32)
+        for j in np.flatnonzero(mask):
+            n = int(rng.integers(1, k + 1))
+            rows[j, :n] = np.concatenate(([ids[j]], VOCAB + rng.permutation(50)[:n - 1]))
+        sup.append(rows)
+    return [(SideColumn("old_logprobs", "float32"), lp), (SideColumn("returns", "float64", fill=-9.0), ret),
+            (SideColumn("support", "int32", width=k, kind="support"), sup)]

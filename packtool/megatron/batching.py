@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.layout import compute_layout
+from packtool.layout import compute_layout, place_tokens
 from packtool.slabs.reader import SlabIndex, SlabRow
 
 
@@ -118,16 +118,18 @@ class MergedTokens:
     loss_mask: np.ndarray
     seg_len: np.ndarray
     seg_padded: np.ndarray
+    side: dict = dataclasses.field(default_factory=dict)  # name -> [T] or [T, K], token-aligned
 
 
 def merge_slabs(rows: list[SlabRow], align: Alignment, pad_id: int,
-                restrip: bool) -> MergedTokens:
+                restrip: bool, side_fill: dict | None = None) -> MergedTokens:
     """Concatenate slabs' real segments and charge the tail once (see module docstring).
-    With `restrip` False a single slab is passed through as stored (fill segment kept)."""
+    With `restrip` False a single slab is passed through as stored (fill segment kept).
+    Side columns move with their tokens; new pads hold side_fill[name]."""
     if len(rows) == 1 and not restrip:
         r = rows[0]
         return MergedTokens(np.asarray(r.input_ids), np.asarray(r.loss_mask),
-                            r.seq_lens.astype(np.int64), r.seg_padded)
+                            r.seq_lens.astype(np.int64), r.seg_padded, dict(r.side))
     lens, src_start, srcs_ids, srcs_mask, base = [], [], [], [], 0
     for r in rows:
         real = r.seq_lens > 0  # drops the fixed-length fill segment
@@ -150,4 +152,7 @@ def merge_slabs(rows: list[SlabRow], align: Alignment, pad_id: int,
     s = np.repeat(src, seg_len) + off
     ids[dst] = np.concatenate(srcs_ids)[s]
     mask[dst] = np.concatenate(srcs_mask)[s]
-    return MergedTokens(ids, mask, lay.seg_len, lay.seg_padded)
+    side = {name: place_tokens(np.concatenate([r.side[name] for r in rows])[s], dst, total,
+                               (side_fill or {}).get(name, 0))
+            for name in rows[0].side}
+    return MergedTokens(ids, mask, lay.seg_len, lay.seg_padded, side)

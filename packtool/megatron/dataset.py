@@ -21,6 +21,10 @@ Use from your own megatron-core training script (one process per GPU, after
             ((per_token * mb.loss_weight).sum() / n_loss).backward()
         # all-reduce grads over DP x CP (sum), optimizer.step(), zero_grad()
 
+Side columns the slabs hold (`pack --side-columns`) come with every micro-batch:
+`mb.side[name]` as stored (token-aligned) and `mb.side_targets[name]` shifted like
+`labels` (target-aligned), cut to the rank's CP positions (docs/RL.md).
+
 The model's `core_attention` must be `packtool.megatron.PackedCoreAttention` (or TE's
 THD attention): `build_gpt` does that. Memory is bounded by the per-slab scalars plus a
 couple of decoded row groups (`row_group_cache`).
@@ -115,10 +119,12 @@ class PackedSlabDataset:
         if not mb:
             return None
         rows = [self.reader.row(i) for i in mb]
-        m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None)
+        fills = {c.name: c.fill for c in self.reader.side_columns}
+        m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None,
+                        side_fill=fills)
         return make_thd_batch(m.input_ids, m.loss_mask, m.seg_len, m.seg_padded,
                               cp=self.cp_size, cp_rank=self.cp_rank, device=self.device,
-                              cp_group=self.cp_group)
+                              cp_group=self.cp_group, side=m.side, side_fill=fills)
 
     def steps(self, start_step: int = 0, max_steps: int | None = None) -> Iterator[Step]:
         """Steps forever (epoch after epoch) from global step `start_step` (resume)."""

@@ -3,18 +3,20 @@
 `SlabIndex` holds only the per-slab scalars (a few ints per slab) for the whole output,
 read column by column, row group by row group. Token data are read one row group at a time
 on demand (`SlabReader`, a small LRU of decoded row groups) and sliced per row as numpy
-views of the Arrow buffers: no per-token Python objects.
+views of the Arrow buffers: no per-token Python objects. Side columns the manifest declares
+(FORMAT.md "Side columns") are read with the tokens, [T] or [T, K] per slab.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.side import SideColumn, side_columns_from_manifest
 from packtool.slabs.format import SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
@@ -70,6 +72,7 @@ class SlabRow:
     seg_padded: np.ndarray  # int64[n_seg]
     tail_pad: int
     fill_pad: int
+    side: dict = field(default_factory=dict)  # name -> [T] or [T, K], token-aligned as stored
 
 
 def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +80,23 @@ def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     offsets = arr.offsets.to_numpy().astype(np.int64)
     values = arr.values.to_numpy(zero_copy_only=False)
     return values, offsets
+
+
+def _side_column(col: pa.ChunkedArray, c: SideColumn) -> tuple[np.ndarray, np.ndarray]:
+    """(values [n] or [n, K], offsets per slab in tokens) of one side column."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    inner = arr.values
+    if c.width > 1:
+        if not pa.types.is_fixed_size_list(inner.type) or inner.type.list_size != c.width:
+            raise ValueError(f"side column {c.name!r} is {arr.type}, the manifest says {c.width} {c.dtype} "
+                             f"per token; run `packtool verify`")
+        inner = inner.flatten()  # respects a sliced array's offset
+    values = inner.to_numpy(zero_copy_only=False)
+    if values.dtype != c.np_dtype:
+        raise ValueError(f"side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
+                         f"run `packtool verify`")
+    return (values if c.width == 1 else values.reshape(-1, c.width)), offsets
 
 
 class SlabReader:
@@ -92,6 +112,8 @@ class SlabReader:
         # loader): a pyarrow ParquetFile and this LRU are not safe to share unlocked
         # ("ReadRangeCache did not find matching cache entry" under load)
         self._lock = threading.Lock()
+        self.side_columns: tuple[SideColumn, ...] = side_columns_from_manifest(
+            manifest.raw.get("side_columns"), manifest.manifest)
 
     def _group(self, shard: int, rg: int) -> dict:
         with self._lock:
@@ -104,8 +126,10 @@ class SlabReader:
             return self._cache[key]
         if shard not in self._files:
             self._files[shard] = pq.ParquetFile(self.manifest.open_shard(shard))
-        t = self._files[shard].read_row_group(rg, columns=[*LISTS, "tail_pad", "fill_pad"])
+        side = [c.name for c in self.side_columns]
+        t = self._files[shard].read_row_group(rg, columns=[*LISTS, *side, "tail_pad", "fill_pad"])
         g = {c: _list_column(t.column(c)) for c in LISTS}
+        g["side"] = {c.name: _side_column(t.column(c.name), c) for c in self.side_columns}
         g["tail_pad"] = t.column("tail_pad").to_numpy()
         g["fill_pad"] = t.column("fill_pad").to_numpy()
         self._cache[key] = g
@@ -128,6 +152,13 @@ class SlabReader:
             raise ValueError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
                              f"{int(ix.row_group[i])} row {r}: cu_seqlens_padded[-1]="
                              f"{int(cu_pad[-1])} but {ids.size} tokens; run `packtool verify`")
+        side = {}
+        for name, (v, o) in g["side"].items():
+            side[name] = v[o[r]:o[r + 1]]
+            if side[name].shape[0] != ids.size:
+                raise ValueError(f"{self.manifest.shards[int(ix.shard[i])]} row group {int(ix.row_group[i])} "
+                                 f"row {r}: side column {name!r} has {side[name].shape[0]} values for "
+                                 f"{ids.size} tokens; run `packtool verify`")
         return SlabRow(input_ids=ids, loss_mask=sl("loss_mask"), seq_lens=sl("seq_lens"),
                        seg_padded=np.diff(cu_pad), tail_pad=int(g["tail_pad"][r]),
-                       fill_pad=int(g["fill_pad"][r]))
+                       fill_pad=int(g["fill_pad"][r]), side=side)

@@ -271,3 +271,67 @@ def test_plain_trainer_on_slabs_and_on_the_plain_parquet_output(tmp_path, gsm8k_
         transformers.TrainingArguments, tmp_path), train_dataset=ours, data_collator=SlabCollator())
     res = trainer.train()
     assert res.global_step == 3 and np.isfinite(res.training_loss)
+
+
+@pytest.fixture(scope="module")
+def side_slabs(tmp_path_factory):
+    """Slabs with side columns (scalar float32 / float64 with its own fill, 4-wide int32
+    support), pads inside, after and as fill segments; written from FORMAT.md by the helper."""
+    from megatron_slabs import greedy_bins, random_sequences, random_side, write_slab_dir
+    seqs = random_sequences(20, 2, 40, seed=5)
+    side = random_side(seqs, seed=5)
+    align = Alignment(tp=2, cp=2, capacity=128, fixed_length=128)
+    bins = greedy_bins(seqs, align)
+    return seqs, side, bins, write_slab_dir(str(tmp_path_factory.mktemp("hfside") / "s"), seqs, bins, align,
+                                            side=side)
+
+
+@pytest.mark.parametrize("keep_pads", [False, True])
+def test_side_columns_are_batch_keys_as_stored_and_label_shifted(side_slabs, keep_pads):
+    from megatron_slabs import logprob_of
+    seqs, side, bins, path = side_slabs
+    ds = SlabDataset(path)
+    assert [c.name for c in ds.side_columns] == ["old_logprobs", "returns", "support"]
+    feats = [ds[i] for i in range(4)]
+    b = SlabCollator(keep_pads=keep_pads, side_columns=ds.side_columns)(feats)
+    ids, labels = b["input_ids"][0].numpy(), b["labels"][0].numpy()
+    for c, _ in side:
+        assert b[c.name].shape[:2] == b[f"shift_{c.name}"].shape[:2] == (1, ids.size)
+        assert b[c.name].dtype == b[f"shift_{c.name}"].dtype == getattr(torch, c.dtype)
+    # as stored: each position's own token; shifted: the token the logits there predict
+    real = ids != ds.manifest.pad_id
+    assert np.array_equal(b["old_logprobs"][0].numpy()[real], logprob_of(ids[real]))
+    trained = np.flatnonzero(labels[1:] != IGNORE_INDEX)  # logits at p predict labels[p+1]
+    assert trained.size and np.array_equal(b["shift_old_logprobs"][0].numpy()[trained],
+                                           logprob_of(ids[trained + 1]))
+    sup = b["shift_support"][0].numpy()[trained]
+    assert ((sup == ids[trained + 1, None]).sum(1) == 1).all()
+    # every segment's last position holds the fill: no value crosses a segment boundary
+    ends = [e - 1 for _, e in segments(b)]
+    assert (b["shift_returns"][0, ends] == -9.0).all() and (b["shift_support"][0, ends] == -1).all()
+    if not keep_pads:  # pads dropped like labels: exactly each sequence's own values
+        order = [i for f in range(4) for i in bins[int(ds.order[f])]]
+        want = np.concatenate([side[1][1][i] for i in order])
+        assert np.array_equal(b["returns"][0].numpy(), want)
+        want_shift = np.concatenate([np.append(side[1][1][i][1:], -9.0) for i in order])
+        assert np.array_equal(b["shift_returns"][0].numpy(), want_shift)
+
+
+def test_side_columns_through_datasets_rows_and_name_collisions(side_slabs):
+    """Raw rows from `datasets` (K-wide rows as nested lists) give the same batch; a side
+    column that would overwrite a batch key is refused in one line."""
+    _, _, _, path = side_slabs
+    ds = SlabDataset(path)
+    col = SlabCollator(side_columns=ds.side_columns)
+    hf = ds.to_hf()
+    a, b = col([ds[i] for i in range(3)]), col([hf[i] for i in range(3)])
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+    with pytest.raises(PacktoolInputError, match="would overwrite the batch key 'shift_old_logprobs'"):
+        SlabCollator(side_columns=["old_logprobs", "shift_old_logprobs"])([ds[0]])
+    with pytest.raises(PacktoolInputError, match="a slab has no side column 'advantages'"):
+        SlabCollator(side_columns=["advantages"])([ds[0]])
