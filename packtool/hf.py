@@ -42,7 +42,7 @@ from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolInputError
 from packtool.layout import shift_like_labels
-from packtool.side import SideColumn, side_columns_from_manifest
+from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -140,8 +140,7 @@ class SlabDataset(Dataset):
         self.order = dp_order(self.index, self.manifest.dp, world_size, rank, per_device_batch)
         self.rank, self.world_size = rank, world_size
         # the output's side columns: pass them on, `SlabCollator(side_columns=ds.side_columns)`
-        self.side_columns: tuple[SideColumn, ...] = side_columns_from_manifest(
-            self.manifest.raw.get("side_columns"), self.manifest.manifest)
+        self.side_columns: tuple[SideColumn, ...] = self.manifest.side_columns
         self._cache = row_group_cache
         self._reader: SlabReader | None = None
         self._pid = -1

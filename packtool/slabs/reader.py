@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.side import SideColumn, side_columns_from_manifest
+from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
@@ -112,8 +112,7 @@ class SlabReader:
         # loader): a pyarrow ParquetFile and this LRU are not safe to share unlocked
         # ("ReadRangeCache did not find matching cache entry" under load)
         self._lock = threading.Lock()
-        self.side_columns: tuple[SideColumn, ...] = side_columns_from_manifest(
-            manifest.raw.get("side_columns"), manifest.manifest)
+        self.side_columns: tuple[SideColumn, ...] = manifest.side_columns
 
     def _group(self, shard: int, rg: int) -> dict:
         with self._lock:

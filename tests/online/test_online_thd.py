@@ -38,16 +38,23 @@ def _rollouts(n=40, seed=0):
     return out
 
 
-def _packed(tmp_path, align, seqs):
+def _packed(tmp_path, align, seqs, side=None):
+    """`pack` of the rollouts as pre-tokenized JSON rows; with `side`, their side columns
+    too (old_logprobs float32, support int32 rows as a declared support column)."""
     if not os.path.exists(TOK):
         pytest.skip("fixtures/tokenizers/gpt2/tokenizer.json is missing")
     src = tmp_path / "rollouts.jsonl"
     with open(src, "w") as f:
-        for ids, mask in seqs:
-            f.write(json.dumps({"input_ids": ids.tolist(), "loss_mask": mask.tolist()}) + "\n")
+        for i, (ids, mask) in enumerate(seqs):
+            row = {"input_ids": ids.tolist(), "loss_mask": mask.tolist()}
+            if side is not None:
+                row.update({k: v.tolist() for k, v in side[i].items()})
+            f.write(json.dumps(row) + "\n")
     out = str(tmp_path / "packed")
+    cols = dict(side_columns=("old_logprobs:float32", "support:int32"),
+                support_columns=("support",)) if side is not None else {}
     pack([str(src)], align, PackingConfig(algorithm="bfd"),
-         TokenizeConfig(tokenizer=TOK, add_bos=False, add_eos=False), output=out,
+         TokenizeConfig(tokenizer=TOK, add_bos=False, add_eos=False, **cols), output=out,
          cache_dir=str(tmp_path / "cache"), plan_shard_rows=0)
     return out
 
@@ -134,13 +141,16 @@ def _assert_same(a, b):
 
 @pytest.mark.parametrize("ai", range(len(ALIGNS)))
 def test_in_memory_batch_equals_the_packed_slab(tmp_path, ai):
+    """Tokens and side columns (scalar float32, 5-wide int32 support): `pack` -> slabs ->
+    PackedSlabDataset equals thd_batch of the same rollouts in memory, every CP rank; and
+    both equal the batch of slab arrays placed here one segment at a time."""
     align = ALIGNS[ai]
     seqs = _rollouts()
-    out = _packed(tmp_path, align, seqs)
+    side = [_side_of(*s, seed=i) for i, s in enumerate(seqs)]
+    out = _packed(tmp_path, align, seqs, side)
     sources = _sources(out)
     ids = [torch.as_tensor(s[0]) for s in seqs]
     masks = [torch.as_tensor(s[1]) for s in seqs]
-    side = [_side_of(*s, seed=i) for i, s in enumerate(seqs)]
     for cp_size, ranks in ((1, [0]), (align.cp, range(align.cp))):
         for r in ranks:
             ds = PackedSlabDataset(out, cp_size=cp_size, cp_rank=r)
@@ -148,8 +158,7 @@ def test_in_memory_batch_equals_the_packed_slab(tmp_path, ai):
                 mine = thd_batch([ids[j] for j in src], align, [masks[j] for j in src],
                                  cp_size=cp_size, cp_rank=r, pad_id=ds.manifest.pad_id,
                                  side={k: [torch.as_tensor(side[j][k]) for j in src] for k in SIDE_FILL})
-                plain = {k: v for k, v in vars(mine).items() if k not in ("side", "side_targets")}
-                _assert_same(ds.load([i]), type(mine)(**plain))  # the slabs hold no side columns yet
+                _assert_same(ds.load([i]), mine)
                 _assert_same(_layout_batch([seqs[j] for j in src], [side[j] for j in src], align,
                                            cp_size, r, ds.manifest.pad_id), mine)
                 _assert_targets_follow_labels(mine)
@@ -160,9 +169,11 @@ def test_merged_micro_batches_equal_in_memory_batches(tmp_path):
     memory, one micro-batch each, give the same batches."""
     align = ALIGNS[0]
     seqs = _rollouts(60, seed=1)
-    out = _packed(tmp_path, align, seqs)
+    side = [_side_of(*s, seed=i) for i, s in enumerate(seqs)]
+    out = _packed(tmp_path, align, seqs, side)
     sources = _sources(out)
     ds = PackedSlabDataset(out, cp_size=2, cp_rank=1, grad_accum=4, micro_batch_tokens=512)
+    side_t = {k: [torch.as_tensor(d[k]) for d in side] for k in SIDE_FILL}
     flat = [torch.as_tensor(s[0]) for s in seqs]
     masks = [torch.as_tensor(s[1]) for s in seqs]
     unfixed = dataclasses.replace(align, fixed_length=None)
@@ -170,7 +181,7 @@ def test_merged_micro_batches_equal_in_memory_batches(tmp_path):
     for plan in ds.plan(epoch=0):
         groups = [[j for slab in mb for j in sources[slab]] for mb in plan.micro_batches]
         mine = thd_batches(flat, unfixed, groups, masks, cp_size=2, cp_rank=1,
-                           pad_id=ds.manifest.pad_id)
+                           pad_id=ds.manifest.pad_id, side=side_t)
         for mb, m in zip(plan.micro_batches, mine):
             _assert_same(ds.load(mb), m)
             n += len(mb) > 1
