@@ -147,9 +147,10 @@ def accuracy(n=2048, hdim=4096, v=151936):
     return rows
 
 
-def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=16384, hdim=4096, v=151936):
+def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=16384, hdim=4096, v=151936,
+              names=("auto", "gather", "gather_det", "dense", "torch_gather", "full_fused")):
     rows = []
-    names = ["auto", "gather", "gather_det", "dense", "torch_gather", "full_fused"]
+    names = list(names)
     for k in ks + rule_ks:
         h, w, samp, sup, up = inputs(n, hdim, v, k)
         use = names if k in ks else ["gather", "dense", "full_fused"]
@@ -203,19 +204,27 @@ def sweep(reps):
     return rows
 
 
+def _ints(text):
+    return tuple(int(x) for x in text.split(",") if x)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default="acc,main,sweep")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ks", default="2,20,64,512", help="main: K of every method")
+    ap.add_argument("--rule-ks", default="1024,2048,4096", help="main: K of gather/dense/full only")
+    ap.add_argument("--methods", default="auto,gather,gather_det,dense,torch_gather,full_fused")
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
            "gather_max_share": GATHER_MAX_SHARE}
     for part in a.parts.split(","):
         t0 = time.time()
-        res[part] = {"acc": accuracy, "main": lambda: main_grid(a.rounds, a.reps),
+        res[part] = {"acc": accuracy, "main": lambda: main_grid(
+                         a.rounds, a.reps, _ints(a.ks), _ints(a.rule_ks), names=a.methods.split(",")),
                      "sweep": lambda: sweep(max(1, a.reps // 2))}[part]()
         log(f"{part}: {time.time() - t0:.0f} s")
         with open(a.out, "w") as f:

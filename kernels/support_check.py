@@ -40,8 +40,8 @@ def check_support(
         )
     if support.dtype not in (torch.int32, torch.int64) or sampled.dtype.is_floating_point:
         raise ValueError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
-    s = support.long()
-    t = sampled.long()
+    s = support  # int32 stays int32: every pass below moves half the bytes of int64
+    t = sampled.to(s.dtype)
     valid = s[:, 0] >= 0 if s.shape[1] else torch.zeros_like(t, dtype=torch.bool)
     real = s >= 0
     outside = (s < PAD) | (s >= vocab_total)
