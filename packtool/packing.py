@@ -17,13 +17,13 @@ import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolCacheError, PacktoolInputError
-from packtool.output import (
+from packtool.output.folder import (  # noqa: F401
     OutputExistsError,
     Terminated,
     check_output,
@@ -79,26 +79,38 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
     with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
-               cache_dir=cache_root(cache_dir)):
+               cache_dir=cache_root(cache_dir)) as out:
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
                                   progress=progress)
-        return pack_cache(cache, alignment, packing, output, overwrite=overwrite, dry_run=dry_run,
-                          progress=progress, shard_tokens=shard_tokens,
-                          tokenize_seconds=time.perf_counter() - t0, workers=workers,
-                          plan_shard_rows=plan_shard_rows)
+        res = pack_cache(cache, alignment, packing, out, overwrite=overwrite, dry_run=dry_run,
+                         progress=progress, shard_tokens=shard_tokens,
+                         tokenize_seconds=time.perf_counter() - t0, workers=workers,
+                         plan_shard_rows=plan_shard_rows)
+    return as_given(res, output)
 
 
+def as_given(res: PackResult, output: str | None) -> PackResult:
+    """The result names the output as the caller gave it (the work used its resolved path)."""
+    return replace(res, output=output) if res.output is not None else res
+
+
+@contextmanager
 def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, inputs=(),
-          cache_dir: str | None = None, cache_root: str | None = None):
-    """The output's claim: `output.claim_output` for a folder, `output_store.claim_store`
-    (lease + commit protocol) for an object-store URI."""
+          cache_dir: str | None = None, cache_root: str | None = None) -> Iterator[str | None]:
+    """The output's claim: `output.folder.claim_output` for a folder, `output_store.claim_store`
+    (lease + commit protocol) for an object-store URI. Yields the output the work must use:
+    a folder's resolved path (None for a dry run), a URI as given."""
     if cache_dir and is_uri(cache_dir):
         refuse_store_feature("the tokenized cache (--cache-dir)", "--cache-dir")
     if output and is_uri(output) and not dry_run:
-        return _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_dir)
-    return claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir, cache_root=cache_root)
+        with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_dir):
+            yield output
+        return
+    with claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir,
+                      cache_root=cache_root) as out:
+        yield out
 
 
 @contextmanager
@@ -143,9 +155,9 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     expect(cache, TokenizedCache, "pack_cache", "cache")
     _expect_plan_args("pack_cache", alignment, packing)
     packing = packing or PackingConfig()
-    with claim(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)):
-        return _pack_cache(cache, alignment, packing, output, dry_run, progress, shard_tokens,
-                           tokenize_seconds, workers, plan_shard_rows)
+    with claim(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)) as out:
+        return as_given(_pack_cache(cache, alignment, packing, out, dry_run, progress, shard_tokens,
+                                    tokenize_seconds, workers, plan_shard_rows), output)
 
 
 def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConfig,

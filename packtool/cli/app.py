@@ -110,6 +110,7 @@ def plan(
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the plan (one row per segment) to Parquet.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --output file.")] = False,
     json_out: JsonOut = False,
 ) -> None:
     """Plan slabs for a list of sequence lengths and print where the padding goes."""
@@ -120,12 +121,15 @@ def plan(
     from packtool.planning.core import plan as make_plan
     from packtool.planning.summary import plan_summary
     try:
+        if output:  # before any work
+            from packtool.output import check_new_file
+            check_new_file(output, "--output", replace=overwrite, inputs=[lengths])
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
         with _rows_of(lengths):
             p = make_plan(load_lengths(lengths, column), align, cfg)
         if output:
-            write_plan(p, output)
+            write_plan(p, output, overwrite, inputs=[lengths])
     except Exception as e:
         fail(e, json_out)
     summary = plan_summary(p)
@@ -241,6 +245,7 @@ def inspect(
     compare: Annotated[bool, typer.Option("--compare", help="Also plan the same lengths with every algorithm and convention.")] = False,
     what_if: Annotated[bool, typer.Option("--what-if/--no-what-if", help="Try nearby capacities for less padding.")] = True,
     html: Annotated[Optional[str], typer.Option("--html", help="Write a self-contained HTML report (inline SVG) to FILE.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --html file.")] = False,
     json_out: JsonOut = False, quiet: Quiet = False,
 ) -> None:
     """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
@@ -249,9 +254,10 @@ def inspect(
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
         fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:
+        read = [p for p in (directory, lengths, plan_file) if p is not None]
         if html:
             from packtool.inspection.html import check_html_path
-            check_html_path(html)
+            check_html_path(html, overwrite, read)
         if directory is not None:
             report = inspect_packed(directory, compare=compare, what_if=what_if,
                                     progress=not (json_out or quiet))
@@ -271,7 +277,7 @@ def inspect(
                                            compare=compare, what_if=what_if)
         if html:
             from packtool.inspection.html import write_html
-            write_html(report, html)
+            write_html(report, html, overwrite, read)
     except Exception as e:
         fail(e, json_out)
     if json_out:

@@ -140,7 +140,7 @@ def interrupted(json_out: bool = False) -> int:
     swapped into place is named as the new one, never as "left as it was"."""
     if not _STATE.get("interrupted"):
         _STATE["interrupted"] = True
-        from packtool.output import swapped_outputs
+        from packtool.output.folder import swapped_outputs
         done = swapped_outputs()
         if done:
             msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "

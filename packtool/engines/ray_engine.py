@@ -23,8 +23,8 @@ from dataclasses import replace
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
-from packtool.output import claim_output
-from packtool.packing import PackResult, _config_files, cache_root, rows_named, write_output
+from packtool.output.folder import claim_output
+from packtool.packing import PackResult, _config_files, as_given, cache_root, rows_named, write_output
 from packtool.planning.core import PackingConfig
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
@@ -111,9 +111,9 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     _refuse_uris(inputs, output, cache_dir)
     with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
-                      cache_dir=cache_root(cache_dir)):
-        return _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir,
-                         progress, shard_tokens, ray_address, num_cpus, plan_shard_rows)
+                      cache_dir=cache_root(cache_dir)) as out:
+        return as_given(_pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,
+                                  progress, shard_tokens, ray_address, num_cpus, plan_shard_rows), output)
 
 
 def _refuse_uris(inputs, output, cache_dir) -> None:

@@ -20,7 +20,7 @@ from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
 from packtool.progress import bar
-from packtool.slabs.format import ShardInfo
+from packtool.slabs.format import ShardInfo, shard_file
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache import cache_pieces, mask_values
 from packtool.tokenize.flat_tokens import FlatTokens
@@ -130,7 +130,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
         side_values.append(np.ascontiguousarray(col.values.to_numpy()[so[0]:so[-1]], c.np_dtype))
     store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
                                    mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0], side, side_values)
-    name = f"slabs-{k:05d}.parquet"
+    name = shard_file(k)
     info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
                             os.path.join(out_dir, name), group_tokens)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],

@@ -124,29 +124,26 @@ def render_html(r) -> str:
     return "\n".join(parts)
 
 
-def check_html_path(path: str) -> None:
-    """Refuse, before any work, a report path that cannot be written or that would land inside
-    a packed output (every plain Parquet reader and `verify` would then take it for a shard)."""
+def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
+    """Refuse, before any work, a report path packtool must not write (packtool.output's rules:
+    a link, a folder, an input, an existing file without `overwrite`) or that would land inside
+    a packed output (every plain Parquet reader and `verify` would then take it for a shard).
+    Returns the resolved path."""
     import os
 
     from packtool.errors import PacktoolOutputError
+    from packtool.output.files import check_new_file
     from packtool.slabs.format import manifest_file
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise PacktoolOutputError("is a folder; give a file name such as report.html", path=path, flag="--html")
-    if not os.path.isdir(folder):
-        raise PacktoolOutputError(f"folder {folder} does not exist; create it or write the report elsewhere",
-                                  path=path, flag="--html")
-    if manifest_file(folder) is not None:
+    p = check_new_file(path, "--html", replace=overwrite, inputs=inputs)
+    if manifest_file(os.path.dirname(p)) is not None:
         raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and "
                                   "`packtool verify` would read it as a shard; write it beside the folder",
                                   path=path, flag="--html")
+    return p
 
 
-def write_html(r, path: str) -> None:
-    import os
-    check_html_path(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+def write_html(r, path: str, overwrite: bool = False, inputs=()) -> None:
+    from packtool.output.files import write_file
+    check_html_path(path, overwrite, inputs)
+    with write_file(path, "--html", replace=overwrite, inputs=inputs, text=True) as f:
         f.write(render_html(r))
-    os.replace(tmp, path)

@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
@@ -23,6 +24,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
+from packtool.errors import PacktoolOutputError
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum
@@ -53,6 +55,7 @@ class TrainConfig:
     load: Optional[str] = None
     save: Optional[str] = None
     save_every: int = 0
+    overwrite: bool = False  # replace checkpoint files already in --save (not --load's own)
     peak_flops: float = H200_BF16_DENSE
     quiet: bool = False
 
@@ -83,17 +86,39 @@ def _ckpt_path(d: str, tp_rank: int) -> str:
     return os.path.join(d, f"mp_rank_{tp_rank:02d}.pt")
 
 
+_CKPT = re.compile(r"^mp_rank_\d{2,}\.pt$")
+
+
+def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
+    """--save, before any work (packtool.output's rules): a folder (made if missing), not a link
+    to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
+    the --load folder (a resumed run), never through a link. Returns the resolved folder."""
+    from packtool.output.files import check_new_file, resolve_folder
+    p = resolve_folder(d, "--save")
+    if os.path.lexists(p) and not os.path.isdir(p):
+        raise PacktoolOutputError("exists and is not a folder; give a checkpoint folder", path=d, flag="--save")
+    if not os.path.isdir(p):
+        return p
+    resuming = bool(load) and os.path.isdir(load) and os.path.samefile(load, p)
+    there = sorted(n for n in os.listdir(p) if _CKPT.match(n))
+    if there and not (overwrite or resuming):
+        raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass --overwrite "
+                                  f"to replace them, or give another --save", path=d, flag="--save")
+    for n in there:
+        check_new_file(os.path.join(p, n), "--save", replace=True)
+    return p
+
+
 def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
                     info: ParallelInfo, cfg: TrainConfig) -> None:
     if info.dp_rank != 0 or info.cp_rank != 0:
         return
+    from packtool.output.files import write_file
     os.makedirs(d, exist_ok=True)
-    path = _ckpt_path(d, info.tp_rank)
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                "shape": dataclasses.asdict(shape), "tp": info.tp,
-                "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}},
-               path + ".tmp")
-    os.replace(path + ".tmp", path)
+    with write_file(_ckpt_path(d, info.tp_rank), "--save", replace=True) as f:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "shape": dataclasses.asdict(shape), "tp": info.tp,
+                    "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)
 
 
 def load_checkpoint(d: str, tp_rank: int) -> dict:
@@ -107,7 +132,8 @@ def load_checkpoint(d: str, tp_rank: int) -> dict:
 class _Log:
     def __init__(self, cfg: TrainConfig, info: ParallelInfo):
         self.on = info.is_main and not cfg.quiet
-        self.json = open(cfg.json_log, "a") if (cfg.json_log and info.is_main) else None
+        from packtool.output.files import open_append
+        self.json = open_append(cfg.json_log, "--json-log") if (cfg.json_log and info.is_main) else None
         if self.on:
             from rich.console import Console
             self.console = Console()
@@ -138,6 +164,8 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
     (the benchmark feeds padded micro-batches of the same data through the same loop)."""
+    if cfg.save:
+        cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
     sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None

@@ -55,6 +55,7 @@ def train_command(
     load: Annotated[Optional[str], typer.Option("--load", help="Checkpoint directory from --save: model shape, weights, optimizer and step.")] = None,
     save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
     save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag).")] = False,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW; warmup then cosine to 10%).")] = 3e-4,
     warmup: Annotated[int, typer.Option("--warmup", help="Linear warmup steps.")] = 0,
@@ -104,7 +105,7 @@ def train_command(
                           warmup=warmup, micro_batch_tokens=micro_batch_tokens,
                           grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                           log_every=log_every, json_log=json_log, load=load, save=save,
-                          save_every=save_every)
+                          save_every=save_every, overwrite=overwrite)
         train(cfg)
     except (ValueError, FileNotFoundError) as e:
         from rich.markup import escape

@@ -4,10 +4,10 @@ packing settings it was made with in the schema metadata (key `packtool.plan`), 
 from __future__ import annotations
 
 import json
-import os
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
+from packtool.output.files import write_file
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 
 META_KEY = b"packtool.plan"
@@ -18,9 +18,10 @@ def plan_config(p: Plan) -> dict:
             **config_dict(p.alignment, p.packing)}
 
 
-def write_plan(p: Plan, path: str) -> None:
+def write_plan(p: Plan, path: str, overwrite: bool = False, inputs=()) -> None:
     """One row per segment: slab, dp_rank, step, source_index, chunk_index, offsets, lengths;
-    the settings in the schema metadata."""
+    the settings in the schema metadata. Written through packtool.output: an existing file is
+    replaced only with `overwrite`, never one of `inputs` (the --lengths file) nor a link."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -38,9 +39,8 @@ def write_plan(p: Plan, path: str) -> None:
         "padded": pa.array(lay.seg_padded[real], pa.int32()),
         "start": pa.array(lay.seg_start[real], pa.int32()),
     }).replace_schema_metadata({META_KEY: json.dumps(plan_config(p), sort_keys=True).encode()})
-    tmp = path + ".tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    with write_file(path, "--output", replace=overwrite, inputs=inputs) as f:
+        pq.write_table(table, f, compression="zstd")
 
 
 def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:

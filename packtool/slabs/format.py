@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, is_dataclass
 
 import pyarrow as pa
@@ -27,6 +28,17 @@ from packtool.side import SideColumn, check_side_columns, side_columns_from_mani
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 FORMAT_NAME = "packtool-slabs"
+_SHARD_NAME = re.compile(r"^slabs-\d{5,}\.parquet$")
+
+
+def shard_file(k: int) -> str:
+    """The name of shard `k`: the naming rule every engine writes by."""
+    return f"slabs-{k:05d}.parquet"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether `name` follows the shard naming rule (what `--overwrite` may delete)."""
+    return bool(_SHARD_NAME.match(name))
 
 
 class FormatError(PacktoolFormatError):
@@ -128,12 +140,11 @@ def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: 
 
 
 def write_manifest(directory: str, manifest: dict) -> str:
+    from packtool.output.files import write_file
     path = os.path.join(directory, MANIFEST)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
+    with write_file(path, "--output", replace=True, text=True) as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
-    os.replace(tmp, path)
     legacy = os.path.join(directory, LEGACY_MANIFEST)
     if os.path.isfile(legacy):  # one manifest per folder; the old name would be read as data
         os.remove(legacy)

@@ -26,7 +26,7 @@ from packtool.planning.core import SEGMENT_FIELDS
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import SlabSpec
 from packtool.planning.spill import StoreOffsets, load_placement
-from packtool.slabs.format import ShardInfo, slab_schema
+from packtool.slabs.format import ShardInfo, shard_file, slab_schema
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, run_shards, shard_ranges, write_shard_file
 from packtool.tokenize.flat_tokens import FlatTokens
 
@@ -101,7 +101,7 @@ def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id:
         with open(shards.specs[k], "rb") as f:
             spec, slab_len = pickle.load(f)
         w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id, side)
-        info = write_shard_file(w, slab_len, 0, os.path.join(directory, f"slabs-{k:05d}.parquet"),
+        info = write_shard_file(w, slab_len, 0, os.path.join(directory, shard_file(k)),
                                 group_tokens, rows_cb, ahead)
         os.remove(shards.routed[k])
         return info

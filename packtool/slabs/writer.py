@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from packtool.arrays import arrow_of, np_of
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
-from packtool.slabs.format import SCHEMA, ShardInfo, side_encoding, slab_schema
+from packtool.slabs.format import SCHEMA, ShardInfo, shard_file, side_encoding, slab_schema
 from packtool.slabs.gather import fill_pads, gather_from_files, gather_side, row_sums
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
@@ -216,7 +216,7 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
         s0, s1 = ranges[k]
         return write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
-                                os.path.join(directory, f"slabs-{k:05d}.parquet"), group_tokens,
+                                os.path.join(directory, shard_file(k)), group_tokens,
                                 rows_cb, ahead)
     return run_shards(len(ranges), one, workers, on_rows)
 

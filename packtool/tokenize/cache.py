@@ -251,11 +251,10 @@ class TokenizedCache:
 
 def write_cache_json(directory: str, meta: dict) -> None:
     """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
-    tmp = os.path.join(directory, f".cache.json.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
+    from packtool.output.files import write_file
+    with write_file(os.path.join(directory, "cache.json"), "--cache-dir", replace=True, text=True) as f:
         json.dump(meta, f, indent=1, sort_keys=False)
         f.write("\n")
-    os.replace(tmp, os.path.join(directory, "cache.json"))
 
 
 def read_cache_json(directory: str) -> dict:

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.output.files import make_temp_dir
 from packtool.tokenize.cache import (
     CHECKSUM_ALG,
     FLAT_DIR,
@@ -195,8 +196,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    tmp = directory + f".tmp-{os.getpid()}"
-    os.makedirs(tmp, exist_ok=True)
+    tmp = make_temp_dir(os.path.dirname(directory), f"{os.path.basename(directory)}.tmp-{os.getpid()}-")
     fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fi, int(offsets[-1]) * 4)

@@ -346,8 +346,10 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
 
     from packtool.tokenize import default_cache_dir, tokenize_to_cache
     from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
+    from packtool.output.stale import clean_cache
     root = cache_dir or default_cache_dir()
     os.makedirs(root, exist_ok=True)
+    clean_cache(root)  # a killed verify's temporary cache goes with the next one
     fresh = tempfile.mkdtemp(prefix=f".verify-source-{os.getpid()}-", dir=root)
     atexit.register(shutil.rmtree, fresh, True)
     try:

@@ -19,9 +19,12 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
 BASE = {"errors", "params", "align", "layout", "arrays", "side", "packers", "progress", "storage", "store_lease",
-        "__init__"}
-# output.py (who may write where) sits between the slab format it reads and the pack job.
-ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output_relations": 3.4, "output_store": 3.45, "output": 3.5, "packing": 4, "verification": 5,
+        "output", "__init__"}
+# output/ owns every write: its file primitives are base (every stage writes through them);
+# its pack-folder half reads the slab format, so it sits between slabs and the pack job, with
+# output_store.py (the object-store commit protocol).
+SUBSTAGE = {"output.folder": 3.5, "output.owned": 3.5, "output.stale": 3.5}
+ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output_store": 3.45, "packing": 4, "verification": 5,
          "inspection": 5}
 CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages
 
@@ -31,7 +34,15 @@ def stage_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def rank_of(module: str) -> int:
+def unit_of(module: str) -> str:
+    """The stage, or the sub-stage a module of a split package belongs to."""
+    return f"{stage_of(module)}@{rank_of(module)}"
+
+
+def rank_of(module: str) -> float:
+    sub = ".".join(module.split(".")[1:3])
+    if sub in SUBSTAGE:
+        return SUBSTAGE[sub]
     s = stage_of(module)
     return 0 if s in BASE else ORDER.get(s, CONSUMER)
 
@@ -106,7 +117,7 @@ def rule_breaks(graph: dict[str, set[str]]) -> list[str]:
                 out.append(f"{m} imports {d}: only engines/ (and the CLI's --engine) may")
             elif sm == "planning" and sd == "cli":
                 out.append(f"{m} imports {d}: planning never imports printing")
-            elif sm != sd and rank_of(m) < CONSUMER and rank_of(d) >= rank_of(m) and rank_of(d) > 0:
+            elif unit_of(m) != unit_of(d) and rank_of(m) < CONSUMER and rank_of(d) >= rank_of(m) and rank_of(d) > 0:
                 out.append(f"{m} ({sm}) imports {d} ({sd}): imports run from later stages to earlier ones")
     return out
 
@@ -140,6 +151,8 @@ def test_planning_never_loads_printing_libraries():
     ({"packtool.tokenize.cache": {"packtool.engines.ray_plan"}, "packtool.engines.ray_plan": set()}, "only engines/"),
     ({"packtool.planning.sharded": {"packtool.cli.printing"}, "packtool.cli.printing": set()}, "never imports printing"),
     ({"packtool.verification.run": {"packtool.inspection.report"}, "packtool.inspection.report": set()}, "later stages"),
+    ({"packtool.output.files": {"packtool.output.folder"}, "packtool.output.folder": set()}, "later stages"),
+    ({"packtool.slabs.format": {"packtool.output.owned"}, "packtool.output.owned": set()}, "later stages"),
 ])
 def test_the_checker_catches_each_kind_of_break(graph, expect):
     breaks = rule_breaks(graph)
@@ -156,5 +169,6 @@ def test_the_checker_catches_a_cycle():
 
 def test_allowed_imports_pass():
     g = {"packtool.slabs.writer": {"packtool.planning.core", "packtool.align", "packtool.tokenize.flat_tokens"},
-         "packtool.cli.app": {"packtool.engines", "packtool.packing"}, "packtool.megatron.dataset": {"packtool.slabs"}}
+         "packtool.cli.app": {"packtool.engines", "packtool.packing"}, "packtool.megatron.dataset": {"packtool.slabs"},
+         "packtool.tokenize.cache": {"packtool.output.files"}, "packtool.output.folder": {"packtool.slabs.format"}}
     assert rule_breaks(g) == []

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import packtool.tokenize.templates as templates
 from packtool.cli.app import app
-from packtool.output import lock_path
+from packtool.output.folder import lock_path
 from packtool.slabs.format import MANIFEST
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from packtool.errors import PacktoolError, PacktoolFormatError, PacktoolOutputError
-from packtool.output import (
+from packtool.output.folder import (
     OutputExistsError,
     check_output,
     claim_output,
@@ -27,10 +27,13 @@ from packtool.slabs.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, FormatE
 
 def _fake_output(d, shards=("slabs-00000.parquet",)):
     os.makedirs(d, exist_ok=True)
+    from packtool.tokenize.checksum import shard_checksum
+    recs = []
     for s in shards:
-        open(os.path.join(d, s), "wb").write(b"shard " + s.encode())
-    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {},
-         "shards": [{"file": s} for s in shards]}
+        p = os.path.join(d, s)
+        open(p, "wb").write(b"shard " + s.encode())
+        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
+    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
     json.dump(m, open(os.path.join(d, MANIFEST), "w"))
     return d
 
@@ -147,7 +150,7 @@ def test_swap_keeps_files_that_appeared_and_refuses(tmp_path):
 
 def test_temp_and_spill_carry_the_pid(tmp_path):
     out = str(tmp_path / "o")
-    assert os.path.basename(temp_dir(out)) == f".o.packtool-tmp-{os.getpid()}"
+    assert os.path.basename(temp_dir(out)).startswith(f".o.packtool-tmp-{os.getpid()}-")
     assert os.path.basename(spill_dir(out)).startswith(f".o.packtool-spill-{os.getpid()}-")
 
 

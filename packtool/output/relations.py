@@ -29,11 +29,12 @@ def _input_paths(inputs: Iterable[str]) -> list[str]:
     return out
 
 
-def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | None = None) -> None:
+def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | None = None,
+                    shown: str | None = None) -> None:
     """Refuse an --output that is or holds the working directory, holds an input or lies
     inside an input folder, or holds or lies inside the tokenized cache (whose clean-up and
     reuse would meet the slabs), in one line each."""
-    out = real_path(output)
+    out, output = real_path(output), shown or output
     cwd = real_path(os.getcwd())
     if is_inside(cwd, out):
         what = "the working directory" if out == cwd else f"the working directory {cwd}"

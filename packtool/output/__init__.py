@@ -1,0 +1,22 @@
+"""packtool.output: the one owner of every path packtool writes.
+
+Base half (any stage may import it; nothing here reads the slab format):
+  files.resolve / resolve_folder  the one absolute path a run acts on (`~`, `./x/./`, links)
+  files.check_new_file            refuse a link, a folder, an input, an existing file (unless
+                                  the caller's replace flag), a missing or read-only folder
+  files.write_file                a context manager: exclusive temporary beside the target,
+                                  published by one link (no replace) or rename (replace)
+  files.open_append               a log appended to, never through a link or into a FIFO
+  files.open_lock                 the lock file: O_CREAT|O_EXCL|O_NOFOLLOW, an existing one
+                                  reopened only when it is packtool's (never truncated else)
+  files.make_parents / remove_created   parents a failed run created go with it
+  relations.check_relations       where an --output may not lie (cwd, inputs, cache)
+Stage half (after slabs/: reads the manifest), for the `pack` output folder:
+  folder.claim_output / check_output / temp_dir / spill_dir / swap_into_place
+  owned.owned_names / remove_previous   what in an existing output is packtool's
+  stale.clean_stale                     what dead runs left, removed by the next run
+docs/DESIGN.md ("Who writes where") is the prose.
+"""
+from packtool.output.files import check_new_file, open_append, resolve, resolve_folder, write_file
+
+__all__ = ["check_new_file", "open_append", "resolve", "resolve_folder", "write_file"]

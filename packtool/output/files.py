@@ -1,0 +1,301 @@
+"""The primitives every packtool write goes through (packtool.output's base half).
+
+A file packtool writes for a user (`plan -o`, `inspect --html`, `train --save`, a manifest,
+cache.json) is written to an exclusive temporary file beside it and published by one link or
+rename, so a reader sees the old file or the new one, whole. The final name is checked before
+any work: a symbolic link there is refused (packtool never writes through one), an existing
+file is replaced only when the caller's flag allows it, never when it is one of the run's
+inputs. The lock file is created exclusively, or reopened only when it is a plain one-link
+file holding a pid (what packtool writes), never truncated otherwise. Temporary names carry
+the writer's pid, so a later run removes those of dead processes.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from contextlib import contextmanager
+from typing import IO, Iterable, Iterator
+
+from packtool.errors import PacktoolOutputError
+
+TMP_TAG = "packtool-tmp"
+SPILL_TAG = "packtool-spill"
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
+
+
+def resolve(path: str | os.PathLike) -> str:
+    """The one absolute path packtool acts on: `~` expanded, `.`, `..` and doubled slashes
+    folded, links in the parent folders resolved. The final name stays as given: a link there
+    is for the caller to refuse (files) or resolve (`resolve_folder`)."""
+    p = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    parent, name = os.path.split(p)
+    return os.path.join(os.path.realpath(parent), name) if name else p
+
+
+def resolve_folder(path: str | os.PathLike, flag: str = "--output") -> str:
+    """`resolve`, then a link at the final name followed once; a link to nothing is refused
+    (a write would create its target somewhere else than the folder checked)."""
+    p = resolve(path)
+    if os.path.islink(p):
+        target = os.path.realpath(p)
+        if not os.path.lexists(target):
+            raise PacktoolOutputError(f"is a symbolic link to {target}, which does not exist; "
+                                      f"give the real folder", path=str(path), flag=flag)
+        return target
+    return p
+
+
+def make_temp_dir(parent: str, prefix: str, private: bool = False) -> str:
+    """A new folder under a name no one could have put a link at (random, created exclusively).
+    Not `private`: the umask's mode, as `mkdir` gives, since it becomes a user's output."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    if not private:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(d, 0o777 & ~mask)
+    return d
+
+
+def pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+                   inputs: Iterable[str] = (), replace_flag: str = "--overwrite") -> str:
+    """Refuse, before any work, a file target packtool must not write: a link, a folder or a
+    special file; one of the run's `inputs`; an existing file unless `replace`; a missing or
+    read-only folder. Returns the resolved path to write."""
+    shown = os.fspath(path)
+    p = resolve(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise PacktoolOutputError("is a symbolic link; packtool never writes through one: give "
+                                  "the real file's path or another name", path=shown, flag=flag)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise PacktoolOutputError(f"is {_kind(st.st_mode)}; give a file name such as "
+                                  f"{_example(flag)}", path=shown, flag=flag)
+    for inp in inputs:
+        if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
+            raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
+                                      flag=flag)
+    if st is not None and not replace:
+        raise PacktoolOutputError(f"exists; pass {replace_flag} to replace it, or give another "
+                                  f"{flag}", path=shown, flag=flag)
+    folder = os.path.dirname(p)
+    if not os.path.isdir(folder):
+        raise PacktoolOutputError(f"folder {folder} does not exist; create it or write elsewhere",
+                                  path=shown, flag=flag)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PacktoolOutputError(f"cannot be written: folder {folder} is read-only or not yours",
+                                  path=shown, flag=flag)
+    return p
+
+
+def _example(flag: str) -> str:
+    return {"--html": "report.html", "--output": "plan.parquet", "-o": "plan.parquet"}.get(flag, "out.bin")
+
+
+def temp_name(p: str) -> str:
+    """A name beside `p` for its temporary: hidden, with this process's pid (sweep_temps)."""
+    folder, name = os.path.split(p)
+    return os.path.join(folder, f".{name}.{TMP_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def sweep_temps(p: str) -> int:
+    """Remove the temporaries of `p` left by writers that died (their pid is gone)."""
+    folder, name = os.path.split(p)
+    pat = re.compile(rf"^\.{re.escape(name)}\.{TMP_TAG}-(\d+)-[0-9a-f]+$")
+    n = 0
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return 0
+    for e in entries:
+        m = pat.match(e)
+        if m and not pid_alive(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(folder, e))
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+def open_exclusive(path: str, mode: int = 0o644) -> int:
+    """A new file, never an existing one nor through a link (O_CREAT|O_EXCL|O_NOFOLLOW)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+@contextmanager
+def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+               inputs: Iterable[str] = (), text: bool = False, checked: bool = False) -> Iterator[IO]:
+    """Write `path` (see `check_new_file`; `checked`: the caller already resolved and checked
+    it): yields a file object on an exclusive temporary beside it, published when the block
+    ends without error; on an error the temporary goes and `path` is as it was."""
+    p = os.fspath(path) if checked else check_new_file(path, flag, replace=replace, inputs=inputs)
+    sweep_temps(p)
+    tmp = temp_name(p)
+    try:
+        fd = open_exclusive(tmp)
+    except OSError as e:
+        raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=os.fspath(path),
+                                  flag=flag) from None
+    try:
+        with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None) as f:
+            yield f
+        publish(tmp, p, replace, os.fspath(path), flag)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
+    """Put the finished `tmp` at `p` in one step. Without `replace` a hard link, which fails
+    if anything appeared at `p` meanwhile (file systems without links: a re-check, then a
+    rename); with it a rename, which replaces a link's entry, never the file it points to."""
+    if replace:
+        if os.path.islink(p) or (os.path.lexists(p) and not os.path.isfile(p)):
+            raise PacktoolOutputError("was replaced by a link or folder while packtool wrote it; "
+                                      "left as it is", path=shown, flag=flag)
+        os.replace(tmp, p)
+        return
+    try:
+        os.link(tmp, p, follow_symlinks=False)
+    except FileExistsError:
+        raise PacktoolOutputError("appeared while packtool was writing it; left as it is: pass "
+                                  "--overwrite or give another name", path=shown, flag=flag) from None
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        if os.path.lexists(p):
+            raise PacktoolOutputError("appeared while packtool was writing it; left as it is",
+                                      path=shown, flag=flag) from None
+        os.rename(tmp, p)
+        return
+    os.unlink(tmp)
+
+
+def open_append(path: str | os.PathLike, flag: str) -> IO:
+    """A log opened for appending: created if missing, never through a link, only a regular
+    file (a FIFO or device is refused rather than blocked on)."""
+    p = resolve(path)
+    st = os.lstat(p) if os.path.lexists(p) else None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise PacktoolOutputError(f"is {_kind(st.st_mode)}; give a file name", path=os.fspath(path),
+                                  flag=flag)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        why = "is a symbolic link; packtool never writes through one" if e.errno == errno.ELOOP else \
+            f"cannot be written ({e.strerror})"
+        raise PacktoolOutputError(why, path=os.fspath(path), flag=flag) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise PacktoolOutputError(f"is {_kind(st.st_mode)}; give a file name", path=os.fspath(path),
+                                  flag=flag)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+# --- the lock file -----------------------------------------------------------------------
+
+_PID_TEXT = re.compile(rb"^\d*\n?$")
+
+
+def open_lock(path: str, shown: str, flag: str = "--output") -> int:
+    """The lock file at `path`, opened for flock: created exclusively, or an existing one
+    reopened without following a link and only when it is what packtool writes there (a plain
+    file of this user, one link, holding a pid). Anything else is refused, never truncated."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:  # its run ended between the two opens
+        return open_lock(path, shown, flag)
+    except OSError as e:
+        why = "a symbolic link" if e.errno == errno.ELOOP else f"not openable ({e.strerror})"
+        raise PacktoolOutputError(f"the lock file {path} is {why}; packtool never writes "
+                                  f"through it: remove it or pick another {flag}", path=shown) from None
+    st = os.fstat(fd)
+    ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+            and st.st_size <= 32 and _PID_TEXT.match(os.pread(fd, 32, 0) or b""))
+    if not ours:
+        os.close(fd)
+        raise PacktoolOutputError(f"{path} is not a packtool lock file (another file, another "
+                                  f"user's, or a second name of one); packtool never writes it: "
+                                  f"remove it or pick another {flag}", path=shown)
+    return fd
+
+
+def unlink_if_same(path: str, fd: int) -> None:
+    """Remove `path` only while it still names the open file `fd`."""
+    try:
+        if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- folders ------------------------------------------------------------------------------
+
+def make_parents(folder: str) -> list[str]:
+    """`os.makedirs(folder)`, returning the folders it created (deepest last), so that a run
+    that fails can remove exactly those (`remove_created`)."""
+    made, p = [], folder
+    while p and not os.path.lexists(p):
+        made.append(p)
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    for d in reversed(made):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            made.remove(d)
+    return made
+
+
+def remove_created(made: list[str]) -> None:
+    """Remove folders `make_parents` created, deepest first, each only if still empty."""
+    for d in sorted(made, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "make_parents", "make_temp_dir", "open_append", "open_exclusive",
+           "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
+           "sweep_temps", "temp_name", "unlink_if_same", "write_file"]

@@ -1,0 +1,288 @@
+"""Who may write where: the `pack` output folder, its lock and the temporary folders beside
+it (packtool.output's stage half; the file primitives are packtool.output.files).
+
+packtool writes only into a folder that is new, empty, or a previous packtool output holding
+nothing but its own manifest and shards; `--overwrite` replaces only such an output, and a
+shard is packtool's only when its name follows the shard naming rule and its size and
+checksum are the manifest's. The path is resolved once (`~`, `./out/./`, a link followed
+once, a dangling link refused), checked before any work, and that path is used to the end.
+A lock file beside the output (`.<name>.packtool.lock`, fcntl; see files.open_lock) is held
+for the whole run, so a second writer fails at once. Temporary and spill folders carry the
+owner's pid; a later run removes those whose process is dead (and restores a previous output
+a kill left half-swapped). SIGTERM is turned into an exit that runs the same clean-up as
+Ctrl-C; parent folders a failed run created go too. Nothing packtool did not write is deleted.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import tempfile
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from packtool.errors import PacktoolInputError, PacktoolOutputError
+from packtool.output.files import (
+    SPILL_TAG,
+    TMP_TAG,
+    make_parents,
+    make_temp_dir,
+    open_lock,
+    pid_alive,
+    remove_created,
+    resolve_folder,
+    unlink_if_same,
+)
+from packtool.output.owned import owned_names, remove_previous, say
+from packtool.output.relations import check_relations
+from packtool.output.stale import clean_stale
+
+
+
+class OutputExistsError(PacktoolOutputError, FileExistsError):
+    """A previous packtool output is at --output and --overwrite was not given."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM during a pack: unwinds like Ctrl-C (temporary folders go), exit status 143."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+# --- checks -----------------------------------------------------------------------------
+
+def _nearest_existing(path: str) -> str:
+    p = path
+    while not os.path.lexists(p):
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    return p
+
+
+def check_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
+                 inputs: Iterable[str] = (), cache_dir: str | None = None) -> list[str]:
+    """Refuse, before any work, an --output packtool must not write to; return the names of a
+    previous output that the new one will replace (empty for a new or empty folder)."""
+    if dry_run:
+        return []
+    if not output:
+        raise PacktoolInputError("--output is required (or use --dry-run)")
+    out = resolve_folder(output)
+    check_relations(out, inputs, cache_dir, shown=output)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise PacktoolOutputError("exists and is not a folder; pick another --output", path=output)
+    base = _nearest_existing(os.path.dirname(out))
+    if not os.path.isdir(base):
+        raise PacktoolOutputError(f"cannot be created: {base} is not a folder", path=output)
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise PacktoolOutputError(f"cannot be written: {base} is read-only or not yours; pick "
+                                  f"another --output", path=output)
+    if not os.path.isdir(out):
+        return []
+    names = owned_names(out)
+    if names and not overwrite:
+        raise OutputExistsError("exists (a previous packtool output): pass --overwrite to "
+                                "replace it", path=output)
+    return names
+
+
+# --- the claim: lock, stale clean-up, SIGTERM -------------------------------------------
+
+@dataclass
+class _Held:
+    fd: int
+    lock_path: str
+    count: int
+    made: list[str] = field(default_factory=list)  # parent folders this run created
+
+
+_HELD: dict[str, _Held] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def lock_path(output: str) -> str:
+    out = resolve_folder(output)
+    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.packtool.lock")
+
+
+def _take_lock(output: str, shown: str) -> _Held:
+    path = lock_path(output)
+    made: list[str] = []
+    try:
+        made = make_parents(os.path.dirname(path))
+        fd = open_lock(path, shown)
+    except OSError as e:
+        remove_created(made)
+        raise PacktoolOutputError(f"cannot be written: {e.strerror} ({os.path.dirname(path)}); "
+                                  f"pick another --output", path=shown) from None
+    except BaseException:
+        remove_created(made)
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            os.close(fd)
+            raise
+        try:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        finally:
+            os.close(fd)
+        raise PacktoolOutputError(f"another packtool pack (pid {owner}) is writing this output; "
+                                  f"wait for it to finish or pick another --output",
+                                  path=shown) from None
+    try:
+        same = os.lstat(path).st_ino == os.fstat(fd).st_ino  # not unlinked by a finishing run
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return _take_lock(output, shown)
+    os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return _Held(fd, path, 1, made)
+
+
+def _release(h: _Held, failed: bool) -> None:
+    unlink_if_same(h.lock_path, h.fd)  # while still locked: a waiting run re-checks the inode
+    os.close(h.fd)
+    if failed:
+        remove_created(h.made)
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum, frame):
+        raise Terminated()
+
+    try:
+        prev = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main interpreter
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+@contextmanager
+def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
+                 inputs: Iterable[str] = (), cache_dir: str | None = None,
+                 cache_root: str | None = None) -> Iterator[str | None]:
+    """Check `output` (see `check_output`), lock it for the block, clean up after dead runs
+    and let SIGTERM unwind like Ctrl-C. Yields the resolved output path, the one the block
+    must write (None for a dry run). Re-entrant within a process (pack -> pack_cache)."""
+    if dry_run:
+        with _sigterm_unwinds():
+            yield None
+        return
+    if not output:
+        raise PacktoolInputError("--output is required (or use --dry-run)")
+    key = resolve_folder(output)
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is not None:
+            held.count += 1
+    if held is not None:
+        try:
+            yield key
+        finally:
+            with _HELD_LOCK:
+                held.count -= 1
+        return
+    check_output(output, overwrite, dry_run, inputs, cache_dir)
+    held = _take_lock(key, output)
+    with _HELD_LOCK:
+        _HELD[key] = held
+    failed = True
+    try:
+        clean_stale(key, cache_root or cache_dir)
+        check_output(key, overwrite, dry_run, inputs, cache_dir)  # a run may have just ended
+        with _sigterm_unwinds():
+            yield key
+        failed = False
+    except Terminated:
+        say(f"terminated (SIGTERM): this run's temporary files are removed; {_after_swap_note(key, output)}")
+        raise
+    finally:
+        with _HELD_LOCK:
+            _HELD.pop(key, None)
+        _release(held, failed and not os.path.lexists(key))
+
+
+# --- temporary folders and the swap -----------------------------------------------------
+
+def _beside(output: str, tag: str) -> tuple[str, str]:
+    out = resolve_folder(output)
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    return parent, f".{os.path.basename(out)}.{tag}-{os.getpid()}-"
+
+
+def temp_dir(output: str) -> str:
+    """A fresh folder the new output is written into, beside `output` (same file system)."""
+    parent, prefix = _beside(output, TMP_TAG)
+    return make_temp_dir(parent, prefix)
+
+
+def spill_dir(output: str | None) -> str:
+    """A fresh folder for the plan's spill: beside the output, else in the system's temp."""
+    if not output:
+        return tempfile.mkdtemp(prefix=f"packtool-spill-{os.getpid()}-")
+    parent, prefix = _beside(output, SPILL_TAG)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+
+
+_SWAPPED: list[str] = []  # outputs this process put in place: never called "as it was" after that
+
+
+def swapped_outputs() -> list[str]:
+    """The outputs this process has replaced (or created) so far, in order (resolved paths):
+    what an interruption after the swap must name as new rather than as left alone."""
+    return list(_SWAPPED)
+
+
+def _after_swap_note(key: str, shown: str | None) -> str:
+    if key in _SWAPPED:
+        return f"{shown} was already complete and in place (the new output; any previous one is replaced)"
+    return f"{shown} is as it was"
+
+
+def swap_into_place(tmp: str, output: str) -> None:
+    """The old output stays whole until the new one is complete; then two renames, with
+    SIGINT and SIGTERM held back so that neither lands between them. The replaced output is
+    re-checked first: files that appeared in it since the start stop the swap."""
+    out = resolve_folder(output)
+    main = threading.current_thread() is threading.main_thread()
+    held = {signal.SIGINT, signal.SIGTERM}
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        if os.path.exists(out):
+            names = owned_names(out, hashed=False)
+            old = tmp + ".old"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            _SWAPPED.append(out)
+            remove_previous(old, names=names)
+        else:
+            os.replace(tmp, out)
+            _SWAPPED.append(out)
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+__all__ = ["OutputExistsError", "Terminated", "check_output", "claim_output", "clean_stale",
+           "lock_path", "owned_names", "say", "spill_dir", "swap_into_place", "swapped_outputs", "temp_dir"]

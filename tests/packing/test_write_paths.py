@@ -1,0 +1,316 @@
+"""Every path packtool opens for writing goes through packtool.output, tested as a class:
+the lock, the pack output folder and its temporary and spill folders, the manifest, the
+cache's cache.json, `plan -o`, `inspect --html`, `train --save` and `--json-log`. For each:
+a symbolic link at the name is never written through, an existing file is replaced only
+with the flag that allows it (never an input), a file appearing mid-write is kept, and each
+refusal is one `error:` line naming what and where, exit 2, no traceback, the user's files
+byte-identical and nothing left behind."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from packtool.cli.app import app
+from packtool.errors import PacktoolOutputError
+from packtool.output.files import open_append, open_exclusive, write_file
+from packtool.output.folder import lock_path
+
+runner = CliRunner()
+THESIS = b"my thesis, three years of work\n"
+MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-", ".verify-source-", ".damaged-")
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _files(root) -> dict[str, bytes]:
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x != "cache"]
+        for f in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = (os.readlink(p).encode() if os.path.islink(p)
+                                             else open(p, "rb").read() if os.path.isfile(p)
+                                             else b"<special>")
+        for x in dirs:
+            out[os.path.relpath(os.path.join(d, x), root) + "/"] = b""
+    return out
+
+
+def _leftovers(root) -> list[str]:
+    return [os.path.join(d, x) for d, dirs, files in os.walk(root) for x in dirs + files
+            if any(m in x for m in MARKS)]
+
+
+def refused(root, args, *needles, code=2):
+    before, planted = _files(root), _leftovers(root)
+    r = runner.invoke(app, args)
+    text = r.stdout + r.stderr
+    assert r.exit_code == code, text
+    assert "Traceback" not in text and (r.exception is None or isinstance(r.exception, SystemExit)), text
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, text
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert _files(root) == before
+    assert _leftovers(root) == planted
+    return lines[0]
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    """A user's folder: a thesis, pre-tokenized rows, a lengths file, a previous output."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "thesis.txt").write_bytes(THESIS)
+    with open(tmp_path / "toks.jsonl", "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"input_ids": list(range(1, 8 + i % 5))}) + "\n")
+    np.save(tmp_path / "lengths.npy", np.arange(1, 60, dtype=np.int64))
+    return tmp_path
+
+
+def pack_args(*extra):
+    return ["pack", "toks.jsonl", "-C", "64", "--cache-dir", "cache", "--no-progress", *extra]
+
+
+# --- a link at the name: never written through ---------------------------------------------
+
+LINKED = {
+    "lock": (".packed.packtool.lock", lambda: pack_args("-o", "packed"), "is a symbolic link"),
+    "plan": ("plan.parquet", lambda: ["plan", "--lengths", "lengths.npy", "-o", "plan.parquet", "--overwrite"],
+             "is a symbolic link"),
+    "html": ("report.html", lambda: ["inspect", "--lengths", "lengths.npy", "--html", "report.html",
+                                     "--overwrite"], "is a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(LINKED))
+def test_a_link_at_the_name_is_never_written_through(proj, what):
+    name, args, needle = LINKED[what]
+    os.symlink("thesis.txt", proj / name)
+    refused(proj, args(), needle)
+    assert (proj / "thesis.txt").read_bytes() == THESIS
+
+
+def test_a_hard_link_or_foreign_file_as_lock_is_refused(proj):
+    os.link(proj / "thesis.txt", proj / ".packed.packtool.lock")
+    refused(proj, pack_args("-o", "packed"), "not a packtool lock file")
+    os.unlink(proj / ".packed.packtool.lock")
+    (proj / ".packed.packtool.lock").write_bytes(THESIS)
+    refused(proj, pack_args("-o", "packed"), "not a packtool lock file")
+    assert (proj / "thesis.txt").read_bytes() == THESIS
+
+
+def test_a_stale_lock_of_a_dead_run_is_taken(proj):
+    (proj / ".packed.packtool.lock").write_text(f"{_dead_pid()}\n")
+    r = runner.invoke(app, pack_args("-o", "packed"))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert not os.path.lexists(lock_path(str(proj / "packed")))
+
+
+@pytest.mark.parametrize("opener", ["write_file", "open_append", "open_exclusive"])
+def test_library_openers_never_follow_a_link(tmp_path, opener):
+    victim = tmp_path / "thesis.txt"
+    victim.write_bytes(THESIS)
+    link = tmp_path / "out.bin"
+    os.symlink(victim, link)
+    with pytest.raises((PacktoolOutputError, FileExistsError)):
+        if opener == "write_file":
+            with write_file(link, "--output", replace=True) as f:
+                f.write(b"x")
+        elif opener == "open_append":
+            open_append(link, "--json-log")
+        else:
+            open_exclusive(str(link))
+    assert victim.read_bytes() == THESIS and os.listdir(tmp_path) == sorted(os.listdir(tmp_path))
+    assert _leftovers(tmp_path) == []
+
+
+# --- an existing file: replaced only with the flag, never an input -------------------------
+
+EXISTING = {
+    "plan": (["plan", "--lengths", "lengths.npy", "-o", "thesis.txt"], "--overwrite"),
+    "html": (["inspect", "--lengths", "lengths.npy", "--html", "thesis.txt"], "--overwrite"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(EXISTING))
+def test_an_existing_file_needs_the_flag(proj, what):
+    args, flag = EXISTING[what]
+    refused(proj, args, "thesis.txt", "exists", flag)
+    r = runner.invoke(app, args + [flag])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert (proj / "thesis.txt").read_bytes() != THESIS and _leftovers(proj) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--lengths", "lengths.npy", "-o", "lengths.npy", "--overwrite"],
+    ["inspect", "--lengths", "lengths.npy", "--html", "lengths.npy", "--overwrite"],
+])
+def test_an_input_is_never_replaced(proj, args):
+    refused(proj, args, "is the input lengths.npy")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["plan", "--lengths", "lengths.npy", "-o", "nowhere/plan.parquet"], "does not exist"),
+    (["plan", "--lengths", "lengths.npy", "-o", "."], "is a folder"),
+    (["inspect", "--lengths", "lengths.npy", "--html", "cache"], "is a folder"),
+])
+def test_a_file_target_that_cannot_be_written(proj, args, needle):
+    (proj / "cache").mkdir()
+    refused(proj, args, needle)
+
+
+def test_a_fifo_as_target_is_refused_not_blocked_on(proj):
+    os.mkfifo(proj / "pipe")
+    refused(proj, ["plan", "--lengths", "lengths.npy", "-o", "pipe", "--overwrite"], "FIFO")
+    with pytest.raises(PacktoolOutputError, match="FIFO"):
+        open_append(proj / "pipe", "--json-log")
+
+
+def test_train_save_holding_checkpoints_needs_overwrite(tmp_path):
+    pytest.importorskip("torch")
+    from packtool.megatron.loop import check_save
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "mp_rank_00.pt").write_bytes(THESIS)
+    with pytest.raises(PacktoolOutputError, match="--overwrite"):
+        check_save(str(d), None, False)
+    assert check_save(str(d), str(d), False) == str(d)  # resuming into the --load folder
+    assert check_save(str(d), None, True) == str(d)
+    os.unlink(d / "mp_rank_00.pt")
+    os.symlink(tmp_path / "elsewhere.pt", d / "mp_rank_00.pt")
+    with pytest.raises(PacktoolOutputError, match="symbolic link"):
+        check_save(str(d), None, True)
+    os.unlink(d / "mp_rank_00.pt")
+    os.symlink(tmp_path / "nothing", tmp_path / "dangling")
+    with pytest.raises(PacktoolOutputError, match="does not exist"):
+        check_save(str(tmp_path / "dangling"), None, False)
+
+
+# --- races: what appears at the name while packtool writes is kept --------------------------
+
+@pytest.mark.parametrize("appears", ["file", "link"])
+def test_a_file_appearing_mid_write_is_kept(tmp_path, appears):
+    target = tmp_path / "plan.parquet"
+    with pytest.raises(PacktoolOutputError, match="appeared"):
+        with write_file(target, "--output") as f:
+            f.write(b"new")
+            if appears == "file":
+                target.write_bytes(THESIS)
+            else:
+                (tmp_path / "thesis.txt").write_bytes(THESIS)
+                os.symlink(tmp_path / "thesis.txt", target)
+    assert target.read_bytes() == THESIS and _leftovers(tmp_path) == []
+
+
+def test_a_link_planted_mid_write_with_replace_is_not_written_through(tmp_path):
+    (tmp_path / "thesis.txt").write_bytes(THESIS)
+    target = tmp_path / "report.html"
+    with pytest.raises(PacktoolOutputError, match="link"):
+        with write_file(target, "--html", replace=True) as f:
+            f.write(b"new")
+            os.symlink(tmp_path / "thesis.txt", target)
+    assert (tmp_path / "thesis.txt").read_bytes() == THESIS and _leftovers(tmp_path) == []
+
+
+def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
+    stale = tmp_path / f".plan.parquet.packtool-tmp-{_dead_pid()}-0badc0de"
+    stale.write_bytes(b"half")
+    with write_file(tmp_path / "plan.parquet", "--output") as f:
+        f.write(b"whole")
+    assert sorted(os.listdir(tmp_path)) == ["plan.parquet"]
+
+
+# --- --overwrite deletes only what is packtool's ---------------------------------------------
+
+def _manifest_naming(folder, entries):
+    from packtool.slabs.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION
+    (folder / MANIFEST).write_text(json.dumps({"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION,
+                                               "config": {}, "shards": entries}))
+
+
+@pytest.mark.parametrize("case", ["user file named", "shard name, wrong checksum", "shard name, no checksum"])
+def test_overwrite_never_deletes_a_file_a_manifest_merely_names(proj, case):
+    from packtool.tokenize.checksum import shard_checksum
+    out = proj / "packed"
+    out.mkdir()
+    name = "thesis.docx" if case == "user file named" else "slabs-00000.parquet"
+    (out / name).write_bytes(THESIS)
+    rec = {"file": name, "bytes": len(THESIS), "xxh3_128": shard_checksum(str(out / name))}
+    if case == "shard name, wrong checksum":
+        rec["xxh3_128"] = "0" * 32
+    if case == "shard name, no checksum":
+        del rec["xxh3_128"]
+    _manifest_naming(out, [rec])
+    refused(proj, pack_args("-o", "packed", "--overwrite"), name, "not packtool's")
+    assert (out / name).read_bytes() == THESIS
+
+
+# --- paths: resolved once, checked once, that path used -------------------------------------
+
+@pytest.mark.parametrize("given,where", [("~/packed", "home/packed"), ("./out/./", "out"),
+                                         ("sub/../out2//", "out2")])
+def test_output_path_spellings(proj, monkeypatch, given, where):
+    (proj / "home").mkdir()
+    (proj / "sub").mkdir()
+    monkeypatch.setenv("HOME", str(proj / "home"))
+    r = runner.invoke(app, pack_args("-o", given))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert os.path.isfile(proj / where / ".manifest.json")
+    assert not os.path.exists(proj / "~") and _leftovers(proj) == []
+
+
+def test_output_a_link_to_a_folder_writes_the_folder(proj):
+    (proj / "real").mkdir()
+    os.symlink(proj / "real", proj / "link")
+    r = runner.invoke(app, pack_args("-o", "link"))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert os.path.islink(proj / "link") and os.path.isfile(proj / "real" / ".manifest.json")
+    assert _leftovers(proj) == []
+
+
+def test_output_a_dangling_link_is_refused_before_any_work(proj):
+    os.symlink(proj / "nowhere" / "x", proj / "packed")
+    refused(proj, pack_args("-o", "packed"), "does not exist")
+    assert not os.path.exists(proj / "cache")  # refused before tokenizing
+
+
+# --- nothing left behind that no later run removes ------------------------------------------
+
+def test_a_failed_pack_removes_the_parents_it_created(proj):
+    with open(proj / "toks.jsonl", "a") as f:
+        f.write(json.dumps({"input_ids": list(range(1, 200))}) + "\n")  # longer than -C 64
+    r = runner.invoke(app, pack_args("-o", "new/deeper/packed"))
+    assert r.exit_code == 2 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not os.path.exists(proj / "new") and _leftovers(proj) == []
+
+
+def test_dead_runs_leftovers_in_the_cache_are_removed_by_the_next_run(proj):
+    cache = proj / "cache"
+    cache.mkdir()
+    dead = _dead_pid()
+    for name in (f".verify-source-{dead}-abc", f"0123abcd.damaged-{dead}", f".tmp-0123abcd-{dead}-x"):
+        (cache / name).mkdir()
+        (cache / name / "part.parquet").write_bytes(b"x")
+    (cache / "keep-me").mkdir()
+    r = runner.invoke(app, pack_args("-o", "packed"))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert _leftovers(cache) == [] and (cache / "keep-me").is_dir()
+
+
+def test_output_folder_mode_follows_the_umask(proj):
+    r = runner.invoke(app, pack_args("-o", "packed"))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(proj / "packed").st_mode & 0o777 == 0o777 & ~mask
