@@ -53,6 +53,7 @@ def make_input(n: int, work: str) -> str:
         return path
     lens = _lengths(n)
     rng = np.random.default_rng(1)
+    table = rng.integers(1, VOCAB, (1 << 16, K), dtype=np.int32)  # candidate offsets, drawn per token
     schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("old_logprobs", pa.list_(pa.float32())),
                         ("advantages", pa.list_(pa.float32())),
                         ("support", pa.list_(pa.list_(pa.int32(), K)))])
@@ -69,8 +70,7 @@ def make_input(n: int, work: str) -> str:
             sup = np.full((T, K), -1, np.int32)
             r = np.flatnonzero(resp)
             k = np.minimum(rng.geometric(0.2, r.size), K)  # candidates kept by the top-p cut
-            cand = rng.integers(1, VOCAB, (r.size, K), dtype=np.int32)
-            cand = (ids[r, None] + cand) % VOCAB  # never the sampled id
+            cand = (ids[r, None] + table[rng.integers(0, 1 << 16, r.size)]) % VOCAB  # never the sampled id
             j = np.arange(K)
             cand[j[None, :] >= k[:, None]] = -1
             at = (rng.random(r.size) * k).astype(np.int64)  # the sampled id's place among them

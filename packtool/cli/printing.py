@@ -143,7 +143,7 @@ def print_inspect_report(r, console: Console) -> None:
         from packtool.inspection.side import SIDE_HEAD, side_rows
         st = Table(title="Side columns (FORMAT.md, Side columns)", show_header=True, header_style="bold")
         for i, c in enumerate(SIDE_HEAD):
-            st.add_column(c, justify="left" if i in (0, 1, 3) else "right", no_wrap=i == 0)
+            st.add_column(c, justify="left" if i in (0, 1, 3) else "right", no_wrap=True)
         for row in side_rows(r):
             st.add_row(*map(escape, row))
         console.print(st)

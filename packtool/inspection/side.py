@@ -70,10 +70,10 @@ def side_reports(side, paths: list[str]) -> list[SideColumnReport]:
 
 def side_rows(r) -> list[list[str]]:
     """The text and HTML table of a report's side columns: one row per column."""
-    from packtool.inspection.figures import fmt_int, fmt_pct
-    return [[c.name, c.dtype, str(c.width), c.kind, str(c.fill), fmt_int(c.fill_positions), fmt_pct(c.fill_share),
-             fmt_int(c.fill_on_real), fmt_pct(c.fill_on_real_share)] for c in r.side_columns]
+    from packtool.inspection.figures import fmt_pct
+    return [[c.name, c.dtype, str(c.width), c.kind, str(c.fill), fmt_pct(c.fill_share),
+             fmt_pct(c.fill_on_real_share)] for c in r.side_columns]
 
 
-SIDE_HEAD = ["side column", "dtype", "width", "kind", "fill", "fill positions", "fill share",
-             "real tokens with fill", "share of real"]
+# the counts behind the shares are in --json (inspection/side.SideColumnReport)
+SIDE_HEAD = ["side column", "dtype", "K", "kind", "fill", "fill share", "on real tokens"]
