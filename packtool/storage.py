@@ -312,5 +312,5 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["arrow_file", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+__all__ = ["READ_BLOCK", "arrow_file", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
            "locate", "shown"]

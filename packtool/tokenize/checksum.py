@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from packtool.storage import is_uri, open_bytes
+from packtool.storage import file_stat, is_uri, open_bytes
 
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
 CHECKSUMS = (SHARD_CHECKSUM, "sha256")  # what `verify` knows, newest first
@@ -34,7 +34,28 @@ def file_digest(path: str, alg: str) -> str:
     return h.hexdigest()
 
 
+# sha256 of objects hashed by fast_digest in this process: an object is downloaded once for
+# both (the cache key and cache.json's record), not twice
+_OBJECT_SHA256: dict[str, str] = {}
+
+
+_OBJECT_KEY: dict[str, tuple] = {}
+
+
+def digest_again(path: str) -> str:
+    """`fast_digest` once more, after the file was read: did it change meanwhile? An object is
+    not downloaded a third time: a store replaces an object whole, with a new modification
+    time, so the same (size, mtime) as when it was hashed means the same bytes."""
+    if is_uri(path) and path in _OBJECT_KEY:
+        stat, digest = _OBJECT_KEY[path]
+        if file_stat(path) == stat:
+            return digest
+    return fast_digest(path)
+
+
 def sha256_file(path: str) -> str:
+    if is_uri(path) and path in _OBJECT_SHA256:
+        return _OBJECT_SHA256.pop(path)
     return file_digest(path, "sha256")
 
 
@@ -50,9 +71,13 @@ def fast_digest(path: str) -> str:
     buf = bytearray(1 << 22)
     view = memoryview(buf)
     if is_uri(path):  # an object: streamed in ranged reads, never whole in memory
+        sha, stat = hashlib.sha256(), file_stat(path)
         with open_bytes(path) as f:
             for block in iter(lambda: f.read(1 << 22), b""):
                 h.update(block)
+                sha.update(block)
+        _OBJECT_SHA256[path] = sha.hexdigest()
+        _OBJECT_KEY[path] = (stat, h.hexdigest())
         return h.hexdigest()
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):

@@ -37,7 +37,7 @@ from packtool.tokenize.cache import (
     publish_cache,
     tokenizer_meta,
 )
-from packtool.tokenize.checksum import fast_digest
+from packtool.tokenize.checksum import digest_again, fast_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import (
     EncodedBatch,
@@ -355,7 +355,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
                 bytes_before += sizes[fi]
                 bar.at_bytes(bytes_before)
             if isinstance(f, InputFile):  # the key must describe what was read: re-hashed beside the writes
-                rechecks.append((f, digests[fi], pool.submit(fast_digest, f.path)))
+                rechecks.append((f, digests[fi], pool.submit(digest_again, f.path)))
             extra = {"xxh3_128": digests[fi]} if isinstance(f, InputFile) else {}
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})

@@ -27,7 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
-from packtool.storage import arrow_file, expand, is_file, is_uri, locate, open_bytes
+from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
 _PARQUET_EXT = (".parquet", ".pq")
@@ -181,7 +181,9 @@ def _refuse_repeats(files: list[InputFile]) -> None:
 
 def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
     try:
-        pf = pq.ParquetFile(arrow_file(path))
+        # on a store, column chunks are read in READ_BLOCK ranges, not whole: a shape check
+        # reading 64 rows does not fetch a row group's every byte
+        pf = pq.ParquetFile(arrow_file(path), buffer_size=READ_BLOCK if is_uri(path) else 0, pre_buffer=not is_uri(path))
         # one reader per row group: a reader over the whole file keeps every decoded row
         # group's buffers until it ends (RSS grew ~620 MiB over a 637 MB file of 1M rows)
         for g in range(pf.num_row_groups):

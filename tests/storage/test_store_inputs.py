@@ -87,3 +87,25 @@ def test_store_in_and_store_out_text_inputs(s3, tmp_path, cache_dir):
     assert _shards(f"{s3}/packed") == _shards(str(tmp_path / "l"))
     man = locate(f"{s3}/packed/.manifest.json").read_bytes().decode()
     assert f"{s3}/raw/p.jsonl.gz" in man and "SECRET" not in man and os.environ["AWS_SECRET_ACCESS_KEY"] not in man
+
+
+def test_an_object_replaced_while_it_is_read_is_refused_without_a_third_download(s3, tmp_path, cache_dir, monkeypatch):
+    """The cache key hashes the object once (sha256 for cache.json in the same pass); after the
+    read, a changed (size, mtime) re-hashes and refuses, an unchanged one costs one HEAD."""
+    import packtool.tokenize.checksum as ck
+    import packtool.tokenize.pipeline as pl
+    uri = f"{s3}/in/a.jsonl"
+    locate(uri).write_bytes(open(GSM8K, "rb").read())
+    reads = []
+    orig_fast, orig_again = ck.fast_digest, pl.digest_again
+    monkeypatch.setattr(pl, "fast_digest", lambda p: reads.append(p) or orig_fast(p))
+    args = (Alignment(capacity=1024), PackingConfig("bfd", overflow="split"), TOK)
+    pack([uri], *args, output=str(tmp_path / "o1"), cache_dir=cache_dir)
+    assert reads == [uri]  # hashed once; the recheck took the stat
+
+    def replaced(p):
+        locate(p).write_bytes(open(GSM8K, "rb").read() + b'{"question": "q", "answer": "a"}\n')
+        return orig_again(p)
+    monkeypatch.setattr(pl, "digest_again", replaced)
+    with pytest.raises(PacktoolInputError, match="changed while it was being tokenized"):
+        pack([uri], *args, output=str(tmp_path / "o2"), cache_dir=str(tmp_path / "c2"))
