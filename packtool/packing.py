@@ -36,6 +36,7 @@ from packtool.output.folder import (  # noqa: F401
 from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir
 from packtool.params import expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
+from packtool.planning.bounds import check_capacity
 from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan
 from packtool.planning.slabs import SlabSpec
@@ -78,6 +79,8 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
     _expect_plan_args("pack", alignment, packing)
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
+    check_capacity(alignment, sharded=plan_shard_rows != 0,  # before tokenizing: the table sizes
+                   writers=0 if dry_run else (workers or os.cpu_count() or 1))
     with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir)) as out:
         say_if_compiling(progress and not dry_run)

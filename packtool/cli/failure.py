@@ -71,7 +71,11 @@ def set_debug(on: bool) -> None:
 
 
 def debug_on() -> bool:
-    return _STATE["debug"] or os.environ.get("PACKTOOL_DEBUG", "") not in ("", "0")
+    from packtool.env import env_flag
+    try:
+        return _STATE["debug"] or env_flag("PACKTOOL_DEBUG")
+    except ValueError:  # said by check_environment; an unreadable value is not "on"
+        return False
 
 
 def describe(e: BaseException) -> tuple[str, str, int]:
@@ -120,6 +124,8 @@ def guarded(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            from packtool.env import check_environment
+            check_environment()  # a bad PACKTOOL_* value: one line, before any work
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, TyperException):
             raise

@@ -107,6 +107,8 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     default (`plan_spill.PLAN_SHARD_ROWS`), so both engines plan, and write, the same bytes;
     0 plans globally on the driver."""
     packing = packing or PackingConfig()
+    from packtool.planning.bounds import check_capacity
+    check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     _refuse_uris(inputs, output, cache_dir)

@@ -156,6 +156,8 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     t0 = time.perf_counter()
     if not os.path.exists(path):
         raise InspectError(f"{path}: no such file (--plan)")
+    from packtool.output.files import refuse_special_input
+    refuse_special_input(path, "--plan", InspectError)
     try:
         t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
                                           "length", "padded"])

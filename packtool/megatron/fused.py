@@ -14,9 +14,10 @@ megatron's non-interleaved rotate-half, `x * cos + rotate_half(x) * sin`, in fp3
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
+
+from packtool.env import env_flag
 
 
 def _wide(x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +44,7 @@ def rope_ref(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
 
 def _enabled(device: torch.device) -> bool:
     # PACKTOOL_FUSED=0 turns compilation off (debugging; eager runs the same formulas)
-    return device.type == "cuda" and os.environ.get("PACKTOOL_FUSED", "1") != "0"
+    return device.type == "cuda" and env_flag("PACKTOOL_FUSED", True)
 
 
 @functools.lru_cache(maxsize=None)

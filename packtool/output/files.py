@@ -80,6 +80,22 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def refuse_special_input(path: str, flag: str | None = None, error=None) -> None:
+    """An input that is not a regular file or folder (a FIFO, socket or device, also behind a
+    link) is refused by its kind: packtool reads an input more than once (its hash for the
+    cache key, then its rows), and opening a FIFO with no writer blocks forever."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # missing: the caller's own "not found"
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    from packtool.errors import PacktoolInputError
+    raise (error or PacktoolInputError)(
+        f"is {_kind(st.st_mode)}, not a regular file; packtool reads an input more than once: "
+        f"save the data to a file and pass that", path=path, flag=flag)
+
+
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                    inputs: Iterable[str] = (), replace_flag: str = "--overwrite") -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
@@ -296,6 +312,6 @@ def remove_created(made: list[str]) -> None:
             pass
 
 
-__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "make_parents", "make_temp_dir", "open_append", "open_exclusive",
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "refuse_special_input", "make_parents", "make_temp_dir", "open_append", "open_exclusive",
            "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
            "sweep_temps", "temp_name", "unlink_if_same", "write_file"]

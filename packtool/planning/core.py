@@ -190,6 +190,8 @@ def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) ->
     """Place sequences of the given token lengths into slabs. See docs/DESIGN.md §2-3."""
     expect(alignment, Alignment, "plan", "alignment")
     packing = expect(packing, PackingConfig, "plan", "packing", optional=True) or PackingConfig()
+    from packtool.planning.bounds import check_capacity
+    check_capacity(alignment)
     return plan_with(lengths, alignment, packing,
                      lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
 

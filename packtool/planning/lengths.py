@@ -27,6 +27,8 @@ def load_lengths(path: str, column: str | None = None) -> np.ndarray:
         raise PlanError(f"{path}: no such file (--lengths)")
     if os.path.isdir(path):
         raise PlanError(f"{path}: a folder; --lengths takes one file ({KINDS})")
+    from packtool.output.files import refuse_special_input
+    refuse_special_input(path, "--lengths", PlanError)
     low = path.lower()
     if low.endswith(".npy"):
         return _npy(path, column)

@@ -26,6 +26,7 @@ from packtool.align import Alignment
 from packtool.packers import pack_items
 from packtool.packers.dp import bin_costs, deal_steps, dp_target
 from packtool.planning.bins import bounds_from_histogram, dp_moves
+from packtool.planning.bounds import check_capacity
 from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
 from packtool.planning.core import planning_seconds
 from packtool.progress import compile_seconds, kernel_seconds
@@ -320,6 +321,7 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
     t0, c0 = time.perf_counter(), (compile_seconds(), kernel_seconds())
     packing = packing or PackingConfig()
     runner = runner or LocalRunner()
+    check_capacity(alignment, sharded=True)  # before the capacity-indexed histogram
     if len(shards) == 1:
         underfull = 0.0  # nothing to merge with: the global plan
     sums, handles = [], []

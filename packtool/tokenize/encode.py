@@ -151,6 +151,8 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         path = spec
         if not os.path.exists(path):
             raise PacktoolInputError("tokenizer file not found", path=spec, flag="--tokenizer")
+    from packtool.output.files import refuse_special_input
+    refuse_special_input(path, "--tokenizer")
     st = os.stat(path)
     try:
         tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns)

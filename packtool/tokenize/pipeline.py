@@ -63,7 +63,7 @@ _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
 
 
 def default_cache_dir() -> str:
-    return os.environ.get("PACKTOOL_CACHE_DIR") or os.path.join(
+    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "packtool", "tokenized")
 
 

@@ -27,6 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
+from packtool.output.files import refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -120,6 +121,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
             else:
+                refuse_special_input(p)
                 kind = _kind_of(p)
                 if kind is None:
                     raise PacktoolInputError(

@@ -36,7 +36,12 @@ _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 # template (nested loops, huge repeats) fails on its first row with a clear line, not a hang.
 MAX_RENDER_CHARS = 16 << 20  # text one conversation may render to
 MAX_RANGE_ITEMS = 1_000_000  # range() items one rendering may ask for, all calls together
-RENDER_SECONDS = float(os.environ.get("PACKTOOL_TEMPLATE_SECONDS") or 20)  # one rendering
+RENDER_SECONDS: float | None = None  # one rendering; None: PACKTOOL_TEMPLATE_SECONDS, else 20
+
+
+def render_seconds() -> float:
+    from packtool.env import env_seconds
+    return RENDER_SECONDS if RENDER_SECONDS is not None else env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
 
 CHATML = """
 {%- for message in messages -%}
@@ -160,6 +165,8 @@ def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate
                                      flag="--chat-template") from None
         compile_template(t)
         return t
+    from packtool.output.files import refuse_special_input
+    refuse_special_input(spec, "--chat-template")
     raise PacktoolInputError(
         f"chat template {spec!r} is neither a built-in ({', '.join(BUILTIN)}) nor a file",
         flag="--chat-template")
@@ -184,7 +191,7 @@ class TemplateBudgetError(jinja2.exceptions.TemplateError):
 
 class _TemplateTimeout(TemplateBudgetError):
     def __init__(self, *a) -> None:
-        super().__init__(f"rendering one conversation took over {RENDER_SECONDS:g} s (a loop "
+        super().__init__(f"rendering one conversation took over {render_seconds():g} s (a loop "
                          f"that does not end?); fix the template")
 
 
@@ -237,7 +244,7 @@ class _Watchdog:
                                                    daemon=True)
                     self.thread.start()
         tid = threading.get_ident()
-        self.deadline[tid] = time.monotonic() + RENDER_SECONDS
+        self.deadline[tid] = time.monotonic() + render_seconds()
         return tid
 
     def leave(self, tid: int) -> None:
@@ -247,7 +254,7 @@ class _Watchdog:
 
     def _run(self) -> None:
         while True:
-            time.sleep(min(0.5, RENDER_SECONDS / 4))
+            time.sleep(min(0.5, render_seconds() / 4))
             now = time.monotonic()
             with self.lock:
                 for tid, dl in list(self.deadline.items()):

@@ -1,0 +1,63 @@
+"""packtool's environment variables, read and checked in one place: a value that is not one
+the variable takes is a one-line error naming the variable, never a crash at import or a
+silent default (`PACKTOOL_DEBUG=false` is off, not on).
+
+    PACKTOOL_DEBUG             on/off: tracebacks of errors (also --debug)
+    PACKTOOL_TEMPLATE_SECONDS  seconds > 0 one chat-template rendering may take (default 20)
+    PACKTOOL_FUSED             on/off: torch.compile'd fused ops in the trainer (default on)
+    PACKTOOL_CACHE_DIR         the tokenized cache root (default ~/.cache/packtool)
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from packtool.errors import PacktoolConfigError
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off", "")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """An on/off variable: 1/true/yes/on or 0/false/no/off (any case); unset: `default`."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    v = raw.strip().lower()
+    if v in _ON:
+        return True
+    if v in _OFF:
+        return False
+    raise PacktoolConfigError(f"environment variable {name}={raw!r} is not on or off; set it to "
+                              f"1/true/yes/on or 0/false/no/off, or unset it")
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A duration in seconds: a finite number > 0; unset or empty: `default`."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise PacktoolConfigError(f"environment variable {name}={raw!r} is not a number of seconds "
+                                  f"> 0; set it to e.g. {default:g}, or unset it")
+    return v
+
+
+def env_path(name: str) -> str | None:
+    """A path variable; unset or blank: None (the caller's default)."""
+    raw = os.environ.get(name)
+    return os.path.expanduser(raw) if raw and raw.strip() else None
+
+
+def check_environment() -> None:
+    """Check every variable packtool reads, before any work (the CLI calls it first)."""
+    env_flag("PACKTOOL_DEBUG")
+    env_flag("PACKTOOL_FUSED", True)
+    env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
+
+
+__all__ = ["check_environment", "env_flag", "env_path", "env_seconds"]

@@ -1,0 +1,59 @@
+"""What a slab capacity costs, checked before any allocation: a `-C` (or `--fixed-length`)
+this machine cannot fit is one line naming the flag and the estimate, not a run that swaps
+(the format's own bound, 2^31 - 1 tokens per slab, is align.Alignment's). Memory that grows
+with the capacity rather than with the data:
+  - the sharded planner's footprint histogram and its L2 bound, indexed 0..C
+    (`PLAN_BYTES_PER_C`, measured: 5.2 GB peak at -C 100000000 on 597 tokens);
+  - each shard-writer thread holds at least one whole slab while it encodes
+    (`WRITE_BYTES_PER_TOKEN`: ids, mask and their Arrow/Parquet copies).
+"""
+from __future__ import annotations
+
+import os
+
+from packtool.align import Alignment
+from packtool.errors import PacktoolConfigError
+
+PLAN_BYTES_PER_C = 56
+WRITE_BYTES_PER_TOKEN = 16
+SHARE = 0.5  # of the memory available now: the rest is for the data, the cache and others
+
+
+def available_bytes() -> int | None:
+    """MemAvailable (Linux), else free physical pages; None when neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def check_capacity(a: Alignment, *, sharded: bool = False, writers: int = 0) -> None:
+    """Refuse a capacity whose capacity-sized tables (the sharded planner's, `writers`
+    shard-writer threads' slabs) need more than half the memory this machine has available."""
+    flag = "--fixed-length" if a.fixed_length is not None and a.fixed_length >= a.capacity else "-C"
+    slab = max(a.capacity, a.fixed_length or 0)
+    need = max(PLAN_BYTES_PER_C * (a.usable + 1) if sharded else 0, WRITE_BYTES_PER_TOKEN * slab * writers)
+    have = available_bytes()
+    if have is None or need <= SHARE * have:
+        return
+    what = ("the sharded planner's tables (56 bytes per token of -C)" if sharded and
+            PLAN_BYTES_PER_C * (a.usable + 1) >= WRITE_BYTES_PER_TOKEN * slab * writers else
+            f"{writers} shard writer(s) holding a slab each ({WRITE_BYTES_PER_TOKEN} bytes per token)")
+    raise PacktoolConfigError(f"{flag} {slab}: needs about {_gb(need)} for {what}, over half the "
+                    f"{_gb(have)} this machine has available; give a smaller {flag}"
+                    + (", fewer --workers" if writers > 1 else "")
+                    + (" or --plan-shard-rows 0 (a global plan's tables grow with the rows)" if sharded else ""))
+
+
+__all__ = ["available_bytes", "check_capacity"]
