@@ -39,7 +39,7 @@ IMPLS = ("auto", "gather", "dense", "torch")
 # will run backward, one for forward-only calls (old log-probs, no grad). Measured on an H200
 # (BENCHMARKS.md, "Sample-support scoring", hidden 4096, V 151,936, 16k tokens): the gather path's
 # time grows with the share, the dense path's hardly, and they cross near these shares.
-GATHER_MAX_SHARE = {"train": 0.0027, "forward": 0.0039}
+GATHER_MAX_SHARE = {"train": 0.0025, "forward": 0.0039}
 
 
 @dataclass(frozen=True)
