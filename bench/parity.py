@@ -1,6 +1,6 @@
 """Strict multi-rank parity (issue 17): one step of DP, TP+SP, CP and TP x CP against one rank,
 on the same weights (TP shards cut from the one-rank weights) and the same sequences
-(slabs packed per layout, checked by verify). See packtool/megatron/parity.py.
+(slabs packed per layout, checked by verify). The harness is tests/parity_harness.py.
 
     python bench/parity.py pack --work W                      # slabs for every layout (CPU)
     torchrun --nproc-per-node 1 bench/parity.py run --work W --layout 1 --device cuda
@@ -28,8 +28,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from packtool.megatron.parity import (  # noqa: E402
+from parity_harness import (  # noqa: E402
     LAYOUTS,
     PLANTED_BUGS,
     ParityRow,
@@ -41,7 +42,7 @@ from packtool.megatron.parity import (  # noqa: E402
     run_layout,
     run_reference,
 )
-from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
+from parity_data import pack_layouts, take_rows  # noqa: E402
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(HERE, "fixtures")

@@ -2,7 +2,7 @@
 gives the one-rank loss and every parameter's gradient (gathered to full shape), on the
 same weights (TP shards cut from the one-rank model's) and the same sequences (gsm8k rows,
 Mistral tokenizer, packed for each layout and verified). The tolerance is stated in
-packtool/megatron/parity.py (4 u sqrt(n), u = 2^-24, n = max(loss tokens, vocab):
+tests/parity_harness.py (4 u sqrt(n), u = 2^-24, n = max(loss tokens, vocab):
 4.3e-5 here); observed errors are ~1e-7. Two planted layout bugs must fail the same check.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytest.importorskip("megatron.core")
 from conftest import GSM8K, MISTRAL_DIR  # noqa: E402
 
 from packtool.megatron.model import GPTShape  # noqa: E402
-from packtool.megatron.parity import (  # noqa: E402
+from parity_harness import (  # noqa: E402
     GROUPS,
     LAYOUTS,
     PLANTED_BUGS,
@@ -28,7 +28,7 @@ from packtool.megatron.parity import (  # noqa: E402
     run_reference,
     uncut,
 )
-from packtool.megatron.parity_data import pack_layouts, take_rows  # noqa: E402
+from parity_data import pack_layouts, take_rows  # noqa: E402
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
 TOKENIZE = {"tokenizer": MISTRAL_DIR, "prompt_field": "question", "response_field": "answer"}
@@ -70,7 +70,7 @@ def work(tmp_path_factory):
 def _worker(rank, world, init, ref_path, runs, out):
     import torch.distributed as dist
 
-    from packtool.megatron.parity import LAYOUTS, Reference, cut_param, run_layout
+    from parity_harness import LAYOUTS, Reference, cut_param, run_layout
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     ref = Reference.load(ref_path)
     rows = {tag: run_layout(LAYOUTS[name], ref, data, "cpu", cut=cut or cut_param)

@@ -1,5 +1,6 @@
-"""The packed data of a parity run (`parity.py`): the same input rows packed for one rank
-and for each layout's alignment, every output checked by `verify` before it is used.
+"""The packed data of a parity run (`parity_harness.py`; test and bench harness, not part of
+the package): the same input rows packed for one rank and for each layout's alignment,
+every output checked by `verify` before it is used.
 
 `pack` and `verify` are imported lazily, in `_stage_api` alone: the stage modules that own
 them may move again, and this is the one place to follow them.
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from packtool.align import Alignment
 
 if TYPE_CHECKING:
-    from packtool.megatron.parity import Layout
+    from parity_harness import Layout
 
 
 def _stage_api():
