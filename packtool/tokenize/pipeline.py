@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import tokenizers
 
+from packtool.env import env_path
 from packtool.errors import PacktoolInputError
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size
