@@ -321,9 +321,10 @@ def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
 def _progress_cb(progress: bool, total: int):
     if not progress:
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     bar = Progress(TextColumn("Writing "), BarColumn(), MofNCompleteColumn(), TextColumn("slabs"),
-                   transient=False)
+                   transient=False, console=Console(stderr=True))  # stdout: tables and --json
     task = bar.add_task("write", total=total)
     bar.start()
     done = [0]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
@@ -14,7 +15,8 @@ class TokenizeBar:
         self.p = Progress(TextColumn("[bold]Tokenizing"), BarColumn(),
                           TextColumn("{task.fields[rows]} rows"), TextColumn("· {task.fields[tokens]} tokens"),
                           TextColumn("· {task.fields[rate]} tok/s"), TimeElapsedColumn(),
-                          TextColumn("· ETA"), TimeRemainingColumn(), disable=not enabled)
+                          TextColumn("· ETA"), TimeRemainingColumn(), disable=not enabled,
+                          console=Console(stderr=True))  # stdout stays for tables and --json
         self.task = self.p.add_task("tok", total=total, tokens="0", rate="-", rows="0")
         self.by_bytes = by_bytes
         self.rows = 0
