@@ -8,14 +8,14 @@ multiples of those fit; anything else must be re-packed. Both sides come from
 """
 from __future__ import annotations
 
-from packtool.align import Alignment
+from packtool.align import MAX_SLAB_TOKENS, Alignment
 
 
 def check_training_layout(packed: Alignment, tp: int, cp: int, sp: bool | None,
                           fp8: str) -> None:
     """Raise ValueError naming the exact re-pack flags when `packed` does not fit."""
-    # capacity only sizes slabs; a huge one keeps Alignment from rejecting it here
-    need = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=1 << 40,
+    # capacity only sizes slabs; the largest allowed keeps Alignment from rejecting it here
+    need = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=MAX_SLAB_TOKENS,
                      convention=packed.convention)
     problems = []
     if packed.s % need.s:

@@ -1,5 +1,5 @@
 """Side columns from `pack` (pre-tokenized rows, --overflow split, pads inside, between and
-after segments at tp=2 cp=2 fp8) to every consumer's batch: the HF collator (pads dropped,
+after segments at tp=2 cp=2 fp8, and with a fixed-length fill) to every consumer's batch: the HF collator (pads dropped,
 and kept) and PackedSlabDataset on both CP ranks give each segment its source row's slice
 (split chunks their own slice) as stored, and shifted like labels with the fill at every
 segment's last position."""
@@ -21,16 +21,19 @@ from packtool.hf import SlabCollator, SlabDataset  # noqa: E402
 from packtool.layout import cp_rank_index  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
+SETTINGS = {"tp2-cp2-fp8": ["--tp", "2", "--cp", "2", "--fp8", "tensorwise", "--max-tokens", "256"],
+            "cp2-fixed-length": ["--cp", "2", "--tp", "2", "--max-tokens", "256", "--fixed-length", "256"]}
+
+
+@pytest.fixture(scope="module", params=list(SETTINGS))
+def packed(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("side")
     ids, lp, sup = side_rows(n=70, seed=3, long=400)
     inp = write_input(str(tmp / "in.parquet"), ids, lp, sup)
     out = str(tmp / "out")
     res = CliRunner().invoke(app, ["pack", inp, "--shape", "tokens", "--side-columns", "lp", "--support-columns",
                                    "sup", "--output", out, "--cache-dir", str(tmp / "cache"), "--no-progress",
-                                   "--json", "--tp", "2", "--cp", "2", "--fp8", "tensorwise", "--max-tokens",
-                                   "256", "--overflow", "split"])
+                                   "--json", "--overflow", "split", *SETTINGS[request.param]])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["overflow"]["chunks"] > 0
     rows = pq.read_table(f"{out}/{SlabDataset(out).manifest.shards[0]}",
