@@ -33,7 +33,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
-from packtool.errors import PacktoolInputError, PacktoolOutputError
+from packtool.errors import PacktoolOutputError
 from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, FormatError, ShardInfo, shard_names
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
@@ -247,11 +247,6 @@ UPLOAD_BUFFER = 16 << 20
 def _upload(src: str, dst: Location) -> None:
     with open(src, "rb") as f, dst.open_output() as out:
         shutil.copyfileobj(f, out, UPLOAD_BUFFER)
-
-
-def refuse_store_feature(what: str, flag: str) -> None:
-    raise PacktoolInputError(f"{what} on object storage is not supported yet; use a local path "
-                             f"(the output may still be a URI)", flag=flag)
 
 
 __all__ = ["PENDING_PREFIX", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",

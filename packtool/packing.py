@@ -33,7 +33,7 @@ from packtool.output.folder import (  # noqa: F401
     swap_into_place,
     temp_dir,
 )
-from packtool.output_store import claim_store, commit_to_store, refuse_store_feature, staging_dir
+from packtool.output_store import claim_store, commit_to_store, staging_dir
 from packtool.params import expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
 from packtool.planning.bounds import check_capacity
@@ -105,8 +105,6 @@ def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, in
     """The output's claim: `output.folder.claim_output` for a folder, `output_store.claim_store`
     (lease + commit protocol) for an object-store URI. Yields the output the work must use:
     a folder's resolved path (None for a dry run), a URI as given."""
-    if cache_dir and is_uri(cache_dir):
-        refuse_store_feature("the tokenized cache (--cache-dir)", "--cache-dir")
     if output and is_uri(output) and not dry_run:
         with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_dir):
             yield output
@@ -136,7 +134,11 @@ def _expect_plan_args(func: str, alignment, packing) -> None:
 
 
 def cache_root(cache_dir: str | None) -> str:
+    """The local cache folder: `cache_dir`, the default, or for a store URI its local mirror."""
     from packtool.tokenize.pipeline import default_cache_dir
+    if cache_dir and is_uri(cache_dir):
+        from packtool.tokenize.store_cache import mirror_dir
+        return mirror_dir(cache_dir, default_cache_dir())
     return cache_dir or default_cache_dir()
 
 

@@ -70,7 +70,7 @@ TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text col
 AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
 AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
 OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted; default error).")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool), or an object-store URI (s3://bucket/cache) shared by every machine: entries are pulled into a local mirror, new ones pushed with cache.json last.")]
 
 
 @app.callback()
@@ -151,7 +151,7 @@ def pack(
     prompt_field: PromptField = None, response_field: ResponseField = None,
     text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
     on_empty: OnEmpty = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory.")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory, or an object-store prefix (s3://bucket/packed; gs://, abfs://, hdfs://) committed by writing the manifest last (FORMAT.md, 'Object storage'). Credentials come from the store's standard chain (AWS_* variables, AWS_ENDPOINT_URL, profiles, instance roles).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output (only once the new one is complete).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Tokenize (cached) and print the plan; write nothing.")] = False,
     cache_dir: CacheDir = None,

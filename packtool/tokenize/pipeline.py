@@ -28,7 +28,7 @@ import tokenizers
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
 from packtool.side import side_columns_to_manifest
-from packtool.storage import file_size
+from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -54,6 +54,7 @@ from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
 from packtool.tokenize.side_values import SideReader, parse_side_spec
 from packtool.tokenize.sink import CacheSink
+from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
@@ -231,8 +232,18 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     the existing cache for the same inputs (path, size, mtime; a dataset's own fingerprint),
     tokenizer (content hash), template text and options."""
     warm_compiled_code()
+    store = cache_dir if is_uri(cache_dir) else None
+    if store:  # a local mirror of the store's entries (packtool.tokenize.store_cache)
+        cache_dir = mirror_dir(store, default_cache_dir())
+        os.makedirs(cache_dir, exist_ok=True)
     r = resolve_cache(inputs, cfg, cache_dir)
+    damaged = False  # a pulled entry that fails the check is replaced on the store too
+    if r.existing is None and store and pull_entry(store, r.final):
+        r = replace(r, existing=reusable_cache(r.final, r.fingerprint))
+        damaged = r.existing is None
     if r.existing is not None:
+        if store:
+            push_entry(store, r.final)
         return r.existing
     os.makedirs(r.root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", dir=r.root)
@@ -241,7 +252,10 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
             meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
                                  list(r.digests))
         meta["fingerprint"] = r.fingerprint
-        return publish_cache(tmp, r.final, meta, known)
+        cache = publish_cache(tmp, r.final, meta, known)
+        if store:
+            push_entry(store, r.final, replace=damaged)
+        return cache
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

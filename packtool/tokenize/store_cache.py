@@ -1,0 +1,77 @@
+"""The tokenized cache on an object store (`--cache-dir s3://bucket/cache`), shared by every
+machine that packs the same inputs.
+
+An entry is the local cache folder of one fingerprint (`ROOT/<fp[:32]>/`: cache.json, data/
+parts, flat/ when built) uploaded object by object with `cache.json` put last: an entry
+without it is a partial one (a writer died) and is never used. A machine works on a local
+mirror of the store root (`PACKTOOL_CACHE_DIR`'s `store-<hash>/`): on a miss there it pulls
+the entry whole into a temporary folder, renames it into place, and the local cache check
+(every file re-hashed against cache.json's records) decides whether it is used; a damaged
+entry is rebuilt from the inputs, as locally. A new entry is pushed after it is built.
+Content-keyed as the local cache: the same inputs, tokenizer and options give the same key
+on every machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+
+from packtool.storage import Location, locate, shown
+
+ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
+
+
+def mirror_dir(store: str, local_root: str) -> str:
+    """The local folder that mirrors `store` (one per store root, inside the local cache)."""
+    return os.path.join(local_root, "store-" + hashlib.sha256(shown(store).encode()).hexdigest()[:16])
+
+
+def _entry(store: str, final: str) -> Location:
+    return locate(store).join(os.path.basename(final))
+
+
+def pull_entry(store: str, final: str) -> bool:
+    """Download a committed entry for `final`'s key, when the store has one and `final` does
+    not exist; True when it did (the caller checks it like any local cache)."""
+    if os.path.lexists(final):
+        return False
+    entry = _entry(store, final)
+    if not entry.join(ENTRY_META).is_file():
+        return False
+    tmp = tempfile.mkdtemp(prefix=f".pull-{os.path.basename(final)[:12]}-{os.getpid()}-",
+                           dir=os.path.dirname(final))
+    try:
+        for info in entry.list():
+            rel = info.path[len(entry.path) + 1:]
+            dest = os.path.join(tmp, *rel.split("/"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with Location(entry.fs, info.path, "", False).open_input() as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, 16 << 20)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True
+
+
+def push_entry(store: str, final: str, replace: bool = False) -> bool:
+    """Upload the finished local entry `final` unless the store has it committed already
+    (`replace`: it was found damaged); every file first, cache.json last. True when it
+    uploaded."""
+    entry = _entry(store, final)
+    if entry.join(ENTRY_META).is_file():
+        if not replace:
+            return False
+        entry.join(ENTRY_META).delete()  # uncommitted first: no one pulls it half-replaced
+    names = []
+    for d, _, files in os.walk(final):
+        names += [os.path.relpath(os.path.join(d, f), final) for f in files]
+    for rel in sorted(n for n in names if n != ENTRY_META) + [ENTRY_META]:
+        with open(os.path.join(final, rel), "rb") as src, entry.join(*rel.split(os.sep)).open_output() as out:
+            shutil.copyfileobj(src, out, 16 << 20)
+    return True
+
+
+__all__ = ["ENTRY_META", "mirror_dir", "pull_entry", "push_entry"]

@@ -1,0 +1,70 @@
+"""The tokenized cache on an object store (`--cache-dir s3://...`): built once, pulled by another
+machine (a fresh local mirror) and reused with the same output bytes; a partial entry (no
+cache.json) is never used; a damaged one is rebuilt."""
+from __future__ import annotations
+
+import os
+
+from conftest import GPT2, PEPS
+
+from packtool.align import Alignment
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.storage import locate
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.store_cache import ENTRY_META
+
+ARGS = ([PEPS], Alignment(capacity=1024), PackingConfig("bfd", overflow="split"), TokenizeConfig(tokenizer=GPT2))
+
+
+def _machine(monkeypatch, tmp_path, name):
+    """Another machine: its own local cache folder (the store's mirror lives there)."""
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / name))
+
+
+def _files(out):
+    return {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+
+
+def test_a_cache_on_the_store_is_shared_partial_never_used(s3, tmp_path, monkeypatch):
+    store = f"{s3}/cache"
+    _machine(monkeypatch, tmp_path, "a")
+    first = pack(*ARGS, output=str(tmp_path / "o1"), cache_dir=store)
+    assert not first.cache_path.startswith("s3:")  # read from the local mirror
+    entries = {i.path.split("/")[-2] for i in locate(store).list() if i.path.endswith("/" + ENTRY_META)}
+    assert len(entries) == 1
+    _machine(monkeypatch, tmp_path, "b")  # pulls the entry instead of tokenizing
+    import packtool.tokenize.pipeline as pl
+    built = []
+    orig = pl._build
+    monkeypatch.setattr(pl, "_build", lambda *a, **k: built.append(1) or orig(*a, **k))
+    second = pack(*ARGS, output=str(tmp_path / "o2"), cache_dir=store)
+    assert built == [] and _files(str(tmp_path / "o1")) == _files(str(tmp_path / "o2"))
+    assert second.cache_path.startswith(str(tmp_path / "b"))
+    # a partial entry (its writer died before cache.json) is never used: rebuilt, then committed
+    (entry,) = entries
+    locate(store).join(entry, ENTRY_META).delete()
+    _machine(monkeypatch, tmp_path, "c")
+    pack(*ARGS, output=str(tmp_path / "o3"), cache_dir=store)
+    assert built == [1] and locate(store).join(entry, ENTRY_META).is_file()
+    assert _files(str(tmp_path / "o1")) == _files(str(tmp_path / "o3"))
+
+
+def test_a_damaged_entry_on_the_store_is_rebuilt(s3, tmp_path, monkeypatch, capsys):
+    store = f"{s3}/cache"
+    _machine(monkeypatch, tmp_path, "a")
+    pack(*ARGS, output=str(tmp_path / "o1"), cache_dir=store)
+    part = next(i for i in locate(store).list() if i.path.endswith(".parquet"))
+    from packtool.storage import Location
+    obj = Location(locate(store).fs, part.path, "", False)
+    data = bytearray(obj.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    obj.write_bytes(bytes(data))
+    _machine(monkeypatch, tmp_path, "b")
+    pack(*ARGS, output=str(tmp_path / "o2"), cache_dir=store)
+    assert "damaged" in capsys.readouterr().err
+    assert _files(str(tmp_path / "o1")) == _files(str(tmp_path / "o2"))
+    assert obj.read_bytes() != bytes(data)  # the store's entry was replaced by the rebuilt one
+    _machine(monkeypatch, tmp_path, "c")
+    pack(*ARGS, output=str(tmp_path / "o3"), cache_dir=store)
+    assert "damaged" not in capsys.readouterr().err
