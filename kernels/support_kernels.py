@@ -233,19 +233,20 @@ def grad_weight_sorted_(dw32, g, hidden, local) -> None:
     first = torch.cumsum(n_pieces, 0) - n_pieces
     multi_id = n_pieces > 1
     slot_first = torch.cumsum(torch.where(multi_id, n_pieces, 0), 0) - torch.where(multi_id, n_pieces, 0)
-    total, n_slots, most = torch.stack([n_pieces.sum(), torch.where(multi_id, n_pieces, 0).sum(),
-                                        n_pieces.max()]).tolist()
+    total, n_slots, most, longest = torch.stack([
+        n_pieces.sum(), torch.where(multi_id, n_pieces, 0).sum(), n_pieces.max(), counts.max()]).tolist()
     owner = torch.repeat_interleave(torch.arange(uid.numel(), device=local.device), n_pieces,
                                     output_size=total)
     start = seg[owner] + (torch.arange(total, device=local.device) - first[owner]) * piece
     stop = torch.minimum(start + piece, seg[owner + 1])
     multi = multi_id[owner]
     one = ~multi
-    _segment_sum(g, hidden, pairs, start[one], stop[one], uid[owner[one]], dw32, k, False, piece)
+    piece_max = min(piece, longest)  # the interpreter's static trip count
+    _segment_sum(g, hidden, pairs, start[one], stop[one], uid[owner[one]], dw32, k, False, piece_max)
     if n_slots:
         partial = torch.zeros(n_slots, hidden.shape[1], dtype=torch.float32, device=local.device)
         slots = torch.arange(n_slots, device=local.device)
-        _segment_sum(g, hidden, pairs, start[multi], stop[multi], slots, partial, k, False, piece)
+        _segment_sum(g, hidden, pairs, start[multi], stop[multi], slots, partial, k, False, piece_max)
         mid = torch.nonzero(multi_id).squeeze(1)
         s0 = slot_first[mid]
         _segment_sum(g, partial, pairs, s0, s0 + n_pieces[mid], uid[mid], dw32, k, True, most)

@@ -273,23 +273,22 @@ def _tp_worker(rank: int, init_file: str) -> None:
         sup[7, 0], samp[7] = 280, 280  # sampled id on rank 1 only
         rows = slice(rank * V // WORLD, (rank + 1) * V // WORLD)
         ref = _ref(h, w, samp, sup, 0.8, up)
-        for path in ("gather", "dense"):
-            for reduce in (True, False):
-                calls.clear()
-                hh = h.detach().clone().float().requires_grad_()
-                ww = w[rows].detach().clone().float().requires_grad_()
-                lp, ent, _ = support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
-                                             impl=path, tp_group=dist.group.WORLD,
-                                             reduce_grad_hidden=reduce)
-                assert calls == ["MAX", "SUM"], (path, calls)  # one of each in forward
-                ((lp * up[0].float()).sum() + (ent * up[1].float()).sum()).backward()
-                assert calls == ["MAX", "SUM"] + (["SUM"] if reduce else []), (path, calls)
-                dh = hh.grad
-                if not reduce:  # sequence parallel: the caller's collective sums the partials
-                    real_all_reduce(dh)
-                for what, a, b in (("logp", lp, ref[0]), ("entropy", ent, ref[1]), ("dh", dh, ref[2]),
-                                   ("dW", ww.grad, ref[3][rows])):
-                    assert _rel(a, b) < 2e-6, (rank, path, what, _rel(a, b))
+        for path, reduce in (("gather", True), ("dense", False)):  # each path, each grad_hidden mode
+            calls.clear()
+            hh = h.detach().clone().float().requires_grad_()
+            ww = w[rows].detach().clone().float().requires_grad_()
+            lp, ent, _ = support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
+                                         impl=path, tp_group=dist.group.WORLD,
+                                         reduce_grad_hidden=reduce)
+            assert calls == ["MAX", "SUM"], (path, calls)  # one of each in forward
+            ((lp * up[0].float()).sum() + (ent * up[1].float()).sum()).backward()
+            assert calls == ["MAX", "SUM"] + (["SUM"] if reduce else []), (path, calls)
+            dh = hh.grad
+            if not reduce:  # sequence parallel: the caller's collective sums the partials
+                real_all_reduce(dh)
+            for what, a, b in (("logp", lp, ref[0]), ("entropy", ent, ref[1]), ("dh", dh, ref[2]),
+                               ("dW", ww.grad, ref[3][rows])):
+                assert _rel(a, b) < 2e-6, (rank, path, what, _rel(a, b))
     finally:
         dist.all_reduce = real_all_reduce
         dist.destroy_process_group()
