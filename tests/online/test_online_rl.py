@@ -6,7 +6,9 @@ against token j+1, old log-probs and advantages sliced [1:]. "Packed" is
 `online.packed.pack_tensors` (the tensors `thd_batch` wraps) with pads inside and after
 segments and a fixed-length fill, and for CP=2 both ranks' zigzag shards simulated in one
 process, each rank's attention reading the K/V of both (concatenated, as an all-gather
-gives them), the rank losses summed (as the CP gradient all-reduce sums them). The model is
+gives them), the rank losses summed (as the CP gradient all-reduce sums them); and CP=2 as
+two threads, each with its own model copy, shard and loss, K/V through an autograd
+all-gather between the threads, gradients summed over ranks. The model is
 a one-layer causal attention LM defined here, so nothing needs megatron (this file is the
 one run on the H200 in bf16: `pytest tests/online/test_online_rl.py` with CUDA present).
 
@@ -49,22 +51,41 @@ class TinyLM(torch.nn.Module):
         self.head = torch.nn.Parameter(torch.randn(DIM, VOCAB, generator=g) / DIM ** 0.5)
 
     def forward(self, ranks):
-        """ranks: per CP rank (ids, pos, seg, index) of its local positions; logits per rank."""
-        hs = [self.emb[ids] + self.pos[pos] for ids, pos, _, _ in ranks]
+        """ranks: per CP rank (ids, pos, seg, index) of its local positions; logits per rank,
+        all ranks in this process (K/V concatenated as an all-gather gives them)."""
+        gathered = {}
+
+        def gather_all(name, parts):
+            gathered[name] = torch.cat(parts)
+            return gathered[name]
+
+        hs = [self._embed(ids, pos) for ids, pos, _, _ in ranks]
         qkv = [h @ self.qkv for h in hs]
-        k_all = torch.cat([x[:, DIM:2 * DIM] for x in qkv])  # the all-gather of K and V
-        v_all = torch.cat([x[:, 2 * DIM:] for x in qkv])
-        k_seg = torch.cat([r[2] for r in ranks])
-        k_idx = torch.cat([r[3] for r in ranks])
-        out = []
-        for h, x, (_, _, seg, idx) in zip(hs, qkv, ranks):
-            s = (x[:, :DIM] @ k_all.T) / DIM ** 0.5
-            ok = (seg[:, None] == k_seg[None, :]) & (k_idx[None, :] <= idx[:, None])
-            a = torch.softmax(s.float().masked_fill(~ok, float("-inf")), -1).to(h.dtype)
-            h = h + a @ v_all
-            h = h + torch.tanh(h @ self.mlp)
-            out.append(h @ self.head)
-        return out
+        kv = (gather_all("k", [x[:, DIM:] for x in qkv]), gather_all("seg", [r[2] for r in ranks]),
+              gather_all("idx", [r[3] for r in ranks]))
+        return [self._attend(h, x, kv, seg, idx) for h, x, (_, _, seg, idx) in zip(hs, qkv, ranks)]
+
+    def forward_rank(self, ids, pos, seg, idx, all_gather):
+        """One CP rank alone: its local positions, K/V and their slab positions gathered from
+        every rank through `all_gather` (autograd-aware: its backward returns each rank its
+        share of the K/V gradient, as a reduce-scatter does)."""
+        h = self._embed(ids, pos)
+        x = h @ self.qkv
+        kv = (all_gather(x[:, DIM:]), all_gather(seg), all_gather(idx))
+        return self._attend(h, x, kv, seg, idx)
+
+    def _embed(self, ids, pos):
+        return self.emb[ids] + self.pos[pos]
+
+    def _attend(self, h, x, kv, seg, idx):
+        kv_all, k_seg, k_idx = kv
+        k_all, v_all = kv_all[:, :DIM], kv_all[:, DIM:]
+        s = (x[:, :DIM] @ k_all.T) / DIM ** 0.5
+        ok = (seg[:, None] == k_seg[None, :]) & (k_idx[None, :] <= idx[:, None])
+        a = torch.softmax(s.float().masked_fill(~ok, float("-inf")), -1).to(h.dtype)
+        h = h + a @ v_all
+        h = h + torch.tanh(h @ self.mlp)
+        return h @ self.head
 
 
 def _rollouts(n, device, seed=0):
@@ -168,6 +189,41 @@ def test_a_planted_off_by_one_fails(device, dtype):
     alone = torch.stack([_alone(model, s, "token-mean", 7, 1.0, **CLIP)[0] for s in seqs])
     with pytest.raises(AssertionError):
         _close(per_seq, alone, dtype)
+
+
+@pytest.mark.parametrize("aggregate", ["token-mean", "seq-mean-token-mean"])
+def test_cp2_ranks_as_threads_equal_each_sequence_alone(aggregate):
+    """CP=2 as two threads, each with its own copy of the model, its own zigzag shard
+    (`pack_tensors(cp_rank=r)`) and K/V from an autograd all-gather between the threads
+    (tests/megatron_slabs.thread_cp_groups); each rank backpropagates its own loss, the
+    gradients are summed over ranks (the CP all-reduce). fp32, CPU."""
+    from megatron_slabs import run_threads, thread_cp_groups
+    align, cp = ALIGNS["cp2"]
+    ref = TinyLM()
+    seqs = _rollouts(7, "cpu", seed=4)
+    n_tok = sum(float(s[1][1:].sum()) for s in seqs)
+    groups = thread_cp_groups(cp)
+    models = [TinyLM() for _ in range(cp)]
+    for m in models:
+        m.load_state_dict(ref.state_dict())
+
+    def rank(r):
+        p = pack_tensors([s[0] for s in seqs], align, [s[1] for s in seqs], cp_size=cp, cp_rank=r,
+                         side={"old_logprobs": [s[2] for s in seqs], "advantages": [s[3] for s in seqs]})
+        logits = models[r].forward_rank(p.input_ids, p.position_ids, p.segment, p.index, groups[r].all_gather)
+        out = clipped_policy_loss(_token_logprobs(logits, p.labels), p.side_targets["old_logprobs"],
+                                  p.side_targets["advantages"], p.loss_weight, p.segment, p.seg_loss_tokens,
+                                  aggregate=aggregate, **CLIP)
+        out.loss.backward()
+        return out.per_sequence.detach()[torch.as_tensor(p.seg_len > 0)], out.loss.detach()
+
+    per_rank = run_threads([lambda r=r: rank(r) for r in range(cp)])
+    alone = [_alone(ref, s, aggregate, len(seqs), n_tok, **CLIP) for s in seqs]
+    _close(sum(x[0] for x in per_rank), torch.stack([a[0] for a in alone]).detach(), torch.float32)
+    _close(sum(x[1] for x in per_rank), sum(a[1] for a in alone).detach(), torch.float32)
+    summed = torch.cat([sum(m.get_parameter(k).grad for m in models).reshape(-1)
+                        for k, _ in ref.named_parameters()])
+    _close(summed, _grads(ref, sum(a[1] for a in alone)), torch.float32)
 
 
 def test_the_loss_refuses_values_of_another_layout():
