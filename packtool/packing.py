@@ -33,7 +33,7 @@ from packtool.output.folder import (  # noqa: F401
     swap_into_place,
     temp_dir,
 )
-from packtool.output_store import claim_store, commit_to_store, staging_dir
+from packtool.output.store import claim_store, commit_to_store, staging_dir
 from packtool.params import expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
 from packtool.planning.bounds import check_capacity
@@ -102,7 +102,7 @@ def as_given(res: PackResult, output: str | None) -> PackResult:
 @contextmanager
 def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, inputs=(),
           cache_dir: str | None = None, cache_root: str | None = None) -> Iterator[str | None]:
-    """The output's claim: `output.folder.claim_output` for a folder, `output_store.claim_store`
+    """The output's claim: `output.folder.claim_output` for a folder, `output.store.claim_store`
     (lease + commit protocol) for an object-store URI. Yields the output the work must use:
     a folder's resolved path (None for a dry run), a URI as given."""
     if output and is_uri(output) and not dry_run:

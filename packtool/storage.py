@@ -5,7 +5,7 @@
 filesystem object) into a `Location`: a `pyarrow.fs` filesystem plus a path in it, and a
 `shown` form that is safe to print. Readers and writers ask the Location to open, list,
 stat, write and delete; packtool's local output rules (lock file, overwrite, clean-up) stay in
-`packtool.output`, the object-store commit protocol in `packtool.output_store`, both over this.
+`packtool.output`, the object-store commit protocol in `packtool.output.store`, both over this.
 
 Credentials and endpoints come only from each store's standard chain (for S3: AWS_* variables
 including AWS_ENDPOINT_URL, profiles, instance roles), never from the URI: a URI carrying a

@@ -15,6 +15,8 @@ Stage half (after slabs/: reads the manifest), for the `pack` output folder:
   folder.claim_output / check_output / temp_dir / spill_dir / swap_into_place
   owned.owned_names / remove_previous   what in an existing output is packtool's
   stale.clean_stale                     what dead runs left, removed by the next run
+  store.claim_store / commit_to_store   the same for an object-store prefix: lease, intent,
+                                        shards, manifest last (FORMAT.md, "Object storage")
 docs/DESIGN.md ("Who writes where") is the prose.
 """
 from packtool.output.files import check_new_file, open_append, resolve, resolve_folder, write_file

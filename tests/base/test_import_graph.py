@@ -22,9 +22,9 @@ BASE = {"errors", "params", "align", "layout", "arrays", "side", "packers", "pro
         "output", "env", "__init__"}
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with
-# output_store.py (the object-store commit protocol).
-SUBSTAGE = {"output.folder": 3.5, "output.owned": 3.5, "output.stale": 3.5}
-ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "output_store": 3.45, "packing": 4, "verification": 5,
+# output/store.py (the object-store commit protocol).
+SUBSTAGE = {"output.folder": 3.5, "output.owned": 3.5, "output.stale": 3.5, "output.store": 3.5}
+ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "packing": 4, "verification": 5,
          "inspection": 5}
 CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages
 

@@ -20,10 +20,10 @@ from packtool.verification.run import verify
 CHILD = r"""
 import os, sys, time
 stage, marker = os.environ["KILL_STAGE"], os.environ["KILL_MARKER"]
-import packtool.output_store as m
+import packtool.output.store as m
 def hold():
     open(marker, "w").close()
-    time.sleep(30)
+    time.sleep(8)
 if stage == "upload":
     orig = m._upload
     def f(*a, **k):

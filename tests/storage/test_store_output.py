@@ -1,4 +1,4 @@
-"""`pack -o s3://...` through the commit protocol (packtool.output_store) against the in-process
+"""`pack -o s3://...` through the commit protocol (packtool.output.store) against the in-process
 S3 endpoint: the bytes of a local pack, read back by verify / inspect / the slab reader,
 --overwrite under new names, one writer per prefix, a dead run cleaned, nothing secret written."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.errors import PacktoolOutputError
-from packtool.output_store import PENDING_PREFIX, StoreOutputExistsError, claim_store
+from packtool.output.store import PENDING_PREFIX, StoreOutputExistsError, claim_store
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.slabs.format import MANIFEST, SlabManifest

@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -194,9 +195,10 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
     intent.write_bytes(json.dumps({"new": [s.file for s in new], "old": old_names}).encode())
     manifest = dict(manifest, shards=[_as_dict(s) for s in new])
     try:
-        for src, dst in zip(shards, new):
-            _upload(os.path.join(staged, src.file), loc.join(dst.file))
-            lease.check()
+        with ThreadPoolExecutor(UPLOADS, thread_name_prefix="packtool-upload") as pool:
+            for _ in pool.map(lambda pair: _upload(os.path.join(staged, pair[0].file), loc.join(pair[1].file)),
+                              zip(shards, new)):
+                pass
         lease.check()  # the last moment another writer could have taken the prefix
         loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     except BaseException:  # Ctrl-C, SIGTERM, a store error: nothing committed, our uploads go
@@ -242,6 +244,7 @@ def _is_ours(obj: Location, size) -> bool:
 
 
 UPLOAD_BUFFER = 16 << 20
+UPLOADS = 4  # shards uploaded at once (each also sends its multipart parts in the background)
 
 
 def _upload(src: str, dst: Location) -> None:
