@@ -9,7 +9,8 @@ Each run ingests into a fresh tokenized cache (flat store + side files), plans, 
 slabs and the manifest: the whole job. The issue's goal: `full` <= 1.6x `tokens` in wall time
 at 1M sequences, peak RSS flat from 100k up.
 
-Input: N sequences, lengths resampled from the gpt2 token lengths of ../shared/data (as
+Input: N sequences (up to 100k in one file; 300k and 1M are folders of 3 and 10 copies of the
+100k file: generating the support column is what takes long), lengths resampled from the gpt2 token lengths of ../shared/data (as
 bench/pack_e2e.py), random ids; per row the first 40% of the tokens are the prompt:
 old_logprobs is a log-prob per token (float32, 0 on the prompt), advantages one float per row
 repeated on its response tokens (GRPO), support the sampler's candidates per response token:
@@ -43,7 +44,21 @@ CASES = {"tokens": ((), ()), "floats": (("old_logprobs", "advantages"), ()),
          "full": (("old_logprobs", "advantages"), ("support",))}
 
 
+BASE = 100_000  # larger inputs are copies of this file in a folder (generating is the slow part)
+
+
 def make_input(n: int, work: str) -> str:
+    """The input for n sequences: one file up to BASE; above, a folder of n // BASE copies of
+    the BASE file (distinct files, the same rows: packtool reads the folder in order)."""
+    if n > BASE and n % BASE == 0:
+        folder = os.path.join(work, f"side_{n}")
+        if not os.path.isdir(folder):
+            one = make_input(BASE, work)
+            os.makedirs(folder + ".tmp", exist_ok=True)
+            for i in range(n // BASE):
+                shutil.copyfile(one, os.path.join(folder + ".tmp", f"part-{i:03d}.parquet"))
+            os.replace(folder + ".tmp", folder)
+        return folder
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -150,7 +165,7 @@ def main() -> None:
             return
         src = make_input(int(n), a.work)
         r = run(kind, src, a.work)
-        r.update(n=int(n), input_bytes=os.path.getsize(src))
+        r.update(n=int(n), input_bytes=_du(src) if os.path.isdir(src) else os.path.getsize(src))
         print("RESULT " + json.dumps(r))
         return
     if a.make:
