@@ -181,6 +181,18 @@ def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 SHARD_MULTIPLE = 4  # output shards come in multiples of this (see shard_ranges)
+MIN_GROUP_TOKENS = 1 << 17
+
+
+def side_group_tokens(group_tokens: int, side) -> int:
+    """Tokens per row group with side columns: the same bytes per group as the token columns
+    alone (5 bytes per token), at least MIN_GROUP_TOKENS. A 20-wide int32 column is 80 bytes
+    per token, and Parquet holds a row group's repetition levels (4 bytes per value) while it
+    encodes it: two writer threads at a million tokens each held ~1 GB."""
+    extra = sum(c.width * c.np_dtype.itemsize for c in side)
+    if not extra:
+        return group_tokens
+    return max(min(group_tokens, MIN_GROUP_TOKENS), group_tokens * 5 // (5 + extra))
 GROUP_TOKENS = 1 << 20  # tokens per row group, every engine's default
 MIN_SPLIT_TOKENS = 1 << 22  # below this, one shard
 
@@ -283,7 +295,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     helper thread while this one encodes (one group ahead, so memory stays bounded)."""
     tmp = path + ".tmp"
     loss = 0
-    groups = _chunks(slab_len, group_tokens)
+    groups = _chunks(slab_len, side_group_tokens(group_tokens, w.side))
     # no dictionary pages: token ids have ~vocab distinct values and dictionary
     # attempts cost more than they save; zstd does the compressing. The two token columns
     # are byte-stream-split first: their high bytes are (nearly) constant, so zstd skips
