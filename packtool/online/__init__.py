@@ -2,7 +2,8 @@
 (`step`), a drop-in for SkyRL's SeqPacker (`skyrl`), worker-side token-budget micro-batches
 (`microbatch`), packed micro-batch tensors from in-memory token and side-column tensors
 (`packed`, needs torch; `thd` wraps them in megatron's THD batch, needs megatron-core; both
-loaded on first use), a PPO/GRPO clipped loss on packed batches (`rl`, torch) and the numba
+loaded on first use), a PPO/GRPO clipped loss on packed batches (`rl`, torch), sampler-support log-probs of
+packed batches (`support`, torch + kernels/) and the numba
 cache warm-up (`warmup`).
 
 Importing this package loads numpy and numba only (no pyarrow, rich or torch).
@@ -20,12 +21,13 @@ _LAZY = {
     "thd_batch": "thd", "thd_batches": "thd",
     "pack_tensors": "packed", "PackedTensors": "packed",
     "clipped_policy_loss": "rl", "PolicyLoss": "rl",
+    "support_logprobs_thd": "support", "support_logprobs_hf": "support",
     "warm_cache": "warmup",
 }
 
 # thd's names load torch and megatron-core, packed's and rl's torch: attributes, not `import *`
 __all__ = sorted(["ALGORITHMS", "OnlinePackError", "StepBins", "StepPacker", "as_lengths",
-                  "pack_step", *(k for k, v in _LAZY.items() if v not in ("thd", "packed", "rl"))])
+                  "pack_step", *(k for k, v in _LAZY.items() if v not in ("thd", "packed", "rl", "support"))])
 
 
 def __getattr__(name: str):
