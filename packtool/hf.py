@@ -168,6 +168,7 @@ class SlabDataset(Dataset):
         if streaming:
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
+        _fsspec_can_read(self.path)
         full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)
         cols = ["input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded", *(c.name for c in self.side_columns)]
         return full.select_columns(cols).select(self.order)
@@ -181,6 +182,23 @@ class SlabDataset(Dataset):
                 "seq_lens": row.seq_lens.copy(),
                 "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded))),
                 **{k: v.copy() for k, v in row.side.items()}}
+
+
+def _fsspec_can_read(path: str) -> None:
+    """`datasets` reads a store through fsspec's own package for it (s3fs, gcsfs, adlfs); say
+    so in one line instead of its ImportError deep in load_dataset."""
+    from packtool.storage import is_uri
+    if not is_uri(path):
+        return
+    import fsspec
+    scheme = path.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        from packtool.errors import PacktoolInputError
+        raise PacktoolInputError(f"to_hf(streaming=False) of a {scheme}:// output is read by datasets "
+                                 f"through fsspec, which needs its {scheme} package (s3fs, gcsfs, adlfs); "
+                                 f"install it, or pass streaming=True (read through packtool)", path=path) from None
 
 
 def _items(ds: SlabDataset):

@@ -174,3 +174,22 @@ def test_format_md_reader_and_hf_dataset_read_a_store_output(s3, tmp_path, cache
     a, b = SlabDataset(local), SlabDataset(out)
     assert len(a) == len(b) > 0
     assert all(np.array_equal(a[i]["input_ids"], b[i]["input_ids"]) for i in (0, len(a) - 1))
+
+
+def test_to_hf_of_a_store_output_without_its_fsspec_package_is_one_line(s3, cache_dir, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("datasets")
+    import fsspec
+
+    from packtool.errors import PacktoolInputError
+    from packtool.hf import SlabDataset
+    out = f"{s3}/hf"
+    _pack(out, cache_dir)
+    ds = SlabDataset(out)
+
+    def missing(scheme):
+        raise ImportError(f"Install s3fs to access {scheme}")
+    monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
+    with pytest.raises(PacktoolInputError, match="streaming=True"):
+        ds.to_hf()
+    assert sum(1 for _ in ds.to_hf(streaming=True)) == len(ds)
