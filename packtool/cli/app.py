@@ -51,25 +51,25 @@ MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacit
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
 Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag, 2*cp chunks per sequence).")]
 Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp>1; with --tp 1 it is off, as in megatron-core).")]
-Fp8 = Annotated[str, typer.Option("--fp8", help="FP8 recipe: none|tensorwise|mxfp8|blockwise.")]
+Fp8 = Annotated[str, typer.Option("--fp8", help="FP8 recipe: none, tensorwise, mxfp8 or blockwise.")]
 FixedLength = Annotated[Optional[int], typer.Option("--fixed-length", help="Every slab exactly this long (PP / static shapes).")]
-Convention = Annotated[str, typer.Option("--convention", help="Layout rules: packtool|skyrl|nemo-rl|verl|per-sequence.")]
-Algorithm = Annotated[str, typer.Option("--algorithm", "-a", help="Packer: ffd|bfd|mffd|balanced.")]
-Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint over capacity: error|singleton|truncate|split (default per algorithm).")]
+Convention = Annotated[str, typer.Option("--convention", help="Layout rules: packtool, skyrl, nemo-rl, verl or per-sequence.")]
+Algorithm = Annotated[str, typer.Option("--algorithm", "-a", help="Packer: ffd, bfd, mffd or balanced.")]
+Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint over capacity: error, singleton, truncate or split (default per algorithm).")]
 Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 # Tokenization flags, shared by `pack` and `verify --source`.
 Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
-ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml|llama3|mistral|none|FILE.jinja (default: the folder's).")]
+ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml, llama3, mistral, none or a FILE.jinja (default: the folder's).")]
 Shape = Annotated[Optional[str], typer.Option("--shape", help="One of auto, tokens, text, chat, sharegpt, alpaca, prompt_completion, fields (default auto).")]
 PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
 ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
 TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
 AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
 AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
-OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error|skip (skips are counted; default error).")]
+OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error or skip (skips are counted; default error).")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool), or an object-store URI (s3://bucket/cache) shared by every machine: entries are pulled into a local mirror, new ones pushed with cache.json last.")]
 
 
@@ -223,13 +223,14 @@ def pack(
         con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
                   f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")
     if dry_run and output:  # said, so that a finished run with -o is never taken for a written one
-        con.print(f"--dry-run: nothing was written; {output} is left as it was", markup=False, highlight=False)
+        con.print(f"--dry-run: nothing was written; {output} is left as it was", markup=False, highlight=False,
+                  soft_wrap=True)
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
         q = shlex.quote(res.output)  # the two commands must paste as they are (spaces, brackets)
         con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
                   f"Check it with `packtool verify {q}`, look with `packtool inspect {q}`.",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)  # the terminal wraps: commands paste whole
 
 
 @app.command()
@@ -296,6 +297,21 @@ def inspect(
             stdout_console().print(f"HTML report: {html}", markup=False, highlight=False)
 
 
+def _verify_args(directory: str, source: list[str] | None, more: list[str] | None, json_out: bool):
+    """`verify DIR --source a.jsonl b.jsonl` (what a shell glob after --source gives): the
+    arguments after the first --source value are more sources. Given before DIR
+    (`verify --source a b DIR`), the folder is the last argument."""
+    if not more:
+        return directory, source
+    if not source:
+        fail(f"unexpected extra argument(s) {' '.join(more)}: give one output folder; inputs to "
+             f"compare go after --source", json_out)
+    import os
+    if not os.path.isdir(directory) and os.path.isdir(more[-1]):
+        return more[-1], [*source, directory, *more[:-1]]
+    return directory, [*source, *more]
+
+
 @app.command()
 @guarded
 def verify(
@@ -308,12 +324,14 @@ def verify(
     workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
     max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
     json_out: JsonOut = False, quiet: Quiet = False,
+    more: Annotated[Optional[list[str]], typer.Argument(hidden=True)] = None,
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
     from packtool.verification.run import source_store, source_tokenize_config
     from packtool.verification.run import verify as run_verify
     flat = fingerprint = None
+    directory, source = _verify_args(directory, source, more, json_out)
     try:
         if source:
             from packtool.slabs.format import read_manifest

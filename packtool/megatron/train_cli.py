@@ -42,6 +42,39 @@ def _pick_device(device: str | None, err) -> str:
     return "cuda" if has else "cpu"
 
 
+def _vocab(man, given: int | None) -> int:
+    """The model's vocabulary: the manifest's, or --vocab-size for a pre-tokenized output packed
+    without --tokenizer (FORMAT.md: its tokenizer block is empty and its pads hold 0)."""
+    if given is not None and given < 1:
+        raise ValueError(f"--vocab-size must be >= 1, got {given}")
+    if man.vocab_size:
+        if given is not None and given != man.vocab_size:
+            raise ValueError(f"--vocab-size {given} disagrees with tokenizer.vocab_size {man.vocab_size} in "
+                             f"{man.manifest}; drop --vocab-size")
+        return man.vocab_size
+    if given is None:
+        raise ValueError(f"{man.manifest} records no vocabulary size (packed from token ids without "
+                         f"--tokenizer): pass --vocab-size N, N above every token id, or re-pack with --tokenizer")
+    if man.pad_id >= given:
+        raise ValueError(f"--vocab-size {given} is not above the pads' id {man.pad_id}; give a larger --vocab-size")
+    top = _largest_id(man)  # the embedding would index past its table: one pass over the ids
+    if top >= given:
+        raise ValueError(f"--vocab-size {given} is not above the largest token id {top} in {man.path}; "
+                         f"give --vocab-size {top + 1} or more")
+    return given
+
+
+def _largest_id(man) -> int:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    top = -1
+    for i in range(len(man.shards)):
+        for b in pq.ParquetFile(man.open_shard(i)).iter_batches(columns=["input_ids"]):
+            m = pc.max(pc.list_flatten(b.column(0))).as_py()
+            top = max(top, -1 if m is None else int(m))
+    return top
+
+
 def train_command(
     data_dir: Annotated[str, typer.Argument(help="A `packtool pack` output directory.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (SP on when > 1).")] = 1,
@@ -51,9 +84,10 @@ def train_command(
     hidden: Annotated[int, typer.Option("--hidden", help="Hidden size.")] = 64,
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
     ffn: Annotated[Optional[int], typer.Option("--ffn", help="SwiGLU FFN size (default 8/3 x hidden, rounded to 64).")] = None,
-    config: Annotated[Optional[str], typer.Option("--config", help="YAML with layers/hidden/heads/ffn/kv_heads/max_seq (overrides those flags).")] = None,
+    config: Annotated[Optional[str], typer.Option("--config", help="YAML with layers, hidden, heads, ffn, kv_heads and max_seq (overrides those flags).")] = None,
     load: Annotated[Optional[str], typer.Option("--load", help="Checkpoint directory from --save: model shape, weights, optimizer and step.")] = None,
     save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Vocabulary size for an output packed without --tokenizer (its manifest records none); every token id must be below it.")] = None,
     save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag).")] = False,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
@@ -96,9 +130,7 @@ def train_command(
                 kw.update(_yaml_shape(config))
             if kw.get("ffn") is None:
                 kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
-            if not man.vocab_size:
-                raise ValueError(f"{man.manifest} has no tokenizer.vocab_size")
-            kw["vocab"] = padded_vocab(man.vocab_size, tp)
+            kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
             kw.setdefault("max_seq", max(8192, man.alignment.usable))
             shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
         cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,

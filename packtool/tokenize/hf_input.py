@@ -137,6 +137,8 @@ def resolve_sources(inputs, split: str | None = None) -> list:
     """Files (strings: files, folders, globs) and objects, in order, as InputFile/ArrowSource."""
     if isinstance(inputs, (str, os.PathLike)) or not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
+    if split is not None:  # as the CLI: a folder or a name with a split is read by `datasets`
+        inputs = [load_dataset(os.fspath(i), split, None) if _by_datasets(i) else i for i in inputs]
     strings = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if strings and split is not None:
         raise PacktoolInputError("split applies to a dataset object or name, not a file",
@@ -211,6 +213,14 @@ OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-typ
 FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
                  ".xz", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".arrow", ".feather", ".ipc", ".csv",
                  ".tsv", ".txt", ".orc", ".avro")
+
+
+def _by_datasets(item) -> bool:
+    """A path or name `datasets.load_dataset` reads with a split: a folder, or a Hub name."""
+    if not isinstance(item, (str, os.PathLike)):
+        return False
+    spec = os.fspath(item)
+    return (os.path.isdir(spec) and not is_uri(spec)) or is_dataset_name(spec)
 
 
 def is_dataset_name(spec: str) -> bool:

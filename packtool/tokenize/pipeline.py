@@ -227,7 +227,7 @@ def note(message: str) -> None:
 
 
 def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
-                      progress: bool = True) -> TokenizedCache:
+                      progress: bool = True, check_lengths=None) -> TokenizedCache:
     """Tokenize `inputs` (paths, or objects: hf_input.as_source) into a Parquet cache, or return
     the existing cache for the same inputs (path, size, mtime; a dataset's own fingerprint),
     tokenizer (content hash), template text and options."""
@@ -250,7 +250,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     try:
         with _fewer_collections():
             meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
-                                 list(r.digests))
+                                 list(r.digests), check_lengths)
         meta["fingerprint"] = r.fingerprint
         cache = publish_cache(tmp, r.final, meta, known)
         if store:
@@ -276,7 +276,8 @@ def _fewer_collections():
         gc.set_threshold(*old)
 
 
-def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tuple[dict, dict]:
+def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
+           check_lengths=None) -> tuple[dict, dict]:
     info = loaded.info if loaded else None
     renderer = Renderer(template, special_tokens(info)) if template else None
     counts = [rows_of(f) for f in files]
@@ -309,6 +310,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests) -> tupl
             skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
             bad_rows = (first_global + np.nonzero(bad)[0]).tolist()
             skipped["rows"] = (skipped["rows"] + bad_rows)[:100]
+        if check_lengths is not None:  # the caller's early refusal (pack: --overflow error)
+            check_lengths(enc.lengths, bad, f.path, first_row)
         src = first_global + np.arange(enc.lengths.size, dtype=np.int64)
         ids, mask, lens = enc.ids, enc.mask, enc.lengths
         sides = sides or []

@@ -29,7 +29,7 @@ def test_an_oversized_row_is_named_by_its_file_and_row(tmp_path, shard_rows):
     g = _jsonl(tmp_path / "giant.jsonl", [{"text": "short"}, {"text": "word " * 600}])
     line = expect_error(tmp_path, _pack(tmp_path, a, g, extra=["-C", "128", "--plan-shard-rows", shard_rows]),
                         2, "giant.jsonl, row 1:", "tokens; aligned footprint", "--max-tokens",
-                        "(1 such sequence)")
+                        "the first such row")
     assert "sequence 4" not in line
 
 
