@@ -1,0 +1,114 @@
+"""Small doors users walk through (issue 23, class 7): progress on stderr, `verify --source`
+with several files after it, the library's `split` on a dataset folder, an early failure
+under `--overflow error`, `--help` and the Done line at 80 columns, and training an output
+packed from token ids without a tokenizer (`train --vocab-size`)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from packtool.cli.app import app
+
+runner = CliRunner()
+
+
+def _ids(path, rows=20, long_at=None, tail=""):
+    with open(path, "w") as f:
+        for i in range(rows):
+            n = 300 if i == long_at else 5 + i % 4
+            f.write(json.dumps({"input_ids": list(range(1, n + 1))}) + "\n")
+        f.write(tail)
+    return path
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _ids(tmp_path / "a.jsonl")
+    _ids(tmp_path / "b.jsonl", rows=7)
+    return tmp_path
+
+
+def pack(*args):
+    r = runner.invoke(app, ["pack", *args, "--cache-dir", "cache", "-C", "64"])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return r
+
+
+def test_progress_goes_to_stderr(proj):
+    r = pack("a.jsonl", "-o", "out", "--progress")
+    assert "Tokenizing" not in r.stdout and "Writing" not in r.stdout
+    assert "Done:" in r.stdout
+
+
+@pytest.mark.parametrize("order", ["dir first", "dir last"])
+def test_verify_takes_several_files_after_source(proj, order):
+    pack("a.jsonl", "b.jsonl", "-o", "out", "--no-progress")
+    args = (["verify", "out", "--source", "a.jsonl", "b.jsonl"] if order == "dir first"
+            else ["verify", "--source", "a.jsonl", "b.jsonl", "out"])
+    r = runner.invoke(app, [*args, "--cache-dir", "cache", "--quiet"])
+    assert r.exit_code == 0, r.stdout + r.stderr
+
+
+def test_verify_extra_arguments_without_source_are_one_line(proj):
+    pack("a.jsonl", "-o", "out", "--no-progress")
+    r = runner.invoke(app, ["verify", "out", "stray"])
+    assert r.exit_code == 2 and "Traceback" not in r.stdout + r.stderr
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: unexpected extra argument(s) stray: give one output folder; inputs to compare go after --source"]
+
+
+def test_library_split_on_a_dataset_folder(proj):
+    datasets = pytest.importorskip("datasets")
+    from packtool import Alignment, TokenizeConfig
+    from packtool import pack as lib_pack
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]] * 6}),
+                               "test": datasets.Dataset.from_dict({"input_ids": [[4, 5]] * 2})})
+    dd.save_to_disk(str(proj / "dd"))
+    for split, rows in (("train", 6), ("test", 2)):
+        res = lib_pack([str(proj / "dd")], Alignment(capacity=64), tokenize=TokenizeConfig(),
+                       output=str(proj / f"o-{split}"), split=split, cache_dir=str(proj / "cache"))
+        assert res.summary.sequences == rows
+
+
+def test_overflow_error_stops_at_the_first_long_row(proj):
+    # the second input ends, past the first block that shape detection reads, in a line that
+    # is not JSON: a run that tokenized everything before planning would report that instead
+    _ids(proj / "long.jsonl", rows=50, long_at=3)
+    with open(proj / "later.jsonl", "w") as f:
+        f.write('{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}\n' * 200_000 + "{not json\n")
+    r = runner.invoke(app, ["pack", "long.jsonl", "later.jsonl", "-o", "out", "--cache-dir", "cache", "-C", "64"])
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(lines) == 1, r.stdout + r.stderr
+    assert "long.jsonl, row 3: 300 tokens; aligned footprint 300 exceeds capacity 64" in lines[0]
+    assert "--overflow" in lines[0] and not os.path.exists(proj / "out")
+
+
+@pytest.mark.parametrize("command", ["pack", "plan", "inspect", "verify", "train"])
+def test_help_at_80_columns_cuts_no_choice_list(command):
+    r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert r.exit_code == 0 and "…" not in r.stdout, r.stdout
+
+
+def test_the_done_line_keeps_each_command_whole(proj):
+    deep = "a-rather-long-output-folder-name-that-takes-most-of-a-line/" * 2 + "out"
+    os.makedirs(os.path.dirname(deep))
+    r = runner.invoke(app, ["pack", "a.jsonl", "-o", deep, "--cache-dir", "cache", "-C", "64", "--no-progress"],
+                      env={"COLUMNS": "80"}, terminal_width=80)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert any(f"`packtool verify {deep}`" in ln for ln in r.stdout.splitlines()), r.stdout
+
+
+def test_train_vocab_size_for_an_output_without_tokenizer(proj):
+    from packtool.megatron.train_cli import _vocab
+    from packtool.slabs.format import SlabManifest
+    pack("a.jsonl", "-o", "out", "--no-progress")
+    man = SlabManifest.read("out")
+    with pytest.raises(ValueError, match="--vocab-size"):
+        _vocab(man, None)
+    with pytest.raises(ValueError, match="largest token id 8"):
+        _vocab(man, 8)
+    assert _vocab(man, 9) == 9
