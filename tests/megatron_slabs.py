@@ -15,6 +15,7 @@ import torch
 
 from packtool.align import Alignment
 from packtool.layout import compute_layout
+from packtool.tokenize.checksum import shard_checksum
 from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict, write_manifest
 
 VOCAB = 128
@@ -120,7 +121,8 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         name = f"slabs-{s:05d}.parquet"
         pq.write_table(part, os.path.join(path, name), row_group_size=rows_per_group,
                        compression="zstd")
-        files.append({"file": name, "rows": part.num_rows, "bytes": 0, "xxh3_128": ""})
+        files.append({"file": name, "rows": part.num_rows, "bytes": os.path.getsize(os.path.join(path, name)),
+                      "xxh3_128": shard_checksum(os.path.join(path, name))})
     a = align
     manifest = {
         "format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "packtool_version": "0.1.0",

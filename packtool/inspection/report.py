@@ -222,9 +222,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     """Reads only the small columns of each shard (never input_ids), one shard at a time."""
     import time
 
+    from packtool.slabs.check import check_checksum, check_output
     from packtool.slabs.format import SlabManifest
     t0 = time.perf_counter()
     sm = SlabManifest.read(directory)
+    check_output(sm)  # what every consumer checks at open; the checksums below, shard by shard
     man, align, packing = sm.raw, sm.alignment, sm.packing
     cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step"]
     parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step")}
@@ -233,6 +235,7 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]
     with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
         for i, name in enumerate(sm.shards):
+            check_checksum(sm, i)
             _read_shard(directory, paths[i], name, cols, parts, locations)
             advance(1)
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}

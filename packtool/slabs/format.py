@@ -234,6 +234,9 @@ def parse_manifest(data: bytes, path: str) -> dict:
         m = json.loads(data.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
+    except RecursionError:  # e.g. 100,000 nested brackets: no manifest nests more than a few levels
+        raise FormatError(f"{path}: nested too deeply to be a manifest; the manifest is edited or damaged: "
+                          f"re-run `packtool pack`") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
@@ -246,7 +249,50 @@ def parse_manifest(data: bytes, path: str) -> dict:
         side_columns_from_manifest(m.get("side_columns"), path)
     except PacktoolFormatError as e:
         raise FormatError(str(e)) from None
+    check_numbers(m, path)
     return m
+
+
+MAX_COUNT = 1 << 48  # more tokens, rows or bytes than any output holds; JSON ints stay exact below 2^53
+NUMBER_RANGES = {"tp": 1 << 16, "cp": 1 << 16, "capacity": (1 << 31) - 1,  # cu_seqlens are int32
+                 "fixed_length": (1 << 31) - 1, "s": (1 << 31) - 1, "t": (1 << 31) - 1,
+                 "usable": (1 << 31) - 1, "dp": 1 << 20}
+
+
+def check_numbers(m: dict, path: str) -> None:
+    """Every number a reader sizes something by is in range, so a manifest that lies (a count
+    of 10^15, a negative one, tp=10^15, a vocab_size below a special id) is one line here, not
+    an allocation that exhausts memory or a crash in whichever reader uses it first."""
+    def bad(field: str, v, want: str):
+        raise FormatError(f"{path}: {field} is {v!r}, {want}; the manifest is edited or damaged: "
+                          f"re-run `packtool pack`")
+
+    def count(field: str, v, top: int = MAX_COUNT) -> None:
+        if isinstance(v, float) and (v != v or not 0 <= v <= top):
+            bad(field, v, f"not a count in [0, {top}]")
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= top:
+            bad(field, v, f"not a count in [0, {top}]")
+
+    for key, v in (m.get("stats") or {}).items():
+        for k, x in (v.items() if isinstance(v, dict) else [(None, v)]):
+            count(f"stats.{key}" + (f".{k}" if k else ""), x)
+    for i, e in enumerate(m["shards"]):
+        for key in ("rows", "tokens", "loss_tokens", "bytes"):
+            count(f"shards[{i}].{key}", e.get(key))
+    cfg = m["config"]
+    for part in ("alignment", "packing"):
+        for key, top in NUMBER_RANGES.items():
+            v = (cfg.get(part) or {}).get(key) if isinstance(cfg.get(part), dict) else None
+            if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= top:
+                bad(f"config.{part}.{key}", v, f"outside [1, {top}]")
+    tok = m.get("tokenizer") or {}
+    vocab = tok.get("vocab_size")
+    if vocab is not None and not 1 <= vocab < 1 << 31:  # token ids are int32
+        bad("tokenizer.vocab_size", vocab, "outside [1, 2^31)")
+    for key in ("pad_id", "eos_id", "bos_id"):
+        v = tok.get(key)
+        if v is not None and not 0 <= v < (vocab or 1 << 31):
+            bad(f"tokenizer.{key}", v, f"outside [0, vocab_size={vocab})" if vocab else "negative or over 2^31")
 
 
 def _check_types(m: dict, path: str) -> None:

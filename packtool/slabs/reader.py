@@ -1,5 +1,9 @@
 """Read a packtool slab directory (FORMAT.md) with bounded memory, through `slabs.format`.
 
+Nothing is handed out unchecked (`slabs.check`): `SlabIndex.build` runs the open-time checks
+(shard set, sizes, schemas, row and token counts); `SlabReader` hashes a shard before its
+first row is used and checks every row group it decodes.
+
 `SlabIndex` holds only the per-slab scalars (a few ints per slab) for the whole output,
 read column by column, row group by row group. Token data are read one row group at a time
 on demand (`SlabReader`, a small LRU of decoded row groups) and sliced per row as numpy
@@ -17,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.side import SideColumn
-from packtool.slabs.format import SlabManifest
+from packtool.slabs.check import check_checksum, check_counts, check_group, check_output
+from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
            "step", "microbatch")
@@ -43,12 +48,13 @@ class SlabIndex:
 
     @classmethod
     def build(cls, manifest: SlabManifest) -> "SlabIndex":
+        check_output(manifest)
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row",
                                                               *SCALARS)}
         for si in range(len(manifest.shards)):
             pf = pq.ParquetFile(manifest.open_shard(si))
             for rg in range(pf.num_row_groups):
-                t = pf.read_row_group(rg, columns=list(SCALARS))
+                t = _read_group(pf, rg, list(SCALARS), manifest.shard_path(si))
                 n = t.num_rows
                 parts["shard"].append(np.full(n, si, np.int32))
                 parts["row_group"].append(np.full(n, rg, np.int32))
@@ -56,10 +62,24 @@ class SlabIndex:
                 for c in SCALARS:
                     parts[c].append(t.column(c).to_numpy().astype(np.int64))
         cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
+        physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
+        check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"])
+
+
+def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> pa.Table:
+    try:
+        t = pf.read_row_group(rg, columns=columns)
+    except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer
+        raise FormatError(f"{path} row group {rg}: cannot be decoded ({' '.join(str(e).split())[:160]}); "
+                          f"run `packtool verify` on the output") from None
+    for c in columns:
+        if t.column(c).null_count:
+            raise FormatError(f"{path} row group {rg}: column {c!r} holds nulls; run `packtool verify` on the output")
+    return t
 
 
 @dataclass
@@ -105,6 +125,10 @@ class SlabReader:
     def __init__(self, manifest: SlabManifest, index: SlabIndex, cache: int = 2):
         self.manifest = manifest
         self.index = index
+        # first slab of every (shard, row group): the index is in on-disk order
+        new = np.ones(len(index), bool)
+        new[1:] = (np.diff(index.shard) != 0) | (np.diff(index.row_group) != 0)
+        self._first = {(int(index.shard[i]), int(index.row_group[i])): int(i) for i in np.flatnonzero(new)}
         self._files: dict[int, pq.ParquetFile] = {}
         self._cache: OrderedDict[tuple[int, int], dict] = OrderedDict()
         self._cache_size = max(1, cache)
@@ -124,13 +148,19 @@ class SlabReader:
             self._cache.move_to_end(key)
             return self._cache[key]
         if shard not in self._files:
+            check_checksum(self.manifest, shard)  # before any of its rows is used
             self._files[shard] = pq.ParquetFile(self.manifest.open_shard(shard))
         side = [c.name for c in self.side_columns]
-        t = self._files[shard].read_row_group(rg, columns=[*LISTS, *side, "tail_pad", "fill_pad"])
+        t = _read_group(self._files[shard], rg, [*LISTS, *side, "tail_pad", "fill_pad"],
+                        self.manifest.shard_path(shard))
         g = {c: _list_column(t.column(c)) for c in LISTS}
         g["side"] = {c.name: _side_column(t.column(c.name), c) for c in self.side_columns}
         g["tail_pad"] = t.column("tail_pad").to_numpy()
         g["fill_pad"] = t.column("fill_pad").to_numpy()
+        ix, i0 = self.index, self._first[key]
+        rows = slice(i0, i0 + t.num_rows)
+        check_group(self.manifest, f"{self.manifest.shard_path(shard)} row group {rg}", g, ix.num_tokens[rows],
+                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows])
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -148,7 +178,7 @@ class SlabReader:
         cu_pad = sl("cu_seqlens_padded").astype(np.int64)
         ids = sl("input_ids")
         if cu_pad[-1] != ids.size:
-            raise ValueError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
+            raise FormatError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
                              f"{int(ix.row_group[i])} row {r}: cu_seqlens_padded[-1]="
                              f"{int(cu_pad[-1])} but {ids.size} tokens; run `packtool verify`")
         side = {}

@@ -49,6 +49,11 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
             i = order[np.searchsorted(s, r)]
             log.add("coverage", f"source row {int(r)} is outside the {n_seq} input sequences",
                     **_where(i, segs, shard_of, names))
+        if n_seq > 4 * rows.size + (1 << 20):  # a lying stats.sequences must not size an allocation
+            log.add("manifest_stats", f"the manifest's stats.sequences is {n_seq}, the slabs hold "
+                    f"{rows.size} distinct source rows", expected=int(rows.size), found=int(n_seq))
+            n_seq = None
+    if n_seq is not None:
         present = np.zeros(n_seq, bool)
         present[rows[(rows >= 0) & (rows < n_seq)]] = True
         missing = np.flatnonzero(~present)

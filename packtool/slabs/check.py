@@ -1,0 +1,252 @@
+"""What every consumer of a packed output checks before it uses a byte of it (FORMAT.md, "What
+a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool train` and
+`packtool.hf`; `inspect` runs the open-time ones and the checksums. `verify` checks the same
+things and more (coverage, DP plan, source tokens), reporting all of them rather than the first.
+
+At open, from the manifest, one stat and one Parquet footer per shard (`check_output`): every
+shard listed once, present, of the listed size; nothing unlisted that a plain Parquet reader
+would read as data; each footer's schema is the format's (plus the side columns the manifest
+declares, nothing else) and its row count the listed one; the rows add up to `stats.slabs`.
+Once the per-slab scalars are read (`check_counts`): each shard's tokens and loss tokens.
+
+While reading: a shard's checksum before its first row is handed out (`check_checksum`: the
+whole file is hashed once per process, the first time a row of it is asked for), and every
+decoded row group's structure and tokens (`check_group`: lengths, the layout of its
+`seq_lens`, pads, loss flags, token ids against `vocab_size`), one numba pass.
+
+Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
+"""
+from __future__ import annotations
+
+import os
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from packtool.layout import compute_layout
+from packtool.slabs.format import (
+    LEGACY_MANIFEST,
+    FormatError,
+    SlabManifest,
+    slab_schema,
+    stray_entries,
+)
+from packtool.side import side_columns_from_manifest
+from packtool.storage import arrow_file, file_size, is_file
+from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
+
+
+def _fix(sm: SlabManifest) -> str:
+    return f"the output is damaged or edited: run `packtool verify {sm.path}` for every problem, re-run `packtool pack`"
+
+
+def declared_columns(raw: dict) -> dict[str, pa.DataType]:
+    """Columns a shard of this manifest holds: the format's and the side columns the manifest
+    declares, with their types (`format.slab_schema`, the writer's own)."""
+    side = side_columns_from_manifest(raw.get("side_columns"))
+    return {f.name: f.type for f in slab_schema(side)}
+
+
+def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
+    """The open-time checks; returns each listed shard's Parquet footer."""
+    listed = sm.shards
+    seen: set[str] = set()
+    for n in listed:
+        if n in seen:
+            raise FormatError(f"{sm.manifest}: shard {n} is listed twice (its slabs would be read twice); "
+                              f"{_fix(sm)}")
+        seen.add(n)
+    legacy = os.path.basename(sm.manifest) == LEGACY_MANIFEST
+    stray = [n for n in stray_entries(sm.path, listed) if not (legacy and n == LEGACY_MANIFEST)]
+    if stray:
+        more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
+        raise FormatError(f"{os.path.join(sm.path, stray[0])}{more}: in the output folder but not listed in "
+                          f"{os.path.basename(sm.manifest)} (a stray or moved shard: plain Parquet readers "
+                          f"would read it as slabs); move it out, or {_fix(sm)}")
+    want = declared_columns(sm.raw)
+    footers, rows = [], 0
+    for i, entry in enumerate(sm.raw["shards"]):
+        md = _check_shard_file(sm, i, entry, want)
+        footers.append(md)
+        rows += md.num_rows
+    slabs = (sm.raw.get("stats") or {}).get("slabs")
+    if slabs is not None and slabs != rows:
+        raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
+                          f"{_fix(sm)}")
+    return footers
+
+
+def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:
+    path = sm.shard_path(i)
+    try:
+        if not is_file(path):
+            raise FileNotFoundError(path)
+        size = file_size(path)
+    except FileNotFoundError:
+        raise FormatError(f"{path}: listed in the manifest but missing (or not a plain file); {_fix(sm)}") from None
+    except OSError as e:
+        raise FormatError(f"{path}: cannot be read ({e.strerror or e}); {_fix(sm)}") from None
+    if entry.get("bytes") is not None and size != entry["bytes"]:
+        hint = " (truncated)" if size < entry["bytes"] else ""
+        raise FormatError(f"{path}: {size} bytes, the manifest says {entry['bytes']}{hint}; {_fix(sm)}")
+    try:
+        md = pq.read_metadata(arrow_file(path))
+        schema = md.schema.to_arrow_schema()
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
+                          f"{_fix(sm)}") from None
+    for col, typ in want.items():
+        j = schema.get_field_index(col)
+        if j < 0:
+            raise FormatError(f"{path}: column {col!r} is missing; {_fix(sm)}")
+        if schema.field(j).type != typ:
+            raise FormatError(f"{path}: column {col!r} is {schema.field(j).type}, the format says {typ}; "
+                              f"{_fix(sm)}")
+    extra = [n for n in schema.names if n not in want]
+    if extra:
+        raise FormatError(f"{path}: column {extra[0]!r} is not in the format and the manifest declares no "
+                          f"such side column; {_fix(sm)}")
+    if entry.get("rows") is not None and md.num_rows != entry["rows"]:
+        raise FormatError(f"{path}: {md.num_rows} rows, the manifest says {entry['rows']}; {_fix(sm)}")
+    return md
+
+
+def check_counts(sm: SlabManifest, shard: np.ndarray, physical: np.ndarray, loss: np.ndarray,
+                 dp_rank: np.ndarray) -> None:
+    """Per-shard tokens and loss tokens from the slabs' scalars against the manifest; DP ranks
+    inside the plan's range."""
+    n = len(sm.shards)
+    tok = np.bincount(shard, weights=physical, minlength=n)
+    los = np.bincount(shard, weights=loss, minlength=n)
+    for i, entry in enumerate(sm.raw["shards"]):
+        for key, got in (("tokens", tok[i]), ("loss_tokens", los[i])):
+            if entry.get(key) is not None and entry[key] != int(got):
+                raise FormatError(f"{sm.shard_path(i)}: holds {int(got)} {key.replace('_', ' ')}, the "
+                                  f"manifest says {entry[key]}; {_fix(sm)}")
+    stats = sm.raw.get("stats") or {}
+    for key, got in (("physical_tokens", tok.sum()), ("loss_tokens", los.sum())):
+        if stats.get(key) is not None and stats[key] != int(got):
+            raise FormatError(f"{sm.manifest}: stats.{key} is {stats[key]}, the shards hold {int(got)}; {_fix(sm)}")
+    bad = np.flatnonzero((dp_rank < 0) | (dp_rank >= max(sm.dp, 1)))
+    if bad.size:
+        raise FormatError(f"{sm.path}: slab {int(bad[0])} has dp_rank {int(dp_rank[bad[0]])}, the output "
+                          f"was packed with --dp {sm.dp}; {_fix(sm)}")
+
+
+def check_checksum(sm: SlabManifest, i: int) -> None:
+    """Hash shard i's whole file and compare with its manifest entry (xxh3-128, or sha256 in
+    older outputs): a flipped byte anywhere in it stops the reader before any of its rows."""
+    entry = sm.raw["shards"][i]
+    alg = next((a for a in CHECKSUMS if a in entry), None)
+    if alg is None:
+        raise FormatError(f"{sm.manifest}: shard {sm.shards[i]} has no checksum ({SHARD_CHECKSUM}); {_fix(sm)}")
+    path = sm.shard_path(i)
+    try:
+        got = fast_digest(path) if alg == SHARD_CHECKSUM else file_digest(path, alg)
+    except OSError as e:
+        raise FormatError(f"{path}: cannot be read ({e.strerror}); {_fix(sm)}") from None
+    if got != entry[alg]:
+        raise FormatError(f"{path}: {alg} is {got[:16]}…, the manifest says {str(entry[alg])[:16]}…: the file "
+                          f"changed after packing (flipped or edited bytes); {_fix(sm)}")
+
+
+# --- one decoded row group ---------------------------------------------------------------
+
+BAD = ("a pad position does not hold pad_id", "loss on a pad position", "loss on a segment's first token",
+       "a loss_mask value other than 0 or 1", "a token id outside [0, vocab_size)",
+       "num_loss_tokens differs from the loss_mask sum")
+
+
+@nb.njit(cache=True)
+def _token_pass(ids, mask, id_off, cu, seg_off, seq_lens, pad_id, vocab, n_loss):  # pragma: no cover
+    """First broken token rule: (code, row, position) or (-1, -1, -1). Rows' structure is
+    already checked: cu (one run of n_seg+1 per row) tiles each row's tokens."""
+    for r in range(id_off.size - 1):
+        base = id_off[r]
+        total = 0
+        for k in range(seg_off[r], seg_off[r + 1]):
+            start = cu[k + r]
+            end = cu[k + r + 1]
+            real = seq_lens[k]
+            for p in range(start, end):
+                t = ids[base + p]
+                m = mask[base + p]
+                total += m
+                if m > 1:
+                    return 3, r, p
+                if t < 0 or (vocab > 0 and t >= vocab):
+                    return 4, r, p
+                if p - start >= real:
+                    if t != pad_id:
+                        return 0, r, p
+                    if m != 0:
+                        return 1, r, p
+                elif p == start and m != 0:
+                    return 2, r, p
+        if total != n_loss[r]:
+            return 5, r, -1
+    return -1, -1, -1
+
+
+def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
+                num_loss: np.ndarray) -> None:
+    """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`)
+    against FORMAT.md's per-slab rules, with the rows' scalars from the index. Vectorized over
+    segments; tokens in one numba pass."""
+    ids, id_off = g["input_ids"]
+    mask, mask_off = g["loss_mask"]
+    lens, seg_off = g["seq_lens"]
+    cu, cu_off = g["cu_seqlens_padded"]
+    lens, cu = lens.astype(np.int64), cu.astype(np.int64)
+    T = np.diff(id_off)
+
+    def fail(rows, what):
+        r = int(np.flatnonzero(rows)[0])
+        raise FormatError(f"{where} row {r}: {what(r)}; {_fix(sm)}")
+
+    if not np.array_equal(id_off, mask_off):
+        fail(np.diff(id_off) != np.diff(mask_off), lambda r: "input_ids and loss_mask differ in length")
+    nseg = np.diff(seg_off)
+    if not np.array_equal(np.diff(cu_off), nseg + 1) or (nseg < 1).any():
+        fail((np.diff(cu_off) != nseg + 1) | (nseg < 1), lambda r: "cu_seqlens_padded does not hold n_seg+1 offsets")
+    first, last = cu[cu_off[:-1]], cu[cu_off[1:] - 1]
+    if (first != 0).any() or (last != T).any():
+        fail((first != 0) | (last != T), lambda r: f"cu_seqlens_padded runs {int(first[r])}..{int(last[r])}, "
+             f"the slab holds {int(T[r])} tokens")
+    fill = lens == 0  # a fixed-length fill segment; real segments hold >= 1 token
+    row_of = np.repeat(np.arange(T.size), nseg)
+    if (lens < 0).any() or (fill.any() and sm.alignment.fixed_length is None):
+        fail(np.bincount(row_of[(lens < 0) | fill], minlength=T.size) > 0,
+             lambda r: "a segment of length <= 0 outside a --fixed-length fill")
+    real = ~fill
+    counts = np.bincount(row_of[real], minlength=T.size)
+    if (counts < 1).any():
+        fail(counts < 1, lambda r: "no real segment")
+    lay = compute_layout(lens[real], np.concatenate(([0], np.cumsum(counts))), sm.alignment)
+    within = np.ones(cu.size - 1, bool)
+    within[cu_off[1:-1] - 1] = False  # the step from one row's last offset to the next row's 0
+    padded = np.diff(cu)[within]
+    if lay.seg_padded.size != padded.size or not np.array_equal(lay.seg_padded, padded) \
+            or not np.array_equal(lay.slab_len, T):
+        bad_seg = np.zeros(T.size, bool)
+        if lay.seg_padded.size == padded.size:
+            bad_seg[row_of[lay.seg_padded != padded]] = True
+        fail(bad_seg | (lay.slab_len != T) | (np.diff(lay.seg_offsets) != nseg),
+             lambda r: f"its segments' padded lengths are not the layout of its seq_lens under "
+                       f"{sm.alignment.describe()} C={sm.alignment.capacity} (cu_seqlens_padded shifted or edited)")
+    over = (lay.footprint > sm.alignment.usable) & (counts > 1)
+    checks = ((over, lambda r: f"footprint {int(lay.footprint[r])} exceeds the usable capacity {sm.alignment.usable}"),
+              (np.add.reduceat(lens, seg_off[:-1]) != num_tokens, lambda r: "num_tokens differs from sum(seq_lens)"),
+              (lay.layout_pad != layout_pad, lambda r: "layout_pad differs from the layout of its seq_lens"),
+              (lay.tail_pad != g["tail_pad"], lambda r: "tail_pad differs from the layout of its seq_lens"),
+              (lay.fill != g["fill_pad"], lambda r: "fill_pad differs from the layout of its seq_lens"))
+    for rows, what in checks:
+        if rows.any():
+            fail(rows, what)
+    code, r, p = _token_pass(ids, mask, id_off.astype(np.int64), cu, seg_off.astype(np.int64), lens,
+                             sm.pad_id, sm.vocab_size, num_loss.astype(np.int64))
+    if code >= 0:
+        at = f" position {p}" if p >= 0 else ""
+        raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
+
