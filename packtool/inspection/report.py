@@ -219,17 +219,21 @@ def plan_settings(path: str, alignment: Alignment | None,
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
                    progress: bool = False) -> InspectReport:
-    """Reads only the small columns of each shard (never input_ids), one shard at a time."""
+    """Reads only the small columns of each shard (never input_ids), one shard at a time,
+    after the checks every consumer makes (`slabs.check`: shard set, sizes, schema, counts,
+    each shard's checksum before its columns are used)."""
     import time
 
-    from packtool.slabs.check import check_checksum, check_output
+    from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_output
     from packtool.slabs.format import SlabManifest
     t0 = time.perf_counter()
     sm = SlabManifest.read(directory)
     check_output(sm)  # what every consumer checks at open; the checksums below, shard by shard
     man, align, packing = sm.raw, sm.alignment, sm.packing
-    cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step"]
-    parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step")}
+    cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step",
+            "num_tokens", "layout_pad", "tail_pad", "fill_pad"]
+    parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step",
+                                              "phys", "layout_pad", "tail_pad", "fill_pad")}
     locations: list[str] = []
     from packtool.progress import bar, large
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]
@@ -239,6 +243,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
             _read_shard(directory, paths[i], name, cols, parts, locations)
             advance(1)
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
+    shard_of = np.repeat(np.arange(len(sm.shards)), [x.size for x in parts["loss"]])
+    check_counts(sm, shard_of, cat["phys"], cat["loss"], cat["rank"])
+    check_coverage(sm, cat["src"], cat["chunk"])
+    _check_stored_layout(sm, cat, ovf_of=lambda: _overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
+                                                                       int(cat["single"].sum())))
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
     st = man.get("stats", {}).get("overflow", {})
@@ -277,7 +286,35 @@ def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: di
     parts["nseg"].append(np.bincount(row_of[real], minlength=t.num_rows))
     for k, c in (("loss", "num_loss_tokens"), ("single", "singleton"), ("rank", "dp_rank"), ("step", "step")):
         parts[k].append(t.column(c).to_numpy())
+    for c in ("layout_pad", "tail_pad", "fill_pad"):
+        parts[c].append(t.column(c).to_numpy().astype(np.int64))
+    parts["phys"].append(sum(t.column(c).to_numpy().astype(np.int64)
+                             for c in ("num_tokens", "layout_pad", "tail_pad", "fill_pad")))
     locations += [f"{name} row {r}" for r in range(t.num_rows)]
+
+
+def _check_stored_layout(sm, cat: dict, ovf_of) -> None:
+    """The figures inspect reports come from the slabs' seq_lens under the manifest's settings:
+    they must be the layout the slabs hold, and the manifest's overflow counts theirs."""
+    from packtool.slabs.format import FormatError
+    a = sm.alignment
+    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
+    if offsets.size < 2:
+        return
+    lay = compute_layout(cat["len"].astype(np.int64), offsets, a)
+    over = (lay.footprint > a.usable) & ~cat["single"].astype(bool)
+    for name, want, got in (("layout_pad", lay.layout_pad, cat["layout_pad"]), ("tail_pad", lay.tail_pad, cat["tail_pad"]),
+                            ("fill_pad", lay.fill, cat["fill_pad"]), ("capacity", np.where(over, 1, 0), 0)):
+        bad = np.flatnonzero(want != got)
+        if bad.size:
+            raise FormatError(f"{sm.path}: slab {int(bad[0])}'s {name} is not the layout of its seq_lens under the "
+                              f"manifest's {a.describe()} C={a.capacity}; run `packtool verify {sm.path}`")
+    st = (sm.raw.get("stats") or {}).get("overflow") or {}
+    got = ovf_of()
+    for k in ("sequences", "chunks"):
+        if k in st and sm.packing.overflow == "split" and st[k] != getattr(got, k):
+            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(got, k)}; "
+                              f"run `packtool verify {sm.path}`")
 
 
 def _reassemble(source: np.ndarray, seg_len: np.ndarray) -> np.ndarray:

@@ -250,3 +250,26 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         at = f" position {p}" if p >= 0 else ""
         raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
 
+
+
+def check_coverage(sm: SlabManifest, source: np.ndarray, chunk: np.ndarray) -> None:
+    """Every source row once, its chunks numbered 0, 1, ...: a slab's segment copied over
+    another (same length, same counts) is trained on twice and the other never. A few bytes per
+    segment, read with the scalars at open."""
+    real = source >= 0
+    s, c = source[real], chunk[real]
+    order = np.lexsort((c, s))
+    s, c = s[order], c[order]
+    same = np.concatenate(([False], s[1:] == s[:-1]))
+    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
+    bad = np.flatnonzero(c != want)
+    if bad.size:
+        j = int(bad[0])
+        what = "appears twice" if same[j] and c[j] == c[j - 1] else f"is numbered {int(c[j])}, expected {int(want[j])}"
+        raise FormatError(f"{sm.path}: source row {int(s[j])} chunk {int(c[j])} {what} (a segment duplicated, "
+                          f"dropped or renumbered); {_fix(sm)}")
+    n_seq = (sm.raw.get("stats") or {}).get("sequences")
+    rows = int((~same).sum())
+    if n_seq is not None and (rows != n_seq or (rows and (s[0] != 0 or s[-1] != n_seq - 1))):
+        raise FormatError(f"{sm.path}: the slabs hold {rows} distinct source rows in {int(s[0]) if rows else 0}.."
+                          f"{int(s[-1]) if rows else -1}, the manifest says {n_seq} sequences; {_fix(sm)}")

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.side import SideColumn
-from packtool.slabs.check import check_checksum, check_counts, check_group, check_output
+from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_group, check_output
 from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
            "step", "microbatch")
+SEGMENTS = ("source_index", "chunk_index")  # read at open for the coverage check only
 LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded")
 
 
@@ -51,17 +52,21 @@ class SlabIndex:
         check_output(manifest)
         parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row",
                                                               *SCALARS)}
+        seg: dict[str, list[np.ndarray]] = {c: [] for c in SEGMENTS}
         for si in range(len(manifest.shards)):
             pf = pq.ParquetFile(manifest.open_shard(si))
             for rg in range(pf.num_row_groups):
-                t = _read_group(pf, rg, list(SCALARS), manifest.shard_path(si))
+                t = _read_group(pf, rg, [*SCALARS, *SEGMENTS], manifest.shard_path(si))
                 n = t.num_rows
+                for c in SEGMENTS:
+                    seg[c].append(t.column(c).combine_chunks().values.to_numpy())
                 parts["shard"].append(np.full(n, si, np.int32))
                 parts["row_group"].append(np.full(n, rg, np.int32))
                 parts["row"].append(np.arange(n, dtype=np.int32))
                 for c in SCALARS:
                     parts[c].append(t.column(c).to_numpy().astype(np.int64))
         cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
+        check_coverage(manifest, *(np.concatenate(seg[c]) if seg[c] else np.zeros(0, np.int64) for c in SEGMENTS))
         physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
         check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],

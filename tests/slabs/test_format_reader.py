@@ -62,7 +62,7 @@ def test_the_manifest_example_has_the_shape_of_a_real_manifest(packed):
 def test_the_standalone_reader_matches_packtool(packed):
     mod = types.ModuleType("format_reader")
     exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
-    man = read_manifest(packed)
+    man = mod.open_output(packed)
     cp = man["config"]["alignment"]["cp"]
     checked = 0
     for entry in man["shards"]:
@@ -73,7 +73,7 @@ def test_the_standalone_reader_matches_packtool(packed):
             mask = np.asarray(slab["loss_mask"], np.uint8)
             cu = np.asarray(slab["cu_seqlens_padded"], np.int64)
             for r in range(cp):
-                got_ids, got_mask, got_cu, side = mod.read_slab_for_cp_rank(packed, entry["file"], row, r)
+                got_ids, got_mask, got_cu, side = mod.read_slab_for_cp_rank(packed, entry["file"], row, r, man)
                 idx = cp_rank_index(cu[:-1], np.diff(cu), cp, r)
                 assert np.array_equal(got_ids, ids[idx]) and np.array_equal(got_mask, mask[idx])
                 assert np.array_equal(got_cu, cu // cp) and side == {}
