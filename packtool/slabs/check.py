@@ -33,7 +33,7 @@ from packtool.slabs.format import (
     stray_entries,
 )
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, file_size, is_file
+from packtool.storage import arrow_file, file_size, is_file, is_uri
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
 
 
@@ -143,7 +143,7 @@ def check_checksum(sm: SlabManifest, i: int) -> None:
         raise FormatError(f"{sm.manifest}: shard {sm.shards[i]} has no checksum ({SHARD_CHECKSUM}); {_fix(sm)}")
     path = sm.shard_path(i)
     try:
-        got = fast_digest(path) if alg == SHARD_CHECKSUM else file_digest(path, alg)
+        got = fast_digest(path) if alg == SHARD_CHECKSUM and not is_uri(path) else file_digest(path, alg)
     except OSError as e:
         raise FormatError(f"{path}: cannot be read ({e.strerror}); {_fix(sm)}") from None
     if got != entry[alg]:

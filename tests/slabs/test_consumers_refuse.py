@@ -353,7 +353,8 @@ def _reader(out):
         import pyarrow.parquet as pq
         for row in range(pq.read_metadata(os.path.join(out, s["file"])).num_rows):
             for r in range(man["config"]["alignment"]["cp"]):
-                got.append(tuple(x.tobytes() for x in mod.read_slab_for_cp_rank(out, s["file"], row, r, man)))
+                ids, mask, cu, side = mod.read_slab_for_cp_rank(out, s["file"], row, r, man)
+                got.append((ids.tobytes(), mask.tobytes(), cu.tobytes(), sorted((k, v.tobytes()) for k, v in side.items())))
     return got
 
 
