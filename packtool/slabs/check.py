@@ -33,7 +33,7 @@ from packtool.slabs.format import (
     stray_entries,
 )
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, file_size, is_file, is_uri
+from packtool.storage import arrow_file, file_size, is_file, is_uri, locate
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
 
 
@@ -58,7 +58,8 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
                               f"{_fix(sm)}")
         seen.add(n)
     legacy = os.path.basename(sm.manifest) == LEGACY_MANIFEST
-    stray = [n for n in stray_entries(sm.path, listed) if not (legacy and n == LEGACY_MANIFEST)]
+    stray = [n for n in stray_entries(sm.path, listed)
+             if not (legacy and n == LEGACY_MANIFEST) and n not in _in_flight(sm.path)]
     if stray:
         more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
         raise FormatError(f"{os.path.join(sm.path, stray[0])}{more}: in the output folder but not listed in "
@@ -75,6 +76,23 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
                           f"{_fix(sm)}")
     return footers
+
+
+def _in_flight(directory: str) -> set[str]:
+    """Shards an object-store pack has announced in its intent (FORMAT.md, "Object storage"):
+    a run in flight, or a dead one the next run deletes. Never read (not in the manifest), and
+    not a damage of this output."""
+    if not is_uri(directory):
+        return set()
+    import json
+    loc, names = locate(directory), set()
+    for n in loc.names():
+        if n.startswith(".packtool-pending-"):
+            try:
+                names.update(x for x in json.loads(loc.join(n).read_bytes()).get("new", []) if isinstance(x, str))
+            except (FileNotFoundError, ValueError, AttributeError):
+                continue
+    return names
 
 
 def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:
