@@ -9,13 +9,15 @@ tokenization as `pack`), every segment's tokens are compared with its source row
 from __future__ import annotations
 
 import os
-import re
 import sys
+import threading
 import time
+import types
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 
 import numpy as np
 
@@ -146,40 +148,50 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 
 
-def _pool_would_rerun_caller() -> bool:
-    """Whether worker processes would run the caller's script again: multiprocessing imports a
-    `python script.py` (or `python -m mod`) main module in every worker, and without an
-    `if __name__ == "__main__":` guard its top level runs there too (a script that packed with
-    overwrite=True and then verified started a second pack of the same output in a worker)."""
-    main = sys.modules.get("__main__")
-    name = getattr(getattr(main, "__spec__", None), "name", None) or ""
-    if name == "__main__" or name.endswith(".__main__"):
-        return False  # a package's __main__ is never re-imported (`python -m packtool.cli`)
-    path = getattr(main, "__file__", None)
-    if not path or not os.path.isfile(path):
-        return False  # interactive, -c, notebooks: nothing to run again
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            src = f.read()
-    except OSError:
-        return False
-    return re.search(r"""__name__\s*==\s*['"]__main__['"]""", src) is None
+@contextmanager
+def _main_hidden():
+    """While a worker is launched, `__main__` is an empty module: multiprocessing then tells
+    the worker nothing about the caller's main module, so the worker never imports it (and a
+    script's top level, guarded or not, never runs again in a worker)."""
+    with _MAIN_LOCK:
+        real = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = real
+
+
+class _WorkerProcess(ForkServerProcess):
+    """A forkserver process that starts without the caller's main module (`_main_hidden`)."""
+
+    @staticmethod
+    def _Popen(process_obj):
+        with _main_hidden():
+            return ForkServerProcess._Popen(process_obj)
+
+
+class _WorkerContext(ForkServerContext):
+    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state
+    Process = _WorkerProcess
+
+
+_MAIN_LOCK = threading.Lock()
 
 
 def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[ShardResult]:
     workers = min(workers, len(jobs))
-    if workers <= 1 or _pool_would_rerun_caller():
+    if workers <= 1:
         return [_done(check_shard(j), advance) for j in jobs]
-    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state. The
-    # pool is kept for the life of the process, so repeated verifies pay start-up once.
+    # The pool is kept for the life of the process, so repeated verifies pay start-up once.
     pool = _POOLS.get(workers)
     if pool is None:
-        pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=get_context("forkserver"))
+        pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=_WorkerContext())
     try:
         return [_done(r, advance) for r in pool.map(check_shard, jobs)]
     except BrokenProcessPool as e:
-        # e.g. a caller's script without `if __name__ == "__main__":` (workers re-import it):
-        # the checks do not depend on the pool, so run them here rather than fail
+        # a worker killed (out of memory, a signal): the checks do not depend on the pool,
+        # so run them here rather than fail
         _POOLS.pop(workers, None)
         import warnings
         warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
