@@ -14,6 +14,8 @@ from ValueError so that callers written against the older error types keep worki
 """
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # verify ran and found problems
 EXIT_USAGE = 2  # bad usage, input, config, cache, format or output path
@@ -23,6 +25,19 @@ EXIT_INTERNAL = 3  # a bug in packtool (not the user's fault): report it with --
 def one_line(text: object) -> str:
     """Fold whitespace (newlines included) so that a message is always a single line."""
     return " ".join(str(text).split())
+
+
+_LINE = re.compile(r"\bline \d")
+
+
+def number_base(text: str, has_row: bool) -> str | None:
+    """What a message's numbers count from, said in it (README, error contract): a row of data
+    counts from 0 (as `source_index` and Python do), a line of a text file from 1 (as editors
+    do)."""
+    line = _LINE.search(text) is not None and "count from 1" not in text
+    if has_row and "count from 0" not in text:
+        return "rows count from 0, lines from 1" if line else "rows count from 0"
+    return "lines count from 1" if line else None
 
 
 class PacktoolError(ValueError):
@@ -38,6 +53,9 @@ class PacktoolError(ValueError):
         text = one_line(message)
         if flag is not None and flag not in text:
             text += f" (see {flag})"
+        base = number_base(text, row is not None)
+        if base:
+            text += f" ({base})"
         super().__init__(f"{where}: {text}" if where else text)
         self.path = path
         self.row = row

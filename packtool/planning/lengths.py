@@ -124,7 +124,7 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if isinstance(col, (pa.Array, pa.ChunkedArray)):
         if col.null_count:
             first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
-            raise PlanError(f"{path}, row {first}: {where} is null; every row needs a length")
+            raise PlanError(f"{where} is null; every row needs a length", path=path, row=first)
         if not pa.types.is_integer(col.type):
             raise PlanError(f"{path}: {where} holds {col.type}, lengths must be integers")
         col = col.to_numpy()

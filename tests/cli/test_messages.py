@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GSM8K
+from conftest import GPT2, GSM8K
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -81,3 +81,32 @@ class TestValuesNameTheirFlag:
                                 "--tokenizer", "x.json", "-o", str(tmp_path / "out"), *flags])
         line = one_line(r)
         assert needle in line, line
+
+
+ROW_CASES = {  # file name, content, command, what the line must say
+    "null length": ("l.jsonl", '{"length": 1}\n{"length": null}\n', "plan", ["row 1", "rows count from 0"]),
+    "invalid JSON": ("d.jsonl", '{"text": "a"}\n{bad\n', "pack", ["line 2", "lines count from 1"]),
+    "empty example": ("d.jsonl", '{"text": "a"}\n{"text": " "}\n', "pack", ["row 1", "rows count from 0"]),
+    "mixed field types": ("d.jsonl", '{"text": "a"}\n{"text": 3}\n', "pack", ["line 2", "count from 1"]),
+}
+
+
+class TestRowNumbers:
+    """Every row or line number says what it counts from (README, error contract): rows of
+    data from 0, lines of a text file from 1."""
+
+    @pytest.mark.parametrize("case", sorted(ROW_CASES))
+    def test_said(self, tmp_path, case):
+        name, text, cmd, needles = ROW_CASES[case]
+        p = tmp_path / name
+        p.write_text(text)
+        args = (["plan", "--lengths", str(p)] if cmd == "plan" else
+                ["pack", str(p), "--tokenizer", GPT2, "--cache-dir", str(tmp_path / "c"), "--dry-run", "--no-progress"])
+        line = one_line(runner.invoke(app, args))
+        for n in needles:
+            assert n in line, line
+
+    def test_the_library_error_says_it_too(self):
+        from packtool.errors import PacktoolInputError
+        assert str(PacktoolInputError("bad", path="x", row=3)) == "x, row 3: bad (rows count from 0)"
+        assert "count from" not in str(PacktoolInputError("bad", path="x"))
