@@ -16,14 +16,18 @@ the output, which has no manifest and so never verifies. See docs/SCALING.md.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
-from packtool.output.folder import claim_output
+from packtool.output.folder import Terminated, claim_output
 from packtool.packing import PackResult, _config_files, as_given, cache_root, rows_named, write_output
 from packtool.planning.core import PackingConfig
 from packtool.planning.core import plan as make_plan
@@ -34,12 +38,39 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.pipeline import resolve_cache
 
 
+@contextmanager
+def _own_sigterm():
+    """ray.init installs two SIGTERM handlers on the driver: a Python one that exits with
+    status 15 and no word, and its core worker's native one that prints stack dumps and
+    aborts (exit 134). packtool's own (output.claim_output: temporary files removed, one
+    line, exit 143), or the default, is put back once Ray is up."""
+    main = threading.current_thread() is threading.main_thread()
+    prev = signal.getsignal(signal.SIGTERM) if main else None
+    # The native one is installed when the core worker starts and catches SIGTERM in every
+    # phase after; Ray reads this variable once, when ray_constants is imported (a caller
+    # that set it keeps its value; one that imported Ray first gets the constant set).
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] == "1":
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield
+    except SystemExit as e:  # Ray's handler, while ray.init ran: packtool's own ending instead
+        if e.code != signal.SIGTERM or type(e) is not SystemExit:
+            raise
+        raise Terminated() from None
+    finally:
+        if main and prev is not None:
+            signal.signal(signal.SIGTERM, prev)
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
     of the driver are passed to the workers (cache locations)."""
     try:
-        import ray
-        import ray.data
+        with _own_sigterm():  # before Ray reads its constants
+            import ray
+            import ray.data
     except ImportError:
         raise PacktoolInputError("--engine ray needs Ray Data: pip install 'packtool[ray]'") from None
 
@@ -49,10 +80,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # a task's error still reaches the driver as the exception it raised
         kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                   include_dashboard=False, configure_logging=False)
-        if address:
-            ray.init(address=address, **kw)
-        else:
-            ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
+        with _own_sigterm():
+            if address:
+                ray.init(address=address, **kw)
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
