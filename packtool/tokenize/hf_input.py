@@ -14,6 +14,7 @@ import os
 import sys
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -229,9 +230,62 @@ def is_dataset_name(spec: str) -> bool:
         not spec.lower().endswith(FILE_SUFFIXES)
 
 
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hub's host answers on its port within `timeout` (name lookup included)."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((url.hostname or "huggingface.co", url.port or
+                                      (80 if url.scheme == "http" else 443)), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+    t = threading.Thread(target=probe, daemon=True, name="packtool-hub-probe")
+    t.start()
+    t.join(timeout + 0.5)
+    return bool(ok)
+
+
+@contextmanager
+def _offline_unless_reachable(spec: str):
+    """A Hub name with no network: `datasets` would retry for ~25 s before failing. In offline
+    mode the local cache answers at once (a cached dataset loads, an uncached one fails)."""
+    on = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no", "off")
+    if on or os.path.isdir(spec) or _hub_reachable():
+        yield
+        return
+    prev = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # read when datasets / huggingface_hub are imported
+    mods = [(m, "HF_HUB_OFFLINE") for m in (sys.modules.get("datasets.config"),
+                                             sys.modules.get("huggingface_hub.constants")) if m]
+    old = [getattr(m, k, None) for m, k in mods]
+    for m, k in mods:  # already imported (a library caller): their constants too
+        setattr(m, k, True)
+    try:
+        yield
+    finally:
+        for (m, k), v in zip(mods, old):
+            setattr(m, k, v)
+        if prev is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = prev
+
+
 def load_dataset(spec: str, split: str | None, config: str | None):
     """`datasets.load_dataset(spec, config, split=split)`: a Hub name (the local cache serves it
-    offline) or a local dataset repo folder. One line naming the fix when it cannot."""
+    offline, at once when the Hub cannot be reached) or a local dataset repo folder. One line
+    naming the fix when it cannot."""
+    with _offline_unless_reachable(spec):
+        return _load_dataset(spec, split, config)
+
+
+def _load_dataset(spec: str, split: str | None, config: str | None):
     try:
         import datasets
     except ImportError:

@@ -112,3 +112,23 @@ def test_train_vocab_size_for_an_output_without_tokenizer(proj):
     with pytest.raises(ValueError, match="largest token id 8"):
         _vocab(man, 8)
     assert _vocab(man, 9) == 9
+
+
+@pytest.mark.parametrize("reachable", [False, True])
+def test_a_hub_name_without_network_asks_the_local_cache_only(monkeypatch, reachable):
+    """No network: offline mode at once (the local cache answers), not ~25 s of retries."""
+    datasets = pytest.importorskip("datasets")
+    import packtool.tokenize.hf_input as hf
+    seen = []
+
+    def fake_load(spec, config=None, split=None):
+        seen.append((os.environ.get("HF_HUB_OFFLINE"), datasets.config.HF_HUB_OFFLINE))
+        raise ConnectionError("offline")
+    monkeypatch.setattr(hf, "_hub_reachable", lambda timeout=2.0: reachable)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = datasets.config.HF_HUB_OFFLINE
+    with pytest.raises(hf.PacktoolInputError, match="not in the local cache"):
+        hf.load_dataset("nobody/nothing-here", None, None)
+    assert seen == ([("1", True)] if not reachable else [(None, before)])
+    assert "HF_HUB_OFFLINE" not in os.environ and datasets.config.HF_HUB_OFFLINE == before
