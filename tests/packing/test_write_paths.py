@@ -314,3 +314,39 @@ def test_output_folder_mode_follows_the_umask(proj):
     mask = os.umask(0)
     os.umask(mask)
     assert os.stat(proj / "packed").st_mode & 0o777 == 0o777 & ~mask
+
+
+# --- temporary, spill and cache names: a planted link is never followed ----------------------
+
+def test_links_planted_at_temporary_and_spill_names_are_not_followed(proj):
+    """Temporary and spill folders get random names created exclusively; links planted at the
+    names a run of this pid would once have used are neither followed nor removed."""
+    victim = proj / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_bytes(THESIS)
+    pid = os.getpid()
+    planted = [f".packed.packtool-tmp-{pid}", f".packed.packtool-spill-{pid}", f".packed.packtool-tmp-{pid}.old"]
+    for name in planted:
+        os.symlink(victim, proj / name)
+    r = runner.invoke(app, pack_args("-o", "packed", "--plan-shard-rows", "16"))
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert sorted(os.listdir(victim)) == ["keep.txt"] and (victim / "keep.txt").read_bytes() == THESIS
+    assert all(os.path.islink(proj / n) for n in planted)
+
+
+def test_a_link_at_cache_json_is_not_written_through(tmp_path):
+    from packtool.tokenize.cache import write_cache_json
+    (tmp_path / "thesis.txt").write_bytes(THESIS)
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    os.symlink(tmp_path / "thesis.txt", entry / "cache.json")
+    with pytest.raises(PacktoolOutputError, match="symbolic link"):
+        write_cache_json(str(entry), {"a": 1})
+    assert (tmp_path / "thesis.txt").read_bytes() == THESIS and _leftovers(tmp_path) == []
+
+
+def test_the_manifest_is_published_whole(tmp_path):
+    from packtool.slabs.format import MANIFEST, write_manifest
+    path = write_manifest(str(tmp_path), {"format": "x"})
+    assert os.path.basename(path) == MANIFEST and json.load(open(path)) == {"format": "x"}
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST]
