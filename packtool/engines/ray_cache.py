@@ -200,7 +200,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
     import ray.data
 
     os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-", dir=root)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-{os.getpid()}-", dir=root)  # the next run removes it if we die
     try:
         os.makedirs(os.path.join(tmp, DATA_DIR))
         counts = count_file_rows(job)

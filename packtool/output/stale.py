@@ -67,6 +67,7 @@ def _remove_tree(path: str) -> None:
 _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-(\d+)-")
 _CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-(\d+)$")  # tokenize.pipeline.discard_cache
 _VERIFY_TMP = re.compile(r"^\.verify-source-(\d+)-")  # verification.run.source_store
+_PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-(\d+)-")  # tokenize.store_cache: an entry being pulled
 _FLAT_TMP = re.compile(r"^flat\.tmp-(\d+)")  # tokenize.flat_tokens.build_flat_tokens
 
 
@@ -76,7 +77,7 @@ def clean_cache(root: str | None) -> int:
     n = 0
     for e in os.listdir(root):
         path = os.path.join(root, e)
-        m = _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e) or _VERIFY_TMP.match(e)
+        m = _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e) or _VERIFY_TMP.match(e) or _PULL_TMP.match(e)
         if m and not pid_alive(int(m.group(1))):
             _remove_tree(path)
             n += 1

@@ -23,7 +23,7 @@ from packtool.output.folder import lock_path
 
 runner = CliRunner()
 THESIS = b"my thesis, three years of work\n"
-MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-", ".verify-source-", ".damaged-")
+MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-", ".verify-source-", ".damaged-", ".pull-")
 
 
 def _dead_pid() -> int:
@@ -299,7 +299,8 @@ def test_dead_runs_leftovers_in_the_cache_are_removed_by_the_next_run(proj):
     cache = proj / "cache"
     cache.mkdir()
     dead = _dead_pid()
-    for name in (f".verify-source-{dead}-abc", f"0123abcd.damaged-{dead}", f".tmp-0123abcd-{dead}-x"):
+    for name in (f".verify-source-{dead}-abc", f"0123abcd.damaged-{dead}", f".tmp-0123abcd-{dead}-x",
+                 f".pull-0123abcd-{dead}-x"):
         (cache / name).mkdir()
         (cache / name / "part.parquet").write_bytes(b"x")
     (cache / "keep-me").mkdir()
