@@ -270,13 +270,27 @@ def test_output_path_spellings(proj, monkeypatch, given, where):
     assert not os.path.exists(proj / "~") and _leftovers(proj) == []
 
 
-def test_output_a_link_to_a_folder_writes_the_folder(proj):
-    (proj / "real").mkdir()
-    os.symlink(proj / "real", proj / "link")
-    r = runner.invoke(app, pack_args("-o", "link"))
-    assert r.exit_code == 0, r.stdout + r.stderr
-    assert os.path.islink(proj / "link") and os.path.isfile(proj / "real" / ".manifest.json")
-    assert _leftovers(proj) == []
+@pytest.mark.parametrize("where", ["same file system", "another file system"])
+def test_output_a_link_to_a_folder_writes_the_folder(proj, where):
+    import tempfile
+    if where == "same file system":
+        base = str(proj)
+    else:  # /dev/shm is a tmpfs on Linux: the temporary folder must sit beside the real target
+        if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(proj).st_dev:
+            pytest.skip("no second file system here")
+        base = tempfile.mkdtemp(dir="/dev/shm")
+    real = os.path.join(base, "real")
+    os.mkdir(real)
+    os.symlink(real, proj / "link")
+    try:
+        r = runner.invoke(app, pack_args("-o", "link"))
+        assert r.exit_code == 0, r.stdout + r.stderr
+        assert os.path.islink(proj / "link") and os.path.isfile(os.path.join(real, ".manifest.json"))
+        assert _leftovers(proj) == [] and _leftovers(base) == []
+    finally:
+        if base != str(proj):
+            import shutil
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def test_output_a_dangling_link_is_refused_before_any_work(proj):
