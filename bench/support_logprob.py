@@ -9,6 +9,10 @@ accuracy, beside packtool's full-vocabulary fused log-prob and a chunked torch g
   sweep  fwd+bwd of impl='auto' and of the full-vocab fused log-prob over H 2048/4096/8192, V
          151,936/248,320, TP 1/2/8 (one rank's share: V/TP weight rows, K/TP owned candidates;
          collectives not included), tokens 16k/64k, K 2/20/64/512; one round, median of --reps
+  union  the dense path over the union of the candidate ids vs over the whole vocabulary: H 4096,
+         V 151,936, 16k tokens, K in --union-ks, cold candidates drawn from the first --union-pools
+         ids (a peaked model's top-k / top-p candidates: the union is a part of the vocabulary);
+         fwd and fwd+bwd of union, dense, auto and the full-vocab fused log-prob, interleaved
 
 Supports: each row draws a quarter of its candidates (at most 32) from 64 hot ids, the rest
 spread over the vocabulary, in random order; rows are cut to a random length in [1, K] (top-p).
@@ -40,14 +44,16 @@ def log(*a):
     print(*a, flush=True)
 
 
-def make_support(n, v, k, g, hot=64):
-    """(sampled [n], support [n, k] int32): distinct ids per row, trailing -1 after a random cut."""
+def make_support(n, v, k, g, hot=64, pool=None):
+    """(sampled [n], support [n, k] int32): distinct ids per row, trailing -1 after a random cut.
+    pool: cold ids come from [hot, pool) only (default: the whole vocabulary)."""
     dev = g.device
     kh = min(k // 4, 32)
-    assert math.gcd(STRIDE, v - hot) == 1 and k - kh < v - hot
+    span = (pool or v) - hot
+    assert math.gcd(STRIDE, span) == 1 and k - kh < span
     hot_ids = torch.rand(n, hot, generator=g, device=dev).argsort(1)[:, :kh]
-    off = torch.randint(0, v - hot, (n, 1), generator=g, device=dev)
-    cold = hot + (off + torch.arange(k - kh, device=dev)[None, :] * STRIDE) % (v - hot)
+    off = torch.randint(0, span, (n, 1), generator=g, device=dev)
+    cold = hot + (off + torch.arange(k - kh, device=dev)[None, :] * STRIDE) % span
     sup = torch.cat([hot_ids, cold], 1)
     sup = sup.gather(1, torch.rand(n, k, generator=g, device=dev).argsort(1)).int()
     cut = torch.randint(1, k + 1, (n,), generator=g, device=dev)
@@ -56,11 +62,11 @@ def make_support(n, v, k, g, hot=64):
     return sup.gather(1, col[:, None]).squeeze(1).long(), sup
 
 
-def inputs(n, hdim, v, k, seed=0):
+def inputs(n, hdim, v, k, seed=0, pool=None):
     g = torch.Generator(device="cuda").manual_seed(seed)
     h = torch.randn(n, hdim, generator=g, device="cuda").bfloat16().requires_grad_()
     w = (torch.randn(v, hdim, generator=g, device="cuda") * (2.0 / hdim**0.5)).bfloat16().requires_grad_()
-    samp, sup = make_support(n, v, k, g)
+    samp, sup = make_support(n, v, k, g, pool=pool)
     up = torch.randn(2, n, generator=g, device="cuda")
     return h, w, samp, sup, up
 
@@ -80,6 +86,7 @@ def methods(h, w, samp, sup, up, names):
 
     table = {"auto": sup_fn(), "gather": sup_fn(impl="gather"),
              "gather_det": sup_fn(impl="gather", deterministic=True), "dense": sup_fn(impl="dense"),
+             "union": sup_fn(impl="union"),
              "torch_gather": sup_fn(impl="torch"), "full_fused": full}
     return {m: table[m] for m in names}
 
@@ -177,6 +184,33 @@ def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=1
     return rows
 
 
+def union_grid(rounds, reps, ks, pools, n=16384, hdim=4096, v=151936,
+               names=("union", "dense", "auto", "full_fused")):
+    rows = []
+    for k in ks:
+        for pool in pools:
+            h, w, samp, sup, up = inputs(n, hdim, v, k, seed=k, pool=min(pool, v))
+            fns = methods(h, w, samp, sup, up, list(names))
+            res = {m: {"fwd": [], "fwdbwd": []} for m in fns}
+            for _ in range(rounds):  # interleaved: every method once per round
+                for m, fn in fns.items():
+                    for mode in ("fwd", "fwdbwd"):
+                        res[m][mode].append(time_ms(fn, mode == "fwdbwd", (h, w), reps))
+            u = int(torch.unique(sup[sup >= 0]).numel())
+            for m in fns:
+                r = {"K": k, "N": n, "H": hdim, "V": v, "pool": min(pool, v), "union": u, "union_share": u / v,
+                     "method": m, "extra_MiB": extra_mib(fns[m], (h, w))}
+                for mode in ("fwd", "fwdbwd"):
+                    t = sorted(res[m][mode])
+                    r[mode + "_ms"] = t[len(t) // 2]
+                    r[mode + "_min_max"] = [t[0], t[-1]]
+                rows.append(r)
+                log(json.dumps(r))
+            del h, w, fns
+            torch.cuda.empty_cache()
+    return rows
+
+
 def sweep(reps):
     rows = []
     for n in (16384, 65536):
@@ -217,6 +251,8 @@ def main():
     ap.add_argument("--ks", default="2,20,64,512", help="main: K of every method")
     ap.add_argument("--rule-ks", default="1024,2048,4096", help="main: K of gather/dense/full only")
     ap.add_argument("--methods", default="auto,gather,gather_det,dense,torch_gather,full_fused")
+    ap.add_argument("--union-ks", default="512,2048")
+    ap.add_argument("--union-pools", default="8192,32768,151936")
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
@@ -225,7 +261,8 @@ def main():
         t0 = time.time()
         res[part] = {"acc": accuracy, "main": lambda: main_grid(
                          a.rounds, a.reps, _ints(a.ks), _ints(a.rule_ks), names=a.methods.split(",")),
-                     "sweep": lambda: sweep(max(1, a.reps // 2))}[part]()
+                     "sweep": lambda: sweep(max(1, a.reps // 2)),
+                     "union": lambda: union_grid(a.rounds, a.reps, _ints(a.union_ks), _ints(a.union_pools))}[part]()
         log(f"{part}: {time.time() - t0:.0f} s")
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -12,7 +12,9 @@ K + 1 dot products per token instead of V: the projection is a gather-GEMV
 (kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
 Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute). When the
 candidates are a large share of the local vocabulary the dense path (kernels/support_torch.py)
-runs GEMMs instead; `impl="auto"` picks by GATHER_MAX_SHARE, measured on an H200.
+runs GEMMs instead, over the union of the micro-batch's candidate ids ("union") or, when that
+union is most of the local vocabulary, over all of it ("dense"); `impl="auto"` picks gather or
+GEMMs by GATHER_MAX_SHARE, measured on an H200, and union or dense by UNION_MAX_SHARE.
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
@@ -33,23 +35,29 @@ from kernels import support_torch
 from kernels.support_check import SupportRows, check_support
 from kernels.vocab_parallel import VocabShard
 
-IMPLS = ("auto", "gather", "dense", "torch")
+IMPLS = ("auto", "gather", "dense", "union", "torch")
 # impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
 # under this share of its vocabulary rows, the dense GEMM path above it; one share for calls that
 # will run backward, one for forward-only calls (old log-probs, no grad). Measured on an H200
 # (BENCHMARKS.md, "Sample-support scoring", hidden 4096, V 151,936, 16k tokens): the gather path's
 # time grows with the share, the dense path's hardly, and they cross near these shares.
 GATHER_MAX_SHARE = {"train": 0.0025, "forward": 0.0039}
+# Where `auto` leaves the gather path, the dense GEMMs run over the union of the candidate ids
+# (support_torch.union_rows) while the union is under this share of the local vocabulary, else
+# over the whole of it: the union path is the dense one with U / V of its GEMM work plus a sort of
+# the [N, K] ids and a [U, H] gather and scatter, which cost more than they save only as U nears V.
+UNION_MAX_SHARE = 0.85
 
 
 @dataclass(frozen=True)
 class _Plan:
-    path: str  # "gather" (Triton), "torch" (chunked torch gather) or "dense"
+    path: str  # "gather" (Triton), "torch" (chunked torch gather), "dense" or "union"
     shard: VocabShard
     inv_temp: float
     deterministic: bool
     main_grad: bool
     reduce_grad_hidden: bool
+    union: tuple | None = None  # path "union": (ids [U], rows renumbered into them)
 
 
 def _ops(path: str):
@@ -94,8 +102,11 @@ def _merge(m, s, u, zt, group):
 class SupportLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, rows: SupportRows, plan: _Plan):
-        logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
-        z = logits_op(hidden, weight, rows.local, plan.inv_temp)
+        if plan.path == "union":
+            z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
+        else:
+            logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
+            z = logits_op(hidden, weight, rows.local, plan.inv_temp)
         lse, ent, zt = _merge(*_stats(z, rows.pos), plan.shard.group)
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
@@ -116,6 +127,8 @@ class SupportLogprob(torch.autograd.Function):
         dw = _grad_weight_buffer(weight, plan) if need_w else None
         if plan.path == "dense":
             support_torch.grads_dense(g, hidden, weight, rows.local, grad_h, dw)
+        elif plan.path == "union":
+            support_torch.grads_union(g, hidden, weight, plan.union, grad_h, dw)
         else:
             _, grad_hidden_op, grad_weight_op = _ops(plan.path)
             if need_h:
@@ -222,7 +235,12 @@ def support_logprob(
                          start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1))
     path = choose_path(impl, h, weight, rows)
+    union = None
+    if path == "union" or (path == "dense" and impl == "auto"):
+        union = support_torch.union_rows(rows.local)
+        if impl == "auto":
+            path = "union" if union[0].numel() < UNION_MAX_SHARE * weight.shape[0] else "dense"
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden))
+                 bool(reduce_grad_hidden), union if path == "union" else None)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

@@ -11,6 +11,12 @@ rows per token. Backward scatters g into a zeroed [C, V] block and runs the two 
 GEMMs: 3 GEMMs in all, one fewer than the full-vocab fused log-prob, which recomputes the
 logits. The logits are rounded to the weight's dtype, as in that head; the gather path is exact
 to fp32 accumulation.
+
+`union`: the dense path over the micro-batch's union of candidate ids instead of the whole
+local vocabulary: the U distinct weight rows any row names are gathered into a [U, H] matrix
+(`union_rows`), the same GEMMs run over it with each row's ids renumbered into the union,
+and dW comes back as a [U, H] block added into the U rows (distinct ids: no collision, so
+it is deterministic). Same arithmetic as `dense`, U / V of its GEMM work.
 """
 
 from __future__ import annotations
@@ -121,3 +127,36 @@ def grads_dense(g, hidden, weight, local, grad_hidden, dw_acc) -> None:
                 grad_hidden[s:e] = (G @ weight).to(grad_hidden.dtype)
         if dw_acc is not None:
             _addmm_(dw_acc, G.t(), hidden[s:e].to(weight.dtype))
+
+
+# --- the dense path over the union of candidates --------------------------------------------------
+
+def union_rows(local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids int64 [U], sorted local weight rows named by any row; `local` renumbered into ids,
+    -1 kept). One host sync (U)."""
+    own = local >= 0
+    ids, inv = torch.unique(local[own].long(), return_inverse=True)
+    remap = torch.full_like(local, -1)
+    remap[own] = inv.to(local.dtype)
+    return ids, remap
+
+
+def logits_union(hidden, weight, union, inv_temp: float) -> torch.Tensor:
+    ids, remap = union
+    if ids.numel() == 0:  # no row names a candidate of this rank
+        acc = _acc_dtype(weight)
+        return torch.full(remap.shape, float("-inf"), dtype=acc, device=hidden.device)
+    return logits_dense(hidden, weight.index_select(0, ids), remap, inv_temp)
+
+
+def grads_union(g, hidden, weight, union, grad_hidden, dw_acc) -> None:
+    ids, remap = union
+    if ids.numel() == 0:
+        if grad_hidden is not None:
+            grad_hidden.zero_()
+        return
+    dwu = None if dw_acc is None else torch.zeros(ids.numel(), weight.shape[1], dtype=dw_acc.dtype,
+                                                  device=dw_acc.device)
+    grads_dense(g, hidden, weight.index_select(0, ids), remap, grad_hidden, dwu)
+    if dw_acc is not None:
+        dw_acc.index_add_(0, ids, dwu)  # distinct ids: every row gets one addition, in any order

@@ -1,6 +1,7 @@
 """Sample-support scoring (kernels/support_logprob.py) under the Triton interpreter on CPU, fp32,
 against the dense float64 reference `logit[s] - logsumexp(logit[row])`: values, entropy, grad
-hidden and grad weight, for each path (Triton gather, chunked torch gather, dense GEMMs).
+hidden and grad weight, for each path (Triton gather, chunked torch gather, dense GEMMs over the
+local vocabulary, dense GEMMs over the union of the candidate ids).
 
 Shapes are small and odd: V = 300 and H = 40 leave ragged blocks, K = 7 pads its tile.
 """
@@ -23,7 +24,7 @@ from kernels.reference import torch_reference_support_logprob as reference  # no
 from kernels.support_logprob import support_logprob  # noqa: E402
 
 N, H, V, K = 13, 40, 300, 7
-PATHS = ["gather", "torch", "dense"]
+PATHS = ["gather", "torch", "dense", "union"]
 
 
 def _inputs(seed=0, n=N, k=K, scale=0.5):
@@ -80,7 +81,7 @@ def test_values_and_grads_match_the_dense_fp64_reference(path, temp):
     assert (ent >= 0).all()
 
 
-@pytest.mark.parametrize("path", ["torch", "dense"])  # the Triton kernels accumulate in fp32
+@pytest.mark.parametrize("path", ["torch", "dense", "union"])  # the Triton kernels accumulate in fp32
 def test_fp64_paths_agree_to_rounding(path):
     h, w, samp, sup, up = _inputs(1)
     got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
@@ -108,7 +109,7 @@ def test_deterministic_grad_weight_is_bitwise_reproducible_and_matches_atomic(mo
     _close(outs[0], _ref(h, w, samp, sup, 1.0, up), 2e-6)
 
 
-@pytest.mark.parametrize("path", ["torch", "dense"])
+@pytest.mark.parametrize("path", ["torch", "dense", "union"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_hidden(path, dtype):
     h, w, samp, sup, up = _inputs(3)
@@ -124,6 +125,40 @@ def test_half_hidden_triton_gather():
     got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl="gather"),
                h, w, torch.float16, up)
     _close(got, _ref(h.half().double(), w.half().double(), samp, sup, 1.0, up), 1e-2)
+
+
+def test_union_path_edges_and_the_auto_rule(monkeypatch):
+    from kernels import support_logprob as S
+    from kernels import support_torch
+
+    h, w, samp, sup, up = _inputs(5)
+    # no row holds a support: every value 0, no gradient, and an empty union is no error
+    none = torch.full_like(sup, -1)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, none, entropy=True, impl="union"),
+               h, w, torch.float32, up)
+    assert not got[4].any() and not got[0].any() and not got[2].any() and not got[3].any()
+    # hot candidates: rows share ids, so dW rows gather several contributions
+    hot = sup.clone()
+    hot[:, :3] = torch.where(hot[:, :3] >= 0, torch.arange(3)[None, :].int(), hot[:, :3])
+    hot[:, 3:] = torch.where((hot[:, 3:] >= 0) & (hot[:, 3:] < 3), hot[:, 3:] + 3, hot[:, 3:])
+    s2 = hot[:, 0].long()
+    outs = [_run(lambda hh, ww: support_logprob(hh, ww, s2, hot, entropy=True, impl="union"),
+                 h, w, torch.float32, up) for _ in range(2)]
+    assert torch.equal(outs[0][3], outs[1][3])  # bitwise run to run (distinct ids per add)
+    _close(outs[0], _ref(h, w, s2, hot, 1.0, up), 2e-6)
+    # auto (the interpreter counts as Triton): past the gather share, the union while it is a
+    # small share of the vocabulary, the whole vocabulary once it is most of it
+    seen = []
+    for name in ("logits_dense", "logits_union"):
+        fn = getattr(support_torch, name)
+        monkeypatch.setattr(support_torch, name, lambda *a, _f=fn, _n=name: seen.append(_n) or _f(*a))
+    monkeypatch.setattr(S, "GATHER_MAX_SHARE", {"train": 0.0, "forward": 0.0})
+    for share, want in ((0.9, "logits_union"), (0.01, "logits_dense")):
+        monkeypatch.setattr(S, "UNION_MAX_SHARE", share)
+        seen.clear()
+        got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True), h, w, torch.float32, up)
+        assert seen[0] == want  # the union path runs logits_dense over its rows after
+        _close(got, _ref(h, w, samp, sup, 1.0, up), 2e-6)
 
 
 BAD = {
@@ -273,7 +308,7 @@ def _tp_worker(rank: int, init_file: str) -> None:
         sup[7, 0], samp[7] = 280, 280  # sampled id on rank 1 only
         rows = slice(rank * V // WORLD, (rank + 1) * V // WORLD)
         ref = _ref(h, w, samp, sup, 0.8, up)
-        for path, reduce in (("gather", True), ("dense", False)):  # each path, each grad_hidden mode
+        for path, reduce in (("gather", True), ("dense", False), ("union", True)):  # each grad_hidden mode
             calls.clear()
             hh = h.detach().clone().float().requires_grad_()
             ww = w[rows].detach().clone().float().requires_grad_()

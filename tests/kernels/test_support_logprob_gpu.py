@@ -48,7 +48,7 @@ def _run(S, hid, w, samp, sup, up, dtype, **kw):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("impl,det", [("gather", False), ("gather", True), ("dense", False)])
+@pytest.mark.parametrize("impl,det", [("gather", False), ("gather", True), ("dense", False), ("union", False)])
 def test_half_precision_against_fp64(S, dtype, impl, det):
     from kernels.reference import torch_reference_support_logprob
 
@@ -66,16 +66,17 @@ def test_half_precision_against_fp64(S, dtype, impl, det):
     assert torch.equal(got[4], valid) and (got[2][::7] == 0).all()
 
 
-def test_deterministic_grad_weight_is_bitwise_reproducible(S):
+@pytest.mark.parametrize("impl", ["gather", "union"])  # union: distinct ids per add, always
+def test_deterministic_grad_weight_is_bitwise_reproducible(S, impl):
     hid, w, samp, sup, up = _inputs(n=4096, k=20, seed=1)
-    runs = [_run(S, hid, w, samp, sup, up, torch.bfloat16, impl="gather", deterministic=True)[3]
+    runs = [_run(S, hid, w, samp, sup, up, torch.bfloat16, impl=impl, deterministic=True)[3]
             for _ in range(3)]
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
 
 
 def test_extreme_logits_no_nan(S):
     hid, w, samp, sup, up = _inputs(scale=2e4)
-    for impl in ("gather", "dense"):
+    for impl in ("gather", "dense", "union"):
         out = _run(S, hid, w, samp, sup, up, torch.bfloat16, impl=impl)
         for x in out[:4]:
             assert torch.isfinite(x).all(), impl
