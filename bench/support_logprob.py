@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
-from kernels.support_logprob import GATHER_MAX_SHARE, support_logprob  # noqa: E402
+from kernels.support_check import check_support  # noqa: E402
+from kernels.support_logprob import GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PROBE, auto_path, support_logprob  # noqa: E402,E501
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
 
@@ -89,6 +90,13 @@ def methods(h, w, samp, sup, up, names):
              "union": sup_fn(impl="union"),
              "torch_gather": sup_fn(impl="torch"), "full_fused": full}
     return {m: table[m] for m in names}
+
+
+def auto_pick(h, w, samp, sup, train: bool) -> str:
+    """The path impl='auto' takes for these inputs (train: a call that runs backward)."""
+    rows = check_support(samp, sup, w.shape[0], 0, w.shape[0])
+    with torch.set_grad_enabled(train):
+        return auto_path(h, w, rows)[0]
 
 
 def time_ms(fn, bwd, leaves, reps, warmup=1):
@@ -170,8 +178,8 @@ def main_grid(rounds, reps, ks=(2, 20, 64, 512), rule_ks=(1024, 2048, 4096), n=1
         owned = int((sup >= 0).sum())
         for m, fn in fns.items():
             r = {"K": k, "N": n, "H": hdim, "V": v, "method": m, "owned_share": owned / (n * v),
-                 "auto_picks_train": "gather" if owned < GATHER_MAX_SHARE["train"] * n * v else "dense",
-                 "auto_picks_forward": "gather" if owned < GATHER_MAX_SHARE["forward"] * n * v else "dense",
+                 "auto_picks_train": auto_pick(h, w, samp, sup, True),
+                 "auto_picks_forward": auto_pick(h, w, samp, sup, False),
                  "extra_MiB": extra_mib(fn, (h, w))}
             for mode in ("fwd", "fwdbwd"):
                 t = sorted(res[m][mode])
@@ -199,7 +207,7 @@ def union_grid(rounds, reps, ks, pools, n=16384, hdim=4096, v=151936,
             u = int(torch.unique(sup[sup >= 0]).numel())
             for m in fns:
                 r = {"K": k, "N": n, "H": hdim, "V": v, "pool": min(pool, v), "union": u, "union_share": u / v,
-                     "method": m, "extra_MiB": extra_mib(fns[m], (h, w))}
+                     "method": m, "auto_picks_train": auto_pick(h, w, samp, sup, True), "extra_MiB": extra_mib(fns[m], (h, w))}
                 for mode in ("fwd", "fwdbwd"):
                     t = sorted(res[m][mode])
                     r[mode + "_ms"] = t[len(t) // 2]
@@ -226,10 +234,8 @@ def sweep(reps):
                         if full is None:
                             full = time_ms(fns["full_fused"], True, (h, w), reps)
                         t = time_ms(fns["auto"], True, (h, w), reps)
-                        owned = int((sup >= 0).sum())
                         r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
-                             "auto_picks": ("gather" if owned < GATHER_MAX_SHARE["train"] * n * vl
-                                            else "dense"),
+                             "auto_picks": auto_pick(h, w, samp, sup, True),
                              "auto_fwdbwd_ms": t, "full_fused_fwdbwd_ms": full, "speedup": full / t}
                         rows.append(r)
                         log(json.dumps(r))
@@ -256,7 +262,7 @@ def main():
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
-           "gather_max_share": GATHER_MAX_SHARE}
+           "gather_max_share": GATHER_MAX_SHARE, "union_max_share": UNION_MAX_SHARE, "union_probe": UNION_PROBE}
     for part in a.parts.split(","):
         t0 = time.time()
         res[part] = {"acc": accuracy, "main": lambda: main_grid(

@@ -13,8 +13,8 @@ K + 1 dot products per token instead of V: the projection is a gather-GEMV
 Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute). When the
 candidates are a large share of the local vocabulary the dense path (kernels/support_torch.py)
 runs GEMMs instead, over the union of the micro-batch's candidate ids ("union") or, when that
-union is most of the local vocabulary, over all of it ("dense"); `impl="auto"` picks gather or
-GEMMs by GATHER_MAX_SHARE, measured on an H200, and union or dense by UNION_MAX_SHARE.
+union is most of the local vocabulary, over all of it ("dense"); `impl="auto"` picks by
+GATHER_MAX_SHARE, UNION_MAX_SHARE and UNION_PROBE, measured on an H200 (`auto_path`).
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
@@ -42,11 +42,16 @@ IMPLS = ("auto", "gather", "dense", "union", "torch")
 # (BENCHMARKS.md, "Sample-support scoring", hidden 4096, V 151,936, 16k tokens): the gather path's
 # time grows with the share, the dense path's hardly, and they cross near these shares.
 GATHER_MAX_SHARE = {"train": 0.0025, "forward": 0.0039}
-# Where `auto` leaves the gather path, the dense GEMMs run over the union of the candidate ids
-# (support_torch.union_rows) while the union is under this share of the local vocabulary, else
-# over the whole of it: the union path is the dense one with U / V of its GEMM work plus a sort of
-# the [N, K] ids and a [U, H] gather and scatter, which cost more than they save only as U nears V.
+# The GEMM paths run over the union of the micro-batch's candidate ids (support_torch.union_rows)
+# while that union is under UNION_MAX_SHARE of the local vocabulary, else over the whole of it; and
+# the gather rule above then compares the candidates with the rows the GEMMs would cover (U or V).
+# H200, H 4096, V 151,936, 16k tokens (BENCHMARKS.md): the union path takes about a fixed 4-5 ms
+# plus the dense path's time x U / V (K 512: 9.5 ms at U = 0.054 V, 23 ms at 0.22 V, against 59 ms
+# gather and 93 ms dense), and 7 % more than the dense path at U = V. Finding U costs a sort of
+# the ids and a host sync, so `auto` only looks once the candidates reach UNION_PROBE of the
+# gather limit over V: below it (K <= 64 in that bench) the gather path's few ms stand.
 UNION_MAX_SHARE = 0.85
+UNION_PROBE = 0.25
 
 
 @dataclass(frozen=True)
@@ -178,7 +183,7 @@ def _finish_grad_weight(weight, dw, plan: _Plan):
 
 
 def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: SupportRows) -> str:
-    """The path a call runs: `auto` is the measured rule (GATHER_MAX_SHARE) where Triton runs."""
+    """The path a call runs, or "auto" where Triton runs and `auto_path` decides."""
     if impl not in IMPLS:
         raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
     try:
@@ -195,11 +200,23 @@ def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: Sup
         return impl
     if not triton_ok:
         return "torch"  # CPU without the Triton interpreter: the torch path, same results
-    return "gather" if rows.owned < gather_limit(hidden, weight, rows.local.shape[0]) else "dense"
+    return "auto"
+
+
+def auto_path(hidden, weight, rows: SupportRows):
+    """(path, union or None) of `auto` where Triton runs: the measured rules above."""
+    limit = gather_limit(hidden, weight, rows.local.shape[0])
+    if rows.owned < UNION_PROBE * limit:
+        return "gather", None
+    union = support_torch.union_rows(rows.local)
+    u = union[0].numel()
+    if u < UNION_MAX_SHARE * weight.shape[0]:
+        return ("gather", None) if rows.owned < limit * u / weight.shape[0] else ("union", union)
+    return ("gather", None) if rows.owned < limit else ("dense", None)
 
 
 def gather_limit(hidden, weight, n_rows: int) -> float:
-    """Owned candidates over which `auto` leaves the gather path for the dense one."""
+    """Owned candidates over which the gather path costs more than the dense one over V_local."""
     train = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     return GATHER_MAX_SHARE["train" if train else "forward"] * max(1, n_rows) * weight.shape[0]
 
@@ -234,13 +251,12 @@ def support_logprob(
     rows = check_support(sampled.reshape(-1), support.reshape(-1, support.shape[-1]), shard.total,
                          start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1))
-    path = choose_path(impl, h, weight, rows)
-    union = None
-    if path == "union" or (path == "dense" and impl == "auto"):
+    path, union = choose_path(impl, h, weight, rows), None
+    if path == "auto":
+        path, union = auto_path(h, weight, rows)
+    elif path == "union":
         union = support_torch.union_rows(rows.local)
-        if impl == "auto":
-            path = "union" if union[0].numel() < UNION_MAX_SHARE * weight.shape[0] else "dense"
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden), union if path == "union" else None)
+                 bool(reduce_grad_hidden), union)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

@@ -146,18 +146,28 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
                  h, w, torch.float32, up) for _ in range(2)]
     assert torch.equal(outs[0][3], outs[1][3])  # bitwise run to run (distinct ids per add)
     _close(outs[0], _ref(h, w, s2, hot, 1.0, up), 2e-6)
-    # auto (the interpreter counts as Triton): past the gather share, the union while it is a
-    # small share of the vocabulary, the whole vocabulary once it is most of it
+    # auto (the interpreter counts as Triton): gather under the probe share without looking at the
+    # union; past it, GEMMs over the union while it is a small share of the vocabulary (and gather
+    # when the candidates are few against the union's rows), over the whole vocabulary once the
+    # union is most of it
     seen = []
-    for name in ("logits_dense", "logits_union"):
+    for name in ("logits_dense", "logits_union", "union_rows"):
         fn = getattr(support_torch, name)
         monkeypatch.setattr(support_torch, name, lambda *a, _f=fn, _n=name: seen.append(_n) or _f(*a))
-    monkeypatch.setattr(S, "GATHER_MAX_SHARE", {"train": 0.0, "forward": 0.0})
-    for share, want in ((0.9, "logits_union"), (0.01, "logits_dense")):
-        monkeypatch.setattr(S, "UNION_MAX_SHARE", share)
+    owned = int((sup >= 0).sum())
+    u = int(torch.unique(sup[sup >= 0]).numel())
+    at = 2.0 * owned / (N * V)  # the gather limit over V at twice the candidates: probes the union
+    cases = [(0.0, 0.9, ["union_rows", "logits_union"]), (0.0, 0.01, ["union_rows", "logits_dense"]),
+             (at, 0.01, ["union_rows"]), (at * 10, 0.9, []),
+             (at * 0.9, 0.9, ["union_rows", "logits_union"])]
+    # the last case: candidates under the gather limit over V (1.8x them) but past it over U rows
+    assert 1.8 * owned * u / V < owned
+    for share, union_share, want in cases:
+        monkeypatch.setattr(S, "GATHER_MAX_SHARE", {"train": share, "forward": share})
+        monkeypatch.setattr(S, "UNION_MAX_SHARE", union_share)
         seen.clear()
         got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True), h, w, torch.float32, up)
-        assert seen[0] == want  # the union path runs logits_dense over its rows after
+        assert seen[:2] == want, (share, union_share, seen)  # the union path then runs logits_dense
         _close(got, _ref(h, w, samp, sup, 1.0, up), 2e-6)
 
 
