@@ -6,7 +6,8 @@ Each checks (1) the helper's log-probs and entropies equal the fp64 dense refere
 `logit[s] - logsumexp(logit[row])` (kernels/reference.py) on the same hidden states, and (2)
 packed == each sequence alone: the sequence run alone through the model, scored in plain
 torch with no packtool (the logits at j against token j+1 over token j+1's row), gives the
-same values and, summed, the same gradients of every model parameter. A planted off-by-one
+same values and, summed, the same gradients of every model parameter; and (3) on a CP=2 rank the
+helper scores the rank's positions as the unsharded batch does. A planted off-by-one
 (the token-aligned rows instead of the target-aligned ones) is caught by the same check.
 """
 from __future__ import annotations
@@ -83,11 +84,11 @@ def gpt():
     return build_gpt(GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=VOCAB), seed=5)
 
 
-def _thd(seqs, alignment):
+def _thd(seqs, alignment, **kw):
     from packtool.online.thd import thd_batch
     return thd_batch([torch.as_tensor(s[0]) for s in seqs], alignment,
                      [torch.as_tensor(s[1]) for s in seqs],
-                     side={"support": [torch.as_tensor(s[2]) for s in seqs]})
+                     side={"support": [torch.as_tensor(s[2]) for s in seqs]}, **kw)
 
 
 @pytest.mark.parametrize("impl", ["torch", "dense"])
@@ -222,3 +223,32 @@ def test_hf_planted_off_by_one_is_caught(llama):
     batch["shift_support"] = batch["support"]  # token-aligned rows: the wrong pairing
     with torch.no_grad(), pytest.raises(ValueError, match="not among its support row"):
         support_logprobs_hf(batch, _hf_hidden(llama, batch), llama.lm_head.weight, temperature=TEMP)
+
+
+def test_thd_cp2_ranks_score_their_share_of_the_unsharded_batch():
+    """On each CP rank (zigzag shard) the helper gives the values the CP=1 batch has at the same
+    positions: hidden states are a fixed function of (segment, position), as a model's would be."""
+    pytest.importorskip("megatron.core")
+    from packtool.align import Alignment
+    seqs = _rollouts(seed=6, lens=(11, 26, 7, 19))
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(VOCAB, 16, generator=g)
+    table = torch.randn(8, 64, 16, generator=g)  # [segment, position, H]
+
+    def score(b):
+        h = table[b.segment[0], b.position_ids[0]]
+        lp, ent, valid = support_logprobs_thd(b, h[:, None], W, temperature=TEMP, entropy=True)
+        keys = (b.segment[0] * 64 + b.position_ids[0]).tolist()
+        return {k: (a, e, v) for k, a, e, v in zip(keys, lp[0].tolist(), ent[0].tolist(), valid[0].tolist())}
+
+    align = Alignment(cp=2, capacity=256)
+    full = score(_thd(seqs, align, cp_size=1))
+    seen = {}
+    for r in (0, 1):
+        part = score(_thd(seqs, align, cp_rank=r))
+        assert not set(part) & set(seen)
+        seen.update(part)
+    assert seen.keys() == full.keys() and sum(v for _, _, v in full.values()) > 20
+    for k, (a, e, v) in full.items():
+        assert seen[k][2] == v and seen[k][0] == pytest.approx(a, rel=1e-6, abs=1e-6)
+        assert seen[k][1] == pytest.approx(e, rel=1e-6, abs=1e-6)
