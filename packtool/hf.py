@@ -167,6 +167,9 @@ class SlabDataset(Dataset):
         import datasets
         if streaming:
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
+        from packtool.slabs.check import check_checksum
+        for i in range(len(self.manifest.shards)):  # `datasets` reads every byte: hash them first
+            check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
         _fsspec_can_read(self.path)
         full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)

@@ -425,3 +425,15 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
         assert kind == "refused", f"train used the damaged output ({corruption}) that the dataset refuses"
     elif kind == "ok":  # harmless: what it hands on is exactly the clean output's
         assert got == results[consumer, "clean"][1], f"{consumer} used the damaged output ({corruption}) without a word"
+
+
+@pytest.mark.parametrize("corruption", [c for c in CORRUPTIONS if c.startswith("lie:")])
+def test_verify_says_a_lying_manifest_in_one_problem_with_exit_1(corpus, corruption):
+    """verify lists problems (exit 1) where the consumers stop (exit 2): never an internal error,
+    a RecursionError or an allocation sized by the lie."""
+    from packtool.cli.app import app
+    get, _ = corpus
+    r = CliRunner().invoke(app, ["verify", get(corruption), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    d = json.loads(r.output)
+    assert not d["ok"] and set(d["counts"]) <= {"manifest", "manifest_stats", "shard_counts", "token_id_range"}, d
