@@ -179,29 +179,41 @@ BAD = ("a pad position does not hold pad_id", "loss on a pad position", "loss on
 @nb.njit(cache=True)
 def _token_pass(ids, mask, id_off, cu, seg_off, seq_lens, pad_id, vocab, n_loss):  # pragma: no cover
     """First broken token rule: (code, row, position) or (-1, -1, -1). Rows' structure is
-    already checked: cu (one run of n_seg+1 per row) tiles each row's tokens."""
+    already checked: cu (one run of n_seg+1 per row) tiles each row's tokens. Real tokens and
+    pads are separate branch-free runs (this is the per-token cost of reading a slab)."""
+    top = vocab if vocab > 0 else 2147483647
     for r in range(id_off.size - 1):
         base = id_off[r]
         total = 0
         for k in range(seg_off[r], seg_off[r + 1]):
-            start = cu[k + r]
-            end = cu[k + r + 1]
-            real = seq_lens[k]
-            for p in range(start, end):
-                t = ids[base + p]
-                m = mask[base + p]
+            start = base + cu[k + r]
+            mid = start + seq_lens[k]
+            end = base + cu[k + r + 1]
+            if mid > start and mask[start] != 0:
+                return 2, r, start - base
+            bad_m = 0
+            bad_t = 0
+            for p in range(start, mid):
+                m = mask[p]
+                t = ids[p]
                 total += m
-                if m > 1:
-                    return 3, r, p
-                if t < 0 or (vocab > 0 and t >= vocab):
-                    return 4, r, p
-                if p - start >= real:
-                    if t != pad_id:
-                        return 0, r, p
-                    if m != 0:
-                        return 1, r, p
-                elif p == start and m != 0:
-                    return 2, r, p
+                bad_m |= m > 1
+                bad_t |= (t < 0) | (t >= top)
+            if bad_m or bad_t:
+                for p in range(start, mid):
+                    if mask[p] > 1:
+                        return 3, r, p - base
+                    if ids[p] < 0 or ids[p] >= top:
+                        return 4, r, p - base
+            bad_pad = 0
+            for p in range(mid, end):
+                bad_pad |= (ids[p] != pad_id) | (mask[p] != 0)
+            if bad_pad:
+                for p in range(mid, end):
+                    if ids[p] != pad_id:
+                        return 0, r, p - base
+                    if mask[p] != 0:
+                        return 1, r, p - base
         if total != n_loss[r]:
             return 5, r, -1
     return -1, -1, -1
