@@ -108,6 +108,29 @@ def child(mode: str, src: str, work: str, endpoint: str) -> dict:
                 tokens=res.summary.padding.real_tokens)
 
 
+def table(rows: list[dict]) -> str:
+    """Median (min-max) per size and mode."""
+    import statistics
+    out = ["| sequences | mode | runs | wall s (median, range) | bytes moved to/from the endpoint | requests (GET/PUT/POST/HEAD/DELETE) | requests per GB moved | peak RSS | load (1 min, before-after) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for size in sorted({r["size"] for r in rows}):
+        for mode in MODES:
+            rs = [r for r in rows if r["size"] == size and r["mode"] == mode]
+            if not rs:
+                continue
+            sec = [r["seconds"] for r in rs]
+            med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
+            req = {m: int(statistics.median(r["requests"].get(m, 0) for r in rs)) for m in ("GET", "PUT", "POST", "HEAD", "DELETE")}
+            per_gb = [r["requests_per_gb"] for r in rs if r["requests_per_gb"]]
+            out.append(f"| {size:,} | {mode} | {len(rs)} | {statistics.median(sec):.1f} ({min(sec):.1f}-{max(sec):.1f}) | "
+                       f"{med('bytes_moved') / 1e6:,.0f} MB | {'/'.join(str(v) for v in req.values())} | "
+                       f"{statistics.median(per_gb):.0f} | " if per_gb else
+                       f"| {size:,} | {mode} | {len(rs)} | {statistics.median(sec):.1f} ({min(sec):.1f}-{max(sec):.1f}) | "
+                       f"0 | 0 | - | ")
+            out[-1] += f"{med('peak_rss') / 2**20:,.0f} MiB | " + ", ".join(f"{r['load'][0]:.0f}-{r['load'][1]:.0f}" for r in rs) + " |"
+    return "\n".join(out)
+
+
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -119,7 +142,11 @@ def main() -> None:
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "packtool_bench_storage"))
     ap.add_argument("--log")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--table", help="print BENCHMARKS.md's table from a --log file")
     a = ap.parse_args()
+    if a.table:
+        print(table([json.loads(line) for line in open(a.table)]))
+        return
     if a.child:
         print(json.dumps(child(*a.child)))
         return
