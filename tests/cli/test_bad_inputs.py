@@ -374,8 +374,9 @@ def test_train_damaged_manifest(tmp_path, damaged, case):
 
 
 @pytest.mark.parametrize("damage,inspect_needle,verify_check", [
-    ("garbage", "cannot be read as a slab shard", "shard_unreadable"),
-    ("truncate", "cannot be read as a slab shard", "shard_unreadable"),
+    # refused at open by its size (slabs/check), before any read of the bytes
+    ("garbage", "the manifest says", "shard_unreadable"),
+    ("truncate", "the manifest says", "shard_unreadable"),
     ("folder", "missing", "shard_missing"),
     ("remove", "missing", "shard_missing"),
 ])

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHILD = r"""
 import sys, time
 from packtool.engines.ray_engine import init_ray
-from packtool.output import claim_output
+from packtool.output.folder import claim_output
 with claim_output(sys.argv[1]):
     init_ray(num_cpus=1)
     import ray

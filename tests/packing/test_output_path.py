@@ -59,7 +59,7 @@ def test_error_hierarchy():
     for cls in (FormatError, AlignmentError, PlanError, InspectError, OutputExistsError, PacktoolInputError):
         assert issubclass(cls, PacktoolError) and cls("x").exit_code == 2
     e = PacktoolInputError("bad\nvalue", path="a.jsonl", row=3, flag="--shape")
-    assert str(e) == "a.jsonl, row 3: bad value (see --shape)"
+    assert str(e) == "a.jsonl, row 3: bad value (see --shape) (rows count from 0)"
     assert e.to_dict()["error"] | {} == {"kind": "input", "type": "PacktoolInputError", "message": str(e),
                                          "path": "a.jsonl", "row": 3, "flag": "--shape", "exit_code": 2}
 
