@@ -75,6 +75,22 @@ def _assert_grads(a, b):
 
 # --- Megatron path ----------------------------------------------------------------------------
 
+def _assert_packed_is_alone(model, W, seqs, starts, lp, ent, valid, hidden_alone):
+    """Each sequence scored alone (`hidden_alone(ids, mask, rows)` -> [L, H]) equals its slice of
+    the packed scores, and a position-weighted sum of both has the same parameter gradients."""
+    coef = torch.linspace(0.5, 1.5, lp.shape[1])  # a different weight per position
+    packed_total = (lp[0] * coef).sum() + (ent[0] * coef).sum()
+    alone_total = 0.0
+    for (ids, mask, rows), st in zip(seqs, starts):
+        a_lp, a_ent, a_valid = _alone_reference(hidden_alone(ids, mask, rows), W, ids, mask, rows)
+        sl = slice(st, st + len(ids) - 1)
+        torch.testing.assert_close(lp[0, sl], a_lp, rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(ent[0, sl], a_ent, rtol=RTOL, atol=ATOL)
+        assert torch.equal(valid[0, sl], a_valid)
+        alone_total = alone_total + (a_lp * coef[sl]).sum() + (a_ent * coef[sl]).sum()
+    _assert_grads(_grads(model, packed_total), _grads(model, alone_total))
+
+
 @pytest.fixture(scope="module")
 def gpt():
     pytest.importorskip("megatron.core")
@@ -107,18 +123,9 @@ def test_thd_batch_scores_equal_the_fp64_reference_and_each_sequence_alone(gpt, 
     assert int(valid.sum()) == sum(int((s[2][1:, 0] >= 0).sum()) for s in seqs)
 
     starts = b.params.cu_seqlens_q_padded[:-1].tolist()
-    coef = torch.linspace(0.5, 1.5, lp.shape[1])  # a different weight per position
-    packed_total = (lp[0] * coef).sum() + (ent[0] * coef).sum()
-    alone_total = 0.0
-    for (ids, mask, rows), st in zip(seqs, starts):
-        ha = hidden_states(gpt, _thd([(ids, mask, rows)], Alignment(capacity=256)))[:, 0]
-        a_lp, a_ent, a_valid = _alone_reference(ha, W, ids, mask, rows)
-        sl = slice(st, st + len(ids) - 1)
-        torch.testing.assert_close(lp[0, sl], a_lp, rtol=RTOL, atol=ATOL)
-        torch.testing.assert_close(ent[0, sl], a_ent, rtol=RTOL, atol=ATOL)
-        assert torch.equal(valid[0, sl], a_valid)
-        alone_total = alone_total + (a_lp * coef[sl]).sum() + (a_ent * coef[sl]).sum()
-    _assert_grads(_grads(gpt, packed_total), _grads(gpt, alone_total))
+    _assert_packed_is_alone(gpt, W, seqs, starts, lp, ent, valid,
+                            lambda ids, mask, rows: hidden_states(gpt, _thd([(ids, mask, rows)],
+                                                                             Alignment(capacity=256)))[:, 0])
 
 
 def test_thd_planted_off_by_one_is_caught(gpt):
@@ -201,19 +208,10 @@ def test_hf_batch_scores_equal_the_fp64_reference_and_each_sequence_alone(llama,
 
     pos = batch["position_ids"][0]
     starts = torch.nonzero(pos == 0).flatten().tolist()
-    coef = torch.linspace(0.5, 1.5, lp.shape[1])
-    packed_total = (lp[0] * coef).sum() + (ent[0] * coef).sum()
-    alone_total = 0.0
-    for (ids, mask, rows), st in zip(seqs, starts):
-        ha = llama(input_ids=torch.as_tensor(ids)[None], output_hidden_states=True).hidden_states[-1][0]
-        a_lp, a_ent, a_valid = _alone_reference(ha, W, ids, mask, rows)
-        sl = slice(st, st + len(ids) - 1)
-        torch.testing.assert_close(lp[0, sl], a_lp, rtol=RTOL, atol=ATOL)
-        torch.testing.assert_close(ent[0, sl], a_ent, rtol=RTOL, atol=ATOL)
-        assert torch.equal(valid[0, sl], a_valid)
-        alone_total = alone_total + (a_lp * coef[sl]).sum() + (a_ent * coef[sl]).sum()
     assert int(valid.sum()) == sum(int((s[2][1:, 0] >= 0).sum()) for s in seqs)
-    _assert_grads(_grads(llama, packed_total), _grads(llama, alone_total))
+    _assert_packed_is_alone(llama, W, seqs, starts, lp, ent, valid,
+                            lambda ids, mask, rows: llama(input_ids=torch.as_tensor(ids)[None],
+                                                          output_hidden_states=True).hidden_states[-1][0])
 
 
 def test_hf_planted_off_by_one_is_caught(llama):
