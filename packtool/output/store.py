@@ -35,11 +35,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from packtool.errors import PacktoolOutputError
-from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, FormatError, ShardInfo, shard_names
+from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX, FormatError, ShardInfo, shard_names
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 
-PENDING_PREFIX = ".packtool-pending-"
 SHOWN_FOREIGN = 3
 
 

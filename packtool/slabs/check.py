@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from packtool.layout import compute_layout
 from packtool.slabs.format import (
     LEGACY_MANIFEST,
+    PENDING_PREFIX,
     FormatError,
     SlabManifest,
     slab_schema,
@@ -87,7 +88,7 @@ def _in_flight(directory: str) -> set[str]:
     import json
     loc, names = locate(directory), set()
     for n in loc.names():
-        if n.startswith(".packtool-pending-"):
+        if n.startswith(PENDING_PREFIX):
             try:
                 names.update(x for x in json.loads(loc.join(n).read_bytes()).get("new", []) if isinstance(x, str))
             except (FileNotFoundError, ValueError, AttributeError):

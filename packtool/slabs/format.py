@@ -27,6 +27,8 @@ from packtool.side import SideColumn, check_side_columns, side_columns_from_mani
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
+# an object-store run's intent (output/store.py): the shards it names are in flight, not strays
+PENDING_PREFIX = ".packtool-pending-"
 FORMAT_NAME = "packtool-slabs"
 _SHARD_NAME = re.compile(r"^slabs-\d{5,}\.parquet$")
 
