@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from packtool.cli.failure import EXIT_INTERRUPTED, click_exceptions, fail, guarded, interrupted, reset, set_debug, stdout_console, usage_error
+from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, fail, guarded, interrupted, reader_left,
+                                  reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
 
 
@@ -26,9 +27,13 @@ class _Commands(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         json_out = "--json" in argv
         reset()
+        # typer prints --help through consoles of its own: they end a closed pipe as ours do
+        Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
+        except ReaderLeft:  # `packtool pack --help | head`: the reader left; SIGPIPE's status
+            code = reader_left()
         except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
             print(e.ctx.get_help())
             code = e.exit_code

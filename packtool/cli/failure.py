@@ -36,12 +36,17 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopp
 EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
 
 
+class ReaderLeft(BrokenPipeError):
+    """A rich console lost stdout's reader. No errno on purpose: typer turns an EPIPE OSError
+    into exit 1 (verify's "problems found"), and this one must reach `reader_left` instead."""
+
+
 class _StdoutConsole(Console):
     """rich's Console ends a broken pipe with exit 1 (verify's "problems found"); hand it to
     `guarded` instead, which knows `| head` from a failure."""
 
     def on_broken_pipe(self) -> None:
-        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        raise ReaderLeft("Broken pipe")
 
 
 def stdout_console() -> Console:
@@ -59,6 +64,12 @@ def _stdout_gone() -> bool:
         return any(ev & select.POLLERR for _, ev in p.poll(0))
     except (OSError, ValueError, AttributeError):  # not a real file (tests), or no poll
         return False
+
+
+def reader_left() -> int:
+    """stdout's reader closed the pipe (`| head`): not an error of ours, SIGPIPE's status."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
+    return EXIT_PIPE
 
 
 def reset() -> None:
@@ -132,8 +143,7 @@ def guarded(fn):
         except BrokenPipeError as e:  # `packtool ... | head`: the reader left; not an error of ours
             if not _stdout_gone():
                 raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
-            raise typer.Exit(EXIT_PIPE) from None
+            raise typer.Exit(reader_left()) from None
         except KeyboardInterrupt:  # the bars are transient: without a line Ctrl-C ends in silence
             raise typer.Exit(interrupted(bool(kwargs.get("json_out")))) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends

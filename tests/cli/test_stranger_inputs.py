@@ -165,10 +165,14 @@ def test_inspect_html_path_refused_before_any_work(tmp_path, monkeypatch, where,
     assert runner.invoke(app, ["verify", "out"]).exit_code == 0
 
 
-@pytest.mark.parametrize("args", [["plan", "--json"], ["inspect"], ["inspect", "--json"]])
+_LENGTHS = ["--lengths", "{lengths}", "-C", "4096"]
+
+
+@pytest.mark.parametrize("args", [["plan", *_LENGTHS, "--json"], ["inspect", *_LENGTHS], ["inspect", *_LENGTHS, "--json"],
+                                  ["pack", "--help"], ["verify", "--help"], []])
 def test_stdout_closed_by_its_reader_is_quiet(tmp_path, args):
-    """`packtool ... | head`: exit 141 (SIGPIPE's status), no `error: Broken pipe`, and never
-    exit 1, which `verify` means as "problems found"."""
+    """`packtool ... | head` (a command's tables or typer's help): exit 141 (SIGPIPE's status),
+    no `error: Broken pipe`, and never exit 1, which `verify` means as "problems found"."""
     import os
     import subprocess
     import sys
@@ -178,8 +182,8 @@ def test_stdout_closed_by_its_reader_is_quiet(tmp_path, args):
     np.save(lengths, np.random.default_rng(2).integers(10, 3000, 200))
     r, w = os.pipe()
     os.close(r)  # the reader is gone before the first byte is written
-    p = subprocess.run([sys.executable, "-m", "packtool.cli", *args[:1], "--lengths", str(lengths), "-C", "4096",
-                        *args[1:]], stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "packtool.cli", *(a.format(lengths=lengths) for a in args)],
+                       stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
     os.close(w)
     assert p.returncode == 141, p.stderr
     assert "error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
