@@ -1,10 +1,16 @@
-"""Where the deterministic dW of the support gather path spends its time (kernels/support_kernels.py),
-against the atomic one: the sort of the (token, candidate) pairs by weight row alone, the whole
-deterministic dW (sort, piece bookkeeping with its host sync, the segment-sum launches), and the
-atomic kernel; N 16k, H 4096, V 151,936, bf16 hidden, supports as bench/support_logprob.py makes
-them. Interleaved rounds, median and min-max of the per-round medians.
+"""Where the time of two support_logprob goals goes (kernels/support_kernels.py,
+kernels/support_logprob.py), on a GPU; N 16k, H 4096, V 151,936, bf16, supports as
+bench/support_logprob.py makes them. Interleaved rounds, median and min-max of per-round medians.
 
-    python bench/support_det_profile.py --out OUT/det_profile.json
+  det  the deterministic dW against the atomic one: the pair sort alone (`sorted_pairs`), the whole
+       deterministic dW at each --light-max (ids over it go to the heavy launch), the atomic dW;
+       fwd+bwd of impl='gather' with either mode; bitwise equality of two deterministic runs and
+       their relative L2 to the atomic dW
+  fwd  forward alone at large K (spread candidates), piece by piece: the support checks, the row
+       sort inside them, the dense path's logits and statistics, impl='dense' / 'auto' whole,
+       the full-vocab fused log-prob
+
+    python bench/support_det_profile.py --parts det,fwd --out OUT/det_profile.json
 """
 
 from __future__ import annotations
@@ -19,8 +25,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.support_logprob import make_support  # noqa: E402
+from bench.support_logprob import inputs, make_support, methods  # noqa: E402
 from kernels import support_kernels as SK  # noqa: E402
+from kernels import support_logprob as SL  # noqa: E402
+from kernels.support_check import check_support  # noqa: E402
+
+N, HDIM, V = 16384, 4096, 151936
 
 
 def _ms(fn, reps):
@@ -37,40 +47,116 @@ def _ms(fn, reps):
     return sorted(out)[len(out) // 2]
 
 
+def _rounds(parts, rounds, reps, head):
+    res = {m: [] for m in parts}
+    for _ in range(rounds):
+        for m, fn in parts.items():
+            res[m].append(_ms(fn, reps))
+    rows = []
+    for m, t in res.items():
+        t = sorted(t)
+        r = dict(head, part=m, ms=t[len(t) // 2], min_max=[t[0], t[-1]])
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    return rows
+
+
+def _det_with(light_max, fn):
+    def run():
+        old = SK.LIGHT_MAX
+        SK.LIGHT_MAX = light_max
+        try:
+            return fn()
+        finally:
+            SK.LIGHT_MAX = old
+    return run
+
+
+def det(ks, light_maxes, rounds, reps):
+    rows = []
+    for k in ks:
+        g = torch.Generator(device="cuda").manual_seed(k)
+        h = torch.randn(N, HDIM, generator=g, device="cuda").bfloat16()
+        _, sup = make_support(N, V, k, g)
+        local = sup.contiguous()
+        grad = torch.randn(N, k, generator=g, device="cuda")
+        dw = torch.zeros(V, HDIM, device="cuda")
+        runs = []
+        for _ in range(2):
+            d = torch.zeros(V, HDIM, device="cuda")
+            SK.grad_weight_sorted_(d, grad, h, local)
+            runs.append(d)
+        d = torch.zeros(V, HDIM, device="cuda")
+        SK.grad_weight_triton_(d, grad, h, local, False, True)
+        check = {"K": k, "bitwise_equal_runs": bool(torch.equal(runs[0], runs[1])),
+                 "rel_l2_vs_atomic": ((runs[0] - d).norm() / d.norm()).item()}
+        print(json.dumps(check), flush=True)
+        rows.append(check)
+        del runs, d
+        parts = {"sort_only": lambda: SK.sorted_pairs(local, V)}
+        for lm in light_maxes:
+            parts[f"det_light{lm}"] = _det_with(lm, lambda: SK.grad_weight_sorted_(dw, grad, h, local))
+        parts["atomic"] = lambda: SK.grad_weight_triton_(dw, grad, h, local, False, True)
+        rows += _rounds(parts, rounds, reps, {"K": k, "what": "dW alone"})
+        del h, dw, grad
+        hh, w, samp, sup2, up = inputs(N, HDIM, V, k)
+        fns = methods(hh, w, samp, sup2, up, ["gather", "gather_det"])
+
+        def step(fn):
+            def run():
+                hh.grad = w.grad = None
+                fn(True)
+            return run
+        rows += _rounds({m: step(f) for m, f in fns.items()}, rounds, reps, {"K": k, "what": "fwd+bwd"})
+        del hh, w, fns
+        torch.cuda.empty_cache()
+    return rows
+
+
+def fwd(ks, rounds, reps):
+    rows = []
+    for k in ks:
+        h, w, samp, sup, up = inputs(N, HDIM, V, k)
+        fns = methods(h, w, samp, sup, up, ["dense", "auto", "full_fused"])
+        rows_ = check_support(samp, sup, V, 0, V)
+        hd = h.detach()
+        z = SL.support_torch.logits_dense(hd, w.detach(), rows_.local, 1 / 0.9)
+        parts = {
+            "check_support": lambda: check_support(samp, sup, V, 0, V),
+            "row_sort_only": lambda: sup.sort(dim=1),
+            "logits_dense": lambda: SL.support_torch.logits_dense(hd, w.detach(), rows_.local, 1 / 0.9),
+            "stats_merge": lambda: SL._merge(*SL._stats(z, rows_.pos), None),
+        }
+        if hasattr(SL.support_torch, "dense_forward"):
+            parts["dense_forward_fused_stats"] = lambda: SL.support_torch.dense_forward(
+                hd, w.detach(), rows_, 1 / 0.9, False)
+        for m, f in fns.items():
+            parts["whole_" + m] = (lambda f=f: f(False))
+        with torch.no_grad():
+            rows += _rounds(parts, rounds, reps, {"K": k, "what": "forward, no grad"})
+        del h, w, fns, z
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default="det,fwd")
     ap.add_argument("--ks", default="2,20,64")
+    ap.add_argument("--fwd-ks", default="2048,4096")
+    ap.add_argument("--light-max", default="64,512")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
-    n, hdim, v = 16384, 4096, 151936
-    rows = []
-    for k in (int(x) for x in a.ks.split(",")):
-        g = torch.Generator(device="cuda").manual_seed(k)
-        h = torch.randn(n, hdim, generator=g, device="cuda").bfloat16()
-        _, sup = make_support(n, v, k, g)
-        local = sup.contiguous()
-        grad = torch.randn(n, k, generator=g, device="cuda")
-        dw = torch.zeros(v, hdim, device="cuda")
-        parts = {"sort_only": lambda: SK.sorted_pairs(local),
-                 "det_total": lambda: SK.grad_weight_sorted_(dw, grad, h, local),
-                 "atomic": lambda: SK.grad_weight_triton_(dw, grad, h, local, False, True)}
-        res = {m: [] for m in parts}
-        for _ in range(a.rounds):
-            for m, fn in parts.items():
-                res[m].append(_ms(fn, a.reps))
-        for m, t in res.items():
-            t = sorted(t)
-            r = {"K": k, "part": m, "ms": t[len(t) // 2], "min_max": [t[0], t[-1]]}
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-        del h, dw
-        torch.cuda.empty_cache()
-    with open(a.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
-                   "rows": rows}, f, indent=1)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
+    for part in a.parts.split(","):
+        res[part] = (det(ints(a.ks), ints(a.light_max), a.rounds, a.reps) if part == "det"
+                     else fwd(ints(a.fwd_ks), a.rounds, a.reps))
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ Nothing of size [N, V] or [N, K, H] is formed: each program streams W's rows thr
 The hidden row is cast to the weight's dtype first, as the output layer's matmul would, and every
 product is accumulated in fp32. dW has two modes: `atomic` (fp32 atomics, order not fixed) and
 `sorted` (pairs sorted by id, each id's pairs summed in a fixed order by one program per
-piece of at most PIECE_PAIRS pairs and H block, pieces then summed in order: bitwise
-reproducible run to run). No autotuning: a fixed launch keeps `sorted` reproducible.
+id and H block, with no host sync: bitwise reproducible run to run). No autotuning: a fixed launch keeps `sorted` reproducible.
 """
 
 from __future__ import annotations
@@ -23,13 +22,18 @@ from kernels._triton import check_device, interpreting
 
 BLOCK_K = 16  # candidates per tile (tl.sum needs no 16-minimum, but 16 fills a warp's rows)
 BLOCK_H = 128
-# sorted dW: pairs summed per loop step, and the H block of one program. Most ids have a few
-# pairs: a narrow, wide tile keeps the programs few (32 x 128 tiles were 2.6x the atomic dW's
+# sorted dW, light launch: pairs summed per loop step and the H block of one program. Most ids have
+# a few pairs: a narrow, wide tile keeps the programs few (32 x 128 tiles were 2.6x the atomic dW's
 # time at K = 64 on the H200, mostly masked lanes of one-iteration programs)
 BLOCK_J = 8
 SEG_BLOCK_H = 512
-PIECE_PAIRS = 256  # sorted dW: most pairs one program sums serially (a hot id's are split)
-PARTIAL_BYTES = 256 * 2**20  # sorted dW: the partial rows of split ids stay under this
+# ids with more pairs than LIGHT_MAX (hot ids) go to the heavy launch: a taller, narrower tile, so
+# one id's serial loop takes fewer, fuller steps and its H blocks spread over more programs;
+# HEAVY_PROGRAMS bounds that grid (its programs stride over the listed ids)
+LIGHT_MAX = 512
+HEAVY_BLOCK_J = 32
+HEAVY_BLOCK_H = 128
+HEAVY_PROGRAMS = 256
 
 
 def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K,
@@ -88,53 +92,75 @@ def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
 
-def _segment_sum_kernel(g_ptr, src_ptr, pair_ptr, start_ptr, stop_ptr, dst_row_ptr, dst_ptr,
-                        stride_src, K, H: tl.constexpr, DIRECT: tl.constexpr, MAX_SEG: tl.constexpr,
-                        BLOCK_J: tl.constexpr, BLOCK_H: tl.constexpr):
-    """dst[dst_row[i]] += sum over j in [start[i], stop[i]) of coef_j * src[row_j], in order of j.
+def _segment_sum_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heavy_ptr, dw_ptr,
+                        stride_h, K, V, n_pairs, n_items, H: tl.constexpr, HEAVY: tl.constexpr,
+                        LIGHT_MAX: tl.constexpr, STATIC: tl.constexpr, BLOCK_J: tl.constexpr,
+                        BLOCK_H: tl.constexpr):
+    """dW[id] += sum of g[pair] * h[pair // K] over the pairs of one id's segment, in sorted order.
 
-    DIRECT: row_j = j, coef 1 (summing partial rows); else pair_j = pair[j], coef = g[pair_j] and
-    row_j = pair_j // K (the token of that (token, candidate) pair). Each item's sum runs in a
-    fixed order with a fixed launch: the result is the same bits every run.
+    Segment i is [starts[i], starts[i + 1]) of the pairs sorted by id (key V: padding). Light
+    launch (HEAVY False): program i sums segment i if it holds at most LIGHT_MAX pairs, and lists
+    a longer one in heavy_ptr (slots taken with an atomic: the list's order varies, what each
+    segment sums does not). Heavy launch: programs stride over that list with narrower H blocks.
+    Programs past the device-side counts sum nothing: no host sync sizes either grid. One
+    program owns each (id, H block) and sums its pairs in a fixed order: the same bits every run.
+    STATIC > 0 (interpreter, whose range() cannot take a loaded scalar in triton 3.6): a static
+    trip count of STATIC pairs, the same body masked.
     """
-    item = tl.program_id(0)
+    pid = tl.program_id(0)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
-    start = tl.load(start_ptr + item)
-    stop = tl.load(stop_ptr + item)
-    acc = tl.zeros([BLOCK_J, BLOCK_H], dtype=tl.float32)
-    # MAX_SEG > 0 (interpreter): a static trip count, since the interpreter's range() cannot take
-    # loaded scalars; on a GPU the loop runs over this item's own length
-    if MAX_SEG > 0:
-        for j0 in range(0, MAX_SEG, BLOCK_J):
-            js = start + j0 + tl.arange(0, BLOCK_J)
-            jm = js < stop
-            if DIRECT:
-                coef = tl.where(jm, 1.0, 0.0)
-                row = js.to(tl.int64)
-            else:
-                pair = tl.load(pair_ptr + js, mask=jm, other=0)
-                coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
-                row = (pair // K).to(tl.int64)
-            x = tl.load(src_ptr + row[:, None] * stride_src + ho[None, :],
-                        mask=jm[:, None] & hm[None, :], other=0.0)
-            acc += coef[:, None] * x.to(tl.float32)
+    if HEAVY:
+        n_items = tl.load(n_heavy_ptr)
+    if STATIC > 0:  # one item per program: the grid covers them all
+        i_lo = 0
+        i_hi = 1
+        i_step = 1
+        i_base = pid
     else:
-        for j0 in range(start, stop, BLOCK_J):
-            js = j0 + tl.arange(0, BLOCK_J)
+        i_lo = pid
+        i_hi = n_items
+        i_step = tl.num_programs(0)
+        i_base = 0
+    for it in range(i_lo, i_hi, i_step):
+        item = i_base + it
+        live = item < n_items
+        if HEAVY:
+            seg = tl.load(heavy_ptr + item, mask=live, other=0)
+        else:
+            seg = item
+        start = tl.load(starts_ptr + seg, mask=live, other=n_pairs)
+        stop = tl.load(starts_ptr + seg + 1, mask=live, other=n_pairs)
+        vid = tl.load(key_ptr + start, mask=start < n_pairs, other=V)
+        n_own = tl.where(vid < V, stop - start, 0)  # the padding key's pairs: none summed
+        if HEAVY:
+            run = n_own > 0
+        else:
+            run = (n_own > 0) & (n_own <= LIGHT_MAX)
+            listed = n_own > tl.where(tl.program_id(1) == 0, LIGHT_MAX, n_pairs)
+            slot = tl.atomic_add(n_heavy_ptr, 1, mask=listed)
+            tl.store(heavy_ptr + slot, seg, mask=listed)
+        stop = tl.where(run, stop, start)
+        if STATIC > 0:
+            j_lo = 0
+            j_hi = STATIC
+            j_base = start
+        else:
+            j_lo = start
+            j_hi = stop
+            j_base = 0
+        acc = tl.zeros([BLOCK_J, BLOCK_H], dtype=tl.float32)
+        for j0 in range(j_lo, j_hi, BLOCK_J):
+            js = j_base + j0 + tl.arange(0, BLOCK_J)
             jm = js < stop
-            if DIRECT:
-                coef = tl.where(jm, 1.0, 0.0)
-                row = js.to(tl.int64)
-            else:
-                pair = tl.load(pair_ptr + js, mask=jm, other=0)
-                coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
-                row = (pair // K).to(tl.int64)
-            x = tl.load(src_ptr + row[:, None] * stride_src + ho[None, :],
+            pair = tl.load(perm_ptr + js, mask=jm, other=0)
+            coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
+            x = tl.load(h_ptr + (pair // K).to(tl.int64)[:, None] * stride_h + ho[None, :],
                         mask=jm[:, None] & hm[None, :], other=0.0)
             acc += coef[:, None] * x.to(tl.float32)
-    dst = dst_ptr + tl.load(dst_row_ptr + item).to(tl.int64) * H + ho
-    tl.store(dst, tl.sum(acc, axis=0) + tl.load(dst, mask=hm, other=0.0), mask=hm)
+        dst = dw_ptr + vid.to(tl.int64) * H + ho
+        out = ho < tl.where(run, H, 0)  # hm & run (the interpreter mistypes a scalar bool's &)
+        tl.store(dst, tl.sum(acc, axis=0) + tl.load(dst, mask=out, other=0.0), mask=out)
 
 
 class _Lazy:
@@ -191,65 +217,48 @@ def grad_hidden_triton(g, weight, local, out_dtype) -> torch.Tensor:
     return dh
 
 
-def sorted_pairs(local: torch.Tensor):
-    """(pair index sorted by weight row, segment offsets, the row of each segment, counts), or None."""
+def sorted_pairs(local: torch.Tensor, v: int):
+    """(ids sorted, padding last as key v; the pair index of each; segment starts [S + 2]; S).
+
+    All on the device, no host sync: segment i is [starts[i], starts[i + 1]); S = min(v + 1, P)
+    bounds the segment count (the padding key v is one of them), and starts[i] = P past the last.
+    """
     flat = local.reshape(-1)
-    pairs = torch.nonzero(flat >= 0).squeeze(1)
-    if pairs.numel() == 0:
-        return None
-    ids, order = torch.sort(flat[pairs], stable=True)
-    uid, counts = torch.unique_consecutive(ids, return_counts=True)
-    seg = torch.zeros(uid.numel() + 1, dtype=torch.int64, device=local.device)
-    torch.cumsum(counts, 0, out=seg[1:])
-    return pairs[order], seg, uid, counts
-
-
-def _piece_len(n_pairs: int, h: int) -> int:
-    # partial rows <= 2 * pairs / piece: keep them under PARTIAL_BYTES
-    need = -(-8 * n_pairs * h // PARTIAL_BYTES)
-    return max(PIECE_PAIRS, triton.next_power_of_2(max(1, need)))
-
-
-def _segment_sum(g, src, pairs, start, stop, dst_rows, dst, k, direct, max_seg):
-    h = dst.shape[1]
-    if start.numel():
-        _SEGMENT_SUM[(start.numel(), triton.cdiv(h, SEG_BLOCK_H))](
-            g, src, pairs, start, stop, dst_rows, dst, src.stride(0), k, H=h, DIRECT=direct,
-            MAX_SEG=max(BLOCK_J, triton.next_power_of_2(max_seg)) if interpreting() else 0,
-            BLOCK_J=BLOCK_J, BLOCK_H=SEG_BLOCK_H, num_warps=4)
+    p, dev = flat.numel(), local.device
+    key = torch.where(flat >= 0, flat, torch.full_like(flat, v))
+    key, perm = torch.sort(key, stable=True)  # stable: one pair order, every run
+    new = torch.ones(p, dtype=torch.bool, device=dev)
+    torch.ne(key[1:], key[:-1], out=new[1:])
+    seg = torch.cumsum(new, 0, dtype=torch.int32)  # segment number (from 1) of each sorted pair
+    del new
+    n_seg = min(v + 1, p)
+    starts = torch.searchsorted(seg, torch.arange(1, n_seg + 2, dtype=torch.int32, device=dev),
+                                out_int32=True)
+    return key, perm, starts, n_seg
 
 
 def grad_weight_sorted_(dw32, g, hidden, local) -> None:
-    """The deterministic dW: pairs sorted by weight row; an id's pairs are summed in pieces of at
-    most `_piece_len` pairs (a hot id would otherwise be one long serial loop), the pieces of an
-    id that has several are written to partial rows and summed in order by a second launch."""
-    sp = sorted_pairs(local)
-    if sp is None:
-        return
-    pairs, seg, uid, counts = sp
-    k = local.shape[1]
-    piece = _piece_len(int(pairs.numel()), hidden.shape[1])
-    n_pieces = (counts + piece - 1) // piece
-    first = torch.cumsum(n_pieces, 0) - n_pieces
-    multi_id = n_pieces > 1
-    slot_first = torch.cumsum(torch.where(multi_id, n_pieces, 0), 0) - torch.where(multi_id, n_pieces, 0)
-    total, n_slots, most, longest = torch.stack([
-        n_pieces.sum(), torch.where(multi_id, n_pieces, 0).sum(), n_pieces.max(), counts.max()]).tolist()
-    owner = torch.repeat_interleave(torch.arange(uid.numel(), device=local.device), n_pieces,
-                                    output_size=total)
-    start = seg[owner] + (torch.arange(total, device=local.device) - first[owner]) * piece
-    stop = torch.minimum(start + piece, seg[owner + 1])
-    multi = multi_id[owner]
-    one = ~multi
-    piece_max = min(piece, longest)  # the interpreter's static trip count
-    _segment_sum(g, hidden, pairs, start[one], stop[one], uid[owner[one]], dw32, k, False, piece_max)
-    if n_slots:
-        partial = torch.zeros(n_slots, hidden.shape[1], dtype=torch.float32, device=local.device)
-        slots = torch.arange(n_slots, device=local.device)
-        _segment_sum(g, hidden, pairs, start[multi], stop[multi], slots, partial, k, False, piece_max)
-        mid = torch.nonzero(multi_id).squeeze(1)
-        s0 = slot_first[mid]
-        _segment_sum(g, partial, pairs, s0, s0 + n_pieces[mid], uid[mid], dw32, k, True, most)
+    """The deterministic dW: (token, candidate) pairs sorted by weight row (one radix sort), each
+    id's segment found with a cumsum and a search, then one light segment-sum launch over an upper
+    bound of the segment count and one heavy launch over the ids it listed as longer than
+    LIGHT_MAX pairs. No host sync; each (id, H block) is summed by one program in sorted order."""
+    n, k = local.shape
+    p, v, h = n * k, dw32.shape[0], hidden.shape[1]
+    key, perm, starts, n_seg = sorted_pairs(local, v)
+    n_heavy = torch.zeros(1, dtype=torch.int32, device=local.device)
+    heavy = torch.empty(p // (LIGHT_MAX + 1) + 1, dtype=torch.int32, device=local.device)
+    # the interpreter's static trip count: the longest segment (a host sync, there only)
+    longest = int((starts[1:] - starts[:-1]).max()) if interpreting() else 0
+    common = (g, hidden, key, perm, starts, heavy, n_heavy, dw32, hidden.stride(0), k, v, p)
+    _SEGMENT_SUM[(n_seg, triton.cdiv(h, SEG_BLOCK_H))](
+        *common, n_seg, H=h, HEAVY=False, LIGHT_MAX=LIGHT_MAX,
+        STATIC=triton.next_power_of_2(min(LIGHT_MAX, longest)) if longest else 0,
+        BLOCK_J=BLOCK_J, BLOCK_H=SEG_BLOCK_H, num_warps=4)
+    slots = heavy.numel() if longest else min(heavy.numel(), HEAVY_PROGRAMS)
+    _SEGMENT_SUM[(slots, triton.cdiv(h, HEAVY_BLOCK_H))](
+        *common, 0, H=h, HEAVY=True, LIGHT_MAX=LIGHT_MAX,
+        STATIC=triton.next_power_of_2(longest) if longest else 0,
+        BLOCK_J=HEAVY_BLOCK_J, BLOCK_H=HEAVY_BLOCK_H, num_warps=4)
 
 
 def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate: bool) -> None:
