@@ -64,7 +64,7 @@ Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint o
 Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", "--no-progress", help="No progress bar (pack's spelling works too).")]
 # Tokenization flags, shared by `pack` and `verify --source`.
 Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
 ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml, llama3, mistral, none or a FILE.jinja (default: the folder's).")]
@@ -164,7 +164,7 @@ def pack(
     fixed_length: FixedLength = None, convention: Convention = "packtool",
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     json_out: JsonOut = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars on stderr (tokenizing, writing).")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", " /-q", help="Progress bars on stderr (tokenizing, writing); -q = --no-progress.")] = True,
     shard_tokens: Annotated[int, typer.Option("--shard-tokens", help="About this many tokens per Parquet shard file (default 67108864); shards end on whole slabs, in multiples of 4 above 4Mi tokens.")] = 64 << 20,
     workers: Annotated[Optional[int], typer.Option("--workers", help="Shard-writer threads (default: one per core; 1 keeps memory lowest).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="local|ray: ray reads, tokenizes and writes on a Ray cluster (extra: packtool\\[ray]).")] = "local",

@@ -6,6 +6,9 @@ with the capacity rather than with the data:
     (`PLAN_BYTES_PER_C`, measured: 5.2 GB peak at -C 100000000 on 597 tokens);
   - each shard-writer thread holds at least one whole slab while it encodes
     (`WRITE_BYTES_PER_TOKEN`: ids, mask and their Arrow/Parquet copies).
+Memory that grows with a capacity against the data: `--overflow split` cuts a row into
+length / C chunks, each a planned segment (`PLAN_BYTES_PER_SEGMENT`, measured: 4.96 GB peak
+for one 300M-token row at -C 16, 18.75M chunks, against 0.68 GB for 1.9M).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from packtool.errors import PacktoolConfigError
 
 PLAN_BYTES_PER_C = 56
 WRITE_BYTES_PER_TOKEN = 16
+PLAN_BYTES_PER_SEGMENT = 256
 SHARE = 0.5  # of the memory available now: the rest is for the data, the cache and others
 
 
@@ -56,4 +60,17 @@ def check_capacity(a: Alignment, *, sharded: bool = False, writers: int = 0) -> 
                     + (" or --plan-shard-rows 0 (a global plan's tables grow with the rows)" if sharded else ""))
 
 
-__all__ = ["available_bytes", "check_capacity"]
+def check_split(n_segments: int, capacity: int, longest: int) -> None:
+    """Refuse a split whose chunks (one planned segment each) need more than half the memory
+    available: a typo'd -C or length must not swap the machine before its one line."""
+    need = PLAN_BYTES_PER_SEGMENT * n_segments
+    have = available_bytes()
+    if have is None or need <= SHARE * have:
+        return
+    raise PacktoolConfigError(f"-C {capacity}: --overflow split cuts the rows into {n_segments:,} chunks (the "
+                              f"longest row has {longest:,} tokens), about {_gb(need)} of plan tables, over "
+                              f"half the {_gb(have)} this machine has available; give a larger -C or "
+                              f"--overflow truncate|singleton")
+
+
+__all__ = ["available_bytes", "check_capacity", "check_split"]

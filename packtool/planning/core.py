@@ -175,6 +175,8 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         return Segments(idx, zeros, new, zeros.astype(np.int32), np.zeros(lengths.size, bool)), st
     # split: chunks of U tokens (U is a multiple of s); each boundary loses one target
     n_chunks = np.where(over, -(-lengths // U), 1)
+    from packtool.planning.bounds import check_split
+    check_split(int(n_chunks.sum()), align.capacity, int(lengths.max()))
     row = np.repeat(np.arange(lengths.size), n_chunks)
     first = np.concatenate(([0], np.cumsum(n_chunks)[:-1]))
     chunk = (np.arange(row.size) - np.repeat(first, n_chunks)).astype(np.int32)

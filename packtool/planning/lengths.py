@@ -51,8 +51,11 @@ def _npy(path: str, column: str | None) -> np.ndarray:
 def _text(path: str, column: str | None) -> np.ndarray:
     if column:
         raise PlanError(f"{path}: a .txt file is one length per line, no columns; drop --column")
+    import warnings
     try:
-        arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
+        with warnings.catch_warnings():  # an empty file is _check's one line, not numpy's warning first
+            warnings.simplefilter("ignore", UserWarning)
+            arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
     except ValueError as e:
         raise PlanError(f"{path}: a .txt file holds one integer length per line ({e}); "
                         f"for columns use .csv with a header") from None

@@ -132,3 +132,12 @@ def test_a_hub_name_without_network_asks_the_local_cache_only(monkeypatch, reach
         hf.load_dataset("nobody/nothing-here", None, None)
     assert seen == ([("1", True)] if not reachable else [(None, before)])
     assert "HF_HUB_OFFLINE" not in os.environ and datasets.config.HF_HUB_OFFLINE == before
+
+
+@pytest.mark.parametrize("flag", ["-q", "--no-progress"])
+def test_every_command_with_a_bar_takes_both_spellings_of_no_progress(proj, flag):
+    """A script that passes one spelling to every command must not hit a usage error on one."""
+    pack("a.jsonl", "-o", "out", flag)
+    for args in (["verify", "out"], ["inspect", "out"], ["verify", "out", "--source", "a.jsonl"]):
+        r = runner.invoke(app, [*args, flag, "--cache-dir", "cache"] if "--source" in args else [*args, flag])
+        assert r.exit_code == 0, (args, r.stdout + r.stderr)

@@ -73,6 +73,24 @@ def test_a_size_that_fits_is_not_refused(monkeypatch):
     bounds.check_capacity(Alignment(capacity=100_000_000), sharded=True, writers=2)
 
 
+@pytest.mark.parametrize("cmd", ["plan", "inspect"])
+def test_a_split_into_more_chunks_than_fit_is_refused_before_allocating(proj, monkeypatch, cmd):
+    """One 3e9-token row at -C 16 is 187.5M chunks (~48 GB of plan tables): one line, not
+    the OOM killer."""
+    np.savetxt(proj / "big.txt", [10, 3_000_000_000], fmt="%d")
+    monkeypatch.setattr(bounds, "available_bytes", lambda: 20 * 10**9)
+    line = one_error([cmd, "--lengths", "big.txt", "-C", "16", "--overflow", "split"],
+                     "-C 16", "187,500,001 chunks", "3,000,000,000 tokens", "48.0 GB", "--overflow truncate")
+    assert "available" in line
+
+
+def test_a_split_that_fits_is_planned(monkeypatch):
+    from packtool.planning.core import PackingConfig, plan
+    monkeypatch.setattr(bounds, "available_bytes", lambda: 20 * 10**9)
+    p = plan(np.array([10, 100_000]), Alignment(capacity=16), PackingConfig("bfd", overflow="split"))
+    assert p.overflow.chunks == 6250
+
+
 def test_the_format_bound_is_refused_by_every_command(proj):
     for args in (["plan", "--lengths", "lengths.npy"], ["inspect", "--lengths", "lengths.npy"],
                  ["pack", "toks.jsonl", "-o", "out", "--cache-dir", "cache"]):

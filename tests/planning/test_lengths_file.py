@@ -69,3 +69,13 @@ def test_unreadable_files_are_one_line_naming_the_file(tmp_path, name, body, nee
 def test_npy_still_reads(tmp_path):
     np.save(tmp_path / "l.npy", np.arange(1, 4))
     assert load_lengths(str(tmp_path / "l.npy")).tolist() == [1, 2, 3]
+
+
+def test_an_empty_text_file_is_one_line(tmp_path):
+    """numpy warns about an empty file: that warning must not print before packtool's line."""
+    import subprocess
+    import sys
+    (tmp_path / "empty.txt").write_text("")
+    p = subprocess.run([sys.executable, "-m", "packtool", "plan", "--lengths", str(tmp_path / "empty.txt")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.splitlines() == [f"error: {tmp_path / 'empty.txt'}: no lengths"], p.stderr

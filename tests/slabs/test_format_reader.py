@@ -59,6 +59,15 @@ def test_the_manifest_example_has_the_shape_of_a_real_manifest(packed):
     _same_keys(doc, read_manifest(packed))
 
 
+def test_the_manifest_examples_alignment_is_what_packtool_derives():
+    """The example's s, t and usable follow from its flags under its convention (it once showed
+    skyrl's t under the packtool convention)."""
+    from packtool.slabs.format import alignment_dict
+    shown = json.loads(_block("## .manifest.json", "json"))["config"]["alignment"]
+    flags = {k: shown[k] for k in ("tp", "cp", "sp", "fp8", "capacity", "fixed_length", "convention")}
+    assert shown == alignment_dict(Alignment(**flags))
+
+
 def test_the_standalone_reader_matches_packtool(packed):
     mod = types.ModuleType("format_reader")
     exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
