@@ -3,11 +3,12 @@ kernels/support_logprob.py), on a GPU; N 16k, H 4096, V 151,936, bf16, supports 
 bench/support_logprob.py makes them. Interleaved rounds, median and min-max of per-round medians.
 
   det  the deterministic dW against the atomic one: the pair sort alone (`sorted_pairs`), the whole
-       deterministic dW at each --light-max (ids over it go to the heavy launch), the atomic dW;
+       deterministic dW (kernels/support_det.py) in each light-launch variant, the atomic dW;
        fwd+bwd of impl='gather' with either mode; bitwise equality of two deterministic runs and
        their relative L2 to the atomic dW
   fwd  forward alone at large K (spread candidates), piece by piece: the support checks, the row
-       sort inside them, the dense path's logits and statistics, impl='dense' / 'auto' whole,
+       sort inside them, the dense path's logits and statistics (torch, and the fused Triton
+       buffer statistics), the union probe by named-row marks, impl='dense' / 'auto' whole,
        the full-vocab fused log-prob
 
     python bench/support_det_profile.py --parts det,fwd --out OUT/det_profile.json
@@ -26,6 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.support_logprob import inputs, make_support, methods  # noqa: E402
+from kernels import support_det as SD  # noqa: E402
 from kernels import support_kernels as SK  # noqa: E402
 from kernels import support_logprob as SL  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
@@ -61,18 +63,28 @@ def _rounds(parts, rounds, reps, head):
     return rows
 
 
-def _det_with(light_max, fn):
+VARIANTS = {  # light launch (BLOCK_S, LIGHT_BLOCK_H, LIGHT_WARPS, LIGHT_MAX)
+    "s16_h256_w4_m32": (16, 256, 4, 32), "s8_h256_w4_m32": (8, 256, 4, 32),
+    "s16_h512_w4_m32": (16, 512, 4, 32), "s32_h128_w4_m32": (32, 128, 4, 32),
+    "s16_h256_w4_m8": (16, 256, 4, 8), "s16_h256_w2_m32": (16, 256, 2, 32),
+}
+NAMES = ("BLOCK_S", "LIGHT_BLOCK_H", "LIGHT_WARPS", "LIGHT_MAX")
+
+
+def _det_with(values, fn):
     def run():
-        old = SK.LIGHT_MAX
-        SK.LIGHT_MAX = light_max
+        old = [getattr(SD, n) for n in NAMES]
+        for n, x in zip(NAMES, values):
+            setattr(SD, n, x)
         try:
             return fn()
         finally:
-            SK.LIGHT_MAX = old
+            for n, x in zip(NAMES, old):
+                setattr(SD, n, x)
     return run
 
 
-def det(ks, light_maxes, rounds, reps):
+def det(ks, variants, rounds, reps):
     rows = []
     for k in ks:
         g = torch.Generator(device="cuda").manual_seed(k)
@@ -84,7 +96,7 @@ def det(ks, light_maxes, rounds, reps):
         runs = []
         for _ in range(2):
             d = torch.zeros(V, HDIM, device="cuda")
-            SK.grad_weight_sorted_(d, grad, h, local)
+            SD.grad_weight_sorted_(d, grad, h, local)
             runs.append(d)
         d = torch.zeros(V, HDIM, device="cuda")
         SK.grad_weight_triton_(d, grad, h, local, False, True)
@@ -93,9 +105,9 @@ def det(ks, light_maxes, rounds, reps):
         print(json.dumps(check), flush=True)
         rows.append(check)
         del runs, d
-        parts = {"sort_only": lambda: SK.sorted_pairs(local, V)}
-        for lm in light_maxes:
-            parts[f"det_light{lm}"] = _det_with(lm, lambda: SK.grad_weight_sorted_(dw, grad, h, local))
+        parts = {"sort_only": lambda: SD.sorted_pairs(local, V)}
+        for name in variants:
+            parts["det_" + name] = _det_with(VARIANTS[name], lambda: SD.grad_weight_sorted_(dw, grad, h, local))
         parts["atomic"] = lambda: SK.grad_weight_triton_(dw, grad, h, local, False, True)
         rows += _rounds(parts, rounds, reps, {"K": k, "what": "dW alone"})
         del h, dw, grad
@@ -127,9 +139,9 @@ def fwd(ks, rounds, reps):
             "logits_dense": lambda: SL.support_torch.logits_dense(hd, w.detach(), rows_.local, 1 / 0.9),
             "stats_merge": lambda: SL._merge(*SL._stats(z, rows_.pos), None),
         }
-        if hasattr(SL.support_torch, "dense_forward"):
-            parts["dense_forward_fused_stats"] = lambda: SL.support_torch.dense_forward(
-                hd, w.detach(), rows_, 1 / 0.9, False)
+        parts["dense_logits_stats"] = lambda: SK.dense_logits_stats(
+            hd, w.detach(), rows_.local, rows_.pos, 1 / 0.9, False)
+        parts["named_union"] = lambda: SL._union(rows_.local, V, True)
         for m, f in fns.items():
             parts["whole_" + m] = (lambda f=f: f(False))
         with torch.no_grad():
@@ -145,7 +157,7 @@ def main():
     ap.add_argument("--parts", default="det,fwd")
     ap.add_argument("--ks", default="2,20,64")
     ap.add_argument("--fwd-ks", default="2048,4096")
-    ap.add_argument("--light-max", default="64,512")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
@@ -153,7 +165,7 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg()}
     for part in a.parts.split(","):
-        res[part] = (det(ints(a.ks), ints(a.light_max), a.rounds, a.reps) if part == "det"
+        res[part] = (det(ints(a.ks), a.variants.split(","), a.rounds, a.reps) if part == "det"
                      else fwd(ints(a.fwd_ks), a.rounds, a.reps))
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -76,6 +76,19 @@ class RowKernel:
         kernel[grid](*args, **kwargs)
 
 
+class LazyJit:
+    """A kernel with no autotuning, jitted on first launch for the current mode (as RowKernel)."""
+
+    def __init__(self, fn: Callable):
+        self._fn, self._built = fn, {}
+
+    def __getitem__(self, grid):
+        interp = interpreting()
+        if interp not in self._built:
+            self._built[interp] = triton.jit(self._fn)
+        return self._built[interp][grid]
+
+
 def check_device(*tensors) -> None:
     """Fail early, naming the fix, when the fused path cannot run on these tensors."""
     for t in tensors:

@@ -8,8 +8,9 @@ Per token n with candidate weight rows c = local[n, k] (-1: padding or another r
 Nothing of size [N, V] or [N, K, H] is formed: each program streams W's rows through registers.
 The hidden row is cast to the weight's dtype first, as the output layer's matmul would, and every
 product is accumulated in fp32. dW has two modes: `atomic` (fp32 atomics, order not fixed) and
-`sorted` (pairs sorted by id, each id's pairs summed in a fixed order by one program per
-id and H block, with no host sync: bitwise reproducible run to run). No autotuning: a fixed launch keeps `sorted` reproducible.
+`sorted` (kernels/support_det.py: pairs sorted by id, each id's pairs summed in a fixed order
+by one program, no host sync: bitwise reproducible run to run). No autotuning: a fixed launch
+keeps `sorted` reproducible.
 """
 
 from __future__ import annotations
@@ -18,22 +19,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import check_device, interpreting
+from kernels._triton import LazyJit, check_device
+from kernels.support_det import grad_weight_sorted_
+from kernels.support_torch import _dense_rows
 
 BLOCK_K = 16  # candidates per tile (tl.sum needs no 16-minimum, but 16 fills a warp's rows)
 BLOCK_H = 128
-# sorted dW, light launch: pairs summed per loop step and the H block of one program. Most ids have
-# a few pairs: a narrow, wide tile keeps the programs few (32 x 128 tiles were 2.6x the atomic dW's
-# time at K = 64 on the H200, mostly masked lanes of one-iteration programs)
-BLOCK_J = 8
-SEG_BLOCK_H = 512
-# ids with more pairs than LIGHT_MAX (hot ids) go to the heavy launch: a taller, narrower tile, so
-# one id's serial loop takes fewer, fuller steps and its H blocks spread over more programs;
-# HEAVY_PROGRAMS bounds that grid (its programs stride over the listed ids)
-LIGHT_MAX = 512
-HEAVY_BLOCK_J = 32
-HEAVY_BLOCK_H = 128
-HEAVY_PROGRAMS = 256
 
 
 def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K,
@@ -92,94 +83,9 @@ def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
 
-def _segment_sum_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heavy_ptr, dw_ptr,
-                        stride_h, K, V, n_pairs, n_items, H: tl.constexpr, HEAVY: tl.constexpr,
-                        LIGHT_MAX: tl.constexpr, STATIC: tl.constexpr, BLOCK_J: tl.constexpr,
-                        BLOCK_H: tl.constexpr):
-    """dW[id] += sum of g[pair] * h[pair // K] over the pairs of one id's segment, in sorted order.
-
-    Segment i is [starts[i], starts[i + 1]) of the pairs sorted by id (key V: padding). Light
-    launch (HEAVY False): program i sums segment i if it holds at most LIGHT_MAX pairs, and lists
-    a longer one in heavy_ptr (slots taken with an atomic: the list's order varies, what each
-    segment sums does not). Heavy launch: programs stride over that list with narrower H blocks.
-    Programs past the device-side counts sum nothing: no host sync sizes either grid. One
-    program owns each (id, H block) and sums its pairs in a fixed order: the same bits every run.
-    STATIC > 0 (interpreter, whose range() cannot take a loaded scalar in triton 3.6): a static
-    trip count of STATIC pairs, the same body masked.
-    """
-    pid = tl.program_id(0)
-    ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    hm = ho < H
-    if HEAVY:
-        n_items = tl.load(n_heavy_ptr)
-    if STATIC > 0:  # one item per program: the grid covers them all
-        i_lo = 0
-        i_hi = 1
-        i_step = 1
-        i_base = pid
-    else:
-        i_lo = pid
-        i_hi = n_items
-        i_step = tl.num_programs(0)
-        i_base = 0
-    for it in range(i_lo, i_hi, i_step):
-        item = i_base + it
-        live = item < n_items
-        if HEAVY:
-            seg = tl.load(heavy_ptr + item, mask=live, other=0)
-        else:
-            seg = item
-        start = tl.load(starts_ptr + seg, mask=live, other=n_pairs)
-        stop = tl.load(starts_ptr + seg + 1, mask=live, other=n_pairs)
-        vid = tl.load(key_ptr + start, mask=start < n_pairs, other=V)
-        n_own = tl.where(vid < V, stop - start, 0)  # the padding key's pairs: none summed
-        if HEAVY:
-            run = n_own > 0
-        else:
-            run = (n_own > 0) & (n_own <= LIGHT_MAX)
-            listed = n_own > tl.where(tl.program_id(1) == 0, LIGHT_MAX, n_pairs)
-            slot = tl.atomic_add(n_heavy_ptr, 1, mask=listed)
-            tl.store(heavy_ptr + slot, seg, mask=listed)
-        stop = tl.where(run, stop, start)
-        if STATIC > 0:
-            j_lo = 0
-            j_hi = STATIC
-            j_base = start
-        else:
-            j_lo = start
-            j_hi = stop
-            j_base = 0
-        acc = tl.zeros([BLOCK_J, BLOCK_H], dtype=tl.float32)
-        for j0 in range(j_lo, j_hi, BLOCK_J):
-            js = j_base + j0 + tl.arange(0, BLOCK_J)
-            jm = js < stop
-            pair = tl.load(perm_ptr + js, mask=jm, other=0)
-            coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
-            x = tl.load(h_ptr + (pair // K).to(tl.int64)[:, None] * stride_h + ho[None, :],
-                        mask=jm[:, None] & hm[None, :], other=0.0)
-            acc += coef[:, None] * x.to(tl.float32)
-        dst = dw_ptr + vid.to(tl.int64) * H + ho
-        out = ho < tl.where(run, H, 0)  # hm & run (the interpreter mistypes a scalar bool's &)
-        tl.store(dst, tl.sum(acc, axis=0) + tl.load(dst, mask=out, other=0.0), mask=out)
-
-
-class _Lazy:
-    """Jit on first launch for the current mode (see kernels/_triton.py for why not at import)."""
-
-    def __init__(self, fn):
-        self._fn, self._built = fn, {}
-
-    def __getitem__(self, grid):
-        interp = interpreting()
-        if interp not in self._built:
-            self._built[interp] = triton.jit(self._fn)
-        return self._built[interp][grid]
-
-
-_LOGITS = _Lazy(_logits_kernel)
-_GRAD_H = _Lazy(_grad_hidden_kernel)
-_GRAD_W_ATOMIC = _Lazy(_grad_weight_atomic_kernel)
-_SEGMENT_SUM = _Lazy(_segment_sum_kernel)
+_LOGITS = LazyJit(_logits_kernel)
+_GRAD_H = LazyJit(_grad_hidden_kernel)
+_GRAD_W_ATOMIC = LazyJit(_grad_weight_atomic_kernel)
 
 
 def _k_pad(k: int) -> int:
@@ -217,50 +123,6 @@ def grad_hidden_triton(g, weight, local, out_dtype) -> torch.Tensor:
     return dh
 
 
-def sorted_pairs(local: torch.Tensor, v: int):
-    """(ids sorted, padding last as key v; the pair index of each; segment starts [S + 2]; S).
-
-    All on the device, no host sync: segment i is [starts[i], starts[i + 1]); S = min(v + 1, P)
-    bounds the segment count (the padding key v is one of them), and starts[i] = P past the last.
-    """
-    flat = local.reshape(-1)
-    p, dev = flat.numel(), local.device
-    key = torch.where(flat >= 0, flat, torch.full_like(flat, v))
-    key, perm = torch.sort(key, stable=True)  # stable: one pair order, every run
-    new = torch.ones(p, dtype=torch.bool, device=dev)
-    torch.ne(key[1:], key[:-1], out=new[1:])
-    seg = torch.cumsum(new, 0, dtype=torch.int32)  # segment number (from 1) of each sorted pair
-    del new
-    n_seg = min(v + 1, p)
-    starts = torch.searchsorted(seg, torch.arange(1, n_seg + 2, dtype=torch.int32, device=dev),
-                                out_int32=True)
-    return key, perm, starts, n_seg
-
-
-def grad_weight_sorted_(dw32, g, hidden, local) -> None:
-    """The deterministic dW: (token, candidate) pairs sorted by weight row (one radix sort), each
-    id's segment found with a cumsum and a search, then one light segment-sum launch over an upper
-    bound of the segment count and one heavy launch over the ids it listed as longer than
-    LIGHT_MAX pairs. No host sync; each (id, H block) is summed by one program in sorted order."""
-    n, k = local.shape
-    p, v, h = n * k, dw32.shape[0], hidden.shape[1]
-    key, perm, starts, n_seg = sorted_pairs(local, v)
-    n_heavy = torch.zeros(1, dtype=torch.int32, device=local.device)
-    heavy = torch.empty(p // (LIGHT_MAX + 1) + 1, dtype=torch.int32, device=local.device)
-    # the interpreter's static trip count: the longest segment (a host sync, there only)
-    longest = int((starts[1:] - starts[:-1]).max()) if interpreting() else 0
-    common = (g, hidden, key, perm, starts, heavy, n_heavy, dw32, hidden.stride(0), k, v, p)
-    _SEGMENT_SUM[(n_seg, triton.cdiv(h, SEG_BLOCK_H))](
-        *common, n_seg, H=h, HEAVY=False, LIGHT_MAX=LIGHT_MAX,
-        STATIC=triton.next_power_of_2(min(LIGHT_MAX, longest)) if longest else 0,
-        BLOCK_J=BLOCK_J, BLOCK_H=SEG_BLOCK_H, num_warps=4)
-    slots = heavy.numel() if longest else min(heavy.numel(), HEAVY_PROGRAMS)
-    _SEGMENT_SUM[(slots, triton.cdiv(h, HEAVY_BLOCK_H))](
-        *common, 0, H=h, HEAVY=True, LIGHT_MAX=LIGHT_MAX,
-        STATIC=triton.next_power_of_2(longest) if longest else 0,
-        BLOCK_J=HEAVY_BLOCK_J, BLOCK_H=HEAVY_BLOCK_H, num_warps=4)
-
-
 def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate: bool) -> None:
     """dW (fp32 [V_local, H]) = (accumulate ? dW : 0) + the scatter-add of g[n, k] h_n."""
     hidden = _contig_rows(hidden)
@@ -276,3 +138,97 @@ def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate:
             K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
         return
     grad_weight_sorted_(dw32, g, hidden, local)
+
+
+# --- the GEMM paths' row statistics, read from the chunk's logits buffer -------------------------
+
+def _buffer_stats_kernel(x_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, inv_temp, stride_x, K, row0, N,
+                         K_PAD: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_Z: tl.constexpr):
+    """One row of a chunk: its candidates' logits gathered from the [C, V] buffer, their max,
+    sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
+    one pass; the [N, K] logits are written only when backward will need them."""
+    r = tl.program_id(0).to(tl.int64)
+    row = row0 + r
+    m = tl.full([], -float("inf"), tl.float32)
+    s = tl.zeros([], tl.float32)
+    u = tl.zeros([], tl.float32)
+    for k0 in range(0, K_PAD, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        km = ks < K
+        ids = tl.load(ids_ptr + row * K + ks, mask=km, other=-1)
+        own = ids >= 0
+        x = tl.load(x_ptr + r * stride_x + tl.where(own, ids, 0), mask=own, other=0.0)
+        x = tl.where(own, x.to(tl.float32) * inv_temp, -float("inf"))
+        if WRITE_Z:
+            tl.store(z_ptr + row * K + ks, x, mask=km)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        base = tl.where(m_new > -float("inf"), m_new, 0.0)
+        had = m > -float("inf")  # s = u = 0 until a candidate is seen: no 0 * inf
+        mc = tl.where(had, m, base)
+        alpha = tl.where(had, tl.exp(mc - base), 0.0)
+        u = alpha * (u + (mc - base) * s)
+        s = alpha * s
+        d = tl.where(own, x - base, 0.0)
+        e = tl.where(own, tl.exp(d), 0.0)
+        s += tl.sum(e, axis=0)
+        u += tl.sum(e * d, axis=0)
+        m = m_new
+    pos = tl.load(pos_ptr + row)
+    at = tl.load(ids_ptr + row * K + pos)
+    zt = tl.load(x_ptr + r * stride_x + tl.maximum(at, 0)).to(tl.float32) * inv_temp
+    tl.store(st_ptr + row, m)
+    tl.store(st_ptr + N + row, s)
+    tl.store(st_ptr + 2 * N + row, u)
+    tl.store(st_ptr + 3 * N + row, tl.where(at >= 0, zt, 0.0))
+
+
+def _mark_kernel(ids_ptr, named_ptr, P, BLOCK: tl.constexpr):
+    """named[id] = 1 for every owned candidate id (the same value from every writer: no race)."""
+    js = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ids = tl.load(ids_ptr + js, mask=js < P, other=-1)
+    tl.store(named_ptr + tl.where(ids >= 0, ids, 0), 1, mask=ids >= 0)
+
+
+_BUFFER_STATS = LazyJit(_buffer_stats_kernel)
+_MARK = LazyJit(_mark_kernel)
+STATS_BLOCK_K = 256
+
+
+def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st) -> None:
+    """Rows [row0, row0 + C) of st [4, N] (max, sum-exp, entropy numerator, sampled logit) from
+    the chunk's logits x [C, V] (and of z [N, K] when z is given)."""
+    c, k = x.shape[0], local.shape[1]
+    if c == 0:
+        return
+    _BUFFER_STATS[(c,)](
+        x, local, pos, z if z is not None else st, st, float(inv_temp), x.stride(0), k, row0,
+        st.shape[1], K_PAD=max(16, triton.next_power_of_2(k)),
+        BLOCK_K=min(STATS_BLOCK_K, max(16, triton.next_power_of_2(k))), WRITE_Z=z is not None,
+        num_warps=4)
+
+
+def named_rows(local: torch.Tensor, v_local: int) -> torch.Tensor:
+    """int8 [v_local]: 1 where some row names that weight row (no sort, no host sync)."""
+    named = torch.zeros(v_local, dtype=torch.int8, device=local.device)
+    p = local.numel()
+    if p:
+        _MARK[(triton.cdiv(p, 1024),)](local, named, p, BLOCK=1024, num_warps=4)
+    return named
+
+
+def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool):
+    """The GEMM paths' forward: per chunk of rows, one GEMM into the [C, V] buffer (the full-vocab
+    head's, sized alike), then `buffer_stats` reads each row's candidates from it. Returns (z
+    [N, K] fp32 or None, (max, sum-exp, entropy numerator, sampled logit)); without need_z
+    (forward only) nothing of size [N, K] is written."""
+    n, k = local.shape
+    st = torch.empty(4, n, dtype=torch.float32, device=hidden.device)
+    z = torch.empty(n, k, dtype=torch.float32, device=hidden.device) if need_z else None
+    rows = min(max(1, n), _dense_rows(hidden, weight, weight.dtype))
+    buf = torch.empty(rows, weight.shape[0], dtype=weight.dtype, device=hidden.device)
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        x = buf[: e - s]
+        torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
+        buffer_stats(x, local, pos, inv_temp, s, z, st)
+    return z, tuple(st)

@@ -63,6 +63,8 @@ class _Plan:
     main_grad: bool
     reduce_grad_hidden: bool
     union: tuple | None = None  # path "union": (ids [U], rows renumbered into them)
+    fused_stats: bool = False  # GEMM paths: row statistics by the Triton buffer kernel
+    need_z: bool = True  # keep the [N, K] logits (for backward); forward-only calls do not
 
 
 def _ops(path: str):
@@ -107,12 +109,20 @@ def _merge(m, s, u, zt, group):
 class SupportLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, rows: SupportRows, plan: _Plan):
-        if plan.path == "union":
-            z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
+        if plan.fused_stats and (plan.path == "dense" or (plan.path == "union" and plan.union[0].numel())):
+            from kernels.support_kernels import dense_logits_stats
+
+            w, local = ((weight, rows.local) if plan.path == "dense"
+                        else (weight.index_select(0, plan.union[0]), plan.union[1]))
+            z, stats = dense_logits_stats(hidden, w, local, rows.pos, plan.inv_temp, plan.need_z)
         else:
-            logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
-            z = logits_op(hidden, weight, rows.local, plan.inv_temp)
-        lse, ent, zt = _merge(*_stats(z, rows.pos), plan.shard.group)
+            if plan.path == "union":
+                z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
+            else:
+                logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
+                z = logits_op(hidden, weight, rows.local, plan.inv_temp)
+            stats = _stats(z, rows.pos)
+        lse, ent, zt = _merge(*stats, plan.shard.group)
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
         ent = torch.where(rows.valid, ent, zero)
@@ -182,16 +192,19 @@ def _finish_grad_weight(weight, dw, plan: _Plan):
     return dw if dw.dtype == weight.dtype else dw.to(weight.dtype)
 
 
+def _triton_runs(hidden) -> bool:
+    try:
+        from kernels._triton import interpreting
+    except ImportError:  # no Triton installed: only the torch paths run
+        return False
+    return hidden.is_cuda or interpreting()
+
+
 def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: SupportRows) -> str:
     """The path a call runs, or "auto" where Triton runs and `auto_path` decides."""
     if impl not in IMPLS:
         raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
-    try:
-        from kernels._triton import interpreting
-    except ImportError:  # no Triton installed: only the torch paths run
-        triton_ok = False
-    else:
-        triton_ok = hidden.is_cuda or interpreting()
+    triton_ok = _triton_runs(hidden)
     if impl == "gather" and not triton_ok:
         raise RuntimeError("support_logprob impl='gather' needs Triton and a CUDA device (or "
                            "TRITON_INTERPRET=1); "
@@ -208,11 +221,19 @@ def auto_path(hidden, weight, rows: SupportRows):
     limit = gather_limit(hidden, weight, rows.local.shape[0])
     if rows.owned < UNION_PROBE * limit:
         return "gather", None
-    union = support_torch.union_rows(rows.local)
+    union = _union(rows.local, weight.shape[0], True)
     u = union[0].numel()
     if u < UNION_MAX_SHARE * weight.shape[0]:
         return ("gather", None) if rows.owned < limit * u / weight.shape[0] else ("union", union)
     return ("gather", None) if rows.owned < limit else ("dense", None)
+
+
+def _union(local, v_local: int, triton_ok: bool):
+    if triton_ok:  # marks of the named rows: no sort of the ids
+        from kernels.support_kernels import named_rows
+
+        return support_torch.union_from_named(named_rows(local, v_local), local)
+    return support_torch.union_rows(local)
 
 
 def gather_limit(hidden, weight, n_rows: int) -> float:
@@ -252,11 +273,14 @@ def support_logprob(
                          start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1))
     path, union = choose_path(impl, h, weight, rows), None
+    triton_ok = _triton_runs(h)
     if path == "auto":
         path, union = auto_path(h, weight, rows)
     elif path == "union":
-        union = support_torch.union_rows(rows.local)
+        union = _union(rows.local, weight.shape[0], triton_ok)
+    need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden), union)
+                 bool(reduce_grad_hidden), union,
+                 fused_stats=triton_ok and weight.dtype != torch.float64, need_z=need_z)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

@@ -141,6 +141,15 @@ def union_rows(local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, remap
 
 
+def union_from_named(named: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """As union_rows, from the 0/1 marks of the named weight rows ([V_local]): no sort; the one
+    host sync is nonzero's."""
+    ids = torch.nonzero(named).squeeze(1)
+    slot = (torch.cumsum(named, 0, dtype=torch.int32) - 1).to(local.dtype)
+    remap = torch.where(local >= 0, slot[local.clamp_min(0)], local)
+    return ids, remap
+
+
 def logits_union(hidden, weight, union, inv_temp: float) -> torch.Tensor:
     ids, remap = union
     if ids.numel() == 0:  # no row names a candidate of this rank
