@@ -35,7 +35,7 @@ from packtool.output.folder import (  # noqa: F401
 )
 from packtool.output.store import claim_store, commit_to_store, staging_dir
 from packtool.params import expect
-from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
+from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, first_too_long
 from packtool.planning.bounds import check_capacity
 from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan
@@ -86,7 +86,7 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
-                                  progress=progress, check_lengths=_first_too_long(alignment, packing))
+                                  progress=progress, check_lengths=first_too_long(alignment, packing))
         res = pack_cache(cache, alignment, packing, out, overwrite=overwrite, dry_run=dry_run,
                          progress=progress, shard_tokens=shard_tokens,
                          tokenize_seconds=time.perf_counter() - t0, workers=workers,
@@ -126,24 +126,6 @@ def _claim_store(output: str, overwrite: bool, inputs: list[str], cache_dir: str
             say(f"terminated (SIGTERM): this run's temporary files and uploads are removed; {output} "
                 f"holds a whole output (the previous one unless the new manifest was already put)")
             raise
-
-
-def _first_too_long(alignment: Alignment, packing: PackingConfig | None):
-    """Under `--overflow error` the plan refuses a row whose footprint exceeds the slab: said
-    at the first such row while tokenizing, not after every input is tokenized."""
-    if (packing or PackingConfig()).overflow != "error":
-        return None
-    U = alignment.usable
-
-    def check(lengths: np.ndarray, dropped: np.ndarray, path: str, first_row: int) -> None:
-        fp = alignment.seq_footprint(lengths)
-        over = np.flatnonzero((fp > U) & ~dropped)
-        if over.size:
-            r = int(over[0])
-            raise PlanError(f"{int(lengths[r])} tokens; aligned footprint {int(fp[r])} exceeds capacity "
-                            f"{U} (the first such row; the rest was not tokenized): raise --max-tokens "
-                            f"or use --overflow split|truncate|singleton", path=path, row=first_row + r)
-    return check
 
 
 def _expect_plan_args(func: str, alignment, packing) -> None:

@@ -16,6 +16,7 @@ the output, which has no manifest and so never verifies. See docs/SCALING.md.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 import threading
@@ -29,7 +30,7 @@ from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.output.folder import Terminated, claim_output
 from packtool.packing import PackResult, _config_files, as_given, cache_root, rows_named, write_output
-from packtool.planning.core import PackingConfig
+from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
@@ -91,27 +92,42 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     # The shard shuffle is a few large groups: the pull-based sort shuffle runs as plain
     # tasks, where the hash shuffle starts aggregator actors that a small cluster pays for.
     ctx.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its notices (bars off, ...) are not the user's concern
+    # A task's packtool error (a bad row) comes back as itself, not as Ray Data's
+    # UserCodeException, which loses it (an exception's __cause__ is not pickled)
+    ctx.raise_original_map_exception = True
+    # its notices (bars off, ...) and its log of a task's error are not the user's concern:
+    # the error reaches the driver as the exception the task raised, said in one line
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+
+
+_RAY_RETRY_NOTE = re.compile(r"\s+Failed to .*? after \d+/\d+ attempts \(total backoff .*\Z", re.S)
 
 
 def _unwrap(e: BaseException) -> BaseException:
     """The packtool error (bad input row, impossible plan) a Ray task raised, if any (Ray
-    wraps task errors twice)."""
+    wraps task errors, and changes their text)."""
     seen, todo = set(), [e]
     while todo:
         x = todo.pop()
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, PacktoolError):
+        if isinstance(x, PacktoolError) and not type(x).__module__.startswith("ray"):
+            # (not Ray's RayTaskError(PlanError) dual class: its text is a traceback.) Ray Data
+            # appends its retry advice to a task's exception ("Failed to apply UDF transform
+            # after 1/1 attempts ..."), which is not packtool's advice
+            if x.args and isinstance(x.args[0], str):
+                x.args = (_RAY_RETRY_NOTE.sub("", x.args[0]), *x.args[1:])
             return x
         todo += [getattr(x, "cause", None), x.__cause__, x.__context__]
     return e
 
 
 def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | None,
-                    progress: bool = False) -> TokenizedCache:
-    """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent."""
+                    progress: bool = False, check_lengths=None) -> TokenizedCache:
+    """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent.
+    `check_lengths`: as tokenize_to_cache's (pack's `--overflow error` refusal), run by the
+    tokenize tasks on each batch."""
     from packtool.engines.ray_cache import build_cache
 
     r = resolve_cache(inputs, cfg, cache_dir)
@@ -121,8 +137,8 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
         # side columns come only with pre-tokenized rows, whose ingest is a columnar copy into
         # flat/ (no tokenizer): the driver builds that cache, the cluster plans and writes
         from packtool.tokenize.pipeline import tokenize_to_cache
-        return tokenize_to_cache(inputs, cfg, cache_dir, progress)
-    job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template)
+        return tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
+    job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
     return build_cache(job, r.fingerprint, r.final, r.root, progress)
 
 
@@ -168,7 +184,9 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
     init_ray(ray_address, num_cpus)
     t0 = time.perf_counter()
     try:
-        cache = tokenized_cache(list(inputs), tokenize, cache_dir, progress)
+        # pieces are tokenized in parallel: the row named is the first found, not the first in read order
+        early = first_too_long(alignment, packing, stopped="tokenizing stopped there")
+        cache = tokenized_cache(list(inputs), tokenize, cache_dir, progress, early)
     except Exception as e:
         raise _unwrap(e) from None
     t_tok = time.perf_counter() - t0

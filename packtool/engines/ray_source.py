@@ -11,6 +11,7 @@ rows with `__fi`/`__row`; the tokenize UDF is fused into the same task by Ray Da
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,7 @@ class TokenizeJob:
     cfg: TokenizeConfig
     info: TokenizerInfo | None          # the driver's, with template fields filled
     template: ChatTemplate | None
+    check_lengths: Callable | None = None  # pack's early refusal (planning.core.FirstTooLong)
 
 
 def plan_pieces(files: list[InputFile]) -> list[Piece]:
@@ -153,14 +155,24 @@ def _worker_state(job: TokenizeJob):
 
 def tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
     """The map_batches UDF: raw rows of one file piece -> TOKENIZED_SCHEMA (every row kept,
-    bad rows flagged, so the driver counts and names them like the local engine)."""
-    tok, info, renderer = _worker_state(job)
+    bad rows flagged, so the driver counts and names them like the local engine). Ray hands
+    over whole blocks (up to its target block size, often a whole file), so they are
+    tokenized `cfg.batch_size` rows at a time: pack's length check stops at the first
+    over-long row, not after the block."""
+    state = _worker_state(job)
     fi = int(batch.column("__fi")[0].as_py())
     rows = batch.column("__row").to_numpy()
-    f, shape, cfg = job.files[fi], job.shapes[fi], job.cfg
     rb = batch.drop_columns(["__fi", "__row"]).combine_chunks().to_batches()
     raw = rb[0] if rb else pa.RecordBatch.from_pylist([])
-    first_row = int(rows[0])
+    step = job.cfg.batch_size
+    return pa.concat_tables([_tokenize_rows(raw.slice(a, step), rows[a:a + step], fi, job, state)
+                             for a in range(0, max(raw.num_rows, 1), step)])
+
+
+def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: TokenizeJob, state) -> pa.Table:
+    tok, info, renderer = state
+    f, shape, cfg = job.files[fi], job.shapes[fi], job.cfg
+    first_row = int(rows[0]) if rows.size else 0
     if shape.kind == "tokens":
         enc = _tokens_batch(raw, shape, info.vocab_size if info else None, f.path, first_row)
     else:
@@ -169,6 +181,8 @@ def tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
         enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
     bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
     keep = bad == OK
+    if job.check_lengths is not None:
+        job.check_lengths(enc.lengths, ~keep, f.path, first_row)
     lens = np.where(keep, enc.lengths, 0).astype(np.int32)
     tok_keep = np.repeat(keep, enc.lengths)
     ids, mask = enc.ids[tok_keep], enc.mask[tok_keep]

@@ -64,6 +64,30 @@ class PackingConfig:
                             f"generator), got {self.seed!r}")
 
 
+@dataclass(frozen=True)
+class FirstTooLong:
+    """`--overflow error`'s refusal said while tokenizing, at the first row whose footprint
+    exceeds the slab, not after every input is tokenized. Called per tokenized batch with its
+    lengths, its dropped rows (empty/all-masked: never planned), its file and first file row;
+    a plain dataclass so Ray's tokenize tasks get it pickled."""
+    align: Alignment
+    stopped: str = "the rest was not tokenized"
+
+    def __call__(self, lengths: np.ndarray, dropped: np.ndarray, path: str, first_row: int) -> None:
+        fp = self.align.seq_footprint(lengths)
+        over = np.flatnonzero((fp > self.align.usable) & ~dropped)
+        if over.size:
+            r = int(over[0])
+            raise PlanError(f"{int(lengths[r])} tokens; aligned footprint {int(fp[r])} exceeds capacity "
+                            f"{self.align.usable} (the first such row; {self.stopped}): raise --max-tokens "
+                            f"or use --overflow split|truncate|singleton", path=path, row=first_row + r)
+
+
+def first_too_long(align: Alignment, packing: PackingConfig | None, **kw) -> FirstTooLong | None:
+    """The early refusal when the policy is `error` (None otherwise)."""
+    return FirstTooLong(align, **kw) if (packing or PackingConfig()).overflow == "error" else None
+
+
 def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 

@@ -74,16 +74,37 @@ def test_library_split_on_a_dataset_folder(proj):
         assert res.summary.sequences == rows
 
 
-def test_overflow_error_stops_at_the_first_long_row(proj):
-    # the second input ends, past the first block that shape detection reads, in a line that
-    # is not JSON: a run that tokenized everything before planning would report that instead
-    _ids(proj / "long.jsonl", rows=50, long_at=3)
-    with open(proj / "later.jsonl", "w") as f:
-        f.write('{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}\n' * 200_000 + "{not json\n")
-    r = runner.invoke(app, ["pack", "long.jsonl", "later.jsonl", "-o", "out", "--cache-dir", "cache", "-C", "64"])
+@pytest.fixture
+def engine(request):
+    if request.param == "ray":
+        pytest.importorskip("ray", reason="the ray extra is not installed")
+        from packtool.engines.ray_engine import init_ray
+        init_ray(num_cpus=2)
+        yield "ray"
+        import ray
+        ray.shutdown()
+    else:
+        yield request.param
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"], indirect=True)
+def test_overflow_error_stops_at_the_first_long_row(proj, engine):
+    # long.jsonl: row 3 is too long; rows later, past several tokenize batches (Ray hands a
+    # task the whole file as one block), one holds an id out of range: a run that tokenized
+    # the file, or the block, before checking lengths would report that instead
+    _ids(proj / "long.jsonl", rows=3000, long_at=3, tail='{"input_ids": [1, -5]}\n')
+    inputs = ["long.jsonl"]
+    if engine == "local":
+        # and a second input ending in a line that is not JSON, past the first block that shape
+        # detection reads. (Ray counts a JSON file's rows first, a parse-only pass, so there a
+        # broken line anywhere is said before any tokenizing.)
+        with open(proj / "later.jsonl", "w") as f:
+            f.write('{"input_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}\n' * 200_000 + "{not json\n")
+        inputs.append("later.jsonl")
+    r = runner.invoke(app, ["pack", *inputs, "-o", "out", "--cache-dir", "cache", "-C", "64", "--engine", engine])
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1, r.stdout + r.stderr
-    assert "long.jsonl, row 3: 300 tokens; aligned footprint 300 exceeds capacity 64" in lines[0]
+    assert "long.jsonl, row 3: 300 tokens; aligned footprint 300 exceeds capacity 64 (the first such row" in lines[0]
     assert "--overflow" in lines[0] and not os.path.exists(proj / "out")
 
 
