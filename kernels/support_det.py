@@ -23,9 +23,11 @@ import triton.language as tl
 
 from kernels._triton import LazyJit, interpreting
 
-# light launch: segments per program, H block, warps (measured on the H200: see BENCHMARKS.md)
-BLOCK_S = 16
-LIGHT_BLOCK_H = 256
+# light launch: segments per program, H block, warps. H200, N 16k, H 4096, K 2 / 20 / 64 (raw
+# bench/results/support_logprob/c3_profile.*): 4 x 512 0.69 / 1.67 / 2.60 ms, 8 x 256 0.72 / 1.72 /
+# 2.66, 16 x 256 0.77 / 1.88 / 3.20, 16 x 512 0.81 / 2.36 / 4.44; the atomic dW 0.49 / 1.87 / 5.21
+BLOCK_S = 4
+LIGHT_BLOCK_H = 512
 LIGHT_WARPS = 4
 # ids with more pairs than this go to the heavy launch: a tall, narrow tile takes a hot id's
 # pairs BLOCK_J at a time; HEAVY_PROGRAMS bounds its grid (programs stride over the listed ids)

@@ -221,19 +221,31 @@ def auto_path(hidden, weight, rows: SupportRows):
     limit = gather_limit(hidden, weight, rows.local.shape[0])
     if rows.owned < UNION_PROBE * limit:
         return "gather", None
-    union = _union(rows.local, weight.shape[0], True)
-    u = union[0].numel()
+    named = _named(rows.local, weight.shape[0], True)
+    u = named[0].numel()
     if u < UNION_MAX_SHARE * weight.shape[0]:
-        return ("gather", None) if rows.owned < limit * u / weight.shape[0] else ("union", union)
+        if rows.owned < limit * u / weight.shape[0]:
+            return "gather", None
+        return "union", _union(rows.local, weight.shape[0], True, named)
     return ("gather", None) if rows.owned < limit else ("dense", None)
 
 
-def _union(local, v_local: int, triton_ok: bool):
-    if triton_ok:  # marks of the named rows: no sort of the ids
+def _named(local, v_local: int, triton_ok: bool):
+    """(ids [U] of the weight rows some row names, marks or None): the count U is what `auto`
+    decides by; with Triton a mark per named row and nonzero's one sync, no sort of the ids."""
+    if triton_ok:
         from kernels.support_kernels import named_rows
 
-        return support_torch.union_from_named(named_rows(local, v_local), local)
-    return support_torch.union_rows(local)
+        named = named_rows(local, v_local)
+        return torch.nonzero(named).squeeze(1), named
+    return None, None
+
+
+def _union(local, v_local: int, triton_ok: bool, named=None):
+    ids, marks = named if named is not None else _named(local, v_local, triton_ok)
+    if marks is None:
+        return support_torch.union_rows(local)
+    return support_torch.union_from_named(ids, marks, local)
 
 
 def gather_limit(hidden, weight, n_rows: int) -> float:

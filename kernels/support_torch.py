@@ -141,10 +141,9 @@ def union_rows(local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, remap
 
 
-def union_from_named(named: torch.Tensor, local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """As union_rows, from the 0/1 marks of the named weight rows ([V_local]): no sort; the one
-    host sync is nonzero's."""
-    ids = torch.nonzero(named).squeeze(1)
+def union_from_named(ids: torch.Tensor, named: torch.Tensor, local: torch.Tensor):
+    """As union_rows, from the named weight rows' ids (nonzero of the 0/1 marks `named`
+    [V_local]): no sort; each row's ids renumbered by a cumsum of the marks."""
     slot = (torch.cumsum(named, 0, dtype=torch.int32) - 1).to(local.dtype)
     remap = torch.where(local >= 0, slot[local.clamp_min(0)], local)
     return ids, remap

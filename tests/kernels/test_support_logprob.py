@@ -151,8 +151,8 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
     # when the candidates are few against the union's rows), over the whole vocabulary once the
     # union is most of it
     seen = []
-    probe, pick = S._union, S.auto_path
-    monkeypatch.setattr(S, "_union", lambda *a: seen.append("probe") or probe(*a))
+    probe, pick = S._named, S.auto_path
+    monkeypatch.setattr(S, "_named", lambda *a: seen.append("probe") or probe(*a))
     monkeypatch.setattr(S, "auto_path", lambda *a: (lambda r: seen.append(r[0]) or r)(pick(*a)))
     owned = int((sup >= 0).sum())
     u = int(torch.unique(sup[sup >= 0]).numel())
