@@ -24,7 +24,7 @@ from packtool.arrays import arrow_of, np_of
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import SCHEMA, ShardInfo, shard_file, side_encoding, slab_schema
-from packtool.slabs.gather import fill_pads, gather_from_files, gather_side, row_sums
+from packtool.slabs.gather import fill_pads, fill_side_pads, gather_from_files, gather_side, row_sums, side_bits
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.tokenize.prefetch import read_ahead
@@ -104,7 +104,8 @@ class SlabWriter:
         else:
             _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
-        side = [self._side(k, total, rsrc, roff, rlen, dest, row_off) for k in range(len(self.side))]
+        pads = (start, lay.seg_len[lo:hi], lay.seg_padded[lo:hi])
+        side = [self._side(k, total, rsrc, roff, rlen, dest, row_off, pads) for k in range(len(self.side))]
         seg_off = (lay.seg_offsets[b0:b1 + 1] - lo).astype(np.int32)
         cu, cup, cu_off = flat_cu(lay, b0, b1)
         seg_len = lay.seg_len[lo:hi]
@@ -132,12 +133,12 @@ class SlabWriter:
         ]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
-    def _side(self, k: int, total: int, src, src_off, length, dest, row_off) -> pa.Array:
-        """Side column k of these slabs: the fill everywhere (pads, fill segments), then every
-        segment's values gathered at its tokens' places."""
+    def _side(self, k: int, total: int, src, src_off, length, dest, row_off, pads) -> pa.Array:
+        """Side column k of these slabs: the fill on every pad (layout gaps, tail, fill
+        segments), every segment's values at its tokens' places."""
         c = self.side[k]
         out = _buffer(total * c.width, c.np_dtype).reshape(total, c.width)
-        out.fill(c.fill)
+        fill_side_pads(side_bits(out), side_bits(np.asarray(c.fill, c.np_dtype)).item(), *pads)
         gather_side(self.tok, k, self.tok.offsets, src, src_off, length, dest, out)
         t = pa.from_numpy_dtype(c.np_dtype)
         values = _arrow(out.reshape(-1), t)

@@ -45,6 +45,7 @@ from packtool.tokenize.cache_parts import (
 )
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.encode import TokenizerInfo
+from packtool.tokenize.side_store import read_dense
 
 CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_VERSION = 3  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets
@@ -52,11 +53,25 @@ FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
 
 
+# The layout of side columns in flat/, in the key and in cache.json of every cache that has
+# them: 2 keeps K-wide rows sparse (tokenize/side_store.py), so a cache of layout 1 (dense
+# rows) has another key and, found anyway, is refused, never read as sparse.
+SIDE_STORE = 2
+
+
 def side_file(k: int) -> str:
-    """Side column k's values in flat/ (cache.json `side_columns`, in order): raw values of its
-    dtype, `width` per token, in the order of tokens.i32 (token offsets times the width locate
-    a row). Numbered, not named: a column's name is the user's, a file name is packtool's."""
+    """Side column k's values in flat/ (cache.json `side_columns`, in order), in the order of
+    tokens.i32: width 1, one value of its dtype per token; width K, each token's values up to
+    its last non-fill one (tokenize/side_store.py). Numbered, not named: a column's name is
+    the user's, a file name is packtool's."""
     return f"side-{k:03d}.bin"
+
+
+def side_files(k: int, width: int) -> tuple[str, ...]:
+    """Every file of side column k in flat/: its values; for width K > 1 then its per-token
+    counts and its block index (side_store.SparseRowsWriter's order)."""
+    base = side_file(k)[:-4]
+    return (side_file(k),) if width == 1 else (side_file(k), f"{base}.cnt", f"{base}.idx")
 
 
 class CacheDamagedError(PacktoolCacheError):
@@ -126,6 +141,9 @@ class TokenizedCache:
         except (KeyError, TypeError, ValueError, AttributeError, PacktoolFormatError) as e:
             raise CacheDamagedError(f"cache.json is damaged ({type(e).__name__}: {e}); delete "
                                     f"the folder and re-run (it is rebuilt)", path=path) from None
+        if self.side_columns and self.meta.get("side_store") != SIDE_STORE:
+            raise PacktoolInputError(f"tokenized cache of another side column layout ({self.meta.get('side_store', 1)}, "
+                                     f"not {SIDE_STORE}); delete it", path=path)
         self._rg_start: np.ndarray | None = None
         self._rg_loc: list[tuple[int, int]] = []
         self._rg_cache: OrderedDict = OrderedDict()
@@ -241,8 +259,9 @@ class TokenizedCache:
         cols = {"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
                 "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))}
         for k, c in enumerate(self.side_columns):
-            vals = np.fromfile(os.path.join(self.root, FLAT_DIR, side_file(k)), c.np_dtype, (e - a) * c.width,
-                               offset=a * c.width * c.np_dtype.itemsize)
+            paths = [os.path.join(self.root, FLAT_DIR, n) for n in side_files(k, c.width)]
+            vals = (np.fromfile(paths[0], c.np_dtype, e - a, offset=a * c.np_dtype.itemsize) if c.width == 1
+                    else read_dense(paths, c, a, e))
             cols[f"side{k}"] = pa.ListArray.from_arrays(pa.array((offs * c.width).astype(np.int32)), pa.array(vals))
         return pa.table(cols)
 
@@ -325,11 +344,13 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
                 return f"{name} has no checksum in cache.json"
             names.append(name)
     side = meta.get("side_columns")
-    for k in range(len(side) if isinstance(side, list) else 0):  # only flat/ holds them
-        name = f"{FLAT_DIR}/{side_file(k)}"
-        if name not in sums:
-            return f"{name} has no checksum in cache.json"
-        names.append(name)
+    for k, e in enumerate(side if isinstance(side, list) else ()):  # only flat/ holds them
+        width = e.get("width", 1) if isinstance(e, dict) else 1
+        for n in side_files(k, width if isinstance(width, int) and width >= 1 else 1):
+            name = f"{FLAT_DIR}/{n}"
+            if name not in sums:
+                return f"{name} has no checksum in cache.json"
+            names.append(name)
     for name in names:
         problem = _file_problem(root, name, sums.get(name))
         if problem:

@@ -32,9 +32,10 @@ from packtool.tokenize.cache import (
     file_record,
     mask_values,
     read_cache_json,
-    side_file,
+    side_files,
     write_cache_json,
 )
+from packtool.tokenize.side_store import SparseRowsWriter, sparse_problem, write_hashed
 
 TOKENS_FILE = "tokens.i32"
 _FILES = (TOKENS_FILE, "offsets.npy")
@@ -97,19 +98,17 @@ class FlatTokens:
     tokens: np.ndarray  # int32 `id | loss << 31`, all rows concatenated in source_index order
     offsets: np.ndarray  # int64[n_rows+1]
     directory: str | None = None  # set when `tokens` maps the file there (the writer preads)
-    side: tuple = ()  # SideColumns (cache.json order): their values are side_file(k) in `directory`
+    side: tuple = ()  # SideColumns (cache.json order): their files are side_files(k) in `directory`
     side_values: tuple = ()  # or in memory (no directory): per column, width values per token
 
     def side_rows(self, k: int) -> np.ndarray:
-        """Side column k as a (tokens, width * itemsize) byte matrix: in memory, or mapped."""
+        """In-memory side column k as a (tokens, width * itemsize) byte matrix."""
         c = self.side[k]
-        row = c.width * c.np_dtype.itemsize
-        if self.directory is None:
-            return np.ascontiguousarray(self.side_values[k]).view(np.uint8).reshape(-1, row)
-        n = int(self.offsets[-1])
-        if not n:
-            return np.zeros((0, row), np.uint8)
-        return np.memmap(os.path.join(self.directory, side_file(k)), np.uint8, "r", shape=(n, row))
+        return np.ascontiguousarray(self.side_values[k]).view(np.uint8).reshape(-1, c.width * c.np_dtype.itemsize)
+
+    def side_paths(self, k: int) -> list[str]:
+        """The flat store's files of side column k (cache.side_files order)."""
+        return [os.path.join(self.directory, n) for n in side_files(k, self.side[k].width)]
 
     @property
     def num_rows(self) -> int:
@@ -122,16 +121,20 @@ class FlatTokens:
         return cls(pack_tokens(ids, mask), np.asarray(offsets, np.int64), None, tuple(side), tuple(side_values))
 
     def check_side(self) -> "FlatTokens":
-        """Every side column's file holds width values of its dtype per token."""
+        """Every side column's files are as long as the tokens say: one value per token (width
+        1), or counts, index and kept values that agree (width K, tokenize/side_store.py)."""
         n = int(self.offsets[-1])
         for k, c in enumerate(self.side):
-            want = n * c.width * c.np_dtype.itemsize
-            path = os.path.join(self.directory, side_file(k))
-            have = os.path.getsize(path) if os.path.exists(path) else -1
-            if have != want:
-                raise CacheDamagedError(f"the flat store's {side_file(k)} (side column {c.name}) has {have} "
-                                        f"bytes, {want} expected; delete the cache folder and re-run",
-                                        path=self.directory)
+            paths = self.side_paths(k)
+            if c.width == 1:
+                have = os.path.getsize(paths[0]) if os.path.exists(paths[0]) else -1
+                problem = None if have == n * c.np_dtype.itemsize else \
+                    f"{os.path.basename(paths[0])} has {have} bytes, {n * c.np_dtype.itemsize} expected"
+            else:
+                problem = sparse_problem(paths, c, n)
+            if problem:
+                raise CacheDamagedError(f"the flat store's side column {c.name}: {problem}; delete the cache "
+                                        f"folder and re-run", path=self.directory)
         return self
 
     def decoded(self, a: int = 0, b: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -308,23 +311,34 @@ class FlatTokensBuilder:
         self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
         self._lengths: list[np.ndarray] = []
         self._hash = xxhash.xxh3_128()  # the checksum cache.json records, without a re-read
-        self._side: list = []  # per side column: [file, hash], opened by the first add
+        self._side: list = []  # per side column: [file, hash] (width 1) or a SparseRowsWriter
         self._xxh3 = xxhash.xxh3_128
 
-    def add(self, ids: np.ndarray, mask: np.ndarray | None, lengths: np.ndarray, sides=None) -> None:
+    def add(self, ids: np.ndarray, mask: np.ndarray | None, lengths: np.ndarray, sides=None,
+            side_cols=()) -> None:
         """Append rows: `ids` (int32) and `mask` (uint8; None: every token is a target) are
-        the rows concatenated, `lengths` their token counts."""
+        the rows concatenated, `lengths` their token counts; `sides` the values of the side
+        columns `side_cols` for the same tokens (width per token, flat)."""
         lengths = np.asarray(lengths, np.int64)
         if (mask is not None and np.size(ids) != np.size(mask)) or np.size(ids) != int(lengths.sum()):
             raise ValueError(f"flat store rows disagree: {np.size(ids)} ids, {np.size(mask)} mask "
                              f"values, lengths sum to {int(lengths.sum())}")
-        _write_hashed(self._tokens, self._hash, pack_tokens(ids, mask))
+        write_hashed(self._tokens, self._hash, pack_tokens(ids, mask))
         for k, values in enumerate(sides or ()):
             if k == len(self._side):
-                self._side.append([open(os.path.join(self.directory, side_file(k)), "wb", buffering=0),
-                                   self._xxh3()])
-            _write_hashed(*self._side[k], values)
+                self._open_side(k, side_cols[k])
+            if isinstance(self._side[k], SparseRowsWriter):
+                self._side[k].add(values)
+            else:
+                write_hashed(*self._side[k], values)
         self._lengths.append(lengths)
+
+    def _open_side(self, k: int, c) -> None:
+        paths = [os.path.join(self.directory, n) for n in side_files(k, c.width)]
+        if c.width > 1:
+            self._side.append(SparseRowsWriter(paths, c, self._xxh3))
+        else:
+            self._side.append([open(paths[0], "wb", buffering=0), self._xxh3()])
 
     def close(self, side=()) -> dict:
         """Finish the store; returns cache.json's records of its files (the files of the side
@@ -332,12 +346,16 @@ class FlatTokensBuilder:
         self._tokens.close()
         recs = {}
         for k, c in enumerate(side):
-            if k == len(self._side):  # no rows were added: an empty file
-                self._side.append([open(os.path.join(self.directory, side_file(k)), "wb", buffering=0),
-                                   self._xxh3()])
-            f, h = self._side[k]
-            f.close()
-            recs[f"{FLAT_DIR}/{side_file(k)}"] = file_record(f.name, h.hexdigest())
+            if k == len(self._side):  # no rows were added: empty files
+                self._open_side(k, c)
+            w = self._side[k]
+            if isinstance(w, SparseRowsWriter):
+                pairs = zip(w.paths, w.close())
+            else:
+                w[0].close()
+                pairs = [(w[0].name, w[1].hexdigest())]
+            for path, digest in pairs:
+                recs[f"{FLAT_DIR}/{os.path.basename(path)}"] = file_record(path, digest)
         lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         offsets = np.zeros(lens.size + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
@@ -349,12 +367,9 @@ class FlatTokensBuilder:
     def abort(self) -> None:
         """Close the files; the caller removes the enclosing temporary directory."""
         self._tokens.close()
-        for f, _ in self._side:
-            f.close()
+        for w in self._side:
+            if isinstance(w, SparseRowsWriter):
+                w.abort()
+            else:
+                w[0].close()
 
-
-def _write_hashed(f, h, values: np.ndarray) -> None:
-    view = memoryview(np.ascontiguousarray(values)).cast("B")
-    h.update(view)
-    while view:  # unbuffered writes may be short
-        view = view[f.write(view):]

@@ -33,6 +33,7 @@ from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
     CACHE_VERSION,
+    SIDE_STORE,
     TokenizedCache,
     cache_problem,
     publish_cache,
@@ -78,6 +79,8 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
     for k in ("side_columns", "support_columns"):  # none: the key of caches made before them
         if not opts[k]:
             opts.pop(k)
+    if cfg.side_columns or cfg.support_columns:  # how flat/ lays them out: a new layout, a new key
+        opts["side_store"] = SIDE_STORE
     key = {
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
         # content, not size + mtime: an input edited in place keeping both is a new key
@@ -321,7 +324,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             ids, lens, src = ids[tok_keep], lens[keep], src[keep]
             mask = None if mask is None else mask[tok_keep]
             sides = [v[np.repeat(tok_keep, v.size // max(tok_keep.size, 1))] for v in sides]
-        sink.add(ids, mask, lens, src, fi, sides)
+        sink.add(ids, mask, lens, src, fi, sides, side.resolved())
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
         totals["loss"] += int(ids.size if mask is None else mask.sum(dtype=np.int64))
@@ -413,7 +416,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
         "num_loss_tokens": totals["loss"], "skipped": skipped,
         "tokenizers_version": tokenizers.__version__,
-        **({"side_columns": side_columns_to_manifest(side.resolved())} if side.spec else {}),
+        **({"side_columns": side_columns_to_manifest(side.resolved()), "side_store": SIDE_STORE} if side.spec else {}),
     }, known
 
 

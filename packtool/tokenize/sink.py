@@ -31,12 +31,12 @@ class CacheSink:
         self.pending: deque = deque()
 
     def add(self, ids: np.ndarray, mask: np.ndarray | None, lens: np.ndarray, src: np.ndarray,
-            fi: int, sides: list | None = None) -> None:
+            fi: int, sides: list | None = None, side_cols=()) -> None:
         """Rows (mask None: every token is a target; `sides`: each side column's values of the
         same tokens, flat, in flat/ only); a write error is raised here, on a later call, or by
         close()."""
         self.pending.append((self.pools[0].submit(self.writer.add, ids, mask, lens, src, fi),
-                             self.pools[1].submit(self.flat.add, ids, mask, lens, sides)))
+                             self.pools[1].submit(self.flat.add, ids, mask, lens, sides, side_cols)))
         while self.pending and (len(self.pending) > DEPTH
                                 or all(f.done() for f in self.pending[0])):
             for f in self.pending.popleft():
