@@ -6,9 +6,10 @@ accuracy, beside packtool's full-vocabulary fused log-prob and a chunked torch g
   main   H 4096, V 151,936, 16k tokens, K in 2/20/64/512 (+ 1024/2048/4096 for the rule): fwd and
          fwd+bwd time, methods interleaved over --rounds rounds (median of --reps per round), and
          peak extra memory of fwd+bwd (beyond inputs and the returned gradients)
-  sweep  fwd+bwd of impl='auto' and of the full-vocab fused log-prob over H 2048/4096/8192, V
-         151,936/248,320, TP 1/2/8 (one rank's share: V/TP weight rows, K/TP owned candidates;
-         collectives not included), tokens 16k/64k, K 2/20/64/512; one round, median of --reps
+  sweep  fwd and fwd+bwd of impl='auto' and of the full-vocab fused log-prob over H 2048/4096/8192,
+         V 151,936/248,320, TP 1/2/8 (one rank's share: V/TP weight rows, K/TP owned candidates;
+         collectives not included), tokens 16k/64k, K 2/20/64/512/2048/4096; one round, median
+         of --reps // 2
   union  the dense path over the union of the candidate ids vs over the whole vocabulary: H 4096,
          V 151,936, 16k tokens, K in --union-ks, cold candidates drawn from the first --union-pools
          ids (a peaked model's top-k / top-p candidates: the union is a part of the vocabulary);
@@ -36,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
-from kernels.support_logprob import GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PROBE, auto_path, support_logprob  # noqa: E402,E501
+from kernels.support_logprob import GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PROBE, _triton_runs, auto_path, support_logprob  # noqa: E402,E501
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
 
@@ -94,7 +95,7 @@ def methods(h, w, samp, sup, up, names):
 
 def auto_pick(h, w, samp, sup, train: bool) -> str:
     """The path impl='auto' takes for these inputs (train: a call that runs backward)."""
-    rows = check_support(samp, sup, w.shape[0], 0, w.shape[0])
+    rows = check_support(samp, sup, w.shape[0], 0, w.shape[0], use_triton=_triton_runs(h))
     with torch.set_grad_enabled(train):
         return auto_path(h, w, rows)[0]
 
@@ -219,7 +220,7 @@ def union_grid(rounds, reps, ks, pools, n=16384, hdim=4096, v=151936,
     return rows
 
 
-def sweep(reps):
+def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096)):
     rows = []
     for n in (16384, 65536):
         for hdim in (2048, 4096, 8192):
@@ -227,16 +228,20 @@ def sweep(reps):
                 for tp in (1, 2, 8):
                     vl = v // tp
                     full = None
-                    for k in (2, 20, 64, 512):
+                    for k in ks:
                         kl = max(1, k // tp)
                         h, w, samp, sup, up = inputs(n, hdim, vl, kl, seed=k)
                         fns = methods(h, w, samp, sup, up, ["auto"] + ([] if full else ["full_fused"]))
-                        if full is None:
-                            full = time_ms(fns["full_fused"], True, (h, w), reps)
-                        t = time_ms(fns["auto"], True, (h, w), reps)
+                        if full is None:  # the full head's time does not depend on K
+                            full = {m: time_ms(fns["full_fused"], m == "fwdbwd", (h, w), reps)
+                                    for m in ("fwd", "fwdbwd")}
+                        t = {m: time_ms(fns["auto"], m == "fwdbwd", (h, w), reps) for m in ("fwd", "fwdbwd")}
                         r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
-                             "auto_picks": auto_pick(h, w, samp, sup, True),
-                             "auto_fwdbwd_ms": t, "full_fused_fwdbwd_ms": full, "speedup": full / t}
+                             "auto_picks_train": auto_pick(h, w, samp, sup, True),
+                             "auto_picks_forward": auto_pick(h, w, samp, sup, False)}
+                        for m in ("fwd", "fwdbwd"):
+                            r.update({f"auto_{m}_ms": t[m], f"full_fused_{m}_ms": full[m],
+                                      f"speedup_{m}": full[m] / t[m]})
                         rows.append(r)
                         log(json.dumps(r))
                         del h, w, fns

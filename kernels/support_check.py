@@ -22,6 +22,7 @@ class SupportRows:
     pos: torch.Tensor  # int64 [N]: column of the sampled id in its row (0 on invalid rows)
     valid: torch.Tensor  # bool [N]: the row holds a support
     owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
+    dups_checked: bool = True  # False: distinct ids are left to the caller (see check_support)
 
 
 def _first(flags: torch.Tensor) -> tuple[int, int]:
@@ -32,22 +33,50 @@ def _first(flags: torch.Tensor) -> tuple[int, int]:
 
 def check_support(
     sampled: torch.Tensor, support: torch.Tensor, vocab_total: int, vocab_start: int,
-    vocab_local: int, loss_mask: torch.Tensor | None = None,
+    vocab_local: int, loss_mask: torch.Tensor | None = None, *, use_triton: bool = False,
+    sort_dups: bool = True,
 ) -> SupportRows:
+    """The rows checked and turned into local weight rows; use_triton: one Triton pass
+    (kernels/support_rows.py) instead of the torch passes. sort_dups=False (Triton only): the
+    rows are not sorted for repeated ids, and the caller must check them (`dups_checked`)."""
+    _check_shapes(sampled, support)
+    if use_triton and support.shape[1]:
+        from kernels.support_rows import GAP, MISSING, OUTSIDE, UNSUPPORTED, check_rows
+
+        t = sampled.to(support.dtype)
+        local, pos, bits, own = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local)
+        dup = _repeated(support).any() if sort_dups else torch.zeros((), dtype=torch.bool, device=t.device)
+        flags = torch.stack([((bits & b) != 0).any() for b in (OUTSIDE, GAP, MISSING, UNSUPPORTED)]
+                            + [dup, own.sum(dtype=torch.int64)]).tolist()  # the one host sync
+        if any(flags[:5]):  # the torch checks name the first bad token
+            return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
+        return SupportRows(local=local, pos=pos, valid=support[:, 0] >= 0, owned=int(flags[5]),
+                           dups_checked=sort_dups)
+    return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
+
+
+def _repeated(s: torch.Tensor) -> torch.Tensor:
+    srt = s.sort(dim=1).values
+    return (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+
+
+def _check_shapes(sampled, support) -> None:
     if support.dim() != 2 or sampled.shape != support.shape[:1]:
         raise ValueError(
             f"support {tuple(support.shape)} / sampled {tuple(sampled.shape)}: expected [N, K] and [N]"
         )
     if support.dtype not in (torch.int32, torch.int64) or sampled.dtype.is_floating_point:
         raise ValueError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
+
+
+def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask) -> SupportRows:
     s = support  # int32 stays int32: every pass below moves half the bytes of int64
     t = sampled.to(s.dtype)
     valid = s[:, 0] >= 0 if s.shape[1] else torch.zeros_like(t, dtype=torch.bool)
     real = s >= 0
     outside = (s < PAD) | (s >= vocab_total)
     gap = real[:, 1:] & ~real[:, :-1]  # a candidate after padding: padding must trail
-    srt = s.sort(dim=1).values
-    dup = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+    dup = _repeated(s)
     match = (s == t[:, None]) & real
     missing = valid & ~match.any(1)
     unsupported = (loss_mask != 0) & ~valid if loss_mask is not None else torch.zeros_like(valid)
@@ -66,9 +95,7 @@ def check_support(
         raise ValueError(f"support row of token {n} has a candidate after -1 padding (column {k + 1}): "
                          "padding must trail the candidates")
     if flags[2]:
-        n, k = _first(dup)
-        raise ValueError(f"support row of token {n} holds id {int(srt[n, k + 1])} twice: "
-                         "candidates must be distinct")
+        raise_repeated(s, dup)
     if flags[3]:
         n, _ = _first(missing)
         raise ValueError(f"sampled[{n}] = {int(t[n])} is not among its support row's candidates "
@@ -80,3 +107,11 @@ def check_support(
     pos = match.to(torch.int8).argmax(1)
     local = torch.where(own, local, torch.full_like(local, PAD)).to(torch.int32).contiguous()
     return SupportRows(local=local, pos=pos, valid=valid, owned=int(flags[5]))
+
+
+def raise_repeated(support: torch.Tensor, dup: torch.Tensor | None = None) -> None:
+    """The error for the first row holding an id twice (dup: _repeated(support), if known)."""
+    dup = _repeated(support) if dup is None else dup
+    n, k = _first(dup)
+    raise ValueError(f"support row of token {n} holds id {int(support[n].sort().values[k + 1])} "
+                     "twice: candidates must be distinct")

@@ -142,11 +142,16 @@ def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate:
 
 # --- the GEMM paths' row statistics, read from the chunk's logits buffer -------------------------
 
-def _buffer_stats_kernel(x_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, inv_temp, stride_x, K, row0, N,
-                         K_PAD: tl.constexpr, BLOCK_K: tl.constexpr, WRITE_Z: tl.constexpr):
+def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr, inv_temp,
+                         stride_x, K, row0, N, K_PAD: tl.constexpr, BLOCK_K: tl.constexpr,
+                         WRITE_Z: tl.constexpr, DUP: tl.constexpr):
     """One row of a chunk: its candidates' logits gathered from the [C, V] buffer, their max,
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
-    one pass; the [N, K] logits are written only when backward will need them."""
+    one pass; the [N, K] logits are written only when backward will need them.
+
+    DUP: then each candidate writes its column k into its own buffer slot (xm: the buffer seen as
+    integers; the values are no longer needed) and reads it back after a barrier: a repeated id
+    reads another column's k. dup[row] = how many did (no sort of the row)."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r
     m = tl.full([], -float("inf"), tl.float32)
@@ -176,6 +181,21 @@ def _buffer_stats_kernel(x_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, inv_temp, strid
     pos = tl.load(pos_ptr + row)
     at = tl.load(ids_ptr + row * K + pos)
     zt = tl.load(x_ptr + r * stride_x + tl.maximum(at, 0)).to(tl.float32) * inv_temp
+    if DUP:
+        mark_ty = xm_ptr.dtype.element_ty
+        tl.debug_barrier()
+        for k0 in range(0, K_PAD, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
+            tl.store(xm_ptr + r * stride_x + tl.where(ids >= 0, ids, 0), ks.to(mark_ty), mask=ids >= 0)
+        tl.debug_barrier()
+        n_dup = tl.zeros([], tl.int32)
+        for k0 in range(0, K_PAD, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
+            back = tl.load(xm_ptr + r * stride_x + tl.where(ids >= 0, ids, 0), mask=ids >= 0, other=0)
+            n_dup += tl.sum(((ids >= 0) & (back != ks.to(mark_ty))).to(tl.int32), axis=0)
+        tl.store(dup_ptr + row, n_dup)
     tl.store(st_ptr + row, m)
     tl.store(st_ptr + N + row, s)
     tl.store(st_ptr + 2 * N + row, u)
@@ -194,17 +214,22 @@ _MARK = LazyJit(_mark_kernel)
 STATS_BLOCK_K = 256
 
 
-def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st) -> None:
+_MARK_DTYPE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st, dups=None) -> None:
     """Rows [row0, row0 + C) of st [4, N] (max, sum-exp, entropy numerator, sampled logit) from
-    the chunk's logits x [C, V] (and of z [N, K] when z is given)."""
+    the chunk's logits x [C, V] (and of z [N, K] when z is given; of dups [N] when given, which
+    overwrites x)."""
     c, k = x.shape[0], local.shape[1]
     if c == 0:
         return
+    k_pad = max(16, triton.next_power_of_2(k))
     _BUFFER_STATS[(c,)](
-        x, local, pos, z if z is not None else st, st, float(inv_temp), x.stride(0), k, row0,
-        st.shape[1], K_PAD=max(16, triton.next_power_of_2(k)),
-        BLOCK_K=min(STATS_BLOCK_K, max(16, triton.next_power_of_2(k))), WRITE_Z=z is not None,
-        num_warps=4)
+        x, x.view(_MARK_DTYPE[x.element_size()]), local, pos, z if z is not None else st, st,
+        dups if dups is not None else st, float(inv_temp), x.stride(0), k, row0, st.shape[1],
+        K_PAD=k_pad, BLOCK_K=min(STATS_BLOCK_K, k_pad), WRITE_Z=z is not None,
+        DUP=dups is not None, num_warps=4)
 
 
 def named_rows(local: torch.Tensor, v_local: int) -> torch.Tensor:
@@ -216,11 +241,11 @@ def named_rows(local: torch.Tensor, v_local: int) -> torch.Tensor:
     return named
 
 
-def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool):
+def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool, dups=None):
     """The GEMM paths' forward: per chunk of rows, one GEMM into the [C, V] buffer (the full-vocab
     head's, sized alike), then `buffer_stats` reads each row's candidates from it. Returns (z
     [N, K] fp32 or None, (max, sum-exp, entropy numerator, sampled logit)); without need_z
-    (forward only) nothing of size [N, K] is written."""
+    (forward only) nothing of size [N, K] is written. dups [N] int32: repeated ids counted."""
     n, k = local.shape
     st = torch.empty(4, n, dtype=torch.float32, device=hidden.device)
     z = torch.empty(n, k, dtype=torch.float32, device=hidden.device) if need_z else None
@@ -230,5 +255,41 @@ def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool
         e = min(n, s + rows)
         x = buf[: e - s]
         torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
-        buffer_stats(x, local, pos, inv_temp, s, z, st)
+        buffer_stats(x, local, pos, inv_temp, s, z, st, dups)
     return z, tuple(st)
+
+
+# --- the gradient over the candidates ----------------------------------------------------------
+
+def _grad_logits_kernel(z_ptr, ids_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, pos_ptr, g_ptr, inv_temp, K,
+                        K_PAD: tl.constexpr, BLOCK_K: tl.constexpr, HAS_B: tl.constexpr):
+    """g = (a (1[k = pos] - p) - b p (log p + H)) / T over one row's own candidates, in one pass
+    (the torch expression makes five [N, K] temporaries)."""
+    row = tl.program_id(0).to(tl.int64)
+    lse = tl.load(lse_ptr + row)
+    a = tl.load(a_ptr + row)
+    pos = tl.load(pos_ptr + row)
+    for k0 in range(0, K_PAD, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        km = ks < K
+        own = tl.load(ids_ptr + row * K + ks, mask=km, other=-1) >= 0
+        lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
+        p = tl.where(own, tl.exp(lp), 0.0)
+        g = tl.where(own & (ks == pos), a, 0.0) - a * p
+        if HAS_B:
+            g -= tl.load(b_ptr + row) * p * (lp + tl.load(ent_ptr + row))
+        tl.store(g_ptr + row * K + ks, g * inv_temp, mask=km)
+
+
+_GRAD_LOGITS = LazyJit(_grad_logits_kernel)
+
+
+def grad_logits_triton(z, local, lse, ent, a, b, pos, inv_temp: float) -> torch.Tensor:
+    """g [N, K] fp32; a, b [N] zero on rows without support (b None: no entropy gradient)."""
+    n, k = z.shape
+    g = torch.empty_like(z)
+    if n and k:
+        k_pad = max(16, triton.next_power_of_2(k))
+        _GRAD_LOGITS[(n,)](z, local, lse, ent, a, b if b is not None else a, pos, g, float(inv_temp),
+                           k, K_PAD=k_pad, BLOCK_K=min(1024, k_pad), HAS_B=b is not None, num_warps=4)
+    return g

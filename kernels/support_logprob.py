@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from kernels import support_torch
-from kernels.support_check import SupportRows, check_support
+from kernels.support_check import SupportRows, _repeated, check_support, raise_repeated
 from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
@@ -51,6 +51,10 @@ GATHER_MAX_SHARE = {"train": 0.0025, "forward": 0.0039}
 # the ids and a host sync, so `auto` only looks once the candidates reach UNION_PROBE of the
 # gather limit over V: below it (K <= 64 in that bench) the gather path's few ms stand.
 UNION_MAX_SHARE = 0.85
+# Rows wider than this are not sorted to find a repeated id when Triton runs: the GEMM paths'
+# buffer kernel finds them in the logits buffer, other paths sort after choosing (the sort of
+# [16k, 4096] int32 rows took 2.0 ms on the H200, 6 % of the full-vocab forward)
+DUP_SORT_MAX_K = 512
 UNION_PROBE = 0.25
 
 
@@ -65,6 +69,7 @@ class _Plan:
     union: tuple | None = None  # path "union": (ids [U], rows renumbered into them)
     fused_stats: bool = False  # GEMM paths: row statistics by the Triton buffer kernel
     need_z: bool = True  # keep the [N, K] logits (for backward); forward-only calls do not
+    dups: torch.Tensor | None = None  # int32 [N]: repeated ids the buffer kernel finds, per row
 
 
 def _ops(path: str):
@@ -89,8 +94,9 @@ def _stats(z: torch.Tensor, pos: torch.Tensor):
     return m, e.sum(1), u, zt
 
 
-def _merge(m, s, u, zt, group):
-    """Merge the ranks' statistics: one MAX then one SUM all-reduce (none without a group)."""
+def _merge(m, s, u, zt, group, dups=None):
+    """Merge the ranks' statistics: one MAX then one SUM all-reduce (none without a group); the
+    SUM also carries dups (repeated ids each rank found among its own), so every rank sees them."""
     m0 = torch.where(m > float("-inf"), m, torch.zeros_like(m))
     if group is not None:
         m_all = m.clone()
@@ -99,9 +105,11 @@ def _merge(m, s, u, zt, group):
         has = s > 0  # a rank owning none of a row's candidates adds nothing (and no 0 * -inf)
         scale = torch.where(has, torch.exp(m0 - m_all0), torch.zeros_like(s))
         shifted = torch.where(has, scale * (u + (m0 - m_all0) * s), torch.zeros_like(u))
-        packed = torch.stack([scale * s, shifted, zt])
+        packed = torch.stack([scale * s, shifted, zt] + ([dups.to(s.dtype)] if dups is not None else []))
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
         s, u, zt, m0 = packed[0], packed[1], packed[2], m_all0
+        if dups is not None:
+            dups.copy_(packed[3])
     log_s = torch.log(s)
     return m0 + log_s, log_s - u / s, zt  # lse, entropy, sampled logit
 
@@ -114,7 +122,8 @@ class SupportLogprob(torch.autograd.Function):
 
             w, local = ((weight, rows.local) if plan.path == "dense"
                         else (weight.index_select(0, plan.union[0]), plan.union[1]))
-            z, stats = dense_logits_stats(hidden, w, local, rows.pos, plan.inv_temp, plan.need_z)
+            z, stats = dense_logits_stats(hidden, w, local, rows.pos, plan.inv_temp, plan.need_z,
+                                          plan.dups)
         else:
             if plan.path == "union":
                 z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
@@ -122,7 +131,7 @@ class SupportLogprob(torch.autograd.Function):
                 logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
                 z = logits_op(hidden, weight, rows.local, plan.inv_temp)
             stats = _stats(z, rows.pos)
-        lse, ent, zt = _merge(*stats, plan.shard.group)
+        lse, ent, zt = _merge(*stats, plan.shard.group, plan.dups)
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
         ent = torch.where(rows.valid, ent, zero)
@@ -137,7 +146,7 @@ class SupportLogprob(torch.autograd.Function):
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_h or need_w):
             return None, None, None, None
-        g = _grad_logits(z, lse, ent, rows, grad_lp, grad_ent, plan.inv_temp)
+        g = _grad_logits(z, lse, ent, rows, grad_lp, grad_ent, plan.inv_temp, plan.fused_stats)
         grad_h = torch.empty_like(hidden) if need_h else None
         dw = _grad_weight_buffer(weight, plan) if need_w else None
         if plan.path == "dense":
@@ -155,8 +164,15 @@ class SupportLogprob(torch.autograd.Function):
         return grad_h, _finish_grad_weight(weight, dw, plan), None, None
 
 
-def _grad_logits(z, lse, ent, rows: SupportRows, grad_lp, grad_ent, inv_temp):
+def _grad_logits(z, lse, ent, rows: SupportRows, grad_lp, grad_ent, inv_temp, fused=False):
     """d(a * logp + b * entropy)/dx over the candidates: a (1[c = s] - p_c) - b p_c (log p_c + H)."""
+    if fused:  # one Triton pass, no [N, K] temporaries
+        from kernels.support_kernels import grad_logits_triton
+
+        zero = torch.zeros_like(lse)
+        a = torch.where(rows.valid, grad_lp.to(z.dtype), zero) if grad_lp is not None else zero
+        b = torch.where(rows.valid, grad_ent.to(z.dtype), zero) if grad_ent is not None else None
+        return grad_logits_triton(z, rows.local, lse, ent, a, b, rows.pos, inv_temp)
     own = (rows.local >= 0) & rows.valid[:, None]
     lp_c = torch.where(own, z - lse[:, None], torch.zeros_like(z))
     p = torch.where(own, torch.exp(lp_c), torch.zeros_like(z))
@@ -281,18 +297,26 @@ def support_logprob(
     if tp_group is None and start != 0:
         raise ValueError(f"vocab_start = {start} without tp_group: an unsharded weight holds the "
                          "whole vocabulary from id 0; pass tp_group to score a shard")
-    rows = check_support(sampled.reshape(-1), support.reshape(-1, support.shape[-1]), shard.total,
-                         start, weight.shape[0],
-                         None if loss_mask is None else loss_mask.reshape(-1))
-    path, union = choose_path(impl, h, weight, rows), None
+    sup = support.reshape(-1, support.shape[-1])
     triton_ok = _triton_runs(h)
+    rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0],
+                         None if loss_mask is None else loss_mask.reshape(-1), use_triton=triton_ok,
+                         sort_dups=not (triton_ok and DUP_SORT_MAX_K < sup.shape[1] < 2**15))
+    path, union = choose_path(impl, h, weight, rows), None
     if path == "auto":
         path, union = auto_path(h, weight, rows)
     elif path == "union":
         union = _union(rows.local, weight.shape[0], triton_ok)
     need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    fused = triton_ok and weight.dtype != torch.float64
+    in_buffer = fused and (path == "dense" or (path == "union" and union[0].numel()))
+    if not rows.dups_checked and not in_buffer:
+        if bool(_repeated(sup).any()):
+            raise_repeated(sup)
+    dups = None if rows.dups_checked or not in_buffer else torch.zeros_like(rows.pos, dtype=torch.int32)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden), union,
-                 fused_stats=triton_ok and weight.dtype != torch.float64, need_z=need_z)
+                 bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z, dups=dups)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
+    if dups is not None and bool(dups.any()):  # after the forward's own sync-free work: one sync
+        raise_repeated(sup)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

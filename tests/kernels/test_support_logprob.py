@@ -192,6 +192,22 @@ def test_bad_support_is_an_error_naming_the_token(case):
         support_logprob(h.float(), w.float(), samp, sup, impl="torch")
 
 
+@pytest.mark.parametrize("path", ["dense", "union", "gather"])
+def test_wide_rows_find_a_repeated_id_after_choosing_the_path(monkeypatch, path):
+    # rows wider than DUP_SORT_MAX_K are not sorted by the checks: the GEMM paths' buffer kernel
+    # finds the repeated id in the logits buffer, the gather path sorts once it is chosen
+    from kernels import support_logprob as S
+
+    monkeypatch.setattr(S, "DUP_SORT_MAX_K", 2)
+    h, w, samp, sup, up = _inputs(6)
+    got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl=path),
+               h, w, torch.float32, up)
+    _close(got, _ref(h, w, samp, sup, 1.0, up), 2e-6)
+    sup[6, 2] = sup[6, 1]
+    with pytest.raises(ValueError, match=r"token 6 holds id \d+ twice"):
+        support_logprob(h.float(), w.float(), samp, sup, impl=path)
+
+
 def test_loss_active_token_without_support_is_an_error():
     h, w, samp, sup, _ = _inputs()
     mask = torch.ones(N)

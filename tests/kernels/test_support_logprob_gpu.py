@@ -97,3 +97,16 @@ def test_extreme_logits_no_nan(S):
         out = _run(S, hid, w, samp, sup, up, torch.bfloat16, impl=impl)
         for x in out[:4]:
             assert torch.isfinite(x).all(), impl
+
+
+@pytest.mark.parametrize("impl", ["dense", "union", "gather"])
+def test_wide_rows_repeated_id_is_an_error(S, impl):
+    # K 600 > DUP_SORT_MAX_K: the checks do not sort; the buffer kernel (dense, union) or a sort
+    # after the path is chosen (gather) finds the id, and no row without one is flagged
+    hid, w, samp, sup, up = _inputs(n=512, k=600)
+    S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
+    row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
+    sup[row, 3] = sup[row, 2]
+    samp[row] = sup[row, 0]
+    with pytest.raises(ValueError, match=f"token {row} holds id"):
+        S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
