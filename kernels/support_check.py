@@ -46,7 +46,7 @@ def check_support(
         t = sampled.to(support.dtype)
         local, pos, bits, own = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local)
         dup = _repeated(support).any() if sort_dups else torch.zeros((), dtype=torch.bool, device=t.device)
-        flags = torch.stack([((bits & b) != 0).any() for b in (OUTSIDE, GAP, MISSING, UNSUPPORTED)]
+        flags = torch.stack([((bits & b.value) != 0).any() for b in (OUTSIDE, GAP, MISSING, UNSUPPORTED)]
                             + [dup, own.sum(dtype=torch.int64)]).tolist()  # the one host sync
         if any(flags[:5]):  # the torch checks name the first bad token
             return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)

@@ -16,7 +16,8 @@ import triton.language as tl
 
 from kernels._triton import LazyJit
 
-OUTSIDE, GAP, MISSING, UNSUPPORTED = 1, 2, 4, 8
+# verdict bits (constexpr: the kernel reads them as globals)
+OUTSIDE, GAP, MISSING, UNSUPPORTED = (tl.constexpr(b) for b in (1, 2, 4, 8))
 BLOCK_K = 1024
 
 
