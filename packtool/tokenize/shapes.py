@@ -46,6 +46,19 @@ def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: l
             f"fix with {_FIX}", path=path)
 
 
+def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str], cfg) -> None:
+    """A side column the file lacks is a --side-columns (or --support-columns) name to check,
+    not a shape problem."""
+    missing = [n for n in side if n not in cols]
+    if missing:
+        from packtool.tokenize.side_values import parse_side_spec
+        named = {s[0] for s in parse_side_spec(getattr(cfg, "side_columns", ()) or (), ())}
+        flag = "--side-columns" if set(missing) & named else "--support-columns"
+        raise PacktoolInputError(
+            f"side column(s) {', '.join(missing)} not in this file (columns found: {', '.join(found) or 'none'}); "
+            f"check the names given to {flag}", path=path, flag=flag)
+
+
 def _side_names(cfg) -> tuple[str, ...]:
     spec = getattr(cfg, "side_columns", ()) or getattr(cfg, "support_columns", ())
     if not spec:
@@ -83,7 +96,8 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
         raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "
                                  f"this input is shape {kind}", path=path, flag="--side-columns")
     if kind == "tokens":
-        _need(cols, ("input_ids",) + side, kind, path, columns)
+        _need(cols, ("input_ids",), kind, path, columns)
+        _need_side(cols, side, path, columns, cfg)
         extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
         return Shape(kind, ("input_ids",) + extra, side=side)
     if kind == "text":

@@ -100,10 +100,17 @@ class SideReader:
     def resolved(self) -> tuple[SideColumn, ...]:
         return tuple(c for c in self.columns if c is not None)
 
-    def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int) -> list[np.ndarray]:
+    def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int,
+             ids: np.ndarray | None = None) -> list[np.ndarray]:
         """Per side column, its values for every token of the batch's rows, flat (T * width,
-        the column's dtype, fill where a token has none)."""
-        return [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
+        the column's dtype, fill where a token has none). With the rows' `ids`, support columns
+        are held to the support rule."""
+        out = [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
+        if ids is not None:
+            for c, vals in zip(self.columns, out):
+                if c is not None and c.is_support:
+                    _check_support(c, vals, ids, lens, path, first_row)
+        return out
 
     def _one(self, i: int, col, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:
         name, pinned, kind = self.spec[i]
@@ -232,3 +239,21 @@ class SideReader:
             pos = int(np.flatnonzero(out_of)[0])
             raise bad(f"holds {x[pos]} outside {c.dtype}; pin NAME:int64 (--side-columns)", where(pos))
         return x.astype(want)
+
+
+def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, lens, path: str,
+                   first_row: int) -> None:
+    """The first token of these rows that breaks the support rule: one line naming the row
+    and the token, before anything is written."""
+    from packtool.support_rule import SUPPORT_RULES, first_breaks
+    lens = np.asarray(lens, np.int64)
+    starts = np.concatenate(([0], np.cumsum(lens)))[:-1]
+    first = first_breaks(vals.reshape(-1, c.width), ids, np.ones(ids.size, bool))
+    if (first < 0).all():
+        return
+    k = int(np.argmin(np.where(first >= 0, first, np.iinfo(np.int64).max)))
+    p = int(first[k])
+    r = int(np.searchsorted(starts, p, side="right")) - 1
+    raise PacktoolInputError(f"side column {c.name}: token {p - int(starts[r])} (id {int(ids[p])}) holds "
+                             f"{vals.reshape(-1, c.width)[p].tolist()}: {SUPPORT_RULES[k]} (rows and tokens count from 0)",
+                             path=path, row=first_row + r, flag="--support-columns")

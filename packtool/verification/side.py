@@ -1,27 +1,23 @@
 """`verify`, per-token side columns (FORMAT.md "Side columns"): the schema the manifest
 declares, and per record batch, length T per row, no null values, the fill on every position
 that is not a real token, and for columns declared `kind: "support"` the sampler-support
-rule on every real token: a row that is not all -1 holds the token at its position exactly
-once, and -1 only as padding at its end.
+rule on every real token (packtool/support_rule.py: -1 pads the end only, the token once).
 
 Vectorized over the batch (numpy over the flattened lists); the support rule is one numba
 pass over the tokens.
 """
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 
 from packtool.arrays import span_mask
 from packtool.side import SideColumn
+from packtool.support_rule import SUPPORT_RULES, first_breaks
 from packtool.slabs.format import SCHEMA, side_field
 from packtool.verification.problems import ProblemLog
 
 _BUILT_IN = frozenset(SCHEMA.names)
-SUPPORT_RULES = ("a -1 before a candidate id (or an id below -1): -1 pads the end of the row only",
-                 "the token at this position is not among its candidates",
-                 "the token at this position is among its candidates more than once")
 
 
 def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str, log: ProblemLog) -> bool:
@@ -59,40 +55,6 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
                     expected=str(want), found=str(got))
         ok = False
     return ok
-
-
-@nb.njit(nogil=True, cache=True)
-def _support_pass(vals, ids, real, first):
-    """first[k]: the first token position breaking support rule k (SUPPORT_RULES), or -1;
-    returns how many tokens break any rule."""
-    bad = 0
-    K = vals.shape[1]
-    for p in range(vals.shape[0]):
-        if not real[p]:
-            continue
-        empty = True
-        for j in range(K):
-            if vals[p, j] != -1:
-                empty = False
-                break
-        if empty:  # a token without support (a prompt token): all fill
-            continue
-        ended, seen, order = False, 0, False
-        for j in range(K):
-            v = vals[p, j]
-            if v == -1:
-                ended = True
-            else:
-                if ended or v < -1:
-                    order = True
-                if v == ids[p]:
-                    seen += 1
-        k = 0 if order else (1 if seen == 0 else (2 if seen > 1 else -1))
-        if k >= 0:
-            bad += 1
-            if first[k] < 0:
-                first[k] = p
-    return bad
 
 
 def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.ndarray, seg_row: np.ndarray,
@@ -133,8 +95,8 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
-            first = np.full(3, -1, np.int64)
-            if _support_pass(vals, ids, real, first):
+            first = first_breaks(vals, ids, real)
+            if (first >= 0).any():
                 for k in np.flatnonzero(first >= 0):
                     p = int(first[k])
                     r = int(row_of[p])

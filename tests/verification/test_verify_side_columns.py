@@ -103,7 +103,8 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
 CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
          "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
-         "support_negative": "side_support", "missing": "schema", "undeclared": "schema"}
+         "support_negative": "side_support", "missing": "schema",
+         "undeclared": "schema"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -120,6 +121,20 @@ def test_each_planted_corruption_trips_its_check(clean, tmp_path, case):
     assert msgs and all("\n" not in m for m in msgs)
     if CASES[case] != "schema":
         assert ("'lp'" in msgs[0]) or ("'sup'" in msgs[0]), msgs
+
+
+def test_an_empty_support_row_where_the_loss_skips_the_token_is_clean(clean, tmp_path):
+    """A token the loss skips (a prompt token, a segment's first) may have no support."""
+    out = str(tmp_path / "p")
+    shutil.copytree(clean, out)
+    shard, t = _table(out)
+    sup, lm = t.column("sup").to_pylist(), t.column("loss_mask").to_pylist()
+    r = _row_with_pad(t)
+    p = next(p for p in range(len(lm[r])) if not lm[r][p] and any(v != -1 for v in sup[r][p]))
+    sup[r][p] = [-1] * K
+    pq.write_table(_set(t, "sup", sup), os.path.join(out, shard), compression="zstd")
+    resign(out, shard)
+    assert verify(out, workers=1).ok
 
 
 @pytest.mark.parametrize("entry", [{"name": "lp", "dtype": "float16", "width": 1, "fill": 0.0},
