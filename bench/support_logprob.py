@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
-from kernels.support_logprob import GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PROBE, _triton_runs, auto_path, support_logprob  # noqa: E402,E501
+from kernels.support_logprob import (DUP_SORT_MAX_K, GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
+                                     UNION_PROBE, _triton_runs, auto_path, support_logprob)
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
 
@@ -220,7 +221,7 @@ def union_grid(rounds, reps, ks, pools, n=16384, hdim=4096, v=151936,
     return rows
 
 
-def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096)):
+def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096), modes=("fwd", "fwdbwd")):
     rows = []
     for n in (16384, 65536):
         for hdim in (2048, 4096, 8192):
@@ -234,12 +235,12 @@ def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096)):
                         fns = methods(h, w, samp, sup, up, ["auto"] + ([] if full else ["full_fused"]))
                         if full is None:  # the full head's time does not depend on K
                             full = {m: time_ms(fns["full_fused"], m == "fwdbwd", (h, w), reps)
-                                    for m in ("fwd", "fwdbwd")}
-                        t = {m: time_ms(fns["auto"], m == "fwdbwd", (h, w), reps) for m in ("fwd", "fwdbwd")}
+                                    for m in modes}
+                        t = {m: time_ms(fns["auto"], m == "fwdbwd", (h, w), reps) for m in modes}
                         r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
                              "auto_picks_train": auto_pick(h, w, samp, sup, True),
                              "auto_picks_forward": auto_pick(h, w, samp, sup, False)}
-                        for m in ("fwd", "fwdbwd"):
+                        for m in modes:
                             r.update({f"auto_{m}_ms": t[m], f"full_fused_{m}_ms": full[m],
                                       f"speedup_{m}": full[m] / t[m]})
                         rows.append(r)
@@ -263,16 +264,19 @@ def main():
     ap.add_argument("--rule-ks", default="1024,2048,4096", help="main: K of gather/dense/full only")
     ap.add_argument("--methods", default="auto,gather,gather_det,dense,torch_gather,full_fused")
     ap.add_argument("--union-ks", default="512,2048")
+    ap.add_argument("--sweep-ks", default="2,20,64,512,2048,4096")
+    ap.add_argument("--sweep-modes", default="fwd,fwdbwd")
     ap.add_argument("--union-pools", default="8192,32768,151936")
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
-           "gather_max_share": GATHER_MAX_SHARE, "union_max_share": UNION_MAX_SHARE, "union_probe": UNION_PROBE}
+           "gather_max_share": GATHER_MAX_SHARE, "union_max_share": UNION_MAX_SHARE, "union_probe": UNION_PROBE,
+           "union_prefix": UNION_PREFIX, "dup_sort_max_k": DUP_SORT_MAX_K}
     for part in a.parts.split(","):
         t0 = time.time()
         res[part] = {"acc": accuracy, "main": lambda: main_grid(
                          a.rounds, a.reps, _ints(a.ks), _ints(a.rule_ks), names=a.methods.split(",")),
-                     "sweep": lambda: sweep(max(1, a.reps // 2)),
+                     "sweep": lambda: sweep(max(1, a.reps // 2), _ints(a.sweep_ks), tuple(a.sweep_modes.split(","))),
                      "union": lambda: union_grid(a.rounds, a.reps, _ints(a.union_ks), _ints(a.union_pools))}[part]()
         log(f"{part}: {time.time() - t0:.0f} s")
         with open(a.out, "w") as f:

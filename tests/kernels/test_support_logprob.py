@@ -159,10 +159,12 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
     at = 2.0 * owned / (N * V)  # the gather limit over V at twice the candidates: probes the union
     cases = [(0.0, 0.9, ["probe", "union"]), (0.0, 0.01, ["probe", "dense"]),
              (at, 0.01, ["probe", "gather"]), (at * 10, 0.9, ["gather"]),
-             (at * 0.9, 0.9, ["probe", "union"])]
+             (at * 0.9, 0.9, ["probe", "union"]), (0.0, 0.01, ["dense"])]
     # the last case: candidates under the gather limit over V (1.8x them) but past it over U rows
     assert 1.8 * owned * u / V < owned
-    for share, union_share, want in cases:
+    for i, (share, union_share, want) in enumerate(cases):
+        # the last case: the first 3 rows (UNION_PREFIX x V ids) name over 1 % of V: no probe
+        monkeypatch.setattr(S, "UNION_PREFIX", 0.05 if i == len(cases) - 1 else 8)
         monkeypatch.setattr(S, "GATHER_MAX_SHARE", {"train": share, "forward": share})
         monkeypatch.setattr(S, "UNION_MAX_SHARE", union_share)
         seen.clear()
