@@ -7,19 +7,29 @@ says: no packer returns the better of two algorithms or splits items to fill gap
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
-from packtool.packers.balanced import balanced
-from packtool.packers.bfd import bfd
-from packtool.packers.dp import ATTN_COEF, DPAssignment, DPError, assign_dp
-from packtool.packers.ffd import ffd
-from packtool.packers.mffd import mffd
-
 ALGORITHMS = ("ffd", "bfd", "mffd", "balanced")
-_PACKERS = {"ffd": ffd, "bfd": bfd, "mffd": mffd, "balanced": balanced}
+
+# The kernels (numba) load on first use: a reader of packed output validates its manifest's
+# settings against ALGORITHMS and never packs, so it never pays numba's start
+_LAZY = {"ffd": "packtool.packers.ffd", "bfd": "packtool.packers.bfd", "mffd": "packtool.packers.mffd",
+         "balanced": "packtool.packers.balanced", "ATTN_COEF": "packtool.packers.dp",
+         "DPAssignment": "packtool.packers.dp", "DPError": "packtool.packers.dp", "assign_dp": "packtool.packers.dp"}
 
 __all__ = ["ALGORITHMS", "ATTN_COEF", "DPAssignment", "DPError", "assign_dp", "pack_items",
            "ffd", "bfd", "mffd", "balanced"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'packtool.packers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
@@ -27,7 +37,7 @@ def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
 
     sizes: integer footprints with 1 <= size <= capacity (the caller applies the overflow
     policy first). An int64 contiguous array is used as is (no copy)."""
-    if algorithm not in _PACKERS:
+    if algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"--max-tokens (capacity) must be a positive integer, got {capacity!r}")
@@ -44,4 +54,4 @@ def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
                 f"sizes[{bad}] = {int(sizes[bad])} is outside 1..{capacity}: footprints must "
                 f"be positive and at most the capacity; apply an --overflow policy "
                 f"(split, truncate, singleton) before packing")
-    return _PACKERS[algorithm](sizes, capacity)
+    return __getattr__(algorithm)(sizes, capacity)

@@ -15,7 +15,8 @@ import numpy as np
 from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError
 from packtool.layout import Layout, compute_layout
-from packtool.packers import ALGORITHMS, assign_dp, pack_items
+from packtool import packers
+from packtool.packers import ALGORITHMS
 from packtool.params import expect
 from packtool.progress import compile_seconds, kernel_seconds
 
@@ -219,7 +220,7 @@ def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) ->
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment)
     return plan_with(lengths, alignment, packing,
-                     lambda fp: pack_items(fp, alignment.usable, packing.algorithm))
+                     lambda fp: packers.pack_items(fp, alignment.usable, packing.algorithm))
 
 
 def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
@@ -243,7 +244,7 @@ def plan_with(lengths, alignment: Alignment, packing: PackingConfig,
     imbalance, moved = 0.0, 0
     if packing.dp > 1:
         cap = max(alignment.usable, int(fp.max()))
-        dpa = assign_dp(bin_of, fp, segs.length, cap, packing.dp)
+        dpa = packers.assign_dp(bin_of, fp, segs.length, cap, packing.dp)
         bin_of, rank, step = dpa.bin_of_item, dpa.rank, dpa.step
         imbalance, moved = float(dpa.imbalance), int(dpa.moved_items)
         n_bins = rank.size

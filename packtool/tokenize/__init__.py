@@ -6,11 +6,25 @@ its Parquet parts and its flat token store (`cache`, `cache_parts`, `flat_tokens
 threaded pipeline that ties them (`pipeline`, with its writers `sink`, read-ahead `prefetch`
 and bar `bar`), and this stage's options (`config.TokenizeConfig`). Imports nothing from later stages (docs/DESIGN.md).
 """
+import importlib
+
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.cache import InputFileInfo, Rows, TokenizedCache
-from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.encode import TokenizerInfo
-from packtool.tokenize.pipeline import default_cache_dir, tokenize_to_cache
+
+# Names load on first use: a reader of packed output imports `tokenize.checksum` (the shard
+# checksums) and must not load the tokenizers library, the pipeline or its numba kernels
+_EXPORTS = {
+    "tokenize_to_cache": "pipeline", "default_cache_dir": "pipeline", "TokenizeConfig": "config",
+    "TokenizedCache": "cache", "InputFileInfo": "cache", "Rows": "cache", "TokenizerInfo": "encode",
+}
 
 __all__ = ["tokenize_to_cache", "TokenizeConfig", "TokenizedCache", "TokenizerInfo",
            "InputFileInfo", "Rows", "PacktoolInputError", "default_cache_dir"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'packtool.tokenize' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"packtool.tokenize.{module}"), name)
+    globals()[name] = value
+    return value
