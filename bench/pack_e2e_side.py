@@ -47,25 +47,16 @@ CASES = {"tokens": ((), ()), "floats": (("old_logprobs", "advantages"), ()),
 BASE = 100_000  # larger inputs are copies of this file in a folder (generating is the slow part)
 
 
-LINK = os.environ.get("PACKTOOL_BENCH_LINK") == "1"  # --link, handed to the per-run processes
-
-
 def make_input(n: int, work: str) -> str:
     """The input for n sequences: one file up to BASE; above, a folder of n // BASE copies of
-    the BASE file (distinct files, the same rows: packtool reads the folder in order). With
-    --link the copies are hard links of the one file (3M: 12 GB less disk; the page cache
-    then holds one copy of the input bytes, read n // BASE times)."""
+    the BASE file (distinct files, the same rows: packtool reads the folder in order)."""
     if n > BASE and n % BASE == 0:
-        folder = os.path.join(work, f"side_{n}" + ("_linked" if LINK else ""))
+        folder = os.path.join(work, f"side_{n}")
         if not os.path.isdir(folder):
             one = make_input(BASE, work)
             os.makedirs(folder + ".tmp", exist_ok=True)
             for i in range(n // BASE):
-                dst = os.path.join(folder + ".tmp", f"part-{i:03d}.parquet")
-                if LINK:
-                    os.link(one, dst)
-                else:
-                    shutil.copyfile(one, dst)
+                shutil.copyfile(one, os.path.join(folder + ".tmp", f"part-{i:03d}.parquet"))
             os.replace(folder + ".tmp", folder)
         return folder
     import pyarrow as pa
@@ -164,12 +155,7 @@ def main() -> None:
     ap.add_argument("--make", action="store_true", help="only write the input files")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--log", help="append every run as one JSON line here")
-    ap.add_argument("--link", action="store_true", help="inputs above 100k: hard links, not copies")
     a = ap.parse_args()
-    if a.link:
-        global LINK
-        LINK = True
-        os.environ["PACKTOOL_BENCH_LINK"] = "1"
     os.makedirs(a.work, exist_ok=True)
     if a.case:
         kind, n = a.case.split(":")
@@ -179,7 +165,7 @@ def main() -> None:
             return
         src = make_input(int(n), a.work)
         r = run(kind, src, a.work)
-        r.update(n=int(n), input_bytes=_du(src) if os.path.isdir(src) else os.path.getsize(src), linked=LINK)
+        r.update(n=int(n), input_bytes=_du(src) if os.path.isdir(src) else os.path.getsize(src))
         print("RESULT " + json.dumps(r))
         return
     if a.make:
