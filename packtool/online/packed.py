@@ -26,7 +26,7 @@ from packtool.layout import (
     shift_like_labels,
     token_destinations,
 )
-from packtool.online.step import OnlinePackError, as_lengths
+from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
 @dataclass
@@ -66,7 +66,12 @@ def _flat(x, lengths, what: str, lens_like=None):
     seqs = [torch.as_tensor(t) for t in x]
     if not seqs:
         raise OnlinePackError(f"{what}: no sequences (a micro-batch needs at least one)")
-    if lens_like is None:  # tokens and masks: any shape, flattened
+    if lens_like is None:  # tokens and masks: [T] or [1, T] (a tokenizer's batch of one), flattened
+        wide = next((i for i, t in enumerate(seqs) if sum(d > 1 for d in t.shape) > 1), None)
+        if wide is not None:
+            raise OnlinePackError(f"{what}[{wide}] has shape {tuple(seqs[wide].shape)}: one 1-D tensor per "
+                                  f"sequence; a padded [B, T] batch is B sequences: pass its rows with the "
+                                  f"padding removed")
         seqs = [t.reshape(-1) for t in seqs]
     lens = np.fromiter((t.shape[0] if t.dim() else 1 for t in seqs), np.int64, len(seqs))
     return torch.cat([t.reshape(t.shape if t.dim() else (1,)) for t in seqs]), lens
@@ -130,7 +135,9 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
         raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
                               f"rollouts before batching")
     cols = _side(side or {}, side_fill or {}, lens, lengths, device)
-    cp = alignment.cp if cp_size is None else int(cp_size)
+    cp = alignment.cp if cp_size is None else check_int("cp_size", cp_size, 1)
+    if check_int("cp_rank", cp_rank, 0) >= cp:
+        raise OnlinePackError(f"cp_rank must be in 0..{cp - 1} for cp={cp}, got {cp_rank}")
     lay = compute_layout(lens, np.array([0, lens.size]), alignment)
     T = int(lay.slab_len[0])
     start = lay.seg_start[~lay.is_fill]

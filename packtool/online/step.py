@@ -177,6 +177,10 @@ def as_lengths(lengths) -> np.ndarray:
                               f"must be token counts")
     if arr.dtype != np.int64:
         arr = arr.astype(np.int64)  # the kernels are compiled for int64 only (start-up)
+    if arr.size and int(arr.min()) < 0:  # checked here, not on a packer's error path alone
+        i = int(np.argmin(arr))
+        raise OnlinePackError(f"sequence {i} has length {int(arr[i])}: lengths must be nonnegative "
+                              f"token counts")
     return arr
 
 
@@ -237,6 +241,11 @@ class StepPacker:
                                 self.oversize == "error", self.ties_desc, mb, mul, skyrl,
                                 order, bin_of, offsets, items)
         else:
+            if n and int(lens.min()) == 0:
+                i = int(np.argmin(lens))
+                raise OnlinePackError(f"sequence {i} has length 0: algorithm {self.algorithm!r} places "
+                                      f"sequences of at least one token; drop empty rollouts or use "
+                                      f"algorithm='ffd' or 'least-loaded', which place them")
             st, v = K.check_sizes(fp, U, self.oversize == "error")
             if st == K.OK:
                 nb = self._place(fp, order, bin_of, U)

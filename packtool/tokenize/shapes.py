@@ -67,9 +67,19 @@ def _side_names(cfg) -> tuple[str, ...]:
     return tuple(s[0] for s in parse_side_spec(cfg.side_columns, cfg.support_columns))
 
 
+# Columns only a packed slab has (FORMAT.md): spelled here, as the tokenize stage comes before
+# the slab format's module and must not import it.
+_SLAB_COLUMNS = frozenset(("input_ids", "seq_lens", "cu_seqlens_padded", "slab_index"))
+
+
 def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
     """Pick the shape for one file. Explicit cfg.shape wins; auto follows a fixed precedence."""
     cols = set(columns)
+    if _SLAB_COLUMNS <= cols:  # each slab would become one sequence: its rows merged, its pads trained on
+        raise PacktoolInputError(
+            "is a packtool slab shard (a packed output), not training rows: packing it again would make "
+            "each slab one sequence and train on its pads; pack the inputs it was made from (its "
+            ".manifest.json lists them) with the new flags", path=path)
     text_field = cfg.text_field or "text"
     kind = cfg.shape
     if kind == "auto":

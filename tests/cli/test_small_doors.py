@@ -162,3 +162,14 @@ def test_every_command_with_a_bar_takes_both_spellings_of_no_progress(proj, flag
     for args in (["verify", "out"], ["inspect", "out"], ["verify", "out", "--source", "a.jsonl"]):
         r = runner.invoke(app, [*args, flag, "--cache-dir", "cache"] if "--source" in args else [*args, flag])
         assert r.exit_code == 0, (args, r.stdout + r.stderr)
+
+
+@pytest.mark.parametrize("given", ["out", "out/slabs-00000.parquet"])
+def test_a_packed_output_given_as_input_is_refused(proj, given):
+    """Re-packing slabs would make each slab one sequence (its rows merged, its pads trained on)."""
+    pack("a.jsonl", "-o", "out", "-q")
+    r = runner.invoke(app, ["pack", given, "-o", "again", "--cache-dir", "cache", "-q"])
+    assert r.exit_code == 2, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert "slabs-00000.parquet" in line and "packtool slab shard" in line and "\n" not in line, line
+    assert not os.path.exists(proj / "again")

@@ -10,6 +10,14 @@ from packtool.align import Alignment
 from packtool.online import OnlinePackError, make_seq_packer, micro_batches, pack_step
 
 A = Alignment(capacity=64)
+
+
+def _pack_tensors(seqs, **kw):
+    import torch
+    from packtool.online import pack_tensors
+    return pack_tensors([torch.tensor(x) for x in seqs], Alignment(capacity=64, cp=2), **kw)
+
+
 BAD = {
     "dp=2.0": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2.0), "dp"),
     "dp=True": (lambda: pack_step([5, 6], capacity=64, dp=True), "dp"),
@@ -26,6 +34,17 @@ BAD = {
     "float lengths": (lambda: pack_step([5.5, 6], capacity=64), "integer"),
     "rank_bins(5) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_bins(5), "rank 5"),
     "rank_bins(-1) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_bins(-1), "rank -1"),
+    "negative length, ffd": (lambda: pack_step([5, -3], capacity=64), "sequence 1 has length -3"),
+    "negative length, least-loaded": (lambda: pack_step([5, -3], capacity=64, algorithm="least-loaded"),
+                                      "sequence 1 has length -3"),
+    "negative length, bfd": (lambda: pack_step([5, -3], capacity=64, algorithm="bfd"), "sequence 1 has length -3"),
+    "zero length, bfd": (lambda: pack_step([5, 0, 7], capacity=64, algorithm="bfd"), "sequence 1 has length 0"),
+    "zero length, mffd": (lambda: pack_step([5, 0, 7], capacity=64, algorithm="mffd"), "sequence 1 has length 0"),
+    "zero length, balanced": (lambda: pack_step([5, 0, 7], capacity=64, algorithm="balanced"),
+                              "sequence 1 has length 0"),
+    "pack_tensors [2, 3] sequence": (lambda: _pack_tensors([[[1, 2, 3], [4, 5, 6]]]), "input_ids[0] has shape (2, 3)"),
+    "pack_tensors cp_rank=5": (lambda: _pack_tensors([[1, 2, 3]], cp_rank=5), "cp_rank must be in 0..1"),
+    "pack_tensors cp_rank=1.0": (lambda: _pack_tensors([[1, 2, 3]], cp_rank=1.0), "cp_rank"),
     "rank_rows(2.0) with dp=2": (lambda: pack_step([5, 6, 7, 8], capacity=64, dp=2).rank_rows(2.0), "rank 2.0"),
 }
 
