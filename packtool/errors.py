@@ -28,6 +28,7 @@ def one_line(text: object) -> str:
 
 
 _LINE = re.compile(r"\bline \d")
+_LEADING_FLAG = re.compile(r"(--[a-z][a-z0-9-]*|-[A-Za-z])(?=[\s:,]|$)")
 
 
 def number_base(text: str, has_row: bool) -> str | None:
@@ -51,6 +52,9 @@ class PacktoolError(ValueError):
         where = ", ".join(p for p in (str(path) if path is not None else None,
                                        f"row {row}" if row is not None else None) if p)
         text = one_line(message)
+        lead = _LEADING_FLAG.match(text)
+        if flag is None and lead:  # "--tp must be ...": the flag at fault, for --json's `flag`
+            flag = lead.group(1)
         if flag is not None and flag not in text:
             text += f" (see {flag})"
         base = number_base(text, row is not None)

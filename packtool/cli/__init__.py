@@ -15,8 +15,9 @@ def main() -> None:
         sys.stderr.write("error: interrupted (Ctrl-C) while packtool was starting; nothing was "
                          "read or written: re-run the command to start again\n")
         if json_out:
-            sys.stdout.write('{"error": {"kind": "interrupted", "message": "interrupted (Ctrl-C) while '
-                             'packtool was starting; nothing was read or written", "exit_code": 130}}\n')
+            sys.stdout.write('{"error": {"kind": "interrupted", "type": "KeyboardInterrupt", "message": '
+                             '"interrupted (Ctrl-C) while packtool was starting; nothing was read or written", '
+                             '"path": null, "row": null, "flag": null, "exit_code": 130}}\n')
         sys.exit(130)
     try:
         run()

@@ -112,8 +112,10 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
                 json_out: bool = False, extra: dict | None = None) -> None:
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
     err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    if json_out:
-        d = {"kind": kind, "message": message, "exit_code": code, **(extra or {})}
+    if json_out:  # every key the README lists, in its order, whatever failed
+        d = {"kind": kind, "type": None, "message": message, "path": None, "row": None, "flag": None,
+             "exit_code": code}
+        d.update(extra or {})
         print(json.dumps({"error": d}), flush=True)
 
 
@@ -176,8 +178,19 @@ def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> i
     if ctx is not None and isinstance(e, click_exceptions.UsageError):
         msg += f" (see `{ctx.command_path} --help`)"
     code = e.exit_code if isinstance(e.exit_code, int) and e.exit_code else EXIT_USAGE
-    print_error(msg, "usage", code, json_out=json_out)
+    print_error(msg, "usage", code, json_out=json_out, extra={"type": type(e).__name__, "flag": _flag_of(e)})
     return code
+
+
+def _flag_of(e: click_exceptions.ClickException) -> str | None:
+    """The flag a usage error is about: an unknown option's name, or the option whose value
+    was bad (its long spelling)."""
+    name = getattr(e, "option_name", None)
+    if name:
+        return name
+    param = getattr(e, "param", None)
+    opts = [o for o in getattr(param, "opts", []) if o.startswith("-")]
+    return max(opts, key=len) if opts else None
 
 
 def fail(e: BaseException | str, json_out: bool = False) -> None:

@@ -35,6 +35,9 @@ LENGTHS_FLAGS = {  # value -> the flag the line must name
 }
 
 
+README_KEYS = ["kind", "type", "message", "path", "row", "flag", "exit_code"]  # README, error contract
+
+
 def one_line(r, code=2):
     text = r.stdout + r.stderr
     assert r.exit_code == code, text
@@ -58,6 +61,9 @@ class TestUsageErrors:
         line = one_line(r)
         err = json.loads(r.stdout.strip().splitlines()[-1])["error"]
         assert err["kind"] == "usage" and err["exit_code"] == 2 and err["message"] in line
+        assert list(err) == README_KEYS, err
+        if USAGE[case][1].startswith("-") and case != "missing required option":
+            assert err["flag"] == USAGE[case][1], err
 
     def test_bare_command_still_shows_help(self):
         r = runner.invoke(app, [])
@@ -73,6 +79,16 @@ class TestValuesNameTheirFlag:
         flags, needle = LENGTHS_FLAGS[case]
         line = one_line(runner.invoke(app, [cmd, "--lengths", str(lengths), *flags]))
         assert needle in line and "internal error" not in line, line
+
+    @pytest.mark.parametrize("case", sorted(LENGTHS_FLAGS))
+    def test_json_names_the_flag(self, tmp_path, case):
+        lengths = tmp_path / "l.txt"
+        lengths.write_text("100\n200\n")
+        flags, needle = LENGTHS_FLAGS[case]
+        r = runner.invoke(app, ["plan", "--json", "--lengths", str(lengths), *flags])
+        one_line(r)
+        err = json.loads(r.stdout.strip().splitlines()[-1])["error"]
+        assert list(err) == README_KEYS and err["flag"] == needle, err
 
     @pytest.mark.parametrize("case", ["--seed -1", "-C 2^63"])
     def test_pack(self, tmp_path, case):
