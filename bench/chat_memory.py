@@ -5,7 +5,10 @@ conversations, repeated with fresh ids) from JSON Lines with gpt2 + chatml, C=40
 `--overflow split`, a fresh cache and output; a thread samples VmRSS every 20 ms and files the
 peak under the stage running then (imports, tokenize, plan+write). Runs alternate over N.
 
-    python bench/chat_memory.py --rows 10000,100000 --repeat 2 [--trace]
+    python bench/chat_memory.py --rows 10000,100000 --repeat 2 [--trace] [--env MALLOC_ARENA_MAX=2] [--src TREE]
+
+VmRSS is what is compared; its anonymous and file-backed parts at each peak are printed too
+(mapped cache files count in VmRSS but are the page cache's).
 """
 from __future__ import annotations
 
@@ -23,12 +26,17 @@ FIX = os.path.join(ROOT, "fixtures")
 CHILD = r"""
 import json, os, sys, threading, time
 stage, peaks = ["imports"], {}
+anon = {}
 def rss():
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) // 1024 for l in f if l.startswith("VmRSS"))
+        got = {l.split(":")[0]: int(l.split()[1]) // 1024 for l in f if l.startswith(("VmRSS", "RssAnon", "RssFile"))}
+    return got
 def sample():
     while True:
-        peaks[stage[0]] = max(peaks.get(stage[0], 0), rss())
+        got = rss()
+        if got["VmRSS"] > peaks.get(stage[0], 0):
+            peaks[stage[0]] = got["VmRSS"]
+            anon[stage[0]] = (got["RssAnon"], got["RssFile"])
         time.sleep(0.02)
 threading.Thread(target=sample, daemon=True).start()
 import packtool.packing as pk
@@ -57,7 +65,7 @@ pk.pack([data], Alignment(capacity=4096), PackingConfig(overflow="split"),
 wall = time.perf_counter() - t0
 stage[0] = "end"
 time.sleep(0.05)
-print(json.dumps({"peaks_mib": peaks, "wall_s": round(wall, 1)}))
+print(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "wall_s": round(wall, 1)}))
 """
 
 
@@ -76,6 +84,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--trace", action="store_true", help="tracemalloc's top sites after tokenizing (slow)")
     ap.add_argument("--src", default=ROOT, help="packtool source tree to measure")
+    ap.add_argument("--env", action="append", default=[], metavar="K=V", help="set in the child (e.g. MALLOC_ARENA_MAX=2)")
     a = ap.parse_args()
     tok = os.path.join(FIX, "tokenizers", "gpt2", "tokenizer.json")
     base = tempfile.mkdtemp(prefix="chat-memory-")
@@ -89,6 +98,7 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
                 env = dict(os.environ, PYTHONPATH=a.src, **({"TRACE": "1"} if a.trace else {}))
                 env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+                env.update(kv.split("=", 1) for kv in a.env)
                 load = os.getloadavg()[0]
                 p = subprocess.run([sys.executable, "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work],
                                    env=env, capture_output=True, text=True)
@@ -97,7 +107,8 @@ def main() -> None:
                 if a.trace:
                     print(p.stderr, file=sys.stderr)
                 r = json.loads(p.stdout.strip().splitlines()[-1])
-                print(json.dumps({"rows": n, "run": rep, "load_1min": round(load, 1), **r}), flush=True)
+                print(json.dumps({"rows": n, "run": rep, "env": a.env, "src": a.src, "load_1min": round(load, 1), **r}),
+                      flush=True)
                 shutil.rmtree(work, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -1,5 +1,6 @@
 """A packed output is a plain Parquet dataset: Arrow, `datasets` and DuckDB read the folder
-with no packtool code, because the manifest's name starts with a dot. Outputs of the same
+with no packtool code, because the manifest's name starts with a dot; polars reads the glob,
+or the folder with `hidden_file_prefix="."`. Outputs of the same
 schema version that carry the older `manifest.json` still read, verify and inspect."""
 from __future__ import annotations
 
@@ -102,6 +103,23 @@ def test_polars_reads_the_shards(packed):
     assert (df.height, int(df["num_tokens"].sum())) == _expected(packed)
     first = df.filter(pl.col("slab_index") == 0)["loss_mask"].to_list()[0]
     assert first == _by_slab(pq.read_table(packed)).column("loss_mask")[0].as_py()
+
+
+def test_polars_on_the_folder_is_what_format_md_says(packed):
+    """FORMAT.md: polars lists the hidden manifest and refuses the bare folder; its
+    `scan_parquet(..., hidden_file_prefix=".")` reads it. A polars that reads the bare folder
+    fails this test, and FORMAT.md's paragraph is to be updated."""
+    pl = pytest.importorskip("polars", reason="`polars` is not installed (pip install polars)")
+    import inspect
+    import warnings
+    with pytest.raises(Exception, match="different file extensions"):
+        pl.read_parquet(packed)
+    if "hidden_file_prefix" not in inspect.signature(pl.scan_parquet).parameters:
+        pytest.skip(f"polars {pl.__version__} has no hidden_file_prefix (2.1 has)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # polars marks the parameter unstable
+        df = pl.scan_parquet(packed, hidden_file_prefix=".").collect()
+    assert (df.height, int(df["num_tokens"].sum())) == _expected(packed)
 
 
 def test_shard_tokens_cuts_files_not_slabs(packed, tmp_path):
