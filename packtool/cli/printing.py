@@ -1,10 +1,13 @@
 """Plan summaries for people (rich tables) and programs (JSON): the figures `plan` prints."""
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from packtool.errors import number_base
 from packtool.planning.summary import PlanSummary
 
 
@@ -52,6 +55,18 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {escape(changed)}", highlight=False, soft_wrap=True)
 
 
+_ROW = re.compile(r"\brows? \d")
+
+
+def problem_text(p) -> str:
+    """A verify problem's where and what, saying what its numbers count from as every packtool
+    error does (errors.number_base): rows (of a shard, of the source), segments and positions
+    from 0."""
+    text = f"{p.location()}: {p.message}"
+    base = number_base(text, p.row is not None or _ROW.search(p.message) is not None)
+    return f"{text} ({base})" if base else text
+
+
 def print_verify_report(r, console: Console) -> None:
     """`packtool verify` in the terminal: a verdict line, then one line per problem (the first
     few of each check), each naming where, what broke, and expected vs found."""
@@ -72,8 +87,7 @@ def print_verify_report(r, console: Console) -> None:
         shown[p.check] = shown.get(p.check, 0) + 1
         ef = "" if p.expected is None and p.found is None else \
             f" [dim](expected {escape(str(p.expected))}, found {escape(str(p.found))})[/]"
-        console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(p.location())}: {escape(p.message)}{ef}",
-                      highlight=False, soft_wrap=True)
+        console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(problem_text(p))}{ef}", highlight=False, soft_wrap=True)
     for check, n in sorted(r.counts.items()):
         if n > shown.get(check, 0):
             console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")

@@ -54,7 +54,8 @@ class TestContentParts:
         rows = [chat({"content": parts("text")}, user=parts("text")),
                 chat({"content": parts("text")}, user=parts(*kinds))]
         line = _one_error(_pack(tmp_path, _rows(tmp_path, rows), "--chat-template", "chatml"))
-        assert "row 1" in line and "messages[0].content" in line
+        assert "row 1:" in line and "messages[0].content" in line and "(rows count from 0)" in line
+        assert f"has {len([k for k in kinds if k != 'text'])} non-text part(s)" in line  # the count, not just the kinds
         for k in set(kinds) - {"text"}:
             assert k in line
 

@@ -74,6 +74,10 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert (p["shard"], p["row"], p["check"]) == ("slabs-00000.parquet", 0, "cu_seqlens")
     res = runner.invoke(app, ["verify", out, "--workers", "1"])
     assert res.exit_code == 1 and "FAILED" in res.output and "cu_seqlens" in res.output
+    # each problem line says what its numbers count from, as every packtool error does
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("✗")]
+    assert lines and all(ln.endswith("(rows count from 0)") or "(rows count from 0" in ln for ln in lines), lines
+    assert "slabs-00000.parquet row 0" in lines[0]
     res = runner.invoke(app, ["verify", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "no such folder" in res.output  # a typo, not an interrupted pack
 
