@@ -43,13 +43,42 @@ def clean_stale(output: str, cache_root: str | None = None) -> int:
             continue
         _remove_tree(path)
         removed += 1
-    removed += clean_cache(cache_root)
+    removed += clean_cache(cache_root) + clean_system_temp()
     if restored:
         say(f"restored {output}: a run killed while replacing it had set it aside")
     if removed:
         say(f"removed {removed} temporary folder(s) left by packtool runs that were killed "
-            f"(beside {output} or in the cache)")
+            f"(beside {output}, in the cache or in the system's temp folder)")
     return removed
+
+
+# output.store.staging_dir and output.folder.spill_dir without an output folder: the system's
+# temp folder, since an object-store output has no folder beside it
+_SYSTEM_TMP = re.compile(r"^packtool-[a-z]+-(\d+)-")
+
+
+def clean_system_temp() -> int:
+    """Remove the staging and spill folders of this user's dead runs from the system's temp
+    folder (a store output's shards were staged there: GBs per killed run)."""
+    import tempfile
+    root, n = tempfile.gettempdir(), 0
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return 0
+    for e in entries:
+        m = _SYSTEM_TMP.match(e)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        path = os.path.join(root, e)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid():  # another user's folder is theirs to remove
+            _remove_tree(path)
+            n += 1
+    return n
 
 
 def _remove_tree(path: str) -> None:
@@ -95,4 +124,4 @@ def clean_cache(root: str | None) -> int:
     return n
 
 
-__all__ = ["clean_cache", "clean_stale"]
+__all__ = ["clean_cache", "clean_stale", "clean_system_temp"]

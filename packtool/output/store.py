@@ -164,6 +164,10 @@ def clean_dead_runs(loc: Location) -> int:
         loc.join(pname).delete()
     if n:
         say(f"removed {n} object(s) a killed packtool run left at {loc.shown}")
+    from packtool.output.stale import clean_system_temp
+    local = clean_system_temp()
+    if local:
+        say(f"removed {local} local staging folder(s) killed packtool runs left in the system's temp folder")
     return n
 
 

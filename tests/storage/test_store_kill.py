@@ -60,7 +60,10 @@ def test_a_killed_store_pack_leaves_a_whole_output_and_the_rerun_the_same_bytes(
     _run(out, cache_dir)
     before_manifest, before = locate(out).join(MANIFEST).read_bytes(), _shard_bytes(out)
     marker = tmp_path / "held"
-    env = {**os.environ, "KILL_STAGE": stage, "KILL_MARKER": str(marker), "PYTHONPATH": os.getcwd()}
+    sys_tmp = tmp_path / "tmp"  # the system temp folder, where a store output's shards are staged
+    sys_tmp.mkdir()
+    env = {**os.environ, "KILL_STAGE": stage, "KILL_MARKER": str(marker), "PYTHONPATH": os.getcwd(),
+           "TMPDIR": str(sys_tmp)}
     p = subprocess.Popen([sys.executable, "-c", CHILD, "pack", *ARGS, "-o", out, "--cache-dir", cache_dir,
                           "--overwrite"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
@@ -78,7 +81,9 @@ def test_a_killed_store_pack_leaves_a_whole_output_and_the_rerun_the_same_bytes(
         assert p.returncode == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err, err
         assert verify(out, workers=1).ok and sorted(locate(out).names()) == sorted(
             [*SlabManifest.read(out).shards, MANIFEST])
-    _run(out, cache_dir, "--overwrite")  # at once: the dead run's lease is taken over
+    assert sig == signal.SIGTERM or [e for e in os.listdir(sys_tmp) if f"-{p.pid}-" in e], "nothing staged?"
+    _run(out, cache_dir, "--overwrite", env={**os.environ, "TMPDIR": str(sys_tmp)})  # the dead run's lease taken over
+    assert not [e for e in os.listdir(sys_tmp) if f"-{p.pid}-" in e], os.listdir(sys_tmp)  # its staging removed
     m = SlabManifest.read(out)
     assert sorted(locate(out).names()) == sorted([*m.shards, MANIFEST])
     assert _shard_bytes(out) == before and verify(out, workers=1).ok
