@@ -45,7 +45,7 @@ def check_support(
 
         t = sampled.to(support.dtype)
         local, pos, bits, own = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local)
-        dup = _repeated(support).any() if sort_dups else torch.zeros((), dtype=torch.bool, device=t.device)
+        dup = repeated_ids(support).any() if sort_dups else torch.zeros((), dtype=torch.bool, device=t.device)
         flags = torch.stack([((bits & b.value) != 0).any() for b in (OUTSIDE, GAP, MISSING, UNSUPPORTED)]
                             + [dup, own.sum(dtype=torch.int64)]).tolist()  # the one host sync
         if any(flags[:5]):  # the torch checks name the first bad token
@@ -55,7 +55,7 @@ def check_support(
     return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
 
 
-def _repeated(s: torch.Tensor) -> torch.Tensor:
+def repeated_ids(s: torch.Tensor) -> torch.Tensor:
     srt = s.sort(dim=1).values
     return (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
 
@@ -76,7 +76,7 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
     real = s >= 0
     outside = (s < PAD) | (s >= vocab_total)
     gap = real[:, 1:] & ~real[:, :-1]  # a candidate after padding: padding must trail
-    dup = _repeated(s)
+    dup = repeated_ids(s)
     match = (s == t[:, None]) & real
     missing = valid & ~match.any(1)
     unsupported = (loss_mask != 0) & ~valid if loss_mask is not None else torch.zeros_like(valid)
@@ -110,8 +110,8 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
 
 
 def raise_repeated(support: torch.Tensor, dup: torch.Tensor | None = None) -> None:
-    """The error for the first row holding an id twice (dup: _repeated(support), if known)."""
-    dup = _repeated(support) if dup is None else dup
+    """The error for the first row holding an id twice (dup: repeated_ids(support), if known)."""
+    dup = repeated_ids(support) if dup is None else dup
     n, k = _first(dup)
     raise ValueError(f"support row of token {n} holds id {int(support[n].sort().values[k + 1])} "
                      "twice: candidates must be distinct")

@@ -10,18 +10,23 @@ Per token, with the candidate ids of its support row (kernels/support_check.py):
 
 K + 1 dot products per token instead of V: the projection is a gather-GEMV
 (kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
-Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute). When the
-candidates are a large share of the local vocabulary the dense path (kernels/support_torch.py)
-runs GEMMs instead, over the union of the micro-batch's candidate ids ("union") or, when that
-union is most of the local vocabulary, over all of it ("dense"); `impl="auto"` picks by
-GATHER_MAX_SHARE, UNION_MAX_SHARE and UNION_PROBE, measured on an H200 (`auto_path`).
+Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute; a forward-only
+call on the GEMM paths keeps none). When the candidates are a large share of the local
+vocabulary the GEMM paths run instead, over the union of the micro-batch's candidate ids
+("union") or, when that union is most of the local vocabulary, over all of it ("dense"): the
+full-vocab head's chunked GEMM, whose buffer a Triton kernel reads the candidates from
+(kernels/support_kernels.py; kernels/support_torch.py without Triton); `impl="auto"` picks by
+GATHER_MAX_SHARE, UNION_PROBE, UNION_PREFIX and UNION_MAX_SHARE, measured on an H200
+(`auto_path`). The support checks run as one Triton pass where Triton runs
+(kernels/support_rows.py).
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
 collective for the softmax (each rank's candidates get their gradient from the merged lse and
 entropy), and grad_hidden is all-reduced unless reduce_grad_hidden=False (sequence parallel).
-grad_weight is accumulated in fp32 (atomics, or `deterministic=True`: sorted, bitwise
-reproducible), into `weight.main_grad` when main_grad=True (Megatron's fp32 buffer).
+grad_weight is accumulated in fp32 (atomics, or `deterministic=True`: kernels/support_det.py,
+sorted, no host sync, bitwise reproducible), into `weight.main_grad` when main_grad=True
+(Megatron's fp32 buffer).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from kernels import support_torch
-from kernels.support_check import SupportRows, _repeated, check_support, raise_repeated
+from kernels.support_check import SupportRows, check_support, raise_repeated, repeated_ids
 from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
@@ -47,10 +52,11 @@ GATHER_MAX_SHARE = {"train": 0.0025, "forward": 0.0039}
 # the gather rule above then compares the candidates with the rows the GEMMs would cover (U or V).
 # H200, H 4096, V 151,936, 16k tokens (BENCHMARKS.md): the union path takes about a fixed 4-5 ms
 # plus the dense path's time x U / V (K 512: 9.5 ms at U = 0.054 V, 23 ms at 0.22 V, against 59 ms
-# gather and 93 ms dense), and 7 % more than the dense path at U = V. Finding U costs a sort of
-# the ids and a host sync, so `auto` only looks once the candidates reach UNION_PROBE of the
+# gather and 93 ms dense), and 7 % more than the dense path at U = V. Finding U costs a mark per
+# named row and a host sync, so `auto` only looks once the candidates reach UNION_PROBE of the
 # gather limit over V: below it (K <= 64 in that bench) the gather path's few ms stand.
 UNION_MAX_SHARE = 0.85
+UNION_PROBE = 0.25
 # ...and looks at the first rows' UNION_PREFIX x V_local ids first (spread candidates, half of
 # them padding, cover 1 - e^-4 = 98 % of V from 8 V ids): enough of them named, it is done
 UNION_PREFIX = 8
@@ -58,7 +64,6 @@ UNION_PREFIX = 8
 # buffer kernel finds them in the logits buffer, other paths sort after choosing (the sort of
 # [16k, 4096] int32 rows took 2.0 ms on the H200, 6 % of the full-vocab forward)
 DUP_SORT_MAX_K = 512
-UNION_PROBE = 0.25
 
 
 @dataclass(frozen=True)
@@ -329,7 +334,7 @@ def support_logprob(
     fused = triton_ok and weight.dtype != torch.float64
     in_buffer = fused and (path == "dense" or (path == "union" and union[0].numel()))
     if not rows.dups_checked and not in_buffer:
-        if bool(_repeated(sup).any()):
+        if bool(repeated_ids(sup).any()):
             raise_repeated(sup)
     dups = None if rows.dups_checked or not in_buffer else torch.zeros_like(rows.pos, dtype=torch.int32)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
