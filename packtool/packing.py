@@ -33,7 +33,7 @@ from packtool.output.folder import (  # noqa: F401
     swap_into_place,
     temp_dir,
 )
-from packtool.output.store import claim_store, commit_to_store, staging_dir
+from packtool.output.store import StoreCommit, claim_store, commit_to_store, staging_dir
 from packtool.params import expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, first_too_long
 from packtool.planning.bounds import check_capacity
@@ -255,31 +255,29 @@ def source_of_row(cache: TokenizedCache, i: int) -> tuple[str | None, int]:
 
 
 def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,
-                 output: str, write_fn: Callable[[str, int], list[ShardInfo]]) -> tuple[list[ShardInfo], int]:
+                 output: str, write_fn: Callable[[str, int], list[ShardInfo]],
+                 uploads: bool = False) -> tuple[list[ShardInfo], int]:
     """Every engine's ending: `write_fn(tmp_dir, pad_id)` writes the shards into a temporary
     directory, then the manifest goes last and the directory is swapped into place. On any
     failure (Ctrl-C included) the temporary directory goes and `output` is untouched. Of `p`
-    the manifest reads the alignment and packing config only."""
+    the manifest reads the alignment and packing config only. `uploads`: on an object-store
+    output, `write_fn` gets an `output.store.StoreCommit` instead of a folder and puts the
+    shards itself (the Ray engine's workers), under the names its `begin` gives."""
     info = _plain(cache.tokenizer_info) or {}
     store = is_uri(output)
+    if store and uploads:
+        commit = StoreCommit(output)
+        try:
+            shards = write_fn(commit, _pad_id(info))
+            loss, manifest = _manifest_of(p, summary, cache, output, shards, info)
+            return commit.finish(shards, manifest), loss
+        except BaseException:
+            commit.abort()
+            raise
     tmp = staging_dir(output, "tmp") if store else temp_dir(output)
     try:
         shards = write_fn(tmp, _pad_id(info))
-        loss = sum(s.loss_tokens for s in shards)
-        if loss == 0:  # nothing to train on is never what was asked for
-            from packtool.errors import PacktoolInputError
-            ovf = summary.overflow
-            hint = (f"--overflow split cut {ovf.sequences:,} sequence(s) into chunks of at most "
-                    f"{summary.alignment['usable']} token(s), which keep no targets: raise "
-                    f"--max-tokens" if ovf.policy == "split" and ovf.sequences
-                    else "check the loss masks and the chat template")
-            raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}",
-                                     path=output)
-        inp = {"fingerprint": cache.fingerprint,
-               "files": [_plain(f) for f in cache.input_files],
-               "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
-        manifest = build_manifest(p, shards, manifest_stats(summary, loss), info, inp,
-                                  side=getattr(cache, "side_columns", ()))
+        loss, manifest = _manifest_of(p, summary, cache, output, shards, info)
         if store:  # no rename on a store: the manifest, put last, is the commit
             shards = commit_to_store(tmp, output, shards, manifest)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -290,6 +288,25 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return shards, loss
+
+
+def _manifest_of(p, summary: PlanSummary, cache: TokenizedCache, output: str, shards: list[ShardInfo],
+                 info: dict) -> tuple[int, dict]:
+    loss = sum(s.loss_tokens for s in shards)
+    if loss == 0:  # nothing to train on is never what was asked for
+        from packtool.errors import PacktoolInputError
+        ovf = summary.overflow
+        hint = (f"--overflow split cut {ovf.sequences:,} sequence(s) into chunks of at most "
+                f"{summary.alignment['usable']} token(s), which keep no targets: raise "
+                f"--max-tokens" if ovf.policy == "split" and ovf.sequences
+                else "check the loss masks and the chat template")
+        raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}",
+                                 path=output)
+    inp = {"fingerprint": cache.fingerprint,
+           "files": [_plain(f) for f in cache.input_files],
+           "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
+    return loss, build_manifest(p, shards, manifest_stats(summary, loss), info, inp,
+                                side=getattr(cache, "side_columns", ()))
 
 
 def _plain(x):

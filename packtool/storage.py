@@ -40,6 +40,16 @@ def is_uri(spec: object) -> bool:
     return isinstance(spec, str) and bool(_URI.match(spec))
 
 
+def join_uri(spec: str, *names: str) -> str:
+    """`spec` (a URI, its query kept at the end) or a local path, with `names` below it: what
+    a task on another machine locates again (URIs travel as text, never as a filesystem
+    object that could carry resolved credentials)."""
+    if not is_uri(spec):
+        return os.path.join(spec, *names)
+    base, q, query = spec.partition("?")
+    return "/".join([base.rstrip("/"), *names]) + q + query
+
+
 def shown(spec: str) -> str:
     """`spec` safe to print or record: no user info, no query string."""
     if not is_uri(spec):
@@ -288,6 +298,16 @@ def open_bytes(path: str):
     return io.BufferedReader(locate(path).open_input(), READ_BLOCK)
 
 
+def read_range(path: str, offset: int, nbytes: int) -> bytes:
+    """Bytes [offset, offset + nbytes) of a file or object (one ranged GET); fewer at its end."""
+    if not is_uri(path):
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(nbytes)
+    with locate(path).open_input() as f:
+        return f.read_at(nbytes, offset) if nbytes else b""
+
+
 def is_file(path: str) -> bool:
     return locate(path).is_file() if is_uri(path) else os.path.isfile(path)
 
@@ -312,5 +332,5 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["READ_BLOCK", "arrow_file", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+__all__ = ["READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
            "locate", "shown"]

@@ -34,7 +34,10 @@ from packtool.tokenize.cache import (
     publish_cache,
     tokenizer_meta,
 )
+from packtool.storage import file_stat, is_uri, join_uri, locate
+from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.store_cache import commit_entry
 from packtool.tokenize.pipeline import all_skipped_error, no_rows_error
 from packtool.tokenize.readers import count_rows, iter_batches
 
@@ -50,6 +53,7 @@ BLOCK_SCHEMA = pa.schema([
     ("bad_row", pa.list_(pa.int64())), ("bad_kind", pa.list_(pa.int8())),  # file rows
     ("part_file", pa.list_(pa.string())), ("part_rows", pa.list_(pa.int64())),
     ("part_tokens", pa.list_(pa.int64())),
+    ("part_bytes", pa.list_(pa.int64())), ("part_xxh3", pa.list_(pa.string())),  # cache.json records
 ])
 
 
@@ -63,6 +67,7 @@ class BlockTable:
     tokens: int            # kept rows' tokens
     loss: int              # kept rows' loss tokens
     parts: list            # [{"file", "rows", "tokens"}] sorted by name (= first row)
+    records: dict          # part file -> its cache.json record (bytes, xxh3-128), hashed by its task
 
 
 def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
@@ -92,17 +97,20 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
     bad_fi = np.repeat(fi, n_bad).astype(np.int32)
     bad_row = base[bad_fi] + _flat(t.column("bad_row"), order, np.int64)
     bad_kind = _flat(t.column("bad_kind"), order, np.int8)
-    parts = [{"file": f, "rows": int(r), "tokens": int(k)} for f, r, k in
-             zip(*(pc.list_flatten(t.column(n)).to_pylist() for n in ("part_file", "part_rows", "part_tokens")))]
+    cols = [pc.list_flatten(t.column(n)).to_pylist() for n in
+            ("part_file", "part_rows", "part_tokens", "part_bytes", "part_xxh3")]
+    parts = [{"file": f, "rows": int(r), "tokens": int(k)} for f, r, k, _, _ in zip(*cols)]
+    records = {f: {"bytes": int(b), CHECKSUM_ALG: x} for f, _, _, b, x in zip(*cols)}
     o = np.argsort(bad_row, kind="stable")
     return BlockTable(base, bad_row[o], bad_kind[o], bad_fi[o], int(t.column("tokens").to_numpy().sum()),
-                      int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]))
+                      int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]), records)
 
 
-def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
+def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None) -> pa.Table:
     """map_batches UDF: one tokenized block (a run of consecutive rows of one file) -> cache
-    part files named by their first global row (sorted names = read order); returns one
-    summary row for the block (BLOCK_SCHEMA)."""
+    part files named by their first global row (sorted names = read order), each hashed here;
+    into the build folder `tmp`, or (`entry`, a store cache) written on this node's own
+    scratch and uploaded under the entry. Returns one summary row for the block (BLOCK_SCHEMA)."""
     fi_all = batch.column("fi").to_numpy()
     rows_all = batch.column("file_row").to_numpy()
     bad = batch.column("bad").to_numpy()
@@ -112,25 +120,17 @@ def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
     parts: list[dict] = []
     if keep.any():
         b = batch.filter(pa.array(keep))
-        fi = int(fi_all[0])
-        src = file_base[fi] + b.column("file_row").to_numpy()
-        ids, mask = b.column("input_ids").combine_chunks(), b.column("loss_mask").combine_chunks()
-        offs = ids.offsets.to_numpy()
-        lens = b.column("length").to_numpy().astype(np.int32)
-        stage = os.path.join(tmp, f".stage-{int(src[0]):012d}")
-        shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
-        w = CacheWriter(stage)
-        step = CacheWriter.ROWS_PER_GROUP
-        for r0 in range(0, lens.size, step):  # add in row-group-sized pieces, as the local build does
-            r1 = min(r0 + step, lens.size)
-            a, e = int(offs[r0]), int(offs[r1])
-            w.add(ids.values.to_numpy()[a:e].astype(np.int32), mask.values.to_numpy()[a:e].astype(np.uint8),
-                  lens[r0:r1], src[r0:r1], fi)
-        for k, part in enumerate(w.close()):
-            name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
-            os.replace(os.path.join(stage, DATA_DIR, part["file"]), os.path.join(tmp, DATA_DIR, name))
-            parts.append(dict(part, file=name))
-        shutil.rmtree(stage, ignore_errors=True)
+        first = int(file_base[int(fi_all[0])] + b.column("file_row")[0].as_py())
+        if entry is None:
+            stage = os.path.join(tmp, f".stage-{first:012d}")
+            shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
+            parts = _parts(b, file_base, stage, lambda path, name: os.replace(path, os.path.join(tmp, DATA_DIR, name)))
+            shutil.rmtree(stage, ignore_errors=True)
+        else:
+            from packtool.output.store import scratch, upload_file
+            with scratch("part") as stage:
+                parts = _parts(b, file_base, stage,
+                               lambda path, name: upload_file(path, locate(join_uri(entry, DATA_DIR, name))))
     length = batch.column("length").to_numpy()
     loss = batch.column("loss").to_numpy()
     return pa.table({
@@ -141,10 +141,35 @@ def _write_part(batch: pa.Table, tmp: str, file_base: np.ndarray) -> pa.Table:
         "loss": pa.array([int(loss[keep].sum())], pa.int64()),
         "bad_row": pa.array([rows_all[~keep].tolist()], pa.list_(pa.int64())),
         "bad_kind": pa.array([bad[~keep].tolist()], pa.list_(pa.int8())),
-        "part_file": pa.array([[p["file"] for p in parts]], pa.list_(pa.string())),
-        "part_rows": pa.array([[int(p["rows"]) for p in parts]], pa.list_(pa.int64())),
-        "part_tokens": pa.array([[int(p["tokens"]) for p in parts]], pa.list_(pa.int64())),
+        **{f"part_{k}": pa.array([[p[k] for p in parts]], BLOCK_SCHEMA.field(f"part_{k}").type)
+           for k in ("file", "rows", "tokens", "bytes", "xxh3")},
     }, schema=BLOCK_SCHEMA)
+
+
+def _parts(b: pa.Table, file_base: np.ndarray, stage: str, put) -> list[dict]:
+    """The kept rows `b` of one block as cache parts written in `stage`; `put(path, name)`
+    moves each to where the cache keeps it, after it is hashed."""
+    fi = int(b.column("fi")[0].as_py())
+    src = file_base[fi] + b.column("file_row").to_numpy()
+    ids, mask = b.column("input_ids").combine_chunks(), b.column("loss_mask").combine_chunks()
+    offs = ids.offsets.to_numpy()
+    lens = b.column("length").to_numpy().astype(np.int32)
+    w = CacheWriter(stage)
+    step = CacheWriter.ROWS_PER_GROUP
+    for r0 in range(0, lens.size, step):  # add in row-group-sized pieces, as the local build does
+        r1 = min(r0 + step, lens.size)
+        a, e = int(offs[r0]), int(offs[r1])
+        w.add(ids.values.to_numpy()[a:e].astype(np.int32), mask.values.to_numpy()[a:e].astype(np.uint8),
+              lens[r0:r1], src[r0:r1], fi)
+    parts = []
+    for k, part in enumerate(w.close()):
+        name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
+        path = os.path.join(stage, DATA_DIR, part["file"])
+        rec = file_record(path)
+        put(path, name)
+        parts.append({"file": name, "rows": int(part["rows"]), "tokens": int(part["tokens"]),
+                      "bytes": int(rec["bytes"]), "xxh3": rec[CHECKSUM_ALG]})
+    return parts
 
 
 def _count_udf(batch: pa.Table, job: TokenizeJob) -> pa.Table:
@@ -169,9 +194,12 @@ def count_file_rows(job: TokenizeJob) -> np.ndarray:
     return np.asarray(counts, np.int64)
 
 
-def _check_parts(tmp: str, bt: BlockTable, n_kept: int) -> None:
-    names = sorted(n for n in os.listdir(os.path.join(tmp, DATA_DIR)) if n.endswith(".parquet"))
-    if names != [p["file"] for p in bt.parts]:
+def _check_parts(where: str, bt: BlockTable, n_kept: int) -> None:
+    """The parts the tasks reported are in the build folder, or on the store entry (where
+    objects a dead build left may lie beside them: cache.json lists only this build's)."""
+    names = [n for n in locate(join_uri(where, DATA_DIR)).names() if n.endswith(".parquet")]
+    want = [p["file"] for p in bt.parts]
+    if (sorted(names) != want) if not is_uri(where) else not set(want) <= set(names):
         raise RuntimeError("ray engine: cache part files do not match what the tasks wrote; re-run")
     if sum(p["rows"] for p in bt.parts) != n_kept:
         raise RuntimeError(f"ray engine: cache parts hold {sum(p['rows'] for p in bt.parts)} rows, "
@@ -193,16 +221,22 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             "rows": bt.bad_row[:100].tolist()}
 
 
-def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
+def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None,
                 progress: bool = False) -> TokenizedCache:
-    """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build).
-    `progress`: packtool's own bar, by rows, as blocks come back (Ray's bars stay off)."""
+    """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build),
+    or, `final` a store entry URI (packtool.tokenize.store_cache), upload its parts from the
+    tasks that tokenize and put its cache.json last. `progress`: packtool's own bar, by rows, as
+    blocks come back (Ray's bars stay off)."""
     import ray.data
 
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-{os.getpid()}-", dir=root)  # the next run removes it if we die
+    store = is_uri(final)
+    tmp = None
+    if not store:
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-{os.getpid()}-", dir=root)  # the next run removes it if we die
     try:
-        os.makedirs(os.path.join(tmp, DATA_DIR))
+        if tmp:
+            os.makedirs(os.path.join(tmp, DATA_DIR))
         counts = count_file_rows(job)
         for fi in np.flatnonzero(counts == 0):
             raise no_rows_error(job.files[int(fi)].path)
@@ -212,7 +246,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
                 .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"job": job})
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
-                             fn_kwargs={"tmp": tmp, "file_base": file_base}))
+                             fn_kwargs={"tmp": tmp, "file_base": file_base, "entry": final if store else None}))
         with bar("Tokenizing (Ray)", int(file_base[-1]), "rows", progress) as advance:
             bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):
@@ -224,14 +258,15 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
         n_kept = n_rows - int(bt.bad_row.size)
         if n_kept == 0:
             raise all_skipped_error(skipped["empty"], skipped["all_masked"], job.files)
-        _check_parts(tmp, bt, n_kept)
+        _check_parts(final if store else tmp, bt, n_kept)
         sha = {}
         inputs_meta = []
         for fi, (f, shape) in enumerate(zip(job.files, job.shapes)):
             if f.path not in sha:
                 sha[f.path] = sha256_file(f.path)
-            inputs_meta.append({"path": f.path, "bytes": os.path.getsize(f.path), "sha256": sha[f.path],
-                                "mtime_ns": os.stat(f.path).st_mtime_ns, "format": f.kind,
+            size, mtime = file_stat(f.path)
+            inputs_meta.append({"path": f.path, "bytes": size, "sha256": sha[f.path],
+                                "mtime_ns": mtime, "format": f.kind,
                                 "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": int(file_base[fi + 1] - file_base[fi])})
         meta = {
@@ -245,7 +280,12 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str,
             "skipped": skipped, "tokenizers_version": tokenizers.__version__,
             "fingerprint": fingerprint,
         }
-        return publish_cache(tmp, final, meta)
+        known = {f"{DATA_DIR}/{p['file']}": bt.records[p["file"]] for p in bt.parts}
+        if store:  # cache.json put last: the entry's commit
+            commit_entry(final, dict(meta, checksums=known))
+            return TokenizedCache(final)
+        return publish_cache(tmp, final, meta, known)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -9,9 +9,11 @@ What runs where:
            (placements stay in the object store), route segment tokens to shards and write
            slab shards (a cache Datasource, map_batches, groupby(shard).map_groups).
            Shard-write tasks are retried by Ray (max_retries).
-The output directory and the cache root must be visible to every node (a shared file
+A local output directory and cache root must be visible to every node (a shared file
 system); a run that dies before the manifest leaves at most the temporary directory beside
-the output, which has no manifest and so never verifies. See docs/SCALING.md.
+the output, which has no manifest and so never verifies. On object storage (inputs, the
+cache and the output as URIs) no node reads another's disk: see ray_store and
+docs/SCALING.md.
 """
 from __future__ import annotations
 
@@ -28,14 +30,15 @@ from dataclasses import replace
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError
-from packtool.output.folder import Terminated, claim_output
-from packtool.packing import PackResult, _config_files, as_given, cache_root, rows_named, write_output
+from packtool.output.folder import Terminated
+from packtool.packing import PackResult, _config_files, as_given, cache_root, claim, rows_named, write_output
 from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
+from packtool.storage import is_uri
 from packtool.tokenize.pipeline import resolve_cache
 
 
@@ -130,6 +133,9 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     tokenize tasks on each batch."""
     from packtool.engines.ray_cache import build_cache
 
+    if is_uri(cache_dir):  # an entry on the store, built and read by the tasks (ray_store)
+        from packtool.engines.ray_store import store_tokenized_cache
+        return store_tokenized_cache(inputs, cfg, cache_dir, progress, check_lengths)
     r = resolve_cache(inputs, cfg, cache_dir)
     if r.existing is not None:
         return r.existing
@@ -159,24 +165,11 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
-    _refuse_uris(inputs, output, cache_dir)
-    with claim_output(output, overwrite, dry_run, inputs=[*inputs, *_config_files(tokenize)],
-                      cache_dir=cache_root(cache_dir)) as out:
+    items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
+               cache_dir=cache_root(cache_dir)) as out:
         return as_given(_pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,
                                   progress, shard_tokens, ray_address, num_cpus, plan_shard_rows), output)
-
-
-def _refuse_uris(inputs, output, cache_dir) -> None:
-    """Object storage with --engine ray is not built yet (issue 24): one line, not a local
-    folder named `s3:` or an input "not found"."""
-    from packtool.storage import is_uri, shown
-    items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
-    for what, flag, spec in [("an input", None, i) for i in items] + [("--output", "--output", output),
-                                                                      ("--cache-dir", "--cache-dir", cache_dir)]:
-        if is_uri(spec):
-            raise PacktoolInputError(f"{what} on object storage is not supported by --engine ray yet; "
-                                     f"use --engine local (it reads and writes object stores)",
-                                     path=shown(spec), flag=flag or "--engine")
 
 
 def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,
@@ -211,8 +204,10 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
     from packtool.engines.ray_write import write_slabs
 
     t1 = time.perf_counter()
+    # to a store, the write tasks upload the shards themselves (write_output's `uploads`)
     shards, loss = write_output(p, summary, cache, output,
-                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens, progress=progress))
+                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens, progress=progress),
+                                uploads=True)
     if plan_shard_rows:  # the placements are written: let the object store free them
         p = replace(p, handles=[])
     return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import arrow_file
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
 from packtool.tokenize.pipeline import _tokens_batch
@@ -67,7 +68,7 @@ def plan_pieces(files: list[InputFile]) -> list[Piece]:
         if f.kind != "parquet":
             out.append(Piece(fi, None, 0))
             continue
-        md = pq.ParquetFile(f.path).metadata
+        md = pq.ParquetFile(arrow_file(f.path)).metadata
         group, rows, first = [], 0, 0
         for g in range(md.num_row_groups):
             group.append(g)
@@ -86,7 +87,7 @@ def _read_piece(job: TokenizeJob, piece: Piece):
     cols = list(shape.columns)
     if piece.row_groups is not None:
         try:
-            batches = pq.ParquetFile(f.path).iter_batches(
+            batches = pq.ParquetFile(arrow_file(f.path)).iter_batches(
                 batch_size=job.cfg.batch_size, row_groups=list(piece.row_groups), columns=cols)
         except (pa.ArrowInvalid, OSError) as e:
             raise PacktoolInputError(f"cannot read Parquet ({e})", path=f.path) from None

@@ -12,6 +12,7 @@ shard's row groups are `_chunks(..., group_tokens)` inside it, so the files are 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,7 @@ from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
 from packtool.progress import bar
 from packtool.slabs.format import ShardInfo, shard_file
+from packtool.storage import join_uri, locate
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache import cache_pieces, mask_values
 from packtool.tokenize.flat_tokens import FlatTokens
@@ -108,10 +110,13 @@ def _maybe_fail_once(k: int, d: str | None) -> None:
         os._exit(1)
 
 
-def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
-                group_tokens: int, fail_once_dir: str | None = None, side=()) -> pa.Table:
+def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: int,
+                group_tokens: int, fail_once_dir: str | None = None, side=(),
+                dests: list[str] | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
-    The shard's sub-plan is built here from its segments and the driver's per-slab values."""
+    The shard's sub-plan is built here from its segments and the driver's per-slab values.
+    Into the folder `out_dir`, or (`dests`: each shard's object URI, named by the driver's
+    store commit) written on this node's own scratch and uploaded from here."""
     k = int(group.column("shard")[0].as_py())
     _maybe_fail_once(k, fail_once_dir)
     spec: SlabSpec = _get([spec_refs[k]])
@@ -130,9 +135,16 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str, pad_id: int,
         side_values.append(np.ascontiguousarray(col.values.to_numpy()[so[0]:so[-1]], c.np_dtype))
     store = FlatTokens.from_arrays(ids.values.to_numpy()[offs[0]:offs[-1]],
                                    mask.values.to_numpy()[offs[0]:offs[-1]], offs - offs[0], side, side_values)
-    name = shard_file(k)
-    info = write_shard_file(ShardSlabWriter(sub, store, pad_id), sub.layout.slab_len, 0,
-                            os.path.join(out_dir, name), group_tokens)
+    writer = ShardSlabWriter(sub, store, pad_id)
+    if dests is None:
+        info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(out_dir, shard_file(k)), group_tokens)
+    else:
+        from packtool.output.store import scratch, upload_file
+        with scratch("shard") as d:
+            info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(d, shard_file(k)), group_tokens)
+            dest = locate(dests[k])
+            upload_file(os.path.join(d, info.file), dest)
+        info = replace(info, file=dest.name)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128]})
 
@@ -182,10 +194,12 @@ def _sharded_routing_refs(sp: ShardedPlan, ranges: list, piece_starts: np.ndarra
     return [refs[a:max(b, a + 1)] for a, b in zip(lo, hi)]
 
 
-def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
+def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
                 shard_tokens: int, group_tokens: int = GROUP_TOKENS, progress: bool = False) -> list[ShardInfo]:
     """Write a global `Plan` or a `ShardedPlan` (whose segments never reach the driver);
-    `progress`: packtool's own bar, a step per shard written."""
+    `progress`: packtool's own bar, a step per shard written. `out_dir`: a folder, or an
+    `output.store.StoreCommit` (an object-store output): the write tasks then upload each
+    shard under the name the commit gives, and no shard passes through the driver."""
     import ray
     import ray.data
 
@@ -202,6 +216,10 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
         routing_refs = [[ray.put(r)] for r in split_routing(routing, source.piece_starts)]
         del routing
         spec_refs = [ray.put(spec_of_plan(plan, s0, s1)) for s0, s1 in ranges]
+    dests = None
+    if not isinstance(out_dir, str):  # a StoreCommit: the intent names every shard first
+        commit, out_dir = out_dir, None
+        dests = [join_uri(commit.output, loc.name) for loc in commit.begin([shard_file(k) for k in range(len(ranges))])]
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,
@@ -211,7 +229,7 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir: str, pad_id: int,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
                                  "fail_once_dir": os.environ.get(FAIL_ONCE_ENV),
-                                 "side": tuple(cache.side_columns)}))
+                                 "side": tuple(cache.side_columns), "dests": dests}))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written

@@ -32,6 +32,7 @@ import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Iterator
 
 from packtool.errors import PacktoolOutputError
@@ -177,44 +178,92 @@ def staging_dir(output: str, tag: str) -> str:
     return tempfile.mkdtemp(prefix=f"packtool-{tag}-{os.getpid()}-")
 
 
+@contextmanager
+def scratch(tag: str) -> Iterator[str]:
+    """A folder on this machine's own disk (TMPDIR) for one task's temporary files (a shard or
+    cache part before its upload), removed when the block ends: read by this process only,
+    never by another node."""
+    d = tempfile.mkdtemp(prefix=f"packtool-{tag}-{os.getpid()}-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
     """Steps 2-5 of the protocol for a finished local staging folder; returns the shards under
     the names they have in the store."""
-    loc = locate(output)
-    lease = _HELD.get(loc.shown, [None])[0]
-    if lease is None:
-        raise PacktoolOutputError("commit_to_store outside claim_store (a packtool bug)", path=loc.shown)
-    old, oname = read_store_manifest(loc)
-    old_names = shard_names(old, oname) if old else []
-    run = uuid.uuid4().hex[:12]
-    rename = bool(old_names) or any(loc.join(s.file).exists() for s in shards)
-    new = [_renamed(s, run) if rename else s for s in shards]
-    clash = set(old_names) & {s.file for s in new}
-    if clash:
-        raise PacktoolOutputError(f"shard name {sorted(clash)[0]} is listed by the previous manifest; "
-                                  f"re-run (a new run id is drawn)", path=loc.shown)
-    intent = loc.join(f"{PENDING_PREFIX}{run}.json")
-    old_sizes = {e["file"]: e.get("bytes") for e in (old or {}).get("shards", [])}
-    intent.write_bytes(json.dumps({"new": [s.file for s in new], "old": old_names}).encode())
-    manifest = dict(manifest, shards=[_as_dict(s) for s in new])
+    commit = StoreCommit(output)
+    dests = commit.begin([s.file for s in shards])
     try:
         with ThreadPoolExecutor(UPLOADS, thread_name_prefix="packtool-upload") as pool:
-            for _ in pool.map(lambda pair: _upload(os.path.join(staged, pair[0].file), loc.join(pair[1].file)),
-                              zip(shards, new)):
+            for _ in pool.map(lambda pair: upload_file(os.path.join(staged, pair[0].file), pair[1]),
+                              zip(shards, dests)):
                 pass
-        lease.check()  # the last moment another writer could have taken the prefix
-        loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        return commit.finish([replace(s, file=d.name) for s, d in zip(shards, dests)], manifest)
     except BaseException:  # Ctrl-C, SIGTERM, a store error: nothing committed, our uploads go
-        _forget(loc, [s.file for s in new], intent)
+        commit.abort()
         raise
-    if oname == LEGACY_MANIFEST:
-        loc.join(LEGACY_MANIFEST).delete()
-    keep = {s.file for s in new}
-    for name in old_names:
-        if name not in keep and _is_ours(loc.join(name), old_sizes.get(name)):
-            loc.join(name).delete()
-    intent.delete()
-    return new
+
+
+class StoreCommit:
+    """Steps 2-5 of the protocol, for writers that put the shards themselves (the Ray engine's
+    workers upload each shard where it is written). Held by the process that holds the lease
+    (inside `claim_store`): `begin` names the shards and writes the intent, the shards go up
+    under those names (anyone may put them), `finish` checks the lease and puts the manifest
+    (the commit), then deletes the replaced shards; `abort` removes what this run put."""
+
+    def __init__(self, output: str):
+        self.output = output  # as given: tasks locate `join_uri(output, name)` again
+        self.loc = locate(output)
+        self.lease = _HELD.get(self.loc.shown, [None])[0]
+        if self.lease is None:
+            raise PacktoolOutputError("a store commit outside claim_store (a packtool bug)", path=self.loc.shown)
+        self.old, self.oname = read_store_manifest(self.loc)
+        self.old_names = shard_names(self.old, self.oname) if self.old else []
+        self.run = uuid.uuid4().hex[:12]
+        self.new: list[str] = []
+        self.committed = False
+        self.intent = self.loc.join(f"{PENDING_PREFIX}{self.run}.json")
+
+    def begin(self, names: list[str]) -> list[Location]:
+        """Where each shard (by its plain name) goes: the plain name into an empty prefix,
+        else a name with this run's id. The intent is put before this returns."""
+        rename = bool(self.old_names) or any(self.loc.join(n).exists() for n in names)
+        self.new = [_renamed(n, self.run) if rename else n for n in names]
+        clash = set(self.old_names) & set(self.new)
+        if clash:
+            raise PacktoolOutputError(f"shard name {sorted(clash)[0]} is listed by the previous manifest; "
+                                      f"re-run (a new run id is drawn)", path=self.loc.shown)
+        self.intent.write_bytes(json.dumps({"new": self.new, "old": self.old_names}).encode())
+        return [self.loc.join(n) for n in self.new]
+
+    def finish(self, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
+        """Commit `shards` (under the names `begin` gave); on failure nothing is committed."""
+        if sorted(s.file for s in shards) != sorted(self.new):
+            raise PacktoolOutputError("the shards written are not the ones this run named (a packtool bug)",
+                                      path=self.loc.shown)
+        manifest = dict(manifest, shards=[_as_dict(s) for s in shards])
+        try:
+            self.lease.check()  # the last moment another writer could have taken the prefix
+            self.loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+        except BaseException:
+            self.abort()
+            raise
+        self.committed = True  # from here on the new shards are the output: never removed
+        if self.oname == LEGACY_MANIFEST:
+            self.loc.join(LEGACY_MANIFEST).delete()
+        old_sizes = {e["file"]: e.get("bytes") for e in (self.old or {}).get("shards", [])}
+        keep = set(self.new)
+        for name in self.old_names:
+            if name not in keep and _is_ours(self.loc.join(name), old_sizes.get(name)):
+                self.loc.join(name).delete()
+        self.intent.delete()
+        return shards
+
+    def abort(self) -> None:
+        if not self.committed:
+            _forget(self.loc, self.new, self.intent)
 
 
 def _forget(loc: Location, names: list[str], intent: Location) -> None:
@@ -226,10 +275,10 @@ def _forget(loc: Location, names: list[str], intent: Location) -> None:
         pass
 
 
-def _renamed(s: ShardInfo, run: str) -> ShardInfo:
-    stem = s.file[:-len(".parquet")] if s.file.endswith(".parquet") else s.file
+def _renamed(name: str, run: str) -> str:
+    stem = name[:-len(".parquet")] if name.endswith(".parquet") else name
     head, _, num = stem.rpartition("-")
-    return ShardInfo(**{**_as_dict(s), "file": f"{head}-{run}-{num}.parquet" if head else f"{stem}-{run}.parquet"})
+    return f"{head}-{run}-{num}.parquet" if head else f"{stem}-{run}.parquet"
 
 
 def _as_dict(s: ShardInfo) -> dict:
@@ -250,10 +299,11 @@ UPLOAD_BUFFER = 16 << 20
 UPLOADS = 4  # shards uploaded at once (each also sends its multipart parts in the background)
 
 
-def _upload(src: str, dst: Location) -> None:
+def upload_file(src: str, dst: Location) -> None:
+    """Put a local file (a shard or a cache part) as one object: multipart when large."""
     with open(src, "rb") as f, dst.open_output() as out:
         shutil.copyfileobj(f, out, UPLOAD_BUFFER)
 
 
-__all__ = ["PENDING_PREFIX", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
-           "commit_to_store", "owned_objects", "read_store_manifest", "staging_dir"]
+__all__ = ["PENDING_PREFIX", "StoreCommit", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
+           "commit_to_store", "owned_objects", "read_store_manifest", "scratch", "staging_dir", "upload_file"]

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from packtool.arrays import np_of
 from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError
 from packtool.side import side_columns_from_manifest
+from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
 from packtool.tokenize.cache_parts import (
     CHECKSUM_ALG,
     DATA_DIR,
@@ -43,7 +44,7 @@ from packtool.tokenize.cache_parts import (
     file_record,
     mask_values,
 )
-from packtool.tokenize.checksum import fast_digest
+from packtool.tokenize.checksum import fast_digest, file_digest
 from packtool.tokenize.encode import TokenizerInfo
 from packtool.tokenize.side_store import read_dense
 
@@ -115,16 +116,17 @@ class TokenizedCache:
     """A finished cache directory. Cheap to open: only cache.json and Parquet footers are read."""
 
     def __init__(self, path: str, reused: bool = False) -> None:
-        if os.path.basename(os.path.normpath(path)) == DATA_DIR:
-            path = os.path.dirname(os.path.normpath(path))
-        meta_path = os.path.join(path, "cache.json")
-        if not os.path.exists(meta_path):
+        path = path if is_uri(path) else os.path.normpath(path)
+        if _base(path) == DATA_DIR and not is_uri(path):
+            path = os.path.dirname(path)
+        meta_path = _join(path, "cache.json")
+        if not is_file(meta_path):
             raise PacktoolInputError("not a tokenized cache (no cache.json)", path=path)
         self.meta: dict = read_cache_json(path)
         if self.meta.get("format") != CACHE_FORMAT or self.meta.get("version") != CACHE_VERSION:
             raise PacktoolInputError("tokenized cache of another format/version; delete it", path=path)
         self.root = path                           # holds cache.json and data/
-        self.path = os.path.join(path, DATA_DIR)   # the Parquet dataset
+        self.path = _join(path, DATA_DIR)   # the Parquet dataset
         self.reused = reused
         try:
             self.fingerprint: str = self.meta["fingerprint"]
@@ -134,7 +136,7 @@ class TokenizedCache:
             self.skipped: dict = dict(self.meta["skipped"])
             self.tokenizer_info = TokenizerInfo(**self.meta["tokenizer"]) if self.meta["tokenizer"] else None
             self.input_files = [InputFileInfo(d["path"], d["bytes"], d["sha256"]) for d in self.meta["inputs"]]
-            self.parquet_files = [os.path.join(self.path, p["file"]) for p in self.meta["parts"]]
+            self.parquet_files = [_join(self.path, p["file"]) for p in self.meta["parts"]]
             # "flat": token lists in flat/ only (pre-tokenized inputs, tokenize/cache_parts.py)
             self.flat_only: bool = self.meta.get("token_lists", "parts") == "flat"
             self.side_columns = side_columns_from_manifest(self.meta.get("side_columns"), meta_path)
@@ -152,7 +154,7 @@ class TokenizedCache:
         return f"TokenizedCache({self.path!r}, rows={self.num_rows}, tokens={self.num_tokens})"
 
     def _column(self, name: str) -> np.ndarray:
-        parts = [np_of(pq.read_table(p, columns=[name]).column(0)) for p in self.parquet_files]
+        parts = [np_of(pq.read_table(arrow_file(p), columns=[name]).column(0)) for p in self.parquet_files]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def lengths(self) -> np.ndarray:
@@ -167,7 +169,7 @@ class TokenizedCache:
         if self._rg_start is None:
             starts = [0]
             for fi, p in enumerate(self.parquet_files):
-                md = pq.ParquetFile(p).metadata
+                md = pq.ParquetFile(arrow_file(p)).metadata
                 for g in range(md.num_row_groups):
                     self._rg_loc.append((fi, g))
                     starts.append(starts[-1] + md.row_group(g).num_rows)
@@ -180,7 +182,7 @@ class TokenizedCache:
             self._rg_cache.move_to_end(g)
             return hit
         fi, rg = self._rg_loc[g]
-        t = pq.ParquetFile(self.parquet_files[fi]).read_row_group(rg, columns=["input_ids", "loss_mask"])
+        t = pq.ParquetFile(arrow_file(self.parquet_files[fi])).read_row_group(rg, columns=["input_ids", "loss_mask"])
         ids, offs = _flat(t.column("input_ids"), np.int32)
         mask = mask_values(t.column("input_ids"), t.column("loss_mask"))
         self._rg_cache[g] = (ids, mask, offs)
@@ -248,22 +250,60 @@ class TokenizedCache:
         `groups` of part `path`, the first of which is cache row `first`; then, per side
         column k, `side{k}`: each row's values flat (width per token) from flat/."""
         if not self.flat_only:
-            return pq.ParquetFile(path).read_row_groups(list(groups), columns=["input_ids", "loss_mask"])
-        md = pq.ParquetFile(path).metadata
+            return pq.ParquetFile(arrow_file(path)).read_row_groups(list(groups), columns=["input_ids", "loss_mask"])
+        md = pq.ParquetFile(arrow_file(path)).metadata
         n = sum(md.row_group(g).num_rows for g in groups)
-        tokens, offsets = self._flat_store()
-        offs = offsets[first:first + n + 1] - offsets[first]
-        a, e = int(offsets[first]), int(offsets[first + n])
-        words = tokens[a:e]
+        offs = self._flat_offsets(first, n + 1)
+        a, e = int(offs[0]), int(offs[-1])
+        offs = offs - a
+        words = self._flat_values(FLAT_FILES[0], np.dtype(np.int32), a, e - a)
         po = pa.array(offs.astype(np.int32))
         cols = {"input_ids": pa.ListArray.from_arrays(po, pa.array(words & 0x7FFFFFFF)),
                 "loss_mask": pa.ListArray.from_arrays(po, pa.array(((words >> 31) & 1).astype(np.uint8)))}
         for k, c in enumerate(self.side_columns):
-            paths = [os.path.join(self.root, FLAT_DIR, n) for n in side_files(k, c.width)]
-            vals = (np.fromfile(paths[0], c.np_dtype, e - a, offset=a * c.np_dtype.itemsize) if c.width == 1
-                    else read_dense(paths, c, a, e))
+            names = side_files(k, c.width)
+            vals = (self._flat_values(names[0], np.dtype(c.np_dtype), a, e - a) if c.width == 1
+                    else read_dense([_join(self.root, FLAT_DIR, n) for n in names], c, a, e))
             cols[f"side{k}"] = pa.ListArray.from_arrays(pa.array((offs * c.width).astype(np.int32)), pa.array(vals))
         return pa.table(cols)
+
+    def _flat_offsets(self, first: int, n: int) -> np.ndarray:
+        """offsets.npy[first:first + n], read alone (a ranged read on a store): the header's
+        shape must be the row count's."""
+        path = _join(self.root, FLAT_DIR, FLAT_FILES[1])
+        try:
+            head = read_range(path, 0, 4096)
+            import io
+            f = io.BytesIO(head)
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+            start = f.tell()
+            ok = shape == (self.num_rows + 1,) and not fortran and dtype == np.dtype(np.int64)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise CacheDamagedError("the flat token store's offsets are missing or disagree with cache.json; "
+                                    "delete the folder and re-run (it is rebuilt)", path=self.root)
+        return np.frombuffer(read_range(path, start + 8 * first, 8 * n), np.int64)
+
+    def _flat_values(self, name: str, dtype: np.dtype, first: int, n: int) -> np.ndarray:
+        """Values [first, first + n) of a raw flat/ file (a ranged read on a store)."""
+        data = read_range(_join(self.root, FLAT_DIR, name), first * dtype.itemsize, n * dtype.itemsize)
+        if len(data) != n * dtype.itemsize:
+            raise CacheDamagedError(f"{FLAT_DIR}/{name} is shorter than cache.json says; delete the folder "
+                                    f"and re-run (it is rebuilt)", path=self.root)
+        return np.frombuffer(data, dtype)
+
+
+def _join(root: str, *names: str) -> str:
+    """A path below a cache root: a local folder or a store prefix (URIs join with '/')."""
+    return join_uri(root, *names)
+
+
+def _base(path: str) -> str:
+    return path.partition("?")[0].rstrip("/").rsplit("/", 1)[-1] if is_uri(path) else os.path.basename(path)
 
 
 # ---------------------------------------------------------------- writing
@@ -278,8 +318,11 @@ def write_cache_json(directory: str, meta: dict) -> None:
 
 def read_cache_json(directory: str) -> dict:
     try:
-        with open(os.path.join(directory, "cache.json"), "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
+        if is_uri(directory):
+            meta = json.loads(locate(directory).join("cache.json").read_bytes().decode("utf-8"))
+        else:
+            with open(os.path.join(directory, "cache.json"), "rb") as f:
+                meta = json.loads(f.read().decode("utf-8"))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
                                 f"folder and re-run (it is rebuilt)", path=directory) from None
@@ -303,24 +346,36 @@ def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> 
     return {n: known.get(n) or file_record(os.path.join(root, n)) for n in names}
 
 
-def _file_problem(root: str, name: str, rec) -> str | None:
-    path = os.path.join(root, name)
+def file_problem(root: str, name: str, rec) -> str | None:
+    """Why one recorded file of the cache at `root` (a folder or a store entry) is not what
+    cache.json says; None when its size and xxh3-128 match."""
+    path = _join(root, *name.split("/"))
     if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or CHECKSUM_ALG not in rec:
         return f"cache.json's record of {name} is damaged"
-    if not os.path.isfile(path):
+    if not is_file(path):
         return f"{name} is missing"
-    size = os.path.getsize(path)
+    size = file_size(path)
     if size != rec["bytes"]:
         return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
-    if fast_digest(path) != rec[CHECKSUM_ALG]:
+    # an object streamed once, xxh3 alone (fast_digest also keeps its sha256 for the cache key)
+    if (file_digest(path, CHECKSUM_ALG) if is_uri(path) else fast_digest(path)) != rec[CHECKSUM_ALG]:
         return f"{name} does not match its checksum (changed bytes)"
     return None
 
 
-def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
-    """Why the cache at `root` must not be reused (None: every recorded file re-hashed and
-    matched). Reads each file once; the flat store may be absent (it is rebuilt from the
-    verified Parquet and must then hash to its record)."""
+def _check_serially(root: str, records: list[tuple[str, dict]]) -> str | None:
+    for name, rec in records:
+        problem = file_problem(root, name, rec)
+        if problem:
+            return problem
+    return None
+
+
+def cache_problem(root: str, fingerprint: str | None = None, check=_check_serially) -> str | None:
+    """Why the cache at `root` (a folder or a store entry) must not be reused (None: every
+    recorded file re-hashed and matched). Reads each file once; the flat store may be absent
+    (it is rebuilt from the verified Parquet and must then hash to its record). `check(root,
+    [(name, record)])`: the first problem of those files (the Ray engine spreads it)."""
     try:
         meta = read_cache_json(root)
     except CacheDamagedError:
@@ -339,7 +394,7 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
     flat_only = meta.get("token_lists", "parts") == "flat"
     for n in FLAT_FILES:  # absent: rebuilt from the Parquet (unless only flat/ holds the tokens)
         name = f"{FLAT_DIR}/{n}"
-        if flat_only or os.path.exists(os.path.join(root, name)):
+        if flat_only or is_file(_join(root, FLAT_DIR, n)):
             if name not in sums:
                 return f"{name} has no checksum in cache.json"
             names.append(name)
@@ -351,10 +406,9 @@ def cache_problem(root: str, fingerprint: str | None = None) -> str | None:
             if name not in sums:
                 return f"{name} has no checksum in cache.json"
             names.append(name)
-    for name in names:
-        problem = _file_problem(root, name, sums.get(name))
-        if problem:
-            return problem
+    problem = check(root, [(name, sums.get(name)) for name in names])
+    if problem:
+        return problem
     try:
         TokenizedCache(root)
     except (PacktoolInputError, CacheDamagedError) as e:
@@ -385,7 +439,7 @@ def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], 
     """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
     pieces, row = [], 0
     for path in cache.parquet_files:
-        md = pq.ParquetFile(path).metadata
+        md = pq.ParquetFile(arrow_file(path)).metadata
         for g0 in range(0, md.num_row_groups, groups_per_task):
             gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
             n = sum(md.row_group(g).num_rows for g in gs)
@@ -400,7 +454,7 @@ class CacheLengths:
     pieces: tuple  # ((parquet file, row groups, first, end), ...): rows [first, end) of the groups
 
     def __call__(self) -> np.ndarray:
-        parts = [np_of(pq.ParquetFile(path).read_row_groups(list(gs), columns=["length"]).column(0))[a:e]
+        parts = [np_of(pq.ParquetFile(arrow_file(path)).read_row_groups(list(gs), columns=["length"]).column(0))[a:e]
                  for path, gs, a, e in self.pieces]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 

@@ -28,7 +28,7 @@ import tokenizers
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
 from packtool.side import side_columns_to_manifest
-from packtool.storage import file_size, is_uri
+from packtool.storage import file_size, is_uri, join_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -191,9 +191,9 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None) -> CacheRe
     digests = input_digests(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
-    final = os.path.join(root, fp[:32])
+    final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
     return CacheRequest(files, shapes, loaded, template, fp, root, final,
-                        reusable_cache(final, fp), tuple(digests))
+                        None if is_uri(root) else reusable_cache(final, fp), tuple(digests))
 
 
 def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:

@@ -22,6 +22,8 @@ import os
 import numba as nb
 import numpy as np
 
+from packtool.storage import read_range
+
 __all__ = ["BLOCK", "SparseRowsWriter", "count_dtype", "read_dense", "sparse_problem", "sparsify"]
 
 BLOCK = 1024  # tokens per index entry: a span reads at most this many extra counts
@@ -153,18 +155,25 @@ def _expand(kept, counts, out):
     return True
 
 
+def _fromfile(path: str, dtype, count: int, offset: int) -> np.ndarray:
+    """np.fromfile's values, from a local file or (the Ray engine's tasks) a store object."""
+    dtype = np.dtype(dtype)
+    data = read_range(path, offset, count * dtype.itemsize)
+    return np.frombuffer(bytearray(data[:len(data) // dtype.itemsize * dtype.itemsize]), dtype)  # writable, as fromfile's
+
+
 def read_dense(paths, c, a: int, e: int) -> np.ndarray:
     """Tokens [a, e) of the column as dense values (tokens * width, flat, the fill where a
     row had none): for readers that want whole rows (the Ray engine's cache reads)."""
     csz = count_dtype(c.width)
     b0 = a // BLOCK * BLOCK
-    start = int(np.fromfile(paths[2], np.int64, 1, offset=(a // BLOCK) * 8)[0]) if e > a else 0
-    counts = np.fromfile(paths[1], csz, e - b0, offset=b0 * csz.itemsize)
+    start = int(_fromfile(paths[2], np.int64, 1, offset=(a // BLOCK) * 8)[0]) if e > a else 0
+    counts = _fromfile(paths[1], csz, e - b0, offset=b0 * csz.itemsize)
     if counts.size != e - b0:
         raise OSError(f"{paths[1]}: short read; the flat store is damaged: delete the cache folder and re-run")
     start += int(counts[:a - b0].sum(dtype=np.int64))
     counts = counts[a - b0:]
-    kept = np.fromfile(paths[0], c.np_dtype, int(counts.sum(dtype=np.int64)), offset=start * c.np_dtype.itemsize)
+    kept = _fromfile(paths[0], c.np_dtype, int(counts.sum(dtype=np.int64)), offset=start * c.np_dtype.itemsize)
     out = c.filled(e - a).reshape(e - a, c.width)
     if not _expand(_bits(kept, 1)[:, 0], counts, _bits(out, c.width)):
         raise OSError(f"{paths[0]}: rows do not match their counts; the flat store is damaged: delete the "

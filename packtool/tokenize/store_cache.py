@@ -5,7 +5,7 @@ An entry is the local cache folder of one fingerprint (`ROOT/<fp[:32]>/`: cache.
 parts, flat/ when built) uploaded object by object with `cache.json` put last: an entry
 without it is a partial one (a writer died) and is never used. A machine works on a local
 mirror of the store root (`PACKTOOL_CACHE_DIR`'s `store-<hash>/`): on a miss there it pulls
-the entry whole into a temporary folder, renames it into place, and the local cache check
+the files the entry's cache.json records into a temporary folder, renames it into place, and the local cache check
 (every file re-hashed against cache.json's records) decides whether it is used; a damaged
 entry is rebuilt from the inputs, as locally. A new entry is pushed after it is built.
 Content-keyed as the local cache: the same inputs, tokenizer and options give the same key
@@ -43,17 +43,35 @@ def pull_entry(store: str, final: str) -> bool:
     tmp = tempfile.mkdtemp(prefix=f".pull-{os.path.basename(final)[:12]}-{os.getpid()}-",
                            dir=os.path.dirname(final))
     try:
-        for info in entry.list():
-            rel = info.path[len(entry.path) + 1:]
+        for rel in [ENTRY_META, *recorded_files(entry)]:
             dest = os.path.join(tmp, *rel.split("/"))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with Location(entry.fs, info.path, "", False).open_input() as src, open(dest, "wb") as out:
+            with entry.join(*rel.split("/")).open_input() as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out, 16 << 20)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return True
+
+
+def recorded_files(entry: Location) -> list[str]:
+    """The files a committed entry's cache.json records (relative names): only these are
+    pulled or read. Objects a dead or concurrent build left beside them are never used."""
+    import json
+    try:
+        sums = json.loads(entry.join(ENTRY_META).read_bytes()).get("checksums")
+    except (ValueError, AttributeError, FileNotFoundError):
+        return []  # the pulled cache.json then fails the local check: rebuilt
+    return sorted(n for n in sums if isinstance(n, str) and ".." not in n.split("/")) \
+        if isinstance(sums, dict) else []
+
+
+def commit_entry(entry: str, meta: dict) -> None:
+    """Put an entry's cache.json (written as the local cache writes it) once every file it
+    records is uploaded: from then on the entry is used."""
+    import json
+    locate(entry).join(ENTRY_META).write_bytes((json.dumps(meta, indent=1, sort_keys=False) + "\n").encode())
 
 
 def push_entry(store: str, final: str, replace: bool = False) -> bool:
@@ -74,4 +92,4 @@ def push_entry(store: str, final: str, replace: bool = False) -> bool:
     return True
 
 
-__all__ = ["ENTRY_META", "mirror_dir", "pull_entry", "push_entry"]
+__all__ = ["ENTRY_META", "commit_entry", "recorded_files", "mirror_dir", "pull_entry", "push_entry"]

@@ -25,11 +25,11 @@ def hold():
     open(marker, "w").close()
     time.sleep(8)
 if stage == "upload":
-    orig = m._upload
+    orig = m.upload_file
     def f(*a, **k):
         orig(*a, **k)
         hold()
-    m._upload = f
+    m.upload_file = f
 else:  # the manifest is put; the replaced shards are not deleted yet
     m._is_ours = lambda *a, **k: hold()
 sys.argv = ["packtool", *sys.argv[1:]]

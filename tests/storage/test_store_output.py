@@ -138,8 +138,8 @@ def test_cli_to_and_from_the_store_prints_and_writes_no_secret(s3, tmp_path, cac
 @pytest.mark.parametrize("args,pattern", [
     (["-o", "ftp://host/out"], "ftp:// is not supported"),
     (["-o", "s3://KEYID:hunter2@bucket/out"], "user:password@ is refused"),
-    (["--engine", "ray", "-o", "s3://bucket/out"], "not supported by --engine ray yet"),
-    (["--engine", "ray", "--cache-dir", "s3://bucket/cache", "-o", "OUT"], "--cache-dir on object storage is not supported by --engine ray"),
+    (["--engine", "ray", "-o", "s3://KEYID:hunter2@bucket/out"], "user:password@ is refused"),
+    (["--engine", "ray", "--cache-dir", "s3://KEYID:hunter2@bucket/c", "-o", "OUT"], "user:password@ is refused"),
 ])
 def test_what_is_not_supported_is_one_line(tmp_path, args, pattern):
     args = [a.replace("OUT", str(tmp_path / "o")) for a in args]

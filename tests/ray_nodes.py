@@ -1,0 +1,193 @@
+"""A Ray cluster of two nodes on this machine, with no disk the nodes share for data (for
+tests/storage/test_store_ray_nodes.py and bench/storage.py).
+
+Each node is one `ray start --block` process bound to 127.0.0.1, with `--num-cpus 1`, its own
+Ray temp folder, its own scratch folder as TMPDIR (where packtool's tasks write before they
+upload) and a custom resource naming it. Every Python process of a node (its workers above
+all) loads an audit `sitecustomize` that records each local path the process opens, lists,
+renames or removes (Python's audit events), and, every few milliseconds, the files it holds
+open (/proc/self/fd: what Arrow's C++ opens), one line per new path, into its node's log.
+
+Stopping kills, by process id, the processes this object started and their descendants
+(found by a token in their environment, which every Ray process of a node inherits), never
+`ray stop`: that would end every Ray instance on the machine, other users' included.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+TOKEN_VAR = "PACKTOOL_TEST_RAY_NODE"  # PACKTOOL_*: the driver forwards its own, never set there
+
+AUDIT_SITE = r'''
+import os as _os
+_log = _os.environ.get("RAYNODE_AUDIT_LOG")
+if _log:
+    import sys as _sys, threading as _threading, time as _time
+    _fd = _os.open(_log, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT, 0o644)
+    _pid, _seen = str(_os.getpid()), set()
+    _EVENTS = {"open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.remove", "os.rmdir",
+               "shutil.rmtree", "shutil.copyfile", "os.chdir", "os.truncate"}
+
+    def _note(event, path):
+        try:
+            path = _os.fsdecode(path)
+        except Exception:
+            return
+        if not path.startswith("/"):
+            path = _os.path.join(_os.getcwd(), path)
+        if path.startswith(("/proc/", "/dev/", "/sys/")) or (event, path) in _seen:
+            return
+        _seen.add((event, path))
+        _os.write(_fd, f"{_pid}\t{event}\t{path}\n".encode())
+
+    def _hook(event, args):
+        if event in _EVENTS:
+            for a in args[:2] if event in ("os.rename", "shutil.copyfile") else args[:1]:
+                if isinstance(a, (str, bytes)):
+                    _note(event, a)
+
+    def _open_files():
+        while True:
+            try:
+                for n in _os.listdir("/proc/self/fd"):
+                    try:
+                        _note("fd", _os.readlink("/proc/self/fd/" + n))
+                    except OSError:
+                        pass
+            except Exception:
+                pass
+            _time.sleep(0.005)
+
+    _sys.addaudithook(_hook)
+    _threading.Thread(target=_open_files, daemon=True, name="audit-fds").start()
+'''
+
+
+# Two loopback addresses, so each node is a host of its own to Ray (its object manager sends
+# objects over TCP, as between machines). Ray rewrites 127.0.0.1 itself to the machine's
+# outward address; other addresses of 127.0.0.0/8 it keeps, and they never leave the machine.
+HEAD_IP, SECOND_IP = "127.0.0.2", "127.0.0.3"
+
+
+def free_port(ip: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, name: str, root: str, ip: str):
+        self.name, self.ip = name, ip
+        self.temp = os.path.join(root, name, "ray")     # Ray's own temp folder for this node
+        self.scratch = os.path.join(root, name, "scratch")  # TMPDIR of its processes
+        self.audit = os.path.join(root, name, "audit.log")
+        for d in (self.temp, self.scratch):
+            os.makedirs(d, exist_ok=True)
+        self.token = uuid.uuid4().hex
+        self.proc: subprocess.Popen | None = None
+
+    def pids(self) -> list[int]:
+        """Every live process of this node: its `ray start` and whatever inherited the token."""
+        import psutil
+        out = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.environ().get(TOKEN_VAR) == self.token:
+                    out.append(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        return out
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def opened(self) -> list[tuple[int, str, str]]:
+        """(pid, event, path) of everything the node's Python processes touched."""
+        if not os.path.exists(self.audit):
+            return []
+        with open(self.audit) as f:
+            return [(int(a), b, c) for a, b, c in (line.rstrip("\n").split("\t", 2) for line in f if line.count("\t") >= 2)]
+
+
+class TwoNodes:
+    """A head and a second node; `address` for `ray.init`/`--ray-address`."""
+
+    def __init__(self, root: str, env: dict, repo: str):
+        self.root, self.env, self.repo = root, env, repo
+        site = os.path.join(root, "site")
+        os.makedirs(site, exist_ok=True)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(AUDIT_SITE)
+        self.site = site
+        self.head, self.second = Node("head", root, HEAD_IP), Node("second", root, SECOND_IP)
+        self.port = free_port(HEAD_IP)
+        self.address = f"{HEAD_IP}:{self.port}"
+
+    def _start(self, node: Node, *args: str) -> None:
+        env = {**self.env, "TMPDIR": node.scratch, TOKEN_VAR: node.token, "RAYNODE_AUDIT_LOG": node.audit,
+               "PYTHONPATH": os.pathsep.join([self.site, self.repo]), "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_AUTH_MODE": "disabled"}
+        cmd = [RAY, "start", "--block", "--node-ip-address", node.ip, "--num-cpus", "1",
+               "--temp-dir", node.temp, "--resources", json.dumps({f"node_{node.name}": 1}),
+               "--dashboard-agent-listen-port", str(free_port(node.ip)), "--disable-usage-stats",
+               "--object-store-memory", str(200 << 20), *args]
+        log = open(os.path.join(self.root, f"{node.name}.out"), "w")
+        node.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_second(self) -> None:
+        self.second = Node("second", self.root, SECOND_IP) if self.second.proc is not None else self.second
+        self._start(self.second, "--address", self.address)
+
+    def start(self, timeout: float = 90) -> "TwoNodes":
+        self._start(self.head, "--head", "--port", str(self.port), "--include-dashboard", "false")
+        t0 = time.time()
+        while True:  # the GCS takes connections: the second node may join
+            if self.head.proc.poll() is not None:
+                raise RuntimeError(f"ray head exited: {self.log('head')}")
+            try:
+                with socket.create_connection((HEAD_IP, self.port), timeout=1):
+                    break
+            except OSError:
+                if time.time() - t0 > timeout:
+                    raise RuntimeError(f"ray head did not start: {self.log('head')}") from None
+                time.sleep(0.2)
+        self.start_second()
+        return self
+
+    def log(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.root, f"{name}.out")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def wait_nodes(self, n: int, timeout: float = 90) -> None:
+        """With the caller connected (ray.init): until `n` nodes are alive."""
+        import ray
+        t0 = time.time()
+        while sum(1 for x in ray.nodes() if x["Alive"]) < n:
+            if time.time() - t0 > timeout:
+                raise RuntimeError(f"{n} ray nodes not alive after {timeout} s: {self.log('second')}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Nothing of the cluster is kept: every process of both nodes is killed at once."""
+        for node in (self.second, self.head):
+            node.kill()
