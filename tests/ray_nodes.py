@@ -129,8 +129,8 @@ class Node:
 class TwoNodes:
     """A head and a second node; `address` for `ray.init`/`--ray-address`."""
 
-    def __init__(self, root: str, env: dict, repo: str):
-        self.root, self.env, self.repo = root, env, repo
+    def __init__(self, root: str, env: dict, repo: str, audit: bool = True):
+        self.root, self.env, self.repo, self.audit = root, env, repo, audit
         site = os.path.join(root, "site")
         os.makedirs(site, exist_ok=True)
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
@@ -141,8 +141,9 @@ class TwoNodes:
         self.address = f"{HEAD_IP}:{self.port}"
 
     def _start(self, node: Node, *args: str) -> None:
-        env = {**self.env, "TMPDIR": node.scratch, TOKEN_VAR: node.token, "RAYNODE_AUDIT_LOG": node.audit,
-               "PYTHONPATH": os.pathsep.join([self.site, self.repo]), "RAY_USAGE_STATS_ENABLED": "0",
+        env = {**self.env, "TMPDIR": node.scratch, TOKEN_VAR: node.token,
+               **({"RAYNODE_AUDIT_LOG": node.audit} if self.audit else {}),
+               "PYTHONPATH": os.pathsep.join([self.site, self.repo] if self.audit else [self.repo]), "RAY_USAGE_STATS_ENABLED": "0",
                "RAY_AUTH_MODE": "disabled"}
         cmd = [RAY, "start", "--block", "--node-ip-address", node.ip, "--num-cpus", "1",
                "--temp-dir", node.temp, "--resources", json.dumps({f"node_{node.name}": 1}),

@@ -68,3 +68,39 @@ def test_a_damaged_entry_on_the_store_is_rebuilt(s3, tmp_path, monkeypatch, caps
     _machine(monkeypatch, tmp_path, "c")
     pack(*ARGS, output=str(tmp_path / "o3"), cache_dir=store)
     assert "damaged" not in capsys.readouterr().err
+
+
+def _pretokenized(tmp_path) -> str:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rng = np.random.default_rng(5)
+    rows = [rng.integers(1, 50000, int(n)).tolist() for n in rng.integers(5, 900, 300)]
+    path = str(tmp_path / "tok.parquet")
+    pq.write_table(pa.table({"input_ids": pa.array(rows, pa.list_(pa.int32()))}), path, row_group_size=64)
+    return path
+
+
+def test_an_entry_is_read_in_place_as_the_local_cache_and_strays_are_never_pulled(s3, tmp_path, monkeypatch):
+    """What the Ray engine's tasks do with a store entry: open it as a TokenizedCache by URI and
+    read lengths, pieces and token lists by ranged GETs, both layouts (Parquet parts; flat/
+    only, for pre-tokenized rows). An object beside the recorded ones (a dead build's part)
+    is neither pulled nor read."""
+    import numpy as np
+
+    from packtool.tokenize.cache import TokenizedCache, cache_pieces, cache_problem
+    from packtool.tokenize.pipeline import tokenize_to_cache
+    _machine(monkeypatch, tmp_path, "a")
+    for inputs, cfg in (([PEPS], TokenizeConfig(tokenizer=GPT2)), ([_pretokenized(tmp_path)], TokenizeConfig(shape="tokens"))):
+        store = f"{s3}/c-{cfg.shape or 'text'}"
+        local = tokenize_to_cache(inputs, cfg, store, progress=False)
+        key = os.path.basename(local.root)
+        remote = TokenizedCache(f"{store}/{key}")
+        assert remote.flat_only == (cfg.shape == "tokens") and cache_problem(remote.root, local.fingerprint) is None
+        assert np.array_equal(remote.lengths(), local.lengths())
+        for (lp, gs, first, _), (rp, _, _, _) in zip(cache_pieces(local, 2), cache_pieces(remote, 2)):
+            assert local.token_lists(lp, gs, first).equals(remote.token_lists(rp, gs, first))
+        locate(store).join(key, "data", "part-999999999999-000.parquet").write_bytes(b"a dead build's part")
+        _machine(monkeypatch, tmp_path, f"b-{key}")
+        again = tokenize_to_cache(inputs, cfg, store, progress=False)
+        assert again.reused and sorted(os.listdir(again.path)) == sorted(os.listdir(local.path))

@@ -45,6 +45,7 @@ KILLS = int(os.environ.get("PACKTOOL_TEST_DRIVER_KILLS", "1"))  # CI time: one i
 CLI = ["--tokenizer", GPT2, "--prompt-field", "question", "--response-field", "answer", "--max-tokens", "1024",
        "--overflow", "split", "--algorithm", "mffd", "--seed", "3", "--shard-tokens", str(SHARD), "--no-progress"]
 RUN: dict = {}  # what the first test measured, for the kill instants
+pytestmark = pytest.mark.xdist_group("ray_nodes")  # one cluster: the module on one xdist worker (--dist loadgroup)
 
 
 @pytest.fixture(scope="module")
