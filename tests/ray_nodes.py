@@ -83,6 +83,20 @@ def free_port(ip: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+AUTH_ENV = {"RAY_AUTH_MODE": "disabled"}  # the nodes and every driver of them
+
+
+def reset_driver_auth() -> None:
+    """With AUTH_ENV in this process's environment: make it a driver of these nodes. Ray 2.60
+    turns token authentication on in a process that started a local Ray (RAY_AUTH_MODE=token
+    in its environment, the mode kept in its core); reset as Ray's own tests do."""
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:  # a Ray without token authentication
+        return
+    reset_auth_token_state()
+
+
 class Node:
     def __init__(self, name: str, root: str, ip: str):
         self.name, self.ip = name, ip
@@ -144,7 +158,7 @@ class TwoNodes:
         env = {**self.env, "TMPDIR": node.scratch, TOKEN_VAR: node.token,
                **({"RAYNODE_AUDIT_LOG": node.audit} if self.audit else {}),
                "PYTHONPATH": os.pathsep.join([self.site, self.repo] if self.audit else [self.repo]), "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_AUTH_MODE": "disabled"}
+               **AUTH_ENV}
         cmd = [RAY, "start", "--block", "--node-ip-address", node.ip, "--num-cpus", "1",
                "--temp-dir", node.temp, "--resources", json.dumps({f"node_{node.name}": 1}),
                "--dashboard-agent-listen-port", str(free_port(node.ip)), "--disable-usage-stats",
