@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 from packtool.layout import compute_layout
 from packtool.slabs.format import (
     LEGACY_MANIFEST,
-    PENDING_PREFIX,
     FormatError,
     SlabManifest,
+    in_flight,
+    read_manifest,
     slab_schema,
     stray_entries,
 )
@@ -39,7 +40,21 @@ from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, f
 
 
 def _fix(sm: SlabManifest) -> str:
+    if _replaced(sm):
+        return (f"a pack --overwrite committed a new output at {sm.path} after this reader read its manifest: "
+                f"open it again")
     return f"the output is damaged or edited: run `packtool verify {sm.path}` for every problem, re-run `packtool pack`"
+
+
+def _replaced(sm: SlabManifest) -> bool:
+    """An object-store output whose manifest changed since `sm` was read (FORMAT.md, "Object
+    storage": a reader of the old manifest may find its shards deleted)."""
+    if not is_uri(sm.path):
+        return False
+    try:
+        return read_manifest(sm.path) != sm.raw
+    except (FormatError, OSError):
+        return False
 
 
 def declared_columns(raw: dict) -> dict[str, pa.DataType]:
@@ -60,7 +75,7 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         seen.add(n)
     legacy = os.path.basename(sm.manifest) == LEGACY_MANIFEST
     stray = [n for n in stray_entries(sm.path, listed)
-             if not (legacy and n == LEGACY_MANIFEST) and n not in _in_flight(sm.path)]
+             if not (legacy and n == LEGACY_MANIFEST) and n not in in_flight(sm.path)]
     if stray:
         more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
         raise FormatError(f"{os.path.join(sm.path, stray[0])}{more}: in the output folder but not listed in "
@@ -77,23 +92,6 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
                           f"{_fix(sm)}")
     return footers
-
-
-def _in_flight(directory: str) -> set[str]:
-    """Shards an object-store pack has announced in its intent (FORMAT.md, "Object storage"):
-    a run in flight, or a dead one the next run deletes. Never read (not in the manifest), and
-    not a damage of this output."""
-    if not is_uri(directory):
-        return set()
-    import json
-    loc, names = locate(directory), set()
-    for n in loc.names():
-        if n.startswith(PENDING_PREFIX):
-            try:
-                names.update(x for x in json.loads(loc.join(n).read_bytes()).get("new", []) if isinstance(x, str))
-            except (FileNotFoundError, ValueError, AttributeError):
-                continue
-    return names
 
 
 def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:

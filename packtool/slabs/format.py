@@ -200,6 +200,24 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
     return sorted(n for n in names if n not in listed and not is_hidden(n))
 
 
+def in_flight(directory: str) -> set[str]:
+    """Shards an object-store pack has named in its intent (FORMAT.md, "Object storage"): the
+    new ones of a run before its commit, the replaced ones it deletes after it, or a dead
+    run's that the next run deletes. Not in the manifest, so never read; not damage."""
+    if not is_uri(directory):
+        return set()
+    loc, names = locate(directory), set()
+    for n in loc.names():
+        if n.startswith(PENDING_PREFIX):
+            try:
+                rec = json.loads(loc.join(n).read_bytes())
+            except (FileNotFoundError, ValueError):
+                continue
+            if isinstance(rec, dict):
+                names.update(x for k in ("new", "old") for x in rec.get(k) or [] if isinstance(x, str))
+    return names
+
+
 def read_manifest(directory: str) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
     names this format and version. A typo or a shard file is said as such: "re-run pack"

@@ -26,8 +26,9 @@ from packtool.slabs.format import (
     LEGACY_MANIFEST,
     MANIFEST,
     FormatError,
-    manifest_config,
+    in_flight,
     join,
+    manifest_config,
     manifest_file,
     read_manifest,
     shard_names,
@@ -100,7 +101,15 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
     legacy = os.path.basename(manifest_file(directory) or "") == LEGACY_MANIFEST
-    for f in stray_entries(directory, listed):
+    flying = in_flight(directory)
+    strays = stray_entries(directory, listed)
+    if flying & set(strays):
+        notes.append(f"{len(flying & set(strays))} shard(s) named by a packtool run's intent in {directory} "
+                     f"(a run writing, deleting what it replaced, or killed): not part of this output, never "
+                     f"read through the manifest; the next pack to this prefix removes a dead run's")
+    for f in strays:
+        if f in flying:
+            continue
         if legacy and f == LEGACY_MANIFEST:
             notes.append(f"{LEGACY_MANIFEST} is an older packtool's manifest name: packtool reads it, "
                          f"but pq.read_table/pyarrow.dataset/datasets read it as a shard and fail; "

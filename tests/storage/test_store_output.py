@@ -72,6 +72,12 @@ def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_pa
     assert [s["file"] for s in json.loads(locate(out).join(MANIFEST).read_bytes())["shards"]] == \
         [s.file for s in second.shards]
     assert verify(out, workers=1).ok
+    from packtool.slabs.check import check_output
+    from packtool.slabs.format import FormatError
+    stale = SlabManifest.read(out)  # a reader that read the manifest just before the next commit
+    _pack(out, cache_dir, overwrite=True)
+    with pytest.raises(FormatError, match="committed a new output .* open it again"):
+        check_output(stale)
     locate(out).join("notes.txt").write_bytes(b"mine")  # not packtool's: the prefix is refused
     with pytest.raises(PacktoolOutputError, match="notes.txt"):
         _pack(out, cache_dir, overwrite=True)
