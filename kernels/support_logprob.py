@@ -31,7 +31,7 @@ sorted, no host sync, bitwise reproducible), into `weight.main_grad` when main_g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -143,14 +143,16 @@ class SupportLogprob(torch.autograd.Function):
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
         ent = torch.where(rows.valid, ent, zero)
-        ctx.save_for_backward(hidden, weight, z, lse, ent)
+        # local ids saved as a tensor: they may be the caller's support rows themselves
+        # (support_rows.check_rows), and unpacking checks that nothing changed them in place
+        ctx.save_for_backward(hidden, weight, z, lse, ent, rows.local)
         ctx.rows, ctx.plan = rows, plan
         return logp, ent  # fp32 (fp64 for fp64 inputs: the tests' ground truth)
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):
-        hidden, weight, z, lse, ent = ctx.saved_tensors
-        rows, plan = ctx.rows, ctx.plan
+        hidden, weight, z, lse, ent, local = ctx.saved_tensors
+        rows, plan = replace(ctx.rows, local=local), ctx.plan
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_h or need_w):
             return None, None, None, None

@@ -23,7 +23,7 @@ BLOCK_K = 1024
 
 def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, bits_ptr, own_ptr, K, vocab_total,
                  vocab_start, vocab_local, HAS_MASK: tl.constexpr, K_PAD: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, WRITE_LOCAL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     t = tl.load(t_ptr + row)
     valid = tl.load(s_ptr + row * K) >= 0
@@ -43,7 +43,8 @@ def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, bits_ptr, own_ptr, 
         loc = s - vocab_start
         own = real & (loc >= 0) & (loc < vocab_local)
         n_own += tl.sum(own.to(tl.int32), axis=0)
-        tl.store(local_ptr + row * K + ks, tl.where(own, loc, -1).to(tl.int32), mask=km)
+        if WRITE_LOCAL:
+            tl.store(local_ptr + row * K + ks, tl.where(own, loc, -1).to(tl.int32), mask=km)
     bits = tl.where(n_out > 0, OUTSIDE, 0) + tl.where(n_gap > 0, GAP, 0)
     bits += tl.where(valid & (pos == K), MISSING, 0)
     if HAS_MASK:
@@ -58,17 +59,20 @@ _ROWS = LazyJit(_rows_kernel)
 
 def check_rows(s, t, loss_mask, vocab_total: int, vocab_start: int, vocab_local: int):
     """(local int32 [N, K], pos int64 [N], verdict bits int32 [N], owned per row int32 [N]) of
-    s [N, K] (K >= 1), t [N]; loss_mask [N] or None."""
+    s [N, K] (K >= 1), t [N]; loss_mask [N] or None. An unsharded vocabulary and int32 rows: the
+    local rows are s itself (once the verdicts are clean), so no [N, K] copy is written."""
     n, k = s.shape
     dev = s.device
-    local = torch.empty(n, k, dtype=torch.int32, device=dev)
+    s = s.contiguous()
+    same = vocab_start == 0 and vocab_local == vocab_total and s.dtype == torch.int32
+    local = s if same else torch.empty(n, k, dtype=torch.int32, device=dev)
     pos = torch.empty(n, dtype=torch.int64, device=dev)
     bits = torch.empty(n, dtype=torch.int32, device=dev)
     own = torch.empty(n, dtype=torch.int32, device=dev)
     if n:
         m = (loss_mask != 0).to(torch.int8) if loss_mask is not None else bits
         k_pad = max(16, triton.next_power_of_2(k))
-        _ROWS[(n,)](s.contiguous(), t.contiguous(), m, local, pos, bits, own, k, vocab_total,
+        _ROWS[(n,)](s, t.contiguous(), m, local, pos, bits, own, k, vocab_total,
                     vocab_start, vocab_local, HAS_MASK=loss_mask is not None, K_PAD=k_pad,
-                    BLOCK_K=min(BLOCK_K, k_pad), num_warps=4)
+                    BLOCK_K=min(BLOCK_K, k_pad), WRITE_LOCAL=not same, num_warps=4)
     return local, pos, bits, own

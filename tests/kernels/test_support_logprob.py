@@ -210,6 +210,23 @@ def test_wide_rows_find_a_repeated_id_after_choosing_the_path(monkeypatch, path)
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
 
 
+def test_unsharded_int32_rows_are_their_own_local_ids_and_guarded():
+    # no [N, K] copy of the ids where the weight holds the whole vocabulary from id 0: the rows
+    # are the local ids; changing them in place before backward is then an error, not a silent
+    # gradient over other ids
+    from kernels.support_check import check_support
+
+    h, w, samp, sup, up = _inputs(7)
+    rows = check_support(samp, sup, V, 0, V, use_triton=True)
+    assert rows.local.data_ptr() == sup.data_ptr()
+    assert check_support(samp, sup, V + 10, 0, V, use_triton=True).local.data_ptr() != sup.data_ptr()
+    hh, ww = h.float().requires_grad_(), w.float().requires_grad_()
+    lp, _, _ = support_logprob(hh, ww, samp, sup, impl="gather")
+    sup[0, 0] = sup[0, 0]  # an in-place write bumps the version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        lp.sum().backward()
+
+
 def test_loss_active_token_without_support_is_an_error():
     h, w, samp, sup, _ = _inputs()
     mask = torch.ones(N)
