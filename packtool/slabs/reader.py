@@ -143,6 +143,18 @@ class SlabReader:
         self._lock = threading.Lock()
         self.side_columns: tuple[SideColumn, ...] = manifest.side_columns
 
+    def __getstate__(self) -> dict:
+        """Spawn/forkserver DataLoader workers and `to_hf(streaming=True)` pickle the datasets
+        that hold a reader: open files, decoded groups and the lock stay behind (each process
+        opens its own, checksums included)."""
+        state = self.__dict__.copy()
+        del state["_files"], state["_cache"], state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._files, self._cache, self._lock = {}, OrderedDict(), threading.Lock()
+
     def _group(self, shard: int, rg: int) -> dict:
         with self._lock:
             return self._group_locked(shard, rg)

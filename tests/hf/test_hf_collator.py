@@ -335,3 +335,21 @@ def test_side_columns_through_datasets_rows_and_name_collisions(side_slabs):
         SlabCollator(side_columns=["old_logprobs", "shift_old_logprobs"])([ds[0]])
     with pytest.raises(PacktoolInputError, match="a slab has no side column 'advantages'"):
         SlabCollator(side_columns=["advantages"])([ds[0]])
+
+
+def test_a_dataset_that_was_read_still_pickles_for_spawned_workers(slabs):
+    """A peek at one slab opens a Parquet reader; spawn/forkserver DataLoader workers and
+    to_hf(streaming=True) pickle the dataset, reader and all."""
+    import pickle
+
+    from torch.utils.data import DataLoader
+    ds = SlabDataset(slabs)
+    first = ds[0]
+    again = pickle.loads(pickle.dumps(ds))
+    assert np.array_equal(again[0]["input_ids"], first["input_ids"]) and ds._reader is not None
+    dl = DataLoader(ds, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    assert np.array_equal(np.asarray(next(iter(dl))["input_ids"]), first["input_ids"])
+    from packtool.megatron.dataset import PackedSlabDataset
+    mds = PackedSlabDataset(slabs)
+    got = mds.load([0])
+    assert torch.equal(pickle.loads(pickle.dumps(mds)).load([0]).input_ids, got.input_ids)
