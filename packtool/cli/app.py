@@ -128,7 +128,8 @@ def plan(
     try:
         if output:  # before any work
             from packtool.output import check_new_file
-            check_new_file(output, "--output", replace=overwrite, inputs=[lengths])
+            from packtool.output.folder import refuse_inside_packed
+            refuse_inside_packed(check_new_file(output, "--output", replace=overwrite, inputs=[lengths]), "--output")
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
         with _rows_of(lengths):

@@ -129,16 +129,10 @@ def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
     a link, a folder, an input, an existing file without `overwrite`) or that would land inside
     a packed output (every plain Parquet reader and `verify` would then take it for a shard).
     Returns the resolved path."""
-    import os
-
-    from packtool.errors import PacktoolOutputError
     from packtool.output.files import check_new_file
-    from packtool.slabs.format import manifest_file
+    from packtool.output.folder import refuse_inside_packed
     p = check_new_file(path, "--html", replace=overwrite, inputs=inputs)
-    if manifest_file(os.path.dirname(p)) is not None:
-        raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and "
-                                  "`packtool verify` would read it as a shard; write it beside the folder",
-                                  path=path, flag="--html")
+    refuse_inside_packed(p, "--html")
     return p
 
 

@@ -94,7 +94,9 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
     the --load folder (a resumed run), never through a link. Returns the resolved folder."""
     from packtool.output.files import check_new_file, resolve_folder
+    from packtool.output.folder import refuse_inside_packed
     p = resolve_folder(d, "--save")
+    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "--save")
     if os.path.lexists(p) and not os.path.isdir(p):
         raise PacktoolOutputError("exists and is not a folder; give a checkpoint folder", path=d, flag="--save")
     if not os.path.isdir(p):
@@ -133,6 +135,9 @@ class _Log:
     def __init__(self, cfg: TrainConfig, info: ParallelInfo):
         self.on = info.is_main and not cfg.quiet
         from packtool.output.files import open_append
+        from packtool.output.folder import refuse_inside_packed
+        if cfg.json_log and info.is_main:
+            refuse_inside_packed(cfg.json_log, "--json-log")
         self.json = open_append(cfg.json_log, "--json-log") if (cfg.json_log and info.is_main) else None
         if self.on:
             from rich.console import Console

@@ -33,6 +33,7 @@ from packtool.output.files import (
     open_lock,
     pid_alive,
     remove_created,
+    resolve,
     resolve_folder,
     unlink_if_same,
 )
@@ -63,6 +64,17 @@ def _nearest_existing(path: str) -> str:
             break
         p = up
     return p
+
+
+def refuse_inside_packed(path: str, flag: str) -> None:
+    """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
+    inside a packed output folder: pq.read_table, datasets and every packtool consumer would
+    take it for a stray shard of that output."""
+    from packtool.slabs.format import manifest_file
+    if manifest_file(os.path.dirname(resolve(path))) is not None:
+        raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and every "
+                                  "packtool reader would take it for a stray shard; write it beside the folder",
+                                  path=path, flag=flag)
 
 
 def check_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
@@ -285,4 +297,5 @@ def swap_into_place(tmp: str, output: str) -> None:
 
 
 __all__ = ["OutputExistsError", "Terminated", "check_output", "claim_output", "clean_stale",
-           "lock_path", "owned_names", "say", "spill_dir", "swap_into_place", "swapped_outputs", "temp_dir"]
+           "lock_path", "owned_names", "refuse_inside_packed", "say", "spill_dir", "swap_into_place",
+           "swapped_outputs", "temp_dir"]

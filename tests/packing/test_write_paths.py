@@ -365,3 +365,33 @@ def test_the_manifest_is_published_whole(tmp_path):
     path = write_manifest(str(tmp_path), {"format": "x"})
     assert os.path.basename(path) == MANIFEST and json.load(open(path)) == {"format": "x"}
     assert sorted(os.listdir(tmp_path)) == [MANIFEST]
+
+
+# --- a report, plan, log or checkpoint inside a packed output: a stray shard to every reader ---
+
+def _inside_packed(what, out):
+    from types import SimpleNamespace
+    if what == "plan -o":
+        return runner.invoke(app, ["plan", "--lengths", "lengths.npy", "-o", f"{out}/plan.parquet"])
+    if what == "inspect --html":
+        return runner.invoke(app, ["inspect", out, "--html", f"{out}/report.html"])
+    if what == "train --save":
+        from packtool.megatron.loop import check_save
+        return check_save(out, None, False)
+    from packtool.megatron.loop import _Log
+    return _Log(SimpleNamespace(json_log=f"{out}/log.jsonl", quiet=True), SimpleNamespace(is_main=True))
+
+
+@pytest.mark.parametrize("what", ["plan -o", "inspect --html", "train --save", "train --json-log"])
+def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj, what):
+    assert runner.invoke(app, pack_args("-o", "packed")).exit_code == 0
+    before = sorted(os.listdir(proj / "packed"))
+    if what.startswith("train"):
+        pytest.importorskip("torch")
+        with pytest.raises(PacktoolOutputError, match="inside a packed output folder"):
+            _inside_packed(what, "packed")
+    else:
+        r = _inside_packed(what, "packed")
+        assert r.exit_code == 2 and "inside a packed output folder" in r.stderr, r.stdout + r.stderr
+    assert sorted(os.listdir(proj / "packed")) == before
+    assert runner.invoke(app, ["verify", "packed", "-q"]).exit_code == 0
