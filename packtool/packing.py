@@ -82,7 +82,7 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
     check_capacity(alignment, sharded=plan_shard_rows != 0,  # before tokenizing: the table sizes
                    writers=0 if dry_run else (workers or os.cpu_count() or 1))
     with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
-               cache_dir=cache_root(cache_dir)) as out:
+               cache_dir=cache_root(cache_dir), cache_uri=cache_dir if cache_dir and is_uri(cache_dir) else None) as out:
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
@@ -101,12 +101,14 @@ def as_given(res: PackResult, output: str | None) -> PackResult:
 
 @contextmanager
 def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, inputs=(),
-          cache_dir: str | None = None, cache_root: str | None = None) -> Iterator[str | None]:
+          cache_dir: str | None = None, cache_root: str | None = None,
+          cache_uri: str | None = None) -> Iterator[str | None]:
     """The output's claim: `output.folder.claim_output` for a folder, `output.store.claim_store`
     (lease + commit protocol) for an object-store URI. Yields the output the work must use:
-    a folder's resolved path (None for a dry run), a URI as given."""
+    a folder's resolved path (None for a dry run), a URI as given. `cache_uri`: a cache on
+    the store (`cache_dir` is then its local mirror)."""
     if output and is_uri(output) and not dry_run:
-        with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_dir):
+        with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_uri or cache_dir):
             yield output
         return
     with claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir,

@@ -145,11 +145,25 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
 
 
 def _refuse_inside(output: str, inputs, cache_dir) -> None:
+    """The store's form of output.relations: the prefix neither holds nor lies inside an input
+    prefix or the cache (a later pack of the input prefix would read the slabs as data)."""
     out = locate(output).shown.rstrip("/") + "/"
+    shown = locate(output).shown
     for p in inputs:
-        if is_uri(p) and (locate(p).shown.rstrip("/") + "/").startswith(out):
+        if not is_uri(p):
+            continue
+        inp = locate(p).shown.rstrip("/") + "/"
+        if inp.startswith(out):
             raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an --output outside "
-                                      f"the inputs", path=locate(output).shown)
+                                      f"the inputs", path=shown)
+        if out.startswith(inp):
+            raise PacktoolOutputError(f"is inside the input prefix {locate(p).shown} (a later pack of it "
+                                      f"would read the slabs as data); give an --output outside it", path=shown)
+    if cache_dir and is_uri(cache_dir):
+        cache = locate(cache_dir).shown.rstrip("/") + "/"
+        if cache.startswith(out) or out.startswith(cache):
+            raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
+                                      f"{locate(cache_dir).shown}; give another --output (or --cache-dir)", path=shown)
 
 
 def clean_dead_runs(loc: Location) -> int:

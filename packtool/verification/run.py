@@ -106,7 +106,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     if flying & set(strays):
         notes.append(f"{len(flying & set(strays))} shard(s) named by a packtool run's intent in {directory} "
                      f"(a run writing, deleting what it replaced, or killed): not part of this output, never "
-                     f"read through the manifest; the next pack to this prefix removes a dead run's")
+                     f"read through the manifest (a plain Parquet reader of the prefix meets them until the next pack "
+                     f"to it removes a dead run's)")
     for f in strays:
         if f in flying:
             continue
