@@ -7,8 +7,6 @@ without the GIL, and so does the numba gather.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -21,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import arrow_of, np_of
+from packtool.heap import trim
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import SCHEMA, ShardInfo, shard_file, side_encoding, slab_schema
@@ -153,18 +152,7 @@ def release_memory() -> None:
     through the whole write). Per shard, not per row group: returning pages that the next
     group would fault in again costs a third more time when writers run in threads."""
     pa.default_memory_pool().release_unused()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def _load_malloc_trim():
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        return None
-
-
-_malloc_trim = _load_malloc_trim()
+    trim()
 
 
 def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:

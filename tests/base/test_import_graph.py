@@ -18,7 +18,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
-BASE = {"errors", "params", "align", "layout", "arrays", "side", "support_rule", "packers", "progress", "storage", "store_lease",
+BASE = {"errors", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "storage", "store_lease",
         "output", "env", "__init__"}
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with

@@ -1,0 +1,25 @@
+"""The C heap. glibc keeps what a program frees in its arenas (one per thread that allocated,
+up to 8 per core) and hands pages back to the system only from an arena's top; a long
+tokenize, whose threads free gigabytes of short-lived Encodings and texts in turn, leaves
+free pages resident all through the arenas, more the more rows it runs (issue 23 class 8,
+BENCHMARKS.md "Raw chat pack: peak RSS"). `trim` returns every whole free page of every arena
+(`malloc_trim(0)`); a no-op where the C library has none."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def trim() -> None:
+    if _malloc_trim is not None:
+        _malloc_trim(0)
