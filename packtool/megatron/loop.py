@@ -93,8 +93,9 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     """--save, before any work (packtool.output's rules): a folder (made if missing), not a link
     to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
     the --load folder (a resumed run), never through a link. Returns the resolved folder."""
-    from packtool.output.files import check_new_file, resolve_folder
+    from packtool.output.files import check_new_file, refuse_uri, resolve_folder
     from packtool.output.folder import refuse_inside_packed
+    refuse_uri(d, "--save")
     p = resolve_folder(d, "--save")
     refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "--save")
     if os.path.lexists(p) and not os.path.isdir(p):

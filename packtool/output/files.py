@@ -34,6 +34,15 @@ def resolve(path: str | os.PathLike) -> str:
     return os.path.join(os.path.realpath(parent), name) if name else p
 
 
+def refuse_uri(path: str | os.PathLike, flag: str) -> None:
+    """Reports, logs and checkpoints are local files: `resolve` would make "s3://b/x" a local
+    folder named s3: (only pack -o writes to an object store)."""
+    from packtool.storage import is_uri
+    if is_uri(os.fspath(path)):
+        raise PacktoolOutputError(f"{flag} writes a local file; give a local path (only pack -o writes to an "
+                                  f"object store)", path=os.fspath(path), flag=flag)
+
+
 def resolve_folder(path: str | os.PathLike, flag: str = "--output") -> str:
     """`resolve`, then a link at the final name followed once; a link to nothing is refused
     (a write would create its target somewhere else than the folder checked)."""
@@ -102,6 +111,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     special file; one of the run's `inputs`; an existing file unless `replace`; a missing or
     read-only folder. Returns the resolved path to write."""
     shown = os.fspath(path)
+    refuse_uri(shown, flag)
     p = resolve(path)
     try:
         st = os.lstat(p)
@@ -220,6 +230,7 @@ def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
 def open_append(path: str | os.PathLike, flag: str) -> IO:
     """A log opened for appending: created if missing, never through a link, only a regular
     file (a FIFO or device is refused rather than blocked on)."""
+    refuse_uri(path, flag)
     p = resolve(path)
     st = os.lstat(p) if os.path.lexists(p) else None
     if st is not None and not stat.S_ISREG(st.st_mode):

@@ -395,3 +395,19 @@ def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj,
         assert r.exit_code == 2 and "inside a packed output folder" in r.stderr, r.stdout + r.stderr
     assert sorted(os.listdir(proj / "packed")) == before
     assert runner.invoke(app, ["verify", "packed", "-q"]).exit_code == 0
+
+
+@pytest.mark.parametrize("what", ["plan -o", "inspect --html", "train --save", "train --json-log"])
+def test_a_local_file_flag_given_a_uri_is_one_line(proj, what):
+    """Reports, plans, logs and checkpoints are local files: a URI was written to a local
+    folder named s3: (only pack -o writes to a store)."""
+    assert runner.invoke(app, pack_args("-o", "packed")).exit_code == 0
+    if what.startswith("train"):
+        pytest.importorskip("torch")
+        with pytest.raises(PacktoolOutputError, match="writes a local file"):
+            _inside_packed(what, "s3://bucket/x")
+    else:
+        r = _inside_packed(what, "s3://bucket/x") if what == "plan -o" else \
+            runner.invoke(app, ["inspect", "packed", "--html", "s3://bucket/x/report.html"])
+        assert r.exit_code == 2 and "writes a local file" in r.stderr, r.stdout + r.stderr
+    assert not os.path.exists(proj / "s3:")
