@@ -73,9 +73,9 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
             raise FormatError(f"{sm.manifest}: shard {n} is listed twice (its slabs would be read twice); "
                               f"{_fix(sm)}")
         seen.add(n)
-    legacy = os.path.basename(sm.manifest) == LEGACY_MANIFEST
-    stray = [n for n in stray_entries(sm.path, listed)
-             if not (legacy and n == LEGACY_MANIFEST) and n not in in_flight(sm.path)]
+    stray = _strays(sm)
+    if stray and is_uri(sm.path):  # a writer may have moved on between the listing and the intents
+        stray = sorted(set(stray) & set(_strays(sm)))
     if stray:
         more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
         raise FormatError(f"{os.path.join(sm.path, stray[0])}{more}: in the output folder but not listed in "
@@ -92,6 +92,20 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
                           f"{_fix(sm)}")
     return footers
+
+
+def _strays(sm: SlabManifest) -> list[str]:
+    """Unlisted names a plain reader would take for shards, less those a run's intent names
+    (listed first: a shard is announced before it is put, its intent removed after it goes)."""
+    legacy = os.path.basename(sm.manifest) == LEGACY_MANIFEST
+    names = stray_entries(sm.path, sm.shards)
+    flying = in_flight(sm.path) if names else set()
+    return [n for n in names if not (legacy and n == LEGACY_MANIFEST) and n not in flying]
+
+
+def shard_gone(sm: SlabManifest, i: int) -> FormatError:
+    """A listed shard that vanished after the open checks (a store output replaced meanwhile)."""
+    return FormatError(f"{sm.shard_path(i)}: listed in the manifest but missing; {_fix(sm)}")
 
 
 def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.side import SideColumn
-from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_group, check_output
+from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_group, check_output, shard_gone
 from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
@@ -54,7 +54,7 @@ class SlabIndex:
                                                               *SCALARS)}
         seg: dict[str, list[np.ndarray]] = {c: [] for c in SEGMENTS}
         for si in range(len(manifest.shards)):
-            pf = pq.ParquetFile(manifest.open_shard(si))
+            pf = _open(manifest, si)
             for rg in range(pf.num_row_groups):
                 t = _read_group(pf, rg, [*SCALARS, *SEGMENTS], manifest.shard_path(si))
                 n = t.num_rows
@@ -73,6 +73,13 @@ class SlabIndex:
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"])
+
+
+def _open(manifest: SlabManifest, i: int) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(manifest.open_shard(i))
+    except FileNotFoundError:  # gone since the open checks: a store output replaced meanwhile
+        raise shard_gone(manifest, i) from None
 
 
 def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> pa.Table:
@@ -166,7 +173,7 @@ class SlabReader:
             return self._cache[key]
         if shard not in self._files:
             check_checksum(self.manifest, shard)  # before any of its rows is used
-            self._files[shard] = pq.ParquetFile(self.manifest.open_shard(shard))
+            self._files[shard] = _open(self.manifest, shard)
         side = [c.name for c in self.side_columns]
         t = _read_group(self._files[shard], rg, [*LISTS, *side, "tail_pad", "fill_pad"],
                         self.manifest.shard_path(shard))

@@ -59,7 +59,7 @@ def test_a_store_output_has_the_bytes_of_a_local_one_and_reads_back(s3, tmp_path
         assert np.array_equal(ra.row(i).input_ids, rb.row(i).input_ids)
 
 
-def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_path, cache_dir):
+def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_path, cache_dir, monkeypatch):
     out = f"{s3}/o"
     first = _pack(out, cache_dir)
     with pytest.raises(StoreOutputExistsError, match="--overwrite"):
@@ -78,6 +78,10 @@ def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_pa
     _pack(out, cache_dir, overwrite=True)
     with pytest.raises(FormatError, match="committed a new output .* open it again"):
         check_output(stale)
+    import packtool.slabs.reader as reader  # a shard deleted after the open checks passed
+    monkeypatch.setattr(reader, "check_output", lambda sm: None)
+    with pytest.raises(FormatError, match="listed in the manifest but missing; .* open it again"):
+        SlabIndex.build(stale)
     locate(out).join("notes.txt").write_bytes(b"mine")  # not packtool's: the prefix is refused
     with pytest.raises(PacktoolOutputError, match="notes.txt"):
         _pack(out, cache_dir, overwrite=True)
