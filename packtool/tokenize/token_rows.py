@@ -92,9 +92,28 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
             raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
                                      row=first_row + row)
         mask = (mv != -100) if name == "labels" else (mv != 0)
+        if name == "labels":
+            _labels_are_the_ids(mv, flat, mask, lens, path, first_row)
         mask = mask.astype(np.uint8)
         loss = row_sums(mask, lens)
     else:
         mask = None if lean else np.ones(ids.size, np.uint8)
         loss = lens
     return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
+
+
+def _labels_are_the_ids(labels: np.ndarray, ids: np.ndarray, kept: np.ndarray, lens: np.ndarray, path: str,
+                        first_row: int) -> None:
+    """packtool reads `labels` as Hugging Face models take them: the ids themselves, -100
+    where the loss skips a token. Labels shifted by one (or anything else) would move every
+    loss position silently: one line instead."""
+    wrong = np.flatnonzero(kept & (labels != ids))
+    if wrong.size:
+        p = int(wrong[0])
+        r = _row_of(lens, p)
+        t = p - int(np.concatenate(([0], np.cumsum(lens)))[r])
+        raise PacktoolInputError(f"labels[{t}] is {int(labels[p])} but input_ids[{t}] is {int(ids[p])}: packtool reads "
+                                 f"labels unshifted (the ids, -100 where the loss skips a token, as Hugging Face "
+                                 f"models take them); shifted labels would move every loss position one token: "
+                                 f"unshift them, or give a 0/1 loss_mask column instead (tokens count from 0)",
+                                 path=path, row=first_row + r)

@@ -111,6 +111,11 @@ def _labels_float(t):
                             labels=pa.array([[1.0, 2.0], [3.5, 4.0]]))], []
 
 
+def _labels_shifted(t):  # labels[i] = input_ids[i + 1]: every loss position one token early
+    return [_tokens_parquet(t / "ids.parquet", [[1, 2, 3], [4, 5, 6]],
+                            labels=pa.array([[-100, 2, 3], [5, 6, -100]]))], []
+
+
 def _ids_strings(t):
     return [_tokens_parquet(t / "ids.parquet", [["1", "2"], ["3"]])], []
 
@@ -195,6 +200,7 @@ CASES = [
     ("inf-id-parquet", _ids_parquet(math.inf), ["ids.parquet", "row 3", "inf"]),
     ("float-id-later-batch", _ids_later_batch, ["ids.jsonl", "row 1500", "2.5"]),
     ("float-labels", _labels_float, ["ids.parquet", "row 1", "labels", "3.5"]),
+    ("shifted-labels", _labels_shifted, ["ids.parquet", "row 1", "labels[0] is 5", "input_ids[0] is 4", "unshifted"]),
     ("string-ids", _ids_strings, ["ids.parquet", "input_ids", "integers"]),
     ("scalar-ids", _ids_scalar, ["ids.parquet", "input_ids", "list"]),
     ("null-prompt-template", _fields(QA[:1] + [{"q": None, "a": "x"}] + QA[1:]),
