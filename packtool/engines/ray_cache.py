@@ -36,7 +36,7 @@ from packtool.tokenize.cache import (
 )
 from packtool.storage import file_stat, is_uri, join_uri, locate
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
-from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.checksum import both_digests, sha256_file
 from packtool.tokenize.store_cache import commit_entry
 from packtool.tokenize.pipeline import all_skipped_error, no_rows_error
 from packtool.tokenize.readers import count_rows, iter_batches
@@ -221,8 +221,29 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             "rows": bt.bad_row[:100].tolist()}
 
 
+class InputHashes:
+    """`resolve_cache`'s `digest`: every input file hashed by a Ray task of its own, one read
+    for both its xxh3-128 (the cache key) and its sha256 (cache.json), so the driver never
+    reads the inputs' bytes."""
+
+    def __init__(self):
+        self.sha256: dict[str, str] = {}
+
+    def __call__(self, files: list) -> list[str]:
+        import ray
+
+        from packtool.tokenize.pipeline import input_digests
+        from packtool.tokenize.readers import InputFile
+        if not all(isinstance(f, InputFile) for f in files):  # objects hash themselves (hf_input)
+            return input_digests(files)
+        remote = ray.remote(both_digests)
+        got = ray.get([remote.remote(f.path) for f in files])
+        self.sha256 = {f.path: sha for f, (_, sha) in zip(files, got)}
+        return [x for x, _ in got]
+
+
 def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None,
-                progress: bool = False) -> TokenizedCache:
+                progress: bool = False, sha256: dict | None = None) -> TokenizedCache:
     """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build),
     or, `final` a store entry URI (packtool.tokenize.store_cache), upload its parts from the
     tasks that tokenize and put its cache.json last. `progress`: packtool's own bar, by rows, as
@@ -263,7 +284,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
         inputs_meta = []
         for fi, (f, shape) in enumerate(zip(job.files, job.shapes)):
             if f.path not in sha:
-                sha[f.path] = sha256_file(f.path)
+                sha[f.path] = (sha256 or {}).get(f.path) or sha256_file(f.path)
             size, mtime = file_stat(f.path)
             inputs_meta.append({"path": f.path, "bytes": size, "sha256": sha[f.path],
                                 "mtime_ns": mtime, "format": f.kind,

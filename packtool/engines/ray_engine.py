@@ -131,12 +131,13 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     """The cache `tokenize_to_cache` would return (same fingerprint), built on Ray if absent.
     `check_lengths`: as tokenize_to_cache's (pack's `--overflow error` refusal), run by the
     tokenize tasks on each batch."""
-    from packtool.engines.ray_cache import build_cache
+    from packtool.engines.ray_cache import InputHashes, build_cache
 
     if is_uri(cache_dir):  # an entry on the store, built and read by the tasks (ray_store)
         from packtool.engines.ray_store import store_tokenized_cache
         return store_tokenized_cache(inputs, cfg, cache_dir, progress, check_lengths)
-    r = resolve_cache(inputs, cfg, cache_dir)
+    hashes = InputHashes()  # the inputs are read by tasks, never by the driver
+    r = resolve_cache(inputs, cfg, cache_dir, digest=hashes)
     if r.existing is not None:
         return r.existing
     if cfg.side_columns or cfg.support_columns:
@@ -145,7 +146,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
         from packtool.tokenize.pipeline import tokenize_to_cache
         return tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
-    return build_cache(job, r.fingerprint, r.final, r.root, progress)
+    return build_cache(job, r.fingerprint, r.final, r.root, progress, hashes.sha256)
 
 
 def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,

@@ -48,10 +48,11 @@ def check_on_ray(root: str, records: list) -> str | None:
 def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str,
                           progress: bool = False, check_lengths=None) -> TokenizedCache:
     """The store entry for these inputs and options (committed and re-hashed, or built on Ray)."""
-    from packtool.engines.ray_cache import build_cache
+    from packtool.engines.ray_cache import InputHashes, build_cache
     from packtool.engines.ray_source import TokenizeJob
 
-    r = resolve_cache(inputs, cfg, cache_dir)  # r.final: the entry's URI; nothing is local
+    hashes = InputHashes()  # the inputs are read by tasks, never by the driver
+    r = resolve_cache(inputs, cfg, cache_dir, digest=hashes)  # r.final: the entry's URI; nothing is local
     if is_file(join_uri(r.final, ENTRY_META)):
         problem = cache_problem(r.final, r.fingerprint, check=check_on_ray)
         if problem is None:
@@ -65,7 +66,7 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
         tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
         return TokenizedCache(r.final)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
-    return build_cache(job, r.fingerprint, r.final, None, progress)
+    return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256)
 
 
 __all__ = ["check_on_ray", "store_tokenized_cache"]

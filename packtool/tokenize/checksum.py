@@ -53,6 +53,18 @@ def digest_again(path: str) -> str:
     return fast_digest(path)
 
 
+def both_digests(path: str) -> tuple[str, str]:
+    """(xxh3-128, sha256) of a file or object in one read: the cache key's digest and
+    cache.json's record, computed where the bytes are read (the Ray engine's tasks)."""
+    import xxhash
+    h, sha = xxhash.xxh3_128(), hashlib.sha256()
+    with open_bytes(path) as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+            sha.update(block)
+    return h.hexdigest(), sha.hexdigest()
+
+
 def sha256_file(path: str) -> str:
     if is_uri(path) and path in _OBJECT_SHA256:
         return _OBJECT_SHA256.pop(path)

@@ -189,11 +189,12 @@ def input_digests(files: list) -> list[str]:
     return [fast_digest(f.path) if isinstance(f, InputFile) else key_of(f)[1] for f in files]
 
 
-def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None) -> CacheRequest:
+def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=None) -> CacheRequest:
     """Inputs, shapes, tokenizer and key; the finished cache for that key when every file it
-    holds re-hashes to its record. A damaged one is set aside in one line and rebuilt."""
+    holds re-hashes to its record. A damaged one is set aside in one line and rebuilt.
+    `digest(files)`: `input_digests`' values computed elsewhere (the Ray engine: in tasks)."""
     files, shapes, loaded, template = _setup(inputs, cfg)
-    digests = input_digests(files)
+    digests = (digest or input_digests)(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
     final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
