@@ -19,8 +19,10 @@ storage"):
 5. clean: the previous manifest's shards (those it listed and packtool wrote: the size it
    recorded) are deleted, then the intent, then the lease.
 
-Shards are first written to a local staging folder (the same writer as a folder output), so
-the machine running pack needs room for one output; requests are O(shards), never O(rows).
+The local engine writes the shards to a local staging folder first (the same writer as a
+folder output), so the machine running pack needs room for one output; under Ray the write
+tasks put them from their own nodes (`StoreCommit`: the driver holds the lease and puts the
+intent and the manifest). Requests are O(shards), never O(rows).
 """
 from __future__ import annotations
 
