@@ -168,7 +168,7 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
-               cache_dir=cache_root(cache_dir)) as out:
+               cache_dir=cache_root(cache_dir), cache_uri=cache_dir if is_uri(cache_dir) else None) as out:
         return as_given(_pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,
                                   progress, shard_tokens, ray_address, num_cpus, plan_shard_rows), output)
 

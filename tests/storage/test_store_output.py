@@ -205,14 +205,16 @@ def test_to_hf_of_a_store_output_without_its_fsspec_package_is_one_line(s3, cach
     assert sum(1 for _ in ds.to_hf(streaming=True)) == len(ds)
 
 
+@pytest.mark.parametrize("engine", ["local", "ray"])  # refused before Ray starts
 @pytest.mark.parametrize("out,needle", [("raw/sub", "inside the input prefix"), ("", "holds the input"),
                                         ("cache/out", "inside the tokenized cache"), ("c", "holds the tokenized cache")])
-def test_a_store_output_is_never_inside_an_input_prefix_or_the_cache(s3, tmp_path, out, needle):
+def test_a_store_output_is_never_inside_an_input_prefix_or_the_cache(s3, tmp_path, out, needle, engine):
     """As for local folders (output.relations): a later pack of the input prefix would read
     the slabs as data; the cache's clean-up would meet them."""
     locate(f"{s3}/raw/gsm.jsonl").write_bytes(open(GSM8K, "rb").read())
     cache = f"{s3}/c/ache" if out == "c" else f"{s3}/cache"
     r = CliRunner().invoke(app, ["pack", f"{s3}/raw/", "--tokenizer", GPT2, "--prompt-field", "question",
-                                 "--response-field", "answer", "-q", "-o", f"{s3}/{out}".rstrip("/"), "--cache-dir", cache])
+                                 "--response-field", "answer", "-q", "-o", f"{s3}/{out}".rstrip("/"), "--cache-dir", cache,
+                                 "--engine", engine])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert locate(f"{s3}/raw").names() == ["gsm.jsonl"]
