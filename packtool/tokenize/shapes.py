@@ -263,8 +263,9 @@ def check_column_types(batch: pa.RecordBatch, shape: Shape, path: str, first_row
 
 
 def _null_message(m) -> bool:
-    """A chat turn without content (null or missing) and without a tool call."""
-    return isinstance(m, dict) and m.get("content") is None and not (m.get("tool_calls") or m.get("tool_call"))
+    """A chat turn without content (null, missing or "") and without a tool call: "" is the
+    same empty turn as null, trained on as "answer nothing"."""
+    return isinstance(m, dict) and m.get("content") in (None, "") and not (m.get("tool_calls") or m.get("tool_call"))
 
 
 def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i: int) -> None:
@@ -290,14 +291,14 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
 
 
 def _refuse_null(what: str, path: str, row: int) -> None:
-    raise PacktoolInputError(f"{what} is null or missing (it would become an empty turn); fill "
+    raise PacktoolInputError(f"{what} is null, missing or empty (it would become an empty turn); fill "
                              f"it, drop the row, or pass --on-empty skip to skip such rows "
                              f"(counted)", path=path, row=row)
 
 
 def _turn_keys(turns, j: int) -> list[str]:
     m = (turns or [None] * (j + 1))[j]
-    return [k for k, v in m.items() if v is not None] if isinstance(m, dict) else []
+    return [k for k, v in m.items() if v not in (None, "")] if isinstance(m, dict) else []
 
 
 def _refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row: int,
@@ -339,7 +340,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
             bad = [j for j, m in enumerate(row[0] or []) if (
-                _null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") is None)]
+                _null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") in (None, ""))]
             if bad:
                 null = f"{shape.columns[0]}[{bad[0]}].{key}"
                 keys = _turn_keys(row[0], bad[0])

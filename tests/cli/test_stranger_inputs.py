@@ -149,7 +149,7 @@ def test_csv_packs_like_the_same_rows_as_json_lines(tmp_path):
 def test_csv_empty_answer_is_named_like_a_missing_json_key(tmp_path):
     (tmp_path / "qa.csv").write_text('question,answer\n"What is 1+1?",2\n"And 2+2?",\n')
     expect_error(tmp_path, _pack_args(tmp_path, str(tmp_path / "qa.csv"), extra=GSM_ARGS), 2,
-                 "qa.csv", "row 1", "answer is null or missing", "--on-empty skip")
+                 "qa.csv", "row 1", "answer is null, missing or empty", "--on-empty skip")
 
 
 @pytest.mark.parametrize("where,needle", [("nodir/report.html", "does not exist"),

@@ -140,6 +140,12 @@ def _chat_null_content(t):
     return [_jsonl(t / "chat.jsonl", rows)], ["--chat-template", "chatml"]
 
 
+def _chat_empty_content(t):  # "" is the same empty turn as null, trained on as "answer nothing"
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}] * 2
+    rows = rows + [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}]
+    return [_jsonl(t / "chat.jsonl", rows)], ["--chat-template", "chatml"]
+
+
 def _sharegpt_null(t):
     rows = [{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]},
             {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": None}]}]
@@ -209,6 +215,7 @@ CASES = [
     ("null-response-no-template", _fields(QA[:2] + [{"q": "x", "a": None}], template=False),
      ["qa.jsonl", "row 2", "a is null"]),
     ("null-chat-turn", _chat_null_content, ["chat.jsonl", "row 3", "messages[1].content"]),
+    ("empty-chat-turn", _chat_empty_content, ["chat.jsonl", "row 2", "messages[1].content", "empty"]),
     ("null-sharegpt-turn", _sharegpt_null, ["sg.jsonl", "row 1", "conversations[1].value"]),
     ("null-alpaca-instruction", _alpaca_null, ["alpaca.jsonl", "row 1", "instruction is null"]),
     ("type-change-far-in-file", _type_change_far, ["docs.jsonl", "line 40", "one type"]),
