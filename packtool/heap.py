@@ -1,9 +1,9 @@
 """The C heap. glibc keeps what a program frees in its arenas (one per thread that allocated,
-up to 8 per core) and hands pages back to the system only from an arena's top; a long
-tokenize, whose threads free gigabytes of short-lived Encodings and texts in turn, leaves
-free pages resident all through the arenas, more the more rows it runs (issue 23 class 8,
-BENCHMARKS.md "Raw chat pack: peak RSS"). `trim` returns every whole free page of every arena
-(`malloc_trim(0)`); a no-op where the C library has none."""
+up to 8 per core) and hands pages back to the system only from an arena's top. `trim` returns
+every whole free page of every arena (`malloc_trim(0)`): the writers call it between phases
+(slabs.writer.release_memory). A no-op where the C library has none. Trimming every 2M tokens
+while tokenizing was measured and did not flatten a raw chat pack's peak (BENCHMARKS.md, "Raw
+chat pack: peak RSS"), so tokenizing does not."""
 from __future__ import annotations
 
 import ctypes

@@ -27,7 +27,6 @@ import tokenizers
 
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
-from packtool.heap import trim
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri, join_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
@@ -64,10 +63,6 @@ _LIST_COLUMNS = {"input_ids": "list<int32> token ids",
                  "loss_mask": "list<uint8> 1 = token is a target; null row: every token is"}
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 _CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
-
-# Raw rows tokenized between two trims of the C heap: a few per second of tokenizing; each
-# costs milliseconds against the seconds that tokenizing 2M tokens takes
-TRIM_TOKENS = 2 << 20
 
 
 def default_cache_dir() -> str:
@@ -332,8 +327,6 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             sides = [v[np.repeat(tok_keep, v.size // max(tok_keep.size, 1))] for v in sides]
         sink.add(ids, mask, lens, src, fi, sides, side.resolved())
         totals["rows"] += int(lens.size)
-        if not flat_only and (totals["tokens"] + int(ids.size)) // TRIM_TOKENS > totals["tokens"] // TRIM_TOKENS:
-            trim()  # the encode threads' freed pages, before they pile up with the rows (heap.py)
         totals["tokens"] += int(ids.size)
         totals["loss"] += int(ids.size if mask is None else mask.sum(dtype=np.int64))
         bar.advance(enc.lengths.size, int(enc.ids.size))
