@@ -149,6 +149,11 @@ def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (text or "").split(",") if x.strip())
 
 
+def _unescape(text: str | None) -> str | None:
+    r"""`--prompt-separator '\n\n'` as typed in a shell: backslash-n and -t are the characters."""
+    return None if text is None else text.replace("\\n", "\n").replace("\\t", "\t")
+
+
 @app.command()
 @guarded
 def pack(
@@ -157,6 +162,7 @@ def pack(
     prompt_field: PromptField = None, response_field: ResponseField = None,
     text_field: TextField = None, add_bos: AddBos = None, add_eos: AddEos = None,
     on_empty: OnEmpty = None,
+    prompt_separator: Annotated[Optional[str], typer.Option("--prompt-separator", help="Text between the prompt and the response of two-field rows without a chat template (default a newline; '' for none; \\n and \\t are read as newline and tab).")] = None,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Output directory, or an object-store prefix (s3://bucket/packed; gs://, abfs://, hdfs://) committed by writing the manifest last (FORMAT.md, 'Object storage'). Credentials come from the store's standard chain (AWS_* variables, AWS_ENDPOINT_URL, profiles, instance roles).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output (only once the new one is complete).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Tokenize (cached) and print the plan; write nothing.")] = False,
@@ -188,6 +194,7 @@ def pack(
                              shape=shape or "auto", prompt_field=prompt_field,
                              response_field=response_field, text_field=text_field,
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error",
+                             prompt_separator=_unescape(prompt_separator),
                              side_columns=_csv(side_columns), support_columns=_csv(support_columns))
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers} (leave it out for one per core)")

@@ -173,3 +173,20 @@ def test_a_packed_output_given_as_input_is_refused(proj, given):
     line = r.stderr.strip()
     assert "slabs-00000.parquet" in line and "packtool slab shard" in line and "\n" not in line, line
     assert not os.path.exists(proj / "again")
+
+
+@pytest.mark.parametrize("given,sep", [(None, "\n"), ("", ""), ("\\n\\n", "\n\n"), (" => ", " => ")])
+def test_prompt_separator_reaches_two_field_rows(tmp_path, given, sep):
+    """TokenizeConfig.prompt_separator from the command line (it had no flag: always a newline)."""
+    import pyarrow.parquet as pq
+    from conftest import GPT2
+    from tokenizers import Tokenizer
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"q": "Two plus two?", "a": "Four."}) + "\n")
+    flag = [] if given is None else ["--prompt-separator", given]
+    r = runner.invoke(app, ["pack", str(tmp_path / "qa.jsonl"), "--tokenizer", GPT2, "--prompt-field", "q",
+                            "--response-field", "a", "-o", str(tmp_path / "out"), "--cache-dir",
+                            str(tmp_path / "cache"), "-q", "--no-eos", *flag])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    t = pq.read_table(str(tmp_path / "out" / "slabs-00000.parquet"))
+    ids = t.column("input_ids")[0].as_py()[:t.column("seq_lens")[0].as_py()[0]]
+    assert Tokenizer.from_file(GPT2).decode(ids) == f"Two plus two?{sep}Four."
