@@ -15,7 +15,8 @@ bench/pack_e2e.py), random ids; per row the first 40% of the tokens are the prom
 old_logprobs is a log-prob per token (float32, 0 on the prompt), advantages one float per row
 repeated on its response tokens (GRPO), support the sampler's candidates per response token:
 the sampled id at a random place among 1..20 candidates (mean ~5), -1 padded at the end; prompt
-tokens all -1. `seconds` times the call alone, `process_seconds` spawn to output on disk;
+tokens all -1 and loss_mask 0 (response tokens 1: the loss counts only tokens with support; inputs
+before 2026-12-02 had no loss_mask, a support rule pack now refuses). `seconds` times the call alone, `process_seconds` spawn to output on disk;
 cpu_seconds is user+sys of the call (all threads); peak RSS is ru_maxrss of the process; load
 is printed before and after each run.
 
@@ -51,7 +52,7 @@ def make_input(n: int, work: str) -> str:
     """The input for n sequences: one file up to BASE; above, a folder of n // BASE copies of
     the BASE file (distinct files, the same rows: packtool reads the folder in order)."""
     if n > BASE and n % BASE == 0:
-        folder = os.path.join(work, f"side_{n}")
+        folder = os.path.join(work, f"side_lm_{n}")
         if not os.path.isdir(folder):
             one = make_input(BASE, work)
             os.makedirs(folder + ".tmp", exist_ok=True)
@@ -63,13 +64,14 @@ def make_input(n: int, work: str) -> str:
     import pyarrow.parquet as pq
 
     from bench.pack_e2e import _lengths
-    path = os.path.join(work, f"side_{n}.parquet")
+    path = os.path.join(work, f"side_lm_{n}.parquet")  # with loss_mask: the prompt's empty support rows are legal
     if os.path.exists(path):
         return path
     lens = _lengths(n)
     rng = np.random.default_rng(1)
     table = rng.integers(1, VOCAB, (1 << 16, K), dtype=np.int32)  # candidate offsets, drawn per token
-    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("old_logprobs", pa.list_(pa.float32())),
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())),
+                        ("old_logprobs", pa.list_(pa.float32())),
                         ("advantages", pa.list_(pa.float32())),
                         ("support", pa.list_(pa.list_(pa.int32(), K)))])
     with pq.ParquetWriter(path + ".tmp", schema, compression="zstd") as w:
@@ -93,7 +95,8 @@ def make_input(n: int, work: str) -> str:
             sup[r] = cand
             o = pa.array(off)
             w.write_table(pa.Table.from_arrays([
-                pa.ListArray.from_arrays(o, pa.array(ids)), pa.ListArray.from_arrays(o, pa.array(lp)),
+                pa.ListArray.from_arrays(o, pa.array(ids)), pa.ListArray.from_arrays(o, pa.array(resp.astype(np.uint8))),
+                pa.ListArray.from_arrays(o, pa.array(lp)),
                 pa.ListArray.from_arrays(o, pa.array(adv)),
                 pa.ListArray.from_arrays(o, pa.FixedSizeListArray.from_arrays(pa.array(sup.ravel()), K))],
                 schema=schema))

@@ -30,10 +30,14 @@ def side_rows(n: int = 160, seed: int = 0, long: int = 700):
     return ids, lp, sup
 
 
-def write_input(path: str, ids, lp, sup, fixed: bool = False) -> str:
+def write_input(path: str, ids, lp, sup, fixed: bool = False, loss_from_support: bool = False) -> str:
+    """`loss_from_support`: a loss_mask column, 0 on the tokens without support (the rule)."""
     inner = pa.list_(pa.int32(), K) if fixed else pa.list_(pa.int32())
-    t = pa.table({"input_ids": pa.array([r.tolist() for r in ids], pa.list_(pa.int32())),
-                  "lp": pa.array([r.tolist() for r in lp], pa.list_(pa.float32())),
+    cols = {"input_ids": pa.array([r.tolist() for r in ids], pa.list_(pa.int32()))}
+    if loss_from_support:
+        cols["loss_mask"] = pa.array([(np.asarray(s) != -1).any(axis=1).astype(np.uint8).tolist() for s in sup],
+                                     pa.list_(pa.uint8()))
+    t = pa.table({**cols, "lp": pa.array([r.tolist() for r in lp], pa.list_(pa.float32())),
                   "sup": pa.array([s.tolist() for s in sup], pa.list_(inner))})
     pq.write_table(t, path, row_group_size=50)
     return path

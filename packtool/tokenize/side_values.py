@@ -101,15 +101,15 @@ class SideReader:
         return tuple(c for c in self.columns if c is not None)
 
     def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int,
-             ids: np.ndarray | None = None) -> list[np.ndarray]:
+             ids: np.ndarray | None = None, mask: np.ndarray | None = None) -> list[np.ndarray]:
         """Per side column, its values for every token of the batch's rows, flat (T * width,
-        the column's dtype, fill where a token has none). With the rows' `ids`, support columns
-        are held to the support rule."""
+        the column's dtype, fill where a token has none). With the rows' `ids` (and loss `mask`,
+        None: every token a target), support columns are held to the support rule."""
         out = [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
         if ids is not None:
             for c, vals in zip(self.columns, out):
                 if c is not None and c.is_support:
-                    _check_support(c, vals, ids, lens, path, first_row)
+                    _check_support(c, vals, ids, mask, lens, path, first_row)
         return out
 
     def _one(self, i: int, col, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:
@@ -241,14 +241,16 @@ class SideReader:
         return x.astype(want)
 
 
-def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, lens, path: str,
+def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens, path: str,
                    first_row: int) -> None:
     """The first token of these rows that breaks the support rule: one line naming the row
     and the token, before anything is written."""
     from packtool.support_rule import SUPPORT_RULES, first_breaks
     lens = np.asarray(lens, np.int64)
     starts = np.concatenate(([0], np.cumsum(lens)))[:-1]
-    first = first_breaks(vals.reshape(-1, c.width), ids, np.ones(ids.size, bool))
+    loss = np.ones(ids.size, np.uint8) if mask is None else np.asarray(mask, np.uint8).copy()
+    loss[starts[lens > 0]] = 0  # a row's first token is never a target
+    first = first_breaks(vals.reshape(-1, c.width), ids, np.ones(ids.size, bool), loss)
     if (first < 0).all():
         return
     k = int(np.argmin(np.where(first >= 0, first, np.iinfo(np.int64).max)))

@@ -270,7 +270,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     if a.cp > 1:
         _check_cp(ids, ids_off, seg_start, padded, seg_off, ok_rows, a.cp, row0, where, log)
     if job.side:
-        check_side_batch(batch, job.side, ids, ids_off, seg_row, seg_start, seq_lens, fill, ok_rows, row0,
+        check_side_batch(batch, job.side, ids, ids_off, loss, seg_row, seg_start, seq_lens, fill, ok_rows, row0,
                          where, log)
     acc.tot["physical_tokens"] += int(T.sum())
     acc.tot["real_tokens"] += int(seq_lens.sum())

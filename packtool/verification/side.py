@@ -1,7 +1,8 @@
 """`verify`, per-token side columns (FORMAT.md "Side columns"): the schema the manifest
 declares, and per record batch, length T per row, no null values, the fill on every position
 that is not a real token, and for columns declared `kind: "support"` the sampler-support
-rule on every real token (packtool/support_rule.py: -1 pads the end only, the token once).
+rule on every real token (packtool/support_rule.py: -1 pads the end only, the token once, a
+token the loss counts has candidates).
 
 Vectorized over the batch (numpy over the flattened lists); the support rule is one numba
 pass over the tokens.
@@ -57,7 +58,7 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
     return ok
 
 
-def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.ndarray, seg_row: np.ndarray,
+def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.ndarray, loss: np.ndarray, seg_row: np.ndarray,
                      seg_start: np.ndarray, seq_lens: np.ndarray, fill_seg: np.ndarray, ok_rows: np.ndarray,
                      row0: int, where: dict, log: ProblemLog) -> None:
     """The per-row and per-token side column checks of one record batch (rows whose layout
@@ -95,7 +96,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
-            first = first_breaks(vals, ids, real)
+            first = first_breaks(vals, ids, real, np.asarray(loss, np.uint8))
             if (first >= 0).any():
                 for k in np.flatnonzero(first >= 0):
                     p = int(first[k])

@@ -24,7 +24,7 @@ def packed(tmp_path_factory):
     ids, lp, sup = side_rows(n=60, seed=5)
     for s in sup[::3]:  # tokens without support: all -1, like prompt tokens
         s[: s.shape[0] // 2] = -1
-    inp = write_input(str(root / "in.parquet"), ids, lp, sup)
+    inp = write_input(str(root / "in.parquet"), ids, lp, sup, loss_from_support=True)
     out = str(root / "packed")
     pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
          TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,

@@ -20,6 +20,7 @@ BAD = {  # rule -> (row 1's support, the token it names, the needle)
     "below_minus_one": ([[1, -1], [2, -7], [3, 4]], 1, "-1 pads the end"),
     "absent": ([[1, -1], [2, -1], [8, 4]], 2, "not among its candidates"),
     "twice": ([[1, -1], [2, 2], [3, 4]], 1, "more than once"),
+    "empty_on_loss": ([[1, -1], [-1, -1], [3, 4]], 1, "the loss counts this token but its row is empty"),
 }
 
 

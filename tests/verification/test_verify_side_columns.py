@@ -93,6 +93,9 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
         sup[r][tok] = [token, token] + [-1] * (K - 2)
     elif case == "support_negative":
         sup[r][tok] = [token, -7] + [-1] * (K - 2)
+    elif case == "support_empty_on_loss":
+        lm = t.column("loss_mask")[r].as_py()
+        sup[r][next(p for p in range(len(lm)) if lm[p])] = [-1] * K
     elif case == "missing":
         return t.drop_columns(["sup"])
     elif case == "undeclared":
@@ -103,7 +106,7 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
 CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
          "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
-         "support_negative": "side_support", "missing": "schema",
+         "support_negative": "side_support", "support_empty_on_loss": "side_support", "missing": "schema",
          "undeclared": "schema"}
 
 
