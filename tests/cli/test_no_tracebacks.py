@@ -62,7 +62,11 @@ class TestWarmThread:
 # --- Ctrl-C in every phase ------------------------------------------------------------------
 
 CHILD = r"""
-import os, sys, time
+import os, signal, sys, time
+# a terminal's process: the test worker may hold SIGINT ignored or blocked (an in-process Ray
+# driver earlier in it does), and a child inherits both
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 stage, marker = os.environ["HOLD_STAGE"], os.environ["HOLD_MARKER"]
 def hold():
     open(marker, "w").close()
