@@ -120,11 +120,16 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
                     f"duplicated file: pq.read_table, pyarrow.dataset and datasets' parquet loader "
                     f"read every file whose name does not start with '.' or '_')", shard=f)
     tok = man.get("tokenizer") or {}
+    side = side_columns_from_manifest(man.get("side_columns"))
+    if source_dir is not None and side:  # say what "against the source" did not cover
+        notes.append(f"--source compared tokens and loss_mask only; the side columns "
+                     f"({', '.join(c.name for c in side)}) were checked for layout, fill and the support rule, "
+                     f"not against the source's values")
     workers = max(1, workers or os.cpu_count() or 1)
     by_name = dict(zip(listed, man["shards"]))
     base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
-                     checksum=_checksum_of(by_name[f]), side=side_columns_from_manifest(man.get("side_columns")))
+                     checksum=_checksum_of(by_name[f]), side=side)
             for f in listed if f in present]
     from packtool.progress import bar, large
     pieces = _pieces(base, 4 * workers)

@@ -38,6 +38,19 @@ def test_the_clean_output_verifies(clean):
     assert r.ok, r.problems
 
 
+def test_against_the_source_says_side_values_were_not_compared(clean, tmp_path):
+    """`--source` compares tokens and loss; that it does not cover the side values is said."""
+    import os
+
+    from packtool.verification.run import source_store
+    src, _ = source_store([os.path.join(os.path.dirname(clean), "in.parquet")],
+                          TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)),
+                          cache_dir=str(tmp_path / "c"))
+    r = verify(clean, source_dir=src, workers=1)
+    assert r.ok and r.source_checked, r.problems
+    assert any("not against the source's values" in n and "lp, sup" in n for n in r.notes), r.notes
+
+
 def _table(out):
     shard = read_manifest(out)["shards"][0]["file"]
     return shard, pq.read_table(os.path.join(out, shard))
