@@ -45,6 +45,10 @@ def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...
         out[name] = [name, dtype, "values"]
     for name in parse_names(",".join(support or ()), "--support-columns"):
         out.setdefault(name, [name, None, "values"])[2] = "support"
+    clash = next((n for n in out if n.startswith("shift_") and n[6:] in out), None)
+    if clash:  # the HF and Megatron batches carry shift_NAME beside NAME: refused here, not at training
+        raise PacktoolInputError(f"--side-columns: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
+                                 f"like labels; rename the column", flag="--side-columns")
     return tuple(tuple(e) for e in out.values())
 
 

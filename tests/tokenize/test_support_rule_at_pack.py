@@ -66,3 +66,11 @@ def test_a_misspelt_side_column_names_its_flag(tmp_path, flags, flag):
     assert r.exit_code == 2, r.stdout + r.stderr
     line = r.stderr.strip()
     assert "suport not in this file" in line and flag in line and "--shape" not in line, line
+
+
+def test_a_side_column_named_like_anothers_shifted_copy_is_refused_up_front(tmp_path):
+    """shift_NAME is the batch key of NAME shifted like labels: the HF collator refused it at training."""
+    src = _write(tmp_path / "in.parquet", GOOD)
+    r = _pack(tmp_path, src, "--side-columns", "lp,shift_lp")
+    assert r.exit_code == 2 and "'shift_lp' is the name every batch gives 'lp'" in r.stderr, r.stdout + r.stderr
+    assert not os.path.exists(tmp_path / "out")
