@@ -283,7 +283,7 @@ def inspect(
             if lengths is not None:
                 with _rows_of(lengths):
                     report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
-                                             what_if=what_if)
+                                             what_if=what_if, path=lengths)
             else:
                 from packtool.align import Alignment
                 given = (align, cfg) != (Alignment(), PackingConfig())  # else: the file's own

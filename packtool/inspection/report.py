@@ -135,14 +135,15 @@ def slabs_from_plan(p: Plan, source_lengths: np.ndarray | None = None) -> SlabSe
 
 
 def inspect_lengths(lengths, alignment: Alignment, packing: PackingConfig | None = None,
-                    compare: bool = False, what_if: bool = True) -> InspectReport:
+                    compare: bool = False, what_if: bool = True, path: str | None = None) -> InspectReport:
+    """`path`: the lengths file, named in the report (None: lengths given in memory)."""
     import time
     t0 = time.perf_counter()
     expect(alignment, Alignment, "inspect_lengths", "alignment")
     expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
     lengths = np.asarray(lengths, np.int64)
     p = make_plan(lengths, alignment, packing or PackingConfig())
-    return build_report("lengths", None, slabs_from_plan(p, lengths), compare, what_if, t0)
+    return build_report("lengths", path, slabs_from_plan(p, lengths), compare, what_if, t0)
 
 
 def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: PackingConfig | None = None,

@@ -198,6 +198,7 @@ def test_json_html_and_table_carry_the_same_numbers(tmp_path):
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["schema"] == "packtool-inspect" and d["schema_version"] == 1
+    assert d["path"] == str(lengths)  # the report names the lengths file it read
     # the JSON holds the hand-computed figures
     assert (d["slabs"], d["real_tokens"], d["physical_tokens"], d["capacity_tokens"]) == (2, 99, 128, 192)
     assert [d["padding"][k] for k in ("layout_pad", "tail_pad", "fill_pad", "slack")] == [9, 20, 0, 64]
