@@ -63,8 +63,8 @@ class TestWarmThread:
 
 CHILD = r"""
 import os, signal, sys, time
-# a terminal's process: the test worker may hold SIGINT ignored or blocked (an in-process Ray
-# driver earlier in it does), and a child inherits both
+# a terminal's process: CI's xdist worker was seen holding SIGINT ignored or blocked (cause not
+# traced), and a child inherits both
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 signal.signal(signal.SIGINT, signal.default_int_handler)
 stage, marker = os.environ["HOLD_STAGE"], os.environ["HOLD_MARKER"]
