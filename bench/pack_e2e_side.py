@@ -37,6 +37,8 @@ import time
 
 import numpy as np
 
+from runlog import emit  # bench/ is on sys.path for `python bench/NAME.py`
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
@@ -190,10 +192,7 @@ def main() -> None:
                 continue
             r.update(process_seconds=r.pop("done_at") - spawned, load_before=load0,
                      load_after=os.getloadavg(), time=time.strftime("%H:%M:%S"))
-            print(json.dumps(r), flush=True)
-            if a.log:
-                with open(a.log, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+            emit(r, a.log)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 import time
 
+from runlog import emit  # bench/ is on sys.path for `python bench/NAME.py`
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
@@ -143,10 +145,7 @@ def main() -> None:
                 continue
             r = json.loads(lines[-1][7:])
             r.update(load_before=load0, load_after=os.getloadavg(), time=time.strftime("%H:%M:%S"))
-            print(json.dumps(r), flush=True)
-            if a.log:
-                with open(a.log, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+            emit(r, a.log)
 
 
 if __name__ == "__main__":
