@@ -22,7 +22,7 @@ install-test: venv
 	$(BIN)/pip install -q --no-deps skyrl==0.3.0
 
 test: install-test
-	$(BIN)/python -m pytest -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
 
 demo: install
 	bash fixtures/demo.sh $(BIN)
