@@ -65,7 +65,9 @@ class SeqPacker:
                  alignment: Alignment | None = None, tp: int = 1, cp: int = 1,
                  sp: bool | None = None, fp8: str = "none", convention: str = "packtool",
                  moves: str = "skyrl"):
-        # OnlinePackError is a ValueError, as SkyRL raises
+        # OnlinePackError is a ValueError, as SkyRL raises; checked here so that the line names
+        # this argument, not the CLI flag the Alignment's own check names
+        bin_capacity = check_int("bin_capacity", bin_capacity, 1)
         min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
         bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
         if alignment is None:

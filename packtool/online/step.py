@@ -192,6 +192,7 @@ class StepPacker:
                  min_bin_count: int | None = None, bin_count_multiple: int | None = None,
                  moves: str = "balance", oversize: str | None = None,
                  attn_coef: float = ATTN_COEF, ties: str = "ascending"):
+        capacity = check_int("capacity", capacity, 1, optional=True)  # named as passed, not as -C
         if alignment is None:
             alignment = Alignment(capacity=capacity if capacity is not None else 8192)
         elif capacity is not None and capacity != alignment.capacity:

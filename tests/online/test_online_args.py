@@ -26,6 +26,9 @@ BAD = {
     "attn_coef=nan": (lambda: pack_step([5, 6], capacity=64, attn_coef=float("nan")), "attn_coef"),
     "SeqPacker min_bin_count='2'": (lambda: make_seq_packer("balanced", 64, "2"), "min_bin_count"),
     "SeqPacker bin_count_multiple=1.5": (lambda: make_seq_packer("balanced", 64, 1, 1.5), "bin_count_multiple"),
+    "SeqPacker bin_capacity=0": (lambda: make_seq_packer("balanced", 0), "bin_capacity must be a positive"),
+    "SeqPacker bin_capacity=64.0": (lambda: make_seq_packer("first_fit_decreasing", 64.0), "bin_capacity"),
+    "pack_step capacity=0": (lambda: pack_step([5, 6], capacity=0), "capacity must be a positive"),
     "budget=nan": (lambda: micro_batches([5, 6], A, float("nan")), "budget"),
     "budget=2.5": (lambda: micro_batches([5, 6], A, 2.5), "budget"),
     "budget='64'": (lambda: micro_batches([5, 6], A, "64"), "budget"),
@@ -58,6 +61,7 @@ class TestOnlineArguments:
         msg = str(e.value)
         assert needle in msg and "\n" not in msg, msg
         assert "length -1" not in msg  # a uint64 length is never called negative
+        assert "--" not in msg  # a library call is answered in its own argument names, not CLI flags
 
     def test_good_values_still_pass(self):
         b = pack_step(np.array([5, 6, 7, 8], np.uint64), capacity=64, dp=np.int64(2), min_bin_count=2)
