@@ -92,7 +92,12 @@ def det(ks, variants, rounds, reps):
         h = torch.randn(N, HDIM, generator=g, device="cuda").bfloat16()
         _, sup = make_support(N, V, k, g)
         local = sup.contiguous()
-        grad = torch.randn(N, k, generator=g, device="cuda")
+        # what the dW kernels recompute g from (support_kernels.grad_stats): logits, row stats
+        z = torch.randn(N, k, generator=g, device="cuda").masked_fill(local < 0, float("-inf"))
+        lse = torch.logsumexp(z, 1).nan_to_num(neginf=0.0)
+        ab = torch.randn(2, N, generator=g, device="cuda")
+        grad = SK.grad_stats(z, lse, torch.zeros_like(lse), ab[0], ab[1],
+                             torch.zeros(N, dtype=torch.long, device="cuda"), 1.0)
         dw = torch.zeros(V, HDIM, device="cuda")
         runs = []
         for _ in range(2):
@@ -111,7 +116,7 @@ def det(ks, variants, rounds, reps):
             parts["det_" + name] = _det_with(VARIANTS[name], lambda: SD.grad_weight_sorted_(dw, grad, h, local))
         parts["atomic"] = lambda: SK.grad_weight_triton_(dw, grad, h, local, False, True)
         rows += _rounds(parts, rounds, reps, {"K": k, "what": "dW alone"})
-        del h, dw, grad
+        del h, dw, grad, z
         hh, w, samp, sup2, up = inputs(N, HDIM, V, k)
         fns = methods(hh, w, samp, sup2, up, ["gather", "gather_det"])
 

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
-from kernels.support_logprob import (DUP_SORT_MAX_K, GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
+from kernels.support_logprob import (DUP_MARK_MAX_K, GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
                                      UNION_PROBE, _triton_runs, auto_path, support_logprob)
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
@@ -221,7 +221,9 @@ def union_grid(rounds, reps, ks, pools, n=16384, hdim=4096, v=151936,
     return rows
 
 
-def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096), modes=("fwd", "fwdbwd")):
+def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096), modes=("fwd", "fwdbwd"), rounds=1):
+    """rounds 1: the full head timed once per shape (its time does not depend on K); rounds > 1:
+    auto and the full head interleaved at every K, median (min-max) over the rounds."""
     rows = []
     for n in (16384, 65536):
         for hdim in (2048, 4096, 8192):
@@ -232,21 +234,62 @@ def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096), modes=("fwd", "fwdbwd")):
                     for k in ks:
                         kl = max(1, k // tp)
                         h, w, samp, sup, up = inputs(n, hdim, vl, kl, seed=k)
-                        fns = methods(h, w, samp, sup, up, ["auto"] + ([] if full else ["full_fused"]))
-                        if full is None:  # the full head's time does not depend on K
-                            full = {m: time_ms(fns["full_fused"], m == "fwdbwd", (h, w), reps)
-                                    for m in modes}
-                        t = {m: time_ms(fns["auto"], m == "fwdbwd", (h, w), reps) for m in modes}
+                        fns = methods(h, w, samp, sup, up, ["auto", "full_fused"])
                         r = {"N": n, "H": hdim, "V": v, "TP": tp, "V_local": vl, "K": k, "K_local": kl,
                              "auto_picks_train": auto_pick(h, w, samp, sup, True),
                              "auto_picks_forward": auto_pick(h, w, samp, sup, False)}
-                        for m in modes:
-                            r.update({f"auto_{m}_ms": t[m], f"full_fused_{m}_ms": full[m],
-                                      f"speedup_{m}": full[m] / t[m]})
+                        if rounds > 1:
+                            t = {m: {"auto": [], "full_fused": []} for m in modes}
+                            for _ in range(rounds):
+                                for m in modes:
+                                    for name in ("full_fused", "auto"):
+                                        t[m][name].append(time_ms(fns[name], m == "fwdbwd", (h, w), reps))
+                            for m in modes:
+                                a, f = sorted(t[m]["auto"]), sorted(t[m]["full_fused"])
+                                r.update({f"auto_{m}_ms": a[len(a) // 2], f"auto_{m}_min_max": [a[0], a[-1]],
+                                          f"full_fused_{m}_ms": f[len(f) // 2],
+                                          f"full_fused_{m}_min_max": [f[0], f[-1]],
+                                          f"speedup_{m}": f[len(f) // 2] / a[len(a) // 2]})
+                        else:
+                            if full is None:  # the full head's time does not depend on K
+                                full = {m: time_ms(fns["full_fused"], m == "fwdbwd", (h, w), reps)
+                                        for m in modes}
+                            t = {m: time_ms(fns["auto"], m == "fwdbwd", (h, w), reps) for m in modes}
+                            for m in modes:
+                                r.update({f"auto_{m}_ms": t[m], f"full_fused_{m}_ms": full[m],
+                                          f"speedup_{m}": full[m] / t[m]})
                         rows.append(r)
                         log(json.dumps(r))
                         del h, w, fns
                     torch.cuda.empty_cache()
+    return rows
+
+
+def one_block_ab(rounds, reps):
+    """Forward of impl='auto' with the buffer kernel's whole-row block (support_kernels.ONE_BLOCK_K)
+    and with 256-wide blocks (ONE_BLOCK_K 0), interleaved with the full head, at the sweep's worst
+    forward shapes (N, H, V_local, K_local)."""
+    from kernels import support_kernels as SK
+
+    rows, keep = [], SK.ONE_BLOCK_K
+    for n, hdim, vl, kl in ((16384, 2048, 18992, 256), (16384, 2048, 18992, 512),
+                            (16384, 2048, 151936, 4096), (16384, 4096, 151936, 2048)):
+        h, w, samp, sup, up = inputs(n, hdim, vl, kl, seed=kl)
+        fns = methods(h, w, samp, sup, up, ["auto", "full_fused"])
+        t = {"one_block": [], "blocks_256": [], "full_fused": []}
+        for _ in range(rounds):
+            for name in t:
+                SK.ONE_BLOCK_K = 0 if name == "blocks_256" else keep
+                t[name].append(time_ms(fns["full_fused" if name == "full_fused" else "auto"], False, (h, w), reps))
+        SK.ONE_BLOCK_K = keep
+        r = {"N": n, "H": hdim, "V_local": vl, "K_local": kl}
+        for name, x in t.items():
+            x = sorted(x)
+            r[name + "_fwd_ms"], r[name + "_min_max"] = x[len(x) // 2], [x[0], x[-1]]
+        rows.append(r)
+        log(json.dumps(r))
+        del h, w, fns
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -266,17 +309,20 @@ def main():
     ap.add_argument("--union-ks", default="512,2048")
     ap.add_argument("--sweep-ks", default="2,20,64,512,2048,4096")
     ap.add_argument("--sweep-modes", default="fwd,fwdbwd")
+    ap.add_argument("--sweep-rounds", type=int, default=1, help="sweep: >1 interleaves auto and the full head")
     ap.add_argument("--union-pools", default="8192,32768,151936")
     a = ap.parse_args()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
            "gather_max_share": GATHER_MAX_SHARE, "union_max_share": UNION_MAX_SHARE, "union_probe": UNION_PROBE,
-           "union_prefix": UNION_PREFIX, "dup_sort_max_k": DUP_SORT_MAX_K}
+           "union_prefix": UNION_PREFIX, "dup_mark_max_k": DUP_MARK_MAX_K}
     for part in a.parts.split(","):
         t0 = time.time()
         res[part] = {"acc": accuracy, "main": lambda: main_grid(
                          a.rounds, a.reps, _ints(a.ks), _ints(a.rule_ks), names=a.methods.split(",")),
-                     "sweep": lambda: sweep(max(1, a.reps // 2), _ints(a.sweep_ks), tuple(a.sweep_modes.split(","))),
+                     "sweep": lambda: sweep(max(1, a.reps // 2), _ints(a.sweep_ks), tuple(a.sweep_modes.split(",")),
+                                               a.sweep_rounds),
+                     "ab": lambda: one_block_ab(a.rounds, a.reps),
                      "union": lambda: union_grid(a.rounds, a.reps, _ints(a.union_ks), _ints(a.union_pools))}[part]()
         log(f"{part}: {time.time() - t0:.0f} s")
         with open(a.out, "w") as f:

@@ -23,6 +23,7 @@ class SupportRows:
     valid: torch.Tensor  # bool [N]: the row holds a support
     owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
     dups_checked: bool = True  # False: distinct ids are left to the caller (see check_support)
+    prefix_named: int | None = None  # weight rows the first probe_rows rows name (if probed)
 
 
 def _first(flags: torch.Tensor) -> tuple[int, int]:
@@ -34,24 +35,28 @@ def _first(flags: torch.Tensor) -> tuple[int, int]:
 def check_support(
     sampled: torch.Tensor, support: torch.Tensor, vocab_total: int, vocab_start: int,
     vocab_local: int, loss_mask: torch.Tensor | None = None, *, use_triton: bool = False,
-    sort_dups: bool = True,
+    sort_dups: bool = True, probe_rows: int = 0,
 ) -> SupportRows:
     """The rows checked and turned into local weight rows; use_triton: one Triton pass
-    (kernels/support_rows.py) instead of the torch passes. sort_dups=False (Triton only): the
-    rows are not sorted for repeated ids, and the caller must check them (`dups_checked`)."""
+    (kernels/support_rows.py) instead of the torch passes, its counts read in one host sync.
+    sort_dups=False (Triton only): the rows are not sorted for repeated ids, and the caller must
+    check them (`dups_checked`). probe_rows (Triton only): count the distinct weight rows the
+    first probe_rows rows name (`prefix_named`, auto's union probe) in the same pass."""
     _check_shapes(sampled, support)
     if use_triton and support.shape[1]:
-        from kernels.support_rows import GAP, MISSING, OUTSIDE, UNSUPPORTED, check_rows
+        from kernels.support_rows import NAMED, OWN, check_rows
 
         t = sampled.to(support.dtype)
-        local, pos, bits, own = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local)
-        dup = repeated_ids(support).any() if sort_dups else torch.zeros((), dtype=torch.bool, device=t.device)
-        flags = torch.stack([((bits & b.value) != 0).any() for b in (OUTSIDE, GAP, MISSING, UNSUPPORTED)]
-                            + [dup, own.sum(dtype=torch.int64)]).tolist()  # the one host sync
-        if any(flags[:5]):  # the torch checks name the first bad token
+        local, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local,
+                                        probe_rows)
+        if sort_dups:
+            counts = torch.cat([counts, repeated_ids(support).any().reshape(1).to(counts.dtype)])
+        counts = counts.tolist()  # the one host sync
+        if any(counts[NAMED + 1:]):  # a verdict: the torch checks name the first bad token
             return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
-        return SupportRows(local=local, pos=pos, valid=support[:, 0] >= 0, owned=int(flags[5]),
-                           dups_checked=sort_dups)
+        return SupportRows(local=local, pos=pos, valid=support[:, 0] >= 0, owned=counts[OWN],
+                           dups_checked=sort_dups,
+                           prefix_named=counts[NAMED] if probe_rows else None)
     return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
 
 

@@ -37,7 +37,8 @@ HEAVY_BLOCK_H = 128
 HEAVY_PROGRAMS = 256
 
 
-def _light_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heavy_ptr, dw_ptr,
+def _light_kernel(z_ptr, rs_ptr, pos_ptr, inv_temp, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr,
+                  n_heavy_ptr, dw_ptr,
                   stride_h, K, V, n_pairs, n_seg, H: tl.constexpr, LIGHT_MAX: tl.constexpr,
                   STATIC: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr):
     """Segments [pid * BLOCK_S, +BLOCK_S) of at most LIGHT_MAX pairs; longer ones are listed.
@@ -67,14 +68,26 @@ def _light_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heav
     for j in range(0, j_hi):
         jm = j < cnt
         pair = tl.load(perm_ptr + start + j, mask=jm, other=0)
-        coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
-        x = tl.load(h_ptr + (pair // K).to(tl.int64)[:, None] * stride_h + ho[None, :],
+        row = pair // K
+        # g recomputed per pair (support_kernels GRAD_DOC); the padding key's pairs are not summed, so
+        # every pair here names an own candidate and its z is finite (inlined in both launches: a jit
+        # helper would be frozen to one mode at import, see kernels/_triton.py)
+        lse = tl.load(rs_ptr + row * 4, mask=jm, other=0.0)
+        ent = tl.load(rs_ptr + row * 4 + 1, mask=jm, other=0.0)
+        a = tl.load(rs_ptr + row * 4 + 2, mask=jm, other=0.0)
+        b = tl.load(rs_ptr + row * 4 + 3, mask=jm, other=0.0)
+        lp = tl.load(z_ptr + pair, mask=jm, other=0.0) - lse
+        p = tl.where(jm, tl.exp(lp), 0.0)
+        at = tl.load(pos_ptr + row, mask=jm, other=-1) == pair - row * K
+        coef = (tl.where(at, a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
+        x = tl.load(h_ptr + row.to(tl.int64)[:, None] * stride_h + ho[None, :],
                     mask=jm[:, None] & hm[None, :], other=0.0)
         acc += coef[:, None] * x.to(tl.float32)
     tl.store(dst, acc, mask=out)
 
 
-def _heavy_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heavy_ptr, dw_ptr,
+def _heavy_kernel(z_ptr, rs_ptr, pos_ptr, inv_temp, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr,
+                  n_heavy_ptr, dw_ptr,
                   stride_h, K, H: tl.constexpr, STATIC: tl.constexpr, BLOCK_J: tl.constexpr,
                   BLOCK_H: tl.constexpr):
     """The listed ids: a program strides over the list (STATIC > 0, interpreter: one item each,
@@ -113,8 +126,19 @@ def _heavy_kernel(g_ptr, h_ptr, key_ptr, perm_ptr, starts_ptr, heavy_ptr, n_heav
             js = j_base + j0 + tl.arange(0, BLOCK_J)
             jm = js < stop
             pair = tl.load(perm_ptr + js, mask=jm, other=0)
-            coef = tl.load(g_ptr + pair, mask=jm, other=0.0)
-            x = tl.load(h_ptr + (pair // K).to(tl.int64)[:, None] * stride_h + ho[None, :],
+            row = pair // K
+            # g recomputed per pair (support_kernels GRAD_DOC); the padding key's pairs are not summed, so
+            # every pair here names an own candidate and its z is finite (inlined in both launches: a jit
+            # helper would be frozen to one mode at import, see kernels/_triton.py)
+            lse = tl.load(rs_ptr + row * 4, mask=jm, other=0.0)
+            ent = tl.load(rs_ptr + row * 4 + 1, mask=jm, other=0.0)
+            a = tl.load(rs_ptr + row * 4 + 2, mask=jm, other=0.0)
+            b = tl.load(rs_ptr + row * 4 + 3, mask=jm, other=0.0)
+            lp = tl.load(z_ptr + pair, mask=jm, other=0.0) - lse
+            p = tl.where(jm, tl.exp(lp), 0.0)
+            at = tl.load(pos_ptr + row, mask=jm, other=-1) == pair - row * K
+            coef = (tl.where(at, a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
+            x = tl.load(h_ptr + row.to(tl.int64)[:, None] * stride_h + ho[None, :],
                         mask=jm[:, None] & hm[None, :], other=0.0)
             acc += coef[:, None] * x.to(tl.float32)
         dst = dw_ptr + vid.to(tl.int64) * H + ho
@@ -146,8 +170,10 @@ def sorted_pairs(local: torch.Tensor, v: int):
     return key, perm, starts, n_seg
 
 
-def grad_weight_sorted_(dw32, g, hidden, local) -> None:
-    """dw32 [V_local, H] += the scatter-add of g[n, k] h_n over local's ids, in a fixed order."""
+def grad_weight_sorted_(dw32, gs, hidden, local) -> None:
+    """dw32 [V_local, H] += the scatter-add of g[n, k] h_n over local's ids, in a fixed order; g
+    recomputed per pair from gs = (z, rs, pos, inv_temp) (support_kernels.grad_stats)."""
+    z, rs, pos, inv_temp = gs
     n, k = local.shape
     p, v, h = n * k, dw32.shape[0], hidden.shape[1]
     if p == 0:
@@ -158,11 +184,12 @@ def grad_weight_sorted_(dw32, g, hidden, local) -> None:
     # the interpreter's static trip count: the longest segment (a host sync, there only)
     longest = int((starts[1:] - starts[:-1]).max()) if interpreting() else 0
     _LIGHT[(triton.cdiv(n_seg, BLOCK_S), triton.cdiv(h, LIGHT_BLOCK_H))](
-        g, hidden, key, perm, starts, heavy, n_heavy, dw32, hidden.stride(0), k, v, p, n_seg,
+        z, rs, pos, float(inv_temp), hidden, key, perm, starts, heavy, n_heavy, dw32, hidden.stride(0),
+        k, v, p, n_seg,
         H=h, LIGHT_MAX=LIGHT_MAX, STATIC=min(LIGHT_MAX, longest), BLOCK_S=BLOCK_S,
         BLOCK_H=LIGHT_BLOCK_H, num_warps=LIGHT_WARPS)
     slots = heavy.numel() if longest else min(heavy.numel(), HEAVY_PROGRAMS)
     _HEAVY[(slots, triton.cdiv(h, HEAVY_BLOCK_H))](
-        g, hidden, key, perm, starts, heavy, n_heavy, dw32, hidden.stride(0), k,
-        H=h, STATIC=triton.next_power_of_2(longest) if longest else 0, BLOCK_J=HEAVY_BLOCK_J,
+        z, rs, pos, float(inv_temp), hidden, key, perm, starts, heavy, n_heavy, dw32,
+        hidden.stride(0), k, H=h, STATIC=triton.next_power_of_2(longest) if longest else 0, BLOCK_J=HEAVY_BLOCK_J,
         BLOCK_H=HEAVY_BLOCK_H, num_warps=4)

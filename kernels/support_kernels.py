@@ -5,6 +5,9 @@ Per token n with candidate weight rows c = local[n, k] (-1: padding or another r
     logits       z[n, k]  = <h_n, W_c> * inv_temp                  (fp32, -inf where c = -1)
     grad hidden  dh[n]    = sum_k g[n, k] W_c                         one program per token block
     grad weight  dW[c]   += sum_{(n, k): local = c} g[n, k] h_n       scatter-add into fp32
+GRAD_DOC: g[n, k] = (a_n 1[k = pos_n] - p (a_n + b_n (log p + H_n))) / T, p = exp(z - lse_n), is
+recomputed inside each gradient kernel from the saved z and the per-row (lse, H, a, b): no [N, K]
+gradient tensor is ever written (a = d loss / d logp, b = d loss / d entropy).
 Nothing of size [N, V] or [N, K, H] is formed: each program streams W's rows through registers.
 The hidden row is cast to the weight's dtype first, as the output layer's matmul would, and every
 product is accumulated in fp32. dW has two modes: `atomic` (fp32 atomics, order not fixed) and
@@ -47,18 +50,24 @@ def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K
     tl.store(z_ptr + row * K + ks, z, mask=kmask)
 
 
-def _grad_hidden_kernel(g_ptr, w_ptr, ids_ptr, dh_ptr, stride_w, stride_dh, K,
+def _grad_hidden_kernel(z_ptr, rs_ptr, pos_ptr, w_ptr, ids_ptr, dh_ptr, inv_temp, stride_w, stride_dh, K,
                         K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
+    lse, ent = tl.load(rs_ptr + row * 4), tl.load(rs_ptr + row * 4 + 1)
+    a, b = tl.load(rs_ptr + row * 4 + 2), tl.load(rs_ptr + row * 4 + 3)
+    pos = tl.load(pos_ptr + row)
     acc = tl.zeros([BLOCK_K, BLOCK_H], dtype=tl.float32)
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         kmask = ks < K
         ids = tl.load(ids_ptr + row * K + ks, mask=kmask, other=-1)
         own = ids >= 0
-        g = tl.load(g_ptr + row * K + ks, mask=own, other=0.0)
+        # g recomputed from the saved logits (GRAD_DOC): no [N, K] gradient is kept
+        lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
+        p = tl.where(own, tl.exp(lp), 0.0)
+        g = (tl.where(own & (ks == pos), a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
         w_rows = w_ptr + tl.where(own, ids, 0).to(tl.int64)[:, None] * stride_w
         w = tl.load(w_rows + ho[None, :], mask=own[:, None] & hm[None, :], other=0.0)
         acc += g[:, None] * w.to(tl.float32)
@@ -66,7 +75,7 @@ def _grad_hidden_kernel(g_ptr, w_ptr, ids_ptr, dh_ptr, stride_w, stride_dh, K,
     tl.store(dh_ptr + row * stride_dh + ho, dh.to(dh_ptr.dtype.element_ty), mask=hm)
 
 
-def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
+def _grad_weight_atomic_kernel(z_ptr, rs_ptr, pos_ptr, h_ptr, ids_ptr, dw_ptr, inv_temp, stride_h, K,
                                K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr,
                                BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -74,11 +83,16 @@ def _grad_weight_atomic_kernel(g_ptr, h_ptr, ids_ptr, dw_ptr, stride_h, K,
     hm = ho < H
     h = tl.load(h_ptr + row * stride_h + ho, mask=hm, other=0.0)
     h = h.to(dw_ptr.dtype.element_ty)
+    lse, ent = tl.load(rs_ptr + row * 4), tl.load(rs_ptr + row * 4 + 1)
+    a, b = tl.load(rs_ptr + row * 4 + 2), tl.load(rs_ptr + row * 4 + 3)
+    pos = tl.load(pos_ptr + row)
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
         own = ids >= 0
-        g = tl.load(g_ptr + row * K + ks, mask=own, other=0.0)
+        lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
+        p = tl.where(own, tl.exp(lp), 0.0)
+        g = (tl.where(own & (ks == pos), a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
         dst = dw_ptr + tl.where(own, ids, 0).to(tl.int64)[:, None] * H + ho[None, :]
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
@@ -111,20 +125,23 @@ def logits_triton(hidden, weight, local, inv_temp: float) -> torch.Tensor:
     return z
 
 
-def grad_hidden_triton(g, weight, local, out_dtype) -> torch.Tensor:
+def grad_hidden_triton(gs, weight, local, out_dtype) -> torch.Tensor:
+    """dh [N, H] from gs = (z, rs, pos, inv_temp) (see `grad_stats`): g is recomputed per tile."""
     weight = _contig_rows(weight)
     n, k = local.shape
     h = weight.shape[1]
-    dh = torch.empty(n, h, dtype=out_dtype, device=g.device)
+    z, rs, pos, inv_temp = gs
+    dh = torch.empty(n, h, dtype=out_dtype, device=z.device)
     if n:
         _GRAD_H[(n, triton.cdiv(h, BLOCK_H))](
-            g, weight, local, dh, weight.stride(0), dh.stride(0), k,
+            z, rs, pos, weight, local, dh, float(inv_temp), weight.stride(0), dh.stride(0), k,
             K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
     return dh
 
 
-def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate: bool) -> None:
-    """dW (fp32 [V_local, H]) = (accumulate ? dW : 0) + the scatter-add of g[n, k] h_n."""
+def grad_weight_triton_(dw32, gs, hidden, local, deterministic: bool, accumulate: bool) -> None:
+    """dW (fp32 [V_local, H]) = (accumulate ? dW : 0) + the scatter-add of g[n, k] h_n, g
+    recomputed from gs = (z, rs, pos, inv_temp) (see `grad_stats`)."""
     hidden = _contig_rows(hidden)
     n, k = local.shape
     h = hidden.shape[1]
@@ -132,12 +149,20 @@ def grad_weight_triton_(dw32, g, hidden, local, deterministic: bool, accumulate:
         dw32.zero_()
     if not (n and k):
         return
+    z, rs, pos, inv_temp = gs
     if not deterministic:
         _GRAD_W_ATOMIC[(n, triton.cdiv(h, BLOCK_H))](
-            g, hidden, local, dw32, hidden.stride(0), k,
+            z, rs, pos, hidden, local, dw32, float(inv_temp), hidden.stride(0), k,
             K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
         return
-    grad_weight_sorted_(dw32, g, hidden, local)
+    grad_weight_sorted_(dw32, gs, hidden, local)
+
+
+def grad_stats(z, lse, ent, a, b, pos, inv_temp: float):
+    """What the gradient kernels recompute g from, per row: (z [N, K] fp32, rs [N, 4] fp32 =
+    (lse, entropy, a, b), pos [N], inv_temp); a, b zero on rows without support."""
+    rs = torch.stack([lse, ent, a, b if b is not None else torch.zeros_like(a)], 1)
+    return z, rs.to(torch.float32).contiguous(), pos.contiguous(), float(inv_temp)
 
 
 # --- the GEMM paths' row statistics, read from the chunk's logits buffer -------------------------
@@ -149,11 +174,17 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
     one pass; the [N, K] logits are written only when backward will need them.
 
-    DUP: then each candidate writes its column k into its own buffer slot (xm: the buffer seen as
-    integers; the values are no longer needed) and reads it back after a barrier: a repeated id
-    reads another column's k. dup[row] = how many did (no sort of the row)."""
+    DUP: then each candidate writes its column k into its own buffer slot once it has read it
+    (xm: the buffer seen as integers) and, after a barrier, reads it back: a repeated id reads
+    another column's k. dup[row] = how many did (no sort of the row; one pass over the ids more)."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r
+    pos = tl.load(pos_ptr + row)
+    at = tl.load(ids_ptr + row * K + pos)
+    zt = tl.load(x_ptr + r * stride_x + tl.maximum(at, 0)).to(tl.float32) * inv_temp
+    mark_ty = xm_ptr.dtype.element_ty
+    if DUP:
+        tl.debug_barrier()  # the sampled logit is read before any mark overwrites it
     m = tl.full([], -float("inf"), tl.float32)
     s = tl.zeros([], tl.float32)
     u = tl.zeros([], tl.float32)
@@ -163,6 +194,9 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr
         ids = tl.load(ids_ptr + row * K + ks, mask=km, other=-1)
         own = ids >= 0
         x = tl.load(x_ptr + r * stride_x + tl.where(own, ids, 0), mask=own, other=0.0)
+        if DUP:  # the slot read, its column goes in (a repeated id then reads a mark: discarded);
+            tl.debug_barrier()  # the barrier orders the read before the write (x and xm alias)
+            tl.store(xm_ptr + r * stride_x + tl.where(own, ids, 0), ks.to(mark_ty), mask=own)
         x = tl.where(own, x.to(tl.float32) * inv_temp, -float("inf"))
         if WRITE_Z:
             tl.store(z_ptr + row * K + ks, x, mask=km)
@@ -178,16 +212,7 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr
         s += tl.sum(e, axis=0)
         u += tl.sum(e * d, axis=0)
         m = m_new
-    pos = tl.load(pos_ptr + row)
-    at = tl.load(ids_ptr + row * K + pos)
-    zt = tl.load(x_ptr + r * stride_x + tl.maximum(at, 0)).to(tl.float32) * inv_temp
     if DUP:
-        mark_ty = xm_ptr.dtype.element_ty
-        tl.debug_barrier()
-        for k0 in range(0, K_PAD, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
-            tl.store(xm_ptr + r * stride_x + tl.where(ids >= 0, ids, 0), ks.to(mark_ty), mask=ids >= 0)
         tl.debug_barrier()
         n_dup = tl.zeros([], tl.int32)
         for k0 in range(0, K_PAD, BLOCK_K):
@@ -212,6 +237,7 @@ def _mark_kernel(ids_ptr, named_ptr, P, BLOCK: tl.constexpr):
 _BUFFER_STATS = LazyJit(_buffer_stats_kernel)
 _MARK = LazyJit(_mark_kernel)
 STATS_BLOCK_K = 256
+ONE_BLOCK_K = 8192
 
 
 _MARK_DTYPE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -225,11 +251,15 @@ def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st, dups=None) ->
     if c == 0:
         return
     k_pad = max(16, triton.next_power_of_2(k))
+    # the whole row in one block up to ONE_BLOCK_K: its ids stay in registers and the repeated-id
+    # read-back finds the marks it just wrote in L2, not in DRAM (a row's candidate sectors, ~64 KB
+    # at K 4096, times the rows in flight overflow the L2 before a later pass comes back to them)
+    block = k_pad if k_pad <= ONE_BLOCK_K else STATS_BLOCK_K
     _BUFFER_STATS[(c,)](
         x, x.view(_MARK_DTYPE[x.element_size()]), local, pos, z if z is not None else st, st,
         dups if dups is not None else st, float(inv_temp), x.stride(0), k, row0, st.shape[1],
-        K_PAD=k_pad, BLOCK_K=min(STATS_BLOCK_K, k_pad), WRITE_Z=z is not None,
-        DUP=dups is not None, num_warps=4)
+        K_PAD=k_pad, BLOCK_K=block, WRITE_Z=z is not None,
+        DUP=dups is not None, num_warps=min(16, max(4, block // 256)))
 
 
 def named_rows(local: torch.Tensor, v_local: int) -> torch.Tensor:

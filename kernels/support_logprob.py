@@ -11,14 +11,18 @@ Per token, with the candidate ids of its support row (kernels/support_check.py):
 K + 1 dot products per token instead of V: the projection is a gather-GEMV
 (kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
 Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute; a forward-only
-call on the GEMM paths keeps none). When the candidates are a large share of the local
+call on the GEMM paths keeps none); backward recomputes the gradient over the candidates from
+them inside the dh and dW kernels (per chunk of rows on the GEMM paths), so beside the dW
+accumulator nothing else of size [N, K] is kept. When the candidates are a large share of the local
 vocabulary the GEMM paths run instead, over the union of the micro-batch's candidate ids
 ("union") or, when that union is most of the local vocabulary, over all of it ("dense"): the
 full-vocab head's chunked GEMM, whose buffer a Triton kernel reads the candidates from
 (kernels/support_kernels.py; kernels/support_torch.py without Triton); `impl="auto"` picks by
 GATHER_MAX_SHARE, UNION_PROBE, UNION_PREFIX and UNION_MAX_SHARE, measured on an H200
 (`auto_path`). The support checks run as one Triton pass where Triton runs
-(kernels/support_rows.py).
+(kernels/support_rows.py), which also counts auto's union probe; its counts come back in one host
+sync before the path is chosen, and repeated ids (found by the GEMM paths' buffer kernel, or by a
+sort on the other paths) in one more after the compute is launched.
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
@@ -60,10 +64,13 @@ UNION_PROBE = 0.25
 # ...and looks at the first rows' UNION_PREFIX x V_local ids first (spread candidates, half of
 # them padding, cover 1 - e^-4 = 98 % of V from 8 V ids): enough of them named, it is done
 UNION_PREFIX = 8
-# Rows wider than this are not sorted to find a repeated id when Triton runs: the GEMM paths'
-# buffer kernel finds them in the logits buffer, other paths sort after choosing (the sort of
-# [16k, 4096] int32 rows took 2.0 ms on the H200, 6 % of the full-vocab forward)
-DUP_SORT_MAX_K = 512
+# Where Triton runs the checks sort no row for a repeated id: the GEMM paths' buffer kernel finds
+# one in the logits buffer it already holds, the other paths sort once chosen, and the verdict is
+# read after the compute is launched (the sort of [16k, 4096] int32 rows took 2.0 ms on the H200,
+# 6 % of the full-vocab forward; of [16k, 256], in front of the checks' host sync, it made the
+# forward at a TP-8 share slower than the full head). Past this width the buffer kernel's int16
+# marks (bf16 buffers) cannot name a column: the checks sort.
+DUP_MARK_MAX_K = 2**15
 
 
 @dataclass(frozen=True)
@@ -80,11 +87,11 @@ class _Plan:
     dups: torch.Tensor | None = None  # int32 [N]: repeated ids the buffer kernel finds, per row
 
 
-def _ops(path: str):
+def _logits_op(path: str):
     if path == "gather":
-        from kernels import support_kernels as K
-        return K.logits_triton, K.grad_hidden_triton, K.grad_weight_triton_
-    return support_torch.logits_torch, support_torch.grad_hidden_torch, support_torch.grad_weight_torch_
+        from kernels.support_kernels import logits_triton
+        return logits_triton
+    return support_torch.logits_torch
 
 
 def _stats(z: torch.Tensor, pos: torch.Tensor):
@@ -136,7 +143,7 @@ class SupportLogprob(torch.autograd.Function):
             if plan.path == "union":
                 z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
             else:
-                logits_op = support_torch.logits_dense if plan.path == "dense" else _ops(plan.path)[0]
+                logits_op = support_torch.logits_dense if plan.path == "dense" else _logits_op(plan.path)
                 z = logits_op(hidden, weight, rows.local, plan.inv_temp)
             stats = _stats(z, rows.pos)
         lse, ent, zt = _merge(*stats, plan.shard.group, plan.dups)
@@ -156,44 +163,56 @@ class SupportLogprob(torch.autograd.Function):
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_h or need_w):
             return None, None, None, None
-        g = _grad_logits(z, lse, ent, rows, grad_lp, grad_ent, plan.inv_temp, plan.fused_stats)
+        zero = torch.zeros_like(lse)
+        a = torch.where(rows.valid, grad_lp.to(z.dtype), zero) if grad_lp is not None else zero
+        b = torch.where(rows.valid, grad_ent.to(z.dtype), zero) if grad_ent is not None else None
         grad_h = torch.empty_like(hidden) if need_h else None
         dw = _grad_weight_buffer(weight, plan) if need_w else None
-        if plan.path == "dense":
-            support_torch.grads_dense(g, hidden, weight, rows.local, grad_h, dw)
-        elif plan.path == "union":
-            support_torch.grads_union(g, hidden, weight, plan.union, grad_h, dw)
-        else:
-            _, grad_hidden_op, grad_weight_op = _ops(plan.path)
+        # g, the gradient over the candidates, never exists as an [N, K] tensor on the Triton
+        # paths: the gather kernels recompute it from z, the GEMM paths per chunk of rows
+        if plan.path in ("dense", "union"):
+            def g_of(s: int, e: int):
+                return _grad_logits(z[s:e], lse[s:e], ent[s:e], local[s:e], rows.pos[s:e], a[s:e],
+                                    None if b is None else b[s:e], plan.inv_temp, plan.fused_stats)
+
+            if plan.path == "dense":
+                support_torch.grads_dense(g_of, hidden, weight, local, grad_h, dw)
+            else:
+                support_torch.grads_union(g_of, hidden, weight, plan.union, grad_h, dw)
+        elif plan.path == "gather":
+            from kernels import support_kernels as SK
+
+            gs = SK.grad_stats(z, lse, ent, a, b, rows.pos, plan.inv_temp)
             if need_h:
-                grad_h = grad_hidden_op(g, weight, rows.local, hidden.dtype)
+                grad_h = SK.grad_hidden_triton(gs, weight, local, hidden.dtype)
             if need_w:
-                grad_weight_op(dw, g, hidden, rows.local, plan.deterministic, accumulate=True)
+                SK.grad_weight_triton_(dw, gs, hidden, local, plan.deterministic, accumulate=True)
+        else:  # the chunked torch gather (CPU without Triton, the bench's reference)
+            g = _grad_logits(z, lse, ent, local, rows.pos, a, b, plan.inv_temp)
+            if need_h:
+                grad_h = support_torch.grad_hidden_torch(g, weight, local, hidden.dtype)
+            if need_w:
+                support_torch.grad_weight_torch_(dw, g, hidden, local, plan.deterministic, accumulate=True)
         if grad_h is not None and plan.reduce_grad_hidden:
             plan.shard.all_reduce_sum_(grad_h)
         return grad_h, _finish_grad_weight(weight, dw, plan), None, None
 
 
-def _grad_logits(z, lse, ent, rows: SupportRows, grad_lp, grad_ent, inv_temp, fused=False):
-    """d(a * logp + b * entropy)/dx over the candidates: a (1[c = s] - p_c) - b p_c (log p_c + H)."""
-    if fused:  # one Triton pass, no [N, K] temporaries
+def _grad_logits(z, lse, ent, local, pos, a, b, inv_temp, fused=False):
+    """d(a * logp + b * entropy)/dz over the candidates of these rows, [rows, K]: a (1[c = s] - p_c)
+    - b p_c (log p_c + H), / T; a, b zero on rows without support (b None: no entropy term)."""
+    if fused:  # one Triton pass, no [rows, K] temporaries
         from kernels.support_kernels import grad_logits_triton
 
-        zero = torch.zeros_like(lse)
-        a = torch.where(rows.valid, grad_lp.to(z.dtype), zero) if grad_lp is not None else zero
-        b = torch.where(rows.valid, grad_ent.to(z.dtype), zero) if grad_ent is not None else None
-        return grad_logits_triton(z, rows.local, lse, ent, a, b, rows.pos, inv_temp)
-    own = (rows.local >= 0) & rows.valid[:, None]
+        return grad_logits_triton(z, local, lse, ent, a, b, pos, inv_temp)
+    own = local >= 0
     lp_c = torch.where(own, z - lse[:, None], torch.zeros_like(z))
     p = torch.where(own, torch.exp(lp_c), torch.zeros_like(z))
-    zero = torch.zeros_like(lse)
-    a = torch.where(rows.valid, grad_lp.to(z.dtype), zero) if grad_lp is not None else zero
     g = -a[:, None] * p
-    if grad_ent is not None:
-        b = torch.where(rows.valid, grad_ent.to(z.dtype), zero)
+    if b is not None:
         g = g - b[:, None] * p * (lp_c + ent[:, None])
-    at_s = own.gather(1, rows.pos[:, None]).squeeze(1)
-    g.scatter_add_(1, rows.pos[:, None], torch.where(at_s, a, zero)[:, None])
+    at_s = own.gather(1, pos[:, None]).squeeze(1)
+    g.scatter_add_(1, pos[:, None], torch.where(at_s, a, torch.zeros_like(a))[:, None])
     return (g * inv_temp).contiguous()
 
 
@@ -247,7 +266,11 @@ def auto_path(hidden, weight, rows: SupportRows):
     limit = gather_limit(hidden, weight, rows.local.shape[0])
     if rows.owned < UNION_PROBE * limit:
         return "gather", None
-    if _prefix_names_most(rows.local, weight.shape[0]):  # the union is no small share
+    if rows.prefix_named is not None:  # counted by the checks' pass (support_logprob)
+        most = rows.prefix_named >= UNION_MAX_SHARE * weight.shape[0]
+    else:
+        most = _prefix_names_most(rows.local, weight.shape[0])
+    if most:  # the union is no small share
         return ("gather", None) if rows.owned < limit else ("dense", None)
     named = _named(rows.local, weight.shape[0], True)
     u = named[0].numel()
@@ -263,12 +286,25 @@ def _prefix_names_most(local, v_local: int) -> bool:
     the local vocabulary: then the union is not worth finding (marking every id cost `auto` 1.4-
     2.4 ms forward at K 2048-4096 with spread candidates on the H200, against 32 ms in all)."""
     n, k = local.shape
-    m = -(-int(UNION_PREFIX * v_local) // max(1, k))
+    m = prefix_rows(k, v_local)
     if m >= n:  # no cheaper than marking them all
         return False
     from kernels.support_kernels import named_rows
 
     return int(named_rows(local[:m], v_local).sum()) >= UNION_MAX_SHARE * v_local
+
+
+def prefix_rows(k: int, v_local: int) -> int:
+    """The rows whose UNION_PREFIX x V_local ids the union probe looks at."""
+    return -(-int(UNION_PREFIX * v_local) // max(1, k))
+
+
+def _probe_rows(impl: str, triton_ok: bool, hidden, weight, n: int, k: int) -> int:
+    """Rows for the checks' pass to probe (0: none): only where `auto` may need the probe."""
+    if impl != "auto" or not triton_ok:
+        return 0
+    m = prefix_rows(k, weight.shape[0])
+    return m if m < n and n * k >= UNION_PROBE * gather_limit(hidden, weight, n) else 0
 
 
 def _named(local, v_local: int, triton_ok: bool):
@@ -326,7 +362,8 @@ def support_logprob(
     triton_ok = _triton_runs(h)
     rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1), use_triton=triton_ok,
-                         sort_dups=not (triton_ok and DUP_SORT_MAX_K < sup.shape[1] < 2**15))
+                         sort_dups=not (triton_ok and sup.shape[1] < DUP_MARK_MAX_K),
+                         probe_rows=_probe_rows(impl, triton_ok, h, weight, *sup.shape))
     path, union = choose_path(impl, h, weight, rows), None
     if path == "auto":
         path, union = auto_path(h, weight, rows)
@@ -335,13 +372,15 @@ def support_logprob(
     need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     fused = triton_ok and weight.dtype != torch.float64
     in_buffer = fused and (path == "dense" or (path == "union" and union[0].numel()))
-    if not rows.dups_checked and not in_buffer:
-        if bool(repeated_ids(sup).any()):
-            raise_repeated(sup)
+    # repeated ids: found by the buffer kernel or a sort, read in one sync after the compute is
+    # launched (the results are discarded then); the kernels read no weight row out of range
+    repeated = None if rows.dups_checked or in_buffer else repeated_ids(sup).any()
     dups = None if rows.dups_checked or not in_buffer else torch.zeros_like(rows.pos, dtype=torch.int32)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
                  bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z, dups=dups)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
-    if dups is not None and bool(dups.any()):  # after the forward's own sync-free work: one sync
+    if dups is not None:
+        repeated = dups.any()
+    if repeated is not None and bool(repeated):
         raise_repeated(sup)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

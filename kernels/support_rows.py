@@ -1,7 +1,7 @@
 """The support checks of kernels/support_check.py in one Triton pass over the [N, K] ids.
 
 One program per row reads its ids once and writes this rank's local weight rows, the sampled id's
-column, the count of ids it owns and a word of verdict bits; the torch version makes some twenty
+column and its counts (owned ids, the verdicts, the probe's first marks), summed on the device; the torch version makes some twenty
 passes over [N, K] (5.2 ms at N 16k, K 4096 on the H200, more than the whole margin the GEMM paths
 have over the full-vocab head). Distinct ids are not checked here: support_check sorts the rows
 for that, or leaves it to the GEMM paths' buffer kernel (kernels/support_kernels.py), which finds
@@ -16,20 +16,23 @@ import triton.language as tl
 
 from kernels._triton import LazyJit
 
-# verdict bits (constexpr: the kernel reads them as globals)
-OUTSIDE, GAP, MISSING, UNSUPPORTED = (tl.constexpr(b) for b in (1, 2, 4, 8))
+# the counts each row adds (constexpr: the kernel reads them as globals): the candidates this rank
+# owns, the weight rows the probe names first, and one per verdict (rows failing that check)
+OWN, NAMED, N_COUNTS = 0, 1, 6  # the indices callers read (plain ints)
+_OWN, _NAMED, _OUTSIDE, _GAP, _MISSING, _UNSUPPORTED = (tl.constexpr(i) for i in range(N_COUNTS))
 BLOCK_K = 1024
 
 
-def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, bits_ptr, own_ptr, K, vocab_total,
-                 vocab_start, vocab_local, HAS_MASK: tl.constexpr, K_PAD: tl.constexpr,
-                 BLOCK_K: tl.constexpr, WRITE_LOCAL: tl.constexpr):
+def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, cnt_ptr, named_ptr, N, K, vocab_total,
+                 vocab_start, vocab_local, probe_rows, HAS_MASK: tl.constexpr, K_PAD: tl.constexpr,
+                 BLOCK_K: tl.constexpr, WRITE_LOCAL: tl.constexpr, PROBE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     t = tl.load(t_ptr + row)
     valid = tl.load(s_ptr + row * K) >= 0
     n_out = tl.zeros([], tl.int32)
     n_gap = tl.zeros([], tl.int32)
     n_own = tl.zeros([], tl.int32)
+    n_new = tl.zeros([], tl.int32)
     pos = tl.full([], K, tl.int32)
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
@@ -45,34 +48,43 @@ def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, bits_ptr, own_ptr, 
         n_own += tl.sum(own.to(tl.int32), axis=0)
         if WRITE_LOCAL:
             tl.store(local_ptr + row * K + ks, tl.where(own, loc, -1).to(tl.int32), mask=km)
-    bits = tl.where(n_out > 0, OUTSIDE, 0) + tl.where(n_gap > 0, GAP, 0)
-    bits += tl.where(valid & (pos == K), MISSING, 0)
+        if PROBE:  # the first probe_rows rows mark the rows they name; first marks counted
+            pm = own & (ks < tl.where(row < probe_rows, K, 0))
+            old = tl.atomic_xchg(named_ptr + tl.where(pm, loc, 0), 1, mask=pm)
+            n_new += tl.sum((pm & (old == 0)).to(tl.int32), axis=0)
+    tl.store(cnt_ptr + _OWN * N + row, n_own)
+    tl.store(cnt_ptr + _NAMED * N + row, n_new)
+    tl.store(cnt_ptr + _OUTSIDE * N + row, (n_out > 0).to(tl.int32))
+    tl.store(cnt_ptr + _GAP * N + row, (n_gap > 0).to(tl.int32))
+    tl.store(cnt_ptr + _MISSING * N + row, (valid & (pos == K)).to(tl.int32))
     if HAS_MASK:
-        bits += tl.where((tl.load(mask_ptr + row) != 0) & (valid == 0), UNSUPPORTED, 0)
-    tl.store(bits_ptr + row, bits)
+        tl.store(cnt_ptr + _UNSUPPORTED * N + row, ((tl.load(mask_ptr + row) != 0) & (valid == 0)).to(tl.int32))
+    else:
+        tl.store(cnt_ptr + _UNSUPPORTED * N + row, 0)
     tl.store(pos_ptr + row, tl.where(pos < K, pos, 0).to(tl.int64))
-    tl.store(own_ptr + row, n_own)
 
 
 _ROWS = LazyJit(_rows_kernel)
 
 
-def check_rows(s, t, loss_mask, vocab_total: int, vocab_start: int, vocab_local: int):
-    """(local int32 [N, K], pos int64 [N], verdict bits int32 [N], owned per row int32 [N]) of
-    s [N, K] (K >= 1), t [N]; loss_mask [N] or None. An unsharded vocabulary and int32 rows: the
-    local rows are s itself (once the verdicts are clean), so no [N, K] copy is written."""
+def check_rows(s, t, loss_mask, vocab_total: int, vocab_start: int, vocab_local: int, probe_rows: int = 0):
+    """(local int32 [N, K], pos int64 [N], counts int64 [N_COUNTS]) of s [N, K] (K >= 1), t [N];
+    loss_mask [N] or None; counts (by the indices above) summed over the rows, on the device: one
+    host sync reads them all. probe_rows > 0: NAMED counts the distinct weight rows the first
+    probe_rows rows name. An unsharded vocabulary and int32 rows: the local rows are s itself
+    (once the verdicts are clean), so no [N, K] copy is written."""
     n, k = s.shape
     dev = s.device
     s = s.contiguous()
     same = vocab_start == 0 and vocab_local == vocab_total and s.dtype == torch.int32
     local = s if same else torch.empty(n, k, dtype=torch.int32, device=dev)
     pos = torch.empty(n, dtype=torch.int64, device=dev)
-    bits = torch.empty(n, dtype=torch.int32, device=dev)
-    own = torch.empty(n, dtype=torch.int32, device=dev)
+    cnt = torch.empty(N_COUNTS, n, dtype=torch.int32, device=dev)
     if n:
-        m = (loss_mask != 0).to(torch.int8) if loss_mask is not None else bits
+        m = (loss_mask != 0).to(torch.int8) if loss_mask is not None else pos
+        named = torch.zeros(vocab_local if probe_rows else 1, dtype=torch.int32, device=dev)
         k_pad = max(16, triton.next_power_of_2(k))
-        _ROWS[(n,)](s, t.contiguous(), m, local, pos, bits, own, k, vocab_total,
-                    vocab_start, vocab_local, HAS_MASK=loss_mask is not None, K_PAD=k_pad,
-                    BLOCK_K=min(BLOCK_K, k_pad), WRITE_LOCAL=not same, num_warps=4)
-    return local, pos, bits, own
+        _ROWS[(n,)](s, t.contiguous(), m, local, pos, cnt, named, n, k, vocab_total,
+                    vocab_start, vocab_local, probe_rows, HAS_MASK=loss_mask is not None, K_PAD=k_pad,
+                    BLOCK_K=min(BLOCK_K, k_pad), WRITE_LOCAL=not same, PROBE=probe_rows > 0, num_warps=4)
+    return local, pos, cnt.sum(1, dtype=torch.int64)

@@ -109,17 +109,19 @@ def logits_dense(hidden, weight, local, inv_temp: float) -> torch.Tensor:
     return z.masked_fill_(local < 0, float("-inf"))
 
 
-def grads_dense(g, hidden, weight, local, grad_hidden, dw_acc) -> None:
-    """grad_hidden[N, H] = G W and dw_acc += G^T h, G the [C, V] scatter of g (zero elsewhere)."""
+def grads_dense(g_of, hidden, weight, local, grad_hidden, dw_acc) -> None:
+    """grad_hidden[N, H] = G W and dw_acc += G^T h, G the [C, V] scatter of g (zero elsewhere);
+    g_of(s, e): the gradient over rows [s, e)'s candidates, made per chunk (no [N, K] gradient)."""
     n = local.shape[0]
     rows = min(max(1, n), _dense_rows(hidden, weight, weight.dtype))
     buf = torch.empty(rows, weight.shape[0], dtype=weight.dtype, device=hidden.device)
-    idx = local.clamp_min(0).long()
-    g = g.masked_fill(local < 0, 0.0).to(weight.dtype)  # zeros added to column 0: no effect
     for s in range(0, n, rows):
         e = min(n, s + rows)
+        loc = local[s:e]
+        g = g_of(s, e).masked_fill(loc < 0, 0.0).to(weight.dtype)  # zeros added to column 0: no effect
         G = buf[: e - s].zero_()
-        G.scatter_add_(1, idx[s:e], g[s:e])
+        G.scatter_add_(1, loc.clamp_min(0).long(), g)
+        del g
         if grad_hidden is not None:
             if grad_hidden.dtype == weight.dtype:
                 torch.mm(G, weight, out=grad_hidden[s:e])
@@ -157,7 +159,7 @@ def logits_union(hidden, weight, union, inv_temp: float) -> torch.Tensor:
     return logits_dense(hidden, weight.index_select(0, ids), remap, inv_temp)
 
 
-def grads_union(g, hidden, weight, union, grad_hidden, dw_acc) -> None:
+def grads_union(g_of, hidden, weight, union, grad_hidden, dw_acc) -> None:
     ids, remap = union
     if ids.numel() == 0:
         if grad_hidden is not None:
@@ -165,6 +167,6 @@ def grads_union(g, hidden, weight, union, grad_hidden, dw_acc) -> None:
         return
     dwu = None if dw_acc is None else torch.zeros(ids.numel(), weight.shape[1], dtype=dw_acc.dtype,
                                                   device=dw_acc.device)
-    grads_dense(g, hidden, weight.index_select(0, ids), remap, grad_hidden, dwu)
+    grads_dense(g_of, hidden, weight.index_select(0, ids), remap, grad_hidden, dwu)
     if dw_acc is not None:
         dw_acc.index_add_(0, ids, dwu)  # distinct ids: every row gets one addition, in any order

@@ -195,12 +195,9 @@ def test_bad_support_is_an_error_naming_the_token(case):
 
 
 @pytest.mark.parametrize("path", ["dense", "union", "gather"])
-def test_wide_rows_find_a_repeated_id_after_choosing_the_path(monkeypatch, path):
-    # rows wider than DUP_SORT_MAX_K are not sorted by the checks: the GEMM paths' buffer kernel
-    # finds the repeated id in the logits buffer, the gather path sorts once it is chosen
-    from kernels import support_logprob as S
-
-    monkeypatch.setattr(S, "DUP_SORT_MAX_K", 2)
+def test_repeated_id_is_found_after_choosing_the_path(path):
+    # where Triton runs the checks sort no row: the GEMM paths' buffer kernel finds the repeated
+    # id in the logits buffer, the gather path sorts once it is chosen; both read after the compute
     h, w, samp, sup, up = _inputs(6)
     got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl=path),
                h, w, torch.float32, up)
@@ -208,6 +205,33 @@ def test_wide_rows_find_a_repeated_id_after_choosing_the_path(monkeypatch, path)
     sup[6, 2] = sup[6, 1]
     with pytest.raises(ValueError, match=r"token 6 holds id \d+ twice"):
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
+
+
+@pytest.mark.parametrize("case", sorted(set(BAD) - {"duplicate"}))
+def test_bad_support_through_the_triton_checks_names_the_same_token(case):
+    # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message
+    h, w, samp, sup, _ = _inputs()
+    samp = samp.clone()
+    samp[5] = sup[5, 0]
+    samp[9] = sup[9, 0]
+    BAD[case][0](sup, samp)
+    with pytest.raises(ValueError, match=BAD[case][1]):
+        support_logprob(h.float(), w.float(), samp, sup)
+
+
+def test_the_checks_pass_counts_the_union_probe():
+    # auto's probe (distinct weight rows the first rows name) is counted in the checks' pass
+    from kernels.support_check import check_support
+
+    _, _, samp, sup, _ = _inputs(8)
+    rows = check_support(samp, sup, V, 0, V, use_triton=True, sort_dups=False, probe_rows=5)
+    assert rows.prefix_named == int(torch.unique(sup[:5][sup[:5] >= 0]).numel())
+    assert rows.owned == int((sup >= 0).sum()) and not rows.dups_checked
+    shard = check_support(samp, sup, V, 100, 150, use_triton=True, probe_rows=13)
+    loc = sup - 100
+    own = (sup >= 0) & (loc >= 0) & (loc < 150)
+    assert shard.prefix_named == int(torch.unique(loc[own]).numel()) and shard.owned == int(own.sum())
+    assert torch.equal(shard.local, torch.where(own, loc, -1))
 
 
 def test_unsharded_int32_rows_are_their_own_local_ids_and_guarded():

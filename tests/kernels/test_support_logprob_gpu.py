@@ -101,8 +101,8 @@ def test_extreme_logits_no_nan(S):
 
 @pytest.mark.parametrize("impl", ["dense", "union", "gather"])
 def test_wide_rows_repeated_id_is_an_error(S, impl):
-    # K 600 > DUP_SORT_MAX_K: the checks do not sort; the buffer kernel (dense, union) or a sort
-    # after the path is chosen (gather) finds the id, and no row without one is flagged
+    # the checks do not sort: the buffer kernel (dense, union) or a sort after the path is chosen
+    # (gather) finds the id, read after the compute is launched, and no row without one is flagged
     hid, w, samp, sup, up = _inputs(n=512, k=600)
     S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
     row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
@@ -110,3 +110,23 @@ def test_wide_rows_repeated_id_is_an_error(S, impl):
     samp[row] = sup[row, 0]
     with pytest.raises(ValueError, match=f"token {row} holds id"):
         S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
+
+
+def test_extra_memory_is_the_logits_and_the_dw_accumulator(S):
+    # fwd+bwd on the gather path keeps the [N, K] fp32 logits and the fp32 dW accumulator; the
+    # gradient over the candidates is recomputed inside the dh and dW kernels (no [N, K] tensor),
+    # and unsharded int32 rows are their own local ids. The slack (2 MiB) is under one [N, K]
+    # fp32 tensor (8 MiB here), so a kept gradient or id copy would fail this.
+    hid, w, samp, sup, up = _inputs(n=4096, k=512)
+    hh, ww = hid.bfloat16().requires_grad_(), w.bfloat16().requires_grad_()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    lp, ent, _ = S.support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True, impl="gather")
+    ((lp * up[0]).sum() + (ent * up[1]).sum()).backward()
+    torch.cuda.synchronize()
+    grads = sum(x.grad.numel() * x.grad.element_size() for x in (hh, ww))
+    extra = torch.cuda.max_memory_allocated() - base - grads
+    bound = ww.numel() * 4 + sup.numel() * 4
+    print(f"extra {extra / 2**20:.1f} MiB, dW + z {bound / 2**20:.1f} MiB")
+    assert extra <= bound + 2 * 2**20

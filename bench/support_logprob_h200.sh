@@ -1,0 +1,29 @@
+#!/bin/bash
+# The H200 runs behind BENCHMARKS.md "Sample-support scoring" (issue 22), one device call each,
+# from the repository root; logs and json go to OUT (the device's $OUT), named TAG_*:
+#   bash bench/support_logprob_h200.sh bench OUT TAG   support GPU tests, accuracy, main table
+#                                                     (K 2-512 all methods, 2048/4096 rule points),
+#                                                     forward sweep at K 2048/4096 interleaved
+#   bash bench/support_logprob_h200.sh suite OUT TAG   the GPU suite: support, online, hf, megatron
+# megatron-core travels as source in .carry/site (carry it).
+set -u
+part=$1 out=$2 tag=$3
+export PYTHONPATH=$PWD:$PWD/.carry/site PYTHONUNBUFFERED=1
+env_log() {
+  { date -u; uptime; nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv
+    python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; } >> "$out/${tag}_env.txt" 2>&1
+}
+env_log
+if [ "$part" = bench ]; then
+  timeout 150 python3 -m pytest -q -x -rs tests/kernels/test_support_logprob_gpu.py > "$out/${tag}_gpu_tests.log" 2>&1 \
+    || { echo "support GPU tests failed"; tail -40 "$out/${tag}_gpu_tests.log"; exit 1; }
+  tail -3 "$out/${tag}_gpu_tests.log"; env_log
+  timeout 240 python3 bench/support_logprob.py --parts ab,acc,main --ks 2,20,64,512 --rule-ks 2048,4096 \
+    --methods auto,gather,gather_det,dense,torch_gather,full_fused --rounds 3 --reps 5 \
+    --out "$out/${tag}_main.json" > "$out/${tag}_main.log" 2>&1; echo "main rc $?"; env_log
+  timeout 300 python3 bench/support_logprob.py --parts sweep --reps 6 --sweep-ks 2048,4096 --sweep-modes fwd \
+    --sweep-rounds 3 --out "$out/${tag}_sweep_fwd.json" > "$out/${tag}_sweep_fwd.log" 2>&1; echo "sweep rc $?"; env_log
+else
+  timeout 560 python3 -m pytest -q -rs tests/kernels/test_support_logprob_gpu.py tests/online tests/hf tests/megatron \
+    > "$out/${tag}_suite.log" 2>&1; echo "suite rc $?"; tail -30 "$out/${tag}_suite.log"; env_log
+fi
