@@ -1,12 +1,16 @@
 """A Ray cluster of two nodes on this machine, with no disk the nodes share for data (for
 tests/storage/test_store_ray_nodes.py and bench/storage.py).
 
-Each node is one `ray start --block` process bound to 127.0.0.1, with `--num-cpus 1`, its own
-Ray temp folder, its own scratch folder as TMPDIR (where packtool's tasks write before they
-upload) and a custom resource naming it. Every Python process of a node (its workers above
-all) loads an audit `sitecustomize` that records each local path the process opens, lists,
-renames or removes (Python's audit events), and, every few milliseconds, the files it holds
-open (/proc/self/fd: what Arrow's C++ opens), one line per new path, into its node's log.
+Each node is one `ray start --block` process bound to a loopback address of its own
+(127.0.0.2, 127.0.0.3), with `--num-cpus 1`, its own Ray temp folder, its own scratch folder
+as TMPDIR (where packtool's tasks write before they upload), a custom resource naming it, and
+no autoscaler or log monitor. With `isolate()`, each node runs in a user+mount namespace of
+its own in which the other node's folder and the `hide` folders are an empty read-only
+tmpfs (nothing of them can be read there, by Python or native code). Every Python process of
+a node (its workers above all) loads an audit `sitecustomize` that records each local path
+the process opens, lists, renames or removes (Python's audit events), and, every few
+milliseconds, the files it holds open (/proc/self/fd: what Arrow's C++ opens), one line per
+new path, into its node's log.
 
 Stopping kills, by process id, the processes this object started and their descendants
 (found by a token in their environment, which every Ray process of a node inherits), never
@@ -84,6 +88,12 @@ def free_port(ip: str = "127.0.0.1") -> int:
 
 
 AUTH_ENV = {"RAY_AUTH_MODE": "disabled"}  # the nodes and every driver of them
+# Every driver of the nodes: Ray Data's usage-collection actor (a process of its own) is not
+# started. The nodes: a dead node is declared dead after ~3 s instead of ~15 s (the kill test
+# waits for it), still several missed checks on a loaded machine.
+DRIVER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DATA_USAGE_DISABLED": "1"}
+FAST_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+            "RAY_health_check_failure_threshold": "3"}
 
 
 def reset_driver_auth() -> None:
@@ -109,23 +119,33 @@ class Node:
         self.proc: subprocess.Popen | None = None
 
     def pids(self) -> list[int]:
-        """Every live process of this node: its `ray start` and whatever inherited the token."""
-        import psutil
+        """Every live process of this node: its `ray start` and whatever inherited the token.
+        /proc/PID/environ is searched as bytes: Ray's agents and workers set their process
+        title over the start of their environment block, which psutil's parse then misses
+        (their processes outlived the module)."""
+        mark = f"\0{TOKEN_VAR}={self.token}\0".encode()
         out = []
-        for p in psutil.process_iter(["pid"]):
-            try:
-                if p.environ().get(TOKEN_VAR) == self.token:
-                    out.append(p.pid)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-                continue
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/environ", "rb") as f:
+                        if mark in b"\0" + f.read() + b"\0":
+                            out.append(int(name))
+                except OSError:
+                    continue
         return out
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        for pid in self.pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        for _ in range(5):  # a raylet may start a worker between the listing and its kill
+            pids = self.pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            if not pids or sig != signal.SIGKILL:
+                break
+            time.sleep(0.05)
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
@@ -141,10 +161,11 @@ class Node:
 
 
 class TwoNodes:
-    """A head and a second node; `address` for `ray.init`/`--ray-address`."""
+    """A head and a second node; `address` for `ray.init`/`--ray-address`. `hide`: folders of
+    the driver's machine that no node may see (with `isolate`)."""
 
-    def __init__(self, root: str, env: dict, repo: str, audit: bool = True):
-        self.root, self.env, self.repo, self.audit = root, env, repo, audit
+    def __init__(self, root: str, env: dict, repo: str, audit: bool = True, hide: tuple = ()):
+        self.root, self.env, self.repo, self.audit, self.hide = root, env, repo, audit, tuple(hide)
         site = os.path.join(root, "site")
         os.makedirs(site, exist_ok=True)
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
@@ -153,16 +174,47 @@ class TwoNodes:
         self.head, self.second = Node("head", root, HEAD_IP), Node("second", root, SECOND_IP)
         self.port = free_port(HEAD_IP)
         self.address = f"{HEAD_IP}:{self.port}"
+        self.isolated = False  # set by isolate(): each node in its own mount namespace
+        self.why_not_isolated = "not asked"
+
+    def isolate(self) -> bool:
+        """Start each node in a user+mount namespace of its own, where the other node's folder
+        and the `hide` folders are an empty read-only tmpfs: a node that opens a path there
+        gets ENOENT (EROFS to create), whatever opened it (Python, Arrow's C++, the raylet).
+        False, with `why_not_isolated`, where this machine does not allow it."""
+        probe = os.path.join(self.root, "probe")
+        os.makedirs(probe, exist_ok=True)
+        open(os.path.join(probe, "seen"), "w").close()
+        try:
+            r = subprocess.run([*self._unshare([probe]), "sh", "-c", f"test ! -e {probe}/seen"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            r = None
+            self.why_not_isolated = f"unshare: {e}"
+        if r is not None and r.returncode != 0:
+            self.why_not_isolated = f"unshare exited {r.returncode}: {r.stderr.strip()[-300:]}"
+        self.isolated = r is not None and r.returncode == 0
+        return self.isolated
+
+    @staticmethod
+    def _unshare(hidden: list[str]) -> list[str]:
+        mounts = " && ".join(f"mount -t tmpfs -o ro,size=4k,mode=0555 packtool-hidden '{d}'" for d in hidden)
+        return ["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", f'{mounts} && exec "$@"', "sh"]
 
     def _start(self, node: Node, *args: str) -> None:
         env = {**self.env, "TMPDIR": node.scratch, TOKEN_VAR: node.token,
                **({"RAYNODE_AUDIT_LOG": node.audit} if self.audit else {}),
                "PYTHONPATH": os.pathsep.join([self.site, self.repo] if self.audit else [self.repo]), "RAY_USAGE_STATS_ENABLED": "0",
-               **AUTH_ENV}
+               **AUTH_ENV, **FAST_ENV}
+        # no autoscaler monitor and no log monitor (drivers take no worker logs): two Python
+        # processes less per node on a 2-core machine
         cmd = [RAY, "start", "--block", "--node-ip-address", node.ip, "--num-cpus", "1",
                "--temp-dir", node.temp, "--resources", json.dumps({f"node_{node.name}": 1}),
                "--dashboard-agent-listen-port", str(free_port(node.ip)), "--disable-usage-stats",
-               "--object-store-memory", str(200 << 20), *args]
+               "--object-store-memory", str(200 << 20), "--include-log-monitor", "false", *args]
+        if self.isolated:
+            other = self.second if node is self.head else self.head
+            cmd = [*self._unshare([os.path.dirname(other.temp), *self.hide]), *cmd]
         log = open(os.path.join(self.root, f"{node.name}.out"), "w")
         node.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -171,7 +223,7 @@ class TwoNodes:
         self._start(self.second, "--address", self.address)
 
     def start(self, timeout: float = 90) -> "TwoNodes":
-        self._start(self.head, "--head", "--port", str(self.port), "--include-dashboard", "false")
+        self._start(self.head, "--head", "--port", str(self.port), "--include-dashboard", "false", "--no-monitor")
         t0 = time.time()
         while True:  # the GCS takes connections: the second node may join
             if self.head.proc.poll() is not None:
