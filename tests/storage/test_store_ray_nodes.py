@@ -106,7 +106,7 @@ def cluster(bucket, tmp_path_factory):
             init_ray(nodes.address)
             nodes.wait_nodes(2)
             if nodes.isolated:  # the nodes see nothing of the driver's folders
-                _hidden_on_both(str(tmp_path_factory.getbasetemp()))
+                _hidden_on_both(nodes, str(tmp_path_factory.getbasetemp()))
             yield nodes
     finally:  # always: no Ray process of ours outlives the module
         ray.shutdown()
@@ -114,13 +114,17 @@ def cluster(bucket, tmp_path_factory):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _hidden_on_both(session_tmp: str) -> None:
-    """A task on each node looks for the driver's temp root (which exists here) and finds
-    nothing there: the namespace's mount is in force in the nodes' workers."""
-    there = os.path.join(session_tmp, os.listdir(session_tmp)[0])
+def _hidden_on_both(nodes, session_tmp: str) -> None:
+    """A task on each node looks for the driver's temp root and the other node's scratch
+    (both exist here) and finds neither: the namespaces' mounts are in force in the workers."""
+    driver = os.path.join(session_tmp, os.listdir(session_tmp)[0])
     f = ray.remote(os.path.exists)  # by reference: the workers import it, not this module
-    seen = ray.get([f.options(resources={f"node_{n}": 0.01}).remote(there) for n in ("head", "second")])
-    assert seen == [False, False], f"a node sees the driver's temp folder: {seen}"
+    seen = {(n.name, p): f.options(resources={f"node_{n.name}": 0.01}).remote(p)
+            for n, other in ((nodes.head, nodes.second), (nodes.second, nodes.head))
+            for p in (driver, other.scratch)}
+    assert os.path.exists(driver) and all(os.path.isdir(n.scratch) for n in (nodes.head, nodes.second))
+    seen = {k: v for k, v in zip(seen, ray.get(list(seen.values()))) if v}
+    assert not seen, f"a node sees another machine's folder: {list(seen)}"
 
 
 def _inputs(bucket):
