@@ -180,7 +180,7 @@ def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingCon
     lengths = cache.lengths()
     with rows_named(cache):
         p = make_plan(lengths, alignment, packing)
-    summary = with_skipped(plan_summary(p), cache.skipped)
+    summary = with_skipped(plan_summary(p), cache.skipped, getattr(cache, "side_nonfinite", None))
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
     release_memory()  # the planner's freed temporaries, before the write needs its own
@@ -210,7 +210,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     try:
         with rows_named(cache):
             sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
-        summary = with_skipped(sp.summary(), cache.skipped)
+        summary = with_skipped(sp.summary(), cache.skipped, getattr(cache, "side_nonfinite", None))
         if dry_run:
             return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
                               tokenize_seconds, 0.0)
@@ -307,7 +307,7 @@ def _manifest_of(p, summary: PlanSummary, cache: TokenizedCache, output: str, sh
     inp = {"fingerprint": cache.fingerprint,
            "files": [_plain(f) for f in cache.input_files],
            "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
-    return loss, build_manifest(p, shards, manifest_stats(summary, loss), info, inp,
+    return loss, build_manifest(p, shards, manifest_stats(summary, loss, getattr(cache, "side_columns", ())), info, inp,
                                 side=getattr(cache, "side_columns", ()))
 
 
@@ -326,7 +326,7 @@ def _pad_id(info: dict) -> int:
     return 0
 
 
-def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
+def manifest_stats(s: PlanSummary, loss_tokens: int, side=()) -> dict:
     """The manifest's `stats` block."""
     pad = s.padding
     return {"sequences": s.sequences, "segments": s.segments, "slabs": s.slabs,
@@ -336,7 +336,16 @@ def manifest_stats(s: PlanSummary, loss_tokens: int) -> dict:
             "lower_bound": s.lower_bound, "l2_bound": s.l2_bound,
             "dp_imbalance": s.dp_imbalance, "dp_moved": s.dp_moved,
             "overflow": asdict(s.overflow), "skipped_rows": dict(s.skipped_rows),
-            "changes": asdict(s.changes)}
+            "changes": asdict(s.changes), **side_nonfinite_stats(s, side)}
+
+
+def side_nonfinite_stats(s: PlanSummary, side=()) -> dict:
+    """`stats.side_nan` / `stats.side_inf`: per float side column, the NaN / +-inf values the
+    input held (`verify` counts them in the slabs again; FORMAT.md, Side columns); {} when
+    there is none."""
+    names = [c.name for c in side if not c.is_int]
+    got = s.side_nonfinite
+    return {f"side_{k}": {n: int((got.get(n) or {}).get(k, 0)) for n in names} for k in ("nan", "inf")}
 
 
 def _progress_cb(progress: bool, total: int):

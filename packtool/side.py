@@ -22,7 +22,7 @@ import numpy as np
 
 from packtool.errors import PacktoolFormatError, PacktoolInputError
 
-__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "side_columns_from_manifest",
+__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "nonfinite", "side_columns_from_manifest",
            "side_columns_to_manifest", "parse_names"]
 
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -165,3 +165,14 @@ def parse_names(text: str | None, flag: str = "--side-columns") -> tuple[str, ..
     if len(set(names)) != len(names):
         raise PacktoolInputError(f"{flag}: a name is given twice in {text!r}", flag=flag)
     return names
+
+
+def nonfinite(values: np.ndarray) -> tuple[int, int]:
+    """(NaN, +-inf) counts of a side column's values (0, 0 for ints). A float column may hold
+    them (pack keeps values as read), but every stage counts them where the user looks: a NaN
+    log-prob makes a PPO loss NaN. A sum first, one vectorized pass without a temporary;
+    counted only when it is not finite."""
+    if values.dtype.kind != "f" or not values.size or np.isfinite(values.sum()):
+        return 0, 0
+    nan = int(np.count_nonzero(np.isnan(values)))
+    return nan, int(np.count_nonzero(~np.isfinite(values))) - nan

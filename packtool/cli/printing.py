@@ -53,6 +53,9 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
     changed = s.changes.warning()
     if changed:  # never silent: what did not reach the output as it was read
         console.print(f"[yellow]warning:[/] {escape(changed)}", highlight=False, soft_wrap=True)
+    odd = s.nonfinite_warning()
+    if odd:  # kept as read, but what poisons a loss is never silent either
+        console.print(f"[yellow]warning:[/] {escape(odd)}", highlight=False, soft_wrap=True)
 
 
 _ROW = re.compile(r"\brows? \d")

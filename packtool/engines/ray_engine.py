@@ -199,7 +199,7 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
         with rows_named(cache):
             p = make_plan(cache.lengths(), alignment, packing)
         summary = plan_summary(p)
-    summary = with_skipped(summary, cache.skipped)
+    summary = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
     from packtool.engines.ray_write import write_slabs

@@ -114,6 +114,20 @@ class PlanSummary:
     # process) during planning; neither is in plan_seconds
     compile_seconds: float = 0.0
     load_seconds: float = 0.0
+    # NaN / +-inf values of float side columns, kept as they are (the cache's side_nonfinite):
+    # column -> {"nan": n, "inf": n, "first": {file, row, token, value}}
+    side_nonfinite: dict = field(default_factory=dict)
+
+    def nonfinite_warning(self) -> str | None:
+        """One line naming the side columns that hold NaN / +-inf values, or None."""
+        parts = []
+        for name, e in self.side_nonfinite.items():
+            f = e.get("first") or {}
+            parts.append(f"side column {name} holds {e['nan']:,} NaN and {e['inf']:,} +-inf value(s) (first "
+                         f"{f.get('value')} in {f.get('file')} row {f.get('row')} token {f.get('token')})")
+        if not parts:
+            return None
+        return "; ".join(parts) + ": kept as they are; a NaN log-prob makes a PPO loss NaN (rows and tokens count from 0)"
 
     @property
     def changes(self) -> DataChanges:
@@ -125,11 +139,13 @@ class PlanSummary:
         return d
 
 
-def with_skipped(summary: PlanSummary, skipped: dict | None) -> PlanSummary:
-    """`summary` counting the rows the tokenizer skipped (a cache's `skipped`)."""
+def with_skipped(summary: PlanSummary, skipped: dict | None, nonfinite: dict | None = None) -> PlanSummary:
+    """`summary` counting the rows the tokenizer skipped (a cache's `skipped`) and the
+    non-finite side values it kept (a cache's `side_nonfinite`)."""
     skipped = skipped or {}
     return replace(summary, skipped_rows={"empty": int(skipped.get("empty", 0)),
-                                          "all_masked": int(skipped.get("all_masked", 0))})
+                                          "all_masked": int(skipped.get("all_masked", 0))},
+                   side_nonfinite=dict(nonfinite or {}))
 
 
 def plan_summary(p: Plan) -> PlanSummary:

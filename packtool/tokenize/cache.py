@@ -140,6 +140,8 @@ class TokenizedCache:
             # "flat": token lists in flat/ only (pre-tokenized inputs, tokenize/cache_parts.py)
             self.flat_only: bool = self.meta.get("token_lists", "parts") == "flat"
             self.side_columns = side_columns_from_manifest(self.meta.get("side_columns"), meta_path)
+            # NaN / +-inf per float side column (tokenize/side_values.py): reported by pack
+            self.side_nonfinite: dict = dict(self.meta.get("side_nonfinite") or {})
         except (KeyError, TypeError, ValueError, AttributeError, PacktoolFormatError) as e:
             raise CacheDamagedError(f"cache.json is damaged ({type(e).__name__}: {e}); delete "
                                     f"the folder and re-run (it is rebuilt)", path=path) from None

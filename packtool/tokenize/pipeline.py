@@ -53,7 +53,7 @@ from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_s
 from packtool.tokenize.prefetch import read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
-from packtool.tokenize.side_values import SideReader, parse_side_spec
+from packtool.tokenize.side_values import SIDE_VALUES, SideReader, parse_side_spec
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry
 from packtool.tokenize.templates import Renderer, load_template
@@ -81,6 +81,7 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
             opts.pop(k)
     if cfg.side_columns or cfg.support_columns:  # how flat/ lays them out: a new layout, a new key
         opts["side_store"] = SIDE_STORE
+        opts["side_values"] = SIDE_VALUES
     key = {
         "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
         # content, not size + mtime: an input edited in place keeping both is a new key
@@ -325,6 +326,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             ids, lens, src = ids[tok_keep], lens[keep], src[keep]
             mask = None if mask is None else mask[tok_keep]
             sides = [v[np.repeat(tok_keep, v.size // max(tok_keep.size, 1))] for v in sides]
+        if sides:
+            side.count_nonfinite(sides, lens, f.path, first_row + (src - first_global))
         sink.add(ids, mask, lens, src, fi, sides, side.resolved())
         totals["rows"] += int(lens.size)
         totals["tokens"] += int(ids.size)
@@ -357,7 +360,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                 if shape.kind == "tokens":
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows,
                                          lean=True)
-                    sides = side.take(batch, enc.lengths, f.path, file_rows, enc.ids, enc.mask) if side.spec else None
+                    sides = side.take(batch, enc.lengths, f.path, file_rows, enc.ids, enc.mask,
+                                      enc.empty | enc.all_masked) if side.spec else None
                     drain(0)
                     finish(enc, f, fi, file_rows, global_row, sides)
                 else:
@@ -417,7 +421,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         "num_rows": totals["rows"], "num_source_rows": global_row, "num_tokens": totals["tokens"],
         "num_loss_tokens": totals["loss"], "skipped": skipped,
         "tokenizers_version": tokenizers.__version__,
-        **({"side_columns": side_columns_to_manifest(side.resolved()), "side_store": SIDE_STORE} if side.spec else {}),
+        **({"side_columns": side_columns_to_manifest(side.resolved()), "side_store": SIDE_STORE,
+            "side_nonfinite": side.nonfinite} if side.spec else {}),
     }, known
 
 

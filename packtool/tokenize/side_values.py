@@ -3,8 +3,12 @@
 A side column is a list per row: one number per token (width 1), or one K-long list per
 token (a list of lists, or a list of fixed_size_list<K>: width K). Its row length must equal
 the row's `input_ids` length; a mismatch is one line naming the file, the row and the column.
-A null row, a null token list or a null value is a token "with no value": it holds the
-column's fill, as pads do.
+A null (a null row, a null token list, a null value) is refused the same way: filled silently
+it would train on a made-up value (a 0.0 log-prob is a ratio of exp(lp)); a token without a
+value is written as the fill explicitly. Rows the tokenizer skips (`--on-empty skip`) are not
+held to this. NaN and +-inf in float columns are kept as they are and counted
+(`nonfinite`), never silently: pack reports them, the manifest records them, verify and
+inspect count them again.
 
 The dtype is the input's (floats: float32, or float64 for doubles; integers and booleans:
 int32, or int64 for 64-bit and uint32 inputs) unless pinned as `NAME:DTYPE`; the width comes
@@ -24,9 +28,13 @@ import pyarrow as pa
 
 from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError
-from packtool.side import DTYPES, SideColumn, parse_names
+from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
 
-__all__ = ["SideReader", "parse_side_spec"]
+__all__ = ["SIDE_VALUES", "SideReader", "parse_side_spec"]
+
+# What a cache's side values have been held to: 2 = nulls refused, non-finite floats counted
+# in cache.json (in the cache key, so a cache built under the earlier rules is not reused).
+SIDE_VALUES = 2
 
 
 def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
@@ -96,6 +104,27 @@ class SideReader:
     def __init__(self, spec) -> None:
         self.spec = tuple(spec)
         self.columns: list[SideColumn | None] = [None] * len(self.spec)
+        self._dropped: np.ndarray | None = None  # rows of the batch in `take` that are skipped
+        self.nonfinite: dict[str, dict] = {}  # column -> NaN / inf counts and the first (cache.json)
+
+    def count_nonfinite(self, sides: list[np.ndarray], lens: np.ndarray, path: str, file_rows: np.ndarray) -> None:
+        """Counts the NaN / +-inf values of the float columns among `sides` (the kept rows'
+        values; `file_rows` those rows' numbers in `path`), keeping the first one's place."""
+        for c, v in zip(self.columns, sides):
+            if c is None or c.is_int:
+                continue
+            nan, inf = nonfinite(v)
+            if not nan + inf:
+                continue
+            e = self.nonfinite.setdefault(c.name, {"nan": 0, "inf": 0})
+            e["nan"] += nan
+            e["inf"] += inf
+            if "first" not in e:
+                q = int(np.flatnonzero(~np.isfinite(v))[0])
+                starts = np.cumsum(lens) - lens
+                r = int(np.searchsorted(starts, q // c.width, side="right")) - 1
+                e["first"] = {"file": path, "row": int(file_rows[r]), "token": q // c.width - int(starts[r]),
+                              "value": str(float(v[q]))}
 
     @property
     def names(self) -> list[str]:
@@ -105,10 +134,13 @@ class SideReader:
         return tuple(c for c in self.columns if c is not None)
 
     def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int,
-             ids: np.ndarray | None = None, mask: np.ndarray | None = None) -> list[np.ndarray]:
+             ids: np.ndarray | None = None, mask: np.ndarray | None = None,
+             dropped: np.ndarray | None = None) -> list[np.ndarray]:
         """Per side column, its values for every token of the batch's rows, flat (T * width,
-        the column's dtype, fill where a token has none). With the rows' `ids` (and loss `mask`,
-        None: every token a target), support columns are held to the support rule."""
+        the column's dtype). A null in a row not `dropped` (bool per row: rows the tokenizer
+        skips) is refused. With the rows' `ids` (and loss `mask`, None: every token a target),
+        support columns are held to the support rule."""
+        self._dropped = None if dropped is None or not np.any(dropped) else np.asarray(dropped, bool)
         out = [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
         if ids is not None:
             for c, vals in zip(self.columns, out):
@@ -137,6 +169,12 @@ class SideReader:
         offs = _list_offsets(col)
         tok = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))  # the rows' tokens
         rel = offs - offs[0]
+        lens = np.asarray(lens, np.int64)
+        row_ok = _valid(col)
+        if row_ok is not None:
+            self._refuse_null(np.flatnonzero(~row_ok & (lens > 0)), None, name, bad)
+        if natural == "null":
+            self._refuse_null(np.arange(len(tok)), rel, name, bad, "the value")
         c = self.columns[i]
         if c is None:
             width = 1
@@ -146,14 +184,12 @@ class SideReader:
                     raise bad("holds no token list yet to tell its width K; write it as a "
                               "fixed_size_list<K> per token")
             if natural == "null" and pinned is None:
-                raise bad("holds only nulls, so its type is unknown: pin it as NAME:DTYPE (--side-columns)")
+                raise bad("holds no values, so its type is unknown: pin it as NAME:DTYPE (--side-columns)")
             c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind)
         if (c.width > 1) != nested:
             raise bad(f"is {'a K-long list' if c.width > 1 else 'one value'} per token in earlier rows "
                       f"but {t} here", 0)
         have = np.diff(offs)
-        lens = np.asarray(lens, np.int64)
-        row_ok = _valid(col)
         mism = (have != lens) if row_ok is None else ((have != lens) & row_ok)
         if mism.any():
             r = int(np.flatnonzero(mism)[0])
@@ -163,7 +199,7 @@ class SideReader:
         if row_ok is None:
             return np.ascontiguousarray(flat)
         K = c.width
-        out = np.full(int(lens.sum()) * K, c.fill, c.np_dtype)  # null rows: every token filled
+        out = np.full(int(lens.sum()) * K, c.fill, c.np_dtype)  # null rows (of dropped or empty rows)
         dst = np.concatenate(([0], np.cumsum(lens)))[:-1]
         _copy_runs(flat, rel[:-1][row_ok] * K, dst[row_ok] * K, lens[row_ok] * K, out)
         return out
@@ -179,9 +215,12 @@ class SideReader:
         """The values of the tokens in `tok` (rows at `rel`), flat: len(tok) * width."""
         K = c.width
         if K == 1:
+            self._null_values(tok, rel, c.name, bad)
             return self._numbers(tok, c, natural, pinned, bad, rel)
         io = _list_offsets(tok)
         tok_ok = _valid(tok)
+        if tok_ok is not None:
+            self._refuse_null(np.flatnonzero(~tok_ok), rel, c.name, bad, "the value list")
         n = np.diff(io)
         wrong = (n != K) if tok_ok is None else ((n != K) & tok_ok)
         if wrong.any():
@@ -190,6 +229,7 @@ class SideReader:
             raise bad(f"token {pos - int(rel[r])} holds {int(n[pos])} values, not {K}; every token's "
                       f"list is K={K} long (pad its end with the fill)", r)
         ev = tok.values.slice(int(io[0]), int(io[-1] - io[0]))
+        self._null_values(ev, rel, c.name, bad, io - io[0])
         flat = self._numbers(ev, c, natural, pinned, bad, None)
         if tok_ok is None:
             return flat
@@ -198,6 +238,32 @@ class SideReader:
         _copy_runs(flat, starts, np.flatnonzero(tok_ok).astype(np.int64) * K,
                    np.full(starts.size, K, np.int64), full)
         return full
+
+    def _null_values(self, vals: pa.Array, rel: np.ndarray, name: str, bad, elem_offs=None) -> None:
+        """A null value (of a row not dropped) refused; `elem_offs`: where each token's values
+        start in `vals` (K-wide columns; None: one value per token)."""
+        if not vals.null_count or pa.types.is_null(vals.type):
+            return
+        hit = np.flatnonzero(~_valid(vals))
+        tok = hit if elem_offs is None else np.searchsorted(elem_offs, hit, side="right") - 1
+        self._refuse_null(tok, rel, name, bad, "the value" if elem_offs is None else "a value")
+
+    def _refuse_null(self, hit: np.ndarray, rel: np.ndarray | None, name: str, bad, what: str = "the row") -> None:
+        """`hit`: null rows (rel None) or tokens of the rows at `rel`, ascending; the first one
+        outside the dropped rows is one line naming the row (and the token)."""
+        if not hit.size:
+            return
+        rows = hit if rel is None else np.searchsorted(rel, hit, side="right") - 1
+        if self._dropped is not None:
+            keep = ~self._dropped[rows]
+            hit, rows = hit[keep], rows[keep]
+        if not hit.size:
+            return
+        r = int(rows[0])
+        at = "the row is" if rel is None else f"{what} of token {int(hit[0] - rel[r])} is"
+        raise bad(f"{at} null; packtool does not fill nulls (that would train on a made-up value): write "
+                  f"every token's value, the column's fill for a token that has none (rows and tokens count "
+                  f"from 0)", r)
 
     @staticmethod
     def _numbers(vals: pa.Array, c: SideColumn, natural: str, pinned, bad, row_offs) -> np.ndarray:

@@ -121,15 +121,16 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
                     f"read every file whose name does not start with '.' or '_')", shard=f)
     tok = man.get("tokenizer") or {}
     side = side_columns_from_manifest(man.get("side_columns"))
-    if source_dir is not None and side:  # say what "against the source" did not cover
-        notes.append(f"--source compared tokens and loss_mask only; the side columns "
-                     f"({', '.join(c.name for c in side)}) were checked for layout, fill and the support rule, "
-                     f"not against the source's values")
+    source_side, side_source = (), ()
+    if source_dir is not None and side:  # compared with the source's values, or a note says which were not
+        from packtool.verification.side import source_side_columns
+        source_side, side_source = source_side_columns(source_dir, side, log, notes)
     workers = max(1, workers or os.cpu_count() or 1)
     by_name = dict(zip(listed, man["shards"]))
     base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
-                     checksum=_checksum_of(by_name[f]), side=side)
+                     checksum=_checksum_of(by_name[f]), side=side, source_side=source_side,
+                     side_source=side_source)
             for f in listed if f in present]
     from packtool.progress import bar, large
     pieces = _pieces(base, 4 * workers)
@@ -315,6 +316,14 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
                    int(slabs["singleton"].sum()), source_dir, log, notes)
     check_dp(slabs, dp, log)
+    side = side_columns_from_manifest(man.get("side_columns"))
+    if side:
+        from packtool.verification.side import check_nonfinite
+        totals = {}
+        for r in results:
+            for k, v in r.totals.items():
+                totals[k] = totals.get(k, 0) + int(v)
+        check_nonfinite(stats, side, totals, policy, log, notes)
 
 
 def _what_differs(man: dict, tokenize, files: list[str] | None) -> str:

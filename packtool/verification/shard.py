@@ -8,7 +8,7 @@ from `layout.compute_layout` on the rows' own `seq_lens`: the same code the pack
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,8 @@ class ShardJob:
     hash_file: bool = True  # one piece per shard hashes the whole file
     checksum: str = SHARD_CHECKSUM  # the algorithm the manifest used (older ones: sha256)
     side: tuple = ()  # the manifest's side columns (verification/side.py)
+    source_side: tuple = ()  # the tokenized source's side columns (its store's order)
+    side_source: tuple = ()  # per manifest side column, its index in source_side, -1: not compared
 
 
 @dataclass
@@ -97,6 +99,8 @@ def check_shard(job: ShardJob) -> ShardResult:
     if job.source_dir:
         from packtool.tokenize.flat_tokens import FlatTokens
         src = FlatTokens.open(job.source_dir)
+        if job.source_side:
+            src = replace(src, side=job.source_side)
     acc = _Acc()
     row0 = job.row0
     groups = None if job.row_groups is None else list(range(*job.row_groups))
@@ -270,8 +274,15 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     if a.cp > 1:
         _check_cp(ids, ids_off, seg_start, padded, seg_off, ok_rows, a.cp, row0, where, log)
     if job.side:
-        check_side_batch(batch, job.side, ids, ids_off, loss, seg_row, seg_start, seq_lens, fill, ok_rows, row0,
-                         where, log)
+        source = None
+        if src is not None and any(k >= 0 for k in job.side_source):
+            sel = use_src & rows_ok_seg
+            source = (src, job.side_source, ids_off[seg_row[sel]] + seg_start[sel], src_idx[sel], s_off[sel],
+                      seq_lens[sel], seg_in_row[sel])
+        odd = check_side_batch(batch, job.side, ids, ids_off, loss, seg_row, seg_start, seq_lens, fill, ok_rows,
+                               row0, where, log, source)
+        for k, v in odd.items():
+            acc.tot[k] = acc.tot.get(k, 0) + v
     acc.tot["physical_tokens"] += int(T.sum())
     acc.tot["real_tokens"] += int(seq_lens.sum())
     acc.tot["loss_tokens"] += int(loss_sum.sum())

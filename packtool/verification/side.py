@@ -9,11 +9,13 @@ pass over the tokens.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 
 from packtool.arrays import span_mask
-from packtool.side import SideColumn
+from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
 from packtool.slabs.format import SCHEMA, side_field
 from packtool.verification.problems import ProblemLog
@@ -60,15 +62,19 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
 
 def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.ndarray, loss: np.ndarray, seg_row: np.ndarray,
                      seg_start: np.ndarray, seq_lens: np.ndarray, fill_seg: np.ndarray, ok_rows: np.ndarray,
-                     row0: int, where: dict, log: ProblemLog) -> None:
+                     row0: int, where: dict, log: ProblemLog, source=None) -> dict[str, int]:
     """The per-row and per-token side column checks of one record batch (rows whose layout
-    is broken are left to the layout checks)."""
+    is broken are left to the layout checks). `source`: (store, per column its index in the
+    store or -1, then per compared segment its first position, source row, offset, length and
+    index in its slab) for `verify --source` (`compare_side_source`). Returns the NaN / +-inf values of the float
+    columns ("side_nan:NAME", "side_inf:NAME"), summed by `verify` and held to the manifest."""
+    odd: dict[str, int] = {}
     T = np.diff(ids_off)
     use = ok_rows[seg_row] & ~fill_seg
     starts = ids_off[seg_row[use]] + seg_start[use]
     real = span_mask(int(ids_off[-1]), starts, seq_lens[use])
     row_of = np.repeat(np.arange(T.size), T)
-    for c in side:
+    for ci, c in enumerate(side):
         col = batch.column(c.name)
         offs = col.offsets.to_numpy().astype(np.int64)
         n = np.diff(offs)
@@ -87,6 +93,12 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
             _null(c, flat, row_of if c.width == 1 else np.repeat(row_of, c.width), row0, where, log)
             continue
         vals = flat.to_numpy(zero_copy_only=False).reshape(-1, c.width)
+        if not c.is_int:
+            odd[f"side_nan:{c.name}"], odd[f"side_inf:{c.name}"] = nonfinite(vals)
+        if source is not None and source[1][ci] >= 0:
+            store, index, pos, src_row, src_off, length, seg_in_row = source
+            compare_side_source(vals, c, store, index[ci], pos, src_row, src_off, length, row_of, ids_off,
+                                seg_in_row, row0, where, log)
         rows_ok = np.repeat(ok_rows, T)
         off_fill = ~real & rows_ok & (vals != np.asarray(c.fill, vals.dtype)).any(axis=1)
         hit = np.flatnonzero(off_fill)
@@ -104,9 +116,90 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                     log.add("side_support", f"side column {c.name!r}, position {int(p - ids_off[r])} (token "
                             f"{int(ids[p])}) holds {vals[p].tolist()}: {SUPPORT_RULES[k]}", row=row0 + r,
                             found=vals[p].tolist(), **where)
+    return odd
 
 
 def _null(c: SideColumn, flat: pa.Array, row_of: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
     p = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
     log.add("side_null", f"side column {c.name!r} holds a null value; a token without a value holds the "
             f"fill {c.fill}", row=row0 + int(row_of[p]), **where)
+
+
+def check_nonfinite(stats: dict, side, totals: dict, policy: str, log: ProblemLog, notes: list[str]) -> None:
+    """NaN / +-inf values of the float side columns, counted in the slabs, against the
+    manifest's `stats.side_nan` / `side_inf` (what pack read from the input). Values the input
+    held are legal (pack keeps values as read) but said in a note, so that they are never
+    missed; a count the input does not explain is a problem: more than the input held, or
+    fewer where no token was dropped (only --overflow truncate drops tokens)."""
+    for c in side:
+        if c.is_int:
+            continue
+        got = {k: int(totals.get(f"side_{k}:{c.name}", 0)) for k in ("nan", "inf")}
+        said = {k: (stats.get(f"side_{k}") or {}).get(c.name) for k in ("nan", "inf")}
+        for k, what in (("nan", "NaN"), ("inf", "+-inf")):
+            want = said[k]
+            if want is None:
+                continue  # an output packed before the count (or by hand): nothing to hold it to
+            if got[k] > want or (got[k] < want and policy != "truncate"):
+                log.add("side_nonfinite", f"side column {c.name!r} holds {got[k]:,} {what} value(s) in the slabs, "
+                        f"the input held {want:,} (the manifest's stats.side_{k}): values changed after pack",
+                        expected=want, found=got[k])
+        if got["nan"] or got["inf"]:
+            notes.append(f"side column {c.name} holds {got['nan']:,} NaN and {got['inf']:,} +-inf value(s), kept "
+                         f"from the input as read (pack warned and names the first): a NaN log-prob makes a PPO "
+                         f"loss NaN; fix them in the input or mask their tokens")
+
+
+def source_side_columns(source_dir: str, side, log: ProblemLog, notes: list[str]) -> tuple[tuple, tuple[int, ...]]:
+    """The side columns of the tokenized source (its cache.json beside the flat store), and
+    per manifest column its index there (-1: not compared, a note or a problem says why)."""
+    from packtool.side import side_columns_from_manifest
+    from packtool.tokenize.cache import read_cache_json
+    root = os.path.dirname(os.path.normpath(source_dir))
+    meta = read_cache_json(root) if os.path.exists(os.path.join(root, "cache.json")) else {}
+    have = side_columns_from_manifest(meta.get("side_columns"), os.path.join(root, "cache.json"))
+    at = {c.name: k for k, c in enumerate(have)}
+    index, missing = [], []
+    for c in side:
+        k = at.get(c.name, -1)
+        if k < 0:
+            missing.append(c.name)
+        elif (have[k].dtype, have[k].width) != (c.dtype, c.width):
+            log.add("source_side", f"side column {c.name!r} is {c.dtype} x {c.width} per token in the output, "
+                    f"{have[k].dtype} x {have[k].width} in the source: not the inputs or --side-columns of pack",
+                    expected=f"{have[k].dtype} x {have[k].width}", found=f"{c.dtype} x {c.width}")
+            k = -1
+        index.append(k)
+    if missing:
+        notes.append(f"the tokenized source holds no side column {', '.join(missing)}: their values were not "
+                     f"compared with the source (verify takes pack's --side-columns from the manifest)")
+    return have, tuple(index)
+
+
+def compare_side_source(vals: np.ndarray, c: SideColumn, src, k: int, pos: np.ndarray, src_row: np.ndarray,
+                        src_off: np.ndarray, length: np.ndarray, row_of: np.ndarray, ids_off: np.ndarray,
+                        seg_in_row: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
+    """Side column `c` of a record batch (`vals`: (positions, width)) against the source:
+    the expected values are gathered from the tokenized source (store `src`, its column `k`)
+    with the same (source row, offset, length) per segment as pack's writer, into a copy of
+    the slab's values, and compared bit for bit (a NaN equals the same NaN, -0.0 is not 0.0).
+    `pos`: each compared segment's first position in the batch. Pads are the fill check's."""
+    from packtool.slabs.gather import gather_side, side_bits
+    expected = np.array(vals, c.np_dtype, order="C")
+    gather_side(src, k, src.offsets, src_row, src_off, length, pos, expected)
+    got_b, want_b = side_bits(np.ascontiguousarray(vals)), side_bits(expected)
+    diff = np.flatnonzero((got_b != want_b).any(axis=1))
+    if not diff.size:
+        return
+    seg = np.searchsorted(pos, diff, side="right") - 1
+    rows = row_of[diff]
+    firsts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+    per_row = np.diff(np.append(firsts, diff.size))
+    for f, n in zip(firsts, per_row):
+        p, i, r = int(diff[f]), int(seg[f]), int(rows[f])
+        one = lambda a: a[p].tolist() if c.width > 1 else a[p, 0].item()  # noqa: E731
+        more = f" ({int(n)} such positions in this slab)" if n > 1 else ""
+        log.add("source_side", f"side column {c.name!r} differs from the source: position {p - int(ids_off[r])} "
+                f"(segment {int(seg_in_row[i])}, source row {int(src_row[i])} token {int(src_off[i]) + p - int(pos[i])}) "
+                f"holds {one(vals)!r}, the source has {one(expected)!r}{more}", row=row0 + r,
+                segment=int(seg_in_row[i]), expected=one(expected), found=one(vals), **where)

@@ -43,6 +43,8 @@ def packed(tmp_path_factory):
 def _same_keys(doc, real, where="manifest"):
     if isinstance(real, dict):
         assert isinstance(doc, dict), f"{where}: FORMAT.md shows {type(doc).__name__}, a manifest has an object"
+        if where in ("manifest.stats.side_nan", "manifest.stats.side_inf"):  # per float side column: the
+            return  # example has one, the packed fixture none
         if where in ("manifest.input.tokenize",):  # the options are elided with "..."
             assert set(doc) - {"..."} <= set(real), (where, set(doc) - set(real))
             return

@@ -38,17 +38,70 @@ def test_the_clean_output_verifies(clean):
     assert r.ok, r.problems
 
 
-def test_against_the_source_says_side_values_were_not_compared(clean, tmp_path):
-    """`--source` compares tokens and loss; that it does not cover the side values is said."""
-    import os
+SIDE_CFG = TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",))
 
+
+def _against(clean, tmp_path, name="in.parquet", cfg=SIDE_CFG):
     from packtool.verification.run import source_store
-    src, _ = source_store([os.path.join(os.path.dirname(clean), "in.parquet")],
-                          TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)),
-                          cache_dir=str(tmp_path / "c"))
-    r = verify(clean, source_dir=src, workers=1)
+    src, _ = source_store([os.path.join(os.path.dirname(clean), name)], cfg, cache_dir=str(tmp_path / "c"))
+    return verify(clean, source_dir=src, workers=1)
+
+
+def test_against_the_source_compares_the_side_values(clean, tmp_path):
+    r = _against(clean, tmp_path)
     assert r.ok and r.source_checked, r.problems
-    assert any("not against the source's values" in n and "lp, sup" in n for n in r.notes), r.notes
+    assert not any("not compared" in n for n in r.notes), r.notes
+
+
+def test_a_source_without_the_side_columns_says_they_were_not_compared(clean, tmp_path):
+    r = _against(clean, tmp_path, cfg=TokenizeConfig(shape="tokens"))
+    assert r.ok, r.problems
+    assert any("lp, sup" in n and "not compared" in n for n in r.notes), r.notes
+
+
+# one value of source row 5, token 2 changed: (column, the new value); -0.0 for 0.0 is a change
+# of bits only, NaN is one that no float comparison sees
+PLANTED = {"float": ("lp", 0.25), "negative_zero": ("lp", -0.0), "nan": ("lp", float("nan")),
+           "support_row": ("sup", 12345)}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTED))
+def test_a_planted_side_value_in_the_source_fails_naming_column_slab_and_position(clean, tmp_path, case):
+    col, value = PLANTED[case]
+    ids, lp, sup = side_rows(n=80, seed=3)
+    if case == "negative_zero":
+        lp[5][2] = 0.0  # the output holds +0.0 there; the source says -0.0
+        write_input(str(tmp_path / "zero.parquet"), ids, lp, sup)
+        out = str(tmp_path / "packed")
+        pack([str(tmp_path / "zero.parquet")], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
+             SIDE_CFG, output=out, cache_dir=str(tmp_path / "cache"))
+        clean = out
+    if col == "lp":
+        lp[5][2] = value
+    else:
+        sup[5][2][1] = value  # another candidate: the support rule still holds
+    write_input(str(tmp_path / "changed.parquet"), ids, lp, sup)
+    from packtool.verification.run import source_store
+    src, _ = source_store([str(tmp_path / "changed.parquet")], SIDE_CFG, cache_dir=str(tmp_path / "c"))
+    r = verify(clean, source_dir=src, workers=1)
+    assert not r.ok and set(r.counts) == {"source_side"}, r.counts
+    (p,) = [p for p in r.problems if p.check == "source_side"]
+    shard, t = _table(clean)
+    row, seg, pos = _where(t, 5, 2)
+    assert (p.shard, p.row, p.segment) == (shard, row, seg), p
+    assert f"side column '{col}'" in p.message and f"position {pos} " in p.message, p.message
+    assert "source row 5 token 2" in p.message and "\n" not in p.message, p.message
+
+
+def _where(t: pa.Table, src: int, tok: int) -> tuple[int, int, int]:
+    """(slab, segment, position) of source row `src`'s token `tok`."""
+    for r in range(t.num_rows):
+        cu = t.column("cu_seqlens_padded")[r].as_py()
+        for j, (s, o, n) in enumerate(zip(t.column("source_index")[r].as_py(), t.column("source_offset")[r].as_py(),
+                                          t.column("seq_lens")[r].as_py())):
+            if s == src and o <= tok < o + n:
+                return r, j, cu[j] + tok - o
+    raise AssertionError("not packed")
 
 
 def _table(out):
@@ -109,6 +162,9 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
     elif case == "support_empty_on_loss":
         lm = t.column("loss_mask")[r].as_py()
         sup[r][next(p for p in range(len(lm)) if lm[p])] = [-1] * K
+    elif case == "side_nonfinite":  # a NaN the input did not hold (the manifest counts 0)
+        lp[r][tok] = float("nan")
+        return _set(t, "lp", lp)
     elif case == "missing":
         return t.drop_columns(["sup"])
     elif case == "undeclared":
@@ -119,7 +175,8 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
 CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
          "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
-         "support_negative": "side_support", "support_empty_on_loss": "side_support", "missing": "schema",
+         "support_negative": "side_support", "support_empty_on_loss": "side_support",
+         "side_nonfinite": "side_nonfinite", "missing": "schema",
          "undeclared": "schema"}
 
 
