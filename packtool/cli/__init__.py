@@ -2,7 +2,9 @@
 
 `main` is the console script's entry: it loads the command line itself, so that a Ctrl-C
 while the CLI's modules load (rich, typer, a second or so on a cold disk) ends in the same
-one line as a Ctrl-C anywhere else, not in a KeyboardInterrupt traceback."""
+one line as a Ctrl-C anywhere else, not in a KeyboardInterrupt traceback. A run that Ctrl-C
+ended leaves without the interpreter's teardown (`_leave`)."""
+import os
 import sys
 
 
@@ -22,7 +24,28 @@ def main() -> None:
     try:
         run()
     except KeyboardInterrupt:  # between typer's set-up and the command's own handling
-        sys.exit(interrupted(json_out))
+        _leave(interrupted(json_out))
+    except SystemExit as e:
+        if e.code != 130:  # failure.EXIT_INTERRUPTED: the command said so already
+            raise
+        _leave(130)
+
+
+def _leave(code: int) -> None:
+    """End a Ctrl-C'd run now: atexit's handlers (temporary folders, Ray) and the streams'
+    buffers, then the process, skipping Py_Finalize. Its last full garbage collection walks
+    every object the interrupted work left (tokenizer, batches, numba, Arrow) while the
+    tokenizer's native threads finish the encode_batch call in flight on every core: measured
+    1-21 s (median ~6) of silence after the error line on this 2-core machine, at load 14-20.
+    The temporary files are gone already; nothing is left to finalize."""
+    import atexit
+    atexit._run_exitfuncs()
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except (OSError, ValueError):  # a closed or gone reader: nothing more to say
+            pass
+    os._exit(code)
 
 
 def __getattr__(name: str):

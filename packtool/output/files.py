@@ -62,10 +62,30 @@ def make_temp_dir(parent: str, prefix: str, private: bool = False) -> str:
     import tempfile
     d = tempfile.mkdtemp(prefix=prefix, dir=parent)
     if not private:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(d, 0o777 & ~mask)
+        share_as_mkdir(d)
     return d
+
+
+def share_as_mkdir(path: str) -> None:
+    """Give a folder made private (mkdtemp's 0700: nothing half-built is readable) the mode a
+    plain `mkdir` gives, 0777 less the umask, as it is published: a tokenized cache entry on a
+    team's shared --cache-dir is then readable by whoever the umask lets read files."""
+    os.chmod(path, 0o777 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it where Linux says it (os.umask sets it,
+    for a moment, for every thread: a file another thread creates then gets that mode)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def pid_alive(pid: int) -> bool:
@@ -323,6 +343,6 @@ def remove_created(made: list[str]) -> None:
             pass
 
 
-__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "refuse_special_input", "make_parents", "make_temp_dir", "open_append", "open_exclusive",
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
            "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
            "sweep_temps", "temp_name", "unlink_if_same", "write_file"]

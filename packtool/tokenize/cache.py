@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
 from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError
+from packtool.output.files import share_as_mkdir
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
 from packtool.tokenize.cache_parts import (
@@ -428,6 +429,7 @@ def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -
     and ours dropped."""
     meta["checksums"] = cache_checksums(tmp, meta["parts"], known)
     write_cache_json(tmp, meta)
+    share_as_mkdir(tmp)  # built private (mkdtemp), published readable as the umask says
     try:
         os.rename(tmp, final)
     except OSError:

@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -50,7 +49,7 @@ from packtool.tokenize.encode import (
     start_encode,
 )
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
-from packtool.tokenize.prefetch import read_ahead, warm_compiled_code
+from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
 from packtool.tokenize.side_values import SIDE_VALUES, SideReader, parse_side_spec
@@ -344,7 +343,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             fut, *where = pending.popleft()
             finish(fut.result(), *where)
 
-    def read_all(pool: ThreadPoolExecutor) -> None:
+    def read_all(pool: EncodePool) -> None:
         nonlocal global_row, bytes_before
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
@@ -390,12 +389,13 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
     # Chunks of ~_CHUNK_CHARS queued _IN_FLIGHT deep: the encoder always has work while this
     # thread reads and renders, and the last chunk (whose tail nothing overlaps) is small.
     try:
-        with _Progress(progress, total, by_bytes) as bar, ThreadPoolExecutor(_IN_FLIGHT) as pool:
+        # an EncodePool: Ctrl-C (or an error) does not wait for the encodes running (seconds each)
+        with _Progress(progress, total, by_bytes) as bar, EncodePool(_IN_FLIGHT) as pool:
             try:
                 read_all(pool)
             except BaseException:
-                for fut, *_ in pending:
-                    fut.cancel()  # queued chunks are dropped, running ones end with the pool
+                for fut in [p[0] for p in pending] + [r[2] for r in rechecks]:
+                    fut.cancel()  # queued work is dropped; running encodes finish unwaited, results dropped
                 for it in readers:
                     it.close()
                 raise

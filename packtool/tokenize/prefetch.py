@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 
 
 def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
@@ -68,3 +69,49 @@ def warm_compiled_code() -> threading.Thread:
     t = threading.Thread(target=warm, name="packtool-warm", daemon=True)
     t.start()
     return t
+
+
+class EncodePool:
+    """A fixed set of daemon threads running submitted calls, as ThreadPoolExecutor does,
+    except that leaving the `with` block on an error or Ctrl-C does not wait for the calls
+    still running. An encode_batch call on ~1 MB of long documents runs for seconds in native
+    code that no signal interrupts; ThreadPoolExecutor joins it on the way out (and again at
+    interpreter exit), so Ctrl-C took 4-10 s to end a tokenizing pack. Here those calls finish
+    on their own and their results are dropped; the process ends without them. A clean exit
+    still runs every submitted call to its end."""
+
+    def __init__(self, threads: int, name: str = "packtool-encode") -> None:
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if not fut.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  (the caller's fut.result() raises it)
+                fut.set_exception(e)
+            del fut, fn, args, item  # an Encoding list dies here, not with the next call
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        self._q.put((fut, fn, args))
+        return fut
+
+    def __enter__(self) -> "EncodePool":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        for _ in self._threads:
+            self._q.put(None)  # after every queued call: a clean exit runs them all
+        if exc_type is None:
+            for t in self._threads:
+                t.join()

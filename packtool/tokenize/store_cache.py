@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 
+from packtool.output.files import share_as_mkdir
 from packtool.storage import Location, locate, shown
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
@@ -48,6 +49,7 @@ def pull_entry(store: str, final: str) -> bool:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             with entry.join(*rel.split("/")).open_input() as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out, 16 << 20)
+        share_as_mkdir(tmp)  # pulled private (mkdtemp), published readable as the umask says
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
