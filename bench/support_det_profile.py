@@ -68,6 +68,9 @@ VARIANTS = {  # light launch (BLOCK_S, LIGHT_BLOCK_H, LIGHT_WARPS, LIGHT_MAX)
     "s16_h256_w4_m32": (16, 256, 4, 32), "s8_h256_w4_m32": (8, 256, 4, 32),
     "s16_h512_w4_m32": (16, 512, 4, 32), "s4_h512_w4_m32": (4, 512, 4, 32),
     "s16_h256_w4_m8": (16, 256, 4, 8), "s16_h256_w2_m32": (16, 256, 2, 32),
+    # wider H blocks: each program recomputes its pairs' g once for more of H
+    "s4_h1024_w4_m32": (4, 1024, 4, 32), "s4_h1024_w8_m32": (4, 1024, 8, 32),
+    "s4_h2048_w8_m32": (4, 2048, 8, 32), "s8_h1024_w8_m32": (8, 1024, 8, 32),
 }
 NAMES = ("BLOCK_S", "LIGHT_BLOCK_H", "LIGHT_WARPS", "LIGHT_MAX")
 

@@ -266,8 +266,8 @@ def sweep(reps, ks=(2, 20, 64, 512, 2048, 4096), modes=("fwd", "fwdbwd"), rounds
 
 
 def one_block_ab(rounds, reps):
-    """Forward of impl='auto' with the buffer kernel's whole-row block (support_kernels.ONE_BLOCK_K)
-    and with 256-wide blocks (ONE_BLOCK_K 0), interleaved with the full head, at the sweep's worst
+    """Forward of impl='auto' with the buffer kernel's whole-row block (support_kernels.ONE_BLOCK_K,
+    rows wider than 1024) and with 256-wide blocks (ONE_BLOCK_K 0), interleaved with the full head, at the sweep's worst
     forward shapes (N, H, V_local, K_local)."""
     from kernels import support_kernels as SK
 

@@ -5,6 +5,7 @@
 #                                                     (K 2-512 all methods, 2048/4096 rule points),
 #                                                     forward sweep at K 2048/4096 interleaved
 #   bash bench/support_logprob_h200.sh suite OUT TAG   the GPU suite: support, online, hf, megatron
+#   bash bench/support_logprob_h200.sh fix OUT TAG     the files that failed in suite, det dW launch variants
 # megatron-core travels as source in .carry/site (carry it).
 set -u
 part=$1 out=$2 tag=$3
@@ -23,7 +24,15 @@ if [ "$part" = bench ]; then
     --out "$out/${tag}_main.json" > "$out/${tag}_main.log" 2>&1; echo "main rc $?"; env_log
   timeout 300 python3 bench/support_logprob.py --parts sweep --reps 6 --sweep-ks 2048,4096 --sweep-modes fwd \
     --sweep-rounds 3 --out "$out/${tag}_sweep_fwd.json" > "$out/${tag}_sweep_fwd.log" 2>&1; echo "sweep rc $?"; env_log
-else
+elif [ "$part" = suite ]; then
   timeout 560 python3 -m pytest -q -rs tests/kernels/test_support_logprob_gpu.py tests/online tests/hf tests/megatron \
     > "$out/${tag}_suite.log" 2>&1; echo "suite rc $?"; tail -30 "$out/${tag}_suite.log"; env_log
+fi
+if [ "$part" = fix ]; then  # the files that failed in the first suite call, and the det launch variants
+  timeout 300 python3 -m pytest -q -rs tests/kernels/test_support_logprob_gpu.py tests/megatron/test_megatron_parity_cpu.py \
+    tests/megatron/test_megatron_lm_head.py tests/hf/test_hf_collator.py > "$out/${tag}_suite_fix.log" 2>&1
+  echo "suite fix rc $?"; tail -12 "$out/${tag}_suite_fix.log"; env_log
+  timeout 200 python3 bench/support_det_profile.py --parts det --ks 64,512 --rounds 3 --reps 5 \
+    --variants s4_h512_w4_m32,s4_h1024_w4_m32,s4_h1024_w8_m32,s4_h2048_w8_m32,s8_h1024_w8_m32 \
+    --out "$out/${tag}_det_profile.json" > "$out/${tag}_det_profile.log" 2>&1; echo "det rc $?"; env_log
 fi

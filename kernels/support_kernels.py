@@ -251,10 +251,11 @@ def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st, dups=None) ->
     if c == 0:
         return
     k_pad = max(16, triton.next_power_of_2(k))
-    # the whole row in one block up to ONE_BLOCK_K: its ids stay in registers and the repeated-id
-    # read-back finds the marks it just wrote in L2, not in DRAM (a row's candidate sectors, ~64 KB
-    # at K 4096, times the rows in flight overflow the L2 before a later pass comes back to them)
-    block = k_pad if k_pad <= ONE_BLOCK_K else STATS_BLOCK_K
+    # wide rows in one block (to ONE_BLOCK_K): the ids stay in registers and the repeated-id
+    # read-back finds the marks it just wrote in L2. H200, forward of auto (BENCHMARKS.md, raw
+    # d1_main.json "ab"): K 4096 (H 2048, V 151,936) 18.20 vs 18.78 ms with 256-wide blocks;
+    # K 2048 and 256 within the spread; K 512 2.59 vs 2.51 ms: narrow rows keep 256-wide blocks
+    block = k_pad if 1024 < k_pad <= ONE_BLOCK_K else min(STATS_BLOCK_K, k_pad)
     _BUFFER_STATS[(c,)](
         x, x.view(_MARK_DTYPE[x.element_size()]), local, pos, z if z is not None else st, st,
         dups if dups is not None else st, float(inv_temp), x.stride(0), k, row0, st.shape[1],

@@ -320,6 +320,7 @@ def test_side_columns_are_batch_keys_as_stored_and_label_shifted(side_slabs, kee
 def test_side_columns_through_datasets_rows_and_name_collisions(side_slabs):
     """Raw rows from `datasets` (K-wide rows as nested lists) give the same batch; a side
     column that would overwrite a batch key is refused in one line."""
+    pytest.importorskip("datasets", reason="datasets is not installed (the `test` extra has it)")
     _, _, _, path = side_slabs
     ds = SlabDataset(path)
     col = SlabCollator(side_columns=ds.side_columns)

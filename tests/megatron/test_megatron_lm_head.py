@@ -18,6 +18,10 @@ from packtool.megatron.thd import make_thd_batch  # noqa: E402
 
 
 def test_fused_head_matches_torch_head(monkeypatch):
+    if torch.cuda.is_available():  # seen on the H200: the interpreter then fails inside tl.zeros
+        pytest.skip("Triton-interpreter test: a process with CUDA may already have run compiled "
+                    "Triton kernels and cannot switch to the interpreter; CI runs it on CPU, and "
+                    "tests/megatron/test_megatron_gpu.py runs the compiled fused head on the GPU")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     init_parallel(1, 1, "cpu")
     model = build_gpt(GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=256), seed=5)

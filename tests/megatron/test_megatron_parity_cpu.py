@@ -87,8 +87,18 @@ def _spawn(work_dir, world, runs):
     args = (world, os.path.join(work_dir, f"init-{tag}"), os.path.join(work_dir, "ref.pt"),
             runs, out)
     procs = [ctx.Process(target=_worker, args=(r,) + args) for r in range(world)]
-    for p in procs:
-        p.start()
+    # CPU ranks: the GPUs stay hidden from them, so on a machine with CUDA they take the CPU-only
+    # path too (parity_harness.cpu_buffers; megatron's SP embedding forks a CUDA RNG state else)
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if hidden is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
     for p in procs:
         p.join(timeout=300)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
