@@ -61,7 +61,12 @@ from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 _LIST_COLUMNS = {"input_ids": "list<int32> token ids",
                  "loss_mask": "list<uint8> 1 = token is a target; null row: every token is"}
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
-_CHUNK_CHARS = 1 << 20    # rendered characters per encode_batch call
+# Rendered characters per encode_batch call. A chunk's Encodings (ids, type ids, per-token
+# strings, offsets, words, masks: ~100 bytes a token) and encode_batch's scratch live in
+# glibc's arenas, which keep their high-water mark: at 1 Mi characters the in-flight chunks
+# held up to ~190 MiB of heap and the arenas crept up as the run went on (issue 23 class 8,
+# BENCHMARKS.md "Raw chat pack: peak RSS"). A quarter of that keeps the peak low and flat.
+_CHUNK_CHARS = 1 << 18
 
 
 def default_cache_dir() -> str:
