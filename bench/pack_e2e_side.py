@@ -179,6 +179,7 @@ def main() -> None:
         return
     print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
     for n in a.sizes:
+        make_input(n, a.work)  # here, not in a timed child: its ru_maxrss would hold the generated table
         for kind in ["warm"] + list(a.cases) * a.repeat:
             load0, spawned = os.getloadavg(), time.time()
             p = subprocess.run([sys.executable, __file__, "--case", f"{kind}:{n}", "--work", a.work],
