@@ -74,3 +74,35 @@ def s3(s3_endpoint, monkeypatch, request):
     import boto3  # comes with moto; pyarrow honours AWS_ENDPOINT_URL only through from_uri
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     return f"s3://{bucket}"
+
+
+# ---- one local Ray for the tests that need one (tests/engines/, the CLI's Ray cases)
+
+_LOCAL_RAY = {"up": False}
+LOCAL_RAY_GROUP = pytest.mark.xdist_group("local_ray")  # its tests on one xdist worker, in a run
+
+
+@pytest.fixture
+def local_ray():
+    """A local Ray (2 CPUs), started by the first test that asks and kept up while the next
+    tests ask too (a start costs ~10 s on 2 cores); shut down after the last of a run of them
+    (pytest_runtest_teardown), so no idle Ray sits beside other tests. Its tests carry
+    LOCAL_RAY_GROUP, so under xdist one worker runs them in a row."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
+    from packtool.engines.ray_engine import init_ray
+    if not ray.is_initialized():
+        init_ray(num_cpus=2)
+    _LOCAL_RAY["up"] = True
+    return ray
+
+
+def _wants_local_ray(item) -> bool:
+    return "local_ray" in getattr(item, "fixturenames", ()) or any(
+        m.args == ("local_ray",) for m in item.iter_markers("xdist_group"))
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _LOCAL_RAY["up"] and (nextitem is None or not _wants_local_ray(nextitem)):
+        import ray
+        ray.shutdown()
+        _LOCAL_RAY["up"] = False

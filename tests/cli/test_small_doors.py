@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from conftest import LOCAL_RAY_GROUP
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -77,17 +78,11 @@ def test_library_split_on_a_dataset_folder(proj):
 @pytest.fixture
 def engine(request):
     if request.param == "ray":
-        pytest.importorskip("ray", reason="the ray extra is not installed")
-        from packtool.engines.ray_engine import init_ray
-        init_ray(num_cpus=2)
-        yield "ray"
-        import ray
-        ray.shutdown()
-    else:
-        yield request.param
+        request.getfixturevalue("local_ray")  # tests/conftest.py: one Ray with tests/engines/
+    return request.param
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"], indirect=True)
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=LOCAL_RAY_GROUP)], indirect=True)
 def test_overflow_error_stops_at_the_first_long_row(proj, engine):
     # long.jsonl: row 3 is too long; rows later, past several tokenize batches (Ray hands a
     # task the whole file as one block), one holds an id out of range: a run that tokenized

@@ -10,10 +10,10 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
-from conftest import GPT2, GSM8K, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
+from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
+from packtool.engines.ray_engine import pack_ray  # noqa: E402
 from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
 from packtool.errors import PacktoolError, PacktoolInputError  # noqa: E402
 from packtool.packing import pack  # noqa: E402
@@ -28,11 +28,7 @@ ALIGN = Alignment(tp=2, cp=2, fp8="blockwise", capacity=2048)
 SHARD = 100_000  # tokens per shard: several shards, so several write tasks
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    init_ray(num_cpus=2)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.usefixtures("local_ray"), LOCAL_RAY_GROUP]  # one Ray with tests/conftest.py's other users
 
 
 def _same_files(a: str, b: str) -> None:

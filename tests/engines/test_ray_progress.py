@@ -8,21 +8,17 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
-from conftest import GPT2, GSM8K  # noqa: E402
+from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP  # noqa: E402
 
 import packtool.engines.ray_cache as ray_cache  # noqa: E402
 import packtool.engines.ray_write as ray_write  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
-from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
+from packtool.engines.ray_engine import pack_ray  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    init_ray(num_cpus=2)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.usefixtures("local_ray"), LOCAL_RAY_GROUP]  # one Ray with tests/conftest.py's other users
 
 
 def test_ray_pack_shows_packtool_bars_to_their_totals(tmp_path, monkeypatch):
