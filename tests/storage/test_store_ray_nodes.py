@@ -218,7 +218,7 @@ def _instant(rng: random.Random, points: list):
         t0 = time.time()
         while running() and state() in (before, frozenset()):
             assert time.time() - t0 < 300, f"no '{name}' after 300 s"
-            time.sleep(0.02)
+            time.sleep(0.05)  # a listing of the in-process endpoint each time
         time.sleep(delay)
         kill()
         return f"{name} + {delay:.2f} s (at {time.time() - t0:.1f} s)"
