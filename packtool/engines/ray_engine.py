@@ -38,7 +38,7 @@ from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
-from packtool.storage import is_uri
+from packtool.storage import is_uri, locate
 from packtool.tokenize.pipeline import resolve_cache
 
 
@@ -167,6 +167,8 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     if tokenize is None:
         raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if is_uri(cache_dir):  # a URI packtool refuses (scheme, user:password@) is said before Ray starts
+        locate(cache_dir)
     with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if is_uri(cache_dir) else None) as out:
         return as_given(_pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,

@@ -145,6 +145,11 @@ def test_cli_to_and_from_the_store_prints_and_writes_no_secret(s3, tmp_path, cac
         assert secret not in everything
 
 
+def _ray_up() -> bool:
+    import sys
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
 @pytest.mark.parametrize("args,pattern", [
     (["-o", "ftp://host/out"], "ftp:// is not supported"),
     (["-o", "s3://KEYID:hunter2@bucket/out"], "user:password@ is refused"),
@@ -153,8 +158,10 @@ def test_cli_to_and_from_the_store_prints_and_writes_no_secret(s3, tmp_path, cac
 ])
 def test_what_is_not_supported_is_one_line(tmp_path, args, pattern):
     args = [a.replace("OUT", str(tmp_path / "o")) for a in args]
+    ray_up = _ray_up()
     r = CliRunner().invoke(app, ["pack", PEPS, "--tokenizer", GPT2, "--no-progress", *args])
     assert r.exit_code == 2, r.output
+    assert ray_up or not _ray_up(), "Ray was started for a run refused by its arguments"
     import re
     assert re.search(pattern, " ".join(r.output.split())), r.output
     assert "hunter2" not in r.output and not os.path.exists("s3:") and not os.path.exists("ftp:")
