@@ -100,7 +100,10 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
             compare_side_source(vals, c, store, index[ci], pos, src_row, src_off, length, row_of, ids_off,
                                 seg_in_row, row0, where, log)
         rows_ok = np.repeat(ok_rows, T)
-        off_fill = ~real & rows_ok & (vals != np.asarray(c.fill, vals.dtype)).any(axis=1)
+        # bit for bit, as the writer puts the fill: -0.0 (or a NaN) on a pad is not the fill 0.0
+        isz = f"i{vals.dtype.itemsize}"
+        bits = np.ascontiguousarray(vals).view(isz)
+        off_fill = ~real & rows_ok & (bits != np.asarray(c.fill, vals.dtype).view(isz)).any(axis=1)
         hit = np.flatnonzero(off_fill)
         for p in hit[np.flatnonzero(np.diff(np.concatenate(([-1], row_of[hit]))))][:20]:
             r = int(row_of[p])

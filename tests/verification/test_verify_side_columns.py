@@ -147,6 +147,9 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
     if case == "side_fill_float":
         lp[r][pad] = 0.5
         return _set(t, "lp", lp)
+    if case == "side_fill_negative_zero":  # equal to the fill 0.0, not its bits
+        lp[r][pad] = -0.0
+        return _set(t, "lp", lp)
     if case == "side_fill_rows":
         sup[r][pad] = [3] + [-1] * (K - 1)
         return _set(t, "sup", sup)
@@ -173,7 +176,8 @@ def _plant(t: pa.Table, case: str) -> pa.Table:
 
 
 CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
-         "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_rows": "side_fill",
+         "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_negative_zero": "side_fill",
+         "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
          "support_negative": "side_support", "support_empty_on_loss": "side_support",
          "side_nonfinite": "side_nonfinite", "missing": "schema",
