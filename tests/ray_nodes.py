@@ -227,8 +227,12 @@ class TwoNodes:
 
     def start(self, timeout: float = 90) -> "TwoNodes":
         self._start(self.head, "--head", "--port", str(self.port), "--include-dashboard", "false", "--no-monitor")
+        # at once, not once the GCS answers: `ray start --address` retries its first connect
+        # for ~20 s while the head comes up (both import Ray meanwhile); wait_nodes starts
+        # it again if it gave up
+        self.start_second()
         t0 = time.time()
-        while True:  # the GCS takes connections: the second node may join
+        while True:  # the GCS takes connections
             if self.head.proc.poll() is not None:
                 raise RuntimeError(f"ray head exited: {self.log('head')}")
             try:
@@ -238,7 +242,6 @@ class TwoNodes:
                 if time.time() - t0 > timeout:
                     raise RuntimeError(f"ray head did not start: {self.log('head')}") from None
                 time.sleep(0.2)
-        self.start_second()
         return self
 
     def log(self, name: str) -> str:
@@ -251,8 +254,11 @@ class TwoNodes:
     def wait_nodes(self, n: int, timeout: float = 90) -> None:
         """With the caller connected (ray.init): until `n` nodes are alive."""
         import ray
-        t0 = time.time()
+        t0, again = time.time(), n > 1
         while sum(1 for x in ray.nodes() if x["Alive"]) < n:
+            if again and self.second.proc.poll() is not None:  # it gave up before the GCS was up
+                again = False
+                self.start_second()
             if time.time() - t0 > timeout:
                 raise RuntimeError(f"{n} ray nodes not alive after {timeout} s: {self.log('second')}")
             time.sleep(0.2)
