@@ -1,7 +1,7 @@
 """`tokenize_to_cache`: inputs + TokenizeConfig -> a TokenizedCache (reused when it exists).
 
 Work split over the cores: the main thread reads and renders (Python, holds the GIL) and cuts
-each rendered batch into chunks of about a million characters; encode threads run
+each rendered batch into chunks of about 256 Ki characters; encode threads run
 `encode_batch` on a chunk (Rust, GIL released, parallel over all cores) and turn its
 Encodings into flat ids + loss masks; two writer threads (tokenize/sink.py) append finished
 chunks, in row order, to the Parquet parts and to the flat token store that `pack` gathers
@@ -63,9 +63,9 @@ _LIST_COLUMNS = {"input_ids": "list<int32> token ids",
 _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch uses every core)
 # Rendered characters per encode_batch call. A chunk's Encodings (ids, type ids, per-token
 # strings, offsets, words, masks: ~100 bytes a token) and encode_batch's scratch live in
-# glibc's arenas, which keep their high-water mark: at 1 Mi characters the in-flight chunks
-# held up to ~190 MiB of heap and the arenas crept up as the run went on (issue 23 class 8,
-# BENCHMARKS.md "Raw chat pack: peak RSS"). A quarter of that keeps the peak low and flat.
+# glibc's arenas, which keep their high-water mark: at 1 Mi characters (with the earlier
+# ThreadPoolExecutor) the in-flight chunks held up to ~190 MiB of heap, 98-115 MiB at 256 Ki
+# (issue 23 class 8, BENCHMARKS.md "Raw chat pack: peak RSS"). The bound holds whatever the pool.
 _CHUNK_CHARS = 1 << 18
 
 
