@@ -183,13 +183,19 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_support_is_an_error_naming_the_token(case):
+def _bad_inputs(case: str):
+    """The inputs with BAD[case]'s corruption planted (tokens 5 and 9 sample their first candidate)."""
     h, w, samp, sup, _ = _inputs()
     samp = samp.clone()
     samp[5] = sup[5, 0]
     samp[9] = sup[9, 0]
     BAD[case][0](sup, samp)
+    return h, w, samp, sup
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_support_is_an_error_naming_the_token(case):
+    h, w, samp, sup = _bad_inputs(case)
     with pytest.raises(ValueError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup, impl="torch")
 
@@ -210,11 +216,7 @@ def test_repeated_id_is_found_after_choosing_the_path(path):
 @pytest.mark.parametrize("case", sorted(set(BAD) - {"duplicate"}))
 def test_bad_support_through_the_triton_checks_names_the_same_token(case):
     # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message
-    h, w, samp, sup, _ = _inputs()
-    samp = samp.clone()
-    samp[5] = sup[5, 0]
-    samp[9] = sup[9, 0]
-    BAD[case][0](sup, samp)
+    h, w, samp, sup = _bad_inputs(case)
     with pytest.raises(ValueError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup)
 
