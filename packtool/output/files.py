@@ -190,7 +190,12 @@ def sweep_temps(p: str) -> int:
     return n
 
 
-def open_exclusive(path: str, mode: int = 0o644) -> int:
+# A new file's mode before the umask, as open() and touch use: with umask 002 a team's group may
+# write what packtool made, as it may every other file there (0o644 ignored such a umask)
+NEW_FILE_MODE = 0o666
+
+
+def open_exclusive(path: str, mode: int = NEW_FILE_MODE) -> int:
     """A new file, never an existing one nor through a link (O_CREAT|O_EXCL|O_NOFOLLOW)."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
@@ -258,7 +263,7 @@ def open_append(path: str | os.PathLike, flag: str) -> IO:
                                   flag=flag)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, 0o644)
+                     | os.O_CLOEXEC, NEW_FILE_MODE)
     except OSError as e:
         why = "is a symbolic link; packtool never writes through one" if e.errno == errno.ELOOP else \
             f"cannot be written ({e.strerror})"
@@ -283,7 +288,7 @@ def open_lock(path: str, shown: str, flag: str = "--output") -> int:
     file of this user, one link, holding a pid). Anything else is refused, never truncated."""
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, NEW_FILE_MODE)
     except FileExistsError:
         pass
     try:

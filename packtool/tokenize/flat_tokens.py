@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.output.files import make_temp_dir
+from packtool.output.files import NEW_FILE_MODE, make_temp_dir
 from packtool.tokenize.cache import (
     CHECKSUM_ALG,
     FLAT_DIR,
@@ -200,7 +200,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tmp = make_temp_dir(os.path.dirname(directory), f"{os.path.basename(directory)}.tmp-{os.getpid()}-")
-    fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, NEW_FILE_MODE)
     try:
         os.ftruncate(fi, int(offsets[-1]) * 4)
 

@@ -42,7 +42,7 @@ def _modes(root: str) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077])
+@pytest.mark.parametrize("mask", [0o002, 0o022, 0o027, 0o077])
 def test_a_built_entry_honours_the_umask(tmp_path, umask, mask):
     umask(mask)
     seen = []
@@ -76,3 +76,19 @@ def test_a_pulled_entry_honours_the_umask(s3, tmp_path, umask, monkeypatch):
     cache = tokenize_to_cache([src], CFG, store, progress=False)
     assert cache.root.startswith(str(tmp_path / "b"))
     assert stat.S_IMODE(os.stat(cache.root).st_mode) == 0o750
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o027])
+def test_a_packed_output_honours_the_umask(tmp_path, umask, mask):
+    # every file pack writes (slabs, manifest through the exclusive create, lock) has 0666 less
+    # the umask, like touch: with umask 002 the manifest was 0644 beside group-writable slabs
+    from packtool.align import Alignment
+    from packtool.packing import pack
+    from packtool.planning.core import PackingConfig
+    umask(mask)
+    out = tmp_path / "out"
+    pack([_input(tmp_path)], Alignment(capacity=16), PackingConfig("bfd"), CFG, str(out),
+         cache_dir=str(tmp_path / "cache"))
+    files = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
+    assert ".manifest.json" in files and any(n.endswith(".parquet") for n in files), files
+    assert set(files.values()) == {0o666 & ~mask}, files
