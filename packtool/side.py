@@ -172,7 +172,10 @@ def nonfinite(values: np.ndarray) -> tuple[int, int]:
     them (pack keeps values as read), but every stage counts them where the user looks: a NaN
     log-prob makes a PPO loss NaN. A sum first, one vectorized pass without a temporary;
     counted only when it is not finite."""
-    if values.dtype.kind != "f" or not values.size or np.isfinite(values.sum()):
+    if values.dtype.kind != "f" or not values.size:
         return 0, 0
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf or an overflowing sum: counted below
+        if np.isfinite(values.sum()):
+            return 0, 0
     nan = int(np.count_nonzero(np.isnan(values)))
     return nan, int(np.count_nonzero(~np.isfinite(values))) - nan

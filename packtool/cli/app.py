@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, fail, guarded, interrupted, reader_left,
                                   reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
+from packtool.errors import PacktoolInputError
 
 
 class _Commands(TyperGroup):
@@ -145,8 +146,15 @@ def plan(
         print_plan_summary(summary, stdout_console())
 
 
-def _csv(text: str | None) -> tuple[str, ...]:
-    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+def _csv(text: str | None, flag: str) -> tuple[str, ...]:
+    """NAME[,NAME...]; an empty entry (`""` from an unset shell variable, a trailing comma) is
+    refused: dropping it would pack without the column the user meant to keep."""
+    if text is None:
+        return ()
+    names = tuple(x.strip() for x in text.split(","))
+    if not all(names):
+        raise PacktoolInputError(f"{flag} {text!r} has an empty name; give NAME[,NAME...]", flag=flag)
+    return names
 
 
 def _unescape(text: str | None) -> str | None:
@@ -195,7 +203,8 @@ def pack(
                              response_field=response_field, text_field=text_field,
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error",
                              prompt_separator=_unescape(prompt_separator),
-                             side_columns=_csv(side_columns), support_columns=_csv(support_columns))
+                             side_columns=_csv(side_columns, "--side-columns"),
+                             support_columns=_csv(support_columns, "--support-columns"))
         if workers is not None and workers < 1:
             raise ValueError(f"--workers must be >= 1, got {workers} (leave it out for one per core)")
         if engine not in ("local", "ray"):

@@ -91,3 +91,32 @@ def test_a_clean_float_column_records_zero(tmp_path):
     assert r.exit_code == 0, r.stdout + r.stderr
     stats = json.load(open(tmp_path / "out" / ".manifest.json"))["stats"]
     assert stats["side_nan"] == {"lp": 0} and stats["side_inf"] == {"lp": 0}
+
+
+@pytest.mark.parametrize("flag,value", [("--side-columns", ""), ("--side-columns", "lp,"),
+                                        ("--support-columns", ",sup"), ("--support-columns", "sup,,x")])
+def test_an_empty_side_column_name_is_refused_naming_the_flag(tmp_path, flag, value):
+    # an unset shell variable or a stray comma used to pack without the column, exit 0
+    src = _write(tmp_path / "in.parquet", LP, SUP)
+    r = runner.invoke(app, ["pack", src, "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"),
+                            "-C", "64", "-q", flag, value])
+    assert r.exit_code == 2, r.stdout + r.stderr
+    err = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+    assert len(err) == 1 and flag in err[0] and "empty name" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("values", [[float("nan"), 1.0], [float("inf"), -float("inf")], [3e38, 3e38]])
+def test_counting_nonfinite_values_warns_nothing(values):
+    # NaN, inf - inf and an overflowing float32 sum: numpy's RuntimeWarning reached the user's
+    # stderr (and failed the run under -W error)
+    import warnings
+
+    import numpy as np
+
+    from packtool.side import nonfinite
+    v = np.asarray(values, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = nonfinite(v)
+    assert got == (int(np.isnan(v).sum()), int(np.isinf(v).sum()))
