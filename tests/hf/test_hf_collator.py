@@ -96,12 +96,16 @@ def test_labels_follow_the_slab_loss_mask(slabs):
     assert pads > 0 and int((kp["input_ids"][0] == pad_id).sum()) >= pads
 
 
-def _check_equivalence(model, batch, with_grads: bool, bounds=None, max_segments=None, call_kw=None):
-    """Each segment's summed loss (and its gradient) vs the segment run alone."""
+def _check_equivalence(model, batch, with_grads: bool, bounds=None, max_segments=None, call_kw=None,
+                       alone_impl=None):
+    """Each segment's summed loss (and its gradient) vs the segment run alone (through
+    `alone_impl`'s attention when given: any exact attention scores a lone sequence alike)."""
     params = [p for p in model.parameters() if p.requires_grad]
     kw = {k: v for k, v in batch.items() if k != "labels"}  # use_cache=False included
     call_kw = call_kw or {}
     tok = per_token_loss(model(**kw, **call_kw).logits, batch["labels"])
+    if alone_impl:  # transformers reads the implementation from the config at each forward
+        model.config._attn_implementation = alone_impl
     diffs = []
     for k, (s, e) in enumerate((bounds or segments(batch))[:max_segments]):
         alone = per_token_loss(model(input_ids=batch["input_ids"][:, s:e], **call_kw).logits,
@@ -148,15 +152,21 @@ def test_packed_losses_and_grads_equal_each_sequence_alone(slabs, impl, device, 
         # compiled backward that donates its buffers refuses (torch 2.11, H200)
         import torch._functorch.config as fc
         monkeypatch.setattr(fc, "donated_buffer", False)
-    model = _model_or_skip(impl, device)
+    # flex on CPU compiles per shape (minutes in a fresh CI): no separate probe call there
+    model = tiny_llama(impl) if impl == "flex_attention" and device == "cpu" else _model_or_skip(impl, device)
     ds = SlabDataset(slabs)
     # positions alone where this transformers isolates segments by them, else the 4D mask
     batch = SlabCollator(mask_4d=needs_4d_mask(model))([ds[i] for i in range(3)])  # 3 slabs, [1, T]
     batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
     assert len(segments(batch)) >= 6
     if impl == "flex_attention" and device == "cpu":  # no FlexAttention backward on CPU: losses
-        with torch.no_grad():  # only, and a few segments (each new length compiles a block mask)
-            _check_equivalence(model, batch, with_grads=False, max_segments=4)
+        with torch.no_grad():  # only; each segment alone through sdpa, as every new length would
+            try:  # compile flex again (the packed forward is the one flex compile)
+                _check_equivalence(model, batch, with_grads=False, max_segments=4, alone_impl="sdpa")
+            except (RuntimeError, NotImplementedError) as e:  # torch._dynamo/inductor cannot run here
+                if "flex" not in repr(e).lower() and "inductor" not in repr(e).lower():
+                    raise
+                pytest.skip(f"flex_attention does not run here: {type(e).__name__}: {e}")
         return
     _check_equivalence(model, batch, with_grads=True, max_segments=6 if impl == "flex_attention" else None,
                        call_kw=_call_kw(impl, device))
