@@ -94,9 +94,9 @@ def det(ks, variants, rounds, reps):
         g = torch.Generator(device="cuda").manual_seed(k)
         h = torch.randn(N, HDIM, generator=g, device="cuda").bfloat16()
         _, sup = make_support(N, V, k, g)
-        local = sup.contiguous()
+        local = (sup.contiguous(), 0, V)  # cands: (ids, start, v_local)
         # what the dW kernels recompute g from (support_kernels.grad_stats): logits, row stats
-        z = torch.randn(N, k, generator=g, device="cuda").masked_fill(local < 0, float("-inf"))
+        z = torch.randn(N, k, generator=g, device="cuda").masked_fill(sup < 0, float("-inf"))
         lse = torch.logsumexp(z, 1).nan_to_num(neginf=0.0)
         ab = torch.randn(2, N, generator=g, device="cuda")
         grad = SK.grad_stats(z, lse, torch.zeros_like(lse), ab[0], ab[1],
@@ -141,16 +141,16 @@ def fwd(ks, rounds, reps):
         fns = methods(h, w, samp, sup, up, ["dense", "auto", "full_fused"])
         rows_ = check_support(samp, sup, V, 0, V)
         hd = h.detach()
-        z = SL.support_torch.logits_dense(hd, w.detach(), rows_.local, 1 / 0.9)
+        z = SL.support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9)
         parts = {
             "check_support": lambda: check_support(samp, sup, V, 0, V),
             "row_sort_only": lambda: sup.sort(dim=1),
-            "logits_dense": lambda: SL.support_torch.logits_dense(hd, w.detach(), rows_.local, 1 / 0.9),
+            "logits_dense": lambda: SL.support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9),
             "stats_merge": lambda: SL._merge(*SL._stats(z, rows_.pos), None),
         }
         parts["dense_logits_stats"] = lambda: SK.dense_logits_stats(
-            hd, w.detach(), rows_.local, rows_.pos, 1 / 0.9, False)
-        parts["named_union"] = lambda: SL._union(rows_.local, V, True)
+            hd, w.detach(), rows_.cands, rows_.pos, 1 / 0.9, False)
+        parts["named_union"] = lambda: SL._union(rows_.cands, True)
         for m, f in fns.items():
             parts["whole_" + m] = (lambda f=f: f(False))
         with torch.no_grad():

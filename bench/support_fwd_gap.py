@@ -7,6 +7,7 @@ GPU. Per shape (N, H, V_local, K_local), interleaved rounds, median (min-max) of
   gemm          the chunked GEMMs into the [C, V] buffer alone
   gemm_rowstats the full head's GEMM + row-statistics kernel per chunk (no Python around it)
   dls_dup / dls_nodup   the dense path's GEMM + buffer kernel, with / without the repeated-id marks
+  dls_dup_barriers      dls_dup with a barrier between each block's reads and marks (before 2026-12-02)
 
 then one profiled call of auto and of the full head: every GPU kernel's time, the GPU's idle gaps
 between kernels (> 3 us, with the kernels on either side) and before the first one.
@@ -53,6 +54,15 @@ def _ms(fn, reps):
         torch.cuda.synchronize()
         out.append(s.elapsed_time(e))
     return sorted(out)[len(out) // 2]
+
+
+def _with_sync(fn):
+    """fn with the buffer kernel's barrier at every block (support_kernels.BUFFER_SYNC: as before)."""
+    SK.BUFFER_SYNC = True
+    try:
+        return fn()
+    finally:
+        SK.BUFFER_SYNC = False
 
 
 def _profile(fn, path):
@@ -105,9 +115,11 @@ def shape(n, hdim, vl, kl, rounds, reps):
         "checks": lambda: check_support(samp, sup, vl, 0, vl, use_triton=True, sort_dups=False, probe_rows=probe),
         "gemm": gemm,
         "gemm_rowstats": lambda: gemm(lambda x, s: row_stats.row_stats_triton(x, t_local[s:s + x.shape[0]], 1 / 0.9)),
-        "dls_dup": lambda: SK.dense_logits_stats(hd, wd, rows_.local, rows_.pos, 1 / 0.9, False,
+        "dls_dup": lambda: SK.dense_logits_stats(hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False,
                                                  torch.zeros(n, dtype=torch.int32, device="cuda")),
-        "dls_nodup": lambda: SK.dense_logits_stats(hd, wd, rows_.local, rows_.pos, 1 / 0.9, False),
+        "dls_dup_barriers": lambda: _with_sync(lambda: SK.dense_logits_stats(
+            hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False, torch.zeros(n, dtype=torch.int32, device="cuda"))),
+        "dls_nodup": lambda: SK.dense_logits_stats(hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False),
     }
     res = {m: [] for m in parts}
     with torch.no_grad():

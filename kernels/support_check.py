@@ -5,6 +5,11 @@ token: the sampled id exactly once, distinct ids, `-1` padding only at the end. 
 entry is -1 holds no support (prompt, masked or pad tokens): it is invalid and scores 0. Every
 check runs on the device and the verdicts come back in one host sync; the first bad token is
 named in a one-line ValueError, as `chunking.find_active_rows` does for the full-vocab head.
+
+The rows are kept as the caller gave them (int32 or int64, every TP rank the same tensor): a
+candidate's weight row on this rank is id - start, owned while it lies in [0, v_local). Every
+Triton kernel computes that itself, so no [N, K] copy of the ids exists; the torch paths make the
+local ids per chunk of rows (`local_ids`).
 """
 
 from __future__ import annotations
@@ -18,12 +23,30 @@ PAD = -1
 
 @dataclass(frozen=True)
 class SupportRows:
-    local: torch.Tensor  # int32 [N, K]: this rank's weight row of each candidate, -1: padding/not ours
+    ids: torch.Tensor  # [N, K] int32 / int64: the support rows as given (or local ids, start 0)
+    start: int  # ids - start: this rank's weight row; owned while in [0, v_local)
+    v_local: int
     pos: torch.Tensor  # int64 [N]: column of the sampled id in its row (0 on invalid rows)
     valid: torch.Tensor  # bool [N]: the row holds a support
     owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
     dups_checked: bool = True  # False: distinct ids are left to the caller (see check_support)
     prefix_named: int | None = None  # weight rows the first probe_rows rows name (if probed)
+
+    @property
+    def cands(self) -> tuple:
+        """(ids, start, v_local): what every kernel and torch op takes the candidates as."""
+        return self.ids, self.start, self.v_local
+
+    def local_ids(self, rows: slice = slice(None)) -> torch.Tensor:
+        """int32 [R, K]: this rank's weight row of each candidate of these rows, -1 for padding
+        and other ranks' ids (a copy: the torch paths take it per chunk of rows)."""
+        return local_ids(self.ids[rows], self.start, self.v_local)
+
+
+def local_ids(ids: torch.Tensor, start: int, v_local: int) -> torch.Tensor:
+    loc = ids - start
+    own = (ids >= 0) & (loc >= 0) & (loc < v_local)
+    return torch.where(own, loc, torch.full_like(loc, PAD)).to(torch.int32)
 
 
 def _first(flags: torch.Tensor) -> tuple[int, int]:
@@ -47,14 +70,16 @@ def check_support(
         from kernels.support_rows import NAMED, OWN, check_rows
 
         t = sampled.to(support.dtype)
-        local, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local,
+        ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local,
                                         probe_rows)
         if sort_dups:
             counts = torch.cat([counts, repeated_ids(support).any().reshape(1).to(counts.dtype)])
+        valid = support[:, 0] >= 0  # launched before the sync: after it the GPU waits on the host
         counts = counts.tolist()  # the one host sync
         if any(counts[NAMED + 1:]):  # a verdict: the torch checks name the first bad token
             return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
-        return SupportRows(local=local, pos=pos, valid=support[:, 0] >= 0, owned=counts[OWN],
+        return SupportRows(ids=ids, start=int(vocab_start), v_local=int(vocab_local), pos=pos,
+                           valid=valid, owned=counts[OWN],
                            dups_checked=sort_dups,
                            prefix_named=counts[NAMED] if probe_rows else None)
     return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
@@ -111,7 +136,7 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
                          "the sampler's candidates for it or mask it out; no full-vocabulary fallback")
     pos = match.to(torch.int8).argmax(1)
     local = torch.where(own, local, torch.full_like(local, PAD)).to(torch.int32).contiguous()
-    return SupportRows(local=local, pos=pos, valid=valid, owned=int(flags[5]))
+    return SupportRows(ids=local, start=0, v_local=int(vocab_local), pos=pos, valid=valid, owned=int(flags[5]))
 
 
 def raise_repeated(support: torch.Tensor, dup: torch.Tensor | None = None) -> None:

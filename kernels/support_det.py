@@ -150,15 +150,19 @@ _LIGHT = LazyJit(_light_kernel)
 _HEAVY = LazyJit(_heavy_kernel)
 
 
-def sorted_pairs(local: torch.Tensor, v: int):
-    """(ids sorted, padding last as key v; the pair index of each; segment starts [S + 2]; S).
+def sorted_pairs(cands, v: int):
+    """(local ids sorted, padding and other ranks' ids last as key v; the pair index of each;
+    segment starts [S + 2]; S) of cands = (ids [N, K], start, v_local = v).
 
     All on the device: segment i is [starts[i], starts[i + 1]); S = min(v + 1, P) bounds the
     segment count (the padding key is one of them), and starts[i] = P past the last segment.
     """
-    flat = local.reshape(-1)
-    p, dev = flat.numel(), local.device
-    key = torch.where(flat >= 0, flat, torch.full_like(flat, v))
+    ids, start, _ = cands
+    flat = ids.reshape(-1)
+    p, dev = flat.numel(), ids.device
+    loc = flat - start
+    key = torch.where((flat >= 0) & (loc >= 0) & (loc < v), loc, v).to(torch.int32)
+    del loc
     key, perm = torch.sort(key, stable=True)  # stable: one pair order, every run
     new = torch.ones(p, dtype=torch.bool, device=dev)
     torch.ne(key[1:], key[:-1], out=new[1:])
@@ -170,17 +174,18 @@ def sorted_pairs(local: torch.Tensor, v: int):
     return key, perm, starts, n_seg
 
 
-def grad_weight_sorted_(dw32, gs, hidden, local) -> None:
-    """dw32 [V_local, H] += the scatter-add of g[n, k] h_n over local's ids, in a fixed order; g
-    recomputed per pair from gs = (z, rs, pos, inv_temp) (support_kernels.grad_stats)."""
+def grad_weight_sorted_(dw32, gs, hidden, cands) -> None:
+    """dw32 [V_local, H] += the scatter-add of g[n, k] h_n over the local ids of cands = (ids,
+    start, v_local), in a fixed order; g recomputed per pair from gs = (z, rs, pos, inv_temp)
+    (support_kernels.grad_stats)."""
     z, rs, pos, inv_temp = gs
-    n, k = local.shape
+    n, k = cands[0].shape
     p, v, h = n * k, dw32.shape[0], hidden.shape[1]
     if p == 0:
         return
-    key, perm, starts, n_seg = sorted_pairs(local, v)
-    n_heavy = torch.zeros(1, dtype=torch.int32, device=local.device)
-    heavy = torch.empty(p // (LIGHT_MAX + 1) + 1, dtype=torch.int32, device=local.device)
+    key, perm, starts, n_seg = sorted_pairs(cands, v)
+    n_heavy = torch.zeros(1, dtype=torch.int32, device=hidden.device)
+    heavy = torch.empty(p // (LIGHT_MAX + 1) + 1, dtype=torch.int32, device=hidden.device)
     # the interpreter's static trip count: the longest segment (a host sync, there only)
     longest = int((starts[1:] - starts[:-1]).max()) if interpreting() else 0
     _LIGHT[(triton.cdiv(n_seg, BLOCK_S), triton.cdiv(h, LIGHT_BLOCK_H))](

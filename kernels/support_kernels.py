@@ -1,7 +1,9 @@
 """The gather-GEMV kernels of sample-support scoring (Triton); kernels/support_torch.py holds the
 same three operations in torch.
 
-Per token n with candidate weight rows c = local[n, k] (-1: padding or another rank's id):
+Per token n with candidate weight rows c = ids[n, k] - start (the support rows as the caller gave
+them, int32 or int64; c outside [0, V_local), or a -1 id: padding or another rank's id, and no
+[N, K] local copy is made):
     logits       z[n, k]  = <h_n, W_c> * inv_temp                  (fp32, -inf where c = -1)
     grad hidden  dh[n]    = sum_k g[n, k] W_c                         one program per token block
     grad weight  dW[c]   += sum_{(n, k): local = c} g[n, k] h_n       scatter-add into fp32
@@ -30,14 +32,15 @@ BLOCK_K = 16  # candidates per tile (tl.sum needs no 16-minimum, but 16 fills a 
 BLOCK_H = 128
 
 
-def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K,
+def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K, start, v_local,
                    H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     kmask = ks < K
     ids = tl.load(ids_ptr + row * K + ks, mask=kmask, other=-1)
-    own = ids >= 0
-    w_rows = w_ptr + tl.where(own, ids, 0).to(tl.int64)[:, None] * stride_w
+    loc = ids - start  # this rank's weight row (inlined in every kernel: see kernels/_triton.py)
+    own = (ids >= 0) & (loc >= 0) & (loc < v_local)
+    w_rows = w_ptr + tl.where(own, loc, 0).to(tl.int64)[:, None] * stride_w
     acc = tl.zeros([BLOCK_K, BLOCK_H], dtype=tl.float32)
     for hs in range(0, H, BLOCK_H):
         ho = hs + tl.arange(0, BLOCK_H)
@@ -51,7 +54,7 @@ def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K
 
 
 def _grad_hidden_kernel(z_ptr, rs_ptr, pos_ptr, w_ptr, ids_ptr, dh_ptr, inv_temp, stride_w, stride_dh, K,
-                        K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+                        start, v_local, K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     hm = ho < H
@@ -63,12 +66,13 @@ def _grad_hidden_kernel(z_ptr, rs_ptr, pos_ptr, w_ptr, ids_ptr, dh_ptr, inv_temp
         ks = k0 + tl.arange(0, BLOCK_K)
         kmask = ks < K
         ids = tl.load(ids_ptr + row * K + ks, mask=kmask, other=-1)
-        own = ids >= 0
+        loc = ids - start
+        own = (ids >= 0) & (loc >= 0) & (loc < v_local)
         # g recomputed from the saved logits (GRAD_DOC): no [N, K] gradient is kept
         lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
         p = tl.where(own, tl.exp(lp), 0.0)
         g = (tl.where(own & (ks == pos), a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
-        w_rows = w_ptr + tl.where(own, ids, 0).to(tl.int64)[:, None] * stride_w
+        w_rows = w_ptr + tl.where(own, loc, 0).to(tl.int64)[:, None] * stride_w
         w = tl.load(w_rows + ho[None, :], mask=own[:, None] & hm[None, :], other=0.0)
         acc += g[:, None] * w.to(tl.float32)
     dh = tl.sum(acc, axis=0)
@@ -76,7 +80,7 @@ def _grad_hidden_kernel(z_ptr, rs_ptr, pos_ptr, w_ptr, ids_ptr, dh_ptr, inv_temp
 
 
 def _grad_weight_atomic_kernel(z_ptr, rs_ptr, pos_ptr, h_ptr, ids_ptr, dw_ptr, inv_temp, stride_h, K,
-                               K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr,
+                               start, v_local, K_PAD: tl.constexpr, H: tl.constexpr, BLOCK_K: tl.constexpr,
                                BLOCK_H: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     ho = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -89,11 +93,12 @@ def _grad_weight_atomic_kernel(z_ptr, rs_ptr, pos_ptr, h_ptr, ids_ptr, dw_ptr, i
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
-        own = ids >= 0
+        loc = ids - start
+        own = (ids >= 0) & (loc >= 0) & (loc < v_local)
         lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
         p = tl.where(own, tl.exp(lp), 0.0)
         g = (tl.where(own & (ks == pos), a, 0.0) - p * (a + b * (lp + ent))) * inv_temp
-        dst = dw_ptr + tl.where(own, ids, 0).to(tl.int64)[:, None] * H + ho[None, :]
+        dst = dw_ptr + tl.where(own, loc, 0).to(tl.int64)[:, None] * H + ho[None, :]
         tl.atomic_add(dst, g[:, None] * h[None, :], mask=own[:, None] & hm[None, :])
 
 
@@ -112,38 +117,43 @@ def _contig_rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def logits_triton(hidden, weight, local, inv_temp: float) -> torch.Tensor:
-    check_device(hidden, weight, local)
+def logits_triton(hidden, weight, cands, inv_temp: float) -> torch.Tensor:
+    """z [N, K] fp32 of cands = (ids [N, K], start, v_local): the support rows and this rank's
+    first id and row count (-inf where a candidate is not this rank's)."""
+    ids, start, v_local = cands
+    check_device(hidden, weight, ids)
     hidden, weight = _contig_rows(hidden), _contig_rows(weight)
-    n, k = local.shape
+    n, k = ids.shape
     h = hidden.shape[1]
     z = torch.empty(n, k, dtype=torch.float32, device=hidden.device)
     if n and k:
         _LOGITS[(n, triton.cdiv(k, BLOCK_K))](
-            hidden, weight, local, z, float(inv_temp), hidden.stride(0), weight.stride(0),
-            k, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
+            hidden, weight, ids, z, float(inv_temp), hidden.stride(0), weight.stride(0),
+            k, start, v_local, H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
     return z
 
 
-def grad_hidden_triton(gs, weight, local, out_dtype) -> torch.Tensor:
+def grad_hidden_triton(gs, weight, cands, out_dtype) -> torch.Tensor:
     """dh [N, H] from gs = (z, rs, pos, inv_temp) (see `grad_stats`): g is recomputed per tile."""
+    ids, start, v_local = cands
     weight = _contig_rows(weight)
-    n, k = local.shape
+    n, k = ids.shape
     h = weight.shape[1]
     z, rs, pos, inv_temp = gs
     dh = torch.empty(n, h, dtype=out_dtype, device=z.device)
     if n:
         _GRAD_H[(n, triton.cdiv(h, BLOCK_H))](
-            z, rs, pos, weight, local, dh, float(inv_temp), weight.stride(0), dh.stride(0), k,
-            K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
+            z, rs, pos, weight, ids, dh, float(inv_temp), weight.stride(0), dh.stride(0), k,
+            start, v_local, K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
     return dh
 
 
-def grad_weight_triton_(dw32, gs, hidden, local, deterministic: bool, accumulate: bool) -> None:
+def grad_weight_triton_(dw32, gs, hidden, cands, deterministic: bool, accumulate: bool) -> None:
     """dW (fp32 [V_local, H]) = (accumulate ? dW : 0) + the scatter-add of g[n, k] h_n, g
     recomputed from gs = (z, rs, pos, inv_temp) (see `grad_stats`)."""
+    ids, start, v_local = cands
     hidden = _contig_rows(hidden)
-    n, k = local.shape
+    n, k = ids.shape
     h = hidden.shape[1]
     if not accumulate:
         dw32.zero_()
@@ -152,10 +162,10 @@ def grad_weight_triton_(dw32, gs, hidden, local, deterministic: bool, accumulate
     z, rs, pos, inv_temp = gs
     if not deterministic:
         _GRAD_W_ATOMIC[(n, triton.cdiv(h, BLOCK_H))](
-            z, rs, pos, hidden, local, dw32, float(inv_temp), hidden.stride(0), k,
+            z, rs, pos, hidden, ids, dw32, float(inv_temp), hidden.stride(0), k, start, v_local,
             K_PAD=_k_pad(k), H=h, BLOCK_K=BLOCK_K, BLOCK_H=BLOCK_H, num_warps=4)
         return
-    grad_weight_sorted_(dw32, gs, hidden, local)
+    grad_weight_sorted_(dw32, gs, hidden, cands)
 
 
 def grad_stats(z, lse, ent, a, b, pos, inv_temp: float):
@@ -167,37 +177,49 @@ def grad_stats(z, lse, ent, a, b, pos, inv_temp: float):
 
 # --- the GEMM paths' row statistics, read from the chunk's logits buffer -------------------------
 
-def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr, inv_temp,
-                         stride_x, K, row0, N, K_PAD: tl.constexpr, BLOCK_K: tl.constexpr,
-                         WRITE_Z: tl.constexpr, DUP: tl.constexpr):
+def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr, inv_temp,
+                         stride_x, K, start, v_local, row0, N, K_PAD: tl.constexpr, BLOCK_K: tl.constexpr,
+                         WRITE_Z: tl.constexpr, DUP: tl.constexpr, SLOT: tl.constexpr,
+                         SYNC: tl.constexpr):
     """One row of a chunk: its candidates' logits gathered from the [C, V] buffer, their max,
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
-    one pass; the [N, K] logits are written only when backward will need them.
+    one pass; the [N, K] logits are written only when backward will need them. A candidate's
+    column is its local row id - start, or, SLOT (the union path), slot[id - start].
 
     DUP: then each candidate writes its column k into its own buffer slot once it has read it
     (xm: the buffer seen as integers) and, after a barrier, reads it back: a repeated id reads
-    another column's k. dup[row] = how many did (no sort of the row; one pass over the ids more)."""
+    another column's k. dup[row] = how many did (no sort of the row; one pass over the ids more).
+    The thread that reads a slot is the one that writes it (no barrier between them) unless the
+    block is narrower than the program's threads and they hold copies of the same column: SYNC.
+    With distinct ids no other column touches the slot; with a repeated id the values are
+    garbage, and discarded: the call raises."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r
     pos = tl.load(pos_ptr + row)
-    at = tl.load(ids_ptr + row * K + pos)
-    zt = tl.load(x_ptr + r * stride_x + tl.maximum(at, 0)).to(tl.float32) * inv_temp
     mark_ty = xm_ptr.dtype.element_ty
-    if DUP:
-        tl.debug_barrier()  # the sampled logit is read before any mark overwrites it
     m = tl.full([], -float("inf"), tl.float32)
     s = tl.zeros([], tl.float32)
     u = tl.zeros([], tl.float32)
+    zt = tl.zeros([], tl.float32)
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         km = ks < K
         ids = tl.load(ids_ptr + row * K + ks, mask=km, other=-1)
-        own = ids >= 0
-        x = tl.load(x_ptr + r * stride_x + tl.where(own, ids, 0), mask=own, other=0.0)
-        if DUP:  # the slot read, its column goes in (a repeated id then reads a mark: discarded);
-            tl.debug_barrier()  # the barrier orders the read before the write (x and xm alias)
-            tl.store(xm_ptr + r * stride_x + tl.where(own, ids, 0), ks.to(mark_ty), mask=own)
-        x = tl.where(own, x.to(tl.float32) * inv_temp, -float("inf"))
+        loc = ids - start
+        own = (ids >= 0) & (loc >= 0) & (loc < v_local)
+        col = tl.where(own, loc, 0)
+        if SLOT:
+            col = tl.load(slot_ptr + col, mask=own, other=0)
+        x = tl.load(x_ptr + r * stride_x + col, mask=own, other=0.0).to(tl.float32)
+        if DUP:  # the slot read, its column goes in (a repeated id then reads a mark: discarded)
+            if SYNC:
+                tl.debug_barrier()  # copies of a column on other threads read it before the write
+            # the mark depends on x (x > inf never holds), so whichever thread stores it has read
+            # the slot first, whatever layouts the compiler gives the load and the store
+            mark = tl.where(x > float("inf"), -1, ks).to(mark_ty)
+            tl.store(xm_ptr + r * stride_x + col, mark, mask=own)
+        x = tl.where(own, x * inv_temp, -float("inf"))
+        zt += tl.sum(tl.where(own & (ks == pos), x, 0.0), axis=0)
         if WRITE_Z:
             tl.store(z_ptr + row * K + ks, x, mask=km)
         m_new = tl.maximum(m, tl.max(x, axis=0))
@@ -213,41 +235,54 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr
         u += tl.sum(e * d, axis=0)
         m = m_new
     if DUP:
-        tl.debug_barrier()
+        tl.debug_barrier()  # every mark is written before any is read back
         n_dup = tl.zeros([], tl.int32)
         for k0 in range(0, K_PAD, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
-            back = tl.load(xm_ptr + r * stride_x + tl.where(ids >= 0, ids, 0), mask=ids >= 0, other=0)
-            n_dup += tl.sum(((ids >= 0) & (back != ks.to(mark_ty))).to(tl.int32), axis=0)
+            loc = ids - start
+            own = (ids >= 0) & (loc >= 0) & (loc < v_local)
+            col = tl.where(own, loc, 0)
+            if SLOT:
+                col = tl.load(slot_ptr + col, mask=own, other=0)
+            back = tl.load(xm_ptr + r * stride_x + col, mask=own, other=0)
+            n_dup += tl.sum((own & (back != ks.to(mark_ty))).to(tl.int32), axis=0)
         tl.store(dup_ptr + row, n_dup)
     tl.store(st_ptr + row, m)
     tl.store(st_ptr + N + row, s)
     tl.store(st_ptr + 2 * N + row, u)
-    tl.store(st_ptr + 3 * N + row, tl.where(at >= 0, zt, 0.0))
+    tl.store(st_ptr + 3 * N + row, zt)
 
 
-def _mark_kernel(ids_ptr, named_ptr, P, BLOCK: tl.constexpr):
-    """named[id] = 1 for every owned candidate id (the same value from every writer: no race)."""
+def _mark_kernel(ids_ptr, named_ptr, P, start, v_local, BLOCK: tl.constexpr):
+    """named[id - start] = 1 for every owned candidate id (the same value from every writer: no race)."""
     js = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ids = tl.load(ids_ptr + js, mask=js < P, other=-1)
-    tl.store(named_ptr + tl.where(ids >= 0, ids, 0), 1, mask=ids >= 0)
+    loc = ids - start
+    own = (ids >= 0) & (loc >= 0) & (loc < v_local)
+    tl.store(named_ptr + tl.where(own, loc, 0), 1, mask=own)
 
 
 _BUFFER_STATS = LazyJit(_buffer_stats_kernel)
 _MARK = LazyJit(_mark_kernel)
 STATS_BLOCK_K = 256
 ONE_BLOCK_K = 8192
+# True: the buffer kernel orders each slot's read before its mark with a barrier at every block
+# (as before 2026-12-02), for the A/B in bench/support_fwd_gap.py; the kernel needs it only where
+# threads hold copies of a column (narrow blocks)
+BUFFER_SYNC = False
 
 
 _MARK_DTYPE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st, dups=None) -> None:
+def buffer_stats(x, cands, pos, inv_temp: float, row0: int, z, st, dups=None, slot=None) -> None:
     """Rows [row0, row0 + C) of st [4, N] (max, sum-exp, entropy numerator, sampled logit) from
     the chunk's logits x [C, V] (and of z [N, K] when z is given; of dups [N] when given, which
-    overwrites x)."""
-    c, k = x.shape[0], local.shape[1]
+    overwrites x). cands = (ids [N, K], start, v_local); slot [v_local] int32: the union path's
+    column of each weight row."""
+    ids, start, v_local = cands
+    c, k = x.shape[0], ids.shape[1]
     if c == 0:
         return
     k_pad = max(16, triton.next_power_of_2(k))
@@ -256,28 +291,33 @@ def buffer_stats(x, local, pos, inv_temp: float, row0: int, z, st, dups=None) ->
     # d1_main.json "ab"): K 4096 (H 2048, V 151,936) 18.20 vs 18.78 ms with 256-wide blocks;
     # K 2048 and 256 within the spread; K 512 2.59 vs 2.51 ms: narrow rows keep 256-wide blocks
     block = k_pad if 1024 < k_pad <= ONE_BLOCK_K else min(STATS_BLOCK_K, k_pad)
+    warps = min(16, max(4, block // 256))
     _BUFFER_STATS[(c,)](
-        x, x.view(_MARK_DTYPE[x.element_size()]), local, pos, z if z is not None else st, st,
-        dups if dups is not None else st, float(inv_temp), x.stride(0), k, row0, st.shape[1],
-        K_PAD=k_pad, BLOCK_K=block, WRITE_Z=z is not None,
-        DUP=dups is not None, num_warps=min(16, max(4, block // 256)))
+        x, x.view(_MARK_DTYPE[x.element_size()]), ids, slot if slot is not None else pos, pos,
+        z if z is not None else st, st, dups if dups is not None else st, float(inv_temp),
+        x.stride(0), k, start, v_local, row0, st.shape[1], K_PAD=k_pad, BLOCK_K=block,
+        WRITE_Z=z is not None, DUP=dups is not None, SLOT=slot is not None,
+        SYNC=block < 32 * warps or BUFFER_SYNC, num_warps=warps)
 
 
-def named_rows(local: torch.Tensor, v_local: int) -> torch.Tensor:
-    """int8 [v_local]: 1 where some row names that weight row (no sort, no host sync)."""
-    named = torch.zeros(v_local, dtype=torch.int8, device=local.device)
-    p = local.numel()
+def named_rows(cands) -> torch.Tensor:
+    """int8 [v_local]: 1 where some row of cands = (ids, start, v_local) names that weight row
+    (no sort, no host sync)."""
+    ids, start, v_local = cands
+    named = torch.zeros(v_local, dtype=torch.int8, device=ids.device)
+    p = ids.numel()
     if p:
-        _MARK[(triton.cdiv(p, 1024),)](local, named, p, BLOCK=1024, num_warps=4)
+        _MARK[(triton.cdiv(p, 1024),)](ids, named, p, start, v_local, BLOCK=1024, num_warps=4)
     return named
 
 
-def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool, dups=None):
+def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool, dups=None, slot=None):
     """The GEMM paths' forward: per chunk of rows, one GEMM into the [C, V] buffer (the full-vocab
     head's, sized alike), then `buffer_stats` reads each row's candidates from it. Returns (z
     [N, K] fp32 or None, (max, sum-exp, entropy numerator, sampled logit)); without need_z
-    (forward only) nothing of size [N, K] is written. dups [N] int32: repeated ids counted."""
-    n, k = local.shape
+    (forward only) nothing of size [N, K] is written. dups [N] int32: repeated ids counted.
+    slot: the union path (weight holds the union's rows; see buffer_stats)."""
+    n, k = cands[0].shape
     st = torch.empty(4, n, dtype=torch.float32, device=hidden.device)
     z = torch.empty(n, k, dtype=torch.float32, device=hidden.device) if need_z else None
     rows = min(max(1, n), _dense_rows(hidden, weight, weight.dtype))
@@ -286,14 +326,14 @@ def dense_logits_stats(hidden, weight, local, pos, inv_temp: float, need_z: bool
         e = min(n, s + rows)
         x = buf[: e - s]
         torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
-        buffer_stats(x, local, pos, inv_temp, s, z, st, dups)
+        buffer_stats(x, cands, pos, inv_temp, s, z, st, dups, slot)
     return z, tuple(st)
 
 
 # --- the gradient over the candidates ----------------------------------------------------------
 
 def _grad_logits_kernel(z_ptr, ids_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, pos_ptr, g_ptr, inv_temp, K,
-                        K_PAD: tl.constexpr, BLOCK_K: tl.constexpr, HAS_B: tl.constexpr):
+                        start, v_local, K_PAD: tl.constexpr, BLOCK_K: tl.constexpr, HAS_B: tl.constexpr):
     """g = (a (1[k = pos] - p) - b p (log p + H)) / T over one row's own candidates, in one pass
     (the torch expression makes five [N, K] temporaries)."""
     row = tl.program_id(0).to(tl.int64)
@@ -303,7 +343,9 @@ def _grad_logits_kernel(z_ptr, ids_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, pos_ptr,
     for k0 in range(0, K_PAD, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         km = ks < K
-        own = tl.load(ids_ptr + row * K + ks, mask=km, other=-1) >= 0
+        ids = tl.load(ids_ptr + row * K + ks, mask=km, other=-1)
+        loc = ids - start
+        own = (ids >= 0) & (loc >= 0) & (loc < v_local)
         lp = tl.where(own, tl.load(z_ptr + row * K + ks, mask=own, other=0.0) - lse, 0.0)
         p = tl.where(own, tl.exp(lp), 0.0)
         g = tl.where(own & (ks == pos), a, 0.0) - a * p
@@ -315,12 +357,14 @@ def _grad_logits_kernel(z_ptr, ids_ptr, lse_ptr, ent_ptr, a_ptr, b_ptr, pos_ptr,
 _GRAD_LOGITS = LazyJit(_grad_logits_kernel)
 
 
-def grad_logits_triton(z, local, lse, ent, a, b, pos, inv_temp: float) -> torch.Tensor:
-    """g [N, K] fp32; a, b [N] zero on rows without support (b None: no entropy gradient)."""
+def grad_logits_triton(z, cands, lse, ent, a, b, pos, inv_temp: float) -> torch.Tensor:
+    """g [N, K] fp32 over cands = (ids [N, K], start, v_local); a, b [N] zero on rows without
+    support (b None: no entropy gradient)."""
+    ids, start, v_local = cands
     n, k = z.shape
     g = torch.empty_like(z)
     if n and k:
         k_pad = max(16, triton.next_power_of_2(k))
-        _GRAD_LOGITS[(n,)](z, local, lse, ent, a, b if b is not None else a, pos, g, float(inv_temp),
-                           k, K_PAD=k_pad, BLOCK_K=min(1024, k_pad), HAS_B=b is not None, num_warps=4)
+        _GRAD_LOGITS[(n,)](z, ids, lse, ent, a, b if b is not None else a, pos, g, float(inv_temp),
+                           k, start, v_local, K_PAD=k_pad, BLOCK_K=min(1024, k_pad), HAS_B=b is not None, num_warps=4)
     return g

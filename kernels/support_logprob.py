@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from kernels import support_torch
-from kernels.support_check import SupportRows, check_support, raise_repeated, repeated_ids
+from kernels.support_check import SupportRows, check_support, local_ids, raise_repeated, repeated_ids
 from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
@@ -81,7 +81,7 @@ class _Plan:
     deterministic: bool
     main_grad: bool
     reduce_grad_hidden: bool
-    union: tuple | None = None  # path "union": (ids [U], rows renumbered into them)
+    union: tuple | None = None  # path "union": (ids [U], slot [V_local]: each named row's column)
     fused_stats: bool = False  # GEMM paths: row statistics by the Triton buffer kernel
     need_z: bool = True  # keep the [N, K] logits (for backward); forward-only calls do not
     dups: torch.Tensor | None = None  # int32 [N]: repeated ids the buffer kernel finds, per row
@@ -132,34 +132,36 @@ def _merge(m, s, u, zt, group, dups=None):
 class SupportLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, rows: SupportRows, plan: _Plan):
+        cands = rows.cands
         if plan.fused_stats and (plan.path == "dense" or (plan.path == "union" and plan.union[0].numel())):
             from kernels.support_kernels import dense_logits_stats
 
-            w, local = ((weight, rows.local) if plan.path == "dense"
-                        else (weight.index_select(0, plan.union[0]), plan.union[1]))
-            z, stats = dense_logits_stats(hidden, w, local, rows.pos, plan.inv_temp, plan.need_z,
-                                          plan.dups)
+            w, slot = ((weight, None) if plan.path == "dense"
+                       else (weight.index_select(0, plan.union[0]), plan.union[1]))
+            z, stats = dense_logits_stats(hidden, w, cands, rows.pos, plan.inv_temp, plan.need_z,
+                                          plan.dups, slot)
         else:
             if plan.path == "union":
-                z = support_torch.logits_union(hidden, weight, plan.union, plan.inv_temp)
+                z = support_torch.logits_union(hidden, weight, plan.union, cands, plan.inv_temp)
             else:
                 logits_op = support_torch.logits_dense if plan.path == "dense" else _logits_op(plan.path)
-                z = logits_op(hidden, weight, rows.local, plan.inv_temp)
+                z = logits_op(hidden, weight, cands, plan.inv_temp)
             stats = _stats(z, rows.pos)
         lse, ent, zt = _merge(*stats, plan.shard.group, plan.dups)
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
         ent = torch.where(rows.valid, ent, zero)
-        # local ids saved as a tensor: they may be the caller's support rows themselves
+        # the ids saved as a tensor: they are the caller's support rows themselves
         # (support_rows.check_rows), and unpacking checks that nothing changed them in place
-        ctx.save_for_backward(hidden, weight, z, lse, ent, rows.local)
+        ctx.save_for_backward(hidden, weight, z, lse, ent, rows.ids)
         ctx.rows, ctx.plan = rows, plan
         return logp, ent  # fp32 (fp64 for fp64 inputs: the tests' ground truth)
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):
-        hidden, weight, z, lse, ent, local = ctx.saved_tensors
-        rows, plan = replace(ctx.rows, local=local), ctx.plan
+        hidden, weight, z, lse, ent, ids = ctx.saved_tensors
+        rows, plan = replace(ctx.rows, ids=ids), ctx.plan
+        cands = rows.cands
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_h or need_w):
             return None, None, None, None
@@ -172,40 +174,42 @@ class SupportLogprob(torch.autograd.Function):
         # paths: the gather kernels recompute it from z, the GEMM paths per chunk of rows
         if plan.path in ("dense", "union"):
             def g_of(s: int, e: int):
-                return _grad_logits(z[s:e], lse[s:e], ent[s:e], local[s:e], rows.pos[s:e], a[s:e],
-                                    None if b is None else b[s:e], plan.inv_temp, plan.fused_stats)
+                return _grad_logits(z[s:e], lse[s:e], ent[s:e], (ids[s:e],) + cands[1:],
+                                    rows.pos[s:e], a[s:e], None if b is None else b[s:e],
+                                    plan.inv_temp, plan.fused_stats)
 
             if plan.path == "dense":
-                support_torch.grads_dense(g_of, hidden, weight, local, grad_h, dw)
+                support_torch.grads_dense(g_of, hidden, weight, cands, grad_h, dw)
             else:
-                support_torch.grads_union(g_of, hidden, weight, plan.union, grad_h, dw)
+                support_torch.grads_union(g_of, hidden, weight, plan.union, cands, grad_h, dw)
         elif plan.path == "gather":
             from kernels import support_kernels as SK
 
             gs = SK.grad_stats(z, lse, ent, a, b, rows.pos, plan.inv_temp)
             if need_h:
-                grad_h = SK.grad_hidden_triton(gs, weight, local, hidden.dtype)
+                grad_h = SK.grad_hidden_triton(gs, weight, cands, hidden.dtype)
             if need_w:
-                SK.grad_weight_triton_(dw, gs, hidden, local, plan.deterministic, accumulate=True)
+                SK.grad_weight_triton_(dw, gs, hidden, cands, plan.deterministic, accumulate=True)
         else:  # the chunked torch gather (CPU without Triton, the bench's reference)
-            g = _grad_logits(z, lse, ent, local, rows.pos, a, b, plan.inv_temp)
+            g = _grad_logits(z, lse, ent, cands, rows.pos, a, b, plan.inv_temp)
             if need_h:
-                grad_h = support_torch.grad_hidden_torch(g, weight, local, hidden.dtype)
+                grad_h = support_torch.grad_hidden_torch(g, weight, cands, hidden.dtype)
             if need_w:
-                support_torch.grad_weight_torch_(dw, g, hidden, local, plan.deterministic, accumulate=True)
+                support_torch.grad_weight_torch_(dw, g, hidden, cands, plan.deterministic, accumulate=True)
         if grad_h is not None and plan.reduce_grad_hidden:
             plan.shard.all_reduce_sum_(grad_h)
         return grad_h, _finish_grad_weight(weight, dw, plan), None, None
 
 
-def _grad_logits(z, lse, ent, local, pos, a, b, inv_temp, fused=False):
-    """d(a * logp + b * entropy)/dz over the candidates of these rows, [rows, K]: a (1[c = s] - p_c)
-    - b p_c (log p_c + H), / T; a, b zero on rows without support (b None: no entropy term)."""
+def _grad_logits(z, lse, ent, cands, pos, a, b, inv_temp, fused=False):
+    """d(a * logp + b * entropy)/dz over the candidates cands = (ids, start, v_local) of these
+    rows, [rows, K]: a (1[c = s] - p_c) - b p_c (log p_c + H), / T; a, b zero on rows without
+    support (b None: no entropy term)."""
     if fused:  # one Triton pass, no [rows, K] temporaries
         from kernels.support_kernels import grad_logits_triton
 
-        return grad_logits_triton(z, local, lse, ent, a, b, pos, inv_temp)
-    own = local >= 0
+        return grad_logits_triton(z, cands, lse, ent, a, b, pos, inv_temp)
+    own = local_ids(*cands) >= 0
     lp_c = torch.where(own, z - lse[:, None], torch.zeros_like(z))
     p = torch.where(own, torch.exp(lp_c), torch.zeros_like(z))
     g = -a[:, None] * p
@@ -263,35 +267,36 @@ def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: Sup
 
 def auto_path(hidden, weight, rows: SupportRows):
     """(path, union or None) of `auto` where Triton runs: the measured rules above."""
-    limit = gather_limit(hidden, weight, rows.local.shape[0])
+    limit = gather_limit(hidden, weight, rows.ids.shape[0])
     if rows.owned < UNION_PROBE * limit:
         return "gather", None
     if rows.prefix_named is not None:  # counted by the checks' pass (support_logprob)
         most = rows.prefix_named >= UNION_MAX_SHARE * weight.shape[0]
     else:
-        most = _prefix_names_most(rows.local, weight.shape[0])
+        most = _prefix_names_most(rows.cands)
     if most:  # the union is no small share
         return ("gather", None) if rows.owned < limit else ("dense", None)
-    named = _named(rows.local, weight.shape[0], True)
+    named = _named(rows.cands, True)
     u = named[0].numel()
     if u < UNION_MAX_SHARE * weight.shape[0]:
         if rows.owned < limit * u / weight.shape[0]:
             return "gather", None
-        return "union", _union(rows.local, weight.shape[0], True, named)
+        return "union", _union(rows.cands, True, named)
     return ("gather", None) if rows.owned < limit else ("dense", None)
 
 
-def _prefix_names_most(local, v_local: int) -> bool:
+def _prefix_names_most(cands) -> bool:
     """Whether the first rows, UNION_PREFIX x V_local ids of them, already name UNION_MAX_SHARE of
     the local vocabulary: then the union is not worth finding (marking every id cost `auto` 1.4-
     2.4 ms forward at K 2048-4096 with spread candidates on the H200, against 32 ms in all)."""
-    n, k = local.shape
+    ids, start, v_local = cands
+    n, k = ids.shape
     m = prefix_rows(k, v_local)
     if m >= n:  # no cheaper than marking them all
         return False
     from kernels.support_kernels import named_rows
 
-    return int(named_rows(local[:m], v_local).sum()) >= UNION_MAX_SHARE * v_local
+    return int(named_rows((ids[:m], start, v_local)).sum()) >= UNION_MAX_SHARE * v_local
 
 
 def prefix_rows(k: int, v_local: int) -> int:
@@ -307,22 +312,22 @@ def _probe_rows(impl: str, triton_ok: bool, hidden, weight, n: int, k: int) -> i
     return m if m < n and n * k >= UNION_PROBE * gather_limit(hidden, weight, n) else 0
 
 
-def _named(local, v_local: int, triton_ok: bool):
+def _named(cands, triton_ok: bool):
     """(ids [U] of the weight rows some row names, marks or None): the count U is what `auto`
     decides by; with Triton a mark per named row and nonzero's one sync, no sort of the ids."""
     if triton_ok:
         from kernels.support_kernels import named_rows
 
-        named = named_rows(local, v_local)
+        named = named_rows(cands)
         return torch.nonzero(named).squeeze(1), named
     return None, None
 
 
-def _union(local, v_local: int, triton_ok: bool, named=None):
-    ids, marks = named if named is not None else _named(local, v_local, triton_ok)
+def _union(cands, triton_ok: bool, named=None):
+    ids, marks = named if named is not None else _named(cands, triton_ok)
     if marks is None:
-        return support_torch.union_rows(local)
-    return support_torch.union_from_named(ids, marks, local)
+        return support_torch.union_rows(cands)
+    return support_torch.union_from_named(ids, marks)
 
 
 def gather_limit(hidden, weight, n_rows: int) -> float:
@@ -338,8 +343,8 @@ def support_logprob(
 ):
     """(logp, entropy | None, valid) of each token over its support row; see the module doc.
 
-    hidden [..., H], weight [V_local, H], sampled [...], support [..., K] (int32, -1 trailing
-    padding). vocab_start: the first vocab id of this rank's weight rows (default: rank *
+    hidden [..., H], weight [V_local, H], sampled [...], support [..., K] (int32 or int64, -1
+    trailing padding; read as given: no copy of it is made on the Triton paths). vocab_start: the first vocab id of this rank's weight rows (default: rank *
     V_local under tp_group, else 0). loss_mask [...]: a nonzero token without support is an
     error. Rows without support return logp = entropy = 0, valid False, and no gradient.
     """
@@ -360,22 +365,26 @@ def support_logprob(
                          "whole vocabulary from id 0; pass tp_group to score a shard")
     sup = support.reshape(-1, support.shape[-1])
     triton_ok = _triton_runs(h)
+    sort_dups = not (triton_ok and sup.shape[1] < DUP_MARK_MAX_K)
+    # the buffer kernel's repeated-id counts, zeroed before the checks' host sync: after it the
+    # GPU waits for the host's next launch
+    dups = None if sort_dups else torch.zeros(sup.shape[0], dtype=torch.int32, device=sup.device)
     rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1), use_triton=triton_ok,
-                         sort_dups=not (triton_ok and sup.shape[1] < DUP_MARK_MAX_K),
+                         sort_dups=sort_dups,
                          probe_rows=_probe_rows(impl, triton_ok, h, weight, *sup.shape))
     path, union = choose_path(impl, h, weight, rows), None
     if path == "auto":
         path, union = auto_path(h, weight, rows)
     elif path == "union":
-        union = _union(rows.local, weight.shape[0], triton_ok)
+        union = _union(rows.cands, triton_ok)
     need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     fused = triton_ok and weight.dtype != torch.float64
     in_buffer = fused and (path == "dense" or (path == "union" and union[0].numel()))
     # repeated ids: found by the buffer kernel or a sort, read in one sync after the compute is
     # launched (the results are discarded then); the kernels read no weight row out of range
     repeated = None if rows.dups_checked or in_buffer else repeated_ids(sup).any()
-    dups = None if rows.dups_checked or not in_buffer else torch.zeros_like(rows.pos, dtype=torch.int32)
+    dups = None if rows.dups_checked or not in_buffer else dups
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
                  bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z, dups=dups)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)

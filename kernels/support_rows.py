@@ -1,7 +1,6 @@
 """The support checks of kernels/support_check.py in one Triton pass over the [N, K] ids.
 
-One program per row reads its ids once and writes this rank's local weight rows, the sampled id's
-column and its counts (owned ids, the verdicts, the probe's first marks), summed on the device; the torch version makes some twenty
+One program per row reads its ids once and writes the sampled id's column and its counts (owned ids, the verdicts, the probe's first marks), summed on the device; the torch version makes some twenty
 passes over [N, K] (5.2 ms at N 16k, K 4096 on the H200, more than the whole margin the GEMM paths
 have over the full-vocab head). Distinct ids are not checked here: support_check sorts the rows
 for that, or leaves it to the GEMM paths' buffer kernel (kernels/support_kernels.py), which finds
@@ -23,9 +22,9 @@ _OWN, _NAMED, _OUTSIDE, _GAP, _MISSING, _UNSUPPORTED = (tl.constexpr(i) for i in
 BLOCK_K = 1024
 
 
-def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, cnt_ptr, named_ptr, N, K, vocab_total,
+def _rows_kernel(s_ptr, t_ptr, mask_ptr, pos_ptr, cnt_ptr, named_ptr, N, K, vocab_total,
                  vocab_start, vocab_local, probe_rows, HAS_MASK: tl.constexpr, K_PAD: tl.constexpr,
-                 BLOCK_K: tl.constexpr, WRITE_LOCAL: tl.constexpr, PROBE: tl.constexpr):
+                 BLOCK_K: tl.constexpr, PROBE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     t = tl.load(t_ptr + row)
     valid = tl.load(s_ptr + row * K) >= 0
@@ -46,8 +45,6 @@ def _rows_kernel(s_ptr, t_ptr, mask_ptr, local_ptr, pos_ptr, cnt_ptr, named_ptr,
         loc = s - vocab_start
         own = real & (loc >= 0) & (loc < vocab_local)
         n_own += tl.sum(own.to(tl.int32), axis=0)
-        if WRITE_LOCAL:
-            tl.store(local_ptr + row * K + ks, tl.where(own, loc, -1).to(tl.int32), mask=km)
         if PROBE:  # the first probe_rows rows mark the rows they name; first marks counted
             pm = own & (ks < tl.where(row < probe_rows, K, 0))
             old = tl.atomic_xchg(named_ptr + tl.where(pm, loc, 0), 1, mask=pm)
@@ -68,23 +65,21 @@ _ROWS = LazyJit(_rows_kernel)
 
 
 def check_rows(s, t, loss_mask, vocab_total: int, vocab_start: int, vocab_local: int, probe_rows: int = 0):
-    """(local int32 [N, K], pos int64 [N], counts int64 [N_COUNTS]) of s [N, K] (K >= 1), t [N];
-    loss_mask [N] or None; counts (by the indices above) summed over the rows, on the device: one
-    host sync reads them all. probe_rows > 0: NAMED counts the distinct weight rows the first
-    probe_rows rows name. An unsharded vocabulary and int32 rows: the local rows are s itself
-    (once the verdicts are clean), so no [N, K] copy is written."""
+    """(s contiguous, pos int64 [N], counts int64 [N_COUNTS]) of s [N, K] (K >= 1, int32 or
+    int64), t [N]; loss_mask [N] or None; counts (by the indices above) summed over the rows, on
+    the device: one host sync reads them all. probe_rows > 0: NAMED counts the distinct weight
+    rows the first probe_rows rows name. No local ids are written: every kernel takes the rows as
+    they are with (vocab_start, vocab_local), so no [N, K] copy exists at any TP rank."""
     n, k = s.shape
     dev = s.device
     s = s.contiguous()
-    same = vocab_start == 0 and vocab_local == vocab_total and s.dtype == torch.int32
-    local = s if same else torch.empty(n, k, dtype=torch.int32, device=dev)
     pos = torch.empty(n, dtype=torch.int64, device=dev)
     cnt = torch.empty(N_COUNTS, n, dtype=torch.int32, device=dev)
     if n:
         m = (loss_mask != 0).to(torch.int8) if loss_mask is not None else pos
         named = torch.zeros(vocab_local if probe_rows else 1, dtype=torch.int32, device=dev)
         k_pad = max(16, triton.next_power_of_2(k))
-        _ROWS[(n,)](s, t.contiguous(), m, local, pos, cnt, named, n, k, vocab_total,
+        _ROWS[(n,)](s, t.contiguous(), m, pos, cnt, named, n, k, vocab_total,
                     vocab_start, vocab_local, probe_rows, HAS_MASK=loss_mask is not None, K_PAD=k_pad,
-                    BLOCK_K=min(BLOCK_K, k_pad), WRITE_LOCAL=not same, PROBE=probe_rows > 0, num_warps=4)
-    return local, pos, cnt.sum(1, dtype=torch.int64)
+                    BLOCK_K=min(BLOCK_K, k_pad), PROBE=probe_rows > 0, num_warps=4)
+    return s, pos, cnt.sum(1, dtype=torch.int64)

@@ -233,21 +233,34 @@ def test_the_checks_pass_counts_the_union_probe():
     loc = sup - 100
     own = (sup >= 0) & (loc >= 0) & (loc < 150)
     assert shard.prefix_named == int(torch.unique(loc[own]).numel()) and shard.owned == int(own.sum())
-    assert torch.equal(shard.local, torch.where(own, loc, -1))
+    assert torch.equal(shard.local_ids(), torch.where(own, loc, -1))
 
 
-def test_unsharded_int32_rows_are_their_own_local_ids_and_guarded():
-    # no [N, K] copy of the ids where the weight holds the whole vocabulary from id 0: the rows
-    # are the local ids; changing them in place before backward is then an error, not a silent
-    # gradient over other ids
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("start", [0, 100])
+def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
+    # no [N, K] copy of the ids at any vocab_start, int32 or int64: every kernel takes the
+    # caller's rows with (start, V_local); changing them in place before backward is then an
+    # error, not a silent gradient over other ids
+    from kernels import support_logprob as S
     from kernels.support_check import check_support
+    from kernels.vocab_parallel import VocabShard
 
     h, w, samp, sup, up = _inputs(7)
-    rows = check_support(samp, sup, V, 0, V, use_triton=True)
-    assert rows.local.data_ptr() == sup.data_ptr()
-    assert check_support(samp, sup, V + 10, 0, V, use_triton=True).local.data_ptr() != sup.data_ptr()
-    hh, ww = h.float().requires_grad_(), w.float().requires_grad_()
-    lp, _, _ = support_logprob(hh, ww, samp, sup, impl="gather")
+    sup = sup.to(dtype)
+    rows = check_support(samp, sup, V + start, start, V, use_triton=True)
+    assert rows.ids.data_ptr() == sup.data_ptr() and rows.start == start
+    # one rank's share without its collectives: VocabShard.of gives the shard's start and no group
+    # (tp_group is only passed on to it)
+    shard = VocabShard(group=None, start=start, size=V - start, total=V)
+    monkeypatch.setattr(S.VocabShard, "of", staticmethod(lambda weight, group=None: shard))
+    hh, ww = h.float().requires_grad_(), w.float()[start:].clone().requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        support_logprob(hh, ww, samp, sup, impl="gather", tp_group="one rank")
+    ints = [t for t in saved if t.dtype in (torch.int32, torch.int64) and t.dim() == 2]
+    assert len(ints) == 1 and ints[0].data_ptr() == sup.data_ptr()
+    lp, _, _ = support_logprob(hh, ww, samp, sup, impl="gather", tp_group="one rank")
     sup[0, 0] = sup[0, 0]  # an in-place write bumps the version
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         lp.sum().backward()
@@ -379,11 +392,14 @@ def _tp_worker(rank: int, init_file: str) -> None:
         sup[7, 0], samp[7] = 280, 280  # sampled id on rank 1 only
         rows = slice(rank * V // WORLD, (rank + 1) * V // WORLD)
         ref = _ref(h, w, samp, sup, 0.8, up)
-        for path, reduce in (("gather", True), ("dense", False), ("union", True)):  # each grad_hidden mode
+        # each grad_hidden mode; int64 rows too: every kernel reads the rows as given, with this
+        # rank's vocab_start (no local-id copy)
+        for path, reduce, dt in (("gather", True, torch.int64), ("dense", False, torch.int32),
+                                 ("union", True, torch.int64)):
             calls.clear()
             hh = h.detach().clone().float().requires_grad_()
             ww = w[rows].detach().clone().float().requires_grad_()
-            lp, ent, _ = support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True,
+            lp, ent, _ = support_logprob(hh, ww, samp, sup.to(dt), temperature=0.8, entropy=True,
                                          impl=path, tp_group=dist.group.WORLD,
                                          reduce_grad_hidden=reduce)
             assert calls == ["MAX", "SUM"], (path, calls)  # one of each in forward

@@ -112,21 +112,30 @@ def test_wide_rows_repeated_id_is_an_error(S, impl):
         S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
 
 
-def test_extra_memory_is_the_logits_and_the_dw_accumulator(S):
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("start", [0, 20000])
+def test_extra_memory_is_the_logits_and_the_dw_accumulator(S, monkeypatch, dtype, start):
     # fwd+bwd on the gather path keeps the [N, K] fp32 logits and the fp32 dW accumulator; the
     # gradient over the candidates is recomputed inside the dh and dW kernels (no [N, K] tensor),
-    # and unsharded int32 rows are their own local ids. The slack (2 MiB) is under one [N, K]
-    # fp32 tensor (8 MiB here), so a kept gradient or id copy would fail this.
+    # and the support rows are read as given, int32 or int64, at any vocab_start (a TP rank's
+    # share, here without its collectives: VocabShard.of gives the shard, no group). The slack
+    # (2 MiB) is under one [N, K] int32 tensor (8 MiB here), so a kept gradient or id copy fails.
+    from kernels.vocab_parallel import VocabShard
+
     hid, w, samp, sup, up = _inputs(n=4096, k=512)
-    hh, ww = hid.bfloat16().requires_grad_(), w.bfloat16().requires_grad_()
+    sup = sup.to(dtype)
+    shard = VocabShard(group=None, start=start, size=w.shape[0] - start, total=w.shape[0])
+    monkeypatch.setattr(S.VocabShard, "of", staticmethod(lambda weight, group=None: shard))
+    hh, ww = hid.bfloat16().requires_grad_(), w[start:].bfloat16().requires_grad_()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    lp, ent, _ = S.support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True, impl="gather")
+    lp, ent, _ = S.support_logprob(hh, ww, samp, sup, temperature=0.8, entropy=True, impl="gather",
+                                   tp_group="one rank")
     ((lp * up[0]).sum() + (ent * up[1]).sum()).backward()
     torch.cuda.synchronize()
     grads = sum(x.grad.numel() * x.grad.element_size() for x in (hh, ww))
     extra = torch.cuda.max_memory_allocated() - base - grads
-    bound = ww.numel() * 4 + sup.numel() * 4
-    print(f"extra {extra / 2**20:.1f} MiB, dW + z {bound / 2**20:.1f} MiB")
+    bound = ww.numel() * 4 + sup.shape[0] * sup.shape[1] * 4
+    print(f"[{dtype} start {start}] extra {extra / 2**20:.1f} MiB, dW + z {bound / 2**20:.1f} MiB")
     assert extra <= bound + 2 * 2**20
