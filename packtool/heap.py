@@ -1,13 +1,15 @@
 """The C heap. glibc keeps what a program frees in its arenas (one per thread that allocated,
 up to 8 per core) and hands pages back to the system only from an arena's top. `trim` returns
 every whole free page of every arena (`malloc_trim(0)`): the writers call it between phases
-(slabs.writer.release_memory). `bound_heap` fixes glibc's mmap threshold while tokenizing
-(below). Both are no-ops where the C library is not glibc (musl, macOS)."""
+(slabs.writer.release_memory). While tokenizing, `bound_heap` fixes the mmap threshold and a
+`HeapBound` trims when the arenas hold much more than they did (issue 23 class 8). All are
+no-ops where the C library is not glibc (musl, macOS: other allocators, other rules)."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import os
+import threading
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 # Blocks of at least this many bytes get pages of their own (mmap), returned when freed.
@@ -16,18 +18,15 @@ MMAP_THRESHOLD = 256 << 10
 
 def _libc():
     try:
-        os.confstr("CS_GNU_LIBC_VERSION")  # raises (or gives None) off glibc
-    except (ValueError, OSError, AttributeError):
-        return None
-    if not os.confstr("CS_GNU_LIBC_VERSION"):
-        return None
-    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
         return ctypes.CDLL(ctypes.util.find_library("c") or None)
-    except OSError:
+    except (ValueError, OSError, AttributeError):  # no such name off glibc; no confstr off POSIX
         return None
 
 
 _LIBC = _libc()
+_PAGE = os.sysconf("SC_PAGE_SIZE") if _LIBC is not None else 4096
 _bound = False
 
 
@@ -38,14 +37,44 @@ def trim() -> None:
 
 def bound_heap() -> None:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD, once per process. By default the threshold
-    follows the largest block freed (up to 32 MiB): after the first 8 MB JSON block or Python
-    bytes object is freed, every later one is carved from an arena, and the arenas keep the
-    high-water mark of those transients met with the encode chunks' Encodings. A raw chat pack's
-    peak RSS then grew with the rows (each JSON block one more chance of a higher coincidence:
-    issue 23 class 8, BENCHMARKS.md "Raw chat pack: peak RSS"). With the threshold fixed, large
-    transients map and unmap pages of their own and the arenas hold only small blocks. Set while
-    tokenizing starts (before the encode threads exist) and left for the rest of the process."""
+    follows the largest block freed (up to 32 MiB): once the first 8 MB JSON block (or any large
+    bytes, str or array) is freed, every later one is carved from an arena, whose high-water mark
+    stays resident (a raw chat pack's peak RSS: -35 MiB at 60k rows with it fixed). Large blocks
+    then map and unmap pages of their own: a few page faults per MB, against the seconds of
+    encoding that MB. Left so for the rest of the process (glibc cannot go back to following)."""
     global _bound
     if _LIBC is not None and not _bound:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         _bound = True
+
+
+def anon_bytes() -> int:
+    """Resident anonymous memory of this process (resident less file-backed pages)."""
+    with open("/proc/self/statm", "rb") as f:
+        fields = f.read().split()
+    return (int(fields[1]) - int(fields[2])) * _PAGE
+
+
+class HeapBound:
+    """Trim the arenas when the process's anonymous memory has risen `slack` bytes above its
+    low point since the last trim: what the arenas keep beyond what is in use stays under
+    `slack`, whatever the run's length. `check` is cheap (one read of /proc/self/statm) and
+    safe from any thread; one trims at a time, the others go on."""
+
+    def __init__(self, slack: int) -> None:
+        self.slack, self.low, self.trims = slack, None, 0
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        if _LIBC is None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            now = anon_bytes()
+            if self.low is None or now < self.low:
+                self.low = now
+            elif now - self.low > self.slack:
+                trim()
+                self.trims += 1
+                self.low = anon_bytes()
+        finally:
+            self._lock.release()

@@ -26,7 +26,7 @@ import tokenizers
 
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
-from packtool.heap import bound_heap, trim
+from packtool.heap import HeapBound, bound_heap
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri, join_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
@@ -68,6 +68,13 @@ _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch u
 # ThreadPoolExecutor) the in-flight chunks held up to ~190 MiB of heap, 98-115 MiB at 256 Ki
 # (issue 23 class 8, BENCHMARKS.md "Raw chat pack: peak RSS"). The bound holds whatever the pool.
 _CHUNK_CHARS = 1 << 18
+# How far the process's anonymous memory may rise above its low point since the last trim
+# before an encode thread trims glibc's arenas (packtool.heap.HeapBound). Trimming after every
+# chunk kept the least, but the next chunk faulted the returned pages in again: +0.15-0.2 CPU-s
+# of page faults per 2k chat rows (+5-19% tokenize CPU). At 32 MiB a 60k-row chat tokenize
+# trimmed 3 times and peaked at 212 MiB anonymous (277 before, flat from 15k rows), at 16 MiB 42
+# times for no lower peak (BENCHMARKS.md "Raw chat pack: peak RSS").
+_HEAP_SLACK = 32 << 20
 
 
 def default_cache_dir() -> str:
@@ -290,6 +297,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
            check_lengths=None) -> tuple[dict, dict]:
     info = loaded.info if loaded else None
     bound_heap()  # before the reads and encode threads: the peak RSS stays flat in rows
+    heap = HeapBound(_HEAP_SLACK)
     renderer = Renderer(template, special_tokens(info)) if template else None
     counts = [rows_of(f) for f in files]
     total, by_bytes = (sum(counts), False) if all(c is not None for c in counts) else (None, False)
@@ -374,7 +382,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows,
                                       skip_null=cfg.on_empty == "skip")
                     for off, part in split_rendered(rb, _CHUNK_CHARS):
-                        fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated)
+                        fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated, heap)
                         pending.append((fut, f, fi, file_rows + off, global_row + off))
                         drain(_IN_FLIGHT)
                 file_rows += n
@@ -434,22 +442,19 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
 
 
 def _encode_chunk(loaded: LoadedTokenizer, rb: RenderedBatch, cfg: TokenizeConfig,
-                  templated: bool) -> EncodedBatch:
+                  templated: bool, heap: HeapBound) -> EncodedBatch:
     """Runs on an encode thread: encode_batch (GIL released, all cores), then ids + masks, so
     a chunk's Python work starts as soon as it is encoded and its Encodings die here.
 
-    Then the free pages of glibc's arenas go back to the system (`trim`). A chunk's Encodings
-    and encode_batch's scratch (~100 bytes a token, millions of small blocks) are allocated by
-    the tokenizer's threads, each in an arena of its own, and freed here; each arena keeps its
-    own high-water mark, and their sum kept rising with the rows (a raw chat pack's peak RSS:
-    +25 MiB from 10k to 30k rows). Trimmed per chunk (~64k tokens, against ~0.1-0.3 CPU-s of
-    encoding), what the arenas hold stays what is in use: issue 23 class 8, BENCHMARKS.md
-    "Raw chat pack: peak RSS" (memory and CPU measured)."""
+    Then `heap` may trim glibc's arenas: a chunk's Encodings and encode_batch's scratch (~100
+    bytes a token, millions of small blocks) are allocated by the tokenizer's threads, each in
+    an arena of its own, and freed here; each arena keeps its own high-water mark, and their sum
+    rose with the rows (issue 23 class 8, BENCHMARKS.md "Raw chat pack: peak RSS")."""
     encodings = start_encode(loaded.tokenizer, rb)
     out = encode_rendered(loaded.tokenizer, rb, loaded.info, cfg.add_bos, cfg.add_eos,
                           templated, encodings=encodings)
-    del encodings  # freed before the trim, not on return
-    trim()
+    del encodings  # freed before the check, not on return
+    heap.check()
     return out
 
 

@@ -1,22 +1,35 @@
 """Tokenizing holds no memory per row (issue 23 class 8): what is alive at once is set by the
-encode chunks in flight and the writers' bounded queues, not by how many rows went by.
+encode chunks in flight and the writers' bounded queues, not by how many rows went by, and
+glibc's arenas do not keep more than that plus a bounded slack.
 
 Two probes, each at N and 4N chat rows in one process with small chunks, batches and row
 groups (so every bounded buffer is full at N already): the traced Python/numpy heap's peak
 (a list kept per row or per batch, rendered texts or EncodedBatches held to the end: all
-traced), and the rendered characters whose Encodings are alive at once (native, untraced:
-what set the raw chat pack's peak RSS). The probe is shown to see a per-row holder.
+traced), and the rendered characters whose Encodings are alive at once (native, untraced).
+The probe is shown to see a per-row holder.
+
+What the arenas keep is not measured here by RSS: its growth showed from 10k to 30k rows
+(minutes of tokenizing; bench/chat_memory.py, BENCHMARKS.md "Raw chat pack: peak RSS"), and
+the RSS of a few hundred rows moves more with imports than with rows. The two bounds that
+flattened it are tested instead, each against the glibc behaviour it answers (a control that
+fails without it): large blocks keep pages of their own once tokenizing fixed the mmap
+threshold, and a HeapBound over its slack hands a fragmented arena's free pages back; the
+pipeline checks its bound after every encode chunk.
 """
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 import threading
 import tracemalloc
 
 import pytest
 from conftest import GPT2, TASKMASTER
 
+import packtool.heap as heap
 import packtool.tokenize.pipeline as pipeline
 import packtool.tokenize.readers as readers
 import packtool.tokenize.sink as sink
@@ -118,3 +131,98 @@ def test_default_encode_budget():
     """At the defaults, the chunks in flight hold at most 768 Ki rendered characters (~190 MiB
     of glibc heap at 3 x 1 Mi, which set the chat pack's peak RSS: BENCHMARKS.md)."""
     assert pipeline._IN_FLIGHT * pipeline._CHUNK_CHARS <= 3 << 18
+
+
+GLIBC = pytest.mark.skipif(heap._LIBC is None, reason="the bounds are glibc's (no-ops elsewhere)")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _fresh(code: str, *args: str) -> str:
+    """`code` in a fresh process (glibc's settings are per process and cannot be undone)."""
+    got = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert got.returncode == 0, got.stderr
+    return got.stdout.split()[-1]
+
+
+LARGE_BLOCK = r"""
+import ctypes, sys
+from packtool import heap
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+block = bytearray(8 << 20)  # an 8 MB JSON block: mapped, then freed, and glibc's threshold follows it
+del block
+if sys.argv[1] == "bound":
+    heap.bound_heap()
+mapped = libc.mallinfo2().hblkhd
+block = bytearray(1 << 20)  # the next 1 MB block
+print(libc.mallinfo2().hblkhd - mapped >= 1 << 20)
+"""
+
+
+@GLIBC
+@pytest.mark.parametrize("bound", ["bound", "default"])
+def test_large_blocks_keep_pages_of_their_own(bound):
+    """glibc's default threshold rises to the largest mapped block freed, so every later block
+    below it is carved from an arena that keeps it resident; bound_heap fixes it."""
+    assert _fresh(LARGE_BLOCK, bound) == str(bound == "bound")
+
+
+FRAGMENTED = r"""
+import sys, threading
+from packtool import heap
+bound = heap.HeapBound(int(sys.argv[1]))
+bound.check()  # the low point
+def encode(keep):  # an encode thread's arena: ~60 MB of 1 KB blocks, 1 in 16 still alive after
+    blocks = [bytes(1000) for _ in range(60000)]
+    keep.extend(blocks[::16])
+keep = []
+t = threading.Thread(target=encode, args=(keep,))
+t.start()
+t.join()
+before = heap.anon_bytes()
+bound.check()
+print(bound.trims, (before - heap.anon_bytes()) >> 20, sep=",")
+"""
+
+
+@GLIBC
+@pytest.mark.parametrize("slack", [8 << 20, 1 << 40], ids=["over the slack", "under it (control)"])
+def test_a_heap_bound_hands_back_what_the_arenas_keep(slack):
+    trims, freed = map(int, _fresh(FRAGMENTED, str(slack)).split(","))
+    if slack < 1 << 30:
+        assert trims == 1 and freed > 20, (trims, freed)
+    else:  # without a trim the freed blocks' pages stay resident: what the bound is for
+        assert trims == 0 and freed < 5, (trims, freed)
+
+
+def test_heap_bound_trims_only_over_its_slack(monkeypatch):
+    anon, trims = [100], []
+    monkeypatch.setattr(heap, "_LIBC", object())
+    monkeypatch.setattr(heap, "anon_bytes", lambda: anon[0])
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(anon[0]) or anon.__setitem__(0, 105))
+    b = heap.HeapBound(10)
+    for now, trimmed in [(100, 0), (110, 0), (90, 0), (100, 0), (101, 1), (112, 1), (116, 2)]:
+        anon[0] = now  # the low point follows the lowest seen; a trim sets it to what is left
+        b.check()
+        assert b.trims == trimmed, (now, b.trims, b.low)
+
+
+def test_the_pipeline_bounds_the_heap_after_every_encode_chunk(data, small_buffers, monkeypatch, tmp_path):
+    chunks, checks, bounds = [0], [0], []
+    real_chunk, real_check, real_bound = pipeline._encode_chunk, heap.HeapBound.check, pipeline.bound_heap
+
+    def chunk(*a):
+        chunks[0] += 1
+        return real_chunk(*a)
+
+    def check(self):
+        checks[0] += 1
+        return real_check(self)
+    monkeypatch.setattr(pipeline, "_encode_chunk", chunk)
+    monkeypatch.setattr(heap.HeapBound, "check", check)
+    monkeypatch.setattr(pipeline, "bound_heap", lambda: bounds.append(1) or real_bound())
+    tokenize_to_cache([data[N]], CFG, str(tmp_path / "c"), progress=False)
+    assert bounds == [1] and chunks[0] > 3 and checks[0] == chunks[0], (bounds, chunks, checks)
