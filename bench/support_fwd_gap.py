@@ -3,11 +3,11 @@ full-vocab fused log-prob (issue 22: K 2048 / 4096 spread over a TP share of the
 GPU. Per shape (N, H, V_local, K_local), interleaved rounds, median (min-max) of per-round medians:
 
   whole_auto / whole_dense / whole_full   the calls as the sweep times them (no grad)
-  checks        the support checks with auto's probe, their one host sync included
+  checks        the support checks with auto's probe and the repeated-id bitmaps, their one host
+                sync included
   gemm          the chunked GEMMs into the [C, V] buffer alone
   gemm_rowstats the full head's GEMM + row-statistics kernel per chunk (no Python around it)
-  dls_dup / dls_nodup   the dense path's GEMM + buffer kernel, with / without the repeated-id marks
-  dls_dup_barriers      dls_dup with a barrier between each block's reads and marks (before 2026-12-02)
+  dls           the dense path's GEMM + buffer kernel
 
 then one profiled call of auto and of the full head: every GPU kernel's time, the GPU's idle gaps
 between kernels (> 3 us, with the kernels on either side) and before the first one.
@@ -56,15 +56,6 @@ def _ms(fn, reps):
     return sorted(out)[len(out) // 2]
 
 
-def _with_sync(fn):
-    """fn with the buffer kernel's barrier at every block (support_kernels.BUFFER_SYNC: as before)."""
-    SK.BUFFER_SYNC = True
-    try:
-        return fn()
-    finally:
-        SK.BUFFER_SYNC = False
-
-
 def _profile(fn, path):
     from torch.profiler import ProfilerActivity, profile
 
@@ -96,7 +87,7 @@ def shape(n, hdim, vl, kl, rounds, reps):
     fns = methods(h, w, samp, sup, up, ["auto", "dense", "full_fused"])
     hd, wd = h.detach(), w.detach()
     probe = SL._probe_rows("auto", True, hd, wd, n, kl)
-    rows_ = check_support(samp, sup, vl, 0, vl, use_triton=True, sort_dups=False, probe_rows=probe)
+    rows_ = check_support(samp, sup, vl, 0, vl, use_triton=True, probe_rows=probe)
     chunk = min(n, _dense_rows(hd, wd, wd.dtype))
     buf = torch.empty(chunk, vl, dtype=wd.dtype, device="cuda")
 
@@ -112,14 +103,10 @@ def shape(n, hdim, vl, kl, rounds, reps):
         "whole_full": lambda: fns["full_fused"](False),
         "whole_auto": lambda: fns["auto"](False),
         "whole_dense": lambda: fns["dense"](False),
-        "checks": lambda: check_support(samp, sup, vl, 0, vl, use_triton=True, sort_dups=False, probe_rows=probe),
+        "checks": lambda: check_support(samp, sup, vl, 0, vl, use_triton=True, probe_rows=probe),
         "gemm": gemm,
         "gemm_rowstats": lambda: gemm(lambda x, s: row_stats.row_stats_triton(x, t_local[s:s + x.shape[0]], 1 / 0.9)),
-        "dls_dup": lambda: SK.dense_logits_stats(hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False,
-                                                 torch.zeros(n, dtype=torch.int32, device="cuda")),
-        "dls_dup_barriers": lambda: _with_sync(lambda: SK.dense_logits_stats(
-            hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False, torch.zeros(n, dtype=torch.int32, device="cuda"))),
-        "dls_nodup": lambda: SK.dense_logits_stats(hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False),
+        "dls": lambda: SK.dense_logits_stats(hd, wd, rows_.cands, rows_.pos, 1 / 0.9, False),
     }
     res = {m: [] for m in parts}
     with torch.no_grad():

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
-from kernels.support_logprob import (DUP_MARK_MAX_K, GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
+from kernels.support_logprob import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
                                      UNION_PROBE, _triton_runs, auto_path, support_logprob)
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
@@ -315,7 +315,7 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": os.getloadavg(),
            "gather_max_share": GATHER_MAX_SHARE, "union_max_share": UNION_MAX_SHARE, "union_probe": UNION_PROBE,
-           "union_prefix": UNION_PREFIX, "dup_mark_max_k": DUP_MARK_MAX_K}
+           "union_prefix": UNION_PREFIX}
     for part in a.parts.split(","):
         t0 = time.time()
         res[part] = {"acc": accuracy, "main": lambda: main_grid(

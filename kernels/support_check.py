@@ -29,7 +29,6 @@ class SupportRows:
     pos: torch.Tensor  # int64 [N]: column of the sampled id in its row (0 on invalid rows)
     valid: torch.Tensor  # bool [N]: the row holds a support
     owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
-    dups_checked: bool = True  # False: distinct ids are left to the caller (see check_support)
     prefix_named: int | None = None  # weight rows the first probe_rows rows name (if probed)
 
     @property
@@ -58,13 +57,12 @@ def _first(flags: torch.Tensor) -> tuple[int, int]:
 def check_support(
     sampled: torch.Tensor, support: torch.Tensor, vocab_total: int, vocab_start: int,
     vocab_local: int, loss_mask: torch.Tensor | None = None, *, use_triton: bool = False,
-    sort_dups: bool = True, probe_rows: int = 0,
+    probe_rows: int = 0,
 ) -> SupportRows:
-    """The rows checked and turned into local weight rows; use_triton: one Triton pass
-    (kernels/support_rows.py) instead of the torch passes, its counts read in one host sync.
-    sort_dups=False (Triton only): the rows are not sorted for repeated ids, and the caller must
-    check them (`dups_checked`). probe_rows (Triton only): count the distinct weight rows the
-    first probe_rows rows name (`prefix_named`, auto's union probe) in the same pass."""
+    """The rows checked; use_triton: the Triton passes of kernels/support_rows.py instead of the
+    torch passes (the verdicts, repeated ids included, read in one host sync). probe_rows (Triton
+    only): count the distinct weight rows the first probe_rows rows name (`prefix_named`, auto's
+    union probe) in the same pass."""
     _check_shapes(sampled, support)
     if use_triton and support.shape[1]:
         from kernels.support_rows import NAMED, OWN, check_rows
@@ -72,16 +70,12 @@ def check_support(
         t = sampled.to(support.dtype)
         ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local,
                                         probe_rows)
-        if sort_dups:
-            counts = torch.cat([counts, repeated_ids(support).any().reshape(1).to(counts.dtype)])
         valid = support[:, 0] >= 0  # launched before the sync: after it the GPU waits on the host
         counts = counts.tolist()  # the one host sync
-        if any(counts[NAMED + 1:]):  # a verdict: the torch checks name the first bad token
+        if any(counts[NAMED + 1:]):  # a verdict (or a repeated id): the torch checks name the token
             return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
         return SupportRows(ids=ids, start=int(vocab_start), v_local=int(vocab_local), pos=pos,
-                           valid=valid, owned=counts[OWN],
-                           dups_checked=sort_dups,
-                           prefix_named=counts[NAMED] if probe_rows else None)
+                           valid=valid, owned=counts[OWN], prefix_named=counts[NAMED] if probe_rows else None)
     return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
 
 

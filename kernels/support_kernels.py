@@ -177,26 +177,17 @@ def grad_stats(z, lse, ent, a, b, pos, inv_temp: float):
 
 # --- the GEMM paths' row statistics, read from the chunk's logits buffer -------------------------
 
-def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_ptr, dup_ptr, inv_temp,
+def _buffer_stats_kernel(x_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_ptr, inv_temp,
                          stride_x, K, start, v_local, row0, N, K_PAD: tl.constexpr, BLOCK_K: tl.constexpr,
-                         WRITE_Z: tl.constexpr, DUP: tl.constexpr, SLOT: tl.constexpr,
-                         SYNC: tl.constexpr):
+                         WRITE_Z: tl.constexpr, SLOT: tl.constexpr):
     """One row of a chunk: its candidates' logits gathered from the [C, V] buffer, their max,
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
     one pass; the [N, K] logits are written only when backward will need them. A candidate's
-    column is its local row id - start, or, SLOT (the union path), slot[id - start].
-
-    DUP: then each candidate writes its column k into its own buffer slot once it has read it
-    (xm: the buffer seen as integers) and, after a barrier, reads it back: a repeated id reads
-    another column's k. dup[row] = how many did (no sort of the row; one pass over the ids more).
-    The thread that reads a slot is the one that writes it (no barrier between them) unless the
-    block is narrower than the program's threads and they hold copies of the same column: SYNC.
-    With distinct ids no other column touches the slot; with a repeated id the values are
-    garbage, and discarded: the call raises."""
+    column is its local row id - start, or, SLOT (the union path), slot[id - start]. Repeated
+    ids were refused by the checks (kernels/support_rows.py) before this runs."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r
     pos = tl.load(pos_ptr + row)
-    mark_ty = xm_ptr.dtype.element_ty
     m = tl.full([], -float("inf"), tl.float32)
     s = tl.zeros([], tl.float32)
     u = tl.zeros([], tl.float32)
@@ -210,15 +201,8 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_pt
         col = tl.where(own, loc, 0)
         if SLOT:
             col = tl.load(slot_ptr + col, mask=own, other=0)
-        x = tl.load(x_ptr + r * stride_x + col, mask=own, other=0.0).to(tl.float32)
-        if DUP:  # the slot read, its column goes in (a repeated id then reads a mark: discarded)
-            if SYNC:
-                tl.debug_barrier()  # copies of a column on other threads read it before the write
-            # the mark depends on x (x > inf never holds), so whichever thread stores it has read
-            # the slot first, whatever layouts the compiler gives the load and the store
-            mark = tl.where(x > float("inf"), -1, ks).to(mark_ty)
-            tl.store(xm_ptr + r * stride_x + col, mark, mask=own)
-        x = tl.where(own, x * inv_temp, -float("inf"))
+        x = tl.load(x_ptr + r * stride_x + col, mask=own, other=0.0)
+        x = tl.where(own, x.to(tl.float32) * inv_temp, -float("inf"))
         zt += tl.sum(tl.where(own & (ks == pos), x, 0.0), axis=0)
         if WRITE_Z:
             tl.store(z_ptr + row * K + ks, x, mask=km)
@@ -234,20 +218,6 @@ def _buffer_stats_kernel(x_ptr, xm_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_pt
         s += tl.sum(e, axis=0)
         u += tl.sum(e * d, axis=0)
         m = m_new
-    if DUP:
-        tl.debug_barrier()  # every mark is written before any is read back
-        n_dup = tl.zeros([], tl.int32)
-        for k0 in range(0, K_PAD, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            ids = tl.load(ids_ptr + row * K + ks, mask=ks < K, other=-1)
-            loc = ids - start
-            own = (ids >= 0) & (loc >= 0) & (loc < v_local)
-            col = tl.where(own, loc, 0)
-            if SLOT:
-                col = tl.load(slot_ptr + col, mask=own, other=0)
-            back = tl.load(xm_ptr + r * stride_x + col, mask=own, other=0)
-            n_dup += tl.sum((own & (back != ks.to(mark_ty))).to(tl.int32), axis=0)
-        tl.store(dup_ptr + row, n_dup)
     tl.store(st_ptr + row, m)
     tl.store(st_ptr + N + row, s)
     tl.store(st_ptr + 2 * N + row, u)
@@ -267,37 +237,27 @@ _BUFFER_STATS = LazyJit(_buffer_stats_kernel)
 _MARK = LazyJit(_mark_kernel)
 STATS_BLOCK_K = 256
 ONE_BLOCK_K = 8192
-# True: the buffer kernel orders each slot's read before its mark with a barrier at every block
-# (as before 2026-12-02), for the A/B in bench/support_fwd_gap.py; the kernel needs it only where
-# threads hold copies of a column (narrow blocks)
-BUFFER_SYNC = False
 
 
-_MARK_DTYPE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def buffer_stats(x, cands, pos, inv_temp: float, row0: int, z, st, dups=None, slot=None) -> None:
+def buffer_stats(x, cands, pos, inv_temp: float, row0: int, z, st, slot=None) -> None:
     """Rows [row0, row0 + C) of st [4, N] (max, sum-exp, entropy numerator, sampled logit) from
-    the chunk's logits x [C, V] (and of z [N, K] when z is given; of dups [N] when given, which
-    overwrites x). cands = (ids [N, K], start, v_local); slot [v_local] int32: the union path's
-    column of each weight row."""
+    the chunk's logits x [C, V] (and of z [N, K] when z is given). cands = (ids [N, K], start,
+    v_local); slot [v_local] int32: the union path's column of each weight row."""
     ids, start, v_local = cands
     c, k = x.shape[0], ids.shape[1]
     if c == 0:
         return
     k_pad = max(16, triton.next_power_of_2(k))
-    # wide rows in one block (to ONE_BLOCK_K): the ids stay in registers and the repeated-id
-    # read-back finds the marks it just wrote in L2. H200, forward of auto (BENCHMARKS.md, raw
-    # d1_main.json "ab"): K 4096 (H 2048, V 151,936) 18.20 vs 18.78 ms with 256-wide blocks;
-    # K 2048 and 256 within the spread; K 512 2.59 vs 2.51 ms: narrow rows keep 256-wide blocks
+    # wide rows in one block (to ONE_BLOCK_K): the ids stay in registers. H200, forward of auto
+    # (BENCHMARKS.md, raw d1_main.json "ab", with the repeated-id marks this kernel then wrote):
+    # K 4096 (H 2048, V 151,936) 18.20 vs 18.78 ms with 256-wide blocks; K 2048 and 256 within
+    # the spread; K 512 2.59 vs 2.51 ms: narrow rows keep 256-wide blocks
     block = k_pad if 1024 < k_pad <= ONE_BLOCK_K else min(STATS_BLOCK_K, k_pad)
-    warps = min(16, max(4, block // 256))
     _BUFFER_STATS[(c,)](
-        x, x.view(_MARK_DTYPE[x.element_size()]), ids, slot if slot is not None else pos, pos,
-        z if z is not None else st, st, dups if dups is not None else st, float(inv_temp),
-        x.stride(0), k, start, v_local, row0, st.shape[1], K_PAD=k_pad, BLOCK_K=block,
-        WRITE_Z=z is not None, DUP=dups is not None, SLOT=slot is not None,
-        SYNC=block < 32 * warps or BUFFER_SYNC, num_warps=warps)
+        x, ids, slot if slot is not None else pos, pos, z if z is not None else st, st,
+        float(inv_temp), x.stride(0), k, start, v_local, row0, st.shape[1], K_PAD=k_pad,
+        BLOCK_K=block, WRITE_Z=z is not None, SLOT=slot is not None,
+        num_warps=min(16, max(4, block // 256)))
 
 
 def named_rows(cands) -> torch.Tensor:
@@ -311,12 +271,11 @@ def named_rows(cands) -> torch.Tensor:
     return named
 
 
-def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool, dups=None, slot=None):
+def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool, slot=None):
     """The GEMM paths' forward: per chunk of rows, one GEMM into the [C, V] buffer (the full-vocab
     head's, sized alike), then `buffer_stats` reads each row's candidates from it. Returns (z
     [N, K] fp32 or None, (max, sum-exp, entropy numerator, sampled logit)); without need_z
-    (forward only) nothing of size [N, K] is written. dups [N] int32: repeated ids counted.
-    slot: the union path (weight holds the union's rows; see buffer_stats)."""
+    (forward only) nothing of size [N, K] is written. slot: the union path (weight holds the union's rows; see buffer_stats)."""
     n, k = cands[0].shape
     st = torch.empty(4, n, dtype=torch.float32, device=hidden.device)
     z = torch.empty(n, k, dtype=torch.float32, device=hidden.device) if need_z else None
@@ -326,7 +285,7 @@ def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool
         e = min(n, s + rows)
         x = buf[: e - s]
         torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
-        buffer_stats(x, cands, pos, inv_temp, s, z, st, dups, slot)
+        buffer_stats(x, cands, pos, inv_temp, s, z, st, slot)
     return z, tuple(st)
 
 

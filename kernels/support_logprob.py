@@ -19,10 +19,10 @@ vocabulary the GEMM paths run instead, over the union of the micro-batch's candi
 full-vocab head's chunked GEMM, whose buffer a Triton kernel reads the candidates from
 (kernels/support_kernels.py; kernels/support_torch.py without Triton); `impl="auto"` picks by
 GATHER_MAX_SHARE, UNION_PROBE, UNION_PREFIX and UNION_MAX_SHARE, measured on an H200
-(`auto_path`). The support checks run as one Triton pass where Triton runs
-(kernels/support_rows.py), which also counts auto's union probe; its counts come back in one host
-sync before the path is chosen, and repeated ids (found by the GEMM paths' buffer kernel, or by a
-sort on the other paths) in one more after the compute is launched.
+(`auto_path`). The support checks run as Triton passes where Triton runs
+(kernels/support_rows.py: the verdicts and auto's union probe in one, repeated ids by per-program
+bitmaps in another); their counts come back in one host sync before the path is chosen, and
+nothing is read back after the compute.
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from kernels import support_torch
-from kernels.support_check import SupportRows, check_support, local_ids, raise_repeated, repeated_ids
+from kernels.support_check import SupportRows, check_support, local_ids
 from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
@@ -64,13 +64,6 @@ UNION_PROBE = 0.25
 # ...and looks at the first rows' UNION_PREFIX x V_local ids first (spread candidates, half of
 # them padding, cover 1 - e^-4 = 98 % of V from 8 V ids): enough of them named, it is done
 UNION_PREFIX = 8
-# Where Triton runs the checks sort no row for a repeated id: the GEMM paths' buffer kernel finds
-# one in the logits buffer it already holds, the other paths sort once chosen, and the verdict is
-# read after the compute is launched (the sort of [16k, 4096] int32 rows took 2.0 ms on the H200,
-# 6 % of the full-vocab forward; of [16k, 256], in front of the checks' host sync, it made the
-# forward at a TP-8 share slower than the full head). Past this width the buffer kernel's int16
-# marks (bf16 buffers) cannot name a column: the checks sort.
-DUP_MARK_MAX_K = 2**15
 
 
 @dataclass(frozen=True)
@@ -84,7 +77,6 @@ class _Plan:
     union: tuple | None = None  # path "union": (ids [U], slot [V_local]: each named row's column)
     fused_stats: bool = False  # GEMM paths: row statistics by the Triton buffer kernel
     need_z: bool = True  # keep the [N, K] logits (for backward); forward-only calls do not
-    dups: torch.Tensor | None = None  # int32 [N]: repeated ids the buffer kernel finds, per row
 
 
 def _logits_op(path: str):
@@ -109,9 +101,8 @@ def _stats(z: torch.Tensor, pos: torch.Tensor):
     return m, e.sum(1), u, zt
 
 
-def _merge(m, s, u, zt, group, dups=None):
-    """Merge the ranks' statistics: one MAX then one SUM all-reduce (none without a group); the
-    SUM also carries dups (repeated ids each rank found among its own), so every rank sees them."""
+def _merge(m, s, u, zt, group):
+    """Merge the ranks' statistics: one MAX then one SUM all-reduce (none without a group)."""
     m0 = torch.where(m > float("-inf"), m, torch.zeros_like(m))
     if group is not None:
         m_all = m.clone()
@@ -120,11 +111,9 @@ def _merge(m, s, u, zt, group, dups=None):
         has = s > 0  # a rank owning none of a row's candidates adds nothing (and no 0 * -inf)
         scale = torch.where(has, torch.exp(m0 - m_all0), torch.zeros_like(s))
         shifted = torch.where(has, scale * (u + (m0 - m_all0) * s), torch.zeros_like(u))
-        packed = torch.stack([scale * s, shifted, zt] + ([dups.to(s.dtype)] if dups is not None else []))
+        packed = torch.stack([scale * s, shifted, zt])
         dist.all_reduce(packed, op=dist.ReduceOp.SUM, group=group)
         s, u, zt, m0 = packed[0], packed[1], packed[2], m_all0
-        if dups is not None:
-            dups.copy_(packed[3])
     log_s = torch.log(s)
     return m0 + log_s, log_s - u / s, zt  # lse, entropy, sampled logit
 
@@ -139,7 +128,7 @@ class SupportLogprob(torch.autograd.Function):
             w, slot = ((weight, None) if plan.path == "dense"
                        else (weight.index_select(0, plan.union[0]), plan.union[1]))
             z, stats = dense_logits_stats(hidden, w, cands, rows.pos, plan.inv_temp, plan.need_z,
-                                          plan.dups, slot)
+                                          slot=slot)
         else:
             if plan.path == "union":
                 z = support_torch.logits_union(hidden, weight, plan.union, cands, plan.inv_temp)
@@ -147,7 +136,7 @@ class SupportLogprob(torch.autograd.Function):
                 logits_op = support_torch.logits_dense if plan.path == "dense" else _logits_op(plan.path)
                 z = logits_op(hidden, weight, cands, plan.inv_temp)
             stats = _stats(z, rows.pos)
-        lse, ent, zt = _merge(*stats, plan.shard.group, plan.dups)
+        lse, ent, zt = _merge(*stats, plan.shard.group)
         zero = torch.zeros_like(lse)
         logp = torch.where(rows.valid, zt - lse, zero)
         ent = torch.where(rows.valid, ent, zero)
@@ -365,13 +354,8 @@ def support_logprob(
                          "whole vocabulary from id 0; pass tp_group to score a shard")
     sup = support.reshape(-1, support.shape[-1])
     triton_ok = _triton_runs(h)
-    sort_dups = not (triton_ok and sup.shape[1] < DUP_MARK_MAX_K)
-    # the buffer kernel's repeated-id counts, zeroed before the checks' host sync: after it the
-    # GPU waits for the host's next launch
-    dups = None if sort_dups else torch.zeros(sup.shape[0], dtype=torch.int32, device=sup.device)
     rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0],
                          None if loss_mask is None else loss_mask.reshape(-1), use_triton=triton_ok,
-                         sort_dups=sort_dups,
                          probe_rows=_probe_rows(impl, triton_ok, h, weight, *sup.shape))
     path, union = choose_path(impl, h, weight, rows), None
     if path == "auto":
@@ -380,16 +364,7 @@ def support_logprob(
         union = _union(rows.cands, triton_ok)
     need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     fused = triton_ok and weight.dtype != torch.float64
-    in_buffer = fused and (path == "dense" or (path == "union" and union[0].numel()))
-    # repeated ids: found by the buffer kernel or a sort, read in one sync after the compute is
-    # launched (the results are discarded then); the kernels read no weight row out of range
-    repeated = None if rows.dups_checked or in_buffer else repeated_ids(sup).any()
-    dups = None if rows.dups_checked or not in_buffer else dups
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z, dups=dups)
+                 bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
-    if dups is not None:
-        repeated = dups.any()
-    if repeated is not None and bool(repeated):
-        raise_repeated(sup)
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)

@@ -201,9 +201,9 @@ def test_bad_support_is_an_error_naming_the_token(case):
 
 
 @pytest.mark.parametrize("path", ["dense", "union", "gather"])
-def test_repeated_id_is_found_after_choosing_the_path(path):
-    # where Triton runs the checks sort no row: the GEMM paths' buffer kernel finds the repeated
-    # id in the logits buffer, the gather path sorts once it is chosen; both read after the compute
+def test_repeated_id_is_found_by_the_checks_bitmaps(path):
+    # where Triton runs, the checks find a repeated id by per-program bitmaps (no sort), in the
+    # same host sync as the other verdicts, whichever path then runs
     h, w, samp, sup, up = _inputs(6)
     got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True, impl=path),
                h, w, torch.float32, up)
@@ -213,7 +213,7 @@ def test_repeated_id_is_found_after_choosing_the_path(path):
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
 
 
-@pytest.mark.parametrize("case", sorted(set(BAD) - {"duplicate"}))
+@pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_support_through_the_triton_checks_names_the_same_token(case):
     # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message
     h, w, samp, sup = _bad_inputs(case)
@@ -226,9 +226,9 @@ def test_the_checks_pass_counts_the_union_probe():
     from kernels.support_check import check_support
 
     _, _, samp, sup, _ = _inputs(8)
-    rows = check_support(samp, sup, V, 0, V, use_triton=True, sort_dups=False, probe_rows=5)
+    rows = check_support(samp, sup, V, 0, V, use_triton=True, probe_rows=5)
     assert rows.prefix_named == int(torch.unique(sup[:5][sup[:5] >= 0]).numel())
-    assert rows.owned == int((sup >= 0).sum()) and not rows.dups_checked
+    assert rows.owned == int((sup >= 0).sum())
     shard = check_support(samp, sup, V, 100, 150, use_triton=True, probe_rows=13)
     loc = sup - 100
     own = (sup >= 0) & (loc >= 0) & (loc < 150)

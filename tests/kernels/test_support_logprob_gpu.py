@@ -101,8 +101,8 @@ def test_extreme_logits_no_nan(S):
 
 @pytest.mark.parametrize("impl", ["dense", "union", "gather"])
 def test_wide_rows_repeated_id_is_an_error(S, impl):
-    # the checks do not sort: the buffer kernel (dense, union) or a sort after the path is chosen
-    # (gather) finds the id, read after the compute is launched, and no row without one is flagged
+    # the checks' bitmaps (kernels/support_rows.py, compiled: persistent programs over many rows
+    # each) find the id before any path runs, and flag no row without one
     hid, w, samp, sup, up = _inputs(n=512, k=600)
     S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
     row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
