@@ -12,7 +12,7 @@ def main() -> None:
     json_out = "--json" in sys.argv[1:]
     try:
         from packtool.cli.app import main as run
-        from packtool.cli.failure import interrupted
+        from packtool.cli.failure import interrupted, keep_committed
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted (Ctrl-C) while packtool was starting; nothing was "
                          "read or written: re-run the command to start again\n")
@@ -21,6 +21,7 @@ def main() -> None:
                              '"interrupted (Ctrl-C) while packtool was starting; nothing was read or written", '
                              '"path": null, "row": null, "flag": null, "exit_code": 130}}\n')
         sys.exit(130)
+    keep_committed()  # this process ends with the command: a printed result stays the outcome
     try:
         run()
     except KeyboardInterrupt:  # between typer's set-up and the command's own handling

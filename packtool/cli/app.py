@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, fail, guarded, interrupted, reader_left,
-                                  reset, set_debug, stdout_console, usage_error)
+from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
+                                  reader_left, release, reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
 from packtool.errors import PacktoolInputError
 
@@ -42,6 +42,8 @@ class _Commands(TyperGroup):
             code = usage_error(e, json_out)
         except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
             code = EXIT_INTERRUPTED
+        finally:
+            release()
         if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
             interrupted(json_out)
         if not standalone_mode:
@@ -139,6 +141,7 @@ def plan(
             write_plan(p, output, overwrite, inputs=[lengths])
     except Exception as e:
         fail(e, json_out)
+    committed()  # the result is decided: Ctrl-C from here on changes nothing
     summary = plan_summary(p)
     if json_out:
         print(json.dumps(summary.to_dict()))
@@ -230,6 +233,7 @@ def pack(
                        shard_tokens=shard_tokens, **kw)
     except Exception as e:
         fail(e, json_out)
+    committed()  # the result is decided: Ctrl-C from here on changes nothing
     if json_out:
         d = res.summary.to_dict()
         d.update(output=res.output, shards=len(res.shards), loss_tokens=res.loss_tokens,
@@ -303,6 +307,7 @@ def inspect(
             write_html(report, html, overwrite, read)
     except Exception as e:
         fail(e, json_out)
+    committed()  # the result is decided: Ctrl-C from here on changes nothing
     if json_out:
         print(json.dumps(report.to_dict()))
     else:
@@ -373,6 +378,7 @@ def verify(
                             source_tokenize=tok if source else None, source_files=files)
     except Exception as e:
         fail(e, json_out)
+    committed()  # the result is decided: Ctrl-C from here on changes nothing
     if json_out:
         print(json.dumps(report.to_dict(), default=str))
     else:

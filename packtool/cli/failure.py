@@ -6,7 +6,9 @@ rich markup), the same as a JSON object on stdout under `--json`, and the exit s
     2  bad usage, input, config, cache, format or output path (every PacktoolError; also a
        file that cannot be read or written)
     3  a packtool bug: the line says so; the traceback shows with --debug or PACKTOOL_DEBUG=1
-  130  interrupted (Ctrl-C): one line says so
+  130  interrupted (Ctrl-C): one line says so. Once a command's result is decided and being
+       printed (`committed`), Ctrl-C no longer changes the outcome: the rest of the run ignores
+       it, so a complete output that `--json` called a success is never reported as 130
   141  stdout closed by its reader (`packtool ... | head`): nothing more is printed
 A traceback is printed only in debug mode.
 """
@@ -16,7 +18,9 @@ import errno
 import functools
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 
 import typer
@@ -75,6 +79,27 @@ def reader_left() -> int:
 def reset() -> None:
     """A new command line (the CLI's tests run many in one process)."""
     _STATE["interrupted"] = False
+
+
+def committed() -> None:
+    """The command's outcome is decided (its result or its error is about to be printed): from
+    here to the process's end (printing, atexit handlers, the interpreter's teardown: 0.3-0.5 s)
+    Ctrl-C is ignored, so the exit status is the one the printed result stands for."""
+    if "sigint" in _STATE or threading.current_thread() is not threading.main_thread():
+        return
+    _STATE["sigint"] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def release() -> None:
+    """Give Ctrl-C back after a command line run in-process (a library or test caller goes on
+    living); the console script keeps ignoring it to its end (`keep_committed`)."""
+    if "sigint" in _STATE and not _STATE.get("process"):
+        signal.signal(signal.SIGINT, _STATE.pop("sigint"))
+
+
+def keep_committed() -> None:
+    """Called by the console script: this process ends with the command."""
+    _STATE["process"] = True
 
 
 def set_debug(on: bool) -> None:
@@ -139,8 +164,13 @@ def guarded(fn):
         try:
             from packtool.env import check_environment
             check_environment()  # a bad PACKTOOL_* value: one line, before any work
-            return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort, TyperException):
+            rv = fn(*args, **kwargs)
+            committed()  # commands that print their result as they go (train) end here
+            return rv
+        except typer.Exit:  # a printed result (verify's 0/1) or a printed error: decided
+            committed()
+            raise
+        except (typer.Abort, TyperException):
             raise
         except BrokenPipeError as e:  # `packtool ... | head`: the reader left; not an error of ours
             if not _stdout_gone():
@@ -178,6 +208,7 @@ def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> i
     if ctx is not None and isinstance(e, click_exceptions.UsageError):
         msg += f" (see `{ctx.command_path} --help`)"
     code = e.exit_code if isinstance(e.exit_code, int) and e.exit_code else EXIT_USAGE
+    committed()
     print_error(msg, "usage", code, json_out=json_out, extra={"type": type(e).__name__, "flag": _flag_of(e)})
     return code
 
@@ -195,10 +226,11 @@ def _flag_of(e: click_exceptions.ClickException) -> str | None:
 
 def fail(e: BaseException | str, json_out: bool = False) -> None:
     """Stop the command here with `e` reported (a string is a usage error)."""
+    committed()
     if isinstance(e, str):
         print_error(one_line(e), "usage", EXIT_USAGE, json_out=json_out)
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(report(e, json_out))
 
 
-__all__ = ["describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]
+__all__ = ["committed", "keep_committed", "release", "describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]
