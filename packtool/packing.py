@@ -247,13 +247,8 @@ def source_of_row(cache: TokenizedCache, i: int) -> tuple[str | None, int]:
     """(input file, row in it; 0-based like the tokenizer's errors) of cache row `i`, through
     the cache's `source_index` (global input row, skipped rows counted) and the rows each
     input held (cache.json `inputs`). A cache without per-input counts: (None, global row)."""
-    src = int(cache.source_indices()[i])
-    counts = [d.get("rows") for d in cache.meta.get("inputs", [])]
-    if not counts or any(c is None for c in counts):
-        return None, src
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    f = int(np.searchsorted(starts, src, side="right")) - 1
-    return cache.input_files[f].path, src - int(starts[f])
+    from packtool.tokenize.source_rows import SourceRows
+    return SourceRows(cache).locate(i)
 
 
 def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: TokenizedCache,

@@ -70,6 +70,14 @@ def problem_text(p) -> str:
     return f"{text} ({base})" if base else text
 
 
+def _values_said(p) -> bool:
+    """Whether a problem's message states its expected and found values already ("holds -0.1,
+    the source has -0.2"): the terminal line then says them once (--json keeps the fields)."""
+    def said(v) -> bool:
+        return any(re.search(rf"(?<![\w.-]){re.escape(t)}(?!\w|\.\d)", p.message) for t in {str(v), repr(v)})
+    return all(said(v) for v in (p.expected, p.found) if v is not None)
+
+
 def print_verify_report(r, console: Console) -> None:
     """`packtool verify` in the terminal: a verdict line, then one line per problem (the first
     few of each check), each naming where, what broke, and expected vs found."""
@@ -88,7 +96,7 @@ def print_verify_report(r, console: Console) -> None:
     shown: dict = {}
     for p in r.problems:
         shown[p.check] = shown.get(p.check, 0) + 1
-        ef = "" if p.expected is None and p.found is None else \
+        ef = "" if (p.expected is None and p.found is None) or _values_said(p) else \
             f" [dim](expected {escape(str(p.expected))}, found {escape(str(p.found))})[/]"
         console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(problem_text(p))}{ef}", highlight=False, soft_wrap=True)
     for check, n in sorted(r.counts.items()):

@@ -105,13 +105,18 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
             log.add("manifest_stats", f"the manifest's stats.overflow.tokens_dropped is "
                     f"{overflow['tokens_dropped']}, the source gives {dropped}",
                     expected=dropped, found=overflow["tokens_dropped"])
-    for j in np.flatnonzero(got_total != want):
+    wrong = np.flatnonzero(got_total != want)
+    if wrong.size:
+        from packtool.tokenize.source_rows import describe_row, source_rows_at
+        rows_of = source_rows_at(source_dir)
+    for j in wrong:
         r = int(valid[j])
         i = order[np.searchsorted(s, r)]
-        log.add("source_length", f"source row {r} has {int(src_len[r])} tokens; its segments hold "
+        text, at = describe_row(rows_of, r)
+        log.add("source_length", f"{text} has {int(src_len[r])} tokens; its segments hold "
                 f"{int(got_total[j])}, expected {int(want[j])} under overflow policy {policy!r}",
                 **{**_where(i, segs, shard_of, names), "segment": None},
-                expected=int(want[j]), found=int(got_total[j]))
+                expected=int(want[j]), found=int(got_total[j]), **at)
     if n_seq is None or n_seq != src_len.size:
         missing = np.setdiff1d(np.arange(src_len.size), rows, assume_unique=True)
         if missing.size:

@@ -16,6 +16,8 @@ class Problem:
     segment: int | None = None  # segment inside the slab
     expected: object = None
     found: object = None
+    source_file: str | None = None  # with --source: the input file of the segment's row
+    source_row: int | None = None  # ... and its row there (0-based)
 
     def location(self) -> str:
         parts = [p for p in (self.shard, None if self.row is None else f"row {self.row}",

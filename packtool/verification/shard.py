@@ -95,18 +95,21 @@ def check_shard(job: ShardJob) -> ShardResult:
             & check_side_schema(pf.schema_arrow, job.side, job.name, schema_log)):
         res.readable = False
         return res
-    src = None
+    src = rows_of = None
     if job.source_dir:
         from packtool.tokenize.flat_tokens import FlatTokens
         src = FlatTokens.open(job.source_dir)
         if job.source_side:
             src = replace(src, side=job.source_side)
+        # a source row is named by its input file and row there (read only if a message needs it)
+        from packtool.tokenize.source_rows import source_rows_at
+        rows_of = source_rows_at(job.source_dir)
     acc = _Acc()
     row0 = job.row0
     groups = None if job.row_groups is None else list(range(*job.row_groups))
     try:
         for batch in pf.iter_batches(batch_size=job.batch_rows, row_groups=groups, use_threads=False):
-            _check_batch(batch, row0, job, src, log, acc)
+            _check_batch(batch, row0, job, src, log, acc, rows_of)
             row0 += batch.num_rows
     except (OSError, pa.ArrowException) as e:
         res.readable = False
@@ -152,7 +155,7 @@ class _Acc:
 
 
 def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: ProblemLog,
-                 acc: _Acc) -> None:
+                 acc: _Acc, rows_of=None) -> None:
     a, name, n = job.alignment, job.name, batch.num_rows
     where = dict(shard=name)
     for col in batch.schema.names:
@@ -254,7 +257,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     s_tok = np.zeros(1, np.int32)
     if src is not None:
         use_src, src_base = source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row,
-                                           row0, where, log)
+                                           row0, where, log, rows_of)
         s_tok = src.tokens
     seg_start = cup[not_first] - padded  # start of each segment inside its slab
     rows_ok_seg = ok_rows[seg_row]
@@ -264,7 +267,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     token_pass(ids, loss, ids_off, seg_off, seg_start, seq_lens,
                 np.where(rows_ok_seg, padded, 0), job.pad_id, job.vocab_size or 0,
                 s_tok, src_base, use_src & rows_ok_seg, loss_sum, cnt, first)
-    token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log)
+    token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log, rows_of)
     if not ok_rows.all():  # rows the token pass skipped still count towards the totals
         loss_sum[~ok_rows] = np.add.reduceat(loss.astype(np.int64), ids_off[:-1])[~ok_rows]
     nl = S["num_loss_tokens"].astype(np.int64)
@@ -278,7 +281,7 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
         if src is not None and any(k >= 0 for k in job.side_source):
             sel = use_src & rows_ok_seg
             source = (src, job.side_source, ids_off[seg_row[sel]] + seg_start[sel], src_idx[sel], s_off[sel],
-                      seq_lens[sel], seg_in_row[sel])
+                      seq_lens[sel], seg_in_row[sel], rows_of)
         odd = check_side_batch(batch, job.side, ids, ids_off, loss, seg_row, seg_start, seq_lens, fill, ok_rows,
                                row0, where, log, source)
         for k, v in odd.items():

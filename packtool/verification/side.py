@@ -18,6 +18,7 @@ from packtool.arrays import span_mask
 from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
 from packtool.slabs.format import SCHEMA, side_field
+from packtool.tokenize.source_rows import describe_row
 from packtool.verification.problems import ProblemLog
 
 _BUILT_IN = frozenset(SCHEMA.names)
@@ -66,7 +67,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
     """The per-row and per-token side column checks of one record batch (rows whose layout
     is broken are left to the layout checks). `source`: (store, per column its index in the
     store or -1, then per compared segment its first position, source row, offset, length and
-    index in its slab) for `verify --source` (`compare_side_source`). Returns the NaN / +-inf values of the float
+    index in its slab, then the source rows' namer) for `verify --source` (`compare_side_source`). Returns the NaN / +-inf values of the float
     columns ("side_nan:NAME", "side_inf:NAME"), summed by `verify` and held to the manifest."""
     odd: dict[str, int] = {}
     T = np.diff(ids_off)
@@ -96,9 +97,9 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
         if not c.is_int:
             odd[f"side_nan:{c.name}"], odd[f"side_inf:{c.name}"] = nonfinite(vals)
         if source is not None and source[1][ci] >= 0:
-            store, index, pos, src_row, src_off, length, seg_in_row = source
+            store, index, pos, src_row, src_off, length, seg_in_row, rows_of = source
             compare_side_source(vals, c, store, index[ci], pos, src_row, src_off, length, row_of, ids_off,
-                                seg_in_row, row0, where, log)
+                                seg_in_row, row0, where, log, rows_of)
         rows_ok = np.repeat(ok_rows, T)
         # bit for bit, as the writer puts the fill: -0.0 (or a NaN) on a pad is not the fill 0.0
         isz = f"i{vals.dtype.itemsize}"
@@ -107,7 +108,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
         hit = np.flatnonzero(off_fill)
         for p in hit[np.flatnonzero(np.diff(np.concatenate(([-1], row_of[hit]))))][:20]:
             r = int(row_of[p])
-            log.add("side_fill", f"side column {c.name!r} holds {vals[p].tolist() if c.width > 1 else vals[p, 0].item()} "
+            log.add("side_fill", f"side column {c.name!r} holds {side_value(vals[p], c.width)} "
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
@@ -120,6 +121,16 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                             f"{int(ids[p])}) holds {vals[p].tolist()}: {SUPPORT_RULES[k]}", row=row0 + r,
                             found=vals[p].tolist(), **where)
     return odd
+
+
+def side_value(v: np.ndarray, width: int):
+    """One token's side value(s) as Python numbers that print as their own dtype does: a
+    float32 as its shortest float32 repr (-0.1, not -0.10000000149011612), in text and JSON."""
+    if v.dtype == np.float32:
+        out = [float(str(x)) for x in v]  # numpy's str of a float32 is its shortest round-trip form
+    else:
+        out = v.tolist()
+    return out if width > 1 else out[0]
 
 
 def _null(c: SideColumn, flat: pa.Array, row_of: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
@@ -181,12 +192,13 @@ def source_side_columns(source_dir: str, side, log: ProblemLog, notes: list[str]
 
 def compare_side_source(vals: np.ndarray, c: SideColumn, src, k: int, pos: np.ndarray, src_row: np.ndarray,
                         src_off: np.ndarray, length: np.ndarray, row_of: np.ndarray, ids_off: np.ndarray,
-                        seg_in_row: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
+                        seg_in_row: np.ndarray, row0: int, where: dict, log: ProblemLog, rows_of=None) -> None:
     """Side column `c` of a record batch (`vals`: (positions, width)) against the source:
     the expected values are gathered from the tokenized source (store `src`, its column `k`)
     with the same (source row, offset, length) per segment as pack's writer, into a copy of
     the slab's values, and compared bit for bit (a NaN equals the same NaN, -0.0 is not 0.0).
-    `pos`: each compared segment's first position in the batch. Pads are the fill check's."""
+    `pos`: each compared segment's first position in the batch. Pads are the fill check's.
+    `rows_of` (tokenize/source_rows.SourceRows) names the source row by its file and row."""
     from packtool.slabs.gather import gather_side, side_bits
     expected = np.array(vals, c.np_dtype, order="C")
     gather_side(src, k, src.offsets, src_row, src_off, length, pos, expected)
@@ -200,9 +212,10 @@ def compare_side_source(vals: np.ndarray, c: SideColumn, src, k: int, pos: np.nd
     per_row = np.diff(np.append(firsts, diff.size))
     for f, n in zip(firsts, per_row):
         p, i, r = int(diff[f]), int(seg[f]), int(rows[f])
-        one = lambda a: a[p].tolist() if c.width > 1 else a[p, 0].item()  # noqa: E731
+        one = lambda a: side_value(a[p], c.width)  # noqa: E731
         more = f" ({int(n)} such positions in this slab)" if n > 1 else ""
+        src, at = describe_row(rows_of, int(src_row[i]))
         log.add("source_side", f"side column {c.name!r} differs from the source: position {p - int(ids_off[r])} "
-                f"(segment {int(seg_in_row[i])}, source row {int(src_row[i])} token {int(src_off[i]) + p - int(pos[i])}) "
+                f"(segment {int(seg_in_row[i])}, {src}, token {int(src_off[i]) + p - int(pos[i])}) "
                 f"holds {one(vals)!r}, the source has {one(expected)!r}{more}", row=row0 + r,
-                segment=int(seg_in_row[i]), expected=one(expected), found=one(vals), **where)
+                segment=int(seg_in_row[i]), expected=one(expected), found=one(vals), **at, **where)

@@ -7,6 +7,7 @@ import numba as nb
 import numpy as np
 
 from packtool.tokenize.flat_tokens import token_id, token_loss
+from packtool.tokenize.source_rows import describe_row
 from packtool.verification.problems import segment_problems
 
 # --- per-token checks (numba) --------------------------------------------------------
@@ -93,8 +94,9 @@ def token_pass(ids, loss, row_off, seg_row_off, seg_start, seg_len, seg_padded, 
         loss_sum[r] = total
 
 
-def source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0, where, log):
-    """Where each real segment's tokens sit in the flat source store; bad references logged."""
+def source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0, where, log, rows_of=None):
+    """Where each real segment's tokens sit in the flat source store; bad references logged.
+    `rows_of` (tokenize/source_rows.SourceRows) names a source row by its file and row."""
     n_src = src.num_rows
     real = ~fill
     in_range = real & (src_idx < n_src)
@@ -103,7 +105,8 @@ def source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0
     fits = in_range & (s_off + seq_lens <= row_len)
     wrong = real & ~fits
     segment_problems(log, "source_tokens", wrong, seg_row, seg_in_row, row0, where,
-                  lambda i: (f"segment {int(seg_in_row[i])} claims source row {int(src_idx[i])} tokens "
+                  lambda i: (f"segment {int(seg_in_row[i])} claims "
+                             f"{describe_row(rows_of if in_range[i] else None, int(src_idx[i]))[0]} tokens "
                              f"[{int(s_off[i])}, {int(s_off[i] + seq_lens[i])}) but the source has "
                              f"{n_src} rows" + (f" and that row has {int(row_len[i])} tokens" if in_range[i] else "")))
     base = np.zeros(src_idx.size, np.int64)
@@ -111,23 +114,26 @@ def source_ranges(src, src_idx, s_off, seq_lens, fill, seg_row, seg_in_row, row0
     return fits, base
 
 
-def token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log):
+def token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log, rows_of=None):
+    """One problem per row and kind, naming its first position; `rows_of` (SourceRows) names
+    a source row by its input file and row there."""
     msgs = {
         TOK_LOSS_VALUE: "loss_mask is {found} at position {pos} (segment {seg}); only 0/1 are allowed",
         TOK_LOSS_FIRST: "loss on the first token of segment {seg} (position {pos}): it predicts nothing",
         TOK_LOSS_PAD: "loss on a pad: loss_mask is {found} at pad position {pos} (segment {seg})",
         TOK_PAD_ID: "pad position {pos} (segment {seg}) holds token {found}, expected pad_id {expected}",
         TOK_ID_RANGE: "token {found} at position {pos} (segment {seg}) is outside the vocabulary (size {expected})",
-        TOK_SRC_ID: "tokens differ from the source: segment {seg} (source row {src}, chunk offset {soff}) "
+        TOK_SRC_ID: "tokens differ from the source: segment {seg} ({src}, chunk offset {soff}) "
                     "position {pos} holds {found}, the source has {expected}",
-        TOK_SRC_LOSS: "loss_mask differs from the source: segment {seg} (source row {src}) position {pos} "
+        TOK_SRC_LOSS: "loss_mask differs from the source: segment {seg} ({src}) position {pos} "
                       "is {found}, expected {expected}",
     }
     for r, kind in zip(*np.nonzero(cnt)):
         pos, seg, exp, found = (int(x) for x in first[r, kind])
         k = seg_off[r] + seg
-        text = msgs[kind].format(pos=pos, seg=seg, expected=exp, found=found, src=int(src_idx[k]),
-                                 soff=int(s_off[k]))
+        src, at = describe_row(rows_of if kind in (TOK_SRC_ID, TOK_SRC_LOSS) else None, int(src_idx[k]))
+        text = msgs[kind].format(pos=pos, seg=seg, expected=exp, found=found, src=src, soff=int(s_off[k]))
         if cnt[r, kind] > 1:
             text += f" ({int(cnt[r, kind])} such positions in this slab)"
-        log.add(TOKEN_CHECKS[kind], text, row=row0 + int(r), segment=seg, expected=exp, found=found, **where)
+        log.add(TOKEN_CHECKS[kind], text, row=row0 + int(r), segment=seg, expected=exp, found=found, **at,
+                **where)

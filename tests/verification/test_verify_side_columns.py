@@ -90,7 +90,8 @@ def test_a_planted_side_value_in_the_source_fails_naming_column_slab_and_positio
     row, seg, pos = _where(t, 5, 2)
     assert (p.shard, p.row, p.segment) == (shard, row, seg), p
     assert f"side column '{col}'" in p.message and f"position {pos} " in p.message, p.message
-    assert "source row 5 token 2" in p.message and "\n" not in p.message, p.message
+    assert "changed.parquet row 5, source_index 5, token 2" in p.message and "\n" not in p.message, p.message
+    assert (p.source_file, p.source_row) == (str(tmp_path / "changed.parquet"), 5)
 
 
 def _where(t: pa.Table, src: int, tok: int) -> tuple[int, int, int]:
