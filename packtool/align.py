@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 
 FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
 CONVENTIONS = ("packtool", "skyrl", "nemo-rl", "verl", "per-sequence")
@@ -123,7 +123,7 @@ _CONVENTION_FN = {"packtool": _packtool, "skyrl": _skyrl, "nemo-rl": _nemo_rl,
 def sp_note(tp: int, sp: bool | None) -> str | None:
     """What to tell a user who asked for sequence parallelism with tp=1 (it is turned off)."""
     if sp and tp == 1:
-        return ("--sp has no effect with --tp 1 (sequence parallelism splits activations across "
+        return (f"{arg('sp')} has no effect with {arg('tp', 1)} (sequence parallelism splits activations across "
                 "the tensor-parallel group; megatron-core turns it off too): packing with sp=off")
     return None
 
@@ -149,15 +149,15 @@ class Alignment:
     usable: int = field(init=False)
 
     def __post_init__(self) -> None:
-        for name, flag in (("tp", "--tp"), ("cp", "--cp")):
+        for name in ("tp", "cp"):
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise AlignmentError(f"{flag} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise AlignmentError(f"{arg(name)} must be a positive integer, got {v!r}")
         if self.fp8 not in FP8_RECIPES:
-            raise AlignmentError(f"--fp8 must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
+            raise AlignmentError(f"{arg('fp8')} must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
         if self.convention not in CONVENTIONS:
             raise AlignmentError(
-                f"--convention must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
+                f"{arg('convention')} must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
         # SP splits activations across the TP group: with tp=1 there is none, and megatron-core
         # turns it off ("Disabling sequence parallelism because tensor model parallelism is
         # disabled"); so does packtool, and `sp_note` says so to a user who asked for it.
@@ -173,26 +173,26 @@ class Alignment:
         if self.fixed_length is not None:
             L = self.fixed_length
             if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-                raise AlignmentError(f"--fixed-length must be a positive integer, got {L!r}")
+                raise AlignmentError(f"{arg('fixed_length')} must be a positive integer, got {L!r}")
             if L > MAX_SLAB_TOKENS:
-                raise AlignmentError(f"--fixed-length {L} is above {MAX_SLAB_TOKENS:,}, the most a "
+                raise AlignmentError(f"{arg('fixed_length', L)} is above {MAX_SLAB_TOKENS:,}, the most a "
                                      f"slab can hold (FORMAT.md: its offsets are int32)")
             if L % self.t:
                 raise AlignmentError(
-                    f"--fixed-length {L} is not a multiple of the packed multiple t={self.t} "
-                    f"({self.describe()}): use --fixed-length {round_up(L, self.t)}")
+                    f"{arg('fixed_length', L)} is not a multiple of the packed multiple t={self.t} "
+                    f"({self.describe()}): use {arg('fixed_length', round_up(L, self.t))}")
             return L
         C = self.capacity
         if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
-            raise AlignmentError(f"--max-tokens must be a positive integer, got {C!r}")
+            raise AlignmentError(f"{arg('capacity')} must be a positive integer, got {C!r}")
         if C > MAX_SLAB_TOKENS:
-            raise AlignmentError(f"--max-tokens {C} is above {MAX_SLAB_TOKENS:,}, the most a slab "
-                                 f"can hold (FORMAT.md: its offsets are int32): lower --max-tokens")
+            raise AlignmentError(f"{arg('capacity', C)} is above {MAX_SLAB_TOKENS:,}, the most a slab "
+                                 f"can hold (FORMAT.md: its offsets are int32): lower {arg('capacity')}")
         U = C - C % self.t
         if U == 0:
             raise AlignmentError(
-                f"--max-tokens {C} is below the packed multiple t={self.t} ({self.describe()}): "
-                f"raise --max-tokens to at least {self.t}")
+                f"{arg('capacity', C)} is below the packed multiple t={self.t} ({self.describe()}): "
+                f"raise {arg('capacity')} to at least {self.t}")
         return U
 
     @property

@@ -15,6 +15,7 @@ from ValueError so that callers written against the older error types keep worki
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # verify ran and found problems
@@ -39,6 +40,39 @@ def number_base(text: str, has_row: bool) -> str | None:
     if has_row and "count from 0" not in text:
         return "rows count from 0, lines from 1" if line else "rows count from 0"
     return "lines count from 1" if line else None
+
+
+# --- naming the argument at fault -------------------------------------------------------
+# A library check names the argument its caller passed (`capacity`), the command line its
+# flag (`--max-tokens`), a wrapper its own argument (`bin_capacity`): one message, spelled by
+# whoever called. The spelling in force is a plain table, set for a call by `spelled_as`.
+_SPELLING: dict[str, str] = {}
+
+
+def arg(name: str, value: object = ..., choices: tuple | None = None) -> str:
+    """Argument `name` as the caller spells it, with `value` or `choices` when given: library
+    `capacity=4096`, `overflow='split'|'truncate'`; command line `--max-tokens 4096`,
+    `--overflow split|truncate`."""
+    said = _SPELLING.get(name, name)
+    flag = said.startswith("-")
+    if choices is not None:
+        return f"{said} {'|'.join(map(str, choices))}" if flag else f"{said}={'|'.join(map(repr, choices))}"
+    if value is ...:
+        return said
+    return f"{said} {value}" if flag else f"{said}={value!r}"
+
+
+@contextmanager
+def spelled_as(names: dict[str, str]):
+    """Within this block, `arg` spells the arguments in `names` as given (a flag starts with
+    '-'); the spelling outside comes back after it."""
+    before = dict(_SPELLING)
+    _SPELLING.update(names)
+    try:
+        yield
+    finally:
+        _SPELLING.clear()
+        _SPELLING.update(before)
 
 
 class PacktoolError(ValueError):
@@ -103,5 +137,5 @@ class PacktoolOutputError(PacktoolError):
 
 
 __all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "one_line", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "one_line", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
                                   reader_left, release, reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, spelled_as
 
 
 class _Commands(TyperGroup):
@@ -31,7 +31,8 @@ class _Commands(TyperGroup):
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
         Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
         try:
-            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
+                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
         except ReaderLeft:  # `packtool pack --help | head`: the reader left; SIGPIPE's status
             code = reader_left()
@@ -53,6 +54,14 @@ class _Commands(TyperGroup):
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
+
+# The flag that sets each library argument: a library check names the argument (`capacity`),
+# the command line this flag (errors.arg / spelled_as). Only arguments whose flag is not the
+# argument's own name with dashes need to differ, but every one a check names is listed.
+FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp", "fp8": "--fp8",
+           "fixed_length": "--fixed-length", "convention": "--convention", "algorithm": "--algorithm",
+           "overflow": "--overflow", "dp": "--dp", "seed": "--seed", "workers": "--workers",
+           "plan_shard_rows": "--plan-shard-rows"}
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]

@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Optional
 
 from packtool.align import Alignment
+from packtool.errors import spelled_as
 from packtool.online.step import StepBins, StepPacker, check_int
 
 
@@ -65,13 +66,13 @@ class SeqPacker:
                  alignment: Alignment | None = None, tp: int = 1, cp: int = 1,
                  sp: bool | None = None, fp8: str = "none", convention: str = "packtool",
                  moves: str = "skyrl"):
-        # OnlinePackError is a ValueError, as SkyRL raises; checked here so that the line names
-        # this argument, not the CLI flag the Alignment's own check names
+        # OnlinePackError is a ValueError, as SkyRL raises
         bin_capacity = check_int("bin_capacity", bin_capacity, 1)
         min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
         bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
         if alignment is None:
-            alignment = _alignment(tp, cp, sp, fp8, bin_capacity, convention)
+            with spelled_as({"capacity": "bin_capacity"}):  # the Alignment's checks, in this call's words
+                alignment = _alignment(tp, cp, sp, fp8, bin_capacity, convention)
         elif alignment.capacity != bin_capacity or alignment.fixed_length is not None:
             raise ValueError(f"alignment capacity {alignment.capacity} (fixed_length "
                              f"{alignment.fixed_length}) must equal bin_capacity "

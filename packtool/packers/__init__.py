@@ -38,9 +38,9 @@ def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
     sizes: integer footprints with 1 <= size <= capacity (the caller applies the overflow
     policy first). An int64 contiguous array is used as is (no copy)."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"--max-tokens (capacity) must be a positive integer, got {capacity!r}")
+        raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
     capacity = int(capacity)
     sizes = np.asarray(sizes)
     if sizes.ndim != 1 or (sizes.size and not np.issubdtype(sizes.dtype, np.integer)):
@@ -52,6 +52,6 @@ def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
             bad = int(np.flatnonzero((sizes < 1) | (sizes > capacity))[0])
             raise ValueError(
                 f"sizes[{bad}] = {int(sizes[bad])} is outside 1..{capacity}: footprints must "
-                f"be positive and at most the capacity; apply an --overflow policy "
+                f"be positive and at most the capacity; apply an overflow policy "
                 f"(split, truncate, singleton) before packing")
     return __getattr__(algorithm)(sizes, capacity)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 
 ATTN_COEF = 1.0 / (12 * 4096)
 
@@ -143,9 +143,9 @@ def dp_target(n_items: int, nbins: int, dp: int) -> int:
     target = max(dp, -(-nbins // dp) * dp)
     if n_items < target:
         raise DPError(
-            f"--dp {dp}: every rank needs a bin at every step, so the bin count must be a "
+            f"{arg('dp', dp)}: every rank needs a bin at every step, so the bin count must be a "
             f"multiple of {dp} (here {target}), but the input has only {n_items} sequences in "
-            f"{nbins} bins: lower --dp to at most {max(1, n_items)} or add data")
+            f"{nbins} bins: lower {arg('dp')} to at most {max(1, n_items)} or add data")
     return target
 
 
@@ -176,7 +176,7 @@ def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
     seq_lens: real lengths (the attention term); capacity: only checked, moves never add
     to a bin. Raises DPError naming --dp when the input has too few sequences."""
     if isinstance(dp, bool) or not isinstance(dp, (int, np.integer)) or dp < 1:
-        raise DPError(f"--dp must be a positive integer, got {dp!r}")
+        raise DPError(f"{arg('dp')} must be a positive integer, got {dp!r}")
     dp = int(dp)
     bin_of_item = np.array(bin_of_item, dtype=np.int64)  # a copy: moves change it
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)

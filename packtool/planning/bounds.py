@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 
 PLAN_BYTES_PER_C = 56
 WRITE_BYTES_PER_TOKEN = 16
@@ -45,19 +45,19 @@ def _gb(n: float) -> str:
 def check_capacity(a: Alignment, *, sharded: bool = False, writers: int = 0) -> None:
     """Refuse a capacity whose capacity-sized tables (the sharded planner's, `writers`
     shard-writer threads' slabs) need more than half the memory this machine has available."""
-    flag = "--fixed-length" if a.fixed_length is not None and a.fixed_length >= a.capacity else "-C"
+    name = "fixed_length" if a.fixed_length is not None and a.fixed_length >= a.capacity else "capacity"
     slab = max(a.capacity, a.fixed_length or 0)
     need = max(PLAN_BYTES_PER_C * (a.usable + 1) if sharded else 0, WRITE_BYTES_PER_TOKEN * slab * writers)
     have = available_bytes()
     if have is None or need <= SHARE * have:
         return
-    what = ("the sharded planner's tables (56 bytes per token of -C)" if sharded and
+    what = (f"the sharded planner's tables (56 bytes per token of {arg('capacity')})" if sharded and
             PLAN_BYTES_PER_C * (a.usable + 1) >= WRITE_BYTES_PER_TOKEN * slab * writers else
             f"{writers} shard writer(s) holding a slab each ({WRITE_BYTES_PER_TOKEN} bytes per token)")
-    raise PacktoolConfigError(f"{flag} {slab}: needs about {_gb(need)} for {what}, over half the "
-                    f"{_gb(have)} this machine has available; give a smaller {flag}"
-                    + (", fewer --workers" if writers > 1 else "")
-                    + (" or --plan-shard-rows 0 (a global plan's tables grow with the rows)" if sharded else ""))
+    raise PacktoolConfigError(f"{arg(name, slab)}: needs about {_gb(need)} for {what}, over half the "
+                    f"{_gb(have)} this machine has available; give a smaller {arg(name)}"
+                    + (f", fewer {arg('workers')}" if writers > 1 else "")
+                    + (f" or {arg('plan_shard_rows', 0)} (a global plan's tables grow with the rows)" if sharded else ""))
 
 
 def check_split(n_segments: int, capacity: int, longest: int) -> None:
@@ -67,10 +67,10 @@ def check_split(n_segments: int, capacity: int, longest: int) -> None:
     have = available_bytes()
     if have is None or need <= SHARE * have:
         return
-    raise PacktoolConfigError(f"-C {capacity}: --overflow split cuts the rows into {n_segments:,} chunks (the "
-                              f"longest row has {longest:,} tokens), about {_gb(need)} of plan tables, over "
-                              f"half the {_gb(have)} this machine has available; give a larger -C or "
-                              f"--overflow truncate|singleton")
+    raise PacktoolConfigError(f"{arg('capacity', capacity)}: {arg('overflow', 'split')} cuts the rows into "
+                              f"{n_segments:,} chunks (the longest row has {longest:,} tokens), about {_gb(need)} "
+                              f"of plan tables, over half the {_gb(have)} this machine has available; give a "
+                              f"larger {arg('capacity')} or {arg('overflow', choices=('truncate', 'singleton'))}")
 
 
 __all__ = ["available_bytes", "check_capacity", "check_split"]

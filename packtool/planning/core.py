@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 from packtool.layout import Layout, compute_layout
 from packtool import packers
 from packtool.packers import ALGORITHMS
@@ -53,16 +53,20 @@ class PackingConfig:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise PlanError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+            raise PlanError(f"{arg('algorithm')} must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
         pol = self.overflow or DEFAULT_OVERFLOW[self.algorithm]
         if pol not in OVERFLOW_POLICIES:
-            raise PlanError(f"--overflow must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
+            raise PlanError(f"{arg('overflow')} must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
         object.__setattr__(self, "overflow", pol)
         if not _is_int(self.dp) or self.dp < 1:
-            raise PlanError(f"--dp must be an integer >= 1, got {self.dp!r}")
+            raise PlanError(f"{arg('dp')} must be an integer >= 1, got {self.dp!r}")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
-            raise PlanError(f"--seed must be an integer from 0 to 2^63-1 (it seeds numpy's "
+            raise PlanError(f"{arg('seed')} must be an integer from 0 to 2^63-1 (it seeds numpy's "
                             f"generator), got {self.seed!r}")
+
+
+def TOO_LONG_FIX() -> str:  # noqa: N802  (a sentence, spelled for whoever called)
+    return f"raise {arg('capacity')} or use {arg('overflow', choices=('split', 'truncate', 'singleton'))}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class FirstTooLong:
     a plain dataclass so Ray's tokenize tasks get it pickled."""
     align: Alignment
     stopped: str = "the rest was not tokenized"
+    # spelled where it is made: the check may run in another process (a Ray task)
+    fix: str = field(default_factory=lambda: TOO_LONG_FIX())
 
     def __call__(self, lengths: np.ndarray, dropped: np.ndarray, path: str, first_row: int) -> None:
         fp = self.align.seq_footprint(lengths)
@@ -80,8 +86,8 @@ class FirstTooLong:
         if over.size:
             r = int(over[0])
             raise PlanError(f"{int(lengths[r])} tokens; aligned footprint {int(fp[r])} exceeds capacity "
-                            f"{self.align.usable} (the first such row; {self.stopped}): raise --max-tokens "
-                            f"or use --overflow split|truncate|singleton", path=path, row=first_row + r)
+                            f"{self.align.usable} (the first such row; {self.stopped}): {self.fix}",
+                            path=path, row=first_row + r)
 
 
 def first_too_long(align: Alignment, packing: PackingConfig | None, **kw) -> FirstTooLong | None:
@@ -192,8 +198,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         raise SequenceError(
             first_row + i, f"{int(lengths[i])} tokens; aligned footprint "
             f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} ({n_over} such "
-            f"sequence{'s' if n_over != 1 else ''}): raise --max-tokens or use --overflow "
-            f"split|truncate|singleton")
+            f"sequence{'s' if n_over != 1 else ''}): {TOO_LONG_FIX()}")
     if policy == "truncate":
         new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
         st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))

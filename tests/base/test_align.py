@@ -208,32 +208,32 @@ def test_sp_defaults_on_with_tp():
     assert Alignment(tp=4, sp=False).tp_sp == 1
 
 
-# --- invalid input names the flag -----------------------------------------------------
+# --- invalid input names the argument (the CLI its flag: tests/cli/test_arg_names.py) -----------------------------------------------------
 @pytest.mark.parametrize("kwargs,flag", [
-    (dict(tp=0), "--tp"),
-    (dict(tp=-2), "--tp"),
-    (dict(cp=0), "--cp"),
-    (dict(cp=-1), "--cp"),
-    (dict(capacity=0), "--max-tokens"),
-    (dict(capacity=-8), "--max-tokens"),
-    (dict(fp8="fp4"), "--fp8"),
-    (dict(fp8="e4m3"), "--fp8"),
-    (dict(convention="megatron"), "--convention"),
-    (dict(tp=4, cp=2, capacity=64, fixed_length=100), "--fixed-length"),  # t=8
-    (dict(fixed_length=0), "--fixed-length"),
-    (dict(fixed_length=-16), "--fixed-length"),
-    (dict(tp=4, cp=2, capacity=7), "--max-tokens"),  # U = 7 - 7 % 8 = 0
-    (dict(tp=4, fp8="blockwise", capacity=15), "--max-tokens"),  # t=16 (gathered tokens)
+    (dict(tp=0), "tp"),
+    (dict(tp=-2), "tp"),
+    (dict(cp=0), "cp"),
+    (dict(cp=-1), "cp"),
+    (dict(capacity=0), "capacity"),
+    (dict(capacity=-8), "capacity"),
+    (dict(fp8="fp4"), "fp8"),
+    (dict(fp8="e4m3"), "fp8"),
+    (dict(convention="megatron"), "convention"),
+    (dict(tp=4, cp=2, capacity=64, fixed_length=100), "fixed_length"),  # t=8
+    (dict(fixed_length=0), "fixed_length"),
+    (dict(fixed_length=-16), "fixed_length"),
+    (dict(tp=4, cp=2, capacity=7), "capacity"),  # U = 7 - 7 % 8 = 0
+    (dict(tp=4, fp8="blockwise", capacity=15), "capacity"),  # t=16 (gathered tokens)
 ])
 def test_invalid_input_names_the_flag(kwargs, flag):
     with pytest.raises(AlignmentError) as e:
         Alignment(**kwargs)
-    assert flag in str(e.value)
+    assert flag in str(e.value) and "--" not in str(e.value), e.value
     assert isinstance(e.value, ValueError)
 
 
 def test_fixed_length_error_suggests_the_next_multiple():
-    with pytest.raises(AlignmentError, match="--fixed-length 104"):
+    with pytest.raises(AlignmentError, match="use fixed_length=104"):
         Alignment(tp=4, cp=2, capacity=64, fixed_length=100)
 
 
@@ -334,7 +334,7 @@ def test_bounds_with_alignment_and_singletons(tp, cp, fp8, mult, data):
 
 @pytest.mark.parametrize("L", [64.0, "64"])
 def test_fixed_length_must_be_an_integer(L):
-    with pytest.raises(AlignmentError, match="--fixed-length"):
+    with pytest.raises(AlignmentError, match="^fixed_length must"):
         Alignment(tp=4, cp=2, fixed_length=L)
 
 
@@ -344,6 +344,6 @@ def test_sp_with_tp1_is_off_and_noted():
     from packtool.align import Alignment, sp_note
     a = Alignment(tp=1, sp=True, capacity=64)
     assert a.sp is False and (a.s, a.t) == (Alignment(tp=1, sp=False, capacity=64).s, Alignment(tp=1, capacity=64).t)
-    assert "--sp has no effect with --tp 1" in sp_note(1, True)
+    assert "sp has no effect with tp=1" in sp_note(1, True)
     assert sp_note(1, None) is None and sp_note(2, True) is None and sp_note(1, False) is None
     assert Alignment(tp=2, sp=True, capacity=64).sp is True

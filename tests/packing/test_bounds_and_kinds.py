@@ -45,7 +45,7 @@ def proj(tmp_path, monkeypatch):
 # --- sizes ---------------------------------------------------------------------------------
 
 SIZED = {  # flags whose value sizes a table: (extra args, the flag the line must name)
-    "-C": (["-C", "100000000"], "-C 100000000"),
+    "-C": (["-C", "100000000"], "--max-tokens 100000000"),
     "--fixed-length": (["-C", "100000000", "--fixed-length", "100000000"], "--fixed-length 100000000"),
     "--workers": (["-C", "4000000", "--workers", "64", "--plan-shard-rows", "0"], "fewer --workers"),
 }
@@ -64,7 +64,7 @@ def test_a_size_that_cannot_fit_is_refused_before_tokenizing(proj, monkeypatch, 
 def test_the_planner_checks_too(monkeypatch):
     from packtool.planning.sharded import plan_sharded
     monkeypatch.setattr(bounds, "available_bytes", lambda: 10**9)
-    with pytest.raises(PacktoolConfigError, match="-C 100000000: needs about 5.6 GB"):
+    with pytest.raises(PacktoolConfigError, match="capacity=100000000: needs about 5.6 GB"):
         plan_sharded(np.arange(1, 10), Alignment(capacity=100_000_000))
 
 
@@ -80,7 +80,7 @@ def test_a_split_into_more_chunks_than_fit_is_refused_before_allocating(proj, mo
     np.savetxt(proj / "big.txt", [10, 3_000_000_000], fmt="%d")
     monkeypatch.setattr(bounds, "available_bytes", lambda: 20 * 10**9)
     line = one_error([cmd, "--lengths", "big.txt", "-C", "16", "--overflow", "split"],
-                     "-C 16", "187,500,001 chunks", "3,000,000,000 tokens", "48.0 GB", "--overflow truncate")
+                     "--max-tokens 16", "187,500,001 chunks", "3,000,000,000 tokens", "48.0 GB", "--overflow truncate")
     assert "available" in line
 
 

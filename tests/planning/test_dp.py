@@ -61,12 +61,12 @@ def test_dp_one_keeps_bins():
 
 
 def test_too_few_sequences_names_dp():
-    with pytest.raises(DPError, match="--dp 4.*only 3 sequences"):
+    with pytest.raises(DPError, match="dp=4.*only 3 sequences"):
         assign_dp(np.array([0, 0, 1]), np.array([1, 1, 1]), np.array([1, 1, 1]), 8, 4)
     # 5 bins of one sequence each cannot become 8 bins by moving
-    with pytest.raises(DPError, match="--dp 4"):
+    with pytest.raises(DPError, match="dp=4"):
         assign_dp(np.arange(5), np.ones(5, np.int64), np.ones(5, np.int64), 8, 4)
-    with pytest.raises(DPError, match="--dp must be a positive integer"):
+    with pytest.raises(DPError, match="^dp must be a positive integer"):
         assign_dp(np.array([0]), np.array([1]), np.array([1]), 8, 0)
 
 
@@ -87,7 +87,7 @@ def test_property_dp_rules(case):
     B = int(bins.max()) + 1
     target = max(dp, -(-B // dp) * dp)
     if len(sizes) < target:
-        with pytest.raises(DPError, match="--dp"):
+        with pytest.raises(DPError, match="dp=|dp must"):
             assign_dp(bins, sizes, sizes, C, dp)
         return
     a = assign_dp(bins, sizes, sizes, C, dp)
