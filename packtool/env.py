@@ -32,6 +32,22 @@ def env_flag(name: str, default: bool = False) -> bool:
                               f"1/true/yes/on or 0/false/no/off, or unset it")
 
 
+_DEBUG = {"on": False}  # `--debug`, wherever on the command line it was given
+
+
+def set_debug(on: bool) -> None:
+    _DEBUG["on"] = bool(on)
+
+
+def debug_on() -> bool:
+    """Tracebacks wanted: `--debug`, or PACKTOOL_DEBUG on (a value that is not on/off is not on:
+    check_environment says so)."""
+    try:
+        return _DEBUG["on"] or env_flag("PACKTOOL_DEBUG")
+    except PacktoolConfigError:
+        return False
+
+
 def env_seconds(name: str, default: float) -> float:
     """A duration in seconds: a finite number > 0; unset or empty: `default`."""
     raw = os.environ.get(name)
@@ -60,4 +76,4 @@ def check_environment() -> None:
     env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
 
 
-__all__ = ["check_environment", "env_flag", "env_path", "env_seconds"]
+__all__ = ["check_environment", "debug_on", "env_flag", "env_path", "env_seconds", "set_debug"]

@@ -82,7 +82,7 @@ class PacktoolError(ValueError):
     exit_code = EXIT_USAGE
 
     def __init__(self, message: str = "", *, path: str | None = None, row: int | None = None,
-                 flag: str | None = None) -> None:
+                 flag: str | None = None, details: dict | None = None) -> None:
         where = ", ".join(p for p in (str(path) if path is not None else None,
                                        f"row {row}" if row is not None else None) if p)
         text = one_line(message)
@@ -98,12 +98,13 @@ class PacktoolError(ValueError):
         self.path = path
         self.row = row
         self.flag = flag
+        self.details = dict(details or {})  # more of where, for --json (a side column's column, token)
 
     def to_dict(self) -> dict:
         """The `--json` form of the error."""
         return {"error": {"kind": self.kind, "type": type(self).__name__, "message": str(self),
                           "path": None if self.path is None else str(self.path), "row": self.row,
-                          "flag": self.flag, "exit_code": self.exit_code}}
+                          "flag": self.flag, "exit_code": self.exit_code, **self.details}}
 
 
 class PacktoolInputError(PacktoolError):

@@ -27,7 +27,7 @@ class _Commands(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         argv = list(sys.argv[1:] if args is None else args)
         json_out = "--json" in argv
-        reset()
+        reset(next((a for a in argv if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
         Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
         try:

@@ -35,7 +35,7 @@ except ImportError:  # older typer runs on click itself
 
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 
-_STATE = {"debug": False}
+_STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
 
@@ -76,9 +76,11 @@ def reader_left() -> int:
     return EXIT_PIPE
 
 
-def reset() -> None:
-    """A new command line (the CLI's tests run many in one process)."""
+def reset(command: str | None = None) -> None:
+    """A new command line (the CLI's tests run many in one process); `command`: the
+    subcommand it runs, so that a Ctrl-C says what that command leaves."""
     _STATE["interrupted"] = False
+    _STATE["command"] = command
 
 
 def committed() -> None:
@@ -102,16 +104,7 @@ def keep_committed() -> None:
     _STATE["process"] = True
 
 
-def set_debug(on: bool) -> None:
-    _STATE["debug"] = bool(on)
-
-
-def debug_on() -> bool:
-    from packtool.env import env_flag
-    try:
-        return _STATE["debug"] or env_flag("PACKTOOL_DEBUG")
-    except ValueError:  # said by check_environment; an unreadable value is not "on"
-        return False
+from packtool.env import debug_on, set_debug  # noqa: E402  (the switch lives in the base: train reads it)
 
 
 def describe(e: BaseException) -> tuple[str, str, int]:
@@ -157,10 +150,29 @@ def report(e: BaseException, json_out: bool = False) -> int:
     return code
 
 
+DEBUG_HELP = "Print the traceback of an error (also PACKTOOL_DEBUG=1)."
+
+
+def _with_debug_flag(wrapper, fn):
+    """Give the command a `--debug` of its own (`packtool pack --debug` works as `packtool
+    --debug pack` does): the same switch, taken by every command through this one place."""
+    import inspect
+    from typing import Annotated
+    sig = inspect.signature(fn, eval_str=True)
+    if "debug" in sig.parameters:
+        return wrapper
+    flag = inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, default=False,
+                             annotation=Annotated[bool, typer.Option("--debug", help=DEBUG_HELP)])
+    wrapper.__signature__ = sig.replace(parameters=[*sig.parameters.values(), flag])
+    return wrapper
+
+
 def guarded(fn):
     """Wrap a typer command: every exception it lets out becomes `report`'s line + status."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if kwargs.pop("debug", False):
+            set_debug(True)
         try:
             from packtool.env import check_environment
             check_environment()  # a bad PACKTOOL_* value: one line, before any work
@@ -180,7 +192,7 @@ def guarded(fn):
             raise typer.Exit(interrupted(bool(kwargs.get("json_out")))) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends
             raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
-    return wrapper
+    return _with_debug_flag(wrapper, fn)
 
 
 def interrupted(json_out: bool = False) -> int:
@@ -190,10 +202,20 @@ def interrupted(json_out: bool = False) -> int:
         _STATE["interrupted"] = True
         from packtool.output.folder import swapped_outputs
         done = swapped_outputs()
+        cmd = _STATE.get("command")
         if done:
             msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "
                    f"(any previous output there is replaced); check it with `packtool verify {done[-1]}`")
-        else:
+        elif cmd == "verify":  # it reads the output and writes nothing there
+            msg = ("interrupted (Ctrl-C) before verify finished: nothing was written, its temporary "
+                   "copy of a tokenized --source is removed; re-run it to check the output")
+        elif cmd in ("plan", "inspect"):  # -o / --html are written to a temporary, then renamed
+            msg = (f"interrupted (Ctrl-C) before {cmd} finished: nothing was written (a file it writes "
+                   f"appears whole or not at all); re-run the command to start again")
+        elif cmd == "train":
+            msg = ("interrupted (Ctrl-C) before train finished: checkpoints already saved in --save are "
+                   "kept; resume with --load, or re-run the command to start again")
+        else:  # pack, or a command line stopped before its subcommand was known
             msg = ("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
                    "output as it was: re-run the command to start again")
         print_error(msg, "interrupted", EXIT_INTERRUPTED, json_out=json_out)

@@ -165,16 +165,25 @@ def print_inspect_report(r, console: Console) -> None:
                    fmt_int(w.slack), fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
     console.print(wt)
     if r.side_columns:
-        from packtool.inspection.side import SIDE_HEAD, side_rows
-        st = Table(title="Side columns (FORMAT.md, Side columns)", show_header=True, header_style="bold")
-        for i, c in enumerate(SIDE_HEAD):
-            st.add_column(c, justify="left" if i in (0, 1, 3) else "right", no_wrap=True)
-        for row in side_rows(r):
-            st.add_row(*map(escape, row))
-        console.print(st)
+        console.print(side_table(r, console))
     if r.compare:
         console.print(compare_table(r, console))
     console.print(f"inspect took {r.seconds:.2f} s", style="dim")
+
+
+def side_table(r, console: Console) -> Table:
+    """The side columns' table. On a narrow terminal (80 columns: K's "20" was cut to "…") the
+    heads take two lines, and a long column name wraps before any figure is cut."""
+    from packtool.inspection.side import SIDE_HEAD, side_rows
+    rows = [list(map(escape, row)) for row in side_rows(r)]
+    wide = 1 + sum(max([len(h)] + [len(row[i]) for row in rows]) + 3 for i, h in enumerate(SIDE_HEAD))
+    st = Table(title="Side columns (FORMAT.md, Side columns)", show_header=True, header_style="bold")
+    for i, h in enumerate(SIDE_HEAD):
+        st.add_column(h if wide <= console.width else "\n".join(h.rsplit(" ", 1)),
+                      justify="left" if i in (0, 1, 3) else "right", no_wrap=i != 0, overflow="fold")
+    for row in rows:
+        st.add_row(*row)
+    return st
 
 
 def _bar_width(console: Console, headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> int:

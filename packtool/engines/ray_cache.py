@@ -24,6 +24,7 @@ import tokenizers
 
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 from packtool.errors import PacktoolInputError
+from packtool.output.files import make_parents, remove_created
 from packtool.progress import bar
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -251,9 +252,9 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
     import ray.data
 
     store = is_uri(final)
-    tmp = None
+    tmp, made = None, []
     if not store:
-        os.makedirs(root, exist_ok=True)
+        made = make_parents(root)  # a failed run removes the --cache-dir folders it made, no others
         tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-{os.getpid()}-", dir=root)  # the next run removes it if we die
     try:
         if tmp:
@@ -309,4 +310,5 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
     except BaseException:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(made)
         raise

@@ -141,5 +141,10 @@ def train_command(
         train(cfg)
     except (ValueError, FileNotFoundError) as e:
         from rich.markup import escape
+
+        from packtool.env import debug_on
+        if debug_on():  # `packtool train --debug` (or PACKTOOL_DEBUG=1): the traceback too
+            import traceback
+            traceback.print_exc()
         err.print(f"[bold red]error:[/] {escape(' '.join(str(e).split()))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)

@@ -109,11 +109,14 @@ class StepBins:
         return [flat[o[b]:o[b + 1]] for b in range(len(o) - 1)]
 
     def rank_bins(self, r: int) -> list[np.ndarray]:
-        """Rank r's bins in micro-batch order, each an int64 array of sequence indices."""
+        """Rank r's bins in micro-batch order, each an int64 array of sequence indices. Packed
+        without dp there is one rank, 0, holding every bin in bin order."""
+        dp = self.dp or 1
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < dp:
+            said = f"dp={self.dp}" if self.dp else "one rank (packed without dp; pack with dp=N to deal N ranks)"
+            raise OnlinePackError(f"rank {r!r} is not a rank of {said}: pass an int from 0 to {dp - 1}")
         if self.rank is None:
-            raise OnlinePackError("rank_bins needs dp: pack with dp=<data-parallel size>")
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < self.dp:
-            raise OnlinePackError(f"rank {r!r} is not a rank of dp={self.dp}: pass 0 to {self.dp - 1}")
+            return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in range(self.num_bins)]
         mine = np.flatnonzero(self.rank == r)
         mine = mine[np.argsort(self.micro[mine], kind="stable")]
         return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in mine.tolist()]

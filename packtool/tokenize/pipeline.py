@@ -27,6 +27,7 @@ import tokenizers
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
 from packtool.heap import HeapBound, bound_heap
+from packtool.output.files import make_parents, remove_created
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri, join_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
@@ -262,7 +263,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
         if store:
             push_entry(store, r.final)
         return r.existing
-    os.makedirs(r.root, exist_ok=True)
+    made = make_parents(r.root)  # a run that fails removes the --cache-dir folders it made, no others
     tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", dir=r.root)
     try:
         with _fewer_collections():
@@ -275,6 +276,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
         return cache
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_created(made)
         raise
 
 

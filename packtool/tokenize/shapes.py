@@ -72,6 +72,23 @@ def _side_names(cfg) -> tuple[str, ...]:
 _SLAB_COLUMNS = frozenset(("input_ids", "seq_lens", "cu_seqlens_padded", "slab_index"))
 
 
+QA = {"question", "answer"}  # GSM8K's fields (docs/TOKENIZATION.md's own example of `fields`)
+_ROW_IDS = {"id", "idx", "index", "uid"}  # columns beside them that say nothing of the prompt
+
+
+def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
+    """question -> answer as a prompt and its response, when nothing else could be part of the
+    prompt (a passage, a context, choices): then which columns the prompt needs is the user's
+    call, said in one line with the flags."""
+    other = sorted(cols - QA - _ROW_IDS)
+    if other:
+        raise PacktoolInputError(
+            f"has question and answer columns beside {', '.join(other)}, which may belong to the prompt: "
+            f"pass --prompt-field question --response-field answer to pack question -> answer (the others "
+            f"are not read), or give --shape / --text-field for another layout", path=path, flag="--prompt-field")
+    return "question", "answer"
+
+
 def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
     """Pick the shape for one file. Explicit cfg.shape wins; auto follows a fixed precedence."""
     cols = set(columns)
@@ -82,6 +99,7 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
             ".manifest.json lists them) with the new flags", path=path)
     text_field = cfg.text_field or "text"
     kind = cfg.shape
+    pair = (cfg.prompt_field, cfg.response_field)
     if kind == "auto":
         if cfg.prompt_field and cfg.prompt_field in cols and cfg.response_field in cols:
             kind = "fields"
@@ -97,6 +115,8 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
             kind = "prompt_completion"
         elif text_field in cols:
             kind = "text"
+        elif QA <= cols:
+            kind, pair = "fields", _question_answer(cols, path)
         else:
             raise PacktoolInputError(
                 f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
@@ -129,10 +149,10 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
         _need(cols, ("prompt", "completion"), kind, path, columns)
         return Shape(kind, ("prompt", "completion"), has_template)
     if kind == "fields":
-        if not cfg.prompt_field:
+        if not pair[0]:
             raise PacktoolInputError("shape fields needs --prompt-field and --response-field", path=path)
-        _need(cols, (cfg.prompt_field, cfg.response_field), kind, path, columns)
-        return Shape(kind, (cfg.prompt_field, cfg.response_field), has_template)
+        _need(cols, pair, kind, path, columns)
+        return Shape(kind, pair, has_template)
     raise PacktoolInputError(f"unknown shape {kind!r}", flag="--shape")
 
 
@@ -281,7 +301,8 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
         other = detect_shape(held, auto, path, True).kind
     except PacktoolInputError:
         other = None
-    fix = (f"put such rows in a file of their own and pack it with --shape {other} (or convert them to "
+    flags = "--prompt-field question --response-field answer" if other == "fields" else f"--shape {other}"
+    fix = (f"put such rows in a file of their own and pack it with {flags} (or convert them to "
            f"{', '.join(shape.columns)})" if other else
            f"convert them to {', '.join(shape.columns)} or drop them")
     raise PacktoolInputError(

@@ -33,8 +33,9 @@ from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
 __all__ = ["SIDE_VALUES", "SideReader", "parse_side_spec"]
 
 # What a cache's side values have been held to: 2 = nulls refused, non-finite floats counted
-# in cache.json (in the cache key, so a cache built under the earlier rules is not reused).
-SIDE_VALUES = 2
+# in cache.json; 3 = a boolean column refused unless pinned (it became int32 silently). In the
+# cache key, so a cache built under the earlier rules is not reused.
+SIDE_VALUES = 3
 
 
 def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
@@ -68,7 +69,7 @@ def _natural_dtype(t: pa.DataType) -> str | None:
     if pa.types.is_floating(t):
         return "float64" if t.bit_width == 64 else "float32"
     if pa.types.is_boolean(t):
-        return "int32"
+        return "bool"  # not a side dtype: kept only when pinned (FORMAT.md, Side columns)
     if pa.types.is_integer(t):
         wide = t.bit_width == 64 or (pa.types.is_unsigned_integer(t) and t.bit_width == 32)
         return "int64" if wide else "int32"
@@ -155,7 +156,10 @@ class SideReader:
         t = col.type
 
         def bad(msg, row=None):
-            return PacktoolInputError(f"side column {name}: {msg}", path=path,
+            """`row`: the row in this batch, or (row, token in it); --json gets column and token."""
+            row, token = row if isinstance(row, tuple) else (row, None)
+            details = {"column": name} if token is None else {"column": name, "token": int(token)}
+            return PacktoolInputError(f"side column {name}: {msg}", path=path, details=details,
                                       row=None if row is None else first_row + int(row))
 
         if not _is_list(t):
@@ -166,6 +170,9 @@ class SideReader:
         natural = _natural_dtype(scalar_t) or ("null" if pa.types.is_null(scalar_t) else None)
         if natural is None:
             raise bad(f"holds {t}: values must be numbers (float or int)", 0)
+        if natural == "bool" and pinned is None:  # True/False as 1/0 said, never silent
+            raise bad(f"holds {t}: booleans are not a side dtype; pin NAME:int32 (--side-columns) to keep "
+                      f"them as 1/0", 0)
         offs = _list_offsets(col)
         tok = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))  # the rows' tokens
         rel = offs - offs[0]
@@ -227,10 +234,10 @@ class SideReader:
             pos = int(np.flatnonzero(wrong)[0])
             r = int(np.searchsorted(rel, pos, side="right")) - 1
             raise bad(f"token {pos - int(rel[r])} holds {int(n[pos])} values, not {K}; every token's "
-                      f"list is K={K} long (pad its end with the fill)", r)
+                      f"list is K={K} long (pad its end with the fill)", (r, pos - int(rel[r])))
         ev = tok.values.slice(int(io[0]), int(io[-1] - io[0]))
         self._null_values(ev, rel, c.name, bad, io - io[0])
-        flat = self._numbers(ev, c, natural, pinned, bad, None)
+        flat = self._numbers(ev, c, natural, pinned, bad, rel, io - io[0])
         if tok_ok is None:
             return flat
         full = np.full(len(tok) * K, c.fill, c.np_dtype)  # a null token list: the fill
@@ -263,29 +270,32 @@ class SideReader:
         at = "the row is" if rel is None else f"{what} of token {int(hit[0] - rel[r])} is"
         raise bad(f"{at} null; packtool does not fill nulls (that would train on a made-up value): write "
                   f"every token's value, the column's fill for a token that has none (rows and tokens count "
-                  f"from 0)", r)
+                  f"from 0)", r if rel is None else (r, int(hit[0] - rel[r])))
 
     @staticmethod
-    def _numbers(vals: pa.Array, c: SideColumn, natural: str, pinned, bad, row_offs) -> np.ndarray:
-        """The values as c's dtype, null values as the fill."""
+    def _numbers(vals: pa.Array, c: SideColumn, natural: str, pinned, bad, row_offs, elem_offs=None) -> np.ndarray:
+        """The values as c's dtype, null values as the fill. `row_offs`: where each row's tokens
+        start; `elem_offs`: where each token's values start (K-wide columns; None: one each)."""
         ok = _valid(vals)
         if pa.types.is_null(vals.type):
             return np.full(len(vals), c.fill, c.np_dtype)
-        x = SideReader._cast(vals, ok, c, natural, pinned, bad, row_offs)
+        x = SideReader._cast(vals, ok, c, natural, pinned, bad, row_offs, elem_offs)
         if ok is not None:
             x = np.where(ok, x, np.asarray(c.fill, c.np_dtype))
         return x
 
     @staticmethod
-    def _cast(vals: pa.Array, ok, c: SideColumn, natural: str, pinned, bad, row_offs) -> np.ndarray:
+    def _cast(vals: pa.Array, ok, c: SideColumn, natural: str, pinned, bad, row_offs, elem_offs=None) -> np.ndarray:
         if pa.types.is_boolean(vals.type):
             x = np.asarray(vals.to_numpy(zero_copy_only=False), bool).astype(np.int32)
         else:
             x = np_of(vals) if ok is None else np_of(vals.fill_null(0))
         want = c.np_dtype
 
-        def where(pos):
-            return None if row_offs is None else int(np.searchsorted(row_offs, pos, side="right")) - 1
+        def where(pos):  # (row, token in it) of value `pos`
+            tok = pos if elem_offs is None else int(np.searchsorted(elem_offs, pos, side="right")) - 1
+            r = int(np.searchsorted(row_offs, tok, side="right")) - 1
+            return r, tok - int(row_offs[r])
 
         if x.dtype == want:
             return x
@@ -300,15 +310,28 @@ class SideReader:
                 frac &= ok
             if frac.any():
                 pos = int(np.flatnonzero(frac)[0])
-                raise bad(f"holds {float(x[pos])!r} in an {c.dtype} column (not truncated)", where(pos))
+                at = where(pos)
+                raise bad(f"token {at[1]} holds {float(x[pos])!r} in an {c.dtype} column (not truncated)", at)
         info = np.iinfo(want)
         out_of = (x < info.min) | (x > info.max)
         if ok is not None:
             out_of &= ok
         if out_of.any():
             pos = int(np.flatnonzero(out_of)[0])
-            raise bad(f"holds {x[pos]} outside {c.dtype}; pin NAME:int64 (--side-columns)", where(pos))
+            at = where(pos)
+            raise bad(f"token {at[1]} holds {x[pos]} outside {c.dtype}; {_wider(int(x[pos]))}", at)
         return x.astype(want)
+
+
+def _wider(v: int) -> str:
+    """The fix for an integer its column's dtype cannot hold: int64 when it fits there; above
+    int64 (a uint64 >= 2^63) no side dtype holds it exactly, so say what can be done."""
+    i64 = np.iinfo(np.int64)
+    if i64.min <= v <= i64.max:
+        return "pin NAME:int64 (--side-columns)"
+    return (f"no side column dtype holds it exactly (int64, the widest, ends at {i64.max}): write the "
+            f"column as int64 in the input (shift or bit-cast the values), or pin NAME:float64 "
+            f"(--side-columns) if a value rounded to 53 bits will do")
 
 
 def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens, path: str,
@@ -328,4 +351,5 @@ def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens,
     r = int(np.searchsorted(starts, p, side="right")) - 1
     raise PacktoolInputError(f"side column {c.name}: token {p - int(starts[r])} (id {int(ids[p])}) holds "
                              f"{vals.reshape(-1, c.width)[p].tolist()}: {SUPPORT_RULES[k]} (rows and tokens count from 0)",
-                             path=path, row=first_row + r, flag="--support-columns")
+                             path=path, row=first_row + r, flag="--support-columns",
+                             details={"column": c.name, "token": p - int(starts[r])})

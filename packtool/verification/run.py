@@ -382,16 +382,21 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
 
     from packtool.tokenize import default_cache_dir, tokenize_to_cache
     from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
+    from packtool.output.files import make_parents, remove_created
     from packtool.output.stale import clean_cache
     root = cache_dir or default_cache_dir()
-    os.makedirs(root, exist_ok=True)
+    made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
     clean_cache(root)  # a killed verify's temporary cache goes with the next one
     fresh = tempfile.mkdtemp(prefix=f".verify-source-{os.getpid()}-", dir=root)
-    atexit.register(shutil.rmtree, fresh, True)
+
+    def gone() -> None:
+        shutil.rmtree(fresh, ignore_errors=True)
+        remove_created(made)
+    atexit.register(gone)
     try:
         cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=fresh, progress=progress)
         flat_store_for(cache)
     except BaseException:
-        shutil.rmtree(fresh, ignore_errors=True)
+        gone()
         raise
     return flat_store_dir(cache), cache.fingerprint

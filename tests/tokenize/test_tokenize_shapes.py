@@ -130,12 +130,15 @@ def test_shape_override_and_unknown_columns(tmp_path, cache_dir):
     with open(GSM8K) as f:
         first = json.loads(f.readline())["question"]
     assert _rows(cache)[0] == (tok.encode(first).ids, [1] * len(tok.encode(first).ids))
-    # GSM8K's question/answer is no known shape without flags: the error lists columns and flags
+    # columns no shape knows (GSM8K's question/answer is known now: tests/tokenize/test_question_answer.py):
+    # the error lists the columns and the flags
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text('{"foo": "a", "bar": "b"}\n')
     with pytest.raises(PacktoolInputError) as e:
-        tokenize_to_cache([GSM8K], TokenizeConfig(tokenizer=GPT2), cache_dir, progress=False)
+        tokenize_to_cache([str(unknown)], TokenizeConfig(tokenizer=GPT2), cache_dir, progress=False)
     msg = str(e.value)
-    assert "\n" not in msg and "gsm8k_train_200.jsonl" in msg
-    assert "question, answer" in msg and "--prompt-field" in msg and "--shape" in msg
+    assert "\n" not in msg and "unknown.jsonl" in msg
+    assert "foo, bar" in msg and "--prompt-field" in msg and "--shape" in msg
     with pytest.raises(PacktoolInputError, match="needs column"):
         tokenize_to_cache([GSM8K], TokenizeConfig(tokenizer=GPT2, shape="chat", chat_template="chatml"),
                           cache_dir, progress=False)
