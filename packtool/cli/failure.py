@@ -81,6 +81,8 @@ def reset(command: str | None = None) -> None:
     subcommand it runs, so that a Ctrl-C says what that command leaves."""
     _STATE["interrupted"] = False
     _STATE["command"] = command
+    folder = sys.modules.get("packtool.output.folder")  # not loaded yet: nothing swapped so far
+    _STATE["swapped_before"] = len(folder.swapped_outputs()) if folder else 0
 
 
 def committed() -> None:
@@ -201,7 +203,7 @@ def interrupted(json_out: bool = False) -> int:
     if not _STATE.get("interrupted"):
         _STATE["interrupted"] = True
         from packtool.output.folder import swapped_outputs
-        done = swapped_outputs()
+        done = swapped_outputs()[_STATE.get("swapped_before", 0):]  # by this command line only
         cmd = _STATE.get("command")
         if done:
             msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "

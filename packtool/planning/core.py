@@ -65,7 +65,8 @@ class PackingConfig:
                             f"generator), got {self.seed!r}")
 
 
-def TOO_LONG_FIX() -> str:  # noqa: N802  (a sentence, spelled for whoever called)
+def too_long_fix() -> str:
+    """The fix for a sequence over the slab, in the caller's words (errors.arg)."""
     return f"raise {arg('capacity')} or use {arg('overflow', choices=('split', 'truncate', 'singleton'))}"
 
 
@@ -78,7 +79,7 @@ class FirstTooLong:
     align: Alignment
     stopped: str = "the rest was not tokenized"
     # spelled where it is made: the check may run in another process (a Ray task)
-    fix: str = field(default_factory=lambda: TOO_LONG_FIX())
+    fix: str = field(default_factory=too_long_fix)
 
     def __call__(self, lengths: np.ndarray, dropped: np.ndarray, path: str, first_row: int) -> None:
         fp = self.align.seq_footprint(lengths)
@@ -198,7 +199,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         raise SequenceError(
             first_row + i, f"{int(lengths[i])} tokens; aligned footprint "
             f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} ({n_over} such "
-            f"sequence{'s' if n_over != 1 else ''}): {TOO_LONG_FIX()}")
+            f"sequence{'s' if n_over != 1 else ''}): {too_long_fix()}")
     if policy == "truncate":
         new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
         st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))
