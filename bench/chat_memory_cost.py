@@ -1,12 +1,13 @@
-"""What the heap bounds of issue 23 class 8 cost a raw chat tokenize: A/B in alternating fresh
-processes. A: as shipped (glibc's mmap threshold fixed while tokenizing, a HeapBound checked after each
-encode chunk, trimming over its slack); B: both replaced by no-ops. Each run tokenizes N chat rows (bench/chat_memory.py's
-data) into a fresh cache and reports the process CPU seconds and minor page faults of the
-tokenize_to_cache call alone (imports, the tokenizer's load and numba's start-up before it are
-left out by a warm-up call on 200 rows), and in A the heap checks' and trims' counts and the
+"""What the heap bounds of issue 23 class 8 cost a raw chat tokenize (or pack): A/B in
+alternating fresh processes. A: as shipped (glibc's mmap threshold fixed while tokenizing, a
+HeapBound checked after each encode chunk, trimming over its slack); B: both replaced by
+no-ops. Each run tokenizes (`--job pack`: packs, C=4096, `--overflow split`) N chat rows
+(bench/chat_memory.py's data) into a fresh cache and reports the process CPU seconds and minor
+page faults of that call alone (imports, the tokenizer's load and numba's start-up are left
+out by a warm-up call on 200 rows), and in A the heap checks' and trims' counts and the
 checks' own thread CPU (trims included).
 
-    python bench/chat_memory_cost.py --rows 2000 --pairs 8 [--src TREE] > OUT.jsonl
+    python bench/chat_memory_cost.py --rows 2000 --pairs 8 [--job tokenize|pack] [--src TREE] > OUT.jsonl
 
 Per pair: CPU A / CPU B. On a shared machine read the spread of the pair ratios, and the page
 faults (a count, not a time: what the trims make the next chunk fault in again).
@@ -27,9 +28,10 @@ from chat_memory import FIX, make_data  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time
+import packtool.packing as pk
 import packtool.tokenize.pipeline as pl
-from packtool import TokenizeConfig, heap
-data, warm, tok, work, arm = sys.argv[1:6]
+from packtool import Alignment, PackingConfig, TokenizeConfig, heap
+data, warm, tok, work, arm, job = sys.argv[1:7]
 trims = [0, 0.0, 0]
 if arm == "B":
     heap.HeapBound.check = lambda self: None
@@ -46,10 +48,16 @@ else:
         real_trim()
     heap.HeapBound.check, heap.trim = timed, counted
 cfg = TokenizeConfig(tokenizer=tok, chat_template="chatml")
-pl.tokenize_to_cache([warm], cfg, os.path.join(work, "warm"), progress=False)
+def run(path, name):
+    if job == "pack":
+        pk.pack([path], Alignment(capacity=4096), PackingConfig(overflow="split"), cfg,
+                output=os.path.join(work, name + "-out"), cache_dir=os.path.join(work, name), progress=False)
+    else:
+        pl.tokenize_to_cache([path], cfg, os.path.join(work, name), progress=False)
+run(warm, "warm")
 trims[:] = [0, 0.0, 0]
 r0 = resource.getrusage(resource.RUSAGE_SELF)
-pl.tokenize_to_cache([data], cfg, os.path.join(work, "cache"), progress=False)
+run(data, "cache")
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cpu_s": round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 3),
                   "sys_s": round(r1.ru_stime - r0.ru_stime, 3), "minflt": r1.ru_minflt - r0.ru_minflt,
@@ -61,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--job", choices=("tokenize", "pack"), default="tokenize")
     ap.add_argument("--src", default=ROOT)
     a = ap.parse_args()
     tok = os.path.join(FIX, "tokenizers", "gpt2", "tokenizer.json")
@@ -75,12 +84,12 @@ def main() -> None:
                 work = os.path.join(base, "work")
                 shutil.rmtree(work, ignore_errors=True)
                 load = os.getloadavg()[0]
-                p = subprocess.run([sys.executable, "-c", CHILD, data, warm, tok, work, arm],
+                p = subprocess.run([sys.executable, "-c", CHILD, data, warm, tok, work, arm, a.job],
                                    env=dict(os.environ, PYTHONPATH=a.src), capture_output=True, text=True)
                 if p.returncode:
                     sys.exit(p.stderr)
                 got[arm] = r = json.loads(p.stdout.strip().splitlines()[-1])
-                print(json.dumps({"pair": pair, "arm": arm, "rows": a.rows, "load_1min": round(load, 1), **r}),
+                print(json.dumps({"pair": pair, "arm": arm, "job": a.job, "rows": a.rows, "load_1min": round(load, 1), **r}),
                       flush=True)
             print(json.dumps({"pair": pair, "cpu_ratio_A_over_B": round(got["A"]["cpu_s"] / got["B"]["cpu_s"], 4)}),
                   flush=True)

@@ -11,9 +11,15 @@ import ctypes.util
 import os
 import threading
 
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-# Blocks of at least this many bytes get pages of their own (mmap), returned when freed.
-MMAP_THRESHOLD = 256 << 10
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+# Blocks of at least this many bytes get pages of their own (mmap), returned when freed: the
+# JSON blocks (8 MB), their copies and decoded text. At 256 KiB every encode chunk's id arrays
+# were mapped and unmapped too, and a 2k-row chat tokenize took 4-16% more CPU (4 pairs;
+# munmap in a process of many threads); at 4 MiB a handful of blocks per 8 MB of input map.
+MMAP_THRESHOLD = 4 << 20
+# A fixed mmap threshold also fixes the trim threshold (glibc's own rule sets it to twice the
+# largest mapped block freed): an arena's top is returned only past this much.
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
 
 
 def _libc():
@@ -37,14 +43,15 @@ def trim() -> None:
 
 def bound_heap() -> None:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD, once per process. By default the threshold
-    follows the largest block freed (up to 32 MiB): once the first 8 MB JSON block (or any large
-    bytes, str or array) is freed, every later one is carved from an arena, whose high-water mark
-    stays resident (a raw chat pack's peak RSS: -35 MiB at 60k rows with it fixed). Large blocks
-    then map and unmap pages of their own: a few page faults per MB, against the seconds of
-    encoding that MB. Left so for the rest of the process (glibc cannot go back to following)."""
+    follows the largest block freed (up to 32 MiB): once the first 8 MB JSON block (or its copy,
+    or its decoded text) is freed, every later one is carved from an arena, whose high-water mark
+    stays resident. Large blocks then map and unmap pages of their own: a few page faults per
+    MB, against the seconds of encoding that MB. Left so for the rest of the process (glibc
+    cannot go back to following)."""
     global _bound
     if _LIBC is not None and not _bound:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
         _bound = True
 
 

@@ -152,13 +152,13 @@ class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
-block = bytearray(8 << 20)  # an 8 MB JSON block: mapped, then freed, and glibc's threshold follows it
+block = bytearray(16 << 20)  # a 16 MB JSON block: mapped, then freed, and glibc's threshold follows it
 del block
 if sys.argv[1] == "bound":
     heap.bound_heap()
 mapped = libc.mallinfo2().hblkhd
-block = bytearray(1 << 20)  # the next 1 MB block
-print(libc.mallinfo2().hblkhd - mapped >= 1 << 20)
+block = bytearray(heap.MMAP_THRESHOLD + (1 << 20))  # the next large block
+print(libc.mallinfo2().hblkhd - mapped >= heap.MMAP_THRESHOLD)
 """
 
 
