@@ -7,6 +7,9 @@ is finer than the run-to-run spread, the ratio within each adjacent before/after
 pair shares the machine's state): their median and a bootstrap 90% interval of that median.
 
     python bench/pack_before_after.py --before /path/to/old/tree --after . --n 1000000 --repeat 5
+
+The child loads pyarrow before packtool, so both trees run on pyarrow's default pool (mimalloc)
+unless `--arrow-pool jemalloc` (what `packtool pack` picks) is given.
 """
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ import sys
 import tempfile
 
 
-def one(tree: str, kind: str, n: int, work: str) -> dict:
+def one(tree: str, kind: str, n: int, work: str, pool: str | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": tree}
+    if pool:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = pool
     p = subprocess.run([sys.executable, os.path.join(tree, "bench", "pack_e2e_pretok.py"), "--case",
-                        f"{kind}:{n}", "--work", work], capture_output=True, text=True, cwd=tree,
-                       env={**os.environ, "PYTHONPATH": tree})
+                        f"{kind}:{n}", "--work", work], capture_output=True, text=True, cwd=tree, env=env)
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     if not lines:
         raise SystemExit(f"{tree}: no result\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
@@ -37,18 +42,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "packtool_bench_ab"))
     ap.add_argument("--log", help="append the runs as one JSON line here")
+    # the child loads pyarrow (the input maker) before packtool, so without this both trees run
+    # on pyarrow's default pool (mimalloc), not the jemalloc that `packtool pack` picks
+    ap.add_argument("--arrow-pool", choices=("jemalloc", "mimalloc", "system"),
+                    help="Arrow's default memory pool in both trees' children (default: as the child loads it)")
     a = ap.parse_args()
     trees = {"before": os.path.abspath(a.before), "after": os.path.abspath(a.after)}
     works = {k: os.path.join(a.work, k) for k in trees}
     for k, t in trees.items():  # numba's cache and the input file, not timed
         os.makedirs(works[k], exist_ok=True)
-        one(t, "warm", a.n, works[k])
+        one(t, "warm", a.n, works[k], a.arrow_pool)
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(a.repeat):
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for k in order:
             load = os.getloadavg()[0]
-            r = one(trees[k], "packtool", a.n, works[k])
+            r = one(trees[k], "packtool", a.n, works[k], a.arrow_pool)
             runs[k].append(r)
             print(f"{k:6s} run {i}: {r['seconds']:.2f} s wall, {r['cpu_seconds']:.2f} s cpu "
                   f"(load {load:.2f})", flush=True)
@@ -66,7 +75,7 @@ def main() -> None:
               f"(90% interval {lo:.3f}-{hi:.3f}); pairs " + " / ".join(f"{r:.3f}" for r in ratios))
     if a.log:
         with open(a.log, "a") as f:
-            f.write(json.dumps({"n": a.n, "trees": trees, "runs": runs}) + "\n")
+            f.write(json.dumps({"n": a.n, "trees": trees, "arrow_pool": a.arrow_pool, "runs": runs}) + "\n")
 
 
 def _interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
