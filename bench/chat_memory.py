@@ -103,7 +103,8 @@ def main() -> None:
                 env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
                 env.update(kv.split("=", 1) for kv in a.env)
                 load = os.getloadavg()[0]
-                p = subprocess.run([sys.executable, "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work],
+                # -P: `-c` would put the working directory (a checkout) ahead of --src on sys.path
+                p = subprocess.run([sys.executable, "-P", "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work],
                                    env=env, capture_output=True, text=True)
                 if p.returncode:
                     sys.exit(p.stderr)

@@ -84,7 +84,7 @@ def main() -> None:
                 work = os.path.join(base, "work")
                 shutil.rmtree(work, ignore_errors=True)
                 load = os.getloadavg()[0]
-                p = subprocess.run([sys.executable, "-c", CHILD, data, warm, tok, work, arm, a.job],
+                p = subprocess.run([sys.executable, "-P", "-c", CHILD, data, warm, tok, work, arm, a.job],
                                    env=dict(os.environ, PYTHONPATH=a.src), capture_output=True, text=True)
                 if p.returncode:
                     sys.exit(p.stderr)

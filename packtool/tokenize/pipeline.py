@@ -71,10 +71,9 @@ _IN_FLIGHT = 3            # encode chunks queued or running (each encode_batch u
 _CHUNK_CHARS = 1 << 18
 # How far the process's anonymous memory may rise above its low point since the last trim
 # before an encode thread trims glibc's arenas (packtool.heap.HeapBound). Trimming after every
-# chunk kept the least, but the next chunk faulted the returned pages in again: +0.15-0.2 CPU-s
-# of page faults per 2k chat rows (+5-19% tokenize CPU). At 32 MiB a 60k-row chat tokenize
-# trimmed 3 times and peaked at 212 MiB anonymous (277 before, flat from 15k rows), at 16 MiB 42
-# times for no lower peak (BENCHMARKS.md "Raw chat pack: peak RSS").
+# chunk kept the least, but the next chunk faulted the returned pages in again (+28-30k minor
+# faults, +0.15-0.2 CPU-s per 2k chat rows). At 32 MiB a 60k-row chat tokenize trimmed 3 times
+# and peaked as low as at 16 MiB (42 trims): BENCHMARKS.md "Raw chat pack: peak RSS".
 _HEAP_SLACK = 32 << 20
 
 
