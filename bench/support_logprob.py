@@ -38,7 +38,8 @@ from kernels import lm_head as L  # noqa: E402
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
 from kernels.support_check import check_support  # noqa: E402
 from kernels.support_logprob import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
-                                     UNION_PROBE, _triton_runs, auto_path, support_logprob)
+                                     UNION_PROBE, _triton_runs, auto_path, speculate_dense,
+                                     support_logprob)
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
 
@@ -96,6 +97,8 @@ def methods(h, w, samp, sup, up, names):
 
 def auto_pick(h, w, samp, sup, train: bool) -> str:
     """The path impl='auto' takes for these inputs (train: a call that runs backward)."""
+    if not train and speculate_dense("auto", _triton_runs(h), False, h, w, sup.shape[1], w.shape[0]):
+        return "dense (speculated)"
     rows = check_support(samp, sup, w.shape[0], 0, w.shape[0], use_triton=_triton_runs(h))
     with torch.set_grad_enabled(train):
         return auto_path(h, w, rows)[0]

@@ -9,6 +9,8 @@
 #   bash bench/support_logprob_h200.sh gap OUT TAG     support GPU tests, bench/support_fwd_gap.py, then
 #                                                     what `bench` runs after its tests
 #   bash bench/support_logprob_h200.sh fwdbwd OUT TAG  the fwd+bwd sweep (one round)
+#   bash bench/support_logprob_h200.sh fwd OUT TAG     support GPU tests, the forward sweep at K
+#                                                     2048/4096 interleaved, then bench/support_fwd_gap.py
 # megatron-core travels as source in .carry/site (carry it).
 set -u
 part=$1 out=$2 tag=$3
@@ -18,7 +20,7 @@ env_log() {
     python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; } >> "$out/${tag}_env.txt" 2>&1
 }
 env_log
-if [ "$part" = bench ] || [ "$part" = gap ]; then
+if [ "$part" = bench ] || [ "$part" = gap ] || [ "$part" = fwd ]; then
   timeout 150 python3 -m pytest -q -x -rs -s tests/kernels/test_support_logprob_gpu.py > "$out/${tag}_gpu_tests.log" 2>&1 \
     || { echo "support GPU tests failed"; tail -40 "$out/${tag}_gpu_tests.log"; exit 1; }
   tail -3 "$out/${tag}_gpu_tests.log"; env_log
@@ -36,6 +38,12 @@ if [ "$part" = bench ] || [ "$part" = gap ]; then
 elif [ "$part" = fwdbwd ]; then
   timeout 300 python3 bench/support_logprob.py --parts sweep --reps 4 --sweep-modes fwdbwd \
     --out "$out/${tag}_sweep_fwdbwd.json" > "$out/${tag}_sweep_fwdbwd.log" 2>&1; echo "fwdbwd rc $?"; env_log
+fi
+if [ "$part" = fwd ]; then
+  timeout 200 python3 bench/support_logprob.py --parts sweep --reps 6 --sweep-ks 2048,4096 --sweep-modes fwd \
+    --sweep-rounds 3 --out "$out/${tag}_sweep_fwd.json" > "$out/${tag}_sweep_fwd.log" 2>&1; echo "sweep rc $?"; env_log
+  timeout 60 python3 bench/support_fwd_gap.py --out "$out/${tag}_fwd_gap.json" > "$out/${tag}_fwd_gap.log" 2>&1
+  echo "gap rc $?"; grep '^{' "$out/${tag}_fwd_gap.log"; env_log
 fi
 if [ "$part" = suite ]; then
   timeout 560 python3 -m pytest -q -rs tests/kernels/test_support_logprob_gpu.py tests/online tests/hf tests/megatron \

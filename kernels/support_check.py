@@ -14,7 +14,7 @@ local ids per chunk of rows (`local_ids`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,7 +28,7 @@ class SupportRows:
     v_local: int
     pos: torch.Tensor  # int64 [N]: column of the sampled id in its row (0 on invalid rows)
     valid: torch.Tensor  # bool [N]: the row holds a support
-    owned: int  # candidates this rank projects, over all rows (sets gather vs dense)
+    owned: int  # candidates this rank projects, over all rows (sets gather vs dense; -1: not yet read)
     prefix_named: int | None = None  # weight rows the first probe_rows rows name (if probed)
 
     @property
@@ -65,18 +65,45 @@ def check_support(
     union probe) in the same pass."""
     _check_shapes(sampled, support)
     if use_triton and support.shape[1]:
-        from kernels.support_rows import NAMED, OWN, check_rows
-
-        t = sampled.to(support.dtype)
-        ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local,
-                                        probe_rows)
-        valid = support[:, 0] >= 0  # launched before the sync: after it the GPU waits on the host
-        counts = counts.tolist()  # the one host sync
-        if any(counts[NAMED + 1:]):  # a verdict (or a repeated id): the torch checks name the token
-            return check_support(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
-        return SupportRows(ids=ids, start=int(vocab_start), v_local=int(vocab_local), pos=pos,
-                           valid=valid, owned=counts[OWN], prefix_named=counts[NAMED] if probe_rows else None)
+        return read_checks(launch_checks(sampled, support, vocab_total, vocab_start, vocab_local,
+                                         loss_mask, probe_rows))
     return _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask)
+
+
+@dataclass(frozen=True)
+class PendingChecks:
+    """The Triton checks launched, their verdict not yet read: `rows` (owned unknown, -1) may feed
+    kernels queued behind the checks (every kernel masks ids outside [0, v_local), so bad rows read
+    nothing out of bounds), and `read_checks` must run before any result is returned."""
+    rows: SupportRows
+    counts: torch.Tensor  # int64 [N_COUNTS + 1] on the device
+    args: tuple  # what check_support was given: the torch checks name the bad token from it
+    probed: bool
+
+
+def launch_checks(sampled, support, vocab_total: int, vocab_start: int, vocab_local: int,
+                  loss_mask=None, probe_rows: int = 0) -> PendingChecks:
+    """The Triton checks of support [N, K >= 1], queued on the device; no host sync."""
+    _check_shapes(sampled, support)
+    from kernels.support_rows import check_rows
+
+    t = sampled.to(support.dtype)
+    ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local, probe_rows)
+    valid = support[:, 0] >= 0  # launched before the sync: after it the GPU waits on the host
+    rows = SupportRows(ids=ids, start=int(vocab_start), v_local=int(vocab_local), pos=pos, valid=valid, owned=-1)
+    return PendingChecks(rows, counts, (sampled, support, vocab_total, vocab_start, vocab_local, loss_mask),
+                         probe_rows > 0)
+
+
+def read_checks(p: PendingChecks) -> SupportRows:
+    """The checks' verdict, in their one host sync: the rows with their counts, or the torch
+    checks' one-line ValueError naming the first bad token."""
+    from kernels.support_rows import NAMED, OWN
+
+    counts = p.counts.tolist()  # the one host sync
+    if any(counts[NAMED + 1:]):  # a verdict (or a repeated id): the torch checks name the token
+        return _check_torch(*p.args)
+    return replace(p.rows, owned=counts[OWN], prefix_named=counts[NAMED] if p.probed else None)
 
 
 def repeated_ids(s: torch.Tensor) -> torch.Tensor:

@@ -184,7 +184,8 @@ def _buffer_stats_kernel(x_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_ptr, inv_t
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
     one pass; the [N, K] logits are written only when backward will need them. A candidate's
     column is its local row id - start, or, SLOT (the union path), slot[id - start]. Repeated
-    ids were refused by the checks (kernels/support_rows.py) before this runs."""
+    ids are refused by the checks (kernels/support_rows.py) before the call returns (a speculated
+    forward runs this before their verdict is read: a bad row's values are never returned)."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r
     pos = tl.load(pos_ptr + row)
@@ -271,20 +272,33 @@ def named_rows(cands) -> torch.Tensor:
     return named
 
 
-def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool, slot=None):
+def dense_first_chunk(hidden, weight) -> torch.Tensor:
+    """The [C, V] buffer of the GEMM paths with the first chunk's GEMM launched (it reads no
+    support row: a speculated forward queues it before the checks, whose launches then overlap it)."""
+    n = hidden.shape[0]
+    rows = min(max(1, n), _dense_rows(hidden, weight, weight.dtype))
+    buf = torch.empty(rows, weight.shape[0], dtype=weight.dtype, device=hidden.device)
+    torch.mm(hidden[: min(n, rows)].to(weight.dtype), weight.t(), out=buf[: min(n, rows)])
+    return buf
+
+
+def dense_logits_stats(hidden, weight, cands, pos, inv_temp: float, need_z: bool, slot=None, first=None):
     """The GEMM paths' forward: per chunk of rows, one GEMM into the [C, V] buffer (the full-vocab
     head's, sized alike), then `buffer_stats` reads each row's candidates from it. Returns (z
     [N, K] fp32 or None, (max, sum-exp, entropy numerator, sampled logit)); without need_z
-    (forward only) nothing of size [N, K] is written. slot: the union path (weight holds the union's rows; see buffer_stats)."""
+    (forward only) nothing of size [N, K] is written. slot: the union path (weight holds the union's rows; see buffer_stats).
+    first: `dense_first_chunk`'s buffer, the first chunk's GEMM already in it."""
     n, k = cands[0].shape
     st = torch.empty(4, n, dtype=torch.float32, device=hidden.device)
     z = torch.empty(n, k, dtype=torch.float32, device=hidden.device) if need_z else None
     rows = min(max(1, n), _dense_rows(hidden, weight, weight.dtype))
-    buf = torch.empty(rows, weight.shape[0], dtype=weight.dtype, device=hidden.device)
+    buf = first if first is not None else torch.empty(rows, weight.shape[0], dtype=weight.dtype,
+                                                      device=hidden.device)
     for s in range(0, n, rows):
         e = min(n, s + rows)
         x = buf[: e - s]
-        torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
+        if not (s == 0 and first is not None):
+            torch.mm(hidden[s:e].to(weight.dtype), weight.t(), out=x)
         buffer_stats(x, cands, pos, inv_temp, s, z, st, slot)
     return z, tuple(st)
 

@@ -22,7 +22,9 @@ GATHER_MAX_SHARE, UNION_PROBE, UNION_PREFIX and UNION_MAX_SHARE, measured on an 
 (`auto_path`). The support checks run as Triton passes where Triton runs
 (kernels/support_rows.py: the verdicts and auto's union probe in one, repeated ids by per-program
 bitmaps in another); their counts come back in one host sync before the path is chosen, and
-nothing is read back after the compute.
+nothing is read back after the compute, except where a forward-only `auto` call speculates the
+dense path from the shapes alone (SPECULATE_MIN_WIDTH): the compute is queued behind the checks and
+their one sync comes after it, still before the call returns.
 
 Vocab-parallel (tp_group): each rank projects only the candidates it owns; one MAX and one SUM
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
@@ -41,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from kernels import support_torch
-from kernels.support_check import SupportRows, check_support, local_ids
+from kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
 from kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
@@ -64,6 +66,18 @@ UNION_PROBE = 0.25
 # ...and looks at the first rows' UNION_PREFIX x V_local ids first (spread candidates, half of
 # them padding, cover 1 - e^-4 = 98 % of V from 8 V ids): enough of them named, it is done
 UNION_PREFIX = 8
+# A forward-only `auto` call (old log-probs, no grad) runs the dense path without waiting for the
+# checks' sync ("speculated": its first GEMM queued before the checks, whose launches then overlap
+# it, their verdict read once the compute is queued, any error still raised before the call returns) where the shapes alone make dense the likely pick
+# and the pick cheap: rows at least SPECULATE_MIN_WIDTH of the vocabulary wide (candidates spread
+# over the vocabulary then put twice the gather limit on every rank) and a local GEMM of at most
+# SPECULATE_MAX_FLOP. H200 (BENCHMARKS.md, forward sweep at K 2048/4096): below that size the
+# sync and the pick (0.3-0.6 ms of host time with the GPU idle) were the whole margin over the
+# full-vocab head (0.93-1.00x at 16k tokens, H 2048-8192, V_local 18,992); a wrong guess (rows
+# mostly padding, candidates on few ranks) costs at most the dense path, which is not slower than
+# the full-vocab head, and the pick stays a function of the shapes (same inputs, same path).
+SPECULATE_MIN_WIDTH = 2 * GATHER_MAX_SHARE["forward"]
+SPECULATE_MAX_FLOP = 6e12
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,7 @@ class _Plan:
     main_grad: bool
     reduce_grad_hidden: bool
     union: tuple | None = None  # path "union": (ids [U], slot [V_local]: each named row's column)
+    first: torch.Tensor | None = None  # speculated dense: the buffer, its first chunk's GEMM queued
     fused_stats: bool = False  # GEMM paths: row statistics by the Triton buffer kernel
     need_z: bool = True  # keep the [N, K] logits (for backward); forward-only calls do not
 
@@ -128,7 +143,7 @@ class SupportLogprob(torch.autograd.Function):
             w, slot = ((weight, None) if plan.path == "dense"
                        else (weight.index_select(0, plan.union[0]), plan.union[1]))
             z, stats = dense_logits_stats(hidden, w, cands, rows.pos, plan.inv_temp, plan.need_z,
-                                          slot=slot)
+                                          slot=slot, first=plan.first)
         else:
             if plan.path == "union":
                 z = support_torch.logits_union(hidden, weight, plan.union, cands, plan.inv_temp)
@@ -143,7 +158,7 @@ class SupportLogprob(torch.autograd.Function):
         # the ids saved as a tensor: they are the caller's support rows themselves
         # (support_rows.check_rows), and unpacking checks that nothing changed them in place
         ctx.save_for_backward(hidden, weight, z, lse, ent, rows.ids)
-        ctx.rows, ctx.plan = rows, plan
+        ctx.rows, ctx.plan = rows, replace(plan, first=None)  # the buffer is not kept
         return logp, ent  # fp32 (fp64 for fp64 inputs: the tests' ground truth)
 
     @staticmethod
@@ -353,18 +368,37 @@ def support_logprob(
         raise ValueError(f"vocab_start = {start} without tp_group: an unsharded weight holds the "
                          "whole vocabulary from id 0; pass tp_group to score a shard")
     sup = support.reshape(-1, support.shape[-1])
+    mask = None if loss_mask is None else loss_mask.reshape(-1)
     triton_ok = _triton_runs(h)
-    rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0],
-                         None if loss_mask is None else loss_mask.reshape(-1), use_triton=triton_ok,
-                         probe_rows=_probe_rows(impl, triton_ok, h, weight, *sup.shape))
-    path, union = choose_path(impl, h, weight, rows), None
-    if path == "auto":
-        path, union = auto_path(h, weight, rows)
-    elif path == "union":
-        union = _union(rows.cands, triton_ok)
     need_z = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     fused = triton_ok and weight.dtype != torch.float64
+    pending, union, first = None, None, None
+    if speculate_dense(impl, fused, need_z, h, weight, sup.shape[1], shard.total):
+        from kernels.support_kernels import dense_first_chunk
+
+        first = dense_first_chunk(h, weight)  # the GPU starts on it while the checks are launched
+        pending = launch_checks(sampled.reshape(-1), sup, shard.total, start, weight.shape[0], mask)
+        rows, path = pending.rows, "dense"
+    else:
+        rows = check_support(sampled.reshape(-1), sup, shard.total, start, weight.shape[0], mask,
+                             use_triton=triton_ok,
+                             probe_rows=_probe_rows(impl, triton_ok, h, weight, *sup.shape))
+        path = choose_path(impl, h, weight, rows)
+        if path == "auto":
+            path, union = auto_path(h, weight, rows)
+        elif path == "union":
+            union = _union(rows.cands, triton_ok)
     plan = _Plan(path, shard, 1.0 / float(temperature), bool(deterministic), bool(main_grad),
-                 bool(reduce_grad_hidden), union, fused_stats=fused, need_z=need_z)
+                 bool(reduce_grad_hidden), union, first, fused_stats=fused, need_z=need_z)
     lp, ent = SupportLogprob.apply(h, weight, rows, plan)
+    if pending is not None:
+        read_checks(pending)  # the verdict: a bad row raises here, before anything is returned
     return lp.reshape(lead), (ent.reshape(lead) if entropy else None), rows.valid.reshape(lead)
+
+
+def speculate_dense(impl: str, fused: bool, need_z: bool, hidden, weight, k: int, v_total: int) -> bool:
+    """Whether a call runs the dense path speculated (see SPECULATE_MIN_WIDTH): forward-only
+    `auto` with the fused Triton statistics, wide rows, a small local GEMM."""
+    n, v_local = hidden.shape[0], weight.shape[0]
+    return (impl == "auto" and fused and not need_z and n > 0 and k >= SPECULATE_MIN_WIDTH * v_total
+            and 2.0 * n * hidden.shape[1] * v_local <= SPECULATE_MAX_FLOP)

@@ -213,12 +213,49 @@ def test_repeated_id_is_found_by_the_checks_bitmaps(path):
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
 
 
+def _spy_checks(monkeypatch):
+    """The calls of support_logprob's checks-then-pick (empty: the call speculated dense)."""
+    from kernels import support_logprob as S
+
+    seen, check = [], S.check_support
+    monkeypatch.setattr(S, "check_support", lambda *a, **k: seen.append("sync") or check(*a, **k))
+    return S, seen
+
+
+@pytest.mark.parametrize("speculate", [True, False])
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_support_through_the_triton_checks_names_the_same_token(case):
-    # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message
+def test_bad_support_through_the_triton_checks_names_the_same_token(monkeypatch, case, speculate):
+    # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message,
+    # also where a forward-only call queued the dense path before reading them (speculated)
+    S, seen = _spy_checks(monkeypatch)
+    if not speculate:
+        monkeypatch.setattr(S, "SPECULATE_MAX_FLOP", 0)
     h, w, samp, sup = _bad_inputs(case)
     with pytest.raises(ValueError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup)
+    assert seen == ([] if speculate else ["sync"])
+
+
+def test_forward_only_auto_speculates_dense_from_the_shapes(monkeypatch):
+    # forward-only auto with wide rows (K 7 >= 0.78 % of V 300) and a small GEMM: the dense path
+    # without the checks' sync first, the same values as impl="dense"; over the GEMM bound, with
+    # backward, narrower rows or fp64 weights: the checks' sync, then the pick
+    S, seen = _spy_checks(monkeypatch)
+    h, w, samp, sup, up = _inputs(9)
+    hf, wf = h.float(), w.float()
+    lp, ent, valid = support_logprob(hf, wf, samp, sup, entropy=True)
+    assert seen == []
+    dense = support_logprob(hf, wf, samp, sup, entropy=True, impl="dense")
+    assert torch.equal(lp, dense[0]) and torch.equal(ent, dense[1]) and torch.equal(valid, dense[2])
+    ref = _ref(h, w, samp, sup, 1.0, up)
+    assert _rel(lp, ref[0]) <= 2e-6 and _rel(ent, ref[1]) <= 2e-6
+    assert S.speculate_dense("auto", True, False, hf, wf, 3, V) and not S.speculate_dense("auto", True, False, hf, wf, 2, V)
+    seen.clear()
+    support_logprob(h, w, samp, sup)  # fp64: no fused statistics
+    support_logprob(hf, wf.requires_grad_(), samp, sup)  # backward will run
+    monkeypatch.setattr(S, "SPECULATE_MAX_FLOP", 2.0 * N * H * V - 1)
+    support_logprob(hf, wf.detach(), samp, sup)
+    assert seen == ["sync"] * 3
 
 
 def test_the_checks_pass_counts_the_union_probe():

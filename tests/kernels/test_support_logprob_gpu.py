@@ -91,6 +91,17 @@ def test_forward_only_equals_the_training_forward(S, impl):
         assert torch.equal(a.detach(), b)
 
 
+def test_speculated_forward_equals_the_dense_path(S):
+    # forward-only auto at wide rows and a small GEMM runs dense without the checks' sync first
+    hid, w, samp, sup, up = _inputs(k=600)
+    hb, wb = hid.bfloat16(), w.bfloat16()
+    assert S.speculate_dense("auto", True, False, hb, wb, 600, wb.shape[0])
+    auto = S.support_logprob(hb, wb, samp, sup, temperature=0.8, entropy=True)
+    dense = S.support_logprob(hb, wb, samp, sup, temperature=0.8, entropy=True, impl="dense")
+    for a, b in zip(auto, dense):
+        assert torch.equal(a, b)
+
+
 def test_extreme_logits_no_nan(S):
     hid, w, samp, sup, up = _inputs(scale=2e4)
     for impl in ("gather", "dense", "union"):
@@ -99,11 +110,13 @@ def test_extreme_logits_no_nan(S):
             assert torch.isfinite(x).all(), impl
 
 
-@pytest.mark.parametrize("impl", ["dense", "union", "gather"])
+@pytest.mark.parametrize("impl", ["dense", "union", "gather", "auto"])
 def test_wide_rows_repeated_id_is_an_error(S, impl):
     # the checks' bitmaps (kernels/support_rows.py, compiled: persistent programs over many rows
-    # each) find the id before any path runs, and flag no row without one
+    # each) find the id before any path runs (auto, forward only, K 600 >= 0.78 % of V: the dense
+    # path speculated, the verdict read after it is queued), and flag no row without one
     hid, w, samp, sup, up = _inputs(n=512, k=600)
+    assert S.speculate_dense("auto", True, False, hid, w, 600, w.shape[0])
     S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
     row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
     sup[row, 3] = sup[row, 2]
