@@ -55,6 +55,24 @@ def bound_heap() -> None:
         _bound = True
 
 
+# glibc's own ceiling for its moving threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), and the
+# trim threshold its rule pairs with it: where a long run's threshold ends up without us.
+_FOLLOWED_MMAP, _FOLLOWED_TRIM = 32 << 20, 64 << 20
+
+
+def unbound_heap() -> None:
+    """Undo `bound_heap` once the encoding is over. Its fixed 4 MiB threshold suits the
+    tokenizer's 8 MB blocks, but the ingest of pre-tokenized rows and the plan + write after it
+    allocate and free arrays of tens of MB per batch: each would map fresh pages and fault them
+    in (a 1M pre-tokenized pack's ingest took ~10% more CPU). glibc cannot return to its moving
+    threshold, so this sets the ceiling that threshold reaches on its own."""
+    global _bound
+    if _LIBC is not None and _bound:
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, _FOLLOWED_MMAP)
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, _FOLLOWED_TRIM)
+        _bound = False
+
+
 def anon_bytes() -> int:
     """Resident anonymous memory of this process (resident less file-backed pages)."""
     with open("/proc/self/statm", "rb") as f:

@@ -26,7 +26,7 @@ import tokenizers
 
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError
-from packtool.heap import HeapBound, bound_heap
+from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri, join_uri
@@ -266,8 +266,11 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", dir=r.root)
     try:
         with _fewer_collections():
-            meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
-                                 list(r.digests), check_lengths)
+            try:
+                meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
+                                     list(r.digests), check_lengths)
+            finally:  # the plan + write after allocate large arrays, as before the bound
+                unbound_heap()
         meta["fingerprint"] = r.fingerprint
         cache = publish_cache(tmp, r.final, meta, known)
         if store:
@@ -297,7 +300,6 @@ def _fewer_collections():
 def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
            check_lengths=None) -> tuple[dict, dict]:
     info = loaded.info if loaded else None
-    bound_heap()  # before the reads and encode threads: the peak RSS stays flat in rows
     heap = HeapBound(_HEAP_SLACK)
     renderer = Renderer(template, special_tokens(info)) if template else None
     counts = [rows_of(f) for f in files]
@@ -311,6 +313,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
     global_row = 0
     totals = {"rows": 0, "tokens": 0, "loss": 0}
     flat_only = all(s.kind == "tokens" for s in shapes)  # ids are in the inputs already
+    if not flat_only:  # text to encode: before the reads and encode threads (issue 23 class 8)
+        bound_heap()
     sink = CacheSink(tmp, token_lists=not flat_only)
     side = SideReader(parse_side_spec(cfg.side_columns, cfg.support_columns))
 

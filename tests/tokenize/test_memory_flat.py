@@ -154,8 +154,10 @@ libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
 block = bytearray(16 << 20)  # a 16 MB JSON block: mapped, then freed, and glibc's threshold follows it
 del block
-if sys.argv[1] == "bound":
+if sys.argv[1] != "default":
     heap.bound_heap()
+if sys.argv[1] == "unbound":  # after the encoding: tens-of-MB arrays come from the arenas again
+    heap.unbound_heap()
 mapped = libc.mallinfo2().hblkhd
 block = bytearray(heap.MMAP_THRESHOLD + (1 << 20))  # the next large block
 print(libc.mallinfo2().hblkhd - mapped >= heap.MMAP_THRESHOLD)
@@ -163,10 +165,12 @@ print(libc.mallinfo2().hblkhd - mapped >= heap.MMAP_THRESHOLD)
 
 
 @GLIBC
-@pytest.mark.parametrize("bound", ["bound", "default"])
+@pytest.mark.parametrize("bound", ["bound", "default", "unbound"])
 def test_large_blocks_keep_pages_of_their_own(bound):
     """glibc's default threshold rises to the largest mapped block freed, so every later block
-    below it is carved from an arena that keeps it resident; bound_heap fixes it."""
+    below it is carved from an arena that keeps it resident; bound_heap fixes it while text is
+    encoded, and unbound_heap gives the arenas back the large blocks after (no page faults per
+    batch in the ingest of pre-tokenized rows and the write)."""
     assert _fresh(LARGE_BLOCK, bound) == str(bound == "bound")
 
 
@@ -226,3 +230,17 @@ def test_the_pipeline_bounds_the_heap_after_every_encode_chunk(data, small_buffe
     monkeypatch.setattr(pipeline, "bound_heap", lambda: bounds.append(1) or real_bound())
     tokenize_to_cache([data[N]], CFG, str(tmp_path / "c"), progress=False)
     assert bounds == [1] and chunks[0] > 3 and checks[0] == chunks[0], (bounds, chunks, checks)
+    assert not heap._bound  # undone for what follows the encoding
+
+
+def test_pre_tokenized_rows_leave_the_heap_unbound(tmp_path, monkeypatch):
+    """No text to encode, no bound: a pre-tokenized ingest's large arrays stay in the arenas."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    bounds = []
+    real_bound = pipeline.bound_heap
+    monkeypatch.setattr(pipeline, "bound_heap", lambda: bounds.append(1) or real_bound())
+    path = str(tmp_path / "ids.parquet")
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4, 5]]}), path)
+    tokenize_to_cache([path], TokenizeConfig(), str(tmp_path / "c"), progress=False)
+    assert bounds == [] and not heap._bound
