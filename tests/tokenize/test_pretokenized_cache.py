@@ -164,7 +164,7 @@ def test_an_input_changed_while_read_is_an_error_and_leaves_no_cache(tmp_path, m
     root = tmp_path / "cache"
     with pytest.raises(PacktoolInputError, match=r"tok\.parquet: the file changed while it was being tokenized"):
         tokenize_to_cache([str(src)], TokenizeConfig(shape="tokens"), str(root), progress=False)
-    assert os.listdir(root) == []
+    assert not os.path.exists(root)  # the cache folder this run made is removed with the rest
 
 
 def test_an_error_stops_the_read_ahead_thread(tmp_path):
