@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.support_det_profile import _ms  # noqa: E402  (median of CUDA-event times)
 from bench.support_logprob import inputs, methods  # noqa: E402
 from kernels import row_stats  # noqa: E402
 from kernels import support_kernels as SK  # noqa: E402
@@ -40,20 +41,6 @@ SHAPES = ((16384, 2048, 18992, 512), (16384, 2048, 18992, 256), (16384, 4096, 18
 
 def log(*a):
     print(*a, flush=True)
-
-
-def _ms(fn, reps):
-    fn()
-    out = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e))
-    return sorted(out)[len(out) // 2]
 
 
 def _profile(fn, path):
