@@ -61,7 +61,8 @@ app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pre
 FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp", "fp8": "--fp8",
            "fixed_length": "--fixed-length", "convention": "--convention", "algorithm": "--algorithm",
            "overflow": "--overflow", "dp": "--dp", "seed": "--seed", "workers": "--workers",
-           "plan_shard_rows": "--plan-shard-rows"}
+           "plan_shard_rows": "--plan-shard-rows", "shape": "--shape", "prompt_field": "--prompt-field",
+           "response_field": "--response-field"}
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]

@@ -53,7 +53,7 @@ from packtool.tokenize.encode import (
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources, rows_of, start_meta
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
-from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch
+from packtool.tokenize.shapes import RenderedBatch, Shape, detect_shape, refuse_other_row, render_batch, unread_shapes
 from packtool.tokenize.side_values import SIDE_VALUES, SideReader, parse_side_spec
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry
@@ -146,6 +146,8 @@ def _setup(inputs, cfg: TokenizeConfig):
         if not c:
             raise no_rows_error(f.path)
     shapes = [detect_shape(c, cfg, f.path, template is not None) for f, c in zip(files, columns)]
+    for f, c, s in zip(files, columns, shapes):
+        _note_unread(f.path, c, s, cfg)
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
             raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag="--tokenizer")
@@ -155,6 +157,14 @@ def _setup(inputs, cfg: TokenizeConfig):
     if template is not None and any(s.kind in ("chat", "sharegpt") or s.templated for s in shapes):
         _note_header_in_loss(template, special_tokens(loaded.info if loaded else None))
     return files, shapes, loaded, template
+
+
+def _note_unread(path, columns, shape: Shape, cfg) -> None:
+    """Another shape's columns in a file packed as the shape the user chose are content left
+    out: said on every run, cached or not, never dropped without a word."""
+    for kind, cols in unread_shapes(columns, shape, cfg):
+        note(f"{path}: columns {', '.join(cols)} (shape {kind}) are not read: this file is packed as "
+             f"shape {shape.kind} ({', '.join(shape.columns)}), as asked")
 
 
 def special_tokens(info) -> dict[str, str]:

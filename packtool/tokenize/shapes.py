@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jinja2
 import pyarrow as pa
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg
 from packtool.tokenize.templates import Renderer
 
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides "
@@ -89,8 +89,66 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
     return "question", "answer"
 
 
+def known_shapes(cols: set[str], text_field: str = "text") -> list[tuple[str, tuple[str, ...]]]:
+    """Every known shape whose columns are all in `cols`, as (kind, its columns), in auto
+    detection's order (docs/TOKENIZATION.md)."""
+    resp = "output" if "output" in cols else "response"
+    found = [("tokens", ("input_ids",)), ("chat", ("messages",)), ("sharegpt", ("conversations",)),
+             ("alpaca", ("instruction", resp)), ("prompt_completion", ("prompt", "completion")),
+             ("text", (text_field,)), ("fields", ("question", "answer"))]
+    return [(k, c) for k, c in found if set(c) <= cols]
+
+
+def _choose(kind: str, cols: tuple[str, ...]) -> str:
+    """The argument that picks this shape, as the caller spells it (--shape text / shape='text')."""
+    if kind == "fields":
+        return f"{arg('prompt_field', cols[0])} {arg('response_field', cols[1])}"
+    return arg("shape", kind)
+
+
+def _refuse_two_shapes(found: list, path: str) -> None:
+    """Columns of two known shapes in one file (text beside question/answer): packing one by
+    precedence dropped the other's content without a word, so the user picks."""
+    said = " and ".join(f"{k} ({', '.join(c)})" for k, c in found)
+    raise PacktoolInputError(
+        f"has the columns of {len(found)} input shapes, {said}: packtool will not guess which one to "
+        f"pack; pick one with {' or '.join(_choose(k, c) for k, c in found)} (the other columns are "
+        f"then not read), or, if each row holds only one of them, split the file by shape",
+        path=path, flag=arg("shape"))
+
+
+def unread_shapes(columns: list[str], shape: Shape, cfg) -> list[tuple[str, tuple[str, ...]]]:
+    """The other known shapes' columns in a file packed as `shape` (chosen explicitly: auto
+    refuses such a file): said in a note, as they are not read."""
+    return [(k, c) for k, c in known_shapes(set(columns), cfg.text_field or "text")
+            if not set(c) & set(shape.columns)]
+
+
+def _auto_kind(columns: list[str], cfg, path: str) -> tuple[str, tuple]:
+    """Auto detection: the one known shape whose columns the file has; an explicit choice of
+    columns (the prompt/response or text field, side columns) picks among several."""
+    cols, text_field = set(columns), cfg.text_field or "text"
+    pair = (cfg.prompt_field, cfg.response_field)
+    if cfg.prompt_field and cfg.prompt_field in cols and cfg.response_field in cols:
+        return "fields", pair
+    if cfg.text_field and cfg.text_field in cols:
+        return "text", pair
+    if _side_names(cfg) and "input_ids" in cols:
+        return "tokens", pair
+    found = known_shapes(cols, text_field)
+    if len(found) > 1:
+        _refuse_two_shapes(found, path)
+    if not found:
+        raise PacktoolInputError(
+            f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
+            f"fix with {_FIX}", path=path)
+    kind = found[0][0]
+    return kind, (_question_answer(cols, path) if kind == "fields" else pair)
+
+
 def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
-    """Pick the shape for one file. Explicit cfg.shape wins; auto follows a fixed precedence."""
+    """Pick the shape for one file. Explicit cfg.shape wins; auto takes the one shape whose
+    columns the file has."""
     cols = set(columns)
     if _SLAB_COLUMNS <= cols:  # each slab would become one sequence: its rows merged, its pads trained on
         raise PacktoolInputError(
@@ -101,26 +159,7 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
     kind = cfg.shape
     pair = (cfg.prompt_field, cfg.response_field)
     if kind == "auto":
-        if cfg.prompt_field and cfg.prompt_field in cols and cfg.response_field in cols:
-            kind = "fields"
-        elif "input_ids" in cols:
-            kind = "tokens"
-        elif "messages" in cols:
-            kind = "chat"
-        elif "conversations" in cols:
-            kind = "sharegpt"
-        elif "instruction" in cols and ("output" in cols or "response" in cols):
-            kind = "alpaca"
-        elif "prompt" in cols and "completion" in cols:
-            kind = "prompt_completion"
-        elif text_field in cols:
-            kind = "text"
-        elif QA <= cols:
-            kind, pair = "fields", _question_answer(cols, path)
-        else:
-            raise PacktoolInputError(
-                f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
-                f"fix with {_FIX}", path=path)
+        kind, pair = _auto_kind(columns, cfg, path)
     side = _side_names(cfg)
     if side and kind != "tokens":
         raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "
@@ -295,12 +334,8 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
     held = [n for n in batch.schema.names if n not in shape.columns and batch.column(n)[i].is_valid]
     if not held:
         return
-    from types import SimpleNamespace
-    auto = SimpleNamespace(shape="auto", text_field=None, prompt_field=None, response_field=None)
-    try:
-        other = detect_shape(held, auto, path, True).kind
-    except PacktoolInputError:
-        other = None
+    found = known_shapes(set(held))
+    other = found[0][0] if found else None
     flags = "--prompt-field question --response-field answer" if other == "fields" else f"--shape {other}"
     fix = (f"put such rows in a file of their own and pack it with {flags} (or convert them to "
            f"{', '.join(shape.columns)})" if other else

@@ -101,8 +101,8 @@ class TestRowOfAnotherShape:
     @pytest.mark.parametrize("other,flag", [({"text": "plain row"}, "--shape text"),
                                             ({"prompt": "p", "completion": "c"}, "--shape prompt_completion")])
     def test_named_with_its_shape(self, tmp_path, other, flag):
-        rows = [chat({"content": "ok"}), other]
-        line = _one_error(_pack(tmp_path, _rows(tmp_path, rows), "--chat-template", "chatml"))
+        rows = [chat({"content": "ok"}), other]  # --shape chat: else both shapes' columns are refused at once
+        line = _one_error(_pack(tmp_path, _rows(tmp_path, rows), "--chat-template", "chatml", "--shape", "chat"))
         assert "row 1" in line and flag in line and "not an empty example" in line, line
 
     def test_a_truly_empty_chat_row_is_still_an_empty_example(self, tmp_path):
