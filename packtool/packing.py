@@ -64,7 +64,7 @@ class PackResult:
     write_seconds: float
 
 
-def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
+def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | None = None,
          tokenize: TokenizeConfig | None = None, output: str | None = None,
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
          progress: bool = False, shard_tokens: int = 64 << 20,
@@ -72,10 +72,11 @@ def pack(inputs, alignment: Alignment, packing: PackingConfig | None = None,
          split: str | None = None) -> PackResult:
     """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`. `inputs`: paths
     (files, folders, globs), or a `datasets.Dataset`, `IterableDataset` (streamed),
-    `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list)."""
-    if tokenize is None:
-        raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
-    expect(tokenize, TokenizeConfig, "pack", "tokenize")
+    `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list).
+    `alignment`, `packing` and `tokenize` default as the CLI's flags do (pre-tokenized rows
+    need no tokenizer)."""
+    alignment = Alignment() if alignment is None else alignment
+    tokenize = expect(tokenize, TokenizeConfig, "pack", "tokenize", optional=True) or TokenizeConfig()
     _expect_plan_args("pack", alignment, packing)
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path

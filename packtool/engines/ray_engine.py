@@ -149,7 +149,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     return build_cache(job, r.fingerprint, r.final, r.root, progress, hashes.sha256)
 
 
-def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | None = None,
+def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: PackingConfig | None = None,
              tokenize: TokenizeConfig | None = None, output: str | None = None,
              overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
              progress: bool = False, shard_tokens: int = 64 << 20,
@@ -161,11 +161,9 @@ def pack_ray(inputs: list[str], alignment: Alignment, packing: PackingConfig | N
     `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None: the local engine's
     default (`plan_spill.PLAN_SHARD_ROWS`), so both engines plan, and write, the same bytes;
     0 plans globally on the driver."""
-    packing = packing or PackingConfig()
+    alignment, packing, tokenize = alignment or Alignment(), packing or PackingConfig(), tokenize or TokenizeConfig()
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks
-    if tokenize is None:
-        raise PacktoolInputError("a TokenizeConfig is needed (--tokenizer)")
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if is_uri(cache_dir):  # a URI packtool refuses (scheme, user:password@) is said before Ray starts
         locate(cache_dir)

@@ -134,12 +134,12 @@ def slabs_from_plan(p: Plan, source_lengths: np.ndarray | None = None) -> SlabSe
                    p.step, p.overflow, p.num_sequences, np.asarray(src_len, np.int64))
 
 
-def inspect_lengths(lengths, alignment: Alignment, packing: PackingConfig | None = None,
+def inspect_lengths(lengths, alignment: Alignment | None = None, packing: PackingConfig | None = None,
                     compare: bool = False, what_if: bool = True, path: str | None = None) -> InspectReport:
     """`path`: the lengths file, named in the report (None: lengths given in memory)."""
     import time
     t0 = time.perf_counter()
-    expect(alignment, Alignment, "inspect_lengths", "alignment")
+    alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
     expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
     lengths = np.asarray(lengths, np.int64)
     p = make_plan(lengths, alignment, packing or PackingConfig())

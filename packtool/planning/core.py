@@ -219,9 +219,10 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
     return Segments(src, offset, length, chunk, np.zeros(src.size, bool)), st
 
 
-def plan(lengths, alignment: Alignment, packing: PackingConfig | None = None) -> Plan:
-    """Place sequences of the given token lengths into slabs. See docs/DESIGN.md §2-3."""
-    expect(alignment, Alignment, "plan", "alignment")
+def plan(lengths, alignment: Alignment | None = None, packing: PackingConfig | None = None) -> Plan:
+    """Place sequences of the given token lengths into slabs. See docs/DESIGN.md §2-3.
+    `alignment` and `packing` default as the CLI's flags do."""
+    alignment = expect(alignment, Alignment, "plan", "alignment", optional=True) or Alignment()
     packing = expect(packing, PackingConfig, "plan", "packing", optional=True) or PackingConfig()
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment)

@@ -32,7 +32,6 @@ def test_pack_tokenize_as_a_path_string(tmp_path):
 @pytest.mark.parametrize("call,needle", [
     (lambda o: packtool.pack([GSM8K], {"capacity": 1024}, tokenize=TOK, output=o), "pack(alignment=...) takes an Alignment"),
     (lambda o: packtool.pack([GSM8K], A, packing="bfd", tokenize=TOK, output=o), "pack(packing=...) takes a PackingConfig"),
-    (lambda o: packtool.pack([GSM8K], None, tokenize=TOK, output=o), "got nothing (None)"),
     (lambda o: packtool.plan(np.full(4, 8), 1024), "plan(alignment=...)"),
     (lambda o: packtool.plan(np.full(4, 8), A, "mffd"), "PackingConfig(algorithm="),
     (lambda o: packtool.inspect_lengths(np.full(4, 8), A, {"dp": 2}), "inspect_lengths(packing=...)"),
