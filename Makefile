@@ -3,6 +3,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 
+# --no-compile: pip byte-compiles every module of every wheel (torch, ray, transformers: tens of
+# thousands of files); a fresh `install-test` took 346 s with it and 96 s without (2026-12-02, 2
+# cores, load 9-14). Python compiles what a run imports, on first import.
+PIP_FAST := --no-compile
+
 .PHONY: venv install install-train test demo bench clean
 
 $(BIN)/python:
@@ -12,14 +17,14 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 install: venv
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q $(PIP_FAST) -e .
 
 # torch first, pinned, so the `train` extra never pulls a CUDA build; `ray`: tests/engines/ (~35 s on 2 cores);
 # skyrl: tests/online/ compares against its bin_packing.py (standard library only, so --no-deps)
 install-test: venv
-	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[test,train,ray]'
-	$(BIN)/pip install -q --no-deps skyrl==0.3.0
+	$(BIN)/pip install -q $(PIP_FAST) $(TORCH_PIN)
+	$(BIN)/pip install -q $(PIP_FAST) -e '.[test,train,ray]'
+	$(BIN)/pip install -q $(PIP_FAST) --no-deps skyrl==0.3.0
 
 test: install-test
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
