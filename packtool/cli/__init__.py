@@ -33,13 +33,16 @@ def main() -> None:
 
 
 def _leave(code: int) -> None:
-    """End a Ctrl-C'd run now: atexit's handlers (temporary folders, Ray) and the streams'
-    buffers, then the process, skipping Py_Finalize. Its last full garbage collection walks
+    """End a Ctrl-C'd run now: the worker pools (`packtool.workers`: multiprocessing's atexit
+    handler would join a pool's idle workers forever), atexit's handlers (temporary folders,
+    Ray) and the streams' buffers, then the process, skipping Py_Finalize. Its last full garbage collection walks
     every object the interrupted work left (tokenizer, batches, numba, Arrow) while the
     tokenizer's native threads finish the encode_batch call in flight on every core: measured
     1-21 s (median ~6) of silence after the error line on this 2-core machine, at load 14-20.
     The temporary files are gone already; nothing is left to finalize."""
     import atexit
+    if "packtool.workers" in sys.modules:  # else no pool was started
+        sys.modules["packtool.workers"].stop_all()
     atexit._run_exitfuncs()
     for s in (sys.stdout, sys.stderr):
         try:

@@ -32,7 +32,6 @@ import shutil
 import sys
 import tempfile
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
@@ -41,6 +40,7 @@ from packtool.errors import PacktoolOutputError
 from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX, FormatError, ShardInfo, shard_names
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
+from packtool.workers import thread_pool
 
 SHOWN_FOREIGN = 3
 
@@ -212,7 +212,7 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
     commit = StoreCommit(output)
     dests = commit.begin([s.file for s in shards])
     try:
-        with ThreadPoolExecutor(UPLOADS, thread_name_prefix="packtool-upload") as pool:
+        with thread_pool(UPLOADS, "packtool-upload") as pool:
             for _ in pool.map(lambda pair: upload_file(os.path.join(staged, pair[0].file), pair[1]),
                               zip(shards, dests)):
                 pass

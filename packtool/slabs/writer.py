@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import replace
 from typing import Callable
 
@@ -27,6 +27,7 @@ from packtool.slabs.gather import fill_pads, fill_side_pads, gather_from_files, 
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.tokenize.prefetch import read_ahead
+from packtool.workers import thread_pool
 
 
 @nb.njit(nogil=True, cache=True)
@@ -250,7 +251,7 @@ def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None 
             with lock:
                 on_rows(rows)
 
-    with ThreadPoolExecutor(threads, thread_name_prefix="packtool-shard") as ex:
+    with thread_pool(threads, "packtool-shard") as ex:
         futs = []
         try:
             for k in range(n):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import mmap
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba as nb
@@ -36,6 +35,7 @@ from packtool.tokenize.cache import (
     write_cache_json,
 )
 from packtool.tokenize.side_store import SparseRowsWriter, sparse_problem, write_hashed
+from packtool.workers import thread_pool
 
 TOKENS_FILE = "tokens.i32"
 _FILES = (TOKENS_FILE, "offsets.npy")
@@ -231,7 +231,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                                  f"{expect.size}; the cache is damaged: delete it and re-run")
 
         n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
-        with ThreadPoolExecutor(n_threads, thread_name_prefix="packtool-flat") as ex:
+        with thread_pool(n_threads, "packtool-flat") as ex:
             futs = [ex.submit(one, job) for job in groups]
             try:
                 for f in futs:

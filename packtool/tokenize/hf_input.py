@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -24,8 +24,9 @@ from packtool.errors import PacktoolInputError
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.workers import thread_pool
 
-_HASH_POOL = ThreadPoolExecutor(1, thread_name_prefix="packtool-input-sha")
+_HASH_POOL = thread_pool(1, "packtool-input-sha")
 
 
 @dataclass(frozen=True, eq=False)

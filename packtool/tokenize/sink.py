@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from packtool.tokenize.cache import FLAT_DIR, CacheWriter
 from packtool.tokenize.flat_tokens import FlatTokensBuilder
+from packtool.workers import thread_pool
 
 DEPTH = 4  # batches queued per writer
 
@@ -26,8 +26,7 @@ class CacheSink:
     def __init__(self, tmp: str, token_lists: bool = True) -> None:
         self.writer = CacheWriter(tmp, checksums=True, token_lists=token_lists)
         self.flat = FlatTokensBuilder(os.path.join(tmp, FLAT_DIR))
-        self.pools = (ThreadPoolExecutor(1, thread_name_prefix="packtool-parts"),
-                      ThreadPoolExecutor(1, thread_name_prefix="packtool-flat"))
+        self.pools = (thread_pool(1, "packtool-parts"), thread_pool(1, "packtool-flat"))
         self.pending: deque = deque()
 
     def add(self, ids: np.ndarray, mask: np.ndarray | None, lens: np.ndarray, src: np.ndarray,

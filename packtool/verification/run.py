@@ -9,15 +9,9 @@ tokenization as `pack`), every segment's tokens are compared with its source row
 from __future__ import annotations
 
 import os
-import sys
-import threading
 import time
-import types
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from multiprocessing.context import ForkServerContext, ForkServerProcess
 
 import numpy as np
 
@@ -161,57 +155,28 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
         notes=notes)
 
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-
-
-@contextmanager
-def _main_hidden():
-    """While a worker is launched, `__main__` is an empty module: multiprocessing then tells
-    the worker nothing about the caller's main module, so the worker never imports it (and a
-    script's top level, guarded or not, never runs again in a worker)."""
-    with _MAIN_LOCK:
-        real = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            sys.modules["__main__"] = real
-
-
-class _WorkerProcess(ForkServerProcess):
-    """A forkserver process that starts without the caller's main module (`_main_hidden`)."""
-
-    @staticmethod
-    def _Popen(process_obj):
-        with _main_hidden():
-            return ForkServerProcess._Popen(process_obj)
-
-
-class _WorkerContext(ForkServerContext):
-    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state
-    Process = _WorkerProcess
-
-
-_MAIN_LOCK = threading.Lock()
-
-
 def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[ShardResult]:
     workers = min(workers, len(jobs))
     if workers <= 1:
         return [_done(check_shard(j), advance) for j in jobs]
-    # The pool is kept for the life of the process, so repeated verifies pay start-up once.
-    pool = _POOLS.get(workers)
-    if pool is None:
-        pool = _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=_WorkerContext())
+    from packtool.workers import process_pool, stop_process_pool, submit_all
+    pool = process_pool(workers)
     try:
-        return [_done(r, advance) for r in pool.map(check_shard, jobs)]
+        # never through pool.map: its generator cancels the rest when left, and a cancelled
+        # call in a pool whose workers are then stopped made the pool's manager thread raise
+        # InvalidStateError (a traceback after Ctrl-C)
+        futures = submit_all(pool, check_shard, jobs)
+        return [_done(f.result(), advance) for f in futures]
     except BrokenProcessPool as e:
         # a worker killed (out of memory, a signal): the checks do not depend on the pool,
         # so run them here rather than fail
-        _POOLS.pop(workers, None)
+        stop_process_pool(pool)
         import warnings
         warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
         return [_done(check_shard(j), advance) for j in jobs]
+    except BaseException:  # Ctrl-C (or an error): no worker is left running the other pieces
+        stop_process_pool(pool)
+        raise
 
 
 def _done(r: ShardResult, advance) -> ShardResult:

@@ -1,5 +1,5 @@
 """`packtool.verify` called from a user's script: verify's worker processes never import the
-caller's main module (verification/run.py launches them with `__main__` hidden), so a
+caller's main module (packtool/workers.py launches them with `__main__` hidden), so a
 script's top-level `pack(..., overwrite=True)` runs once whatever the script holds: no
 guard (README's library example), a guard, or an unrelated `if __name__ == "__main__":`
 block (the old guard test was a text search, which that block fooled). The checks still run
@@ -18,12 +18,12 @@ import os, sys
 print("top-level", os.getpid(), file=sys.stderr)
 import packtool
 from packtool import Alignment, PackingConfig, TokenizeConfig
-from packtool.verification import run
+from packtool import workers
 packtool.pack([{PEPS!r}], Alignment(capacity=512), PackingConfig(overflow="split"),
               TokenizeConfig(tokenizer={GPT2!r}), output="out", overwrite=True,
               cache_dir="cache", shard_tokens=4096)
 r = packtool.verify("out", workers=2)
-print("ok" if r.ok and r.shards > 1 and run._POOLS else f"bad {{r}} pools={{run._POOLS}}")
+print("ok" if r.ok and r.shards > 1 and workers._PROCESS_POOLS else f"bad {{r}} pools={{workers._PROCESS_POOLS}}")
 """
 SCRIPTS = {
     "no guard": BODY,

@@ -1,0 +1,142 @@
+"""The one owner of the processes and thread pools packtool starts: every pool is made here,
+and `stop_all` ends them on the interrupt path (Ctrl-C, before the console script leaves).
+
+Why one owner: a process pool left running after a KeyboardInterrupt hangs the exit forever,
+because multiprocessing's atexit handler joins every non-daemon child and an idle pool worker
+waits for work that never comes (`packtool verify OUT`, Ctrl-C at the wrong instant). Thread
+pools cannot hang the console script (it leaves with os._exit), but their queued calls are
+cancelled here too so that an in-process caller's Ctrl-C starts nothing new.
+
+Worker processes never take the terminal's Ctrl-C: the parent alone decides. A SIGINT sent to
+the whole foreground group reached the forkserver (or a worker) while it imported `site` and
+printed its own 25-line traceback, and a worker killed by it broke the pool under the parent's
+feet. Workers are launched with SIGINT blocked in the launching thread (as multiprocessing
+starts its resource tracker): the forkserver, exec'd then, keeps the mask, and every worker it
+forks inherits it. They are also launched with the caller's `__main__` hidden, so a user
+script's top level never runs again in a worker.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import types
+import weakref
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.context import ForkServerContext, ForkServerProcess
+
+_LOCK = threading.Lock()
+_PROCESS_POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: start-up paid once
+_THREAD_POOLS: weakref.WeakSet = weakref.WeakSet()
+STOP_SECONDS = 2.0  # a terminated worker is killed after this long
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """The pool of `workers` processes shared by every caller in this process (start-up is
+    paid once); its processes take no Ctrl-C and never import the caller's main module."""
+    with _LOCK:
+        pool = _PROCESS_POOLS.get(workers)
+        if pool is None:
+            pool = _PROCESS_POOLS[workers] = ProcessPoolExecutor(workers, mp_context=_WorkerContext())
+        return pool
+
+
+def submit_all(pool: ProcessPoolExecutor, fn, items) -> list:
+    """`pool.submit(fn, item)` for each item (the pool launches its workers on the first ones),
+    with Ctrl-C held back until every worker launched is one the pool knows: raised inside a
+    launch, it left a started worker that no one stopped, which then failed to unpickle its
+    queue's lock (the parent gone) and printed a traceback."""
+    if threading.current_thread() is not threading.main_thread():  # no Ctrl-C comes here
+        return [pool.submit(fn, x) for x in items]
+    got: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda sig, frame: got.append(sig))
+    try:
+        return [pool.submit(fn, x) for x in items]
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got and callable(old):
+            old(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+        elif got and old == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
+def thread_pool(threads: int, name: str) -> ThreadPoolExecutor:
+    """A ThreadPoolExecutor whose queued calls `stop_all` cancels."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+    _THREAD_POOLS.add(pool)
+    return pool
+
+
+@contextmanager
+def _launching():
+    """While a worker is launched (and the forkserver with the first one): SIGINT blocked in
+    this thread, whose mask an exec'd server keeps; `__main__` an empty module, so that
+    multiprocessing tells the worker nothing about the caller's main module."""
+    with _MAIN_LOCK:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        real = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = real
+            if signal.SIGINT not in old:  # a Ctrl-C that came meanwhile is delivered now
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+class _WorkerProcess(ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        with _launching():
+            return ForkServerProcess._Popen(process_obj)
+
+
+class _WorkerContext(ForkServerContext):
+    # forkserver: Arrow and numba keep threads, which fork would copy in a broken state
+    Process = _WorkerProcess
+
+
+def stop_process_pool(pool: ProcessPoolExecutor) -> None:
+    """End `pool` now: its workers terminated (killed if they linger), its manager thread
+    joined, and it is no longer handed out. Pending calls fail with BrokenProcessPool, which
+    no one waits for."""
+    with _LOCK:
+        for k, p in list(_PROCESS_POOLS.items()):
+            if p is pool:
+                del _PROCESS_POOLS[k]
+    # private state, read because the executor has no public way to stop running work: its
+    # shutdown waits for the calls in flight (or, with wait=False, leaves the workers running
+    # for multiprocessing's atexit handler to join)
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    for p in procs:
+        _quietly(p.terminate)
+    for p in procs:
+        _quietly(p.join, STOP_SECONDS)
+        if p.exitcode is None:
+            _quietly(p.kill)
+            _quietly(p.join, STOP_SECONDS)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(STOP_SECONDS)  # it saw the workers end and marked their calls broken
+    _quietly(lambda: pool.shutdown(wait=False, cancel_futures=True))
+
+
+def stop_all() -> None:
+    """Ctrl-C: every pool packtool started ends before the process leaves."""
+    for pool in list(_THREAD_POOLS):
+        _quietly(lambda: pool.shutdown(wait=False, cancel_futures=True))
+    with _LOCK:
+        pools = list(_PROCESS_POOLS.values())
+    for pool in pools:
+        stop_process_pool(pool)
+
+
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except (OSError, ValueError, AssertionError):  # already gone, closed, or never started
+        pass
