@@ -9,6 +9,14 @@ peak under the stage running then (imports, tokenize, plan+write). Runs alternat
 
 VmRSS is what is compared; its anonymous and file-backed parts at each peak are printed too
 (mapped cache files count in VmRSS but are the page cache's).
+
+`--data real` packs DISTINCT conversations instead: the 3,710 Taskmaster-4 dialogs of
+../shared/data (its MANIFEST), cycled with fresh ids to reach N rows (a fixture of 200 repeated
+conversations hides whatever is kept per distinct text). The parent writes the input; the
+pack is a fresh `python -P -m packtool pack` child whose peak RSS is its ru_maxrss (wait4):
+
+    python bench/chat_memory.py --data real --tok mistral --rows 2000,20000,100000 --log OUT.jsonl
+    python bench/chat_memory.py --data real --tok gpt2 --rows 2000,20000,100000
 """
 from __future__ import annotations
 
@@ -20,9 +28,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+
+from runlog import emit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures")
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+REAL_CHATS = os.path.join(SHARED, "taskmaster4", "tm4_coffee_dialogs_chat.jsonl.gz")
+# tokenizer and the chat template packed with it (--tok)
+TOKS = {"gpt2": ("gpt2", "chatml"), "mistral": ("mistral-7b-v0.1", "mistral")}
 CHILD = r"""
 import json, os, sys, threading, time
 stage, peaks = ["imports"], {}
@@ -72,13 +87,29 @@ print(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "wall_s": r
 """
 
 
-def make_data(path: str, n: int) -> None:
-    rows = [json.loads(line) for line in gzip.open(os.path.join(FIX, "data", "taskmaster4_chat_200.jsonl.gz"), "rt")]
+def make_data(path: str, n: int, source: str | None = None) -> None:
+    source = source or os.path.join(FIX, "data", "taskmaster4_chat_200.jsonl.gz")
+    rows = [json.loads(line) for line in gzip.open(source, "rt")]
     with open(path, "w") as f:
         for i in range(n):
             r = dict(rows[i % len(rows)])
             r["id"] = f"r{i}"
             f.write(json.dumps(r) + "\n")
+
+
+def run_command(data: str, tok: str, template: str, work: str, env: dict) -> dict:
+    """One `python -m packtool pack` in a fresh child: its peak RSS (ru_maxrss) and CPU."""
+    cmd = [sys.executable, "-P", "-m", "packtool", "pack", data, "--tokenizer", tok, "--chat-template",
+           template, "-C", "4096", "--overflow", "split", "--cache-dir", os.path.join(work, "cache"),
+           "-o", os.path.join(work, "out"), "--no-progress"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        sys.exit(err.decode(errors="replace"))
+    return {"max_rss_mib": round(ru.ru_maxrss / 1024, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
+            "minflt": ru.ru_minflt, "cmd": " ".join(["python -P -m packtool pack DATA"] + cmd[6:10])}
 
 
 def main() -> None:
@@ -88,13 +119,21 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="tracemalloc's top sites after tokenizing (slow)")
     ap.add_argument("--src", default=ROOT, help="packtool source tree to measure")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="set in the child (e.g. MALLOC_ARENA_MAX=2)")
+    ap.add_argument("--data", choices=("fixture", "real"), default="fixture",
+                    help="real: distinct Taskmaster dialogs from ../shared/data, packed by the command")
+    ap.add_argument("--tok", choices=sorted(TOKS), default="gpt2", help="tokenizer (and its template) for --data real")
+    ap.add_argument("--log", help="append each run's JSON line here")
     a = ap.parse_args()
     tok = os.path.join(FIX, "tokenizers", "gpt2", "tokenizer.json")
+    template = "chatml"
+    if a.data == "real":
+        name, template = TOKS[a.tok]
+        tok = os.path.join(SHARED, "tokenizers", name, "tokenizer.json")
     base = tempfile.mkdtemp(prefix="chat-memory-")
     try:
         ns = [int(x) for x in a.rows.split(",")]
         for n in ns:
-            make_data(os.path.join(base, f"chat_{n}.jsonl"), n)
+            make_data(os.path.join(base, f"chat_{n}.jsonl"), n, REAL_CHATS if a.data == "real" else None)
         for rep in range(a.repeat):
             for n in ns:
                 work = os.path.join(base, f"w{n}")
@@ -103,6 +142,13 @@ def main() -> None:
                 env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
                 env.update(kv.split("=", 1) for kv in a.env)
                 load = os.getloadavg()[0]
+                if a.data == "real":
+                    r = run_command(os.path.join(base, f"chat_{n}.jsonl"), tok, template, work, env)
+                    emit({"rows": n, "run": rep, "data": "real", "tok": a.tok, "template": template, "env": a.env,
+                          "src": a.src, "load_1min": round(load, 1), "load_after": round(os.getloadavg()[0], 1),
+                          "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **r}, a.log)
+                    shutil.rmtree(work, ignore_errors=True)
+                    continue
                 # -P: `-c` would put the working directory (a checkout) ahead of --src on sys.path
                 p = subprocess.run([sys.executable, "-P", "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work],
                                    env=env, capture_output=True, text=True)

@@ -84,7 +84,29 @@ def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
 def _load_cached(path: str, size: int, mtime_ns: int) -> Tokenizer:
     # Deserializing a 3.5 MB tokenizer.json costs ~0.5 s; runs that tokenize several input
     # groups in one process load it once. Keyed by size+mtime so an edited file reloads.
-    return Tokenizer.from_file(path)
+    tok = Tokenizer.from_file(path)
+    if not caches_words(tok):
+        resize = getattr(tok.model, "_resize_cache", None)  # tokenizers >= 0.20; WordPiece has none
+        if resize is not None:
+            resize(0)
+    return tok
+
+
+_PROBE = "the cat sat on the mat"
+
+
+def caches_words(tok: Tokenizer) -> bool:
+    """Whether the model's own cache (BPE, Unigram: each pre-token merged, up to 10,000 keys of
+    up to 255 bytes, per encode thread, never evicted) is keyed by words. A tokenizer without
+    a word-splitting pre-tokenizer (SentencePiece conversions: Mistral, Llama 2) keys it by
+    whole segments of the text, which distinct rows never hit again, at ~34 bytes per key
+    byte: a 20k-row Taskmaster pack with mistral kept ~110 MiB more, reached only when the
+    cache was full (issue 23 class 8). `load_tokenizer` turns such a cache off: on a quiet
+    16-core host it saved no encode CPU (0.99-1.03x), while gpt2's word cache saves 16-25%
+    and is kept (BENCHMARKS.md "Raw chat pack: peak RSS")."""
+    pre = tok.pre_tokenizer
+    pieces = pre.pre_tokenize_str(_PROBE) if pre is not None else [_PROBE]
+    return len(pieces) >= len(_PROBE.split())
 
 
 # Files of a tokenizer folder that are not tokenizer.json, which users pass by mistake.
