@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, arg
+from packtool.integers import INT64_MAX, short
 
 FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
 CONVENTIONS = ("packtool", "skyrl", "nemo-rl", "verl", "per-sequence")
@@ -151,8 +152,9 @@ class Alignment:
     def __post_init__(self) -> None:
         for name in ("tp", "cp"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise AlignmentError(f"{arg(name)} must be a positive integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_SLAB_TOKENS:
+                # a degree above the most a slab holds cannot split one; 10**19 is not an int64
+                raise AlignmentError(f"{arg(name)} must be a positive integer up to 2^31-1, got {short(v)}")
         if self.fp8 not in FP8_RECIPES:
             raise AlignmentError(f"{arg('fp8')} must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
         if self.convention not in CONVENTIONS:
@@ -172,8 +174,8 @@ class Alignment:
     def _usable(self) -> int:
         if self.fixed_length is not None:
             L = self.fixed_length
-            if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 1:
-                raise AlignmentError(f"{arg('fixed_length')} must be a positive integer, got {L!r}")
+            if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or not 1 <= L <= INT64_MAX:
+                raise AlignmentError(f"{arg('fixed_length')} must be a positive integer up to 2^31-1, got {short(L)}")
             if L > MAX_SLAB_TOKENS:
                 raise AlignmentError(f"{arg('fixed_length', L)} is above {MAX_SLAB_TOKENS:,}, the most a "
                                      f"slab can hold (FORMAT.md: its offsets are int32)")
@@ -183,8 +185,8 @@ class Alignment:
                     f"({self.describe()}): use {arg('fixed_length', round_up(L, self.t))}")
             return L
         C = self.capacity
-        if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
-            raise AlignmentError(f"{arg('capacity')} must be a positive integer, got {C!r}")
+        if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or not 1 <= C <= INT64_MAX:
+            raise AlignmentError(f"{arg('capacity')} must be a positive integer up to 2^31-1, got {short(C)}")
         if C > MAX_SLAB_TOKENS:
             raise AlignmentError(f"{arg('capacity', C)} is above {MAX_SLAB_TOKENS:,}, the most a slab "
                                  f"can hold (FORMAT.md: its offsets are int32): lower {arg('capacity')}")

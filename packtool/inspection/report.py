@@ -15,11 +15,12 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolInputError
+from packtool.integers import int_array
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
 from packtool.params import expect
 from packtool.packers import ATTN_COEF
-from packtool.planning.core import OverflowStats, PackingConfig, Plan
+from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, SequenceError
 from packtool.planning.core import plan as make_plan
 from packtool.planning.summary import PaddingStats, padding_stats
 
@@ -141,7 +142,7 @@ def inspect_lengths(lengths, alignment: Alignment | None = None, packing: Packin
     t0 = time.perf_counter()
     alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
     expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
-    lengths = np.asarray(lengths, np.int64)
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # before an int64 cast truncates a float
     p = make_plan(lengths, alignment, packing or PackingConfig())
     return build_report("lengths", path, slabs_from_plan(p, lengths), compare, what_if, t0)
 

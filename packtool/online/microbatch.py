@@ -23,6 +23,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.online import _kernels as K
+from packtool.integers import INT32_MAX
 from packtool.online.step import OnlinePackError, StepPacker, as_lengths, check_int
 
 
@@ -67,15 +68,15 @@ def micro_batches(seg_lens, alignment: Alignment, budget: int, row_offsets=None,
     alignment: the training run's Alignment (s, t); its capacity is not used.
     order: "keep" (consecutive greedy), "least-loaded", "ffd" or a packtool packer.
     pad_to: append empty micro-batches up to this count (the max over DP ranks)."""
-    lens = as_lengths(seg_lens)
+    lens = as_lengths(seg_lens, "seg_lens", "one length per segment")
     if row_offsets is not None:
-        row_offsets = as_lengths(row_offsets)
+        row_offsets = as_lengths(row_offsets, "row_offsets", "the rows' CSR offsets into seg_lens")
         if row_offsets.size < 1 or row_offsets[0] != 0 or row_offsets[-1] != lens.size or (
                 row_offsets.size > 1 and np.any(np.diff(row_offsets) < 0)):
             raise OnlinePackError(f"row_offsets must rise from 0 to len(seg_lens)="
                                   f"{lens.size}: pass the rows' CSR offsets")
-    budget = check_int("budget", budget, 1)
-    pad_to = check_int("pad_to", pad_to, 0, optional=True)
+    budget = check_int("budget", budget, 1, maximum=INT32_MAX)  # it becomes a slab's capacity
+    pad_to = check_int("pad_to", pad_to, 0, optional=True, maximum=INT32_MAX)
     if budget < alignment.t:
         raise OnlinePackError(f"micro-batch budget {budget!r} is below the per-slab multiple "
                               f"t={alignment.t} ({alignment.describe()}): use at least "

@@ -26,6 +26,8 @@ from packtool.layout import (
     shift_like_labels,
     token_destinations,
 )
+from packtool.errors import one_line
+from packtool.integers import INT32_MAX
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
@@ -80,10 +82,14 @@ def _flat(x, lengths, what: str, lens_like=None):
 def _integer_ids(input_ids, lengths) -> None:
     """Token ids and lengths are integers: the int64 cast would truncate a float (1.7 -> 1)."""
     if lengths is not None:
-        as_lengths(lengths)  # refuses a float length, names it
+        as_lengths(lengths, "lengths")  # refuses a float length, names it
     seqs = [input_ids] if isinstance(input_ids, torch.Tensor) else input_ids
     for i, t in enumerate(seqs):
-        dt = t.dtype if isinstance(t, torch.Tensor) else torch.as_tensor(t).dtype
+        try:
+            dt = t.dtype if isinstance(t, torch.Tensor) else torch.as_tensor(t).dtype
+        except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # 10**19, ragged lists
+            raise OnlinePackError(f"input_ids[{i}] is not a tensor of token ids ({one_line(e)}): pass "
+                                  f"integer ids from 0 to 2^63-1 (torch.long)") from None
         if dt.is_floating_point or dt.is_complex or dt == torch.bool:
             where = "input_ids" if isinstance(input_ids, torch.Tensor) else f"input_ids[{i}]"
             raise OnlinePackError(f"{where} is a {dt} tensor: token ids must be integers (the cast "
@@ -122,6 +128,10 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     _integer_ids(input_ids, lengths)
     ids, lens = _flat(input_ids, lengths, "input_ids")
     ids = ids.reshape(-1)
+    if ids.numel() and int(ids.min()) < 0:  # an embedding row of its own, never a token
+        i = int(torch.argmin(ids))
+        raise OnlinePackError(f"input_ids holds {int(ids[i])} at flat position {i}: token ids are "
+                              f"nonnegative integers (pad with pad_id, mask with loss_mask)")
     device = ids.device if device is None else torch.device(device)
     if loss_mask is None:
         mask = torch.ones(ids.numel(), dtype=torch.float32, device=device)
@@ -135,7 +145,8 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
         raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
                               f"rollouts before batching")
     cols = _side(side or {}, side_fill or {}, lens, lengths, device)
-    cp = alignment.cp if cp_size is None else check_int("cp_size", cp_size, 1)
+    cp = alignment.cp if cp_size is None else check_int("cp_size", cp_size, 1, maximum=INT32_MAX)
+    pad_id = check_int("pad_id", pad_id, 0)
     if check_int("cp_rank", cp_rank, 0) >= cp:
         raise OnlinePackError(f"cp_rank must be in 0..{cp - 1} for cp={cp}, got {cp_rank}")
     lay = compute_layout(lens, np.array([0, lens.size]), alignment)

@@ -33,7 +33,8 @@ from typing import Optional
 
 from packtool.align import Alignment
 from packtool.errors import spelled_as
-from packtool.online.step import StepBins, StepPacker, check_int
+from packtool.integers import INT32_MAX
+from packtool.online.step import StepBins, StepPacker, as_lengths, check_int
 
 
 class PackingStrategy(enum.Enum):
@@ -67,7 +68,7 @@ class SeqPacker:
                  sp: bool | None = None, fp8: str = "none", convention: str = "packtool",
                  moves: str = "skyrl"):
         # OnlinePackError is a ValueError, as SkyRL raises
-        bin_capacity = check_int("bin_capacity", bin_capacity, 1)
+        bin_capacity = check_int("bin_capacity", bin_capacity, 1, maximum=INT32_MAX)  # a slab's offsets are int32
         min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
         bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
         if alignment is None:
@@ -89,11 +90,11 @@ class SeqPacker:
 
     def pack_arrays(self, sequence_lengths) -> StepBins:
         """The bins as numpy CSR (`StepBins`), for callers that do not need lists."""
-        return self._packer.pack(sequence_lengths)
+        return self._packer.pack(as_lengths(sequence_lengths, "sequence_lengths"))
 
     def pack(self, sequence_lengths) -> list[list[int]]:
         """Pack `sequence_lengths` (list, numpy or torch) into bins of sequence indices."""
-        return self._packer.pack(sequence_lengths).bins()
+        return self._packer.pack(as_lengths(sequence_lengths, "sequence_lengths")).bins()
 
 
 class FirstFitDecreasing(SeqPacker):

@@ -14,10 +14,13 @@ O(1) numpy calls per step and copies the lengths only when their dtype or device
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolInputError
+from packtool.integers import INT32_MAX, INT64_MAX, int_array, int_value, short
 from packtool.online import _kernels as K
 from packtool.packers import ALGORITHMS as _PACKER_ALGORITHMS
 from packtool.packers import pack_items
@@ -114,7 +117,7 @@ class StepBins:
         dp = self.dp or 1
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < dp:
             said = f"dp={self.dp}" if self.dp else "one rank (packed without dp; pack with dp=N to deal N ranks)"
-            raise OnlinePackError(f"rank {r!r} is not a rank of {said}: pass an int from 0 to {dp - 1}")
+            raise OnlinePackError(f"rank {short(r)} is not a rank of {said}: pass an int from 0 to {dp - 1}")
         if self.rank is None:
             return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in range(self.num_bins)]
         mine = np.flatnonzero(self.rank == r)
@@ -138,53 +141,37 @@ class StepBins:
         return float((tot.max() - m) / m) if m > 0 else 0.0
 
 
-_INT64_MAX = 2**63 - 1
-
-
-def check_int(name: str, value, minimum: int = 0, optional: bool = False) -> int | None:
-    """`value` as an int when it is an integer >= `minimum` (None too when `optional`); else
-    the one line naming the argument, as the CLI names its flag (2.0, '2' and True are not
-    integers here)."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        what = {0: "a nonnegative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
-        raise OnlinePackError(f"{name} must be {what}, got {value!r}")
-    return int(value)
+def check_int(name: str, value, minimum: int = 0, optional: bool = False, maximum: int = INT64_MAX) -> int | None:
+    """`value` as an int when it is an integer from `minimum` to `maximum` (None too when
+    `optional`); else the one line naming the argument and its range, as the CLI names its
+    flag (2.0, '2' and True are not integers here; 10**19 is not an int64)."""
+    return int_value(name, value, minimum, maximum, optional, error=OnlinePackError)
 
 
 def check_float(name: str, value, minimum: float = 0.0) -> float:
-    """`value` as a float when it is a finite real number >= `minimum` (nan and inf are not)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value < minimum:
-        raise OnlinePackError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    """`value` as a float when it is a finite real number >= `minimum` (nan and inf are not,
+    nor an int too large for a float)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+    try:
+        ok = ok and bool(np.isfinite(float(value))) and value >= minimum
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise OnlinePackError(f"{name} must be a finite number >= {minimum}, got {short(value)}")
     return float(value)
 
 
-def as_lengths(lengths) -> np.ndarray:
-    """A 1-D integer numpy view of `lengths`: numpy arrays pass through, torch tensors are
-    viewed (a CUDA tensor is copied to the host once), lists are converted."""
+def as_lengths(lengths, name: str = "lengths", what: str = "one length per sequence") -> np.ndarray:
+    """A 1-D int64 numpy view of `lengths` (argument `name`): numpy arrays pass through, torch
+    tensors are viewed (a CUDA tensor is copied to the host once), lists are converted; floats,
+    booleans, negatives and values beyond 2^62 are refused (packtool.integers)."""
     mod = type(lengths).__module__
     if mod.startswith("torch"):
         lengths = lengths.detach()
         if lengths.device.type != "cpu":
             lengths = lengths.cpu()
         lengths = lengths.numpy()
-    arr = np.asarray(lengths)
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise OnlinePackError(f"sequence lengths must be a 1-D integer array, got "
-                              f"{arr.dtype} {arr.shape}: pass one length per sequence")
-    if arr.dtype.kind == "u" and arr.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
-        i = int(np.argmax(arr))  # int64 would call it negative
-        raise OnlinePackError(f"sequence {i} has length {int(arr[i])}, above 2^63-1: lengths "
-                              f"must be token counts")
-    if arr.dtype != np.int64:
-        arr = arr.astype(np.int64)  # the kernels are compiled for int64 only (start-up)
-    if arr.size and int(arr.min()) < 0:  # checked here, not on a packer's error path alone
-        i = int(np.argmin(arr))
-        raise OnlinePackError(f"sequence {i} has length {int(arr[i])}: lengths must be nonnegative "
-                              f"token counts")
-    return arr
+    return int_array(lengths, name, OnlinePackError, what)
 
 
 class StepPacker:
@@ -195,7 +182,7 @@ class StepPacker:
                  min_bin_count: int | None = None, bin_count_multiple: int | None = None,
                  moves: str = "balance", oversize: str | None = None,
                  attn_coef: float = ATTN_COEF, ties: str = "ascending"):
-        capacity = check_int("capacity", capacity, 1, optional=True)  # named as passed, not as -C
+        capacity = check_int("capacity", capacity, 1, optional=True, maximum=INT32_MAX)  # a slab's offsets are int32
         if alignment is None:
             alignment = Alignment(capacity=capacity if capacity is not None else 8192)
         elif capacity is not None and capacity != alignment.capacity:
@@ -212,14 +199,17 @@ class StepPacker:
                                 else "error")
         if oversize not in OVERSIZE:
             raise OnlinePackError(f"oversize must be error or singleton, got {oversize!r}")
-        dp = check_int("dp", dp, 1, optional=True)
+        dp = check_int("dp", dp, 1, optional=True, maximum=INT32_MAX)  # a bin's rank is an int32
         bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
         min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
         attn_coef = check_float("attn_coef", attn_coef)
         if dp is not None:  # every rank needs the same number of bins, at least one
             min_bin_count = max(min_bin_count or 0, dp)
             bcm = bin_count_multiple or 1
-            bin_count_multiple = bcm * dp // np.gcd(bcm, dp)
+            bin_count_multiple = bcm * dp // math.gcd(bcm, dp)  # Python ints: numpy's would wrap
+            if bin_count_multiple > INT64_MAX:
+                raise OnlinePackError(f"bin_count_multiple={bcm} with dp={dp} needs a bin count that is a "
+                                      f"multiple of {bin_count_multiple:,}, above 2^63-1: lower either")
         self.align, self.algorithm, self.dp = alignment, algorithm, dp
         self.min_bin_count, self.bin_count_multiple = min_bin_count, bin_count_multiple
         self.moves, self.oversize, self.attn_coef = moves, oversize, float(attn_coef)

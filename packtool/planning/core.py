@@ -14,6 +14,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError, arg
+from packtool.integers import INT32_MAX, int_array, short
 from packtool.layout import Layout, compute_layout
 from packtool import packers
 from packtool.packers import ALGORITHMS
@@ -58,11 +59,11 @@ class PackingConfig:
         if pol not in OVERFLOW_POLICIES:
             raise PlanError(f"{arg('overflow')} must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
         object.__setattr__(self, "overflow", pol)
-        if not _is_int(self.dp) or self.dp < 1:
-            raise PlanError(f"{arg('dp')} must be an integer >= 1, got {self.dp!r}")
+        if not _is_int(self.dp) or not 1 <= self.dp <= INT32_MAX:  # a slab's dp_rank is an int32
+            raise PlanError(f"{arg('dp')} must be an integer from 1 to 2^31-1, got {short(self.dp)}")
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             raise PlanError(f"{arg('seed')} must be an integer from 0 to 2^63-1 (it seeds numpy's "
-                            f"generator), got {self.seed!r}")
+                            f"generator), got {short(self.seed)}")
 
 
 def too_long_fix() -> str:
@@ -224,6 +225,8 @@ def plan(lengths, alignment: Alignment | None = None, packing: PackingConfig | N
     `alignment` and `packing` default as the CLI's flags do."""
     alignment = expect(alignment, Alignment, "plan", "alignment", optional=True) or Alignment()
     packing = expect(packing, PackingConfig, "plan", "packing", optional=True) or PackingConfig()
+    # the int64 cast truncated 5.7, read True as 1 and a uint64 2^64-1 as -1
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment)
     return plan_with(lengths, alignment, packing,

@@ -135,7 +135,8 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
         raise PlanError(f"{path}: {where} holds {col.dtype}, lengths must be integers")
     if col.size == 0:
         raise PlanError(f"{path}: no lengths")
-    return col.astype(np.int64)
+    from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
+    return int_array(col, "lengths", PlanError, at=lambda i, detail: PlanError(detail, path=path, row=i))
 
 
 __all__ = ["KINDS", "LENGTH_COLUMNS", "load_lengths"]
