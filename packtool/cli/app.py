@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
-                                  reader_left, release, reset, set_debug, stdout_console, usage_error)
+                                  making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
 from packtool.errors import PacktoolInputError, spelled_as
 
@@ -377,6 +377,7 @@ def verify(
                                          prompt_field=prompt_field, response_field=response_field,
                                          text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                                          on_empty=on_empty)
+            making_source_copy()
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
                                              progress=not (json_out or quiet))
         files = None

@@ -81,8 +81,15 @@ def reset(command: str | None = None) -> None:
     subcommand it runs, so that a Ctrl-C says what that command leaves."""
     _STATE["interrupted"] = False
     _STATE["command"] = command
+    _STATE["source_copy"] = False
     folder = sys.modules.get("packtool.output.folder")  # not loaded yet: nothing swapped so far
     _STATE["swapped_before"] = len(folder.swapped_outputs()) if folder else 0
+
+
+def making_source_copy() -> None:
+    """verify --source starts its temporary tokenized copy of the source (removed when the
+    process ends): a Ctrl-C from here on says so."""
+    _STATE["source_copy"] = True
 
 
 def committed() -> None:
@@ -209,8 +216,9 @@ def interrupted(json_out: bool = False) -> int:
             msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "
                    f"(any previous output there is replaced); check it with `packtool verify {done[-1]}`")
         elif cmd == "verify":  # it reads the output and writes nothing there
-            msg = ("interrupted (Ctrl-C) before verify finished: nothing was written, its temporary "
-                   "copy of a tokenized --source is removed; re-run it to check the output")
+            copy = (", and the temporary copy of the tokenized --source it was making or comparing with "
+                    "is removed") if _STATE.get("source_copy") else ""
+            msg = f"interrupted (Ctrl-C) before verify finished: nothing was written{copy}; re-run it to check the output"
         elif cmd in ("plan", "inspect"):  # -o / --html are written to a temporary, then renamed
             msg = (f"interrupted (Ctrl-C) before {cmd} finished: nothing was written (a file it writes "
                    f"appears whole or not at all); re-run the command to start again")
@@ -257,4 +265,4 @@ def fail(e: BaseException | str, json_out: bool = False) -> None:
     raise typer.Exit(report(e, json_out))
 
 
-__all__ = ["committed", "keep_committed", "release", "describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]
+__all__ = ["committed", "making_source_copy", "keep_committed", "release", "describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]

@@ -124,12 +124,13 @@ def _left(pgid: int) -> list[str]:
     return r.stdout.splitlines()
 
 
-def one_interrupted_line(code, out, err, left) -> None:
+def one_interrupted_line(code, out, err, left) -> str:
     assert "Traceback" not in err and "Exception in thread" not in err, err
     assert code == 130, err
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "interrupted (Ctrl-C)" in lines[0], err
     assert left == [], left
+    return lines[0]
 
 
 def _verify(packed, tmp_path, *extra):
@@ -160,8 +161,13 @@ CASES = {  # what starts workers -> (its command line, where it is held)
 @pytest.mark.parametrize("case", list(CASES))
 def test_ctrl_c_while_workers_run(packed, tmp_path, case, delay):
     args, stage = CASES[case]
-    one_interrupted_line(*interrupt(args(packed, tmp_path), stage, tmp_path, delay))
+    line = one_interrupted_line(*interrupt(args(packed, tmp_path), stage, tmp_path, delay))
     assert not os.path.exists(tmp_path / "out")  # pack: nothing half-written left
+    if "--source" in case:  # S28-2: the line speaks of a --source copy only when there is one
+        assert "temporary copy of the tokenized --source" in line and "is removed" in line, line
+        assert not os.path.exists(tmp_path / "vcache"), os.listdir(tmp_path / "vcache")
+    elif "verify" in case:
+        assert "--source" not in line and "nothing was written;" in line, line
 
 
 @pytest.mark.parametrize("delay", [i * 0.03 for i in range(20)])
