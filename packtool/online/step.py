@@ -116,8 +116,12 @@ class StepBins:
         without dp there is one rank, 0, holding every bin in bin order."""
         dp = self.dp or 1
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < dp:
-            said = f"dp={self.dp}" if self.dp else "one rank (packed without dp; pack with dp=N to deal N ranks)"
-            raise OnlinePackError(f"rank {short(r)} is not a rank of {said}: pass an int from 0 to {dp - 1}")
+            if self.dp:
+                raise OnlinePackError(f"rank {short(r)} is not a rank of these bins, which were dealt to "
+                                      f"dp={self.dp} ranks: pass an int from 0 to {dp - 1}")
+            raise OnlinePackError(f"rank {short(r)} is not a rank of these bins, which were packed without "
+                                  f"dp and so form one rank: pass 0 (it holds every bin), or pack with "
+                                  f"dp=N to deal the bins to N ranks")
         if self.rank is None:
             return [self.items[self.offsets[b]:self.offsets[b + 1]] for b in range(self.num_bins)]
         mine = np.flatnonzero(self.rank == r)

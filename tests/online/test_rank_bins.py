@@ -31,6 +31,6 @@ def test_a_rank_outside_the_ranks_is_refused_naming_them(dp, r):
     with pytest.raises(OnlinePackError) as e:
         _bins(dp).rank_bins(r)
     msg = str(e.value)
-    assert f"rank {r!r} is not a rank of" in msg and ("from 0 to 1" if dp else "from 0 to 0") in msg, msg
-    if dp is None:
-        assert "packed without dp" in msg and "dp=N" in msg
+    assert f"rank {r!r} is not a rank of" in msg and ("from 0 to 1" if dp else "pass 0") in msg, msg
+    if dp is None:  # says what to do, not "a rank of one rank (...): from 0 to 0" (S28-12)
+        assert "packed without dp" in msg and "pack with dp=N" in msg and "of one rank" not in msg, msg
