@@ -23,12 +23,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.integers import int_array, int_value
 from packtool.packers import pack_items
 from packtool.packers.dp import bin_costs, deal_steps, dp_target
 from packtool.planning.bins import bounds_from_histogram, dp_moves
 from packtool.planning.bounds import check_capacity
 from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
-from packtool.planning.core import planning_seconds
+from packtool.planning.core import PlanError, SequenceError, planning_seconds
 from packtool.progress import compile_seconds, kernel_seconds
 from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
 from packtool.planning.summary import PaddingStats, PlanSummary
@@ -374,9 +375,8 @@ def plan_shards(shards: Sequence[tuple[int, Any]], alignment: Alignment,
 def plan_sharded(lengths, alignment: Alignment, packing: PackingConfig | None = None,
                  shard_rows: int = 1 << 20, underfull: float = 0.98, runner=None) -> ShardedPlan:
     """`plan_shards` over an in-memory lengths array cut into shards of `shard_rows` rows."""
-    if shard_rows < 1:
-        raise ValueError(f"shard_rows must be >= 1, got {shard_rows}")
-    lengths = np.ascontiguousarray(lengths, np.int64)
+    shard_rows = int_value("shard_rows", shard_rows, 1, error=PlanError)
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # as plan(): no float cast
     starts = range(0, max(lengths.size, 1), shard_rows)
     return plan_shards([(a, lengths[a:a + shard_rows]) for a in starts], alignment, packing,
                        underfull, runner)

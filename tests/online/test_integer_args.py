@@ -13,6 +13,7 @@ from packtool.errors import PacktoolError
 from packtool.inspection.report import inspect_lengths
 from packtool.online import StepPacker, make_seq_packer, micro_batches, pack_step
 from packtool.planning.core import PackingConfig
+from packtool.planning.sharded import plan_sharded
 
 A = Alignment(capacity=64)
 
@@ -28,6 +29,7 @@ def _tensors(**kw):
 ARRAYS = {
     "plan": (lambda v: packtool.plan(v, A), "lengths", [5, 6]),
     "inspect_lengths": (lambda v: inspect_lengths(v, A), "lengths", [5, 6]),
+    "plan_sharded": (lambda v: plan_sharded(v, A, shard_rows=1), "lengths", [5, 6]),
     "pack_step": (lambda v: pack_step(v, capacity=64), "lengths", [5, 6]),
     "StepPacker.pack": (lambda v: StepPacker(capacity=64, dp=2).pack(v), "lengths", [5, 6]),
     "SeqPacker.pack": (lambda v: make_seq_packer("balanced", 64).pack(v), "sequence_lengths", [5, 6]),
@@ -93,6 +95,7 @@ SCALARS = {
     ("pack_tensors", "cp_size"): lambda v: _tensors(cp_size=v)(),
     ("pack_tensors", "cp_rank"): lambda v: _tensors(cp_rank=v)(),
     ("pack_tensors", "pad_id"): lambda v: _tensors(pad_id=v)(),
+    ("plan_sharded", "shard_rows"): lambda v: plan_sharded([5, 6], A, shard_rows=v),
     ("plan", "dp"): lambda v: PackingConfig(dp=v),
     ("plan", "seed"): lambda v: PackingConfig(seed=v),
     ("plan", "tp"): lambda v: Alignment(tp=v),
