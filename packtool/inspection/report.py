@@ -158,6 +158,8 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     t0 = time.perf_counter()
     if not os.path.exists(path):
         raise InspectError(f"{path}: no such file (--plan)")
+    if os.path.isdir(path):  # pyarrow reads a folder as a dataset and names its own internals
+        raise InspectError(f"{path}: a folder; --plan takes the one Parquet file `packtool plan --output` wrote")
     from packtool.output.files import refuse_special_input
     refuse_special_input(path, "--plan", InspectError)
     try:

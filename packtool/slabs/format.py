@@ -48,6 +48,11 @@ class FormatError(PacktoolFormatError):
     version, a damaged or edited manifest, a shard name that leaves the folder."""
 
 
+class NotAnOutputError(FormatError):
+    """The path given as a packed output is not there, or is a file (an object), not a folder
+    (a prefix): nothing to read or check, a bad input (exit 2 in every command, verify too)."""
+
+
 # 2: optional per-token side columns (manifest `side_columns`, one Parquet column each, after
 # the built-in ones). Version 1 outputs are version 2 outputs without side columns: still read.
 SCHEMA_VERSION = 2
@@ -225,7 +230,7 @@ def read_manifest(directory: str) -> dict:
     if is_uri(directory):
         return _read_store_manifest(directory)
     if not os.path.isdir(directory):
-        raise FormatError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
+        raise NotAnOutputError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
                           if os.path.exists(directory) else
                           f"{directory}: no such folder (not a packtool output); give the folder "
                           f"`packtool pack -o` wrote")
@@ -249,7 +254,7 @@ def _read_store_manifest(directory: str) -> dict:
         except FileNotFoundError:
             continue
     if loc.is_file():
-        raise FormatError(f"{loc.shown}: an object, not a packtool output prefix; give the prefix that holds it")
+        raise NotAnOutputError(f"{loc.shown}: an object, not a packtool output prefix; give the prefix that holds it")
     raise FormatError(f"{loc.shown}: no {MANIFEST} (not a packtool output, or a pack that has not "
                       f"committed: re-run `packtool pack`)")
 

@@ -20,6 +20,7 @@ from packtool.slabs.format import (
     LEGACY_MANIFEST,
     MANIFEST,
     FormatError,
+    NotAnOutputError,
     in_flight,
     join,
     manifest_config,
@@ -67,7 +68,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
     (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own.
     `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths), when given, let a
-    fingerprint mismatch name what differs from the manifest's record."""
+    fingerprint mismatch name what differs from the manifest's record. A `directory` that is
+    not there or is a file raises NotAnOutputError; everything found in a folder is reported."""
     from packtool.params import expect
     from packtool.tokenize.config import TokenizeConfig
     expect(source_tokenize, TokenizeConfig, "verify", "source_tokenize", optional=True)
@@ -76,6 +78,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     notes: list[str] = []
     try:
         man = read_manifest(directory)
+    except NotAnOutputError:  # nothing there to check: a bad argument, not a failed check
+        raise
     except FormatError as e:
         log.add("manifest", f"{e}")
         return _report(directory, log, notes, [], source_dir, t0)
