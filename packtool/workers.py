@@ -5,7 +5,9 @@ Why one owner: a process pool left running after a KeyboardInterrupt hangs the e
 because multiprocessing's atexit handler joins every non-daemon child and an idle pool worker
 waits for work that never comes (`packtool verify OUT`, Ctrl-C at the wrong instant). Thread
 pools cannot hang the console script (it leaves with os._exit), but their queued calls are
-cancelled here too so that an in-process caller's Ctrl-C starts nothing new.
+cancelled here too so that an in-process caller's Ctrl-C starts nothing new. packtool's other
+threads are daemons that nothing joins (packtool-warm, -read, -encode, -lease, -hub-probe,
+-template-watchdog): the console script's os._exit ends them where they are.
 
 Worker processes never take the terminal's Ctrl-C: the parent alone decides. A SIGINT sent to
 the whole foreground group reached the forkserver (or a worker) while it imported `site` and

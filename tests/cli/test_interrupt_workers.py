@@ -46,9 +46,17 @@ def wrap(obj, name, before=True):
 if stage == "pool results":  # the parent between two results: the workers busy or idle
     import packtool.verification.run as m
     wrap(m, "_done")
-elif stage == "worker launch":  # the first worker (and the forkserver) starting
-    import multiprocessing.popen_forkserver as m
-    wrap(m.Popen, "_launch")
+elif stage == "worker launch":  # the forkserver and the first worker starting: marked as the
+    import multiprocessing.popen_forkserver as m  # launch begins, held once it is under way, so
+    launch = m.Popen._launch                      # that the run cannot end before the signal
+    def held_launch(*a, **k):
+        first = not os.path.exists(marker)
+        open(marker, "a").close()
+        r = launch(*a, **k)
+        if first:
+            time.sleep(hold_s)
+        return r
+    m.Popen._launch = held_launch
 elif stage == "tokenize":  # encode threads, the cache's writer threads, packtool-warm
     import packtool.tokenize.sink as m
     wrap(m.CacheSink, "add", before=False)
@@ -174,7 +182,7 @@ def test_ctrl_c_while_workers_run(packed, tmp_path, case, delay):
 def test_ctrl_c_while_verify_workers_start(packed, tmp_path, delay):
     """S28-1: SIGINT to the group from the first worker's launch on (the forkserver execs and
     imports `site`, forks the workers): only the parent takes it."""
-    one_interrupted_line(*interrupt(_verify(packed, tmp_path), "worker launch", tmp_path, delay, hold_s=0))
+    one_interrupted_line(*interrupt(_verify(packed, tmp_path), "worker launch", tmp_path, delay, hold_s=3))
 
 
 def test_ctrl_c_with_the_ray_engine(packed, tmp_path):
