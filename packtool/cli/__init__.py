@@ -20,7 +20,7 @@ def main() -> None:
             sys.stdout.write('{"error": {"kind": "interrupted", "type": "KeyboardInterrupt", "message": '
                              '"interrupted (Ctrl-C) while packtool was starting; nothing was read or written", '
                              '"path": null, "row": null, "flag": null, "exit_code": 130}}\n')
-        sys.exit(130)
+        _leave(130)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
     keep_committed()  # this process ends with the command: a printed result stays the outcome
     try:
         run()
