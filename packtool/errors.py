@@ -59,7 +59,21 @@ def arg(name: str, value: object = ..., choices: tuple | None = None) -> str:
         return f"{said} {'|'.join(map(str, choices))}" if flag else f"{said}={'|'.join(map(repr, choices))}"
     if value is ...:
         return said
+    if value is True and flag:  # a switch: `--overwrite`, not `--overwrite True`
+        return said
     return f"{said} {value}" if flag else f"{said}={value!r}"
+
+
+def spelling_now() -> dict[str, str]:
+    """The spelling in force, for work done in another process (a Ray task) to say the same."""
+    return dict(_SPELLING)
+
+
+def cli_flag(name: str) -> str | None:
+    """The flag that sets `name` when the command line called (for `--json`'s `flag` and a
+    message's "(see --flag)"), None for a library caller: its message names the path or value."""
+    said = _SPELLING.get(name, name)
+    return said if said.startswith("-") else None
 
 
 @contextmanager
@@ -138,5 +152,5 @@ class PacktoolOutputError(PacktoolError):
 
 
 __all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "one_line", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

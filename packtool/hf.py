@@ -65,9 +65,9 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
     n = len(index)
     if planned_dp > 1:
         if world_size != planned_dp:
-            raise PacktoolInputError(f"the slabs were packed with --dp {planned_dp} but training runs "
-                                     f"{world_size} data-parallel ranks: re-pack with --dp {world_size}, "
-                                     f"or pack without --dp for round-robin dealing")
+            raise PacktoolInputError(f"the slabs were packed with dp={planned_dp} but training runs "
+                                     f"{world_size} data-parallel ranks: re-pack with dp={world_size} "
+                                     f"(`packtool pack --dp {world_size}`), or with dp=1 for round-robin dealing")
         order = np.lexsort((index.microbatch, index.step, index.dp_rank))  # rank-major
         owner = index.dp_rank[order]
     else:

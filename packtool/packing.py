@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolCacheError, PacktoolInputError
+from packtool.errors import PacktoolCacheError, PacktoolInputError, arg, cli_flag
 from packtool.output.folder import (  # noqa: F401
     OutputExistsError,
     Terminated,
@@ -174,7 +174,7 @@ def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingCon
                 plan_shard_rows: int | None) -> PackResult:
     shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else int(plan_shard_rows)
     if shard_rows < 0:
-        raise PacktoolInputError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {shard_rows}")
+        raise PacktoolInputError(f"{arg('plan_shard_rows')} must be >= 0 (0: one global plan), got {shard_rows}")
     if shard_rows and cache.num_rows:
         return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
                              tokenize_seconds, workers, shard_rows)
@@ -294,12 +294,12 @@ def _manifest_of(p, summary: PlanSummary, cache: TokenizedCache, output: str, sh
     if loss == 0:  # nothing to train on is never what was asked for
         from packtool.errors import PacktoolInputError
         ovf = summary.overflow
-        hint = (f"--overflow split cut {ovf.sequences:,} sequence(s) into chunks of at most "
+        hint = (f"{arg('overflow', 'split')} cut {ovf.sequences:,} sequence(s) into chunks of at most "
                 f"{summary.alignment['usable']} token(s), which keep no targets: raise "
-                f"--max-tokens" if ovf.policy == "split" and ovf.sequences
+                f"{arg('capacity')}" if ovf.policy == "split" and ovf.sequences
                 else "check the loss masks and the chat template")
-        raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}",
-                                 path=output)
+        raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}", path=output,
+                                 flag=cli_flag("capacity") if ovf.policy == "split" and ovf.sequences else None)
     inp = {"fingerprint": cache.fingerprint,
            "files": [_plain(f) for f in cache.input_files],
            "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike

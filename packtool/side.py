@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.errors import PacktoolFormatError, PacktoolInputError
+from packtool.errors import PacktoolFormatError, PacktoolInputError, arg, cli_flag
 
 __all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "nonfinite", "side_columns_from_manifest",
            "side_columns_to_manifest", "parse_names"]
@@ -52,38 +52,38 @@ class SideColumn:
         where = f"side column {self.name!r}"
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise PacktoolInputError(f"{where}: a name is letters, digits and _ (not starting with a digit, "
-                                     f"at most 128 characters)", flag="--side-columns")
+                                     f"at most 128 characters)", flag=cli_flag("side_columns"))
         if self.name in RESERVED:
             raise PacktoolInputError(f"{where}: the name is one of packtool's own columns or batch keys; "
-                                     f"rename the input column", flag="--side-columns")
+                                     f"rename the input column", flag=cli_flag("side_columns"))
         if self.dtype not in DTYPES:
             raise PacktoolInputError(f"{where}: dtype {self.dtype!r} is not one of {', '.join(DTYPES)}; "
-                                     f"cast the input column", flag="--side-columns")
+                                     f"cast the input column", flag=cli_flag("side_columns"))
         if isinstance(self.width, bool) or not isinstance(self.width, (int, np.integer)) or self.width < 1:
             raise PacktoolInputError(f"{where}: width {self.width!r} is not a positive integer",
-                                     flag="--side-columns")
+                                     flag=cli_flag("side_columns"))
         object.__setattr__(self, "width", int(self.width))
         if self.kind not in KINDS:
             raise PacktoolInputError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}",
-                                     flag="--support-columns")
+                                     flag=cli_flag("support_columns"))
         object.__setattr__(self, "fill", self._checked_fill(where))
         if self.kind == "support" and (not self.is_int or self.fill != -1):
             raise PacktoolInputError(f"{where}: a support column holds int32/int64 candidate ids with fill -1 "
-                                     f"(got {self.dtype}, fill {self.fill!r})", flag="--support-columns")
+                                     f"(got {self.dtype}, fill {self.fill!r})", flag=cli_flag("support_columns"))
 
     def _checked_fill(self, where: str) -> float | int:
         fill = self.fill
         if fill is None:
             return -1 if self.is_int else 0.0
         if isinstance(fill, bool) or not isinstance(fill, (int, float, np.integer, np.floating)):
-            raise PacktoolInputError(f"{where}: fill {fill!r} is not a number", flag="--side-columns")
+            raise PacktoolInputError(f"{where}: fill {fill!r} is not a number", flag=cli_flag("side_columns"))
         if not math.isfinite(float(fill)):
             raise PacktoolInputError(f"{where}: fill {fill!r} is not finite (the manifest is plain JSON)",
-                                     flag="--side-columns")
+                                     flag=cli_flag("side_columns"))
         if self.is_int:
             info = np.iinfo(self.dtype)
             if float(fill) != int(fill) or not info.min <= int(fill) <= info.max:
-                raise PacktoolInputError(f"{where}: fill {fill!r} is not an {self.dtype}", flag="--side-columns")
+                raise PacktoolInputError(f"{where}: fill {fill!r} is not an {self.dtype}", flag=cli_flag("side_columns"))
             return int(fill)
         return float(fill)
 
@@ -128,9 +128,9 @@ def check_side_columns(cols) -> tuple[SideColumn, ...]:
     for c in cols:
         if not isinstance(c, SideColumn):
             raise PacktoolInputError(f"side columns must be SideColumn, got {type(c).__name__}",
-                                     flag="--side-columns")
+                                     flag=cli_flag("side_columns"))
         if c.name in seen:
-            raise PacktoolInputError(f"side column {c.name!r} is named twice", flag="--side-columns")
+            raise PacktoolInputError(f"side column {c.name!r} is named twice", flag=cli_flag("side_columns"))
         seen.add(c.name)
     return cols
 
@@ -153,17 +153,17 @@ def side_columns_from_manifest(entries: object, where: str = "manifest") -> tupl
         raise PacktoolFormatError(f"{where}: {e}; the manifest is edited or damaged") from None
 
 
-def parse_names(text: str | None, flag: str = "--side-columns") -> tuple[str, ...]:
+def parse_names(text: str | None, flag: str = "side_columns") -> tuple[str, ...]:
     """`A,B,C` (spaces ignored) -> ("A", "B", "C"); every name checked, none twice."""
     if text is None:
         return ()
     names = tuple(n.strip() for n in str(text).split(",") if n.strip())
     for n in names:
         if not _NAME.match(n) or n in RESERVED:
-            raise PacktoolInputError(f"{flag}: {n!r} is not a usable side column name (letters, digits, _; "
-                                     f"not one of packtool's own columns)", flag=flag)
+            raise PacktoolInputError(f"{arg(flag)}: {n!r} is not a usable side column name (letters, digits, _; "
+                                     f"not one of packtool's own columns)", flag=cli_flag(flag))
     if len(set(names)) != len(names):
-        raise PacktoolInputError(f"{flag}: a name is given twice in {text!r}", flag=flag)
+        raise PacktoolInputError(f"{arg(flag)}: a name is given twice in {text!r}", flag=cli_flag(flag))
     return names
 
 

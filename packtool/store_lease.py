@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.storage import Location
 
 LEASE = ".packtool.lock"
@@ -98,9 +98,9 @@ class Lease:
 def _busy(prefix: str, rec: dict) -> PacktoolOutputError:
     age = time.time() - float(rec.get("renewed") or 0)
     return PacktoolOutputError(f"another packtool pack ({rec.get('owner', '?')}, renewed {age:.0f} s ago) "
-                               f"is writing this output; wait for it to finish or pick another --output "
+                               f"is writing this output; wait for it to finish or pick another {arg('output')} "
                                f"(a dead run's lease expires {LEASE_SECONDS:.0f} s after its last renewal)",
-                               path=prefix)
+                               path=prefix, flag=cli_flag("output"))
 
 
 def _s3_exclusive_put(lock: Location, body: bytes) -> bool | None:

@@ -61,8 +61,13 @@ app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pre
 FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp", "fp8": "--fp8",
            "fixed_length": "--fixed-length", "convention": "--convention", "algorithm": "--algorithm",
            "overflow": "--overflow", "dp": "--dp", "seed": "--seed", "workers": "--workers",
-           "plan_shard_rows": "--plan-shard-rows", "shape": "--shape", "prompt_field": "--prompt-field",
-           "response_field": "--response-field"}
+           "plan_shard_rows": "--plan-shard-rows", "output": "--output", "overwrite": "--overwrite",
+           "dry_run": "--dry-run", "cache_dir": "--cache-dir", "engine": "--engine", "tokenizer": "--tokenizer",
+           "chat_template": "--chat-template", "shape": "--shape", "prompt_field": "--prompt-field",
+           "response_field": "--response-field", "text_field": "--text-field", "add_eos": "--eos",
+           "on_empty": "--on-empty", "side_columns": "--side-columns", "support_columns": "--support-columns",
+           "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
+           "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log"}
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
@@ -142,7 +147,7 @@ def plan(
         if output:  # before any work
             from packtool.output import check_new_file
             from packtool.output.folder import refuse_inside_packed
-            refuse_inside_packed(check_new_file(output, "--output", replace=overwrite, inputs=[lengths]), "--output")
+            refuse_inside_packed(check_new_file(output, "output", replace=overwrite, inputs=[lengths]), "output")
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
         with _rows_of(lengths):

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import tokenizers
 
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.output.files import make_parents, remove_created
 from packtool.progress import bar
 from packtool.tokenize.cache import (
@@ -215,8 +215,8 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             from packtool.tokenize.pipeline import refuse_other_shape
             refuse_other_shape(job.files[fi], job.shapes[fi], job.cfg.batch_size,
                                int(bt.bad_row[0] - bt.file_base[fi]))
-        raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
-                                 "(skipped rows are counted in cache.json)",
+        raise PacktoolInputError(f"{what}; drop it from the data or pass {arg('on_empty', 'skip')} "
+                                 "(skipped rows are counted in cache.json)", flag=cli_flag("on_empty"),
                                  path=job.files[fi].path, row=int(bt.bad_row[0] - bt.file_base[fi]))
     return {"empty": int((bt.bad_kind == EMPTY).sum()), "all_masked": int((bt.bad_kind == ALL_MASKED).sum()),
             "rows": bt.bad_row[:100].tolist()}

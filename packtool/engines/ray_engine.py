@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
-from packtool.errors import PacktoolError, PacktoolInputError
+from packtool.errors import PacktoolError, PacktoolInputError, arg, cli_flag
 from packtool.output.folder import Terminated
 from packtool.packing import PackResult, _config_files, as_given, cache_root, claim, rows_named, write_output
 from packtool.planning.core import PackingConfig, first_too_long
@@ -76,7 +76,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             import ray
             import ray.data
     except ImportError:
-        raise PacktoolInputError("--engine ray needs Ray Data: pip install 'packtool[ray]'") from None
+        raise PacktoolInputError("the Ray engine needs Ray Data: pip install 'packtool[ray]'",
+                                 flag=cli_flag("engine")) from None
 
     if not ray.is_initialized():
         env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}

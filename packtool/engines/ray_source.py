@@ -10,14 +10,14 @@ rows with `__fi`/`__row`; the tokenize UDF is fused into the same task by Ray Da
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, cli_flag, spelled_as, spelling_now
 from packtool.storage import arrow_file
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
@@ -60,6 +60,7 @@ class TokenizeJob:
     info: TokenizerInfo | None          # the driver's, with template fields filled
     template: ChatTemplate | None
     check_lengths: Callable | None = None  # pack's early refusal (planning.core.FirstTooLong)
+    spelling: dict = field(default_factory=spelling_now)  # the caller's words for its arguments (errors.arg)
 
 
 def plan_pieces(files: list[InputFile]) -> list[Piece]:
@@ -145,7 +146,7 @@ def _worker_state(job: TokenizeJob):
         if loaded.info.sha256 != job.info.sha256:
             raise PacktoolInputError("tokenizer.json differs on this worker from the driver's "
                                      "(sha256); put the same file on every node",
-                                     path=loaded.info.path, flag="--tokenizer")
+                                     path=loaded.info.path, flag=cli_flag("tokenizer"))
         tok = loaded.tokenizer
         special = {k: v for k, v in (("bos_token", info.bos_token), ("eos_token", info.eos_token),
                                      ("pad_token", info.pad_token)) if v}
@@ -160,6 +161,11 @@ def tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
     over whole blocks (up to its target block size, often a whole file), so they are
     tokenized `cfg.batch_size` rows at a time: pack's length check stops at the first
     over-long row, not after the block."""
+    with spelled_as(job.spelling):  # a task's errors name the flags (or arguments) its caller used
+        return _tokenize_block(batch, job)
+
+
+def _tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
     state = _worker_state(job)
     fi = int(batch.column("__fi")[0].as_py())
     rows = batch.column("__row").to_numpy()

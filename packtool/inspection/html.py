@@ -131,13 +131,13 @@ def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
     Returns the resolved path."""
     from packtool.output.files import check_new_file
     from packtool.output.folder import refuse_inside_packed
-    p = check_new_file(path, "--html", replace=overwrite, inputs=inputs)
-    refuse_inside_packed(p, "--html")
+    p = check_new_file(path, "html", replace=overwrite, inputs=inputs)
+    refuse_inside_packed(p, "html")
     return p
 
 
 def write_html(r, path: str, overwrite: bool = False, inputs=()) -> None:
     from packtool.output.files import write_file
     check_html_path(path, overwrite, inputs)
-    with write_file(path, "--html", replace=overwrite, inputs=inputs, text=True) as f:
+    with write_file(path, "html", replace=overwrite, inputs=inputs, text=True) as f:
         f.write(render_html(r))

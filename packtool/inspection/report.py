@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.integers import int_array
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
@@ -157,11 +157,12 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     import pyarrow.parquet as pq
     t0 = time.perf_counter()
     if not os.path.exists(path):
-        raise InspectError(f"{path}: no such file (--plan)")
+        raise InspectError(f"{path}: no such file", flag=cli_flag("plan"))
     if os.path.isdir(path):  # pyarrow reads a folder as a dataset and names its own internals
-        raise InspectError(f"{path}: a folder; --plan takes the one Parquet file `packtool plan --output` wrote")
+        raise InspectError(f"{path}: a folder; give the one Parquet file a plan wrote (`packtool plan "
+                           f"--output`, write_plan)", flag=cli_flag("plan"))
     from packtool.output.files import refuse_special_input
-    refuse_special_input(path, "--plan", InspectError)
+    refuse_special_input(path, "plan", InspectError)
     try:
         t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
                                           "length", "padded"])
@@ -183,7 +184,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         raise InspectError(
             f"{path}: segment row {i} is padded to {int(stored[i])} in the file but "
             f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: "
-            f"pass the same --tp/--cp/--sp/--fp8/--max-tokens/--fixed-length/--convention as `plan`")
+            f"pass the same {'/'.join(arg(n) for n in ('tp', 'cp', 'sp', 'fp8', 'capacity', 'fixed_length', 'convention'))} as `plan`")
     first = offsets[:-1]
     single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
     over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
@@ -191,8 +192,8 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         b = int(over[0])
         raise InspectError(
             f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
-            f"C={alignment.capacity:,}: the plan was made with a larger --max-tokens; pass the same "
-            f"--max-tokens (and --tp/--cp/--fp8/...) as `plan`")
+            f"C={alignment.capacity:,}: the plan was made with a larger {arg('capacity')}; pass the same "
+            f"{arg('capacity')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`", flag=cli_flag("capacity"))
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
     ovf = _overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
@@ -211,13 +212,13 @@ def plan_settings(path: str, alignment: Alignment | None,
     if stored is None:
         if alignment is None:
             raise InspectError(f"{path}: this plan file records no settings (an older packtool): "
-                               f"pass the flags `plan` used (--max-tokens, --tp, --cp, ...)")
+                               f"pass the settings `plan` used ({arg('capacity')}, {arg('tp')}, {arg('cp')}, ...)")
         return alignment, packing or PackingConfig()
     sa, sp = stored
     a, pk = alignment or sa, packing or sp
     if (a, pk) != (sa, sp):
         raise InspectError(f"{path}: made with {plan_flags(sa, sp)}, but {plan_flags(a, pk)} was "
-                           f"passed: drop the flags (the file records them) or pass the same")
+                           f"passed: drop them (the file records its settings) or pass the same")
     return a, pk
 
 

@@ -38,7 +38,8 @@ def _rows(hidden: torch.Tensor, n: int, where: str) -> torch.Tensor:
 def _support(side: dict, key: str, column: str, n: int, where: str) -> torch.Tensor:
     if key not in side:
         raise KeyError(f"{where}: the batch has no {key!r} (keys: {sorted(side)}); pack the support column "
-                       f"with --support-columns {column} (or pass it in side=), and give it to the collator")
+                       f"with support_columns=({column!r},) (`packtool pack --support-columns {column}`) or pass it "
+                       f"in side=, and give it to the collator")
     s = side[key]
     if s.dim() < 2 or s.reshape(-1, s.shape[-1]).shape[0] != n:
         raise ValueError(f"{where}: {key!r} has shape {tuple(s.shape)}; expected one K-wide row per position "

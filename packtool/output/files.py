@@ -18,7 +18,7 @@ import stat
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 
 TMP_TAG = "packtool-tmp"
 SPILL_TAG = "packtool-spill"
@@ -38,15 +38,16 @@ def refuse_uri(path: str | os.PathLike, flag: str) -> None:
     """Reports, logs and checkpoints are local files: `resolve` would make "s3://b/x" a local
     folder named s3: (only pack -o writes to an object store)."""
     from packtool.storage import is_uri
+    flag = arg(flag)
     if is_uri(os.fspath(path)):
-        raise PacktoolOutputError(f"{flag} writes a local file; give a local path (only pack -o writes to an "
-                                  f"object store)", path=os.fspath(path), flag=flag)
+        raise PacktoolOutputError(f"{flag} writes a local file; give a local path (only pack's {arg('output')} "
+                                  f"writes to an object store)", path=os.fspath(path), flag=flag)
 
 
-def resolve_folder(path: str | os.PathLike, flag: str = "--output") -> str:
+def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
     """`resolve`, then a link at the final name followed once; a link to nothing is refused
     (a write would create its target somewhere else than the folder checked)."""
-    p = resolve(path)
+    p, flag = resolve(path), arg(flag)
     if os.path.islink(p):
         target = os.path.realpath(p)
         if not os.path.lexists(target):
@@ -122,15 +123,15 @@ def refuse_special_input(path: str, flag: str | None = None, error=None) -> None
     from packtool.errors import PacktoolInputError
     raise (error or PacktoolInputError)(
         f"is {_kind(st.st_mode)}, not a regular file; packtool reads an input more than once: "
-        f"save the data to a file and pass that", path=path, flag=flag)
+        f"save the data to a file and pass that", path=path, flag=flag and cli_flag(flag))
 
 
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
-                   inputs: Iterable[str] = (), replace_flag: str = "--overwrite") -> str:
+                   inputs: Iterable[str] = (), replace_flag: str = "overwrite") -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
     special file; one of the run's `inputs`; an existing file unless `replace`; a missing or
     read-only folder. Returns the resolved path to write."""
-    shown = os.fspath(path)
+    shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
     p = resolve(path)
     try:
@@ -148,7 +149,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
             raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
                                       flag=flag)
     if st is not None and not replace:
-        raise PacktoolOutputError(f"exists; pass {replace_flag} to replace it, or give another "
+        raise PacktoolOutputError(f"exists; pass {arg(replace_flag, True)} to replace it, or give another "
                                   f"{flag}", path=shown, flag=flag)
     folder = os.path.dirname(p)
     if not os.path.isdir(folder):
@@ -161,7 +162,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
 
 
 def _example(flag: str) -> str:
-    return {"--html": "report.html", "--output": "plan.parquet", "-o": "plan.parquet"}.get(flag, "out.bin")
+    return {"html": "report.html", "output": "plan.parquet"}.get(flag.lstrip("-"), "out.bin")
 
 
 def temp_name(p: str) -> str:
@@ -213,7 +214,7 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         fd = open_exclusive(tmp)
     except OSError as e:
         raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=os.fspath(path),
-                                  flag=flag) from None
+                                  flag=arg(flag)) from None
     try:
         with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None) as f:
             yield f
@@ -233,20 +234,20 @@ def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
     if replace:
         if os.path.islink(p) or (os.path.lexists(p) and not os.path.isfile(p)):
             raise PacktoolOutputError("was replaced by a link or folder while packtool wrote it; "
-                                      "left as it is", path=shown, flag=flag)
+                                      "left as it is", path=shown, flag=arg(flag))
         os.replace(tmp, p)
         return
     try:
         os.link(tmp, p, follow_symlinks=False)
     except FileExistsError:
-        raise PacktoolOutputError("appeared while packtool was writing it; left as it is: pass "
-                                  "--overwrite or give another name", path=shown, flag=flag) from None
+        raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
+                                  f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
     except OSError as e:
         if e.errno not in _NO_LINKS:
             raise
         if os.path.lexists(p):
             raise PacktoolOutputError("appeared while packtool was writing it; left as it is",
-                                      path=shown, flag=flag) from None
+                                      path=shown, flag=arg(flag)) from None
         os.rename(tmp, p)
         return
     os.unlink(tmp)
@@ -255,6 +256,7 @@ def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
 def open_append(path: str | os.PathLike, flag: str) -> IO:
     """A log opened for appending: created if missing, never through a link, only a regular
     file (a FIFO or device is refused rather than blocked on)."""
+    flag = arg(flag)
     refuse_uri(path, flag)
     p = resolve(path)
     st = os.lstat(p) if os.path.lexists(p) else None
@@ -282,7 +284,7 @@ def open_append(path: str | os.PathLike, flag: str) -> IO:
 _PID_TEXT = re.compile(rb"^\d*\n?$")
 
 
-def open_lock(path: str, shown: str, flag: str = "--output") -> int:
+def open_lock(path: str, shown: str, flag: str = "output") -> int:
     """The lock file at `path`, opened for flock: created exclusively, or an existing one
     reopened without following a link and only when it is what packtool writes there (a plain
     file of this user, one link, holding a pid). Anything else is refused, never truncated."""
@@ -298,7 +300,7 @@ def open_lock(path: str, shown: str, flag: str = "--output") -> int:
     except OSError as e:
         why = "a symbolic link" if e.errno == errno.ELOOP else f"not openable ({e.strerror})"
         raise PacktoolOutputError(f"the lock file {path} is {why}; packtool never writes "
-                                  f"through it: remove it or pick another {flag}", path=shown) from None
+                                  f"through it: remove it or pick another {arg(flag)}", path=shown, flag=arg(flag)) from None
     st = os.fstat(fd)
     ours = (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
             and st.st_size <= 32 and _PID_TEXT.match(os.pread(fd, 32, 0) or b""))
@@ -306,7 +308,7 @@ def open_lock(path: str, shown: str, flag: str = "--output") -> int:
         os.close(fd)
         raise PacktoolOutputError(f"{path} is not a packtool lock file (another file, another "
                                   f"user's, or a second name of one); packtool never writes it: "
-                                  f"remove it or pick another {flag}", path=shown)
+                                  f"remove it or pick another {arg(flag)}", path=shown, flag=arg(flag))
     return fd
 
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from packtool.errors import PacktoolInputError, PacktoolOutputError
+from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.output.files import (
     SPILL_TAG,
     TMP_TAG,
@@ -74,7 +74,7 @@ def refuse_inside_packed(path: str, flag: str) -> None:
     if manifest_file(os.path.dirname(resolve(path))) is not None:
         raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and every "
                                   "packtool reader would take it for a stray shard; write it beside the folder",
-                                  path=path, flag=flag)
+                                  path=path, flag=cli_flag(flag) or flag)
 
 
 def check_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
@@ -84,23 +84,25 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
     if dry_run:
         return []
     if not output:
-        raise PacktoolInputError("--output is required (or use --dry-run)")
+        raise PacktoolInputError(f"{arg('output')} is required (or use {arg('dry_run', True)})")
     out = resolve_folder(output)
     check_relations(out, inputs, cache_dir, shown=output)
     if os.path.lexists(out) and not os.path.isdir(out):
-        raise PacktoolOutputError("exists and is not a folder; pick another --output", path=output)
+        raise PacktoolOutputError(f"exists and is not a folder; pick another {arg('output')}", path=output,
+                                  flag=cli_flag("output"))
     base = _nearest_existing(os.path.dirname(out))
     if not os.path.isdir(base):
-        raise PacktoolOutputError(f"cannot be created: {base} is not a folder", path=output)
+        raise PacktoolOutputError(f"cannot be created: {base} is not a folder", path=output,
+                                  flag=cli_flag("output"))
     if not os.access(base, os.W_OK | os.X_OK):
         raise PacktoolOutputError(f"cannot be written: {base} is read-only or not yours; pick "
-                                  f"another --output", path=output)
+                                  f"another {arg('output')}", path=output, flag=cli_flag("output"))
     if not os.path.isdir(out):
         return []
     names = owned_names(out)
     if names and not overwrite:
-        raise OutputExistsError("exists (a previous packtool output): pass --overwrite to "
-                                "replace it", path=output)
+        raise OutputExistsError(f"exists (a previous packtool output): pass {arg('overwrite', True)} to "
+                                f"replace it", path=output, flag=cli_flag("output"))
     return names
 
 
@@ -132,7 +134,7 @@ def _take_lock(output: str, shown: str) -> _Held:
     except OSError as e:
         remove_created(made)
         raise PacktoolOutputError(f"cannot be written: {e.strerror} ({os.path.dirname(path)}); "
-                                  f"pick another --output", path=shown) from None
+                                  f"pick another {arg('output')}", path=shown, flag=cli_flag("output")) from None
     except BaseException:
         remove_created(made)
         raise
@@ -147,8 +149,8 @@ def _take_lock(output: str, shown: str) -> _Held:
         finally:
             os.close(fd)
         raise PacktoolOutputError(f"another packtool pack (pid {owner}) is writing this output; "
-                                  f"wait for it to finish or pick another --output",
-                                  path=shown) from None
+                                  f"wait for it to finish or pick another {arg('output')}",
+                                  path=shown, flag=cli_flag("output")) from None
     try:
         same = os.lstat(path).st_ino == os.fstat(fd).st_ino  # not unlinked by a finishing run
     except FileNotFoundError:
@@ -200,7 +202,7 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
             yield None
         return
     if not output:
-        raise PacktoolInputError("--output is required (or use --dry-run)")
+        raise PacktoolInputError(f"{arg('output')} is required (or use {arg('dry_run', True)})")
     key = resolve_folder(output)
     with _HELD_LOCK:
         held = _HELD.get(key)

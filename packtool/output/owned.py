@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.slabs.format import (
     LEGACY_MANIFEST,
     MANIFEST,
@@ -72,7 +72,7 @@ def _refuse_foreign(output: str, foreign: list[str], why: str) -> list[str]:
     raise PacktoolOutputError(f"{why}: {shown} (not packtool's: no shard name, or not the size "
                               f"and checksum its manifest records); packtool writes only into a "
                               f"new or empty folder or its own previous output: pick another "
-                              f"--output", path=output)
+                              f"{arg('output')}", path=output, flag=cli_flag("output"))
 
 
 def remove_previous(old: str, quiet: bool = False, names: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import glob
 import os
 from typing import Iterable
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 
 
 def real_path(p: str) -> str:
@@ -38,24 +38,25 @@ def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | No
     cwd = real_path(os.getcwd())
     if is_inside(cwd, out):
         what = "the working directory" if out == cwd else f"the working directory {cwd}"
-        raise PacktoolOutputError(f"is {what} or holds it; give a new folder, e.g. -o packed/",
-                                  path=output)
+        raise PacktoolOutputError(f"is {what} or holds it; give a new folder, e.g. "
+                                  f"{arg('output', 'packed/')}", path=output, flag=cli_flag("output"))
     for p in _input_paths(inputs):
         rp = real_path(p)
         if is_inside(rp, out):
-            raise PacktoolOutputError(f"holds the input {p}; give an --output outside the inputs",
-                                      path=output)
+            raise PacktoolOutputError(f"holds the input {p}; give an {arg('output')} outside the "
+                                      f"inputs", path=output, flag=cli_flag("output"))
         if os.path.isdir(rp) and is_inside(out, rp):
             raise PacktoolOutputError(f"is inside the input folder {p} (a later pack of it would "
-                                      f"read the slabs as data); give an --output outside it",
-                                      path=output)
+                                      f"read the slabs as data); give an {arg('output')} outside it",
+                                      path=output, flag=cli_flag("output"))
     if cache_dir and is_inside(real_path(cache_dir), out):
-        raise PacktoolOutputError(f"holds the tokenized cache {cache_dir}; give another --output "
-                                  f"(or --cache-dir)", path=output)
+        raise PacktoolOutputError(f"holds the tokenized cache {cache_dir}; give another {arg('output')} "
+                                  f"(or {arg('cache_dir')})", path=output, flag=cli_flag("output"))
     if cache_dir and is_inside(out, real_path(cache_dir)):
         raise PacktoolOutputError(f"is inside the tokenized cache folder {cache_dir} (its clean-up "
                                   f"and reuse are packtool's, not a place for slabs); give an "
-                                  f"--output outside it (or another --cache-dir)", path=output)
+                                  f"{arg('output')} outside it (or another {arg('cache_dir')})", path=output,
+                                  flag=cli_flag("output"))
 
 
 __all__ = ["check_relations", "is_inside", "real_path"]

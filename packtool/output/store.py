@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX, FormatError, ShardInfo, shard_names
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
@@ -103,18 +103,20 @@ def _refuse_foreign(loc: Location, foreign: list[str], why: str):
     text = ", ".join(foreign[:SHOWN_FOREIGN]) + (f" and {len(foreign) - SHOWN_FOREIGN} more"
                                                  if len(foreign) > SHOWN_FOREIGN else "")
     raise PacktoolOutputError(f"{why}: {text}; packtool writes only into a new or empty prefix or "
-                              f"its own previous output: pick another --output", path=loc.shown)
+                              f"its own previous output: pick another {arg('output')}", path=loc.shown,
+                              flag=cli_flag("output"))
 
 
 def check_store_output(output: str, overwrite: bool) -> dict | None:
     """Refuse, before any work, a prefix packtool must not write; the previous manifest."""
     loc = locate(output)
     if loc.is_file():
-        raise PacktoolOutputError("is an object, not a prefix; pick another --output", path=loc.shown)
+        raise PacktoolOutputError(f"is an object, not a prefix; pick another {arg('output')}", path=loc.shown,
+                                  flag=cli_flag("output"))
     m, _ = owned_objects(loc)
     if m is not None and not overwrite:
-        raise StoreOutputExistsError("exists (a previous packtool output): pass --overwrite to "
-                                     "replace it", path=loc.shown)
+        raise StoreOutputExistsError(f"exists (a previous packtool output): pass {arg('overwrite', True)} "
+                                     f"to replace it", path=loc.shown, flag=cli_flag("output"))
     return m
 
 
@@ -156,16 +158,18 @@ def _refuse_inside(output: str, inputs, cache_dir) -> None:
             continue
         inp = locate(p).shown.rstrip("/") + "/"
         if inp.startswith(out):
-            raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an --output outside "
-                                      f"the inputs", path=shown)
+            raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an {arg('output')} outside "
+                                      f"the inputs", path=shown, flag=cli_flag("output"))
         if out.startswith(inp):
             raise PacktoolOutputError(f"is inside the input prefix {locate(p).shown} (a later pack of it "
-                                      f"would read the slabs as data); give an --output outside it", path=shown)
+                                      f"would read the slabs as data); give an {arg('output')} outside it", path=shown,
+                                      flag=cli_flag("output"))
     if cache_dir and is_uri(cache_dir):
         cache = locate(cache_dir).shown.rstrip("/") + "/"
         if cache.startswith(out) or out.startswith(cache):
             raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
-                                      f"{locate(cache_dir).shown}; give another --output (or --cache-dir)", path=shown)
+                                      f"{locate(cache_dir).shown}; give another {arg('output')} (or {arg('cache_dir')})",
+                                      path=shown, flag=cli_flag("output"))
 
 
 def clean_dead_runs(loc: Location) -> int:

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from packtool.errors import arg, cli_flag
 from packtool.planning.core import PlanError
 
 LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
@@ -24,11 +25,11 @@ KINDS = ".npy, .txt, .csv/.tsv, .jsonl, Parquet or Arrow IPC/Feather"
 def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     """Integer lengths (int64) from `path` by the module's rule for the column."""
     if not os.path.exists(path):
-        raise PlanError(f"{path}: no such file (--lengths)")
+        raise PlanError(f"{path}: no such file", flag=cli_flag("lengths"))
     if os.path.isdir(path):
-        raise PlanError(f"{path}: a folder; --lengths takes one file ({KINDS})")
+        raise PlanError(f"{path}: a folder; give one file ({KINDS})", flag=cli_flag("lengths"))
     from packtool.output.files import refuse_special_input
-    refuse_special_input(path, "--lengths", PlanError)
+    refuse_special_input(path, "lengths", PlanError)
     low = path.lower()
     if low.endswith(".npy"):
         return _npy(path, column)
@@ -40,7 +41,7 @@ def load_lengths(path: str, column: str | None = None) -> np.ndarray:
 
 def _npy(path: str, column: str | None) -> np.ndarray:
     if column:
-        raise PlanError(f"{path}: a .npy array has no columns; drop --column")
+        raise PlanError(f"{path}: a .npy array has no columns; drop {arg('column')}", flag=cli_flag("column"))
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -50,7 +51,8 @@ def _npy(path: str, column: str | None) -> np.ndarray:
 
 def _text(path: str, column: str | None) -> np.ndarray:
     if column:
-        raise PlanError(f"{path}: a .txt file is one length per line, no columns; drop --column")
+        raise PlanError(f"{path}: a .txt file is one length per line, no columns; drop {arg('column')}",
+                        flag=cli_flag("column"))
     import warnings
     try:
         with warnings.catch_warnings():  # an empty file is _check's one line, not numpy's warning first
@@ -71,8 +73,8 @@ def _table(path: str, low: str):
             import pyarrow.json as pj
             return pj.read_json(path)
         if low.endswith(".json"):
-            raise PlanError(f"{path}: a .json file; --lengths reads JSON Lines (.jsonl: one object "
-                            f"per line) or {KINDS}")
+            raise PlanError(f"{path}: a .json file; lengths are read from JSON Lines (.jsonl: one "
+                            f"object per line) or {KINDS}", flag=cli_flag("lengths"))
         if low.endswith(".parquet"):
             import pyarrow.parquet as pq
             return pq.read_table(path)
@@ -82,7 +84,7 @@ def _table(path: str, low: str):
         if isinstance(e, PlanError):
             raise
         raise PlanError(f"{path}: cannot read lengths ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-                        f"--lengths reads {KINDS}") from None
+                        f"lengths are read from {KINDS}", flag=cli_flag("lengths")) from None
 
 
 def _csv(path: str, sep: str):
@@ -109,7 +111,8 @@ def _pick(path: str, table, column: str | None):
     names = table.column_names
     if column is not None:
         if column not in names:
-            raise PlanError(f"{path}: no column {column!r} (--column); columns: {', '.join(names)}")
+            raise PlanError(f"{path}: no column {arg('column', column)}; columns: {', '.join(names)}",
+                            flag=cli_flag("column"))
         return table.column(column), column
     named = [c for c in LENGTH_COLUMNS if c in names]
     if named:
@@ -118,7 +121,7 @@ def _pick(path: str, table, column: str | None):
         return table.column(0), names[0]
     raise PlanError(f"{path}: no lengths column (named {', '.join(LENGTH_COLUMNS)}) among "
                     f"{', '.join(f'{n} ({table.schema.field(n).type})' for n in names)}: "
-                    f"pick it with --column")
+                    f"pick it with {arg('column')}", flag=cli_flag("column"))
 
 
 def _check(path: str, col, name: str | None) -> np.ndarray:

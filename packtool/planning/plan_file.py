@@ -7,6 +7,7 @@ import json
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
+from packtool.errors import cli_flag
 from packtool.output.files import write_file
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 
@@ -39,7 +40,7 @@ def write_plan(p: Plan, path: str, overwrite: bool = False, inputs=()) -> None:
         "padded": pa.array(lay.seg_padded[real], pa.int32()),
         "start": pa.array(lay.seg_start[real], pa.int32()),
     }).replace_schema_metadata({META_KEY: json.dumps(plan_config(p), sort_keys=True).encode()})
-    with write_file(path, "--output", replace=overwrite, inputs=inputs) as f:
+    with write_file(path, "output", replace=overwrite, inputs=inputs) as f:
         pq.write_table(table, f, compression="zstd")
 
 
@@ -59,7 +60,12 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
 
 
 def plan_flags(a: Alignment, pk: PackingConfig) -> str:
-    """The command-line flags that give these settings."""
+    """The command-line flags that give these settings, or a library caller's arguments."""
+    if cli_flag("capacity") is None:
+        return ", ".join(f"{k}={v!r}" for k, v in (
+            ("capacity", a.capacity), ("tp", a.tp), ("cp", a.cp), ("sp", a.sp), ("fp8", a.fp8),
+            ("fixed_length", a.fixed_length), ("convention", a.convention), ("algorithm", pk.algorithm),
+            ("overflow", pk.overflow), ("dp", pk.dp), ("seed", pk.seed)) if k != "fixed_length" or v is not None)
     fl = f" --fixed-length {a.fixed_length}" if a.fixed_length is not None else ""
     return (f"-C {a.capacity} --tp {a.tp} --cp {a.cp} --{'' if a.sp else 'no-'}sp --fp8 {a.fp8}{fl} "
             f"--convention {a.convention} -a {pk.algorithm} --overflow {pk.overflow} --dp {pk.dp} "

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import arg
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import Placement, ShardedPlan, plan_shards
 
@@ -112,7 +113,7 @@ def plan_spilled(cache, alignment: Alignment, packing: PackingConfig, shard_rows
     from packtool.tokenize.cache import cache_shards  # reads a row range's lengths from the cache
 
     if shard_rows < 1:
-        raise ValueError(f"--plan-shard-rows must be >= 1 (0: one global plan), got {shard_rows}")
+        raise ValueError(f"{arg('plan_shard_rows')} must be >= 1 (0: one global plan), got {shard_rows}")
     store = StoreOffsets(store_dir)
     if store.rows != cache.num_rows:
         raise RuntimeError(f"{cache.path}: the flat token store has {store.rows} rows, the cache "

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import arg
 from packtool.layout import Layout
 from packtool.planning.core import OverflowStats, Plan
 
@@ -68,15 +69,15 @@ class DataChanges:
         """One line saying what changed, or None when nothing did."""
         parts = []
         if self.rows_skipped:
-            parts.append(f"{self.rows_skipped:,} row(s) skipped by --on-empty skip "
+            parts.append(f"{self.rows_skipped:,} row(s) skipped by {arg('on_empty', 'skip')} "
                          f"({self.rows_skipped_empty:,} empty, {self.rows_skipped_all_masked:,} "
                          f"with no loss tokens)")
         if self.sequences_truncated:
             parts.append(f"{self.tokens_dropped:,} token(s) dropped from {self.sequences_truncated:,} "
-                         f"sequence(s) by --overflow truncate")
+                         f"sequence(s) by {arg('overflow', 'truncate')}")
         if self.sequences_split:
             parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
-                         f"--overflow split ({self.targets_lost:,} target(s) lost at the cuts)")
+                         f"{arg('overflow', 'split')} ({self.targets_lost:,} target(s) lost at the cuts)")
         return "; ".join(parts) or None
 
 

@@ -41,7 +41,7 @@ from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, f
 
 def _fix(sm: SlabManifest) -> str:
     if _replaced(sm):
-        return (f"a pack --overwrite committed a new output at {sm.path} after this reader read its manifest: "
+        return (f"a later pack committed a new output at {sm.path} after this reader read its manifest: "
                 f"open it again")
     return f"the output is damaged or edited: run `packtool verify {sm.path}` for every problem, re-run `packtool pack`"
 
@@ -162,7 +162,7 @@ def check_counts(sm: SlabManifest, shard: np.ndarray, physical: np.ndarray, loss
     bad = np.flatnonzero((dp_rank < 0) | (dp_rank >= max(sm.dp, 1)))
     if bad.size:
         raise FormatError(f"{sm.path}: slab {int(bad[0])} has dp_rank {int(dp_rank[bad[0]])}, the output "
-                          f"was packed with --dp {sm.dp}; {_fix(sm)}")
+                          f"was packed with dp={sm.dp} (its manifest); {_fix(sm)}")
 
 
 def check_checksum(sm: SlabManifest, i: int) -> None:
@@ -285,7 +285,7 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
     row_of = np.repeat(np.arange(T.size), nseg)
     if (lens < 0).any() or (fill.any() and sm.alignment.fixed_length is None):
         fail(np.bincount(row_of[(lens < 0) | fill], minlength=T.size) > 0,
-             lambda r: "a segment of length <= 0 outside a --fixed-length fill")
+             lambda r: "a segment of length <= 0 outside a fixed-length fill")
     real = ~fill
     counts = np.bincount(row_of[real], minlength=T.size)
     if (counts < 1).any():

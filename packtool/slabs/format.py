@@ -155,7 +155,7 @@ def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: 
 def write_manifest(directory: str, manifest: dict) -> str:
     from packtool.output.files import write_file
     path = os.path.join(directory, MANIFEST)
-    with write_file(path, "--output", replace=True, text=True) as f:
+    with write_file(path, "output", replace=True, text=True) as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     legacy = os.path.join(directory, LEGACY_MANIFEST)
@@ -233,7 +233,7 @@ def read_manifest(directory: str) -> dict:
         raise NotAnOutputError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
                           if os.path.exists(directory) else
                           f"{directory}: no such folder (not a packtool output); give the folder "
-                          f"`packtool pack -o` wrote")
+                          f"a pack wrote (pack's output=, `packtool pack -o`)")
     path = manifest_file(directory)
     if path is None:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "

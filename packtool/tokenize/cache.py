@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError
+from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError, arg
 from packtool.output.files import share_as_mkdir
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
@@ -314,7 +314,7 @@ def _base(path: str) -> str:
 def write_cache_json(directory: str, meta: dict) -> None:
     """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
     from packtool.output.files import write_file
-    with write_file(os.path.join(directory, "cache.json"), "--cache-dir", replace=True, text=True) as f:
+    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True) as f:
         json.dump(meta, f, indent=1, sort_keys=False)
         f.write("\n")
 
@@ -466,7 +466,7 @@ class CacheLengths:
 def cache_shards(cache, shard_rows: int) -> list[tuple[int, CacheLengths]]:
     """Plan shards of `shard_rows` cache rows (the last may be smaller), as (first row, reader)."""
     if shard_rows < 1:
-        raise ValueError(f"--plan-shard-rows must be >= 1, got {shard_rows}")
+        raise ValueError(f"{arg('plan_shard_rows')} must be >= 1, got {shard_rows}")
     pieces = cache_pieces(cache)
     total = sum(p[3] for p in pieces)
     shards = []

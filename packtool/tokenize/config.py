@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 
 SHAPES = ("auto", "tokens", "text", "chat", "sharegpt", "alpaca", "prompt_completion", "fields")
 
@@ -38,11 +38,11 @@ class TokenizeConfig:
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
-            raise PacktoolInputError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag="--shape")
+            raise PacktoolInputError(f"{arg('shape')} must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag=cli_flag("shape"))
         if self.on_empty not in ("error", "skip"):
-            raise PacktoolInputError(f"on_empty must be error or skip, got {self.on_empty!r}", flag="--on-empty")
+            raise PacktoolInputError(f"{arg('on_empty')} must be error or skip, got {self.on_empty!r}", flag=cli_flag("on_empty"))
         if self.batch_size < 1:
-            raise PacktoolInputError("batch_size must be >= 1", flag="--batch-size")
+            raise PacktoolInputError("batch_size must be >= 1", flag=cli_flag("batch_size"))
         for name in ("side_columns", "support_columns"):
             v = getattr(self, name)
             if isinstance(v, str):
@@ -52,7 +52,8 @@ class TokenizeConfig:
             from packtool.tokenize.side_values import parse_side_spec
             parse_side_spec(self.side_columns, self.support_columns)  # refused here, not mid-pack
         if (self.prompt_field is None) != (self.response_field is None):
-            raise PacktoolInputError("--prompt-field and --response-field go together", flag="--prompt-field")
+            raise PacktoolInputError(f"{arg('prompt_field')} and {arg('response_field')} go together",
+                                     flag=cli_flag("prompt_field"))
 
     def as_dict(self) -> dict:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from tokenizers import Tokenizer
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.shapes import RenderedBatch
 
@@ -147,7 +147,7 @@ def _fix_for(path: str) -> str:
 def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
     """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
     if not spec:
-        raise PacktoolInputError("a tokenizer is required to tokenize raw text", flag="--tokenizer")
+        raise PacktoolInputError("a tokenizer is required to tokenize raw text", flag=cli_flag("tokenizer"))
     conf: dict = {}
     conf_path = None
     if os.path.isdir(spec):
@@ -156,25 +156,25 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         if not os.path.exists(path):
             hint = " (it has tokenizer.model: convert it to tokenizer.json with transformers once)" \
                 if os.path.exists(os.path.join(spec, "tokenizer.model")) else ""
-            raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag="--tokenizer")
+            raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag=cli_flag("tokenizer"))
         if os.path.exists(conf_path):
             try:
                 with open(conf_path, encoding="utf-8") as f:
                     conf = json.load(f)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=conf_path,
-                                         flag="--tokenizer") from None
+                                         flag=cli_flag("tokenizer")) from None
             if not isinstance(conf, dict):
                 raise PacktoolInputError("is not a JSON object; fix or remove it", path=conf_path,
-                                         flag="--tokenizer")
+                                         flag=cli_flag("tokenizer"))
         else:
             conf_path = None
     else:
         path = spec
         if not os.path.exists(path):
-            raise PacktoolInputError("tokenizer file not found", path=spec, flag="--tokenizer")
+            raise PacktoolInputError("tokenizer file not found", path=spec, flag=cli_flag("tokenizer"))
     from packtool.output.files import refuse_special_input
-    refuse_special_input(path, "--tokenizer")
+    refuse_special_input(path, "tokenizer")
     st = os.stat(path)
     try:
         tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns)
@@ -182,8 +182,8 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         what = _what_file(path)
         if what:
             raise PacktoolInputError(f"not a tokenizer.json ({what}): pass {_fix_for(path)}",
-                                     path=path, flag="--tokenizer") from None
-        raise PacktoolInputError(f"cannot load tokenizer ({e})", path=path, flag="--tokenizer") from None
+                                     path=path, flag=cli_flag("tokenizer")) from None
+        raise PacktoolInputError(f"cannot load tokenizer ({e})", path=path, flag=cli_flag("tokenizer")) from None
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
     pp_bos, pp_eos = _post_processor_specials(tok)
@@ -311,7 +311,8 @@ def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
     if add_eos is None:
         add_eos = not templated
     if add_eos and info.eos_id is None:
-        raise PacktoolInputError("add_eos needs an EOS token; the tokenizer has none", flag="--eos-token")
+        raise PacktoolInputError(f"{arg('add_eos', True)} needs an EOS token; the tokenizer has none",
+                                 flag=cli_flag("add_eos"))
     eos = np.full(n, 1 if add_eos else 0, np.uint8)
     ids, mask, out_lens, loss = _assemble(content, content_mask, lens, bos, eos,
                                           info.bos_id if info.bos_id is not None else -1,

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
@@ -113,11 +113,11 @@ def as_source(obj, split: str | None = None) -> ArrowSource:
     what = type(obj).__name__
     if _is(obj, "datasets", "DatasetDict", "IterableDatasetDict"):
         if split is None or split not in obj:
-            raise PacktoolInputError(f"a {what} needs a split; pass split= (CLI: --split) one of "
-                                     f"{', '.join(obj)}", flag="--split")
+            raise PacktoolInputError(f"a {what} needs a split; pass {arg('split')} one of "
+                                     f"{', '.join(obj)}", flag=cli_flag("split"))
         return as_source(obj[split])
     if split is not None and not _is(obj, "datasets", "Dataset", "IterableDataset"):
-        raise PacktoolInputError(f"split={split!r} applies to a DatasetDict, not a {what}", flag="--split")
+        raise PacktoolInputError(f"{arg('split', split)} applies to a DatasetDict, not a {what}", flag=cli_flag("split"))
     if _is(obj, "datasets", "Dataset"):
         return _hf_dataset(obj, f"<datasets.Dataset {getattr(obj, '_fingerprint', '')}>")
     if _is(obj, "datasets", "IterableDataset"):
@@ -143,8 +143,8 @@ def resolve_sources(inputs, split: str | None = None) -> list:
         inputs = [load_dataset(os.fspath(i), split, None) if _by_datasets(i) else i for i in inputs]
     strings = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if strings and split is not None:
-        raise PacktoolInputError("split applies to a dataset object or name, not a file",
-                                 path=strings[0], flag="--split")
+        raise PacktoolInputError(f"{arg('split')} applies to a dataset object or name, not a file",
+                                 path=strings[0], flag=cli_flag("split"))
     if strings and len(strings) == len(inputs):
         return resolve_inputs(strings)  # one call: its checks (a file reached twice) see them all
     if strings:
@@ -205,7 +205,7 @@ def start_meta(f) -> Future:
 
 # ---------------------------------------------------------------- the CLI: a dataset by name
 
-OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-type dataset NAME "
+OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-type dataset NAME "  # flags of `hf`
                 "--local-dir DIR`, or `datasets.load_dataset(...).save_to_disk(DIR)`), copy DIR here "
                 "and pass DIR")
 
@@ -303,9 +303,9 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
             raise PacktoolInputError(f"dataset not in the local cache and the Hub cannot be "
                                      f"reached; {OFFLINE_HINT.replace('NAME', spec)}", path=spec) from None
         raise PacktoolInputError(f"datasets.load_dataset failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                                 path=spec, flag="--config") from None
+                                 path=spec, flag=cli_flag("config")) from None
     if split is None and _is(ds, "datasets", "DatasetDict", "IterableDatasetDict"):
         if len(ds) != 1:
-            raise PacktoolInputError(f"dataset has splits {', '.join(ds)}; pick one", path=spec, flag="--split")
+            raise PacktoolInputError(f"dataset has splits {', '.join(ds)}; pick one", path=spec, flag=cli_flag("split"))
         ds = next(iter(ds.values()))
     return ds

@@ -25,7 +25,7 @@ import numpy as np
 import tokenizers
 
 from packtool.env import env_path
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
 from packtool.side import side_columns_to_manifest
@@ -107,8 +107,8 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
 
 
 def no_rows_error(path: str) -> PacktoolInputError:
-    return PacktoolInputError("empty dataset (no rows): remove it from the inputs (or check the "
-                              "path, and --split for a dataset)", path=path)
+    return PacktoolInputError(f"empty dataset (no rows): remove it from the inputs (or check the "
+                              f"path, and {arg('split')} for a dataset)", path=path)
 
 
 def refuse_other_shape(f: InputFile, shape: Shape, batch_size: int, row: int) -> None:
@@ -129,10 +129,10 @@ def all_skipped_error(empty: int, all_masked: int, files) -> PacktoolInputError:
     """--on-empty skip dropped every row: say why, and what usually causes it."""
     names = ", ".join(str(getattr(f, "path", f)) for f in files[:3]) + (" ..." if len(files) > 3 else "")
     return PacktoolInputError(
-        f"{names}: every row was skipped under --on-empty skip ({empty:,} empty, {all_masked:,} "
-        "with no loss tokens), so nothing is left to pack; check the shape and field flags "
-        "(--shape, --text-field, --prompt-field/--response-field) and, for chats, that assistant "
-        "turns exist")
+        f"{names}: every row was skipped under {arg('on_empty', 'skip')} ({empty:,} empty, {all_masked:,} "
+        f"with no loss tokens), so nothing is left to pack; check the shape and field settings "
+        f"({arg('shape')}, {arg('text_field')}, {arg('prompt_field')}/{arg('response_field')}) and, for chats, "
+        f"that assistant turns exist", flag=cli_flag("on_empty"))
 
 
 def _setup(inputs, cfg: TokenizeConfig):
@@ -150,7 +150,7 @@ def _setup(inputs, cfg: TokenizeConfig):
         _note_unread(f.path, c, s, cfg)
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
-            raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag="--tokenizer")
+            raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag=cli_flag("tokenizer"))
     if loaded is not None:
         loaded.info = replace(loaded.info, chat_template=template.name if template else None,
                               template_sha256=template.sha256 if template else None)
@@ -337,9 +337,9 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             if cfg.on_empty == "error":
                 if enc.empty[r]:
                     refuse_other_shape(f, shapes[fi], cfg.batch_size, first_row + r)
-                raise PacktoolInputError(f"{what}; drop it from the data or pass --on-empty skip "
+                raise PacktoolInputError(f"{what}; drop it from the data or pass {arg('on_empty', 'skip')} "
                                          "(skipped rows are counted in cache.json)",
-                                         path=f.path, row=first_row + r)
+                                         path=f.path, row=first_row + r, flag=cli_flag("on_empty"))
             skipped["empty"] += int(enc.empty.sum())
             skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
             bad_rows = (first_global + np.nonzero(bad)[0]).tolist()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import jinja2
 import pyarrow as pa
 
-from packtool.errors import PacktoolInputError, arg
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.templates import Renderer
 
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides "
@@ -26,8 +26,9 @@ _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assista
                    "chatgpt": "assistant", "system": "system", "tool": "tool",
                    "observation": "tool", "function_response": "tool"}
 
-_FIX = ("--shape {tokens,text,chat,sharegpt,alpaca,prompt_completion,fields}, --text-field NAME, "
-        "or --prompt-field A --response-field B")
+def _fix() -> str:
+    return (f"{arg('shape', choices=('tokens', 'text', 'chat', 'sharegpt', 'alpaca', 'prompt_completion', 'fields'))}, "
+            f"{arg('text_field', 'NAME')}, or {arg('prompt_field', 'A')} {arg('response_field', 'B')}")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: l
     if missing:
         raise PacktoolInputError(
             f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}; "
-            f"fix with {_FIX}", path=path)
+            f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
 
 
 def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str], cfg) -> None:
@@ -53,10 +54,10 @@ def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str
     if missing:
         from packtool.tokenize.side_values import parse_side_spec
         named = {s[0] for s in parse_side_spec(getattr(cfg, "side_columns", ()) or (), ())}
-        flag = "--side-columns" if set(missing) & named else "--support-columns"
+        name = "side_columns" if set(missing) & named else "support_columns"
         raise PacktoolInputError(
             f"side column(s) {', '.join(missing)} not in this file (columns found: {', '.join(found) or 'none'}); "
-            f"check the names given to {flag}", path=path, flag=flag)
+            f"check the names given to {arg(name)}", path=path, flag=cli_flag(name))
 
 
 def _side_names(cfg) -> tuple[str, ...]:
@@ -84,8 +85,9 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
     if other:
         raise PacktoolInputError(
             f"has question and answer columns beside {', '.join(other)}, which may belong to the prompt: "
-            f"pass --prompt-field question --response-field answer to pack question -> answer (the others "
-            f"are not read), or give --shape / --text-field for another layout", path=path, flag="--prompt-field")
+            f"pass {arg('prompt_field', 'question')} {arg('response_field', 'answer')} to pack question -> "
+            f"answer (the others are not read), or give {arg('shape')} / {arg('text_field')} for another layout",
+            path=path, flag=cli_flag("prompt_field"))
     return "question", "answer"
 
 
@@ -141,7 +143,7 @@ def _auto_kind(columns: list[str], cfg, path: str) -> tuple[str, tuple]:
     if not found:
         raise PacktoolInputError(
             f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
-            f"fix with {_FIX}", path=path)
+            f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
     kind = found[0][0]
     return kind, (_question_answer(cols, path) if kind == "fields" else pair)
 
@@ -163,7 +165,7 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
     side = _side_names(cfg)
     if side and kind != "tokens":
         raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "
-                                 f"this input is shape {kind}", path=path, flag="--side-columns")
+                                 f"this input is shape {kind}", path=path, flag=cli_flag("side_columns"))
     if kind == "tokens":
         _need(cols, ("input_ids",), kind, path, columns)
         _need_side(cols, side, path, columns, cfg)
@@ -177,8 +179,8 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
         _need(cols, (col,), kind, path, columns)
         if not has_template:
             raise PacktoolInputError(
-                f"{kind} rows need a chat template; pass --chat-template chatml|llama3|mistral|FILE.jinja "
-                "or a tokenizer folder whose tokenizer_config.json has one", path=path)
+                f"{kind} rows need a chat template; pass {arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} "
+                "or a tokenizer folder whose tokenizer_config.json has one", path=path, flag=cli_flag("chat_template"))
         return Shape(kind, (col,), templated=True)
     if kind == "alpaca":
         resp = "output" if "output" in cols else "response"
@@ -189,10 +191,11 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
         return Shape(kind, ("prompt", "completion"), has_template)
     if kind == "fields":
         if not pair[0]:
-            raise PacktoolInputError("shape fields needs --prompt-field and --response-field", path=path)
+            raise PacktoolInputError(f"shape fields needs {arg('prompt_field')} and {arg('response_field')}",
+                                     path=path, flag=cli_flag("prompt_field"))
         _need(cols, pair, kind, path, columns)
         return Shape(kind, pair, has_template)
-    raise PacktoolInputError(f"unknown shape {kind!r}", flag="--shape")
+    raise PacktoolInputError(f"unknown {arg('shape', kind)}", flag=cli_flag("shape"))
 
 
 # ---------------------------------------------------------------- rows -> text + spans
@@ -317,8 +320,8 @@ def check_column_types(batch: pa.RecordBatch, shape: Shape, path: str, first_row
             what = "lists of message objects" if want is _is_messages else "strings"
             raise PacktoolInputError(
                 f"column {name} holds {col.type}, {shape.kind} rows need {what}; convert the "
-                f"column (or pick another with --shape/--text-field/--prompt-field)",
-                path=path, row=first_row + int(valid[0]) if valid.size else first_row)
+                f"column (or pick another with {arg('shape')}/{arg('text_field')}/{arg('prompt_field')})",
+                flag=cli_flag("shape"), path=path, row=first_row + int(valid[0]) if valid.size else first_row)
 
 
 def _null_message(m) -> bool:
@@ -336,20 +339,21 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
         return
     found = known_shapes(set(held))
     other = found[0][0] if found else None
-    flags = "--prompt-field question --response-field answer" if other == "fields" else f"--shape {other}"
+    flags = (f"{arg('prompt_field', 'question')} {arg('response_field', 'answer')}" if other == "fields"
+             else arg("shape", other))
     fix = (f"put such rows in a file of their own and pack it with {flags} (or convert them to "
            f"{', '.join(shape.columns)})" if other else
            f"convert them to {', '.join(shape.columns)} or drop them")
     raise PacktoolInputError(
         f"row has no {' or '.join(shape.columns)} but holds {', '.join(held)}: a "
         f"{other + ' ' if other else ''}row in a {shape.kind} file, not an empty example "
-        f"(--on-empty skip would drop it); {fix}", path=path, row=row)
+        f"({arg('on_empty', 'skip')} would drop it); {fix}", path=path, row=row)
 
 
 def _refuse_null(what: str, path: str, row: int) -> None:
     raise PacktoolInputError(f"{what} is null, missing or empty (it would become an empty turn); fill "
-                             f"it, drop the row, or pass --on-empty skip to skip such rows "
-                             f"(counted)", path=path, row=row)
+                             f"it, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows "
+                             f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
 
 
 def _turn_keys(turns, j: int) -> list[str]:
@@ -362,7 +366,7 @@ def _refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row:
     """A turn that holds its text under another key (`text`, `message`): a schema to rename,
     not an empty turn, so --on-empty skip (which would drop every such row) is no fix."""
     fix = (f"rename the key to {key} (chat turns are {{role, {key}}})" if everywhere else
-           f"fill {key}, rename the key, drop the row, or pass --on-empty skip to skip such rows (counted)")
+           f"fill {key}, rename the key, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows (counted)")
     raise PacktoolInputError(f"{column}[{j}]: turn has keys {', '.join(keys)} but no {key}; {fix}",
                              path=path, row=row)
 
@@ -441,7 +445,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             text, sp = renderer.render(msgs)
         except (jinja2.TemplateError, TypeError) as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
-                                     path=path, row=first_row + i, flag="--chat-template") from None
+                                     path=path, row=first_row + i, flag=cli_flag("chat_template")) from None
         texts.append(text)
         spans.append(sp)
         empty.append(not text.strip())

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
 
 __all__ = ["SIDE_VALUES", "SideReader", "parse_side_spec"]
@@ -47,17 +47,17 @@ def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...
         (name,) = parse_names(name) or ("",)
         dtype = dtype.strip() or None
         if not name or (dtype is not None and dtype not in DTYPES):
-            raise PacktoolInputError(f"--side-columns: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "
-                                     f"{', '.join(DTYPES)})", flag="--side-columns")
+            raise PacktoolInputError(f"{arg('side_columns')}: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "
+                                     f"{', '.join(DTYPES)})", flag=cli_flag("side_columns"))
         if name in out:
-            raise PacktoolInputError(f"--side-columns: {name!r} is given twice", flag="--side-columns")
+            raise PacktoolInputError(f"{arg('side_columns')}: {name!r} is given twice", flag=cli_flag("side_columns"))
         out[name] = [name, dtype, "values"]
-    for name in parse_names(",".join(support or ()), "--support-columns"):
+    for name in parse_names(",".join(support or ()), "support_columns"):
         out.setdefault(name, [name, None, "values"])[2] = "support"
     clash = next((n for n in out if n.startswith("shift_") and n[6:] in out), None)
     if clash:  # the HF and Megatron batches carry shift_NAME beside NAME: refused here, not at training
-        raise PacktoolInputError(f"--side-columns: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
-                                 f"like labels; rename the column", flag="--side-columns")
+        raise PacktoolInputError(f"{arg('side_columns')}: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
+                                 f"like labels; rename the column", flag=cli_flag("side_columns"))
     return tuple(tuple(e) for e in out.values())
 
 
@@ -155,12 +155,14 @@ class SideReader:
             col = col.combine_chunks()
         t = col.type
 
-        def bad(msg, row=None):
-            """`row`: the row in this batch, or (row, token in it); --json gets column and token."""
+        def bad(msg, row=None, pin=False):
+            """`row`: the row in this batch, or (row, token in it); --json gets column and token;
+            `pin`: the fix is a dtype in side_columns, whose flag --json names."""
             row, token = row if isinstance(row, tuple) else (row, None)
             details = {"column": name} if token is None else {"column": name, "token": int(token)}
             return PacktoolInputError(f"side column {name}: {msg}", path=path, details=details,
-                                      row=None if row is None else first_row + int(row))
+                                      row=None if row is None else first_row + int(row),
+                                      flag=cli_flag("side_columns") if pin else None)
 
         if not _is_list(t):
             raise bad(f"holds {t}, not a list per row (one value, or one K-long list, per token)", 0)
@@ -171,8 +173,9 @@ class SideReader:
         if natural is None:
             raise bad(f"holds {t}: values must be numbers (float or int)", 0)
         if natural == "bool" and pinned is None:  # True/False as 1/0 said, never silent
-            raise bad(f"holds {t}: booleans are not a side dtype; pin NAME:int32 (--side-columns) to keep "
-                      f"them as 1/0", 0)
+            raise bad(f"holds booleans ({t}), which no side dtype ({', '.join(DTYPES)}) holds as they are: "
+                      f"to keep them as 1/0 give the column as {name}:int32 in {arg('side_columns')}, or "
+                      f"cast it to numbers in the input", 0, pin=True)
         offs = _list_offsets(col)
         tok = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))  # the rows' tokens
         rel = offs - offs[0]
@@ -191,7 +194,8 @@ class SideReader:
                     raise bad("holds no token list yet to tell its width K; write it as a "
                               "fixed_size_list<K> per token")
             if natural == "null" and pinned is None:
-                raise bad("holds no values, so its type is unknown: pin it as NAME:DTYPE (--side-columns)")
+                raise bad(f"holds no values, so its type is unknown: give it as {name}:DTYPE in "
+                          f"{arg('side_columns')} (DTYPE one of {', '.join(DTYPES)})", pin=True)
             c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind)
         if (c.width > 1) != nested:
             raise bad(f"is {'a K-long list' if c.width > 1 else 'one value'} per token in earlier rows "
@@ -301,8 +305,8 @@ class SideReader:
             return x
         if want.kind == "f":
             if natural == "float64" and want == np.float32 and pinned is None:
-                raise bad("holds doubles here but float32 values in earlier rows; pin the type as "
-                          "NAME:float32 or NAME:float64 (--side-columns)")
+                raise bad(f"holds doubles here but float32 values in earlier rows; pin the type: "
+                          f"{name}:float32 or {name}:float64 in {arg('side_columns')}", pin=True)
             return x.astype(want)
         if x.dtype.kind == "f":
             frac = ~np.isfinite(x) | (x != np.floor(x))
@@ -319,19 +323,20 @@ class SideReader:
         if out_of.any():
             pos = int(np.flatnonzero(out_of)[0])
             at = where(pos)
-            raise bad(f"token {at[1]} holds {x[pos]} outside {c.dtype}; {_wider(int(x[pos]))}", at)
+            raise bad(f"token {at[1]} holds {x[pos]} outside {c.dtype}; {_wider(int(x[pos]), c.name)}", at,
+                      pin=True)
         return x.astype(want)
 
 
-def _wider(v: int) -> str:
+def _wider(v: int, name: str) -> str:
     """The fix for an integer its column's dtype cannot hold: int64 when it fits there; above
     int64 (a uint64 >= 2^63) no side dtype holds it exactly, so say what can be done."""
     i64 = np.iinfo(np.int64)
     if i64.min <= v <= i64.max:
-        return "pin NAME:int64 (--side-columns)"
+        return f"give the column as {name}:int64 in {arg('side_columns')}"
     return (f"no side column dtype holds it exactly (int64, the widest, ends at {i64.max}): write the "
-            f"column as int64 in the input (shift or bit-cast the values), or pin NAME:float64 "
-            f"(--side-columns) if a value rounded to 53 bits will do")
+            f"column as int64 in the input (shift or bit-cast the values), or give it as {name}:float64 "
+            f"in {arg('side_columns')} if a value rounded to 53 bits will do")
 
 
 def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens, path: str,
@@ -351,5 +356,5 @@ def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens,
     r = int(np.searchsorted(starts, p, side="right")) - 1
     raise PacktoolInputError(f"side column {c.name}: token {p - int(starts[r])} (id {int(ids[p])}) holds "
                              f"{vals.reshape(-1, c.width)[p].tolist()}: {SUPPORT_RULES[k]} (rows and tokens count from 0)",
-                             path=path, row=first_row + r, flag="--support-columns",
+                             path=path, row=first_row + r, flag=cli_flag("support_columns"),
                              details={"column": c.name, "token": p - int(starts[r])})

@@ -26,7 +26,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.native_templates import NATIVE, Fallback
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
@@ -162,14 +162,14 @@ def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate
                 t = make_template(os.path.abspath(spec), f.read())
         except (OSError, UnicodeDecodeError) as e:
             raise PacktoolInputError(f"cannot read the chat template ({e})", path=spec,
-                                     flag="--chat-template") from None
+                                     flag=cli_flag("chat_template")) from None
         compile_template(t)
         return t
     from packtool.output.files import refuse_special_input
-    refuse_special_input(spec, "--chat-template")
+    refuse_special_input(spec, "chat_template")
     raise PacktoolInputError(
-        f"chat template {spec!r} is neither a built-in ({', '.join(BUILTIN)}) nor a file",
-        flag="--chat-template")
+        f"{arg('chat_template', spec)} is neither a built-in ({', '.join(BUILTIN)}) nor a file",
+        flag=cli_flag("chat_template"))
 
 
 class _Generation(jinja2.ext.Extension):
@@ -295,10 +295,10 @@ def compile_template(template: ChatTemplate) -> jinja2.Template:
         return _compile(template.text, BUILTIN.get(template.name) == template.text)
     except jinja2.exceptions.TemplateSyntaxError as e:
         raise PacktoolInputError(f"chat template has a syntax error at line {e.lineno}: {e.message}; "
-                                 f"fix the template", path=template.name, flag="--chat-template") from None
+                                 f"fix the template", path=template.name, flag=cli_flag("chat_template")) from None
     except (jinja2.exceptions.TemplateError, RecursionError, ValueError) as e:
         raise PacktoolInputError(f"chat template cannot be compiled ({type(e).__name__}: {e})",
-                                 path=template.name, flag="--chat-template") from None
+                                 path=template.name, flag=cli_flag("chat_template")) from None
 
 
 def _strip_markers(marked: str) -> tuple[str, list[tuple[int, int]]]:

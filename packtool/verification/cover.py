@@ -134,7 +134,7 @@ def check_dp(slabs: dict, dp: int, log: ProblemLog) -> None:
                 f"{j}): a slab row was dropped or duplicated", expected=j, found=int(np.sort(idx)[j]))
     out = (rank < 0) | (rank >= dp)
     if out.any():
-        log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (--dp {dp})",
+        log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (the manifest's dp is {dp})",
                 expected=dp, found=int(rank[out][0]))
         return
     if dp == 1:

@@ -330,7 +330,7 @@ def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok
     over = (foot > a.usable) & ~singleton
     for j in np.flatnonzero(over):
         log.add("capacity", f"slab footprint {int(foot[j])} exceeds the usable capacity U={a.usable} "
-                f"(--max-tokens {a.capacity}) and the slab is not a declared singleton",
+                f"(capacity {a.capacity}) and the slab is not a declared singleton",
                 row=row0 + int(rows[j]), expected=a.usable, found=int(foot[j]), **where)
     one_fit = (counts != 1) | (lay.footprint <= a.usable)
     for j in np.flatnonzero(singleton & (one_fit | (job.overflow_policy != "singleton"))):
@@ -339,7 +339,7 @@ def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok
                 f"{job.overflow_policy!r})", row=row0 + int(rows[j]), **where)
     if a.fixed_length is not None:
         for j in np.flatnonzero((Tr != a.fixed_length) & ~singleton):
-            log.add("fixed_length", f"slab has T={int(Tr[j])} tokens, --fixed-length is {a.fixed_length}",
+            log.add("fixed_length", f"slab has T={int(Tr[j])} tokens, the fixed length is {a.fixed_length}",
                     row=row0 + int(rows[j]), expected=a.fixed_length, found=int(Tr[j]), **where)
     # the layout itself: the same compute_layout the packer ran, compared figure by figure
     for col, want, got in (("T", lay.slab_len, Tr), ("layout_pad", lay.layout_pad, layout_pad),

@@ -180,13 +180,13 @@ def source_side_columns(source_dir: str, side, log: ProblemLog, notes: list[str]
             missing.append(c.name)
         elif (have[k].dtype, have[k].width) != (c.dtype, c.width):
             log.add("source_side", f"side column {c.name!r} is {c.dtype} x {c.width} per token in the output, "
-                    f"{have[k].dtype} x {have[k].width} in the source: not the inputs or --side-columns of pack",
+                    f"{have[k].dtype} x {have[k].width} in the source: not the inputs or side columns of the pack",
                     expected=f"{have[k].dtype} x {have[k].width}", found=f"{c.dtype} x {c.width}")
             k = -1
         index.append(k)
     if missing:
         notes.append(f"the tokenized source holds no side column {', '.join(missing)}: their values were not "
-                     f"compared with the source (verify takes pack's --side-columns from the manifest)")
+                     f"compared with the source (verify takes the pack's side columns from the manifest)")
     return have, tuple(index)
 
 

@@ -214,7 +214,7 @@ def test_dp_ranks_get_their_slabs_under_accelerate(tmp_path):
             # exact up to the last whole run of `batch` slabs (all of them for batch 1)
             whole = len(mine) // batch * batch
             assert got[:whole] == mine.order[:whole].tolist() and (batch > 1 or whole == len(mine))
-    with pytest.raises(PacktoolInputError, match="--dp 2"):
+    with pytest.raises(PacktoolInputError, match="dp=2"):
         SlabDataset(out, rank=0, world_size=4)
     # without a DP plan: round robin
     idx = SlabDataset(out, world_size=2).index

@@ -159,7 +159,7 @@ def test_plan_file_matches_lengths(packed, tmp_path):
     assert (r.padding, r.slabs, r.lower_bound, r.l2_bound, r.dp) == (ref.padding, ref.slabs, ref.lower_bound,
                                                                       ref.l2_bound, ref.dp)
     assert r.overflow == ref.overflow
-    with pytest.raises(InspectError, match="made with .* --tp 1 --cp 1 .* pass the same"):
+    with pytest.raises(InspectError, match="made with .* tp=1, cp=1, .* pass the same"):
         inspect_plan_file(path, Alignment(tp=1, cp=1, capacity=1024), packing)
 
 
@@ -179,7 +179,7 @@ def test_plan_file_records_its_settings(packed, tmp_path):
     old = str(tmp_path / "old.parquet")
     pq.write_table(pq.read_table(path).replace_schema_metadata(None), old)
     assert read_plan_config(old) is None
-    with pytest.raises(InspectError, match="records no settings .* pass the flags"):
+    with pytest.raises(InspectError, match="records no settings .* pass the settings"):
         inspect_plan_file(old)
     assert inspect_plan_file(old, align, packing).padding == ref.padding
 

@@ -70,7 +70,7 @@ def test_new_empty_and_previous_outputs(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     assert check_output(str(tmp_path / "empty")) == []
     prev = _fake_output(str(tmp_path / "prev"), ("slabs-00000.parquet", "slabs-00001.parquet"))
-    with pytest.raises(OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="overwrite=True"):
         check_output(prev)
     assert check_output(prev, overwrite=True) == [MANIFEST, "slabs-00000.parquet", "slabs-00001.parquet"]
 

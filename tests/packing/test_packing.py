@@ -162,7 +162,7 @@ def test_existing_output_needs_overwrite_and_interrupt_keeps_previous(tmp_path, 
     args = ([PEPS], Alignment(capacity=8192), PackingConfig("bfd", overflow="split"), cfg)
     pack(*args, output=out, cache_dir=str(tmp_path / "c"))
     before = {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)}
-    with pytest.raises(OutputExistsError, match="--overwrite"):
+    with pytest.raises(OutputExistsError, match="overwrite=True"):
         pack(*args, output=out, cache_dir=str(tmp_path / "c"))
 
     def interrupted(*a, **k):  # Ctrl-C arrives while the new output is being finished

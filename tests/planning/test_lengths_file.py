@@ -20,7 +20,7 @@ def test_parquet_with_only_an_id_integer_column_is_refused(tmp_path):
     with pytest.raises(PlanError) as e:
         load_lengths(str(p))
     text = str(e.value)
-    assert str(p) in text and "no lengths column" in text and "id (int64)" in text and "--column" in text
+    assert str(p) in text and "no lengths column" in text and "id (int64)" in text and "pick it with column" in text
     assert load_lengths(str(p), "id").tolist() == [0, 1, 2]  # asked for: taken
 
 
@@ -51,7 +51,7 @@ def test_csv_with_header_and_headerless(tmp_path):
 
 
 @pytest.mark.parametrize("name,body,needle", [
-    ("x.json", "[1, 2]", "reads JSON Lines"),
+    ("x.json", "[1, 2]", "read from JSON Lines"),
     ("x.bin", "not arrow", "cannot read lengths"),
     ("x.txt", "5,6\n", "one integer length per line"),
     ("x.jsonl", '{"length": 1.5}\n', "column length holds double"),

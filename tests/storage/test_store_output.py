@@ -62,7 +62,7 @@ def test_a_store_output_has_the_bytes_of_a_local_one_and_reads_back(s3, tmp_path
 def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_path, cache_dir, monkeypatch):
     out = f"{s3}/o"
     first = _pack(out, cache_dir)
-    with pytest.raises(StoreOutputExistsError, match="--overwrite"):
+    with pytest.raises(StoreOutputExistsError, match="overwrite=True"):
         _pack(out, cache_dir)
     second = _pack(out, cache_dir, overwrite=True)
     old, new = {s.file for s in first.shards}, {s.file for s in second.shards}

@@ -28,15 +28,15 @@ CASES = {
     "K-wide wrong width": ([[[1, 2], [3, 4], [5, 6]], [[1, 2], [3]]], pa.list_(pa.list_(pa.int64())), "v", 1, 1,
                            ["holds 1 values, not 2"]),
     "int32 out of range": ([[1, 2, 3], [4, 2**40]], pa.list_(pa.int64()), "v:int32", 1, 1,
-                           ["outside int32", "pin NAME:int64"]),
+                           ["outside int32", "v:int64 in --side-columns"]),
     "fraction in an int column": ([[1.0, 2.5, 3.0], [4.0, 5.0]], pa.list_(pa.float64()), "v:int32", 0, 1,
                                   ["2.5", "not truncated"]),
     "uint64 above int64": ([[1, 2, 3], [4, 2**63]], pa.list_(pa.uint64()), "v", 1, 1,
-                           ["9223372036854775808", "outside int64", "NAME:float64", "int64 in the input"]),
+                           ["9223372036854775808", "outside int64", "v:float64 in --side-columns", "int64 in the input"]),
     "K-wide uint64 above int64": ([[[1, 2], [3, 4], [5, 6]], [[1, 2], [3, 2**64 - 1]]],
-                                  pa.list_(pa.list_(pa.uint64())), "v", 1, 1, ["18446744073709551615", "NAME:float64"]),
+                                  pa.list_(pa.list_(pa.uint64())), "v", 1, 1, ["18446744073709551615", "v:float64 in --side-columns"]),
     "bool unpinned": ([[True, False, True], [False, True]], pa.list_(pa.bool_()), "v", 0, None,
-                      ["bool", "pin NAME:int32"]),
+                      ["booleans", "v:int32 in --side-columns"]),
 }
 
 
@@ -59,7 +59,7 @@ def test_one_line_naming_column_row_and_token(tmp_path, monkeypatch, case):
     for w in words:
         assert w in lines[0], (w, lines[0])
     if "int64" in lines[0] and "above" in case:
-        assert "pin NAME:int64" not in lines[0], lines[0]  # int64 cannot hold it
+        assert "v:int64" not in lines[0], lines[0]  # int64 cannot hold it
     err = json.loads(r.stdout)["error"]
     assert (err["path"], err["row"], err["column"], err.get("token")) == (src, row, "v", token), err
     assert sorted(os.listdir(tmp_path)) == ["rows.parquet"]  # no output, no --cache-dir folder made

@@ -138,7 +138,7 @@ def test_shape_override_and_unknown_columns(tmp_path, cache_dir):
         tokenize_to_cache([str(unknown)], TokenizeConfig(tokenizer=GPT2), cache_dir, progress=False)
     msg = str(e.value)
     assert "\n" not in msg and "unknown.jsonl" in msg
-    assert "foo, bar" in msg and "--prompt-field" in msg and "--shape" in msg
+    assert "foo, bar" in msg and "prompt_field=" in msg and "shape=" in msg and "--" not in msg
     with pytest.raises(PacktoolInputError, match="needs column"):
         tokenize_to_cache([GSM8K], TokenizeConfig(tokenizer=GPT2, shape="chat", chat_template="chatml"),
                           cache_dir, progress=False)
