@@ -25,7 +25,7 @@ class _Commands(TyperGroup):
     boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = self._json_after_command(list(sys.argv[1:] if args is None else args))
         json_out = "--json" in argv
         reset(next((a for a in argv if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
@@ -50,6 +50,18 @@ class _Commands(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+    def _json_after_command(self, argv: list[str]) -> list[str]:
+        """`packtool --json pack ...` as `packtool pack --json ...` (as --debug goes either
+        side): --json belongs to the subcommand, which takes it wherever the user put it. A
+        subcommand without --json (train) keeps click's one-line 'no such option'."""
+        at = next((i for i, a in enumerate(argv) if a in self.commands), None)
+        if at is None or "--json" not in argv[:at]:
+            return argv
+        if not any("--json" in getattr(p, "opts", ()) for p in self.commands[argv[at]].params):
+            return argv
+        return [a for a in argv[:at] if a != "--json"] + [argv[at], "--json"] + argv[at + 1:]
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
