@@ -311,12 +311,22 @@ def _what_differs(man: dict, tokenize, files: list[str] | None) -> str:
         packed = [f[0] if isinstance(f, (list, tuple)) else f.get("path") for f in rec["files"]]
         given = [os.path.abspath(f) for f in files]
         if given != packed:
-            gone = [os.path.basename(p) for p in packed if p not in given]
-            new = [os.path.basename(p) for p in given if p not in packed]
+            gone = [p for p in packed if p not in given]
+            new = [p for p in given if p not in packed]
             said.append("files " + ("in another order" if not gone and not new else
-                                    f"{', '.join(new[:3]) or 'none'} given, {', '.join(gone[:3]) or 'none'} "
-                                    f"packed but not given"))
+                                    f"{', '.join(_names(new, gone)[:3]) or 'none'} given, "
+                                    f"{', '.join(_names(gone, new)[:3]) or 'none'} packed but not given"))
+        elif not said:  # same paths, same options: the fingerprint covers the bytes
+            said.append(f"the files {', '.join(_names(given, [])[:3])} are the ones pack read, but their "
+                        f"content changed since")
     return f": {'; '.join(said)}" if said else ""
+
+
+def _names(paths: list[str], others: list[str]) -> list[str]:
+    """Each file by its name, or by its whole path where the name alone would also name one of
+    `others` (a/x.jsonl given, b/x.jsonl packed: "x.jsonl given, x.jsonl packed" reads as the same)."""
+    clash = {os.path.basename(p) for p in others}
+    return [p if os.path.basename(p) in clash else os.path.basename(p) for p in paths]
 
 
 def source_tokenize_config(manifest: dict, **flags):

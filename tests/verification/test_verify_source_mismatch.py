@@ -50,3 +50,28 @@ def test_other_files_are_named(packed):
     code, notes = _notes(root, out, "--source", PEPS, "--text-field", "text")
     assert code == 1 and len(notes) == 1
     assert "files peps_long5.jsonl.gz given, gsm.jsonl packed but not given" in notes[0], notes
+
+
+def test_same_name_in_another_folder_is_named_by_its_path(packed, tmp_path):
+    """Stranger trial S28-9: b/gsm.jsonl (other rows, the same name) read as 'gsm.jsonl given,
+    gsm.jsonl packed but not given', as if the packed file had been given."""
+    root, out = packed
+    other = tmp_path / "b" / "gsm.jsonl"
+    other.parent.mkdir()
+    other.write_text("".join((root / "gsm.jsonl").read_text().splitlines(keepends=True)[5:]))
+    code, notes = _notes(root, out, "--source", str(other))
+    assert code == 1 and len(notes) == 1
+    assert f"files {other} given, {root / 'gsm.jsonl'} packed but not given" in notes[0], notes
+
+
+def test_the_same_file_changed_since_pack_is_said(tmp_path):
+    src = tmp_path / "a" / "x.jsonl"
+    src.parent.mkdir()
+    src.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 5]}\n')
+    base = ["--cache-dir", str(tmp_path / "cache")]
+    r = runner.invoke(app, ["pack", str(src), "-C", "64", "-o", str(tmp_path / "out"), "-q", *base])
+    assert r.exit_code == 0, r.output
+    src.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 6]}\n')
+    code, notes = _notes(tmp_path, tmp_path / "out", "--source", str(src))
+    assert code == 1 and len(notes) == 1
+    assert "the files x.jsonl are the ones pack read, but their content changed since" in notes[0], notes
