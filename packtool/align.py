@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, arg
-from packtool.integers import INT64_MAX, short
+from packtool.params import check_fields
 
 FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
 CONVENTIONS = ("packtool", "skyrl", "nemo-rl", "verl", "per-sequence")
@@ -150,11 +150,8 @@ class Alignment:
     usable: int = field(init=False)
 
     def __post_init__(self) -> None:
-        for name in ("tp", "cp"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_SLAB_TOKENS:
-                # a degree above the most a slab holds cannot split one; 10**19 is not an int64
-                raise AlignmentError(f"{arg(name)} must be a positive integer up to 2^31-1, got {short(v)}")
+        # numpy ints become int (a manifest records them as JSON); bools, floats, strs refused
+        check_fields(self, "tp", "cp", "sp", "capacity", "fixed_length", error=AlignmentError)
         if self.fp8 not in FP8_RECIPES:
             raise AlignmentError(f"{arg('fp8')} must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
         if self.convention not in CONVENTIONS:
@@ -163,7 +160,7 @@ class Alignment:
         # SP splits activations across the TP group: with tp=1 there is none, and megatron-core
         # turns it off ("Disabling sequence parallelism because tensor model parallelism is
         # disabled"); so does packtool, and `sp_note` says so to a user who asked for it.
-        sp = self.tp > 1 if self.sp is None else bool(self.sp) and self.tp > 1
+        sp = self.tp > 1 if self.sp is None else self.sp and self.tp > 1
         object.__setattr__(self, "sp", sp)
         s, t = _CONVENTION_FN[self.convention](int(self.tp), int(self.cp), self.tp_sp, self.fp8)
         assert t % s == 0, (s, t)  # the tail pad must keep every segment divisible by s
@@ -174,8 +171,6 @@ class Alignment:
     def _usable(self) -> int:
         if self.fixed_length is not None:
             L = self.fixed_length
-            if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or not 1 <= L <= INT64_MAX:
-                raise AlignmentError(f"{arg('fixed_length')} must be a positive integer up to 2^31-1, got {short(L)}")
             if L > MAX_SLAB_TOKENS:
                 raise AlignmentError(f"{arg('fixed_length', L)} is above {MAX_SLAB_TOKENS:,}, the most a "
                                      f"slab can hold (FORMAT.md: its offsets are int32)")
@@ -185,8 +180,6 @@ class Alignment:
                     f"({self.describe()}): use {arg('fixed_length', round_up(L, self.t))}")
             return L
         C = self.capacity
-        if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or not 1 <= C <= INT64_MAX:
-            raise AlignmentError(f"{arg('capacity')} must be a positive integer up to 2^31-1, got {short(C)}")
         if C > MAX_SLAB_TOKENS:
             raise AlignmentError(f"{arg('capacity', C)} is above {MAX_SLAB_TOKENS:,}, the most a slab "
                                  f"can hold (FORMAT.md: its offsets are int32): lower {arg('capacity')}")

@@ -34,7 +34,7 @@ from packtool.output.folder import (  # noqa: F401
     temp_dir,
 )
 from packtool.output.store import StoreCommit, claim_store, commit_to_store, staging_dir
-from packtool.params import expect
+from packtool.params import arguments, expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, first_too_long
 from packtool.planning.bounds import check_capacity
 from packtool.planning.core import plan as make_plan
@@ -75,6 +75,9 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
     `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list).
     `alignment`, `packing` and `tokenize` default as the CLI's flags do (pre-tokenized rows
     need no tokenizer)."""
+    output, overwrite, dry_run, cache_dir, progress, shard_tokens, workers, plan_shard_rows, split = arguments(
+        output=output, overwrite=overwrite, dry_run=dry_run, cache_dir=cache_dir, progress=progress,
+        shard_tokens=shard_tokens, workers=workers, plan_shard_rows=plan_shard_rows, split=split)
     alignment = Alignment() if alignment is None else alignment
     tokenize = expect(tokenize, TokenizeConfig, "pack", "tokenize", optional=True) or TokenizeConfig()
     _expect_plan_args("pack", alignment, packing)
@@ -161,6 +164,9 @@ def pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingConf
     not depend on it). The plan is made in shards of `plan_shard_rows` rows (default
     `PLAN_SHARD_ROWS`) spilled to disk; 0 plans every row at once in memory."""
     expect(cache, TokenizedCache, "pack_cache", "cache")
+    output, overwrite, dry_run, progress, shard_tokens, workers, plan_shard_rows = arguments(
+        output=output, overwrite=overwrite, dry_run=dry_run, progress=progress, shard_tokens=shard_tokens,
+        workers=workers, plan_shard_rows=plan_shard_rows)
     _expect_plan_args("pack_cache", alignment, packing)
     packing = packing or PackingConfig()
     with claim(output, overwrite, dry_run, cache_root=os.path.dirname(cache.path)) as out:

@@ -1,9 +1,105 @@
-"""Type checks of the library's config parameters (`packtool.pack(tokenize=...)` and the like):
-a wrong type is one PacktoolConfigError naming the parameter and the call that fixes it, not an
-AttributeError from deep inside a stage."""
+"""The library's arguments, checked at its face in one place (every public call and config
+dataclass asks here): a wrong type or a value out of range is one line naming the argument
+(errors.arg: the CLI's flag when the command line called) and what it takes, raised before
+any work, never a raw TypeError from a stage or a value accepted that does nothing sensible.
+numpy integers are integers (coerced to int, so manifests can record them); bools and floats
+are not; a path is a str or os.PathLike (not bytes, not a file descriptor)."""
 from __future__ import annotations
 
-from packtool.errors import PacktoolConfigError
+import os
+
+import numpy as np
+
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg
+from packtool.integers import INT32_MAX, INT64_MAX, int_value, short
+
+MAX_DEGREE = 2**31 - 1  # tp/cp: a degree above the most a slab holds cannot split one
+WORKERS_MAX = 4096  # threads or processes of one machine: more is a typo, not a machine
+
+# argument -> (least, most, optional): the one table of integer ranges, for the library and
+# for the CLI's flags that set the same arguments (the CLI calls the library, spelled as flags)
+RANGES = {
+    "tp": (1, MAX_DEGREE, False), "cp": (1, MAX_DEGREE, False),
+    "dp": (1, INT32_MAX, False), "seed": (0, INT64_MAX, False),  # a slab's dp_rank is an int32
+    "capacity": (1, INT64_MAX, False), "fixed_length": (1, INT64_MAX, True),  # align.py: slab bound
+    "shard_tokens": (1, INT64_MAX, False), "workers": (1, WORKERS_MAX, True),
+    "plan_shard_rows": (0, INT64_MAX, True), "max_problems": (0, INT64_MAX, False),
+    "batch_rows": (1, INT32_MAX, False), "batch_size": (1, INT32_MAX, False),
+}
+PATHS = {"directory": False, "output": True, "cache_dir": True, "source_dir": True, "path": True,
+         "tokenizer": True, "chat_template": True}
+SWITCHES = {"overwrite": False, "dry_run": False, "progress": False, "compare": False, "what_if": False,
+            "sp": True, "add_bos": True, "add_eos": True}
+TEXTS = {"split", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
+         "eos_token", "pad_token", "prompt_separator"}  # choices (shape, fp8, ...): their own classes
+NAMES = {"side_columns", "support_columns", "source_files"}
+
+
+def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> int | None:
+    least, most, optional = RANGES[name]
+    return int_value(name, value, least, most, optional, error=error)
+
+
+def path(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> str | None:
+    """A path as str (os.fspath of a PathLike); None where the argument is optional."""
+    if value is None and PATHS[name]:
+        return None
+    p = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if isinstance(p, str) and p:
+        return p
+    none = " or None" if PATHS[name] else ""
+    raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")
+
+
+def switch(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> bool | None:
+    if value is None and SWITCHES[name]:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    none = ", or None for the default" if SWITCHES[name] else ""
+    raise error(f"{arg(name)} must be True or False{none}, got {_got(value)}")
+
+
+def text(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise error(f"{arg(name)} must be a str or None, got {_got(value)}")
+
+
+def names(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> tuple[str, ...] | None:
+    """Column (or file) names: a comma-separated str or a list or tuple of str (None kept)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(x for x in value.split(",") if x.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+        return tuple(value)
+    raise error(f"{arg(name)} must be a list of str (or one comma-separated str), got {_got(value)}")
+
+
+def checked(name: str, value, error: type[PacktoolError] = PacktoolInputError):
+    """`value` of library argument `name`, checked and normalized by the rule its name has."""
+    for table, rule in ((RANGES, count), (PATHS, path), (SWITCHES, switch), (TEXTS, text), (NAMES, names)):
+        if name in table:
+            return rule(name, value, error)
+    raise KeyError(name)  # a bug: every argument checked here has a rule
+
+
+def arguments(**values) -> list:
+    """The values checked, in the order given: `a, b = arguments(a=a, b=b)`."""
+    return [checked(k, v) for k, v in values.items()]
+
+
+def check_fields(obj, *fields: str, error: type[PacktoolError] = PacktoolInputError) -> None:
+    """A frozen config dataclass's `fields`, checked and normalized in place (numpy ints to int,
+    PathLike to str) so that what it records in a manifest is plain JSON."""
+    for f in fields:
+        object.__setattr__(obj, f, checked(f, getattr(obj, f), error))
+
+
+def _got(value) -> str:
+    return "None" if value is None else f"{type(value).__name__} {short(value)}"
+
 
 # parameter type name -> how a caller builds one (the fix the message names)
 _HOW = {"Alignment": "packtool.Alignment(capacity=8192, tp=..., cp=...)",
@@ -29,4 +125,5 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["expect"]
+__all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "names",
+           "path", "switch", "text"]

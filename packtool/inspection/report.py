@@ -18,7 +18,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.integers import int_array
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
-from packtool.params import expect
+from packtool.params import arguments, expect
 from packtool.packers import ATTN_COEF
 from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, SequenceError
 from packtool.planning.core import plan as make_plan
@@ -140,6 +140,7 @@ def inspect_lengths(lengths, alignment: Alignment | None = None, packing: Packin
     """`path`: the lengths file, named in the report (None: lengths given in memory)."""
     import time
     t0 = time.perf_counter()
+    compare, what_if, path = arguments(compare=compare, what_if=what_if, path=path)
     alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
     expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
     lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # before an int64 cast truncates a float
@@ -232,6 +233,8 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_output
     from packtool.slabs.format import SlabManifest
     t0 = time.perf_counter()
+    directory, compare, what_if, progress = arguments(directory=directory, compare=compare, what_if=what_if,
+                                                      progress=progress)
     sm = SlabManifest.read(directory)
     check_output(sm)  # what every consumer checks at open; the checksums below, shard by shard
     man, align, packing = sm.raw, sm.alignment, sm.packing

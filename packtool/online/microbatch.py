@@ -24,6 +24,7 @@ import numpy as np
 from packtool.align import Alignment
 from packtool.online import _kernels as K
 from packtool.integers import INT32_MAX
+from packtool.params import expect
 from packtool.online.step import OnlinePackError, StepPacker, as_lengths, check_int
 
 
@@ -68,6 +69,7 @@ def micro_batches(seg_lens, alignment: Alignment, budget: int, row_offsets=None,
     alignment: the training run's Alignment (s, t); its capacity is not used.
     order: "keep" (consecutive greedy), "least-loaded", "ffd" or a packtool packer.
     pad_to: append empty micro-batches up to this count (the max over DP ranks)."""
+    expect(alignment, Alignment, "micro_batches", "alignment")
     lens = as_lengths(seg_lens, "seg_lens", "one length per segment")
     if row_offsets is not None:
         row_offsets = as_lengths(row_offsets, "row_offsets", "the rows' CSR offsets into seg_lens")

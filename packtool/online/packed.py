@@ -28,6 +28,7 @@ from packtool.layout import (
 )
 from packtool.errors import one_line
 from packtool.integers import INT32_MAX
+from packtool.params import expect
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
@@ -125,6 +126,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
                  device: Any = None) -> PackedTensors:
     """The tensors of one packed micro-batch of the given sequences, in order, for CP rank
     cp_rank (arguments as `online.thd.thd_batch`)."""
+    expect(alignment, Alignment, "pack_tensors", "alignment")
     _integer_ids(input_ids, lengths)
     ids, lens = _flat(input_ids, lengths, "input_ids")
     ids = ids.reshape(-1)

@@ -33,8 +33,9 @@ from typing import Optional
 
 from packtool.align import Alignment
 from packtool.errors import spelled_as
-from packtool.integers import INT32_MAX
-from packtool.online.step import StepBins, StepPacker, as_lengths, check_int
+from packtool.integers import INT32_MAX, short
+from packtool.online.step import OnlinePackError, StepBins, StepPacker, as_lengths, check_int
+from packtool.params import expect
 
 
 class PackingStrategy(enum.Enum):
@@ -71,11 +72,12 @@ class SeqPacker:
         bin_capacity = check_int("bin_capacity", bin_capacity, 1, maximum=INT32_MAX)  # a slab's offsets are int32
         min_bin_count = check_int("min_bin_count", min_bin_count, 0, optional=True)
         bin_count_multiple = check_int("bin_count_multiple", bin_count_multiple, 1, optional=True)
+        expect(alignment, Alignment, type(self).__name__, "alignment", optional=True)
         if alignment is None:
             with spelled_as({"capacity": "bin_capacity"}):  # the Alignment's checks, in this call's words
                 alignment = _alignment(tp, cp, sp, fp8, bin_capacity, convention)
         elif alignment.capacity != bin_capacity or alignment.fixed_length is not None:
-            raise ValueError(f"alignment capacity {alignment.capacity} (fixed_length "
+            raise OnlinePackError(f"alignment capacity {alignment.capacity} (fixed_length "
                              f"{alignment.fixed_length}) must equal bin_capacity "
                              f"{bin_capacity} with no fixed length: build the Alignment with "
                              f"capacity={bin_capacity}")
@@ -121,14 +123,12 @@ def make_seq_packer(algorithm: PackingStrategy | str, bin_capacity: int,
     """SkyRL's factory; extra keyword arguments (alignment, tp, cp, sp, fp8, convention,
     moves) go to `SeqPacker`."""
     if isinstance(algorithm, str):
-        try:
-            algorithm = PackingStrategy[algorithm.upper()]
-        except KeyError:
-            available = ", ".join(a.name for a in PackingStrategy)
-            raise ValueError(f"Unknown packing algorithm: {algorithm}. Available: {available}")
-    if algorithm not in _PACKERS:
-        available = ", ".join(a.name for a in PackingStrategy)
-        raise ValueError(f"Unknown packing algorithm: {algorithm}. Available: {available}")
+        algorithm = PackingStrategy.__members__.get(algorithm.upper(), algorithm)
+    if not isinstance(algorithm, PackingStrategy) or algorithm not in _PACKERS:  # SkyRL's names: online.ALGORITHMS are pack_step's packers
+        names = ", ".join(repr(a.value) for a in PackingStrategy)
+        raise OnlinePackError(f"Unknown packing algorithm: {short(algorithm)}: algorithm must be a PackingStrategy "
+                              f"or one of {names} (SkyRL's names, its message kept; packtool.online.ALGORITHMS "
+                              f"are pack_step's)")
     return _PACKERS[algorithm](bin_capacity=bin_capacity, min_bin_count=min_bin_count,
                                bin_count_multiple=bin_count_multiple, **alignment)
 

@@ -21,6 +21,7 @@ import numpy as np
 from packtool.align import Alignment
 from packtool.errors import PacktoolInputError
 from packtool.integers import INT32_MAX, INT64_MAX, int_array, int_value, short
+from packtool.params import expect
 from packtool.online import _kernels as K
 from packtool.packers import ALGORITHMS as _PACKER_ALGORITHMS
 from packtool.packers import pack_items
@@ -187,6 +188,7 @@ class StepPacker:
                  moves: str = "balance", oversize: str | None = None,
                  attn_coef: float = ATTN_COEF, ties: str = "ascending"):
         capacity = check_int("capacity", capacity, 1, optional=True, maximum=INT32_MAX)  # a slab's offsets are int32
+        expect(alignment, Alignment, "StepPacker", "alignment", optional=True)
         if alignment is None:
             alignment = Alignment(capacity=capacity if capacity is not None else 8192)
         elif capacity is not None and capacity != alignment.capacity:

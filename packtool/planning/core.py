@@ -14,11 +14,11 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError, arg
-from packtool.integers import INT32_MAX, int_array, short
+from packtool.integers import int_array
 from packtool.layout import Layout, compute_layout
 from packtool import packers
 from packtool.packers import ALGORITHMS
-from packtool.params import expect
+from packtool.params import check_fields, expect
 from packtool.progress import compile_seconds, kernel_seconds
 
 OVERFLOW_POLICIES = ("error", "singleton", "truncate", "split")
@@ -59,11 +59,7 @@ class PackingConfig:
         if pol not in OVERFLOW_POLICIES:
             raise PlanError(f"{arg('overflow')} must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
         object.__setattr__(self, "overflow", pol)
-        if not _is_int(self.dp) or not 1 <= self.dp <= INT32_MAX:  # a slab's dp_rank is an int32
-            raise PlanError(f"{arg('dp')} must be an integer from 1 to 2^31-1, got {short(self.dp)}")
-        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
-            raise PlanError(f"{arg('seed')} must be an integer from 0 to 2^63-1 (it seeds numpy's "
-                            f"generator), got {short(self.seed)}")
+        check_fields(self, "dp", "seed", error=PlanError)  # numpy ints become int (JSON in a manifest)
 
 
 def too_long_fix() -> str:
@@ -95,10 +91,6 @@ class FirstTooLong:
 def first_too_long(align: Alignment, packing: PackingConfig | None, **kw) -> FirstTooLong | None:
     """The early refusal when the policy is `error` (None otherwise)."""
     return FirstTooLong(align, **kw) if (packing or PackingConfig()).overflow == "error" else None
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def config_dict(a: Alignment, pk: PackingConfig) -> dict:

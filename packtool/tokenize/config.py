@@ -37,6 +37,10 @@ class TokenizeConfig:
     support_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from packtool.params import check_fields  # PathLike to str, numpy ints to int: JSON in the cache key
+        check_fields(self, "tokenizer", "chat_template", "prompt_field", "response_field", "text_field",
+                     "add_bos", "add_eos", "bos_token", "eos_token", "pad_token", "prompt_separator",
+                     "batch_size", "side_columns", "support_columns")
         if self.shape not in SHAPES:
             raise PacktoolInputError(f"{arg('shape')} must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag=cli_flag("shape"))
         if self.on_empty not in ("error", "skip"):

@@ -70,9 +70,13 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths), when given, let a
     fingerprint mismatch name what differs from the manifest's record. A `directory` that is
     not there or is a file raises NotAnOutputError; everything found in a folder is reported."""
-    from packtool.params import expect
+    from packtool.params import arguments, expect
     from packtool.tokenize.config import TokenizeConfig
     expect(source_tokenize, TokenizeConfig, "verify", "source_tokenize", optional=True)
+    directory, source_dir, workers, max_problems, batch_rows, source_fingerprint, progress, source_files = arguments(
+        directory=directory, source_dir=source_dir, workers=workers, max_problems=max_problems,
+        batch_rows=batch_rows, source_fingerprint=source_fingerprint, progress=progress,
+        source_files=source_files)
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
