@@ -24,13 +24,13 @@ RANGES = {
     "capacity": (1, INT64_MAX, False), "fixed_length": (1, INT64_MAX, True),  # align.py: slab bound
     "shard_tokens": (1, INT64_MAX, False), "workers": (1, WORKERS_MAX, True),
     "plan_shard_rows": (0, INT64_MAX, True), "max_problems": (0, INT64_MAX, False),
-    "batch_rows": (1, INT32_MAX, False), "batch_size": (1, INT32_MAX, False),
+    "batch_rows": (1, INT32_MAX, False), "batch_size": (1, INT32_MAX, False), "num_cpus": (1, INT32_MAX, True),
 }
 PATHS = {"directory": False, "output": True, "cache_dir": True, "source_dir": True, "path": True,
          "tokenizer": True, "chat_template": True}
 SWITCHES = {"overwrite": False, "dry_run": False, "progress": False, "compare": False, "what_if": False,
             "sp": True, "add_bos": True, "add_eos": True}
-TEXTS = {"split", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
+TEXTS = {"split", "ray_address", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
          "eos_token", "pad_token", "prompt_separator"}  # choices (shape, fp8, ...): their own classes
 NAMES = {"side_columns", "support_columns", "source_files"}
 

@@ -79,7 +79,8 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "response_field": "--response-field", "text_field": "--text-field", "add_eos": "--eos",
            "on_empty": "--on-empty", "side_columns": "--side-columns", "support_columns": "--support-columns",
            "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
-           "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log"}
+           "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
+           "shard_tokens": "--shard-tokens", "max_problems": "--max-problems"}  # their ranges: params.RANGES
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
@@ -235,20 +236,16 @@ def pack(
                              prompt_separator=_unescape(prompt_separator),
                              side_columns=_csv(side_columns, "--side-columns"),
                              support_columns=_csv(support_columns, "--support-columns"))
-        if workers is not None and workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {workers} (leave it out for one per core)")
         if engine not in ("local", "ray"):
             raise ValueError(f"--engine must be local or ray, got {engine!r}")
-        if plan_shard_rows is not None and plan_shard_rows < 0:
-            raise ValueError(f"--plan-shard-rows must be >= 0 (0: one global plan), got {plan_shard_rows}")
         if engine == "ray":
             from packtool.engines import pack_ray as run_pack
+            from packtool.params import checked
+            checked("workers", workers)  # pack_ray has no workers= (its writers are Ray tasks)
             kw = dict(ray_address=ray_address, plan_shard_rows=plan_shard_rows)
         else:
             from packtool.packing import pack as run_pack
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
-        if shard_tokens < 1:
-            raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
         check_input_specs(inputs, split or config)
         check_shape_flags(shape, prompt_field, response_field, text_field)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):

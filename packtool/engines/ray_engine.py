@@ -36,6 +36,7 @@ from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
+from packtool.params import arguments
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.storage import is_uri, locate
@@ -162,6 +163,9 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
     `plan_sharded.ShardedPlan` (its `stats` give the extra bins). None: the local engine's
     default (`plan_spill.PLAN_SHARD_ROWS`), so both engines plan, and write, the same bytes;
     0 plans globally on the driver."""
+    output, overwrite, dry_run, cache_dir, progress, shard_tokens, ray_address, num_cpus, plan_shard_rows = arguments(
+        output=output, overwrite=overwrite, dry_run=dry_run, cache_dir=cache_dir, progress=progress,
+        shard_tokens=shard_tokens, ray_address=ray_address, num_cpus=num_cpus, plan_shard_rows=plan_shard_rows)
     alignment, packing, tokenize = alignment or Alignment(), packing or PackingConfig(), tokenize or TokenizeConfig()
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks

@@ -175,7 +175,7 @@ def test_cli_engine_ray(tmp_path):
     assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--plan-shard-rows", "-1"])
-    assert bad.exit_code == 2 and "--plan-shard-rows must be >= 0" in bad.output
+    assert bad.exit_code == 2 and "--plan-shard-rows must be a nonnegative integer" in bad.output
 
 
 def test_json_arrays_and_parquet_pieces_match_local(tmp_path, monkeypatch):

@@ -120,3 +120,23 @@ def test_a_missing_output_raises_an_existing_damaged_one_reports(tmp_path, packe
         packtool.verify(str(tmp_path / "nonexistent"))
     (tmp_path / "empty").mkdir()
     assert packtool.verify(str(tmp_path / "empty")).ok is False
+
+
+# the CLI's flags for the same arguments: one range table (params.RANGES), checked by the library
+FLAGS = [("pack", "--shard-tokens", "0"), ("pack", "--shard-tokens", str(10**30)), ("pack", "--workers", "0"),
+         ("pack", "--workers", str(10**9)), ("pack", "--plan-shard-rows", "-1"),
+         ("verify", "--workers", "0"), ("verify", "--max-problems", "-1")]
+
+
+@pytest.mark.parametrize("command,flag,value", FLAGS)
+def test_the_cli_flags_take_the_library_ranges(tmp_path, packed, command, flag, value):
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    args = ([GSM8K, "--tokenizer", GPT2, "--prompt-field", "question", "--response-field", "answer",
+             "-C", "1024", "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
+            if command == "pack" else [packed])
+    res = CliRunner().invoke(app, [command, *args, flag, value])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], res.output
+    assert os.listdir(tmp_path) == []
