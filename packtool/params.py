@@ -40,14 +40,17 @@ def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> 
     return int_value(name, value, least, most, optional, error=error)
 
 
-def path(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> str | None:
-    """A path as str (os.fspath of a PathLike); None where the argument is optional."""
-    if value is None and PATHS[name]:
+def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
+         optional: bool | None = None) -> str | None:
+    """A path as str (os.fspath of a PathLike); None where the argument is optional (PATHS,
+    unless `optional` says)."""
+    optional = PATHS[name] if optional is None else optional
+    if value is None and optional:
         return None
     p = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if isinstance(p, str) and p:
         return p
-    none = " or None" if PATHS[name] else ""
+    none = " or None" if optional else ""
     raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")
 
 

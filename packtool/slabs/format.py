@@ -416,6 +416,8 @@ class SlabManifest:
 
     @classmethod
     def read(cls, path: str) -> "SlabManifest":
+        from packtool.params import path as checked_path
+        path = checked_path("path", path, optional=False)  # None, bytes: one line, not os.stat's TypeError
         m = read_manifest(path)
         where = manifest_file(path) or join(path, MANIFEST)
         align, packing = manifest_config(m, where)

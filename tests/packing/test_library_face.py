@@ -59,6 +59,7 @@ CASES = {
     "verify max_problems -1": (lambda d, o: packtool.verify(o, max_problems=-1), "max_problems"),
     "verify progress 'yes'": (lambda d, o: packtool.verify(o, progress="yes"), "progress"),
     "inspect None": (lambda d, o: packtool.inspect(None), "directory"),
+    "SlabManifest.read None": (lambda d, o: packtool.SlabManifest.read(None), "path"),
     "inspect bytes": (lambda d, o: packtool.inspect(os.fsencode(o)), "directory"),
     "inspect compare 'x'": (lambda d, o: packtool.inspect(o, compare="x"), "compare"),
     "inspect_lengths what_if 2": (lambda d, o: packtool.inspect_lengths([5, 6], A, what_if=2), "what_if"),
