@@ -225,7 +225,7 @@ CASES = [
      ["0 loss tokens", "--overflow split", "raise --max-tokens"]),
     ("fixed-length-over-C", _gsm("-C", "512", "--fixed-length", "1024"),
      ["--fixed-length 1024", "--max-tokens 512", "-C 1024"]),
-    ("workers-0", _gsm("--workers", "0"), ["--workers", ">= 1"]),
+    ("workers-0", _gsm("--workers", "0"), ["--workers", "positive integer"]),
 ]
 
 
