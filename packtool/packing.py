@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolCacheError, PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolCacheError, arg, cli_flag
 from packtool.output.folder import (  # noqa: F401
     OutputExistsError,
     Terminated,
@@ -178,9 +178,7 @@ def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingCon
                 output: str | None, dry_run: bool, progress: bool, shard_tokens: int,
                 tokenize_seconds: float, workers: int | None,
                 plan_shard_rows: int | None) -> PackResult:
-    shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else int(plan_shard_rows)
-    if shard_rows < 0:
-        raise PacktoolInputError(f"{arg('plan_shard_rows')} must be >= 0 (0: one global plan), got {shard_rows}")
+    shard_rows = PLAN_SHARD_ROWS if plan_shard_rows is None else plan_shard_rows  # checked by pack_cache
     if shard_rows and cache.num_rows:
         return _pack_spilled(cache, alignment, packing, output, dry_run, progress, shard_tokens,
                              tokenize_seconds, workers, shard_rows)

@@ -45,13 +45,8 @@ class TokenizeConfig:
             raise PacktoolInputError(f"{arg('shape')} must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag=cli_flag("shape"))
         if self.on_empty not in ("error", "skip"):
             raise PacktoolInputError(f"{arg('on_empty')} must be error or skip, got {self.on_empty!r}", flag=cli_flag("on_empty"))
-        if self.batch_size < 1:
-            raise PacktoolInputError("batch_size must be >= 1", flag=cli_flag("batch_size"))
-        for name in ("side_columns", "support_columns"):
-            v = getattr(self, name)
-            if isinstance(v, str):
-                v = tuple(x for x in v.split(",") if x.strip())
-            object.__setattr__(self, name, tuple(v or ()))
+        for name in ("side_columns", "support_columns"):  # check_fields made them tuples (or None)
+            object.__setattr__(self, name, getattr(self, name) or ())
         if self.side_columns or self.support_columns:
             from packtool.tokenize.side_values import parse_side_spec
             parse_side_spec(self.side_columns, self.support_columns)  # refused here, not mid-pack
