@@ -23,9 +23,9 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.online import _kernels as K
-from packtool.integers import INT32_MAX
+from packtool.integers import INT32_MAX, short
 from packtool.params import expect
-from packtool.online.step import OnlinePackError, StepPacker, as_lengths, check_int
+from packtool.online.step import ALGORITHMS, OnlinePackError, StepPacker, as_lengths, check_int
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,8 @@ def micro_batches(seg_lens, alignment: Alignment, budget: int, row_offsets=None,
     order: "keep" (consecutive greedy), "least-loaded", "ffd" or a packtool packer.
     pad_to: append empty micro-batches up to this count (the max over DP ranks)."""
     expect(alignment, Alignment, "micro_batches", "alignment")
+    if not isinstance(order, str) or order not in ("keep", *ALGORITHMS):  # StepPacker's says `algorithm`
+        raise OnlinePackError(f"order must be one of keep, {', '.join(ALGORITHMS)}, got {short(order)}")
     lens = as_lengths(seg_lens, "seg_lens", "one length per segment")
     if row_offsets is not None:
         row_offsets = as_lengths(row_offsets, "row_offsets", "the rows' CSR offsets into seg_lens")

@@ -82,6 +82,8 @@ CASES = {
     "TokenizeConfig add_eos 'no'": (lambda d, o: packtool.TokenizeConfig(add_eos="no"), "add_eos"),
     "TokenizeConfig batch_size 'a'": (lambda d, o: packtool.TokenizeConfig(batch_size="a"), "batch_size"),
     "online micro_batches alignment None": (lambda d, o: online.micro_batches([5, 6], None, 100), "alignment"),
+    "online micro_batches order []": (lambda d, o: online.micro_batches([5, 6], A, 100, order=[]), "order"),
+    "online micro_batches order 'x'": (lambda d, o: online.micro_batches([5, 6], A, 100, order="x"), "order"),
     "online make_seq_packer 'ffd'": (lambda d, o: online.make_seq_packer("ffd", 1024), "algorithm"),
     "online make_seq_packer []": (lambda d, o: online.make_seq_packer([], 1024), "algorithm"),
     "online pack_step alignment 5": (lambda d, o: online.pack_step([5, 6], 5), "alignment"),
