@@ -18,6 +18,7 @@ import errno
 import functools
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -143,7 +144,31 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
         d = {"kind": kind, "type": None, "message": message, "path": None, "row": None, "flag": None,
              "exit_code": code}
         d.update(extra or {})
+        d["flag"] = d["flag"] or _named_flag(message)  # a ValueError, or an error built without flag=/path=
+        d["path"] = d["path"] or _named_path(message)
         print(json.dumps({"error": d}), flush=True)
+
+
+_FLAG = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
+_WHERE = re.compile(r"^(.+?)(?:, row \d+)?: ")
+
+
+def _named_flag(message: str) -> str | None:
+    """The first flag a message names (`--workers must be >= 1`, `... pass --overwrite`)."""
+    m = _FLAG.search(message)
+    return m.group(0) if m else None
+
+
+def _named_path(message: str) -> str | None:
+    """The file or folder a message starts with (`<path>[, row N]: ...`, the error contract's
+    form), when it reads as one: it exists, or it is one word with a folder or an extension."""
+    m = _WHERE.match(message)
+    cand = m.group(1) if m else ""
+    if not cand or cand.startswith("-"):
+        return None
+    if os.path.lexists(cand) or "://" in cand:
+        return cand
+    return cand if " " not in cand and ("/" in cand or re.search(r"\.\w{1,8}$", cand)) else None
 
 
 def report(e: BaseException, json_out: bool = False) -> int:
