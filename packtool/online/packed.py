@@ -119,6 +119,19 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
     return out
 
 
+def _one_sync(weight: torch.Tensor, lowest: torch.Tensor | None, ids: torch.Tensor) -> int:
+    """The loss-token count, and the lowest token id checked, in one host sync: a second
+    read of a GPU tensor per micro-batch would stall the trainer's stream once more."""
+    if lowest is None:
+        return int(weight.sum().item())
+    n, low = torch.stack([weight.sum(), lowest.to(weight.device, weight.dtype)]).tolist()
+    if low < 0:  # a negative id is an embedding row of its own, never a token
+        i = int(torch.argmin(ids))
+        raise OnlinePackError(f"input_ids holds {int(ids[i])} at flat position {i}: token ids are "
+                              f"nonnegative integers (pad with pad_id, mask with loss_mask)")
+    return int(n)
+
+
 def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
                  loss_mask: Sequence[torch.Tensor] | torch.Tensor | None = None, *,
                  side: dict | None = None, side_fill: dict | None = None, lengths=None,
@@ -130,10 +143,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     _integer_ids(input_ids, lengths)
     ids, lens = _flat(input_ids, lengths, "input_ids")
     ids = ids.reshape(-1)
-    if ids.numel() and int(ids.min()) < 0:  # an embedding row of its own, never a token
-        i = int(torch.argmin(ids))
-        raise OnlinePackError(f"input_ids holds {int(ids[i])} at flat position {i}: token ids are "
-                              f"nonnegative integers (pad with pad_id, mask with loss_mask)")
+    lowest = ids.min() if ids.numel() else None  # read in the micro-batch's one host sync, below
     device = ids.device if device is None else torch.device(device)
     if loss_mask is None:
         mask = torch.ones(ids.numel(), dtype=torch.float32, device=device)
@@ -164,7 +174,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     labels = labels * (weight != 0)
     seg = torch.as_tensor(segment_of_position(lay.seg_padded), device=device)
     seg_loss = torch.zeros(lay.seg_padded.size, dtype=torch.float32, device=device).index_add_(0, seg, weight)
-    n_loss = int(weight.sum().item())  # the full micro-batch's (all CP ranks); one sync
+    n_loss = _one_sync(weight, lowest, ids)  # the full micro-batch's loss tokens (all CP ranks)
     pos = torch.as_tensor(positions_in_segment(lay.seg_padded), device=device)
     stored, shifted = {}, {}
     for name, (v, fill) in cols.items():
