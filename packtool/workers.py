@@ -46,21 +46,24 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
 
 def submit_all(pool: ProcessPoolExecutor, fn, items) -> list:
     """`pool.submit(fn, item)` for each item (the pool launches its workers on the first ones),
-    with Ctrl-C held back until every worker launched is one the pool knows: raised inside a
-    launch, it left a started worker that no one stopped, which then failed to unpickle its
-    queue's lock (the parent gone) and printed a traceback."""
-    if threading.current_thread() is not threading.main_thread():  # no Ctrl-C comes here
+    with Ctrl-C and SIGTERM held back until every worker launched is one the pool knows: raised
+    inside a launch, it left a started worker that no one stopped, which then failed to unpickle
+    its queue's lock (the parent gone) and printed a traceback."""
+    if threading.current_thread() is not threading.main_thread():  # no signal is handled here
         return [pool.submit(fn, x) for x in items]
     got: list[int] = []
-    old = signal.signal(signal.SIGINT, lambda sig, frame: got.append(sig))
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.signal(s, lambda sig, frame: got.append(sig)) for s in sigs}
     try:
         return [pool.submit(fn, x) for x in items]
     finally:
-        signal.signal(signal.SIGINT, old)
-        if got and callable(old):
-            old(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
-        elif got and old == signal.SIG_DFL:
-            signal.raise_signal(signal.SIGINT)
+        for s in sigs:
+            signal.signal(s, old[s])
+        for s in dict.fromkeys(got):  # each held signal once, as it would have landed
+            if callable(old[s]):
+                old[s](s, None)  # SIGINT's default handler raises KeyboardInterrupt
+            elif old[s] == signal.SIG_DFL:
+                signal.raise_signal(s)
 
 
 def thread_pool(threads: int, name: str) -> ThreadPoolExecutor:

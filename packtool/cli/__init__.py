@@ -3,37 +3,68 @@
 `main` is the console script's entry: it loads the command line itself, so that a Ctrl-C
 while the CLI's modules load (rich, typer, a second or so on a cold disk) ends in the same
 one line as a Ctrl-C anywhere else, not in a KeyboardInterrupt traceback. A run that Ctrl-C
-ended leaves without the interpreter's teardown (`_leave`)."""
+ended leaves without the interpreter's teardown (`_leave`).
+
+SIGTERM (what batch schedulers and Kubernetes send) takes the same path from the first line
+on: its handler raises `Terminated`, a KeyboardInterrupt, so every place that unwinds a
+Ctrl-C (temporary files, created --cache-dir folders, worker pools, the committed result)
+unwinds it too; only the words and the status (143) differ."""
 import os
+import signal
 import sys
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, as SIGINT raises KeyboardInterrupt."""
+
+
+_TERMINATED: list[int] = []  # kept here too: typer turns a KeyboardInterrupt into a bare exit 130
+
+
+def _on_sigterm(signum, frame):
+    _TERMINATED.append(signum)
+    raise Terminated()
+
+
+_on_sigterm.packtool_unwinds = True  # the library's own SIGTERM handler keeps this one
+
+
+def stopped(e: BaseException | None) -> tuple[str, int]:
+    """How the run was stopped, as the error line says it, and the status: Ctrl-C or SIGTERM."""
+    if isinstance(e, Terminated) or _TERMINATED:
+        return "terminated (SIGTERM)", EXIT_TERMINATED
+    return "interrupted (Ctrl-C)", 130
 
 
 def main() -> None:
     json_out = "--json" in sys.argv[1:]
     try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
         from packtool.cli.app import main as run
         from packtool.cli.failure import interrupted, keep_committed
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted (Ctrl-C) while packtool was starting; nothing was "
-                         "read or written: re-run the command to start again\n")
+    except KeyboardInterrupt as e:
+        how, code = stopped(e)
+        msg = f"{how} while packtool was starting; nothing was read or written"
+        sys.stderr.write(f"error: {msg}: re-run the command to start again\n")
         if json_out:
-            sys.stdout.write('{"error": {"kind": "interrupted", "type": "KeyboardInterrupt", "message": '
-                             '"interrupted (Ctrl-C) while packtool was starting; nothing was read or written", '
-                             '"path": null, "row": null, "flag": null, "exit_code": 130}}\n')
-        _leave(130)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
+            sys.stdout.write('{"error": {"kind": "interrupted", "type": "%s", "message": "%s", "path": null, '
+                             '"row": null, "flag": null, "exit_code": %d}}\n' % (type(e).__name__, msg, code))
+        _leave(code)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
     keep_committed()  # this process ends with the command: a printed result stays the outcome
     try:
         run()
-    except KeyboardInterrupt:  # between typer's set-up and the command's own handling
-        _leave(interrupted(json_out))
+    except KeyboardInterrupt as e:  # between typer's set-up and the command's own handling
+        _leave(interrupted(json_out, e))
     except SystemExit as e:
-        if e.code != 130:  # failure.EXIT_INTERRUPTED: the command said so already
+        if e.code not in (130, EXIT_TERMINATED):  # the command said so already
             raise
-        _leave(130)
+        _leave(e.code)
 
 
 def _leave(code: int) -> None:
-    """End a Ctrl-C'd run now: the worker pools (`packtool.workers`: multiprocessing's atexit
+    """End a Ctrl-C'd (or SIGTERM'd) run now: the worker pools (`packtool.workers`: multiprocessing's atexit
     handler would join a pool's idle workers forever), atexit's handlers (temporary folders,
     Ray) and the streams' buffers, then the process, skipping Py_Finalize. Its last full garbage collection walks
     every object the interrupted work left (tokenizer, batches, numba, Arrow) while the

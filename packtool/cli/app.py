@@ -46,7 +46,7 @@ class _Commands(TyperGroup):
         finally:
             release()
         if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
-            interrupted(json_out)
+            code = interrupted(json_out)  # 143 when it was SIGTERM
         if not standalone_mode:
             return code
         sys.exit(code)

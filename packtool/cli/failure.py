@@ -9,6 +9,7 @@ rich markup), the same as a JSON object on stdout under `--json`, and the exit s
   130  interrupted (Ctrl-C): one line says so. Once a command's result is decided and being
        printed (`committed`), Ctrl-C no longer changes the outcome: the rest of the run ignores
        it, so a complete output that `--json` called a success is never reported as 130
+  143  terminated (SIGTERM, what batch schedulers send): the same path and line as Ctrl-C's
   141  stdout closed by its reader (`packtool ... | head`): nothing more is printed
 A traceback is printed only in debug mode.
 """
@@ -96,17 +97,19 @@ def making_source_copy() -> None:
 def committed() -> None:
     """The command's outcome is decided (its result or its error is about to be printed): from
     here to the process's end (printing, atexit handlers, the interpreter's teardown: 0.3-0.5 s)
-    Ctrl-C is ignored, so the exit status is the one the printed result stands for."""
+    Ctrl-C and SIGTERM are ignored, so the exit status is the one the printed result stands for."""
     if "sigint" in _STATE or threading.current_thread() is not threading.main_thread():
         return
     _STATE["sigint"] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _STATE["sigterm"] = signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def release() -> None:
-    """Give Ctrl-C back after a command line run in-process (a library or test caller goes on
-    living); the console script keeps ignoring it to its end (`keep_committed`)."""
+    """Give Ctrl-C and SIGTERM back after a command line run in-process (a library or test
+    caller goes on living); the console script keeps ignoring them to its end (`keep_committed`)."""
     if "sigint" in _STATE and not _STATE.get("process"):
         signal.signal(signal.SIGINT, _STATE.pop("sigint"))
+        signal.signal(signal.SIGTERM, _STATE.pop("sigterm"))
 
 
 def keep_committed() -> None:
@@ -222,39 +225,42 @@ def guarded(fn):
             if not _stdout_gone():
                 raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
             raise typer.Exit(reader_left()) from None
-        except KeyboardInterrupt:  # the bars are transient: without a line Ctrl-C ends in silence
-            raise typer.Exit(interrupted(bool(kwargs.get("json_out")))) from None
+        except KeyboardInterrupt as e:  # the bars are transient: without a line Ctrl-C ends in silence
+            raise typer.Exit(interrupted(bool(kwargs.get("json_out")), e)) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends
             raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
     return _with_debug_flag(wrapper, fn)
 
 
-def interrupted(json_out: bool = False) -> int:
-    """Say once that Ctrl-C stopped the run, and what it left: an output this process already
-    swapped into place is named as the new one, never as "left as it was"."""
+def interrupted(json_out: bool = False, e: BaseException | None = None) -> int:
+    """Say once that Ctrl-C or SIGTERM (`e`, the KeyboardInterrupt it raised) stopped the run,
+    and what it left: an output this process already swapped into place is named as the new
+    one, never as "left as it was". Returns the status (130, or 143 for SIGTERM)."""
+    from packtool.cli import stopped
+    how, code = stopped(e)
     if not _STATE.get("interrupted"):
         _STATE["interrupted"] = True
         from packtool.output.folder import swapped_outputs
         done = swapped_outputs()[_STATE.get("swapped_before", 0):]  # by this command line only
         cmd = _STATE.get("command")
         if done:
-            msg = (f"interrupted (Ctrl-C) after the new output {done[-1]} was complete and in place "
+            msg = (f"{how} after the new output {done[-1]} was complete and in place "
                    f"(any previous output there is replaced); check it with `packtool verify {done[-1]}`")
         elif cmd == "verify":  # it reads the output and writes nothing there
             copy = (", and the temporary copy of the tokenized --source it was making or comparing with "
                     "is removed") if _STATE.get("source_copy") else ""
-            msg = f"interrupted (Ctrl-C) before verify finished: nothing was written{copy}; re-run it to check the output"
+            msg = f"{how} before verify finished: nothing was written{copy}; re-run it to check the output"
         elif cmd in ("plan", "inspect"):  # -o / --html are written to a temporary, then renamed
-            msg = (f"interrupted (Ctrl-C) before {cmd} finished: nothing was written (a file it writes "
+            msg = (f"{how} before {cmd} finished: nothing was written (a file it writes "
                    f"appears whole or not at all); re-run the command to start again")
         elif cmd == "train":
-            msg = ("interrupted (Ctrl-C) before train finished: checkpoints already saved in --save are "
+            msg = (f"{how} before train finished: checkpoints already saved in --save are "
                    "kept; resume with --load, or re-run the command to start again")
         else:  # pack, or a command line stopped before its subcommand was known
-            msg = ("interrupted (Ctrl-C); packtool removed its temporary files and left any previous "
+            msg = (f"{how}; packtool removed its temporary files and left any previous "
                    "output as it was: re-run the command to start again")
-        print_error(msg, "interrupted", EXIT_INTERRUPTED, json_out=json_out)
-    return EXIT_INTERRUPTED
+        print_error(msg, "interrupted", code, json_out=json_out, extra={"type": type(e).__name__ if e else None})
+    return code
 
 
 def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> int:

@@ -63,6 +63,8 @@ def _own_sigterm():
     except SystemExit as e:  # Ray's handler, while ray.init ran: packtool's own ending instead
         if e.code != signal.SIGTERM or type(e) is not SystemExit:
             raise
+        if getattr(prev, "packtool_unwinds", False):  # the console script's: its own unwinding
+            prev(signal.SIGTERM, None)
         raise Terminated() from None
     finally:
         if main and prev is not None:

@@ -179,6 +179,9 @@ def _sigterm_unwinds() -> Iterator[None]:
     def on_term(signum, frame):
         raise Terminated()
 
+    if getattr(signal.getsignal(signal.SIGTERM), "packtool_unwinds", False):
+        yield  # the console script's: SIGTERM unwinds as its Ctrl-C does, one line, exit 143
+        return
     try:
         prev = signal.signal(signal.SIGTERM, on_term)
     except ValueError:  # not the main interpreter

@@ -116,16 +116,21 @@ def previous(tmp_path_factory):
     return root, out
 
 
-class TestCtrlC:
-    """SIGINT in each phase: exit 130, one `error:` line that tells the truth about the
-    output (left as it was before the swap; named as the new one after it), no traceback."""
+# Ctrl-C, and SIGTERM (batch schedulers, Kubernetes) on the same path: (signal, status, words)
+STOPS = {"SIGINT": (2, 130, "interrupted (Ctrl-C)"), "SIGTERM": (15, 143, "terminated (SIGTERM)")}
 
+
+class TestCtrlC:
+    """SIGINT or SIGTERM in each phase: exit 130 or 143, one `error:` line that tells the truth
+    about the output (left as it was before the swap; named as the new one after it), no traceback."""
+
+    @pytest.mark.parametrize("stop", list(STOPS))
     @pytest.mark.parametrize("stage,json_out", [("start-up", False), ("flags", True), ("tokenize", False),
                                                 ("write", True), ("after the swap", False),
                                                 ("after the swap", True)])
-    def test_one_true_line(self, previous, tmp_path, stage, json_out):
-        import signal
+    def test_one_true_line(self, previous, tmp_path, stage, json_out, stop):
         import time
+        sig, status, words = STOPS[stop]
         root, out = previous
         before = _tree(out)
         marker = tmp_path / "held"
@@ -137,12 +142,13 @@ class TestCtrlC:
         while not marker.exists():
             assert child.poll() is None, child.communicate()
             time.sleep(0.005)
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
         stdout, err = child.communicate(timeout=120)
         no_traceback(stdout + err)
-        assert child.returncode == 130, err
+        assert child.returncode == status, err
         lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-        assert len(lines) == 1 and "interrupted (Ctrl-C)" in lines[0], err
+        assert len(lines) == 1 and words in lines[0], err
+        assert "terminated (SIGTERM): " not in err.replace(lines[0], "")  # the library's own note: not twice
         if stage == "after the swap":
             assert "as it was" not in lines[0] and str(out) in lines[0], lines[0]
             manifest = json.loads(_tree(out)[".manifest.json"])
@@ -151,7 +157,32 @@ class TestCtrlC:
             assert "as it was" in lines[0] or "nothing was read or written" in lines[0], lines[0]
             assert _tree(out) == before
         if json_out:
-            assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == 130
+            assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == status
+        assert not [p for p in os.listdir(out.parent) if "packtool-tmp" in p or "packtool-spill" in p]
+
+    @pytest.mark.parametrize("stop", list(STOPS))
+    @pytest.mark.parametrize("command", ["plan", "inspect"])
+    @pytest.mark.parametrize("stage", ["start-up", "flags"])
+    def test_plan_and_inspect(self, tmp_path, command, stage, stop):
+        """plan and inspect (no workers, no output folder) stopped while they start: the one line."""
+        import time
+        sig, status, words = STOPS[stop]
+        lengths = tmp_path / "lengths.txt"
+        lengths.write_text("10\n20\n300\n")
+        marker = tmp_path / "held"
+        env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
+        child = subprocess.Popen([sys.executable, "-c", CHILD, command, "--lengths", str(lengths), "-C", "512",
+                                  "--json"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while not marker.exists():
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.005)
+        child.send_signal(sig)
+        stdout, err = child.communicate(timeout=120)
+        no_traceback(stdout + err)
+        assert child.returncode == status, err
+        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1 and words in lines[0], err
+        assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == status
 
     def test_while_the_cli_modules_load(self, monkeypatch, capsys):
         """The console script's own import of the command line, interrupted: it leaves as every
