@@ -120,6 +120,26 @@ def previous(tmp_path_factory):
 STOPS = {"SIGINT": (2, 130, "interrupted (Ctrl-C)"), "SIGTERM": (15, 143, "terminated (SIGTERM)")}
 
 
+def _stopped_while_held(args: list, env: dict, marker, stop: tuple) -> tuple[str, str, list[str]]:
+    """Run CHILD with `args`, send the signal once it holds at its stage (the marker exists):
+    the exit status, no traceback and one `error:` line with the signal's words; returns
+    (stdout, stderr, the error lines)."""
+    import time
+    sig, status, words = stop
+    child = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    while not marker.exists():
+        assert child.poll() is None, child.communicate()
+        time.sleep(0.005)
+    child.send_signal(sig)
+    stdout, err = child.communicate(timeout=120)
+    no_traceback(stdout + err)
+    assert child.returncode == status, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and words in lines[0], err
+    return stdout, err, lines
+
+
 class TestCtrlC:
     """SIGINT or SIGTERM in each phase: exit 130 or 143, one `error:` line that tells the truth
     about the output (left as it was before the swap; named as the new one after it), no traceback."""
@@ -129,25 +149,14 @@ class TestCtrlC:
                                                 ("write", True), ("after the swap", False),
                                                 ("after the swap", True)])
     def test_one_true_line(self, previous, tmp_path, stage, json_out, stop):
-        import time
-        sig, status, words = STOPS[stop]
+        status = STOPS[stop][1]
         root, out = previous
         before = _tree(out)
         marker = tmp_path / "held"
         args = ["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", str(tmp_path / "cache"), "-o", str(out),
                 "--overwrite", "--no-progress", "--seed", "7", *(["--json"] if json_out else [])]
         env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
-        child = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, text=True,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        while not marker.exists():
-            assert child.poll() is None, child.communicate()
-            time.sleep(0.005)
-        child.send_signal(sig)
-        stdout, err = child.communicate(timeout=120)
-        no_traceback(stdout + err)
-        assert child.returncode == status, err
-        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-        assert len(lines) == 1 and words in lines[0], err
+        stdout, err, lines = _stopped_while_held(args, env, marker, STOPS[stop])
         assert "terminated (SIGTERM): " not in err.replace(lines[0], "")  # the library's own note: not twice
         if stage == "after the swap":
             assert "as it was" not in lines[0] and str(out) in lines[0], lines[0]
@@ -165,23 +174,13 @@ class TestCtrlC:
     @pytest.mark.parametrize("stage", ["start-up", "flags"])
     def test_plan_and_inspect(self, tmp_path, command, stage, stop):
         """plan and inspect (no workers, no output folder) stopped while they start: the one line."""
-        import time
-        sig, status, words = STOPS[stop]
+        status = STOPS[stop][1]
         lengths = tmp_path / "lengths.txt"
         lengths.write_text("10\n20\n300\n")
         marker = tmp_path / "held"
         env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
-        child = subprocess.Popen([sys.executable, "-c", CHILD, command, "--lengths", str(lengths), "-C", "512",
-                                  "--json"], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        while not marker.exists():
-            assert child.poll() is None, child.communicate()
-            time.sleep(0.005)
-        child.send_signal(sig)
-        stdout, err = child.communicate(timeout=120)
-        no_traceback(stdout + err)
-        assert child.returncode == status, err
-        lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-        assert len(lines) == 1 and words in lines[0], err
+        stdout, err, lines = _stopped_while_held([command, "--lengths", str(lengths), "-C", "512", "--json"],
+                                                 env, marker, STOPS[stop])
         assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == status
 
     def test_while_the_cli_modules_load(self, monkeypatch, capsys):
