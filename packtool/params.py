@@ -118,14 +118,9 @@ def expect(value, cls: type, func: str, param: str, optional: bool = False):
     how = _HOW.get(name, f"a {name}")
     if isinstance(value, str) and name == "TokenizeConfig":
         how = f"packtool.TokenizeConfig(tokenizer={value!r})"
-    got = "nothing (None)" if value is None else f"{type(value).__name__} {_short(value)}"
+    got = "nothing (None)" if value is None else f"{type(value).__name__} {short(value)}"
     article = "an" if name[0] in "AEIOU" else "a"
     raise PacktoolConfigError(f"{func}({param}=...) takes {article} {name}, got {got}: pass {param}={how}")
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 __all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "names",
