@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from packtool.errors import PacktoolConfigError, arg
+from packtool.errors import PacktoolConfigError, arg, bad_choice
 from packtool.params import check_fields
 
 FP8_RECIPES = ("none", "tensorwise", "mxfp8", "blockwise")
@@ -153,10 +153,9 @@ class Alignment:
         # numpy ints become int (a manifest records them as JSON); bools, floats, strs refused
         check_fields(self, "tp", "cp", "sp", "capacity", "fixed_length", error=AlignmentError)
         if self.fp8 not in FP8_RECIPES:
-            raise AlignmentError(f"{arg('fp8')} must be one of {', '.join(FP8_RECIPES)}, got {self.fp8!r}")
+            raise bad_choice(AlignmentError, "fp8", self.fp8, FP8_RECIPES)
         if self.convention not in CONVENTIONS:
-            raise AlignmentError(
-                f"{arg('convention')} must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
+            raise bad_choice(AlignmentError, "convention", self.convention, CONVENTIONS)
         # SP splits activations across the TP group: with tp=1 there is none, and megatron-core
         # turns it off ("Disabling sequence parallelism because tensor model parallelism is
         # disabled"); so does packtool, and `sp_note` says so to a user who asked for it.

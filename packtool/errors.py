@@ -89,11 +89,20 @@ def spelled_as(names: dict[str, str]):
         _SPELLING.update(before)
 
 
+def bad_choice(cls: type, name: str, value: object, choices) -> "PacktoolError":
+    """A `cls` error for argument `name` given `value`, not one of `choices`. On the command line it
+    is a usage error (`usage`): the CLI adds the command's --help to it, as click's own do."""
+    e = cls(f"{arg(name)} must be one of {', '.join(map(str, choices))}, got {value!r}", flag=cli_flag(name))
+    e.usage = True
+    return e
+
+
 class PacktoolError(ValueError):
     """Base of every error packtool raises for a user to act on. The message is one line."""
 
     kind = "error"
     exit_code = EXIT_USAGE
+    usage = False  # a flag's value the command line could not take (bad_choice): a usage error there
 
     def __init__(self, message: str = "", *, path: str | None = None, row: int | None = None,
                  flag: str | None = None, details: dict | None = None) -> None:
@@ -152,5 +161,5 @@ class PacktoolOutputError(PacktoolError):
 
 
 __all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

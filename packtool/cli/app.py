@@ -11,15 +11,43 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
                                   making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
-from packtool.errors import PacktoolInputError, spelled_as
+from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice, spelled_as
 
 
-class _Commands(TyperGroup):
+class _ParsedHere:
+    """click raises some usage errors without the context that names the command (a flag missing
+    its value: `pack data.jsonl -C`), so they lacked the `--help` hint the others carry; and it
+    takes the next flag as a missing value (`-C --json`): both end as the one usage error here."""
+
+    def parse_args(self, ctx, args):
+        self._refuse_flag_as_value(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click_exceptions.UsageError as e:
+            e.ctx = e.ctx or ctx
+            raise
+
+    def _refuse_flag_as_value(self, ctx, args: list[str]) -> None:
+        opts = {o: p for p in self.get_params(ctx) if p.param_type_name == "option"
+                for o in (*p.opts, *p.secondary_opts)}
+        for i, a in enumerate(args[:-1]):
+            if a == "--":
+                return
+            p = opts.get(a)
+            if p is not None and not p.is_flag and not p.count and args[i + 1] in opts:
+                raise click_exceptions.BadOptionUsage(a, f"Option {a!r} requires an argument.", ctx=ctx)
+
+
+class _Command(_ParsedHere, TyperCommand):
+    pass
+
+
+class _Commands(_ParsedHere, TyperGroup):
     """Every way a command line can end goes through failure.py: a usage error (unknown flag,
     bad value) is the README's one `error:` line (a JSON object too under --json), not click's
     boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
@@ -80,7 +108,8 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "on_empty": "--on-empty", "side_columns": "--side-columns", "support_columns": "--support-columns",
            "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
            "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
-           "shard_tokens": "--shard-tokens", "max_problems": "--max-problems"}  # their ranges: params.RANGES
+           "shard_tokens": "--shard-tokens", "max_problems": "--max-problems", "device": "--device",
+           "lm_head": "--lm-head"}  # their ranges: params.RANGES
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
@@ -137,7 +166,7 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
     return a
 
 
-@app.command()
+@app.command(cls=_Command)
 @guarded
 def plan(
     lengths: Annotated[str, typer.Option("--lengths", help="File of integer lengths: Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt (one per line).")],
@@ -193,7 +222,7 @@ def _unescape(text: str | None) -> str | None:
     return None if text is None else text.replace("\\n", "\n").replace("\\t", "\t")
 
 
-@app.command()
+@app.command(cls=_Command)
 @guarded
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSON Lines [.gz/.zst/.bz2], JSON, Arrow, CSV/TSV, datasets folder).")],
@@ -237,7 +266,7 @@ def pack(
                              side_columns=_csv(side_columns, "--side-columns"),
                              support_columns=_csv(support_columns, "--support-columns"))
         if engine not in ("local", "ray"):
-            raise ValueError(f"--engine must be local or ray, got {engine!r}")
+            raise bad_choice(PacktoolConfigError, "engine", engine, ("local", "ray"))
         if engine == "ray":
             from packtool.engines import pack_ray as run_pack
             from packtool.params import checked
@@ -283,7 +312,7 @@ def pack(
                   markup=False, highlight=False, soft_wrap=True)  # the terminal wraps: commands paste whole
 
 
-@app.command()
+@app.command(cls=_Command)
 @guarded
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
@@ -363,7 +392,7 @@ def _verify_args(directory: str, source: list[str] | None, more: list[str] | Non
     return directory, [*source, *more]
 
 
-@app.command()
+@app.command(cls=_Command)
 @guarded
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (slabs-*.parquet + .manifest.json).")],
@@ -428,7 +457,7 @@ def _without_backend_notices(fn):
     return wrapper
 
 
-app.command("train")(guarded(_without_backend_notices(train_command)))
+app.command("train", cls=_Command)(guarded(_without_backend_notices(train_command)))
 
 
 def main() -> None:

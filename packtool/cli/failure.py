@@ -153,12 +153,13 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
 
 
 _FLAG = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
+_HINT = re.compile(r" \(see `[^`]*--help`\)")  # the usage hint names --help, not the flag at fault
 _WHERE = re.compile(r"^(.+?)(?:, row \d+)?: ")
 
 
 def _named_flag(message: str) -> str | None:
     """The first flag a message names (`--workers must be >= 1`, `... pass --overwrite`)."""
-    m = _FLAG.search(message)
+    m = _FLAG.search(_HINT.sub("", message))
     return m.group(0) if m else None
 
 
@@ -183,6 +184,9 @@ def report(e: BaseException, json_out: bool = False) -> int:
     if isinstance(e, PacktoolError):
         extra.update(e.to_dict()["error"])
         extra.pop("message", None)
+        if e.usage:  # a flag's value the command cannot take: a usage error, as click's are
+            message += _help_hint()
+            extra["kind"] = kind = "usage"
     print_error(message, kind, code, json_out=json_out, extra=extra)
     return code
 
@@ -263,13 +267,25 @@ def interrupted(json_out: bool = False, e: BaseException | None = None) -> int:
     return code
 
 
+def _help_hint(ctx=None) -> str:
+    """` (see `packtool pack --help`)`: where a usage error sends the user; the command running
+    now when `ctx` (click's context of the command that failed) is not given."""
+    if ctx is None:
+        try:
+            from typer._click.globals import get_current_context
+        except ImportError:  # older typer runs on click itself
+            from click import get_current_context
+        ctx = get_current_context(silent=True)
+    return f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+
+
 def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> int:
     """click's usage errors (unknown flag, bad value, missing argument) as the one `error:`
     line (and JSON object) every other failure gets, naming the command's --help."""
     msg = one_line(e.format_message())
     ctx = getattr(e, "ctx", None)
     if ctx is not None and isinstance(e, click_exceptions.UsageError):
-        msg += f" (see `{ctx.command_path} --help`)"
+        msg += _help_hint(ctx)
     code = e.exit_code if isinstance(e.exit_code, int) and e.exit_code else EXIT_USAGE
     committed()
     print_error(msg, "usage", code, json_out=json_out, extra={"type": type(e).__name__, "flag": _flag_of(e)})
@@ -280,9 +296,12 @@ def _flag_of(e: click_exceptions.ClickException) -> str | None:
     """The flag a usage error is about: an unknown option's name, or the option whose value
     was bad (its long spelling)."""
     name = getattr(e, "option_name", None)
-    if name:
-        return name
+    ctx = getattr(e, "ctx", None)
     param = getattr(e, "param", None)
+    if name and ctx is not None:  # `-C` missing its value: --json's flag is --max-tokens
+        param = next((p for p in ctx.command.params if name in getattr(p, "opts", ())), None)
+    if name and param is None:
+        return name
     opts = [o for o in getattr(param, "opts", []) if o.startswith("-")]
     return max(opts, key=len) if opts else None
 
@@ -291,7 +310,7 @@ def fail(e: BaseException | str, json_out: bool = False) -> None:
     """Stop the command here with `e` reported (a string is a usage error)."""
     committed()
     if isinstance(e, str):
-        print_error(one_line(e), "usage", EXIT_USAGE, json_out=json_out)
+        print_error(one_line(e) + _help_hint(), "usage", EXIT_USAGE, json_out=json_out)
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(report(e, json_out))
 

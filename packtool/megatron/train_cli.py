@@ -1,7 +1,7 @@
 """`packtool train DATA_DIR`: the typer command. Imports nothing heavy at import time.
 
 Register with:  from packtool.megatron.train_cli import train_command
-                app.command("train")(train_command)
+                app.command("train")(guarded(train_command))   # packtool.cli.failure: its errors' one line
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def _yaml_shape(path: str) -> dict:
 def _pick_device(device: str | None, err) -> str:
     """cuda when torch sees one, else cpu, in one line; an explicit --device is checked."""
     if device not in (None, "cpu", "cuda"):
-        raise ValueError(f"--device must be cpu or cuda, got {device!r}")
+        from packtool.errors import PacktoolConfigError, bad_choice
+        raise bad_choice(PacktoolConfigError, "device", device, ("cpu", "cuda"))
     if device == "cpu":
         return device
     import torch
@@ -107,44 +108,36 @@ def train_command(
     """
     from rich.console import Console
     err = Console(stderr=True)
-    try:
-        device = _pick_device(device, err)
-        if lm_head not in ("fused", "torch", "auto"):
-            raise ValueError(f"--lm-head must be fused, torch or auto, got {lm_head!r}")
-        if lm_head == "auto":  # the Triton head runs interpreted (slow) without a GPU
-            lm_head = "fused" if device == "cuda" else "torch"
-        from packtool.align import Alignment  # noqa: F401  (light: numpy only)
-        from packtool.megatron.compat import check_training_layout
-        from packtool.slabs.format import SlabManifest
-        if fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
-            from packtool.megatron.fp8 import check_recipe
-            check_recipe(fp8, device)
-        man = SlabManifest.read(data_dir)
-        check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
-        from packtool.megatron.loop import TrainConfig, train
-        from packtool.megatron.model import GPTShape, padded_vocab
-        shape = None
-        if not load:
-            kw = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
-            if config:
-                kw.update(_yaml_shape(config))
-            if kw.get("ffn") is None:
-                kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
-            kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
-            kw.setdefault("max_seq", max(8192, man.alignment.usable))
-            shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
-        cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
-                          warmup=warmup, micro_batch_tokens=micro_batch_tokens,
-                          grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
-                          log_every=log_every, json_log=json_log, load=load, save=save,
-                          save_every=save_every, overwrite=overwrite)
-        train(cfg)
-    except (ValueError, FileNotFoundError) as e:
-        from rich.markup import escape
-
-        from packtool.env import debug_on
-        if debug_on():  # `packtool train --debug` (or PACKTOOL_DEBUG=1): the traceback too
-            import traceback
-            traceback.print_exc()
-        err.print(f"[bold red]error:[/] {escape(' '.join(str(e).split()))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    # a failure ends in packtool.cli.failure.guarded, the wrapper every command is registered with
+    device = _pick_device(device, err)
+    if lm_head not in ("fused", "torch", "auto"):
+        from packtool.errors import PacktoolConfigError, bad_choice
+        raise bad_choice(PacktoolConfigError, "lm_head", lm_head, ("fused", "torch", "auto"))
+    if lm_head == "auto":  # the Triton head runs interpreted (slow) without a GPU
+        lm_head = "fused" if device == "cuda" else "torch"
+    from packtool.align import Alignment  # noqa: F401  (light: numpy only)
+    from packtool.megatron.compat import check_training_layout
+    from packtool.slabs.format import SlabManifest
+    if fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
+        from packtool.megatron.fp8 import check_recipe
+        check_recipe(fp8, device)
+    man = SlabManifest.read(data_dir)
+    check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
+    from packtool.megatron.loop import TrainConfig, train
+    from packtool.megatron.model import GPTShape, padded_vocab
+    shape = None
+    if not load:
+        kw = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+        if config:
+            kw.update(_yaml_shape(config))
+        if kw.get("ffn") is None:
+            kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
+        kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
+        kw.setdefault("max_seq", max(8192, man.alignment.usable))
+        shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
+    cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
+                      warmup=warmup, micro_batch_tokens=micro_batch_tokens,
+                      grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
+                      log_every=log_every, json_log=json_log, load=load, save=save,
+                      save_every=save_every, overwrite=overwrite)
+    train(cfg)

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolConfigError, arg
+from packtool.errors import PacktoolConfigError, arg, bad_choice
 from packtool.integers import int_array
 from packtool.layout import Layout, compute_layout
 from packtool import packers
@@ -54,10 +54,10 @@ class PackingConfig:
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            raise PlanError(f"{arg('algorithm')} must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}")
+            raise bad_choice(PlanError, "algorithm", self.algorithm, ALGORITHMS)
         pol = self.overflow or DEFAULT_OVERFLOW[self.algorithm]
         if pol not in OVERFLOW_POLICIES:
-            raise PlanError(f"{arg('overflow')} must be one of {', '.join(OVERFLOW_POLICIES)}, got {pol!r}")
+            raise bad_choice(PlanError, "overflow", pol, OVERFLOW_POLICIES)
         object.__setattr__(self, "overflow", pol)
         check_fields(self, "dp", "seed", error=PlanError)  # numpy ints become int (JSON in a manifest)
 

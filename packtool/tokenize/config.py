@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, arg, bad_choice, cli_flag
 
 SHAPES = ("auto", "tokens", "text", "chat", "sharegpt", "alpaca", "prompt_completion", "fields")
 
@@ -42,9 +42,9 @@ class TokenizeConfig:
                      "add_bos", "add_eos", "bos_token", "eos_token", "pad_token", "prompt_separator",
                      "batch_size", "side_columns", "support_columns")
         if self.shape not in SHAPES:
-            raise PacktoolInputError(f"{arg('shape')} must be one of {', '.join(SHAPES)}, got {self.shape!r}", flag=cli_flag("shape"))
+            raise bad_choice(PacktoolInputError, "shape", self.shape, SHAPES)
         if self.on_empty not in ("error", "skip"):
-            raise PacktoolInputError(f"{arg('on_empty')} must be error or skip, got {self.on_empty!r}", flag=cli_flag("on_empty"))
+            raise bad_choice(PacktoolInputError, "on_empty", self.on_empty, ("error", "skip"))
         for name in ("side_columns", "support_columns"):  # check_fields made them tuples (or None)
             object.__setattr__(self, name, getattr(self, name) or ())
         if self.side_columns or self.support_columns:

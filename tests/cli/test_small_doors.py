@@ -56,10 +56,11 @@ def test_verify_takes_several_files_after_source(proj, order):
 
 def test_verify_extra_arguments_without_source_are_one_line(proj):
     pack("a.jsonl", "-o", "out", "--no-progress")
-    r = runner.invoke(app, ["verify", "out", "stray"])
+    r = runner.invoke(app, ["verify", "out", "stray"], prog_name="packtool")
     assert r.exit_code == 2 and "Traceback" not in r.stdout + r.stderr
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
-        "error: unexpected extra argument(s) stray: give one output folder; inputs to compare go after --source"]
+        "error: unexpected extra argument(s) stray: give one output folder; inputs to compare go after --source"
+        " (see `packtool verify --help`)"]
 
 
 def test_library_split_on_a_dataset_folder(proj):

@@ -90,9 +90,10 @@ def test_training_md_snippet_passes_cp_size():
 
 @pytest.fixture
 def train_app():
+    from packtool.cli.failure import guarded
     from packtool.megatron.train_cli import train_command
     app = typer.Typer()
-    app.command("train")(train_command)
+    app.command("train")(guarded(train_command))
     app.command("noop")(lambda: None)
     return app
 

@@ -150,9 +150,10 @@ def test_train_cli_refuses_mxfp8_before_any_repack_advice(tmp_path):
     from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
     from typer.testing import CliRunner
 
+    from packtool.cli.failure import guarded
     from packtool.megatron.train_cli import train_command
     app = typer.Typer()
-    app.command("train")(train_command)
+    app.command("train")(guarded(train_command))
     app.command("noop")(lambda: None)
     align = Alignment(fp8="mxfp8", capacity=64)
     seqs = random_sequences(6, 3, 30, seed=1)

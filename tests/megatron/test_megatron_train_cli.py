@@ -13,10 +13,11 @@ from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa
 from typer.testing import CliRunner  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
+from packtool.cli.failure import guarded  # noqa: E402
 from packtool.megatron.train_cli import train_command  # noqa: E402
 
 app = typer.Typer()
-app.command("train")(train_command)
+app.command("train")(guarded(train_command))
 app.command("noop")(lambda: None)  # keep `train` a subcommand, as under packtool's app
 
 

@@ -325,9 +325,10 @@ class Refused(Exception):
 
 def _train(out, tmp):
     pytest.importorskip("megatron.core")
+    from packtool.cli.failure import guarded
     from packtool.megatron.train_cli import train_command
     app = typer.Typer()
-    app.command("train")(train_command)
+    app.command("train")(guarded(train_command))
     app.command("noop")(lambda: None)
     log = os.path.join(tmp, "train.jsonl")
     _cli(app, ["train", out, "--device", "cpu", "--steps", "1", "--layers", "1", "--hidden", "32", "--heads", "2",
