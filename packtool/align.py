@@ -174,9 +174,13 @@ class Alignment:
                 raise AlignmentError(f"{arg('fixed_length', L)} is above {MAX_SLAB_TOKENS:,}, the most a "
                                      f"slab can hold (FORMAT.md: its offsets are int32)")
             if L % self.t:
+                up, down = round_up(L, self.t), L - L % self.t
+                fix = (f"use {arg('fixed_length', up)}" if up <= self.capacity else  # -C must stay >= it
+                       f"use {arg('fixed_length', up)} with {arg('capacity', up)}" +
+                       (f", or {arg('fixed_length', down)}" if down else ""))
                 raise AlignmentError(
                     f"{arg('fixed_length', L)} is not a multiple of the packed multiple t={self.t} "
-                    f"({self.describe()}): use {arg('fixed_length', round_up(L, self.t))}")
+                    f"({self.describe()}): {fix}")
             return L
         C = self.capacity
         if C > MAX_SLAB_TOKENS:
@@ -188,6 +192,19 @@ class Alignment:
                 f"{arg('capacity', C)} is below the packed multiple t={self.t} ({self.describe()}): "
                 f"raise {arg('capacity')} to at least {self.t}")
         return U
+
+    @property
+    def usable_arg(self) -> str:
+        """The argument that sets the usable capacity U, the one a fix for "too long for the slab"
+        names: fixed_length when given (every slab is that long; a larger capacity alone changes
+        nothing), else capacity."""
+        return "capacity" if self.fixed_length is None else "fixed_length"
+
+    def raise_usable(self) -> str:
+        """How to give the slab more room, in the caller's words (errors.arg)."""
+        if self.fixed_length is None:
+            return f"raise {arg('capacity')}"
+        return f"raise {arg('fixed_length')} (with {arg('capacity')} at least as large)"
 
     @property
     def tp_sp(self) -> int:

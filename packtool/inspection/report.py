@@ -193,8 +193,9 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         b = int(over[0])
         raise InspectError(
             f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
-            f"C={alignment.capacity:,}: the plan was made with a larger {arg('capacity')}; pass the same "
-            f"{arg('capacity')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`", flag=cli_flag("capacity"))
+            f"C={alignment.capacity:,}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
+            f"{arg('capacity')}/{arg('fixed_length')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`",
+            flag=cli_flag(alignment.usable_arg))
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
     ovf = _overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))

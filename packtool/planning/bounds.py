@@ -45,13 +45,13 @@ def _gb(n: float) -> str:
 def check_capacity(a: Alignment, *, sharded: bool = False, writers: int = 0) -> None:
     """Refuse a capacity whose capacity-sized tables (the sharded planner's, `writers`
     shard-writer threads' slabs) need more than half the memory this machine has available."""
-    name = "fixed_length" if a.fixed_length is not None and a.fixed_length >= a.capacity else "capacity"
-    slab = max(a.capacity, a.fixed_length or 0)
+    name = a.usable_arg  # with --fixed-length every slab is that long: lowering -C alone changes nothing
+    slab = a.capacity if a.fixed_length is None else a.fixed_length
     need = max(PLAN_BYTES_PER_C * (a.usable + 1) if sharded else 0, WRITE_BYTES_PER_TOKEN * slab * writers)
     have = available_bytes()
     if have is None or need <= SHARE * have:
         return
-    what = (f"the sharded planner's tables (56 bytes per token of {arg('capacity')})" if sharded and
+    what = (f"the sharded planner's tables (56 bytes per token of {arg(name)})" if sharded and
             PLAN_BYTES_PER_C * (a.usable + 1) >= WRITE_BYTES_PER_TOKEN * slab * writers else
             f"{writers} shard writer(s) holding a slab each ({WRITE_BYTES_PER_TOKEN} bytes per token)")
     raise PacktoolConfigError(f"{arg(name, slab)}: needs about {_gb(need)} for {what}, over half the "
@@ -60,17 +60,18 @@ def check_capacity(a: Alignment, *, sharded: bool = False, writers: int = 0) -> 
                     + (f" or {arg('plan_shard_rows', 0)} (a global plan's tables grow with the rows)" if sharded else ""))
 
 
-def check_split(n_segments: int, capacity: int, longest: int) -> None:
+def check_split(n_segments: int, a, longest: int) -> None:
     """Refuse a split whose chunks (one planned segment each) need more than half the memory
     available: a typo'd -C or length must not swap the machine before its one line."""
     need = PLAN_BYTES_PER_SEGMENT * n_segments
     have = available_bytes()
     if have is None or need <= SHARE * have:
         return
-    raise PacktoolConfigError(f"{arg('capacity', capacity)}: {arg('overflow', 'split')} cuts the rows into "
+    name = a.usable_arg  # the chunks are U long: U is --fixed-length when given
+    raise PacktoolConfigError(f"{arg(name, getattr(a, name))}: {arg('overflow', 'split')} cuts the rows into "
                               f"{n_segments:,} chunks (the longest row has {longest:,} tokens), about {_gb(need)} "
-                              f"of plan tables, over half the {_gb(have)} this machine has available; give a "
-                              f"larger {arg('capacity')} or {arg('overflow', choices=('truncate', 'singleton'))}")
+                              f"of plan tables, over half the {_gb(have)} this machine has available; "
+                              f"{a.raise_usable()} or use {arg('overflow', choices=('truncate', 'singleton'))}")
 
 
 __all__ = ["available_bytes", "check_capacity", "check_split"]

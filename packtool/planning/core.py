@@ -62,9 +62,10 @@ class PackingConfig:
         check_fields(self, "dp", "seed", error=PlanError)  # numpy ints become int (JSON in a manifest)
 
 
-def too_long_fix() -> str:
-    """The fix for a sequence over the slab, in the caller's words (errors.arg)."""
-    return f"raise {arg('capacity')} or use {arg('overflow', choices=('split', 'truncate', 'singleton'))}"
+def too_long_fix(align: Alignment) -> str:
+    """The fix for a sequence over the slab, in the caller's words (errors.arg): the argument
+    that sets the slab's room (--fixed-length when given, not --max-tokens) or the policy."""
+    return f"{align.raise_usable()} or use {arg('overflow', choices=('split', 'truncate', 'singleton'))}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,11 @@ class FirstTooLong:
     align: Alignment
     stopped: str = "the rest was not tokenized"
     # spelled where it is made: the check may run in another process (a Ray task)
-    fix: str = field(default_factory=too_long_fix)
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.fix:
+            object.__setattr__(self, "fix", too_long_fix(self.align))
 
     def __call__(self, lengths: np.ndarray, dropped: np.ndarray, path: str, first_row: int) -> None:
         fp = self.align.seq_footprint(lengths)
@@ -192,7 +197,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         raise SequenceError(
             first_row + i, f"{int(lengths[i])} tokens; aligned footprint "
             f"{int(align.seq_footprint(lengths[i]))} exceeds capacity {U} ({n_over} such "
-            f"sequence{'s' if n_over != 1 else ''}): {too_long_fix()}")
+            f"sequence{'s' if n_over != 1 else ''}): {too_long_fix(align)}")
     if policy == "truncate":
         new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
         st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))
@@ -200,7 +205,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
     # split: chunks of U tokens (U is a multiple of s); each boundary loses one target
     n_chunks = np.where(over, -(-lengths // U), 1)
     from packtool.planning.bounds import check_split
-    check_split(int(n_chunks.sum()), align.capacity, int(lengths.max()))
+    check_split(int(n_chunks.sum()), align, int(lengths.max()))
     row = np.repeat(np.arange(lengths.size), n_chunks)
     first = np.concatenate(([0], np.cumsum(n_chunks)[:-1]))
     chunk = (np.arange(row.size) - np.repeat(first, n_chunks)).astype(np.int32)

@@ -31,7 +31,7 @@ def _memory(monkeypatch, **kw):
 
 def _split(monkeypatch):
     monkeypatch.setattr(bounds, "available_bytes", lambda: 10**6)
-    bounds.check_split(10**8, 64, 10**9)
+    bounds.check_split(10**8, Alignment(capacity=64), 10**9)
 
 
 # case -> (the call, the arguments its message must name)
