@@ -29,6 +29,7 @@ def one_line(text: object) -> str:
 
 
 _LINE = re.compile(r"\bline \d")
+_ROWS = re.compile(r"\brows? \d")  # "rows 0..63", "after row 5": rows named in the text
 _LEADING_FLAG = re.compile(r"(--[a-z][a-z0-9-]*|-[A-Za-z])(?=[\s:,]|$)")
 
 
@@ -37,7 +38,7 @@ def number_base(text: str, has_row: bool) -> str | None:
     counts from 0 (as `source_index` and Python do), a line of a text file from 1 (as editors
     do)."""
     line = _LINE.search(text) is not None and "count from 1" not in text
-    if has_row and "count from 0" not in text:
+    if (has_row or _ROWS.search(text)) and "count from 0" not in text:
         return "rows count from 0, lines from 1" if line else "rows count from 0"
     return "lines count from 1" if line else None
 

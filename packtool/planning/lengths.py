@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from packtool.errors import arg, cli_flag
+from packtool.errors import PacktoolError, arg, cli_flag
 from packtool.planning.core import PlanError
 
 LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
@@ -59,8 +59,15 @@ def _text(path: str, column: str | None) -> np.ndarray:
             warnings.simplefilter("ignore", UserWarning)
             arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
     except ValueError as e:
-        raise PlanError(f"{path}: a .txt file holds one integer length per line ({e}); "
-                        f"for columns use .csv with a header") from None
+        from packtool.tokenize.text_where import first_bad_int_line
+        with open(path, "rb") as f:
+            where = first_bad_int_line(f)
+        if where is None:
+            raise PlanError(f"{path}: a .txt file holds one integer length per line ({e}); "
+                            f"for columns use .csv with a header") from None
+        row, line, text = where
+        raise PlanError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
+                        f"for columns use .csv with a header", path=path, row=row) from None
     return _check(path, arr, None)
 
 
@@ -69,9 +76,9 @@ def _table(path: str, low: str):
     try:
         if low.endswith((".csv", ".tsv")):
             return _csv(path, "\t" if low.endswith(".tsv") else ",")
-        if low.endswith((".jsonl", ".ndjson")):
-            import pyarrow.json as pj
-            return pj.read_json(path)
+        if low.endswith((".jsonl", ".ndjson")):  # the input reader's parser: its errors name the line
+            from packtool.tokenize.readers import read_json_lines
+            return read_json_lines(path)
         if low.endswith(".json"):
             raise PlanError(f"{path}: a .json file; lengths are read from JSON Lines (.jsonl: one "
                             f"object per line) or {KINDS}", flag=cli_flag("lengths"))
@@ -81,8 +88,10 @@ def _table(path: str, low: str):
         import pyarrow.feather as feather
         return feather.read_table(path)
     except (OSError, ValueError, pa.ArrowInvalid) as e:
-        if isinstance(e, PlanError):
+        if isinstance(e, PacktoolError):  # said already, with its line
             raise
+        if low.endswith((".csv", ".tsv")) and isinstance(e, pa.ArrowInvalid):
+            _csv_failed(path, "\t" if low.endswith(".tsv") else ",")
         raise PlanError(f"{path}: cannot read lengths ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
                         f"lengths are read from {KINDS}", flag=cli_flag("lengths")) from None
 
@@ -97,6 +106,18 @@ def _csv(path: str, sep: str):
             raise PlanError(f"{path}: {table.num_columns} columns and no header; add a header "
                             f"with a column named {' or '.join(LENGTH_COLUMNS[:3])}")
     return table
+
+
+def _csv_failed(path: str, sep: str) -> None:
+    """Arrow's CSV error names no line: find the record at fault (None found: the caller's line)."""
+    from packtool.tokenize.text_where import csv_bad_record
+    with open(path, "rb") as f:
+        first = f.readline().decode("utf-8", "replace").strip().split(sep)
+        f.seek(0)
+        where = csv_bad_record(f, sep, header=not all(_is_int(n) for n in first))
+    if where is not None:
+        row, line, what = where
+        raise PlanError(f"cannot read lengths at line {line}: {what}", path=path, row=row)
 
 
 def _is_int(name: str) -> bool:

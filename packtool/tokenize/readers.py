@@ -182,16 +182,21 @@ def _refuse_repeats(files: list[InputFile]) -> None:
 # ---------------------------------------------------------------- per-format streams
 
 def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    g = rows = None  # the row group being read, its first row: a failure names them
     try:
         # on a store, column chunks are read in READ_BLOCK ranges, not whole: a shape check
         # reading 64 rows does not fetch a row group's every byte
         pf = pq.ParquetFile(arrow_file(path), buffer_size=READ_BLOCK if is_uri(path) else 0, pre_buffer=not is_uri(path))
         # one reader per row group: a reader over the whole file keeps every decoded row
         # group's buffers until it ends (RSS grew ~620 MiB over a 637 MB file of 1M rows)
+        rows = 0
         for g in range(pf.num_row_groups):
             yield from pf.iter_batches(batch_size=batch_size, columns=columns, row_groups=[g])
+            rows += pf.metadata.row_group(g).num_rows
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        raise PacktoolInputError(f"cannot read Parquet ({e})", path=path) from None
+        n = pf.metadata.row_group(g).num_rows if g is not None else 0
+        where = f" row group {g} (rows {rows}..{rows + n - 1})" if g is not None else ""
+        raise PacktoolInputError(f"cannot read Parquet{where} ({e})", path=path) from None
 
 
 def _open_arrow(path: str):
@@ -204,19 +209,23 @@ def _open_arrow(path: str):
 
 
 def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    rows = None  # rows read before the batch that failed: a failure names the first it lacks
     try:
         reader = _open_arrow(path)
         if isinstance(reader, ipc.RecordBatchFileReader):
             batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
         else:
             batches = iter(reader)
+        rows = 0
         for b in batches:
             if columns is not None:
                 b = b.select(columns)
             for start in range(0, b.num_rows, batch_size):
                 yield b.slice(start, batch_size)
+            rows += b.num_rows
     except (pa.ArrowInvalid, OSError) as e:
-        raise PacktoolInputError(f"cannot read Arrow IPC ({e})", path=path) from None
+        where = f" after row {rows - 1}" if rows else " before its first row" if rows == 0 else ""
+        raise PacktoolInputError(f"cannot read Arrow IPC{where} ({e})", path=path) from None
 
 
 def _check_utf8(block: bytes, path: str, first_line: int) -> None:
@@ -331,7 +340,8 @@ def _json_array_batches(path: str, batch_size: int, columns: list[str] | None) -
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= len(text):
-            raise PacktoolInputError("JSON array is not closed", path=path)
+            raise PacktoolInputError(f"JSON array is not closed: its text ends at line {text.count(chr(10)) + 1} "
+                                     f"without the closing ]", path=path, row=n)
         if text[pos] == "]":
             break
         try:
@@ -388,8 +398,30 @@ def _csv_batches(path: str, batch_size: int, columns: list[str] | None,
                     read_bytes(raw.tell())
                 yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
-        raise PacktoolInputError(f"cannot read CSV ({' '.join(str(e).split())[:300]}); check its quoting "
-                                 f"and header row, or convert it to JSON Lines", path=path) from None
+        raise _csv_error(path, e) from None
+
+
+def _csv_error(path: str, e: Exception) -> PacktoolInputError:
+    """Arrow's CSV error names no line: read the file once more to find the record at fault."""
+    from packtool.tokenize.text_where import csv_bad_record
+    fix = "check its quoting and header row, or convert it to JSON Lines"
+    where = None
+    if isinstance(e, pa.ArrowInvalid):
+        try:
+            with _open_text(path) as (f, _):
+                where = csv_bad_record(f, _csv_options(path, None, None)[1].delimiter)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            pass
+    if where is None:
+        return PacktoolInputError(f"cannot read CSV ({' '.join(str(e).split())[:300]}); {fix}", path=path)
+    row, line, what = where
+    return PacktoolInputError(f"cannot read CSV at line {line}: {what}; {fix}", path=path, row=row)
+
+
+def read_json_lines(path: str) -> pa.Table:
+    """A whole JSON Lines file as one table, with this module's errors (they name the line)."""
+    batches = list(_jsonl_batches(path, 1 << 20, None))
+    return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
 _READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,

@@ -1,0 +1,87 @@
+"""Where in a text input a parse failed. Arrow's CSV and text readers say what is wrong but not
+where (`Expected 2 columns, got 3: ...`, `invalid UTF8 data`): after such a failure the file
+is read once more here, by Python, only to name the line (counted from 1, as editors do) and
+the data row (counted from 0, as `source_index` does) of the first bad record (README, error
+contract). Nothing here runs unless a read already failed."""
+from __future__ import annotations
+
+import csv
+from typing import BinaryIO, Iterator
+
+_CHUNK = 1 << 20
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes]:
+    tail = b""
+    while True:
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            break
+        *full, tail = (tail + chunk).split(b"\n")
+        for raw in full:
+            yield raw + b"\n"
+    if tail:
+        yield tail
+
+
+class _Decoded:
+    """The stream's lines as text, counting them (the line that fails to decode counted too), so
+    a UTF-8 error names its line."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.line = 0
+        self._lines = _lines(f)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        raw = next(self._lines)
+        self.line += 1
+        return raw.decode("utf-8")
+
+
+def csv_bad_record(f: BinaryIO, delimiter: str, header: bool = True) -> tuple[int, int, str] | None:
+    """(data row, first line, what is wrong) of the first CSV record Arrow cannot read: a field
+    count other than the first record's, an unclosed quote, invalid UTF-8. None if none is found
+    (the failure was of another kind)."""
+    text = _Decoded(f)
+    reader = csv.reader(text, delimiter=delimiter, strict=True)
+    width, row, start = None, 0, 1
+    try:
+        for rec in reader:
+            if rec:  # Arrow skips empty lines: they are no row
+                if width is None:
+                    width = len(rec)
+                    if header:
+                        start = text.line + 1
+                        continue
+                if len(rec) != width:
+                    first = "the header" if header else "the first line"
+                    return row, start, f"{len(rec)} fields where {first} has {width}"
+                row += 1
+            start = text.line + 1
+    except UnicodeDecodeError:  # text.line is the line that failed to decode
+        return row, text.line, "invalid UTF-8 (re-encode the file as UTF-8)"
+    except csv.Error as e:
+        return row, start, f"{e}"
+    return None
+
+
+def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
+    """(data row, line, text) of the first line of a one-length-per-line file that is not an
+    integer; blank lines and `#` comments are no row (as numpy.loadtxt reads them)."""
+    row = 0
+    for line, raw in enumerate(_lines(f), 1):
+        try:
+            text = raw.decode("utf-8").split("#", 1)[0].strip()
+        except UnicodeDecodeError:
+            return row, line, "invalid UTF-8"
+        if not text:
+            continue
+        try:
+            int(text)
+        except ValueError:
+            return row, line, repr(text[:40])
+        row += 1
+    return None
