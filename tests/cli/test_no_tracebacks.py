@@ -3,12 +3,16 @@ thread's crash (the numba warm-up), Ctrl-C in every phase, usage errors. Each ca
 exit status, one `error:` line (or none on success) and that no traceback shows."""
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
+from _signal_child import STAGES, WORDS, held_run, one_line
 from conftest import GSM8K, GPT2
 
 from packtool.progress import _Span
@@ -28,10 +32,21 @@ def no_traceback(text: str) -> None:
     assert "Traceback" not in text and "Exception in thread" not in text, text
 
 
+@pytest.fixture(scope="module")
+def gsm8k_cache(tmp_path_factory):
+    """GSM8K tokenized once (in this process) for the module's runs: a warm cache."""
+    import packtool
+    root = tmp_path_factory.mktemp("gsm8k")
+    cache = str(root / "cache")
+    packtool.pack([GSM8K], packtool.Alignment(capacity=2048), output=str(root / "out"), cache_dir=cache,
+                  tokenize=packtool.TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer"))
+    return cache
+
+
 class TestWarmThread:
     """The numba warm-up thread may hold numba's compiler lock when packtool's compile watch
     is registered: the watch then sees an end without a start (it raised AttributeError on
-    the warm thread, a 71-line traceback on a successful run)."""
+    the warm thread, a 71-line traceback on a successful run, with the cache warm)."""
 
     def test_an_end_without_a_start_is_ignored(self):
         s = _Span()
@@ -41,147 +56,130 @@ class TestWarmThread:
         assert s.seconds() >= 0.0
 
     @pytest.mark.parametrize("mode", ["--json", "--no-progress", "library"])
-    def test_warm_cache_runs_print_no_traceback(self, tmp_path, mode):
-        cache = str(tmp_path / "cache")
-        for i in range(2):  # the second run finds the cache warm
-            out = str(tmp_path / f"out{i}")
-            if mode == "library":
-                code = ("import packtool\nfrom packtool import TokenizeConfig, Alignment\n"
-                        f"t = TokenizeConfig(tokenizer={GPT2!r}, prompt_field='question', response_field='answer')\n"
-                        f"packtool.pack([{GSM8K!r}], Alignment(capacity=2048), tokenize=t, output={out!r}, "
-                        f"cache_dir={cache!r})\n")
-                r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                   env=dict(os.environ, PYTHONPATH=ROOT))
-            else:
-                r = run_cli(["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", cache, "-o", out, mode])
-            assert r.returncode == 0, r.stderr
-            no_traceback(r.stdout + r.stderr)
-            assert "error" not in r.stderr
+    def test_warm_cache_runs_print_no_traceback(self, tmp_path, gsm8k_cache, mode):
+        out = str(tmp_path / "out")
+        if mode == "library":
+            code = ("import packtool\nfrom packtool import TokenizeConfig, Alignment\n"
+                    f"t = TokenizeConfig(tokenizer={GPT2!r}, prompt_field='question', response_field='answer')\n"
+                    f"packtool.pack([{GSM8K!r}], Alignment(capacity=2048), tokenize=t, output={out!r}, "
+                    f"cache_dir={gsm8k_cache!r})\n")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONPATH=ROOT))
+        else:
+            r = run_cli(["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", gsm8k_cache, "-o", out, mode])
+        assert r.returncode == 0, r.stderr
+        no_traceback(r.stdout + r.stderr)
+        assert "error" not in r.stderr
 
 
 # --- Ctrl-C in every phase ------------------------------------------------------------------
-
-CHILD = r"""
-import os, signal, sys, time
-# a terminal's process: CI's xdist worker was seen holding SIGINT ignored or blocked (cause not
-# traced), and a child inherits both
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-signal.signal(signal.SIGINT, signal.default_int_handler)
-stage, marker = os.environ["HOLD_STAGE"], os.environ["HOLD_MARKER"]
-def hold():
-    open(marker, "w").close()
-    time.sleep(20)
-def wrap(mod, name, before=True):
-    orig = getattr(mod, name)
-    def f(*a, **k):
-        if before:
-            hold()
-        r = orig(*a, **k)
-        if not before:
-            hold()
-        return r
-    setattr(mod, name, f)
-if stage == "start-up":
-    import packtool.cli.failure as m  # the CLI's modules still loading
-    wrap(m, "reset")
-elif stage == "flags":
-    import packtool.cli.app as m
-    wrap(m._Commands, "make_context")
-elif stage == "tokenize":
-    import packtool.packing as m
-    wrap(m, "tokenize_to_cache")
-elif stage == "write":
-    import packtool.packing as m
-    wrap(m, "write_manifest")
-elif stage == "after the swap":
-    import packtool.packing as m
-    wrap(m, "swap_into_place", before=False)
-sys.argv = ["packtool", *sys.argv[1:]]
-from packtool.cli import main
-main()
-"""
-
 
 def _tree(d) -> dict[str, bytes]:
     return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
 
 
 @pytest.fixture(scope="module")
-def previous(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ctrlc")
-    out = root / "out"
-    r = run_cli(["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", str(root / "cache0"), "-o", str(out),
-                 "--no-progress"])
-    assert r.returncode == 0, r.stderr
-    return root, out
+def previous(tmp_path_factory, gsm8k_cache):
+    import packtool
+    out = tmp_path_factory.mktemp("ctrlc") / "out"
+    packtool.pack([GSM8K], packtool.Alignment(capacity=2048), output=str(out), cache_dir=gsm8k_cache,
+                  tokenize=packtool.TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer"))
+    return out
 
 
-# Ctrl-C, and SIGTERM (batch schedulers, Kubernetes) on the same path: (signal, status, words)
-STOPS = {"SIGINT": (2, 130, "interrupted (Ctrl-C)"), "SIGTERM": (15, 143, "terminated (SIGTERM)")}
-
-
-def _stopped_while_held(args: list, env: dict, marker, stop: tuple) -> tuple[str, str, list[str]]:
-    """Run CHILD with `args`, send the signal once it holds at its stage (the marker exists):
-    the exit status, no traceback and one `error:` line with the signal's words; returns
-    (stdout, stderr, the error lines)."""
-    import time
-    sig, status, words = stop
-    child = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    while not marker.exists():
-        assert child.poll() is None, child.communicate()
-        time.sleep(0.005)
-    child.send_signal(sig)
-    stdout, err = child.communicate(timeout=120)
-    no_traceback(stdout + err)
-    assert child.returncode == status, err
+def _lines(err: str, sig) -> list[str]:
+    no_traceback(err)
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(lines) == 1 and words in lines[0], err
-    return stdout, err, lines
+    assert len(lines) == 1 and WORDS[sig] in lines[0], err
+    return lines
+
+
+SIGS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
+
+
+@pytest.fixture
+def in_process(monkeypatch, request, capsys):
+    """main() run in this process, stopped by a real signal where a stage holds: its `_leave`
+    (os._exit) records the status instead, and the signal handlers, the CLI's state and the
+    SIGTERM record are put back after."""
+    import packtool.cli as cli
+    import packtool.cli.failure as failure
+    left: list[int] = []
+
+    def leave(code):
+        left.append(code)
+        raise SystemExit(code)
+    monkeypatch.setattr(cli, "_leave", leave)
+    monkeypatch.setattr(cli, "_TERMINATED", [])
+    monkeypatch.setattr(failure, "_STATE", {})
+    for s in (signal.SIGINT, signal.SIGTERM):
+        request.addfinalizer(functools.partial(signal.signal, s, signal.getsignal(s)))
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # as a terminal's process
+    request.addfinalizer(lambda: signal.pthread_sigmask(signal.SIG_SETMASK, mask))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def run(args: list, stage: str, sig) -> tuple[int, str, str]:
+        module, path, before = STAGES[stage]
+        owner = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        monkeypatch.setattr(owner, name, lambda *a, **k: signal.raise_signal(sig))
+        monkeypatch.setattr(sys, "argv", ["packtool", *args])
+        with pytest.raises(SystemExit) as e:
+            cli.main()
+        got = capsys.readouterr()
+        assert left == [e.value.code], left  # it left as the console script leaves
+        return e.value.code, got.out, got.err
+    return run
 
 
 class TestCtrlC:
     """SIGINT or SIGTERM in each phase: exit 130 or 143, one `error:` line that tells the truth
-    about the output (left as it was before the swap; named as the new one after it), no traceback."""
+    about the output (left as it was before the swap; named as the new one after it), no traceback.
+    The phases before the command reads anything run in this process; the rest in their own."""
 
-    @pytest.mark.parametrize("stop", list(STOPS))
-    @pytest.mark.parametrize("stage,json_out", [("start-up", False), ("flags", True), ("tokenize", False),
-                                                ("write", True), ("after the swap", False),
+    @pytest.mark.parametrize("sig", SIGS)
+    @pytest.mark.parametrize("stage,json_out", [("tokenize", False), ("write", True), ("after the swap", False),
                                                 ("after the swap", True)])
-    def test_one_true_line(self, previous, tmp_path, stage, json_out, stop):
-        status = STOPS[stop][1]
-        root, out = previous
+    def test_one_true_line(self, previous, gsm8k_cache, tmp_path, stage, json_out, sig):
+        out = previous
         before = _tree(out)
-        marker = tmp_path / "held"
-        args = ["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", str(tmp_path / "cache"), "-o", str(out),
+        # a fresh --cache-dir where the stop comes before tokenizing: the folder it created goes
+        cache = str(tmp_path / "cache") if stage == "tokenize" else gsm8k_cache
+        args = ["pack", GSM8K, *GSM8K_FLAGS, "--cache-dir", cache, "-o", str(out),
                 "--overwrite", "--no-progress", "--seed", "7", *(["--json"] if json_out else [])]
-        env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
-        stdout, err, lines = _stopped_while_held(args, env, marker, STOPS[stop])
-        assert "terminated (SIGTERM): " not in err.replace(lines[0], "")  # the library's own note: not twice
+        end = held_run(args, stage, tmp_path, sig)
+        line = one_line(end, sig)
+        assert "terminated (SIGTERM): " not in end.err.replace(line, "")  # the library's own note: not twice
         if stage == "after the swap":
-            assert "as it was" not in lines[0] and str(out) in lines[0], lines[0]
+            assert "as it was" not in line and str(out) in line, line
             manifest = json.loads(_tree(out)[".manifest.json"])
             assert manifest["config"]["packing"]["seed"] == 7  # the new output is in place
         else:
-            assert "as it was" in lines[0] or "nothing was read or written" in lines[0], lines[0]
+            assert "as it was" in line, line
             assert _tree(out) == before
         if json_out:
-            assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == status
+            assert json.loads(end.out.strip().splitlines()[-1])["error"]["exit_code"] == 128 + sig
         assert not [p for p in os.listdir(out.parent) if "packtool-tmp" in p or "packtool-spill" in p]
+        assert stage != "tokenize" or not os.path.exists(cache)
 
-    @pytest.mark.parametrize("stop", list(STOPS))
-    @pytest.mark.parametrize("command", ["plan", "inspect"])
+    @pytest.mark.parametrize("sig", SIGS)
+    @pytest.mark.parametrize("command", ["pack", "plan", "inspect"])
     @pytest.mark.parametrize("stage", ["start-up", "flags"])
-    def test_plan_and_inspect(self, tmp_path, command, stage, stop):
-        """plan and inspect (no workers, no output folder) stopped while they start: the one line."""
-        status = STOPS[stop][1]
+    def test_while_starting(self, in_process, tmp_path, command, stage, sig):
+        """Stopped while the command line starts (its modules loaded, flags not read or being
+        read): the one line, nothing read or written."""
         lengths = tmp_path / "lengths.txt"
         lengths.write_text("10\n20\n300\n")
-        marker = tmp_path / "held"
-        env = dict(os.environ, PYTHONPATH=ROOT, HOLD_STAGE=stage, HOLD_MARKER=str(marker))
-        stdout, err, lines = _stopped_while_held([command, "--lengths", str(lengths), "-C", "512", "--json"],
-                                                 env, marker, STOPS[stop])
-        assert json.loads(stdout.strip().splitlines()[-1])["error"]["exit_code"] == status
+        args = {"pack": ["pack", GSM8K, *GSM8K_FLAGS, "-o", str(tmp_path / "out")],
+                "plan": ["plan", "--lengths", str(lengths), "-C", "512"],
+                "inspect": ["inspect", "--lengths", str(lengths), "-C", "512"]}[command]
+        code, out, err = in_process([*args, "--json"], stage, sig)
+        assert code == 128 + sig
+        _lines(err, sig)
+        assert json.loads(out.strip().splitlines()[-1])["error"]["exit_code"] == 128 + sig
+        assert not os.path.exists(tmp_path / "out")
 
     def test_while_the_cli_modules_load(self, monkeypatch, capsys):
         """The console script's own import of the command line, interrupted: it leaves as every

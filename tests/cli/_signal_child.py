@@ -1,0 +1,168 @@
+"""A `packtool` command line held at a stage, then stopped by a signal: the one helper of
+tests/cli/test_interrupt_workers.py and test_no_tracebacks.py.
+
+Run as a script (`held_run` does), it is the command held once where STAGE says, until the
+test has sent its signal (or HOLD_SECONDS pass): the marker file appears when the hold begins,
+and the test creates `<marker>.sent` once the signal is out. Imported, it is the test's side:
+`held_run` starts it, sends the signal to the whole process group (a terminal's Ctrl-C, Slurm,
+Kubernetes and `timeout` all do) or to the leader alone (`kill PID`), and returns how it ended.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HANG = 90  # seconds: a run still alive then is hung (the bug: forever)
+WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIGTERM)"}
+
+# stage -> (module, attribute path, hold before the call (else after it))
+STAGES = {
+    "start-up": ("packtool.cli.app", "reset", True),  # the CLI's modules loaded, flags not read
+    "flags": ("packtool.cli.app", "_Commands.make_context", True),
+    "tokenize": ("packtool.packing", "tokenize_to_cache", True),
+    "cache writes": ("packtool.tokenize.sink", "CacheSink.add", False),  # encode + cache writer threads
+    "warm thread": ("packtool.tokenize.prefetch", "warm_compiled_code", False),  # numba's warm-up thread
+    "write": ("packtool.packing", "write_manifest", True),
+    "after the swap": ("packtool.packing", "swap_into_place", False),
+    "shard writers": ("packtool.slabs.writer", "wait", True),  # shards being written by their threads
+    "pool results": ("packtool.verification.run", "_done", True),  # between two results of the pool
+    "ray": ("packtool.engines.ray_engine", "init_ray", False),  # a local Ray up (raylet, GCS, workers)
+    "worker launch": ("multiprocessing.popen_forkserver", "Popen._launch", False),  # see _hold_launch
+}
+
+
+def _hold(marker: str, hold_s: float) -> None:
+    if os.path.exists(marker):  # once: the signal ends the run at the first hold
+        return
+    open(marker, "w").close()
+    end = time.monotonic() + hold_s
+    while not os.path.exists(marker + ".sent") and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+def _wrap(stage: str, marker: str, hold_s: float) -> None:
+    import importlib
+    module, path, before = STAGES[stage]
+    owner = importlib.import_module(module)
+    *outer, name = path.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    orig = getattr(owner, name)
+
+    def held(*a, **k):
+        if before:
+            _hold(marker, hold_s)
+        r = orig(*a, **k)
+        if not before:
+            _hold(marker, hold_s)
+        return r
+
+    if stage == "worker launch":  # marked as the first launch begins (forkserver and first
+        def held(*a, **k):        # worker starting), held once it is under way
+            first = not os.path.exists(marker)
+            open(marker, "a").close()
+            r = orig(*a, **k)
+            if first:
+                _hold(marker + ".launch", hold_s)
+            return r
+    setattr(owner, name, held)
+    if stage == "warm thread":  # the pipeline took its own reference at import
+        import packtool.tokenize.pipeline as p
+        p.warm_compiled_code = held
+
+
+def child() -> None:
+    # as a terminal's process: CI's xdist worker was seen holding SIGINT ignored or blocked
+    # (cause not traced), and a child inherits both
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _wrap(os.environ["HOLD_STAGE"], os.environ["HOLD_MARKER"], float(os.environ["HOLD_SECONDS"]))
+    sys.argv = ["packtool", *sys.argv[1:]]
+    from packtool.cli import main
+    main()
+
+
+# --- the test's side --------------------------------------------------------------------------
+
+@dataclass
+class Ended:
+    code: int
+    out: str
+    err: str
+    held: list  # processes of its group while it was held
+    left: list  # processes of its group still alive after it ended
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ, PYTHONPATH=ROOT, **extra)
+    e.pop("PACKTOOL_DEBUG", None)
+    return e
+
+
+def held_run(args: list, stage: str, tmp_path, sig=signal.SIGINT, group: bool = True,
+             delay: float = 0.0, hold_s: float = 60.0, cwd=None) -> Ended:
+    """Run `packtool ARGS` held at `stage`; `delay` s after the hold begins send `sig` to its
+    process group (or its leader alone); return how it ended."""
+    marker = str(tmp_path / f"held-{time.monotonic_ns()}")
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], text=True,
+                             env=env(HOLD_STAGE=stage, HOLD_MARKER=marker, HOLD_SECONDS=str(hold_s)),
+                             cwd=str(cwd or tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        while not os.path.exists(marker):
+            if child.poll() is not None:
+                raise AssertionError(f"{args[0]} ended before {stage!r}: {child.communicate()}")
+            time.sleep(0.005)
+        held = _group(child.pid)
+        time.sleep(delay)
+        (os.killpg if group else os.kill)(child.pid, sig)
+        for m in (marker, marker + ".launch"):
+            open(m + ".sent", "w").close()
+        try:
+            out, err = child.communicate(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{args[0]} hung after {sig.name} at {stage!r}") from None
+        return Ended(child.returncode, out, err, held, _left(child.pid))
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _group(pgid: int) -> list[str]:
+    return subprocess.run(["pgrep", "-a", "-g", str(pgid)], capture_output=True, text=True).stdout.splitlines()
+
+
+def _left(pgid: int) -> list[str]:
+    """The group's processes still alive a while after its leader ended (the forkserver and
+    the resource tracker end when they see the leader's pipes close)."""
+    for _ in range(100):
+        left = _group(pgid)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def one_line(end: Ended, sig=signal.SIGINT) -> str:
+    """The run stopped by `sig` the packtool way: its status, one `error:` line with the
+    signal's words, no traceback and no warning from any process, no process left behind.
+    Returns the line."""
+    assert "Traceback" not in end.err and "Exception in thread" not in end.err, end.err
+    assert "leaked" not in end.err, end.err  # multiprocessing's resource tracker: a pool not stopped
+    assert "Warning" not in end.err, end.err  # e.g. verify's 'process pool failed': not the cause
+    assert end.code == 128 + sig, (end.code, end.err)
+    lines = [ln for ln in end.err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and WORDS[sig] in lines[0], end.err
+    assert end.left == [], end.left
+    return lines[0]
+
+
+if __name__ == "__main__":
+    child()
