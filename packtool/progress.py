@@ -5,7 +5,6 @@ counted, so that timings can report them apart."""
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -93,9 +92,9 @@ class _CompileWatch:
             self.kernels.start()
         elif self._ours(event) and self.compiles.start() and self.announce and "compile" not in _said:
             _said.add("compile")
-            print("packtool: first run on this machine: compiling the packing kernels (numba, "
-                  "once per machine); later runs load them from the cache",
-                  file=sys.stderr, flush=True)
+            from packtool.notes import note
+            note("first run on this machine: compiling the packing kernels (numba, "
+                 "once per machine); later runs load them from the cache")
 
     def on_end(self, event) -> None:
         if event.kind == "numba:compiler_lock":

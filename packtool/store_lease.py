@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -150,8 +149,9 @@ def take_lease(prefix: Location) -> Lease:
     if rec is not None:
         if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
             raise _busy(prefix.shown, rec)
-        print(f"packtool: taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
-              f"stopped renewing it", file=sys.stderr, flush=True)
+        from packtool.notes import note
+        note(f"taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
+             f"stopped renewing it")
         lock.delete()
     made = _s3_exclusive_put(lock, lease.record())
     if made is False:

@@ -14,8 +14,9 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
-                                  making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error)
+                                  making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error, with_notes)
 from packtool.cli.inputs import check_input_specs, check_shape_flags
+from packtool.notes import note
 from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice, spelled_as
 
 
@@ -160,9 +161,9 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
                              f"{max_tokens}: pass -C {fixed_length} too, or a smaller --fixed-length")
     a = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
                   fixed_length=fixed_length, convention=convention)
-    note = sp_note(tp, sp)
-    if note:
-        print(f"note: {note}", file=sys.stderr, flush=True)
+    said = sp_note(tp, sp)
+    if said:
+        note(said, label="note")
     return a
 
 
@@ -201,7 +202,7 @@ def plan(
     committed()  # the result is decided: Ctrl-C from here on changes nothing
     summary = plan_summary(p)
     if json_out:
-        print(json.dumps(summary.to_dict()))
+        print(json.dumps(with_notes(summary.to_dict())))
     else:
         print_plan_summary(summary, stdout_console())
 
@@ -293,7 +294,7 @@ def pack(
                  tokenize_seconds=res.tokenize_seconds, write_seconds=res.write_seconds)
         if hasattr(res.plan, "stats"):
             d["sharded_plan"] = res.plan.stats.to_dict()
-        print(json.dumps(d))
+        print(json.dumps(with_notes(d)))
         return
     con = stdout_console()
     print_plan_summary(res.summary, con)
@@ -361,18 +362,16 @@ def inspect(
     except Exception as e:
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing
+    if plan_file is not None:  # say which settings the figures rest on (in --json's notes too)
+        from packtool.planning.plan_file import plan_flags, read_plan_config
+        stored = read_plan_config(plan_file)
+        note(f"settings recorded in the plan file: {plan_flags(*stored)}" if stored else
+             f"this plan file records no settings (an older packtool); these figures assume "
+             f"{plan_flags(align, cfg)}: pass the flags `plan` used", label="note")
     if json_out:
-        print(json.dumps(report.to_dict()))
+        print(json.dumps(with_notes(report.to_dict())))
     else:
         print_inspect_report(report, stdout_console())
-        if plan_file is not None:  # say which settings the figures rest on
-            from packtool.planning.plan_file import plan_flags, read_plan_config
-            stored = read_plan_config(plan_file)
-            Console(stderr=True).print(
-                f"note: settings recorded in the plan file: {plan_flags(*stored)}" if stored else
-                f"note: this plan file records no settings (an older packtool); these figures assume "
-                f"{plan_flags(align, cfg)}: pass the flags `plan` used",
-                markup=False, highlight=False, soft_wrap=True)
         if html:
             stdout_console().print(f"HTML report: {html}", markup=False, highlight=False)
 
@@ -434,7 +433,7 @@ def verify(
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing
     if json_out:
-        print(json.dumps(report.to_dict(), default=str))
+        print(json.dumps(with_notes(report.to_dict()), default=str))
     else:
         print_verify_report(report, stdout_console())
     raise typer.Exit(0 if report.ok else 1)

@@ -35,6 +35,7 @@ try:  # typer >= 0.20 carries its own copy of click, and raises its exceptions
 except ImportError:  # older typer runs on click itself
     from click import exceptions as click_exceptions
 
+from packtool import notes
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
 
 _STATE: dict = {}
@@ -84,8 +85,21 @@ def reset(command: str | None = None) -> None:
     _STATE["interrupted"] = False
     _STATE["command"] = command
     _STATE["source_copy"] = False
+    _STATE["notes_from"] = notes.mark()
     folder = sys.modules.get("packtool.output.folder")  # not loaded yet: nothing swapped so far
     _STATE["swapped_before"] = len(folder.swapped_outputs()) if folder else 0
+
+
+def command_notes() -> list[str]:
+    """The notes (packtool.notes) this command line said on stderr so far."""
+    return notes.since(_STATE.get("notes_from", notes.mark()))
+
+
+def with_notes(d: dict) -> dict:
+    """A command's --json object with the notes it said on stderr, under `notes` (verify's report
+    has its own notes: the stderr ones follow them)."""
+    said = [n for n in command_notes() if n not in d.get("notes", ())]
+    return {**d, "notes": [*d.get("notes", ()), *said]}
 
 
 def making_source_copy() -> None:
@@ -149,7 +163,8 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
         d.update(extra or {})
         d["flag"] = d["flag"] or _named_flag(message)  # a ValueError, or an error built without flag=/path=
         d["path"] = d["path"] or _named_path(message)
-        print(json.dumps({"error": d}), flush=True)
+        said = command_notes()  # what it said on stderr before it failed
+        print(json.dumps({"error": d, **({"notes": said} if said else {})}), flush=True)
 
 
 _FLAG = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
@@ -315,4 +330,4 @@ def fail(e: BaseException | str, json_out: bool = False) -> None:
     raise typer.Exit(report(e, json_out))
 
 
-__all__ = ["committed", "making_source_copy", "keep_committed", "release", "describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "report", "set_debug", "debug_on", "stdout_console"]
+__all__ = ["committed", "making_source_copy", "keep_committed", "release", "describe", "fail", "guarded", "click_exceptions", "interrupted", "reset", "usage_error", "print_error", "with_notes", "command_notes", "report", "set_debug", "debug_on", "stdout_console"]

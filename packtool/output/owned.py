@@ -5,9 +5,9 @@ packtool's."""
 from __future__ import annotations
 
 import os
-import sys
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.notes import note
 from packtool.slabs.format import (
     LEGACY_MANIFEST,
     MANIFEST,
@@ -24,8 +24,8 @@ SHOWN_FOREIGN = 3
 
 
 def say(line: str) -> None:
-    """One notice line for the user, on stderr (stdout stays for --json)."""
-    print(f"packtool: {line}", file=sys.stderr, flush=True)
+    """One notice line for the user (packtool.notes: stderr, and --json's notes)."""
+    note(line)
 
 
 def owned_names(output: str, hashed: bool = True) -> list[str]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.notes import note
 from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX, FormatError, ShardInfo, shard_names
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
@@ -50,7 +50,7 @@ class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
 
 
 def say(line: str) -> None:
-    print(f"packtool: {line}", file=sys.stderr, flush=True)
+    note(line)  # packtool.notes: stderr, and --json's notes
 
 
 def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:

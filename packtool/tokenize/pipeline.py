@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections import deque
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import tokenizers
 
+from packtool.notes import NOTES, note  # noqa: F401  (the owner; NOTES kept here for callers)
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.heap import HeapBound, bound_heap, unbound_heap
@@ -241,16 +241,6 @@ def discard_cache(final: str) -> None:
     except OSError:
         return  # another run moved or replaced it first
     shutil.rmtree(aside, ignore_errors=True)
-
-
-NOTES: list[str] = []  # every note said in this process (library callers can read them)
-
-
-def note(message: str) -> None:
-    """One line on stderr about something packtool did on its own (a cache rebuilt)."""
-    NOTES.append(message)
-    sys.stderr.write(f"packtool: {message}\n")
-    sys.stderr.flush()
 
 
 def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,

@@ -179,8 +179,8 @@ def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[Sha
         # a worker killed (out of memory, a signal): the checks do not depend on the pool,
         # so run them here rather than fail
         stop_process_pool(pool)
-        import warnings
-        warnings.warn(f"verify: process pool failed ({e}); checking in this process", RuntimeWarning)
+        from packtool.notes import note
+        note(f"verify: process pool failed ({e}); checking in this process")
         return [_done(check_shard(j), advance) for j in jobs]
     except BaseException:  # Ctrl-C (or an error): no worker is left running the other pieces
         stop_process_pool(pool)

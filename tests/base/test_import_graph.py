@@ -18,7 +18,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
-BASE = {"errors", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "storage", "store_lease",
+BASE = {"errors", "notes", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "storage", "store_lease",
         "output", "env", "__init__"}
 BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool.online check through it
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
