@@ -12,11 +12,36 @@ The library face: each CLI subcommand is one of these calls.
 Names load on first use, so `import packtool` costs no pyarrow or numba start-up.
 Stages and data flow: docs/DESIGN.md.
 """
-from __future__ import annotations
-
-import importlib
+import _signal  # built in, as `os` and `sys` are loaded with the interpreter: nothing to wait for
 import os as _os
 import sys as _sys
+
+
+def _held_at_start() -> frozenset | None:
+    """The `packtool` command (its console script, `python -m packtool`, `python -m packtool.cli`)
+    holds Ctrl-C and SIGTERM back from here, packtool's first lines, until `packtool.cli.main`
+    stands ready to end them in one line (exit 130/143): the command's own imports run before
+    main does, and a signal there printed a KeyboardInterrupt traceback (SIGTERM killed the run
+    without a word). Held, not ignored: main lets them land at once. What runs before this
+    (the interpreter's start-up, `site`) is out of packtool's reach. A program that imports the
+    library is left as it is. Returns the signals held here (None: not the command)."""
+    if not hasattr(_signal, "pthread_sigmask"):
+        return None
+    if _sys.argv[:1] == ["-m"]:  # packtool is being imported to find the -m module: which one?
+        args = _sys.orig_argv[1:]
+        at = next((i for i, a in enumerate(args) if a.startswith("-m")), None)
+        target = None if at is None else args[at][2:] or (args[at + 1:] or [None])[0]
+        if target not in ("packtool", "packtool.cli"):
+            return None
+    elif _os.path.basename(getattr(_sys.modules.get("__main__"), "__file__", None) or "") != "packtool":
+        return None  # (the console script runs as the __main__ module, a file named `packtool`)
+    stops = {_signal.SIGINT, _signal.SIGTERM}
+    return frozenset(stops - _signal.pthread_sigmask(_signal.SIG_BLOCK, stops))
+
+
+_HELD = _held_at_start()
+
+import importlib  # noqa: E402
 
 if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     # Arrow picks its default allocator once, when it loads, and every entry (the `packtool`

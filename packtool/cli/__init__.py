@@ -42,8 +42,10 @@ def main() -> None:
     json_out = "--json" in sys.argv[1:]
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        _let_held_signals_land()
         from packtool.cli.app import main as run
         from packtool.cli.failure import interrupted, keep_committed
+        keep_committed()  # this process ends with the command: a printed result stays the outcome
     except KeyboardInterrupt as e:
         how, code = stopped(e)
         msg = f"{how} while packtool was starting; nothing was read or written"
@@ -52,7 +54,6 @@ def main() -> None:
             sys.stdout.write('{"error": {"kind": "interrupted", "type": "%s", "message": "%s", "path": null, '
                              '"row": null, "flag": null, "exit_code": %d}}\n' % (type(e).__name__, msg, code))
         _leave(code)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
-    keep_committed()  # this process ends with the command: a printed result stays the outcome
     try:
         run()
     except KeyboardInterrupt as e:  # between typer's set-up and the command's own handling
@@ -61,6 +62,15 @@ def main() -> None:
         if e.code not in (130, EXIT_TERMINATED):  # the command said so already
             raise
         _leave(e.code)
+
+
+def _let_held_signals_land() -> None:
+    """Ctrl-C and SIGTERM that came while the command started (packtool/__init__.py holds them
+    from its first lines) land here, inside main's handling: the one line, not a traceback."""
+    import packtool
+    held, packtool._HELD = packtool._HELD, None
+    if held:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def _leave(code: int) -> None:

@@ -9,6 +9,7 @@ Kubernetes and `timeout` all do) or to the leader alone (`kill PID`), and return
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -87,6 +88,44 @@ def child() -> None:
     main()
 
 
+def startup_forks() -> None:
+    """From sitecustomize (`started_stops`): while this `packtool` process starts, fork at each
+    line packtool runs, from the first one after packtool/__init__.py holds the signals until
+    the CLI's modules load (packtool/cli/app.py; from there main's own handling is tested by
+    held stages). Each fork sends itself STARTUP_SIGNAL, and runs on with its stdout and
+    stderr in files; its exit status is recorded. The interpreter's start-up before packtool's
+    first line is out of packtool's reach, and so out of this test."""
+    sigs = [int(s) for s in os.environ["STARTUP_SIGNALS"].split(",")]
+    out = os.environ["STARTUP_OUT"]
+    pkg = os.path.join(ROOT, "packtool") + os.sep
+    app = os.path.join(pkg, "cli", "app.py")
+    seen: list = []
+    forked = []
+
+    def trace(frame, event, arg):
+        if forked or not frame.f_code.co_filename.startswith(pkg):
+            return None
+        if frame.f_code.co_filename == app:
+            with open(os.path.join(out, "instants.json"), "w") as f:
+                json.dump(seen, f)
+            os._exit(0)
+        if event == "line" and hasattr(sys.modules.get("packtool"), "_HELD"):
+            where = f"{os.path.relpath(frame.f_code.co_filename, ROOT)}:{frame.f_lineno}"
+            for sig in sigs:
+                name = os.path.join(out, f"{len(seen)}")
+                pid = os.fork()
+                if pid == 0:
+                    forked.append(pid)
+                    for fd, ext in ((1, ".out"), (2, ".err")):
+                        os.dup2(os.open(name + ext, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+                    os.kill(os.getpid(), sig)
+                    return None
+                seen.append([where, sig, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])])
+        return trace
+
+    sys.settrace(trace)
+
+
 # --- the test's side --------------------------------------------------------------------------
 
 @dataclass
@@ -148,6 +187,23 @@ def _left(pgid: int) -> list[str]:
             return []
         time.sleep(0.1)
     return left
+
+
+def started_stops(entry: list, args: list, tmp_path, sigs=(signal.SIGINT, signal.SIGTERM)) -> list:
+    """Run `python ENTRY ARGS` under `startup_forks`: for each instant and signal, a tuple
+    (file:line, signal, exit status, stdout, stderr) of the fork stopped there."""
+    site, out = tmp_path / "site", tmp_path / "stops"
+    site.mkdir()
+    out.mkdir()
+    (site / "sitecustomize.py").write_text("from _signal_child import startup_forks\nstartup_forks()\n")
+    e = env(STARTUP_SIGNALS=",".join(str(int(s)) for s in sigs), STARTUP_OUT=str(out))
+    e["PYTHONPATH"] = os.pathsep.join([str(site), os.path.dirname(os.path.abspath(__file__)), ROOT])
+    r = subprocess.run([sys.executable, *entry, *args], env=e, cwd=str(tmp_path), capture_output=True,
+                       text=True, timeout=HANG)
+    assert r.returncode == 0 and (out / "instants.json").exists(), r.stderr
+    instants = json.loads((out / "instants.json").read_text())
+    return [(where, signal.Signals(sig), code, (out / f"{i}.out").read_text(), (out / f"{i}.err").read_text())
+            for i, (where, sig, code) in enumerate(instants)]
 
 
 def one_line(end: Ended, sig=signal.SIGINT) -> str:
