@@ -407,18 +407,21 @@ def verify(
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
-    from packtool.verification.run import source_store, source_tokenize_config
+    from packtool.verification.run import source_store, source_tokenize_for
     from packtool.verification.run import verify as run_verify
     flat = fingerprint = None
     directory, source = _verify_args(directory, source, more, json_out)
     try:
+        tok = None
         if source:
-            from packtool.slabs.format import read_manifest
-            tok = source_tokenize_config(read_manifest(directory), tokenizer=tokenizer,
-                                         chat_template=chat_template, shape=shape,
-                                         prompt_field=prompt_field, response_field=response_field,
-                                         text_field=text_field, add_bos=add_bos, add_eos=add_eos,
-                                         on_empty=on_empty)
+            tok = source_tokenize_for(directory, tokenizer=tokenizer, chat_template=chat_template,
+                                      shape=shape, prompt_field=prompt_field, response_field=response_field,
+                                      text_field=text_field, add_bos=add_bos, add_eos=add_eos,
+                                      on_empty=on_empty)
+            if tok is None:  # verify reports the damage (exit 1, as without --source)
+                note(f"{directory}: its manifest is damaged, so --source was not compared", label="note")
+                source = None
+        if source:
             making_source_copy()
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
                                              progress=not (json_out or quiet))
@@ -428,7 +431,7 @@ def verify(
             files = [f.path for f in resolve_inputs(list(source))]
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
                             source_fingerprint=fingerprint, progress=not (json_out or quiet),
-                            source_tokenize=tok if source else None, source_files=files)
+                            source_tokenize=tok, source_files=files)
     except Exception as e:
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing

@@ -237,6 +237,10 @@ def _merge_pieces(results: list[ShardResult]) -> list[ShardResult]:
 
 def _check_manifest(man: dict, log: ProblemLog):
     try:
+        recorded_tokenize(man)  # verify --source reads it: damage there is found without it too
+    except FormatError as e:
+        log.add("manifest", str(e))
+    try:
         align, packing = manifest_config(man)
         shard_names(man)
     except FormatError as e:
@@ -333,13 +337,51 @@ def _names(paths: list[str], others: list[str]) -> list[str]:
     return [p if os.path.basename(p) in clash else os.path.basename(p) for p in paths]
 
 
+def recorded_tokenize(manifest: dict) -> dict:
+    """The tokenization `pack` recorded in the manifest (empty for an older output), checked: a
+    record TokenizeConfig refuses is a damaged manifest (FormatError, which verify reports as a
+    problem: exit 1), never an error about a flag the user did not give."""
+    from dataclasses import fields
+
+    from packtool.errors import PacktoolError, spelled_as
+    from packtool.tokenize.config import TokenizeConfig
+    rec = (manifest.get("input") or {}).get("tokenize")
+    damaged = "the manifest is edited or damaged: re-run `packtool pack`"
+    if rec is None:
+        return {}
+    if not isinstance(rec, dict):
+        raise FormatError(f"the manifest's input.tokenize is not an object; {damaged}")
+    names = {f.name for f in fields(TokenizeConfig)}
+    rec = {k: v for k, v in rec.items() if k in names}
+    try:
+        with spelled_as({n: n for n in names}):  # the record's keys, not the CLI's flags
+            TokenizeConfig(**rec)
+    except (PacktoolError, TypeError) as e:
+        raise FormatError(f"the manifest's input.tokenize is not a record pack writes ({e}); {damaged}") from None
+    return rec
+
+
+def source_tokenize_for(directory: str, **flags):
+    """`source_tokenize_config` of the output at `directory`, or None when its manifest is
+    damaged: verify then reports that damage (exit 1, as without a source) and compares no
+    tokens. A `directory` that is not there or is a file raises NotAnOutputError."""
+    try:
+        man = read_manifest(directory)
+        recorded_tokenize(man)
+    except NotAnOutputError:
+        raise
+    except FormatError:
+        return None
+    return source_tokenize_config(man, **flags)
+
+
 def source_tokenize_config(manifest: dict, **flags):
     """The tokenization `pack` recorded in the manifest, with the flags given winning (None =
     not given). Older manifests without the record fall back to their tokenizer identity."""
     from dataclasses import fields
 
     from packtool.tokenize.config import TokenizeConfig
-    base = dict((manifest.get("input") or {}).get("tokenize") or {})
+    base = dict(recorded_tokenize(manifest))
     if not base:
         info = manifest.get("tokenizer") or {}
         base["tokenizer"] = info.get("path")
