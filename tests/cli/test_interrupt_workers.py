@@ -87,6 +87,8 @@ def test_stopped_while_workers_run(packed, tmp_path, case, sig, group, delay):
         assert "--source" not in line and "nothing was written;" in line, line
     else:  # one process: the group's signal is the leader's (GROUP's premise)
         assert len(end.held) == 1, end.held
+        # the --cache-dir folder it created goes, unless the tokenized cache was complete
+        assert os.path.exists(tmp_path / "cache") == (stage == "shard writers")
 
 
 @pytest.mark.parametrize("delay,sig,group", [pytest.param(d, *EVERY[i % 3], id=f"{d}-{_way(*EVERY[i % 3])}")
@@ -107,5 +109,5 @@ def test_stopped_with_the_ray_engine(packed, tmp_path, sig):
     stack dumps, exit 134)."""
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
     end = held_run([*_pack(packed, tmp_path), "--engine", "ray"], "ray", tmp_path, sig, True, 0.2)
-    one_line(end, sig)
+    one_line(end, sig, ray=True)
     assert not os.path.exists(tmp_path / "out")
