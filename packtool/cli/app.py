@@ -110,7 +110,8 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
            "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
            "shard_tokens": "--shard-tokens", "max_problems": "--max-problems", "device": "--device",
-           "lm_head": "--lm-head"}  # their ranges: params.RANGES
+           "lm_head": "--lm-head", "micro_batch_tokens": "--micro-batch-tokens", "grad_accum": "--grad-accum",
+           "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "ffn": "--ffn"}  # train's too  # their ranges: params.RANGES
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]

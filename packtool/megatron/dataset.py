@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from packtool.errors import arg
 from packtool.align import Alignment
 from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
@@ -87,19 +88,19 @@ class PackedSlabDataset:
         self.reader = SlabReader(self.manifest, self.index, cache=row_group_cache)
         self.planned = self.manifest.dp > 1
         if self.planned and dp_size != self.manifest.dp:
-            raise ValueError(f"{path} was packed with --dp {self.manifest.dp} but training runs "
-                             f"data-parallel size {dp_size}: re-pack with --dp {dp_size}, or "
-                             f"pack without --dp for round-robin dealing")
+            raise ValueError(f"{path} was packed with {arg('dp', self.manifest.dp)} but training runs "
+                             f"data-parallel size {dp_size}: re-pack with {arg('dp', dp_size)}, or "
+                             f"pack without {arg('dp')} for round-robin dealing")
         if not 0 <= dp_rank < dp_size:
             raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
         if grad_accum < 1:
-            raise ValueError(f"--grad-accum must be >= 1, got {grad_accum}")
+            raise ValueError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
         self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group, self.align.cp)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
             raise ValueError(f"{path} was packed for cp={self.align.cp} (segments padded to "
                              f"multiples of {self.align.s}), training cp={self.cp_size} needs "
-                             f"multiples of {need_s}: re-pack with --cp {self.cp_size}")
+                             f"multiples of {need_s}: re-pack with {arg('cp', self.cp_size)}")
         # otherwise every segment splits into 2*cp_size equal chunks: `load` re-derives the
         # zigzag for the training CP (packtool.layout), whatever CP the slabs were packed for
         self.dp_rank, self.dp_size, self.cp_rank = dp_rank, dp_size, cp_rank

@@ -26,6 +26,7 @@ from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParall
 
 from kernels import fp8 as kfp8
 from packtool.align import AlignmentError, fp8_token_multiple
+from packtool.errors import arg, bad_choice
 
 TRAIN_RECIPES = ("tensorwise", "blockwise")
 
@@ -36,15 +37,15 @@ def check_recipe(fp8: str, device: str) -> None:
         return  # CPU runs the fp32 reference of the same quantization (tests, smoke runs)
     if fp8 == "mxfp8":
         raise AlignmentError(
-            "--fp8 mxfp8: MXFP8 GEMMs (1x32 blocks, e8m0 scales) need a Blackwell GPU; "
+            f"{arg('fp8', 'mxfp8')}: MXFP8 GEMMs (1x32 blocks, e8m0 scales) need a Blackwell GPU; "
             "cuBLASLt has no MXFP8 kernel for Hopper (CUBLAS_STATUS_NOT_SUPPORTED on an H200): "
-            "train with --fp8 tensorwise or --fp8 blockwise")
+            f"train with {arg('fp8', 'tensorwise')} or {arg('fp8', 'blockwise')}")
     if fp8 not in TRAIN_RECIPES:
-        raise AlignmentError(f"--fp8 must be none, tensorwise or blockwise for training, got {fp8!r}")
+        raise bad_choice(AlignmentError, "fp8", fp8, ("none", *TRAIN_RECIPES))
     cap = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
     if cap < (8, 9):
-        raise AlignmentError(f"--fp8 {fp8}: FP8 GEMMs need compute capability 8.9 or newer "
-                             f"(this GPU: {cap[0]}.{cap[1]}): train with --fp8 none")
+        raise AlignmentError(f"{arg('fp8', fp8)}: FP8 GEMMs need compute capability 8.9 or newer "
+                             f"(this GPU: {cap[0]}.{cap[1]}): train with {arg('fp8', 'none')}")
 
 
 def check_shape(fp8: str, hidden: int, ffn: int, qkv: int, tp: int = 1) -> None:
@@ -53,11 +54,12 @@ def check_shape(fp8: str, hidden: int, ffn: int, qkv: int, tp: int = 1) -> None:
     stride, so the block count along both weight dims must be a multiple of 4; with K=256
     the product came back silently wrong on the H200 (BENCHMARKS.md "FP8 training")."""
     m = {"none": 1, "tensorwise": 16, "blockwise": 512}.get(fp8, 1)
-    dims = (("--hidden", hidden), ("--hidden / tp", hidden // tp), ("--ffn / tp", ffn // tp),
+    dims = ((arg("hidden"), hidden), (f"{arg('hidden')} / {arg('tp')}", hidden // tp),
+            (f"{arg('ffn')} / {arg('tp')}", ffn // tp),
             ("q/k/v projection / tp", qkv // tp))
     bad = [f"{k}={v}" for k, v in dims if v % m]
     if bad:
-        raise ValueError(f"--fp8 {fp8} needs every linear dimension to be a multiple of {m}; "
+        raise ValueError(f"{arg('fp8', fp8)} needs every linear dimension to be a multiple of {m}; "
                          f"got {', '.join(bad)}")
 
 
@@ -67,7 +69,7 @@ def check_tokens(n: int, fp8: str) -> None:
         raise AlignmentError(
             f"FP8 {fp8} GEMM on {n} local tokens: the local (per CP rank, SP-gathered) token "
             f"count must be a multiple of {r} (wgrad reduces over tokens): pack with "
-            f"`packtool pack ... --fp8 {fp8}` and the training --tp/--cp")
+            f"`packtool pack ... --fp8 {fp8}` and the training {arg('tp')}/{arg('cp')}")
 
 
 class _Fp8Linear(torch.autograd.Function):

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum
@@ -95,20 +95,21 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     the --load folder (a resumed run), never through a link. Returns the resolved folder."""
     from packtool.output.files import check_new_file, refuse_uri, resolve_folder
     from packtool.output.folder import refuse_inside_packed
-    refuse_uri(d, "--save")
-    p = resolve_folder(d, "--save")
-    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "--save")
+    refuse_uri(d, "save")
+    p = resolve_folder(d, "save")
+    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "save")
     if os.path.lexists(p) and not os.path.isdir(p):
-        raise PacktoolOutputError("exists and is not a folder; give a checkpoint folder", path=d, flag="--save")
+        raise PacktoolOutputError(f"exists and is not a folder; give a checkpoint folder as {arg('save')}",
+                                  path=d, flag=cli_flag("save"))
     if not os.path.isdir(p):
         return p
     resuming = bool(load) and os.path.isdir(load) and os.path.samefile(load, p)
     there = sorted(n for n in os.listdir(p) if _CKPT.match(n))
     if there and not (overwrite or resuming):
-        raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass --overwrite "
-                                  f"to replace them, or give another --save", path=d, flag="--save")
+        raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
+                                  f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
     for n in there:
-        check_new_file(os.path.join(p, n), "--save", replace=True)
+        check_new_file(os.path.join(p, n), "save", replace=True)
     return p
 
 
@@ -118,7 +119,7 @@ def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
         return
     from packtool.output.files import write_file
     os.makedirs(d, exist_ok=True)
-    with write_file(_ckpt_path(d, info.tp_rank), "--save", replace=True) as f:
+    with write_file(_ckpt_path(d, info.tp_rank), "save", replace=True) as f:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
                     "shape": dataclasses.asdict(shape), "tp": info.tp,
                     "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)
@@ -127,7 +128,7 @@ def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
 def load_checkpoint(d: str, tp_rank: int) -> dict:
     path = _ckpt_path(d, tp_rank)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"--load {d}: no {os.path.basename(path)} (saved by "
+        raise FileNotFoundError(f"{arg('load', d)}: no {os.path.basename(path)} (saved by "
                                 f"`packtool train --save`; TP rank {tp_rank})")
     return torch.load(path, map_location="cpu", weights_only=False)
 
@@ -138,8 +139,8 @@ class _Log:
         from packtool.output.files import open_append
         from packtool.output.folder import refuse_inside_packed
         if cfg.json_log and info.is_main:
-            refuse_inside_packed(cfg.json_log, "--json-log")
-        self.json = open_append(cfg.json_log, "--json-log") if (cfg.json_log and info.is_main) else None
+            refuse_inside_packed(cfg.json_log, "json_log")
+        self.json = open_append(cfg.json_log, "json_log") if (cfg.json_log and info.is_main) else None
         if self.on:
             from rich.console import Console
             self.console = Console()
@@ -177,8 +178,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
     shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
     if shape is None:
-        raise ValueError("give the model shape (--layers/--hidden/--heads/--ffn or --config) "
-                         "or --load a checkpoint")
+        raise ValueError(f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     if cfg.fp8 != "none":
         from packtool.megatron.fp8 import check_recipe

@@ -28,6 +28,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from packtool.errors import PacktoolConfigError, bad_choice
 from packtool.megatron.attention import PackedCoreAttention
 from packtool.megatron.fused import rms_norm
 from packtool.megatron.thd import ThdBatch
@@ -209,7 +210,7 @@ def loss_sum(model: GPTModel, batch: ThdBatch, impl: str = "torch",
     if impl == "torch":
         return (token_losses(model, batch) * batch.loss_weight).sum()
     if impl != "fused":
-        raise ValueError(f"--lm-head must be 'fused' or 'torch', got {impl!r}")
+        raise bad_choice(PacktoolConfigError, "lm_head", impl, ("fused", "torch"))
     from kernels.lm_head import fused_linear_cross_entropy
     h = hidden_states(model, batch)
     sp = bool(model.config.sequence_parallel)

@@ -190,8 +190,11 @@ def test_the_command_line_reads_its_flag(tmp_path, monkeypatch, case):
 # --- the guard: a library raise site spells no flag itself -------------------------------
 
 LIBRARY = pathlib.Path(packtool.__file__).parent
-# The train command's own module (typer options) and the trainer it drives speak its flags.
-CLI_MODULES = {"cli", "megatron"}
+# The command line's own modules speak its flags: packtool/cli and the train command's typer
+# options (megatron/train_cli.py); the trainer it drives (TrainConfig, the loop, the dataset, the
+# model) is a library, named by its arguments like every other.
+CLI_MODULES = {"cli"}
+CLI_FILES = {"megatron/train_cli.py"}
 
 
 def _spelled_flags(site: ast.AST) -> list[str]:
@@ -220,7 +223,7 @@ def test_no_library_raise_site_spells_a_flag():
     bad = []
     for path in sorted(LIBRARY.rglob("*.py")):
         rel = path.relative_to(LIBRARY)
-        if rel.parts[0] in CLI_MODULES:
+        if rel.parts[0] in CLI_MODULES or rel.as_posix() in CLI_FILES:
             continue
         tree = ast.parse(path.read_text())
         for site in _sites(tree):

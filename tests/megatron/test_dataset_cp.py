@@ -56,14 +56,14 @@ def test_larger_training_cp_is_refused_with_the_exact_fix(tmp_path, packed_cp, t
     msg = str(e.value)
     assert "\n" not in msg
     assert f"packed for cp={packed_cp}" in msg and f"training cp={train_cp}" in msg
-    assert msg.endswith(f"re-pack with --cp {train_cp}")
+    assert msg.endswith(f"re-pack with cp={train_cp}")
 
 
 def test_cp_size_follows_the_cp_group(tmp_path):
     """The docs' old snippet passed cp_group but no cp_size: the group's size is the CP."""
     path = _packed(tmp_path, 2)
     groups = thread_cp_groups(4)
-    with pytest.raises(ValueError, match="training cp=4 .*re-pack with --cp 4"):
+    with pytest.raises(ValueError, match="training cp=4 .*re-pack with cp=4"):
         PackedSlabDataset(path, cp_rank=3, cp_group=groups[3])
     ds = PackedSlabDataset(_packed(tmp_path, 4), cp_rank=3, cp_group=groups[3])
     assert ds.cp_size == 4

@@ -141,7 +141,7 @@ def test_mxfp8_is_refused_in_one_line():
 
 
 def test_blockwise_refuses_weight_dims_cublas_gets_wrong():
-    with pytest.raises(ValueError, match="multiple of 512; got --hidden=256"):
+    with pytest.raises(ValueError, match="multiple of 512; got hidden=256"):
         build_gpt(GPTShape(layers=1, hidden=256, heads=2, ffn=512, vocab=128), fp8="blockwise")
 
 

@@ -63,7 +63,7 @@ def test_planned_dp_follows_rank_and_step(tmp_path):
     micro = rng.permutation(nb)
     path = str(write_slab_dir(str(tmp_path / "p"), seqs, bins, align, dp=2, dp_rank=dp_rank,
                               step=step, microbatch=micro))
-    with pytest.raises(ValueError, match="re-pack with --dp 3"):
+    with pytest.raises(ValueError, match="re-pack with dp=3"):
         PackedSlabDataset(path, dp_size=3)
     ds = PackedSlabDataset(path, dp_rank=1, dp_size=2, seed=0)
     seen_steps = set()
@@ -127,7 +127,7 @@ def test_token_budget_merges_and_charges_the_tail_once(slabs, budget):
             assert fp <= budget or len(mb) == 1
     if budget >= 2 * align.usable:
         assert merged < len(ds.index)  # slabs really merged
-    with pytest.raises(ValueError, match="--micro-batch-tokens"):
+    with pytest.raises(ValueError, match="micro_batch_tokens=31"):
         PackedSlabDataset(path, micro_batch_tokens=align.t - 1).plan(0)
 
 

@@ -58,3 +58,21 @@ def test_layout_mismatch_names_the_repack(slabs, flags, fix):
     assert r.exit_code == 2
     out = " ".join(r.output.split())
     assert "Re-pack with" in out and fix in out, out
+
+
+@pytest.mark.parametrize("flags, said, lib", [
+    (["--micro-batch-tokens", "3"], "--micro-batch-tokens 3", "micro_batch_tokens=3"),
+    (["--grad-accum", "0"], "--grad-accum", "grad_accum"),
+    (["--save", "FILE"], "--save", "save"),
+    (["--fp8", "mxfp8"], "--fp8 mxfp8", "fp8='mxfp8'")])
+def test_trainer_errors_name_the_flag_on_the_command_line(slabs, tmp_path, flags, said, lib):
+    """The trainer (TrainConfig, the loop, the dataset) names its arguments; `packtool train`
+    names the flags (errors.arg, FLAG_OF), never the library's spelling."""
+    from packtool.cli.app import app as packtool_app
+    (tmp_path / "FILE").write_text("a user's file\n")
+    flags = [str(tmp_path / f) if f == "FILE" else f for f in flags]
+    r = CliRunner().invoke(packtool_app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
+    assert r.exit_code == 2, r.output
+    line = r.stderr.strip().splitlines()[-1]
+    import re
+    assert line.startswith("error: ") and said in line and not re.search(rf"(?<![-\w]){re.escape(lib)}", line), line

@@ -183,7 +183,7 @@ def test_train_save_holding_checkpoints_needs_overwrite(tmp_path):
     d = tmp_path / "ckpt"
     d.mkdir()
     (d / "mp_rank_00.pt").write_bytes(THESIS)
-    with pytest.raises(PacktoolOutputError, match="--overwrite"):
+    with pytest.raises(PacktoolOutputError, match="overwrite=True"):
         check_save(str(d), None, False)
     assert check_save(str(d), str(d), False) == str(d)  # resuming into the --load folder
     assert check_save(str(d), None, True) == str(d)
