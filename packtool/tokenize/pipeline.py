@@ -145,9 +145,10 @@ def _setup(inputs, cfg: TokenizeConfig):
     for f, c in zip(files, columns):
         if not c:
             raise no_rows_error(f.path)
-    shapes = [detect_shape(c, cfg, f.path, template is not None) for f, c in zip(files, columns)]
-    for f, c, s in zip(files, columns, shapes):
-        _note_unread(f.path, c, s, cfg)
+    empty = [_without_values(f, c, cfg) for f, c in zip(files, columns)]
+    shapes = [detect_shape(c, cfg, f.path, template is not None, e) for f, c, e in zip(files, columns, empty)]
+    for f, c, s, e in zip(files, columns, shapes, empty):
+        _note_unread(f.path, c, s, cfg, e)
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
             raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag=cli_flag("tokenizer"))
@@ -159,10 +160,26 @@ def _setup(inputs, cfg: TokenizeConfig):
     return files, shapes, loaded, template
 
 
-def _note_unread(path, columns, shape: Shape, cfg) -> None:
+def _without_values(f, columns: list[str], cfg) -> frozenset[str]:
+    """The columns of a file's known shapes, when it has more than one, that are null on every
+    row (an exporter's all-null column is no second shape). Read only then, those columns only,
+    stopping once each holds a value; a stream is not read twice (nothing found)."""
+    from packtool.tokenize.shapes import shape_columns
+    cols = shape_columns(set(columns), cfg.text_field or "text")
+    if not cols or not (isinstance(f, InputFile) or f.kind in ("arrow-table", "hf-dataset", "arrow-dataset")):
+        return frozenset()
+    left = set(cols)
+    for batch in batches_of(f, 1 << 14, sorted(cols)):
+        left = {c for c in left if batch.column(c).null_count == batch.num_rows}
+        if not left:
+            break
+    return frozenset(left)
+
+
+def _note_unread(path, columns, shape: Shape, cfg, empty: frozenset[str] = frozenset()) -> None:
     """Another shape's columns in a file packed as the shape the user chose are content left
     out: said on every run, cached or not, never dropped without a word."""
-    for kind, cols in unread_shapes(columns, shape, cfg):
+    for kind, cols in unread_shapes(columns, shape, cfg, empty):
         note(f"{path}: columns {', '.join(cols)} (shape {kind}) are not read: this file is packed as "
              f"shape {shape.kind} ({', '.join(shape.columns)}), as asked")
 

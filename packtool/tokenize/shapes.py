@@ -91,14 +91,23 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
     return "question", "answer"
 
 
-def known_shapes(cols: set[str], text_field: str = "text") -> list[tuple[str, tuple[str, ...]]]:
+def known_shapes(cols: set[str], text_field: str = "text",
+                 empty: frozenset[str] = frozenset()) -> list[tuple[str, tuple[str, ...]]]:
     """Every known shape whose columns are all in `cols`, as (kind, its columns), in auto
-    detection's order (docs/TOKENIZATION.md)."""
+    detection's order (docs/TOKENIZATION.md). A shape whose every column is in `empty` (null on
+    every row of the file: `shape_columns_without_values`) is no evidence of that shape."""
     resp = "output" if "output" in cols else "response"
     found = [("tokens", ("input_ids",)), ("chat", ("messages",)), ("sharegpt", ("conversations",)),
              ("alpaca", ("instruction", resp)), ("prompt_completion", ("prompt", "completion")),
              ("text", (text_field,)), ("fields", ("question", "answer"))]
-    return [(k, c) for k, c in found if set(c) <= cols]
+    return [(k, c) for k, c in found if set(c) <= cols and not set(c) <= empty]
+
+
+def shape_columns(cols: set[str], text_field: str = "text") -> set[str]:
+    """The columns of the known shapes a file has more than one of: the ones whose values
+    decide (`known_shapes`' empty) whether each is evidence or a column null everywhere."""
+    found = known_shapes(cols, text_field)
+    return {c for _, cs in found for c in cs} if len(found) > 1 else set()
 
 
 def _choose(kind: str, cols: tuple[str, ...]) -> str:
@@ -119,14 +128,16 @@ def _refuse_two_shapes(found: list, path: str) -> None:
         path=path, flag=arg("shape"))
 
 
-def unread_shapes(columns: list[str], shape: Shape, cfg) -> list[tuple[str, tuple[str, ...]]]:
+def unread_shapes(columns: list[str], shape: Shape, cfg,
+                  empty: frozenset[str] = frozenset()) -> list[tuple[str, tuple[str, ...]]]:
     """The other known shapes' columns in a file packed as `shape` (chosen explicitly: auto
-    refuses such a file): said in a note, as they are not read."""
-    return [(k, c) for k, c in known_shapes(set(columns), cfg.text_field or "text")
+    refuses such a file): said in a note, as they are not read (columns null on every row,
+    `empty`, hold nothing to leave out)."""
+    return [(k, c) for k, c in known_shapes(set(columns), cfg.text_field or "text", empty)
             if not set(c) & set(shape.columns)]
 
 
-def _auto_kind(columns: list[str], cfg, path: str) -> tuple[str, tuple]:
+def _auto_kind(columns: list[str], cfg, path: str, empty: frozenset[str]) -> tuple[str, tuple]:
     """Auto detection: the one known shape whose columns the file has; an explicit choice of
     columns (the prompt/response or text field, side columns) picks among several."""
     cols, text_field = set(columns), cfg.text_field or "text"
@@ -137,7 +148,7 @@ def _auto_kind(columns: list[str], cfg, path: str) -> tuple[str, tuple]:
         return "text", pair
     if _side_names(cfg) and "input_ids" in cols:
         return "tokens", pair
-    found = known_shapes(cols, text_field)
+    found = known_shapes(cols, text_field, empty) or known_shapes(cols, text_field)
     if len(found) > 1:
         _refuse_two_shapes(found, path)
     if not found:
@@ -145,12 +156,13 @@ def _auto_kind(columns: list[str], cfg, path: str) -> tuple[str, tuple]:
             f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
             f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
     kind = found[0][0]
-    return kind, (_question_answer(cols, path) if kind == "fields" else pair)
+    return kind, (_question_answer(cols - empty, path) if kind == "fields" else pair)
 
 
-def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shape:
+def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
+                 empty: frozenset[str] = frozenset()) -> Shape:
     """Pick the shape for one file. Explicit cfg.shape wins; auto takes the one shape whose
-    columns the file has."""
+    columns the file has, not counting a shape whose columns are null on every row (`empty`)."""
     cols = set(columns)
     if _SLAB_COLUMNS <= cols:  # each slab would become one sequence: its rows merged, its pads trained on
         raise PacktoolInputError(
@@ -161,7 +173,7 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool) -> Shap
     kind = cfg.shape
     pair = (cfg.prompt_field, cfg.response_field)
     if kind == "auto":
-        kind, pair = _auto_kind(columns, cfg, path)
+        kind, pair = _auto_kind(columns, cfg, path, empty)
     side = _side_names(cfg)
     if side and kind != "tokens":
         raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "

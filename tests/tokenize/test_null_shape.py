@@ -1,0 +1,80 @@
+"""Stranger trial S29-9: a column null on every row (an exporter's empty `text` beside
+question/answer) counted as a second input shape: auto detection refused the file and an explicit
+shape noted the empty column as content "not read". A shape whose columns are null on every row
+is no evidence; one value anywhere in the file still is."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import GPT2
+
+from packtool.errors import PacktoolInputError
+from packtool.notes import NOTES
+from packtool.tokenize import TokenizeConfig
+from packtool.tokenize.pipeline import _setup
+from packtool.tokenize.shapes import known_shapes
+
+SHAPES = {
+    "tokens": {"input_ids": [464, 3290, 318]},
+    "chat": {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
+    "sharegpt": {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+    "alpaca": {"instruction": "say hi", "output": "hi"},
+    "prompt_completion": {"prompt": "one two", "completion": " three"},
+    "text": {"text": "a plain document"},
+    "fields": {"question": "What is 2+2?", "answer": "4"},
+}
+PAIRS = [p for a, b in itertools.combinations(SHAPES, 2) for p in ((a, b), (b, a))]
+
+
+def _write(tmp_path, rows: list[dict], fmt: str) -> str:
+    path = tmp_path / f"d.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def _rows(real: str, null: str, n: int = 3, late: bool = False) -> list[dict]:
+    cols = [c for c in SHAPES[null] if c not in SHAPES[real]]
+    rows = [{**SHAPES[real], **{c: None for c in cols}} for _ in range(n)]
+    if late:  # a value in the last row only, past the first batch read
+        rows[-1] = {**SHAPES[real], **SHAPES[null]}
+    return rows
+
+
+def _shape(path: str, **kw):
+    files, shapes, *_ = _setup([path], TokenizeConfig(tokenizer=GPT2, chat_template="chatml", **kw))
+    return shapes[0]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("real,null", PAIRS)
+def test_a_shape_null_on_every_row_is_no_second_shape(tmp_path, real, null, fmt):
+    if set(SHAPES[null]) <= set(SHAPES[real]):
+        pytest.skip("no column of its own")
+    assert _shape(_write(tmp_path, _rows(real, null), fmt)).kind == real
+
+
+@pytest.mark.parametrize("real,null", [("text", "fields"), ("fields", "text"), ("chat", "text")])
+def test_one_value_anywhere_is_still_a_second_shape(tmp_path, real, null):
+    path = _write(tmp_path, _rows(real, null, n=20_000, late=True), "jsonl")
+    with pytest.raises(PacktoolInputError, match="input shapes"):
+        _shape(path)
+
+
+def test_an_explicit_shape_notes_no_null_column_as_not_read(tmp_path):
+    path = _write(tmp_path, _rows("fields", "text"), "parquet")
+    before = len(NOTES)
+    assert _shape(path, shape="fields", prompt_field="question", response_field="answer").kind == "fields"
+    assert not [n for n in NOTES[before:] if "not read" in n], NOTES[before:]
+
+
+def test_the_rule_lives_in_known_shapes():
+    cols = {"text", "question", "answer"}
+    assert [k for k, _ in known_shapes(cols)] == ["text", "fields"]
+    assert [k for k, _ in known_shapes(cols, empty=frozenset({"text"}))] == ["fields"]
