@@ -26,8 +26,12 @@ install-test: venv
 	$(BIN)/pip install -q $(PIP_FAST) -e '.[test,train,ray]'
 	$(BIN)/pip install -q $(PIP_FAST) --no-deps skyrl==0.3.0
 
+# Bytecode on for the run: with PYTHONDONTWRITEBYTECODE set in the environment, every process
+# the suite starts (the xdist workers, CLI subprocesses, spawned gloo ranks, Ray and DataLoader
+# workers, Inductor's compile pool) compiled torch, ray and the rest from source again, as
+# --no-compile left them; with it off, the first import writes the .pyc the others load.
 test: install-test
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
 
 demo: install
 	bash fixtures/demo.sh $(BIN)

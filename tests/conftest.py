@@ -26,6 +26,23 @@ MISTRAL_DIR = os.path.join(TOKENIZERS, "mistral-7b-v0.1")
 MISTRAL = os.path.join(MISTRAL_DIR, "tokenizer.json")
 
 
+# Longest first. Under --dist loadgroup xdist hands out the xdist_group runs first (the largest
+# first), then single tests in collection order, so a long test collected late kept one worker
+# busy while the other had finished. These modules hold the longest single tests (CI durations,
+# 2026-12-02: spawned ranks, Inductor compiles, killed subprocesses); their tests go first, in
+# this order, and everything else keeps its order.
+LONG_FIRST = ("tests/hf/test_hf_collator.py", "tests/megatron/test_megatron_parity_cpu.py",
+              "tests/megatron/test_fp8_runs.py", "tests/kernels/test_support_logprob.py",
+              "tests/kernels/test_kernels_tp.py", "tests/megatron/test_megatron_tp_cpu.py",
+              "tests/engines/test_ray_sigterm.py", "tests/storage/test_store_kill.py",
+              "tests/verification/test_verify_unguarded_script.py", "tests/tokenize/test_hf_input.py",
+              "tests/megatron/test_megatron_fused.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 def fixture_path(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
 
