@@ -46,12 +46,36 @@ def rss():
     with open("/proc/self/status") as f:
         got = {l.split(":")[0]: int(l.split()[1]) // 1024 for l in f if l.startswith(("VmRSS", "RssAnon", "RssFile"))}
     return got
+heap = {}
+def heap_now():
+    # at a new peak: glibc's arenas (in use, free kept) and Arrow's pool, MiB
+    out = {}
+    try:
+        import ctypes
+        class MI(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
+        libc = ctypes.CDLL(None)
+        libc.mallinfo2.restype = MI
+        m = libc.mallinfo2()
+        out = {"glibc_used": m.uordblks >> 20, "glibc_free": m.fordblks >> 20, "glibc_mmap": m.hblkhd >> 20}
+        pa = sys.modules.get("pyarrow")
+        if pa is not None and hasattr(pa, "default_memory_pool"):
+            out["arrow_alloc"] = pa.default_memory_pool().bytes_allocated() >> 20
+    except Exception:  # a module half imported: left out of this sample
+        pass
+    return out
+SMAPS = os.environ.get("SMAPS_DIR")  # a copy of /proc/self/smaps at each stage's peak
 def sample():
     while True:
         got = rss()
         if got["VmRSS"] > peaks.get(stage[0], 0):
             peaks[stage[0]] = got["VmRSS"]
             anon[stage[0]] = (got["RssAnon"], got["RssFile"])
+            heap[stage[0]] = heap_now()
+            if SMAPS:
+                with open("/proc/self/smaps") as f, open(os.path.join(SMAPS, stage[0] + ".smaps"), "w") as g:
+                    g.write(f.read())
         time.sleep(0.02)
 threading.Thread(target=sample, daemon=True).start()
 import packtool.packing as pk
@@ -72,17 +96,21 @@ pk.tokenize_to_cache, pk.pack_cache = tok, pc
 if os.environ.get("TRACE"):
     import tracemalloc
     tracemalloc.start(6)
-data, tokenizer, work = sys.argv[1:4]
+data, tokenizer, work, template = sys.argv[1:5]
+if os.environ.get("JE_DECAY_MS"):  # an experiment: Arrow's jemalloc decay for the whole run
+    import pyarrow
+    pyarrow.jemalloc_set_decay_ms(int(os.environ["JE_DECAY_MS"]))
 t0 = time.perf_counter()
 pk.pack([data], Alignment(capacity=4096), PackingConfig(overflow="split"),
-        TokenizeConfig(tokenizer=tokenizer, chat_template="chatml"),
+        TokenizeConfig(tokenizer=tokenizer, chat_template=template),
         output=os.path.join(work, "out"), cache_dir=os.path.join(work, "cache"))
 wall = time.perf_counter() - t0
 stage[0] = "end"
 time.sleep(0.05)
 import resource
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "wall_s": round(wall, 1),
+print(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "heap_at_peak_mib": heap,
+                  "max_rss_mib": round(ru.ru_maxrss / 1024, 1), "wall_s": round(wall, 1),
                   "cpu_s": round(ru.ru_utime + ru.ru_stime, 1)}))
 """
 
@@ -123,6 +151,11 @@ def main() -> None:
                     help="real: distinct Taskmaster dialogs from ../shared/data, packed by the command")
     ap.add_argument("--tok", choices=sorted(TOKS), default="gpt2", help="tokenizer (and its template) for --data real")
     ap.add_argument("--log", help="append each run's JSON line here")
+    ap.add_argument("--smaps", metavar="DIR", help="with --stages: save /proc/self/smaps at each stage's peak "
+                    "to DIR/ROWS-RUN/STAGE.smaps (bench/smaps_classes.py reads them)")
+    ap.add_argument("--stages", action="store_true",
+                    help="with --data real: the library call in a sampled child (peak by stage, anon/file, "
+                         "glibc and Arrow at each peak) instead of the command's ru_maxrss")
     a = ap.parse_args()
     tok = os.path.join(FIX, "tokenizers", "gpt2", "tokenizer.json")
     template = "chatml"
@@ -141,8 +174,11 @@ def main() -> None:
                 env = dict(os.environ, PYTHONPATH=a.src, **({"TRACE": "1"} if a.trace else {}))
                 env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
                 env.update(kv.split("=", 1) for kv in a.env)
+                if a.smaps:
+                    env["SMAPS_DIR"] = os.path.join(os.path.abspath(a.smaps), f"{n}-{rep}")
+                    os.makedirs(env["SMAPS_DIR"], exist_ok=True)
                 load = os.getloadavg()[0]
-                if a.data == "real":
+                if a.data == "real" and not a.stages:
                     r = run_command(os.path.join(base, f"chat_{n}.jsonl"), tok, template, work, env)
                     emit({"rows": n, "run": rep, "data": "real", "tok": a.tok, "template": template, "env": a.env,
                           "src": a.src, "load_1min": round(load, 1), "load_after": round(os.getloadavg()[0], 1),
@@ -150,15 +186,17 @@ def main() -> None:
                     shutil.rmtree(work, ignore_errors=True)
                     continue
                 # -P: `-c` would put the working directory (a checkout) ahead of --src on sys.path
-                p = subprocess.run([sys.executable, "-P", "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work],
+                p = subprocess.run([sys.executable, "-P", "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work,
+                                    template],
                                    env=env, capture_output=True, text=True)
                 if p.returncode:
                     sys.exit(p.stderr)
                 if a.trace:
                     print(p.stderr, file=sys.stderr)
                 r = json.loads(p.stdout.strip().splitlines()[-1])
-                print(json.dumps({"rows": n, "run": rep, "env": a.env, "src": a.src, "load_1min": round(load, 1), **r}),
-                      flush=True)
+                emit({"rows": n, "run": rep, "data": a.data, "tok": a.tok if a.data == "real" else "gpt2",
+                      "template": template, "env": a.env, "src": a.src, "load_1min": round(load, 1),
+                      "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **r}, a.log)
                 shutil.rmtree(work, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
