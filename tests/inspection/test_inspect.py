@@ -275,7 +275,7 @@ def test_cli_plan_file_round_trip(tmp_path):
     planned = json.loads(res.output)
     res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "--json"] + flags)
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)  # stderr holds the plan file's settings note
     assert d["kind"] == "plan" and d["slabs"] == planned["slabs"]
     assert d["padding"] == planned["padding"]
     res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "-C", "96"])
