@@ -22,7 +22,7 @@ from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
-SHAPE = GPTShape(layers=1, hidden=512, heads=4, ffn=1024, vocab=128, max_seq=256)
+SHAPE = GPTShape(layers=1, hidden=512, heads=4, ffn=512, vocab=128, max_seq=256)
 
 
 @pytest.fixture(scope="module")
