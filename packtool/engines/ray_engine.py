@@ -71,6 +71,40 @@ def _own_sigterm():
             signal.signal(signal.SIGTERM, prev)
 
 
+@contextmanager
+def _daemons_apart():
+    """A local Ray's processes (GCS, raylet and the workers it forks) started each in a process
+    group of its own, so that a signal sent to the driver's whole group (Slurm, Kubernetes,
+    `timeout`, a terminal) reaches the driver alone, as Ray already keeps SIGINT from them: the
+    group's SIGTERM killed them under the driver, whose next Ray call then waited 60 s for the
+    GCS and ended with status 1 and no packtool line. The driver unwinds and stops them
+    (ray.shutdown); if it dies, the kernel ends them (Ray's fate sharing, PR_SET_PDEATHSIG),
+    which is also what Ray requires before it parts groups on Windows."""
+    import ray._private.services as services
+    import ray._private.utils as utils
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or not sys.platform.startswith("linux") or not utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class Apart(popen):
+        def __init__(self, *a, **k):
+            then = k.get("preexec_fn")
+
+            def first():
+                os.setpgid(0, 0)
+                if then is not None:
+                    then()
+            k["preexec_fn"] = first
+            super().__init__(*a, **k)
+
+    services.ConsolePopen = Apart
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
     of the driver are passed to the workers (cache locations)."""
@@ -92,7 +126,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             if address:
                 ray.init(address=address, **kw)
             else:
-                ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
+                with _daemons_apart():
+                    ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False

@@ -34,7 +34,7 @@ STAGES = {
     "after the swap": ("packtool.packing", "swap_into_place", False),
     "shard writers": ("packtool.slabs.writer", "wait", True),  # shards being written by their threads
     "pool results": ("packtool.verification.run", "_done", True),  # between two results of the pool
-    "ray": ("packtool.engines.ray_engine", "init_ray", False),  # a local Ray up (raylet, GCS, workers)
+    "ray": ("packtool.engines.ray_engine", "init_ray", False),  # a local Ray up, a task in flight
     "worker launch": ("multiprocessing.popen_forkserver", "Popen._launch", False),  # see _hold_launch
 }
 
@@ -65,6 +65,15 @@ def _wrap(stage: str, marker: str, hold_s: float) -> None:
             _hold(marker, hold_s)
         return r
 
+    if stage == "ray":  # the driver waiting in Ray's core worker (ray.get) for a task in flight
+        def held(*a, **k):
+            r = orig(*a, **k)
+            import ray
+            busy = ray.remote(lambda s: time.sleep(s))
+            ref = busy.remote(hold_s)
+            open(marker, "w").close()
+            ray.get(ref)
+            return r
     if stage == "worker launch":  # marked as the first launch begins (forkserver and first
         def held(*a, **k):        # worker starting), held once it is under way
             first = not os.path.exists(marker)
@@ -132,6 +141,7 @@ def startup_forks() -> None:
 
 @dataclass
 class Ended:
+    pid: int  # the leader's: its group's and its session's id
     code: int
     out: str
     err: str
@@ -171,24 +181,28 @@ def held_run(args: list, stage: str, tmp_path, sig=signal.SIGINT, group: bool = 
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{args[0]} hung after {sig.name} at {stage!r}") from None
         left = _left(child.pid)
-        return Ended(child.returncode, out, err, held, left, os.listdir(tmp))
+        return Ended(child.pid, child.returncode, out, err, held, left, os.listdir(tmp))
     finally:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for pgid in {child.pid, *(int(ln.split()[1]) for ln in _group(child.pid))}:
+            try:
+                os.killpg(pgid, signal.SIGKILL)  # its group, and any group a process of it made
+            except (ProcessLookupError, PermissionError):
+                pass
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _group(pgid: int) -> list[str]:
-    return subprocess.run(["pgrep", "-a", "-g", str(pgid)], capture_output=True, text=True).stdout.splitlines()
+def _group(sid: int) -> list[str]:
+    """The processes of the run's session (its group, and any group it made: a local Ray's),
+    each as 'PID PGID COMMAND LINE'."""
+    r = subprocess.run(["ps", "-ww", "-o", "pid=,pgid=,args=", "-s", str(sid)], capture_output=True, text=True)
+    return [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
 
 
-def _left(pgid: int) -> list[str]:
-    """The group's processes still alive a while after its leader ended (the forkserver and
+def _left(sid: int) -> list[str]:
+    """The session's processes still alive a while after its leader ended (the forkserver and
     the resource tracker end when they see the leader's pipes close)."""
     for _ in range(100):
-        left = _group(pgid)
+        left = _group(sid)
         if not left:
             return []
         time.sleep(0.1)

@@ -104,10 +104,13 @@ def test_stopped_while_verify_workers_start(packed, tmp_path, delay, sig, group)
 @pytest.mark.xdist_group("cli_ray")  # one local Ray start at a time (--dist loadgroup): two at once timed out on 2 cores
 @pytest.mark.parametrize("sig", [INT, TERM], ids=["SIGINT", "SIGTERM"])
 def test_stopped_with_the_ray_engine(packed, tmp_path, sig):
-    """A local Ray started by the command: its raylet, GCS and workers are in the command's
-    process group, so SIGTERM to the group ends them under the driver (the issue: Ray's native
-    stack dumps, exit 134)."""
+    """A local Ray started by the command, the driver waiting on a task: the group's signal
+    reaches the driver alone, which stops Ray. Its GCS and raylet sat in the driver's group:
+    SIGTERM killed them under it, and its next Ray call waited 60 s for the GCS and ended with
+    status 1 and no line (the issue: Ray's native stack dumps, exit 134)."""
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
     end = held_run([*_pack(packed, tmp_path), "--engine", "ray"], "ray", tmp_path, sig, True, 0.2)
     one_line(end, sig, ray=True)
     assert not os.path.exists(tmp_path / "out")
+    daemons = [ln for ln in end.held if "gcs_server" in ln.split()[2] or "raylet" in ln.split()[2]]
+    assert len(daemons) == 2 and all(int(ln.split()[1]) != end.pid for ln in daemons), end.held
