@@ -43,6 +43,8 @@ _HELD = _held_at_start()
 
 import importlib  # noqa: E402
 
+JEMALLOC_CONF = "background_thread:true,max_background_threads:1,dirty_decay_ms:100,muzzy_decay_ms:0"
+
 if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     # Arrow picks its default allocator once, when it loads, and every entry (the `packtool`
     # command, `python -m packtool`, the library, Ray and verify workers) imports this package
@@ -50,6 +52,14 @@ if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     # pyarrow's mimalloc with the shard-writer threads (BENCHMARKS.md, Pack end to end). An
     # explicit ARROW_DEFAULT_MEMORY_POOL wins; a caller that loaded pyarrow first keeps its pool.
     _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    # That jemalloc kept freed pages resident ("dirty") for 1 s, and past it until a thread
+    # used the same arena again (release_unused() purged nothing here, pyarrow 26): a raw chat
+    # pack's write peaked 20-45 MiB higher for it, more with more rows (issue 23 class 8,
+    # BENCHMARKS.md "Raw chat pack: peak RSS"). One background thread returns every arena's
+    # freed pages after 0.1 s: what it keeps is 0.1 s of frees, whatever the run's length.
+    # Returned at once (decay 0) cost 2-3x the page faults; this ~10%. Read by Arrow's
+    # jemalloc (prefix je_arrow_) when it starts; an explicit JE_ARROW_MALLOC_CONF wins.
+    _os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
 
 __version__ = "0.1.0"
 
