@@ -54,11 +54,12 @@ if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     _os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
     # That jemalloc kept freed pages resident ("dirty") for 1 s, and past it until a thread
     # used the same arena again (release_unused() purged nothing here, pyarrow 26): a raw chat
-    # pack's write peaked 20-45 MiB higher for it, more with more rows (issue 23 class 8,
-    # BENCHMARKS.md "Raw chat pack: peak RSS"). One background thread returns every arena's
-    # freed pages after 0.1 s: what it keeps is 0.1 s of frees, whatever the run's length.
-    # Returned at once (decay 0) cost 2-3x the page faults; this ~10%. Read by Arrow's
-    # jemalloc (prefix je_arrow_) when it starts; an explicit JE_ARROW_MALLOC_CONF wins.
+    # pack's write peaked 11-45 MiB higher for it, more at 100k rows than at 20k (issue 23
+    # class 8, BENCHMARKS.md "Raw chat pack: peak RSS"). One background thread returns every
+    # arena's freed pages after 0.1 s: it keeps 0.1 s of frees, whatever the run's length.
+    # Returned at once (decay 0), minor faults rose 2.2-3.2x; this way 1.1-1.5x (20k/100k
+    # rows, ~1.6% of the CPU at 100k). Read by Arrow's jemalloc (prefix je_arrow_) when it
+    # starts; an explicit JE_ARROW_MALLOC_CONF wins.
     _os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
 
 __version__ = "0.1.0"
