@@ -123,3 +123,19 @@ def pytest_runtest_teardown(item, nextitem):
         import ray
         ray.shutdown()
         _LOCAL_RAY["up"] = False
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_kept():
+    """Each test leaves SIGINT/SIGTERM as it found them (handler and the main thread's mask).
+    A test that ran packtool's start-up in-process could leave them blocked, and every later
+    child of that xdist worker inherits the mask: a stop test's signal then never landed."""
+    import signal
+    stops = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    handlers = {s: signal.getsignal(s) for s in stops}
+    yield
+    for s, h in handlers.items():
+        if signal.getsignal(s) is not h and h is not None:
+            signal.signal(s, h)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)

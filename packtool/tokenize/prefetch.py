@@ -8,6 +8,7 @@ most `depth` decoded batches wait.
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -64,11 +65,29 @@ def warm_compiled_code() -> threading.Thread:
         import numpy as np
 
         from packtool.tokenize.token_rows import first_outside
-        first_outside(np.zeros(1, np.int32), 1)
+        try:
+            first_outside(np.zeros(1, np.int32), 1)
+        finally:
+            _WARMING.discard(threading.current_thread())
 
     t = threading.Thread(target=warm, name="packtool-warm", daemon=True)
+    _WARMING.add(t)
     t.start()
     return t
+
+
+def _join_warming() -> None:
+    """At exit, before the interpreter's teardown: a program that imports the library and ends
+    within the compile (an input error in its first second) tore the interpreter down under
+    the thread while it was in LLVM with the GIL released; Py_Finalize made it exit as it came
+    back, the forced unwind met a C++ frame and std::terminate aborted the process (exit 134)."""
+    for t in list(_WARMING):
+        t.join(_WARM_JOIN_S)
+
+
+_WARMING: set = set()
+_WARM_JOIN_S = 60.0  # the compile takes ~0.5 s; a machine so loaded is better waited for
+atexit.register(_join_warming)
 
 
 class EncodePool:

@@ -172,7 +172,7 @@ def test_cli_engine_ray(tmp_path):
     assert d["sharded_plan"]["shards"] > 1 and d["sharded_plan"]["extra_bins"] == d["slabs"] - d["lower_bound"]
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--engine", "spark"])
-    assert bad.exit_code == 2 and "--engine must be local or ray" in bad.output
+    assert bad.exit_code == 2 and "--engine must be one of local, ray" in bad.output
     bad = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-o", str(tmp_path / "p"),
                                    "--plan-shard-rows", "-1"])
     assert bad.exit_code == 2 and "--plan-shard-rows must be a nonnegative integer" in bad.output
