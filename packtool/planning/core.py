@@ -189,6 +189,13 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
     n_over = int(over.sum())
     idx = np.arange(first_row, first_row + lengths.size, dtype=np.int64)
     zeros = np.zeros(lengths.size, np.int64)
+    if n_over and policy == "singleton" and align.fixed_length is not None:
+        i = int(np.flatnonzero(over)[0])
+        raise SequenceError(
+            first_row + i, f"{int(lengths[i])} tokens; aligned footprint {int(align.seq_footprint(lengths[i]))} "
+            f"exceeds the fixed length {U} ({n_over} such sequence{'s' if n_over != 1 else ''}), and a "
+            f"slab of its own would be longer than {arg('fixed_length')} promises every slab is: use "
+            f"{arg('overflow', choices=('split', 'truncate'))}, or {align.raise_usable()}")
     if n_over == 0 or policy == "singleton":
         segs = Segments(idx, zeros, lengths, zeros.astype(np.int32), over)
         return segs, OverflowStats(policy, n_over, singletons=n_over if policy == "singleton" else 0)

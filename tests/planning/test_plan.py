@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from packtool.align import Alignment, round_up
 from packtool.packers import DPError
-from packtool.planning.core import PackingConfig, PlanError, apply_overflow, plan
+from packtool.planning.core import PackingConfig, PlanError, SequenceError, apply_overflow, plan
 
 RECIPES = ["none", "tensorwise", "mxfp8", "blockwise"]
 
@@ -37,6 +37,11 @@ def cases(draw):
 
 
 def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
+    if align.fixed_length is not None and cfg.overflow == "singleton" and \
+            (align.seq_footprint(lengths) > align.usable).any():
+        with pytest.raises(SequenceError, match="fixed_length"):  # a singleton slab: longer than promised
+            plan(lengths, align, cfg)
+        return
     try:
         p = plan(lengths, align, cfg)
     except DPError as e:
@@ -68,7 +73,7 @@ def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
     assert ((lay.footprint <= U) | p.singleton).all()
     assert p.singleton.sum() == (int(over.sum()) if cfg.overflow == "singleton" else 0)
     if align.fixed_length is not None:
-        assert (lay.slab_len[~p.singleton] == align.fixed_length).all()
+        assert (lay.slab_len == align.fixed_length).all()  # singletons included
     assert p.num_slabs >= p.lower_bound
     assert p.lower_bound >= 0 and p.l2_bound >= 0
     # dp: slab count a multiple of dp, every (rank, step) once, steps contiguous on disk

@@ -20,7 +20,7 @@ CASES = [
     (Alignment(tp=1, cp=1, capacity=256), PackingConfig("ffd", overflow="split")),
     (Alignment(tp=4, cp=2, fp8="blockwise", capacity=4096), PackingConfig("mffd", overflow="singleton")),
     (Alignment(tp=2, cp=2, fp8="mxfp8", capacity=512, fixed_length=512), PackingConfig("bfd", overflow="split", dp=2)),
-    (Alignment(tp=2, cp=1, capacity=300, fixed_length=300), PackingConfig("balanced", overflow="singleton")),
+    (Alignment(tp=2, cp=1, capacity=300, fixed_length=300), PackingConfig("balanced", overflow="truncate")),
     (Alignment(tp=1, cp=4, capacity=256, convention="nemo-rl"), PackingConfig("bfd", overflow="truncate", dp=4)),
 ]
 
