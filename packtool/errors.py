@@ -98,6 +98,14 @@ def bad_choice(cls: type, name: str, value: object, choices) -> "PacktoolError":
     return e
 
 
+def missing(cls: type, name: str, message: str, **where) -> "PacktoolError":
+    """A `cls` error for argument `name` left out where the call needs it (`message` says so). On the
+    command line a required flag left out is a usage error, as click's own `Missing option` is."""
+    e = cls(message, flag=cli_flag(name), **where)
+    e.usage = True
+    return e
+
+
 class PacktoolError(ValueError):
     """Base of every error packtool raises for a user to act on. The message is one line."""
 
@@ -162,5 +170,5 @@ class PacktoolOutputError(PacktoolError):
 
 
 __all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "missing", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

@@ -54,12 +54,13 @@ class _Commands(_ParsedHere, TyperGroup):
     boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        argv = self._json_after_command(list(sys.argv[1:] if args is None else args))
-        json_out = "--json" in argv
-        reset(next((a for a in argv if a in self.commands), None))
+        given = list(sys.argv[1:] if args is None else args)
+        json_out = "--json" in given
+        reset(next((a for a in given if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
         Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
         try:
+            argv = self._json_after_command(given)
             with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
                 rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
@@ -86,6 +87,11 @@ class _Commands(_ParsedHere, TyperGroup):
         side): --json belongs to the subcommand, which takes it wherever the user put it. A
         subcommand without --json (train) keeps click's one-line 'no such option'."""
         at = next((i for i, a in enumerate(argv) if a in self.commands), None)
+        if at is None and "--json" in argv:  # no command: the error is about what is there instead
+            rest = [a for a in argv if a != "--json"]
+            if not rest:
+                raise click_exceptions.UsageError("Missing command.", ctx=self.context_class(self, info_name="packtool"))
+            return rest
         if at is None or "--json" not in argv[:at]:
             return argv
         if not any("--json" in getattr(p, "opts", ()) for p in self.commands[argv[at]].params):

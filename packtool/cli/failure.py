@@ -297,6 +297,8 @@ def _help_hint(ctx=None) -> str:
 def usage_error(e: click_exceptions.ClickException, json_out: bool = False) -> int:
     """click's usage errors (unknown flag, bad value, missing argument) as the one `error:`
     line (and JSON object) every other failure gets, naming the command's --help."""
+    if list(getattr(e, "possibilities", None) or ()) == ["--help"]:  # `verify --tp`: noise; the hint names --help
+        e.possibilities = []
     msg = one_line(e.format_message())
     ctx = getattr(e, "ctx", None)
     if ctx is not None and isinstance(e, click_exceptions.UsageError):

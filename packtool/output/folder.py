@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.output.files import (
     SPILL_TAG,
     TMP_TAG,
@@ -77,6 +77,10 @@ def refuse_inside_packed(path: str, flag: str) -> None:
                                   path=path, flag=cli_flag(flag) or flag)
 
 
+def _output_required() -> PacktoolInputError:
+    return missing(PacktoolInputError, "output", f"{arg('output')} is required (or use {arg('dry_run', True)})")
+
+
 def check_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
                  inputs: Iterable[str] = (), cache_dir: str | None = None) -> list[str]:
     """Refuse, before any work, an --output packtool must not write to; return the names of a
@@ -84,7 +88,7 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
     if dry_run:
         return []
     if not output:
-        raise PacktoolInputError(f"{arg('output')} is required (or use {arg('dry_run', True)})")
+        raise _output_required()
     out = resolve_folder(output)
     check_relations(out, inputs, cache_dir, shown=output)
     if os.path.lexists(out) and not os.path.isdir(out):
@@ -205,7 +209,7 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
             yield None
         return
     if not output:
-        raise PacktoolInputError(f"{arg('output')} is required (or use {arg('dry_run', True)})")
+        raise _output_required()
     key = resolve_folder(output)
     with _HELD_LOCK:
         held = _HELD.get(key)

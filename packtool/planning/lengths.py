@@ -153,14 +153,38 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
             first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
             raise PlanError(f"{where} is null; every row needs a length", path=path, row=first)
         if not pa.types.is_integer(col.type):
-            raise PlanError(f"{path}: {where} holds {col.type}, lengths must be integers")
+            raise _not_int(path, col.to_pylist(), f"{where} holds {col.type}")
         col = col.to_numpy()
     if not np.issubdtype(col.dtype, np.integer):
-        raise PlanError(f"{path}: {where} holds {col.dtype}, lengths must be integers")
+        raise _not_int(path, col.tolist(), f"{where} holds {col.dtype}")
     if col.size == 0:
         raise PlanError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
     return int_array(col, "lengths", PlanError, at=lambda i, detail: PlanError(detail, path=path, row=i))
+
+
+def _is_length(v) -> bool:
+    if isinstance(v, str):
+        return _is_int(v)
+    return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+
+
+def _not_int(path: str, values: list, what: str) -> PlanError:
+    """`what` (a column of another type) named at its first value that is no integer length, so
+    the user finds it: its row, and in a CSV/TSV its line (row 0 when every value would do)."""
+    row = next((i for i, v in enumerate(values) if not _is_length(v)), 0)
+    low, at = path.lower(), ""
+    if values and low.endswith((".csv", ".tsv")):
+        from packtool.tokenize.text_where import csv_record_line
+        sep = "\t" if low.endswith(".tsv") else ","
+        with open(path, "rb") as f:
+            header = not all(_is_int(n) for n in f.readline().decode("utf-8", "replace").strip().split(sep))
+            f.seek(0)
+            line = csv_record_line(f, sep, row, header)
+        at = f" at line {line}" if line is not None else ""
+    shown = f" {values[row]!r}{at}" if values else ""
+    return PlanError(f"{what}: value{shown} is not an integer; lengths must be integers", path=path,
+                     row=row if values else None)
 
 
 __all__ = ["KINDS", "LENGTH_COLUMNS", "load_lengths"]

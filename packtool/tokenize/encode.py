@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from tokenizers import Tokenizer
 
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.shapes import RenderedBatch
 
@@ -147,7 +147,7 @@ def _fix_for(path: str) -> str:
 def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
     """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
     if not spec:
-        raise PacktoolInputError("a tokenizer is required to tokenize raw text", flag=cli_flag("tokenizer"))
+        raise missing(PacktoolInputError, "tokenizer", f"{arg('tokenizer')} is required to tokenize raw text")
     conf: dict = {}
     conf_path = None
     if os.path.isdir(spec):

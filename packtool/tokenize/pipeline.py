@@ -25,7 +25,7 @@ import tokenizers
 
 from packtool.notes import NOTES, note  # noqa: F401  (the owner; NOTES kept here for callers)
 from packtool.env import env_path
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
 from packtool.side import side_columns_to_manifest
@@ -151,7 +151,7 @@ def _setup(inputs, cfg: TokenizeConfig):
         _note_unread(f.path, c, s, cfg, e)
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
-            raise PacktoolInputError(f"shape {s.kind} needs a tokenizer", path=f.path, flag=cli_flag("tokenizer"))
+            raise missing(PacktoolInputError, "tokenizer", f"shape {s.kind} needs {arg('tokenizer')}", path=f.path)
     if loaded is not None:
         loaded.info = replace(loaded.info, chat_template=template.name if template else None,
                               template_sha256=template.sha256 if template else None)

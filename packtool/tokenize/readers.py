@@ -450,6 +450,8 @@ def peek_columns(f: InputFile) -> list[str]:
         if f.kind == "csv":
             return _csv_names(f.path)
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
+        if f.kind == "csv":  # the reading paths' message, which names the line at fault
+            raise _csv_error(f.path, e) from None
         raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
     # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
     batches = _jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)

@@ -68,6 +68,23 @@ def csv_bad_record(f: BinaryIO, delimiter: str, header: bool = True) -> tuple[in
     return None
 
 
+def csv_record_line(f: BinaryIO, delimiter: str, row: int, header: bool = True) -> int | None:
+    """The first line (from 1) of data row `row` (from 0) of a CSV that Arrow read: a value
+    there was refused, and quoted fields may span lines. None past the end or on bad text."""
+    text = _Decoded(f)
+    start, seen = 1, -1 if header else 0
+    try:
+        for rec in csv.reader(text, delimiter=delimiter):
+            if rec:  # Arrow skips empty lines: they are no row
+                if seen == row:
+                    return start
+                seen += 1
+            start = text.line + 1
+    except (UnicodeDecodeError, csv.Error):
+        pass
+    return None
+
+
 def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
     """(data row, line, text) of the first line of a one-length-per-line file that is not an
     integer; blank lines and `#` comments are no row (as numpy.loadtxt reads them)."""

@@ -91,7 +91,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     want_fp = (man.get("input") or {}).get("fingerprint")
     if source_fingerprint and want_fp and source_fingerprint != want_fp:
         notes.append(f"the source and tokenization options give input fingerprint "
-                     f"{source_fingerprint[:16]}…, the manifest says {want_fp[:16]}…: not the same "
+                     f"{source_fingerprint}, the manifest says {want_fp}: not the same "
                      f"files or options as `pack`{_what_differs(man, source_tokenize, source_files)} "
                      f"(differences below would follow from that)")
     if align is None:
@@ -262,9 +262,10 @@ def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
                 shard=name, expected=entry.get("bytes"), found=res.bytes)
     alg = _checksum_of(entry)
     if entry.get(alg) != res.digest:
-        log.add("checksum", f"shard {name} {alg} is {res.digest[:16]}…, the manifest says "
-                f"{str(entry.get(alg))[:16]}…: the file changed after packing (flipped or "
-                f"edited bytes)", shard=name, expected=entry.get(alg), found=res.digest)
+        # whole digests: two that differ in the last digit must not read as equal
+        log.add("checksum", f"shard {name} {alg} is {res.digest}, the manifest says "
+                f"{entry.get(alg)}: the file (or the manifest's entry for it) changed after packing "
+                f"(flipped or edited bytes)", shard=name, expected=entry.get(alg), found=res.digest)
     if res.readable:
         for key, got in (("rows", res.rows), ("tokens", res.totals.get("physical_tokens")),
                          ("loss_tokens", res.totals.get("loss_tokens"))):

@@ -167,7 +167,7 @@ def test_input_and_tokenizer_errors(tmp_path, cache_dir):
     (tmp_path / "tokdir" / "tokenizer.model").write_bytes(b"x")
     with pytest.raises(PacktoolInputError, match="no tokenizer.json in folder.*tokenizer.model"):
         tokenize_to_cache([PEPS], TokenizeConfig(tokenizer=str(tmp_path / "tokdir")), cache_dir)
-    with pytest.raises(PacktoolInputError, match="needs a tokenizer"):
+    with pytest.raises(PacktoolInputError, match="needs tokenizer"):
         tokenize_to_cache([PEPS], TokenizeConfig(), cache_dir)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -130,6 +130,25 @@ def test_manifest_of_an_older_version_with_sha256_checksums(packed):
     assert "checksum" in checks(r) and "sha256" in messages(r, "checksum")
 
 
+@pytest.mark.parametrize("alg", ["xxh3_128", "sha256"])
+def test_checksum_message_shows_hashes_that_differ(packed, alg):
+    """Stranger trial S30-12: both digests were cut to 16 digits, so a manifest entry changed in
+    its last digit read as `is 72dc512ecfe04371…, the manifest says 72dc512ecfe04371…`."""
+    import hashlib
+    out, _ = packed
+    man = read_manifest(out)
+    entry = man["shards"][1]
+    if alg == "sha256":  # an output written before xxh3-128
+        del entry["xxh3_128"]
+        entry["sha256"] = hashlib.sha256(open(os.path.join(out, entry["file"]), "rb").read()).hexdigest()
+    entry[alg] = entry[alg][:-1] + ("0" if entry[alg][-1] != "0" else "1")
+    save_manifest(out, man)
+    r = verify(out, workers=1)
+    found, said = messages(r, "checksum").split(" is ", 1)[1].split(", the manifest says ")
+    said = said.split(":")[0]
+    assert found != said and said == entry[alg], messages(r, "checksum")
+
+
 def test_missing_shard(packed):
     out, _ = packed
     os.remove(os.path.join(out, "slabs-00002.parquet"))

@@ -43,6 +43,9 @@ def test_other_tokenizer_is_named(packed):
     code, notes = _notes(root, out, "--source", str(root / "gsm.jsonl"), "--tokenizer", MISTRAL)
     assert code == 1 and len(notes) == 1
     assert f"tokenizer {MISTRAL} (pack: {GPT2})" in notes[0], notes
+    # S30-12: the two fingerprints shown whole (cut to 16 digits, two that differ late read alike)
+    given, said = notes[0].split("input fingerprint ", 1)[1].split(":")[0].split(", the manifest says ")
+    assert len(given) == len(said) == 64 and given != said, notes
 
 
 def test_other_files_are_named(packed):
