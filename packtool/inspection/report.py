@@ -226,35 +226,32 @@ def plan_settings(path: str, alignment: Alignment | None,
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
                    progress: bool = False) -> InspectReport:
-    """Reads only the small columns of each shard (never input_ids), one shard at a time,
-    after the checks every consumer makes (`slabs.check`: shard set, sizes, schema, counts,
-    each shard's checksum before its columns are used)."""
+    """Reports from the small columns of each shard, one shard at a time, after every check a
+    reader makes (`slabs.reader.check_rows`: the open checks, each shard's checksum, every row
+    group's layout, pads, loss flags and token ids): a report is never clean on an output a
+    training run would refuse (FORMAT.md, "What a reader checks")."""
     import time
 
-    from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_output
     from packtool.slabs.format import SlabManifest
+    from packtool.slabs.reader import check_rows
     t0 = time.perf_counter()
     directory, compare, what_if, progress = arguments(directory=directory, compare=compare, what_if=what_if,
                                                       progress=progress)
     sm = SlabManifest.read(directory)
-    check_output(sm)  # what every consumer checks at open; the checksums below, shard by shard
+    check_rows(sm)
     man, align, packing = sm.raw, sm.alignment, sm.packing
     cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step",
-            "num_tokens", "layout_pad", "tail_pad", "fill_pad"]
+            "layout_pad", "tail_pad", "fill_pad"]
     parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step",
-                                              "phys", "layout_pad", "tail_pad", "fill_pad")}
+                                              "layout_pad", "tail_pad", "fill_pad")}
     locations: list[str] = []
     from packtool.progress import bar, large
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]
     with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
         for i, name in enumerate(sm.shards):
-            check_checksum(sm, i)
             _read_shard(directory, paths[i], name, cols, parts, locations)
             advance(1)
     cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
-    shard_of = np.repeat(np.arange(len(sm.shards)), [x.size for x in parts["loss"]])
-    check_counts(sm, shard_of, cat["phys"], cat["loss"], cat["rank"])
-    check_coverage(sm, cat["src"], cat["chunk"])
     _check_stored_layout(sm, cat, ovf_of=lambda: _overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
                                                                        int(cat["single"].sum())))
     seg_len = cat["len"].astype(np.int64)
@@ -297,8 +294,6 @@ def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: di
         parts[k].append(t.column(c).to_numpy())
     for c in ("layout_pad", "tail_pad", "fill_pad"):
         parts[c].append(t.column(c).to_numpy().astype(np.int64))
-    parts["phys"].append(sum(t.column(c).to_numpy().astype(np.int64)
-                             for c in ("num_tokens", "layout_pad", "tail_pad", "fill_pad")))
     locations += [f"{name} row {r}" for r in range(t.num_rows)]
 
 

@@ -1,6 +1,6 @@
 """What every consumer of a packed output checks before it uses a byte of it (FORMAT.md, "What
-a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool train` and
-`packtool.hf`; `inspect` runs the open-time ones and the checksums. `verify` checks the same
+a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool train`,
+`packtool.hf` and `inspect` (`reader.check_rows`: all of them, before it reports). `verify` checks the same
 things and more (coverage, DP plan, source tokens), reporting all of them rather than the first.
 
 At open, from the manifest, one stat and one Parquet footer per shard (`check_output`): every
@@ -11,8 +11,8 @@ Once the per-slab scalars are read (`check_counts`): each shard's tokens and los
 
 While reading: a shard's checksum before its first row is handed out (`check_checksum`: the
 whole file is hashed once per process, the first time a row of it is asked for), and every
-decoded row group's structure and tokens (`check_group`: lengths, the layout of its
-`seq_lens`, pads, loss flags, token ids against `vocab_size`), vectorized numpy.
+decoded row group's structure and tokens (`check_group`: lengths, `cu_seqlens`, the layout of
+its `seq_lens`, pads, loss flags, token ids against `vocab_size`), vectorized numpy.
 
 Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
 """
@@ -256,6 +256,19 @@ def _first_broken(ids, mask, id_off, seg_start, seq_lens, pads, pad_id, top, n_l
     return int(code[at]), r_tok, int(pos[at] - id_off[r_tok])
 
 
+def _check_cu_seqlens(col, cu_off, within, lens, row_of, n_rows, fail) -> None:
+    """cu_seqlens is what a varlen attention kernel is fed (cu_seqlens_q/kv): 0, then steps of
+    seq_lens. One small list column (n_seg+1 ints a slab) and a diff: cheap enough for every reader."""
+    cs, cs_off = col
+    if not np.array_equal(cs_off, cu_off):
+        fail(np.diff(cs_off) != np.diff(cu_off), lambda r: "cu_seqlens does not hold n_seg+1 offsets")
+    cs = cs.astype(np.int64)
+    bad = cs[cs_off[:-1]] != 0
+    bad[row_of[np.diff(cs)[within] != lens]] = True
+    if bad.any():
+        fail(bad, lambda r: "cu_seqlens is not 0 then the prefix sums of seq_lens (cu_seqlens edited)")
+
+
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
                 num_loss: np.ndarray) -> None:
     """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`)
@@ -302,6 +315,7 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         fail(bad_seg | (lay.slab_len != T) | (np.diff(lay.seg_offsets) != nseg),
              lambda r: f"its segments' padded lengths are not the layout of its seq_lens under "
                        f"{sm.alignment.describe()} C={sm.alignment.capacity} (cu_seqlens_padded shifted or edited)")
+    _check_cu_seqlens(g["cu_seqlens"], cu_off, within, lens, row_of, T.size, fail)
     over = (lay.footprint > sm.alignment.usable) & (counts > 1)
     checks = ((over, lambda r: f"footprint {int(lay.footprint[r])} exceeds the usable capacity {sm.alignment.usable}"),
               (np.add.reduceat(lens, seg_off[:-1]) != num_tokens, lambda r: "num_tokens differs from sum(seq_lens)"),

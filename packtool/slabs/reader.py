@@ -27,7 +27,7 @@ from packtool.slabs.format import FormatError, SlabManifest
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
            "step", "microbatch")
 SEGMENTS = ("source_index", "chunk_index")  # read at open for the coverage check only
-LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded")
+LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded")
 
 
 @dataclass(frozen=True)
@@ -215,3 +215,14 @@ class SlabReader:
         return SlabRow(input_ids=ids, loss_mask=sl("loss_mask"), seq_lens=sl("seq_lens"),
                        seg_padded=np.diff(cu_pad), tail_pad=int(g["tail_pad"][r]),
                        fill_pad=int(g["fill_pad"][r]), side=side)
+
+
+def check_rows(manifest: SlabManifest) -> SlabIndex:
+    """Every check a reader makes, over the whole output, without handing out a row: the open
+    checks, then each shard's checksum and every row group (`inspect`, which reports on the
+    output, refuses what a training run would). One row group decoded at a time."""
+    index = SlabIndex.build(manifest)
+    reader = SlabReader(manifest, index, cache=1)
+    for shard, rg in reader._first:
+        reader._group(shard, rg)
+    return index

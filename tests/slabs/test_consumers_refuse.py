@@ -280,6 +280,7 @@ CORRUPTIONS = {
     "lie:vocab_size-lowered": _set(("tokenizer", "vocab_size"), 10),
     "lie:tp-1e15": _set(("config", "alignment", "tp"), 10 ** 15),
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
+    "manifest:pad_id": _set(("tokenizer", "pad_id"), lambda v: v + 5),
 }
 # verify itself cannot tell these from the clean output (it needs --source): harmless or refused
 NEEDS_SOURCE = {"source_tokens:re-signed"}
@@ -426,6 +427,21 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
         assert kind == "refused", f"train used the damaged output ({corruption}) that the dataset refuses"
     elif kind == "ok":  # harmless: what it hands on is exactly the clean output's
         assert got == results[consumer, "clean"][1], f"{consumer} used the damaged output ({corruption}) without a word"
+
+
+# S30-7/S30-8: damages verify rejects whose report or rows come out unchanged, so that the test
+# above took them for harmless; a consumer must refuse them all the same (FORMAT.md, "What a
+# reader checks"): inspect's clean report would send a user to train on them
+MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_range:re-signed",
+               "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed")
+
+
+@pytest.mark.parametrize("consumer", ["inspect", "hf", "standalone-reader"])
+@pytest.mark.parametrize("corruption", MUST_REFUSE)
+def test_consumer_refuses_what_verify_rejects(corpus, corruption, consumer, tmp_path):
+    get, results = corpus
+    kind, got = _result(results, get, consumer, corruption, str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
 
 
 @pytest.mark.parametrize("corruption", [c for c in CORRUPTIONS if c.startswith("lie:")])
