@@ -178,8 +178,9 @@ def check_checksum(sm: SlabManifest, i: int) -> None:
     except OSError as e:
         raise FormatError(f"{path}: cannot be read ({e.strerror}); {_fix(sm)}") from None
     if got != entry[alg]:
-        raise FormatError(f"{path}: {alg} is {got[:16]}…, the manifest says {str(entry[alg])[:16]}…: the file "
-                          f"changed after packing (flipped or edited bytes); {_fix(sm)}")
+        # whole digests: an entry edited in its last digit read as two equal 16-digit prefixes
+        raise FormatError(f"{path}: {alg} is {got}, the manifest says {entry[alg]}: the file (or the "
+                          f"manifest's entry for it) changed after packing (flipped or edited bytes); {_fix(sm)}")
 
 
 # --- one decoded row group ---------------------------------------------------------------
