@@ -107,6 +107,11 @@ def startup_forks() -> None:
     held stages). Each fork sends itself STARTUP_SIGNAL, and runs on with its stdout and
     stderr in files; its exit status is recorded. The interpreter's start-up before packtool's
     first line is out of packtool's reach, and so out of this test."""
+    # as a terminal's process (see child()): a shell's background job, as CI may run `make test`,
+    # starts with SIGINT ignored, and an ignored signal is inherited through exec
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sigs = [int(s) for s in os.environ["STARTUP_SIGNALS"].split(",")]
     out = os.environ["STARTUP_OUT"]
     pkg = os.path.join(ROOT, "packtool") + os.sep
