@@ -127,9 +127,10 @@ def pytest_runtest_teardown(item, nextitem):
 
 @pytest.fixture(autouse=True)
 def _signal_state_kept():
-    """Each test leaves SIGINT/SIGTERM as it found them (handler and the main thread's mask).
-    A test that ran packtool's start-up in-process could leave them blocked, and every later
-    child of that xdist worker inherits the mask: a stop test's signal then never landed."""
+    """Each test leaves SIGINT/SIGTERM as it found them (handler and the main thread's mask):
+    tests run packtool's command in-process (handlers, held signals), and a mask or an ignored
+    signal left behind is inherited by every later child of that xdist worker, where a stop
+    test's signal would never land."""
     import signal
     stops = {signal.SIGINT, signal.SIGTERM}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
