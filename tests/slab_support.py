@@ -59,6 +59,20 @@ def save_manifest(out: str, man: dict) -> None:
         json.dump(man, f, indent=2)
 
 
+def edit_checksum(out: str, shard: int, alg: str) -> str:
+    """Change the last digit of shard `shard`'s `alg` checksum in the manifest (sha256: as an
+    output written before xxh3-128 records it); returns the edited value."""
+    import hashlib
+    man = read_manifest(out)
+    entry = man["shards"][shard]
+    if alg == "sha256":
+        del entry["xxh3_128"]
+        entry["sha256"] = hashlib.sha256(open(os.path.join(out, entry["file"]), "rb").read()).hexdigest()
+    entry[alg] = entry[alg][:-1] + ("0" if entry[alg][-1] != "0" else "1")
+    save_manifest(out, man)
+    return entry[alg]
+
+
 def resign(out: str, shard: str) -> None:
     """Update the manifest's bytes/checksum/rows of `shard` after an edit."""
     man = read_manifest(out)

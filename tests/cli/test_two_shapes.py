@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from shape_rows import SHAPES
 from test_bad_inputs import expect_error, leftovers, runner, snapshot
 
 import packtool
@@ -21,16 +22,6 @@ from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import TokenizeConfig
 
-# one row of every shape packtool detects (docs/TOKENIZATION.md, Shapes)
-SHAPES = {
-    "tokens": {"input_ids": [464, 3290, 318]},
-    "chat": {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
-    "sharegpt": {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
-    "alpaca": {"instruction": "say hi", "output": "hi"},
-    "prompt_completion": {"prompt": "one two", "completion": " three"},
-    "text": {"text": "a plain document"},
-    "fields": {"question": "What is 2+2?", "answer": "4"},
-}
 PAIRS = list(itertools.combinations(SHAPES, 2))
 CHOOSE_CLI = {k: ["--shape", k] for k in SHAPES} | {"fields": ["--prompt-field", "question", "--response-field", "answer"]}
 CHOOSE_LIB = {k: {"shape": k} for k in SHAPES} | {"fields": {"prompt_field": "question", "response_field": "answer"}}

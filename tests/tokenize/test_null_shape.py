@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from shape_rows import SHAPES
 
 from packtool.errors import PacktoolInputError
 from packtool.notes import NOTES
@@ -18,15 +19,6 @@ from packtool.tokenize import TokenizeConfig
 from packtool.tokenize.pipeline import _setup
 from packtool.tokenize.shapes import known_shapes
 
-SHAPES = {
-    "tokens": {"input_ids": [464, 3290, 318]},
-    "chat": {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]},
-    "sharegpt": {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
-    "alpaca": {"instruction": "say hi", "output": "hi"},
-    "prompt_completion": {"prompt": "one two", "completion": " three"},
-    "text": {"text": "a plain document"},
-    "fields": {"question": "What is 2+2?", "answer": "4"},
-}
 PAIRS = [p for a, b in itertools.combinations(SHAPES, 2) for p in ((a, b), (b, a))]
 
 
