@@ -174,7 +174,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/packtool-bench-verify")
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
-    from packtool.inspection.report import inspect_lengths, inspect_packed
+    from packtool.inspection.packed import inspect_packed
+    from packtool.inspection.planned import inspect_lengths
     from packtool.verification.run import verify
     lengths = real_lengths()
     tokens = source_store(os.path.join(args.work, "source"), lengths)

@@ -76,8 +76,8 @@ _EXPORTS = {
     "PackResult": "packtool.packing",
     "verify": "packtool.verification.run",
     "VerifyReport": "packtool.verification.run",
-    "inspect": ("packtool.inspection.report", "inspect_packed"),
-    "inspect_lengths": "packtool.inspection.report",
+    "inspect": ("packtool.inspection.packed", "inspect_packed"),
+    "inspect_lengths": "packtool.inspection.planned",
     "InspectReport": "packtool.inspection.report",
     "SlabManifest": "packtool.slabs.format",
 }

@@ -338,7 +338,8 @@ def inspect(
 ) -> None:
     """Where the tokens and the padding went: a packed output, a plan file, or lengths before packing."""
     from packtool.cli.printing import print_inspect_report
-    from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
+    from packtool.inspection.packed import inspect_packed
+    from packtool.inspection.planned import inspect_lengths, inspect_plan_file
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
         fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
     try:

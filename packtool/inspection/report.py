@@ -1,27 +1,23 @@
-"""`packtool inspect`: where the tokens and the padding went, before or after packing.
+"""`packtool inspect`'s report: its types and `build_report`, the figures of a `SlabSet`.
 
-Three ways in, one report: a packed output (`inspect_packed`), a plan Parquet written by
-`packtool plan --output` (`inspect_plan_file`) or a list of lengths (`inspect_lengths`).
-Each becomes a `SlabSet` (which real segments sit in which slab); the layout is recomputed
-with `layout.compute_layout` and the padding counted with `stats.padding_stats`, the same
-code the packer and `verify` use, so the figures cannot drift from what is on disk.
+Three ways in, one report: a packed output (`inspection.packed`), a plan Parquet written by
+`packtool plan --output` or a list of lengths (`inspection.planned`). Each becomes a `SlabSet`
+(which real segments sit in which slab); the layout is recomputed with `layout.compute_layout`
+and the padding counted with `stats.padding_stats`, the same code the packer and `verify`
+use, so the figures cannot drift from what is on disk.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.integers import int_array
+from packtool.errors import PacktoolInputError
 from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
-from packtool.params import arguments, expect
 from packtool.packers import ATTN_COEF
-from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, SequenceError
-from packtool.planning.core import plan as make_plan
+from packtool.planning.core import OverflowStats, PackingConfig
 from packtool.planning.summary import PaddingStats, padding_stats
 
 SCHEMA = "packtool-inspect"
@@ -127,208 +123,16 @@ class InspectReport:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **d}
 
 
-# --- ways in ---------------------------------------------------------------------------
+# --- segments to a SlabSet's fields, shared by every way in ------------------------------
 
-def slabs_from_plan(p: Plan, source_lengths: np.ndarray | None = None) -> SlabSet:
-    src_len = source_lengths if source_lengths is not None else _reassemble(p.segments.source, p.segments.length)
-    return SlabSet(p.alignment, p.packing, p.segments.length, p.slab_offsets, p.singleton, p.dp_rank,
-                   p.step, p.overflow, p.num_sequences, np.asarray(src_len, np.int64))
-
-
-def inspect_lengths(lengths, alignment: Alignment | None = None, packing: PackingConfig | None = None,
-                    compare: bool = False, what_if: bool = True, path: str | None = None) -> InspectReport:
-    """`path`: the lengths file, named in the report (None: lengths given in memory)."""
-    import time
-    t0 = time.perf_counter()
-    compare, what_if, path = arguments(compare=compare, what_if=what_if, path=path)
-    alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
-    expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
-    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # before an int64 cast truncates a float
-    p = make_plan(lengths, alignment, packing or PackingConfig())
-    return build_report("lengths", path, slabs_from_plan(p, lengths), compare, what_if, t0)
-
-
-def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: PackingConfig | None = None,
-                      compare: bool = False, what_if: bool = True) -> InspectReport:
-    """A plan Parquet (`packtool plan --output`) records the settings it was made with; None
-    uses them, settings passed must agree. An older plan file records none: pass the flags
-    `plan` used. The stored padded lengths are checked against the settings either way."""
-    import time
-
-    import pyarrow.parquet as pq
-    t0 = time.perf_counter()
-    if not os.path.exists(path):
-        raise InspectError(f"{path}: no such file", flag=cli_flag("plan"))
-    if os.path.isdir(path):  # pyarrow reads a folder as a dataset and names its own internals
-        raise InspectError(f"{path}: a folder; give the one Parquet file a plan wrote (`packtool plan "
-                           f"--output`, write_plan)", flag=cli_flag("plan"))
-    from packtool.output.files import refuse_special_input
-    refuse_special_input(path, "plan", InspectError)
-    try:
-        t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
-                                          "length", "padded"])
-    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
-        raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
-                           f"write it with `packtool plan --output`") from None
-    alignment, packing = plan_settings(path, alignment, packing)
-    col = {c: t.column(c).to_numpy() for c in t.column_names}
-    slab = col["slab"].astype(np.int64)
-    if slab.size and (np.diff(slab) < 0).any():
-        raise InspectError(f"{path}: rows are not grouped by slab; write it with `packtool plan --output`")
-    counts = np.bincount(slab) if slab.size else np.zeros(0, np.int64)
-    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    seg_len = col["length"].astype(np.int64)
-    lay = compute_layout(seg_len, offsets, alignment)
-    stored = col["padded"].astype(np.int64)
-    if not np.array_equal(lay.seg_padded[~lay.is_fill], stored):
-        i = int(np.flatnonzero(lay.seg_padded[~lay.is_fill] != stored)[0])
-        raise InspectError(
-            f"{path}: segment row {i} is padded to {int(stored[i])} in the file but "
-            f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: "
-            f"pass the same {'/'.join(arg(n) for n in ('tp', 'cp', 'sp', 'fp8', 'capacity', 'fixed_length', 'convention'))} as `plan`")
-    first = offsets[:-1]
-    single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
-    over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
-    if over.size:  # the plan was made for a larger capacity: every figure would be wrong
-        b = int(over[0])
-        raise InspectError(
-            f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
-            f"C={alignment.capacity:,}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
-            f"{arg('capacity')}/{arg('fixed_length')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`",
-            flag=cli_flag(alignment.usable_arg))
-    src = col["source_index"].astype(np.int64)
-    chunk = col["chunk_index"].astype(np.int64)
-    ovf = _overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
-    src_len = _reassemble(src, seg_len)
-    ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
-                 col["step"][first], ovf, int(src_len.size), src_len)
-    return build_report("plan", path, ss, compare, what_if, t0)
-
-
-def plan_settings(path: str, alignment: Alignment | None,
-                  packing: PackingConfig | None) -> tuple[Alignment, PackingConfig]:
-    """The settings to read a plan file with: the ones it records, or those passed (which
-    must agree with the recorded ones)."""
-    from packtool.planning.plan_file import plan_flags, read_plan_config
-    stored = read_plan_config(path)
-    if stored is None:
-        if alignment is None:
-            raise InspectError(f"{path}: this plan file records no settings (an older packtool): "
-                               f"pass the settings `plan` used ({arg('capacity')}, {arg('tp')}, {arg('cp')}, ...)")
-        return alignment, packing or PackingConfig()
-    sa, sp = stored
-    a, pk = alignment or sa, packing or sp
-    if (a, pk) != (sa, sp):
-        raise InspectError(f"{path}: made with {plan_flags(sa, sp)}, but {plan_flags(a, pk)} was "
-                           f"passed: drop them (the file records its settings) or pass the same")
-    return a, pk
-
-
-def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
-                   progress: bool = False) -> InspectReport:
-    """Reports from the small columns of each shard, one shard at a time, after every check a
-    reader makes (`slabs.reader.check_rows`: the open checks, each shard's checksum, every row
-    group's layout, pads, loss flags and token ids): a report is never clean on an output a
-    training run would refuse (FORMAT.md, "What a reader checks")."""
-    import time
-
-    from packtool.slabs.format import SlabManifest
-    from packtool.slabs.reader import check_rows
-    t0 = time.perf_counter()
-    directory, compare, what_if, progress = arguments(directory=directory, compare=compare, what_if=what_if,
-                                                      progress=progress)
-    sm = SlabManifest.read(directory)
-    check_rows(sm)
-    man, align, packing = sm.raw, sm.alignment, sm.packing
-    cols = ["seq_lens", "source_index", "chunk_index", "num_loss_tokens", "singleton", "dp_rank", "step",
-            "layout_pad", "tail_pad", "fill_pad"]
-    parts: dict[str, list] = {k: [] for k in ("len", "src", "chunk", "nseg", "loss", "single", "rank", "step",
-                                              "layout_pad", "tail_pad", "fill_pad")}
-    locations: list[str] = []
-    from packtool.progress import bar, large
-    paths = [sm.shard_path(i) for i in range(len(sm.shards))]
-    with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
-        for i, name in enumerate(sm.shards):
-            _read_shard(directory, paths[i], name, cols, parts, locations)
-            advance(1)
-    cat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}
-    _check_stored_layout(sm, cat, ovf_of=lambda: _overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
-                                                                       int(cat["single"].sum())))
-    seg_len = cat["len"].astype(np.int64)
-    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
-    st = man.get("stats", {}).get("overflow", {})
-    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st \
-        else _overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow, int(cat["single"].sum()))
-    src_len = _reassemble(cat["src"].astype(np.int64), seg_len)
-    ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
-                 ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
-                 cat["loss"].astype(np.int64), locations)
-    from dataclasses import replace
-
-    from packtool.inspection.side import side_reports
-    rep = build_report("packed", directory, ss, compare, what_if, t0)
-    return replace(rep, side_columns=side_reports(sm.side_columns, paths), seconds=time.perf_counter() - t0)
-
-
-def _read_shard(directory: str, path: str, name: str, cols: list[str], parts: dict, locations: list) -> None:
-    """Append one shard's small columns to `parts` (never input_ids)."""
-    import pyarrow.parquet as pq
-    from packtool.storage import arrow_file, is_file
-    if not is_file(path):
-        raise InspectError(f"{path}: listed in the manifest but missing; run `packtool verify {directory}`")
-    try:
-        t = pq.read_table(arrow_file(path), columns=cols)
-    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a shard
-        raise InspectError(f"{path}: cannot be read as a slab shard ({' '.join(str(e).split())[:200]}); "
-                           f"run `packtool verify {directory}`") from None
-    src_arr = t.column("source_index").combine_chunks()
-    src = src_arr.values.to_numpy()
-    real = src >= 0  # fill segments are layout, not content
-    per_row = np.diff(src_arr.offsets.to_numpy())
-    row_of = np.repeat(np.arange(t.num_rows), per_row)
-    parts["len"].append(t.column("seq_lens").combine_chunks().values.to_numpy()[real])
-    parts["src"].append(src[real])
-    parts["chunk"].append(t.column("chunk_index").combine_chunks().values.to_numpy()[real])
-    parts["nseg"].append(np.bincount(row_of[real], minlength=t.num_rows))
-    for k, c in (("loss", "num_loss_tokens"), ("single", "singleton"), ("rank", "dp_rank"), ("step", "step")):
-        parts[k].append(t.column(c).to_numpy())
-    for c in ("layout_pad", "tail_pad", "fill_pad"):
-        parts[c].append(t.column(c).to_numpy().astype(np.int64))
-    locations += [f"{name} row {r}" for r in range(t.num_rows)]
-
-
-def _check_stored_layout(sm, cat: dict, ovf_of) -> None:
-    """The figures inspect reports come from the slabs' seq_lens under the manifest's settings:
-    they must be the layout the slabs hold, and the manifest's overflow counts theirs."""
-    from packtool.slabs.format import FormatError
-    a = sm.alignment
-    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
-    if offsets.size < 2:
-        return
-    lay = compute_layout(cat["len"].astype(np.int64), offsets, a)
-    over = (lay.footprint > a.usable) & ~cat["single"].astype(bool)
-    for name, want, got in (("layout_pad", lay.layout_pad, cat["layout_pad"]), ("tail_pad", lay.tail_pad, cat["tail_pad"]),
-                            ("fill_pad", lay.fill, cat["fill_pad"]), ("capacity", np.where(over, 1, 0), 0)):
-        bad = np.flatnonzero(want != got)
-        if bad.size:
-            raise FormatError(f"{sm.path}: slab {int(bad[0])}'s {name} is not the layout of its seq_lens under the "
-                              f"manifest's {a.describe()} C={a.capacity}; run `packtool verify {sm.path}`")
-    st = (sm.raw.get("stats") or {}).get("overflow") or {}
-    got = ovf_of()
-    for k in ("sequences", "chunks"):
-        if k in st and sm.packing.overflow == "split" and st[k] != getattr(got, k):
-            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(got, k)}; "
-                              f"run `packtool verify {sm.path}`")
-
-
-def _reassemble(source: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
+def reassemble(source: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
     """Length of each source row: the sum of its segments (its chunks when split)."""
     if source.size == 0:
         return np.zeros(0, np.int64)
     return np.bincount(source, weights=seg_len, minlength=int(source.max()) + 1).astype(np.int64)
 
 
-def _overflow_from_chunks(src, chunk, policy: str, singletons: int) -> OverflowStats:
+def overflow_from_chunks(src, chunk, policy: str, singletons: int) -> OverflowStats:
     n_chunks = np.bincount(src[chunk >= 0]) if src.size else np.zeros(0, np.int64)
     split = n_chunks > 1
     if policy == "split":

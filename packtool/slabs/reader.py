@@ -49,30 +49,43 @@ class SlabIndex:
 
     @classmethod
     def build(cls, manifest: SlabManifest) -> "SlabIndex":
-        check_output(manifest)
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row",
-                                                              *SCALARS)}
-        seg: dict[str, list[np.ndarray]] = {c: [] for c in SEGMENTS}
-        for si in range(len(manifest.shards)):
-            pf = _open(manifest, si)
-            for rg in range(pf.num_row_groups):
-                t = _read_group(pf, rg, [*SCALARS, *SEGMENTS], manifest.shard_path(si))
-                n = t.num_rows
-                for c in SEGMENTS:
-                    seg[c].append(t.column(c).combine_chunks().values.to_numpy())
-                parts["shard"].append(np.full(n, si, np.int32))
-                parts["row_group"].append(np.full(n, rg, np.int32))
-                parts["row"].append(np.arange(n, dtype=np.int32))
-                for c in SCALARS:
-                    parts[c].append(t.column(c).to_numpy().astype(np.int64))
-        cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
-        check_coverage(manifest, *(np.concatenate(seg[c]) if seg[c] else np.zeros(0, np.int64) for c in SEGMENTS))
+        return cls._checked(manifest, _scan(manifest))
+
+    @classmethod
+    def _checked(cls, manifest: SlabManifest, cat: dict[str, np.ndarray]) -> "SlabIndex":
+        """The open-time checks on what `_scan` read, then the index."""
+        check_coverage(manifest, cat["source_index"], cat["chunk_index"])
         physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
         check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"])
+
+
+def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """After the output checks, every slab's scalars (and the `extra` scalar columns) and the
+    values of its segment columns, with `segments`: per-slab offsets into them. On-disk order."""
+    check_output(manifest)
+    scalars = (*SCALARS, *extra)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row", *scalars, *SEGMENTS,
+                                                          "per_slab")}
+    for si in range(len(manifest.shards)):
+        pf = _open(manifest, si)
+        for rg in range(pf.num_row_groups):
+            t = _read_group(pf, rg, [*scalars, *SEGMENTS], manifest.shard_path(si))
+            n = t.num_rows
+            for c in SEGMENTS:
+                parts[c].append(t.column(c).combine_chunks().values.to_numpy())
+            parts["per_slab"].append(np.diff(t.column(SEGMENTS[0]).combine_chunks().offsets.to_numpy()))
+            parts["shard"].append(np.full(n, si, np.int32))
+            parts["row_group"].append(np.full(n, rg, np.int32))
+            parts["row"].append(np.arange(n, dtype=np.int32))
+            for c in scalars:
+                parts[c].append(t.column(c).to_numpy().astype(np.int64))
+    cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
+    cat["segments"] = np.concatenate(([0], np.cumsum(cat.pop("per_slab")))).astype(np.int64)
+    return cat
 
 
 def _open(manifest: SlabManifest, i: int) -> pq.ParquetFile:
@@ -217,12 +230,27 @@ class SlabReader:
                        fill_pad=int(g["fill_pad"][r]), side=side)
 
 
-def check_rows(manifest: SlabManifest) -> SlabIndex:
+def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (),
+               advance=None) -> tuple[SlabIndex, dict[str, np.ndarray]]:
     """Every check a reader makes, over the whole output, without handing out a row: the open
     checks, then each shard's checksum and every row group (`inspect`, which reports on the
-    output, refuses what a training run would). One row group decoded at a time."""
-    index = SlabIndex.build(manifest)
+    output, refuses what a training run would). One row group decoded at a time.
+
+    Returns the index and what the checks read, so that a caller reporting on the output reads
+    none of it again: `_scan`'s columns (with the `extra` scalar columns read in the same pass)
+    and `seq_lens`, the values the row-group checks decoded, aligned with `source_index`.
+    `advance(n)`: called as the row-group checks finish shards (a progress bar)."""
+    cat = _scan(manifest, extra)
+    index = SlabIndex._checked(manifest, cat)
     reader = SlabReader(manifest, index, cache=1)
+    lens, done = [], 0
     for shard, rg in reader._first:
-        reader._group(shard, rg)
-    return index
+        if advance and shard > done:
+            advance(shard - done)
+            done = shard
+        v, o = reader._group(shard, rg)["seq_lens"]
+        lens.append(v[o[0]:o[-1]].copy())  # a copy: the view would keep the group's tokens alive
+    if advance:
+        advance(len(manifest.shards) - done)
+    cat["seq_lens"] = np.concatenate(lens) if lens else np.zeros(0, np.int32)
+    return index, cat

@@ -59,7 +59,7 @@ def _interrupt(*a, **k):
 # command -> (where the interrupt lands, its command line, what the line must say)
 STOPPED = {
     "plan": ("packtool.planning.core.plan", ["plan", "--lengths", "l.txt"], "nothing was written"),
-    "inspect": ("packtool.inspection.report.inspect_lengths", ["inspect", "--lengths", "l.txt"], "nothing was written"),
+    "inspect": ("packtool.inspection.planned.inspect_lengths", ["inspect", "--lengths", "l.txt"], "nothing was written"),
     "verify": ("packtool.verification.run.verify", ["verify", "d"], "nothing was written"),
     "train": ("packtool.slabs.format.SlabManifest.read", ["train", "d", "--device", "cpu"], "checkpoints already saved"),
     "pack": ("packtool.packing.pack", ["pack", "l.txt", "-o", "out"], "left any previous output as it was"),

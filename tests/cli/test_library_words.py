@@ -78,7 +78,7 @@ def _plan_file(tmp):
 
 
 def _inspect_plan(tmp):
-    from packtool.inspection.report import inspect_plan_file
+    from packtool.inspection.planned import inspect_plan_file
     inspect_plan_file(_plan_file(tmp), Alignment(capacity=64, tp=2), PackingConfig())
 
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from packtool.align import Alignment
 from packtool.cli.app import app
+from packtool.inspection import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.inspection.figures import fmt_int, fmt_pct, inspect_figures
-from packtool.inspection.report import InspectError, inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.packers import ATTN_COEF
 from packtool.planning.core import PackingConfig, plan
 from packtool.planning.plan_file import write_plan
@@ -216,7 +216,7 @@ def test_json_html_and_table_carry_the_same_numbers(tmp_path):
         assert value in _table_row(table, label), label
         assert f"<td>{label}</td><td>{value}</td>" in page_text, label
     # and every other figure the table shows is on the page, in the same words
-    from packtool.inspection.report import inspect_lengths as il
+    from packtool.inspection.planned import inspect_lengths as il
     for label, value, share in inspect_figures(il(LENGTHS, ALIGN, FFD)):
         assert f"<td>{label}</td><td>{value}</td><td>{share}</td>" in page_text
     # histograms: the same counts in the table, the page's table and its SVG bars

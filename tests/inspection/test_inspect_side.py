@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from packtool.align import Alignment
 from packtool.cli.app import app
-from packtool.inspection.report import inspect_packed
+from packtool.inspection.packed import inspect_packed
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.tokenize.config import TokenizeConfig

@@ -10,7 +10,7 @@ import pytest
 import packtool
 from packtool.align import Alignment
 from packtool.errors import PacktoolError
-from packtool.inspection.report import inspect_lengths
+from packtool.inspection.planned import inspect_lengths
 from packtool.online import StepPacker, make_seq_packer, micro_batches, pack_step
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import plan_sharded

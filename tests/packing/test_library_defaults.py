@@ -19,7 +19,7 @@ import packtool
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.engines.ray_engine import pack_ray
-from packtool.inspection.report import inspect_lengths, inspect_packed, inspect_plan_file
+from packtool.inspection import inspect_lengths, inspect_packed, inspect_plan_file
 from packtool.planning.core import PackingConfig
 from packtool.slabs.format import SlabManifest
 from packtool.tokenize.config import TokenizeConfig

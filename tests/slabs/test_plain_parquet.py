@@ -15,7 +15,7 @@ from conftest import GPT2, GSM8K
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
-from packtool.inspection.report import inspect_packed
+from packtool.inspection.packed import inspect_packed
 from packtool.slabs.format import (
     LEGACY_MANIFEST,
     MANIFEST,

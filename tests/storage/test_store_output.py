@@ -49,7 +49,7 @@ def test_a_store_output_has_the_bytes_of_a_local_one_and_reads_back(s3, tmp_path
     assert rep.ok, rep
     from dataclasses import asdict
 
-    from packtool.inspection.report import inspect_packed
+    from packtool.inspection.packed import inspect_packed
     ia, ib = (asdict(inspect_packed(p)) for p in (local, remote))
     assert ib.pop("path") == remote and ia.pop("path") == local and ia.pop("seconds") >= 0 <= ib.pop("seconds")
     assert str(ia) == str(ib)

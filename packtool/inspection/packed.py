@@ -1,0 +1,94 @@
+"""`inspect` of a packed output (`inspect_packed`): its report from what the reader's checks
+read, and the check that the slabs' stored pads are the layout the report recomputes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from packtool.inspection.report import InspectReport, SlabSet, build_report, overflow_from_chunks, reassemble
+from packtool.layout import compute_layout
+from packtool.params import arguments
+from packtool.planning.core import OverflowStats
+
+
+def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
+                   progress: bool = False) -> InspectReport:
+    """Reports from the small columns of each shard, after every check a reader makes
+    (`slabs.reader.check_rows`: the open checks, each shard's checksum, every row group's
+    layout, pads, loss flags and token ids): a report is never clean on an output a training
+    run would refuse (FORMAT.md, "What a reader checks"). The figures come from the columns
+    those checks read, so no column is read twice."""
+    import time
+
+    from packtool.slabs.format import SlabManifest
+    from packtool.slabs.reader import check_rows
+    t0 = time.perf_counter()
+    directory, compare, what_if, progress = arguments(directory=directory, compare=compare, what_if=what_if,
+                                                      progress=progress)
+    sm = SlabManifest.read(directory)
+    man, align, packing = sm.raw, sm.alignment, sm.packing
+    from packtool.progress import bar, large
+    paths = [sm.shard_path(i) for i in range(len(sm.shards))]
+    with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
+        index, read = check_rows(sm, extra=("singleton",), advance=advance)
+    cat = _small_columns(index, read)
+    _check_stored_layout(sm, cat, ovf_of=lambda: overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
+                                                                      int(cat["single"].sum())))
+    seg_len = cat["len"].astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
+    st = man.get("stats", {}).get("overflow", {})
+    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st \
+        else overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow, int(cat["single"].sum()))
+    src_len = reassemble(cat["src"].astype(np.int64), seg_len)
+    ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
+                 ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
+                 cat["loss"].astype(np.int64), _locations(sm, index))
+    from dataclasses import replace
+
+    from packtool.inspection.side import side_reports
+    rep = build_report("packed", directory, ss, compare, what_if, t0)
+    return replace(rep, side_columns=side_reports(sm.side_columns, paths), seconds=time.perf_counter() - t0)
+
+
+def _small_columns(index, read: dict) -> dict:
+    """The report's columns from what `check_rows` read: the real segments (fill segments are
+    layout, not content) and each slab's scalars."""
+    src = read["source_index"]
+    real = src >= 0
+    n = len(index)
+    row_of = np.repeat(np.arange(n), np.diff(read["segments"]))
+    return {"len": read["seq_lens"][real], "src": src[real], "chunk": read["chunk_index"][real],
+            "nseg": np.bincount(row_of[real], minlength=n), "loss": read["num_loss_tokens"],
+            "single": read["singleton"], "rank": read["dp_rank"], "step": read["step"],
+            "layout_pad": read["layout_pad"], "tail_pad": read["tail_pad"], "fill_pad": read["fill_pad"]}
+
+
+def _locations(sm, index) -> list[str]:
+    """Each slab's "shard row", its row counted over the shard's row groups."""
+    first = np.searchsorted(index.shard, index.shard, side="left")  # the index is in on-disk order
+    row = np.arange(len(index)) - first
+    return [f"{sm.shards[int(s)]} row {int(r)}" for s, r in zip(index.shard, row)]
+
+
+def _check_stored_layout(sm, cat: dict, ovf_of) -> None:
+    """The figures inspect reports come from the slabs' seq_lens under the manifest's settings:
+    they must be the layout the slabs hold, and the manifest's overflow counts theirs."""
+    from packtool.slabs.format import FormatError
+    a = sm.alignment
+    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
+    if offsets.size < 2:
+        return
+    lay = compute_layout(cat["len"].astype(np.int64), offsets, a)
+    over = (lay.footprint > a.usable) & ~cat["single"].astype(bool)
+    for name, want, got in (("layout_pad", lay.layout_pad, cat["layout_pad"]), ("tail_pad", lay.tail_pad, cat["tail_pad"]),
+                            ("fill_pad", lay.fill, cat["fill_pad"]), ("capacity", np.where(over, 1, 0), 0)):
+        bad = np.flatnonzero(want != got)
+        if bad.size:
+            raise FormatError(f"{sm.path}: slab {int(bad[0])}'s {name} is not the layout of its seq_lens under the "
+                              f"manifest's {a.describe()} C={a.capacity}; run `packtool verify {sm.path}`")
+    st = (sm.raw.get("stats") or {}).get("overflow") or {}
+    got = ovf_of()
+    for k in ("sequences", "chunks"):
+        if k in st and sm.packing.overflow == "split" and st[k] != getattr(got, k):
+            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(got, k)}; "
+                              f"run `packtool verify {sm.path}`")

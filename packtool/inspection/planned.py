@@ -1,0 +1,119 @@
+"""`inspect` of a plan before packing: a list of lengths (`inspect_lengths`) or a plan Parquet
+written by `packtool plan --output` (`inspect_plan_file`), with the settings it was made with.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from packtool.align import Alignment
+from packtool.errors import arg, cli_flag
+from packtool.inspection.report import (
+    InspectError,
+    InspectReport,
+    SlabSet,
+    build_report,
+    overflow_from_chunks,
+    reassemble,
+)
+from packtool.integers import int_array
+from packtool.layout import compute_layout
+from packtool.params import arguments, expect
+from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
+from packtool.planning.core import plan as make_plan
+
+
+def slabs_from_plan(p: Plan, source_lengths: np.ndarray | None = None) -> SlabSet:
+    src_len = source_lengths if source_lengths is not None else reassemble(p.segments.source, p.segments.length)
+    return SlabSet(p.alignment, p.packing, p.segments.length, p.slab_offsets, p.singleton, p.dp_rank,
+                   p.step, p.overflow, p.num_sequences, np.asarray(src_len, np.int64))
+
+
+def inspect_lengths(lengths, alignment: Alignment | None = None, packing: PackingConfig | None = None,
+                    compare: bool = False, what_if: bool = True, path: str | None = None) -> InspectReport:
+    """`path`: the lengths file, named in the report (None: lengths given in memory)."""
+    import time
+    t0 = time.perf_counter()
+    compare, what_if, path = arguments(compare=compare, what_if=what_if, path=path)
+    alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
+    expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # before an int64 cast truncates a float
+    p = make_plan(lengths, alignment, packing or PackingConfig())
+    return build_report("lengths", path, slabs_from_plan(p, lengths), compare, what_if, t0)
+
+
+def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: PackingConfig | None = None,
+                      compare: bool = False, what_if: bool = True) -> InspectReport:
+    """A plan Parquet (`packtool plan --output`) records the settings it was made with; None
+    uses them, settings passed must agree. An older plan file records none: pass the flags
+    `plan` used. The stored padded lengths are checked against the settings either way."""
+    import time
+
+    import pyarrow.parquet as pq
+    t0 = time.perf_counter()
+    if not os.path.exists(path):
+        raise InspectError(f"{path}: no such file", flag=cli_flag("plan"))
+    if os.path.isdir(path):  # pyarrow reads a folder as a dataset and names its own internals
+        raise InspectError(f"{path}: a folder; give the one Parquet file a plan wrote (`packtool plan "
+                           f"--output`, write_plan)", flag=cli_flag("plan"))
+    from packtool.output.files import refuse_special_input
+    refuse_special_input(path, "plan", InspectError)
+    try:
+        t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
+                                          "length", "padded"])
+    except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
+        raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
+                           f"write it with `packtool plan --output`") from None
+    alignment, packing = plan_settings(path, alignment, packing)
+    col = {c: t.column(c).to_numpy() for c in t.column_names}
+    slab = col["slab"].astype(np.int64)
+    if slab.size and (np.diff(slab) < 0).any():
+        raise InspectError(f"{path}: rows are not grouped by slab; write it with `packtool plan --output`")
+    counts = np.bincount(slab) if slab.size else np.zeros(0, np.int64)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    seg_len = col["length"].astype(np.int64)
+    lay = compute_layout(seg_len, offsets, alignment)
+    stored = col["padded"].astype(np.int64)
+    if not np.array_equal(lay.seg_padded[~lay.is_fill], stored):
+        i = int(np.flatnonzero(lay.seg_padded[~lay.is_fill] != stored)[0])
+        raise InspectError(
+            f"{path}: segment row {i} is padded to {int(stored[i])} in the file but "
+            f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: "
+            f"pass the same {'/'.join(arg(n) for n in ('tp', 'cp', 'sp', 'fp8', 'capacity', 'fixed_length', 'convention'))} as `plan`")
+    first = offsets[:-1]
+    single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
+    over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
+    if over.size:  # the plan was made for a larger capacity: every figure would be wrong
+        b = int(over[0])
+        raise InspectError(
+            f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
+            f"C={alignment.capacity:,}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
+            f"{arg('capacity')}/{arg('fixed_length')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`",
+            flag=cli_flag(alignment.usable_arg))
+    src = col["source_index"].astype(np.int64)
+    chunk = col["chunk_index"].astype(np.int64)
+    ovf = overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
+    src_len = reassemble(src, seg_len)
+    ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
+                 col["step"][first], ovf, int(src_len.size), src_len)
+    return build_report("plan", path, ss, compare, what_if, t0)
+
+
+def plan_settings(path: str, alignment: Alignment | None,
+                  packing: PackingConfig | None) -> tuple[Alignment, PackingConfig]:
+    """The settings to read a plan file with: the ones it records, or those passed (which
+    must agree with the recorded ones)."""
+    from packtool.planning.plan_file import plan_flags, read_plan_config
+    stored = read_plan_config(path)
+    if stored is None:
+        if alignment is None:
+            raise InspectError(f"{path}: this plan file records no settings (an older packtool): "
+                               f"pass the settings `plan` used ({arg('capacity')}, {arg('tp')}, {arg('cp')}, ...)")
+        return alignment, packing or PackingConfig()
+    sa, sp = stored
+    a, pk = alignment or sa, packing or sp
+    if (a, pk) != (sa, sp):
+        raise InspectError(f"{path}: made with {plan_flags(sa, sp)}, but {plan_flags(a, pk)} was "
+                           f"passed: drop them (the file records its settings) or pass the same")
+    return a, pk
