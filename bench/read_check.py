@@ -33,7 +33,8 @@ def make(work: str, times: int) -> str:
     from packtool.packing import manifest_stats
     from packtool.planning.core import plan
     from packtool.planning.summary import plan_summary
-    from packtool.slabs.format import build_manifest, manifest_file, write_manifest
+    from packtool.slabs.format import build_manifest, write_manifest
+    from packtool.slabs.names import manifest_file
     from packtool.slabs.writer import write_shards
     out = os.path.join(work, f"packed-x{times}")
     if manifest_file(out) if os.path.isdir(out) else None:

@@ -10,7 +10,7 @@ Each case runs in a fresh process, cases alternating (bench/pack_e2e_side.py's i
            encode  the same values as slab columns, built zero-copy from those buffers
                    (`pa.FixedSizeListArray.from_arrays` + `pa.ListArray.from_arrays`, rows of
                    C tokens; pads left out, <1% here) and written with the writer's options
-                   (zstd, no dictionary, no statistics, `slabs.format.side_encoding`, row groups
+                   (zstd, no dictionary, no statistics, `slabs.schema.side_encoding`, row groups
                    of `slabs.writer.side_group_tokens`), by two threads (two shards, as the
                    writer runs on two cores);
 Neither step packs anything: the ids, the plan, the gather and the flat store are all left
@@ -75,7 +75,7 @@ def encode(batches, cols, work: str) -> dict:
     import pyarrow.parquet as pq
 
     from packtool.side import SideColumn
-    from packtool.slabs.format import side_encoding
+    from packtool.slabs.schema import side_encoding
     from packtool.slabs.writer import GROUP_TOKENS, side_group_tokens
     side = []
     for name, v in zip(cols, batches[0]):

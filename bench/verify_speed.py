@@ -29,7 +29,8 @@ from packtool.align import Alignment  # noqa: E402
 from packtool.packing import manifest_stats as _stats  # noqa: E402  (the manifest's stats block as pack writes it)
 from packtool.planning.core import PackingConfig, plan  # noqa: E402
 from packtool.planning.summary import plan_summary  # noqa: E402
-from packtool.slabs.format import build_manifest, manifest_file, write_manifest  # noqa: E402
+from packtool.slabs.format import build_manifest, write_manifest  # noqa: E402
+from packtool.slabs.names import manifest_file  # noqa: E402
 from packtool.slabs.writer import write_shards  # noqa: E402
 from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens, write_flat_store  # noqa: E402
 

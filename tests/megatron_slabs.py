@@ -16,7 +16,8 @@ import torch
 from packtool.align import Alignment
 from packtool.layout import compute_layout
 from packtool.tokenize.checksum import shard_checksum
-from packtool.slabs.format import FORMAT_NAME, SCHEMA_VERSION, alignment_dict, write_manifest
+from packtool.slabs.format import FORMAT_NAME, alignment_dict, write_manifest
+from packtool.slabs.schema import SCHEMA_VERSION
 
 VOCAB = 128
 PAD = 0

@@ -14,7 +14,9 @@ from packtool.align import Alignment
 from packtool.packing import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.planning.core import PackingConfig, plan
 from packtool.planning.summary import plan_summary
-from packtool.slabs.format import MANIFEST, SCHEMA, build_manifest, write_manifest
+from packtool.slabs.format import build_manifest, write_manifest
+from packtool.slabs.names import MANIFEST
+from packtool.slabs.schema import SCHEMA
 from packtool.slabs.writer import write_shards
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.tokenize.flat_tokens import FlatTokens, write_flat_store

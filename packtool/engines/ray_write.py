@@ -21,7 +21,8 @@ from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
 from packtool.progress import bar
-from packtool.slabs.format import ShardInfo, shard_file
+from packtool.slabs.format import ShardInfo
+from packtool.slabs.names import shard_file
 from packtool.storage import join_uri, locate
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache import cache_pieces, mask_values

@@ -70,7 +70,7 @@ def refuse_inside_packed(path: str, flag: str) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
     inside a packed output folder: pq.read_table, datasets and every packtool consumer would
     take it for a stray shard of that output."""
-    from packtool.slabs.format import manifest_file
+    from packtool.slabs.names import manifest_file
     if manifest_file(os.path.dirname(resolve(path))) is not None:
         raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and every "
                                   "packtool reader would take it for a stray shard; write it beside the folder",

@@ -8,15 +8,8 @@ import os
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
-from packtool.slabs.format import (
-    LEGACY_MANIFEST,
-    MANIFEST,
-    FormatError,
-    is_shard_name,
-    manifest_file,
-    read_manifest,
-    shard_names,
-)
+from packtool.slabs.format import FormatError, read_manifest, shard_names
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, is_shard_name, manifest_file
 from packtool.tokenize.checksum import CHECKSUMS, file_digest
 
 _MANIFESTS = (MANIFEST, LEGACY_MANIFEST)

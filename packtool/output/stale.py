@@ -10,7 +10,7 @@ import shutil
 
 from packtool.output.files import SPILL_TAG, TMP_TAG, pid_alive, resolve_folder
 from packtool.output.owned import remove_previous, say
-from packtool.slabs.format import manifest_file
+from packtool.slabs.names import manifest_file
 
 
 def _stale_pattern(out: str) -> re.Pattern:

@@ -37,7 +37,8 @@ from typing import Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
-from packtool.slabs.format import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX, FormatError, ShardInfo, shard_names
+from packtool.slabs.format import FormatError, ShardInfo, shard_names
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 from packtool.workers import thread_pool

@@ -1,23 +1,15 @@
 """Stage 3, slabs: a plan plus the token store in, Parquet shards and a manifest out.
 
-`format` is the one owner of the schema and the manifest (write, read, validate, defaults);
+`format` is the one owner of the format: the manifest (write, read, validate, defaults), with
+its parts `schema` (the shards' Parquet schema) and `names` (the names of an output's files);
 `writer` writes shards from an in-memory plan, `routed` from a plan spilled to disk,
 `gather` preads token spans from the flat store; `reader` reads slabs back with bounded
 memory (the Megatron dataset and users' own loaders).
 """
-from packtool.slabs.format import (
-                                   FORMAT_NAME,
-                                   LEGACY_MANIFEST,
-                                   MANIFEST,
-                                   SCHEMA,
-                                   SCHEMA_VERSION,
-                                   FormatError,
-                                   ShardInfo,
-                                   SlabManifest,
-                                   manifest_file,
-                                   read_manifest,
-)
+from packtool.slabs.format import FORMAT_NAME, FormatError, ShardInfo, SlabManifest, read_manifest
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, manifest_file
 from packtool.slabs.reader import SlabIndex, SlabReader, SlabRow
+from packtool.slabs.schema import SCHEMA, SCHEMA_VERSION
 
 __all__ = ["FORMAT_NAME", "LEGACY_MANIFEST", "MANIFEST", "SCHEMA", "SCHEMA_VERSION", "FormatError",
            "ShardInfo", "SlabManifest", "manifest_file", "read_manifest", "SlabIndex", "SlabReader", "SlabRow"]

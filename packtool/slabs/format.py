@@ -1,19 +1,16 @@
-"""The slab format's one owner: the Parquet schema, the manifest (write, read, validate,
-defaults) and the names of a packed output's files. FORMAT.md is its prose; verify, inspect,
-the Megatron dataset (`slabs.reader`) and users' own readers all go through here.
+"""The slab format's one owner: the manifest (write, read, validate, defaults), `SlabManifest`
+(a manifest validated, what a reader of the slabs needs) and the format's errors, over its two
+parts: `slabs.schema` (the shards' Parquet schema) and `slabs.names` (the names of a packed
+output's files). FORMAT.md is its prose; verify, inspect, the Megatron dataset
+(`slabs.reader`) and users' own readers all go through here.
 
-A packed output is a folder of shards plus the manifest `.manifest.json`, written last: its
-presence means the output is whole (docs/DESIGN.md, "The slab format"). The leading dot keeps
-the folder a plain Parquet dataset: Arrow's readers skip names starting with `.` or `_`,
-`datasets`' file resolver skips only `.` (it would read `_manifest.json` as a shard). Outputs
-written before the rename carry `manifest.json`; every reader here still takes them
-(`manifest_file`), nothing writes that name again.
+A packed output is a folder of shards plus the manifest, written last: its presence means the
+output is whole (docs/DESIGN.md, "The slab format").
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, dataclass, is_dataclass
 
 import pyarrow as pa
@@ -22,25 +19,23 @@ from packtool import __version__
 from packtool.align import Alignment, AlignmentError
 from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
+from packtool.side import SideColumn, side_columns_from_manifest, side_columns_to_manifest
+
+# Importable from here too, where FORMAT.md and DESIGN.md name them (and verification/ imports them)
+from packtool.slabs.names import (  # noqa: F401
+    LEGACY_MANIFEST,
+    MANIFEST,
+    in_flight,
+    is_shard_name,
+    join,
+    manifest_file,
+    open_file,
+    stray_entries,
+)
+from packtool.slabs.schema import SCHEMA, SCHEMA_VERSION, side_field, slab_schema  # noqa: F401
 from packtool.storage import is_uri, locate
-from packtool.side import SideColumn, check_side_columns, side_columns_from_manifest, side_columns_to_manifest
 
-MANIFEST = ".manifest.json"
-LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
-# an object-store run's intent (output/store.py): the shards it names are in flight, not strays
-PENDING_PREFIX = ".packtool-pending-"
 FORMAT_NAME = "packtool-slabs"
-_SHARD_NAME = re.compile(r"^slabs-\d{5,}\.parquet$")
-
-
-def shard_file(k: int) -> str:
-    """The name of shard `k`: the naming rule every engine writes by."""
-    return f"slabs-{k:05d}.parquet"
-
-
-def is_shard_name(name: str) -> bool:
-    """Whether `name` follows the shard naming rule (what `--overwrite` may delete)."""
-    return bool(_SHARD_NAME.match(name))
 
 
 class FormatError(PacktoolFormatError):
@@ -53,68 +48,9 @@ class NotAnOutputError(FormatError):
     (a prefix): nothing to read or check, a bad input (exit 2 in every command, verify too)."""
 
 
-# 2: optional per-token side columns (manifest `side_columns`, one Parquet column each, after
-# the built-in ones). Version 1 outputs are version 2 outputs without side columns: still read.
-SCHEMA_VERSION = 2
+# 2: optional per-token side columns (schema.py). Version 1 outputs are version 2 outputs
+# without side columns: still read.
 READ_VERSIONS = (1, 2)
-
-
-SCHEMA = pa.schema([
-    ("input_ids", pa.list_(pa.int32())),
-    ("loss_mask", pa.list_(pa.uint8())),
-    ("seq_lens", pa.list_(pa.int32())),
-    ("cu_seqlens", pa.list_(pa.int32())),
-    ("cu_seqlens_padded", pa.list_(pa.int32())),
-    ("cp_offsets", pa.list_(pa.int32())),
-    ("source_index", pa.list_(pa.int64())),
-    ("chunk_index", pa.list_(pa.int32())),
-    ("source_offset", pa.list_(pa.int64())),
-    ("num_tokens", pa.int32()),
-    ("num_loss_tokens", pa.int32()),
-    ("layout_pad", pa.int32()),
-    ("tail_pad", pa.int32()),
-    ("fill_pad", pa.int32()),
-    ("singleton", pa.bool_()),
-    ("slab_index", pa.int64()),
-    ("dp_rank", pa.int32()),
-    ("step", pa.int32()),
-    ("microbatch", pa.int32()),
-], metadata={b"packtool.schema_version": str(SCHEMA_VERSION).encode()})
-
-
-def side_field(c: SideColumn) -> pa.Field:
-    """A side column's Parquet field: list<dtype> (width 1) or list<fixed_size_list<dtype, K>>,
-    one entry per physical token, like input_ids."""
-    t = pa.from_numpy_dtype(c.np_dtype)
-    return pa.field(c.name, pa.list_(t if c.width == 1 else pa.list_(t, c.width)))
-
-
-def slab_schema(side=()) -> pa.Schema:
-    """The shards' schema: `SCHEMA`, then one field per side column in manifest order."""
-    side = check_side_columns(side)
-    if not side:
-        return SCHEMA
-    return pa.schema(list(SCHEMA) + [side_field(c) for c in side], metadata=SCHEMA.metadata)
-
-
-def side_encoding(side=()) -> dict:
-    """`TOKEN_ENCODING` plus the side columns' values: one value per token byte-stream-split
-    too (log-probs' exponent bytes are near constant, as token ids' high bytes are); K-wide
-    rows PLAIN: a row is mostly the fill, runs that zstd takes whole in plain order but cuts
-    into K-byte pieces split (20-wide support rows: ~15% smaller and a fifth less encoding
-    CPU than split, BENCHMARKS.md, side columns)."""
-    enc = dict(TOKEN_ENCODING)
-    for c in check_side_columns(side):
-        if c.width == 1:
-            enc[f"{c.name}.list.element"] = "BYTE_STREAM_SPLIT"
-        else:
-            enc[f"{c.name}.list.element.list.element"] = "PLAIN"
-    return enc
-
-
-# Parquet BYTE_STREAM_SPLIT for integers: readers need Parquet format 2.11 (pyarrow >= 17)
-TOKEN_ENCODING = {"input_ids.list.element": "BYTE_STREAM_SPLIT",
-                  "loss_mask.list.element": "BYTE_STREAM_SPLIT"}
 
 
 @dataclass(frozen=True)
@@ -162,65 +98,6 @@ def write_manifest(directory: str, manifest: dict) -> str:
     if os.path.isfile(legacy):  # one manifest per folder; the old name would be read as data
         os.remove(legacy)
     return path
-
-
-def manifest_file(directory: str) -> str | None:
-    """The manifest's path in `directory` (a folder or an object-store prefix URI):
-    `MANIFEST`, else the older `LEGACY_MANIFEST`; None when there is neither."""
-    if is_uri(directory):
-        loc = locate(directory)
-        for name in (MANIFEST, LEGACY_MANIFEST):
-            if loc.join(name).is_file():
-                return loc.join(name).shown
-        return None
-    for name in (MANIFEST, LEGACY_MANIFEST):
-        path = os.path.join(directory, name)
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def join(directory: str, name: str) -> str:
-    """`name` inside a folder or an object-store prefix URI."""
-    return directory.rstrip("/") + "/" + name if is_uri(directory) else os.path.join(directory, name)
-
-
-def open_file(path: str):
-    """What pyarrow.parquet takes for a shard: a local path as it is, a URI as an Arrow file
-    opened through packtool.storage (ranged reads; the store's standard credentials)."""
-    return locate(path).open_input() if is_uri(path) else path
-
-
-def is_hidden(name: str) -> bool:
-    """A name every plain Parquet reader of the folder skips (Arrow: `.` and `_`)."""
-    return name.startswith((".", "_"))
-
-
-def stray_entries(directory: str, shards: list[str]) -> list[str]:
-    """Names in `directory` that are neither a listed shard nor hidden: `pq.read_table(dir)`,
-    `pyarrow.dataset` and `datasets.load_dataset("parquet", data_dir=dir)` would read them as
-    data. An older output's `manifest.json` is one of them."""
-    listed = set(shards)
-    names = locate(directory).names() if is_uri(directory) else os.listdir(directory)
-    return sorted(n for n in names if n not in listed and not is_hidden(n))
-
-
-def in_flight(directory: str) -> set[str]:
-    """Shards an object-store pack has named in its intent (FORMAT.md, "Object storage"): the
-    new ones of a run before its commit, the replaced ones it deletes after it, or a dead
-    run's that the next run deletes. Not in the manifest, so never read; not damage."""
-    if not is_uri(directory):
-        return set()
-    loc, names = locate(directory), set()
-    for n in loc.names():
-        if n.startswith(PENDING_PREFIX):
-            try:
-                rec = json.loads(loc.join(n).read_bytes())
-            except (FileNotFoundError, ValueError):
-                continue
-            if isinstance(rec, dict):
-                names.update(x for k in ("new", "old") for x in rec.get(k) or [] if isinstance(x, str))
-    return names
 
 
 def read_manifest(directory: str) -> dict:

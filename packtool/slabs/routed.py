@@ -26,7 +26,9 @@ from packtool.planning.core import SEGMENT_FIELDS
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import SlabSpec
 from packtool.planning.spill import StoreOffsets, load_placement
-from packtool.slabs.format import ShardInfo, shard_file, slab_schema
+from packtool.slabs.format import ShardInfo
+from packtool.slabs.names import shard_file
+from packtool.slabs.schema import slab_schema
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, run_shards, shard_ranges, write_shard_file
 from packtool.tokenize.flat_tokens import FlatTokens
 

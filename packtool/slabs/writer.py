@@ -22,8 +22,10 @@ from packtool.arrays import arrow_of, np_of
 from packtool.heap import trim
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
-from packtool.slabs.format import SCHEMA, ShardInfo, shard_file, side_encoding, slab_schema
+from packtool.slabs.format import ShardInfo
 from packtool.slabs.gather import fill_pads, fill_side_pads, gather_from_files, gather_side, row_sums, side_bits
+from packtool.slabs.names import shard_file
+from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.tokenize.prefetch import read_ahead

@@ -49,5 +49,5 @@ def test_manifest_damage_is_a_format_error(entries):
 
 
 def test_reserved_covers_the_slab_schema():
-    from packtool.slabs.format import SCHEMA
+    from packtool.slabs.schema import SCHEMA
     assert set(SCHEMA.names) <= RESERVED

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 import packtool.tokenize.templates as templates
 from packtool.cli.app import app
 from packtool.output.folder import lock_path
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 
 runner = CliRunner()
 TEMP_MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-")

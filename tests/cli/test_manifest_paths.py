@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.errors import PacktoolFormatError
-from packtool.slabs.format import MANIFEST, SlabManifest, shard_names
+from packtool.slabs.format import SlabManifest, shard_names
+from packtool.slabs.names import MANIFEST
 
 runner = CliRunner()
 BAD_NAMES = ["../secret/x.parquet", "/etc/passwd", "sub/slabs-00000.parquet", "..", ".", "", "a\\b.parquet", 7]

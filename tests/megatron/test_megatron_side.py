@@ -104,7 +104,7 @@ def _manifest_agrees(path):
     """Rewrite the manifest's shard sizes and checksums to what is on disk (an edit made whole)."""
     import json
     import os
-    from packtool.slabs.format import MANIFEST
+    from packtool.slabs.names import MANIFEST
     from packtool.tokenize.checksum import shard_checksum
     m = json.loads(open(f"{path}/{MANIFEST}").read())
     for e in m["shards"]:

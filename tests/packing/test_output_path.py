@@ -22,7 +22,9 @@ from packtool.output.folder import (
     swap_into_place,
     temp_dir,
 )
-from packtool.slabs.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION, FormatError
+from packtool.slabs.format import FORMAT_NAME, FormatError
+from packtool.slabs.names import MANIFEST
+from packtool.slabs.schema import SCHEMA_VERSION
 
 
 def _fake_output(d, shards=("slabs-00000.parquet",)):
@@ -165,7 +167,7 @@ def test_owned_names_refuses_foreign_and_unreadable(tmp_path):
 
 
 def test_an_older_output_with_manifest_json_is_replaceable(tmp_path, monkeypatch):
-    from packtool.slabs.format import LEGACY_MANIFEST
+    from packtool.slabs.names import LEGACY_MANIFEST
     monkeypatch.chdir(tmp_path)
     d = _fake_output(str(tmp_path / "old"))
     os.replace(os.path.join(d, MANIFEST), os.path.join(d, LEGACY_MANIFEST))

@@ -22,7 +22,7 @@ from packtool.cli.app import app
 from packtool.layout import cp_rank_index
 from packtool.packing import OutputExistsError, pack
 from packtool.planning.core import PackingConfig
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 

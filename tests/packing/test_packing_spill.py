@@ -20,7 +20,7 @@ from packtool.cli.app import app
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig, PlanError
 from packtool.planning.sharded import ShardedPlan
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 

@@ -234,7 +234,9 @@ def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
 # --- --overwrite deletes only what is packtool's ---------------------------------------------
 
 def _manifest_naming(folder, entries):
-    from packtool.slabs.format import FORMAT_NAME, MANIFEST, SCHEMA_VERSION
+    from packtool.slabs.format import FORMAT_NAME
+    from packtool.slabs.names import MANIFEST
+    from packtool.slabs.schema import SCHEMA_VERSION
     (folder / MANIFEST).write_text(json.dumps({"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION,
                                                "config": {}, "shards": entries}))
 
@@ -361,7 +363,8 @@ def test_a_link_at_cache_json_is_not_written_through(tmp_path):
 
 
 def test_the_manifest_is_published_whole(tmp_path):
-    from packtool.slabs.format import MANIFEST, write_manifest
+    from packtool.slabs.format import write_manifest
+    from packtool.slabs.names import MANIFEST
     path = write_manifest(str(tmp_path), {"format": "x"})
     assert os.path.basename(path) == MANIFEST and json.load(open(path)) == {"format": "x"}
     assert sorted(os.listdir(tmp_path)) == [MANIFEST]

@@ -55,7 +55,7 @@ def _save_groups(out, shard, cols, groups, sign):
     """save_rows, keeping the shard's row groups: the edit is the only difference."""
     import pyarrow.parquet as pq
     from slab_support import resign
-    from packtool.slabs.format import SCHEMA
+    from packtool.slabs.schema import SCHEMA
     path = os.path.join(out, shard)
     save_rows(out, shard, cols, sign=False)
     t = pq.read_table(path)

@@ -16,15 +16,9 @@ from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.inspection.packed import inspect_packed
-from packtool.slabs.format import (
-    LEGACY_MANIFEST,
-    MANIFEST,
-    SCHEMA,
-    SlabManifest,
-    manifest_file,
-    read_manifest,
-    write_manifest,
-)
+from packtool.slabs.format import SlabManifest, read_manifest, write_manifest
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, manifest_file
+from packtool.slabs.schema import SCHEMA
 from packtool.verification.run import verify
 
 GSM8K_FIELDS = ("--prompt-field", "question", "--response-field", "answer")

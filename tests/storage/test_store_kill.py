@@ -13,7 +13,8 @@ import time
 import pytest
 from conftest import GPT2, PEPS
 
-from packtool.slabs.format import MANIFEST, SlabManifest
+from packtool.slabs.format import SlabManifest
+from packtool.slabs.names import MANIFEST
 from packtool.storage import locate
 from packtool.verification.run import verify
 

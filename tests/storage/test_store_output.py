@@ -18,7 +18,8 @@ from packtool.errors import PacktoolOutputError
 from packtool.output.store import PENDING_PREFIX, StoreOutputExistsError, claim_store
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
-from packtool.slabs.format import MANIFEST, SlabManifest
+from packtool.slabs.format import SlabManifest
+from packtool.slabs.names import MANIFEST
 from packtool.slabs.reader import SlabIndex, SlabReader
 from packtool.storage import locate
 from packtool.store_lease import LEASE

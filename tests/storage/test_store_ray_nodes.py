@@ -43,7 +43,8 @@ from packtool.align import Alignment  # noqa: E402
 from packtool.engines.ray_engine import init_ray, pack_ray  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
-from packtool.slabs.format import MANIFEST, PENDING_PREFIX, SlabManifest  # noqa: E402
+from packtool.slabs.format import SlabManifest  # noqa: E402
+from packtool.slabs.names import MANIFEST, PENDING_PREFIX  # noqa: E402
 from packtool.storage import locate  # noqa: E402
 from packtool.store_lease import LEASE  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402

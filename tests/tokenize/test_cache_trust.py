@@ -21,7 +21,7 @@ import packtool.tokenize.pipeline as pipeline
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.packing import pack_cache
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, CacheDamagedError, TokenizedCache, cache_problem
 from packtool.tokenize.flat_tokens import TOKENS_FILE, flat_store_dir, flat_store_for

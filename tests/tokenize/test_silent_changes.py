@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import packtool.tokenize.readers as readers
 from packtool.cli.app import app
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 
 GSM_ARGS = ["--prompt-field", "question", "--response-field", "answer"]
 

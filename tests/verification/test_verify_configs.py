@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.planning.core import PackingConfig
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 from packtool.verification.run import verify
 
 CASES = [

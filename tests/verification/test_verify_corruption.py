@@ -14,7 +14,7 @@ from slab_support import edit_checksum, find_row, load_rows, read_manifest, resi
 from packtool.align import Alignment
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import source_store, verify
 

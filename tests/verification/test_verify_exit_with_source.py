@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.packing import pack
-from packtool.slabs.format import MANIFEST
+from packtool.slabs.names import MANIFEST
 
 runner = CliRunner()
 
