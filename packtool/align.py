@@ -181,6 +181,9 @@ class Alignment:
                 raise AlignmentError(
                     f"{arg('fixed_length', L)} is not a multiple of the packed multiple t={self.t} "
                     f"({self.describe()}): {fix}")
+            if L > self.capacity:  # it would silently win over capacity, the size the user set
+                raise AlignmentError(f"{arg('fixed_length', L)} is larger than {arg('capacity', self.capacity)}: "
+                                     f"pass {arg('capacity', L)} too, or a smaller {arg('fixed_length')}")
             return L
         C = self.capacity
         if C > MAX_SLAB_TOKENS:

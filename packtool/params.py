@@ -70,14 +70,22 @@ def text(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> s
 
 
 def names(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> tuple[str, ...] | None:
-    """Column (or file) names: a comma-separated str or a list or tuple of str (None kept)."""
+    """Column (or file) names: a comma-separated str (each name stripped) or a list or tuple of
+    str (None kept). An empty name (`"a,"`, an unset shell variable) is refused: dropping it
+    would go on without the column the caller meant to keep."""
     if value is None:
         return None
     if isinstance(value, str):
-        return tuple(x for x in value.split(",") if x.strip())
+        value = tuple(x.strip() for x in value.split(","))
     if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+        if not all(x.strip() for x in value):
+            raise error(f"{arg(name)} has an empty name in {_shown(value)}: give NAME[,NAME...] with none empty")
         return tuple(value)
     raise error(f"{arg(name)} must be a list of str (or one comma-separated str), got {_got(value)}")
+
+
+def _shown(names: tuple) -> str:
+    return repr(",".join(names))
 
 
 def checked(name: str, value, error: type[PacktoolError] = PacktoolInputError):

@@ -15,7 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
                                   making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error, with_notes)
-from packtool.cli.inputs import check_input_specs, check_shape_flags
+from packtool.cli.inputs import check_input_specs
 from packtool.notes import note
 from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice, spelled_as
 
@@ -162,10 +162,7 @@ def _rows_of(lengths_file: str):
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
-    from packtool.align import Alignment, AlignmentError, sp_note
-    if fixed_length is not None and fixed_length > max_tokens:  # would silently win over -C
-        raise AlignmentError(f"--fixed-length {fixed_length} is larger than --max-tokens "
-                             f"{max_tokens}: pass -C {fixed_length} too, or a smaller --fixed-length")
+    from packtool.align import Alignment, sp_note
     a = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, capacity=max_tokens,
                   fixed_length=fixed_length, convention=convention)
     said = sp_note(tp, sp)
@@ -214,17 +211,6 @@ def plan(
         print_plan_summary(summary, stdout_console())
 
 
-def _csv(text: str | None, flag: str) -> tuple[str, ...]:
-    """NAME[,NAME...]; an empty entry (`""` from an unset shell variable, a trailing comma) is
-    refused: dropping it would pack without the column the user meant to keep."""
-    if text is None:
-        return ()
-    names = tuple(x.strip() for x in text.split(","))
-    if not all(names):
-        raise PacktoolInputError(f"{flag} {text!r} has an empty name; give NAME[,NAME...]", flag=flag)
-    return names
-
-
 def _unescape(text: str | None) -> str | None:
     r"""`--prompt-separator '\n\n'` as typed in a shell: backslash-n and -t are the characters."""
     return None if text is None else text.replace("\\n", "\n").replace("\\t", "\t")
@@ -271,8 +257,8 @@ def pack(
                              response_field=response_field, text_field=text_field,
                              add_bos=add_bos, add_eos=add_eos, on_empty=on_empty or "error",
                              prompt_separator=_unescape(prompt_separator),
-                             side_columns=_csv(side_columns, "--side-columns"),
-                             support_columns=_csv(support_columns, "--support-columns"))
+                             side_columns=side_columns,
+                             support_columns=support_columns)
         if engine not in ("local", "ray"):
             raise bad_choice(PacktoolConfigError, "engine", engine, ("local", "ray"))
         if engine == "ray":
@@ -284,7 +270,6 @@ def pack(
             from packtool.packing import pack as run_pack
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         check_input_specs(inputs, split or config)
-        check_shape_flags(shape, prompt_field, response_field, text_field)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
             if len(inputs) != 1 or engine != "local":
                 raise ValueError("a dataset name or --split/--config takes one name or folder (--engine local)")

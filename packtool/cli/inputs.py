@@ -1,6 +1,6 @@
-"""Input arguments the command line refuses before any work: stdin (`-`), a missing path that
-would otherwise be looked up as a Hugging Face dataset name, and shape flags that contradict
-each other (one of them would be silently ignored)."""
+"""Input arguments the command line refuses before any work: stdin (`-`) and a missing path that
+would otherwise be looked up as a Hugging Face dataset name. (Shape flags that contradict each
+other are refused by TokenizeConfig, for the library too.)"""
 from __future__ import annotations
 
 import os
@@ -28,17 +28,3 @@ def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
         if looks_like_path:
             raise PacktoolInputError("input file not found", path=spec)
 
-
-def check_shape_flags(shape: str | None, prompt_field: str | None, response_field: str | None,
-                      text_field: str | None) -> None:
-    """Field flags that a forced --shape would ignore are an error, not a silent no-op (under
-    auto each file picks its own shape, so --text-field beside --prompt-field is fine)."""
-    two = prompt_field is not None or response_field is not None
-    if shape in (None, "auto"):  # each file picks its shape: every field flag may apply to one
-        return
-    if two and shape != "fields":
-        raise PacktoolInputError(f"--shape {shape} ignores --prompt-field/--response-field; drop them, "
-                                 f"or use --shape fields", flag="--shape")
-    if text_field is not None and shape != "text":
-        raise PacktoolInputError(f"--shape {shape} ignores --text-field; drop it, or use --shape text",
-                                 flag="--shape")

@@ -31,6 +31,9 @@ from packtool.megatron.model import GPTShape, build_gpt, loss_sum
 from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
 from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
 
+DEVICES = ("cpu", "cuda")
+LM_HEADS = ("fused", "torch")  # the command line's `auto` picks one of these before TrainConfig
+
 
 @dataclass
 class TrainConfig:
@@ -58,6 +61,15 @@ class TrainConfig:
     overwrite: bool = False  # replace checkpoint files already in --save (not --load's own)
     peak_flops: float = H200_BF16_DENSE
     quiet: bool = False
+
+    def __post_init__(self) -> None:
+        # refused here, before any work: another device trained on the CPU without a word,
+        # another head failed only at the first step, after the model was built
+        from packtool.errors import PacktoolConfigError, bad_choice
+        if self.device not in DEVICES:
+            raise bad_choice(PacktoolConfigError, "device", self.device, DEVICES)
+        if self.lm_head not in LM_HEADS:
+            raise bad_choice(PacktoolConfigError, "lm_head", self.lm_head, LM_HEADS)
 
 
 @dataclass

@@ -53,6 +53,19 @@ class TokenizeConfig:
         if (self.prompt_field is None) != (self.response_field is None):
             raise PacktoolInputError(f"{arg('prompt_field')} and {arg('response_field')} go together",
                                      flag=cli_flag("prompt_field"))
+        self._check_fields_of_shape()
+
+    def _check_fields_of_shape(self) -> None:
+        """Field arguments that a forced shape would ignore are an error, not a silent no-op (under
+        auto each file picks its own shape, so text_field beside prompt_field is fine)."""
+        if self.shape == "auto":
+            return
+        if self.prompt_field is not None and self.shape != "fields":
+            raise PacktoolInputError(f"{arg('shape', self.shape)} ignores {arg('prompt_field')}/{arg('response_field')}: "
+                                     f"drop them, or use {arg('shape', 'fields')}", flag=cli_flag("shape"))
+        if self.text_field is not None and self.shape != "text":
+            raise PacktoolInputError(f"{arg('shape', self.shape)} ignores {arg('text_field')}: drop it, or use "
+                                     f"{arg('shape', 'text')}", flag=cli_flag("shape"))
 
     def as_dict(self) -> dict:
         return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}

@@ -239,7 +239,7 @@ def test_fixed_length_error_suggests_the_next_multiple():
 
 def test_usable_capacity_and_fixed_length():
     assert Alignment(tp=4, cp=2, capacity=37).usable == 32
-    assert Alignment(tp=4, cp=2, capacity=37, fixed_length=48).usable == 48
+    assert Alignment(tp=4, cp=2, capacity=64, fixed_length=48).usable == 48
     assert list(Alignment(tp=4, cp=2, fixed_length=48).slab_length([8, 40, 60])) == [48, 48, 64]
 
 

@@ -78,7 +78,7 @@ def test_no_what_if_when_nothing_nearby_is_better():
 
 def test_fixed_length_by_hand():
     # L = 160 = U: everything fits one slab: footprint round_up(108, 32) = 128, fill 32
-    r = inspect_lengths(LENGTHS, Alignment(tp=1, cp=2, fp8="tensorwise", capacity=96, fixed_length=160), FFD,
+    r = inspect_lengths(LENGTHS, Alignment(tp=1, cp=2, fp8="tensorwise", capacity=160, fixed_length=160), FFD,
                         what_if=False)
     p = r.padding
     assert (r.slabs, p.layout_pad, p.tail_pad, p.fill_pad, p.slack, r.physical_tokens) == (1, 9, 20, 32, 0, 160)

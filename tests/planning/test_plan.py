@@ -24,7 +24,7 @@ def cases(draw):
     conv = draw(st.sampled_from(["packtool", "skyrl", "nemo-rl", "verl", "per-sequence"]))
     probe = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, convention=conv, capacity=1 << 20)
     cap = draw(st.integers(probe.t, probe.t * 8))
-    fixed = draw(st.sampled_from([None, round_up(cap, probe.t)]))
+    fixed = draw(st.sampled_from([None, cap - cap % probe.t]))  # at most cap
     align = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, convention=conv, capacity=cap, fixed_length=fixed)
     algo = draw(st.sampled_from(["ffd", "bfd", "mffd", "balanced"]))
     policy = draw(st.sampled_from(["singleton", "truncate", "split"]))

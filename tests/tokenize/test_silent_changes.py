@@ -224,7 +224,7 @@ CASES = [
     ("split-to-1-token", _gsm("-C", "1", "--overflow", "split"),
      ["0 loss tokens", "--overflow split", "raise --max-tokens"]),
     ("fixed-length-over-C", _gsm("-C", "512", "--fixed-length", "1024"),
-     ["--fixed-length 1024", "--max-tokens 512", "-C 1024"]),
+     ["--fixed-length 1024", "--max-tokens 512", "--max-tokens 1024"]),
     ("workers-0", _gsm("--workers", "0"), ["--workers", "positive integer"]),
 ]
 

@@ -1,0 +1,89 @@
+"""Checks the command line made and the library did not: `Alignment(capacity=64, fixed_length=128)`
+was accepted (the fixed length silently won over the capacity), as were a TokenizeConfig whose
+forced shape ignores its field arguments, an empty side or support column name (dropped without
+a word), and a TrainConfig device or LM head packtool has no code for (another device trained on
+the CPU). Each check now lives in the library's own class, so both faces refuse: the library
+with packtool's error naming the argument, the command line with the flag, exit 2 as before."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from packtool.align import Alignment
+from packtool.cli.app import app
+from packtool.errors import EXIT_USAGE, PacktoolError
+from packtool.tokenize.config import TokenizeConfig
+
+runner = CliRunner()
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def _lengths(tmp) -> str:
+    np.save(tmp / "l.npy", np.array([10, 20, 30]))
+    return str(tmp / "l.npy")
+
+
+def _rows(tmp) -> str:
+    (tmp / "x.jsonl").write_text(json.dumps({"text": "hello", "q": "2+2?", "a": "4", "f": [1]}) + "\n")
+    return str(tmp / "x.jsonl")
+
+
+def _pack(tmp, *flags):
+    return ["pack", _rows(tmp), "-C", "64", "-o", str(tmp / "out"), "--cache-dir", str(tmp / "cache"), *flags]
+
+
+def _train_config(**kw):
+    pytest.importorskip("megatron.core", reason="the train extra is not installed")
+    from packtool.megatron.loop import TrainConfig
+    return TrainConfig(data_dir="packed", **kw)
+
+
+# case -> (library call, what its message names, command line (tmp), the flag its line names)
+CASES = {
+    "fixed_length over capacity": (lambda: Alignment(capacity=64, fixed_length=128), "fixed_length=128",
+                                   lambda t: ["plan", "--lengths", _lengths(t), "-C", "64", "--fixed-length", "128"],
+                                   "--fixed-length 128"),
+    "fixed_length over capacity (pack)": (lambda: Alignment(capacity=64, fixed_length=128), "capacity=64",
+                                          lambda t: _pack(t, "--fixed-length", "128"), "--max-tokens 64"),
+    "fixed_length over capacity (inspect)": (lambda: Alignment(capacity=64, fixed_length=128), "capacity=128",
+                                             lambda t: ["inspect", "--lengths", _lengths(t), "-C", "64",
+                                                        "--fixed-length", "128"], "--max-tokens 128"),
+    "shape ignores prompt_field": (lambda: TokenizeConfig(shape="text", prompt_field="q", response_field="a"),
+                                   "prompt_field",
+                                   lambda t: _pack(t, "--shape", "text", "--prompt-field", "q", "--response-field", "a"),
+                                   "--prompt-field"),
+    "shape ignores text_field": (lambda: TokenizeConfig(shape="tokens", text_field="text"), "text_field",
+                                 lambda t: _pack(t, "--shape", "tokens", "--text-field", "text"), "--text-field"),
+    "side_columns empty name": (lambda: TokenizeConfig(side_columns="f,"), "side_columns",
+                                lambda t: _pack(t, "--side-columns", "f,"), "--side-columns"),
+    "support_columns empty name": (lambda: TokenizeConfig(support_columns=["f", ""]), "support_columns",
+                                   lambda t: _pack(t, "--support-columns", ",f"), "--support-columns"),
+    "train device": (lambda: _train_config(device="tpu"), "device",
+                     lambda t: ["train", str(t), "--device", "tpu"], "--device"),
+    "train lm_head": (lambda: _train_config(lm_head="triton"), "lm_head",
+                      lambda t: ["train", str(t), "--device", "cpu", "--lm-head", "triton"], "--lm-head"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_library_refuses_naming_its_argument(case):
+    call, needle, _, _ = CASES[case]
+    with pytest.raises(PacktoolError) as e:
+        call()
+    msg = str(e.value)
+    assert needle in msg and not FLAG.search(msg), msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_command_line_refuses_naming_its_flag(tmp_path, case):
+    _, _, argv, flag = CASES[case]
+    r = runner.invoke(app, argv(tmp_path))
+    assert r.exit_code == EXIT_USAGE, r.stdout + r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and flag in line, line
+    assert not (tmp_path / "out").exists()
