@@ -17,7 +17,7 @@ from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, 
                                   making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error, with_notes)
 from packtool.cli.inputs import check_input_specs
 from packtool.notes import note
-from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice, spelled_as
+from packtool.errors import PacktoolConfigError, bad_choice, spelled_as
 
 
 class _ParsedHere:
