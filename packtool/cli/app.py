@@ -1,4 +1,8 @@
-"""The `packtool` command line: flags -> config dataclasses -> library calls. No logic here."""
+"""The `packtool` command line: flags -> config dataclasses -> library calls. No logic here.
+
+The subcommands and their own flags; the flags several share and `FLAG_OF` are `flags`',
+how a command line is parsed and how a usage error ends is `parsing`'s.
+"""
 from __future__ import annotations
 
 import functools
@@ -10,140 +14,41 @@ from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from typer.core import TyperCommand, TyperGroup
 
-from packtool.cli.failure import (EXIT_INTERRUPTED, ReaderLeft, _StdoutConsole, click_exceptions, committed, fail, guarded, interrupted,
-                                  making_source_copy, reader_left, release, reset, set_debug, stdout_console, usage_error, with_notes)
+from packtool.cli.failure import committed, fail, guarded, making_source_copy, set_debug, stdout_console, with_notes
+from packtool.cli.flags import (
+    FLAG_OF,  # noqa: F401  (README names packtool.cli.app.FLAG_OF)
+    AddBos,
+    AddEos,
+    Algorithm,
+    CacheDir,
+    ChatTemplate,
+    Convention,
+    Cp,
+    Dp,
+    FixedLength,
+    Fp8,
+    JsonOut,
+    MaxTokens,
+    OnEmpty,
+    Overflow,
+    PromptField,
+    Quiet,
+    ResponseField,
+    Seed,
+    Shape,
+    Sp,
+    TextField,
+    Tokenizer,
+    Tp,
+)
 from packtool.cli.inputs import check_input_specs
+from packtool.cli.parsing import Command, Commands
+from packtool.errors import PacktoolConfigError, bad_choice
 from packtool.notes import note
-from packtool.errors import PacktoolConfigError, bad_choice, spelled_as
 
-
-class _ParsedHere:
-    """click raises some usage errors without the context that names the command (a flag missing
-    its value: `pack data.jsonl -C`), so they lacked the `--help` hint the others carry; and it
-    takes the next flag as a missing value (`-C --json`): both end as the one usage error here."""
-
-    def parse_args(self, ctx, args):
-        self._refuse_flag_as_value(ctx, args)
-        try:
-            return super().parse_args(ctx, args)
-        except click_exceptions.UsageError as e:
-            e.ctx = e.ctx or ctx
-            raise
-
-    def _refuse_flag_as_value(self, ctx, args: list[str]) -> None:
-        opts = {o: p for p in self.get_params(ctx) if p.param_type_name == "option"
-                for o in (*p.opts, *p.secondary_opts)}
-        for i, a in enumerate(args[:-1]):
-            if a == "--":
-                return
-            p = opts.get(a)
-            if p is not None and not p.is_flag and not p.count and args[i + 1] in opts:
-                raise click_exceptions.BadOptionUsage(a, f"Option {a!r} requires an argument.", ctx=ctx)
-
-
-class _Command(_ParsedHere, TyperCommand):
-    pass
-
-
-class _Commands(_ParsedHere, TyperGroup):
-    """Every way a command line can end goes through failure.py: a usage error (unknown flag,
-    bad value) is the README's one `error:` line (a JSON object too under --json), not click's
-    boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        given = list(sys.argv[1:] if args is None else args)
-        json_out = "--json" in given
-        reset(next((a for a in given if a in self.commands), None))
-        # typer prints --help through consoles of its own: they end a closed pipe as ours do
-        Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
-        try:
-            argv = self._json_after_command(given)
-            with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
-                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else 0
-        except ReaderLeft:  # `packtool pack --help | head`: the reader left; SIGPIPE's status
-            code = reader_left()
-        except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
-            print(e.ctx.get_help())
-            code = e.exit_code
-        except click_exceptions.ClickException as e:
-            code = usage_error(e, json_out)
-        except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
-            code = EXIT_INTERRUPTED
-        finally:
-            release()
-        if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
-            code = interrupted(json_out)  # 143 when it was SIGTERM
-        if not standalone_mode:
-            return code
-        sys.exit(code)
-
-
-    def _json_after_command(self, argv: list[str]) -> list[str]:
-        """`packtool --json pack ...` as `packtool pack --json ...` (as --debug goes either
-        side): --json belongs to the subcommand, which takes it wherever the user put it. A
-        subcommand without --json (train) keeps click's one-line 'no such option'."""
-        at = next((i for i, a in enumerate(argv) if a in self.commands), None)
-        if at is None and "--json" in argv:  # no command: the error is about what is there instead
-            rest = [a for a in argv if a != "--json"]
-            if not rest:
-                raise click_exceptions.UsageError("Missing command.", ctx=self.context_class(self, info_name="packtool"))
-            return rest
-        if at is None or "--json" not in argv[:at]:
-            return argv
-        if not any("--json" in getattr(p, "opts", ()) for p in self.commands[argv[at]].params):
-            return argv
-        return [a for a in argv[:at] if a != "--json"] + [argv[at], "--json"] + argv[at + 1:]
-
-
-app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Alignment-aware sequence packing for Megatron THD training.")
-
-# The flag that sets each library argument: a library check names the argument (`capacity`),
-# the command line this flag (errors.arg / spelled_as). Only arguments whose flag is not the
-# argument's own name with dashes need to differ, but every one a check names is listed.
-FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp", "fp8": "--fp8",
-           "fixed_length": "--fixed-length", "convention": "--convention", "algorithm": "--algorithm",
-           "overflow": "--overflow", "dp": "--dp", "seed": "--seed", "workers": "--workers",
-           "plan_shard_rows": "--plan-shard-rows", "output": "--output", "overwrite": "--overwrite",
-           "dry_run": "--dry-run", "cache_dir": "--cache-dir", "engine": "--engine", "tokenizer": "--tokenizer",
-           "chat_template": "--chat-template", "shape": "--shape", "prompt_field": "--prompt-field",
-           "response_field": "--response-field", "text_field": "--text-field", "add_eos": "--eos",
-           "on_empty": "--on-empty", "side_columns": "--side-columns", "support_columns": "--support-columns",
-           "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
-           "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
-           "shard_tokens": "--shard-tokens", "max_problems": "--max-problems", "device": "--device",
-           "lm_head": "--lm-head", "micro_batch_tokens": "--micro-batch-tokens", "grad_accum": "--grad-accum",
-           "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "ffn": "--ffn"}  # train's too  # their ranges: params.RANGES
-
-# Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
-MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
-Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]
-Cp = Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag, 2*cp chunks per sequence).")]
-Sp = Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp>1; with --tp 1 it is off, as in megatron-core).")]
-Fp8 = Annotated[str, typer.Option("--fp8", help="FP8 recipe: none, tensorwise, mxfp8 or blockwise.")]
-FixedLength = Annotated[Optional[int], typer.Option("--fixed-length", help="Every slab exactly this long (PP / static shapes).")]
-Convention = Annotated[str, typer.Option("--convention", help="Layout rules: packtool, skyrl, nemo-rl, verl or per-sequence.")]
-Algorithm = Annotated[str, typer.Option("--algorithm", "-a", help="Packer: ffd, bfd, mffd or balanced.")]
-Overflow = Annotated[Optional[str], typer.Option("--overflow", help="Footprint over capacity: error, singleton, truncate or split (default per algorithm).")]
-Dp = Annotated[int, typer.Option("--dp", help="Data-parallel ranks: slab count a multiple of dp, compute-balanced steps.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the slab-order shuffle.")]
-JsonOut = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", "--no-progress", help="No progress bar (pack's spelling works too).")]
-# Tokenization flags, shared by `pack` and `verify --source`.
-Tokenizer = Annotated[Optional[str], typer.Option("--tokenizer", help="tokenizer.json or a model folder (no hub).")]
-ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="chatml, llama3, mistral, none or a FILE.jinja (default: the folder's).")]
-Shape = Annotated[Optional[str], typer.Option("--shape", help="One of auto, tokens, text, chat, sharegpt, alpaca, prompt_completion, fields (default auto).")]
-PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
-ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
-TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
-AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
-AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
-OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error or skip (skips are counted; default error).")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool), or an object-store URI (s3://bucket/cache) shared by every machine: entries are pulled into a local mirror, new ones pushed with cache.json last.")]
 
 
 @app.callback()
@@ -171,7 +76,7 @@ def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):
     return a
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 @guarded
 def plan(
     lengths: Annotated[str, typer.Option("--lengths", help="File of integer lengths: Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt (one per line).")],
@@ -186,9 +91,9 @@ def plan(
     """Plan slabs for a list of sequence lengths and print where the padding goes."""
     from packtool.cli.printing import print_plan_summary
     from packtool.planning.core import PackingConfig
+    from packtool.planning.core import plan as make_plan
     from packtool.planning.lengths import load_lengths
     from packtool.planning.plan_file import write_plan
-    from packtool.planning.core import plan as make_plan
     from packtool.planning.summary import plan_summary
     try:
         if output:  # before any work
@@ -216,7 +121,7 @@ def _unescape(text: str | None) -> str | None:
     return None if text is None else text.replace("\\n", "\n").replace("\\t", "\t")
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 @guarded
 def pack(
     inputs: Annotated[list[str], typer.Argument(help="Input files, folders or globs (Parquet, JSON Lines [.gz/.zst/.bz2], JSON, Arrow, CSV/TSV, datasets folder).")],
@@ -305,7 +210,7 @@ def pack(
                   markup=False, highlight=False, soft_wrap=True)  # the terminal wraps: commands paste whole
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 @guarded
 def inspect(
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
@@ -384,7 +289,7 @@ def _verify_args(directory: str, source: list[str] | None, more: list[str] | Non
     return directory, [*source, *more]
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 @guarded
 def verify(
     directory: Annotated[str, typer.Argument(help="Packed output directory (slabs-*.parquet + .manifest.json).")],
@@ -452,7 +357,7 @@ def _without_backend_notices(fn):
     return wrapper
 
 
-app.command("train", cls=_Command)(guarded(_without_backend_notices(train_command)))
+app.command("train", cls=Command)(guarded(_without_backend_notices(train_command)))
 
 
 def main() -> None:

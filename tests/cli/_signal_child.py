@@ -26,8 +26,8 @@ WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "terminated (SIG
 
 # stage -> (module, attribute path, hold before the call (else after it))
 STAGES = {
-    "start-up": ("packtool.cli.app", "reset", True),  # the CLI's modules loaded, flags not read
-    "flags": ("packtool.cli.app", "_Commands.make_context", True),
+    "start-up": ("packtool.cli.parsing", "reset", True),  # the CLI's modules loaded, flags not read
+    "flags": ("packtool.cli.parsing", "Commands.make_context", True),
     "tokenize": ("packtool.packing", "tokenize_to_cache", True),
     "cache writes": ("packtool.tokenize.sink", "CacheSink.add", False),  # encode + cache writer threads
     "warm thread": ("packtool.tokenize.prefetch", "warm_compiled_code", False),  # numba's warm-up thread

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from packtool.align import Alignment, sp_note
-from packtool.cli.app import FLAG_OF
+from packtool.cli.flags import FLAG_OF
 from packtool.errors import spelled_as
 from packtool.planning import bounds
 from packtool.planning.core import PackingConfig, plan

@@ -1,0 +1,105 @@
+"""How a `packtool` command line is parsed and how its parsing ends: the command group and the
+command class every subcommand uses. A usage error (unknown flag, bad value, a flag taken as
+another's value) is failure.py's one `error:` line; `--json` goes to the subcommand wherever
+it was typed; the library's checks name the flags the user typed (`flags.FLAG_OF`).
+"""
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
+
+from packtool.cli.failure import (
+    EXIT_INTERRUPTED,
+    ReaderLeft,
+    _StdoutConsole,
+    click_exceptions,
+    interrupted,
+    reader_left,
+    release,
+    reset,
+    usage_error,
+)
+from packtool.cli.flags import FLAG_OF
+from packtool.errors import spelled_as
+
+
+class _ParsedHere:
+    """click raises some usage errors without the context that names the command (a flag missing
+    its value: `pack data.jsonl -C`), so they lacked the `--help` hint the others carry; and it
+    takes the next flag as a missing value (`-C --json`): both end as the one usage error here."""
+
+    def parse_args(self, ctx, args):
+        self._refuse_flag_as_value(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click_exceptions.UsageError as e:
+            e.ctx = e.ctx or ctx
+            raise
+
+    def _refuse_flag_as_value(self, ctx, args: list[str]) -> None:
+        opts = {o: p for p in self.get_params(ctx) if p.param_type_name == "option"
+                for o in (*p.opts, *p.secondary_opts)}
+        for i, a in enumerate(args[:-1]):
+            if a == "--":
+                return
+            p = opts.get(a)
+            if p is not None and not p.is_flag and not p.count and args[i + 1] in opts:
+                raise click_exceptions.BadOptionUsage(a, f"Option {a!r} requires an argument.", ctx=ctx)
+
+
+class Command(_ParsedHere, TyperCommand):
+    pass
+
+
+class Commands(_ParsedHere, TyperGroup):
+    """Every way a command line can end goes through failure.py: a usage error (unknown flag,
+    bad value) is the README's one `error:` line (a JSON object too under --json), not click's
+    boxed usage text; Ctrl-C while the flags are parsed says so, as it does in a command."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        given = list(sys.argv[1:] if args is None else args)
+        json_out = "--json" in given
+        reset(next((a for a in given if a in self.commands), None))
+        # typer prints --help through consoles of its own: they end a closed pipe as ours do
+        Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
+        try:
+            argv = self._json_after_command(given)
+            with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
+                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except ReaderLeft:  # `packtool pack --help | head`: the reader left; SIGPIPE's status
+            code = reader_left()
+        except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
+            print(e.ctx.get_help())
+            code = e.exit_code
+        except click_exceptions.ClickException as e:
+            code = usage_error(e, json_out)
+        except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
+            code = EXIT_INTERRUPTED
+        finally:
+            release()
+        if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
+            code = interrupted(json_out)  # 143 when it was SIGTERM
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+    def _json_after_command(self, argv: list[str]) -> list[str]:
+        """`packtool --json pack ...` as `packtool pack --json ...` (as --debug goes either
+        side): --json belongs to the subcommand, which takes it wherever the user put it. A
+        subcommand without --json (train) keeps click's one-line 'no such option'."""
+        at = next((i for i, a in enumerate(argv) if a in self.commands), None)
+        if at is None and "--json" in argv:  # no command: the error is about what is there instead
+            rest = [a for a in argv if a != "--json"]
+            if not rest:
+                raise click_exceptions.UsageError("Missing command.", ctx=self.context_class(self, info_name="packtool"))
+            return rest
+        if at is None or "--json" not in argv[:at]:
+            return argv
+        if not any("--json" in getattr(p, "opts", ()) for p in self.commands[argv[at]].params):
+            return argv
+        return [a for a in argv[:at] if a != "--json"] + [argv[at], "--json"] + argv[at + 1:]
