@@ -31,7 +31,7 @@ from conftest import GPT2, TASKMASTER
 
 import packtool.heap as heap
 import packtool.tokenize.pipeline as pipeline
-import packtool.tokenize.readers as readers
+import packtool.tokenize.text_readers as text_readers
 import packtool.tokenize.sink as sink
 from packtool.tokenize import tokenize_to_cache
 from packtool.tokenize.cache import CacheWriter
@@ -64,7 +64,7 @@ def small_buffers(monkeypatch):
     monkeypatch.setattr(pipeline, "_CHUNK_CHARS", 4000)  # a few rows per encode chunk
     monkeypatch.setattr(CacheWriter, "ROWS_PER_GROUP", 16)
     monkeypatch.setattr(CacheWriter, "TOKENS_PER_GROUP", 1 << 14)
-    monkeypatch.setattr(readers, "_JSONL_BLOCK", 1 << 14)  # whole lines read at once
+    monkeypatch.setattr(text_readers, "_JSONL_BLOCK", 1 << 14)  # whole lines read at once
 
 
 def _peak(path: str, cache_dir: str, monkeypatch) -> int:

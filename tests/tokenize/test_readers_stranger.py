@@ -14,7 +14,8 @@ import pytest
 from conftest import GSM8K
 
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.readers import _jsonl_batches, iter_batches, peek_columns, resolve_inputs
+from packtool.tokenize.readers import iter_batches, peek_columns, resolve_inputs
+from packtool.tokenize.text_readers import jsonl_batches
 
 
 def _rows() -> list[dict]:
@@ -58,7 +59,7 @@ def test_progress_of_compressed_jsonl_counts_compressed_bytes(tmp_path, suffix, 
     p = tmp_path / f"gsm{suffix}"
     _compress(GSM8K, p, codec)
     seen: list[int] = []
-    rows = sum(b.num_rows for b in _jsonl_batches(str(p), 64, None, block_bytes=16 << 10,
+    rows = sum(b.num_rows for b in jsonl_batches(str(p), 64, None, block_bytes=16 << 10,
                                                   read_bytes=seen.append))
     assert rows == len(_rows())
     assert seen == sorted(seen) and len(seen) > 1
@@ -151,9 +152,9 @@ def test_damaged_csv_is_one_line(tmp_path):
 
 
 def test_progress_of_compressed_csv_counts_compressed_bytes(tmp_path):
-    from packtool.tokenize.readers import _csv_batches
+    from packtool.tokenize.text_readers import csv_batches
     p = tmp_path / "gsm.csv.gz"
     _write_csv(p, _rows() * 20)
     seen: list[int] = []
-    assert sum(b.num_rows for b in _csv_batches(str(p), 64, None, read_bytes=seen.append)) == 20 * len(_rows())
+    assert sum(b.num_rows for b in csv_batches(str(p), 64, None, read_bytes=seen.append)) == 20 * len(_rows())
     assert seen and seen == sorted(seen) and seen[-1] == p.stat().st_size

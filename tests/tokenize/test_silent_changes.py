@@ -16,7 +16,7 @@ import pytest
 from conftest import GPT2, GSM8K
 from typer.testing import CliRunner
 
-import packtool.tokenize.readers as readers
+import packtool.tokenize.text_readers as text_readers
 from packtool.cli.app import app
 from packtool.slabs.names import MANIFEST
 
@@ -231,7 +231,7 @@ CASES = [
 
 @pytest.mark.parametrize("build,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, build, words):
-    monkeypatch.setattr(readers, "_JSONL_BLOCK", 600)  # several blocks per small file
+    monkeypatch.setattr(text_readers, "_JSONL_BLOCK", 600)  # several blocks per small file
     user = tmp_path / "user"
     user.mkdir()
     inputs, flags = build(user)

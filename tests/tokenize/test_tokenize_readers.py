@@ -92,8 +92,8 @@ def test_json_array_and_projection(tmp_path):
 
 def test_jsonl_streams_in_blocks(monkeypatch, tmp_path):
     """Force tiny byte blocks: rows that straddle blocks are still read exactly once, in order."""
-    import packtool.tokenize.readers as readers
-    monkeypatch.setattr(readers, "_JSONL_BLOCK", 997)
+    import packtool.tokenize.text_readers as text_readers
+    monkeypatch.setattr(text_readers, "_JSONL_BLOCK", 997)
     with gzip.open(TASKMASTER, "rt") as f:
         rows = [json.loads(line) for line in f][:40]
     p = tmp_path / "tm.jsonl"

@@ -1,0 +1,219 @@
+"""The text formats' streams: JSON Lines (optionally gzip, zstd or bzip2 compressed), JSON
+arrays and CSV/TSV, each as Arrow record batches with errors that name the line at fault.
+`readers` picks the stream for a file and owns the binary formats (Parquet, Arrow IPC).
+
+JSON Lines is read in byte blocks of whole lines, each parsed by Arrow's C++ JSON reader after
+a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON array (`[{...}, ...]`) cannot be
+split without parsing, so its text is held once and decoded one element at a time. CSV/TSV (a
+header row, every column read as text) streams through Arrow's CSV reader.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from contextlib import contextmanager
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+
+from packtool.errors import PacktoolInputError
+from packtool.storage import is_uri, open_bytes
+
+_JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
+# Compressed JSON Lines: suffix -> Arrow codec (gzip goes through Python's gzip module).
+JSONL_CODECS = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
+CSV_EXT = tuple(base + c for base in (".csv", ".tsv") for c in ("", ".gz", *JSONL_CODECS))
+
+
+def _check_utf8(block: bytes, path: str, first_line: int) -> None:
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + block.count(b"\n", 0, e.start) + 1
+        raise PacktoolInputError(
+            f"invalid UTF-8 at line {line} (byte {e.start} of its block); re-encode the file as UTF-8",
+            path=path) from None
+
+
+def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
+    try:
+        return pajson.read_json(io.BytesIO(block),
+                                read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+    except pa.ArrowInvalid as e:
+        # Find the offending line with the exact Python parser so the message can name it.
+        lines = block.split(b"\n")
+        for i, raw in enumerate(lines):
+            if raw.strip():
+                try:
+                    json.loads(raw)
+                except json.JSONDecodeError as je:
+                    raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
+                                             path=path) from None
+        # valid JSON, mixed types: Arrow counts rows from the block; name the file's line
+        m = re.search(r"in row (\d+)", str(e))
+        msg = " ".join(str(e).split()).replace("JSON parse error: ", "")
+        if m:
+            rows = [i for i, raw in enumerate(lines) if raw.strip()]
+            k = int(m.group(1))
+            if k < len(rows):
+                line = first_line + rows[k] + 1
+                msg = re.sub(r" in row \d+", "", msg)
+                raise PacktoolInputError(f"{msg} at line {line}: give the field one type in every "
+                                         f"row", path=path) from None
+        raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
+
+
+def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
+                   block_bytes: int | None = None, read_bytes=None) -> Iterator[pa.RecordBatch]:
+    """`read_bytes(n)`, when given, hears the on-disk bytes read so far (compressed bytes for
+    .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes."""
+    lines_before = 0
+    try:
+        with _open_text(path) as (f, raw):
+            tail = b""
+            while True:
+                chunk = f.read(block_bytes or _JSONL_BLOCK)
+                if read_bytes is not None:
+                    read_bytes(raw.tell())
+                data = tail + chunk
+                if not chunk:
+                    block, tail = data, b""
+                else:
+                    cut = data.rfind(b"\n")
+                    if cut < 0:
+                        tail = data
+                        continue
+                    block, tail = data[:cut + 1], data[cut + 1:]
+                if block.strip():
+                    _check_utf8(block, path, lines_before)
+                    table = _parse_json_block(block, path, lines_before)
+                    if columns is not None:  # a key absent from a whole block reads as nulls
+                        table = pa.table({c: table.column(c) if c in table.column_names
+                                          else pa.nulls(table.num_rows) for c in columns})
+                    yield from table.to_batches(max_chunksize=batch_size)
+                lines_before += block.count(b"\n")
+                if not chunk:
+                    break
+    except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
+        raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
+
+
+@contextmanager
+def _open_text(path: str):
+    """(decompressed stream, on-disk stream): `raw.tell()` counts the compressed bytes read."""
+    low = path.lower()
+    codec = next((c for ext, c in JSONL_CODECS.items() if low.endswith(ext)), None)
+    if low.endswith(".gz"):
+        with gzip.open(open_bytes(path), "rb") as f:
+            yield f, f.fileobj
+    elif codec is not None:
+        with (pa.PythonFile(open_bytes(path), "r") if is_uri(path) else pa.OSFile(path, "rb")) as raw, \
+                pa.CompressedInputStream(raw, codec) as f:
+            yield f, raw
+    else:
+        with open_bytes(path) as f:
+            yield f, f
+
+
+def json_array_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    with open_bytes(path) as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise PacktoolInputError(f"invalid UTF-8 at line {line}; re-encode the file as UTF-8",
+                                 path=path) from None
+    del raw
+    pos = len(text) - len(text.lstrip())
+    if not text.startswith("[", pos):
+        yield from jsonl_batches(path, batch_size, columns)  # a .json file holding JSON Lines
+        return
+    dec = json.JSONDecoder()
+    pos += 1
+    rows: list[dict] = []
+    n = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text):
+            raise PacktoolInputError(f"JSON array is not closed: its text ends at line {text.count(chr(10)) + 1} "
+                                     f"without the closing ]", path=path, row=n)
+        if text[pos] == "]":
+            break
+        try:
+            obj, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise PacktoolInputError(f"invalid JSON at line {e.lineno}: {e.msg}", path=path, row=n) from None
+        if not isinstance(obj, dict):
+            raise PacktoolInputError("JSON array element is not an object", path=path, row=n)
+        rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
+        n += 1
+        if len(rows) == batch_size:
+            yield _rows_to_batch(rows, path, n - len(rows))
+            rows = []
+    if rows:
+        yield _rows_to_batch(rows, path, n - len(rows))
+
+
+def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:
+    try:
+        return pa.RecordBatch.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise PacktoolInputError(f"rows {first_row}..{first_row + len(rows) - 1} have mixed types ({e})",
+                                 path=path) from None
+
+
+def _csv_options(path: str, columns: list[str] | None, names: list[str] | None):
+    # every column a string: a column that looks numeric in the first block must not fail (or
+    # change type) on a later text row; an empty field is null, so a missing answer is named
+    # like a missing JSON key instead of becoming an empty turn
+    low = path.lower()
+    delimiter = "\t" if low.endswith(tuple(x for x in CSV_EXT if x.startswith(".tsv"))) else ","
+    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    convert = pacsv.ConvertOptions(
+        column_types={n: pa.string() for n in names or []}, strings_can_be_null=True, null_values=[""],
+        include_columns=columns, include_missing_columns=columns is not None)
+    return pacsv.ReadOptions(block_size=_JSONL_BLOCK), parse, convert
+
+
+def csv_names(path: str) -> list[str]:
+    with _open_text(path) as (f, _):
+        read, parse, _ = _csv_options(path, None, None)
+        return list(pacsv.open_csv(f, read_options=read, parse_options=parse).schema.names)
+
+
+def csv_batches(path: str, batch_size: int, columns: list[str] | None,
+                 read_bytes=None) -> Iterator[pa.RecordBatch]:
+    """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks."""
+    try:
+        names = csv_names(path)
+        with _open_text(path) as (f, raw):
+            read, parse, convert = _csv_options(path, columns, names)
+            for b in pacsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
+                if read_bytes is not None:
+                    read_bytes(raw.tell())
+                yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
+    except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
+        raise csv_error(path, e) from None
+
+
+def csv_error(path: str, e: Exception) -> PacktoolInputError:
+    """Arrow's CSV error names no line: read the file once more to find the record at fault."""
+    from packtool.tokenize.text_where import csv_bad_record
+    fix = "check its quoting and header row, or convert it to JSON Lines"
+    where = None
+    if isinstance(e, pa.ArrowInvalid):
+        try:
+            with _open_text(path) as (f, _):
+                where = csv_bad_record(f, _csv_options(path, None, None)[1].delimiter)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            pass
+    if where is None:
+        return PacktoolInputError(f"cannot read CSV ({' '.join(str(e).split())[:300]}); {fix}", path=path)
+    row, line, what = where
+    return PacktoolInputError(f"cannot read CSV at line {line}: {what}; {fix}", path=path, row=row)
