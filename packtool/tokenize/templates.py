@@ -8,40 +8,28 @@ model folder's template, a user .jinja) gets spans by prefix rendering: assistan
 covers render(messages[:i], add_generation_prompt=True) .. render(messages[:i+1]), minus
 trailing whitespace; that needs each rendering to be a prefix of the next (checked).
 
+Every rendering runs within `template_limits` (output size, range() items, `*`/`**`, time).
+
 Built-ins render tool calls and tool results as non-loss text (packtool/docs/TOKENIZATION.md): the loss covers an assistant's natural-language content and its end marker.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
 import re
-import threading
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.native_templates import NATIVE, Fallback
+from packtool.tokenize.template_limits import Sandbox, bounded_range, rendering, too_long
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
 _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
-
-# A template is code run once per row: bound what one rendering may do, so that a runaway
-# template (nested loops, huge repeats) fails on its first row with a clear line, not a hang.
-MAX_RENDER_CHARS = 16 << 20  # text one conversation may render to
-MAX_RANGE_ITEMS = 1_000_000  # range() items one rendering may ask for, all calls together
-RENDER_SECONDS: float | None = None  # one rendering; None: PACKTOOL_TEMPLATE_SECONDS, else 20
-
-
-def render_seconds() -> float:
-    from packtool.env import env_seconds
-    return RENDER_SECONDS if RENDER_SECONDS is not None else env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
 
 CHATML = """
 {%- for message in messages -%}
@@ -185,88 +173,6 @@ class _Generation(jinja2.ext.Extension):
         return _OPEN + caller() + _CLOSE
 
 
-class TemplateBudgetError(jinja2.exceptions.TemplateError):
-    """A rendering went over MAX_RENDER_CHARS, MAX_RANGE_ITEMS or RENDER_SECONDS."""
-
-
-class _TemplateTimeout(TemplateBudgetError):
-    def __init__(self, *a) -> None:
-        super().__init__(f"rendering one conversation took over {render_seconds():g} s (a loop "
-                         f"that does not end?); fix the template")
-
-
-_budget = threading.local()
-
-
-def _bounded_range(*args):
-    r = range(*args)
-    left = getattr(_budget, "left", MAX_RANGE_ITEMS) - len(r)
-    _budget.left = left
-    if left < 0:
-        raise TemplateBudgetError(f"the template asks range() for over {MAX_RANGE_ITEMS:,} items "
-                                  f"in one conversation; fix the template")
-    return r
-
-
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """The sandbox, plus a size check on `*` and `**` (a string repeated a billion times)."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context, operator, left, right):
-        if operator == "**" and isinstance(left, int) and isinstance(right, int) \
-                and abs(left) > 1 and right > 4096:
-            raise TemplateBudgetError(f"{left} ** {right} is too large; fix the template")
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) \
-                        and len(seq) * n > MAX_RENDER_CHARS:
-                    raise TemplateBudgetError(f"the template repeats a value {n:,} times (over "
-                                              f"{MAX_RENDER_CHARS:,} items); fix the template")
-        return super().call_binop(context, operator, left, right)
-
-
-class _Watchdog:
-    """Stops a rendering that runs past RENDER_SECONDS by raising `_TemplateTimeout` in its
-    thread (rendering is pure Python). One thread for the process; a rendering costs two
-    dict operations."""
-
-    def __init__(self) -> None:
-        self.deadline: dict[int, float] = {}
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-
-    def enter(self) -> int:
-        if self.thread is None:
-            with self.lock:
-                if self.thread is None:
-                    self.thread = threading.Thread(target=self._run, name="packtool-template-watchdog",
-                                                   daemon=True)
-                    self.thread.start()
-        tid = threading.get_ident()
-        self.deadline[tid] = time.monotonic() + render_seconds()
-        return tid
-
-    def leave(self, tid: int) -> None:
-        with self.lock:
-            if self.deadline.pop(tid, None) is None:  # fired: drop the exception if still pending
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(min(0.5, render_seconds() / 4))
-            now = time.monotonic()
-            with self.lock:
-                for tid, dl in list(self.deadline.items()):
-                    if now > dl:
-                        del self.deadline[tid]
-                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid),
-                                                                   ctypes.py_object(_TemplateTimeout))
-
-
-_WATCHDOG = _Watchdog()
-
-
 def _raise(message: str):
     raise jinja2.exceptions.TemplateError(message)
 
@@ -280,11 +186,11 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
 def _compile(text: str, trusted: bool) -> jinja2.Template:
     # Templates from model folders and files are untrusted code: sandboxed, as in transformers.
     # Our own built-ins skip the sandbox's per-attribute checks (about 20% of render time).
-    env_cls = jinja2.Environment if trusted else _Sandbox
+    env_cls = jinja2.Environment if trusted else Sandbox
     env = env_cls(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
-    env.globals["range"] = _bounded_range
+    env.globals["range"] = bounded_range
     return env.from_string(text)
 
 
@@ -340,22 +246,18 @@ class Renderer:
         TemplateError (the caller names the row)."""
         ctx = self._jinja.new_context(dict(messages=messages, add_generation_prompt=add_generation_prompt,
                                            tools=None, documents=None, **self._special))
-        _budget.left = MAX_RANGE_ITEMS
         parts, n = [], 0
-        tid = _WATCHDOG.enter()
-        try:
-            for chunk in self._jinja.root_render_func(ctx):
-                n += len(chunk)
-                if n > MAX_RENDER_CHARS:
-                    raise TemplateBudgetError(f"one conversation renders to over {MAX_RENDER_CHARS:,} "
-                                              f"characters; fix the template")
-                parts.append(chunk)
-        except jinja2.exceptions.TemplateError:
-            raise
-        except (Exception, RecursionError) as e:  # the template's own bug, on this row's data
-            raise jinja2.exceptions.TemplateError(f"{type(e).__name__}: {e}") from None
-        finally:
-            _WATCHDOG.leave(tid)
+        with rendering() as max_chars:
+            try:
+                for chunk in self._jinja.root_render_func(ctx):
+                    n += len(chunk)
+                    if n > max_chars:
+                        raise too_long()
+                    parts.append(chunk)
+            except jinja2.exceptions.TemplateError:
+                raise
+            except (Exception, RecursionError) as e:  # the template's own bug, on this row's data
+                raise jinja2.exceptions.TemplateError(f"{type(e).__name__}: {e}") from None
         return "".join(parts)
 
     def render(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:

@@ -19,7 +19,7 @@ import pytest
 from conftest import GPT2, PEPS
 from typer.testing import CliRunner
 
-import packtool.tokenize.templates as templates
+import packtool.tokenize.template_limits as template_limits
 from packtool.cli.app import app
 from packtool.output.folder import lock_path
 from packtool.slabs.names import MANIFEST
@@ -258,12 +258,12 @@ def test_chat_template_errors(proj, text, needles):
 
 
 def test_chat_template_that_never_ends_is_stopped(proj, monkeypatch):
-    monkeypatch.setattr(templates, "RENDER_SECONDS", 0.5)
+    monkeypatch.setattr(template_limits, "RENDER_SECONDS", 0.5)
     data = _chat_file(proj)
     (proj / "slow.jinja").write_text("{% set ns = namespace(n=0) %}{% for m in messages %}"
                                      "{% for a in range(999) %}{% for b in range(999) %}{% set ns.n = ns.n + 1 %}"
                                      "{% endfor %}{% endfor %}{% endfor %}{{ ns.n }}")
-    monkeypatch.setattr(templates, "MAX_RANGE_ITEMS", 10**9)
+    monkeypatch.setattr(template_limits, "MAX_RANGE_ITEMS", 10**9)
     expect_error(proj.parent, pack_args(proj, "-o", "new", "--chat-template", str(proj / "slow.jinja"), data=data),
                  2, "chats.jsonl, row 0", "took over 0.5 s")
 

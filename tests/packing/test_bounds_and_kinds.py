@@ -167,9 +167,9 @@ def test_packtool_debug_on_shows_the_traceback(proj, monkeypatch):
 
 
 def test_template_seconds_is_read_when_used(monkeypatch):
-    import packtool.tokenize.templates as templates
+    import packtool.tokenize.template_limits as template_limits
     monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", "7.5")
-    assert templates.render_seconds() == 7.5
+    assert template_limits.render_seconds() == 7.5
     monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", "nan")
     with pytest.raises(PacktoolConfigError, match="PACKTOOL_TEMPLATE_SECONDS"):
-        templates.render_seconds()
+        template_limits.render_seconds()
