@@ -50,6 +50,7 @@ from packtool.tokenize import TokenizedCache, tokenize_to_cache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.flat_tokens import flat_store_for
 from packtool.tokenize.hf_input import resolve_sources
+from packtool.tokenize.pipeline import fingerprint_versions
 
 
 @dataclass(frozen=True)
@@ -304,9 +305,12 @@ def _manifest_of(p, summary: PlanSummary, cache: TokenizedCache, output: str, sh
                 else "check the loss masks and the chat template")
         raise PacktoolInputError(f"the packed output would hold 0 loss tokens: {hint}", path=output,
                                  flag=cli_flag("capacity") if ovf.policy == "split" and ovf.sequences else None)
+    cfg = cache.meta.get("config") or {}
     inp = {"fingerprint": cache.fingerprint,
            "files": [_plain(f) for f in cache.input_files],
-           "tokenize": cache.meta.get("config")}  # lets `verify --source` re-tokenize alike
+           "tokenize": cfg,  # lets `verify --source` re-tokenize alike
+           # the fingerprint's versions: a later packtool or tokenizers is not an edited manifest
+           "versions": fingerprint_versions(bool(cfg.get("side_columns") or cfg.get("support_columns")))}
     return loss, build_manifest(p, shards, manifest_stats(summary, loss, getattr(cache, "side_columns", ())), info, inp,
                                 side=getattr(cache, "side_columns", ()))
 

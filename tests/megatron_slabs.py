@@ -21,6 +21,7 @@ from packtool.slabs.schema import SCHEMA_VERSION
 
 VOCAB = 128
 PAD = 0
+SYNTHETIC_FINGERPRINT = "5" * 64  # the form pack writes; no source to compute it from
 
 
 def random_sequences(n: int, lo: int, hi: int, seed: int = 0, prompt: bool = True):
@@ -132,7 +133,7 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
                    "packing": {"algorithm": "ffd", "overflow": "error", "dp": dp, "seed": 0}},
         "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD,
                       "vocab_size": VOCAB},
-        "input": {"fingerprint": "test", "files": []}, "stats": {}, "shards": files}
+        "input": {"fingerprint": SYNTHETIC_FINGERPRINT, "files": []}, "stats": {}, "shards": files}
     if side:
         manifest["side_columns"] = [c.to_dict() for c, _ in side]
     write_manifest(path, manifest)

@@ -23,6 +23,8 @@ from packtool.tokenize.flat_tokens import FlatTokens, write_flat_store
 
 PAD = 0
 VOCAB = 1000
+# a fingerprint of the form pack writes (64 hex digits): no source to compute it from
+SYNTHETIC_FINGERPRINT = "5" * 64
 
 
 def write_source(directory: str, lengths, seed: int = 0) -> FlatTokens:
@@ -47,7 +49,7 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
     shards = write_shards(p, tokens, out, PAD, shard_tokens=shard_tokens, group_tokens=group_tokens)
     stats = _stats(plan_summary(p), sum(s.loss_tokens for s in shards))
     tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB}
-    write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": "synthetic", "files": []}))
+    write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": SYNTHETIC_FINGERPRINT, "files": []}))
     return out, src_dir
 
 

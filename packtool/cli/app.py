@@ -305,8 +305,8 @@ def verify(
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
-    from packtool.verification.run import source_store, source_tokenize_for
     from packtool.verification.run import verify as run_verify
+    from packtool.verification.source import source_store, source_tokenize_for
     flat = fingerprint = None
     directory, source = _verify_args(directory, source, more, json_out)
     try:

@@ -28,6 +28,7 @@ from packtool.tokenize.cache import (
     CHECKSUM_ALG,
     FLAT_DIR,
     CacheDamagedError,
+    TokenizedCache,
     file_record,
     mask_values,
     read_cache_json,
@@ -263,6 +264,16 @@ def _pwrite_all(fd: int, a: np.ndarray, at: int) -> None:
 
 def flat_store_dir(cache) -> str:
     return os.path.join(cache.root, FLAT_DIR)
+
+
+def cache_of_store(directory: str):
+    """The tokenized cache whose flat store `directory` is (`flat_store_dir`'s inverse), or None
+    for a store of its own (nothing beside it says what it was made from)."""
+    directory = os.path.normpath(directory)
+    root = os.path.dirname(directory)
+    if os.path.basename(directory) != FLAT_DIR or not os.path.isfile(os.path.join(root, "cache.json")):
+        return None
+    return TokenizedCache(root)
 
 
 def flat_store_for(cache) -> FlatTokens:

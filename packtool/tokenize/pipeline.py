@@ -82,6 +82,17 @@ def default_cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "packtool", "tokenized")
 
 
+def fingerprint_versions(side: bool) -> dict:
+    """The parts of the input fingerprint that change with packtool's cache layout or the
+    tokenizers library, not with the inputs, options or tokenizer: pack records them in the
+    manifest (`input.versions`), so that `verify --source` can tell a new version from an
+    edited fingerprint."""
+    v = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__}
+    if side:  # how flat/ lays side columns out: a new layout, a new key
+        v.update(side_store=SIDE_STORE, side_values=SIDE_VALUES)
+    return v
+
+
 def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig,
                  info: TokenizerInfo | None, shapes: list[Shape]) -> str:
     opts = cfg.as_dict()
@@ -91,11 +102,12 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
     for k in ("side_columns", "support_columns"):  # none: the key of caches made before them
         if not opts[k]:
             opts.pop(k)
-    if cfg.side_columns or cfg.support_columns:  # how flat/ lays them out: a new layout, a new key
-        opts["side_store"] = SIDE_STORE
-        opts["side_values"] = SIDE_VALUES
+    versions = fingerprint_versions(bool(cfg.side_columns or cfg.support_columns))
+    for k in ("side_store", "side_values"):  # inside the options: the key of caches made so far
+        if k in versions:
+            opts[k] = versions.pop(k)
     key = {
-        "format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__,
+        **versions,
         # content, not size + mtime: an input edited in place keeping both is a new key
         "inputs": [[f.path, d] for f, d in zip(files, digests)],
         "shapes": [[s.kind, list(s.columns), s.templated] + ([list(s.side)] if s.side else []) for s in shapes],

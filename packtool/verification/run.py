@@ -4,7 +4,8 @@ The manifest is read and checked first; then every shard is checked in a process
 (`verify_shard.check_shard`, bounded memory, runs of row groups per task); last come the checks
 that need every shard: counts against the manifest, each source row exactly once (or as
 its overflow policy says), bounds, DP fields. With a source (the same inputs and
-tokenization as `pack`), every segment's tokens are compared with its source row.
+tokenization as `pack`), every segment's tokens are compared with its source row, and the
+manifest's provenance record with the source (verification/source.py, which also re-reads it).
 """
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.shard import ShardJob, ShardResult, check_shard
+from packtool.verification.source import (  # noqa: F401  (verify --source's side; importable from here too)
+    recorded_tokenize,
+    source_store,
+    source_tokenize_config,
+    source_tokenize_for,
+)
 
 STAT_KEYS = ("real_tokens", "loss_tokens", "physical_tokens", "layout_pad", "tail_pad", "fill_pad", "slack")
 
@@ -67,8 +74,9 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
            source_tokenize=None, source_files: list[str] | None = None) -> VerifyReport:
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
     (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own.
-    `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths), when given, let a
-    fingerprint mismatch name what differs from the manifest's record. A `directory` that is
+    With a source, the manifest's provenance record is held to it (verification/source.py): read
+    from the tokenized cache behind `source_dir` when it is one (`source_store`'s), else from
+    `source_fingerprint`, `source_tokenize` (TokenizeConfig) and `source_files` (resolved paths). A `directory` that is
     not there or is a file raises NotAnOutputError; everything found in a folder is reported."""
     from packtool.params import arguments, expect
     from packtool.tokenize.config import TokenizeConfig
@@ -87,13 +95,12 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     except FormatError as e:
         log.add("manifest", f"{e}")
         return _report(directory, log, notes, [], source_dir, t0)
-    align, policy, dp = _check_manifest(man, log)
-    want_fp = (man.get("input") or {}).get("fingerprint")
-    if source_fingerprint and want_fp and source_fingerprint != want_fp:
-        notes.append(f"the source and tokenization options give input fingerprint "
-                     f"{source_fingerprint}, the manifest says {want_fp}: not the same "
-                     f"files or options as `pack`{_what_differs(man, source_tokenize, source_files)} "
-                     f"(differences below would follow from that)")
+    align, policy, dp, record_ok = _check_manifest(man, log)
+    if record_ok and (source_dir is not None or source_fingerprint):
+        from packtool.verification.source import check_input_record, source_record
+        src = source_record(source_dir, source_fingerprint, source_tokenize, source_files)
+        if src is not None:
+            check_input_record(man, src, log, notes)
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
@@ -236,17 +243,24 @@ def _merge_pieces(results: list[ShardResult]) -> list[ShardResult]:
 
 
 def _check_manifest(man: dict, log: ProblemLog):
+    """(alignment, overflow policy, dp, whether the provenance record is well-formed); a
+    manifest whose config cannot be read gives (None, None, None, ...)."""
+    from packtool.slabs.provenance import provenance_problems
+    bad_record = provenance_problems(man)
+    for message in bad_record:
+        log.add("manifest", message)
     try:
         recorded_tokenize(man)  # verify --source reads it: damage there is found without it too
     except FormatError as e:
         log.add("manifest", str(e))
+        bad_record.append(str(e))
     try:
         align, packing = manifest_config(man)
         shard_names(man)
     except FormatError as e:
         log.add("manifest", str(e))
-        return None, None, None
-    return align, packing.overflow, packing.dp
+        return None, None, None, not bad_record
+    return align, packing.overflow, packing.dp, not bad_record
 
 
 def _checksum_of(entry: dict) -> str:
@@ -303,126 +317,3 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
                 totals[k] = totals.get(k, 0) + int(v)
         check_nonfinite(stats, side, totals, policy, log, notes)
 
-
-def _what_differs(man: dict, tokenize, files: list[str] | None) -> str:
-    """`: tokenizer A (pack: B); files ...` for a --source that is not what `pack` read, so
-    the thousand token mismatches that follow are explained by their cause in one line."""
-    rec = man.get("input") or {}
-    said = []
-    if tokenize is not None:
-        was = rec.get("tokenize") or {}
-        for k, v in tokenize.as_dict().items():
-            old = was.get(k)
-            if k in was and old != v and not (k == "tokenizer" and v and old
-                                               and os.path.realpath(v) == os.path.realpath(old)):
-                said.append(f"{k} {v} (pack: {old})")
-    if files is not None and rec.get("files"):
-        packed = [f[0] if isinstance(f, (list, tuple)) else f.get("path") for f in rec["files"]]
-        given = [os.path.abspath(f) for f in files]
-        if given != packed:
-            gone = [p for p in packed if p not in given]
-            new = [p for p in given if p not in packed]
-            said.append("files " + ("in another order" if not gone and not new else
-                                    f"{', '.join(_names(new, gone)[:3]) or 'none'} given, "
-                                    f"{', '.join(_names(gone, new)[:3]) or 'none'} packed but not given"))
-        elif not said:  # same paths, same options: the fingerprint covers the bytes
-            said.append(f"the files {', '.join(_names(given, [])[:3])} are the ones pack read, but their "
-                        f"content changed since")
-    return f": {'; '.join(said)}" if said else ""
-
-
-def _names(paths: list[str], others: list[str]) -> list[str]:
-    """Each file by its name, or by its whole path where the name alone would also name one of
-    `others` (a/x.jsonl given, b/x.jsonl packed: "x.jsonl given, x.jsonl packed" reads as the same)."""
-    clash = {os.path.basename(p) for p in others}
-    return [p if os.path.basename(p) in clash else os.path.basename(p) for p in paths]
-
-
-def recorded_tokenize(manifest: dict) -> dict:
-    """The tokenization `pack` recorded in the manifest (empty for an older output), checked: a
-    record TokenizeConfig refuses is a damaged manifest (FormatError, which verify reports as a
-    problem: exit 1), never an error about a flag the user did not give."""
-    from dataclasses import fields
-
-    from packtool.errors import PacktoolError, spelled_as
-    from packtool.tokenize.config import TokenizeConfig
-    rec = (manifest.get("input") or {}).get("tokenize")
-    damaged = "the manifest is edited or damaged: re-run `packtool pack`"
-    if rec is None:
-        return {}
-    if not isinstance(rec, dict):
-        raise FormatError(f"the manifest's input.tokenize is not an object; {damaged}")
-    names = {f.name for f in fields(TokenizeConfig)}
-    rec = {k: v for k, v in rec.items() if k in names}
-    try:
-        with spelled_as({n: n for n in names}):  # the record's keys, not the CLI's flags
-            TokenizeConfig(**rec)
-    except (PacktoolError, TypeError) as e:
-        raise FormatError(f"the manifest's input.tokenize is not a record pack writes ({e}); {damaged}") from None
-    return rec
-
-
-def source_tokenize_for(directory: str, **flags):
-    """`source_tokenize_config` of the output at `directory`, or None when its manifest is
-    damaged: verify then reports that damage (exit 1, as without a source) and compares no
-    tokens. A `directory` that is not there or is a file raises NotAnOutputError."""
-    try:
-        man = read_manifest(directory)
-        recorded_tokenize(man)
-    except NotAnOutputError:
-        raise
-    except FormatError:
-        return None
-    return source_tokenize_config(man, **flags)
-
-
-def source_tokenize_config(manifest: dict, **flags):
-    """The tokenization `pack` recorded in the manifest, with the flags given winning (None =
-    not given). Older manifests without the record fall back to their tokenizer identity."""
-    from dataclasses import fields
-
-    from packtool.tokenize.config import TokenizeConfig
-    base = dict(recorded_tokenize(manifest))
-    if not base:
-        info = manifest.get("tokenizer") or {}
-        base["tokenizer"] = info.get("path")
-        if info.get("chat_template") == "tokenizer_config.json" and info.get("path"):
-            base["tokenizer"] = os.path.dirname(info["path"])  # the folder's own template
-        else:
-            base["chat_template"] = info.get("chat_template")
-    base.update({k: v for k, v in flags.items() if v is not None})
-    names = {f.name for f in fields(TokenizeConfig)}
-    return TokenizeConfig(**{k: v for k, v in base.items() if k in names})
-
-
-def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
-                 progress: bool = False) -> tuple[str, str]:
-    """Re-read and re-tokenize the source exactly as `pack` does, into a fresh temporary
-    cache (never the cache being checked: a damaged one would vouch for itself), and return
-    the FlatTokens directory the shard workers compare against, plus the input fingerprint.
-    The temporary cache lives under the cache root (`cache_dir`, the same file system a
-    cache was sized for) and is removed when this process exits."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from packtool.tokenize import default_cache_dir, tokenize_to_cache
-    from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
-    from packtool.output.files import make_parents, remove_created
-    from packtool.output.stale import clean_cache
-    root = cache_dir or default_cache_dir()
-    made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
-    clean_cache(root)  # a killed verify's temporary cache goes with the next one
-    fresh = tempfile.mkdtemp(prefix=f".verify-source-{os.getpid()}-", dir=root)
-
-    def gone() -> None:
-        shutil.rmtree(fresh, ignore_errors=True)
-        remove_created(made)
-    atexit.register(gone)
-    try:
-        cache = tokenize_to_cache(list(inputs), tokenize, cache_dir=fresh, progress=progress)
-        flat_store_for(cache)
-    except BaseException:
-        gone()
-        raise
-    return flat_store_dir(cache), cache.fingerprint
