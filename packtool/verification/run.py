@@ -96,7 +96,10 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         log.add("manifest", f"{e}")
         return _report(directory, log, notes, [], source_dir, t0)
     align, policy, dp, record_ok = _check_manifest(man, log)
-    if record_ok and (source_dir is not None or source_fingerprint):
+    if not record_ok and source_dir is not None:
+        notes.append("the manifest's provenance record is damaged (see the problems), so it was not compared "
+                     "with the source; the tokens were")
+    elif source_dir is not None or source_fingerprint:
         from packtool.verification.source import check_input_record, source_record
         src = source_record(source_dir, source_fingerprint, source_tokenize, source_files)
         if src is not None:

@@ -77,4 +77,7 @@ def test_the_same_file_changed_since_pack_is_said(tmp_path):
     src.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": [4, 6]}\n')
     code, notes = _notes(tmp_path, tmp_path / "out", "--source", str(src))
     assert code == 1 and len(notes) == 1
-    assert "the files x.jsonl are the ones pack read, but their content changed since" in notes[0], notes
+    import hashlib
+    now = hashlib.sha256(src.read_bytes()).hexdigest()
+    was = json.loads((tmp_path / "out" / ".manifest.json").read_text())["input"]["files"][0][2]
+    assert f"x.jsonl changed since pack (sha256 {now}, the manifest records {was})" in notes[0], notes
