@@ -1,7 +1,8 @@
 """Stage 3, slabs: a plan plus the token store in, Parquet shards and a manifest out.
 
 `format` is the one owner of the format: the manifest (write, read, validate, defaults), with
-its parts `schema` (the shards' Parquet schema) and `names` (the names of an output's files);
+its parts `schema` (the shards' Parquet schema), `names` (the names of an output's files) and
+`provenance` (the manifest's record of where the slabs came from);
 `writer` writes shards from an in-memory plan, `routed` from a plan spilled to disk,
 `gather` preads token spans from the flat store; `reader` reads slabs back with bounded
 memory (the Megatron dataset and users' own loaders).

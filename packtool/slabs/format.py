@@ -1,7 +1,7 @@
 """The slab format's one owner: the manifest (write, read, validate, defaults), `SlabManifest`
-(a manifest validated, what a reader of the slabs needs) and the format's errors, over its two
-parts: `slabs.schema` (the shards' Parquet schema) and `slabs.names` (the names of a packed
-output's files). FORMAT.md is its prose; verify, inspect, the Megatron dataset
+(a manifest validated, what a reader of the slabs needs) and the format's errors, over its three
+parts: `slabs.schema` (the shards' Parquet schema), `slabs.names` (the names of a packed
+output's files) and `slabs.provenance` (the manifest's record of where the slabs came from). FORMAT.md is its prose; verify, inspect, the Megatron dataset
 (`slabs.reader`) and users' own readers all go through here.
 
 A packed output is a folder of shards plus the manifest, written last: its presence means the

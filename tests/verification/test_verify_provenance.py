@@ -185,3 +185,25 @@ def test_an_older_output_without_versions_says_either(packed, tmp_path):
     _no_file_blamed(problems, notes)
     assert (code, problems, len(notes)) == (0, [], 1), (problems, notes)
     assert "either one of those changed since pack or the manifest's input.fingerprint was edited" in notes[0]
+
+
+def test_a_tokenizer_changed_at_the_same_path_is_named_by_its_hash(packed, tmp_path):
+    """The same --tokenizer path, other bytes (the same vocabulary, so the same tokens): the note
+    names the tokenizer's content, not an input file."""
+    import hashlib
+    root, src = packed
+    tok = tmp_path / "tokenizer.json"
+    shutil.copy(GPT2, tok)
+    # a cache of its own: the fixture's (same content, so the same key) would record GPT2's path
+    r = runner.invoke(app, ["pack", str(src), "--tokenizer", str(tok), "-C", "1024", "-o", str(tmp_path / "out"),
+                            "-q", "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    was = hashlib.sha256(tok.read_bytes()).hexdigest()
+    tok.write_text(tok.read_text() + "\n")
+    now = hashlib.sha256(tok.read_bytes()).hexdigest()
+    r = runner.invoke(app, ["verify", str(tmp_path / "out"), "--json", "--workers", "1", "--cache-dir",
+                            str(root / "c"), "--source", str(src)])
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    _no_file_blamed(d["problems"], d["notes"])
+    assert (r.exit_code, d["problems"], len(d["notes"])) == (0, [], 1), d
+    assert f"tokenizer content (tokenizer.sha256 {now}, pack: {was})" in d["notes"][0], d["notes"]
