@@ -3,7 +3,8 @@
 Detection looks at a file's column names (per file, so one run can mix GSM8K, chats and
 documents); `TokenizeConfig.shape` overrides it for every file. Rows are converted one record
 batch at a time: this is the one place where Arrow data becomes Python objects, because
-templates need them.
+templates need them. What rows must hold first is `row_checks`'; chat turns are normalized
+by `messages`.
 """
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ import jinja2
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.tokenize.messages import normalize_message, sharegpt_to_messages
+from packtool.tokenize.row_checks import (
+    check_column_types,
+    null_message,
+    refuse_keys,
+    refuse_null,
+    schema_lacks,
+    turn_keys,
+)
 from packtool.tokenize.templates import Renderer
 
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides "
@@ -22,9 +32,6 @@ ALPACA_PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write 
                           "appropriately completes the request.\n\n"
                           "### Instruction:\n{instruction}\n\n### Response:\n")
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                   "chatgpt": "assistant", "system": "system", "tool": "tool",
-                   "observation": "tool", "function_response": "tool"}
 
 def _fix() -> str:
     return (f"{arg('shape', choices=('tokens', 'text', 'chat', 'sharegpt', 'alpaca', 'prompt_completion', 'fields'))}, "
@@ -212,79 +219,6 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
 
 # ---------------------------------------------------------------- rows -> text + spans
 
-def _content_text(content, where: str, path: str | None, row: int | None) -> str | None:
-    """OpenAI content parts joined: the text ones. A part of another kind (image_url,
-    input_audio, file...) is refused, never dropped without a word (docs/TOKENIZATION.md)."""
-    if not isinstance(content, list):
-        return content
-    other = [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in content
-             if not (isinstance(b, dict) and b.get("type", "text") == "text")]
-    if other:
-        kinds = ", ".join(sorted({str(k) for k in other}))
-        raise PacktoolInputError(
-            f"{where}.content has {len(other)} non-text part(s) ({kinds}) beside its text: packtool "
-            f"tokenizes text only and does not drop them silently; keep only the "
-            f'{{"type": "text"}} parts (or flatten content to a string) before packing',
-            path=path, row=row)
-    return "".join(b.get("text") or "" for b in content)
-
-
-def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[dict]:
-    """OpenAI `tool_calls`: a list of {"type": "function", "function": {"name": str,
-    "arguments": str or object}} (a bare {name, arguments} is wrapped). Any other shape is
-    named here, before a template turns it into "Object of type Undefined..."."""
-    shape = ('a list of {"type": "function", "function": {"name": "...", "arguments": ...}} '
-             '(OpenAI tool_calls)')
-    if not isinstance(calls, (list, tuple)):
-        raise PacktoolInputError(f"{where}.tool_calls is {type(calls).__name__}, not {shape}",
-                                 path=path, row=row)
-    out = []
-    for k, c in enumerate(calls):
-        fn = c.get("function", c) if isinstance(c, dict) else None
-        fn = {a: v for a, v in fn.items() if v is not None} if isinstance(fn, dict) else None
-        if fn is None or not isinstance(fn.get("name"), str) or \
-                not isinstance(fn.get("arguments"), (str, dict)):
-            got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")
-            raise PacktoolInputError(f"{where}.tool_calls[{k}] has {got}: each call needs "
-                                     f"function.name (a string) and function.arguments (a "
-                                     f"string or an object); the list must be {shape}",
-                                     path=path, row=row)
-        out.append({"type": "function", "function": fn} if "function" not in c
-                   else {**c, "function": fn})
-    return out
-
-
-def normalize_message(m: dict, path: str | None = None, row: int | None = None,
-                      where: str = "messages[?]") -> dict:
-    """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
-    them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`.
-    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error."""
-    out = {k: v for k, v in m.items() if v is not None}
-    if "content" in out:
-        out["content"] = _content_text(out["content"], where, path, row)
-    call = out.pop("tool_call", None)
-    if call is not None:
-        out["tool_calls"] = _tool_calls([call], where + ".tool_call", path, row)
-    elif "tool_calls" in out:
-        out["tool_calls"] = _tool_calls(out["tool_calls"], where, path, row)
-    return out
-
-
-def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
-    msgs = []
-    for t in turns:
-        if not isinstance(t, dict):
-            raise PacktoolInputError(f"ShareGPT turn is {type(t).__name__}, not an object with "
-                                     f"'from' and 'value'", path=path, row=row)
-        who = t.get("from")
-        role = _SHAREGPT_ROLES.get(who)
-        if role is None:
-            raise PacktoolInputError(f"ShareGPT turn has unknown 'from' {who!r}; known: "
-                                     f"{', '.join(sorted(_SHAREGPT_ROLES))}", path=path, row=row)
-        msgs.append({"role": role, "content": t.get("value") or ""})
-    return msgs
-
-
 @dataclass
 class RenderedBatch:
     texts: list[str]
@@ -308,40 +242,6 @@ def _prompt_response(shape: Shape, row: tuple, separator: str | None) -> tuple[s
     return prompt, response
 
 
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-            or getattr(pa.types, "is_string_view", lambda _: False)(t))
-
-
-def _is_messages(t: pa.DataType) -> bool:
-    return pa.types.is_null(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t)) and (
-        pa.types.is_struct(t.value_type) or pa.types.is_null(t.value_type)))
-
-
-def check_column_types(batch: pa.RecordBatch, shape: Shape, path: str, first_row: int) -> None:
-    """Text columns hold strings and message columns lists of objects, else one line naming
-    the column, its type and the first row that has a value (Parquet columns of another type,
-    a JSON field that is a number in some rows)."""
-    want = _is_messages if shape.kind in ("chat", "sharegpt") else _is_text
-    for name in shape.columns:
-        col = batch.column(name)
-        if not want(col.type):
-            valid = col.is_valid().to_numpy(zero_copy_only=False).nonzero()[0]
-            what = "lists of message objects" if want is _is_messages else "strings"
-            raise PacktoolInputError(
-                f"column {name} holds {col.type}, {shape.kind} rows need {what}; convert the "
-                f"column (or pick another with {arg('shape')}/{arg('text_field')}/{arg('prompt_field')})",
-                flag=cli_flag("shape"), path=path, row=first_row + int(valid[0]) if valid.size else first_row)
-
-
-def _null_message(m) -> bool:
-    """A chat turn without content (null, missing or "") and without a tool call: "" is the
-    same empty turn as null, trained on as "answer nothing"."""
-    return isinstance(m, dict) and m.get("content") in (None, "") and not (m.get("tool_calls") or m.get("tool_call"))
-
-
 def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i: int) -> None:
     """A row with none of its shape's columns but values in others is a row of another shape
     (a `{"text": ...}` row in a chat file), not an empty example: --on-empty skip would drop
@@ -362,37 +262,6 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
         f"({arg('on_empty', 'skip')} would drop it); {fix}", path=path, row=row)
 
 
-def _refuse_null(what: str, path: str, row: int) -> None:
-    raise PacktoolInputError(f"{what} is null, missing or empty (it would become an empty turn); fill "
-                             f"it, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows "
-                             f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
-
-
-def _turn_keys(turns, j: int) -> list[str]:
-    m = (turns or [None] * (j + 1))[j]
-    return [k for k, v in m.items() if v not in (None, "")] if isinstance(m, dict) else []
-
-
-def _refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row: int,
-                 everywhere: bool) -> None:
-    """A turn that holds its text under another key (`text`, `message`): a schema to rename,
-    not an empty turn, so --on-empty skip (which would drop every such row) is no fix."""
-    fix = (f"rename the key to {key} (chat turns are {{role, {key}}})" if everywhere else
-           f"fill {key}, rename the key, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows (counted)")
-    raise PacktoolInputError(f"{column}[{j}]: turn has keys {', '.join(keys)} but no {key}; {fix}",
-                             path=path, row=row)
-
-
-def _schema_lacks(col: pa.Array, key: str) -> bool:
-    """Whether no turn of the column can have `key`: the turns' struct type has no such field
-    (the JSON reader unites the keys of every row of the batch) nor a tool call."""
-    t = col.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
-        return False
-    names = {t.value_type.field(i).name for i in range(t.value_type.num_fields)}
-    return key not in names and not names & {"tool_calls", "tool_call"}
-
-
 def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                  separator: str | None, path: str, first_row: int,
                  skip_null: bool = False) -> RenderedBatch:
@@ -401,7 +270,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     check_column_types(batch, shape, path, first_row)
     cols = [batch.column(c).to_pylist() for c in shape.columns]
     msg_key = {"chat": "content", "sharegpt": "value"}.get(shape.kind)
-    no_key = msg_key is not None and _schema_lacks(batch.column(shape.columns[0]), msg_key)
+    no_key = msg_key is not None and schema_lacks(batch.column(shape.columns[0]), msg_key)
     texts: list[str] = []
     spans: list[list[tuple[int, int]] | None] = []
     empty: list[bool] = []
@@ -412,19 +281,19 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
             bad = [j for j, m in enumerate(row[0] or []) if (
-                _null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") in (None, ""))]
+                null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") in (None, ""))]
             if bad:
                 null = f"{shape.columns[0]}[{bad[0]}].{key}"
-                keys = _turn_keys(row[0], bad[0])
+                keys = turn_keys(row[0], bad[0])
                 if set(keys) - {"role", "from", "name"}:  # its text is under another key
                     if no_key or not skip_null:
-                        _refuse_keys(shape.columns[0], bad[0], keys, key, path, first_row + i, no_key)
+                        refuse_keys(shape.columns[0], bad[0], keys, key, path, first_row + i, no_key)
         elif shape.kind != "text":
             nulls = [shape.columns[j] for j in (0, 1) if row[j] is None]
             null = nulls[0] if nulls else None
         if null is not None:
             if not skip_null:
-                _refuse_null(null, path, first_row + i)
+                refuse_null(null, path, first_row + i)
             texts.append("")
             spans.append([])
             empty.append(True)

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import tokenize_to_cache
 from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.shapes import normalize_message, sharegpt_to_messages
+from packtool.tokenize.messages import normalize_message, sharegpt_to_messages
 from packtool.tokenize.templates import BUILTIN
 
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (test extra)")

@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import GSM8K, SHAREGPT, TASKMASTER
 
+from packtool.tokenize.messages import normalize_message, sharegpt_to_messages
 from packtool.tokenize.native_templates import NATIVE, Fallback
-from packtool.tokenize.shapes import normalize_message, sharegpt_to_messages
 from packtool.tokenize.templates import BUILTIN, Renderer, make_template
 
 SPECIALS = [{"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<unk>"},

@@ -1,0 +1,84 @@
+"""Chat turns as a template takes them: OpenAI messages normalized (absent keys dropped, text
+content parts joined, tool calls checked and wrapped) and ShareGPT turns made messages. A turn
+that cannot be one is named here, before a template fails on it with jinja's words.
+"""
+from __future__ import annotations
+
+from packtool.errors import PacktoolInputError
+
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "system": "system", "tool": "tool",
+                   "observation": "tool", "function_response": "tool"}
+
+
+def _content_text(content, where: str, path: str | None, row: int | None) -> str | None:
+    """OpenAI content parts joined: the text ones. A part of another kind (image_url,
+    input_audio, file...) is refused, never dropped without a word (docs/TOKENIZATION.md)."""
+    if not isinstance(content, list):
+        return content
+    other = [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in content
+             if not (isinstance(b, dict) and b.get("type", "text") == "text")]
+    if other:
+        kinds = ", ".join(sorted({str(k) for k in other}))
+        raise PacktoolInputError(
+            f"{where}.content has {len(other)} non-text part(s) ({kinds}) beside its text: packtool "
+            f"tokenizes text only and does not drop them silently; keep only the "
+            f'{{"type": "text"}} parts (or flatten content to a string) before packing',
+            path=path, row=row)
+    return "".join(b.get("text") or "" for b in content)
+
+
+def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[dict]:
+    """OpenAI `tool_calls`: a list of {"type": "function", "function": {"name": str,
+    "arguments": str or object}} (a bare {name, arguments} is wrapped). Any other shape is
+    named here, before a template turns it into "Object of type Undefined..."."""
+    shape = ('a list of {"type": "function", "function": {"name": "...", "arguments": ...}} '
+             '(OpenAI tool_calls)')
+    if not isinstance(calls, (list, tuple)):
+        raise PacktoolInputError(f"{where}.tool_calls is {type(calls).__name__}, not {shape}",
+                                 path=path, row=row)
+    out = []
+    for k, c in enumerate(calls):
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        fn = {a: v for a, v in fn.items() if v is not None} if isinstance(fn, dict) else None
+        if fn is None or not isinstance(fn.get("name"), str) or \
+                not isinstance(fn.get("arguments"), (str, dict)):
+            got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")
+            raise PacktoolInputError(f"{where}.tool_calls[{k}] has {got}: each call needs "
+                                     f"function.name (a string) and function.arguments (a "
+                                     f"string or an object); the list must be {shape}",
+                                     path=path, row=row)
+        out.append({"type": "function", "function": fn} if "function" not in c
+                   else {**c, "function": fn})
+    return out
+
+
+def normalize_message(m: dict, path: str | None = None, row: int | None = None,
+                      where: str = "messages[?]") -> dict:
+    """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
+    them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`.
+    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error."""
+    out = {k: v for k, v in m.items() if v is not None}
+    if "content" in out:
+        out["content"] = _content_text(out["content"], where, path, row)
+    call = out.pop("tool_call", None)
+    if call is not None:
+        out["tool_calls"] = _tool_calls([call], where + ".tool_call", path, row)
+    elif "tool_calls" in out:
+        out["tool_calls"] = _tool_calls(out["tool_calls"], where, path, row)
+    return out
+
+
+def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
+    msgs = []
+    for t in turns:
+        if not isinstance(t, dict):
+            raise PacktoolInputError(f"ShareGPT turn is {type(t).__name__}, not an object with "
+                                     f"'from' and 'value'", path=path, row=row)
+        who = t.get("from")
+        role = _SHAREGPT_ROLES.get(who)
+        if role is None:
+            raise PacktoolInputError(f"ShareGPT turn has unknown 'from' {who!r}; known: "
+                                     f"{', '.join(sorted(_SHAREGPT_ROLES))}", path=path, row=row)
+        msgs.append({"role": role, "content": t.get("value") or ""})
+    return msgs

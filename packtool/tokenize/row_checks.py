@@ -1,0 +1,75 @@
+"""What a batch's rows must hold before they are rendered: each shape's columns of the right
+Arrow type, and no null or empty prompt, response or chat turn (an error naming the row, or a
+row --on-empty skip skips), nor a turn whose text sits under another key (a schema to rename).
+`shapes.render_batch` runs these checks.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from packtool.errors import PacktoolInputError, arg, cli_flag
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+            or getattr(pa.types, "is_string_view", lambda _: False)(t))
+
+
+def _is_messages(t: pa.DataType) -> bool:
+    return pa.types.is_null(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t)) and (
+        pa.types.is_struct(t.value_type) or pa.types.is_null(t.value_type)))
+
+
+def check_column_types(batch: pa.RecordBatch, shape, path: str, first_row: int) -> None:
+    """`shape` (a `shapes.Shape`): its text columns hold strings and message columns lists of
+    objects, else one line naming the column, its type and the first row that has a value
+    (Parquet columns of another type, a JSON field that is a number in some rows)."""
+    want = _is_messages if shape.kind in ("chat", "sharegpt") else _is_text
+    for name in shape.columns:
+        col = batch.column(name)
+        if not want(col.type):
+            valid = col.is_valid().to_numpy(zero_copy_only=False).nonzero()[0]
+            what = "lists of message objects" if want is _is_messages else "strings"
+            raise PacktoolInputError(
+                f"column {name} holds {col.type}, {shape.kind} rows need {what}; convert the "
+                f"column (or pick another with {arg('shape')}/{arg('text_field')}/{arg('prompt_field')})",
+                flag=cli_flag("shape"), path=path, row=first_row + int(valid[0]) if valid.size else first_row)
+
+
+def null_message(m) -> bool:
+    """A chat turn without content (null, missing or "") and without a tool call: "" is the
+    same empty turn as null, trained on as "answer nothing"."""
+    return isinstance(m, dict) and m.get("content") in (None, "") and not (m.get("tool_calls") or m.get("tool_call"))
+
+
+def refuse_null(what: str, path: str, row: int) -> None:
+    raise PacktoolInputError(f"{what} is null, missing or empty (it would become an empty turn); fill "
+                             f"it, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows "
+                             f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
+
+
+def turn_keys(turns, j: int) -> list[str]:
+    m = (turns or [None] * (j + 1))[j]
+    return [k for k, v in m.items() if v not in (None, "")] if isinstance(m, dict) else []
+
+
+def refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row: int,
+                 everywhere: bool) -> None:
+    """A turn that holds its text under another key (`text`, `message`): a schema to rename,
+    not an empty turn, so --on-empty skip (which would drop every such row) is no fix."""
+    fix = (f"rename the key to {key} (chat turns are {{role, {key}}})" if everywhere else
+           f"fill {key}, rename the key, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows (counted)")
+    raise PacktoolInputError(f"{column}[{j}]: turn has keys {', '.join(keys)} but no {key}; {fix}",
+                             path=path, row=row)
+
+
+def schema_lacks(col: pa.Array, key: str) -> bool:
+    """Whether no turn of the column can have `key`: the turns' struct type has no such field
+    (the JSON reader unites the keys of every row of the batch) nor a tool call."""
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    names = {t.value_type.field(i).name for i in range(t.value_type.num_fields)}
+    return key not in names and not names & {"tool_calls", "tool_call"}
