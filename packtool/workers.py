@@ -24,9 +24,11 @@ import sys
 import threading
 import types
 import weakref
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.context import ForkServerContext, ForkServerProcess
+
+from packtool import notes
 
 _LOCK = threading.Lock()
 _PROCESS_POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: start-up paid once
@@ -50,12 +52,12 @@ def submit_all(pool: ProcessPoolExecutor, fn, items) -> list:
     inside a launch, it left a started worker that no one stopped, which then failed to unpickle
     its queue's lock (the parent gone) and printed a traceback."""
     if threading.current_thread() is not threading.main_thread():  # no signal is handled here
-        return [pool.submit(fn, x) for x in items]
+        return [_noted(pool, fn, x) for x in items]
     got: list[int] = []
     sigs = (signal.SIGINT, signal.SIGTERM)
     old = {s: signal.signal(s, lambda sig, frame: got.append(sig)) for s in sigs}
     try:
-        return [pool.submit(fn, x) for x in items]
+        return [_noted(pool, fn, x) for x in items]
     finally:
         for s in sigs:
             signal.signal(s, old[s])
@@ -64,6 +66,28 @@ def submit_all(pool: ProcessPoolExecutor, fn, items) -> list:
                 old[s](s, None)  # SIGINT's default handler raises KeyboardInterrupt
             elif old[s] == signal.SIG_DFL:
                 signal.raise_signal(s)
+
+
+def _noted(pool: ProcessPoolExecutor, fn, item) -> Future:
+    """`pool.submit(fn, item)`, whose notes (packtool.notes) the worker keeps and this process
+    says, once, as the call ends: with its result, or before its error is raised."""
+    inner, outer = pool.submit(notes.held, fn, item), Future()
+
+    def done(f: Future) -> None:
+        if f.cancelled():
+            outer.cancel()
+            return
+        try:
+            result, said = f.result()
+        except BaseException as e:  # the call's error (or the pool's): its notes first
+            notes.heard(error=e)
+            outer.set_exception(e)
+            return
+        notes.heard(said)
+        outer.set_result(result)
+
+    inner.add_done_callback(done)
+    return outer
 
 
 def thread_pool(threads: int, name: str) -> ThreadPoolExecutor:

@@ -37,6 +37,7 @@ from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
 from packtool.params import arguments
+from packtool.notes import from_ray_workers
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.storage import is_uri, locate
@@ -211,8 +212,16 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
         locate(cache_dir)
     with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if is_uri(cache_dir) else None) as out:
-        return as_given(_pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,
-                                  progress, shard_tokens, ray_address, num_cpus, plan_shard_rows), output)
+        # what the tasks noted is said here, before the result or the error (not after Ctrl-C
+        # or SIGTERM: the signal may have reached a local Ray's GCS, which holds them)
+        try:
+            res = _pack_ray(inputs, alignment, packing, tokenize, out, dry_run, cache_dir,
+                            progress, shard_tokens, ray_address, num_cpus, plan_shard_rows)
+        except Exception:
+            from_ray_workers()
+            raise
+        from_ray_workers()
+        return as_given(res, output)
 
 
 def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,
