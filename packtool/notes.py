@@ -7,7 +7,8 @@ A note said in a worker process belongs to the process that started the work: th
 reads stderr and the --json object. So a worker says nothing itself and its notes travel to the
 parent, which says each once: a process-pool call's with its result or error (`held`, then
 `heard`; packtool.workers does both), a Ray task's through the cluster's key-value store under
-its driver's job, said by the driver when a Ray stage ends (`from_ray_workers`).
+its driver's job, said by the driver when its Ray work ends (`listen_to_ray_workers`, then
+`from_ray_workers`).
 """
 from __future__ import annotations
 
@@ -87,14 +88,26 @@ def _ray_job(ray) -> str | None:
 
 
 def _to_ray_driver(message: str, label: str) -> bool:
-    """In a Ray worker: keep the note for its driver (False: not a Ray worker, say it here)."""
+    """In a Ray worker whose driver listens (`listen_to_ray_workers`): keep the note for it.
+    False: say it here (not a Ray worker, or one of a job that is not packtool's, whose driver
+    shows its workers' stderr itself)."""
     ray = sys.modules.get("ray")  # a process that never loaded Ray is no Ray worker
     job = _ray_job(ray) if ray is not None else None
     if job is None:
         return False
+    from ray.experimental.internal_kv import _internal_kv_exists, _internal_kv_put
+    if not _internal_kv_exists(f"{_RAY_KEYS}{job}"):
+        return False
+    _internal_kv_put(f"{_RAY_KEYS}{job}/{time.time_ns():020d}-{os.getpid()}-{next(_RAY_SEQ):06d}",
+                     json.dumps([message, label]).encode())
+    return True
+
+
+def listen_to_ray_workers() -> None:
+    """On a Ray driver: from now on its job's workers keep their notes for `from_ray_workers`."""
+    import ray
     from ray.experimental.internal_kv import _internal_kv_put
-    key = f"{_RAY_KEYS}{job}/{time.time_ns():020d}-{os.getpid()}-{next(_RAY_SEQ):06d}"
-    return bool(_internal_kv_put(key, json.dumps([message, label]).encode()))
+    _internal_kv_put(f"{_RAY_KEYS}{ray.get_runtime_context().get_job_id()}", b"1")
 
 
 def from_ray_workers() -> None:
@@ -116,4 +129,4 @@ def from_ray_workers() -> None:
             _say(*json.loads(raw))
 
 
-__all__ = ["NOTES", "from_ray_workers", "heard", "held", "mark", "note", "since"]
+__all__ = ["NOTES", "from_ray_workers", "heard", "held", "listen_to_ray_workers", "mark", "note", "since"]

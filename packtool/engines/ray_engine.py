@@ -37,7 +37,7 @@ from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
 from packtool.params import arguments
-from packtool.notes import from_ray_workers
+from packtool.notes import from_ray_workers, listen_to_ray_workers
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.storage import is_uri, locate
@@ -227,6 +227,7 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
 def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, progress,
               shard_tokens, ray_address, num_cpus, plan_shard_rows) -> PackResult:
     init_ray(ray_address, num_cpus)
+    listen_to_ray_workers()  # pack_ray says them as it ends
     t0 = time.perf_counter()
     try:
         # pieces are tokenized in parallel: the row named is the first found, not the first in read order

@@ -50,8 +50,9 @@ def _process_pool_error(tmp_path, request, monkeypatch):
 def _ray_task(tmp_path, request, monkeypatch):  # the plan shards, input digests, cache checks
     ray = request.getfixturevalue("local_ray")
     said = ["ray task 0", "ray task 1"]
+    notes.listen_to_ray_workers()  # as pack_ray does, before its tasks and after
     ray.get([ray.remote(notes.note).remote(m) for m in said])
-    notes.from_ray_workers()  # what a Ray stage's end runs (pack_ray)
+    notes.from_ray_workers()
     return said, None
 
 
