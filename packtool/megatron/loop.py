@@ -25,11 +25,13 @@ import numpy as np
 import torch
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum
 from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
 from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
+from packtool.slabs.format import SlabManifest
 
 DEVICES = ("cpu", "cuda")
 LM_HEADS = ("fused", "torch")  # the command line's `auto` picks one of these before TrainConfig
@@ -183,18 +185,20 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
     (the benchmark feeds padded micro-batches of the same data through the same loop)."""
+    sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
+    if cfg.fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
+        from packtool.megatron.fp8 import check_recipe
+        check_recipe(cfg.fp8, cfg.device)
+    # slabs that do not fit this layout are refused before any process group or model exists
+    check_training_layout(SlabManifest.read(cfg.data_dir).alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
     if cfg.save:
         cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
-    sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
     shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
     if shape is None:
         raise ValueError(f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
-    if cfg.fp8 != "none":
-        from packtool.megatron.fp8 import check_recipe
-        check_recipe(cfg.fp8, cfg.device)
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)
     opt = MasterAdamW(list(model.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -1,8 +1,8 @@
 """Checks the command line made and the library did not: `Alignment(capacity=64, fixed_length=128)`
 was accepted (the fixed length silently won over the capacity), as were a TokenizeConfig whose
 forced shape ignores its field arguments, an empty side or support column name (dropped without
-a word), and a TrainConfig device or LM head packtool has no code for (another device trained on
-the CPU). Each check now lives in the library's own class, so both faces refuse: the library
+a word), a TrainConfig device or LM head packtool has no code for (another device trained on
+the CPU), and slabs packed for another layout than `train` runs (tp, cp, fp8). Each check now lives in the library's own class, so both faces refuse: the library
 with packtool's error naming the argument, the command line with the flag, exit 2 as before."""
 from __future__ import annotations
 
@@ -36,46 +36,62 @@ def _pack(tmp, *flags):
     return ["pack", _rows(tmp), "-C", "64", "-o", str(tmp / "out"), "--cache-dir", str(tmp / "cache"), *flags]
 
 
-def _train_config(**kw):
+def _train_config(data_dir="packed", **kw):
     pytest.importorskip("megatron.core", reason="the train extra is not installed")
     from packtool.megatron.loop import TrainConfig
-    return TrainConfig(data_dir="packed", **kw)
+    return TrainConfig(data_dir=data_dir, **kw)
+
+
+def _packed(tmp) -> str:  # slabs for tp=1 cp=1, as `pack` wrote them
+    import packtool
+    if not (tmp / "slabs").exists():
+        (tmp / "ids.jsonl").write_text("".join(json.dumps({"input_ids": list(range(1, 2 + i))}) + "\n" for i in range(6)))
+        packtool.pack([str(tmp / "ids.jsonl")], Alignment(capacity=64), output=str(tmp / "slabs"),
+                      cache_dir=str(tmp / "cache"))
+    return str(tmp / "slabs")
+
+
+def _train(tmp, **kw):
+    from packtool.megatron.loop import train
+    train(_train_config(_packed(tmp), device="cpu", **kw))
 
 
 # case -> (library call, what its message names, command line (tmp), the flag its line names)
 CASES = {
-    "fixed_length over capacity": (lambda: Alignment(capacity=64, fixed_length=128), "fixed_length=128",
+    "fixed_length over capacity": (lambda t: Alignment(capacity=64, fixed_length=128), "fixed_length=128",
                                    lambda t: ["plan", "--lengths", _lengths(t), "-C", "64", "--fixed-length", "128"],
                                    "--fixed-length 128"),
-    "fixed_length over capacity (pack)": (lambda: Alignment(capacity=64, fixed_length=128), "capacity=64",
+    "fixed_length over capacity (pack)": (lambda t: Alignment(capacity=64, fixed_length=128), "capacity=64",
                                           lambda t: _pack(t, "--fixed-length", "128"), "--max-tokens 64"),
-    "fixed_length over capacity (inspect)": (lambda: Alignment(capacity=64, fixed_length=128), "capacity=128",
+    "fixed_length over capacity (inspect)": (lambda t: Alignment(capacity=64, fixed_length=128), "capacity=128",
                                              lambda t: ["inspect", "--lengths", _lengths(t), "-C", "64",
                                                         "--fixed-length", "128"], "--max-tokens 128"),
-    "shape ignores prompt_field": (lambda: TokenizeConfig(shape="text", prompt_field="q", response_field="a"),
+    "shape ignores prompt_field": (lambda t: TokenizeConfig(shape="text", prompt_field="q", response_field="a"),
                                    "prompt_field",
                                    lambda t: _pack(t, "--shape", "text", "--prompt-field", "q", "--response-field", "a"),
                                    "--prompt-field"),
-    "shape ignores text_field": (lambda: TokenizeConfig(shape="tokens", text_field="text"), "text_field",
+    "shape ignores text_field": (lambda t: TokenizeConfig(shape="tokens", text_field="text"), "text_field",
                                  lambda t: _pack(t, "--shape", "tokens", "--text-field", "text"), "--text-field"),
-    "side_columns empty name": (lambda: TokenizeConfig(side_columns="f,"), "side_columns",
+    "side_columns empty name": (lambda t: TokenizeConfig(side_columns="f,"), "side_columns",
                                 lambda t: _pack(t, "--side-columns", "f,"), "--side-columns"),
-    "support_columns empty name": (lambda: TokenizeConfig(support_columns=["f", ""]), "support_columns",
+    "support_columns empty name": (lambda t: TokenizeConfig(support_columns=["f", ""]), "support_columns",
                                    lambda t: _pack(t, "--support-columns", ",f"), "--support-columns"),
-    "train device": (lambda: _train_config(device="tpu"), "device",
+    "train device": (lambda t: _train_config(device="tpu"), "device",
                      lambda t: ["train", str(t), "--device", "tpu"], "--device"),
-    "train lm_head": (lambda: _train_config(lm_head="triton"), "lm_head",
+    "train lm_head": (lambda t: _train_config(lm_head="triton"), "lm_head",
                       lambda t: ["train", str(t), "--device", "cpu", "--lm-head", "triton"], "--lm-head"),
+    "train layout": (lambda t: _train(t, cp=2), "(tp=1, cp=1, fp8='none')",
+                     lambda t: ["train", _packed(t), "--device", "cpu", "--cp", "2"], "--cp 1"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_library_refuses_naming_its_argument(case):
+def test_the_library_refuses_naming_its_argument(tmp_path, case):
     call, needle, _, _ = CASES[case]
     with pytest.raises(PacktoolError) as e:
-        call()
+        call(tmp_path)
     msg = str(e.value)
-    assert needle in msg and not FLAG.search(msg), msg
+    assert needle in msg and not FLAG.search("".join(msg.split("`")[0::2])), msg  # a `quoted command` may
     assert "\n" not in msg
 
 
