@@ -306,7 +306,7 @@ class SideReader:
         if want.kind == "f":
             if natural == "float64" and want == np.float32 and pinned is None:
                 raise bad(f"holds doubles here but float32 values in earlier rows; pin the type: "
-                          f"{name}:float32 or {name}:float64 in {arg('side_columns')}", pin=True)
+                          f"{c.name}:float32 or {c.name}:float64 in {arg('side_columns')}", pin=True)
             return x.astype(want)
         if x.dtype.kind == "f":
             frac = ~np.isfinite(x) | (x != np.floor(x))

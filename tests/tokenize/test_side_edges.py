@@ -77,3 +77,32 @@ def test_a_pinned_bool_column_is_kept_as_1_and_0(tmp_path, spec, dtype, want):
     ids, vals = (sum(t.column(c).to_pylist(), []) for c in ("input_ids", "v"))
     assert dict(zip(ids, vals)) == dict(zip(sum(IDS, []), sum(want, [])))  # ids are distinct: id -> value
     assert t.schema.field("v").type == pa.list_(pa.from_numpy_dtype(dtype))
+
+
+@pytest.mark.parametrize("face", ["cli", "library"])
+def test_doubles_after_float32_rows_ask_for_a_pinned_type(tmp_path, monkeypatch, face):
+    """A column read as float32 in one file and float64 in a later one: the type is the user's
+    call (rounding or not), refused in one line naming the pin; this line once raised a NameError."""
+    monkeypatch.chdir(tmp_path)
+    srcs = []
+    for i, typ in enumerate((pa.float32(), pa.float64())):
+        srcs.append(str(tmp_path / f"rows{i}.parquet"))
+        pq.write_table(pa.table({"input_ids": IDS, "v": pa.array([[0.5, 1.5, 2.5], [3.5, 4.5]],
+                                                                 pa.list_(typ))}), srcs[-1])
+    if face == "cli":
+        r = CliRunner().invoke(app, ["pack", *srcs, "--side-columns", "v", "-o", "out", "--cache-dir",
+                                     "made/cache", "-q"])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1, r.stderr
+        line, flag = lines[0], "--side-columns"
+    else:
+        import packtool
+        from packtool.errors import PacktoolError
+        with pytest.raises(PacktoolError) as e:
+            packtool.pack(srcs, output="out", tokenize=packtool.TokenizeConfig(side_columns=("v",)),
+                          cache_dir="made/cache")
+        line, flag = str(e.value), "side_columns"
+    for w in ("side column v", srcs[1], "doubles", f"v:float32 or v:float64 in {flag}"):
+        assert w in line, (w, line)
+    assert sorted(os.listdir(tmp_path)) == ["rows0.parquet", "rows1.parquet"]
