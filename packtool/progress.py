@@ -4,7 +4,6 @@ first run on a machine; later runs load them from numba's cache). The compile se
 counted, so that timings can report them apart."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from contextlib import contextmanager

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
-from packtool.errors import PacktoolError, PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolError, PacktoolInputError, cli_flag
 from packtool.output.folder import Terminated
 from packtool.packing import PackResult, _config_files, as_given, cache_root, claim, rows_named, write_output
 from packtool.planning.core import PackingConfig, first_too_long

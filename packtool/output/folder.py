@@ -31,7 +31,6 @@ from packtool.output.files import (
     make_parents,
     make_temp_dir,
     open_lock,
-    pid_alive,
     remove_created,
     resolve,
     resolve_folder,

@@ -29,7 +29,7 @@ from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
 from packtool.slabs.schema import slab_schema
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, file_size, is_file, is_uri, locate
+from packtool.storage import arrow_file, file_size, is_file, is_uri
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
 
 

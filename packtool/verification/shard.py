@@ -7,7 +7,6 @@ from `layout.compute_layout` on the rows' own `seq_lens`: the same code the pack
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np

@@ -11,7 +11,7 @@ from packtool.align import Alignment
 from packtool.cli.flags import FLAG_OF
 from packtool.errors import PacktoolError, spelled_as
 from packtool.planning import bounds
-from packtool.planning.core import FirstTooLong, PackingConfig, PlanError, SequenceError, apply_overflow, plan
+from packtool.planning.core import FirstTooLong, PackingConfig, SequenceError, apply_overflow, plan
 
 
 def _plan_error(a):  # `plan`/`inspect --lengths`: the first too-long row under --overflow error

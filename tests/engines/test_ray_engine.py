@@ -81,8 +81,8 @@ def test_skipped_rows_match_and_errors_name_the_row(tmp_path):
     src = _with_empty_rows(tmp_path)
     cfg = TokenizeConfig(tokenizer=GPT2, on_empty="skip", prompt_field="question", response_field="answer")
     al = Alignment(capacity=512)
-    local = pack([src, GSM8K], al, PackingConfig(seed=1), cfg, output=str(tmp_path / "l"),
-                 cache_dir=str(tmp_path / "c1"), shard_tokens=4096)
+    pack([src, GSM8K], al, PackingConfig(seed=1), cfg, output=str(tmp_path / "l"),
+         cache_dir=str(tmp_path / "c1"), shard_tokens=4096)
     res = pack_ray([src, GSM8K], al, PackingConfig(seed=1), cfg, output=str(tmp_path / "r"),
                    cache_dir=str(tmp_path / "c2"), shard_tokens=4096)
     _same_files(str(tmp_path / "l"), str(tmp_path / "r"))

@@ -4,7 +4,6 @@ and the same gradients as that sequence alone, for each attention implementation
 CPU; SFTTrainer and Trainer train on packtool slabs."""
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest

@@ -129,7 +129,6 @@ def test_half_hidden_triton_gather():
 
 def test_union_path_edges_and_the_auto_rule(monkeypatch):
     from kernels import support_logprob as S
-    from kernels import support_torch
 
     h, w, samp, sup, up = _inputs(5)
     # no row holds a support: every value 0, no gradient, and an empty union is no error

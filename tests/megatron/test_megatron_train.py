@@ -44,7 +44,7 @@ def _first_step_slabs(path, **kw):
 def _reference(model, ds, slab_ids):
     """Token-mean loss and its gradient, one sequence at a time (no packing at all)."""
     model.zero_grad(set_to_none=True)
-    total, count, losses = 0.0, 0, []
+    count, losses = 0, []
     for i in slab_ids:
         r = ds.reader.row(i)
         starts = np.concatenate(([0], np.cumsum(r.seg_padded)[:-1]))

@@ -9,7 +9,6 @@ a new tokenizers version, an older output that records no versions."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest

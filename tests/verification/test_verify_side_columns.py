@@ -3,7 +3,6 @@ column verifies; each planted corruption (re-signed, so the checksum is not what
 trips its own check, named in one line."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
