@@ -27,7 +27,7 @@ __all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "n
 
 DTYPES = ("float32", "float64", "int32", "int64")
 KINDS = ("values", "support")
-# The slab format's own columns (slabs/format.SCHEMA; a test checks the two agree) and the keys
+# The slab format's own columns (slabs/schema.SCHEMA; a test checks the two agree) and the keys
 # the consumers' batches already carry: a side column of one of these names would shadow it.
 RESERVED = frozenset((
     "input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded", "cp_offsets", "source_index",

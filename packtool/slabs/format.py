@@ -21,18 +21,17 @@ from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.side import SideColumn, side_columns_from_manifest, side_columns_to_manifest
 
-# Importable from here too, where FORMAT.md and DESIGN.md name them (and verification/ imports them)
+# MANIFEST, LEGACY_MANIFEST, manifest_file and is_shard_name are importable from here too, where
+# FORMAT.md and DESIGN.md name them; every other name is imported from names.py / schema.py
 from packtool.slabs.names import (  # noqa: F401
     LEGACY_MANIFEST,
     MANIFEST,
-    in_flight,
     is_shard_name,
     join,
     manifest_file,
     open_file,
-    stray_entries,
 )
-from packtool.slabs.schema import SCHEMA, SCHEMA_VERSION, side_field, slab_schema  # noqa: F401
+from packtool.slabs.schema import SCHEMA_VERSION, slab_schema
 from packtool.storage import is_uri, locate
 
 FORMAT_NAME = "packtool-slabs"

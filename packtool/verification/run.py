@@ -17,19 +17,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.slabs.format import (
-    LEGACY_MANIFEST,
-    MANIFEST,
-    FormatError,
-    NotAnOutputError,
-    in_flight,
-    join,
-    manifest_config,
-    manifest_file,
-    read_manifest,
-    shard_names,
-    stray_entries,
-)
+from packtool.slabs.format import FormatError, NotAnOutputError, manifest_config, read_manifest, shard_names
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, in_flight, join, manifest_file, stray_entries
 from packtool.side import side_columns_from_manifest
 from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM

@@ -17,7 +17,7 @@ import pyarrow as pa
 from packtool.arrays import span_mask
 from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
-from packtool.slabs.format import SCHEMA, side_field
+from packtool.slabs.schema import SCHEMA, side_field
 from packtool.tokenize.source_rows import describe_row
 from packtool.verification.problems import ProblemLog
 
