@@ -7,12 +7,14 @@ At open, from the manifest, one stat and one Parquet footer per shard (`check_ou
 shard listed once, present, of the listed size; nothing unlisted that a plain Parquet reader
 would read as data; each footer's schema is the format's (plus the side columns the manifest
 declares, nothing else) and its row count the listed one; the rows add up to `stats.slabs`.
-Once the per-slab scalars are read (`check_counts`): each shard's tokens and loss tokens.
+Once the per-slab scalars are read (`check_counts`): each shard's tokens and loss tokens;
+(`check_segment_counts`) as many chunk_index entries as source_index entries in every slab.
 
 While reading: a shard's checksum before its first row is handed out (`check_checksum`: the
 whole file is hashed once per process, the first time a row of it is asked for), and every
-decoded row group's structure and tokens (`check_group`: lengths, `cu_seqlens`, the layout of
-its `seq_lens`, pads, loss flags, token ids against `vocab_size`), vectorized numpy.
+decoded row group's structure and tokens (`check_group`: lengths, seq_lens as many segments as
+source_index, `cu_seqlens`, the layout of its `seq_lens`, pads, loss flags, token ids against
+`vocab_size`), vectorized numpy.
 
 Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
 """
@@ -265,10 +267,10 @@ def _check_cu_seqlens(col, cu_off, within, lens, row_of, n_rows, fail) -> None:
 
 
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
-                num_loss: np.ndarray) -> None:
+                num_loss: np.ndarray, n_seg: np.ndarray) -> None:
     """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`)
-    against FORMAT.md's per-slab rules, with the rows' scalars from the index. Vectorized over
-    segments and tokens."""
+    against FORMAT.md's per-slab rules, with the rows' scalars from the index (`n_seg`: the
+    rows' source_index entries, read at open). Vectorized over segments and tokens."""
     ids, id_off = g["input_ids"]
     mask, mask_off = g["loss_mask"]
     lens, seg_off = g["seq_lens"]
@@ -285,6 +287,9 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
     nseg = np.diff(seg_off)
     if not np.array_equal(np.diff(cu_off), nseg + 1) or (nseg < 1).any():
         fail((np.diff(cu_off) != nseg + 1) | (nseg < 1), lambda r: "cu_seqlens_padded does not hold n_seg+1 offsets")
+    if not np.array_equal(nseg, n_seg):  # inspect pairs them entry by entry
+        fail(nseg != n_seg, lambda r: f"seq_lens holds {int(nseg[r])} segments, source_index and chunk_index "
+             f"{int(n_seg[r])}: one entry per segment each")
     first, last = cu[cu_off[:-1]], cu[cu_off[1:] - 1]
     if (first != 0).any() or (last != T).any():
         fail((first != 0) | (last != T), lambda r: f"cu_seqlens_padded runs {int(first[r])}..{int(last[r])}, "
@@ -328,6 +333,18 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         at = f" position {p}" if p >= 0 else ""
         raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
 
+
+
+def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
+    """source_index and chunk_index hold as many entries in every slab (`cat`: what the reader's
+    open scan read, `n_seg` and `chunk_counts` per slab): the coverage check pairs them entry by
+    entry, and seq_lens is held to the same count as each row group is decoded."""
+    bad = cat["n_seg"] != cat["chunk_counts"]
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise FormatError(f"{sm.shard_path(int(cat['shard'][i]))} row group {int(cat['row_group'][i])} row "
+                          f"{int(cat['row'][i])}: source_index holds {int(cat['n_seg'][i])} entries, chunk_index "
+                          f"{int(cat['chunk_counts'][i])}: one entry per segment each; {_fix(sm)}")
 
 
 def check_coverage(sm: SlabManifest, source: np.ndarray, chunk: np.ndarray) -> None:

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.side import SideColumn
-from packtool.slabs.check import check_checksum, check_counts, check_coverage, check_group, check_output, shard_gone
+from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_output,
+                                  check_segment_counts, shard_gone)
 from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
@@ -40,6 +41,7 @@ class SlabIndex:
     num_tokens: np.ndarray
     num_loss_tokens: np.ndarray
     stripped: np.ndarray  # tokens without tail pad and fill: sum of round_up(len, s)
+    n_seg: np.ndarray  # segments: source_index's entries, which seq_lens must match (check_group)
     dp_rank: np.ndarray
     step: np.ndarray
     microbatch: np.ndarray
@@ -54,12 +56,13 @@ class SlabIndex:
     @classmethod
     def _checked(cls, manifest: SlabManifest, cat: dict[str, np.ndarray]) -> "SlabIndex":
         """The open-time checks on what `_scan` read, then the index."""
+        check_segment_counts(manifest, cat)
         check_coverage(manifest, cat["source_index"], cat["chunk_index"])
         physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
         check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
-                   stripped=cat["num_tokens"] + cat["layout_pad"], dp_rank=cat["dp_rank"],
+                   stripped=cat["num_tokens"] + cat["layout_pad"], n_seg=cat["n_seg"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"])
 
 
@@ -69,22 +72,25 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
     check_output(manifest)
     scalars = (*SCALARS, *extra)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row", *scalars, *SEGMENTS,
-                                                          "per_slab")}
+                                                          *(f"{c}:count" for c in SEGMENTS))}
     for si in range(len(manifest.shards)):
         pf = _open(manifest, si)
         for rg in range(pf.num_row_groups):
             t = _read_group(pf, rg, [*scalars, *SEGMENTS], manifest.shard_path(si))
             n = t.num_rows
             for c in SEGMENTS:
-                parts[c].append(t.column(c).combine_chunks().values.to_numpy())
-            parts["per_slab"].append(np.diff(t.column(SEGMENTS[0]).combine_chunks().offsets.to_numpy()))
+                arr = t.column(c).combine_chunks()
+                parts[c].append(arr.values.to_numpy())
+                parts[f"{c}:count"].append(np.diff(arr.offsets.to_numpy()))
             parts["shard"].append(np.full(n, si, np.int32))
             parts["row_group"].append(np.full(n, rg, np.int32))
             parts["row"].append(np.arange(n, dtype=np.int32))
             for c in scalars:
                 parts[c].append(t.column(c).to_numpy().astype(np.int64))
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
-    cat["segments"] = np.concatenate(([0], np.cumsum(cat.pop("per_slab")))).astype(np.int64)
+    cat["n_seg"] = cat.pop("source_index:count").astype(np.int64)  # entries per slab, held to seq_lens' count
+    cat["chunk_counts"] = cat.pop("chunk_index:count").astype(np.int64)
+    cat["segments"] = np.concatenate(([0], np.cumsum(cat["n_seg"]))).astype(np.int64)
     return cat
 
 
@@ -197,7 +203,7 @@ class SlabReader:
         ix, i0 = self.index, self._first[key]
         rows = slice(i0, i0 + t.num_rows)
         check_group(self.manifest, f"{self.manifest.shard_path(shard)} row group {rg}", g, ix.num_tokens[rows],
-                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows])
+                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

@@ -239,6 +239,15 @@ def _set(path, value):
     return _manifest(fn)
 
 
+def _one_more(*cols):
+    """A trailing fill entry (-1) in `cols` of a slab: every source row still appears once, but
+    the slab's per-segment lists no longer hold one entry per segment of seq_lens."""
+    def edit(c):
+        for col in cols:
+            c[col][0] = np.append(c[col][0], -1).astype(c[col][0].dtype)
+    return edit
+
+
 CONTENT = {  # verify check -> an edit of one shard's rows
     "cu_seqlens_padded": (SHARD1, _shift_cu_padded), "loss_on_pad": (SHARD1, _loss_on_pad),
     "loss_on_first_token": (SHARD1, _loss_on_first), "pad_token": (SHARD0, _pad_token),
@@ -248,6 +257,9 @@ CONTENT = {  # verify check -> an edit of one shard's rows
     "layout": (SHARD0, _layout_pad), "dp": (SHARD0, _dp_rank), "slab_index": (SHARD0, _slab_index),
     "chunk_order": (SHARD0, _chunk_order), "duplicate_segment": (SHARD0, _duplicate_segment),
     "source_tokens": (SHARD0, _changed_token),
+    "segment_count:source_index": (SHARD0, _one_more("source_index", "chunk_index")),
+    "segment_count:chunk_index": (SHARD0, _one_more("chunk_index")),
+    "segment_count:source_offset": (SHARD0, _one_more("source_offset")),
 }
 CORRUPTIONS = {
     **{f"{k}:as-is": _edit(s, f, sign=False) for k, (s, f) in CONTENT.items()},
@@ -442,6 +454,36 @@ def test_consumer_refuses_what_verify_rejects(corpus, corruption, consumer, tmp_
     get, results = corpus
     kind, got = _result(results, get, consumer, corruption, str(tmp_path))
     assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+
+
+# a slab's per-segment lists that disagree on its segment count: inspect pairs seq_lens with
+# source_index entry by entry, the coverage check source_index with chunk_index (source_offset is
+# not read by consumers: verify's alone, FORMAT.md)
+SEGMENT_COUNTS = ("segment_count:source_index:re-signed", "segment_count:chunk_index:re-signed")
+
+
+@pytest.mark.parametrize("consumer", list(CONSUMERS))
+@pytest.mark.parametrize("corruption", SEGMENT_COUNTS)
+def test_every_consumer_refuses_a_slab_whose_segment_lists_disagree(corpus, corruption, consumer, tmp_path):
+    get, results = corpus
+    kind, got = _consume(consumer, get(corruption), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+    assert consumer == "standalone-reader" or ("source_index" in got and SHARD0 in got), got
+
+
+@pytest.mark.parametrize("column", ["source_index", "chunk_index", "source_offset"])
+def test_verify_says_a_segment_list_of_the_wrong_length(corpus, column):
+    """verify's `array_length`: the slab's list, named with its shard and row; exit 1."""
+    from packtool.cli.app import app
+    get, _ = corpus
+    r = CliRunner().invoke(app, ["verify", get(f"segment_count:{column}:re-signed"), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    d = json.loads(r.output)
+    assert "array_length" in d["counts"], d["counts"]  # the batch's other checks are skipped, said once
+    said = [p for p in d["problems"] if p["check"] == "array_length"]
+    assert said and all((p["shard"], p["row"]) == (SHARD0, 0) for p in said), said
+    assert {p["message"].split()[0] for p in said} == ({column} if column != "source_index" else
+                                                       {"source_index", "chunk_index"}), said
 
 
 @pytest.mark.parametrize("corruption", [c for c in CORRUPTIONS if c.startswith("lie:")])
