@@ -169,6 +169,11 @@ class PacktoolOutputError(PacktoolError):
     kind = "output"
 
 
-__all__ = ["PacktoolError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
+class PacktoolIndexError(PacktoolInputError, IndexError):
+    """A row or slab index out of range. Also an IndexError: a sequence's `__getitem__` ends
+    iteration (and `datasets`, torch's samplers) by raising one."""
+
+
+__all__ = ["PacktoolError", "PacktoolIndexError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
            "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "missing", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

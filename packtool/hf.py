@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolIndexError, PacktoolInputError
 from packtool.layout import shift_like_labels
 from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
@@ -178,7 +178,8 @@ class SlabDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         if not -len(self) <= i < len(self):
-            raise IndexError(f"slab {i} out of range ({len(self)} slabs)")
+            raise PacktoolIndexError(f"slab {i} out of range: the dataset holds {len(self)} slabs; "
+                                     f"index 0..{len(self) - 1} (or from -{len(self)})", path=self.path)
         row = self._read().row(int(self.order[i]))
         # copies: the reader's arrays are views of a row group it may evict before collation
         return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def compute_layout(seg_len: np.ndarray, bin_offsets: np.ndarray, align: Alignmen
     n_bins = bin_offsets.size - 1
     counts = np.diff(bin_offsets)
     if n_bins and (counts < 1).any():
-        raise ValueError(f"slab {int(np.argmin(counts))} has no segments")
+        raise ValueError(f"slab {int(np.argmin(counts))} has no segments")  # a planner bug: bins are never empty
     fp = align.seq_footprint(seg_len)
     fp_sum = np.add.reduceat(fp, bin_offsets[:-1]) if n_bins else np.zeros(0, np.int64)
     len_sum = np.add.reduceat(seg_len, bin_offsets[:-1]) if n_bins else np.zeros(0, np.int64)
@@ -107,8 +108,8 @@ def cp_chunk_ranges(seg_start: np.ndarray, seg_padded: np.ndarray, cp: int) -> n
         return out
     if (seg_padded % (2 * cp)).any():
         bad = int(np.flatnonzero(seg_padded % (2 * cp))[0])
-        raise ValueError(f"segment {bad} has padded length {int(seg_padded[bad])}, "
-                         f"not a multiple of 2*cp={2 * cp}")
+        raise PacktoolInputError(f"seg_padded: segment {bad} has padded length {int(seg_padded[bad])}, not a "
+                                 f"multiple of 2*cp={2 * cp}: pack the segments for this cp (Alignment(cp={cp}))")
     chunk = seg_padded // (2 * cp)
     r = np.arange(cp)
     first = seg_start[:, None] + r[None, :] * chunk[:, None]
@@ -124,7 +125,7 @@ def cp_chunk_ranges(seg_start: np.ndarray, seg_padded: np.ndarray, cp: int) -> n
 def cp_rank_index(seg_start: np.ndarray, seg_padded: np.ndarray, cp: int, rank: int) -> np.ndarray:
     """Slab positions that make up rank `rank`'s local slab, in local order."""
     if not 0 <= rank < cp:
-        raise ValueError(f"cp rank {rank} out of range for cp={cp}")
+        raise PacktoolConfigError(f"cp_rank={rank} is out of range for cp={cp}: pass a rank in 0..{cp - 1}")
     rng = cp_chunk_ranges(seg_start, seg_padded, cp)[:, rank].reshape(-1, 2)
     lens = rng[:, 1] - rng[:, 0]
     if lens.sum() == 0:
@@ -229,7 +230,7 @@ def shift_like_labels(values, cu_seqlens_padded, fill):
                     np.int64).reshape(-1)
     n = int(values.shape[0])
     if cu.size < 1 or cu[0] != 0 or cu[-1] != n or (np.diff(cu) < 0).any():
-        raise ValueError(f"cu_seqlens_padded must rise from 0 to the {n} positions of the values, "
+        raise PacktoolInputError(f"cu_seqlens_padded must rise from 0 to the {n} positions of the values, "
                          f"got {cu[:3].tolist()}...{cu[-2:].tolist()}")
     ends = cu[1:][np.diff(cu) > 0] - 1
     if _is_torch(values):

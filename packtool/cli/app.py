@@ -42,7 +42,7 @@ from packtool.cli.flags import (
     Tokenizer,
     Tp,
 )
-from packtool.cli.inputs import check_input_specs
+from packtool.cli.inputs import check_input_specs, one_dataset
 from packtool.cli.parsing import Command, Commands
 from packtool.errors import PacktoolConfigError, bad_choice
 from packtool.notes import note
@@ -176,8 +176,7 @@ def pack(
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         check_input_specs(inputs, split or config)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
-            if len(inputs) != 1 or engine != "local":
-                raise ValueError("a dataset name or --split/--config takes one name or folder (--engine local)")
+            one_dataset(inputs, split, config, engine)
             inputs = _hf.load_dataset(inputs[0], split, config)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
@@ -320,6 +319,7 @@ def verify(
                 note(f"{directory}: its manifest is damaged, so --source was not compared", label="note")
                 source = None
         if source:
+            check_input_specs(list(source), True, name="source")
             making_source_copy()
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
                                              progress=not (json_out or quiet))

@@ -23,7 +23,9 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
            "shard_tokens": "--shard-tokens", "max_problems": "--max-problems", "device": "--device",
            "lm_head": "--lm-head", "micro_batch_tokens": "--micro-batch-tokens", "grad_accum": "--grad-accum",
-           "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "ffn": "--ffn"}  # train's too  # their ranges: params.RANGES
+           "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "ffn": "--ffn",  # train's too
+           # the inputs: `pack`'s arguments (INPUTS, as its usage line names them), `verify`'s --source
+           "inputs": "INPUTS", "source": "--source"}  # their ranges: params.RANGES
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.storage import is_uri, locate
 from packtool.tokenize.hf_input import FILE_SUFFIXES
+from packtool.tokenize.readers import stdin_refused
 
 
-def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
-    """Refuse `-` and a missing path before it is taken for a dataset name."""
+def check_input_specs(inputs: list[str], hf_flags: bool, name: str = "inputs") -> None:
+    """Refuse `-` and a missing path before it is taken for a dataset name (`name`: the
+    argument that gave them, spelled as its flag)."""
     for spec in inputs:
         if spec == "-":
-            raise PacktoolInputError("reading from stdin is not supported (the cache key is the file's "
-                                     "bytes); save the data to a file, e.g. `... > data.jsonl`, and "
-                                     "pass its path", path="-")
+            raise stdin_refused(name)
         if is_uri(spec):
             locate(spec)  # an unknown scheme or a URI with credentials: one line, now
             continue
@@ -28,3 +28,18 @@ def check_input_specs(inputs: list[str], hf_flags: bool) -> None:
         if looks_like_path:
             raise PacktoolInputError("input file not found", path=spec)
 
+
+
+def one_dataset(inputs: list[str], split: str | None, config: str | None, engine: str) -> None:
+    """A dataset name or folder read by `datasets` (with --split/--config, or a name alone) is one
+    input, read on this machine: the command line loads it before the library sees it."""
+    given = "--split" if split else "--config" if config else None
+    if len(inputs) != 1:  # only with a flag: a name alone is one input
+        raise PacktoolConfigError(f"{given} reads one dataset name or folder, got {len(inputs)} inputs; pack each "
+                                  f"dataset on its own, or pass files (Dataset.to_parquet) without {given}",
+                                  flag=given)
+    if engine != "local":
+        what = given or f"a dataset name ({inputs[0]})"
+        raise PacktoolConfigError(f"{what} is loaded by `datasets` on this machine, which --engine ray does not do; "
+                                  f"drop --engine ray, or save the dataset to files (Dataset.to_parquet) and pass those",
+                                  flag="--engine" if given is None else given)

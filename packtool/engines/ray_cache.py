@@ -273,8 +273,9 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
             bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):
             fi = int(np.flatnonzero(np.diff(bt.file_base) != counts)[0])
-            raise RuntimeError(f"{job.files[fi].path}: read {int(np.diff(bt.file_base)[fi])} rows, "
-                               f"counted {int(counts[fi])} (file changed during the run?)")
+            raise PacktoolInputError(f"read {int(np.diff(bt.file_base)[fi])} rows, counted {int(counts[fi])}: the "
+                                     f"file changed during the run; re-run once it no longer changes",
+                                     path=job.files[fi].path)
         skipped = _check_bad(bt, job)
         n_rows = int(file_base[-1])
         n_kept = n_rows - int(bt.bad_row.size)

@@ -33,6 +33,7 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 from megatron.core.utils import divide
 
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.megatron.fused import rope
 
 
@@ -110,10 +111,11 @@ class PackedCoreAttention(MegatronModule):
         super().__init__(config=config)
         dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         if dropout:
-            raise ValueError(f"attention_dropout={dropout}: PackedCoreAttention has no "
+            raise PacktoolConfigError(f"attention_dropout={dropout}: PackedCoreAttention has no "
                              f"dropout; set attention_dropout=0.0 in the model config")
         if config.window_size is not None:
-            raise ValueError("sliding-window attention is not supported; unset window_size")
+            raise PacktoolConfigError("window_size: sliding-window attention is not supported by PackedCoreAttention; "
+                                      "unset window_size in the model config")
         self.layer_number = max(1, layer_number)
         head_dim = config.kv_channels
         self.softmax_scale = (1.0 / math.sqrt(head_dim) if softmax_scale is None
@@ -126,10 +128,10 @@ class PackedCoreAttention(MegatronModule):
                 packed_seq_params: Any = None) -> torch.Tensor:
         p = packed_seq_params
         if p is None or getattr(p, "qkv_format", None) != "thd" or not hasattr(p, "attn_cu_q"):
-            raise ValueError("PackedCoreAttention needs THD input: pass packed_seq_params "
+            raise PacktoolInputError("PackedCoreAttention needs THD input: pass packed_seq_params "
                              "from packtool.megatron.thd.build_thd_params (qkv_format='thd')")
         if attention_bias is not None:
-            raise ValueError("attention_bias is not supported by PackedCoreAttention")
+            raise PacktoolInputError("attention_bias is not supported by PackedCoreAttention: pass attention_bias=None")
         # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
         if p.rope_cos is not None:  # packtool's RoPE (model.py): positions within segments
             query, key = rope(query, key, p.rope_cos, p.rope_sin)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packtool.errors import arg
+from packtool.errors import PacktoolConfigError, arg
 from packtool.align import Alignment
 from packtool.layout import compute_layout, place_tokens
 from packtool.slabs.reader import SlabIndex, SlabRow
@@ -100,7 +100,7 @@ def plan_epoch(index: SlabIndex, align: Alignment, dp: int, rank: int, epoch: in
                grad_accum: int, budget: int | None, planned: bool,
                first_step: int) -> list[StepPlan]:
     if budget is not None and budget < align.t:
-        raise ValueError(f"{arg('micro_batch_tokens', budget)} is below the per-slab multiple "
+        raise PacktoolConfigError(f"{arg('micro_batch_tokens', budget)} is below the per-slab multiple "
                          f"t={align.t} ({align.describe()}): use at least {align.t}")
     plans = []
     for k, per_rank in enumerate(rank_steps(index, dp, epoch, seed, grad_accum, planned)):

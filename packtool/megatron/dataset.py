@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from packtool.errors import arg
+from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 from packtool.align import Alignment
 from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
@@ -88,17 +88,18 @@ class PackedSlabDataset:
         self.reader = SlabReader(self.manifest, self.index, cache=row_group_cache)
         self.planned = self.manifest.dp > 1
         if self.planned and dp_size != self.manifest.dp:
-            raise ValueError(f"{path} was packed with {arg('dp', self.manifest.dp)} but training runs "
+            raise PacktoolConfigError(f"{path} was packed with {arg('dp', self.manifest.dp)} but training runs "
                              f"data-parallel size {dp_size}: re-pack with {arg('dp', dp_size)}, or "
                              f"pack without {arg('dp')} for round-robin dealing")
         if not 0 <= dp_rank < dp_size:
-            raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
+            raise PacktoolConfigError(f"dp_rank={dp_rank} is out of range for dp_size={dp_size}: pass a rank in "
+                                      f"0..{dp_size - 1}")
         if grad_accum < 1:
-            raise ValueError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
+            raise PacktoolConfigError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
         self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group, self.align.cp)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
-            raise ValueError(f"{path} was packed for cp={self.align.cp} (segments padded to "
+            raise PacktoolConfigError(f"{path} was packed for cp={self.align.cp} (segments padded to "
                              f"multiples of {self.align.s}), training cp={self.cp_size} needs "
                              f"multiples of {need_s}: re-pack with {arg('cp', self.cp_size)}")
         # otherwise every segment splits into 2*cp_size equal chunks: `load` re-derives the
@@ -107,7 +108,8 @@ class PackedSlabDataset:
         self.seed, self.grad_accum, self.budget = seed, grad_accum, micro_batch_tokens
         self.device, self.cp_group, self.dp_group = device, cp_group, dp_group
         if len(self.index) == 0:
-            raise ValueError(f"{path}: the output holds no slabs")
+            raise PacktoolInputError("the output holds no slabs: pack data that holds at least one sequence",
+                                     path=path)
 
     def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
         return plan_epoch(self.index, self.align, self.dp_size, self.dp_rank, epoch, self.seed,
@@ -160,11 +162,11 @@ def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any, pa
     if cp_size is None:
         cp_size = group_size if group_size is not None else packed_cp
     if not isinstance(cp_size, int) or cp_size < 1:
-        raise ValueError(f"cp_size must be a positive integer, got {cp_size!r}")
+        raise PacktoolConfigError(f"cp_size must be a positive integer, got {cp_size!r}")
     if group_size is not None and group_size != cp_size:
-        raise ValueError(f"{path}: cp_size={cp_size} but cp_group has {group_size} ranks: pass "
+        raise PacktoolConfigError(f"{path}: cp_size={cp_size} but cp_group has {group_size} ranks: pass "
                          f"cp_size={group_size} (the training CP)")
     if not 0 <= cp_rank < cp_size:
-        raise ValueError(f"{path}: cp_rank {cp_rank} out of range for cp_size {cp_size}: pass "
+        raise PacktoolConfigError(f"{path}: cp_rank {cp_rank} out of range for cp_size {cp_size}: pass "
                          f"cp_size (the training CP, e.g. ps.get_context_parallel_world_size())")
     return cp_size

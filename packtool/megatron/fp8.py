@@ -26,7 +26,7 @@ from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParall
 
 from kernels import fp8 as kfp8
 from packtool.align import AlignmentError, fp8_token_multiple
-from packtool.errors import arg, bad_choice
+from packtool.errors import PacktoolConfigError, arg, bad_choice
 
 TRAIN_RECIPES = ("tensorwise", "blockwise")
 
@@ -59,7 +59,7 @@ def check_shape(fp8: str, hidden: int, ffn: int, qkv: int, tp: int = 1) -> None:
             ("q/k/v projection / tp", qkv // tp))
     bad = [f"{k}={v}" for k, v in dims if v % m]
     if bad:
-        raise ValueError(f"{arg('fp8', fp8)} needs every linear dimension to be a multiple of {m}; "
+        raise PacktoolConfigError(f"{arg('fp8', fp8)} needs every linear dimension to be a multiple of {m}; "
                          f"got {', '.join(bad)}")
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolConfigError, PacktoolInputError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -142,8 +142,9 @@ def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
 def load_checkpoint(d: str, tp_rank: int) -> dict:
     path = _ckpt_path(d, tp_rank)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{arg('load', d)}: no {os.path.basename(path)} (saved by "
-                                f"`packtool train --save`; TP rank {tp_rank})")
+        raise PacktoolInputError(f"{arg('load', d)}: no {os.path.basename(path)} (saved by "
+                                 f"`packtool train --save`; TP rank {tp_rank}): give the folder a saved run wrote",
+                                 path=d, flag=cli_flag("load"))
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
@@ -197,7 +198,8 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
     shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
     if shape is None:
-        raise ValueError(f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
+        raise missing(PacktoolConfigError, "load",
+                      f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)
@@ -213,7 +215,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
                            device=info.device, cp_group=info.cp_group,
                            dp_group=info.dp_group if info.dp > 1 else None)
     if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
-        raise ValueError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
+        raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
                          f"vocabulary {shape.vocab}")
     params = list(model.parameters())
     log = _Log(cfg, info)

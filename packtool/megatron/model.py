@@ -127,7 +127,7 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
     fp8='tensorwise'|'blockwise': the four linears of every layer run FP8 GEMMs
     (packtool/megatron/fp8.py); the embedding, norms, attention and LM head do not."""
     if rope not in ("packtool", "megatron"):
-        raise ValueError(f"rope must be 'packtool' or 'megatron', got {rope!r}")
+        raise bad_choice(PacktoolConfigError, "rope", rope, ("packtool", "megatron"))
     torch.manual_seed(seed)
     if device != "cpu":
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from packtool.errors import arg
+from packtool.errors import PacktoolConfigError, arg
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ def init_parallel(tp: int = 1, cp: int = 1, device: str = "cpu") -> ParallelInfo
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     world = dist.get_world_size()
     if world % (tp * cp):
-        raise ValueError(f"world size {world} is not divisible by {arg('tp', tp)} x {arg('cp', cp)}")
+        raise PacktoolConfigError(f"world size {world} is not divisible by {arg('tp', tp)} x {arg('cp', cp)}: "
+                                  f"launch a multiple of tp*cp={tp * cp} processes")
     if ps.model_parallel_is_initialized():
         if (ps.get_tensor_model_parallel_world_size() != tp
                 or ps.get_context_parallel_world_size() != cp):

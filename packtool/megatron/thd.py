@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
+from packtool.errors import PacktoolInputError
 from packtool.layout import (
     cp_chunk_ranges,
     cp_local_cu_seqlens_padded,
@@ -161,8 +162,8 @@ def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.nda
     seg_padded = np.asarray(seg_padded, np.int64)
     cu_pad = np.concatenate(([0], np.cumsum(seg_padded)))
     if int(cu_pad[-1]) != len(input_ids):
-        raise ValueError(f"micro-batch has {len(input_ids)} tokens but its segments' padded "
-                         f"lengths sum to {int(cu_pad[-1])}")
+        raise PacktoolInputError(f"input_ids: the micro-batch has {len(input_ids)} tokens but seg_padded sums "
+                                 f"to {int(cu_pad[-1])}: pass one padded length per segment of this micro-batch")
     labels, weight = shifted_targets(np.asarray(input_ids), np.asarray(loss_mask), cu_pad)
     n_loss = int(weight.sum())
     seg = segment_of_position(seg_padded)

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from packtool.errors import PacktoolConfigError, PacktoolInputError
+
 _SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_base")
 
 
@@ -18,14 +20,15 @@ def _yaml_shape(path: str) -> dict:
         raw = yaml.safe_load(f) or {}
     bad = sorted(set(raw) - set(_SHAPE_KEYS) - {"vocab"})
     if bad:
-        raise ValueError(f"--config {path}: unknown keys {bad}; allowed: {list(_SHAPE_KEYS)}")
+        raise PacktoolInputError(f"unknown keys {bad}; allowed: {list(_SHAPE_KEYS)} (see --config)", path=path,
+                                 flag="--config")
     return raw
 
 
 def _pick_device(device: str | None, err) -> str:
     """cuda when torch sees one, else cpu, in one line; an explicit --device is checked."""
     if device not in (None, "cpu", "cuda"):
-        from packtool.errors import PacktoolConfigError, bad_choice
+        from packtool.errors import bad_choice
         raise bad_choice(PacktoolConfigError, "device", device, ("cpu", "cuda"))
     if device == "cpu":
         return device
@@ -33,7 +36,7 @@ def _pick_device(device: str | None, err) -> str:
     has = torch.cuda.is_available()
     if device == "cuda" and not has:
         build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no GPU visible"
-        raise ValueError(f"--device cuda, but torch {torch.__version__} sees no CUDA device "
+        raise PacktoolConfigError(f"--device cuda, but torch {torch.__version__} sees no CUDA device "
                          f"({build}): pass --device cpu, or install a CUDA build of torch")
     if device is None:
         name = f" ({torch.cuda.get_device_name()})" if has else ""
@@ -47,20 +50,21 @@ def _vocab(man, given: int | None) -> int:
     """The model's vocabulary: the manifest's, or --vocab-size for a pre-tokenized output packed
     without --tokenizer (FORMAT.md: its tokenizer block is empty and its pads hold 0)."""
     if given is not None and given < 1:
-        raise ValueError(f"--vocab-size must be >= 1, got {given}")
+        raise PacktoolConfigError(f"--vocab-size must be >= 1, got {given}")
     if man.vocab_size:
         if given is not None and given != man.vocab_size:
-            raise ValueError(f"--vocab-size {given} disagrees with tokenizer.vocab_size {man.vocab_size} in "
+            raise PacktoolConfigError(f"--vocab-size {given} disagrees with tokenizer.vocab_size {man.vocab_size} in "
                              f"{man.manifest}; drop --vocab-size")
         return man.vocab_size
     if given is None:
-        raise ValueError(f"{man.manifest} records no vocabulary size (packed from token ids without "
-                         f"--tokenizer): pass --vocab-size N, N above every token id, or re-pack with --tokenizer")
+        raise PacktoolConfigError(f"{man.manifest} records no vocabulary size (packed from token ids without "
+                         f"--tokenizer): pass --vocab-size N, N above every token id, or re-pack with --tokenizer",
+                                  flag="--vocab-size")
     if man.pad_id >= given:
-        raise ValueError(f"--vocab-size {given} is not above the pads' id {man.pad_id}; give a larger --vocab-size")
+        raise PacktoolConfigError(f"--vocab-size {given} is not above the pads' id {man.pad_id}; give a larger --vocab-size")
     top = _largest_id(man)  # the embedding would index past its table: one pass over the ids
     if top >= given:
-        raise ValueError(f"--vocab-size {given} is not above the largest token id {top} in {man.path}; "
+        raise PacktoolConfigError(f"--vocab-size {given} is not above the largest token id {top} in {man.path}; "
                          f"give --vocab-size {top + 1} or more")
     return given
 

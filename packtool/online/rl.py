@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice
+
 AGGREGATES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
@@ -44,12 +46,12 @@ def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adva
     have a loss token). segment / seg_loss_tokens: the batch's fields of the same names.
     Shapes [t] or [1, t] alike; computed in float32 whatever the model's dtype."""
     if aggregate not in AGGREGATES:
-        raise ValueError(f"aggregate {aggregate!r} is not one of {', '.join(AGGREGATES)}")
+        raise bad_choice(PacktoolConfigError, "aggregate", aggregate, AGGREGATES)
     clip_high = clip_low if clip_high is None else clip_high
     lp, old, adv, w = (x.reshape(-1).float() for x in (logprobs, old_logprobs, advantages, loss_weight))
     seg = segment.reshape(-1)
     if not lp.shape == old.shape == adv.shape == w.shape == seg.shape:
-        raise ValueError(f"logprobs, old_logprobs, advantages, loss_weight and segment must hold one value "
+        raise PacktoolInputError(f"logprobs, old_logprobs, advantages, loss_weight and segment must hold one value "
                          f"per local position, got {[tuple(x.shape) for x in (lp, old, adv, w, seg)]}")
     on = w != 0
     # off target positions old_logprobs hold the fill: keep them out of exp()

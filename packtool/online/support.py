@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from kernels.support_logprob import support_logprob
+from packtool.errors import PacktoolInputError
 
 IGNORE_INDEX = -100  # transformers' label for "no target" (packtool.hf.IGNORE_INDEX)
 
@@ -29,7 +30,7 @@ def _rows(hidden: torch.Tensor, n: int, where: str) -> torch.Tensor:
     """Megatron's [t, 1, H], HF's [1, T, H] or plain [t, H] -> [t, H], one row per position."""
     h = hidden.reshape(-1, hidden.shape[-1])
     if h.shape[0] != n:
-        raise ValueError(f"{where}: hidden {tuple(hidden.shape)} holds {h.shape[0]} positions but the batch "
+        raise PacktoolInputError(f"{where}: hidden {tuple(hidden.shape)} holds {h.shape[0]} positions but the batch "
                          f"holds {n}; pass the final hidden states of this batch (with sequence parallel, "
                          "gathered over TP first, and reduce_grad_hidden=False)")
     return h
@@ -37,12 +38,12 @@ def _rows(hidden: torch.Tensor, n: int, where: str) -> torch.Tensor:
 
 def _support(side: dict, key: str, column: str, n: int, where: str) -> torch.Tensor:
     if key not in side:
-        raise KeyError(f"{where}: the batch has no {key!r} (keys: {sorted(side)}); pack the support column "
+        raise PacktoolInputError(f"{where}: the batch has no {key!r} (keys: {sorted(side)}); pack the support column "
                        f"with support_columns=({column!r},) (`packtool pack --support-columns {column}`) or pass it "
                        f"in side=, and give it to the collator")
     s = side[key]
     if s.dim() < 2 or s.reshape(-1, s.shape[-1]).shape[0] != n:
-        raise ValueError(f"{where}: {key!r} has shape {tuple(s.shape)}; expected one K-wide row per position "
+        raise PacktoolInputError(f"{where}: {key!r} has shape {tuple(s.shape)}; expected one K-wide row per position "
                          f"({n} positions): declare it a support column (width K)")
     return s.reshape(n, s.shape[-1])
 

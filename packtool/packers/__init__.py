@@ -11,6 +11,8 @@ import importlib
 
 import numpy as np
 
+from packtool.errors import PacktoolConfigError, PacktoolInputError, arg, bad_choice
+
 ALGORITHMS = ("ffd", "bfd", "mffd", "balanced")
 
 # The kernels (numba) load on first use: a reader of packed output validates its manifest's
@@ -38,19 +40,19 @@ def pack_items(sizes: np.ndarray, capacity: int, algorithm: str) -> np.ndarray:
     sizes: integer footprints with 1 <= size <= capacity (the caller applies the overflow
     policy first). An int64 contiguous array is used as is (no copy)."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+        raise bad_choice(PacktoolConfigError, "algorithm", algorithm, ALGORITHMS)
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        raise PacktoolConfigError(f"{arg('capacity')} must be a positive integer, got {capacity!r}")
     capacity = int(capacity)
     sizes = np.asarray(sizes)
     if sizes.ndim != 1 or (sizes.size and not np.issubdtype(sizes.dtype, np.integer)):
-        raise ValueError(f"sizes must be a 1-D integer array, got {sizes.dtype} {sizes.shape}")
+        raise PacktoolInputError(f"sizes must be a 1-D integer array, got {sizes.dtype} {sizes.shape}")
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     if sizes.size:
         lo, hi = int(sizes.min()), int(sizes.max())
         if lo < 1 or hi > capacity:
             bad = int(np.flatnonzero((sizes < 1) | (sizes > capacity))[0])
-            raise ValueError(
+            raise PacktoolInputError(
                 f"sizes[{bad}] = {int(sizes[bad])} is outside 1..{capacity}: footprints must "
                 f"be positive and at most the capacity; apply an overflow policy "
                 f"(split, truncate, singleton) before packing")

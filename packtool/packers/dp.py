@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from packtool.errors import PacktoolConfigError, arg
+from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 
 ATTN_COEF = 1.0 / (12 * 4096)
 
@@ -183,18 +183,20 @@ def assign_dp(bin_of_item: np.ndarray, sizes: np.ndarray, seq_lens: np.ndarray,
     seq_lens = np.ascontiguousarray(seq_lens, dtype=np.int64)
     n = bin_of_item.shape[0]
     if sizes.shape[0] != n or seq_lens.shape[0] != n:
-        raise ValueError(f"assign_dp: bin_of_item ({n}), sizes ({sizes.shape[0]}) and "
+        raise PacktoolInputError(f"assign_dp: bin_of_item ({n}), sizes ({sizes.shape[0]}) and "
                          f"seq_lens ({seq_lens.shape[0]}) must have one entry per sequence")
     nbins = int(bin_of_item.max()) + 1 if n else 0
     target = dp_target(n, nbins, dp)
     if n and np.bincount(bin_of_item, minlength=nbins).min() == 0:
-        raise ValueError("assign_dp: bin ids must be 0..B-1 with no empty bin")
+        raise PacktoolInputError("assign_dp: bin_of_item must number the bins 0..B-1 with none empty "
+                                 "(pack_items' ids are)")
     moved = 0
     if target > nbins:
         moved = int(_move_to_multiple(bin_of_item, sizes, nbins, target))
     loads = np.bincount(bin_of_item, weights=sizes, minlength=target)
     if loads.max() > capacity:
-        raise ValueError(f"assign_dp: a bin holds {int(loads.max())} > capacity {capacity}")
+        raise PacktoolInputError(f"assign_dp: a bin holds {int(loads.max())} > {arg('capacity', capacity)}: "
+                                 f"pass the capacity the bins were packed for")
     cost = bin_costs(bin_of_item, sizes, seq_lens, target, float(attn_coef))
     rank, step, ratio = deal_steps(cost, dp)
     ratio = np.maximum(ratio, 0.0)  # max >= mean; a float mean of equal costs can land a hair above

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import arg
+from packtool.errors import PacktoolCacheError, PacktoolConfigError, arg
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import Placement, ShardedPlan, plan_shards
 
@@ -83,8 +83,8 @@ class StoreOffsets:
     def read(self, a: int, n: int) -> np.ndarray:
         """offsets[a:a+n] as int64."""
         if a < 0 or a + n > self.rows + 1:
-            raise RuntimeError(f"{self.path}: rows {a}..{a + n - 1} asked, the flat token store has "
-                               f"{self.rows}; delete it (it is rebuilt from the cache) and re-run")
+            raise PacktoolCacheError(f"rows {a}..{a + n - 1} asked, the flat token store has {self.rows}; "
+                                     f"delete it (it is rebuilt from the cache) and re-run", path=self.path)
         out = np.fromfile(self.path, self.dtype, n, offset=self.header + a * self.dtype.itemsize)
         return out.astype(np.int64, copy=False)
 
@@ -101,8 +101,8 @@ class CheckedLengths:
     def __call__(self) -> np.ndarray:
         lengths = self.read()
         if not np.array_equal(np.diff(self.store.read(self.first, lengths.size + 1)), lengths):
-            raise RuntimeError(f"{self.cache_path}: tokenized cache is inconsistent with its flat "
-                               f"token store (rows from {self.first}); delete it and re-run")
+            raise PacktoolCacheError(f"tokenized cache is inconsistent with its flat token store (rows "
+                                     f"from {self.first}); delete it and re-run", path=self.cache_path)
         return lengths
 
 
@@ -113,11 +113,12 @@ def plan_spilled(cache, alignment: Alignment, packing: PackingConfig, shard_rows
     from packtool.tokenize.cache import cache_shards  # reads a row range's lengths from the cache
 
     if shard_rows < 1:
-        raise ValueError(f"{arg('plan_shard_rows')} must be >= 1 (0: one global plan), got {shard_rows}")
+        raise PacktoolConfigError(f"{arg('plan_shard_rows')} must be >= 1 to plan in shards, got {shard_rows}; "
+                                  f"0 plans every row at once (packtool.planning.core.plan)")
     store = StoreOffsets(store_dir)
     if store.rows != cache.num_rows:
-        raise RuntimeError(f"{cache.path}: the flat token store has {store.rows} rows, the cache "
-                           f"{cache.num_rows}; delete the cache and re-run")
+        raise PacktoolCacheError(f"the flat token store has {store.rows} rows, the cache {cache.num_rows}; "
+                                 f"delete the cache and re-run", path=cache.path)
     shards = [(r0, CheckedLengths(reader, store, r0, cache.path))
               for r0, reader in cache_shards(cache, shard_rows)]
     return plan_shards(shards, alignment, packing, underfull, SpillRunner(directory))

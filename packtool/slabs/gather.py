@@ -16,6 +16,7 @@ import numba as nb
 import numpy as np
 from numba import types
 
+from packtool.errors import PacktoolCacheError
 from packtool.tokenize.flat_tokens import TOKENS_FILE, token_id, token_loss
 from packtool.tokenize.side_store import BLOCK, count_dtype
 
@@ -175,8 +176,8 @@ def gather_side(store, k: int, tok_off: np.ndarray, src: np.ndarray, src_off: np
         for fd in fds:
             os.close(fd)
     if bad >= 0:
-        raise OSError(f"{paths[0]}: short read of source row {int(src[bad])}; the flat store's side column "
-                      f"{c.name} is truncated or damaged: delete the cache folder and re-run")
+        raise PacktoolCacheError(f"short read of source row {int(src[bad])}; the flat store's side column "
+                                 f"{c.name} is truncated or damaged: delete the cache folder and re-run", path=paths[0])
 
 
 def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
@@ -188,5 +189,5 @@ def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_
     finally:
         os.close(fd)
     if bad >= 0:
-        raise OSError(f"{directory}: short read of source row {int(src[bad])}; the flat token "
-                      f"store is truncated: delete it (it is rebuilt from the cache)")
+        raise PacktoolCacheError(f"short read of source row {int(src[bad])}; the flat token store is "
+                                 f"truncated: delete it (it is rebuilt from the cache)", path=directory)

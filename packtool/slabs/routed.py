@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from packtool.errors import PacktoolCacheError
 from packtool.planning.core import SEGMENT_FIELDS
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import SlabSpec
@@ -131,8 +132,9 @@ def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: st
         offs = store.read(first, int(ends[j]) - first + 1)
         local = r.source - first
         if r.source.size and (r.offset + r.length > np.diff(offs)[local]).any():
-            raise RuntimeError(f"{store.path}: a planned segment runs past its row (rows from "
-                               f"{first}); the flat token store does not match the plan")
+            raise PacktoolCacheError(f"a planned segment runs past its row (rows from {first}); the flat token "
+                                     f"store does not match the cache: delete it (it is rebuilt) and re-run",
+                                     path=store.path)
         shard = r.shard.astype(kind)
         order = np.argsort(shard, kind="stable")
         rec = np.empty(order.size, ROUTED)

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolCacheError, PacktoolFormatError, PacktoolInputError, arg
+from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError, arg
 from packtool.output.files import share_as_mkdir
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
@@ -199,7 +199,9 @@ class TokenizedCache:
         shuffled access prefer streaming `parquet_files` once (rows are in order)."""
         idx = np.asarray(indices, np.int64).ravel()
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_rows):
-            raise IndexError(f"row index out of range 0..{self.num_rows - 1}")
+            bad = int(idx[(idx < 0) | (idx >= self.num_rows)][0])
+            raise PacktoolIndexError(f"indices: row {bad} out of range; the cache holds rows 0..{self.num_rows - 1}",
+                                     path=self.root)
         if self.flat_only:
             return self._read_flat(idx)
         starts = self._row_groups()
@@ -466,7 +468,8 @@ class CacheLengths:
 def cache_shards(cache, shard_rows: int) -> list[tuple[int, CacheLengths]]:
     """Plan shards of `shard_rows` cache rows (the last may be smaller), as (first row, reader)."""
     if shard_rows < 1:
-        raise ValueError(f"{arg('plan_shard_rows')} must be >= 1, got {shard_rows}")
+        raise PacktoolConfigError(f"{arg('plan_shard_rows')} must be >= 1 to plan in shards, got {shard_rows}; "
+                                  f"0 plans every row at once (packtool.planning.core.plan)")
     pieces = cache_pieces(cache)
     total = sum(p[3] for p in pieces)
     shards = []

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate
 from packtool.tokenize.text_readers import (
@@ -80,12 +80,22 @@ def _hf_dataset_files(folder: str) -> list[str]:
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
 
 
+def stdin_refused(name: str = "inputs") -> PacktoolInputError:
+    """`-` among the inputs (argument `name`): a stream has no bytes to key the cache by."""
+    said = arg(name)
+    return PacktoolInputError(f"{said} '-' would read stdin, which is not supported (the cache key is the file's "
+                              f"bytes); save the data to a file, e.g. `... > data.jsonl`, and pass its path",
+                              path="-", flag=said if said != name else None)
+
+
 def resolve_inputs(inputs: list[str]) -> list[InputFile]:
     """Expand files, folders and globs into files in a deterministic read order."""
     if not inputs:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
     for spec in inputs:
+        if spec == "-":
+            raise stdin_refused()
         if is_uri(spec):
             out += _store_files(spec)
             continue

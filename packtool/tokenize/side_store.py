@@ -22,6 +22,7 @@ import os
 import numba as nb
 import numpy as np
 
+from packtool.errors import PacktoolCacheError
 from packtool.storage import read_range
 
 __all__ = ["BLOCK", "SparseRowsWriter", "count_dtype", "read_dense", "sparse_problem", "sparsify"]
@@ -170,12 +171,13 @@ def read_dense(paths, c, a: int, e: int) -> np.ndarray:
     start = int(_fromfile(paths[2], np.int64, 1, offset=(a // BLOCK) * 8)[0]) if e > a else 0
     counts = _fromfile(paths[1], csz, e - b0, offset=b0 * csz.itemsize)
     if counts.size != e - b0:
-        raise OSError(f"{paths[1]}: short read; the flat store is damaged: delete the cache folder and re-run")
+        raise PacktoolCacheError("short read; the flat store is damaged: delete the cache folder and re-run",
+                                 path=paths[1])
     start += int(counts[:a - b0].sum(dtype=np.int64))
     counts = counts[a - b0:]
     kept = _fromfile(paths[0], c.np_dtype, int(counts.sum(dtype=np.int64)), offset=start * c.np_dtype.itemsize)
     out = c.filled(e - a).reshape(e - a, c.width)
     if not _expand(_bits(kept, 1)[:, 0], counts, _bits(out, c.width)):
-        raise OSError(f"{paths[0]}: rows do not match their counts; the flat store is damaged: delete the "
-                      f"cache folder and re-run")
+        raise PacktoolCacheError("rows do not match their counts; the flat store is damaged: delete the cache "
+                                 "folder and re-run", path=paths[0])
     return out.reshape(-1)

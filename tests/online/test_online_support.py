@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernels.reference import torch_reference_support_logprob  # noqa: E402
+from packtool.errors import PacktoolInputError  # noqa: E402
 from packtool.online.support import support_logprobs_hf, support_logprobs_thd  # noqa: E402
 
 VOCAB, K, TEMP = 256, 6, 0.8
@@ -143,7 +144,7 @@ def test_thd_errors_name_the_column_and_the_shape(gpt):
     seqs = _rollouts(seed=4, lens=(6, 7))
     b = _thd(seqs, Alignment(capacity=64))
     h = torch.zeros(b.labels.shape[1], 1, 32)
-    with pytest.raises(KeyError, match="--support-columns cands"):
+    with pytest.raises(PacktoolInputError, match="--support-columns cands"):
         support_logprobs_thd(b, h, gpt.output_layer.weight, "cands")
     with pytest.raises(ValueError, match="holds 3 positions"):
         support_logprobs_thd(b, h[:3], gpt.output_layer.weight)

@@ -13,6 +13,7 @@ import pytest
 from slab_support import PAD, write_source
 
 from packtool.align import Alignment
+from packtool.errors import PacktoolCacheError
 from packtool.planning.core import PackingConfig, plan
 from packtool.slabs import writer
 from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
@@ -91,10 +92,10 @@ def test_a_failing_shard_reaches_the_caller_and_leaves_no_thread(tmp_path, store
     for workers in (1, 2):
         out = str(tmp_path / f"o{workers}")
         os.makedirs(out)
-        with pytest.raises(OSError, match="truncated"):
+        with pytest.raises(PacktoolCacheError, match="truncated"):
             write_shards(packed, tokens, out, PAD, shard_tokens=40_000, group_tokens=5_000,
                          workers=workers)
-    with pytest.raises(OSError, match="truncated"):  # raised in the gather-ahead thread
+    with pytest.raises(PacktoolCacheError, match="truncated"):  # raised in the gather-ahead thread
         write_shard_file(SlabWriter(packed, tokens, PAD), packed.layout.slab_len, 0,
                          str(tmp_path / "x.parquet"), 5_000, ahead=True)
     assert threading.active_count() == before
