@@ -133,21 +133,33 @@ def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
-def _side_column(col: pa.ChunkedArray, c: SideColumn) -> tuple[np.ndarray, np.ndarray]:
-    """(values [n] or [n, K], offsets per slab in tokens) of one side column."""
+def _side_column(col: pa.ChunkedArray, c: SideColumn, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values [n] or [n, K], offsets per slab in tokens) of one side column of row group `where`.
+    The open checks held the footer's type to the manifest's; the decoded values are held again."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offsets = arr.offsets.to_numpy().astype(np.int64)
     inner = arr.values
     if c.width > 1:
         if not pa.types.is_fixed_size_list(inner.type) or inner.type.list_size != c.width:
-            raise ValueError(f"side column {c.name!r} is {arr.type}, the manifest says {c.width} {c.dtype} "
-                             f"per token; run `packtool verify`")
+            raise FormatError(f"{where}: side column {c.name!r} is {arr.type}, the manifest says {c.width} "
+                              f"{c.dtype} per token; run `packtool verify` on the output")
         inner = inner.flatten()  # respects a sliced array's offset
     values = inner.to_numpy(zero_copy_only=False)
     if values.dtype != c.np_dtype:
-        raise ValueError(f"side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
-                         f"run `packtool verify`")
+        raise FormatError(f"{where}: side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
+                          f"run `packtool verify` on the output")
     return (values if c.width == 1 else values.reshape(-1, c.width)), offsets
+
+
+def _check_side_lengths(where: str, g: dict) -> None:
+    """Every side column holds one value per token of each slab: checked as the group is decoded,
+    so that `inspect` (which never slices a row) refuses it as a training run's reader does."""
+    ids_off = g["input_ids"][1]
+    for name, (_, off) in g["side"].items():
+        if not np.array_equal(off, ids_off):
+            r = int(np.flatnonzero(np.diff(off) != np.diff(ids_off))[0])
+            raise FormatError(f"{where} row {r}: side column {name!r} has {int(off[r + 1] - off[r])} values for "
+                              f"{int(ids_off[r + 1] - ids_off[r])} tokens; run `packtool verify` on the output")
 
 
 class SlabReader:
@@ -194,15 +206,17 @@ class SlabReader:
             check_checksum(self.manifest, shard)  # before any of its rows is used
             self._files[shard] = _open(self.manifest, shard)
         side = [c.name for c in self.side_columns]
+        where = f"{self.manifest.shard_path(shard)} row group {rg}"
         t = _read_group(self._files[shard], rg, [*LISTS, *side, "tail_pad", "fill_pad"],
                         self.manifest.shard_path(shard))
         g = {c: _list_column(t.column(c)) for c in LISTS}
-        g["side"] = {c.name: _side_column(t.column(c.name), c) for c in self.side_columns}
+        g["side"] = {c.name: _side_column(t.column(c.name), c, where) for c in self.side_columns}
+        _check_side_lengths(where, g)
         g["tail_pad"] = t.column("tail_pad").to_numpy()
         g["fill_pad"] = t.column("fill_pad").to_numpy()
         ix, i0 = self.index, self._first[key]
         rows = slice(i0, i0 + t.num_rows)
-        check_group(self.manifest, f"{self.manifest.shard_path(shard)} row group {rg}", g, ix.num_tokens[rows],
+        check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
@@ -224,13 +238,7 @@ class SlabReader:
             raise FormatError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
                              f"{int(ix.row_group[i])} row {r}: cu_seqlens_padded[-1]="
                              f"{int(cu_pad[-1])} but {ids.size} tokens; run `packtool verify`")
-        side = {}
-        for name, (v, o) in g["side"].items():
-            side[name] = v[o[r]:o[r + 1]]
-            if side[name].shape[0] != ids.size:
-                raise ValueError(f"{self.manifest.shards[int(ix.shard[i])]} row group {int(ix.row_group[i])} "
-                                 f"row {r}: side column {name!r} has {side[name].shape[0]} values for "
-                                 f"{ids.size} tokens; run `packtool verify`")
+        side = {name: v[o[r]:o[r + 1]] for name, (v, o) in g["side"].items()}  # lengths held at decode
         return SlabRow(input_ids=ids, loss_mask=sl("loss_mask"), seq_lens=sl("seq_lens"),
                        seg_padded=np.diff(cu_pad), tail_pad=int(g["tail_pad"][r]),
                        fill_pad=int(g["fill_pad"][r]), side=side)
