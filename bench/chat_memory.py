@@ -97,6 +97,22 @@ if os.environ.get("TRACE"):
     import tracemalloc
     tracemalloc.start(6)
 data, tokenizer, work, template = sys.argv[1:5]
+if os.environ.get("STAGES_CLI"):  # the command itself, as a user runs it: peaks said as it leaves
+    import resource
+    def report(code, _exit=os._exit):
+        stage[0] = "end"
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        sys.stdout.write(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "heap_at_peak_mib": heap,
+                                     "max_rss_mib": round(ru.ru_maxrss / 1024, 1), "exit": code,
+                                     "cpu_s": round(ru.ru_utime + ru.ru_stime, 1)}) + "\n")
+        sys.stdout.flush()
+        _exit(code)
+    os._exit = report
+    sys.argv = ["packtool", "pack", data, "--tokenizer", tokenizer, "--chat-template", template, "-C", "4096",
+                "--overflow", "split", "--cache-dir", os.path.join(work, "cache"), "-o", os.path.join(work, "out"),
+                "--no-progress"]
+    from packtool.cli import main
+    main()
 if os.environ.get("JE_DECAY_MS"):  # an experiment: Arrow's jemalloc decay for the whole run
     import pyarrow
     pyarrow.jemalloc_set_decay_ms(int(os.environ["JE_DECAY_MS"]))
@@ -153,6 +169,9 @@ def main() -> None:
     ap.add_argument("--log", help="append each run's JSON line here")
     ap.add_argument("--smaps", metavar="DIR", help="with --stages: save /proc/self/smaps at each stage's peak "
                     "to DIR/ROWS-RUN/STAGE.smaps (bench/smaps_classes.py reads them)")
+    ap.add_argument("--cli", action="store_true",
+                    help="with --stages: sample `packtool pack` (the command, flags as without --stages) instead "
+                         "of the library call")
     ap.add_argument("--stages", action="store_true",
                     help="with --data real: the library call in a sampled child (peak by stage, anon/file, "
                          "glibc and Arrow at each peak) instead of the command's ru_maxrss")
@@ -174,6 +193,8 @@ def main() -> None:
                 env = dict(os.environ, PYTHONPATH=a.src, **({"TRACE": "1"} if a.trace else {}))
                 env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
                 env.update(kv.split("=", 1) for kv in a.env)
+                if a.cli:
+                    env["STAGES_CLI"] = "1"
                 if a.smaps:
                     env["SMAPS_DIR"] = os.path.join(os.path.abspath(a.smaps), f"{n}-{rep}")
                     os.makedirs(env["SMAPS_DIR"], exist_ok=True)
@@ -194,7 +215,7 @@ def main() -> None:
                 if a.trace:
                     print(p.stderr, file=sys.stderr)
                 r = json.loads(p.stdout.strip().splitlines()[-1])
-                emit({"rows": n, "run": rep, "data": a.data, "tok": a.tok if a.data == "real" else "gpt2",
+                emit({"rows": n, "run": rep, "data": a.data, "cli": a.cli, "tok": a.tok if a.data == "real" else "gpt2",
                       "template": template, "env": a.env, "src": a.src, "load_1min": round(load, 1),
                       "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **r}, a.log)
                 shutil.rmtree(work, ignore_errors=True)
