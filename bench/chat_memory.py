@@ -97,13 +97,16 @@ if os.environ.get("TRACE"):
     import tracemalloc
     tracemalloc.start(6)
 data, tokenizer, work, template = sys.argv[1:5]
+if os.environ.get("HEAP_SLACK_MIB"):  # an experiment: another trim trigger (packtool.heap.HeapBound)
+    import packtool.tokenize.pipeline as pl
+    pl._HEAP_SLACK = int(os.environ["HEAP_SLACK_MIB"]) << 20
 if os.environ.get("STAGES_CLI"):  # the command itself, as a user runs it: peaks said as it leaves
     import resource
     def report(code, _exit=os._exit):
         stage[0] = "end"
         ru = resource.getrusage(resource.RUSAGE_SELF)
         sys.stdout.write(json.dumps({"peaks_mib": peaks, "anon_file_at_peak_mib": anon, "heap_at_peak_mib": heap,
-                                     "max_rss_mib": round(ru.ru_maxrss / 1024, 1), "exit": code,
+                                     "max_rss_mib": round(ru.ru_maxrss / 1024, 1), "exit": code, "minflt": ru.ru_minflt,
                                      "cpu_s": round(ru.ru_utime + ru.ru_stime, 1)}) + "\n")
         sys.stdout.flush()
         _exit(code)
