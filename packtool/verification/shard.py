@@ -65,6 +65,7 @@ class ShardResult:
     slabs: dict = field(default_factory=dict)  # SLAB_FIELDS -> array per row
     segments: dict = field(default_factory=dict)  # source, chunk, offset, length, row, seg
     log: ProblemLog | None = None
+    skipped: int = 0  # rows with inconsistent array lengths, whose segments and tokens are not counted
 
 
 # --- helpers over Arrow list columns -----------------------------------------------------
@@ -116,6 +117,7 @@ def check_shard(job: ShardJob) -> ShardResult:
                 f"truncated or corrupt: re-run `packtool pack`", shard=job.name, row=row0)
     res.rows = row0 - job.row0
     res.totals, res.slabs, res.segments = acc.finish()
+    res.skipped = acc.skipped
     return res
 
 
@@ -143,6 +145,14 @@ class _Acc:
                         tail_pad=0, fill_pad=0, slack=0, singletons=0)
         self.slab = {k: [] for k in SLAB_FIELDS}
         self.seg = {k: [] for k in ("source", "chunk", "offset", "length", "row", "seg")}
+        self.skipped = 0  # rows with inconsistent array lengths: in `slab`, not in `seg` or `tot`
+
+    def skip(self, S: dict, start: int, stop: int) -> None:
+        """Rows [start, stop) of a batch that no list check could pair: their scalar columns
+        still count (slab_index, DP), their segments and tokens cannot."""
+        for k in SLAB_FIELDS:
+            self.slab[k].append(S[k][start:stop])
+        self.skipped += int(stop - start)
 
     def finish(self):
         cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
@@ -166,23 +176,14 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     S = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in SCALAR_COLUMNS}
     T = np.diff(L["input_ids"][1])
     nseg = np.diff(L["seq_lens"][1])
-    # 1. array lengths: every list of a row agrees with T or n_seg
-    bad = np.zeros(n, bool)
-    for col, want, what in (("loss_mask", T, "T (input_ids)"), ("cu_seqlens", nseg + 1, "n_seg+1"),
-                            ("cu_seqlens_padded", nseg + 1, "n_seg+1"), ("cp_offsets", nseg + 1, "n_seg+1"),
-                            ("source_index", nseg, "n_seg"), ("chunk_index", nseg, "n_seg"),
-                            ("source_offset", nseg, "n_seg")):
-        got = np.diff(L[col][1])
-        for r in np.flatnonzero(got != want):
-            log.add("array_length", f"{col} has {int(got[r])} entries, expected {what} = {int(want[r])}",
-                    row=row0 + int(r), expected=int(want[r]), found=int(got[r]), **where)
-        bad |= got != want
-    bad |= nseg < 1
-    for r in np.flatnonzero(nseg < 1):
-        log.add("array_length", "slab has no segments", row=row0 + int(r), **where)
-    if bad.any():
-        log.add("skipped", f"{int(bad.sum())} row(s) with inconsistent array lengths in this batch: "
-                f"their remaining checks are skipped", row=row0 + int(np.flatnonzero(bad)[0]), **where)
+    bad = _array_lengths(L, T, nseg, row0, where, log)
+    if bad.any():  # the other rows are checked as their own batches, in on-disk order
+        edges = np.flatnonzero(np.diff(np.concatenate(([-1], bad.view(np.int8), [-1]))))
+        for start, stop in zip(edges[:-1], edges[1:]):
+            if bad[start]:
+                acc.skip(S, start, stop)
+            else:
+                _check_batch(batch.slice(start, stop - start), row0 + int(start), job, src, log, acc, rows_of)
         return
     seg_row = np.repeat(np.arange(n), nseg)
     seg_off = L["seq_lens"][1]
@@ -300,6 +301,24 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
     for k, v in (("source", src_idx), ("chunk", chunk), ("offset", s_off), ("length", seq_lens),
                  ("row", seg_row + row0), ("seg", seg_in_row)):
         acc.seg[k].append(v[real])
+
+
+def _array_lengths(L, T, nseg, row0, where, log) -> np.ndarray:
+    """Rows whose lists disagree with T or n_seg (each said as an `array_length` problem): no
+    other check can pair their entries, so the caller checks the batch's other rows alone."""
+    bad = np.zeros(T.size, bool)
+    for col, want, what in (("loss_mask", T, "T (input_ids)"), ("cu_seqlens", nseg + 1, "n_seg+1"),
+                            ("cu_seqlens_padded", nseg + 1, "n_seg+1"), ("cp_offsets", nseg + 1, "n_seg+1"),
+                            ("source_index", nseg, "n_seg"), ("chunk_index", nseg, "n_seg"),
+                            ("source_offset", nseg, "n_seg")):
+        got = np.diff(L[col][1])
+        for r in np.flatnonzero(got != want):
+            log.add("array_length", f"{col} has {int(got[r])} entries, expected {what} = {int(want[r])}",
+                    row=row0 + int(r), expected=int(want[r]), found=int(got[r]), **where)
+        bad |= got != want
+    for r in np.flatnonzero(nseg < 1):
+        log.add("array_length", "slab has no segments", row=row0 + int(r), **where)
+    return bad | (nseg < 1)
 
 
 def _check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log, acc):
