@@ -60,7 +60,8 @@ class TrainConfig:
     load: Optional[str] = None
     save: Optional[str] = None
     save_every: int = 0
-    overwrite: bool = False  # replace checkpoint files already in --save (not --load's own)
+    overwrite: bool = False  # replace checkpoint files already in --save (not --load's own), start a foreign --json-log anew
+    inputs: tuple[str, ...] = ()  # other files the run reads (the CLI's --config): never written
     peak_flops: float = H200_BF16_DENSE
     quiet: bool = False
 
@@ -107,7 +108,7 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     """--save, before any work (packtool.output's rules): a folder (made if missing), not a link
     to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
     the --load folder (a resumed run), never through a link. Returns the resolved folder."""
-    from packtool.output.files import check_new_file, refuse_uri, resolve_folder
+    from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, resolve_folder
     from packtool.output.folder import refuse_inside_packed
     refuse_uri(d, "save")
     p = resolve_folder(d, "save")
@@ -122,9 +123,44 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     if there and not (overwrite or resuming):
         raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
                                   f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
+    refuse_foreign_files(p, d, "save", lambda n: bool(_CKPT.match(n)))
     for n in there:
         check_new_file(os.path.join(p, n), "save", replace=True)
     return p
+
+
+_STEP_KEYS = frozenset(f.name for f in dataclasses.fields(StepRecord))
+
+
+def _is_step_log(path: str) -> bool:
+    """A --json-log an earlier run wrote: its first and last lines are step records (read
+    at both ends only: a long run's log is large)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 16)))
+            tail = f.read()
+    except OSError:
+        return False
+    lines = [head.split(b"\n", 1)[0], tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]]
+    try:
+        return all(set(json.loads(ln)) == _STEP_KEYS for ln in lines)
+    except (ValueError, TypeError, RecursionError):
+        return False
+
+
+def check_json_log(cfg: TrainConfig) -> bool:
+    """--json-log, before any work: a file packtool may write (packtool.output's rules), never
+    the run's inputs nor inside a packed output; an existing log of packtool train is appended
+    to (a resumed run), any other existing file only replaced with --overwrite. Returns
+    whether the log is appended to."""
+    from packtool.output.files import check_log_file
+    from packtool.output.folder import refuse_inside_packed
+    refuse_inside_packed(cfg.json_log, "json_log")
+    ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if _CKPT.match(n)] \
+        if cfg.load and os.path.isdir(cfg.load) else []
+    return check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,
+                          inputs=[*cfg.inputs, *ckpts], ours=_is_step_log)
 
 
 def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
@@ -149,13 +185,11 @@ def load_checkpoint(d: str, tp_rank: int) -> dict:
 
 
 class _Log:
-    def __init__(self, cfg: TrainConfig, info: ParallelInfo):
+    def __init__(self, cfg: TrainConfig, info: ParallelInfo, append: bool):
         self.on = info.is_main and not cfg.quiet
         from packtool.output.files import open_append
-        from packtool.output.folder import refuse_inside_packed
-        if cfg.json_log and info.is_main:
-            refuse_inside_packed(cfg.json_log, "json_log")
-        self.json = open_append(cfg.json_log, "json_log") if (cfg.json_log and info.is_main) else None
+        self.json = open_append(cfg.json_log, "json_log", truncate=not append) \
+            if (cfg.json_log and info.is_main) else None
         if self.on:
             from rich.console import Console
             self.console = Console()
@@ -194,6 +228,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     check_training_layout(SlabManifest.read(cfg.data_dir).alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
     if cfg.save:
         cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
+    append_log = check_json_log(cfg) if cfg.json_log else False
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
     ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
     shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
@@ -218,7 +253,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
         raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
                          f"vocabulary {shape.vocab}")
     params = list(model.parameters())
-    log = _Log(cfg, info)
+    log = _Log(cfg, info, append_log)
     log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "
                f"vocab {shape.vocab}: {shape.params() / 1e6:.1f}M params · world {info.world} "
                f"(dp {info.dp} tp {info.tp} cp {info.cp} sp {sp}) · {cfg.device} · "

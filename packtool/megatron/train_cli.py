@@ -94,7 +94,7 @@ def train_command(
     save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
     vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Vocabulary size for an output packed without --tokenizer (its manifest records none); every token id must be below it.")] = None,
     save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag).")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag), and start anew a --json-log FILE that is not a packtool train log.")] = False,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW; warmup then cosine to 10%).")] = 3e-4,
     warmup: Annotated[int, typer.Option("--warmup", help="Linear warmup steps.")] = 0,
@@ -104,7 +104,7 @@ def train_command(
     device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
     lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps.")] = 10,
-    json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE.")] = None,
+    json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or a log packtool train wrote; any other existing file needs --overwrite; never an input).")] = None,
 ) -> None:
     """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).
 
@@ -143,5 +143,6 @@ def train_command(
                       warmup=warmup, micro_batch_tokens=micro_batch_tokens,
                       grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                       log_every=log_every, json_log=json_log, load=load, save=save,
-                      save_every=save_every, overwrite=overwrite)
+                      save_every=save_every, overwrite=overwrite,
+                      inputs=(config,) if config else ())
     train(cfg)

@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from contextlib import contextmanager
-from typing import IO, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 
@@ -253,9 +253,43 @@ def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
     os.unlink(tmp)
 
 
-def open_append(path: str | os.PathLike, flag: str) -> IO:
-    """A log opened for appending: created if missing, never through a link, only a regular
-    file (a FIFO or device is refused rather than blocked on)."""
+def check_log_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+                   inputs: Iterable[str] = (), ours: Callable[[str], bool] | None = None) -> bool:
+    """`check_new_file`'s rules for a log, before any work, except that an existing file
+    `ours(path)` recognises as a log this writer made (or an empty one) is appended to: a
+    resumed run continues its log; any other existing file needs `replace`, which starts it
+    anew. Returns whether the log is appended to (else truncated or created)."""
+    p = resolve(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    appendable = (st is not None and stat.S_ISREG(st.st_mode)
+                  and (st.st_size == 0 or (ours is not None and ours(p))))
+    check_new_file(path, flag, replace=replace or appendable, inputs=inputs)
+    return appendable
+
+
+def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str], bool]) -> None:
+    """A folder packtool writes files into (`train --save`) holds only what `ours(name)` says
+    it writes there and packtool's own temporaries: like `pack -o`, a folder with other files
+    is refused (it names them), so packtool's files never land among a user's."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError as e:
+        raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=shown, flag=arg(flag)) from None
+    tmp = re.compile(rf"^\..+\.{TMP_TAG}-\d+-[0-9a-f]+$")
+    foreign = [e for e in entries if not (ours(e) or tmp.match(e))]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise PacktoolOutputError(f"holds other files ({', '.join(foreign[:3])}{more}); packtool writes "
+                                  f"only into a new or empty folder or one it wrote: pick another "
+                                  f"{arg(flag)}", path=shown, flag=arg(flag))
+
+
+def open_append(path: str | os.PathLike, flag: str, truncate: bool = False) -> IO:
+    """A log opened for appending (`truncate`: started anew): created if missing, never
+    through a link, only a regular file (a FIFO or device is refused rather than blocked on)."""
     flag = arg(flag)
     refuse_uri(path, flag)
     p = resolve(path)
@@ -265,7 +299,7 @@ def open_append(path: str | os.PathLike, flag: str) -> IO:
                                   flag=flag)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC, NEW_FILE_MODE)
+                     | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0), NEW_FILE_MODE)
     except OSError as e:
         why = "is a symbolic link; packtool never writes through one" if e.errno == errno.ELOOP else \
             f"cannot be written ({e.strerror})"
@@ -350,6 +384,6 @@ def remove_created(made: list[str]) -> None:
             pass
 
 
-__all__ = ["SPILL_TAG", "TMP_TAG", "check_new_file", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
            "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
            "sweep_temps", "temp_name", "unlink_if_same", "write_file"]

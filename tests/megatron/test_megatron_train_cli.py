@@ -76,3 +76,56 @@ def test_trainer_errors_name_the_flag_on_the_command_line(slabs, tmp_path, flags
     line = r.stderr.strip().splitlines()[-1]
     import re
     assert line.startswith("error: ") and said in line and not re.search(rf"(?<![-\w]){re.escape(lib)}", line), line
+
+
+# --- every file `train` writes (--json-log, --save) follows packtool.output's rules -------
+
+USER = b"a user's file\n"
+
+
+def _bad_target(kind, tmp_path):
+    """(output flags, the user's file that must stay byte-identical, what the error says)."""
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text("layers: 1\nhidden: 32\nheads: 2\n")
+    (tmp_path / "ld").mkdir()
+    (tmp_path / "ld" / "mp_rank_00.pt").write_bytes(USER)  # refused before it is ever loaded
+    (tmp_path / "mine.txt").write_bytes(USER)
+    return {
+        "--json-log an existing file": (["--config", str(cfg), "--json-log", str(tmp_path / "mine.txt")],
+                                        tmp_path / "mine.txt", "exists; pass --overwrite"),
+        "--json-log the --config": (["--config", str(cfg), "--json-log", str(cfg), "--overwrite"],
+                                    cfg, "is the input"),
+        "--json-log a --load file": (["--load", str(tmp_path / "ld"), "--overwrite",
+                                      "--json-log", str(tmp_path / "ld" / "mp_rank_00.pt")],
+                                     tmp_path / "ld" / "mp_rank_00.pt", "is the input"),
+        "--save a folder with a user's file": (["--config", str(cfg), "--save", str(tmp_path), "--overwrite"],
+                                              tmp_path / "mine.txt", "holds other files"),
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["--json-log an existing file", "--json-log the --config",
+                                  "--json-log a --load file", "--save a folder with a user's file"])
+def test_train_outputs_refuse_what_packtool_must_not_write(slabs, tmp_path, kind):
+    from packtool.cli.app import app as packtool_app
+    flags, kept, said = _bad_target(kind, tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    r = CliRunner().invoke(packtool_app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and said in errors[0] and kept.name in errors[0], r.stderr
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "mp_rank_00.pt").exists()
+
+
+def test_train_json_log_continues_its_own_log_and_replaces_another_only_with_overwrite(slabs, tmp_path):
+    log = tmp_path / "l.jsonl"
+    args = ["train", slabs, "--device", "cpu", "--steps", "1", "--layers", "1", "--hidden", "32",
+            "--heads", "2", "--json-log", str(log)]
+    for _ in range(2):  # a second run appends to the log the first wrote
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 0]
+    log.write_bytes(USER)
+    r = CliRunner().invoke(app, args + ["--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0]

@@ -381,8 +381,8 @@ def _inside_packed(what, out):
     if what == "train --save":
         from packtool.megatron.loop import check_save
         return check_save(out, None, False)
-    from packtool.megatron.loop import _Log
-    return _Log(SimpleNamespace(json_log=f"{out}/log.jsonl", quiet=True), SimpleNamespace(is_main=True))
+    from packtool.megatron.loop import check_json_log
+    return check_json_log(SimpleNamespace(json_log=f"{out}/log.jsonl", load=None, inputs=(), overwrite=False))
 
 
 @pytest.mark.parametrize("what", ["plan -o", "inspect --html", "train --save", "train --json-log"])
