@@ -26,6 +26,8 @@ from packtool.side import SideColumn, side_columns_from_manifest, side_columns_t
 from packtool.slabs.names import (  # noqa: F401
     LEGACY_MANIFEST,
     MANIFEST,
+    SHARD_FORMS,
+    is_output_shard_name,
     is_shard_name,
     join,
     manifest_file,
@@ -262,6 +264,11 @@ def shard_names(m: dict, where: str = MANIFEST) -> list[str]:
         if not isinstance(n, str) or not n or n in (".", "..") or os.path.basename(n) != n or "\\" in n:
             raise FormatError(f"{where}: shard name {n!r} is not a plain file name in the output "
                               f"folder; the manifest is edited or damaged")
+        if not is_output_shard_name(n):  # a plain reader or glob would not see it: two readings of one output
+            raise FormatError(f"{where}: shard name {n!r} is not a shard name packtool writes ({SHARD_FORMS}): "
+                              f"plain Parquet readers and the *.parquet globs FORMAT.md documents would miss "
+                              f"it; the manifest is edited or damaged: rename the file back or re-run "
+                              f"`packtool pack`")
     return names
 
 

@@ -24,6 +24,9 @@ LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
 PENDING_PREFIX = ".packtool-pending-"
 _SHARD_NAME = re.compile(r"^slabs-\d{5,}\.parquet$")
+# an object-store run writing beside an earlier output adds its 12-hex run id (output/store.py)
+_RUN_SHARD_NAME = re.compile(r"^slabs-[0-9a-f]{12}-\d{5,}\.parquet$")
+SHARD_FORMS = "slabs-NNNNN.parquet or slabs-RUN-NNNNN.parquet"
 
 
 def shard_file(k: int) -> str:
@@ -34,6 +37,13 @@ def shard_file(k: int) -> str:
 def is_shard_name(name: str) -> bool:
     """Whether `name` follows the shard naming rule (what `--overwrite` may delete)."""
     return bool(_SHARD_NAME.match(name))
+
+
+def is_output_shard_name(name: str) -> bool:
+    """Whether a manifest may list `name` as a shard: a name packtool writes (the rule, or an
+    object-store run's), so that every plain Parquet reader of the folder and the documented
+    `*.parquet` globs read exactly the shards packtool's readers do."""
+    return bool(_SHARD_NAME.match(name) or _RUN_SHARD_NAME.match(name))
 
 
 def manifest_file(directory: str) -> str | None:
