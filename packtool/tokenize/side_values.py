@@ -15,7 +15,10 @@ int32, or int64 for 64-bit and uint32 inputs) unless pinned as `NAME:DTYPE`; the
 from the type (fixed_size_list) or from the first token list seen. Both are fixed by the first
 batch that holds the column, and every later batch (and input file) is cast to them: a value
 the cast would change (an int out of range, a fraction into an int column, doubles into a
-float32 column that was not pinned) is refused, never rounded silently.
+float32 column that was not pinned, a finite float that would become +-inf, an integer the
+float dtype holds only rounded) is refused, never rounded silently. Rounding a double to
+float32 is what pinning float32 asks for: the one change kept. So the NaN / +-inf counted are
+the input's own.
 
 Columnar throughout: Arrow buffers to numpy (packtool/arrays.py) and one compiled copy of
 runs; no Python loop over rows.
@@ -29,13 +32,15 @@ import pyarrow as pa
 from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
+from packtool.tokenize.side_casts import outside, refuse_changed, wider
 
 __all__ = ["SIDE_VALUES", "SideReader", "parse_side_spec"]
 
 # What a cache's side values have been held to: 2 = nulls refused, non-finite floats counted
 # in cache.json; 3 = a boolean column refused unless pinned (it became int32 silently). In the
-# cache key, so a cache built under the earlier rules is not reused.
-SIDE_VALUES = 3
+# cache key, so a cache built under the earlier rules is not reused. 4 = a cast that would
+# change a value (finite -> inf, an integer rounded, 2^63 wrapped) refused (S31-21).
+SIDE_VALUES = 4
 
 
 def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
@@ -309,7 +314,7 @@ class SideReader:
                           f"{c.name}:float32 or {c.name}:float64 in {arg('side_columns')}", pin=True)
             with np.errstate(over="ignore"):  # an overflow to inf is refused just below
                 y = x.astype(want)
-            _refuse_changed(x, y, ok, c, bad, where)
+            refuse_changed(x, y, ok, c, bad, where)
             return y
         if x.dtype.kind == "f":
             frac = ~np.isfinite(x) | (x != np.floor(x))
@@ -319,83 +324,15 @@ class SideReader:
                 pos = int(np.flatnonzero(frac)[0])
                 at = where(pos)
                 raise bad(f"token {at[1]} holds {float(x[pos])!r} in an {c.dtype} column (not truncated)", at)
-        out_of = _outside(x, want)
+        out_of = outside(x, want)
         if ok is not None:
             out_of &= ok
         if out_of.any():
             pos = int(np.flatnonzero(out_of)[0])
             at = where(pos)
             v = int(x[pos])
-            raise bad(f"token {at[1]} holds {v} outside {c.dtype}; {_wider(v, c.name)}", at, pin=True)
+            raise bad(f"token {at[1]} holds {v} outside {c.dtype}; {wider(v, c.name)}", at, pin=True)
         return x.astype(want)
-
-
-def _outside(x: np.ndarray, want: np.dtype) -> np.ndarray:
-    """Where `x` (whole numbers) lies outside the int dtype `want`. Floats are compared with
-    the bounds as powers of two, which every float holds exactly: numpy compares a float with
-    iinfo.max rounded to the float (2^63 for int64, 2^31 for int32 from float32), so 2^63
-    passed and the cast wrapped it to -2^63."""
-    info = np.iinfo(want)
-    if x.dtype.kind == "f":
-        top = float(2 ** (info.bits - 1))
-        return (x < -top) | (x >= top)
-    return (x < info.min) | (x > info.max)
-
-
-def _refuse_changed(x: np.ndarray, y: np.ndarray, ok, c: SideColumn, bad, where) -> None:
-    """A cast into a float column (`y` = `x` as c's dtype) keeps every value or is refused at
-    the first it changes beyond the precision the dtype is (FORMAT.md, Side columns): a finite
-    float that became +-inf (float32 ends at 3.4e38), or an integer the float holds only
-    rounded (float32 holds every integer to 2^24, float64 to 2^53). Rounding a double to
-    float32 is what pinning float32 asks for, so it is not refused. NaN and +-inf of the
-    input are kept (and counted as the input's)."""
-    if x.dtype.kind == "f":
-        hit = np.isfinite(x) & ~np.isfinite(y)
-        why = (f"beyond {c.dtype}'s largest value ({float(np.finfo(y.dtype).max):.8g}): the cast would make it "
-               f"inf; give the column as {c.name}:float64 in {arg('side_columns')}")
-    elif x.dtype.kind in "iu":
-        hit = _inexact_ints(x, y)
-        top = np.finfo(y.dtype).nmant + 1
-        fix = f"{c.name}:float64 or {c.name}:int64" if y.dtype == np.float32 else f"{c.name}:int64"
-        why = (f"which {c.dtype} holds only rounded (it holds every integer up to 2^{top}); give the column "
-               f"as {fix} in {arg('side_columns')}")
-    else:  # bool and float16 fit every float column exactly
-        return
-    if ok is not None:
-        hit &= ok
-    if hit.any():
-        pos = int(np.flatnonzero(hit)[0])
-        at = where(pos)
-        v = x[pos].item()
-        raise bad(f"token {at[1]} holds {v!r}, {why}", at, pin=True)
-
-
-def _inexact_ints(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Where the integers `x` differ from `y`, their cast to a float dtype. Only values above
-    the float's exact range are looked at again; one that rounded up to 2^(bits of x) (int64
-    near its top) is inexact, and no other wraps when cast back."""
-    hit = np.zeros(x.shape, bool)
-    top = 2 ** (np.finfo(y.dtype).nmant + 1)
-    if x.dtype.itemsize * 8 <= np.finfo(y.dtype).nmant + 1:
-        return hit
-    big = np.flatnonzero((x > top) | (x < -top))
-    if not big.size:
-        return hit
-    yb = y[big].astype(np.float64)
-    end = float(2 ** (x.dtype.itemsize * 8 - (x.dtype.kind == "i")))
-    over = yb >= end
-    hit[big] = over | (np.where(over, 0, yb).astype(x.dtype) != x[big])
-    return hit
-
-def _wider(v: int, name: str) -> str:
-    """The fix for an integer its column's dtype cannot hold: int64 when it fits there; above
-    int64 (a uint64 >= 2^63) no side dtype holds it exactly, so say what can be done."""
-    i64 = np.iinfo(np.int64)
-    if i64.min <= v <= i64.max:
-        return f"give the column as {name}:int64 in {arg('side_columns')}"
-    return (f"no side column dtype holds it exactly (int64, the widest, ends at {i64.max}): write the "
-            f"column as int64 in the input (shift or bit-cast the values), or give it as {name}:float64 "
-            f"in {arg('side_columns')} if a value rounded to 53 bits will do")
 
 
 def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens, path: str,
