@@ -74,6 +74,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         directory=directory, source_dir=source_dir, workers=workers, max_problems=max_problems,
         batch_rows=batch_rows, source_fingerprint=source_fingerprint, progress=progress,
         source_files=source_files)
+    _check_source_args(source_dir, source_fingerprint, source_tokenize, source_files)
     t0 = time.perf_counter()
     log = ProblemLog(max_problems)
     notes: list[str] = []
@@ -150,6 +151,28 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         log.add("manifest", f"the manifest lists no shards but stats.slabs is {man['stats']['slabs']}",
                 expected=man["stats"]["slabs"], found=0)
     return _report(directory, log, notes, results, source_dir, t0)
+
+
+def _check_source_args(source_dir, fingerprint, tokenize, files) -> None:
+    """The source's record arguments describe `source_dir`: given without it they would be
+    dropped (ok=True with no source compared), so they are refused at the call, as is a
+    fingerprint not of the form every fingerprint has or a source file that is not there."""
+    from packtool.errors import PacktoolInputError, arg
+    from packtool.slabs.provenance import SHA256, is_sha256
+    from packtool.storage import is_file as exists
+    given = [n for n, v in (("source_fingerprint", fingerprint), ("source_tokenize", tokenize),
+                            ("source_files", files)) if v is not None]
+    if given and source_dir is None:
+        raise PacktoolInputError(f"{arg(given[0])} describes the source, but no {arg('source_dir')} was given: "
+                                 f"pass the source's flat store too (packtool.verification.source_store) or "
+                                 f"leave {arg(given[0])} out")
+    if fingerprint is not None and not is_sha256(fingerprint):
+        raise PacktoolInputError(f"{arg('source_fingerprint', fingerprint)} is not {SHA256}: pass the "
+                                 f"fingerprint source_store returned")
+    for f in files or ():
+        if not exists(f):
+            raise PacktoolInputError(f"{arg('source_files')} names {f!r}, which is not a file: pass the "
+                                     f"source's input paths as packed")
 
 
 def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
