@@ -50,7 +50,7 @@ from packtool.tokenize import TokenizedCache, tokenize_to_cache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.flat_tokens import flat_store_for
 from packtool.tokenize.hf_input import resolve_sources
-from packtool.tokenize.pipeline import fingerprint_versions
+from packtool.tokenize.request import fingerprint_versions
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _expect_plan_args(func: str, alignment, packing) -> None:
 
 def cache_root(cache_dir: str | None) -> str:
     """The local cache folder: `cache_dir`, the default, or for a store URI its local mirror."""
-    from packtool.tokenize.pipeline import default_cache_dir
+    from packtool.tokenize.request import default_cache_dir
     if cache_dir and is_uri(cache_dir):
         from packtool.tokenize.store_cache import mirror_dir
         return mirror_dir(cache_dir, default_cache_dir())

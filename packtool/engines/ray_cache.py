@@ -39,8 +39,9 @@ from packtool.storage import file_stat, is_uri, join_uri, locate
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.checksum import both_digests, sha256_file
 from packtool.tokenize.store_cache import commit_entry
-from packtool.tokenize.pipeline import all_skipped_error, no_rows_error
+from packtool.tokenize.pipeline import all_skipped_error
 from packtool.tokenize.readers import count_rows, iter_batches
+from packtool.tokenize.request import no_rows_error
 
 # same column descriptions as packtool.tokenize.pipeline writes into cache.json
 _COLUMNS = {"input_ids": "list<int32> token ids", "loss_mask": "list<uint8> 1 = token is a target; null row: every token is",
@@ -233,7 +234,7 @@ class InputHashes:
     def __call__(self, files: list) -> list[str]:
         import ray
 
-        from packtool.tokenize.pipeline import input_digests
+        from packtool.tokenize.request import input_digests
         from packtool.tokenize.readers import InputFile
         if not all(isinstance(f, InputFile) for f in files):  # objects hash themselves (hf_input)
             return input_digests(files)

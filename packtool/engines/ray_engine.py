@@ -41,7 +41,7 @@ from packtool.notes import from_ray_workers, listen_to_ray_workers
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.config import TokenizeConfig
 from packtool.storage import is_uri, locate
-from packtool.tokenize.pipeline import resolve_cache
+from packtool.tokenize.request import resolve_cache
 
 
 @contextmanager

@@ -16,10 +16,11 @@ no file system shared between nodes.
 """
 from __future__ import annotations
 
+from packtool.notes import note
 from packtool.storage import is_file, join_uri, locate, shown
 from packtool.tokenize.cache import TokenizedCache, cache_problem, file_problem
 from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.pipeline import note, resolve_cache
+from packtool.tokenize.request import resolve_cache
 from packtool.tokenize.store_cache import ENTRY_META
 
 CHECK_TASKS_PER_CPU = 2  # the re-hash of a reused entry, spread over the cluster

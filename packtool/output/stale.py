@@ -94,7 +94,7 @@ def _remove_tree(path: str) -> None:
 
 
 _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-(\d+)-")
-_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-(\d+)$")  # tokenize.pipeline.discard_cache
+_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-(\d+)$")  # tokenize.request.discard_cache
 _VERIFY_TMP = re.compile(r"^\.verify-source-(\d+)-")  # verification.run.source_store
 _PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-(\d+)-")  # tokenize.store_cache: an entry being pulled
 _FLAT_TMP = re.compile(r"^flat\.tmp-(\d+)")  # tokenize.flat_tokens.build_flat_tokens

@@ -4,7 +4,9 @@ Readers (`readers`), input shapes (`shapes`), chat templates (`templates`,
 `native_templates`), the tokenizer (`encode`), pre-tokenized rows (`token_rows`), the cache,
 its Parquet parts and its flat token store (`cache`, `cache_parts`, `flat_tokens`), the
 threaded pipeline that ties them (`pipeline`, with its writers `sink`, read-ahead `prefetch`
-and bar `bar`), and this stage's options (`config.TokenizeConfig`). Imports nothing from later stages (docs/DESIGN.md).
+and bar `bar`), what a run settles before it encodes: inputs, shapes, tokenizer, the cache key
+and the cache to reuse (`request`), and this stage's options (`config.TokenizeConfig`). Imports
+nothing from later stages (docs/DESIGN.md).
 """
 import importlib
 
@@ -13,7 +15,7 @@ from packtool.errors import PacktoolInputError
 # Names load on first use: a reader of packed output imports `tokenize.checksum` (the shard
 # checksums) and must not load the tokenizers library, the pipeline or its numba kernels
 _EXPORTS = {
-    "tokenize_to_cache": "pipeline", "default_cache_dir": "pipeline", "TokenizeConfig": "config",
+    "tokenize_to_cache": "pipeline", "default_cache_dir": "request", "TokenizeConfig": "config",
     "TokenizedCache": "cache", "InputFileInfo": "cache", "Rows": "cache", "TokenizerInfo": "encode",
 }
 

@@ -17,7 +17,7 @@ from packtool.slabs.provenance import NOT_IN_FINGERPRINT, TOKENIZER_IDENTITY, re
 from packtool.verification.problems import ProblemLog
 
 _EDITED = "the manifest was edited: re-run `packtool pack` (or restore the field)"
-# how a note names each version the fingerprint keys on (tokenize.pipeline.fingerprint_versions)
+# how a note names each version the fingerprint keys on (tokenize.request.fingerprint_versions)
 _VERSION_NAMES = {"format": "tokenized-cache format", "version": "tokenized-cache version",
                   "tokenizers": "tokenizers", "side_store": "side-column store version",
                   "side_values": "side-value rules version"}
@@ -30,7 +30,7 @@ class SourceRecord:
     files: list[tuple] | None  # (path, bytes, sha256); bytes and sha256 None where not known
     tokenize: dict | None      # TokenizeConfig.as_dict() the source was tokenized with
     tokenizer: dict | None     # the tokenizer block pack would write (None: token ids, or not known)
-    versions: dict             # tokenize.pipeline.fingerprint_versions of the source's key
+    versions: dict             # tokenize.request.fingerprint_versions of the source's key
     hashed: bool               # files, tokenizer and versions read from the source's own cache
 
 
@@ -40,7 +40,7 @@ def source_record(source_dir: str | None, fingerprint: str | None, tokenize, fil
     from packtool.errors import PacktoolError
     from packtool.tokenize.cache import tokenizer_meta
     from packtool.tokenize.flat_tokens import cache_of_store
-    from packtool.tokenize.pipeline import fingerprint_versions
+    from packtool.tokenize.request import fingerprint_versions
     try:
         cache = cache_of_store(source_dir) if source_dir is not None else None
     except PacktoolError:  # a damaged or older cache: the tokens are compared, the record not

@@ -94,11 +94,12 @@ def test_an_object_replaced_while_it_is_read_is_refused_without_a_third_download
     read, a changed (size, mtime) re-hashes and refuses, an unchanged one costs one HEAD."""
     import packtool.tokenize.checksum as ck
     import packtool.tokenize.pipeline as pl
+    import packtool.tokenize.request as rq
     uri = f"{s3}/in/a.jsonl"
     locate(uri).write_bytes(open(GSM8K, "rb").read())
     reads = []
     orig_fast, orig_again = ck.fast_digest, pl.digest_again
-    monkeypatch.setattr(pl, "fast_digest", lambda p: reads.append(p) or orig_fast(p))
+    monkeypatch.setattr(rq, "fast_digest", lambda p: reads.append(p) or orig_fast(p))
     args = (Alignment(capacity=1024), PackingConfig("bfd", overflow="split"), TOK)
     pack([uri], *args, output=str(tmp_path / "o1"), cache_dir=cache_dir)
     assert reads == [uri]  # hashed once; the recheck took the stat

@@ -16,7 +16,7 @@ from shape_rows import SHAPES
 from packtool.errors import PacktoolInputError
 from packtool.notes import NOTES
 from packtool.tokenize import TokenizeConfig
-from packtool.tokenize.pipeline import _setup
+from packtool.tokenize.request import _setup
 from packtool.tokenize.shapes import known_shapes
 
 PAIRS = [p for a, b in itertools.combinations(SHAPES, 2) for p in ((a, b), (b, a))]

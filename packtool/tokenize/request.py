@@ -1,0 +1,201 @@
+"""What a tokenize run settles before it encodes anything, for both engines: the inputs, their
+shapes, the tokenizer and template (`_setup`, with the notes said on every run, cached or not),
+the cache key (`_fingerprint`, over the inputs' content, the shapes, the tokenizer's hashes and
+the options that change the tokens) and the finished cache under that key, reused when it checks
+out (`reusable_cache`). `CacheRequest` carries it all; the encode pipeline (`pipeline`) builds
+the cache when there is none.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, replace
+
+import tokenizers
+
+from packtool.env import env_path
+from packtool.errors import PacktoolInputError, arg, missing
+from packtool.notes import note
+from packtool.storage import is_uri, join_uri
+from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, cache_problem
+from packtool.tokenize.checksum import fast_digest
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer
+from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
+from packtool.tokenize.readers import InputFile
+from packtool.tokenize.shapes import Shape, detect_shape, unread_shapes
+from packtool.tokenize.side_values import SIDE_VALUES
+from packtool.tokenize.templates import Renderer, load_template
+
+
+def default_cache_dir() -> str:
+    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "packtool", "tokenized")
+
+
+def fingerprint_versions(side: bool) -> dict:
+    """The parts of the input fingerprint that change with packtool's cache layout or the
+    tokenizers library, not with the inputs, options or tokenizer: pack records them in the
+    manifest (`input.versions`), so that `verify --source` can tell a new version from an
+    edited fingerprint."""
+    v = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "tokenizers": tokenizers.__version__}
+    if side:  # how flat/ lays side columns out: a new layout, a new key
+        v.update(side_store=SIDE_STORE, side_values=SIDE_VALUES)
+    return v
+
+
+def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig,
+                 info: TokenizerInfo | None, shapes: list[Shape]) -> str:
+    opts = cfg.as_dict()
+    opts.pop("batch_size")          # changes row groups, not content
+    opts.pop("tokenizer")           # identified by content hashes below
+    opts.pop("chat_template")
+    for k in ("side_columns", "support_columns"):  # none: the key of caches made before them
+        if not opts[k]:
+            opts.pop(k)
+    versions = fingerprint_versions(bool(cfg.side_columns or cfg.support_columns))
+    for k in ("side_store", "side_values"):  # inside the options: the key of caches made so far
+        if k in versions:
+            opts[k] = versions.pop(k)
+    key = {
+        **versions,
+        # content, not size + mtime: an input edited in place keeping both is a new key
+        "inputs": [[f.path, d] for f, d in zip(files, digests)],
+        "shapes": [[s.kind, list(s.columns), s.templated] + ([list(s.side)] if s.side else []) for s in shapes],
+        "tokenizer": [info.sha256, info.config_sha256, info.template_sha256, info.bos_id,
+                      info.eos_id, info.pad_id] if info else None,
+        "options": opts,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def no_rows_error(path: str) -> PacktoolInputError:
+    return PacktoolInputError(f"empty dataset (no rows): remove it from the inputs (or check the "
+                              f"path, and {arg('split')} for a dataset)", path=path)
+
+
+def _setup(inputs, cfg: TokenizeConfig):
+    files = resolve_sources(inputs)  # files, folders, globs, datasets and Arrow objects
+    columns = [columns_of(f) for f in files]
+    loaded: LoadedTokenizer | None = None
+    if cfg.tokenizer:
+        loaded = load_tokenizer(cfg.tokenizer, cfg)
+    template = load_template(cfg.chat_template, loaded.folder_template if loaded else None)
+    for f, c in zip(files, columns):
+        if not c:
+            raise no_rows_error(f.path)
+    empty = [_without_values(f, c, cfg) for f, c in zip(files, columns)]
+    shapes = [detect_shape(c, cfg, f.path, template is not None, e) for f, c, e in zip(files, columns, empty)]
+    for f, c, s, e in zip(files, columns, shapes, empty):
+        _note_unread(f.path, c, s, cfg, e)
+    for f, s in zip(files, shapes):
+        if s.kind != "tokens" and loaded is None:
+            raise missing(PacktoolInputError, "tokenizer", f"shape {s.kind} needs {arg('tokenizer')}", path=f.path)
+    if loaded is not None:
+        loaded.info = replace(loaded.info, chat_template=template.name if template else None,
+                              template_sha256=template.sha256 if template else None)
+    if template is not None and any(s.kind in ("chat", "sharegpt") or s.templated for s in shapes):
+        _note_header_in_loss(template, special_tokens(loaded.info if loaded else None))
+    return files, shapes, loaded, template
+
+
+def _without_values(f, columns: list[str], cfg) -> frozenset[str]:
+    """The columns of a file's known shapes, when it has more than one, that are null on every
+    row (an exporter's all-null column is no second shape). Read only then, those columns only,
+    stopping once each holds a value; a stream is not read twice (nothing found)."""
+    from packtool.tokenize.shapes import shape_columns
+    cols = shape_columns(set(columns), cfg.text_field or "text")
+    if not cols or not (isinstance(f, InputFile) or f.kind in ("arrow-table", "hf-dataset", "arrow-dataset")):
+        return frozenset()
+    left = set(cols)
+    for batch in batches_of(f, 1 << 14, sorted(cols)):
+        left = {c for c in left if batch.column(c).null_count == batch.num_rows}
+        if not left:
+            break
+    return frozenset(left)
+
+
+def _note_unread(path, columns, shape: Shape, cfg, empty: frozenset[str] = frozenset()) -> None:
+    """Another shape's columns in a file packed as the shape the user chose are content left
+    out: said on every run, cached or not, never dropped without a word."""
+    for kind, cols in unread_shapes(columns, shape, cfg, empty):
+        note(f"{path}: columns {', '.join(cols)} (shape {kind}) are not read: this file is packed as "
+             f"shape {shape.kind} ({', '.join(shape.columns)}), as asked")
+
+
+def special_tokens(info) -> dict[str, str]:
+    """The special-token strings a template may use (bos_token, eos_token, pad_token)."""
+    return {k: v for k, v in (("bos_token", info and info.bos_token), ("eos_token", info and info.eos_token),
+                              ("pad_token", info and info.pad_token)) if v}
+
+
+def _note_header_in_loss(template, special: dict) -> None:
+    """Said on every run that uses such a template, cached or not (the loss masks are the same)."""
+    if Renderer(template, special).ignores_generation_prompt():
+        note(f"chat template {template.name} ignores add_generation_prompt, so each assistant "
+             f"turn's role header is counted in the loss (nothing marks where the reply starts); "
+             f"add an `{{% if add_generation_prompt %}}` branch that writes the assistant header, "
+             f"or {{% generation %}} blocks around assistant content (docs/TOKENIZATION.md)")
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """What both engines resolve before tokenizing: the inputs, their shapes, the tokenizer
+    and template, the fingerprint, and where its cache lives (and the cache, if finished)."""
+    files: list
+    shapes: list
+    loaded: LoadedTokenizer | None
+    template: object
+    fingerprint: str
+    root: str               # cache root directory
+    final: str              # this fingerprint's directory
+    existing: TokenizedCache | None
+    digests: tuple = ()     # xxh3-128 of each input's content (the key), in `files` order
+
+    @property
+    def info(self) -> TokenizerInfo | None:
+        return self.loaded.info if self.loaded else None
+
+
+def input_digests(files: list) -> list[str]:
+    """xxh3-128 of every input file's bytes (the cache key; re-checked after tokenizing); an
+    object input's own fingerprint (hf_input.key_of)."""
+    return [fast_digest(f.path) if isinstance(f, InputFile) else key_of(f)[1] for f in files]
+
+
+def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=None) -> CacheRequest:
+    """Inputs, shapes, tokenizer and key; the finished cache for that key when every file it
+    holds re-hashes to its record. A damaged one is set aside in one line and rebuilt.
+    `digest(files)`: `input_digests`' values computed elsewhere (the Ray engine: in tasks)."""
+    files, shapes, loaded, template = _setup(inputs, cfg)
+    digests = (digest or input_digests)(files)
+    fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
+    root = cache_dir or default_cache_dir()
+    final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
+    return CacheRequest(files, shapes, loaded, template, fp, root, final,
+                        None if is_uri(root) else reusable_cache(final, fp), tuple(digests))
+
+
+def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
+    """The cache at `final` if it exists and checks out; None (after saying why, once, and
+    removing it) if it is damaged or stale; None if there is none."""
+    if not os.path.lexists(final):
+        return None
+    problem = cache_problem(final, fingerprint)
+    if problem is None:
+        return TokenizedCache(final, reused=True)
+    note(f"tokenized cache {final} is damaged ({problem}); rebuilding it from the inputs")
+    discard_cache(final)
+    return None
+
+
+def discard_cache(final: str) -> None:
+    """Move a damaged cache aside (one rename: no reader sees it half-deleted), then delete it."""
+    aside = f"{final}.damaged-{os.getpid()}"
+    try:
+        os.replace(final, aside)
+    except OSError:
+        return  # another run moved or replaced it first
+    shutil.rmtree(aside, ignore_errors=True)
