@@ -51,6 +51,8 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
     raw = meta.get(META_KEY)
     if raw is None:
         return None
+    from packtool.tokenize.json_depth import check_json_depth
+    check_json_depth(raw, path, per_line=False)
     try:
         align, packing = config_from_dict(json.loads(raw))
     except (ValueError, KeyError, TypeError, AlignmentError, PlanError) as e:

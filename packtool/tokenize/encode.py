@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
@@ -126,8 +127,9 @@ def _what_file(path: str) -> str | None:
     try:
         if os.path.getsize(path) > 256 << 20:
             return None
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
+        obj = load_json_file(path)
+    except PacktoolInputError:
+        raise
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     if isinstance(obj, dict) and "model" not in obj:
@@ -159,8 +161,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
             raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag=cli_flag("tokenizer"))
         if os.path.exists(conf_path):
             try:
-                with open(conf_path, encoding="utf-8") as f:
-                    conf = json.load(f)
+                conf = load_json_file(conf_path)
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=conf_path,
                                          flag=cli_flag("tokenizer")) from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import json
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -73,8 +72,8 @@ def _hf_dataset_files(folder: str) -> list[str]:
             f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
     state = os.path.join(folder, "state.json")
     if os.path.exists(state):
-        with open(state) as f:
-            names = [d["filename"] for d in json.load(f).get("_data_files", [])]
+        from packtool.tokenize.json_depth import load_json_file
+        names = [d["filename"] for d in load_json_file(state).get("_data_files", [])]
         if names:
             return [os.path.join(folder, n) for n in names]
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))

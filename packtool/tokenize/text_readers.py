@@ -21,6 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.json_depth import check_json_depth
 from packtool.storage import is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -90,6 +91,7 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     block, tail = data[:cut + 1], data[cut + 1:]
                 if block.strip():
                     _check_utf8(block, path, lines_before)
+                    check_json_depth(block, path, lines_before)
                     table = _parse_json_block(block, path, lines_before)
                     if columns is not None:  # a key absent from a whole block reads as nulls
                         table = pa.table({c: table.column(c) if c in table.column_names
@@ -128,11 +130,13 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
         line = raw.count(b"\n", 0, e.start) + 1
         raise PacktoolInputError(f"invalid UTF-8 at line {line}; re-encode the file as UTF-8",
                                  path=path) from None
-    del raw
     pos = len(text) - len(text.lstrip())
     if not text.startswith("[", pos):
+        del raw
         yield from jsonl_batches(path, batch_size, columns)  # a .json file holding JSON Lines
         return
+    check_json_depth(raw, path, per_line=False)
+    del raw
     dec = json.JSONDecoder()
     pos += 1
     rows: list[dict] = []

@@ -1,0 +1,66 @@
+"""The nesting bound on every JSON packtool parses from a user's input, checked before the
+parser: Arrow's JSON reader recurses without a bound (a row nested ~30,000 deep ends the
+process with SIGSEGV, no message) and Python's json raises RecursionError. A bracket scan
+(strings skipped) is a few passes cheaper than the parse it guards."""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from packtool.errors import PacktoolInputError
+
+MAX_JSON_DEPTH = 256  # far above any training row; far below what the parsers survive
+
+
+@nb.njit(nogil=True, cache=True)
+def _first_too_deep(buf, limit, per_line):
+    """Offset of the first bracket nesting past `limit`, or -1. Brackets inside strings do not
+    nest; `per_line` (JSON Lines) restarts at each newline, so an invalid row is the parser's
+    to name and does not shift the next row's depth."""
+    depth = 0
+    in_str = False
+    esc = False
+    for i in range(buf.size):
+        c = buf[i]
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 92:
+                esc = True
+            elif c == 34:
+                in_str = False
+            elif c == 10 and per_line:
+                in_str = False
+                depth = 0
+        elif c == 34:
+            in_str = True
+        elif c == 91 or c == 123:
+            depth += 1
+            if depth > limit:
+                return i
+        elif c == 93 or c == 125:
+            depth -= 1
+        elif c == 10 and per_line:
+            depth = 0
+    return -1
+
+
+def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool = True,
+                     limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse `data` (JSON Lines, or `per_line=False` one JSON document) nested deeper than
+    `limit`, naming the line (`first_line`: lines before `data` in the file)."""
+    at = _first_too_deep(np.frombuffer(data, np.uint8), limit, per_line)
+    if at >= 0:
+        line = first_line + data.count(b"\n", 0, at) + 1
+        raise PacktoolInputError(f"line {line}: nested deeper than {limit} levels; packtool reads "
+                                 f"JSON nested at most {limit} deep: flatten or drop that value", path=path)
+
+
+def load_json_file(path: str):
+    """`json.load` of a user's file (tokenizer config, dataset state) behind the nesting bound
+    (json's own errors, UnicodeDecodeError included, reach the caller as before)."""
+    import json
+    with open(path, "rb") as f:
+        data = f.read()
+    check_json_depth(data, path, per_line=False)
+    return json.loads(data.decode("utf-8"))
