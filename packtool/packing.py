@@ -34,6 +34,7 @@ from packtool.output.folder import (  # noqa: F401
     temp_dir,
 )
 from packtool.output.store import StoreCommit, claim_store, commit_to_store, staging_dir
+from packtool.output.folder import check_cache_dir
 from packtool.params import arguments, expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, first_too_long
 from packtool.planning.bounds import check_capacity
@@ -86,6 +87,7 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
     check_capacity(alignment, sharded=plan_shard_rows != 0,  # before tokenizing: the table sizes
                    writers=0 if dry_run else (workers or os.cpu_count() or 1))
+    cache_dir = check_cache_dir(cache_dir, paths)
     with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if cache_dir and is_uri(cache_dir) else None) as out:
         say_if_compiling(progress and not dry_run)

@@ -320,6 +320,8 @@ def verify(
                 source = None
         if source:
             check_input_specs(list(source), True, name="source")
+            from packtool.output.folder import check_cache_dir
+            cache_dir = check_cache_dir(cache_dir, source)
             making_source_copy()
             flat, fingerprint = source_store(source, tok, cache_dir=cache_dir,
                                              progress=not (json_out or quiet))

@@ -36,6 +36,7 @@ from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
+from packtool.output.folder import check_cache_dir
 from packtool.params import arguments
 from packtool.notes import from_ray_workers, listen_to_ray_workers
 from packtool.tokenize.cache import TokenizedCache
@@ -210,6 +211,7 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if is_uri(cache_dir):  # a URI packtool refuses (scheme, user:password@) is said before Ray starts
         locate(cache_dir)
+    cache_dir = check_cache_dir(cache_dir, items)
     with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if is_uri(cache_dir) else None) as out:
         # what the tasks noted is said here, before the result or the error (not after Ctrl-C

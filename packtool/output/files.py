@@ -110,6 +110,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def describe_kind(path: str) -> str:
+    """What `path` is, followed through links: "a FIFO (named pipe)", "a regular file", or
+    "a symbolic link to nothing" for a dangling one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "a symbolic link to nothing" if os.path.islink(path) else "missing"
+    return "a regular file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+
+
 def refuse_special_input(path: str, flag: str | None = None, error=None) -> None:
     """An input that is not a regular file or folder (a FIFO, socket or device, also behind a
     link) is refused by its kind: packtool reads an input more than once (its hash for the
@@ -384,6 +394,6 @@ def remove_created(made: list[str]) -> None:
             pass
 
 
-__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
            "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
            "sweep_temps", "temp_name", "unlink_if_same", "write_file"]

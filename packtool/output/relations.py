@@ -1,6 +1,7 @@
-"""Where an --output may not be relative to the other paths of a run (packtool.output's first
-checks): not the working directory or above it, not holding or inside an input, not holding
-or inside the tokenized cache. Paths are compared as real paths (links resolved)."""
+"""Where an --output may not be relative to the other paths of a run
+(packtool.output's first checks): not the working directory or above it, not holding or
+inside an input, not holding or inside the tokenized cache (folder.check_cache_dir: where the
+cache may not be). Paths are compared as real paths (links resolved)."""
 from __future__ import annotations
 
 import glob
@@ -19,7 +20,7 @@ def is_inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def _input_paths(inputs: Iterable[str]) -> list[str]:
+def input_paths(inputs: Iterable[str]) -> list[str]:
     out = []
     for s in inputs:
         if not s:
@@ -40,7 +41,7 @@ def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | No
         what = "the working directory" if out == cwd else f"the working directory {cwd}"
         raise PacktoolOutputError(f"is {what} or holds it; give a new folder, e.g. "
                                   f"{arg('output', 'packed/')}", path=output, flag=cli_flag("output"))
-    for p in _input_paths(inputs):
+    for p in input_paths(inputs):
         rp = real_path(p)
         if is_inside(rp, out):
             raise PacktoolOutputError(f"holds the input {p}; give an {arg('output')} outside the "
@@ -59,4 +60,4 @@ def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | No
                                   flag=cli_flag("output"))
 
 
-__all__ = ["check_relations", "is_inside", "real_path"]
+__all__ = ["check_relations", "input_paths", "is_inside", "real_path"]

@@ -1,0 +1,124 @@
+"""Stranger 31 S31-3/4/5: the tokenized cache root is a path packtool writes, so it is checked
+as --output is (output.folder.check_cache_dir), before any work, wherever it comes from: a
+library `cache_dir=`, `--cache-dir`, PACKTOOL_CACHE_DIR, for pack (both engines) and verify
+--source. A packed output (or a folder in one), a folder inside an input folder (or the folder
+itself), a file, a folder under a file, a FIFO, a device and a link to nothing are refused in
+one line naming the argument (library), the flag or the variable (CLI), the fix; nothing is
+written and the user's files stay byte for byte as they were."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from conftest import GPT2, GSM8K
+from typer.testing import CliRunner
+
+import packtool
+from packtool.cli.app import app
+from packtool.errors import PacktoolOutputError
+from packtool.tokenize import TokenizeConfig
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory):
+    """An input folder, a packed output of it, and the bad targets beside them."""
+    d = tmp_path_factory.mktemp("cachedir")
+    (d / "ind").mkdir()
+    with open(GSM8K) as f:
+        (d / "ind" / "s.jsonl").write_text("".join(f.readlines()[:20]))
+    r = runner.invoke(app, ["pack", str(d / "ind"), "--tokenizer", GPT2, "-C", "1024", "-q",
+                            "-o", str(d / "packed"), "--cache-dir", str(d / "good-cache")])
+    assert r.exit_code == 0, r.output
+    (d / "notes.txt").write_text("mine\n")
+    os.mkfifo(d / "fifo")
+    os.symlink(d / "nowhere", d / "dangling")
+    os.symlink(d / "packed", d / "link-to-packed")
+    return d
+
+
+TARGETS = {  # name -> path relative to the place (absolute: as is)
+    "packed output": "packed", "inside a packed output": "packed/sub/cache",
+    "link to a packed output": "link-to-packed", "input folder": "ind", "inside the input folder": "ind/cache",
+    "an input file": "ind/s.jsonl", "a file": "notes.txt", "under a file": "notes.txt/cache",
+    "a FIFO": "fifo", "a device": "/dev/null", "a link to nothing": "dangling",
+}
+
+
+def _lib_pack(d, cache_dir):
+    packtool.pack([str(d / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
+
+
+def _lib_pack_ray(d, cache_dir):
+    from packtool.engines import pack_ray
+    pack_ray([str(d / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
+
+
+def _cli_pack(d, flags):
+    return ["pack", str(d / "ind"), "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q", *flags]
+
+
+def _cli_pack_ray(d, flags):
+    return [*_cli_pack(d, flags), "--engine", "ray"]
+
+
+def _cli_verify(d, flags):
+    return ["verify", str(d / "packed"), "--source", str(d / "ind"), "-q", *flags]
+
+
+LIBRARY = {"pack": _lib_pack, "pack_ray": _lib_pack_ray}
+CLI = {"pack": _cli_pack, "pack --engine ray": _cli_pack_ray, "verify --source": _cli_verify}
+ENTRIES = [(kind, entry, how) for kind, table in (("library", LIBRARY), ("cli", CLI)) for entry in table
+           for how in ("argument", "PACKTOOL_CACHE_DIR")]
+
+
+def _snapshot(d) -> dict:
+    """Every entry under `d`: a file's bytes, a folder, a link's target, a FIFO (not read)."""
+    seen = {}
+    for top, dirs, files in os.walk(d):
+        for n in dirs + files:
+            p = os.path.join(top, n)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, d)
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = ("link", os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as f:
+                    seen[rel] = ("file", f.read())
+            else:
+                seen[rel] = ("kind", stat.S_IFMT(st.st_mode))
+    return seen
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind, entry, how", ENTRIES)
+def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, entry, how, monkeypatch):
+    path = os.path.join(place, TARGETS[target])
+    if how == "PACKTOOL_CACHE_DIR":
+        monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)
+    before = _snapshot(place)
+    if kind == "library":
+        with pytest.raises(PacktoolOutputError) as e:
+            LIBRARY[entry](place, path if how == "argument" else None)
+        message = str(e.value)
+        assert "--cache-dir" not in message
+        named = "cache_dir" if how == "argument" else "PACKTOOL_CACHE_DIR"
+    else:
+        r = runner.invoke(app, CLI[entry](place, ["--cache-dir", path] if how == "argument" else []))
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
+        message = lines[0]
+        named = "--cache-dir" if how == "argument" else "PACKTOOL_CACHE_DIR"
+    assert named in message and "Traceback" not in message and ".tmp-" not in message, message
+    assert ("give another" in message or "set PACKTOOL_CACHE_DIR to another folder" in message), message
+    assert _snapshot(place) == before
+
+
+def test_a_good_cache_dir_is_still_taken_and_resolved(place, tmp_path, monkeypatch):
+    """The check refuses only what it names: a new folder (given with `~`) is made and used."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    res = packtool.pack([str(place / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True,
+                        cache_dir="~/new/cache")
+    assert res.cache_path.startswith(str(tmp_path / "new" / "cache") + os.sep)
