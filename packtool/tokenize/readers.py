@@ -20,7 +20,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, arg
-from packtool.output.files import refuse_special_input
+from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate
 from packtool.tokenize.text_readers import (
     CSV_EXT,
@@ -79,6 +79,22 @@ def _hf_dataset_files(folder: str) -> list[str]:
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
 
 
+def _folder_files(folder: str) -> list[str]:
+    """The regular files below a folder input. A data file's name on something else (a FIFO,
+    a device, a link to nothing) is an error naming each, as each is when named directly:
+    passing over it would drop its rows from the training data without a word."""
+    entries = [f for f in glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)
+               if not os.path.isdir(f)]
+    odd = sorted(f for f in entries if (_kind_of(f) or f.lower().endswith(_UNREADABLE_EXT))
+                 and not os.path.isfile(f))
+    if odd:
+        named = ", ".join(f"{os.path.relpath(f, folder)} ({describe_kind(f)})" for f in odd)
+        raise PacktoolInputError(f"folder holds data files that are not regular files: {named}; packtool "
+                                 f"reads an input more than once: save each to a regular file, or move it "
+                                 f"out of the folder", path=folder)
+    return [f for f in entries if os.path.isfile(f)]
+
+
 def stdin_refused(name: str = "inputs") -> PacktoolInputError:
     """`-` among the inputs (argument `name`): a stream has no bytes to key the cache by."""
     said = arg(name)
@@ -111,8 +127,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         os.path.exists(os.path.join(p, "dataset_dict.json")):
                     out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
                     continue
-                found = [f for f in glob.glob(os.path.join(glob.escape(p), "**", "*"), recursive=True)
-                         if os.path.isfile(f)]
+                found = _folder_files(p)
                 unreadable = sorted(os.path.relpath(f, p) for f in found
                                     if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
                 if unreadable:
