@@ -40,16 +40,23 @@ def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> 
     return int_value(name, value, least, most, optional, error=error)
 
 
+def expanded(p: str) -> str:
+    """A path as every packtool entry reads it: a leading `~` is the home folder, as the shell
+    would have made it (a quoted '~/x' reached packtool as is: `-o` expanded it, `verify` did
+    not). The one rule for library path arguments (`path`) and the CLI's path flags."""
+    return os.path.expanduser(p) if p.startswith("~") else p
+
+
 def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
          optional: bool | None = None) -> str | None:
-    """A path as str (os.fspath of a PathLike); None where the argument is optional (PATHS,
-    unless `optional` says)."""
+    """A path as str (os.fspath of a PathLike, `~` expanded); None where the argument is
+    optional (PATHS, unless `optional` says)."""
     optional = PATHS[name] if optional is None else optional
     if value is None and optional:
         return None
     p = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if isinstance(p, str) and p:
-        return p
+        return expanded(p)
     none = " or None" if optional else ""
     raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")
 

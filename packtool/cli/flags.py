@@ -27,6 +27,13 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            # the inputs: `pack`'s arguments (INPUTS, as its usage line names them), `verify`'s --source
            "inputs": "INPUTS", "source": "--source"}  # their ranges: params.RANGES
 
+# Each subcommand's parameters that name a path: `~` in them is expanded in one place
+# (parsing.Command, params.expanded), so a quoted '~/x' is the same folder to every subcommand
+PATH_PARAMS = {"plan": {"lengths", "output"}, "pack": {"inputs", "output", "cache_dir", "tokenizer", "chat_template"},
+               "inspect": {"directory", "lengths", "plan_file", "html"},
+               "verify": {"directory", "source", "more", "tokenizer", "chat_template", "cache_dir"},
+               "train": {"data_dir", "config", "load", "save", "json_log"}}
+
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).
 MaxTokens = Annotated[int, typer.Option("--max-tokens", "-C", help="Slab capacity C in tokens.")]
 Tp = Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")]

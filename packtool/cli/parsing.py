@@ -22,7 +22,7 @@ from packtool.cli.failure import (
     reset,
     usage_error,
 )
-from packtool.cli.flags import FLAG_OF
+from packtool.cli.flags import FLAG_OF, PATH_PARAMS
 from packtool.errors import spelled_as
 
 
@@ -51,7 +51,16 @@ class _ParsedHere:
 
 
 class Command(_ParsedHere, TyperCommand):
-    pass
+    def invoke(self, ctx):
+        """The path parameters' `~` expanded (flags.PATH_PARAMS) before the command runs."""
+        from packtool.params import expanded
+        for name in PATH_PARAMS.get(self.name, ()):
+            v = ctx.params.get(name)
+            if isinstance(v, str):
+                ctx.params[name] = expanded(v)
+            elif isinstance(v, (list, tuple)):
+                ctx.params[name] = type(v)(expanded(x) if isinstance(x, str) else x for x in v)
+        return super().invoke(ctx)
 
 
 class Commands(_ParsedHere, TyperGroup):
