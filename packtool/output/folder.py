@@ -116,7 +116,7 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
     (path shown, how the message names it, its flag, the fix)."""
     if cache_dir:
         return cache_dir, arg("cache_dir"), cli_flag("cache_dir"), f"give another {arg('cache_dir')}"
-    from packtool.tokenize.pipeline import default_cache_dir
+    from packtool.tokenize import default_cache_dir
     env = os.environ.get("PACKTOOL_CACHE_DIR", "").strip()
     fix = f"set PACKTOOL_CACHE_DIR to another folder (or pass {arg('cache_dir')})"
     if env:
