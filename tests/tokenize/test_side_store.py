@@ -12,7 +12,7 @@ import xxhash
 
 from side_support import side_rows, write_input
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolCacheError, PacktoolInputError
 from packtool.side import SideColumn
 from packtool.slabs.gather import gather_side
 from packtool.tokenize.cache import CacheDamagedError, TokenizedCache, cache_problem, side_files
@@ -74,7 +74,7 @@ def test_a_damaged_sparse_store_is_refused(tmp_path):
     counts[BLOCK + 4] = 9  # more values than the width
     counts.tofile(paths[1])
     out = c.filled(n).reshape(n, 8)
-    with pytest.raises(OSError, match="side column s"):
+    with pytest.raises(PacktoolCacheError, match="side column s"):
         gather_side(store, 0, store.offsets, np.array([0]), np.array([0]), np.array([n]), np.array([0]), out)
     with open(paths[1], "r+b") as f:
         f.truncate(n - 1)
