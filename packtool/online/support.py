@@ -51,7 +51,11 @@ def _support(side: dict, key: str, column: str, n: int, where: str) -> torch.Ten
 def _score(hidden, weight, sampled, support, active, shape, **kw):
     rows = torch.where(active[:, None], support, torch.full_like(support, -1))
     t = torch.where(active, sampled, torch.zeros_like(sampled))
-    lp, ent, valid = support_logprob(hidden, weight, t, rows.to(torch.int32), loss_mask=active, **kw)
+    # the kernel reads int32 or int64 rows as given; a narrowing cast would wrap an id past
+    # int32 onto a real token (2^32 + 5 scored as token 5), so only other types are widened
+    if rows.dtype not in (torch.int32, torch.int64):
+        rows = rows.to(torch.int64)
+    lp, ent, valid = support_logprob(hidden, weight, t, rows, loss_mask=active, **kw)
     return lp.reshape(shape), (None if ent is None else ent.reshape(shape)), valid.reshape(shape)
 
 
