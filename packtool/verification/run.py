@@ -94,6 +94,9 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         src = source_record(source_dir, source_fingerprint, source_tokenize, source_files)
         if src is not None:
             check_input_record(man, src, log, notes)
+        if source_dir is not None:
+            from packtool.verification.declared import check_skipped_with_source
+            check_skipped_with_source(man, source_dir, log, notes)
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
@@ -276,6 +279,8 @@ def _check_manifest(man: dict, log: ProblemLog):
     except FormatError as e:
         log.add("manifest", str(e))
         return None, None, None, not bad_record
+    from packtool.verification.declared import check_declared
+    check_declared(man, packing.overflow, log)
     return align, packing.overflow, packing.dp, not bad_record
 
 

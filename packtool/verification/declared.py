@@ -1,0 +1,144 @@
+"""`verify`: the manifest fields that record a policy or a declaration another field repeats
+must agree with it. An edit that keeps every shard valid can otherwise switch a check off
+(a support column declared `values`, a side column dropped with its declaration) or claim or
+hide a data change (`stats.changes` the recorded policies make impossible):
+
+- `side_columns` against `input.tokenize.side_columns` / `support_columns` (names, kind);
+- `stats.overflow.policy` against `config.packing.overflow`, and the overflow figures against
+  what that policy can produce (planning.core.apply_overflow);
+- `stats.skipped_rows` against `input.tokenize.on_empty` (only `skip` skips a row);
+- `stats.changes` against `stats.overflow` + `stats.skipped_rows`, derived by their one owner
+  (planning.summary.data_changes);
+- `stats.side_nan` / `side_inf` keys against the float side columns;
+- with `--source`, `stats.skipped_rows` against the rows the source's tokenizing skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+from packtool.planning.core import OverflowStats
+from packtool.planning.summary import data_changes
+from packtool.side import side_columns_from_manifest
+from packtool.verification.problems import ProblemLog
+
+# per overflow policy, the `stats.overflow` figures it can make non-zero (apply_overflow)
+POLICY_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
+                  "truncate": ("sequences", "tokens_dropped"),
+                  "split": ("sequences", "chunks", "targets_lost")}
+_FIGURES = tuple(f.name for f in fields(OverflowStats) if f.name != "policy")
+CHECK = "manifest_declared"
+
+
+def check_declared(man: dict, policy: str, log: ProblemLog) -> None:
+    """Every cross-field rule above that the manifest's form allows checking (an older output
+    without `input.tokenize` or `stats.changes` skips the rules that need them)."""
+    tok = (man.get("input") or {}).get("tokenize")
+    stats = man.get("stats") or {}
+    if isinstance(tok, dict):
+        _side_against_tokenize(man, tok, log)
+    _overflow_against_policy(stats, policy, log)
+    if isinstance(tok, dict):
+        _skipped_against_on_empty(stats, tok.get("on_empty"), log)
+    _changes_against_figures(stats, policy, log)
+    _nonfinite_keys(man, stats, log)
+
+
+def _bad(log: ProblemLog, message: str, expected=None, found=None) -> None:
+    log.add(CHECK, f"{message}: the manifest was edited", expected=expected, found=found)
+
+
+def _side_against_tokenize(man: dict, tok: dict, log: ProblemLog) -> None:
+    values = list(tok.get("side_columns") or [])
+    support = list(tok.get("support_columns") or [])
+    side = side_columns_from_manifest(man.get("side_columns"))
+    have = {c.name: c for c in side}
+    for name in values + support:
+        if name not in have:
+            _bad(log, f"input.tokenize names side column {name!r} but side_columns does not declare it",
+                 expected=name, found=None)
+    for c in side:
+        if c.name not in values and c.name not in support:
+            _bad(log, f"side_columns declares {c.name!r}, which input.tokenize.side_columns/support_columns "
+                 f"do not name", expected=None, found=c.name)
+            continue
+        want = "support" if c.name in support else "values"
+        got = "support" if c.is_support else "values"
+        if want != got:
+            _bad(log, f"side_columns declares {c.name!r} kind {got!r}, but input.tokenize."
+                 f"{'support' if want == 'support' else 'side'}_columns names it (kind {want!r})",
+                 expected=want, found=got)
+
+
+def _overflow_against_policy(stats: dict, policy: str, log: ProblemLog) -> None:
+    over = stats.get("overflow")
+    if not isinstance(over, dict):
+        return
+    if "policy" in over and over["policy"] != policy:
+        _bad(log, f"stats.overflow.policy is {over['policy']!r}, config.packing.overflow is {policy!r}",
+             expected=policy, found=over["policy"])
+    allowed = POLICY_FIGURES.get(policy, _FIGURES)
+    for k in _FIGURES:
+        if k not in allowed and over.get(k):
+            _bad(log, f"stats.overflow.{k} is {over[k]}, impossible under overflow policy {policy!r}",
+                 expected=0, found=over[k])
+
+
+def _skipped_against_on_empty(stats: dict, on_empty, log: ProblemLog) -> None:
+    skipped = stats.get("skipped_rows")
+    if not isinstance(skipped, dict) or on_empty == "skip":
+        return
+    for k, v in skipped.items():
+        if v:
+            _bad(log, f"stats.skipped_rows.{k} is {v}, but input.tokenize.on_empty is {on_empty!r} "
+                 f"(only 'skip' skips a row)", expected=0, found=v)
+
+
+def _changes_against_figures(stats: dict, policy: str, log: ProblemLog) -> None:
+    changes, over = stats.get("changes"), stats.get("overflow")
+    if not isinstance(changes, dict) or not isinstance(over, dict):
+        return
+    try:
+        figures = OverflowStats(policy, **{k: int(over.get(k) or 0) for k in _FIGURES})
+        want = asdict(data_changes(figures, stats.get("skipped_rows") or {}))
+    except (TypeError, ValueError):  # not numbers: the manifest's form checks name them
+        return
+    for k, v in want.items():
+        if k in changes and changes[k] != v:
+            _bad(log, f"stats.changes.{k} is {changes[k]}, but stats.overflow and stats.skipped_rows "
+                 f"under overflow policy {policy!r} give {v}", expected=v, found=changes[k])
+
+
+def _nonfinite_keys(man: dict, stats: dict, log: ProblemLog) -> None:
+    floats = {c.name for c in side_columns_from_manifest(man.get("side_columns")) if not c.is_int}
+    for k in ("side_nan", "side_inf"):
+        for name in stats.get(k) or {}:
+            if name not in floats:
+                _bad(log, f"stats.{k} counts column {name!r}, which is not a float side column of "
+                     f"side_columns", expected=sorted(floats), found=name)
+
+
+def check_skipped_with_source(man: dict, source_dir: str, log: ProblemLog, notes: list[str]) -> None:
+    """`stats.skipped_rows` against the rows the tokenized source skipped (its cache.json),
+    when that source was tokenized with the manifest's on_empty."""
+    from packtool.errors import PacktoolError
+    from packtool.tokenize.flat_tokens import cache_of_store
+    try:
+        cache = cache_of_store(source_dir)
+    except PacktoolError:
+        cache = None
+    if cache is None:
+        return
+    tok = (man.get("input") or {}).get("tokenize") or {}
+    if (cache.meta.get("config") or {}).get("on_empty") != tok.get("on_empty"):
+        notes.append("the source was tokenized with another on_empty than the pack's: stats.skipped_rows "
+                     "was not compared with it")
+        return
+    said = (man.get("stats") or {}).get("skipped_rows")
+    if not isinstance(said, dict):
+        return
+    for k in ("empty", "all_masked"):
+        got = int((getattr(cache, "skipped", None) or {}).get(k, 0))
+        if k in said and said[k] != got:
+            log.add(CHECK, f"stats.skipped_rows.{k} is {said[k]}, the source skips {got} such row(s) "
+                    f"(re-tokenized with the pack's options): the manifest was edited",
+                    expected=got, found=said[k])
