@@ -105,3 +105,28 @@ def test_each_edit_fails(clean, tmp_path, edit, with_source):
     EDITS[edit](d, read_manifest(d))
     r = verify(d, source_dir=src if with_source else None, workers=1)
     assert not r.ok and "manifest_declared" in r.counts, (r.counts, r.problems)
+
+
+def test_skipped_rows_against_the_source_recount(tmp_path):
+    """Under on_empty skip any count is possible by the form; --source recounts the rows the
+    source's tokenizing skips."""
+    import json
+
+    from conftest import GPT2
+    inp = tmp_path / "in.jsonl"
+    rows = [{"text": f"row {i} " * (i + 3)} for i in range(20)] + [{"text": ""}]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = TokenizeConfig(tokenizer=GPT2, on_empty="skip")
+    out = str(tmp_path / "packed")
+    pack([str(inp)], Alignment(capacity=512), PackingConfig("bfd"), cfg, output=out,
+         cache_dir=str(tmp_path / "cache"))
+    src, _ = source_store([str(inp)], cfg, cache_dir=str(tmp_path / "srccache"))
+    assert read_manifest(out)["stats"]["skipped_rows"]["empty"] == 1
+    assert verify(out, source_dir=src, workers=1).ok
+    man = read_manifest(out)
+    man["stats"]["skipped_rows"]["empty"] = man["stats"]["changes"]["rows_skipped_empty"] = 4
+    save_manifest(out, man)
+    assert verify(out, workers=1).ok  # consistent in itself: only the recount can tell
+    r = verify(out, source_dir=src, workers=1)
+    assert not r.ok and "manifest_declared" in r.counts, r.counts
+    assert any("the source skips 1" in p.message for p in r.problems), r.problems
