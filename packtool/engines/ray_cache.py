@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +24,7 @@ import tokenizers
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.output.files import make_parents, remove_created
+from packtool.output.leftovers import owned_temp_dir
 from packtool.progress import bar
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -256,7 +256,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
     tmp, made = None, []
     if not store:
         made = make_parents(root)  # a failed run removes the --cache-dir folders it made, no others
-        tmp = tempfile.mkdtemp(prefix=f".tmp-{fingerprint[:12]}-{os.getpid()}-", dir=root)  # the next run removes it if we die
+        tmp = owned_temp_dir(f".tmp-{fingerprint[:12]}-{os.getpid()}-", root)  # the next run removes it if we die
     try:
         if tmp:
             os.makedirs(os.path.join(tmp, DATA_DIR))

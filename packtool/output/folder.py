@@ -18,7 +18,6 @@ import errno
 import fcntl
 import os
 import signal
-import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from packtool.output.files import (
     resolve_folder,
     unlink_if_same,
 )
+from packtool.output.leftovers import mark, owned_temp_dir, unmark
 from packtool.output.owned import owned_names, remove_previous, say
 from packtool.output.relations import check_relations, input_paths, is_inside, real_path
 from packtool.output.stale import clean_stale
@@ -313,15 +313,17 @@ def _beside(output: str, tag: str) -> tuple[str, str]:
 def temp_dir(output: str) -> str:
     """A fresh folder the new output is written into, beside `output` (same file system)."""
     parent, prefix = _beside(output, TMP_TAG)
-    return make_temp_dir(parent, prefix)
+    d = make_temp_dir(parent, prefix)
+    mark(d)  # the next run's sweep removes it only on this proof (output.leftovers)
+    return d
 
 
 def spill_dir(output: str | None) -> str:
     """A fresh folder for the plan's spill: beside the output, else in the system's temp."""
     if not output:
-        return tempfile.mkdtemp(prefix=f"packtool-spill-{os.getpid()}-")
+        return owned_temp_dir(f"packtool-spill-{os.getpid()}-")
     parent, prefix = _beside(output, SPILL_TAG)
-    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+    return owned_temp_dir(prefix, parent)
 
 
 _SWAPPED: list[str] = []  # outputs this process put in place: never called "as it was" after that
@@ -344,6 +346,7 @@ def swap_into_place(tmp: str, output: str) -> None:
     SIGINT and SIGTERM held back so that neither lands between them. The replaced output is
     re-checked first: files that appeared in it since the start stop the swap."""
     out = resolve_folder(output)
+    unmark(tmp)  # the output is the user's once in place, not a leftover
     main = threading.current_thread() is threading.main_thread()
     held = {signal.SIGINT, signal.SIGTERM}
     if main:

@@ -1,127 +1,127 @@
 """What dead runs left, removed by the next run (packtool.output's stage half, with folder.py):
 temporary and spill folders beside an output, a previous output set aside mid-swap (put
-back), and the cache's build, set-aside and `verify --source` folders. Only names packtool
-gives, only of processes that are gone."""
+back), the cache's build, set-aside, pull and `verify --source` folders, and the system temp
+folder's staging and spill folders. Found by name, removed only on proof (output.leftovers:
+the marker packtool wrote in them, a dead process of this machine, only packtool's names)."""
 from __future__ import annotations
 
 import os
 import re
-import shutil
 
 from packtool.output.files import SPILL_TAG, TMP_TAG, pid_alive, resolve_folder
+from packtool.output.leftovers import Sweep
 from packtool.output.owned import remove_previous, say
 from packtool.slabs.names import manifest_file
+
+_TEMP_FILE = r"(?:\.packtool-tmp-\d+-[0-9a-f]+)?"  # files.temp_name of a file being written
+# what packtool writes at the top of each kind of temporary folder (anything else: not proof)
+OUTPUT_NAMES = re.compile(rf"^\.{{0,2}}(?:slabs-\d{{5,}}\.parquet|manifest\.json){_TEMP_FILE}$")
+SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)$")
+ENTRY_NAMES = re.compile(rf"^\.?(?:cache\.json|data|flat|side|\.?stage-\d+){_TEMP_FILE}$")
+FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)$")
+CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)$")  # verify's own cache
 
 
 def _stale_pattern(out: str) -> re.Pattern:
     name = re.escape(os.path.basename(out))
-    return re.compile(rf"^\.{name}\.(?:{TMP_TAG}|{SPILL_TAG})-(\d+)(?:-[^/]*?)?(\.old)?$")
+    return re.compile(rf"^\.{name}\.(?:({TMP_TAG})|{SPILL_TAG})-(\d+)(?:-[^/]*?)?(\.old)?$")
 
 
 def clean_stale(output: str, cache_root: str | None = None) -> int:
     """Remove what dead runs left: temporary/spill folders named by packtool for `output`, and
-    cache build folders in `cache_root`, whose owner process is gone. A previous output that a
-    kill left set aside mid-swap is put back. Says what it did in one line; returns the count."""
+    cache build folders in `cache_root`, that packtool proves its own. A previous output that a
+    kill left set aside mid-swap is put back. Names what it removed and what it left; returns
+    the count removed."""
     out = resolve_folder(output)
     parent = os.path.dirname(out)
-    pat, removed, restored = _stale_pattern(out), 0, False
+    pat, sweep, restored, removed = _stale_pattern(out), Sweep(), False, 0
     try:
         entries = os.listdir(parent)
     except OSError:
         entries = []
     for e in sorted(entries):
         m = pat.match(e)
-        if not m or pid_alive(int(m.group(1))):
+        if not m:
             continue
         path = os.path.join(parent, e)
-        if m.group(2):  # `.old`: the previous output, set aside by a swap that did not finish
-            if not os.path.lexists(out) and manifest_file(path):
+        if m.group(3):  # `.old`: the previous output, set aside by a swap that did not finish
+            if pid_alive(int(m.group(2))):
+                continue
+            # only a packtool output's own files are touched here (owned_names), never others
+            if not os.path.lexists(out) and not os.path.islink(path) and manifest_file(path):
                 os.replace(path, out)
                 restored = True
                 continue
             removed += remove_previous(path, quiet=True)
             continue
-        _remove_tree(path)
-        removed += 1
-    removed += clean_cache(cache_root) + clean_system_temp()
+        sweep.consider(path, OUTPUT_NAMES if m.group(1) else SPILL_NAMES)
+    sweep_cache(cache_root, sweep)
+    sweep_system_temp(sweep)
     if restored:
         say(f"restored {output}: a run killed while replacing it had set it aside")
-    if removed:
-        say(f"removed {removed} temporary folder(s) left by packtool runs that were killed "
-            f"(beside {output}, in the cache or in the system's temp folder)")
-    return removed
+    return sweep.report() + removed
 
 
-# output.store.staging_dir and output.folder.spill_dir without an output folder: the system's
-# temp folder, since an object-store output has no folder beside it
-_SYSTEM_TMP = re.compile(r"^packtool-[a-z]+-(\d+)-")
+# output.store.staging_dir / scratch and output.folder.spill_dir without an output folder: the
+# system's temp folder, since an object-store output has no folder beside it
+_SYSTEM_TMP = re.compile(r"^packtool-([a-z]+)-\d+-")
+
+
+def sweep_system_temp(sweep: Sweep) -> None:
+    """The staging and spill folders of dead runs in the system's temp folder (a store
+    output's shards were staged there: GBs per killed run)."""
+    import tempfile
+    root = tempfile.gettempdir()
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return
+    for e in entries:
+        m = _SYSTEM_TMP.match(e)
+        if m:
+            sweep.consider(os.path.join(root, e), SPILL_NAMES if m.group(1) == "spill" else OUTPUT_NAMES)
 
 
 def clean_system_temp() -> int:
-    """Remove the staging and spill folders of this user's dead runs from the system's temp
-    folder (a store output's shards were staged there: GBs per killed run)."""
-    import tempfile
-    root, n = tempfile.gettempdir(), 0
-    try:
-        entries = os.listdir(root)
-    except OSError:
-        return 0
-    for e in entries:
-        m = _SYSTEM_TMP.match(e)
-        if not m or pid_alive(int(m.group(1))):
-            continue
-        path = os.path.join(root, e)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if st.st_uid == os.getuid():  # another user's folder is theirs to remove
-            _remove_tree(path)
-            n += 1
-    return n
+    """`sweep_system_temp` on its own, said; the count removed."""
+    sweep = Sweep()
+    sweep_system_temp(sweep)
+    return sweep.report()
 
 
-def _remove_tree(path: str) -> None:
-    """A folder packtool named (temporary, spill, cache build); a link of that name is removed
-    as a link, never followed."""
-    if os.path.islink(path) or not os.path.isdir(path):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        return
-    shutil.rmtree(path, ignore_errors=True)
+_CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-\d+-")  # tokenize.pipeline, engines.ray_cache
+_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-\d+$")  # tokenize.request.discard_cache
+_VERIFY_TMP = re.compile(r"^\.verify-source-\d+-")  # verification.source
+_PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-\d+-")  # tokenize.store_cache: an entry being pulled
+_FLAT_TMP = re.compile(r"^flat\.tmp-\d+")  # tokenize.flat_tokens.build_flat_tokens
 
 
-_CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-(\d+)-")
-_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-(\d+)$")  # tokenize.request.discard_cache
-_VERIFY_TMP = re.compile(r"^\.verify-source-(\d+)-")  # verification.run.source_store
-_PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-(\d+)-")  # tokenize.store_cache: an entry being pulled
-_FLAT_TMP = re.compile(r"^flat\.tmp-(\d+)")  # tokenize.flat_tokens.build_flat_tokens
-
-
-def clean_cache(root: str | None) -> int:
+def sweep_cache(root: str | None, sweep: Sweep) -> None:
     if not root or not os.path.isdir(root):
-        return 0
-    n = 0
-    for e in os.listdir(root):
+        return
+    for e in sorted(os.listdir(root)):
         path = os.path.join(root, e)
-        m = _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e) or _VERIFY_TMP.match(e) or _PULL_TMP.match(e)
-        if m and not pid_alive(int(m.group(1))):
-            _remove_tree(path)
-            n += 1
+        if _VERIFY_TMP.match(e):
+            sweep.consider(path, CACHE_ROOT_NAMES)
+            continue
+        if _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e) or _PULL_TMP.match(e):
+            sweep.consider(path, ENTRY_NAMES)
             continue
         if os.path.isdir(path) and not os.path.islink(path) and not e.startswith("."):
             try:
-                inner = os.listdir(path)
+                inner = sorted(os.listdir(path))
             except OSError:
                 continue
             for f in inner:
-                m = _FLAT_TMP.match(f)
-                if m and not pid_alive(int(m.group(1))):
-                    _remove_tree(os.path.join(path, f))
-                    n += 1
-    return n
+                if _FLAT_TMP.match(f):
+                    sweep.consider(os.path.join(path, f), FLAT_NAMES)
 
 
-__all__ = ["clean_cache", "clean_stale", "clean_system_temp"]
+def clean_cache(root: str | None) -> int:
+    """`sweep_cache` on its own, said; the count removed."""
+    sweep = Sweep()
+    sweep_cache(root, sweep)
+    return sweep.report()
+
+
+__all__ = ["clean_cache", "clean_stale", "clean_system_temp", "sweep_cache", "sweep_system_temp"]

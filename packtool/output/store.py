@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
@@ -37,6 +36,7 @@ from typing import Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
+from packtool.output.leftovers import owned_temp_dir
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX
 from packtool.storage import Location, is_uri, locate
@@ -187,16 +187,14 @@ def clean_dead_runs(loc: Location) -> int:
     if n:
         say(f"removed {n} object(s) a killed packtool run left at {loc.shown}")
     from packtool.output.stale import clean_system_temp
-    local = clean_system_temp()
-    if local:
-        say(f"removed {local} local staging folder(s) killed packtool runs left in the system's temp folder")
+    clean_system_temp()  # says what it removed and what it left
     return n
 
 
 def staging_dir(output: str, tag: str) -> str:
     """A local folder for a store output's shards or spill, in the system's temp folder
     (TMPDIR); removed by the caller."""
-    return tempfile.mkdtemp(prefix=f"packtool-{tag}-{os.getpid()}-")
+    return owned_temp_dir(f"packtool-{tag}-{os.getpid()}-")
 
 
 @contextmanager
@@ -204,7 +202,7 @@ def scratch(tag: str) -> Iterator[str]:
     """A folder on this machine's own disk (TMPDIR) for one task's temporary files (a shard or
     cache part before its upload), removed when the block ends: read by this process only,
     never by another node."""
-    d = tempfile.mkdtemp(prefix=f"packtool-{tag}-{os.getpid()}-")
+    d = owned_temp_dir(f"packtool-{tag}-{os.getpid()}-")
     try:
         yield d
     finally:

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from packtool.arrays import np_of
 from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError, arg
 from packtool.output.files import share_as_mkdir
+from packtool.output.leftovers import unmark
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
 from packtool.tokenize.cache_parts import (
@@ -432,6 +433,7 @@ def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -
     meta["checksums"] = cache_checksums(tmp, meta["parts"], known)
     write_cache_json(tmp, meta)
     share_as_mkdir(tmp)  # built private (mkdtemp), published readable as the umask says
+    unmark(tmp)  # a published entry is no leftover
     try:
         os.rename(tmp, final)
     except OSError:

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.output.files import NEW_FILE_MODE, make_temp_dir
+from packtool.output.leftovers import mark, unmark
 from packtool.tokenize.cache import (
     CHECKSUM_ALG,
     FLAT_DIR,
@@ -201,6 +202,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tmp = make_temp_dir(os.path.dirname(directory), f"{os.path.basename(directory)}.tmp-{os.getpid()}-")
+    mark(tmp)  # the next run's sweep removes it only on this proof (output.leftovers)
     fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, NEW_FILE_MODE)
     try:
         os.ftruncate(fi, int(offsets[-1]) * 4)
@@ -251,6 +253,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     np.save(os.path.join(tmp, "offsets.npy"), offsets)
     if os.path.exists(directory):
         shutil.rmtree(directory)
+    unmark(tmp)
     os.replace(tmp, directory)
     return FlatTokens.open(directory)
 

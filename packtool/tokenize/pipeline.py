@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-import tempfile
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import replace
@@ -27,6 +26,7 @@ from packtool.notes import NOTES  # noqa: F401  (the owner; NOTES kept here for 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
+from packtool.output.leftovers import owned_temp_dir
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
@@ -106,7 +106,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
             push_entry(store, r.final)
         return r.existing
     made = make_parents(r.root)  # a run that fails removes the --cache-dir folders it made, no others
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", dir=r.root)
+    tmp = owned_temp_dir(f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", r.root)
     try:
         with _fewer_collections():
             try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
+from packtool.output.leftovers import mark
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError, arg, missing
 from packtool.notes import note
@@ -198,4 +199,8 @@ def discard_cache(final: str) -> None:
         os.replace(final, aside)
     except OSError:
         return  # another run moved or replaced it first
+    try:
+        mark(aside)  # if killed mid-delete, the next run's sweep may finish it (output.leftovers)
+    except OSError:
+        pass
     shutil.rmtree(aside, ignore_errors=True)

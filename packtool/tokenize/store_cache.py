@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import tempfile
 
 from packtool.output.files import share_as_mkdir
+from packtool.output.leftovers import owned_temp_dir, unmark
 from packtool.storage import Location, locate, shown
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
@@ -41,8 +41,7 @@ def pull_entry(store: str, final: str) -> bool:
     entry = _entry(store, final)
     if not entry.join(ENTRY_META).is_file():
         return False
-    tmp = tempfile.mkdtemp(prefix=f".pull-{os.path.basename(final)[:12]}-{os.getpid()}-",
-                           dir=os.path.dirname(final))
+    tmp = owned_temp_dir(f".pull-{os.path.basename(final)[:12]}-{os.getpid()}-", os.path.dirname(final))
     try:
         for rel in [ENTRY_META, *recorded_files(entry)]:
             dest = os.path.join(tmp, *rel.split("/"))
@@ -50,6 +49,7 @@ def pull_entry(store: str, final: str) -> bool:
             with entry.join(*rel.split("/")).open_input() as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out, 16 << 20)
         share_as_mkdir(tmp)  # pulled private (mkdtemp), published readable as the umask says
+        unmark(tmp)  # a published entry is no leftover
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
