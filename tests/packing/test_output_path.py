@@ -107,25 +107,31 @@ def test_lock_is_exclusive_reentrant_and_removed(tmp_path, monkeypatch):
 
 
 def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
+    """Names decide where a sweep looks; the marker (tests/packing/test_system_temp_sweep.py)
+    decides what goes."""
+    from packtool.output.leftovers import MARKER, mark
     out = str(tmp_path / "out")
     dead, live = _dead_pid(), os.getpid()
     ours_dead = [f".out.packtool-tmp-{dead}", f".out.packtool-spill-{dead}-abc123"]
     kept = [f".out.packtool-tmp-{live}", ".out.backup", f".other.packtool-tmp-{dead}", "out.packtool-tmp-1",
             f".out.packtool-tmp-{dead}x"]
-    for n in ours_dead + kept:
-        os.makedirs(tmp_path / n)
-        (tmp_path / n / "f").write_text("x")
     cache = tmp_path / "cache"
-    (cache / f".tmp-0123456789ab-{dead}-xyz").mkdir(parents=True)
+    ours_cache = [cache / f".tmp-0123456789ab-{dead}-xyz", cache / "abcd" / f"flat.tmp-{dead}",
+                  cache / f"abcd.damaged-{dead}"]
+    for p in [tmp_path / n for n in ours_dead + kept] + ours_cache:
+        os.makedirs(p)
+        mark(str(p))
+        if p.name != f".out.packtool-tmp-{live}":  # that one: a live run's (this process)
+            rec = json.loads((p / MARKER).read_text())
+            (p / MARKER).write_text(json.dumps(dict(rec, pid=dead, start="1")))
     (cache / f".tmp-0123456789ab-{live}-xyz").mkdir()
-    (cache / "abcd" / f"flat.tmp-{dead}").mkdir(parents=True)
+    mark(str(cache / f".tmp-0123456789ab-{live}-xyz"))
     (cache / "abcd" / "flat").mkdir()
-    (cache / f"abcd.damaged-{dead}").mkdir()
     assert clean_stale(out, str(cache)) == 5
     assert sorted(os.listdir(tmp_path)) == sorted(kept + ["cache"])
     assert sorted(os.listdir(cache)) == sorted(["abcd", f".tmp-0123456789ab-{live}-xyz"])
     assert os.listdir(cache / "abcd") == ["flat"]
-    assert capsys.readouterr().err.count("\n") == 1
+    assert capsys.readouterr().err.count("removed 5 temporary folder(s)") == 1
 
 
 def test_clean_stale_restores_an_output_set_aside_by_a_killed_swap(tmp_path, capsys):

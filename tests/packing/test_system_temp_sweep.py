@@ -1,27 +1,139 @@
-"""The system temp folder holds a store output's staged shards and spill (output.store,
-output.folder): the next run removes those of this user's dead runs, and nothing else."""
+"""Every sweep of leftovers (output.stale: beside the output, the system temp folder, the
+cache) removes only what packtool proves it made (output.leftovers' marker: this machine, a
+dead process, only packtool's names), never a user's lookalike, and names both."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 
-from packtool.output.stale import clean_system_temp
+import pytest
+
+from packtool import notes
+from packtool.output.folder import spill_dir, temp_dir
+from packtool.output.leftovers import MARKER, mark
+from packtool.output.stale import clean_cache, clean_stale, clean_system_temp
+from packtool.output.store import scratch, staging_dir
 
 
-def test_only_dead_runs_packtool_folders_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
-    names = {f"packtool-tmp-{dead}-abc": False, f"packtool-spill-{dead}-x": False,  # removed
-             f"packtool-tmp-{os.getpid()}-live": True,  # this process: alive
-             f"mytool-tmp-{dead}-x": True, f"packtool-notes-{dead}": True, "packtool-tmp-abc-1": True}
-    for n in names:
-        (tmp_path / n).mkdir()
-        (tmp_path / n / "slabs-00000.parquet").write_bytes(b"x")
-    link = tmp_path / f"packtool-spill-{dead}-link"
-    os.symlink(tmp_path / f"mytool-tmp-{dead}-x", link)  # removed as a link, its target kept
-    assert clean_system_temp() == 3
-    assert sorted(os.listdir(tmp_path)) == sorted(n for n, keep in names.items() if keep)
-    assert (tmp_path / f"mytool-tmp-{dead}-x" / "slabs-00000.parquet").exists()
+def _dead_pid() -> int:
+    r = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(r.stdout)
+
+
+# (where the folder lies, its name for a pid, a file packtool writes in it, the sweep that looks)
+SITES = {
+    "beside-tmp": ("out", ".o.packtool-tmp-{pid}-x1", "slabs-00000.parquet", "stale"),
+    "beside-spill": ("out", ".o.packtool-spill-{pid}-x1", "plan.pkl", "stale"),
+    "system-tmp": ("sys", "packtool-tmp-{pid}-x1", ".manifest.json", "stale"),
+    "system-spill": ("sys", "packtool-spill-{pid}-x1", "placement-00000.npy", "system"),
+    "system-part": ("sys", "packtool-part-{pid}-x1", "slabs-00001.parquet", "system"),
+    "cache-build": ("cache", ".tmp-0123456789ab-{pid}-x1", "cache.json", "stale"),
+    "cache-pull": ("cache", ".pull-0123456789ab-{pid}-x1", "data", "cache"),
+    "cache-damaged": ("cache", "0123abcd.damaged-{pid}", "flat", "cache"),
+    "verify-source": ("cache", ".verify-source-{pid}-x1", "0123456789abcdef", "cache"),
+    "flat-build": ("cache", "0123abcd/flat.tmp-{pid}-x1", "tokens.i32", "stale"),
+}
+CASES = ("user-lookalike", "dead-own", "pid-reused", "live-own", "other-host", "other-boot",
+         "other-pid-namespace", "symlink-inside", "user-file-inside")
+OTHER = {"other-host": {"host": "another-host"}, "other-boot": {"boot": "0" * 32},
+         "other-pid-namespace": {"pidns": "pid:[1]"}}
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    sys_tmp = tmp_path / "systmp"
+    sys_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(sys_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(sys_tmp))
+    (tmp_path / "cache").mkdir()
+    return {"out": tmp_path, "sys": sys_tmp, "cache": tmp_path / "cache"}
+
+
+def _own(path, pid: int, **over) -> None:
+    """The marker packtool writes, as the run `pid` (this machine unless `over` says else)."""
+    mark(str(path))
+    m = path / MARKER
+    rec = json.loads(m.read_text())
+    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)  # "1": not pid's start
+    m.write_text(json.dumps(rec))
+
+
+def _sweep(kind: str, roots) -> None:
+    if kind == "stale":
+        clean_stale(str(roots["out"] / "o"), str(roots["cache"]))
+    elif kind == "system":
+        clean_system_temp()
+    else:
+        clean_cache(str(roots["cache"]))
+
+
+def _snapshot(root) -> dict:
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = (os.readlink(p) if os.path.islink(p) else
+                                             open(p, "rb").read() if os.path.isfile(p) else None)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("site", SITES)
+def test_a_sweep_removes_only_what_packtool_proves_its_own(roots, tmp_path, site, case):
+    where, name, ours, kind = SITES[site]
+    pid = {"live-own": os.getpid(), "pid-reused": os.getppid()}.get(case) or _dead_pid()
+    folder = roots[where] / name.format(pid=pid)
+    folder.mkdir(parents=True)
+    user = tmp_path / "user-data.txt"
+    user.write_bytes(b"the user's thesis\n")
+    if case == "user-lookalike":
+        (folder / "results.csv").write_bytes(b"a,b\n1,2\n")
+        (folder / "sub").mkdir()
+        (folder / "sub" / "notes.tex").write_bytes(b"\\section{x}\n")
+    else:
+        (folder / ours).write_bytes(b"packtool's bytes")
+        _own(folder, pid, **OTHER.get(case, {}))
+        if case == "symlink-inside":
+            os.symlink(user, folder / "link")
+        if case == "user-file-inside":
+            (folder / "mine.txt").write_bytes(b"user's, written into it later\n")
+    before, start = _snapshot(tmp_path), notes.mark()
+    _sweep(kind, roots)
+    said = "\n".join(notes.since(start))
+    assert user.read_bytes() == b"the user's thesis\n"
+    if case in ("dead-own", "pid-reused"):
+        assert not os.path.lexists(folder)
+        assert f"removed 1 temporary folder(s)" in said and str(folder) in said
+        return
+    assert _snapshot(tmp_path) == before  # byte-identical, links unfollowed and kept
+    if case == "live-own":
+        assert str(folder) not in said  # a running run's folder is no leftover
+    else:
+        assert f"left {folder}:" in said and f"rm -r {folder}" in said and "removed" not in said
+
+
+def test_many_left_folders_are_named_a_few_then_counted(roots):
+    dead = _dead_pid()
+    for i in range(8):
+        (roots["sys"] / f"packtool-results-{dead}-{i}").mkdir()
+    start = notes.mark()
+    assert clean_system_temp() == 0
+    said = notes.since(start)
+    assert len(said) == 6 and "left 3 more" in said[-1] and f"packtool-results-{dead}-7" in said[-1]
+    assert len(os.listdir(roots["sys"])) == 8
+
+
+def test_every_temporary_folder_packtool_makes_carries_its_marker(roots):
+    out = str(roots["out"] / "o")
+    made = [temp_dir(out), spill_dir(out), spill_dir(None), staging_dir(out, "tmp")]
+    with scratch("part") as d:
+        made.append(d)
+        for p in made:
+            rec = json.loads(open(os.path.join(p, MARKER)).read())
+            assert rec["pid"] == os.getpid() and rec["host"] and len(rec["token"]) == 32
+        start = notes.mark()
+        clean_stale(out, str(roots["cache"]))  # all live: left alone, said nothing
+        assert notes.since(start) == [] and all(os.path.isdir(p) for p in made)

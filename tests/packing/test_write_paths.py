@@ -312,13 +312,16 @@ def test_a_failed_pack_removes_the_parents_it_created(proj):
 
 
 def test_dead_runs_leftovers_in_the_cache_are_removed_by_the_next_run(proj):
+    from packtool.output.leftovers import MARKER, mark
     cache = proj / "cache"
     cache.mkdir()
     dead = _dead_pid()
     for name in (f".verify-source-{dead}-abc", f"0123abcd.damaged-{dead}", f".tmp-0123abcd-{dead}-x",
                  f".pull-0123abcd-{dead}-x"):
-        (cache / name).mkdir()
-        (cache / name / "part.parquet").write_bytes(b"x")
+        (cache / name / ("0123abcd0123abcd" if name.startswith(".verify") else "data")).mkdir(parents=True)
+        mark(str(cache / name))  # as the killed run wrote it: only this marker proves it packtool's
+        rec = json.loads((cache / name / MARKER).read_text())
+        (cache / name / MARKER).write_text(json.dumps(dict(rec, pid=dead, start="1")))
     (cache / "keep-me").mkdir()
     r = runner.invoke(app, pack_args("-o", "packed"))
     assert r.exit_code == 0, r.stdout + r.stderr
