@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import stat
@@ -178,7 +179,7 @@ class Sweep:
                  f"killed: {_listed(self.removed)}")
         for path, why in self.left[:SHOWN]:
             note(f"left {path}: it looks like a packtool temporary folder, but {why}; if no "
-                 f"packtool run is using it, remove it by hand (rm -r {path})")
+                 f"packtool run is using it, remove it by hand (rm -r {shlex.quote(path)})")
         if len(self.left) > SHOWN:
             note(f"left {len(self.left) - SHOWN} more such folder(s) packtool cannot prove it made: "
                  f"{_listed([p for p, _ in self.left[SHOWN:]])}")
