@@ -81,12 +81,12 @@ def _pack_unread(tmp_path):  # a file with columns of two shapes, one picked: th
              "--cache-dir", str(tmp_path / "cache")], "are not read")
 
 
-def _pack_stale(tmp_path):  # a dead run's temporary folder beside the output: removed, and said
+def _pack_stale(tmp_path):  # a lookalike of a temporary folder beside the output: left, and said
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"input_ids": [1, 2, 3]}) + "\n")
     (tmp_path / f".out.{TMP_TAG}-999999999").mkdir()
     return (["pack", str(data), "-C", "64", "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
-            "temporary folder(s) left by packtool runs")
+            "looks like a packtool temporary folder")
 
 
 NOTED = {"plan --sp": _plan_sp, "inspect --plan": _inspect_plan_file, "pack columns not read": _pack_unread,
