@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
-from packtool.output.leftovers import mark
 from packtool.env import env_path
 from packtool.errors import PacktoolInputError, arg, missing
 from packtool.notes import note
+from packtool.output.leftovers import mark
 from packtool.storage import is_uri, join_uri
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, cache_problem
 from packtool.tokenize.checksum import fast_digest
