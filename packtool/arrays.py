@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["arrow_of", "list_parts", "np_of", "span_mask"]
+__all__ = ["arrow_of", "first_null", "list_parts", "np_of", "span_mask"]
 
 
 def _primitive(t: pa.DataType) -> bool:
@@ -63,3 +63,23 @@ def span_mask(total: int, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     np.add.at(d, np.asarray(starts, np.int64), 1)
     np.add.at(d, np.asarray(starts, np.int64) + np.asarray(lens, np.int64), -1)
     return np.cumsum(d[:-1]) > 0
+
+
+def first_null(a: pa.Array | pa.ChunkedArray) -> int:
+    """The first row of `a` holding a null at any depth (the row itself, or a value inside
+    its list, or inside a list of its list), or -1. A row's own null_count is not enough:
+    a null inside `input_ids` leaves the column's count at 0 and reads back as NaN."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    if a.null_count:
+        return int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
+    t = a.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+        return -1
+    k = first_null(a.flatten())  # the rows' values only, slices respected
+    if k < 0:
+        return -1
+    if pa.types.is_fixed_size_list(t):
+        return k // t.list_size
+    offs = np_of(a.offsets).astype(np.int64)
+    return int(np.searchsorted(offs - offs[0], k, "right") - 1)

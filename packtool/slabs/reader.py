@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.arrays import first_null
 from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_output,
                                   check_segment_counts, shard_gone)
@@ -107,9 +108,11 @@ def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> p
     except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer
         raise FormatError(f"{path} row group {rg}: cannot be decoded ({' '.join(str(e).split())[:160]}); "
                           f"run `packtool verify` on the output") from None
-    for c in columns:
-        if t.column(c).null_count:
-            raise FormatError(f"{path} row group {rg}: column {c!r} holds nulls; run `packtool verify` on the output")
+    for c in columns:  # at any depth: a null token id or side value would read back as a made-up number
+        r = first_null(t.column(c))
+        if r >= 0:
+            raise FormatError(f"{path} row group {rg} row {r}: column {c!r} holds nulls; run `packtool verify` "
+                              f"on the output")
     return t
 
 

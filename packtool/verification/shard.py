@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.align import Alignment
+from packtool.arrays import first_null
 from packtool.layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
 from packtool.storage import arrow_file, file_size
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
@@ -167,10 +168,10 @@ def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Prob
                  acc: _Acc, rows_of=None) -> None:
     a, name, n = job.alignment, job.name, batch.num_rows
     where = dict(shard=name)
-    for col in batch.schema.names:
-        if batch.column(col).null_count:
-            r = row0 + int(np.flatnonzero(batch.column(col).is_null().to_numpy(zero_copy_only=False))[0])
-            log.add("schema", f"column {col!r} holds a null", row=r, **where)
+    for col in (*LIST_COLUMNS, *SCALAR_COLUMNS):  # side columns: side_null, with the batch's other checks
+        r = first_null(batch.column(col))  # at any depth: a null token id reads back as NaN
+        if r >= 0:
+            log.add("schema", f"column {col!r} holds a null", row=row0 + r, **where)
             return
     L = {c: _flat(batch.column(c)) for c in LIST_COLUMNS}
     S = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in SCALAR_COLUMNS}

@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from packtool.arrays import span_mask
+from packtool.arrays import first_null, span_mask
 from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
 from packtool.slabs.schema import SCHEMA, side_field
@@ -77,6 +77,11 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
     row_of = np.repeat(np.arange(T.size), T)
     for ci, c in enumerate(side):
         col = batch.column(c.name)
+        bad = first_null(col)  # a null row, a null token's value or one of its K values
+        if bad >= 0:
+            log.add("side_null", f"side column {c.name!r} holds a null value; a token without a value holds the "
+                    f"fill {c.fill}", row=row0 + bad, **where)
+            continue
         offs = col.offsets.to_numpy().astype(np.int64)
         n = np.diff(offs)
         for r in np.flatnonzero(n != T)[:5]:
@@ -86,13 +91,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
             continue
         flat = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
         if c.width > 1:
-            if flat.null_count:
-                _null(c, flat, row_of, row0, where, log)
-                continue
             flat = flat.values.slice(flat.offset * c.width, len(flat) * c.width)
-        if flat.null_count:
-            _null(c, flat, row_of if c.width == 1 else np.repeat(row_of, c.width), row0, where, log)
-            continue
         vals = flat.to_numpy(zero_copy_only=False).reshape(-1, c.width)
         if not c.is_int:
             odd[f"side_nan:{c.name}"], odd[f"side_inf:{c.name}"] = nonfinite(vals)
@@ -131,12 +130,6 @@ def side_value(v: np.ndarray, width: int):
     else:
         out = v.tolist()
     return out if width > 1 else out[0]
-
-
-def _null(c: SideColumn, flat: pa.Array, row_of: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
-    p = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
-    log.add("side_null", f"side column {c.name!r} holds a null value; a token without a value holds the "
-            f"fill {c.fill}", row=row0 + int(row_of[p]), **where)
 
 
 def check_nonfinite(stats: dict, side, totals: dict, policy: str, log: ProblemLog, notes: list[str]) -> None:
