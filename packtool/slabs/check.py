@@ -332,6 +332,27 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         code, r, p = found
         at = f" position {p}" if p >= 0 else ""
         raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
+    _check_side_fill(sm, where, g.get("side") or {}, id_off, _runs(seg_start + lens, np.diff(cu)[within] - lens))
+
+
+def _check_side_fill(sm: SlabManifest, where: str, side: dict, id_off: np.ndarray, pads: np.ndarray) -> None:
+    """Every pad holds its side column's fill, bit for bit as the writer puts it (-0.0 or a NaN
+    is not the fill 0.0): one gather of the pad positions per side column, no column read
+    beyond the reader's own. A manifest fill edited after pack shows here too. Side columns'
+    lengths are the length check's; nulls were refused as the group was read."""
+    for c in sm.side_columns:
+        if c.name not in side or not np.array_equal(side[c.name][1], id_off):
+            continue
+        vals = side[c.name][0]
+        got = np.ascontiguousarray(vals[pads])
+        isz = f"i{got.dtype.itemsize}"
+        bad = got.view(isz) != np.asarray(c.fill, got.dtype).view(isz)
+        bad = bad.any(axis=1) if bad.ndim > 1 else bad
+        if bad.any():
+            p = int(pads[np.flatnonzero(bad)[0]])
+            r = int(np.searchsorted(id_off, p, "right") - 1)
+            raise FormatError(f"{where} row {r} position {p - int(id_off[r])}: side column {c.name!r} holds "
+                              f"{vals[p].tolist()} on a pad, where the manifest's fill is {c.fill}; {_fix(sm)}")
 
 
 
