@@ -14,7 +14,9 @@ While reading: a shard's checksum before its first row is handed out (`check_che
 whole file is hashed once per process, the first time a row of it is asked for), and every
 decoded row group's structure and tokens (`check_group`: lengths, seq_lens as many segments as
 source_index, `cu_seqlens`, the layout of its `seq_lens`, pads, loss flags, token ids against
-`vocab_size`), vectorized numpy.
+`vocab_size`, side columns' fill on pads), vectorized numpy; nulls at any depth as it is read
+(`reader._read_group`). Left to `verify`: side columns' NaN/inf counts and the support rule
+(FORMAT.md says why).
 
 Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
 """
