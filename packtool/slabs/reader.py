@@ -30,6 +30,9 @@ SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad"
            "step", "microbatch")
 SEGMENTS = ("source_index", "chunk_index")  # read at open for the coverage check only
 LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded")
+# the format's columns no reader uses: read at open for their nulls only (a few bytes per
+# segment, like SEGMENTS), so that a null anywhere in a slab is refused (FORMAT.md)
+NULLS_ONLY = ("cp_offsets", "source_offset", "slab_index", "singleton")
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
     for si in range(len(manifest.shards)):
         pf = _open(manifest, si)
         for rg in range(pf.num_row_groups):
-            t = _read_group(pf, rg, [*scalars, *SEGMENTS], manifest.shard_path(si))
+            t = _read_group(pf, rg, [*scalars, *SEGMENTS, *(c for c in NULLS_ONLY if c not in scalars)],
+                            manifest.shard_path(si))
             n = t.num_rows
             for c in SEGMENTS:
                 arr = t.column(c).combine_chunks()
