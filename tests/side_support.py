@@ -72,3 +72,80 @@ def check_output(out: str, ids, lp, sup) -> int:
             assert (got_lp[~real] == 0).all() and (got_sup[~real] == -1).all()
             pads += int((~real).sum())
     return pads
+
+
+def set_column(t: pa.Table, name: str, values: list, typ=None) -> pa.Table:
+    i = t.schema.get_field_index(name)
+    return t.set_column(i, name, pa.array(values, typ or t.schema.field(i).type))
+
+
+def pad_and_real(t: pa.Table, row: int) -> tuple[int, int]:
+    """(a pad position, a real token position) of slab `row`."""
+    cu, sl = t.column("cu_seqlens_padded")[row].as_py(), t.column("seq_lens")[row].as_py()
+    real = np.zeros(cu[-1], bool)
+    for a, n in zip(cu[:-1], sl):
+        real[a:a + n] = True
+    return int(np.flatnonzero(~real)[0]), int(np.flatnonzero(real)[1])
+
+
+def row_with_pad(t: pa.Table) -> int:
+    for r in range(t.num_rows):
+        if sum(t.column("seq_lens")[r].as_py()) < len(t.column("input_ids")[r]):
+            return r
+    raise AssertionError("no slab with a pad")
+
+
+def plant_side(t: pa.Table, case: str) -> pa.Table:
+    """Shard table `t` of a side-column pack (`lp`, `sup`) with one damage `case` planted (the
+    cases of tests/verification/test_verify_side_columns.py; tests/slabs/test_consumers_refuse.py)."""
+    r = row_with_pad(t)
+    pad, tok = pad_and_real(t, r)
+    lp, sup, ids = t.column("lp").to_pylist(), t.column("sup").to_pylist(), t.column("input_ids").to_pylist()
+    if case == "side_dtype":
+        return set_column(t, "lp", lp, pa.list_(pa.float64()))
+    if case == "side_width":
+        return set_column(t, "sup", [[row[:-1] for row in s] for s in sup], pa.list_(pa.list_(pa.int32(), K - 1)))
+    if case == "side_length":
+        lp[r] = lp[r][:-1]
+        return set_column(t, "lp", lp)
+    if case == "side_null":
+        lp[r][tok] = None
+        return set_column(t, "lp", lp)
+    if case == "side_null_row":  # the whole list: no value for any of the slab's tokens
+        lp[r] = None
+        return set_column(t, "lp", lp)
+    if case == "side_null_support_row":  # one token's K-wide row
+        sup[r][tok] = None
+        return set_column(t, "sup", sup)
+    if case == "side_null_support_value":  # one of a token's K candidates
+        sup[r][tok][1] = None
+        return set_column(t, "sup", sup)
+    if case == "side_fill_float":
+        lp[r][pad] = 0.5
+        return set_column(t, "lp", lp)
+    if case == "side_fill_negative_zero":  # equal to the fill 0.0, not its bits
+        lp[r][pad] = -0.0
+        return set_column(t, "lp", lp)
+    if case == "side_fill_rows":
+        sup[r][pad] = [3] + [-1] * (K - 1)
+        return set_column(t, "sup", sup)
+    token = ids[r][tok]
+    if case == "support_order":
+        sup[r][tok] = [-1, token] + [-1] * (K - 2)
+    elif case == "support_absent":
+        sup[r][tok] = [token + 1] + [-1] * (K - 1)
+    elif case == "support_twice":
+        sup[r][tok] = [token, token] + [-1] * (K - 2)
+    elif case == "support_negative":
+        sup[r][tok] = [token, -7] + [-1] * (K - 2)
+    elif case == "support_empty_on_loss":
+        lm = t.column("loss_mask")[r].as_py()
+        sup[r][next(p for p in range(len(lm)) if lm[p])] = [-1] * K
+    elif case == "side_nonfinite":  # a NaN the input did not hold (the manifest counts 0)
+        lp[r][tok] = float("nan")
+        return set_column(t, "lp", lp)
+    elif case == "missing":
+        return t.drop_columns(["sup"])
+    elif case == "undeclared":
+        return t.append_column("extra", pa.array(lp, pa.list_(pa.float32())))
+    return set_column(t, "sup", sup)

@@ -261,7 +261,27 @@ CONTENT = {  # verify check -> an edit of one shard's rows
     "segment_count:chunk_index": (SHARD0, _one_more("chunk_index")),
     "segment_count:source_offset": (SHARD0, _one_more("source_offset")),
 }
+def _null_in(col):
+    """A null in slab 0's `col`: one list entry (a token id, a segment's length...) or the scalar."""
+    def edit(c):
+        if isinstance(c[col][0], np.ndarray):
+            a = c[col][0].astype(object)
+            a[0] = None
+            c[col][0] = a
+        else:
+            c[col][0] = None
+    return edit
+
+
+def _slab_columns():
+    from packtool.slabs.schema import SCHEMA
+    return SCHEMA.names
+
+
+# S31-1: a null anywhere in a slab, in every column of the schema (list entries and scalars)
+NULLS = {f"null:{col}": _edit(SHARD0, _null_in(col)) for col in _slab_columns()}
 CORRUPTIONS = {
+    **NULLS,
     **{f"{k}:as-is": _edit(s, f, sign=False) for k, (s, f) in CONTENT.items()},
     **{f"{k}:re-signed": _edit(s, f) for k, (s, f) in CONTENT.items()},
     "shard_size+checksum:truncated": _truncate,
@@ -510,3 +530,89 @@ def test_a_readers_checksum_message_shows_hashes_that_differ(tmp_path, alg):
         check_checksum(SlabManifest.read(out), 0)
     found, shown = str(e.value).split(f"{alg} is ", 1)[1].split(": the file")[0].split(", the manifest says ")
     assert found != shown and shown == said, str(e.value)
+
+
+@pytest.mark.parametrize("consumer", [c for c in CONSUMERS if c != "train"])  # train: the dataset's (above)
+@pytest.mark.parametrize("corruption", list(NULLS))
+def test_every_consumer_refuses_a_null_naming_shard_row_and_column(corpus, corruption, consumer, tmp_path):
+    """A null token id read back as NaN ("cannot convert float NaN to integer", S31-1): refused
+    in one line naming the shard, row and column, however deep in the slab it sits."""
+    get, results = corpus
+    kind, got = _consume(consumer, get(corruption), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+    col = corruption.split(":")[1]
+    assert consumer == "standalone-reader" or (SHARD0 in got and "row 0" in got and repr(col) in got), got
+
+
+@pytest.mark.parametrize("corruption", list(NULLS))
+def test_verify_names_the_null(corpus, corruption):
+    from packtool.cli.app import app
+    get, _ = corpus
+    r = CliRunner().invoke(app, ["verify", get(corruption), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    said = [p for p in json.loads(r.output)["problems"] if "null" in p["message"]]
+    assert said and said[0]["shard"] == SHARD0 and said[0]["row"] == 0, said
+    assert repr(corruption.split(":")[1]) in said[0]["message"], said
+
+
+# --- side columns (FORMAT.md "Side columns"): a pack with `lp` (float32) and `sup` (K int32, support)
+
+SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_null_support_value",
+                "side_fill_float", "side_fill_negative_zero", "side_fill_rows", "side_decl_fill")
+# verify's alone (FORMAT.md, "What a reader checks"): a count over the whole output, a compiled pass
+VERIFY_ONLY = ("side_nonfinite", "support_order", "support_absent", "support_twice", "support_empty_on_loss")
+
+
+@pytest.fixture(scope="session")
+def side_corpus(tmp_path_factory):
+    from side_support import plant_side, side_rows, write_input
+    from slab_support import resign
+    from packtool.packing import pack
+    from packtool.tokenize.config import TokenizeConfig
+    root = tmp_path_factory.mktemp("side_corpus")
+    ids, lp, sup = side_rows(n=80, seed=3)
+    clean = str(root / "clean")
+    pack([write_input(str(root / "in.parquet"), ids, lp, sup)], Alignment(tp=2, cp=2, capacity=256),
+         PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=clean,
+         cache_dir=str(root / "cache"))
+    made = {"clean": clean}
+
+    def get(name):
+        import pyarrow.parquet as pq
+        if name not in made:
+            d = str(root / name)
+            shutil.copytree(clean, d)
+            if name == "side_decl_fill":  # the manifest's fill edited: every pad now disagrees
+                m = read_manifest(d)
+                m["side_columns"][0]["fill"] = 1.0
+                save_manifest(d, m)
+            else:
+                shard = read_manifest(d)["shards"][0]["file"]
+                t = pq.read_table(os.path.join(d, shard))
+                pq.write_table(plant_side(t, name), os.path.join(d, shard), compression="zstd")
+                resign(d, shard)
+            made[name] = d
+        return made[name]
+    return get
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect", "standalone-reader"])
+@pytest.mark.parametrize("damage", SIDE_DAMAGES)
+def test_every_consumer_refuses_side_column_damage_verify_rejects(side_corpus, damage, consumer, tmp_path):
+    """S31-9: a null advantage reached the batch as NaN, a pad's value or the manifest's fill
+    edited went through every consumer that verify rejects."""
+    kind, got = _consume(consumer, side_corpus("clean"), str(tmp_path))
+    assert kind == "ok", got
+    kind, got = _consume(consumer, side_corpus(damage), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({damage}) without a word"
+    assert consumer == "standalone-reader" or ("row" in got and ("'lp'" in got or "'sup'" in got)), got
+
+
+@pytest.mark.parametrize("damage", ("side_length",) + SIDE_DAMAGES + VERIFY_ONLY)
+def test_verify_rejects_side_column_damage_with_exit_1(side_corpus, damage):
+    """S31-10: never exit 3 (a null row crashed the coverage check once its batch was skipped)."""
+    from packtool.cli.app import app
+    r = CliRunner().invoke(app, ["verify", side_corpus(damage), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert all(k.startswith("side_") for k in json.loads(r.output)["counts"]), r.output

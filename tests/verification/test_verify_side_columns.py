@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from side_support import K, side_rows, write_input
+from side_support import K, plant_side, row_with_pad, set_column, side_rows, write_input
 from slab_support import read_manifest, resign, save_manifest
 
 from packtool.align import Alignment
@@ -109,79 +109,14 @@ def _table(out):
     return shard, pq.read_table(os.path.join(out, shard))
 
 
-def _set(t: pa.Table, name: str, values: list, typ=None) -> pa.Table:
-    i = t.schema.get_field_index(name)
-    return t.set_column(i, name, pa.array(values, typ or t.schema.field(i).type))
-
-
-def _pad_and_real(t: pa.Table, row: int) -> tuple[int, int]:
-    """(a pad position, a real token position) of slab `row`."""
-    cu, sl = t.column("cu_seqlens_padded")[row].as_py(), t.column("seq_lens")[row].as_py()
-    real = np.zeros(cu[-1], bool)
-    for a, n in zip(cu[:-1], sl):
-        real[a:a + n] = True
-    return int(np.flatnonzero(~real)[0]), int(np.flatnonzero(real)[1])
-
-
-def _row_with_pad(t: pa.Table) -> int:
-    for r in range(t.num_rows):
-        if sum(t.column("seq_lens")[r].as_py()) < len(t.column("input_ids")[r]):
-            return r
-    raise AssertionError("no slab with a pad")
-
-
-def _plant(t: pa.Table, case: str) -> pa.Table:
-    r = _row_with_pad(t)
-    pad, tok = _pad_and_real(t, r)
-    lp, sup, ids = t.column("lp").to_pylist(), t.column("sup").to_pylist(), t.column("input_ids").to_pylist()
-    if case == "side_dtype":
-        return _set(t, "lp", lp, pa.list_(pa.float64()))
-    if case == "side_width":
-        return _set(t, "sup", [[row[:-1] for row in s] for s in sup], pa.list_(pa.list_(pa.int32(), K - 1)))
-    if case == "side_length":
-        lp[r] = lp[r][:-1]
-        return _set(t, "lp", lp)
-    if case == "side_null":
-        lp[r][tok] = None
-        return _set(t, "lp", lp)
-    if case == "side_fill_float":
-        lp[r][pad] = 0.5
-        return _set(t, "lp", lp)
-    if case == "side_fill_negative_zero":  # equal to the fill 0.0, not its bits
-        lp[r][pad] = -0.0
-        return _set(t, "lp", lp)
-    if case == "side_fill_rows":
-        sup[r][pad] = [3] + [-1] * (K - 1)
-        return _set(t, "sup", sup)
-    token = ids[r][tok]
-    if case == "support_order":
-        sup[r][tok] = [-1, token] + [-1] * (K - 2)
-    elif case == "support_absent":
-        sup[r][tok] = [token + 1] + [-1] * (K - 1)
-    elif case == "support_twice":
-        sup[r][tok] = [token, token] + [-1] * (K - 2)
-    elif case == "support_negative":
-        sup[r][tok] = [token, -7] + [-1] * (K - 2)
-    elif case == "support_empty_on_loss":
-        lm = t.column("loss_mask")[r].as_py()
-        sup[r][next(p for p in range(len(lm)) if lm[p])] = [-1] * K
-    elif case == "side_nonfinite":  # a NaN the input did not hold (the manifest counts 0)
-        lp[r][tok] = float("nan")
-        return _set(t, "lp", lp)
-    elif case == "missing":
-        return t.drop_columns(["sup"])
-    elif case == "undeclared":
-        return t.append_column("extra", pa.array(lp, pa.list_(pa.float32())))
-    return _set(t, "sup", sup)
-
-
 CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": "side_length",
          "side_null": "side_null", "side_fill_float": "side_fill", "side_fill_negative_zero": "side_fill",
          "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
          "support_negative": "side_support", "support_empty_on_loss": "side_support",
          "side_nonfinite": "side_nonfinite", "missing": "schema",
-         "undeclared": "schema"}
+         "undeclared": "schema", "side_null_row": "side_null", "side_null_support_row": "side_null",
+         "side_null_support_value": "side_null"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -189,7 +124,7 @@ def test_each_planted_corruption_trips_its_check(clean, tmp_path, case):
     out = str(tmp_path / "p")
     shutil.copytree(clean, out)
     shard, t = _table(out)
-    pq.write_table(_plant(t, case), os.path.join(out, shard), compression="zstd")
+    pq.write_table(plant_side(t, case), os.path.join(out, shard), compression="zstd")
     resign(out, shard)
     r = verify(out, workers=1)
     assert not r.ok and CASES[case] in r.counts, (case, r.counts)
@@ -206,10 +141,10 @@ def test_an_empty_support_row_where_the_loss_skips_the_token_is_clean(clean, tmp
     shutil.copytree(clean, out)
     shard, t = _table(out)
     sup, lm = t.column("sup").to_pylist(), t.column("loss_mask").to_pylist()
-    r = _row_with_pad(t)
+    r = row_with_pad(t)
     p = next(p for p in range(len(lm[r])) if not lm[r][p] and any(v != -1 for v in sup[r][p]))
     sup[r][p] = [-1] * K
-    pq.write_table(_set(t, "sup", sup), os.path.join(out, shard), compression="zstd")
+    pq.write_table(set_column(t, "sup", sup), os.path.join(out, shard), compression="zstd")
     resign(out, shard)
     assert verify(out, workers=1).ok
 
