@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["arrow_of", "first_null", "list_parts", "np_of", "span_mask"]
+__all__ = ["arrow_of", "first_null", "list_parts", "np_of", "null_rows", "span_mask"]
 
 
 def _primitive(t: pa.DataType) -> bool:
@@ -83,3 +83,11 @@ def first_null(a: pa.Array | pa.ChunkedArray) -> int:
         return k // t.list_size
     offs = np_of(a.offsets).astype(np.int64)
     return int(np.searchsorted(offs - offs[0], k, "right") - 1)
+
+
+def null_rows(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per row of `a`: whether it holds a null at any depth. Row by row: for an array that
+    `first_null` found damaged, to set its rows apart."""
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    return np.fromiter((first_null(a.slice(i, 1)) >= 0 for i in range(len(a))), bool, len(a))

@@ -317,9 +317,9 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     skipped = sum(r.skipped for r in results)
     if skipped:  # their segments and tokens are unknown: every count below would be short by them
         check_dp(slabs, dp, log)  # their scalars are counted
-        notes.append(f"{skipped} slab(s) with inconsistent array lengths (the array_length problems) were not "
-                     f"checked further; the shard token counts, manifest stats and coverage checks, which need "
-                     f"their segments, were skipped")
+        notes.append(f"{skipped} slab(s) with inconsistent array lengths or nulls (the array_length and schema "
+                     f"problems) were not checked further; the shard token counts, manifest stats and coverage "
+                     f"checks, which need their segments, were skipped")
         return
     stats = man.get("stats") or {}
     got = {k: sum(int(r.totals[k]) for r in results) for k in STAT_KEYS}

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.align import Alignment
-from packtool.arrays import first_null
+from packtool.arrays import first_null, null_rows
 from packtool.layout import compute_layout, cp_local_cu_seqlens_padded, cp_merge, cp_rank_index
 from packtool.storage import arrow_file, file_size
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
@@ -146,7 +146,7 @@ class _Acc:
                         tail_pad=0, fill_pad=0, slack=0, singletons=0)
         self.slab = {k: [] for k in SLAB_FIELDS}
         self.seg = {k: [] for k in ("source", "chunk", "offset", "length", "row", "seg")}
-        self.skipped = 0  # rows with inconsistent array lengths: in `slab`, not in `seg` or `tot`
+        self.skipped = 0  # rows with inconsistent array lengths or nulls: in `slab`, not in `seg` or `tot`
 
     def skip(self, S: dict, start: int, stop: int) -> None:
         """Rows [start, stop) of a batch that no list check could pair: their scalar columns
@@ -164,28 +164,39 @@ class _Acc:
         return dict(self.tot), slabs, segs
 
 
+def _split(batch: pa.RecordBatch, bad: np.ndarray, S: dict, row0: int, job: ShardJob, src, log: ProblemLog,
+           acc: _Acc, rows_of=None) -> None:
+    """Rows `bad` skipped (their scalars counted), the other rows checked as their own
+    batches, in on-disk order."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([-1], bad.view(np.int8), [-1]))))
+    for start, stop in zip(edges[:-1], edges[1:]):
+        if bad[start]:
+            acc.skip(S, start, stop)
+        else:
+            _check_batch(batch.slice(start, stop - start), row0 + int(start), job, src, log, acc, rows_of)
+
+
 def _check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: ProblemLog,
                  acc: _Acc, rows_of=None) -> None:
     a, name, n = job.alignment, job.name, batch.num_rows
     where = dict(shard=name)
+    nulls = np.zeros(n, bool)
     for col in (*LIST_COLUMNS, *SCALAR_COLUMNS):  # side columns: side_null, with the batch's other checks
         r = first_null(batch.column(col))  # at any depth: a null token id reads back as NaN
         if r >= 0:
             log.add("schema", f"column {col!r} holds a null", row=row0 + r, **where)
-            return
-    L = {c: _flat(batch.column(c)) for c in LIST_COLUMNS}
+            if col in SCALAR_COLUMNS:
+                return  # a slab whose own scalars are unknown: none of the batch can be counted
+            nulls |= null_rows(batch.column(col))
     S = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in SCALAR_COLUMNS}
+    if nulls.any():  # like inconsistent lengths: those rows skipped, their scalars counted
+        return _split(batch, nulls, S, row0, job, src, log, acc, rows_of)
+    L = {c: _flat(batch.column(c)) for c in LIST_COLUMNS}
     T = np.diff(L["input_ids"][1])
     nseg = np.diff(L["seq_lens"][1])
     bad = _array_lengths(L, T, nseg, row0, where, log)
-    if bad.any():  # the other rows are checked as their own batches, in on-disk order
-        edges = np.flatnonzero(np.diff(np.concatenate(([-1], bad.view(np.int8), [-1]))))
-        for start, stop in zip(edges[:-1], edges[1:]):
-            if bad[start]:
-                acc.skip(S, start, stop)
-            else:
-                _check_batch(batch.slice(start, stop - start), row0 + int(start), job, src, log, acc, rows_of)
-        return
+    if bad.any():
+        return _split(batch, bad, S, row0, job, src, log, acc, rows_of)
     seg_row = np.repeat(np.arange(n), nseg)
     seg_off = L["seq_lens"][1]
     seg_in_row = np.arange(seg_row.size) - seg_off[seg_row]
