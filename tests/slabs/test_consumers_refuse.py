@@ -564,7 +564,7 @@ def test_verify_names_the_null(corpus, corruption):
 
 # --- side columns (FORMAT.md "Side columns"): a pack with `lp` (float32) and `sup` (K int32, support)
 
-SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_null_support_value",
+SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_null_support_value", "side_length",
                 "side_fill_float", "side_fill_negative_zero", "side_fill_rows", "side_decl_fill")
 # verify's alone (FORMAT.md, "What a reader checks"): a count over the whole output, a compiled pass
 VERIFY_ONLY = ("side_nonfinite", "support_order", "support_absent", "support_twice", "support_empty_on_loss")
@@ -616,7 +616,7 @@ def test_every_consumer_refuses_side_column_damage_verify_rejects(side_corpus, d
     assert consumer == "standalone-reader" or ("row" in got and ("'lp'" in got or "'sup'" in got)), got
 
 
-@pytest.mark.parametrize("damage", ("side_length",) + SIDE_DAMAGES + VERIFY_ONLY)
+@pytest.mark.parametrize("damage", SIDE_DAMAGES + VERIFY_ONLY)
 def test_verify_rejects_side_column_damage_with_exit_1(side_corpus, damage):
     """S31-10: never exit 3 (a null row crashed the coverage check once its batch was skipped)."""
     from packtool.cli.app import app
