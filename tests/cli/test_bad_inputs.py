@@ -246,7 +246,7 @@ def _chat_file(p):
     ("{{ nothing_here() }}", ["chats.jsonl, row 0", "nothing_here"]),
     ("{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
      ["chats.jsonl, row 0", "range()"]),
-    ("{{ 'x' * 10000000000 }}", ["chats.jsonl, row 0", "repeats a value"]),
+    ("{{ 'x' * 10000000000 }}", ["chats.jsonl, row 0", "`*` would build 10,000,000,000 characters"]),
     ("{{ 10 ** 100000000 }}", ["chats.jsonl, row 0", "too large"]),
     ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", ["chats.jsonl, row 0", "RecursionError"]),
 ])
