@@ -8,7 +8,8 @@ model folder's template, a user .jinja) gets spans by prefix rendering: assistan
 covers render(messages[:i], add_generation_prompt=True) .. render(messages[:i+1]), minus
 trailing whitespace; that needs each rendering to be a prefix of the next (checked).
 
-Every rendering runs within `template_limits` (output size, range() items, `*`/`**`, time).
+Every rendering runs within `template_limits` (output size, range() items, time) and, for a
+template from a file or model folder, `template_sizes` (the size of every operation's result).
 
 Built-ins render tool calls and tool results as non-loss text (packtool/docs/TOKENIZATION.md): the loss covers an assistant's natural-language content and its end marker.
 """
@@ -26,7 +27,8 @@ import jinja2.ext
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.native_templates import NATIVE, Fallback
-from packtool.tokenize.template_limits import Sandbox, bounded_range, rendering, too_long
+from packtool.tokenize.template_limits import bounded_range, rendering, too_long
+from packtool.tokenize.template_sizes import Sandbox
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
 _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")

@@ -15,6 +15,7 @@ import pytest
 from conftest import MISTRAL_DIR, SHAREGPT, TASKMASTER
 
 import packtool.tokenize.template_limits as limits
+from packtool.tokenize.template_sizes import Sandbox
 from packtool.tokenize.messages import normalize_message, sharegpt_to_messages
 from packtool.tokenize.templates import BUILTIN, Renderer, _Generation, _raise, _tojson, make_template
 
@@ -145,7 +146,7 @@ def test_legitimate_templates_render_as_in_jinjas_sandbox(name):
     change nothing about the text."""
     text = _templates()[name]
     envs = [cls(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
-            for cls in (jinja2.sandbox.ImmutableSandboxedEnvironment, limits.Sandbox)]
+            for cls in (jinja2.sandbox.ImmutableSandboxedEnvironment, Sandbox)]
     for env in envs:
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
