@@ -94,8 +94,10 @@ def test_traced_peak_does_not_grow_with_rows(data, small_buffers, monkeypatch, t
         kept, add = [], sink.CacheSink.add
         monkeypatch.setattr(sink.CacheSink, "add", lambda self, ids, *a, **k: kept.append(ids.copy())
                             or add(self, ids, *a, **k))
-    small = _peak(data[N], str(tmp_path / "a"), monkeypatch)
-    large = _peak(data[4 * N], str(tmp_path / "b"), monkeypatch)
+    # the least of two runs: what is in flight at the peak (encode chunks, a read batch) varies
+    # with the threads' timing and only ever adds (one run under load measured 1,036 B/row)
+    small = min(_peak(data[N], str(tmp_path / f"a{i}"), monkeypatch) for i in range(2))
+    large = min(_peak(data[4 * N], str(tmp_path / f"b{i}"), monkeypatch) for i in range(2))
     grown = (large - small) / (3 * N)
     if holder:
         assert grown > PER_ROW, f"the probe missed a per-row holder ({grown:.0f} B/row)"
