@@ -309,7 +309,7 @@ CORRUPTIONS = {
     "lie:rows-1e15": _set(("shards", 0, "rows"), 10 ** 15),
     "lie:negative": _set(("shards", 0, "tokens"), -5),
     "lie:nesting-100000": _nest,
-    "manifest:tokenizer-null": _set(("tokenizer",), None),
+    "lie:tokenizer-null": _set(("tokenizer",), None),
     "lie:vocab_size-lowered": _set(("tokenizer", "vocab_size"), 10),
     "lie:tp-1e15": _set(("config", "alignment", "tp"), 10 ** 15),
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
