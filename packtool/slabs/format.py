@@ -211,11 +211,13 @@ def _check_types(m: dict, path: str) -> None:
         raise FormatError(f"{path}: {field} is not {want}; the manifest is edited or damaged: "
                           f"re-run `packtool pack`")
     is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    if key_null := [k for k in ("config", "stats", "tokenizer") if not isinstance(m.get(k), dict)]:
-        # every reader (FORMAT.md's own too) takes these as objects; pack writes {} for "none"
-        bad(key_null[0], "an object ({} where there is none)")
+    for key in ("config", "stats", "tokenizer"):  # present means an object: pack writes {} for "none"
+        if key in m and not isinstance(m[key], dict):
+            bad(key, "an object ({} where there is none)")
     if "input" in m and m["input"] is not None and not isinstance(m["input"], dict):
         bad("input", "an object")
+    if not isinstance(m.get("config"), dict):
+        bad("config", "an object")
     for key, v in (m.get("stats") or {}).items():  # counts, or objects of counts (overflow, changes)
         if key == "overflow" or isinstance(v, dict):
             if not isinstance(v, dict) or not all(is_num(x) for k, x in v.items() if k != "policy"):
