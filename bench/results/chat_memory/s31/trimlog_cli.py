@@ -1,6 +1,10 @@
-"""Experiment: log every HeapBound trim during `packtool pack` (the command)."""
+"""Experiment: log every HeapBound trim during `packtool pack` (the command).
+
+    python trimlog_cli.py DATA TOKENIZER WORK TEMPLATE [SLACK_MIB]   (0: a trim after every encode chunk)
+"""
 import ctypes, json, os, sys, time, resource
 import packtool.heap as hp
+import packtool.tokenize.pipeline as pl
 
 class MI(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -18,7 +22,7 @@ def check(self):
     if self.trims != before:
         m = libc.mallinfo2()
         log.append({"t": round(time.time() - t0, 1), "low_after": self.low >> 20, "used": m.uordblks >> 20,
-                    "free": m.fordblks >> 20, **vm()})
+                    "free": m.fordblks >> 20, "pyblocks": sys.getallocatedblocks(), **vm()})
 hp.HeapBound.check = check
 def report(code, _exit=os._exit):
     print(json.dumps({"maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10, "end": vm(), "trims": log}))
@@ -26,6 +30,8 @@ def report(code, _exit=os._exit):
     _exit(code)
 os._exit = report
 data, tok, work, tmpl = sys.argv[1:5]
+if len(sys.argv) > 5:  # another trim trigger
+    pl._HEAP_SLACK = int(sys.argv[5]) << 20
 sys.argv = ["packtool", "pack", data, "--tokenizer", tok, "--chat-template", tmpl, "-C", "4096", "--overflow", "split",
             "--cache-dir", os.path.join(work, "cache"), "-o", os.path.join(work, "out"), "--no-progress"]
 from packtool.cli import main
