@@ -36,6 +36,7 @@ from packtool.tokenize.cache import (
     side_files,
     write_cache_json,
 )
+from packtool.tokenize.offsets_file import OffsetsFile
 from packtool.tokenize.side_store import SparseRowsWriter, sparse_problem, write_hashed
 from packtool.workers import thread_pool
 
@@ -323,7 +324,7 @@ class FlatTokensBuilder:
         import xxhash
         self.directory = directory
         self._tokens = open(os.path.join(directory, TOKENS_FILE), "wb", buffering=0)
-        self._lengths: list[np.ndarray] = []
+        self._offsets = OffsetsFile(directory)  # lengths on disk as they come: no per-row memory
         self._hash = xxhash.xxh3_128()  # the checksum cache.json records, without a re-read
         self._side: list = []  # per side column: [file, hash] (width 1) or a SparseRowsWriter
         self._xxh3 = xxhash.xxh3_128
@@ -345,7 +346,7 @@ class FlatTokensBuilder:
                 self._side[k].add(values)
             else:
                 write_hashed(*self._side[k], values)
-        self._lengths.append(lengths)
+        self._offsets.add(lengths)
 
     def _open_side(self, k: int, c) -> None:
         paths = [os.path.join(self.directory, n) for n in side_files(k, c.width)]
@@ -370,10 +371,7 @@ class FlatTokensBuilder:
                 pairs = [(w[0].name, w[1].hexdigest())]
             for path, digest in pairs:
                 recs[f"{FLAT_DIR}/{os.path.basename(path)}"] = file_record(path, digest)
-        lens = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        offsets = np.zeros(lens.size + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        np.save(os.path.join(self.directory, "offsets.npy"), offsets)
+        self._offsets.finish("offsets.npy")
         return {f"{FLAT_DIR}/{TOKENS_FILE}": file_record(os.path.join(self.directory, TOKENS_FILE),
                                                          self._hash.hexdigest()),
                 f"{FLAT_DIR}/offsets.npy": file_record(os.path.join(self.directory, "offsets.npy")), **recs}
@@ -381,6 +379,7 @@ class FlatTokensBuilder:
     def abort(self) -> None:
         """Close the files; the caller removes the enclosing temporary directory."""
         self._tokens.close()
+        self._offsets.abort()
         for w in self._side:
             if isinstance(w, SparseRowsWriter):
                 w.abort()
