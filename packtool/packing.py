@@ -52,6 +52,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.flat_tokens import flat_store_for
 from packtool.tokenize.hf_input import resolve_sources
 from packtool.tokenize.request import fingerprint_versions
+from packtool.workers import cores
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
     items = inputs if isinstance(inputs, (list, tuple)) else [inputs]
     paths = [i for i in items if isinstance(i, (str, os.PathLike))]  # objects hold no path
     check_capacity(alignment, sharded=plan_shard_rows != 0,  # before tokenizing: the table sizes
-                   writers=0 if dry_run else (workers or os.cpu_count() or 1))
+                   writers=0 if dry_run else (workers or cores()))
     cache_dir = check_cache_dir(cache_dir, paths)
     with claim(output, overwrite, dry_run, inputs=[*paths, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if cache_dir and is_uri(cache_dir) else None) as out:

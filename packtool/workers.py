@@ -19,6 +19,7 @@ script's top level never runs again in a worker.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -34,6 +35,16 @@ _LOCK = threading.Lock()
 _PROCESS_POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: start-up paid once
 _THREAD_POOLS: weakref.WeakSet = weakref.WeakSet()
 STOP_SECONDS = 2.0  # a terminated worker is killed after this long
+
+
+def cores() -> int:
+    """The CPUs this process may run on: every default count of threads or processes. Not
+    `os.cpu_count()`, which is the host's: under `taskset`, a cgroup cpuset or a batch
+    scheduler's allotment of 2 of 16 cores it started 16 writers, each holding a row group."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity off Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def process_pool(workers: int) -> ProcessPoolExecutor:

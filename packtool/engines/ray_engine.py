@@ -36,6 +36,7 @@ from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
 from packtool.planning.summary import plan_summary, with_skipped
+from packtool.workers import cores
 from packtool.output.folder import check_cache_dir
 from packtool.params import arguments
 from packtool.notes import from_ray_workers, listen_to_ray_workers
@@ -129,7 +130,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                 ray.init(address=address, **kw)
             else:
                 with _daemons_apart():
-                    ray.init(num_cpus=num_cpus or os.cpu_count(), **kw)
+                    ray.init(num_cpus=num_cpus or cores(), **kw)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False

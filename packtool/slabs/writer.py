@@ -29,7 +29,7 @@ from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.tokenize.prefetch import read_ahead
-from packtool.workers import thread_pool
+from packtool.workers import cores as default_cores, thread_pool
 
 
 @nb.njit(nogil=True, cache=True)
@@ -232,7 +232,7 @@ def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None 
     `write_one(k, on_rows, ahead)` writes shard k whole, and `prepare(k)`, if given, runs in
     this thread just before shard k is queued. The first failure (or Ctrl-C) stops every
     other shard at its next row group and is raised here."""
-    cores = max(1, workers or os.cpu_count() or 1)
+    cores = max(1, workers or default_cores())
     threads = min(n, cores)
     # a shard is sequential, so the last ones would leave cores idle: those gather their next
     # row group in a helper thread while encoding (earlier ones would only add memory)

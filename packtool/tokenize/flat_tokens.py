@@ -38,7 +38,7 @@ from packtool.tokenize.cache import (
 )
 from packtool.tokenize.offsets_file import OffsetsFile
 from packtool.tokenize.side_store import SparseRowsWriter, sparse_problem, write_hashed
-from packtool.workers import thread_pool
+from packtool.workers import cores, thread_pool
 
 TOKENS_FILE = "tokens.i32"
 _FILES = (TOKENS_FILE, "offsets.npy")
@@ -234,7 +234,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 raise CacheDamagedError(f"{path}: row group {g} has {done} rows, its metadata says "
                                  f"{expect.size}; the cache is damaged: delete it and re-run")
 
-        n_threads = max(1, min(len(groups), threads or os.cpu_count() or 1))
+        n_threads = max(1, min(len(groups), threads or cores()))
         with thread_pool(n_threads, "packtool-flat") as ex:
             futs = [ex.submit(one, job) for job in groups]
             try:

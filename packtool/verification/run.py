@@ -24,6 +24,7 @@ from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.shard import ShardJob, ShardResult, check_shard
+from packtool.workers import cores
 from packtool.verification.source import (  # noqa: F401  (verify --source's side; importable from here too)
     recorded_tokenize,
     source_store,
@@ -130,7 +131,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     if source_dir is not None and side:  # compared with the source's values, or a note says which were not
         from packtool.verification.side import source_side_columns
         source_side, side_source = source_side_columns(source_dir, side, log, notes)
-    workers = max(1, workers or os.cpu_count() or 1)
+    workers = max(1, workers or cores())
     by_name = dict(zip(listed, man["shards"]))
     base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
