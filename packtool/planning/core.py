@@ -176,6 +176,15 @@ class Plan:
         return self.slab_offsets.size - 1
 
 
+# Per overflow policy, the `OverflowStats` figures `apply_overflow` can make non-zero (every
+# other figure stays 0 under it). Kept beside the function so that a policy's bookkeeping has
+# one owner: verify holds a manifest's stats.overflow to it (verification/declared.py), and
+# tests/planning/test_overflow_figures.py runs apply_overflow to hold this to the function.
+OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
+                    "truncate": ("sequences", "tokens_dropped"),
+                    "split": ("sequences", "chunks", "targets_lost")}
+
+
 def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
                    first_row: int = 0) -> tuple[Segments, OverflowStats]:
     """Segments of `lengths` under the overflow policy; sources are numbered from `first_row`

@@ -5,7 +5,7 @@ hide a data change (`stats.changes` the recorded policies make impossible):
 
 - `side_columns` against `input.tokenize.side_columns` / `support_columns` (names, kind);
 - `stats.overflow.policy` against `config.packing.overflow`, and the overflow figures against
-  what that policy can produce (planning.core.apply_overflow);
+  what that policy can produce (planning.core.OVERFLOW_FIGURES, apply_overflow's own);
 - `stats.skipped_rows` against `input.tokenize.on_empty` (only `skip` skips a row);
 - `stats.changes` against `stats.overflow` + `stats.skipped_rows`, derived by their one owner
   (planning.summary.data_changes);
@@ -16,15 +16,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
-from packtool.planning.core import OverflowStats
+from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats
 from packtool.planning.summary import data_changes
 from packtool.side import side_columns_from_manifest
 from packtool.verification.problems import ProblemLog
 
-# per overflow policy, the `stats.overflow` figures it can make non-zero (apply_overflow)
-POLICY_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
-                  "truncate": ("sequences", "tokens_dropped"),
-                  "split": ("sequences", "chunks", "targets_lost")}
 _FIGURES = tuple(f.name for f in fields(OverflowStats) if f.name != "policy")
 CHECK = "manifest_declared"
 
@@ -76,7 +72,7 @@ def _overflow_against_policy(stats: dict, policy: str, log: ProblemLog) -> None:
     if "policy" in over and over["policy"] != policy:
         _bad(log, f"stats.overflow.policy is {over['policy']!r}, config.packing.overflow is {policy!r}",
              expected=policy, found=over["policy"])
-    allowed = POLICY_FIGURES.get(policy, _FIGURES)
+    allowed = OVERFLOW_FIGURES[policy]  # a policy manifest_config read, so one of OVERFLOW_POLICIES
     for k in _FIGURES:
         if k not in allowed and over.get(k):
             _bad(log, f"stats.overflow.{k} is {over[k]}, impossible under overflow policy {policy!r}",

@@ -1,0 +1,47 @@
+"""`planning.core.OVERFLOW_FIGURES` is the one statement of which `OverflowStats` figures each
+overflow policy can make non-zero (verify holds a manifest's stats.overflow to it): held here
+to what `apply_overflow` produces on lengths that overflow."""
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+import numpy as np
+import pytest
+
+from packtool.align import Alignment
+from packtool.planning.core import (
+    OVERFLOW_FIGURES,
+    OVERFLOW_POLICIES,
+    OverflowStats,
+    SequenceError,
+    apply_overflow,
+)
+
+FIGURES = tuple(f.name for f in fields(OverflowStats) if f.name != "policy")
+ALIGNMENTS = {"plain": Alignment(capacity=64), "cp2-fp8": Alignment(cp=2, fp8="tensorwise", capacity=96),
+              "fixed": Alignment(capacity=128, fixed_length=64)}
+# short rows beside rows just over, and far over, the usable capacity (up to 3 chunks)
+LENGTHS = np.array([5, 65, 17, 200, 64, 129, 1])
+
+
+def test_every_policy_has_its_figures_and_only_overflow_figures():
+    assert set(OVERFLOW_FIGURES) == set(OVERFLOW_POLICIES)
+    assert all(set(v) <= set(FIGURES) for v in OVERFLOW_FIGURES.values()), OVERFLOW_FIGURES
+
+
+@pytest.mark.parametrize("align", list(ALIGNMENTS))
+@pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
+def test_figures_are_what_apply_overflow_makes(policy, align):
+    a = ALIGNMENTS[align]
+    assert (a.seq_footprint(LENGTHS) > a.usable).sum() >= 2  # the lengths do overflow
+    try:
+        _, stats = apply_overflow(LENGTHS, a, policy)
+    except SequenceError:  # error, and singleton under a fixed length: refused, nothing counted
+        assert policy == "error" or (policy == "singleton" and a.fixed_length is not None)
+        _, stats = apply_overflow(LENGTHS[a.seq_footprint(LENGTHS) <= a.usable], a, policy)
+        assert not any(asdict(stats)[k] for k in FIGURES), stats
+        if policy == "error":
+            assert OVERFLOW_FIGURES[policy] == ()
+        return
+    made = {k for k in FIGURES if asdict(stats)[k]}
+    assert made == set(OVERFLOW_FIGURES[policy]), (policy, stats)
