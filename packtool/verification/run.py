@@ -1,7 +1,7 @@
 """`packtool verify`: check a packed output against FORMAT.md and the alignment model.
 
 The manifest is read and checked first; then every shard is checked in a process pool
-(`verify_shard.check_shard`, bounded memory, runs of row groups per task); last come the checks
+(`verification.shard.check_shard`, bounded memory, runs of row groups per task); last come the checks
 that need every shard: counts against the manifest, each source row exactly once (or as
 its overflow policy says), bounds, DP fields. With a source (the same inputs and
 tokenization as `pack`), every segment's tokens are compared with its source row, and the
@@ -23,7 +23,8 @@ from packtool.side import side_columns_from_manifest
 from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
-from packtool.verification.shard import ShardJob, ShardResult, check_shard
+from packtool.verification.job import ShardJob, ShardResult
+from packtool.verification.shard import check_shard
 from packtool.workers import cores
 from packtool.verification.source import (  # noqa: F401  (verify --source's side; importable from here too)
     recorded_tokenize,
