@@ -29,8 +29,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     man, align, packing = sm.raw, sm.alignment, sm.packing
     from packtool.progress import bar, large
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]
+    from packtool.inspection.side import SideTally
+    side = SideTally(sm.side_columns)
     with bar("Reading", len(paths), "shards", progress and large(paths)) as advance:
-        index, read = check_rows(sm, extra=("singleton",), advance=advance)
+        index, read = check_rows(sm, extra=("singleton",), advance=advance,
+                                 each_group=side.add if side.side else None)
     cat = _small_columns(index, read)
     _check_stored_layout(sm, cat, ovf_of=lambda: overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
                                                                       int(cat["single"].sum())))
@@ -44,10 +47,8 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
                  ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
                  cat["loss"].astype(np.int64), _locations(sm, index))
     from dataclasses import replace
-
-    from packtool.inspection.side import side_reports
     rep = build_report("packed", directory, ss, compare, what_if, t0)
-    return replace(rep, side_columns=side_reports(sm.side_columns, paths), seconds=time.perf_counter() - t0)
+    return replace(rep, side_columns=side.reports(), seconds=time.perf_counter() - t0)
 
 
 def _small_columns(index, read: dict) -> dict:

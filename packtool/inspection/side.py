@@ -1,8 +1,8 @@
 """`inspect` on side columns (FORMAT.md "Side columns"): which columns a packed output carries
 and how much of each holds the fill, on all positions and on real tokens (tokens that had no
 value in the input: prompt tokens of a support column, say), and how many NaN / +-inf values
-a float column holds (kept by pack as read; they make a PPO loss NaN). Reads a shard's side columns
-and two small layout columns one row group at a time; numpy over the flattened lists."""
+a float column holds (kept by pack as read; they make a PPO loss NaN). Counted from the row groups
+the reader's checks decode (side columns, seq_lens, cu_seqlens_padded); numpy over the flattened lists."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,50 +30,53 @@ class SideColumnReport:
     inf: int = 0  # +-inf values (float columns)
 
 
-def side_reports(side, paths: list[str]) -> list[SideColumnReport]:
-    """One report per side column over the shards at `paths` (none when there are no columns)."""
-    if not side:
-        return []
-    import pyarrow.parquet as pq
+class SideTally:
+    """The side columns' figures, added up row group by row group from the groups the reader's
+    checks decode (`slabs.reader.check_rows(each_group=)`): no column is read a second time."""
 
-    from packtool.storage import arrow_file
-    fill = np.zeros(len(side), np.int64)
-    fill_real = np.zeros(len(side), np.int64)
-    odd = np.zeros((len(side), 2), np.int64)  # NaN, +-inf
-    total = real_total = 0
-    cols = ["seq_lens", "cu_seqlens_padded"] + [c.name for c in side]
-    for path in paths:
-        pf = pq.ParquetFile(arrow_file(path))
-        for g in range(pf.num_row_groups):
-            t = pf.read_row_group(g, columns=cols)
-            sl, cu = t.column("seq_lens").combine_chunks(), t.column("cu_seqlens_padded").combine_chunks()
-            lens = sl.values.to_numpy().astype(np.int64)
-            cu_v, cu_o = cu.values.to_numpy().astype(np.int64), cu.offsets.to_numpy().astype(np.int64)
-            T = cu_v[cu_o[1:] - 1]
-            base = np.concatenate(([0], np.cumsum(T)))[:-1]
-            nseg = np.diff(sl.offsets.to_numpy())
-            first = np.ones(cu_v.size, bool)
-            first[cu_o[1:] - 1] = False  # every entry but each row's last starts a segment
-            starts = np.repeat(base, nseg) + cu_v[first]
-            real = span_mask(int(T.sum()), starts, lens)
-            total += int(T.sum())
-            real_total += int(real.sum())
-            for k, c in enumerate(side):
-                col = t.column(c.name).combine_chunks()
-                o = col.offsets.to_numpy()
-                v = col.values.slice(int(o[0]), int(o[-1] - o[0]))
-                if c.width > 1:
-                    v = v.values.slice(v.offset * c.width, len(v) * c.width)
-                vals = v.to_numpy(zero_copy_only=False)
-                odd[k] += nonfinite(vals)
-                is_fill = (vals.reshape(-1, c.width) == c.fill).all(axis=1)
-                fill[k] += int(is_fill.sum())
-                fill_real[k] += int((is_fill & real).sum())
-    share = lambda a, b: float(a) / b if b else 0.0  # noqa: E731
-    return [SideColumnReport(c.name, c.dtype, c.width, c.kind, c.fill, total, int(fill[k]), share(fill[k], total),
-                             real_total, int(fill_real[k]), share(fill_real[k], real_total), int(odd[k, 0]),
-                             int(odd[k, 1]))
-            for k, c in enumerate(side)]
+    def __init__(self, side) -> None:
+        self.side = tuple(side)
+        self.fill = np.zeros(len(self.side), np.int64)
+        self.fill_real = np.zeros(len(self.side), np.int64)
+        self.odd = np.zeros((len(self.side), 2), np.int64)  # NaN, +-inf
+        self.total = self.real_total = 0
+
+    def add(self, g: dict) -> None:
+        """One checked row group: list columns as (values, offsets), side columns under "side"."""
+        real = _real_positions(g["seq_lens"], g["cu_seqlens_padded"])
+        self.total += real.size
+        self.real_total += int(real.sum())
+        for k, c in enumerate(self.side):
+            v, o = g["side"][c.name]
+            vals = v[int(o[0]):int(o[-1])]  # [n] or [n, K]
+            self.odd[k] += nonfinite(vals)
+            is_fill = (vals.reshape(-1, c.width) == c.fill).all(axis=1)
+            self.fill[k] += int(is_fill.sum())
+            self.fill_real[k] += int((is_fill & real).sum())
+
+    def reports(self) -> list[SideColumnReport]:
+        """One report per side column (none when there are no columns)."""
+        share = lambda a, b: float(a) / b if b else 0.0  # noqa: E731
+        t, rt = self.total, self.real_total
+        return [SideColumnReport(c.name, c.dtype, c.width, c.kind, c.fill, t, int(self.fill[k]),
+                                 share(self.fill[k], t), rt, int(self.fill_real[k]), share(self.fill_real[k], rt),
+                                 int(self.odd[k, 0]), int(self.odd[k, 1]))
+                for k, c in enumerate(self.side)]
+
+
+def _real_positions(seq_lens, cu_padded) -> np.ndarray:
+    """A mask over the group's token positions, True on real tokens (not pads), from each
+    segment's start in cu_seqlens_padded and its length in seq_lens."""
+    lv, lo = seq_lens
+    cv, co = cu_padded
+    lens = lv[int(lo[0]):int(lo[-1])].astype(np.int64)
+    cu_v, cu_o = cv[int(co[0]):int(co[-1])].astype(np.int64), (co - co[0]).astype(np.int64)
+    T = cu_v[cu_o[1:] - 1]
+    base = np.concatenate(([0], np.cumsum(T)))[:-1]
+    first = np.ones(cu_v.size, bool)
+    first[cu_o[1:] - 1] = False  # every entry but each row's last starts a segment
+    starts = np.repeat(base, np.diff(lo)) + cu_v[first]
+    return span_mask(int(T.sum()), starts, lens)
 
 
 def side_rows(r) -> list[list[str]]:

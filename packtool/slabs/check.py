@@ -15,7 +15,7 @@ whole file is hashed once per process, the first time a row of it is asked for),
 decoded row group's structure and tokens (`check_group`: lengths, seq_lens as many segments as
 source_index, `cu_seqlens`, the layout of its `seq_lens`, pads, loss flags, token ids against
 `vocab_size`, side columns' fill on pads), vectorized numpy; nulls at any depth as it is read
-(`reader._read_group`). Left to `verify`: side columns' NaN/inf counts and the support rule
+(`check_nulls`) and side columns' lengths as they are decoded (`check_side_lengths`). Left to `verify`: side columns' NaN/inf counts and the support rule
 (FORMAT.md says why).
 
 Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
@@ -28,10 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.arrays import first_null
 from packtool.layout import compute_layout
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
 from packtool.slabs.schema import slab_schema
+from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
@@ -183,76 +185,25 @@ def check_checksum(sm: SlabManifest, i: int) -> None:
 
 # --- one decoded row group ---------------------------------------------------------------
 
-BAD = ("a pad position does not hold pad_id", "loss on a pad position", "loss on a segment's first token",
-       "a loss_mask value other than 0 or 1", "a token id outside [0, vocab_size)",
-       "num_loss_tokens differs from the loss_mask sum")
+def check_nulls(path: str, rg: int, t: pa.Table) -> None:
+    """No null at any depth in any column read: a null token id or side value would read back
+    as a made-up number."""
+    for c in t.column_names:
+        r = first_null(t.column(c))
+        if r >= 0:
+            raise FormatError(f"{path} row group {rg} row {r}: column {c!r} holds nulls; run `packtool verify` "
+                              f"on the output")
 
 
-def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Positions start[k] .. start[k]+lengths[k]-1 of every run, in order."""
-    n = int(lengths.sum())
-    if n == 0:
-        return np.zeros(0, np.int64)
-    first = np.cumsum(lengths) - lengths
-    return np.repeat(starts - first, lengths) + np.arange(n, dtype=np.int64)
-
-
-def _out_of_range(ids: np.ndarray, top: int) -> np.ndarray:
-    return (ids < 0) | (ids >= top)
-
-
-def _all_in_range(ids: np.ndarray, top: int) -> bool:
-    if ids.dtype == np.int32:  # the format's: one pass, a negative id is a huge unsigned one
-        return int(ids.view(np.uint32).max()) < top
-    return int(ids.min()) >= 0 and int(ids.max()) < top
-
-
-def _ones_per_row(mask: np.ndarray, id_off: np.ndarray) -> np.ndarray:
-    """Loss tokens per row of a 0/1 mask. One count_nonzero per row (a slab, thousands of
-    tokens each): 0.15 ms per 1M tokens against 0.95 ms for np.add.reduceat into int64."""
-    bounds = id_off.tolist()
-    return np.fromiter((np.count_nonzero(mask[a:b]) for a, b in zip(bounds[:-1], bounds[1:])),
-                       np.int64, len(bounds) - 1)
-
-
-def _token_pass(ids, mask, id_off, seg_start, seq_lens, padded, pad_id, vocab, n_loss):
-    """First broken token rule as (code, row, position in the row; -1 for a row's count), or
-    None. Rows' structure is already checked: segment k holds the tokens seg_start[k] ..
-    +padded[k], its first seq_lens[k] real, the rest pads. A whole-group test first, a few
-    reductions over the tokens (numpy: no kernel to compile or load in a reader's process);
-    only a group that fails it is searched for the first broken rule, in the order of a scan
-    row by row, segment by segment, position by position."""
-    top = vocab if vocab > 0 else 2**31 - 1
-    a, b = int(id_off[0]), int(id_off[-1])  # positions are into the column's values
-    pads = _runs(seg_start + seq_lens, padded - seq_lens)
-    firsts = seg_start[seq_lens > 0]
-    if a == b or (
-            _all_in_range(ids[a:b], top) and int(mask[a:b].max()) <= 1
-            and not mask[firsts].any() and not mask[pads].any() and (ids[pads] == pad_id).all()
-            and np.array_equal(_ones_per_row(mask, id_off), n_loss)):
-        return None
-    return _first_broken(ids, mask, id_off, seg_start, seq_lens, pads, pad_id, top, n_loss)
-
-
-def _first_broken(ids, mask, id_off, seg_start, seq_lens, pads, pad_id, top, n_loss):
-    real = _runs(seg_start, seq_lens)
-    m = mask[real]
-    code_real = np.where(m > 1, 3, np.where(_out_of_range(ids[real], top), 4, -1))
-    firsts = seg_start[seq_lens > 0]
-    code_real[np.searchsorted(real, firsts[mask[firsts] != 0])] = 2  # said before that token's others
-    code_pad = np.where(ids[pads] != pad_id, 0, np.where(mask[pads] != 0, 1, -1))
-    pos = np.concatenate((real[code_real >= 0], pads[code_pad >= 0]))
-    code = np.concatenate((code_real[code_real >= 0], code_pad[code_pad >= 0]))
-    n_rows = id_off.size - 1
-    loss = np.bincount(np.searchsorted(id_off, real, "right") - 1, weights=m, minlength=n_rows)
-    miscount = np.flatnonzero(loss != n_loss)
-    at = int(np.argmin(pos)) if pos.size else -1
-    r_tok = int(np.searchsorted(id_off, pos[at], "right") - 1) if at >= 0 else n_rows
-    if miscount.size and miscount[0] < r_tok:
-        return 5, int(miscount[0]), -1
-    if at < 0:
-        return None
-    return int(code[at]), r_tok, int(pos[at] - id_off[r_tok])
+def check_side_lengths(where: str, g: dict) -> None:
+    """Every side column holds one value per token of each slab: checked as the group is decoded,
+    so that `inspect` (which never slices a row) refuses it as a training run's reader does."""
+    ids_off = g["input_ids"][1]
+    for name, (_, off) in g["side"].items():
+        if not np.array_equal(off, ids_off):
+            r = int(np.flatnonzero(np.diff(off) != np.diff(ids_off))[0])
+            raise FormatError(f"{where} row {r}: side column {name!r} has {int(off[r + 1] - off[r])} values for "
+                              f"{int(ids_off[r + 1] - ids_off[r])} tokens; run `packtool verify` on the output")
 
 
 def _check_cu_seqlens(col, cu_off, within, lens, row_of, n_rows, fail) -> None:
@@ -357,7 +308,6 @@ def _check_side_fill(sm: SlabManifest, where: str, side: dict, id_off: np.ndarra
                               f"{vals[p].tolist()} on a pad, where the manifest's fill is {c.fill}; {_fix(sm)}")
 
 
-
 def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     """source_index and chunk_index hold as many entries in every slab (`cat`: what the reader's
     open scan read, `n_seg` and `chunk_counts` per slab): the coverage check pairs them entry by
@@ -370,10 +320,11 @@ def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
                           f"{int(cat['chunk_counts'][i])}: one entry per segment each; {_fix(sm)}")
 
 
-def check_coverage(sm: SlabManifest, source: np.ndarray, chunk: np.ndarray) -> None:
+def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     """Every source row once, its chunks numbered 0, 1, ...: a slab's segment copied over
     another (same length, same counts) is trained on twice and the other never. A few bytes per
-    segment, read with the scalars at open."""
+    segment (`cat`: source_index and chunk_index's values), read with the scalars at open."""
+    source, chunk = cat["source_index"], cat["chunk_index"]
     real = source >= 0
     s, c = source[real], chunk[real]
     order = np.lexsort((c, s))

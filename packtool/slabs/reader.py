@@ -20,19 +20,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.arrays import first_null
 from packtool.side import SideColumn
-from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_output,
-                                  check_segment_counts, shard_gone)
+from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
+                                  check_output, check_segment_counts, check_side_lengths, shard_gone)
 from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
            "step", "microbatch")
-SEGMENTS = ("source_index", "chunk_index")  # read at open for the coverage check only
+# read at open for the checks only (coverage, segment counts, check_group's n_seg)
+SEGMENTS = ("source_index", "chunk_index")
+# read per row group; tail_pad and fill_pad are the index's, read at open with the scalars
 LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded")
 # the format's columns no reader uses: read at open for their nulls only (a few bytes per
 # segment, like SEGMENTS), so that a null anywhere in a slab is refused (FORMAT.md)
 NULLS_ONLY = ("cp_offsets", "source_offset", "slab_index", "singleton")
+# SEGMENTS and NULLS_ONLY serve the checks alone: bench/read_check.py empties both when it
+# switches the checks off, so that "off" reads only what a row needs
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class SlabIndex:
     dp_rank: np.ndarray
     step: np.ndarray
     microbatch: np.ndarray
+    # decoded once, at open: check_group holds them to the layout, `SlabRow` hands them out
+    tail_pad: np.ndarray
+    fill_pad: np.ndarray
 
     def __len__(self) -> int:
         return int(self.shard.size)
@@ -61,13 +67,14 @@ class SlabIndex:
     def _checked(cls, manifest: SlabManifest, cat: dict[str, np.ndarray]) -> "SlabIndex":
         """The open-time checks on what `_scan` read, then the index."""
         check_segment_counts(manifest, cat)
-        check_coverage(manifest, cat["source_index"], cat["chunk_index"])
+        check_coverage(manifest, cat)
         physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
         check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], n_seg=cat["n_seg"], dp_rank=cat["dp_rank"],
-                   step=cat["step"], microbatch=cat["microbatch"])
+                   step=cat["step"], microbatch=cat["microbatch"], tail_pad=cat["tail_pad"],
+                   fill_pad=cat["fill_pad"])
 
 
 def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -93,8 +100,10 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
             for c in scalars:
                 parts[c].append(t.column(c).to_numpy().astype(np.int64))
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
-    cat["n_seg"] = cat.pop("source_index:count").astype(np.int64)  # entries per slab, held to seq_lens' count
-    cat["chunk_counts"] = cat.pop("chunk_index:count").astype(np.int64)
+    # entries per slab, held to seq_lens' count; none when the bench reads no SEGMENTS (checks off)
+    none = np.zeros(cat["shard"].size, np.int64)
+    cat["n_seg"] = cat.pop("source_index:count", none).astype(np.int64)
+    cat["chunk_counts"] = cat.pop("chunk_index:count", none).astype(np.int64)
     cat["segments"] = np.concatenate(([0], np.cumsum(cat["n_seg"]))).astype(np.int64)
     return cat
 
@@ -112,11 +121,7 @@ def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> p
     except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer
         raise FormatError(f"{path} row group {rg}: cannot be decoded ({' '.join(str(e).split())[:160]}); "
                           f"run `packtool verify` on the output") from None
-    for c in columns:  # at any depth: a null token id or side value would read back as a made-up number
-        r = first_null(t.column(c))
-        if r >= 0:
-            raise FormatError(f"{path} row group {rg} row {r}: column {c!r} holds nulls; run `packtool verify` "
-                              f"on the output")
+    check_nulls(path, rg, t)
     return t
 
 
@@ -156,17 +161,6 @@ def _side_column(col: pa.ChunkedArray, c: SideColumn, where: str) -> tuple[np.nd
         raise FormatError(f"{where}: side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
                           f"run `packtool verify` on the output")
     return (values if c.width == 1 else values.reshape(-1, c.width)), offsets
-
-
-def _check_side_lengths(where: str, g: dict) -> None:
-    """Every side column holds one value per token of each slab: checked as the group is decoded,
-    so that `inspect` (which never slices a row) refuses it as a training run's reader does."""
-    ids_off = g["input_ids"][1]
-    for name, (_, off) in g["side"].items():
-        if not np.array_equal(off, ids_off):
-            r = int(np.flatnonzero(np.diff(off) != np.diff(ids_off))[0])
-            raise FormatError(f"{where} row {r}: side column {name!r} has {int(off[r + 1] - off[r])} values for "
-                              f"{int(ids_off[r + 1] - ids_off[r])} tokens; run `packtool verify` on the output")
 
 
 class SlabReader:
@@ -214,15 +208,13 @@ class SlabReader:
             self._files[shard] = _open(self.manifest, shard)
         side = [c.name for c in self.side_columns]
         where = f"{self.manifest.shard_path(shard)} row group {rg}"
-        t = _read_group(self._files[shard], rg, [*LISTS, *side, "tail_pad", "fill_pad"],
-                        self.manifest.shard_path(shard))
+        t = _read_group(self._files[shard], rg, [*LISTS, *side], self.manifest.shard_path(shard))
         g = {c: _list_column(t.column(c)) for c in LISTS}
         g["side"] = {c.name: _side_column(t.column(c.name), c, where) for c in self.side_columns}
-        _check_side_lengths(where, g)
-        g["tail_pad"] = t.column("tail_pad").to_numpy()
-        g["fill_pad"] = t.column("fill_pad").to_numpy()
+        check_side_lengths(where, g)
         ix, i0 = self.index, self._first[key]
         rows = slice(i0, i0 + t.num_rows)
+        g["tail_pad"], g["fill_pad"] = ix.tail_pad[rows], ix.fill_pad[rows]
         check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
         self._cache[key] = g
@@ -239,20 +231,16 @@ class SlabReader:
             v, o = g[c]
             return v[o[r]:o[r + 1]]
 
-        cu_pad = sl("cu_seqlens_padded").astype(np.int64)
+        cu_pad = sl("cu_seqlens_padded").astype(np.int64)  # its last is the row's tokens (check_group)
         ids = sl("input_ids")
-        if cu_pad[-1] != ids.size:
-            raise FormatError(f"{self.manifest.shards[int(ix.shard[i])]} row group "
-                             f"{int(ix.row_group[i])} row {r}: cu_seqlens_padded[-1]="
-                             f"{int(cu_pad[-1])} but {ids.size} tokens; run `packtool verify`")
         side = {name: v[o[r]:o[r + 1]] for name, (v, o) in g["side"].items()}  # lengths held at decode
         return SlabRow(input_ids=ids, loss_mask=sl("loss_mask"), seq_lens=sl("seq_lens"),
                        seg_padded=np.diff(cu_pad), tail_pad=int(g["tail_pad"][r]),
                        fill_pad=int(g["fill_pad"][r]), side=side)
 
 
-def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (),
-               advance=None) -> tuple[SlabIndex, dict[str, np.ndarray]]:
+def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (), advance=None,
+               each_group=None) -> tuple[SlabIndex, dict[str, np.ndarray]]:
     """Every check a reader makes, over the whole output, without handing out a row: the open
     checks, then each shard's checksum and every row group (`inspect`, which reports on the
     output, refuses what a training run would). One row group decoded at a time.
@@ -260,6 +248,8 @@ def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (),
     Returns the index and what the checks read, so that a caller reporting on the output reads
     none of it again: `_scan`'s columns (with the `extra` scalar columns read in the same pass)
     and `seq_lens`, the values the row-group checks decoded, aligned with `source_index`.
+    `each_group(g)`: called with every checked row group as `SlabReader` holds it (list columns
+    as (values, offsets), `side`), for figures from its other columns (inspect's side columns).
     `advance(n)`: called as the row-group checks finish shards (a progress bar)."""
     cat = _scan(manifest, extra)
     index = SlabIndex._checked(manifest, cat)
@@ -269,7 +259,10 @@ def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (),
         if advance and shard > done:
             advance(shard - done)
             done = shard
-        v, o = reader._group(shard, rg)["seq_lens"]
+        g = reader._group(shard, rg)
+        if each_group:
+            each_group(g)
+        v, o = g["seq_lens"]
         lens.append(v[o[0]:o[-1]].copy())  # a copy: the view would keep the group's tokens alive
     if advance:
         advance(len(manifest.shards) - done)

@@ -1,4 +1,4 @@
-"""The readers' per-token check (`slabs.check._token_pass`, vectorized numpy) names the same
+"""The readers' per-token check (`slabs.token_pass._token_pass`, vectorized numpy) names the same
 first broken rule as a plain scan row by row, segment by segment, position by position (the
 order of the numba kernel it replaced): the first of every kind of damage, one to three at
 once, anywhere in a group whose values may start past 0 (a sliced column). And reading an
@@ -17,7 +17,7 @@ from slab_support import write_pack
 
 from packtool.align import Alignment
 
-from packtool.slabs.check import BAD, _runs, _token_pass
+from packtool.slabs.token_pass import BAD, _runs, _token_pass
 
 PAD, VOCAB = 7, 50
 
