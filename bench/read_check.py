@@ -1,7 +1,9 @@
 """What a consumer's checks cost (BENCHMARKS.md, "Consumer checks"): the first epoch of the
 Megatron dataset (`PackedSlabDataset`: open, then every step's micro-batches built on CPU)
-with the checks of `slabs.check` on, and with them replaced by no-ops, in fresh processes,
-alternating on/off. The output: the real lengths of ../shared/data x --times (mistral token
+with every check a reader runs on (`CHECKS`: the manifest's field checks, `slabs.check`'s),
+and with them replaced by no-ops and the columns only they read left unread (`CHECK_READS`),
+in fresh processes, alternating on/off. "Time inside the checks" counts the checks' own
+calls; the check-only reads at open show in on/off wall only. The output: the real lengths of ../shared/data x --times (mistral token
 counts), random ids, written by the real writer at pack's default shard and row-group sizes
 (as bench/verify_speed.py). The shards stay in the page cache between runs, so no disk time
 hides the checksum: the worst case for its share.
@@ -22,7 +24,47 @@ import time
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-CHECKS = ("check_output", "check_counts", "check_coverage", "check_checksum", "check_group", "check_segment_counts")
+# every check a reader runs (FORMAT.md, "What a reader checks"), by the module that defines it:
+# the manifest's field checks at open, then check.py's (open, per row group, nulls, side lengths).
+# tests/slabs/test_read_check_bench.py holds the list to every check_* function of these modules
+CHECKS = {"packtool.slabs.format": ("_check_types", "check_numbers"),
+          "packtool.slabs.check": ("check_output", "check_segment_counts", "check_coverage", "check_counts",
+                                   "check_checksum", "check_nulls", "check_side_lengths", "check_group")}
+# the open scan's columns only the checks use (slabs/reader.py): "off" leaves them unread
+CHECK_READS = ("SEGMENTS", "NULLS_ONLY")
+
+
+def install(checks: bool, set_attr=setattr) -> dict[str, float]:
+    """Every check of CHECKS wrapped, wherever a module took it by name (slabs.reader imports
+    check.py's): timed when `checks`, a no-op otherwise, and then CHECK_READS emptied too.
+    Returns the seconds spent inside each check, filled as they run. `set_attr`: a test's
+    monkeypatch.setattr, so that the change is undone."""
+    import importlib
+
+    import packtool.slabs.reader as reader
+    spent: dict[str, float] = {}
+    for modname, names in CHECKS.items():
+        mod = importlib.import_module(modname)
+        for name in names:
+            fn = getattr(mod, name, None)
+            if fn is None:  # an older tree (before/after runs) lacks the newer checks
+                continue
+            spent[name] = 0.0
+
+            def timed(*a, _fn=fn, _name=name, **kw):
+                t = time.perf_counter()
+                try:
+                    return _fn(*a, **kw) if checks else None
+                finally:
+                    spent[_name] += time.perf_counter() - t
+            for m in [m for k, m in list(sys.modules.items()) if k.startswith("packtool") and m is not None]:
+                if getattr(m, name, None) is fn:
+                    set_attr(m, name, timed)
+    # an older tree's scan cannot do without them (it had no check_nulls: nulls checked inline)
+    if not checks and "check_nulls" in spent:
+        for name in CHECK_READS:
+            set_attr(reader, name, ())
+    return spent
 
 
 def make(work: str, times: int) -> str:
@@ -53,20 +95,8 @@ def make(work: str, times: int) -> str:
 
 def one(out: str, checks: bool) -> dict:
     """One process: open + the first epoch; with checks, the time spent inside them."""
-    import packtool.slabs.reader as reader
-    names = [k for k in CHECKS if hasattr(reader, k)]  # an older tree lacks the newer checks
-    spent = {k: 0.0 for k in names}
-    for name in names:
-        fn = getattr(reader, name)
-
-        def timed(*a, _fn=fn, _name=name, **kw):
-            t = time.perf_counter()
-            try:
-                return _fn(*a, **kw) if checks else None
-            finally:
-                spent[_name] += time.perf_counter() - t
-        setattr(reader, name, timed)
-    from packtool.megatron.dataset import PackedSlabDataset
+    from packtool.megatron.dataset import PackedSlabDataset  # imported first: install finds every taker
+    spent = install(checks)
     t0 = time.perf_counter()
     ds = PackedSlabDataset(out, grad_accum=8)
     t1 = time.perf_counter()

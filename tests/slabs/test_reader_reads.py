@@ -96,3 +96,81 @@ def test_inspect_side_figures_from_the_checked_groups(packed):
         assert (c.positions, c.real_tokens, c.fill_positions, c.fill_on_real) == (n, real_n, fill[name], on_real[name])
     assert (got["lp"].nan, got["lp"].inf, got["sup"].nan, got["sup"].inf) == (odd[0], odd[1], 0, 0) == (1, 1, 0, 0)
 
+
+# --- bench/read_check.py's "checks off" switches every check off, and only the checks --------
+
+def _bench(monkeypatch):
+    import importlib.util
+    import os
+    import sys
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "read_check.py")
+    spec = importlib.util.spec_from_file_location("read_check_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the bench puts bench/ first: undone after the test
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _calls_into(files):
+    """(file, name) of the functions of `files` called while the context runs (a profile hook)."""
+    import contextlib
+    import sys
+
+    @contextlib.contextmanager
+    def run():
+        called: set[tuple[str, str]] = set()
+
+        def hook(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename in files:
+                called.add((frame.f_code.co_filename, frame.f_code.co_name))
+        sys.setprofile(hook)
+        try:
+            yield called
+        finally:
+            sys.setprofile(None)
+    return run()
+
+
+def test_the_bench_lists_every_check_function():
+    import importlib
+    import inspect
+    from packtool.slabs.reader import NULLS_ONLY, SEGMENTS
+    bench = _bench(pytest.MonkeyPatch())
+    for modname, listed in bench.CHECKS.items():
+        mod = importlib.import_module(modname)
+        public = {n for n, f in vars(mod).items() if n.startswith("check_") and inspect.isfunction(f)
+                  and f.__module__ == modname}
+        assert public <= set(listed), f"{modname}: {sorted(public - set(listed))} not switched off by the bench"
+    assert {c for name in bench.CHECK_READS for c in {"SEGMENTS": SEGMENTS, "NULLS_ONLY": NULLS_ONLY}[name]} \
+        == {*SEGMENTS, *NULLS_ONLY}
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, monkeypatch):
+    """Off: no code of slabs/check.py nor the manifest's field checks runs through a training
+    read (Megatron dataset epoch, hf items), no column only the checks use is read, and the
+    rows are the same; on (the control): every listed check runs."""
+    import packtool.slabs.check as check
+    import packtool.slabs.format as fmt
+    import packtool.slabs.token_pass as token_pass
+    from packtool.megatron.dataset import PackedSlabDataset  # noqa: F401  (imported before install)
+    sm = SlabManifest.read(packed)
+    groups = sum(pq.ParquetFile(sm.shard_path(i)).num_row_groups for i in range(len(sm.shards)))
+    columns = pq.ParquetFile(sm.shard_path(0)).schema_arrow.names
+    want = _megatron(packed, groups), _hf(packed, groups)
+    bench = _bench(monkeypatch)
+    bench.install(checks, monkeypatch.setattr)
+    seen = count_decodes(monkeypatch)
+    with _calls_into({check.__file__, token_pass.__file__, fmt.__file__}) as called:
+        got = _megatron(packed, groups), _hf(packed, groups)
+    assert got == want
+    listed = {n for names in bench.CHECKS.values() for n in names}
+    # all of check.py and its token pass; of the manifest's module, its checks
+    ran_checks = {n for f, n in called if f != fmt.__file__ or "check" in n}
+    only_checks = {"source_index", "chunk_index", "cp_offsets", "source_offset", "slab_index", "singleton"}
+    if checks:
+        assert listed <= ran_checks
+        assert set(seen) == set(columns)
+    else:
+        assert ran_checks == set(), f"still run with the checks off: {sorted(ran_checks)}"
+        assert set(seen) == set(columns) - only_checks
