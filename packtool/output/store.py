@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
@@ -38,7 +37,15 @@ from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
 from packtool.output.leftovers import owned_temp_dir
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
-from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, PENDING_PREFIX
+from packtool.slabs.names import (
+    LEGACY_MANIFEST,
+    MANIFEST,
+    PENDING_PREFIX,
+    intent_file,
+    new_run_id,
+    read_intents,
+    run_shard_file,
+)
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 from packtool.workers import thread_pool
@@ -67,14 +74,9 @@ def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:
 
 
 def _pending(loc: Location) -> dict[str, dict]:
-    out = {}
-    for n in loc.names():
-        if n.startswith(PENDING_PREFIX):
-            try:
-                out[n] = json.loads(loc.join(n).read_bytes())
-            except (FileNotFoundError, ValueError):
-                out[n] = {}
-    return out
+    """The intents packtool wrote at the prefix (slabs.names.parse_intent); an object that
+    only looks like one is not packtool's: never acted on, and it makes the prefix foreign."""
+    return {n: rec for n, rec in read_intents(loc).items() if rec is not None}
 
 
 def owned_objects(loc: Location) -> tuple[dict | None, list[str]]:
@@ -92,7 +94,7 @@ def owned_objects(loc: Location) -> tuple[dict | None, list[str]]:
         _refuse_foreign(loc, names, "it is not a packtool output (no readable manifest)")
     ours = {MANIFEST, LEGACY_MANIFEST, LEASE} | listed
     for pname, rec in _pending(loc).items():
-        ours |= {pname, *rec.get("new", []), *rec.get("old", [])}
+        ours |= {pname, *rec["new"], *rec["old"]}
     foreign = [n for n in names if n not in ours]
     if foreign:
         _refuse_foreign(loc, foreign, "a packtool output, but it also holds" if m else
@@ -180,7 +182,7 @@ def clean_dead_runs(loc: Location) -> int:
     keep = set(shard_names(m, mname)) if m else set()
     n = 0
     for pname, rec in _pending(loc).items():
-        for name in [*rec.get("new", []), *rec.get("old", [])]:
+        for name in [*rec["new"], *rec["old"]]:
             if name not in keep and loc.join(name).delete():
                 n += 1
         loc.join(pname).delete()
@@ -240,16 +242,16 @@ class StoreCommit:
             raise PacktoolOutputError("a store commit outside claim_store (a packtool bug)", path=self.loc.shown)
         self.old, self.oname = read_store_manifest(self.loc)
         self.old_names = shard_names(self.old, self.oname) if self.old else []
-        self.run = uuid.uuid4().hex[:12]
+        self.run = new_run_id()
         self.new: list[str] = []
         self.committed = False
-        self.intent = self.loc.join(f"{PENDING_PREFIX}{self.run}.json")
+        self.intent = self.loc.join(intent_file(self.run))
 
     def begin(self, names: list[str]) -> list[Location]:
         """Where each shard (by its plain name) goes: the plain name into an empty prefix,
         else a name with this run's id. The intent is put before this returns."""
         rename = bool(self.old_names) or any(self.loc.join(n).exists() for n in names)
-        self.new = [_renamed(n, self.run) if rename else n for n in names]
+        self.new = [run_shard_file(n, self.run) if rename else n for n in names]
         clash = set(self.old_names) & set(self.new)
         if clash:
             raise PacktoolOutputError(f"shard name {sorted(clash)[0]} is listed by the previous manifest; "
@@ -292,12 +294,6 @@ def _forget(loc: Location, names: list[str], intent: Location) -> None:
         intent.delete()
     except Exception:  # the intent stays: the next run removes what it names
         pass
-
-
-def _renamed(name: str, run: str) -> str:
-    stem = name[:-len(".parquet")] if name.endswith(".parquet") else name
-    head, _, num = stem.rpartition("-")
-    return f"{head}-{run}-{num}.parquet" if head else f"{stem}-{run}.parquet"
 
 
 def _as_dict(s: ShardInfo) -> dict:

@@ -1,8 +1,11 @@
-"""The names of a packed output's files and where they sit: the shard naming rule, the
-manifest's name (and the older one still read), paths inside a folder or an object-store
-prefix, and what else a folder holds (names plain Parquet readers skip, strays they would
-read, shards an object-store run has in flight). Part of the slab format (`slabs.format`,
-which re-exports what FORMAT.md and DESIGN.md name there); nothing else spells these names.
+"""The names of a packed output's files and where they sit: the shard naming rule in both
+forms (built by `shard_file` / `run_shard_file`, recognized by `is_shard_name` alone), a shard
+mid-write, the manifest's name (and the older one still read), an object-store run's id and
+intent, paths inside a folder or an object-store prefix, and what else a folder holds (names
+plain Parquet readers skip, strays they would read, shards an object-store run has in flight).
+Part of the slab format (`slabs.format`, which re-exports what FORMAT.md and DESIGN.md name
+there); nothing else spells these names: `--overwrite` (output.owned), the sweeps of dead
+runs' folders (output.stale) and the object-store protocol (output.store) ask here.
 
 The manifest is `.manifest.json`, written last: its presence means the output is whole
 (docs/DESIGN.md, "The slab format"). The leading dot keeps the folder a plain Parquet
@@ -17,33 +20,72 @@ import json
 import os
 import re
 
-from packtool.storage import is_uri, locate
+from packtool.storage import Location, is_uri, locate
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
 PENDING_PREFIX = ".packtool-pending-"
-_SHARD_NAME = re.compile(r"^slabs-\d{5,}\.parquet$")
-# an object-store run writing beside an earlier output adds its 12-hex run id (output/store.py)
-_RUN_SHARD_NAME = re.compile(r"^slabs-[0-9a-f]{12}-\d{5,}\.parquet$")
+# every shard name packtool writes: `slabs-NNNNN.parquet`, or with the 12-hex id of an
+# object-store run writing beside an earlier output (output/store.py) `slabs-RUN-NNNNN.parquet`;
+# a local folder holds the latter when it mirrors such a prefix (`aws s3 sync`)
+_SHARD_NAME = re.compile(r"^slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet$")
+_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
 SHARD_FORMS = "slabs-NNNNN.parquet or slabs-RUN-NNNNN.parquet"
+_PARTIAL = ".tmp"
+_INTENT = re.compile(rf"^{re.escape(PENDING_PREFIX)}([0-9a-f]{{12}})\.json$")
 
 
-def shard_file(k: int) -> str:
-    """The name of shard `k`: the naming rule every engine writes by."""
-    return f"slabs-{k:05d}.parquet"
+def shard_file(k: int, run: str | None = None) -> str:
+    """The name of shard `k`: the naming rule every engine writes by; with `run` (an
+    object-store run's id, `new_run_id`) the name that run gives it beside an earlier output."""
+    if run is None:
+        return f"slabs-{k:05d}.parquet"
+    if not _RUN_ID.match(run):
+        raise ValueError(f"run id {run!r} is not 12 hex digits (a packtool bug)")
+    return f"slabs-{run}-{k:05d}.parquet"
+
+
+def new_run_id() -> str:
+    """A fresh object-store run id: the RUN of `slabs-RUN-NNNNN.parquet` and of its intent."""
+    return os.urandom(6).hex()
+
+
+def run_shard_file(name: str, run: str) -> str:
+    """The plain shard `name` (`shard_file(k)`) under run id `run`."""
+    m = _SHARD_NAME.match(name)
+    if not m or m.group("run"):
+        raise ValueError(f"{name!r} is not a plain shard name ({shard_file(0)}; a packtool bug)")
+    return shard_file(int(m.group("k")), run)
 
 
 def is_shard_name(name: str) -> bool:
-    """Whether `name` follows the shard naming rule (what `--overwrite` may delete)."""
+    """Whether `name` is a shard name packtool writes, in either form: the one rule for what a
+    manifest may list (so every plain Parquet reader of the folder and the documented
+    `*.parquet` globs read exactly the shards packtool's readers do), what `--overwrite` may
+    delete, and what a sweep of a dead run's folder takes for packtool's."""
     return bool(_SHARD_NAME.match(name))
 
 
-def is_output_shard_name(name: str) -> bool:
-    """Whether a manifest may list `name` as a shard: a name packtool writes (the rule, or an
-    object-store run's), so that every plain Parquet reader of the folder and the documented
-    `*.parquet` globs read exactly the shards packtool's readers do."""
-    return bool(_SHARD_NAME.match(name) or _RUN_SHARD_NAME.match(name))
+is_output_shard_name = is_shard_name  # the name slabs.format re-exports (one rule, one function)
+
+
+def partial_shard_file(path: str) -> str:
+    """Where a shard is written before its rename to `path` (slabs.writer): only ever inside a
+    run's temporary folder, where a killed run leaves it."""
+    return path + _PARTIAL
+
+
+def is_partial_shard_name(name: str) -> bool:
+    """Whether `name` is a shard being written (`partial_shard_file`)."""
+    return name.endswith(_PARTIAL) and is_shard_name(name[:-len(_PARTIAL)])
+
+
+def is_output_file(name: str) -> bool:
+    """Whether packtool writes `name` into an output folder (or a local copy of an object-store
+    output): a shard, or the manifest under either name (the older one is still read and
+    replaced, never written)."""
+    return name in (MANIFEST, LEGACY_MANIFEST) or is_shard_name(name)
 
 
 def manifest_file(directory: str) -> str | None:
@@ -87,19 +129,49 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
     return sorted(n for n in names if n not in listed and not is_hidden(n))
 
 
+def intent_file(run: str) -> str:
+    """The name of an object-store run's intent (output/store.py): `.packtool-pending-RUN.json`."""
+    if not _RUN_ID.match(run):
+        raise ValueError(f"run id {run!r} is not 12 hex digits (a packtool bug)")
+    return f"{PENDING_PREFIX}{run}.json"
+
+
+def parse_intent(name: str, data: bytes) -> dict[str, list[str]] | None:
+    """The record of an intent packtool wrote ({"new": [...], "old": [...]}), or None when
+    `name` and `data` are not one: a prefix name alone proves nothing, and a run deletes what
+    an intent names, so it must name only shards (its "new" ones plain or its own run's)."""
+    m = _INTENT.match(name)
+    try:
+        rec = json.loads(data)
+    except ValueError:
+        return None
+    if not m or not isinstance(rec, dict) or set(rec) != {"new", "old"}:
+        return None
+    new, old = rec["new"], rec["old"]
+    if not (isinstance(new, list) and isinstance(old, list)
+            and all(isinstance(x, str) and is_shard_name(x) for x in new + old)):
+        return None
+    runs = {_SHARD_NAME.match(x).group("run") for x in new}
+    return rec if runs <= {None, m.group(1)} else None
+
+
+def read_intents(where: "str | Location") -> dict[str, dict[str, list[str]] | None]:
+    """Every intent-like name at an object-store prefix (a URI or its Location) -> its record
+    (`parse_intent`: None for one packtool did not write); empty for a local folder."""
+    if not isinstance(where, Location) and not is_uri(where):
+        return {}
+    loc, out = where if isinstance(where, Location) else locate(where), {}
+    for n in loc.names():
+        if n.startswith(PENDING_PREFIX):
+            try:
+                out[n] = parse_intent(n, loc.join(n).read_bytes())
+            except FileNotFoundError:
+                continue  # its run just finished
+    return out
+
+
 def in_flight(directory: str) -> set[str]:
     """Shards an object-store pack has named in its intent (FORMAT.md, "Object storage"): the
     new ones of a run before its commit, the replaced ones it deletes after it, or a dead
     run's that the next run deletes. Not in the manifest, so never read; not damage."""
-    if not is_uri(directory):
-        return set()
-    loc, names = locate(directory), set()
-    for n in loc.names():
-        if n.startswith(PENDING_PREFIX):
-            try:
-                rec = json.loads(loc.join(n).read_bytes())
-            except (FileNotFoundError, ValueError):
-                continue
-            if isinstance(rec, dict):
-                names.update(x for k in ("new", "old") for x in rec.get(k) or [] if isinstance(x, str))
-    return names
+    return {x for rec in read_intents(directory).values() if rec for x in rec["new"] + rec["old"]}

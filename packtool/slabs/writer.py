@@ -24,7 +24,7 @@ from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.gather import fill_pads, fill_side_pads, gather_from_files, gather_side, row_sums, side_bits
-from packtool.slabs.names import shard_file
+from packtool.slabs.names import partial_shard_file, shard_file
 from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
@@ -285,7 +285,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     by row group, under a temporary name renamed when complete. Every engine writes shards
     through here, so their bytes agree. With `ahead`, the next row group is gathered by a
     helper thread while this one encodes (one group ahead, so memory stays bounded)."""
-    tmp = path + ".tmp"
+    tmp = partial_shard_file(path)  # a name the sweep of a killed run's folder knows (slabs.names)
     loss = 0
     groups = _chunks(slab_len, side_group_tokens(group_tokens, w.side))
     # no dictionary pages: token ids have ~vocab distinct values and dictionary

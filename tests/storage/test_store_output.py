@@ -118,16 +118,16 @@ def test_what_a_dead_run_left_is_cleaned_and_never_read(s3, cache_dir, monkeypat
     _pack(out, cache_dir)
     loc = locate(out)
     # a run killed mid-upload: its intent and one orphan shard, and a lease nobody renews
-    loc.join(f"{PENDING_PREFIX}abc.json").write_bytes(json.dumps({"new": ["slabs-abc-00000.parquet"], "old": []}).encode())
-    loc.join("slabs-abc-00000.parquet").write_bytes(b"half a shard")
+    loc.join(f"{PENDING_PREFIX}0123456789ab.json").write_bytes(json.dumps({"new": ["slabs-0123456789ab-00000.parquet"], "old": []}).encode())
+    loc.join("slabs-0123456789ab-00000.parquet").write_bytes(b"half a shard")
     loc.join(LEASE).write_bytes(json.dumps({"token": "x", "owner": "pid 1 on elsewhere", "renewed": 0}).encode())
     man = SlabManifest.read(out)  # a reader trusts the manifest only
-    assert "slabs-abc-00000.parquet" not in man.shards and len(SlabIndex.build(man)) > 0
+    assert "slabs-0123456789ab-00000.parquet" not in man.shards and len(SlabIndex.build(man)) > 0
     rep = verify(out, workers=1)  # whole; a note says that a plain Parquet reader of the prefix would meet it
     assert rep.ok and any("1 shard(s) named by a packtool run's intent" in n for n in rep.notes), rep
     _pack(out, cache_dir, overwrite=True)
     names = loc.names()
-    assert "slabs-abc-00000.parquet" not in names and not any(n.startswith(PENDING_PREFIX) for n in names)
+    assert "slabs-0123456789ab-00000.parquet" not in names and not any(n.startswith(PENDING_PREFIX) for n in names)
     assert LEASE not in names and verify(out, workers=1).ok
 
 
