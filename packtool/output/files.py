@@ -6,8 +6,9 @@ rename, so a reader sees the old file or the new one, whole. The final name is c
 any work: a symbolic link there is refused (packtool never writes through one), an existing
 file is replaced only when the caller's flag allows it, never when it is one of the run's
 inputs. The lock file is created exclusively, or reopened only when it is a plain one-link
-file holding a pid (what packtool writes), never truncated otherwise. Temporary names carry
-the writer's pid, so a later run removes those of dead processes.
+file holding a pid (what packtool writes), never truncated otherwise. A temporary carries a
+record of its writer (output.leftovers), so a later run removes those of dead processes, and
+only those: a user's file under a look-alike name is named, never removed.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from typing import IO, Callable, Iterable, Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.output.leftovers import Sweep, mark_file, unmark_file
 
 TMP_TAG = "packtool-tmp"
 SPILL_TAG = "packtool-spill"
@@ -87,18 +89,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _kind(mode: int) -> str:
@@ -181,24 +171,28 @@ def temp_name(p: str) -> str:
     return os.path.join(folder, f".{name}.{TMP_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
 
 
+_TEMP = re.compile(rf"^\.(.+)\.{TMP_TAG}-\d+-[0-9a-f]+$")
+
+
+def temp_target(name: str) -> str | None:
+    """The name a `temp_name` temporary is written for, else None (the one parser of them)."""
+    m = _TEMP.match(name)
+    return m.group(1) if m else None
+
+
 def sweep_temps(p: str) -> int:
-    """Remove the temporaries of `p` left by writers that died (their pid is gone)."""
+    """Remove the temporaries of `p` that dead writers left, each only on its record's proof
+    (output.leftovers.judge_file: a name is no proof); name those it leaves."""
     folder, name = os.path.split(p)
-    pat = re.compile(rf"^\.{re.escape(name)}\.{TMP_TAG}-(\d+)-[0-9a-f]+$")
-    n = 0
     try:
-        entries = os.listdir(folder)
+        entries = sorted(os.listdir(folder))
     except OSError:
         return 0
+    sweep = Sweep("file")
     for e in entries:
-        m = pat.match(e)
-        if m and not pid_alive(int(m.group(1))):
-            try:
-                os.unlink(os.path.join(folder, e))
-                n += 1
-            except OSError:
-                pass
-    return n
+        if temp_target(e) == name:
+            sweep.consider_file(os.path.join(folder, e))
+    return sweep.report()
 
 
 # A new file's mode before the umask, as open() and touch use: with umask 002 a team's group may
@@ -226,8 +220,10 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=os.fspath(path),
                                   flag=arg(flag)) from None
     try:
+        mark_file(fd)  # the proof a later sweep needs if this run is killed mid-write
         with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None) as f:
             yield f
+        unmark_file(tmp)  # published, it is the user's file, not a leftover
         publish(tmp, p, replace, os.fspath(path), flag)
     except BaseException:
         try:
@@ -288,8 +284,7 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
         entries = sorted(os.listdir(folder))
     except OSError as e:
         raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=shown, flag=arg(flag)) from None
-    tmp = re.compile(rf"^\..+\.{TMP_TAG}-\d+-[0-9a-f]+$")
-    foreign = [e for e in entries if not (ours(e) or tmp.match(e))]
+    foreign = [e for e in entries if not (ours(e) or ours(temp_target(e) or ""))]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise PacktoolOutputError(f"holds other files ({', '.join(foreign[:3])}{more}); packtool writes "
@@ -395,5 +390,5 @@ def remove_created(made: list[str]) -> None:
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
-           "open_lock", "pid_alive", "publish", "remove_created", "resolve", "resolve_folder",
-           "sweep_temps", "temp_name", "unlink_if_same", "write_file"]
+           "open_lock", "publish", "remove_created", "resolve", "resolve_folder",
+           "sweep_temps", "temp_name", "temp_target", "unlink_if_same", "write_file"]

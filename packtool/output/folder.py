@@ -8,8 +8,8 @@ checksum are the manifest's. The path is resolved once (`~`, `./out/./`, a link 
 once, a dangling link refused), checked before any work, and that path is used to the end.
 A lock file beside the output (`.<name>.packtool.lock`, fcntl; see files.open_lock) is held
 for the whole run, so a second writer fails at once. Temporary and spill folders carry the
-owner's pid; a later run removes those whose process is dead (and restores a previous output
-a kill left half-swapped). SIGTERM is turned into an exit that runs the same clean-up as
+owner's marker (output.leftovers); a later run removes those it proves a dead run's (and
+restores a previous output a kill left half-swapped, marked as it was set aside). SIGTERM is turned into an exit that runs the same clean-up as
 Ctrl-C; parent folders a failed run created go too. Nothing packtool did not write is deleted.
 """
 from __future__ import annotations
@@ -356,6 +356,10 @@ def swap_into_place(tmp: str, output: str) -> None:
             names = owned_names(out, hashed=False)
             old = tmp + ".old"
             os.replace(out, old)
+            try:
+                mark(old)  # the proof the next run's sweep needs if this one dies before the removal
+            except OSError:
+                pass  # unproven: a kill from here leaves it named by the next run, never deleted
             os.replace(tmp, out)
             _SWAPPED.append(out)
             remove_previous(old, names=names)

@@ -8,21 +8,33 @@ start time), taken out again just before the folder is published under its final
 sweep removes a folder only when the marker parses, names this machine, boot and PID namespace,
 its process is gone (or the pid now belongs to a later process), and the folder holds only
 plain files and folders under names packtool writes there. Everything else is left, and said.
+
+A single temporary file (files.write_file's `.NAME.packtool-tmp-PID-HEX`) carries the same
+record as an extended attribute (`XATTR`), set on the open file before a byte is written and
+taken off before it is published: no second name to create or lose, and a user's file of the
+same name has none. Where the file system keeps no user attributes the temporary carries no
+proof, and a killed run's is named, never removed. A previous output set aside by a swap
+(`.old`) is marked as a folder the moment it is set aside.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import socket
 import stat
 import tempfile
 
+from typing import Callable
+
 from packtool.notes import note
 
 MARKER = ".packtool-owner"
+# a single temporary file's record (files.write_file): an extended attribute on its inode, so
+# the proof needs no second name to create, sweep or lose, and goes wherever the file goes
+XATTR = "user.packtool.owner"
+Names = Callable[[str], object]  # which top-level names packtool writes in a kind of folder
 SHOWN = 5  # folders named one by one in a note; the rest counted
 LIVE = "live"  # a running packtool's folder: left without a word
 
@@ -51,13 +63,35 @@ def _machine() -> dict:
     return {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id"), "pidns": ns}
 
 
+def _record() -> bytes:
+    pid = os.getpid()
+    return json.dumps(dict(_machine(), token=os.urandom(16).hex(), pid=pid, start=_start_time(pid))).encode()
+
+
 def mark(folder: str) -> None:
     """Write the marker into a folder this process just made (exclusively, never through a link)."""
-    pid = os.getpid()
-    rec = dict(_machine(), token=os.urandom(16).hex(), pid=pid, start=_start_time(pid))
     fd = os.open(os.path.join(folder, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(rec, f)
+    with os.fdopen(fd, "wb") as f:
+        f.write(_record())
+
+
+def mark_file(fd: int) -> bool:
+    """Record on a temporary file this process just created (its open `fd`) that this run
+    made it. False where the file system keeps no user attributes (FAT, some network
+    mounts): such a temporary, left by a killed run, is never removed, only named."""
+    try:
+        os.setxattr(fd, XATTR, _record())
+    except OSError:
+        return False
+    return True
+
+
+def unmark_file(path: str) -> None:
+    """Take the record off before the file is published: the published file is the user's."""
+    try:
+        os.removexattr(path, XATTR, follow_symlinks=False)
+    except OSError:
+        pass
 
 
 def unmark(folder: str) -> None:
@@ -84,10 +118,21 @@ def _marker(folder: str) -> dict | None:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
-        try:
-            rec = json.loads(f.read(4096))
-        except ValueError:
-            return None
+        return _parsed(f.read(4096))
+
+
+def _file_record(path: str) -> dict | None:
+    try:
+        return _parsed(os.getxattr(path, XATTR, follow_symlinks=False))
+    except OSError:  # no such attribute, or a file system without them
+        return None
+
+
+def _parsed(data: bytes) -> dict | None:
+    try:
+        rec = json.loads(data)
+    except ValueError:
+        return None
     ok = isinstance(rec, dict) and isinstance(rec.get("pid"), int) and isinstance(rec.get("token"), str)
     return rec if ok else None
 
@@ -107,7 +152,7 @@ def _alive(pid: int, start: str) -> bool:
     return True
 
 
-def _foreign(folder: str, names: re.Pattern) -> str | None:
+def _foreign(folder: str, names: Names) -> str | None:
     """The first entry packtool does not write in such a folder: a link, a special file, or a
     top-level name outside `names`."""
     for d, dirs, files in os.walk(folder):
@@ -119,12 +164,12 @@ def _foreign(folder: str, names: re.Pattern) -> str | None:
             mode = os.lstat(p).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 return f"{rel} ({'a symbolic link' if stat.S_ISLNK(mode) else 'not a plain file'})"
-            if d == folder and not names.match(n):
+            if d == folder and not names(n):
                 return rel
     return None
 
 
-def judge(path: str, names: re.Pattern) -> str | None:
+def judge(path: str, names: Names) -> str | None:
     """None when `path` is provably a dead packtool run's temporary folder; else why it stays
     (`LIVE` for a running run's)."""
     try:
@@ -135,17 +180,36 @@ def judge(path: str, names: re.Pattern) -> str | None:
         return "not a folder packtool made (a link or a file)"
     if st.st_uid != os.geteuid():
         return LIVE  # another user's: theirs to remove
-    rec = _marker(path)
+    why = _dead_run(_marker(path), "no packtool marker in it")
+    if why is not None:
+        return why
+    bad = _foreign(path, names)
+    return f"it holds {bad}, which packtool does not write there" if bad else None
+
+
+def judge_file(path: str) -> str | None:
+    """None when `path` is provably a dead packtool run's temporary file (`mark_file`); else
+    why it stays (`LIVE` for a running run's)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return LIVE  # gone already
+    if not stat.S_ISREG(st.st_mode):
+        return "not a file packtool made (a link, a folder or a special file)"
+    if st.st_uid != os.geteuid():
+        return LIVE
+    return _dead_run(_file_record(path), "it carries no packtool record")
+
+
+def _dead_run(rec: dict | None, unmarked: str) -> str | None:
+    """None when `rec` names a process of this machine, boot and PID namespace that is gone."""
     if rec is None:
-        return "no packtool marker in it (made by an older packtool, or not by packtool)"
+        return f"{unmarked} (made by an older packtool, or not by packtool)"
     here = _machine()
     if any(rec.get(k) != here[k] for k in here):
         return (f"made on host {rec.get('host')!r} (another machine, boot or container): packtool "
                 f"cannot tell whether that run still lives")
-    if _alive(rec["pid"], str(rec.get("start", ""))):
-        return LIVE
-    bad = _foreign(path, names)
-    return f"it holds {bad}, which packtool does not write there" if bad else None
+    return LIVE if _alive(rec["pid"], str(rec.get("start", ""))) else None
 
 
 def remove_tree(path: str) -> None:
@@ -156,34 +220,57 @@ def remove_tree(path: str) -> None:
 
 
 class Sweep:
-    """One run's sweep of leftovers: removes what `judge` proves packtool's, keeps the rest,
+    """One run's sweep of leftovers, folders (`consider`) or single temporary files
+    (`consider_file`): removes what `judge` / `judge_file` prove packtool's, keeps the rest,
     and says both by name (`report`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "folder") -> None:
+        self.what = what  # "folder" or "file": what the notes call the entries
         self.removed: list[str] = []
         self.left: list[tuple[str, str]] = []
 
-    def consider(self, path: str, names: re.Pattern) -> bool:
-        why = judge(path, names)
+    def consider(self, path: str, names: Names, act: Callable[[str], bool] | None = None) -> bool:
+        """`act(path)` (default: remove the folder) once proven; True when it removed it."""
+        return self._settle(path, judge(path, names), act or _remove_folder)
+
+    def consider_file(self, path: str) -> bool:
+        return self._settle(path, judge_file(path), _remove_file)
+
+    def _settle(self, path: str, why: str | None, act: Callable[[str], bool]) -> bool:
         if why is None:
-            remove_tree(path)
-            self.removed.append(path)
-            return True
+            if act(path):
+                self.removed.append(path)
+                return True
+            return False
         if why != LIVE:
             self.left.append((path, why))
         return False
 
     def report(self) -> int:
+        what, rm = f"temporary {self.what}", "rm -r" if self.what == "folder" else "rm"
         if self.removed:
-            note(f"removed {len(self.removed)} temporary folder(s) left by packtool runs that were "
+            note(f"removed {len(self.removed)} {what}(s) left by packtool runs that were "
                  f"killed: {_listed(self.removed)}")
         for path, why in self.left[:SHOWN]:
-            note(f"left {path}: it looks like a packtool temporary folder, but {why}; if no "
-                 f"packtool run is using it, remove it by hand (rm -r {shlex.quote(path)})")
+            note(f"left {path}: it looks like a packtool {what}, but {why}; if no "
+                 f"packtool run is using it, remove it by hand ({rm} {shlex.quote(path)})")
         if len(self.left) > SHOWN:
-            note(f"left {len(self.left) - SHOWN} more such folder(s) packtool cannot prove it made: "
+            note(f"left {len(self.left) - SHOWN} more such {self.what}(s) packtool cannot prove it made: "
                  f"{_listed([p for p, _ in self.left[SHOWN:]])}")
         return len(self.removed)
+
+
+def _remove_folder(path: str) -> bool:
+    remove_tree(path)
+    return True
+
+
+def _remove_file(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _listed(paths: list[str]) -> str:
@@ -191,4 +278,5 @@ def _listed(paths: list[str]) -> str:
     return ", ".join(paths[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
-__all__ = ["LIVE", "MARKER", "Sweep", "judge", "mark", "owned_temp_dir", "remove_tree", "unmark"]
+__all__ = ["LIVE", "MARKER", "XATTR", "Sweep", "judge", "judge_file", "mark", "mark_file", "owned_temp_dir", "remove_tree",
+           "unmark", "unmark_file"]

@@ -8,6 +8,7 @@ import os
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
+from packtool.output.leftovers import unmark
 from packtool.slabs.format import FormatError, read_manifest, shard_names
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, is_shard_name, manifest_file
 from packtool.tokenize.checksum import CHECKSUMS, file_digest
@@ -82,6 +83,7 @@ def remove_previous(old: str, quiet: bool = False, names: list[str] | None = Non
             os.unlink(os.path.join(old, n))
         except FileNotFoundError:
             pass
+    unmark(old)  # a swap's set-aside output carries its marker (folder.swap_into_place)
     try:
         os.rmdir(old)
     except OSError:

@@ -8,18 +8,30 @@ from __future__ import annotations
 import os
 import re
 
-from packtool.output.files import SPILL_TAG, TMP_TAG, pid_alive, resolve_folder
-from packtool.output.leftovers import Sweep
+from packtool.output.files import SPILL_TAG, TMP_TAG, resolve_folder, temp_target
+from packtool.output.leftovers import Sweep, unmark
 from packtool.output.owned import remove_previous, say
-from packtool.slabs.names import manifest_file
+from packtool.slabs.names import is_output_file, is_partial_shard_name, manifest_file
 
-_TEMP_FILE = r"(?:\.packtool-tmp-\d+-[0-9a-f]+)?"  # files.temp_name of a file being written
+
 # what packtool writes at the top of each kind of temporary folder (anything else: not proof)
-OUTPUT_NAMES = re.compile(rf"^\.{{0,2}}(?:slabs-\d{{5,}}\.parquet|manifest\.json){_TEMP_FILE}$")
-SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)$")
-ENTRY_NAMES = re.compile(rf"^\.?(?:cache\.json|data|flat|side|\.?stage-\d+){_TEMP_FILE}$")
-FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)$")
-CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)$")  # verify's own cache
+def output_names(name: str) -> bool:
+    """An output folder's files (slabs.names: shards of either form, the manifest), a shard
+    still being written, or a file's `write_file` temporary (the manifest's)."""
+    return is_output_file(name) or is_partial_shard_name(name) or is_output_file(temp_target(name) or "")
+
+
+SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)$").match
+_ENTRY = re.compile(r"^(?:cache\.json|data|flat|side|\.?stage-\d+)$")
+
+
+def entry_names(name: str) -> bool:
+    """A tokenized cache entry's files, or a `write_file` temporary of one (its cache.json)."""
+    return bool(_ENTRY.match(name) or _ENTRY.match(temp_target(name) or ""))
+
+
+FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)$").match
+CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)$").match  # verify's own cache
 
 
 def _stale_pattern(out: str) -> re.Pattern:
@@ -34,7 +46,7 @@ def clean_stale(output: str, cache_root: str | None = None) -> int:
     the count removed."""
     out = resolve_folder(output)
     parent = os.path.dirname(out)
-    pat, sweep, restored, removed = _stale_pattern(out), Sweep(), False, 0
+    pat, sweep, restored = _stale_pattern(out), Sweep(), []
     try:
         entries = os.listdir(parent)
     except OSError:
@@ -45,26 +57,34 @@ def clean_stale(output: str, cache_root: str | None = None) -> int:
             continue
         path = os.path.join(parent, e)
         if m.group(3):  # `.old`: the previous output, set aside by a swap that did not finish
-            if pid_alive(int(m.group(2))):
-                continue
-            # only a packtool output's own files are touched here (owned_names), never others
-            if not os.path.lexists(out) and not os.path.islink(path) and manifest_file(path):
-                os.replace(path, out)
-                restored = True
-                continue
-            removed += remove_previous(path, quiet=True)
-            continue
-        sweep.consider(path, OUTPUT_NAMES if m.group(1) else SPILL_NAMES)
+            sweep.consider(path, output_names, lambda p: _put_back(p, out, restored))
+        else:
+            sweep.consider(path, output_names if m.group(1) else SPILL_NAMES)
     sweep_cache(cache_root, sweep)
     sweep_system_temp(sweep)
     if restored:
         say(f"restored {output}: a run killed while replacing it had set it aside")
-    return sweep.report() + removed
+    return sweep.report()
+
+
+def _put_back(old: str, out: str, restored: list[str]) -> bool:
+    """A set-aside output proven a dead swap's (its marker, folder.swap_into_place): put back
+    when nothing took its place, else its packtool files removed (owned.remove_previous).
+    True when removed."""
+    unmark(old)  # a kill from here on leaves it unproven: named, never deleted
+    if not os.path.lexists(out) and manifest_file(old):
+        os.replace(old, out)
+        restored.append(out)
+        return False
+    return bool(remove_previous(old))
 
 
 # output.store.staging_dir / scratch and output.folder.spill_dir without an output folder: the
 # system's temp folder, since an object-store output has no folder beside it
 _SYSTEM_TMP = re.compile(r"^packtool-([a-z]+)-\d+-")
+# by tag: a plan's spill, a Ray cache build's part (engines.ray_cache: a cache entry's data/);
+# the rest (tmp, shard) stage an output's shards
+_SYSTEM_NAMES = {"spill": SPILL_NAMES, "part": entry_names}
 
 
 def sweep_system_temp(sweep: Sweep) -> None:
@@ -79,7 +99,7 @@ def sweep_system_temp(sweep: Sweep) -> None:
     for e in entries:
         m = _SYSTEM_TMP.match(e)
         if m:
-            sweep.consider(os.path.join(root, e), SPILL_NAMES if m.group(1) == "spill" else OUTPUT_NAMES)
+            sweep.consider(os.path.join(root, e), _SYSTEM_NAMES.get(m.group(1), output_names))
 
 
 def clean_system_temp() -> int:
@@ -105,7 +125,7 @@ def sweep_cache(root: str | None, sweep: Sweep) -> None:
             sweep.consider(path, CACHE_ROOT_NAMES)
             continue
         if _CACHE_TMP.match(e) or _CACHE_ASIDE.match(e) or _PULL_TMP.match(e):
-            sweep.consider(path, ENTRY_NAMES)
+            sweep.consider(path, entry_names)
             continue
         if os.path.isdir(path) and not os.path.islink(path) and not e.startswith("."):
             try:

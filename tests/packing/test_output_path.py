@@ -136,8 +136,13 @@ def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
 
 def test_clean_stale_restores_an_output_set_aside_by_a_killed_swap(tmp_path, capsys):
     out = str(tmp_path / "out")
-    old = _fake_output(str(tmp_path / f".out.packtool-tmp-{_dead_pid()}.old"))
-    before = {f: open(os.path.join(old, f), "rb").read() for f in os.listdir(old)}
+    from packtool.output.leftovers import MARKER, mark
+    dead = _dead_pid()
+    old = _fake_output(str(tmp_path / f".out.packtool-tmp-{dead}.old"))
+    mark(old)  # as folder.swap_into_place marks what it sets aside; the run `dead`'s
+    rec = json.loads(open(os.path.join(old, MARKER)).read())
+    open(os.path.join(old, MARKER), "w").write(json.dumps(dict(rec, pid=dead, start="1")))
+    before = {f: open(os.path.join(old, f), "rb").read() for f in os.listdir(old) if f != MARKER}
     clean_stale(out)
     assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == before
     assert "restored" in capsys.readouterr().err

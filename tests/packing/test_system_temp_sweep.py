@@ -29,7 +29,7 @@ SITES = {
     "beside-spill": ("out", ".o.packtool-spill-{pid}-x1", "plan.pkl", "stale"),
     "system-tmp": ("sys", "packtool-tmp-{pid}-x1", ".manifest.json", "stale"),
     "system-spill": ("sys", "packtool-spill-{pid}-x1", "placement-00000.npy", "system"),
-    "system-part": ("sys", "packtool-part-{pid}-x1", "slabs-00001.parquet", "system"),
+    "system-part": ("sys", "packtool-part-{pid}-x1", "data", "system"),  # engines.ray_cache: data/part-*
     "cache-build": ("cache", ".tmp-0123456789ab-{pid}-x1", "cache.json", "stale"),
     "cache-pull": ("cache", ".pull-0123456789ab-{pid}-x1", "data", "cache"),
     "cache-damaged": ("cache", "0123abcd.damaged-{pid}", "flat", "cache"),

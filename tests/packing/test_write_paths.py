@@ -224,8 +224,14 @@ def test_a_link_planted_mid_write_with_replace_is_not_written_through(tmp_path):
 
 
 def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
-    stale = tmp_path / f".plan.parquet.packtool-tmp-{_dead_pid()}-0badc0de"
-    stale.write_bytes(b"half")
+    from packtool.output.leftovers import XATTR, mark_file
+    dead = _dead_pid()
+    stale = tmp_path / f".plan.parquet.packtool-tmp-{dead}-0badc0de"
+    fd = open_exclusive(str(stale))
+    os.write(fd, b"half")
+    mark_file(fd)  # as write_file marks its temporary; then as the run `dead`'s
+    os.close(fd)
+    os.setxattr(stale, XATTR, json.dumps(dict(json.loads(os.getxattr(stale, XATTR)), pid=dead, start="1")).encode())
     with write_file(tmp_path / "plan.parquet", "--output") as f:
         f.write(b"whole")
     assert sorted(os.listdir(tmp_path)) == ["plan.parquet"]

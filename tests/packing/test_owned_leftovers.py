@@ -1,0 +1,274 @@
+"""Issue 23: every file packtool writes goes through one owner, and packtool never deletes what
+it did not write.
+
+1. slabs.names alone builds and recognizes every name packtool writes into an output (plain and
+   run-named shards, both manifest names) or a run's temporary folder (a shard mid-write, the
+   manifest's temporary): `--overwrite` owns each in a local folder (also a local copy of an
+   object-store output, whose shards are run-named), and a dead run's folder holding any of
+   them is swept; the store's run names are names.py's.
+2. Every sweep that can remove a single file or a set-aside output (write_file's temporary, a
+   killed swap's `.old`, an object-store intent) removes it only on packtool's proof
+   (output.leftovers), never a user's look-alike, which stays byte-identical and is named."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from packtool import notes
+from packtool.output import folder as folder_mod
+from packtool.output.files import temp_name, write_file
+from packtool.output.folder import check_output, clean_stale, swap_into_place, temp_dir
+from packtool.output.leftovers import MARKER, XATTR, mark, mark_file
+from packtool.output.store import StoreCommit, claim_store, clean_dead_runs
+from packtool.slabs.format import FORMAT_NAME
+from packtool.slabs.names import (
+    LEGACY_MANIFEST,
+    MANIFEST,
+    intent_file,
+    is_shard_name,
+    parse_intent,
+    partial_shard_file,
+    run_shard_file,
+    shard_file,
+)
+from packtool.slabs.schema import SCHEMA_VERSION
+from packtool.storage import locate
+from packtool.tokenize.checksum import shard_checksum
+
+RUN = "0123456789ab"
+# every name packtool writes into an output folder, or that a local copy of a store output holds
+OUTPUT_FILES = {"shard": shard_file(0), "shard-100000": shard_file(100000),
+                "run-shard (store mirror)": run_shard_file(shard_file(1), RUN),
+                "manifest": MANIFEST, "older manifest": LEGACY_MANIFEST}
+# and what a run's temporary folder holds while it writes them
+IN_FLIGHT = {"shard mid-write": partial_shard_file(shard_file(2)),
+             "manifest temporary": os.path.basename(temp_name(MANIFEST))}
+USER = b"the user's own bytes\n"
+
+
+@pytest.fixture(scope="module")
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.fixture
+def sys_tmp(tmp_path, monkeypatch):
+    d = tmp_path / "systmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def _output(d, shards=(shard_file(0),), manifest=MANIFEST):
+    """A packtool output as --overwrite checks it: listed shards with their size and checksum."""
+    os.makedirs(d, exist_ok=True)
+    recs = []
+    for s in shards:
+        p = os.path.join(d, s)
+        open(p, "wb").write(b"shard " + s.encode())
+        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
+    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
+    with open(os.path.join(d, manifest), "w") as f:
+        json.dump(m, f)
+    return str(d)
+
+
+def _tree(p) -> dict:
+    if os.path.isfile(p):
+        return {"": open(p, "rb").read()}
+    out = {}
+    for d, dirs, files in os.walk(p):
+        for n in dirs + files:
+            q = os.path.join(d, n)
+            out[os.path.relpath(q, p)] = open(q, "rb").read() if os.path.isfile(q) else None
+    return out
+
+
+# --- 1. one owner of the names ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", OUTPUT_FILES)
+def test_overwrite_owns_every_name_packtool_writes_into_an_output(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    n = OUTPUT_FILES[name]
+    out = _output(tmp_path / "out", *(([n],) if is_shard_name(n) else ([shard_file(0)], n)))
+    assert n in check_output(out, overwrite=True)
+    new = _output(temp_dir(out), [shard_file(0)])
+    swap_into_place(new, out)
+    assert sorted(os.listdir(out)) == [MANIFEST, shard_file(0)]
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # the old one gone whole, nothing set aside
+
+
+@pytest.mark.parametrize("where", ["beside the output", "system temp"])
+@pytest.mark.parametrize("name", {**OUTPUT_FILES, **IN_FLIGHT})
+def test_a_dead_runs_folder_holding_any_name_packtool_writes_is_swept(tmp_path, sys_tmp, dead_pid, where, name):
+    d = (tmp_path / f".o.packtool-tmp-{dead_pid}-x1" if where == "beside the output"
+         else sys_tmp / f"packtool-tmp-{dead_pid}-x1")
+    d.mkdir()
+    (d / {**OUTPUT_FILES, **IN_FLIGHT}[name]).write_bytes(b"packtool's")
+    _own_folder(d, dead_pid)
+    assert clean_stale(str(tmp_path / "o")) == 1 and not d.exists()
+
+
+def test_an_object_store_run_names_its_shards_and_intent_through_names(tmp_path, sys_tmp):
+    uri = "file://" + _output(tmp_path / "store")
+    with claim_store(uri, overwrite=True):
+        commit = StoreCommit(uri)
+        dests = commit.begin([shard_file(0), shard_file(1)])
+        names = [d.name for d in dests]
+        assert names == [run_shard_file(shard_file(k), commit.run) for k in (0, 1)]
+        assert all(is_shard_name(x) for x in names)
+        intent = intent_file(commit.run)
+        rec = parse_intent(intent, locate(uri).join(intent).read_bytes())
+        assert rec == {"new": names, "old": [shard_file(0)]}
+        commit.abort()
+
+
+# --- 2. a name is no proof -------------------------------------------------------------------
+
+def _own_folder(d, pid: int, **over) -> None:
+    """The marker packtool writes (the one already there, if packtool made it), as run `pid`."""
+    if not (d / MARKER).exists():
+        mark(str(d))
+    rec = json.loads((d / MARKER).read_text())
+    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)
+    (d / MARKER).write_text(json.dumps(rec))
+
+
+def _own_file(p, pid: int, **over) -> None:
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert mark_file(fd), "this file system keeps no user attributes"
+    finally:
+        os.close(fd)
+    rec = json.loads(os.getxattr(p, XATTR))
+    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)
+    os.setxattr(p, XATTR, json.dumps(rec).encode())
+
+
+def _temp_file(tmp_path, pid, own):
+    p = tmp_path / f".plan.parquet.packtool-tmp-{pid}-0badc0de"
+    p.write_bytes(b"half a plan" if own else USER)
+    if own:
+        _own_file(p, **own)
+    return p
+
+
+def _killed_swap(tmp_path, pid, own, monkeypatch):
+    """The previous output a swap set aside and did not remove: made by swap_into_place itself
+    for packtool's own (the kill stands in as a removal that never ran)."""
+    out = str(tmp_path / "out")
+    if not own:  # a user's backup of an output, under a name that looks like a set-aside one
+        return tmp_path / f".out.packtool-tmp-{pid}-x1.old", _output(tmp_path / f".out.packtool-tmp-{pid}-x1.old")
+    _output(out)
+    new = _output(temp_dir(out), [shard_file(0), shard_file(1)])
+    with monkeypatch.context() as m:
+        m.setattr(folder_mod, "remove_previous", lambda *a, **k: 0)
+        swap_into_place(new, out)
+    old = tmp_path / (os.path.basename(new) + ".old")
+    assert (old / MARKER).exists()  # marked as it was set aside
+    _own_folder(old, **own)
+    return old, None
+
+
+def _write_file_site(tmp_path, pid, own, monkeypatch):
+    return _temp_file(tmp_path, pid, own), lambda: _write(tmp_path / "plan.parquet")
+
+
+def _write(target):
+    with write_file(target, "--output", replace=True) as f:
+        f.write(b"whole")
+
+
+def _old_kept_site(tmp_path, pid, own, monkeypatch):
+    old, _ = _killed_swap(tmp_path, pid, own, monkeypatch)
+    if not (tmp_path / "out").exists():
+        _output(tmp_path / "out")  # a later output in place: the set-aside one is only removed
+    return old, lambda: clean_stale(str(tmp_path / "out"))
+
+
+def _old_restored_site(tmp_path, pid, own, monkeypatch):
+    old, _ = _killed_swap(tmp_path, pid, own, monkeypatch)
+    if own:
+        import shutil
+        shutil.rmtree(tmp_path / "out")  # killed between the two renames: nothing in its place
+    return old, lambda: clean_stale(str(tmp_path / "out"))
+
+
+SITES = {"write_file temporary": _write_file_site, "swap's .old, output in place": _old_kept_site,
+         "swap's .old, output missing": _old_restored_site}
+CASES = ("user-lookalike", "dead-own", "live-own", "other-host", "other-pid-namespace")
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("site", SITES)
+def test_a_sweep_removes_a_file_or_set_aside_output_only_on_proof(tmp_path, sys_tmp, dead_pid, monkeypatch, site, case):
+    pid = os.getpid() if case == "live-own" else dead_pid
+    own = None if case == "user-lookalike" else dict(
+        pid=pid, **{"other-host": {"host": "another-host"}, "other-pid-namespace": {"pidns": "pid:[1]"}}.get(case, {}))
+    leftover, sweep = SITES[site](tmp_path, pid, own, monkeypatch)
+    before, start = _tree(leftover), notes.mark()
+    sweep()
+    said = "\n".join(notes.since(start))
+    if case == "dead-own":
+        assert not os.path.lexists(leftover) and ("removed" in said or "restored" in said)
+        if site == "swap's .old, output missing":
+            assert "restored" in said and MARKER not in os.listdir(tmp_path / "out")
+        return
+    assert _tree(leftover) == before  # byte-identical, where it was
+    if site == "swap's .old, output missing":
+        assert not (tmp_path / "out").exists()  # never moved into place on a name alone
+    if case == "live-own":
+        assert str(leftover) not in said
+    else:
+        assert f"left {leftover}:" in said and "removed" not in said
+
+
+def test_write_file_marks_its_temporary_and_publishes_without_the_mark(tmp_path):
+    target = tmp_path / "report.html"
+    with write_file(target, "--html") as f:
+        f.write(b"x")
+        (tmp,) = [p for p in tmp_path.iterdir() if p.name != "report.html"]
+        assert json.loads(os.getxattr(tmp, XATTR))["pid"] == os.getpid()
+    assert os.listdir(tmp_path) == ["report.html"] and XATTR not in os.listxattr(target)
+
+
+@pytest.mark.parametrize("intent", [
+    {"new": ["thesis.pdf"], "old": []},  # names a user's object
+    {"new": [run_shard_file(shard_file(0), "ffffffffffff")], "old": []},  # another run's names
+    {"new": [shard_file(0)], "old": [], "note": "mine"},  # not the form packtool writes
+    "not json",
+])
+def test_an_object_that_only_looks_like_an_intent_is_never_acted_on(tmp_path, sys_tmp, intent):
+    loc = locate("file://" + str(tmp_path / "store"))
+    os.makedirs(loc.path)
+    name = intent_file(RUN)
+    loc.join(name).write_bytes(intent.encode() if isinstance(intent, str) else json.dumps(intent).encode())
+    for n in ("thesis.pdf", shard_file(0), run_shard_file(shard_file(0), "ffffffffffff")):
+        loc.join(n).write_bytes(USER)
+    before = _tree(loc.path)
+    assert clean_dead_runs(loc) == 0 and _tree(loc.path) == before
+    own = {"new": [run_shard_file(shard_file(0), RUN)], "old": []}  # a dead run's own
+    loc.join(name).write_bytes(json.dumps(own).encode())
+    loc.join(own["new"][0]).write_bytes(b"half a shard")
+    assert clean_dead_runs(loc) == 1 and not loc.join(name).exists() and loc.join("thesis.pdf").exists()
+
+
+def test_a_folder_packtool_writes_files_into_takes_only_its_own_files_temporaries_as_its_own(tmp_path):
+    """`train --save`'s check (files.refuse_foreign_files): a temporary's name counts as
+    packtool's only for a file packtool writes there, not for any name."""
+    from packtool.errors import PacktoolOutputError
+    from packtool.output.files import refuse_foreign_files
+    ours = lambda n: n.startswith("mp_rank_")  # noqa: E731
+    (tmp_path / os.path.basename(temp_name("mp_rank_00.pt"))).write_bytes(b"half")
+    refuse_foreign_files(str(tmp_path), str(tmp_path), "save", ours)
+    (tmp_path / ".thesis.txt.packtool-tmp-9-ab").write_bytes(USER)
+    with pytest.raises(PacktoolOutputError, match=r"\.thesis\.txt\.packtool-tmp-9-ab"):
+        refuse_foreign_files(str(tmp_path), str(tmp_path), "save", ours)
