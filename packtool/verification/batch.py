@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from packtool.arrays import first_null, null_rows
 from packtool.layout import cp_local_cu_seqlens_padded
@@ -37,39 +38,61 @@ def _flat(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return vals, off - off[0]
 
 
-def _split(batch: pa.RecordBatch, bad: np.ndarray, S: dict, row0: int, job: ShardJob, src, log: ProblemLog,
-           acc: Tally, rows_of=None) -> None:
+def check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: ProblemLog,
+                acc: Tally, rows_of=None) -> None:
+    """Every check of one record batch. A null is said once, per row and column (`schema`);
+    a slab with a null in a list column cannot be paired entry by entry, so it is skipped like
+    one whose lists disagree in length (its scalars counted); a null scalar leaves the slab's
+    lists checked in full and only the checks and sums that read that value out (`nulls`)."""
+    where = dict(shard=job.name)
+    skip = np.zeros(batch.num_rows, bool)
+    for col in LIST_COLUMNS:  # side columns: side_null, with the batch's other checks
+        if first_null(batch.column(col)) >= 0:  # at any depth: a null token id reads back as NaN
+            rows = null_rows(batch.column(col))
+            _say_nulls(col, rows, row0, where, log)
+            skip |= rows
+    nulls = {c: batch.column(c).is_null().to_numpy(zero_copy_only=False) for c in SCALAR_COLUMNS}
+    for col, rows in nulls.items():
+        _say_nulls(col, rows, row0, where, log)
+    # a null scalar reads as 0 (False) here: every check and sum of it leaves out its `nulls` rows
+    S = {c: pc.fill_null(batch.column(c), pa.scalar(False if t == pa.bool_() else 0, t)).to_numpy(zero_copy_only=False)
+         for c, t in SCALAR_COLUMNS.items()}
+    _check_rows(batch, S, nulls, skip, row0, job, src, log, acc, rows_of)
+
+
+def _say_nulls(col: str, rows: np.ndarray, row0: int, where: dict, log: ProblemLog) -> None:
+    for r in np.flatnonzero(rows):
+        log.add("schema", f"column {col!r} holds a null (FORMAT.md: no slab column holds one): re-run "
+                f"`packtool pack`", row=row0 + int(r), **where)
+
+
+def _split(batch: pa.RecordBatch, bad: np.ndarray, S: dict, nulls: dict, row0: int, job: ShardJob, src,
+           log: ProblemLog, acc: Tally, rows_of=None) -> None:
     """Rows `bad` skipped (their scalars counted), the other rows checked as their own
     batches, in on-disk order."""
     edges = np.flatnonzero(np.diff(np.concatenate(([-1], bad.view(np.int8), [-1]))))
     for start, stop in zip(edges[:-1], edges[1:]):
+        part_s, part_nulls = ({c: v[start:stop] for c, v in d.items()} for d in (S, nulls))
         if bad[start]:
-            acc.skip(S, start, stop)
+            acc.skip(part_s, part_nulls)
         else:
-            check_batch(batch.slice(start, stop - start), row0 + int(start), job, src, log, acc, rows_of)
+            _check_rows(batch.slice(start, stop - start), part_s, part_nulls, None, row0 + int(start), job,
+                        src, log, acc, rows_of)
 
 
-def check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: ProblemLog,
-                acc: Tally, rows_of=None) -> None:
-    a, name, n = job.alignment, job.name, batch.num_rows
-    where = dict(shard=name)
-    nulls = np.zeros(n, bool)
-    for col in (*LIST_COLUMNS, *SCALAR_COLUMNS):  # side columns: side_null, with the batch's other checks
-        r = first_null(batch.column(col))  # at any depth: a null token id reads back as NaN
-        if r >= 0:
-            log.add("schema", f"column {col!r} holds a null", row=row0 + r, **where)
-            if col in SCALAR_COLUMNS:
-                return  # a slab whose own scalars are unknown: none of the batch can be counted
-            nulls |= null_rows(batch.column(col))
-    S = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in SCALAR_COLUMNS}
-    if nulls.any():  # like inconsistent lengths: those rows skipped, their scalars counted
-        return _split(batch, nulls, S, row0, job, src, log, acc, rows_of)
+def _check_rows(batch: pa.RecordBatch, S: dict, nulls: dict, skip, row0: int, job: ShardJob, src,
+                log: ProblemLog, acc: Tally, rows_of=None) -> None:
+    """`check_batch` once the nulls are said: `S` the scalar columns (a null as 0), `nulls`
+    per scalar column the rows it is null in, `skip` the rows no list check can pair."""
+    a, n, where = job.alignment, batch.num_rows, dict(shard=job.name)
+    if skip is not None and skip.any():
+        return _split(batch, skip, S, nulls, row0, job, src, log, acc, rows_of)
     L = {c: _flat(batch.column(c)) for c in LIST_COLUMNS}
     T = np.diff(L["input_ids"][1])
     nseg = np.diff(L["seq_lens"][1])
     bad = _array_lengths(L, T, nseg, row0, where, log)
     if bad.any():
-        return _split(batch, bad, S, row0, job, src, log, acc, rows_of)
+        return _split(batch, bad, S, nulls, row0, job, src, log, acc, rows_of)
     seg_row = np.repeat(np.arange(n), nseg)
     seg_off = L["seq_lens"][1]
     seg_in_row = np.arange(seg_row.size) - seg_off[seg_row]
@@ -133,7 +156,7 @@ def check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Probl
     real_count = np.add.reduceat((~fill).astype(np.int64), seg_off[:-1])
     ok_rows &= real_count >= 1
     ok_rows &= ~np.logical_or.reduceat(bad_fill | bad_real | bad_pos, seg_off[:-1])
-    check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log, acc)
+    check_layout(S, nulls, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log)
     # 5. per-token rules, one numba pass (only over rows whose cu arrays are sane)
     ids, ids_off = L["input_ids"]
     loss = L["loss_mask"][0]
@@ -156,7 +179,7 @@ def check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Probl
     if not ok_rows.all():  # rows the token pass skipped still count towards the totals
         loss_sum[~ok_rows] = np.add.reduceat(loss.astype(np.int64), ids_off[:-1])[~ok_rows]
     nl = S["num_loss_tokens"].astype(np.int64)
-    for r in np.flatnonzero(ok_rows & (nl != loss_sum)):
+    for r in np.flatnonzero(ok_rows & ~nulls["num_loss_tokens"] & (nl != loss_sum)):
         log.add("num_loss_tokens", f"num_loss_tokens is {int(nl[r])}, loss_mask sums to {int(loss_sum[r])}",
                 row=row0 + int(r), expected=int(loss_sum[r]), found=int(nl[r]), **where)
     if a.cp > 1:
@@ -174,14 +197,13 @@ def check_batch(batch: pa.RecordBatch, row0: int, job: ShardJob, src, log: Probl
     acc.tot["physical_tokens"] += int(T.sum())
     acc.tot["real_tokens"] += int(seq_lens.sum())
     acc.tot["loss_tokens"] += int(loss_sum.sum())
+    # the pads, slack and singletons a null scalar leaves out: run.py leaves those sums unchecked
     single = S["singleton"].astype(bool)
     for k in ("layout_pad", "tail_pad", "fill_pad"):
         acc.tot[k] += int(S[k].astype(np.int64).sum())
     acc.tot["slack"] += int(np.maximum(a.usable - T[~single], 0).sum())
     acc.tot["singletons"] += int(single.sum())
-    for k in ("slab_index", "dp_rank", "step", "microbatch", "singleton"):
-        acc.slab[k].append(S[k])
-    acc.slab["num_tokens"].append(S["num_tokens"])
+    acc.slabs(S, nulls)
     real = ~fill
     for k, v in (("source", src_idx), ("chunk", chunk), ("offset", s_off), ("length", seq_lens),
                  ("row", seg_row + row0), ("seg", seg_in_row)):

@@ -19,7 +19,7 @@ def _loc(i, segs, shard_of, names) -> str:
 
 
 def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Alignment, policy: str,
-                   n_seq: int | None, overflow: dict, singletons: int, source_dir: str | None,
+                   n_seq: int | None, overflow: dict, singletons: int | None, source_dir: str | None,
                    log: ProblemLog, notes: list[str]) -> None:
     src, chunk, off, length = segs["source"], segs["chunk"], segs["offset"], segs["length"]
     order = np.lexsort((chunk, src))
@@ -69,11 +69,12 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
         j = int(np.flatnonzero(split_rows)[0])
         log.add("overflow", f"source row {int(rows[j])} is cut into {int(n_chunks[j])} chunks but the "
                 f"overflow policy is {policy!r}")
-    got = {"singletons": singletons}
+    # singletons None: a null `singleton` leaves the count (and the singleton policy's sequences) unknown
+    got = {} if singletons is None else {"singletons": singletons}
     if policy == "split":
         got.update(sequences=int(split_rows.sum()), chunks=int(n_chunks[split_rows].sum()),
                    targets_lost=int((n_chunks[split_rows] - 1).sum()))
-    elif policy == "singleton":
+    elif policy == "singleton" and singletons is not None:
         got["sequences"] = singletons
     for k, v in got.items():
         if k in overflow and overflow[k] != v:
@@ -124,36 +125,65 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
                     f"{int(missing[0])}", expected=int(src_len.size), found=int(src_len.size - missing.size))
 
 
-def check_dp(slabs: dict, dp: int, log: ProblemLog) -> None:
+def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None) -> None:
+    """slab_index a permutation, dp_rank in range, ranks balanced, (step, dp_rank, microbatch)
+    unique, steps in on-disk order. `nulls` (per field, the slabs where it is null, each said as
+    a `schema` problem): a rule is held over the known values, and only where no values in
+    place of the nulls could keep it does it fail (never a second line for the same null)."""
     idx, rank, step, mb = slabs["slab_index"], slabs["dp_rank"], slabs["step"], slabs["microbatch"]
     n = idx.size
-    bad_idx = np.sort(idx) != np.arange(n)
-    if bad_idx.any():
-        j = int(np.flatnonzero(bad_idx)[0])
-        log.add("slab_index", f"slab_index is not a permutation of 0..{n - 1} (first gap or repeat near "
-                f"{j}): a slab row was dropped or duplicated", expected=j, found=int(np.sort(idx)[j]))
-    out = (rank < 0) | (rank >= dp)
+    known = {k: ~nulls[k] if nulls and k in nulls else np.ones(n, bool)
+             for k in ("slab_index", "dp_rank", "step", "microbatch")}
+    _check_slab_index(idx[known["slab_index"]], n, log)
+    rank_known = rank[known["dp_rank"]]
+    out = (rank_known < 0) | (rank_known >= dp)
     if out.any():
         log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (the manifest's dp is {dp})",
-                expected=dp, found=int(rank[out][0]))
+                expected=dp, found=int(rank_known[out][0]))
         return
     if dp == 1:
         return
     if n % dp:
         log.add("dp", f"{n} slabs is not a multiple of dp={dp}: some rank would run short",
                 expected=-(-n // dp) * dp, found=n)
-    per_rank = np.bincount(rank, minlength=dp)
-    if per_rank.min() != per_rank.max():
+    per_rank = np.bincount(rank_known, minlength=dp)
+    if known["dp_rank"].all() and per_rank.min() != per_rank.max():
         log.add("dp", f"ranks hold {int(per_rank.min())}..{int(per_rank.max())} slabs; every rank must "
                 f"run the same number of steps", expected=int(per_rank.max()), found=int(per_rank.min()))
-    key = np.stack([step, rank, mb], axis=1)
+    elif not n % dp and per_rank.max() > n // dp:  # the null ranks cannot even it out
+        log.add("dp", f"a rank holds {int(per_rank.max())} slabs, more than its share n/dp = {n // dp}; every "
+                f"rank must run the same number of steps", expected=n // dp, found=int(per_rank.max()))
+    every = known["step"] & known["dp_rank"] & known["microbatch"]
+    key = np.stack([step[every], rank[every], mb[every]], axis=1)
     uniq = np.unique(key, axis=0)
-    if uniq.shape[0] != n:
-        log.add("dp", f"{n - uniq.shape[0]} slab(s) repeat another slab's (step, dp_rank, microbatch)",
-                expected=n, found=int(uniq.shape[0]))
-    if (np.diff(step) < 0).any():
+    if uniq.shape[0] != key.shape[0]:
+        log.add("dp", f"{key.shape[0] - uniq.shape[0]} slab(s) repeat another slab's (step, dp_rank, microbatch)",
+                expected=key.shape[0], found=int(uniq.shape[0]))
+    at = np.flatnonzero(known["step"])  # on-disk positions of the known steps
+    back = np.flatnonzero(np.diff(step[at]) < 0)
+    if back.size:
         # plan numbers steps in on-disk order, so a consumer reading shards in order runs
         # step 0, then step 1, ... on every rank together
-        j = int(np.flatnonzero(np.diff(step) < 0)[0])
-        log.add("dp", f"steps are not in on-disk order: slab {j + 1} has step {int(step[j + 1])} after "
-                f"step {int(step[j])}", expected=int(step[j]), found=int(step[j + 1]))
+        j, k = int(at[back[0]]), int(at[back[0] + 1])
+        log.add("dp", f"steps are not in on-disk order: slab {k} has step {int(step[k])} after "
+                f"step {int(step[j])}", expected=int(step[j]), found=int(step[k]))
+
+
+def _check_slab_index(idx: np.ndarray, n: int, log: ProblemLog) -> None:
+    """The known slab_index values (`idx`, of `n` slabs): all of them, a permutation of
+    0..n-1; some (the others null), distinct values in that range."""
+    s = np.sort(idx)
+    if idx.size == n:
+        bad = np.flatnonzero(s != np.arange(n))
+        if bad.size:
+            j = int(bad[0])
+            log.add("slab_index", f"slab_index is not a permutation of 0..{n - 1} (first gap or repeat near "
+                    f"{j}): a slab row was dropped or duplicated", expected=j, found=int(s[j]))
+        return
+    twice = s[1:][s[1:] == s[:-1]]
+    outside = s[(s < 0) | (s >= n)]
+    if twice.size or outside.size:
+        v = int(twice[0]) if twice.size else int(outside[0])
+        log.add("slab_index", f"slab_index {v} is {'repeated' if twice.size else 'outside 0..' + str(n - 1)} "
+                f"among the {idx.size} known values (the other {n - idx.size} are null): a slab row was "
+                f"dropped or duplicated", found=v)

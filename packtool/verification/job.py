@@ -42,5 +42,6 @@ class ShardResult:
     totals: dict = field(default_factory=dict)  # physical/real/loss tokens, pads, slack
     slabs: dict = field(default_factory=dict)  # tally.SLAB_FIELDS -> array per row
     segments: dict = field(default_factory=dict)  # source, chunk, offset, length, row, seg
+    nulls: dict = field(default_factory=dict)  # scalar column -> per row: null there (a `schema` problem)
     log: ProblemLog | None = None
     skipped: int = 0  # rows with inconsistent array lengths, whose segments and tokens are not counted

@@ -47,7 +47,7 @@ def check_shard(job: ShardJob) -> ShardResult:
         # a source row is named by its input file and row there (read only if a message needs it)
         from packtool.tokenize.source_rows import source_rows_at
         rows_of = source_rows_at(job.source_dir)
-    acc = Tally()
+    acc = Tally(SCALAR_COLUMNS)
     row0 = job.row0
     groups = None if job.row_groups is None else list(range(*job.row_groups))
     try:
@@ -59,7 +59,7 @@ def check_shard(job: ShardJob) -> ShardResult:
         log.add("shard_unreadable", f"cannot decode after row {row0} ({e}); the file is "
                 f"truncated or corrupt: re-run `packtool pack`", shard=job.name, row=row0)
     res.rows = row0 - job.row0
-    res.totals, res.slabs, res.segments = acc.finish()
+    res.totals, res.slabs, res.segments, res.nulls = acc.finish()
     res.skipped = acc.skipped
     return res
 

@@ -11,8 +11,9 @@ from packtool.layout import compute_layout, cp_merge, cp_rank_index
 from packtool.verification.problems import first_of
 
 
-def check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log, acc):
-    """Recompute each slab's layout from its real seq_lens with compute_layout and compare."""
+def check_layout(S, nulls, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log):
+    """Recompute each slab's layout from its real seq_lens with compute_layout and compare. A
+    rule that reads a scalar (`S`) skips the slabs where that scalar is null (`nulls`)."""
     a, where = job.alignment, dict(shard=job.name)
     real = ~fill
     rows = np.flatnonzero(ok_rows)
@@ -23,19 +24,20 @@ def check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_
     lay = compute_layout(seq_lens[sel], np.concatenate(([0], np.cumsum(counts))), a)
     fill_pad, tail_pad, layout_pad = (S[c].astype(np.int64)[rows] for c in ("fill_pad", "tail_pad", "layout_pad"))
     singleton = S["singleton"].astype(bool)[rows]
+    known = {c: ~nulls[c][rows] for c in ("fill_pad", "tail_pad", "layout_pad", "singleton", "num_tokens")}
     Tr = T[rows]
-    foot = Tr - fill_pad
+    foot = Tr - fill_pad  # known where fill_pad is
     # divisibility and capacity, phrased by the rule that the manifest's config imposes
     seg_bad = np.flatnonzero(ok_rows[seg_row] & (padded % a.s != 0))
     for i in seg_bad[first_of(seg_row[seg_bad])]:
         log.add("segment_alignment", f"segment {int(seg_in_row[i])} has padded length {int(padded[i])}, "
                 f"not a multiple of the per-sequence multiple s={a.s} ({a.describe()})",
                 row=row0 + int(seg_row[i]), segment=int(seg_in_row[i]), expected=a.s, found=int(padded[i]), **where)
-    for j in np.flatnonzero(foot % a.t != 0):
+    for j in np.flatnonzero((foot % a.t != 0) & known["fill_pad"]):
         log.add("slab_alignment", f"slab footprint T-fill_pad = {int(foot[j])} is not a multiple of the "
                 f"per-slab multiple t={a.t} required by {a.describe()}", row=row0 + int(rows[j]),
                 expected=int(-(-foot[j] // a.t) * a.t), found=int(foot[j]), **where)
-    over = (foot > a.usable) & ~singleton
+    over = (foot > a.usable) & ~singleton & known["fill_pad"] & known["singleton"]
     for j in np.flatnonzero(over):
         log.add("capacity", f"slab footprint {int(foot[j])} exceeds the usable capacity U={a.usable} "
                 f"(capacity {a.capacity}) and the slab is not a declared singleton",
@@ -46,7 +48,7 @@ def check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_
                 f"footprint {int(lay.footprint[j])} (U={a.usable}, overflow policy "
                 f"{job.overflow_policy!r})", row=row0 + int(rows[j]), **where)
     if a.fixed_length is not None:
-        for j in np.flatnonzero((Tr != a.fixed_length) & ~singleton):
+        for j in np.flatnonzero((Tr != a.fixed_length) & ~singleton & known["singleton"]):
             log.add("fixed_length", f"slab has T={int(Tr[j])} tokens, the fixed length is {a.fixed_length}",
                     row=row0 + int(rows[j]), expected=a.fixed_length, found=int(Tr[j]), **where)
     # the layout itself: the same compute_layout the packer ran, compared figure by figure
@@ -54,7 +56,7 @@ def check_layout(L, S, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_
                            ("tail_pad", lay.tail_pad, tail_pad), ("fill_pad", lay.fill, fill_pad),
                            ("num_tokens", np.add.reduceat(lay.seg_len, lay.seg_offsets[:-1]),
                             S["num_tokens"].astype(np.int64)[rows])):
-        for j in np.flatnonzero(want != got):
+        for j in np.flatnonzero((want != got) & known.get(col, True)):
             log.add("layout", f"{col} is {int(got[j])}, the layout of its seq_lens under {a.describe()} "
                     f"C={a.capacity} gives {int(want[j])}", row=row0 + int(rows[j]),
                     expected=int(want[j]), found=int(got[j]), **where)
