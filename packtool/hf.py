@@ -160,15 +160,19 @@ class SlabDataset(Dataset):
 
     def to_hf(self, streaming: bool = False, **load_kwargs):
         """The same items, in the same order, as a `datasets` dataset (TRL's SFTTrainer takes
-        nothing else). streaming=False: a `datasets.Dataset` of the shards (converted once
-        into the `datasets` cache, `load_kwargs` go to `load_dataset`) in this order;
+        nothing else). streaming=False: a `datasets.Dataset` of the shards (every row group
+        checked first as this dataset's rows are, then converted once into the `datasets`
+        cache, `load_kwargs` go to `load_dataset`) in this order;
         True: a `datasets.IterableDataset` reading through this dataset, no copy (the
         trainer needs `max_steps`)."""
         import datasets
         if streaming:
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
         from packtool.slabs.check import check_checksum
-        for i in range(len(self.manifest.shards)):  # `datasets` reads every byte: hash them first
+        # `datasets` reads every byte and hands its rows out unchecked: every check a row of
+        # __getitem__ passes first (each shard's checksum, every row group), one group at a time
+        checked = {shard for (shard, _), _ in SlabReader(self.manifest, self.index, cache=1).groups()}
+        for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
             check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
         _fsspec_can_read(self.path)

@@ -222,6 +222,13 @@ class SlabReader:
             self._cache.popitem(last=False)
         return g
 
+    def groups(self):
+        """Every row group in on-disk order, each checked as `row` would check it (its shard's
+        checksum first): ((shard, row group), decoded group). For a caller that reads every
+        row without handing one out (`inspect`) or whose rows another library reads (`to_hf`)."""
+        for key in self._first:
+            yield key, self._group(*key)
+
     def row(self, i: int) -> SlabRow:
         ix = self.index
         g = self._group(int(ix.shard[i]), int(ix.row_group[i]))
@@ -255,11 +262,10 @@ def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (), advance=None
     index = SlabIndex._checked(manifest, cat)
     reader = SlabReader(manifest, index, cache=1)
     lens, done = [], 0
-    for shard, rg in reader._first:
+    for (shard, _), g in reader.groups():
         if advance and shard > done:
             advance(shard - done)
             done = shard
-        g = reader._group(shard, rg)
         if each_group:
             each_group(g)
         v, o = g["seq_lens"]

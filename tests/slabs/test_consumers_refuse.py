@@ -344,6 +344,13 @@ def _hf(out):
     return got
 
 
+def _hf_arrow(out, tmp):
+    """`SlabDataset.to_hf()`: `datasets` converts the shards itself, rows packtool never hands out."""
+    from packtool.hf import SlabDataset
+    t = SlabDataset(out).to_hf(cache_dir=os.path.join(tmp, "hf")).with_format("numpy")
+    return [(r["input_ids"].tobytes(), r["loss_mask"].tobytes()) for r in t]
+
+
 def _cli(app, args):
     r = CliRunner().invoke(app, args)
     if r.exit_code != 0:
@@ -395,6 +402,9 @@ def _reader(out):
 
 CONSUMERS = {"train": None, "megatron-dataset": lambda o, t: _dataset(o), "hf": lambda o, t: _hf(o),
              "inspect": _inspect, "standalone-reader": lambda o, t: _reader(o)}
+# read through `datasets`, after packtool's checks: in the tests of what must be refused, not in
+# the harmless-or-refused sweep (a `datasets` conversion per harmless damage)
+ARROW = {"hf-to_hf": _hf_arrow}
 # the standalone reader is an example with no error type of its own: any exception refuses
 READER_ERRORS = (ValueError, OSError, KeyError, TypeError)
 
@@ -419,7 +429,7 @@ def corpus(tmp_path_factory):
 
 def _consume(consumer, out, tmp):
     try:
-        return "ok", (CONSUMERS[consumer] or _train)(out, tmp)
+        return "ok", ({**CONSUMERS, **ARROW}[consumer] or _train)(out, tmp)
     except Refused as e:
         return "refused", str(e)
     except PacktoolError as e:
@@ -469,7 +479,7 @@ MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_r
                "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed")
 
 
-@pytest.mark.parametrize("consumer", ["inspect", "hf", "standalone-reader"])
+@pytest.mark.parametrize("consumer", ["inspect", "hf", "hf-to_hf", "standalone-reader"])
 @pytest.mark.parametrize("corruption", MUST_REFUSE)
 def test_consumer_refuses_what_verify_rejects(corpus, corruption, consumer, tmp_path):
     get, results = corpus
@@ -533,7 +543,7 @@ def test_a_readers_checksum_message_shows_hashes_that_differ(tmp_path, alg):
     assert found != shown and shown == said, str(e.value)
 
 
-@pytest.mark.parametrize("consumer", [c for c in CONSUMERS if c != "train"])  # train: the dataset's (above)
+@pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])  # train: the dataset's
 @pytest.mark.parametrize("corruption", list(NULLS))
 def test_every_consumer_refuses_a_null_naming_shard_row_and_column(corpus, corruption, consumer, tmp_path):
     """A null token id read back as NaN ("cannot convert float NaN to integer", S31-1): refused
