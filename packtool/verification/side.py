@@ -1,5 +1,6 @@
 """`verify`, per-token side columns (FORMAT.md "Side columns"): the schema the manifest
-declares, and per record batch, length T per row, no null values, the fill on every position
+declares, and per record batch, length T per row, no null values (a slab that breaks either is left
+out of that column's other checks and counts, said once), the fill on every position
 that is not a real token, and for columns declared `kind: "support"` the sampler-support
 rule on every real token (packtool/support_rule.py: -1 pads the end only, the token once, a
 token the loss counts has candidates).
@@ -13,8 +14,9 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from packtool.arrays import first_null, span_mask
+from packtool.arrays import first_null, null_rows, span_mask
 from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
 from packtool.slabs.schema import SCHEMA, side_field
@@ -68,7 +70,9 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
     is broken are left to the layout checks). `source`: (store, per column its index in the
     store or -1, then per compared segment its first position, source row, offset, length and
     index in its slab, then the source rows' namer) for `verify --source` (`compare_side_source`). Returns the NaN / +-inf values of the float
-    columns ("side_nan:NAME", "side_inf:NAME"), summed by `verify` and held to the manifest."""
+    columns ("side_nan:NAME", "side_inf:NAME"), summed by `verify` and held to the manifest, and
+    the slabs left out of a column's checks and counts ("side_unpaired:NAME": a null or a
+    length other than T, said once per slab; the batch's other slabs are checked)."""
     odd: dict[str, int] = {}
     T = np.diff(ids_off)
     use = ok_rows[seg_row] & ~fill_seg
@@ -77,29 +81,24 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
     row_of = np.repeat(np.arange(T.size), T)
     for ci, c in enumerate(side):
         col = batch.column(c.name)
-        bad = first_null(col)  # a null row, a null token's value or one of its K values
-        if bad >= 0:
-            log.add("side_null", f"side column {c.name!r} holds a null value; a token without a value holds the "
-                    f"fill {c.fill}", row=row0 + bad, **where)
+        pair = _pairable(col, c, T, row0, where, log)
+        if not pair.all():  # their values are not counted: check_nonfinite cannot hold "fewer" then
+            odd[f"side_unpaired:{c.name}"] = int((~pair).sum())
+        if not pair.any():
             continue
-        offs = col.offsets.to_numpy().astype(np.int64)
-        n = np.diff(offs)
-        for r in np.flatnonzero(n != T)[:5]:
-            log.add("side_length", f"side column {c.name!r} has {int(n[r])} entries, the slab has T={int(T[r])} "
-                    f"tokens", row=row0 + int(r), expected=int(T[r]), found=int(n[r]), **where)
-        if (n != T).any():
-            continue
-        flat = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
-        if c.width > 1:
-            flat = flat.values.slice(flat.offset * c.width, len(flat) * c.width)
-        vals = flat.to_numpy(zero_copy_only=False).reshape(-1, c.width)
+        vals = _values(col, c, T, ids_off, pair)
+        keep = np.repeat(pair, T)  # the positions whose values are the slab's own
         if not c.is_int:
-            odd[f"side_nan:{c.name}"], odd[f"side_inf:{c.name}"] = nonfinite(vals)
+            odd[f"side_nan:{c.name}"], odd[f"side_inf:{c.name}"] = nonfinite(vals if pair.all() else vals[keep])
         if source is not None and source[1][ci] >= 0:
             store, index, pos, src_row, src_off, length, seg_in_row, rows_of = source
+            if not pair.all():
+                mine = pair[row_of[pos]]
+                pos, src_row, src_off, length, seg_in_row = (a[mine] for a in (pos, src_row, src_off, length,
+                                                                                 seg_in_row))
             compare_side_source(vals, c, store, index[ci], pos, src_row, src_off, length, row_of, ids_off,
                                 seg_in_row, row0, where, log, rows_of)
-        rows_ok = np.repeat(ok_rows, T)
+        rows_ok = np.repeat(ok_rows & pair, T)
         # bit for bit, as the writer puts the fill: -0.0 (or a NaN) on a pad is not the fill 0.0
         isz = f"i{vals.dtype.itemsize}"
         bits = np.ascontiguousarray(vals).view(isz)
@@ -111,7 +110,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
-            first = first_breaks(vals, ids, real, np.asarray(loss, np.uint8))
+            first = first_breaks(vals, ids, real & keep, np.asarray(loss, np.uint8))
             if (first >= 0).any():
                 for k in np.flatnonzero(first >= 0):
                     p = int(first[k])
@@ -120,6 +119,42 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                             f"{int(ids[p])}) holds {vals[p].tolist()}: {SUPPORT_RULES[k]}", row=row0 + r,
                             found=vals[p].tolist(), **where)
     return odd
+
+
+def _pairable(col: pa.Array, c: SideColumn, T: np.ndarray, row0: int, where: dict, log: ProblemLog) -> np.ndarray:
+    """Per row, whether side column `c`'s values pair with the slab's positions: no null
+    (`side_null`) and T of them (`side_length`), each said once per row. The other rows are
+    left out of this column's checks and counts alone, not the batch's other rows."""
+    nulls = null_rows(col) if first_null(col) >= 0 else np.zeros(T.size, bool)
+    for r in np.flatnonzero(nulls):  # a null row, a null token's value or one of its K values
+        log.add("side_null", f"side column {c.name!r} holds a null value; a token without a value holds the "
+                f"fill {c.fill}", row=row0 + int(r), **where)
+    n = np.diff(col.offsets.to_numpy().astype(np.int64))
+    short = (n != T) & ~nulls
+    for r in np.flatnonzero(short)[:5]:
+        log.add("side_length", f"side column {c.name!r} has {int(n[r])} entries, the slab has T={int(T[r])} "
+                f"tokens", row=row0 + int(r), expected=int(T[r]), found=int(n[r]), **where)
+    return ~(nulls | short)
+
+
+def _values(col: pa.Array, c: SideColumn, T: np.ndarray, ids_off: np.ndarray, pair: np.ndarray) -> np.ndarray:
+    """Side column `c` of a batch as (positions, width), position for position with the slabs'
+    tokens; the rows not `pair`ed hold 0 there (their values cannot be placed)."""
+    offs = col.offsets.to_numpy().astype(np.int64)
+    flat = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
+    if c.width > 1:
+        flat = flat.values.slice(flat.offset * c.width, len(flat) * c.width)
+    if flat.null_count:  # in rows left out; an int column with a null would read back as floats
+        flat = pc.fill_null(flat, pa.scalar(0, flat.type))
+    vals = flat.to_numpy(zero_copy_only=False).reshape(-1, c.width)
+    if pair.all():
+        return vals
+    rows = np.flatnonzero(pair)
+    lens = T[rows]
+    within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    out = np.zeros((int(ids_off[-1]), c.width), vals.dtype)
+    out[np.repeat(ids_off[rows], lens) + within] = vals[np.repeat(offs[rows] - offs[0], lens) + within]
+    return out
 
 
 def side_value(v: np.ndarray, width: int):
@@ -142,15 +177,20 @@ def check_nonfinite(stats: dict, side, totals: dict, policy: str, log: ProblemLo
         if c.is_int:
             continue
         got = {k: int(totals.get(f"side_{k}:{c.name}", 0)) for k in ("nan", "inf")}
+        unpaired = int(totals.get(f"side_unpaired:{c.name}", 0))  # slabs whose values were not counted
         said = {k: (stats.get(f"side_{k}") or {}).get(c.name) for k in ("nan", "inf")}
         for k, what in (("nan", "NaN"), ("inf", "+-inf")):
             want = said[k]
             if want is None:
                 continue  # an output packed before the count (or by hand): nothing to hold it to
-            if got[k] > want or (got[k] < want and policy != "truncate"):
+            if got[k] > want or (got[k] < want and policy != "truncate" and not unpaired):
                 log.add("side_nonfinite", f"side column {c.name!r} holds {got[k]:,} {what} value(s) in the slabs, "
                         f"the input held {want:,} (the manifest's stats.side_{k}): values changed after pack",
                         expected=want, found=got[k])
+        if unpaired and any(said.values()):
+            notes.append(f"side column {c.name}: {unpaired} slab(s) whose values could not be placed (the side_null "
+                         f"and side_length problems) are left out of its NaN / +-inf count, so a count below the "
+                         f"manifest's stats was not held to it")
         if got["nan"] or got["inf"]:
             notes.append(f"side column {c.name} holds {got['nan']:,} NaN and {got['inf']:,} +-inf value(s), kept "
                          f"from the input as read (pack warned and names the first): a NaN log-prob makes a PPO "

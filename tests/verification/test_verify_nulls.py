@@ -137,3 +137,67 @@ def test_dp_rules_hold_over_the_known_values():
     assert run(ok[0], [0, 1, 0, 0], [0, 0, 0, 1], {"dp_rank": [0, 0, 0, 1]}) == {"dp": 1}  # (0, 0, 0) twice
     assert run(*ok[:2], [0, 7, 1, 1], {"step": [0, 1, 0, 0]}) == {}  # the null can be 0 or 1
     assert run(*ok[:2], [1, 7, 0, 1], {"step": [0, 1, 0, 0]}) == {"dp": 1}  # step 0 after step 1
+
+
+# --- side columns: a null (or a length other than T) left the column unchecked for the whole
+# record batch, and its NaN count short, which came back as a side_nonfinite line of its own
+
+SIDE_CASES = {"side_null": "lp", "side_null_row": "lp", "side_length": "lp",
+              "side_null_support_row": "sup", "side_null_support_value": "sup"}
+
+
+@pytest.fixture(scope="module")
+def side_pack(tmp_path_factory):
+    from side_support import side_rows, write_input
+
+    from packtool.packing import pack
+    from packtool.tokenize.config import TokenizeConfig
+    root = tmp_path_factory.mktemp("side_nulls")
+    ids, lp, sup = side_rows(n=80, seed=3)
+    for r in range(0, 80, 7):  # NaN log-probs in the input: the manifest's stats.side_nan holds them
+        lp[r][0] = np.nan
+    out = str(root / "packed")
+    pack([write_input(str(root / "in.parquet"), ids, lp, sup)], Alignment(tp=2, cp=2, capacity=256),
+         PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
+         cache_dir=str(root / "cache"))
+    assert read_manifest(out)["stats"]["side_nan"]["lp"] > 0
+    r = verify(out, workers=1)
+    assert r.ok, _said(r)
+    return out
+
+
+def _plant(src, tmp_path, case, second=False):
+    """`case` in the first slab with a pad; `second`: a pad of a later slab of the same shard
+    and batch given another value of the same column too (a side_fill line of its own)."""
+    import pyarrow.parquet as pq
+    from side_support import K, pad_and_real, plant_side, row_with_pad, set_column
+
+    from slab_support import resign
+    out = str(tmp_path / "out")
+    shutil.copytree(src, out)
+    shard = read_manifest(out)["shards"][0]["file"]
+    t = pq.read_table(f"{out}/{shard}")
+    first = row_with_pad(t)
+    t = plant_side(t, case)
+    if second:
+        col = SIDE_CASES[case]
+        r2 = next(r for r in range(first + 1, t.num_rows)
+                  if sum(t.column("seq_lens")[r].as_py()) < len(t.column("input_ids")[r]))
+        values = t.column(col).to_pylist()
+        values[r2][pad_and_real(t, r2)[0]] = 0.5 if col == "lp" else [3] + [-1] * (K - 1)
+        t = set_column(t, col, values)
+    pq.write_table(t, f"{out}/{shard}")
+    resign(out, shard)
+    return out, first
+
+
+@pytest.mark.parametrize("case", list(SIDE_CASES))
+def test_a_side_null_or_length_is_one_line_and_the_batch_is_still_checked(side_pack, tmp_path, case):
+    out, row = _plant(side_pack, tmp_path, case)
+    r = verify(out, workers=1)
+    check = "side_length" if case == "side_length" else "side_null"
+    assert r.counts == {check: 1}, _said(r)
+    assert r.problems[0].row == row and repr(SIDE_CASES[case]) in r.problems[0].message, _said(r)
+    r = verify(_plant(side_pack, tmp_path / "2", case, second=True)[0], workers=1)
+    assert r.counts == {check: 1, "side_fill": 1}, _said(r)
