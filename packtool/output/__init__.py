@@ -13,7 +13,8 @@ Base half (any stage may import it; nothing here reads the slab format):
   relations.check_relations       where an --output may not lie (cwd, inputs, cache)
 Stage half (after slabs/: reads the manifest), for the `pack` output folder:
   folder.check_cache_dir                where the tokenized cache root may not lie (a file, a
-                                        packed output, an input folder), for every entry
+                                        packed output, an input folder), for every entry: owned
+                                        by tokenize.cache_root (tokenize_to_cache runs it too)
   folder.claim_output / check_output / temp_dir / spill_dir / swap_into_place
   owned.owned_names / remove_previous   what in an existing output is packtool's
   stale.clean_stale                     what dead runs left, removed by the next run

@@ -59,6 +59,18 @@ def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
     return p
 
 
+def nearest_existing(path: str) -> str:
+    """`path` or its closest ancestor that exists (a link counts as existing): what a folder
+    to be created would be made under, so what must be a writable folder."""
+    p = path
+    while not os.path.lexists(p):
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    return p
+
+
 def make_temp_dir(parent: str, prefix: str, private: bool = False) -> str:
     """A new folder under a name no one could have put a link at (random, created exclusively).
     Not `private`: the umask's mode, as `mkdir` gives, since it becomes a user's output."""
@@ -389,6 +401,6 @@ def remove_created(made: list[str]) -> None:
             pass
 
 
-__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "share_as_mkdir", "open_append", "open_exclusive",
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "refuse_foreign_files", "refuse_special_input", "make_parents", "make_temp_dir", "nearest_existing", "share_as_mkdir", "open_append", "open_exclusive",
            "open_lock", "publish", "remove_created", "resolve", "resolve_folder",
            "sweep_temps", "temp_name", "temp_target", "unlink_if_same", "write_file"]

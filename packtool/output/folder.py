@@ -27,9 +27,9 @@ from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_fl
 from packtool.output.files import (
     SPILL_TAG,
     TMP_TAG,
-    describe_kind,
     make_parents,
     make_temp_dir,
+    nearest_existing,
     open_lock,
     remove_created,
     resolve,
@@ -38,9 +38,12 @@ from packtool.output.files import (
 )
 from packtool.output.leftovers import mark, owned_temp_dir, unmark
 from packtool.output.owned import owned_names, remove_previous, say
-from packtool.output.relations import check_relations, input_paths, is_inside, real_path
+from packtool.output.relations import check_relations
 from packtool.output.stale import clean_stale
 from packtool.slabs.names import manifest_file
+# the cache root's check is the tokenize stage's (tokenize_to_cache runs it too); named here
+# beside --output's for pack, the Ray engine and the CLI
+from packtool.tokenize.cache_root import check_cache_dir
 
 
 
@@ -57,16 +60,6 @@ class Terminated(SystemExit):
 
 # --- checks -----------------------------------------------------------------------------
 
-def _nearest_existing(path: str) -> str:
-    p = path
-    while not os.path.lexists(p):
-        up = os.path.dirname(p)
-        if up == p:
-            break
-        p = up
-    return p
-
-
 def refuse_inside_packed(path: str, flag: str) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
     inside a packed output folder: pq.read_table, datasets and every packtool consumer would
@@ -75,65 +68,6 @@ def refuse_inside_packed(path: str, flag: str) -> None:
         raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and every "
                                   "packtool reader would take it for a stray shard; write it beside the folder",
                                   path=path, flag=cli_flag(flag) or flag)
-
-
-def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
-    """Refuse, before any work, a tokenized cache root packtool must not write into, as an
-    --output is refused: a file, special file or dangling link; a packed output or a folder
-    inside one (its entries would be stray shards: verify and every reader refuse it); a folder
-    inside an input folder (the next run would read the cache as data). `cache_dir` None: the
-    default root (PACKTOOL_CACHE_DIR, named so), checked and still None. Returns `cache_dir`
-    resolved (`~`, links in its parents; a URI as given). Inputs that are not paths are skipped."""
-    from packtool.params import checked
-    from packtool.storage import is_uri
-    cache_dir = checked("cache_dir", cache_dir)
-    inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
-    if cache_dir and is_uri(cache_dir):
-        return cache_dir
-    shown, said, flag, fix = _cache_named(cache_dir)
-
-    def refuse(why: str) -> None:
-        raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
-    root = resolve(shown)
-    if os.path.islink(root):  # followed once, as --output's is; one to nothing is refused
-        if not os.path.exists(root):
-            refuse("is a symbolic link to nothing, not a folder")
-        root = os.path.realpath(root)
-    base = _nearest_existing(root)
-    if not os.path.isdir(base):
-        what = "is" if base == root else f"cannot be created: {base} is"
-        refuse(f"{what} {describe_kind(base)}, not a folder")
-    _refuse_in_packed(root, refuse)
-    for p in input_paths(inputs):
-        rp = real_path(p)
-        if os.path.isdir(rp) and is_inside(real_path(root), rp):
-            refuse(f"is inside the input folder {p} (a later pack of it would read the cache as data)")
-    return root if cache_dir else None
-
-
-def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
-    """The cache root as the user gave it (the argument, PACKTOOL_CACHE_DIR or the default):
-    (path shown, how the message names it, its flag, the fix)."""
-    if cache_dir:
-        return cache_dir, arg("cache_dir"), cli_flag("cache_dir"), f"give another {arg('cache_dir')}"
-    from packtool.tokenize import default_cache_dir
-    env = os.environ.get("PACKTOOL_CACHE_DIR", "").strip()
-    fix = f"set PACKTOOL_CACHE_DIR to another folder (or pass {arg('cache_dir')})"
-    if env:
-        return default_cache_dir(), "PACKTOOL_CACHE_DIR", "PACKTOOL_CACHE_DIR", fix
-    return default_cache_dir(), "the default tokenized cache folder", cli_flag("cache_dir"), fix
-
-
-def _refuse_in_packed(root: str, refuse) -> None:
-    d = real_path(root)
-    while True:
-        if os.path.isdir(d) and manifest_file(d) is not None:
-            where = "is a packed output" if d == real_path(root) else f"is inside the packed output {d}"
-            refuse(f"{where}, where verify and every packtool reader would take the cache for stray shards")
-        up = os.path.dirname(d)
-        if up == d:
-            return
-        d = up
 
 
 def _output_required() -> PacktoolInputError:
@@ -153,7 +87,7 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
     if os.path.lexists(out) and not os.path.isdir(out):
         raise PacktoolOutputError(f"exists and is not a folder; pick another {arg('output')}", path=output,
                                   flag=cli_flag("output"))
-    base = _nearest_existing(os.path.dirname(out))
+    base = nearest_existing(os.path.dirname(out))
     if not os.path.isdir(base):
         raise PacktoolOutputError(f"cannot be created: {base} is not a folder", path=output,
                                   flag=cli_flag("output"))

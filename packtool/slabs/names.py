@@ -12,7 +12,9 @@ The manifest is `.manifest.json`, written last: its presence means the output is
 dataset: Arrow's readers skip names starting with `.` or `_`, `datasets`' file resolver skips
 only `.` (it would read `_manifest.json` as a shard). Outputs written before the rename carry
 `manifest.json`; every reader here still takes them (`manifest_file`), nothing writes that
-name again.
+name again. Those two names and `manifest_file` live in `packtool.manifest_name` (the tokenize
+stage, below this one, needs them to refuse a cache root inside a packed output) and are
+re-exported here.
 """
 from __future__ import annotations
 
@@ -20,10 +22,9 @@ import json
 import os
 import re
 
+from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, manifest_file  # noqa: F401  (owner: below the stages)
 from packtool.storage import Location, is_uri, locate
 
-MANIFEST = ".manifest.json"
-LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
 PENDING_PREFIX = ".packtool-pending-"
 # every shard name packtool writes: `slabs-NNNNN.parquet`, or with the 12-hex id of an
@@ -86,22 +87,6 @@ def is_output_file(name: str) -> bool:
     output): a shard, or the manifest under either name (the older one is still read and
     replaced, never written)."""
     return name in (MANIFEST, LEGACY_MANIFEST) or is_shard_name(name)
-
-
-def manifest_file(directory: str) -> str | None:
-    """The manifest's path in `directory` (a folder or an object-store prefix URI):
-    `MANIFEST`, else the older `LEGACY_MANIFEST`; None when there is neither."""
-    if is_uri(directory):
-        loc = locate(directory)
-        for name in (MANIFEST, LEGACY_MANIFEST):
-            if loc.join(name).is_file():
-                return loc.join(name).shown
-        return None
-    for name in (MANIFEST, LEGACY_MANIFEST):
-        path = os.path.join(directory, name)
-        if os.path.isfile(path):
-            return path
-    return None
 
 
 def join(directory: str, name: str) -> str:

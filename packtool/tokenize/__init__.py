@@ -15,7 +15,7 @@ from packtool.errors import PacktoolInputError
 # Names load on first use: a reader of packed output imports `tokenize.checksum` (the shard
 # checksums) and must not load the tokenizers library, the pipeline or its numba kernels
 _EXPORTS = {
-    "tokenize_to_cache": "pipeline", "default_cache_dir": "request", "TokenizeConfig": "config",
+    "tokenize_to_cache": "pipeline", "default_cache_dir": "cache_root", "TokenizeConfig": "config",
     "TokenizedCache": "cache", "InputFileInfo": "cache", "Rows": "cache", "TokenizerInfo": "encode",
 }
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
-from packtool.env import env_path
 from packtool.errors import PacktoolInputError, arg, missing
 from packtool.notes import note
 from packtool.output.leftovers import mark
 from packtool.storage import is_uri, join_uri
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, cache_problem
+from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer
@@ -29,11 +29,6 @@ from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shapes import Shape, detect_shape, unread_shapes
 from packtool.tokenize.side_values import SIDE_VALUES
 from packtool.tokenize.templates import Renderer, load_template
-
-
-def default_cache_dir() -> str:
-    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "packtool", "tokenized")
 
 
 def fingerprint_versions(side: bool) -> dict:
@@ -169,7 +164,10 @@ def input_digests(files: list) -> list[str]:
 def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=None) -> CacheRequest:
     """Inputs, shapes, tokenizer and key; the finished cache for that key when every file it
     holds re-hashes to its record. A damaged one is set aside in one line and rebuilt.
-    `digest(files)`: `input_digests`' values computed elsewhere (the Ray engine: in tasks)."""
+    `digest(files)`: `input_digests`' values computed elsewhere (the Ray engine: in tasks).
+    The cache root is checked first, as pack checks it: every entry that tokenizes (the
+    library's tokenize_to_cache, both engines) passes here before it reads or writes."""
+    cache_dir = check_cache_dir(cache_dir, inputs if isinstance(inputs, (list, tuple)) else [inputs])
     files, shapes, loaded, template = _setup(inputs, cfg)
     digests = (digest or input_digests)(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)

@@ -1,7 +1,7 @@
 """Stranger 31 S31-3/4/5: the tokenized cache root is a path packtool writes, so it is checked
-as --output is (output.folder.check_cache_dir), before any work, wherever it comes from: a
-library `cache_dir=`, `--cache-dir`, PACKTOOL_CACHE_DIR, for pack (both engines) and verify
---source. A packed output (or a folder in one), a folder inside an input folder (or the folder
+as --output is (tokenize.cache_root.check_cache_dir), before any work, wherever it comes from: a
+library `cache_dir=`, `--cache-dir`, PACKTOOL_CACHE_DIR, for pack (both engines), verify
+--source and the library's tokenize_to_cache (and the Ray engine's tokenize step) on their own. A packed output (or a folder in one), a folder inside an input folder (or the folder
 itself), a file, a folder under a file, a FIFO, a device and a link to nothing are refused in
 one line naming the argument (library), the flag or the variable (CLI), the fix; nothing is
 written and the user's files stay byte for byte as they were."""
@@ -56,6 +56,16 @@ def _lib_pack_ray(d, cache_dir):
     pack_ray([str(d / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
 
 
+def _lib_tokenize(d, cache_dir):
+    from packtool.tokenize import tokenize_to_cache
+    tokenize_to_cache([str(d / "ind")], TokenizeConfig(tokenizer=GPT2), cache_dir=cache_dir, progress=False)
+
+
+def _lib_tokenize_ray(d, cache_dir):  # the Ray engine's tokenize step, as pack_ray calls it
+    from packtool.engines.ray_engine import tokenized_cache
+    tokenized_cache([str(d / "ind")], TokenizeConfig(tokenizer=GPT2), cache_dir)
+
+
 def _cli_pack(d, flags):
     return ["pack", str(d / "ind"), "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q", *flags]
 
@@ -68,7 +78,8 @@ def _cli_verify(d, flags):
     return ["verify", str(d / "packed"), "--source", str(d / "ind"), "-q", *flags]
 
 
-LIBRARY = {"pack": _lib_pack, "pack_ray": _lib_pack_ray}
+LIBRARY = {"pack": _lib_pack, "pack_ray": _lib_pack_ray, "tokenize_to_cache": _lib_tokenize,
+           "ray tokenized_cache": _lib_tokenize_ray}
 CLI = {"pack": _cli_pack, "pack --engine ray": _cli_pack_ray, "verify --source": _cli_verify}
 ENTRIES = [(kind, entry, how) for kind, table in (("library", LIBRARY), ("cli", CLI)) for entry in table
            for how in ("argument", "PACKTOOL_CACHE_DIR")]

@@ -1,0 +1,83 @@
+"""Where the tokenized cache lives: the default root (PACKTOOL_CACHE_DIR, else
+~/.cache/packtool/tokenized) and the check every entry that takes a cache root runs before any
+work (`check_cache_dir`: pack on both engines, `verify --source`, and `tokenize_to_cache`
+itself through `request.resolve_cache`). It sits in the tokenize stage, not beside --output's
+checks in output.folder (which re-exports it), because `tokenize_to_cache` is a library entry
+of its own and a stage imports only the stages before it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from packtool.env import env_path
+from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.manifest_name import manifest_file
+from packtool.output.files import describe_kind, nearest_existing, resolve
+from packtool.output.relations import input_paths, is_inside, real_path
+
+
+def default_cache_dir() -> str:
+    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "packtool", "tokenized")
+
+
+def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
+    """Refuse, before any work, a tokenized cache root packtool must not write into, as an
+    --output is refused: a file, special file or dangling link; a packed output or a folder
+    inside one (its entries would be stray shards: verify and every reader refuse it); a folder
+    inside an input folder (the next run would read the cache as data). `cache_dir` None: the
+    default root (PACKTOOL_CACHE_DIR, named so), checked and still None. Returns `cache_dir`
+    resolved (`~`, links in its parents; a URI as given). Inputs that are not paths are skipped."""
+    from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
+    from packtool.storage import is_uri
+    cache_dir = checked("cache_dir", cache_dir)
+    inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
+    if cache_dir and is_uri(cache_dir):
+        return cache_dir
+    shown, said, flag, fix = _cache_named(cache_dir)
+
+    def refuse(why: str) -> None:
+        raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
+    root = resolve(shown)
+    if os.path.islink(root):  # followed once, as --output's is; one to nothing is refused
+        if not os.path.exists(root):
+            refuse("is a symbolic link to nothing, not a folder")
+        root = os.path.realpath(root)
+    base = nearest_existing(root)
+    if not os.path.isdir(base):
+        what = "is" if base == root else f"cannot be created: {base} is"
+        refuse(f"{what} {describe_kind(base)}, not a folder")
+    _refuse_in_packed(root, refuse)
+    for p in input_paths(inputs):
+        rp = real_path(p)
+        if os.path.isdir(rp) and is_inside(real_path(root), rp):
+            refuse(f"is inside the input folder {p} (a later pack of it would read the cache as data)")
+    return root if cache_dir else None
+
+
+def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
+    """The cache root as the user gave it (the argument, PACKTOOL_CACHE_DIR or the default):
+    (path shown, how the message names it, its flag, the fix)."""
+    if cache_dir:
+        return cache_dir, arg("cache_dir"), cli_flag("cache_dir"), f"give another {arg('cache_dir')}"
+    env = os.environ.get("PACKTOOL_CACHE_DIR", "").strip()
+    fix = f"set PACKTOOL_CACHE_DIR to another folder (or pass {arg('cache_dir')})"
+    if env:
+        return default_cache_dir(), "PACKTOOL_CACHE_DIR", "PACKTOOL_CACHE_DIR", fix
+    return default_cache_dir(), "the default tokenized cache folder", cli_flag("cache_dir"), fix
+
+
+def _refuse_in_packed(root: str, refuse) -> None:
+    d = real_path(root)
+    while True:
+        if os.path.isdir(d) and manifest_file(d) is not None:
+            where = "is a packed output" if d == real_path(root) else f"is inside the packed output {d}"
+            refuse(f"{where}, where verify and every packtool reader would take the cache for stray shards")
+        up = os.path.dirname(d)
+        if up == d:
+            return
+        d = up
+
+
+__all__ = ["check_cache_dir", "default_cache_dir"]
