@@ -93,33 +93,14 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if cache_dir and is_uri(cache_dir) else None) as out:
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
-        cache = as_this_run(tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
-                                              progress=progress, check_lengths=first_too_long(alignment, packing)),
-                            tokenize)
+        # a reused entry comes back naming this run's tokenizer and options (request.CacheRequest)
+        cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
+                                  progress=progress, check_lengths=first_too_long(alignment, packing))
         res = pack_cache(cache, alignment, packing, out, overwrite=overwrite, dry_run=dry_run,
                          progress=progress, shard_tokens=shard_tokens,
                          tokenize_seconds=time.perf_counter() - t0, workers=workers,
                          plan_shard_rows=plan_shard_rows)
     return as_given(res, output)
-
-
-def as_this_run(cache: TokenizedCache, tokenize: TokenizeConfig) -> TokenizedCache:
-    """A reused cache entry, with the tokenizer and options this run was given. The key holds the
-    tokenizer's and template's content hashes, not their paths (nor `batch_size`), so an entry an
-    earlier run built from a copy at another path is reused; its manifest must still name what
-    this run was given (`verify --source` re-reads it from there). Only the paths differ: the
-    hashes and ids are the key's."""
-    if not cache.reused:
-        return cache
-    cache.meta = {**cache.meta, "config": tokenize.as_dict()}
-    if cache.tokenizer_info is not None and tokenize.tokenizer:
-        from packtool.tokenize.encode import load_tokenizer  # owners of the names a run records
-        from packtool.tokenize.templates import load_template
-        loaded = load_tokenizer(tokenize.tokenizer, tokenize)  # parsed once per process (its lru)
-        template = load_template(tokenize.chat_template, loaded.folder_template)
-        cache.tokenizer_info = replace(cache.tokenizer_info, path=loaded.info.path,
-                                       chat_template=template.name if template else None)
-    return cache
 
 
 def as_given(res: PackResult, output: str | None) -> PackResult:
@@ -396,4 +377,4 @@ def _progress_cb(progress: bool, total: int):
 
 # OutputExistsError and check_output: older callers imported them from here.
 __all__ = ["OutputExistsError", "PackResult", "cache_root", "check_output", "manifest_stats", "pack",
-           "as_this_run", "pack_cache", "rows_named", "source_of_row", "write_output"]
+           "pack_cache", "rows_named", "source_of_row", "write_output"]

@@ -31,7 +31,7 @@ from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolError, PacktoolInputError, cli_flag
 from packtool.output.folder import Terminated
-from packtool.packing import PackResult, _config_files, as_given, as_this_run, cache_root, claim, rows_named, write_output
+from packtool.packing import PackResult, _config_files, as_given, cache_root, claim, rows_named, write_output
 from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
@@ -235,7 +235,7 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
     try:
         # pieces are tokenized in parallel: the row named is the first found, not the first in read order
         early = first_too_long(alignment, packing, stopped="tokenizing stopped there")
-        cache = as_this_run(tokenized_cache(list(inputs), tokenize, cache_dir, progress, early), tokenize)
+        cache = tokenized_cache(list(inputs), tokenize, cache_dir, progress, early)  # named as this run's
     except Exception as e:
         raise _unwrap(e) from None
     t_tok = time.perf_counter() - t0

@@ -57,7 +57,7 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
     if is_file(join_uri(r.final, ENTRY_META)):
         problem = cache_problem(r.final, r.fingerprint, check=check_on_ray)
         if problem is None:
-            return TokenizedCache(r.final, reused=True)
+            return r.this_run(TokenizedCache(r.final, reused=True))
         note(f"tokenized cache {shown(r.final)} is damaged ({problem}); rebuilding it from the inputs")
         locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
     if cfg.side_columns or cfg.support_columns:

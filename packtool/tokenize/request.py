@@ -2,8 +2,9 @@
 shapes, the tokenizer and template (`_setup`, with the notes said on every run, cached or not),
 the cache key (`_fingerprint`, over the inputs' content, the shapes, the tokenizer's hashes and
 the options that change the tokens) and the finished cache under that key, reused when it checks
-out (`reusable_cache`). `CacheRequest` carries it all; the encode pipeline (`pipeline`) builds
-the cache when there is none.
+out (`reusable_cache`), handed out naming this run's tokenizer and options from what the request
+loaded (`CacheRequest.this_run`: one load, one hash per run). `CacheRequest` carries it all;
+the encode pipeline (`pipeline`) builds the cache when there is none.
 """
 from __future__ import annotations
 
@@ -149,10 +150,32 @@ class CacheRequest:
     final: str              # this fingerprint's directory
     existing: TokenizedCache | None
     digests: tuple = ()     # xxh3-128 of each input's content (the key), in `files` order
+    cfg: TokenizeConfig | None = None  # this run's options, which a reused entry names
+
+    def __post_init__(self) -> None:
+        # Whoever found the finished entry (resolve_cache, or the pipeline's store pull through
+        # dataclasses.replace) hands it out naming this run; idempotent, so replace may repeat it.
+        if self.existing is not None:
+            self.this_run(self.existing)
 
     @property
     def info(self) -> TokenizerInfo | None:
         return self.loaded.info if self.loaded else None
+
+    def this_run(self, cache: TokenizedCache) -> TokenizedCache:
+        """A reused entry, naming the tokenizer and options this run was given. The key holds
+        the tokenizer's and template's content hashes, not their paths (nor `batch_size`), so
+        an entry an earlier run built from a copy at another path is reused; its manifest must
+        still name what this run was given (`verify --source` re-reads it from there). Only the
+        paths differ: the hashes and ids are the key's. Named from the tokenizer and template
+        this request already loaded and hashed: one load and one hash per run."""
+        if not cache.reused or self.cfg is None:
+            return cache
+        cache.meta = {**cache.meta, "config": self.cfg.as_dict()}
+        if cache.tokenizer_info is not None and self.loaded is not None:
+            cache.tokenizer_info = replace(cache.tokenizer_info, path=self.loaded.info.path,
+                                           chat_template=self.template.name if self.template else None)
+        return cache
 
 
 def input_digests(files: list) -> list[str]:
@@ -174,7 +197,7 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
     root = cache_dir or default_cache_dir()
     final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
     return CacheRequest(files, shapes, loaded, template, fp, root, final,
-                        None if is_uri(root) else reusable_cache(final, fp), tuple(digests))
+                        None if is_uri(root) else reusable_cache(final, fp), tuple(digests), cfg)
 
 
 def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import pytest
 from conftest import GPT2, GSM8K
 from typer.testing import CliRunner
 
@@ -58,3 +59,42 @@ def test_a_reused_entry_names_this_runs_tokenizer(tmp_path, cache_dir, monkeypat
         _verify_source(res[name].output)
     shutil.rmtree(tmp_path / "a")  # the second output needs only the copy it was packed with
     _verify_source(res["b"].output)
+
+
+def _reuse_by_pack(inputs, cfg, cache_dir, out):
+    return packtool.pack(inputs, Alignment(capacity=1024), tokenize=cfg, output=out, cache_dir=cache_dir)
+
+
+def _reuse_by_tokenize(inputs, cfg, cache_dir, out):
+    from packtool.tokenize import tokenize_to_cache
+    return tokenize_to_cache(inputs, cfg, cache_dir=cache_dir, progress=False)
+
+
+@pytest.mark.parametrize("entry", [_reuse_by_pack, _reuse_by_tokenize], ids=["pack", "tokenize_to_cache"])
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_a_reuse_loads_and_hashes_the_tokenizer_once(tmp_path, cache_dir, monkeypatch, entry, given):
+    """What the request resolved (tokenizer loaded, its files hashed) names the reused entry:
+    no second load, no second hash of a tokenizer.json that may be megabytes."""
+    import packtool.tokenize.encode as encode
+    import packtool.tokenize.request as request
+    os.makedirs(tmp_path / "tok")
+    shutil.copy(GPT2, tmp_path / "tok" / "tokenizer.json")
+    tok = str(tmp_path / "tok") if given == "folder" else str(tmp_path / "tok" / "tokenizer.json")
+    cfg = TokenizeConfig(tokenizer=tok, prompt_field="question", response_field="answer")
+    entry([GSM8K], cfg, cache_dir, str(tmp_path / "out-1"))  # builds the entry
+    counts = {"loads": 0, "hashes": 0}
+    real_load, real_hash = encode.load_tokenizer, encode.sha256_file
+
+    def load(*a, **kw):
+        counts["loads"] += 1
+        return real_load(*a, **kw)
+
+    def hash_(path, *a, **kw):
+        counts["hashes"] += os.path.abspath(path) == str(tmp_path / "tok" / "tokenizer.json")
+        return real_hash(path, *a, **kw)
+    for module in (encode, request):  # where it is defined, and where the request bound it
+        monkeypatch.setattr(module, "load_tokenizer", load)
+    monkeypatch.setattr(encode, "sha256_file", hash_)
+    res = entry([GSM8K], cfg, cache_dir, str(tmp_path / "out-2"))
+    assert getattr(res, "reused", True), "the second run did not reuse the entry"
+    assert counts == {"loads": 1, "hashes": 1}, counts
