@@ -5,16 +5,21 @@ replace) fails on its first row with a clear line, not a hang or an OOM. Sizes a
 BEFORE the operation where they can be computed: a single C call such as center(3e8) cannot
 be interrupted by the timer, and a filter on constants would run at compile time, outside it.
 `templates` compiles every template in `template_sizes.Sandbox` (built-ins skip its checks)
-with `bounded_range`, and renders inside `rendering()`.
+with `bounded_range`, and renders inside `rendering()`. Here too: holding a size to the bounds
+(`need` before an operation, `checked` on a result as built, counted towards the rendering's
+large results) and sizing a value's text without building it (`text_size`); what each
+operation would build is `template_sizes`'. Bounds are read at each check (tests lower them).
 """
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
 from contextlib import contextmanager
 
 import jinja2
+from jinja2.runtime import Namespace
 
 MAX_RENDER_CHARS = 16 << 20  # text one conversation may render to
 MAX_RANGE_ITEMS = 1_000_000  # range() items one rendering may ask for, all calls together
@@ -104,6 +109,85 @@ def rendering():
         yield MAX_RENDER_CHARS
     finally:
         _WATCHDOG.leave(tid)
+
+
+# --- holding one operation's result to the bounds ----------------------------------------
+
+def _refuse(what: str, n: int, bound: int, unit: str):
+    raise TemplateBudgetError(f"{what} would build {n:,} {unit}, over the {bound:,} one operation "
+                              f"may build; fix the template")
+
+
+def need(what: str, chars: int = 0, items: int = 0) -> None:
+    """Refuse an operation before it builds more than MAX_RENDER_CHARS characters or MAX_ITEMS
+    items (the bounds README states)."""
+    if chars > MAX_RENDER_CHARS:
+        _refuse(what, chars, MAX_RENDER_CHARS, "characters")
+    if items > MAX_ITEMS:
+        _refuse(what, items, MAX_ITEMS, "items")
+
+
+def _held(what: str, chars: int, items: int) -> None:
+    # each large result counted once built: a loop keeping a fresh 10M-character string per
+    # pass is refused after a few, however small each one is against the per-operation bound
+    if chars >= LARGE_CHARS:
+        _budget.chars = getattr(_budget, "chars", 0) + chars
+        if _budget.chars > HELD_CHARS:
+            raise TemplateBudgetError(f"{what}: large strings (over {LARGE_CHARS:,} characters) built in one "
+                                      f"conversation add up to over {HELD_CHARS:,} characters; fix the template")
+    if items >= LARGE_ITEMS:
+        _budget.items = getattr(_budget, "items", 0) + items
+        if _budget.items > HELD_ITEMS:
+            raise TemplateBudgetError(f"{what}: large lists (over {LARGE_ITEMS:,} items) built in one "
+                                      f"conversation add up to over {HELD_ITEMS:,} items; fix the template")
+
+
+def checked(what: str, value):
+    """A result as built: held to the per-operation bound (upper(), encode(), a JSON's escapes
+    are known only once built: at most a few times inputs that were themselves bounded) and
+    counted towards the per-rendering total of large results."""
+    if isinstance(value, (str, bytes, bytearray)):
+        need(what, chars=len(value))
+        _held(what, len(value), 0)
+    elif isinstance(value, (list, tuple, dict, set, frozenset)):
+        need(what, items=len(value))
+        _held(what, 0, len(value))
+    return value
+
+
+def text_size(x, indent: int = 0) -> int:
+    """About len(str(x)) (or of its JSON at `indent`), found without building it: a list of a
+    million references to one long string is small but renders to terabytes. Stops past the bound."""
+    total, stack = 0, [(x, 0)]
+    while stack and total <= MAX_RENDER_CHARS:
+        v, depth = stack.pop()
+        if isinstance(v, Namespace):
+            v = v._Namespace__attrs  # noqa: SLF001 (its repr shows them)
+        if isinstance(v, (str, bytes, bytearray)):
+            total += len(v) + 2
+        elif isinstance(v, (list, tuple, dict, set, frozenset)):
+            total += 2 + len(v) * (2 + indent * (depth + 1))
+            stack += [(i, depth + 1) for i in (itertools.chain(*v.items()) if isinstance(v, dict) else v)]
+        elif isinstance(v, int):
+            total += v.bit_length() // 3 + 2
+        else:
+            total += 64
+    return total
+
+
+def take(value, what: str):
+    """`value` as something of at most MAX_ITEMS items (a generator taken that far, no further)."""
+    try:
+        need(what, items=len(value))
+        return value
+    except TypeError:
+        pass
+    try:
+        items = list(itertools.islice(value, MAX_ITEMS + 1))
+    except TypeError:
+        return value  # not iterable: the operation itself says so
+    need(what, items=len(items))
+    return items
 
 
 def too_long() -> TemplateBudgetError:

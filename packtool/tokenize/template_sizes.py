@@ -1,99 +1,22 @@
-"""Size checks for the chat-template sandbox: every operation that can build a large string
-or list is held to `template_limits`' bounds, before it runs where the size can be computed
-(replace: occurrences x growth; center: the width; a rendered list: its text, found without
-building it), else once built; large results add up per rendering. Bounds are read from
+"""What each operation of the chat-template sandbox would build, and the sandbox that asks
+before it runs: every operation that can build a large string or list is held to
+`template_limits`' bounds before it runs where the size can be computed (replace: occurrences
+x growth; center: the width; a rendered list: its text, found without building it), else once
+built (`template_limits.checked`); large results add up per rendering. Bounds are read from
 `template_limits` at each check (tests lower them)."""
 from __future__ import annotations
 
-import itertools
 import re
 
 import jinja2
 import jinja2.filters
 import jinja2.utils
 from jinja2.compiler import CodeGenerator, optimizeconst
-from jinja2.runtime import Namespace
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
 from jinja2.utils import generate_lorem_ipsum, pass_context
 
 from packtool.tokenize import template_limits as limits
-
-
-def _refuse(what: str, n: int, bound: int, unit: str):
-    raise limits.TemplateBudgetError(f"{what} would build {n:,} {unit}, over the {bound:,} one operation "
-                              f"may build; fix the template")
-
-
-def need(what: str, chars: int = 0, items: int = 0) -> None:
-    """Refuse an operation before it builds more than limits.MAX_RENDER_CHARS characters or limits.MAX_ITEMS
-    items (the bounds README states)."""
-    if chars > limits.MAX_RENDER_CHARS:
-        _refuse(what, chars, limits.MAX_RENDER_CHARS, "characters")
-    if items > limits.MAX_ITEMS:
-        _refuse(what, items, limits.MAX_ITEMS, "items")
-
-
-def _held(what: str, chars: int, items: int) -> None:
-    # each large result counted once built: a loop keeping a fresh 10M-character string per
-    # pass is refused after a few, however small each one is against the per-operation bound
-    if chars >= limits.LARGE_CHARS:
-        limits._budget.chars = getattr(limits._budget, "chars", 0) + chars
-        if limits._budget.chars > limits.HELD_CHARS:
-            raise limits.TemplateBudgetError(f"{what}: large strings (over {limits.LARGE_CHARS:,} characters) built in one "
-                                      f"conversation add up to over {limits.HELD_CHARS:,} characters; fix the template")
-    if items >= limits.LARGE_ITEMS:
-        limits._budget.items = getattr(limits._budget, "items", 0) + items
-        if limits._budget.items > limits.HELD_ITEMS:
-            raise limits.TemplateBudgetError(f"{what}: large lists (over {limits.LARGE_ITEMS:,} items) built in one "
-                                      f"conversation add up to over {limits.HELD_ITEMS:,} items; fix the template")
-
-
-def checked(what: str, value):
-    """A result as built: held to the per-operation bound (upper(), encode(), a JSON's escapes
-    are known only once built: at most a few times inputs that were themselves bounded) and
-    counted towards the per-rendering total of large results."""
-    if isinstance(value, (str, bytes, bytearray)):
-        need(what, chars=len(value))
-        _held(what, len(value), 0)
-    elif isinstance(value, (list, tuple, dict, set, frozenset)):
-        need(what, items=len(value))
-        _held(what, 0, len(value))
-    return value
-
-
-def text_size(x, indent: int = 0) -> int:
-    """About len(str(x)) (or of its JSON at `indent`), found without building it: a list of a
-    million references to one long string is small but renders to terabytes. Stops past the bound."""
-    total, stack = 0, [(x, 0)]
-    while stack and total <= limits.MAX_RENDER_CHARS:
-        v, depth = stack.pop()
-        if isinstance(v, Namespace):
-            v = v._Namespace__attrs  # noqa: SLF001 (its repr shows them)
-        if isinstance(v, (str, bytes, bytearray)):
-            total += len(v) + 2
-        elif isinstance(v, (list, tuple, dict, set, frozenset)):
-            total += 2 + len(v) * (2 + indent * (depth + 1))
-            stack += [(i, depth + 1) for i in (itertools.chain(*v.items()) if isinstance(v, dict) else v)]
-        elif isinstance(v, int):
-            total += v.bit_length() // 3 + 2
-        else:
-            total += 64
-    return total
-
-
-def take(value, what: str):
-    """`value` as something of at most limits.MAX_ITEMS items (a generator taken that far, no further)."""
-    try:
-        need(what, items=len(value))
-        return value
-    except TypeError:
-        pass
-    try:
-        items = list(itertools.islice(value, limits.MAX_ITEMS + 1))
-    except TypeError:
-        return value  # not iterable: the operation itself says so
-    need(what, items=len(items))
-    return items
+from packtool.tokenize.template_limits import checked, need, take, text_size
 
 
 def _arg(args, kwargs, i: int, name: str, default=None):
