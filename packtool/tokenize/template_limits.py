@@ -143,9 +143,10 @@ def _held(what: str, chars: int, items: int) -> None:
 
 
 def checked(what: str, value):
-    """A result as built: held to the per-operation bound (upper(), encode(), a JSON's escapes
-    are known only once built: at most a few times inputs that were themselves bounded) and
-    counted towards the per-rendering total of large results."""
+    """A result as built: held to the per-operation bound (what is known only once built: a
+    title() or capitalize() that grows, a non-UTF-8 encode(), a JSON's escapes; at most a few
+    times inputs whose own size was checked first) and counted towards the per-rendering total
+    of large results."""
     if isinstance(value, (str, bytes, bytearray)):
         need(what, chars=len(value))
         _held(what, len(value), 0)

@@ -6,7 +6,9 @@ built (`template_limits.checked`); large results add up per rendering. Bounds ar
 `template_limits` at each check (tests lower them)."""
 from __future__ import annotations
 
+import functools
 import re
+import sys
 
 import jinja2
 import jinja2.filters
@@ -51,6 +53,43 @@ def _translate_size(s, table) -> int:
                         for k, v in table.items() if isinstance(v, str) and isinstance(k, (int, str)))
 
 
+# Case maps turn one code point into one to three (Unicode's SpecialCasing: ß -> SS, ΐ -> Ϊ́), so
+# a result is never shorter than its input and, for ASCII, exactly as long. Per code point
+# (upper, lower, casefold, swapcase) the exact size is the input's length plus what the
+# growing code points add, counted in C; title and capitalize map by context, so the input's
+# length is only their lower bound (the rest is checked once built, at most 3x a bounded input).
+_CASE_MAPS = frozenset({"upper", "lower", "casefold", "swapcase"})
+_CASE_LIKE = _CASE_MAPS | {"capitalize", "title"}
+_MOST_PER_CODE_POINT = 3  # SpecialCasing.txt; tests/tokenize/test_template_case_sizes.py reads Python's tables
+
+
+@functools.cache
+def case_growth(name: str) -> tuple[tuple[str, int], ...]:
+    """(code point, characters it adds) for every code point that `str.<name>()` maps to
+    more than one, read from Python's own tables (once per process, when first needed)."""
+    grow = ((chr(cp), len(getattr(chr(cp), name)()) - 1) for cp in range(sys.maxunicode + 1))
+    return tuple((c, n) for c, n in grow if n > 0)
+
+
+def case_size(s, name: str) -> int:
+    """len(s.<name>()) without building it, for the per-code-point case maps; the input's
+    length (a lower bound) for the others, and wherever the result cannot reach the bound."""
+    n = len(s)
+    if (not isinstance(s, str) or s.isascii() or name not in _CASE_MAPS
+            or n * _MOST_PER_CODE_POINT <= limits.MAX_RENDER_CHARS):
+        return n
+    return n + sum(s.count(c) * extra for c, extra in case_growth(name))
+
+
+def _at_least_input(owner, name: str, a: tuple, k: dict) -> bool:
+    """Whether the method's result is at least as long as `owner`: the case maps, and a
+    UTF-8 encode (one byte or more per code point; other codecs may drop some)."""
+    if name in _CASE_LIKE:
+        return True
+    enc = _arg(a, k, 0, "encoding", "utf-8")
+    return name == "encode" and isinstance(enc, str) and enc.lower().replace("_", "-") in ("utf-8", "utf8")
+
+
 def _method_pre(owner, name: str, a: tuple, k: dict):
     """Check a str/bytes method before it runs; returns its arguments (a generator given to
     join() taken into a list, split()'s maxsplit capped one past the bound)."""
@@ -76,6 +115,8 @@ def _method_pre(owner, name: str, a: tuple, k: dict):
     elif name == "splitlines":
         ends = _LINE_ENDS if isinstance(owner, str) else (b"\n", b"\r")
         need(what, items=1 + sum(owner.count(e) for e in ends))
+    elif _at_least_input(owner, name, a, k):
+        need(what, chars=case_size(owner, name))
     return a, k
 
 
@@ -258,6 +299,10 @@ def _filter_pre(name: str, context, value, a: tuple, k: dict):
                  + (len(start) if isinstance(start, (list, tuple)) else 0))
     elif name in ("string", "pprint", "urlencode", "xmlattr"):
         need(what, chars=text_size(value, indent=1 if name == "pprint" else 0))
+    elif name in ("upper", "lower", "capitalize", "title"):  # jinja's: str() of the value, case-mapped
+        need(what, chars=case_size(value, name) if isinstance(value, str) else text_size(value))
+    elif name == "reverse" and isinstance(value, str):  # a copy; a list's is an iterator
+        need(what, chars=len(value))
     elif name == "tojson":
         need(what, chars=text_size(value, indent=_json_indent(a, k)))
     return value, a, k
