@@ -210,9 +210,9 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    cache_dir = check_cache_dir(cache_dir, items)  # a store's too: its mirror's local root
     if is_uri(cache_dir):  # a URI packtool refuses (scheme, user:password@) is said before Ray starts
         locate(cache_dir)
-    cache_dir = check_cache_dir(cache_dir, items)
     with claim(output, overwrite, dry_run, inputs=[*items, *_config_files(tokenize)],
                cache_dir=cache_root(cache_dir), cache_uri=cache_dir if is_uri(cache_dir) else None) as out:
         # what the tasks noted is said here, before the result or the error (not after Ctrl-C

@@ -27,13 +27,15 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     --output is refused: a file, special file or dangling link; a packed output or a folder
     inside one (its entries would be stray shards: verify and every reader refuse it); a folder
     inside an input folder (the next run would read the cache as data). `cache_dir` None: the
-    default root (PACKTOOL_CACHE_DIR, named so), checked and still None. Returns `cache_dir`
-    resolved (`~`, links in its parents; a URI as given). Inputs that are not paths are skipped."""
+    default root (PACKTOOL_CACHE_DIR, named so), checked and still None; a URI: the default
+    root too, which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
+    parents; a URI as given). Inputs that are not paths are skipped."""
     from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
     from packtool.storage import is_uri
     cache_dir = checked("cache_dir", cache_dir)
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if cache_dir and is_uri(cache_dir):
+        check_cache_dir(None, inputs)  # its local mirror is made under the default root (store_cache)
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
 

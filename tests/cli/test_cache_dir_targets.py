@@ -83,6 +83,12 @@ LIBRARY = {"pack": _lib_pack, "pack_ray": _lib_pack_ray, "tokenize_to_cache": _l
 CLI = {"pack": _cli_pack, "pack --engine ray": _cli_pack_ray, "verify --source": _cli_verify}
 ENTRIES = [(kind, entry, how) for kind, table in (("library", LIBRARY), ("cli", CLI)) for entry in table
            for how in ("argument", "PACKTOOL_CACHE_DIR")]
+# a store cache_dir's local mirror is made under PACKTOOL_CACHE_DIR (tokenize.store_cache): checked
+# as that root. tokenize_to_cache on its own makes the mirror before its request checks it
+# (pipeline.tokenize_to_cache), and verify --source takes no store cache: neither is listed.
+ENTRIES += [(kind, entry, "a store URI + PACKTOOL_CACHE_DIR") for kind, entry in
+            (("library", "pack"), ("library", "pack_ray"), ("cli", "pack"), ("cli", "pack --engine ray"))]
+STORE = "s3://packtool-test-bucket/cache"
 
 
 def _snapshot(d) -> dict:
@@ -107,17 +113,18 @@ def _snapshot(d) -> dict:
 @pytest.mark.parametrize("kind, entry, how", ENTRIES)
 def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, entry, how, monkeypatch):
     path = os.path.join(place, TARGETS[target])
-    if how == "PACKTOOL_CACHE_DIR":
+    given = {"argument": path, "PACKTOOL_CACHE_DIR": None}.get(how, STORE)
+    if how != "argument":
         monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)
     before = _snapshot(place)
     if kind == "library":
         with pytest.raises(PacktoolOutputError) as e:
-            LIBRARY[entry](place, path if how == "argument" else None)
+            LIBRARY[entry](place, given)
         message = str(e.value)
         assert "--cache-dir" not in message
         named = "cache_dir" if how == "argument" else "PACKTOOL_CACHE_DIR"
     else:
-        r = runner.invoke(app, CLI[entry](place, ["--cache-dir", path] if how == "argument" else []))
+        r = runner.invoke(app, CLI[entry](place, ["--cache-dir", given] if given else []))
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
         message = lines[0]
