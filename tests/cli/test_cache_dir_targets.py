@@ -84,10 +84,10 @@ CLI = {"pack": _cli_pack, "pack --engine ray": _cli_pack_ray, "verify --source":
 ENTRIES = [(kind, entry, how) for kind, table in (("library", LIBRARY), ("cli", CLI)) for entry in table
            for how in ("argument", "PACKTOOL_CACHE_DIR")]
 # a store cache_dir's local mirror is made under PACKTOOL_CACHE_DIR (tokenize.store_cache): checked
-# as that root. tokenize_to_cache on its own makes the mirror before its request checks it
-# (pipeline.tokenize_to_cache), and verify --source takes no store cache: neither is listed.
+# as that root, before the mirror is made; verify --source takes no store cache.
 ENTRIES += [(kind, entry, "a store URI + PACKTOOL_CACHE_DIR") for kind, entry in
-            (("library", "pack"), ("library", "pack_ray"), ("cli", "pack"), ("cli", "pack --engine ray"))]
+            (("library", "pack"), ("library", "pack_ray"), ("library", "tokenize_to_cache"), ("cli", "pack"),
+             ("cli", "pack --engine ray"))]
 STORE = "s3://packtool-test-bucket/cache"
 
 
