@@ -51,8 +51,18 @@ app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, pret
                   help="Alignment-aware sequence packing for Megatron THD training.")
 
 
+def _say_version(given: bool) -> None:
+    """`packtool --version`: the version a manifest records as packtool_version, then exit 0."""
+    if given:
+        from packtool import __version__
+        print(f"packtool {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an error (also PACKTOOL_DEBUG=1).")] = False) -> None:
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceback of an error (also PACKTOOL_DEBUG=1).")] = False,
+          version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_say_version,
+                                                help="Print packtool's version and exit.")] = False) -> None:
     set_debug(debug)
 
 
