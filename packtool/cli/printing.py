@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from packtool.errors import number_base
+from packtool.notes import note
 from packtool.planning.summary import PlanSummary
 
 
@@ -50,12 +51,13 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
                   f"{s.dp_moved:,} sequences moved")
     t.add_row("planning", f"{s.plan_seconds:.3f} s", plan_compile_note(s.compile_seconds, s.load_seconds))
     console.print(t)
+    # on stderr, as every note is: stdout is the result, which a job may keep or send to /dev/null
     changed = s.changes.warning()
     if changed:  # never silent: what did not reach the output as it was read
-        console.print(f"[yellow]warning:[/] {escape(changed)}", highlight=False, soft_wrap=True)
+        note(changed, label="warning")
     odd = s.nonfinite_warning()
     if odd:  # kept as read, but what poisons a loss is never silent either
-        console.print(f"[yellow]warning:[/] {escape(odd)}", highlight=False, soft_wrap=True)
+        note(odd, label="warning")
 
 
 _ROW = re.compile(r"\brows? \d")

@@ -81,7 +81,7 @@ def test_nonfinite_values_are_kept_and_counted_where_the_user_looks(nonfinite):
     text = runner.invoke(app, ["pack", str(root / "in.parquet"), "-o", str(root / "out2"), "--cache-dir",
                                str(root / "cache"), "-C", "64", "--no-progress", "--side-columns", "lp"])
     assert text.exit_code == 0, text.stdout + text.stderr
-    warn = " ".join(text.stdout.split())
+    warn = " ".join(text.stderr.split())  # a warning is said on stderr, beside the notes
     assert "warning: side column lp holds 1 NaN and 2 +-inf value(s)" in warn and "row 0 token 2" in warn, warn
 
 

@@ -266,8 +266,8 @@ def test_truncate_is_counted_in_json_manifest_and_a_warning(tmp_path):
     stats = _manifest(out)["stats"]
     assert stats["changes"] == ch
     res, _ = _pack(tmp_path, [GSM8K], *GSM_ARGS, "-C", "128", "--overflow", "truncate", "--overwrite")
-    warn = [ln for ln in res.stdout.splitlines() if ln.startswith("warning:")]
-    assert len(warn) == 1 and f"{ch['tokens_dropped']:,} token(s) dropped" in warn[0], res.stdout
+    warn = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warn) == 1 and f"{ch['tokens_dropped']:,} token(s) dropped" in warn[0], res.stderr
 
 
 def test_split_is_counted_with_a_warning(tmp_path):
@@ -275,7 +275,7 @@ def test_split_is_counted_with_a_warning(tmp_path):
     assert res.exit_code == 0, res.output
     ch = _manifest(out)["stats"]["changes"]
     assert ch["sequences_split"] > 0 and ch["chunks"] > ch["sequences_split"]
-    assert f"{ch['sequences_split']:,} sequence(s) split into {ch['chunks']:,} chunks" in res.stdout
+    assert f"{ch['sequences_split']:,} sequence(s) split into {ch['chunks']:,} chunks" in res.stderr
 
 
 def test_skipped_rows_are_counted_in_json_manifest_and_a_warning(tmp_path):
@@ -293,7 +293,7 @@ def test_skipped_rows_are_counted_in_json_manifest_and_a_warning(tmp_path):
     assert d["changes"]["rows_skipped_empty"] == 2
     assert _manifest(out)["stats"]["skipped_rows"] == d["skipped_rows"]
     res, _ = _pack(tmp_path, [p], *flags, "--overwrite")
-    assert "warning: 2 row(s) skipped by --on-empty skip" in res.stdout
+    assert "warning: 2 row(s) skipped by --on-empty skip" in res.stderr
 
 
 def test_nothing_changed_means_no_warning(tmp_path):
