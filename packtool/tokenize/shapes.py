@@ -189,7 +189,9 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
         _need(cols, ("input_ids",), kind, path, columns)
         _need_side(cols, side, path, columns, cfg)
         extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
-        return Shape(kind, ("input_ids",) + extra, side=side)
+        # read to be checked: its zeros are padding that must not be packed (token_rows)
+        attn = ("attention_mask",) if "attention_mask" in cols else ()
+        return Shape(kind, ("input_ids",) + extra + attn, side=side)
     if kind == "text":
         _need(cols, (text_field,), kind, path, columns)
         return Shape(kind, (text_field,))

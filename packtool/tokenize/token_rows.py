@@ -1,10 +1,14 @@
-"""Pre-tokenized rows (`input_ids`, optional `loss_mask` or `labels`) -> an EncodedBatch.
+"""Pre-tokenized rows (`input_ids`, optional `loss_mask` or `labels`, optional `attention_mask`)
+-> an EncodedBatch.
 
 Rows stay columnar: flat values + offsets straight from Arrow. What is not exactly a list of
 integers is an error naming the file, the row (counted from the file's start) and the fix:
 a column that is not a list, null rows, ids that are floats with a fraction, NaN or
 infinite, or out of the vocabulary. Floats that are whole numbers (`[1.0, 2.0]`, as some
-writers store ids) are taken as those integers: nothing changes.
+writers store ids) are taken as those integers: nothing changes. A mask (`loss_mask`,
+`attention_mask`) holds 0/1 (or true/false) only: a -1 or a 2 is no mask value packtool could
+read without guessing. An `attention_mask` 0 marks padding (Hugging Face `padding=...` output):
+packing it would train on pad tokens, so such a row is refused (docs/TOKENIZATION.md).
 """
 from __future__ import annotations
 
@@ -20,6 +24,28 @@ from packtool.tokenize.shapes import Shape
 
 def _row_of(lens: np.ndarray, flat_pos: int) -> int:
     return int(np.searchsorted(np.cumsum(lens), flat_pos, side="right"))
+
+
+def _pos_in_row(lens: np.ndarray, flat_pos: int) -> tuple[int, int]:
+    """(row, token within the row) of a flat position."""
+    r = _row_of(lens, flat_pos)
+    return r, flat_pos - int(np.sum(lens[:r], dtype=np.int64))
+
+
+MASKS = ("loss_mask", "attention_mask")  # 0/1 columns: any other value is refused, never cast
+
+
+def _refuse_non_binary(flat: np.ndarray, lens: np.ndarray, name: str, path: str, first_row: int) -> None:
+    """A mask value other than 0/1 (-1 as an "ignore" sentinel, 2 as a weight, 0.5) read as
+    `!= 0` would silently put loss (or attention) where the writer meant something else."""
+    bad = np.flatnonzero((flat != 0) & (flat != 1))
+    if bad.size:
+        r, t = _pos_in_row(lens, int(bad[0]))
+        v = flat[bad[0]]
+        shown = repr(float(v)) if flat.dtype.kind == "f" else int(v)
+        raise PacktoolInputError(f"{name}[{t}] is {shown}: a mask holds 0 or 1 (or false/true) only; rewrite "
+                                 f"the column as 0/1 (1 where the token counts) (tokens count from 0)",
+                                 path=path, row=first_row + r)
 
 
 def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
@@ -49,6 +75,8 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
         raise PacktoolInputError(f"{name} holds a null value inside a row; remove it",
                                  path=path, row=first_row + _row_of(lens, pos))
     flat = np_of(values)  # not to_numpy: that imports pandas (packtool/arrays.py)
+    if name in MASKS and flat.dtype.kind != "b":
+        _refuse_non_binary(flat, lens, name, path, first_row)
     if flat.dtype.kind == "f":
         frac = ~np.isfinite(flat) | (flat != np.floor(flat))
         if frac.any():
@@ -84,13 +112,12 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
             raise PacktoolInputError(f"token id out of range 0..{top - 1}", path=path,
                                      row=first_row + _row_of(lens, int(bad)))
     ids = flat.astype(np.int32)
-    if len(shape.columns) > 1:
-        name = shape.columns[1]
-        mv, mlens = _list_values(batch, name, path, first_row)
-        if not np.array_equal(mlens, lens):
-            row = int(np.nonzero(mlens != lens)[0][0])
-            raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
-                                     row=first_row + row)
+    if "attention_mask" in shape.columns:
+        _refuse_padding(_same_lengths(batch, "attention_mask", lens, path, first_row), lens, path, first_row)
+    extra = [c for c in shape.columns[1:] if c != "attention_mask"]
+    if extra:
+        name = extra[0]
+        mv = _same_lengths(batch, name, lens, path, first_row)
         mask = (mv != -100) if name == "labels" else (mv != 0)
         if name == "labels":
             _labels_are_the_ids(mv, flat, mask, lens, path, first_row)
@@ -102,6 +129,28 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
     return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
 
 
+def _same_lengths(batch: pa.RecordBatch, name: str, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:
+    mv, mlens = _list_values(batch, name, path, first_row)
+    if not np.array_equal(mlens, lens):
+        row = int(np.nonzero(mlens != lens)[0][0])
+        raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
+                                 row=first_row + row)
+    return mv
+
+
+def _refuse_padding(attn: np.ndarray, lens: np.ndarray, path: str, first_row: int) -> None:
+    """attention_mask 0 is padding the model must not see: packed, it would be real tokens (with
+    loss). Dropping it here would change the rows' lengths behind the user's back; refused."""
+    pad = np.flatnonzero(attn == 0)
+    if pad.size:
+        r, t = _pos_in_row(lens, int(pad[0]))
+        raise PacktoolInputError(
+            f"attention_mask[{t}] is 0: the row holds padding (e.g. tokenizer(..., padding=...)), which packtool "
+            f"would pack as real tokens with loss; tokenize without padding, or keep only the positions where "
+            f"attention_mask is 1 (in input_ids and loss_mask/labels) and pack that (tokens count from 0)",
+            path=path, row=first_row + r)
+
+
 def _labels_are_the_ids(labels: np.ndarray, ids: np.ndarray, kept: np.ndarray, lens: np.ndarray, path: str,
                         first_row: int) -> None:
     """packtool reads `labels` as Hugging Face models take them: the ids themselves, -100
@@ -110,8 +159,7 @@ def _labels_are_the_ids(labels: np.ndarray, ids: np.ndarray, kept: np.ndarray, l
     wrong = np.flatnonzero(kept & (labels != ids))
     if wrong.size:
         p = int(wrong[0])
-        r = _row_of(lens, p)
-        t = p - int(np.concatenate(([0], np.cumsum(lens)))[r])
+        r, t = _pos_in_row(lens, p)
         raise PacktoolInputError(f"labels[{t}] is {int(labels[p])} but input_ids[{t}] is {int(ids[p])}: packtool reads "
                                  f"labels unshifted (the ids, -100 where the loss skips a token, as Hugging Face "
                                  f"models take them); shifted labels would move every loss position one token: "
