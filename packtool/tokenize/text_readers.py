@@ -62,10 +62,35 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
             k = int(m.group(1))
             if k < len(rows):
                 line = first_line + rows[k] + 1
-                msg = re.sub(r" in row \d+", "", msg)
-                raise PacktoolInputError(f"{msg} at line {line}: give the field one type in every "
-                                         f"row", path=path) from None
+                fix = _arrow_json_fix(re.sub(r" in row \d+", "", msg))
+                raise PacktoolInputError(f"at line {line}: {fix}", path=path) from None
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
+
+
+# What Arrow's JSON reader refuses that Python's json reads (so no "invalid JSON" line came
+# first): each its own problem and fix; only a real type change gets "one type in every row".
+_ARROW_JSON = (
+    (re.compile(r"^Column\(\) changed from object to (\w+)"),
+     lambda m: f"the line is a JSON {m[1]}, not an object; write each line as one {{...}} object"),
+    (re.compile(r"^Column\((\S*)\) changed from (\w+) to (\w+)"),
+     lambda m: f"field {m[1].lstrip('/') or '(top)'} is a {m[3]} here but a {m[2]} in an earlier row; give the field one "
+               f"type in every row"),
+    (re.compile(r"^Column\((\S*)\) was specified twice"),
+     lambda m: f"key {m[1].lstrip('/') or '(empty)'} appears twice in one object; keep one of them"),
+    (re.compile(r"surrogate", re.I),
+     lambda m: "a \\uD800-\\uDFFF escape without its pair (a lone UTF-16 surrogate, no character); "
+               "remove it or replace it with the character meant (or \\uFFFD)"),
+    (re.compile(r"too big to be stored in double", re.I),
+     lambda m: "a number beyond the float64 range (e.g. 1e400); write it in range or as a string"),
+)
+
+
+def _arrow_json_fix(msg: str) -> str:
+    for pat, say in _ARROW_JSON:
+        m = pat.search(msg)
+        if m:
+            return say(m)
+    return f"cannot parse this JSON line ({msg}); fix the line or rewrite the file with a standard JSON writer"
 
 
 def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
