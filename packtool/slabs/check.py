@@ -221,7 +221,7 @@ def _check_cu_seqlens(col, cu_off, within, lens, row_of, n_rows, fail) -> None:
 
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
                 num_loss: np.ndarray, n_seg: np.ndarray) -> None:
-    """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`)
+    """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`, `singleton`)
     against FORMAT.md's per-slab rules, with the rows' scalars from the index (`n_seg`: the
     rows' source_index entries, read at open). Vectorized over segments and tokens."""
     ids, id_off = g["input_ids"]
@@ -269,8 +269,15 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
              lambda r: f"its segments' padded lengths are not the layout of its seq_lens under "
                        f"{sm.alignment.describe()} C={sm.alignment.capacity} (cu_seqlens_padded shifted or edited)")
     _check_cu_seqlens(g["cu_seqlens"], cu_off, within, lens, row_of, T.size, fail)
-    over = (lay.footprint > sm.alignment.usable) & (counts > 1)
-    checks = ((over, lambda r: f"footprint {int(lay.footprint[r])} exceeds the usable capacity {sm.alignment.usable}"),
+    over, single = lay.footprint > sm.alignment.usable, np.asarray(g["singleton"], bool)
+    # verify's capacity and singleton rules: the flag is set exactly on a lone sequence over U,
+    # and only where the output was packed with --overflow singleton
+    may = over & (counts == 1) & (sm.packing.overflow == "singleton")
+    checks = ((over & ~single, lambda r: f"footprint {int(lay.footprint[r])} exceeds the usable capacity "
+               f"{sm.alignment.usable} and the slab is not marked singleton"),
+              (single & ~may, lambda r: f"slab is marked singleton but holds {int(counts[r])} real segment(s) "
+               f"with footprint {int(lay.footprint[r])} (U={sm.alignment.usable}, overflow policy "
+               f"{sm.packing.overflow!r})"),
               (np.add.reduceat(lens, seg_off[:-1]) != num_tokens, lambda r: "num_tokens differs from sum(seq_lens)"),
               (lay.layout_pad != layout_pad, lambda r: "layout_pad differs from the layout of its seq_lens"),
               (lay.tail_pad != g["tail_pad"], lambda r: "tail_pad differs from the layout of its seq_lens"),

@@ -34,6 +34,8 @@ LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded"
 # the format's columns no reader uses: read at open for their nulls only (a few bytes per
 # segment, like SEGMENTS), so that a null anywhere in a slab is refused (FORMAT.md)
 NULLS_ONLY = ("cp_offsets", "source_offset", "slab_index", "singleton")
+# of NULLS_ONLY, kept for check_group: the flag is held to the capacity and overflow rules
+FLAGS = ("singleton",)
 # SEGMENTS and NULLS_ONLY serve the checks alone: bench/read_check.py empties both when it
 # switches the checks off, so that "off" reads only what a row needs
 
@@ -55,6 +57,7 @@ class SlabIndex:
     # decoded once, at open: check_group holds them to the layout, `SlabRow` hands them out
     tail_pad: np.ndarray
     fill_pad: np.ndarray
+    singleton: np.ndarray  # read at open for check_group alone (all False when the checks are off)
 
     def __len__(self) -> int:
         return int(self.shard.size)
@@ -74,7 +77,7 @@ class SlabIndex:
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], n_seg=cat["n_seg"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"], tail_pad=cat["tail_pad"],
-                   fill_pad=cat["fill_pad"])
+                   fill_pad=cat["fill_pad"], singleton=cat.get("singleton", np.zeros(cat["shard"].size, bool)))
 
 
 def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -99,6 +102,9 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
             parts["row"].append(np.arange(n, dtype=np.int32))
             for c in scalars:
                 parts[c].append(t.column(c).to_numpy().astype(np.int64))
+            for c in FLAGS:
+                if c in t.column_names and c not in scalars:  # unread when the bench switches the checks off
+                    parts.setdefault(c, []).append(t.column(c).to_numpy(zero_copy_only=False).astype(bool))
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
     # entries per slab, held to seq_lens' count; none when the bench reads no SEGMENTS (checks off)
     none = np.zeros(cat["shard"].size, np.int64)
@@ -214,7 +220,7 @@ class SlabReader:
         check_side_lengths(where, g)
         ix, i0 = self.index, self._first[key]
         rows = slice(i0, i0 + t.num_rows)
-        g["tail_pad"], g["fill_pad"] = ix.tail_pad[rows], ix.fill_pad[rows]
+        g["tail_pad"], g["fill_pad"], g["singleton"] = ix.tail_pad[rows], ix.fill_pad[rows], ix.singleton[rows]
         check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
         self._cache[key] = g
