@@ -23,9 +23,29 @@ EXIT_USAGE = 2  # bad usage, input, config, cache, format or output path
 EXIT_INTERNAL = 3  # a bug in packtool (not the user's fault): report it with --debug
 
 
+# C0, DEL and C1 controls (an ESC starts a terminal command: clear the screen, retitle the
+# window, rewrite a line), and the bidirectional overrides that reorder what a line shows
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def shown(text: object) -> str:
+    """`text` (a path, a value: what a user or a third party named) as packtool prints it: every
+    control character written as its escape (`\\n`, `\\x1b`), so that a file name never sends the
+    terminal a command nor breaks the line it stands in. The one rule for every line packtool
+    prints (errors, notes, warnings, results); --json keeps the exact text, JSON-escaped."""
+    return _CONTROL.sub(_escaped, str(text))
+
+
 def one_line(text: object) -> str:
-    """Fold whitespace (newlines included) so that a message is always a single line."""
-    return " ".join(str(text).split())
+    """Fold whitespace (newlines included) so that a message is always a single line, and write
+    any other control character as its escape (`shown`)."""
+    return shown(" ".join(str(text).split()))
 
 
 _LINE = re.compile(r"\bline \d")
@@ -115,7 +135,7 @@ class PacktoolError(ValueError):
 
     def __init__(self, message: str = "", *, path: str | None = None, row: int | None = None,
                  flag: str | None = None, details: dict | None = None) -> None:
-        where = ", ".join(p for p in (str(path) if path is not None else None,
+        where = ", ".join(p for p in (shown(path) if path is not None else None,  # `in\\nx.jsonl`, not two lines
                                        f"row {row}" if row is not None else None) if p)
         text = one_line(message)
         lead = _LEADING_FLAG.match(text)
@@ -175,5 +195,5 @@ class PacktoolIndexError(PacktoolInputError, IndexError):
 
 
 __all__ = ["PacktoolError", "PacktoolIndexError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "missing", "cli_flag", "one_line", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "missing", "cli_flag", "one_line", "shown", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from packtool.errors import shown
+
 NOTES: list[str] = []  # every note said in this process, in order
 _HELD: list | None = None  # inside `held`: the (message, label) pairs for the parent to say
 _RAY_KEYS = "packtool-notes/"  # + job id + "/" + a key that sorts in the order said
@@ -33,9 +35,9 @@ def note(message: str, label: str = "packtool") -> None:
 
 
 def _say(message: str, label: str) -> None:
-    NOTES.append(message)
-    try:
-        sys.stderr.write(f"{label}: {message}\n")
+    NOTES.append(message)  # exact, for a library caller and --json
+    try:  # its control characters escaped (errors.shown): one line, and a file name is no terminal command
+        sys.stderr.write(f"{label}: {shown(message)}\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # stderr closed: the note is still kept for --json
         pass

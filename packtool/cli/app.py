@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import shlex
 import sys
 import warnings
 from contextlib import contextmanager
@@ -44,7 +43,7 @@ from packtool.cli.flags import (
 )
 from packtool.cli.inputs import check_input_specs, one_dataset
 from packtool.cli.parsing import Command, Commands
-from packtool.errors import PacktoolConfigError, bad_choice
+from packtool.errors import PacktoolConfigError, bad_choice, shown
 from packtool.notes import note
 
 app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -160,7 +159,7 @@ def pack(
     support_columns: Annotated[Optional[str], typer.Option("--support-columns", help="Side columns that hold the sampler's support per token (int ids, -1 padded at the end, the token present exactly once); verify checks that rule. Added to --side-columns.")] = None,
 ) -> None:
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
-    from packtool.cli.printing import print_plan_summary
+    from packtool.cli.printing import pasteable, print_plan_summary
     from packtool.planning.core import PackingConfig
     from packtool.tokenize import hf_input as _hf
     from packtool.tokenize.config import TokenizeConfig
@@ -209,12 +208,12 @@ def pack(
         con.print(f"Sharded plan: {st.shards} shards, {st.merged_items:,} items merged, "
                   f"{st.extra_bins:+,} bins over the lower bound {st.lower_bound:,}")
     if dry_run and output:  # said, so that a finished run with -o is never taken for a written one
-        con.print(f"--dry-run: nothing was written; {output} is left as it was", markup=False, highlight=False,
+        con.print(f"--dry-run: nothing was written; {shown(output)} is left as it was", markup=False, highlight=False,
                   soft_wrap=True)
     if res.output:
         mb = sum(s.bytes for s in res.shards) / 1e6
-        q = shlex.quote(res.output)  # the two commands must paste as they are (spaces, brackets)
-        con.print(f"Done: {res.output} — {len(res.shards)} shard(s), {mb:.1f} MB. "
+        q = pasteable(res.output)  # the two commands must paste as they are (spaces, brackets, controls)
+        con.print(f"Done: {shown(res.output)} — {len(res.shards)} shard(s), {mb:.1f} MB. "
                   f"Check it with `packtool verify {q}`, look with `packtool inspect {q}`.",
                   markup=False, highlight=False, soft_wrap=True)  # the terminal wraps: commands paste whole
 
@@ -280,7 +279,7 @@ def inspect(
     else:
         print_inspect_report(report, stdout_console())
         if html:
-            stdout_console().print(f"HTML report: {html}", markup=False, highlight=False)
+            stdout_console().print(f"HTML report: {shown(html)}", markup=False, highlight=False)
 
 
 def _verify_args(directory: str, source: list[str] | None, more: list[str] | None, json_out: bool):

@@ -36,7 +36,7 @@ except ImportError:  # older typer runs on click itself
     from click import exceptions as click_exceptions
 
 from packtool import notes
-from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line
+from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line, shown
 
 _STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
@@ -143,7 +143,7 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         why = e.strerror or str(e)
         if e.errno == errno.ENOSPC:
             why += " (free some space or write elsewhere)"
-        return "io", one_line(f"{where}: {why}" if where else why), EXIT_USAGE
+        return "io", one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
     if isinstance(e, (ValueError, UnicodeError)):
         return "input", one_line(e), EXIT_USAGE
     if isinstance(e, MemoryError):
@@ -155,6 +155,7 @@ def describe(e: BaseException) -> tuple[str, str, int]:
 
 def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
                 json_out: bool = False, extra: dict | None = None) -> None:
+    message = one_line(message)  # control characters of a path escaped, whoever built the message
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
     err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
     if json_out:  # every key the README lists, in its order, whatever failed

@@ -2,14 +2,30 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from packtool.errors import number_base
+from packtool.errors import number_base, shown
 from packtool.notes import note
 from packtool.planning.summary import PlanSummary
+
+
+def pasteable(path: str) -> str:
+    """`path` as a shell word that pastes as it is: quoted (spaces, brackets), and one holding
+    control characters as bash's $'...' with them escaped (shlex's quotes would put them raw on
+    the terminal, and a newline would split the command)."""
+    if shown(path) == path:
+        return shlex.quote(path)
+    return "$'" + shown(path.replace("\\", "\\\\").replace("'", "\\'")) + "'"
+
+
+def _seen(text: object) -> str:
+    """User text (a path, a column name, a value) inside a rich markup line: escaped for rich and
+    for the terminal (errors.shown)."""
+    return escape(shown(text))
 
 
 def _pct(x: int, total: int) -> str:
@@ -87,11 +103,11 @@ def print_verify_report(r, console: Console) -> None:
     rate_s = f"{rate / 1e6:.1f}M" if rate >= 1e6 else f"{rate / 1e3:.0f}k"
     what = "structure and source tokens" if r.source_checked else "structure (no --source)"
     if not (set(r.counts) == {"manifest"} and not r.shards):  # nothing read: no figures to print
-        console.print(f"{escape(str(r.directory))}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
+        console.print(f"{_seen(r.directory)}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
                       f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
                       f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
     for n in r.notes:
-        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/] {_seen(n)}", highlight=False, soft_wrap=True)
     if r.ok:
         console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
         return
@@ -99,8 +115,8 @@ def print_verify_report(r, console: Console) -> None:
     for p in r.problems:
         shown[p.check] = shown.get(p.check, 0) + 1
         ef = "" if (p.expected is None and p.found is None) or _values_said(p) else \
-            f" [dim](expected {escape(str(p.expected))}, found {escape(str(p.found))})[/]"
-        console.print(f"[red]✗[/] [bold]{p.check}[/] {escape(problem_text(p))}{ef}", highlight=False, soft_wrap=True)
+            f" [dim](expected {_seen(p.expected)}, found {_seen(p.found)})[/]"
+        console.print(f"[red]✗[/] [bold]{p.check}[/] {_seen(problem_text(p))}{ef}", highlight=False, soft_wrap=True)
     for check, n in sorted(r.counts.items()):
         if n > shown.get(check, 0):
             console.print(f"  … {check}: {n - shown.get(check, 0):,} more not shown (--max-problems)")
@@ -117,7 +133,7 @@ def print_inspect_report(r, console: Console) -> None:
     # inspect's figures load only for inspect: `pack` and `verify` never import the inspect stage
     from packtool.inspection.figures import bar, fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
     a = r.alignment
-    console.print(f"[bold]{r.kind}[/] {escape(str(r.path or ''))} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
+    console.print(f"[bold]{r.kind}[/] {_seen(r.path or '')} · {r.packing['algorithm']} · tp={a['tp']} cp={a['cp']} "
                   f"sp={'on' if a['sp'] else 'off'} fp8={a['fp8']} · C={a['capacity']:,} U={a['usable']:,}"
                   + (f" fixed={a['fixed_length']:,}" if a["fixed_length"] else "")
                   + f" · s={a['s']} t={a['t']} · {a['convention']} convention", highlight=False)
@@ -162,7 +178,7 @@ def print_inspect_report(r, console: Console) -> None:
                                                           "fill", "slack", "fill %"):
         wt.add_column(c, justify="right", no_wrap=True)
     for w in r.worst_slabs:
-        wt.add_row(str(w.slab), *([w.location] if where else []), str(w.segments), fmt_int(w.real_tokens),
+        wt.add_row(str(w.slab), *([_seen(w.location)] if where else []), str(w.segments), fmt_int(w.real_tokens),
                    fmt_int(w.physical_tokens), fmt_int(w.layout_pad), fmt_int(w.tail_pad), fmt_int(w.fill_pad),
                    fmt_int(w.slack), fmt_pct(w.fill) + (" singleton" if w.singleton else ""))
     console.print(wt)
@@ -177,7 +193,7 @@ def side_table(r, console: Console) -> Table:
     """The side columns' table. On a narrow terminal (80 columns: K's "20" was cut to "…") the
     heads take two lines, and a long column name wraps before any figure is cut."""
     from packtool.inspection.side import SIDE_HEAD, side_rows
-    rows = [list(map(escape, row)) for row in side_rows(r)]
+    rows = [list(map(_seen, row)) for row in side_rows(r)]
     wide = 1 + sum(max([len(h)] + [len(row[i]) for row in rows]) + 3 for i, h in enumerate(SIDE_HEAD))
     st = Table(title="Side columns (FORMAT.md, Side columns)", show_header=True, header_style="bold")
     for i, h in enumerate(SIDE_HEAD):
@@ -214,7 +230,7 @@ def compare_table(r, console: Console) -> Table:
     ok = iter(cells)
     for c in r.compare:
         if c.error:
-            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{escape(str(c.error))}[/]")
+            ct.add_row(c.convention, c.algorithm, "", "", "", "", "", "", f"[red]{_seen(c.error)}[/]")
             continue
         ct.add_row(*next(ok), *([bar(c.waste, top, bw) if bw else ""] if last else []))
     return ct
