@@ -39,35 +39,37 @@ LENGTH_MAX = 2**62  # a length's aligned footprint (rounded up to a multiple) mu
 
 
 def int_array(values, name: str, error: type[PacktoolError] = PacktoolInputError,
-              what: str = "one length per sequence", maximum: int = LENGTH_MAX, at=None) -> np.ndarray:
+              what: str = "one length per sequence", maximum: int = LENGTH_MAX, at=None,
+              minimum: int = 0) -> np.ndarray:
     """A 1-D int64 array of `values` (numpy arrays of int64 pass through uncopied): any other
     dtype (float, NaN, bool, object: Python ints beyond int64), a value above `maximum` (a
-    uint64 above 2^63-1 too) or a negative one is refused, naming the argument, the first bad
+    uint64 above 2^63-1 too) or below `minimum` (1 where a sequence needs a token: the range
+    said is then the one held) is refused, naming the argument, the first bad
     index and the range; `at(index, detail)`, when given, builds the error for a bad value
     (the planner's SequenceError, which a caller turns into its file's row)."""
     said = arg(name)
-    span = f"integers from 0 to {_power(maximum)} ({what})"
+    span = f"integers from {minimum} to {_power(maximum)} ({what})"
     arr = np.asarray(values)
     if not isinstance(values, np.ndarray) and arr.dtype.kind in "fO" and arr.ndim == 1:
-        _big_python_int(values, said, span, maximum, error, at)  # numpy made 10**19 a float
+        _big_python_int(values, said, span, minimum, maximum, error, at)  # numpy made 10**19 a float
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise error(f"{said} must be a 1-D array of {span}, got {arr.dtype} of shape {arr.shape}: "
                     f"an integer cast would truncate floats and read booleans as 1")
-    if arr.size and (int(arr.max()) > maximum or int(arr.min()) < 0):
+    if arr.size and (int(arr.max()) > maximum or int(arr.min()) < minimum):
         i = int(np.argmax(arr)) if int(arr.max()) > maximum else int(np.argmin(arr))
         if at is not None:
-            raise at(i, f"{int(arr[i])} tokens, outside 0..{_power(maximum)}: {said} takes {span}")
+            raise at(i, f"{int(arr[i])} tokens, outside {minimum}..{_power(maximum)}: {said} takes {span}")
         raise error(f"{said}[{i}] is {int(arr[i])}: {said} takes {span}")
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
 
 
-def _big_python_int(values, said: str, span: str, maximum: int, error, at) -> None:
+def _big_python_int(values, said: str, span: str, minimum: int, maximum: int, error, at) -> None:
     """A list of Python ints, one beyond int64: numpy holds it as float64 or object; name the
     value, not the dtype numpy chose (on the error path only: a loop over the list)."""
     for i, v in enumerate(values):
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and not 0 <= v <= maximum:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and not minimum <= v <= maximum:
             if at is not None:
-                raise at(i, f"{short(v)} tokens, outside 0..{_power(maximum)}: {said} takes {span}")
+                raise at(i, f"{short(v)} tokens, outside {minimum}..{_power(maximum)}: {said} takes {span}")
             raise error(f"{said}[{i}] is {short(v)}: {said} takes {span}")
 
 

@@ -159,6 +159,11 @@ def parse_names(text: str | None, flag: str = "side_columns") -> tuple[str, ...]
         return ()
     names = tuple(n.strip() for n in str(text).split(",") if n.strip())
     for n in names:
+        name, colon, dtype = n.partition(":")
+        if colon and _NAME.match(name) and name not in RESERVED and dtype.strip() in DTYPES:  # the name is fine
+            raise PacktoolInputError(f"{arg(flag)}: {n!r} pins a dtype, which {arg(flag)} does not take: pin it "
+                                     f"in {arg('side_columns')} ({arg('side_columns', n)} {arg(flag, name)})",
+                                     flag=cli_flag(flag))
         if not _NAME.match(n) or n in RESERVED:
             raise PacktoolInputError(f"{arg(flag)}: {n!r} is not a usable side column name (letters, digits, _; "
                                      f"not one of packtool's own columns)", flag=cli_flag(flag))

@@ -67,12 +67,18 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Print the traceba
 
 @contextmanager
 def _rows_of(lengths_file: str):
-    """A planner's "sequence N" is row N of the --lengths file: say so."""
+    """A planner's "sequence N" is row N of the --lengths file: say so. An error about the file
+    (a null length, no lengths) names --lengths as its flag, for --json's `flag`."""
+    from packtool.errors import PacktoolError
     from packtool.planning.core import PlanError, SequenceError
     try:
         yield
     except SequenceError as e:
-        raise PlanError(e.detail, path=lengths_file, row=e.sequence) from None
+        raise PlanError(e.detail, path=lengths_file, row=e.sequence, flag="--lengths") from None
+    except PacktoolError as e:
+        if e.flag is None and (e.path == lengths_file or str(e).startswith(f"{shown(lengths_file)}:")):
+            e.flag = "--lengths"
+        raise
 
 
 def _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention):

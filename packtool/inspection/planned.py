@@ -38,7 +38,7 @@ def inspect_lengths(lengths, alignment: Alignment | None = None, packing: Packin
     compare, what_if, path = arguments(compare=compare, what_if=what_if, path=path)
     alignment = expect(alignment, Alignment, "inspect_lengths", "alignment", optional=True) or Alignment()
     expect(packing, PackingConfig, "inspect_lengths", "packing", optional=True)
-    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # before an int64 cast truncates a float
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError, minimum=1)  # before an int64 cast truncates a float
     p = make_plan(lengths, alignment, packing or PackingConfig())
     return build_report("lengths", path, slabs_from_plan(p, lengths), compare, what_if, t0)
 

@@ -252,8 +252,9 @@ class Sweep:
             note(f"removed {len(self.removed)} {what}(s) left by packtool runs that were "
                  f"killed: {_listed(self.removed)}")
         for path, why in self.left[:SHOWN]:
-            note(f"left {path}: it looks like a packtool {what}, but {why}; if no "
-                 f"packtool run is using it, remove it by hand ({rm} {shlex.quote(path)})")
+            note(f"left {path}: its name looks like a packtool {what}'s, but {why}; if it is not yours "
+                 f"(an output packed under that name, say) and no packtool run is using it, remove it by "
+                 f"hand ({rm} {shlex.quote(path)})")
         if len(self.left) > SHOWN:
             note(f"left {len(self.left) - SHOWN} more such {self.what}(s) packtool cannot prove it made: "
                  f"{_listed([p for p, _ in self.left[SHOWN:]])}")

@@ -239,7 +239,7 @@ def plan(lengths, alignment: Alignment | None = None, packing: PackingConfig | N
     alignment = expect(alignment, Alignment, "plan", "alignment", optional=True) or Alignment()
     packing = expect(packing, PackingConfig, "plan", "packing", optional=True) or PackingConfig()
     # the int64 cast truncated 5.7, read True as 1 and a uint64 2^64-1 as -1
-    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError, minimum=1)  # a sequence holds a token
     from packtool.planning.bounds import check_capacity
     check_capacity(alignment)
     return plan_with(lengths, alignment, packing,

@@ -160,7 +160,7 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if col.size == 0:
         raise PlanError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
-    return int_array(col, "lengths", PlanError, at=lambda i, detail: PlanError(detail, path=path, row=i))
+    return int_array(col, "lengths", PlanError, at=lambda i, detail: PlanError(detail, path=path, row=i), minimum=1)
 
 
 def _is_length(v) -> bool:

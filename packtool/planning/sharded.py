@@ -376,7 +376,7 @@ def plan_sharded(lengths, alignment: Alignment, packing: PackingConfig | None = 
                  shard_rows: int = 1 << 20, underfull: float = 0.98, runner=None) -> ShardedPlan:
     """`plan_shards` over an in-memory lengths array cut into shards of `shard_rows` rows."""
     shard_rows = int_value("shard_rows", shard_rows, 1, error=PlanError)
-    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError)  # as plan(): no float cast
+    lengths = int_array(lengths, "lengths", PlanError, at=SequenceError, minimum=1)  # as plan(): no float cast
     starts = range(0, max(lengths.size, 1), shard_rows)
     return plan_shards([(a, lengths[a:a + shard_rows]) for a in starts], alignment, packing,
                        underfull, runner)

@@ -86,7 +86,7 @@ def _pack_stale(tmp_path):  # a lookalike of a temporary folder beside the outpu
     data.write_text(json.dumps({"input_ids": [1, 2, 3]}) + "\n")
     (tmp_path / f".out.{TMP_TAG}-999999999").mkdir()
     return (["pack", str(data), "-C", "64", "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")],
-            "looks like a packtool temporary folder")
+            "looks like a packtool temporary folder's")
 
 
 NOTED = {"plan --sp": _plan_sp, "inspect --plan": _inspect_plan_file, "pack columns not read": _pack_unread,

@@ -16,12 +16,12 @@ from packtool.planning.lengths import load_lengths
 
 def test_parquet_with_only_an_id_integer_column_is_refused(tmp_path):
     p = tmp_path / "gsm_extra.parquet"
-    pq.write_table(pa.table({"id": [0, 1, 2], "question": ["a", "b", "c"]}), p)
+    pq.write_table(pa.table({"id": [1, 2, 3], "question": ["a", "b", "c"]}), p)
     with pytest.raises(PlanError) as e:
         load_lengths(str(p))
     text = str(e.value)
     assert str(p) in text and "no lengths column" in text and "id (int64)" in text and "pick it with column" in text
-    assert load_lengths(str(p), "id").tolist() == [0, 1, 2]  # asked for: taken
+    assert load_lengths(str(p), "id").tolist() == [1, 2, 3]  # asked for: taken (a length is at least 1)
 
 
 @pytest.mark.parametrize("name", ["length", "lengths", "num_tokens"])
