@@ -322,6 +322,9 @@ INTERNAL = {
                                        "are refused per row), offsets re-raised as CacheDamagedError",
     ("tokenize/checksum.py", "_hasher"): "the algorithm is one of CHECKSUMS, chosen by packtool",
     ("align.py", "__post_init__"): "the conventions' (s, t) are packtool's table",
+    ("slabs/names.py", "shard_file"): "run ids come from new_run_id (output/store.py), never from input",
+    ("slabs/names.py", "run_shard_file"): "the names are shard_file's, renamed for this run",
+    ("slabs/names.py", "intent_file"): "run ids come from new_run_id (output/store.py), never from input",
 }
 BUILTIN = {n for n, v in vars(__import__("builtins")).items() if isinstance(v, type) and issubclass(v, BaseException)}
 
