@@ -31,12 +31,37 @@ def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     from packtool.output.files import refuse_special_input
     refuse_special_input(path, "lengths", PlanError)
     low = path.lower()
+    try:
+        return _load(path, column, low)
+    except MemoryError:  # a lengths file is not small by nature: no size bound, but the file named
+        from packtool.tokenize.json_depth import mib
+        raise PlanError(f"out of memory reading lengths from this {mib(os.path.getsize(path))} file; check it "
+                        f"is a lengths file, or give the lengths as a .npy of int64", path=path,
+                        flag=cli_flag("lengths")) from None
+
+
+_TEXT = (".txt", ".csv", ".tsv", ".jsonl", ".ndjson")
+
+
+def _load(path: str, column: str | None, low: str) -> np.ndarray:
+    if low.endswith(_TEXT):
+        _refuse_binary(path)
     if low.endswith(".npy"):
         return _npy(path, column)
     if low.endswith(".txt"):
         return _text(path, column)
     table = _table(path, low)
     return _check(path, *_pick(path, table, column))
+
+
+def _refuse_binary(path: str) -> None:
+    """A NUL byte is in no text lengths file: a damaged or copied-over one (GBs of NULs, one
+    'line' its parser would hold whole) is refused from its first MiB."""
+    with open(path, "rb") as f:
+        at = f.read(1 << 20).find(b"\0")
+    if at >= 0:
+        raise PlanError(f"byte {at} is NUL: not a text file of lengths (a damaged or copied-over file?); "
+                        f"give the lengths file ({KINDS})", path=path, flag=cli_flag("lengths"))
 
 
 def _npy(path: str, column: str | None) -> np.ndarray:

@@ -39,6 +39,11 @@ from packtool.storage import is_uri, locate
 FORMAT_NAME = "packtool-slabs"
 
 
+# A manifest lists the inputs, shards and settings: kilobytes, megabytes for 100,000s of input
+# files. Over this it is damaged or not a manifest, and is refused before it is read whole.
+MANIFEST_BYTES = 256 << 20
+
+
 class FormatError(PacktoolFormatError):
     """A packed output that this packtool cannot read: no manifest, another format or
     version, a damaged or edited manifest, a shard name that leaves the folder."""
@@ -116,9 +121,9 @@ def read_manifest(directory: str) -> dict:
     if path is None:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
+    from packtool.tokenize.json_depth import read_small
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_small(path, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)
     except OSError as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
     return parse_manifest(data, path)

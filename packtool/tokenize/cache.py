@@ -327,8 +327,12 @@ def read_cache_json(directory: str) -> dict:
         if is_uri(directory):
             meta = json.loads(locate(directory).join("cache.json").read_bytes().decode("utf-8"))
         else:
-            with open(os.path.join(directory, "cache.json"), "rb") as f:
-                meta = json.loads(f.read().decode("utf-8"))
+            from packtool.tokenize.json_depth import read_small
+            meta = json.loads(read_small(os.path.join(directory, "cache.json"), 256 << 20, "cache.json",
+                                         "delete the folder and re-run (it is rebuilt)",
+                                         err=CacheDamagedError).decode("utf-8"))
+    except CacheDamagedError:  # over its bound: said with the size
+        raise
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
                                 f"folder and re-run (it is rebuilt)", path=directory) from None

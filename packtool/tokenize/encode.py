@@ -127,7 +127,7 @@ def _what_file(path: str) -> str | None:
     try:
         if os.path.getsize(path) > 256 << 20:
             return None
-        obj = load_json_file(path)
+        obj = load_json_file(path, "tokenizer.json", limit=256 << 20)
     except PacktoolInputError:
         raise
     except (OSError, UnicodeDecodeError, ValueError):
@@ -161,7 +161,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
             raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag=cli_flag("tokenizer"))
         if os.path.exists(conf_path):
             try:
-                conf = load_json_file(conf_path)
+                conf = load_json_file(conf_path, "tokenizer_config.json", flag=cli_flag("tokenizer"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=conf_path,
                                          flag=cli_flag("tokenizer")) from None

@@ -1,8 +1,17 @@
-"""The nesting bound on every JSON packtool parses from a user's input, checked before the
-parser: Arrow's JSON reader recurses without a bound (a row nested ~30,000 deep ends the
+"""The bounds on what packtool parses from a user's files, checked before the parser.
+
+Nesting: Arrow's JSON reader recurses without a bound (a row nested ~30,000 deep ends the
 process with SIGSEGV, no message) and Python's json raises RecursionError. A bracket scan
-(strings skipped) is a few passes cheaper than the parse it guards."""
+(strings skipped) is a few passes cheaper than the parse it guards.
+
+Size: a file small by nature (a manifest, a tokenizer_config.json, a chat template, a
+dataset's state.json) is read whole, so one over its bound (a damaged or copied-over file, 8 GB
+of NULs) is refused by its size before the read, naming the file and the bound, instead of
+an out-of-memory that names neither.
+"""
 from __future__ import annotations
+
+import os
 
 import numba as nb
 import numpy as np
@@ -10,6 +19,25 @@ import numpy as np
 from packtool.errors import PacktoolInputError
 
 MAX_JSON_DEPTH = 256  # far above any training row; far below what the parsers survive
+# Settings files (tokenizer_config.json, state.json, a chat template): the largest real ones
+# (added_tokens_decoder of a 200k vocabulary) are a few MB.
+SETTINGS_BYTES = 64 << 20
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def read_small(path: str, limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
+    """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
+    bytes before any is read; the bounded read also stops a file that grows or a FIFO."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
+                  f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))
+    return data
 
 
 @nb.njit(nogil=True, cache=True)
@@ -56,11 +84,10 @@ def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool
                                  f"JSON nested at most {limit} deep: flatten or drop that value", path=path)
 
 
-def load_json_file(path: str):
-    """`json.load` of a user's file (tokenizer config, dataset state) behind the nesting bound
-    (json's own errors, UnicodeDecodeError included, reach the caller as before)."""
+def load_json_file(path: str, what: str, limit: int = SETTINGS_BYTES, flag: str | None = None):
+    """`json.load` of a user's `what` file (tokenizer config, dataset state) behind the size
+    and nesting bounds (json's own errors, UnicodeDecodeError included, reach the caller)."""
     import json
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_small(path, limit, what, "restore or remove it", flag=flag)
     check_json_depth(data, path, per_line=False)
     return json.loads(data.decode("utf-8"))

@@ -73,7 +73,7 @@ def _hf_dataset_files(folder: str) -> list[str]:
     state = os.path.join(folder, "state.json")
     if os.path.exists(state):
         from packtool.tokenize.json_depth import load_json_file
-        names = [d["filename"] for d in load_json_file(state).get("_data_files", [])]
+        names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
         if names:
             return [os.path.join(folder, n) for n in names]
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))

@@ -148,8 +148,10 @@ def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate
         return make_template(spec, BUILTIN[spec])
     if os.path.isfile(spec):
         try:
-            with open(spec, encoding="utf-8") as f:
-                t = make_template(os.path.abspath(spec), f.read())
+            from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
+            text = read_small(spec, SETTINGS_BYTES, "chat template", "give the template's .jinja file",
+                              flag=cli_flag("chat_template")).decode("utf-8")
+            t = make_template(os.path.abspath(spec), text)
         except (OSError, UnicodeDecodeError) as e:
             raise PacktoolInputError(f"cannot read the chat template ({e})", path=spec,
                                      flag=cli_flag("chat_template")) from None

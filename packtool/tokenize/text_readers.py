@@ -25,6 +25,10 @@ from packtool.tokenize.json_depth import check_json_depth
 from packtool.storage import is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
+# One JSON line (one row) is held whole to be parsed: 256 MiB of text is ~60M tokens, far past
+# any context; past it a line (a decompression bomb, a file with no newlines) is refused by
+# name before it is gathered into memory.
+MAX_JSON_LINE = 256 << 20
 # Compressed JSON Lines: suffix -> Arrow codec (gzip goes through Python's gzip module).
 JSONL_CODECS = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
 CSV_EXT = tuple(base + c for base in (".csv", ".tsv") for c in ("", ".gz", *JSONL_CODECS))
@@ -112,7 +116,11 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     cut = data.rfind(b"\n")
                     if cut < 0:
                         tail = data
+                        if len(tail) > MAX_JSON_LINE:
+                            _line_too_long(path, lines_before + 1)
                         continue
+                    if data.find(b"\n", 0, MAX_JSON_LINE + 1) < 0:  # gathered past the bound, then ended
+                        _line_too_long(path, lines_before + 1)
                     block, tail = data[:cut + 1], data[cut + 1:]
                 if block.strip():
                     _check_utf8(block, path, lines_before)
@@ -127,6 +135,13 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     break
     except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
         raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
+
+
+def _line_too_long(path: str, line: int) -> None:
+    from packtool.tokenize.json_depth import mib
+    raise PacktoolInputError(f"line {line} is longer than {mib(MAX_JSON_LINE)} (one row of JSON Lines is read "
+                             f"whole; no training row is that long): split that row into several, or check the "
+                             f"file holds one JSON object per line", path=path)
 
 
 @contextmanager
