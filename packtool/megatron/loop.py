@@ -8,7 +8,7 @@ update is that of the token mean whatever the micro-batching, grad accumulation 
 
 Checkpoints: `torch.save` of {model state_dict, optimizer (fp32 masters + AdamW state),
 step, model shape, flags} per tensor-parallel rank (`mp_rank_XX.pt`), written by the
-DP/CP rank 0 of each TP rank. Not megatron's dist_checkpointing format.
+DP/CP rank 0 of each TP rank (checkpoint.py). Not megatron's dist_checkpointing format.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import dataclasses
 import itertools
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
@@ -24,7 +23,8 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from packtool.errors import PacktoolConfigError, PacktoolInputError, PacktoolOutputError, arg, cli_flag, missing
+from packtool.errors import PacktoolConfigError, arg, missing
+from packtool.megatron.checkpoint import CKPT, check_resumed_shape, check_save, load_checkpoint, restore, save_checkpoint
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -36,11 +36,11 @@ from packtool.slabs.format import SlabManifest
 DEVICES = ("cpu", "cuda")
 LM_HEADS = ("fused", "torch")  # the command line's `auto` picks one of these before TrainConfig
 
-
 @dataclass
 class TrainConfig:
     data_dir: str
-    shape: Optional[GPTShape] = None  # None: from --load's checkpoint
+    shape: Optional[GPTShape] = None  # None: from --load's checkpoint (given with it: must be the checkpoint's)
+    resume_shape: dict = field(default_factory=dict)  # shape values named with `load` (the CLI's typed flags): the checkpoint's
     tp: int = 1
     cp: int = 1
     sp: Optional[bool] = None
@@ -74,7 +74,6 @@ class TrainConfig:
         if self.lm_head not in LM_HEADS:
             raise bad_choice(PacktoolConfigError, "lm_head", self.lm_head, LM_HEADS)
 
-
 @dataclass
 class StepRecord:
     step: int
@@ -89,48 +88,13 @@ class StepRecord:
     tokens_per_s: float
     mfu: float
 
-
 @dataclass
 class TrainResult:
     records: list[StepRecord] = field(default_factory=list)
     params: int = 0
     final_step: int = 0
 
-
-def _ckpt_path(d: str, tp_rank: int) -> str:
-    return os.path.join(d, f"mp_rank_{tp_rank:02d}.pt")
-
-
-_CKPT = re.compile(r"^mp_rank_\d{2,}\.pt$")
-
-
-def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
-    """--save, before any work (packtool.output's rules): a folder (made if missing), not a link
-    to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
-    the --load folder (a resumed run), never through a link. Returns the resolved folder."""
-    from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, resolve_folder
-    from packtool.output.folder import refuse_inside_packed
-    refuse_uri(d, "save")
-    p = resolve_folder(d, "save")
-    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "save")
-    if os.path.lexists(p) and not os.path.isdir(p):
-        raise PacktoolOutputError(f"exists and is not a folder; give a checkpoint folder as {arg('save')}",
-                                  path=d, flag=cli_flag("save"))
-    if not os.path.isdir(p):
-        return p
-    resuming = bool(load) and os.path.isdir(load) and os.path.samefile(load, p)
-    there = sorted(n for n in os.listdir(p) if _CKPT.match(n))
-    if there and not (overwrite or resuming):
-        raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
-                                  f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
-    refuse_foreign_files(p, d, "save", lambda n: bool(_CKPT.match(n)))
-    for n in there:
-        check_new_file(os.path.join(p, n), "save", replace=True)
-    return p
-
-
 _STEP_KEYS = frozenset(f.name for f in dataclasses.fields(StepRecord))
-
 
 def _is_step_log(path: str) -> bool:
     """A --json-log an earlier run wrote: its first and last lines are step records (read
@@ -148,7 +112,6 @@ def _is_step_log(path: str) -> bool:
     except (ValueError, TypeError, RecursionError):
         return False
 
-
 def check_json_log(cfg: TrainConfig) -> bool:
     """--json-log, before any work: a file packtool may write (packtool.output's rules), never
     the run's inputs nor inside a packed output; an existing log of packtool train is appended
@@ -157,32 +120,10 @@ def check_json_log(cfg: TrainConfig) -> bool:
     from packtool.output.files import check_log_file
     from packtool.output.folder import refuse_inside_packed
     refuse_inside_packed(cfg.json_log, "json_log")
-    ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if _CKPT.match(n)] \
+    ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if CKPT.match(n)] \
         if cfg.load and os.path.isdir(cfg.load) else []
     return check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,
                           inputs=[*cfg.inputs, *ckpts], ours=_is_step_log)
-
-
-def save_checkpoint(d: str, model, opt: MasterAdamW, step: int, shape: GPTShape,
-                    info: ParallelInfo, cfg: TrainConfig) -> None:
-    if info.dp_rank != 0 or info.cp_rank != 0:
-        return
-    from packtool.output.files import write_file
-    os.makedirs(d, exist_ok=True)
-    with write_file(_ckpt_path(d, info.tp_rank), "save", replace=True) as f:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "shape": dataclasses.asdict(shape), "tp": info.tp,
-                    "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)
-
-
-def load_checkpoint(d: str, tp_rank: int) -> dict:
-    path = _ckpt_path(d, tp_rank)
-    if not os.path.exists(path):
-        raise PacktoolInputError(f"{arg('load', d)}: no {os.path.basename(path)} (saved by "
-                                 f"`packtool train --save`; TP rank {tp_rank}): give the folder a saved run wrote",
-                                 path=d, flag=cli_flag("load"))
-    return torch.load(path, map_location="cpu", weights_only=False)
-
 
 class _Log:
     def __init__(self, cfg: TrainConfig, info: ParallelInfo, append: bool):
@@ -215,7 +156,6 @@ class _Log:
         if self.json:
             self.json.close()
 
-
 def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], Iterable[Step]]]
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
@@ -230,8 +170,11 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
         cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
     append_log = check_json_log(cfg) if cfg.json_log else False
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
-    ckpt = load_checkpoint(cfg.load, info.tp_rank) if cfg.load else None
-    shape = GPTShape(**ckpt["shape"]) if ckpt else cfg.shape
+    ckpt = load_checkpoint(cfg.load, info.tp_rank, cfg.tp) if cfg.load else None
+    if ckpt:
+        given = dataclasses.asdict(cfg.shape) if cfg.shape else cfg.resume_shape
+        check_resumed_shape(cfg.load, ckpt["shape"], given)
+    shape = ckpt["shape"] if ckpt else cfg.shape
     if shape is None:
         raise missing(PacktoolConfigError, "load",
                       f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
@@ -241,9 +184,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     opt = MasterAdamW(list(model.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = 0
     if ckpt:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        start = int(ckpt["step"])
+        start = restore(ckpt, model, opt)
     ds = PackedSlabDataset(cfg.data_dir, dp_rank=info.dp_rank, dp_size=info.dp,
                            cp_rank=info.cp_rank, cp_size=cfg.cp, seed=cfg.seed,
                            grad_accum=cfg.grad_accum, micro_batch_tokens=cfg.micro_batch_tokens,

@@ -11,6 +11,7 @@ import typer
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 
+_SHAPE_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4}
 _SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_base")
 
 
@@ -85,9 +86,9 @@ def train_command(
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (SP on when > 1).")] = 1,
     cp: Annotated[int, typer.Option("--cp", help="Context-parallel size (zigzag chunks, K/V all-gather).")] = 1,
     fp8: Annotated[str, typer.Option("--fp8", help="none | tensorwise | blockwise: FP8 GEMMs in the transformer's linear layers (Hopper or newer; the slabs must be packed for it). mxfp8 needs Blackwell and is refused.")] = "none",
-    layers: Annotated[int, typer.Option("--layers", help="Transformer layers.")] = 2,
-    hidden: Annotated[int, typer.Option("--hidden", help="Hidden size.")] = 64,
-    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
+    layers: Annotated[Optional[int], typer.Option("--layers", help="Transformer layers (default 2).")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="Hidden size (default 64).")] = None,
+    heads: Annotated[Optional[int], typer.Option("--heads", help="Attention heads (default 4).")] = None,
     ffn: Annotated[Optional[int], typer.Option("--ffn", help="SwiGLU FFN size (default 8/3 x hidden, rounded to 64).")] = None,
     config: Annotated[Optional[str], typer.Option("--config", help="YAML with layers, hidden, heads, ffn, kv_heads and max_seq (overrides those flags).")] = None,
     load: Annotated[Optional[str], typer.Option("--load", help="Checkpoint directory from --save: model shape, weights, optimizer and step.")] = None,
@@ -129,9 +130,13 @@ def train_command(
     check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
     from packtool.megatron.loop import TrainConfig, train
     from packtool.megatron.model import GPTShape, padded_vocab
-    shape = None
-    if not load:
-        kw = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+    shape, resume_shape = None, {}
+    # the shape flags default to None so that one typed with --load is told from one left out
+    typed = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("ffn", ffn)) if v is not None}
+    if load:  # the checkpoint holds the shape: what was typed or configured must agree with it
+        resume_shape = {**typed, **(_yaml_shape(config) if config else {})}
+    else:
+        kw = {**_SHAPE_DEFAULTS, **typed}
         if config:
             kw.update(_yaml_shape(config))
         if kw.get("ffn") is None:
@@ -143,6 +148,6 @@ def train_command(
                       warmup=warmup, micro_batch_tokens=micro_batch_tokens,
                       grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                       log_every=log_every, json_log=json_log, load=load, save=save,
-                      save_every=save_every, overwrite=overwrite,
+                      save_every=save_every, overwrite=overwrite, resume_shape=resume_shape,
                       inputs=(config,) if config else ())
     train(cfg)
