@@ -106,8 +106,8 @@ def print_verify_report(r, console: Console) -> None:
         console.print(f"{_seen(r.directory)}: {r.shards} shard(s) · {r.slabs:,} slabs · {r.physical_tokens:,} tokens "
                       f"({r.real_tokens:,} real, {r.loss_tokens:,} loss) · {what} · {r.seconds:.2f} s "
                       f"({rate_s} tokens/s)", highlight=False, soft_wrap=True)
-    for n in r.notes:
-        console.print(f"[yellow]note:[/] {_seen(n)}", highlight=False, soft_wrap=True)
+    for n in r.notes:  # on stderr with every other note: stdout is the report a job keeps
+        note(n, label="note")
     if r.ok:
         console.print("[bold green]OK[/]: every invariant of FORMAT.md holds")
         return

@@ -1,5 +1,5 @@
 """stranger32 S32-13: every `warning:` (rows skipped, sequences truncated or split, NaN/inf side
-values) is said on stderr with the notes, never inside the result on stdout, which a job keeps as
+values) and every `note:` of verify's report is said on stderr with the notes, never inside the result on stdout, which a job keeps as
 its result file or sends to /dev/null. --json carries them in its fields as before."""
 from __future__ import annotations
 
@@ -54,3 +54,17 @@ def test_the_command_keeps_stdout_the_result(policy, tmp_path):
     assert "warning" not in r.stdout and WANT[policy] in r.stderr, (r.stdout, r.stderr)
     j = runner.invoke(app, [*args, "--json"])  # the JSON object stays the whole of stdout
     assert json.loads(j.stdout)["changes"]["sequences_" + ("split" if policy == "split" else "truncated")] == 1
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_a_verify_report_note_goes_to_stderr(ok, capsys):
+    from packtool.cli.printing import print_verify_report
+    from packtool.verification.run import VerifyReport
+    r = VerifyReport(directory="out", ok=ok, shards=1, slabs=2, physical_tokens=8, real_tokens=6, loss_tokens=3,
+                     source_checked=False, seconds=0.1, counts={} if ok else {"schema": 1}, problems=[],
+                     notes=["whole-output checks skipped"])
+    out = io.StringIO()
+    print_verify_report(r, Console(file=out, width=200))
+    err = capsys.readouterr().err
+    assert "note" not in out.getvalue() and "out: 1 shard(s)" in out.getvalue(), out.getvalue()
+    assert "note: whole-output checks skipped\n" in err, err
