@@ -21,6 +21,7 @@ from typing import IO, Callable, Iterable, Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.output.leftovers import Sweep, mark_file, unmark_file
+from packtool.output.relations import input_problem, packed_problem
 
 TMP_TAG = "packtool-tmp"
 SPILL_TAG = "packtool-spill"
@@ -141,8 +142,9 @@ def refuse_special_input(path: str, flag: str | None = None, error=None) -> None
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                    inputs: Iterable[str] = (), replace_flag: str = "overwrite") -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
-    special file; one of the run's `inputs`; an existing file unless `replace`; a missing or
-    read-only folder. Returns the resolved path to write."""
+    special file; one of the run's `inputs`, or a name inside a packed output or an input folder
+    (output.relations); an existing file unless `replace`; a missing or read-only folder.
+    Returns the resolved path to write."""
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
     p = resolve(path)
@@ -160,6 +162,9 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
             raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
                                       flag=flag)
+    problem = packed_problem(p) or input_problem(p, inputs, holds=False)  # every writer's one rule
+    if problem:
+        raise PacktoolOutputError(f"{problem}; write it beside that folder", path=shown, flag=flag)
     if st is not None and not replace:
         raise PacktoolOutputError(f"exists; pass {arg(replace_flag, True)} to replace it, or give another "
                                   f"{flag}", path=shown, flag=flag)

@@ -38,9 +38,8 @@ from packtool.output.files import (
 )
 from packtool.output.leftovers import mark, owned_temp_dir, unmark
 from packtool.output.owned import owned_names, remove_previous, say
-from packtool.output.relations import check_relations
+from packtool.output.relations import check_relations, packed_problem
 from packtool.output.stale import clean_stale
-from packtool.slabs.names import manifest_file
 # the cache root's check is the tokenize stage's (tokenize_to_cache runs it too); named here
 # beside --output's for pack, the Ray engine and the CLI
 from packtool.tokenize.cache_root import check_cache_dir
@@ -62,12 +61,12 @@ class Terminated(SystemExit):
 
 def refuse_inside_packed(path: str, flag: str) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
-    inside a packed output folder: pq.read_table, datasets and every packtool consumer would
-    take it for a stray shard of that output."""
-    if manifest_file(os.path.dirname(resolve(path))) is not None:
-        raise PacktoolOutputError("is inside a packed output folder, where pq.read_table, datasets and every "
-                                  "packtool reader would take it for a stray shard; write it beside the folder",
-                                  path=path, flag=cli_flag(flag) or flag)
+    inside a packed output folder, at any depth (output.relations.packed_problem, the rule
+    files.check_new_file applies to every file and check_output to --output)."""
+    problem = packed_problem(resolve(path))
+    if problem:
+        raise PacktoolOutputError(f"{problem}; write it beside that folder", path=path,
+                                  flag=cli_flag(flag) or flag)
 
 
 def _output_required() -> PacktoolInputError:

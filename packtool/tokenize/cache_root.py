@@ -12,9 +12,8 @@ from typing import Iterable
 
 from packtool.env import env_path
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.manifest_name import manifest_file
 from packtool.output.files import describe_kind, nearest_existing, resolve
-from packtool.output.relations import input_paths, is_inside, real_path
+from packtool.output.relations import input_problem, packed_problem
 
 
 def default_cache_dir() -> str:
@@ -26,9 +25,9 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     """Refuse, before any work, a tokenized cache root packtool must not write into, as an
     --output is refused: a file, special file or dangling link; a packed output or a folder
     inside one (its entries would be stray shards: verify and every reader refuse it); a folder
-    inside an input folder (the next run would read the cache as data). `cache_dir` None: the
-    default root (PACKTOOL_CACHE_DIR, named so), checked and still None; a URI: the default
-    root too, which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
+    that holds an input or lies inside an input folder (the next run would read the cache as
+    data). `cache_dir` None: the default root (PACKTOOL_CACHE_DIR, named so), checked and still
+    None; a URI: the default root too, which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
     parents; a URI as given). Inputs that are not paths are skipped."""
     from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
     from packtool.storage import is_uri
@@ -50,11 +49,12 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     if not os.path.isdir(base):
         what = "is" if base == root else f"cannot be created: {base} is"
         refuse(f"{what} {describe_kind(base)}, not a folder")
-    _refuse_in_packed(root, refuse)
-    for p in input_paths(inputs):
-        rp = real_path(p)
-        if os.path.isdir(rp) and is_inside(real_path(root), rp):
-            refuse(f"is inside the input folder {p} (a later pack of it would read the cache as data)")
+    # output.relations' rules, as for --output: entries written among the data (a root that
+    # holds an input: `--cache-dir data` for data/x.jsonl) or inside an input folder are read as
+    # data by the next `pack data/`; inside a packed output they are stray shards
+    problem = packed_problem(root, itself=True) or input_problem(root, inputs)
+    if problem:
+        refuse(problem)
     return root if cache_dir else None
 
 
@@ -68,18 +68,6 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
     if env:
         return default_cache_dir(), "PACKTOOL_CACHE_DIR", "PACKTOOL_CACHE_DIR", fix
     return default_cache_dir(), "the default tokenized cache folder", cli_flag("cache_dir"), fix
-
-
-def _refuse_in_packed(root: str, refuse) -> None:
-    d = real_path(root)
-    while True:
-        if os.path.isdir(d) and manifest_file(d) is not None:
-            where = "is a packed output" if d == real_path(root) else f"is inside the packed output {d}"
-            refuse(f"{where}, where verify and every packtool reader would take the cache for stray shards")
-        up = os.path.dirname(d)
-        if up == d:
-            return
-        d = up
 
 
 __all__ = ["check_cache_dir", "default_cache_dir"]

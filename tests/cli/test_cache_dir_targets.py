@@ -2,7 +2,8 @@
 as --output is (tokenize.cache_root.check_cache_dir), before any work, wherever it comes from: a
 library `cache_dir=`, `--cache-dir`, PACKTOOL_CACHE_DIR, for pack (both engines), verify
 --source and the library's tokenize_to_cache (and the Ray engine's tokenize step) on their own. A packed output (or a folder in one), a folder inside an input folder (or the folder
-itself), a file, a folder under a file, a FIFO, a device and a link to nothing are refused in
+itself), a folder holding an input (S32-11: `--cache-dir data` for data/x.jsonl put the cache
+among the data, and the next `pack data` read it as input), a file, a folder under a file, a FIFO, a device and a link to nothing are refused in
 one line naming the argument (library), the flag or the variable (CLI), the fix; nothing is
 written and the user's files stay byte for byte as they were."""
 from __future__ import annotations
@@ -39,35 +40,44 @@ def place(tmp_path_factory):
     return d
 
 
+INPUT = {"holding the input file (S32-11)": "ind/s.jsonl"}  # target -> the input read (else the folder)
+_READ = {"input": "ind"}
+
+
+def _src(d) -> str:
+    return str(d / _READ["input"])
+
+
 TARGETS = {  # name -> path relative to the place (absolute: as is)
     "packed output": "packed", "inside a packed output": "packed/sub/cache",
     "link to a packed output": "link-to-packed", "input folder": "ind", "inside the input folder": "ind/cache",
-    "an input file": "ind/s.jsonl", "a file": "notes.txt", "under a file": "notes.txt/cache",
+    "an input file": "ind/s.jsonl", "holding the input folder": ".", "holding the input file (S32-11)": "ind",
+    "a file": "notes.txt", "under a file": "notes.txt/cache",
     "a FIFO": "fifo", "a device": "/dev/null", "a link to nothing": "dangling",
 }
 
 
 def _lib_pack(d, cache_dir):
-    packtool.pack([str(d / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
+    packtool.pack([_src(d)], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
 
 
 def _lib_pack_ray(d, cache_dir):
     from packtool.engines import pack_ray
-    pack_ray([str(d / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
+    pack_ray([_src(d)], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True, cache_dir=cache_dir)
 
 
 def _lib_tokenize(d, cache_dir):
     from packtool.tokenize import tokenize_to_cache
-    tokenize_to_cache([str(d / "ind")], TokenizeConfig(tokenizer=GPT2), cache_dir=cache_dir, progress=False)
+    tokenize_to_cache([_src(d)], TokenizeConfig(tokenizer=GPT2), cache_dir=cache_dir, progress=False)
 
 
 def _lib_tokenize_ray(d, cache_dir):  # the Ray engine's tokenize step, as pack_ray calls it
     from packtool.engines.ray_engine import tokenized_cache
-    tokenized_cache([str(d / "ind")], TokenizeConfig(tokenizer=GPT2), cache_dir)
+    tokenized_cache([_src(d)], TokenizeConfig(tokenizer=GPT2), cache_dir)
 
 
 def _cli_pack(d, flags):
-    return ["pack", str(d / "ind"), "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q", *flags]
+    return ["pack", _src(d), "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q", *flags]
 
 
 def _cli_pack_ray(d, flags):
@@ -75,7 +85,7 @@ def _cli_pack_ray(d, flags):
 
 
 def _cli_verify(d, flags):
-    return ["verify", str(d / "packed"), "--source", str(d / "ind"), "-q", *flags]
+    return ["verify", str(d / "packed"), "--source", _src(d), "-q", *flags]
 
 
 LIBRARY = {"pack": _lib_pack, "pack_ray": _lib_pack_ray, "tokenize_to_cache": _lib_tokenize,
@@ -113,6 +123,7 @@ def _snapshot(d) -> dict:
 @pytest.mark.parametrize("kind, entry, how", ENTRIES)
 def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, entry, how, monkeypatch):
     path = os.path.join(place, TARGETS[target])
+    monkeypatch.setitem(_READ, "input", INPUT.get(target, "ind"))
     given = {"argument": path, "PACKTOOL_CACHE_DIR": None}.get(how, STORE)
     if how != "argument":
         monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)

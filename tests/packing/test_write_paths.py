@@ -379,33 +379,61 @@ def test_the_manifest_is_published_whole(tmp_path):
     assert sorted(os.listdir(tmp_path)) == [MANIFEST]
 
 
-# --- a report, plan, log or checkpoint inside a packed output: a stray shard to every reader ---
+# --- anything packtool writes, inside a packed output at any depth: a stray shard to every reader ---
+# (S32-2: `pack -o packed/x/y` was taken, and the previous output stopped verifying; every
+# writer asks output.relations.packed_problem, CLI and library alike)
 
 def _inside_packed(what, out):
     from types import SimpleNamespace
     if what == "plan -o":
         return runner.invoke(app, ["plan", "--lengths", "lengths.npy", "-o", f"{out}/plan.parquet"])
     if what == "inspect --html":
-        return runner.invoke(app, ["inspect", out, "--html", f"{out}/report.html"])
+        return runner.invoke(app, ["inspect", "packed", "--html", f"{out}/report.html"])
+    if what == "pack -o":
+        return runner.invoke(app, pack_args("-o", f"{out}/sub"))
+    if what == "pack -o --engine ray":
+        return runner.invoke(app, [*pack_args("-o", f"{out}/sub"), "--engine", "ray"])
+    if what == "library pack":
+        import packtool
+        return packtool.pack(["toks.jsonl"], output=f"{out}/sub", cache_dir="cache")
+    if what == "library write_plan":
+        import packtool
+        from packtool.planning.plan_file import write_plan
+        return write_plan(packtool.plan(np.arange(1, 9)), f"{out}/plan.parquet")
+    if what == "library write_html":
+        from packtool.inspection.html import write_html
+        return write_html(None, f"{out}/report.html")
     if what == "train --save":
         from packtool.megatron.loop import check_save
-        return check_save(out, None, False)
+        return check_save(f"{out}/ckpt", None, False)
     from packtool.megatron.loop import check_json_log
     return check_json_log(SimpleNamespace(json_log=f"{out}/log.jsonl", load=None, inputs=(), overwrite=False))
 
 
-@pytest.mark.parametrize("what", ["plan -o", "inspect --html", "train --save", "train --json-log"])
-def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj, what):
+WRITERS = ["plan -o", "inspect --html", "pack -o", "pack -o --engine ray", "library pack",
+           "library write_plan", "library write_html", "train --save", "train --json-log"]
+
+
+@pytest.mark.parametrize("depth", ["", "x", "x/y"])
+@pytest.mark.parametrize("what", WRITERS)
+def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj, what, depth):
     assert runner.invoke(app, pack_args("-o", "packed")).exit_code == 0
-    before = sorted(os.listdir(proj / "packed"))
-    if what.startswith("train"):
-        pytest.importorskip("torch")
+    if depth:
+        os.makedirs(proj / "packed" / depth)
+    before = _files(proj / "packed")
+    out = os.path.join("packed", depth) if depth else "packed"
+    if what.startswith(("train", "library")):
+        if what.startswith("train"):
+            pytest.importorskip("torch")
         with pytest.raises(PacktoolOutputError, match="inside a packed output folder"):
-            _inside_packed(what, "packed")
+            _inside_packed(what, out)
     else:
-        r = _inside_packed(what, "packed")
+        r = _inside_packed(what, out)
         assert r.exit_code == 2 and "inside a packed output folder" in r.stderr, r.stdout + r.stderr
-    assert sorted(os.listdir(proj / "packed")) == before
+    assert _files(proj / "packed") == before and not _leftovers(proj)
+    if depth:
+        import shutil
+        shutil.rmtree(proj / "packed" / "x")
     assert runner.invoke(app, ["verify", "packed", "-q"]).exit_code == 0
 
 
