@@ -8,6 +8,11 @@ pair shares the machine's state): their median and a bootstrap 90% interval of t
 
     python bench/pack_before_after.py --before /path/to/old/tree --after . --n 1000000 --repeat 5
 
+`--chat-rows N` measures the raw chat path instead (the tokenize pipeline the pre-tokenized case
+skips): N distinct Taskmaster chats (bench/chat_memory.py's input) in JSON Lines -> `python -P -m
+packtool pack` with gpt2 + chatml, C=4096, --overflow split, a fresh cache and output each run;
+wall, the child's CPU and peak RSS (wait4).
+
 The child loads pyarrow before packtool, so both trees run on pyarrow's default pool (mimalloc)
 unless `--arrow-pool jemalloc` (what `packtool pack` picks) is given.
 """
@@ -34,6 +39,27 @@ def one(tree: str, kind: str, n: int, work: str, pool: str | None = None) -> dic
     return json.loads(lines[-1][7:])
 
 
+def one_chat(tree: str, data: str, work: str) -> dict:
+    import shutil
+    import time
+    from chat_memory import SHARED
+    shutil.rmtree(work, ignore_errors=True)
+    cmd = [sys.executable, "-P", "-m", "packtool", "pack", data, "--tokenizer",
+           os.path.join(SHARED, "tokenizers", "gpt2", "tokenizer.json"), "--chat-template", "chatml", "-C", "4096",
+           "--overflow", "split", "--cache-dir", os.path.join(work, "cache"), "-o", os.path.join(work, "out"),
+           "--no-progress"]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": tree}, cwd=tree, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{tree}: pack failed\n{err.decode(errors='replace')[-3000:]}")
+    shutil.rmtree(work, ignore_errors=True)
+    return {"seconds": wall, "cpu_seconds": ru.ru_utime + ru.ru_stime, "max_rss_mib": ru.ru_maxrss / 1024}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True)
@@ -46,18 +72,30 @@ def main() -> None:
     # on pyarrow's default pool (mimalloc), not the jemalloc that `packtool pack` picks
     ap.add_argument("--arrow-pool", choices=("jemalloc", "mimalloc", "system"),
                     help="Arrow's default memory pool in both trees' children (default: as the child loads it)")
+    ap.add_argument("--chat-rows", type=int, help="the raw chat path with this many rows (see above)")
     a = ap.parse_args()
     trees = {"before": os.path.abspath(a.before), "after": os.path.abspath(a.after)}
     works = {k: os.path.join(a.work, k) for k in trees}
+    if a.chat_rows:
+        from chat_memory import REAL_CHATS, make_data
+        os.makedirs(a.work, exist_ok=True)
+        data = os.path.join(a.work, f"chat_{a.chat_rows}.jsonl")
+        make_data(data, a.chat_rows, REAL_CHATS)
+        run = lambda k: one_chat(trees[k], data, works[k])  # noqa: E731
+    else:
+        run = lambda k: one(trees[k], "packtool", a.n, works[k], a.arrow_pool)  # noqa: E731
     for k, t in trees.items():  # numba's cache and the input file, not timed
         os.makedirs(works[k], exist_ok=True)
-        one(t, "warm", a.n, works[k], a.arrow_pool)
+        if a.chat_rows:
+            run(k)
+        else:
+            one(t, "warm", a.n, works[k], a.arrow_pool)
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(a.repeat):
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for k in order:
             load = os.getloadavg()[0]
-            r = one(trees[k], "packtool", a.n, works[k], a.arrow_pool)
+            r = run(k)
             runs[k].append(r)
             print(f"{k:6s} run {i}: {r['seconds']:.2f} s wall, {r['cpu_seconds']:.2f} s cpu "
                   f"(load {load:.2f})", flush=True)
@@ -75,7 +113,7 @@ def main() -> None:
               f"(90% interval {lo:.3f}-{hi:.3f}); pairs " + " / ".join(f"{r:.3f}" for r in ratios))
     if a.log:
         with open(a.log, "a") as f:
-            f.write(json.dumps({"n": a.n, "trees": trees, "arrow_pool": a.arrow_pool, "runs": runs}) + "\n")
+            f.write(json.dumps({"n": a.n, "chat_rows": a.chat_rows, "trees": trees, "arrow_pool": a.arrow_pool, "runs": runs}) + "\n")
 
 
 def _interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
