@@ -129,11 +129,23 @@ def read_manifest(directory: str) -> dict:
     return parse_manifest(data, path)
 
 
+def _store_manifest_bytes(loc) -> bytes:
+    """An object's bytes, up to the manifest bound: an object has no stat here worth a round
+    trip, so the read itself stops one byte past the bound."""
+    with loc.open_stream() as f:
+        data = f.read(MANIFEST_BYTES + 1)
+    if len(data) > MANIFEST_BYTES:
+        from packtool.tokenize.json_depth import mib
+        raise FormatError(f"is over the {mib(MANIFEST_BYTES)} any packtool manifest takes: not a packtool "
+                          f"manifest (a damaged or copied-over object?); re-run `packtool pack`", path=loc.shown)
+    return data
+
+
 def _read_store_manifest(directory: str) -> dict:
     loc = locate(directory)
     for name in (MANIFEST, LEGACY_MANIFEST):
         try:
-            return parse_manifest(loc.join(name).read_bytes(), loc.join(name).shown)
+            return parse_manifest(_store_manifest_bytes(loc.join(name)), loc.join(name).shown)
         except FileNotFoundError:
             continue
     if loc.is_file():

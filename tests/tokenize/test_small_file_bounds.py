@@ -35,6 +35,11 @@ def _manifest(tmp_path):
     return lambda: read_manifest(str(tmp_path / "out")), tmp_path / "out" / ".manifest.json"
 
 
+def _store_manifest(tmp_path):  # the object-store route, through a file:// URI
+    _sparse(tmp_path / "out" / ".manifest.json", MANIFEST_BYTES + 1)
+    return lambda: read_manifest(f"file://{tmp_path}/out"), tmp_path / "out" / ".manifest.json"
+
+
 def _tokenizer_config(tmp_path):
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{}")
@@ -65,7 +70,7 @@ def _lengths(name):
     return make
 
 
-SMALL = {"manifest": _manifest, "tokenizer_config": _tokenizer_config, "chat template": _template,
+SMALL = {"manifest": _manifest, "store manifest": _store_manifest, "tokenizer_config": _tokenizer_config, "chat template": _template,
          "hf state.json": _hf_state, "cache.json": _cache_json,
          **{f"lengths {e}": _lengths(f"l{e}") for e in (".txt", ".csv", ".tsv", ".jsonl")}}
 
