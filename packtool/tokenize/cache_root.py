@@ -17,8 +17,35 @@ from packtool.output.relations import input_problem, packed_problem
 
 
 def default_cache_dir() -> str:
-    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "packtool", "tokenized")
+    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(_home(), ".cache", "packtool", "tokenized")
+
+
+def _home() -> str:
+    """The home folder the default root lies under, refused unless it is an existing folder:
+    Python's expanduser turns HOME='' into '/' (a cache at the file system's root) and keeps a
+    relative or missing HOME as it is (a tree made from / down, a cache relative to the working
+    directory). HOME itself is never created. Unset HOME: the password database's, as expanduser."""
+    raw = os.environ.get("HOME")
+    home = os.path.expanduser("~") if raw is None else raw
+    why = ("is empty" if not home.strip() else "is not an absolute path" if not os.path.isabs(home)
+           else None if os.path.isdir(home) else "is not an existing folder")
+    if why:
+        said = f"HOME={home!r}" if raw is not None else f"HOME (unset; the user's entry gives {home!r})"
+        raise PacktoolOutputError(f"{said} {why}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
+                                  f"has no place; set HOME to your home folder, PACKTOOL_CACHE_DIR to a cache "
+                                  f"folder, or pass {arg('cache_dir')}", flag=cli_flag("cache_dir"))
+    return home
+
+
+def _cannot_make(base: str) -> str | None:
+    """Why no folder can be made in the existing folder `base` (None: one can): tried, since
+    permission bits do not say it for root, nor for /proc or /sys."""
+    import tempfile
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".packtool-probe-", dir=base))
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
 
 
 def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
@@ -49,6 +76,10 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     if not os.path.isdir(base):
         what = "is" if base == root else f"cannot be created: {base} is"
         refuse(f"{what} {describe_kind(base)}, not a folder")
+    if base != root:  # to be made: a base that takes no new folder failed later, naming no flag
+        why = _cannot_make(base)
+        if why:
+            refuse(f"cannot be created: {base} takes no new folder ({why})")
     # output.relations' rules, as for --output: entries written among the data (a root that
     # holds an input: `--cache-dir data` for data/x.jsonl) or inside an input folder are read as
     # data by the next `pack data/`; inside a packed output they are stray shards
@@ -67,7 +98,8 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
     fix = f"set PACKTOOL_CACHE_DIR to another folder (or pass {arg('cache_dir')})"
     if env:
         return default_cache_dir(), "PACKTOOL_CACHE_DIR", "PACKTOOL_CACHE_DIR", fix
-    return default_cache_dir(), "the default tokenized cache folder", cli_flag("cache_dir"), fix
+    return (default_cache_dir(), f"the default tokenized cache folder (under HOME={_home()})",
+            cli_flag("cache_dir"), fix)
 
 
 __all__ = ["check_cache_dir", "default_cache_dir"]

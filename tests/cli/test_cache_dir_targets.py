@@ -151,3 +151,33 @@ def test_a_good_cache_dir_is_still_taken_and_resolved(place, tmp_path, monkeypat
     res = packtool.pack([str(place / "ind")], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True,
                         cache_dir="~/new/cache")
     assert res.cache_path.startswith(str(tmp_path / "new" / "cache") + os.sep)
+
+
+# S32-10: the default root under a HOME that is no home. expanduser turned HOME='' into '/' (a
+# cache at the file system's root, even for --dry-run) and took a missing HOME as a tree to make
+# from / down; HOME=/proc failed later naming neither HOME nor the flag.
+HOMES = {"empty": "", "relative": "rel", "missing": "nohome/h", "a file": "notes.txt", "/proc": "/proc"}
+
+
+@pytest.mark.parametrize("home", HOMES)
+@pytest.mark.parametrize("kind, entry", [("library", e) for e in LIBRARY] + [("cli", e) for e in CLI])
+def test_every_entry_refuses_a_default_root_under_a_home_that_is_no_home(place, home, kind, entry, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.delenv("PACKTOOL_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    given = HOMES[home]
+    monkeypatch.setenv("HOME", given if given in ("", "rel", "/proc") else str(place / given))
+    at_root = os.path.exists("/.cache/packtool")
+    before = _snapshot(place)
+    if kind == "library":
+        with pytest.raises(PacktoolOutputError) as e:
+            LIBRARY[entry](place, None)
+        message, flag = str(e.value), "cache_dir"
+    else:
+        r = runner.invoke(app, CLI[entry](place, []))
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
+        message, flag = lines[0], "--cache-dir"
+    assert "HOME" in message and "PACKTOOL_CACHE_DIR" in message and flag in message, message
+    assert _snapshot(place) == before and os.listdir(tmp_path) == []
+    assert os.path.exists("/.cache/packtool") == at_root
