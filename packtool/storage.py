@@ -118,9 +118,11 @@ class Location:
         """A sequential Arrow stream (no decompression: the readers pick codecs by suffix)."""
         return self._call("open", self.fs.open_input_stream, self.path, compression=None)
 
-    def read_bytes(self) -> bytes:
+    def read_bytes(self, limit: int | None = None) -> bytes:
+        """`limit`: read at most one byte past it, so a caller can refuse an object over its
+        bound (a manifest, an intent) without holding it whole."""
         with self.open_stream() as f:
-            return f.read()
+            return f.read() if limit is None else f.read(limit + 1)
 
     def open_output(self):
         """A new object/file written whole: an object store makes it visible only at close

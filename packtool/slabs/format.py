@@ -132,8 +132,7 @@ def read_manifest(directory: str) -> dict:
 def _store_manifest_bytes(loc) -> bytes:
     """An object's bytes, up to the manifest bound: an object has no stat here worth a round
     trip, so the read itself stops one byte past the bound."""
-    with loc.open_stream() as f:
-        data = f.read(MANIFEST_BYTES + 1)
+    data = loc.read_bytes(MANIFEST_BYTES)
     if len(data) > MANIFEST_BYTES:
         from packtool.tokenize.json_depth import mib
         raise FormatError(f"is over the {mib(MANIFEST_BYTES)} any packtool manifest takes: not a packtool "

@@ -27,6 +27,7 @@ from packtool.storage import Location, is_uri, locate
 
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
 PENDING_PREFIX = ".packtool-pending-"
+INTENT_BYTES = 256 << 20  # an intent lists shard names: as many as a manifest at most
 # every shard name packtool writes: `slabs-NNNNN.parquet`, or with the 12-hex id of an
 # object-store run writing beside an earlier output (output/store.py) `slabs-RUN-NNNNN.parquet`;
 # a local folder holds the latter when it mirrors such a prefix (`aws s3 sync`)
@@ -149,7 +150,8 @@ def read_intents(where: "str | Location") -> dict[str, dict[str, list[str]] | No
     for n in loc.names():
         if n.startswith(PENDING_PREFIX):
             try:
-                out[n] = parse_intent(n, loc.join(n).read_bytes())
+                data = loc.join(n).read_bytes(INTENT_BYTES)  # past it: not one packtool wrote
+                out[n] = parse_intent(n, data) if len(data) <= INTENT_BYTES else None
             except FileNotFoundError:
                 continue  # its run just finished
     return out

@@ -22,6 +22,7 @@ from packtool.output.leftovers import owned_temp_dir, unmark
 from packtool.storage import Location, locate, shown
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
+META_BYTES = 256 << 20  # as the local cache.json's bound (cache.read_cache_json)
 
 
 def mirror_dir(store: str, local_root: str) -> str:
@@ -62,7 +63,8 @@ def recorded_files(entry: Location) -> list[str]:
     pulled or read. Objects a dead or concurrent build left beside them are never used."""
     import json
     try:
-        sums = json.loads(entry.join(ENTRY_META).read_bytes()).get("checksums")
+        data = entry.join(ENTRY_META).read_bytes(META_BYTES)  # past it: no entry's cache.json
+        sums = json.loads(data).get("checksums") if len(data) <= META_BYTES else None
     except (ValueError, AttributeError, FileNotFoundError):
         return []  # the pulled cache.json then fails the local check: rebuilt
     return sorted(n for n in sums if isinstance(n, str) and ".." not in n.split("/")) \

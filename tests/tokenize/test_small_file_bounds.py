@@ -116,3 +116,31 @@ def test_a_line_under_the_bound_is_read(tmp_path, monkeypatch):
     p.write_bytes((b'{"text": "' + b"a" * ((1 << 18) - 20) + b'"}\n') * 3)
     rows = sum(b.num_rows for f in resolve_inputs([str(p)]) for b in iter_batches(f, 1000))
     assert rows == 3 and os.path.getsize(p) > 1 << 18
+
+
+def _intent(tmp_path, pad: int):
+    from packtool.slabs.names import read_intents
+    name = ".packtool-pending-0123456789ab.json"
+    (tmp_path / name).write_bytes(b'{"new": ["slabs-00000.parquet"], "old": []}' + b" " * pad)
+    return read_intents(f"file://{tmp_path}")[name]
+
+
+def _store_cache_json(tmp_path, pad: int):
+    from packtool.storage import locate
+    from packtool.tokenize.store_cache import recorded_files
+    (tmp_path / "cache.json").write_bytes(b'{"checksums": {"part": "x"}}' + b" " * pad)
+    return recorded_files(locate(f"file://{tmp_path}"))
+
+
+# packtool's own small objects on a store, read through Location.read_bytes(limit): over the
+# bound each reads as "not one packtool wrote" (the caller's existing path) instead of whole.
+STORE = {"intent": (_intent, "packtool.slabs.names.INTENT_BYTES", None),
+         "store cache.json": (_store_cache_json, "packtool.tokenize.store_cache.META_BYTES", [])}
+
+
+@pytest.mark.parametrize("case", sorted(STORE))
+def test_a_store_object_over_its_bound_is_not_read_whole(tmp_path, monkeypatch, case):
+    read, bound, over = STORE[case]
+    monkeypatch.setattr(bound, 1 << 12, raising=False)
+    assert read(tmp_path, 100) not in (over, None, [])  # under the bound: read as before
+    assert read(tmp_path, 1 << 13) == over
