@@ -167,11 +167,27 @@ def _refuse_inside(output: str, inputs, cache_dir) -> None:
             raise PacktoolOutputError(f"is inside the input prefix {locate(p).shown} (a later pack of it "
                                       f"would read the slabs as data); give an {arg('output')} outside it", path=shown,
                                       flag=cli_flag("output"))
+    _refuse_in_packed_prefix(output, shown)
     if cache_dir and is_uri(cache_dir):
         cache = locate(cache_dir).shown.rstrip("/") + "/"
         if cache.startswith(out) or out.startswith(cache):
             raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
                                       f"{locate(cache_dir).shown}; give another {arg('output')} (or {arg('cache_dir')})",
+                                      path=shown, flag=cli_flag("output"))
+
+
+def _refuse_in_packed_prefix(output: str, shown: str) -> None:
+    """output.relations.packed_problem on a store: no prefix above the output (up to the
+    bucket) holds a manifest, or its readers would take the new slabs for stray shards (S32-2)."""
+    from packtool.manifest_name import manifest_file
+    from packtool.output.relations import STRAY
+    base, q, query = output.partition("?")  # the query (endpoint, options) stays with each prefix
+    parts = base.rstrip("/").split("/")  # scheme:, "", bucket, key parts
+    for i in range(len(parts) - 1, 2, -1):
+        up = "/".join(parts[:i]) + q + query
+        if manifest_file(up) is not None:
+            raise PacktoolOutputError(f"is inside a packed output folder ({locate(up).shown}), {STRAY}; give "
+                                      f"another {arg('output')}, a new prefix outside any packed output",
                                       path=shown, flag=cli_flag("output"))
 
 

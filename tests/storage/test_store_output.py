@@ -226,3 +226,14 @@ def test_a_store_output_is_never_inside_an_input_prefix_or_the_cache(s3, tmp_pat
                                  "--engine", engine])
     assert r.exit_code == 2 and needle in r.output, r.output
     assert locate(f"{s3}/raw").names() == ["gsm.jsonl"]
+
+
+@pytest.mark.parametrize("depth", ["sub", "x/y"])
+def test_a_store_output_inside_a_packed_prefix_is_refused(s3, cache_dir, depth):
+    """S32-2 on a store: `pack -o s3://b/packed/x/y` left the packed output above it with stray
+    shards; refused before any work, as a local folder is (output.relations.packed_problem)."""
+    _pack(f"{s3}/packed", cache_dir)
+    before = _objects(f"{s3}/packed")
+    with pytest.raises(PacktoolOutputError, match="inside a packed output folder"):
+        _pack(f"{s3}/packed/{depth}", cache_dir)
+    assert _objects(f"{s3}/packed") == before
