@@ -110,11 +110,21 @@ class SideColumn:
             raise PacktoolFormatError(f"{where}: side_columns entry {d!r} is not an object with a name; "
                                       f"the manifest is edited or damaged: re-run `packtool pack`")
         try:
-            return cls(name=d["name"], dtype=d.get("dtype"), width=d.get("width", 1), fill=d.get("fill"),
-                       kind=d.get("kind", "values"))
+            col = cls(name=d["name"], dtype=d.get("dtype"), width=d.get("width", 1), fill=d.get("fill"),
+                      kind=d.get("kind", "values"))
         except PacktoolInputError as e:
             what = re.sub(r" \(see --[a-z-]+\)$", "", str(e))  # a manifest has no flags to name
             raise PacktoolFormatError(f"{where}: side_columns: {what}; the manifest is edited or damaged") from None
+        # a stored output holds FORMAT.md's fill, which pack always writes: another (pads rewritten
+        # to match) would be shifted into every target-aligned batch as a made-up value; bit for
+        # bit, as pads are held, so -0.0 is not 0.0
+        want = cls(col.name, col.dtype, col.width, kind=col.kind).fill
+        bits = f"i{col.np_dtype.itemsize}"
+        if np.asarray(col.fill, col.np_dtype).view(bits) != np.asarray(want, col.np_dtype).view(bits):
+            raise PacktoolFormatError(f"{where}: side_columns: side column {col.name!r} ({col.dtype}) has fill "
+                                      f"{col.fill!r}, FORMAT.md's is {want!r} (packtool writes no other); the "
+                                      f"manifest is edited or damaged: re-run `packtool pack`")
+        return col
 
     def filled(self, n: int) -> np.ndarray:
         """n tokens' worth of fill: shape (n,) for width 1, (n, width) otherwise."""

@@ -259,5 +259,5 @@ def random_side(seqs, k: int = 4, seed: int = 0):
             n = int(rng.integers(1, k + 1))
             rows[j, :n] = np.concatenate(([ids[j]], VOCAB + rng.permutation(50)[:n - 1]))
         sup.append(rows)
-    return [(SideColumn("old_logprobs", "float32"), lp), (SideColumn("returns", "float64", fill=-9.0), ret),
+    return [(SideColumn("old_logprobs", "float32"), lp), (SideColumn("returns", "float64"), ret),
             (SideColumn("support", "int32", width=k, kind="support"), sup)]

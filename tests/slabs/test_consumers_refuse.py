@@ -572,7 +572,7 @@ def test_verify_names_the_null(corpus, corruption):
 # --- side columns (FORMAT.md "Side columns"): a pack with `lp` (float32) and `sup` (K int32, support)
 
 SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_null_support_value", "side_length",
-                "side_fill_float", "side_fill_negative_zero", "side_fill_rows", "side_decl_fill")
+                "side_fill_float", "side_fill_negative_zero", "side_fill_rows")  # a manifest fill: test_side_fill_rule
 # verify's alone (FORMAT.md, "What a reader checks"): a count over the whole output, a compiled pass
 VERIFY_ONLY = ("side_nonfinite", "support_order", "support_absent", "support_twice", "support_empty_on_loss")
 
@@ -597,15 +597,10 @@ def side_corpus(tmp_path_factory):
         if name not in made:
             d = str(root / name)
             shutil.copytree(clean, d)
-            if name == "side_decl_fill":  # the manifest's fill edited: every pad now disagrees
-                m = read_manifest(d)
-                m["side_columns"][0]["fill"] = 1.0
-                save_manifest(d, m)
-            else:
-                shard = read_manifest(d)["shards"][0]["file"]
-                t = pq.read_table(os.path.join(d, shard))
-                pq.write_table(plant_side(t, name), os.path.join(d, shard), compression="zstd")
-                resign(d, shard)
+            shard = read_manifest(d)["shards"][0]["file"]
+            t = pq.read_table(os.path.join(d, shard))
+            pq.write_table(plant_side(t, name), os.path.join(d, shard), compression="zstd")
+            resign(d, shard)
             made[name] = d
         return made[name]
     return get
