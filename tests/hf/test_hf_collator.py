@@ -317,12 +317,12 @@ def test_side_columns_are_batch_keys_as_stored_and_label_shifted(side_slabs, kee
     assert ((sup == ids[trained + 1, None]).sum(1) == 1).all()
     # every segment's last position holds the fill: no value crosses a segment boundary
     ends = [e - 1 for _, e in segments(b)]
-    assert (b["shift_returns"][0, ends] == -9.0).all() and (b["shift_support"][0, ends] == -1).all()
+    assert (b["shift_returns"][0, ends] == 0.0).all() and (b["shift_support"][0, ends] == -1).all()
     if not keep_pads:  # pads dropped like labels: exactly each sequence's own values
         order = [i for f in range(4) for i in bins[int(ds.order[f])]]
         want = np.concatenate([side[1][1][i] for i in order])
         assert np.array_equal(b["returns"][0].numpy(), want)
-        want_shift = np.concatenate([np.append(side[1][1][i][1:], -9.0) for i in order])
+        want_shift = np.concatenate([np.append(side[1][1][i][1:], 0.0) for i in order])
         assert np.array_equal(b["shift_returns"][0].numpy(), want_shift)
 
 

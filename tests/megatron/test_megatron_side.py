@@ -39,7 +39,7 @@ def _check_batch(mb):
     assert ((sup == lab[:, None]).sum(1) == 1).all()
     real = mb.input_ids[0].numpy() != 0
     assert np.array_equal(mb.side["old_logprobs"][0][real].numpy(), logprob_of(mb.input_ids[0][real].numpy()))
-    assert (mb.side["returns"][0][~real] == -9.0).all() and (mb.side["support"][0][~real] == -1).all()
+    assert (mb.side["returns"][0][~real] == 0.0).all() and (mb.side["support"][0][~real] == -1).all()
     assert mb.side["support"].shape[-1] == 4 and mb.side["support"].dtype == torch.int32
     assert mb.side["returns"].dtype == torch.float64
 
