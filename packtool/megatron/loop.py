@@ -24,11 +24,12 @@ import numpy as np
 import torch
 
 from packtool.errors import PacktoolConfigError, arg, missing
+from packtool.integers import INT64_MAX, int_value
 from packtool.megatron.checkpoint import CKPT, check_resumed_shape, check_save, load_checkpoint, restore, save_checkpoint
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
-from packtool.megatron.model import GPTShape, build_gpt, loss_sum
+from packtool.megatron.model import GPTShape, build_gpt, loss_sum, positive_real
 from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
 from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
 from packtool.slabs.format import SlabManifest
@@ -73,6 +74,11 @@ class TrainConfig:
             raise bad_choice(PacktoolConfigError, "device", self.device, DEVICES)
         if self.lm_head not in LM_HEADS:
             raise bad_choice(PacktoolConfigError, "lm_head", self.lm_head, LM_HEADS)
+        # the schedule's numbers: a negative count or an inf/NaN rate ran, or ran on NaN loss, without a word
+        for name in ("steps", "warmup", "log_every", "save_every"):
+            setattr(self, name, int_value(name, getattr(self, name), 0, INT64_MAX, error=PacktoolConfigError))
+        for name in ("lr", "weight_decay", "clip_grad"):
+            setattr(self, name, positive_real(name, getattr(self, name), zero=True))
 
 @dataclass
 class StepRecord:

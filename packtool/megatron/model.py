@@ -16,11 +16,13 @@ CPU. Two things stop megatron-core 0.16.1 from running on a CPU-only torch, both
 """
 from __future__ import annotations
 
+import math
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -28,7 +30,8 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from packtool.errors import PacktoolConfigError, bad_choice
+from packtool.errors import PacktoolConfigError, arg, bad_choice
+from packtool.integers import INT32_MAX, int_value, short
 from packtool.megatron.attention import PackedCoreAttention
 from packtool.megatron.fused import rms_norm
 from packtool.megatron.thd import ThdBatch
@@ -45,6 +48,20 @@ class GPTShape:
     max_seq: int = 8192
     rope_base: int = 10000
 
+    def __post_init__(self) -> None:
+        # checked here, before a model is built: megatron met a bad shape as a ZeroDivisionError,
+        # a shape mismatch or a float multiplying a list (exit 3), and rope_base <= 0 trained on NaN
+        for name in ("layers", "hidden", "heads", "ffn", "vocab", "max_seq", "kv_heads"):
+            object.__setattr__(self, name, int_value(name, getattr(self, name), 1, INT32_MAX,
+                                                     optional=name == "kv_heads", error=PacktoolConfigError))
+        object.__setattr__(self, "rope_base", positive_real("rope_base", self.rope_base))
+        if self.hidden % self.heads:
+            raise PacktoolConfigError(f"{arg('heads', self.heads)} must divide {arg('hidden', self.hidden)} "
+                                      f"(each head takes hidden/heads channels): give a divisor of {self.hidden}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise PacktoolConfigError(f"{arg('kv_heads', self.kv_heads)} must divide {arg('heads', self.heads)} "
+                                      f"(query heads share each KV head): give a divisor of {self.heads}")
+
     def params(self) -> int:
         """Parameter count (embedding + output layer + blocks)."""
         kv = self.kv_heads or self.heads
@@ -52,6 +69,16 @@ class GPTShape:
         attn = self.hidden * (self.heads * hd + 2 * kv * hd) + self.heads * hd * self.hidden
         mlp = 3 * self.hidden * self.ffn
         return 2 * self.vocab * self.hidden + self.layers * (attn + mlp + 2 * self.hidden) + self.hidden
+
+
+def positive_real(name: str, value, zero: bool = False) -> float:
+    """A finite real number above 0 (or at least 0 with `zero`): inf or NaN trained on NaN loss
+    for the whole run and exited 0; a bool is not a number here."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        least = "at least 0" if zero else "above 0"
+        raise PacktoolConfigError(f"{arg(name)} must be a finite number {least}, got {short(value)}")
+    return value
 
 
 class PackedRMSNorm(torch.nn.RMSNorm):

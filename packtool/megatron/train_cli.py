@@ -9,21 +9,51 @@ from typing import Annotated, Optional
 
 import typer
 
-from packtool.errors import PacktoolConfigError, PacktoolInputError
+from packtool.errors import PacktoolConfigError, PacktoolInputError, spelled_as
 
 _SHAPE_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4}
+# TrainConfig's arguments whose flag FLAG_OF (packtool.cli.flags) does not list
+_FLAGS = {"steps": "--steps", "lr": "--lr", "warmup": "--warmup", "log_every": "--log-every",
+          "save_every": "--save-every"}
 _SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_base")
 
 
 def _yaml_shape(path: str) -> dict:
+    """The model shape keys of --config FILE (their values are GPTShape's to check)."""
     import yaml
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
-    bad = sorted(set(raw) - set(_SHAPE_KEYS) - {"vocab"})
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:  # the user's file, not a packtool bug; an unsafe tag (!!python/...) too
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise PacktoolInputError(f"is not a YAML file packtool reads{where} ({what}): give a mapping such as "
+                                 f"`layers: 2` (plain YAML, no tags)", path=path, flag="--config") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise PacktoolInputError(f"holds a {type(raw).__name__}, not a mapping of keys: give e.g. `layers: 2`",
+                                 path=path, flag="--config")
+    bad = sorted(set(map(str, raw)) - set(_SHAPE_KEYS))  # vocab: the manifest's or --vocab-size
     if bad:
         raise PacktoolInputError(f"unknown keys {bad}; allowed: {list(_SHAPE_KEYS)} (see --config)", path=path,
                                  flag="--config")
     return raw
+
+
+def _shape(man, typed: dict, yaml_keys: dict, config: str | None, vocab_size: int | None, tp: int):
+    """GPTShape from the flags typed, --config's keys over them, and the defaults; a --config
+    value GPTShape refuses is named as FILE: key, a flag's value as the flag."""
+    from packtool.integers import INT32_MAX, int_value
+    from packtool.megatron.model import GPTShape, padded_vocab
+    kw = {**_SHAPE_DEFAULTS, **typed, **yaml_keys}
+    with spelled_as({k: f"{config}: {k}" for k in yaml_keys}):
+        if kw.get("ffn") is None:  # its default is made from hidden: hidden is checked first
+            hidden = int_value("hidden", kw["hidden"], 1, INT32_MAX, error=PacktoolConfigError)
+            kw["ffn"] = -(-int(hidden * 8 / 3) // 64) * 64
+        kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
+        kw.setdefault("max_seq", max(8192, man.alignment.usable))
+        return GPTShape(**kw)
 
 
 def _pick_device(device: str | None, err) -> str:
@@ -129,25 +159,18 @@ def train_command(
     man = SlabManifest.read(data_dir)
     check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
     from packtool.megatron.loop import TrainConfig, train
-    from packtool.megatron.model import GPTShape, padded_vocab
     shape, resume_shape = None, {}
     # the shape flags default to None so that one typed with --load is told from one left out
     typed = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("ffn", ffn)) if v is not None}
     if load:  # the checkpoint holds the shape: what was typed or configured must agree with it
         resume_shape = {**typed, **(_yaml_shape(config) if config else {})}
     else:
-        kw = {**_SHAPE_DEFAULTS, **typed}
-        if config:
-            kw.update(_yaml_shape(config))
-        if kw.get("ffn") is None:
-            kw["ffn"] = -(-int(kw["hidden"] * 8 / 3) // 64) * 64
-        kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
-        kw.setdefault("max_seq", max(8192, man.alignment.usable))
-        shape = GPTShape(**{k: v for k, v in kw.items() if v is not None})
-    cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
-                      warmup=warmup, micro_batch_tokens=micro_batch_tokens,
-                      grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
-                      log_every=log_every, json_log=json_log, load=load, save=save,
-                      save_every=save_every, overwrite=overwrite, resume_shape=resume_shape,
-                      inputs=(config,) if config else ())
+        shape = _shape(man, typed, _yaml_shape(config) if config else {}, config, vocab_size, tp)
+    with spelled_as(_FLAGS):  # TrainConfig's checks name this command's flags
+        cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
+                          warmup=warmup, micro_batch_tokens=micro_batch_tokens,
+                          grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
+                          log_every=log_every, json_log=json_log, load=load, save=save,
+                          save_every=save_every, overwrite=overwrite, resume_shape=resume_shape,
+                          inputs=(config,) if config else ())
     train(cfg)

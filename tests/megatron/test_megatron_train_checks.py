@@ -1,0 +1,74 @@
+"""`packtool train`'s model and optimizer values are checked before any work (GPTShape,
+TrainConfig): each bad one is one line naming the flag, or the --config file and key, exit 2;
+they were exit 3 "packtool bug", a run on NaN loss that exited 0, or `true` taken as 1."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("typer")
+from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.errors import PacktoolConfigError  # noqa: E402
+from packtool.megatron.loop import TrainConfig  # noqa: E402
+from packtool.megatron.model import GPTShape  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def slabs(tmp_path_factory):
+    align = Alignment(fp8="tensorwise", capacity=64)
+    seqs = random_sequences(12, 3, 30, seed=8)
+    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
+
+
+FLAGS = [("--heads 3", "--heads 3 must divide --hidden 64"), ("--layers 0", "--layers"),
+         ("--hidden 0", "--hidden"), ("--ffn -1", "--ffn"), ("--lr inf", "--lr"), ("--lr nan", "--lr"),
+         ("--lr -1", "--lr"), ("--warmup -1", "--warmup"), ("--steps -1", "--steps"),
+         ("--log-every -1", "--log-every"), ("--save-every -2", "--save-every")]
+CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "layers"), ("layers: true", "layers"),
+          ("layers: 0", "layers"), ("rope_base: -5", "rope_base"), ("rope_base: .nan", "rope_base"),
+          ("rope_base: .inf", "rope_base"), ("rope_base: x", "rope_base"), ("kv_heads: 3", "kv_heads=3 must divide"),
+          ("hidden: 1.5", "hidden"), ("max_seq: 0", "max_seq"), ("heads: 5", "heads"),
+          ("layers: [", "line 2"), ('layers: !!python/object/apply:os.system ["true"]', "line 1"),
+          ("- 1", "not a mapping"), ("vocab: 5", "unknown keys")]
+
+
+@pytest.mark.parametrize("flags, said", FLAGS + [(f"--config {y}", s) for y, s in CONFIG],
+                         ids=[f for f, _ in FLAGS] + [y for y, _ in CONFIG])
+def test_every_model_and_optimizer_value_is_checked_before_any_work(slabs, tmp_path, flags, said):
+    from packtool.cli.app import app
+    args = flags.split()
+    if args[0] == "--config":
+        (tmp_path / "m.yaml").write_text(flags.split(" ", 1)[1] + "\n")
+        args = ["--config", str(tmp_path / "m.yaml")]
+    r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", "--save",
+                                 str(tmp_path / "ck"), *args] if "--steps" not in flags else
+                           ["train", slabs, "--device", "cpu", *args])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and said in errors[0], r.stderr
+    if args[0] == "--config":
+        assert "m.yaml" in errors[0], errors
+    assert not (tmp_path / "ck").exists()  # nothing trained, nothing saved
+
+
+SHAPE = dict(layers=1, hidden=32, heads=2, ffn=64, vocab=128)
+
+
+@pytest.mark.parametrize("key, value", [("layers", 0), ("layers", True), ("hidden", 2.0), ("heads", 3),
+                                        ("ffn", None), ("vocab", -1), ("kv_heads", 0), ("kv_heads", 3),
+                                        ("max_seq", "8"), ("rope_base", 0), ("rope_base", float("nan")),
+                                        ("rope_base", False)])
+def test_library_shape_names_the_argument(key, value):
+    with pytest.raises(PacktoolConfigError, match=rf"\b{key}\b"):
+        GPTShape(**{**SHAPE, key: value})
+
+
+@pytest.mark.parametrize("key, value", [("steps", -1), ("steps", 1.5), ("warmup", -1), ("log_every", True),
+                                        ("save_every", -1), ("lr", float("inf")), ("lr", -1e-3),
+                                        ("weight_decay", float("nan")), ("clip_grad", -1.0)])
+def test_library_train_config_names_the_argument(key, value):
+    with pytest.raises(PacktoolConfigError, match=rf"^{key}\b"):
+        TrainConfig(data_dir="d", **{key: value})
