@@ -40,8 +40,9 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from packtool.errors import PacktoolIndexError, PacktoolInputError
+from packtool.errors import PacktoolConfigError, PacktoolIndexError, PacktoolInputError
 from packtool.layout import shift_like_labels
+from packtool.params import checked
 from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
@@ -66,8 +67,9 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
     if planned_dp > 1:
         if world_size != planned_dp:
             raise PacktoolInputError(f"the slabs were packed with dp={planned_dp} but training runs "
-                                     f"{world_size} data-parallel ranks: re-pack with dp={world_size} "
-                                     f"(`packtool pack --dp {world_size}`), or with dp=1 for round-robin dealing")
+                                     f"{world_size} data-parallel ranks: pass world_size={planned_dp} and this "
+                                     f"process's rank, or re-pack with `packtool pack --dp {world_size}` (or "
+                                     f"without --dp for round-robin dealing)")
         order = np.lexsort((index.microbatch, index.step, index.dp_rank))  # rank-major
         owner = index.dp_rank[order]
     else:
@@ -134,6 +136,10 @@ class SlabDataset(Dataset):
 
     def __init__(self, path: str, rank: int | None = None, world_size: int = 1,
                  per_device_batch: int = 1, row_group_cache: int = 2):
+        rank, world_size, per_device_batch, row_group_cache = (
+            checked(k, v, PacktoolConfigError) for k, v in (("rank", rank), ("world_size", world_size),
+                                                            ("per_device_batch", per_device_batch),
+                                                            ("row_group_cache", row_group_cache)))
         self.path = path
         self.manifest = SlabManifest.read(path)
         self.index = SlabIndex.build(self.manifest)

@@ -25,6 +25,12 @@ RANGES = {
     "shard_tokens": (1, INT64_MAX, False), "workers": (1, WORKERS_MAX, True),
     "plan_shard_rows": (0, INT64_MAX, True), "max_problems": (0, INT64_MAX, False),
     "batch_rows": (1, INT32_MAX, False), "batch_size": (1, INT32_MAX, False), "num_cpus": (1, INT32_MAX, True),
+    # the datasets' (packtool.hf.SlabDataset, packtool.megatron.PackedSlabDataset); a rank's upper
+    # bound is its size, checked by the dataset once both are
+    "rank": (0, INT32_MAX, True), "world_size": (1, INT32_MAX, False), "per_device_batch": (1, INT32_MAX, False),
+    "row_group_cache": (1, INT32_MAX, False), "dp_rank": (0, INT32_MAX, False), "dp_size": (1, INT32_MAX, False),
+    "cp_rank": (0, MAX_DEGREE, False), "cp_size": (1, MAX_DEGREE, True), "grad_accum": (1, INT32_MAX, False),
+    "micro_batch_tokens": (1, INT64_MAX, True),
 }
 PATHS = {"directory": False, "output": True, "cache_dir": True, "source_dir": True, "path": True,
          "tokenizer": True, "chat_template": True}

@@ -38,6 +38,7 @@ from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 from packtool.align import Alignment
 from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
+from packtool.params import checked
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -82,6 +83,11 @@ class PackedSlabDataset:
                  cp_size: int | None = None, seed: int = 0, grad_accum: int = 1,
                  micro_batch_tokens: int | None = None, device: Any = "cpu",
                  cp_group: Any = None, dp_group: Any = None, row_group_cache: int = 2):
+        (dp_rank, dp_size, cp_rank, cp_size, seed, grad_accum, micro_batch_tokens, row_group_cache) = (
+            checked(k, v, PacktoolConfigError) for k, v in (
+                ("dp_rank", dp_rank), ("dp_size", dp_size), ("cp_rank", cp_rank), ("cp_size", cp_size),
+                ("seed", seed), ("grad_accum", grad_accum), ("micro_batch_tokens", micro_batch_tokens),
+                ("row_group_cache", row_group_cache)))
         self.manifest = SlabManifest.read(path)
         self.align = self.manifest.alignment
         self.index = SlabIndex.build(self.manifest)
