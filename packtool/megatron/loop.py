@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
-from packtool.errors import PacktoolConfigError, arg, missing
+from packtool.errors import PacktoolConfigError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.integers import INT64_MAX, int_value
 from packtool.megatron.checkpoint import CKPT, check_resumed_shape, check_save, load_checkpoint, restore, save_checkpoint
 from packtool.megatron.compat import check_training_layout
@@ -118,6 +118,18 @@ def _is_step_log(path: str) -> bool:
     except (ValueError, TypeError, RecursionError):
         return False
 
+def refuse_inside_checkpoints(cfg: TrainConfig) -> None:
+    """--json-log never inside the --save or --load folder: check_save lets only checkpoint files
+    live there, so a log the run wrote (or one a checkpoint overwrote) stopped the resume."""
+    from packtool.output.relations import is_inside, real_path
+    for name in ("save", "load"):
+        folder = getattr(cfg, name)
+        if folder and is_inside(real_path(cfg.json_log), real_path(folder)):
+            raise PacktoolOutputError(f"is inside the {arg(name)} folder {folder}, which holds checkpoint files "
+                                      f"only; write {arg('json_log')} beside that folder", path=cfg.json_log,
+                                      flag=cli_flag("json_log"))
+
+
 def check_json_log(cfg: TrainConfig) -> bool:
     """--json-log, before any work: a file packtool may write (packtool.output's rules), never
     the run's inputs nor inside a packed output; an existing log of packtool train is appended
@@ -126,6 +138,7 @@ def check_json_log(cfg: TrainConfig) -> bool:
     from packtool.output.files import check_log_file
     from packtool.output.folder import refuse_inside_packed
     refuse_inside_packed(cfg.json_log, "json_log")
+    refuse_inside_checkpoints(cfg)
     ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if CKPT.match(n)] \
         if cfg.load and os.path.isdir(cfg.load) else []
     return check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,

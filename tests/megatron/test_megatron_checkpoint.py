@@ -117,3 +117,22 @@ def test_load_takes_the_shape_flags_that_agree(run, app):
     r = CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--load", str(ck),
                                  "--hidden", "32", "--layers", "1", "--heads", "2"])
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("where", ["save folder itself", "save/mp_rank_00.pt", "save/log.jsonl", "save/sub/log.jsonl",
+                                   "load/log.jsonl", "link to save/log.jsonl"])
+def test_json_log_is_never_inside_a_checkpoint_folder(run, tmp_path, app, where):
+    """check_save lets only checkpoints live in --save: a log there was overwritten by the
+    checkpoint (same name) or stopped the documented `--load ck --save ck` resume."""
+    data, good = run
+    shutil.copytree(good, tmp_path / "load")
+    (tmp_path / "save").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "save")
+    log = {"save folder itself": "save", "link to save/log.jsonl": "link/log.jsonl"}.get(where, where)
+    flags = ["--load", str(tmp_path / "load")] if where.startswith("load") else []
+    r = CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--save", str(tmp_path / "save"),
+                                 "--json-log", str(tmp_path / log), *flags])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "--json-log" in errors[0], r.stderr
+    assert sorted(p.name for p in (tmp_path / "save").iterdir()) == []
