@@ -17,6 +17,7 @@ from packtool.inspection.report import (
     overflow_from_chunks,
     reassemble,
 )
+from packtool.arrays import first_null
 from packtool.integers import int_array
 from packtool.layout import compute_layout
 from packtool.params import arguments, expect
@@ -61,11 +62,15 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     refuse_special_input(path, "plan", InspectError)
     try:
         t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
-                                          "length", "padded"])
+                                          "length", "padded", "start"])
     except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
         raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
                            f"write it with `packtool plan --output`") from None
     alignment, packing = plan_settings(path, alignment, packing)
+    for c in t.column_names:  # a null reads back as a made-up number (-2^63)
+        r = first_null(t.column(c))
+        if r >= 0:
+            raise InspectError(f"{path}: segment row {r}: column {c!r} holds a null; {_REWRITE}")
     col = {c: t.column(c).to_numpy() for c in t.column_names}
     slab = col["slab"].astype(np.int64)
     if slab.size and (np.diff(slab) < 0).any():
@@ -75,12 +80,24 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     seg_len = col["length"].astype(np.int64)
     lay = compute_layout(seg_len, offsets, alignment)
     stored = col["padded"].astype(np.int64)
+    # a file that records its settings was read with them: a row that disagrees was edited
+    from packtool.planning.plan_file import read_plan_config
+    recorded = read_plan_config(path) is not None
+    fix = (_REWRITE if recorded else f"pass the same {'/'.join(arg(n) for n in ('tp', 'cp', 'sp', 'fp8', 'capacity', 'fixed_length', 'convention'))} as `plan`")
+    if (seg_len < 1).any():
+        i = int(np.flatnonzero(seg_len < 1)[0])
+        raise InspectError(f"{path}: segment row {i} has length {int(seg_len[i])}; every segment holds at least "
+                           f"one token; {_REWRITE}")
     if not np.array_equal(lay.seg_padded[~lay.is_fill], stored):
         i = int(np.flatnonzero(lay.seg_padded[~lay.is_fill] != stored)[0])
         raise InspectError(
-            f"{path}: segment row {i} is padded to {int(stored[i])} in the file but "
-            f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: "
-            f"pass the same {'/'.join(arg(n) for n in ('tp', 'cp', 'sp', 'fp8', 'capacity', 'fixed_length', 'convention'))} as `plan`")
+            f"{path}: segment row {i} (length {int(seg_len[i])}) is padded to {int(stored[i])} in the file but "
+            f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: {fix}")
+    start = col["start"].astype(np.int64)
+    if not np.array_equal(lay.seg_start[~lay.is_fill], start):  # overlapping or gapped segments
+        i = int(np.flatnonzero(lay.seg_start[~lay.is_fill] != start)[0])
+        raise InspectError(f"{path}: segment row {i} starts at {int(start[i])} of its slab in the file, but the "
+                           f"segments before it end at {int(lay.seg_start[~lay.is_fill][i])}; {_REWRITE}")
     first = offsets[:-1]
     single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
     over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
@@ -93,11 +110,37 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
             flag=cli_flag(alignment.usable_arg))
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
+    _check_coverage(path, src, chunk)
     ovf = overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
     src_len = reassemble(src, seg_len)
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
                  col["step"][first], ovf, int(src_len.size), src_len)
     return build_report("plan", path, ss, compare, what_if, t0)
+
+
+_REWRITE = "the file was edited or damaged: write it again with `packtool plan --output`"
+
+
+def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray) -> None:
+    """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... (as a packed
+    output's slabs are held, slabs.check.check_coverage): a repeated or missing row would be
+    reported as a good plan."""
+    order = np.lexsort((chunk, src))
+    s, c = src[order], chunk[order]
+    same = np.concatenate(([False], s[1:] == s[:-1]))
+    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
+    bad = np.flatnonzero(c != want)
+    if bad.size:
+        j = int(bad[0])
+        what = "is planned twice" if same[j] and c[j] == c[j - 1] else f"is numbered {int(c[j])}, expected {int(want[j])}"
+        raise InspectError(f"{path}: source row {int(s[j])} chunk {int(c[j])} {what} (segment row "
+                           f"{int(order[j])}); {_REWRITE}")
+    rows = s[~same]
+    gap = np.flatnonzero(rows != np.arange(rows.size))
+    if gap.size:
+        j = int(gap[0])
+        raise InspectError(f"{path}: source row {j} is in no segment (the rows planned run "
+                           f"{int(rows[0])}..{int(rows[-1])}); {_REWRITE}")
 
 
 def plan_settings(path: str, alignment: Alignment | None,
