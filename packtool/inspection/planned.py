@@ -110,7 +110,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
             flag=cli_flag(alignment.usable_arg))
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
-    _check_coverage(path, src, chunk)
+    _check_coverage(path, src, chunk, t.schema.metadata)
     ovf = overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
     src_len = reassemble(src, seg_len)
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
@@ -121,7 +121,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
 _REWRITE = "the file was edited or damaged: write it again with `packtool plan --output`"
 
 
-def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray) -> None:
+def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, meta) -> None:
     """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... (as a packed
     output's slabs are held, slabs.check.check_coverage): a repeated or missing row would be
     reported as a good plan."""
@@ -141,6 +141,16 @@ def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray) -> None:
         j = int(gap[0])
         raise InspectError(f"{path}: source row {j} is in no segment (the rows planned run "
                            f"{int(rows[0])}..{int(rows[-1])}); {_REWRITE}")
+    import json
+
+    from packtool.planning.plan_file import META_KEY
+    try:  # read_plan_config has parsed this metadata already (or there is none: an older file)
+        n = json.loads((meta or {}).get(META_KEY, b"{}")).get("num_sequences")
+    except (ValueError, AttributeError):
+        n = None
+    if isinstance(n, int) and n != rows.size:  # the last rows dropped leave no gap
+        raise InspectError(f"{path}: the segments hold source rows 0..{rows.size - 1}, the file's settings say "
+                           f"{n} sequences; {_REWRITE}")
 
 
 def plan_settings(path: str, alignment: Alignment | None,
