@@ -69,7 +69,7 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
             raise PacktoolInputError(f"the slabs were packed with dp={planned_dp} but training runs "
                                      f"{world_size} data-parallel ranks: pass world_size={planned_dp} and this "
                                      f"process's rank, or re-pack with `packtool pack --dp {world_size}` (or "
-                                     f"without --dp for round-robin dealing)")
+                                     f"`packtool pack` without `--dp`, for round-robin dealing)")
         order = np.lexsort((index.microbatch, index.step, index.dp_rank))  # rank-major
         owner = index.dp_rank[order]
     else:
