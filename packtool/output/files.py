@@ -140,7 +140,8 @@ def refuse_special_input(path: str, flag: str | None = None, error=None) -> None
 
 
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
-                   inputs: Iterable[str] = (), replace_flag: str = "overwrite") -> str:
+                   inputs: Iterable[str] = (), replace_flag: str = "overwrite",
+                   manifest: bool = False) -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
     special file; one of the run's `inputs`, or a name inside a packed output or an input folder
     (output.relations); an existing file unless `replace`; a missing or read-only folder.
@@ -162,7 +163,8 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
             raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
                                       flag=flag)
-    problem = packed_problem(p) or input_problem(p, inputs, holds=False)  # every writer's one rule
+    # every writer's one rule; a manifest lies in its own packed output, not inside another
+    problem = packed_problem(os.path.dirname(p) if manifest else p) or input_problem(p, inputs, holds=False)
     if problem:
         raise PacktoolOutputError(f"{problem}; write it beside that folder", path=shown, flag=flag)
     if st is not None and not replace:
@@ -224,11 +226,12 @@ def open_exclusive(path: str, mode: int = NEW_FILE_MODE) -> int:
 
 @contextmanager
 def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
-               inputs: Iterable[str] = (), text: bool = False, checked: bool = False) -> Iterator[IO]:
+               inputs: Iterable[str] = (), text: bool = False, checked: bool = False,
+               manifest: bool = False) -> Iterator[IO]:
     """Write `path` (see `check_new_file`; `checked`: the caller already resolved and checked
     it): yields a file object on an exclusive temporary beside it, published when the block
     ends without error; on an error the temporary goes and `path` is as it was."""
-    p = os.fspath(path) if checked else check_new_file(path, flag, replace=replace, inputs=inputs)
+    p = os.fspath(path) if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest)
     sweep_temps(p)
     tmp = temp_name(p)
     try:

@@ -97,7 +97,7 @@ def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: 
 def write_manifest(directory: str, manifest: dict) -> str:
     from packtool.output.files import write_file
     path = os.path.join(directory, MANIFEST)
-    with write_file(path, "output", replace=True, text=True) as f:
+    with write_file(path, "output", replace=True, text=True, manifest=True) as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     legacy = os.path.join(directory, LEGACY_MANIFEST)

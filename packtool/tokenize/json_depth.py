@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-import numba as nb
 import numpy as np
 
 from packtool.errors import PacktoolInputError
@@ -40,7 +39,19 @@ def read_small(path: str, limit: int, what: str, fix: str, err=PacktoolInputErro
     return data
 
 
-@nb.njit(nogil=True, cache=True)
+_SCAN = None
+
+
+def _compiled_scan():
+    """`_first_too_deep` compiled on first use: this module's size bound (`read_small`) is on
+    every reader's path (the manifest), which loads no numba."""
+    global _SCAN
+    if _SCAN is None:
+        import numba as nb
+        _SCAN = nb.njit(nogil=True, cache=True)(_first_too_deep)
+    return _SCAN
+
+
 def _first_too_deep(buf, limit, per_line):
     """Offset of the first bracket nesting past `limit`, or -1. Brackets inside strings do not
     nest; `per_line` (JSON Lines) restarts at each newline, so an invalid row is the parser's
@@ -77,7 +88,7 @@ def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool
                      limit: int = MAX_JSON_DEPTH) -> None:
     """Refuse `data` (JSON Lines, or `per_line=False` one JSON document) nested deeper than
     `limit`, naming the line (`first_line`: lines before `data` in the file)."""
-    at = _first_too_deep(np.frombuffer(data, np.uint8), limit, per_line)
+    at = _compiled_scan()(np.frombuffer(data, np.uint8), limit, per_line)
     if at >= 0:
         line = first_line + data.count(b"\n", 0, at) + 1
         raise PacktoolInputError(f"line {line}: nested deeper than {limit} levels; packtool reads "
