@@ -336,3 +336,26 @@ def file_stat(path: str) -> tuple[int, int]:
 
 __all__ = ["READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
            "locate", "shown"]
+
+
+# What is small by nature is read whole, bounded (tokenize.json_depth's docstring says why);
+# here, below every stage, so a reader's manifest read loads no numba.
+# Settings files (tokenizer_config.json, state.json, a chat template): the largest real ones
+# (added_tokens_decoder of a 200k vocabulary) are a few MB.
+SETTINGS_BYTES = 64 << 20
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def read_small(path: str, limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
+    """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
+    bytes before any is read; the bounded read also stops a file that grows or a FIFO."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
+                  f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))
+    return data

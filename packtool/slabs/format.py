@@ -121,7 +121,7 @@ def read_manifest(directory: str) -> dict:
     if path is None:
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
-    from packtool.tokenize.json_depth import read_small
+    from packtool.storage import read_small
     try:
         data = read_small(path, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)
     except OSError as e:
@@ -134,7 +134,7 @@ def _store_manifest_bytes(loc) -> bytes:
     trip, so the read itself stops one byte past the bound."""
     data = loc.read_bytes(MANIFEST_BYTES)
     if len(data) > MANIFEST_BYTES:
-        from packtool.tokenize.json_depth import mib
+        from packtool.storage import mib
         raise FormatError(f"is over the {mib(MANIFEST_BYTES)} any packtool manifest takes: not a packtool "
                           f"manifest (a damaged or copied-over object?); re-run `packtool pack`", path=loc.shown)
     return data

@@ -13,45 +13,16 @@ from __future__ import annotations
 
 import os
 
+import numba as nb
 import numpy as np
 
 from packtool.errors import PacktoolInputError
+from packtool.storage import SETTINGS_BYTES, mib, read_small  # noqa: F401  (callers import them from here too)
 
 MAX_JSON_DEPTH = 256  # far above any training row; far below what the parsers survive
-# Settings files (tokenizer_config.json, state.json, a chat template): the largest real ones
-# (added_tokens_decoder of a 200k vocabulary) are a few MB.
-SETTINGS_BYTES = 64 << 20
 
 
-def mib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
-
-
-def read_small(path: str, limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
-    """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
-    bytes before any is read; the bounded read also stops a file that grows or a FIFO."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(limit + 1) if size <= limit else b""
-    if size > limit or len(data) > limit:
-        raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
-                  f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))
-    return data
-
-
-_SCAN = None
-
-
-def _compiled_scan():
-    """`_first_too_deep` compiled on first use: this module's size bound (`read_small`) is on
-    every reader's path (the manifest), which loads no numba."""
-    global _SCAN
-    if _SCAN is None:
-        import numba as nb
-        _SCAN = nb.njit(nogil=True, cache=True)(_first_too_deep)
-    return _SCAN
-
-
+@nb.njit(nogil=True, cache=True)
 def _first_too_deep(buf, limit, per_line):
     """Offset of the first bracket nesting past `limit`, or -1. Brackets inside strings do not
     nest; `per_line` (JSON Lines) restarts at each newline, so an invalid row is the parser's
@@ -88,7 +59,7 @@ def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool
                      limit: int = MAX_JSON_DEPTH) -> None:
     """Refuse `data` (JSON Lines, or `per_line=False` one JSON document) nested deeper than
     `limit`, naming the line (`first_line`: lines before `data` in the file)."""
-    at = _compiled_scan()(np.frombuffer(data, np.uint8), limit, per_line)
+    at = _first_too_deep(np.frombuffer(data, np.uint8), limit, per_line)
     if at >= 0:
         line = first_line + data.count(b"\n", 0, at) + 1
         raise PacktoolInputError(f"line {line}: nested deeper than {limit} levels; packtool reads "
