@@ -169,17 +169,24 @@ def _foreign(folder: str, names: Names) -> str | None:
     return None
 
 
-def judge(path: str, names: Names) -> str | None:
-    """None when `path` is provably a dead packtool run's temporary folder; else why it stays
-    (`LIVE` for a running run's)."""
+def _own_entry(path: str, kind, not_kind: str) -> str | None:
+    """Why `path` is not this user's entry of the kind a sweep judges (`LIVE`: gone, or another
+    user's, theirs to remove), or None."""
     try:
         st = os.lstat(path)
     except OSError:
         return LIVE  # gone already
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder packtool made (a link or a file)"
-    if st.st_uid != os.geteuid():
-        return LIVE  # another user's: theirs to remove
+    if not kind(st.st_mode):
+        return not_kind
+    return LIVE if st.st_uid != os.geteuid() else None
+
+
+def judge(path: str, names: Names) -> str | None:
+    """None when `path` is provably a dead packtool run's temporary folder; else why it stays
+    (`LIVE` for a running run's)."""
+    why = _own_entry(path, stat.S_ISDIR, "not a folder packtool made (a link or a file)")
+    if why is not None:
+        return why
     why = _dead_run(_marker(path), "no packtool marker in it")
     if why is not None:
         return why
@@ -190,14 +197,9 @@ def judge(path: str, names: Names) -> str | None:
 def judge_file(path: str) -> str | None:
     """None when `path` is provably a dead packtool run's temporary file (`mark_file`); else
     why it stays (`LIVE` for a running run's)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return LIVE  # gone already
-    if not stat.S_ISREG(st.st_mode):
-        return "not a file packtool made (a link, a folder or a special file)"
-    if st.st_uid != os.geteuid():
-        return LIVE
+    why = _own_entry(path, stat.S_ISREG, "not a file packtool made (a link, a folder or a special file)")
+    if why is not None:
+        return why
     return _dead_run(_file_record(path), "it carries no packtool record")
 
 
