@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from packtool.slabs.format import SlabManifest
 
@@ -28,6 +29,30 @@ def side_rows(n: int = 160, seed: int = 0, long: int = 700):
             s[:, j] = np.where(extra >= j, r + 5000 + j, -1)
         sup.append(s)
     return ids, lp, sup
+
+
+@pytest.fixture(scope="module")
+def side_output(tmp_path_factory) -> str:
+    """A packed output with both kinds of side column, `lp` and `sup` (support), over several
+    shards and row groups: some tokens without support (all -1, like prompt tokens; no loss on
+    them), a NaN and a +inf log-prob kept as read. Read, never changed, by the tests that count
+    what a consumer reads (tests/slabs/test_reader_reads.py) and what inspect reports of side
+    columns (tests/inspection/test_inspect_side.py); a module imports it under its own name."""
+    from packtool.align import Alignment
+    from packtool.packing import pack
+    from packtool.planning.core import PackingConfig
+    from packtool.tokenize.config import TokenizeConfig
+    root = tmp_path_factory.mktemp("side_output")
+    ids, lp, sup = side_rows(n=60, seed=5)
+    for s in sup[::3]:
+        s[: s.shape[0] // 2] = -1
+    lp[1][-1], lp[4][0] = np.nan, np.inf
+    inp = write_input(str(root / "in.parquet"), ids, lp, sup, loss_from_support=True)
+    out = str(root / "packed")
+    pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
+         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
+         cache_dir=str(root / "cache"), shard_tokens=2048)
+    return out
 
 
 def write_input(path: str, ids, lp, sup, fixed: bool = False, loss_from_support: bool = False) -> str:

@@ -7,30 +7,12 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from side_support import K, side_rows, write_input
+from side_support import K
+from side_support import side_output as packed  # noqa: F401  (the module's fixture)
 from typer.testing import CliRunner
 
-from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.inspection.packed import inspect_packed
-from packtool.packing import pack
-from packtool.planning.core import PackingConfig
-from packtool.tokenize.config import TokenizeConfig
-
-
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("iside")
-    ids, lp, sup = side_rows(n=60, seed=5)
-    for s in sup[::3]:  # tokens without support: all -1, like prompt tokens
-        s[: s.shape[0] // 2] = -1
-    lp[1][-1], lp[4][0], lp[7][-1] = np.nan, np.inf, -np.inf  # kept as read, counted
-    inp = write_input(str(root / "in.parquet"), ids, lp, sup, loss_from_support=True)
-    out = str(root / "packed")
-    pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
-         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
-         cache_dir=str(root / "cache"), shard_tokens=2048)
-    return out
 
 
 def _direct(out: str):
@@ -65,7 +47,7 @@ def test_inspect_counts_the_fill_of_every_side_column(packed):
         assert (c.positions, c.real_tokens, c.fill_positions, c.fill_on_real) == (n, real_n, fill[k], on_real[k])
         assert c.fill_share == pytest.approx(fill[k] / n)
     assert got["sup"].fill_on_real > 0 and got["sup"].fill_positions > n - real_n  # pads + tokens without support
-    assert odd == [1, 2] and [got["lp"].nan, got["lp"].inf] == odd and (got["sup"].nan, got["sup"].inf) == (0, 0)
+    assert odd == [1, 1] and [got["lp"].nan, got["lp"].inf] == odd and (got["sup"].nan, got["sup"].inf) == (0, 0)
 
 
 def test_inspect_text_json_and_html_show_them(packed, tmp_path):
@@ -73,10 +55,10 @@ def test_inspect_text_json_and_html_show_them(packed, tmp_path):
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert [c["name"] for c in d["side_columns"]] == ["lp", "sup"] and 0 < d["side_columns"][1]["fill_share"] < 1
-    assert (d["side_columns"][0]["nan"], d["side_columns"][0]["inf"]) == (1, 2)
+    assert (d["side_columns"][0]["nan"], d["side_columns"][0]["inf"]) == (1, 1)
     res = CliRunner().invoke(app, ["inspect", packed, "--no-what-if"], env={"COLUMNS": "160"})
     assert res.exit_code == 0 and "Side columns" in res.output and "sup" in res.output, res.output
-    assert "NaN / inf" in res.output and "1 / 2" in res.output, res.output
+    assert "NaN / inf" in res.output and "1 / 1" in res.output, res.output
     html = str(tmp_path / "r.html")
     res = CliRunner().invoke(app, ["inspect", packed, "--html", html, "--no-what-if"])
     assert res.exit_code == 0, res.output

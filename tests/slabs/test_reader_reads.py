@@ -10,28 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from read_counts import count_decodes
-from side_support import K, side_rows, write_input
+from side_support import K
+from side_support import side_output as packed  # noqa: F401  (the module's fixture)
 
-from packtool.align import Alignment
-from packtool.packing import pack
-from packtool.planning.core import PackingConfig
 from packtool.slabs.format import SlabManifest
-from packtool.tokenize.config import TokenizeConfig
-
-
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("once")
-    ids, lp, sup = side_rows(n=60, seed=5)
-    for s in sup[::3]:  # tokens without support: all -1, like prompt tokens
-        s[: s.shape[0] // 2] = -1
-    lp[1][-1], lp[4][0] = np.nan, np.inf
-    inp = write_input(str(root / "in.parquet"), ids, lp, sup, loss_from_support=True)
-    out = str(root / "packed")
-    pack([inp], Alignment(tp=2, cp=2, capacity=256), PackingConfig("bfd", overflow="split"),
-         TokenizeConfig(shape="tokens", side_columns=("lp",), support_columns=("sup",)), output=out,
-         cache_dir=str(root / "cache"), shard_tokens=2048)
-    return out
 
 
 def _megatron(out, groups):
