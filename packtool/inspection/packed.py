@@ -1,14 +1,14 @@
 """`inspect` of a packed output (`inspect_packed`): its report from what the reader's checks
-read, and the check that the slabs' stored pads are the layout the report recomputes.
+read (their layout checks hold every slab's pads and capacity to what the report recomputes),
+and the check that the manifest's overflow counts are the slabs' (the report shows them).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from packtool.inspection.report import InspectReport, SlabSet, build_report, overflow_from_chunks, reassemble
-from packtool.layout import compute_layout
+from packtool.inspection.report import InspectReport, SlabSet, build_report, reassemble
 from packtool.params import arguments
-from packtool.planning.core import OverflowStats
+from packtool.planning.core import OverflowStats, overflow_of_segments
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
@@ -35,13 +35,12 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
         index, read = check_rows(sm, extra=("singleton",), advance=advance,
                                  each_group=side.add if side.side else None)
     cat = _small_columns(index, read)
-    _check_stored_layout(sm, cat, ovf_of=lambda: overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow,
-                                                                      int(cat["single"].sum())))
+    counted = overflow_of_segments(cat["src"], cat["chunk"], packing.overflow, int(cat["single"].sum()))
+    _check_overflow(sm, counted)
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
     st = man.get("stats", {}).get("overflow", {})
-    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st \
-        else overflow_from_chunks(cat["src"], cat["chunk"], packing.overflow, int(cat["single"].sum()))
+    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st else counted
     src_len = reassemble(cat["src"].astype(np.int64), seg_len)
     ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
                  ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
@@ -71,25 +70,12 @@ def _locations(sm, index) -> list[str]:
     return [f"{sm.shards[int(s)]} row {int(r)}" for s, r in zip(index.shard, row)]
 
 
-def _check_stored_layout(sm, cat: dict, ovf_of) -> None:
-    """The figures inspect reports come from the slabs' seq_lens under the manifest's settings:
-    they must be the layout the slabs hold, and the manifest's overflow counts theirs."""
+def _check_overflow(sm, counted: OverflowStats) -> None:
+    """The manifest's overflow counts that the report shows must be the slabs' (the layout of
+    every slab, its pads and capacity, are the reader's checks, `check_rows`)."""
     from packtool.slabs.format import FormatError
-    a = sm.alignment
-    offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
-    if offsets.size < 2:
-        return
-    lay = compute_layout(cat["len"].astype(np.int64), offsets, a)
-    over = (lay.footprint > a.usable) & ~cat["single"].astype(bool)
-    for name, want, got in (("layout_pad", lay.layout_pad, cat["layout_pad"]), ("tail_pad", lay.tail_pad, cat["tail_pad"]),
-                            ("fill_pad", lay.fill, cat["fill_pad"]), ("capacity", np.where(over, 1, 0), 0)):
-        bad = np.flatnonzero(want != got)
-        if bad.size:
-            raise FormatError(f"{sm.path}: slab {int(bad[0])}'s {name} is not the layout of its seq_lens under the "
-                              f"manifest's {a.describe()} C={a.capacity}; run `packtool verify {sm.path}`")
     st = (sm.raw.get("stats") or {}).get("overflow") or {}
-    got = ovf_of()
     for k in ("sequences", "chunks"):
-        if k in st and sm.packing.overflow == "split" and st[k] != getattr(got, k):
-            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(got, k)}; "
+        if k in st and sm.packing.overflow == "split" and st[k] != getattr(counted, k):
+            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(counted, k)}; "
                               f"run `packtool verify {sm.path}`")

@@ -14,14 +14,13 @@ from packtool.inspection.report import (
     InspectReport,
     SlabSet,
     build_report,
-    overflow_from_chunks,
     reassemble,
 )
 from packtool.arrays import first_null
 from packtool.integers import int_array
 from packtool.layout import compute_layout
 from packtool.params import arguments, expect
-from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError
+from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, overflow_of_segments
 from packtool.planning.core import plan as make_plan
 
 
@@ -111,7 +110,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
     _check_coverage(path, src, chunk, t.schema.metadata)
-    ovf = overflow_from_chunks(src, chunk, packing.overflow, int(single.sum()))
+    ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum()))
     src_len = reassemble(src, seg_len)
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
                  col["step"][first], ovf, int(src_len.size), src_len)

@@ -132,15 +132,6 @@ def reassemble(source: np.ndarray, seg_len: np.ndarray) -> np.ndarray:
     return np.bincount(source, weights=seg_len, minlength=int(source.max()) + 1).astype(np.int64)
 
 
-def overflow_from_chunks(src, chunk, policy: str, singletons: int) -> OverflowStats:
-    n_chunks = np.bincount(src[chunk >= 0]) if src.size else np.zeros(0, np.int64)
-    split = n_chunks > 1
-    if policy == "split":
-        return OverflowStats(policy, int(split.sum()), int(n_chunks[split].sum()),
-                             int((n_chunks[split] - 1).sum()), 0, 0)
-    return OverflowStats(policy, singletons if policy == "singleton" else 0, singletons=singletons)
-
-
 # --- the report --------------------------------------------------------------------------
 
 def build_report(kind: str, path: str | None, ss: SlabSet, compare: bool = False,

@@ -185,6 +185,19 @@ OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
                     "split": ("sequences", "chunks", "targets_lost")}
 
 
+def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str, singletons: int) -> OverflowStats:
+    """The `OverflowStats` that `apply_overflow` recorded, counted again from what it made: the
+    real segments' source rows and chunk numbers and the slabs placed alone (`inspect` of a plan
+    file or an output without `stats.overflow`). Only `OVERFLOW_FIGURES[policy]` can be non-zero.
+    truncate's figures are not in the segments (a cut row looks like a row of U tokens): 0."""
+    n_chunks = np.bincount(source[chunk >= 0]) if source.size else np.zeros(0, np.int64)
+    cut = n_chunks > 1
+    over = {"split": int(cut.sum()), "singleton": singletons}.get(policy, 0)
+    made = {"sequences": over, "chunks": int(n_chunks[cut].sum()), "targets_lost": int((n_chunks[cut] - 1).sum()),
+            "singletons": singletons}
+    return OverflowStats(policy, **{k: v for k, v in made.items() if k in OVERFLOW_FIGURES[policy]})
+
+
 def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
                    first_row: int = 0) -> tuple[Segments, OverflowStats]:
     """Segments of `lengths` under the overflow policy; sources are numbered from `first_row`

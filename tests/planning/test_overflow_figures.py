@@ -15,6 +15,7 @@ from packtool.planning.core import (
     OverflowStats,
     SequenceError,
     apply_overflow,
+    overflow_of_segments,
 )
 
 FIGURES = tuple(f.name for f in fields(OverflowStats) if f.name != "policy")
@@ -45,3 +46,18 @@ def test_figures_are_what_apply_overflow_makes(policy, align):
         return
     made = {k for k in FIGURES if asdict(stats)[k]}
     assert made == set(OVERFLOW_FIGURES[policy]), (policy, stats)
+
+
+@pytest.mark.parametrize("align", list(ALIGNMENTS))
+@pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
+def test_the_recount_from_segments_is_what_apply_overflow_recorded(policy, align):
+    """`inspect` recounts a plan file's (or an older output's) overflow figures from its
+    segments through planning's `overflow_of_segments`: the figures apply_overflow recorded,
+    except truncate's, which the segments do not hold (a cut row looks like a row of U)."""
+    a = ALIGNMENTS[align]
+    lengths = LENGTHS if policy != "error" and (policy, a.fixed_length) != ("singleton", 64) \
+        else LENGTHS[a.seq_footprint(LENGTHS) <= a.usable]
+    segs, stats = apply_overflow(lengths, a, policy)
+    got = overflow_of_segments(segs.source, segs.chunk, policy, int(segs.singleton.sum()))
+    want = stats if policy != "truncate" else OverflowStats(policy)
+    assert got == want, (policy, got, stats)
