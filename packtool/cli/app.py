@@ -343,7 +343,7 @@ def verify(
         files = None
         if source:
             from packtool.tokenize.readers import resolve_inputs
-            files = [f.path for f in resolve_inputs(list(source))]
+            files = [f.path for f in resolve_inputs(list(source), quiet=True)]  # noted when tokenized
         report = run_verify(directory, flat, workers=workers, max_problems=max_problems,
                             source_fingerprint=fingerprint, progress=not (json_out or quiet),
                             source_tokenize=tok, source_files=files)

@@ -89,6 +89,16 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     return root if cache_dir else None
 
 
+def is_cache_entry(folder: str) -> bool:
+    """Whether `folder` is a tokenized cache entry (cache.py's layout: `cache.json` beside its
+    `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input knows
+    packtool's cache among the data (tokenize.own_trees). The structure, not cache.json's
+    content: a damaged entry is packtool's too."""
+    from packtool.tokenize.cache_parts import DATA_DIR
+    return os.path.isfile(os.path.join(folder, "cache.json")) and any(
+        os.path.isdir(os.path.join(folder, d)) for d in (DATA_DIR, "flat"))
+
+
 def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
     """The cache root as the user gave it (the argument, PACKTOOL_CACHE_DIR or the default):
     (path shown, how the message names it, its flag, the fix)."""
@@ -102,4 +112,4 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
             cli_flag("cache_dir"), fix)
 
 
-__all__ = ["check_cache_dir", "default_cache_dir"]
+__all__ = ["check_cache_dir", "default_cache_dir", "is_cache_entry"]

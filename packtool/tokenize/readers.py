@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate
+from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -79,12 +80,13 @@ def _hf_dataset_files(folder: str) -> list[str]:
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
 
 
-def _folder_files(folder: str) -> list[str]:
-    """The regular files below a folder input. A data file's name on something else (a FIFO,
-    a device, a link to nothing) is an error naming each, as each is when named directly:
-    passing over it would drop its rows from the training data without a word."""
-    entries = [f for f in glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)
-               if not os.path.isdir(f)]
+def _folder_files(folder: str, own: OwnTrees) -> list[str]:
+    """The regular files below a folder input, less packtool's own trees (`own`). A data file's
+    name on something else (a FIFO, a device, a link to nothing) is an error naming each, as
+    each is when named directly: passing over it would drop its rows from the training data
+    without a word."""
+    entries = own.keep([f for f in glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)
+                        if not os.path.isdir(f)])
     odd = sorted(f for f in entries if (_kind_of(f) or f.lower().endswith(_UNREADABLE_EXT))
                  and not os.path.isfile(f))
     if odd:
@@ -103,11 +105,14 @@ def stdin_refused(name: str = "inputs") -> PacktoolInputError:
                               path="-", flag=said if said != name else None)
 
 
-def resolve_inputs(inputs: list[str]) -> list[InputFile]:
-    """Expand files, folders and globs into files in a deterministic read order."""
+def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
+    """Expand files, folders and globs into files in a deterministic read order. packtool's
+    own trees below a folder or a glob's fixed part are passed over, noted unless `quiet`
+    (a second resolution of the same inputs)."""
     if not inputs:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
+    owns: list[OwnTrees] = []
     for spec in inputs:
         if spec == "-":
             raise stdin_refused()
@@ -116,9 +121,10 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
             continue
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
-            paths = sorted(glob.glob(spec, recursive=True))
+            owns.append(OwnTrees(spec, _glob_base(spec)))
+            paths = owns[-1].keep(sorted(glob.glob(spec, recursive=True)))
             if not paths:
-                raise PacktoolInputError("glob matched no files", path=spec)
+                raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
         else:
             paths = [spec]
         for p in paths:
@@ -127,7 +133,8 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         os.path.exists(os.path.join(p, "dataset_dict.json")):
                     out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
                     continue
-                found = _folder_files(p)
+                owns.append(OwnTrees(p, p))
+                found = _folder_files(p, owns[-1])
                 unreadable = sorted(os.path.relpath(f, p) for f in found
                                     if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
                 if unreadable:
@@ -139,7 +146,7 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                 inner = sorted(f for f in found if _kind_of(f))
                 if not inner:
                     raise PacktoolInputError(
-                        "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files", path=p)
+                        "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
                 out += [InputFile(f, _kind_of(f)) for f in inner]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
@@ -151,9 +158,18 @@ def resolve_inputs(inputs: list[str]) -> list[InputFile]:
                         "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
                         ".arrow/.feather, .csv/.tsv or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
+    if not quiet:
+        for own in owns:
+            own.say()
     files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
     _refuse_repeats(files)
     return files
+
+
+def _glob_base(spec: str) -> str:
+    """The folder a glob's matches lie below: its path up to the first glob character."""
+    head = spec[:min(spec.index(c) for c in "*?[" if c in spec)]
+    return os.path.dirname(head) or "."
 
 
 def _store_files(spec: str) -> list[InputFile]:

@@ -1,0 +1,88 @@
+"""packtool's own folders inside a data folder: what a folder or glob input passes over.
+
+A packed output (a folder holding a manifest: `output.relations.packed_output_around`, the rule
+every writer asks) and a tokenized cache entry (`cache_root.is_cache_entry`) are packtool's
+trees, not the user's data. Found below a folder input (or below a glob's fixed part), their
+Parquet and JSON files were read as rows: a cache left in `data/` made the next `pack data`
+fail on `cache.json` ("cannot tell the input shape"), and an output's slabs would be trained
+on as input text. Every folder-expanding reader (`readers.resolve_inputs`: pack on both
+engines, `verify --source`, `tokenize_to_cache`) passes them over with one counted note, so
+nothing leaves the data without a word. A tree the user names itself (the folder given is
+the output or the entry) is read as asked.
+"""
+from __future__ import annotations
+
+import os
+
+from packtool.notes import note
+from packtool.output.relations import is_inside, packed_output_around, real_path
+from packtool.tokenize.cache_root import is_cache_entry
+
+
+class OwnTrees:
+    """Sorts the paths found below `base` (a folder input, or a glob's fixed folder) into
+    data and packtool's own trees; `say()` then notes what was passed over."""
+
+    def __init__(self, spec: str, base: str):
+        self.spec, self.base, self.real_base = spec, base, real_path(base)
+        self._tree_of: dict[str, tuple[str, str] | None] = {}
+        self.skipped: dict[tuple[str, str], int] = {}  # (tree, what) -> files passed over
+
+    def keep(self, paths: list[str]) -> list[str]:
+        """`paths` less those inside packtool's trees (counted)."""
+        out = []
+        for p in paths:
+            tree = self._tree(p if os.path.isdir(p) else os.path.dirname(p))
+            if tree is None:
+                out.append(p)
+            else:
+                self.skipped[tree] = self.skipped.get(tree, 0) + _files_in(p)
+        return out
+
+    def _tree(self, folder: str) -> tuple[str, str] | None:
+        """(tree's real path, what it is) that `folder` lies in strictly below the base."""
+        rd = real_path(folder)
+        if rd not in self._tree_of:
+            self._tree_of[rd] = self._find(rd)
+        return self._tree_of[rd]
+
+    def _find(self, rd: str) -> tuple[str, str] | None:
+        if not is_inside(rd, self.real_base) or rd == self.real_base:
+            return None
+        out = packed_output_around(rd, itself=True)
+        if out is not None and out != self.real_base and is_inside(out, self.real_base):
+            return out, "a packed output"
+        d = rd
+        while d != self.real_base:  # an entry, or a folder inside one
+            if is_cache_entry(d):
+                return d, "a tokenized cache entry"
+            d = os.path.dirname(d)
+        return None
+
+    def only_own(self) -> str:
+        """For "holds no data files": what was passed over, when anything was."""
+        if not self.skipped:
+            return ""
+        return f" outside packtool's own folders ({self._trees()}: a packed output or cache is not data)"
+
+    def _trees(self) -> str:
+        return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.real_base))} ({what}, {k} "
+                         f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items()))
+
+    def say(self) -> None:
+        if not self.skipped:
+            return
+        n = sum(self.skipped.values())
+        trees = self._trees()
+        note(f"{self.spec}: passed over {n} file{'s' if n != 1 else ''} in packtool's own folders inside it, "
+             f"not data: {trees}; move them out of the data folder (or pass the data files themselves) "
+             f"to silence this note")
+
+
+def _files_in(path: str) -> int:
+    if not os.path.isdir(path):
+        return 1
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
+__all__ = ["OwnTrees"]

@@ -1,0 +1,125 @@
+"""S32-11 (rest): packtool's own trees inside a data folder are not data. A tokenized cache
+entry (complete or set aside as damaged) or a packed output (current or legacy manifest name)
+below a folder input, or below a glob's fixed part, was read as rows: `pack data` then failed
+on cache.json ("cannot tell the input shape") or took an output's slabs for input. Every
+folder-expanding reader (readers.resolve_inputs, their one owner) passes them over with one
+counted note naming each; a tree named itself is still read as asked."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from conftest import GPT2, GSM8K
+from typer.testing import CliRunner
+
+import packtool
+from packtool import notes
+from packtool.cli.app import app
+from packtool.tokenize import TokenizeConfig, tokenize_to_cache
+from packtool.tokenize.readers import resolve_inputs
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A real packed output and cache entry of ten rows, copied into each case's data folder."""
+    t = tmp_path_factory.mktemp("own")
+    (t / "good").mkdir()
+    with open(GSM8K) as f:
+        (t / "good" / "s.jsonl").write_text("".join(f.readlines()[:10]))
+    r = runner.invoke(app, ["pack", str(t / "good"), "--tokenizer", GPT2, "-C", "1024", "-q",
+                            "-o", str(t / "out"), "--cache-dir", str(t / "c")])
+    assert r.exit_code == 0, r.output
+    (entry,) = os.listdir(t / "c")
+    return t, str(t / "c" / entry)
+
+
+def _legacy(out):
+    os.rename(os.path.join(out, ".manifest.json"), os.path.join(out, "manifest.json"))
+
+
+TREES = {  # where in the data folder, made from what, then changed how
+    "cache entry": ("cache/{entry}", "entry", None),
+    "cache entry beside the data": ("{entry}", "entry", None),  # the old `--cache-dir data`
+    "damaged cache entry": ("cache/{entry}.damaged-123", "entry", None),
+    "packed output": ("packed", "out", None),
+    "packed output, legacy manifest": ("sub/packed", "out", _legacy),
+}
+
+
+def _data(tmp_path, made, tree) -> tuple[str, str]:
+    t, entry = made
+    where, src, change = TREES[tree]
+    d = tmp_path / "data"
+    d.mkdir()
+    shutil.copy(t / "good" / "s.jsonl", d / "s.jsonl")
+    dest = str(d / where.format(entry=os.path.basename(entry)))
+    shutil.copytree(entry if src == "entry" else str(t / "out"), dest)
+    if change:
+        change(dest)
+    return str(d), dest
+
+
+def _resolved(spec, t):
+    files = [os.path.basename(f.path) for f in resolve_inputs([spec])]
+    assert files == ["s.jsonl"], files
+
+
+def _verify_source(spec, t):
+    r = runner.invoke(app, ["verify", str(t / "out"), "--source", spec, "-q", "--cache-dir", str(t / "v")])
+    assert r.exit_code == 0, r.output
+    return r.stderr
+
+
+ENTRIES = {
+    "resolve_inputs": _resolved,
+    "tokenize_to_cache": lambda spec, t: tokenize_to_cache([spec], TokenizeConfig(tokenizer=GPT2), str(t / "v"),
+                                                           progress=False).num_rows == 10 or pytest.fail("rows"),
+    "library pack": lambda spec, t: packtool.pack([spec], tokenize=TokenizeConfig(tokenizer=GPT2), dry_run=True,
+                                                  cache_dir=str(t / "v")).summary.sequences == 10
+    or pytest.fail("rows"),
+    "cli pack": lambda spec, t: _cli_pack(spec, t),
+    "cli verify --source": _verify_source,
+}
+
+
+def _cli_pack(spec, t):
+    r = runner.invoke(app, ["pack", spec, "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q",
+                            "--cache-dir", str(t / "v")])
+    assert r.exit_code == 0, r.output
+    return r.stderr
+
+
+@pytest.mark.parametrize("glob", [False, True], ids=["folder", "glob"])
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_packtools_own_trees_in_a_data_folder_are_passed_over_with_a_note(tmp_path, made, entry, tree, glob):
+    folder, dest = _data(tmp_path, made, tree)
+    spec = os.path.join(folder, "**", "*.*") if glob else folder
+    start = notes.mark()
+    said = ENTRIES[entry](spec, made[0]) or ""
+    heard = [n for n in notes.since(start) if "packtool's own folders" in n]
+    assert len(heard) == 1, notes.since(start)  # once, though verify --source resolves twice
+    rel = os.path.relpath(dest, folder)
+    assert os.path.join(folder, rel) in heard[0] and heard[0].startswith(f"{spec}: passed over "), heard[0]
+    if entry.startswith("cli"):
+        assert "passed over" in said
+
+
+@pytest.mark.parametrize("tree", ["cache entry", "packed output"])
+def test_a_tree_named_itself_is_read_as_asked(tmp_path, made, tree):
+    _, dest = _data(tmp_path, made, tree)
+    start = notes.mark()
+    files = resolve_inputs([dest])
+    assert files and not notes.since(start)
+
+
+def test_a_folder_of_nothing_but_packtools_trees_says_so(tmp_path, made):
+    folder, dest = _data(tmp_path, made, "packed output")
+    os.remove(os.path.join(folder, "s.jsonl"))
+    for spec in (folder, os.path.join(folder, "*", "*.parquet")):
+        with pytest.raises(packtool.PacktoolError) as e:
+            resolve_inputs([spec])
+        assert "outside packtool's own folders" in str(e.value) and dest in str(e.value), str(e.value)
