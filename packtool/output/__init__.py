@@ -1,15 +1,16 @@
 """packtool.output: the one owner of every path packtool writes.
 
-Base half (any stage may import it; nothing here reads the slab format):
-  files.resolve / resolve_folder  the one absolute path a run acts on (`~`, `./x/./`, links)
-  files.check_new_file            refuse a link, a folder, an input, an existing file (unless
+Base half (any stage may import it; nothing here reads the slab format), imported through
+files.py, each rule owned by one module:
+  paths.resolve / resolve_folder  the one absolute path a run acts on (`~`, `./x/./`, links)
+  paths.check_new_file            refuse a link, a folder, an input, an existing file (unless
                                   the caller's replace flag), a missing or read-only folder
-  files.write_file                a context manager: exclusive temporary beside the target,
+  writes.write_file               a context manager: exclusive temporary beside the target,
                                   published by one link (no replace) or rename (replace)
-  files.open_append               a log appended to, never through a link or into a FIFO
-  files.open_lock                 the lock file: O_CREAT|O_EXCL|O_NOFOLLOW, an existing one
+  writes.open_append              a log appended to, never through a link or into a FIFO
+  lock.open_lock                  the lock file: O_CREAT|O_EXCL|O_NOFOLLOW, an existing one
                                   reopened only when it is packtool's (never truncated else)
-  files.make_parents / remove_created   parents a failed run created go with it
+  writes.make_parents / remove_created   parents a failed run created go with it
   relations.check_relations       where an --output may not lie (cwd, inputs, cache)
 Stage half (after slabs/: reads the manifest), for the `pack` output folder:
   folder.check_cache_dir                where the tokenized cache root may not lie (a file, a

@@ -1,0 +1,204 @@
+"""Where packtool may write, decided before any work (packtool.output's base half, with
+writes.py and lock.py; files.py is their one import point).
+
+This module owns the path rules: the one absolute path a run acts on (`resolve`,
+`resolve_folder`: `~`, `./x/./`, parent links, a folder's own link followed once), what a file
+target may be (`check_new_file`: never a link, a folder or special file, an input, a name inside
+a packed output, an existing file without the caller's replace flag, a missing or read-only
+folder; `check_log_file` for a log a resumed run appends to), what an input may be (a regular
+file or folder, `refuse_special_input`), which files a folder packtool writes into may hold
+(`refuse_foreign_files`), and the name of a file's temporary (`temp_name` / `temp_target`, the
+one builder and parser of `.NAME.packtool-tmp-PID-HEX`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+from typing import Callable, Iterable
+
+from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.output.relations import input_problem, packed_problem
+
+TMP_TAG = "packtool-tmp"
+SPILL_TAG = "packtool-spill"
+
+
+def resolve(path: str | os.PathLike) -> str:
+    """The one absolute path packtool acts on: `~` expanded, `.`, `..` and doubled slashes
+    folded, links in the parent folders resolved. The final name stays as given: a link there
+    is for the caller to refuse (files) or resolve (`resolve_folder`)."""
+    p = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    parent, name = os.path.split(p)
+    return os.path.join(os.path.realpath(parent), name) if name else p
+
+
+def refuse_uri(path: str | os.PathLike, flag: str) -> None:
+    """Reports, logs and checkpoints are local files: `resolve` would make "s3://b/x" a local
+    folder named s3: (only pack -o writes to an object store)."""
+    from packtool.storage import is_uri
+    flag = arg(flag)
+    if is_uri(os.fspath(path)):
+        raise PacktoolOutputError(f"{flag} writes a local file; give a local path (only pack's {arg('output')} "
+                                  f"writes to an object store)", path=os.fspath(path), flag=flag)
+
+
+def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
+    """`resolve`, then a link at the final name followed once; a link to nothing is refused
+    (a write would create its target somewhere else than the folder checked)."""
+    p, flag = resolve(path), arg(flag)
+    if os.path.islink(p):
+        target = os.path.realpath(p)
+        if not os.path.lexists(target):
+            raise PacktoolOutputError(f"is a symbolic link to {target}, which does not exist; "
+                                      f"give the real folder", path=str(path), flag=flag)
+        return target
+    return p
+
+
+def nearest_existing(path: str) -> str:
+    """`path` or its closest ancestor that exists (a link counts as existing): what a folder
+    to be created would be made under, so what must be a writable folder."""
+    p = path
+    while not os.path.lexists(p):
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    return p
+
+
+
+def kind_name(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def describe_kind(path: str) -> str:
+    """What `path` is, followed through links: "a FIFO (named pipe)", "a regular file", or
+    "a symbolic link to nothing" for a dangling one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "a symbolic link to nothing" if os.path.islink(path) else "missing"
+    return "a regular file" if stat.S_ISREG(st.st_mode) else kind_name(st.st_mode)
+
+
+def refuse_special_input(path: str, flag: str | None = None, error=None) -> None:
+    """An input that is not a regular file or folder (a FIFO, socket or device, also behind a
+    link) is refused by its kind: packtool reads an input more than once (its hash for the
+    cache key, then its rows), and opening a FIFO with no writer blocks forever."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # missing: the caller's own "not found"
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    from packtool.errors import PacktoolInputError
+    raise (error or PacktoolInputError)(
+        f"is {kind_name(st.st_mode)}, not a regular file; packtool reads an input more than once: "
+        f"save the data to a file and pass that", path=path, flag=flag and cli_flag(flag))
+
+
+def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+                   inputs: Iterable[str] = (), replace_flag: str = "overwrite",
+                   manifest: bool = False) -> str:
+    """Refuse, before any work, a file target packtool must not write: a link, a folder or a
+    special file; one of the run's `inputs`, or a name inside a packed output or an input folder
+    (output.relations); an existing file unless `replace`; a missing or read-only folder.
+    Returns the resolved path to write."""
+    shown, flag = os.fspath(path), arg(flag)
+    refuse_uri(shown, flag)
+    p = resolve(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise PacktoolOutputError("is a symbolic link; packtool never writes through one: give "
+                                  "the real file's path or another name", path=shown, flag=flag)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name such as "
+                                  f"{_example(flag)}", path=shown, flag=flag)
+    for inp in inputs:
+        if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
+            raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
+                                      flag=flag)
+    # every writer's one rule; a manifest lies in its own packed output, not inside another
+    problem = packed_problem(os.path.dirname(p) if manifest else p) or input_problem(p, inputs, holds=False)
+    if problem:
+        raise PacktoolOutputError(f"{problem}; write it beside that folder", path=shown, flag=flag)
+    if st is not None and not replace:
+        raise PacktoolOutputError(f"exists; pass {arg(replace_flag, True)} to replace it, or give another "
+                                  f"{flag}", path=shown, flag=flag)
+    folder = os.path.dirname(p)
+    if not os.path.isdir(folder):
+        raise PacktoolOutputError(f"folder {folder} does not exist; create it or write elsewhere",
+                                  path=shown, flag=flag)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PacktoolOutputError(f"cannot be written: folder {folder} is read-only or not yours",
+                                  path=shown, flag=flag)
+    return p
+
+
+def _example(flag: str) -> str:
+    return {"html": "report.html", "output": "plan.parquet"}.get(flag.lstrip("-"), "out.bin")
+
+
+def temp_name(p: str) -> str:
+    """A name beside `p` for its temporary: hidden, with this process's pid (sweep_temps)."""
+    folder, name = os.path.split(p)
+    return os.path.join(folder, f".{name}.{TMP_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+_TEMP = re.compile(rf"^\.(.+)\.{TMP_TAG}-\d+-[0-9a-f]+$")
+
+
+def temp_target(name: str) -> str | None:
+    """The name a `temp_name` temporary is written for, else None (the one parser of them)."""
+    m = _TEMP.match(name)
+    return m.group(1) if m else None
+
+
+
+def check_log_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+                   inputs: Iterable[str] = (), ours: Callable[[str], bool] | None = None) -> bool:
+    """`check_new_file`'s rules for a log, before any work, except that an existing file
+    `ours(path)` recognises as a log this writer made (or an empty one) is appended to: a
+    resumed run continues its log; any other existing file needs `replace`, which starts it
+    anew. Returns whether the log is appended to (else truncated or created)."""
+    p = resolve(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    appendable = (st is not None and stat.S_ISREG(st.st_mode)
+                  and (st.st_size == 0 or (ours is not None and ours(p))))
+    check_new_file(path, flag, replace=replace or appendable, inputs=inputs)
+    return appendable
+
+
+def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str], bool]) -> None:
+    """A folder packtool writes files into (`train --save`) holds only what `ours(name)` says
+    it writes there and packtool's own temporaries: like `pack -o`, a folder with other files
+    is refused (it names them), so packtool's files never land among a user's."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError as e:
+        raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=shown, flag=arg(flag)) from None
+    foreign = [e for e in entries if not (ours(e) or ours(temp_target(e) or ""))]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise PacktoolOutputError(f"holds other files ({', '.join(foreign[:3])}{more}); packtool writes "
+                                  f"only into a new or empty folder or one it wrote: pick another "
+                                  f"{arg(flag)}", path=shown, flag=arg(flag))
+
+
+
+__all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",
+           "refuse_foreign_files", "refuse_special_input", "refuse_uri", "resolve", "resolve_folder",
+           "temp_name", "temp_target"]

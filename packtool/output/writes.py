@@ -1,0 +1,200 @@
+"""How packtool writes (packtool.output's base half, with paths.py and lock.py; files.py is
+their one import point).
+
+This module owns every step that puts bytes or folders on disk: a file packtool writes for a
+user (`plan -o`, `inspect --html`, `train --save`, a manifest, cache.json) is written to an
+exclusive temporary beside it (`write_file`) and published by one link or rename (`publish`),
+so a reader sees the old file or the new one, whole; a log is appended to, never through a
+link or into a FIFO (`open_append`); a temporary folder is made under a name no one could have
+put a link at (`make_temp_dir`) and shared as `mkdir` would on publishing (`share_as_mkdir`);
+parent folders a run creates are the ones a failed run removes (`make_parents` /
+`remove_created`). A temporary carries a record of its writer (output.leftovers), so a later
+run removes those of dead processes, and only those (`sweep_temps`): a user's file under a
+look-alike name is named, never removed.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import contextmanager
+from typing import IO, Iterable, Iterator
+
+from packtool.errors import PacktoolOutputError, arg
+from packtool.output.leftovers import Sweep, mark_file, unmark_file
+from packtool.output.paths import kind_name, check_new_file, refuse_uri, resolve, temp_name, temp_target
+
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
+
+
+def make_temp_dir(parent: str, prefix: str, private: bool = False) -> str:
+    """A new folder under a name no one could have put a link at (random, created exclusively).
+    Not `private`: the umask's mode, as `mkdir` gives, since it becomes a user's output."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    if not private:
+        share_as_mkdir(d)
+    return d
+
+
+def share_as_mkdir(path: str) -> None:
+    """Give a folder made private (mkdtemp's 0700: nothing half-built is readable) the mode a
+    plain `mkdir` gives, 0777 less the umask, as it is published: a tokenized cache entry on a
+    team's shared --cache-dir is then readable by whoever the umask lets read files."""
+    os.chmod(path, 0o777 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it where Linux says it (os.umask sets it,
+    for a moment, for every thread: a file another thread creates then gets that mode)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+
+def sweep_temps(p: str) -> int:
+    """Remove the temporaries of `p` that dead writers left, each only on its record's proof
+    (output.leftovers.judge_file: a name is no proof); name those it leaves."""
+    folder, name = os.path.split(p)
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return 0
+    sweep = Sweep("file")
+    for e in entries:
+        if temp_target(e) == name:
+            sweep.consider_file(os.path.join(folder, e))
+    return sweep.report()
+
+
+# A new file's mode before the umask, as open() and touch use: with umask 002 a team's group may
+# write what packtool made, as it may every other file there (0o644 ignored such a umask)
+NEW_FILE_MODE = 0o666
+
+
+def open_exclusive(path: str, mode: int = NEW_FILE_MODE) -> int:
+    """A new file, never an existing one nor through a link (O_CREAT|O_EXCL|O_NOFOLLOW)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+@contextmanager
+def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
+               inputs: Iterable[str] = (), text: bool = False, checked: bool = False,
+               manifest: bool = False) -> Iterator[IO]:
+    """Write `path` (see `check_new_file`; `checked`: the caller already resolved and checked
+    it): yields a file object on an exclusive temporary beside it, published when the block
+    ends without error; on an error the temporary goes and `path` is as it was."""
+    p = os.fspath(path) if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest)
+    sweep_temps(p)
+    tmp = temp_name(p)
+    try:
+        fd = open_exclusive(tmp)
+    except OSError as e:
+        raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=os.fspath(path),
+                                  flag=arg(flag)) from None
+    try:
+        mark_file(fd)  # the proof a later sweep needs if this run is killed mid-write
+        with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None) as f:
+            yield f
+        unmark_file(tmp)  # published, it is the user's file, not a leftover
+        publish(tmp, p, replace, os.fspath(path), flag)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
+    """Put the finished `tmp` at `p` in one step. Without `replace` a hard link, which fails
+    if anything appeared at `p` meanwhile (file systems without links: a re-check, then a
+    rename); with it a rename, which replaces a link's entry, never the file it points to."""
+    if replace:
+        if os.path.islink(p) or (os.path.lexists(p) and not os.path.isfile(p)):
+            raise PacktoolOutputError("was replaced by a link or folder while packtool wrote it; "
+                                      "left as it is", path=shown, flag=arg(flag))
+        os.replace(tmp, p)
+        return
+    try:
+        os.link(tmp, p, follow_symlinks=False)
+    except FileExistsError:
+        raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
+                                  f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        if os.path.lexists(p):
+            raise PacktoolOutputError("appeared while packtool was writing it; left as it is",
+                                      path=shown, flag=arg(flag)) from None
+        os.rename(tmp, p)
+        return
+    os.unlink(tmp)
+
+
+
+def open_append(path: str | os.PathLike, flag: str, truncate: bool = False) -> IO:
+    """A log opened for appending (`truncate`: started anew): created if missing, never
+    through a link, only a regular file (a FIFO or device is refused rather than blocked on)."""
+    flag = arg(flag)
+    refuse_uri(path, flag)
+    p = resolve(path)
+    st = os.lstat(p) if os.path.lexists(p) else None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name", path=os.fspath(path),
+                                  flag=flag)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0), NEW_FILE_MODE)
+    except OSError as e:
+        why = "is a symbolic link; packtool never writes through one" if e.errno == errno.ELOOP else \
+            f"cannot be written ({e.strerror})"
+        raise PacktoolOutputError(why, path=os.fspath(path), flag=flag) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name", path=os.fspath(path),
+                                  flag=flag)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+
+def make_parents(folder: str) -> list[str]:
+    """`os.makedirs(folder)`, returning the folders it created (deepest last), so that a run
+    that fails can remove exactly those (`remove_created`)."""
+    made, p = [], folder
+    while p and not os.path.lexists(p):
+        made.append(p)
+        up = os.path.dirname(p)
+        if up == p:
+            break
+        p = up
+    for d in reversed(made):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            made.remove(d)
+    return made
+
+
+def remove_created(made: list[str]) -> None:
+    """Remove folders `make_parents` created, deepest first, each only if still empty."""
+    for d in sorted(made, key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+
+__all__ = ["NEW_FILE_MODE", "make_parents", "make_temp_dir", "open_append", "open_exclusive", "publish",
+           "remove_created", "share_as_mkdir", "sweep_temps", "write_file"]
