@@ -32,7 +32,7 @@ from packtool.arrays import first_null
 from packtool.layout import compute_layout
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.schema import slab_schema
+from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri
@@ -134,6 +134,10 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
         if schema.field(j).type != typ:
             raise FormatError(f"{path}: column {col!r} is {schema.field(j).type}, the format says {typ}; "
                               f"{_fix(sm)}")
+    for c in sm.side_columns:  # the kind and fill are no part of the type: the field's record
+        problem = side_field_problem(schema.field(c.name), c)
+        if problem:
+            raise FormatError(f"{path}: {problem}; {_fix(sm)}")
     extra = [n for n in schema.names if n not in want]
     if extra:
         raise FormatError(f"{path}: column {extra[0]!r} is not in the format and the manifest declares no "

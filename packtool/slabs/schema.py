@@ -4,6 +4,8 @@ re-exports what FORMAT.md and DESIGN.md name there); FORMAT.md lists the columns
 """
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 from packtool.side import SideColumn, check_side_columns
@@ -36,11 +38,46 @@ SCHEMA = pa.schema([
 ], metadata={b"packtool.schema_version": str(SCHEMA_VERSION).encode()})
 
 
+# a side column's field carries its manifest entry: the kind (and the fill) are no part of the
+# Arrow type, so that a manifest re-declaring a column shows against the shard it describes
+SIDE_RECORD = b"packtool.side_column"
+
+
 def side_field(c: SideColumn) -> pa.Field:
     """A side column's Parquet field: list<dtype> (width 1) or list<fixed_size_list<dtype, K>>,
-    one entry per physical token, like input_ids."""
+    one entry per physical token, like input_ids; its field metadata is `c`'s manifest entry."""
     t = pa.from_numpy_dtype(c.np_dtype)
-    return pa.field(c.name, pa.list_(t if c.width == 1 else pa.list_(t, c.width)))
+    return pa.field(c.name, pa.list_(t if c.width == 1 else pa.list_(t, c.width)),
+                    metadata={SIDE_RECORD: json.dumps(c.to_dict(), sort_keys=True).encode()})
+
+
+def side_field_problem(field: pa.Field | None, c: SideColumn) -> str | None:
+    """How a shard's field differs from the manifest's entry `c` for it, or None: the column
+    present, of the type `c` gives (dtype, width), and the entry the writer recorded in its
+    metadata (name, dtype, width, fill, kind) the manifest's. A field without the record (a
+    shard written before packtool recorded it) is held to its type alone. Every reader of a
+    shard's footer asks this (slabs.check, verify); FORMAT.md, "Side columns"."""
+    if field is None:
+        return f"side column {c.name!r} is declared in the manifest but missing from the shard"
+    want = side_field(c)
+    if field.type != want.type:
+        return f"side column {c.name!r} is {field.type}, the manifest's entry gives {want.type}"
+    record = (field.metadata or {}).get(SIDE_RECORD)
+    if record is None:
+        return None
+    try:
+        written = json.loads(record)
+    except (ValueError, RecursionError):  # a hand-made record nested too deeply: damaged, not a crash
+        written = None
+    entry = c.to_dict()
+    if not isinstance(written, dict):
+        return f"side column {c.name!r} carries a damaged {SIDE_RECORD.decode()} record"
+    diff = [k for k in entry if written.get(k) != entry[k]]
+    if diff or set(written) != set(entry):
+        k = (diff or sorted(set(written) ^ set(entry)))[0]
+        return (f"side column {c.name!r} is declared with {k} {entry.get(k)!r} in the manifest, the shard's "
+                f"column was written with {k} {written.get(k)!r}")
+    return None
 
 
 def slab_schema(side=()) -> pa.Schema:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from packtool.arrays import first_null, null_rows, span_mask
 from packtool.side import SideColumn, nonfinite
 from packtool.support_rule import SUPPORT_RULES, first_breaks
-from packtool.slabs.schema import SCHEMA, side_field
+from packtool.slabs.schema import SCHEMA, side_field, side_field_problem
 from packtool.tokenize.source_rows import describe_row
 from packtool.verification.problems import ProblemLog
 
@@ -45,6 +45,9 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
             continue
         got = schema.field(i).type
         if got == want:
+            problem = side_field_problem(schema.field(i), c)  # the entry the writer recorded in the field
+            if problem:  # its values are still the declared type's: checked on
+                log.add("schema", f"{problem}: the manifest or the shard was edited", shard=name)
             continue
         inner = got.value_type if pa.types.is_list(got) else None
         got_w = inner.list_size if inner is not None and pa.types.is_fixed_size_list(inner) else \

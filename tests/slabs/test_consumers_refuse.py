@@ -577,6 +577,41 @@ SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_nul
 VERIFY_ONLY = ("side_nonfinite", "support_order", "support_absent", "support_twice", "support_empty_on_loss")
 
 
+def _side_entry(name, key, value):
+    """Side column `name`'s manifest entry with `key` edited (the shards as packed)."""
+    def edit(out):
+        m = read_manifest(out)
+        next(c for c in m["side_columns"] if c["name"] == name)[key] = value
+        save_manifest(out, m)
+    return edit
+
+
+def _renamed_both(out):
+    """`lp` renamed in the manifest and in every shard, re-signed: consistent but for the entry
+    the writer recorded in the column's field."""
+    import pyarrow.parquet as pq
+    from slab_support import resign
+    _side_entry("lp", "name", "lp2")(out)
+    for s in read_manifest(out)["shards"]:
+        path = os.path.join(out, s["file"])
+        t = pq.read_table(path)
+        pq.write_table(t.rename_columns(["lp2" if n == "lp" else n for n in t.column_names]), path)
+        resign(out, s["file"])
+
+
+# S32 (stranger32 cases1 'support_to_values'): every edit of a side column's manifest entry.
+# The kind (and a rename of both the entry and the column) is no part of the Arrow type: held to
+# the entry the writer recorded in the column's field (slabs.schema.side_field_problem)
+SIDE_ENTRY = {"side_entry:kind-support-to-values": _side_entry("sup", "kind", "values"),
+              "side_entry:kind-values-to-support": _side_entry("lp", "kind", "support"),
+              "side_entry:name": _side_entry("lp", "name", "lp2"),
+              "side_entry:name-and-column": _renamed_both,
+              "side_entry:width": _side_entry("sup", "width", 4),
+              "side_entry:dtype": _side_entry("lp", "dtype", "float64"),
+              "side_entry:fill": _side_entry("lp", "fill", 5.0),
+              "side_entry:support-fill": _side_entry("sup", "fill", 0)}
+
+
 @pytest.fixture(scope="session")
 def side_corpus(tmp_path_factory):
     from side_support import plant_side, side_rows, write_input
@@ -594,6 +629,11 @@ def side_corpus(tmp_path_factory):
 
     def get(name):
         import pyarrow.parquet as pq
+        if name in SIDE_ENTRY and name not in made:
+            d = str(root / re.sub(r"[^a-z0-9]+", "-", name))
+            shutil.copytree(clean, d)
+            SIDE_ENTRY[name](d)
+            made[name] = d
         if name not in made:
             d = str(root / name)
             shutil.copytree(clean, d)
@@ -616,6 +656,23 @@ def test_every_consumer_refuses_side_column_damage_verify_rejects(side_corpus, d
     kind, got = _consume(consumer, side_corpus(damage), str(tmp_path))
     assert kind == "refused", f"{consumer} read the damaged output ({damage}) without a word"
     assert consumer == "standalone-reader" or ("row" in got and ("'lp'" in got or "'sup'" in got)), got
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect", "standalone-reader"])
+@pytest.mark.parametrize("edit", list(SIDE_ENTRY))
+def test_every_consumer_refuses_an_edited_side_column_entry(side_corpus, edit, consumer, tmp_path):
+    kind, got = _consume(consumer, side_corpus(edit), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the output with an edited side column entry ({edit}) without a word"
+    assert consumer == "standalone-reader" or ("'lp" in got or "'sup'" in got), got
+
+
+@pytest.mark.parametrize("edit", list(SIDE_ENTRY))
+def test_verify_rejects_an_edited_side_column_entry_with_exit_1(side_corpus, edit):
+    from packtool.cli.app import app
+    r = CliRunner().invoke(app, ["verify", side_corpus(edit), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    said = [p["message"] for p in json.loads(r.output)["problems"]]
+    assert any("'lp" in m or "'sup'" in m for m in said), said
 
 
 @pytest.mark.parametrize("damage", SIDE_DAMAGES + VERIFY_ONLY)
