@@ -349,12 +349,21 @@ def mib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
-def read_small(path: str, limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
+def read_small(path: "str | Location", limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
     """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
-    bytes before any is read; the bounded read also stops a file that grows or a FIFO."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(limit + 1) if size <= limit else b""
+    bytes before any is read; the bounded read also stops a file that grows or a FIFO. Every
+    file packtool reads whole that is small by nature comes through here, local or (a URI, a
+    Location) on a store. A missing file is the caller's FileNotFoundError."""
+    if isinstance(path, Location) or is_uri(path):
+        loc = path if isinstance(path, Location) else locate(path)
+        path = loc.shown
+        with loc.open_input() as f:  # the size from opening it: nothing is read past the bound
+            size = f.size()
+            data = f.read(limit + 1) if size <= limit else b""
+    else:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit + 1) if size <= limit else b""
     if size > limit or len(data) > limit:
         raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
                   f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))

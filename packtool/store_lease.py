@@ -23,7 +23,7 @@ import time
 import uuid
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.storage import Location
+from packtool.storage import Location, read_small
 
 LEASE = ".packtool.lock"
 LEASE_SECONDS = 120.0
@@ -35,12 +35,15 @@ class LeaseLostError(PacktoolOutputError):
     """Another run took the prefix's lease while this one was writing: nothing was committed."""
 
 
+LEASE_BYTES = 1 << 16  # a lease record is ~150 bytes; the object sits at a user's prefix
+
+
 def _read(lock: Location) -> dict | None:
     try:
-        rec = json.loads(lock.read_bytes())
+        rec = json.loads(read_small(lock, LEASE_BYTES, "packtool lease", "remove it"))
     except FileNotFoundError:
         return None
-    except ValueError:
+    except ValueError:  # not JSON, or over the bound (a PacktoolInputError): not a lease packtool wrote
         return {}
     return rec if isinstance(rec, dict) else {}
 

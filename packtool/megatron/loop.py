@@ -109,7 +109,7 @@ def _is_step_log(path: str) -> bool:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
             f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 16)))
-            tail = f.read()
+            tail = f.read(1 << 16)  # bounded though the log grows meanwhile
     except OSError:
         return False
     lines = [head.split(b"\n", 1)[0], tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]]

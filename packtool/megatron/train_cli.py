@@ -21,9 +21,12 @@ _SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_
 def _yaml_shape(path: str) -> dict:
     """The model shape keys of --config FILE (their values are GPTShape's to check)."""
     import yaml
+
+    from packtool.storage import SETTINGS_BYTES, read_small
+    data = read_small(path, SETTINGS_BYTES, "train --config file", "give the YAML file of the model shape "
+                      "(a few lines, e.g. `layers: 2`)", flag="--config")
     try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
+        raw = yaml.safe_load(data)
     except yaml.YAMLError as e:  # the user's file, not a packtool bug; an unsafe tag (!!python/...) too
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -63,10 +63,10 @@ def say(line: str) -> None:
 
 def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:
     """(manifest, its name) of a prefix, or (None, None) when it holds none."""
-    from packtool.slabs.format import parse_manifest
+    from packtool.slabs.format import parse_manifest, store_manifest_bytes
     for name in (MANIFEST, LEGACY_MANIFEST):
         try:
-            data = loc.join(name).read_bytes()
+            data = store_manifest_bytes(loc.join(name))  # bounded: a prefix is the user's
         except FileNotFoundError:
             continue
         return parse_manifest(data, loc.join(name).shown), name

@@ -129,22 +129,18 @@ def read_manifest(directory: str) -> dict:
     return parse_manifest(data, path)
 
 
-def _store_manifest_bytes(loc) -> bytes:
+def store_manifest_bytes(loc) -> bytes:
     """An object's bytes, up to the manifest bound: an object has no stat here worth a round
     trip, so the read itself stops one byte past the bound."""
-    data = loc.read_bytes(MANIFEST_BYTES)
-    if len(data) > MANIFEST_BYTES:
-        from packtool.storage import mib
-        raise FormatError(f"is over the {mib(MANIFEST_BYTES)} any packtool manifest takes: not a packtool "
-                          f"manifest (a damaged or copied-over object?); re-run `packtool pack`", path=loc.shown)
-    return data
+    from packtool.storage import read_small
+    return read_small(loc, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)
 
 
 def _read_store_manifest(directory: str) -> dict:
     loc = locate(directory)
     for name in (MANIFEST, LEGACY_MANIFEST):
         try:
-            return parse_manifest(_store_manifest_bytes(loc.join(name)), loc.join(name).shown)
+            return parse_manifest(store_manifest_bytes(loc.join(name)), loc.join(name).shown)
         except FileNotFoundError:
             continue
     if loc.is_file():

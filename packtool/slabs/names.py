@@ -22,8 +22,9 @@ import json
 import os
 import re
 
+from packtool.errors import PacktoolInputError
 from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, manifest_file  # noqa: F401  (owner: below the stages)
-from packtool.storage import Location, is_uri, locate
+from packtool.storage import Location, is_uri, locate, read_small
 
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
 PENDING_PREFIX = ".packtool-pending-"
@@ -150,10 +151,11 @@ def read_intents(where: "str | Location") -> dict[str, dict[str, list[str]] | No
     for n in loc.names():
         if n.startswith(PENDING_PREFIX):
             try:
-                data = loc.join(n).read_bytes(INTENT_BYTES)  # past it: not one packtool wrote
-                out[n] = parse_intent(n, data) if len(data) <= INTENT_BYTES else None
+                out[n] = parse_intent(n, read_small(loc.join(n), INTENT_BYTES, "packtool intent", "remove it"))
             except FileNotFoundError:
                 continue  # its run just finished
+            except PacktoolInputError:  # past the bound: not one packtool wrote
+                out[n] = None
     return out
 
 

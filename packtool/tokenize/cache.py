@@ -51,6 +51,7 @@ from packtool.tokenize.encode import TokenizerInfo
 from packtool.tokenize.side_store import read_dense
 
 CACHE_FORMAT = "packtool-tokenized-cache"
+CACHE_JSON_BYTES = 256 << 20  # read whole (storage.read_small): one record per input file and part
 CACHE_VERSION = 3  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
@@ -324,13 +325,10 @@ def write_cache_json(directory: str, meta: dict) -> None:
 
 def read_cache_json(directory: str) -> dict:
     try:
-        if is_uri(directory):
-            meta = json.loads(locate(directory).join("cache.json").read_bytes().decode("utf-8"))
-        else:
-            from packtool.tokenize.json_depth import read_small
-            meta = json.loads(read_small(os.path.join(directory, "cache.json"), 256 << 20, "cache.json",
-                                         "delete the folder and re-run (it is rebuilt)",
-                                         err=CacheDamagedError).decode("utf-8"))
+        from packtool.storage import read_small
+        where = locate(directory).join("cache.json") if is_uri(directory) else os.path.join(directory, "cache.json")
+        meta = json.loads(read_small(where, CACHE_JSON_BYTES, "cache.json", "delete the folder and re-run (it is "
+                                     "rebuilt)", err=CacheDamagedError).decode("utf-8"))
     except CacheDamagedError:  # over its bound: said with the size
         raise
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

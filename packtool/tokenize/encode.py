@@ -81,11 +81,16 @@ def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
     return None, None
 
 
+TOKENIZER_BYTES = 256 << 20  # the largest real tokenizer.json (a 256k vocabulary) is ~35 MB
+
+
 @lru_cache(maxsize=4)
 def _load_cached(path: str, size: int, mtime_ns: int) -> Tokenizer:
     # Deserializing a 3.5 MB tokenizer.json costs ~0.5 s; runs that tokenize several input
     # groups in one process load it once. Keyed by size+mtime so an edited file reloads.
-    tok = Tokenizer.from_file(path)
+    from packtool.storage import read_small  # a copied-over 8 GB file is refused by its size, not loaded
+    tok = Tokenizer.from_buffer(read_small(path, TOKENIZER_BYTES, "tokenizer.json", "pass the tokenizer "
+                                           "folder or its tokenizer.json", flag=cli_flag("tokenizer")))
     if not caches_words(tok):
         resize = getattr(tok.model, "_resize_cache", None)  # tokenizers >= 0.20; WordPiece has none
         if resize is not None:
@@ -125,9 +130,9 @@ def _what_file(path: str) -> str | None:
     if name in _SIBLINGS:
         return _SIBLINGS[name]
     try:
-        if os.path.getsize(path) > 256 << 20:
+        if os.path.getsize(path) > TOKENIZER_BYTES:
             return None
-        obj = load_json_file(path, "tokenizer.json", limit=256 << 20)
+        obj = load_json_file(path, "tokenizer.json", limit=TOKENIZER_BYTES)
     except PacktoolInputError:
         raise
     except (OSError, UnicodeDecodeError, ValueError):
@@ -179,6 +184,8 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     st = os.stat(path)
     try:
         tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    except PacktoolInputError:  # over its bound: said with the size
+        raise
     except Exception as e:  # tokenizers raises a bare Exception on bad JSON
         what = _what_file(path)
         if what:

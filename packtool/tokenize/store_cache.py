@@ -63,9 +63,9 @@ def recorded_files(entry: Location) -> list[str]:
     pulled or read. Objects a dead or concurrent build left beside them are never used."""
     import json
     try:
-        data = entry.join(ENTRY_META).read_bytes(META_BYTES)  # past it: no entry's cache.json
-        sums = json.loads(data).get("checksums") if len(data) <= META_BYTES else None
-    except (ValueError, AttributeError, FileNotFoundError):
+        from packtool.storage import read_small
+        sums = json.loads(read_small(entry.join(ENTRY_META), META_BYTES, "cache.json", "remove it")).get("checksums")
+    except (ValueError, AttributeError, FileNotFoundError):  # past the bound (a ValueError): no entry's cache.json
         return []  # the pulled cache.json then fails the local check: rebuilt
     return sorted(n for n in sums if isinstance(n, str) and ".." not in n.split("/")) \
         if isinstance(sums, dict) else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import tracemalloc
 
 import pytest
 
@@ -70,7 +71,34 @@ def _lengths(name):
     return make
 
 
-SMALL = {"manifest": _manifest, "store manifest": _store_manifest, "tokenizer_config": _tokenizer_config, "chat template": _template,
+def _train_config(tmp_path):
+    from packtool.megatron.train_cli import _yaml_shape
+    p = _sparse(tmp_path / "m.yaml", SETTINGS_BYTES + 1)
+    return lambda: _yaml_shape(p), p
+
+
+def _tokenizer_json(tmp_path):
+    from packtool.tokenize.encode import TOKENIZER_BYTES
+    p = _sparse(tmp_path / "tok" / "tokenizer.json", TOKENIZER_BYTES + 1)
+    return lambda: load_tokenizer(str(tmp_path / "tok"), TokenizeConfig()), p
+
+
+def _store_cache_json_read(tmp_path):  # read_cache_json's store route
+    from packtool.tokenize.cache import CACHE_JSON_BYTES
+    p = _sparse(tmp_path / "c" / "cache.json", CACHE_JSON_BYTES + 1)
+    return lambda: read_cache_json(f"file://{tmp_path}/c"), p
+
+
+def _output_store_manifest(tmp_path):  # pack -o s3://...: the previous output's manifest
+    from packtool.output.store import read_store_manifest
+    from packtool.storage import locate
+    p = _sparse(tmp_path / "out" / ".manifest.json", MANIFEST_BYTES + 1)
+    return lambda: read_store_manifest(locate(f"file://{tmp_path}/out")), p
+
+
+SMALL = {"train --config": _train_config, "tokenizer.json": _tokenizer_json,
+         "store cache.json read": _store_cache_json_read, "output store manifest": _output_store_manifest,
+         "manifest": _manifest, "store manifest": _store_manifest, "tokenizer_config": _tokenizer_config, "chat template": _template,
          "hf state.json": _hf_state, "cache.json": _cache_json,
          **{f"lengths {e}": _lengths(f"l{e}") for e in (".txt", ".csv", ".tsv", ".jsonl")}}
 
@@ -78,8 +106,14 @@ SMALL = {"manifest": _manifest, "store manifest": _store_manifest, "tokenizer_co
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_a_file_over_its_bound_is_refused_by_name_before_reading(tmp_path, case):
     call, path = SMALL[case](tmp_path)
-    with pytest.raises(PacktoolError) as e:
-        call()
+    tracemalloc.start()
+    try:
+        with pytest.raises(PacktoolError) as e:
+            call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak} bytes allocated before the refusal"  # nothing of the file read whole
     assert str(e.value).startswith(str(path)) or str(path) in str(e.value), str(e.value)
     assert re.search(r"over the [\d.]+ MiB any|is NUL: not a text file|cache\.json cannot be read", str(e.value))
 
@@ -132,10 +166,19 @@ def _store_cache_json(tmp_path, pad: int):
     return recorded_files(locate(f"file://{tmp_path}"))
 
 
-# packtool's own small objects on a store, read through Location.read_bytes(limit): over the
-# bound each reads as "not one packtool wrote" (the caller's existing path) instead of whole.
+def _lease(tmp_path, pad: int):
+    from packtool.storage import locate
+    from packtool.store_lease import LEASE, _read
+    (tmp_path / LEASE).write_bytes(b'{"token": "t", "owner": "pid 1 on h", "renewed": 0}' + b" " * pad)
+    return _read(locate(f"file://{tmp_path}").join(LEASE))
+
+
+# packtool's own small objects on a store, read through storage.read_small: over the
+# bound each reads as "not one packtool wrote" (the caller's existing path) instead of whole
+# (storage.read_small, the bound's owner).
 STORE = {"intent": (_intent, "packtool.slabs.names.INTENT_BYTES", None),
-         "store cache.json": (_store_cache_json, "packtool.tokenize.store_cache.META_BYTES", [])}
+         "store cache.json": (_store_cache_json, "packtool.tokenize.store_cache.META_BYTES", []),
+         "lease": (_lease, "packtool.store_lease.LEASE_BYTES", {})}
 
 
 @pytest.mark.parametrize("case", sorted(STORE))
@@ -144,3 +187,43 @@ def test_a_store_object_over_its_bound_is_not_read_whole(tmp_path, monkeypatch, 
     monkeypatch.setattr(bound, 1 << 12, raising=False)
     assert read(tmp_path, 100) not in (over, None, [])  # under the bound: read as before
     assert read(tmp_path, 1 << 13) == over
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    from conftest import GPT2, GSM8K
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    t = tmp_path_factory.mktemp("bounds")
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
+                                 "--cache-dir", str(t / "c")])
+    assert r.exit_code == 0, r.output
+    return str(t / "out")
+
+
+CLI = {  # flag -> the command line, given an oversized file and a packed output
+    "train --config": lambda big, out: ["train", out, "--device", "cpu", "--steps", "1", "--config", big],
+    "pack --tokenizer": lambda big, out: ["pack", os.path.join(out, "..", "in.jsonl"), "--tokenizer", big,
+                                          "--dry-run", "-q"],
+    "pack --chat-template": lambda big, out: ["pack", os.path.join(out, "..", "in.jsonl"), "--tokenizer",
+                                              os.path.join(os.path.dirname(os.path.dirname(__file__)), "..",
+                                                           "fixtures", "tokenizers", "gpt2"),
+                                              "--chat-template", big, "--dry-run", "-q"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI))
+def test_the_cli_says_one_line_naming_the_oversized_file(tmp_path, packed, case):
+    """exit 2, one `error:` line naming the file and its flag, no traceback."""
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    with open(os.path.join(packed, "..", "in.jsonl"), "w") as f:
+        f.write('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    name = {"train --config": "m.yaml", "pack --tokenizer": "tokenizer.json", "pack --chat-template": "t.jinja"}[case]
+    big = _sparse(tmp_path / name, (256 << 20) + 1)
+    r = CliRunner().invoke(app, CLI[case](big, packed))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert lines[0].startswith(f"error: {big}: is 256.0 MiB, over the ") and case.split()[1] in lines[0], lines[0]
