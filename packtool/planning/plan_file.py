@@ -51,10 +51,11 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
     raw = meta.get(META_KEY)
     if raw is None:
         return None
+    from packtool.json_text import loads
     from packtool.tokenize.json_depth import check_json_depth
     check_json_depth(raw, path, per_line=False)
     try:
-        align, packing = config_from_dict(json.loads(raw))
+        align, packing = config_from_dict(loads(raw))  # a key twice: refused, never the last one
     except (ValueError, KeyError, TypeError, AlignmentError, PlanError) as e:
         raise PlanError(f"{path}: the plan settings in its metadata cannot be read "
                         f"({type(e).__name__}: {e}); write it again with `packtool plan --output`") from None

@@ -151,8 +151,9 @@ def _read_store_manifest(directory: str) -> dict:
 
 def parse_manifest(data: bytes, path: str) -> dict:
     """A manifest's bytes, checked: JSON, this format and version, the field types."""
+    from packtool.json_text import loads
     try:
-        m = json.loads(data.decode())
+        m = loads(data)  # a hand-edited key given twice is refused, not read as its last value
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
     except RecursionError:  # e.g. 100,000 nested brackets: no manifest nests more than a few levels

@@ -69,7 +69,7 @@ def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool
 def load_json_file(path: str, what: str, limit: int = SETTINGS_BYTES, flag: str | None = None):
     """`json.load` of a user's `what` file (tokenizer config, dataset state) behind the size
     and nesting bounds (json's own errors, UnicodeDecodeError included, reach the caller)."""
-    import json
+    from packtool.json_text import loads  # a key given twice: a JSONDecodeError at its object
     data = read_small(path, limit, what, "restore or remove it", flag=flag)
     check_json_depth(data, path, per_line=False)
-    return json.loads(data.decode("utf-8"))
+    return loads(data)

@@ -74,7 +74,14 @@ def _hf_dataset_files(folder: str) -> list[str]:
     state = os.path.join(folder, "state.json")
     if os.path.exists(state):
         from packtool.tokenize.json_depth import load_json_file
-        names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+        try:
+            names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
+            if isinstance(e, PacktoolInputError):
+                raise
+            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
+                                     path=state) from None
         if names:
             return [os.path.join(folder, n) for n in names]
     return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))

@@ -21,6 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
+from packtool.json_text import DuplicateKeyError, raw_decode, twice
 from packtool.tokenize.json_depth import check_json_depth
 from packtool.storage import is_uri, open_bytes
 
@@ -80,7 +81,7 @@ _ARROW_JSON = (
      lambda m: f"field {m[1].lstrip('/') or '(top)'} is a {m[3]} here but a {m[2]} in an earlier row; give the field one "
                f"type in every row"),
     (re.compile(r"^Column\((\S*)\) was specified twice"),
-     lambda m: f"key {m[1].lstrip('/') or '(empty)'} appears twice in one object; keep one of them"),
+     lambda m: twice(m[1].lstrip('/').replace('/[]', '[]'))),  # the wording a .json array's rows get
     (re.compile(r"surrogate", re.I),
      lambda m: "a \\uD800-\\uDFFF escape without its pair (a lone UTF-16 surrogate, no character); "
                "remove it or replace it with the character meant (or \\uFFFD)"),
@@ -177,7 +178,6 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
         return
     check_json_depth(raw, path, per_line=False)
     del raw
-    dec = json.JSONDecoder()
     pos += 1
     rows: list[dict] = []
     n = 0
@@ -190,7 +190,9 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
         if text[pos] == "]":
             break
         try:
-            obj, pos = dec.raw_decode(text, pos)
+            obj, pos = raw_decode(text, pos)  # a key twice in a row is refused, as in JSON Lines
+        except DuplicateKeyError as e:
+            raise PacktoolInputError(f"at line {e.lineno}: {e.msg}", path=path, row=n) from None
         except json.JSONDecodeError as e:
             raise PacktoolInputError(f"invalid JSON at line {e.lineno}: {e.msg}", path=path, row=n) from None
         if not isinstance(obj, dict):

@@ -21,6 +21,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "pac
 BASE = {"errors", "notes", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "storage", "store_lease",
         "output", "env", "__init__"}
 BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool.online check through it
+BASE |= {"json_text"}  # JSON a user wrote, a key twice refused: every stage's JSON readers (standard library only)
 BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a cache root in a packed output
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
 # output/ owns every write: its file primitives are base (every stage writes through them);

@@ -15,8 +15,8 @@ from packtool.tokenize.readers import iter_batches, resolve_inputs
 CASES = {
     "lone high surrogate": (rb'{"length": 1, "text": "\ud800 x"}', r"lone UTF-16 surrogate.*remove it or replace"),
     "lone low surrogate": (rb'{"length": 1, "text": "\udc00"}', r"lone UTF-16 surrogate"),
-    "key twice": (rb'{"length": 1, "text": "b", "text": "c"}', r"key text appears twice in one object; keep one"),
-    "nested key twice": (rb'{"length": 1, "text": "b", "m": {"k": 1, "k": 2}}', r"key m/k appears twice"),
+    "key twice": (rb'{"length": 1, "text": "b", "text": "c"}', r"key 'text' appears twice in one object; keep one"),
+    "nested key twice": (rb'{"length": 1, "text": "b", "m": {"k": 1, "k": 2}}', r"key 'm/k' appears twice"),
     "not an object": (rb'[1, 2]', r"the line is a JSON array, not an object"),
     "a number": (rb'7', r"the line is a JSON number, not an object"),
     "number out of range": (rb'{"length": 1, "text": "b", "n": 1e400}', r"beyond the float64 range"),

@@ -1,0 +1,88 @@
+"""JSON a user wrote or may edit, decoded with one rule Python's json lacks: a key given twice
+in one object is an error, never "the last one wins" in silence. JSON Lines rows are parsed by
+Arrow, which refuses such a row at any depth (tokenize.text_readers names its line); every
+other JSON of user data or settings is decoded here: the rows of a `.json` array, a
+tokenizer_config.json or tokenizer.json, a dataset's state.json, a plan file's settings, a
+manifest. Base (standard library only): a reader's manifest read loads nothing more.
+
+The error is a `json.JSONDecodeError` whose position is the opening brace of the object that
+holds the key twice, so each caller's existing JSON error path names the file and the line
+(from 1) as it does for any other broken JSON.
+"""
+from __future__ import annotations
+
+import json
+import json.decoder
+import json.scanner
+
+
+def twice(key: str) -> str:
+    """The one wording of the problem (Arrow's JSON Lines refusal is said the same way)."""
+    return f"key {key!r} appears twice in one object; keep one of them"
+
+
+class DuplicateKeyError(json.JSONDecodeError):
+    """A key given twice in one object; `pos`/`lineno` point at the object's opening brace."""
+
+    def __init__(self, key: str, doc: str, pos: int):
+        super().__init__(twice(key), doc, pos)
+        self.key = key
+
+
+class _Twice(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique(pairs: list) -> dict:
+    d = dict(pairs)  # at C speed; only a short dict is a repeat
+    if len(d) < len(pairs):
+        seen: set = set()
+        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return d
+
+
+_FAST = json.JSONDecoder(object_pairs_hook=_unique)
+
+
+def loads(text: str | bytes):
+    """json.loads, refusing a key given twice (DuplicateKeyError)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    return raw_decode(text, 0, whole=True)[0]
+
+
+def raw_decode(text: str, pos: int = 0, whole: bool = False):
+    """JSONDecoder.raw_decode from `pos`, refusing a key given twice; `whole`: nothing but
+    whitespace may follow (json.loads)."""
+    try:
+        if whole:
+            return _FAST.decode(text), len(text)
+        return _FAST.raw_decode(text, pos)
+    except _Twice as t:
+        raise DuplicateKeyError(t.key, text, _where(text, pos)) from None
+
+
+def _where(text: str, pos: int) -> int:
+    """The opening brace of the object the repeat is in: decoded once more with the Python
+    scanner, which passes each object's start (only on this error path: it is slower)."""
+    starts: list[int] = []
+
+    def parse_object(s_and_end, *args):
+        starts.append(s_and_end[1] - 1)
+        out = json.decoder.JSONObject(s_and_end, *args)
+        starts.pop()
+        return out
+    dec = json.JSONDecoder(object_pairs_hook=_unique)
+    dec.parse_object = parse_object
+    dec.scan_once = json.scanner.py_make_scanner(dec)
+    while pos < len(text) and text[pos] in " \t\r\n":  # raw_decode takes none before the value
+        pos += 1
+    try:
+        dec.raw_decode(text, pos)
+    except _Twice:
+        return starts[-1]
+    return pos
+
+
+__all__ = ["DuplicateKeyError", "loads", "raw_decode", "twice"]
