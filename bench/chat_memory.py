@@ -144,11 +144,11 @@ def make_data(path: str, n: int, source: str | None = None) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-def run_command(data: str, tok: str, template: str, work: str, env: dict) -> dict:
+def run_command(data: str, tok: str, template: str, work: str, env: dict, extra: tuple[str, ...] = ()) -> dict:
     """One `python -m packtool pack` in a fresh child: its peak RSS (ru_maxrss) and CPU."""
     cmd = [sys.executable, "-P", "-m", "packtool", "pack", data, "--tokenizer", tok, "--chat-template",
            template, "-C", "4096", "--overflow", "split", "--cache-dir", os.path.join(work, "cache"),
-           "-o", os.path.join(work, "out"), "--no-progress"]
+           "-o", os.path.join(work, "out"), "--no-progress", *extra]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
@@ -156,7 +156,7 @@ def run_command(data: str, tok: str, template: str, work: str, env: dict) -> dic
     if p.returncode:
         sys.exit(err.decode(errors="replace"))
     return {"max_rss_mib": round(ru.ru_maxrss / 1024, 1), "cpu_s": round(ru.ru_utime + ru.ru_stime, 1),
-            "minflt": ru.ru_minflt, "cmd": " ".join(["python -P -m packtool pack DATA"] + cmd[6:10])}
+            "minflt": ru.ru_minflt, "cmd": " ".join(["python -P -m packtool pack DATA"] + cmd[6:10] + list(extra))}
 
 
 def main() -> None:
@@ -170,6 +170,9 @@ def main() -> None:
                     help="real: distinct Taskmaster dialogs from ../shared/data, packed by the command")
     ap.add_argument("--tok", choices=sorted(TOKS), default="gpt2", help="tokenizer (and its template) for --data real")
     ap.add_argument("--log", help="append each run's JSON line here")
+    ap.add_argument("--pack-args", action="append", default=[], metavar="'FLAGS'",
+                    help="--data real: a variant of the command's flags (e.g. '--shard-tokens 4194304'); "
+                         "each is run beside the plain command, alternating")
     ap.add_argument("--smaps", metavar="DIR", help="with --stages: save /proc/self/smaps at each stage's peak "
                     "to DIR/ROWS-RUN/STAGE.smaps (bench/smaps_classes.py reads them)")
     ap.add_argument("--cli", action="store_true",
@@ -203,11 +206,15 @@ def main() -> None:
                     os.makedirs(env["SMAPS_DIR"], exist_ok=True)
                 load = os.getloadavg()[0]
                 if a.data == "real" and not a.stages:
-                    r = run_command(os.path.join(base, f"chat_{n}.jsonl"), tok, template, work, env)
-                    emit({"rows": n, "run": rep, "data": "real", "tok": a.tok, "template": template, "env": a.env,
-                          "src": a.src, "load_1min": round(load, 1), "load_after": round(os.getloadavg()[0], 1),
-                          "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **r}, a.log)
-                    shutil.rmtree(work, ignore_errors=True)
+                    for extra in ["", *a.pack_args]:
+                        load = os.getloadavg()[0]
+                        r = run_command(os.path.join(base, f"chat_{n}.jsonl"), tok, template, work, env,
+                                        tuple(extra.split()))
+                        emit({"rows": n, "run": rep, "data": "real", "tok": a.tok, "template": template,
+                              "env": a.env, "pack_args": extra, "src": a.src, "load_1min": round(load, 1),
+                              "load_after": round(os.getloadavg()[0], 1),
+                              "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **r}, a.log)
+                        shutil.rmtree(work, ignore_errors=True)
                     continue
                 # -P: `-c` would put the working directory (a checkout) ahead of --src on sys.path
                 p = subprocess.run([sys.executable, "-P", "-c", CHILD, os.path.join(base, f"chat_{n}.jsonl"), tok, work,

@@ -31,7 +31,7 @@ from packtool.planning.bounds import check_capacity
 from packtool.planning.core import SEGMENT_FIELDS, OverflowStats, PackingConfig, Plan, apply_overflow, slab_order
 from packtool.planning.core import PlanError, SequenceError, planning_seconds
 from packtool.progress import compile_seconds, kernel_seconds
-from packtool.planning.slabs import Routing, SlabSpec, segment_base, shard_of_slab
+from packtool.planning.slabs import Routing, SlabSpec, routing_pieces, segment_base, shard_of_slab
 from packtool.planning.summary import PaddingStats, PlanSummary
 
 
@@ -47,6 +47,13 @@ class Placement:
     def take(self, idx: np.ndarray) -> "Placement":
         return Placement(self.source[idx], self.offset[idx], self.length[idx], self.chunk[idx],
                          self.bin[idx])
+
+    @property
+    def size(self) -> int:
+        return int(self.bin.size)
+
+    def piece(self, a: int, e: int) -> "Placement":
+        return Placement(self.source[a:e], self.offset[a:e], self.length[a:e], self.chunk[a:e], self.bin[a:e])
 
 
 @dataclass(frozen=True)
@@ -108,24 +115,9 @@ def bin_items(pl: Placement, local_bins: np.ndarray) -> tuple[np.ndarray, Placem
 def shard_routing(pl: Placement, bin_shard: np.ndarray, bin_base: np.ndarray,
                   pool_shard: np.ndarray, pool_pos: np.ndarray, moved_idx: np.ndarray,
                   moved_shard: np.ndarray, moved_pos: np.ndarray) -> Routing:
-    """Output shard and position of every item of a shard. Per local bin the driver gives the
-    shard and the position of the bin's first segment; inside a bin, segments keep input order
-    (as `plan` orders them). Pool items and items DP moved come with their own place."""
-    b = pl.bin.copy()
-    b[moved_idx] = -2
-    shard = np.empty(b.size, np.int32)
-    pos = np.empty(b.size, np.int64)
-    k = np.flatnonzero(b >= 0)
-    kb = b[k]
-    counts = np.bincount(kb, minlength=bin_base.size)
-    order = np.argsort(kb, kind="stable")
-    rank = np.empty(kb.size, np.int64)
-    rank[order] = np.arange(kb.size) - np.repeat(np.cumsum(counts) - counts, counts)  # a shard may keep no bin
-    shard[k], pos[k] = bin_shard[kb], bin_base[kb] + rank
-    p = b == -1
-    shard[p], pos[p] = pool_shard, pool_pos
-    shard[moved_idx], pos[moved_idx] = moved_shard, moved_pos
-    return Routing(pl.source, pl.offset, pl.length, pl.chunk, shard, pos)
+    """Output shard and position of every item of a shard, in one piece (`routing_pieces`)."""
+    return next(routing_pieces(pl, bin_shard, bin_base, pool_shard, pool_pos, moved_idx, moved_shard,
+                               moved_pos, pl.size))
 
 
 class LocalRunner:

@@ -10,6 +10,7 @@ write task never needs the whole plan.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -104,3 +105,44 @@ def routing_of_plan(p: Plan, ranges: list[tuple[int, int]]) -> Routing:
     order = np.lexsort((sg.offset, sg.source))
     return Routing(sg.source[order], sg.offset[order], sg.length[order], sg.chunk[order],
                    shard[slab_of][order], pos[order])
+
+
+def routing_pieces(pl, bin_shard: np.ndarray, bin_base: np.ndarray, pool_shard: np.ndarray,
+                   pool_pos: np.ndarray, moved_idx: np.ndarray, moved_shard: np.ndarray,
+                   moved_pos: np.ndarray, step: int) -> Iterator[Routing]:
+    """`Routing` of a shard's placement `pl` (items in input order, `bin` per item: local bin,
+    -1 merge pool; a `Placement` or a spilled one: `size`, `piece(a, e)`), `step` items at a time. Per local bin the driver gives the output shard
+    and the position of the bin's first segment; inside a bin, segments keep input order (as
+    `plan` orders them), counted across pieces. Pool items take `pool_shard`/`pool_pos` in
+    input order; items DP moved (`moved_idx`) come with their own place. Working memory is a
+    piece's and a counter per bin, not the placement's: route_to_files holds one piece."""
+    n = pl.size
+    seen = np.zeros(bin_base.size, np.int64)  # segments of each bin in earlier pieces
+    m_order = np.argsort(moved_idx, kind="stable")
+    m_idx = moved_idx[m_order]
+    pooled = 0
+    for a in range(0, max(n, 1), max(step, 1)):
+        e = min(a + step, n)
+        it = pl.piece(a, e)
+        b = it.bin.copy()
+        m0, m1 = np.searchsorted(m_idx, (a, e))
+        mk = m_order[m0:m1]
+        b[m_idx[m0:m1] - a] = -2
+        shard = np.empty(b.size, np.int32)
+        pos = np.empty(b.size, np.int64)
+        k = np.flatnonzero(b >= 0)
+        kb = b[k]
+        # rank of each segment among its bin's in this piece: arrays of the piece's size, never
+        # of the bins' count (a plan shard's bins are ~a tenth of its rows)
+        order = np.argsort(kb, kind="stable")
+        ks = kb[order]
+        first = np.flatnonzero(np.diff(ks, prepend=-1)) if ks.size else ks
+        rank = np.empty(kb.size, np.int64)
+        rank[order] = np.arange(ks.size) - np.repeat(first, np.diff(np.append(first, ks.size)))
+        shard[k], pos[k] = bin_shard[kb], bin_base[kb] + seen[kb] + rank
+        seen[ks[first]] += np.diff(np.append(first, ks.size))
+        p = np.flatnonzero(b == -1)
+        shard[p], pos[p] = pool_shard[pooled:pooled + p.size], pool_pos[pooled:pooled + p.size]
+        pooled += p.size
+        shard[m_idx[m0:m1] - a], pos[m_idx[m0:m1] - a] = moved_shard[mk], moved_pos[mk]
+        yield Routing(it.source, it.offset, it.length, it.chunk, shard, pos)

@@ -45,6 +45,26 @@ def load_placement(path: str) -> Placement:
         return Placement(*(np.load(f, allow_pickle=False) for _ in _FIELDS))
 
 
+class PlacementFile:
+    """A spilled placement read a piece at a time (`routing_pieces`): each field's slice read
+    from the file at its offset, never the whole placement (~36 bytes an item) and never a
+    mapping whose touched pages would count as resident."""
+
+    def __init__(self, path: str):
+        self.path, self.fields = path, []
+        with open(path, "rb") as f:
+            for _ in _FIELDS:
+                major, _ = np.lib.format.read_magic(f)  # save_placement's np.save: 1.0 (2.0 past 64 KiB headers)
+                read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                self.fields.append((f.tell(), dtype))
+                f.seek(int(np.prod(shape)) * dtype.itemsize, os.SEEK_CUR)
+        self.size = int(shape[0])
+
+    def piece(self, a: int, e: int) -> Placement:
+        return Placement(*(np.fromfile(self.path, dt, e - a, offset=off + a * dt.itemsize) for off, dt in self.fields))
+
+
 class SpillRunner:
     """`plan_shards`' runner with placements in files under `directory` (the handle is the
     path). Shards are packed one at a time, in this thread: the numba packers hold the GIL,

@@ -24,9 +24,9 @@ import numpy as np
 
 from packtool.errors import PacktoolCacheError
 from packtool.planning.core import SEGMENT_FIELDS
-from packtool.planning.sharded import ShardedPlan, shard_routing
-from packtool.planning.slabs import SlabSpec
-from packtool.planning.spill import StoreOffsets, load_placement
+from packtool.planning.sharded import ShardedPlan
+from packtool.planning.slabs import SlabSpec, routing_pieces
+from packtool.planning.spill import PlacementFile, StoreOffsets
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.names import shard_file
 from packtool.slabs.schema import slab_schema
@@ -38,6 +38,9 @@ from packtool.tokenize.flat_tokens import FlatTokens
 SEGMENT = np.dtype([("source", "<i8"), ("offset", "<i8"), ("start", "<i8"), ("length", "<i8"),
                     ("chunk", "<i4")])
 ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
+
+ROUTE_STEP = 1 << 15  # placement items routed at a time (~100 bytes of working memory each)
+ORDER_STEP = 1 << 16  # records `put_in_order` holds at a time, per pass over a shard's file
 
 _NO_TOKENS = np.zeros(0, np.int32)  # with a directory the writer preads the file, never this
 
@@ -118,61 +121,105 @@ def route_to_files(sp: ShardedPlan, ranges: list[tuple[int, int]], store_dir: st
                    directory: str) -> list[str]:
     """Every segment of a spilled plan appended to the file of its output shard (`ranges`:
     runs of slabs) as a `ROUTED` record, one placement at a time (deleted once routed; in
-    this thread, as `SpillRunner` packs). Returns the file of each output shard, for
-    `put_in_order`."""
+    this thread, as `SpillRunner` packs) and `ROUTE_STEP` items of it at a time, so what this holds
+    does not grow with the plan shard's rows. Returns the file of each output shard, for
+    `put_in_order` (which puts records in place whatever order they were appended in)."""
     store = StoreOffsets(store_dir)
     paths = [os.path.join(directory, f"routed-{k:05d}.bin") for k in range(len(ranges))]
     for p in paths:
         open(p, "wb").close()  # a shard with no segment cannot exist, but its file always does
-    ends = np.append(sp.first_rows[1:], sp.num_sequences)
     kind = np.int16 if len(ranges) < 1 << 15 else np.int32  # int16 sorts by radix: faster
-    for j, (handle, args) in enumerate(zip(sp.handles, sp.routing_args(ranges))):
-        r = shard_routing(load_placement(handle), *args)
-        first = int(sp.first_rows[j])
-        offs = store.read(first, int(ends[j]) - first + 1)
-        local = r.source - first
-        if r.source.size and (r.offset + r.length > np.diff(offs)[local]).any():
-            raise PacktoolCacheError(f"a planned segment runs past its row (rows from {first}); the flat token "
-                                     f"store does not match the cache: delete it (it is rebuilt) and re-run",
-                                     path=store.path)
-        shard = r.shard.astype(kind)
-        order = np.argsort(shard, kind="stable")
-        rec = np.empty(order.size, ROUTED)
-        rec["pos"], rec["source"], rec["offset"] = r.pos[order], r.source[order], r.offset[order]
-        rec["start"] = offs[local[order]] + rec["offset"]
-        rec["length"], rec["chunk"] = r.length[order], r.chunk[order]
-        cut = np.searchsorted(shard[order], np.arange(len(ranges) + 1))
-        del r, order, local, offs, shard
-        for k in np.flatnonzero(np.diff(cut)):
-            with open(paths[k], "ab") as f:
-                rec[cut[k]:cut[k + 1]].tofile(f)
+    for handle, args in zip(sp.handles, sp.routing_args(ranges)):
+        for r in routing_pieces(PlacementFile(handle), *args, ROUTE_STEP):
+            if r.source.size:
+                _append_routed(r, store, kind, paths)
         os.remove(handle)
     return paths
+
+
+def _append_routed(r, store: StoreOffsets, kind, paths: list[str]) -> None:
+    """One piece of routing rows appended to its shards' files, with absolute token starts."""
+    lo = int(r.source.min())
+    offs = store.read(lo, int(r.source.max()) - lo + 2)
+    local = r.source - lo
+    if (r.offset + r.length > np.diff(offs)[local]).any():
+        raise PacktoolCacheError(f"a planned segment runs past its row (rows from {lo}); the flat token "
+                                 f"store does not match the cache: delete it (it is rebuilt) and re-run",
+                                 path=store.path)
+    shard = r.shard.astype(kind)
+    order = np.argsort(shard, kind="stable")
+    rec = np.empty(order.size, ROUTED)
+    rec["pos"], rec["source"], rec["offset"] = r.pos[order], r.source[order], r.offset[order]
+    rec["start"] = offs[local[order]] + rec["offset"]
+    rec["length"], rec["chunk"] = r.length[order], r.chunk[order]
+    cut = np.searchsorted(shard[order], np.arange(len(paths) + 1))
+    for k in np.flatnonzero(np.diff(cut)):
+        with open(paths[k], "ab") as f:
+            rec[cut[k]:cut[k + 1]].tofile(f)
 
 
 def put_in_order(path: str, n: int) -> None:
     """Rewrite an output shard's routed records as its `n` SEGMENT records in on-disk order
     (the same bytes whatever order the records were appended in); every position must come
-    exactly once."""
+    exactly once. A bucket sort through files beside it: records are first split by position
+    range into at most `_BUCKETS` files, then each range is put in order alone, so what this
+    holds is one range (`ORDER_STEP` records, or n / `_BUCKETS`), not the shard's segments."""
     have = os.path.getsize(path) // ROUTED.itemsize
     if have != n:
         raise RuntimeError(f"{path}: {have} routed segments for a shard that holds {n}; the "
                            f"routing does not match the plan")
+    size = max(ORDER_STEP, -(-n // _BUCKETS))
+    buckets = [path] if n <= size else _split_by_position(path, n, size)
+    ordered = path + ".ordered"
+    with open(ordered, "wb") as out_f:
+        for j, bucket in enumerate(buckets):
+            a = j * size
+            _in_order(bucket, np.fromfile(bucket, ROUTED), a, min(size, n - a)).tofile(out_f)
+            if bucket != path:
+                os.remove(bucket)
+    os.replace(ordered, path)
+
+
+_BUCKETS = 256  # most files one shard's records are split into (open at once)
+
+
+def _split_by_position(path: str, n: int, size: int) -> list[str]:
+    """The routed records of `path` appended to one file per position range of `size`."""
+    names = [f"{path}.range-{j:03d}" for j in range(-(-n // size))]
+    outs = [open(p, "wb") for p in names]
+    try:
+        with open(path, "rb") as fh:
+            for a in range(0, n, ORDER_STEP):
+                rec = np.fromfile(fh, ROUTED, min(ORDER_STEP, n - a))
+                pos = rec["pos"]
+                if pos.size and (pos.min() < 0 or pos.max() >= n):
+                    raise RuntimeError(f"{path}: a routed position is outside the shard's {n} segments")
+                b = pos // size
+                order = np.argsort(b, kind="stable")
+                cut = np.searchsorted(b[order], np.arange(len(names) + 1))
+                for k in np.flatnonzero(np.diff(cut)):
+                    rec[order[cut[k]:cut[k + 1]]].tofile(outs[k])
+    finally:
+        for f in outs:
+            f.close()
+    return names
+
+
+def _in_order(path: str, rec: np.ndarray, a: int, n: int) -> np.ndarray:
+    """SEGMENT records of positions [a, a + n) from their ROUTED records, each exactly once."""
+    if rec.size != n:
+        raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
+    pos = rec["pos"] - a
+    if pos.size and (pos.min() < 0 or pos.max() >= n):
+        raise RuntimeError(f"{path}: a routed position is outside the shard's segments")
     out = np.empty(n, SEGMENT)
     seen = np.zeros(n, bool)
-    step = 1 << 16  # read in pieces: the records never sit twice in memory
-    with open(path, "rb") as fh:
-        for a in range(0, n, step):
-            rec = np.fromfile(fh, ROUTED, min(step, n - a))
-            pos = rec["pos"]
-            if pos.size and (pos.min() < 0 or pos.max() >= n):
-                raise RuntimeError(f"{path}: a routed position is outside the shard's {n} segments")
-            seen[pos] = True
-            for f in SEGMENT.names:
-                out[f][pos] = rec[f]
+    seen[pos] = True
     if not seen.all():
         raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
-    out.tofile(path)
+    for f in SEGMENT.names:
+        out[f][pos] = rec[f]
+    return out
 
 
 def read_segments(path: str, a: int, e: int) -> dict[str, np.ndarray]:

@@ -1,0 +1,102 @@
+"""Routing a spilled plan to its output shards (slabs/routed.py) holds a bounded piece, not a
+plan shard's or an output shard's segments (issue 23 class 8: memory flat in rows). Before,
+`route_to_files` built every record of a plan shard (up to 131,072 rows) at once and
+`put_in_order` a whole output shard's (up to 64Mi tokens) in memory, so a 300k-row chat pack
+held ~20 MiB more than a 20k one while routing. The pieces must not change a byte."""
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import packtool.slabs.routed as routed
+from packtool.align import Alignment
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+
+TOK = TokenizeConfig(shape="tokens")
+ALIGN = Alignment(tp=2, cp=2, capacity=1024)
+
+
+def _source(d, n: int, seed: int = 3) -> str:
+    rng = np.random.default_rng(seed)
+    lens = np.where(rng.random(n) < 0.05, rng.integers(1100, 3000, n), rng.integers(2, 300, n))
+    path = str(d / f"tok-{n}.parquet")
+    pq.write_table(pa.table({"input_ids": [rng.integers(0, 50000, k).astype(np.int32) for k in lens]}), path)
+    return path
+
+
+def _pack(path, out, cache, **kw):
+    return pack([path], ALIGN, PackingConfig("bfd", overflow="split", dp=kw.pop("dp", 1)), TOK, output=str(out),
+                cache_dir=str(cache), **kw)
+
+
+def _files(out) -> dict[str, bytes]:
+    return {f: open(os.path.join(out, f), "rb").read() for f in sorted(os.listdir(out))}
+
+
+@pytest.mark.parametrize("dp", [1, 2])  # dp=2 moves items between ranks: their own places
+def test_pieces_write_the_same_bytes(tmp_path, monkeypatch, dp):
+    path = _source(tmp_path, 700)
+    kw = dict(dp=dp, plan_shard_rows=150, shard_tokens=30_000)  # several plan and output shards
+    _pack(path, tmp_path / "whole", tmp_path / "cache", **kw)
+    monkeypatch.setattr(routed, "ROUTE_STEP", 7)
+    monkeypatch.setattr(routed, "ORDER_STEP", 5)
+    monkeypatch.setattr(routed, "_BUCKETS", 1000)
+    _pack(path, tmp_path / "pieces", tmp_path / "cache", **kw)
+    assert _files(tmp_path / "pieces") == _files(tmp_path / "whole")
+
+
+def _route_peak(tmp_path, n: int, monkeypatch) -> int:
+    """Traced peak while the plan is routed and each output shard put in order (one plan
+    shard, one output shard: the most the old code held)."""
+    path = _source(tmp_path, n, seed=n)
+    peaks = []
+
+    def traced(f):
+        def run(*a, **kw):
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            r = f(*a, **kw)
+            peaks.append(tracemalloc.get_traced_memory()[1] - base)
+            return r
+        return run
+    monkeypatch.setattr(routed, "route_to_files", traced(routed.route_to_files))
+    monkeypatch.setattr(routed, "put_in_order", traced(routed.put_in_order))
+    tracemalloc.start()
+    try:
+        _pack(path, tmp_path / f"out{n}", tmp_path / f"cache{n}", plan_shard_rows=1 << 20, shard_tokens=1 << 30,
+              workers=1)
+    finally:
+        tracemalloc.stop()
+    return max(peaks)
+
+
+def test_routing_holds_a_piece_not_the_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(routed, "ROUTE_STEP", 512)
+    monkeypatch.setattr(routed, "ORDER_STEP", 512)
+    small, large = _route_peak(tmp_path, 2000, monkeypatch), _route_peak(tmp_path, 8000, monkeypatch)
+    # the old code: ~120 bytes more per extra row; left: per-bin arrays (~5 rows a bin) and noise
+    assert large - small < 16 * 6000, (small, large)
+
+
+def test_a_repeated_or_missing_position_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(routed, "ORDER_STEP", 4)
+    rec = np.zeros(10, routed.ROUTED)
+    rec["pos"] = np.arange(10)[::-1]
+    rec["pos"][3] = rec["pos"][4]  # one position twice, one never
+    path = str(tmp_path / "routed-00000.bin")
+    rec.tofile(path)
+    with pytest.raises(RuntimeError, match="repeat or miss"):
+        routed.put_in_order(path, 10)
+    rec["pos"] = np.arange(10)[::-1]
+    rec["length"] = np.arange(10)
+    rec.tofile(path)
+    routed.put_in_order(path, 10)
+    got = np.fromfile(path, routed.SEGMENT)
+    assert got["length"].tolist() == list(range(10))[::-1] and sorted(os.listdir(tmp_path)) == ["routed-00000.bin"]
