@@ -146,8 +146,9 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         return "io", one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
     if isinstance(e, (ValueError, UnicodeError)):
         return "input", one_line(e), EXIT_USAGE
-    if isinstance(e, MemoryError):
-        return "resources", "out of memory (try --workers 1 or a smaller --plan-shard-rows)", EXIT_USAGE
+    if isinstance(e, MemoryError):  # the command, stage, input and the flags that help there
+        from packtool.cli.memory import out_of_memory
+        return "resources", out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {}), EXIT_USAGE
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
@@ -230,6 +231,8 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         if kwargs.pop("debug", False):
             set_debug(True)
+        # what ran with which arguments: an out-of-memory line names them (cli.memory)
+        _STATE["running"], _STATE["args"] = fn.__name__.removesuffix("_command"), dict(kwargs)
         try:
             from packtool.env import check_environment
             check_environment()  # a bad PACKTOOL_* value: one line, before any work

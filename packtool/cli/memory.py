@@ -1,0 +1,89 @@
+"""The line a MemoryError ends a command with: which command ran out, in which stage (the
+deepest packtool package in the traceback, the worker's error chain included), on which input,
+and the flags that lower that stage's memory in that command, or that none does (then what
+does). A generic "try --workers 1" named flags that half the commands lack and that change
+nothing while tokenizing."""
+from __future__ import annotations
+
+from packtool.errors import shown
+
+# packtool package -> the stage, as said in the line
+_STAGE = {"tokenize": "tokenizing", "planning": "planning", "packers": "planning", "slabs": "slabs",
+          "output": "writing", "verification": "checking", "inspection": "inspecting", "megatron": "training on"}
+
+_JSON_ARRAY = ("one read block and a few encode chunks per input are held, so the likely cause is what is held "
+               "whole: a .json array file (convert it to JSON Lines) or a single row of hundreds of MiB")
+# (command, stage) -> what lowers the memory; (command, None): any other or an unknown stage
+_ADVICE = {
+    ("pack", "tokenizing"): f"no pack flag lowers tokenizing's memory: {_JSON_ARRAY}",
+    ("pack", "planning"): "plan in smaller row shards (--plan-shard-rows, e.g. 1000000; 0 plans every row at once) "
+                          "or give a smaller -C (the planner's tables grow with it)",
+    ("pack", "slabs"): "write with fewer threads (--workers 1: each holds one slab) or give a smaller -C",
+    ("pack", None): "try --workers 1 (each writer thread holds one slab) and a smaller --plan-shard-rows",
+    ("plan", None): "plan holds every length and its plan in memory and no plan flag lowers that: plan a part of "
+                    "the lengths, or pack the data itself with --plan-shard-rows (planned in row shards)",
+    ("inspect", None): "inspect holds the lengths (or the output's per-slab figures) and a plan of them in memory "
+                       "and no inspect flag lowers that (--compare and --what-if plan again, one plan at a time): "
+                       "inspect a part of the lengths",
+    ("verify", "tokenizing"): f"no verify flag lowers the tokenized --source copy's memory: {_JSON_ARRAY}",
+    ("verify", None): "check with fewer processes (--workers 1: each reads its own shards' row groups)",
+    ("train", None): "give a smaller --micro-batch-tokens, or a smaller model (--layers, --hidden, --ffn, --config)",
+}
+
+
+def stage_of(e: BaseException) -> str | None:
+    """The stage of the deepest packtool frame of `e`'s traceback, else of its cause's."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        found, tb = None, e.__traceback__
+        while tb is not None:
+            parts = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")
+            if parts[0] == "packtool" and len(parts) > 1 and parts[1] in _STAGE:
+                found = _STAGE[parts[1]]
+            tb = tb.tb_next
+        if found:
+            return found
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _some(paths) -> str:
+    paths = [str(p) for p in (paths or []) if p is not None]
+    if not paths:
+        return ""
+    return shown(paths[0]) + (f" and {len(paths) - 1} more" if len(paths) > 1 else "")
+
+
+def _input(command: str, args: dict, stage: str | None) -> str:
+    if command == "pack":
+        return _some(args.get("inputs"))
+    if command == "plan":
+        return f"--lengths {_some([args.get('lengths')])}"
+    if command == "inspect":
+        for key, flag in (("directory", ""), ("lengths", "--lengths "), ("plan_file", "--plan ")):
+            if args.get(key):
+                return flag + _some([args[key]])
+    if command == "verify":
+        if stage == "tokenizing" and args.get("source"):
+            return f"--source {_some(args['source'])}"
+        return _some([args.get("directory")])
+    if command == "train":
+        return _some([args.get("data_dir")])
+    return ""
+
+
+def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
+    """The one line for a MemoryError of `command` (its typer arguments `args`)."""
+    stage = stage_of(e)
+    if command not in {c for c, _ in _ADVICE}:
+        return "out of memory" + (f" while {stage}" if stage else "") + "; give packtool more memory"
+    what = _input(command, args, stage)
+    doing = {"slabs": "writing the slabs of" if command == "pack" else "reading the slabs of",
+             "planning": "planning the slabs of" if command == "pack" else "planning"}.get(stage, stage)
+    where = f" while {doing} {what}" if doing else f" on {what}" if what else ""
+    advice = _ADVICE.get((command, stage)) or _ADVICE[(command, None)]
+    return f"out of memory in `packtool {command}`{where}: {advice}"
+
+
+__all__ = ["out_of_memory", "stage_of"]

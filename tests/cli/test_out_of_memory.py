@@ -1,0 +1,97 @@
+"""A MemoryError ends every subcommand with one line that names the command, the stage it ran
+out in (the deepest packtool package in the traceback), its input, and the flags that lower
+that stage's memory in that command (or says that none does): the generic "try --workers 1
+or a smaller --plan-shard-rows" named flags plan, inspect and train do not have. In-process,
+through packtool.cli.main, with its `_leave` stood in (tests/cli/test_exit_teardown.py)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import GPT2, GSM8K
+
+
+class _Left(Exception):
+    pass
+
+
+def _raiser(module: str):
+    """A function whose frame is `module`'s, raising MemoryError: the stage the error is in."""
+    ns = {"__name__": module}
+    exec("def boom(*args, **kwargs):\n    raise MemoryError()\n", ns)
+    return ns["boom"]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    t = tmp_path_factory.mktemp("oom")
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
+                                 "--cache-dir", str(t / "c")])
+    assert r.exit_code == 0, r.output
+    (t / "l.txt").write_text("3\n5\n")
+    return t
+
+
+# case -> (argv given the fixture folder, where the work is cut short, the stage's module,
+#          what the line must name: input, stage words, the flags or the "no flag" advice)
+CASES = {
+    "pack tokenizing": (lambda t: ["pack", GSM8K, "--tokenizer", GPT2, "--dry-run", "-q", "--cache-dir", str(t / "c2")],
+                        "packtool.packing.tokenize_to_cache", "packtool.tokenize.pipeline",
+                        [GSM8K, "while tokenizing", "no pack flag", "JSON Lines"]),
+    "pack planning": (lambda t: ["pack", GSM8K, "--tokenizer", GPT2, "--dry-run", "-q", "--cache-dir", str(t / "c")],
+                      "packtool.packing.tokenize_to_cache", "packtool.planning.sharded",
+                      [GSM8K, "while planning the slabs of", "--plan-shard-rows", "-C"]),
+    "pack writing": (lambda t: ["pack", GSM8K, "--tokenizer", GPT2, "-q", "-o", str(t / "o2"), "--cache-dir", str(t / "c")],
+                     "packtool.packing.tokenize_to_cache", "packtool.slabs.writer",
+                     [GSM8K, "while writing the slabs of", "--workers 1"]),
+    "pack, stage unknown": (lambda t: ["pack", GSM8K, "--tokenizer", GPT2, "--dry-run", "-q", "--cache-dir", str(t / "c")],
+                            "packtool.packing.tokenize_to_cache", "elsewhere",
+                            [GSM8K, "--workers 1", "--plan-shard-rows"]),
+    "plan": (lambda t: ["plan", "--lengths", str(t / "l.txt")], "packtool.planning.core.plan",
+             "packtool.planning.core", ["l.txt", "while planning", "no plan flag"]),
+    "inspect --lengths": (lambda t: ["inspect", "--lengths", str(t / "l.txt"), "-q"],
+                          "packtool.inspection.planned.inspect_lengths", "packtool.inspection.planned",
+                          ["--lengths", "l.txt", "while inspecting", "no inspect flag"]),
+    "inspect a packed output": (lambda t: ["inspect", str(t / "out"), "-q"],
+                                "packtool.inspection.packed.inspect_packed", "packtool.slabs.reader",
+                                ["out", "while reading the slabs of", "no inspect flag"]),
+    "verify": (lambda t: ["verify", str(t / "out"), "-q"], "packtool.verification.run.verify",
+               "packtool.verification.shard", ["out", "while checking", "--workers 1"]),
+    "verify --source": (lambda t: ["verify", str(t / "out"), "--source", GSM8K, "-q", "--cache-dir", str(t / "c3")],
+                        "packtool.verification.source.source_store", "packtool.tokenize.pipeline",
+                        ["--source", GSM8K, "while tokenizing", "no verify flag"]),
+    "train": (lambda t: ["train", str(t / "out"), "--device", "cpu", "--steps", "1"],
+              "packtool.megatron.loop.train", "packtool.megatron.loop",
+              ["out", "while training on", "--micro-batch-tokens"]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_out_of_memory_names_command_stage_input_and_the_flags_that_help(case, packed, monkeypatch, capsys):
+    import packtool.cli as cli
+    import packtool.cli.failure as failure
+    argv, site, module, said = CASES[case]
+    argv = argv(packed)
+    monkeypatch.setattr(site, _raiser(module))
+    ended = []
+
+    def leave(c):  # `_leave` itself would stop this worker's pools and run pytest's atexit handlers
+        ended.append(c)
+        raise _Left
+
+    monkeypatch.setattr(cli, "_leave", leave)
+    monkeypatch.setitem(failure._STATE, "process", failure._STATE.get("process", False))
+    monkeypatch.setattr(sys, "argv", ["packtool", *argv])
+    with pytest.raises(_Left):
+        cli.main()
+    stderr = capsys.readouterr().err  # (megatron's import warnings aside: not packtool's lines)
+    err = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert ended == [2] and len(err) == 1 and "Traceback" not in stderr, stderr
+    line = err[0]
+    assert line.startswith(f"error: out of memory in `packtool {argv[0]}`"), line
+    assert all(s in line for s in said), (said, line)
+    if argv[0] in ("plan", "inspect", "train"):  # flags those commands do not have
+        assert "--workers" not in line and "--plan-shard-rows" not in line.split("pack the data")[0], line
