@@ -349,6 +349,20 @@ def mib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
+def _read_bounded(f, size: int, limit: int) -> bytes:
+    """At most limit + 1 bytes of `f` (`size`: what its stat says). Read in steps: read(n)
+    allocates n bytes up front, and the bound is 256 MiB for a tokenizer.json; a FIFO, a /proc
+    file (size 0) or a file that grows still stops past the bound."""
+    parts, n, want = [], 0, size + 1 if size else 1 << 16
+    while n <= limit:
+        b = f.read(min(want, limit + 1 - n))
+        if not b:
+            break
+        parts.append(b)
+        n, want = n + len(b), 1 << 16
+    return b"".join(parts)
+
+
 def read_small(path: "str | Location", limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
     """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
     bytes before any is read; the bounded read also stops a file that grows or a FIFO. Every
@@ -359,11 +373,11 @@ def read_small(path: "str | Location", limit: int, what: str, fix: str, err=Pack
         path = loc.shown
         with loc.open_input() as f:  # the size from opening it: nothing is read past the bound
             size = f.size()
-            data = f.read(limit + 1) if size <= limit else b""
+            data = _read_bounded(f, size, limit) if size <= limit else b""
     else:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            data = f.read(limit + 1) if size <= limit else b""
+            data = _read_bounded(f, size, limit) if size <= limit else b""
     if size > limit or len(data) > limit:
         raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
                   f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))

@@ -227,3 +227,20 @@ def test_the_cli_says_one_line_naming_the_oversized_file(tmp_path, packed, case)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert lines[0].startswith(f"error: {big}: is 256.0 MiB, over the ") and case.split()[1] in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_a_small_file_costs_its_size_not_the_bound(tmp_path, where):
+    """read(n) allocates n bytes up front: a 2 KB tokenizer.json read under the 256 MiB bound
+    must not ask for 256 MiB (a strict-overcommit machine refuses it; tracemalloc counts it)."""
+    from packtool.storage import read_small
+    p = tmp_path / "tokenizer.json"
+    p.write_bytes(b"{}" * 1000)
+    path = str(p) if where == "local" else f"file://{p}"
+    tracemalloc.start()
+    try:
+        data = read_small(path, 256 << 20, "tokenizer.json", "fix")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert data == b"{}" * 1000 and peak < 1 << 20, peak
