@@ -227,21 +227,28 @@ def as_arrow_fs(filesystem) -> pafs.FileSystem:
                        f"or an fsspec filesystem")
 
 
-def expand(spec: str) -> list[Location]:
+def expand(spec: str, listed: list | None = None) -> list[Location]:
     """An object-store input spec as its files, sorted: one object, every object below a
     prefix, or the objects a glob (`*`, `?`, `[...]`, `**`) matches. Hidden names (`.`, `_`)
-    below a prefix are left out, as Arrow's dataset readers do."""
+    below a prefix are left out, as Arrow's dataset readers do. `listed`, when given, gets
+    the prefix listed (a Location) and every object path seen, hidden ones too: what else lies
+    there (packtool's own outputs and caches: tokenize.own_trees) without a second listing."""
     loc = locate(spec)
     if not any(c in loc.path for c in GLOB_CHARS):
         if loc.is_file():
             return [loc]
-        found = [i for i in loc.list() if not _hidden_below(i.path, loc.path)]
-        return [_child(loc, i.path) for i in found]
+        seen = loc.list()
+        if listed is not None:
+            listed += [loc, *(i.path for i in seen)]
+        return [_child(loc, i.path) for i in seen if not _hidden_below(i.path, loc.path)]
     cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
     base = loc.path[:cut].rsplit("/", 1)[0]
     root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False)
     pattern = _glob_regex(loc.path)
-    return [_child(root, i.path) for i in root.list() if pattern.match(i.path)]
+    seen = root.list()
+    if listed is not None:
+        listed += [root, *(i.path for i in seen)]
+    return [_child(root, i.path) for i in seen if pattern.match(i.path)]
 
 
 def _child(root: Location, path: str) -> Location:

@@ -79,10 +79,60 @@ class OwnTrees:
              f"to silence this note")
 
 
+class StoreTrees(OwnTrees):
+    """The same below an object-store prefix (or a glob's fixed prefix), from the listing
+    `storage.expand` made anyway (`listed`: every object path, hidden names included): a
+    prefix holding a manifest object is a packed output (manifest_name's names), one holding
+    cache.json beside data/ or flat/ objects a cache entry."""
+
+    def __init__(self, spec: str, base_shown: str, base: str, listed: list[str]):
+        self.spec, self.base, self.real_base = spec, base_shown.rstrip("/"), base.rstrip("/")
+        self._tree_of, self.skipped = {}, {}
+        self._trees_at = _store_trees(listed, self.real_base)
+
+    def keep(self, locs: list) -> list:
+        out = []
+        for x in locs:
+            tree = self._tree(x.path.rsplit("/", 1)[0])
+            if tree is None:
+                out.append(x)
+            else:
+                self.skipped[tree] = self.skipped.get(tree, 0) + 1
+        return out
+
+    def _tree(self, folder: str) -> tuple[str, str] | None:
+        if folder not in self._tree_of:
+            d, self._tree_of[folder] = folder, None
+            while d.startswith(self.real_base + "/"):
+                if d in self._trees_at:
+                    self._tree_of[folder] = d, self._trees_at[d]
+                d = d.rsplit("/", 1)[0]  # the outermost tree wins, as a manifest's folder does locally
+        return self._tree_of[folder]
+
+
+def _store_trees(listed: list[str], base: str) -> dict[str, str]:
+    from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST
+    from packtool.tokenize.cache_parts import DATA_DIR
+    folders: set[str] = set()  # every folder (prefix) an object lies in, at any depth
+    for p in listed:
+        while "/" in p and (p := p.rsplit("/", 1)[0]) not in folders:
+            folders.add(p)
+    out = {}
+    for p in listed:
+        d, name = p.rsplit("/", 1) if "/" in p else ("", p)
+        if not d.startswith(base + "/"):
+            continue
+        if name in (MANIFEST, LEGACY_MANIFEST):
+            out[d] = "a packed output"
+        elif name == "cache.json" and (f"{d}/{DATA_DIR}" in folders or f"{d}/flat" in folders):
+            out.setdefault(d, "a tokenized cache entry")
+    return out
+
+
 def _files_in(path: str) -> int:
     if not os.path.isdir(path):
         return 1
     return sum(len(files) for _, _, files in os.walk(path))
 
 
-__all__ = ["OwnTrees"]
+__all__ = ["OwnTrees", "StoreTrees"]

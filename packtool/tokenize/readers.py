@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate
-from packtool.tokenize.own_trees import OwnTrees
+from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -124,7 +124,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):
-            out += _store_files(spec)
+            out += _store_files(spec, owns)
             continue
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
@@ -179,14 +179,22 @@ def _glob_base(spec: str) -> str:
     return os.path.dirname(head) or "."
 
 
-def _store_files(spec: str) -> list[InputFile]:
+def _store_files(spec: str, owns: list) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage.expand), each named by its URI without secrets."""
+    listed: list = []
     try:
-        found = expand(spec)
+        found = expand(spec, listed)
     except FileNotFoundError:
         found = []
     one = len(found) == 1 and found[0].path == locate(spec).path
+    own = StoreTrees(spec, listed[0].shown, listed[0].path, listed[1:]) if listed else None
+    if own is not None:
+        owns.append(own)
+        found = own.keep(found)
+        if not found and own.skipped:
+            said = "glob matched no objects" if any(c in spec for c in "*?[") else "prefix holds no data objects"
+            raise PacktoolInputError(said + own.only_own(), path=locate(spec).shown)
     if not found:
         raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
                                  else "input not found (no such object or prefix)", path=locate(spec).shown)

@@ -123,3 +123,15 @@ def test_a_folder_of_nothing_but_packtools_trees_says_so(tmp_path, made):
         with pytest.raises(packtool.PacktoolError) as e:
             resolve_inputs([spec])
         assert "outside packtool's own folders" in str(e.value) and dest in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("glob", [False, True], ids=["prefix", "glob"])
+@pytest.mark.parametrize("tree", TREES)
+def test_on_a_store_prefix_too(tmp_path, made, tree, glob):
+    """The object-store route (a file:// URI: storage.expand's listing, hidden names included)."""
+    folder, dest = _data(tmp_path, made, tree)
+    spec = f"file://{folder}" + ("/**/*.*" if glob else "")
+    start = notes.mark()
+    assert [os.path.basename(f.path) for f in resolve_inputs([spec])] == ["s.jsonl"]
+    heard = [n for n in notes.since(start) if "packtool's own folders" in n]
+    assert len(heard) == 1 and dest in heard[0], notes.since(start)
