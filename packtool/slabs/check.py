@@ -7,13 +7,14 @@ At open, from the manifest, one stat and one Parquet footer per shard (`check_ou
 shard listed once, present, of the listed size; nothing unlisted that a plain Parquet reader
 would read as data; each footer's schema is the format's (plus the side columns the manifest
 declares, nothing else) and its row count the listed one; the rows add up to `stats.slabs`.
-Once the per-slab scalars are read (`check_counts`): each shard's tokens and loss tokens;
-(`check_segment_counts`) as many chunk_index entries as source_index entries in every slab.
+On the scalars and segment fields the open scan read: tokens per shard, the DP plan, slab_index
+(`check_counts`); entries per slab, each segment real or a trailing fill (`check_segment_counts`,
+`open_rules`); every source row once, chunks only under --overflow split (`check_coverage`).
 
 While reading: a shard's checksum before its first row is handed out (`check_checksum`: the
 whole file is hashed once per process, the first time a row of it is asked for), and every
 decoded row group's structure and tokens (`check_group`: lengths, seq_lens as many segments as
-source_index, `cu_seqlens`, the layout of its `seq_lens`, pads, loss flags, token ids against
+source_index and 0 where it marks the fill, `cu_seqlens`, `cp_offsets`, the layout of its `seq_lens`, pads, loss flags, token ids against
 `vocab_size`, side columns' fill on pads), vectorized numpy; nulls at any depth as it is read
 (`check_nulls`) and side columns' lengths as they are decoded (`check_side_lengths`). Left to `verify`: side columns' NaN/inf counts and the support rule
 (FORMAT.md says why).
@@ -30,8 +31,10 @@ import pyarrow.parquet as pq
 
 from packtool.arrays import first_null
 from packtool.layout import compute_layout
+from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
+from packtool.slabs.open_rules import dp_plan, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -147,10 +150,11 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
     return md
 
 
-def check_counts(sm: SlabManifest, shard: np.ndarray, physical: np.ndarray, loss: np.ndarray,
-                 dp_rank: np.ndarray) -> None:
-    """Per-shard tokens and loss tokens from the slabs' scalars against the manifest; DP ranks
-    inside the plan's range."""
+def check_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
+    """Per-shard tokens and loss tokens from the slabs' scalars (`cat`: what the reader's open scan
+    read) against the manifest; DP ranks inside the plan's range, the plan itself, slab_index."""
+    shard, loss, dp_rank = cat["shard"], cat["num_loss_tokens"], cat["dp_rank"]
+    physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
     n = len(sm.shards)
     tok = np.bincount(shard, weights=physical, minlength=n)
     los = np.bincount(shard, weights=loss, minlength=n)
@@ -167,6 +171,16 @@ def check_counts(sm: SlabManifest, shard: np.ndarray, physical: np.ndarray, loss
     if bad.size:
         raise FormatError(f"{sm.path}: slab {int(bad[0])} has dp_rank {int(dp_rank[bad[0]])}, the output "
                           f"was packed with dp={sm.dp} (its manifest); {_fix(sm)}")
+    found = dp_plan(dp_rank, cat["step"], cat["microbatch"], sm.dp)
+    if found is None and "slab_index" in cat and cat["slab_index"].size == shard.size:
+        found = slab_index(cat["slab_index"])
+    if found is not None:
+        raise FormatError(f"{_slab_at(sm, cat, found[0])}: {found[1]}; {_fix(sm)}")
+
+
+def _slab_at(sm: SlabManifest, cat: dict[str, np.ndarray], i: int) -> str:
+    """Slab i of the open scan (on-disk order) as its shard, row group and row."""
+    return f"{sm.shard_path(int(cat['shard'][i]))} row group {int(cat['row_group'][i])} row {int(cat['row'][i])}"
 
 
 def check_checksum(sm: SlabManifest, i: int) -> None:
@@ -223,6 +237,18 @@ def _check_cu_seqlens(col, cu_off, within, lens, row_of, n_rows, fail) -> None:
         fail(bad, lambda r: "cu_seqlens is not 0 then the prefix sums of seq_lens (cu_seqlens edited)")
 
 
+def _check_cp_offsets(col, cu, cu_off, cp, fail) -> None:
+    """cp_offsets is cu_seqlens_padded // cp: the local cu offsets of every CP rank, which FORMAT.md's
+    standalone reader hands a trainer. Its values arrive with the group (`reader.WITH_GROUP`)."""
+    vals, off = col
+    if not np.array_equal(off, cu_off):
+        fail(np.diff(off) != np.diff(cu_off), lambda r: "cp_offsets does not hold n_seg+1 offsets")
+    bad = vals.astype(np.int64) != cu // cp
+    if bad.any():
+        fail(np.bincount(np.repeat(np.arange(cu_off.size - 1), np.diff(cu_off))[bad], minlength=cu_off.size - 1) > 0,
+             lambda r: f"cp_offsets is not cu_seqlens_padded // cp (cp={cp})")
+
+
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
                 num_loss: np.ndarray, n_seg: np.ndarray) -> None:
     """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`, `singleton`)
@@ -256,6 +282,12 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
     if (lens < 0).any() or (fill.any() and sm.alignment.fixed_length is None):
         fail(np.bincount(row_of[(lens < 0) | fill], minlength=T.size) > 0,
              lambda r: "a segment of length <= 0 outside a fixed-length fill")
+    if g.get("fill_seg") is not None:  # the fill by source_index (-1, the last segment alone: held at open)
+        said = np.zeros(lens.size, bool)
+        said[seg_off[1:] - 1] = g["fill_seg"]
+        if not np.array_equal(fill, said):
+            fail(np.bincount(row_of[fill != said], minlength=T.size) > 0, lambda r: "seq_lens and source_index "
+                 "disagree on the fixed-length fill (seq_lens 0, source_index -1: the last segment, in both or neither)")
     real = ~fill
     counts = np.bincount(row_of[real], minlength=T.size)
     if (counts < 1).any():
@@ -273,6 +305,8 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
              lambda r: f"its segments' padded lengths are not the layout of its seq_lens under "
                        f"{sm.alignment.describe()} C={sm.alignment.capacity} (cu_seqlens_padded shifted or edited)")
     _check_cu_seqlens(g["cu_seqlens"], cu_off, within, lens, row_of, T.size, fail)
+    if "cp_offsets" in g:
+        _check_cp_offsets(g["cp_offsets"], cu, cu_off, sm.alignment.cp, fail)
     over, single = lay.footprint > sm.alignment.usable, np.asarray(g["singleton"], bool)
     # verify's capacity and singleton rules: the flag is set exactly on a lone sequence over U,
     # and only where the output was packed with --overflow singleton
@@ -320,15 +354,22 @@ def _check_side_fill(sm: SlabManifest, where: str, side: dict, id_off: np.ndarra
 
 
 def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
-    """source_index and chunk_index hold as many entries in every slab (`cat`: what the reader's
-    open scan read, `n_seg` and `chunk_counts` per slab): the coverage check pairs them entry by
-    entry, and seq_lens is held to the same count as each row group is decoded."""
-    bad = cat["n_seg"] != cat["chunk_counts"]
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise FormatError(f"{sm.shard_path(int(cat['shard'][i]))} row group {int(cat['row_group'][i])} row "
-                          f"{int(cat['row'][i])}: source_index holds {int(cat['n_seg'][i])} entries, chunk_index "
-                          f"{int(cat['chunk_counts'][i])}: one entry per segment each; {_fix(sm)}")
+    """source_index, chunk_index and source_offset hold as many entries in every slab (`cat`: what
+    the reader's open scan read, `n_seg`, `chunk_counts`, `source_offset_counts` per slab): the
+    coverage check pairs them entry by entry, and seq_lens is held to the same count as each row
+    group is decoded. Then every segment is real or a trailing fixed-length fill by those fields
+    (`open_rules.segment_fields`), which check_group holds seq_lens to."""
+    for col, key in (("chunk_index", "chunk_counts"), ("source_offset", "source_offset_counts")):
+        if key not in cat:  # source_offset: unread with the checks off
+            continue
+        bad = cat["n_seg"] != cat[key]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise FormatError(f"{_slab_at(sm, cat, i)}: source_index holds {int(cat['n_seg'][i])} entries, {col} "
+                              f"{int(cat[key][i])}: one entry per segment each; {_fix(sm)}")
+    found = segment_fields(cat, sm.alignment.fixed_length)
+    if found is not None:
+        raise FormatError(f"{_slab_at(sm, cat, found[0])}: {found[1]}; {_fix(sm)}")
 
 
 def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
@@ -343,6 +384,10 @@ def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     same = np.concatenate(([False], s[1:] == s[:-1]))
     want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
     bad = np.flatnonzero(c != want)
+    if c.size and c.max() > 0 and "chunks" not in OVERFLOW_FIGURES[sm.packing.overflow]:
+        j = int(np.argmax(c))  # planning's own word on which policies cut a sequence into chunks
+        raise FormatError(f"{sm.path}: source row {int(s[j])} is cut into chunks (chunk {int(c[j])}), but the output "
+                          f"was packed with overflow policy {sm.packing.overflow!r}, which cuts none; {_fix(sm)}")
     if bad.size:
         j = int(bad[0])
         what = "appears twice" if same[j] and c[j] == c[j - 1] else f"is numbered {int(c[j])}, expected {int(want[j])}"

@@ -31,11 +31,16 @@ SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad"
 SEGMENTS = ("source_index", "chunk_index")
 # read per row group; tail_pad and fill_pad are the index's, read at open with the scalars
 LISTS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens", "cu_seqlens_padded")
-# the format's columns no reader uses: read at open for their nulls only (a few bytes per
-# segment, like SEGMENTS), so that a null anywhere in a slab is refused (FORMAT.md)
+# the format's columns no reader uses, read for the checks alone (nulls, and their rules: a few
+# bytes per segment, like SEGMENTS), so that a slab that breaks FORMAT.md anywhere is refused
 NULLS_ONLY = ("cp_offsets", "source_offset", "slab_index", "singleton")
 # of NULLS_ONLY, kept for check_group: the flag is held to the capacity and overflow rules
 FLAGS = ("singleton",)
+# of NULLS_ONLY, read with each row group rather than at open: cp_offsets is held to the group's
+# cu_seqlens_padded (// cp), which the open scan does not read
+WITH_GROUP = ("cp_offsets",)
+# of NULLS_ONLY, whose per-segment values (and entries per slab) the open checks hold
+SEGMENT_VALUES = ("source_offset",)
 # SEGMENTS and NULLS_ONLY serve the checks alone: bench/read_check.py empties both when it
 # switches the checks off, so that "off" reads only what a row needs
 
@@ -58,6 +63,9 @@ class SlabIndex:
     tail_pad: np.ndarray
     fill_pad: np.ndarray
     singleton: np.ndarray  # read at open for check_group alone (all False when the checks are off)
+    # whether the slab's last segment is a fixed-length fill by its source_index (-1), to which
+    # check_group holds its seq_lens (0 there and nowhere else); all False with the checks off
+    fill_seg: np.ndarray
 
     def __len__(self) -> int:
         return int(self.shard.size)
@@ -71,13 +79,21 @@ class SlabIndex:
         """The open-time checks on what `_scan` read, then the index."""
         check_segment_counts(manifest, cat)
         check_coverage(manifest, cat)
-        physical = cat["num_tokens"] + cat["layout_pad"] + cat["tail_pad"] + cat["fill_pad"]
-        check_counts(manifest, cat["shard"], physical, cat["num_loss_tokens"], cat["dp_rank"])
+        check_counts(manifest, cat)
         return cls(shard=cat["shard"], row_group=cat["row_group"], row=cat["row"],
                    num_tokens=cat["num_tokens"], num_loss_tokens=cat["num_loss_tokens"],
                    stripped=cat["num_tokens"] + cat["layout_pad"], n_seg=cat["n_seg"], dp_rank=cat["dp_rank"],
                    step=cat["step"], microbatch=cat["microbatch"], tail_pad=cat["tail_pad"],
-                   fill_pad=cat["fill_pad"], singleton=cat.get("singleton", np.zeros(cat["shard"].size, bool)))
+                   fill_pad=cat["fill_pad"], singleton=cat.get("singleton", np.zeros(cat["shard"].size, bool)),
+                   fill_seg=_fill_seg(cat))
+
+
+def _fill_seg(cat: dict[str, np.ndarray]) -> np.ndarray:
+    """Per slab, whether its last source_index entry is -1 (none read: all False)."""
+    if not cat["source_index"].size:
+        return np.zeros(cat["shard"].size, bool)
+    last = cat["segments"][1:] - 1
+    return (cat["n_seg"] > 0) & (cat["source_index"][np.maximum(last, 0)] < 0)
 
 
 def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -85,15 +101,16 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
     values of its segment columns, with `segments`: per-slab offsets into them. On-disk order."""
     check_output(manifest)
     scalars = (*SCALARS, *extra)
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row", *scalars, *SEGMENTS,
-                                                          *(f"{c}:count" for c in SEGMENTS))}
+    lists = (*SEGMENTS, *(c for c in SEGMENT_VALUES if c in NULLS_ONLY))  # NULLS_ONLY: () with the checks off
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("shard", "row_group", "row", *scalars, *lists,
+                                                          *(f"{c}:count" for c in lists))}
+    at_open = [c for c in NULLS_ONLY if c not in scalars and c not in WITH_GROUP]
     for si in range(len(manifest.shards)):
         pf = _open(manifest, si)
         for rg in range(pf.num_row_groups):
-            t = _read_group(pf, rg, [*scalars, *SEGMENTS, *(c for c in NULLS_ONLY if c not in scalars)],
-                            manifest.shard_path(si))
+            t = _read_group(pf, rg, [*scalars, *SEGMENTS, *at_open], manifest.shard_path(si))
             n = t.num_rows
-            for c in SEGMENTS:
+            for c in lists:
                 arr = t.column(c).combine_chunks()
                 parts[c].append(arr.values.to_numpy())
                 parts[f"{c}:count"].append(np.diff(arr.offsets.to_numpy()))
@@ -105,11 +122,16 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
             for c in FLAGS:
                 if c in t.column_names and c not in scalars:  # unread when the bench switches the checks off
                     parts.setdefault(c, []).append(t.column(c).to_numpy(zero_copy_only=False).astype(bool))
+            if "slab_index" in t.column_names and "slab_index" not in scalars:  # for check_counts' plan rules
+                parts.setdefault("slab_index", []).append(t.column("slab_index").to_numpy())
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
     # entries per slab, held to seq_lens' count; none when the bench reads no SEGMENTS (checks off)
     none = np.zeros(cat["shard"].size, np.int64)
     cat["n_seg"] = cat.pop("source_index:count", none).astype(np.int64)
     cat["chunk_counts"] = cat.pop("chunk_index:count", none).astype(np.int64)
+    for c in SEGMENT_VALUES:
+        if f"{c}:count" in cat:
+            cat[f"{c}_counts"] = cat.pop(f"{c}:count").astype(np.int64)
     cat["segments"] = np.concatenate(([0], np.cumsum(cat["n_seg"]))).astype(np.int64)
     return cat
 
@@ -214,13 +236,15 @@ class SlabReader:
             self._files[shard] = _open(self.manifest, shard)
         side = [c.name for c in self.side_columns]
         where = f"{self.manifest.shard_path(shard)} row group {rg}"
-        t = _read_group(self._files[shard], rg, [*LISTS, *side], self.manifest.shard_path(shard))
-        g = {c: _list_column(t.column(c)) for c in LISTS}
+        lists = [*LISTS, *(c for c in NULLS_ONLY if c in WITH_GROUP)]  # the bench's checks off: LISTS alone
+        t = _read_group(self._files[shard], rg, [*lists, *side], self.manifest.shard_path(shard))
+        g = {c: _list_column(t.column(c)) for c in lists}
         g["side"] = {c.name: _side_column(t.column(c.name), c, where) for c in self.side_columns}
         check_side_lengths(where, g)
         ix, i0 = self.index, self._first[key]
         rows = slice(i0, i0 + t.num_rows)
         g["tail_pad"], g["fill_pad"], g["singleton"] = ix.tail_pad[rows], ix.fill_pad[rows], ix.singleton[rows]
+        g["fill_seg"] = ix.fill_seg[rows]
         check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
         self._cache[key] = g

@@ -29,6 +29,9 @@ typer = pytest.importorskip("typer")
 from typer.testing import CliRunner  # noqa: E402
 
 ALIGN = Alignment(cp=2, capacity=256)
+# the same rows packed to a fixed length: slabs that end in a fill segment (source_index -1)
+FIXED = "clean-fixed"
+FIXED_ALIGN = Alignment(cp=2, capacity=256, fixed_length=256)
 # few distinct lengths (segments to swap), some over U (split chunks), some not a multiple of 8 once
 # padded to s=4 (so that slabs packed for cp=2 are not also laid out for cp=4)
 LENGTHS = np.random.default_rng(3).integers(1, 50, 240) * 8 - np.random.default_rng(4).choice([3, 6], 240)
@@ -239,6 +242,28 @@ def _set(path, value):
     return _manifest(fn)
 
 
+def _fill_chunk(c):
+    """The fill segment's chunk_index, -1, made a chunk number (verify's segment_fields)."""
+    r = find_row(c, lambda r: r["source_index"][-1] < 0)
+    c["chunk_index"][r][-1] = 2
+
+
+def _fill_as_next_chunk(c):
+    """The fill segment (seq_lens 0) numbered as the next chunk of a real row: every source row
+    still once, its chunks 0, 1, ... (coverage holds), but a real segment of 0 tokens."""
+    def whole(r):  # a row's only chunk: chunk 0 shorter than U (a cut row's chunk 0 holds U tokens)
+        return np.flatnonzero((r["chunk_index"] == 0) & (r["seq_lens"] < FIXED_ALIGN.usable))
+    r = find_row(c, lambda r: r["source_index"][-1] < 0 and whole(r).size > 0)
+    k = int(whole({col: v[r] for col, v in c.items()})[0])
+    src, n = int(c["source_index"][r][k]), int(c["seq_lens"][r][k])
+    c["source_index"][r][-1], c["chunk_index"][r][-1], c["source_offset"][r][-1] = src, 1, n
+
+
+def _negative_offset(c):
+    r = find_row(c, lambda r: (r["chunk_index"] == 0).any())
+    c["source_offset"][r][int(np.flatnonzero(c["chunk_index"][r] == 0)[0])] = -4
+
+
 def _one_more(*cols):
     """A trailing fill entry (-1) in `cols` of a slab: every source row still appears once, but
     the slab's per-segment lists no longer hold one entry per segment of seq_lens."""
@@ -260,6 +285,10 @@ CONTENT = {  # verify check -> an edit of one shard's rows
     "segment_count:source_index": (SHARD0, _one_more("source_index", "chunk_index")),
     "segment_count:chunk_index": (SHARD0, _one_more("chunk_index")),
     "segment_count:source_offset": (SHARD0, _one_more("source_offset")),
+    "array_length:cp_offsets": (SHARD0, _one_more("cp_offsets")),
+    "segment_fields:negative-offset": (SHARD0, _negative_offset),
+    f"{FIXED}/segment_fields:fill-chunk": (SHARD0, _fill_chunk),
+    f"{FIXED}/segment_fields:fill-as-next-chunk": (SHARD0, _fill_as_next_chunk),
 }
 def _null_in(col):
     """A null in slab 0's `col`: one list entry (a token id, a segment's length...) or the scalar."""
@@ -314,6 +343,7 @@ CORRUPTIONS = {
     "lie:tp-1e15": _set(("config", "alignment", "tp"), 10 ** 15),
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
     "manifest:pad_id": _set(("tokenizer", "pad_id"), lambda v: v + 5),
+    "overflow:chunks-under-error": _set(("config", "packing", "overflow"), "error"),
 }
 # verify itself cannot tell these from the clean output (it needs --source): harmless or refused
 NEEDS_SOURCE = {"source_tokens:re-signed"}
@@ -412,19 +442,25 @@ READER_ERRORS = (ValueError, OSError, KeyError, TypeError)
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("corpus"))
-    clean, _ = write_pack(os.path.join(root, "clean"), LENGTHS, ALIGN, PackingConfig("bfd", overflow="split"),
-                          shard_tokens=8192, group_tokens=2048)
-    assert len(read_manifest(clean)["shards"]) >= 3
-    made: dict[str, str] = {"clean": clean}
+    made: dict[str, str] = {}
+    for base, align in (("clean", ALIGN), (FIXED, FIXED_ALIGN)):
+        made[base], _ = write_pack(os.path.join(root, base), LENGTHS, align, PackingConfig("bfd", overflow="split"),
+                                   shard_tokens=8192, group_tokens=2048)
+        assert len(read_manifest(made[base])["shards"]) >= 3
 
     def get(name):
         if name not in made:
             d = os.path.join(root, re.sub(r"[^a-z0-9]+", "-", name))
-            shutil.copytree(clean, d)
+            shutil.copytree(made[_base(name)], d)
             CORRUPTIONS[name](d)
             made[name] = d
         return made[name]
     return get, {}
+
+
+def _base(name):
+    """The clean output a corruption is a copy of."""
+    return FIXED if name.startswith(f"{FIXED}/") else "clean"
 
 
 def _consume(consumer, out, tmp):
@@ -460,16 +496,17 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
         # hands on exactly the clean output's batches, so does train, and a CPU run of a model
         # would add minutes to this test; where the dataset refuses, train must too, in one line
         kind, got = _result(results, get, "megatron-dataset", corruption, str(tmp_path))
-        if kind == "ok" and got == _result(results, get, "megatron-dataset", "clean", str(tmp_path))[1]:
+        if kind == "ok" and got == _result(results, get, "megatron-dataset", _base(corruption), str(tmp_path))[1]:
             return
     else:
-        kind, clean_result = _result(results, get, consumer, "clean", str(tmp_path))
+        kind, clean_result = _result(results, get, consumer, _base(corruption), str(tmp_path))
         assert kind == "ok", clean_result  # the clean output is read
     kind, got = _consume(consumer, get(corruption), str(tmp_path))
     if consumer == "train":
         assert kind == "refused", f"train used the damaged output ({corruption}) that the dataset refuses"
     elif kind == "ok":  # harmless: what it hands on is exactly the clean output's
-        assert got == results[consumer, "clean"][1], f"{consumer} used the damaged output ({corruption}) without a word"
+        assert got == results[consumer, _base(corruption)][1], \
+            f"{consumer} used the damaged output ({corruption}) without a word"
 
 
 # S30-7/S30-8: damages verify rejects whose report or rows come out unchanged, so that the test
@@ -487,10 +524,99 @@ def test_consumer_refuses_what_verify_rejects(corpus, corruption, consumer, tmp_
     assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
 
 
+# S33: every per-row rule of verify that the readers' checks skipped (FORMAT.md, "What a reader
+# checks"): a fill segment's chunk_index, a real segment of 0 tokens that coverage counts, a negative
+# source_offset, cp_offsets (the standalone reader's local cu offsets) and its length, slab_index,
+# chunks under a policy that cuts none. Harmless to the Megatron batches, yet verify rejects them:
+# every consumer refuses them all the same
+SKIPPED_ROWS = ("cp_offsets:re-signed", "array_length:cp_offsets:re-signed", "slab_index:re-signed",
+                "segment_fields:negative-offset:re-signed", "segment_count:source_offset:re-signed",
+                f"{FIXED}/segment_fields:fill-chunk:re-signed", f"{FIXED}/segment_fields:fill-as-next-chunk:re-signed",
+                "overflow:chunks-under-error")
+
+
+@pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])  # train: the dataset's
+@pytest.mark.parametrize("corruption", SKIPPED_ROWS)
+def test_every_consumer_refuses_what_the_reader_checks_skipped(corpus, corruption, consumer, tmp_path):
+    get, results = corpus
+    from packtool.verification.run import verify
+    assert not verify(get(corruption), workers=1).ok
+    kind, got = _result(results, get, consumer, corruption, str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+
+
+def _dp_ranks_unequal(c):
+    c["dp_rank"][0] = 1 - c["dp_rank"][0]
+
+
+def _dp_microbatch_twice(c):
+    """A slab given the step and micro-batch of another slab of its rank: two slabs of one micro-batch."""
+    r = next(r for r in range(1, len(c["step"])) if c["dp_rank"][r] == c["dp_rank"][0])
+    c["step"][r], c["microbatch"][r] = c["step"][0], c["microbatch"][0]
+
+
+def _dp_steps_back(c):
+    """Two slabs of one rank swap (step, microbatch): the plan as a set unchanged, the on-disk order not."""
+    r0 = 0
+    r1 = max(r for r in range(len(c["step"])) if c["dp_rank"][r] == c["dp_rank"][r0] and c["step"][r] != c["step"][r0])
+    for col in ("step", "microbatch"):
+        c[col][r0], c[col][r1] = c[col][r1], c[col][r0]
+
+
+# verify's `dp` rules under a DP plan (--dp 2): the Megatron dataset follows the plan's steps and ranks
+DP_DAMAGES = {"dp:ranks-unequal": _dp_ranks_unequal, "dp:microbatch-twice": _dp_microbatch_twice,
+              "dp:steps-out-of-order": _dp_steps_back}
+
+
+@pytest.fixture(scope="session")
+def dp_corpus(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("dp_corpus"))
+    clean, _ = write_pack(os.path.join(root, "base"), LENGTHS, ALIGN, PackingConfig("bfd", overflow="split", dp=2),
+                          shard_tokens=8192, group_tokens=2048)
+
+    def get(name):
+        d = os.path.join(root, re.sub(r"[^a-z0-9]+", "-", name))
+        if not os.path.isdir(d):
+            shutil.copytree(clean, d)
+            if name != "clean":
+                _edit(SHARD0, DP_DAMAGES[name])(d)
+        return d
+    return get
+
+
+def _dp_dataset(out):
+    from packtool.megatron.dataset import PackedSlabDataset
+    ds = PackedSlabDataset(out, dp_rank=0, dp_size=2, grad_accum=4, micro_batch_tokens=1024)
+    return sum(st.real_tokens for st in ds.steps(max_steps=ds.steps_per_epoch()))
+
+
+def _dp_hf(out):
+    from packtool.hf import SlabDataset
+    ds = SlabDataset(out, rank=0, world_size=2)
+    return [ds[i]["input_ids"].tobytes() for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect"])
+@pytest.mark.parametrize("damage", ["clean", *DP_DAMAGES])
+def test_every_consumer_refuses_a_broken_dp_plan(dp_corpus, damage, consumer, tmp_path):
+    """The standalone reader reads a slab by shard and row and no DP field: nothing to refuse."""
+    from packtool.verification.run import verify
+    out = dp_corpus(damage)
+    report = verify(out, workers=1)
+    assert report.ok == (damage == "clean") and set(report.counts) <= {"dp"}, report.counts
+    read = {"megatron-dataset": _dp_dataset, "hf": _dp_hf, "inspect": lambda o: _inspect(o, str(tmp_path))}[consumer]
+    if damage == "clean":
+        read(out)
+        return
+    with pytest.raises((PacktoolError, Refused)) as e:  # inspect: the CLI's one line
+        read(out)
+    assert SHARD0 in str(e.value) and ("step" in str(e.value) or "rank" in str(e.value)), str(e.value)
+
+
 # a slab's per-segment lists that disagree on its segment count: inspect pairs seq_lens with
-# source_index entry by entry, the coverage check source_index with chunk_index (source_offset is
-# not read by consumers: verify's alone, FORMAT.md)
-SEGMENT_COUNTS = ("segment_count:source_index:re-signed", "segment_count:chunk_index:re-signed")
+# source_index entry by entry, the coverage check source_index with chunk_index and source_offset
+SEGMENT_COUNTS = ("segment_count:source_index:re-signed", "segment_count:chunk_index:re-signed",
+                  "segment_count:source_offset:re-signed")
 
 
 @pytest.mark.parametrize("consumer", list(CONSUMERS))

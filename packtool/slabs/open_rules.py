@@ -1,0 +1,79 @@
+"""The rules `slabs.check` holds at open over what the reader's open scan read (FORMAT.md, "What a
+reader checks"): each segment's identity fields, `slab_index`, and the DP plan. Each returns
+its first break as (slab, message), slab in on-disk order, or None; `slabs.check` names the
+shard and row and raises. Pure numpy over a few values per slab or segment: no column is read
+for them that the scan does not read anyway (its check-only columns, `slabs.reader.NULLS_ONLY`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def segment_fields(cat: dict[str, np.ndarray], fixed_length: int | None) -> tuple[int, str] | None:
+    """Every segment real (source_index >= 0, chunk_index >= 0, source_offset >= 0) or the trailing
+    fill of a fixed-length slab (source_index -1, chunk_index -1): verify's `segment_fields`.
+    Entries per slab are already held equal (`check_segment_counts`); `source_offset` is absent
+    when the scan did not read it."""
+    src, chunk, off = cat["source_index"], cat["chunk_index"], cat.get("source_offset")
+    if not src.size:
+        return None
+    starts, n_seg = cat["segments"][:-1], cat["n_seg"]
+    last = np.zeros(src.size, bool)
+    last[(starts + n_seg - 1)[n_seg > 0]] = True
+    fill = src < 0
+    bad = np.where(fill, (chunk != -1) | ~last | (fixed_length is None), chunk < 0)
+    if off is not None and off.size == src.size:
+        bad |= ~fill & (off < 0)
+    if not bad.any():
+        return None
+    k = int(np.flatnonzero(bad)[0])
+    slab = int(np.searchsorted(cat["segments"], k, "right") - 1)
+    shown = f" source_offset {int(off[k])}" if off is not None and off.size == src.size else ""
+    why = "the output has no --fixed-length fill" if fill[k] and fixed_length is None else \
+        "a fill is the slab's last segment alone" if fill[k] and not last[k] else "a fill has chunk_index -1"
+    return slab, (f"segment {k - int(starts[slab])} has source_index {int(src[k])} chunk_index {int(chunk[k])}{shown}: "
+                  f"neither a real segment (source_index, chunk_index and source_offset >= 0) nor the trailing "
+                  f"fill of a fixed-length slab (source_index -1, chunk_index -1)" + (f"; {why}" if fill[k] else ""))
+
+
+def slab_index(idx: np.ndarray) -> tuple[int, str] | None:
+    """slab_index a permutation of 0..n-1 (verify's `slab_index`): a slab row copied or dropped
+    and the rows re-signed leave a repeat or a gap."""
+    n = idx.size
+    inside = (idx >= 0) & (idx < n)
+    seen = np.bincount(idx[inside], minlength=n)
+    bad = ~inside
+    bad[inside] = seen[idx[inside]] > 1
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    what = f"outside 0..{n - 1}" if not inside[i] else "held by another slab too"
+    return i, (f"slab_index {int(idx[i])} is {what}: slab_index is a permutation of 0..{n - 1} (a slab row "
+               f"dropped or duplicated)")
+
+
+def dp_plan(rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray, dp: int) -> tuple[int, str] | None:
+    """Under a DP plan (dp > 1; ranks already in [0, dp)): every rank as many slabs, each (step,
+    dp_rank, microbatch) once, steps never decreasing on disk (verify's `dp`). The dataset follows
+    the plan's steps and ranks: a rank short of slabs idles through steps, a repeated
+    micro-batch trains twice in one step."""
+    if dp <= 1 or not rank.size:
+        return None
+    per_rank = np.bincount(rank, minlength=dp)
+    if per_rank.min() != per_rank.max():
+        r = int(np.argmin(per_rank))
+        i = int(np.flatnonzero(rank == r)[0]) if per_rank[r] else 0
+        return i, (f"DP rank {r} holds {int(per_rank[r])} slabs, another {int(per_rank.max())}: every rank of the "
+                   f"dp={dp} plan holds as many")
+    order = np.lexsort((microbatch, rank, step))
+    s, r, m = step[order], rank[order], microbatch[order]
+    twice = np.flatnonzero((s[1:] == s[:-1]) & (r[1:] == r[:-1]) & (m[1:] == m[:-1]))
+    if twice.size:
+        i = int(order[twice[0] + 1])
+        return i, (f"(step {int(step[i])}, dp_rank {int(rank[i])}, microbatch {int(microbatch[i])}) is another "
+                   f"slab's too: each micro-batch of the DP plan is one slab")
+    back = np.flatnonzero(np.diff(step) < 0)
+    if back.size:
+        i = int(back[0] + 1)
+        return i, f"step {int(step[i])} follows step {int(step[i - 1])} on disk: the plan's steps are in on-disk order"
+    return None
