@@ -41,10 +41,9 @@ class OwnTrees:
 
     def _tree(self, folder: str) -> tuple[str, str] | None:
         """(tree's real path, what it is) that `folder` lies in strictly below the base."""
-        rd = real_path(folder)
-        if rd not in self._tree_of:
-            self._tree_of[rd] = self._find(rd)
-        return self._tree_of[rd]
+        if folder not in self._tree_of:  # by the name found: one real_path per folder, not per file
+            self._tree_of[folder] = self._find(real_path(folder))
+        return self._tree_of[folder]
 
     def _find(self, rd: str) -> tuple[str, str] | None:
         if not is_inside(rd, self.real_base) or rd == self.real_base:
