@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, is_dataclass, replace
@@ -35,6 +34,7 @@ from packtool.output.folder import (  # noqa: F401
 )
 from packtool.output.store import StoreCommit, claim_store, commit_to_store, staging_dir
 from packtool.output.folder import check_cache_dir
+from packtool.output.leftovers import remove_tree  # marker last: a kill mid-removal leaves it provable
 from packtool.params import arguments, expect
 from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, first_too_long
 from packtool.planning.bounds import check_capacity
@@ -237,7 +237,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
         with open(stash, "rb") as f:
             sp = pickle.load(f)
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        remove_tree(spill)
     return PackResult(output, sp, summary, shards, loss, cache.path, tokenize_seconds,
                       time.perf_counter() - t1)
 
@@ -287,12 +287,12 @@ def write_output(p: Plan | ShardedPlan | SlabSpec, summary: PlanSummary, cache: 
         loss, manifest = _manifest_of(p, summary, cache, output, shards, info)
         if store:  # no rename on a store: the manifest, put last, is the commit
             shards = commit_to_store(tmp, output, shards, manifest)
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
         else:
             write_manifest(tmp, manifest)
             swap_into_place(tmp, output)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     return shards, loss
 

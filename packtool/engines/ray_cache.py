@@ -24,7 +24,7 @@ import tokenizers
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.output.files import make_parents, remove_created
-from packtool.output.leftovers import owned_temp_dir
+from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.progress import bar
 from packtool.tokenize.cache import (
     CACHE_FORMAT,
@@ -311,6 +311,6 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
         return publish_cache(tmp, final, meta, known)
     except BaseException:
         if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
         remove_created(made)
         raise

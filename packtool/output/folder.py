@@ -277,9 +277,16 @@ def _after_swap_note(key: str, shown: str | None) -> str:
 def swap_into_place(tmp: str, output: str) -> None:
     """The old output stays whole until the new one is complete; then two renames, with
     SIGINT and SIGTERM held back so that neither lands between them. The replaced output is
-    re-checked first: files that appeared in it since the start stop the swap."""
+    re-checked first: files that appeared in it since the start stop the swap.
+
+    A SIGKILL can still land between any two steps, so every folder a step leaves under a
+    name the next run's sweep looks at carries a marker (output.leftovers) before it gets that
+    name: the previous output is marked in place before it is set aside as `.old`, the new one
+    is renamed with its marker and unmarked only under its final name. A kill between two
+    steps leaves a marked `.old` (put back, or removed once the new output is in place), the
+    marked temporary (removed), or an output holding a dead run's marker (the marker removed:
+    stale.clean_stale)."""
     out = resolve_folder(output)
-    unmark(tmp)  # the output is the user's once in place, not a leftover
     main = threading.current_thread() is threading.main_thread()
     held = {signal.SIGINT, signal.SIGTERM}
     if main:
@@ -288,20 +295,30 @@ def swap_into_place(tmp: str, output: str) -> None:
         if os.path.exists(out):
             names = owned_names(out, hashed=False)
             old = tmp + ".old"
+            _mark_in_place(out)
             os.replace(out, old)
-            try:
-                mark(old)  # the proof the next run's sweep needs if this one dies before the removal
-            except OSError:
-                pass  # unproven: a kill from here leaves it named by the next run, never deleted
             os.replace(tmp, out)
             _SWAPPED.append(out)
+            unmark(out)  # the output is the user's once in place, not a leftover
             remove_previous(old, names=names)
         else:
             os.replace(tmp, out)
             _SWAPPED.append(out)
+            unmark(out)
     finally:
         if main:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _mark_in_place(out: str) -> None:
+    """Mark the previous output before it is set aside (a marker a dead run left in it, which
+    owned_names counts as packtool's, is replaced by this run's). A folder packtool may rename
+    but not write into keeps no marker: a kill from here leaves its `.old` named, never deleted."""
+    unmark(out)
+    try:
+        mark(out)
+    except OSError:
+        pass
 
 
 __all__ = ["check_cache_dir", "OutputExistsError", "Terminated", "check_output", "claim_output", "clean_stale",

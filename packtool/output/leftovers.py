@@ -13,8 +13,17 @@ A single temporary file (files.write_file's `.NAME.packtool-tmp-PID-HEX`) carrie
 record as an extended attribute (`XATTR`), set on the open file before a byte is written and
 taken off before it is published: no second name to create or lose, and a user's file of the
 same name has none. Where the file system keeps no user attributes the temporary carries no
-proof, and a killed run's is named, never removed. A previous output set aside by a swap
-(`.old`) is marked as a folder the moment it is set aside.
+proof, and a killed run's is named, never removed.
+
+A kill (SIGKILL runs no clean-up) may land between any two steps, so the record goes on before
+an intermediate can be seen under a name a sweep looks at, and comes off only after it is
+under its final name: a folder is renamed with its marker in it (`unmark` follows the rename;
+a previous output is marked before it is set aside), a file keeps its attribute until it is
+published, and a removal takes the marker out last (`remove_tree`). What a kill between two of
+those steps can leave is then always provable: a marked temporary; a published folder or file
+still holding a dead run's record (`drop_dead_record`: only the record goes); or an empty
+folder under a temporary's name whose pid (in the name) is gone, which a sweep removes with
+`rmdir` alone (`EMPTY`: the kernel refuses it if anything is inside, so no byte can go).
 """
 from __future__ import annotations
 
@@ -37,6 +46,7 @@ XATTR = "user.packtool.owner"
 Names = Callable[[str], object]  # which top-level names packtool writes in a kind of folder
 SHOWN = 5  # folders named one by one in a note; the rest counted
 LIVE = "live"  # a running packtool's folder: left without a word
+EMPTY = "empty"  # an empty folder under a temporary's name of a gone pid: removed by rmdir alone
 
 
 def _read(path: str) -> str:
@@ -86,21 +96,48 @@ def mark_file(fd: int) -> bool:
     return True
 
 
-def unmark_file(path: str) -> None:
-    """Take the record off before the file is published: the published file is the user's."""
+def unmark_file(path: str | int) -> None:
+    """Take the record off a file (its path, or its open descriptor) once it is published: the
+    published file is the user's. A descriptor reaches the inode that was published, whatever
+    its name shows meanwhile."""
     try:
-        os.removexattr(path, XATTR, follow_symlinks=False)
+        if isinstance(path, int):
+            os.removexattr(path, XATTR)
+        else:
+            os.removexattr(path, XATTR, follow_symlinks=False)
     except OSError:
         pass
 
 
 def unmark(folder: str) -> None:
-    """Take the marker out before the folder is published (an output, a cache entry): the
-    published folder is the user's, not a leftover."""
+    """Take the marker out of a folder once it is under its final name (an output, a cache
+    entry): the published folder is the user's, not a leftover. Never before the rename: a
+    kill between the two would leave the temporary unproven."""
     try:
         os.unlink(os.path.join(folder, MARKER))
     except FileNotFoundError:
         pass
+
+
+def has_marker(folder: str) -> bool:
+    """Whether `folder` holds a marker packtool wrote (of any run): a published folder may, if
+    a kill came between its rename and `unmark`, and the marker is then packtool's file there."""
+    return _marker(folder) is not None
+
+
+def drop_dead_record(path: str) -> bool:
+    """Take a dead run's record off a published folder (its marker file) or file (its
+    attribute), left by a kill between the publishing rename and `unmark` / `unmark_file`;
+    only the record goes, on the same proof a sweep asks. True when it dropped one."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        if _dead_run(_marker(path), "") is not None:
+            return False
+        unmark(path)
+        return True
+    if _dead_run(_file_record(path), "") is not None:
+        return False
+    unmark_file(path)
+    return True
 
 
 def owned_temp_dir(prefix: str, dir: str | None = None) -> str:
@@ -135,6 +172,26 @@ def _parsed(data: bytes) -> dict | None:
         return None
     ok = isinstance(rec, dict) and isinstance(rec.get("pid"), int) and isinstance(rec.get("token"), str)
     return rec if ok else None
+
+
+def _empty(folder: str) -> bool:
+    try:
+        return not os.listdir(folder)
+    except OSError:
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process `pid` runs in this PID namespace (a name's pid: no start time)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _alive(pid: int, start: str) -> bool:
@@ -181,13 +238,18 @@ def _own_entry(path: str, kind, not_kind: str) -> str | None:
     return LIVE if st.st_uid != os.geteuid() else None
 
 
-def judge(path: str, names: Names) -> str | None:
-    """None when `path` is provably a dead packtool run's temporary folder; else why it stays
-    (`LIVE` for a running run's)."""
+def judge(path: str, names: Names, pid: int | None = None) -> str | None:
+    """None when `path` is provably a dead packtool run's temporary folder; `EMPTY` when it is
+    an empty one without a marker whose name's `pid` is gone (killed between its mkdir and
+    its marker, or between its marker's removal and its rmdir); else why it stays (`LIVE` for
+    a running run's)."""
     why = _own_entry(path, stat.S_ISDIR, "not a folder packtool made (a link or a file)")
     if why is not None:
         return why
-    why = _dead_run(_marker(path), "no packtool marker in it")
+    rec = _marker(path)
+    if rec is None and pid is not None and _empty(path):
+        return LIVE if _pid_alive(pid) else EMPTY
+    why = _dead_run(rec, "no packtool marker in it")
     if why is not None:
         return why
     bad = _foreign(path, names)
@@ -215,10 +277,31 @@ def _dead_run(rec: dict | None, unmarked: str) -> str | None:
 
 
 def remove_tree(path: str) -> None:
-    """Remove a folder judged packtool's; links inside are removed as links, never followed."""
+    """Remove a folder packtool made (its own temporary, or one judged a dead run's); links
+    inside are removed as links, never followed. The marker goes last, then the folder: a kill
+    mid-removal leaves a marked folder or an empty one, both a later sweep's to remove."""
     if os.path.islink(path):
         return
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return
+    for e in entries:
+        if e == MARKER:
+            continue
+        p = os.path.join(path, e)
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+    unmark(path)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 class Sweep:
@@ -231,9 +314,14 @@ class Sweep:
         self.removed: list[str] = []
         self.left: list[tuple[str, str]] = []
 
-    def consider(self, path: str, names: Names, act: Callable[[str], bool] | None = None) -> bool:
-        """`act(path)` (default: remove the folder) once proven; True when it removed it."""
-        return self._settle(path, judge(path, names), act or _remove_folder)
+    def consider(self, path: str, names: Names, act: Callable[[str], bool] | None = None,
+                 pid: int | None = None) -> bool:
+        """`act(path)` (default: remove the folder) once proven; True when it removed it.
+        `pid`: the one in its name, for an empty folder without a marker (`judge`)."""
+        why = judge(path, names, pid)
+        if why == EMPTY:
+            return self._settle(path, None, _remove_empty)
+        return self._settle(path, why, act or _remove_folder)
 
     def consider_file(self, path: str) -> bool:
         return self._settle(path, judge_file(path), _remove_file)
@@ -268,6 +356,14 @@ def _remove_folder(path: str) -> bool:
     return True
 
 
+def _remove_empty(path: str) -> bool:
+    try:
+        os.rmdir(path)  # never rmtree: whatever appeared in it since the look stays
+    except OSError:
+        return False
+    return True
+
+
 def _remove_file(path: str) -> bool:
     try:
         os.unlink(path)
@@ -281,5 +377,5 @@ def _listed(paths: list[str]) -> str:
     return ", ".join(paths[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
-__all__ = ["LIVE", "MARKER", "XATTR", "Sweep", "judge", "judge_file", "mark", "mark_file", "owned_temp_dir", "remove_tree",
-           "unmark", "unmark_file"]
+__all__ = ["EMPTY", "LIVE", "MARKER", "XATTR", "Sweep", "drop_dead_record", "has_marker", "judge", "judge_file",
+           "mark", "mark_file", "owned_temp_dir", "remove_tree", "unmark", "unmark_file"]

@@ -8,7 +8,7 @@ import os
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
-from packtool.output.leftovers import unmark
+from packtool.output.leftovers import MARKER, has_marker, unmark
 from packtool.slabs.format import FormatError, read_manifest, shard_names
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, is_shard_name, manifest_file
 from packtool.tokenize.checksum import CHECKSUMS, file_digest
@@ -39,6 +39,8 @@ def owned_names(output: str, hashed: bool = True) -> list[str]:
         return _refuse_foreign(output, entries, "it is not a packtool output (no readable manifest)")
     records = {n: e for n, e in zip(listed, m["shards"])}
     mine = {e for e in entries if e in _MANIFESTS or (e in records and _is_our_shard(output, e, records[e], hashed))}
+    if MARKER in entries and has_marker(output):
+        mine.add(MARKER)  # a swap killed before it took its marker out (output.folder.swap_into_place)
     foreign = [e for e in entries if e not in mine]
     if foreign:
         return _refuse_foreign(output, foreign, "a packtool output, but it also holds")
@@ -79,11 +81,15 @@ def remove_previous(old: str, quiet: bool = False, names: list[str] | None = Non
             names = [n for n in _MANIFESTS if os.path.isfile(os.path.join(old, n))]
             names = [] if len(os.listdir(old)) > len(names) else names
     for n in names:
+        if n == MARKER:
+            continue
         try:
             os.unlink(os.path.join(old, n))
         except FileNotFoundError:
             pass
-    unmark(old)  # a swap's set-aside output carries its marker (folder.swap_into_place)
+    # the marker goes last: a kill before it leaves a marked `.old`, after it an empty one (the
+    # sweep's rmdir); a set-aside output carries one (folder.swap_into_place)
+    unmark(old)
     try:
         os.rmdir(old)
     except OSError:

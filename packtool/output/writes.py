@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import IO, Iterable, Iterator
 
 from packtool.errors import PacktoolOutputError, arg
-from packtool.output.leftovers import Sweep, mark_file, unmark_file
+from packtool.output.leftovers import Sweep, drop_dead_record, mark_file, unmark_file
 from packtool.output.paths import kind_name, check_new_file, refuse_uri, resolve, temp_name, temp_target
 
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
@@ -72,6 +72,8 @@ def sweep_temps(p: str) -> int:
     for e in entries:
         if temp_target(e) == name:
             sweep.consider_file(os.path.join(folder, e))
+    if os.path.isfile(p) and not os.path.islink(p):
+        drop_dead_record(p)  # published by a run killed before it took its record off
     return sweep.report()
 
 
@@ -91,27 +93,75 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                manifest: bool = False) -> Iterator[IO]:
     """Write `path` (see `check_new_file`; `checked`: the caller already resolved and checked
     it): yields a file object on an exclusive temporary beside it, published when the block
-    ends without error; on an error the temporary goes and `path` is as it was."""
-    p = os.fspath(path) if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest)
+    ends without error; on an error the temporary goes and `path` is as it was.
+
+    The temporary is born nameless (O_TMPFILE) with its writer's record on it, so a kill at any
+    step leaves nothing, or a named temporary that carries the record, or the published file
+    still carrying it (the next write's `sweep_temps` drops it). Where the file system makes no
+    nameless files it is created under its name and marked at once (a kill between the two
+    leaves an empty, unproven temporary: named, never removed)."""
+    shown = os.fspath(path)
+    p = shown if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest)
     sweep_temps(p)
     tmp = temp_name(p)
+    fd, named = _new_temporary(p, tmp, shown, flag)
     try:
-        fd = open_exclusive(tmp)
-    except OSError as e:
-        raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=os.fspath(path),
-                                  flag=arg(flag)) from None
-    try:
-        mark_file(fd)  # the proof a later sweep needs if this run is killed mid-write
-        with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None) as f:
+        with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None, closefd=False) as f:
             yield f
-        unmark_file(tmp)  # published, it is the user's file, not a leftover
-        publish(tmp, p, replace, os.fspath(path), flag)
+        if not named and not replace:  # straight to its name: one link, or nothing at all
+            unmark_file(fd)
+            _link_fd(fd, p, shown, flag)
+            return
+        if not named:
+            _link_fd(fd, tmp, shown, flag)  # under the temporary's name only now, marked
+            named = True
+        publish(tmp, p, replace, shown, flag)
+        unmark_file(fd)  # published, it is the user's file: the record comes off its inode
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if named:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
+    finally:
+        os.close(fd)
+
+
+def _new_temporary(p: str, tmp: str, shown: str, flag: str) -> tuple[int, bool]:
+    """(descriptor, whether it is already named `tmp`) of a new temporary for `p`, marked."""
+    try:
+        fd = os.open(os.path.dirname(p), os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, NEW_FILE_MODE)
+    except (OSError, AttributeError):  # no nameless files here (or no O_TMPFILE at all)
+        fd = None
+    named = fd is None or not os.path.isdir(_PROC_FD)
+    if named and fd is not None:
+        os.close(fd)
+    if named:
+        try:
+            fd = open_exclusive(tmp)
+        except OSError as e:
+            raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=shown, flag=arg(flag)) from None
+    mark_file(fd)  # the proof a later sweep needs if this run is killed once it has a name
+    return fd, named
+
+
+_PROC_FD = "/proc/self/fd"
+
+
+def _link_fd(fd: int, name: str, shown: str, flag: str) -> None:
+    """Give the nameless file `fd` the name `name`, never replacing what is there."""
+    try:
+        proc = os.open(_PROC_FD, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # linkat(AT_SYMLINK_FOLLOW): os.link calls plain link() unless a dir fd is given
+            os.link(str(fd), name, src_dir_fd=proc, follow_symlinks=True)
+        finally:
+            os.close(proc)
+    except FileExistsError:
+        raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
+                                  f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
+    except OSError as e:
+        raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=shown, flag=arg(flag)) from None
 
 
 def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
@@ -35,7 +34,7 @@ import pyarrow.parquet as pq
 from packtool.arrays import np_of
 from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError, arg
 from packtool.output.files import share_as_mkdir
-from packtool.output.leftovers import unmark
+from packtool.output.leftovers import remove_tree, unmark
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
 from packtool.tokenize.cache_parts import (
@@ -435,13 +434,14 @@ def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -
     meta["checksums"] = cache_checksums(tmp, meta["parts"], known)
     write_cache_json(tmp, meta)
     share_as_mkdir(tmp)  # built private (mkdtemp), published readable as the umask says
-    unmark(tmp)  # a published entry is no leftover
     try:
-        os.rename(tmp, final)
+        os.rename(tmp, final)  # with its marker: a kill before the unmark leaves it provable
     except OSError:
         if not os.path.exists(os.path.join(final, "cache.json")):
             raise
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
+    else:
+        unmark(final)  # a published entry is no leftover
     return TokenizedCache(final)
 
 

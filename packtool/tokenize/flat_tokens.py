@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.output.files import NEW_FILE_MODE, make_temp_dir
-from packtool.output.leftovers import mark, unmark
+from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.tokenize.cache import (
     CHECKSUM_ALG,
     FLAT_DIR,
@@ -246,7 +246,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
                 raise
     except BaseException:
         os.close(fi)
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     os.close(fi)
     # the pool reuses decoded groups' pages while building; hand them back once, at the end
@@ -254,8 +254,8 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     np.save(os.path.join(tmp, "offsets.npy"), offsets)
     if os.path.exists(directory):
         shutil.rmtree(directory)
-    unmark(tmp)
-    os.replace(tmp, directory)
+    os.replace(tmp, directory)  # with its marker: a kill before the unmark leaves it provable
+    unmark(directory)
     return FlatTokens.open(directory)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,7 +25,7 @@ from packtool.notes import NOTES  # noqa: F401  (the owner; NOTES kept here for 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
-from packtool.output.leftovers import owned_temp_dir
+from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
@@ -125,7 +124,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
             push_entry(store, r.final, replace=damaged)
         return cache
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         remove_created(made)
         raise
 

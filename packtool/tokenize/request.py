@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass, replace
 
 import tokenizers
 
 from packtool.errors import PacktoolInputError, arg, missing
 from packtool.notes import note
-from packtool.output.leftovers import mark
+from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.storage import is_uri, join_uri
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, cache_problem
 from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir
@@ -216,12 +215,17 @@ def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
 def discard_cache(final: str) -> None:
     """Move a damaged cache aside (one rename: no reader sees it half-deleted), then delete it."""
     aside = f"{final}.damaged-{os.getpid()}"
+    folder = os.path.isdir(final) and not os.path.islink(final)  # never mark through a link
+    try:
+        if folder:
+            unmark(final)  # a marker a killed run left in it is replaced by this run's
+            mark(final)  # before the rename: the set-aside name is never seen unproven (output.leftovers)
+    except OSError:
+        pass
     try:
         os.replace(final, aside)
     except OSError:
-        return  # another run moved or replaced it first
-    try:
-        mark(aside)  # if killed mid-delete, the next run's sweep may finish it (output.leftovers)
-    except OSError:
-        pass
-    shutil.rmtree(aside, ignore_errors=True)
+        if folder:
+            unmark(final)  # another run moved or replaced it first: ours is no leftover there
+        return
+    remove_tree(aside)

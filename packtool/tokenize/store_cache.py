@@ -18,7 +18,7 @@ import os
 import shutil
 
 from packtool.output.files import share_as_mkdir
-from packtool.output.leftovers import owned_temp_dir, unmark
+from packtool.output.leftovers import owned_temp_dir, remove_tree, unmark
 from packtool.storage import Location, locate, shown
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
@@ -50,11 +50,11 @@ def pull_entry(store: str, final: str) -> bool:
             with entry.join(*rel.split("/")).open_input() as src, open(dest, "wb") as out:
                 shutil.copyfileobj(src, out, 16 << 20)
         share_as_mkdir(tmp)  # pulled private (mkdtemp), published readable as the umask says
-        unmark(tmp)  # a published entry is no leftover
-        os.replace(tmp, final)
+        os.replace(tmp, final)  # with its marker: a kill before the unmark leaves it provable
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
+    unmark(final)  # a published entry is no leftover
     return True
 
 

@@ -248,12 +248,11 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     The temporary cache lives under the cache root (`cache_dir`, the same file system a
     cache was sized for) and is removed when this process exits."""
     import atexit
-    import shutil
 
     from packtool.tokenize import default_cache_dir, tokenize_to_cache
     from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
     from packtool.output.files import make_parents, remove_created
-    from packtool.output.leftovers import owned_temp_dir
+    from packtool.output.leftovers import owned_temp_dir, remove_tree
     from packtool.output.stale import clean_cache
     root = cache_dir or default_cache_dir()
     made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
@@ -261,7 +260,7 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     fresh = owned_temp_dir(f".verify-source-{os.getpid()}-", root)
 
     def gone() -> None:
-        shutil.rmtree(fresh, ignore_errors=True)
+        remove_tree(fresh)
         remove_created(made)
     atexit.register(gone)
     try:

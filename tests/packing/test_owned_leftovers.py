@@ -231,13 +231,18 @@ def test_a_sweep_removes_a_file_or_set_aside_output_only_on_proof(tmp_path, sys_
         assert f"left {leftover}:" in said and "removed" not in said
 
 
-def test_write_file_marks_its_temporary_and_publishes_without_the_mark(tmp_path):
+@pytest.mark.parametrize("replace", [False, True])
+def test_write_file_marks_its_temporary_and_publishes_without_the_mark(tmp_path, replace):
+    """The temporary is born nameless with its record (nothing to see, nothing a kill leaves)."""
     target = tmp_path / "report.html"
-    with write_file(target, "--html") as f:
+    if replace:
+        target.write_bytes(b"old")
+    with write_file(target, "--html", replace=replace) as f:
         f.write(b"x")
-        (tmp,) = [p for p in tmp_path.iterdir() if p.name != "report.html"]
-        assert json.loads(os.getxattr(tmp, XATTR))["pid"] == os.getpid()
+        assert os.listdir(tmp_path) == (["report.html"] if replace else [])
+        assert json.loads(os.getxattr(f.fileno(), XATTR))["pid"] == os.getpid()
     assert os.listdir(tmp_path) == ["report.html"] and XATTR not in os.listxattr(target)
+    assert target.read_bytes() == b"x"
 
 
 @pytest.mark.parametrize("intent", [
