@@ -17,34 +17,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import traceback
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from leftover_support import USER, dead_pid as _dead_pid, packed_output, tree, use_system_temp
 
 from packtool.output.files import sweep_temps, write_file
 from packtool.output.folder import spill_dir, swap_into_place, temp_dir
-from packtool.output.leftovers import MARKER, XATTR, owned_temp_dir, remove_tree
+from packtool.output.leftovers import MARKER, owned_temp_dir, remove_tree
 from packtool.output.stale import clean_cache, clean_stale
-from packtool.slabs.format import FORMAT_NAME
 from packtool.slabs.names import MANIFEST, shard_file
-from packtool.slabs.schema import SCHEMA_VERSION
-from packtool.tokenize.checksum import shard_checksum
 
-USER = b"the user's own bytes\n"
 KILLED = 77
 STEPS = ("mkdir", "open", "replace", "rename", "link", "unlink", "rmdir", "setxattr", "removexattr")
 
 
 @pytest.fixture(scope="module")
 def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+    return _dead_pid()
 
 
 # --- the kill: a forked child that stops dead before its Nth step --------------------------
@@ -98,46 +90,20 @@ def _in_child(write, kill_at: int | None) -> int:
     return 0
 
 
-def _tree(root) -> dict:
-    """Every entry under `root`: its kind, a file's bytes, and packtool's records on it."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            rel = os.path.relpath(p, root)
-            if os.path.islink(p):
-                out[rel] = ("link", os.readlink(p))
-                continue
-            rec = XATTR in os.listxattr(p, follow_symlinks=False)
-            out[rel] = ("file", open(p, "rb").read(), rec) if os.path.isfile(p) else ("folder", rec)
-    return out
-
-
 # --- the writes: (set up, write (in the child), the next run's sweep) -----------------------
-
-def _output(d, shards=(shard_file(0),), tag=b"") -> str:
-    """A packtool output as --overwrite checks it: listed shards with their size and checksum."""
-    os.makedirs(d, exist_ok=True)
-    recs = []
-    for s in shards:
-        p = os.path.join(d, s)
-        with open(p, "wb") as f:
-            f.write(b"shard " + s.encode() + tag)
-        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
-    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
-    with write_file(os.path.join(d, MANIFEST), "output", replace=True, text=True, manifest=True) as f:
-        json.dump(m, f)
-    return str(d)
-
 
 def _pack(root, previous: bool):
     out = os.path.join(root, "out")
     if previous:
-        _output(out, [shard_file(0), shard_file(1)], b"old")
+        packed_output(out, [shard_file(0), shard_file(1)], tag=b"old")
 
     def write():  # what write_output does: a marked temporary, the shards, the manifest, the swap
         tmp = temp_dir(out)
-        _output(tmp, [shard_file(0)], b"new")
+        m = os.path.join(packed_output(tmp, [shard_file(0)], tag=b"new"), MANIFEST)
+        with open(m) as f:
+            text = f.read()
+        with write_file(m, "output", replace=True, text=True, manifest=True) as f:  # as pack writes it
+            f.write(text)
         swap_into_place(tmp, out)
     return write, lambda: clean_stale(out)
 
@@ -146,11 +112,11 @@ def _restore(root):
     """The next run putting back an output a kill left set aside (the sweep's own two steps):
     the set-up is a swap killed right after its first rename."""
     out = os.path.join(root, "out")
-    _output(out, [shard_file(0)], b"old")
+    packed_output(out, [shard_file(0)], tag=b"old")
     pid = os.fork()
     if pid == 0:  # a dead run's, all of it (its temporary too)
         try:
-            new = _output(temp_dir(out), [shard_file(0)], b"new")
+            new = packed_output(temp_dir(out), [shard_file(0)], tag=b"new")
             real = os.replace
 
             def set_aside_then_die(a, b, **k):
@@ -287,9 +253,7 @@ def _case(base, name, site, entry, dead_pid, monkeypatch):
     """A fresh folder for one run of `site`: the user's file and look-alike beside it, the
     system temp inside it; returns (root, write, sweep)."""
     root = os.path.join(base, name)
-    sys_tmp = os.path.join(root, "systmp")
-    os.makedirs(sys_tmp)
-    monkeypatch.setattr(tempfile, "tempdir", sys_tmp)
+    use_system_temp(monkeypatch, os.path.join(root, "systmp"))
     with open(os.path.join(root, "thesis.txt"), "wb") as f:
         f.write(USER)
     lookalike = os.path.join(root, f".out.packtool-tmp-{dead_pid}-abcdefgh")  # packtool's form, no marker
@@ -306,11 +270,11 @@ def test_a_kill_between_any_two_steps_leaves_nothing_the_next_run_keeps(tmp_path
     run = SITES[site]
     root, write, sweep = _case(str(tmp_path), "never", run, entry, dead_pid, monkeypatch)
     sweep()
-    never = _tree(root)  # the write never started
+    never = tree(root, records=True)  # the write never started
     root, write, sweep = _case(str(tmp_path), "whole", run, entry, dead_pid, monkeypatch)
     steps = _in_child(write, None)
     sweep()
-    whole = _tree(root)  # the write finished
+    whole = tree(root, records=True)  # the write finished
     assert not any(MARKER in k or v[-1] is True for k, v in whole.items()), whole
     assert steps >= 2
     bad = []
@@ -319,7 +283,7 @@ def test_a_kill_between_any_two_steps_leaves_nothing_the_next_run_keeps(tmp_path
         _in_child(write, n)
         start = notes.mark()
         sweep()
-        got = _tree(root)
+        got = tree(root, records=True)
         if got != never and got != whole:
             extra = sorted(set(got.items()) ^ set(whole.items()) if len(got) >= len(whole) else set(got.items()) ^ set(never.items()))
             bad.append(f"killed before step {n}: {[k for k, _ in extra][:6]}; said {notes.since(start)}")
@@ -333,18 +297,18 @@ def test_an_empty_folder_goes_only_in_packtools_own_form_and_with_its_pid_gone(t
     rmdir) leaves: an empty folder under a temporary's name, no marker. It goes by rmdir only
     when the name is exactly what packtool's mkdtemp makes and the pid in it is gone."""
     from packtool import notes
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    use_system_temp(monkeypatch, tmp_path)
     pid = os.getpid() if case == "live run's" else dead_pid
     name = f"packtool-results-{pid}-0" if case == "not packtool's form" else f".o.packtool-tmp-{pid}-abcdefgh"
     d = tmp_path / name
     d.mkdir()
     if case == "holds a file":
         (d / MANIFEST).write_bytes(USER)
-    before, start = _tree(tmp_path), notes.mark()
+    before, start = tree(tmp_path, records=True), notes.mark()
     clean_stale(str(tmp_path / "o"))
     said = "\n".join(notes.since(start))
     if case == "dead run's":
         assert not d.exists() and "removed 1" in said
         return
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path, records=True) == before
     assert (str(d) in said) == (case != "live run's")  # named, but a live run's left without a word

@@ -3,12 +3,12 @@
 packtool did not write, and the error hierarchy."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+from leftover_support import dead_pid, own_folder, packed_output
 
 from packtool.errors import PacktoolError, PacktoolFormatError, PacktoolOutputError
 from packtool.output.folder import (
@@ -22,28 +22,8 @@ from packtool.output.folder import (
     swap_into_place,
     temp_dir,
 )
-from packtool.slabs.format import FORMAT_NAME, FormatError
+from packtool.slabs.format import FormatError
 from packtool.slabs.names import MANIFEST
-from packtool.slabs.schema import SCHEMA_VERSION
-
-
-def _fake_output(d, shards=("slabs-00000.parquet",)):
-    os.makedirs(d, exist_ok=True)
-    from packtool.tokenize.checksum import shard_checksum
-    recs = []
-    for s in shards:
-        p = os.path.join(d, s)
-        open(p, "wb").write(b"shard " + s.encode())
-        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
-    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
-    json.dump(m, open(os.path.join(d, MANIFEST), "w"))
-    return d
-
-
-def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 def test_error_hierarchy():
@@ -71,7 +51,7 @@ def test_new_empty_and_previous_outputs(tmp_path, monkeypatch):
     assert check_output(str(tmp_path / "new" / "deeper")) == []
     (tmp_path / "empty").mkdir()
     assert check_output(str(tmp_path / "empty")) == []
-    prev = _fake_output(str(tmp_path / "prev"), ("slabs-00000.parquet", "slabs-00001.parquet"))
+    prev = packed_output(str(tmp_path / "prev"), ("slabs-00000.parquet", "slabs-00001.parquet"))
     with pytest.raises(OutputExistsError, match="overwrite=True"):
         check_output(prev)
     assert check_output(prev, overwrite=True) == [MANIFEST, "slabs-00000.parquet", "slabs-00001.parquet"]
@@ -109,9 +89,8 @@ def test_lock_is_exclusive_reentrant_and_removed(tmp_path, monkeypatch):
 def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
     """Names decide where a sweep looks; the marker (tests/packing/test_system_temp_sweep.py)
     decides what goes."""
-    from packtool.output.leftovers import MARKER, mark
     out = str(tmp_path / "out")
-    dead, live = _dead_pid(), os.getpid()
+    dead, live = dead_pid(), os.getpid()
     ours_dead = [f".out.packtool-tmp-{dead}", f".out.packtool-spill-{dead}-abc123"]
     kept = [f".out.packtool-tmp-{live}", ".out.backup", f".other.packtool-tmp-{dead}", "out.packtool-tmp-1",
             f".out.packtool-tmp-{dead}x"]
@@ -120,12 +99,10 @@ def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
                   cache / f"abcd.damaged-{dead}"]
     for p in [tmp_path / n for n in ours_dead + kept] + ours_cache:
         os.makedirs(p)
-        mark(str(p))
-        if p.name != f".out.packtool-tmp-{live}":  # that one: a live run's (this process)
-            rec = json.loads((p / MARKER).read_text())
-            (p / MARKER).write_text(json.dumps(dict(rec, pid=dead, start="1")))
+        # a live run's (this process) for that one
+        own_folder(p, live if p.name == f".out.packtool-tmp-{live}" else dead)
     (cache / f".tmp-0123456789ab-{live}-xyz").mkdir()
-    mark(str(cache / f".tmp-0123456789ab-{live}-xyz"))
+    own_folder(cache / f".tmp-0123456789ab-{live}-xyz", live)
     (cache / "abcd" / "flat").mkdir()
     assert clean_stale(out, str(cache)) == 5
     assert sorted(os.listdir(tmp_path)) == sorted(kept + ["cache"])
@@ -136,12 +113,10 @@ def test_clean_stale_removes_only_dead_packtool_folders(tmp_path, capsys):
 
 def test_clean_stale_restores_an_output_set_aside_by_a_killed_swap(tmp_path, capsys):
     out = str(tmp_path / "out")
-    from packtool.output.leftovers import MARKER, mark
-    dead = _dead_pid()
-    old = _fake_output(str(tmp_path / f".out.packtool-tmp-{dead}.old"))
-    mark(old)  # as folder.swap_into_place marks what it sets aside; the run `dead`'s
-    rec = json.loads(open(os.path.join(old, MARKER)).read())
-    open(os.path.join(old, MARKER), "w").write(json.dumps(dict(rec, pid=dead, start="1")))
+    from packtool.output.leftovers import MARKER
+    dead = dead_pid()
+    old = packed_output(str(tmp_path / f".out.packtool-tmp-{dead}.old"))
+    own_folder(old, dead)  # as folder.swap_into_place marks what it sets aside; the run `dead`'s
     before = {f: open(os.path.join(old, f), "rb").read() for f in os.listdir(old) if f != MARKER}
     clean_stale(out)
     assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == before
@@ -149,8 +124,8 @@ def test_clean_stale_restores_an_output_set_aside_by_a_killed_swap(tmp_path, cap
 
 
 def test_swap_keeps_files_that_appeared_and_refuses(tmp_path):
-    out = _fake_output(str(tmp_path / "out"))
-    tmp = _fake_output(temp_dir(out), ("slabs-00000.parquet", "slabs-00001.parquet"))
+    out = packed_output(str(tmp_path / "out"))
+    tmp = packed_output(temp_dir(out), ("slabs-00000.parquet", "slabs-00001.parquet"))
     (tmp_path / "out" / "late.txt").write_text("written by the user mid-run")
     with pytest.raises(PacktoolOutputError, match="late.txt"):
         swap_into_place(tmp, out)
@@ -168,7 +143,7 @@ def test_temp_and_spill_carry_the_pid(tmp_path):
 
 
 def test_owned_names_refuses_foreign_and_unreadable(tmp_path):
-    d = _fake_output(str(tmp_path / "o"))
+    d = packed_output(str(tmp_path / "o"))
     (tmp_path / "o" / ".DS_Store").write_text("")
     with pytest.raises(PacktoolOutputError, match=r"also holds: \.DS_Store"):
         owned_names(d)
@@ -180,6 +155,6 @@ def test_owned_names_refuses_foreign_and_unreadable(tmp_path):
 def test_an_older_output_with_manifest_json_is_replaceable(tmp_path, monkeypatch):
     from packtool.slabs.names import LEGACY_MANIFEST
     monkeypatch.chdir(tmp_path)
-    d = _fake_output(str(tmp_path / "old"))
+    d = packed_output(str(tmp_path / "old"))
     os.replace(os.path.join(d, MANIFEST), os.path.join(d, LEGACY_MANIFEST))
     assert check_output(d, overwrite=True) == [LEGACY_MANIFEST, "slabs-00000.parquet"]

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 
 import pytest
+from leftover_support import USER, dead_pid as _dead_pid, own_file, own_folder, packed_output, tree, use_system_temp
 
 from packtool import notes
 from packtool.output import folder as folder_mod
 from packtool.output.files import temp_name, write_file
 from packtool.output.folder import check_output, clean_stale, swap_into_place, temp_dir
-from packtool.output.leftovers import MARKER, XATTR, mark, mark_file
+from packtool.output.leftovers import MARKER, XATTR
 from packtool.output.store import StoreCommit, claim_store, clean_dead_runs
-from packtool.slabs.format import FORMAT_NAME
 from packtool.slabs.names import (
     LEGACY_MANIFEST,
     MANIFEST,
@@ -36,9 +33,7 @@ from packtool.slabs.names import (
     run_shard_file,
     shard_file,
 )
-from packtool.slabs.schema import SCHEMA_VERSION
 from packtool.storage import locate
-from packtool.tokenize.checksum import shard_checksum
 
 RUN = "0123456789ab"
 # every name packtool writes into an output folder, or that a local copy of a store output holds
@@ -48,48 +43,17 @@ OUTPUT_FILES = {"shard": shard_file(0), "shard-100000": shard_file(100000),
 # and what a run's temporary folder holds while it writes them
 IN_FLIGHT = {"shard mid-write": partial_shard_file(shard_file(2)),
              "manifest temporary": os.path.basename(temp_name(MANIFEST))}
-USER = b"the user's own bytes\n"
 
 
 @pytest.fixture(scope="module")
 def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
+    return _dead_pid()
 
 
 @pytest.fixture
 def sys_tmp(tmp_path, monkeypatch):
-    d = tmp_path / "systmp"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
-    return d
-
-
-def _output(d, shards=(shard_file(0),), manifest=MANIFEST):
-    """A packtool output as --overwrite checks it: listed shards with their size and checksum."""
-    os.makedirs(d, exist_ok=True)
-    recs = []
-    for s in shards:
-        p = os.path.join(d, s)
-        open(p, "wb").write(b"shard " + s.encode())
-        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
-    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
-    with open(os.path.join(d, manifest), "w") as f:
-        json.dump(m, f)
-    return str(d)
-
-
-def _tree(p) -> dict:
-    if os.path.isfile(p):
-        return {"": open(p, "rb").read()}
-    out = {}
-    for d, dirs, files in os.walk(p):
-        for n in dirs + files:
-            q = os.path.join(d, n)
-            out[os.path.relpath(q, p)] = open(q, "rb").read() if os.path.isfile(q) else None
-    return out
+    use_system_temp(monkeypatch, tmp_path / "systmp")
+    return tmp_path / "systmp"
 
 
 # --- 1. one owner of the names ---------------------------------------------------------------
@@ -98,9 +62,9 @@ def _tree(p) -> dict:
 def test_overwrite_owns_every_name_packtool_writes_into_an_output(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     n = OUTPUT_FILES[name]
-    out = _output(tmp_path / "out", *(([n],) if is_shard_name(n) else ([shard_file(0)], n)))
+    out = packed_output(tmp_path / "out", *(([n],) if is_shard_name(n) else ([shard_file(0)], n)))
     assert n in check_output(out, overwrite=True)
-    new = _output(temp_dir(out), [shard_file(0)])
+    new = packed_output(temp_dir(out), [shard_file(0)])
     swap_into_place(new, out)
     assert sorted(os.listdir(out)) == [MANIFEST, shard_file(0)]
     assert sorted(os.listdir(tmp_path)) == ["out"]  # the old one gone whole, nothing set aside
@@ -113,12 +77,12 @@ def test_a_dead_runs_folder_holding_any_name_packtool_writes_is_swept(tmp_path, 
          else sys_tmp / f"packtool-tmp-{dead_pid}-x1")
     d.mkdir()
     (d / {**OUTPUT_FILES, **IN_FLIGHT}[name]).write_bytes(b"packtool's")
-    _own_folder(d, dead_pid)
+    own_folder(d, dead_pid)
     assert clean_stale(str(tmp_path / "o")) == 1 and not d.exists()
 
 
 def test_an_object_store_run_names_its_shards_and_intent_through_names(tmp_path, sys_tmp):
-    uri = "file://" + _output(tmp_path / "store")
+    uri = "file://" + packed_output(tmp_path / "store")
     with claim_store(uri, overwrite=True):
         commit = StoreCommit(uri)
         dests = commit.begin([shard_file(0), shard_file(1)])
@@ -133,31 +97,11 @@ def test_an_object_store_run_names_its_shards_and_intent_through_names(tmp_path,
 
 # --- 2. a name is no proof -------------------------------------------------------------------
 
-def _own_folder(d, pid: int, **over) -> None:
-    """The marker packtool writes (the one already there, if packtool made it), as run `pid`."""
-    if not (d / MARKER).exists():
-        mark(str(d))
-    rec = json.loads((d / MARKER).read_text())
-    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)
-    (d / MARKER).write_text(json.dumps(rec))
-
-
-def _own_file(p, pid: int, **over) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        assert mark_file(fd), "this file system keeps no user attributes"
-    finally:
-        os.close(fd)
-    rec = json.loads(os.getxattr(p, XATTR))
-    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)
-    os.setxattr(p, XATTR, json.dumps(rec).encode())
-
-
 def _temp_file(tmp_path, pid, own):
     p = tmp_path / f".plan.parquet.packtool-tmp-{pid}-0badc0de"
     p.write_bytes(b"half a plan" if own else USER)
     if own:
-        _own_file(p, **own)
+        own_file(p, **own)
     return p
 
 
@@ -166,15 +110,15 @@ def _killed_swap(tmp_path, pid, own, monkeypatch):
     for packtool's own (the kill stands in as a removal that never ran)."""
     out = str(tmp_path / "out")
     if not own:  # a user's backup of an output, under a name that looks like a set-aside one
-        return tmp_path / f".out.packtool-tmp-{pid}-x1.old", _output(tmp_path / f".out.packtool-tmp-{pid}-x1.old")
-    _output(out)
-    new = _output(temp_dir(out), [shard_file(0), shard_file(1)])
+        return tmp_path / f".out.packtool-tmp-{pid}-x1.old", packed_output(tmp_path / f".out.packtool-tmp-{pid}-x1.old")
+    packed_output(out)
+    new = packed_output(temp_dir(out), [shard_file(0), shard_file(1)])
     with monkeypatch.context() as m:
         m.setattr(folder_mod, "remove_previous", lambda *a, **k: 0)
         swap_into_place(new, out)
     old = tmp_path / (os.path.basename(new) + ".old")
     assert (old / MARKER).exists()  # marked as it was set aside
-    _own_folder(old, **own)
+    own_folder(old, **own)
     return old, None
 
 
@@ -190,7 +134,7 @@ def _write(target):
 def _old_kept_site(tmp_path, pid, own, monkeypatch):
     old, _ = _killed_swap(tmp_path, pid, own, monkeypatch)
     if not (tmp_path / "out").exists():
-        _output(tmp_path / "out")  # a later output in place: the set-aside one is only removed
+        packed_output(tmp_path / "out")  # a later output in place: the set-aside one is only removed
     return old, lambda: clean_stale(str(tmp_path / "out"))
 
 
@@ -214,7 +158,7 @@ def test_a_sweep_removes_a_file_or_set_aside_output_only_on_proof(tmp_path, sys_
     own = None if case == "user-lookalike" else dict(
         pid=pid, **{"other-host": {"host": "another-host"}, "other-pid-namespace": {"pidns": "pid:[1]"}}.get(case, {}))
     leftover, sweep = SITES[site](tmp_path, pid, own, monkeypatch)
-    before, start = _tree(leftover), notes.mark()
+    before, start = tree(leftover), notes.mark()
     sweep()
     said = "\n".join(notes.since(start))
     if case == "dead-own":
@@ -222,7 +166,7 @@ def test_a_sweep_removes_a_file_or_set_aside_output_only_on_proof(tmp_path, sys_
         if site == "swap's .old, output missing":
             assert "restored" in said and MARKER not in os.listdir(tmp_path / "out")
         return
-    assert _tree(leftover) == before  # byte-identical, where it was
+    assert tree(leftover) == before  # byte-identical, where it was
     if site == "swap's .old, output missing":
         assert not (tmp_path / "out").exists()  # never moved into place on a name alone
     if case == "live-own":
@@ -258,8 +202,8 @@ def test_an_object_that_only_looks_like_an_intent_is_never_acted_on(tmp_path, sy
     loc.join(name).write_bytes(intent.encode() if isinstance(intent, str) else json.dumps(intent).encode())
     for n in ("thesis.pdf", shard_file(0), run_shard_file(shard_file(0), "ffffffffffff")):
         loc.join(n).write_bytes(USER)
-    before = _tree(loc.path)
-    assert clean_dead_runs(loc) == 0 and _tree(loc.path) == before
+    before = tree(loc.path)
+    assert clean_dead_runs(loc) == 0 and tree(loc.path) == before
     own = {"new": [run_shard_file(shard_file(0), RUN)], "old": []}  # a dead run's own
     loc.join(name).write_bytes(json.dumps(own).encode())
     loc.join(own["new"][0]).write_bytes(b"half a shard")

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 
 import pytest
+from leftover_support import dead_pid, own_folder, tree, use_system_temp
 
 from packtool import notes
 from packtool.output.folder import spill_dir, temp_dir
-from packtool.output.leftovers import MARKER, mark
+from packtool.output.leftovers import MARKER
 from packtool.output.stale import clean_cache, clean_stale, clean_system_temp
 from packtool.output.store import scratch, staging_dir
-
-
-def _dead_pid() -> int:
-    r = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    return int(r.stdout)
 
 
 # (where the folder lies, its name for a pid, a file packtool writes in it, the sweep that looks)
@@ -45,20 +38,9 @@ OTHER = {"other-host": {"host": "another-host"}, "other-boot": {"boot": "0" * 32
 @pytest.fixture
 def roots(tmp_path, monkeypatch):
     sys_tmp = tmp_path / "systmp"
-    sys_tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(sys_tmp))
-    monkeypatch.setattr(tempfile, "tempdir", str(sys_tmp))
+    use_system_temp(monkeypatch, sys_tmp)
     (tmp_path / "cache").mkdir()
     return {"out": tmp_path, "sys": sys_tmp, "cache": tmp_path / "cache"}
-
-
-def _own(path, pid: int, **over) -> None:
-    """The marker packtool writes, as the run `pid` (this machine unless `over` says else)."""
-    mark(str(path))
-    m = path / MARKER
-    rec = json.loads(m.read_text())
-    rec.update(pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)  # "1": not pid's start
-    m.write_text(json.dumps(rec))
 
 
 def _sweep(kind: str, roots) -> None:
@@ -70,21 +52,11 @@ def _sweep(kind: str, roots) -> None:
         clean_cache(str(roots["cache"]))
 
 
-def _snapshot(root) -> dict:
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            out[os.path.relpath(p, root)] = (os.readlink(p) if os.path.islink(p) else
-                                             open(p, "rb").read() if os.path.isfile(p) else None)
-    return out
-
-
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("site", SITES)
 def test_a_sweep_removes_only_what_packtool_proves_its_own(roots, tmp_path, site, case):
     where, name, ours, kind = SITES[site]
-    pid = {"live-own": os.getpid(), "pid-reused": os.getppid()}.get(case) or _dead_pid()
+    pid = {"live-own": os.getpid(), "pid-reused": os.getppid()}.get(case) or dead_pid()
     folder = roots[where] / name.format(pid=pid)
     folder.mkdir(parents=True)
     user = tmp_path / "user-data.txt"
@@ -95,12 +67,12 @@ def test_a_sweep_removes_only_what_packtool_proves_its_own(roots, tmp_path, site
         (folder / "sub" / "notes.tex").write_bytes(b"\\section{x}\n")
     else:
         (folder / ours).write_bytes(b"packtool's bytes")
-        _own(folder, pid, **OTHER.get(case, {}))
+        own_folder(folder, pid, **OTHER.get(case, {}))
         if case == "symlink-inside":
             os.symlink(user, folder / "link")
         if case == "user-file-inside":
             (folder / "mine.txt").write_bytes(b"user's, written into it later\n")
-    before, start = _snapshot(tmp_path), notes.mark()
+    before, start = tree(tmp_path), notes.mark()
     _sweep(kind, roots)
     said = "\n".join(notes.since(start))
     assert user.read_bytes() == b"the user's thesis\n"
@@ -108,7 +80,7 @@ def test_a_sweep_removes_only_what_packtool_proves_its_own(roots, tmp_path, site
         assert not os.path.lexists(folder)
         assert f"removed 1 temporary folder(s)" in said and str(folder) in said
         return
-    assert _snapshot(tmp_path) == before  # byte-identical, links unfollowed and kept
+    assert tree(tmp_path) == before  # byte-identical, links unfollowed and kept
     if case == "live-own":
         assert str(folder) not in said  # a running run's folder is no leftover
     else:
@@ -116,7 +88,7 @@ def test_a_sweep_removes_only_what_packtool_proves_its_own(roots, tmp_path, site
 
 
 def test_many_left_folders_are_named_a_few_then_counted(roots):
-    dead = _dead_pid()
+    dead = dead_pid()
     for i in range(8):
         (roots["sys"] / f"packtool-results-{dead}-{i}").mkdir()
     start = notes.mark()

@@ -1,0 +1,97 @@
+"""Set-ups shared by the tests of what packtool writes and what its sweeps remove
+(tests/packing/test_owned_leftovers.py, test_output_path.py, test_system_temp_sweep.py,
+test_kill_windows.py): a dead pid, a previous packtool output as --overwrite checks it, a
+folder or file carrying packtool's record as some run's, the system temp folder moved under
+the test's folder, and a folder's contents to compare before and after. No tests here."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from packtool.output.leftovers import MARKER, XATTR, mark, mark_file
+from packtool.slabs.format import FORMAT_NAME
+from packtool.slabs.names import MANIFEST, shard_file
+from packtool.slabs.schema import SCHEMA_VERSION
+from packtool.tokenize.checksum import shard_checksum
+
+USER = b"the user's own bytes\n"
+
+
+def dead_pid() -> int:
+    """A pid of this machine whose process has exited (and been reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def packed_output(d, shards=(shard_file(0),), manifest: str = MANIFEST, tag: bytes = b"") -> str:
+    """A packtool output as --overwrite checks it: listed shards with their size and checksum
+    (`tag` makes one output's shard bytes differ from another's)."""
+    os.makedirs(d, exist_ok=True)
+    recs = []
+    for s in shards:
+        p = os.path.join(d, s)
+        with open(p, "wb") as f:
+            f.write(b"shard " + s.encode() + tag)
+        recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
+    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
+    with open(os.path.join(d, manifest), "w") as f:
+        json.dump(m, f)
+    return str(d)
+
+
+def _as_run(rec: dict, pid: int, over: dict) -> dict:
+    # "1": not the start time of `pid` (a dead run's, or a pid reused by a later process)
+    return dict(rec, pid=pid, start=rec["start"] if pid == os.getpid() else "1", **over)
+
+
+def own_folder(d, pid: int, **over) -> None:
+    """The marker packtool writes (the one already there, if packtool made it), as run `pid`
+    of this machine unless `over` says else (host, boot, pidns)."""
+    m = os.path.join(d, MARKER)
+    if not os.path.exists(m):
+        mark(str(d))
+    with open(m) as f:
+        rec = json.load(f)
+    with open(m, "w") as f:
+        json.dump(_as_run(rec, pid, over), f)
+
+
+def own_file(p, pid: int, **over) -> None:
+    """The record a temporary file carries (an extended attribute), as run `pid`."""
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert mark_file(fd), "this file system keeps no user attributes"
+    finally:
+        os.close(fd)
+    rec = json.loads(os.getxattr(p, XATTR))
+    os.setxattr(p, XATTR, json.dumps(_as_run(rec, pid, over)).encode())
+
+
+def use_system_temp(monkeypatch, d) -> str:
+    """The system temp folder (TMPDIR, tempfile's) moved to `d`, made if missing."""
+    os.makedirs(d, exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return str(d)
+
+
+def tree(root, records: bool = False) -> dict:
+    """Every entry under `root` (or a file's own bytes): a link's target, a file's bytes, None
+    for a folder; `records`: with whether packtool's record is on each entry."""
+    if os.path.isfile(root):
+        return {"": open(root, "rb").read()}
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+                continue
+            what = open(p, "rb").read() if os.path.isfile(p) else None
+            out[rel] = (what, XATTR in os.listxattr(p, follow_symlinks=False)) if records else what
+    return out
