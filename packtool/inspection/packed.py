@@ -8,7 +8,7 @@ import numpy as np
 
 from packtool.inspection.report import InspectReport, SlabSet, build_report, reassemble
 from packtool.params import arguments
-from packtool.planning.core import OverflowStats, overflow_of_segments
+from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats, overflow_of_segments
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
@@ -40,7 +40,8 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
     st = man.get("stats", {}).get("overflow", {})
-    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st else counted
+    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st \
+        else counted or OverflowStats(packing.overflow)  # truncate's figures: the manifest's alone
     src_len = reassemble(cat["src"].astype(np.int64), seg_len)
     ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
                  ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
@@ -70,12 +71,13 @@ def _locations(sm, index) -> list[str]:
     return [f"{sm.shards[int(s)]} row {int(r)}" for s, r in zip(index.shard, row)]
 
 
-def _check_overflow(sm, counted: OverflowStats) -> None:
-    """The manifest's overflow counts that the report shows must be the slabs' (the layout of
-    every slab, its pads and capacity, are the reader's checks, `check_rows`)."""
+def _check_overflow(sm, counted: OverflowStats | None) -> None:
+    """The manifest's overflow counts that the report shows must be the slabs' where the slabs
+    hold them (planning's `overflow_of_segments`; the layout of every slab, its pads and capacity,
+    are the reader's checks, `check_rows`)."""
     from packtool.slabs.format import FormatError
     st = (sm.raw.get("stats") or {}).get("overflow") or {}
-    for k in ("sequences", "chunks"):
-        if k in st and sm.packing.overflow == "split" and st[k] != getattr(counted, k):
+    for k in OVERFLOW_FIGURES[sm.packing.overflow] if counted is not None else ():
+        if k in st and st[k] != getattr(counted, k):
             raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(counted, k)}; "
                               f"run `packtool verify {sm.path}`")

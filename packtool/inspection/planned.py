@@ -20,7 +20,7 @@ from packtool.arrays import first_null
 from packtool.integers import int_array
 from packtool.layout import compute_layout
 from packtool.params import arguments, expect
-from packtool.planning.core import PackingConfig, Plan, PlanError, SequenceError, overflow_of_segments
+from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, SequenceError, overflow_of_segments
 from packtool.planning.core import plan as make_plan
 
 
@@ -110,7 +110,8 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     src = col["source_index"].astype(np.int64)
     chunk = col["chunk_index"].astype(np.int64)
     _check_coverage(path, src, chunk, t.schema.metadata)
-    ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum()))
+    # truncate's figures are not in a plan's segments (nor its file): reported as 0
+    ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or OverflowStats(packing.overflow)
     src_len = reassemble(src, seg_len)
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
                  col["step"][first], ovf, int(src_len.size), src_len)

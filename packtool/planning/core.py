@@ -185,11 +185,15 @@ OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
                     "split": ("sequences", "chunks", "targets_lost")}
 
 
-def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str, singletons: int) -> OverflowStats:
+def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str,
+                         singletons: int) -> OverflowStats | None:
     """The `OverflowStats` that `apply_overflow` recorded, counted again from what it made: the
     real segments' source rows and chunk numbers and the slabs placed alone (`inspect` of a plan
-    file or an output without `stats.overflow`). Only `OVERFLOW_FIGURES[policy]` can be non-zero.
-    truncate's figures are not in the segments (a cut row looks like a row of U tokens): 0."""
+    file, or of an output, whose manifest's figures it holds to them). Only
+    `OVERFLOW_FIGURES[policy]` can be non-zero. None under truncate, whose figures the segments
+    do not hold (a cut row looks like a row of U tokens)."""
+    if "tokens_dropped" in OVERFLOW_FIGURES[policy]:  # what a cut removed is in no segment
+        return None
     n_chunks = np.bincount(source[chunk >= 0]) if source.size else np.zeros(0, np.int64)
     cut = n_chunks > 1
     over = {"split": int(cut.sum()), "singleton": singletons}.get(policy, 0)
