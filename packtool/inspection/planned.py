@@ -122,20 +122,18 @@ _REWRITE = "the file was edited or damaged: write it again with `packtool plan -
 
 
 def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, meta) -> None:
-    """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... (as a packed
-    output's slabs are held, slabs.check.check_coverage): a repeated or missing row would be
-    reported as a good plan."""
-    order = np.lexsort((chunk, src))
-    s, c = src[order], chunk[order]
-    same = np.concatenate(([False], s[1:] == s[:-1]))
-    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
-    bad = np.flatnonzero(c != want)
-    if bad.size:
-        j = int(bad[0])
-        what = "is planned twice" if same[j] and c[j] == c[j - 1] else f"is numbered {int(c[j])}, expected {int(want[j])}"
+    """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... (the rule a packed
+    output's slabs are held to too: slabs.open_rules.coverage): a repeated or missing row would
+    be reported as a good plan."""
+    from packtool.slabs.open_rules import coverage  # here: inspecting lengths loads no slab reader
+    cov = coverage(src, chunk)
+    s, c = cov.source, cov.chunk
+    if cov.first_break is not None:
+        j, twice, want = cov.first_break
+        what = "is planned twice" if twice else f"is numbered {int(c[j])}, expected {want}"
         raise InspectError(f"{path}: source row {int(s[j])} chunk {int(c[j])} {what} (segment row "
-                           f"{int(order[j])}); {_REWRITE}")
-    rows = s[~same]
+                           f"{int(cov.order[j])}); {_REWRITE}")
+    rows = cov.rows
     gap = np.flatnonzero(rows != np.arange(rows.size))
     if gap.size:
         j = int(gap[0])

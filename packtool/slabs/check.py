@@ -34,7 +34,7 @@ from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.open_rules import dp_plan, segment_fields, slab_index
+from packtool.slabs.open_rules import coverage, dp_plan, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -378,23 +378,19 @@ def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     segment (`cat`: source_index and chunk_index's values), read with the scalars at open."""
     source, chunk = cat["source_index"], cat["chunk_index"]
     real = source >= 0
-    s, c = source[real], chunk[real]
-    order = np.lexsort((c, s))
-    s, c = s[order], c[order]
-    same = np.concatenate(([False], s[1:] == s[:-1]))
-    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
-    bad = np.flatnonzero(c != want)
+    cov = coverage(source[real], chunk[real])
+    s, c = cov.source, cov.chunk
     if c.size and c.max() > 0 and "chunks" not in OVERFLOW_FIGURES[sm.packing.overflow]:
         j = int(np.argmax(c))  # planning's own word on which policies cut a sequence into chunks
         raise FormatError(f"{sm.path}: source row {int(s[j])} is cut into chunks (chunk {int(c[j])}), but the output "
                           f"was packed with overflow policy {sm.packing.overflow!r}, which cuts none; {_fix(sm)}")
-    if bad.size:
-        j = int(bad[0])
-        what = "appears twice" if same[j] and c[j] == c[j - 1] else f"is numbered {int(c[j])}, expected {int(want[j])}"
+    if cov.first_break is not None:
+        j, twice, want = cov.first_break
+        what = "appears twice" if twice else f"is numbered {int(c[j])}, expected {want}"
         raise FormatError(f"{sm.path}: source row {int(s[j])} chunk {int(c[j])} {what} (a segment duplicated, "
                           f"dropped or renumbered); {_fix(sm)}")
     n_seq = (sm.raw.get("stats") or {}).get("sequences")
-    rows = int((~same).sum())
+    rows = int(cov.rows.size)
     if n_seq is not None and (rows != n_seq or (rows and (s[0] != 0 or s[-1] != n_seq - 1))):
         raise FormatError(f"{sm.path}: the slabs hold {rows} distinct source rows in {int(s[0]) if rows else 0}.."
                           f"{int(s[-1]) if rows else -1}, the manifest says {n_seq} sequences; {_fix(sm)}")

@@ -6,6 +6,8 @@ for them that the scan does not read anyway (its check-only columns, `slabs.read
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 
@@ -77,3 +79,28 @@ def dp_plan(rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray, dp: int)
         i = int(back[0] + 1)
         return i, f"step {int(step[i])} follows step {int(step[i - 1])} on disk: the plan's steps are in on-disk order"
     return None
+
+
+class Coverage(NamedTuple):
+    order: np.ndarray  # the segment behind each sorted position (by source row, then chunk)
+    source: np.ndarray  # source rows, sorted
+    chunk: np.ndarray  # their chunk numbers, in the same order
+    rows: np.ndarray  # the distinct source rows, ascending
+    first_break: tuple[int, bool, int] | None  # (sorted position, the chunk twice?, the chunk expected)
+
+
+def coverage(source: np.ndarray, chunk: np.ndarray) -> Coverage:
+    """Every source row once, its chunks numbered 0, 1, ...: the one rule a packed output's real
+    segments (`slabs.check.check_coverage`) and a plan file's segments (`inspection.planned`)
+    are held to; each caller words its break and holds the rows to its own count. verify
+    reports every break, with token offsets (`verification.cover`)."""
+    order = np.lexsort((chunk, source))
+    s, c = source[order], chunk[order]
+    same = np.concatenate(([False], s[1:] == s[:-1]))
+    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
+    bad = np.flatnonzero(c != want)
+    first = None
+    if bad.size:
+        j = int(bad[0])
+        first = (j, bool(same[j] and c[j] == c[j - 1]), int(want[j]))
+    return Coverage(order, s, c, s[~same], first)
