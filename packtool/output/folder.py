@@ -9,7 +9,7 @@ once, a dangling link refused), checked before any work, and that path is used t
 A lock file beside the output (`.<name>.packtool.lock`, fcntl; see files.open_lock) is held
 for the whole run, so a second writer fails at once. Temporary and spill folders carry the
 owner's marker (output.leftovers); a later run removes those it proves a dead run's (and
-restores a previous output a kill left half-swapped, marked as it was set aside). SIGTERM is turned into an exit that runs the same clean-up as
+restores a previous output a kill left half-swapped, marked before it was set aside). SIGTERM is turned into an exit that runs the same clean-up as
 Ctrl-C; parent folders a failed run created go too. Nothing packtool did not write is deleted.
 """
 from __future__ import annotations

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
-from packtool.output.leftovers import owned_temp_dir
+from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
 from packtool.slabs.names import (
     LEGACY_MANIFEST,
@@ -224,7 +224,7 @@ def scratch(tag: str) -> Iterator[str]:
     try:
         yield d
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        remove_tree(d)  # its marker last: a kill mid-removal leaves it provable (output.leftovers)
 
 
 def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:

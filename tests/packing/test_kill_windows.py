@@ -230,6 +230,17 @@ def _temporary(make, inside: str):
     return site
 
 
+def _scratch(root, entry):
+    """A task's scratch folder in the system temp (a shard or cache part before its upload)."""
+    from packtool.output.store import scratch
+    out, cache = os.path.join(root, "out"), os.path.join(root, "cache")
+
+    def write():
+        with scratch("shard") as d, open(os.path.join(d, shard_file(0)), "wb") as f:
+            f.write(b"half a shard")
+    return write, lambda: clean_stale(out, cache)
+
+
 SITES = {
     "pack --overwrite: the swap over a previous output": lambda root, e: _pack(root, previous=True),
     "pack: the swap into a new folder": lambda root, e: _pack(root, previous=False),
@@ -244,6 +255,7 @@ SITES = {
     "temporary output folder": _temporary(lambda out, cache: temp_dir(out), MANIFEST),
     "spill folder beside the output": _temporary(lambda out, cache: spill_dir(out), "plan.pkl"),
     "spill folder in the system temp": _temporary(lambda out, cache: spill_dir(None), "plan.pkl"),
+    "scratch folder of an upload task": _scratch,
     "verify --source cache": _temporary(
         lambda out, cache: owned_temp_dir(f".verify-source-{os.getpid()}-", cache), "0123456789abcdef"),
 }
