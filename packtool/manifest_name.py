@@ -10,11 +10,14 @@ every reader still takes them (`manifest_file`), nothing writes that name again.
 from __future__ import annotations
 
 import os
+import re
 
-from packtool.storage import is_uri, locate
+from packtool.storage import SETTINGS_BYTES, is_uri, locate, read_small
 
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
+FORMAT_NAME = "packtool-slabs"  # the manifest's `format` (slabs.format, the format's owner, re-exports it)
+_NAMES_FORMAT = re.compile(rb'"format"\s*:\s*"' + FORMAT_NAME.encode() + rb'"')
 
 
 def manifest_file(directory: str) -> str | None:
@@ -33,4 +36,24 @@ def manifest_file(directory: str) -> str | None:
     return None
 
 
-__all__ = ["LEGACY_MANIFEST", "MANIFEST", "manifest_file"]
+def packtool_made(directory: str) -> bool:
+    """Whether `directory` holds a manifest packtool wrote, for a reader that would pass the
+    folder over as packtool's (tokenize.own_trees): the current name is packtool's alone; the
+    older plain `manifest.json`, a name datasets use too, only when it names this format
+    (read bounded; one that cannot be read is not taken for packtool's, so no data is dropped
+    on a guess)."""
+    path = manifest_file(directory)
+    if path is None or os.path.basename(path) == MANIFEST:
+        return path is not None
+    return names_this_format(path)
+
+
+def names_this_format(path) -> bool:
+    """Whether the manifest at `path` (a path, URI or storage Location) names this format."""
+    try:
+        return _NAMES_FORMAT.search(read_small(path, SETTINGS_BYTES, "manifest", "")) is not None
+    except (OSError, ValueError):  # ValueError: over the bound (PacktoolInputError)
+        return False
+
+
+__all__ = ["FORMAT_NAME", "LEGACY_MANIFEST", "MANIFEST", "manifest_file", "names_this_format", "packtool_made"]

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
+from packtool import manifest_name
 from packtool.errors import PacktoolFormatError
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.side import SideColumn, side_columns_from_manifest, side_columns_to_manifest
@@ -36,7 +37,7 @@ from packtool.slabs.names import (  # noqa: F401
 from packtool.slabs.schema import SCHEMA_VERSION, slab_schema
 from packtool.storage import is_uri, locate
 
-FORMAT_NAME = "packtool-slabs"
+FORMAT_NAME = manifest_name.FORMAT_NAME  # kept below the stages: tokenize.own_trees asks it too
 
 
 # A manifest lists the inputs, shards and settings: kilobytes, megabytes for 100,000s of input

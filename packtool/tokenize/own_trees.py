@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from packtool.manifest_name import packtool_made
 from packtool.notes import note
 from packtool.output.relations import is_inside, packed_output_around, real_path
 from packtool.tokenize.cache_root import is_cache_entry
@@ -49,7 +50,7 @@ class OwnTrees:
         if not is_inside(rd, self.real_base) or rd == self.real_base:
             return None
         out = packed_output_around(rd, itself=True)
-        if out is not None and out != self.real_base and is_inside(out, self.real_base):
+        if out is not None and out != self.real_base and is_inside(out, self.real_base) and packtool_made(out):
             return out, "a packed output"
         d = rd
         while d != self.real_base:  # an entry, or a folder inside one
@@ -84,10 +85,10 @@ class StoreTrees(OwnTrees):
     prefix holding a manifest object is a packed output (manifest_name's names), one holding
     cache.json beside data/ or flat/ objects a cache entry."""
 
-    def __init__(self, spec: str, base_shown: str, base: str, listed: list[str]):
-        self.spec, self.base, self.real_base = spec, base_shown.rstrip("/"), base.rstrip("/")
+    def __init__(self, spec: str, root, listed: list[str]):
+        self.spec, self.base, self.real_base = spec, root.shown.rstrip("/"), root.path.rstrip("/")
         self._tree_of, self.skipped = {}, {}
-        self._trees_at = _store_trees(listed, self.real_base)
+        self._trees_at = _store_trees(listed, self.real_base, root)
 
     def keep(self, locs: list) -> list:
         out = []
@@ -109,8 +110,8 @@ class StoreTrees(OwnTrees):
         return self._tree_of[folder]
 
 
-def _store_trees(listed: list[str], base: str) -> dict[str, str]:
-    from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST
+def _store_trees(listed: list[str], base: str, root) -> dict[str, str]:
+    from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, names_this_format
     from packtool.tokenize.cache_parts import DATA_DIR
     folders: set[str] = set()  # every folder (prefix) an object lies in, at any depth
     for p in listed:
@@ -121,8 +122,8 @@ def _store_trees(listed: list[str], base: str) -> dict[str, str]:
         d, name = p.rsplit("/", 1) if "/" in p else ("", p)
         if not d.startswith(base + "/"):
             continue
-        if name in (MANIFEST, LEGACY_MANIFEST):
-            out[d] = "a packed output"
+        if name == MANIFEST or name == LEGACY_MANIFEST and names_this_format(root.join(p[len(base) + 1:])):
+            out[d] = "a packed output"  # (the older plain name only when it is packtool's: packtool_made)
         elif name == "cache.json" and (f"{d}/{DATA_DIR}" in folders or f"{d}/flat" in folders):
             out.setdefault(d, "a tokenized cache entry")
     return out

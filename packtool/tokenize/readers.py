@@ -188,7 +188,7 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     except FileNotFoundError:
         found = []
     one = len(found) == 1 and found[0].path == locate(spec).path
-    own = StoreTrees(spec, listed[0].shown, listed[0].path, listed[1:]) if listed else None
+    own = StoreTrees(spec, listed[0], listed[1:]) if listed else None
     if own is not None:
         owns.append(own)
         found = own.keep(found)

@@ -135,3 +135,18 @@ def test_on_a_store_prefix_too(tmp_path, made, tree, glob):
     assert [os.path.basename(f.path) for f in resolve_inputs([spec])] == ["s.jsonl"]
     heard = [n for n in notes.since(start) if "packtool's own folders" in n]
     assert len(heard) == 1 and dest in heard[0], notes.since(start)
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["folder", "store prefix"])
+def test_a_users_own_manifest_json_is_not_taken_for_packtools(tmp_path, made, store):
+    """The older plain name `manifest.json` is packtool's only when it names packtool's format:
+    datasets ship files of that name beside their data, which must not be passed over."""
+    t, _ = made
+    d = tmp_path / "data" / "shard1"
+    d.mkdir(parents=True)
+    shutil.copy(t / "good" / "s.jsonl", d / "s.jsonl")
+    (d / "manifest.json").write_text('{"format": "my-dataset", "files": ["s.jsonl"]}')
+    spec = f"file://{tmp_path}/data" if store else str(tmp_path / "data")
+    start = notes.mark()
+    files = [os.path.basename(f.path) for f in resolve_inputs([spec]) if f.kind != "json"]
+    assert files == ["s.jsonl"] and not notes.since(start)
