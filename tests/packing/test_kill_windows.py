@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 import traceback
 
 import pyarrow as pa
@@ -31,6 +33,7 @@ from packtool.output.stale import clean_cache, clean_stale
 from packtool.slabs.names import MANIFEST, shard_file
 
 KILLED = 77
+HUNG_S = 120  # a guard against a hung child only: a writer here takes milliseconds
 STEPS = ("mkdir", "open", "replace", "rename", "link", "unlink", "rmdir", "setxattr", "removexattr")
 
 
@@ -79,15 +82,29 @@ def _in_child(write, kill_at: int | None) -> int:
         finally:
             os._exit(code)
     os.close(w)
-    with os.fdopen(r, "rb") as f:
+    code = _reap(pid)
+    with os.fdopen(r, "rb") as f:  # a few hundred bytes: the child never blocks on the pipe
         said = f.read().decode()
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
     if kill_at is None:
         assert code == 0, said
         return len(json.loads(said))
     assert code in (KILLED, 0), said
     return 0
+
+
+def _reap(pid: int) -> int:
+    """The child's exit code; a child that hangs (a lock another thread held at the fork) is
+    killed and the test fails, rather than CI waiting on it."""
+    deadline = time.monotonic() + HUNG_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked writer did not finish in {HUNG_S} s")
+        time.sleep(0.005)
 
 
 # --- the writes: (set up, write (in the child), the next run's sweep) -----------------------
@@ -127,8 +144,7 @@ def _restore(root):
             swap_into_place(new, out)
         finally:
             os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and not os.path.exists(out)
+    assert _reap(pid) == 0 and not os.path.exists(out)
     return lambda: clean_stale(out), lambda: clean_stale(out)
 
 
