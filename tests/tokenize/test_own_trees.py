@@ -92,9 +92,11 @@ def _cli_pack(spec, t):
     return r.stderr
 
 
-@pytest.mark.parametrize("glob", [False, True], ids=["folder", "glob"])
-@pytest.mark.parametrize("tree", TREES)
-@pytest.mark.parametrize("entry", ENTRIES)
+# every entry on a folder; the glob route (the same reader, resolve_inputs) once per tree
+CASES = [(e, t, False) for e in ENTRIES for t in TREES] + [("resolve_inputs", t, True) for t in TREES]
+
+
+@pytest.mark.parametrize("entry, tree, glob", CASES, ids=[f"{e}-{t}-{'glob' if g else 'folder'}" for e, t, g in CASES])
 def test_packtools_own_trees_in_a_data_folder_are_passed_over_with_a_note(tmp_path, made, entry, tree, glob):
     folder, dest = _data(tmp_path, made, tree)
     spec = os.path.join(folder, "**", "*.*") if glob else folder
