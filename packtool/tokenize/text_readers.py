@@ -23,6 +23,7 @@ import pyarrow.json as pajson
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, raw_decode, twice
 from packtool.tokenize.json_depth import check_json_depth
+from packtool.tokenize.json_types import block_table, has_timestamp, rows_batch
 from packtool.storage import is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -47,8 +48,10 @@ def _check_utf8(block: bytes, path: str, first_line: int) -> None:
 
 def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
     try:
-        return pajson.read_json(io.BytesIO(block),
-                                read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+        table = pajson.read_json(io.BytesIO(block),
+                                 read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+        # JSON has no dates: a timestamp is Arrow's guess from strings (json_types says why)
+        return block_table(block, path, first_line) if has_timestamp(pa.struct(table.schema)) else table
     except pa.ArrowInvalid as e:
         # Find the offending line with the exact Python parser so the message can name it.
         lines = block.split(b"\n")
@@ -59,7 +62,8 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
                 except json.JSONDecodeError as je:
                     raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
                                              path=path) from None
-        # valid JSON, mixed types: Arrow counts rows from the block; name the file's line
+        if "changed from" in str(e):  # valid JSON, a field of two types: json_types reads or names it
+            return block_table(block, path, first_line)
         m = re.search(r"in row (\d+)", str(e))
         msg = " ".join(str(e).split()).replace("JSON parse error: ", "")
         if m:
@@ -73,13 +77,8 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
 
 
 # What Arrow's JSON reader refuses that Python's json reads (so no "invalid JSON" line came
-# first): each its own problem and fix; only a real type change gets "one type in every row".
+# first): each its own problem and fix (a type change went to json_types before).
 _ARROW_JSON = (
-    (re.compile(r"^Column\(\) changed from object to (\w+)"),
-     lambda m: f"the line is a JSON {m[1]}, not an object; write each line as one {{...}} object"),
-    (re.compile(r"^Column\((\S*)\) changed from (\w+) to (\w+)"),
-     lambda m: f"field {m[1].lstrip('/') or '(top)'} is a {m[3]} here but a {m[2]} in an earlier row; give the field one "
-               f"type in every row"),
     (re.compile(r"^Column\((\S*)\) was specified twice"),
      lambda m: twice(m[1].lstrip('/').replace('/[]', '[]'))),  # the wording a .json array's rows get
     (re.compile(r"surrogate", re.I),
@@ -207,11 +206,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
 
 
 def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:
-    try:
-        return pa.RecordBatch.from_pylist(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise PacktoolInputError(f"rows {first_row}..{first_row + len(rows) - 1} have mixed types ({e})",
-                                 path=path) from None
+    return rows_batch(rows, path, lambda k: f"row {first_row + k}")  # json_types names a field of two types
 
 
 def _csv_options(path: str, columns: list[str] | None, names: list[str] | None):

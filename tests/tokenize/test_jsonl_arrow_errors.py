@@ -20,7 +20,7 @@ CASES = {
     "not an object": (rb'[1, 2]', r"the line is a JSON array, not an object"),
     "a number": (rb'7', r"the line is a JSON number, not an object"),
     "number out of range": (rb'{"length": 1, "text": "b", "n": 1e400}', r"beyond the float64 range"),
-    "type change": (rb'{"length": 1, "text": 5}', r"field text is a number here but a string in an earlier row; "
+    "type change": (rb'{"length": 1, "text": 5}', r"field text is a JSON number here but a string at line 1; "
                                                    r"give the field one type in every row"),
 }
 

@@ -1,0 +1,122 @@
+"""JSON rows whose types Arrow's inference cannot hold: read in Python instead, one type per field.
+
+Arrow gives each column (each nested field) one type per block of JSON Lines, or per batch of
+a JSON array's rows. JSON has two shapes Arrow refuses or changes there:
+- a chat turn's `content` that is a string in one turn and OpenAI content parts
+  (`[{"type": "text", "text": ...}]`) in another: the usual OpenAI export (parts for the user,
+  a string for the reply). Both are one content (`messages.normalize_message` joins the text
+  parts), so such rows get every string content as one text part: nothing changes meaning.
+- a string that looks like a date: Arrow's JSON reader turns a field whose every value of the
+  block looks like one into a timestamp (a reply "2024-01-01" became a datetime; a text column
+  became a "timestamp column"). JSON has no timestamps, so such a block is read in Python.
+Any other clash (a number in one row, a string in the next) is named with the field, both rows
+and the fix. `text_readers` calls this only for a block Arrow failed on or gave a timestamp.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from packtool.errors import PacktoolInputError
+from packtool.json_text import DuplicateKeyError, raw_decode
+
+# The chat shapes' turn lists whose `content` may be a string or OpenAI content parts.
+_TURN_LISTS = ("messages",)
+
+
+def has_timestamp(t: pa.DataType) -> bool:
+    """Whether Arrow inferred a timestamp anywhere in `t` (never a JSON type)."""
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(has_timestamp(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return has_timestamp(t.value_type)
+    return False
+
+
+def unite_content(rows: list[dict]) -> None:
+    """In place: when some turn's content is a list of parts, every string content becomes one
+    text part (`normalize_message` joins them back: the template sees the same text)."""
+    turns = [m for r in rows for key in _TURN_LISTS if isinstance(r.get(key), list)
+             for m in r[key] if isinstance(m, dict)]
+    if not any(isinstance(m.get("content"), list) for m in turns):
+        return
+    for m in turns:
+        if isinstance(m.get("content"), str):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+
+
+def _kind(v) -> str | None:
+    if v is None:
+        return None
+    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(v), type(v).__name__)
+
+
+def _walk(v, path: str, seen: dict, row: int):
+    """The first field (as `messages[].content`) whose JSON type differs from the one an earlier
+    value of it had: (field, earlier type, earlier row, this type); None if every field has one."""
+    kind = _kind(v)
+    if kind is None:
+        return None
+    first = seen.setdefault(path, (kind, row))
+    if first[0] != kind and {first[0], kind} != {"number"}:
+        return path.lstrip("."), first[0], first[1], kind
+    if kind == "object":
+        for k, x in v.items():
+            found = _walk(x, f"{path}.{k}", seen, row)
+            if found:
+                return found
+    elif kind == "array":
+        for x in v:
+            found = _walk(x, f"{path}[]", seen, row)
+            if found:
+                return found
+    return None
+
+
+def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
+    """`rows` (decoded JSON objects) as one batch. `row_name(i)` says where row i of the list is
+    in the file ("line 7", "row 3"); a field of two types is named with both places."""
+    unite_content(rows)
+    try:
+        return pa.RecordBatch.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        seen: dict = {}
+        for i, r in enumerate(rows):
+            found = _walk(r, "", seen, i)
+            if found:
+                field, was, at, kind = found
+                where = "in the same row" if at == i else f"at {row_name(at)}"
+                raise PacktoolInputError(
+                    f"at {row_name(i)}: field {field} is a JSON {kind} here but a {was} {where}; "
+                    f"give the field one type in every row (only a chat turn's content may be a "
+                    f"string or a list of content parts)", path=path) from None
+        raise PacktoolInputError(f"at {row_name(0)} and on: cannot hold these rows as one table "
+                                 f"({' '.join(str(e).split())}); rewrite them with one type per field",
+                                 path=path) from None
+
+
+def block_table(block: bytes, path: str, first_line: int) -> pa.Table:
+    """A JSON Lines block (whole lines, UTF-8 and valid JSON checked) read in Python; lines count
+    from 1, as every JSON Lines error says."""
+    rows, lines = [], []
+    for i, raw in enumerate(block.split(b"\n")):
+        if not raw.strip():
+            continue
+        text = raw.decode("utf-8")
+        try:
+            obj = raw_decode(text, 0, whole=True)[0]
+        except DuplicateKeyError as e:
+            raise PacktoolInputError(f"at line {first_line + i + 1}: {e.msg}", path=path) from None
+        except json.JSONDecodeError as e:
+            raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {e.msg}", path=path) from None
+        if not isinstance(obj, dict):
+            raise PacktoolInputError(f"at line {first_line + i + 1}: the line is a JSON {_kind(obj)}, not an "
+                                     f"object; write each line as one {{...}} object", path=path)
+        rows.append(obj)
+        lines.append(first_line + i + 1)
+    batch = rows_batch(rows, path, lambda k: f"line {lines[k]}")
+    return pa.Table.from_batches([batch])

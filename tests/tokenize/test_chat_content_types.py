@@ -1,0 +1,98 @@
+"""S33-6: a chat turn's `content` may be a string or OpenAI content parts in any turn (the usual
+export: parts for the user, a string for the reply). Arrow gives a field one type per block of
+JSON Lines / batch of a JSON array, so every mix (within a row, across rows, across blocks) must
+render exactly as the all-string rows do; a date-like string must stay the string (Arrow's JSON
+reader guessed a timestamp); any other field of two types is named with the field, both places
+and the fix."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from packtool.errors import PacktoolError
+from packtool.tokenize.shapes import Shape, render_batch
+from packtool.tokenize.templates import Renderer, load_template
+from packtool.tokenize.text_readers import json_array_batches, jsonl_batches
+
+SHAPE = Shape("chat", ("messages",), templated=True)
+VARIANTS = {
+    "string": lambda t: t,
+    "parts": lambda t: [{"type": "text", "text": t}],
+    "split parts": lambda t: [{"type": "text", "text": t[:1]}, {"type": "text", "text": t[1:]}],
+}
+PAIRS = [("parts", "string"), ("string", "parts"), ("string", "split parts"), ("split parts", "parts")]
+TEXTS = {"words": ("Q{}", "A{}"), "dates": ("2024-01-0{}", "2025-02-0{}")}
+
+
+def _rows(user, reply, mixing: str, texts: str, n: int = 4) -> list[dict]:
+    q, a = TEXTS[texts]
+    rows = []
+    for i in range(1, n + 1):
+        u, r = (user, reply) if mixing == "turns" else ((user, user) if i % 2 else (reply, reply))
+        rows.append({"messages": [{"role": "user", "content": u(q.format(i))},
+                                  {"role": "assistant", "content": r(a.format(i))}]})
+    return rows
+
+
+def _write(tmp_path, rows, reader: str):
+    p = tmp_path / ("d.jsonl" if reader == "jsonl" else "d.json")
+    p.write_text("\n".join(map(json.dumps, rows)) + "\n" if reader == "jsonl" else json.dumps(rows))
+    return str(p)
+
+
+def _batches(path: str, reader: str, mixing: str):
+    apart = mixing == "batches"  # each row its own block / batch: each gets a type of its own
+    if reader == "jsonl":
+        return jsonl_batches(path, 1000, ["messages"], block_bytes=8 if apart else None)
+    return json_array_batches(path, 1 if apart else 1000, ["messages"])
+
+
+def _render(path: str, reader: str, mixing: str) -> list[str]:
+    renderer = Renderer(load_template("chatml", None), {})
+    texts, first = [], 0
+    for b in _batches(path, reader, mixing):
+        texts += render_batch(b, SHAPE, renderer, None, path, first).texts
+        first += b.num_rows
+    return texts
+
+
+@pytest.mark.parametrize("texts", sorted(TEXTS))
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+@pytest.mark.parametrize("mixing", ["turns", "rows", "batches"])
+@pytest.mark.parametrize("pair", PAIRS, ids="-".join)
+def test_mixed_content_renders_as_strings(tmp_path, pair, mixing, reader, texts):
+    strings = _rows(VARIANTS["string"], VARIANTS["string"], mixing, texts)
+    mixed = _rows(VARIANTS[pair[0]], VARIANTS[pair[1]], mixing, texts)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    want = _render(_write(tmp_path / "a", strings, reader), reader, mixing)
+    assert _render(_write(tmp_path / "b", mixed, reader), reader, mixing) == want
+    assert all(TEXTS[texts][1].format(i + 1) in t for i, t in enumerate(want))  # the reply's own text
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+def test_non_text_part_beside_string_replies_is_named(tmp_path, reader):
+    """The mix is read, so an image part is refused as in an all-parts file (TOKENIZATION.md)."""
+    rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
+    rows[1]["messages"][0]["content"].append({"type": "image_url", "image_url": {"url": "x"}})
+    path = _write(tmp_path, rows, reader)
+    with pytest.raises(PacktoolError, match=r"row 1: messages\[0\]\.content has 1 non-text part\(s\) "
+                                            r"\(image_url\)"):
+        _render(path, reader, "turns")
+
+
+@pytest.mark.parametrize("reader, same_row, where", [
+    ("jsonl", True, r"at line 2: field messages\[\]\.x is a JSON string here but a number in the same row"),
+    ("jsonl", False, r"at line 2: field messages\[\]\.x is a JSON string here but a number at line 1"),
+    ("json", True, r"at row 1: field messages\[\]\.x is a JSON string here but a number in the same row"),
+    ("json", False, r"at row 1: field messages\[\]\.x is a JSON string here but a number at row 0"),
+])
+def test_other_field_of_two_types_is_named(tmp_path, reader, same_row, where):
+    rows = _rows(VARIANTS["string"], VARIANTS["parts"], "turns", "words", n=2)
+    rows[1 if same_row else 0]["messages"][0]["x"] = 1
+    rows[1]["messages"][1]["x"] = "s"
+    path = _write(tmp_path, rows, reader)
+    with pytest.raises(PacktoolError, match=where + r"; give the field one type in every row") as e:
+        _render(path, reader, "turns")
+    assert ("lines count from 1" if reader == "jsonl" else "rows count from 0") in str(e.value)
