@@ -80,8 +80,9 @@ class _Watchdog:
 
     def leave(self, tid: int) -> None:
         with self.lock:
-            if self.deadline.pop(tid, None) is None:  # fired: drop the exception if still pending
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+            fired = self.deadline.pop(tid, None) is None
+        if fired:  # its exception landed in the rendering, or is still pending
+            _land_pending()
 
     def _run(self) -> None:
         while True:
@@ -96,6 +97,32 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+class _Landed(BaseException):
+    """Raised into its own thread by `_land_pending` and caught there; nowhere else."""
+
+
+def _checkpoint() -> None:
+    """A Python call: its entry checks the interpreter's pending work, async exceptions included."""
+
+
+def _land_pending() -> None:
+    """Drop what the watchdog raised into this thread, if it has not landed yet, by letting it
+    land here. Not by PyThreadState_SetAsyncExc(tid, NULL): CPython raises the interpreter's
+    "async exception pending" flag for that call too, and only a thread whose exception lands
+    lowers it (3.12 too; 3.13 keeps it per thread), so it stayed up for good. Every later call of the process then
+    went through the pending-work check, and under a profile or trace function (cProfile,
+    coverage, a debugger, a test's sys.setprofile) 3.11 repeats that check at the call's entry
+    forever: the next call spun at 100% CPU (a pytest worker, minutes after a template timeout)."""
+    tid = ctypes.c_ulong(threading.get_ident())
+    try:  # replaces a pending timeout; lands at the first call's entry
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(tid, ctypes.py_object(_Landed))
+        for _ in range(100):
+            _checkpoint()
+    except (_Landed, _TemplateTimeout):
+        return
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(tid, None)  # no CPython gets here: never raise it later
 
 
 @contextmanager
