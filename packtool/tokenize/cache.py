@@ -51,7 +51,7 @@ from packtool.tokenize.side_store import read_dense
 
 CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_JSON_BYTES = 256 << 20  # read whole (storage.read_small): one record per input file and part
-CACHE_VERSION = 3  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets
+CACHE_VERSION = 4  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets; 4: chat weight 0 honoured
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
 

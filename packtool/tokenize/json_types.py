@@ -81,8 +81,8 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
     """`rows` (decoded JSON objects) as one batch. `row_name(i)` says where row i of the list is
     in the file ("line 7", "row 3"); a field of two types is named with both places."""
     unite_content(rows)
-    try:
-        return pa.RecordBatch.from_pylist(rows)
+    try:  # not from_pylist: it takes the first row's keys and drops a key only later rows have
+        return pa.RecordBatch.from_struct_array(pa.array(rows, type=None if rows else pa.struct([])))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         seen: dict = {}
         for i, r in enumerate(rows):

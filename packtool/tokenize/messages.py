@@ -53,11 +53,26 @@ def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[di
     return out
 
 
+def untrained(m: dict, where: str, path: str | None, row: int | None) -> bool:
+    """Pops the turn's `weight`: OpenAI's fine-tuning key, 0 = do not train on this assistant
+    turn (its tokens get loss 0), 1 = train (the default). Anything else is named: packtool has
+    no partial weights, and a loss on a turn marked 0 would invert the user's intent."""
+    w = m.pop("weight", None)
+    if w is None:
+        return False
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or w not in (0, 1):
+        raise PacktoolInputError(f"{where}.weight is {w!r}: a turn's weight is 0 (do not train on this "
+                                 f"turn) or 1 (train, the default), as in OpenAI's fine-tuning format",
+                                 path=path, row=row)
+    return w == 0
+
+
 def normalize_message(m: dict, path: str | None = None, row: int | None = None,
                       where: str = "messages[?]") -> dict:
     """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
     them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`.
-    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error."""
+    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error. Other keys
+    stay, for the template (`chat_keys` counts those it does not render)."""
     out = {k: v for k, v in m.items() if v is not None}
     if "content" in out:
         out["content"] = _content_text(out["content"], where, path, row)
@@ -81,4 +96,6 @@ def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
             raise PacktoolInputError(f"ShareGPT turn has unknown 'from' {who!r}; known: "
                                      f"{', '.join(sorted(_SHAREGPT_ROLES))}", path=path, row=row)
         msgs.append({"role": role, "content": t.get("value") or ""})
+        if t.get("weight") is not None:  # axolotl's ShareGPT turns carry OpenAI's weight too
+            msgs[-1]["weight"] = t["weight"]
     return msgs

@@ -30,6 +30,7 @@ from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
+from packtool.tokenize.chat_keys import merge, say_unrendered
 from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, encode_rendered, start_encode
@@ -106,6 +107,8 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
         r = replace(r, existing=reusable_cache(r.final, r.fingerprint))
         damaged = r.existing is None
     if r.existing is not None:
+        for rec in r.existing.meta.get("inputs", ()):
+            say_unrendered(rec["path"], rec.get("unrendered") or {}, r.template.name if r.template else None)
         if store:
             push_entry(store, r.final)
         return r.existing
@@ -214,6 +217,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         nonlocal global_row, bytes_before
         for fi, (f, shape) in enumerate(zip(files, shapes)):
             file_rows = 0
+            unrendered: dict = {}  # chat keys the template leaves out (chat_keys), said per file
             meta = start_meta(f)
             base = bytes_before
             batches = batches_of(f, cfg.batch_size, list(shape.columns) + list(shape.side),
@@ -233,6 +237,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                 else:
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows,
                                       skip_null=cfg.on_empty == "skip")
+                    merge(unrendered, rb.unrendered)
                     for off, part in split_rendered(rb, _CHUNK_CHARS):
                         fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated, heap)
                         pending.append((fut, f, fi, file_rows + off, global_row + off))
@@ -249,6 +254,9 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             if isinstance(f, InputFile):  # the key must describe what was read: re-hashed beside the writes
                 rechecks.append((f, digests[fi], pool.submit(digest_again, f.path)))
             extra = {"xxh3_128": digests[fi]} if isinstance(f, InputFile) else {}
+            if unrendered:  # kept, so that a run reusing this cache says the note too
+                say_unrendered(f.path, unrendered, template.name)
+                extra["unrendered"] = unrendered
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)

@@ -27,7 +27,8 @@ def check_column_types(batch: pa.RecordBatch, shape, path: str, first_row: int) 
     objects, else one line naming the column, its type and the first row that has a value
     (Parquet columns of another type, a JSON field that is a number in some rows)."""
     want = _is_messages if shape.kind in ("chat", "sharegpt") else _is_text
-    for name in shape.columns:
+    # a chat row's tools / documents are the template's to read (chat_keys.row_value checks them)
+    for name in shape.columns[:1] if want is _is_messages else shape.columns:
         col = batch.column(name)
         if not want(col.type):
             valid = col.is_valid().to_numpy(zero_copy_only=False).nonzero()[0]

@@ -8,13 +8,14 @@ by `messages`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jinja2
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.tokenize.messages import normalize_message, sharegpt_to_messages
+from packtool.tokenize.chat_keys import ROW_KEYS, KeyUse, count, row_value, unrendered_turn_keys
+from packtool.tokenize.messages import normalize_message, sharegpt_to_messages, untrained
 from packtool.tokenize.row_checks import (
     check_column_types,
     null_message,
@@ -202,7 +203,8 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
             raise PacktoolInputError(
                 f"{kind} rows need a chat template; pass {arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} "
                 "or a tokenizer folder whose tokenizer_config.json has one", path=path, flag=cli_flag("chat_template"))
-        return Shape(kind, (col,), templated=True)
+        # tools / documents go to the template as transformers passes them (chat_keys)
+        return Shape(kind, (col,) + tuple(k for k in ROW_KEYS if k in cols), templated=True)
     if kind == "alpaca":
         resp = "output" if "output" in cols else "response"
         _need(cols, ("instruction", resp), kind, path, columns)
@@ -226,6 +228,8 @@ class RenderedBatch:
     texts: list[str]
     spans: list[list[tuple[int, int]] | None]   # None: every token is a target (text shape)
     empty: list[bool]                            # no content at all (empty text / no messages)
+    # chat keys the template does not render: key -> [rows, first row] (chat_keys.count)
+    unrendered: dict = field(default_factory=dict)
 
 
 def _prompt_response(shape: Shape, row: tuple, separator: str | None) -> tuple[str, str]:
@@ -276,9 +280,11 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     texts: list[str] = []
     spans: list[list[tuple[int, int]] | None] = []
     empty: list[bool] = []
+    use = KeyUse(renderer.template) if renderer is not None and msg_key else None
+    unrendered: dict = {}
     for i, row in enumerate(zip(*cols)):
         null = None
-        if all(v is None for v in row):
+        if all(v is None for v in (row[:1] if msg_key else row)):  # a row's tools alone are no turns
             refuse_other_row(batch, shape, path, first_row + i, i)
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
@@ -306,11 +312,17 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             spans.append(None)
             empty.append(not text.strip())
             continue
+        skip, row_keys = (), None
         if shape.kind in ("chat", "sharegpt"):
             raw = row[0] or []
             msgs = ([normalize_message(m, path, first_row + i, f"{shape.columns[0]}[{j}]")
                      for j, m in enumerate(raw)] if shape.kind == "chat"
                     else sharegpt_to_messages(raw, path, first_row + i))
+            skip = [j for j, m in enumerate(msgs) if untrained(m, f"{shape.columns[0]}[{j}]", path, first_row + i)]
+            row_keys = {k: row_value(v, k, path, first_row + i) for k, v in zip(shape.columns[1:], row[1:])}
+            row_keys = {k: v for k, v in row_keys.items() if v is not None}
+            count(unrendered, unrendered_turn_keys(raw, shape.kind, use) +
+                  [k for k in row_keys if not use.renders(k)], first_row + i)
         else:
             prompt, response = _prompt_response(shape, row, separator)
             if not shape.templated:
@@ -325,11 +337,11 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             empty.append(True)
             continue
         try:
-            text, sp = renderer.render(msgs)
+            text, sp = renderer.render(msgs, skip, row_keys)
         except (jinja2.TemplateError, TypeError) as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
                                      path=path, row=first_row + i, flag=cli_flag("chat_template")) from None
         texts.append(text)
         spans.append(sp)
         empty.append(not text.strip())
-    return RenderedBatch(texts, spans, empty)
+    return RenderedBatch(texts, spans, empty, unrendered)

@@ -245,11 +245,12 @@ class Renderer:
         self._special = dict(special)
         self._native = NATIVE[template.name] if builtin else None
 
-    def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+    def _render(self, messages: list[dict], add_generation_prompt: bool = False, row_keys=None) -> str:
         """One rendering, within the budget; any failure inside the template becomes a
-        TemplateError (the caller names the row)."""
-        ctx = self._jinja.new_context(dict(messages=messages, add_generation_prompt=add_generation_prompt,
-                                           tools=None, documents=None, **self._special))
+        TemplateError (the caller names the row). `row_keys`: the row's tools / documents,
+        passed under those names as transformers' apply_chat_template passes them."""
+        ctx = self._jinja.new_context({"tools": None, "documents": None, **(row_keys or {}), "messages": messages,
+                                       "add_generation_prompt": add_generation_prompt, **self._special})
         parts, n = [], 0
         with rendering() as max_chars:
             try:
@@ -264,20 +265,41 @@ class Renderer:
                 raise jinja2.exceptions.TemplateError(f"{type(e).__name__}: {e}") from None
         return "".join(parts)
 
-    def render(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
-        """Raises jinja2.TemplateError (the caller names the row)."""
-        if self._native is not None:
+    def render(self, messages: list[dict], untrained=(), row_keys=None) -> tuple[str, list[tuple[int, int]]]:
+        """Raises jinja2.TemplateError (the caller names the row). `untrained`: indices of turns
+        whose text gets no loss (weight 0); `row_keys`: see `_render`."""
+        text, spans = self._render_spans(messages, row_keys or None)
+        for i in sorted(untrained):
+            spans = self._without_turn(messages, i, text, spans, row_keys or None)
+        return text, spans
+
+    def _render_spans(self, messages: list[dict], row_keys) -> tuple[str, list[tuple[int, int]]]:
+        if self._native is not None and not row_keys:  # the built-ins render no tools
             try:
                 return self._native(messages, self._special)
             except Fallback:
                 pass
         if self.template.has_generation:
-            marked = self._render(messages)
+            marked = self._render(messages, row_keys=row_keys)
             if marked.count(_OPEN) != marked.count(_CLOSE) or \
                     any(_OPEN in str(m.get("content", "")) for m in messages):
                 raise jinja2.exceptions.TemplateError("message text holds a reserved marker U+E000")
             return _strip_markers(marked)
-        return self._render_by_prefix(messages)
+        return self._render_by_prefix(messages, row_keys)
+
+    def _without_turn(self, messages, i: int, text: str, spans, row_keys) -> list[tuple[int, int]]:
+        """`spans` less turn i's text: from the end of the rendering of the turns before it to
+        the end of the rendering up to it, which must each start the whole (else which text is
+        that turn's cannot be told)."""
+        head = self._render_spans(messages[:i], row_keys)[0] if i else ""
+        upto = self._render_spans(messages[:i + 1], row_keys)[0]
+        if not (upto.startswith(head) and text.startswith(upto)):
+            raise jinja2.exceptions.TemplateError(
+                f"turn {i} has weight 0, but this template renders a conversation's first turns "
+                f"differently from the start of the whole, so that turn's text cannot be told; drop the "
+                f"turn (or its weight) or use a template that renders turn by turn")
+        a, b = len(head), len(upto)
+        return [(s, e) for x, y in spans for s, e in ((x, min(y, a)), (max(x, b), y)) if s < e]
 
     def ignores_generation_prompt(self) -> bool:
         """Whether spans come by prefix rendering from a template that renders the same with
@@ -295,14 +317,14 @@ class Renderer:
         # a template with no assistant header at all (Mistral's [INST] ... [/INST] reply) is fine
         return upto.startswith(head) and not upto[len(head):].lstrip().startswith(reply)
 
-    def _render_by_prefix(self, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
-        full = self._render(messages)
+    def _render_by_prefix(self, messages: list[dict], row_keys=None) -> tuple[str, list[tuple[int, int]]]:
+        full = self._render(messages, row_keys=row_keys)
         spans: list[tuple[int, int]] = []
         for i, m in enumerate(messages):
             if m.get("role") != "assistant" or not m.get("content") or m.get("tool_calls"):
                 continue
-            head = self._render(messages[:i], add_generation_prompt=True) if i else ""
-            upto = self._render(messages[:i + 1])
+            head = self._render(messages[:i], add_generation_prompt=True, row_keys=row_keys) if i else ""
+            upto = self._render(messages[:i + 1], row_keys=row_keys)
             if not upto.startswith(head) or not full.startswith(upto):
                 raise jinja2.exceptions.TemplateError(
                     "template renders a conversation prefix differently from the whole; add "

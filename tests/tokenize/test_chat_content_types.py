@@ -96,3 +96,14 @@ def test_other_field_of_two_types_is_named(tmp_path, reader, same_row, where):
     with pytest.raises(PacktoolError, match=where + r"; give the field one type in every row") as e:
         _render(path, reader, "turns")
     assert ("lines count from 1" if reader == "jsonl" else "rows count from 0") in str(e.value)
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+def test_a_key_only_later_rows_have_is_read(tmp_path, reader):
+    """A JSON array's batch (and a block read in Python) has every row's keys, not the first's:
+    a `tools` column first given in row 1 is seen by shape detection and read."""
+    rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
+    rows[1]["tools"] = [{"type": "function", "function": {"name": "T"}}]
+    path = _write(tmp_path, rows, reader)
+    (b,) = list(jsonl_batches(path, 1000, None) if reader == "jsonl" else json_array_batches(path, 1000, None))
+    assert b.schema.names == ["messages", "tools"] and b.column("tools")[1].as_py() == rows[1]["tools"]

@@ -1,0 +1,105 @@
+"""The keys of a chat row that its template does not render: counted per file and said in one note.
+
+A chat row carries more than roles and text: a turn's `reasoning_content` / `thinking`,
+`name`, `refusal`, `tool_call_id`; the row's `tools` and `documents` (which transformers'
+`apply_chat_template` passes to the template as variables of those names; packtool does the
+same). Every key reaches the template (normalize_message keeps them); one the template does not
+render is content left out of the packed tokens, so it is counted here and named in a note,
+never dropped without a word. `weight` is packtool's own (OpenAI's "do not train this turn").
+
+Whether a template renders a key: the built-ins render role, content and tool_calls; a
+template from a file or model folder renders a key its text names (`message.thinking`,
+`message['thinking']`, `tools`). A template that names a key only to skip it still counts as
+rendering it: the note is for keys nothing looks at.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from packtool.errors import PacktoolInputError
+from packtool.notes import note
+
+# Row keys beside the turns that reach the template as variables (transformers' names).
+ROW_KEYS = ("tools", "documents")
+_BUILTIN_RENDERS = frozenset(("role", "content", "tool_calls"))
+# Keys packtool reads itself: the turn's text and role, a single call (made tool_calls), weight
+_READ = {"chat": frozenset(("role", "content", "tool_call", "weight")),
+         "sharegpt": frozenset(("from", "value", "weight"))}
+
+
+class KeyUse:
+    """Which keys one template renders (see the module doc)."""
+
+    def __init__(self, template) -> None:
+        from packtool.tokenize.templates import BUILTIN
+        self.name = template.name
+        self._builtin = BUILTIN.get(template.name) == template.text
+        self._text = template.text
+        self._seen: dict[str, bool] = {}
+
+    def renders(self, key: str) -> bool:
+        if key not in self._seen:
+            self._seen[key] = (key in _BUILTIN_RENDERS if self._builtin else
+                               re.search(rf"(?<![\w]){re.escape(key)}(?![\w])", self._text) is not None)
+        return self._seen[key]
+
+
+def unrendered_turn_keys(turns, kind: str, use: KeyUse) -> list[str]:
+    """The keys with a value in any turn of one row that neither packtool nor the template reads,
+    as `messages[].thinking`."""
+    read = _READ[kind]
+    col = "messages" if kind == "chat" else "conversations"
+    keys = {k for m in turns or () if isinstance(m, dict) for k, v in m.items() if v is not None}
+    return [f"{col}[].{k}" for k in sorted(keys - read) if kind == "sharegpt" or not use.renders(k)]
+
+
+def row_value(value, key: str, path: str, row: int):
+    """A row's `tools` / `documents` as the template gets it: a list of objects, the nulls Arrow
+    filled in for keys other rows have dropped (as normalize_message does for turns). A JSON
+    text of such a list (the way some datasets store `tools`) is decoded."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, list):
+            raise PacktoolInputError(f"{key} is a string that is not a JSON list; give {key} as a list of "
+                                     f"objects (JSON schemas for tools), as apply_chat_template takes it",
+                                     path=path, row=row)
+    return _no_nulls(value)
+
+
+def _no_nulls(v):
+    if isinstance(v, dict):
+        return {k: _no_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [_no_nulls(x) for x in v]
+    return v
+
+
+def count(acc: dict, keys: list[str], row: int) -> None:
+    """`acc`: key -> [rows that hold it, first such row] (JSON-ready: kept in cache.json)."""
+    for k in keys:
+        seen = acc.setdefault(k, [0, row])
+        seen[0] += 1
+
+
+def merge(acc: dict, more: dict) -> None:
+    for k, (n, first) in more.items():
+        seen = acc.setdefault(k, [0, first])
+        seen[0] += n
+        seen[1] = min(seen[1], first)
+
+
+def say_unrendered(path: str, acc: dict, template_name: str | None) -> None:
+    """One note per file, said on every run (a reused cache says its stored counts again)."""
+    if not acc:
+        return
+    said = "; ".join(f"{k} ({n:,} row{'s' if n != 1 else ''}, first row {first})"
+                     for k, (n, first) in sorted(acc.items()))
+    note(f"{path}: chat template {template_name} does not render these keys, so their text is not "
+         f"in the packed tokens: {said}; pick a template that renders them, or remove the keys "
+         f"from the rows if leaving them out is meant (rows count from 0)")

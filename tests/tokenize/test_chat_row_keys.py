@@ -1,0 +1,113 @@
+"""S33-7: no key of a chat row is dropped without a word. A turn's `weight: 0` (OpenAI's "do not
+train this turn") takes that turn's text out of the loss under every template kind; a row's
+`tools` / `documents` reach the template as transformers passes them; any key a template does
+not render (reasoning_content, thinking, name, refusal, tool_call_id, tools, documents) is
+counted per file and named in one note, also when the cache is reused."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from conftest import GPT2
+
+from packtool import notes
+from packtool.errors import PacktoolError
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.pipeline import tokenize_to_cache
+from packtool.tokenize.shapes import Shape, render_batch
+from packtool.tokenize.templates import Renderer, load_template
+
+SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
+# A user template that renders each key (by its name, as real templates do), with generation blocks
+RENDERS = ("{%- if tools %}TOOLS:{{ tools | tojson }}{% endif %}{%- if documents %}DOCS:{{ documents | tojson }}"
+           "{% endif %}{%- for m in messages %}<|{{ m.role }}|>"
+           "{% for k in ['reasoning_content', 'thinking', 'name', 'refusal', 'tool_call_id'] %}"
+           "{% if m[k] %}[{{ m[k] }}]{% endif %}{% endfor %}"
+           "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|end|>{% endgeneration %}"
+           "{% else %}{{ m.content }}<|end|>{% endif %}{% endfor %}")
+PLAIN = ("{%- for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+         "<|end|>{% endgeneration %}{% else %}{{ m.content }}<|end|>{% endif %}{% endfor %}")
+# no generation blocks: spans come by prefix rendering
+PREFIX = ("{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+          "{%- if add_generation_prompt %}<|assistant|>{% endif %}")
+TEMPLATES = ["chatml", "llama3", "mistral", "renders.jinja", "plain.jinja", "prefix.jinja"]
+TURN_KEYS = {"reasoning_content": "R-TEXT", "thinking": "T-TEXT", "name": "N-TEXT", "refusal": "F-TEXT",
+             "tool_call_id": "C-TEXT"}
+ROW_KEYS = {"tools": [{"type": "function", "function": {"name": "TOOLDEF", "parameters": {}}}],
+            "documents": [{"title": "DOCT", "text": "DOCTEXT"}]}
+
+
+@pytest.fixture
+def template(tmp_path, request):
+    name = request.param
+    if name.endswith(".jinja"):
+        p = tmp_path / name
+        p.write_text({"renders.jinja": RENDERS, "plain.jinja": PLAIN, "prefix.jinja": PREFIX}[name])
+        name = str(p)
+    return load_template(name, None)
+
+
+def _conv(extra_turn=None, weight=None):
+    reply = {"role": "assistant", "content": "FIRST-REPLY", **(extra_turn or {})}
+    if weight is not None:
+        reply["weight"] = weight
+    return [{"role": "user", "content": "Q1"}, reply,
+            {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "SECOND-REPLY"}]
+
+
+def _render(template, rows):
+    batch = pa.RecordBatch.from_struct_array(pa.array(rows))  # every row's keys
+    cols = tuple(c for c in ("messages", "tools", "documents") if c in batch.schema.names)
+    return render_batch(batch, Shape("chat", cols, templated=True), Renderer(template, SPECIAL), None, "d.jsonl", 0)
+
+
+def _loss_text(text, spans):
+    return "".join(text[a:b] for a, b in spans)
+
+
+@pytest.mark.parametrize("template", TEMPLATES, indirect=True)
+@pytest.mark.parametrize("key", sorted(TURN_KEYS) + sorted(ROW_KEYS))
+def test_key_is_rendered_or_counted(template, key):
+    value = ROW_KEYS.get(key, TURN_KEYS.get(key))
+    row = {"messages": _conv({key: value} if key in TURN_KEYS else None)}
+    if key in ROW_KEYS:
+        row[key] = value
+    rb = _render(template, [{"messages": _conv()}, row])
+    where = key if key in ROW_KEYS else f"messages[].{key}"
+    shown = json.dumps(value) if key in ROW_KEYS else value
+    if template.name.endswith("renders.jinja"):
+        assert shown in rb.texts[1] and not rb.unrendered
+    else:
+        assert shown not in rb.texts[1]
+        assert rb.unrendered == {where: [1, 1]}
+
+
+@pytest.mark.parametrize("template", TEMPLATES, indirect=True)
+def test_weight_zero_turn_gets_no_loss(template):
+    full = _render(template, [{"messages": _conv()}])
+    rb = _render(template, [{"messages": _conv(weight=0)}, {"messages": _conv(weight=1)}])
+    assert rb.texts == full.texts * 2  # the template sees the same turns (weight is packtool's)
+    kept = _loss_text(rb.texts[0], rb.spans[0])
+    assert "FIRST-REPLY" not in kept and "SECOND-REPLY" in kept
+    assert _loss_text(rb.texts[1], rb.spans[1]) == _loss_text(full.texts[0], full.spans[0])
+    assert len(full.spans[0]) == 2 and rb.spans[0] == full.spans[0][1:]  # the first reply's span, no more
+
+
+@pytest.mark.parametrize("weight", [0.5, 2, "0", True])
+def test_other_weight_is_named(weight):
+    with pytest.raises(PacktoolError, match=r"row 0: messages\[1\]\.weight is .*: a turn's weight is 0"):
+        _render(load_template("chatml", None), [{"messages": _conv(weight=weight)}])
+
+
+def test_note_said_fresh_and_on_reuse(tmp_path, monkeypatch):
+    data = tmp_path / "d.jsonl"
+    rows = [{"messages": _conv({"reasoning_content": "R"})}, {"messages": _conv(), **ROW_KEYS}]
+    data.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    cfg = TokenizeConfig(tokenizer=GPT2, chat_template="chatml")
+    want = "messages[].reasoning_content (1 row, first row 0); tools (1 row, first row 1)"
+    for _ in range(2):  # built, then reused
+        start = notes.mark()
+        tokenize_to_cache([str(data)], cfg, cache_dir=str(tmp_path / "cache"), progress=False)
+        said = [n for n in notes.since(start) if "does not render these keys" in n]
+        assert len(said) == 1 and want in said[0] and "documents (1 row, first row 1)" in said[0], said
