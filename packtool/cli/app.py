@@ -288,21 +288,6 @@ def inspect(
             stdout_console().print(f"HTML report: {shown(html)}", markup=False, highlight=False)
 
 
-def _verify_args(directory: str, source: list[str] | None, more: list[str] | None, json_out: bool):
-    """`verify DIR --source a.jsonl b.jsonl` (what a shell glob after --source gives): the
-    arguments after the first --source value are more sources. Given before DIR
-    (`verify --source a b DIR`), the folder is the last argument."""
-    if not more:
-        return directory, source
-    if not source:
-        fail(f"unexpected extra argument(s) {' '.join(more)}: give one output folder; inputs to "
-             f"compare go after --source", json_out)
-    import os
-    if not os.path.isdir(directory) and os.path.isdir(more[-1]):
-        return more[-1], [*source, directory, *more[:-1]]
-    return directory, [*source, *more]
-
-
 @app.command(cls=Command)
 @guarded
 def verify(
@@ -315,14 +300,12 @@ def verify(
     workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: every core).")] = None,
     max_problems: Annotated[int, typer.Option("--max-problems", help="Problems listed per check (all are counted).")] = 20,
     json_out: JsonOut = False, quiet: Quiet = False,
-    more: Annotated[Optional[list[str]], typer.Argument(hidden=True)] = None,
 ) -> None:
     """Check a packed output: every FORMAT.md invariant; with --source, every token. Exit 0 if all hold, 1 if not."""
     from packtool.cli.printing import print_verify_report
     from packtool.verification.run import verify as run_verify
     from packtool.verification.source import source_store, source_tokenize_for
-    flat = fingerprint = None
-    directory, source = _verify_args(directory, source, more, json_out)
+    flat = fingerprint = None  # `verify --source a b DIR`: cli.variadic put DIR here
     try:
         tok = None
         if source:
@@ -330,8 +313,10 @@ def verify(
                                       shape=shape, prompt_field=prompt_field, response_field=response_field,
                                       text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                                       on_empty=on_empty)
-            if tok is None:  # verify reports the damage (exit 1, as without --source)
-                note(f"{directory}: its manifest is damaged, so --source was not compared", label="note")
+            if tok is None:  # verify reports why (exit 1, as without --source): say which it was
+                from packtool.manifest_name import manifest_file
+                why = "it has no manifest" if manifest_file(directory) is None else "its manifest is damaged"
+                note(f"{directory}: {why}, so --source was not compared", label="note")
                 source = None
         if source:
             check_input_specs(list(source), True, name="source")

@@ -31,7 +31,7 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
 # (parsing.Command, params.expanded), so a quoted '~/x' is the same folder to every subcommand
 PATH_PARAMS = {"plan": {"lengths", "output"}, "pack": {"inputs", "output", "cache_dir", "tokenizer", "chat_template"},
                "inspect": {"directory", "lengths", "plan_file", "html"},
-               "verify": {"directory", "source", "more", "tokenizer", "chat_template", "cache_dir"},
+               "verify": {"directory", "source", "tokenizer", "chat_template", "cache_dir"},
                "train": {"data_dir", "config", "load", "save", "json_log"}}
 
 # Flags shared by every subcommand that takes them (docs/DESIGN.md §8).

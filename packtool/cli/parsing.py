@@ -23,6 +23,7 @@ from packtool.cli.failure import (
     usage_error,
 )
 from packtool.cli.flags import FLAG_OF, PATH_PARAMS
+from packtool.cli.variadic import in_place
 from packtool.errors import spelled_as
 
 
@@ -34,6 +35,8 @@ class _ParsedHere:
     def parse_args(self, ctx, args):
         self._refuse_flag_as_value(ctx, args)
         try:
+            if not isinstance(self, TyperGroup):  # a subcommand's words (the group's: its command's)
+                args = in_place(ctx, self.get_params(ctx), args)
             return super().parse_args(ctx, args)
         except click_exceptions.UsageError as e:
             e.ctx = e.ctx or ctx

@@ -59,8 +59,9 @@ def test_verify_extra_arguments_without_source_are_one_line(proj):
     r = runner.invoke(app, ["verify", "out", "stray"], prog_name="packtool")
     assert r.exit_code == 2 and "Traceback" not in r.stdout + r.stderr
     assert [ln for ln in r.stderr.splitlines() if ln.startswith("error:")] == [
-        "error: unexpected extra argument(s) stray: give one output folder; inputs to compare go after --source"
-        " (see `packtool verify --help`)"]
+        "error: unexpected extra argument(s) stray: packtool verify takes one DIRECTORY; the values of --source go"
+        " right after it: `packtool verify DIRECTORY --source a b` or `packtool verify --source a --source b"
+        " DIRECTORY` (see `packtool verify --help`)"]
 
 
 def test_library_split_on_a_dataset_folder(proj):

@@ -1,0 +1,115 @@
+"""Where the words after a repeatable option go (`verify --source a b c DIR`).
+
+click gives a repeatable option (`multiple=True`: `--source`) one value per flag; a shell glob
+after it (`--source data/*.jsonl`) gives it many words. The words that follow such an option
+with no other flag between continue it; the command's positional argument is the word that
+stands outside every such run. The rule is by position only, never by what a word names on
+disk (a folder is a valid `--source` input, so "the folder is the output" swapped roles):
+
+- exactly the positional words outside the runs: `verify DIR --source a b`, or
+  `verify --source a b --quiet DIR`;
+- none outside: the last word continuing a run is the positional (`verify --source a b DIR`,
+  `verify --source a --source b DIR`); a run's own first value never is (`verify --source a`
+  is still "missing DIR");
+- more outside than the command takes: refused in one line that says how to write it.
+
+The command line is rewritten to click's form (`--source a --source b ... -- DIR`) before
+click parses it, so every repeatable option of every subcommand follows this one rule.
+"""
+from __future__ import annotations
+
+from packtool.errors import shown
+
+
+def _options(params) -> tuple[dict[str, bool], set[str]]:
+    """Each option spelling -> whether it takes a value; the spellings of repeatable ones."""
+    takes, many = {}, set()
+    for p in params:
+        if p.param_type_name != "option":
+            continue
+        for o in (*p.opts, *p.secondary_opts):
+            takes[o] = not p.is_flag and not p.count
+        if p.multiple and not p.is_flag:
+            many.update(p.opts)
+    return takes, many
+
+
+def _option_at(a: str, takes: dict[str, bool]) -> tuple[str | None, bool]:
+    """The option a flag word sets and whether its value is the next word: `--x=v` and `-Cv`
+    carry theirs; `-qC` (short flags run together) sets its last. None: a word click will
+    refuse itself (an unknown flag)."""
+    name, eq, _ = a.partition("=")
+    if a.startswith("--") or len(a) == 2:
+        return (name, takes[name] and not eq) if name in takes else (None, False)
+    for k, c in enumerate(a[1:], 1):
+        o = "-" + c
+        if o not in takes:
+            return None, False
+        if takes[o]:
+            return o, k == len(a) - 1
+    return "-" + a[-1], False
+
+
+def split_words(params, args: list[str]) -> tuple[list[str], list[tuple[int, str]], list[str | tuple]]:
+    """`args` as (positional words outside every run, (index in `kept`, word) of each word
+    continuing a repeatable option, the flags and their values in order)."""
+    takes, many = _options(params)
+    free, runs, kept = [], [], []
+    run, i = None, 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":  # everything after it is positional, as click reads it
+            free += args[i + 1:]
+            break
+        if a.startswith("-") and a != "-":  # `-` alone is stdin, a positional word
+            name, value_next = _option_at(a, takes)
+            kept.append(a)
+            if value_next and i + 1 < len(args):
+                kept.append(args[i + 1])
+                i += 1
+            run = name if name in many else None
+        elif run is not None:
+            runs.append((len(kept), a))
+            kept.append((run, a))
+        else:
+            free.append(a)
+        i += 1
+    return free, runs, kept
+
+
+def in_place(ctx, params, args: list[str]) -> list[str]:
+    """`args` with every word that continues a repeatable option given its own flag and the
+    positional words after `--` (module docstring: the rule)."""
+    from packtool.cli.failure import click_exceptions
+    slots = [p for p in params if p.param_type_name == "argument"]
+    if any(o in args for o in ctx.help_option_names) or any(p.nargs != 1 for p in slots):
+        return args  # --help: shown whatever else is there; a variadic positional reads them itself
+    free, runs, kept = split_words(params, args)
+    if not runs and len(free) <= len(slots):
+        return args
+    if len(free) > len(slots):
+        raise click_exceptions.UsageError(_extra_words(ctx, slots, free[len(slots):], kept), ctx=ctx)
+    need = min(len(slots) - len(free), len(runs))
+    for at, word in runs[len(runs) - need:] if need else ():
+        kept[at] = None  # the last words of the runs fill the positionals left empty, in order
+        free.append(word)
+    out = []
+    for k in kept:
+        if isinstance(k, tuple):
+            out += list(k)
+        elif k is not None:
+            out.append(k)
+    return out + (["--", *free] if free else [])
+
+
+def _extra_words(ctx, slots, extra: list[str], kept) -> str:
+    many = next((k[0] for k in kept if isinstance(k, tuple)), None)
+    if many is None:
+        _, opts = _options(ctx.command.params)
+        many = max(opts, key=len) if opts else None
+    names = " ".join((p.metavar or p.name.upper()) for p in slots) or "no argument"
+    said = f"unexpected extra argument(s) {' '.join(map(shown, extra))}: {ctx.command_path} takes one {names}"
+    if many is None:
+        return said
+    return (f"{said}; the values of {many} go right after it: `{ctx.command_path} {names} {many} a b` or "
+            f"`{ctx.command_path} {many} a {many} b {names}`")
