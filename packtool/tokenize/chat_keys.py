@@ -19,9 +19,12 @@ import re
 
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
+from packtool.tokenize.messages import normalize_message, sharegpt_to_messages, untrained, with_system
 
-# Row keys beside the turns that reach the template as variables (transformers' names).
+# Row keys beside the turns that reach the template as variables (transformers' names), and
+# `system`, a row's system prompt (messages.with_system makes it the first turn).
 ROW_KEYS = ("tools", "documents")
+ROW_COLUMNS = ROW_KEYS + ("system",)
 _BUILTIN_RENDERS = frozenset(("role", "content", "tool_calls"))
 # Keys packtool reads itself: the turn's text and role, a single call (made tool_calls), weight
 _READ = {"chat": frozenset(("role", "content", "tool_call", "weight")),
@@ -103,3 +106,18 @@ def say_unrendered(path: str, acc: dict, template_name: str | None) -> None:
     note(f"{path}: chat template {template_name} does not render these keys, so their text is not "
          f"in the packed tokens: {said}; pick a template that renders them, or remove the keys "
          f"from the rows if leaving them out is meant (rows count from 0)")
+
+
+def chat_row(shape, row: tuple, path: str, row_no: int, use: KeyUse):
+    """One chat / ShareGPT row as the template takes it: (turns, indices of turns with weight 0,
+    the row's tools / documents, the keys `use`'s template does not render)."""
+    col, raw = shape.columns[0], row[0] or []
+    msgs = ([normalize_message(m, path, row_no, f"{col}[{j}]") for j, m in enumerate(raw)]
+            if shape.kind == "chat" else sharegpt_to_messages(raw, path, row_no))
+    extra = dict(zip(shape.columns[1:], row[1:]))
+    msgs = with_system(msgs, extra.pop("system", None), col, path, row_no)
+    skip = [j for j, m in enumerate(msgs) if untrained(m, f"{col}[{j}]", path, row_no)]
+    row_keys = {k: row_value(v, k, path, row_no) for k, v in extra.items()}
+    row_keys = {k: v for k, v in row_keys.items() if v is not None}
+    left = unrendered_turn_keys(raw, shape.kind, use) + [k for k in row_keys if not use.renders(k)]
+    return msgs, skip, row_keys, left

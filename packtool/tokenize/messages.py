@@ -4,11 +4,13 @@ that cannot be one is named here, before a template fails on it with jinja's wor
 """
 from __future__ import annotations
 
+import json
+
 from packtool.errors import PacktoolInputError
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "system": "system", "tool": "tool",
-                   "observation": "tool", "function_response": "tool"}
+                   "observation": "tool", "function_response": "tool", "function_call": "assistant"}
 
 
 def _content_text(content, where: str, path: str | None, row: int | None) -> str | None:
@@ -95,7 +97,39 @@ def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
         if role is None:
             raise PacktoolInputError(f"ShareGPT turn has unknown 'from' {who!r}; known: "
                                      f"{', '.join(sorted(_SHAREGPT_ROLES))}", path=path, row=row)
-        msgs.append({"role": role, "content": t.get("value") or ""})
+        if who == "function_call":  # LLaMA-Factory's tool call: {"name", "arguments"} (or a list) as JSON text
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": _sharegpt_calls(t.get("value"), len(msgs), path, row)})
+        else:
+            msgs.append({"role": role, "content": t.get("value") or ""})
         if t.get("weight") is not None:  # axolotl's ShareGPT turns carry OpenAI's weight too
             msgs[-1]["weight"] = t["weight"]
     return msgs
+
+
+def _sharegpt_calls(value, j: int, path: str, row: int) -> list[dict]:
+    where = f"conversations[{j}]"
+    try:
+        calls = json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        calls = None
+    if not isinstance(calls, (dict, list)):
+        raise PacktoolInputError(f"{where} is a function_call whose value is not the JSON text of "
+                                 f'{{"name": ..., "arguments": ...}} (or a list of them), as LLaMA-Factory '
+                                 f"writes it; fix the value", path=path, row=row)
+    return _tool_calls(calls if isinstance(calls, list) else [calls], where, path, row)
+
+
+def with_system(msgs: list[dict], system, column: str, path: str, row: int) -> list[dict]:
+    """A row's `system` column (LLaMA-Factory / axolotl ShareGPT, some chat exports) as the first
+    turn, where the prompt is trained under. Beside a system turn of its own the row has two
+    prompts: which one is meant is the user's call."""
+    if system is None or system == "":
+        return msgs
+    if not isinstance(system, str):
+        raise PacktoolInputError(f"system is {type(system).__name__}, not a string (the row's system "
+                                 f"prompt); write it as text", path=path, row=row)
+    if msgs and msgs[0].get("role") == "system":
+        raise PacktoolInputError(f"the row has a system column and {column}[0] is a system turn: two "
+                                 f"system prompts; keep one of them", path=path, row=row)
+    return [{"role": "system", "content": system}, *msgs]

@@ -14,8 +14,7 @@ import jinja2
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.tokenize.chat_keys import ROW_KEYS, KeyUse, count, row_value, unrendered_turn_keys
-from packtool.tokenize.messages import normalize_message, sharegpt_to_messages, untrained
+from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count
 from packtool.tokenize.row_checks import (
     check_column_types,
     null_message,
@@ -203,8 +202,8 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
             raise PacktoolInputError(
                 f"{kind} rows need a chat template; pass {arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} "
                 "or a tokenizer folder whose tokenizer_config.json has one", path=path, flag=cli_flag("chat_template"))
-        # tools / documents go to the template as transformers passes them (chat_keys)
-        return Shape(kind, (col,) + tuple(k for k in ROW_KEYS if k in cols), templated=True)
+        # tools / documents go to the template as transformers passes them, system first (chat_keys)
+        return Shape(kind, (col,) + tuple(k for k in ROW_COLUMNS if k in cols), templated=True)
     if kind == "alpaca":
         resp = "output" if "output" in cols else "response"
         _need(cols, ("instruction", resp), kind, path, columns)
@@ -314,15 +313,8 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             continue
         skip, row_keys = (), None
         if shape.kind in ("chat", "sharegpt"):
-            raw = row[0] or []
-            msgs = ([normalize_message(m, path, first_row + i, f"{shape.columns[0]}[{j}]")
-                     for j, m in enumerate(raw)] if shape.kind == "chat"
-                    else sharegpt_to_messages(raw, path, first_row + i))
-            skip = [j for j, m in enumerate(msgs) if untrained(m, f"{shape.columns[0]}[{j}]", path, first_row + i)]
-            row_keys = {k: row_value(v, k, path, first_row + i) for k, v in zip(shape.columns[1:], row[1:])}
-            row_keys = {k: v for k, v in row_keys.items() if v is not None}
-            count(unrendered, unrendered_turn_keys(raw, shape.kind, use) +
-                  [k for k in row_keys if not use.renders(k)], first_row + i)
+            msgs, skip, row_keys, left = chat_row(shape, row, path, first_row + i, use)
+            count(unrendered, left, first_row + i)
         else:
             prompt, response = _prompt_response(shape, row, separator)
             if not shape.templated:

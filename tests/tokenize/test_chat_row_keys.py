@@ -111,3 +111,46 @@ def test_note_said_fresh_and_on_reuse(tmp_path, monkeypatch):
         tokenize_to_cache([str(data)], cfg, cache_dir=str(tmp_path / "cache"), progress=False)
         said = [n for n in notes.since(start) if "does not render these keys" in n]
         assert len(said) == 1 and want in said[0] and "documents (1 row, first row 1)" in said[0], said
+
+
+def _sharegpt(system=None, weight=None):
+    reply = {"from": "gpt", "value": "FIRST-REPLY", **({"weight": weight} if weight is not None else {})}
+    row = {"conversations": [{"from": "human", "value": "Q1"}, reply,
+                             {"from": "human", "value": "Q2"}, {"from": "gpt", "value": "SECOND-REPLY"}]}
+    return {**row, "system": system} if system is not None else row
+
+
+def _render_shape(kind, rows, template="chatml"):
+    batch = pa.RecordBatch.from_struct_array(pa.array(rows))
+    col = "messages" if kind == "chat" else "conversations"
+    cols = (col,) + tuple(c for c in ("tools", "documents", "system") if c in batch.schema.names)
+    return render_batch(batch, Shape(kind, cols, templated=True), Renderer(load_template(template, None), SPECIAL),
+                        None, "d.jsonl", 0)
+
+
+@pytest.mark.parametrize("kind", ["chat", "sharegpt"])
+def test_row_system_column_is_the_first_turn(kind):
+    """S33-10: a row's `system` (LLaMA-Factory / axolotl ShareGPT, chat exports) is its prompt."""
+    plain = {"messages": _conv()} if kind == "chat" else _sharegpt()
+    rb = _render_shape(kind, [{**plain, "system": "SYS-PROMPT"}, plain])
+    assert rb.texts[0] == "<|im_start|>system\nSYS-PROMPT<|im_end|>\n" + rb.texts[1]
+    two = {**plain, "system": "SYS-PROMPT"}
+    turns = two["messages" if kind == "chat" else "conversations"]
+    turns.insert(0, {"role": "system", "content": "OWN"} if kind == "chat" else {"from": "system", "value": "OWN"})
+    with pytest.raises(PacktoolError, match=r"row 0: the row has a system column and .*\[0\] is a system turn"):
+        _render_shape(kind, [two])
+
+
+def test_sharegpt_weight_zero_and_function_call():
+    """S33-10: ShareGPT turns carry weight too; LLaMA-Factory's function_call is a tool call."""
+    full = _render_shape("sharegpt", [_sharegpt()])
+    rb = _render_shape("sharegpt", [_sharegpt(weight=0)])
+    assert rb.texts == full.texts and rb.spans[0] == full.spans[0][1:]
+    row = _sharegpt()
+    row["conversations"][1:1] = [{"from": "function_call", "value": '{"name": "f", "arguments": {"x": 1}}'},
+                                 {"from": "observation", "value": "RESULT"}]
+    text = _render_shape("sharegpt", [row]).texts[0]
+    assert '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>' in text and "RESULT" in text
+    row["conversations"][1]["value"] = "not json"
+    with pytest.raises(PacktoolError, match=r"conversations\[1\] is a function_call whose value is not"):
+        _render_shape("sharegpt", [row])
