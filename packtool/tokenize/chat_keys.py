@@ -19,7 +19,7 @@ import re
 
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
-from packtool.tokenize.messages import normalize_message, sharegpt_to_messages, untrained, with_system
+from packtool.tokenize.messages import no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
 
 # Row keys beside the turns that reach the template as variables (transformers' names), and
 # `system`, a row's system prompt (messages.with_system makes it the first turn).
@@ -58,29 +58,22 @@ def unrendered_turn_keys(turns, kind: str, use: KeyUse) -> list[str]:
 
 
 def row_value(value, key: str, path: str, row: int):
-    """A row's `tools` / `documents` as the template gets it: a list of objects, the nulls Arrow
-    filled in for keys other rows have dropped (as normalize_message does for turns). A JSON
-    text of such a list (the way some datasets store `tools`) is decoded."""
+    """A row's `tools` / `documents` as the template gets it: a list of objects. A JSON text of
+    it (json_types keeps JSON rows' so; some datasets store `tools` so) is decoded; from a
+    columnar file, the nulls Arrow filled in for keys of other rows are dropped."""
     if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            value = None
-        if not isinstance(value, list):
-            raise PacktoolInputError(f"{key} is a string that is not a JSON list; give {key} as a list of "
-                                     f"objects (JSON schemas for tools), as apply_chat_template takes it",
-                                     path=path, row=row)
-    return _no_nulls(value)
-
-
-def _no_nulls(v):
-    if isinstance(v, dict):
-        return {k: _no_nulls(x) for k, x in v.items() if x is not None}
-    if isinstance(v, list):
-        return [_no_nulls(x) for x in v]
-    return v
+    if not isinstance(value, str):
+        return no_nulls(value)
+    try:  # JSON text: exact, nothing Arrow filled in
+        value = json.loads(value)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list):
+        raise PacktoolInputError(f"{key} is a string that is not a JSON list; give {key} as a list of "
+                                 f"objects (JSON schemas for tools), as apply_chat_template takes it",
+                                 path=path, row=row)
+    return value
 
 
 def count(acc: dict, keys: list[str], row: int) -> None:

@@ -36,6 +36,40 @@ def has_timestamp(t: pa.DataType) -> bool:
     return False
 
 
+# A tool call's `arguments` and a row's tools / documents are free-form objects: Arrow gives
+# every row of a block the union of their keys (each absent one a null, the call of row 0
+# rendered as {"a": 1, "b": null} because row 1's call had b), and an object in one row with a
+# string in another fails. Read in Python, each is kept as its own JSON text: arguments under
+# this key (`messages.unwrap_arguments` decodes it), tools / documents as a string
+# (`chat_keys.row_value` decodes it). A private-use code point: no real key starts with it.
+ARGUMENTS = "\ue000json"
+_FREE = ("tools", "documents")
+
+
+def free_form(t: pa.DataType, name: str = "") -> bool:
+    """Whether Arrow gave a free-form object (above) a struct type: its keys are united."""
+    if name in _FREE:
+        return not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t))
+    if pa.types.is_struct(t):
+        return name == "arguments" or any(free_form(t.field(i).type, t.field(i).name) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return free_form(t.value_type, "")
+    return False
+
+
+def _keep_free_form(rows: list[dict]) -> None:
+    for r in rows:
+        for k in _FREE:
+            if isinstance(r.get(k), (list, dict)):
+                r[k] = json.dumps(r[k], ensure_ascii=False)
+        for m in (m for key in _TURN_LISTS if isinstance(r.get(key), list) for m in r[key]):
+            calls = m.get("tool_calls") if isinstance(m, dict) else None
+            for c in ([m.get("tool_call")] + (calls if isinstance(calls, list) else [])) if isinstance(m, dict) else ():
+                for fn in (c, c.get("function")) if isinstance(c, dict) else ():
+                    if isinstance(fn, dict) and fn.get("arguments") is not None:
+                        fn["arguments"] = {ARGUMENTS: json.dumps(fn["arguments"], ensure_ascii=False)}
+
+
 def unite_content(rows: list[dict]) -> None:
     """In place: when some turn's content is a list of parts, every string content becomes one
     text part (`normalize_message` joins them back: the template sees the same text)."""
@@ -81,6 +115,7 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
     """`rows` (decoded JSON objects) as one batch. `row_name(i)` says where row i of the list is
     in the file ("line 7", "row 3"); a field of two types is named with both places."""
     unite_content(rows)
+    _keep_free_form(rows)
     try:  # not from_pylist: it takes the first row's keys and drops a key only later rows have
         return pa.RecordBatch.from_struct_array(pa.array(rows, type=None if rows else pa.struct([])))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:

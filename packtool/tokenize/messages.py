@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from packtool.errors import PacktoolInputError
+from packtool.tokenize.json_types import ARGUMENTS
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "system": "system", "tool": "tool",
@@ -30,6 +31,16 @@ def _content_text(content, where: str, path: str | None, row: int | None) -> str
     return "".join(b.get("text") or "" for b in content)
 
 
+def no_nulls(v):
+    """`v` less the null-valued keys at any depth: in an Arrow struct an absent key is a null
+    (the union of every row's keys), never the user's."""
+    if isinstance(v, dict):
+        return {k: no_nulls(x) for k, x in v.items() if x is not None}
+    if isinstance(v, list):
+        return [no_nulls(x) for x in v]
+    return v
+
+
 def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[dict]:
     """OpenAI `tool_calls`: a list of {"type": "function", "function": {"name": str,
     "arguments": str or object}} (a bare {name, arguments} is wrapped). Any other shape is
@@ -43,6 +54,9 @@ def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[di
     for k, c in enumerate(calls):
         fn = c.get("function", c) if isinstance(c, dict) else None
         fn = {a: v for a, v in fn.items() if v is not None} if isinstance(fn, dict) else None
+        if fn is not None and isinstance(fn.get("arguments"), dict):
+            args = fn["arguments"]  # its JSON text (json_types), or nulls Arrow filled in (Parquet)
+            fn["arguments"] = json.loads(args[ARGUMENTS]) if ARGUMENTS in args else no_nulls(args)
         if fn is None or not isinstance(fn.get("name"), str) or \
                 not isinstance(fn.get("arguments"), (str, dict)):
             got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")

@@ -23,7 +23,7 @@ import pyarrow.json as pajson
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, raw_decode, twice
 from packtool.tokenize.json_depth import check_json_depth
-from packtool.tokenize.json_types import block_table, has_timestamp, rows_batch
+from packtool.tokenize.json_types import block_table, free_form, has_timestamp, rows_batch
 from packtool.storage import is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -50,8 +50,10 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
     try:
         table = pajson.read_json(io.BytesIO(block),
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
-        # JSON has no dates: a timestamp is Arrow's guess from strings (json_types says why)
-        return block_table(block, path, first_line) if has_timestamp(pa.struct(table.schema)) else table
+        # JSON has no dates (a timestamp is Arrow's guess from strings), and a tool call's
+        # arguments must not get other rows' keys: json_types reads such a block
+        t = pa.struct(table.schema)
+        return block_table(block, path, first_line) if has_timestamp(t) or free_form(t) else table
     except pa.ArrowInvalid as e:
         # Find the offending line with the exact Python parser so the message can name it.
         lines = block.split(b"\n")

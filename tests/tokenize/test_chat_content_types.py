@@ -106,4 +106,52 @@ def test_a_key_only_later_rows_have_is_read(tmp_path, reader):
     rows[1]["tools"] = [{"type": "function", "function": {"name": "T"}}]
     path = _write(tmp_path, rows, reader)
     (b,) = list(jsonl_batches(path, 1000, None) if reader == "jsonl" else json_array_batches(path, 1000, None))
-    assert b.schema.names == ["messages", "tools"] and b.column("tools")[1].as_py() == rows[1]["tools"]
+    assert b.schema.names == ["messages", "tools"]
+    assert json.loads(b.column("tools")[1].as_py()) == rows[1]["tools"]  # its JSON text (free-form, below)
+
+
+# A tool call's arguments and a row's tools / documents are free-form objects: Arrow united
+# their keys over the block (row 0's call rendered {"a": 1, "b": null}) and refused an object
+# beside a string. Each value must reach the template exactly as written.
+FREE_VALUES = {"other keys": ({"a": 1}, {"b": "x"}), "object and string": ({"a": 1}, '{"b": 2}'),
+               "a null kept": ({"a": None, "c": [1]}, {"c": [2, 3]})}
+CALL_FORMS = {
+    "tool_calls": lambda args: {"tool_calls": [{"type": "function", "function": {"name": "f", "arguments": args}}]},
+    "bare call": lambda args: {"tool_calls": [{"name": "f", "arguments": args}]},
+    "tool_call": lambda args: {"tool_call": {"name": "f", "arguments": args}},
+}
+FREE_TEMPLATE = ("{%- if tools %}TOOLS={{ tools | tojson }}\n{% endif %}{%- if documents %}DOCS={{ documents | tojson }}\n"
+                 "{% endif %}{%- for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}CALL="
+                 "{{ c.function.arguments | tojson }}\n{% endfor %}{% else %}{{ m.role }}: {% if m.role == 'assistant' %}"
+                 "{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endif %}{% endfor %}")
+
+
+def _free_rows(place: str, values) -> list[dict]:
+    rows = []
+    for v in values:
+        turns = [{"role": "user", "content": "Q"}]
+        if place in CALL_FORMS:
+            turns += [{"role": "assistant", **CALL_FORMS[place](v)}, {"role": "tool", "content": "R"}]
+        row = {"messages": turns + [{"role": "assistant", "content": "A"}]}
+        if place in ("tools", "documents"):
+            row[place] = [{"k": v}]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+@pytest.mark.parametrize("values", sorted(FREE_VALUES))
+@pytest.mark.parametrize("place", sorted(CALL_FORMS) + ["tools", "documents"])
+def test_free_form_values_reach_the_template_as_written(tmp_path, place, values, reader):
+    rows = _free_rows(place, FREE_VALUES[values])
+    path = _write(tmp_path, rows, reader)
+    (tmp_path / "t.jinja").write_text(FREE_TEMPLATE)
+    renderer = Renderer(load_template(str(tmp_path / "t.jinja"), None), {})
+    cols = ("messages",) + ((place,) if place in ("tools", "documents") else ())
+    batches = (jsonl_batches(path, 1000, list(cols)) if reader == "jsonl" else json_array_batches(path, 1000, list(cols)))
+    (b,) = list(batches)
+    texts = render_batch(b, Shape("chat", cols, templated=True), renderer, None, path, 0).texts
+    for v, text in zip(FREE_VALUES[values], texts):
+        want = (f"CALL={json.dumps(v)}" if place in CALL_FORMS else
+                f"{'TOOLS' if place == 'tools' else 'DOCS'}={json.dumps([{'k': v}])}")
+        assert want in text, text
