@@ -50,11 +50,15 @@ app = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True, pret
                   help="Alignment-aware sequence packing for Megatron THD training.")
 
 
-def _say_version(given: bool) -> None:
-    """`packtool --version`: the version a manifest records as packtool_version, then exit 0."""
+def _say_version(ctx: typer.Context, given: bool) -> None:
+    """`packtool --version`: the version a manifest records as packtool_version, then exit 0;
+    under --json (either side of it) as the one JSON object every --json run prints."""
     if given:
         from packtool import __version__
-        print(f"packtool {__version__}")
+        if getattr(ctx.find_root().command, "json_out", False):
+            print(json.dumps(with_notes({"packtool_version": __version__})))
+        else:
+            print(f"packtool {__version__}")
         raise typer.Exit(0)
 
 

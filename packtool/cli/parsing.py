@@ -36,11 +36,22 @@ class _ParsedHere:
         self._refuse_flag_as_value(ctx, args)
         try:
             if not isinstance(self, TyperGroup):  # a subcommand's words (the group's: its command's)
+                self._refuse_json_it_lacks(ctx, args)
                 args = in_place(ctx, self.get_params(ctx), args)
             return super().parse_args(ctx, args)
         except click_exceptions.UsageError as e:
             e.ctx = e.ctx or ctx
             raise
+
+    def _refuse_json_it_lacks(self, ctx, args: list[str]) -> None:
+        """--json is global (README: either side of the subcommand): one without it (train) is
+        refused for it wherever it stands, not for whichever unknown flag click meets first."""
+        if "--json" in (args[:args.index("--")] if "--" in args else args):  # after --: a word
+            opts = [o for p in self.get_params(ctx) for o in getattr(p, "opts", ())]
+            if "--json" not in opts:
+                import difflib
+                raise click_exceptions.NoSuchOption("--json", possibilities=difflib.get_close_matches(
+                    "--json", [o for o in opts if o.startswith("--")]), ctx=ctx)
 
     def _refuse_flag_as_value(self, ctx, args: list[str]) -> None:
         opts = {o: p for p in self.get_params(ctx) if p.param_type_name == "option"
@@ -73,12 +84,12 @@ class Commands(_ParsedHere, TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         given = list(sys.argv[1:] if args is None else args)
-        json_out = "--json" in given
+        json_out = self.json_out = "--json" in given  # --version's callback asks (app._say_version)
         reset(next((a for a in given if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
         Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
         try:
-            argv = self._json_after_command(given)
+            argv = self._json_after_command(given, prog_name)
             with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
                 rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
@@ -100,18 +111,20 @@ class Commands(_ParsedHere, TyperGroup):
         sys.exit(code)
 
 
-    def _json_after_command(self, argv: list[str]) -> list[str]:
+    def _json_after_command(self, argv: list[str], prog_name: str | None = None) -> list[str]:
         """`packtool --json pack ...` as `packtool pack --json ...` (as --debug goes either
-        side): --json belongs to the subcommand, which takes it wherever the user put it. A
-        subcommand without --json (train) keeps click's one-line 'no such option'."""
+        side): --json belongs to the subcommand, which takes it wherever the user put it."""
         at = next((i for i, a in enumerate(argv) if a in self.commands), None)
         if at is None and "--json" in argv:  # no command: the error is about what is there instead
             rest = [a for a in argv if a != "--json"]
             if not rest:
-                raise click_exceptions.UsageError("Missing command.", ctx=self.context_class(self, info_name="packtool"))
+                import importlib  # the click typer runs on (failure.click_exceptions): its own errors' name
+                utils = importlib.import_module(click_exceptions.__name__.rpartition(".")[0] + ".utils")
+                name = prog_name or utils._detect_program_name()
+                raise click_exceptions.UsageError("Missing command.", ctx=self.context_class(self, info_name=name))
             return rest
         if at is None or "--json" not in argv[:at]:
             return argv
-        if not any("--json" in getattr(p, "opts", ()) for p in self.commands[argv[at]].params):
-            return argv
+        # moved for a subcommand without --json (train) too: it refuses it as it does after its
+        # name, naming its own --help and options, not the group's (`Possible options: --version`)
         return [a for a in argv[:at] if a != "--json"] + [argv[at], "--json"] + argv[at + 1:]
