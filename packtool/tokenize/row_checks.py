@@ -39,10 +39,18 @@ def check_column_types(batch: pa.RecordBatch, shape, path: str, first_row: int) 
                 flag=cli_flag("shape"), path=path, row=first_row + int(valid[0]) if valid.size else first_row)
 
 
+def _no_text(content) -> bool:
+    """null, "", or OpenAI content parts that join to "" (no part, or only text parts without
+    text: json_types makes a "" beside parts such a part); a non-text part is refused later."""
+    if isinstance(content, list):
+        return all(isinstance(b, dict) and b.get("type", "text") == "text" and not b.get("text") for b in content)
+    return content in (None, "")
+
+
 def null_message(m) -> bool:
-    """A chat turn without content (null, missing or "") and without a tool call: "" is the
-    same empty turn as null, trained on as "answer nothing"."""
-    return isinstance(m, dict) and m.get("content") in (None, "") and not (m.get("tool_calls") or m.get("tool_call"))
+    """A chat turn without content (null, missing, "" or empty parts) and without a tool call:
+    "" is the same empty turn as null, trained on as "answer nothing"."""
+    return isinstance(m, dict) and _no_text(m.get("content")) and not (m.get("tool_calls") or m.get("tool_call"))
 
 
 def refuse_null(what: str, path: str, row: int) -> None:
@@ -53,7 +61,7 @@ def refuse_null(what: str, path: str, row: int) -> None:
 
 def turn_keys(turns, j: int) -> list[str]:
     m = (turns or [None] * (j + 1))[j]
-    return [k for k, v in m.items() if v not in (None, "")] if isinstance(m, dict) else []
+    return [k for k, v in m.items() if not _no_text(v)] if isinstance(m, dict) else []
 
 
 def refuse_keys(column: str, j: int, keys: list[str], key: str, path: str, row: int,

@@ -155,3 +155,20 @@ def test_free_form_values_reach_the_template_as_written(tmp_path, place, values,
         want = (f"CALL={json.dumps(v)}" if place in CALL_FORMS else
                 f"{'TOOLS' if place == 'tools' else 'DOCS'}={json.dumps([{'k': v}])}")
         assert want in text, text
+
+
+EMPTY = {"empty string": "", "null": None, "no parts": [], "empty text part": [{"type": "text", "text": ""}],
+         "null text part": [{"type": "text", "text": None}]}
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+@pytest.mark.parametrize("turn", [0, 1])
+@pytest.mark.parametrize("empty", sorted(EMPTY))
+def test_empty_content_of_any_form_is_named(tmp_path, empty, turn, reader):
+    """An empty turn is refused (or skipped, counted) whatever form its content takes, also beside
+    parts in other turns (a "" then becomes an empty text part): never packed as "answer nothing"."""
+    rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
+    rows[1]["messages"][turn]["content"] = EMPTY[empty]
+    path = _write(tmp_path, rows, reader)
+    with pytest.raises(PacktoolError, match=rf"row 1: messages\[{turn}\]\.content is null, missing or empty"):
+        _render(path, reader, "turns")
