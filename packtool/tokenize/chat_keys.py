@@ -53,7 +53,7 @@ def unrendered_turn_keys(turns, kind: str, use: KeyUse) -> list[str]:
     as `messages[].thinking`."""
     read = _READ[kind]
     col = "messages" if kind == "chat" else "conversations"
-    keys = {k for m in turns or () if isinstance(m, dict) for k, v in m.items() if v is not None}
+    keys = {k for m in turns or () if isinstance(m, dict) for k, v in m.items() if v is not None and v != ""}
     return [f"{col}[].{k}" for k in sorted(keys - read) if kind == "sharegpt" or not use.renders(k)]
 
 

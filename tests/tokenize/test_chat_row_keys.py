@@ -154,3 +154,11 @@ def test_sharegpt_weight_zero_and_function_call():
     row["conversations"][1]["value"] = "not json"
     with pytest.raises(PacktoolError, match=r"conversations\[1\] is a function_call whose value is not"):
         _render_shape("sharegpt", [row])
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_key_without_text_is_not_counted(value):
+    """A key every exporter writes empty (`"name": ""`, or Arrow's null for a key of other rows)
+    leaves nothing out."""
+    rb = _render(load_template("chatml", None), [{"messages": _conv({"name": value, "refusal": value})}])
+    assert rb.unrendered == {}
