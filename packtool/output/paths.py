@@ -124,6 +124,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name such as "
                                   f"{_example(flag)}", path=shown, flag=flag)
+    refuse_folder_form(shown, flag)  # a folder not there yet: its spelling says it
     for inp in inputs:
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
             raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
@@ -145,8 +146,21 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     return p
 
 
+def refuse_folder_form(path: str, flag: str) -> None:
+    """A file flag's path that ends in a separator, `/.` or `/..` names a folder (POSIX resolves
+    `newdir/` only to a directory): `resolve`'s abspath would drop that ending and write a FILE
+    named `newdir`, another name than the user gave. A folder flag (pack -o, train --save)
+    never calls this: there the ending says what it names."""
+    seps = tuple(os.sep + (os.altsep or ""))
+    ending = path[-1] if path.endswith(seps) else os.path.basename(path) \
+        if os.path.basename(path) in (".", "..") else None
+    if ending:
+        raise PacktoolOutputError(f"ends with {ending!r}, which names a folder; {flag} names a file: give a file "
+                                  f"name such as {_example(flag)}", path=path, flag=flag)
+
+
 def _example(flag: str) -> str:
-    return {"html": "report.html", "output": "plan.parquet"}.get(flag.lstrip("-"), "out.bin")
+    return {"html": "report.html", "output": "plan.parquet", "json-log": "train.jsonl", "json_log": "train.jsonl"}.get(flag.lstrip("-"), "out.bin")
 
 
 def temp_name(p: str) -> str:
@@ -200,5 +214,5 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",
-           "refuse_foreign_files", "refuse_special_input", "refuse_uri", "resolve", "resolve_folder",
+           "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "resolve", "resolve_folder",
            "temp_name", "temp_target"]
