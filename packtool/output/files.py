@@ -11,7 +11,7 @@ docs/DESIGN.md ("Who writes where") is the prose.
 """
 from __future__ import annotations
 
-from packtool.output.lock import open_lock, unlink_if_same
+from packtool.output.lock import lock_owner, lock_text, open_lock, unlink_if_same
 from packtool.output.paths import (
     SPILL_TAG,
     TMP_TAG,
@@ -42,7 +42,7 @@ from packtool.output.writes import (
 )
 
 __all__ = ["NEW_FILE_MODE", "SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind",
-           "kind_name", "make_parents", "make_temp_dir", "nearest_existing", "open_append", "open_exclusive",
+           "kind_name", "lock_owner", "lock_text", "make_parents", "make_temp_dir", "nearest_existing", "open_append", "open_exclusive",
            "open_lock", "publish", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "remove_created",
            "resolve", "resolve_folder", "share_as_mkdir", "sweep_temps", "temp_name", "temp_target",
            "unlink_if_same", "write_file"]

@@ -30,6 +30,8 @@ from packtool.output.files import (
     make_parents,
     make_temp_dir,
     nearest_existing,
+    lock_owner,
+    lock_text,
     open_lock,
     remove_created,
     resolve,
@@ -141,7 +143,7 @@ def _take_lock(output: str, shown: str) -> _Held:
             os.close(fd)
             raise
         try:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            owner = lock_owner(fd)
         finally:
             os.close(fd)
         raise PacktoolOutputError(f"another packtool pack (pid {owner}) is writing this output; "
@@ -155,7 +157,7 @@ def _take_lock(output: str, shown: str) -> _Held:
         os.close(fd)
         return _take_lock(output, shown)
     os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    os.pwrite(fd, lock_text(), 0)  # the proof a later run reopens it on (output.lock)
     return _Held(fd, path, 1, made)
 
 

@@ -111,7 +111,8 @@ def test_a_hard_link_or_foreign_file_as_lock_is_refused(proj):
 
 
 def test_a_stale_lock_of_a_dead_run_is_taken(proj):
-    (proj / ".packed.packtool.lock").write_text(f"{_dead_pid()}\n")
+    from packtool.output.lock import lock_text
+    (proj / ".packed.packtool.lock").write_bytes(lock_text(_dead_pid()))
     r = runner.invoke(app, pack_args("-o", "packed"))
     assert r.exit_code == 0, r.stdout + r.stderr
     assert not os.path.lexists(lock_path(str(proj / "packed")))
