@@ -40,9 +40,9 @@ from typing import Any, Sequence
 import numpy as np
 from torch.utils.data import Dataset
 
-from packtool.errors import PacktoolConfigError, PacktoolIndexError, PacktoolInputError
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.layout import shift_like_labels
-from packtool.params import checked
+from packtool.params import checked, position
 from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
@@ -58,9 +58,8 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
     """Slab indices in the order a consumer reads them. `rank` given: that rank's slabs;
     None: every rank's, interleaved in runs of `per_device_batch` (run k of rank 0, of rank
     1, ...), which is how accelerate deals a sequential sampler's batches to ranks."""
-    if world_size < 1 or per_device_batch < 1:
-        raise PacktoolInputError(f"world_size ({world_size}) and per_device_batch "
-                                 f"({per_device_batch}) must be >= 1")
+    rank, world_size, per_device_batch = (checked(k, v) for k, v in (
+        ("rank", rank), ("world_size", world_size), ("per_device_batch", per_device_batch)))  # rank=True is no rank
     if rank is not None and not 0 <= rank < world_size:
         raise PacktoolInputError(f"rank {rank} out of range for world_size {world_size}")
     n = len(index)
@@ -183,13 +182,26 @@ class SlabDataset(Dataset):
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
         _fsspec_can_read(self.path)
         full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)
-        cols = ["input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded", *(c.name for c in self.side_columns)]
-        return full.select_columns(cols).select(self.order)
+        return full.select_columns(list(self._columns())).select(self.order)
 
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        if not -len(self) <= i < len(self):
-            raise PacktoolIndexError(f"slab {i} out of range: the dataset holds {len(self)} slabs; "
-                                     f"index 0..{len(self) - 1} (or from -{len(self)})", path=self.path)
+    def __getitem__(self, i: int | slice) -> dict:
+        """Slab `i` (an integer, negative from the end; params.position) as a dict of arrays;
+        a slice, as `datasets.Dataset` answers one (`to_hf()[1:3]`): a dict of lists, one
+        value per slab."""
+        if isinstance(i, slice):
+            try:
+                span = range(*i.indices(len(self)))
+            except (TypeError, ValueError) as e:  # ds[1.5:], ds[::0]
+                raise PacktoolInputError(f"SlabDataset[{i.start}:{i.stop}:{i.step}]: {e}; a slice takes "
+                                         f"integers and a nonzero step", path=self.path) from None
+            items = [self._item(j) for j in span]
+            return {k: [it[k] for it in items] for k in (items[0] if items else self._columns())}
+        return self._item(position("i", i, len(self), "slab", path=self.path))
+
+    def _columns(self) -> tuple[str, ...]:
+        return ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded", *(c.name for c in self.side_columns))
+
+    def _item(self, i: int) -> dict[str, np.ndarray]:
         row = self._read().row(int(self.order[i]))
         # copies: the reader's arrays are views of a row group it may evict before collation
         return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),

@@ -31,6 +31,9 @@ RANGES = {
     "row_group_cache": (1, INT32_MAX, False), "dp_rank": (0, INT32_MAX, False), "dp_size": (1, INT32_MAX, False),
     "cp_rank": (0, MAX_DEGREE, False), "cp_size": (1, MAX_DEGREE, True), "grad_accum": (1, INT32_MAX, False),
     "micro_batch_tokens": (1, INT64_MAX, True),
+    # PackedSlabDataset.plan / steps: an epoch and global step numbers (resume), a step budget
+    "epoch": (0, INT64_MAX, False), "first_step": (0, INT64_MAX, False), "start_step": (0, INT64_MAX, False),
+    "max_steps": (0, INT64_MAX, True),
 }
 PATHS = {"directory": False, "output": True, "cache_dir": True, "source_dir": True, "path": True,
          "tokenizer": True, "chat_template": True}
@@ -109,6 +112,28 @@ def checked(name: str, value, error: type[PacktoolError] = PacktoolInputError):
     raise KeyError(name)  # a bug: every argument checked here has a rule
 
 
+def position(name: str, value, size: int, what: str, **where) -> int:
+    """`value`, an index into `size` items (`what`: "slab"), as the int it stands for: an
+    integer (numpy's too, anything with __index__; not a bool, whose True would be item 1, nor a
+    float), negative counted from the end as Python's sequences count. A wrong kind is a
+    PacktoolInputError, a position out of range a PacktoolIndexError (also an IndexError: it
+    ends iteration over the sequence as Python's own does); `where`: the error's path."""
+    import operator
+
+    from packtool.errors import PacktoolIndexError
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        i = operator.index(value)
+    except TypeError:
+        raise PacktoolInputError(f"{name} must be an integer {what} index (numpy integers too; not a bool or "
+                                 f"float), got {_got(value)}", **where) from None
+    if not -size <= i < size:
+        span = f"index 0..{size - 1} (or from -{size})" if size else "it has none to index"
+        raise PacktoolIndexError(f"{what} {i} out of range: there are {size} {what}s; {span}", **where)
+    return i % size
+
+
 def arguments(**values) -> list:
     """The values checked, in the order given: `a, b = arguments(a=a, b=b)`."""
     return [checked(k, v) for k, v in values.items()]
@@ -145,4 +170,4 @@ def expect(value, cls: type, func: str, param: str, optional: bool = False):
 
 
 __all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "names",
-           "path", "switch", "text"]
+           "path", "position", "switch", "text"]

@@ -38,7 +38,7 @@ from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 from packtool.align import Alignment
 from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
-from packtool.params import checked
+from packtool.params import checked, position
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -118,6 +118,7 @@ class PackedSlabDataset:
                                      path=path)
 
     def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
+        epoch, first_step = checked("epoch", epoch), checked("first_step", first_step)  # True is no epoch
         return plan_epoch(self.index, self.align, self.dp_size, self.dp_rank, epoch, self.seed,
                           self.grad_accum, self.budget, self.planned, first_step)
 
@@ -127,7 +128,8 @@ class PackedSlabDataset:
     def load(self, mb: list[int]) -> ThdBatch | None:
         if not mb:
             return None
-        rows = [self.reader.row(i) for i in mb]
+        # slab numbers of the output (a plan's micro-batch): each an integer in range, negative from the end
+        rows = [self.reader.row(position("mb", i, len(self.index), "slab", path=self.manifest.path)) for i in mb]
         fills = {c.name: c.fill for c in self.reader.side_columns}
         m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None,
                         side_fill=fills)
@@ -137,6 +139,7 @@ class PackedSlabDataset:
 
     def steps(self, start_step: int = 0, max_steps: int | None = None) -> Iterator[Step]:
         """Steps forever (epoch after epoch) from global step `start_step` (resume)."""
+        start_step, max_steps = checked("start_step", start_step), checked("max_steps", max_steps)
         step, epoch, done = 0, 0, 0
         while max_steps is None or done < max_steps:
             plans = self.plan(epoch, first_step=step)
