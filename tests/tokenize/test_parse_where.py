@@ -50,7 +50,7 @@ INPUTS = {
     "json bad element": ("d.json", _text(b'[{"a": 1},\n {"a": }]\n'), "line 2", "row 1"),
     "json not an object": ("d.json", _text(b'[{"a": 1}, 5]'), None, "row 1"),
     "json not closed": ("d.json", _text(b'[{"a": 1},\n{"a": 2}\n'), "line 3", "row 2"),
-    "json mixed types": ("d.json", _text(b'[{"a": 1}, {"a": "x"}]'), None, "rows 0..1"),
+    "json mixed types": ("d.json", _text(b'[{"a": 1}, {"a": "x"}]'), None, "row 1"),
     "parquet bad row group": ("d.parquet", _corrupt_parquet, None, "rows 100..199"),
     "arrow cut short": ("d.arrow", _truncated_arrow, None, "after row 99"),
 }
