@@ -120,6 +120,7 @@ def read_manifest(directory: str) -> dict:
                           f"a pack wrote (pack's output=, `packtool pack -o`)")
     path = manifest_file(directory)
     if path is None:
+        _refuse_manifest_kind(directory)
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
     from packtool.storage import read_small
@@ -128,6 +129,18 @@ def read_manifest(directory: str) -> dict:
     except OSError as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
     return parse_manifest(data, path)
+
+
+def _refuse_manifest_kind(directory: str) -> None:
+    """A manifest name there that is no regular file (manifest_file takes only those): a FIFO,
+    a folder, a link to nothing is said by its kind (output.paths, as inputs are), not "no
+    manifest"; never opened (a FIFO with no writer blocks). The older plain name is not: data
+    folders hold files of that name of their own (manifest_name.packtool_made)."""
+    there = os.path.join(directory, MANIFEST)
+    if os.path.lexists(there):
+        from packtool.output.paths import describe_kind
+        raise FormatError(f"{there}: is {describe_kind(there)}, not a regular file; a manifest is the file "
+                          f"`packtool pack` writes: re-run `packtool pack`")
 
 
 def store_manifest_bytes(loc) -> bytes:
