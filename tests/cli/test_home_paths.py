@@ -44,7 +44,7 @@ def test_every_parameter_is_classified_path_or_not():
 
 def _argv(cmd, param) -> list[str]:
     args = list(BASE[cmd])
-    if param.param_type_name == "argument" and param.name != "more":
+    if param.param_type_name == "argument":
         if cmd == "inspect" and param.name != "directory":
             args = []
         return [cmd, *("~/p" if a == "X" else a for a in args)]
@@ -52,8 +52,7 @@ def _argv(cmd, param) -> list[str]:
         args = []
     if cmd == "plan" and param.name == "lengths":
         return [cmd, "--lengths", "~/p"]
-    extra = ["~/p"] if param.name == "more" else [param.opts[0], "~/p"]
-    return [cmd, *args, *extra]
+    return [cmd, *args, param.opts[0], "~/p"]
 
 
 CASES = [(cmd, name) for cmd, names in PATH_PARAMS.items() for name in sorted(names)]
