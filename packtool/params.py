@@ -122,12 +122,12 @@ def position(name: str, value, size: int, what: str, **where) -> int:
 
     from packtool.errors import PacktoolIndexError
     try:
-        if isinstance(value, (bool, np.bool_)):
-            raise TypeError
-        i = operator.index(value)
+        i = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
     except TypeError:
+        i = None
+    if i is None:
         raise PacktoolInputError(f"{name} must be an integer {what} index (numpy integers too; not a bool or "
-                                 f"float), got {_got(value)}", **where) from None
+                                 f"float), got {_got(value)}", **where)
     if not -size <= i < size:
         span = f"index 0..{size - 1} (or from -{size})" if size else "it has none to index"
         raise PacktoolIndexError(f"{what} {i} out of range: there are {size} {what}s; {span}", **where)
