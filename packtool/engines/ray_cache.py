@@ -12,6 +12,7 @@ under the same fingerprint, so either engine reuses what the other built.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from packtool.tokenize.cache import (
 )
 from packtool.storage import file_stat, is_uri, join_uri, locate
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
+from packtool.tokenize.chat_keys import merge, say_unrendered
 from packtool.tokenize.checksum import both_digests, sha256_file
 from packtool.tokenize.store_cache import commit_entry
 from packtool.tokenize.pipeline import all_skipped_error
@@ -56,6 +58,7 @@ BLOCK_SCHEMA = pa.schema([
     ("part_file", pa.list_(pa.string())), ("part_rows", pa.list_(pa.int64())),
     ("part_tokens", pa.list_(pa.int64())),
     ("part_bytes", pa.list_(pa.int64())), ("part_xxh3", pa.list_(pa.string())),  # cache.json records
+    ("unrendered", pa.string()),  # the block's chat keys its template does not render (chat_keys), JSON
 ])
 
 
@@ -70,6 +73,7 @@ class BlockTable:
     loss: int              # kept rows' loss tokens
     parts: list            # [{"file", "rows", "tokens"}] sorted by name (= first row)
     records: dict          # part file -> its cache.json record (bytes, xxh3-128), hashed by its task
+    unrendered: list       # per file: chat key -> [rows, first row] (chat_keys), said and kept as locally
 
 
 def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
@@ -104,8 +108,12 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
     parts = [{"file": f, "rows": int(r), "tokens": int(k)} for f, r, k, _, _ in zip(*cols)]
     records = {f: {"bytes": int(b), CHECKSUM_ALG: x} for f, _, _, b, x in zip(*cols)}
     o = np.argsort(bad_row, kind="stable")
+    unrendered: list = [{} for _ in range(n_files)]
+    for f, said in zip(t.column("fi").to_pylist(), t.column("unrendered").to_pylist()):
+        merge(unrendered[f], json.loads(said) if said else {})
     return BlockTable(base, bad_row[o], bad_kind[o], bad_fi[o], int(t.column("tokens").to_numpy().sum()),
-                      int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]), records)
+                      int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]), records,
+                      unrendered)
 
 
 def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None) -> pa.Table:
@@ -135,6 +143,9 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
                                lambda path, name: upload_file(path, locate(join_uri(entry, DATA_DIR, name))))
     length = batch.column("length").to_numpy()
     loss = batch.column("loss").to_numpy()
+    unrendered: dict = {}
+    for said in batch.column("unrendered").drop_null().to_pylist():
+        merge(unrendered, json.loads(said))
     return pa.table({
         "fi": pa.array([int(fi_all[0]) if fi_all.size else 0], pa.int32()),
         "first_row": pa.array([int(rows_all[0]) if rows_all.size else 0], pa.int64()),
@@ -145,6 +156,7 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
         "bad_kind": pa.array([bad[~keep].tolist()], pa.list_(pa.int8())),
         **{f"part_{k}": pa.array([[p[k] for p in parts]], BLOCK_SCHEMA.field(f"part_{k}").type)
            for k in ("file", "rows", "tokens", "bytes", "xxh3")},
+        "unrendered": pa.array([json.dumps(unrendered) if unrendered else None], pa.string()),
     }, schema=BLOCK_SCHEMA)
 
 
@@ -293,6 +305,9 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
                                 "mtime_ns": mtime, "format": f.kind,
                                 "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": int(file_base[fi + 1] - file_base[fi])})
+            if bt.unrendered[fi]:  # as the local engine: said, and kept for a run that reuses the cache
+                say_unrendered(f.path, bt.unrendered[fi], job.template.name if job.template else None)
+                inputs_meta[-1]["unrendered"] = bt.unrendered[fi]
         meta = {
             "format": CACHE_FORMAT, "version": CACHE_VERSION, "columns": _COLUMNS,
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),

@@ -41,6 +41,7 @@ from packtool.output.folder import check_cache_dir
 from packtool.params import arguments
 from packtool.notes import from_ray_workers, listen_to_ray_workers
 from packtool.tokenize.cache import TokenizedCache
+from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.storage import is_uri, locate
 from packtool.tokenize.request import resolve_cache
@@ -181,6 +182,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
     hashes = InputHashes()  # the inputs are read by tasks, never by the driver
     r = resolve_cache(inputs, cfg, cache_dir, digest=hashes)
     if r.existing is not None:
+        say_stored(r.existing.meta, r.template)  # its notes, as when it was built
         return r.existing
     if cfg.side_columns or cfg.support_columns:
         # side columns come only with pre-tokenized rows, whose ingest is a columnar copy into

@@ -10,6 +10,7 @@ rows with `__fi`/`__row`; the tokenize UDF is fused into the same task by Ray Da
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,6 +42,9 @@ TOKENIZED_SCHEMA = pa.schema([
     ("fi", pa.int32()),        # index into the resolved input files
     ("file_row", pa.int64()),  # row inside that file
     ("bad", pa.int8()),
+    # chat keys the template does not render (chat_keys): a rendered batch's counts, as JSON,
+    # on its first row (null elsewhere); the driver says them per file, as the local engine does
+    ("unrendered", pa.string()),
 ])
 
 
@@ -180,12 +184,15 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
     tok, info, renderer = state
     f, shape, cfg = job.files[fi], job.shapes[fi], job.cfg
     first_row = int(rows[0]) if rows.size else 0
+    unrendered = [None] * int(rows.size)
     if shape.kind == "tokens":
         enc = _tokens_batch(raw, shape, info.vocab_size if info else None, f.path, first_row)
     else:
         rendered = render_batch(raw, shape, renderer, cfg.prompt_separator, f.path, first_row,
                                 skip_null=cfg.on_empty == "skip")
         enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
+        if rendered.unrendered and unrendered:
+            unrendered[0] = json.dumps(rendered.unrendered)
     bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
     keep = bad == OK
     if job.check_lengths is not None:
@@ -200,5 +207,5 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
         pa.ListArray.from_arrays(offs, pa.array(mask, pa.uint8())),
         pa.array(lens), pa.array(loss.astype(np.int64)),
         pa.array(np.full(lens.size, fi, np.int32)), pa.array(rows.astype(np.int64)),
-        pa.array(bad),
+        pa.array(bad), pa.array(unrendered, pa.string()),
     ], schema=TOKENIZED_SCHEMA)

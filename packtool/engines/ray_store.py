@@ -19,6 +19,7 @@ from __future__ import annotations
 from packtool.notes import note
 from packtool.storage import is_file, join_uri, locate, shown
 from packtool.tokenize.cache import TokenizedCache, cache_problem, file_problem
+from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.request import resolve_cache
 from packtool.tokenize.store_cache import ENTRY_META
@@ -57,7 +58,9 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
     if is_file(join_uri(r.final, ENTRY_META)):
         problem = cache_problem(r.final, r.fingerprint, check=check_on_ray)
         if problem is None:
-            return r.this_run(TokenizedCache(r.final, reused=True))
+            cache = r.this_run(TokenizedCache(r.final, reused=True))
+            say_stored(cache.meta, r.template)  # its notes, as when it was built
+            return cache
         note(f"tokenized cache {shown(r.final)} is damaged ({problem}); rebuilding it from the inputs")
         locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
     if cfg.side_columns or cfg.support_columns:

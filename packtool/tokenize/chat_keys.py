@@ -114,3 +114,9 @@ def chat_row(shape, row: tuple, path: str, row_no: int, use: KeyUse):
     row_keys = {k: v for k, v in row_keys.items() if v is not None}
     left = unrendered_turn_keys(raw, shape.kind, use) + [k for k in row_keys if not use.renders(k)]
     return msgs, skip, row_keys, left
+
+
+def say_stored(meta: dict, template) -> None:
+    """A reused cache's notes (cache.json keeps each file's counts): said as when it was built."""
+    for rec in meta.get("inputs", ()):
+        say_unrendered(rec["path"], rec.get("unrendered") or {}, template.name if template else None)

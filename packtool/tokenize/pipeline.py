@@ -30,7 +30,7 @@ from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
-from packtool.tokenize.chat_keys import merge, say_unrendered
+from packtool.tokenize.chat_keys import merge, say_stored, say_unrendered
 from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, encode_rendered, start_encode
@@ -107,8 +107,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
         r = replace(r, existing=reusable_cache(r.final, r.fingerprint))
         damaged = r.existing is None
     if r.existing is not None:
-        for rec in r.existing.meta.get("inputs", ()):
-            say_unrendered(rec["path"], rec.get("unrendered") or {}, r.template.name if r.template else None)
+        say_stored(r.existing.meta, r.template)
         if store:
             push_entry(store, r.final)
         return r.existing

@@ -264,3 +264,23 @@ def test_side_columns_on_ray_are_the_local_bytes(tmp_path, shard_rows):
              plan_shard_rows=shard_rows)
     _same_files(str(tmp_path / "l"), str(tmp_path / "r"))
     assert check_output(str(tmp_path / "r"), ids, lp, sup) > 0
+
+
+def test_unrendered_chat_keys_are_said_as_locally(tmp_path):
+    """S33-7 on Ray: the chat keys the template does not render are counted over every block
+    and said in the local engine's note, kept in cache.json and said again when it is reused."""
+    from packtool import notes
+    data = tmp_path / "d.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"Q{i}"},
+                          {"role": "assistant", "content": f"A{i}", **({"thinking": "T"} if i % 3 else {})}],
+             **({"tools": [{"type": "function", "function": {"name": "f"}}]} if i == 7 else {})} for i in range(40)]
+    data.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    cfg = TokenizeConfig(tokenizer=GPT2, chat_template="chatml", batch_size=8)
+    pk, al = PackingConfig("bfd", seed=1), Alignment(capacity=1024)
+    said = []
+    for run, (fn, cache) in enumerate([(pack, "c1"), (pack_ray, "c2"), (pack_ray, "c2")]):
+        start = notes.mark()
+        fn([str(data)], al, pk, cfg, output=str(tmp_path / f"o{run}"), cache_dir=str(tmp_path / cache))
+        said.append([n for n in notes.since(start) if "does not render these keys" in n])
+    assert said[0] == said[1] == said[2] and len(said[0]) == 1, said
+    assert "messages[].thinking (26 rows, first row 1); tools (1 row, first row 7)" in said[0][0]
