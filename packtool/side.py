@@ -35,7 +35,7 @@ RESERVED = frozenset((
     "singleton", "slab_index", "dp_rank", "step", "microbatch",
     "labels", "position_ids", "attention_mask", "tokens", "max_seqlen", "text", "prompt", "response", "messages",
 ))
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a Parquet column, a batch key and a CLI list item
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")  # a Parquet column, a batch key and a CLI list item
 
 
 @dataclass(frozen=True)

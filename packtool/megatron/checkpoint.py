@@ -20,7 +20,7 @@ import torch
 from packtool.errors import PacktoolConfigError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.megatron.model import GPTShape
 
-CKPT = re.compile(r"^mp_rank_\d{2,}\.pt$")
+CKPT = re.compile(r"^mp_rank_\d{2,}\.pt\Z", re.ASCII)  # \Z: `$` would take a name ending in a newline
 KEYS = ("model", "optimizer", "step", "shape", "tp")  # what save_checkpoint writes, flags aside
 
 

@@ -19,7 +19,7 @@ import stat
 from packtool.errors import PacktoolOutputError, arg
 from packtool.output.writes import NEW_FILE_MODE
 
-_LOCK_TEXT = re.compile(rb"^packtool lock, pid (\d+)\n$")
+_LOCK_TEXT = re.compile(rb"^packtool lock, pid (\d+)\n\Z")  # \Z: `\n$` would take a second newline
 _MAX = 64  # longer than any lock_text: what a reopen reads
 
 

@@ -169,7 +169,7 @@ def temp_name(p: str) -> str:
     return os.path.join(folder, f".{name}.{TMP_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
 
 
-_TEMP = re.compile(rf"^\.(.+)\.{TMP_TAG}-\d+-[0-9a-f]+$")
+_TEMP = re.compile(rf"^\.(.+)\.{TMP_TAG}-\d+-[0-9a-f]+\Z")  # \Z: a name ending in a newline is no temporary
 
 
 def temp_target(name: str) -> str | None:

@@ -24,8 +24,9 @@ def output_names(name: str) -> bool:
     return is_output_file(name) or is_partial_shard_name(name) or is_output_file(temp_target(name) or "")
 
 
-SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)$").match
-_ENTRY = re.compile(r"^(?:cache\.json|data|flat|side|\.?stage-\d+)$")
+# every recognizer below ends in \Z: `$` also matches before a final newline ("data\n" is no entry)
+SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)\Z").match
+_ENTRY = re.compile(r"^(?:cache\.json|data|flat|side|\.?stage-\d+)\Z")
 
 
 def entry_names(name: str) -> bool:
@@ -33,8 +34,8 @@ def entry_names(name: str) -> bool:
     return bool(_ENTRY.match(name) or _ENTRY.match(temp_target(name) or ""))
 
 
-FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)$").match
-CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)$").match  # verify's own cache
+FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)\Z").match
+CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)\Z").match  # verify's own cache
 
 
 # A folder in the exact form packtool's mkdtemp gives (its tag, its pid, mkdtemp's 8 random
@@ -42,7 +43,7 @@ CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*
 # without a marker go (output.leftovers.judge). A user's `packtool-results-1-x` stays.
 _MADE = re.compile(r"(?:(?:^packtool-(?:tmp|spill|part|shard)|\.packtool-(?:tmp|spill)|^\.tmp-[0-9a-f]{1,12}"
                    r"|^\.pull-[0-9a-f]{0,12}|^\.verify-source|^flat\.tmp)-(\d+)-[a-z0-9_]{8}(?:\.old)?"
-                   r"|^[0-9a-f]+\.damaged-(\d+))$")
+                   r"|^[0-9a-f]+\.damaged-(\d+))\Z")
 
 
 def made_pid(name: str) -> int | None:
@@ -53,7 +54,7 @@ def made_pid(name: str) -> int | None:
 
 def _stale_pattern(out: str) -> re.Pattern:
     name = re.escape(os.path.basename(out))
-    return re.compile(rf"^\.{name}\.(?:({TMP_TAG})|{SPILL_TAG})-(\d+)(?:-[^/]*?)?(\.old)?$")
+    return re.compile(rf"^\.{name}\.(?:({TMP_TAG})|{SPILL_TAG})-(\d+)(?:-[^/]*?)?(\.old)?\Z")
 
 
 def clean_stale(output: str, cache_root: str | None = None) -> int:
@@ -131,7 +132,7 @@ def clean_system_temp() -> int:
 
 
 _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-\d+-")  # tokenize.pipeline, engines.ray_cache
-_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-\d+$")  # tokenize.request.discard_cache
+_CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-\d+\Z")  # tokenize.request.discard_cache
 _VERIFY_TMP = re.compile(r"^\.verify-source-\d+-")  # verification.source
 _PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-\d+-")  # tokenize.store_cache: an entry being pulled
 _FLAT_TMP = re.compile(r"^flat\.tmp-\d+")  # tokenize.flat_tokens.build_flat_tokens

@@ -32,11 +32,13 @@ INTENT_BYTES = 256 << 20  # an intent lists shard names: as many as a manifest a
 # every shard name packtool writes: `slabs-NNNNN.parquet`, or with the 12-hex id of an
 # object-store run writing beside an earlier output (output/store.py) `slabs-RUN-NNNNN.parquet`;
 # a local folder holds the latter when it mirrors such a prefix (`aws s3 sync`)
-_SHARD_NAME = re.compile(r"^slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet$")
-_RUN_ID = re.compile(r"^[0-9a-f]{12}$")
+# Matched whole (`fullmatch`): `$` would also take a name ending in a newline, which the
+# documented `*.parquet` globs miss; ASCII: `\d` would take any Unicode digit, not the NNNNN written
+_SHARD_NAME = re.compile(r"slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet", re.ASCII)
+_RUN_ID = re.compile(r"[0-9a-f]{12}")
 SHARD_FORMS = "slabs-NNNNN.parquet or slabs-RUN-NNNNN.parquet"
 _PARTIAL = ".tmp"
-_INTENT = re.compile(rf"^{re.escape(PENDING_PREFIX)}([0-9a-f]{{12}})\.json$")
+_INTENT = re.compile(rf"{re.escape(PENDING_PREFIX)}([0-9a-f]{{12}})\.json")
 
 
 def shard_file(k: int, run: str | None = None) -> str:
@@ -44,7 +46,7 @@ def shard_file(k: int, run: str | None = None) -> str:
     object-store run's id, `new_run_id`) the name that run gives it beside an earlier output."""
     if run is None:
         return f"slabs-{k:05d}.parquet"
-    if not _RUN_ID.match(run):
+    if not _RUN_ID.fullmatch(run):
         raise ValueError(f"run id {run!r} is not 12 hex digits (a packtool bug)")
     return f"slabs-{run}-{k:05d}.parquet"
 
@@ -56,7 +58,7 @@ def new_run_id() -> str:
 
 def run_shard_file(name: str, run: str) -> str:
     """The plain shard `name` (`shard_file(k)`) under run id `run`."""
-    m = _SHARD_NAME.match(name)
+    m = _SHARD_NAME.fullmatch(name)
     if not m or m.group("run"):
         raise ValueError(f"{name!r} is not a plain shard name ({shard_file(0)}; a packtool bug)")
     return shard_file(int(m.group("k")), run)
@@ -67,7 +69,7 @@ def is_shard_name(name: str) -> bool:
     manifest may list (so every plain Parquet reader of the folder and the documented
     `*.parquet` globs read exactly the shards packtool's readers do), what `--overwrite` may
     delete, and what a sweep of a dead run's folder takes for packtool's."""
-    return bool(_SHARD_NAME.match(name))
+    return bool(_SHARD_NAME.fullmatch(name))
 
 
 is_output_shard_name = is_shard_name  # the name slabs.format re-exports (one rule, one function)
@@ -118,7 +120,7 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
 
 def intent_file(run: str) -> str:
     """The name of an object-store run's intent (output/store.py): `.packtool-pending-RUN.json`."""
-    if not _RUN_ID.match(run):
+    if not _RUN_ID.fullmatch(run):
         raise ValueError(f"run id {run!r} is not 12 hex digits (a packtool bug)")
     return f"{PENDING_PREFIX}{run}.json"
 
@@ -127,7 +129,7 @@ def parse_intent(name: str, data: bytes) -> dict[str, list[str]] | None:
     """The record of an intent packtool wrote ({"new": [...], "old": [...]}), or None when
     `name` and `data` are not one: a prefix name alone proves nothing, and a run deletes what
     an intent names, so it must name only shards (its "new" ones plain or its own run's)."""
-    m = _INTENT.match(name)
+    m = _INTENT.fullmatch(name)
     try:
         rec = json.loads(data)
     except ValueError:
@@ -138,7 +140,7 @@ def parse_intent(name: str, data: bytes) -> dict[str, list[str]] | None:
     if not (isinstance(new, list) and isinstance(old, list)
             and all(isinstance(x, str) and is_shard_name(x) for x in new + old)):
         return None
-    runs = {_SHARD_NAME.match(x).group("run") for x in new}
+    runs = {_SHARD_NAME.fullmatch(x).group("run") for x in new}
     return rec if runs <= {None, m.group(1)} else None
 
 
