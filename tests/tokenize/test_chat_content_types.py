@@ -120,10 +120,13 @@ CALL_FORMS = {
     "bare call": lambda args: {"tool_calls": [{"name": "f", "arguments": args}]},
     "tool_call": lambda args: {"tool_call": {"name": "f", "arguments": args}},
 }
-FREE_TEMPLATE = ("{%- if tools %}TOOLS={{ tools | tojson }}\n{% endif %}{%- if documents %}DOCS={{ documents | tojson }}\n"
-                 "{% endif %}{%- for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}CALL="
-                 "{{ c.function.arguments | tojson }}\n{% endfor %}{% else %}{{ m.role }}: {% if m.role == 'assistant' %}"
-                 "{% generation %}{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endif %}{% endfor %}")
+FREE_TEMPLATE = (
+    "{%- if tools %}TOOLS={{ tools | tojson }}\n{% endif %}"
+    "{%- if documents %}DOCS={{ documents | tojson }}\n{% endif %}"
+    "{%- for m in messages %}{% if m.tool_calls %}"
+    "{% for c in m.tool_calls %}CALL={{ c.function.arguments | tojson }}\n{% endfor %}"
+    "{% else %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+    "{% else %}{{ m.content }}{% endif %}\n{% endif %}{% endfor %}")
 
 
 def _free_rows(place: str, values) -> list[dict]:
@@ -148,7 +151,8 @@ def test_free_form_values_reach_the_template_as_written(tmp_path, place, values,
     (tmp_path / "t.jinja").write_text(FREE_TEMPLATE)
     renderer = Renderer(load_template(str(tmp_path / "t.jinja"), None), {})
     cols = ("messages",) + ((place,) if place in ("tools", "documents") else ())
-    batches = (jsonl_batches(path, 1000, list(cols)) if reader == "jsonl" else json_array_batches(path, 1000, list(cols)))
+    batches = (jsonl_batches(path, 1000, list(cols)) if reader == "jsonl"
+               else json_array_batches(path, 1000, list(cols)))
     (b,) = list(batches)
     texts = render_batch(b, Shape("chat", cols, templated=True), renderer, None, path, 0).texts
     for v, text in zip(FREE_VALUES[values], texts):
