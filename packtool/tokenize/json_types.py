@@ -134,9 +134,10 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                                  path=path) from None
 
 
-def block_table(block: bytes, path: str, first_line: int) -> pa.Table:
+def block_table(block: bytes, path: str, first_line: int, columns: list[str] | None = None) -> pa.Table:
     """A JSON Lines block (whole lines, UTF-8 and valid JSON checked) read in Python; lines count
-    from 1, as every JSON Lines error says."""
+    from 1, as every JSON Lines error says. Only `columns` (when given) are kept: a field of two
+    types in a column that is not read stops nothing."""
     rows, lines = [], []
     for i, raw in enumerate(block.split(b"\n")):
         if not raw.strip():
@@ -151,7 +152,7 @@ def block_table(block: bytes, path: str, first_line: int) -> pa.Table:
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"at line {first_line + i + 1}: the line is a JSON {_kind(obj)}, not an "
                                      f"object; write each line as one {{...}} object", path=path)
-        rows.append(obj)
+        rows.append(obj if columns is None else {c: obj[c] for c in columns if c in obj})
         lines.append(first_line + i + 1)
     batch = rows_batch(rows, path, lambda k: f"line {lines[k]}")
     return pa.Table.from_batches([batch])

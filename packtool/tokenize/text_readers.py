@@ -46,14 +46,15 @@ def _check_utf8(block: bytes, path: str, first_line: int) -> None:
             path=path) from None
 
 
-def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
+def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[str] | None = None) -> pa.Table:
     try:
         table = pajson.read_json(io.BytesIO(block),
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
         # JSON has no dates (a timestamp is Arrow's guess from strings), and a tool call's
-        # arguments must not get other rows' keys: json_types reads such a block
-        t = pa.struct(table.schema)
-        return block_table(block, path, first_line) if has_timestamp(t) or free_form(t) else table
+        # arguments must not get other rows' keys: json_types reads such a block (only for the
+        # columns read: a C4 row's unread "timestamp" keeps Arrow's speed)
+        t = pa.struct([f for f in table.schema if columns is None or f.name in columns])
+        return block_table(block, path, first_line, columns) if has_timestamp(t) or free_form(t) else table
     except pa.ArrowInvalid as e:
         # Find the offending line with the exact Python parser so the message can name it.
         lines = block.split(b"\n")
@@ -65,7 +66,7 @@ def _parse_json_block(block: bytes, path: str, first_line: int) -> pa.Table:
                     raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
                                              path=path) from None
         if "changed from" in str(e):  # valid JSON, a field of two types: json_types reads or names it
-            return block_table(block, path, first_line)
+            return block_table(block, path, first_line, columns)
         m = re.search(r"in row (\d+)", str(e))
         msg = " ".join(str(e).split()).replace("JSON parse error: ", "")
         if m:
@@ -127,7 +128,7 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                 if block.strip():
                     _check_utf8(block, path, lines_before)
                     check_json_depth(block, path, lines_before)
-                    table = _parse_json_block(block, path, lines_before)
+                    table = _parse_json_block(block, path, lines_before, columns)
                     if columns is not None:  # a key absent from a whole block reads as nulls
                         table = pa.table({c: table.column(c) if c in table.column_names
                                           else pa.nulls(table.num_rows) for c in columns})

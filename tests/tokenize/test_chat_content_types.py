@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from packtool.errors import PacktoolError
@@ -176,3 +177,27 @@ def test_empty_content_of_any_form_is_named(tmp_path, empty, turn, reader):
     path = _write(tmp_path, rows, reader)
     with pytest.raises(PacktoolError, match=rf"row 1: messages\[{turn}\]\.content is null, missing or empty"):
         _render(path, reader, "turns")
+
+
+def test_an_unread_date_column_keeps_arrows_reader(tmp_path, monkeypatch):
+    """A column not read (C4's "timestamp") does not send every block to Python; a read one does."""
+    from packtool.tokenize import text_readers
+    calls = []
+    monkeypatch.setattr(text_readers, "block_table", lambda *a: calls.append(a) or pa.table({"text": ["x"]}))
+    p = tmp_path / "c4.jsonl"
+    p.write_text(json.dumps({"text": "a document", "timestamp": "2019-04-25T12:57:54Z"}) + "\n")
+    assert list(jsonl_batches(str(p), 1000, ["text"]))[0].column("text").to_pylist() == ["a document"]
+    assert not calls
+    list(jsonl_batches(str(p), 1000, ["timestamp"]))
+    assert len(calls) == 1
+
+
+def test_an_unread_field_of_two_types_stops_nothing(tmp_path):
+    p = tmp_path / "d.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}], "meta": m}
+            for m in (1, "one")]
+    p.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    (b,) = list(jsonl_batches(str(p), 1000, ["messages"]))
+    assert b.num_rows == 2 and b.schema.names == ["messages"]
+    with pytest.raises(PacktoolError, match=r"at line 2: field meta is a JSON string here but a number at line 1"):
+        list(jsonl_batches(str(p), 1000, None))
