@@ -36,7 +36,7 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     from packtool.output.folder import refuse_inside_packed
     refuse_uri(d, "save")
     p = resolve_folder(d, "save")
-    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "save")
+    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "save", mine="checkpoint")  # its own folder only
     if os.path.lexists(p) and not os.path.isdir(p):
         raise PacktoolOutputError(f"exists and is not a folder; give a checkpoint folder as {arg('save')}",
                                   path=d, flag=cli_flag("save"))
@@ -49,7 +49,7 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
                                   f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
     refuse_foreign_files(p, d, "save", lambda n: bool(CKPT.match(n)))
     for n in there:
-        check_new_file(os.path.join(p, n), "save", replace=True)
+        check_new_file(os.path.join(p, n), "save", replace=True, mine="checkpoint")
     return p
 
 
@@ -58,7 +58,7 @@ def save_checkpoint(d: str, model, opt, step: int, shape: GPTShape, info, cfg) -
         return
     from packtool.output.files import write_file
     os.makedirs(d, exist_ok=True)
-    with write_file(ckpt_path(d, info.tp_rank), "save", replace=True) as f:
+    with write_file(ckpt_path(d, info.tp_rank), "save", replace=True, mine="checkpoint") as f:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
                     "shape": dataclasses.asdict(shape), "tp": info.tp,
                     "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)

@@ -137,11 +137,11 @@ def check_json_log(cfg: TrainConfig) -> bool:
     whether the log is appended to."""
     from packtool.output.files import check_log_file
     from packtool.output.folder import refuse_inside_packed
-    refuse_inside_packed(cfg.json_log, "json_log")
     ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if CKPT.match(n)] \
         if cfg.load and os.path.isdir(cfg.load) else []
     append = check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,
                             inputs=[*cfg.inputs, *ckpts], ours=_is_step_log)
+    refuse_inside_packed(cfg.json_log, "json_log")  # after: a checkpoint given as the log is "the input"
     refuse_inside_checkpoints(cfg)  # after: a checkpoint file given as the log is "the input"
     return append
 

@@ -61,11 +61,11 @@ class Terminated(SystemExit):
 
 # --- checks -----------------------------------------------------------------------------
 
-def refuse_inside_packed(path: str, flag: str) -> None:
+def refuse_inside_packed(path: str, flag: str, mine: str | None = None) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
     inside a packed output folder, at any depth (output.relations.packed_problem, the rule
     files.check_new_file applies to every file and check_output to --output)."""
-    problem = packed_problem(resolve(path))
+    problem = packed_problem(resolve(path), mine=mine)
     if problem:
         raise PacktoolOutputError(f"{problem}; write it beside that folder", path=path,
                                   flag=cli_flag(flag) or flag)

@@ -106,11 +106,13 @@ def refuse_special_input(path: str, flag: str | None = None, error=None) -> None
 
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                    inputs: Iterable[str] = (), replace_flag: str = "overwrite",
-                   manifest: bool = False) -> str:
+                   manifest: bool = False, mine: str | None = None) -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
-    special file; one of the run's `inputs`, or a name inside a packed output or an input folder
-    (output.relations); an existing file unless `replace`; a missing or read-only folder.
-    Returns the resolved path to write."""
+    special file; one of the run's `inputs`, or a name inside one of packtool's own trees or an
+    input folder (output.relations); an existing file unless `replace`; a missing or read-only
+    folder. `manifest`: a file of the tree it lies in (a manifest, a cache entry's cache.json),
+    checked from that tree's folder up; `mine`: the kind of tree the writer's own folder may be
+    (relations.own_tree_around). Returns the resolved path to write."""
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
     p = resolve(path)
@@ -129,8 +131,11 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
             raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
                                       flag=flag)
-    # every writer's one rule; a manifest lies in its own packed output, not inside another
-    problem = packed_problem(os.path.dirname(p) if manifest else p) or input_problem(p, inputs, holds=False)
+    # every writer's one rule; a manifest (cache.json) lies in its own tree, not inside another
+    # packtool's own trees nest by design (an entry built in verify --source's temporary cache),
+    # so a tree's own file is held to the one rule a reader needs: no packed output around it
+    problem = (packed_problem(os.path.dirname(p), kinds=("packed",)) if manifest else packed_problem(p, mine=mine)) \
+        or input_problem(p, inputs, holds=False)
     if problem:
         raise PacktoolOutputError(f"{problem}; write it beside that folder", path=shown, flag=flag)
     if st is not None and not replace:

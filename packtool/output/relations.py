@@ -5,10 +5,13 @@ cache may not be). Paths are compared as real paths (links resolved).
 
 Two rules here hold for everything packtool writes (a pack output folder, a file such as a
 plan, report, log or checkpoint, the tokenized cache root), so that each writer asks the same
-question rather than its own copy of it: `packed_problem` (nothing lands in a packed output
-folder, at any depth: pq.read_table, datasets and every packtool reader take what is there for
-its shards) and `input_problem` (nothing holds an input or lies inside an input folder: a later
-read of that folder would take it for data)."""
+question rather than its own copy of it: `packed_problem` (nothing lands inside a tree packtool
+owns, at any depth: a packed output, whose readers take what is there for shards; a tokenized
+cache entry, deleted whole when found damaged; a temporary, spill or staging folder, removed
+when its run ends or by the next run's sweep; a `train --save` checkpoint folder, which holds
+checkpoint files only: `own_tree_around` knows each by the mark packtool leaves in it) and
+`input_problem` (nothing holds an input or lies inside an input folder: a later read of that
+folder would take it for data)."""
 from __future__ import annotations
 
 import glob
@@ -57,14 +60,72 @@ def packed_output_around(path: str, itself: bool = False) -> str | None:
         d = up
 
 
-def packed_problem(path: str, itself: bool = False) -> str | None:
-    """Why `path` may not be written (a packed output, with `itself`, or inside one), or None;
-    the caller adds its fix."""
-    d = packed_output_around(path, itself)
-    if d is None:
+# How each of packtool's own trees is known, by what packtool itself leaves in it, and why
+# nothing else may be written there (the writer adds its fix)
+CACHE_PARTS = ("data", "flat")  # tokenize.cache_parts.DATA_DIR and the flat store (cache.FLAT_DIR)
+CHECKPOINT = "mp_rank_00.pt"  # tensor-parallel rank 0's file: every train --save folder has it
+WHY = {
+    "packed": ("a packed output folder", STRAY),
+    "cache": ("a tokenized cache entry", "which packtool deletes whole when it finds it damaged"),
+    "temporary": ("a packtool temporary folder", "which packtool removes when its run ends (or the next run does)"),
+    "checkpoint": ("a train --save checkpoint folder", "which holds packtool's checkpoint files only"),
+}
+
+
+def is_cache_entry(folder: str) -> bool:
+    """A tokenized cache entry (tokenize/cache.py's layout: `cache.json` beside its `data/`
+    parts or `flat/` store), complete, damaged or set aside: the structure, not cache.json's
+    content (a damaged entry is packtool's too). tokenize.cache_root asks this one rule."""
+    return os.path.isfile(os.path.join(folder, "cache.json")) and any(
+        os.path.isdir(os.path.join(folder, d)) for d in CACHE_PARTS)
+
+
+def own_tree_kind(folder: str) -> str | None:
+    """Which of packtool's own trees `folder` is (a key of WHY), or None."""
+    from packtool.manifest_name import manifest_file  # pyarrow.fs: not for importing relations
+    from packtool.output.leftovers import MARKER
+    if not os.path.isdir(folder):
         return None
-    where = "is a packed output folder" if d == real_path(path) else f"is inside a packed output folder ({d})"
-    return f"{where}, {STRAY}"
+    if manifest_file(folder) is not None:
+        return "packed"
+    if is_cache_entry(folder):
+        return "cache"
+    if os.path.isfile(os.path.join(folder, MARKER)):
+        return "temporary"
+    return "checkpoint" if os.path.isfile(os.path.join(folder, CHECKPOINT)) else None
+
+
+def own_tree_around(path: str, itself: bool = False, mine: str | None = None,
+                    kinds: tuple[str, ...] | None = None) -> tuple[str, str] | None:
+    """(real path, kind) of the innermost of packtool's own trees `path` lies in, at any depth,
+    or, with `itself`, is; None when there is none. `mine`: the kind of tree the writer itself
+    writes into, allowed as `path`'s own folder (train --save's files in its checkpoint folder);
+    `kinds`: only those (a tree's own file, see files.check_new_file: only a packed output)."""
+    d = real_path(path)
+    if not itself:
+        d = os.path.dirname(d)
+    first = d
+    while True:
+        kind = own_tree_kind(d)
+        if kind is not None and not (kind == mine and d == first) and (kinds is None or kind in kinds):
+            return d, kind
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
+def packed_problem(path: str, itself: bool = False, mine: str | None = None,
+                   kinds: tuple[str, ...] | None = None) -> str | None:
+    """Why `path` may not be written (one of packtool's own trees, with `itself`, or inside one:
+    `own_tree_around`), or None; the caller adds its fix."""
+    found = own_tree_around(path, itself, mine, kinds)
+    if found is None:
+        return None
+    d, kind = found
+    what, why = WHY[kind]
+    where = f"is {what}" if d == real_path(path) else f"is inside {what} ({d})"
+    return f"{where}, {why}"
 
 
 def input_problem(path: str, inputs: Iterable[str], holds: bool = True) -> str | None:
@@ -108,5 +169,6 @@ def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | No
                                   flag=cli_flag("output"))
 
 
-__all__ = ["STRAY", "check_relations", "input_paths", "input_problem", "is_inside", "packed_output_around",
+__all__ = ["CACHE_PARTS", "CHECKPOINT", "STRAY", "WHY", "check_relations", "is_cache_entry", "own_tree_around",
+           "own_tree_kind", "input_paths", "input_problem", "is_inside", "packed_output_around",
            "packed_problem", "real_path"]

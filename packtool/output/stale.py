@@ -12,6 +12,7 @@ import os
 import re
 
 from packtool.output.files import SPILL_TAG, TMP_TAG, resolve_folder, temp_target
+from packtool.output.entry_files import FLAT_TMP, FLAT_NAMES, entry_names
 from packtool.output.leftovers import Sweep, drop_dead_record, remove_tree, unmark
 from packtool.output.owned import say
 from packtool.slabs.names import is_output_file, is_partial_shard_name, manifest_file
@@ -26,15 +27,6 @@ def output_names(name: str) -> bool:
 
 # every recognizer below ends in \Z: `$` also matches before a final newline ("data\n" is no entry)
 SPILL_NAMES = re.compile(r"^(?:plan\.pkl|(?:spec|routed|placement)-\d+\.(?:pkl|bin|npy)|offsets\.npy)\Z").match
-_ENTRY = re.compile(r"^(?:cache\.json|data|flat|side|\.?stage-\d+)\Z")
-
-
-def entry_names(name: str) -> bool:
-    """A tokenized cache entry's files, or a `write_file` temporary of one (its cache.json)."""
-    return bool(_ENTRY.match(name) or _ENTRY.match(temp_target(name) or ""))
-
-
-FLAT_NAMES = re.compile(r"^(?:tokens\.i32|offsets\.npy)\Z").match
 CACHE_ROOT_NAMES = re.compile(r"^(?:[0-9a-f]{8,}|\.(?:tmp|pull)-[0-9a-f]*-\d+-.*)\Z").match  # verify's own cache
 
 
@@ -135,7 +127,6 @@ _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-\d+-")  # tokenize.pipeline, engines.
 _CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-\d+\Z")  # tokenize.request.discard_cache
 _VERIFY_TMP = re.compile(r"^\.verify-source-\d+-")  # verification.source
 _PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-\d+-")  # tokenize.store_cache: an entry being pulled
-_FLAT_TMP = re.compile(r"^flat\.tmp-\d+")  # tokenize.flat_tokens.build_flat_tokens
 _FLAT_DIR = "flat"  # tokenize.cache.FLAT_DIR: an entry's flat store, published by a rename too
 
 
@@ -165,7 +156,7 @@ def _sweep_entry(path: str, sweep: Sweep) -> None:
     except OSError:
         return
     for f in inner:
-        if _FLAT_TMP.match(f):
+        if FLAT_TMP.match(f):
             sweep.consider(os.path.join(path, f), FLAT_NAMES, pid=made_pid(f))
 
 

@@ -178,17 +178,31 @@ def _refuse_inside(output: str, inputs, cache_dir) -> None:
 
 def _refuse_in_packed_prefix(output: str, shown: str) -> None:
     """output.relations.packed_problem on a store: no prefix above the output (up to the
-    bucket) holds a manifest, or its readers would take the new slabs for stray shards (S32-2)."""
-    from packtool.manifest_name import manifest_file
-    from packtool.output.relations import STRAY
+    bucket) is one of packtool's own trees a store holds, a packed output (its readers would
+    take the new slabs for stray shards, S32-2) or a tokenized cache entry (deleted whole when
+    found damaged, S33-1), each known as locally (relations.own_tree_kind)."""
+    from packtool.output.relations import WHY
     base, q, query = output.partition("?")  # the query (endpoint, options) stays with each prefix
     parts = base.rstrip("/").split("/")  # scheme:, "", bucket, key parts
     for i in range(len(parts) - 1, 2, -1):
         up = "/".join(parts[:i]) + q + query
-        if manifest_file(up) is not None:
-            raise PacktoolOutputError(f"is inside a packed output folder ({locate(up).shown}), {STRAY}; give "
-                                      f"another {arg('output')}, a new prefix outside any packed output",
+        kind = _store_tree_kind(up)
+        if kind:
+            what, why = WHY[kind]
+            raise PacktoolOutputError(f"is inside {what} ({locate(up).shown}), {why}; give another "
+                                      f"{arg('output')}, a new prefix outside any of packtool's own trees",
                                       path=shown, flag=cli_flag("output"))
+
+
+def _store_tree_kind(prefix: str) -> str | None:
+    from packtool.manifest_name import manifest_file
+    from packtool.output.relations import CACHE_PARTS
+    if manifest_file(prefix) is not None:
+        return "packed"
+    loc = locate(prefix)
+    if loc.join("cache.json").is_file() and any(loc.join(d).is_dir() for d in CACHE_PARTS):
+        return "cache"
+    return None
 
 
 def clean_dead_runs(loc: Location) -> int:

@@ -90,7 +90,7 @@ def open_exclusive(path: str, mode: int = NEW_FILE_MODE) -> int:
 @contextmanager
 def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                inputs: Iterable[str] = (), text: bool = False, checked: bool = False,
-               manifest: bool = False) -> Iterator[IO]:
+               manifest: bool = False, mine: str | None = None) -> Iterator[IO]:
     """Write `path` (see `check_new_file`; `checked`: the caller already resolved and checked
     it): yields a file object on an exclusive temporary beside it, published when the block
     ends without error; on an error the temporary goes and `path` is as it was.
@@ -101,7 +101,8 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     nameless files it is created under its name and marked at once (a kill between the two
     leaves an empty, unproven temporary: named, never removed)."""
     shown = os.fspath(path)
-    p = shown if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest)
+    p = shown if checked else check_new_file(path, flag, replace=replace, inputs=inputs, manifest=manifest,
+                                                  mine=mine)
     sweep_temps(p)
     tmp = temp_name(p)
     fd, named = _new_temporary(p, tmp, shown, flag)

@@ -317,7 +317,7 @@ def _base(path: str) -> str:
 def write_cache_json(directory: str, meta: dict) -> None:
     """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
     from packtool.output.files import write_file
-    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True) as f:
+    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True, manifest=True) as f:
         json.dump(meta, f, indent=1, sort_keys=False)
         f.write("\n")
 

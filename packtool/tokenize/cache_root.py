@@ -83,7 +83,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     # output.relations' rules, as for --output: entries written among the data (a root that
     # holds an input: `--cache-dir data` for data/x.jsonl) or inside an input folder are read as
     # data by the next `pack data/`; inside a packed output they are stray shards
-    problem = packed_problem(root, itself=True) or input_problem(root, inputs)
+    problem = packed_problem(root, itself=True, mine="temporary") or input_problem(root, inputs)  # verify's own
     if problem:
         refuse(problem)
     return root if cache_dir else None
@@ -93,10 +93,10 @@ def is_cache_entry(folder: str) -> bool:
     """Whether `folder` is a tokenized cache entry (cache.py's layout: `cache.json` beside its
     `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input knows
     packtool's cache among the data (tokenize.own_trees). The structure, not cache.json's
-    content: a damaged entry is packtool's too."""
-    from packtool.tokenize.cache_parts import DATA_DIR
-    return os.path.isfile(os.path.join(folder, "cache.json")) and any(
-        os.path.isdir(os.path.join(folder, d)) for d in (DATA_DIR, "flat"))
+    content: a damaged entry is packtool's too. The rule is output.relations' (every writer
+    refuses a path inside an entry by it)."""
+    from packtool.output.relations import is_cache_entry as entry
+    return entry(folder)
 
 
 def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
-from packtool.errors import PacktoolInputError, arg, missing
+from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, missing
 from packtool.notes import note
 from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.storage import is_uri, join_uri
@@ -207,6 +207,13 @@ def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
     problem = cache_problem(final, fingerprint)
     if problem is None:
         return TokenizedCache(final, reused=True)
+    from packtool.output.entry_files import foreign_in_entry
+    foreign = foreign_in_entry(final) if os.path.isdir(final) and not os.path.islink(final) else []
+    if foreign:  # deleted whole, the entry would take them along: a user's file is never lost
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise PacktoolOutputError(f"is damaged ({problem}) and holds files packtool did not write there "
+                                  f"({', '.join(foreign[:3])}{more}); packtool deletes a damaged entry whole, "
+                                  f"so it left it: move them out of it and re-run", path=final)
     note(f"tokenized cache {final} is damaged ({problem}); rebuilding it from the inputs")
     discard_cache(final)
     return None

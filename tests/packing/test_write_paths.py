@@ -20,6 +20,7 @@ from packtool.cli.app import app
 from packtool.errors import PacktoolOutputError
 from packtool.output.files import open_append, open_exclusive, write_file
 from packtool.output.folder import lock_path
+from writer_support import WRITERS, write_into
 
 runner = CliRunner()
 THESIS = b"my thesis, three years of work\n"
@@ -384,37 +385,6 @@ def test_the_manifest_is_published_whole(tmp_path):
 # (S32-2: `pack -o packed/x/y` was taken, and the previous output stopped verifying; every
 # writer asks output.relations.packed_problem, CLI and library alike)
 
-def _inside_packed(what, out):
-    from types import SimpleNamespace
-    if what == "plan -o":
-        return runner.invoke(app, ["plan", "--lengths", "lengths.npy", "-o", f"{out}/plan.parquet"])
-    if what == "inspect --html":
-        return runner.invoke(app, ["inspect", "packed", "--html", f"{out}/report.html"])
-    if what == "pack -o":
-        return runner.invoke(app, pack_args("-o", f"{out}/sub"))
-    if what == "pack -o --engine ray":
-        return runner.invoke(app, [*pack_args("-o", f"{out}/sub"), "--engine", "ray"])
-    if what == "library pack":
-        import packtool
-        return packtool.pack(["toks.jsonl"], output=f"{out}/sub", cache_dir="cache")
-    if what == "library write_plan":
-        import packtool
-        from packtool.planning.plan_file import write_plan
-        return write_plan(packtool.plan(np.arange(1, 9)), f"{out}/plan.parquet")
-    if what == "library write_html":
-        from packtool.inspection.html import write_html
-        return write_html(None, f"{out}/report.html")
-    if what == "train --save":
-        from packtool.megatron.loop import check_save
-        return check_save(f"{out}/ckpt", None, False)
-    from packtool.megatron.loop import check_json_log
-    return check_json_log(SimpleNamespace(json_log=f"{out}/log.jsonl", load=None, inputs=(), overwrite=False))
-
-
-WRITERS = ["plan -o", "inspect --html", "pack -o", "pack -o --engine ray", "library pack",
-           "library write_plan", "library write_html", "train --save", "train --json-log"]
-
-
 @pytest.mark.parametrize("depth", ["", "x", "x/y"])
 @pytest.mark.parametrize("what", WRITERS)
 def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj, what, depth):
@@ -427,9 +397,9 @@ def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj,
         if what.startswith("train"):
             pytest.importorskip("torch")
         with pytest.raises(PacktoolOutputError, match="inside a packed output folder"):
-            _inside_packed(what, out)
+            write_into(what, out)
     else:
-        r = _inside_packed(what, out)
+        r = write_into(what, out)
         assert r.exit_code == 2 and "inside a packed output folder" in r.stderr, r.stdout + r.stderr
     assert _files(proj / "packed") == before and not _leftovers(proj)
     if depth:
@@ -446,9 +416,9 @@ def test_a_local_file_flag_given_a_uri_is_one_line(proj, what):
     if what.startswith("train"):
         pytest.importorskip("torch")
         with pytest.raises(PacktoolOutputError, match="writes a local file"):
-            _inside_packed(what, "s3://bucket/x")
+            write_into(what, "s3://bucket/x")
     else:
-        r = _inside_packed(what, "s3://bucket/x") if what == "plan -o" else \
+        r = write_into(what, "s3://bucket/x") if what == "plan -o" else \
             runner.invoke(app, ["inspect", "packed", "--html", "s3://bucket/x/report.html"])
         assert r.exit_code == 2 and "writes a local file" in r.stderr, r.stdout + r.stderr
     assert not os.path.exists(proj / "s3:")

@@ -1,0 +1,159 @@
+"""Nothing packtool writes for the user lands inside one of packtool's own trees, at any depth
+(output.relations.packed_problem, S33-1): a tokenized cache entry (deleted whole when found
+damaged: a plan, report or checkpoint there went with it, unnamed), a temporary or staging
+folder (removed when its run ends), a train --save checkpoint folder (checkpoint files only).
+The packed output, the fourth tree, is tests/packing/test_write_paths.py's. And a damaged
+entry holding anything packtool did not write is named and left, never deleted."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from packtool.cli.app import app
+from packtool.errors import PacktoolOutputError
+from packtool.output.relations import WHY
+from writer_support import WRITERS, write_into
+
+runner = CliRunner()
+PACK = ["pack", "toks.jsonl", "-C", "64", "--no-progress", "-q"]
+
+
+def _tree(root, rel) -> dict[str, bytes]:
+    out = {}
+    for d, dirs, files in os.walk(root / rel):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = open(p, "rb").read() if os.path.isfile(p) else b"/"
+    return out
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """One real tokenized cache entry (another cache root than the writers' `cache`) and a
+    packed output for inspect, copied into each test's folder."""
+    base = tmp_path_factory.mktemp("made")
+    with open(base / "toks.jsonl", "w") as f:
+        for i in range(20):
+            f.write(json.dumps({"input_ids": list(range(1, 8 + i % 5))}) + "\n")
+    np.save(base / "lengths.npy", np.arange(1, 60, dtype=np.int64))
+    old = os.getcwd()
+    os.chdir(base)
+    try:
+        r = runner.invoke(app, [*PACK, "--cache-dir", "other", "-o", "packed"])
+    finally:
+        os.chdir(old)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return base
+
+
+@pytest.fixture
+def proj(made, tmp_path, monkeypatch):
+    for n in ("toks.jsonl", "lengths.npy"):
+        shutil.copy(made / n, tmp_path / n)
+    for n in ("other", "packed"):
+        shutil.copytree(made / n, tmp_path / n)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _own_tree(proj, kind: str) -> str:
+    """A folder of `kind`, as packtool leaves it, relative to proj."""
+    if kind == "cache":
+        (entry,) = os.listdir(proj / "other")
+        return f"other/{entry}"
+    if kind == "temporary":
+        from packtool.output.leftovers import mark
+        os.mkdir(proj / ".packed.packtool-tmp-1-abcdefgh")
+        mark(str(proj / ".packed.packtool-tmp-1-abcdefgh"))
+        return ".packed.packtool-tmp-1-abcdefgh"
+    os.mkdir(proj / "ckpt")
+    (proj / "ckpt" / "mp_rank_00.pt").write_bytes(b"weights")
+    return "ckpt"
+
+
+@pytest.mark.parametrize("depth", ["", "data", "x/y"])
+@pytest.mark.parametrize("kind", ["cache", "temporary", "checkpoint"])
+@pytest.mark.parametrize("what", WRITERS)
+def test_nothing_packtool_writes_lands_inside_its_own_trees(proj, what, kind, depth):
+    rel = _own_tree(proj, kind)
+    if depth:
+        os.makedirs(proj / rel / depth, exist_ok=True)
+    before = _tree(proj, rel)
+    out = os.path.join(rel, depth) if depth else rel
+    name = WHY[kind][0]
+    if what.startswith(("train", "library")):
+        if what.startswith("train"):
+            pytest.importorskip("torch")
+        with pytest.raises(PacktoolOutputError, match=f"inside {name}"):
+            write_into(what, out)
+    else:
+        r = write_into(what, out)
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert r.exit_code == 2 and len(errors) == 1 and f"inside {name}" in errors[0], r.stdout + r.stderr
+    assert _tree(proj, rel) == before
+
+
+def test_save_writes_into_its_own_checkpoint_folder(proj):
+    pytest.importorskip("torch")
+    from packtool.megatron.loop import check_save
+    rel = _own_tree(proj, "checkpoint")
+    assert check_save(rel, rel, False) == str(proj / rel)  # a resumed run: --load is --save
+
+
+def _fresh_entry(proj) -> str:
+    """This folder's own entry (the key holds the input's path: a copied one is not reused)."""
+    shutil.rmtree(proj / "other")
+    r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])
+    assert r.exit_code == 0, r.stdout + r.stderr
+    (entry,) = os.listdir(proj / "other")
+    return entry
+
+
+@pytest.mark.parametrize("planted", ["data/plan.parquet", "report.html", "ckpt/mp_rank_00.pt", "flat/notes.txt",
+                                     "link"])
+def test_a_damaged_entry_holding_a_users_file_is_named_and_left(proj, planted):
+    entry = _fresh_entry(proj)
+    e = proj / "other" / entry
+    if planted == "link":
+        os.symlink(proj / "toks.jsonl", e / "link")
+    else:
+        os.makedirs(os.path.dirname(e / planted), exist_ok=True)
+        (e / planted).write_bytes(b"a user's file")
+    with open(e / "flat" / "tokens.i32", "r+b") as f:  # any damage: a changed byte
+        f.seek(8)
+        f.write(b"X")
+    before = _tree(proj, "other")
+    r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1, r.stdout + r.stderr
+    named = "ckpt" if planted.startswith("ckpt/") else planted  # a folder of its own: named as one
+    assert "is damaged" in errors[0] and f"({named})" in errors[0] and "move them out" in errors[0], errors[0]
+    assert _tree(proj, "other") == before  # nothing deleted, the user's file least of all
+
+
+def test_a_damaged_entry_of_packtools_files_only_is_rebuilt(proj):
+    entry = _fresh_entry(proj)
+    with open(proj / "other" / entry / "flat" / "tokens.i32", "r+b") as f:
+        f.seek(8)
+        f.write(b"X")
+    r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])
+    assert r.exit_code == 0 and "is damaged" in r.stderr, r.stdout + r.stderr
+    assert os.listdir(proj / "other") == [entry]
+
+
+@pytest.mark.parametrize("depth", ["", "data", "x/y"])
+def test_a_store_output_inside_a_cache_entry_is_refused(proj, depth):
+    """The same on an object store (a file:// URI takes the store's route): a prefix holding
+    cache.json beside data/ or flat/ objects is an entry (output.store)."""
+    rel = _own_tree(proj, "cache")
+    before = _tree(proj, rel)
+    out = f"file://{proj}/{os.path.join(rel, depth, 'sub')}"
+    r = runner.invoke(app, [*PACK, "--cache-dir", "cache", "-o", out])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "inside a tokenized cache entry" in errors[0], r.stdout + r.stderr
+    assert _tree(proj, rel) == before
