@@ -157,3 +157,16 @@ def test_a_store_output_inside_a_cache_entry_is_refused(proj, depth):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and "inside a tokenized cache entry" in errors[0], r.stdout + r.stderr
     assert _tree(proj, rel) == before
+
+
+@pytest.mark.parametrize("depth", ["", "data", "x/y"])
+@pytest.mark.parametrize("kind", ["cache", "temporary", "checkpoint"])
+def test_a_cache_root_inside_packtools_own_trees_is_refused(proj, kind, depth):
+    """The tokenized cache root is written into too (tokenize.cache_root.check_cache_dir asks
+    the same rule): one inside an entry would be deleted with it."""
+    rel = _own_tree(proj, kind)
+    before = _tree(proj, rel)
+    r = runner.invoke(app, [*PACK, "--cache-dir", os.path.join(rel, depth, "c"), "--dry-run"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and f"inside {WHY[kind][0]}" in errors[0], r.stdout + r.stderr
+    assert _tree(proj, rel) == before
