@@ -25,7 +25,8 @@ def entry_names(name: str) -> bool:
 _PART = re.compile(r"^part-\d{5,}\.parquet\Z").match  # tokenize.cache_parts' part names
 _SIDE = re.compile(r"^side-\d{3,}\.(?:bin|cnt|idx)\Z").match  # tokenize.cache.side_files
 # what packtool writes one level down in an entry: each folder's names (None: any plain file)
-_ENTRY_INSIDE = {"data": _PART, "flat": lambda n: FLAT_NAMES(n) or _SIDE(n)}
+_LEGACY_FLAT = ("ids.i32", "mask.u8")  # the two-file store before tokens.i32: rebuilt, so packtool's
+_ENTRY_INSIDE = {"data": _PART, "flat": lambda n: FLAT_NAMES(n) or _SIDE(n) or n in _LEGACY_FLAT}
 
 
 def foreign_in_entry(entry: str) -> list[str]:
@@ -44,6 +45,15 @@ def foreign_in_entry(entry: str) -> list[str]:
     return out
 
 
+def foreign_in_flat(flat: str) -> list[str]:
+    """`foreign_in_entry` for an entry's flat/ store alone (rebuilt whole: tokenize.flat_tokens)."""
+    try:
+        names = sorted(os.listdir(flat))
+    except OSError:
+        return []
+    return [n for n in names if not _entry_file("flat", n, os.lstat(os.path.join(flat, n)).st_mode)]
+
+
 def _entry_file(rel: str, n: str, mode: int) -> bool:
     """Whether `n` in the entry's folder `rel` ("." its top) is a name packtool writes there."""
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
@@ -56,4 +66,4 @@ def _entry_file(rel: str, n: str, mode: int) -> bool:
     return inside is None or bool(inside(n))  # a build folder's (flat.tmp-N, stage-N) contents: its own
 
 
-__all__ = ["FLAT_NAMES", "FLAT_TMP", "entry_names", "foreign_in_entry"]
+__all__ = ["FLAT_NAMES", "FLAT_TMP", "entry_names", "foreign_in_entry", "foreign_in_flat"]

@@ -190,6 +190,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     Written under a temporary name and renamed, so a half-built store is never opened."""
     if all(os.path.exists(os.path.join(directory, f)) for f in _FILES):
         return FlatTokens.open(directory)
+    _refuse_foreign(directory)
     groups, lens, row_base = [], [], 0  # (file, row group, first row, its lengths)
     for path in parquet_files:
         pf = pq.ParquetFile(path)
@@ -253,10 +254,21 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     pa.default_memory_pool().release_unused()
     np.save(os.path.join(tmp, "offsets.npy"), offsets)
     if os.path.exists(directory):
-        shutil.rmtree(directory)
+        shutil.rmtree(directory)  # packtool's files only (_refuse_foreign, before the build)
     os.replace(tmp, directory)  # with its marker: a kill before the unmark leaves it provable
     unmark(directory)
     return FlatTokens.open(directory)
+
+
+def _refuse_foreign(directory: str) -> None:
+    """The store replaced whole takes along only what packtool wrote in it (output.entry_files):
+    a user's file there is named and left, never deleted."""
+    from packtool.output.entry_files import foreign_in_flat
+    foreign = foreign_in_flat(directory)
+    if foreign:
+        raise CacheDamagedError(f"is rebuilt whole but holds files packtool did not write there "
+                                f"({', '.join(foreign[:3])}{' and more' if len(foreign) > 3 else ''}); "
+                                f"move them out of it and re-run", path=directory)
 
 
 def _pwrite_all(fd: int, a: np.ndarray, at: int) -> None:

@@ -170,3 +170,18 @@ def test_a_cache_root_inside_packtools_own_trees_is_refused(proj, kind, depth):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and f"inside {WHY[kind][0]}" in errors[0], r.stdout + r.stderr
     assert _tree(proj, rel) == before
+
+
+def test_a_flat_store_rebuilt_whole_keeps_a_users_file(proj):
+    """flat/ is rebuilt whole where cache.json records no checksums for it (a Ray-built entry):
+    a file packtool did not write there is named and left (tokenize.flat_tokens)."""
+    from packtool.errors import PacktoolError
+    from packtool.tokenize.flat_tokens import build_flat_tokens
+    e = proj / "other" / _fresh_entry(proj)
+    (e / "flat" / "notes.txt").write_bytes(b"a user's file")
+    os.unlink(e / "flat" / "tokens.i32")  # incomplete: rebuilt
+    before = _tree(proj, "other")
+    parts = sorted(str(p) for p in (e / "data").iterdir())
+    with pytest.raises(PacktoolError, match=r"holds files packtool did not write there \(notes.txt\)"):
+        build_flat_tokens(parts, str(e / "flat"))
+    assert _tree(proj, "other") == before
