@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 import torch
 
@@ -123,7 +124,10 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         name = f"slabs-{s:05d}.parquet"
         pq.write_table(part, os.path.join(path, name), row_group_size=rows_per_group,
                        compression="zstd")
+        physical = sum(int(pa.compute.sum(part.column(k)).as_py() or 0)
+                       for k in ("num_tokens", "layout_pad", "tail_pad", "fill_pad"))
         files.append({"file": name, "rows": part.num_rows, "bytes": os.path.getsize(os.path.join(path, name)),
+                      "tokens": physical, "loss_tokens": int(pa.compute.sum(part.column("num_loss_tokens")).as_py() or 0),
                       "xxh3_128": shard_checksum(os.path.join(path, name))})
     a = align
     manifest = {
@@ -131,13 +135,35 @@ def write_slab_dir(path, seqs, bins, align: Alignment, dp: int = 1, rows_per_gro
         # greedy_bins is a first fit: the closest real algorithm name the format accepts
         "config": {"alignment": alignment_dict(a),
                    "packing": {"algorithm": "ffd", "overflow": "error", "dp": dp, "seed": 0}},
-        "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD,
-                      "vocab_size": VOCAB},
-        "input": {"fingerprint": SYNTHETIC_FINGERPRINT, "files": []}, "stats": {}, "shards": files}
-    if side:
-        manifest["side_columns"] = [c.to_dict() for c, _ in side]
+        "tokenizer": {"path": "test", "bos_id": 1, "eos_id": 2, "pad_id": PAD, "vocab_size": VOCAB,
+                      **dict.fromkeys(("sha256", "config_sha256", "template_sha256", "chat_template", "bos_token",
+                                       "eos_token", "pad_token"))},
+        "input": {"fingerprint": SYNTHETIC_FINGERPRINT, "files": []}, "stats": _stats(table, a, side),
+        "shards": files, "side_columns": [c.to_dict() for c, _ in side]}
     write_manifest(path, manifest)
     return path
+
+
+def _stats(table, align: Alignment, side) -> dict:
+    """The manifest's stats as pack writes them (every key: slabs.fields), summed from the slabs."""
+    col = {k: table.column(k).to_pylist() for k in ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad",
+                                                     "fill_pad", "source_index", "seq_lens")}
+    src = np.concatenate([np.asarray(x, np.int64) for x in col["source_index"]] or [np.zeros(0, np.int64)])
+    lens = np.concatenate([np.asarray(x, np.int64) for x in col["seq_lens"]] or [np.zeros(0, np.int64)])[src >= 0]
+    total = {k: int(sum(col[k])) for k in ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad")}
+    physical = [sum(v) for v in zip(*(col[k] for k in ("num_tokens", "layout_pad", "tail_pad", "fill_pad")))]
+    zero = dict.fromkeys(("sequences", "chunks", "targets_lost", "tokens_dropped", "singletons"), 0)
+    floats = {c.name: 0 for c, _ in side if not c.is_int}
+    return {"sequences": int(np.unique(src[src >= 0]).size), "segments": int(lens.size), "slabs": table.num_rows,
+            "real_tokens": total["num_tokens"], "loss_tokens": total["num_loss_tokens"],
+            "physical_tokens": int(sum(physical)), "layout_pad": total["layout_pad"], "tail_pad": total["tail_pad"],
+            "fill_pad": total["fill_pad"], "slack": int(sum(max(align.usable - t, 0) for t in physical)),
+            "lower_bound": align.lower_bound(lens), "l2_bound": align.l2_bound(lens),
+            "dp_imbalance": 0.0, "dp_moved": 0, "overflow": {"policy": "error", **zero},
+            "skipped_rows": {"empty": 0, "all_masked": 0},
+            "changes": {"rows_skipped_empty": 0, "rows_skipped_all_masked": 0, "sequences_truncated": 0,
+                        "tokens_dropped": 0, "sequences_split": 0, "chunks": 0, "targets_lost": 0},
+            "side_nan": floats, "side_inf": dict(floats)}
 
 
 def greedy_bins(seqs, align: Alignment):

@@ -48,7 +48,9 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
     os.makedirs(out, exist_ok=True)
     shards = write_shards(p, tokens, out, PAD, shard_tokens=shard_tokens, group_tokens=group_tokens)
     stats = _stats(plan_summary(p), sum(s.loss_tokens for s in shards))
-    tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB}
+    tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB,
+           **dict.fromkeys(("sha256", "config_sha256", "template_sha256", "chat_template", "bos_token", "eos_token",
+                            "pad_token"))}
     write_manifest(out, build_manifest(p, shards, stats, tok, {"fingerprint": SYNTHETIC_FINGERPRINT, "files": []}))
     return out, src_dir
 

@@ -39,12 +39,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     _check_overflow(sm, counted)
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
-    st = man.get("stats", {}).get("overflow", {})
-    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__ if k in st}) if st \
-        else counted or OverflowStats(packing.overflow)  # truncate's figures: the manifest's alone
+    st = man["stats"]["overflow"]  # every key there: slabs.fields, at parse
+    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__})  # truncate's: the manifest's alone
     src_len = reassemble(cat["src"].astype(np.int64), seg_len)
     ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
-                 ovf, int(man.get("stats", {}).get("sequences", src_len.size)), src_len,
+                 ovf, man["stats"]["sequences"], src_len,
                  cat["loss"].astype(np.int64), _locations(sm, index))
     from dataclasses import replace
     rep = build_report("packed", directory, ss, compare, what_if, t0)
@@ -76,8 +75,8 @@ def _check_overflow(sm, counted: OverflowStats | None) -> None:
     hold them (planning's `overflow_of_segments`; the layout of every slab, its pads and capacity,
     are the reader's checks, `check_rows`)."""
     from packtool.slabs.format import FormatError
-    st = (sm.raw.get("stats") or {}).get("overflow") or {}
+    st = sm.raw["stats"]["overflow"]
     for k in OVERFLOW_FIGURES[sm.packing.overflow] if counted is not None else ():
-        if k in st and st[k] != getattr(counted, k):
+        if st[k] != getattr(counted, k):
             raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(counted, k)}; "
                               f"run `packtool verify {sm.path}`")

@@ -90,8 +90,8 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         md = _check_shard_file(sm, i, entry, want)
         footers.append(md)
         rows += md.num_rows
-    slabs = (sm.raw.get("stats") or {}).get("slabs")
-    if slabs is not None and slabs != rows:
+    slabs = sm.raw["stats"]["slabs"]  # every stats key a count: slabs.fields, at parse
+    if slabs != rows:
         raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
                           f"{_fix(sm)}")
     return footers
@@ -121,7 +121,7 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
         raise FormatError(f"{path}: listed in the manifest but missing (or not a plain file); {_fix(sm)}") from None
     except OSError as e:
         raise FormatError(f"{path}: cannot be read ({e.strerror or e}); {_fix(sm)}") from None
-    if entry.get("bytes") is not None and size != entry["bytes"]:
+    if size != entry["bytes"]:  # the entry's counts: slabs.fields, at parse
         hint = " (truncated)" if size < entry["bytes"] else ""
         raise FormatError(f"{path}: {size} bytes, the manifest says {entry['bytes']}{hint}; {_fix(sm)}")
     try:
@@ -145,7 +145,7 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
     if extra:
         raise FormatError(f"{path}: column {extra[0]!r} is not in the format and the manifest declares no "
                           f"such side column; {_fix(sm)}")
-    if entry.get("rows") is not None and md.num_rows != entry["rows"]:
+    if md.num_rows != entry["rows"]:
         raise FormatError(f"{path}: {md.num_rows} rows, the manifest says {entry['rows']}; {_fix(sm)}")
     return md
 
@@ -160,12 +160,12 @@ def check_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     los = np.bincount(shard, weights=loss, minlength=n)
     for i, entry in enumerate(sm.raw["shards"]):
         for key, got in (("tokens", tok[i]), ("loss_tokens", los[i])):
-            if entry.get(key) is not None and entry[key] != int(got):
+            if entry[key] != int(got):
                 raise FormatError(f"{sm.shard_path(i)}: holds {int(got)} {key.replace('_', ' ')}, the "
                                   f"manifest says {entry[key]}; {_fix(sm)}")
-    stats = sm.raw.get("stats") or {}
+    stats = sm.raw["stats"]
     for key, got in (("physical_tokens", tok.sum()), ("loss_tokens", los.sum())):
-        if stats.get(key) is not None and stats[key] != int(got):
+        if stats[key] != int(got):
             raise FormatError(f"{sm.manifest}: stats.{key} is {stats[key]}, the shards hold {int(got)}; {_fix(sm)}")
     bad = np.flatnonzero((dp_rank < 0) | (dp_rank >= max(sm.dp, 1)))
     if bad.size:
@@ -389,8 +389,8 @@ def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
         what = "appears twice" if twice else f"is numbered {int(c[j])}, expected {want}"
         raise FormatError(f"{sm.path}: source row {int(s[j])} chunk {int(c[j])} {what} (a segment duplicated, "
                           f"dropped or renumbered); {_fix(sm)}")
-    n_seq = (sm.raw.get("stats") or {}).get("sequences")
+    n_seq = sm.raw["stats"]["sequences"]  # a count, never null: slabs.fields (S33-3: null skipped this)
     rows = int(cov.rows.size)
-    if n_seq is not None and (rows != n_seq or (rows and (s[0] != 0 or s[-1] != n_seq - 1))):
+    if rows != n_seq or (rows and (s[0] != 0 or s[-1] != n_seq - 1)):
         raise FormatError(f"{sm.path}: the slabs hold {rows} distinct source rows in {int(s[0]) if rows else 0}.."
                           f"{int(s[-1]) if rows else -1}, the manifest says {n_seq} sequences; {_fix(sm)}")

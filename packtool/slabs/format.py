@@ -34,6 +34,7 @@ from packtool.slabs.names import (  # noqa: F401
     manifest_file,
     open_file,
 )
+from packtool.slabs.fields import MAX_COUNT, FieldError, check_fields, check_side_counts
 from packtool.slabs.schema import SCHEMA_VERSION, slab_schema
 from packtool.storage import is_uri, locate
 
@@ -177,19 +178,24 @@ def parse_manifest(data: bytes, path: str) -> dict:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
                           f"{FORMAT_NAME!r} schema {' or '.join(map(str, READ_VERSIONS))}")
-    _check_types(m, path)
+    try:
+        check_fields(m)
+    except FieldError as e:
+        raise FormatError(f"{path}: {e}; the manifest is edited or damaged: re-run `packtool pack`") from None
     if m["schema_version"] < 2 and m.get("side_columns"):
         raise FormatError(f"{path}: schema_version 1 has no side_columns; the manifest is edited or "
                           f"damaged: re-run `packtool pack`")
     try:
-        side_columns_from_manifest(m.get("side_columns"), path)
+        side = side_columns_from_manifest(m.get("side_columns"), path)
+        check_side_counts(m["stats"], {c.name for c in side if not c.is_int})
     except PacktoolFormatError as e:
         raise FormatError(str(e)) from None
+    except FieldError as e:
+        raise FormatError(f"{path}: {e}; the manifest is edited or damaged: re-run `packtool pack`") from None
     check_numbers(m, path)
     return m
 
 
-MAX_COUNT = 1 << 48  # more tokens, rows or bytes than any output holds; JSON ints stay exact below 2^53
 NUMBER_RANGES = {"tp": 1 << 16, "cp": 1 << 16, "capacity": (1 << 31) - 1,  # cu_seqlens are int32
                  "fixed_length": (1 << 31) - 1, "s": (1 << 31) - 1, "t": (1 << 31) - 1,
                  "usable": (1 << 31) - 1, "dp": 1 << 20}
@@ -229,39 +235,6 @@ def check_numbers(m: dict, path: str) -> None:
         v = tok.get(key)
         if v is not None and not 0 <= v < (vocab or 1 << 31):
             bad(f"tokenizer.{key}", v, f"outside [0, vocab_size={vocab})" if vocab else "negative or over 2^31")
-
-
-def _check_types(m: dict, path: str) -> None:
-    """The JSON types every reader relies on, so an edited manifest is one line, not a crash
-    inside whichever reader touches the field first."""
-    def bad(field: str, want: str):
-        raise FormatError(f"{path}: {field} is not {want}; the manifest is edited or damaged: "
-                          f"re-run `packtool pack`")
-    is_num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    for key in ("config", "stats", "tokenizer"):  # present means an object: pack writes {} for "none"
-        if key in m and not isinstance(m[key], dict):
-            bad(key, "an object ({} where there is none)")
-    if "input" in m and m["input"] is not None and not isinstance(m["input"], dict):
-        bad("input", "an object")
-    if not isinstance(m.get("config"), dict):
-        bad("config", "an object")
-    for key, v in (m.get("stats") or {}).items():  # counts, or objects of counts (overflow, changes)
-        if key == "overflow" or isinstance(v, dict):
-            if not isinstance(v, dict) or not all(is_num(x) for k, x in v.items() if k != "policy"):
-                bad(f"stats.{key}", "an object of counts")
-        elif v is not None and not is_num(v):
-            bad(f"stats.{key}", "a number")
-    for key in ("pad_id", "eos_id", "bos_id", "vocab_size"):
-        v = (m.get("tokenizer") or {}).get(key)
-        if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
-            bad(f"tokenizer.{key}", "an integer")
-    shards = m.get("shards")
-    if not isinstance(shards, list) or not all(isinstance(e, dict) for e in shards):
-        bad("shards", "a list of objects")
-    for i, e in enumerate(shards):
-        for key in ("rows", "tokens", "loss_tokens", "bytes"):
-            if key in e and not (isinstance(e[key], int) and not isinstance(e[key], bool)):
-                bad(f"shards[{i}].{key}", "an integer")
 
 
 def manifest_config(m: dict, where: str = MANIFEST) -> tuple[Alignment, PackingConfig]:

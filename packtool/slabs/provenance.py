@@ -46,7 +46,7 @@ def provenance_problems(manifest: dict) -> list[str]:
     if not isinstance(manifest.get("packtool_version"), str):
         bad("packtool_version", manifest.get("packtool_version"), "a version string")
     rec = manifest.get("input")
-    if not isinstance(rec, dict):  # _check_types refuses a non-object; a missing one is said here
+    if not isinstance(rec, dict):  # parse_manifest refuses it at open (slabs.fields): said here for a record read on its own
         bad("input", rec, "the input record pack writes")
         return out
     if not is_sha256(rec.get("fingerprint")):
@@ -57,19 +57,50 @@ def provenance_problems(manifest: dict) -> list[str]:
     else:
         for i, f in enumerate(files):
             _file_problems(f"input.files[{i}]", f, bad)
-    versions = rec.get("versions")  # older outputs have none
-    if versions is not None and not (isinstance(versions, dict) and all(
-            isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool)
-            for k, v in versions.items())):
-        bad("input.versions", versions, "an object of version names and numbers")
+    if "versions" in rec:  # older outputs have none (FORMAT.md): verify --source says so in a note
+        _versions_problems(rec["versions"], bool(manifest.get("side_columns")), bad)
+    if "tokenize" in rec:  # older outputs have none (FORMAT.md): verify --source takes the flags alone
+        _tokenize_problems(rec["tokenize"], bad)
     tok = manifest.get("tokenizer") or {}
-    for key in _TOKENIZER_HASHES:
-        if tok.get(key) is not None and not is_sha256(tok[key]):
-            bad(f"tokenizer.{key}", tok[key], f"null or {SHA256}")
+    for key in _TOKENIZER_HASHES:  # a key absent is not null: pack writes every one (an edit)
+        if tok and (key not in tok or tok[key] is not None and not is_sha256(tok[key])):
+            bad(f"tokenizer.{key}", tok.get(key, "absent"), f"null or {SHA256}")
     for key in _TOKENIZER_TEXTS:
-        if tok.get(key) is not None and not isinstance(tok[key], str):
-            bad(f"tokenizer.{key}", tok[key], "null or a string")
+        if tok and (key not in tok or tok[key] is not None and not isinstance(tok[key], str)):
+            bad(f"tokenizer.{key}", tok.get(key, "absent"), "null or a string")
     return out
+
+
+# what the fingerprint keys on: the cache format's name and the tokenizers version as text, the
+# versions as numbers; the side store's with side columns only
+_VERSIONS = {"format": str, "version": int, "tokenizers": str}
+_SIDE_VERSIONS = {"side_store": int, "side_values": int}
+
+
+def _versions_problems(versions, side: bool, bad) -> None:
+    if not isinstance(versions, dict):
+        bad("input.versions", versions, "an object of version names and numbers")
+        return
+    for key, kind in {**_VERSIONS, **(_SIDE_VERSIONS if side else {})}.items():
+        v = versions.get(key)
+        if key not in versions or not isinstance(v, kind) or isinstance(v, bool):
+            bad(f"input.versions.{key}", v if key in versions else "absent", "a string" if kind is str else "an integer")
+
+
+def _tokenize_problems(rec, bad) -> None:
+    """Every option of the record present (an absent one would read as its default, not pack's)
+    and each text option null or a string; the rest are TokenizeConfig's to check
+    (verification.source)."""
+    from dataclasses import fields
+
+    from packtool.tokenize.config import TokenizeConfig
+    if not isinstance(rec, dict):
+        bad("input.tokenize", rec, "an object of tokenize options")
+        return
+    for f in fields(TokenizeConfig):
+        v = rec.get(f.name, "absent")
+        if f.name not in rec or (str(f.type) == "str | None" and v is not None and not isinstance(v, str)):
+            bad(f"input.tokenize.{f.name}", v, "null or a string" if str(f.type) == "str | None" else "present")
 
 
 def _file_problems(field: str, f, bad) -> None:

@@ -9,7 +9,6 @@ hide a data change (`stats.changes` the recorded policies make impossible):
 - `stats.skipped_rows` against `input.tokenize.on_empty` (only `skip` skips a row);
 - `stats.changes` against `stats.overflow` + `stats.skipped_rows`, derived by their one owner
   (planning.summary.data_changes);
-- `stats.side_nan` / `side_inf` keys against the float side columns;
 - with `--source`, `stats.skipped_rows` against the rows the source's tokenizing skipped.
 """
 from __future__ import annotations
@@ -36,7 +35,6 @@ def check_declared(man: dict, policy: str, log: ProblemLog) -> None:
     if isinstance(tok, dict):
         _skipped_against_on_empty(stats, tok.get("on_empty"), log)
     _changes_against_figures(stats, policy, log)
-    _nonfinite_keys(man, stats, log)
 
 
 def _bad(log: ProblemLog, message: str, expected=None, found=None) -> None:
@@ -102,15 +100,6 @@ def _changes_against_figures(stats: dict, policy: str, log: ProblemLog) -> None:
         if k in changes and changes[k] != v:
             _bad(log, f"stats.changes.{k} is {changes[k]}, but stats.overflow and stats.skipped_rows "
                  f"under overflow policy {policy!r} give {v}", expected=v, found=changes[k])
-
-
-def _nonfinite_keys(man: dict, stats: dict, log: ProblemLog) -> None:
-    floats = {c.name for c in side_columns_from_manifest(man.get("side_columns")) if not c.is_int}
-    for k in ("side_nan", "side_inf"):
-        for name in stats.get(k) or {}:
-            if name not in floats:
-                _bad(log, f"stats.{k} counts column {name!r}, which is not a float side column of "
-                     f"side_columns", expected=sorted(floats), found=name)
 
 
 def check_skipped_with_source(man: dict, source_dir: str, log: ProblemLog, notes: list[str]) -> None:
