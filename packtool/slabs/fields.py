@@ -90,7 +90,11 @@ CONFIG = {"alignment": {"tp": _positive, "cp": _positive, "sp": _bool, "fp8": _s
 # `{}` for an output packed from token ids without a tokenizer; else these ids, which the readers
 # check every token and pad by (the labels and hashes beside them are provenance)
 TOKENIZER_IDS = {"pad_id": _id, "eos_id": _opt_id, "bos_id": _opt_id, "vocab_size": _positive}
-SHARD = {"file": _str, "rows": _count, "tokens": _count, "loss_tokens": _count, "bytes": _count}
+def _file(v) -> str | None:  # its form (a shard name inside the folder): slabs.format.shard_names
+    return None if isinstance(v, str) and v else "a plain file name in the output folder"
+
+
+SHARD = {"file": _file, "rows": _count, "tokens": _count, "loss_tokens": _count, "bytes": _count}
 CHECKSUMS = ("xxh3_128", "sha256")  # a shard entry has one: sha256 in outputs of older packtool
 SIDE_COLUMN = {"name": _str, "dtype": _str, "width": _positive, "fill": _number, "kind": _str}
 
