@@ -37,10 +37,27 @@ def packed_output(d, shards=(shard_file(0),), manifest: str = MANIFEST, tag: byt
         with open(p, "wb") as f:
             f.write(b"shard " + s.encode() + tag)
         recs.append({"file": s, "bytes": os.path.getsize(p), "xxh3_128": shard_checksum(p)})
-    m = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": {}, "shards": recs}
     with open(os.path.join(d, manifest), "w") as f:
-        json.dump(m, f)
+        json.dump(whole_manifest(recs), f)
     return str(d)
+
+
+def whole_manifest(shards: list[dict]) -> dict:
+    """A manifest with every field the format requires (slabs.fields) around `shards` (its
+    counts 0 where not given): what --overwrite and the sweeps read is the shard list."""
+    from dataclasses import fields
+
+    from packtool.align import Alignment
+    from packtool.planning.core import OverflowStats, PackingConfig, config_dict
+    from packtool.slabs.fields import STATS
+    stats = {k: 0 for k in STATS}
+    stats.update(dp_imbalance=0.0, side_nan={}, side_inf={},
+                 overflow={f.name: "error" if f.name == "policy" else 0 for f in fields(OverflowStats)},
+                 skipped_rows={"empty": 0, "all_masked": 0},
+                 changes={k: 0 for k in STATS["changes"]})
+    return {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "config": config_dict(Alignment(), PackingConfig()),
+            "tokenizer": {}, "input": {}, "stats": stats, "side_columns": [],
+            "shards": [{"rows": 0, "tokens": 0, "loss_tokens": 0, **r} for r in shards]}
 
 
 def _as_run(rec: dict, pid: int, over: dict) -> dict:

@@ -242,11 +242,10 @@ def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
 # --- --overwrite deletes only what is packtool's ---------------------------------------------
 
 def _manifest_naming(folder, entries):
-    from packtool.slabs.format import FORMAT_NAME
+    from leftover_support import whole_manifest
+
     from packtool.slabs.names import MANIFEST
-    from packtool.slabs.schema import SCHEMA_VERSION
-    (folder / MANIFEST).write_text(json.dumps({"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION,
-                                               "config": {}, "shards": entries}))
+    (folder / MANIFEST).write_text(json.dumps(whole_manifest(entries)))
 
 
 @pytest.mark.parametrize("case", ["user file named", "shard name, wrong checksum", "shard name, no checksum"])
