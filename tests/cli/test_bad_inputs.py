@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 import packtool.tokenize.template_limits as template_limits
 from packtool.cli.app import app
 from packtool.output.folder import lock_path
+from packtool.output.lock import lock_text
 from packtool.slabs.names import MANIFEST
 
 runner = CliRunner()
@@ -158,7 +159,7 @@ def test_second_writer_fails_at_once(proj):
     fd = os.open(lock_path(str(proj / "packed")), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, b"4242\n", 0)
+        os.pwrite(fd, lock_text(4242), 0)  # what a running pack writes once it holds the flock
         before = snapshot(proj.parent)
         r = runner.invoke(app, pack_args(proj, "-o", "packed", "--overwrite"))
         assert r.exit_code == 2 and "another packtool pack (pid 4242)" in r.stderr

@@ -440,12 +440,15 @@ def test_loss_mask_that_differs_from_the_source(packed):
     assert f"position {k} is 0, expected 1" in r.problems[0].message
 
 
-def test_cli_with_source(packed):
+def test_cli_with_source(packed, tmp_path):
     from typer.testing import CliRunner
 
     from packtool.cli.app import app
-    out, src = packed
-    cache = os.path.dirname(os.path.dirname(src))
+    out, _ = packed
+    # a cache root of the user's: verify --source re-tokenizes into a fresh temporary under it
+    # whatever it holds. Not the folder above `src`: that is the fixture's source_store temporary,
+    # which packtool removes at exit and so refuses as a --cache-dir (output.relations)
+    cache = str(tmp_path / "cache")
     args = ["verify", out, "--source", INPUTS[0], "--prompt-field", "question", "--response-field", "answer",
             "--cache-dir", cache, "--workers", "1", "--json"]
     res = CliRunner().invoke(app, args)  # tokenizer and template default to the manifest's
