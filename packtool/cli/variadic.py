@@ -11,7 +11,9 @@ disk (a folder is a valid `--source` input, so "the folder is the output" swappe
 - none outside: the last word continuing a run is the positional (`verify --source a b DIR`,
   `verify --source a --source b DIR`); a run's own first value never is (`verify --source a`
   is still "missing DIR");
-- more outside than the command takes: refused in one line that says how to write it.
+- more outside than the command takes: refused in one line that says how to write it;
+- a flag the command does not know: the words are left as given, so click reports that flag
+  (and its suggestion, `--tpx` -> `--tp`), not the value after it as an extra word.
 
 The command line is rewritten to click's form (`--source a --source b ... -- DIR`) before
 click parses it, so every repeatable option of every subcommand follows this one rule.
@@ -50,9 +52,11 @@ def _option_at(a: str, takes: dict[str, bool]) -> tuple[str | None, bool]:
     return "-" + a[-1], False
 
 
-def split_words(params, args: list[str]) -> tuple[list[str], list[tuple[int, str]], list[str | tuple]]:
+def split_words(params, args: list[str]) -> tuple[list[str], list[tuple[int, str]], list[str | tuple]] | None:
     """`args` as (positional words outside every run, (index in `kept`, word) of each word
-    continuing a repeatable option, the flags and their values in order)."""
+    continuing a repeatable option, the flags and their values in order); None at a flag the
+    command does not know: whether the word after it is its value is unknowable, so no word's
+    role can be told (`verify out --tp 2`: `2` is no extra word, `--tp` is the mistake)."""
     takes, many = _options(params)
     free, runs, kept = [], [], []
     run, i = None, 0
@@ -63,6 +67,8 @@ def split_words(params, args: list[str]) -> tuple[list[str], list[tuple[int, str
             break
         if a.startswith("-") and a != "-":  # `-` alone is stdin, a positional word
             name, value_next = _option_at(a, takes)
+            if name is None:
+                return None
             kept.append(a)
             if value_next and i + 1 < len(args):
                 kept.append(args[i + 1])
@@ -84,7 +90,10 @@ def in_place(ctx, params, args: list[str]) -> list[str]:
     slots = [p for p in params if p.param_type_name == "argument"]
     if any(o in args for o in ctx.help_option_names) or any(p.nargs != 1 for p in slots):
         return args  # --help: shown whatever else is there; a variadic positional reads them itself
-    free, runs, kept = split_words(params, args)
+    split = split_words(params, args)
+    if split is None:
+        return args  # click's parser meets the unknown flag first and names it, with its suggestion
+    free, runs, kept = split
     if not runs and len(free) <= len(slots):
         return args
     if len(free) > len(slots):
@@ -102,14 +111,24 @@ def in_place(ctx, params, args: list[str]) -> list[str]:
     return out + (["--", *free] if free else [])
 
 
+def _takes(slots) -> tuple[str, str]:
+    """What the command takes, said as a phrase, and its positionals as written on a command line."""
+    names = [p.metavar or p.name.upper() for p in slots]
+    if not names:
+        return "no positional argument", ""
+    said = f"one {names[0]}" if len(names) == 1 else f"{len(names)} arguments: {' '.join(names)}"
+    return said, " " + " ".join(names)
+
+
 def _extra_words(ctx, slots, extra: list[str], kept) -> str:
     many = next((k[0] for k in kept if isinstance(k, tuple)), None)
     if many is None:
         _, opts = _options(ctx.command.params)
         many = max(opts, key=len) if opts else None
-    names = " ".join((p.metavar or p.name.upper()) for p in slots) or "no argument"
-    said = f"unexpected extra argument(s) {' '.join(map(shown, extra))}: {ctx.command_path} takes one {names}"
+    takes, names = _takes(slots)
+    cmd = ctx.command_path
+    said = f"unexpected extra argument(s) {' '.join(map(shown, extra))}: {cmd} takes {takes}"
     if many is None:
         return said
-    return (f"{said}; the values of {many} go right after it: `{ctx.command_path} {names} {many} a b` or "
-            f"`{ctx.command_path} {many} a {many} b {names}`")
+    return (f"{said}; the values of {many} go right after it: `{cmd}{names} {many} a b` or "
+            f"`{cmd} {many} a {many} b{names}`")
