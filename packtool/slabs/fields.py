@@ -16,6 +16,7 @@ import math
 from dataclasses import fields
 
 from packtool.planning.core import OverflowStats
+from packtool.planning.summary import DataChanges
 
 MAX_COUNT = 1 << 48  # more tokens, rows or bytes than any output holds; JSON ints stay exact below 2^53
 
@@ -73,8 +74,7 @@ COUNTS_BY_NAME = Counts()
 
 # planning's figures of the overflow policy, each a count
 _OVERFLOW = {f.name: _str if f.name == "policy" else _count for f in fields(OverflowStats)}
-_CHANGES = {"rows_skipped_empty": _count, "rows_skipped_all_masked": _count, "sequences_truncated": _count,
-            "tokens_dropped": _count, "sequences_split": _count, "chunks": _count, "targets_lost": _count}
+_CHANGES = {f.name: _count for f in fields(DataChanges)}  # planning's record of the rows changed
 # every key pack writes into stats: each is held to the slabs by verify, most by every reader at
 # open (slabs.check) or by inspect; none may be absent (an absent one skipped its check)
 STATS = {"sequences": _count, "segments": _count, "slabs": _count, "real_tokens": _count,
