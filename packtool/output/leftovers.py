@@ -147,6 +147,16 @@ def owned_temp_dir(prefix: str, dir: str | None = None) -> str:
     return d
 
 
+def made_here(folder: str) -> bool:
+    """Whether `folder` is a temporary this very process made and still holds (its marker names
+    this machine, boot, PID namespace, pid and start): the one a caller may hand on as a
+    writer's own place (verify --source's cache); one of any other run is removed by its run or
+    the next sweep."""
+    rec, pid = _marker(folder), os.getpid()
+    here = dict(_machine(), pid=pid, start=_start_time(pid))
+    return rec is not None and all(rec.get(k) == v for k, v in here.items())
+
+
 def _marker(folder: str) -> dict | None:
     try:
         fd = os.open(os.path.join(folder, MARKER), os.O_RDONLY | os.O_NOFOLLOW)
@@ -378,4 +388,4 @@ def _listed(paths: list[str]) -> str:
 
 
 __all__ = ["EMPTY", "LIVE", "MARKER", "XATTR", "Sweep", "drop_dead_record", "has_marker", "judge", "judge_file",
-           "mark", "mark_file", "owned_temp_dir", "remove_tree", "unmark", "unmark_file"]
+           "made_here", "mark", "mark_file", "owned_temp_dir", "remove_tree", "unmark", "unmark_file"]

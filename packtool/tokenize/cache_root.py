@@ -57,6 +57,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     None; a URI: the default root too, which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
     parents; a URI as given). Inputs that are not paths are skipped."""
     from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
+    from packtool.output.leftovers import made_here
     from packtool.storage import is_uri
     cache_dir = checked("cache_dir", cache_dir)
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
@@ -83,7 +84,10 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     # output.relations' rules, as for --output: entries written among the data (a root that
     # holds an input: `--cache-dir data` for data/x.jsonl) or inside an input folder are read as
     # data by the next `pack data/`; inside a packed output they are stray shards
-    problem = packed_problem(root, itself=True, mine="temporary") or input_problem(root, inputs)  # verify's own
+    # a temporary as the root itself only when this process made it (verify --source's own cache,
+    # source_store): one given by the user is removed by its run or the next sweep, entries and all
+    mine = "temporary" if made_here(root) else None
+    problem = packed_problem(root, itself=True, mine=mine) or input_problem(root, inputs)
     if problem:
         refuse(problem)
     return root if cache_dir else None
