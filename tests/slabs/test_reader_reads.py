@@ -133,6 +133,7 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     read (Megatron dataset epoch, hf items), no column only the checks use is read, and the
     rows are the same; on (the control): every listed check runs."""
     import packtool.slabs.check as check
+    import packtool.slabs.fields as fields
     import packtool.slabs.format as fmt
     import packtool.slabs.token_pass as token_pass
     from packtool.megatron.dataset import PackedSlabDataset  # noqa: F401  (imported before install)
@@ -143,12 +144,12 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     bench = _bench(monkeypatch)
     bench.install(checks, monkeypatch.setattr)
     seen = count_decodes(monkeypatch)
-    with _calls_into({check.__file__, token_pass.__file__, fmt.__file__}) as called:
+    with _calls_into({check.__file__, token_pass.__file__, fmt.__file__, fields.__file__}) as called:
         got = _megatron(packed, groups), _hf(packed, groups)
     assert got == want
     listed = {n for names in bench.CHECKS.values() for n in names}
-    # all of check.py and its token pass; of the manifest's module, its checks
-    ran_checks = {n for f, n in called if f != fmt.__file__ or "check" in n}
+    # all of check.py and its token pass; of the manifest's modules (its format, its field table), their checks
+    ran_checks = {n for f, n in called if f not in (fmt.__file__, fields.__file__) or "check" in n}
     only_checks = {"source_index", "chunk_index", "cp_offsets", "source_offset", "slab_index", "singleton"}
     if checks:
         assert listed <= ran_checks
