@@ -69,8 +69,14 @@ def first_null(a: pa.Array | pa.ChunkedArray) -> int:
     """The first row of `a` holding a null at any depth (the row itself, or a value inside
     its list, or inside a list of its list), or -1. A row's own null_count is not enough:
     a null inside `input_ids` leaves the column's count at 0 and reads back as NaN."""
-    if isinstance(a, pa.ChunkedArray):
-        a = a.combine_chunks()
+    if isinstance(a, pa.ChunkedArray):  # chunk by chunk: combining copied every column a reader
+        base = 0                         # checked (9 of 10 parts of check_nulls' time)
+        for chunk in a.chunks:
+            r = first_null(chunk)
+            if r >= 0:
+                return base + r
+            base += len(chunk)
+        return -1
     if a.null_count:
         return int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
     t = a.type
