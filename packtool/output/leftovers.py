@@ -210,13 +210,7 @@ def _alive(pid: int, start: str) -> bool:
     if os.path.isdir("/proc/self"):
         now = _start_time(pid)
         return bool(now) and now == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+    return _pid_alive(pid)  # no /proc: the pid alone
 
 
 def _foreign(folder: str, names: Names) -> str | None:

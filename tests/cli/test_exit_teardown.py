@@ -9,11 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from cli_main import run_main
 from conftest import GPT2, ROOT
-
-
-class _Left(Exception):
-    pass
 
 
 def _cases(tmp):
@@ -31,21 +28,8 @@ def _cases(tmp):
 
 @pytest.mark.parametrize("case", ["success", "--help", "usage error", "missing input", "CSV parse error"])
 def test_every_end_of_the_command_skips_the_teardown(case, tmp_path, monkeypatch, capsys):
-    import packtool.cli as cli
-    import packtool.cli.failure as failure
     argv, code = _cases(tmp_path)[case]
-    ended = []
-
-    def leave(c):  # `_leave` itself would stop this worker's pools and run pytest's atexit handlers
-        ended.append(c)
-        raise _Left
-
-    monkeypatch.setattr(cli, "_leave", leave)
-    # main marks the process as the command's own (keep_committed): not this test worker
-    monkeypatch.setitem(failure._STATE, "process", failure._STATE.get("process", False))
-    monkeypatch.setattr(sys, "argv", ["packtool", *argv])
-    with pytest.raises(_Left):
-        cli.main()
+    ended = run_main(monkeypatch, argv)
     assert ended == [code], capsys.readouterr()
 
 

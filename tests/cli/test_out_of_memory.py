@@ -2,17 +2,12 @@
 out in (the deepest packtool package in the traceback), its input, and the flags that lower
 that stage's memory in that command (or says that none does): the generic "try --workers 1
 or a smaller --plan-shard-rows" named flags plan, inspect and train do not have. In-process,
-through packtool.cli.main, with its `_leave` stood in (tests/cli/test_exit_teardown.py)."""
+through packtool.cli.main, with its `_leave` stood in (tests/cli_main.py)."""
 from __future__ import annotations
 
-import sys
-
 import pytest
+from cli_main import run_main
 from conftest import GPT2, GSM8K
-
-
-class _Left(Exception):
-    pass
 
 
 def _raiser(module: str):
@@ -71,22 +66,10 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_out_of_memory_names_command_stage_input_and_the_flags_that_help(case, packed, monkeypatch, capsys):
-    import packtool.cli as cli
-    import packtool.cli.failure as failure
     argv, site, module, said = CASES[case]
     argv = argv(packed)
     monkeypatch.setattr(site, _raiser(module))
-    ended = []
-
-    def leave(c):  # `_leave` itself would stop this worker's pools and run pytest's atexit handlers
-        ended.append(c)
-        raise _Left
-
-    monkeypatch.setattr(cli, "_leave", leave)
-    monkeypatch.setitem(failure._STATE, "process", failure._STATE.get("process", False))
-    monkeypatch.setattr(sys, "argv", ["packtool", *argv])
-    with pytest.raises(_Left):
-        cli.main()
+    ended = run_main(monkeypatch, argv)
     stderr = capsys.readouterr().err  # (megatron's import warnings aside: not packtool's lines)
     err = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
     assert ended == [2] and len(err) == 1 and "Traceback" not in stderr, stderr
