@@ -80,15 +80,16 @@ def first_null(a: pa.Array | pa.ChunkedArray) -> int:
     if a.null_count:
         return int(np.flatnonzero(a.is_null().to_numpy(zero_copy_only=False))[0])
     t = a.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
-        return -1
-    k = first_null(a.flatten())  # the rows' values only, slices respected
-    if k < 0:
-        return -1
+    # the rows' values cut from `.values` by hand (slices respected): `.flatten()` imports
+    # pyarrow.compute on first use, 25 ms of a reader's start (BENCHMARKS.md, "Consumer checks")
     if pa.types.is_fixed_size_list(t):
-        return k // t.list_size
+        k = first_null(a.values.slice(a.offset * t.list_size, len(a) * t.list_size))
+        return k // t.list_size if k >= 0 else -1
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return -1
     offs = np_of(a.offsets).astype(np.int64)
-    return int(np.searchsorted(offs - offs[0], k, "right") - 1)
+    k = first_null(a.values.slice(int(offs[0]), int(offs[-1] - offs[0])))
+    return int(np.searchsorted(offs - offs[0], k, "right") - 1) if k >= 0 else -1
 
 
 def null_rows(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
