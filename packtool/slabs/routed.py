@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from packtool.errors import PacktoolCacheError
+from packtool.heap import trim
 from packtool.planning.core import SEGMENT_FIELDS
 from packtool.planning.sharded import ShardedPlan
 from packtool.planning.slabs import SlabSpec, routing_pieces
@@ -100,8 +101,13 @@ def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id:
     whole by one thread, so the bytes do not depend on `workers`."""
     def order(k: int) -> None:
         # in the main thread, just before shard k is queued: memory freed here goes back to
-        # the main heap, which malloc_trim returns (a writer thread's would stay resident)
+        # the main heap, which malloc_trim returns (a writer thread's would stay resident).
+        # Returned now, not at the shard's end: below glibc's trim threshold (heap.py) the
+        # pages it dirtied (~100 bytes a record, up to ORDER_STEP records: ~8 MiB once shards
+        # hold 64k segments) stayed resident through every shard's write, so a 300k-row
+        # pack's write peaked that much above a 20k one's (issue 23 class 8)
         put_in_order(shards.routed[k], shards.segments[k])
+        trim()
 
     def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
         with open(shards.specs[k], "rb") as f:
