@@ -47,35 +47,48 @@ def _content(m: dict) -> str:
     return _s(m.get("content"))
 
 
+# json.dumps(x, ensure_ascii=False) (the templates' tojson) without making an encoder per call
+_tojson = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _call_json(call: dict, key: str) -> str:
     fn = call.get("function")
     if not isinstance(fn, dict) or "arguments" not in fn:
         raise Fallback
     args = fn["arguments"]
-    args = args if type(args) is str else json.dumps(args, ensure_ascii=False)
-    return '{"name": ' + json.dumps(_s(fn.get("name")), ensure_ascii=False) + ', "' + key + '": ' + args + "}"
+    args = args if type(args) is str else _tojson(args)
+    return '{"name": ' + _tojson(_s(fn.get("name"))) + ', "' + key + '": ' + args + "}"
+
+
+_HEAD = "<|im_start|>assistant\n"
 
 
 def chatml(messages: list[dict], special: dict) -> tuple[str, list[tuple[int, int]]]:
-    o = _Out()
+    # one string per turn, not _Out's pieces: this is the hot path of a chatml pack
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
     for m in messages:
         role = _s(m.get("role"))
         if role == "assistant":
-            o.emit("<|im_start|>assistant\n")
             calls = m.get("tool_calls")
             if calls:
+                turn = _HEAD
                 if m.get("content"):
-                    o.gen(_content(m))
-                    o.emit("\n")
-                for c in calls:
-                    o.emit("<tool_call>\n" + _call_json(c, "arguments") + "\n</tool_call>")
-                o.emit("<|im_end|>\n")
+                    text = _content(m)
+                    spans.append((pos + len(_HEAD), pos + len(_HEAD) + len(text)))
+                    turn += text + "\n"
+                turn += "".join("<tool_call>\n" + _call_json(c, "arguments") + "\n</tool_call>" for c in calls)
+                turn += "<|im_end|>\n"
             else:
-                o.gen(_content(m) + "<|im_end|>")
-                o.emit("\n")
+                body = _content(m) + "<|im_end|>"
+                spans.append((pos + len(_HEAD), pos + len(_HEAD) + len(body)))
+                turn = _HEAD + body + "\n"
         else:
-            o.emit("<|im_start|>" + role + "\n" + _content(m) + "<|im_end|>\n")
-    return o.result()
+            turn = "<|im_start|>" + role + "\n" + _content(m) + "<|im_end|>\n"
+        parts.append(turn)
+        pos += len(turn)
+    return "".join(parts), spans
 
 
 def llama3(messages: list[dict], special: dict) -> tuple[str, list[tuple[int, int]]]:
