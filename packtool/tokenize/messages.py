@@ -69,7 +69,11 @@ def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[di
     return out
 
 
-def untrained(m: dict, where: str, path: str | None, row: int | None) -> bool:
+def turn_name(column: str, j: int | None) -> str:
+    return column if j is None else f"{column}[{j}]"
+
+
+def untrained(m: dict, column: str, j: int | None, path: str | None, row: int | None) -> bool:
     """Pops the turn's `weight`: OpenAI's fine-tuning key, 0 = do not train on this assistant
     turn (its tokens get loss 0), 1 = train (the default). Anything else is named: packtool has
     no partial weights, and a loss on a turn marked 0 would invert the user's intent."""
@@ -77,26 +81,29 @@ def untrained(m: dict, where: str, path: str | None, row: int | None) -> bool:
     if w is None:
         return False
     if isinstance(w, bool) or not isinstance(w, (int, float)) or w not in (0, 1):
-        raise PacktoolInputError(f"{where}.weight is {w!r}: a turn's weight is 0 (do not train on this "
-                                 f"turn) or 1 (train, the default), as in OpenAI's fine-tuning format",
+        raise PacktoolInputError(f"{turn_name(column, j)}.weight is {w!r}: a turn's weight is 0 (do not train "
+                                 f"on this turn) or 1 (train, the default), as in OpenAI's fine-tuning format",
                                  path=path, row=row)
     return w == 0
 
 
 def normalize_message(m: dict, path: str | None = None, row: int | None = None,
-                      where: str = "messages[?]") -> dict:
+                      where: str = "messages[?]", j: int | None = None) -> dict:
     """Drop None-valued keys (Arrow fills absent struct fields with None; transformers drops
     them too) and turn a single `tool_call: {name, arguments}` into OpenAI `tool_calls`.
-    `where` (the turn, e.g. messages[2]), `path` and `row` name it in an error. Other keys
-    stay, for the template (`chat_keys` counts those it does not render)."""
+    `where` (the turn, e.g. messages[2]; or its column, with `j` its index there), `path` and
+    `row` name it in an error: `j` apart, the name is formatted only for an error (this runs
+    for every turn). Other keys stay, for the template (`chat_keys` counts those it does not
+    render)."""
     out = {k: v for k, v in m.items() if v is not None}
-    if "content" in out:
-        out["content"] = _content_text(out["content"], where, path, row)
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = _content_text(content, turn_name(where, j), path, row)
     call = out.pop("tool_call", None)
     if call is not None:
-        out["tool_calls"] = _tool_calls([call], where + ".tool_call", path, row)
+        out["tool_calls"] = _tool_calls([call], turn_name(where, j) + ".tool_call", path, row)
     elif "tool_calls" in out:
-        out["tool_calls"] = _tool_calls(out["tool_calls"], where, path, row)
+        out["tool_calls"] = _tool_calls(out["tool_calls"], turn_name(where, j), path, row)
     return out
 
 

@@ -14,7 +14,7 @@ import jinja2
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count
+from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count, unrendered_turn_keys
 from packtool.tokenize.row_checks import (
     check_column_types,
     null_message,
@@ -280,6 +280,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     spans: list[list[tuple[int, int]] | None] = []
     empty: list[bool] = []
     use = KeyUse(renderer.template) if renderer is not None and msg_key else None
+    keys_of = unrendered_turn_keys(batch.column(shape.columns[0]), shape.kind, use) if use else None
     unrendered: dict = {}
     for i, row in enumerate(zip(*cols)):
         null = None
@@ -313,7 +314,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             continue
         skip, row_keys = (), None
         if shape.kind in ("chat", "sharegpt"):
-            msgs, skip, row_keys, left = chat_row(shape, row, path, first_row + i, use)
+            msgs, skip, row_keys, left = chat_row(shape, row, path, first_row + i, use, keys_of[i])
             count(unrendered, left, first_row + i)
         else:
             prompt, response = _prompt_response(shape, row, separator)

@@ -162,3 +162,46 @@ def test_a_key_without_text_is_not_counted(value):
     leaves nothing out."""
     rb = _render(load_template("chatml", None), [{"messages": _conv({"name": value, "refusal": value})}])
     assert rb.unrendered == {}
+
+
+# A turn key's values of every Arrow kind a reader gives (None: the key absent from that turn)
+_KINDS = {
+    "string": ["T", "", None], "large_string": pa.array(["T", "", None], pa.large_string()),
+    "dictionary": pa.array(["T", "", None]).dictionary_encode(), "null": pa.nulls(3),
+    "int": [0, 7, None], "float": [0.0, float("nan"), None], "bool": [False, True, None],
+    "list": [[], ["x"], None], "struct": [{"a": None}, {"a": 1}, None]}
+
+
+def _turn_column(kind: str, null_turn: bool, null_row: bool) -> pa.Array:
+    """Rows 0..2 of two turns, the second holding the key's value 0..2 (row 3 without it);
+    optionally the turn holding value 0 null and row 1 null, their struct children still
+    holding the values. Sliced, so that the rows' offsets point into a longer child."""
+    values = _KINDS[kind]
+    values = values if isinstance(values, pa.Array) else pa.array(values)
+    none = pa.nulls(1, values.type)
+    key = pa.concat_arrays([x for i in range(3) for x in (none, values.slice(i, 1))] + [none, none])
+    mask = pa.array([null_turn and t == 1 for t in range(8)])
+    turns = pa.StructArray.from_arrays([pa.array(["user"] * 8), key], names=["role", "thinking"], mask=mask)
+    rows = pa.ListArray.from_arrays(pa.array([0, 2, 4, 6, 8], pa.int32()), turns,
+                                    mask=pa.array([False, null_row, False, False]))
+    return pa.concat_arrays([rows, rows]).slice(2, 5)
+
+
+def _keys_by_python(col: pa.Array, kind: str) -> list[tuple[str, ...]]:
+    """The definition, turn by turn: a key with a value (neither null nor "") in some turn."""
+    label = "messages" if kind == "chat" else "conversations"
+    return [tuple(sorted({f"{label}[].{k}" for m in turns or () if isinstance(m, dict)
+                          for k, v in m.items() if v is not None and v != "" and k not in ("role", "from")}))
+            for turns in col.to_pylist()]
+
+
+@pytest.mark.parametrize("null_row", [False, True])
+@pytest.mark.parametrize("null_turn", [False, True])
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_keys_counted_from_arrow_are_the_turns_keys(kind, null_turn, null_row):
+    """chat_keys reads the keys per batch from the Arrow struct (validity bits, string
+    lengths): the same keys, per row, as a scan of every turn's values."""
+    from packtool.tokenize.chat_keys import KeyUse, unrendered_turn_keys
+    col = _turn_column(kind, null_turn, null_row)
+    use = KeyUse(load_template("chatml", None))
+    assert unrendered_turn_keys(col, "chat", use) == _keys_by_python(col, "chat")
