@@ -154,7 +154,7 @@ def chat_row(shape, row: tuple, path: str, row_no: int, use: KeyUse, turn_keys: 
             if shape.kind == "chat" else sharegpt_to_messages(raw, path, row_no))
     extra = dict(zip(shape.columns[1:], row[1:]))
     msgs = with_system(msgs, extra.pop("system", None), col, path, row_no)
-    skip = [j for j, m in enumerate(msgs) if untrained(m, col, j, path, row_no)]
+    skip = [j for j, m in enumerate(msgs) if "weight" in m and untrained(m, col, j, path, row_no)]  # few turns have one
     row_keys = {k: row_value(v, k, path, row_no) for k, v in extra.items()}
     row_keys = {k: v for k, v in row_keys.items() if v is not None}
     left = [*turn_keys, *(k for k in row_keys if not use.renders(k))]

@@ -69,23 +69,27 @@ def chatml(messages: list[dict], special: dict) -> tuple[str, list[tuple[int, in
     spans: list[tuple[int, int]] = []
     pos = 0
     for m in messages:
-        role = _s(m.get("role"))
+        role, text = m.get("role"), m.get("content")  # _s inlined: two calls a turn
+        if type(role) is not str:
+            raise Fallback
         if role == "assistant":
             calls = m.get("tool_calls")
             if calls:
                 turn = _HEAD
-                if m.get("content"):
-                    text = _content(m)
-                    spans.append((pos + len(_HEAD), pos + len(_HEAD) + len(text)))
+                if text:
+                    spans.append((pos + len(_HEAD), pos + len(_HEAD) + len(_s(text))))
                     turn += text + "\n"
-                turn += "".join("<tool_call>\n" + _call_json(c, "arguments") + "\n</tool_call>" for c in calls)
+                for c in calls:
+                    turn += "<tool_call>\n" + _call_json(c, "arguments") + "\n</tool_call>"
                 turn += "<|im_end|>\n"
             else:
-                body = _content(m) + "<|im_end|>"
+                body = _s(text) + "<|im_end|>"
                 spans.append((pos + len(_HEAD), pos + len(_HEAD) + len(body)))
                 turn = _HEAD + body + "\n"
+        elif type(text) is str:
+            turn = "<|im_start|>" + role + "\n" + text + "<|im_end|>\n"
         else:
-            turn = "<|im_start|>" + role + "\n" + _content(m) + "<|im_end|>\n"
+            raise Fallback
         parts.append(turn)
         pos += len(turn)
     return "".join(parts), spans

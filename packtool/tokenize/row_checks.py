@@ -50,7 +50,17 @@ def _no_text(content) -> bool:
 def null_message(m) -> bool:
     """A chat turn without content (null, missing, "" or empty parts) and without a tool call:
     "" is the same empty turn as null, trained on as "answer nothing"."""
-    return isinstance(m, dict) and _no_text(m.get("content")) and not (m.get("tool_calls") or m.get("tool_call"))
+    if not isinstance(m, dict):
+        return False
+    content = m.get("content")
+    if type(content) is str and content:  # the common turn, decided without _no_text's call
+        return False
+    return _no_text(content) and not (m.get("tool_calls") or m.get("tool_call"))
+
+
+def null_value(t) -> bool:
+    """A ShareGPT turn without text (its `value` null, missing or "")."""
+    return isinstance(t, dict) and t.get("value") in (None, "")
 
 
 def refuse_null(what: str, path: str, row: int) -> None:

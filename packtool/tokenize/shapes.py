@@ -18,6 +18,7 @@ from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count, un
 from packtool.tokenize.row_checks import (
     check_column_types,
     null_message,
+    null_value,
     refuse_keys,
     refuse_null,
     schema_lacks,
@@ -288,8 +289,8 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             refuse_other_row(batch, shape, path, first_row + i, i)
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
-            bad = [j for j, m in enumerate(row[0] or []) if (
-                null_message(m) if shape.kind == "chat" else isinstance(m, dict) and m.get("value") in (None, ""))]
+            is_null = null_message if shape.kind == "chat" else null_value
+            bad = [j for j, m in enumerate(row[0] or []) if is_null(m)]
             if bad:
                 null = f"{shape.columns[0]}[{bad[0]}].{key}"
                 keys = turn_keys(row[0], bad[0])
