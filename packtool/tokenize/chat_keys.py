@@ -20,10 +20,10 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
 from packtool.tokenize.messages import no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
+from packtool.tokenize.row_checks import has_value, turn_rows, valid_values
 
 # Row keys beside the turns that reach the template as variables (transformers' names), and
 # `system`, a row's system prompt (messages.with_system makes it the first turn).
@@ -57,48 +57,20 @@ def unrendered_turn_keys(col: pa.Array, kind: str, use: KeyUse) -> list[tuple[st
     its turns that neither packtool nor the template reads, as `messages[].thinking`, sorted.
     Read per key from the turns' Arrow struct (validity bits, string lengths): a Python scan of
     every turn's keys cost about a quarter of rendering them with chatml."""
-    t = col.type
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+    parts = turn_rows(col)
+    if parts is None:
         return [()] * len(col)  # null turns (or none): no keys
-    names = [f.name for f in t.value_type]
+    turns, row_of = parts
+    names = [f.name for f in turns.type]
     label = "messages" if kind == "chat" else "conversations"
     keys = sorted(k for k in set(names) - _READ[kind] if kind == "sharegpt" or not use.renders(k))
     found: dict[int, list[str]] = {}
     if keys:
-        offs = np_of(col.offsets)  # the slice's rows (col.values is the whole child)
-        turns = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
-        row_of = np.repeat(np.arange(len(col)), np.diff(offs))
-        live = _valid(turns) & _valid(col)[row_of]  # a turn that is an object, in a row that is a list
+        live = valid_values(turns) & (row_of >= 0)  # a turn that is an object, in a row that is a list
         for k in keys:
-            for r in np.unique(row_of[live & _has_value(turns.field(names.index(k)))]).tolist():
+            for r in np.unique(row_of[live & has_value(turns.field(names.index(k)))]).tolist():
                 found.setdefault(r, []).append(f"{label}[].{k}")
     return [tuple(found.get(r, ())) for r in range(len(col))]
-
-
-def _valid(a: pa.Array) -> np.ndarray:
-    """Per value: not null, from the validity bits (Array.is_valid would import pyarrow.compute)."""
-    if pa.types.is_null(a.type):
-        return np.zeros(len(a), bool)
-    if not a.null_count:
-        return np.ones(len(a), bool)
-    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
-    return bits[a.offset:a.offset + len(a)].astype(bool)
-
-
-_NEVER_EMPTY = (pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_floating,
-                pa.types.is_list, pa.types.is_large_list, pa.types.is_struct)
-
-
-def _has_value(a: pa.Array) -> np.ndarray:
-    """Per value: neither null nor "" (a key every exporter writes empty leaves nothing out)."""
-    t = a.type
-    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and len(a):
-        width = np.dtype(np.int32 if pa.types.is_string(t) else np.int64)
-        offs = np.frombuffer(a.buffers()[1], width, len(a) + 1, a.offset * width.itemsize)
-        return _valid(a) & (np.diff(offs) > 0)
-    if any(is_type(t) for is_type in _NEVER_EMPTY):  # no value of these reads back as ""
-        return _valid(a)
-    return np.array([v is not None and v != "" for v in a.to_pylist()], bool)
 
 
 def row_value(value, key: str, path: str, row: int):

@@ -1,12 +1,15 @@
 """What a batch's rows must hold before they are rendered: each shape's columns of the right
 Arrow type, and no null or empty prompt, response or chat turn (an error naming the row, or a
 row --on-empty skip skips), nor a turn whose text sits under another key (a schema to rename).
-`shapes.render_batch` runs these checks.
+`shapes.render_batch` runs these checks; what a batch's Arrow struct tells at once (a turn
+with text, a key with a value) is read here too, so that Python looks only at the rest.
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
 
 
@@ -92,3 +95,79 @@ def schema_lacks(col: pa.Array, key: str) -> bool:
         return False
     names = {t.value_type.field(i).name for i in range(t.value_type.num_fields)}
     return key not in names and not names & {"tool_calls", "tool_call"}
+
+
+# ---------------------------------------------------------------- per batch, from Arrow
+
+def valid_values(a: pa.Array) -> np.ndarray:
+    """Per value: not null, from the validity bits (Array.is_valid would import pyarrow.compute)."""
+    if pa.types.is_null(a.type):
+        return np.zeros(len(a), bool)
+    if not a.null_count:
+        return np.ones(len(a), bool)
+    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
+    return bits[a.offset:a.offset + len(a)].astype(bool)
+
+
+_NEVER_EMPTY = (pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_floating,
+                pa.types.is_list, pa.types.is_large_list, pa.types.is_struct)
+
+
+def has_value(a: pa.Array) -> np.ndarray:
+    """Per value: neither null nor "" (no text: a turn's empty key leaves nothing out)."""
+    t = a.type
+    if _is_str(t) and len(a):
+        width = np.dtype(np.int32 if pa.types.is_string(t) else np.int64)
+        offs = np.frombuffer(a.buffers()[1], width, len(a) + 1, a.offset * width.itemsize)
+        return valid_values(a) & (np.diff(offs) > 0)
+    if any(is_type(t) for is_type in _NEVER_EMPTY):  # no value of these reads back as ""
+        return valid_values(a)
+    return np.array([v is not None and v != "" for v in a.to_pylist()], bool)
+
+
+def turn_rows(col: pa.Array) -> tuple[pa.StructArray, np.ndarray] | None:
+    """A batch's turn column (list<struct>) as (its rows' turns, each turn's row); a turn of a
+    null row is no turn (row -1). None for a column of another type (no struct to read)."""
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return None
+    offs = np_of(col.offsets)  # the slice's rows (col.values is the whole child)
+    turns = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
+    row_of = np.repeat(np.arange(len(col)), np.diff(offs))
+    return turns, np.where(valid_values(col)[row_of], row_of, -1)
+
+
+def rows_with_empty_turns(col: pa.Array, kind: str) -> np.ndarray | None:
+    """Per row of a batch's turn column: whether some turn may be empty (`null_message` /
+    `null_value` decide, turn by turn, for those rows only). A turn with text, or a chat turn
+    with a tool call, is read off the Arrow struct instead (a Python test of every turn cost as
+    much as the keys' scan). None: every row may."""
+    parts = turn_rows(col)
+    if parts is None:
+        return None
+    turns, row_of = parts
+    names = [f.name for f in turns.type]
+    fine = ~valid_values(turns)  # a null turn is no empty one (null_message(None) is False)
+    text = "content" if kind == "chat" else "value"
+    if text in names and _is_str(turns.type.field(text).type):
+        fine |= has_value(turns.field(text))
+    for call in ("tool_calls", "tool_call") if kind == "chat" else ():
+        if call in names:
+            fine |= _truthy(turns.field(call))
+    some = np.zeros(len(col), bool)
+    some[row_of[~fine & (row_of >= 0)]] = True
+    return some
+
+
+def _is_str(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _truthy(a: pa.Array) -> np.ndarray:
+    """Per value: one Python reads as true for sure (a struct with keys; a list with items)."""
+    if pa.types.is_struct(a.type) and a.type.num_fields:
+        return valid_values(a)
+    if (pa.types.is_list(a.type) or pa.types.is_large_list(a.type)) and len(a):
+        offs = np_of(a.offsets)
+        return valid_values(a) & (np.diff(offs) > 0)
+    return np.zeros(len(a), bool)

@@ -21,6 +21,7 @@ from packtool.tokenize.row_checks import (
     null_value,
     refuse_keys,
     refuse_null,
+    rows_with_empty_turns,
     schema_lacks,
     turn_keys,
 )
@@ -282,6 +283,9 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     empty: list[bool] = []
     use = KeyUse(renderer.template) if renderer is not None and msg_key else None
     keys_of = unrendered_turn_keys(batch.column(shape.columns[0]), shape.kind, use) if use else None
+    if msg_key:
+        maybe_empty = rows_with_empty_turns(batch.column(shape.columns[0]), shape.kind)
+        maybe_empty = [True] * batch.num_rows if maybe_empty is None else maybe_empty.tolist()
     unrendered: dict = {}
     for i, row in enumerate(zip(*cols)):
         null = None
@@ -290,7 +294,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         if shape.kind in ("chat", "sharegpt"):
             key = "content" if shape.kind == "chat" else "value"
             is_null = null_message if shape.kind == "chat" else null_value
-            bad = [j for j, m in enumerate(row[0] or []) if is_null(m)]
+            bad = [j for j, m in enumerate(row[0] or []) if is_null(m)] if maybe_empty[i] else ()
             if bad:
                 null = f"{shape.columns[0]}[{bad[0]}].{key}"
                 keys = turn_keys(row[0], bad[0])
