@@ -41,27 +41,32 @@ def no_nulls(v):
     return v
 
 
-def _tool_calls(calls, where: str, path: str | None, row: int | None) -> list[dict]:
+def _tool_calls(calls, column: str, j: int | None, path: str | None, row: int | None,
+                suffix: str = "") -> list[dict]:
     """OpenAI `tool_calls`: a list of {"type": "function", "function": {"name": str,
     "arguments": str or object}} (a bare {name, arguments} is wrapped). Any other shape is
-    named here, before a template turns it into "Object of type Undefined..."."""
+    named here (as turn_name(column, j) + suffix), before a template turns it into "Object of
+    type Undefined..."."""
     shape = ('a list of {"type": "function", "function": {"name": "...", "arguments": ...}} '
              '(OpenAI tool_calls)')
     if not isinstance(calls, (list, tuple)):
-        raise PacktoolInputError(f"{where}.tool_calls is {type(calls).__name__}, not {shape}",
-                                 path=path, row=row)
+        raise PacktoolInputError(f"{turn_name(column, j)}{suffix}.tool_calls is {type(calls).__name__}, "
+                                 f"not {shape}", path=path, row=row)
     out = []
     for k, c in enumerate(calls):
         fn = c.get("function", c) if isinstance(c, dict) else None
-        fn = {a: v for a, v in fn.items() if v is not None} if isinstance(fn, dict) else None
+        if not isinstance(fn, dict):
+            fn = None
+        elif None in fn.values() or isinstance(fn.get("arguments"), dict):  # else kept as given: no copy
+            fn = {a: v for a, v in fn.items() if v is not None}
         if fn is not None and isinstance(fn.get("arguments"), dict):
             args = fn["arguments"]  # its JSON text (json_types), or nulls Arrow filled in (Parquet)
             fn["arguments"] = json.loads(args[ARGUMENTS]) if ARGUMENTS in args else no_nulls(args)
         if fn is None or not isinstance(fn.get("name"), str) or \
                 not isinstance(fn.get("arguments"), (str, dict)):
             got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")
-            raise PacktoolInputError(f"{where}.tool_calls[{k}] has {got}: each call needs "
-                                     f"function.name (a string) and function.arguments (a "
+            raise PacktoolInputError(f"{turn_name(column, j)}{suffix}.tool_calls[{k}] has {got}: each call "
+                                     f"needs function.name (a string) and function.arguments (a "
                                      f"string or an object); the list must be {shape}",
                                      path=path, row=row)
         out.append({"type": "function", "function": fn} if "function" not in c
@@ -101,9 +106,9 @@ def normalize_message(m: dict, path: str | None = None, row: int | None = None,
         out["content"] = _content_text(content, turn_name(where, j), path, row)
     call = out.pop("tool_call", None)
     if call is not None:
-        out["tool_calls"] = _tool_calls([call], turn_name(where, j) + ".tool_call", path, row)
+        out["tool_calls"] = _tool_calls([call], where, j, path, row, ".tool_call")
     elif "tool_calls" in out:
-        out["tool_calls"] = _tool_calls(out["tool_calls"], turn_name(where, j), path, row)
+        out["tool_calls"] = _tool_calls(out["tool_calls"], where, j, path, row)
     return out
 
 
@@ -138,7 +143,7 @@ def _sharegpt_calls(value, j: int, path: str, row: int) -> list[dict]:
         raise PacktoolInputError(f"{where} is a function_call whose value is not the JSON text of "
                                  f'{{"name": ..., "arguments": ...}} (or a list of them), as LLaMA-Factory '
                                  f"writes it; fix the value", path=path, row=row)
-    return _tool_calls(calls if isinstance(calls, list) else [calls], where, path, row)
+    return _tool_calls(calls if isinstance(calls, list) else [calls], where, None, path, row)
 
 
 def with_system(msgs: list[dict], system, column: str, path: str, row: int) -> list[dict]:
