@@ -27,6 +27,10 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            # the inputs: `pack`'s arguments (INPUTS, as its usage line names them), `verify`'s --source
            "inputs": "INPUTS", "source": "--source"}  # their ranges: params.RANGES
 
+# Flags whose one value is a comma-separated list: given twice, the fix is both lists in one
+# (parsing._refuse_repeated), as a user repeating them per name (as --source invites) meant
+LIST_FLAGS = {"--side-columns", "--support-columns"}
+
 # Each subcommand's parameters that name a path: `~` in them is expanded in one place
 # (parsing.Command, params.expanded), so a quoted '~/x' is the same folder to every subcommand
 PATH_PARAMS = {"plan": {"lengths", "output"}, "pack": {"inputs", "output", "cache_dir", "tokenizer", "chat_template"},

@@ -22,9 +22,9 @@ from packtool.cli.failure import (
     reset,
     usage_error,
 )
-from packtool.cli.flags import FLAG_OF, PATH_PARAMS
-from packtool.cli.variadic import in_place
-from packtool.errors import spelled_as
+from packtool.cli.flags import FLAG_OF, LIST_FLAGS, PATH_PARAMS
+from packtool.cli.variadic import in_place, repeated
+from packtool.errors import shown, spelled_as
 
 
 class _ParsedHere:
@@ -37,6 +37,7 @@ class _ParsedHere:
         try:
             if not isinstance(self, TyperGroup):  # a subcommand's words (the group's: its command's)
                 self._refuse_json_it_lacks(ctx, args)
+                self._refuse_repeated(ctx, args)
                 args = in_place(ctx, self.get_params(ctx), args)
             return super().parse_args(ctx, args)
         except click_exceptions.UsageError as e:
@@ -52,6 +53,23 @@ class _ParsedHere:
                 import difflib
                 raise click_exceptions.NoSuchOption("--json", possibilities=difflib.get_close_matches(
                     "--json", [o for o in opts if o.startswith("--")]), ctx=ctx)
+
+    def _refuse_repeated(self, ctx, args: list[str]) -> None:
+        """A one-value option given twice: click keeps the last without a word, so the first
+        (`--side-columns old_logprobs --side-columns advantages`) would vanish (S34-7)."""
+        if any(o in args for o in ctx.help_option_names):
+            return  # --help is shown whatever else is there
+        found = repeated(self.get_params(ctx), args)
+        if found is None:
+            return
+        p, spelled, first, second = found
+        flag = "/".join(p.opts[:1] + p.secondary_opts[:1]) if p.secondary_opts else max(p.opts, key=len)
+        fix = (f"give every name in one: {flag} {first},{second}" if flag in LIST_FLAGS
+               else f"give one of {p.opts[0]} or {p.secondary_opts[0]}" if p.secondary_opts
+               else f"give {flag} once, with the value you mean")
+        raise click_exceptions.BadOptionUsage(spelled, f"{flag} given twice ({shown(first)}, then {shown(second)}): "
+                                              f"it takes one value and the last would silently replace the first; {fix}",
+                                              ctx=ctx)
 
     def _refuse_flag_as_value(self, ctx, args: list[str]) -> None:
         opts = {o: p for p in self.get_params(ctx) if p.param_type_name == "option"

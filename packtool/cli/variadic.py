@@ -132,3 +132,48 @@ def _extra_words(ctx, slots, extra: list[str], kept) -> str:
         return said
     return (f"{said}; the values of {many} go right after it: `{cmd}{names} {many} a b` or "
             f"`{cmd} {many} a {many} b{names}`")
+
+
+def _once(p) -> bool:
+    """An option whose last spelling wins in click: one value (`--tp 2`), or an on/off pair
+    (`--eos/--no-eos`) whose two spellings contradict; a plain switch (`-q`) repeated says nothing new."""
+    if p.param_type_name != "option" or p.multiple or p.count:
+        return False
+    return not p.is_flag or bool(p.secondary_opts)
+
+
+def _given(a: str, args: list[str], i: int, name: str, value_next: bool) -> str:
+    """What the flag word at `i` sets its option to, as typed (for the error line)."""
+    if value_next:
+        return args[i + 1] if i + 1 < len(args) else ""
+    if "=" in a and a.startswith("--"):
+        return a.partition("=")[2]
+    at = a.find(name[1:], 1) if not a.startswith("--") else -1
+    return a[at + 1:] if at > 0 and at + 1 < len(a) else a
+
+
+def repeated(params, args: list[str]) -> tuple[object, str, str, str] | None:
+    """The first option of `params` that takes one value and is given twice in `args`, as (its
+    parameter, the second spelling, the first value, the second value); None when none is.
+    click keeps the last one silently (S34-7: `--side-columns a --side-columns b` packed only b)."""
+    takes, _ = _options(params)
+    of = {o: p for p in params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
+    seen: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return None
+        if a.startswith("-") and a != "-":
+            name, value_next = _option_at(a, takes)
+            if name is None:
+                return None  # click names the unknown flag first
+            p = of[name]
+            if _once(p):
+                value = _given(a, args, i, name, value_next)
+                if p.name in seen:
+                    return p, name, seen[p.name], value
+                seen[p.name] = value
+            i += value_next
+        i += 1
+    return None
