@@ -369,6 +369,11 @@ app.command("train", cls=Command)(guarded(_without_backend_notices(train_command
 
 
 def main() -> None:
+    # the subcommand known from the first line: a Ctrl-C while typer builds the command group
+    # (before Commands.main reads the flags) says that command's words, not pack's (S34-8)
+    from packtool.cli.failure import reset
+    names = {c.name or typer.main.get_command_name(c.callback.__name__) for c in app.registered_commands}
+    reset(next((a for a in sys.argv[1:] if a in names), None))
     app()
 
 
