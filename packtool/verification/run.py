@@ -107,6 +107,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         if f not in present:
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
+    notes += _linked_shards(directory, present)
     legacy = os.path.basename(manifest_file(directory) or "") == LEGACY_MANIFEST
     flying = in_flight(directory)
     strays = stray_entries(directory, listed)
@@ -156,6 +157,29 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         log.add("manifest", f"the manifest lists no shards but stats.slabs is {man['stats']['slabs']}",
                 expected=man["stats"]["slabs"], found=0)
     return _report(directory, log, notes, results, source_dir, t0)
+
+
+def _linked_shards(directory: str, present: list[str]) -> list[str]:
+    """A note per listed shard that is a symbolic link (S34-8): its slabs read right through it
+    (slabs/check.py's rule, which every reader holds, follows links: no problem), but the output
+    is not in its folder alone: a copy of the folder loses the target, the target may change
+    under it, and `pack --overwrite` refuses to replace a folder whose shard is a link
+    (output/owned.py). Said, so that the OK is not read as "self-contained"."""
+    said = []
+    for f in present:
+        path = join(directory, f)
+        if not os.path.islink(path):
+            continue
+        target, home = os.path.realpath(path), os.path.realpath(directory)
+        if os.path.commonpath([target, home]) != home:
+            said.append(f"shard {f} is a symbolic link to {target}, outside the output folder: readers follow "
+                        f"it, but a copy of {directory} leaves that file behind and `pack --overwrite` will not "
+                        f"replace this output; copy the file itself in (cp --remove-destination) for a "
+                        f"self-contained output")
+        else:
+            said.append(f"shard {f} is a symbolic link to {target}: readers follow it, but `pack --overwrite` "
+                        f"will not replace this output; copy the file itself in (cp --remove-destination)")
+    return said
 
 
 def _check_source_args(source_dir, fingerprint, tokenize, files) -> None:

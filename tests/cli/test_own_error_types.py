@@ -52,8 +52,10 @@ def _pack(tmp, *args):
 
 
 def _train(tmp, *args, data=None):
-    return ["train", data or _packed(tmp), "--device", "cpu", "--layers", "1", "--hidden", "64",
-            "--heads", "4", "--steps", "1", *args]
+    base = {"--device": "cpu", "--layers": "1", "--hidden": "64", "--heads": "4", "--steps": "1"}
+    for k in set(base) & set(args[0::2]):  # a case's own value replaces the base's (a flag given twice is refused)
+        del base[k]
+    return ["train", data or _packed(tmp), *[w for kv in base.items() for w in kv], *args]
 
 
 def _megatron():
