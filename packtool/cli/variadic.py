@@ -136,7 +136,7 @@ def _extra_words(ctx, slots, extra: list[str], kept) -> str:
 
 def _once(p) -> bool:
     """An option whose last spelling wins in click: one value (`--tp 2`), or an on/off pair
-    (`--eos/--no-eos`) whose two spellings contradict; a plain switch (`-q`) repeated says nothing new."""
+    (`--eos/--no-eos`) whose two sides contradict; a plain switch (`-v`) repeated says nothing new."""
     if p.param_type_name != "option" or p.multiple or p.count:
         return False
     return not p.is_flag or bool(p.secondary_opts)
@@ -171,9 +171,11 @@ def repeated(params, args: list[str]) -> tuple[object, str, str, str] | None:
             p = of[name]
             if _once(p):
                 value = _given(a, args, i, name, value_next)
-                if p.name in seen:
-                    return p, name, seen[p.name], value
-                seen[p.name] = value
+                first = seen.get(p.name)
+                # an on/off pair's same side twice (`-q --no-progress`) says nothing new: only both sides clash
+                if first is not None and (not p.is_flag or (first in p.opts) != (name in p.opts)):
+                    return p, name, first, value
+                seen.setdefault(p.name, value)
             i += value_next
         i += 1
     return None

@@ -71,6 +71,18 @@ def test_repeatable_and_switches_stay():
     assert list(ctx.params["source"]) == ["a", "b"]
 
 
+@pytest.mark.parametrize("command,param", [(n, p) for n, p in ONCE if p.is_flag],
+                         ids=[f"{n} {p.opts[0]}" for n, p in ONCE if p.is_flag])
+def test_an_on_off_pairs_same_side_twice_stays(command, param):
+    """`pack -q --no-progress`: both spellings of the one side, no clash."""
+    cmd = GROUP.commands[command]
+    for side in (param.opts, param.secondary_opts):
+        try:
+            cmd.make_context(command, ["IN", side[0], side[-1]])
+        except click_exceptions.UsageError as e:  # another argument missing: not this rule
+            assert "given twice" not in e.format_message()
+
+
 def test_the_cli_says_it_in_one_line(capsys):
     from packtool.cli.parsing import Commands  # noqa: F401  (GROUP is one)
     code = GROUP.main(["plan", "--lengths", "a.txt", "--lengths", "b.txt", "-C", "1024"], standalone_mode=False)
