@@ -74,6 +74,14 @@ def _tool_calls(calls, column: str, j: int | None, path: str | None, row: int | 
     return out
 
 
+def not_a_turn(m, where: str, shape: str, path: str | None, row: int | None) -> None:
+    """A turn that is null (or a string, a list...): in a JSON array or Parquet Arrow hands it
+    over as None, which no key of it can be read from."""
+    got = "null" if m is None else f"a {type(m).__name__}"
+    raise PacktoolInputError(f"{where} is {got}, not a turn object {shape}; remove it from the "
+                             f"list or write the turn", path=path, row=row)
+
+
 def turn_name(column: str, j: int | None) -> str:
     return column if j is None else f"{column}[{j}]"
 
@@ -100,6 +108,8 @@ def normalize_message(m: dict, path: str | None = None, row: int | None = None,
     `row` name it in an error: `j` apart, the name is formatted only for an error (this runs
     for every turn). Other keys stay, for the template (`chat_keys` counts those it does not
     render)."""
+    if not isinstance(m, dict):
+        not_a_turn(m, turn_name(where, j), "{role, content}", path, row)
     out = {k: v for k, v in m.items() if v is not None}
     content = out.get("content")
     if isinstance(content, list):
@@ -114,10 +124,9 @@ def normalize_message(m: dict, path: str | None = None, row: int | None = None,
 
 def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
     msgs = []
-    for t in turns:
+    for j, t in enumerate(turns):
         if not isinstance(t, dict):
-            raise PacktoolInputError(f"ShareGPT turn is {type(t).__name__}, not an object with "
-                                     f"'from' and 'value'", path=path, row=row)
+            not_a_turn(t, f"conversations[{j}]", "{from, value} (ShareGPT)", path, row)
         who = t.get("from")
         role = _SHAREGPT_ROLES.get(who)
         if role is None:

@@ -1,0 +1,60 @@
+"""Issue 23 (turns): a null chat turn is named in one line on every reader route and for both
+chat shapes, never an AttributeError; a batch where Arrow united the keys of differently shaped
+turns / calls / parts (an absent key comes back as a null) renders as each row alone does."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.readers import _parquet_batches
+from packtool.tokenize.shapes import Shape, render_batch
+from packtool.tokenize.templates import Renderer, load_template
+from packtool.tokenize.text_readers import json_array_batches, jsonl_batches
+
+CHAT = {"col": "messages", "q": {"role": "user", "content": "Q"}, "a": {"role": "assistant", "content": "A"}}
+SHAREGPT = {"col": "conversations", "q": {"from": "human", "value": "Q"}, "a": {"from": "gpt", "value": "A"}}
+
+
+def _write(tmp_path, rows, reader: str) -> str:
+    p = tmp_path / f"d.{reader}"
+    if reader == "jsonl":
+        p.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    elif reader == "json":
+        p.write_text(json.dumps(rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), p)
+    return str(p)
+
+
+def _batches(path: str, reader: str, col: str):
+    if reader == "jsonl":
+        return jsonl_batches(path, 1000, [col])
+    if reader == "json":
+        return json_array_batches(path, 1000, [col])
+    return _parquet_batches(path, 1000, [col])
+
+
+def render(tmp_path, rows, reader: str, kind: str = "chat") -> list[str]:
+    col = "messages" if kind == "chat" else "conversations"
+    path = _write(tmp_path, rows, reader)
+    renderer = Renderer(load_template("chatml", None), {})
+    texts, first = [], 0
+    for b in _batches(path, reader, col):
+        texts += render_batch(b, Shape(kind, (col,), templated=True), renderer, None, path, first).texts
+        first += b.num_rows
+    return texts
+
+
+# A null first turn of JSON Lines is refused by Arrow's own reader (a one-line read error).
+@pytest.mark.parametrize("reader,at", [("jsonl", 1), ("json", 0), ("json", 1), ("parquet", 0), ("parquet", 1)])
+@pytest.mark.parametrize("shape", [CHAT, SHAREGPT], ids=["chat", "sharegpt"])
+def test_null_turn_is_named(tmp_path, reader, at, shape):
+    turns = [shape["q"], shape["a"]]
+    turns.insert(at, None)
+    kind = "chat" if shape is CHAT else "sharegpt"
+    with pytest.raises(PacktoolInputError, match=rf"{shape['col']}\[{at}\] is null, not a turn object"):
+        render(tmp_path, [{shape["col"]: turns}], reader, kind)
