@@ -11,7 +11,9 @@ one THD micro-batch while the merged footprint fits: each slab's tail pad and fi
 stripped, the segments are concatenated and the per-slab multiple t is charged once for
 the whole micro-batch, `Alignment.bin_footprint(sum of segment footprints)`; the layout of
 the merged micro-batch is `layout.compute_layout` of its segments. A slab that alone
-exceeds the budget is its own micro-batch. Every DP rank gets the same number of
+exceeds the budget would be its own micro-batch over it, so a budget below the largest
+slab's stripped footprint is refused up front (`check_budget`): the budget is how a user
+bounds activation memory, and one silently exceeded is an OOM they believed it prevents. Every DP rank gets the same number of
 micro-batches in a step: ranks with fewer get empty ones (zero tokens, zero loss), counted.
 All of this is computed from per-slab scalars, so every rank can plan every rank's steps
 and a resume at step k needs no token data.
@@ -94,6 +96,20 @@ def group_by_budget(slabs: list[int], stripped: np.ndarray, align: Alignment,
     if cur:
         out.append(cur)
     return out
+
+
+def check_budget(index: SlabIndex, align: Alignment, budget: int | None) -> None:
+    """Every slab must fit `budget` alone (its stripped footprint, as `group_by_budget` charges it)."""
+    if budget is None or len(index) == 0:
+        return
+    if budget < align.t:
+        raise PacktoolConfigError(f"{arg('micro_batch_tokens', budget)} is below the per-slab multiple "
+                                  f"t={align.t} ({align.describe()}): use at least {align.t}")
+    big = int(align.bin_footprint(index.stripped).max())
+    if budget < big:
+        raise PacktoolConfigError(f"{arg('micro_batch_tokens', budget)} is below the largest slab, {big} tokens "
+                                  f"(a micro-batch of its own, over the budget): give {arg('micro_batch_tokens', big)} "
+                                  f"or more, or re-pack with {arg('capacity')} at most {budget}")
 
 
 def plan_epoch(index: SlabIndex, align: Alignment, dp: int, rank: int, epoch: int, seed: int,

@@ -1,7 +1,9 @@
 """`packtool train`'s checkpoints: where --save may write, what it writes, and reading one back.
 
 A checkpoint is a `torch.save` file per tensor-parallel rank (`mp_rank_XX.pt`) holding
-{model state_dict, optimizer (fp32 masters + AdamW state), step, model shape, tp, flags}:
+{model state_dict, optimizer (fp32 masters + AdamW state), step, model shape, tp, data, flags}
+("data": the tokenizer the run trained on, as the output's manifest gives it, so that a resume
+on an output of another tokenizer is refused):
 tensors, numbers, strings, None and containers of them only. It is read back with torch's
 weights-only unpickler and nothing else: a checkpoint folder is often copied or shared, and
 a full unpickle of one runs whatever code its author put in it.
@@ -53,14 +55,25 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     return p
 
 
-def save_checkpoint(d: str, model, opt, step: int, shape: GPTShape, info, cfg) -> None:
+def data_record(man, vocab_size: Optional[int]) -> dict:
+    """What a checkpoint records of the data it trained on: the tokenizer's identity as the
+    manifest gives it and the vocabulary (the manifest's, or `vocab_size` for an output packed
+    from token ids, whose manifest records none). The embedding's rows mean these tokens."""
+    tok = man.raw.get("tokenizer") if isinstance(man.raw.get("tokenizer"), dict) else {}
+    sha = tok.get("sha256")
+    return {"vocab_size": vocab_size or man.vocab_size or None,
+            "tokenizer_sha256": sha if isinstance(sha, str) else None,
+            "tokenizer": os.path.basename(os.path.dirname(str(tok.get("path") or ""))) or None}
+
+
+def save_checkpoint(d: str, model, opt, step: int, shape: GPTShape, info, cfg, data: dict) -> None:
     if info.dp_rank != 0 or info.cp_rank != 0:
         return
     from packtool.output.files import write_file
     os.makedirs(d, exist_ok=True)
     with write_file(ckpt_path(d, info.tp_rank), "save", replace=True, mine="checkpoint") as f:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "shape": dataclasses.asdict(shape), "tp": info.tp,
+                    "shape": dataclasses.asdict(shape), "tp": info.tp, "data": data,
                     "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)
 
 
@@ -123,6 +136,41 @@ def check_resumed_shape(path: str, saved: GPTShape, given: dict) -> None:
     if off:
         raise PacktoolConfigError(f"{arg('load')} resumes the model the checkpoint holds, but "
                                   f"{', '.join(off)}: drop them, or start a new run without {arg('load')}",
+                                  path=path, flag=cli_flag("load"))
+
+
+def _named(rec: dict) -> str:
+    name, sha = rec.get("tokenizer"), rec.get("tokenizer_sha256")
+    return f"tokenizer {name or '?'} (sha256 {sha[:12]}, vocab_size {rec.get('vocab_size')})" if sha \
+        else f"token ids of vocab_size {rec.get('vocab_size')}"
+
+
+def check_resumed_data(ck: dict, now: dict, data_dir: str, given_vocab: Optional[int], tp: int) -> None:
+    """The output a resumed run trains on must hold the tokens the checkpoint's embedding was
+    trained on: another tokenizer (or vocabulary) gives its rows other meanings, and training
+    goes on without an error. `now` is `data_record` of the output (and --vocab-size).
+    Checkpoints written before the record existed are held to what they do record, their
+    padded vocabulary (`padded_vocab(vocab, tp)`): a tokenizer of that same padded size
+    cannot be told apart from theirs, and is let through."""
+    from packtool.megatron.model import padded_vocab
+    path, rec, vocab = ck["path"], ck.get("data"), now["vocab_size"]
+    fix = f"train on an output packed with the checkpoint's tokenizer, or start a new run without {arg('load')}"
+    if given_vocab is not None and isinstance(rec, dict) and rec.get("vocab_size") not in (None, given_vocab):
+        raise PacktoolConfigError(f"{arg('load')} resumes the model the checkpoint holds, but {arg('vocab_size', given_vocab)} "
+                                  f"(the checkpoint has {rec['vocab_size']}): drop it, or start a new run without "
+                                  f"{arg('load')}", path=path, flag=cli_flag("vocab_size"))
+    if isinstance(rec, dict):
+        same_tok = None in (rec.get("tokenizer_sha256"), now["tokenizer_sha256"]) \
+            or rec["tokenizer_sha256"] == now["tokenizer_sha256"]
+        if not same_tok or None not in (rec.get("vocab_size"), vocab) and rec["vocab_size"] != vocab:
+            raise PacktoolConfigError(f"was trained on {_named(rec)}, but {data_dir} holds {_named(now)}: {fix}",
+                                      path=path, flag=cli_flag("load"))
+        return
+    saved = ck["shape"].vocab
+    if vocab and padded_vocab(vocab, tp) != saved:
+        what = arg('vocab_size', given_vocab) if given_vocab is not None else f"{data_dir}'s vocab_size {vocab}"
+        raise PacktoolConfigError(f"holds a model of vocabulary {saved} (an older checkpoint: no tokenizer record), "
+                                  f"but {what} pads to {padded_vocab(vocab, tp)}: {fix}",
                                   path=path, flag=cli_flag("load"))
 
 

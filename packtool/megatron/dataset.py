@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 from packtool.align import Alignment
-from packtool.megatron.batching import StepPlan, merge_slabs, plan_epoch
+from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
 from packtool.params import checked, position
 from packtool.slabs.format import SlabManifest
@@ -76,7 +76,8 @@ class PackedSlabDataset:
       2*cp_size chunks (packed cp=4 trains at cp=2 or 1); otherwise one line names the re-pack.
     seed: reshuffles every epoch (steps when planned; row groups and rows otherwise).
     micro_batch_tokens: merge slabs of a step into micro-batches of at most this many
-      tokens (tail pad charged once per micro-batch); None = one slab per micro-batch.
+      tokens (tail pad charged once per micro-batch); None = one slab per micro-batch. A
+      budget below the largest slab is refused (it could not be kept).
     """
 
     def __init__(self, path: str, dp_rank: int = 0, dp_size: int = 1, cp_rank: int = 0,
@@ -116,6 +117,7 @@ class PackedSlabDataset:
         if len(self.index) == 0:
             raise PacktoolInputError("the output holds no slabs: pack data that holds at least one sequence",
                                      path=path)
+        check_budget(self.index, self.align, micro_batch_tokens)
 
     def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
         epoch, first_step = checked("epoch", epoch), checked("first_step", first_step)  # True is no epoch

@@ -7,8 +7,9 @@ its own sum divided by that global count, and gradients are summed over DP x CP,
 update is that of the token mean whatever the micro-batching, grad accumulation or DP size.
 
 Checkpoints: `torch.save` of {model state_dict, optimizer (fp32 masters + AdamW state),
-step, model shape, flags} per tensor-parallel rank (`mp_rank_XX.pt`), written by the
-DP/CP rank 0 of each TP rank (checkpoint.py). Not megatron's dist_checkpointing format.
+step, model shape, the tokenizer trained on, flags} per tensor-parallel rank
+(`mp_rank_XX.pt`), written by the DP/CP rank 0 of each TP rank (checkpoint.py). Not
+megatron's dist_checkpointing format.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ import torch
 
 from packtool.errors import PacktoolConfigError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.integers import INT64_MAX, int_value
-from packtool.megatron.checkpoint import CKPT, check_resumed_shape, check_save, load_checkpoint, restore, save_checkpoint
+from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resumed_shape, check_save, data_record,
+                                          load_checkpoint, restore, save_checkpoint)
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -51,6 +53,7 @@ class TrainConfig:
     weight_decay: float = 0.1
     clip_grad: float = 1.0
     micro_batch_tokens: Optional[int] = None
+    vocab_size: Optional[int] = None  # the data's vocabulary when the manifest records none (token-id input)
     grad_accum: int = 1
     seed: int = 0
     device: str = "cpu"
@@ -77,6 +80,8 @@ class TrainConfig:
         # the schedule's numbers: a negative count or an inf/NaN rate ran, or ran on NaN loss, without a word
         for name in ("steps", "warmup", "log_every", "save_every"):
             setattr(self, name, int_value(name, getattr(self, name), 0, INT64_MAX, error=PacktoolConfigError))
+        if self.vocab_size is not None:
+            self.vocab_size = int_value("vocab_size", self.vocab_size, 1, INT64_MAX, error=PacktoolConfigError)
         for name in ("lr", "weight_decay", "clip_grad"):
             setattr(self, name, positive_real(name, getattr(self, name), zero=True))
 
@@ -190,10 +195,18 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
         cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
     append_log = check_json_log(cfg) if cfg.json_log else False
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
+    # the data is read before the model is built: a budget or checkpoint it refuses costs no model
+    ds = PackedSlabDataset(cfg.data_dir, dp_rank=info.dp_rank, dp_size=info.dp,
+                           cp_rank=info.cp_rank, cp_size=cfg.cp, seed=cfg.seed,
+                           grad_accum=cfg.grad_accum, micro_batch_tokens=cfg.micro_batch_tokens,
+                           device=info.device, cp_group=info.cp_group,
+                           dp_group=info.dp_group if info.dp > 1 else None)
+    data = data_record(ds.manifest, cfg.vocab_size)
     ckpt = load_checkpoint(cfg.load, info.tp_rank, cfg.tp) if cfg.load else None
     if ckpt:
         given = dataclasses.asdict(cfg.shape) if cfg.shape else cfg.resume_shape
         check_resumed_shape(cfg.load, ckpt["shape"], given)
+        check_resumed_data(ckpt, data, cfg.data_dir, cfg.vocab_size, cfg.tp)
     shape = ckpt["shape"] if ckpt else cfg.shape
     if shape is None:
         raise missing(PacktoolConfigError, "load",
@@ -205,11 +218,6 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     start = 0
     if ckpt:
         start = restore(ckpt, model, opt)
-    ds = PackedSlabDataset(cfg.data_dir, dp_rank=info.dp_rank, dp_size=info.dp,
-                           cp_rank=info.cp_rank, cp_size=cfg.cp, seed=cfg.seed,
-                           grad_accum=cfg.grad_accum, micro_batch_tokens=cfg.micro_batch_tokens,
-                           device=info.device, cp_group=info.cp_group,
-                           dp_group=info.dp_group if info.dp > 1 else None)
     if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
         raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
                          f"vocabulary {shape.vocab}")
@@ -266,9 +274,9 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
         if cfg.log_every and (st.step % cfg.log_every == 0 or st.step + 1 == total):
             log.row(rec)
         if cfg.save and cfg.save_every and res.final_step % cfg.save_every == 0:
-            save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
+            save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg, data)
         t_next = time.perf_counter()
     if cfg.save:
-        save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg)
+        save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg, data)
     log.close()
     return res

@@ -14,7 +14,7 @@ from packtool.errors import PacktoolConfigError, PacktoolInputError, spelled_as
 _SHAPE_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4}
 # TrainConfig's arguments whose flag FLAG_OF (packtool.cli.flags) does not list
 _FLAGS = {"steps": "--steps", "lr": "--lr", "warmup": "--warmup", "log_every": "--log-every",
-          "save_every": "--save-every"}
+          "save_every": "--save-every", "vocab_size": "--vocab-size"}
 _SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "kv_heads", "max_seq", "rope_base")
 
 
@@ -126,13 +126,13 @@ def train_command(
     config: Annotated[Optional[str], typer.Option("--config", help="YAML with layers, hidden, heads, ffn, kv_heads and max_seq (overrides those flags).")] = None,
     load: Annotated[Optional[str], typer.Option("--load", help="Checkpoint directory from --save: model shape, weights, optimizer and step.")] = None,
     save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
-    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Vocabulary size for an output packed without --tokenizer (its manifest records none); every token id must be below it.")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Vocabulary size for an output packed without --tokenizer (its manifest records none); every token id must be below it; with --load, the checkpoint's.")] = None,
     save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag), and start anew a --json-log FILE that is not a packtool train log.")] = False,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW; warmup then cosine to 10%).")] = 3e-4,
     warmup: Annotated[int, typer.Option("--warmup", help="Linear warmup steps.")] = 0,
-    micro_batch_tokens: Annotated[Optional[int], typer.Option("--micro-batch-tokens", help="Merge slabs into micro-batches of at most N tokens (tail pad charged once).")] = None,
+    micro_batch_tokens: Annotated[Optional[int], typer.Option("--micro-batch-tokens", help="Merge slabs into micro-batches of at most N tokens (tail pad charged once); N below the largest slab is refused.")] = None,
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Slabs per DP rank per step (ignored when the slabs carry a --dp plan).")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
@@ -167,13 +167,15 @@ def train_command(
     typed = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("ffn", ffn)) if v is not None}
     if load:  # the checkpoint holds the shape: what was typed or configured must agree with it
         resume_shape = {**typed, **(_yaml_shape(config) if config else {})}
+        if vocab_size is not None:  # checked against the output here, against the checkpoint by train()
+            _vocab(man, vocab_size)
     else:
         shape = _shape(man, typed, _yaml_shape(config) if config else {}, config, vocab_size, tp)
     with spelled_as(_FLAGS):  # TrainConfig's checks name this command's flags
         cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
-                          warmup=warmup, micro_batch_tokens=micro_batch_tokens,
+                          warmup=warmup, micro_batch_tokens=micro_batch_tokens, vocab_size=vocab_size,
                           grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                           log_every=log_every, json_log=json_log, load=load, save=save,
                           save_every=save_every, overwrite=overwrite, resume_shape=resume_shape,
                           inputs=(config,) if config else ())
-    train(cfg)
+        train(cfg)  # its checks of --load and --vocab-size name these flags too
