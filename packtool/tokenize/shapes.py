@@ -8,10 +8,11 @@ by `messages`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import jinja2
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count, unrendered_turn_keys
@@ -46,6 +47,7 @@ class Shape:
     columns: tuple[str, ...]         # the columns this shape reads, in a fixed role order
     templated: bool = False          # rendered through a chat template
     side: tuple[str, ...] = ()       # per-token side columns read beside (tokens only)
+    held: tuple[str, ...] = ()       # content columns read only to refuse (the last of `columns`)
 
 
 def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: list[str]) -> None:
@@ -90,7 +92,7 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
     """question -> answer as a prompt and its response, when nothing else could be part of the
     prompt (a passage, a context, choices): then which columns the prompt needs is the user's
     call, said in one line with the flags."""
-    other = sorted(cols - QA - _ROW_IDS)
+    other = sorted(cols - QA - _ROW_IDS - set(HELD))  # system / history: refused by row (`refuse_held`)
     if other:
         raise PacktoolInputError(
             f"has question and answer columns beside {', '.join(other)}, which may belong to the prompt: "
@@ -98,6 +100,46 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
             f"answer (the others are not read), or give {arg('shape')} / {arg('text_field')} for another layout",
             path=path, flag=cli_flag("prompt_field"))
     return "question", "answer"
+
+
+# LLaMA-Factory's alpaca columns beyond instruction/input/output (its dataset_info `system`,
+# `history`): a system prompt and earlier [instruction, response] turns, content a prompt/response
+# row does not render. Read beside alpaca, prompt/completion and question/answer rows alike and
+# refused where a row holds a value, so they are never dropped without a word.
+HELD = {"system": "a system prompt", "history": "earlier [instruction, response] turns"}
+
+
+def _with_held(shape: Shape, cols: set[str]) -> Shape:
+    held = tuple(c for c in HELD if c in cols and c not in shape.columns)
+    return replace(shape, columns=shape.columns + held, held=held) if held else shape
+
+
+def _has_value(col: pa.Array) -> pa.Array | None:
+    """Which rows hold something: null, "" and [] are nothing to render (LLaMA-Factory's own
+    empty system / history); any other value (a number, an object) is content."""
+    t = col.type
+    if pa.types.is_null(t):
+        return None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pc.fill_null(pc.greater(pc.utf8_length(col), 0), False)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pc.fill_null(pc.greater(pc.list_value_length(col), 0), False)
+    return col.is_valid()
+
+
+def refuse_held(batch: pa.RecordBatch, shape: Shape, path: str, first_row: int) -> None:
+    """A row's system prompt or history beside a prompt and its response: one line naming the
+    column, its first row with a value and the fix (a chat row renders both)."""
+    for name in shape.held:
+        has = _has_value(batch.column(name))
+        if has is None or not pc.any(has).as_py():
+            continue
+        i = int(has.to_numpy(zero_copy_only=False).nonzero()[0][0])
+        raise PacktoolInputError(
+            f"column {name} holds {HELD[name]}, which {shape.kind} rows ({', '.join(shape.columns[:2])}) "
+            f"do not render: convert the rows to chat messages (system turn first, each history pair "
+            f"as user/assistant turns before the prompt) and pack them with {arg('shape', 'chat')}, or "
+            f"drop the column to pack without it", path=path, row=first_row + i, flag=cli_flag("shape"))
 
 
 def known_shapes(cols: set[str], text_field: str = "text",
@@ -209,16 +251,17 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
     if kind == "alpaca":
         resp = "output" if "output" in cols else "response"
         _need(cols, ("instruction", resp), kind, path, columns)
-        return Shape(kind, ("instruction", resp) + (("input",) if "input" in cols else ()), has_template)
+        return _with_held(Shape(kind, ("instruction", resp) + (("input",) if "input" in cols else ()),
+                                has_template), cols)
     if kind == "prompt_completion":
         _need(cols, ("prompt", "completion"), kind, path, columns)
-        return Shape(kind, ("prompt", "completion"), has_template)
+        return _with_held(Shape(kind, ("prompt", "completion"), has_template), cols)
     if kind == "fields":
         if not pair[0]:
             raise PacktoolInputError(f"shape fields needs {arg('prompt_field')} and {arg('response_field')}",
                                      path=path, flag=cli_flag("prompt_field"))
         _need(cols, pair, kind, path, columns)
-        return Shape(kind, pair, has_template)
+        return _with_held(Shape(kind, pair, has_template), cols)
     raise PacktoolInputError(f"unknown {arg('shape', kind)}", flag=cli_flag("shape"))
 
 
@@ -274,6 +317,9 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                  skip_null: bool = False) -> RenderedBatch:
     """Rows -> text + loss spans. A null prompt, response or chat turn is an error naming the
     row, or (`skip_null`, from --on-empty skip) an empty row that the pipeline skips and counts."""
+    if shape.held:
+        refuse_held(batch, shape, path, first_row)
+        shape = replace(shape, columns=shape.columns[:-len(shape.held)], held=())
     check_column_types(batch, shape, path, first_row)
     cols = [batch.column(c).to_pylist() for c in shape.columns]
     msg_key = {"chat": "content", "sharegpt": "value"}.get(shape.kind)
