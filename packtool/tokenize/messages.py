@@ -20,15 +20,22 @@ def _content_text(content, where: str, path: str | None, row: int | None) -> str
     if not isinstance(content, list):
         return content
     other = [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in content
-             if not (isinstance(b, dict) and b.get("type", "text") == "text")]
+             if not text_part(b)]
     if other:
         kinds = ", ".join(sorted({str(k) for k in other}))
+        beside = " beside its text" if len(other) < len(content) else ""
         raise PacktoolInputError(
-            f"{where}.content has {len(other)} non-text part(s) ({kinds}) beside its text: packtool "
+            f"{where}.content has {len(other)} non-text part(s) ({kinds}){beside}: packtool "
             f"tokenizes text only and does not drop them silently; keep only the "
             f'{{"type": "text"}} parts (or flatten content to a string) before packing',
             path=path, row=row)
     return "".join(b.get("text") or "" for b in content)
+
+
+def text_part(b) -> bool:
+    """A text content part: "type" "text", or none. A null type is an absent one: Arrow unites the
+    keys of every part of a batch, so an untyped part beside typed ones comes back with type None."""
+    return isinstance(b, dict) and (b.get("type") or "text") == "text"
 
 
 def no_nulls(v):
@@ -54,7 +61,11 @@ def _tool_calls(calls, column: str, j: int | None, path: str | None, row: int | 
                                  f"not {shape}", path=path, row=row)
     out = []
     for k, c in enumerate(calls):
-        fn = c.get("function", c) if isinstance(c, dict) else None
+        # A null `function` is an absent one: Arrow unites the keys of a batch's calls, so a bare
+        # {name, arguments} beside wrapped calls comes back with function None (and they with
+        # name and arguments None, dropped below).
+        wrapped = isinstance(c, dict) and c.get("function") is not None
+        fn = c["function"] if wrapped else c if isinstance(c, dict) else None
         if not isinstance(fn, dict):
             fn = None
         elif None in fn.values() or isinstance(fn.get("arguments"), dict):  # else kept as given: no copy
@@ -69,8 +80,10 @@ def _tool_calls(calls, column: str, j: int | None, path: str | None, row: int | 
                                      f"needs function.name (a string) and function.arguments (a "
                                      f"string or an object); the list must be {shape}",
                                      path=path, row=row)
-        out.append({"type": "function", "function": fn} if "function" not in c
-                   else {**c, "function": fn})
+        if not wrapped:
+            out.append({"type": "function", "function": fn})
+        else:
+            out.append({**(c if None not in c.values() else no_nulls_top(c)), "function": fn})
     return out
 
 
@@ -80,6 +93,10 @@ def not_a_turn(m, where: str, shape: str, path: str | None, row: int | None) -> 
     got = "null" if m is None else f"a {type(m).__name__}"
     raise PacktoolInputError(f"{where} is {got}, not a turn object {shape}; remove it from the "
                              f"list or write the turn", path=path, row=row)
+
+
+def no_nulls_top(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def turn_name(column: str, j: int | None) -> str:

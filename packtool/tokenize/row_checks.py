@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.tokenize.messages import text_part
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -46,7 +47,7 @@ def _no_text(content) -> bool:
     """null, "", or OpenAI content parts that join to "" (no part, or only text parts without
     text: json_types makes a "" beside parts such a part); a non-text part is refused later."""
     if isinstance(content, list):
-        return all(isinstance(b, dict) and b.get("type", "text") == "text" and not b.get("text") for b in content)
+        return all(text_part(b) and not b.get("text") for b in content)
     return content in (None, "")
 
 

@@ -58,3 +58,57 @@ def test_null_turn_is_named(tmp_path, reader, at, shape):
     kind = "chat" if shape is CHAT else "sharegpt"
     with pytest.raises(PacktoolInputError, match=rf"{shape['col']}\[{at}\] is null, not a turn object"):
         render(tmp_path, [{shape["col"]: turns}], reader, kind)
+
+
+ARGS = '{"x": 1}'
+CALLS = {
+    "bare": {"name": "f", "arguments": ARGS},
+    "wrapped": {"type": "function", "function": {"name": "f", "arguments": ARGS}},
+    "wrapped+id": {"id": "c1", "type": "function", "function": {"name": "f", "arguments": ARGS}},
+}
+PARTS = {
+    "string": "Q1T2",
+    "typed": [{"type": "text", "text": "Q1"}, {"type": "text", "text": "T2"}],
+    "untyped+typed": [{"text": "Q1"}, {"type": "text", "text": "T2"}],
+    "untyped": [{"text": "Q1"}, {"text": "T2"}],
+}
+
+
+def _call_row(call: dict, key: str) -> dict:
+    value = [call] if key == "tool_calls" else call
+    return {"messages": [{"role": "user", "content": "Q"},
+                         {"role": "assistant", "content": None, key: value},
+                         {"role": "tool", "content": "r"}, {"role": "assistant", "content": "A"}]}
+
+
+def _part_row(content) -> dict:
+    reply = "A" if isinstance(content, str) else [{"type": "text", "text": "A"}]  # Parquet: one type
+    return {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": reply}]}
+
+
+def _united_vs_alone(tmp_path, rows, reader):
+    together = render(tmp_path, rows, reader)
+    alone = [render(tmp_path, [r], reader)[0] for r in rows]
+    return together, alone
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("key", ["tool_calls", "tool_call"])
+@pytest.mark.parametrize("pair", [("bare", "wrapped"), ("wrapped+id", "bare"), ("bare", "wrapped+id")])
+def test_mixed_call_shapes_in_one_batch(tmp_path, reader, key, pair):
+    rows = [_call_row(CALLS[p], key) for p in pair]
+    together, alone = _united_vs_alone(tmp_path, rows, reader)
+    assert together == alone
+    assert together[0] == together[1]  # a call renders the same bare or wrapped
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("pair", [("untyped+typed",), ("untyped", "typed"), ("typed", "untyped"),
+                                  ("string", "untyped+typed")])
+def test_untyped_text_part_beside_typed(tmp_path, reader, pair):
+    if reader == "parquet" and "string" in pair:
+        pytest.skip("a Parquet column has one type: no string beside parts")
+    rows = [_part_row(PARTS[p]) for p in pair]
+    together, alone = _united_vs_alone(tmp_path, rows, reader)
+    want = render(tmp_path, [_part_row(PARTS["string"])], "jsonl")[0]
+    assert together == alone == [want] * len(rows)
