@@ -39,10 +39,10 @@ class KeyUse:
     """Which keys one template renders (see the module doc)."""
 
     def __init__(self, template) -> None:
-        from packtool.tokenize.templates import BUILTIN
+        from packtool.tokenize.templates import BUILTIN, keys_text
         self.name = template.name
         self._builtin = BUILTIN.get(template.name) == template.text
-        self._text = template.text
+        self._text = keys_text(template)  # without jinja comments; a named set's tool_use too
         self._seen: dict[str, bool] = {}
 
     def renders(self, key: str) -> bool:

@@ -22,6 +22,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
+from packtool.tokenize.templates import ChatTemplate, template_from_config
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -48,7 +49,7 @@ class TokenizerInfo:
 class LoadedTokenizer:
     tokenizer: Tokenizer
     info: TokenizerInfo
-    folder_template: str | None   # the folder's chat_template text, if any
+    folder_template: ChatTemplate | None   # the folder's chat template, if any (folder_template)
 
 
 def _token_str(v) -> str | None:
@@ -57,12 +58,32 @@ def _token_str(v) -> str | None:
     return v
 
 
-def _template_from_config(conf: dict) -> str | None:
-    t = conf.get("chat_template")
-    if isinstance(t, list):  # [{"name": "default", "template": ...}, ...]
-        named = {d.get("name"): d.get("template") for d in t if isinstance(d, dict)}
-        return named.get("default") or next(iter(named.values()), None)
-    return t
+def folder_template(folder: str | None, conf: dict) -> ChatTemplate | None:
+    """The chat template a model folder gives, read as transformers >= 4.43 reads it: the
+    folder's chat_template.jinja (where save_pretrained writes it) wins over tokenizer_config.json's
+    `chat_template`; named templates beside it in additional_chat_templates/NAME.jinja make a set
+    whose `default` is chat_template.jinja (templates.template_from_config picks per row)."""
+    jinja_path = os.path.join(folder, "chat_template.jinja") if folder else None
+    if jinja_path is None or not os.path.exists(jinja_path):
+        return template_from_config(conf.get("chat_template"), "tokenizer_config.json", cli_flag("tokenizer"),
+                                    os.path.join(folder, "tokenizer_config.json") if folder else None)
+    from packtool.output.files import refuse_special_input
+    from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
+
+    def read(path: str) -> str:
+        refuse_special_input(path, "tokenizer")
+        try:
+            return read_small(path, SETTINGS_BYTES, "chat template", "fix or remove it",
+                              flag=cli_flag("tokenizer")).decode("utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise PacktoolInputError(f"cannot read the chat template ({e}); fix or remove it", path=path,
+                                     flag=cli_flag("tokenizer")) from None
+    extra = os.path.join(folder, "additional_chat_templates")
+    named = [{"name": n[:-len(".jinja")], "template": read(os.path.join(extra, n))}
+             for n in sorted(os.listdir(extra)) if n.endswith(".jinja")] if os.path.isdir(extra) else []
+    text = read(jinja_path)
+    value = [{"name": "default", "template": text}, *named] if named else text
+    return template_from_config(value, "chat_template.jinja", cli_flag("tokenizer"), jinja_path)
 
 
 def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
@@ -218,7 +239,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         eos_id=vocab.get(eos) if eos else None, pad_id=int(pad_id),
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
         pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
-    return LoadedTokenizer(tok, info, _template_from_config(conf))
+    return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf))
 
 
 # ---------------------------------------------------------------- encoding

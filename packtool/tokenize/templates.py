@@ -127,21 +127,75 @@ BUILTIN = {"chatml": CHATML, "llama3": LLAMA3, "mistral": MISTRAL}
 
 @dataclass(frozen=True)
 class ChatTemplate:
-    name: str          # builtin name, file path, or "tokenizer_config.json"
+    name: str          # builtin name, file path, "tokenizer_config.json" or "chat_template.jinja"
     text: str
     sha256: str
     has_generation: bool
+    # A named set's `tool_use` template: rows with `tools` render with it, as transformers'
+    # get_chat_template picks it when tools are given (`text` is then the set's `default`).
+    tool_use: "ChatTemplate | None" = None
 
 
-def make_template(name: str, text: str) -> ChatTemplate:
-    return ChatTemplate(name, text, hashlib.sha256(text.encode()).hexdigest(),
-                        bool(_GEN_RE.search(text)))
+def make_template(name: str, text: str, tool_use: ChatTemplate | None = None) -> ChatTemplate:
+    digest = hashlib.sha256(text.encode())
+    if tool_use is not None:  # the manifest's hash covers both templates of the set
+        digest.update(b"\0tool_use\0" + tool_use.text.encode())
+    return ChatTemplate(name, text, digest.hexdigest(), bool(_GEN_RE.search(text)), tool_use)
 
 
-def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate | None:
-    """`spec`: a built-in name, a .jinja path, "none", or None (the model folder's template)."""
+def keys_text(template: ChatTemplate) -> str:
+    """The template text that says which row keys it renders (chat_keys.KeyUse): jinja comments
+    render nothing, so a key named only in one is not rendered; a set's tool_use counts too."""
+    text = re.sub(r"\{#.*?#\}", "", template.text, flags=re.S)
+    return text + ("\n" + keys_text(template.tool_use) if template.tool_use is not None else "")
+
+
+def template_from_config(value, name: str, flag: str | None = None, path: str | None = None) -> ChatTemplate | None:
+    """A `chat_template` value as transformers reads it: a template string, or named templates
+    `[{name, template}, ...]` (Hermes-2-Pro, Command-R): `default` for every row, `tool_use`
+    (if present) for rows with `tools`; a set without `default` is refused, as transformers
+    refuses it ("multiple chat templates with no default specified")."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return make_template(name, value)
+    named = {d.get("name"): d.get("template") for d in value if isinstance(d, dict)} \
+        if isinstance(value, list) else {}
+    if not named or not all(isinstance(k, str) and isinstance(v, str) for k, v in named.items()):
+        raise PacktoolInputError("chat_template is neither a template string nor a list of "
+                                 "{name, template} objects; fix it or pass --chat-template FILE.jinja",
+                                 path=path or name, flag=flag)
+    if "default" not in named:
+        raise PacktoolInputError(
+            f"chat_template holds named templates ({', '.join(sorted(named))}) and no `default`, which "
+            f"transformers refuses too; save the one to use as a .jinja file and pass --chat-template "
+            f"FILE.jinja", path=path or name, flag=flag)
+    tool_use = make_template(f"{name} (tool_use)", named["tool_use"]) if "tool_use" in named else None
+    return make_template(name, named["default"], tool_use)
+
+
+def _from_json_file(spec: str, text: str) -> ChatTemplate | None:
+    """A --chat-template file that is a JSON object (a tokenizer_config.json given by mistake) is
+    read for its `chat_template` key, as a model folder's is; never rendered as template text."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:  # jinja text that starts with {{ or {%
+        return None
+    flag = cli_flag("chat_template")
+    if not isinstance(obj, dict) or obj.get("chat_template") in (None, ""):
+        raise PacktoolInputError("is a JSON file with no chat_template key, not a template; give the "
+                                 "template as a .jinja file (or the model folder to --tokenizer)",
+                                 path=spec, flag=flag)
+    return template_from_config(obj["chat_template"], os.path.abspath(spec), flag)
+
+
+def load_template(spec: str | None, folder_template: ChatTemplate | None) -> ChatTemplate | None:
+    """`spec`: a built-in name, a .jinja path (or a tokenizer_config.json: its chat_template),
+    "none", or None (the model folder's template, encode.load_tokenizer)."""
     if spec is None:
-        return make_template("tokenizer_config.json", folder_template) if folder_template else None
+        return folder_template
     if spec == "none":
         return None
     if spec in BUILTIN:
@@ -151,11 +205,13 @@ def load_template(spec: str | None, folder_template: str | None) -> ChatTemplate
             from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
             text = read_small(spec, SETTINGS_BYTES, "chat template", "give the template's .jinja file",
                               flag=cli_flag("chat_template")).decode("utf-8")
-            t = make_template(os.path.abspath(spec), text)
+            t = _from_json_file(spec, text) or make_template(os.path.abspath(spec), text)
         except (OSError, UnicodeDecodeError) as e:
             raise PacktoolInputError(f"cannot read the chat template ({e})", path=spec,
                                      flag=cli_flag("chat_template")) from None
         compile_template(t)
+        if t.tool_use is not None:
+            compile_template(t.tool_use)
         return t
     from packtool.output.files import refuse_special_input
     refuse_special_input(spec, "chat_template")
@@ -244,6 +300,7 @@ class Renderer:
         self._jinja = compile_template(template)
         self._special = dict(special)
         self._native = NATIVE[template.name] if builtin else None
+        self._tool_use = Renderer(template.tool_use, special) if template.tool_use is not None else None
 
     def _render(self, messages: list[dict], add_generation_prompt: bool = False, row_keys=None) -> str:
         """One rendering, within the budget; any failure inside the template becomes a
@@ -268,6 +325,8 @@ class Renderer:
     def render(self, messages: list[dict], untrained=(), row_keys=None) -> tuple[str, list[tuple[int, int]]]:
         """Raises jinja2.TemplateError (the caller names the row). `untrained`: indices of turns
         whose text gets no loss (weight 0); `row_keys`: see `_render`."""
+        if self._tool_use is not None and (row_keys or {}).get("tools") is not None:
+            return self._tool_use.render(messages, untrained, row_keys)
         text, spans = self._render_spans(messages, row_keys or None)
         for i in sorted(untrained):
             spans = self._without_turn(messages, i, text, spans, row_keys or None)
