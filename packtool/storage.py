@@ -370,19 +370,44 @@ def _read_bounded(f, size: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _open_regular(local: str, shown_path: str, what: str, err, where: dict):
+    """`local` opened for reading if it is a regular file (followed through links). Opened
+    non-blocking first: a FIFO with no writer would block open() itself forever, and a device
+    (/dev/zero) has no size to bound, so both are refused by kind, not read. A folder keeps
+    open()'s IsADirectoryError (the caller's own message)."""
+    import stat
+    fd = os.open(local, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", local)
+        if not stat.S_ISREG(mode):
+            from packtool.output.paths import kind_name  # the kinds' one wording; output imports storage
+            raise err(f"is {kind_name(mode)}, not a regular file: a {what} is read whole, and packtool "
+                      f"never reads a pipe or device as one; give the {what} itself (a saved copy)",
+                      **({"path": shown_path} | where))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_small(path: "str | Location", limit: int, what: str, fix: str, err=PacktoolInputError, **where) -> bytes:
     """The bytes of `path`, a `what` file, refused (`err`, `where`: its path/flag) over `limit`
-    bytes before any is read; the bounded read also stops a file that grows or a FIFO. Every
+    bytes before any is read; the bounded read also stops a file that grows; a FIFO or device is refused by kind. Every
     file packtool reads whole that is small by nature comes through here, local or (a URI, a
     Location) on a store. A missing file is the caller's FileNotFoundError."""
+    local = path
     if isinstance(path, Location) or is_uri(path):
         loc = path if isinstance(path, Location) else locate(path)
-        path = loc.shown
+        path, local = loc.shown, loc.path if loc.local else None
+    if local is None:  # an object store holds no FIFOs or devices
         with loc.open_input() as f:  # the size from opening it: nothing is read past the bound
             size = f.size()
             data = _read_bounded(f, size, limit) if size <= limit else b""
     else:
-        with open(path, "rb") as f:
+        with _open_regular(local, path, what, err, where) as f:
             size = os.fstat(f.fileno()).st_size
             data = _read_bounded(f, size, limit) if size <= limit else b""
     if size > limit or len(data) > limit:

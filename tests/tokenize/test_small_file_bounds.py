@@ -244,3 +244,29 @@ def test_a_small_file_costs_its_size_not_the_bound(tmp_path, where):
     finally:
         tracemalloc.stop()
     assert data == b"{}" * 1000 and peak < 1 << 20, peak
+
+
+def _alarm(signum, frame):
+    raise TimeoutError("blocked on the special file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("case", sorted(SMALL))
+def test_a_special_file_in_place_of_a_small_file_is_refused_by_kind(tmp_path, case, kind):
+    """S34-5: every small file read whole (storage.read_small's callers, the lengths readers)
+    refuses a FIFO (opening it would block with no writer) or a device (/dev/zero: endless)
+    by its kind, naming it, at once."""
+    import signal
+    call, path = SMALL[case](tmp_path)
+    os.remove(path)
+    os.mkfifo(path) if kind == "fifo" else os.symlink("/dev/zero", path)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(10)
+    try:
+        with pytest.raises(PacktoolError) as e:
+            call()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert str(path) in str(e.value), str(e.value)
+    assert re.search("FIFO|character device", str(e.value)) and "\n" not in str(e.value), str(e.value)
