@@ -177,7 +177,7 @@ def template_from_config(value, name: str, flag: str | None = None, path: str | 
 def _from_json_file(spec: str, text: str) -> ChatTemplate | None:
     """A --chat-template file that is a JSON object (a tokenizer_config.json given by mistake) is
     read for its `chat_template` key, as a model folder's is; never rendered as template text."""
-    if not text.lstrip().startswith("{"):
+    if text.lstrip()[:1] not in ("{", "["):  # jinja text never parses as a JSON object or array
         return None
     try:
         obj = json.loads(text)

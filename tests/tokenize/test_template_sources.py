@@ -84,6 +84,13 @@ def test_folder_chat_template_jinja_is_read_and_wins(tmp_path, config):
     assert t.name == "chat_template.jinja" and Renderer(t, {}).render(MSGS)[0] == "<D|user>Q<D|assistant>A"
 
 
+@pytest.mark.parametrize("text", ['[{"name": "default", "template": "x"}]', '{"messages": []}'])
+def test_chat_template_flag_on_other_json_refused(tmp_path, text):
+    (tmp_path / "t.json").write_text(text)
+    with pytest.raises(PacktoolInputError, match="JSON file with no chat_template key, not a template"):
+        load_template(str(tmp_path / "t.json"), None)
+
+
 def test_chat_template_flag_on_config_renders_its_template_not_json(tmp_path):
     folder = _folder(tmp_path, {"chat_template": D})
     t = _template(folder, os.path.join(folder, "tokenizer_config.json"))
