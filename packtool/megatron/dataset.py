@@ -64,6 +64,34 @@ class Step:
         return int(t.item())
 
 
+def largest_id(man: SlabManifest) -> int:
+    """The largest token id the output holds (-1 when none): one pass over its ids."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    top = -1
+    for i in range(len(man.shards)):
+        for b in pq.ParquetFile(man.open_shard(i)).iter_batches(columns=["input_ids"]):
+            m = pc.max(pc.list_flatten(b.column(0))).as_py()
+            top = max(top, -1 if m is None else int(m))
+    return top
+
+
+def check_token_ids(man: SlabManifest, model_vocab: int, vocab_size: int | None, whose: str) -> None:
+    """An output packed from token ids (no tokenizer, so no vocabulary its ids were checked
+    against at pack) must hold ids below `vocab_size` when given, and below the model's
+    vocabulary `model_vocab` (`whose`: where it came from): the embedding would index past its
+    table, an IndexError mid-step."""
+    if man.vocab_size:
+        return
+    top = largest_id(man)
+    if vocab_size is not None and top >= vocab_size:
+        raise PacktoolConfigError(f"{arg('vocab_size', vocab_size)} is not above the largest token id {top} in "
+                                  f"{man.path}; give {arg('vocab_size', top + 1)} or more")
+    if top >= model_vocab:
+        raise PacktoolConfigError(f"{man.path} holds token id {top}, not below the vocabulary {model_vocab} of "
+                                  f"{whose}: train on an output of that vocabulary, or start a new run")
+
+
 class PackedSlabDataset:
     """Streams a packtool slab directory as optimizer steps of THD micro-batches.
 

@@ -29,7 +29,7 @@ from packtool.integers import INT64_MAX, int_value
 from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resumed_shape, check_save, data_record,
                                           load_checkpoint, restore, save_checkpoint)
 from packtool.megatron.compat import check_training_layout
-from packtool.megatron.dataset import PackedSlabDataset, Step
+from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum, positive_real
 from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
@@ -211,6 +211,11 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     if shape is None:
         raise missing(PacktoolConfigError, "load",
                       f"give the model shape (shape=GPTShape(...)) or {arg('load')} a checkpoint folder")
+    if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
+        raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
+                         f"vocabulary {shape.vocab}")
+    check_token_ids(ds.manifest, shape.vocab, cfg.vocab_size,
+                    f"the checkpoint {ckpt['path']}" if ckpt else "the model shape")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)
@@ -218,9 +223,6 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     start = 0
     if ckpt:
         start = restore(ckpt, model, opt)
-    if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
-        raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
-                         f"vocabulary {shape.vocab}")
     params = list(model.parameters())
     log = _Log(cfg, info, append_log)
     log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "

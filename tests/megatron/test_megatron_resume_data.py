@@ -28,9 +28,10 @@ SHA_A, SHA_B = "a" * 64, "b" * 64
 ALIGN = Alignment(capacity=64)
 
 
-def _data(root, name, ids=False, **tok):
-    """The same slabs under a manifest whose tokenizer block has `tok`; `ids`: packed from token ids ({})."""
-    seqs = random_sequences(12, 3, 30, seed=8)
+def _data(root, name, ids=False, scale=1, **tok):
+    """The same slabs under a manifest whose tokenizer block has `tok`; `ids`: packed from token
+    ids ({}); `scale`: every id times it (above the vocabulary of 128)."""
+    seqs = [(i * scale, m) for i, m in random_sequences(12, 3, 30, seed=8)]
     d = str(write_slab_dir(str(root / name), seqs, greedy_bins(seqs, ALIGN), ALIGN))
     m = read_manifest(d)
     m["tokenizer"].update({"sha256": SHA_A, "path": "tok/a/tokenizer.json", **tok})
@@ -107,6 +108,31 @@ def test_cli_refuses_a_vocab_size_beside_load_that_disagrees(run, tmp_path, app,
     r = CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--load", str(root / "ck"),
                                  "--vocab-size", flag])
     assert r.exit_code == 2 and said in " ".join(r.output.split()), r.output
+
+
+# every path that trains token ids (no tokenizer, so nothing checked them at pack) above the model's vocabulary
+ABOVE = {
+    "library, shape": lambda d, ck, app: train(TrainConfig(data_dir=d, shape=SHAPE, steps=1, quiet=True)),
+    "library, load": lambda d, ck, app: train(TrainConfig(data_dir=d, steps=1, quiet=True, load=ck)),
+    "cli, load": lambda d, ck, app: CliRunner().invoke(app, ["train", d, "--device", "cpu", "--steps", "1",
+                                                             "--load", ck]),
+    "cli, --vocab-size": lambda d, ck, app: CliRunner().invoke(app, ["train", d, "--device", "cpu", "--steps", "1",
+                                                                     "--vocab-size", "128"]),
+}
+
+
+@pytest.mark.parametrize("path", ABOVE)
+def test_token_ids_above_the_model_vocabulary_are_refused(run, tmp_path, app, path):
+    root, _ = run
+    data = _data(tmp_path, "big_ids", ids=True, scale=3)
+    try:
+        got = ABOVE[path](data, str(root / "ck"), app)
+    except PacktoolConfigError as e:
+        msg = str(e)
+    else:
+        assert got.exit_code == 2, got.output
+        msg = " ".join(got.output.split())
+    assert "largest token id" in msg or "holds token id" in msg, msg
 
 
 def _largest(data) -> int:
