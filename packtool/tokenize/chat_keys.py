@@ -79,17 +79,30 @@ def row_value(value, key: str, path: str, row: int):
     columnar file, the nulls Arrow filled in for keys of other rows are dropped."""
     if value is None:
         return None
-    if not isinstance(value, str):
-        return no_nulls(value)
-    try:  # JSON text: exact, nothing Arrow filled in
-        value = json.loads(value)
-    except json.JSONDecodeError:
-        value = None
+    if isinstance(value, str):
+        try:  # JSON text: exact, nothing Arrow filled in
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = _NOT_JSON
+    else:
+        value = no_nulls(value)
     if not isinstance(value, list):
-        raise PacktoolInputError(f"{key} is a string that is not a JSON list; give {key} as a list of "
+        raise PacktoolInputError(f"{key} is {_kind(value)}, not a list; give {key} as a list of "
                                  f"objects (JSON schemas for tools), as apply_chat_template takes it",
                                  path=path, row=row)
     return value
+
+
+_NOT_JSON = object()
+
+
+def _kind(value) -> str:
+    """What a row's tools / documents hold, in JSON's words (json_types hands a JSON row's value
+    over as its JSON text, so an object arrives as a string)."""
+    if value is _NOT_JSON:
+        return "a string that is not JSON"
+    return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
 
 
 def count(acc: dict, keys: list[str], row: int) -> None:

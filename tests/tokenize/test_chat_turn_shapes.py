@@ -30,12 +30,13 @@ def _write(tmp_path, rows, reader: str) -> str:
     return str(p)
 
 
-def _batches(path: str, reader: str, col: str):
+def _batches(path: str, reader: str, col: str | list[str]):
+    cols = [col] if isinstance(col, str) else col
     if reader == "jsonl":
-        return jsonl_batches(path, 1000, [col])
+        return jsonl_batches(path, 1000, cols)
     if reader == "json":
-        return json_array_batches(path, 1000, [col])
-    return _parquet_batches(path, 1000, [col])
+        return json_array_batches(path, 1000, cols)
+    return _parquet_batches(path, 1000, cols)
 
 
 def render(tmp_path, rows, reader: str, kind: str = "chat") -> list[str]:
@@ -112,3 +113,16 @@ def test_untyped_text_part_beside_typed(tmp_path, reader, pair):
     together, alone = _united_vs_alone(tmp_path, rows, reader)
     want = render(tmp_path, [_part_row(PARTS["string"])], "jsonl")[0]
     assert together == alone == [want] * len(rows)
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("value,kind", [({"a": 1}, "an object"), ("x", "a string that is not JSON"),
+                                        (3, "a number"), (True, "a boolean")])
+def test_tools_not_a_list_is_named_by_kind(tmp_path, reader, value, kind):
+    row = {"messages": [CHAT["q"], CHAT["a"]], "tools": value}
+    path = _write(tmp_path, [row], reader)
+    renderer = Renderer(load_template("chatml", None), {})
+    shape = Shape("chat", ("messages", "tools"), templated=True)
+    with pytest.raises(PacktoolInputError, match=f"tools is {kind}, not a list"):
+        for b in _batches(path, reader, ["messages", "tools"]):
+            render_batch(b, shape, renderer, None, path, 0)
