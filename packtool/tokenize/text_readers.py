@@ -107,24 +107,29 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
     lines_before = 0
     try:
         with _open_text(path) as (f, raw):
-            tail = b""
+            # the bytes after the last newline, as chunks: a long line gathered over many
+            # reads is joined once, and only each new chunk is searched (tail + chunk, then
+            # rfind, copied and rescanned the whole tail each read: quadratic in the line)
+            tail, tail_len = [], 0
             while True:
                 chunk = f.read(block_bytes or _JSONL_BLOCK)
                 if read_bytes is not None:
                     read_bytes(raw.tell())
-                data = tail + chunk
                 if not chunk:
-                    block, tail = data, b""
+                    block, tail = b"".join(tail), []
                 else:
-                    cut = data.rfind(b"\n")
+                    cut = chunk.rfind(b"\n")
                     if cut < 0:
-                        tail = data
-                        if len(tail) > MAX_JSON_LINE:
+                        tail.append(chunk)
+                        tail_len += len(chunk)
+                        if tail_len > MAX_JSON_LINE:
                             _line_too_long(path, lines_before + 1)
                         continue
-                    if data.find(b"\n", 0, MAX_JSON_LINE + 1) < 0:  # gathered past the bound, then ended
+                    if tail_len + chunk.find(b"\n") > MAX_JSON_LINE:  # gathered past the bound, then ended
                         _line_too_long(path, lines_before + 1)
-                    block, tail = data[:cut + 1], data[cut + 1:]
+                    block = b"".join([*tail, chunk[:cut + 1]])
+                    tail = [chunk[cut + 1:]]
+                    tail_len = len(tail[0])
                 if block.strip():
                     _check_utf8(block, path, lines_before)
                     check_json_depth(block, path, lines_before)
