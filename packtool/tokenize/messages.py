@@ -169,6 +169,10 @@ def _sharegpt_calls(value, j: int, path: str, row: int) -> list[dict]:
         raise PacktoolInputError(f"{where} is a function_call whose value is not the JSON text of "
                                  f'{{"name": ..., "arguments": ...}} (or a list of them), as LLaMA-Factory '
                                  f"writes it; fix the value", path=path, row=row)
+    if calls == []:  # an assistant turn with nothing in it, whose end marker would be trained on
+        raise PacktoolInputError(f"{where} is a function_call with no calls (value []): it would become "
+                                 f"an empty assistant turn; drop the turn or give its calls",
+                                 path=path, row=row)
     return _tool_calls(calls if isinstance(calls, list) else [calls], where, None, path, row)
 
 

@@ -126,3 +126,20 @@ def test_tools_not_a_list_is_named_by_kind(tmp_path, reader, value, kind):
     with pytest.raises(PacktoolInputError, match=f"tools is {kind}, not a list"):
         for b in _batches(path, reader, ["messages", "tools"]):
             render_batch(b, shape, renderer, None, path, 0)
+
+
+EMPTY_CALL_TURNS = {  # an assistant turn with no text and no call: never rendered with a trained end marker
+    "sharegpt []": ("sharegpt", {"from": "function_call", "value": "[]"}, "function_call with no calls"),
+    "chat []": ("chat", {"role": "assistant", "content": None, "tool_calls": []}, "null, missing or empty"),
+}
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("case", list(EMPTY_CALL_TURNS))
+def test_turn_without_calls_is_refused(tmp_path, reader, case):
+    kind, turn, says = EMPTY_CALL_TURNS[case]
+    shape = CHAT if kind == "chat" else SHAREGPT
+    tool = {"role": "tool", "content": "R"} if kind == "chat" else {"from": "observation", "value": "R"}
+    rows = [{shape["col"]: [shape["q"], turn, tool, shape["a"]]}]
+    with pytest.raises(PacktoolInputError, match=rf"{shape['col']}\[1\].*{says}"):
+        render(tmp_path, rows, reader, kind)
