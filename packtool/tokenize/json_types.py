@@ -119,6 +119,7 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
     try:  # not from_pylist: it takes the first row's keys and drops a key only later rows have
         return pa.RecordBatch.from_struct_array(pa.array(rows, type=None if rows else pa.struct([])))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        _refuse_plain_parts(rows, path, row_name)
         seen: dict = {}
         for i, r in enumerate(rows):
             found = _walk(r, "", seen, i)
@@ -132,6 +133,21 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
         raise PacktoolInputError(f"at {row_name(0)} and on: cannot hold these rows as one table "
                                  f"({' '.join(str(e).split())}); rewrite them with one type per field",
                                  path=path) from None
+
+
+def _refuse_plain_parts(rows: list[dict], path: str, row_name) -> None:
+    """A plain string among content parts: beside the text parts `unite_content` made, _walk would
+    call the field an object "in the same row" that the user never wrote."""
+    from packtool.tokenize.messages import plain_part  # here: messages imports this module
+    for i, r in enumerate(rows):
+        for key in (k for k in _TURN_LISTS if isinstance(r.get(k), list)):
+            for j, m in enumerate(r[key]):
+                parts = m.get("content") if isinstance(m, dict) else None
+                k = next((k for k, b in enumerate(parts) if isinstance(b, str)), None) \
+                    if isinstance(parts, list) else None
+                if k is not None:
+                    raise PacktoolInputError(f"at {row_name(i)}: {plain_part(f'{key}[{j}].content[{k}]')}",
+                                             path=path)
 
 
 def block_table(block: bytes, path: str, first_line: int, columns: list[str] | None = None) -> pa.Table:

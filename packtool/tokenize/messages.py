@@ -19,6 +19,9 @@ def _content_text(content, where: str, path: str | None, row: int | None) -> str
     input_audio, file...) is refused, never dropped without a word (docs/TOKENIZATION.md)."""
     if not isinstance(content, list):
         return content
+    for k, b in enumerate(content):
+        if isinstance(b, str):
+            raise PacktoolInputError(plain_part(f"{where}.content[{k}]"), path=path, row=row)
     other = [b.get("type") if isinstance(b, dict) else type(b).__name__ for b in content
              if not text_part(b)]
     if other:
@@ -30,6 +33,11 @@ def _content_text(content, where: str, path: str | None, row: int | None) -> str
             f'{{"type": "text"}} parts (or flatten content to a string) before packing',
             path=path, row=row)
     return "".join(b.get("text") or "" for b in content)
+
+
+def plain_part(where: str) -> str:
+    return (f'{where} is a plain string, not a content part: write it as {{"type": "text", "text": ...}} '
+            f"(or flatten content to a string)")
 
 
 def text_part(b) -> bool:

@@ -143,3 +143,22 @@ def test_turn_without_calls_is_refused(tmp_path, reader, case):
     rows = [{shape["col"]: [shape["q"], turn, tool, shape["a"]]}]
     with pytest.raises(PacktoolInputError, match=rf"{shape['col']}\[1\].*{says}"):
         render(tmp_path, rows, reader, kind)
+
+
+PLAIN = {  # a plain string among content parts, beside: a string reply / parts / only plain strings
+    "beside string": ["plain", "A"],
+    "beside parts": [["plain", {"type": "text", "text": "T"}], "A"],
+    "only plain": [["plain"], ["A"]],
+}
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("case", list(PLAIN))
+def test_plain_string_part_is_named(tmp_path, reader, case):
+    user, reply = PLAIN[case]
+    user = user if isinstance(user, list) else [user]
+    if reader == "parquet" and case != "only plain":
+        pytest.skip("a Parquet column has one type: no string beside a part object")
+    rows = [{"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]}]
+    with pytest.raises(PacktoolInputError, match=r"messages\[0\]\.content\[0\] is a plain string, not a content part"):
+        render(tmp_path, rows, reader)
