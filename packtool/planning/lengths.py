@@ -70,7 +70,10 @@ def _npy(path: str, column: str | None) -> np.ndarray:
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise PlanError(f"{path}: cannot read lengths from this .npy ({str(e).split('.')[0]})") from None
+        # numpy's whole reason, one line: its messages hold "." inside (`arr.size * arr.dtype.itemsize`)
+        why = " ".join(str(e).split()).rstrip(".")
+        raise PlanError(f"cannot read lengths from this .npy ({why}); give a .npy of integer lengths "
+                        f"(np.save of an int64 array)", path=path, flag=cli_flag("lengths")) from None
     return _check(path, np.asarray(arr).reshape(-1), None)
 
 

@@ -79,3 +79,31 @@ def test_an_empty_text_file_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "packtool", "plan", "--lengths", str(tmp_path / "empty.txt")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.splitlines() == [f"error: {tmp_path / 'empty.txt'}: no lengths"], p.stderr
+
+
+def _npy_header(shape: str) -> bytes:
+    import io
+    b = io.BytesIO()
+    np.save(b, np.arange(1, 50))
+    h = b.getvalue()
+    new = ("{'descr': '<i8', 'fortran_order': False, 'shape': " + shape + ", }").encode()
+    return h[:10] + new + b" " * (117 - len(new)) + b"\n" + h[128:]
+
+
+_DAMAGED_NPY = {"too big": lambda: _npy_header("(9223372036854775807,)"),
+                "header cut": lambda: b"\x93NUMPY\x01\x00\x76\x00{'descr': '<i8'",
+                "data cut": lambda: _npy_header("(4000,)")[:200]}
+
+
+@pytest.mark.parametrize("case", sorted(_DAMAGED_NPY))
+def test_a_damaged_npy_says_numpys_whole_reason(tmp_path, case):
+    """S34-8: numpy's reason in full (its messages hold '.' inside), naming the file."""
+    p = tmp_path / "l.npy"
+    p.write_bytes(_DAMAGED_NPY[case]())
+    with pytest.raises((OSError, ValueError, EOFError)) as numpy_says:
+        np.load(p, allow_pickle=False)
+    with pytest.raises(PlanError) as e:
+        load_lengths(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: ") and "\n" not in msg, msg
+    assert " ".join(str(numpy_says.value).split()).rstrip(".") in msg, msg
