@@ -370,6 +370,17 @@ def _read_bounded(f, size: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def kind_name(mode: int) -> str:
+    """A file's kind in words, from its st_mode: the one wording (output.paths re-exports it)."""
+    import stat
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def _open_regular(local: str, shown_path: str, what: str, err, where: dict):
     """`local` opened for reading if it is a regular file (followed through links). Opened
     non-blocking first: a FIFO with no writer would block open() itself forever, and a device
@@ -380,9 +391,8 @@ def _open_regular(local: str, shown_path: str, what: str, err, where: dict):
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise IsADirectoryError(21, "Is a directory", local)
+            return open(local, "rb")  # open()'s own IsADirectoryError, which the callers name
         if not stat.S_ISREG(mode):
-            from packtool.output.paths import kind_name  # the kinds' one wording; output imports storage
             raise err(f"is {kind_name(mode)}, not a regular file: a {what} is read whole, and packtool "
                       f"never reads a pipe or device as one; give the {what} itself (a saved copy)",
                       **({"path": shown_path} | where))

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.output.relations import input_problem, packed_problem
+from packtool.storage import kind_name
 
 TMP_TAG = "packtool-tmp"
 SPILL_TAG = "packtool-spill"
@@ -67,15 +68,6 @@ def nearest_existing(path: str) -> str:
         p = up
     return p
 
-
-
-def kind_name(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def describe_kind(path: str) -> str:

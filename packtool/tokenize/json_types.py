@@ -135,10 +135,15 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                                  path=path) from None
 
 
+def plain_part(where: str) -> str:
+    """A plain string among content parts, in words (json_types and messages both say it)."""
+    return (f'{where} is a plain string, not a content part: write it as {{"type": "text", "text": ...}} '
+            f"(or flatten content to a string)")
+
+
 def _refuse_plain_parts(rows: list[dict], path: str, row_name) -> None:
     """A plain string among content parts: beside the text parts `unite_content` made, _walk would
     call the field an object "in the same row" that the user never wrote."""
-    from packtool.tokenize.messages import plain_part  # here: messages imports this module
     for i, r in enumerate(rows):
         for key in (k for k in _TURN_LISTS if isinstance(r.get(k), list)):
             for j, m in enumerate(r[key]):

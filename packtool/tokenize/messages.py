@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.json_types import ARGUMENTS
+from packtool.tokenize.json_types import ARGUMENTS, plain_part
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "system": "system", "tool": "tool",
@@ -33,11 +33,6 @@ def _content_text(content, where: str, path: str | None, row: int | None) -> str
             f'{{"type": "text"}} parts (or flatten content to a string) before packing',
             path=path, row=row)
     return "".join(b.get("text") or "" for b in content)
-
-
-def plain_part(where: str) -> str:
-    return (f'{where} is a plain string, not a content part: write it as {{"type": "text", "text": ...}} '
-            f"(or flatten content to a string)")
 
 
 def text_part(b) -> bool:

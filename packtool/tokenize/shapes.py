@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 
 import jinja2
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import ROW_COLUMNS, KeyUse, chat_row, count, unrendered_turn_keys
@@ -117,6 +116,7 @@ def _with_held(shape: Shape, cols: set[str]) -> Shape:
 def _has_value(col: pa.Array) -> pa.Array | None:
     """Which rows hold something: null, "" and [] are nothing to render (LLaMA-Factory's own
     empty system / history); any other value (a number, an object) is content."""
+    import pyarrow.compute as pc  # here: a pack of other shapes never loads it (25 ms)
     t = col.type
     if pa.types.is_null(t):
         return None
@@ -130,6 +130,7 @@ def _has_value(col: pa.Array) -> pa.Array | None:
 def refuse_held(batch: pa.RecordBatch, shape: Shape, path: str, first_row: int) -> None:
     """A row's system prompt or history beside a prompt and its response: one line naming the
     column, its first row with a value and the fix (a chat row renders both)."""
+    import pyarrow.compute as pc
     for name in shape.held:
         has = _has_value(batch.column(name))
         if has is None or not pc.any(has).as_py():

@@ -163,13 +163,13 @@ def template_from_config(value, name: str, flag: str | None = None, path: str | 
         if isinstance(value, list) else {}
     if not named or not all(isinstance(k, str) and isinstance(v, str) for k, v in named.items()):
         raise PacktoolInputError("chat_template is neither a template string nor a list of "
-                                 "{name, template} objects; fix it or pass --chat-template FILE.jinja",
+                                 f"{{name, template}} objects; fix it or pass {arg('chat_template', 'FILE.jinja')}",
                                  path=path or name, flag=flag)
     if "default" not in named:
         raise PacktoolInputError(
             f"chat_template holds named templates ({', '.join(sorted(named))}) and no `default`, which "
-            f"transformers refuses too; save the one to use as a .jinja file and pass --chat-template "
-            f"FILE.jinja", path=path or name, flag=flag)
+            f"transformers refuses too; save the one to use as a .jinja file and pass "
+            f"{arg('chat_template', 'FILE.jinja')}", path=path or name, flag=flag)
     tool_use = make_template(f"{name} (tool_use)", named["tool_use"]) if "tool_use" in named else None
     return make_template(name, named["default"], tool_use)
 
@@ -186,7 +186,7 @@ def _from_json_file(spec: str, text: str) -> ChatTemplate | None:
     flag = cli_flag("chat_template")
     if not isinstance(obj, dict) or obj.get("chat_template") in (None, ""):
         raise PacktoolInputError("is a JSON file with no chat_template key, not a template; give the "
-                                 "template as a .jinja file (or the model folder to --tokenizer)",
+                                 f"template as a .jinja file (or the model folder to {arg('tokenizer')})",
                                  path=spec, flag=flag)
     return template_from_config(obj["chat_template"], os.path.abspath(spec), flag)
 
