@@ -6,22 +6,45 @@ contract). Nothing here runs unless a read already failed."""
 from __future__ import annotations
 
 import csv
+import sys
+from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
 _CHUNK = 1 << 20
 
 
 def _lines(f: BinaryIO) -> Iterator[bytes]:
-    tail = b""
+    # a line gathered over many reads is kept as chunks and joined once, and only each new
+    # chunk is split: `(tail + chunk).split` copied and rescanned the whole tail on every
+    # read, quadratic in a long line (as the JSON Lines reader was before e335d1c)
+    tail: list[bytes] = []
     while True:
         chunk = f.read(_CHUNK)
         if not chunk:
             break
-        *full, tail = (tail + chunk).split(b"\n")
-        for raw in full:
-            yield raw + b"\n"
+        *full, rest = chunk.split(b"\n")
+        if full:
+            tail += (full[0], b"\n")
+            yield b"".join(tail)
+            for raw in full[1:]:
+                yield raw + b"\n"
+            tail = []
+        if rest:
+            tail.append(rest)
     if tail:
-        yield tail
+        yield b"".join(tail)
+
+
+@contextmanager
+def _any_field_size():
+    """Python's csv refuses a field over 128 KiB (`field larger than field limit`), which Arrow
+    reads: a long text field before the bad record was named as the record at fault. The limit
+    is the csv module's one global, so it is put back after."""
+    was = csv.field_size_limit(sys.maxsize)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(was)
 
 
 class _Decoded:
@@ -45,7 +68,11 @@ def csv_bad_record(f: BinaryIO, delimiter: str, header: bool = True) -> tuple[in
     """(data row, first line, what is wrong) of the first CSV record Arrow cannot read: a field
     count other than the first record's, an unclosed quote, invalid UTF-8. None if none is found
     (the failure was of another kind)."""
-    text = _Decoded(f)
+    with _any_field_size():
+        return _bad_record(_Decoded(f), delimiter, header)
+
+
+def _bad_record(text: _Decoded, delimiter: str, header: bool) -> tuple[int, int, str] | None:
     reader = csv.reader(text, delimiter=delimiter, strict=True)
     width, row, start = None, 0, 1
     try:
@@ -74,12 +101,13 @@ def csv_record_line(f: BinaryIO, delimiter: str, row: int, header: bool = True) 
     text = _Decoded(f)
     start, seen = 1, -1 if header else 0
     try:
-        for rec in csv.reader(text, delimiter=delimiter):
-            if rec:  # Arrow skips empty lines: they are no row
-                if seen == row:
-                    return start
-                seen += 1
-            start = text.line + 1
+        with _any_field_size():
+            for rec in csv.reader(text, delimiter=delimiter):
+                if rec:  # Arrow skips empty lines: they are no row
+                    if seen == row:
+                        return start
+                    seen += 1
+                start = text.line + 1
     except (UnicodeDecodeError, csv.Error):
         pass
     return None
