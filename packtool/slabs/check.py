@@ -4,8 +4,8 @@ a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool
 things and more (coverage, DP plan, source tokens), reporting all of them rather than the first.
 
 At open, from the manifest, one stat and one Parquet footer per shard (`check_output`): every
-shard listed once, present, of the listed size; nothing unlisted that a plain Parquet reader
-would read as data; each footer's schema is the format's (plus the side columns the manifest
+shard listed once, present, a file of the folder (`open_rules.linked_shard`: no link out of it),
+of the listed size; nothing unlisted that a plain Parquet reader would read as data; each footer's schema is the format's (plus the side columns the manifest
 declares, nothing else) and its row count the listed one; the rows add up to `stats.slabs`.
 On the scalars and segment fields the open scan read: tokens per shard, the DP plan, slab_index
 (`check_counts`); entries per slab, each segment real or a trailing fill (`check_segment_counts`,
@@ -34,7 +34,7 @@ from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.open_rules import coverage, dp_plan, segment_fields, slab_index
+from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -113,6 +113,9 @@ def shard_gone(sm: SlabManifest, i: int) -> FormatError:
 
 def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:
     path = sm.shard_path(i)
+    link = linked_shard(sm.path, sm.shards[i])
+    if link is not None and link.refused:
+        raise FormatError(f"{path}: {link.refused}")
     try:
         if not is_file(path):
             raise FileNotFoundError(path)

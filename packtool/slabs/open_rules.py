@@ -3,12 +3,18 @@ reader checks"): each segment's identity fields, `slab_index`, and the DP plan. 
 its first break as (slab, message), slab in on-disk order, or None; `slabs.check` names the
 shard and row and raises. Pure numpy over a few values per slab or segment: no column is read
 for them that the scan does not read anyway (its check-only columns, `slabs.reader.NULLS_ONLY`).
+
+And the one rule on what a listed shard may be on disk (`linked_shard`), which every reader
+(`slabs.check.check_output`) and `verify` ask.
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
+
+from packtool.storage import is_uri
 
 
 def segment_fields(cat: dict[str, np.ndarray], fixed_length: int | None) -> tuple[int, str] | None:
@@ -104,3 +110,33 @@ def coverage(source: np.ndarray, chunk: np.ndarray) -> Coverage:
         j = int(bad[0])
         first = (j, bool(same[j] and c[j] == c[j - 1]), int(want[j]))
     return Coverage(order, s, c, s[~same], first)
+
+
+class Link(NamedTuple):
+    target: str  # where the link leads, resolved
+    refused: str | None  # why no reader reads through it (the fix included); None: harmless
+
+
+def linked_shard(folder: str, name: str) -> Link | None:
+    """Listed shard `name` of the local output `folder` when it is a symbolic link (None when it is
+    not, or on an object store, which has none). A shard is a regular file of the output folder:
+    a link to one inside it reads that file's bytes, checked like any shard's (harmless: verify
+    notes it, since `pack --overwrite` will not replace such an output); a link out of the folder
+    or to nothing is refused, by every reader and by verify alike. A copy of the folder would lose
+    the target, and a file outside is no part of what was packed, whatever its checksum says now.
+    A hard link is the file itself: its bytes are checked like any shard's (size, checksum)."""
+    path = os.path.join(folder, name)
+    if is_uri(folder) or not os.path.islink(path):
+        return None
+    target, home = os.path.realpath(path), os.path.realpath(folder)
+    if not os.path.exists(target):
+        return Link(target, f"a symbolic link to {target}, which does not exist (a dangling link); put the shard "
+                            f"itself back, or re-run `packtool pack`")
+    if os.path.commonpath([target, home]) != home:
+        return Link(target, f"a symbolic link to {target}, outside the output folder (a shard is a file of the "
+                            f"folder: a reader reads no file elsewhere); copy the file itself in "
+                            f"(cp --remove-destination), or re-run `packtool pack`")
+    if not os.path.isfile(target):
+        return Link(target, f"a symbolic link to {target}, which is not a regular file; put the shard itself back, "
+                            f"or re-run `packtool pack`")
+    return Link(target, None)

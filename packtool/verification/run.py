@@ -19,6 +19,7 @@ import numpy as np
 from packtool.align import Alignment
 from packtool.slabs.format import FormatError, NotAnOutputError, manifest_config, read_manifest, shard_names
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, in_flight, join, manifest_file, stray_entries
+from packtool.slabs.open_rules import linked_shard
 from packtool.side import side_columns_from_manifest
 from packtool.storage import is_file
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
@@ -102,12 +103,15 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     if align is None:
         return _report(directory, log, notes, [], source_dir, t0)
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
-    present = [f for f in listed if is_file(join(directory, f))]
+    links = {f: linked_shard(directory, f) for f in listed}
+    present = [f for f in listed if is_file(join(directory, f)) and not (links[f] and links[f].refused)]
     for f in listed:
-        if f not in present:
+        if links[f] and links[f].refused:  # the readers' rule (slabs/open_rules.py): what they refuse
+            log.add("shard_missing", f"shard {f} is {links[f].refused}", shard=f)
+        elif f not in present:
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
-    notes += _linked_shards(directory, present)
+    notes += _linked_shards(links)
     legacy = os.path.basename(manifest_file(directory) or "") == LEGACY_MANIFEST
     flying = in_flight(directory)
     strays = stray_entries(directory, listed)
@@ -159,27 +163,15 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     return _report(directory, log, notes, results, source_dir, t0)
 
 
-def _linked_shards(directory: str, present: list[str]) -> list[str]:
-    """A note per listed shard that is a symbolic link (S34-8): its slabs read right through it
-    (slabs/check.py's rule, which every reader holds, follows links: no problem), but the output
-    is not in its folder alone: a copy of the folder loses the target, the target may change
-    under it, and `pack --overwrite` refuses to replace a folder whose shard is a link
-    (output/owned.py). Said, so that the OK is not read as "self-contained"."""
-    said = []
-    for f in present:
-        path = join(directory, f)
-        if not os.path.islink(path):
-            continue
-        target, home = os.path.realpath(path), os.path.realpath(directory)
-        if os.path.commonpath([target, home]) != home:
-            said.append(f"shard {f} is a symbolic link to {target}, outside the output folder: readers follow "
-                        f"it, but a copy of {directory} leaves that file behind and `pack --overwrite` will not "
-                        f"replace this output; copy the file itself in (cp --remove-destination) for a "
-                        f"self-contained output")
-        else:
-            said.append(f"shard {f} is a symbolic link to {target}: readers follow it, but `pack --overwrite` "
-                        f"will not replace this output; copy the file itself in (cp --remove-destination)")
-    return said
+def _linked_shards(links: dict) -> list[str]:
+    """A note per listed shard that is a symbolic link to a regular file inside the output folder
+    (S34-8): harmless, its slabs read through it as every reader does (their rule,
+    `slabs.open_rules.linked_shard`; a link out of the folder or to nothing is a problem, refused by
+    the readers too), but `pack --overwrite` refuses to replace a folder whose shard is a link
+    (output/owned.py). Said, so that the OK is not read as "a plain folder of files"."""
+    return [f"shard {f} is a symbolic link to {link.target}: readers read it (a file of the output folder), "
+            f"but `pack --overwrite` will not replace this output; copy the file itself in "
+            f"(cp --remove-destination)" for f, link in links.items() if link is not None and not link.refused]
 
 
 def _check_source_args(source_dir, fingerprint, tokenize, files) -> None:

@@ -452,7 +452,7 @@ def corpus(tmp_path_factory):
         if name not in made:
             d = os.path.join(root, re.sub(r"[^a-z0-9]+", "-", name))
             shutil.copytree(made[_base(name)], d)
-            CORRUPTIONS[name](d)
+            {**CORRUPTIONS, **LINKED}[name](d)
             made[name] = d
         return made[name]
     return get, {}
@@ -808,3 +808,106 @@ def test_verify_rejects_side_column_damage_with_exit_1(side_corpus, damage):
     r = CliRunner().invoke(app, ["verify", side_corpus(damage), "--workers", "1", "--json"])
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     assert all(k.startswith("side_") for k in json.loads(r.output)["counts"]), r.output
+
+
+# --- a listed shard that is a link (issue 23 class 2, S35): one rule, slabs/open_rules.linked_shard,
+# asked by every reader and by verify. A shard is a file of the output folder: a symbolic link to a
+# regular file inside it reads that file (harmless, verify notes it); a link out of the folder or to
+# nothing is refused. A link to another listed shard, symbolic or hard, holds that shard's bytes:
+# its size and checksum refuse it. A hard link is the file itself (checked like any shard).
+
+def _moved_and_linked(where, link):
+    """SHARD1 moved to `where(out)` and a symbolic link `link(out, target)` put in its place."""
+    def run(out):
+        target = where(out)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(out, SHARD1), target)
+        os.symlink(link(out, target), os.path.join(out, SHARD1))
+    return run
+
+
+def _hard_linked_outside(out):
+    os.makedirs(out + "-kept", exist_ok=True)
+    os.link(os.path.join(out, SHARD1), os.path.join(out + "-kept", SHARD1))
+
+
+def _hard_linked_to_shard0(out):
+    os.remove(os.path.join(out, SHARD1))
+    os.link(os.path.join(out, SHARD0), os.path.join(out, SHARD1))
+
+
+def _symlinked_to_shard0(out):
+    os.remove(os.path.join(out, SHARD1))
+    os.symlink(SHARD0, os.path.join(out, SHARD1))
+
+
+LINKED = {  # name -> (the damage, whether every consumer and verify take it)
+    "link:inside-copy": (_moved_and_linked(lambda o: os.path.join(o, f".{SHARD1}.kept"), lambda o, t: os.path.basename(t)),
+                         True),
+    "link:outside-absolute": (_moved_and_linked(lambda o: os.path.join(o + "-kept", SHARD1), lambda o, t: t), False),
+    "link:outside-relative": (_moved_and_linked(lambda o: os.path.join(o + "-kept", SHARD1),
+                                                lambda o, t: os.path.relpath(t, o)), False),
+    "link:dangling": (_moved_and_linked(lambda o: os.path.join(o + "-gone", SHARD1), lambda o, t: os.remove(t) or t),
+                      False),
+    "link:to-another-shard": (_symlinked_to_shard0, False),
+    "hardlink:to-another-shard": (_hard_linked_to_shard0, False),
+    "hardlink:outside-copy": (_hard_linked_outside, True),
+}
+LINKED_TAKEN = {k: taken for k, (_, taken) in LINKED.items()}
+LINKED = {k: fn for k, (fn, _) in LINKED.items()}
+
+
+def _slab_reader(out):
+    """The standalone `SlabReader` (the index's open checks, then every row by number)."""
+    from packtool.slabs.format import SlabManifest
+    from packtool.slabs.reader import SlabIndex, SlabReader
+    sm = SlabManifest.read(out)
+    reader = SlabReader(sm, SlabIndex.build(sm))
+    return [(r.input_ids.tobytes(), r.loss_mask.tobytes(), r.seg_padded.tobytes())
+            for r in map(reader.row, range(len(reader.index)))]
+
+
+def _verify(out):
+    from packtool.verification.run import verify
+    report = verify(out, workers=1)
+    if not report.ok:
+        raise PacktoolError(" | ".join(p.message for p in report.problems))
+    return [n for n in report.notes if "symbolic link" in n]
+
+
+# the standalone SlabReader and verify, beside the consumers above: each refusal a PacktoolError line
+BY_RULE = {"slab-reader": _slab_reader, "verify": _verify}
+
+
+def _take(consumer, out, tmp):
+    if consumer not in BY_RULE:
+        return _consume(consumer, out, tmp)
+    try:
+        return "ok", BY_RULE[consumer](out)
+    except PacktoolError as e:
+        assert "\n" not in str(e)
+        return "refused", str(e)
+
+
+@pytest.mark.parametrize("consumer", [*CONSUMERS, *ARROW, *BY_RULE])
+@pytest.mark.parametrize("kind", list(LINKED))
+def test_every_consumer_and_verify_agree_on_a_linked_shard(corpus, kind, consumer, tmp_path):
+    """Each consumer takes exactly what verify takes, and what it hands on is then the clean
+    output's; a refusal is one line naming the shard (and, for a symbolic link, saying so)."""
+    get, results = corpus
+    if consumer == "train" and LINKED_TAKEN[kind]:
+        consumer = "megatron-dataset"  # train reads through the dataset: a CPU run would add minutes
+    kind_got, got = _take(consumer, get(kind), str(tmp_path))
+    if not LINKED_TAKEN[kind]:
+        assert kind_got == "refused", f"{consumer} read an output whose shard is {kind} without a word: {got}"
+        if consumer != "standalone-reader":
+            assert SHARD1 in got, got
+            if kind.startswith("link:") and kind != "link:to-another-shard":
+                assert "symbolic link" in got, got
+        return
+    assert kind_got == "ok", got
+    clean = _take(consumer, get("clean"), str(tmp_path))[1]
+    if consumer == "verify":  # a note names the link inside the folder; nothing else differs
+        assert clean == [] and len(got) == (kind == "link:inside-copy"), got
+    else:
+        assert got == clean, f"{consumer} read an output whose shard is {kind} as something else"

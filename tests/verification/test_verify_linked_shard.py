@@ -1,8 +1,10 @@
 """S34-8: verify said OK, with no word, for an output whose shard is a symbolic link (to a file
-outside the folder), which `pack --overwrite` refuses to replace. The readers' rule (slabs/check.py)
-follows links, so verify does too (no problem, the slabs are right), but every listed shard that is
-a link is said in a note naming it and where it points: absolute or relative, outside the folder
-or inside it, first or last shard."""
+outside the folder), which `pack --overwrite` refuses to replace. S35: verify holds the readers' rule
+(slabs/open_rules.linked_shard): a link out of the folder is a problem (`shard_missing`, naming where it
+points), as every reader refuses it; a link to a file inside the folder reads that file (OK) and is
+said in a note naming it and where it points: absolute or relative, first or last shard.
+tests/slabs/test_consumers_refuse.py holds every consumer to the same answer.
+"""
 from __future__ import annotations
 
 import os
@@ -58,10 +60,15 @@ def test_a_linked_shard_is_said(packed, tmp_path, which, how):
     out, shards = packed
     copy, f, real = _linked(out, shards, tmp_path, which, how)
     report = verify(str(copy))
-    assert report.ok, report.problems  # the slabs are right: readers follow the link
     said = [n for n in report.notes if f"shard {f} is a symbolic link" in n]
+    if how.startswith("outside"):  # the readers refuse it: a problem, not a note
+        assert not report.ok and not said, report.notes
+        assert [p.check for p in report.problems] == ["shard_missing"], report.problems
+        msg = report.problems[0].message
+        assert f"shard {f} is a symbolic link to {real}" in msg and "outside the output folder" in msg, msg
+        return
+    assert report.ok, report.problems  # the slabs are right: readers read the folder's own file
     assert len(said) == 1 and str(real) in said[0] and "pack --overwrite" in said[0]
-    assert ("outside the output folder" in said[0]) == how.startswith("outside")
     assert not [n for n in report.notes if "symbolic link" in n and n not in said]
 
 
