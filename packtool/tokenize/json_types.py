@@ -23,6 +23,8 @@ from packtool.json_text import DuplicateKeyError, raw_decode
 
 # The chat shapes' turn lists whose `content` may be a string or OpenAI content parts.
 _TURN_LISTS = ("messages",)
+# Every chat shape's turn list, with the turn object it holds (as the row checks name it).
+_CHAT_LISTS = {"messages": "{role, content}", "conversations": "{from, value} (ShareGPT)"}
 
 
 def has_timestamp(t: pa.DataType) -> bool:
@@ -119,6 +121,7 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
     try:  # not from_pylist: it takes the first row's keys and drops a key only later rows have
         return pa.RecordBatch.from_struct_array(pa.array(rows, type=None if rows else pa.struct([])))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        _refuse_odd_turns(rows, path, row_name)
         _refuse_plain_parts(rows, path, row_name)
         seen: dict = {}
         for i, r in enumerate(rows):
@@ -139,6 +142,24 @@ def plain_part(where: str) -> str:
     """A plain string among content parts, in words (json_types and messages both say it)."""
     return (f'{where} is a plain string, not a content part: write it as {{"type": "text", "text": ...}} '
             f"(or flatten content to a string)")
+
+
+def _refuse_odd_turns(rows: list[dict], path: str, row_name) -> None:
+    """A turn list that is no list, or a turn that is no object, where other rows (or turns) hold
+    the right kind: _walk names the first value of the field's first kind as the one at fault
+    ("messages is a JSON array here but a number at line 1" at line 2, the good row), and its
+    fix (one type per field) is not the user's. Named here where it is, by its key."""
+    for key, shape in _CHAT_LISTS.items():
+        values = [(i, r.get(key)) for i, r in enumerate(rows) if r.get(key) is not None]
+        if len({_kind(v) for _, v in values}) > 1:
+            i, v = next((i, v) for i, v in values if not isinstance(v, list))
+            raise PacktoolInputError(f"at {row_name(i)}: {key} is a JSON {_kind(v)}, not a list of turn objects "
+                                     f"{shape}; write the row's turns as a list, [{{...}}, ...]", path=path)
+        turns = [(i, j, m) for i, v in values for j, m in enumerate(v) if m is not None]
+        if len({_kind(m) for *_, m in turns}) > 1:
+            i, j, m = next((i, j, m) for i, j, m in turns if not isinstance(m, dict))
+            raise PacktoolInputError(f"at {row_name(i)}: {key}[{j}] is a JSON {_kind(m)}, not a turn object "
+                                     f"{shape}; remove it from the list or write the turn", path=path)
 
 
 def _refuse_plain_parts(rows: list[dict], path: str, row_name) -> None:

@@ -50,6 +50,8 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
     try:
         table = pajson.read_json(io.BytesIO(block),
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+        if not _well_built(table, columns):
+            return block_table(block, path, first_line, columns)
         # JSON has no dates (a timestamp is Arrow's guess from strings), and a tool call's
         # arguments must not get other rows' keys: json_types reads such a block (only for the
         # columns read: a C4 row's unread "timestamp" keeps Arrow's speed)
@@ -77,6 +79,21 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                 fix = _arrow_json_fix(re.sub(r" in row \d+", "", msg))
                 raise PacktoolInputError(f"at line {line}: {fix}", path=path) from None
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
+
+
+def _well_built(table: pa.Table, columns: list[str] | None) -> bool:
+    """Whether Arrow built the read columns right. Its JSON reader (pyarrow 26) leaves out of a
+    list's values the nulls that come before the block's first typed value there, while its
+    offsets count them: `{"messages": [null, {...}]}` as a block's first row is an array that
+    fails at first use ("Length spanned by list offsets (3) larger than values array"), and
+    `{"input_ids": [null, 5, 6]}` reads as [5, 6, 0] where it is read whole. The cheap check
+    (offsets against lengths, no data scanned) finds every such array: a block holding one is
+    read in Python (json_types), whose rows keep the nulls for the row checks to name."""
+    try:
+        (table if columns is None else table.select([c for c in columns if c in table.column_names])).validate()
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 # What Arrow's JSON reader refuses that Python's json reads (so no "invalid JSON" line came
