@@ -156,6 +156,10 @@ class PackedSlabDataset:
         return len(self.plan(0))
 
     def load(self, mb: list[int]) -> ThdBatch | None:
+        if isinstance(mb, (str, bytes, dict)) or not hasattr(mb, "__iter__"):  # load(3): 'int' is not iterable
+            raise PacktoolInputError(f"mb must be a list of slab indices (a plan's micro-batch), got "
+                                     f"{type(mb).__name__} {mb!r:.40}", path=self.manifest.path)
+        mb = list(mb)
         if not mb:
             return None
         # slab numbers of the output (a plan's micro-batch): each an integer in range, negative from the end

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.params import position
 from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
                                   check_output, check_segment_counts, check_side_lengths, shard_gone)
@@ -261,6 +262,10 @@ class SlabReader:
             yield key, self._group(*key)
 
     def row(self, i: int) -> SlabRow:
+        """Slab `i` in on-disk order: an integer (numpy's too), negative from the end; a wrong kind
+        or a slab out of range is packtool's one line naming it and the range (params.position),
+        never numpy's IndexError or a row of another slab."""
+        i = position("i", i, len(self.index), "slab", path=self.manifest.path)
         ix = self.index
         g = self._group(int(ix.shard[i]), int(ix.row_group[i]))
         r = int(ix.row[i])

@@ -1,5 +1,6 @@
 """S33-8: every public index entry of the slab datasets (packtool.hf.SlabDataset's [i], slices and
-iteration, dp_order's rank; packtool.megatron.PackedSlabDataset's load/plan/steps) checks what
+iteration, dp_order's rank; packtool.megatron.PackedSlabDataset's load/plan/steps; S35: the
+standalone packtool.slabs.SlabReader's row(i), which the datasets read through) checks what
 it is given (params.position / checked): an integer (numpy's too; a bool or float is not one),
 negative from the end as Python's sequences count, out of range a PacktoolIndexError; a wrong
 kind one PacktoolInputError naming the argument, never numpy's or Python's own words. A slice
@@ -24,6 +25,12 @@ def out(tmp_path_factory):
     return path
 
 
+def _reader(out):
+    from packtool.slabs import SlabIndex, SlabManifest, SlabReader
+    sm = SlabManifest.read(out)
+    return SlabReader(sm, SlabIndex.build(sm))
+
+
 def _mega(out):
     from packtool.megatron.dataset import PackedSlabDataset
     return PackedSlabDataset(out)
@@ -32,6 +39,7 @@ def _mega(out):
 # entry -> (call with an index, the argument its error names)
 ENTRIES = {
     "SlabDataset[i]": (lambda out, i: SlabDataset(out)[i], "i"),
+    "SlabReader.row(i)": (lambda out, i: _reader(out).row(i), "i"),
     "dp_order(rank=)": (lambda out, i: dp_order(SlabDataset(out).index, 1, 2, rank=i), "rank"),
     "PackedSlabDataset.load([i])": (lambda out, i: _mega(out).load([i]), "mb"),
     "PackedSlabDataset.plan(epoch)": (lambda out, i: _mega(out).plan(i), "epoch"),
@@ -54,7 +62,7 @@ def test_a_wrong_kind_of_index_is_one_packtool_error_naming_it(out, entry, kind)
     assert str(e.value).count("\n") == 0 and name in str(e.value), e.value
 
 
-@pytest.mark.parametrize("entry", ["SlabDataset[i]", "PackedSlabDataset.load([i])"])
+@pytest.mark.parametrize("entry", ["SlabDataset[i]", "SlabReader.row(i)", "PackedSlabDataset.load([i])"])
 def test_slab_positions_count_as_python_does(out, entry):
     call, name = ENTRIES[entry]
     n = len(SlabDataset(out).index)
@@ -63,6 +71,21 @@ def test_slab_positions_count_as_python_does(out, entry):
     for bad in (n, -n - 1, 10**30):
         with pytest.raises(PacktoolIndexError, match=f"slab {bad} out of range: there are {n} slabs"):
             call(out, bad)
+
+
+@pytest.mark.parametrize("mb", [3, np.int64(3), 1.5, "01", b"01", {0: 1}, None])
+def test_a_micro_batch_that_is_no_list_of_slabs_is_one_error_naming_mb(out, mb):
+    """load(mb) takes a plan's micro-batch, slab numbers; a bare index was Python's "'int' object is
+    not iterable" (a str, its characters read as slabs)."""
+    with pytest.raises(PacktoolInputError) as e:
+        _mega(out).load(mb)
+    assert "mb must be a list of slab indices" in str(e.value) and "\n" not in str(e.value), e.value
+
+
+def test_a_micro_batch_may_be_a_numpy_array(out):
+    ds = _mega(out)
+    a, b = ds.load(np.array([0, 1])), ds.load([0, 1])
+    assert np.array_equal(a.input_ids, b.input_ids) and ds.load(np.zeros(0, np.int64)) is None
 
 
 def test_negative_and_numpy_indices_are_the_same_slab(out):
