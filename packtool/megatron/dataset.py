@@ -64,32 +64,21 @@ class Step:
         return int(t.item())
 
 
-def largest_id(man: SlabManifest) -> int:
-    """The largest token id the output holds (-1 when none): one pass over its ids."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    top = -1
-    for i in range(len(man.shards)):
-        for b in pq.ParquetFile(man.open_shard(i)).iter_batches(columns=["input_ids"]):
-            m = pc.max(pc.list_flatten(b.column(0))).as_py()
-            top = max(top, -1 if m is None else int(m))
-    return top
-
-
-def check_token_ids(man: SlabManifest, model_vocab: int, vocab_size: int | None, whose: str) -> None:
+def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int | None, whose: str) -> None:
     """An output packed from token ids (no tokenizer, so no vocabulary its ids were checked
     against at pack) must hold ids below `vocab_size` when given, and below the model's
     vocabulary `model_vocab` (`whose`: where it came from): the embedding would index past its
-    table, an IndexError mid-step."""
-    if man.vocab_size:
+    table, an IndexError mid-step. The dataset's reader holds the bound as it decodes each row
+    group (`SlabReader.bound_ids`: its id check, one reduction, no read of its own), before any
+    of its rows reaches a batch: a bad id stops the run in one line naming shard, row and id."""
+    if ds.manifest.vocab_size:  # ids held to it by every reader; train() holds it to the model's
         return
-    top = largest_id(man)
-    if vocab_size is not None and top >= vocab_size:
-        raise PacktoolConfigError(f"{arg('vocab_size', vocab_size)} is not above the largest token id {top} in "
-                                  f"{man.path}; give {arg('vocab_size', top + 1)} or more")
-    if top >= model_vocab:
-        raise PacktoolConfigError(f"{man.path} holds token id {top}, not below the vocabulary {model_vocab} of "
-                                  f"{whose}: train on an output of that vocabulary, or start a new run")
+    if vocab_size is not None and vocab_size <= model_vocab:
+        ds.reader.bound_ids(vocab_size, f"{arg('vocab_size', vocab_size)} (the vocabulary of an output packed "
+                                        f"without a tokenizer): give a larger {arg('vocab_size')}, above every id")
+    else:
+        ds.reader.bound_ids(model_vocab, f"the vocabulary {model_vocab} of {whose}: train on an output of that "
+                                         f"vocabulary, or start a new run")
 
 
 class PackedSlabDataset:

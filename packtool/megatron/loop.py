@@ -214,7 +214,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
         raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
                          f"vocabulary {shape.vocab}")
-    check_token_ids(ds.manifest, shape.vocab, cfg.vocab_size,
+    check_token_ids(ds, shape.vocab, cfg.vocab_size,
                     f"the checkpoint {ckpt['path']}" if ckpt else "the model shape")
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,

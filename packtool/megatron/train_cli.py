@@ -54,7 +54,7 @@ def _shape(man, typed: dict, yaml_keys: dict, config: str | None, vocab_size: in
         if kw.get("ffn") is None:  # its default is made from hidden: hidden is checked first
             hidden = int_value("hidden", kw["hidden"], 1, INT32_MAX, error=PacktoolConfigError)
             kw["ffn"] = -(-int(hidden * 8 / 3) // 64) * 64
-        kw["vocab"] = padded_vocab(_vocab(man, vocab_size, scan=False), tp)
+        kw["vocab"] = padded_vocab(_vocab(man, vocab_size), tp)
         kw.setdefault("max_seq", max(8192, man.alignment.usable))
         return GPTShape(**kw)
 
@@ -80,10 +80,10 @@ def _pick_device(device: str | None, err) -> str:
     return "cuda" if has else "cpu"
 
 
-def _vocab(man, given: int | None, scan: bool = True) -> int:
+def _vocab(man, given: int | None) -> int:
     """The model's vocabulary: the manifest's, or --vocab-size for a pre-tokenized output packed
-    without --tokenizer (FORMAT.md: its tokenizer block is empty and its pads hold 0). `scan`
-    False: the ids are left to train()'s pass (`check_token_ids`), which also covers --load."""
+    without --tokenizer (FORMAT.md: its tokenizer block is empty and its pads hold 0). The ids are
+    held to it by the dataset's reader as train() reads them (`check_token_ids`), --load too."""
     if given is not None and given < 1:
         raise PacktoolConfigError(f"--vocab-size must be >= 1, got {given}")
     if man.vocab_size:
@@ -97,11 +97,6 @@ def _vocab(man, given: int | None, scan: bool = True) -> int:
                                   flag="--vocab-size")
     if man.pad_id >= given:
         raise PacktoolConfigError(f"--vocab-size {given} is not above the pads' id {man.pad_id}; give a larger --vocab-size")
-    from packtool.megatron.dataset import largest_id
-    top = largest_id(man) if scan else -1  # the embedding would index past its table: one pass over the ids
-    if top >= given:
-        raise PacktoolConfigError(f"--vocab-size {given} is not above the largest token id {top} in {man.path}; "
-                         f"give --vocab-size {top + 1} or more")
     return given
 
 
@@ -159,7 +154,7 @@ def train_command(
     if load:  # the checkpoint holds the shape: what was typed or configured must agree with it
         resume_shape = {**typed, **(_yaml_shape(config) if config else {})}
         if vocab_size is not None:  # checked against the output here, against the checkpoint by train()
-            _vocab(man, vocab_size, scan=False)
+            _vocab(man, vocab_size)
     else:
         shape = _shape(man, typed, _yaml_shape(config) if config else {}, config, vocab_size, tp)
     with spelled_as(_FLAGS):  # TrainConfig's checks name this command's flags

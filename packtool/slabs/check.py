@@ -1,25 +1,23 @@
 """What every consumer of a packed output checks before it uses a byte of it (FORMAT.md, "What
-a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool train`,
-`packtool.hf` and `inspect` (`reader.check_rows`: all of them, before it reports). `verify` checks the same
-things and more (coverage, DP plan, source tokens), reporting all of them rather than the first.
+a reader checks"). `slabs.reader` runs these for the Megatron dataset, `packtool train`, `packtool.hf`
+and `inspect` (`reader.check_rows`: all of them, before it reports). `verify` checks the same things
+and more (coverage, DP plan, source tokens), reporting all of them rather than the first.
 
-At open, from the manifest, one stat and one Parquet footer per shard (`check_output`): every
-shard listed once, present, a file of the folder (`open_rules.linked_shard`: no link out of it),
-of the listed size; nothing unlisted that a plain Parquet reader would read as data; each footer's schema is the format's (plus the side columns the manifest
-declares, nothing else) and its row count the listed one; the rows add up to `stats.slabs`.
-On the scalars and segment fields the open scan read: tokens per shard, the DP plan, slab_index
-(`check_counts`); entries per slab, each segment real or a trailing fill (`check_segment_counts`,
-`open_rules`); every source row once, chunks only under --overflow split (`check_coverage`).
+At open, one stat and one Parquet footer per shard (`check_output`): every shard listed once,
+present, a file of the folder (`open_rules.linked_shard`: no link out of it), of the listed size;
+nothing unlisted that a plain Parquet reader would read as data; each footer's schema the format's
+(plus the manifest's side columns, nothing else), its rows the listed ones, adding up to `stats.slabs`.
+On what the open scan read: tokens per shard, the DP plan, slab_index (`check_counts`); entries per
+slab, each segment real or a trailing fill (`check_segment_counts`, `open_rules`); every source row
+once, chunks only under --overflow split (`check_coverage`).
 
-While reading: a shard's checksum before its first row is handed out (`check_checksum`: the
-whole file is hashed once per process, the first time a row of it is asked for), and every
-decoded row group's structure and tokens (`check_group`: lengths, seq_lens as many segments as
-source_index and 0 where it marks the fill, `cu_seqlens`, `cp_offsets`, the layout of its `seq_lens`, pads, loss flags, token ids against
-`vocab_size`, side columns' fill on pads), vectorized numpy; nulls at any depth as it is read
-(`check_nulls`) and side columns' lengths as they are decoded (`check_side_lengths`). Left to `verify`: side columns' NaN/inf counts and the support rule
-(FORMAT.md says why).
-
-Every failure is a `FormatError`: one line naming the shard (and row), exit 2 on the CLI.
+While reading: a shard's checksum before its first row is handed out (`check_checksum`, once per
+process), and every decoded row group (`check_group`: lengths, seq_lens as many segments as
+source_index and 0 where it marks the fill, `cu_seqlens`, `cp_offsets`, the layout of `seq_lens`,
+pads, loss flags, token ids below `vocab_size` or a trainer's bound, side columns' fill on pads),
+vectorized numpy; nulls at any depth (`check_nulls`), side columns' lengths (`check_side_lengths`).
+Left to `verify`: side columns' NaN/inf counts and the support rule (FORMAT.md says why).
+Every failure is one line naming the shard (and row), exit 2 on the CLI: a `FormatError` (a bound's, config).
 """
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import first_null
+from packtool.errors import PacktoolConfigError
 from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
@@ -253,10 +252,11 @@ def _check_cp_offsets(col, cu, cu_off, cp, fail) -> None:
 
 
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
-                num_loss: np.ndarray, n_seg: np.ndarray) -> None:
+                num_loss: np.ndarray, n_seg: np.ndarray, ids_below: tuple[int, str] | None = None) -> None:
     """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`, `singleton`)
     against FORMAT.md's per-slab rules, with the rows' scalars from the index (`n_seg`: the
-    rows' source_index entries, read at open). Vectorized over segments and tokens."""
+    rows' source_index entries, read at open). Vectorized over segments and tokens. `ids_below`:
+    a trainer's bound on the ids and its words (`SlabReader.bound_ids`), held in the same pass."""
     ids, id_off = g["input_ids"]
     mask, mask_off = g["loss_mask"]
     lens, seg_off = g["seq_lens"]
@@ -327,11 +327,14 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         if rows.any():
             fail(rows, what)
     seg_start = id_off[row_of] + cu[cu_off[row_of] + np.arange(lens.size) - seg_off[row_of]]
-    found = _token_pass(ids, mask, id_off, seg_start, lens, np.diff(cu)[within], sm.pad_id, sm.vocab_size,
+    top, said = ids_below if ids_below and not 0 < sm.vocab_size <= ids_below[0] else (sm.vocab_size, None)
+    found = _token_pass(ids, mask, id_off, seg_start, lens, np.diff(cu)[within], sm.pad_id, top,
                         num_loss.astype(np.int64))
     if found is not None:
         code, r, p = found
         at = f" position {p}" if p >= 0 else ""
+        if code == 4 and said:  # no damage: ids the model cannot embed (an IndexError mid-step)
+            raise PacktoolConfigError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is not below {said}")
         raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
     _check_side_fill(sm, where, g.get("side") or {}, id_off, _runs(seg_start + lens, np.diff(cu)[within] - lens))
 

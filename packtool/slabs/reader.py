@@ -211,6 +211,7 @@ class SlabReader:
         # ("ReadRangeCache did not find matching cache entry" under load)
         self._lock = threading.Lock()
         self.side_columns: tuple[SideColumn, ...] = manifest.side_columns
+        self._ids_below: tuple[int, str] | None = None  # bound_ids
 
     def __getstate__(self) -> dict:
         """Spawn/forkserver DataLoader workers and `to_hf(streaming=True)` pickle the datasets
@@ -223,6 +224,15 @@ class SlabReader:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._files, self._cache, self._lock = {}, OrderedDict(), threading.Lock()
+
+    def bound_ids(self, top: int, said: str) -> None:
+        """Hold every token id below `top` too (`said`: what it is, and the fix), where the manifest
+        records no vocab_size (ids packed without a tokenizer) or a larger one: a trainer's model
+        vocabulary. check_group's one reduction over each decoded group's ids holds it, before
+        any row of the group is handed out (no pass of its own); groups decoded before are dropped."""
+        with self._lock:
+            self._ids_below = (int(top), said)
+            self._cache.clear()
 
     def _group(self, shard: int, rg: int) -> dict:
         with self._lock:
@@ -248,7 +258,8 @@ class SlabReader:
         g["tail_pad"], g["fill_pad"], g["singleton"] = ix.tail_pad[rows], ix.fill_pad[rows], ix.singleton[rows]
         g["fill_seg"] = ix.fill_seg[rows]
         check_group(self.manifest, where, g, ix.num_tokens[rows],
-                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows])
+                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows],
+                    ids_below=self._ids_below)
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

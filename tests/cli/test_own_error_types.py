@@ -231,7 +231,7 @@ CASES = {
                                         "--device cpu"),
     "train --vocab-size 0": (None, [], lambda t: _train(t, "--vocab-size", "0"), "--vocab-size"),
     "train without a vocabulary": (None, [], lambda t: _train(t), "--vocab-size"),
-    "train --vocab-size below an id": (None, [], lambda t: _train(t, "--vocab-size", "3"), "--vocab-size 7"),
+    "train --vocab-size below an id": (None, [], lambda t: _train(t, "--vocab-size", "3"), "--vocab-size 3"),
     "train --load missing": (_load, ["load=", "mp_rank_00.pt"],
                              lambda t: _train(t, "--load", str(t / "no-checkpoint")), "--load"),
     "dataset dp": (lambda t: _dataset(t, data=_packed(t, "dp2", dp=2)), ["dp=2", "dp=1"], None, ""),
