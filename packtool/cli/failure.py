@@ -170,13 +170,15 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
 
 
 _FLAG = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
-_HINT = re.compile(r" \(see `[^`]*--help`\)")  # the usage hint names --help, not the flag at fault
+# a command quoted as the fix (`packtool plan --output`, the usage hint's `packtool pack --help`)
+# names that command's flags, not the flag at fault (inspect --plan's file was said to be --output)
+_QUOTED = re.compile(r"`[^`]*`")
 _WHERE = re.compile(r"^(.+?)(?:, row \d+)?: ")
 
 
 def _named_flag(message: str) -> str | None:
     """The first flag a message names (`--workers must be >= 1`, `... pass --overwrite`)."""
-    m = _FLAG.search(_HINT.sub("", message))
+    m = _FLAG.search(_QUOTED.sub("", message))
     return m.group(0) if m else None
 
 

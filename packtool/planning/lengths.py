@@ -15,27 +15,35 @@ import os
 
 import numpy as np
 
-from packtool.errors import PacktoolError, arg, cli_flag
+from packtool.errors import PacktoolError, PacktoolInputError, arg, cli_flag
 from packtool.planning.core import PlanError
 
 LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
 KINDS = ".npy, .txt, .csv/.tsv, .jsonl, Parquet or Arrow IPC/Feather"
 
 
+class PlanInputError(PlanError, PacktoolInputError):
+    """A file the planner reads (a lengths file, a plan file's recorded settings) that cannot be
+    read as one: bad input, so `--json` says kind `input` (a PlanError alone said `config`, the
+    kind of a flag out of range), and still a PlanError for a caller that catches those."""
+
+    kind = "input"
+
+
 def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     """Integer lengths (int64) from `path` by the module's rule for the column."""
     if not os.path.exists(path):
-        raise PlanError(f"{path}: no such file", flag=cli_flag("lengths"))
+        raise PlanInputError(f"{path}: no such file", flag=cli_flag("lengths"))
     if os.path.isdir(path):
-        raise PlanError(f"{path}: a folder; give one file ({KINDS})", flag=cli_flag("lengths"))
+        raise PlanInputError(f"{path}: a folder; give one file ({KINDS})", flag=cli_flag("lengths"))
     from packtool.output.files import refuse_special_input
-    refuse_special_input(path, "lengths", PlanError)
+    refuse_special_input(path, "lengths", PlanInputError)
     low = path.lower()
     try:
         return _load(path, column, low)
     except MemoryError:  # a lengths file is not small by nature: no size bound, but the file named
         from packtool.tokenize.json_depth import mib
-        raise PlanError(f"out of memory reading lengths from this {mib(os.path.getsize(path))} file; check it "
+        raise PlanInputError(f"out of memory reading lengths from this {mib(os.path.getsize(path))} file; check it "
                         f"is a lengths file, or give the lengths as a .npy of int64", path=path,
                         flag=cli_flag("lengths")) from None
 
@@ -60,26 +68,26 @@ def _refuse_binary(path: str) -> None:
     with open(path, "rb") as f:
         at = f.read(1 << 20).find(b"\0")
     if at >= 0:
-        raise PlanError(f"byte {at} is NUL: not a text file of lengths (a damaged or copied-over file?); "
+        raise PlanInputError(f"byte {at} is NUL: not a text file of lengths (a damaged or copied-over file?); "
                         f"give the lengths file ({KINDS})", path=path, flag=cli_flag("lengths"))
 
 
 def _npy(path: str, column: str | None) -> np.ndarray:
     if column:
-        raise PlanError(f"{path}: a .npy array has no columns; drop {arg('column')}", flag=cli_flag("column"))
+        raise PlanInputError(f"{path}: a .npy array has no columns; drop {arg('column')}", flag=cli_flag("column"))
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
         # numpy's whole reason, one line: its messages hold "." inside (`arr.size * arr.dtype.itemsize`)
         why = " ".join(str(e).split()).rstrip(".")
-        raise PlanError(f"cannot read lengths from this .npy ({why}); give a .npy of integer lengths "
+        raise PlanInputError(f"cannot read lengths from this .npy ({why}); give a .npy of integer lengths "
                         f"(np.save of an int64 array)", path=path, flag=cli_flag("lengths")) from None
     return _check(path, np.asarray(arr).reshape(-1), None)
 
 
 def _text(path: str, column: str | None) -> np.ndarray:
     if column:
-        raise PlanError(f"{path}: a .txt file is one length per line, no columns; drop {arg('column')}",
+        raise PlanInputError(f"{path}: a .txt file is one length per line, no columns; drop {arg('column')}",
                         flag=cli_flag("column"))
     import warnings
     try:
@@ -91,10 +99,10 @@ def _text(path: str, column: str | None) -> np.ndarray:
         with open(path, "rb") as f:
             where = first_bad_int_line(f)
         if where is None:
-            raise PlanError(f"{path}: a .txt file holds one integer length per line ({e}); "
+            raise PlanInputError(f"{path}: a .txt file holds one integer length per line ({e}); "
                             f"for columns use .csv with a header") from None
         row, line, text = where
-        raise PlanError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
+        raise PlanInputError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
                         f"for columns use .csv with a header", path=path, row=row) from None
     return _check(path, arr, None)
 
@@ -108,7 +116,7 @@ def _table(path: str, low: str):
             from packtool.tokenize.readers import read_json_lines
             return read_json_lines(path)
         if low.endswith(".json"):
-            raise PlanError(f"{path}: a .json file; lengths are read from JSON Lines (.jsonl: one "
+            raise PlanInputError(f"{path}: a .json file; lengths are read from JSON Lines (.jsonl: one "
                             f"object per line) or {KINDS}", flag=cli_flag("lengths"))
         if low.endswith(".parquet"):
             import pyarrow.parquet as pq
@@ -120,7 +128,7 @@ def _table(path: str, low: str):
             raise
         if low.endswith((".csv", ".tsv")) and isinstance(e, pa.ArrowInvalid):
             _csv_failed(path, "\t" if low.endswith(".tsv") else ",")
-        raise PlanError(f"{path}: cannot read lengths ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+        raise PlanInputError(f"{path}: cannot read lengths ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
                         f"lengths are read from {KINDS}", flag=cli_flag("lengths")) from None
 
 
@@ -131,7 +139,7 @@ def _csv(path: str, sep: str):
         table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep),
                             read_options=pc.ReadOptions(autogenerate_column_names=True))
         if table.num_columns != 1:
-            raise PlanError(f"{path}: {table.num_columns} columns and no header; add a header "
+            raise PlanInputError(f"{path}: {table.num_columns} columns and no header; add a header "
                             f"with a column named {' or '.join(LENGTH_COLUMNS[:3])}")
     return table
 
@@ -145,7 +153,7 @@ def _csv_failed(path: str, sep: str) -> None:
         where = csv_bad_record(f, sep, header=not all(_is_int(n) for n in first))
     if where is not None:
         row, line, what = where
-        raise PlanError(f"cannot read lengths at line {line}: {what}", path=path, row=row)
+        raise PlanInputError(f"cannot read lengths at line {line}: {what}", path=path, row=row)
 
 
 def _is_int(name: str) -> bool:
@@ -160,7 +168,7 @@ def _pick(path: str, table, column: str | None):
     names = table.column_names
     if column is not None:
         if column not in names:
-            raise PlanError(f"{path}: no column {arg('column', column)}; columns: {', '.join(names)}",
+            raise PlanInputError(f"{path}: no column {arg('column', column)}; columns: {', '.join(names)}",
                             flag=cli_flag("column"))
         return table.column(column), column
     named = [c for c in LENGTH_COLUMNS if c in names]
@@ -168,7 +176,7 @@ def _pick(path: str, table, column: str | None):
         return table.column(named[0]), named[0]
     if len(names) == 1:
         return table.column(0), names[0]
-    raise PlanError(f"{path}: no lengths column (named {', '.join(LENGTH_COLUMNS)}) among "
+    raise PlanInputError(f"{path}: no lengths column (named {', '.join(LENGTH_COLUMNS)}) among "
                     f"{', '.join(f'{n} ({table.schema.field(n).type})' for n in names)}: "
                     f"pick it with {arg('column')}", flag=cli_flag("column"))
 
@@ -179,16 +187,16 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if isinstance(col, (pa.Array, pa.ChunkedArray)):
         if col.null_count:
             first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
-            raise PlanError(f"{where} is null; every row needs a length", path=path, row=first)
+            raise PlanInputError(f"{where} is null; every row needs a length", path=path, row=first)
         if not pa.types.is_integer(col.type):
             raise _not_int(path, col.to_pylist(), f"{where} holds {col.type}")
         col = col.to_numpy()
     if not np.issubdtype(col.dtype, np.integer):
         raise _not_int(path, col.tolist(), f"{where} holds {col.dtype}")
     if col.size == 0:
-        raise PlanError(f"{path}: no lengths")
+        raise PlanInputError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
-    return int_array(col, "lengths", PlanError, at=lambda i, detail: PlanError(detail, path=path, row=i), minimum=1)
+    return int_array(col, "lengths", PlanInputError, at=lambda i, detail: PlanInputError(detail, path=path, row=i), minimum=1)
 
 
 def _is_length(v) -> bool:
@@ -197,7 +205,7 @@ def _is_length(v) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
-def _not_int(path: str, values: list, what: str) -> PlanError:
+def _not_int(path: str, values: list, what: str) -> PlanInputError:
     """`what` (a column of another type) named at its first value that is no integer length, so
     the user finds it: its row, and in a CSV/TSV its line (row 0 when every value would do)."""
     row = next((i for i, v in enumerate(values) if not _is_length(v)), 0)
@@ -211,8 +219,8 @@ def _not_int(path: str, values: list, what: str) -> PlanError:
             line = csv_record_line(f, sep, row, header)
         at = f" at line {line}" if line is not None else ""
     shown = f" {values[row]!r}{at}" if values else ""
-    return PlanError(f"{what}: value{shown} is not an integer; lengths must be integers", path=path,
+    return PlanInputError(f"{what}: value{shown} is not an integer; lengths must be integers", path=path,
                      row=row if values else None)
 
 
-__all__ = ["KINDS", "LENGTH_COLUMNS", "load_lengths"]
+__all__ = ["KINDS", "LENGTH_COLUMNS", "PlanInputError", "load_lengths"]

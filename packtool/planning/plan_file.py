@@ -10,6 +10,7 @@ from packtool.align import Alignment, AlignmentError
 from packtool.errors import cli_flag
 from packtool.output.files import write_file
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
+from packtool.planning.lengths import PlanInputError
 
 META_KEY = b"packtool.plan"
 
@@ -57,8 +58,8 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
     try:
         align, packing = config_from_dict(loads(raw))  # a key twice: refused, never the last one
     except (ValueError, KeyError, TypeError, AlignmentError, PlanError) as e:
-        raise PlanError(f"{path}: the plan settings in its metadata cannot be read "
-                        f"({type(e).__name__}: {e}); write it again with `packtool plan --output`") from None
+        raise PlanInputError(f"{path}: the plan settings in its metadata cannot be read "  # kind input
+                             f"({type(e).__name__}: {e}); write it again with `packtool plan --output`") from None
     return align, packing
 
 
