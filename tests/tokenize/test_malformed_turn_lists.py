@@ -34,6 +34,13 @@ SHAPES = {
     "string turn": (lambda u, a: ["hi", u, a], "[0] is a JSON string, not a turn object", "line"),
     "boolean turn": (lambda u, a: [u, True, a], "[1] is a JSON boolean, not a turn object", "line"),
     "list turn": (lambda u, a: [[u, a]], "[0] is a JSON array, not a turn object", "line"),
+    # below a turn: a leading null in its content parts or its tool calls (every content a list
+    # of parts: the block's first typed value comes after the null, Arrow's fault again)
+    "null first content part": (lambda u, a: [{**u, "content": [None, {"type": "text", "text": "hi"}]},
+                                              {**a, "content": [{"type": "text", "text": "yo"}]}],
+                                "[0].content has 1 non-text part", "row"),
+    "null first tool call": (lambda u, a: [u, {**a, "tool_calls": [None, {"type": "function", "function": {
+        "name": "f", "arguments": "{}"}}]}], "[1].tool_calls[0] has no object", "row"),
     "list null": (lambda u, a: None, "empty example", "row"),
     "list a number": (lambda u, a: 3, " is a JSON number, not a list of turn objects", "line"),
     "list a string": (lambda u, a: "hi", " is a JSON string, not a list of turn objects", "line"),
