@@ -3,8 +3,8 @@
 `pa.Array.to_numpy()` and `pa.array(ndarray)` import pandas and pyarrow.compute on first use
 (~0.5-1.3 s on this 2-core machine: most of a 100k-row pack of a pre-tokenized file). These
 helpers read and build primitive arrays through their buffers instead: zero-copy, same dtype,
-read-only views exactly like `to_numpy(zero_copy_only=True)`. Anything else (nulls, booleans,
-strings) falls back to pyarrow's own conversion.
+read-only views exactly like `to_numpy(zero_copy_only=True)`; booleans unpacked from their bits
+(a copy, as pyarrow makes). Anything else (nulls, strings) falls back to pyarrow's own conversion.
 """
 from __future__ import annotations
 
@@ -22,10 +22,15 @@ def np_of(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A numpy view of an Arrow array (chunks concatenated)."""
     if isinstance(a, pa.ChunkedArray):
         if not a.num_chunks:
+            if pa.types.is_boolean(a.type):
+                return np.empty(0, bool)
             return np.empty(0, _dtype(a.type)) if _primitive(a.type) else a.to_numpy()
         parts = [np_of(c) for c in a.chunks]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     t = a.type
+    if not a.null_count and pa.types.is_boolean(t):  # Arrow's bits unpacked (a copy, as to_numpy makes)
+        bits = np.frombuffer(a.buffers()[1], np.uint8)
+        return np.unpackbits(bits, count=a.offset + len(a), bitorder="little")[a.offset:].astype(bool)
     if a.null_count or not _primitive(t):
         return a.to_numpy(zero_copy_only=False)
     dt = _dtype(t)

@@ -7,7 +7,8 @@ first row is used and checks every row group it decodes.
 `SlabIndex` holds only the per-slab scalars (a few ints per slab) for the whole output,
 read column by column, row group by row group. Token data are read one row group at a time
 on demand (`SlabReader`, a small LRU of decoded row groups) and sliced per row as numpy
-views of the Arrow buffers: no per-token Python objects. Side columns the manifest declares
+views of the Arrow buffers (`packtool.arrays`: pyarrow's to_numpy would import pandas into
+every reader's process): no per-token Python objects. Side columns the manifest declares
 (FORMAT.md "Side columns") are read with the tokens, [T] or [T, K] per slab.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.arrays import list_parts, np_of
 from packtool.params import position
 from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
@@ -114,18 +116,19 @@ def _scan(manifest: SlabManifest, extra: tuple[str, ...] = ()) -> dict[str, np.n
             n = t.num_rows
             for c in lists:
                 arr = t.column(c).combine_chunks()
-                parts[c].append(arr.values.to_numpy())
-                parts[f"{c}:count"].append(np.diff(arr.offsets.to_numpy()))
+                values, offsets = list_parts(arr)
+                parts[c].append(values)
+                parts[f"{c}:count"].append(np.diff(offsets))
             parts["shard"].append(np.full(n, si, np.int32))
             parts["row_group"].append(np.full(n, rg, np.int32))
             parts["row"].append(np.arange(n, dtype=np.int32))
             for c in scalars:
-                parts[c].append(t.column(c).to_numpy().astype(np.int64))
+                parts[c].append(np_of(t.column(c)).astype(np.int64))
             for c in FLAGS:
                 if c in t.column_names and c not in scalars:  # unread when the bench switches the checks off
-                    parts.setdefault(c, []).append(t.column(c).to_numpy(zero_copy_only=False).astype(bool))
+                    parts.setdefault(c, []).append(np_of(t.column(c)).astype(bool))
             if "slab_index" in t.column_names and "slab_index" not in scalars:  # for check_counts' plan rules
-                parts.setdefault("slab_index", []).append(t.column("slab_index").to_numpy())
+                parts.setdefault("slab_index", []).append(np_of(t.column("slab_index")))
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
     # entries per slab, held to seq_lens' count; none when the bench reads no SEGMENTS (checks off)
     none = np.zeros(cat["shard"].size, np.int64)
@@ -170,8 +173,8 @@ class SlabRow:
 
 def _list_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = arr.offsets.to_numpy().astype(np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)
+    offsets = np_of(arr.offsets).astype(np.int64)
+    values = np_of(arr.values)
     return values, offsets
 
 
@@ -179,14 +182,15 @@ def _side_column(col: pa.ChunkedArray, c: SideColumn, where: str) -> tuple[np.nd
     """(values [n] or [n, K], offsets per slab in tokens) of one side column of row group `where`.
     The open checks held the footer's type to the manifest's; the decoded values are held again."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    offsets = arr.offsets.to_numpy().astype(np.int64)
+    offsets = np_of(arr.offsets).astype(np.int64)
     inner = arr.values
     if c.width > 1:
         if not pa.types.is_fixed_size_list(inner.type) or inner.type.list_size != c.width:
             raise FormatError(f"{where}: side column {c.name!r} is {arr.type}, the manifest says {c.width} "
                               f"{c.dtype} per token; run `packtool verify` on the output")
-        inner = inner.flatten()  # respects a sliced array's offset
-    values = inner.to_numpy(zero_copy_only=False)
+        w = c.width  # the values cut by hand, a sliced array's offset respected (flatten() loads compute)
+        inner = inner.values.slice(inner.offset * w, len(inner) * w)
+    values = np_of(inner)
     if values.dtype != c.np_dtype:
         raise FormatError(f"{where}: side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
                           f"run `packtool verify` on the output")

@@ -55,4 +55,8 @@ def test_buffer_views_equal_pyarrows_own_conversion():
     assert vals.tolist() == [3, 4, 5, 6] and offs.tolist() == [0, 1, 1, 4]
     flags = np.array([True, False, True] * 5)
     assert arrow_of(flags).to_pylist() == flags.tolist()
+    for a in (pa.array(flags), pa.array(flags).slice(3, 9), pa.array(flags).slice(7), pa.chunked_array([flags[:5], flags])):
+        got = np_of(a)  # booleans from their bits (the readers' singleton flags), slices respected
+        assert got.dtype == np.bool_ and got.tolist() == a.to_pylist()
+    assert np_of(pa.chunked_array([], pa.bool_())).dtype == np.bool_
     assert arrow_of(np.arange(5, dtype=np.uint8)).type == pa.uint8()

@@ -6,6 +6,11 @@ at open and again with each row group. That the checks still refuse what they re
 tests/slabs/test_consumers_refuse.py."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -157,3 +162,43 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     else:
         assert ran_checks == set(), f"still run with the checks off: {sorted(ran_checks)}"
         assert set(seen) == set(columns) - only_checks
+
+
+# S35-4: every consumer's open and reads in one fresh interpreter. pyarrow's to_numpy() imports
+# pandas (and with it pyarrow.compute) on first use, ~165 ms of a reader's start; pyarrow keeps
+# that import state per process (its pandas shim tries once), so no in-process test can tell
+# whether a reader triggers it once any other test in the worker has: one subprocess for all
+LEAN = """
+import json, sys
+out, seen = sys.argv[1], {}
+def mark(stage):
+    seen[stage] = sorted(m for m in ("pandas", "pyarrow.compute") if m in sys.modules)
+from packtool.slabs import SlabIndex, SlabManifest, SlabReader
+sm = SlabManifest.read(out)
+reader = SlabReader(sm, SlabIndex.build(sm))
+mark("SlabReader open")
+rows = [reader.row(i) for i in range(len(reader.index))]
+assert rows and all(set(r.side) == {"lp", "sup"} for r in rows)
+mark("SlabReader rows")
+from packtool.megatron.dataset import PackedSlabDataset
+ds = PackedSlabDataset(out, grad_accum=2)
+sum(st.real_tokens for st in ds.steps(max_steps=ds.steps_per_epoch()))
+mark("megatron dataset")
+from packtool.hf import SlabDataset
+h = SlabDataset(out)
+[h[i] for i in range(len(h))]
+mark("hf")
+from packtool.inspection.packed import inspect_packed
+inspect_packed(out, what_if=False)
+mark("inspect")
+print(json.dumps(seen))
+"""
+
+
+def test_no_consumer_imports_pandas_or_pyarrow_compute(packed):
+    pytest.importorskip("torch")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    r = subprocess.run([sys.executable, "-c", LEAN, packed], capture_output=True, text=True, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(seen) == 5 and not any(seen.values()), seen
