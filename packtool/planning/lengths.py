@@ -82,7 +82,7 @@ def _npy(path: str, column: str | None) -> np.ndarray:
         why = " ".join(str(e).split()).rstrip(".")
         raise PlanInputError(f"cannot read lengths from this .npy ({why}); give a .npy of integer lengths "
                         f"(np.save of an int64 array)", path=path, flag=cli_flag("lengths")) from None
-    return _check(path, np.asarray(arr).reshape(-1), None)
+    return _check(path, _one_per_sequence(path, np.asarray(arr)), None)
 
 
 def _text(path: str, column: str | None) -> np.ndarray:
@@ -93,7 +93,8 @@ def _text(path: str, column: str | None) -> np.ndarray:
     try:
         with warnings.catch_warnings():  # an empty file is _check's one line, not numpy's warning first
             warnings.simplefilter("ignore", UserWarning)
-            arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
+            # ndmin=2: `1 2 3` on one line reads as shape (1, 3), not as three lengths
+            arr = np.loadtxt(path, dtype=np.int64, ndmin=2)
     except ValueError as e:
         from packtool.tokenize.text_where import first_bad_int_line
         with open(path, "rb") as f:
@@ -104,7 +105,31 @@ def _text(path: str, column: str | None) -> np.ndarray:
         row, line, text = where
         raise PlanInputError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
                         f"for columns use .csv with a header", path=path, row=row) from None
-    return _check(path, arr, None)
+    if arr.size and arr.shape[1] != 1:
+        raise PlanInputError(f"line 1 holds {arr.shape[1]} numbers (shape {arr.shape}): {_TXT_FIX}",
+                             path=path, flag=cli_flag("lengths"))
+    return _check(path, arr.reshape(-1), None)
+
+
+_NPY_FIX = "lengths are whole token counts, saved as integers: np.save(FILE, lengths.astype(np.int64))"
+_NPY_SHAPE_FIX = "save one length per sequence as a 1-D int64 array (lengths.reshape(-1) if each entry is one)"
+_TXT_FIX = "a .txt file holds one integer length per line; for columns use .csv with a header"
+
+
+def _one_per_sequence(path: str, arr: np.ndarray, fix: str = _NPY_FIX) -> np.ndarray:
+    """`arr` when it is a 1-D array of integers. Another shape is never flattened (a (N, 2) table
+    of lengths and ids would plan the ids as sequences) and a dtype that only casts to integers
+    is never cast (floats truncate, booleans read as 1, timedelta64 passes numpy's integer test):
+    one line naming the file, the dtype and shape found, and the fix."""
+    if arr.ndim == 1 and arr.dtype.kind in "iu":
+        return arr
+    held = f"lengths hold {arr.dtype} of shape {arr.shape}"
+    if arr.ndim != 1:
+        what = "a single number, not a list" if arr.ndim == 0 else f"{arr.ndim}-D, not one length per sequence"
+        raise PlanInputError(f"{held}: {what}; {_NPY_SHAPE_FIX}", path=path, flag=cli_flag("lengths"))
+    if arr.size and arr.dtype.kind in "fcbUSO":  # values to look at: the first that is no length, by row
+        raise _not_int(path, arr.tolist(), held, fix)
+    raise PlanInputError(f"{held}: not integers; {fix}", path=path, flag=cli_flag("lengths"))
 
 
 def _table(path: str, low: str):
@@ -191,8 +216,7 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
         if not pa.types.is_integer(col.type):
             raise _not_int(path, col.to_pylist(), f"{where} holds {col.type}")
         col = col.to_numpy()
-    if not np.issubdtype(col.dtype, np.integer):
-        raise _not_int(path, col.tolist(), f"{where} holds {col.dtype}")
+    col = _one_per_sequence(path, col, "lengths must be integers")
     if col.size == 0:
         raise PlanInputError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
@@ -205,12 +229,16 @@ def _is_length(v) -> bool:
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
-def _not_int(path: str, values: list, what: str) -> PlanInputError:
+def _not_int(path: str, values: list, what: str, fix: str = "lengths must be integers") -> PlanInputError:
     """`what` (a column of another type) named at its first value that is no integer length, so
-    the user finds it: its row, and in a CSV/TSV its line (row 0 when every value would do)."""
-    row = next((i for i, v in enumerate(values) if not _is_length(v)), 0)
+    the user finds it: its row, and in a CSV/TSV its line. When every value is a whole number
+    (1.0, "5") the type is at fault, not a row: said so, never "1.0 is not an integer"."""
+    row = next((i for i, v in enumerate(values) if not _is_length(v)), None)
+    if row is None:
+        held = "whole numbers but not integers" if values else "no values"
+        return PlanInputError(f"{what}, {held}; {fix}", path=path, flag=cli_flag("lengths"))
     low, at = path.lower(), ""
-    if values and low.endswith((".csv", ".tsv")):
+    if low.endswith((".csv", ".tsv")):
         from packtool.tokenize.text_where import csv_record_line
         sep = "\t" if low.endswith(".tsv") else ","
         with open(path, "rb") as f:
@@ -218,9 +246,7 @@ def _not_int(path: str, values: list, what: str) -> PlanInputError:
             f.seek(0)
             line = csv_record_line(f, sep, row, header)
         at = f" at line {line}" if line is not None else ""
-    shown = f" {values[row]!r}{at}" if values else ""
-    return PlanInputError(f"{what}: value{shown} is not an integer; lengths must be integers", path=path,
-                     row=row if values else None)
+    return PlanInputError(f"{what}: value {values[row]!r}{at} is not an integer; {fix}", path=path, row=row)
 
 
 __all__ = ["KINDS", "LENGTH_COLUMNS", "PlanInputError", "load_lengths"]
