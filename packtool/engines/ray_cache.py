@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import tokenizers
 
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError
 from packtool.output.files import make_parents, remove_created
 from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.progress import bar
@@ -222,15 +222,13 @@ def _check_parts(where: str, bt: BlockTable, n_kept: int) -> None:
 
 def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
     if bt.bad_row.size and job.cfg.on_empty == "error":
-        what = "empty example" if bt.bad_kind[0] == EMPTY else "example with no loss tokens (all masked)"
         fi = int(bt.bad_fi[0])
+        row = int(bt.bad_row[0] - bt.file_base[fi])
         if bt.bad_kind[0] == EMPTY:
             from packtool.tokenize.pipeline import refuse_other_shape
-            refuse_other_shape(job.files[fi], job.shapes[fi], job.cfg.batch_size,
-                               int(bt.bad_row[0] - bt.file_base[fi]))
-        raise PacktoolInputError(f"{what}; drop it from the data or pass {arg('on_empty', 'skip')} "
-                                 "(skipped rows are counted in cache.json)", flag=cli_flag("on_empty"),
-                                 path=job.files[fi].path, row=int(bt.bad_row[0] - bt.file_base[fi]))
+            refuse_other_shape(job.files[fi], job.shapes[fi], job.cfg.batch_size, row)
+        from packtool.tokenize.row_checks import bad_example
+        raise bad_example(job.shapes[fi], bt.bad_kind[0] == EMPTY, job.files[fi].path, row)
     return {"empty": int((bt.bad_kind == EMPTY).sum()), "all_masked": int((bt.bad_kind == ALL_MASKED).sum()),
             "rows": bt.bad_row[:100].tolist()}
 

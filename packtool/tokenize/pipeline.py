@@ -38,6 +38,7 @@ from packtool.tokenize.hf_input import batches_of, rows_of, start_meta
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.request import default_cache_dir, no_rows_error, resolve_cache, reusable_cache, special_tokens
+from packtool.tokenize.row_checks import bad_example
 from packtool.tokenize.shapes import RenderedBatch, Shape, refuse_other_row, render_batch
 from packtool.tokenize.side_values import SideReader, parse_side_spec
 from packtool.tokenize.sink import CacheSink
@@ -172,13 +173,10 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         bad = enc.empty | enc.all_masked
         if bad.any():
             r = int(np.nonzero(bad)[0][0])
-            what = "empty example" if enc.empty[r] else "example with no loss tokens (all masked)"
             if cfg.on_empty == "error":
                 if enc.empty[r]:
                     refuse_other_shape(f, shapes[fi], cfg.batch_size, first_row + r)
-                raise PacktoolInputError(f"{what}; drop it from the data or pass {arg('on_empty', 'skip')} "
-                                         "(skipped rows are counted in cache.json)",
-                                         path=f.path, row=first_row + r, flag=cli_flag("on_empty"))
+                raise bad_example(shapes[fi], bool(enc.empty[r]), f.path, first_row + r)
             skipped["empty"] += int(enc.empty.sum())
             skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
             bad_rows = (first_global + np.nonzero(bad)[0]).tolist()

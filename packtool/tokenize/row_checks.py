@@ -73,6 +73,37 @@ def refuse_null(what: str, path: str, row: int) -> None:
                              f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
 
 
+def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
+    """A row that gave no token (`empty`) or no loss token, under --on-empty error: the key(s) at
+    fault named with the row, so that the user looks at the right field, not only the row.
+    `shape`: the file's `shapes.Shape` (its columns in role order; held ones last)."""
+    cols = shape.columns[:len(shape.columns) - len(shape.held)]
+    turns = shape.kind in ("chat", "sharegpt")
+    if empty:
+        if turns:
+            what = f"{cols[0]} is null or holds no turns"
+        elif shape.kind == "tokens":
+            what = f"{cols[0]} holds no tokens"
+        else:  # text, fields, prompt/completion, alpaca: every text column gave nothing
+            keys = [c for c in cols if c not in ("loss_mask", "labels", "attention_mask")]
+            what = f"{_and(keys)} {'is' if len(keys) == 1 else 'are'} null, empty or only whitespace"
+        what = f"empty example: {what}"
+    else:
+        if turns:
+            what = f"{cols[0]} gives no assistant tokens to train on"
+        elif shape.kind == "tokens":
+            what = f"{next((c for c in cols if c in ('loss_mask', 'labels')), cols[0])} masks every token"
+        else:
+            what = f"{cols[1] if len(cols) > 1 else cols[0]} gives no tokens to train on"
+        what = f"example with no loss tokens (all masked): {what}"
+    return PacktoolInputError(f"{what}; fill it, drop the row, or pass {arg('on_empty', 'skip')} to skip such "
+                              f"rows (counted in cache.json)", path=path, row=row, flag=cli_flag("on_empty"))
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def turn_keys(turns, j: int) -> list[str]:
     m = (turns or [None] * (j + 1))[j]
     return [k for k, v in m.items() if not _no_text(v)] if isinstance(m, dict) else []

@@ -1,0 +1,93 @@
+"""Issue 23 classes 5/6, S35 edges2: a row refused as an empty example (or one with no loss
+token) under the default --on-empty error named the row only ("row 1: empty example; ... pass
+--on-empty skip"): a null or empty `messages` did not say that `messages` was the key at
+fault, and the fix offered was the flag that drops the row. Every shape's refusal names the
+key(s) and the row, saying that rows count from 0, in every input format."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import GPT2
+from typer.testing import CliRunner
+
+from packtool.cli.app import app
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.pipeline import tokenize_to_cache
+
+CHAT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+SHAREGPT = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]
+# case -> (a good row, the bad row, the words that must name its key, extra TokenizeConfig)
+CASES = {
+    "chat messages null": ({"messages": CHAT}, {"messages": None}, "empty example: messages is null", {}),
+    "chat messages []": ({"messages": CHAT}, {"messages": []}, "empty example: messages is null or holds no turns", {}),
+    "sharegpt null": ({"conversations": SHAREGPT}, {"conversations": None}, "empty example: conversations is", {}),
+    "sharegpt []": ({"conversations": SHAREGPT}, {"conversations": []}, "empty example: conversations is", {}),
+    "text empty": ({"text": "a"}, {"text": ""}, "empty example: text is null, empty", {}),
+    "text null": ({"text": "a"}, {"text": None}, "empty example: text is null, empty", {}),
+    "text blank": ({"text": "a"}, {"text": "  \n"}, "or only whitespace", {}),
+    "text field": ({"body": "a"}, {"body": ""}, "empty example: body is", {"text_field": "body"}),
+    "prompt/completion empty": ({"prompt": "a", "completion": "b"}, {"prompt": "", "completion": ""},
+                                "empty example: prompt and completion are", {}),
+    "fields empty": ({"q": "a", "a": "b"}, {"q": "", "a": ""}, "empty example: q and a are",
+                     {"shape": "fields", "prompt_field": "q", "response_field": "a"}),
+    "tokens empty": ({"input_ids": [1, 2]}, {"input_ids": []}, "empty example: input_ids holds no tokens", {}),
+    "completion empty": ({"prompt": "a", "completion": "b"}, {"prompt": "a", "completion": ""},
+                         "no loss tokens (all masked): completion gives no tokens", {}),
+    "chat user only": ({"messages": CHAT}, {"messages": CHAT[:1]}, "(all masked): messages gives no assistant", {}),
+    "loss_mask zeros": ({"input_ids": [1, 2], "loss_mask": [1, 1]}, {"input_ids": [1, 2], "loss_mask": [0, 0]},
+                        "(all masked): loss_mask masks every token", {}),
+    "labels -100": ({"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [1, 2], "labels": [-100, -100]},
+                    "(all masked): labels masks every token", {}),
+}
+
+
+def _write(tmp_path, rows: list[dict], fmt: str) -> str:
+    p = tmp_path / f"d.{fmt}"
+    if fmt == "jsonl":
+        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "json":
+        p.write_text(json.dumps(rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), p)
+    return str(p)
+
+
+def _cfg(case: str, extra: dict) -> TokenizeConfig:
+    chat = "messages" in CASES[case][0] or "conversations" in CASES[case][0]
+    return TokenizeConfig(tokenizer=GPT2, chat_template="chatml" if chat else None, **extra)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet"])
+@pytest.mark.parametrize("at", [0, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_refusal_names_the_key_and_the_row(tmp_path, case, at, fmt):
+    good, bad, said, extra = CASES[case]
+    rows = [good, good, good]
+    rows[at] = bad
+    path = _write(tmp_path, rows, fmt)
+    with pytest.raises(PacktoolInputError) as e:
+        tokenize_to_cache([path], _cfg(case, extra), path + ".cache", progress=False)
+    line = str(e.value)
+    assert line.startswith(f"{path}, row {at}: ") and said in line, line
+    assert line.endswith("(rows count from 0)") and "on_empty='skip'" in line and "\n" not in line, line
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("case", ["chat messages null", "text empty", "tokens empty"])
+def test_the_command_line_names_the_key_and_the_flag(tmp_path, case):
+    good, bad, said, _ = CASES[case]
+    path = _write(tmp_path, [good, bad], "jsonl")
+    args = ["pack", path, "--dry-run", "--cache-dir", str(tmp_path / "c"), "--tokenizer", GPT2]
+    if "messages" in bad:
+        args += ["--chat-template", "chatml"]
+    r = runner.invoke(app, ["--json", *args])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    err = json.loads(r.stdout.strip().splitlines()[-1])["error"]
+    assert said.replace("on_empty='skip'", "--on-empty skip") in err["message"], err
+    assert err["row"] == 1 and err["flag"] == "--on-empty" and "--on-empty skip" in err["message"], err
