@@ -36,6 +36,7 @@ except ImportError:  # older typer runs on click itself
     from click import exceptions as click_exceptions
 
 from packtool import notes
+from packtool.cli import places
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line, shown
 
 _STATE: dict = {}
@@ -143,7 +144,10 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         why = e.strerror or str(e)
         if e.errno == errno.ENOSPC:
             why += " (free some space or write elsewhere)"
-        return "io", one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
+        # the role of the argument it is about (an input read, an --output written); a file that is
+        # none of them (a temporary, a default cache) is the README's `io`
+        place = _place(where)
+        return place[1] if place else "io", one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
     if isinstance(e, (ValueError, UnicodeError)):
         return "input", one_line(e), EXIT_USAGE
     if isinstance(e, MemoryError):  # the command, stage, input and the flags that help there
@@ -152,6 +156,11 @@ def describe(e: BaseException) -> tuple[str, str, int]:
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
+
+
+def _place(where) -> tuple[str | None, str] | None:
+    """(flag, role) of the running command's argument that names `where` (cli.places)."""
+    return places.place_of(where, _STATE.get("args") or {}, _STATE.get("running"))
 
 
 def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
@@ -163,23 +172,23 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
         d = {"kind": kind, "type": None, "message": message, "path": None, "row": None, "flag": None,
              "exit_code": code}
         d.update(extra or {})
-        d["flag"] = d["flag"] or _named_flag(message)  # a ValueError, or an error built without flag=/path=
+        # an error built without flag= (a ValueError, a usage string): only a flag it is about, the
+        # one it starts with; never one the fix names (`... --split for a dataset`)
+        d["flag"] = d["flag"] or _subject_flag(message)
         d["path"] = d["path"] or _named_path(message)
         said = command_notes()  # what it said on stderr before it failed
         print(json.dumps({"error": d, **({"notes": said} if said else {})}), flush=True)
 
 
-_FLAG = re.compile(r"(?<![\w/-])--[a-z][a-z0-9-]*")
-# a command quoted as the fix (`packtool plan --output`, the usage hint's `packtool pack --help`)
-# names that command's flags, not the flag at fault (inspect --plan's file was said to be --output)
-_QUOTED = re.compile(r"`[^`]*`")
+_SUBJECT = re.compile(r"^(?:[^:]+?(?:, row \d+)?: )?(--[a-z][a-z0-9-]*|-[A-Za-z])(?=[\s:,=]|$)")
 _WHERE = re.compile(r"^(.+?)(?:, row \d+)?: ")
 
 
-def _named_flag(message: str) -> str | None:
-    """The first flag a message names (`--workers must be >= 1`, `... pass --overwrite`)."""
-    m = _FLAG.search(_QUOTED.sub("", message))
-    return m.group(0) if m else None
+def _subject_flag(message: str) -> str | None:
+    """The flag a message is about, by the error contract's form: the one it opens with, after
+    its `<path>[, row N]: ` (`--workers must be >= 1`, `x.npy: --column ...`)."""
+    m = _SUBJECT.match(message)
+    return m.group(1) if m else None
 
 
 def _named_path(message: str) -> str | None:
@@ -203,9 +212,17 @@ def report(e: BaseException, json_out: bool = False) -> int:
     if isinstance(e, PacktoolError):
         extra.update(e.to_dict()["error"])
         extra.pop("message", None)
+        from packtool.storage import StorageError
+        place = _place(extra.get("path") or _named_path(message))
+        if place and isinstance(e, StorageError):  # a store refusing: input when read, output when written
+            extra["kind"] = kind = place[1]
         if e.usage:  # a flag's value the command cannot take: a usage error, as click's are
             message += _help_hint()
             extra["kind"] = kind = "usage"
+    else:  # describe gave an OSError the kind of its place already
+        place = _place(getattr(e, "filename", None))
+    if place and extra.get("flag") is None:  # raised below the CLI, about one of its arguments
+        extra["flag"] = place[0]
     print_error(message, kind, code, json_out=json_out, extra=extra)
     return code
 
