@@ -5,6 +5,7 @@ numpy's integer test: every shape and dtype but a 1-D list of integers is one li
 file, what it holds and the fix; in every format the planner reads."""
 from __future__ import annotations
 
+import ast
 import json
 
 import numpy as np
@@ -125,7 +126,7 @@ def test_the_command_line_says_it_in_one_line_with_the_flag(tmp_path, cmd, case)
     else:
         shape, dtype = case.rsplit(" ", 1)
         p = tmp_path / "l.npy"
-        np.save(p, _array(eval(shape), dtype))
+        np.save(p, _array(ast.literal_eval(shape), dtype))
     r = runner.invoke(app, ["--json", cmd, "--lengths", str(p), "-C", "64"])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1, r.stderr
