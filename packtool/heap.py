@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from contextlib import contextmanager
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 # Blocks of at least this many bytes get pages of their own (mmap), returned when freed: the
@@ -74,6 +75,31 @@ def unbound_heap() -> None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, _FOLLOWED_MMAP)
         _LIBC.mallopt(_M_TRIM_THRESHOLD, _FOLLOWED_TRIM)
         _bound = False
+
+
+# How far anonymous memory may rise above its low point while shards are written before a
+# writer trims (HeapBound). A shard's writer returned its arena's free pages only at the
+# shard's end, so the longer the shards (more rows), the more each arena kept between: a
+# 300k-row chat pack's thread arenas rose 39 -> 57 MiB during the write, a 20k one's stayed
+# at 37 (issue 23 class 8).
+WRITE_SLACK = 16 << 20
+
+
+@contextmanager
+def writing_heap():
+    """While shards are written: an arena's top is returned past TRIM_THRESHOLD, as while
+    encoding (writer threads allocate in arenas of their own, whose tops malloc_trim never
+    returns). The mmap threshold is `unbound_heap`'s, so a plan's large arrays are unaffected;
+    the trim threshold goes back to that pairing after."""
+    if _LIBC is None:
+        yield
+        return
+    _LIBC.mallopt(_M_MMAP_THRESHOLD, _FOLLOWED_MMAP if not _bound else MMAP_THRESHOLD)
+    _LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    try:
+        yield
+    finally:
+        _LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD if _bound else _FOLLOWED_TRIM)
 
 
 def anon_bytes() -> int:

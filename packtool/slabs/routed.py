@@ -109,7 +109,7 @@ def write_spilled(shards: SpilledShards, store_dir: str, directory: str, pad_id:
         put_in_order(shards.routed[k], shards.segments[k])
         trim()
 
-    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
+    def one(k: int, rows_cb, ahead: Callable[[], bool]) -> ShardInfo:
         with open(shards.specs[k], "rb") as f:
             spec, slab_len = pickle.load(f)
         w = RoutedSlabWriter(spec, shards.routed[k], store_dir, pad_id, side)

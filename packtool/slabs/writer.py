@@ -11,7 +11,7 @@ import os
 import threading
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import numba as nb
 import numpy as np
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import arrow_of, np_of
-from packtool.heap import trim
+from packtool.heap import WRITE_SLACK, HeapBound, trim, writing_heap
 from packtool.layout import cp_local_cu_seqlens_padded, flat_cu
 from packtool.planning.core import Plan
 from packtool.slabs.format import ShardInfo
@@ -28,7 +28,6 @@ from packtool.slabs.names import partial_shard_file, shard_file
 from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
-from packtool.tokenize.prefetch import read_ahead
 from packtool.workers import cores as default_cores, thread_pool
 
 
@@ -217,7 +216,7 @@ def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
     ranges = shard_ranges(plan.layout.slab_len, shard_tokens)
     w = SlabWriter(plan, tokens, pad_id)
 
-    def one(k: int, rows_cb, ahead: bool) -> ShardInfo:
+    def one(k: int, rows_cb, ahead: Callable[[], bool]) -> ShardInfo:
         s0, s1 = ranges[k]
         return write_shard_file(w, plan.layout.slab_len[s0:s1], s0,
                                 os.path.join(directory, shard_file(k)), group_tokens,
@@ -229,29 +228,57 @@ def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None 
                on_rows: Callable[[int], None] | None = None,
                prepare: Callable[[int], None] | None = None) -> list[ShardInfo]:
     """Shards 0..n-1 by up to `workers` threads (default: one per core):
-    `write_one(k, on_rows, ahead)` writes shard k whole, and `prepare(k)`, if given, runs in
-    this thread just before shard k is queued. The first failure (or Ctrl-C) stops every
-    other shard at its next row group and is raised here."""
+    `write_one(k, on_rows, ahead)` writes shard k whole (`ahead()`: whether a core is spare for
+    a read-ahead helper), and `prepare(k)`, if given, runs in this thread just before shard k
+    is queued. The first failure (or Ctrl-C) stops every other shard at its next row group and
+    is raised here."""
     cores = max(1, workers or default_cores())
     threads = min(n, cores)
-    # a shard is sequential, so the last ones would leave cores idle: those gather their next
-    # row group in a helper thread while encoding (earlier ones would only add memory)
-    last = n - (cores - 1) if cores > 1 else n
-    if threads <= 1:
-        out = []
-        for k in range(n):
-            if prepare:
-                prepare(k)
-            out.append(write_one(k, on_rows, k >= last))
-        return out
+    done = [0]
+    # a core is spare once fewer shards are left than cores: the last ones' writers then
+    # gather their next row group in a helper thread while encoding. Decided per row group, not
+    # per shard: a shard marked ahead from its start ran beside the other writers' shards with
+    # a third batch in flight for as long as they lasted, a longer stretch the longer the shards
+    # (issue 23 class 8)
+    spare = lambda: n - done[0] < cores  # noqa: E731
+    heap = HeapBound(WRITE_SLACK)
+    with writing_heap():
+        if threads <= 1:
+            out = []
+            for k in range(n):
+                if prepare:
+                    prepare(k)
+                out.append(write_one(k, _checked(on_rows, heap), lambda: False))
+                done[0] += 1
+            return out
+        return _in_threads(n, threads, write_one, on_rows, prepare, spare, done, heap)
+
+
+def _checked(on_rows, heap: HeapBound):
+    def group_done(rows: int) -> None:
+        heap.check()
+        if on_rows:
+            on_rows(rows)
+    return group_done
+
+
+def _in_threads(n, threads, write_one, on_rows, prepare, spare, done, heap) -> list[ShardInfo]:
     lock, failed = threading.Lock(), threading.Event()
 
     def group_done(rows: int) -> None:
         if failed.is_set():  # another shard failed, or Ctrl-C: stop at this row group
             raise _Cancelled()
+        heap.check()
         if on_rows:
             with lock:
                 on_rows(rows)
+
+    def one(k: int) -> ShardInfo:
+        try:
+            return write_one(k, group_done, spare)
+        finally:
+            with lock:
+                done[0] += 1
 
     with thread_pool(threads, "packtool-shard") as ex:
         futs = []
@@ -261,7 +288,7 @@ def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None 
                     break
                 if prepare:
                     prepare(k)
-                futs.append(ex.submit(write_one, k, group_done, k >= last))
+                futs.append(ex.submit(one, k))
             wait(futs, return_when=FIRST_EXCEPTION)  # the first failure, not the first shard
             for f in futs:
                 if f.done() and f.exception() is not None:
@@ -280,11 +307,11 @@ class _Cancelled(Exception):
 
 def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                      group_tokens: int, on_rows: Callable[[int], None] | None = None,
-                     ahead: bool = False) -> ShardInfo:
+                     ahead: bool | Callable[[], bool] = False) -> ShardInfo:
     """Slabs [first, first + len(slab_len)) of the writer's plan as one shard file, row group
     by row group, under a temporary name renamed when complete. Every engine writes shards
-    through here, so their bytes agree. With `ahead`, the next row group is gathered by a
-    helper thread while this one encodes (one group ahead, so memory stays bounded)."""
+    through here, so their bytes agree. While `ahead` (or `ahead()`, asked per row group)
+    holds, the next row group is gathered by a helper thread while this one encodes."""
     tmp = partial_shard_file(path)  # a name the sweep of a killed run's folder knows (slabs.names)
     loss = 0
     groups = _chunks(slab_len, side_group_tokens(group_tokens, w.side))
@@ -294,8 +321,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     # over them instead of modelling interleaved bytes (a third less encoding CPU, the same
     # size on real ids, smaller on random ones: BENCHMARKS.md, Pack end to end)
     make = lambda g: w.batch(first + g[0], first + g[1])  # noqa: E731
-    ahead = ahead and len(groups) > 1  # the next row group gathered by a helper thread
-    batches = read_ahead(map(make, groups), depth=1) if ahead else map(make, groups)
+    batches = _batches(make, groups, ahead if callable(ahead) else (lambda: bool(ahead)))
     try:
         with pq.ParquetWriter(tmp, w.schema, compression="zstd", write_statistics=False,
                               use_dictionary=False, column_encoding=side_encoding(w.side)) as pw:
@@ -306,12 +332,31 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                 if on_rows:
                     on_rows(g1 - g0)
     finally:
-        if ahead:
-            batches.close()  # stops the gather thread when a write fails
+        batches.close()  # stops the gather thread when a write fails
     os.replace(tmp, path)
     release_memory()
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
                      os.path.getsize(path), shard_checksum(path))
+
+
+def _batches(make: Callable, groups: list[tuple[int, int]], ahead: Callable[[], bool]) -> Iterator:
+    """`make(g)` of every row group, in order. When `ahead()` holds, the next group's batch is
+    gathered by a helper thread while the caller encodes this one: one ahead at most, so a
+    shard holds two batches (a queue of depth 1 held three: the queued, the one waiting to be
+    queued, and the caller's)."""
+    ex, nxt = None, None
+    try:
+        for i, g in enumerate(groups):
+            b = nxt.result() if nxt is not None else make(g)
+            nxt = None
+            if i + 1 < len(groups) and ahead():
+                ex = ex or thread_pool(1, "packtool-read")
+                nxt = ex.submit(make, groups[i + 1])
+            yield b
+            del b
+    finally:
+        if ex is not None:
+            ex.shutdown(wait=True, cancel_futures=True)
 
 
 _SRC = SCHEMA.get_field_index("source_index")
