@@ -190,7 +190,8 @@ def block_table(block: bytes, path: str, first_line: int, columns: list[str] | N
         except DuplicateKeyError as e:
             raise PacktoolInputError(f"at line {first_line + i + 1}: {e.msg}", path=path) from None
         except json.JSONDecodeError as e:
-            raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {e.msg}", path=path) from None
+            from packtool.tokenize.text_readers import invalid_json  # it imports this module
+            raise PacktoolInputError(invalid_json(e, first_line + i + 1), path=path) from None
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"at line {first_line + i + 1}: the line is a JSON {_kind(obj)}, not an "
                                      f"object; write each line as one {{...}} object", path=path)

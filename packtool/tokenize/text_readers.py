@@ -65,8 +65,7 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                 try:
                     json.loads(raw)
                 except json.JSONDecodeError as je:
-                    raise PacktoolInputError(f"invalid JSON at line {first_line + i + 1}: {je.msg}",
-                                             path=path) from None
+                    raise PacktoolInputError(invalid_json(je, first_line + i + 1), path=path) from None
         if "changed from" in str(e):  # valid JSON, a field of two types: json_types reads or names it
             return block_table(block, path, first_line, columns)
         m = re.search(r"in row (\d+)", str(e))
@@ -79,6 +78,16 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                 fix = _arrow_json_fix(re.sub(r" in row \d+", "", msg))
                 raise PacktoolInputError(f"at line {line}: {fix}", path=path) from None
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
+
+
+def invalid_json(e: json.JSONDecodeError, line: int) -> str:
+    """The one wording of a JSON syntax error in a row file: its line and column (characters
+    from 1: a multi-MB line is found only by its column), and Python's text with its position
+    kept as "here" (json's "Unterminated string starting at" meant "at <the position>")."""
+    what = e.msg[0].lower() + e.msg[1:] if e.msg else "not JSON"
+    what = re.sub(r" at$", " here", what)
+    return (f"invalid JSON at line {line}, column {e.colno}: {what}; correct it there, or rewrite the "
+            f"file with a JSON writer")
 
 
 def _well_built(table: pa.Table, columns: list[str] | None) -> bool:
@@ -218,7 +227,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
         except DuplicateKeyError as e:
             raise PacktoolInputError(f"at line {e.lineno}: {e.msg}", path=path, row=n) from None
         except json.JSONDecodeError as e:
-            raise PacktoolInputError(f"invalid JSON at line {e.lineno}: {e.msg}", path=path, row=n) from None
+            raise PacktoolInputError(invalid_json(e, e.lineno), path=path, row=n) from None
         if not isinstance(obj, dict):
             raise PacktoolInputError("JSON array element is not an object", path=path, row=n)
         rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
