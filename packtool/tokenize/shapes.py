@@ -106,6 +106,21 @@ def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
 # row does not render. Read beside alpaca, prompt/completion and question/answer rows alike and
 # refused where a row holds a value, so they are never dropped without a word.
 HELD = {"system": "a system prompt", "history": "earlier [instruction, response] turns"}
+# Alpaca's response under either documented name: a file may hold both (two exports joined), each
+# row's response under one of them; a row is read from the one that holds it, never called empty.
+ALPACA_RESPONSE = ("output", "response")
+
+
+def _one_response(cols: list[list], path: str, first_row: int) -> None:
+    """Alpaca rows' output and response (the last of `cols`) as one column in place of output;
+    a row holding both (null and "" are nothing) is refused: which one is its response is the user's call."""
+    response = cols.pop()
+    for i, (o, r) in enumerate(zip(cols[1], response)):
+        if o not in (None, "") and r not in (None, ""):
+            raise PacktoolInputError(
+                "row holds both output and response, alpaca's two names for the response: packtool "
+                "will not pick one; keep the one to train on and drop the other", path=path, row=first_row + i)
+    cols[1] = [r if o in (None, "") and r is not None else o for o, r in zip(cols[1], response)]
 
 
 def _with_held(shape: Shape, cols: set[str]) -> Shape:
@@ -249,11 +264,11 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
                 "or a tokenizer folder whose tokenizer_config.json has one", path=path, flag=cli_flag("chat_template"))
         # tools / documents go to the template as transformers passes them, system first (chat_keys)
         return Shape(kind, (col,) + tuple(k for k in ROW_COLUMNS if k in cols), templated=True)
-    if kind == "alpaca":
-        resp = "output" if "output" in cols else "response"
-        _need(cols, ("instruction", resp), kind, path, columns)
-        return _with_held(Shape(kind, ("instruction", resp) + (("input",) if "input" in cols else ()),
-                                has_template), cols)
+    if kind == "alpaca":  # both response names: the second is read last, for rows without the first
+        resp = tuple(c for c in ALPACA_RESPONSE if c in cols) or ALPACA_RESPONSE[1:]
+        _need(cols, ("instruction", resp[0]), kind, path, columns)
+        return _with_held(Shape(kind, ("instruction", resp[0]) + (("input",) if "input" in cols else ())
+                                + resp[1:], has_template), cols)
     if kind == "prompt_completion":
         _need(cols, ("prompt", "completion"), kind, path, columns)
         return _with_held(Shape(kind, ("prompt", "completion"), has_template), cols)
@@ -323,6 +338,10 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         shape = replace(shape, columns=shape.columns[:-len(shape.held)], held=())
     check_column_types(batch, shape, path, first_row)
     cols = [batch.column(c).to_pylist() for c in shape.columns]
+    names = list(shape.columns)
+    if shape.kind == "alpaca" and ALPACA_RESPONSE[1] in shape.columns[2:]:
+        _one_response(cols, path, first_row)
+        names[1] = "output (or response)"
     msg_key = {"chat": "content", "sharegpt": "value"}.get(shape.kind)
     no_key = msg_key is not None and schema_lacks(batch.column(shape.columns[0]), msg_key)
     texts: list[str] = []
@@ -349,7 +368,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                     if no_key or not skip_null:
                         refuse_keys(shape.columns[0], bad[0], keys, key, path, first_row + i, no_key)
         elif shape.kind != "text":
-            nulls = [shape.columns[j] for j in (0, 1) if row[j] is None]
+            nulls = [names[j] for j in (0, 1) if row[j] is None]
             null = nulls[0] if nulls else None
         if null is not None:
             if not skip_null:
