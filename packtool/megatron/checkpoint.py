@@ -174,6 +174,22 @@ def check_resumed_data(ck: dict, now: dict, data_dir: str, given_vocab: Optional
                                   path=path, flag=cli_flag("load"))
 
 
+def trained_vocab(ck: dict, now: dict, data_dir: str) -> Optional[int]:
+    """The vocabulary a resumed checkpoint's embedding learned, to hold the ids of an output that
+    records none to (`check_token_ids`): the model's padded vocabulary is larger, and its padding
+    rows are no tokens. Where the checkpoint records a tokenizer and the output none (packed from
+    token ids), nothing tells whether the ids are that tokenizer's tokens: a note says so."""
+    rec = ck.get("data")
+    if not isinstance(rec, dict):  # an older checkpoint: its padded vocabulary is all it records
+        return None
+    if rec.get("tokenizer_sha256") and not now["tokenizer_sha256"]:
+        from packtool.notes import note
+        note(f"{data_dir} records no tokenizer (packed from token ids): packtool cannot tell whether its ids are "
+             f"tokens of the {_named(rec)} the checkpoint {ck['path']} was trained on; they are held below its "
+             f"vocab_size {rec.get('vocab_size')} as they are read")
+    return rec.get("vocab_size")
+
+
 def restore(ck: dict, model, opt) -> int:
     """Weights and optimizer state of `load_checkpoint`'s `ck` into `model` and `opt`; the step to go on from."""
     path = ck["path"]

@@ -64,21 +64,29 @@ class Step:
         return int(t.item())
 
 
-def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int | None, whose: str) -> None:
+def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int | None, whose: str,
+                    trained: int | None = None) -> None:
     """An output packed from token ids (no tokenizer, so no vocabulary its ids were checked
-    against at pack) must hold ids below `vocab_size` when given, and below the model's
-    vocabulary `model_vocab` (`whose`: where it came from): the embedding would index past its
-    table, an IndexError mid-step. The dataset's reader holds the bound as it decodes each row
-    group (`SlabReader.bound_ids`: its id check, one reduction, no read of its own), before any
-    of its rows reaches a batch: a bad id stops the run in one line naming shard, row and id."""
+    against at pack) must hold ids below `vocab_size` when given, else below `trained` (the
+    vocabulary a resumed checkpoint recorded: its padding rows up to `model_vocab` are no
+    tokens), else below the model's vocabulary `model_vocab` (`whose`: where it came from): the
+    embedding would index past its table, an IndexError mid-step. The dataset's reader holds
+    the bound as it decodes each row group (`SlabReader.bound_ids`: its id check, one reduction,
+    no read of its own), before any of its rows reaches a batch: a bad id stops the run in one
+    line naming shard, row and id. Such a manifest records no largest id (its tokenizer block is
+    empty, its pads 0), and a pass over every shard's ids at start would read the output twice."""
     if ds.manifest.vocab_size:  # ids held to it by every reader; train() holds it to the model's
         return
     if vocab_size is not None and vocab_size <= model_vocab:
-        ds.reader.bound_ids(vocab_size, f"{arg('vocab_size', vocab_size)} (the vocabulary of an output packed "
-                                        f"without a tokenizer): give a larger {arg('vocab_size')}, above every id")
+        top, said = vocab_size, (f"{arg('vocab_size', vocab_size)} (the vocabulary of an output packed without a "
+                                 f"tokenizer): give a larger {arg('vocab_size')}, above every id")
+    elif trained is not None and trained <= model_vocab:
+        top, said = trained, (f"the vocabulary {trained} that {whose} was trained on: train on an output of that "
+                              f"vocabulary, or start a new run without {arg('load')}")
     else:
-        ds.reader.bound_ids(model_vocab, f"the vocabulary {model_vocab} of {whose}: train on an output of that "
-                                         f"vocabulary, or start a new run")
+        top, said = model_vocab, (f"the vocabulary {model_vocab} of {whose}: train on an output of that "
+                                  f"vocabulary, or start a new run")
+    ds.reader.bound_ids(top, said)
 
 
 class PackedSlabDataset:

@@ -27,7 +27,7 @@ import torch
 from packtool.errors import PacktoolConfigError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.integers import INT64_MAX, int_value
 from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resumed_shape, check_save, data_record,
-                                          load_checkpoint, restore, save_checkpoint)
+                                          load_checkpoint, restore, save_checkpoint, trained_vocab)
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -214,8 +214,8 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     if ds.manifest.vocab_size and ds.manifest.vocab_size > shape.vocab:
         raise PacktoolConfigError(f"{cfg.data_dir}: tokenizer vocab_size {ds.manifest.vocab_size} > model "
                          f"vocabulary {shape.vocab}")
-    check_token_ids(ds, shape.vocab, cfg.vocab_size,
-                    f"the checkpoint {ckpt['path']}" if ckpt else "the model shape")
+    check_token_ids(ds, shape.vocab, cfg.vocab_size, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape",
+                    trained=trained_vocab(ckpt, data, cfg.data_dir) if ckpt else None)
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)
