@@ -14,6 +14,7 @@ import dataclasses
 import os
 import pickle
 import re
+import stat
 import warnings
 from typing import Optional
 
@@ -83,11 +84,33 @@ def _unreadable(path: str, why: str) -> PacktoolInputError:
                               path=path, flag=cli_flag("load"))
 
 
+def _open_regular(path: str):
+    """`path` opened for reading if it is a regular file (through links), else refused by its
+    kind: opened non-blocking, since open() of a FIFO with no writer blocks forever, and a device
+    (/dev/zero) is no checkpoint."""
+    from packtool.storage import kind_name
+    mode = os.stat(path).st_mode  # first: open() of a socket fails with words of no use
+    if not stat.S_ISREG(mode):
+        raise _unreadable(path, f"is {kind_name(mode)}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:  # again on what was opened: another kind may have taken the name meanwhile
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _unreadable(path, f"is {kind_name(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read(path: str) -> object:
     try:
-        with warnings.catch_warnings():  # torch's notes on legacy formats: the error below says it all
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings(), _open_regular(path) as f:
+            warnings.simplefilter("ignore")  # torch's notes on legacy formats: the error below says it all
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except PacktoolInputError:
+        raise
     except MemoryError:
         raise
     except pickle.UnpicklingError as e:  # the weights-only unpickler refused it (torch's words are pages long)

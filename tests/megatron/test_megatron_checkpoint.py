@@ -63,6 +63,9 @@ def _damage(kind, good, path, marker):
             {**ck, "shape": {**ck["shape"], "ffn": 128}}, path),
         "another tp": lambda: torch.save({**ck, "tp": 2}, path),
         "a folder": lambda: path.mkdir(),
+        "a FIFO": lambda: os.mkfifo(path),  # open() blocked forever (S35-11)
+        "a device behind a link": lambda: path.symlink_to("/dev/zero"),
+        "a socket": lambda: _bind(path),
     }[kind]
     path.unlink()
     write()
@@ -70,7 +73,16 @@ def _damage(kind, good, path, marker):
 
 KINDS = ["code in the model", "code, legacy format", "a bare pickle", "truncated", "empty", "a text file",
          "a list", "no shape", "step a bool", "unknown shape key", "tensors of another shape", "another tp",
-         "a folder"]
+         "a folder", "a FIFO", "a device behind a link", "a socket"]
+SPECIAL = {"a folder": "a folder", "a FIFO": "a FIFO (named pipe)", "a device behind a link": "a character device",
+           "a socket": "a socket"}  # refused by kind, before any read
+
+
+def _bind(path):
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()  # the socket file stays
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -86,6 +98,8 @@ def test_load_refuses_what_is_not_a_checkpoint_it_wrote_and_runs_no_code(run, tm
     msg = str(e.value)
     assert "mp_rank_00.pt" in msg and "\n" not in msg and e.value.exit_code == 2, msg
     assert ("tp" in msg) if kind == "another tp" else ("start without load" in msg), msg
+    if kind in SPECIAL:
+        assert f"is {SPECIAL[kind]}, not a regular file" in msg, msg
 
 
 @pytest.fixture(scope="module")
