@@ -34,6 +34,7 @@ its own slabs.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -42,7 +43,8 @@ from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.layout import shift_like_labels
-from packtool.params import checked, position
+from packtool.integers import short
+from packtool.params import checked, names, position, switch
 from packtool.side import SideColumn
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
@@ -51,6 +53,7 @@ __all__ = ["SlabDataset", "SlabCollator", "slab_features", "slab_side_features",
            "needs_4d_mask", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # transformers' ignore_index of the causal-LM loss
+SLAB_KEYS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded")  # what a batch item must hold
 
 
 def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int | None = None,
@@ -98,6 +101,7 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     position, the tail pad in the last segment and a fixed-length fill as its own segment."""
     ids = np.asarray(input_ids)
     mask = np.asarray(loss_mask)
+    keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
     idx, lens = kept_positions(seq_lens, cu_seqlens_padded, ids.size, keep_pads)
     lens = lens[lens > 0]
     out_ids = ids[idx].astype(np.int64)
@@ -121,6 +125,7 @@ def slab_side_features(values, seq_lens, cu_seqlens_padded, fill,
     `slab_features` keeps. The shift runs over the kept segments, so with the pads dropped
     a segment's last real token gets the fill, never the next segment's first value."""
     v = _side_array(values)
+    keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
     idx, lens = kept_positions(seq_lens, cu_seqlens_padded, v.shape[0], keep_pads)
     kept = v[idx]
     return kept, shift_like_labels(kept, np.concatenate(([0], np.cumsum(lens))), fill)
@@ -171,7 +176,7 @@ class SlabDataset(Dataset):
         True: a `datasets.IterableDataset` reading through this dataset, no copy (the
         trainer needs `max_steps`)."""
         import datasets
-        if streaming:
+        if switch("streaming", streaming, PacktoolConfigError):
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
         from packtool.slabs.check import check_checksum
         # `datasets` reads every byte and hands its rows out unchecked: every check a row of
@@ -242,8 +247,10 @@ class SlabCollator:
       them instead of deriving them from `position_ids`).
     seq_idx: also return `seq_idx`, the segment of every token (Mamba-style kernels).
     mask_4d: also return a [1, 1, T, T] additive block-diagonal causal `attention_mask` of
-      `mask_dtype`, for sdpa/eager on transformers that do not read packing from positions.
-    side_columns: the output's side columns (`SlabDataset.side_columns`, or names; a name's
+      `mask_dtype` (a floating dtype), for sdpa/eager on transformers that do not read packing
+      from positions.
+    side_columns: the output's side columns (`SlabDataset.side_columns`, or names, a list or
+      one comma-separated str, each once; a name's
       fill is then 0.0 for floats, -1 for ints). Each becomes two batch keys, [1, T] or
       [1, T, K], on the positions `input_ids` keeps: NAME as stored (token-aligned, like
       `labels`, which the model shifts) and shift_NAME shifted like labels (target-aligned,
@@ -258,10 +265,33 @@ class SlabCollator:
     mask_dtype: Any = None  # torch dtype of the 4D mask (default float32)
     side_columns: Sequence[SideColumn | str] = ()
 
+    def __post_init__(self):
+        # checked here, not at the first batch: inside a Trainer that is after the model loaded
+        for k in ("keep_pads", "flash_kwargs", "seq_idx", "mask_4d"):
+            setattr(self, k, switch(k, getattr(self, k), PacktoolConfigError))
+        self.mask_dtype = _mask_dtype(self.mask_dtype)
+        self.side_columns = _side_columns(self.side_columns)
+        self._batch_keys()
+
+    def _batch_keys(self) -> set[str]:
+        """The keys a batch gets before its side columns; a side column (or its shift_) on one
+        of them, or on another side column's, would overwrite it."""
+        keys = {"input_ids", "labels", "position_ids", "use_cache"}
+        keys |= {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"} if self.flash_kwargs else set()
+        keys |= {"seq_idx"} if self.seq_idx else set()
+        keys |= {"attention_mask"} if self.mask_4d else set()
+        for c in self.side_columns:
+            name = c.name if isinstance(c, SideColumn) else c
+            for key in (name, f"shift_{name}"):
+                if key in keys:
+                    raise PacktoolConfigError(f"side_columns: {name!r} would overwrite the batch key {key!r}; "
+                                              f"rename the column at pack time (`packtool pack --side-columns`)")
+                keys.add(key)
+        return keys
+
     def __call__(self, features: Sequence[dict]) -> dict:
         import torch
-        if not features:
-            raise PacktoolInputError("SlabCollator got an empty batch")
+        _check_items(features)
         parts = [slab_features(f["input_ids"], f["loss_mask"], f["seq_lens"],
                                f["cu_seqlens_padded"], self.keep_pads) for f in features]
         ids = np.concatenate([p[0] for p in parts])
@@ -303,6 +333,52 @@ class SlabCollator:
             parts.append(slab_side_features(v, f["seq_lens"], f["cu_seqlens_padded"], fill, self.keep_pads))
         out[name] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[0] for p in parts])))[None]
         out[f"shift_{name}"] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[1] for p in parts])))[None]
+
+
+def _mask_dtype(value):
+    """None (float32) or a floating torch dtype: the mask is additive, the dtype's minimum
+    where a query may not look (torch.finfo), which a bool or integer dtype has not."""
+    import torch
+    if value is None or (isinstance(value, torch.dtype) and value.is_floating_point):
+        return value
+    raise PacktoolConfigError(f"mask_dtype must be a floating torch dtype (torch.float32, torch.bfloat16, "
+                              f"torch.float16) or None, got {short(value)}: the 4D mask is additive (0, or the "
+                              f"dtype's minimum where a token may not look); pass the model's dtype")
+
+
+def _side_columns(value) -> tuple[SideColumn | str, ...]:
+    """SideColumns or names (a list, or one comma-separated str as every library names
+    argument takes: params.names), each once."""
+    if isinstance(value, str):
+        value = names("side_columns", value, PacktoolConfigError)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, (SideColumn, str)) for c in value):
+        raise PacktoolConfigError(f"side_columns must be the output's side columns (`SlabDataset.side_columns`) or "
+                                  f"their names (a list of str, or one comma-separated str), got "
+                                  f"{type(value).__name__} {short(value)}")
+    names("side_columns", [c for c in value if isinstance(c, str)], PacktoolConfigError)  # none empty
+    seen: set[str] = set()
+    for c in value:
+        name = c.name if isinstance(c, SideColumn) else c
+        if name in seen:
+            raise PacktoolConfigError(f"side_columns lists {name!r} twice; list each column once")
+        seen.add(name)
+    return tuple(value)
+
+
+def _check_items(features) -> None:
+    """A batch is slab items; a Trainer with remove_unused_columns=True (its default) strips
+    the slab columns before the collator sees them: say so instead of a KeyError."""
+    if not isinstance(features, Sequence) or isinstance(features, (str, bytes)) or not features:
+        raise PacktoolInputError(f"SlabCollator takes a non-empty list of slab items (SlabDataset items or slab "
+                                 f"rows), got {type(features).__name__} {short(features)}")
+    for i, f in enumerate(features):
+        held = sorted(f) if isinstance(f, Mapping) else None
+        missing = [k for k in SLAB_KEYS if held is None or k not in f]
+        if missing:
+            what = f"holds {short(held)}" if held is not None else f"is a {type(f).__name__}, not a dict"
+            raise PacktoolInputError(f"SlabCollator: batch item {i} has no {missing[0]!r} (it {what}); items must "
+                                     f"hold {', '.join(SLAB_KEYS)}: under a Trainer pass "
+                                     f"remove_unused_columns=False, which otherwise drops them")
 
 
 def block_causal_mask(seg: np.ndarray, dtype) -> Any:

@@ -38,7 +38,9 @@ RANGES = {
 PATHS = {"directory": False, "output": True, "cache_dir": True, "source_dir": True, "path": True,
          "tokenizer": True, "chat_template": True}
 SWITCHES = {"overwrite": False, "dry_run": False, "progress": False, "compare": False, "what_if": False,
-            "sp": True, "add_bos": True, "add_eos": True}
+            "sp": True, "add_bos": True, "add_eos": True,
+            # packtool.hf: SlabCollator's switches, slab_features' keep_pads, SlabDataset.to_hf's streaming
+            "keep_pads": False, "flash_kwargs": False, "seq_idx": False, "mask_4d": False, "streaming": False}
 TEXTS = {"split", "ray_address", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
          "eos_token", "pad_token", "prompt_separator"}  # choices (shape, fp8, ...): their own classes
 NAMES = {"side_columns", "support_columns", "source_files"}

@@ -15,7 +15,7 @@ from conftest import GPT2, GSM8K  # noqa: E402
 from slab_support import VOCAB, write_pack  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.errors import PacktoolInputError  # noqa: E402
+from packtool.errors import PacktoolConfigError, PacktoolInputError  # noqa: E402
 from packtool.hf import IGNORE_INDEX, SlabCollator, SlabDataset, dp_order, needs_4d_mask  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
 
@@ -341,8 +341,8 @@ def test_side_columns_through_datasets_rows_and_name_collisions(side_slabs):
             assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
         else:
             assert a[k] == b[k], k
-    with pytest.raises(PacktoolInputError, match="would overwrite the batch key 'shift_old_logprobs'"):
-        SlabCollator(side_columns=["old_logprobs", "shift_old_logprobs"])([ds[0]])
+    with pytest.raises(PacktoolConfigError, match="would overwrite the batch key 'shift_old_logprobs'"):
+        SlabCollator(side_columns=["old_logprobs", "shift_old_logprobs"])  # at the call (S35-3)
     with pytest.raises(PacktoolInputError, match="a slab has no side column 'advantages'"):
         SlabCollator(side_columns=["advantages"])([ds[0]])
 
