@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
+from packtool.integers import INT32_MAX, INT64_MAX, short
 from packtool.megatron.model import GPTShape
 
 CKPT = re.compile(r"^mp_rank_\d{2,}\.pt\Z", re.ASCII)  # \Z: `$` would take a name ending in a newline
@@ -136,10 +137,8 @@ def load_checkpoint(d: str, tp_rank: int, tp: Optional[int] = None) -> dict:
     lost = [k for k in KEYS if not isinstance(ck, dict) or k not in ck]
     if lost:
         raise _unreadable(path, f"has no {', '.join(map(repr, lost))}: not a checkpoint of `packtool train --save`")
-    step, saved_tp = ck["step"], ck["tp"]
-    if not (isinstance(ck["model"], dict) and isinstance(ck["optimizer"], dict) and isinstance(ck["shape"], dict)
-            and all(type(v) is int and v >= 0 for v in (step, saved_tp))):
-        raise _unreadable(path, "holds a model, optimizer, shape, step or tp of the wrong kind")
+    _check_values(path, ck)
+    saved_tp = ck["tp"]
     if tp is not None and saved_tp != tp:
         raise PacktoolConfigError(f"was saved by a run of {saved_tp} tensor-parallel rank(s): give {arg('tp', saved_tp)} to resume it",
                                   path=path, flag=cli_flag("tp"))
@@ -147,7 +146,68 @@ def load_checkpoint(d: str, tp_rank: int, tp: Optional[int] = None) -> dict:
         shape = GPTShape(**ck["shape"])
     except (TypeError, PacktoolConfigError) as e:
         raise _unreadable(path, f"holds a model shape packtool cannot build ({e})") from None
+    _check_weights(path, shape, ck["model"], saved_tp)
     return {**ck, "shape": shape, "path": path}
+
+
+def _is_int(v, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _check_values(path: str, ck: dict) -> None:
+    """Every value `--load` goes by, held to what save_checkpoint writes before any is used: a
+    damaged one is named as the checkpoint's (a step over 2^63-1 was called `start_step`, a
+    vocab_size "x" a tokenizer of vocab_size x)."""
+    rec = ck.get("data")  # absent in a checkpoint saved before the record existed
+    sizes = rec if isinstance(rec, dict) else {}
+    checks = [("model", isinstance(ck["model"], dict), "the model's state_dict"),
+              ("optimizer", isinstance(ck["optimizer"], dict), "the optimizer's state"),
+              ("shape", isinstance(ck["shape"], dict), "the model shape's keys"),
+              ("step", _is_int(ck["step"], 0, INT64_MAX), "a step count from 0 to 2^63-1"),
+              ("tp", _is_int(ck["tp"], 1, INT32_MAX), "a tensor-parallel size from 1"),
+              ("data", rec is None or isinstance(rec, dict), "the record of the tokenizer trained on"),
+              ("data.vocab_size", sizes.get("vocab_size") is None or _is_int(sizes["vocab_size"], 1, INT32_MAX),
+               "a vocabulary size from 1 to 2^31-1"),
+              *((f"data.{k}", sizes.get(k) is None or isinstance(sizes[k], str), "a name") for k in
+                ("tokenizer", "tokenizer_sha256"))]
+    for key, ok, want in checks:
+        if not ok:
+            value = ck.get(key) if "." not in key else sizes.get(key.split(".")[1])
+            raise _unreadable(path, f"holds a {key} of the wrong kind ({short(value)}; {want} is written)")
+
+
+_LAYER = re.compile(r"decoder\.layers\.(\d+)\.", re.ASCII)
+
+
+def _check_weights(path: str, shape: GPTShape, model: dict, tp: int) -> None:
+    """The saved shape against the saved weights, before a model of that shape is built: the shape
+    sizes what is built (`layers: 10**6` over 2 layers' weights built for minutes, an ffn of 2^30
+    allocated past any memory), the weights are what a resumed run goes on from. Each size the
+    shape gives is held to a tensor it sizes (the layer count to the layers' keys); heads alone
+    size no tensor (hidden/heads channels each), and restore() matches the rest."""
+    layers = {int(m.group(1)) for k in model if isinstance(k, str) and (m := _LAYER.match(k))}
+    if layers != set(range(shape.layers)):
+        raise _unreadable(path, f"holds a model shape of {shape.layers} layer(s), but weights of layers "
+                                f"{_spans(sorted(layers))}: damaged or edited")
+    h, kv, hd = shape.hidden, shape.kv_heads or shape.heads, shape.hidden // shape.heads
+    want = {"embedding.word_embeddings.weight": (shape.vocab // tp, h), "decoder.final_layernorm.weight": (h,)}
+    for i in sorted(layers):
+        at = f"decoder.layers.{i}."
+        want.update({at + "self_attention.linear_qkv.weight": ((shape.heads + 2 * kv) * hd // tp, h),
+                     at + "self_attention.linear_proj.weight": (h, shape.heads * hd // tp),
+                     at + "mlp.linear_fc1.weight": (2 * shape.ffn // tp, h),
+                     at + "mlp.linear_fc2.weight": (h, shape.ffn // tp)})
+    for key, dims in want.items():
+        got = tuple(model[key].shape) if isinstance(model.get(key), torch.Tensor) else None
+        if got != dims:
+            had = "none" if got is None else "x".join(map(str, got)) or "a scalar"
+            raise _unreadable(path, f"holds a model shape whose {key} is {'x'.join(map(str, dims))} (tp {tp}), "
+                                    f"but its weights there are {had}: damaged or edited")
+
+
+def _spans(ns: list[int]) -> str:
+    return "none" if not ns else f"{ns[0]}..{ns[-1]} ({len(ns)})" if ns == list(range(ns[0], ns[-1] + 1)) \
+        else ", ".join(map(str, ns[:5])) + (" ..." if len(ns) > 5 else "")
 
 
 def check_resumed_shape(path: str, saved: GPTShape, given: dict) -> None:

@@ -1,0 +1,96 @@
+"""S35-9: every value `--load` goes by is held to what `save_checkpoint` writes, and the saved
+shape to the saved weights, before any model is built: a damaged or edited value is one line
+naming the checkpoint and the key (exit 2) at once. A `layers: 10**6` over 2 layers' weights
+built a model for minutes; a step over 2^63-1 was called `start_step`; a vocab_size "x" was
+printed as a tokenizer of vocab_size x."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("typer")
+from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.errors import PacktoolError  # noqa: E402
+from packtool.megatron.loop import TrainConfig, train  # noqa: E402
+from packtool.megatron.model import GPTShape  # noqa: E402
+
+SHAPE = GPTShape(layers=2, hidden=32, heads=2, ffn=64, vocab=128, max_seq=512)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(slab folder, the checkpoint file of a 1-step run)."""
+    root = tmp_path_factory.mktemp("values")
+    align = Alignment(capacity=64)
+    seqs = random_sequences(12, 3, 30, seed=8)
+    data = str(write_slab_dir(str(root / "d"), seqs, greedy_bins(seqs, align), align))
+    train(TrainConfig(data_dir=data, shape=SHAPE, steps=1, quiet=True, save=str(root / "ck")))
+    return data, root / "ck" / "mp_rank_00.pt"
+
+
+def _set(key, value):
+    def edit(ck):
+        part, _, name = key.partition(".")
+        if name:
+            ck[part][name] = value
+        else:
+            ck[part] = value
+    return edit
+
+
+def _drop_layer(ck):
+    ck["model"] = {k: v for k, v in ck["model"].items() if not k.startswith("decoder.layers.1.")}
+
+
+# (edit of a good checkpoint, what the line says)
+DAMAGE = {
+    "layers 10**6": (_set("shape.layers", 10**6), "a model shape of 1000000 layer(s), but weights of layers 0..1 (2)"),
+    "layers 3": (_set("shape.layers", 3), "a model shape of 3 layer(s), but weights of layers 0..1 (2)"),
+    "a layer's weights gone": (_drop_layer, "a model shape of 2 layer(s), but weights of layers 0..0 (1)"),
+    "ffn 2^30": (_set("shape.ffn", 2**30), "linear_fc1.weight is 2147483648x32 (tp 1), but its weights there are 128x32"),
+    "hidden 64": (_set("shape.hidden", 64), "word_embeddings.weight is 128x64 (tp 1), but its weights there are 128x32"),
+    "vocab 2^20": (_set("shape.vocab", 2**20), "word_embeddings.weight is 1048576x32 (tp 1)"),
+    "kv_heads 1": (_set("shape.kv_heads", 1), "linear_qkv.weight is 64x32 (tp 1), but its weights there are 96x32"),
+    "an embedding of no tensor": (_set("model.embedding.word_embeddings.weight", 5), "its weights there are none"),
+    "step 10**30": (_set("step", 10**30), "holds a step of the wrong kind (1000000000000000000000000000000;"),
+    "step -5": (_set("step", -5), "holds a step of the wrong kind (-5;"),
+    "tp 0": (_set("tp", 0), "holds a tp of the wrong kind (0;"),
+    "data a string": (_set("data", "x"), "holds a data of the wrong kind ('x';"),
+    "data.vocab_size 'x'": (_set("data.vocab_size", "x"), "holds a data.vocab_size of the wrong kind ('x';"),
+    "data.vocab_size 0": (_set("data.vocab_size", 0), "holds a data.vocab_size of the wrong kind (0;"),
+    "data.tokenizer_sha256 5": (_set("data.tokenizer_sha256", 5), "holds a data.tokenizer_sha256 of the wrong kind (5;"),
+}
+
+
+@pytest.fixture(scope="module")
+def app():
+    from packtool.cli.app import app as packtool_app
+    return packtool_app
+
+
+@pytest.mark.parametrize("path", ["library", "cli"])
+@pytest.mark.parametrize("case", DAMAGE)
+def test_a_damaged_value_is_named_before_any_model_is_built(run, tmp_path, monkeypatch, app, path, case):
+    data, good = run
+    edit, said = DAMAGE[case]
+    ck = torch.load(good, weights_only=True)
+    edit(ck)
+    (tmp_path / "ck").mkdir()
+    torch.save(ck, tmp_path / "ck" / "mp_rank_00.pt")
+    import packtool.megatron.loop as loop
+
+    def built(*a, **k):
+        raise AssertionError("a model was built from a damaged checkpoint")
+    monkeypatch.setattr(loop, "build_gpt", built)
+    if path == "library":
+        with pytest.raises(PacktoolError) as e:
+            train(TrainConfig(data_dir=data, steps=1, quiet=True, load=str(tmp_path / "ck")))
+        msg, code = str(e.value), e.value.exit_code
+    else:
+        r = CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--load", str(tmp_path / "ck")])
+        msg, code = " ".join(r.output.split()), r.exit_code
+    assert code == 2 and said in msg and "mp_rank_00.pt" in msg and "start without" in msg, msg
