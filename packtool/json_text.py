@@ -14,11 +14,23 @@ from __future__ import annotations
 import json
 import json.decoder
 import json.scanner
+import re
 
 
 def twice(key: str) -> str:
     """The one wording of the problem (Arrow's JSON Lines refusal is said the same way)."""
     return f"key {key!r} appears twice in one object; keep one of them"
+
+
+def invalid_json(e: json.JSONDecodeError, line: int) -> str:
+    """The one wording of a JSON syntax error in a row file (tokenize.text_readers, json_types):
+    its line and column (characters from 1: a multi-MB line is found only by its column), and
+    Python's text with its position kept as "here" ("Unterminated string starting at" meant "at
+    <the position>")."""
+    what = e.msg[0].lower() + e.msg[1:] if e.msg else "not JSON"
+    what = re.sub(r" at$", " here", what)
+    return (f"invalid JSON at line {line}, column {e.colno}: {what}; correct it there, or rewrite the "
+            f"file with a JSON writer")
 
 
 class DuplicateKeyError(json.JSONDecodeError):
@@ -85,4 +97,4 @@ def _where(text: str, pos: int) -> int:
     return pos
 
 
-__all__ = ["DuplicateKeyError", "loads", "raw_decode", "twice"]
+__all__ = ["DuplicateKeyError", "invalid_json", "loads", "raw_decode", "twice"]

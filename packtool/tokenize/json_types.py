@@ -19,7 +19,7 @@ import json
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError
-from packtool.json_text import DuplicateKeyError, raw_decode
+from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode
 
 # The chat shapes' turn lists whose `content` may be a string or OpenAI content parts.
 _TURN_LISTS = ("messages",)
@@ -190,7 +190,6 @@ def block_table(block: bytes, path: str, first_line: int, columns: list[str] | N
         except DuplicateKeyError as e:
             raise PacktoolInputError(f"at line {first_line + i + 1}: {e.msg}", path=path) from None
         except json.JSONDecodeError as e:
-            from packtool.tokenize.text_readers import invalid_json  # it imports this module
             raise PacktoolInputError(invalid_json(e, first_line + i + 1), path=path) from None
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"at line {first_line + i + 1}: the line is a JSON {_kind(obj)}, not an "

@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
-from packtool.json_text import DuplicateKeyError, raw_decode, twice
+from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
 from packtool.tokenize.json_depth import check_json_depth
 from packtool.tokenize.json_types import block_table, free_form, has_timestamp, rows_batch
 from packtool.storage import is_uri, open_bytes
@@ -78,16 +78,6 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                 fix = _arrow_json_fix(re.sub(r" in row \d+", "", msg))
                 raise PacktoolInputError(f"at line {line}: {fix}", path=path) from None
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
-
-
-def invalid_json(e: json.JSONDecodeError, line: int) -> str:
-    """The one wording of a JSON syntax error in a row file: its line and column (characters
-    from 1: a multi-MB line is found only by its column), and Python's text with its position
-    kept as "here" (json's "Unterminated string starting at" meant "at <the position>")."""
-    what = e.msg[0].lower() + e.msg[1:] if e.msg else "not JSON"
-    what = re.sub(r" at$", " here", what)
-    return (f"invalid JSON at line {line}, column {e.colno}: {what}; correct it there, or rewrite the "
-            f"file with a JSON writer")
 
 
 def _well_built(table: pa.Table, columns: list[str] | None) -> bool:
