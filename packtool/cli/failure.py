@@ -15,7 +15,6 @@ A traceback is printed only in debug mode.
 """
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import os
@@ -36,7 +35,7 @@ except ImportError:  # older typer runs on click itself
     from click import exceptions as click_exceptions
 
 from packtool import notes
-from packtool.cli import places
+from packtool.cli import places, written
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line, shown
 
 _STATE: dict = {}
@@ -140,14 +139,15 @@ def describe(e: BaseException) -> tuple[str, str, int]:
     if isinstance(e, PacktoolError):
         return e.kind, one_line(e), e.exit_code
     if isinstance(e, OSError):
-        where = e.filename if e.filename is not None else None
-        why = e.strerror or str(e)
-        if e.errno == errno.ENOSPC:
-            why += " (free some space or write elsewhere)"
+        where = written.failed_file(e)
         # the role of the argument it is about (an input read, an --output written); a file that is
-        # none of them (a temporary, a default cache) is the README's `io`
+        # none of them (a temporary) is the README's `io`
         place = _place(where)
-        return place[1] if place else "io", one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
+        kind = place[1] if place else "io"
+        if written.no_room(e) is not None:
+            return kind, written.no_room_line(e, where, place), EXIT_USAGE
+        why = e.strerror or str(e)
+        return kind, one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
     if isinstance(e, (ValueError, UnicodeError)):
         return "input", one_line(e), EXIT_USAGE
     if isinstance(e, MemoryError):  # the command, stage, input and the flags that help there
@@ -159,8 +159,20 @@ def describe(e: BaseException) -> tuple[str, str, int]:
 
 
 def _place(where) -> tuple[str | None, str] | None:
-    """(flag, role) of the running command's argument that names `where` (cli.places)."""
-    return places.place_of(where, _STATE.get("args") or {}, _STATE.get("running"))
+    """(flag, role) of the running command's argument that names `where` (cli.places); a file in
+    the temporary folder an output is built in (`.out.packtool-tmp-...`, beside it) is that
+    output's, and one in the default tokenized cache is --cache-dir's."""
+    if where is None:
+        return None
+    args, cmd = _STATE.get("args") or {}, _STATE.get("running")
+    found = places.place_of(where, args, cmd) or places.place_of(written.published(os.fspath(where)), args, cmd)
+    if found is None and args.get("cache_dir") is None and "cache_dir" in args:
+        from packtool.tokenize.cache_root import default_cache_dir
+        try:
+            found = places.place_of(where, {"cache_dir": default_cache_dir()}) and ("--cache-dir", "cache")
+        except PacktoolError:  # no default root (HOME unusable): nothing of it was written
+            found = None
+    return found
 
 
 def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
@@ -220,7 +232,10 @@ def report(e: BaseException, json_out: bool = False) -> int:
             message += _help_hint()
             extra["kind"] = kind = "usage"
     else:  # describe gave an OSError the kind of its place already
-        place = _place(getattr(e, "filename", None))
+        where = written.failed_file(e) if isinstance(e, OSError) else None
+        place = _place(where)
+        if where is not None:
+            extra["path"] = os.fspath(where)
     if place and extra.get("flag") is None:  # raised below the CLI, about one of its arguments
         extra["flag"] = place[0]
     print_error(message, kind, code, json_out=json_out, extra=extra)

@@ -16,15 +16,67 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator
 
-from packtool.errors import PacktoolOutputError, arg
+from packtool.errors import PacktoolCacheError, PacktoolOutputError, arg
 from packtool.output.leftovers import Sweep, drop_dead_record, mark_file, unmark_file
 from packtool.output.paths import kind_name, check_new_file, refuse_uri, resolve, temp_name, temp_target
 
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
+
+# A write that failed for room: what ran out, said so that the user knows what to free or move
+_NO_ROOM = {errno.ENOSPC: "no space is left on its disk",
+            errno.EDQUOT: "the disk quota there is used up",
+            errno.EFBIG: "the file outgrew the largest file allowed (the file size limit, `ulimit -f`, or the file "
+                         "system's)"}
+# numpy's tofile reports a short write without its errno; on a regular file a write stops short
+# only when the room ran out (or the device failed, which a retry does not mend either)
+_SHORT_WRITE = re.compile(r"\b\d+ requested and \d+ written\b")
+
+
+def _room_code(e: BaseException) -> int | None:
+    """ENOSPC, EDQUOT or EFBIG when `e` failed a write for room, 0 for a short write, else None.
+    pyarrow's OSError keeps the errno in its text only at times."""
+    if not isinstance(e, OSError):
+        return None
+    code = e.errno
+    if code is None:
+        m = re.search(r"\[errno (\d+)\]", str(e), re.I)
+        code = int(m[1]) if m else None
+    if code in _NO_ROOM:
+        return code
+    return 0 if code is None and _SHORT_WRITE.search(str(e)) else None
+
+
+def no_room(e: BaseException) -> str | None:
+    """What ran out when `e` failed a write for room (a full disk, a used-up quota, the file
+    size limit), else None."""
+    code = _room_code(e)
+    if code is None:
+        return None
+    return f"{_NO_ROOM[code]} ({errno.errorcode[code]})" if code else \
+        "the write stopped short (a full disk, a used-up quota or the file size limit)"
+
+
+def room_fix(e: BaseException, flag: str | None) -> str:
+    """The fix for `no_room(e)`; `flag`: the argument that chose the place, if one did."""
+    elsewhere = f", or give {flag} a place on another disk" if flag else ""
+    if _room_code(e) == errno.EFBIG:
+        return f"raise the file size limit (`ulimit -f`){elsewhere}, and re-run"
+    return f"free space there{elsewhere}, and re-run"
+
+
+def cannot_write(e: OSError, shown: str, flag: str) -> PacktoolOutputError:
+    """The one line for a file `flag` names that the system would not write: for room, what ran
+    out and the fix; a cache file is the cache's error (`--json` kind `cache`)."""
+    room = no_room(e)
+    if room is None:
+        return PacktoolOutputError(f"cannot be written ({e.strerror or e})", path=shown, flag=arg(flag))
+    cls = PacktoolCacheError if flag == "cache_dir" else PacktoolOutputError
+    return cls(f"cannot be written: {room}; {room_fix(e, arg(flag))}", path=shown, flag=arg(flag))
 
 
 def make_temp_dir(parent: str, prefix: str, private: bool = False) -> str:
@@ -107,8 +159,13 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     tmp = temp_name(p)
     fd, named = _new_temporary(p, tmp, shown, flag)
     try:
-        with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None, closefd=False) as f:
-            yield f
+        try:
+            with os.fdopen(fd, "w" if text else "wb", encoding="utf-8" if text else None, closefd=False) as f:
+                yield f
+        except OSError as e:  # the caller's writes into `f`: one that failed for room is this file's
+            if no_room(e) is None:
+                raise
+            raise cannot_write(e, shown, flag) from None
         if not named and not replace:  # straight to its name: one link, or nothing at all
             unmark_file(fd)
             _link_fd(fd, p, shown, flag)
@@ -142,7 +199,7 @@ def _new_temporary(p: str, tmp: str, shown: str, flag: str) -> tuple[int, bool]:
         try:
             fd = open_exclusive(tmp)
         except OSError as e:
-            raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=shown, flag=arg(flag)) from None
+            raise cannot_write(e, shown, flag) from None
     mark_file(fd)  # the proof a later sweep needs if this run is killed once it has a name
     return fd, named
 
@@ -162,7 +219,7 @@ def _link_fd(fd: int, name: str, shown: str, flag: str) -> None:
         raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
                                   f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
     except OSError as e:
-        raise PacktoolOutputError(f"cannot be written ({e.strerror})", path=shown, flag=arg(flag)) from None
+        raise cannot_write(e, shown, flag) from None
 
 
 def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
@@ -206,16 +263,19 @@ def open_append(path: str | os.PathLike, flag: str, truncate: bool = False) -> I
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0), NEW_FILE_MODE)
     except OSError as e:
-        why = "is a symbolic link; packtool never writes through one" if e.errno == errno.ELOOP else \
-            f"cannot be written ({e.strerror})"
-        raise PacktoolOutputError(why, path=os.fspath(path), flag=flag) from None
+        if e.errno == errno.ELOOP:
+            raise PacktoolOutputError("is a symbolic link; packtool never writes through one",
+                                      path=os.fspath(path), flag=flag) from None
+        raise cannot_write(e, os.fspath(path), flag) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name", path=os.fspath(path),
                                   flag=flag)
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "a", encoding="utf-8")
+    f = os.fdopen(fd, "a", encoding="utf-8")
+    f.buffer.raw.name = os.fspath(path)  # not the descriptor's number: a failed write names the log
+    return f
 
 
 
@@ -247,5 +307,5 @@ def remove_created(made: list[str]) -> None:
 
 
 
-__all__ = ["NEW_FILE_MODE", "make_parents", "make_temp_dir", "open_append", "open_exclusive", "publish",
-           "remove_created", "share_as_mkdir", "sweep_temps", "write_file"]
+__all__ = ["NEW_FILE_MODE", "cannot_write", "make_parents", "make_temp_dir", "no_room", "open_append", "room_fix", "open_exclusive",
+           "publish", "remove_created", "share_as_mkdir", "sweep_temps", "write_file"]
