@@ -20,9 +20,10 @@ from tokenizers import Tokenizer
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
-from packtool.tokenize.templates import ChatTemplate, template_from_config
+from packtool.tokenize.templates import ChatTemplate
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -56,32 +57,6 @@ def _token_str(v) -> str | None:
     if isinstance(v, dict):
         return v.get("content")
     return v
-
-
-def folder_template(folder: str | None, conf: dict) -> ChatTemplate | None:
-    """The chat template a model folder gives, read as transformers >= 4.43 reads it: the
-    folder's chat_template.jinja (where save_pretrained writes it) wins over tokenizer_config.json's
-    `chat_template`; named templates beside it in additional_chat_templates/NAME.jinja make a set
-    whose `default` is chat_template.jinja (templates.template_from_config picks per row)."""
-    jinja_path = os.path.join(folder, "chat_template.jinja") if folder else None
-    if jinja_path is None or not os.path.exists(jinja_path):
-        return template_from_config(conf.get("chat_template"), "tokenizer_config.json", cli_flag("tokenizer"),
-                                    os.path.join(folder, "tokenizer_config.json") if folder else None)
-    from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
-
-    def read(path: str) -> str:  # read_small refuses a FIFO or device by kind
-        try:
-            return read_small(path, SETTINGS_BYTES, "chat template", "fix or remove it",
-                              flag=cli_flag("tokenizer")).decode("utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise PacktoolInputError(f"cannot read the chat template ({e}); fix or remove it", path=path,
-                                     flag=cli_flag("tokenizer")) from None
-    extra = os.path.join(folder, "additional_chat_templates")
-    named = [{"name": n[:-len(".jinja")], "template": read(os.path.join(extra, n))}
-             for n in sorted(os.listdir(extra)) if n.endswith(".jinja")] if os.path.isdir(extra) else []
-    text = read(jinja_path)
-    value = [{"name": "default", "template": text}, *named] if named else text
-    return template_from_config(value, "chat_template.jinja", cli_flag("tokenizer"), jinja_path)
 
 
 def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:

@@ -260,8 +260,10 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
         _need(cols, (col,), kind, path, columns)
         if not has_template:
             raise PacktoolInputError(
-                f"{kind} rows need a chat template; pass {arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} "
-                "or a tokenizer folder whose tokenizer_config.json has one", path=path, flag=cli_flag("chat_template"))
+                f"{kind} rows need a chat template; pass "
+                f"{arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} or a tokenizer "
+                "folder that has one (tokenizer_config.json's chat_template, chat_template.jinja or "
+                "additional_chat_templates/)", path=path, flag=cli_flag("chat_template"))
         # tools / documents go to the template as transformers passes them, system first (chat_keys)
         return Shape(kind, (col,) + tuple(k for k in ROW_COLUMNS if k in cols), templated=True)
     if kind == "alpaca":  # both response names: the second is read last, for rows without the first

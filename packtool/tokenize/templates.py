@@ -150,11 +150,25 @@ def keys_text(template: ChatTemplate) -> str:
     return text + ("\n" + keys_text(template.tool_use) if template.tool_use is not None else "")
 
 
+def template_set(texts: dict[str, str], names: dict[str, str], set_name: str) -> ChatTemplate:
+    """Named templates (name -> text; `names`: name -> how messages call it) picked per row as
+    transformers' get_chat_template picks: `tool_use` (if present) for rows with `tools`, `default`
+    for the others; without `default` such a row is refused at its rendering, naming the row, as
+    transformers refuses it ("multiple chat templates with no default specified"). One `default`
+    alone is a plain template."""
+    tool_use = make_template(names["tool_use"], texts["tool_use"]) if "tool_use" in texts else None
+    if "default" in texts:
+        return make_template(names["default"], texts["default"], tool_use)
+    refusal = (f"{set_name} holds named templates ({', '.join(sorted(texts))}) and no `default`, so a row "
+               f"without tools has no template (transformers refuses it too); give the row tools, or pass "
+               f"{arg('chat_template', 'FILE.jinja')} to render every row with one template")
+    return make_template(set_name, "{{ raise_exception(" + json.dumps(refusal) + ") }}", tool_use)
+
+
 def template_from_config(value, name: str, flag: str | None = None, path: str | None = None) -> ChatTemplate | None:
     """A `chat_template` value as transformers reads it: a template string, or named templates
-    `[{name, template}, ...]` (Hermes-2-Pro, Command-R): `default` for every row, `tool_use`
-    (if present) for rows with `tools`; a set without `default` is refused, as transformers
-    refuses it ("multiple chat templates with no default specified")."""
+    `[{name, template}, ...]` (Hermes-2-Pro, Command-R; a repeated name: the last wins), a set
+    picked per row (`template_set`)."""
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -165,13 +179,7 @@ def template_from_config(value, name: str, flag: str | None = None, path: str | 
         raise PacktoolInputError("chat_template is neither a template string nor a list of "
                                  f"{{name, template}} objects; fix it or pass {arg('chat_template', 'FILE.jinja')}",
                                  path=path or name, flag=flag)
-    if "default" not in named:
-        raise PacktoolInputError(
-            f"chat_template holds named templates ({', '.join(sorted(named))}) and no `default`, which "
-            f"transformers refuses too; save the one to use as a .jinja file and pass "
-            f"{arg('chat_template', 'FILE.jinja')}", path=path or name, flag=flag)
-    tool_use = make_template(f"{name} (tool_use)", named["tool_use"]) if "tool_use" in named else None
-    return make_template(name, named["default"], tool_use)
+    return template_set(named, {"default": name, "tool_use": f"{name} (tool_use)"}, name)
 
 
 def _from_json_file(spec: str, text: str) -> ChatTemplate | None:

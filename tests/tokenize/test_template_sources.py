@@ -1,8 +1,8 @@
 """Where a chat template comes from, read as transformers reads it (issue 23, S34-2/4/10, S34-8):
-named template sets (`default` for every row, `tool_use` for rows with tools, no `default`
-refused), a model folder's chat_template.jinja (wins over tokenizer_config.json), a
-tokenizer_config.json given to --chat-template (its chat_template key, never its JSON text), and
-jinja comments, which render no row key."""
+named template sets (`default` for every row, `tool_use` for rows with tools, a row without
+tools refused where there is no `default`), a model folder's chat_template.jinja (wins over
+tokenizer_config.json), a tokenizer_config.json given to --chat-template (its chat_template key,
+never its JSON text), and jinja comments, which render no row key."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ import os
 import shutil
 from types import SimpleNamespace
 
+import jinja2
 import pytest
 from conftest import GPT2
 
@@ -60,10 +61,29 @@ def test_named_set_picks_tool_use_for_rows_with_tools(tmp_path, config, files, s
     assert KeyUse(t).renders("tools")  # the set's tool_use renders them: no false note
 
 
+NO_DEFAULT = [{"name": "rag", "template": D}, {"name": "tool_use", "template": T}]
+NO_DEFAULT_SOURCES = {
+    "config list": ({"chat_template": NO_DEFAULT}, {}, None),
+    "additional_chat_templates": ({"chat_template": OLD}, {
+        "additional_chat_templates/rag.jinja": D, "additional_chat_templates/tool_use.jinja": T}, None),
+    "--chat-template tokenizer_config.json": ({"chat_template": NO_DEFAULT}, {}, "tokenizer_config.json"),
+}
+
+
+@pytest.mark.parametrize("config,files,spec", NO_DEFAULT_SOURCES.values(), ids=list(NO_DEFAULT_SOURCES))
+def test_named_set_without_default_renders_tool_rows_and_refuses_others(tmp_path, config, files, spec):
+    """As transformers' get_chat_template: tool_use for a row with tools, no template for the
+    others (S35-6); refused at that row, so a pack that renders no such row is not refused."""
+    folder = _folder(tmp_path, config, files)
+    r = Renderer(_template(folder, os.path.join(folder, spec) if spec else None), {})
+    assert r.render(MSGS, (), {"tools": TOOLS})[0].startswith('TOOLS[{"type": "function"')
+    with pytest.raises(jinja2.TemplateError, match=r"named templates \(rag, tool_use\) and no `default`") as e:
+        r.render(MSGS)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("source", ["folder", "--chat-template"])
 @pytest.mark.parametrize("config,match", [
-    ({"chat_template": [{"name": "rag", "template": D}, {"name": "tool_use", "template": T}]},
-     r"named templates \(rag, tool_use\) and no `default`"),
     ({"chat_template": [{"name": "default"}]}, "neither a template string nor a list"),
     ({"chat_template": None, "eos_token": "x"}, "no chat_template key"),
 ])
