@@ -29,7 +29,13 @@ DP: with an output packed with `--dp N` every rank gets the slabs the plan gave 
 (step, micro-batch) order; without, slabs are dealt round robin. `SlabDataset(rank=r)` holds
 rank r's slabs (own training loops); `SlabDataset(rank=None, world_size=N)` holds them all,
 interleaved so that a sequential sampler under accelerate (what `Trainer` uses) hands rank r
-its own slabs.
+its own slabs. Every rank holds the same number of slabs, as the Megatron dataset gives every
+rank the same steps: a DDP rank that runs out first leaves the others waiting in the gradient
+all-reduce. Where the slab count is not a multiple of world_size (round robin), a short rank
+takes its first slab(s) again, as torch's DistributedSampler pads, with a warning (`--dp N`
+packs a multiple of N slabs: each once); a rank with no slab at all is refused. Not the
+Megatron dataset's empty micro-batch: an HF batch with no label has a NaN mean loss, and a
+DDP rank must run the backward all the same.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
+from packtool.hf_dp import dp_order, ranks_shown, short_ranks
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -54,34 +61,6 @@ __all__ = ["SlabDataset", "SlabCollator", "slab_features", "slab_side_features",
 
 IGNORE_INDEX = -100  # transformers' ignore_index of the causal-LM loss
 SLAB_KEYS = ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded")  # what a batch item must hold
-
-
-def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int | None = None,
-             per_device_batch: int = 1) -> np.ndarray:
-    """Slab indices in the order a consumer reads them. `rank` given: that rank's slabs;
-    None: every rank's, interleaved in runs of `per_device_batch` (run k of rank 0, of rank
-    1, ...), which is how accelerate deals a sequential sampler's batches to ranks."""
-    rank, world_size, per_device_batch = (checked(k, v) for k, v in (
-        ("rank", rank), ("world_size", world_size), ("per_device_batch", per_device_batch)))  # rank=True is no rank
-    if rank is not None and not 0 <= rank < world_size:
-        raise PacktoolInputError(f"rank {rank} out of range for world_size {world_size}")
-    n = len(index)
-    if planned_dp > 1:
-        if world_size != planned_dp:
-            raise PacktoolInputError(f"the slabs were packed with dp={planned_dp} but training runs "
-                                     f"{world_size} data-parallel ranks: pass world_size={planned_dp} and this "
-                                     f"process's rank, or re-pack with `packtool pack --dp {world_size}` (or "
-                                     f"`packtool pack` without `--dp`, for round-robin dealing)")
-        order = np.lexsort((index.microbatch, index.step, index.dp_rank))  # rank-major
-        owner = index.dp_rank[order]
-    else:
-        order = np.argsort(np.arange(n) % world_size, kind="stable")  # i -> rank i % W
-        owner = order % world_size
-    if rank is not None:
-        return order[owner == rank].astype(np.int64)
-    first = np.searchsorted(owner, np.arange(world_size))  # owner is sorted (rank-major)
-    pos = np.arange(n) - first[owner]  # place of each slab in its rank's stream
-    return order[np.lexsort((pos, owner, pos // per_device_batch))].astype(np.int64)
 
 
 def kept_positions(seq_lens, cu_seqlens_padded, n: int, keep_pads: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -149,11 +128,23 @@ class SlabDataset(Dataset):
         self.index = SlabIndex.build(self.manifest)
         self.order = dp_order(self.index, self.manifest.dp, world_size, rank, per_device_batch)
         self.rank, self.world_size = rank, world_size
+        self._say_repeats()
         # the output's side columns: pass them on, `SlabCollator(side_columns=ds.side_columns)`
         self.side_columns: tuple[SideColumn, ...] = self.manifest.side_columns
         self._cache = row_group_cache
         self._reader: SlabReader | None = None
         self._pid = -1
+
+    def _say_repeats(self) -> None:
+        """On every rank (rank 0, whose log is read, is never a short one under round robin)."""
+        short, repeats, each = short_ranks(self.index, self.manifest.dp, self.world_size)
+        if repeats:
+            import warnings
+            warnings.warn(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
+                          f"ranks: rank(s) {ranks_shown(short)} take their first slab(s) again ({repeats} in all, "
+                          f"trained twice this epoch) so that every rank takes {each} (a DDP rank that runs out "
+                          f"leaves the others waiting in the all-reduce); pack with `packtool pack --dp "
+                          f"{self.world_size}` to train each slab once", stacklevel=3)
 
     def __len__(self) -> int:
         return int(self.order.size)
