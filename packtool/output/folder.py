@@ -295,7 +295,7 @@ def swap_into_place(tmp: str, output: str) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         if os.path.exists(out):
-            names = owned_names(out, hashed=False)
+            names = owned_names(out)  # its shards checked again: unchanged since they were hashed
             old = tmp + ".old"
             _mark_in_place(out)
             os.replace(out, old)

@@ -7,7 +7,8 @@ storage"):
 1. claim: a lease object `PREFIX/.packtool.lock` (exclusive create where the store offers
    it; else write + read back, see `lease`), renewed while the run lives; a second writer
    fails at once. The prefix must be empty or a previous packtool output with only its own
-   objects, as for folders.
+   objects, by the folders' rule (output.owned.shard_is_ours: each listed shard's name, size
+   and checksum: the previous output is read back, once where an S3 ETag shows it unchanged).
 2. intent: `PREFIX/.packtool-pending-RUN.json` lists the shard names this run will write and
    the previous manifest's shards it will delete, before any of them is touched, so whatever
    a killed run leaves is named for the next run to delete.
@@ -16,8 +17,8 @@ storage"):
    `slabs-RUN-NNNNN.parquet`. No reader opens a shard its manifest does not list.
 4. commit: the lease is checked to still be ours, then `PREFIX/.manifest.json` is put in one
    request: readers see the old manifest or the new one, never a mix.
-5. clean: the previous manifest's shards (those it listed and packtool wrote: the size it
-   recorded) are deleted, then the intent, then the lease.
+5. clean: the previous manifest's shards (those still packtool's by that rule, checked again
+   just before the commit) are deleted, then the intent, then the lease.
 
 The local engine writes the shards to a local staging folder first (the same writer as a
 folder output), so the machine running pack needs room for one output; under Ray the write
@@ -36,6 +37,7 @@ from typing import Iterator
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
 from packtool.output.leftovers import owned_temp_dir, remove_tree
+from packtool.output.owned import refuse_foreign, shard_is_ours
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
 from packtool.slabs.names import (
     LEGACY_MANIFEST,
@@ -49,9 +51,6 @@ from packtool.slabs.names import (
 from packtool.storage import Location, is_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 from packtool.workers import thread_pool
-
-SHOWN_FOREIGN = 3
-
 
 class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
     """A previous packtool output is at the prefix and --overwrite was not given."""
@@ -79,35 +78,32 @@ def _pending(loc: Location) -> dict[str, dict]:
     return {n: rec for n, rec in read_intents(loc).items() if rec is not None}
 
 
-def owned_objects(loc: Location) -> tuple[dict | None, list[str]]:
-    """(previous manifest or None, every object name at the prefix that is packtool's). Any
-    other object makes the prefix not packtool's to write: refused, naming a few."""
+def owned_objects(output: str) -> tuple[dict | None, list[str]]:
+    """(previous manifest or None, every object name at the prefix `output` that is packtool's:
+    the manifest, the lease, what a dead run's intent names, and each shard the manifest lists
+    that is the one it records, output.owned.shard_is_ours, the rule of a folder). Any other
+    object makes the prefix not packtool's to write: refused, naming a few."""
+    loc = locate(output)
     names = loc.names()
     if any(i.path.count("/") > loc.path.count("/") + 1 for i in loc.list()):
         sub = sorted({i.path[len(loc.path) + 1:].split("/")[0] for i in loc.list()
                       if i.path.count("/") > loc.path.count("/") + 1})
-        _refuse_foreign(loc, [s + "/" for s in sub], "it holds sub-prefixes")
+        refuse_foreign(loc.shown, [s + "/" for s in sub], "it holds sub-prefixes", "prefix")
     try:
         m, mname = read_store_manifest(loc)
-        listed = set(shard_names(m, loc.join(mname).shown)) if m else set()
+        records = dict(zip(shard_names(m, loc.join(mname).shown), m["shards"])) if m else {}
     except FormatError:
-        _refuse_foreign(loc, names, "it is not a packtool output (no readable manifest)")
-    ours = {MANIFEST, LEGACY_MANIFEST, LEASE} | listed
+        refuse_foreign(loc.shown, names, "it is not a packtool output (no readable manifest)", "prefix")
+    named = {MANIFEST, LEGACY_MANIFEST, LEASE}
     for pname, rec in _pending(loc).items():
-        ours |= {pname, *rec["new"], *rec["old"]}
+        named |= {pname, *rec["new"], *rec["old"]}
+    # a listed shard is judged by its record even when an intent names it too
+    ours = {n for n in names if (shard_is_ours(output, n, records[n]) if n in records else n in named)}
     foreign = [n for n in names if n not in ours]
     if foreign:
-        _refuse_foreign(loc, foreign, "a packtool output, but it also holds" if m else
-                        "it is not empty and not a packtool output")
+        refuse_foreign(loc.shown, foreign, "a packtool output, but it also holds" if m else
+                       "it is not empty and not a packtool output", "prefix")
     return m, [n for n in names if n in ours]
-
-
-def _refuse_foreign(loc: Location, foreign: list[str], why: str):
-    text = ", ".join(foreign[:SHOWN_FOREIGN]) + (f" and {len(foreign) - SHOWN_FOREIGN} more"
-                                                 if len(foreign) > SHOWN_FOREIGN else "")
-    raise PacktoolOutputError(f"{why}: {text}; packtool writes only into a new or empty prefix or "
-                              f"its own previous output: pick another {arg('output')}", path=loc.shown,
-                              flag=cli_flag("output"))
 
 
 def check_store_output(output: str, overwrite: bool) -> dict | None:
@@ -116,7 +112,7 @@ def check_store_output(output: str, overwrite: bool) -> dict | None:
     if loc.is_file():
         raise PacktoolOutputError(f"is an object, not a prefix; pick another {arg('output')}", path=loc.shown,
                                   flag=cli_flag("output"))
-    m, _ = owned_objects(loc)
+    m, _ = owned_objects(output)
     if m is not None and not overwrite:
         raise StoreOutputExistsError(f"exists (a previous packtool output): pass {arg('overwrite', True)} "
                                      f"to replace it", path=loc.shown, flag=cli_flag("output"))
@@ -270,6 +266,7 @@ class StoreCommit:
         self.lease = _HELD.get(self.loc.shown, [None])[0]
         if self.lease is None:
             raise PacktoolOutputError("a store commit outside claim_store (a packtool bug)", path=self.loc.shown)
+        owned_objects(output)  # a manifest or shard changed since the claim's check: as a folder's swap
         self.old, self.oname = read_store_manifest(self.loc)
         self.old_names = shard_names(self.old, self.oname) if self.old else []
         self.run = new_run_id()
@@ -296,6 +293,7 @@ class StoreCommit:
                                       path=self.loc.shown)
         manifest = dict(manifest, shards=[_as_dict(s) for s in shards])
         try:
+            owned_objects(self.output)  # as a folder's swap: what changed at the prefix since the start stops it
             self.lease.check()  # the last moment another writer could have taken the prefix
             self.loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         except BaseException:
@@ -304,11 +302,18 @@ class StoreCommit:
         self.committed = True  # from here on the new shards are the output: never removed
         if self.oname == LEGACY_MANIFEST:
             self.loc.join(LEGACY_MANIFEST).delete()
-        old_sizes = {e["file"]: e.get("bytes") for e in (self.old or {}).get("shards", [])}
-        keep = set(self.new)
+        records = dict(zip(self.old_names, (self.old or {}).get("shards", [])))
+        keep, kept, present = set(self.new), [], set(self.loc.names())
         for name in self.old_names:
-            if name not in keep and _is_ours(self.loc.join(name), old_sizes.get(name)):
+            if name in keep or name not in present:
+                continue
+            if _is_ours(self.output, name, records[name]):
                 self.loc.join(name).delete()
+            else:
+                kept.append(name)
+        if kept:  # changed between the check above and here: the user's now, never deleted
+            say(f"kept {', '.join(kept[:3])} at {self.loc.shown}: not the size and checksum its "
+                f"manifest recorded, so not packtool's to delete")
         self.intent.delete()
         return shards
 
@@ -331,13 +336,10 @@ def _as_dict(s: ShardInfo) -> dict:
     return asdict(s)
 
 
-def _is_ours(obj: Location, size) -> bool:
-    """A listed shard is deleted only while it is what the manifest recorded (its size)."""
-    try:
-        info = obj.info()
-    except FileNotFoundError:
-        return False
-    return size is None or info.size == size
+def _is_ours(output: str, name: str, record: dict) -> bool:
+    """A replaced shard is deleted only while it is what its manifest recorded (a folder's rule:
+    its shards were checked just before the commit, so unchanged ones are not read again)."""
+    return shard_is_ours(output, name, record)
 
 
 UPLOAD_BUFFER = 16 << 20
