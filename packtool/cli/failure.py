@@ -152,7 +152,9 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         return "input", one_line(e), EXIT_USAGE
     if isinstance(e, MemoryError):  # the command, stage, input and the flags that help there
         from packtool.cli.memory import out_of_memory
-        return "resources", out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {}), EXIT_USAGE
+        line = out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {})
+        said = one_line(e) if str(e) else ""  # what a refusal before the allocation knew (the row, the limit)
+        return "resources", f"{line}; here: {said}" if said else line, EXIT_USAGE
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)

@@ -332,6 +332,9 @@ def row_sums(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:
 def start_encode(tok: Tokenizer, rb: RenderedBatch):
     """encode_batch releases the GIL and runs on every core; offsets are only needed when
     some row has spans, otherwise the cheaper encode_batch_fast is used."""
-    if all(s is None for s in rb.spans) and hasattr(tok, "encode_batch_fast"):
+    fast = all(s is None for s in rb.spans) and hasattr(tok, "encode_batch_fast")
+    from packtool.tokenize.long_rows import refuse_unencodable
+    refuse_unencodable(tok, rb.texts, fast)  # a Rust allocation that fails aborts the process
+    if fast:
         return tok.encode_batch_fast(rb.texts, add_special_tokens=False)
     return tok.encode_batch(rb.texts, add_special_tokens=False)
