@@ -32,10 +32,12 @@ def ckpt_path(d: str, tp_rank: int) -> str:
     return os.path.join(d, f"mp_rank_{tp_rank:02d}.pt")
 
 
-def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
+def check_save(d: str, load: Optional[str], overwrite: bool, tp: int = 1) -> str:
     """--save, before any work (packtool.output's rules): a folder (made if missing), not a link
-    to nothing; checkpoint files already in it are replaced only with --overwrite or when it is
-    the --load folder (a resumed run), never through a link. Returns the resolved folder."""
+    to nothing, holding nothing but packtool checkpoints (`is_checkpoint`: a file of that name
+    is not one by its name alone). They are replaced only with --overwrite or when it is the
+    --load folder (a resumed run), never through a link, and only as a whole: a rank file the
+    run of `tp` TP ranks does not write would stay beside the new ones. Returns the resolved folder."""
     from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, resolve_folder
     from packtool.output.folder import refuse_inside_packed
     refuse_uri(d, "save")
@@ -47,14 +49,52 @@ def check_save(d: str, load: Optional[str], overwrite: bool) -> str:
     if not os.path.isdir(p):
         return p
     resuming = bool(load) and os.path.isdir(load) and os.path.samefile(load, p)
-    there = sorted(n for n in os.listdir(p) if CKPT.match(n))
+    named = sorted(n for n in os.listdir(p) if CKPT.match(n))
+    regular = [n for n in named if stat.S_ISREG(os.lstat(os.path.join(p, n)).st_mode)]
+    there = [n for n in regular if is_checkpoint(os.path.join(p, n))]
+    mine = [n for n in regular if n not in there]
+    if mine:  # a user's file of a checkpoint's name: never replaced, --overwrite or not
+        raise PacktoolOutputError(f"holds {', '.join(mine[:3])}, not a checkpoint packtool wrote (a torch.save file "
+                                  f"with its record), which packtool never replaces: move it, or give another "
+                                  f"{arg('save')} folder", path=d, flag=cli_flag("save"))
+    # a link, FIFO or folder of a checkpoint's name is check_new_file's to refuse by kind; a
+    # checkpoint name that is not there is the target of a packtool temporary (a save cut short)
+    refuse_foreign_files(p, d, "save", lambda n: n in there or (n in named and n not in regular)
+                         or (bool(CKPT.match(n)) and not os.path.lexists(os.path.join(p, n))))
+    for n in named:
+        if n not in regular:
+            check_new_file(os.path.join(p, n), "save", replace=True, mine="checkpoint")
     if there and not (overwrite or resuming):
         raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
                                   f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
-    refuse_foreign_files(p, d, "save", lambda n: bool(CKPT.match(n)))
+    stray = [n for n in there if _rank(n) >= tp]
+    if stray:
+        raise PacktoolOutputError(f"holds {', '.join(stray[:3])}, of a run of more tensor-parallel ranks than this "
+                                  f"one writes ({arg('tp', tp)}): it would stay beside the new checkpoint, a folder "
+                                  f"of two runs; remove the folder's checkpoint files, or give another "
+                                  f"{arg('save')} folder", path=d, flag=cli_flag("save"))
     for n in there:
         check_new_file(os.path.join(p, n), "save", replace=True, mine="checkpoint")
     return p
+
+
+def _rank(name: str) -> int:
+    return int(name[len("mp_rank_"):-len(".pt")])
+
+
+def is_checkpoint(path: str) -> bool:
+    """Whether the regular file `path` is a checkpoint save_checkpoint wrote: a torch.save zip
+    whose record holds its keys. Read with the weights-only unpickler and its tensors mapped,
+    not read: a checkpoint is large, and this only asks what it is."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except MemoryError:
+        raise
+    except Exception:  # not a torch zip, or not only tensors and numbers: not packtool's
+        return False
+    return isinstance(ck, dict) and all(k in ck for k in KEYS)
 
 
 def data_record(man, vocab_size: Optional[int]) -> dict:
@@ -142,6 +182,10 @@ def load_checkpoint(d: str, tp_rank: int, tp: Optional[int] = None) -> dict:
     if tp is not None and saved_tp != tp:
         raise PacktoolConfigError(f"was saved by a run of {saved_tp} tensor-parallel rank(s): give {arg('tp', saved_tp)} to resume it",
                                   path=path, flag=cli_flag("tp"))
+    others = sorted(n for n in os.listdir(d) if CKPT.match(n) and _rank(n) >= saved_tp)
+    if others:  # the files of another run beside this one: which run is resumed is not clear
+        raise _unreadable(path, f"was saved by a run of {saved_tp} tensor-parallel rank(s), but its folder also "
+                                f"holds {', '.join(others[:3])}: a folder of two runs")
     try:
         shape = GPTShape(**ck["shape"])
     except (TypeError, PacktoolConfigError) as e:

@@ -192,7 +192,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     # slabs that do not fit this layout are refused before any process group or model exists
     check_training_layout(SlabManifest.read(cfg.data_dir).alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
     if cfg.save:
-        cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite))
+        cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp))
     append_log = check_json_log(cfg) if cfg.json_log else False
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
     # the data is read before the model is built: a budget or checkpoint it refuses costs no model

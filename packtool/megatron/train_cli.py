@@ -114,7 +114,7 @@ def train_command(
     save: Annotated[Optional[str], typer.Option("--save", help="Checkpoint directory written at the end (and every --save-every steps).")] = None,
     vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Vocabulary size for an output packed without --tokenizer (its manifest records none); every token id must be below it; with --load, the checkpoint's.")] = None,
     save_every: Annotated[int, typer.Option("--save-every", help="Also save every N steps (0: only at the end).")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace checkpoint files already in --save (resuming into the --load folder needs no flag), and start anew a --json-log FILE that is not a packtool train log.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the checkpoint an earlier run saved in --save, as a whole (resuming into the --load folder needs no flag; a file that is not a packtool checkpoint is never replaced), and start anew a --json-log FILE that is not a packtool train log.")] = False,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps to run.")] = 100,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW; warmup then cosine to 10%).")] = 3e-4,
     warmup: Annotated[int, typer.Option("--warmup", help="Linear warmup steps.")] = 0,

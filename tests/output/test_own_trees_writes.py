@@ -99,9 +99,11 @@ def test_nothing_packtool_writes_lands_inside_its_own_trees(proj, what, kind, de
 
 
 def test_save_writes_into_its_own_checkpoint_folder(proj):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    from packtool.megatron.checkpoint import KEYS
     from packtool.megatron.loop import check_save
     rel = _own_tree(proj, "checkpoint")
+    torch.save(dict.fromkeys(KEYS, 0), proj / rel / "mp_rank_00.pt")  # replaced only if it is a checkpoint (S35-5)
     assert check_save(rel, rel, False) == str(proj / rel)  # a resumed run: --load is --save
 
 

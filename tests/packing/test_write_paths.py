@@ -182,9 +182,11 @@ def test_a_fifo_as_target_is_refused_not_blocked_on(proj):
 def test_train_save_holding_checkpoints_needs_overwrite(tmp_path):
     pytest.importorskip("torch")
     from packtool.megatron.loop import check_save
+    import torch
+    from packtool.megatron.checkpoint import KEYS
     d = tmp_path / "ckpt"
     d.mkdir()
-    (d / "mp_rank_00.pt").write_bytes(THESIS)
+    torch.save(dict.fromkeys(KEYS, 0), d / "mp_rank_00.pt")  # a checkpoint by its record (a user's file is never one)
     with pytest.raises(PacktoolOutputError, match="overwrite=True"):
         check_save(str(d), None, False)
     assert check_save(str(d), str(d), False) == str(d)  # resuming into the --load folder
