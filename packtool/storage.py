@@ -21,11 +21,12 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg, cli_flag
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # what pyarrow.fs.FileSystem.from_uri resolves in this build (gs/az need Arrow built with them)
 SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "viewfs", "file", "local", "mock")
+BUCKETED = ("s3", "gs", "gcs", "abfs", "abfss", "az")  # a URI of these names its bucket (container) first
 _SECRET_QUERY = re.compile(r"(key|secret|token|password|passwd|credential|sig|sas)", re.I)
 GLOB_CHARS = "*?["
 
@@ -167,10 +168,11 @@ def _not_found(e: OSError) -> bool:
 
 
 def _why(e: BaseException) -> str:
-    """The store's reason, one line, without anything that could carry a request signature."""
+    """The store's reason, one line, without anything that could carry a request signature;
+    a long one cut at a word, marked so (not mid-word, as if it were the whole text)."""
     text = " ".join(str(e).split())
     text = re.sub(r"(?i)(signature|credential|authorization|x-amz-[a-z-]+)=\S+", r"\1=…", text)
-    return text[:200]
+    return text if len(text) <= 240 else text[:240].rsplit(" ", 1)[0] + " …"
 
 
 def _refuse_secrets(spec: str) -> None:
@@ -186,9 +188,10 @@ def _refuse_secrets(spec: str) -> None:
                                path=shown(spec))
 
 
-def locate(spec, filesystem=None) -> Location:
+def locate(spec, filesystem=None, name: str | None = None) -> Location:
     """Resolve a path or URI once. `filesystem`: a `pyarrow.fs.FileSystem` or an fsspec
-    filesystem object (a library user's own store); `spec` is then a path in it."""
+    filesystem object (a library user's own store); `spec` is then a path in it. `name`: the
+    argument that gave `spec`, named (as its flag on the command line) by a refusal."""
     if filesystem is not None:
         fs = as_arrow_fs(filesystem)
         path = os.fspath(spec)
@@ -207,14 +210,61 @@ def locate(spec, filesystem=None) -> Location:
         raise StorageError(f"the scheme {scheme}:// is not supported; packtool reads and writes local "
                            f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
                            f"(through pyarrow.fs), or pass a filesystem object from Python",
-                           path=shown(spec))
+                           path=shown(spec), flag=name and cli_flag(name))
     _refuse_secrets(spec)
+    if scheme in BUCKETED and not urlsplit(spec).netloc:
+        # Arrow would take the key for a bucket (`s3://` lists the account: its bucket `bkt` was
+        # shown as `kt/`) or refuse in its own words ("Path cannot start with a separator")
+        how = f"{arg(name)} {scheme}://BUCKET/PREFIX" if name else f"{scheme}://BUCKET/PREFIX"
+        e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=name and cli_flag(name))
+        e.usage = bool(name and cli_flag(name))  # a flag's value the command cannot take
+        raise e
     try:
         fs, path = pafs.FileSystem.from_uri(spec)
     except (OSError, ValueError, ImportError) as e:
         raise StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
                            f"support, or the store's configuration is incomplete", path=shown(spec)) from None
     return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False)
+
+
+PROBE_TAG = ".packtool-probe"
+_TAKES: set[str] = set()  # store prefixes this process saw take an object (check_uri's probe)
+
+
+def check_uri(spec: str, name: str, write: bool = False) -> Location:
+    """The one check of a store URI that argument `name` (its flag on the command line) gives,
+    before any work: its form (locate: a known scheme, no credentials, a bucket named); a
+    bucket that does not exist; and, `write`, that the prefix takes an object (a probe put and
+    deleted, once per prefix and process): a missing bucket, no write permission or another
+    endpoint is said here, not after the inputs are tokenized. A store that answers the
+    bucket question with anything but "not found" (a role allowed objects, not the bucket) is
+    left to the work's own requests."""
+    loc = locate(spec, name=name)
+    flag, bucket = cli_flag(name), loc.path.split("/", 1)[0]
+    if loc.local or loc.shown in _TAKES:
+        return loc
+    try:
+        missing = bucket and loc.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError:
+        missing = False
+    if missing:
+        raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
+                           f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
+    if write:
+        probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            with loc.fs.open_output_stream(probe.path, compression=None):
+                pass  # an empty object: put at close
+        except OSError as e:
+            raise StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
+                               f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
+                               path=loc.shown, flag=flag) from None
+        try:
+            probe.delete()
+        except StorageError:
+            pass  # a role that may put but not delete: the prefix takes objects, which is the question
+        _TAKES.add(loc.shown)
+    return loc
 
 
 def as_arrow_fs(filesystem) -> pafs.FileSystem:
@@ -341,7 +391,7 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+__all__ = ["BUCKETED", "PROBE_TAG", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
            "locate", "shown"]
 
 

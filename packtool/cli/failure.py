@@ -272,6 +272,8 @@ def guarded(fn):
         try:
             from packtool.env import check_environment
             check_environment()  # a bad PACKTOOL_* value: one line, before any work
+            from packtool.cli.store_flags import check_store_flags
+            check_store_flags(_STATE["running"], kwargs)  # every URI a flag gives, before any work
             rv = fn(*args, **kwargs)
             committed()  # commands that print their result as they go (train) end here
             return rv

@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Callable, Iterable
 
-from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.output.relations import input_problem, packed_problem
 from packtool.storage import kind_name
 
@@ -34,14 +34,26 @@ def resolve(path: str | os.PathLike) -> str:
     return os.path.join(os.path.realpath(parent), name) if name else p
 
 
-def refuse_uri(path: str | os.PathLike, flag: str) -> None:
-    """Reports, logs and checkpoints are local files: `resolve` would make "s3://b/x" a local
-    folder named s3: (only pack -o writes to an object store)."""
+# what a local-only path argument names, where it is not "file"
+_LOCAL_KIND = {"save": "folder", "load": "folder", "tokenizer": "file or model folder"}
+
+
+def refuse_uri(path: str | os.PathLike, flag: str, reads: bool = False, error=None) -> None:
+    """Reports, logs, plans and checkpoints are local files and folders (`reads`: so are
+    lengths, plans, tokenizers, templates and configs read): `resolve` would make "s3://b/x" a
+    local folder named s3:, and a read would say "no such file" of an object that may exist.
+    On a store packtool writes only pack's --output and a --cache-dir, and reads only inputs and
+    packed outputs (cli.store_flags, every flag's rule). `error`: the reader's own type (a read
+    is an input error, a write an output one)."""
     from packtool.storage import is_uri
-    flag = arg(flag)
-    if is_uri(os.fspath(path)):
-        raise PacktoolOutputError(f"{flag} writes a local file; give a local path (only pack's {arg('output')} "
-                                  f"writes to an object store)", path=os.fspath(path), flag=flag)
+    if not is_uri(os.fspath(path)):
+        return
+    kind, name = _LOCAL_KIND.get(flag.lstrip("-").replace("-", "_"), "file"), arg(flag)
+    fix = ("copy it to this machine and give its local path (on an object store packtool reads inputs and "
+           "packed outputs only)") if reads else \
+        f"give a local path (only pack's {arg('output')} and {arg('cache_dir')} write to an object store)"
+    raise (error or (PacktoolInputError if reads else PacktoolOutputError))(
+        f"{name} {'reads' if reads else 'writes'} a local {kind}; {fix}", path=os.fspath(path), flag=name)
 
 
 def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:

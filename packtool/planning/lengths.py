@@ -32,11 +32,12 @@ class PlanInputError(PlanError, PacktoolInputError):
 
 def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     """Integer lengths (int64) from `path` by the module's rule for the column."""
+    from packtool.output.files import refuse_special_input, refuse_uri
+    refuse_uri(path, "lengths", reads=True, error=PlanInputError)  # a local file: an object was "no such file"
     if not os.path.exists(path):
         raise PlanInputError(f"{path}: no such file", flag=cli_flag("lengths"))
     if os.path.isdir(path):
         raise PlanInputError(f"{path}: a folder; give one file ({KINDS})", flag=cli_flag("lengths"))
-    from packtool.output.files import refuse_special_input
     refuse_special_input(path, "lengths", PlanInputError)
     low = path.lower()
     try:

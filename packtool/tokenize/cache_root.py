@@ -17,7 +17,13 @@ from packtool.output.relations import input_problem, packed_problem
 
 
 def default_cache_dir() -> str:
-    return env_path("PACKTOOL_CACHE_DIR") or os.path.join(_home(), ".cache", "packtool", "tokenized")
+    env = env_path("PACKTOOL_CACHE_DIR")
+    from packtool.storage import is_uri
+    if env and is_uri(env):  # resolved as a local path it would be a folder named `s3:` here
+        raise PacktoolOutputError(f"PACKTOOL_CACHE_DIR={env} is a URI: it names the local cache folder, which also "
+                                  f"holds the local mirror of a cache on a store; set it to a local folder and "
+                                  f"pass the store as {arg('cache_dir')}", flag="PACKTOOL_CACHE_DIR")
+    return env or os.path.join(_home(), ".cache", "packtool", "tokenized")
 
 
 def _home() -> str:
@@ -53,8 +59,9 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     --output is refused: a file, special file or dangling link; a packed output or a folder
     inside one (its entries would be stray shards: verify and every reader refuse it); a folder
     that holds an input or lies inside an input folder (the next run would read the cache as
-    data). `cache_dir` None: the default root (PACKTOOL_CACHE_DIR, named so), checked and still
-    None; a URI: the default root too, which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
+    data). `cache_dir` None: the default root (PACKTOOL_CACHE_DIR, named so; never a URI), checked and
+    still None; a URI: storage.check_uri's (a bucket named, existing, written), then the default root,
+    which holds its local mirror. Returns `cache_dir` resolved (`~`, links in its
     parents; a URI as given). Inputs that are not paths are skipped."""
     from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
     from packtool.output.leftovers import made_here
@@ -62,6 +69,8 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     cache_dir = checked("cache_dir", cache_dir)
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if cache_dir and is_uri(cache_dir):
+        from packtool.storage import check_uri
+        check_uri(cache_dir, "cache_dir", write=True)  # the bucket and a write, now: not after tokenizing
         check_cache_dir(None, inputs)  # its local mirror is made under the default root (store_cache)
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
