@@ -188,6 +188,25 @@ def _refuse_secrets(spec: str) -> None:
                                path=shown(spec))
 
 
+def check_form(spec: str, name: str | None = None) -> None:
+    """What a URI's text alone says packtool cannot use (no request made): a scheme Arrow does not
+    know, credentials in it, no bucket. `name`: the argument that gave it, named."""
+    scheme, flag = spec.split("://", 1)[0].lower(), name and cli_flag(name)
+    if scheme not in SCHEMES:
+        raise StorageError(f"the scheme {scheme}:// is not supported; packtool reads and writes local "
+                           f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
+                           f"(through pyarrow.fs), or pass a filesystem object from Python",
+                           path=shown(spec), flag=flag)
+    _refuse_secrets(spec)
+    if scheme in BUCKETED and not urlsplit(spec).netloc:
+        # Arrow would take the key for a bucket (`s3://` lists the account: its bucket `bkt` was
+        # shown as `kt/`) or refuse in its own words ("Path cannot start with a separator")
+        how = f"{arg(name)} {scheme}://BUCKET/PREFIX" if name else f"{scheme}://BUCKET/PREFIX"
+        e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=flag)
+        e.usage = bool(flag)  # a flag's value the command cannot take
+        raise e
+
+
 def locate(spec, filesystem=None, name: str | None = None) -> Location:
     """Resolve a path or URI once. `filesystem`: a `pyarrow.fs.FileSystem` or an fsspec
     filesystem object (a library user's own store); `spec` is then a path in it. `name`: the
@@ -206,19 +225,7 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
     if scheme in ("file", "local"):
         path = urlsplit(spec).path
         return Location(pafs.LocalFileSystem(), path, path, True)
-    if scheme not in SCHEMES:
-        raise StorageError(f"the scheme {scheme}:// is not supported; packtool reads and writes local "
-                           f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
-                           f"(through pyarrow.fs), or pass a filesystem object from Python",
-                           path=shown(spec), flag=name and cli_flag(name))
-    _refuse_secrets(spec)
-    if scheme in BUCKETED and not urlsplit(spec).netloc:
-        # Arrow would take the key for a bucket (`s3://` lists the account: its bucket `bkt` was
-        # shown as `kt/`) or refuse in its own words ("Path cannot start with a separator")
-        how = f"{arg(name)} {scheme}://BUCKET/PREFIX" if name else f"{scheme}://BUCKET/PREFIX"
-        e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=name and cli_flag(name))
-        e.usage = bool(name and cli_flag(name))  # a flag's value the command cannot take
-        raise e
+    check_form(spec, name)
     try:
         fs, path = pafs.FileSystem.from_uri(spec)
     except (OSError, ValueError, ImportError) as e:
@@ -391,7 +398,7 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["BUCKETED", "PROBE_TAG", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+__all__ = ["BUCKETED", "PROBE_TAG", "check_form", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
            "locate", "shown"]
 
 

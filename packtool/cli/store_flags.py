@@ -16,8 +16,10 @@ from packtool.cli.flags import PATH_PARAMS
 # (command, parameter) that may name an object store; every other path parameter is local
 STORE_PARAMS = {"pack": {"inputs", "output", "cache_dir"}, "verify": {"directory", "source", "cache_dir"},
                 "inspect": {"directory"}, "train": {"data_dir"}}
-# of those, what packtool writes into: probed with a put (an --output's own probe is its lease,
-# taken before any work: a put beside another writer's listing would be a foreign object there)
+# of those, what packtool writes into and probes with a put: checked here by its text alone, its
+# bucket and the put by check_cache_dir (library and CLI alike, after the local root it mirrors
+# into). An --output's probe is its lease, taken before any work: a put beside another writer's
+# listing would be a foreign object there.
 WRITTEN = {"cache_dir"}
 # the local-only parameters packtool writes (the others it reads)
 LOCAL_WRITES = {"plan": {"output"}, "inspect": {"html"}, "train": {"save", "json_log"}}
@@ -33,15 +35,17 @@ def check_store_flags(command: str | None, args: dict) -> None:
     """Refuse, before any work, a URI in `command`'s path parameters (`args`, by name) that
     packtool cannot use there."""
     from packtool.output.paths import refuse_uri
-    from packtool.storage import check_uri, is_uri
+    from packtool.storage import check_form, check_uri, is_uri
     store = STORE_PARAMS.get(command or "", set())
     for name in sorted(PATH_PARAMS.get(command or "", ())):
         said = _ARG.get(name, name)
         for spec in _values(args.get(name)):
             if not is_uri(spec):
                 continue
-            if name in store:
-                check_uri(spec, said, write=name in WRITTEN)
+            if name in WRITTEN:  # its one full check is the library's, after the local root's (check_cache_dir)
+                check_form(spec, said)
+            elif name in store:
+                check_uri(spec, said)
             else:
                 refuse_uri(spec, said, reads=name not in LOCAL_WRITES.get(command, ()))
 

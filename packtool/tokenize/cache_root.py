@@ -70,8 +70,8 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if cache_dir and is_uri(cache_dir):
         from packtool.storage import check_uri
-        check_uri(cache_dir, "cache_dir", write=True)  # the bucket and a write, now: not after tokenizing
         check_cache_dir(None, inputs)  # its local mirror is made under the default root (store_cache)
+        check_uri(cache_dir, "cache_dir", write=True)  # the bucket and a write, now: not after tokenizing
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
 
