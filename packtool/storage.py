@@ -7,6 +7,9 @@ filesystem object) into a `Location`: a `pyarrow.fs` filesystem plus a path in i
 stat, write and delete; packtool's local output rules (lock file, overwrite, clean-up) stay in
 `packtool.output`, the object-store commit protocol in `packtool.output.store`, both over this.
 
+`check_uri` is the one check of a URI an argument gives, before any work (its text, its
+bucket, a probe put for a place written); cli.store_flags applies it to every path flag.
+
 Credentials and endpoints come only from each store's standard chain (for S3: AWS_* variables
 including AWS_ENDPOINT_URL, profiles, instance roles), never from the URI: a URI carrying a
 user:secret@ or a key/secret/token query parameter is refused, and nothing here prints more
@@ -250,8 +253,9 @@ def check_uri(spec: str, name: str, write: bool = False) -> Location:
     flag, bucket = cli_flag(name), loc.path.split("/", 1)[0]
     if loc.local or loc.shown in _TAKES:
         return loc
-    try:
-        missing = bucket and loc.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    try:  # a bucket store's first name only: on HDFS it is a folder an --output may create
+        missing = bool(bucket) and spec.split("://", 1)[0].lower() in BUCKETED and \
+            loc.fs.get_file_info(bucket).type == pafs.FileType.NotFound
     except OSError:
         missing = False
     if missing:

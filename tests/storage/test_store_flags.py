@@ -142,3 +142,9 @@ def test_a_store_reason_is_cut_at_a_word():
     from packtool.storage import _why
     text = _why(OSError("AWS Error NO_SUCH_BUCKET during CreateMultipartUpload operation: " + "specified " * 40))
     assert text.endswith(" …") and text[:-2].rsplit(" ", 1)[-1] == "specified"
+
+
+def test_only_a_bucket_store_is_asked_for_its_bucket():
+    """On HDFS (and Arrow's mock store) the first name is a folder a write may create: no refusal."""
+    from packtool.storage import check_uri
+    assert check_uri("mock://newdir/x", "output").shown == "mock://newdir/x"
