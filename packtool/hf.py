@@ -139,12 +139,12 @@ class SlabDataset(Dataset):
         """On every rank (rank 0, whose log is read, is never a short one under round robin)."""
         short, repeats, each = short_ranks(self.index, self.manifest.dp, self.world_size)
         if repeats:
-            import warnings
-            warnings.warn(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
+            from packtool.notes import note  # on stderr and kept (notes.NOTES, --json), as every note
+            note(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
                           f"ranks: rank(s) {ranks_shown(short)} take their first slab(s) again ({repeats} in all, "
                           f"trained twice this epoch) so that every rank takes {each} (a DDP rank that runs out "
                           f"leaves the others waiting in the all-reduce); pack with `packtool pack --dp "
-                          f"{self.world_size}` to train each slab once", stacklevel=3)
+                          f"{self.world_size}` to train each slab once")
 
     def __len__(self) -> int:
         return int(self.order.size)

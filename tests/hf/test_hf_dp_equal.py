@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 
 from slab_support import write_pack  # noqa: E402
 
+from packtool import notes  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolInputError  # noqa: E402
 from packtool.hf import SlabDataset  # noqa: E402
@@ -32,10 +33,9 @@ def outs(tmp_path_factory):
 
 
 def _mine(out, world, rank):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ds = SlabDataset(out, rank=rank, world_size=world)
-    return ds, [str(w.message) for w in caught]
+    start = notes.mark()
+    ds = SlabDataset(out, rank=rank, world_size=world)
+    return ds, notes.since(start)
 
 
 # (output, world_size as a function of the slab count n)
