@@ -147,7 +147,8 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
             upload_file(os.path.join(d, info.file), dest)
         info = replace(info, file=dest.name)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
-                     "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128]})
+                     "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128],
+                     "max_token_id": [info.max_token_id]})
 
 
 
@@ -241,5 +242,6 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
     if t.column("shard").to_pylist() != list(range(len(ranges))):
         raise RuntimeError(f"ray engine: wrote shards {t.column('shard').to_pylist()}, "
                            f"expected 0..{len(ranges) - 1}")
-    return [ShardInfo(f, int(r), int(tk), int(ls), int(b), s) for f, r, tk, ls, b, s in
-            zip(*(t.column(c).to_pylist() for c in ("file", "rows", "tokens", "loss_tokens", "bytes", "xxh3_128")))]
+    return [ShardInfo(f, int(r), int(tk), int(ls), int(b), s, int(mx)) for f, r, tk, ls, b, s, mx in
+            zip(*(t.column(c).to_pylist() for c in ("file", "rows", "tokens", "loss_tokens", "bytes", "xxh3_128",
+                                                      "max_token_id")))]

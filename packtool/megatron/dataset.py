@@ -72,9 +72,10 @@ def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int |
     tokens), else below the model's vocabulary `model_vocab` (`whose`: where it came from): the
     embedding would index past its table, an IndexError mid-step. The dataset's reader holds
     the bound as it decodes each row group (`SlabReader.bound_ids`: its id check, one reduction,
-    no read of its own), before any of its rows reaches a batch: a bad id stops the run in one
-    line naming shard, row and id. Such a manifest records no largest id (its tokenizer block is
-    empty, its pads 0), and a pass over every shard's ids at start would read the output twice."""
+    no read of its own), before any of its rows reaches a batch. The manifest records each shard's
+    largest id (`max_token_id`, held by every reader): one at or over the bound is refused here, at
+    start, before the model is built; an output of older packtool records none, and a bad id
+    there stops the run mid-way, in one line naming shard, row and id."""
     if ds.manifest.vocab_size:  # ids held to it by every reader; train() holds it to the model's
         return
     if vocab_size is not None and vocab_size <= model_vocab:
@@ -86,6 +87,15 @@ def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int |
     else:
         top, said = model_vocab, (f"the vocabulary {model_vocab} of {whose}: train on an output of that "
                                   f"vocabulary, or start a new run")
+    most = ds.manifest.max_token_id
+    if most is None:  # said once, here: the one start that holds an output's ids to a vocabulary
+        from packtool.notes import note
+        note(f"{ds.manifest.manifest} records no max_token_id (written by an older packtool): its token ids are "
+             f"held below {top} as each row group is read, mid-run, not at start; re-pack to have them checked "
+             f"before training")
+    elif most >= top:
+        raise PacktoolConfigError(f"{ds.manifest.manifest}: token id {most} (its largest, max_token_id) is "
+                                  f"not below {said}")
     ds.reader.bound_ids(top, said)
 
 

@@ -252,11 +252,13 @@ def _check_cp_offsets(col, cu, cu_off, cp, fail) -> None:
 
 
 def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, layout_pad: np.ndarray,
-                num_loss: np.ndarray, n_seg: np.ndarray, ids_below: tuple[int, str] | None = None) -> None:
+                num_loss: np.ndarray, n_seg: np.ndarray, ids_below: tuple[int, str] | None = None,
+                max_id: int | None = None) -> None:
     """A decoded row group (`g`: list columns as (values, offsets), `tail_pad`, `fill_pad`, `singleton`)
     against FORMAT.md's per-slab rules, with the rows' scalars from the index (`n_seg`: the
     rows' source_index entries, read at open). Vectorized over segments and tokens. `ids_below`:
-    a trainer's bound on the ids and its words (`SlabReader.bound_ids`), held in the same pass."""
+    a trainer's bound on the ids and its words (`SlabReader.bound_ids`), held in the same pass;
+    `max_id`: the shard's recorded largest id (`SlabManifest.shard_max_id`), held there too."""
     ids, id_off = g["input_ids"]
     mask, mask_off = g["loss_mask"]
     lens, seg_off = g["seq_lens"]
@@ -328,11 +330,17 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
             fail(rows, what)
     seg_start = id_off[row_of] + cu[cu_off[row_of] + np.arange(lens.size) - seg_off[row_of]]
     top, said = ids_below if ids_below and not 0 < sm.vocab_size <= ids_below[0] else (sm.vocab_size, None)
-    found = _token_pass(ids, mask, id_off, seg_start, lens, np.diff(cu)[within], sm.pad_id, top,
+    # the recorded max tightens the one bound the pass holds: a trainer checked its vocabulary
+    # against that max at start, so an id over it is a manifest that lies, refused here
+    held = max_id + 1 if max_id is not None and not 0 < top <= max_id + 1 else top
+    found = _token_pass(ids, mask, id_off, seg_start, lens, np.diff(cu)[within], sm.pad_id, held,
                         num_loss.astype(np.int64))
     if found is not None:
         code, r, p = found
         at = f" position {p}" if p >= 0 else ""
+        if code == 4 and held != top and 0 <= ids[id_off[r] + p] < (top or 1 << 31):
+            raise FormatError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is above the shard's "
+                              f"max_token_id {max_id} in the manifest; {_fix(sm)}")
         if code == 4 and said:  # no damage: ids the model cannot embed (an IndexError mid-step)
             raise PacktoolConfigError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is not below {said}")
         raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")

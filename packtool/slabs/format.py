@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
@@ -69,10 +69,16 @@ class ShardInfo:
     loss_tokens: int
     bytes: int
     xxh3_128: str  # checksum.SHARD_CHECKSUM, the manifest's key
+    # the largest token id in the shard, pads too (FORMAT.md): a trainer refuses a vocabulary at or
+    # below it before it starts; None only for an entry of an output written before the field
+    max_token_id: int | None = None
 
 
-def _plain(x):
-    return asdict(x) if is_dataclass(x) else x
+def _shard_entry(s: ShardInfo) -> dict:
+    e = asdict(s)
+    if e["max_token_id"] is None:  # the field is absent, not null: null is refused as a damaged entry
+        del e["max_token_id"]
+    return e
 
 
 def alignment_dict(a: Alignment) -> dict:
@@ -92,7 +98,7 @@ def build_manifest(plan: Plan, shards: list[ShardInfo], stats: dict, tokenizer: 
         "tokenizer": tokenizer,
         "input": input_info,
         "stats": stats,
-        "shards": [_plain(s) for s in shards],
+        "shards": [_shard_entry(s) if isinstance(s, ShardInfo) else s for s in shards],
     }
 
 
@@ -218,17 +224,21 @@ def check_numbers(m: dict, path: str) -> None:
     for key, v in (m.get("stats") or {}).items():
         for k, x in (v.items() if isinstance(v, dict) else [(None, v)]):
             count(f"stats.{key}" + (f".{k}" if k else ""), x)
+    tok = m.get("tokenizer") or {}
+    vocab = tok.get("vocab_size")
     for i, e in enumerate(m["shards"]):
         for key in ("rows", "tokens", "loss_tokens", "bytes"):
             count(f"shards[{i}].{key}", e.get(key))
+        top = e.get("max_token_id", 0)  # absent in outputs written before it
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top < (vocab or 1 << 31):
+            bad(f"shards[{i}].max_token_id", top, f"not a token id in [0, {vocab or '2^31'})"
+                + (" (tokenizer.vocab_size)" if vocab else ""))
     cfg = m["config"]
     for part in ("alignment", "packing"):
         for key, top in NUMBER_RANGES.items():
             v = (cfg.get(part) or {}).get(key) if isinstance(cfg.get(part), dict) else None
             if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= top:
                 bad(f"config.{part}.{key}", v, f"outside [1, {top}]")
-    tok = m.get("tokenizer") or {}
-    vocab = tok.get("vocab_size")
     if vocab is not None and not 1 <= vocab < 1 << 31:  # token ids are int32
         bad("tokenizer.vocab_size", vocab, "outside [1, 2^31)")
     for key in ("pad_id", "eos_id", "bos_id"):
@@ -291,6 +301,17 @@ class SlabManifest:
     @property
     def dp(self) -> int:
         return self.packing.dp
+
+    def shard_max_id(self, i: int) -> int | None:
+        """Shard `i`'s recorded largest token id (range-checked at read), None in an output written
+        before the field: every reader holds the shard's ids to it (check_group)."""
+        return self.raw["shards"][i].get("max_token_id")
+
+    @property
+    def max_token_id(self) -> int | None:
+        """The output's largest token id, None where a shard records none (an older output)."""
+        tops = [self.shard_max_id(i) for i in range(len(self.shards))]
+        return None if not tops or None in tops else max(tops)
 
     def shard_path(self, i: int) -> str:
         return join(self.path, self.shards[i])

@@ -263,7 +263,7 @@ class SlabReader:
         g["fill_seg"] = ix.fill_seg[rows]
         check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows],
-                    ids_below=self._ids_below)
+                    ids_below=self._ids_below, max_id=self.manifest.shard_max_id(shard))
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

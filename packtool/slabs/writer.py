@@ -313,7 +313,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     through here, so their bytes agree. While `ahead` (or `ahead()`, asked per row group)
     holds, the next row group is gathered by a helper thread while this one encodes."""
     tmp = partial_shard_file(path)  # a name the sweep of a killed run's folder knows (slabs.names)
-    loss = 0
+    loss, top = 0, 0  # top: the shard's largest id, pads too (0 below any id: ids are >= 0)
     groups = _chunks(slab_len, side_group_tokens(group_tokens, w.side))
     # no dictionary pages: token ids have ~vocab distinct values and dictionary
     # attempts cost more than they save; zstd does the compressing. The two token columns
@@ -327,6 +327,8 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                               use_dictionary=False, column_encoding=side_encoding(w.side)) as pw:
             for (g0, g1), batch in zip(groups, batches):
                 loss += int(np_of(batch.column("num_loss_tokens")).sum())
+                # the manifest's max_token_id: a trainer refuses a vocabulary below it before it starts
+                top = max(top, int(np_of(batch.column("input_ids").flatten()).max(initial=0)))
                 pw.write_batch(batch, row_group_size=g1 - g0)
                 del batch
                 if on_rows:
@@ -336,7 +338,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     os.replace(tmp, path)
     release_memory()
     return ShardInfo(os.path.basename(path), int(slab_len.size), int(slab_len.sum()), loss,
-                     os.path.getsize(path), shard_checksum(path))
+                     os.path.getsize(path), shard_checksum(path), top)
 
 
 def _batches(make: Callable, groups: list[tuple[int, int]], ahead: Callable[[], bool]) -> Iterator:
