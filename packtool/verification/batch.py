@@ -17,7 +17,7 @@ from packtool.verification.problems import ProblemLog, segment_problems
 from packtool.verification.side import check_side_batch
 from packtool.verification.slab_layout import check_cp, check_layout
 from packtool.verification.tally import Tally
-from packtool.verification.tokens import TOKEN_CHECKS, source_ranges, token_pass, token_problems
+from packtool.verification.tokens import TOKEN_CHECKS, over_recorded_max, source_ranges, token_pass, token_problems
 
 LIST_COLUMNS = {
     "input_ids": pa.int32(), "loss_mask": pa.uint8(), "seq_lens": pa.int32(),
@@ -176,6 +176,8 @@ def _check_rows(batch: pa.RecordBatch, S: dict, nulls: dict, skip, row0: int, jo
                 np.where(rows_ok_seg, padded, 0), job.pad_id, job.vocab_size or 0,
                 s_tok, src_base, use_src & rows_ok_seg, loss_sum, cnt, first)
     token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log, rows_of)
+    if job.max_token_id is not None:
+        over_recorded_max(ids, ids_off, job.max_token_id, row0, where, log)
     if not ok_rows.all():  # rows the token pass skipped still count towards the totals
         loss_sum[~ok_rows] = np.add.reduceat(loss.astype(np.int64), ids_off[:-1])[~ok_rows]
     nl = S["num_loss_tokens"].astype(np.int64)

@@ -30,6 +30,7 @@ class ShardJob:
     side: tuple = ()  # the manifest's side columns (verification/side.py)
     source_side: tuple = ()  # the tokenized source's side columns (its store's order)
     side_source: tuple = ()  # per manifest side column, its index in source_side, -1: not compared
+    max_token_id: int | None = None  # the manifest's record for this shard (absent in older outputs)
 
 
 @dataclass

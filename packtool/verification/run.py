@@ -142,7 +142,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     base = [ShardJob(join(directory, f), f, align, policy, int(tok.get("pad_id") or 0),
                      tok.get("vocab_size"), source_dir, batch_rows, max_problems,
                      checksum=_checksum_of(by_name[f]), side=side, source_side=source_side,
-                     side_source=side_source)
+                     side_source=side_source, max_token_id=by_name[f].get("max_token_id"))
             for f in listed if f in present]
     from packtool.progress import bar, large
     pieces = _pieces(base, 4 * workers)

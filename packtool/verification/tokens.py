@@ -137,3 +137,21 @@ def token_problems(cnt, first, src_idx, s_off, seg_off, row0, where, log, rows_o
             text += f" ({int(cnt[r, kind])} such positions in this slab)"
         log.add(TOKEN_CHECKS[kind], text, row=row0 + int(r), segment=seg, expected=exp, found=found, **at,
                 **where)
+
+
+def over_recorded_max(ids, ids_off, top: int, row0: int, where: dict, log) -> None:
+    """A shard's ids held to the largest id its manifest entry records (`max_token_id`, pads
+    included): every reader refuses a row group holding a larger one (slabs.check), so verify
+    must too. One problem per slab, naming its first such position."""
+    over = np.flatnonzero(ids > top)
+    if not over.size:
+        return
+    rows = np.searchsorted(ids_off, over, side="right") - 1
+    for r in np.unique(rows):
+        at = over[rows == r]
+        pos, found = int(at[0] - ids_off[r]), int(ids[at[0]])
+        text = (f"token {found} at position {pos} is above the shard's recorded largest id {top} "
+                f"(.manifest.json max_token_id)")
+        if at.size > 1:
+            text += f" ({int(at.size)} such positions in this slab)"
+        log.add("token_id_range", text, row=row0 + int(r), expected=top, found=found, **where)

@@ -213,3 +213,14 @@ def test_an_output_without_the_field_is_read_as_before(ids_only, tmp_path):
     assert len(_steps(out)) and len(_hf(out))
     with pytest.raises(PacktoolError, match=f"row group .* token id {TOP} is not below"):
         _train(out, TOP)
+
+
+def test_verify_reports_what_every_reader_refuses(ids_only, tmp_path):
+    """verify holds each shard's ids to its recorded max too: an output it passes is one every
+    reader reads (and the untouched output passes)."""
+    from packtool.verification import verify
+    out, shard, _ = _lowered(ids_only, tmp_path)
+    bad = [p for p in verify(out, workers=1, progress=False).problems if p.check == "token_id_range"]
+    assert len(bad) == 1 and bad[0].shard == shard and bad[0].found == TOP and bad[0].expected == TOP - 1, bad
+    assert f"above the shard's recorded largest id {TOP - 1}" in bad[0].message
+    assert verify(ids_only, workers=1, progress=False).ok
