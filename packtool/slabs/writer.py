@@ -327,8 +327,10 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                               use_dictionary=False, column_encoding=side_encoding(w.side)) as pw:
             for (g0, g1), batch in zip(groups, batches):
                 loss += int(np_of(batch.column("num_loss_tokens")).sum())
-                # the manifest's max_token_id: a trainer refuses a vocabulary below it before it starts
-                top = max(top, int(np_of(batch.column("input_ids").flatten()).max(initial=0)))
+                # the manifest's max_token_id: a trainer refuses a vocabulary below it before it starts.
+                # The batch's own list (offsets from 0): its values are the group's ids; flatten() would
+                # load pyarrow.compute into every pack (tests/packing/test_lean_imports.py)
+                top = max(top, int(np_of(batch.column("input_ids").values).max(initial=0)))
                 pw.write_batch(batch, row_group_size=g1 - g0)
                 del batch
                 if on_rows:
