@@ -166,8 +166,12 @@ class SlabDataset(Dataset):
         cache, `load_kwargs` go to `load_dataset`) in this order;
         True: a `datasets.IterableDataset` reading through this dataset, no copy (the
         trainer needs `max_steps`)."""
-        import datasets
-        if switch("streaming", streaming, PacktoolConfigError):
+        streaming = switch("streaming", streaming, PacktoolConfigError)  # before the optional import
+        try:
+            import datasets
+        except ImportError as e:  # an optional dependency: the rest of packtool.hf works without it
+            raise PacktoolConfigError(f"to_hf needs the `datasets` package ({e}); pip install 'packtool[hf]'") from None
+        if streaming:
             return datasets.IterableDataset.from_generator(_items, gen_kwargs={"ds": self})
         from packtool.slabs.check import check_checksum
         # `datasets` reads every byte and hands its rows out unchecked: every check a row of

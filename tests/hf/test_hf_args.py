@@ -6,6 +6,8 @@ to_hf's streaming; a batch item without the slab columns (a Trainer's remove_unu
 stripped them) is one PacktoolInputError naming the key and the fix, never a KeyError."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,14 @@ def test_the_other_switches_are_checked(out, call):
              "to_hf": lambda: ds.to_hf(streaming=1)}
     with pytest.raises(PacktoolConfigError, match=r"^(keep_pads|streaming) must be True or False"):
         calls[call]()
+
+
+@pytest.mark.parametrize("streaming", [False, True, 1])
+def test_to_hf_without_datasets_is_one_line(out, monkeypatch, streaming):
+    """`datasets` is an optional extra: its absence is packtool's one line naming the extra, and a
+    bad switch is named first, whatever is installed (the device host has no `datasets`)."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+    with pytest.raises(PacktoolConfigError) as e:
+        SlabDataset(out).to_hf(streaming=streaming)
+    want = "packtool[hf]" if isinstance(streaming, bool) else "streaming must be True or False"
+    assert want in str(e.value) and "\n" not in str(e.value), str(e.value)
