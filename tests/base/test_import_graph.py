@@ -23,6 +23,7 @@ BASE = {"errors", "notes", "params", "align", "layout", "arrays", "heap", "side"
 BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool.online check through it
 BASE |= {"json_text"}  # JSON a user wrote, a key twice refused: every stage's JSON readers (standard library only)
 BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a cache root in a packed output
+BASE |= {"storage_uri"}  # a location's text (standard library only): storage.py's other half
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with
