@@ -10,26 +10,14 @@ import torch
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolError  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
+# the shape of one_step_run's checkpoint (conftest.py): DAMAGE's lines name its sizes
 SHAPE = GPTShape(layers=2, hidden=32, heads=2, ffn=64, vocab=128, max_seq=512)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """(slab folder, the checkpoint file of a 1-step run)."""
-    root = tmp_path_factory.mktemp("values")
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    data = str(write_slab_dir(str(root / "d"), seqs, greedy_bins(seqs, align), align))
-    train(TrainConfig(data_dir=data, shape=SHAPE, steps=1, quiet=True, save=str(root / "ck")))
-    return data, root / "ck" / "mp_rank_00.pt"
 
 
 def _set(key, value):
@@ -74,8 +62,8 @@ def app():
 
 @pytest.mark.parametrize("path", ["library", "cli"])
 @pytest.mark.parametrize("case", DAMAGE)
-def test_a_damaged_value_is_named_before_any_model_is_built(run, tmp_path, monkeypatch, app, path, case):
-    data, good = run
+def test_a_damaged_value_is_named_before_any_model_is_built(one_step_run, tmp_path, monkeypatch, app, path, case):
+    data, good = one_step_run
     edit, said = DAMAGE[case]
     ck = torch.load(good, weights_only=True)
     edit(ck)

@@ -12,27 +12,15 @@ import torch
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolError  # noqa: E402
 from packtool.megatron.checkpoint import check_save  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
+# the shape of one_step_run's checkpoint (conftest.py), and of the runs that replace it
 SHAPE = GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=128, max_seq=512)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """(slab folder, a checkpoint file a 1-step run saved)."""
-    root = tmp_path_factory.mktemp("savedir")
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    data = str(write_slab_dir(str(root / "d"), seqs, greedy_bins(seqs, align), align))
-    train(TrainConfig(data_dir=data, shape=SHAPE, steps=1, quiet=True, save=str(root / "ck")))
-    return data, root / "ck" / "mp_rank_00.pt"
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +67,8 @@ def _save_paths(data, sv, app):
 @pytest.mark.parametrize("path", ["check_save --overwrite", "check_save, resuming", "train overwrite",
                                   "cli --overwrite", "cli, no --overwrite"])
 @pytest.mark.parametrize("case", FOLDERS)
-def test_save_replaces_only_a_whole_set_of_checkpoints(run, tmp_path, app, path, case):
-    data, good = run
+def test_save_replaces_only_a_whole_set_of_checkpoints(one_step_run, tmp_path, app, path, case):
+    data, good = one_step_run
     files, said = FOLDERS[case]
     sv = tmp_path / "sv"
     before = _fill(sv, files, good)
@@ -97,10 +85,10 @@ def test_save_replaces_only_a_whole_set_of_checkpoints(run, tmp_path, app, path,
 
 
 @pytest.mark.parametrize("how", ["library", "cli"])
-def test_a_checkpoint_set_is_replaced_and_resumed(run, tmp_path, app, how):
+def test_a_checkpoint_set_is_replaced_and_resumed(one_step_run, tmp_path, app, how):
     """The rule's other side: the folder a run saved is replaced with --overwrite, resumed into
     without it, and resumed from."""
-    data, good = run
+    data, good = one_step_run
     sv = tmp_path / "sv"
     _fill(sv, {"mp_rank_00.pt": "CK"}, good)
     if how == "library":
@@ -115,8 +103,8 @@ def test_a_checkpoint_set_is_replaced_and_resumed(run, tmp_path, app, how):
 
 
 @pytest.mark.parametrize("extra", [b"my thesis\n", "CK"])
-def test_load_refuses_a_folder_of_two_runs(run, tmp_path, extra):
-    data, good = run
+def test_load_refuses_a_folder_of_two_runs(one_step_run, tmp_path, extra):
+    data, good = one_step_run
     ck = tmp_path / "ck"
     _fill(ck, {"mp_rank_00.pt": "CK", "mp_rank_07.pt": extra}, good)
     with pytest.raises(PacktoolError, match="saved by a run of 1 tensor-parallel rank.*also holds mp_rank_07.pt"):

@@ -35,8 +35,13 @@ def _array(shape, dtype: str) -> np.ndarray:
     return base.astype(dtype)
 
 
-def _one_line(msg: str, path) -> None:
+def _refusal(path) -> str:
+    """load_lengths' refusal of `path`: one line that opens with the file's name."""
+    with pytest.raises(PlanInputError) as e:
+        load_lengths(str(path))
+    msg = str(e.value)
     assert "\n" not in msg and msg.startswith(f"{path}"), msg
+    return msg
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -48,10 +53,7 @@ def test_a_npy_is_one_integer_length_per_sequence(tmp_path, shape, dtype):
     if shape == (3,) and arr.dtype.kind in "iu":
         assert load_lengths(str(p)).tolist() == [1, 2, 3]
         return
-    with pytest.raises(PlanInputError) as e:
-        load_lengths(str(p))
-    msg = str(e.value)
-    _one_line(msg, p)
+    msg = _refusal(p)
     if arr.size == 0 and arr.ndim == 1 and arr.dtype.kind in "iu":
         assert msg == f"{p}: no lengths", msg
     else:  # what it holds and the fix, whatever is wrong with it
@@ -71,10 +73,7 @@ def test_a_txt_is_one_integer_length_per_line(tmp_path, shape, value):
     if cols == 1 and value == "int":
         assert load_lengths(str(p)).tolist() == [1, 2, 3]
         return
-    with pytest.raises(PlanInputError) as e:
-        load_lengths(str(p))
-    msg = str(e.value)
-    _one_line(msg, p)
+    msg = _refusal(p)
     assert "line 1 holds" in msg and "one integer length per line" in msg, msg
 
 
@@ -106,10 +105,7 @@ def test_a_table_column_is_one_integer_length_per_row(tmp_path, fmt, value):
     if value == "int":
         assert load_lengths(str(p)).tolist() == [5, 6, 7]
         return
-    with pytest.raises(PlanInputError) as e:
-        load_lengths(str(p))
-    msg = str(e.value)
-    _one_line(msg, p)
+    msg = _refusal(p)
     assert "column length holds" in msg and "must be integers" in msg, msg
     assert "1.0 is not" not in msg and "5.0 is not" not in msg, msg  # a whole number is not called no integer
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import sys
 
 import pytest
+from scan_counts import bytes_searched
 
 import packtool.tokenize.text_readers as text_readers
 from packtool.errors import PacktoolError
 from packtool.tokenize.readers import peek_columns, resolve_inputs
 
-_SCANS = {"find", "rfind", "count", "index", "split"}
 _BOUND = 4 << 20
 
 
@@ -23,26 +22,6 @@ def _write(path, body: bytes) -> None:
     opener = {".gz": gzip.open, ".bz2": bz2.open}.get(path.suffix)
     with (opener(path, "wb") if opener else open(path, "wb")) as f:
         f.write(body)
-
-
-def _scanned(fn) -> tuple[int, object]:
-    total = 0
-
-    def hook(frame, event, arg):
-        nonlocal total
-        if event == "c_call" and getattr(arg, "__name__", "") in _SCANS and isinstance(
-                getattr(arg, "__self__", None), bytes):
-            total += len(arg.__self__)
-
-    sys.setprofile(hook)
-    try:
-        try:
-            out = fn()
-        except PacktoolError as e:
-            out = e
-    finally:
-        sys.setprofile(None)
-    return total, out
 
 
 @pytest.mark.parametrize("read", ["peek", "rows"])
@@ -56,9 +35,9 @@ def test_a_long_first_line_is_scanned_once(tmp_path, monkeypatch, name, over, re
     _write(p, b'{"text": "' + b"a" * n + b'"}\n{"text": "b"}\n')
     f = resolve_inputs([str(p)])[0]
     if read == "peek":
-        scanned, out = _scanned(lambda: peek_columns(f))
+        scanned, out = bytes_searched(lambda: peek_columns(f), PacktoolError)
     else:
-        scanned, out = _scanned(lambda: list(text_readers.jsonl_batches(f.path, 64, None)))
+        scanned, out = bytes_searched(lambda: list(text_readers.jsonl_batches(f.path, 64, None)), PacktoolError)
     if over:
         assert isinstance(out, PacktoolError) and "line 1 is longer than 4.0 MiB" in str(out), out
     else:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import gzip
 import io
-import sys
 
 import pyarrow as pa
 import pytest
+from scan_counts import bytes_searched
 
 import packtool.tokenize.text_where as text_where
 from packtool.tokenize.text_readers import csv_error
 from packtool.tokenize.text_where import csv_bad_record, csv_record_line, first_bad_int_line
 
-_SCANS = {"find", "rfind", "count", "index", "split"}
 _LINE = 4 << 20
 _CHUNK = 1 << 16
 
@@ -41,23 +40,6 @@ class _Reader(io.BytesIO):
         return _Counted(super().read(n))
 
 
-def _searched(fn):
-    total = 0
-
-    def hook(frame, event, arg):
-        nonlocal total
-        if event == "c_call" and getattr(arg, "__name__", "") in _SCANS and isinstance(
-                getattr(arg, "__self__", None), bytes):
-            total += len(arg.__self__)
-
-    sys.setprofile(hook)
-    try:
-        out = fn()
-    finally:
-        sys.setprofile(None)
-    return total, out
-
-
 _LONG = b"a" * _LINE
 # (what reads the text again, the file, what it must find): each past one long line
 _CASES = {
@@ -74,7 +56,7 @@ def test_a_long_line_is_searched_and_joined_once(monkeypatch, name):
     monkeypatch.setattr(text_where, "_CHUNK", _CHUNK)
     fn, body, want = _CASES[name]
     _Counted.copied = 0
-    searched, out = _searched(lambda: fn(_Reader(body)))
+    searched, out = bytes_searched(lambda: fn(_Reader(body)))
     assert out == want
     assert searched < 4 * len(body), f"{searched} bytes searched for a {len(body)}-byte file"
     assert _Counted.copied < 4 * len(body), f"{_Counted.copied} bytes copied for a {len(body)}-byte file"
@@ -87,6 +69,6 @@ def test_a_csv_error_names_the_record_after_a_long_line(tmp_path, monkeypatch, n
     p = tmp_path / name
     body = b"k,v\n" + _LONG + b",x\n1,2,3\n"
     p.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
-    searched, err = _searched(lambda: csv_error(str(p), pa.ArrowInvalid("Expected 2 columns, got 3")))
+    searched, err = bytes_searched(lambda: csv_error(str(p), pa.ArrowInvalid("Expected 2 columns, got 3")))
     assert "at line 3: 3 fields where the header has 2" in str(err), err
     assert searched < 4 * len(body), f"{searched} bytes searched for a {len(body)}-byte file"
