@@ -10,13 +10,14 @@ import torch
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from megatron_runs import one_step_run  # noqa: E402, F401  (the module's fixture)
 from typer.testing import CliRunner  # noqa: E402
 
 from packtool.errors import PacktoolError  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
-# the shape of one_step_run's checkpoint (conftest.py): DAMAGE's lines name its sizes
+# the shape of one_step_run's checkpoint (megatron_runs.py): DAMAGE's lines name its sizes
 SHAPE = GPTShape(layers=2, hidden=32, heads=2, ffn=64, vocab=128, max_seq=512)
 
 

@@ -12,6 +12,7 @@ import torch
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from megatron_runs import one_step_run  # noqa: E402, F401  (the module's fixture)
 from typer.testing import CliRunner  # noqa: E402
 
 from packtool.errors import PacktoolError  # noqa: E402
@@ -19,7 +20,7 @@ from packtool.megatron.checkpoint import check_save  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
-# the shape of one_step_run's checkpoint (conftest.py), and of the runs that replace it
+# the shape of one_step_run's checkpoint (megatron_runs.py), and of the runs that replace it
 SHAPE = GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=128, max_seq=512)
 
 

@@ -1,19 +1,19 @@
-"""Fixtures the Megatron tests share."""
+"""A 1-step Megatron run's checkpoint, for the tests that edit or copy one. A module, not a
+tests/megatron/conftest.py: test modules import `conftest` by name (tests/conftest.py's data
+paths), and a second conftest.py shadows that name for every module collected after it."""
 from __future__ import annotations
 
 import pytest
+from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
+
+from packtool.align import Alignment
+from packtool.megatron.loop import TrainConfig, train
 
 
 @pytest.fixture(scope="module")
 def one_step_run(tmp_path_factory, request):
     """(slab folder, the checkpoint file of a 1-step run) of the requesting module's SHAPE: each
     module edits or copies a checkpoint of the shape its cases are written for."""
-    # imported here: this conftest is loaded for every test of the folder, megatron or not installed
-    pytest.importorskip("megatron.core")
-    from megatron_slabs import greedy_bins, random_sequences, write_slab_dir
-
-    from packtool.align import Alignment
-    from packtool.megatron.loop import TrainConfig, train
     root = tmp_path_factory.mktemp("one_step")
     align = Alignment(capacity=64)
     seqs = random_sequences(12, 3, 30, seed=8)
