@@ -28,14 +28,13 @@ from packtool.output.files import make_parents, remove_created
 from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.progress import bar
 from packtool.tokenize.cache import (
-    CACHE_FORMAT,
-    CACHE_VERSION,
     DATA_DIR,
     CacheWriter,
     TokenizedCache,
     publish_cache,
     tokenizer_meta,
 )
+from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION
 from packtool.storage import file_stat, is_uri, join_uri, locate
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.chat_keys import merge, say_unrendered

@@ -10,7 +10,7 @@ from __future__ import annotations
 from packtool.align import Alignment
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import ShardedPlan, plan_shards
-from packtool.tokenize.cache import cache_shards
+from packtool.tokenize.cache_pieces import cache_shards
 
 
 class RayRunner:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from packtool.notes import note
 from packtool.storage import is_file, join_uri, locate, shown
-from packtool.tokenize.cache import TokenizedCache, cache_problem, file_problem
+from packtool.tokenize.cache import TokenizedCache, cache_problem
+from packtool.tokenize.cache_entry import file_problem
 from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.request import resolve_cache

@@ -25,7 +25,8 @@ from packtool.slabs.format import ShardInfo
 from packtool.slabs.names import shard_file
 from packtool.storage import join_uri, locate
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
-from packtool.tokenize.cache import cache_pieces, mask_values
+from packtool.tokenize.cache_parts import mask_values
+from packtool.tokenize.cache_pieces import cache_pieces
 from packtool.tokenize.flat_tokens import FlatTokens
 
 # Test hook, read on the driver when the write starts: a directory where the first attempt of

@@ -23,7 +23,7 @@ def entry_names(name: str) -> bool:
 
 
 _PART = re.compile(r"^part-\d{5,}\.parquet\Z").match  # tokenize.cache_parts' part names
-_SIDE = re.compile(r"^side-\d{3,}\.(?:bin|cnt|idx)\Z").match  # tokenize.cache.side_files
+_SIDE = re.compile(r"^side-\d{3,}\.(?:bin|cnt|idx)\Z").match  # tokenize.cache_entry.side_files
 # what packtool writes one level down in an entry: each folder's names (None: any plain file)
 _LEGACY_FLAT = ("ids.i32", "mask.u8")  # the two-file store before tokens.i32: rebuilt, so packtool's
 _ENTRY_INSIDE = {"data": _PART, "flat": lambda n: FLAT_NAMES(n) or _SIDE(n) or n in _LEGACY_FLAT}

@@ -127,7 +127,7 @@ _CACHE_TMP = re.compile(r"^\.tmp-[0-9a-f]+-\d+-")  # tokenize.pipeline, engines.
 _CACHE_ASIDE = re.compile(r"^[0-9a-f]+\.damaged-\d+\Z")  # tokenize.request.discard_cache
 _VERIFY_TMP = re.compile(r"^\.verify-source-\d+-")  # verification.source
 _PULL_TMP = re.compile(r"^\.pull-[0-9a-f]*-\d+-")  # tokenize.store_cache: an entry being pulled
-_FLAT_DIR = "flat"  # tokenize.cache.FLAT_DIR: an entry's flat store, published by a rename too
+_FLAT_DIR = "flat"  # tokenize.cache_entry.FLAT_DIR: an entry's flat store, published by a rename too
 
 
 def sweep_cache(root: str | None, sweep: Sweep) -> None:

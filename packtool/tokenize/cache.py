@@ -17,13 +17,16 @@ the Parquet parts and, once built, flat/tokens.i32 and flat/offsets.npy), and th
 after every recorded file is re-hashed and matches (`cache_problem`); anything else -- a
 flipped byte, a truncated or missing file, a garbled cache.json -- is reported in one line
 and the cache is rebuilt (tokenize/pipeline.py).
+
+The entry's names, cache.json and each file's record are tokenize/cache_entry.py's; the parts
+as runs of row groups (plan shards, Ray tasks) tokenize/cache_pieces.py's; this module opens,
+reads and checks a whole entry and publishes a built one. It re-exports both.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import NamedTuple
 
 import numba
@@ -32,55 +35,38 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError, arg
+from packtool.errors import PacktoolFormatError, PacktoolIndexError, PacktoolInputError
 from packtool.output.files import share_as_mkdir
 from packtool.output.leftovers import remove_tree, unmark
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, file_size, is_file, is_uri, join_uri, locate, read_range
+from packtool.storage import arrow_file, is_file, is_uri, join_uri, read_range
+from packtool.tokenize.cache_entry import (  # the entry's format and trust, re-exported: its readers import them from here
+    CACHE_FORMAT,
+    CACHE_JSON_BYTES,  # noqa: F401
+    CACHE_VERSION,
+    FLAT_DIR,
+    FLAT_FILES,
+    SIDE_STORE,
+    CacheDamagedError,
+    cache_checksums,
+    file_problem,
+    read_cache_json,
+    side_file,  # noqa: F401
+    side_files,
+    write_cache_json,
+)
 from packtool.tokenize.cache_parts import (
-    CHECKSUM_ALG,
+    CHECKSUM_ALG,  # noqa: F401
     DATA_DIR,
     SCHEMA,  # noqa: F401  (re-exported: the Ray engine and tests import it from here)
     CacheWriter,  # noqa: F401
-    file_record,
+    file_record,  # noqa: F401
     mask_values,
 )
-from packtool.tokenize.checksum import fast_digest, file_digest
+from packtool.tokenize.cache_pieces import CacheLengths, cache_pieces, cache_shards  # noqa: F401  (re-exported)
 from packtool.tokenize.encode import TokenizerInfo
 from packtool.tokenize.side_store import read_dense
 
-CACHE_FORMAT = "packtool-tokenized-cache"
-CACHE_JSON_BYTES = 256 << 20  # read whole (storage.read_small): one record per input file and part
-CACHE_VERSION = 4  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets; 4: chat weight 0 honoured
-FLAT_DIR = "flat"
-FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
-
-
-# The layout of side columns in flat/, in the key and in cache.json of every cache that has
-# them: 2 keeps K-wide rows sparse (tokenize/side_store.py), so a cache of layout 1 (dense
-# rows) has another key and, found anyway, is refused, never read as sparse.
-SIDE_STORE = 2
-
-
-def side_file(k: int) -> str:
-    """Side column k's values in flat/ (cache.json `side_columns`, in order), in the order of
-    tokens.i32: width 1, one value of its dtype per token; width K, each token's values up to
-    its last non-fill one (tokenize/side_store.py). Numbered, not named: a column's name is
-    the user's, a file name is packtool's."""
-    return f"side-{k:03d}.bin"
-
-
-def side_files(k: int, width: int) -> tuple[str, ...]:
-    """Every file of side column k in flat/: its values; for width K > 1 then its per-token
-    counts and its block index (side_store.SparseRowsWriter's order)."""
-    base = side_file(k)[:-4]
-    return (side_file(k),) if width == 1 else (side_file(k), f"{base}.cnt", f"{base}.idx")
-
-
-class CacheDamagedError(PacktoolCacheError):
-    """A tokenized cache whose files do not match what cache.json recorded (or whose
-    cache.json cannot be read). The pipeline rebuilds such a cache; a caller that opened one
-    directly gets this error, naming the cache and the fix."""
 
 class InputFileInfo(NamedTuple):
     path: str
@@ -312,64 +298,6 @@ def _base(path: str) -> str:
     return path.partition("?")[0].rstrip("/").rsplit("/", 1)[-1] if is_uri(path) else os.path.basename(path)
 
 
-# ---------------------------------------------------------------- writing
-
-def write_cache_json(directory: str, meta: dict) -> None:
-    """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
-    from packtool.output.files import write_file
-    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True, manifest=True) as f:
-        json.dump(meta, f, indent=1, sort_keys=False)
-        f.write("\n")
-
-
-def read_cache_json(directory: str) -> dict:
-    try:
-        from packtool.storage import read_small
-        where = locate(directory).join("cache.json") if is_uri(directory) else os.path.join(directory, "cache.json")
-        meta = json.loads(read_small(where, CACHE_JSON_BYTES, "cache.json", "delete the folder and re-run (it is "
-                                     "rebuilt)", err=CacheDamagedError).decode("utf-8"))
-    except CacheDamagedError:  # over its bound: said with the size
-        raise
-    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
-                                f"folder and re-run (it is rebuilt)", path=directory) from None
-    if not isinstance(meta, dict):
-        raise CacheDamagedError("cache.json is not a JSON object; delete the folder and re-run",
-                                path=directory)
-    return meta
-
-
-# ---------------------------------------------------------------- checksums
-
-def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> dict:
-    """Records of the Parquet parts and, when present, the flat store under `root`, keyed by
-    path relative to `root`; `known` holds records already computed (the flat tokens,
-    hashed while they were written)."""
-    known = known or {}
-    names = [f"{DATA_DIR}/{p['file']}" for p in parts]
-    if all(os.path.exists(os.path.join(root, FLAT_DIR, n)) for n in FLAT_FILES):
-        names += [f"{FLAT_DIR}/{n}" for n in FLAT_FILES]
-    names += [n for n in known if n not in names]  # the side columns' files
-    return {n: known.get(n) or file_record(os.path.join(root, n)) for n in names}
-
-
-def file_problem(root: str, name: str, rec) -> str | None:
-    """Why one recorded file of the cache at `root` (a folder or a store entry) is not what
-    cache.json says; None when its size and xxh3-128 match."""
-    path = _join(root, *name.split("/"))
-    if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or CHECKSUM_ALG not in rec:
-        return f"cache.json's record of {name} is damaged"
-    if not is_file(path):
-        return f"{name} is missing"
-    size = file_size(path)
-    if size != rec["bytes"]:
-        return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
-    # an object streamed once, xxh3 alone (fast_digest also keeps its sha256 for the cache key)
-    if (file_digest(path, CHECKSUM_ALG) if is_uri(path) else fast_digest(path)) != rec[CHECKSUM_ALG]:
-        return f"{name} does not match its checksum (changed bytes)"
-    return None
-
-
 def _check_serially(root: str, records: list[tuple[str, dict]]) -> str | None:
     for name, rec in records:
         problem = file_problem(root, name, rec)
@@ -443,42 +371,3 @@ def publish_cache(tmp: str, final: str, meta: dict, known: dict | None = None) -
     else:
         unmark(final)  # a published entry is no leftover
     return TokenizedCache(final)
-
-
-def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
-    """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
-    pieces, row = [], 0
-    for path in cache.parquet_files:
-        md = pq.ParquetFile(arrow_file(path)).metadata
-        for g0 in range(0, md.num_row_groups, groups_per_task):
-            gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
-            n = sum(md.row_group(g).num_rows for g in gs)
-            pieces.append((path, gs, row, n))
-            row += n
-    return pieces
-
-
-@dataclass(frozen=True)
-class CacheLengths:
-    """The `length` column of some cache rows: read by the shard task, where it runs."""
-    pieces: tuple  # ((parquet file, row groups, first, end), ...): rows [first, end) of the groups
-
-    def __call__(self) -> np.ndarray:
-        parts = [np_of(pq.ParquetFile(arrow_file(path)).read_row_groups(list(gs), columns=["length"]).column(0))[a:e]
-                 for path, gs, a, e in self.pieces]
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-
-
-def cache_shards(cache, shard_rows: int) -> list[tuple[int, CacheLengths]]:
-    """Plan shards of `shard_rows` cache rows (the last may be smaller), as (first row, reader)."""
-    if shard_rows < 1:
-        raise PacktoolConfigError(f"{arg('plan_shard_rows')} must be >= 1 to plan in shards, got {shard_rows}; "
-                                  f"0 plans every row at once (packtool.planning.core.plan)")
-    pieces = cache_pieces(cache)
-    total = sum(p[3] for p in pieces)
-    shards = []
-    for a in range(0, total, shard_rows):
-        e = min(a + shard_rows, total)
-        shards.append((a, CacheLengths(tuple((path, tuple(gs), max(a - r0, 0), min(e - r0, n))
-                                             for path, gs, r0, n in pieces if r0 < e and r0 + n > a))))
-    return shards

@@ -19,7 +19,8 @@ from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, missin
 from packtool.notes import note
 from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.storage import is_uri, join_uri
-from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, cache_problem
+from packtool.tokenize.cache import TokenizedCache, cache_problem
+from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE
 from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig

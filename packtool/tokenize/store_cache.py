@@ -22,7 +22,7 @@ from packtool.output.leftovers import owned_temp_dir, remove_tree, unmark
 from packtool.storage import Location, locate, shown
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
-META_BYTES = 256 << 20  # as the local cache.json's bound (cache.read_cache_json)
+META_BYTES = 256 << 20  # as the local cache.json's bound (cache_entry.read_cache_json)
 
 
 def mirror_dir(store: str, local_root: str) -> str:

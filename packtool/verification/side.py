@@ -204,7 +204,7 @@ def source_side_columns(source_dir: str, side, log: ProblemLog, notes: list[str]
     """The side columns of the tokenized source (its cache.json beside the flat store), and
     per manifest column its index there (-1: not compared, a note or a problem says why)."""
     from packtool.side import side_columns_from_manifest
-    from packtool.tokenize.cache import read_cache_json
+    from packtool.tokenize.cache_entry import read_cache_json
     root = os.path.dirname(os.path.normpath(source_dir))
     meta = read_cache_json(root) if os.path.exists(os.path.join(root, "cache.json")) else {}
     have = side_columns_from_manifest(meta.get("side_columns"), os.path.join(root, "cache.json"))

@@ -1,0 +1,110 @@
+"""A tokenized cache entry's format and its trust: what the folder holds and how each file is
+vouched for, read by every reader and writer of an entry (tokenize.cache opens and checks a
+whole entry over this and re-exports all of it; the flat store, the Ray engine and the store
+mirror ask here too).
+
+The names: cache.json, data/ (cache_parts.DATA_DIR), flat/ and its token and side column
+files; the format's name and version, and the side column layout's (`SIDE_STORE`). cache.json
+read whole, bounded (storage.read_small), and written in one rename. Trust: cache.json records
+every file's size and xxh3-128 (`cache_checksums`); `file_problem` says why one file is not
+what it records. `CacheDamagedError` is every refusal of an entry whose files or cache.json do
+not hold.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from packtool.errors import PacktoolCacheError
+from packtool.storage import file_size, is_file, is_uri, join_uri, locate
+from packtool.tokenize.cache_parts import CHECKSUM_ALG, DATA_DIR, file_record
+from packtool.tokenize.checksum import fast_digest, file_digest
+
+CACHE_FORMAT = "packtool-tokenized-cache"
+CACHE_JSON_BYTES = 256 << 20  # read whole (storage.read_small): one record per input file and part
+CACHE_VERSION = 4  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets; 4: chat weight 0 honoured
+FLAT_DIR = "flat"
+FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
+
+
+# The layout of side columns in flat/, in the key and in cache.json of every cache that has
+# them: 2 keeps K-wide rows sparse (tokenize/side_store.py), so a cache of layout 1 (dense
+# rows) has another key and, found anyway, is refused, never read as sparse.
+SIDE_STORE = 2
+
+
+def side_file(k: int) -> str:
+    """Side column k's values in flat/ (cache.json `side_columns`, in order), in the order of
+    tokens.i32: width 1, one value of its dtype per token; width K, each token's values up to
+    its last non-fill one (tokenize/side_store.py). Numbered, not named: a column's name is
+    the user's, a file name is packtool's."""
+    return f"side-{k:03d}.bin"
+
+
+def side_files(k: int, width: int) -> tuple[str, ...]:
+    """Every file of side column k in flat/: its values; for width K > 1 then its per-token
+    counts and its block index (side_store.SparseRowsWriter's order)."""
+    base = side_file(k)[:-4]
+    return (side_file(k),) if width == 1 else (side_file(k), f"{base}.cnt", f"{base}.idx")
+
+
+class CacheDamagedError(PacktoolCacheError):
+    """A tokenized cache whose files do not match what cache.json recorded (or whose
+    cache.json cannot be read). The pipeline rebuilds such a cache; a caller that opened one
+    directly gets this error, naming the cache and the fix."""
+
+
+def write_cache_json(directory: str, meta: dict) -> None:
+    """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
+    from packtool.output.files import write_file
+    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True, manifest=True) as f:
+        json.dump(meta, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+def read_cache_json(directory: str) -> dict:
+    try:
+        from packtool.storage import read_small
+        where = locate(directory).join("cache.json") if is_uri(directory) else os.path.join(directory, "cache.json")
+        meta = json.loads(read_small(where, CACHE_JSON_BYTES, "cache.json", "delete the folder and re-run (it is "
+                                     "rebuilt)", err=CacheDamagedError).decode("utf-8"))
+    except CacheDamagedError:  # over its bound: said with the size
+        raise
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
+                                f"folder and re-run (it is rebuilt)", path=directory) from None
+    if not isinstance(meta, dict):
+        raise CacheDamagedError("cache.json is not a JSON object; delete the folder and re-run",
+                                path=directory)
+    return meta
+
+
+# ---------------------------------------------------------------- checksums
+
+def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> dict:
+    """Records of the Parquet parts and, when present, the flat store under `root`, keyed by
+    path relative to `root`; `known` holds records already computed (the flat tokens,
+    hashed while they were written)."""
+    known = known or {}
+    names = [f"{DATA_DIR}/{p['file']}" for p in parts]
+    if all(os.path.exists(os.path.join(root, FLAT_DIR, n)) for n in FLAT_FILES):
+        names += [f"{FLAT_DIR}/{n}" for n in FLAT_FILES]
+    names += [n for n in known if n not in names]  # the side columns' files
+    return {n: known.get(n) or file_record(os.path.join(root, n)) for n in names}
+
+
+def file_problem(root: str, name: str, rec) -> str | None:
+    """Why one recorded file of the cache at `root` (a folder or a store entry) is not what
+    cache.json says; None when its size and xxh3-128 match."""
+    path = join_uri(root, *name.split("/"))
+    if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or CHECKSUM_ALG not in rec:
+        return f"cache.json's record of {name} is damaged"
+    if not is_file(path):
+        return f"{name} is missing"
+    size = file_size(path)
+    if size != rec["bytes"]:
+        return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
+    # an object streamed once, xxh3 alone (fast_digest also keeps its sha256 for the cache key)
+    if (file_digest(path, CHECKSUM_ALG) if is_uri(path) else fast_digest(path)) != rec[CHECKSUM_ALG]:
+        return f"{name} does not match its checksum (changed bytes)"
+    return None
