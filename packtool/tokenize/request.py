@@ -27,7 +27,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
-from packtool.tokenize.shapes import Shape, detect_shape, unread_shapes
+from packtool.tokenize.shape_detect import Shape, detect_shape, unread_shapes
 from packtool.tokenize.side_values import SIDE_VALUES
 from packtool.tokenize.templates import Renderer, load_template
 
@@ -102,7 +102,7 @@ def _without_values(f, columns: list[str], cfg) -> frozenset[str]:
     """The columns of a file's known shapes, when it has more than one, that are null on every
     row (an exporter's all-null column is no second shape). Read only then, those columns only,
     stopping once each holds a value; a stream is not read twice (nothing found)."""
-    from packtool.tokenize.shapes import shape_columns
+    from packtool.tokenize.shape_detect import shape_columns
     cols = shape_columns(set(columns), cfg.text_field or "text")
     if not cols or not (isinstance(f, InputFile) or f.kind in ("arrow-table", "hf-dataset", "arrow-dataset")):
         return frozenset()

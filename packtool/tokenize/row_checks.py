@@ -27,7 +27,7 @@ def _is_messages(t: pa.DataType) -> bool:
 
 
 def check_column_types(batch: pa.RecordBatch, shape, path: str, first_row: int) -> None:
-    """`shape` (a `shapes.Shape`): its text columns hold strings and message columns lists of
+    """`shape` (a `shape_detect.Shape`): its text columns hold strings and message columns lists of
     objects, else one line naming the column, its type and the first row that has a value
     (Parquet columns of another type, a JSON field that is a number in some rows)."""
     want = _is_messages if shape.kind in ("chat", "sharegpt") else _is_text
@@ -76,7 +76,7 @@ def refuse_null(what: str, path: str, row: int) -> None:
 def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
     """A row that gave no token (`empty`) or no loss token, under --on-empty error: the key(s) at
     fault named with the row, so that the user looks at the right field, not only the row.
-    `shape`: the file's `shapes.Shape` (its columns in role order; held ones last)."""
+    `shape`: the file's `shape_detect.Shape` (its columns in role order; held ones last)."""
     cols = shape.columns[:len(shape.columns) - len(shape.held)]
     turns = shape.kind in ("chat", "sharegpt")
     if empty:

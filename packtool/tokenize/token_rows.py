@@ -19,7 +19,7 @@ import pyarrow as pa
 from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.encode import EncodedBatch, row_sums
-from packtool.tokenize.shapes import Shape
+from packtool.tokenize.shape_detect import Shape
 
 
 def _row_of(lens: np.ndarray, flat_pos: int) -> int:

@@ -1,0 +1,221 @@
+"""Input shape detection: which columns of a file mean what (tokenize.shapes, which turns each
+row into text plus loss spans, re-exports it).
+
+Per file, from its column names, so one run can mix GSM8K, chats and documents;
+`TokenizeConfig.shape` overrides it for every file, and an explicit choice of columns (the
+prompt/response or text field, side columns) picks among several. A file with the columns of
+two known shapes, or of none, or a packed slab shard, is refused in one line naming the flags
+that say which; a shape's missing column names the flag that fixes it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.tokenize.chat_keys import ROW_COLUMNS
+
+
+def _fix() -> str:
+    return (f"{arg('shape', choices=('tokens', 'text', 'chat', 'sharegpt', 'alpaca', 'prompt_completion', 'fields'))}, "
+            f"{arg('text_field', 'NAME')}, or {arg('prompt_field', 'A')} {arg('response_field', 'B')}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str                        # tokens | text | chat | sharegpt | alpaca | prompt_completion | fields
+    columns: tuple[str, ...]         # the columns this shape reads, in a fixed role order
+    templated: bool = False          # rendered through a chat template
+    side: tuple[str, ...] = ()       # per-token side columns read beside (tokens only)
+    held: tuple[str, ...] = ()       # content columns read only to refuse (the last of `columns`)
+
+
+def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: list[str]) -> None:
+    missing = [n for n in names if n not in cols]
+    if missing:
+        raise PacktoolInputError(
+            f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}; "
+            f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
+
+
+def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str], cfg) -> None:
+    """A side column the file lacks is a --side-columns (or --support-columns) name to check,
+    not a shape problem."""
+    missing = [n for n in side if n not in cols]
+    if missing:
+        from packtool.tokenize.side_values import parse_side_spec
+        named = {s[0] for s in parse_side_spec(getattr(cfg, "side_columns", ()) or (), ())}
+        name = "side_columns" if set(missing) & named else "support_columns"
+        raise PacktoolInputError(
+            f"side column(s) {', '.join(missing)} not in this file (columns found: {', '.join(found) or 'none'}); "
+            f"check the names given to {arg(name)}", path=path, flag=cli_flag(name))
+
+
+def _side_names(cfg) -> tuple[str, ...]:
+    spec = getattr(cfg, "side_columns", ()) or getattr(cfg, "support_columns", ())
+    if not spec:
+        return ()
+    from packtool.tokenize.side_values import parse_side_spec
+    return tuple(s[0] for s in parse_side_spec(cfg.side_columns, cfg.support_columns))
+
+
+# Columns only a packed slab has (FORMAT.md): spelled here, as the tokenize stage comes before
+# the slab format's module and must not import it.
+_SLAB_COLUMNS = frozenset(("input_ids", "seq_lens", "cu_seqlens_padded", "slab_index"))
+
+
+QA = {"question", "answer"}  # GSM8K's fields (docs/TOKENIZATION.md's own example of `fields`)
+_ROW_IDS = {"id", "idx", "index", "uid"}  # columns beside them that say nothing of the prompt
+
+
+def _question_answer(cols: set[str], path: str) -> tuple[str, str]:
+    """question -> answer as a prompt and its response, when nothing else could be part of the
+    prompt (a passage, a context, choices): then which columns the prompt needs is the user's
+    call, said in one line with the flags."""
+    other = sorted(cols - QA - _ROW_IDS - set(HELD))  # system / history: refused by row (`refuse_held`)
+    if other:
+        raise PacktoolInputError(
+            f"has question and answer columns beside {', '.join(other)}, which may belong to the prompt: "
+            f"pass {arg('prompt_field', 'question')} {arg('response_field', 'answer')} to pack question -> "
+            f"answer (the others are not read), or give {arg('shape')} / {arg('text_field')} for another layout",
+            path=path, flag=cli_flag("prompt_field"))
+    return "question", "answer"
+
+
+# LLaMA-Factory's alpaca columns beyond instruction/input/output (its dataset_info `system`,
+# `history`): a system prompt and earlier [instruction, response] turns, content a prompt/response
+# row does not render. Read beside alpaca, prompt/completion and question/answer rows alike and
+# refused where a row holds a value, so they are never dropped without a word.
+HELD = {"system": "a system prompt", "history": "earlier [instruction, response] turns"}
+# Alpaca's response under either documented name: a file may hold both (two exports joined), each
+# row's response under one of them; a row is read from the one that holds it, never called empty.
+ALPACA_RESPONSE = ("output", "response")
+
+
+def _with_held(shape: Shape, cols: set[str]) -> Shape:
+    held = tuple(c for c in HELD if c in cols and c not in shape.columns)
+    return replace(shape, columns=shape.columns + held, held=held) if held else shape
+
+
+def known_shapes(cols: set[str], text_field: str = "text",
+                 empty: frozenset[str] = frozenset()) -> list[tuple[str, tuple[str, ...]]]:
+    """Every known shape whose columns are all in `cols`, as (kind, its columns), in auto
+    detection's order (docs/TOKENIZATION.md). A shape whose every column is in `empty` (null on
+    every row of the file: `shape_columns_without_values`) is no evidence of that shape."""
+    resp = "output" if "output" in cols else "response"
+    found = [("tokens", ("input_ids",)), ("chat", ("messages",)), ("sharegpt", ("conversations",)),
+             ("alpaca", ("instruction", resp)), ("prompt_completion", ("prompt", "completion")),
+             ("text", (text_field,)), ("fields", ("question", "answer"))]
+    return [(k, c) for k, c in found if set(c) <= cols and not set(c) <= empty]
+
+
+def shape_columns(cols: set[str], text_field: str = "text") -> set[str]:
+    """The columns of the known shapes a file has more than one of: the ones whose values
+    decide (`known_shapes`' empty) whether each is evidence or a column null everywhere."""
+    found = known_shapes(cols, text_field)
+    return {c for _, cs in found for c in cs} if len(found) > 1 else set()
+
+
+def _choose(kind: str, cols: tuple[str, ...]) -> str:
+    """The argument that picks this shape, as the caller spells it (--shape text / shape='text')."""
+    if kind == "fields":
+        return f"{arg('prompt_field', cols[0])} {arg('response_field', cols[1])}"
+    return arg("shape", kind)
+
+
+def _refuse_two_shapes(found: list, path: str) -> None:
+    """Columns of two known shapes in one file (text beside question/answer): packing one by
+    precedence dropped the other's content without a word, so the user picks."""
+    said = " and ".join(f"{k} ({', '.join(c)})" for k, c in found)
+    raise PacktoolInputError(
+        f"has the columns of {len(found)} input shapes, {said}: packtool will not guess which one to "
+        f"pack; pick one with {' or '.join(_choose(k, c) for k, c in found)} (the other columns are "
+        f"then not read), or, if each row holds only one of them, split the file by shape",
+        path=path, flag=arg("shape"))
+
+
+def unread_shapes(columns: list[str], shape: Shape, cfg,
+                  empty: frozenset[str] = frozenset()) -> list[tuple[str, tuple[str, ...]]]:
+    """The other known shapes' columns in a file packed as `shape` (chosen explicitly: auto
+    refuses such a file): said in a note, as they are not read (columns null on every row,
+    `empty`, hold nothing to leave out)."""
+    return [(k, c) for k, c in known_shapes(set(columns), cfg.text_field or "text", empty)
+            if not set(c) & set(shape.columns)]
+
+
+def _auto_kind(columns: list[str], cfg, path: str, empty: frozenset[str]) -> tuple[str, tuple]:
+    """Auto detection: the one known shape whose columns the file has; an explicit choice of
+    columns (the prompt/response or text field, side columns) picks among several."""
+    cols, text_field = set(columns), cfg.text_field or "text"
+    pair = (cfg.prompt_field, cfg.response_field)
+    if cfg.prompt_field and cfg.prompt_field in cols and cfg.response_field in cols:
+        return "fields", pair
+    if cfg.text_field and cfg.text_field in cols:
+        return "text", pair
+    if _side_names(cfg) and "input_ids" in cols:
+        return "tokens", pair
+    found = known_shapes(cols, text_field, empty) or known_shapes(cols, text_field)
+    if len(found) > 1:
+        _refuse_two_shapes(found, path)
+    if not found:
+        raise PacktoolInputError(
+            f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
+            f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
+    kind = found[0][0]
+    return kind, (_question_answer(cols - empty, path) if kind == "fields" else pair)
+
+
+def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
+                 empty: frozenset[str] = frozenset()) -> Shape:
+    """Pick the shape for one file. Explicit cfg.shape wins; auto takes the one shape whose
+    columns the file has, not counting a shape whose columns are null on every row (`empty`)."""
+    cols = set(columns)
+    if _SLAB_COLUMNS <= cols:  # each slab would become one sequence: its rows merged, its pads trained on
+        raise PacktoolInputError(
+            "is a packtool slab shard (a packed output), not training rows: packing it again would make "
+            "each slab one sequence and train on its pads; pack the inputs it was made from (its "
+            ".manifest.json lists them) with the new flags", path=path)
+    text_field = cfg.text_field or "text"
+    kind = cfg.shape
+    pair = (cfg.prompt_field, cfg.response_field)
+    if kind == "auto":
+        kind, pair = _auto_kind(columns, cfg, path, empty)
+    side = _side_names(cfg)
+    if side and kind != "tokens":
+        raise PacktoolInputError(f"side columns ({', '.join(side)}) come with pre-tokenized rows (input_ids); "
+                                 f"this input is shape {kind}", path=path, flag=cli_flag("side_columns"))
+    if kind == "tokens":
+        _need(cols, ("input_ids",), kind, path, columns)
+        _need_side(cols, side, path, columns, cfg)
+        extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
+        # read to be checked: its zeros are padding that must not be packed (token_rows)
+        attn = ("attention_mask",) if "attention_mask" in cols else ()
+        return Shape(kind, ("input_ids",) + extra + attn, side=side)
+    if kind == "text":
+        _need(cols, (text_field,), kind, path, columns)
+        return Shape(kind, (text_field,))
+    if kind in ("chat", "sharegpt"):
+        col = "messages" if kind == "chat" else "conversations"
+        _need(cols, (col,), kind, path, columns)
+        if not has_template:
+            raise PacktoolInputError(
+                f"{kind} rows need a chat template; pass "
+                f"{arg('chat_template', choices=('chatml', 'llama3', 'mistral', 'FILE.jinja'))} or a tokenizer "
+                "folder that has one (tokenizer_config.json's chat_template, chat_template.jinja or "
+                "additional_chat_templates/)", path=path, flag=cli_flag("chat_template"))
+        # tools / documents go to the template as transformers passes them, system first (chat_keys)
+        return Shape(kind, (col,) + tuple(k for k in ROW_COLUMNS if k in cols), templated=True)
+    if kind == "alpaca":  # both response names: the second is read last, for rows without the first
+        resp = tuple(c for c in ALPACA_RESPONSE if c in cols) or ALPACA_RESPONSE[1:]
+        _need(cols, ("instruction", resp[0]), kind, path, columns)
+        return _with_held(Shape(kind, ("instruction", resp[0]) + (("input",) if "input" in cols else ())
+                                + resp[1:], has_template), cols)
+    if kind == "prompt_completion":
+        _need(cols, ("prompt", "completion"), kind, path, columns)
+        return _with_held(Shape(kind, ("prompt", "completion"), has_template), cols)
+    if kind == "fields":
+        if not pair[0]:
+            raise PacktoolInputError(f"shape fields needs {arg('prompt_field')} and {arg('response_field')}",
+                                     path=path, flag=cli_flag("prompt_field"))
+        _need(cols, pair, kind, path, columns)
+        return _with_held(Shape(kind, pair, has_template), cols)
+    raise PacktoolInputError(f"unknown {arg('shape', kind)}", flag=cli_flag("shape"))
