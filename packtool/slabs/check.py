@@ -17,7 +17,8 @@ source_index and 0 where it marks the fill, `cu_seqlens`, `cp_offsets`, the layo
 pads, loss flags, token ids below `vocab_size` or a trainer's bound, side columns' fill on pads),
 vectorized numpy; nulls at any depth (`check_nulls`), side columns' lengths (`check_side_lengths`).
 Left to `verify`: side columns' NaN/inf counts and the support rule (FORMAT.md says why).
-Every failure is one line naming the shard (and row), exit 2 on the CLI: a `FormatError` (a bound's, config).
+Every failure is one line naming the shard (and row), exit 2 on the CLI: a `FormatError` (a bound's, config);
+where it is and the fix it names are slabs/check_said.py's.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from packtool.arrays import first_null
 from packtool.errors import PacktoolConfigError
 from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
-from packtool.slabs.format import FormatError, SlabManifest, read_manifest
+from packtool.slabs.check_said import fix_of, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
+from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
 from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
@@ -39,24 +41,6 @@ from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, file_size, is_file, is_uri
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
-
-
-def _fix(sm: SlabManifest) -> str:
-    if _replaced(sm):
-        return (f"a later pack committed a new output at {sm.path} after this reader read its manifest: "
-                f"open it again")
-    return f"the output is damaged or edited: run `packtool verify {sm.path}` for every problem, re-run `packtool pack`"
-
-
-def _replaced(sm: SlabManifest) -> bool:
-    """An object-store output whose manifest changed since `sm` was read (FORMAT.md, "Object
-    storage": a reader of the old manifest may find its shards deleted)."""
-    if not is_uri(sm.path):
-        return False
-    try:
-        return read_manifest(sm.path) != sm.raw
-    except (FormatError, OSError):
-        return False
 
 
 def declared_columns(raw: dict) -> dict[str, pa.DataType]:
@@ -73,7 +57,7 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
     for n in listed:
         if n in seen:
             raise FormatError(f"{sm.manifest}: shard {n} is listed twice (its slabs would be read twice); "
-                              f"{_fix(sm)}")
+                              f"{fix_of(sm)}")
         seen.add(n)
     stray = _strays(sm)
     if stray and is_uri(sm.path):  # a writer may have moved on between the listing and the intents
@@ -82,7 +66,7 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
         more = f" (and {len(stray) - 1} more)" if len(stray) > 1 else ""
         raise FormatError(f"{os.path.join(sm.path, stray[0])}{more}: in the output folder but not listed in "
                           f"{os.path.basename(sm.manifest)} (a stray or moved shard: plain Parquet readers "
-                          f"would read it as slabs); move it out, or {_fix(sm)}")
+                          f"would read it as slabs); move it out, or {fix_of(sm)}")
     want = declared_columns(sm.raw)
     footers, rows = [], 0
     for i, entry in enumerate(sm.raw["shards"]):
@@ -92,7 +76,7 @@ def check_output(sm: SlabManifest) -> list[pq.FileMetaData]:
     slabs = sm.raw["stats"]["slabs"]  # every stats key a count: slabs.fields, at parse
     if slabs != rows:
         raise FormatError(f"{sm.manifest}: stats.slabs is {slabs} but the listed shards hold {rows} rows; "
-                          f"{_fix(sm)}")
+                          f"{fix_of(sm)}")
     return footers
 
 
@@ -105,11 +89,6 @@ def _strays(sm: SlabManifest) -> list[str]:
     return [n for n in names if not (legacy and n == LEGACY_MANIFEST) and n not in flying]
 
 
-def shard_gone(sm: SlabManifest, i: int) -> FormatError:
-    """A listed shard that vanished after the open checks (a store output replaced meanwhile)."""
-    return FormatError(f"{sm.shard_path(i)}: listed in the manifest but missing; {_fix(sm)}")
-
-
 def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.FileMetaData:
     path = sm.shard_path(i)
     link = linked_shard(sm.path, sm.shards[i])
@@ -120,35 +99,35 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
             raise FileNotFoundError(path)
         size = file_size(path)
     except FileNotFoundError:
-        raise FormatError(f"{path}: listed in the manifest but missing (or not a plain file); {_fix(sm)}") from None
+        raise FormatError(f"{path}: listed in the manifest but missing (or not a plain file); {fix_of(sm)}") from None
     except OSError as e:
-        raise FormatError(f"{path}: cannot be read ({e.strerror or e}); {_fix(sm)}") from None
+        raise FormatError(f"{path}: cannot be read ({e.strerror or e}); {fix_of(sm)}") from None
     if size != entry["bytes"]:  # the entry's counts: slabs.fields, at parse
         hint = " (truncated)" if size < entry["bytes"] else ""
-        raise FormatError(f"{path}: {size} bytes, the manifest says {entry['bytes']}{hint}; {_fix(sm)}")
+        raise FormatError(f"{path}: {size} bytes, the manifest says {entry['bytes']}{hint}; {fix_of(sm)}")
     try:
         md = pq.read_metadata(arrow_file(path))
         schema = md.schema.to_arrow_schema()
     except (OSError, pa.ArrowException, ValueError) as e:
         raise FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
-                          f"{_fix(sm)}") from None
+                          f"{fix_of(sm)}") from None
     for col, typ in want.items():
         j = schema.get_field_index(col)
         if j < 0:
-            raise FormatError(f"{path}: column {col!r} is missing; {_fix(sm)}")
+            raise FormatError(f"{path}: column {col!r} is missing; {fix_of(sm)}")
         if schema.field(j).type != typ:
             raise FormatError(f"{path}: column {col!r} is {schema.field(j).type}, the format says {typ}; "
-                              f"{_fix(sm)}")
+                              f"{fix_of(sm)}")
     for c in sm.side_columns:  # the kind and fill are no part of the type: the field's record
         problem = side_field_problem(schema.field(c.name), c)
         if problem:
-            raise FormatError(f"{path}: {problem}; {_fix(sm)}")
+            raise FormatError(f"{path}: {problem}; {fix_of(sm)}")
     extra = [n for n in schema.names if n not in want]
     if extra:
         raise FormatError(f"{path}: column {extra[0]!r} is not in the format and the manifest declares no "
-                          f"such side column; {_fix(sm)}")
+                          f"such side column; {fix_of(sm)}")
     if md.num_rows != entry["rows"]:
-        raise FormatError(f"{path}: {md.num_rows} rows, the manifest says {entry['rows']}; {_fix(sm)}")
+        raise FormatError(f"{path}: {md.num_rows} rows, the manifest says {entry['rows']}; {fix_of(sm)}")
     return md
 
 
@@ -164,25 +143,20 @@ def check_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
         for key, got in (("tokens", tok[i]), ("loss_tokens", los[i])):
             if entry[key] != int(got):
                 raise FormatError(f"{sm.shard_path(i)}: holds {int(got)} {key.replace('_', ' ')}, the "
-                                  f"manifest says {entry[key]}; {_fix(sm)}")
+                                  f"manifest says {entry[key]}; {fix_of(sm)}")
     stats = sm.raw["stats"]
     for key, got in (("physical_tokens", tok.sum()), ("loss_tokens", los.sum())):
         if stats[key] != int(got):
-            raise FormatError(f"{sm.manifest}: stats.{key} is {stats[key]}, the shards hold {int(got)}; {_fix(sm)}")
+            raise FormatError(f"{sm.manifest}: stats.{key} is {stats[key]}, the shards hold {int(got)}; {fix_of(sm)}")
     bad = np.flatnonzero((dp_rank < 0) | (dp_rank >= max(sm.dp, 1)))
     if bad.size:
         raise FormatError(f"{sm.path}: slab {int(bad[0])} has dp_rank {int(dp_rank[bad[0]])}, the output "
-                          f"was packed with dp={sm.dp} (its manifest); {_fix(sm)}")
+                          f"was packed with dp={sm.dp} (its manifest); {fix_of(sm)}")
     found = dp_plan(dp_rank, cat["step"], cat["microbatch"], sm.dp)
     if found is None and "slab_index" in cat and cat["slab_index"].size == shard.size:
         found = slab_index(cat["slab_index"])
     if found is not None:
-        raise FormatError(f"{_slab_at(sm, cat, found[0])}: {found[1]}; {_fix(sm)}")
-
-
-def _slab_at(sm: SlabManifest, cat: dict[str, np.ndarray], i: int) -> str:
-    """Slab i of the open scan (on-disk order) as its shard, row group and row."""
-    return f"{sm.shard_path(int(cat['shard'][i]))} row group {int(cat['row_group'][i])} row {int(cat['row'][i])}"
+        raise FormatError(f"{slab_at(sm, cat, found[0])}: {found[1]}; {fix_of(sm)}")
 
 
 def check_checksum(sm: SlabManifest, i: int) -> None:
@@ -191,16 +165,16 @@ def check_checksum(sm: SlabManifest, i: int) -> None:
     entry = sm.raw["shards"][i]
     alg = next((a for a in CHECKSUMS if a in entry), None)
     if alg is None:
-        raise FormatError(f"{sm.manifest}: shard {sm.shards[i]} has no checksum ({SHARD_CHECKSUM}); {_fix(sm)}")
+        raise FormatError(f"{sm.manifest}: shard {sm.shards[i]} has no checksum ({SHARD_CHECKSUM}); {fix_of(sm)}")
     path = sm.shard_path(i)
     try:
         got = fast_digest(path) if alg == SHARD_CHECKSUM and not is_uri(path) else file_digest(path, alg)
     except OSError as e:
-        raise FormatError(f"{path}: cannot be read ({e.strerror}); {_fix(sm)}") from None
+        raise FormatError(f"{path}: cannot be read ({e.strerror}); {fix_of(sm)}") from None
     if got != entry[alg]:
         # whole digests: an entry edited in its last digit read as two equal 16-digit prefixes
         raise FormatError(f"{path}: {alg} is {got}, the manifest says {entry[alg]}: the file (or the "
-                          f"manifest's entry for it) changed after packing (flipped or edited bytes); {_fix(sm)}")
+                          f"manifest's entry for it) changed after packing (flipped or edited bytes); {fix_of(sm)}")
 
 
 # --- one decoded row group ---------------------------------------------------------------
@@ -268,7 +242,7 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
 
     def fail(rows, what):
         r = int(np.flatnonzero(rows)[0])
-        raise FormatError(f"{where} row {r}: {what(r)}; {_fix(sm)}")
+        raise FormatError(f"{where} row {r}: {what(r)}; {fix_of(sm)}")
 
     if not np.array_equal(id_off, mask_off):
         fail(np.diff(id_off) != np.diff(mask_off), lambda r: "input_ids and loss_mask differ in length")
@@ -340,10 +314,10 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         at = f" position {p}" if p >= 0 else ""
         if code == 4 and held != top and 0 <= ids[id_off[r] + p] < (top or 1 << 31):
             raise FormatError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is above the shard's "
-                              f"max_token_id {max_id} in the manifest; {_fix(sm)}")
+                              f"max_token_id {max_id} in the manifest; {fix_of(sm)}")
         if code == 4 and said:  # no damage: ids the model cannot embed (an IndexError mid-step)
             raise PacktoolConfigError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is not below {said}")
-        raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {_fix(sm)}")
+        raise FormatError(f"{where} row {r}{at}: {BAD[code]}; {fix_of(sm)}")
     _check_side_fill(sm, where, g.get("side") or {}, id_off, _runs(seg_start + lens, np.diff(cu)[within] - lens))
 
 
@@ -364,7 +338,7 @@ def _check_side_fill(sm: SlabManifest, where: str, side: dict, id_off: np.ndarra
             p = int(pads[np.flatnonzero(bad)[0]])
             r = int(np.searchsorted(id_off, p, "right") - 1)
             raise FormatError(f"{where} row {r} position {p - int(id_off[r])}: side column {c.name!r} holds "
-                              f"{vals[p].tolist()} on a pad, where the manifest's fill is {c.fill}; {_fix(sm)}")
+                              f"{vals[p].tolist()} on a pad, where the manifest's fill is {c.fill}; {fix_of(sm)}")
 
 
 def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
@@ -379,11 +353,11 @@ def check_segment_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
         bad = cat["n_seg"] != cat[key]
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise FormatError(f"{_slab_at(sm, cat, i)}: source_index holds {int(cat['n_seg'][i])} entries, {col} "
-                              f"{int(cat[key][i])}: one entry per segment each; {_fix(sm)}")
+            raise FormatError(f"{slab_at(sm, cat, i)}: source_index holds {int(cat['n_seg'][i])} entries, {col} "
+                              f"{int(cat[key][i])}: one entry per segment each; {fix_of(sm)}")
     found = segment_fields(cat, sm.alignment.fixed_length)
     if found is not None:
-        raise FormatError(f"{_slab_at(sm, cat, found[0])}: {found[1]}; {_fix(sm)}")
+        raise FormatError(f"{slab_at(sm, cat, found[0])}: {found[1]}; {fix_of(sm)}")
 
 
 def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
@@ -397,14 +371,14 @@ def check_coverage(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     if c.size and c.max() > 0 and "chunks" not in OVERFLOW_FIGURES[sm.packing.overflow]:
         j = int(np.argmax(c))  # planning's own word on which policies cut a sequence into chunks
         raise FormatError(f"{sm.path}: source row {int(s[j])} is cut into chunks (chunk {int(c[j])}), but the output "
-                          f"was packed with overflow policy {sm.packing.overflow!r}, which cuts none; {_fix(sm)}")
+                          f"was packed with overflow policy {sm.packing.overflow!r}, which cuts none; {fix_of(sm)}")
     if cov.first_break is not None:
         j, twice, want = cov.first_break
         what = "appears twice" if twice else f"is numbered {int(c[j])}, expected {want}"
         raise FormatError(f"{sm.path}: source row {int(s[j])} chunk {int(c[j])} {what} (a segment duplicated, "
-                          f"dropped or renumbered); {_fix(sm)}")
+                          f"dropped or renumbered); {fix_of(sm)}")
     n_seq = sm.raw["stats"]["sequences"]  # a count, never null: slabs.fields (S33-3: null skipped this)
     rows = int(cov.rows.size)
     if rows != n_seq or (rows and (s[0] != 0 or s[-1] != n_seq - 1)):
         raise FormatError(f"{sm.path}: the slabs hold {rows} distinct source rows in {int(s[0]) if rows else 0}.."
-                          f"{int(s[-1]) if rows else -1}, the manifest says {n_seq} sequences; {_fix(sm)}")
+                          f"{int(s[-1]) if rows else -1}, the manifest says {n_seq} sequences; {fix_of(sm)}")

@@ -25,7 +25,8 @@ from packtool.arrays import list_parts, np_of
 from packtool.params import position
 from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
-                                  check_output, check_segment_counts, check_side_lengths, shard_gone)
+                                  check_output, check_segment_counts, check_side_lengths)
+from packtool.slabs.check_said import shard_gone
 from packtool.slabs.format import FormatError, SlabManifest
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
