@@ -39,7 +39,8 @@ class KeyUse:
     """Which keys one template renders (see the module doc)."""
 
     def __init__(self, template) -> None:
-        from packtool.tokenize.templates import BUILTIN, keys_text
+        from packtool.tokenize.builtin_templates import BUILTIN
+        from packtool.tokenize.templates import keys_text
         self.name = template.name
         self._builtin = BUILTIN.get(template.name) == template.text
         self._text = keys_text(template)  # without jinja comments; a named set's tool_use too
