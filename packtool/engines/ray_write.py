@@ -23,7 +23,7 @@ from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_
 from packtool.progress import bar
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.names import shard_file
-from packtool.storage import join_uri, locate
+from packtool.storage import locate
 from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
 from packtool.tokenize.cache_parts import mask_values
 from packtool.tokenize.cache_pieces import cache_pieces
@@ -117,8 +117,8 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
                 dests: list[str] | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
     The shard's sub-plan is built here from its segments and the driver's per-slab values.
-    Into the folder `out_dir`, or (`dests`: each shard's object URI, named by the driver's
-    store commit) written on this node's own scratch and uploaded from here."""
+    Into the folder `out_dir`, or (`dests`: each shard's object URI and its proof's, named by
+    the driver's store commit) written on this node's own scratch and uploaded from here."""
     k = int(group.column("shard")[0].as_py())
     _maybe_fail_once(k, fail_once_dir)
     spec: SlabSpec = _get([spec_refs[k]])
@@ -141,11 +141,11 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
     if dests is None:
         info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(out_dir, shard_file(k)), group_tokens)
     else:
-        from packtool.output.store import scratch, upload_file
+        from packtool.output.store import scratch, upload_proven
         with scratch("shard") as d:
             info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(d, shard_file(k)), group_tokens)
-            dest = locate(dests[k])
-            upload_file(os.path.join(d, info.file), dest)
+            dest = locate(dests[k][0])
+            upload_proven(os.path.join(d, info.file), *dests[k], info)
         info = replace(info, file=dest.name)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128],
@@ -222,7 +222,7 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
     dests = None
     if not isinstance(out_dir, str):  # a StoreCommit: the intent names every shard first
         commit, out_dir = out_dir, None
-        dests = [join_uri(commit.output, loc.name) for loc in commit.begin([shard_file(k) for k in range(len(ranges))])]
+        dests = commit.task_dests([shard_file(k) for k in range(len(ranges))])  # (shard, its proof) URIs
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,

@@ -37,7 +37,9 @@ from typing import Iterator
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.notes import note
 from packtool.output.leftovers import owned_temp_dir, remove_tree
+from packtool.output import store_intents
 from packtool.output.owned import refuse_foreign, shard_is_ours
+from packtool.output.store_intents import pending, proofs_of, shard_proof
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
 from packtool.slabs.names import (
     LEGACY_MANIFEST,
@@ -45,10 +47,11 @@ from packtool.slabs.names import (
     PENDING_PREFIX,
     intent_file,
     new_run_id,
-    read_intents,
+    proof_file,
+    proof_target,
     run_shard_file,
 )
-from packtool.storage import Location, is_uri, locate
+from packtool.storage import Location, is_uri, join_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 from packtool.workers import thread_pool
 
@@ -72,12 +75,6 @@ def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:
     return None, None
 
 
-def _pending(loc: Location) -> dict[str, dict]:
-    """The intents packtool wrote at the prefix (slabs.names.parse_intent); an object that
-    only looks like one is not packtool's: never acted on, and it makes the prefix foreign."""
-    return {n: rec for n, rec in read_intents(loc).items() if rec is not None}
-
-
 def owned_objects(output: str) -> tuple[dict | None, list[str]]:
     """(previous manifest or None, every object name at the prefix `output` that is packtool's:
     the manifest, the lease, what a dead run's intent names, and each shard the manifest lists
@@ -95,8 +92,10 @@ def owned_objects(output: str) -> tuple[dict | None, list[str]]:
     except FormatError:
         refuse_foreign(loc.shown, names, "it is not a packtool output (no readable manifest)", "prefix")
     named = {MANIFEST, LEGACY_MANIFEST, LEASE}
-    for pname, rec in _pending(loc).items():
+    intents = pending(loc)
+    for pname, rec in intents.items():
         named |= {pname, *rec["new"], *rec["old"]}
+    named |= set(proofs_of(names, intents))
     # a listed shard is judged by its record even when an intent names it too
     ours = {n for n in names if (shard_is_ours(output, n, records[n]) if n in records else n in named)}
     foreign = [n for n in names if n not in ours]
@@ -139,7 +138,7 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
     lease = take_lease(locate(output))
     _HELD[key] = [lease, 1]
     try:
-        clean_dead_runs(locate(output))
+        clean_dead_runs(locate(output), output)
         check_store_output(output, overwrite)  # a run may have just ended
         yield lease
     finally:
@@ -201,19 +200,12 @@ def _store_tree_kind(prefix: str) -> str | None:
     return None
 
 
-def clean_dead_runs(loc: Location) -> int:
+def clean_dead_runs(loc: Location, uri: str | None = None) -> int:
     """With the lease held, every intent is a dead run's: delete what it names that the
-    current manifest does not list, then the intent."""
+    current manifest does not list, on proof (output.store_intents), then the intent.
+    `uri`: the prefix as given (its query reaches the store); else `loc.shown`."""
     m, mname = read_store_manifest(loc)
-    keep = set(shard_names(m, mname)) if m else set()
-    n = 0
-    for pname, rec in _pending(loc).items():
-        for name in [*rec["new"], *rec["old"]]:
-            if name not in keep and loc.join(name).delete():
-                n += 1
-        loc.join(pname).delete()
-    if n:
-        say(f"removed {n} object(s) a killed packtool run left at {loc.shown}")
+    n = store_intents.clean_dead_runs(loc, set(shard_names(m, mname)) if m else set(), uri or loc.shown)
     from packtool.output.stale import clean_system_temp
     clean_system_temp()  # says what it removed and what it left
     return n
@@ -241,7 +233,7 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
     """Steps 2-5 of the protocol for a finished local staging folder; returns the shards under
     the names they have in the store."""
     commit = StoreCommit(output)
-    dests = commit.begin([s.file for s in shards])
+    dests = commit.begin([s.file for s in shards], [shard_proof(s) for s in shards])
     try:
         with thread_pool(UPLOADS, "packtool-upload") as pool:
             for _ in pool.map(lambda pair: upload_file(os.path.join(staged, pair[0].file), pair[1]),
@@ -274,17 +266,29 @@ class StoreCommit:
         self.committed = False
         self.intent = self.loc.join(intent_file(self.run))
 
-    def begin(self, names: list[str]) -> list[Location]:
+    def begin(self, names: list[str], proofs: list[dict] | None = None) -> list[Location]:
         """Where each shard (by its plain name) goes: the plain name into an empty prefix,
-        else a name with this run's id. The intent is put before this returns."""
+        else a name with this run's id. The intent is put before this returns, with the size
+        and checksum of each shard where known (`proofs`, one per name: the local engine's
+        staged shards; a Ray task puts its own, `upload_proven`)."""
         rename = bool(self.old_names) or any(self.loc.join(n).exists() for n in names)
         self.new = [run_shard_file(n, self.run) if rename else n for n in names]
         clash = set(self.old_names) & set(self.new)
         if clash:
             raise PacktoolOutputError(f"shard name {sorted(clash)[0]} is listed by the previous manifest; "
                                       f"re-run (a new run id is drawn)", path=self.loc.shown)
-        self.intent.write_bytes(json.dumps({"new": self.new, "old": self.old_names}).encode())
+        records = dict(zip(self.old_names, (self.old or {}).get("shards", [])))
+        known = {n: shard_proof(records[n]) for n in self.old_names}
+        known.update(zip(self.new, proofs or []))
+        self.intent.write_bytes(json.dumps({"new": self.new, "old": self.old_names,
+                                            "proofs": {n: p for n, p in known.items() if p}}).encode())
         return [self.loc.join(n) for n in self.new]
+
+    def task_dests(self, names: list[str]) -> list[tuple[str, str]]:
+        """`begin` for write tasks in other processes: per name, the URIs of the shard and of
+        its proof (`upload_proven`)."""
+        return [(join_uri(self.output, d.name), join_uri(self.output, proof_file(self.run, d.name)))
+                for d in self.begin(names)]
 
     def finish(self, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
         """Commit `shards` (under the names `begin` gave); on failure nothing is committed."""
@@ -314,15 +318,26 @@ class StoreCommit:
         if kept:  # changed between the check above and here: the user's now, never deleted
             say(f"kept {', '.join(kept[:3])} at {self.loc.shown}: not the size and checksum its "
                 f"manifest recorded, so not packtool's to delete")
-        self.intent.delete()
+        _forget(self.loc, self._proofs(), self.intent)
         return shards
+
+    def _proofs(self) -> list[str] | None:
+        """The proof objects this run's write tasks put (only a Ray run's have any); None when
+        the prefix cannot be listed (then the intent stays, and the next run removes them)."""
+        try:
+            return [n for n in self.loc.names() if (proof_target(n) or ("",))[0] == self.run]
+        except OSError:
+            return None
 
     def abort(self) -> None:
         if not self.committed:
-            _forget(self.loc, self.new, self.intent)
+            proofs = self._proofs()
+            _forget(self.loc, None if proofs is None else self.new + proofs, self.intent)
 
 
-def _forget(loc: Location, names: list[str], intent: Location) -> None:
+def _forget(loc: Location, names: list[str] | None, intent: Location) -> None:
+    if names is None:
+        return
     try:
         for n in names:
             loc.join(n).delete()
@@ -346,6 +361,13 @@ UPLOAD_BUFFER = 16 << 20
 UPLOADS = 4  # shards uploaded at once (each also sends its multipart parts in the background)
 
 
+def upload_proven(src: str, dest: str, proof: str, info: ShardInfo) -> None:
+    """A write task's upload of shard `info` to `dest` (a `task_dests` pair): the shard's size
+    and checksum go first, so whatever a kill leaves at `dest` is provably the run's or not."""
+    locate(proof).write_bytes(json.dumps(shard_proof(info)).encode())
+    upload_file(src, locate(dest))
+
+
 def upload_file(src: str, dst: Location) -> None:
     """Put a local file (a shard or a cache part) as one object: multipart when large."""
     with open(src, "rb") as f, dst.open_output() as out:
@@ -353,4 +375,5 @@ def upload_file(src: str, dst: Location) -> None:
 
 
 __all__ = ["PENDING_PREFIX", "StoreCommit", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
-           "commit_to_store", "owned_objects", "read_store_manifest", "scratch", "staging_dir", "upload_file"]
+           "commit_to_store", "owned_objects", "read_store_manifest", "scratch", "staging_dir", "upload_file",
+           "upload_proven"]

@@ -39,6 +39,8 @@ _RUN_ID = re.compile(r"[0-9a-f]{12}")
 SHARD_FORMS = "slabs-NNNNN.parquet or slabs-RUN-NNNNN.parquet"
 _PARTIAL = ".tmp"
 _INTENT = re.compile(rf"{re.escape(PENDING_PREFIX)}([0-9a-f]{{12}})\.json")
+_PROOF = re.compile(rf"{re.escape(PENDING_PREFIX)}([0-9a-f]{{12}})\.(.+)\.json")
+PROOF_BYTES = 4096
 
 
 def shard_file(k: int, run: str | None = None) -> str:
@@ -125,33 +127,73 @@ def intent_file(run: str) -> str:
     return f"{PENDING_PREFIX}{run}.json"
 
 
-def parse_intent(name: str, data: bytes) -> dict[str, list[str]] | None:
-    """The record of an intent packtool wrote ({"new": [...], "old": [...]}), or None when
-    `name` and `data` are not one: a prefix name alone proves nothing, and a run deletes what
-    an intent names, so it must name only shards (its "new" ones plain or its own run's)."""
+def parse_intent(name: str, data: bytes) -> dict | None:
+    """The record of an intent packtool wrote ({"new": [...], "old": [...], "proofs": {...}}),
+    or None when `name` and `data` are not one: a prefix name alone proves nothing, and a run
+    deletes what an intent names, so it must name only shards (its "new" ones plain or its own
+    run's). "proofs" (absent in older intents: read as none) maps a named shard to the size and
+    checksum that make an object at that name the run's own (output.owned.shard_is_ours)."""
     m = _INTENT.fullmatch(name)
     try:
         rec = json.loads(data)
     except ValueError:
         return None
-    if not m or not isinstance(rec, dict) or set(rec) != {"new", "old"}:
+    if not m or not isinstance(rec, dict) or set(rec) - {"proofs"} != {"new", "old"}:
         return None
-    new, old = rec["new"], rec["old"]
+    new, old, proofs = rec["new"], rec["old"], rec.get("proofs", {})
     if not (isinstance(new, list) and isinstance(old, list)
             and all(isinstance(x, str) and is_shard_name(x) for x in new + old)):
         return None
+    if not (isinstance(proofs, dict) and set(proofs) <= set(new + old) and all(map(_is_proof, proofs.values()))):
+        return None
     runs = {_SHARD_NAME.fullmatch(x).group("run") for x in new}
-    return rec if runs <= {None, m.group(1)} else None
+    return {"new": new, "old": old, "proofs": proofs} if runs <= {None, m.group(1)} else None
+
+
+def _is_proof(p) -> bool:
+    """A shard's size and one checksum, as a manifest entry records them."""
+    return (isinstance(p, dict) and len(p) == 2 and type(p.get("bytes")) is int and p["bytes"] >= 0
+            and all(isinstance(v, str) for k, v in p.items() if k != "bytes"))
+
+
+def proof_file(run: str, shard: str) -> str:
+    """Where a write task that uploads a shard of object-store run `run` (output/store.py,
+    `upload_proven`) puts that shard's size and checksum before the upload, beside the run's
+    intent: `.packtool-pending-RUN.SHARD.json`."""
+    if not _RUN_ID.fullmatch(run) or not is_shard_name(shard):
+        raise ValueError(f"no proof name for run {run!r}, shard {shard!r} (a packtool bug)")
+    return f"{PENDING_PREFIX}{run}.{shard}.json"
+
+
+def proof_target(name: str) -> tuple[str, str] | None:
+    """(run, shard) a `proof_file` name stands for, else None."""
+    m = _PROOF.fullmatch(name)
+    return (m.group(1), m.group(2)) if m and is_shard_name(m.group(2)) else None
+
+
+def intent_run(name: str) -> str:
+    """The run id of an intent's name (one `parse_intent` took)."""
+    return _INTENT.fullmatch(name).group(1)
+
+
+def parse_proof(data: bytes) -> dict | None:
+    """A proof's record ({"bytes": N, CHECKSUM: "..."}), or None when `data` is not one."""
+    try:
+        rec = json.loads(data)
+    except ValueError:
+        return None
+    return rec if _is_proof(rec) else None
 
 
 def read_intents(where: "str | Location") -> dict[str, dict[str, list[str]] | None]:
     """Every intent-like name at an object-store prefix (a URI or its Location) -> its record
-    (`parse_intent`: None for one packtool did not write); empty for a local folder."""
+    (`parse_intent`: None for one packtool did not write); empty for a local folder. A shard's
+    proof (`proof_file`) is not an intent: the caller judges it by its run's intent."""
     if not isinstance(where, Location) and not is_uri(where):
         return {}
     loc, out = where if isinstance(where, Location) else locate(where), {}
     for n in loc.names():
-        if n.startswith(PENDING_PREFIX):
+        if n.startswith(PENDING_PREFIX) and proof_target(n) is None:
             try:
                 out[n] = parse_intent(n, read_small(loc.join(n), INTENT_BYTES, "packtool intent", "remove it"))
             except FileNotFoundError:

@@ -34,6 +34,7 @@ from packtool.slabs.names import (
     shard_file,
 )
 from packtool.storage import locate
+from packtool.tokenize.checksum import file_digest
 
 RUN = "0123456789ab"
 # every name packtool writes into an output folder, or that a local copy of a store output holds
@@ -91,7 +92,8 @@ def test_an_object_store_run_names_its_shards_and_intent_through_names(tmp_path,
         assert all(is_shard_name(x) for x in names)
         intent = intent_file(commit.run)
         rec = parse_intent(intent, locate(uri).join(intent).read_bytes())
-        assert rec == {"new": names, "old": [shard_file(0)]}
+        assert rec["new"] == names and rec["old"] == [shard_file(0)]
+        assert set(rec["proofs"]) == {shard_file(0)}  # the new shards' come with finish
         commit.abort()
 
 
@@ -193,6 +195,8 @@ def test_write_file_marks_its_temporary_and_publishes_without_the_mark(tmp_path,
     {"new": ["thesis.pdf"], "old": []},  # names a user's object
     {"new": [run_shard_file(shard_file(0), "ffffffffffff")], "old": []},  # another run's names
     {"new": [shard_file(0)], "old": [], "note": "mine"},  # not the form packtool writes
+    {"new": [shard_file(0)], "old": [], "proofs": {"thesis.pdf": {"bytes": 1, "xxh3_128": "0"}}},  # proves another name
+    {"new": [shard_file(0)], "old": [], "proofs": {shard_file(0): {"bytes": True, "xxh3_128": "0"}}},  # not a proof
     "not json",
 ])
 def test_an_object_that_only_looks_like_an_intent_is_never_acted_on(tmp_path, sys_tmp, intent):
@@ -204,9 +208,10 @@ def test_an_object_that_only_looks_like_an_intent_is_never_acted_on(tmp_path, sy
         loc.join(n).write_bytes(USER)
     before = tree(loc.path)
     assert clean_dead_runs(loc) == 0 and tree(loc.path) == before
-    own = {"new": [run_shard_file(shard_file(0), RUN)], "old": []}  # a dead run's own
-    loc.join(name).write_bytes(json.dumps(own).encode())
-    loc.join(own["new"][0]).write_bytes(b"half a shard")
+    half = run_shard_file(shard_file(0), RUN)
+    loc.join(half).write_bytes(b"half a shard")
+    own = {"new": [half], "old": [], "proofs": {half: {"bytes": 12, "xxh3_128": file_digest(loc.join(half).path, "xxh3_128")}}}
+    loc.join(name).write_bytes(json.dumps(own).encode())  # a dead run's own
     assert clean_dead_runs(loc) == 1 and not loc.join(name).exists() and loc.join("thesis.pdf").exists()
 
 

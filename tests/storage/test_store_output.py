@@ -23,6 +23,7 @@ from packtool.slabs.names import MANIFEST
 from packtool.slabs.reader import SlabIndex, SlabReader
 from packtool.storage import locate
 from packtool.store_lease import LEASE
+from packtool.tokenize.checksum import file_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import verify
 
@@ -117,9 +118,13 @@ def test_what_a_dead_run_left_is_cleaned_and_never_read(s3, cache_dir, monkeypat
     out = f"{s3}/dead"
     _pack(out, cache_dir)
     loc = locate(out)
-    # a run killed mid-upload: its intent and one orphan shard, and a lease nobody renews
-    loc.join(f"{PENDING_PREFIX}0123456789ab.json").write_bytes(json.dumps({"new": ["slabs-0123456789ab-00000.parquet"], "old": []}).encode())
-    loc.join("slabs-0123456789ab-00000.parquet").write_bytes(b"half a shard")
+    # a run killed mid-upload: its intent (with the size and checksum it staged) and one orphan
+    # shard, and a lease nobody renews
+    orphan = loc.join("slabs-0123456789ab-00000.parquet")
+    orphan.write_bytes(b"a staged shard")
+    proof = {"bytes": 14, "xxh3_128": file_digest(out + "/" + orphan.name, "xxh3_128")}
+    loc.join(f"{PENDING_PREFIX}0123456789ab.json").write_bytes(json.dumps(
+        {"new": [orphan.name], "old": [], "proofs": {orphan.name: proof}}).encode())
     loc.join(LEASE).write_bytes(json.dumps({"token": "x", "owner": "pid 1 on elsewhere", "renewed": 0}).encode())
     man = SlabManifest.read(out)  # a reader trusts the manifest only
     assert "slabs-0123456789ab-00000.parquet" not in man.shards and len(SlabIndex.build(man)) > 0
