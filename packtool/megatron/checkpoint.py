@@ -20,12 +20,11 @@ from typing import Optional
 
 import torch
 
+from packtool.checkpoint_kind import CKPT, KEYS, is_checkpoint  # noqa: F401  (the content rule's owner)
 from packtool.errors import PacktoolConfigError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.integers import INT32_MAX, INT64_MAX, short
 from packtool.megatron.model import GPTShape
 
-CKPT = re.compile(r"^mp_rank_\d{2,}\.pt\Z", re.ASCII)  # \Z: `$` would take a name ending in a newline
-KEYS = ("model", "optimizer", "step", "shape", "tp")  # what save_checkpoint writes, flags aside
 
 
 def ckpt_path(d: str, tp_rank: int) -> str:
@@ -80,21 +79,6 @@ def check_save(d: str, load: Optional[str], overwrite: bool, tp: int = 1) -> str
 
 def _rank(name: str) -> int:
     return int(name[len("mp_rank_"):-len(".pt")])
-
-
-def is_checkpoint(path: str) -> bool:
-    """Whether the regular file `path` is a checkpoint save_checkpoint wrote: a torch.save zip
-    whose record holds its keys. Read with the weights-only unpickler and its tensors mapped,
-    not read: a checkpoint is large, and this only asks what it is."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except MemoryError:
-        raise
-    except Exception:  # not a torch zip, or not only tensors and numbers: not packtool's
-        return False
-    return isinstance(ck, dict) and all(k in ck for k in KEYS)
 
 
 def data_record(man, vocab_size: Optional[int]) -> dict:

@@ -9,7 +9,8 @@ question rather than its own copy of it: `packed_problem` (nothing lands inside 
 owns, at any depth: a packed output, whose readers take what is there for shards; a tokenized
 cache entry, deleted whole when found damaged; a temporary, spill or staging folder, removed
 when its run ends or by the next run's sweep; a `train --save` checkpoint folder, which holds
-checkpoint files only: `own_tree_around` knows each by the mark packtool leaves in it) and
+checkpoint files only: `own_tree_around` knows each by what packtool leaves in it, a
+checkpoint folder by a checkpoint's contents, never by a file's name) and
 `input_problem` (nothing holds an input or lies inside an input folder: a later read of that
 folder would take it for data)."""
 from __future__ import annotations
@@ -18,6 +19,7 @@ import glob
 import os
 from typing import Iterable
 
+from packtool.checkpoint_kind import is_checkpoint_folder
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 
 
@@ -63,7 +65,6 @@ def packed_output_around(path: str, itself: bool = False) -> str | None:
 # How each of packtool's own trees is known, by what packtool itself leaves in it, and why
 # nothing else may be written there (the writer adds its fix)
 CACHE_PARTS = ("data", "flat")  # tokenize.cache_parts.DATA_DIR and the flat store (cache.FLAT_DIR)
-CHECKPOINT = "mp_rank_00.pt"  # tensor-parallel rank 0's file: every train --save folder has it
 WHY = {
     "packed": ("a packed output folder", STRAY),
     "cache": ("a tokenized cache entry", "which packtool deletes whole when it finds it damaged"),
@@ -92,7 +93,9 @@ def own_tree_kind(folder: str) -> str | None:
         return "cache"
     if os.path.isfile(os.path.join(folder, MARKER)):
         return "temporary"
-    return "checkpoint" if os.path.isfile(os.path.join(folder, CHECKPOINT)) else None
+    # by its contents (checkpoint_kind, megatron.checkpoint's rule): a user's own mp_rank_00.pt
+    # does not make the folder packtool's
+    return "checkpoint" if is_checkpoint_folder(folder) else None
 
 
 def own_tree_around(path: str, itself: bool = False, mine: str | None = None,
@@ -169,6 +172,6 @@ def check_relations(output: str, inputs: Iterable[str] = (), cache_dir: str | No
                                   flag=cli_flag("output"))
 
 
-__all__ = ["CACHE_PARTS", "CHECKPOINT", "STRAY", "WHY", "check_relations", "is_cache_entry", "own_tree_around",
+__all__ = ["CACHE_PARTS", "STRAY", "WHY", "check_relations", "is_cache_entry", "own_tree_around",
            "own_tree_kind", "input_paths", "input_problem", "is_inside", "packed_output_around",
            "packed_problem", "real_path"]

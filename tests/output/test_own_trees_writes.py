@@ -6,6 +6,7 @@ The packed output, the fourth tree, is tests/packing/test_write_paths.py's. And 
 entry holding anything packtool did not write is named and left, never deleted."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -71,9 +72,25 @@ def _own_tree(proj, kind: str) -> str:
         os.mkdir(proj / ".packed.packtool-tmp-1-abcdefgh")
         mark(str(proj / ".packed.packtool-tmp-1-abcdefgh"))
         return ".packed.packtool-tmp-1-abcdefgh"
-    os.mkdir(proj / "ckpt")
-    (proj / "ckpt" / "mp_rank_00.pt").write_bytes(b"weights")
+    _checkpoint_folder(proj, "packtool's checkpoint")
     return "ckpt"
+
+
+def _checkpoint_folder(proj, whose: str) -> None:
+    """`ckpt` holding an `mp_rank_00.pt` of `whose` (a key of RANK_FILES)."""
+    torch = pytest.importorskip("torch")
+    from packtool.checkpoint_kind import KEYS
+    os.mkdir(proj / "ckpt")
+    rank0 = proj / "ckpt" / "mp_rank_00.pt"
+    if whose == "a user's text file":
+        rank0.write_bytes(b"weights")
+    elif whose == "another trainer's torch file":
+        torch.save({"state_dict": {"w": torch.zeros(2)}}, rank0)
+    elif whose == "a link to packtool's checkpoint":
+        torch.save(dict.fromkeys(KEYS, 0), proj / "real.pt")
+        os.symlink(proj / "real.pt", rank0)
+    else:
+        torch.save(dict.fromkeys(KEYS, 0), rank0)  # save_checkpoint's record
 
 
 @pytest.mark.parametrize("depth", ["", "data", "x/y"])
@@ -96,6 +113,29 @@ def test_nothing_packtool_writes_lands_inside_its_own_trees(proj, what, kind, de
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.exit_code == 2 and len(errors) == 1 and f"inside {name}" in errors[0], r.stdout + r.stderr
     assert _tree(proj, rel) == before
+
+
+RANK_FILES = {"a user's text file": None, "another trainer's torch file": None,
+              "a link to packtool's checkpoint": None, "packtool's checkpoint": "checkpoint"}
+
+
+@pytest.mark.parametrize("what", ["plan -o", "library write_plan"])
+@pytest.mark.parametrize("whose", RANK_FILES)
+def test_a_checkpoint_folder_is_known_by_its_contents_not_a_files_name(proj, whose, what):
+    """A user's own `mp_rank_00.pt` does not make its folder packtool's (checkpoint_kind, the
+    rule train --save replaces by); a checkpoint save_checkpoint wrote does."""
+    from packtool.output.relations import own_tree_kind
+    _checkpoint_folder(proj, whose)
+    assert own_tree_kind(str(proj / "ckpt")) == RANK_FILES[whose]
+    refused, needle = RANK_FILES[whose] is not None, f"inside {WHY['checkpoint'][0]}"
+    before = _tree(proj, "ckpt")
+    if what.startswith("library"):
+        with pytest.raises(PacktoolOutputError, match=needle) if refused else contextlib.nullcontext():
+            write_into(what, "ckpt")
+    else:
+        r = write_into(what, "ckpt")
+        assert (r.exit_code, needle in r.stderr) == ((2, True) if refused else (0, False)), r.stdout + r.stderr
+    assert refused == (_tree(proj, "ckpt") == before)  # written beside a user's file, never into packtool's
 
 
 def test_save_writes_into_its_own_checkpoint_folder(proj):
