@@ -24,11 +24,13 @@ BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool
 BASE |= {"json_text"}  # JSON a user wrote, a key twice refused: every stage's JSON readers (standard library only)
 BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a cache root in a packed output
 BASE |= {"storage_uri"}  # a location's text (standard library only): storage.py's other half
+BASE |= {"checkpoint_kind"}  # a train --save checkpoint known by its contents: output.relations and megatron ask it
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with
 # output/store.py (the object-store commit protocol).
-SUBSTAGE = {"output.folder": 3.5, "output.owned": 3.5, "output.stale": 3.5, "output.store": 3.5}
+SUBSTAGE = {"output.folder": 3.5, "output.owned": 3.5, "output.stale": 3.5, "output.store": 3.5,
+            "output.store_intents": 3.5}
 ORDER = {"tokenize": 1, "planning": 2, "slabs": 3, "packing": 4, "verification": 5,
          "inspection": 5}
 CONSUMER = 9  # megatron, engines, cli, and anything else built on the stages

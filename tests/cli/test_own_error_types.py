@@ -327,6 +327,7 @@ INTERNAL = {
     ("slabs/names.py", "shard_file"): "run ids come from new_run_id (output/store.py), never from input",
     ("slabs/names.py", "run_shard_file"): "the names are shard_file's, renamed for this run",
     ("slabs/names.py", "intent_file"): "run ids come from new_run_id (output/store.py), never from input",
+    ("slabs/names.py", "proof_file"): "its run id is new_run_id's and its shard a name begin gave (output/store.py)",
 }
 BUILTIN = {n for n, v in vars(__import__("builtins")).items() if isinstance(v, type) and issubclass(v, BaseException)}
 
