@@ -340,6 +340,9 @@ CORRUPTIONS = {
     "lie:nesting-100000": _nest,
     "lie:tokenizer-null": _set(("tokenizer",), None),
     "lie:vocab_size-lowered": _set(("tokenizer", "vocab_size"), 10),
+    # ids over the largest the manifest records for their shard (below vocab_size): a trainer that
+    # sized its vocabulary by the record would index past it
+    "lie:max_token_id-lowered": _set(("shards", 0, "max_token_id"), lambda v: v - 1),
     "lie:tp-1e15": _set(("config", "alignment", "tp"), 10 ** 15),
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
     "manifest:pad_id": _set(("tokenizer", "pad_id"), lambda v: v + 5),
@@ -513,7 +516,8 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
 # above took them for harmless; a consumer must refuse them all the same (FORMAT.md, "What a
 # reader checks"): inspect's clean report would send a user to train on them
 MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_range:re-signed",
-               "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed")
+               "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed",
+               "lie:max_token_id-lowered")
 
 
 @pytest.mark.parametrize("consumer", ["inspect", "hf", "hf-to_hf", "standalone-reader"])
