@@ -12,6 +12,7 @@ import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg
 from packtool.integers import INT32_MAX, INT64_MAX, int_value, short
+from packtool.storage_uri import check_form, is_uri
 
 MAX_DEGREE = 2**31 - 1  # tp/cp: a degree above the most a slab holds cannot split one
 WORKERS_MAX = 4096  # threads or processes of one machine: more is a typo, not a machine
@@ -67,6 +68,8 @@ def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
         return None
     p = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if isinstance(p, str) and p:
+        if is_uri(p):  # its text refused here names the argument (`output=`), as the CLI names its flag
+            check_form(p, name)
         return expanded(p)
     none = " or None" if optional else ""
     raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")

@@ -55,17 +55,18 @@ def shown(spec: str) -> str:
     return f"{u.scheme}://{host}{u.path}"
 
 
-def _refuse_secrets(spec: str) -> None:
+def _refuse_secrets(spec: str, name: str | None = None) -> None:
     u = urlsplit(spec)
+    given = f" in {arg(name)}" if name else ""  # the argument (its flag on the command line) that gave it
     if u.username or u.password:
-        raise StorageError("a URI with user:password@ is refused: credentials come from the store's "
+        raise StorageError(f"a URI with user:password@ is refused{given}: credentials come from the store's "
                            "standard chain (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                           "AWS_PROFILE, an instance role)", path=shown(spec))
+                           "AWS_PROFILE, an instance role)", path=shown(spec), flag=name and cli_flag(name))
     for part in u.query.split("&"):
         if part and _SECRET_QUERY.search(part.split("=", 1)[0]):
             raise StorageError(f"the URI query parameter {part.split('=', 1)[0]!r} looks like a "
-                               f"credential and is refused: use the store's standard chain",
-                               path=shown(spec))
+                               f"credential and is refused{given}: use the store's standard chain",
+                               path=shown(spec), flag=name and cli_flag(name))
 
 
 def check_form(spec: str, name: str | None = None) -> None:
@@ -73,15 +74,18 @@ def check_form(spec: str, name: str | None = None) -> None:
     know, credentials in it, no bucket. `name`: the argument that gave it, named."""
     scheme, flag = spec.split("://", 1)[0].lower(), name and cli_flag(name)
     if scheme not in SCHEMES:
-        raise StorageError(f"the scheme {scheme}:// is not supported; packtool reads and writes local "
+        raise StorageError(f"the scheme {scheme}:// is not supported{f' in {arg(name)}' if name else ''}; "
+                           f"packtool reads and writes local "
                            f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
                            f"(through pyarrow.fs), or pass a filesystem object from Python",
                            path=shown(spec), flag=flag)
-    _refuse_secrets(spec)
+    _refuse_secrets(spec, name)
     if scheme in BUCKETED and not urlsplit(spec).netloc:
         # Arrow would take the key for a bucket (`s3://` lists the account: its bucket `bkt` was
         # shown as `kt/`) or refuse in its own words ("Path cannot start with a separator")
-        how = f"{arg(name)} {scheme}://BUCKET/PREFIX" if name else f"{scheme}://BUCKET/PREFIX"
+        how, said = f"{scheme}://BUCKET/PREFIX", name and arg(name)
+        if said:  # a library argument takes it as a value (`output='s3://...'`), a command line after its name
+            how = f"{said} {how}" if said.startswith("-") or said.isupper() else f"{said}={how!r}"
         e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=flag)
         e.usage = bool(flag)  # a flag's value the command cannot take
         raise e

@@ -51,7 +51,7 @@ from packtool.slabs.names import (
     proof_target,
     run_shard_file,
 )
-from packtool.storage import Location, is_uri, join_uri, locate
+from packtool.storage import Location, check_uri, is_uri, join_uri, locate
 from packtool.store_lease import LEASE, Lease, take_lease
 from packtool.workers import thread_pool
 
@@ -134,6 +134,7 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
         finally:
             _HELD[key][1] -= 1
         return
+    check_uri(output, "output")  # a missing bucket named with the argument, as cli.store_flags names the flag
     check_store_output(output, overwrite)
     lease = take_lease(locate(output))
     _HELD[key] = [lease, 1]

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
-from packtool.storage import READ_BLOCK, arrow_file, expand, is_file, is_uri, locate
+from packtool.storage import READ_BLOCK, arrow_file, check_form, expand, is_file, is_uri, locate
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.text_readers import (
     CSV_EXT,
@@ -183,6 +183,7 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage.expand), each named by its URI without secrets."""
     listed: list = []
+    check_form(spec, "inputs")  # its text refused naming the argument, before a request
     try:
         found = expand(spec, listed)
     except FileNotFoundError:
