@@ -5,9 +5,10 @@ other JSON of user data or settings is decoded here: the rows of a `.json` array
 tokenizer_config.json or tokenizer.json, a dataset's state.json, a plan file's settings, a
 manifest. Base (standard library only): a reader's manifest read loads nothing more.
 
-The error is a `json.JSONDecodeError` whose position is the opening brace of the object that
-holds the key twice, so each caller's existing JSON error path names the file and the line
-(from 1) as it does for any other broken JSON.
+The error is a `json.JSONDecodeError` whose position is the key's second occurrence (not the
+object's brace: a manifest's or a config's keys all sit in the object that opens on line 1), so
+each caller's existing JSON error path names the file and the line (from 1) where the repeat is,
+as it does for any other broken JSON.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def invalid_json(e: json.JSONDecodeError, line: int) -> str:
 
 
 class DuplicateKeyError(json.JSONDecodeError):
-    """A key given twice in one object; `pos`/`lineno` point at the object's opening brace."""
+    """A key given twice in one object; `pos`/`lineno` point at the key's second occurrence."""
 
     def __init__(self, key: str, doc: str, pos: int):
         super().__init__(twice(key), doc, pos)
@@ -76,8 +77,9 @@ def raw_decode(text: str, pos: int = 0, whole: bool = False):
 
 
 def _where(text: str, pos: int) -> int:
-    """The opening brace of the object the repeat is in: decoded once more with the Python
-    scanner, which passes each object's start (only on this error path: it is slower)."""
+    """Where the key is given the second time: the object that holds it is found by decoding once
+    more with the Python scanner, which passes each object's start (only on this error path: it
+    is slower); then its members are walked for the repeated key's position."""
     starts: list[int] = []
 
     def parse_object(s_and_end, *args):
@@ -92,9 +94,31 @@ def _where(text: str, pos: int) -> int:
         pos += 1
     try:
         dec.raw_decode(text, pos)
-    except _Twice:
-        return starts[-1]
+    except _Twice as t:
+        return _second_key(text, starts[-1], t.key, dec)
     return pos
+
+
+def _second_key(text: str, brace: int, key: str, dec: json.JSONDecoder) -> int:
+    """The position of `key`'s second member in the object opening at `brace`. The object was
+    read whole once (the repeat is seen at its end), and every object inside it holds no repeat
+    (inner objects end first), so its members decode here."""
+    ws = json.decoder.WHITESPACE.match
+    i, seen = brace + 1, False
+    while True:
+        i = ws(text, i).end()
+        if text[i] == "}":
+            return brace
+        k, end = json.decoder.scanstring(text, i + 1)
+        if k == key:
+            if seen:
+                return i
+            seen = True
+        end = ws(text, end).end() + 1  # past the ':'
+        _, end = dec.scan_once(text, ws(text, end).end())
+        i = ws(text, end).end()
+        if text[i] == ",":
+            i += 1
 
 
 __all__ = ["DuplicateKeyError", "invalid_json", "loads", "raw_decode", "twice"]
