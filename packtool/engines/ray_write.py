@@ -29,10 +29,8 @@ from packtool.tokenize.cache_parts import mask_values
 from packtool.tokenize.cache_pieces import cache_pieces
 from packtool.tokenize.flat_tokens import FlatTokens
 
-# Test hook, read on the driver when the write starts: a directory where the first attempt of
-# every shard-write task leaves a marker and kills its worker process (os._exit); Ray's
-# retry must finish the job.
-FAIL_ONCE_ENV = "PACKTOOL_RAY_FAIL_ONCE_DIR"
+# a write task whose worker dies (a node lost, OOM-killed) is run again; the test suite's
+# fault injection (tests/engines/ray_faults.py) stands in for write_group to show it
 WRITE_MAX_RETRIES = 3
 
 
@@ -103,24 +101,14 @@ def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list, s
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
-def _maybe_fail_once(k: int, d: str | None) -> None:
-    if not d:
-        return
-    marker = os.path.join(d, f"shard-{k:05d}.killed")
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        os._exit(1)
-
-
 def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: int,
-                group_tokens: int, fail_once_dir: str | None = None, side=(),
+                group_tokens: int, side=(),
                 dests: list[str] | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
     The shard's sub-plan is built here from its segments and the driver's per-slab values.
     Into the folder `out_dir`, or (`dests`: each shard's object URI and its proof's, named by
     the driver's store commit) written on this node's own scratch and uploaded from here."""
     k = int(group.column("shard")[0].as_py())
-    _maybe_fail_once(k, fail_once_dir)
     spec: SlabSpec = _get([spec_refs[k]])
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
     n = int(spec.count.sum())
@@ -231,7 +219,6 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
-                                 "fail_once_dir": os.environ.get(FAIL_ONCE_ENV),
                                  "side": tuple(cache.side_columns), "dests": dests}))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:

@@ -11,10 +11,10 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
 from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP, MISTRAL_DIR, PEPS, TASKMASTER  # noqa: E402
+from ray_faults import killed_once  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
 from packtool.engines.ray_engine import pack_ray  # noqa: E402
-from packtool.engines.ray_write import FAIL_ONCE_ENV  # noqa: E402
 from packtool.errors import PacktoolError, PacktoolInputError  # noqa: E402
 from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
@@ -45,7 +45,7 @@ def test_ray_writes_the_local_bytes_and_a_killed_writer_is_retried(tmp_path, mon
                  cache_dir=str(tmp_path / "c_local"), shard_tokens=SHARD)
     kills = tmp_path / "kills"
     kills.mkdir()
-    monkeypatch.setenv(FAIL_ONCE_ENV, str(kills))  # first attempt of every shard write dies
+    killed_once(monkeypatch, kills)  # first attempt of every shard write dies
     res = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "ray"),
                    cache_dir=str(tmp_path / "c_ray"), shard_tokens=SHARD)
     n_shards = len(res.shards)
@@ -56,7 +56,7 @@ def test_ray_writes_the_local_bytes_and_a_killed_writer_is_retried(tmp_path, mon
     # same fingerprint both ways: the local engine reuses the Ray-built cache and vice versa
     assert os.path.basename(os.path.dirname(res.cache_path)) == \
         os.path.basename(os.path.dirname(local.cache_path))
-    monkeypatch.delenv(FAIL_ONCE_ENV)
+    monkeypatch.undo()
     # one plan shard: the sharded path (placements in the object store, sub-plans rebuilt by
     # the write tasks) gives the same bytes as the global plan
     one = pack_ray(MIXED, ALIGN, pk, MIXED_CFG, output=str(tmp_path / "ray1"),
@@ -102,7 +102,7 @@ def test_skipped_rows_match_and_errors_name_the_row(tmp_path):
 
 
 def test_a_failed_write_leaves_no_output(tmp_path, monkeypatch):
-    monkeypatch.setenv(FAIL_ONCE_ENV, str(tmp_path / "missing" / "dir"))  # marker cannot be made
+    killed_once(monkeypatch, tmp_path / "missing" / "dir")  # marker cannot be made: every attempt fails
     out = tmp_path / "out"
     with pytest.raises(Exception, match="missing"):
         pack_ray([GSM8K], Alignment(capacity=1024), None,
