@@ -8,10 +8,15 @@ else a file with a single column (a headerless list, .npy, .txt). Another intege
 
 Files: .npy; .txt (one integer per line); .csv/.tsv (with a header, or one headerless
 column); .jsonl/.ndjson (one object per line); Parquet; Arrow IPC/Feather (.arrow, .feather,
-.ipc, or any other name)."""
+.ipc, or any other name).
+
+A text lengths file is positional (row i is sequence i; a plan's source_index points at it): a
+blank line before the last length is refused, naming its line, since each parser skips it and
+every later length would move to the wrong sequence in silence. A row's error names its line."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -55,6 +60,7 @@ _TEXT = (".txt", ".csv", ".tsv", ".jsonl", ".ndjson")
 def _load(path: str, column: str | None, low: str) -> np.ndarray:
     if low.endswith(_TEXT):
         _refuse_binary(path)
+        _refuse_blank(path)
     if low.endswith(".npy"):
         return _npy(path, column)
     if low.endswith(".txt"):
@@ -71,6 +77,56 @@ def _refuse_binary(path: str) -> None:
     if at >= 0:
         raise PlanInputError(f"byte {at} is NUL: not a text file of lengths (a damaged or copied-over file?); "
                         f"give the lengths file ({KINDS})", path=path, flag=cli_flag("lengths"))
+
+
+_BLANK = re.compile(rb"(?m)^[ \t\r\f\v]*\n")
+_ANY = re.compile(rb"\S")
+
+
+def _refuse_blank(path: str) -> None:
+    """A blank line with a length after it (blank lines at the end shift nothing): one pass of
+    a regex over the mapped file, so a file of millions of lengths costs no Python loop."""
+    import mmap
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            m = _BLANK.search(mm)
+            if m is None or _ANY.search(mm, m.end()) is None:
+                return
+            line = mm[:m.start()].count(b"\n") + 1
+    raise PlanInputError(f"line {line} is empty: a lengths file holds one length per line (line order is "
+                         f"sequence order, and every later length would move to the wrong sequence); remove "
+                         f"the line or write the sequence's length there", path=path, flag=cli_flag("lengths"))
+
+
+def _line_of(path: str, row: int) -> int | None:
+    """The line (from 1) of data row `row` of a text lengths file, for an error about its value
+    (blank lines are refused before; a .txt's `#` comment lines are no row)."""
+    low = path.lower()
+    if low.endswith((".jsonl", ".ndjson")):
+        return row + 1
+    with open(path, "rb") as f:
+        if low.endswith(".txt"):
+            seen = -1
+            for line, raw in enumerate(f, 1):
+                if raw.split(b"#", 1)[0].strip():
+                    seen += 1
+                    if seen == row:
+                        return line
+            return None
+        if low.endswith((".csv", ".tsv")):
+            from packtool.tokenize.text_where import csv_record_line
+            sep = "\t" if low.endswith(".tsv") else ","
+            header = not all(_is_int(n) for n in f.readline().decode("utf-8", "replace").strip().split(sep))
+            f.seek(0)
+            return csv_record_line(f, sep, row, header)
+    return None
+
+
+def _at_line(path: str, row: int, detail: str) -> str:
+    line = _line_of(path, row)
+    return detail if line is None else f"line {line}: {detail}"
 
 
 def _npy(path: str, column: str | None) -> np.ndarray:
@@ -213,7 +269,8 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if isinstance(col, (pa.Array, pa.ChunkedArray)):
         if col.null_count:
             first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
-            raise PlanInputError(f"{where} is null; every row needs a length", path=path, row=first)
+            raise PlanInputError(_at_line(path, first, f"{where} is null; every row needs a length"), path=path,
+                                 row=first)
         if not pa.types.is_integer(col.type):
             raise _not_int(path, col.to_pylist(), f"{where} holds {col.type}")
         col = col.to_numpy()
@@ -221,7 +278,7 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if col.size == 0:
         raise PlanInputError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
-    return int_array(col, "lengths", PlanInputError, at=lambda i, detail: PlanInputError(detail, path=path, row=i), minimum=1)
+    return int_array(col, "lengths", PlanInputError, at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i), minimum=1)
 
 
 def _is_length(v) -> bool:
@@ -238,15 +295,8 @@ def _not_int(path: str, values: list, what: str, fix: str = "lengths must be int
     if row is None:
         held = "whole numbers but not integers" if values else "no values"
         return PlanInputError(f"{what}, {held}; {fix}", path=path, flag=cli_flag("lengths"))
-    low, at = path.lower(), ""
-    if low.endswith((".csv", ".tsv")):
-        from packtool.tokenize.text_where import csv_record_line
-        sep = "\t" if low.endswith(".tsv") else ","
-        with open(path, "rb") as f:
-            header = not all(_is_int(n) for n in f.readline().decode("utf-8", "replace").strip().split(sep))
-            f.seek(0)
-            line = csv_record_line(f, sep, row, header)
-        at = f" at line {line}" if line is not None else ""
+    line = _line_of(path, row)
+    at = f" at line {line}" if line is not None else ""
     return PlanInputError(f"{what}: value {values[row]!r}{at} is not an integer; {fix}", path=path, row=row)
 
 

@@ -55,7 +55,7 @@ def test_csv_with_header_and_headerless(tmp_path):
     ("x.bin", "not arrow", "cannot read lengths"),
     ("x.txt", "5,6\n", "one integer length per line"),
     ("x.jsonl", '{"length": 1.5}\n', "column length holds double"),
-    ("x.jsonl", '{"length": 1}\n{"length": null}\n', "row 1: column length is null"),
+    ("x.jsonl", '{"length": 1}\n{"length": null}\n', "row 1: line 2: column length is null"),
 ])
 def test_unreadable_files_are_one_line_naming_the_file(tmp_path, name, body, needle):
     p = tmp_path / name
