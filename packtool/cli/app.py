@@ -232,6 +232,7 @@ def pack(
 @app.command(cls=Command)
 @guarded
 def inspect(
+    ctx: typer.Context,
     directory: Annotated[Optional[str], typer.Argument(help="Packed output directory (or use --lengths / --plan).")] = None,
     lengths: Annotated[Optional[str], typer.Option("--lengths", help="File of integer lengths (before packing): Parquet, Arrow/Feather, .jsonl, .csv/.tsv, .npy or .txt.")] = None,
     plan_file: Annotated[Optional[str], typer.Option("--plan", help="Plan Parquet from `packtool plan --output` (it records the flags plan used).")] = None,
@@ -269,10 +270,13 @@ def inspect(
                     report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
                                              what_if=what_if, path=lengths)
             else:
-                from packtool.align import Alignment
-                given = (align, cfg) != (Alignment(), PackingConfig())  # else: the file's own
-                report = inspect_plan_file(plan_file, align if given else None, cfg if given else None,
-                                           compare=compare, what_if=what_if)
+                # only the flags typed: a default is no choice to hold the file's record to (S36-7)
+                typed = {k: v for k, v in dict(capacity=max_tokens, tp=tp, cp=cp, sp=sp, fp8=fp8,
+                                               fixed_length=fixed_length, convention=convention,
+                                               algorithm=algorithm, overflow=overflow, dp=dp, seed=seed).items()
+                         if getattr(ctx.get_parameter_source("max_tokens" if k == "capacity" else k),
+                                    "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+                report = inspect_plan_file(plan_file, compare=compare, what_if=what_if, given=typed)
         if html:
             from packtool.inspection.html import write_html
             write_html(report, html, overwrite, read)

@@ -44,10 +44,13 @@ def inspect_lengths(lengths, alignment: Alignment | None = None, packing: Packin
 
 
 def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: PackingConfig | None = None,
-                      compare: bool = False, what_if: bool = True) -> InspectReport:
+                      compare: bool = False, what_if: bool = True, given: dict | None = None) -> InspectReport:
     """A plan Parquet (`packtool plan --output`) records the settings it was made with; None
     uses them, settings passed must agree. An older plan file records none: pass the flags
-    `plan` used. The stored padded lengths are checked against the settings either way."""
+    `plan` used. The stored padded lengths are checked against the settings either way.
+    `given`: settings set one by one by name (capacity, tp, ..., seed: the flags a command line
+    typed), instead of whole `alignment`/`packing`: each must agree with the file's record, and
+    the ones not given are the file's (a default is no choice of the user's)."""
     import time
 
     import pyarrow.parquet as pq
@@ -65,7 +68,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
         raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
                            f"write it with `packtool plan --output`") from None
-    alignment, packing = plan_settings(path, alignment, packing)
+    alignment, packing = plan_settings(path, alignment, packing, given)
     for c in t.column_names:  # a null reads back as a made-up number (-2^63)
         r = first_null(t.column(c))
         if r >= 0:
@@ -151,20 +154,74 @@ def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, meta) -> None
                            f"{n} sequences; {_REWRITE}")
 
 
-def plan_settings(path: str, alignment: Alignment | None,
-                  packing: PackingConfig | None) -> tuple[Alignment, PackingConfig]:
+ALIGNMENT_SETTINGS = ("capacity", "tp", "cp", "sp", "fp8", "fixed_length", "convention")
+PACKING_SETTINGS = ("algorithm", "overflow", "dp", "seed")
+
+
+def plan_settings(path: str, alignment: Alignment | None, packing: PackingConfig | None,
+                  given: dict | None = None) -> tuple[Alignment, PackingConfig]:
     """The settings to read a plan file with: the ones it records, or those passed (which
-    must agree with the recorded ones)."""
+    must agree with the recorded ones; `given`: see inspect_plan_file)."""
+    from dataclasses import replace
+
     from packtool.planning.plan_file import plan_flags, read_plan_config
+    if given is not None:
+        unknown = sorted(set(given) - set(ALIGNMENT_SETTINGS + PACKING_SETTINGS)) if isinstance(given, dict) else [given]
+        if unknown or alignment is not None or packing is not None:
+            raise InspectError(f"{arg('given')} takes the settings {', '.join(ALIGNMENT_SETTINGS + PACKING_SETTINGS)} "
+                               f"by name, instead of {arg('alignment')}/{arg('packing')}"
+                               + (f"; not {', '.join(map(repr, unknown))}" if unknown else ""))
+    ga = {k: v for k, v in (given or {}).items() if k in ALIGNMENT_SETTINGS}
+    gp = {k: v for k, v in (given or {}).items() if k in PACKING_SETTINGS}
     stored = read_plan_config(path)
     if stored is None:
-        if alignment is None:
+        if alignment is None and not given:
             raise InspectError(f"{path}: this plan file records no settings (an older packtool): "
                                f"pass the settings `plan` used ({arg('capacity')}, {arg('tp')}, {arg('cp')}, ...)")
+        if given:
+            return Alignment(**ga), PackingConfig(**gp)
         return alignment, packing or PackingConfig()
     sa, sp = stored
-    a, pk = alignment or sa, packing or sp
-    if (a, pk) != (sa, sp):
-        raise InspectError(f"{path}: made with {plan_flags(sa, sp)}, but {plan_flags(a, pk)} was "
-                           f"passed: drop them (the file records its settings) or pass the same")
-    return a, pk
+    if given is not None:  # each given setting laid over the record (sp and overflow resolve against it)
+        a, pk = replace(sa, **ga), replace(sp, **gp)
+    else:
+        a, pk = alignment or sa, packing or sp
+    named = ALIGNMENT_SETTINGS + PACKING_SETTINGS if given is None else tuple(given)
+    differ = [k for k in named if _value(a, pk, k) != _value(sa, sp, k)]
+    if differ:
+        raise InspectError(f"{path}: made with {_said(sa, sp, differ)}, but {_said(a, pk, differ)} was passed: "
+                           f"{_drop(differ)} (the file records every setting: {plan_flags(sa, sp)}) or pass the same",
+                           flag=cli_flag(differ[0]))
+    return sa, sp
+
+
+def _value(a: Alignment, pk: PackingConfig, name: str):
+    return getattr(a if name in ALIGNMENT_SETTINGS else pk, name)
+
+
+_SHORT = {"capacity": "-C", "algorithm": "-a"}
+
+
+def _said(a: Alignment, pk: PackingConfig, names: list[str]) -> str:
+    """The settings `names` as the caller spells them: `--cp 2 --no-sp` or `cp=2, sp=False`."""
+    cli = cli_flag("capacity") is not None
+    out = []
+    for k in names:
+        v = _value(a, pk, k)
+        if cli and k == "sp":  # a switch pair: its off form is a flag of its own
+            out.append("--sp" if v else "--no-sp")
+        elif cli and v is None:  # fixed_length unset: no flag spells it
+            out.append(f"no {arg(k)}")
+        elif cli and k in _SHORT:  # as plan_flags spells the record beside it in the same line
+            out.append(f"{_SHORT[k]} {v}")
+        else:
+            out.append(arg(k, v))
+    return (" " if cli else ", ").join(out)
+
+
+def _drop(differ: list[str]) -> str:
+    if cli_flag("capacity") is not None:
+        return f"drop {'it' if len(differ) == 1 else 'them'}"
+    objs = [o for o, names in (("alignment", ALIGNMENT_SETTINGS), ("packing", PACKING_SETTINGS))
+            if any(k in names for k in differ)]
+    return "pass " + " and ".join(f"{arg(o)}=None" for o in objs)

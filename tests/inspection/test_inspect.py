@@ -279,7 +279,9 @@ def test_cli_plan_file_round_trip(tmp_path):
     assert d["kind"] == "plan" and d["slabs"] == planned["slabs"]
     assert d["padding"] == planned["padding"]
     res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "-C", "96"])
-    assert res.exit_code == 2 and "pass the same" in res.output
+    assert res.exit_code == 0, res.output  # as recorded: the flags not typed are the file's (S36-7)
+    res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet"), "-C", "96", "--cp", "1"])
+    assert res.exit_code == 2 and "but --cp 1 was passed" in res.output and "pass the same" in res.output
     res = runner.invoke(app, ["inspect", "--plan", str(tmp_path / "p.parquet")])  # the file's own flags
     assert res.exit_code == 0, res.output
     assert "settings recorded in the plan file: -C 96 --tp 1 --cp 2" in res.stderr and "-a ffd" in res.stderr
