@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from packtool.align import Alignment
 from packtool.engines.ray_source import TokenizeJob
-from packtool.errors import PacktoolError, PacktoolInputError, cli_flag
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, cli_flag
 from packtool.output.folder import Terminated
 from packtool.packing import PackResult, _config_files, as_given, cache_root, claim, rows_named, write_output
 from packtool.planning.core import PackingConfig, first_too_long
@@ -126,12 +126,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # a task's error still reaches the driver as the exception it raised
         kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                   include_dashboard=False, configure_logging=False)
-        with _own_sigterm():
-            if address:
-                ray.init(address=address, **kw)
-            else:
-                with _daemons_apart():
-                    ray.init(num_cpus=num_cpus or cores(), **kw)
+        try:
+            with _own_sigterm():
+                if address:
+                    ray.init(address=address, **kw)
+                else:
+                    with _daemons_apart():
+                        ray.init(num_cpus=num_cpus or cores(), **kw)
+        except Exception as e:  # (Ctrl-C and SIGTERM are BaseExceptions: they unwind as they are)
+            raise not_started(e, address) from None
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -144,6 +147,39 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     # its notices (bars off, ...) and its log of a task's error are not the user's concern:
     # the error reaches the driver as the exception the task raised, said in one line
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
+
+
+def _logs() -> str:
+    try:
+        from ray._common.utils import get_default_ray_temp_dir
+        return os.path.join(get_default_ray_temp_dir(), "session_latest", "logs")
+    except Exception:  # another Ray's layout: its default place
+        return "/tmp/ray/session_latest/logs"
+
+
+def not_started(e: BaseException, address: str | None) -> PacktoolConfigError:
+    """Ray not coming up (a local node that cannot start under a file-size or memory limit, a
+    cluster address that does not answer or runs another Ray) is the run's setting, not a
+    packtool bug: one line naming the flag, Ray's reason and what to do instead."""
+    why = " ".join(f"{type(e).__name__}: {e}".split())
+    why = why if len(why) <= 200 else why[:200].rsplit(" ", 1)[0] + " …"
+    cli = cli_flag("engine") is not None  # the command line: its flags, else pack_ray's arguments
+    ra = "--ray-address" if cli else "ray_address"
+    if address:
+        return PacktoolConfigError(
+            f"{ra} {address}: could not join that Ray cluster ({why}); check that "
+            f"`ray status --address {address}` answers from here and runs this Ray ({_ray_version()}), "
+            f"or leave {ra} out for a local Ray", flag=ra if cli else None)
+    engine, local = ("--engine ray", "--engine local") if cli else ("pack_ray", "packtool.pack")
+    return PacktoolConfigError(
+        f"{engine}: the local Ray node did not start ({why}); its logs are under {_logs()}; "
+        f"use {local}, or start Ray with `ray start --head` and pass {ra} ADDRESS",
+        flag="--engine" if cli else None)
+
+
+def _ray_version() -> str:
+    import ray
+    return f"Ray {ray.__version__}"
 
 
 _RAY_RETRY_NOTE = re.compile(r"\s+Failed to .*? after \d+/\d+ attempts \(total backoff .*\Z", re.S)
