@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
 from packtool.align import Alignment
+from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
 from packtool.params import checked, position
@@ -181,16 +182,22 @@ class PackedSlabDataset:
     def steps(self, start_step: int = 0, max_steps: int | None = None) -> Iterator[Step]:
         """Steps forever (epoch after epoch) from global step `start_step` (resume)."""
         start_step, max_steps = checked("start_step", start_step), checked("max_steps", max_steps)
-        step, epoch, done = 0, 0, 0
-        while max_steps is None or done < max_steps:
+        if max_steps and start_step + max_steps - 1 > INT64_MAX:  # a checkpoint records a step as int64
+            raise PacktoolConfigError(f"{arg('start_step', start_step)} with {arg('max_steps', max_steps)} runs "
+                                      f"past step 2^63-1: give at most {arg('max_steps', INT64_MAX - start_step + 1)}")
+        # every epoch has the same number of steps (rank_steps: the packer's steps, or the slabs
+        # dealt grad_accum at a time), and each epoch's shuffle is seeded by its number alone:
+        # a resume at any step plans one epoch, not every epoch before it
+        per = self.steps_per_epoch() if start_step else 1
+        epoch, done = start_step // per, 0
+        step = epoch * per
+        while (max_steps is None or done < max_steps) and step <= INT64_MAX:  # no step number past int64
             plans = self.plan(epoch, first_step=step)
             if not plans:
                 return
-            if step + len(plans) <= start_step:  # skip whole epochs without reading tokens
-                step += len(plans)
-                epoch += 1
-                continue
             for p in plans:
+                if p.step > INT64_MAX:  # an endless stream ends where step numbers do
+                    return
                 if p.step < start_step:
                     continue
                 mbs = [self.load(mb) for mb in p.micro_batches]
