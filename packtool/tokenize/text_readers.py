@@ -50,7 +50,9 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
     try:
         table = pajson.read_json(io.BytesIO(block),
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
-        if not _well_built(table, columns):
+        if not _well_built(table, columns) or table.num_rows != _lines_with_text(block):
+            # a line Arrow read as two rows (`{...} {...}`) is no JSON Lines line: Python's
+            # reading of the block names it ("extra data"), so row N stays line N+1's
             return block_table(block, path, first_line, columns)
         # JSON has no dates (a timestamp is Arrow's guess from strings), and a tool call's
         # arguments must not get other rows' keys: json_types reads such a block (only for the
@@ -78,6 +80,15 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                 fix = _arrow_json_fix(re.sub(r" in row \d+", "", msg))
                 raise PacktoolInputError(f"at line {line}: {fix}", path=path) from None
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
+
+
+_BLANK_LINE = re.compile(rb"(?m)^[ \t\r]*$")  # JSON's whitespace: what Arrow skips as no row
+
+
+def _lines_with_text(block: bytes) -> int:
+    """The rows a block of JSON Lines holds, one per line that is not blank (counted in C: a
+    block of 8 MiB is ~50k lines)."""
+    return block.count(b"\n") + 1 - len(_BLANK_LINE.findall(block))
 
 
 def _well_built(table: pa.Table, columns: list[str] | None) -> bool:
