@@ -11,6 +11,8 @@ the RL loss of docs/RL.md) use it as it is. Needs torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
+from numbers import Real
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,7 +29,7 @@ from packtool.layout import (
     token_destinations,
 )
 from packtool.errors import one_line
-from packtool.integers import INT32_MAX
+from packtool.integers import INT32_MAX, short
 from packtool.params import expect
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
@@ -97,9 +99,42 @@ def _integer_ids(input_ids, lengths) -> None:
                                   f"to int64 would truncate 1.7 to 1); pass integer ids (torch.long)")
 
 
+def _fill(name: str, value, dtype: torch.dtype):
+    """side_fill[name] when the column's dtype holds it exactly: a NaN/inf on every pad turns
+    a `mask * value` loss into NaN, 0.5 in an int column is cut to 0 and True to 1 (the
+    writer only ever fills 0.0 or -1, FORMAT.md)."""
+    said = f"side_fill[{name!r}]"
+    if dtype.is_floating_point:
+        top = float(torch.finfo(dtype).max)
+        try:
+            ok = (isinstance(value, Real) or (isinstance(value, torch.Tensor) and value.dim() == 0)) \
+                and not isinstance(value, bool) and abs(float(value)) <= top  # False for NaN, inf, '1.0'
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise OnlinePackError(f"{said} must be a finite number the column's {dtype} holds "
+                                  f"(|x| <= {top:g}), got {short(value)}; the default is 0.0")
+        return float(value)
+    if dtype == torch.bool:
+        return bool(check_int(said, value, 0, maximum=1))
+    if dtype.is_complex:
+        return value
+    info = torch.iinfo(dtype)
+    return check_int(said, value, info.min, maximum=info.max)  # 2^40 in int32, 0.5, True refused
+
+
 def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dict:
     """name -> (flat values on device, fill); one line names the column and sequence that
-    does not have one value (or one K-row) per token."""
+    does not have one value (or one K-row) per token, and a side_fill key that names no
+    column (a typo would leave the pads at the default fill without a word)."""
+    for what, d in (("side", side), ("side_fill", side_fill)):
+        if not isinstance(d, Mapping):
+            raise OnlinePackError(f"{what} must be a dict of column name -> {'tensors' if what == 'side' else 'fill'}"
+                                  f", got {type(d).__name__} {short(d)}")
+    stray = sorted(map(str, set(side_fill) - set(side)))
+    if stray:
+        raise OnlinePackError(f"side_fill names {stray[0]!r}, not a side column (side= holds "
+                              f"{sorted(map(str, side)) or 'none'}): give a fill only for a column in side=")
     out = {}
     for name, x in side.items():
         v, vl = _flat(x, lengths, f"side column {name!r}", lens_like=lens)
@@ -115,21 +150,58 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
         fill = side_fill.get(name)
         if fill is None:
             fill = 0.0 if v.is_floating_point() else -1  # packtool.side.SideColumn's defaults
+        else:
+            fill = _fill(name, fill, v.dtype)
         out[name] = (v.to(device), fill)
     return out
 
 
-def _one_sync(weight: torch.Tensor, lowest: torch.Tensor | None, ids: torch.Tensor) -> int:
-    """The loss-token count, and the lowest token id checked, in one host sync: a second
-    read of a GPU tensor per micro-batch would stall the trainer's stream once more."""
-    if lowest is None:
-        return int(weight.sum().item())
-    n, low = torch.stack([weight.sum(), lowest.to(weight.device, weight.dtype)]).tolist()
-    if low < 0:  # a negative id is an embedding row of its own, never a token
+def _mask(loss_mask, lengths, lens: np.ndarray, device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(float32 0/1 weights on device, per-token "not 0 and not 1" flags or None). The mask
+    says target or not: a soft weight (0.5, 2.0), HF's -1/-100 "ignore" or a NaN cast to
+    != 0 would train on it as a plain target, so such values are refused, not flattened;
+    the flags are read in the micro-batch's one host sync (`_one_sync`)."""
+    if loss_mask is None:
+        return torch.ones(int(lens.sum()), dtype=torch.float32, device=device), None
+    mask, mlens = _flat(loss_mask, lengths, "loss_mask")
+    if not np.array_equal(mlens, lens):
+        raise OnlinePackError("loss_mask must have one entry per token of input_ids "
+                              "(same lengths per sequence)")
+    mask = mask.reshape(-1).to(device)
+    if mask.dtype.is_complex:
+        raise OnlinePackError(f"loss_mask is a {mask.dtype} tensor: pass 0/1 per token (bool, integer or float)")
+    bad = None if mask.dtype == torch.bool else (mask != 0) & (mask != 1)
+    return (mask != 0).to(torch.float32), bad
+
+
+def _bad_mask(mask_in, lengths, lens: np.ndarray, bad: torch.Tensor) -> OnlinePackError:
+    """The one line for the first loss_mask value that is neither 0 nor 1, by sequence."""
+    i = int(torch.nonzero(bad)[0])
+    k = int(np.searchsorted(np.cumsum(lens), i, side="right"))
+    p = i - int(lens[:k].sum())
+    flat = mask_in.reshape(-1) if isinstance(mask_in, torch.Tensor) else torch.as_tensor(mask_in[k]).reshape(-1)
+    v = flat[i if isinstance(mask_in, torch.Tensor) else p].item()
+    where = f"loss_mask (sequence {k})" if isinstance(mask_in, torch.Tensor) else f"loss_mask[{k}]"
+    return OnlinePackError(f"{where} holds {v} at position {p}: loss_mask is 0 (not a target) or 1 (a "
+                           f"target) per token, as bool, integer or float; pass (mask > 0) for a "
+                           f"mask that marks ignored tokens otherwise, and carry real-valued loss "
+                           f"weights as a side column (side=)")
+
+
+def _one_sync(weight: torch.Tensor, lowest: torch.Tensor | None, ids: torch.Tensor,
+              bad: torch.Tensor | None) -> tuple[int, bool]:
+    """(loss-token count, whether the mask held a value other than 0/1), with the lowest
+    token id checked, in one host sync: a second read of a GPU tensor per micro-batch would
+    stall the trainer's stream once more."""
+    vals = [weight.sum()]
+    vals += [] if lowest is None else [lowest.to(weight.device, weight.dtype)]
+    vals += [] if bad is None else [bad.any().to(weight.device, weight.dtype)]
+    got = torch.stack(vals).tolist()
+    if lowest is not None and got[1] < 0:  # a negative id is an embedding row of its own, never a token
         i = int(torch.argmin(ids))
         raise OnlinePackError(f"input_ids holds {int(ids[i])} at flat position {i}: token ids are "
                               f"nonnegative integers (pad with pad_id, mask with loss_mask)")
-    return int(n)
+    return int(got[0]), bad is not None and got[-1] != 0
 
 
 def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
@@ -145,14 +217,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     ids = ids.reshape(-1)
     lowest = ids.min() if ids.numel() else None  # read in the micro-batch's one host sync, below
     device = ids.device if device is None else torch.device(device)
-    if loss_mask is None:
-        mask = torch.ones(ids.numel(), dtype=torch.float32, device=device)
-    else:
-        mask, mlens = _flat(loss_mask, lengths, "loss_mask")
-        if not np.array_equal(mlens, lens):
-            raise OnlinePackError("loss_mask must have one entry per token of input_ids "
-                                  "(same lengths per sequence)")
-        mask = (mask.reshape(-1).to(device) != 0).to(torch.float32)
+    mask, bad = _mask(loss_mask, lengths, lens, device)
     if lens.size and int(lens.min()) < 1:
         raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
                               f"rollouts before batching")
@@ -174,7 +239,9 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     labels = labels * (weight != 0)
     seg = torch.as_tensor(segment_of_position(lay.seg_padded), device=device)
     seg_loss = torch.zeros(lay.seg_padded.size, dtype=torch.float32, device=device).index_add_(0, seg, weight)
-    n_loss = _one_sync(weight, lowest, ids)  # the full micro-batch's loss tokens (all CP ranks)
+    n_loss, mask_bad = _one_sync(weight, lowest, ids, bad)  # the full micro-batch's loss tokens (all CP ranks)
+    if mask_bad:
+        raise _bad_mask(loss_mask, lengths, lens, bad)
     pos = torch.as_tensor(positions_in_segment(lay.seg_padded), device=device)
     stored, shifted = {}, {}
     for name, (v, fill) in cols.items():

@@ -28,13 +28,15 @@ def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Align
     """One THD micro-batch of the given sequences, in the given order, for CP rank cp_rank.
 
     input_ids: one 1-D token tensor per sequence, or one flat tensor with `lengths`.
-    loss_mask: the same shape; nonzero where the token is a training target (e.g. the
-      response). None: every token but each sequence's first (which nothing predicts).
+    loss_mask: the same shape; 1 where the token is a training target (e.g. the
+      response), 0 elsewhere (any other value is refused). None: every token but each
+      sequence's first (which nothing predicts).
     side: per-token side columns, name -> one tensor per sequence ([L] for a scalar per
       token, [L, K] for a K-wide row) or one flat tensor with `lengths`; placed through the
       same layout and CP slice as the tokens, on the tokens' device, into `ThdBatch.side`
       (token-aligned) and `ThdBatch.side_targets` (shifted like labels). Pads hold
-      side_fill[name], by default 0.0 for floats and -1 for ints (packtool.side).
+      side_fill[name] (a key of side; a value the column's dtype holds exactly), by
+      default 0.0 for floats and -1 for ints (packtool.side).
     alignment: the run's Alignment; the slab is laid out by `layout.compute_layout`, with
       a fill segment up to `fixed_length` when it is set.
     cp_size: CP degree of the slice (default alignment.cp); device: default, the tokens'."""
