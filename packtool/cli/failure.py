@@ -154,7 +154,10 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         from packtool.cli.memory import out_of_memory
         line = out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {})
         said = one_line(e) if str(e) else ""  # what a refusal before the allocation knew (the row, the limit)
-        return "resources", f"{line}; here: {said}" if said else line, EXIT_USAGE
+        line = f"{line}; here: {said}" if said else line
+        if getattr(e, "path", None) is not None:  # a row refused by name (tokenize.long_rows): the contract's form
+            line = one_line(PacktoolError(line, path=e.path, row=getattr(e, "row", None)))
+        return "resources", line, EXIT_USAGE
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
@@ -235,6 +238,8 @@ def report(e: BaseException, json_out: bool = False) -> int:
             extra["kind"] = kind = "usage"
     else:  # describe gave an OSError the kind of its place already
         where = written.failed_file(e) if isinstance(e, OSError) else None
+        if isinstance(e, MemoryError) and getattr(e, "path", None) is not None:  # a row refused by name
+            where, extra["row"] = e.path, getattr(e, "row", None)
         place = _place(where)
         if where is not None:
             extra["path"] = os.fspath(where)

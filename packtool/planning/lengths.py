@@ -278,7 +278,8 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if col.size == 0:
         raise PlanInputError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
-    return int_array(col, "lengths", PlanInputError, at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i), minimum=1)
+    return int_array(col, "lengths", PlanInputError, minimum=1,
+                     at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i))
 
 
 def _is_length(v) -> bool:

@@ -27,7 +27,17 @@ _FORK = threading.Lock()  # one probe at a time: the environment switch below is
 
 
 class RowTooLongError(MemoryError):
-    """A row whose tokenizing needs more memory than this process may still take."""
+    """A row whose tokenizing needs more memory than this process may still take. Raised where
+    only the encode chunk is known (`index`: the row's place in it); `at` names its file and
+    row (from 0) once the chunk's owner adds where the chunk starts, so that the out-of-memory
+    line says which row of which file (cli.failure puts them in the line and in --json)."""
+
+    def __init__(self, message: str, index: int = 0, path: str | None = None, row: int | None = None):
+        super().__init__(message)
+        self.index, self.path, self.row = index, path, row
+
+    def at(self, path: str, first_row: int) -> "RowTooLongError":
+        return RowTooLongError(str(self), self.index, path, first_row + self.index)
 
 
 def _kib(path: str, key: str) -> int | None:
@@ -73,7 +83,7 @@ def refuse_unencodable(tok, texts: list[str], fast: bool) -> None:
     left = room()
     if left is None or not hasattr(os, "fork"):
         return
-    for text in texts:
+    for i, text in enumerate(texts):
         if len(text) * _DOUBT <= left[0]:  # characters <= UTF-8 bytes: no probe needed
             continue
         size = len(text.encode("utf-8"))
@@ -81,7 +91,7 @@ def refuse_unencodable(tok, texts: list[str], fast: bool) -> None:
             raise RowTooLongError(
                 f"a row of {size / 2**20:.1f} MiB of text cannot be tokenized within {left[1]} "
                 f"({max(left[0], 0) / 2**30:.1f} GiB left; tokenizing it was tried apart and ran out); split or "
-                f"shorten that row, or give the process more memory")
+                f"shorten that row, or give the process more memory", i)
 
 
 def _encodes_in_child(tok, text: str, fast: bool) -> bool:

@@ -34,6 +34,7 @@ from packtool.tokenize.chat_keys import merge, say_stored, say_unrendered
 from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, encode_rendered, start_encode
+from packtool.tokenize.long_rows import RowTooLongError
 from packtool.tokenize.hf_input import batches_of, rows_of, start_meta
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
@@ -208,7 +209,11 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         """Finish encoded chunks in order: every finished one, and more until `limit` remain."""
         while pending and (len(pending) > limit or pending[0][0].done()):
             fut, *where = pending.popleft()
-            finish(fut.result(), *where)
+            try:
+                enc = fut.result()
+            except RowTooLongError as e:  # the encode knew the chunk, not its file and first row
+                raise e.at(where[0].path, where[2]) from None
+            finish(enc, *where)
 
     def read_all(pool: EncodePool) -> None:
         nonlocal global_row, bytes_before
