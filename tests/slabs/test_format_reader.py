@@ -90,3 +90,44 @@ def test_the_standalone_reader_matches_packtool(packed):
                 assert np.array_equal(got_cu, cu // cp) and side == {}
                 checked += 1
     assert checked >= 2 * cp
+
+
+def _reader(name="format_reader"):
+    mod = types.ModuleType(name)
+    exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
+    return mod
+
+
+# every argument a caller gives the reader, each outside what the output holds (S36-16): a rank
+# past cp sliced another rank's chunks without a word, a row past the shard or a rank below 0 was
+# a bare IndexError, a shard the manifest does not list a StopIteration
+BAD_ARGUMENTS = {"rank cp": ("shard", 0, "cp", r"r=2 is not a CP rank of cp=2 \(0\.\.1\)"),
+                 "rank -1": ("shard", 0, -1, r"r=-1 is not a CP rank of cp=2"),
+                 "rank True": ("shard", 0, True, r"r=True is not a CP rank"),
+                 "row past the shard": ("shard", "rows", 0, r"row \d+: the shard has \d+ rows \(rows count from 0\)"),
+                 "row -1": ("shard", -1, 0, r"row -1: the shard has \d+ rows"),
+                 "row 1.0": ("shard", 1.0, 0, r"row 1\.0: the shard has \d+ rows"),
+                 "unlisted shard": ("slabs-99999.parquet", 0, 0, r"'slabs-99999\.parquet' is not one of its shards")}
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_the_standalone_reader_refuses_arguments_outside_the_output(packed, case):
+    mod = _reader()
+    man = mod.open_output(packed)
+    shard, row, r, message = BAD_ARGUMENTS[case]
+    entry = man["shards"][0]
+    shard = entry["file"] if shard == "shard" else shard
+    row = entry["rows"] if row == "rows" else row
+    r = man["config"]["alignment"]["cp"] if r == "cp" else r
+    with pytest.raises(ValueError, match=message):
+        mod.read_slab_for_cp_rank(packed, shard, row, r, man)
+    last = (entry["rows"] - 1, man["config"]["alignment"]["cp"] - 1)  # the edges themselves are read
+    assert len(mod.read_slab_for_cp_rank(packed, entry["file"], np.int64(last[0]), last[1], man)[0])
+
+
+@pytest.mark.parametrize("argv", [[], ["x", "s", "0"], ["x", "s", "one", "0"], ["x", "s", "0", "²"]])
+def test_the_standalone_readers_command_line_says_its_usage(argv, monkeypatch):
+    import sys
+    monkeypatch.setattr(sys, "argv", ["reader.py", *argv])
+    with pytest.raises(SystemExit, match=r"^usage: reader\.py OUT_DIR SHARD ROW CP_RANK"):
+        _reader("__main__")
