@@ -26,7 +26,10 @@ def _yaml_shape(path: str) -> dict:
     data = read_small(path, SETTINGS_BYTES, "train --config file", "give the YAML file of the model shape "
                       "(a few lines, e.g. `layers: 2`)", flag="--config")
     try:
-        raw = yaml.safe_load(data)
+        raw = yaml.load(data, Loader=_once_loader(yaml))
+    except _Twice as e:
+        raise PacktoolInputError(f"line {e.line}: key {e.key!r} appears twice (first at line {e.first}); keep one "
+                                 f"of them (lines count from 1)", path=path, flag="--config") from None
     except yaml.YAMLError as e:  # the user's file, not a packtool bug; an unsafe tag (!!python/...) too
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -42,6 +45,36 @@ def _yaml_shape(path: str) -> dict:
         raise PacktoolInputError(f"unknown keys {bad}; allowed: {list(_SHAPE_KEYS)} (see --config)", path=path,
                                  flag="--config")
     return raw
+
+
+class _Twice(Exception):
+    """A mapping of the --config file gives one key twice (YAML's loaders keep the last silently)."""
+
+    def __init__(self, key, line: int, first: int):
+        super().__init__(key)
+        self.key, self.line, self.first = key, line, first
+
+
+def _once_loader(yaml):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (at any depth), as packtool's
+    JSON readers do: the first value would be dropped without a word. Keys compare as loaded
+    (`1` and `0x1` are one key); a merge (`<<`) is YAML's own override, not a key given twice."""
+    class Once(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for k, _ in node.value:
+                    if k.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key, line = self.construct_object(k, deep=True), k.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise _Twice(key, line, seen[key])
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: SafeLoader's own error says so
+                        continue
+            return super().construct_mapping(node, deep)
+    return Once
 
 
 def _shape(man, typed: dict, yaml_keys: dict, config: str | None, vocab_size: int | None, tp: int):

@@ -32,7 +32,13 @@ CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "
           ("rope_base: .inf", "rope_base"), ("rope_base: x", "rope_base"), ("kv_heads: 3", "kv_heads=3 must divide"),
           ("hidden: 1.5", "hidden"), ("max_seq: 0", "max_seq"), ("heads: 5", "heads"),
           ("layers: [", "line 2"), ('layers: !!python/object/apply:os.system ["true"]', "line 1"),
-          ("- 1", "not a mapping"), ("vocab: 5", "unknown keys")]
+          ("- 1", "not a mapping"), ("vocab: 5", "unknown keys"),
+          # a key given twice, however spelled or nested, is refused: YAML would keep the last silently
+          ("layers: 2\nhidden: 64\nhidden: 128\nheads: 4", "line 3: key 'hidden' appears twice (first at line 2)"),
+          ("{hidden: 64, hidden: 128}", "line 1: key 'hidden' appears twice"),
+          ("hidden: 64\n'hidden': 128", "line 2: key 'hidden' appears twice"),
+          ("layers: 2\n2: 1\n0x2: 1", "line 3: key 2 appears twice"),
+          ("hidden:\n  a: 1\n  a: 2", "line 3: key 'a' appears twice")]
 
 
 @pytest.mark.parametrize("flags, said", FLAGS + [(f"--config {y}", s) for y, s in CONFIG],
