@@ -92,15 +92,93 @@ def data_record(man, vocab_size: Optional[int]) -> dict:
             "tokenizer": os.path.basename(os.path.dirname(str(tok.get("path") or ""))) or None}
 
 
+class _Writer:
+    """The file torch.save writes through, keeping the write's own error: torch turns a write that
+    failed (EFBIG, ENOSPC) into `RuntimeError: unexpected pos ...`, a "packtool bug" to the user."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, b) -> int:
+        try:
+            return self.f.write(b)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save_checkpoint(d: str, model, opt, step: int, shape: GPTShape, info, cfg, data: dict) -> None:
     if info.dp_rank != 0 or info.cp_rank != 0:
         return
     from packtool.output.files import write_file
+    made = not os.path.isdir(d)
     os.makedirs(d, exist_ok=True)
-    with write_file(ckpt_path(d, info.tp_rank), "save", replace=True, mine="checkpoint") as f:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "shape": dataclasses.asdict(shape), "tp": info.tp, "data": data,
-                    "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, f)
+    try:
+        with write_file(ckpt_path(d, info.tp_rank), "save", replace=True, mine="checkpoint") as f:
+            w = _Writer(f)
+            try:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                            "shape": dataclasses.asdict(shape), "tp": info.tp, "data": data,
+                            "flags": {"lr": cfg.lr, "seed": cfg.seed, "data_dir": cfg.data_dir}}, w)
+            except Exception:
+                if w.error is None:
+                    raise
+                raise w.error from None  # write_file says it as --save's file, with the fix
+    except BaseException:
+        if made:  # the folder this save made, left empty by its failure: nothing of the run's to keep
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        raise
+
+
+def state_bytes(model, opt) -> int:
+    """The tensor bytes a checkpoint of `model` and `opt` holds, at least: the weights, and per
+    optimized parameter AdamW's two fp32 moments (made at the first step) and its fp32 master
+    where the model is not fp32."""
+    sd = model.state_dict()
+    weights = sum(t.numel() * t.element_size() for t in sd.values() if isinstance(t, torch.Tensor))
+    per = 8 + (4 if opt.mixed else 0)
+    return weights + sum(m.numel() for m in opt.master) * per
+
+
+def check_room(d: str, need: int, info) -> None:
+    """--save, before step 0: a checkpoint of `need` bytes must fit under the file size limit
+    (`ulimit -f`) and in the disk's free space, or the run fails at its first save, after the
+    training (an existing checkpoint there is replaced only once the new one is whole, so the
+    whole size is needed). A lower bound: a save may still fail for room, and says so then."""
+    import errno
+    import resource
+
+    from packtool.output.files import room_fix
+    if info.dp_rank != 0 or info.cp_rank != 0:
+        return
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    there = d
+    while not os.path.isdir(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    try:
+        st = os.statvfs(there)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    for code, room, what in ((errno.EFBIG, limit if limit != resource.RLIM_INFINITY else None,
+                              "the file size limit (`ulimit -f`) is"),
+                             (errno.ENOSPC, free, "its disk has")):
+        if room is not None and need > room:
+            fix = room_fix(OSError(code, os.strerror(code)), arg("save"))
+            raise PacktoolOutputError(
+                f"cannot hold the checkpoint: {os.path.basename(ckpt_path(d, info.tp_rank))} needs at least "
+                f"{_mib(need)} (the model's weights and AdamW state), but {what} {_mib(room)}; {fix}",
+                path=d, flag=cli_flag("save"))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def _unreadable(path: str, why: str) -> PacktoolInputError:

@@ -27,7 +27,8 @@ import torch
 from packtool.errors import PacktoolConfigError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.integers import INT64_MAX, int_value
 from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resumed_shape, check_save, data_record,
-                                          load_checkpoint, restore, save_checkpoint, trained_vocab)
+                                          check_room, load_checkpoint, restore, save_checkpoint, state_bytes,
+                                          trained_vocab)
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -156,6 +157,7 @@ class _Log:
         from packtool.output.files import open_append
         self.json = open_append(cfg.json_log, "json_log", truncate=not append) \
             if (cfg.json_log and info.is_main) else None
+        self.path = cfg.json_log
         if self.on:
             from rich.console import Console
             self.console = Console()
@@ -173,9 +175,17 @@ class _Log:
                 f"gnorm {r.grad_norm:.3f}  lr {r.lr:.2e}")
 
     def record(self, r: StepRecord) -> None:
-        if self.json:
-            self.json.write(json.dumps(dataclasses.asdict(r)) + "\n")
-            self.json.flush()
+        if self.json:  # written whole or not at all: a line cut by a full disk made the log not
+            fd = self.json.fileno()  # packtool's (`_is_step_log`), and the resume refused it
+            at = os.lseek(fd, 0, os.SEEK_END)
+            line = memoryview((json.dumps(dataclasses.asdict(r)) + "\n").encode())
+            try:
+                while line:
+                    line = line[os.write(fd, line):]
+            except OSError as e:  # named as --json-log's file (a write names none), with the fix
+                from packtool.output.files import cannot_write
+                os.ftruncate(fd, at)
+                raise cannot_write(e, self.path, "json_log") from None
 
     def close(self) -> None:
         if self.json:
@@ -223,6 +233,8 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
     start = 0
     if ckpt:
         start = restore(ckpt, model, opt)
+    if cfg.save:  # a checkpoint that cannot fit is refused now, not after the training
+        check_room(cfg.save, state_bytes(model, opt), info)
     params = list(model.parameters())
     log = _Log(cfg, info, append_log)
     log.header(f"GPTModel {shape.layers}x{shape.hidden} heads {shape.heads} ffn {shape.ffn} "
