@@ -158,7 +158,8 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
         fs, path = pafs.FileSystem.from_uri(spec)
     except (OSError, ValueError, ImportError) as e:
         raise StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
-                           f"support, or the store's configuration is incomplete", path=shown(spec)) from None
+                           f"support, or the store's configuration is incomplete", path=shown(spec),
+                           flag=name and cli_flag(name)) from None
     return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 
@@ -22,6 +22,11 @@ SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "viewfs", "file", "
 BUCKETED = ("s3", "gs", "gcs", "abfs", "abfss", "az")  # a URI of these names its bucket (container) first
 _SECRET_QUERY = re.compile(r"(key|secret|token|password|passwd|credential|sig|sas)", re.I)
 GLOB_CHARS = "*?["
+LOWER_BUCKETS = ("s3", "gs", "gcs")  # their bucket names are lower case: `s3://BKT` names no bucket there is
+# what a URI's path holds as typed (RFC 3986 pchar and "/"); a `%` starts an escape. Anything else
+# (a space, `#`, `|`, `[`, non-ASCII) Arrow refuses in its own words or, `#`, drops silently
+_PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*\Z")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 class StorageError(PacktoolInputError):
@@ -49,9 +54,7 @@ def shown(spec: str) -> str:
     if not is_uri(spec):
         return spec
     u = urlsplit(spec)
-    host = u.hostname or ""
-    if u.port:
-        host += f":{u.port}"
+    host = u.netloc.rpartition("@")[2]  # as typed: `s3://BKT/x` is not shown as s3://bkt/x
     return f"{u.scheme}://{host}{u.path}"
 
 
@@ -89,6 +92,53 @@ def check_form(spec: str, name: str | None = None) -> None:
         e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=flag)
         e.usage = bool(flag)  # a flag's value the command cannot take
         raise e
+    if scheme not in ("file", "local"):  # (those are local paths, read as such by locate)
+        _check_text(spec, scheme, name)
+
+
+def _names(path: str) -> list[str]:
+    """The names a URI's path gives the store, decoded (`%2F` splits, `%2e%2e` is `..`); one
+    leading and one trailing `/` are no names."""
+    body = path[1:-1] if path.endswith("/") else path[1:]
+    return [n for p in body.split("/") for n in unquote(p).split("/")] if body else []
+
+
+def _check_text(spec: str, scheme: str, name: str | None) -> None:
+    """A URI whose text Arrow would refuse in its own words, or read as another key than the one
+    typed: a character a URI cannot hold unescaped, an empty, `.` or `..` path component (after
+    decoding: an object store keeps `s3://bkt/%2e%2e/x` as the key `../x`), an upper-case bucket."""
+    u, rest = urlsplit(spec), spec.split("://", 1)[1]
+    netloc, path = rest.split("/", 1) if "/" in rest else (rest, "")
+    path = "/" + path.split("?", 1)[0] if path or rest.endswith("/") else ""
+    host = netloc.rpartition("@")[2]
+    names, verb = _names(path), "is"
+    if _BAD_ESCAPE.search(path):
+        what, why, fixed = "a % that starts no escape", "a % is written %25", _BAD_ESCAPE.sub("%25", path)
+    elif not _PATH_CHARS.match(path):
+        bad = sorted({repr(c) for c in path if not _PATH_CHARS.match(c)})
+        what, why = f"the character{'s' * (len(bad) > 1)} {' '.join(bad)}", "a URI holds it only percent-encoded"
+        if len(bad) > 1:
+            why, verb = "a URI holds them only percent-encoded", "are"
+        fixed = quote(path, safe="/!$&'()*+,;=:@%~")
+    elif any(n in ("", ".", "..") for n in names):
+        odd = next(n for n in names if n in ("", ".", ".."))
+        what = "an empty path component (//)" if not odd else f"a {odd!r} path component (percent-encoded or not)"
+        why = "a store keeps it in the key, it names no folder"
+        fixed = "/" + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in names if n not in ("", ".", ".."))
+    elif scheme in LOWER_BUCKETS and host != host.lower():
+        what, why, fixed, host = "an upper-case bucket name", "bucket names are lower case", path, host.lower()
+    else:
+        return
+    uri = f"{spec.split('://', 1)[0]}://{host}{fixed}" + (f"?{u.query}" if u.query else "")
+    how, flag = uri, name and cli_flag(name)
+    if name:
+        said = arg(name)
+        how = f"{said} {uri}" if said.startswith("-") or said.isupper() else f"{said}={uri!r}"
+    given = f" in {arg(name)}" if name else ""
+    # shown whole but its query (no user info reaches here: _refuse_secrets), a `#...` included
+    e = StorageError(f"{what} {verb} refused{given} ({why}); give {how}", path=spec.split("?", 1)[0], flag=flag)
+    e.usage = bool(flag)  # a flag's value the command cannot take
+    raise e
 
 
 def _why(e: BaseException) -> str:
