@@ -31,6 +31,7 @@ from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resume
                                           trained_vocab)
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
+from packtool.megatron.memory import check_fits, torch_allocations
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum, positive_real
 from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
@@ -195,6 +196,11 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
     (the benchmark feeds padded micro-batches of the same data through the same loop)."""
+    with torch_allocations(cfg.device):
+        return _train(cfg, source)
+
+
+def _train(cfg: TrainConfig, source) -> TrainResult:
     sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
     if cfg.fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
         from packtool.megatron.fp8 import check_recipe
@@ -226,6 +232,7 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
                          f"vocabulary {shape.vocab}")
     check_token_ids(ds, shape.vocab, cfg.vocab_size, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape",
                     trained=trained_vocab(ckpt, data, cfg.data_dir) if ckpt else None)
+    check_fits(shape, cfg.tp, str(info.device))  # before the build: too large a model swapped for hours
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
                       seed=cfg.seed, fp8=cfg.fp8)
