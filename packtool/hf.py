@@ -13,7 +13,8 @@ source masks. That is exactly the slab's own `loss_mask` (FORMAT.md), so labels 
   when no `attention_mask` is given and no KV cache is in use
   (`transformers.masking_utils.find_packed_sequence_indices`). Older transformers without it
   attend across segments: pass `mask_4d=True` there (a [1, 1, T, T] additive mask: memory
-  grows with T squared). `needs_4d_mask(model)` says which.
+  grows with T squared, a batch whose mask cannot fit is refused: packtool.hf_mask).
+  `needs_4d_mask(model)` says which.
 
 So the collator never returns a 2D `attention_mask` (with one, transformers stops looking at
 the positions and the segments would see each other), and every batch carries
@@ -49,6 +50,7 @@ from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.hf_dp import dp_order, ranks_shown, short_ranks
+from packtool.hf_mask import block_causal_mask
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -243,7 +245,7 @@ class SlabCollator:
     seq_idx: also return `seq_idx`, the segment of every token (Mamba-style kernels).
     mask_4d: also return a [1, 1, T, T] additive block-diagonal causal `attention_mask` of
       `mask_dtype` (a floating dtype), for sdpa/eager on transformers that do not read packing
-      from positions.
+      from positions; T x T elements per batch: one that cannot fit is refused naming mask_4d.
     side_columns: the output's side columns (`SlabDataset.side_columns`, or names, a list or
       one comma-separated str, each once; a name's
       fill is then 0.0 for floats, -1 for ints). Each becomes two batch keys, [1, T] or
@@ -374,17 +376,6 @@ def _check_items(features) -> None:
             raise PacktoolInputError(f"SlabCollator: batch item {i} has no {missing[0]!r} (it {what}); items must "
                                      f"hold {', '.join(SLAB_KEYS)}: under a Trainer pass "
                                      f"remove_unused_columns=False, which otherwise drops them")
-
-
-def block_causal_mask(seg: np.ndarray, dtype) -> Any:
-    """[1, 1, T, T] additive mask: 0 where query i may see key j (same segment, j <= i),
-    the dtype's minimum elsewhere (what eager adds and sdpa accepts)."""
-    import torch
-    s = torch.from_numpy(seg)
-    allowed = (s[:, None] == s[None, :]) & torch.ones(s.numel(), s.numel(), dtype=torch.bool).tril()
-    m = torch.zeros(allowed.shape, dtype=dtype)
-    m.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return m[None, None]
 
 
 def needs_4d_mask(model) -> bool:

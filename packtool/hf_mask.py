@@ -1,0 +1,67 @@
+"""The explicit [1, 1, T, T] block-diagonal causal mask of `packtool.hf.SlabCollator(mask_4d=True)`,
+bounded (issue 23 class 3): its T x T elements grow with the square of the batch's tokens
+(a 60,000-token slab: 14 GB in float32, per batch, per DataLoader worker), so a mask that
+cannot fit in half of the memory this process may still take is one line naming `mask_4d`
+with the estimate, before anything is allocated; an allocation that fails all the same (other
+workers, other processes) says the same, not torch's allocator text."""
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+import numpy as np
+
+from packtool.errors import PacktoolConfigError
+from packtool.planning.bounds import SHARE, available_bytes
+
+
+def _address_space_left() -> int | None:
+    """What `ulimit -v` still lets this process map, None without a limit (or off Linux)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return max(limit - used, 0)
+
+
+def room_bytes() -> int | None:
+    """The memory a mask may draw on: what the machine has available, within `ulimit -v`."""
+    known = [b for b in (available_bytes(), _address_space_left()) if b is not None]
+    return min(known) if known else None
+
+
+def _refusal(t: int, dtype, need: int, have: int | None) -> PacktoolConfigError:
+    over = (f"over half the {have / 2 ** 30:.1f} GiB this process can still take" if have is not None
+            else "more than this process could allocate")
+    return PacktoolConfigError(
+        f"SlabCollator: mask_4d for a {t:,}-token batch needs {need / 2 ** 30:.1f} GiB ({str(dtype).replace('torch.', '')} "
+        f"[1, 1, T, T], growing with T squared), {over}: use flash attention (mask_4d=False), fewer slabs per "
+        f"batch, or pack with a smaller -C/--max-tokens")
+
+
+def block_causal_mask(seg: np.ndarray, dtype) -> Any:
+    """[1, 1, T, T] additive mask: 0 where query i may see key j (same segment, j <= i),
+    the dtype's minimum elsewhere (what eager adds and sdpa accepts). `seg` is the segment
+    of each position, non-decreasing. The mask itself is the only T x T allocation."""
+    import torch
+    seg = np.asarray(seg)
+    t = int(seg.size)
+    need = t * t * torch.empty((), dtype=dtype).element_size()
+    have = room_bytes()
+    if have is not None and need > SHARE * have:
+        raise _refusal(t, dtype, need, have)
+    try:
+        m = torch.full((t, t), torch.finfo(dtype).min, dtype=dtype)
+    except (RuntimeError, MemoryError):  # torch's "DefaultCPUAllocator: can't allocate memory"
+        raise _refusal(t, dtype, need, None) from None
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(seg)) + 1, [t]))
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        m[a:b, a:b].triu_(1)  # inside a segment: 0 on and below the diagonal, the minimum above
+    return m[None, None]
+
+
+__all__ = ["block_causal_mask", "room_bytes"]
