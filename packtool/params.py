@@ -6,6 +6,7 @@ numpy integers are integers (coerced to int, so manifests can record them); bool
 are not; a path is a str or os.PathLike (not bytes, not a file descriptor)."""
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -137,6 +138,36 @@ def position(name: str, value, size: int, what: str, **where) -> int:
         span = f"index 0..{size - 1} (or from -{size})" if size else "it has none to index"
         raise PacktoolIndexError(f"{what} {i} out of range: there are {size} {what}s; {span}", **where)
     return i % size
+
+
+def torch_device(name: str, value, error: type[PacktoolError] = PacktoolConfigError, optional: bool = False):
+    """`value` as the torch.device it names (None where `optional`), one torch can place a tensor
+    on here: a wrong spelling ('bogus') or a device this machine lacks ('cuda' on a CPU-only
+    torch, 'cuda:7' with two GPUs) is one line naming the argument at the call, not torch's
+    RuntimeError or AssertionError at the first tensor made, steps later."""
+    import torch
+    if value is None and optional:
+        return None
+    if isinstance(value, (str, torch.device)) and value != "" or type(value) is int:  # int: cuda:N, as torch
+        try:
+            return _usable(torch.device(value))
+        except (RuntimeError, AssertionError, TypeError, ValueError) as e:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if isinstance(value, torch.device) or "device string" not in why:  # spelled right, not here
+                raise error(f"{arg(name, str(value))}: torch cannot use that device here ({why[:100]}): give "
+                            f"'cpu', or a device torch sees (torch.cuda.device_count() GPUs)") from None
+    none = " or None" if optional else ""
+    raise error(f"{arg(name)} must be a torch device ('cpu', 'cuda', 'cuda:N'; a str, torch.device or GPU "
+                f"number){none}, got {_got(value)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _usable(d):
+    """`d` once a tensor has been placed on it (each device asked once: a micro-batch's calls
+    ask again and again)."""
+    import torch
+    torch.empty(0, device=d)
+    return d
 
 
 def arguments(**values) -> list:

@@ -39,7 +39,7 @@ from packtool.align import Alignment
 from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
-from packtool.params import checked, position
+from packtool.params import checked, position, torch_device
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -56,6 +56,7 @@ class Step:
 
     def global_loss_tokens(self, device: Any = None) -> int:
         """Loss tokens of the step summed over DP ranks (an all-reduce when DP > 1)."""
+        device = torch_device("device", device, optional=True)
         if self.dp_group is None:
             return self.loss_tokens
         import torch
@@ -125,6 +126,7 @@ class PackedSlabDataset:
                 ("dp_rank", dp_rank), ("dp_size", dp_size), ("cp_rank", cp_rank), ("cp_size", cp_size),
                 ("seed", seed), ("grad_accum", grad_accum), ("micro_batch_tokens", micro_batch_tokens),
                 ("row_group_cache", row_group_cache)))
+        device = torch_device("device", device)  # at the call, not at the first micro-batch made
         self.manifest = SlabManifest.read(path)
         self.align = self.manifest.alignment
         self.index = SlabIndex.build(self.manifest)

@@ -29,6 +29,7 @@ from packtool.layout import (
     segment_of_position,
     shift_like_labels,
 )
+from packtool.params import torch_device
 
 __all__ = ["SlabSeqParams", "ThdBatch", "shifted_targets", "positions_in_segment", "build_thd_params",
            "make_thd_batch", "side_tensors"]
@@ -93,6 +94,7 @@ def build_thd_params(seg_len: np.ndarray, seg_padded: np.ndarray, cp: int, cp_ra
                      device: torch.device | str = "cpu", cp_group: Any = None) -> SlabSeqParams:
     """PackedSeqParams(qkv_format='thd') for CP rank `cp_rank` of a slab whose segments
     have real lengths `seg_len` and physical lengths `seg_padded`."""
+    device = torch_device("device", device)
     seg_len = np.asarray(seg_len, np.int64)
     seg_padded = np.asarray(seg_padded, np.int64)
     cu = np.concatenate(([0], np.cumsum(seg_len))).astype(np.int32)
@@ -158,6 +160,7 @@ def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.nda
     """Slice a full (all-CP-ranks) THD micro-batch for one CP rank and build its params.
     side: per-token columns of the full micro-batch (name -> [T] or [T, K]), their pads
     holding `side_fill[name]`."""
+    device = torch_device("device", device)
     seg_len = np.asarray(seg_len, np.int64)
     seg_padded = np.asarray(seg_padded, np.int64)
     cu_pad = np.concatenate(([0], np.cumsum(seg_padded)))
