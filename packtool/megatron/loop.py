@@ -192,6 +192,25 @@ class _Log:
         if self.json:
             self.json.close()
 
+def note_inert(cfg: TrainConfig, start: int) -> None:
+    """A note, before any work, for a schedule that makes the run train nothing or next to nothing
+    (S36-17): ran to its end without a word. Not refused: a short warm-up run of a longer
+    schedule's flags (the benchmarks') is a fair use."""
+    from packtool.notes import note
+    after = f" after the checkpoint's step {start}" if start else ""
+    if cfg.steps and cfg.warmup > start + cfg.steps:
+        end = lr_at(start + cfg.steps - 1, cfg.lr, cfg.warmup, start + cfg.steps)
+        note(f"{arg('warmup', cfg.warmup)} is above the run's last step ({arg('steps', cfg.steps)}{after}): the "
+             f"learning rate never reaches {arg('lr', cfg.lr)} (it ends at {end:.2e}, {100 * end / cfg.lr:.2g}% of "
+             f"it); give {arg('warmup')} at most {start + cfg.steps}, or more {arg('steps')}")
+    if cfg.steps and cfg.lr == 0:
+        note(f"{arg('lr', 0)}: the weights stay as they are{' loaded' if start else ' initialized'} (the run "
+             f"trains nothing); give {arg('lr')} above 0")
+    if not cfg.steps and not cfg.save:
+        note(f"{arg('steps', 0)} without {arg('save')}: the run trains nothing and saves nothing; give "
+             f"{arg('steps')} above 0")
+
+
 def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], Iterable[Step]]]
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
@@ -232,6 +251,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
                          f"vocabulary {shape.vocab}")
     check_token_ids(ds, shape.vocab, cfg.vocab_size, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape",
                     trained=trained_vocab(ckpt, data, cfg.data_dir) if ckpt else None)
+    note_inert(cfg, ckpt["step"] if ckpt else 0)
     check_fits(shape, cfg.tp, str(info.device))  # before the build: too large a model swapped for hours
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
@@ -292,7 +312,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
         res.records.append(rec)
         res.final_step = st.step + 1
         log.record(rec)
-        if cfg.log_every and (st.step % cfg.log_every == 0 or st.step + 1 == total):
+        if st.step + 1 == total or (cfg.log_every and st.step % cfg.log_every == 0):  # 0: the last only
             log.row(rec)
         if cfg.save and cfg.save_every and res.final_step % cfg.save_every == 0:
             save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg, data)

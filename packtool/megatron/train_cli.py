@@ -156,7 +156,7 @@ def train_command(
     seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
     lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
-    log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps.")] = 10,
+    log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps, and the last (0: only the last).")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or a log packtool train wrote; any other existing file needs --overwrite; never an input).")] = None,
 ) -> None:
     """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).
