@@ -85,6 +85,11 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
     idx, lens = kept_positions(seq_lens, cu_seqlens_padded, ids.size, keep_pads)
     lens = lens[lens > 0]
+    bad = np.flatnonzero((mask != 0) & (mask != 1))  # `!= 0` would train on 2, -1 or NaN as a target
+    if bad.size:
+        raise PacktoolInputError(f"loss_mask holds {mask[bad[0]]} at slab position {int(bad[0])}: a slab's "
+                                 f"loss_mask is 0 or 1 (FORMAT.md); these rows are not as packtool wrote "
+                                 f"them: check the output with `packtool verify`")
     out_ids = ids[idx].astype(np.int64)
     labels = np.where(mask[idx] != 0, out_ids, IGNORE_INDEX)
     # FORMAT.md already gives a segment's first token no loss; a batch must never predict it
