@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 from packtool.planning.bounds import SHARE, available_bytes
 
 
@@ -40,7 +40,7 @@ def _refusal(t: int, dtype, need: int, have: int | None) -> PacktoolConfigError:
     return PacktoolConfigError(
         f"SlabCollator: mask_4d for a {t:,}-token batch needs {need / 2 ** 30:.1f} GiB ({str(dtype).replace('torch.', '')} "
         f"[1, 1, T, T], growing with T squared), {over}: use flash attention (mask_4d=False), fewer slabs per "
-        f"batch, or pack with a smaller -C/--max-tokens")
+        f"batch, or pack with a smaller {arg('capacity')} (tokens a slab holds)")
 
 
 def block_causal_mask(seg: np.ndarray, dtype) -> Any:

@@ -118,7 +118,7 @@ def _slab_dataset(path):
 def test_plan_names_the_lengths_file_and_row(tmp_path):
     """R6: `sequence 0 has 0 tokens` named neither file nor row."""
     (tmp_path / "l.csv").write_text("length\n5\n0\n")
-    expect_error(tmp_path, ["plan", "--lengths", str(tmp_path / "l.csv")], 2, "l.csv, row 1: 0 tokens",
+    expect_error(tmp_path, ["plan", "--lengths", str(tmp_path / "l.csv")], 2, "l.csv, row 1: line 3: 0 tokens",
                  "from 1 to 2^62")
 
 

@@ -69,7 +69,7 @@ def test_a_4d_mask_that_cannot_fit_is_refused_naming_mask_4d(monkeypatch, room, 
     msg = str(e.value)
     size = t * t * (4 if dtype in (None, torch.float32) else 2)
     assert "\n" not in msg and "mask_4d" in msg and f"{t:,}-token batch" in msg
-    assert f"{size / 2 ** 30:.1f} GiB" in msg and "flash attention" in msg and "-C/--max-tokens" in msg
+    assert f"{size / 2 ** 30:.1f} GiB" in msg and "flash attention" in msg and "smaller capacity (tokens a slab holds)" in msg
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

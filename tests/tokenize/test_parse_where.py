@@ -55,7 +55,7 @@ INPUTS = {
     "arrow cut short": ("d.arrow", _truncated_arrow, None, "after row 99"),
 }
 LENGTHS = {
-    "txt not an integer": ("l.txt", _text(b"5\n\n7\nx\n"), "line 4", "row 2"),
+    "txt not an integer": ("l.txt", _text(b"5\n7\n9\nx\n"), "line 4", "row 3"),
     "csv extra field": ("l.csv", _text(b"length\n5\n7\n3,4\n"), "line 4", "row 2"),
     "headerless csv": ("l.csv", _text(b"5\n7\n3,4\n"), "line 3", "row 2"),
     "jsonl bad json": ("l.jsonl", _text(b'{"length": 5}\n{"length": 6\n'), "line 2", None),
