@@ -6,32 +6,21 @@ with the estimate, before anything is allocated; an allocation that fails all th
 workers, other processes) says the same, not torch's allocator text."""
 from __future__ import annotations
 
-import resource
 from typing import Any
 
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, arg
 from packtool.planning.bounds import SHARE, available_bytes
-
-
-def _address_space_left() -> int | None:
-    """What `ulimit -v` still lets this process map, None without a limit (or off Linux)."""
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if limit == resource.RLIM_INFINITY:
-        return None
-    try:
-        with open("/proc/self/status") as f:
-            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-    return max(limit - used, 0)
+from packtool.tokenize.long_rows import room
 
 
 def room_bytes() -> int | None:
-    """The memory a mask may draw on: what the machine has available, within `ulimit -v`."""
-    known = [b for b in (available_bytes(), _address_space_left()) if b is not None]
-    return min(known) if known else None
+    """The memory a mask may draw on: what the machine has available, within the limits an
+    allocation fails at (ulimit -v/-d, overcommit: tokenize.long_rows.room owns them)."""
+    limit = room()
+    known = [b for b in (available_bytes(), limit[0] if limit else None) if b is not None]
+    return max(min(known), 0) if known else None
 
 
 def _refusal(t: int, dtype, need: int, have: int | None) -> PacktoolConfigError:

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import packtool.hf_mask as hf_mask  # noqa: E402
+import packtool.tokenize.long_rows as long_rows  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.hf import SlabCollator  # noqa: E402
 
@@ -27,8 +28,8 @@ def _vm_size() -> int:
 
 
 def _no_limit(monkeypatch):
-    inf = hf_mask.resource.RLIM_INFINITY
-    monkeypatch.setattr(hf_mask.resource, "getrlimit", lambda what: (inf, inf))
+    inf = long_rows.resource.RLIM_INFINITY
+    monkeypatch.setattr(long_rows.resource, "getrlimit", lambda what: (inf, inf))
 
 
 def _machine(monkeypatch):  # MemAvailable below twice the mask
@@ -38,9 +39,9 @@ def _machine(monkeypatch):  # MemAvailable below twice the mask
 
 def _ulimit(monkeypatch):  # `ulimit -v` leaves about 1 MiB to map
     monkeypatch.setattr(hf_mask, "available_bytes", lambda: None)
-    inf = hf_mask.resource.RLIM_INFINITY
+    inf = long_rows.resource.RLIM_INFINITY
     left = _vm_size() + (1 << 20)
-    monkeypatch.setattr(hf_mask.resource, "getrlimit", lambda what: (left, inf))
+    monkeypatch.setattr(long_rows.resource, "getrlimit", lambda what: (left, inf))
 
 
 def _allocator(monkeypatch):  # room looked fine, the allocation fails all the same
@@ -56,7 +57,7 @@ ROOMS = {"machine": _machine, "ulimit": _ulimit, "allocator": _allocator}
 DTYPES = [None, torch.float32, torch.bfloat16, torch.float16]
 
 
-@pytest.mark.skipif(not hasattr(hf_mask, "resource"), reason="POSIX resource limits")
+@pytest.mark.skipif(not hasattr(long_rows, "resource"), reason="POSIX resource limits")
 @pytest.mark.parametrize("room", ROOMS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("keep_pads", [False, True])
