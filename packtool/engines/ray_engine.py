@@ -43,6 +43,7 @@ from packtool.notes import from_ray_workers, listen_to_ray_workers
 from packtool.tokenize.cache import TokenizedCache
 from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
+from packtool.tokenize.long_rows import RowTooLongError
 from packtool.storage import is_uri, locate
 from packtool.tokenize.request import resolve_cache
 
@@ -186,15 +187,16 @@ _RAY_RETRY_NOTE = re.compile(r"\s+Failed to .*? after \d+/\d+ attempts \(total b
 
 
 def _unwrap(e: BaseException) -> BaseException:
-    """The packtool error (bad input row, impossible plan) a Ray task raised, if any (Ray
-    wraps task errors, and changes their text)."""
+    """The packtool error (bad input row, impossible plan, a row too long for memory) a Ray
+    task raised, if any (Ray wraps task errors, and changes their text)."""
     seen, todo = set(), [e]
     while todo:
         x = todo.pop()
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, PacktoolError) and not type(x).__module__.startswith("ray"):
+        # (a row refused for memory is a MemoryError that names its file and row: packtool's too)
+        if isinstance(x, (PacktoolError, RowTooLongError)) and not type(x).__module__.startswith("ray"):
             # (not Ray's RayTaskError(PlanError) dual class: its text is a traceback.) Ray Data
             # appends its retry advice to a task's exception ("Failed to apply UDF transform
             # after 1/1 attempts ..."), which is not packtool's advice

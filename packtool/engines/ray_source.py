@@ -22,6 +22,7 @@ from packtool.errors import PacktoolInputError, cli_flag, spelled_as, spelling_n
 from packtool.storage import arrow_file
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
+from packtool.tokenize.long_rows import RowTooLongError
 from packtool.tokenize.pipeline import _tokens_batch
 from packtool.tokenize.readers import InputFile, iter_batches
 from packtool.tokenize.shapes import Shape, render_batch
@@ -190,7 +191,10 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
     else:
         rendered = render_batch(raw, shape, renderer, cfg.prompt_separator, f.path, first_row,
                                 skip_null=cfg.on_empty == "skip")
-        enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
+        try:
+            enc = encode_rendered(tok, rendered, info, cfg.add_bos, cfg.add_eos, shape.templated)
+        except RowTooLongError as e:  # the encode knew the row's place in this batch, not its file and row
+            raise e.at(f.path, first_row) from None
         if rendered.unrendered and unrendered:
             unrendered[0] = json.dumps(rendered.unrendered)
     bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
