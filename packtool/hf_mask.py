@@ -32,10 +32,14 @@ def _refusal(t: int, dtype, need: int, have: int | None) -> PacktoolConfigError:
         f"batch, or pack with a smaller {arg('capacity')} (tokens a slab holds)")
 
 
+_TEMP_ELEMENTS = 1 << 22  # booleans in one band of rows (4 MiB)
+
+
 def block_causal_mask(seg: np.ndarray, dtype) -> Any:
     """[1, 1, T, T] additive mask: 0 where query i may see key j (same segment, j <= i),
     the dtype's minimum elsewhere (what eager adds and sdpa accepts). `seg` is the segment
-    of each position, non-decreasing. The mask itself is the only T x T allocation."""
+    of each position, non-decreasing. The mask itself is the only T x T allocation: it is
+    filled a band of rows at a time (one vectorized step per band, not one per segment)."""
     import torch
     seg = np.asarray(seg)
     t = int(seg.size)
@@ -47,9 +51,16 @@ def block_causal_mask(seg: np.ndarray, dtype) -> Any:
         m = torch.full((t, t), torch.finfo(dtype).min, dtype=dtype)
     except (RuntimeError, MemoryError):  # torch's "DefaultCPUAllocator: can't allocate memory"
         raise _refusal(t, dtype, need, None) from None
-    cuts = np.concatenate(([0], np.flatnonzero(np.diff(seg)) + 1, [t]))
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        m[a:b, a:b].triu_(1)  # inside a segment: 0 on and below the diagonal, the minimum above
+    seg_t = torch.as_tensor(seg.astype(np.int64, copy=False))
+    pos = torch.arange(t)
+    # A band of whole rows per step: the booleans beside the mask stay two bands (8 MiB) whatever
+    # T is, so the estimate above stays the mask itself; a batch under 2,048 tokens is one step.
+    rows = max(1, _TEMP_ELEMENTS // max(t, 1))
+    for a in range(0, t, rows):
+        b = min(a + rows, t)
+        see = torch.eq(seg_t[a:b, None], seg_t[None, :])
+        see &= pos[None, :] <= pos[a:b, None]
+        m[a:b].masked_fill_(see, 0)  # same segment, key at or before the query
     return m[None, None]
 
 

@@ -82,3 +82,32 @@ def test_a_4d_mask_with_room_is_block_causal(monkeypatch, dtype):
     want = (seg[:, None] == seg[None, :]) & np.tri(2 * N, dtype=bool)
     assert m.dtype == dtype and torch.equal(m == 0, torch.from_numpy(want))
     assert (m[~torch.from_numpy(want)] == torch.finfo(dtype).min).all()
+
+
+def _loop_reference(seg: np.ndarray, dtype):
+    """The per-segment build the vectorized one replaced: one triu_ per segment."""
+    t = seg.size
+    m = torch.full((t, t), torch.finfo(dtype).min, dtype=dtype)
+    cuts = np.concatenate(([0], np.flatnonzero(np.diff(seg)) + 1, [t]))
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        m[a:b, a:b].triu_(1)
+    return m[None, None]
+
+
+SHAPES = {  # segment lengths of a batch, as SlabCollator's `seg` repeats them
+    "one token": [1], "one segment": [37], "many 1-token segments": [1] * 29,
+    "mixed": [5, 1, 12, 1, 1, 3], "padding tail": [9, 4, 3],  # keep_pads: the pad run is its own segment
+    "over one band": [1500, 1, 700, 2],  # rows span several bands of _TEMP_ELEMENTS
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+def test_the_vectorized_mask_is_the_loop_reference_bit_for_bit(monkeypatch, shape, dtype):
+    monkeypatch.setattr(hf_mask, "room_bytes", lambda: None)
+    lens = SHAPES[shape]
+    seg = np.repeat(np.arange(len(lens)), lens)
+    got, want = hf_mask.block_causal_mask(seg, dtype), _loop_reference(seg, dtype)
+    assert got.shape == want.shape == (1, 1, seg.size, seg.size) and got.dtype == dtype
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+    assert torch.equal(got.view(bits), want.view(bits))
