@@ -32,6 +32,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from packtool.errors import PacktoolConfigError, arg, bad_choice
 from packtool.integers import INT32_MAX, int_value, short
+from packtool.params import torch_device
 from packtool.megatron.attention import PackedCoreAttention
 from packtool.megatron.fused import rms_norm
 from packtool.megatron.thd import ThdBatch
@@ -104,15 +105,16 @@ def padded_vocab(vocab_size: int, tp: int = 1, multiple: int = 128) -> int:
 
 def transformer_config(shape: GPTShape, dtype: torch.dtype, device: str, tp: int = 1,
                        cp: int = 1, sp: bool = False) -> TransformerConfig:
+    on_cpu = torch_device("device", device).type == "cpu"  # torch.device('cpu') or 'cpu:0' is the CPU too
     return TransformerConfig(
         num_layers=shape.layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
         num_query_groups=shape.kv_heads, ffn_hidden_size=shape.ffn,
         normalization="RMSNorm", gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
         # megatron's jit-scripted SwiGLU / bias-dropout-add: GPU only (CPU runs unfused)
-        bias_activation_fusion=device != "cpu", bias_dropout_fusion=device != "cpu",
+        bias_activation_fusion=not on_cpu, bias_dropout_fusion=not on_cpu,
         bf16=dtype == torch.bfloat16, params_dtype=dtype,
-        use_cpu_initialization=device == "cpu", perform_initialization=True,
+        use_cpu_initialization=on_cpu, perform_initialization=True,
         tensor_model_parallel_size=tp, context_parallel_size=cp, sequence_parallel=sp,
         masked_softmax_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, persist_layer_norm=False,
@@ -153,10 +155,11 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
 
     fp8='tensorwise'|'blockwise': the four linears of every layer run FP8 GEMMs
     (packtool/megatron/fp8.py); the embedding, norms, attention and LM head do not."""
+    device = torch_device("device", device)  # at the call: a bad one was torch's error mid-build
     if rope not in ("packtool", "megatron"):
         raise bad_choice(PacktoolConfigError, "rope", rope, ("packtool", "megatron"))
     torch.manual_seed(seed)
-    if device != "cpu":
+    if device.type != "cpu":
         from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
         model_parallel_cuda_manual_seed(seed)
     cfg = transformer_config(shape, dtype, device, tp=tp, cp=cp, sp=sp)
@@ -176,7 +179,7 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
                      position_embedding_type="rope" if rope == "megatron" else "none",
                      rotary_base=shape.rope_base,
                      share_embeddings_and_output_weights=False, parallel_output=True, **kw)
-    if device == "cpu":
+    if device.type == "cpu":
         cpu_rope(model)
     else:
         model = model.to(device)

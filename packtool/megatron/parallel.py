@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from packtool.errors import PacktoolConfigError, arg
+from packtool.params import torch_device
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,12 @@ class ParallelInfo:
 
 def init_parallel(tp: int = 1, cp: int = 1, device: str = "cpu") -> ParallelInfo:
     from megatron.core import parallel_state as ps
+    # before any process group: a bad device was torch's error (or, 'cuda:0', the CPU) after it
+    cuda = torch_device("device", device).type == "cuda"
     if not dist.is_initialized():
         if "WORLD_SIZE" in os.environ:
-            backend = "nccl" if device == "cuda" else "gloo"
-            if device == "cuda":
+            backend = "nccl" if cuda else "gloo"
+            if cuda:
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
             dist.init_process_group(backend)
         else:
@@ -63,7 +66,7 @@ def init_parallel(tp: int = 1, cp: int = 1, device: str = "cpu") -> ParallelInfo
     if not ps.model_parallel_is_initialized():
         ps.initialize_model_parallel(tensor_model_parallel_size=tp,
                                      context_parallel_size=cp)
-    dev = (torch.device("cuda", torch.cuda.current_device()) if device == "cuda"
+    dev = (torch.device("cuda", torch.cuda.current_device()) if cuda
            else torch.device("cpu"))
     return ParallelInfo(
         world=world, rank=dist.get_rank(), tp=tp, cp=cp, dp=world // (tp * cp),

@@ -30,7 +30,7 @@ from packtool.layout import (
 )
 from packtool.errors import one_line
 from packtool.integers import INT32_MAX, short
-from packtool.params import expect
+from packtool.params import expect, torch_device
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
@@ -216,7 +216,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     ids, lens = _flat(input_ids, lengths, "input_ids")
     ids = ids.reshape(-1)
     lowest = ids.min() if ids.numel() else None  # read in the micro-batch's one host sync, below
-    device = ids.device if device is None else torch.device(device)
+    device = ids.device if device is None else torch_device("device", device, OnlinePackError)
     mask, bad = _mask(loss_mask, lengths, lens, device)
     if lens.size and int(lens.min()) < 1:
         raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
