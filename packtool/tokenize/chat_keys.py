@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
+from packtool.tokenize.blank_lines import say_record
 from packtool.tokenize.messages import no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
 from packtool.tokenize.row_checks import has_value, turn_rows, valid_values
 
@@ -148,6 +149,8 @@ def chat_row(shape, row: tuple, path: str, row_no: int, use: KeyUse, turn_keys: 
 
 
 def say_stored(meta: dict, template) -> None:
-    """A reused cache's notes (cache.json keeps each file's counts): said as when it was built."""
+    """A reused cache's notes (cache.json keeps each file's counts): said as when it was built,
+    the blank lines a JSON Lines file held (blank_lines) too."""
     for rec in meta.get("inputs", ()):
         say_unrendered(rec["path"], rec.get("unrendered") or {}, template.name if template else None)
+        say_record(rec["path"], rec.get("blank_lines"))

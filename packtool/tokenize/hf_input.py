@@ -172,10 +172,11 @@ def rows_of(f) -> int | None:
     return f.num_rows if isinstance(f, ArrowSource) else count_rows(f)
 
 
-def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None) -> Iterator[pa.RecordBatch]:
+def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None,
+               blank=None) -> Iterator[pa.RecordBatch]:
     if isinstance(f, ArrowSource):
         return f.batches(batch_size, columns)
-    return iter_batches(f, batch_size, columns, read_bytes=read_bytes)
+    return iter_batches(f, batch_size, columns, read_bytes=read_bytes, blank=blank)
 
 
 def key_of(f) -> list:

@@ -30,6 +30,7 @@ from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
+from packtool.tokenize.blank_lines import BlankLines, say_record
 from packtool.tokenize.chat_keys import merge, say_stored, say_unrendered
 from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
@@ -222,8 +223,9 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             unrendered: dict = {}  # chat keys the template leaves out (chat_keys), said per file
             meta = start_meta(f)
             base = bytes_before
+            blank = BlankLines()  # the blank lines JSON Lines skips, said per file (blank_lines)
             batches = batches_of(f, cfg.batch_size, list(shape.columns) + list(shape.side),
-                                 read_bytes=lambda n, base=base: bar.at_bytes(base + n))
+                                 read_bytes=lambda n, base=base: bar.at_bytes(base + n), blank=blank)
             if shape.kind == "tokens" and isinstance(f, InputFile):  # decoding overlaps the rest
                 batches = read_ahead(batches)
                 readers.append(batches)
@@ -259,6 +261,9 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             if unrendered:  # kept, so that a run reusing this cache says the note too
                 say_unrendered(f.path, unrendered, template.name)
                 extra["unrendered"] = unrendered
+            if blank.count:  # kept too, said again on reuse (chat_keys.say_stored)
+                say_record(f.path, blank.record())
+                extra["blank_lines"] = blank.record()
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)

@@ -294,15 +294,19 @@ _READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
 
 
 def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None,
-                 read_bytes=None) -> Iterator[pa.RecordBatch]:
+                 read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
     format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
-    `text_readers.jsonl_batches` (JSON Lines and CSV)."""
+    `text_readers.jsonl_batches` (JSON Lines and CSV). `blank`: a blank_lines.BlankLines that
+    hears the blank lines JSON Lines skips (a .json file may hold JSON Lines)."""
     if not is_file(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
+    more = {}
     if f.kind in ("jsonl", "csv") and read_bytes is not None:
-        return _READERS[f.kind](f.path, batch_size, columns, read_bytes=read_bytes)
-    return _READERS[f.kind](f.path, batch_size, columns)
+        more["read_bytes"] = read_bytes
+    if f.kind in ("jsonl", "json") and blank is not None:
+        more["blank"] = blank
+    return _READERS[f.kind](f.path, batch_size, columns, **more)
 
 
 def peek_columns(f: InputFile) -> list[str]:

@@ -46,11 +46,13 @@ def _check_utf8(block: bytes, path: str, first_line: int) -> None:
             path=path) from None
 
 
-def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[str] | None = None) -> pa.Table:
+def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[str] | None,
+                      rows: int) -> pa.Table:
+    """`rows`: the block's lines with text (`_lines_with_text`, computed once per block)."""
     try:
         table = pajson.read_json(io.BytesIO(block),
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
-        if not _well_built(table, columns) or table.num_rows != _lines_with_text(block):
+        if not _well_built(table, columns) or table.num_rows != rows:
             # a line Arrow read as two rows (`{...} {...}`) is no JSON Lines line: Python's
             # reading of the block names it ("extra data"), so row N stays line N+1's
             return block_table(block, path, first_line, columns)
@@ -85,10 +87,15 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
 _BLANK_LINE = re.compile(rb"(?m)^[ \t\r]*$")  # JSON's whitespace: what Arrow skips as no row
 
 
-def _lines_with_text(block: bytes) -> int:
+def _lines_with_text(block: bytes) -> tuple[int, list[int]]:
     """The rows a block of JSON Lines holds, one per line that is not blank (counted in C: a
-    block of 8 MiB is ~50k lines)."""
-    return block.count(b"\n") + 1 - len(_BLANK_LINE.findall(block))
+    block of 8 MiB is ~50k lines), and where its blank lines start (for blank_lines' note;
+    the empty match after a final newline is no line)."""
+    starts = [m.start() for m in _BLANK_LINE.finditer(block)]
+    rows = block.count(b"\n") + 1 - len(starts)
+    if starts and starts[-1] == len(block):
+        starts.pop()
+    return rows, starts
 
 
 def _well_built(table: pa.Table, columns: list[str] | None) -> bool:
@@ -128,9 +135,10 @@ def _arrow_json_fix(msg: str) -> str:
 
 
 def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
-                   block_bytes: int | None = None, read_bytes=None) -> Iterator[pa.RecordBatch]:
+                   block_bytes: int | None = None, read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
     """`read_bytes(n)`, when given, hears the on-disk bytes read so far (compressed bytes for
-    .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes."""
+    .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes.
+    `blank` (a blank_lines.BlankLines), when given, hears each block's blank lines."""
     lines_before = 0
     try:
         with _open_text(path) as (f, raw):
@@ -157,10 +165,13 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     block = b"".join([*tail, chunk[:cut + 1]])
                     tail = [chunk[cut + 1:]]
                     tail_len = len(tail[0])
+                rows, starts = _lines_with_text(block)
+                if blank is not None:
+                    blank.add(block, lines_before, starts, rows)
                 if block.strip():
                     _check_utf8(block, path, lines_before)
                     check_json_depth(block, path, lines_before)
-                    table = _parse_json_block(block, path, lines_before, columns)
+                    table = _parse_json_block(block, path, lines_before, columns, rows)
                     if columns is not None:  # a key absent from a whole block reads as nulls
                         table = pa.table({c: table.column(c) if c in table.column_names
                                           else pa.nulls(table.num_rows) for c in columns})
@@ -196,7 +207,8 @@ def _open_text(path: str):
             yield f, f
 
 
-def json_array_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
+                       blank=None) -> Iterator[pa.RecordBatch]:
     with open_bytes(path) as f:
         raw = f.read()
     try:
@@ -208,7 +220,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None) ->
     pos = len(text) - len(text.lstrip())
     if not text.startswith("[", pos):
         del raw
-        yield from jsonl_batches(path, batch_size, columns)  # a .json file holding JSON Lines
+        yield from jsonl_batches(path, batch_size, columns, blank=blank)  # a .json file holding JSON Lines
         return
     check_json_depth(raw, path, per_line=False)
     del raw
