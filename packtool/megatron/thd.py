@@ -153,6 +153,27 @@ def side_tensors(side: dict, cu_padded: np.ndarray, idx, fills: dict, device) ->
     return stored, shifted
 
 
+def _checked_mask(loss_mask) -> np.ndarray:
+    """The micro-batch's loss_mask, every value 0 or 1. The weights are the mask itself
+    (float32), so a 2 or a 255 would count that target twice or 255 times in the loss and in
+    num_loss_tokens, and a -1/-100 "ignore" or a NaN would train on it. The dataset's reader
+    refuses such a slab as it decodes its row group, naming shard and row (slabs.check); this
+    holds a caller's own arrays (make_thd_batch is public) to the same rule."""
+    mask = np.asarray(loss_mask)
+    if mask.dtype == np.bool_:
+        return mask
+    if mask.dtype.kind not in "iuf":
+        raise PacktoolInputError(f"loss_mask holds {mask.dtype} values: pass 0/1 per token (bool, integer or float)")
+    bad = (mask != 0) & (mask != 1)
+    if bad.any():
+        p = int(np.flatnonzero(bad)[0])
+        raise PacktoolInputError(f"loss_mask holds {mask.flat[p].item()} at micro-batch position {p}: loss_mask is 0 "
+                                 f"(not a target) or 1 (a target) per token (FORMAT.md); pass (mask > 0) for a "
+                                 f"mask that marks ignored tokens otherwise, and carry real-valued loss weights "
+                                 f"as a side column (side=)")
+    return mask
+
+
 def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.ndarray,
                    seg_padded: np.ndarray, cp: int = 1, cp_rank: int = 0,
                    device: torch.device | str = "cpu", cp_group: Any = None,
@@ -167,7 +188,7 @@ def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.nda
     if int(cu_pad[-1]) != len(input_ids):
         raise PacktoolInputError(f"input_ids: the micro-batch has {len(input_ids)} tokens but seg_padded sums "
                                  f"to {int(cu_pad[-1])}: pass one padded length per segment of this micro-batch")
-    labels, weight = shifted_targets(np.asarray(input_ids), np.asarray(loss_mask), cu_pad)
+    labels, weight = shifted_targets(np.asarray(input_ids), _checked_mask(loss_mask), cu_pad)
     n_loss = int(weight.sum())
     seg = segment_of_position(seg_padded)
     seg_loss = np.bincount(seg, weights=weight, minlength=seg_padded.size).astype(np.float32)
