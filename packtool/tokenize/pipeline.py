@@ -248,6 +248,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                         drain(_IN_FLIGHT)
                 file_rows += n
                 global_row += n
+                # dropped before the next read: a batch is a slice of its whole JSON block's table
+                batch = rb = enc = sides = part = None
                 if by_bytes and counts[fi]:  # a file that stores its rows, in a bytes-mode bar
                     bar.at_bytes(base + sizes[fi] * file_rows // counts[fi])
             if file_rows == 0:

@@ -10,12 +10,12 @@ header row, every column read as text) streams through Arrow's CSV reader.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 from contextlib import contextmanager
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
@@ -37,7 +37,16 @@ CSV_EXT = tuple(base + c for base in (".csv", ".tsv") for c in ("", ".gz", *JSON
 
 
 def _check_utf8(block: bytes, path: str, first_line: int) -> None:
+    # Arrow checks the bytes in place: a str decoded to check them was one more copy of the
+    # block (up to 4x its size for non-ASCII text) alive beside the block and its parse
+    text = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(block)], np.int64)),
+                                                        pa.py_buffer(block)])
     try:
+        text.validate(full=True)
+        return
+    except pa.ArrowInvalid:
+        pass
+    try:  # only to find where: the block is invalid
         block.decode("utf-8")
     except UnicodeDecodeError as e:
         line = first_line + block.count(b"\n", 0, e.start) + 1
@@ -50,7 +59,7 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                       rows: int) -> pa.Table:
     """`rows`: the block's lines with text (`_lines_with_text`, computed once per block)."""
     try:
-        table = pajson.read_json(io.BytesIO(block),
+        table = pajson.read_json(pa.BufferReader(block),  # read in place, not copied into Arrow
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
         if not _well_built(table, columns) or table.num_rows != rows:
             # a line Arrow read as two rows (`{...} {...}`) is no JSON Lines line: Python's
@@ -162,22 +171,30 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                         continue
                     if tail_len + chunk.find(b"\n") > MAX_JSON_LINE:  # gathered past the bound, then ended
                         _line_too_long(path, lines_before + 1)
-                    block = b"".join([*tail, chunk[:cut + 1]])
+                    block = b"".join([*tail, memoryview(chunk)[:cut + 1]])
                     tail = [chunk[cut + 1:]]
                     tail_len = len(tail[0])
+                # Only this block's bytes, then only its table, are held while its rows are
+                # used: the read, the copy and the parse of the next block each met the last
+                # block's bytes and table still alive, and a run's peak was the rarest such
+                # overlap (issue 23 class 8)
+                last, chunk = not chunk, None
+                first, lines_before = lines_before, lines_before + block.count(b"\n")
                 rows, starts = _lines_with_text(block)
                 if blank is not None:
-                    blank.add(block, lines_before, starts, rows)
-                if block.strip():
-                    _check_utf8(block, path, lines_before)
-                    check_json_depth(block, path, lines_before)
-                    table = _parse_json_block(block, path, lines_before, columns, rows)
+                    blank.add(block, first, starts, rows)
+                if block and not block.isspace():  # strip() copied the block to ask
+                    _check_utf8(block, path, first)
+                    check_json_depth(block, path, first)
+                    table = _parse_json_block(block, path, first, columns, rows)
+                    block = None
                     if columns is not None:  # a key absent from a whole block reads as nulls
                         table = pa.table({c: table.column(c) if c in table.column_names
                                           else pa.nulls(table.num_rows) for c in columns})
                     yield from table.to_batches(max_chunksize=batch_size)
-                lines_before += block.count(b"\n")
-                if not chunk:
+                    table = None
+                block = None
+                if last:
                     break
     except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
         raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
