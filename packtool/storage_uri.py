@@ -27,6 +27,20 @@ LOWER_BUCKETS = ("s3", "gs", "gcs")  # their bucket names are lower case: `s3://
 # (a space, `#`, `|`, `[`, non-ASCII) Arrow refuses in its own words or, `#`, drops silently
 _PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*\Z")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# the query keys pyarrow.fs.FileSystem.from_uri takes (Arrow 26; tests/storage/test_uri_text.py
+# holds the installed Arrow to them): any other it refuses in its own words, which packtool said
+# as "cannot open the store"; checked here, without pyarrow or a request. HDFS hands any key to
+# Hadoop's configuration: not checked
+_S3_KEYS = ("region", "scheme", "endpoint_override", "allow_bucket_creation", "allow_bucket_deletion",
+            "tls_ca_file_path", "tls_verify_certificates", "allow_delayed_open", "smart_defaults")
+_GCS_KEYS = ("scheme", "endpoint_override", "retry_limit_seconds", "project_id")
+_AZURE_KEYS = ("credential_kind", "tenant_id", "client_id", "client_secret", "dfs_storage_authority",
+               "blob_storage_authority", "enable_tls", "background_writes")
+QUERY_KEYS = {"s3": _S3_KEYS, "gs": _GCS_KEYS, "gcs": _GCS_KEYS, "abfs": _AZURE_KEYS, "abfss": _AZURE_KEYS}
+AZURE = ("abfs", "abfss", "az")  # their user part before `@` is a container or account name, not a credential
+_CONTAINER = re.compile(r"(?:[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}|\$root|\$logs|\$web)\Z")
+_CONTAINER_RULE = ("Azure container names are 3-63 lower-case letters, digits and single hyphens, a letter or "
+                   "digit at each end")
 
 
 class StorageError(PacktoolInputError):
@@ -55,13 +69,15 @@ def shown(spec: str) -> str:
         return spec
     u = urlsplit(spec)
     host = u.netloc.rpartition("@")[2]  # as typed: `s3://BKT/x` is not shown as s3://bkt/x
+    if u.scheme.lower() in AZURE and u.password is None:  # `container@account...`: a name, kept
+        host = u.netloc
     return f"{u.scheme}://{host}{u.path}"
 
 
 def _refuse_secrets(spec: str, name: str | None = None) -> None:
     u = urlsplit(spec)
     given = f" in {arg(name)}" if name else ""  # the argument (its flag on the command line) that gave it
-    if u.username or u.password:
+    if u.password or (u.username and u.scheme.lower() not in AZURE):
         raise StorageError(f"a URI with user:password@ is refused{given}: credentials come from the store's "
                            "standard chain (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
                            "AWS_PROFILE, an instance role)", path=shown(spec), flag=name and cli_flag(name))
@@ -103,39 +119,114 @@ def _names(path: str) -> list[str]:
     return [n for p in body.split("/") for n in unquote(p).split("/")] if body else []
 
 
-def _check_text(spec: str, scheme: str, name: str | None) -> None:
-    """A URI whose text Arrow would refuse in its own words, or read as another key than the one
-    typed: a character a URI cannot hold unescaped, an empty, `.` or `..` path component (after
-    decoding: an object store keeps `s3://bkt/%2e%2e/x` as the key `../x`), an upper-case bucket."""
-    u, rest = urlsplit(spec), spec.split("://", 1)[1]
-    netloc, path = rest.split("/", 1) if "/" in rest else (rest, "")
-    path = "/" + path.split("?", 1)[0] if path or rest.endswith("/") else ""
-    host = netloc.rpartition("@")[2]
-    names, verb = _names(path), "is"
+def _path_problem(path: str) -> tuple[str, str, str, str] | None:
+    """(what, verb, why, the path to give) for a path Arrow refuses or reads as another key."""
+    names = _names(path)
     if _BAD_ESCAPE.search(path):
-        what, why, fixed = "a % that starts no escape", "a % is written %25", _BAD_ESCAPE.sub("%25", path)
-    elif not _PATH_CHARS.match(path):
+        return "a % that starts no escape", "is", "a % is written %25", _BAD_ESCAPE.sub("%25", path)
+    if not _PATH_CHARS.match(path):
         bad = sorted({repr(c) for c in path if not _PATH_CHARS.match(c)})
-        what, why = f"the character{'s' * (len(bad) > 1)} {' '.join(bad)}", "a URI holds it only percent-encoded"
-        if len(bad) > 1:
-            why, verb = "a URI holds them only percent-encoded", "are"
-        fixed = quote(path, safe="/!$&'()*+,;=:@%~")
-    elif any(n in ("", ".", "..") for n in names):
+        many = len(bad) > 1
+        return (f"the character{'s' * many} {' '.join(bad)}", "are" if many else "is",
+                f"a URI holds {'them' if many else 'it'} only percent-encoded", quote(path, safe="/!$&'()*+,;=:@%~"))
+    if any(n in ("", ".", "..") for n in names):
         odd = next(n for n in names if n in ("", ".", ".."))
         what = "an empty path component (//)" if not odd else f"a {odd!r} path component (percent-encoded or not)"
-        why = "a store keeps it in the key, it names no folder"
-        fixed = "/" + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in names if n not in ("", ".", ".."))
+        return (what, "is", "a store keeps it in the key, it names no folder",
+                "/" + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in names if n not in ("", ".", "..")))
+    return None
+
+
+def _azure_container(netloc: str, path: str) -> tuple[str, str] | None:
+    """(where, name): where Arrow's AzureFileSystem reads an abfs URI's container (the user part
+    before `@`, the host, or the path's first name) and what it is; None where Arrow finds no
+    account (it refuses that URI itself)."""
+    user, at, hostport = netloc.rpartition("@")
+    host = hostport.rpartition(":")[0] if ":" in hostport else hostport
+    first = ("path", path.lstrip("/").split("/", 1)[0])
+    if host.endswith(".blob.core.windows.net"):
+        return first
+    if host.endswith(".dfs.core.windows.net"):
+        return ("user", user) if at else first
+    if not at:
+        return None
+    return first if "." in host or ":" in hostport else ("host", host)  # an emulator's host, or account@container
+
+
+def _container_problem(netloc: str, path: str) -> tuple[str, str, str, str] | None:
+    """(what, why, the netloc and path to give) for a container name Azure refuses (its rule: 3-63
+    lower-case letters, digits and single hyphens, a letter or digit at each end; or $root,
+    $logs, $web). Only the case is fixed in the URI given."""
+    found = _azure_container(netloc, path)
+    if found is None or _CONTAINER.match(found[1]):
+        return None
+    where, name = found
+    if _CONTAINER.match(name.lower()):
+        what, why, fixed = "an upper-case container name", "Azure container names are lower case", name.lower()
+    else:
+        what, why, fixed = f"the container name {name!r}" if name else "no container", _CONTAINER_RULE, "CONTAINER"
+    if where == "path":
+        return what, why, netloc, "/" + fixed + path.lstrip("/")[len(name):]
+    user, at, hostport = netloc.rpartition("@")
+    if where == "user":
+        return what, why, f"{fixed}@{hostport}", path
+    return what, why, f"{user}{at}{fixed}{hostport[len(name):]}", path
+
+
+def _query_problem(scheme: str, query: str, fragment: str | None) -> tuple[str, str, str, str] | None:
+    """(what, verb, why, the query to give) for a query Arrow refuses in its own words (a key its
+    filesystem does not take) or reads otherwise than typed (a key given twice: the first is
+    taken; a key without a value: ignored, the default used) and for a fragment (dropped)."""
+    keys, seen, kept, problem = QUERY_KEYS.get(scheme), set(), [], None
+    for part in query.split("&") if query else []:
+        key, _, value = part.partition("=")
+        said = None
+        if keys is not None and unquote(key) not in keys:
+            said = f"the query parameter {key!r}", "is", f"{scheme}:// URIs take {', '.join(keys)}"
+        elif not value:
+            said = f"the query parameter {key!r} without a value", "is", "the store's default is used instead"
+        elif unquote(key) in seen:
+            said = f"the query parameter {key!r} given twice", "is", "only its first value is used"
+        if said is None:
+            seen.add(unquote(key))
+            kept.append(part)
+        problem = problem or said  # the first one named; every one left out of the URI to give
+    if problem is None and fragment is not None:
+        problem = (f"a fragment ('#{fragment}')", "is", "a store URI has none: it would be dropped; a '#' in a key "
+                   "is written %23")
+    return None if problem is None else (*problem, "&".join(kept))
+
+
+def _check_text(spec: str, scheme: str, name: str | None) -> None:
+    """A URI whose text Arrow would refuse in its own words, or read as another key or store than
+    the one typed: a character a URI cannot hold unescaped, an empty, `.` or `..` path component
+    (after decoding: an object store keeps `s3://bkt/%2e%2e/x` as the key `../x`), an upper-case
+    bucket, an Azure container name Azure refuses, a query key Arrow does not take, given twice
+    or without a value, a fragment after the query."""
+    rest, q, query = spec.split("://", 1)[1].partition("?")
+    query, hashed, fragment = query.partition("#")
+    netloc, path = rest.split("/", 1) if "/" in rest else (rest, "")
+    path = "/" + path if path or rest.endswith("/") else ""
+    host = netloc.rpartition("@")[2]
+    if (found := _path_problem(path)) is not None:
+        what, verb, why, path = found
     elif scheme in LOWER_BUCKETS and host != host.lower():
-        what, why, fixed, host = "an upper-case bucket name", "bucket names are lower case", path, host.lower()
+        what, verb, why, netloc = "an upper-case bucket name", "is", "bucket names are lower case", netloc.lower()
+    elif scheme in ("abfs", "abfss") and (found := _container_problem(netloc, path)) is not None:
+        what, why, netloc, path = found
+        verb = "is"
+    elif (found := _query_problem(scheme, query, fragment if hashed else None)) is not None:
+        what, verb, why, query = found
+        q = "?" if query else ""
     else:
         return
-    uri = f"{spec.split('://', 1)[0]}://{host}{fixed}" + (f"?{u.query}" if u.query else "")
+    uri = f"{spec.split('://', 1)[0]}://{netloc}{path}{q}{query}"
     how, flag = uri, name and cli_flag(name)
     if name:
         said = arg(name)
         how = f"{said} {uri}" if said.startswith("-") or said.isupper() else f"{said}={uri!r}"
     given = f" in {arg(name)}" if name else ""
-    # shown whole but its query (no user info reaches here: _refuse_secrets), a `#...` included
+    # shown whole but its query (no secret reaches here: _refuse_secrets), a `#...` included
     e = StorageError(f"{what} {verb} refused{given} ({why}); give {how}", path=spec.split("?", 1)[0], flag=flag)
     e.usage = bool(flag)  # a flag's value the command cannot take
     raise e

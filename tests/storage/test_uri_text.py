@@ -27,6 +27,21 @@ KINDS = {
     "fragment": ("s3://bkt/a#b", "the character '#'", "s3://bkt/a%23b"),
     "bad-escape": ("s3://bkt/a%zz", "a % that starts no escape", "s3://bkt/a%25zz"),
     "non-ascii": ("gs://bkt/é", "the character 'é'", "gs://bkt/%C3%A9"),
+    # a query Arrow refuses ("cannot open the store") or reads otherwise than typed, a fragment it drops
+    "query-unknown-key": ("s3://bkt/a?x=1", "the query parameter 'x'", "s3://bkt/a"),
+    "query-key-twice": ("s3://bkt/a?region=us-east-1&region=eu-west-1", "the query parameter 'region' given twice",
+                        "s3://bkt/a?region=us-east-1"),
+    "query-no-value": ("gs://bkt/a?project_id=", "the query parameter 'project_id' without a value", "gs://bkt/a"),
+    "fragment-after-query": ("s3://bkt/a?region=us-east-1#frag", "a fragment ('#frag')",
+                             "s3://bkt/a?region=us-east-1"),
+    # Azure's container names: lower case, 3-63 letters, digits, single '-' (in each place Arrow reads one)
+    "upper-case-container": ("abfs://Data@acct.dfs.core.windows.net/x", "an upper-case container name",
+                             "abfs://data@acct.dfs.core.windows.net/x"),
+    "upper-case-container-in-path": ("abfs://acct.blob.core.windows.net/Data/x", "an upper-case container name",
+                                     "abfs://acct.blob.core.windows.net/data/x"),
+    "short-container": ("abfs://acct@ab/x", "the container name 'ab'", "abfs://acct@CONTAINER/x"),
+    "container-odd-character": ("abfss://a_b@acct.dfs.core.windows.net/x", "the container name 'a_b'",
+                                "abfss://CONTAINER@acct.dfs.core.windows.net/x"),
 }
 # where a URI is given: the command line's flag, the library's argument
 PLACES = {"output": "--output", "cache_dir": "--cache-dir", "inputs": "INPUTS"}
@@ -75,8 +90,30 @@ def test_the_library_names_the_argument(tmp_path, monkeypatch, no_work, kind, pl
 
 
 @pytest.mark.parametrize("uri", ["s3://bkt/out/", "s3://bkt/a%20b", "s3://bkt/data/**/*.jsonl",
-                                 "s3://bkt/x%5B0-9%5D.jsonl", "s3://bkt/p?region=us-east-1", "hdfs://Host:9000/a"])
+                                 "s3://bkt/x%5B0-9%5D.jsonl", "s3://bkt/p?region=us-east-1", "hdfs://Host:9000/a",
+                                 "s3://bkt/p?region=us-east-1&endpoint_override=localhost:9000",
+                                 "gs://bkt/p?project_id=p1", "hdfs://h:9000/a?dfs.replication=2",
+                                 "abfs://data@acct.dfs.core.windows.net/x", "abfss://acct.blob.core.windows.net/my-data/x",
+                                 "abfs://acct@127.0.0.1:10000/data-1/x?enable_tls=false", "abfs://acct@$root/x"])
 def test_uris_packtool_takes_pass_the_text_check(uri):
     from packtool.storage_uri import check_form, shown
     check_form(uri, "output")
     assert shown(uri).split("://")[1].split("/")[0] == uri.split("://")[1].split("/")[0].split("?")[0]
+
+
+def test_the_query_keys_said_are_those_this_arrow_takes():
+    """storage_uri.QUERY_KEYS (checked without pyarrow) against the installed pyarrow's own
+    FileSystem.from_uri: each key is one it takes (a region given: no request is made)."""
+    import pyarrow.fs as pafs
+
+    from packtool.storage_uri import QUERY_KEYS
+    base = {"s3": "s3://bkt/k?region=us-east-1&", "gs": "gs://bkt/k?", "gcs": "gs://bkt/k?",
+            "abfs": "abfs://data@acct.dfs.core.windows.net/k?", "abfss": "abfs://data@acct.dfs.core.windows.net/k?"}
+    for scheme, keys in QUERY_KEYS.items():
+        for key in keys:
+            try:
+                pafs.FileSystem.from_uri(f"{base[scheme]}{key}=1")
+            except Exception as e:  # a value it cannot use is no refusal of the key
+                assert "query parameter" not in str(e), (scheme, key, str(e))
+        with pytest.raises(Exception, match="query parameter"):
+            pafs.FileSystem.from_uri(f"{base[scheme]}not_a_key=1")
