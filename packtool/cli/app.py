@@ -119,7 +119,8 @@ def plan(
         if output:  # before any work
             from packtool.output import check_new_file
             from packtool.output.folder import refuse_inside_packed
-            refuse_inside_packed(check_new_file(output, "output", replace=overwrite, inputs=[lengths]), "output")
+            check_new_file(output, "output", replace=overwrite, inputs=[lengths])
+            refuse_inside_packed(output, "output")  # as typed (the resolved path beside it)
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
         cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
         with _rows_of(lengths):

@@ -132,7 +132,7 @@ def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
     from packtool.output.files import check_new_file
     from packtool.output.folder import refuse_inside_packed
     p = check_new_file(path, "html", replace=overwrite, inputs=inputs)
-    refuse_inside_packed(p, "html")
+    refuse_inside_packed(path, "html")  # as typed (the resolved path beside it)
     return p
 
 

@@ -37,14 +37,15 @@ def check_save(d: str, load: Optional[str], overwrite: bool, tp: int = 1) -> str
     is not one by its name alone). They are replaced only with --overwrite or when it is the
     --load folder (a resumed run), never through a link, and only as a whole: a rank file the
     run of `tp` TP ranks does not write would stay beside the new ones. Returns the resolved folder."""
-    from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, resolve_folder
+    from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, refused, resolve_folder
     from packtool.output.folder import refuse_inside_packed
     refuse_uri(d, "save")
     p = resolve_folder(d, "save")
-    refuse_inside_packed(os.path.join(p, "mp_rank_00.pt"), "save", mine="checkpoint")  # its own folder only
+    # the names below are said as typed (`d`), and resolve to those in `p` (paths.refused)
+    refuse_inside_packed(os.path.join(d, "mp_rank_00.pt"), "save", mine="checkpoint")  # its own folder only
     if os.path.lexists(p) and not os.path.isdir(p):
-        raise PacktoolOutputError(f"exists and is not a folder; give a checkpoint folder as {arg('save')}",
-                                  path=d, flag=cli_flag("save"))
+        raise refused(f"exists and is not a folder; give a checkpoint folder as {arg('save')}", d, p,
+                      cli_flag("save"))
     if not os.path.isdir(p):
         return p
     resuming = bool(load) and os.path.isdir(load) and os.path.samefile(load, p)
@@ -53,27 +54,27 @@ def check_save(d: str, load: Optional[str], overwrite: bool, tp: int = 1) -> str
     there = [n for n in regular if is_checkpoint(os.path.join(p, n))]
     mine = [n for n in regular if n not in there]
     if mine:  # a user's file of a checkpoint's name: never replaced, --overwrite or not
-        raise PacktoolOutputError(f"holds {', '.join(mine[:3])}, not a checkpoint packtool wrote (a torch.save file "
-                                  f"with its record), which packtool never replaces: move it, or give another "
-                                  f"{arg('save')} folder", path=d, flag=cli_flag("save"))
+        raise refused(f"holds {', '.join(mine[:3])}, not a checkpoint packtool wrote (a torch.save file "
+                      f"with its record), which packtool never replaces: move it, or give another "
+                      f"{arg('save')} folder", d, p, cli_flag("save"))
     # a link, FIFO or folder of a checkpoint's name is check_new_file's to refuse by kind; a
     # checkpoint name that is not there is the target of a packtool temporary (a save cut short)
     refuse_foreign_files(p, d, "save", lambda n: n in there or (n in named and n not in regular)
                          or (bool(CKPT.match(n)) and not os.path.lexists(os.path.join(p, n))))
     for n in named:
         if n not in regular:
-            check_new_file(os.path.join(p, n), "save", replace=True, mine="checkpoint")
+            check_new_file(os.path.join(d, n), "save", replace=True, mine="checkpoint")
     if there and not (overwrite or resuming):
-        raise PacktoolOutputError(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
-                                  f"to replace them, or give another {arg('save')} folder", path=d, flag=cli_flag("save"))
+        raise refused(f"holds checkpoint files ({', '.join(there[:3])}); pass {arg('overwrite', True)} "
+                      f"to replace them, or give another {arg('save')} folder", d, p, cli_flag("save"))
     stray = [n for n in there if _rank(n) >= tp]
     if stray:
-        raise PacktoolOutputError(f"holds {', '.join(stray[:3])}, of a run of more tensor-parallel ranks than this "
-                                  f"one writes ({arg('tp', tp)}): it would stay beside the new checkpoint, a folder "
-                                  f"of two runs; remove the folder's checkpoint files, or give another "
-                                  f"{arg('save')} folder", path=d, flag=cli_flag("save"))
+        raise refused(f"holds {', '.join(stray[:3])}, of a run of more tensor-parallel ranks than this "
+                      f"one writes ({arg('tp', tp)}): it would stay beside the new checkpoint, a folder "
+                      f"of two runs; remove the folder's checkpoint files, or give another "
+                      f"{arg('save')} folder", d, p, cli_flag("save"))
     for n in there:
-        check_new_file(os.path.join(p, n), "save", replace=True, mine="checkpoint")
+        check_new_file(os.path.join(d, n), "save", replace=True, mine="checkpoint")
     return p
 
 

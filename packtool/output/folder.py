@@ -33,6 +33,7 @@ from packtool.output.files import (
     lock_owner,
     lock_text,
     open_lock,
+    refused,
     remove_created,
     resolve,
     resolve_folder,
@@ -66,9 +67,8 @@ def refuse_inside_packed(path: str, flag: str, mine: str | None = None) -> None:
     inside a packed output folder, at any depth (output.relations.packed_problem, the rule
     files.check_new_file applies to every file and check_output to --output)."""
     problem = packed_problem(resolve(path), mine=mine)
-    if problem:
-        raise PacktoolOutputError(f"{problem}; write it beside that folder", path=path,
-                                  flag=cli_flag(flag) or flag)
+    if problem:  # `path` as the user typed it (the resolved one beside it: paths.refused)
+        raise refused(f"{problem}; write it beside that folder", path, resolve(path), cli_flag(flag) or flag)
 
 
 def _output_required() -> PacktoolInputError:

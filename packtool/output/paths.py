@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Callable, Iterable
 
-from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.output.relations import input_problem, packed_problem
 from packtool.storage import kind_name
 
@@ -32,6 +32,19 @@ def resolve(path: str | os.PathLike) -> str:
     p = os.path.abspath(os.path.expanduser(os.fspath(path)))
     parent, name = os.path.split(p)
     return os.path.join(os.path.realpath(parent), name) if name else p
+
+
+def refused(message: str, typed: str | os.PathLike, resolved: str | None = None,
+            flag: str | None = None, error=PacktoolOutputError) -> PacktoolError:
+    """A refusal of the path the user typed: the line shows it as typed, and the path it resolves
+    to beside it in parentheses where resolving did more than make it absolute (`~`, `..`, a link
+    in a parent folder): the user finds their own words, and where they lead. --json's path is
+    what was typed."""
+    typed = os.fspath(typed)
+    differs = resolved is not None and os.path.abspath(typed) != resolved
+    e = error(message, path=f"{typed} ({resolved})" if differs else typed, flag=flag)
+    e.path = typed
+    return e
 
 
 # what a local-only path argument names, where it is not "file"
@@ -125,33 +138,30 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     except FileNotFoundError:
         st = None
     if st is not None and stat.S_ISLNK(st.st_mode):
-        raise PacktoolOutputError("is a symbolic link; packtool never writes through one: give "
-                                  "the real file's path or another name", path=shown, flag=flag)
+        raise refused("is a symbolic link; packtool never writes through one: give "
+                      "the real file's path or another name", shown, p, flag)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name such as "
-                                  f"{_example(flag)}", path=shown, flag=flag)
+        raise refused(f"is {kind_name(st.st_mode)}; give a file name such as {_example(flag)}", shown, p, flag)
     refuse_folder_form(shown, flag)  # a folder not there yet: its spelling says it
     for inp in inputs:
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
-            raise PacktoolOutputError(f"is the input {inp}; write to another file", path=shown,
-                                      flag=flag)
+            raise refused(f"is the input {inp}; write to another file", shown, p, flag)
     # every writer's one rule; a manifest (cache.json) lies in its own tree, not inside another
     # packtool's own trees nest by design (an entry built in verify --source's temporary cache),
     # so a tree's own file is held to the one rule a reader needs: no packed output around it
     problem = (packed_problem(os.path.dirname(p), kinds=("packed",)) if manifest else packed_problem(p, mine=mine)) \
         or input_problem(p, inputs, holds=False)
     if problem:
-        raise PacktoolOutputError(f"{problem}; write it beside that folder", path=shown, flag=flag)
+        raise refused(f"{problem}; write it beside that folder", shown, p, flag)
     if st is not None and not replace:
-        raise PacktoolOutputError(f"exists; pass {arg(replace_flag, True)} to replace it, or give another "
-                                  f"{flag}", path=shown, flag=flag)
+        raise refused(f"exists; pass {arg(replace_flag, True)} to replace it, or give another {flag}", shown, p, flag)
     folder = os.path.dirname(p)
     if not os.path.isdir(folder):
-        raise PacktoolOutputError(f"folder {folder} does not exist; create it or write elsewhere",
-                                  path=shown, flag=flag)
+        raise refused(f"folder {os.path.dirname(shown) or os.curdir} does not exist; create it or write elsewhere",
+                      shown, p, flag)
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PacktoolOutputError(f"cannot be written: folder {folder} is read-only or not yours",
-                                  path=shown, flag=flag)
+        raise refused(f"cannot be written: folder {os.path.dirname(shown) or os.curdir} is read-only or not yours",
+                      shown, p, flag)
     return p
 
 
@@ -212,16 +222,16 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
     try:
         entries = sorted(os.listdir(folder))
     except OSError as e:
-        raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=shown, flag=arg(flag)) from None
+        raise refused(f"cannot list it ({e.strerror})", shown, folder, arg(flag)) from None
     foreign = [e for e in entries if not (ours(e) or ours(temp_target(e) or ""))]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise PacktoolOutputError(f"holds other files ({', '.join(foreign[:3])}{more}); packtool writes "
-                                  f"only into a new or empty folder or one it wrote: pick another "
-                                  f"{arg(flag)}", path=shown, flag=arg(flag))
+        raise refused(f"holds other files ({', '.join(foreign[:3])}{more}); packtool writes only into a new or "
+                      f"empty folder or one it wrote: pick another {arg(flag)}", shown, folder, arg(flag))
 
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",
-           "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "resolve", "resolve_folder",
+           "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "refused", "resolve",
+           "resolve_folder",
            "temp_name", "temp_target"]

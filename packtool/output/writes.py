@@ -23,7 +23,7 @@ from typing import IO, Iterable, Iterator
 
 from packtool.errors import PacktoolCacheError, PacktoolOutputError, arg
 from packtool.output.leftovers import Sweep, drop_dead_record, mark_file, unmark_file
-from packtool.output.paths import kind_name, check_new_file, refuse_uri, resolve, temp_name, temp_target
+from packtool.output.paths import kind_name, check_new_file, refuse_uri, refused, resolve, temp_name, temp_target
 
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
 
@@ -257,21 +257,18 @@ def open_append(path: str | os.PathLike, flag: str, truncate: bool = False) -> I
     p = resolve(path)
     st = os.lstat(p) if os.path.lexists(p) else None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name", path=os.fspath(path),
-                                  flag=flag)
+        raise refused(f"is {kind_name(st.st_mode)}; give a file name", path, p, flag)
     try:
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
                      | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0), NEW_FILE_MODE)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise PacktoolOutputError("is a symbolic link; packtool never writes through one",
-                                      path=os.fspath(path), flag=flag) from None
+            raise refused("is a symbolic link; packtool never writes through one", path, p, flag) from None
         raise cannot_write(e, os.fspath(path), flag) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise PacktoolOutputError(f"is {kind_name(st.st_mode)}; give a file name", path=os.fspath(path),
-                                  flag=flag)
+        raise refused(f"is {kind_name(st.st_mode)}; give a file name", path, p, flag)
     os.set_blocking(fd, True)
     f = os.fdopen(fd, "a", encoding="utf-8")
     f.buffer.raw.name = os.fspath(path)  # not the descriptor's number: a failed write names the log
