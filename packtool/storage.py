@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage_uri import (_URI, BUCKETED, GLOB_CHARS, SCHEMES, StorageError, _glob_regex, _hidden_below, _why,
-                                  check_form, is_uri, join_uri, shown)
+                                  check_form, is_uri, join_uri, shown, unreached)
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,11 +39,12 @@ class Location:
     path: str
     shown: str
     local: bool
+    argument: str | None = None  # the argument that gave it: an unreachable store's line names it
 
     # --- naming
     def join(self, *names: str) -> "Location":
         path = "/".join([self.path.rstrip("/"), *names]) if not self.local else os.path.join(self.path, *names)
-        return Location(self.fs, path, "/".join([self.shown.rstrip("/"), *names]), self.local)
+        return Location(self.fs, path, "/".join([self.shown.rstrip("/"), *names]), self.local, self.argument)
 
     @property
     def name(self) -> str:
@@ -114,7 +115,7 @@ class Location:
         except OSError as e:
             if "not found" in str(e).lower() or "nosuchkey" in str(e).lower():
                 return False
-            raise StorageError(f"cannot delete it ({_why(e)})", path=self.shown) from None
+            raise unreached(e, self.shown, self.argument) or StorageError(f"cannot delete it ({_why(e)})", path=self.shown) from None
         return True
 
     def _call(self, what: str, fn, *args, **kw):
@@ -125,7 +126,7 @@ class Location:
         except OSError as e:
             if what != "write" and _not_found(e):
                 raise FileNotFoundError(self.shown) from None
-            raise StorageError(f"cannot {what} it ({_why(e)}); check the store's credentials "
+            raise unreached(e, self.shown, self.argument) or StorageError(f"cannot {what} it ({_why(e)}); check the store's credentials "
                                f"chain and endpoint (for S3: AWS_* variables, AWS_ENDPOINT_URL)",
                                path=self.shown) from None
 
@@ -156,11 +157,11 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
     check_form(spec, name)
     try:
         fs, path = pafs.FileSystem.from_uri(spec)
-    except (OSError, ValueError, ImportError) as e:
-        raise StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
+    except (OSError, ValueError, ImportError) as e:  # (S3 asks the bucket's region here when the URI has none)
+        raise unreached(e, spec, name) or StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
                            f"support, or the store's configuration is incomplete", path=shown(spec),
                            flag=name and cli_flag(name)) from None
-    return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False)
+    return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False, name)
 
 
 PROBE_TAG = ".packtool-probe"
@@ -182,7 +183,9 @@ def check_uri(spec: str, name: str, write: bool = False) -> Location:
     try:  # a bucket store's first name only: on HDFS it is a folder an --output may create
         missing = bool(bucket) and spec.split("://", 1)[0].lower() in BUCKETED and \
             loc.fs.get_file_info(bucket).type == pafs.FileType.NotFound
-    except OSError:
+    except OSError as e:  # a store that answers otherwise is left to the work's requests; one that does not is said
+        if (err := unreached(e, spec, name)) is not None:
+            raise err from None
         missing = False
     if missing:
         raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
@@ -214,13 +217,14 @@ def as_arrow_fs(filesystem) -> pafs.FileSystem:
                        f"or an fsspec filesystem")
 
 
-def expand(spec: str, listed: list | None = None) -> list[Location]:
+def expand(spec: str, listed: list | None = None, name: str | None = None) -> list[Location]:
     """An object-store input spec as its files, sorted: one object, every object below a
     prefix, or the objects a glob (`*`, `?`, `[...]`, `**`) matches. Hidden names (`.`, `_`)
     below a prefix are left out, as Arrow's dataset readers do. `listed`, when given, gets
     the prefix listed (a Location) and every object path seen, hidden ones too: what else lies
-    there (packtool's own outputs and caches: tokenize.own_trees) without a second listing."""
-    loc = locate(spec)
+    there (packtool's own outputs and caches: tokenize.own_trees) without a second listing.
+    `name`: the argument that gave `spec`."""
+    loc = locate(spec, name=name)
     if not any(c in loc.path for c in GLOB_CHARS):
         if loc.is_file():
             return [loc]
@@ -230,7 +234,7 @@ def expand(spec: str, listed: list | None = None) -> list[Location]:
         return [_child(loc, i.path) for i in seen if not _hidden_below(i.path, loc.path)]
     cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
     base = loc.path[:cut].rsplit("/", 1)[0]
-    root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False)
+    root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False, name)
     pattern = _glob_regex(loc.path)
     seen = root.list()
     if listed is not None:
@@ -240,7 +244,7 @@ def expand(spec: str, listed: list | None = None) -> list[Location]:
 
 def _child(root: Location, path: str) -> Location:
     rel = path[len(root.path):].lstrip("/")
-    return Location(root.fs, path, root.shown.rstrip("/") + "/" + rel, root.local)
+    return Location(root.fs, path, root.shown.rstrip("/") + "/" + rel, root.local, root.argument)
 
 
 # --- the same questions of a string that may be a local path or a URI (readers' one call) ---

@@ -240,6 +240,32 @@ def _why(e: BaseException) -> str:
     return text if len(text) <= 240 else text[:240].rsplit(" ", 1)[0] + " …"
 
 
+# a store that gave no answer (no connection, a host name that does not resolve, a timeout), or
+# one that answered for another region: the endpoint, the network or the region is wrong, not the
+# object, and every later request would fail the same way after the SDK's retries
+_NO_ANSWER = re.compile(r"NETWORK_CONNECTION|Could not (?:connect|resolve)|Connection refused|timed out|"
+                        r"Timeout was reached|curlCode: (?:6|7|28|35)\b", re.I)
+_OTHER_REGION = re.compile(r"HTTP status 301\b|PermanentRedirect|AuthorizationHeaderMalformed|"
+                           r"region '[^']*' is wrong", re.I)
+
+
+def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageError | None:
+    """The one line for a store `spec` that could not be reached (else None: the store answered,
+    its answer is the caller's to say), naming the argument `name` that gave it (its flag on the
+    command line), with the fix."""
+    text = str(e)
+    if _OTHER_REGION.search(text):
+        what, fix = "it answers for another region", "give the bucket's region (for S3: AWS_REGION, or ?region= in the URI)"
+    elif _NO_ANSWER.search(text):
+        what, fix = "no answer", ("check the endpoint, the network and the credentials chain (for S3: AWS_ENDPOINT_URL, "
+                                  "AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
+    else:
+        return None
+    lead = f"{arg(name)} names a store that" if name else "the store"
+    return StorageError(f"{lead} cannot be reached ({what}: {_why(e)}); {fix}", path=shown(spec),
+                        flag=name and cli_flag(name))
+
+
 def _hidden_below(path: str, base: str) -> bool:
     return any(p.startswith((".", "_")) for p in path[len(base):].strip("/").split("/"))
 

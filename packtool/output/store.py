@@ -125,8 +125,10 @@ _HELD: dict[str, list] = {}
 def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str | None = None) -> Iterator[Lease]:
     """Check the prefix, take its lease for the block, remove what dead runs left (their
     intents say what). Re-entrant within a process (pack -> pack_cache)."""
-    _refuse_inside(output, inputs, cache_dir)
     key = locate(output).shown
+    if key not in _HELD:  # its first request: a store not reached is named with the argument, before the checks'
+        check_uri(output, "output")  # a missing bucket too, as cli.store_flags names the flag
+    _refuse_inside(output, inputs, cache_dir)
     if key in _HELD:
         _HELD[key][1] += 1
         try:
@@ -134,7 +136,6 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
         finally:
             _HELD[key][1] -= 1
         return
-    check_uri(output, "output")  # a missing bucket named with the argument, as cli.store_flags names the flag
     check_store_output(output, overwrite)
     lease = take_lease(locate(output))
     _HELD[key] = [lease, 1]

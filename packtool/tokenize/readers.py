@@ -185,7 +185,7 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     listed: list = []
     check_form(spec, "inputs")  # its text refused naming the argument, before a request
     try:
-        found = expand(spec, listed)
+        found = expand(spec, listed, name="inputs")  # a store not reached names the argument
     except FileNotFoundError:
         found = []
     one = len(found) == 1 and found[0].path == locate(spec).path
