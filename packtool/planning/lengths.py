@@ -4,7 +4,12 @@ column, and one-line errors naming the file and what was found there.
 The rule for the column: `--column NAME` when given; else the one column named
 `length`, `lengths`, `num_tokens`, `seq_len` or `n_tokens` (LENGTH_COLUMNS, in that order);
 else a file with a single column (a headerless list, .npy, .txt). Another integer column
-(an `id`) is never taken for lengths on its own: the error names the columns found.
+(an `id`) is never taken for lengths on its own: the error names the columns found; a file
+holding two of the default names is read by the first, said in a note.
+
+The column holds integers (a scale-0 decimal is read: exact). Text is no length whatever it
+spells (`"100"`: the type is named, with the cast); a CSV/TSV's column is typed by Arrow, so
+its text is read and the first field that is no integer named at its line.
 
 Files: .npy; .txt (one integer per line); .csv/.tsv (with a header, or one headerless
 column); .jsonl/.ndjson (one object per line); Parquet; Arrow IPC/Feather (.arrow, .feather,
@@ -185,7 +190,7 @@ def _one_per_sequence(path: str, arr: np.ndarray, fix: str = _NPY_FIX) -> np.nda
         what = "a single number, not a list" if arr.ndim == 0 else f"{arr.ndim}-D, not one length per sequence"
         raise PlanInputError(f"{held}: {what}; {_NPY_SHAPE_FIX}", path=path, flag=cli_flag("lengths"))
     if arr.size and arr.dtype.kind in "fcbUSO":  # values to look at: the first that is no length, by row
-        raise _not_int(path, arr.tolist(), held, fix)
+        raise _not_int(path, arr, held, fix)
     raise PlanInputError(f"{held}: not integers; {fix}", path=path, flag=cli_flag("lengths"))
 
 
@@ -214,11 +219,14 @@ def _table(path: str, low: str):
                         f"lengths are read from {KINDS}", flag=cli_flag("lengths")) from None
 
 
-def _csv(path: str, sep: str):
+def _csv(path: str, sep: str, text: str | None = None):
+    """The table of a CSV/TSV; column `text`, when given, read as the text written."""
+    import pyarrow as pa
     import pyarrow.csv as pc
-    table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep))
+    convert = pc.ConvertOptions(column_types={text: pa.string()} if text else None)
+    table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep), convert_options=convert)
     if all(_is_int(n) for n in table.column_names):  # no header: the first row was data
-        table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep),
+        table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep), convert_options=convert,
                             read_options=pc.ReadOptions(autogenerate_column_names=True))
         if table.num_columns != 1:
             raise PlanInputError(f"{path}: {table.num_columns} columns and no header; add a header "
@@ -238,12 +246,13 @@ def _csv_failed(path: str, sep: str) -> None:
         raise PlanInputError(f"cannot read lengths at line {line}: {what}", path=path, row=row)
 
 
+_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def _is_int(name: str) -> bool:
-    try:
-        int(name)
-        return True
-    except ValueError:
-        return False
+    """Text numpy and Arrow read as an integer: Python's int() also takes '1_000' and other
+    scripts' digits, which no lengths parser reads, so a message built on it said the wrong thing."""
+    return _INT.fullmatch(name.strip()) is not None
 
 
 def _pick(path: str, table, column: str | None):
@@ -254,6 +263,10 @@ def _pick(path: str, table, column: str | None):
                             flag=cli_flag("column"))
         return table.column(column), column
     named = [c for c in LENGTH_COLUMNS if c in names]
+    if len(named) > 1:  # each a name the rule takes: the one read must not be a silent choice
+        from packtool.notes import note
+        note(f"{path}: columns {', '.join(named)} each name lengths; read {named[0]} (the first in the order "
+             f"{', '.join(LENGTH_COLUMNS)}); pick another with {arg('column')}")
     if named:
         return table.column(named[0]), named[0]
     if len(names) == 1:
@@ -271,27 +284,69 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
             first = int(np.flatnonzero(~col.is_valid().to_numpy(zero_copy_only=False))[0])
             raise PlanInputError(_at_line(path, first, f"{where} is null; every row needs a length"), path=path,
                                  row=first)
-        if not pa.types.is_integer(col.type):
-            raise _not_int(path, col.to_pylist(), f"{where} holds {col.type}")
-        col = col.to_numpy()
-    col = _one_per_sequence(path, col, "lengths must be integers")
-    if col.size == 0:
+        if _kind(path) == "csv" and not pa.types.is_integer(col.type):
+            col = _csv_integers(path, name)
+        elif pa.types.is_decimal(col.type) and col.type.scale == 0:
+            col = _whole_decimals(col)  # exact integers: no digit after the point to lose
+        elif not pa.types.is_integer(col.type):
+            raise _not_int(path, col, f"{where} holds {col.type}")
+        else:
+            col = col.to_numpy()
+    if not isinstance(col, list):  # a list: decimals beyond int64, for int_array to name
+        col = _one_per_sequence(path, col, "lengths must be integers")
+    if len(col) == 0:
         raise PlanInputError(f"{path}: no lengths")
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
     return int_array(col, "lengths", PlanInputError, minimum=1,
                      at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i))
 
 
+def _csv_integers(path: str, name: str) -> list[int]:
+    """A CSV column Arrow typed otherwise, from its text: Arrow reads `+7` and 10^20 as floats
+    and `1_000` as text, so the type says nothing a user wrote; a field that is no integer is
+    named at its line, and integers beyond int64 go to int_array as Python ints (it names them)."""
+    values = _csv(path, "\t" if path.lower().endswith(".tsv") else ",", text=name).column(name).to_pylist()
+    bad = next((i for i, v in enumerate(values) if not _is_int(v)), None)
+    if bad is not None:
+        raise PlanInputError(_at_line(path, bad, f"column {name} holds {values[bad]!r}: not an integer; a "
+                                                 f"length is a whole token count written in digits (100)"),
+                             path=path, row=bad)
+    return [int(v) for v in values]
+
+
+def _whole_decimals(col):
+    """A scale-0 decimal column as int64; one beyond int64 as Python ints, so that int_array
+    names its row and the range (Arrow's cast error names neither)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    try:
+        return pc.cast(col, pa.int64()).to_numpy()
+    except pa.ArrowInvalid:
+        return [int(v) for v in col.to_pylist()]
+
+
 def _is_length(v) -> bool:
-    if isinstance(v, str):
-        return _is_int(v)
+    from decimal import Decimal
+    if isinstance(v, Decimal):
+        return v.is_finite() and v == v.to_integral_value()
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
-def _not_int(path: str, values: list, what: str, fix: str = "lengths must be integers") -> PlanInputError:
+def _not_int(path: str, col, what: str, fix: str = "lengths must be integers") -> PlanInputError:
     """`what` (a column of another type) named at its first value that is no integer length, so
     the user finds it: its row, and in a CSV/TSV its line. When every value is a whole number
-    (1.0, "5") the type is at fault, not a row: said so, never "1.0 is not an integer"."""
+    (1.0) the type is at fault, not a row: said so, never "1.0 is not an integer". Text is
+    never a length, whatever it spells: a column of strings is the type's fault too (a CSV's
+    column is typed by Arrow, not by its writer: _csv_integers reads its text)."""
+    import pyarrow as pa
+    if isinstance(col, np.ndarray):
+        strings = col.dtype.kind in "US"
+    else:
+        strings = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+    if strings:
+        return PlanInputError(f"{what}: text, not integers; lengths must be integer-typed: {_STRINGS_FIX[_kind(path)]}",
+                              path=path, flag=cli_flag("lengths"))
+    values = col.tolist() if isinstance(col, np.ndarray) else col.to_pylist()
     row = next((i for i, v in enumerate(values) if not _is_length(v)), None)
     if row is None:
         held = "whole numbers but not integers" if values else "no values"
@@ -299,6 +354,18 @@ def _not_int(path: str, values: list, what: str, fix: str = "lengths must be int
     line = _line_of(path, row)
     at = f" at line {line}" if line is not None else ""
     return PlanInputError(f"{what}: value {values[row]!r}{at} is not an integer; {fix}", path=path, row=row)
+
+
+_STRINGS_FIX = {"npy": "np.save(FILE, lengths.astype(np.int64))",
+                "jsonl": 'write each length as a JSON number (100, not "100")',
+                "table": "cast the column to int64 (pyarrow.compute.cast(column, 'int64')) and write the file again"}
+
+
+def _kind(path: str) -> str:
+    low = path.lower()
+    if low.endswith((".csv", ".tsv")):
+        return "csv"
+    return "npy" if low.endswith(".npy") else "jsonl" if low.endswith((".jsonl", ".ndjson")) else "table"
 
 
 __all__ = ["KINDS", "LENGTH_COLUMNS", "PlanInputError", "load_lengths"]

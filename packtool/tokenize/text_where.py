@@ -6,6 +6,7 @@ contract). Nothing here runs unless a read already failed."""
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
@@ -113,6 +114,9 @@ def csv_record_line(f: BinaryIO, delimiter: str, row: int, header: bool = True) 
     return None
 
 
+_NUMPY_INT = re.compile(r"[+-]?[0-9]+")
+
+
 def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
     """(data row, line, text) of the first line of a one-length-per-line file that is not an
     integer; blank lines and `#` comments are no row (as numpy.loadtxt reads them)."""
@@ -124,9 +128,7 @@ def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
             return row, line, "invalid UTF-8"
         if not text:
             continue
-        try:
-            int(text)
-        except ValueError:
-            return row, line, repr(text[:40])
+        if not _NUMPY_INT.fullmatch(text) or not -2**63 <= int(text) < 2**63:  # what loadtxt's int64 reads
+            return row, line, repr(text[:40])  # (int() also took '1_000' and other scripts' digits)
         row += 1
     return None

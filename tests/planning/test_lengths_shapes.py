@@ -106,7 +106,7 @@ def test_a_table_column_is_one_integer_length_per_row(tmp_path, fmt, value):
         assert load_lengths(str(p)).tolist() == [5, 6, 7]
         return
     msg = _refusal(p)
-    assert "column length holds" in msg and "must be integers" in msg, msg
+    assert "column length holds" in msg and "must be integer" in msg, msg
     assert "1.0 is not" not in msg and "5.0 is not" not in msg, msg  # a whole number is not called no integer
 
 
