@@ -211,6 +211,20 @@ def note_inert(cfg: TrainConfig, start: int) -> None:
              f"{arg('steps')} above 0")
 
 
+def note_unused_side(cfg: TrainConfig, side, is_main: bool) -> None:
+    """A note, before any work, naming the output's side columns (pack --side-columns /
+    --support-columns), which this loop's loss never reads (S37-9): rollouts packed for RL were
+    trained as plain SFT, the negative-advantage ones too, without a word. Not refused: SFT on a
+    rollout output whose side columns are kept for another trainer is a fair use."""
+    if not side or not cfg.steps or not is_main:  # nothing trained; every rank reads the same manifest
+        return
+    from packtool.notes import note
+    names = ", ".join(c.name + (" (support)" if c.kind == "support" else "") for c in side)
+    note(f"{cfg.data_dir} holds side columns {names}: packtool train's loss is next-token cross-entropy over "
+         f"loss_mask and uses none of them (every row is trained as SFT, whatever its values); for an RL loss "
+         f"(PPO, GRPO) read them as mb.side_targets of PackedSlabDataset in your own loop: see docs/RL.md")
+
+
 def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], Iterable[Step]]]
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
@@ -252,6 +266,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
     check_token_ids(ds, shape.vocab, cfg.vocab_size, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape",
                     trained=trained_vocab(ckpt, data, cfg.data_dir) if ckpt else None)
     note_inert(cfg, ckpt["step"] if ckpt else 0)
+    note_unused_side(cfg, ds.manifest.side_columns, info.is_main)
     check_fits(shape, cfg.tp, str(info.device))  # before the build: too large a model swapped for hours
     dtype = torch.bfloat16 if cfg.device == "cuda" else torch.float32
     model = build_gpt(shape, device=cfg.device, dtype=dtype, tp=cfg.tp, cp=cfg.cp, sp=sp,
