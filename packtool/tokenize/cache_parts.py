@@ -141,6 +141,12 @@ class CacheWriter:
 
     ROWS_PER_GROUP = 8192
     TOKENS_PER_GROUP = 4 << 20
+    # With token lists a group's ids and masks wait here (5 bytes a token) and Parquet encodes
+    # them at once (as much again in Arrow's pool): at 4 Mi tokens that sawtooth reached ~40 MiB,
+    # and where its top met a JSON block's parse and two encode chunks was a raw pack's peak,
+    # met higher the longer the run (issue 23 class 8). A flat-store cache's groups hold the
+    # per-row columns alone.
+    LIST_TOKENS_PER_GROUP = 1 << 20
     TOKENS_PER_PART = 256 << 20
 
     def __init__(self, directory: str, checksums: bool = False, token_lists: bool = True) -> None:
@@ -173,7 +179,8 @@ class CacheWriter:
         self._buf.append(batch)
         self._buf_rows += lengths.size
         self._buf_tokens += int(offs[-1])
-        if self._buf_rows >= self.ROWS_PER_GROUP or self._buf_tokens >= self.TOKENS_PER_GROUP:
+        tokens = self.LIST_TOKENS_PER_GROUP if self.schema is SCHEMA else self.TOKENS_PER_GROUP
+        if self._buf_rows >= self.ROWS_PER_GROUP or self._buf_tokens >= tokens:
             self._flush()
 
     def _flush(self) -> None:

@@ -3,7 +3,8 @@ generations of its transients at once: the JSON Lines reader read, copied, check
 block N+1 while block N's bytes (the read chunk and its joined copy) and parsed table were still
 referenced, and the tokenize loop held batch N (a slice of block N's whole table) while block
 N+1 was read. A run's peak was its rarest overlap of those with the encoders' and writers'
-transients, and a longer run met a rarer one. These tests hold each to one generation."""
+transients, and a longer run met a rarer one. These tests hold each to one generation, and the
+cache writer's group of token lists (its largest sawtooth) to a fixed size."""
 from __future__ import annotations
 
 import bz2
@@ -13,10 +14,13 @@ import tracemalloc
 import weakref
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
 
 from packtool.tokenize import pipeline, text_readers, tokenize_to_cache
+from packtool.tokenize.cache import DATA_DIR
+from packtool.tokenize.cache_parts import CacheWriter
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.text_readers import jsonl_batches
 
@@ -86,3 +90,20 @@ def test_tokenizing_drops_each_block_before_the_next_is_read(tmp_path, monkeypat
     cache = tokenize_to_cache([str(path)], cfg, str(tmp_path / "cache"), progress=False)
     assert cache.num_rows == 300 and len(checked) > 10
     assert all(checked), checked
+
+
+@pytest.mark.parametrize("rows_per_add", [1, 64, 512])
+def test_a_cache_parts_row_group_of_token_lists_stays_under_its_token_bound(tmp_path, rows_per_add):
+    """The writer's group (ids and masks waiting, then encoded at once) ends at
+    LIST_TOKENS_PER_GROUP tokens plus the add that crossed it, however many rows that is."""
+    w = CacheWriter(str(tmp_path), token_lists=True)
+    per_row = 3 * CacheWriter.LIST_TOKENS_PER_GROUP // 4096  # 3 groups' worth in 4096 rows
+    lens = np.full(rows_per_add, per_row, np.int32)
+    for k in range(0, 4096, rows_per_add):
+        ids = np.arange(lens.sum(), dtype=np.int32) % 50_000
+        w.add(ids, None, lens, np.arange(k, k + rows_per_add, dtype=np.int64), 0)
+    parts = w.close()
+    f = pq.ParquetFile(tmp_path / DATA_DIR / parts[0]["file"])
+    groups = [f.metadata.row_group(g).num_rows * per_row for g in range(f.num_row_groups)]
+    assert sum(groups) == 4096 * per_row and len(groups) >= 3
+    assert max(groups) <= CacheWriter.LIST_TOKENS_PER_GROUP + rows_per_add * per_row, groups
