@@ -4,7 +4,8 @@ arrays and CSV/TSV, each as Arrow record batches with errors that name the line 
 
 JSON Lines is read in byte blocks of whole lines, each parsed by Arrow's C++ JSON reader after
 a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON array (`[{...}, ...]`) cannot be
-split without parsing, so its text is held once and decoded one element at a time. CSV/TSV (a
+split without parsing, so its text is held once and decoded one element at a time; a .json
+file that is no array is JSON Lines, told from its first bytes and read as those. CSV/TSV (a
 header row, every column read as text) streams through Arrow's CSV reader.
 """
 from __future__ import annotations
@@ -202,9 +203,11 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
 
 def _line_too_long(path: str, line: int) -> None:
     from packtool.tokenize.json_depth import mib
-    raise PacktoolInputError(f"line {line} is longer than {mib(MAX_JSON_LINE)} (one row of JSON Lines is read "
+    err = PacktoolInputError(f"line {line} is longer than {mib(MAX_JSON_LINE)} (one row of JSON Lines is read "
                              f"whole; no training row is that long): split that row into several, or check the "
                              f"file holds one JSON object per line", path=path)
+    err.line_too_long = line  # a .json file read as JSON Lines says it in its own words (json_array_batches)
+    raise err
 
 
 @contextmanager
@@ -226,8 +229,28 @@ def _open_text(path: str):
 
 def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
                        blank=None) -> Iterator[pa.RecordBatch]:
+    """A JSON array, read whole (it cannot be split unparsed); a .json file that opens with
+    anything but `[` holds JSON Lines, read as those, bounded per line: it is told from its
+    first bytes, since one read of the whole file first held a 2 GiB file with no newline (or
+    of NULs) in memory before the line bound refused it."""
     with open_bytes(path) as f:
-        raw = f.read()
+        array = _opens_array(f)
+        if array:
+            f.seek(0)
+            raw = f.read()
+    if not array:
+        try:
+            yield from jsonl_batches(path, batch_size, columns, blank=blank)
+        except PacktoolInputError as e:
+            if getattr(e, "line_too_long", None) is None:
+                raise
+            from packtool.tokenize.json_depth import mib
+            raise PacktoolInputError(
+                f"line {e.line_too_long} is longer than {mib(MAX_JSON_LINE)}: a .json file that is no JSON array "
+                f"(it does not open with '[') is read as JSON Lines, each line one row read whole, and no training "
+                f"row is that long; check the file holds a JSON array or one JSON object per line",
+                path=path) from None
+        return
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -235,10 +258,6 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         raise PacktoolInputError(f"invalid UTF-8 at line {line}; re-encode the file as UTF-8",
                                  path=path) from None
     pos = len(text) - len(text.lstrip())
-    if not text.startswith("[", pos):
-        del raw
-        yield from jsonl_batches(path, batch_size, columns, blank=blank)  # a .json file holding JSON Lines
-        return
     check_json_depth(raw, path, per_line=False)
     del raw
     pos += 1
@@ -267,6 +286,18 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             rows = []
     if rows:
         yield _rows_to_batch(rows, path, n - len(rows))
+
+
+def _opens_array(f) -> bool:
+    """Whether the first byte after leading whitespace is `[`, read 64 KiB at a time (a file of
+    whitespace is read through, never held)."""
+    while True:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            return False
+        rest = chunk.lstrip()  # ASCII whitespace: what the array's text.lstrip() passes over too
+        if rest:
+            return rest[:1] == b"["
 
 
 def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:
