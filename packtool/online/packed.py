@@ -68,9 +68,11 @@ def _flat(x, lengths, what: str, lens_like=None):
             raise OnlinePackError(f"{what} has {x.shape[0] if x.dim() else 0} tokens but lengths "
                                   f"sum to {int(lens.sum())}: pass one length per sequence")
         return x, lens
-    seqs = [torch.as_tensor(t) for t in x]
+    seqs = _tensors(x, what)
     if not seqs:
         raise OnlinePackError(f"{what}: no sequences (a micro-batch needs at least one)")
+    if lens_like is not None:
+        _one_kind(seqs, what)
     if lens_like is None:  # tokens and masks: [T] or [1, T] (a tokenizer's batch of one), flattened
         wide = next((i for i, t in enumerate(seqs) if sum(d > 1 for d in t.shape) > 1), None)
         if wide is not None:
@@ -80,6 +82,33 @@ def _flat(x, lengths, what: str, lens_like=None):
         seqs = [t.reshape(-1) for t in seqs]
     lens = np.fromiter((t.shape[0] if t.dim() else 1 for t in seqs), np.int64, len(seqs))
     return torch.cat([t.reshape(t.shape if t.dim() else (1,)) for t in seqs]), lens
+
+
+def _tensors(x, what: str) -> list:
+    """One tensor per sequence; a value torch cannot make a tensor of (a ragged list, a
+    string, a number in place of the list) is one line naming the argument, not torch's."""
+    try:
+        return [torch.as_tensor(t) for t in x]
+    except (RuntimeError, TypeError, ValueError, OverflowError) as e:
+        raise OnlinePackError(f"{what} is not one tensor per sequence ({one_line(e)}): pass a list "
+                              f"of tensors, one per sequence, or one flat tensor with lengths=") from None
+
+
+def _one_kind(seqs: list, what: str) -> None:
+    """A side column's sequences share rank, width and dtype: torch.cat says a rank or K
+    mismatch in its own words (no column, no sequence) and silently promotes mixed dtypes
+    (int64 ids through float32 lose digits above 2^24)."""
+    shapes = [tuple(t.shape) if t.dim() else (1,) for t in seqs]
+    for k, (t, sh) in enumerate(zip(seqs, shapes)):
+        if len(sh) > 2:
+            raise OnlinePackError(f"{what}: sequence {k} has shape {sh}: one scalar or one K-wide row per "
+                                  f"token ([L] or [L, K])")
+        if len(sh) != len(shapes[0]) or sh[1:] != shapes[0][1:]:
+            raise OnlinePackError(f"{what}: sequence {k} has shape {sh} but sequence 0 has {shapes[0]}: give "
+                                  f"every sequence [L] (one value per token) or every one [L, K] with the same K")
+        if t.dtype != seqs[0].dtype:
+            raise OnlinePackError(f"{what}: sequence {k} is {t.dtype} but sequence 0 is {seqs[0].dtype}: give "
+                                  f"every sequence of a column one dtype (concatenating would promote it)")
 
 
 def _integer_ids(input_ids, lengths) -> None:
@@ -115,12 +144,33 @@ def _fill(name: str, value, dtype: torch.dtype):
             raise OnlinePackError(f"{said} must be a finite number the column's {dtype} holds "
                                   f"(|x| <= {top:g}), got {short(value)}; the default is 0.0")
         return float(value)
-    if dtype == torch.bool:
-        return bool(check_int(said, value, 0, maximum=1))
-    if dtype.is_complex:
-        return value
+    if dtype == torch.bool:  # False/True as given, 0/1 as integers
+        return bool(value) if isinstance(value, (bool, np.bool_)) else bool(check_int(said, value, 0, maximum=1))
     info = torch.iinfo(dtype)
     return check_int(said, value, info.min, maximum=info.max)  # 2^40 in int32, 0.5, True refused
+
+
+_SIGNED = (torch.int8, torch.int16, torch.int32, torch.int64)
+_NEEDS_FILL = (torch.bool, torch.uint8)  # placed, but the default -1 would wrap (True, 255)
+
+
+def _column_fill(name: str, dtype: torch.dtype, given):
+    """The pad value of side column `name`: packtool.side.SideColumn's defaults (0.0 for
+    floats, -1 for ints) where the dtype holds them; a bool or uint8 column needs its fill
+    given (-1 became True / 255 on every pad); complex, the wider unsigned and the
+    quantized dtypes are refused (torch cannot scatter some, and no loss reads the rest)."""
+    if dtype.is_floating_point or dtype in _SIGNED:
+        return (0.0 if dtype.is_floating_point else -1) if given is None else _fill(name, given, dtype)
+    cast = "cast it (.to(torch.int32): pads -1, or .float(): pads 0.0)"
+    if dtype in _NEEDS_FILL:
+        if given is None:
+            was, fill, held = ("True", "False", "False or True") if dtype == torch.bool else ("255", "0", "0..255")
+            raise OnlinePackError(f"side column {name!r} is {dtype}, which does not hold the default pad "
+                                  f"fill -1 (it would become {was}): pass side_fill={{{name!r}: {fill}}} "
+                                  f"({held}), or {cast}")
+        return _fill(name, given, dtype)
+    raise OnlinePackError(f"side column {name!r} is {dtype}: side columns are float, signed int (int8..int64), "
+                          f"or bool/uint8 with a side_fill: {cast}")
 
 
 def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dict:
@@ -147,12 +197,7 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
         if v.dim() > 2:
             raise OnlinePackError(f"side column {name!r} has shape {tuple(v.shape)}: one scalar or one "
                                   f"K-wide row per token")
-        fill = side_fill.get(name)
-        if fill is None:
-            fill = 0.0 if v.is_floating_point() else -1  # packtool.side.SideColumn's defaults
-        else:
-            fill = _fill(name, fill, v.dtype)
-        out[name] = (v.to(device), fill)
+        out[name] = (v.to(device), _column_fill(name, v.dtype, side_fill.get(name)))
     return out
 
 

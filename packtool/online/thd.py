@@ -11,13 +11,15 @@ Needs torch and megatron-core (imported when this module is).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from packtool.align import Alignment
 from packtool.megatron.thd import ThdBatch, build_thd_params
 from packtool.online.packed import pack_tensors
+from packtool.online.step import OnlinePackError
 
 
 def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
@@ -36,7 +38,8 @@ def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Align
       same layout and CP slice as the tokens, on the tokens' device, into `ThdBatch.side`
       (token-aligned) and `ThdBatch.side_targets` (shifted like labels). Pads hold
       side_fill[name] (a key of side; a value the column's dtype holds exactly), by
-      default 0.0 for floats and -1 for ints (packtool.side).
+      default 0.0 for floats and -1 for ints (packtool.side); a bool or uint8 column needs
+      its fill given, complex and wider unsigned columns are refused.
     alignment: the run's Alignment; the slab is laid out by `layout.compute_layout`, with
       a fill segment up to `fixed_length` when it is set.
     cp_size: CP degree of the slice (default alignment.cp); device: default, the tokens'."""
@@ -60,6 +63,7 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
     `StepBins.rank_bins(r)` or `MicroBatches.lists()` mapped to sequences; side columns
     as per-sequence lists); an empty one
     gives None (a zero-loss micro-batch, as PackedSlabDataset yields)."""
+    side = _per_sequence(side or {}, len(input_ids))
     out: list[ThdBatch | None] = []
     for mb in micro_batches:
         sel = [int(i) for i in mb]
@@ -68,5 +72,22 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
             continue
         out.append(thd_batch([input_ids[i] for i in sel], alignment,
                              None if loss_mask is None else [loss_mask[i] for i in sel],
-                             side={k: [v[i] for i in sel] for k, v in (side or {}).items()}, **kw))
+                             side={k: [v[i] for i in sel] for k, v in side.items()}, **kw))
     return out
+
+
+def _per_sequence(side, n: int) -> dict:
+    """thd_batches picks each micro-batch's rows from per-sequence lists: a column that is a
+    flat tensor or has another count would be cut at the wrong rows (or fail on an index)."""
+    if not isinstance(side, Mapping):
+        raise OnlinePackError(f"side must be a dict of column name -> tensors, got {type(side).__name__}")
+    for name, v in side.items():
+        try:  # a list/tuple of tensors, or a stacked [B, L] tensor whose rows are the sequences
+            count = len(v) if hasattr(v, "__getitem__") and not isinstance(v, (str, bytes)) else None
+        except TypeError:  # a 0-d tensor
+            count = None
+        if count != n:
+            got = f"{count} entries" if count is not None else f"one {type(v).__name__}"
+            raise OnlinePackError(f"side column {name!r} of thd_batches is {got} for {n} sequences: give one "
+                                  f"tensor per sequence of input_ids (a list, as input_ids)")
+    return side
