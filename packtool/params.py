@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg, cli_flag
 from packtool.integers import INT32_MAX, INT64_MAX, int_value, short
 from packtool.storage_uri import check_form, is_uri
 
@@ -53,11 +53,22 @@ def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> 
     return int_value(name, value, least, most, optional, error=error)
 
 
-def expanded(p: str) -> str:
+def expanded(p: str, name: str | None = None, error: type[PacktoolError] = PacktoolInputError) -> str:
     """A path as every packtool entry reads it: a leading `~` is the home folder, as the shell
     would have made it (a quoted '~/x' reached packtool as is: `-o` expanded it, `verify` did
-    not). The one rule for library path arguments (`path`) and the CLI's path flags."""
-    return os.path.expanduser(p) if p.startswith("~") else p
+    not). The one rule for library path arguments (`path`) and the CLI's path flags (`name`).
+    A `~user` of no user is refused: expanduser keeps it as is, so `-o '~nosuchuser/x'` made a
+    folder named `~nosuchuser` in the working directory while `~root/x` went to /root/x."""
+    if not p.startswith("~"):
+        return p
+    out = os.path.expanduser(p)
+    if out.startswith("~"):
+        user = p[1:].split("/", 1)[0]
+        whose = f"there is no user {user!r} on this machine" if user else \
+            "HOME is not set and this user has no home folder"
+        raise error(f"{arg(name) + ' ' if name else ''}starts with ~{user}, but {whose}: give the full path, "
+                    f"or ./{p} for a name ~{user} here", path=p, flag=name and cli_flag(name))
+    return out
 
 
 def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
@@ -71,8 +82,10 @@ def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
     if isinstance(p, str) and p:
         if is_uri(p):  # its text refused here names the argument (`output=`), as the CLI names its flag
             check_form(p, name)
-        return expanded(p)
+        return expanded(p, name, error)
     none = " or None" if optional else ""
+    if p == "":  # an unset variable's value: not "not given", which is None
+        raise error(f"{arg(name)} is empty; give a path{none}", flag=cli_flag(name))
     raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")
 
 

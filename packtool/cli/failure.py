@@ -277,6 +277,9 @@ def guarded(fn):
         try:
             from packtool.env import check_environment
             check_environment()  # a bad PACKTOOL_* value: one line, before any work
+            from packtool.cli.path_flags import check_path_flags
+            check_path_flags(_STATE["running"], kwargs)  # '' refused, `~` expanded: every path flag
+            _STATE["args"] = dict(kwargs)
             from packtool.cli.store_flags import check_store_flags
             check_store_flags(_STATE["running"], kwargs)  # every URI a flag gives, before any work
             rv = fn(*args, **kwargs)

@@ -32,7 +32,7 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
 LIST_FLAGS = {"--side-columns", "--support-columns"}
 
 # Each subcommand's parameters that name a path: `~` in them is expanded in one place
-# (parsing.Command, params.expanded), so a quoted '~/x' is the same folder to every subcommand
+# (cli.path_flags, params.expanded; an empty value refused), so a quoted '~/x' is the same folder to every subcommand
 PATH_PARAMS = {"plan": {"lengths", "output"}, "pack": {"inputs", "output", "cache_dir", "tokenizer", "chat_template"},
                "inspect": {"directory", "lengths", "plan_file", "html"},
                "verify": {"directory", "source", "tokenizer", "chat_template", "cache_dir"},

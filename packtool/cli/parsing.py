@@ -22,7 +22,7 @@ from packtool.cli.failure import (
     reset,
     usage_error,
 )
-from packtool.cli.flags import FLAG_OF, LIST_FLAGS, PATH_PARAMS
+from packtool.cli.flags import FLAG_OF, LIST_FLAGS
 from packtool.cli.variadic import in_place, repeated
 from packtool.errors import shown, spelled_as
 
@@ -83,16 +83,9 @@ class _ParsedHere:
 
 
 class Command(_ParsedHere, TyperCommand):
-    def invoke(self, ctx):
-        """The path parameters' `~` expanded (flags.PATH_PARAMS) before the command runs."""
-        from packtool.params import expanded
-        for name in PATH_PARAMS.get(self.name, ()):
-            v = ctx.params.get(name)
-            if isinstance(v, str):
-                ctx.params[name] = expanded(v)
-            elif isinstance(v, (list, tuple)):
-                ctx.params[name] = type(v)(expanded(x) if isinstance(x, str) else x for x in v)
-        return super().invoke(ctx)
+    """A subcommand: its path parameters are checked and `~`-expanded where its failures are
+    reported (cli.path_flags, from cli.failure.guarded), not here: an error raised before the
+    command runs would escape the one `error:` line."""
 
 
 class Commands(_ParsedHere, TyperGroup):

@@ -24,7 +24,7 @@ WRITTEN = {"cache_dir"}
 # the local-only parameters packtool writes (the others it reads)
 LOCAL_WRITES = {"plan": {"output"}, "inspect": {"html"}, "train": {"save", "json_log"}}
 # the library argument each parameter is spelled as (errors.arg gives its flag)
-_ARG = {"plan_file": "plan", "directory": "DIR", "data_dir": "DATA_DIR"}
+PARAM_ARG = {"plan_file": "plan", "directory": "DIR", "data_dir": "DATA_DIR"}
 
 
 def _values(v) -> list[str]:
@@ -38,7 +38,7 @@ def check_store_flags(command: str | None, args: dict) -> None:
     from packtool.storage import check_form, check_uri, is_uri
     store = STORE_PARAMS.get(command or "", set())
     for name in sorted(PATH_PARAMS.get(command or "", ())):
-        said = _ARG.get(name, name)
+        said = PARAM_ARG.get(name, name)
         for spec in _values(args.get(name)):
             if not is_uri(spec):
                 continue
@@ -50,4 +50,4 @@ def check_store_flags(command: str | None, args: dict) -> None:
                 refuse_uri(spec, said, reads=name not in LOCAL_WRITES.get(command, ()))
 
 
-__all__ = ["LOCAL_WRITES", "STORE_PARAMS", "WRITTEN", "check_store_flags"]
+__all__ = ["LOCAL_WRITES", "PARAM_ARG", "STORE_PARAMS", "WRITTEN", "check_store_flags"]

@@ -86,6 +86,9 @@ class TrainConfig:
             self.vocab_size = int_value("vocab_size", self.vocab_size, 1, INT64_MAX, error=PacktoolConfigError)
         for name in ("lr", "weight_decay", "clip_grad"):
             setattr(self, name, positive_real(name, getattr(self, name), zero=True))
+        from packtool.params import path  # '' read as "not given" (`if cfg.save`): nothing saved, no word
+        for name in ("json_log", "load", "save"):
+            setattr(self, name, path(name, getattr(self, name), PacktoolConfigError, optional=True))
 
 @dataclass
 class StepRecord:

@@ -69,9 +69,18 @@ def refuse_uri(path: str | os.PathLike, flag: str, reads: bool = False, error=No
         f"{name} {'reads' if reads else 'writes'} a local {kind}; {fix}", path=os.fspath(path), flag=name)
 
 
+def refuse_empty(path: str | os.PathLike, flag: str, what: str) -> None:
+    """'' names no file: `resolve` would make it the working directory, and a caller that reads
+    '' as "not given" writes nothing without a word (an unset shell variable: `--save "$CKPT"`).
+    The CLI refuses it for every path flag first (cli.path_flags); this is every writer's."""
+    if os.fspath(path) == "":
+        raise PacktoolOutputError(f"{arg(flag)} is empty; give {what}", flag=cli_flag(flag))
+
+
 def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
     """`resolve`, then a link at the final name followed once; a link to nothing is refused
     (a write would create its target somewhere else than the folder checked)."""
+    refuse_empty(path, flag, "a folder")
     p, flag = resolve(path), arg(flag)
     if os.path.islink(p):
         target = os.path.realpath(p)
@@ -130,6 +139,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     folder. `manifest`: a file of the tree it lies in (a manifest, a cache entry's cache.json),
     checked from that tree's folder up; `mine`: the kind of tree the writer's own folder may be
     (relations.own_tree_around). Returns the resolved path to write."""
+    refuse_empty(path, flag, f"a file name such as {_example(flag)}")
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
     p = resolve(path)
@@ -232,6 +242,6 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",
-           "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "refused", "resolve",
+           "refuse_empty", "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "refused", "resolve",
            "resolve_folder",
            "temp_name", "temp_target"]
