@@ -128,6 +128,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                   include_dashboard=False, configure_logging=False)
         try:
+            if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
+                from packtool.engines.ray_join import check_answers
+                check_answers(address)
             with _own_sigterm():
                 if address:
                     ray.init(address=address, **kw)

@@ -14,6 +14,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip ins
 from cli_main import run_main  # noqa: E402
 from conftest import GPT2, GSM8K  # noqa: E402
 
+import packtool.engines.ray_join as ray_join  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 
 # what ray.init raises when it cannot come up (Ray 2.60's own types and words)
@@ -35,6 +36,8 @@ def ray_fails(monkeypatch):
             raise FAILURES[key]
         monkeypatch.setattr(ray, "is_initialized", lambda: False)
         monkeypatch.setattr(ray, "init", init)
+        # the address answered (test_ray_join asks it for real): ray.init's own failures here
+        monkeypatch.setattr(ray_join, "check_answers", lambda address: None)
     return arm
 
 
