@@ -127,6 +127,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # a task's error still reaches the driver as the exception it raised
         kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                   include_dashboard=False, configure_logging=False)
+        # Ray's own variable (`ray job submit` sets it for the driver): ray.init joins its cluster
+        # when given no address, so it is joined as --ray-address is (asked first, bounded); it
+        # refused the local start's num_cpus there, said as "the local Ray node did not start"
+        from_env = not address and os.environ.get("RAY_ADDRESS", "").strip() not in ("", "local")
+        address = os.environ["RAY_ADDRESS"].strip() if from_env else address
         try:
             if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
                 from packtool.engines.ray_join import check_answers
@@ -138,7 +143,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                     with _daemons_apart():
                         ray.init(num_cpus=num_cpus or cores(), **kw)
         except Exception as e:  # (Ctrl-C and SIGTERM are BaseExceptions: they unwind as they are)
-            raise not_started(e, address) from None
+            raise not_started(e, address, from_env) from None
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -161,7 +166,7 @@ def _logs() -> str:
         return "/tmp/ray/session_latest/logs"
 
 
-def not_started(e: BaseException, address: str | None) -> PacktoolConfigError:
+def not_started(e: BaseException, address: str | None, from_env: bool = False) -> PacktoolConfigError:
     """Ray not coming up (a local node that cannot start under a file-size or memory limit, a
     cluster address that does not answer or runs another Ray) is the run's setting, not a
     packtool bug: one line naming the flag, Ray's reason and what to do instead."""
@@ -169,6 +174,11 @@ def not_started(e: BaseException, address: str | None) -> PacktoolConfigError:
     why = why if len(why) <= 200 else why[:200].rsplit(" ", 1)[0] + " …"
     cli = cli_flag("engine") is not None  # the command line: its flags, else pack_ray's arguments
     ra = "--ray-address" if cli else "ray_address"
+    if address and from_env:
+        return PacktoolConfigError(
+            f"environment variable RAY_ADDRESS={address}: could not join that Ray cluster ({why}); check "
+            f"that `ray status --address {address}` answers from here and runs this Ray ({_ray_version()}), "
+            f"or unset RAY_ADDRESS for a local Ray")
     if address:
         return PacktoolConfigError(
             f"{ra} {address}: could not join that Ray cluster ({why}); check that "

@@ -84,18 +84,27 @@ def address(request):
     return request.getfixturevalue(kind.replace("-", "_"))
 
 
+@pytest.mark.parametrize("via", ["--ray-address", "RAY_ADDRESS"])
 @pytest.mark.parametrize("address", KINDS, indirect=True)
-def test_an_address_where_no_gcs_answers_is_one_line_in_bounded_time(tmp_path, monkeypatch, capfd, no_join, address):
+def test_an_address_where_no_gcs_answers_is_one_line_in_bounded_time(tmp_path, monkeypatch, capfd, no_join,
+                                                                     address, via):
+    """Given as the flag, or as Ray's own RAY_ADDRESS (`ray job submit` sets it), which ray.init
+    joins when given no address (it refused the local start's num_cpus there)."""
     data = tmp_path / "ids.jsonl"
     data.write_text('{"input_ids":[1,2,3,4,5]}\n{"input_ids":[6,7,8]}\n')
-    argv = ["--json", "pack", str(data), "-C", "64", "-q", "--engine", "ray", "--ray-address", address,
+    argv = ["--json", "pack", str(data), "-C", "64", "-q", "--engine", "ray",
             "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")]
+    if via == "RAY_ADDRESS":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    else:
+        argv += ["--ray-address", address]
     assert run_main(monkeypatch, argv) == [2]
     out, err = capfd.readouterr()
     assert no_join == []  # never handed to ray.init
     e = json.loads(out)["error"]
-    assert e["kind"] == "config" and e["flag"] == "--ray-address", e
-    assert e["message"].startswith(f"--ray-address {address}: could not join that Ray cluster ("), e
+    named = f"--ray-address {address}" if via != "RAY_ADDRESS" else f"environment variable RAY_ADDRESS={address}"
+    assert e["kind"] == "config" and e["flag"] == (None if via == "RAY_ADDRESS" else via), e
+    assert e["message"].startswith(f"{named}: could not join that Ray cluster ("), e
     assert "\n" not in e["message"] and "internal error" not in e["message"]
     assert not [x for x in err.splitlines() if x.startswith("[")], err  # Ray's native log lines
     assert not (tmp_path / "out").exists()
