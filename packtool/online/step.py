@@ -20,7 +20,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolInputError
-from packtool.integers import INT32_MAX, INT64_MAX, int_array, int_value, short
+from packtool.integers import INT32_MAX, INT64_MAX, LENGTH_MAX, int_array, int_value, short
 from packtool.params import expect
 from packtool.online import _kernels as K
 from packtool.packers import ALGORITHMS as _PACKER_ALGORITHMS
@@ -166,17 +166,19 @@ def check_float(name: str, value, minimum: float = 0.0) -> float:
     return float(value)
 
 
-def as_lengths(lengths, name: str = "lengths", what: str = "one length per sequence") -> np.ndarray:
+def as_lengths(lengths, name: str = "lengths", what: str = "one length per sequence",
+               maximum: int = LENGTH_MAX) -> np.ndarray:
     """A 1-D int64 numpy view of `lengths` (argument `name`): numpy arrays pass through, torch
     tensors are viewed (a CUDA tensor is copied to the host once), lists are converted; floats,
-    booleans, negatives and values beyond 2^62 are refused (packtool.integers)."""
+    booleans, negatives and values beyond `maximum` (2^62: a length; an index: the last one)
+    are refused (packtool.integers)."""
     mod = type(lengths).__module__
     if mod.startswith("torch"):
         lengths = lengths.detach()
         if lengths.device.type != "cpu":
             lengths = lengths.cpu()
         lengths = lengths.numpy()
-    return int_array(lengths, name, OnlinePackError, what)
+    return int_array(lengths, name, OnlinePackError, what, maximum)
 
 
 class StepPacker:

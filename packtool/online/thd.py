@@ -19,7 +19,7 @@ import torch
 from packtool.align import Alignment
 from packtool.megatron.thd import ThdBatch, build_thd_params
 from packtool.online.packed import pack_tensors
-from packtool.online.step import OnlinePackError
+from packtool.online.step import OnlinePackError, as_lengths
 
 
 def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
@@ -63,10 +63,14 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
     `StepBins.rank_bins(r)` or `MicroBatches.lists()` mapped to sequences; side columns
     as per-sequence lists); an empty one
     gives None (a zero-loss micro-batch, as PackedSlabDataset yields)."""
-    side = _per_sequence(side or {}, len(input_ids))
+    n = len(input_ids)
+    side = _per_sequence(side or {}, n)
+    if loss_mask is not None and _count(loss_mask) != n:
+        raise OnlinePackError(f"loss_mask of thd_batches has {_count(loss_mask)} entries for {n} sequences: "
+                              f"give one mask per sequence of input_ids (a list, as input_ids)")
     out: list[ThdBatch | None] = []
-    for mb in micro_batches:
-        sel = [int(i) for i in mb]
+    for m, mb in enumerate(_listed(micro_batches)):
+        sel = _indices(mb, m, n)
         if not sel:
             out.append(None)
             continue
@@ -74,6 +78,32 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
                              None if loss_mask is None else [loss_mask[i] for i in sel],
                              side={k: [v[i] for i in sel] for k, v in side.items()}, **kw))
     return out
+
+
+def _listed(micro_batches):
+    try:
+        return list(micro_batches)
+    except TypeError:
+        raise OnlinePackError(f"micro_batches of thd_batches must be a list of micro-batches (each a list of "
+                              f"sequence indices), got {type(micro_batches).__name__}") from None
+
+
+def _indices(mb, m: int, n: int) -> list[int]:
+    """Micro-batch m's sequence indices, each one of input_ids' n: Python's indexing would read
+    -1 as the last sequence and int() 1.7 as 1 (a wrong sequence trained on without a word), and
+    an index past the end is a raw IndexError deep in a list comprehension."""
+    name = f"micro_batches[{m}]"
+    sel = as_lengths(mb, name, f"indices into input_ids' {n} sequences", maximum=max(n - 1, 0))
+    if sel.size and not n:  # no range to say (0 to -1)
+        raise OnlinePackError(f"{name} holds sequence indices, but input_ids holds no sequence")
+    return sel.tolist()
+
+
+def _count(v) -> int | None:
+    try:
+        return len(v)
+    except TypeError:  # a 0-d tensor, an int
+        return None
 
 
 def _per_sequence(side, n: int) -> dict:
