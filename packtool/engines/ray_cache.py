@@ -36,6 +36,7 @@ from packtool.tokenize.cache import (
 )
 from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION
 from packtool.storage import file_stat, is_uri, join_uri, locate
+from packtool.tokenize.blank_lines import say_record
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.chat_keys import merge, say_unrendered
 from packtool.tokenize.checksum import both_digests, sha256_file
@@ -58,6 +59,7 @@ BLOCK_SCHEMA = pa.schema([
     ("part_tokens", pa.list_(pa.int64())),
     ("part_bytes", pa.list_(pa.int64())), ("part_xxh3", pa.list_(pa.string())),  # cache.json records
     ("unrendered", pa.string()),  # the block's chat keys its template does not render (chat_keys), JSON
+    ("blank_lines", pa.string()),  # its file's blank-line record (blank_lines), JSON: one block of the file has it
 ])
 
 
@@ -73,6 +75,7 @@ class BlockTable:
     parts: list            # [{"file", "rows", "tokens"}] sorted by name (= first row)
     records: dict          # part file -> its cache.json record (bytes, xxh3-128), hashed by its task
     unrendered: list       # per file: chat key -> [rows, first row] (chat_keys), said and kept as locally
+    blank_lines: list      # per file: BlankLines.record() (None: none inside), said and kept as locally
 
 
 def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
@@ -110,9 +113,13 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
     unrendered: list = [{} for _ in range(n_files)]
     for f, said in zip(t.column("fi").to_pylist(), t.column("unrendered").to_pylist()):
         merge(unrendered[f], json.loads(said) if said else {})
+    blank: list = [None] * n_files
+    for f, said in zip(t.column("fi").to_pylist(), t.column("blank_lines").to_pylist()):
+        if said:  # the whole file's record, read by one task: nothing to add up
+            blank[f] = json.loads(said)
     return BlockTable(base, bad_row[o], bad_kind[o], bad_fi[o], int(t.column("tokens").to_numpy().sum()),
                       int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]), records,
-                      unrendered)
+                      unrendered, blank)
 
 
 def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None) -> pa.Table:
@@ -145,6 +152,7 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
     unrendered: dict = {}
     for said in batch.column("unrendered").drop_null().to_pylist():
         merge(unrendered, json.loads(said))
+    blank = batch.column("blank_lines").drop_null().to_pylist()  # a block is one file's: one record at most
     return pa.table({
         "fi": pa.array([int(fi_all[0]) if fi_all.size else 0], pa.int32()),
         "first_row": pa.array([int(rows_all[0]) if rows_all.size else 0], pa.int64()),
@@ -156,6 +164,7 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
         **{f"part_{k}": pa.array([[p[k] for p in parts]], BLOCK_SCHEMA.field(f"part_{k}").type)
            for k in ("file", "rows", "tokens", "bytes", "xxh3")},
         "unrendered": pa.array([json.dumps(unrendered) if unrendered else None], pa.string()),
+        "blank_lines": pa.array(blank[:1] or [None], pa.string()),
     }, schema=BLOCK_SCHEMA)
 
 
@@ -305,6 +314,9 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
             if bt.unrendered[fi]:  # as the local engine: said, and kept for a run that reuses the cache
                 say_unrendered(f.path, bt.unrendered[fi], job.template.name if job.template else None)
                 inputs_meta[-1]["unrendered"] = bt.unrendered[fi]
+            if bt.blank_lines[fi]:  # the same: said, and kept for reuse (chat_keys.say_stored says it then)
+                say_record(f.path, bt.blank_lines[fi])
+                inputs_meta[-1]["blank_lines"] = bt.blank_lines[fi]
         meta = {
             "format": CACHE_FORMAT, "version": CACHE_VERSION, "columns": _COLUMNS,
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, cli_flag, spelled_as, spelling_now
 from packtool.storage import arrow_file
+from packtool.tokenize.blank_lines import BlankLines
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import TokenizerInfo, encode_rendered, load_tokenizer, row_sums
 from packtool.tokenize.long_rows import RowTooLongError
@@ -46,7 +47,12 @@ TOKENIZED_SCHEMA = pa.schema([
     # chat keys the template does not render (chat_keys): a rendered batch's counts, as JSON,
     # on its first row (null elsewhere); the driver says them per file, as the local engine does
     ("unrendered", pa.string()),
+    # the blank lines a JSON Lines file holds (blank_lines.BlankLines.record(), JSON): on one row
+    # of the file's last block (null elsewhere), said and kept per file as locally
+    ("blank_lines", pa.string()),
 ])
+
+BLANK = "__blank"  # a read table's column carrying its file's blank-line record to the tokenize UDF
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,23 @@ def plan_pieces(files: list[InputFile]) -> list[Piece]:
 
 
 def _read_piece(job: TokenizeJob, piece: Piece):
+    """The piece's tables, tagged with each row's file and row. A whole JSON Lines file is one
+    piece read in order, so one BlankLines hears all of its blocks; its record is known only
+    once the file is read (blank lines count only when a row follows them), so each table is
+    yielded when the next one is read and the last carries the record."""
+    last = None
+    blank = BlankLines()
+    for t in _tagged(job, piece, blank):
+        if last is not None:
+            yield last
+        last = t
+    if last is not None:
+        rec = blank.record()
+        said = [json.dumps(rec) if rec and i == 0 else None for i in range(last.num_rows)]
+        yield last.set_column(last.schema.get_field_index(BLANK), BLANK, pa.array(said, pa.string()))
+
+
+def _tagged(job: TokenizeJob, piece: Piece, blank: BlankLines):
     f, shape = job.files[piece.fi], job.shapes[piece.fi]
     cols = list(shape.columns)
     if piece.row_groups is not None:
@@ -98,13 +121,14 @@ def _read_piece(job: TokenizeJob, piece: Piece):
         except (pa.ArrowInvalid, OSError) as e:
             raise PacktoolInputError(f"cannot read Parquet ({e})", path=f.path) from None
     else:
-        batches = iter_batches(f, job.cfg.batch_size, cols)
+        batches = iter_batches(f, job.cfg.batch_size, cols, blank=blank)
     row = piece.first_row
     for b in batches:
         n = b.num_rows
         t = pa.Table.from_batches([b])
         t = t.append_column("__fi", pa.array(np.full(n, piece.fi, np.int32)))
         t = t.append_column("__row", pa.array(np.arange(row, row + n, dtype=np.int64)))
+        t = t.append_column(BLANK, pa.nulls(n, pa.string()))
         row += n
         yield t
 
@@ -174,11 +198,13 @@ def _tokenize_block(batch: pa.Table, job: TokenizeJob) -> pa.Table:
     state = _worker_state(job)
     fi = int(batch.column("__fi")[0].as_py())
     rows = batch.column("__row").to_numpy()
-    rb = batch.drop_columns(["__fi", "__row"]).combine_chunks().to_batches()
+    rb = batch.drop_columns(["__fi", "__row", BLANK]).combine_chunks().to_batches()
     raw = rb[0] if rb else pa.RecordBatch.from_pylist([])
     step = job.cfg.batch_size
-    return pa.concat_tables([_tokenize_rows(raw.slice(a, step), rows[a:a + step], fi, job, state)
-                             for a in range(0, max(raw.num_rows, 1), step)])
+    out = pa.concat_tables([_tokenize_rows(raw.slice(a, step), rows[a:a + step], fi, job, state)
+                            for a in range(0, max(raw.num_rows, 1), step)])
+    # the record rides on the same row out as in: Ray may cut or join blocks between the UDFs
+    return out.set_column(out.schema.get_field_index("blank_lines"), "blank_lines", batch.column(BLANK))
 
 
 def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: TokenizeJob, state) -> pa.Table:
@@ -211,5 +237,5 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
         pa.ListArray.from_arrays(offs, pa.array(mask, pa.uint8())),
         pa.array(lens), pa.array(loss.astype(np.int64)),
         pa.array(np.full(lens.size, fi, np.int32)), pa.array(rows.astype(np.int64)),
-        pa.array(bad), pa.array(unrendered, pa.string()),
+        pa.array(bad), pa.array(unrendered, pa.string()), pa.nulls(lens.size, pa.string()),
     ], schema=TOKENIZED_SCHEMA)
