@@ -73,15 +73,14 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         r = first_null(t.column(c))
         if r >= 0:
             raise InspectError(f"{path}: segment row {r}: column {c!r} holds a null; {_REWRITE}")
-    col = {c: t.column(c).to_numpy() for c in t.column_names}
-    slab = col["slab"].astype(np.int64)
-    if slab.size and (np.diff(slab) < 0).any():
-        raise InspectError(f"{path}: rows are not grouped by slab; write it with `packtool plan --output`")
-    counts = np.bincount(slab) if slab.size else np.zeros(0, np.int64)
+    col = _integer_columns(path, t)
+    slab = col["slab"]
+    _check_slabs(path, slab, col["dp_rank"], col["step"])
+    counts = np.bincount(slab)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    seg_len = col["length"].astype(np.int64)
+    seg_len = col["length"]
     lay = compute_layout(seg_len, offsets, alignment)
-    stored = col["padded"].astype(np.int64)
+    stored = col["padded"]
     # a file that records its settings was read with them: a row that disagrees was edited
     from packtool.planning.plan_file import read_plan_config
     recorded = read_plan_config(path) is not None
@@ -95,12 +94,13 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         raise InspectError(
             f"{path}: segment row {i} (length {int(seg_len[i])}) is padded to {int(stored[i])} in the file but "
             f"{int(lay.seg_padded[~lay.is_fill][i])} under {alignment.describe()} C={alignment.capacity}: {fix}")
-    start = col["start"].astype(np.int64)
+    start = col["start"]
     if not np.array_equal(lay.seg_start[~lay.is_fill], start):  # overlapping or gapped segments
         i = int(np.flatnonzero(lay.seg_start[~lay.is_fill] != start)[0])
         raise InspectError(f"{path}: segment row {i} starts at {int(start[i])} of its slab in the file, but the "
                            f"segments before it end at {int(lay.seg_start[~lay.is_fill][i])}; {_REWRITE}")
     first = offsets[:-1]
+    _check_schedule(path, col["dp_rank"][first], col["step"][first], packing.dp, recorded)
     single = (counts == 1) & (alignment.seq_footprint(seg_len[first]) > alignment.usable)
     over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
     if over.size:  # the plan was made for a larger capacity: every figure would be wrong
@@ -110,8 +110,8 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
             f"C={alignment.capacity:,}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
             f"{arg('capacity')}/{arg('fixed_length')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`",
             flag=cli_flag(alignment.usable_arg))
-    src = col["source_index"].astype(np.int64)
-    chunk = col["chunk_index"].astype(np.int64)
+    src = col["source_index"]
+    chunk = col["chunk_index"]
     _check_coverage(path, src, chunk, t.schema.metadata)
     # truncate's figures are not in a plan's segments (nor its file): reported as 0
     ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or OverflowStats(packing.overflow)
@@ -122,6 +122,68 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
 
 
 _REWRITE = "the file was edited or damaged: write it again with `packtool plan --output`"
+
+
+def _integer_columns(path: str, t) -> dict[str, np.ndarray]:
+    """Each column as int64, once it holds integers that int64 holds: a float would be truncated
+    without a word (1.5 tokens read as 1), text or a list fails in numpy's words."""
+    import pyarrow as pa
+    for c in t.column_names:
+        typ = t.schema.field(c).type
+        if not pa.types.is_integer(typ) or typ == pa.uint64():
+            raise InspectError(f"{path}: column {c!r} holds {typ} values, a plan file's hold integers; {_REWRITE}")
+    return {c: t.column(c).to_numpy().astype(np.int64) for c in t.column_names}
+
+
+def _check_slabs(path: str, slab: np.ndarray, rank: np.ndarray, step: np.ndarray) -> None:
+    """Rows numbered by slab 0, 1, ... in file order (write_plan's), each slab's rows of one
+    dp_rank and step: a slab with no rows, a negative number or one past the rows (an edit) would
+    fail in the layout's words, or size a table by it, and only a slab's first row is read."""
+    if not slab.size:
+        raise InspectError(f"{path}: holds no segment rows (a plan file holds one per segment); {_REWRITE}")
+    prev = np.concatenate(([-1], slab[:-1]))
+    bad = np.flatnonzero(np.where(np.arange(slab.size) == 0, slab != 0, (slab != prev) & (slab != prev + 1)))
+    if bad.size:
+        i = int(bad[0])
+        after = f" after slab {int(prev[i])}" if i else ""
+        raise InspectError(f"{path}: segment row {i} is in slab {int(slab[i])}{after}: slabs are numbered 0, 1, "
+                           f"... in file order, each slab's rows together; {_REWRITE}")
+    start = np.flatnonzero(slab != prev)
+    of_slab = np.repeat(start, np.diff(np.append(start, slab.size)))  # each row's slab's first row
+    for name, v in (("dp_rank", rank), ("step", step)):
+        bad = np.flatnonzero(v != v[of_slab])
+        if bad.size:
+            i = int(bad[0])
+            raise InspectError(f"{path}: segment row {i} has {name} {int(v[i])}, but row {int(of_slab[i])}, the "
+                               f"first of its slab {int(slab[i])}, has {int(v[of_slab[i]])} (a slab's rows share "
+                               f"it); {_REWRITE}")
+
+
+def _check_schedule(path: str, rank: np.ndarray, step: np.ndarray, dp: int, recorded: bool) -> None:
+    """Each slab's dp_rank and step as `plan` numbers them (planning.core.slab_order): ranks in
+    0..dp-1 under the DP plan's rule (slabs.open_rules.dp_plan, a packed output's too), steps 0, 1,
+    ... in file order (without DP: each slab its own step, 0..n-1 once each). A step past them
+    would size the report's per-step table by it."""
+    from packtool.slabs.open_rules import dp_plan
+    fix = _REWRITE if recorded else f"pass the same {arg('dp')} as `plan`"
+    bad = np.flatnonzero((rank < 0) | (rank >= dp))
+    if bad.size:
+        b = int(bad[0])
+        raise InspectError(f"{path}: slab {b} has dp_rank {int(rank[b])}, outside 0..{dp - 1} of the plan's "
+                           f"dp={dp}; {fix}")
+    found = dp_plan(rank, step, np.zeros_like(step), dp)
+    if found is not None:
+        raise InspectError(f"{path}: slab {found[0]}: {found[1]}; {fix}")
+    if dp > 1:
+        bad = np.flatnonzero((np.diff(step, prepend=0) > 1) | (np.arange(step.size) == 0) & (step != 0))
+        rule = "steps are numbered 0, 1, ... in file order"
+    else:
+        order = np.argsort(step, kind="stable")
+        bad = order[np.flatnonzero(step[order] != np.arange(step.size))]
+        rule = f"without DP each slab is a step of its own, 0..{step.size - 1} once each"
+    if bad.size:
+        b = int(bad[0])
+        raise InspectError(f"{path}: slab {b} has step {int(step[b])}: {rule}; {fix}")
 
 
 def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, meta) -> None:
