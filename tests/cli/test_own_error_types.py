@@ -317,6 +317,8 @@ INTERNAL = {
     ("engines/ray_cache.py", "_check_parts"): "part files the engine's own tasks wrote this run",
     ("engines/ray_cache.py", "_write_part"): "blocks the engine's own tasks built, in read order",
     ("engines/ray_write.py", None): "segments and shards the engine's own plan routed",
+    ("engines/ray_join.py", None): "OSErrors as ray.init raises them: ray_engine's call catches every one "
+                                   "and says the --ray-address (RAY_ADDRESS) line",
     ("slabs/routed.py", None): "the routing files packtool spilled this run",
     ("layout.py", "compute_layout"): "a planner's bins are never empty",
     ("packers/_common.py", None): "the max-tree's size bound",
