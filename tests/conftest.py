@@ -140,3 +140,21 @@ def _signal_state_kept():
         if signal.getsignal(s) is not h and h is not None:
             signal.signal(s, h)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+LONG_ROW = 4000  # characters: a row the long-row tests' stand-in memory limit cannot hold
+
+
+def long_row_inputs(tmp_path, where: str) -> list[str]:
+    """Two JSON Lines files; a LONG_ROW-character row in file `where` ("a" or "b") at row 2
+    (tests/tokenize/test_long_row_named.py, tests/engines/test_ray_long_row_named.py)."""
+    import json
+    paths = []
+    for name in ("a", "b"):
+        rows = ["short row %d " % i * 20 for i in range(5)]
+        if name == where:
+            rows[2] = "long " * (LONG_ROW // 5 + 10)
+        p = tmp_path / f"{name}.jsonl"
+        p.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+        paths.append(str(p))
+    return paths

@@ -15,7 +15,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
 import ray.cloudpickle  # noqa: E402
-from conftest import GPT2, LOCAL_RAY_GROUP  # noqa: E402
+from conftest import GPT2, LOCAL_RAY_GROUP, LONG_ROW, long_row_inputs as _inputs  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 import packtool.engines.ray_cache as ray_cache  # noqa: E402
@@ -28,7 +28,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers c
 
 pytestmark = [pytest.mark.usefixtures("local_ray"), LOCAL_RAY_GROUP]
 
-LONG = 4000  # characters: the row the stand-in limit cannot hold
+LONG = LONG_ROW
 
 
 def _tight(real):
@@ -42,18 +42,6 @@ def _tight(real):
             long_rows.room, long_rows._encodes_in_child = saved
     return tokenize_block
 
-
-def _inputs(tmp_path, where: str) -> list[str]:
-    """Two JSON Lines files; the long row in file `where` ("a" or "b") at row 2."""
-    paths = []
-    for name in ("a", "b"):
-        rows = ["short row %d " % i * 20 for i in range(5)]
-        if name == where:
-            rows[2] = "long " * (LONG // 5 + 10)
-        p = tmp_path / f"{name}.jsonl"
-        p.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
-        paths.append(str(p))
-    return paths
 
 
 # the library x the long row in the first/second file x one/many tokenize batches per block;

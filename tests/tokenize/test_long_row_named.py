@@ -9,26 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GPT2
+from conftest import GPT2, LONG_ROW, long_row_inputs as _inputs
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.tokenize import long_rows, pipeline
 
-LONG = 4000  # characters: the row the stand-in limit cannot hold
+LONG = LONG_ROW
 
-
-def _inputs(tmp_path, where: str):
-    """Two JSON Lines files; the long row in file `where` ("a" or "b") at row 2."""
-    paths = []
-    for name in ("a", "b"):
-        rows = ["short row %d " % i * 20 for i in range(5)]
-        if name == where:
-            rows[2] = "long " * (LONG // 5 + 10)
-        p = tmp_path / f"{name}.jsonl"
-        p.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
-        paths.append(str(p))
-    return paths
 
 
 def _pack_cli(tmp_path, paths):
