@@ -1,8 +1,8 @@
-"""The Triton FP8 quantizers (kernels/fp8_quant.py) on a GPU: bit-exactness against the eager
+"""The Triton FP8 quantizers (packtool/kernels/fp8_quant.py) on a GPU: bit-exactness against the eager
 torch reference at model shapes, bandwidth against the torch.compile'd quantizers, and what a
 whole FP8 linear (fprop + dgrad + wgrad, quantization included) costs against bf16.
 
-  check   Triton vs eager reference (kernels.fp8._tensor_q / _rows_q / _tiles_q, not compiled)
+  check   Triton vs eager reference (packtool.kernels.fp8._tensor_q / _rows_q / _tiles_q, not compiled)
           on random bf16 with per-row/per-column magnitude spread, T ragged and whole:
           mismatching fp8 bytes and scales (0 expected); the compiled quantizers against the
           same reference (information only: Inductor's division is not IEEE)
@@ -27,8 +27,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kernels import fp8  # noqa: E402
-from kernels import fp8_quant as fq  # noqa: E402
+from packtool.kernels import fp8  # noqa: E402
+from packtool.kernels import fp8_quant as fq  # noqa: E402
 
 SHAPES = ((32768, 2048), (32768, 4096), (32768, 5632), (32768, 11264), (16400, 4096),
           (2064, 2048 + 16 * 9))

@@ -2,7 +2,7 @@
 
 For every recipe (tensorwise, blockwise) and each GEMM of a linear layer (fprop: T is M;
 dgrad: T is M; wgrad: T is the reduction dim), run torch._scaled_mm (cuBLASLt) on T tokens
-and compare with kernels.fp8's fp32 reference on the same quantized operands:
+and compare with packtool.kernels.fp8's fp32 reference on the same quantized operands:
   ok        accepted, within 2e-2 relative L2 of the reference
   WRONG     accepted, but the result disagrees (a silent failure)
   rejected  raised (first line of the error)
@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PACKTOOL_FUSED", "0")  # eager quantizers: ragged shapes, no compiles
 
-from kernels import fp8
+from packtool.kernels import fp8
 
 T_SWEEP = (1, 4, 8, 12, 15, 16, 17, 20, 24, 32, 48, 64, 96, 112, 120, 128, 136, 144, 192, 200, 256, 320,
            384, 640, 1000, 1024, 2048, 2064, 4096)
@@ -34,7 +34,7 @@ def _rel(a, b):
 
 
 def _gemm_operands(recipe, gemm, x, w, g):
-    # the operands kernels.fp8.fprop/backward build, one GEMM at a time
+    # the operands packtool.kernels.fp8.fprop/backward build, one GEMM at a time
     if recipe == "tensorwise":
         xq = fp8.quantize(x, "tensor", fp8.E4M3)
         wq = fp8.quantize(w, "tensor", fp8.E4M3)

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernels import chunking  # noqa: E402
-from kernels import lm_head as L  # noqa: E402
+from packtool.kernels import chunking  # noqa: E402
+from packtool.kernels import lm_head as L  # noqa: E402
 
 
 def log(*a):
@@ -242,7 +242,7 @@ def versions():
 
 
 def kernel_configs():
-    from kernels import row_stats, softmax_grad
+    from packtool.kernels import row_stats, softmax_grad
 
     out = {}
     for mod in (row_stats, softmax_grad):

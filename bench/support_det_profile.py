@@ -1,9 +1,9 @@
-"""Where the time of two support_logprob goals goes (kernels/support_kernels.py,
-kernels/support_logprob.py), on a GPU; N 16k, H 4096, V 151,936, bf16, supports as
+"""Where the time of two support_logprob goals goes (packtool/kernels/support_kernels.py,
+packtool/kernels/support_logprob.py), on a GPU; N 16k, H 4096, V 151,936, bf16, supports as
 bench/support_logprob.py makes them. Interleaved rounds, median and min-max of per-round medians.
 
   det  the deterministic dW against the atomic one: the pair sort alone (`sorted_pairs`), the whole
-       deterministic dW (kernels/support_det.py) in each light-launch variant, the atomic dW;
+       deterministic dW (packtool/kernels/support_det.py) in each light-launch variant, the atomic dW;
        fwd+bwd of impl='gather' with either mode; bitwise equality of two deterministic runs and
        their relative L2 to the atomic dW
   fwd  forward alone at large K (spread candidates), piece by piece: the support checks, the row
@@ -27,10 +27,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.support_logprob import inputs, make_support, methods  # noqa: E402
-from kernels import support_det as SD  # noqa: E402
-from kernels import support_kernels as SK  # noqa: E402
-from kernels import support_logprob as SL  # noqa: E402
-from kernels.support_check import check_support  # noqa: E402
+from packtool.kernels import support_det as SD  # noqa: E402
+from packtool.kernels import support_kernels as SK  # noqa: E402
+from packtool.kernels import support_logprob as SL  # noqa: E402
+from packtool.kernels.support_check import check_support  # noqa: E402
 
 N, HDIM, V = 16384, 4096, 151936
 

@@ -29,11 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.support_det_profile import _ms  # noqa: E402  (median of CUDA-event times)
 from bench.support_logprob import inputs, methods  # noqa: E402
-from kernels import row_stats  # noqa: E402
-from kernels import support_kernels as SK  # noqa: E402
-from kernels import support_logprob as SL  # noqa: E402
-from kernels.support_check import check_support  # noqa: E402
-from kernels.support_torch import _dense_rows  # noqa: E402
+from packtool.kernels import row_stats  # noqa: E402
+from packtool.kernels import support_kernels as SK  # noqa: E402
+from packtool.kernels import support_logprob as SL  # noqa: E402
+from packtool.kernels.support_check import check_support  # noqa: E402
+from packtool.kernels.support_torch import _dense_rows  # noqa: E402
 
 SHAPES = ((16384, 2048, 18992, 512), (16384, 2048, 18992, 256), (16384, 4096, 18992, 512),
           (16384, 2048, 75968, 2048), (16384, 4096, 151936, 2048))

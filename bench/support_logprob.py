@@ -1,4 +1,4 @@
-"""Sample-support scoring (kernels/support_logprob.py) on a GPU: time, peak extra memory and bf16
+"""Sample-support scoring (packtool/kernels/support_logprob.py) on a GPU: time, peak extra memory and bf16
 accuracy, beside packtool's full-vocabulary fused log-prob and a chunked torch gather.
 
   acc    bf16 against the dense fp64 reference (N 2048, H 4096, V 151,936): relative L2 of logp,
@@ -34,10 +34,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kernels import lm_head as L  # noqa: E402
-from kernels.reference import torch_reference_support_logprob  # noqa: E402
-from kernels.support_check import check_support  # noqa: E402
-from kernels.support_logprob import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
+from packtool.kernels import lm_head as L  # noqa: E402
+from packtool.kernels.reference import torch_reference_support_logprob  # noqa: E402
+from packtool.kernels.support_check import check_support  # noqa: E402
+from packtool.kernels.support_logprob import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
                                      UNION_PROBE, _triton_runs, auto_path, speculate_dense,
                                      support_logprob)
 
@@ -272,7 +272,7 @@ def one_block_ab(rounds, reps):
     """Forward of impl='auto' with the buffer kernel's whole-row block (support_kernels.ONE_BLOCK_K,
     rows wider than 1024) and with 256-wide blocks (ONE_BLOCK_K 0), interleaved with the full head, at the sweep's worst
     forward shapes (N, H, V_local, K_local)."""
-    from kernels import support_kernels as SK
+    from packtool.kernels import support_kernels as SK
 
     rows, keep = [], SK.ONE_BLOCK_K
     for n, hdim, vl, kl in ((16384, 2048, 18992, 256), (16384, 2048, 18992, 512),

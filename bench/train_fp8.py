@@ -7,12 +7,12 @@ same slabs, same seed, same data order:
   --mode speed   short runs (--steps, first --skip untimed) alternated over recipes for
                  --rounds rounds in one process: tok/s per run, median and spread.
   --profile      after either mode: torch.profiler over --profile-steps steps per recipe,
-                 device time split into FP8 GEMMs, FP8 quantization (kernels/fp8.py's
+                 device time split into FP8 GEMMs, FP8 quantization (packtool/kernels/fp8.py's
                  record_function ranges), bf16 GEMMs and the rest.
   --seeds 0,1    curves: every recipe once per seed (the seed sets the init and the data
                  order); loss gaps are taken against bf16 of the same seed.
 A recipe may name its quantizers: `blockwise@compiled` runs the torch.compile'd reference
-quantizers, `blockwise` (= `blockwise@triton`) kernels/fp8_quant.py's.
+quantizers, `blockwise` (= `blockwise@triton`) packtool/kernels/fp8_quant.py's.
 MFU counts model FLOPs on real tokens against 989 TFLOP/s (dense bf16) for every recipe,
 so FP8 gains show as higher MFU on the same scale; FP8 runs also report it against the dense
 FP8 peak (1979 TFLOP/s, H100/H200 SXM datasheet), the ceiling their linears could reach.
@@ -48,7 +48,7 @@ def _split(label):
 
 
 def run(a, shape, label, steps, skip, seed=0):
-    from kernels import fp8 as kfp8
+    from packtool.kernels import fp8 as kfp8
     recipe, kfp8.QUANT = _split(label)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

@@ -1,7 +1,7 @@
 """FP8 linear layers for `packtool train --fp8`: megatron's Column/RowParallelLinear with FP8
 GEMMs in fprop, dgrad and wgrad.
 
-The GEMM math (quantizers, torch._scaled_mm, the fp32 reference) is `kernels/fp8.py`. This
+The GEMM math (quantizers, torch._scaled_mm, the fp32 reference) is `packtool/kernels/fp8.py`. This
 module owns the megatron wiring and the checks around it:
   - `Fp8ColumnParallelLinear` / `Fp8RowParallelLinear` replace `_forward_impl` (megatron's
     `linear_with_grad_accumulation_and_async_allreduce`) and nothing else, so TP, SP, bias
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 
-from kernels import fp8 as kfp8
+from packtool.kernels import fp8 as kfp8
 from packtool.align import AlignmentError, fp8_token_multiple
 from packtool.errors import PacktoolConfigError, arg, bad_choice
 

@@ -234,14 +234,14 @@ def loss_sum(model: GPTModel, batch: ThdBatch, impl: str = "torch",
     """sum_i weight_i * CE_i over the micro-batch's local tokens (a scalar).
 
     impl='torch': megatron's output layer + vocab_parallel_cross_entropy.
-    impl='fused': kernels.lm_head.fused_linear_cross_entropy (chunked Triton LM head; the
+    impl='fused': packtool.kernels.lm_head.fused_linear_cross_entropy (chunked Triton LM head; the
     logits are never stored). With SP the hidden states are gathered over TP first, and the
     vocab-sharded weight goes with tp_group."""
     if impl == "torch":
         return (token_losses(model, batch) * batch.loss_weight).sum()
     if impl != "fused":
         raise bad_choice(PacktoolConfigError, "lm_head", impl, ("fused", "torch"))
-    from kernels.lm_head import fused_linear_cross_entropy
+    from packtool.kernels.lm_head import fused_linear_cross_entropy
     h = hidden_states(model, batch)
     sp = bool(model.config.sequence_parallel)
     if sp:

@@ -155,7 +155,7 @@ def train_command(
     grad_accum: Annotated[int, typer.Option("--grad-accum", help="Slabs per DP rank per step (ignored when the slabs carry a --dp plan).")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Weight init and per-epoch reshuffle seed.")] = 0,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
-    lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
+    lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton packtool.kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps, and the last (0: only the last).")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or a log packtool train wrote; any other existing file needs --overwrite; never an input).")] = None,
 ) -> None:

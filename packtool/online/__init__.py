@@ -3,7 +3,7 @@
 (`microbatch`), packed micro-batch tensors from in-memory token and side-column tensors
 (`packed`, needs torch; `thd` wraps them in megatron's THD batch, needs megatron-core; both
 loaded on first use), a PPO/GRPO clipped loss on packed batches (`rl`, torch), sampler-support log-probs of
-packed batches (`support`, torch + kernels/) and the numba
+packed batches (`support`, torch + packtool/kernels/) and the numba
 cache warm-up (`warmup`).
 
 Importing this package loads numpy and numba only (no pyarrow, rich or torch).

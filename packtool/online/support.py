@@ -1,5 +1,5 @@
 """Sampler-support replay on packed batches: each target's log-prob over the candidates its
-sampler kept (kernels/support_logprob.py), from a packed batch and the model's last hidden
+sampler kept (packtool/kernels/support_logprob.py), from a packed batch and the model's last hidden
 states and output weight (docs/RL.md, "Sampler-support replay").
 
 The support column is a K-wide side column (`pack --support-columns`, or `side=` of
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.support_logprob import support_logprob
+from packtool.kernels.support_logprob import support_logprob
 from packtool.errors import PacktoolInputError
 
 IGNORE_INDEX = -100  # transformers' label for "no target" (packtool.hf.IGNORE_INDEX)
@@ -67,7 +67,7 @@ def support_logprobs_thd(batch, hidden: torch.Tensor, weight: torch.Tensor, colu
     hidden: the decoder's final hidden states of this batch ([t_local, 1, H], after the final
     norm; `packtool.megatron.model.hidden_states`); weight: the output layer's weight
     ([V or V/TP, H]; with TP pass tp_group, the rank's vocab slice is rank * V/TP on).
-    Further keywords go to `kernels.support_logprob.support_logprob` (impl, deterministic,
+    Further keywords go to `packtool.kernels.support_logprob.support_logprob` (impl, deterministic,
     main_grad, reduce_grad_hidden, vocab_start)."""
     labels = batch.labels.reshape(-1)
     n = labels.numel()
@@ -87,7 +87,7 @@ def support_logprobs_hf(batch: dict, hidden: torch.Tensor, weight: torch.Tensor,
     model's `last_hidden_state`, or `hidden_states[-1]` of `output_hidden_states=True`);
     weight: `model.get_output_embeddings().weight`. Position p scores labels[p + 1] (the
     target of the logits at p) over `shift_<column>`[p]; -100 labels are not targets.
-    Further keywords go to `kernels.support_logprob.support_logprob`."""
+    Further keywords go to `packtool.kernels.support_logprob.support_logprob`."""
     labels = batch["labels"]
     flat = labels.reshape(-1)
     n = flat.numel()

@@ -55,7 +55,7 @@ def rank_of(module: str) -> float:
 
 
 def module_graph(root: str = ROOT) -> dict[str, set[str]]:
-    """module -> modules of the same package (packtool, kernels) it imports, parents included."""
+    """module -> modules of the same package it imports, parents included."""
     package = os.path.basename(os.path.normpath(root))
     files = {}
     for d, _, names in os.walk(root):
@@ -134,7 +134,7 @@ def test_the_tree_has_no_cycle():
 
 
 def test_the_kernels_have_no_cycle():
-    # kernels/ is its own package beside packtool/ (fp8.py calls fp8_quant.py, never back)
+    # packtool/kernels/ is its own package beside packtool/ (fp8.py calls fp8_quant.py, never back)
     assert find_cycle(module_graph(os.path.join(os.path.dirname(ROOT), "kernels"))) is None
 
 

@@ -1,5 +1,5 @@
-"""The Triton FP8 quantizers (kernels/fp8_quant.py) under the interpreter (CPU) against the torch
-reference quantizers of kernels/fp8.py, bit for bit on the fp8 data and the scales.
+"""The Triton FP8 quantizers (packtool/kernels/fp8_quant.py) under the interpreter (CPU) against the torch
+reference quantizers of packtool/kernels/fp8.py, bit for bit on the fp8 data and the scales.
 
 Odd shapes: T not a multiple of 128 (ragged last block along T, hence along the transpose's
 rows), K = 128 + 16 (ragged last block along K), tiles smaller than one block, rows of zeros.
@@ -13,8 +13,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import fp8  # noqa: E402
-from kernels import fp8_quant as fq  # noqa: E402
+from packtool.kernels import fp8  # noqa: E402
+from packtool.kernels import fp8_quant as fq  # noqa: E402
 
 SHAPES = [(200, 144), (16, 128), (130, 272), (48, 16), (257, 40)]
 DTYPES = [fp8.E4M3, fp8.E5M2]
@@ -95,7 +95,7 @@ def test_weight_tiles_both_match_reference(R, C):
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "blockwise"])
 def test_linear_gemms_same_with_triton_quantizers(monkeypatch, recipe):
-    # kernels.fp8's three GEMMs with the Triton quantizers forced on CPU (interpreted) give
+    # packtool.kernels.fp8's three GEMMs with the Triton quantizers forced on CPU (interpreted) give
     # exactly what the torch quantizers give: same operands, same reference product
     T, K, N = 144, 272, 144
     x, w, g = _x(T, K, 1), _x(N, K, 2, spread=False) * 0.05, _x(T, N, 3)

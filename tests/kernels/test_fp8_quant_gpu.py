@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.fixture(autouse=True)
 def mods(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    from kernels import fp8, fp8_quant
+    from packtool.kernels import fp8, fp8_quant
 
     monkeypatch.setattr(fp8, "QUANT", "triton")
     return fp8, fp8_quant

@@ -12,7 +12,7 @@ def L(monkeypatch):
     # Imported here, not at collection: importing triton fixes the mode of its jit'd library, and
     # the interpreter test modules need it interpreted. Run this file in its own process on a GPU.
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    from kernels import lm_head
+    from packtool.kernels import lm_head
 
     return lm_head
 

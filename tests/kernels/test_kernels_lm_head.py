@@ -14,10 +14,10 @@ os.environ["TRITON_INTERPRET"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import lm_head as L  # noqa: E402
-from kernels.chunking import default_chunk_rows, find_active_rows  # noqa: E402
-from kernels.row_stats import row_stats_torch, row_stats_triton  # noqa: E402
-from kernels.softmax_grad import softmax_grad_torch_, softmax_grad_triton_  # noqa: E402
+from packtool.kernels import lm_head as L  # noqa: E402
+from packtool.kernels.chunking import default_chunk_rows, find_active_rows  # noqa: E402
+from packtool.kernels.row_stats import row_stats_torch, row_stats_triton  # noqa: E402
+from packtool.kernels.softmax_grad import softmax_grad_torch_, softmax_grad_triton_  # noqa: E402
 
 N, H, V = 40, 32, 300
 

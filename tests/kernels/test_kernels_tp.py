@@ -13,7 +13,7 @@ WORLD, N, H, V = 2, 24, 16, 2 * 150  # 150 per rank: not a multiple of the 128-w
 
 
 def _worker(rank: int, init_file: str) -> None:
-    from kernels import lm_head as L
+    from packtool.kernels import lm_head as L
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     try:

@@ -1,4 +1,4 @@
-"""Sample-support scoring (kernels/support_logprob.py) under the Triton interpreter on CPU, fp32,
+"""Sample-support scoring (packtool/kernels/support_logprob.py) under the Triton interpreter on CPU, fp32,
 against the dense float64 reference `logit[s] - logsumexp(logit[row])`: values, entropy, grad
 hidden and grad weight, for each path (Triton gather, chunked torch gather, dense GEMMs over the
 local vocabulary, dense GEMMs over the union of the candidate ids).
@@ -19,9 +19,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from kernels.reference import torch_reference_logprobs_entropy  # noqa: E402
-from kernels.reference import torch_reference_support_logprob as reference  # noqa: E402
-from kernels.support_logprob import support_logprob  # noqa: E402
+from packtool.kernels.reference import torch_reference_logprobs_entropy  # noqa: E402
+from packtool.kernels.reference import torch_reference_support_logprob as reference  # noqa: E402
+from packtool.kernels.support_logprob import support_logprob  # noqa: E402
 
 N, H, V, K = 13, 40, 300, 7
 PATHS = ["gather", "torch", "dense", "union"]
@@ -91,7 +91,7 @@ def test_fp64_paths_agree_to_rounding(path):
 
 @pytest.mark.parametrize("light_max", [2, 512])  # 2: the hot ids go to the heavy launch
 def test_deterministic_grad_weight_is_bitwise_reproducible_and_matches_atomic(monkeypatch, light_max):
-    from kernels import support_det
+    from packtool.kernels import support_det
 
     monkeypatch.setattr(support_det, "LIGHT_MAX", light_max)
     h, w, samp, sup, up = _inputs(2, n=16, k=5)
@@ -128,7 +128,7 @@ def test_half_hidden_triton_gather():
 
 
 def test_union_path_edges_and_the_auto_rule(monkeypatch):
-    from kernels import support_logprob as S
+    from packtool.kernels import support_logprob as S
 
     h, w, samp, sup, up = _inputs(5)
     # no row holds a support: every value 0, no gradient, and an empty union is no error
@@ -214,7 +214,7 @@ def test_repeated_id_is_found_by_the_checks_bitmaps(path):
 
 def _spy_checks(monkeypatch):
     """The calls of support_logprob's checks-then-pick (empty: the call speculated dense)."""
-    from kernels import support_logprob as S
+    from packtool.kernels import support_logprob as S
 
     seen, check = [], S.check_support
     monkeypatch.setattr(S, "check_support", lambda *a, **k: seen.append("sync") or check(*a, **k))
@@ -259,7 +259,7 @@ def test_forward_only_auto_speculates_dense_from_the_shapes(monkeypatch):
 
 def test_the_checks_pass_counts_the_union_probe():
     # auto's probe (distinct weight rows the first rows name) is counted in the checks' pass
-    from kernels.support_check import check_support
+    from packtool.kernels.support_check import check_support
 
     _, _, samp, sup, _ = _inputs(8)
     rows = check_support(samp, sup, V, 0, V, use_triton=True, probe_rows=5)
@@ -278,9 +278,9 @@ def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
     # no [N, K] copy of the ids at any vocab_start, int32 or int64: every kernel takes the
     # caller's rows with (start, V_local); changing them in place before backward is then an
     # error, not a silent gradient over other ids
-    from kernels import support_logprob as S
-    from kernels.support_check import check_support
-    from kernels.vocab_parallel import VocabShard
+    from packtool.kernels import support_logprob as S
+    from packtool.kernels.support_check import check_support
+    from packtool.kernels.vocab_parallel import VocabShard
 
     h, w, samp, sup, up = _inputs(7)
     sup = sup.to(dtype)
@@ -392,7 +392,7 @@ def test_cpu_without_triton_runs_the_torch_path_with_the_same_results(tmp_path):
     torch.save((h, w, samp, sup, up), tmp_path / "in.pt")
     code = (
         "import sys, torch; sys.modules['triton'] = None\n"  # importing triton now fails
-        "from kernels.support_logprob import support_logprob\n"
+        "from packtool.kernels.support_logprob import support_logprob\n"
         f"h, w, samp, sup, up = torch.load({str(tmp_path / 'in.pt')!r})\n"
         "hh, ww = h.float().requires_grad_(), w.float().requires_grad_()\n"
         "lp, ent, _ = support_logprob(hh, ww, samp, sup, entropy=True)\n"

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @pytest.fixture(autouse=True)
 def S(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    from kernels import support_logprob
+    from packtool.kernels import support_logprob
 
     return support_logprob
 
@@ -50,7 +50,7 @@ def _run(S, hid, w, samp, sup, up, dtype, **kw):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("impl,det", [("gather", False), ("gather", True), ("dense", False), ("union", False)])
 def test_half_precision_against_fp64(S, dtype, impl, det):
-    from kernels.reference import torch_reference_support_logprob
+    from packtool.kernels.reference import torch_reference_support_logprob
 
     hid, w, samp, sup, up = _inputs(k=64 if impl == "gather" else 600)
     got = _run(S, hid, w, samp, sup, up, dtype, impl=impl, deterministic=det)
@@ -112,7 +112,7 @@ def test_extreme_logits_no_nan(S):
 
 @pytest.mark.parametrize("impl", ["dense", "union", "gather", "auto"])
 def test_wide_rows_repeated_id_is_an_error(S, impl):
-    # the checks' bitmaps (kernels/support_rows.py, compiled: persistent programs over many rows
+    # the checks' bitmaps (packtool/kernels/support_rows.py, compiled: persistent programs over many rows
     # each) find the id before any path runs (auto, forward only, K 600 >= 0.78 % of V: the dense
     # path speculated, the verdict read after it is queued), and flag no row without one
     hid, w, samp, sup, up = _inputs(n=512, k=600)
@@ -133,7 +133,7 @@ def test_extra_memory_is_the_logits_and_the_dw_accumulator(S, monkeypatch, dtype
     # and the support rows are read as given, int32 or int64, at any vocab_start (a TP rank's
     # share, here without its collectives: VocabShard.of gives the shard, no group). The slack
     # (2 MiB) is under one [N, K] int32 tensor (8 MiB here), so a kept gradient or id copy fails.
-    from kernels.vocab_parallel import VocabShard
+    from packtool.kernels.vocab_parallel import VocabShard
 
     hid, w, samp, sup, up = _inputs(n=4096, k=512)
     sup = sup.to(dtype)

@@ -1,4 +1,4 @@
-"""FP8 linears on CPU: kernels/fp8.py's quantizers and fp32 reference GEMMs (small, odd
+"""FP8 linears on CPU: packtool/kernels/fp8.py's quantizers and fp32 reference GEMMs (small, odd
 shapes), the token rule packtool.align now uses, and the negative tests: a local token
 count off the rule, mxfp8, and weight dims blockwise cannot take all fail loudly with one
 line. The same code on an H200 with torch._scaled_mm: tests/megatron/test_megatron_gpu.py.
@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from kernels import fp8 as k
+from packtool.kernels import fp8 as k
 from packtool.align import Alignment, AlignmentError, fp8_token_multiple
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("megatron.core")
 
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 
-from kernels import fp8 as k  # noqa: E402
+from packtool.kernels import fp8 as k  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402

@@ -7,7 +7,7 @@ FP8 GEMMs are what they claim. Run in its own process on the GPU machine:
    packed into one THD micro-batch, with megatron's LM head + CE and with the fused Triton
    head. bf16 tolerance: losses rtol 1e-2, gradients 2e-2 relative L2 (the only difference
    is which GEMM kernel cuBLAS picks for each M); fp32 where varlen_attn takes fp32.
-2. FP8 GEMMs (torch._scaled_mm) vs kernels/fp8.py's fp32 reference on the same quantized
+2. FP8 GEMMs (torch._scaled_mm) vs packtool/kernels/fp8.py's fp32 reference on the same quantized
    operands (rel 1e-2: only accumulation order and the bf16 output differ), and vs the
    bf16 product of the unquantized operands (e4m3: 6%, e5m2 gradients: 10%).
 3. The token rule against the kernels: wgrad (tokens = reduction dim) runs at every
@@ -41,8 +41,8 @@ def _compiled_triton(monkeypatch):
 
 @pytest.fixture(scope="module")
 def mods():
-    from kernels import fp8 as kfp8
-    from kernels import lm_head
+    from packtool.kernels import fp8 as kfp8
+    from packtool.kernels import lm_head
     from packtool.megatron import fp8, model, parallel, thd
     parallel.init_parallel(1, 1, "cuda")
     return dict(model=model, thd=thd, fp8=fp8, kfp8=kfp8, lm_head=lm_head)

@@ -1,4 +1,4 @@
-"""`--lm-head fused` (kernels/lm_head.py, Triton interpreter on CPU) and `--lm-head torch`
+"""`--lm-head fused` (packtool/kernels/lm_head.py, Triton interpreter on CPU) and `--lm-head torch`
 (megatron's output layer + vocab-parallel cross-entropy) give the same loss and gradients
 on megatron-core's GPTModel fed a packed slab."""
 from __future__ import annotations

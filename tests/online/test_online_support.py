@@ -3,7 +3,7 @@ a Megatron-path ThdBatch + megatron-core's GPTModel, and a packtool.hf SlabColla
 transformers Llama, both tiny and built from configs (nothing downloaded), on CPU.
 
 Each checks (1) the helper's log-probs and entropies equal the fp64 dense reference
-`logit[s] - logsumexp(logit[row])` (kernels/reference.py) on the same hidden states, and (2)
+`logit[s] - logsumexp(logit[row])` (packtool/kernels/reference.py) on the same hidden states, and (2)
 packed == each sequence alone: the sequence run alone through the model, scored in plain
 torch with no packtool (the logits at j against token j+1 over token j+1's row), gives the
 same values and, summed, the same gradients of every model parameter; and (3) on a CP=2 rank the
@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels.reference import torch_reference_support_logprob  # noqa: E402
+from packtool.kernels.reference import torch_reference_support_logprob  # noqa: E402
 from packtool.errors import PacktoolInputError  # noqa: E402
 from packtool.online.support import support_logprobs_hf, support_logprobs_thd  # noqa: E402
 

@@ -21,7 +21,7 @@ mxfp8 (1x32 blocks, e8m0 scales) is Blackwell-only in cuBLASLt and is not built 
 and multiplies (CPU tests, and the yardstick of the GPU tests).
 
 Quantizers: `_tensor_q` / `_rows_q` / `_tiles_q` below are the reference. On CUDA the
-activations, gradients and weights go through kernels/fp8_quant.py's Triton kernels, which
+activations, gradients and weights go through packtool/kernels/fp8_quant.py's Triton kernels, which
 read x once and write the operand and its transpose (wgrad's), bit-exact with the reference;
 PACKTOOL_FP8_QUANT=compiled runs the torch.compile'd reference instead (bench comparisons). Shape rules are the
 caller's: packtool/megatron/fp8.py asks packtool.align before calling in.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.fp8_format import BLOCK, E4M3, E5M2, FMAX, INV_FMAX  # noqa: F401 (re-exported)
+from packtool.kernels.fp8_format import BLOCK, E4M3, E5M2, FMAX, INV_FMAX  # noqa: F401 (re-exported)
 
 RECIPES = ("tensorwise", "blockwise")
 
@@ -133,7 +133,7 @@ def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
     return Q(q, s, kind)
 
 
-# The CUDA quantizers of activations and gradients: 'triton' (kernels/fp8_quant.py, one read
+# The CUDA quantizers of activations and gradients: 'triton' (packtool/kernels/fp8_quant.py, one read
 # of x writes the operand and its transpose, bit-exact with the reference) or 'compiled' (the
 # torch.compile'd reference quantizers, kept so bench/ can compare the two)
 QUANT = os.environ.get("PACKTOOL_FP8_QUANT", "triton")
@@ -152,7 +152,7 @@ def quantize_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
     """Tensorwise: the operand and its transpose, sharing one scale."""
     with _range("fp8_quant"):
         if _triton_on(x):
-            from kernels.fp8_quant import tensor_q_both_triton
+            from packtool.kernels.fp8_quant import tensor_q_both_triton
             q, qt, s = tensor_q_both_triton(x, dtype)
         elif TRANSPOSE == "fused":
             q, qt, s = _run(_tensor_q_both, x, dtype)
@@ -167,7 +167,7 @@ def quantize_rows_with_t(x: torch.Tensor, dtype: torch.dtype) -> tuple[Q, Q]:
     (fprop/dgrad's operand and wgrad's)."""
     if not _triton_on(x):
         return quantize(x, "1x128", dtype), quantize(x.t(), "1x128", dtype)
-    from kernels.fp8_quant import rows_q_both_triton
+    from packtool.kernels.fp8_quant import rows_q_both_triton
     with _range("fp8_quant"):
         q, s, qt, st = rows_q_both_triton(x, dtype)
     return Q(q, s, "1x128"), Q(qt, st, "1x128")
@@ -217,7 +217,7 @@ def weight_operands(w: torch.Tensor, recipe: str) -> tuple[Q, Q]:
     if recipe == "tensorwise":
         return quantize_with_t(w, E4M3)
     if _triton_on(w):
-        from kernels.fp8_quant import tiles_q_both_triton
+        from packtool.kernels.fp8_quant import tiles_q_both_triton
         with _range("fp8_quant"):
             q, s, qt, st = tiles_q_both_triton(w, E4M3)
         return Q(q, s, "128x128"), Q(qt, st, "128x128")

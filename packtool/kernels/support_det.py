@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import LazyJit, interpreting
+from packtool.kernels._triton import LazyJit, interpreting
 
 # light launch: segments per program, H block, warps. H200, N 16k, H 4096, K 2 / 20 / 64 (raw
 # bench/results/support_logprob/c3_profile.*): 4 x 512 0.69 / 1.67 / 2.60 ms, 8 x 256 0.72 / 1.72 /
@@ -71,7 +71,7 @@ def _light_kernel(z_ptr, rs_ptr, pos_ptr, inv_temp, h_ptr, key_ptr, perm_ptr, st
         row = pair // K
         # g recomputed per pair (support_kernels GRAD_DOC); the padding key's pairs are not summed, so
         # every pair here names an own candidate and its z is finite (inlined in both launches: a jit
-        # helper would be frozen to one mode at import, see kernels/_triton.py)
+        # helper would be frozen to one mode at import, see packtool/kernels/_triton.py)
         lse = tl.load(rs_ptr + row * 4, mask=jm, other=0.0)
         ent = tl.load(rs_ptr + row * 4 + 1, mask=jm, other=0.0)
         a = tl.load(rs_ptr + row * 4 + 2, mask=jm, other=0.0)
@@ -129,7 +129,7 @@ def _heavy_kernel(z_ptr, rs_ptr, pos_ptr, inv_temp, h_ptr, key_ptr, perm_ptr, st
             row = pair // K
             # g recomputed per pair (support_kernels GRAD_DOC); the padding key's pairs are not summed, so
             # every pair here names an own candidate and its z is finite (inlined in both launches: a jit
-            # helper would be frozen to one mode at import, see kernels/_triton.py)
+            # helper would be frozen to one mode at import, see packtool/kernels/_triton.py)
             lse = tl.load(rs_ptr + row * 4, mask=jm, other=0.0)
             ent = tl.load(rs_ptr + row * 4 + 1, mask=jm, other=0.0)
             a = tl.load(rs_ptr + row * 4 + 2, mask=jm, other=0.0)

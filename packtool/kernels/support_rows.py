@@ -1,4 +1,4 @@
-"""The support checks of kernels/support_check.py in one Triton pass over the [N, K] ids.
+"""The support checks of packtool/kernels/support_check.py in one Triton pass over the [N, K] ids.
 
 One program per row reads its ids once and writes the sampled id's column and its counts (owned ids, the verdicts, the probe's first marks), summed on the device; the torch version makes some twenty
 passes over [N, K] (5.2 ms at N 16k, K 4096 on the H200, more than the whole margin the GEMM paths
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import LazyJit, interpreting
+from packtool.kernels._triton import LazyJit, interpreting
 
 # the counts each row adds (constexpr: the kernel reads them as globals): the candidates this rank
 # owns, the weight rows the probe names first, and one per verdict (rows failing that check)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import triton.language as tl
 
-from kernels._triton import RowKernel, check_device
+from packtool.kernels._triton import RowKernel, check_device
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:  # row_stats imports triton; the shard itself is plain torch (support_logprob's CPU path)
-    from kernels.row_stats import RowStats
+    from packtool.kernels.row_stats import RowStats
 
 
 @dataclass(frozen=True)

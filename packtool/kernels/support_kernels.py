@@ -1,4 +1,4 @@
-"""The gather-GEMV kernels of sample-support scoring (Triton); kernels/support_torch.py holds the
+"""The gather-GEMV kernels of sample-support scoring (Triton); packtool/kernels/support_torch.py holds the
 same three operations in torch.
 
 Per token n with candidate weight rows c = ids[n, k] - start (the support rows as the caller gave
@@ -13,7 +13,7 @@ gradient tensor is ever written (a = d loss / d logp, b = d loss / d entropy).
 Nothing of size [N, V] or [N, K, H] is formed: each program streams W's rows through registers.
 The hidden row is cast to the weight's dtype first, as the output layer's matmul would, and every
 product is accumulated in fp32. dW has two modes: `atomic` (fp32 atomics, order not fixed) and
-`sorted` (kernels/support_det.py: pairs sorted by id, each id's pairs summed in a fixed order
+`sorted` (packtool/kernels/support_det.py: pairs sorted by id, each id's pairs summed in a fixed order
 by one program, no host sync: bitwise reproducible run to run). No autotuning: a fixed launch
 keeps `sorted` reproducible.
 """
@@ -24,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import LazyJit, check_device
-from kernels.support_det import grad_weight_sorted_
-from kernels.support_torch import _dense_rows
+from packtool.kernels._triton import LazyJit, check_device
+from packtool.kernels.support_det import grad_weight_sorted_
+from packtool.kernels.support_torch import _dense_rows
 
 BLOCK_K = 16  # candidates per tile (tl.sum needs no 16-minimum, but 16 fills a warp's rows)
 BLOCK_H = 128
@@ -38,7 +38,7 @@ def _logits_kernel(h_ptr, w_ptr, ids_ptr, z_ptr, inv_temp, stride_h, stride_w, K
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     kmask = ks < K
     ids = tl.load(ids_ptr + row * K + ks, mask=kmask, other=-1)
-    loc = ids - start  # this rank's weight row (inlined in every kernel: see kernels/_triton.py)
+    loc = ids - start  # this rank's weight row (inlined in every kernel: see packtool/kernels/_triton.py)
     own = (ids >= 0) & (loc >= 0) & (loc < v_local)
     w_rows = w_ptr + tl.where(own, loc, 0).to(tl.int64)[:, None] * stride_w
     acc = tl.zeros([BLOCK_K, BLOCK_H], dtype=tl.float32)
@@ -184,7 +184,7 @@ def _buffer_stats_kernel(x_ptr, ids_ptr, slot_ptr, pos_ptr, z_ptr, st_ptr, inv_t
     sum-exp and entropy numerator (online, rescaled as the max grows) and the sampled logit, in
     one pass; the [N, K] logits are written only when backward will need them. A candidate's
     column is its local row id - start, or, SLOT (the union path), slot[id - start]. Repeated
-    ids are refused by the checks (kernels/support_rows.py) before the call returns (a speculated
+    ids are refused by the checks (packtool/kernels/support_rows.py) before the call returns (a speculated
     forward runs this before their verdict is read: a bad row's values are never returned)."""
     r = tl.program_id(0).to(tl.int64)
     row = row0 + r

@@ -1,6 +1,6 @@
 """Sample-support scoring without Triton: the chunked torch gather ops, and the dense path.
 
-`gather`: the same three operations as kernels/support_kernels.py (logits of the candidates,
+`gather`: the same three operations as packtool/kernels/support_kernels.py (logits of the candidates,
 grad hidden, grad weight), chunked so the [C, K, H] gather of weight rows stays under
 TORCH_CHUNK_BYTES. This is what CPU runs without Triton, and the bench's gather reference.
 
@@ -18,7 +18,7 @@ local vocabulary: the U distinct weight rows any row names are gathered into a [
 and dW comes back as a [U, H] block added into the U rows (distinct ids: no collision, so
 it is deterministic). Same arithmetic as `dense`, U / V of its GEMM work.
 
-Every op takes the candidates as cands = (ids [N, K], start, v_local) (kernels/support_check.py)
+Every op takes the candidates as cands = (ids [N, K], start, v_local) (packtool/kernels/support_check.py)
 and makes the local ids (or union columns, by the [v_local] slot table) per chunk of rows: no
 [N, K] copy of the ids on these paths either, beyond a chunk's.
 """
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.chunking import default_chunk_rows
-from kernels.support_check import local_ids
+from packtool.kernels.chunking import default_chunk_rows
+from packtool.kernels.support_check import local_ids
 
 TORCH_CHUNK_BYTES = 256 * 2**20
 

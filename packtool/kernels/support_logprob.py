@@ -2,14 +2,14 @@
 
 With top-k / top-p / min-p sampling the engine draws each token from a filtered set and
 normalizes over it; scoring over the full vocabulary biases importance ratios and KL terms.
-Per token, with the candidate ids of its support row (kernels/support_check.py):
+Per token, with the candidate ids of its support row (packtool/kernels/support_check.py):
 
     z_c = <h, W_c> / T ;  logp = z_sampled - logsumexp_c z_c ;  entropy = -sum_c p_c log p_c
 
     lp, ent, valid = support_logprob(h, W, sampled, support, temperature=T, entropy=True)
 
 K + 1 dot products per token instead of V: the projection is a gather-GEMV
-(kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
+(packtool/kernels/support_kernels.py), and nothing of size [N, V] or [N, K, H] exists on that path.
 Forward keeps the candidates' logits [N, K] fp32 for backward (no recompute; a forward-only
 call on the GEMM paths keeps none); backward recomputes the gradient over the candidates from
 them inside the dh and dW kernels (per chunk of rows on the GEMM paths), so beside the dW
@@ -17,10 +17,10 @@ accumulator nothing else of size [N, K] is kept. When the candidates are a large
 vocabulary the GEMM paths run instead, over the union of the micro-batch's candidate ids
 ("union") or, when that union is most of the local vocabulary, over all of it ("dense"): the
 full-vocab head's chunked GEMM, whose buffer a Triton kernel reads the candidates from
-(kernels/support_kernels.py; kernels/support_torch.py without Triton); `impl="auto"` picks by
+(packtool/kernels/support_kernels.py; packtool/kernels/support_torch.py without Triton); `impl="auto"` picks by
 GATHER_MAX_SHARE, UNION_PROBE, UNION_PREFIX and UNION_MAX_SHARE, measured on an H200
 (`auto_path`). The support checks run as Triton passes where Triton runs
-(kernels/support_rows.py: the verdicts and auto's union probe in one, repeated ids by per-program
+(packtool/kernels/support_rows.py: the verdicts and auto's union probe in one, repeated ids by per-program
 bitmaps in another); their counts come back in one host sync before the path is chosen, and
 nothing is read back after the compute, except where a forward-only `auto` call speculates the
 dense path from the shapes alone (SPECULATE_MIN_WIDTH): the compute is queued behind the checks and
@@ -30,7 +30,7 @@ Vocab-parallel (tp_group): each rank projects only the candidates it owns; one M
 all-reduce merge max, sum-exp, the entropy term and the sampled logit; backward needs no
 collective for the softmax (each rank's candidates get their gradient from the merged lse and
 entropy), and grad_hidden is all-reduced unless reduce_grad_hidden=False (sequence parallel).
-grad_weight is accumulated in fp32 (atomics, or `deterministic=True`: kernels/support_det.py,
+grad_weight is accumulated in fp32 (atomics, or `deterministic=True`: packtool/kernels/support_det.py,
 sorted, no host sync, bitwise reproducible), into `weight.main_grad` when main_grad=True
 (Megatron's fp32 buffer).
 """
@@ -42,9 +42,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from kernels import support_torch
-from kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
-from kernels.vocab_parallel import VocabShard
+from packtool.kernels import support_torch
+from packtool.kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
+from packtool.kernels.vocab_parallel import VocabShard
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
 # impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
@@ -96,7 +96,7 @@ class _Plan:
 
 def _logits_op(path: str):
     if path == "gather":
-        from kernels.support_kernels import logits_triton
+        from packtool.kernels.support_kernels import logits_triton
         return logits_triton
     return support_torch.logits_torch
 
@@ -138,7 +138,7 @@ class SupportLogprob(torch.autograd.Function):
     def forward(ctx, hidden, weight, rows: SupportRows, plan: _Plan):
         cands = rows.cands
         if plan.fused_stats and (plan.path == "dense" or (plan.path == "union" and plan.union[0].numel())):
-            from kernels.support_kernels import dense_logits_stats
+            from packtool.kernels.support_kernels import dense_logits_stats
 
             w, slot = ((weight, None) if plan.path == "dense"
                        else (weight.index_select(0, plan.union[0]), plan.union[1]))
@@ -187,7 +187,7 @@ class SupportLogprob(torch.autograd.Function):
             else:
                 support_torch.grads_union(g_of, hidden, weight, plan.union, cands, grad_h, dw)
         elif plan.path == "gather":
-            from kernels import support_kernels as SK
+            from packtool.kernels import support_kernels as SK
 
             gs = SK.grad_stats(z, lse, ent, a, b, rows.pos, plan.inv_temp)
             if need_h:
@@ -210,7 +210,7 @@ def _grad_logits(z, lse, ent, cands, pos, a, b, inv_temp, fused=False):
     rows, [rows, K]: a (1[c = s] - p_c) - b p_c (log p_c + H), / T; a, b zero on rows without
     support (b None: no entropy term)."""
     if fused:  # one Triton pass, no [rows, K] temporaries
-        from kernels.support_kernels import grad_logits_triton
+        from packtool.kernels.support_kernels import grad_logits_triton
 
         return grad_logits_triton(z, cands, lse, ent, a, b, pos, inv_temp)
     own = local_ids(*cands) >= 0
@@ -247,7 +247,7 @@ def _finish_grad_weight(weight, dw, plan: _Plan):
 
 def _triton_runs(hidden) -> bool:
     try:
-        from kernels._triton import interpreting
+        from packtool.kernels._triton import interpreting
     except ImportError:  # no Triton installed: only the torch paths run
         return False
     return hidden.is_cuda or interpreting()
@@ -298,7 +298,7 @@ def _prefix_names_most(cands) -> bool:
     m = prefix_rows(k, v_local)
     if m >= n:  # no cheaper than marking them all
         return False
-    from kernels.support_kernels import named_rows
+    from packtool.kernels.support_kernels import named_rows
 
     return int(named_rows((ids[:m], start, v_local)).sum()) >= UNION_MAX_SHARE * v_local
 
@@ -320,7 +320,7 @@ def _named(cands, triton_ok: bool):
     """(ids [U] of the weight rows some row names, marks or None): the count U is what `auto`
     decides by; with Triton a mark per named row and nonzero's one sync, no sort of the ids."""
     if triton_ok:
-        from kernels.support_kernels import named_rows
+        from packtool.kernels.support_kernels import named_rows
 
         named = named_rows(cands)
         return torch.nonzero(named).squeeze(1), named
@@ -374,7 +374,7 @@ def support_logprob(
     fused = triton_ok and weight.dtype != torch.float64
     pending, union, first = None, None, None
     if speculate_dense(impl, fused, need_z, h, weight, sup.shape[1], shard.total):
-        from kernels.support_kernels import dense_first_chunk
+        from packtool.kernels.support_kernels import dense_first_chunk
 
         first = dense_first_chunk(h, weight)  # the GPU starts on it while the checks are launched
         pending = launch_checks(sampled.reshape(-1), sup, shard.total, start, weight.shape[0], mask)

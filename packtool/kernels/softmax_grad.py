@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from kernels._triton import RowKernel, check_device
+from packtool.kernels._triton import RowKernel, check_device
 
 
 def _softmax_grad_kernel(

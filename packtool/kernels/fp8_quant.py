@@ -2,7 +2,7 @@
 
 Every linear needs an activation (and, in backward, a gradient) quantized twice: along K for
 fprop/dgrad ([T, K]) and along T for wgrad ([K, T], the transpose). The torch reference
-(`kernels.fp8._tensor_q` / `_rows_q`, compiled by Inductor) does that in separate passes
+(`packtool.kernels.fp8._tensor_q` / `_rows_q`, compiled by Inductor) does that in separate passes
 over x; these kernels do it in one:
 
   tensorwise  `amax_triton` (a reduction: per-program max |x|, combined by an atomic max on
@@ -18,9 +18,9 @@ over x; these kernels do it in one:
 Bit-exact with the eager reference: the IEEE quotient where the reference divides (`_div`),
 fp32 max reductions (order-free), round-to-nearest-even fp8 casts after the same clamp.
 Scales are written block-major ([blocks, rows] in memory, returned as the [rows, blocks]
-view), which is the layout `kernels.fp8._scale_a/_scale_b` hand cuBLASLt, so no copy follows.
+view), which is the layout `packtool.kernels.fp8._scale_a/_scale_b` hand cuBLASLt, so no copy follows.
 
-Kernels are built at first launch (kernels/_triton.py says why): interpreted on CPU tensors
+Kernels are built at first launch (packtool/kernels/_triton.py says why): interpreted on CPU tensors
 under TRITON_INTERPRET=1 (tests), compiled and autotuned on a GPU.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import interpreting
-from kernels.fp8_format import BLOCK, FMAX, INV_FMAX
+from packtool.kernels._triton import interpreting
+from packtool.kernels.fp8_format import BLOCK, FMAX, INV_FMAX
 
 
 def _amax_kernel(x_ptr, out_ptr, n, BLOCK_N: tl.constexpr):
@@ -168,7 +168,7 @@ def _check(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"fp8 quantize: a 2-D tensor is needed, got shape {tuple(x.shape)}")
     if x.device.type != "cuda" and not interpreting():
         raise RuntimeError(f"fp8 Triton quantizer: tensor on {x.device} needs a CUDA device, or "
-                           "TRITON_INTERPRET=1 for the CPU interpreter; use kernels.fp8's "
+                           "TRITON_INTERPRET=1 for the CPU interpreter; use packtool.kernels.fp8's "
                            "torch quantizers on CPU")
     return x.contiguous()
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import row_stats, softmax_grad
-from kernels.chunking import ActiveRows, Chunk, default_chunk_rows, iter_chunks, put_rows, take_rows
-from kernels.vocab_parallel import SoftmaxRows, VocabShard, merge_row_stats
+from packtool.kernels import row_stats, softmax_grad
+from packtool.kernels.chunking import ActiveRows, Chunk, default_chunk_rows, iter_chunks, put_rows, take_rows
+from packtool.kernels.vocab_parallel import SoftmaxRows, VocabShard, merge_row_stats
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def check_support(
     vocab_local: int, loss_mask: torch.Tensor | None = None, *, use_triton: bool = False,
     probe_rows: int = 0,
 ) -> SupportRows:
-    """The rows checked; use_triton: the Triton passes of kernels/support_rows.py instead of the
+    """The rows checked; use_triton: the Triton passes of packtool/kernels/support_rows.py instead of the
     torch passes (the verdicts, repeated ids included, read in one host sync). probe_rows (Triton
     only): count the distinct weight rows the first probe_rows rows name (`prefix_named`, auto's
     union probe) in the same pass."""
@@ -85,7 +85,7 @@ def launch_checks(sampled, support, vocab_total: int, vocab_start: int, vocab_lo
                   loss_mask=None, probe_rows: int = 0) -> PendingChecks:
     """The Triton checks of support [N, K >= 1], queued on the device; no host sync."""
     _check_shapes(sampled, support)
-    from kernels.support_rows import check_rows
+    from packtool.kernels.support_rows import check_rows
 
     t = sampled.to(support.dtype)
     ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local, probe_rows)
@@ -98,7 +98,7 @@ def launch_checks(sampled, support, vocab_total: int, vocab_start: int, vocab_lo
 def read_checks(p: PendingChecks) -> SupportRows:
     """The checks' verdict, in their one host sync: the rows with their counts, or the torch
     checks' one-line ValueError naming the first bad token."""
-    from kernels.support_rows import NAMED, OWN
+    from packtool.kernels.support_rows import NAMED, OWN
 
     counts = p.counts.tolist()  # the one host sync
     if any(counts[NAMED + 1:]):  # a verdict (or a repeated id): the torch checks name the token

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels.chunking import find_active_rows, put_rows, take_rows
-from kernels.head_loop import HeadLoop, HeadOptions, new_grad_hidden
-from kernels.vocab_parallel import VocabShard
+from packtool.kernels.chunking import find_active_rows, put_rows, take_rows
+from packtool.kernels.head_loop import HeadLoop, HeadOptions, new_grad_hidden
+from packtool.kernels.vocab_parallel import VocabShard
 
 
 class FusedLinearLogprobsEntropy(torch.autograd.Function):

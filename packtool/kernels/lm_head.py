@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import check_device
-from kernels.fused_ce import FusedLinearCrossEntropy
-from kernels.fused_logprobs import FusedLinearLogprobsEntropy
-from kernels.head_loop import HeadOptions
-from kernels.reference import torch_reference_cross_entropy, torch_reference_logprobs_entropy
+from packtool.kernels._triton import check_device
+from packtool.kernels.fused_ce import FusedLinearCrossEntropy
+from packtool.kernels.fused_logprobs import FusedLinearLogprobsEntropy
+from packtool.kernels.head_loop import HeadOptions
+from packtool.kernels.reference import torch_reference_cross_entropy, torch_reference_logprobs_entropy
 
 IMPLS = ("fused", "torch")
 
