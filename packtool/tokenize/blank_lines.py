@@ -8,10 +8,19 @@ counts its rows, to a `BlankLines` the caller gave; the caller says one note per
 the count in the cache's per-input record (`record`), so a run reusing the cache says it again
 (`say_record`). Blank lines after the last row (a file ending in one or more newlines) shift
 no row and are not counted.
+
+CSV/TSV the same: Arrow's CSV reader skips an empty line (nothing before its line end) as no
+record. A quoted value may hold empty lines, so the count follows the reader's own parse of the
+bytes it reads (`csv_scan`, one pass in numba over each block Arrow reads, on Arrow's reading
+thread without the GIL): a run of line ends outside quotes. A line of spaces is a record there
+(Arrow reads it as a value), so it is no blank line.
 """
 from __future__ import annotations
 
 from bisect import bisect_left
+
+import numba as nb
+import numpy as np
 
 from packtool.notes import note
 
@@ -45,9 +54,94 @@ class BlankLines:
                 self._held_first = _line(block, first_line, starts[0])
             self._held += len(starts)
 
+    def for_csv(self, delimiter: str) -> "CsvBlankLines":
+        """The counter a CSV/TSV file's reader is shown its bytes by (its lines are the CSV
+        parse's to tell, not JSON's): what it finds is this one's count."""
+        return CsvBlankLines(self, delimiter)
+
     def record(self) -> list[int] | None:
         """[count, first line] for the cache's per-input record; None when there were none."""
         return [self.count, self.first] if self.count else None
+
+
+class CsvBlankLines:
+    """The blank lines of one CSV/TSV file, counted into a BlankLines (`into`) from the bytes
+    Arrow reads, shown in order (`scan`)."""
+
+    def __init__(self, into: BlankLines, delimiter: str) -> None:
+        self._into = into
+        self._delim = ord(delimiter)
+        # parse state, pending CR, lines ended, held, held's first line, count, first line (0: none)
+        self._state = np.zeros(7, np.int64)
+        self._start = True  # a UTF-8 BOM opening the file is no byte of its first line (Arrow skips it)
+
+    def scan(self, chunk) -> None:
+        buf = np.frombuffer(chunk, np.uint8)
+        if self._start and buf.size:
+            self._start = False
+            if bytes(buf[:3]) == b"\xef\xbb\xbf":
+                buf = buf[3:]
+        _csv_scan(buf, self._delim, self._state)
+        self._into.count, first = int(self._state[5]), int(self._state[6])
+        self._into.first = first or None
+
+
+# CSV parse states (Arrow's, quote char '"', doubled quotes, no escape char, newlines in values)
+_LINE_START, _FIELD_START, _FIELD, _QUOTED, _AFTER_QUOTE = 0, 1, 2, 3, 4
+
+
+@nb.njit(nogil=True, cache=True)
+def _csv_scan(buf, delim, st):
+    """Advance `st` (CsvBlankLines._state) over `buf`: an empty line at a record's start is a
+    blank line, held until a record follows it (then counted)."""
+    state, cr, line, held, held_first, count, first = st[0], st[1], st[2], st[3], st[4], st[5], st[6]
+    for i in range(buf.size):
+        c = buf[i]
+        if c == 10 and cr:  # the LF of a CRLF: that line end was taken at its CR
+            cr = 0
+            continue
+        cr = 0
+        nl = c == 10 or c == 13
+        if state == _LINE_START:
+            if nl:
+                if held == 0 and first == 0:
+                    held_first = line + 1
+                held += 1
+            else:
+                if held:
+                    if first == 0:
+                        first = held_first
+                    count += held
+                    held = 0
+                state = _FIELD_START
+        if state == _FIELD_START:
+            if c == 34:
+                state = _QUOTED
+            elif nl:
+                state = _LINE_START
+            elif c != delim:
+                state = _FIELD
+        elif state == _FIELD:
+            if c == delim:
+                state = _FIELD_START
+            elif nl:
+                state = _LINE_START
+        elif state == _QUOTED:
+            if c == 34:
+                state = _AFTER_QUOTE
+        elif state == _AFTER_QUOTE:
+            if c == 34:
+                state = _QUOTED  # a doubled quote: one quote inside the value
+            elif c == delim:
+                state = _FIELD_START
+            elif nl:
+                state = _LINE_START
+            else:
+                state = _FIELD
+        if nl:
+            line += 1
+            cr = c == 13
+    st[0], st[1], st[2], st[3], st[4], st[5], st[6] = state, cr, line, held, held_first, count, first
 
 
 def _line(block: bytes, first_line: int, at: int) -> int:
@@ -64,4 +158,4 @@ def say_record(path: str, rec) -> None:
          f"to be there, or remove them")
 
 
-__all__ = ["BlankLines", "say_record"]
+__all__ = ["BlankLines", "CsvBlankLines", "say_record"]

@@ -27,6 +27,7 @@ from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
     csv_batches,
+    csv_delimiter,
     csv_error,
     csv_names,
     json_array_batches,
@@ -298,7 +299,7 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
     format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
     `text_readers.jsonl_batches` (JSON Lines and CSV). `blank`: a blank_lines.BlankLines that
-    hears the blank lines JSON Lines skips (a .json file may hold JSON Lines)."""
+    hears the blank lines JSON Lines (a .json file may hold JSON Lines) and CSV/TSV skip."""
     if not is_file(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
     more = {}
@@ -306,6 +307,8 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
         more["read_bytes"] = read_bytes
     if f.kind in ("jsonl", "json") and blank is not None:
         more["blank"] = blank
+    if f.kind == "csv" and blank is not None:  # its own counter: a CSV line end is the parse's to tell
+        more["blank"] = blank.for_csv(csv_delimiter(f.path))
     return _READERS[f.kind](f.path, batch_size, columns, **more)
 
 

@@ -324,18 +324,52 @@ def csv_names(path: str) -> list[str]:
 
 
 def csv_batches(path: str, batch_size: int, columns: list[str] | None,
-                 read_bytes=None) -> Iterator[pa.RecordBatch]:
-    """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks."""
+                 read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
+    """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks.
+    `blank` (a blank_lines.CsvBlankLines), when given, is shown every block Arrow reads."""
     try:
         names = csv_names(path)
         with _open_text(path) as (f, raw):
             read, parse, convert = _csv_options(path, columns, names)
+            if blank is not None:
+                f = _Shown(f, blank.scan)
             for b in pacsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
                 if read_bytes is not None:
                     read_bytes(raw.tell())
                 yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         raise csv_error(path, e) from None
+
+
+class _Shown:
+    """A read-only stream that shows each block it reads to `see` before handing it on: the
+    bytes Arrow's CSV reader parses are the bytes counted, read once."""
+
+    closed = False
+
+    def __init__(self, f, see) -> None:
+        self._f, self._see = f, see
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self._see(b)
+        return b
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def close(self) -> None:
+        pass  # the stream is its opener's to close
+
+
+def csv_delimiter(path: str) -> str:
+    return _csv_options(path, None, None)[1].delimiter
 
 
 def csv_error(path: str, e: Exception) -> PacktoolInputError:

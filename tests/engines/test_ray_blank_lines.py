@@ -3,7 +3,7 @@ local engine says one note per file and keeps the count in cache.json's per-inpu
 (tokenize/blank_lines.py), but the Ray build read its files in tasks that did not count them:
 a cache built on Ray had no note and no `blank_lines` record, and a run reusing it said nothing.
 The same files under both engines now give the same notes and the same records, whichever
-JSON Lines reader reads them, with a tokenize batch per few rows or per file."""
+JSON Lines reader reads them, with a tokenize batch per few rows or per file; CSV/TSV files too."""
 from __future__ import annotations
 
 import gzip
@@ -70,3 +70,32 @@ def test_the_ray_build_says_and_keeps_the_blank_lines_as_the_local_build(tmp_pat
     assert said["ray", "built"] == said["local", "built"] == said["ray", "reused"] == said["local", "reused"]
     assert len(said["local", "built"]) == 2 and said["local", "built"][0].startswith(
         f"{inputs[0]}: 5 blank lines skipped (first at line 2; lines count from 1)"), said
+
+
+CSV = ["", "text{d}n", "row 0{d}1", "", "row 1{d}2", '"a', "", 'b"{d}3', "", "row 2{d}3"]  # one quoted blank line
+
+
+@pytest.mark.parametrize("name", ["d.csv", "d.tsv.zst"])
+def test_csv_blank_lines_are_said_and_kept_as_the_local_build(tmp_path, name):
+    """CSV/TSV (tests/tokenize/test_csv_blank_lines.py) the same: Ray reads a CSV file whole too."""
+    d = "\t" if ".tsv" in name else ","
+    inside, at_end = tmp_path / name, tmp_path / "at_end.csv"
+    text = "\n".join(line.replace("{d}", d) for line in CSV) + "\n"
+    if name.endswith(".zst"):
+        with pa.CompressedOutputStream(str(inside), "zstd") as f:
+            f.write(text.encode())
+    else:
+        inside.write_text(text)
+    at_end.write_text("text,n\nrow 3,1\n\n\n")
+    said, records = {}, {}
+    for engine, build in (("local", tokenize_to_cache), ("ray", tokenized_cache)):
+        for run in ("built", "reused"):
+            start = notes.mark()
+            cache = build([str(inside), str(at_end)], TokenizeConfig(tokenizer=GPT2, batch_size=2),
+                          str(tmp_path / f"cache-{engine}"), progress=False)
+            assert cache.reused == (run == "reused"), (engine, run)
+            said[engine, run] = _said(start)
+        records[engine] = [rec.get("blank_lines") for rec in cache.meta["inputs"]]
+    assert records["ray"] == records["local"] == [[3, 1], None]
+    assert said["ray", "built"] == said["local", "built"] == said["ray", "reused"] == said["local", "reused"]
+    assert len(said["local", "built"]) == 1
