@@ -11,6 +11,7 @@ import os
 from typing import Callable
 
 import triton
+from packtool.errors import PacktoolConfigError
 
 # Small enough that the tests' vocabularies (a few hundred) span several blocks and a ragged tail.
 INTERPRET_BLOCK_V = 128
@@ -93,7 +94,7 @@ def check_device(*tensors) -> None:
     """Fail early, naming the fix, when the fused path cannot run on these tensors."""
     for t in tensors:
         if t is not None and t.device.type != "cuda" and not interpreting():
-            raise RuntimeError(
+            raise PacktoolConfigError(
                 f"fused LM head: tensor on {t.device} needs a CUDA device, or TRITON_INTERPRET=1 "
                 "for the (slow) CPU interpreter; use impl='torch' on CPU"
             )

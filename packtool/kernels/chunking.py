@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+from packtool.errors import PacktoolInputError
 
 # Transient logits per chunk; with the two [C, H] buffers this keeps extra memory well under 512 MiB.
 LOGITS_BUDGET_BYTES = 384 * 2**20
@@ -52,7 +53,7 @@ def find_active_rows(
         if bool(bad.any()):
             pos = int(torch.nonzero(bad)[0, 0])
             row = pos if index is None else int(index[pos])
-            raise ValueError(
+            raise PacktoolInputError(
                 f"targets[{row}] = {int(targets[row])} is outside the vocabulary [0, {vocab_size}) "
                 "on an active row; give that row loss weight 0 (e.g. prompt or pad tokens)"
             )

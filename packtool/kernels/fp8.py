@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from packtool.kernels.fp8_format import BLOCK, E4M3, E5M2, FMAX, INV_FMAX  # noqa: F401 (re-exported)
+from packtool.errors import PacktoolInputError
 
 RECIPES = ("tensorwise", "blockwise")
 
@@ -52,7 +53,7 @@ class Q:
     def t(self) -> Q:
         """The transposed operand; only tensor and 128x128 scalings survive a transpose."""
         if self.kind == "1x128":
-            raise ValueError("a 1x128-scaled operand must be re-quantized, not transposed")
+            raise PacktoolInputError("a 1x128-scaled operand must be re-quantized, not transposed")
         with _range("fp8_quant"):
             s = self.scale if self.kind == "tensor" else self.scale.t().contiguous()
             return Q(self.data.t().contiguous(), s, self.kind)
@@ -138,7 +139,7 @@ def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
 # torch.compile'd reference quantizers, kept so bench/ can compare the two)
 QUANT = os.environ.get("PACKTOOL_FP8_QUANT", "triton")
 if QUANT not in ("triton", "compiled"):
-    raise ValueError(f"PACKTOOL_FP8_QUANT must be 'triton' or 'compiled', got {QUANT!r}")
+    raise PacktoolInputError(f"PACKTOOL_FP8_QUANT must be 'triton' or 'compiled', got {QUANT!r}")
 # compiled path only: 'fused' = one compiled kernel writes the operand and its transpose; 'copy'
 # = the compiled quantizer writes the operand, then an eager 1-byte transpose copy
 TRANSPOSE = os.environ.get("PACKTOOL_FP8_TRANSPOSE", "fused")
@@ -201,7 +202,7 @@ def mm(a: Q, b: Q, out_dtype: torch.dtype = torch.bfloat16, impl: str = "scaled_
     if impl == "reference":
         return (dequantize(a) @ dequantize(b).t()).to(out_dtype)
     if impl != "scaled_mm":
-        raise ValueError(f"impl must be 'scaled_mm' or 'reference', got {impl!r}")
+        raise PacktoolInputError(f"impl must be 'scaled_mm' or 'reference', got {impl!r}")
     with _range("fp8_gemm"):
         return torch._scaled_mm(a.data, b.data.t(), scale_a=_scale_a(a), scale_b=_scale_b(b),
                                 out_dtype=out_dtype, use_fast_accum=fast_accum)
@@ -213,7 +214,7 @@ def weight_operands(w: torch.Tensor, recipe: str) -> tuple[Q, Q]:
     """The weight as fprop's B (W, [N, K]) and dgrad's B (W^T, [K, N]). A weight changes only
     at the optimizer step, so callers may keep these across micro-batches."""
     if recipe not in RECIPES:
-        raise ValueError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
+        raise PacktoolInputError(f"FP8 recipe must be one of {RECIPES}, got {recipe!r}")
     if recipe == "tensorwise":
         return quantize_with_t(w, E4M3)
     if _triton_on(w):

@@ -31,6 +31,7 @@ import triton.language as tl
 
 from packtool.kernels._triton import interpreting
 from packtool.kernels.fp8_format import BLOCK, FMAX, INV_FMAX
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 
 
 def _amax_kernel(x_ptr, out_ptr, n, BLOCK_N: tl.constexpr):
@@ -165,9 +166,9 @@ def _kernel(name: str):
 
 def _check(x: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2:
-        raise ValueError(f"fp8 quantize: a 2-D tensor is needed, got shape {tuple(x.shape)}")
+        raise PacktoolInputError(f"fp8 quantize: a 2-D tensor is needed, got shape {tuple(x.shape)}")
     if x.device.type != "cuda" and not interpreting():
-        raise RuntimeError(f"fp8 Triton quantizer: tensor on {x.device} needs a CUDA device, or "
+        raise PacktoolConfigError(f"fp8 Triton quantizer: tensor on {x.device} needs a CUDA device, or "
                            "TRITON_INTERPRET=1 for the CPU interpreter; use packtool.kernels.fp8's "
                            "torch quantizers on CPU")
     return x.contiguous()

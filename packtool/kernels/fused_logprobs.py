@@ -12,13 +12,14 @@ import torch
 from packtool.kernels.chunking import find_active_rows, put_rows, take_rows
 from packtool.kernels.head_loop import HeadLoop, HeadOptions, new_grad_hidden
 from packtool.kernels.vocab_parallel import VocabShard
+from packtool.errors import PacktoolInputError
 
 
 class FusedLinearLogprobsEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, loss_weights, temperature: float, opts: HeadOptions):
         if not temperature > 0:
-            raise ValueError(f"temperature = {temperature}: must be > 0")
+            raise PacktoolInputError(f"temperature = {temperature}: must be > 0")
         shard = VocabShard.of(weight, opts.tp_group)
         active = find_active_rows(targets, loss_weights, shard.total)
         inv_temp = 1.0 / float(temperature)

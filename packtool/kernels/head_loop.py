@@ -15,6 +15,7 @@ import torch
 from packtool.kernels import row_stats, softmax_grad
 from packtool.kernels.chunking import ActiveRows, Chunk, default_chunk_rows, iter_chunks, put_rows, take_rows
 from packtool.kernels.vocab_parallel import SoftmaxRows, VocabShard, merge_row_stats
+from packtool.errors import PacktoolInputError
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def _row_ops(impl: str):
         return row_stats.row_stats_triton, softmax_grad.softmax_grad_triton_
     if impl == "torch":
         return row_stats.row_stats_torch, softmax_grad.softmax_grad_torch_
-    raise ValueError(f"row kernel impl {impl!r}: expected 'triton' or 'torch'")
+    raise PacktoolInputError(f"row kernel impl {impl!r}: expected 'triton' or 'torch'")
 
 
 class HeadLoop:

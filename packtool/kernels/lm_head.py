@@ -21,6 +21,7 @@ from packtool.kernels.fused_ce import FusedLinearCrossEntropy
 from packtool.kernels.fused_logprobs import FusedLinearLogprobsEntropy
 from packtool.kernels.head_loop import HeadOptions
 from packtool.kernels.reference import torch_reference_cross_entropy, torch_reference_logprobs_entropy
+from packtool.errors import PacktoolInputError
 
 IMPLS = ("fused", "torch")
 
@@ -35,18 +36,18 @@ __all__ = [
 
 def _flatten(hidden, weight, targets, loss_weights):
     if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
-        raise ValueError(
+        raise PacktoolInputError(
             f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: expected [..., H] and [V, H]"
         )
     lead = hidden.shape[:-1]
     if targets.shape != lead or (loss_weights is not None and loss_weights.shape != lead):
-        raise ValueError(
+        raise PacktoolInputError(
             f"targets {tuple(targets.shape)} / loss_weights "
             f"{None if loss_weights is None else tuple(loss_weights.shape)} must match hidden's "
             f"leading shape {tuple(lead)}"
         )
     if hidden.dtype != weight.dtype:
-        raise ValueError(f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast one of them")
+        raise PacktoolInputError(f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast one of them")
     h = hidden.reshape(-1, hidden.shape[-1])
     w = None if loss_weights is None else loss_weights.reshape(-1)
     return lead, h, targets.reshape(-1).long(), w
@@ -54,9 +55,9 @@ def _flatten(hidden, weight, targets, loss_weights):
 
 def _check_impl(impl, tp_group):
     if impl not in IMPLS:
-        raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
+        raise PacktoolInputError(f"impl {impl!r}: expected one of {IMPLS}")
     if impl == "torch" and tp_group is not None:
-        raise ValueError("impl='torch' has no vocab sharding; use impl='fused' with tp_group")
+        raise PacktoolInputError("impl='torch' has no vocab sharding; use impl='fused' with tp_group")
 
 
 def fused_linear_cross_entropy(
@@ -66,7 +67,7 @@ def fused_linear_cross_entropy(
     """Weighted cross-entropy of h W^T: a scalar sum ('sum') or the per-row terms ('none')."""
     _check_impl(impl, tp_group)
     if reduction not in ("sum", "none"):
-        raise ValueError(f"reduction {reduction!r}: expected 'sum' or 'none'")
+        raise PacktoolInputError(f"reduction {reduction!r}: expected 'sum' or 'none'")
     lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
     if impl == "torch":
         out = torch_reference_cross_entropy(h, weight, t, w, reduction)

@@ -6,6 +6,7 @@ code does; float64 inputs stay float64 (the tests' ground truth).
 from __future__ import annotations
 
 import torch
+from packtool.errors import PacktoolInputError
 
 
 def _logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -18,7 +19,7 @@ def _active(targets, loss_weights, vocab):
     bad = active & ((targets < 0) | (targets >= vocab))
     if bool(bad.any()):
         row = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(
+        raise PacktoolInputError(
             f"targets[{row}] = {int(targets[row])} is outside the vocabulary [0, {vocab}) "
             "on an active row; give that row loss weight 0 (e.g. prompt or pad tokens)"
         )
@@ -36,7 +37,7 @@ def torch_reference_cross_entropy(hidden, weight, targets, loss_weights=None, re
         return per_token.sum()
     if reduction == "none":
         return per_token
-    raise ValueError(f"reduction {reduction!r}: expected 'sum' or 'none'")
+    raise PacktoolInputError(f"reduction {reduction!r}: expected 'sum' or 'none'")
 
 
 def torch_reference_logprobs_entropy(hidden, weight, targets, temperature=1.0, loss_weights=None):

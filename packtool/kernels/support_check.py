@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from packtool.errors import PacktoolInputError
 
 PAD = -1
 
@@ -113,11 +114,11 @@ def repeated_ids(s: torch.Tensor) -> torch.Tensor:
 
 def _check_shapes(sampled, support) -> None:
     if support.dim() != 2 or sampled.shape != support.shape[:1]:
-        raise ValueError(
+        raise PacktoolInputError(
             f"support {tuple(support.shape)} / sampled {tuple(sampled.shape)}: expected [N, K] and [N]"
         )
     if support.dtype not in (torch.int32, torch.int64) or sampled.dtype.is_floating_point:
-        raise ValueError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
+        raise PacktoolInputError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
 
 
 def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask) -> SupportRows:
@@ -137,23 +138,23 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
                          own.sum()]).tolist()  # the one host sync of the checks
     if flags[0]:
         n, k = _first(outside)
-        raise ValueError(
+        raise PacktoolInputError(
             f"support[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}) "
             f"(token {n}); -1 is the only padding value"
         )
     if flags[1]:
         n, k = _first(gap)
-        raise ValueError(f"support row of token {n} has a candidate after -1 padding (column {k + 1}): "
+        raise PacktoolInputError(f"support row of token {n} has a candidate after -1 padding (column {k + 1}): "
                          "padding must trail the candidates")
     if flags[2]:
         raise_repeated(s, dup)
     if flags[3]:
         n, _ = _first(missing)
-        raise ValueError(f"sampled[{n}] = {int(t[n])} is not among its support row's candidates "
+        raise PacktoolInputError(f"sampled[{n}] = {int(t[n])} is not among its support row's candidates "
                          f"(token {n}): the sampled id must be in its row exactly once")
     if flags[4]:
         n, _ = _first(unsupported)
-        raise ValueError(f"token {n} is loss-active but its support row is empty (all -1): record "
+        raise PacktoolInputError(f"token {n} is loss-active but its support row is empty (all -1): record "
                          "the sampler's candidates for it or mask it out; no full-vocabulary fallback")
     pos = match.to(torch.int8).argmax(1)
     local = torch.where(own, local, torch.full_like(local, PAD)).to(torch.int32).contiguous()
@@ -164,5 +165,5 @@ def raise_repeated(support: torch.Tensor, dup: torch.Tensor | None = None) -> No
     """The error for the first row holding an id twice (dup: repeated_ids(support), if known)."""
     dup = repeated_ids(support) if dup is None else dup
     n, k = _first(dup)
-    raise ValueError(f"support row of token {n} holds id {int(support[n].sort().values[k + 1])} "
+    raise PacktoolInputError(f"support row of token {n} holds id {int(support[n].sort().values[k + 1])} "
                      "twice: candidates must be distinct")

@@ -45,6 +45,7 @@ import torch.distributed as dist
 from packtool.kernels import support_torch
 from packtool.kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
 from packtool.kernels.vocab_parallel import VocabShard
+from packtool.errors import PacktoolConfigError, PacktoolInputError
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
 # impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
@@ -228,7 +229,7 @@ def _grad_weight_buffer(weight, plan: _Plan):
     if plan.main_grad:
         mg = getattr(weight, "main_grad", None)
         if mg is None or mg.dtype != torch.float32 or mg.shape != weight.shape:
-            raise ValueError("main_grad=True: the weight has no fp32 `main_grad` of its shape "
+            raise PacktoolInputError("main_grad=True: the weight has no fp32 `main_grad` of its shape "
                              "(Megatron's DDP buffer); pass main_grad=False")
         return mg
     dt = torch.float64 if weight.dtype == torch.float64 else torch.float32
@@ -256,10 +257,10 @@ def _triton_runs(hidden) -> bool:
 def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: SupportRows) -> str:
     """The path a call runs, or "auto" where Triton runs and `auto_path` decides."""
     if impl not in IMPLS:
-        raise ValueError(f"impl {impl!r}: expected one of {IMPLS}")
+        raise PacktoolInputError(f"impl {impl!r}: expected one of {IMPLS}")
     triton_ok = _triton_runs(hidden)
     if impl == "gather" and not triton_ok:
-        raise RuntimeError("support_logprob impl='gather' needs Triton and a CUDA device (or "
+        raise PacktoolConfigError("support_logprob impl='gather' needs Triton and a CUDA device (or "
                            "TRITON_INTERPRET=1); "
                            "use impl='torch' (or 'auto') on CPU")
     if impl != "auto":
@@ -353,19 +354,19 @@ def support_logprob(
     error. Rows without support return logp = entropy = 0, valid False, and no gradient.
     """
     if not temperature > 0:
-        raise ValueError(f"temperature = {temperature}: must be > 0")
+        raise PacktoolInputError(f"temperature = {temperature}: must be > 0")
     if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: "
+        raise PacktoolInputError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: "
                          "expected [..., H] and [V_local, H]")
     lead = hidden.shape[:-1]
     if sampled.shape != lead or support.shape[:-1] != lead:
-        raise ValueError(f"sampled {tuple(sampled.shape)} / support {tuple(support.shape)} must "
+        raise PacktoolInputError(f"sampled {tuple(sampled.shape)} / support {tuple(support.shape)} must "
                          f"match hidden's leading shape {tuple(lead)} (support adds K)")
     h = hidden.reshape(-1, hidden.shape[-1])
     shard = VocabShard.of(weight, tp_group)
     start = shard.start if vocab_start is None else int(vocab_start)
     if tp_group is None and start != 0:
-        raise ValueError(f"vocab_start = {start} without tp_group: an unsharded weight holds the "
+        raise PacktoolInputError(f"vocab_start = {start} without tp_group: an unsharded weight holds the "
                          "whole vocabulary from id 0; pass tp_group to score a shard")
     sup = support.reshape(-1, support.shape[-1])
     mask = None if loss_mask is None else loss_mask.reshape(-1)

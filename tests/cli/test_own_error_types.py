@@ -325,6 +325,8 @@ INTERNAL = {
     ("tokenize/flat_tokens.py", None): "ids from packtool's encoder, rows checked before (negative ids "
                                        "are refused per row), offsets re-raised as CacheDamagedError",
     ("tokenize/checksum.py", "_hasher"): "the algorithm is one of CHECKSUMS, chosen by packtool",
+    ("kernels/row_stats.py", "row_stats_triton"): "the chunk loop (kernels/head_loop.py) hands it rows it made contiguous",
+    ("kernels/softmax_grad.py", "softmax_grad_triton_"): "the chunk loop (kernels/head_loop.py) hands it rows it made contiguous",
     ("align.py", "__post_init__"): "the conventions' (s, t) are packtool's table",
     ("slabs/names.py", "shard_file"): "run ids come from new_run_id (output/store.py), never from input",
     ("slabs/names.py", "run_shard_file"): "the names are shard_file's, renamed for this run",

@@ -11,6 +11,8 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+
+from packtool.errors import PacktoolConfigError  # noqa: E402
 import torch  # noqa: E402
 
 from packtool.kernels import fp8  # noqa: E402
@@ -112,7 +114,7 @@ def test_linear_gemms_same_with_triton_quantizers(monkeypatch, recipe):
 
 def test_triton_quantizer_refuses_cpu_without_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+    with pytest.raises(PacktoolConfigError, match="TRITON_INTERPRET=1"):
         fq.rows_q_both_triton(torch.ones(16, 16, dtype=torch.bfloat16), fp8.E4M3)
 
 

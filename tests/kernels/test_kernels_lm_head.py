@@ -12,6 +12,8 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+
+from packtool.errors import PacktoolConfigError, PacktoolInputError  # noqa: E402
 import torch  # noqa: E402
 
 from packtool.kernels import lm_head as L  # noqa: E402
@@ -183,9 +185,9 @@ def test_row_kernels_match_their_references():
 def test_bad_target_on_active_row_names_the_row():
     h, w, t, lw = _inputs()
     t[4] = V + 5  # row 4 is active (every third row from 0 is masked)
-    with pytest.raises(ValueError, match=r"targets\[4\]"):
+    with pytest.raises(PacktoolInputError, match=r"targets\[4\]"):
         L.fused_linear_cross_entropy(h.float(), w.float(), t, lw.float())
-    with pytest.raises(ValueError, match=r"targets\[4\]"):
+    with pytest.raises(PacktoolInputError, match=r"targets\[4\]"):
         L.fused_linear_cross_entropy(h, w, t, lw, impl="torch")
 
 
@@ -193,12 +195,12 @@ def test_leading_dims_and_errors(monkeypatch):
     h, w, t, lw = _inputs()
     lp, ent = L.fused_linear_logprobs_entropy(h.float().reshape(4, 10, H), w.float(), t.reshape(4, 10))
     assert lp.shape == (4, 10) and ent.shape == (4, 10)
-    with pytest.raises(ValueError, match="impl"):
+    with pytest.raises(PacktoolInputError, match="impl"):
         L.fused_linear_cross_entropy(h, w, t, impl="cuda")
-    with pytest.raises(ValueError, match="leading shape"):
+    with pytest.raises(PacktoolInputError, match="leading shape"):
         L.fused_linear_cross_entropy(h, w, t[:5])
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(RuntimeError, match="impl='torch'"):
+    with pytest.raises(PacktoolConfigError, match="impl='torch'"):
         L.fused_linear_cross_entropy(h.float(), w.float(), t)
 
 

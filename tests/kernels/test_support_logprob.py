@@ -15,6 +15,8 @@ import sys  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+from packtool.errors import PacktoolInputError  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
@@ -195,7 +197,7 @@ def _bad_inputs(case: str):
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_support_is_an_error_naming_the_token(case):
     h, w, samp, sup = _bad_inputs(case)
-    with pytest.raises(ValueError, match=BAD[case][1]):
+    with pytest.raises(PacktoolInputError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup, impl="torch")
 
 
@@ -208,7 +210,7 @@ def test_repeated_id_is_found_by_the_checks_bitmaps(path):
                h, w, torch.float32, up)
     _close(got, _ref(h, w, samp, sup, 1.0, up), 2e-6)
     sup[6, 2] = sup[6, 1]
-    with pytest.raises(ValueError, match=r"token 6 holds id \d+ twice"):
+    with pytest.raises(PacktoolInputError, match=r"token 6 holds id \d+ twice"):
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
 
 
@@ -230,7 +232,7 @@ def test_bad_support_through_the_triton_checks_names_the_same_token(monkeypatch,
     if not speculate:
         monkeypatch.setattr(S, "SPECULATE_MAX_FLOP", 0)
     h, w, samp, sup = _bad_inputs(case)
-    with pytest.raises(ValueError, match=BAD[case][1]):
+    with pytest.raises(PacktoolInputError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup)
     assert seen == ([] if speculate else ["sync"])
 
@@ -305,7 +307,7 @@ def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
 def test_loss_active_token_without_support_is_an_error():
     h, w, samp, sup, _ = _inputs()
     mask = torch.ones(N)
-    with pytest.raises(ValueError, match="token 3 is loss-active but its support row is empty"):
+    with pytest.raises(PacktoolInputError, match="token 3 is loss-active but its support row is empty"):
         support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)
     mask[3] = 0
     lp, _, valid = support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)
