@@ -25,7 +25,7 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     t0 = time.perf_counter()
     directory, compare, what_if, progress = arguments(directory=directory, compare=compare, what_if=what_if,
                                                       progress=progress)
-    sm = SlabManifest.read(directory)
+    sm = SlabManifest.read(directory, "directory")
     man, align, packing = sm.raw, sm.alignment, sm.packing
     from packtool.progress import bar, large
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]

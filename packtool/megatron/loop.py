@@ -242,7 +242,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
         from packtool.megatron.fp8 import check_recipe
         check_recipe(cfg.fp8, cfg.device)
     # slabs that do not fit this layout are refused before any process group or model exists
-    check_training_layout(SlabManifest.read(cfg.data_dir).alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
+    check_training_layout(SlabManifest.read(cfg.data_dir, "data_dir").alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
     if cfg.save:
         cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp))
     append_log = check_json_log(cfg) if cfg.json_log else False

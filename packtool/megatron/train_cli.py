@@ -178,7 +178,7 @@ def train_command(
     if fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
         from packtool.megatron.fp8 import check_recipe
         check_recipe(fp8, device)
-    man = SlabManifest.read(data_dir)
+    man = SlabManifest.read(data_dir, "data_dir")
     check_training_layout(man.alignment, tp, cp, tp > 1, fp8)
     from packtool.megatron.loop import TrainConfig, train
     shape, resume_shape = None, {}

@@ -114,12 +114,14 @@ def write_manifest(directory: str, manifest: dict) -> str:
     return path
 
 
-def read_manifest(directory: str) -> dict:
+def read_manifest(directory: str, argument: str | None = None) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
     names this format and version. A typo or a shard file is said as such: "re-run pack"
-    would mislead there. `directory` may be an object-store prefix URI (s3://...)."""
+    would mislead there. `directory` may be an object-store prefix URI (s3://...); a store
+    that cannot be reached is said naming `argument`, the caller's parameter that gave it
+    (`directory=`, `path=`; its flag on the command line), as the CLI names its flag."""
     if is_uri(directory):
-        return _read_store_manifest(directory)
+        return _read_store_manifest(directory, argument)
     if not os.path.isdir(directory):
         raise NotAnOutputError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
                           if os.path.exists(directory) else
@@ -157,8 +159,8 @@ def store_manifest_bytes(loc) -> bytes:
     return read_small(loc, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)
 
 
-def _read_store_manifest(directory: str) -> dict:
-    loc = locate(directory)
+def _read_store_manifest(directory: str, argument: str | None) -> dict:
+    loc = locate(directory, name=argument)  # the manifest is each reader's first request of the store
     for name in (MANIFEST, LEGACY_MANIFEST):
         try:
             return parse_manifest(store_manifest_bytes(loc.join(name)), loc.join(name).shown)
@@ -321,10 +323,12 @@ class SlabManifest:
         return open_file(self.shard_path(i))
 
     @classmethod
-    def read(cls, path: str) -> "SlabManifest":
+    def read(cls, path: str, argument: str = "path") -> "SlabManifest":
+        """`argument`: the caller's parameter that gave `path` (`directory` for inspect,
+        `data_dir` for train), named by a refusal of it."""
         from packtool.params import path as checked_path
-        path = checked_path("path", path, optional=False)  # None, bytes: one line, not os.stat's TypeError
-        m = read_manifest(path)
+        path = checked_path(argument, path, optional=False)  # None, bytes: one line, not os.stat's TypeError
+        m = read_manifest(path, argument)
         where = manifest_file(path) or join(path, MANIFEST)
         align, packing = manifest_config(m, where)
         tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}

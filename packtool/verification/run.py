@@ -82,7 +82,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     log = ProblemLog(max_problems)
     notes: list[str] = []
     try:
-        man = read_manifest(directory)
+        man = read_manifest(directory, "directory")
     except NotAnOutputError:  # nothing there to check: a bad argument, not a failed check
         raise
     except FormatError as e:

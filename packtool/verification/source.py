@@ -212,7 +212,7 @@ def source_tokenize_for(directory: str, **flags):
     damaged: verify then reports that damage (exit 1, as without a source) and compares no
     tokens. A `directory` that is not there or is a file raises NotAnOutputError."""
     try:
-        man = read_manifest(directory)
+        man = read_manifest(directory, "directory")
         recorded_tokenize(man)
     except NotAnOutputError:
         raise

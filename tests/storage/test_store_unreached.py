@@ -3,7 +3,8 @@ bucket in another region) is one line naming the flag (the library argument) who
 with the fix (AWS_ENDPOINT_URL, the region, the credentials chain), before any work: it named
 no argument (`s3://bkt/.manifest.json: cannot stat it (...)`, flag null) or, for -o, a key the
 user never gave (issue 23). Each case makes one real request, which Arrow's SDK retries for a
-few seconds: one case per place a URI is given."""
+few seconds: one case per place a URI is given. Every library reader of a packed output (verify,
+inspect, SlabManifest.read, hf.SlabDataset, the Megatron dataset, train) names its argument too."""
 from __future__ import annotations
 
 import json
@@ -89,3 +90,32 @@ def test_a_store_answering_for_another_region_names_the_argument_and_the_region(
 def test_a_store_that_answers_is_left_to_its_answer():
     assert unreached(OSError("AWS Error ACCESS_DENIED during HeadBucket operation: Access Denied"),
                      "s3://bkt/out", "output") is None
+
+
+def _train(uri):
+    from packtool.megatron.loop import TrainConfig, train
+    return train(TrainConfig(data_dir=uri, device="cpu"))
+
+
+# every library entry that reads a packed output (a folder or store prefix), and the argument
+# that gives it: each read the manifest through a Location that knew no argument, so a store not
+# reached was "the store cannot be reached", where the CLI names DIR / DATA_DIR
+READERS = {
+    ("verify", "directory"): lambda uri: packtool.verify(uri),
+    ("inspect", "directory"): lambda uri: packtool.inspect(uri),
+    ("SlabManifest.read", "path"): lambda uri: packtool.SlabManifest.read(uri),
+    ("hf.SlabDataset", "path"): lambda uri: __import__("packtool.hf", fromlist=["x"]).SlabDataset(uri),
+    ("megatron PackedSlabDataset", "path"):
+        lambda uri: __import__("packtool.megatron.dataset", fromlist=["x"]).PackedSlabDataset(uri),
+    ("megatron train", "data_dir"): _train,
+}
+
+
+@pytest.mark.parametrize("call", READERS, ids=[c for c, _ in READERS])
+def test_every_library_reader_of_an_output_names_its_argument_for_a_store_not_reached(no_store, call):
+    name = call[1]
+    with pytest.raises(StorageError) as e:
+        READERS[call]("s3://bkt/out")
+    msg = str(e.value)
+    assert f"{name} names a store that cannot be reached (no answer" in msg and FIX in msg, msg
+    assert "\n" not in msg and getattr(e.value, "flag", None) is None, msg
