@@ -37,5 +37,8 @@ def shard_gone(sm: SlabManifest, i: int) -> FormatError:
 
 
 def slab_at(sm: SlabManifest, cat: dict[str, np.ndarray], i: int) -> str:
-    """Slab i of the open scan (on-disk order) as its shard, row group and row."""
+    """Slab i of the open scan (on-disk order) as its shard, row group and row (the output and
+    the slab, where the scan holds no slab i)."""
+    if not 0 <= i < cat["shard"].size:
+        return f"{sm.path}: slab {i}"
     return f"{sm.shard_path(int(cat['shard'][i]))} row group {int(cat['row_group'][i])} row {int(cat['row'][i])}"

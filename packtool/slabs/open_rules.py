@@ -99,11 +99,12 @@ def coverage(source: np.ndarray, chunk: np.ndarray) -> Coverage:
     """Every source row once, its chunks numbered 0, 1, ...: the one rule a packed output's real
     segments (`slabs.check.check_coverage`) and a plan file's segments (`inspection.planned`)
     are held to; each caller words its break and holds the rows to its own count. verify
-    reports every break, with token offsets (`verification.cover`)."""
+    reports every break, with token offsets (`verification.cover`). No segments: no break, no
+    rows (each caller holds that to its own count)."""
     order = np.lexsort((chunk, source))
     s, c = source[order], chunk[order]
-    same = np.concatenate(([False], s[1:] == s[:-1]))
-    want = np.where(same, np.concatenate(([0], c[:-1] + 1)), 0)
+    same = np.concatenate(([False], s[1:] == s[:-1]))[:s.size]  # [False] alone was one entry too many
+    want = np.where(same, np.concatenate(([0], c[:-1] + 1))[:s.size], 0)
     bad = np.flatnonzero(c != want)
     first = None
     if bad.size:
