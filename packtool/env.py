@@ -66,7 +66,8 @@ def env_seconds(name: str, default: float) -> float:
 def env_path(name: str) -> str | None:
     """A path variable; unset or blank: None (the caller's default)."""
     raw = os.environ.get(name)
-    return os.path.expanduser(raw) if raw and raw.strip() else None
+    from packtool.params import expanded  # the one rule for `~` (an empty HOME refused, naming the variable)
+    return expanded(raw, name, PacktoolConfigError) if raw and raw.strip() else None
 
 
 def check_environment() -> None:

@@ -58,9 +58,18 @@ def expanded(p: str, name: str | None = None, error: type[PacktoolError] = Packt
     would have made it (a quoted '~/x' reached packtool as is: `-o` expanded it, `verify` did
     not). The one rule for library path arguments (`path`) and the CLI's path flags (`name`).
     A `~user` of no user is refused: expanduser keeps it as is, so `-o '~nosuchuser/x'` made a
-    folder named `~nosuchuser` in the working directory while `~root/x` went to /root/x."""
+    folder named `~nosuchuser` in the working directory while `~root/x` went to /root/x.
+    So is a `~` of a HOME that is empty or not absolute: expanduser made HOME='' `~/x` into
+    `/x` (a folder at the file system's root) and HOME=rel `rel/x` (below the working
+    directory). Every expansion of `~` in packtool goes through here."""
     if not p.startswith("~"):
         return p
+    home = os.environ.get("HOME")
+    if p[1:2] in ("", "/") and home is not None and not os.path.isabs(home):
+        said = "empty" if not home.strip() else f"{home!r}, not an absolute path"
+        raise error(f"{arg(name) + ' ' if name else ''}starts with ~, but HOME is {said}, so ~ names no home "
+                    f"folder: set HOME to your home folder, or give the full path", path=p,
+                    flag=name and cli_flag(name))
     out = os.path.expanduser(p)
     if out.startswith("~"):
         user = p[1:].split("/", 1)[0]

@@ -148,7 +148,8 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
     spec = os.fspath(spec)
     m = _URI.match(spec)
     if not m:
-        path = os.path.abspath(os.path.expanduser(spec))
+        from packtool.params import expanded  # the one rule for `~` (an empty HOME refused)
+        path = os.path.abspath(expanded(spec, name))
         return Location(pafs.LocalFileSystem(), path, spec, True)
     scheme = m.group(1).lower()
     if scheme in ("file", "local"):

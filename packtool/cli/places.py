@@ -25,11 +25,18 @@ COMMAND_PLACES = {"train": {"config": ("--config", "input")}}
 
 def _key(spec: str) -> str:
     """A place as errors name it: a store URI without its query and user info (storage.shown),
-    a local path made absolute and normal (`./out/./` is `out`)."""
+    a local path made absolute and normal (`./out/./` is `out`). A `~` that names no home (an
+    empty HOME, a `~user` of no user) is the path flags' to refuse: here it is no place, and
+    never `/x`."""
+    from packtool.errors import PacktoolError
+    from packtool.params import expanded
     from packtool.storage import is_uri, shown
     if is_uri(spec):
         return shown(spec).rstrip("/")
-    return os.path.abspath(os.path.expanduser(spec))
+    try:
+        return os.path.abspath(expanded(spec))
+    except PacktoolError:
+        return os.path.abspath(spec)
 
 
 def place_of(where: object, args: dict, command: str | None = None) -> tuple[str | None, str] | None:

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from packtool.errors import PacktoolError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.output.relations import input_problem, packed_problem
+from packtool.params import expanded
 from packtool.storage import kind_name
 
 TMP_TAG = "packtool-tmp"
@@ -29,7 +30,7 @@ def resolve(path: str | os.PathLike) -> str:
     """The one absolute path packtool acts on: `~` expanded, `.`, `..` and doubled slashes
     folded, links in the parent folders resolved. The final name stays as given: a link there
     is for the caller to refuse (files) or resolve (`resolve_folder`)."""
-    p = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    p = os.path.abspath(expanded(os.fspath(path), error=PacktoolOutputError))
     parent, name = os.path.split(p)
     return os.path.join(os.path.realpath(parent), name) if name else p
 

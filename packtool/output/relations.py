@@ -21,10 +21,11 @@ from typing import Iterable
 
 from packtool.checkpoint_kind import is_checkpoint_folder
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.params import expanded
 
 
 def real_path(p: str) -> str:
-    return os.path.realpath(os.path.abspath(os.path.expanduser(p)))
+    return os.path.realpath(os.path.abspath(expanded(p, error=PacktoolOutputError)))
 
 
 def is_inside(child: str, parent: str) -> bool:
@@ -37,7 +38,7 @@ def input_paths(inputs: Iterable[str]) -> list[str]:
     for s in inputs:
         if not s:
             continue
-        s = os.path.expanduser(str(s))
+        s = expanded(str(s))
         out += [s] if os.path.exists(s) else (glob.glob(s, recursive=True) or [s])
     return out
 
