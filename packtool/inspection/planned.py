@@ -64,7 +64,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     refuse_special_input(path, "plan", InspectError)
     try:
         t = pq.read_table(path, columns=["slab", "dp_rank", "step", "source_index", "chunk_index",
-                                          "length", "padded", "start"])
+                                          "source_offset", "length", "padded", "start"])
     except (OSError, ValueError, KeyError, TypeError) as e:  # pyarrow: damaged or not a plan file
         raise InspectError(f"{path}: cannot be read as a plan file ({' '.join(str(e).split())[:200]}); "
                            f"write it with `packtool plan --output`") from None
@@ -112,7 +112,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
             flag=cli_flag(alignment.usable_arg))
     src = col["source_index"]
     chunk = col["chunk_index"]
-    _check_coverage(path, src, chunk, t.schema.metadata)
+    _check_coverage(path, src, chunk, col["source_offset"], seg_len, t.schema.metadata)
     # truncate's figures are not in a plan's segments (nor its file): reported as 0
     ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or OverflowStats(packing.overflow)
     src_len = reassemble(src, seg_len)
@@ -186,18 +186,27 @@ def _check_schedule(path: str, rank: np.ndarray, step: np.ndarray, dp: int, reco
         raise InspectError(f"{path}: slab {b} has step {int(step[b])}: {rule}; {fix}")
 
 
-def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, meta) -> None:
-    """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... (the rule a packed
-    output's slabs are held to too: slabs.open_rules.coverage): a repeated or missing row would
-    be reported as a good plan."""
+def _check_coverage(path: str, src: np.ndarray, chunk: np.ndarray, offset: np.ndarray, seg_len: np.ndarray,
+                    meta) -> None:
+    """Every source row 0..n-1 planned once, its chunks numbered 0, 1, ... and tiling the row
+    (`source_offset`: each starts where the previous one ended; the rule a packed output's slabs
+    are held to too: slabs.open_rules.coverage): a repeated or missing row would be reported as
+    a good plan, and a chunk's offset edited would leave the sequence lengths the report shows
+    (each row's chunks summed) other than the rows' own."""
     from packtool.slabs.open_rules import coverage  # here: inspecting lengths loads no slab reader
-    cov = coverage(src, chunk)
+    cov = coverage(src, chunk, offset, seg_len)
     s, c = cov.source, cov.chunk
     if cov.first_break is not None:
         j, twice, want = cov.first_break
         what = "is planned twice" if twice else f"is numbered {int(c[j])}, expected {want}"
         raise InspectError(f"{path}: source row {int(s[j])} chunk {int(c[j])} {what} (segment row "
                            f"{int(cov.order[j])}); {_REWRITE}")
+    if cov.first_gap is not None:
+        j, want = cov.first_gap
+        i = int(cov.order[j])
+        raise InspectError(f"{path}: segment row {i} (source row {int(s[j])} chunk {int(c[j])}) has source_offset "
+                           f"{int(offset[i])}, expected {want}: a row's chunks start at 0 and each where the one "
+                           f"before it ended; {_REWRITE}")
     rows = cov.rows
     gap = np.flatnonzero(rows != np.arange(rows.size))
     if gap.size:

@@ -93,12 +93,18 @@ class Coverage(NamedTuple):
     chunk: np.ndarray  # their chunk numbers, in the same order
     rows: np.ndarray  # the distinct source rows, ascending
     first_break: tuple[int, bool, int] | None  # (sorted position, the chunk twice?, the chunk expected)
+    # (sorted position, the offset expected) of the first chunk that does not start where its row's
+    # previous chunk ended (chunk 0 at 0): asked only with `offset` and `length`
+    first_gap: tuple[int, int] | None = None
 
 
-def coverage(source: np.ndarray, chunk: np.ndarray) -> Coverage:
+def coverage(source: np.ndarray, chunk: np.ndarray, offset: np.ndarray | None = None,
+             length: np.ndarray | None = None) -> Coverage:
     """Every source row once, its chunks numbered 0, 1, ...: the one rule a packed output's real
     segments (`slabs.check.check_coverage`) and a plan file's segments (`inspection.planned`)
-    are held to; each caller words its break and holds the rows to its own count. verify
+    are held to; each caller words its break and holds the rows to its own count. With each
+    segment's `offset` in its source row and its `length`, its chunks tile the row too (each
+    starts where the previous one ended): a row's length is then the sum of its chunks'. verify
     reports every break, with token offsets (`verification.cover`). No segments: no break, no
     rows (each caller holds that to its own count)."""
     order = np.lexsort((chunk, source))
@@ -110,7 +116,14 @@ def coverage(source: np.ndarray, chunk: np.ndarray) -> Coverage:
     if bad.size:
         j = int(bad[0])
         first = (j, bool(same[j] and c[j] == c[j - 1]), int(want[j]))
-    return Coverage(order, s, c, s[~same], first)
+    gap = None
+    if offset is not None and length is not None:
+        o, n = offset[order], length[order]
+        want_o = np.where(same, np.concatenate(([0], o[:-1] + n[:-1]))[:s.size], 0)
+        bad = np.flatnonzero(o != want_o)
+        if bad.size:
+            gap = (int(bad[0]), int(want_o[bad[0]]))
+    return Coverage(order, s, c, s[~same], first, gap)
 
 
 class Link(NamedTuple):

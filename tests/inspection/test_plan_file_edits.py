@@ -35,7 +35,8 @@ EDITS = {  # name -> (edit of the table, words the message holds)
     "length_over_C": (_put("length", 5000), "edited"),
     "length_zero": (_put("length", 0), "length 0"),
     **{f"null:{c}": (_put(c, None), f"'{c}' holds a null")
-       for c in ("slab", "dp_rank", "step", "source_index", "chunk_index", "length", "padded", "start")},
+       for c in ("slab", "dp_rank", "step", "source_index", "chunk_index", "source_offset", "length", "padded",
+                 "start")},
 }
 
 
@@ -150,3 +151,60 @@ def test_the_command_names_the_file_and_the_flag(plan_paths, edit, tmp_path):
     r = CliRunner().invoke(app, ["inspect", "--plan", out])
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1 and out in lines[0] and "internal error" not in lines[0], r.stderr
+
+
+# Stop 37's Left 5: `source_offset` (each segment's first token in its source row) was never read,
+# so a plan whose chunks overlap or leave a gap in their row was reported as good, with sequence
+# lengths (each row's chunks summed) that were not the rows'. Its chunks must tile the row.
+SPLIT = Alignment(capacity=128)
+
+
+def _first_chunk(k):
+    """The row of the first segment that is chunk `k` of its source row."""
+    return lambda t: int(np.flatnonzero(t["chunk_index"].to_numpy() == k)[0])
+
+
+def _offset(k, fn):
+    def edit(t):
+        return _put("source_offset", fn, row=_first_chunk(k)(t))(t)
+    return edit
+
+
+OFFSETS = {  # name -> (edit, words the message holds)
+    "chunk_0_not_at_0": (_offset(0, 5), "has source_offset 5, expected 0"),
+    "chunk_1_overlaps": (_offset(1, lambda a: 1), "has source_offset 1, expected"),
+    "chunk_1_leaves_a_gap": (_offset(1, lambda a: 10 ** 6), "has source_offset 1000000, expected"),
+    "negative": (_offset(0, -1), "has source_offset -1, expected 0"),
+    "null": (_offset(1, None), "'source_offset' holds a null"),
+    "float": (_map("source_offset", lambda a: a + 0.5, pa.float64()), "'source_offset' holds double"),
+}
+
+
+@pytest.fixture(scope="module")
+def split_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("plan") / "split.parquet")
+    write_plan(plan(LENGTHS, SPLIT, PackingConfig(overflow="split")), path)
+    return path
+
+
+@pytest.mark.parametrize("edit", list(OFFSETS))
+def test_a_plan_whose_chunks_do_not_tile_their_row_is_refused(split_path, edit, tmp_path):
+    fn, words = OFFSETS[edit]
+    t = pq.read_table(split_path)
+    out = str(tmp_path / "edited.parquet")
+    pq.write_table(fn(t).replace_schema_metadata(t.schema.metadata), out)
+    with pytest.raises(InspectError) as e:
+        inspect_plan_file(out)
+    msg = str(e.value)
+    assert msg.startswith(f"{out}: ") and words in msg and "\n" not in msg, msg
+    assert "write it again with `packtool plan --output`" in msg, msg
+
+
+@pytest.mark.parametrize("overflow", ["split", "truncate", "singleton"])
+def test_a_clean_plan_reads_with_the_lengths_it_was_made_of(overflow, tmp_path):
+    path = str(tmp_path / "p.parquet")
+    write_plan(plan(LENGTHS, SPLIT, PackingConfig(overflow=overflow)), path)
+    rep = inspect_plan_file(path)
+    if overflow != "truncate":  # truncate's rows are cut: the plan holds what is kept
+        from packtool.inspection.report import _length_histogram
+        assert rep.length_histogram == _length_histogram(np.asarray(LENGTHS))
