@@ -30,21 +30,27 @@ def _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask):
     """Read each segment's words into its place in `out_ids`, then split them into id and
     loss flag in place (the span is hot in cache); the first token of every segment
     predicts nothing inside it, so its flag is cleared. Returns the index of the first
-    segment that could not be read whole, or -1."""
+    segment that could not be read whole (or -1) and the largest id read (-1: none): the
+    manifest's max_token_id, taken here while the span is in cache rather than by a second
+    pass over the row group."""
     bi = out_ids.ctypes.data
+    top = -1
     for i in range(src.size):
         a = tok_off[src[i]] + src_off[i]
         n = length[i]
         d = dest[i]
         if _pread(fd, bi + d * 4, n * 4, a * 4) != n * 4:
-            return i
+            return i, top
         for j in range(d, d + n):
             v = out_ids[j]
-            out_ids[j] = token_id(v)
+            t = token_id(v)
+            out_ids[j] = t
             out_mask[j] = token_loss(v)
+            if t > top:
+                top = t
         if n > 0:
             out_mask[d] = 0
-    return -1
+    return -1, top
 
 
 @nb.njit(nogil=True, cache=True)
@@ -182,12 +188,14 @@ def gather_side(store, k: int, tok_off: np.ndarray, src: np.ndarray, src_off: np
 
 def gather_from_files(directory: str, tok_off: np.ndarray, src: np.ndarray, src_off: np.ndarray,
                       length: np.ndarray, dest: np.ndarray, out_ids: np.ndarray,
-                      out_mask: np.ndarray) -> None:
+                      out_mask: np.ndarray) -> int:
+    """`_gather_pread` from the store's token file; returns the largest id gathered (-1: none)."""
     fd = os.open(os.path.join(directory, TOKENS_FILE), os.O_RDONLY)
     try:
-        bad = _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask)
+        bad, top = _gather_pread(fd, tok_off, src, src_off, length, dest, out_ids, out_mask)
     finally:
         os.close(fd)
     if bad >= 0:
         raise PacktoolCacheError(f"short read of source row {int(src[bad])}; the flat token store is "
                                  f"truncated: delete it (it is rebuilt from the cache)", path=directory)
+    return top

@@ -55,6 +55,7 @@ class RoutedSlabWriter:
         self.side = tuple(side)  # the store's side columns (tokenize.cache.side_file order)
         self.schema = slab_schema(self.side)
         self.first = np.concatenate(([0], np.cumsum(spec.count))).astype(np.int64)
+        self.tops: dict[tuple[int, int], int] = {}  # as SlabWriter.tops: each batch's largest id
 
     def batch(self, b0: int, b1: int):
         s = read_segments(self.path, int(self.first[b0]), int(self.first[b1]))
@@ -62,7 +63,10 @@ class RoutedSlabWriter:
         sub = dataclasses.replace(sp, **{f: getattr(sp, f)[b0:b1] for f in _PER_SLAB})
         plan = sub.plan(*(s[f] for f in SEGMENT_FIELDS))
         store = FlatTokens(_NO_TOKENS, s["start"], self.store_dir, self.side)
-        return ShardSlabWriter(plan, store, self.pad_id).batch(0, b1 - b0)
+        w = ShardSlabWriter(plan, store, self.pad_id)
+        rb = w.batch(0, b1 - b0)
+        self.tops[(b0, b1)] = w.tops.pop((0, b1 - b0))
+        return rb
 
 
 _PER_SLAB = ("count", "singleton", "slab_index", "dp_rank", "step")

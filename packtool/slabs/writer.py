@@ -34,16 +34,22 @@ from packtool.workers import cores as default_cores, thread_pool
 @nb.njit(nogil=True, cache=True)
 def _gather(tokens, tok_off, src, src_off, length, dest, out_ids, out_mask):
     # copy each segment's tokens into its physical place; the first token of every segment
-    # predicts nothing inside the segment, so it is never a target
+    # predicts nothing inside the segment, so it is never a target. Returns the largest id
+    # copied (-1: none), as gather.gather_from_files does
+    top = -1
     for i in range(src.size):
         a = tok_off[src[i]] + src_off[i]
         d = dest[i]
         for j in range(length[i]):
             v = tokens[a + j]
-            out_ids[d + j] = token_id(v)
+            t = token_id(v)
+            out_ids[d + j] = t
             out_mask[d + j] = token_loss(v)
+            if t > top:
+                top = t
         if length[i] > 0:
             out_mask[d] = 0
+    return top
 
 
 def _buffer(n: int, dtype) -> np.ndarray:
@@ -82,6 +88,9 @@ class SlabWriter:
         lay = plan.layout
         self.real = ~lay.is_fill  # layout segment -> holds a plan segment (not a fill)
         self.slab_base = np.concatenate(([0], np.cumsum(lay.slab_len))).astype(np.int64)
+        # (b0, b1) -> the largest id of that batch, pads included: the gather finds it while
+        # the spans are in cache, and write_shard_file takes it for the manifest's max_token_id
+        self.tops: dict[tuple[int, int], int] = {}
 
     def batch(self, b0: int, b1: int) -> pa.RecordBatch:
         p, lay = self.p, self.p.layout
@@ -101,9 +110,11 @@ class SlabWriter:
         dest = start[real]
         rsrc, roff, rlen = p.segments.source[r0:r1], p.segments.offset[r0:r1], lay.seg_len[lo:hi][real]
         if self.tok.directory:  # file-backed store: read spans, map nothing
-            gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+            top = gather_from_files(self.tok.directory, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
         else:
-            _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+            top = _gather(self.tok.tokens, self.tok.offsets, rsrc, roff, rlen, dest, ids, mask)
+        # segments tile the slabs: every position the gather did not write is a pad
+        self.tops[(b0, b1)] = max(int(top), self.pad_id) if total > int(rlen.sum()) else max(int(top), 0)
         row_off = (self.slab_base[b0:b1 + 1] - base).astype(np.int64)
         pads = (start, lay.seg_len[lo:hi], lay.seg_padded[lo:hi])
         side = [self._side(k, total, rsrc, roff, rlen, dest, row_off, pads) for k in range(len(self.side))]
@@ -327,10 +338,8 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
                               use_dictionary=False, column_encoding=side_encoding(w.side)) as pw:
             for (g0, g1), batch in zip(groups, batches):
                 loss += int(np_of(batch.column("num_loss_tokens")).sum())
-                # the manifest's max_token_id: a trainer refuses a vocabulary below it before it starts.
-                # The batch's own list (offsets from 0): its values are the group's ids; flatten() would
-                # load pyarrow.compute into every pack (tests/packing/test_lean_imports.py)
-                top = max(top, int(np_of(batch.column("input_ids").values).max(initial=0)))
+                # the manifest's max_token_id: a trainer refuses a vocabulary below it before it starts
+                top = max(top, w.tops.pop((first + g0, first + g1)))
                 pw.write_batch(batch, row_group_size=g1 - g0)
                 del batch
                 if on_rows:

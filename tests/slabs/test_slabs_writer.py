@@ -202,3 +202,26 @@ def test_shard_ranges_are_balanced_in_multiples_of_four_and_cover_every_slab():
     assert writer.shard_ranges(small, 64 << 20) == [(0, 100)]
     assert len(writer.shard_ranges(small, -(-int(small.sum()) // 3))) == 3
     assert writer.shard_ranges(sl[:0], 100) == []
+
+
+@pytest.mark.parametrize("pad", [0, 5, 999, 5000])  # below, inside and above the ids [3, 1000)
+@pytest.mark.parametrize("kind", ["file", "memory"])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_recorded_max_token_id_is_the_largest_id_written_pads_included(tmp_path, store, packed, pad, kind, ahead):
+    """The gather takes each row group's largest id while it copies (no second pass over the
+    group): over both gathers, with and without the helper, pads below/inside/above the ids
+    and a shard of one full slab, the shard's max_token_id is the written ids' max."""
+    tokens = store if kind == "file" else FlatTokens(np.array(store.tokens), store.offsets)
+    sl = packed.layout.slab_len
+    n = min(sl.size, 40)
+    w = SlabWriter(packed, tokens, pad)
+    path = str(tmp_path / "s.parquet")
+    info = write_shard_file(w, sl[3:3 + n], 3, path, 6_000, ahead=ahead)
+    ids = pq.read_table(path, columns=["input_ids"]).column(0).combine_chunks().values.to_numpy()
+    assert (ids == pad).any() and info.max_token_id == int(ids.max())
+    assert w.tops == {}  # every group's entry taken by the shard that wrote it
+    one = str(tmp_path / "one.parquet")  # one full slab, one row group
+    full = np.flatnonzero(packed.layout.slab_len == packed.layout.slab_len.max())
+    info1 = write_shard_file(w, sl[full[0]:full[0] + 1], int(full[0]), one, 6_000, ahead=ahead)
+    ids1 = pq.read_table(one, columns=["input_ids"]).column(0).combine_chunks().values.to_numpy()
+    assert info1.max_token_id == int(ids1.max())
