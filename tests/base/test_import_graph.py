@@ -149,6 +149,15 @@ def test_packtool_installs_one_top_level_name():
     assert not os.path.exists(os.path.join(os.path.dirname(ROOT), "kernels"))
 
 
+def test_the_installed_packtool_claims_no_top_level_kernels():
+    # an editable install made before the move kept mapping `kernels` to packtool (its finder and
+    # top_level.txt), so metadata lookups (transformers' among them) took packtool for its owner
+    import importlib.metadata as md
+    owners = md.packages_distributions().get("kernels", [])
+    assert "packtool" not in owners, "this environment's packtool install predates packtool/kernels/: " \
+        "run `pip install -e .` (or `make install`) again"
+
+
 def test_the_tree_follows_the_stage_rules():
     assert rule_breaks(module_graph()) == []
 
