@@ -225,13 +225,23 @@ def _csv(path: str, sep: str, text: str | None = None):
     import pyarrow.csv as pc
     convert = pc.ConvertOptions(column_types={text: pa.string()} if text else None)
     table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep), convert_options=convert)
-    if all(_is_int(n) for n in table.column_names):  # no header: the first row was data
+    names = table.column_names
+    if all(_is_int(n) for n in names):  # no header: the first row was data
         table = pc.read_csv(path, parse_options=pc.ParseOptions(delimiter=sep), convert_options=convert,
                             read_options=pc.ReadOptions(autogenerate_column_names=True))
         if table.num_columns != 1:
             raise PlanInputError(f"{path}: {table.num_columns} columns and no header; add a header "
                             f"with a column named {' or '.join(LENGTH_COLUMNS[:3])}")
+        # its one column is Arrow's f0, a name the user never wrote: said as "the lengths" (_pick)
+        return table.replace_schema_metadata({_HEADERLESS: b"1"})
+    if any(_is_int(n) for n in names):  # a number where a name goes: the first row was data, now lost
+        raise PlanInputError(f"{path}: its first line ({sep.join(names)}) holds a number where a column name goes: "
+                             f"a CSV/TSV's first line is its header row; add a header line naming the columns, "
+                             f"the lengths one {' or '.join(LENGTH_COLUMNS[:3])}", flag=cli_flag("lengths"))
     return table
+
+
+_HEADERLESS = b"packtool.headerless"  # a CSV/TSV read without a header row (one column of lengths)
 
 
 def _csv_failed(path: str, sep: str) -> None:
@@ -257,6 +267,12 @@ def _is_int(name: str) -> bool:
 
 def _pick(path: str, table, column: str | None):
     names = table.column_names
+    if (table.schema.metadata or {}).get(_HEADERLESS):
+        if column is not None:
+            raise PlanInputError(f"{path}: has no header row (its first line is a length), so no column is named "
+                                 f"{column!r}; drop {arg('column')}, or add a header line naming the column",
+                                 flag=cli_flag("column"))
+        return table.column(0), None
     if column is not None:
         if column not in names:
             raise PlanInputError(f"{path}: no column {arg('column', column)}; columns: {', '.join(names)}",
@@ -301,15 +317,17 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
                      at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i))
 
 
-def _csv_integers(path: str, name: str) -> list[int]:
+def _csv_integers(path: str, name: str | None) -> list[int]:
     """A CSV column Arrow typed otherwise, from its text: Arrow reads `+7` and 10^20 as floats
     and `1_000` as text, so the type says nothing a user wrote; a field that is no integer is
     named at its line, and integers beyond int64 go to int_array as Python ints (it names them)."""
-    values = _csv(path, "\t" if path.lower().endswith(".tsv") else ",", text=name).column(name).to_pylist()
+    read = name or "f0"  # None: a file without a header row, whose one column Arrow names f0
+    values = _csv(path, "\t" if path.lower().endswith(".tsv") else ",", text=read).column(read).to_pylist()
     bad = next((i for i, v in enumerate(values) if not _is_int(v)), None)
     if bad is not None:
-        raise PlanInputError(_at_line(path, bad, f"column {name} holds {values[bad]!r}: not an integer; a "
-                                                 f"length is a whole token count written in digits (100)"),
+        held = f"column {name} holds {values[bad]!r}: not" if name else f"{values[bad]!r} is not"
+        raise PlanInputError(_at_line(path, bad, f"{held} an integer; a length is a whole token count "
+                                                 f"written in digits (100)"),
                              path=path, row=bad)
     return [int(v) for v in values]
 

@@ -9,6 +9,7 @@ that say which; a shape's missing column names the flag that fixes it.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
@@ -29,12 +30,34 @@ class Shape:
     held: tuple[str, ...] = ()       # content columns read only to refuse (the last of `columns`)
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _headerless(path: str, columns: list[str], example: str = "text, or prompt,completion") -> None:
+    """A CSV/TSV's column names are its first line: one with a number or nothing where a name goes
+    is data (a file written without a header row), and a shape error naming "columns 4, What is
+    2+2?" sent the user to --shape; its first row would be lost as the header anyway."""
+    from packtool.tokenize.text_readers import CSV_EXT
+    if path.lower().endswith(CSV_EXT) and any(not c.strip() or _NUMBER.fullmatch(c.strip()) for c in columns):
+        raise PacktoolInputError(
+            f"its first line ({', '.join(columns)}) reads as data, not column names (a number or nothing where "
+            f"a name goes): a CSV/TSV's first line is its header row; add a header line naming the columns "
+            f"(e.g. {example}), or convert the file to JSON Lines", path=path)
+
+
+def _csv_hint(path: str) -> str:
+    from packtool.tokenize.text_readers import CSV_EXT
+    return (" (a CSV/TSV's first line names its columns: if that line is data, add a header line naming them, "
+            "e.g. text, or prompt,completion)") if path.lower().endswith(CSV_EXT) else ""
+
+
 def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: list[str]) -> None:
     missing = [n for n in names if n not in cols]
     if missing:
+        _headerless(path, found, ",".join(names))
         raise PacktoolInputError(
-            f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}; "
-            f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
+            f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}"
+            f"{_csv_hint(path)}; fix with {_fix()}", path=path, flag=cli_flag("shape"))
 
 
 def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str], cfg) -> None:
@@ -157,8 +180,9 @@ def _auto_kind(columns: list[str], cfg, path: str, empty: frozenset[str]) -> tup
     if len(found) > 1:
         _refuse_two_shapes(found, path)
     if not found:
+        _headerless(path, columns)
         raise PacktoolInputError(
-            f"cannot tell the input shape from columns {', '.join(columns) or 'none'}; "
+            f"cannot tell the input shape from columns {', '.join(columns) or 'none'}{_csv_hint(path)}; "
             f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
     kind = found[0][0]
     return kind, (_question_answer(cols - empty, path) if kind == "fields" else pair)
