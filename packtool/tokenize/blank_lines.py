@@ -97,6 +97,17 @@ def _csv_scan(buf, delim, st):
     state, cr, line, held, held_first, count, first = st[0], st[1], st[2], st[3], st[4], st[5], st[6]
     for i in range(buf.size):
         c = buf[i]
+        if c > 34 and c != delim:  # most bytes: no line end, quote or delimiter (one test, then on)
+            cr = 0
+            if state == _QUOTED or state == _FIELD:
+                continue
+            if state == _LINE_START and held:
+                if first == 0:
+                    first = held_first
+                count += held
+                held = 0
+            state = _FIELD
+            continue
         if c == 10 and cr:  # the LF of a CRLF: that line end was taken at its CR
             cr = 0
             continue
