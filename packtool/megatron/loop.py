@@ -32,9 +32,10 @@ from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resume
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
 from packtool.megatron.memory import check_fits, torch_allocations
+from packtool.megatron.finite import check_weights, diverged, json_line, step_is_finite
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
 from packtool.megatron.model import GPTShape, build_gpt, loss_sum, positive_real
-from packtool.megatron.optim import MasterAdamW, clip_grad_norm, lr_at
+from packtool.megatron.optim import MasterAdamW, check_lr, clip_grad_norm, lr_at
 from packtool.megatron.parallel import ParallelInfo, all_reduce_sum, init_parallel, reduce_grads
 from packtool.slabs.format import SlabManifest
 
@@ -84,7 +85,8 @@ class TrainConfig:
             setattr(self, name, int_value(name, getattr(self, name), 0, INT64_MAX, error=PacktoolConfigError))
         if self.vocab_size is not None:
             self.vocab_size = int_value("vocab_size", self.vocab_size, 1, INT64_MAX, error=PacktoolConfigError)
-        for name in ("lr", "weight_decay", "clip_grad"):
+        self.lr = check_lr(self.lr)  # above float32's reach: a "packtool bug" at step 1 (S38-5)
+        for name in ("weight_decay", "clip_grad"):
             setattr(self, name, positive_real(name, getattr(self, name), zero=True))
         from packtool.params import path  # '' read as "not given" (`if cfg.save`): nothing saved, no word
         for name in ("json_log", "load", "save"):
@@ -182,7 +184,7 @@ class _Log:
         if self.json:  # written whole or not at all: a line cut by a full disk made the log not
             fd = self.json.fileno()  # packtool's (`_is_step_log`), and the resume refused it
             at = os.lseek(fd, 0, os.SEEK_END)
-            line = memoryview((json.dumps(dataclasses.asdict(r)) + "\n").encode())
+            line = memoryview(json_line(dataclasses.asdict(r)).encode())  # strict JSON: NaN as null
             try:
                 while line:
                     line = line[os.write(fd, line):]
@@ -294,6 +296,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
     stream = (ds.steps(start_step=start, max_steps=cfg.steps) if source is None
               else itertools.islice(source(ds, start), cfg.steps))
     t_next = time.perf_counter()
+    saved: Optional[int] = None  # the step of this run's last checkpoint, for a diverged run's line
     for st in stream:
         t0 = t_next  # the step's time includes reading and laying out its micro-batches
         lr = lr_at(st.step, cfg.lr, cfg.warmup, total)
@@ -314,28 +317,41 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
                 p.grad = torch.zeros_like(p)
         reduce_grads(params, info)
         gnorm = clip_grad_norm(params, cfg.clip_grad, info.tp_group, info.tp_rank)
-        opt.step()
-        opt.zero_grad()
         loss_total, real = all_reduce_sum([float(acc), float(st.real_tokens)],
                                           info.dp_cp_group, info.device)
+        loss = loss_total / max(n_loss, 1)
+        ok = step_is_finite(loss, gnorm)  # the same on every rank (finite.py)
+        if ok:  # a NaN/inf step is not applied: the weights stay those of the last finite step
+            opt.step()
+        opt.zero_grad()
         sync()
         dt = time.perf_counter() - t0
         real = real / info.cp  # each CP rank counted the full micro-batch's real tokens
         flops = all_reduce_sum([train_flops(shape, np.concatenate(segs)) if segs else 0.0],
                                info.dp_group if info.dp > 1 else None, info.device)[0]
-        rec = StepRecord(step=st.step, loss=loss_total / max(n_loss, 1), loss_tokens=n_loss,
+        rec = StepRecord(step=st.step, loss=loss, loss_tokens=n_loss,
                          real_tokens=int(real), micro_batches=len(st.micro_batches),
                          empty_micro_batches=st.n_empty, grad_norm=gnorm, lr=lr, seconds=dt,
                          tokens_per_s=real / dt, mfu=flops / dt / (cfg.peak_flops * info.world))
+        log.record(rec)
+        if not ok:
+            log.close()
+            raise diverged(st.step, loss, gnorm, lr, cfg, saved)
         res.records.append(rec)
         res.final_step = st.step + 1
-        log.record(rec)
         if st.step + 1 == total or (cfg.log_every and st.step % cfg.log_every == 0):  # 0: the last only
             log.row(rec)
         if cfg.save and cfg.save_every and res.final_step % cfg.save_every == 0:
-            save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg, data)
+            saved = _save(model, opt, res.final_step, shape, info, cfg, data, saved)
         t_next = time.perf_counter()
     if cfg.save:
-        save_checkpoint(cfg.save, model, opt, res.final_step, shape, info, cfg, data)
+        _save(model, opt, res.final_step, shape, info, cfg, data, saved)
     log.close()
     return res
+
+
+def _save(model, opt, step: int, shape, info, cfg, data, saved: Optional[int]) -> int:
+    """A checkpoint of finite weights only (finite.py); returns the step saved."""
+    check_weights(list(model.parameters()), info, step, cfg, saved)
+    save_checkpoint(cfg.save, model, opt, step, shape, info, cfg, data)
+    return step

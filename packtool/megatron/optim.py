@@ -10,12 +10,34 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 
+BETAS = (0.9, 0.95)
+
+
+def lr_most(betas: tuple = BETAS) -> float:
+    """The largest learning rate torch's AdamW takes (S38-5): its first step's size, lr / (1 -
+    beta1), is converted to float32, so a larger lr failed at step 0 or 1 with torch's
+    "value cannot be converted to type float without overflow" (said as a packtool bug)."""
+    return float(torch.finfo(torch.float32).max) * (1 - betas[0])
+
+
+def check_lr(value) -> float:
+    """--lr: a finite number from 0 to lr_most(), refused before any work."""
+    from packtool.errors import PacktoolConfigError, arg, cli_flag
+    from packtool.integers import short
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if not (ok and math.isfinite(value) and 0 <= value <= lr_most()):
+        raise PacktoolConfigError(f"{arg('lr')} must be a finite number from 0 to {lr_most():.3g} (AdamW holds "
+                                  f"lr / (1 - beta1) in float32), got {short(value)}", flag=cli_flag("lr"))
+    return value
+
+
 class MasterAdamW:
-    def __init__(self, params: list[torch.nn.Parameter], lr: float, betas=(0.9, 0.95),
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, betas=BETAS,
                  weight_decay: float = 0.1, eps: float = 1e-8):
         self.params = [p for p in params if p.requires_grad]
         self.mixed = any(p.dtype != torch.float32 for p in self.params)
