@@ -43,9 +43,10 @@ SWITCHES = {"overwrite": False, "dry_run": False, "progress": False, "compare": 
             "sp": True, "add_bos": True, "add_eos": True,
             # packtool.hf: SlabCollator's switches, slab_features' keep_pads, SlabDataset.to_hf's streaming
             "keep_pads": False, "flash_kwargs": False, "seq_idx": False, "mask_4d": False, "streaming": False}
-TEXTS = {"split", "ray_address", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
+TEXTS = {"split", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
          "eos_token", "pad_token", "prompt_separator"}  # choices (shape, fp8, ...): their own classes
 NAMES = {"side_columns", "support_columns", "source_files"}
+ADDRESSES = {"ray_address"}  # None: RAY_ADDRESS if set, else a local Ray (engines.ray_join.chosen)
 
 
 def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> int | None:
@@ -113,6 +114,17 @@ def text(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> s
     raise error(f"{arg(name)} must be a str or None, got {_got(value)}")
 
 
+def address(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> str | None:
+    """A cluster address: an empty or blank one (`--ray-address "$HEAD"` with HEAD unset) is
+    refused, as an empty path is: it is not "not given" (a local Ray), and Ray read it as an
+    address of no host."""
+    value = text(name, value, error)
+    if value is not None and not value.strip():
+        raise error(f"{arg(name)} is {'empty' if not value else f'blank ({value!r})'}; give HOST:PORT "
+                    f"(or auto, ray://HOST:PORT), or leave it out", flag=cli_flag(name))
+    return value
+
+
 def names(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> tuple[str, ...] | None:
     """Column (or file) names: a comma-separated str (each name stripped) or a list or tuple of
     str (None kept). An empty name (`"a,"`, an unset shell variable) is refused: dropping it
@@ -134,7 +146,8 @@ def _shown(names: tuple) -> str:
 
 def checked(name: str, value, error: type[PacktoolError] = PacktoolInputError):
     """`value` of library argument `name`, checked and normalized by the rule its name has."""
-    for table, rule in ((RANGES, count), (PATHS, path), (SWITCHES, switch), (TEXTS, text), (NAMES, names)):
+    for table, rule in ((RANGES, count), (PATHS, path), (SWITCHES, switch), (TEXTS, text), (NAMES, names),
+                        (ADDRESSES, address)):
         if name in table:
             return rule(name, value, error)
     raise KeyError(name)  # a bug: every argument checked here has a rule

@@ -14,7 +14,7 @@ import typer
 FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp", "fp8": "--fp8",
            "fixed_length": "--fixed-length", "convention": "--convention", "algorithm": "--algorithm",
            "overflow": "--overflow", "dp": "--dp", "seed": "--seed", "workers": "--workers",
-           "plan_shard_rows": "--plan-shard-rows", "output": "--output", "overwrite": "--overwrite",
+           "plan_shard_rows": "--plan-shard-rows", "ray_address": "--ray-address", "output": "--output", "overwrite": "--overwrite",
            "dry_run": "--dry-run", "cache_dir": "--cache-dir", "engine": "--engine", "tokenizer": "--tokenizer",
            "chat_template": "--chat-template", "shape": "--shape", "prompt_field": "--prompt-field",
            "response_field": "--response-field", "text_field": "--text-field", "add_eos": "--eos",

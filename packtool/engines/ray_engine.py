@@ -130,18 +130,18 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # Ray's own variable (`ray job submit` sets it for the driver): ray.init joins its cluster
         # when given no address, so it is joined as --ray-address is (asked first, bounded); it
         # refused the local start's num_cpus there, said as "the local Ray node did not start"
-        from_env = not address and os.environ.get("RAY_ADDRESS", "").strip() not in ("", "local")
-        address = os.environ["RAY_ADDRESS"].strip() if from_env else address
+        from packtool.engines.ray_join import check_answers, chosen, ray_reads
+        address, from_env = chosen(address)
         try:
-            if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
-                from packtool.engines.ray_join import check_answers
-                check_answers(address)
-            with _own_sigterm():
-                if address:
-                    ray.init(address=address, **kw)
-                else:
-                    with _daemons_apart():
-                        ray.init(num_cpus=num_cpus or cores(), **kw)
+            with ray_reads(address):
+                if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
+                    check_answers(address)
+                with _own_sigterm():
+                    if address:
+                        ray.init(address=address, **kw)
+                    else:  # "local": no address Ray finds itself (a `ray start` cluster here)
+                        with _daemons_apart():
+                            ray.init(address="local", num_cpus=num_cpus or cores(), **kw)
         except Exception as e:  # (Ctrl-C and SIGTERM are BaseExceptions: they unwind as they are)
             raise not_started(e, address, from_env) from None
     ctx = ray.data.DataContext.get_current()
@@ -171,7 +171,7 @@ def not_started(e: BaseException, address: str | None, from_env: bool = False) -
     cluster address that does not answer or runs another Ray) is the run's setting, not a
     packtool bug: one line naming the flag, Ray's reason and what to do instead."""
     why = " ".join(f"{type(e).__name__}: {e}".split())
-    why = why if len(why) <= 200 else why[:200].rsplit(" ", 1)[0] + " …"
+    why = why if len(why) <= 240 else why[:240].rsplit(" ", 1)[0] + " …"  # Ray's texts run to paragraphs
     cli = cli_flag("engine") is not None  # the command line: its flags, else pack_ray's arguments
     ra = "--ray-address" if cli else "ray_address"
     if address and from_env:
