@@ -20,6 +20,10 @@ from packtool.errors import PacktoolConfigError, arg
 PLAN_BYTES_PER_C = 56
 WRITE_BYTES_PER_TOKEN = 16
 PLAN_BYTES_PER_SEGMENT = 256
+# A worker process packtool starts (verify's pool; the local Ray node's workers): what it holds
+# of its own after its imports (verify's, measured: 45-55 MiB private, 230 MiB resident with
+# the pages it shares with the fork server) plus a row group's columns while it checks one.
+PROCESS_BYTES = 128 << 20
 SHARE = 0.5  # of the memory available now: the rest is for the data, the cache and others
 
 
@@ -74,4 +78,18 @@ def check_split(n_segments: int, a, longest: int) -> None:
                               f"{a.raise_usable()} or use {arg('overflow', choices=('truncate', 'singleton'))}")
 
 
-__all__ = ["available_bytes", "check_capacity", "check_split"]
+def check_processes(count: int, name: str, value: int, what: str) -> None:
+    """Refuse `count` worker processes (asked for by argument `name`=`value`) whose memory needs
+    more than half of what is available: `verify --workers 4096` on 301 shards started 301
+    processes and the machine's load went past 300 with no line (issue 23 class 3)."""
+    need = PROCESS_BYTES * count
+    have = available_bytes()
+    if count <= 1 or have is None or need <= SHARE * have:
+        return
+    most = max(1, int(SHARE * have // PROCESS_BYTES))
+    raise PacktoolConfigError(f"{arg(name, value)}: would start {count:,} {what} of ~{PROCESS_BYTES >> 20} MiB "
+                              f"each, about {_gb(need)}, over half the {_gb(have)} this machine has "
+                              f"available; give {arg(name, most)} or fewer (the default is one per core)")
+
+
+__all__ = ["available_bytes", "check_capacity", "check_processes", "check_split"]

@@ -146,6 +146,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
             for f in listed if f in present]
     from packtool.progress import bar, large
     pieces = _pieces(base, 4 * workers)
+    from packtool.planning.bounds import check_processes  # before any process starts
+    check_processes(min(workers, len(pieces)), "workers", workers, "verify processes")
     with bar("Verifying", len(pieces), "pieces", progress and large([j.path for j in base])) as advance:
         results = _merge_pieces(_run(pieces, workers, advance))
     for res in results:
