@@ -6,9 +6,10 @@
 
 loss_weights [N]: zero marks an inactive row (prompt, pad), which costs nothing on the fused
 path; for cross-entropy the nonzero values weight each row's term, for log-probs/entropy only the
-zero pattern is used. Targets of active rows must lie in [0, V). tp_group shards the vocab:
-each rank passes its weight rows and gets the full-vocab results; grad_hidden is all-reduced over
-the group unless reduce_grad_hidden=False (then each rank gets its shard's partial sum: use that
+zero pattern is used. Targets are integer ids on hidden's device (a float or bool tensor is
+refused, never cast: 1.7 would be token 1); those of active rows must lie in [0, V). tp_group
+shards the vocab: each rank passes its weight rows and gets the full-vocab results; grad_hidden
+is all-reduced over the group unless reduce_grad_hidden=False (then each rank gets its shard's partial sum: use that
 under sequence parallelism, where the all-gather of hidden reduce-scatters the gradient itself).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from packtool.kernels import args as A
 from packtool.kernels._triton import check_device
 from packtool.kernels.fused_ce import FusedLinearCrossEntropy
 from packtool.kernels.fused_logprobs import FusedLinearLogprobsEntropy
@@ -35,17 +37,16 @@ __all__ = [
 
 
 def _flatten(hidden, weight, targets, loss_weights):
-    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
-        raise PacktoolInputError(
-            f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: expected [..., H] and [V, H]"
-        )
+    A.hidden_and_weight(hidden, weight)
     lead = hidden.shape[:-1]
-    if targets.shape != lead or (loss_weights is not None and loss_weights.shape != lead):
+    A.integer_ids("targets", targets)
+    if targets.shape != lead or (loss_weights is not None and A.tensor("loss_weights", loss_weights).shape != lead):
         raise PacktoolInputError(
             f"targets {tuple(targets.shape)} / loss_weights "
             f"{None if loss_weights is None else tuple(loss_weights.shape)} must match hidden's "
             f"leading shape {tuple(lead)}"
         )
+    A.same_device("hidden", hidden, {"targets": targets, "loss_weights": loss_weights})
     if hidden.dtype != weight.dtype:
         raise PacktoolInputError(f"hidden is {hidden.dtype} but weight is {weight.dtype}: cast one of them")
     h = hidden.reshape(-1, hidden.shape[-1])

@@ -6,6 +6,7 @@ code does; float64 inputs stay float64 (the tests' ground truth).
 from __future__ import annotations
 
 import torch
+from packtool.kernels import args as A
 from packtool.errors import PacktoolInputError
 
 
@@ -15,6 +16,7 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def _active(targets, loss_weights, vocab):
+    A.integer_ids("targets", targets)  # the public references are called directly too
     active = torch.ones_like(targets, dtype=torch.bool) if loss_weights is None else loss_weights != 0
     bad = active & ((targets < 0) | (targets >= vocab))
     if bool(bad.any()):
@@ -56,6 +58,8 @@ def torch_reference_logprobs_entropy(hidden, weight, targets, temperature=1.0, l
 def torch_reference_support_logprob(hidden, weight, sampled, support, temperature=1.0):
     """(logp, entropy, valid) over each row's candidates, from the dense [N, V] logits:
     logit[s] - logsumexp(logit[row]); rows whose support starts with -1 score 0."""
+    A.integer_ids("sampled", sampled)
+    A.integer_ids("support", support, "candidate ids")
     z = _logits(hidden, weight) / temperature
     ids = support.long()
     real = ids >= 0

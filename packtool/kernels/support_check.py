@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from packtool.kernels import args as A
 from packtool.errors import PacktoolInputError
 
 PAD = -1
@@ -64,7 +65,7 @@ def check_support(
     torch passes (the verdicts, repeated ids included, read in one host sync). probe_rows (Triton
     only): count the distinct weight rows the first probe_rows rows name (`prefix_named`, auto's
     union probe) in the same pass."""
-    _check_shapes(sampled, support)
+    _check_shapes(sampled, support, loss_mask)
     if use_triton and support.shape[1]:
         return read_checks(launch_checks(sampled, support, vocab_total, vocab_start, vocab_local,
                                          loss_mask, probe_rows))
@@ -85,7 +86,7 @@ class PendingChecks:
 def launch_checks(sampled, support, vocab_total: int, vocab_start: int, vocab_local: int,
                   loss_mask=None, probe_rows: int = 0) -> PendingChecks:
     """The Triton checks of support [N, K >= 1], queued on the device; no host sync."""
-    _check_shapes(sampled, support)
+    _check_shapes(sampled, support, loss_mask)
     from packtool.kernels.support_rows import check_rows
 
     t = sampled.to(support.dtype)
@@ -112,13 +113,15 @@ def repeated_ids(s: torch.Tensor) -> torch.Tensor:
     return (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
 
 
-def _check_shapes(sampled, support) -> None:
+def _check_shapes(sampled, support, loss_mask=None) -> None:
     if support.dim() != 2 or sampled.shape != support.shape[:1]:
         raise PacktoolInputError(
             f"support {tuple(support.shape)} / sampled {tuple(sampled.shape)}: expected [N, K] and [N]"
         )
-    if support.dtype not in (torch.int32, torch.int64) or sampled.dtype.is_floating_point:
-        raise PacktoolInputError(f"support is {support.dtype}, sampled {sampled.dtype}: expected integer ids")
+    A.same_shape("loss_mask", loss_mask, sampled.shape, "sampled's shape")  # read by pointer on the GPU
+    A.integer_ids("sampled", sampled)
+    if support.dtype not in (torch.int32, torch.int64):  # the kernels read the rows as given
+        raise PacktoolInputError(f"support is {support.dtype}: expected int32 or int64 candidate ids")
 
 
 def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask) -> SupportRows:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
+from packtool.kernels import args as A
 from packtool.kernels import support_torch
 from packtool.kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
 from packtool.kernels.vocab_parallel import VocabShard
@@ -349,19 +350,15 @@ def support_logprob(
     """(logp, entropy | None, valid) of each token over its support row; see the module doc.
 
     hidden [..., H], weight [V_local, H], sampled [...], support [..., K] (int32 or int64, -1
-    trailing padding; read as given: no copy of it is made on the Triton paths). vocab_start: the first vocab id of this rank's weight rows (default: rank *
-    V_local under tp_group, else 0). loss_mask [...]: a nonzero token without support is an
-    error. Rows without support return logp = entropy = 0, valid False, and no gradient.
+    trailing padding; read as given: no copy of it is made on the Triton paths). vocab_start: the
+    first vocab id of this rank's weight rows (default: rank * V_local under tp_group, else 0).
+    loss_mask [...]: a nonzero token without support is an error. Every tensor lies on hidden's
+    device (packtool/kernels/args.py checks them all). Rows without support return logp = entropy
+    = 0, valid False, and no gradient.
     """
     if not temperature > 0:
         raise PacktoolInputError(f"temperature = {temperature}: must be > 0")
-    if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
-        raise PacktoolInputError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)}: "
-                         "expected [..., H] and [V_local, H]")
-    lead = hidden.shape[:-1]
-    if sampled.shape != lead or support.shape[:-1] != lead:
-        raise PacktoolInputError(f"sampled {tuple(sampled.shape)} / support {tuple(support.shape)} must "
-                         f"match hidden's leading shape {tuple(lead)} (support adds K)")
+    lead = A.support_arguments(hidden, weight, sampled, support, loss_mask)
     h = hidden.reshape(-1, hidden.shape[-1])
     shard = VocabShard.of(weight, tp_group)
     start = shard.start if vocab_start is None else int(vocab_start)

@@ -154,3 +154,22 @@ def test_extra_memory_is_the_logits_and_the_dw_accumulator(S, monkeypatch, dtype
     bound = ww.numel() * 4 + sup.shape[0] * sup.shape[1] * 4
     print(f"[{dtype} start {start}] extra {extra / 2**20:.1f} MiB, dW + z {bound / 2**20:.1f} MiB")
     assert extra <= bound + 2 * 2**20
+
+
+@pytest.mark.parametrize("impl", ["auto", "gather", "dense"])
+def test_wrong_arguments_on_cuda_are_refused_before_any_kernel_reads_them(S, impl):
+    # S38-2 on the H200: a 3-element loss_mask for 256 tokens ran (the checks' Triton pass read
+    # past its end), a CPU `sampled` beside CUDA tensors was Triton's "cannot be accessed"; S38-1:
+    # float targets were truncated on the fused LM head (1.7 scored as token 1)
+    from packtool.kernels.lm_head import fused_linear_cross_entropy
+
+    hid, w, samp, sup, _ = _inputs(n=256, h=64, v=1000, k=8)
+    hid, w = hid.bfloat16(), w.bfloat16()
+    with pytest.raises(PacktoolInputError, match=r"^loss_mask \(3,\) must match hidden's leading shape \(256,\)"):
+        S.support_logprob(hid, w, samp, sup, loss_mask=torch.ones(3, device="cuda"), impl=impl)
+    with pytest.raises(PacktoolInputError, match=r"^sampled is on cpu but hidden is on cuda:0"):
+        S.support_logprob(hid, w, samp.cpu(), sup, impl=impl)
+    with pytest.raises(PacktoolInputError, match=r"^support \(256, 0\) holds K = 0"):
+        S.support_logprob(hid, w, samp, sup[:, :0], impl=impl)
+    with pytest.raises(PacktoolInputError, match=r"^targets is torch.float32: expected integer token ids"):
+        fused_linear_cross_entropy(hid, w, torch.full((256,), 1.7, device="cuda"))
