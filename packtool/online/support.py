@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from packtool.kernels import args as A
 from packtool.kernels.support_logprob import support_logprob
 from packtool.errors import PacktoolInputError
 
@@ -28,6 +29,8 @@ __all__ = ["support_logprobs_thd", "support_logprobs_hf"]
 
 def _rows(hidden: torch.Tensor, n: int, where: str) -> torch.Tensor:
     """Megatron's [t, 1, H], HF's [1, T, H] or plain [t, H] -> [t, H], one row per position."""
+    if A.tensor("hidden", hidden).dim() == 0:
+        raise PacktoolInputError(f"{where}: hidden is a 0-d tensor: expected the batch's hidden states [..., H]")
     h = hidden.reshape(-1, hidden.shape[-1])
     if h.shape[0] != n:
         raise PacktoolInputError(f"{where}: hidden {tuple(hidden.shape)} holds {h.shape[0]} positions but the batch "
@@ -36,23 +39,34 @@ def _rows(hidden: torch.Tensor, n: int, where: str) -> torch.Tensor:
     return h
 
 
-def _support(side: dict, key: str, column: str, n: int, where: str) -> torch.Tensor:
+def _support(side: dict, key: str, column: str, n: int, where: str, said: str) -> torch.Tensor:
     if key not in side:
         raise PacktoolInputError(f"{where}: the batch has no {key!r} (keys: {sorted(side)}); pack the support column "
                        f"with support_columns=({column!r},) (`packtool pack --support-columns {column}`) or pass it "
                        f"in side=, and give it to the collator")
     s = side[key]
+    A.integer_ids(f"{where}: {said}[{key!r}]", s, "candidate ids")
     if s.dim() < 2 or s.reshape(-1, s.shape[-1]).shape[0] != n:
         raise PacktoolInputError(f"{where}: {key!r} has shape {tuple(s.shape)}; expected one K-wide row per position "
                          f"({n} positions): declare it a support column (width K)")
     return s.reshape(n, s.shape[-1])
 
 
-def _score(hidden, weight, sampled, support, active, shape, **kw):
+def _labels(labels, where: str, said: str) -> torch.Tensor:
+    """The batch's labels, refused under the caller's key where the kernel would refuse them
+    as `sampled` (a name the caller never passed)."""
+    return A.integer_ids(f"{where}: {said}", labels)
+
+
+def _score(hidden, weight, sampled, support, active, shape, names: dict, **kw):
+    # names: the batch's keys, so that an argument on another device is named as the caller has it
+    A.same_device("hidden", hidden, {"weight": A.tensor("weight", weight), names["labels"]: sampled,
+                                     names["support"]: support, **names.get("more", {})})
     rows = torch.where(active[:, None], support, torch.full_like(support, -1))
     t = torch.where(active, sampled, torch.zeros_like(sampled))
     # the kernel reads int32 or int64 rows as given; a narrowing cast would wrap an id past
-    # int32 onto a real token (2^32 + 5 scored as token 5), so only other types are widened
+    # int32 onto a real token (2^32 + 5 scored as token 5), so only the narrower integers
+    # (int8, int16, uint8: floats were refused) are widened
     if rows.dtype not in (torch.int32, torch.int64):
         rows = rows.to(torch.int64)
     lp, ent, valid = support_logprob(hidden, weight, t, rows, loss_mask=active, **kw)
@@ -69,12 +83,15 @@ def support_logprobs_thd(batch, hidden: torch.Tensor, weight: torch.Tensor, colu
     ([V or V/TP, H]; with TP pass tp_group, the rank's vocab slice is rank * V/TP on).
     Further keywords go to `packtool.kernels.support_logprob.support_logprob` (impl, deterministic,
     main_grad, reduce_grad_hidden, vocab_start)."""
-    labels = batch.labels.reshape(-1)
+    where = "support_logprobs_thd"
+    labels = _labels(batch.labels, where, "batch.labels").reshape(-1)
     n = labels.numel()
-    h = _rows(hidden, n, "support_logprobs_thd")
-    s = _support(batch.side_targets, column, column, n, "support_logprobs_thd")
+    h = _rows(hidden, n, where)
+    s = _support(batch.side_targets, column, column, n, where, "batch.side_targets")
     active = batch.loss_weight.reshape(-1) != 0
-    return _score(h, weight, labels, s, active, batch.labels.shape, temperature=temperature,
+    names = {"labels": f"{where}: batch.labels", "support": f"{where}: batch.side_targets[{column!r}]",
+             "more": {f"{where}: batch.loss_weight": batch.loss_weight}}
+    return _score(h, weight, labels, s, active, batch.labels.shape, names, temperature=temperature,
                   entropy=entropy, tp_group=tp_group, **kw)
 
 
@@ -88,11 +105,17 @@ def support_logprobs_hf(batch: dict, hidden: torch.Tensor, weight: torch.Tensor,
     weight: `model.get_output_embeddings().weight`. Position p scores labels[p + 1] (the
     target of the logits at p) over `shift_<column>`[p]; -100 labels are not targets.
     Further keywords go to `packtool.kernels.support_logprob.support_logprob`."""
-    labels = batch["labels"]
+    where = "support_logprobs_hf"
+    if "labels" not in batch:
+        raise PacktoolInputError(f"{where}: the batch has no 'labels' (keys: {sorted(batch)}); pass the "
+                                 "packtool.hf.SlabCollator batch itself")
+    labels = _labels(batch["labels"], where, "batch['labels']")
     flat = labels.reshape(-1)
     n = flat.numel()
-    h = _rows(hidden, n, "support_logprobs_hf")
-    s = _support(batch, f"shift_{column}", column, n, "support_logprobs_hf")
+    h = _rows(hidden, n, where)
+    s = _support(batch, f"shift_{column}", column, n, where, "batch")
     target = torch.cat([flat[1:], flat.new_full((1,), IGNORE_INDEX)])  # each segment starts with -100
     active = target != IGNORE_INDEX
-    return _score(h, weight, target, s, active, labels.shape, temperature=temperature, entropy=entropy, **kw)
+    names = {"labels": f"{where}: batch['labels']", "support": f"{where}: batch['shift_{column}']"}
+    return _score(h, weight, target, s, active, labels.shape, names, temperature=temperature,
+                  entropy=entropy, **kw)
