@@ -110,6 +110,30 @@ def _daemons_apart():
         services.ConsolePopen = popen
 
 
+class _AuthAdvisory(logging.Filter):
+    """Ray's advisory that it turned its token authentication on, its default (S38-8): on
+    stderr in every run that starts a local Ray ("Set RAY_AUTH_MODE=disabled to opt out"),
+    even under -q, about a node only this run uses; none of packtool's lines. The setting
+    stays Ray's (docs/SCALING.md says it); only the line goes."""
+    ADVISORY = "Token authentication is enabled for this Ray cluster"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.ADVISORY)
+
+
+@contextmanager
+def _no_auth_advisory():
+    """While ray.init runs: a local start says it (enable_token_auth_by_default), a join with
+    no address or `auto` too when a token is found (maybe_enable_token_auth_if_token_available)."""
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _AuthAdvisory()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to `address`, or start a local Ray on this machine's cores. PACKTOOL_* variables
     of the driver are passed to the workers (cache locations)."""
@@ -136,7 +160,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             with ray_reads(address):
                 if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
                     check_answers(address)
-                with _own_sigterm():
+                with _own_sigterm(), _no_auth_advisory():
                     if address:
                         ray.init(address=address, **kw)
                     else:  # "local": no address Ray finds itself (a `ray start` cluster here)
