@@ -10,6 +10,8 @@ end on the GPU. Only metadata is read here (type, dtype, shape, device): no host
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import torch
 from packtool.errors import PacktoolInputError
 
@@ -76,3 +78,25 @@ def support_arguments(hidden, weight, sampled, support, loss_mask) -> tuple:
     same_shape("loss_mask", loss_mask, lead, "hidden's leading shape")
     same_device("hidden", hidden, {"sampled": sampled, "support": support, "loss_mask": loss_mask})
     return lead
+
+
+def temperature(value) -> float:
+    """The sampling temperature as a float: a finite number > 0. The torch paths took 0, -1 and
+    nan (rows of -inf/nan), inf flattened every row to uniform, and '1' was read as 1.0."""
+    number = isinstance(value, Real) and not isinstance(value, bool)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex \
+            and value.dtype != torch.bool:
+        number, value = True, value.item()
+    if not number or not 0 < float(value) < float("inf"):
+        raise PacktoolInputError(f"temperature={value!r}: expected a finite number > 0 (the sampler's; 1.0 for none)")
+    return float(value)
+
+
+def count(name: str, value, minimum: int) -> int | None:
+    """An integer argument >= minimum, or None (its default): a float was cut (1.5 -> 1), a string
+    or a bool reached torch, and 0 or -1 rows per chunk quietly meant the default or 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise PacktoolInputError(f"{name}={value!r}: expected an integer >= {minimum}, or None")
+    return int(value)

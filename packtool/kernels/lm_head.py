@@ -67,6 +67,7 @@ def fused_linear_cross_entropy(
 ):
     """Weighted cross-entropy of h W^T: a scalar sum ('sum') or the per-row terms ('none')."""
     _check_impl(impl, tp_group)
+    chunk_rows = A.count("chunk_rows", chunk_rows, 1)
     if reduction not in ("sum", "none"):
         raise PacktoolInputError(f"reduction {reduction!r}: expected 'sum' or 'none'")
     lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
@@ -89,6 +90,7 @@ def fused_linear_logprobs_entropy(
 ):
     """(log p(target), entropy) per row of softmax(h W^T / temperature), fp32, shaped like targets."""
     _check_impl(impl, tp_group)
+    temperature, chunk_rows = A.temperature(temperature), A.count("chunk_rows", chunk_rows, 1)
     lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
     if impl == "torch":
         lp, ent = torch_reference_logprobs_entropy(h, weight, t, temperature, w)

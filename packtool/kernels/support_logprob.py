@@ -356,8 +356,7 @@ def support_logprob(
     device (packtool/kernels/args.py checks them all). Rows without support return logp = entropy
     = 0, valid False, and no gradient.
     """
-    if not temperature > 0:
-        raise PacktoolInputError(f"temperature = {temperature}: must be > 0")
+    temperature, vocab_start = A.temperature(temperature), A.count("vocab_start", vocab_start, 0)
     lead = A.support_arguments(hidden, weight, sampled, support, loss_mask)
     h = hidden.reshape(-1, hidden.shape[-1])
     shard = VocabShard.of(weight, tp_group)

@@ -151,3 +151,40 @@ def test_the_findings_loss_mask_and_k0_s38_2(impl):
         support_logprob(h, w, s, torch.empty(N, 0, dtype=torch.long), impl=impl)
     lp, _, valid = support_logprob(h, w, s, sup, loss_mask=torch.ones(N), impl=impl)
     assert valid.all() and lp.shape == (N,)
+
+
+def _scalar_call(entry, **kw):
+    a = _args()
+    if entry.startswith("logprobs_entropy"):
+        return lambda: L.fused_linear_logprobs_entropy(a["hidden"], a["weight"], a["targets"],
+                                                       impl=entry.split("[")[1][:-1], **kw)
+    if entry.startswith("cross_entropy"):
+        return lambda: L.fused_linear_cross_entropy(a["hidden"], a["weight"], a["targets"], impl="fused", **kw)
+    return lambda: support_logprob(a["hidden"], a["weight"], a["sampled"], a["support"],
+                                   impl=entry.split("[")[1][:-1], **kw)
+
+
+BAD_TEMPERATURE = (0, -1.0, float("nan"), float("inf"), "1", True, None)
+BAD_COUNT = (1.5, "2", True, -1)
+SCALAR_CASES = (
+    [(e, "temperature", v) for e in ("logprobs_entropy[fused]", "logprobs_entropy[torch]",
+                                     "support_logprob[auto]", "support_logprob[torch]") for v in BAD_TEMPERATURE]
+    + [(e, "chunk_rows", v) for e in ("cross_entropy", "logprobs_entropy[fused]") for v in BAD_COUNT + (0,)]
+    + [(e, "vocab_start", v) for e in ("support_logprob[auto]", "support_logprob[torch]") for v in BAD_COUNT]
+)
+
+
+@pytest.mark.parametrize("entry,arg,value", SCALAR_CASES, ids=[f"{e}-{a}={v!r}" for e, a, v in SCALAR_CASES])
+def test_a_scalar_argument_out_of_its_range_is_refused_naming_it(entry, arg, value):
+    # the torch paths took temperature 0 / -1 / nan (rows of -inf, nan), inf gave uniform rows, '1' was
+    # 1.0; chunk_rows 0 and -1 meant the default and 1, 1.5 and '2' were torch's TypeErrors; vocab_start
+    # 1.5 was cut to 1 and 'a' was int()'s ValueError
+    with pytest.raises(PacktoolInputError, match=rf"^{arg}={value!r}: expected ".replace("(", r"\(")):
+        _scalar_call(entry, **{arg: value})()
+
+
+def test_the_scalars_in_range_run():
+    for entry in ("logprobs_entropy[fused]", "logprobs_entropy[torch]", "support_logprob[torch]"):
+        _scalar_call(entry, temperature=0.7)()
+    _scalar_call("cross_entropy", chunk_rows=2)()
+    _scalar_call("support_logprob[auto]", vocab_start=0, temperature=torch.tensor(0.5))()
