@@ -284,8 +284,10 @@ def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: Pac
         output=output, overwrite=overwrite, dry_run=dry_run, cache_dir=cache_dir, progress=progress,
         shard_tokens=shard_tokens, ray_address=ray_address, num_cpus=num_cpus, plan_shard_rows=plan_shard_rows)
     alignment, packing, tokenize = alignment or Alignment(), packing or PackingConfig(), tokenize or TokenizeConfig()
-    from packtool.planning.bounds import check_capacity
+    from packtool.planning.bounds import check_capacity, check_processes
     check_capacity(alignment, sharded=plan_shard_rows != 0)  # the driver's tables; writers are tasks
+    if num_cpus:  # the local node starts up to one worker process per CPU it is given
+        check_processes(num_cpus, "num_cpus", num_cpus, "Ray worker processes")
     items = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     cache_dir = check_cache_dir(cache_dir, items)  # a store's too: its mirror's local root
     if is_uri(cache_dir):  # a URI packtool refuses (scheme, user:password@) is said before Ray starts

@@ -75,3 +75,19 @@ def test_the_bound_is_on_the_processes_started_not_the_number_asked(packed, monk
         bounds.check_processes(5, "workers", 4096, "verify processes")
     bounds.check_processes(4, "workers", 4096, "verify processes")
     bounds.check_processes(1, "workers", 4096, "verify processes")  # one process is this one
+
+
+def test_a_local_ray_node_of_more_workers_than_fit_is_refused_before_ray_starts(tmp_path, small_machine,
+                                                                                 monkeypatch):
+    # pack_ray(num_cpus=) (the library's; the CLI's --engine ray starts one per core)
+    from packtool.engines import ray_engine
+    monkeypatch.setattr(ray_engine, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    data = tmp_path / "ids.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": list(range(1, 9))}) + "\n" for _ in range(4)))
+    out = tmp_path / "out"
+    with pytest.raises(PacktoolConfigError) as e:
+        ray_engine.pack_ray([str(data)], Alignment(capacity=64), output=str(out), num_cpus=4096,
+                            cache_dir=str(tmp_path / "c"))
+    msg = str(e.value)
+    assert "num_cpus=4096" in msg and "num_cpus=4 or fewer" in msg, msg
+    assert "Ray worker processes" in msg and not out.exists()
