@@ -254,6 +254,8 @@ def load_checkpoint(d: str, tp_rank: int, tp: Optional[int] = None) -> dict:
     except (TypeError, PacktoolConfigError) as e:
         raise _unreadable(path, f"holds a model shape packtool cannot build ({e})") from None
     _check_weights(path, shape, ck["model"], saved_tp)
+    from packtool.megatron.finite import check_loaded
+    check_loaded(path, ck)  # NaN weights trained on: every step NaN, blamed on --lr
     return {**ck, "shape": shape, "path": path}
 
 

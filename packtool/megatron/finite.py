@@ -6,7 +6,9 @@ the end, exit 0, and saved a checkpoint of NaN weights as a success, and the JSO
   ends the run with one line: the step, the values, the learning rate, what was saved;
 - weights that are not finite are never saved (a finite loss and grad norm can still step the
   weights to inf: the next step's loss would say so, after a --save-every save);
-- the JSON log is strict JSON: a number that is not finite is written as null.
+- the JSON log is strict JSON: a number that is not finite is written as null;
+- a checkpoint whose weights are not finite (one saved before these rules) is refused by --load:
+  every step of a run on it is NaN, which the line would blame on --lr.
 
 Every rank reaches the same verdict: the loss is all-reduced over DP x CP (and whole on every TP
 rank: the vocab-parallel cross-entropy all-reduces its sums), the grad norm over TP after the
@@ -21,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from packtool.errors import PacktoolConfigError, arg, cli_flag
+from packtool.errors import PacktoolConfigError, PacktoolInputError, arg, cli_flag
 
 
 def json_line(record: dict) -> str:
@@ -71,3 +73,14 @@ def check_weights(params: list[torch.Tensor], info, step: int, cfg, saved: Optio
             f"train: after step {step - 1} the weights hold {bad:,} values that are NaN or inf (the loss "
             f"and grad norm of that step were finite): the training diverged and stops before saving; "
             f"{_fix(cfg)}; {_kept(cfg, saved)}", flag=cli_flag("lr"))
+
+
+def check_loaded(path: str, ck: dict) -> None:
+    """--load, before any model is built: the saved weights and fp32 masters are finite."""
+    master = ck["optimizer"].get("master")
+    tensors = [*ck["model"].values(), *(master if isinstance(master, list) else [])]
+    bad = sum(int((~torch.isfinite(t)).sum()) for t in tensors if torch.is_tensor(t) and t.is_floating_point())
+    if bad:
+        raise PacktoolInputError(f"holds NaN or inf in {bad:,} of its weight values (saved by a run that diverged): a "
+                                 f"run from it trains on NaN loss; give {arg('load')} an earlier checkpoint, or start "
+                                 f"without {arg('load')}", path=path, flag=cli_flag("load"))

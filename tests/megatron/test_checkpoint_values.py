@@ -31,6 +31,22 @@ def _set(key, value):
     return edit
 
 
+def _poison(part, value, every=False):
+    """A non-finite value in the weights (or the fp32 masters a CUDA run saves)."""
+    def edit(ck):
+        if part == "master":
+            ck["optimizer"]["master"] = [torch.full((4,), value)]
+            return
+        for k, t in ck["model"].items():
+            if torch.is_tensor(t) and t.is_floating_point():
+                if every:
+                    t.fill_(value)
+                else:
+                    t.view(-1)[0] = value
+                    return
+    return edit
+
+
 def _drop_layer(ck):
     ck["model"] = {k: v for k, v in ck["model"].items() if not k.startswith("decoder.layers.1.")}
 
@@ -52,6 +68,12 @@ DAMAGE = {
     "data.vocab_size 'x'": (_set("data.vocab_size", "x"), "holds a data.vocab_size of the wrong kind ('x';"),
     "data.vocab_size 0": (_set("data.vocab_size", 0), "holds a data.vocab_size of the wrong kind (0;"),
     "data.tokenizer_sha256 5": (_set("data.tokenizer_sha256", 5), "holds a data.tokenizer_sha256 of the wrong kind (5;"),
+    # weights saved by a run that diverged (S38-4: packtool saved NaN weights as a success): every
+    # step of a run from them is NaN, which the run's own line would blame on --lr
+    "a weight NaN": (_poison("model", float("nan")), "holds NaN or inf in 1 of its weight values"),
+    "a weight -inf": (_poison("model", float("-inf")), "holds NaN or inf in 1 of its weight values"),
+    "every weight NaN": (_poison("model", float("nan"), every=True), "of its weight values (saved by a run that diverged)"),
+    "an fp32 master inf": (_poison("master", float("inf")), "holds NaN or inf in 4 of its weight values"),
 }
 
 
