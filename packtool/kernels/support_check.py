@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 from packtool.kernels import args as A
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg  # arg: a wrapper's spelling (online/support.py)
 
 PAD = -1
 
@@ -142,7 +142,7 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
     if flags[0]:
         n, k = _first(outside)
         raise PacktoolInputError(
-            f"support[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}) "
+            f"{arg('support')}[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}) "
             f"(token {n}); -1 is the only padding value"
         )
     if flags[1]:
@@ -153,7 +153,7 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
         raise_repeated(s, dup)
     if flags[3]:
         n, _ = _first(missing)
-        raise PacktoolInputError(f"sampled[{n}] = {int(t[n])} is not among its support row's candidates "
+        raise PacktoolInputError(f"{arg('sampled')}[{n}] = {int(t[n])} is not among its support row's candidates "
                          f"(token {n}): the sampled id must be in its row exactly once")
     if flags[4]:
         n, _ = _first(unsupported)

@@ -20,7 +20,7 @@ import torch
 
 from packtool.kernels import args as A
 from packtool.kernels.support_logprob import support_logprob
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, spelled_as
 
 IGNORE_INDEX = -100  # transformers' label for "no target" (packtool.hf.IGNORE_INDEX)
 
@@ -69,7 +69,9 @@ def _score(hidden, weight, sampled, support, active, shape, names: dict, **kw):
     # (int8, int16, uint8: floats were refused) are widened
     if rows.dtype not in (torch.int32, torch.int64):
         rows = rows.to(torch.int64)
-    lp, ent, valid = support_logprob(hidden, weight, t, rows, loss_mask=active, **kw)
+    # the kernel's messages index its flat [N] / [N, K] views: spelled as expressions of the batch
+    with spelled_as({"sampled": names["sampled"], "support": names["support"] + ".flatten(0, -2)"}):
+        lp, ent, valid = support_logprob(hidden, weight, t, rows, loss_mask=active, **kw)
     return lp.reshape(shape), (None if ent is None else ent.reshape(shape)), valid.reshape(shape)
 
 
@@ -90,6 +92,7 @@ def support_logprobs_thd(batch, hidden: torch.Tensor, weight: torch.Tensor, colu
     s = _support(batch.side_targets, column, column, n, where, "batch.side_targets")
     active = batch.loss_weight.reshape(-1) != 0
     names = {"labels": f"{where}: batch.labels", "support": f"{where}: batch.side_targets[{column!r}]",
+             "sampled": f"{where}: batch.labels.flatten()",
              "more": {f"{where}: batch.loss_weight": batch.loss_weight}}
     return _score(h, weight, labels, s, active, batch.labels.shape, names, temperature=temperature,
                   entropy=entropy, tp_group=tp_group, **kw)
@@ -116,6 +119,7 @@ def support_logprobs_hf(batch: dict, hidden: torch.Tensor, weight: torch.Tensor,
     s = _support(batch, f"shift_{column}", column, n, where, "batch")
     target = torch.cat([flat[1:], flat.new_full((1,), IGNORE_INDEX)])  # each segment starts with -100
     active = target != IGNORE_INDEX
-    names = {"labels": f"{where}: batch['labels']", "support": f"{where}: batch['shift_{column}']"}
+    names = {"labels": f"{where}: batch['labels']", "support": f"{where}: batch['shift_{column}']",
+             "sampled": f"{where}: batch['labels'].flatten()[1:]"}  # position p scores label p + 1
     return _score(h, weight, target, s, active, labels.shape, names, temperature=temperature,
                   entropy=entropy, **kw)

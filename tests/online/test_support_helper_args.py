@@ -109,3 +109,41 @@ def test_float_labels_of_an_hf_batch_name_batch_labels_s38_7():
     del batch["labels"]
     with pytest.raises(PacktoolInputError, match=r"^support_logprobs_hf: the batch has no 'labels'"):
         support_logprobs_hf(batch, hidden, torch.randn(V, H))
+
+
+def _first_active(batch, helper):
+    if helper == "hf":
+        flat = batch["labels"].flatten()
+        return int(torch.nonzero(flat[1:] != -100)[1, 0])  # a position whose target (label p + 1) counts
+    return int(torch.nonzero(batch.loss_weight.flatten() != 0)[1, 0])
+
+
+def _plant(batch, helper, case, p):
+    sup = batch["shift_support"] if helper == "hf" else batch.side_targets["support"]
+    if case == "outside":
+        sup.view(-1, K)[p, 0] = V + 5
+    else:  # the sampled id (the label) not among its row's candidates
+        labels = batch["labels"] if helper == "hf" else batch.labels
+        row = sup.view(-1, K)[p]
+        labels.view(-1)[p + (1 if helper == "hf" else 0)] = int(next(i for i in range(V) if i not in row.tolist()))
+
+
+@pytest.mark.parametrize("case", ["outside", "missing"])
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_bad_token_is_named_as_an_expression_of_the_batch_that_gives_its_value(helper, case):
+    # the kernel's checks index its flat views (`sampled[4]`, `support[4, 0]`); through a helper the
+    # message spells them as the batch the caller holds, and evaluating that expression gives the value
+    import re
+    make, call, _ = HELPERS[helper]
+    batch, hidden = make()
+    p = _first_active(batch, helper)
+    _plant(batch, helper, case, p)
+    with pytest.raises(PacktoolInputError) as e:
+        call(batch, hidden, torch.randn(V, H))
+    msg = str(e.value)
+    assert msg.startswith(call.__name__ + ": batch") and "sampled[" not in msg, msg
+    m = re.match(r"\w+: (batch.*?)\[(\d+)(?:, (\d+))?\] = (-?\d+) ", msg)
+    expr, n, k, value = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+    assert n == p
+    got = eval(expr, {"batch": batch})[(n, int(k)) if k is not None else n]  # noqa: S307 (the test's own text)
+    assert int(got) == value
