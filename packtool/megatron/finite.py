@@ -48,10 +48,20 @@ def _kept(cfg, saved: Optional[int]) -> str:
     return f"nothing written to {arg('save')} {cfg.save} (what it held is left as it was)"
 
 
-def diverged(step: int, loss: float, grad_norm: float, lr: float, cfg, saved: Optional[int]) -> PacktoolConfigError:
-    """The one line for a step whose loss or grad norm is not finite; the step is not applied."""
+def diverged(step: int, loss: float, grad_norm: float, lr: float, cfg, saved: Optional[int],
+             first: bool = False) -> PacktoolConfigError:
+    """The one line for a step whose loss or grad norm is not finite; the step is not applied.
+    `first`: the run's first step, computed before any update: no learning rate of this run made
+    it, so the line does not send the user to --lr."""
+    values = f"the loss is {loss:.6g} (grad norm {grad_norm:.6g})"
+    if first:
+        start = f"the checkpoint of {arg('load', cfg.load)}" if cfg.load else "the model as built"
+        return PacktoolConfigError(
+            f"train: step {step}: {values} at the run's first step, before any update (not the learning rate's "
+            f"doing): {start} gives it on this data; check the model shape's values (such as rope_base); "
+            f"{_kept(cfg, saved)}")
     return PacktoolConfigError(
-        f"train: step {step}: the loss is {loss:.6g} (grad norm {grad_norm:.6g}) at learning rate {lr:.3g}: "
+        f"train: step {step}: {values} at learning rate {lr:.3g}: "
         f"the training diverged and stops here, this step not applied; {_fix(cfg)}; {_kept(cfg, saved)}",
         flag=cli_flag("lr"))
 

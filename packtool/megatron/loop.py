@@ -336,7 +336,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
         log.record(rec)
         if not ok:
             log.close()
-            raise diverged(st.step, loss, gnorm, lr, cfg, saved)
+            raise diverged(st.step, loss, gnorm, lr, cfg, saved, first=not res.records)
         res.records.append(rec)
         res.final_step = st.step + 1
         if st.step + 1 == total or (cfg.log_every and st.step % cfg.log_every == 0):  # 0: the last only

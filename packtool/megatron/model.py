@@ -56,6 +56,10 @@ class GPTShape:
             object.__setattr__(self, name, int_value(name, getattr(self, name), 1, INT32_MAX,
                                                      optional=name == "kv_heads", error=PacktoolConfigError))
         object.__setattr__(self, "rope_base", positive_real("rope_base", self.rope_base))
+        if self.rope_base < 1:  # 1e-300 passed and trained on NaN: RoPE's frequencies overflow float32
+            raise PacktoolConfigError(f"{arg('rope_base')} must be at least 1 (RoPE's base: below 1 each "
+                                      f"frequency is above 1 radian per token, and a tiny one overflows float32 "
+                                      f"into NaN loss), got {self.rope_base!r}")
         if self.hidden % self.heads:
             raise PacktoolConfigError(f"{arg('heads', self.heads)} must divide {arg('hidden', self.hidden)} "
                                       f"(each head takes hidden/heads channels): give a divisor of {self.hidden}")

@@ -29,7 +29,10 @@ FLAGS = [("--heads 3", "--heads 3 must divide --hidden 64"), ("--layers 0", "--l
          ("--log-every -1", "--log-every"), ("--save-every -2", "--save-every")]
 CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "layers"), ("layers: true", "layers"),
           ("layers: 0", "layers"), ("rope_base: -5", "rope_base"), ("rope_base: .nan", "rope_base"),
-          ("rope_base: .inf", "rope_base"), ("rope_base: x", "rope_base"), ("kv_heads: 3", "kv_heads=3 must divide"),
+          ("rope_base: .inf", "rope_base"),
+          # below 1 (S38-5's class: a value the check passed that float32 turns into NaN loss)
+          ("rope_base: 1.0e-300", "rope_base must be at least 1"), ("rope_base: 0.5", "rope_base must be at least 1"),
+          ("rope_base: x", "rope_base"), ("kv_heads: 3", "kv_heads=3 must divide"),
           ("hidden: 1.5", "hidden"), ("max_seq: 0", "max_seq"), ("heads: 5", "heads"),
           ("layers: [", "line 2"), ('layers: !!python/object/apply:os.system ["true"]', "line 1"),
           ("- 1", "not a mapping"), ("vocab: 5", "unknown keys"),
@@ -66,6 +69,7 @@ SHAPE = dict(layers=1, hidden=32, heads=2, ffn=64, vocab=128)
 @pytest.mark.parametrize("key, value", [("layers", 0), ("layers", True), ("hidden", 2.0), ("heads", 3),
                                         ("ffn", None), ("vocab", -1), ("kv_heads", 0), ("kv_heads", 3),
                                         ("max_seq", "8"), ("rope_base", 0), ("rope_base", float("nan")),
+                                        ("rope_base", 1e-300), ("rope_base", 0.999),
                                         ("rope_base", False)])
 def test_library_shape_names_the_argument(key, value):
     with pytest.raises(PacktoolConfigError, match=rf"\b{key}\b"):

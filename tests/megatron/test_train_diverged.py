@@ -72,6 +72,16 @@ def test_a_step_whose_loss_or_grad_norm_is_not_finite_is_refused_naming_the_step
     assert "step 3" in text and "--lr" in text and "--save ck" in text and str(loss).lower() in text.lower()
 
 
+@pytest.mark.parametrize("loss, grad_norm", STEP_VALUES[:2], ids=["loss=nan", "loss=inf"])
+def test_a_first_step_not_finite_is_not_blamed_on_lr(loss, grad_norm):
+    """The run's first step is computed before any update: no --lr of this run made it."""
+    from packtool.megatron.finite import diverged
+    cfg = TrainConfig(data_dir="d", lr=1e-3)
+    with spelled_as({"lr": "--lr", "warmup": "--warmup", "save": "--save"}):
+        text = str(diverged(0, loss, grad_norm, 1e-3, cfg, None, first=True))
+    assert "first step, before any update" in text and "lower --lr" not in text and "rope_base" in text, text
+
+
 # --- the JSON log is strict JSON: every float of a step record
 FLOATS = [f.name for f in dataclasses.fields(StepRecord) if f.type in ("float", float)]
 
