@@ -6,6 +6,9 @@ silent default (`PACKTOOL_DEBUG=false` is off, not on).
     PACKTOOL_TEMPLATE_SECONDS  seconds > 0 one chat-template rendering may take (default 20)
     PACKTOOL_FUSED             on/off: torch.compile'd fused ops in the trainer (default on)
     PACKTOOL_CACHE_DIR         the tokenized cache root (default ~/.cache/packtool)
+    PACKTOOL_FP8_QUANT         triton/compiled: the FP8 quantizers on CUDA (default triton; compiled
+                               is the torch.compile'd reference, for bench/ comparisons)
+    PACKTOOL_FP8_TRANSPOSE     fused/copy: how the compiled quantizers write the transpose (default fused)
 """
 from __future__ import annotations
 
@@ -63,6 +66,22 @@ def env_seconds(name: str, default: float) -> float:
     return v
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices` (any case, spaces around ignored); unset or empty: `default`."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in choices:
+        return v
+    raise PacktoolConfigError(f"environment variable {name}={raw!r} is not one of {', '.join(choices)}; "
+                              f"set one of them, or unset it (default {default})")
+
+
+FP8_QUANT = ("PACKTOOL_FP8_QUANT", ("triton", "compiled"), "triton")
+FP8_TRANSPOSE = ("PACKTOOL_FP8_TRANSPOSE", ("fused", "copy"), "fused")
+
+
 def env_path(name: str) -> str | None:
     """A path variable; unset or blank: None (the caller's default)."""
     raw = os.environ.get(name)
@@ -75,6 +94,9 @@ def check_environment() -> None:
     env_flag("PACKTOOL_DEBUG")
     env_flag("PACKTOOL_FUSED", True)
     env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
+    env_choice(*FP8_QUANT)
+    env_choice(*FP8_TRANSPOSE)
 
 
-__all__ = ["check_environment", "debug_on", "env_flag", "env_path", "env_seconds", "set_debug"]
+__all__ = ["FP8_QUANT", "FP8_TRANSPOSE", "check_environment", "debug_on", "env_choice", "env_flag", "env_path",
+           "env_seconds", "set_debug"]

@@ -29,13 +29,13 @@ caller's: packtool/megatron/fp8.py asks packtool.align before calling in.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from packtool.kernels.fp8_format import BLOCK, E4M3, E5M2, FMAX, INV_FMAX  # noqa: F401 (re-exported)
+from packtool.env import FP8_QUANT, FP8_TRANSPOSE, env_choice, env_flag
 from packtool.errors import PacktoolInputError
 
 RECIPES = ("tensorwise", "blockwise")
@@ -100,7 +100,7 @@ _QUANT = {"tensor": _tensor_q, "1x128": _rows_q, "128x128": _tiles_q}
 
 
 def _compile_on() -> bool:
-    return os.environ.get("PACKTOOL_FUSED", "1") != "0"
+    return env_flag("PACKTOOL_FUSED", True)  # `false` is off, as everywhere (env.py)
 
 
 @functools.cache
@@ -137,12 +137,10 @@ def quantize(x: torch.Tensor, kind: str, dtype: torch.dtype = E4M3) -> Q:
 # The CUDA quantizers of activations and gradients: 'triton' (packtool/kernels/fp8_quant.py, one read
 # of x writes the operand and its transpose, bit-exact with the reference) or 'compiled' (the
 # torch.compile'd reference quantizers, kept so bench/ can compare the two)
-QUANT = os.environ.get("PACKTOOL_FP8_QUANT", "triton")
-if QUANT not in ("triton", "compiled"):
-    raise PacktoolInputError(f"PACKTOOL_FP8_QUANT must be 'triton' or 'compiled', got {QUANT!r}")
+QUANT = env_choice(*FP8_QUANT)
 # compiled path only: 'fused' = one compiled kernel writes the operand and its transpose; 'copy'
 # = the compiled quantizer writes the operand, then an eager 1-byte transpose copy
-TRANSPOSE = os.environ.get("PACKTOOL_FP8_TRANSPOSE", "fused")
+TRANSPOSE = env_choice(*FP8_TRANSPOSE)
 
 
 def _triton_on(x: torch.Tensor) -> bool:

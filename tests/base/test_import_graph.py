@@ -133,11 +133,12 @@ def test_the_tree_has_no_cycle():
     assert find_cycle(module_graph()) is None
 
 
-def test_the_kernels_import_only_kernels_and_the_error_type():
+def test_the_kernels_import_only_kernels_the_error_type_and_env():
     # packtool/kernels/ is a leaf (torch + triton): the trainer, online and hf call it; it asks
-    # nothing of the stages but packtool's error type, so a kernel test loads no pyarrow or numba
+    # nothing of the stages but packtool's error type and its environment variables (env.py),
+    # so a kernel test loads no pyarrow or numba
     graph = module_graph()
-    outside = {m: sorted(d for d in deps if not d.startswith("packtool.kernels") and d != "packtool.errors")
+    outside = {m: sorted(d for d in deps if not d.startswith("packtool.kernels") and d not in ("packtool.errors", "packtool.env"))
                for m, deps in graph.items() if m.startswith("packtool.kernels")}
     assert len(outside) > 10 and all(not v for v in outside.values()), outside
 

@@ -140,6 +140,7 @@ def test_verify_source_fifo_is_refused(proj):
     ("PACKTOOL_TEMPLATE_SECONDS", "abc"), ("PACKTOOL_TEMPLATE_SECONDS", "-5"),
     ("PACKTOOL_TEMPLATE_SECONDS", "nan"), ("PACKTOOL_TEMPLATE_SECONDS", "inf"),
     ("PACKTOOL_TEMPLATE_SECONDS", "0"), ("PACKTOOL_DEBUG", "maybe"), ("PACKTOOL_FUSED", "2"),
+    ("PACKTOOL_FP8_QUANT", "cuda"), ("PACKTOOL_FP8_TRANSPOSE", "fast"),
 ])
 def test_a_bad_environment_value_is_one_line_naming_it(proj, var, value):
     one_error(["plan", "--lengths", "lengths.npy"], f"{var}={value!r}", env={var: value})
@@ -173,3 +174,22 @@ def test_template_seconds_is_read_when_used(monkeypatch):
     monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", "nan")
     with pytest.raises(PacktoolConfigError, match="PACKTOOL_TEMPLATE_SECONDS"):
         template_limits.render_seconds()
+
+
+@pytest.mark.parametrize("value,on", [("false", False), ("off", False), ("0", False), ("true", True), ("1", True)])
+def test_the_fp8_kernels_read_packtool_fused_as_every_module_does(monkeypatch, value, on):
+    # kernels/fp8.py read it as `!= "0"`: PACKTOOL_FUSED=false compiled (the kernels moved under
+    # packtool/ and the variable sweep of tests/engines/test_no_test_hooks.py reached them)
+    pytest.importorskip("torch")
+    from packtool.kernels import fp8
+    monkeypatch.setenv("PACKTOOL_FUSED", value)
+    assert fp8._compile_on() is on
+
+
+@pytest.mark.parametrize("var,value,expect", [("PACKTOOL_FP8_QUANT", " Compiled ", "compiled"),
+                                              ("PACKTOOL_FP8_QUANT", "", "triton"),
+                                              ("PACKTOOL_FP8_TRANSPOSE", "COPY", "copy")])
+def test_the_fp8_choices_are_read_by_env(monkeypatch, var, value, expect):
+    from packtool.env import FP8_QUANT, FP8_TRANSPOSE, env_choice
+    monkeypatch.setenv(var, value)
+    assert env_choice(*(FP8_QUANT if var.endswith("QUANT") else FP8_TRANSPOSE)) == expect
