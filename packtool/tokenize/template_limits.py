@@ -66,16 +66,22 @@ class _Watchdog:
         self.deadline: dict[int, float] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.tick = 0.5
 
     def enter(self) -> int:
-        if self.thread is None:
-            with self.lock:
-                if self.thread is None:
-                    self.thread = threading.Thread(target=self._run, name="packtool-template-watchdog",
-                                                   daemon=True)
-                    self.thread.start()
+        seconds = render_seconds()  # a bad PACKTOOL_TEMPLATE_SECONDS is said here, in the caller
         tid = threading.get_ident()
-        self.deadline[tid] = time.monotonic() + render_seconds()
+        with self.lock:
+            # The thread reads nothing it could fail on: it once read the variable itself every
+            # tick, and a process whose environment held a bad value for one tick (a test's
+            # CliRunner env, a library user's own os.environ) lost it for good, with no line:
+            # every later endless template then hung the run (a pytest worker, in CI)
+            self.tick = min(self.tick, seconds / 4) if self.deadline else min(0.5, seconds / 4)
+            self.deadline[tid] = time.monotonic() + seconds
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="packtool-template-watchdog",
+                                               daemon=True)
+                self.thread.start()
         return tid
 
     def leave(self, tid: int) -> None:
@@ -86,7 +92,7 @@ class _Watchdog:
 
     def _run(self) -> None:
         while True:
-            time.sleep(min(0.5, render_seconds() / 4))
+            time.sleep(self.tick)
             now = time.monotonic()
             with self.lock:
                 for tid, dl in list(self.deadline.items()):

@@ -69,3 +69,24 @@ def test_a_stopped_template_leaves_no_pending_flag(monkeypatch, hook, where):
         t.join()
     assert said and "took over 0.2 s" in said[0], said
     assert _probed_call_returns(hook), f"a call under sys.{hook} spun after a template timeout"
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "nan", "0"])
+def test_a_bad_value_in_the_environment_for_a_while_does_not_stop_the_watchdog(monkeypatch, bad):
+    """The watchdog thread read PACKTOOL_TEMPLATE_SECONDS itself on every tick: a process whose
+    environment held a bad value for one tick (a test's CliRunner env=, a library user's own
+    os.environ) lost the thread without a word, and every later endless template hung (a CI
+    worker at 100% CPU for minutes, in the test above). The value is read by the rendering."""
+    monkeypatch.setattr(limits, "MAX_RANGE_ITEMS", 10**15)
+    monkeypatch.setattr(limits, "RENDER_SECONDS", None)
+    monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", "0.2")
+    assert "took over 0.2 s" in _render_until_stopped()  # the thread runs
+    monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", bad)
+    import time
+    time.sleep(0.6)  # several of the thread's ticks under the bad value
+    monkeypatch.setenv("PACKTOOL_TEMPLATE_SECONDS", "0.2")
+    said: list[str] = []
+    t = threading.Thread(target=lambda: said.append(_render_until_stopped()), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and said and "took over 0.2 s" in said[0], "the watchdog stopped"
