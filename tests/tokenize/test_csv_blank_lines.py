@@ -7,12 +7,9 @@ record say nothing; LF, CRLF and CR line ends; every CSV reader (plain and compr
 --engine ray: tests/engines/test_ray_blank_lines.py."""
 from __future__ import annotations
 
-import bz2
-import gzip
-
-import pyarrow as pa
 import pytest
 from conftest import GPT2
+from test_blank_lines import _write  # the one writer of plain and compressed test inputs
 
 from packtool import notes
 from packtool.tokenize import text_readers
@@ -35,19 +32,6 @@ LAYOUTS = {
     "none": (["text{d}n", ROW, ROW], 2, None),
 }
 ENDS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
-
-
-def _write(path, text: str) -> None:
-    data = text.encode()
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data)
-    elif path.name.endswith(".bz2"):
-        data = bz2.compress(data)
-    elif path.name.endswith(".zst"):
-        with pa.CompressedOutputStream(str(path), "zstd") as f:
-            f.write(data)
-        return
-    path.write_bytes(data)
 
 
 def _text(lines, name: str, end: str = "\n") -> str:
