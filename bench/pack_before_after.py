@@ -13,8 +13,10 @@ skips): N distinct Taskmaster chats (bench/chat_memory.py's input) in JSON Lines
 packtool pack` with gpt2 + chatml, C=4096, --overflow split, a fresh cache and output each run;
 wall, the child's CPU and peak RSS (wait4).
 
-The child loads pyarrow before packtool, so both trees run on pyarrow's default pool (mimalloc)
-unless `--arrow-pool jemalloc` (what `packtool pack` picks) is given.
+The pre-tokenized child imports packtool before pyarrow, as `packtool pack` does, so each tree
+runs on the Arrow pool and jemalloc settings its own package picks (before stop 39 the child
+loaded pyarrow first and both trees ran on pyarrow's mimalloc). `--env SIDE:K=V` sets a variable
+in one side's children only: the same tree on both sides with another allocator setting.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ import sys
 import tempfile
 
 
-def one(tree: str, kind: str, n: int, work: str, pool: str | None = None) -> dict:
-    env = {**os.environ, "PYTHONPATH": tree}
+def one(tree: str, kind: str, n: int, work: str, pool: str | None = None, extra: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": tree, **(extra or {})}
     if pool:
         env["ARROW_DEFAULT_MEMORY_POOL"] = pool
     p = subprocess.run([sys.executable, os.path.join(tree, "bench", "pack_e2e_pretok.py"), "--case",
@@ -39,7 +41,7 @@ def one(tree: str, kind: str, n: int, work: str, pool: str | None = None) -> dic
     return json.loads(lines[-1][7:])
 
 
-def one_chat(tree: str, data: str, work: str) -> dict:
+def one_chat(tree: str, data: str, work: str, extra: dict | None = None) -> dict:
     import shutil
     import time
     from chat_memory import SHARED
@@ -49,7 +51,7 @@ def one_chat(tree: str, data: str, work: str) -> dict:
            "--overflow", "split", "--cache-dir", os.path.join(work, "cache"), "-o", os.path.join(work, "out"),
            "--no-progress"]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": tree}, cwd=tree, stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": tree, **(extra or {})}, cwd=tree, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
     err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)
@@ -68,12 +70,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "packtool_bench_ab"))
     ap.add_argument("--log", help="append the runs as one JSON line here")
-    # the child loads pyarrow (the input maker) before packtool, so without this both trees run
-    # on pyarrow's default pool (mimalloc), not the jemalloc that `packtool pack` picks
     ap.add_argument("--arrow-pool", choices=("jemalloc", "mimalloc", "system"),
-                    help="Arrow's default memory pool in both trees' children (default: as the child loads it)")
+                    help="Arrow's default memory pool in both trees' children (default: the one packtool picks)")
     ap.add_argument("--chat-rows", type=int, help="the raw chat path with this many rows (see above)")
+    ap.add_argument("--env", action="append", default=[], metavar="SIDE:K=V",
+                    help="set K=V in one side's children only (SIDE: before|after), e.g. "
+                         "after:JE_ARROW_MALLOC_CONF=dirty_decay_ms:0 with the same tree on both sides")
     a = ap.parse_args()
+    envs: dict[str, dict] = {"before": {}, "after": {}}
+    for item in a.env:
+        side, _, kv = item.partition(":")
+        if side not in envs or "=" not in kv:
+            ap.error(f"--env {item!r}: give SIDE:K=V with SIDE before or after")
+        envs[side].update([kv.split("=", 1)])
     trees = {"before": os.path.abspath(a.before), "after": os.path.abspath(a.after)}
     works = {k: os.path.join(a.work, k) for k in trees}
     if a.chat_rows:
@@ -81,15 +90,15 @@ def main() -> None:
         os.makedirs(a.work, exist_ok=True)
         data = os.path.join(a.work, f"chat_{a.chat_rows}.jsonl")
         make_data(data, a.chat_rows, REAL_CHATS)
-        run = lambda k: one_chat(trees[k], data, works[k])  # noqa: E731
+        run = lambda k: one_chat(trees[k], data, works[k], envs[k])  # noqa: E731
     else:
-        run = lambda k: one(trees[k], "packtool", a.n, works[k], a.arrow_pool)  # noqa: E731
+        run = lambda k: one(trees[k], "packtool", a.n, works[k], a.arrow_pool, envs[k])  # noqa: E731
     for k, t in trees.items():  # numba's cache and the input file, not timed
         os.makedirs(works[k], exist_ok=True)
         if a.chat_rows:
             run(k)
         else:
-            one(t, "warm", a.n, works[k], a.arrow_pool)
+            one(t, "warm", a.n, works[k], a.arrow_pool, envs[k])
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for i in range(a.repeat):
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
@@ -113,7 +122,7 @@ def main() -> None:
               f"(90% interval {lo:.3f}-{hi:.3f}); pairs " + " / ".join(f"{r:.3f}" for r in ratios))
     if a.log:
         with open(a.log, "a") as f:
-            f.write(json.dumps({"n": a.n, "chat_rows": a.chat_rows, "trees": trees, "arrow_pool": a.arrow_pool, "runs": runs}) + "\n")
+            f.write(json.dumps({"n": a.n, "chat_rows": a.chat_rows, "trees": trees, "arrow_pool": a.arrow_pool, "env": envs, "runs": runs}) + "\n")
 
 
 def _interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:

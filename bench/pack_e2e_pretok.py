@@ -104,6 +104,10 @@ def run_trl(src: str, work: str) -> dict:
 
 
 def _child(kind: str, n: int, work: str) -> dict:
+    if kind != "TRL":
+        # packtool before pyarrow, as `packtool pack` loads them: Arrow's pool and jemalloc's
+        # settings are packtool's only when it is imported first (the input maker loads pyarrow)
+        import packtool  # noqa: F401
     from bench.pack_e2e import _make_input
     src = _make_input(n, work)
     if kind == "warm":
