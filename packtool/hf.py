@@ -184,8 +184,9 @@ class SlabDataset(Dataset):
         # `datasets` reads every byte and hands its rows out unchecked: every check a row of
         # __getitem__ passes first (each shard's checksum, every row group), one group at a time
         checked = {shard for (shard, _), _ in SlabReader(self.manifest, self.index, cache=1).groups()}
-        for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
-            check_checksum(self.manifest, i)
+        with self.manifest.reading():
+            for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
+                check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
         _fsspec_can_read(self.path)
         full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)

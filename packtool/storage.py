@@ -27,7 +27,8 @@ import pyarrow.fs as pafs
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage_uri import (_URI, BUCKETED, GLOB_CHARS, SCHEMES, StorageError, _glob_regex, _hidden_below, _why,
-                                  check_form, is_uri, join_uri, shown, unreached)
+                                  argument_for, check_form, is_uri, join_uri, reading, shown, store_failure,
+                                  unreached)
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +54,10 @@ class Location:
     # --- questions
     def info(self) -> pafs.FileInfo:
         return self._call("stat", self.fs.get_file_info, self.path)
+
+    def info_of(self, path: str) -> pafs.FileInfo:
+        """Another path of this store (its bucket), asked as this location's requests are."""
+        return self._call("stat", self.fs.get_file_info, path)
 
     def exists(self) -> bool:
         return self.info().type != pafs.FileType.NotFound
@@ -155,6 +160,7 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
     if scheme in ("file", "local"):
         path = urlsplit(spec).path
         return Location(pafs.LocalFileSystem(), path, path, True)
+    name = name or argument_for(spec)  # a later request of a reader's output (storage_uri.reading)
     check_form(spec, name)
     try:
         fs, path = pafs.FileSystem.from_uri(spec)
@@ -163,6 +169,23 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
                            f"support, or the store's configuration is incomplete", path=shown(spec),
                            flag=name and cli_flag(name)) from None
     return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False, name)
+
+
+def bucket_gone(spec: str, later: bool = True, name: str | None = None) -> StorageError | None:
+    """For an object found missing (`later`: after its output's manifest was read): its bucket
+    deleted, said naming the argument that gave it (storage_uri.reading), else None."""
+    if not is_uri(spec) or spec.split("://", 1)[0].lower() not in BUCKETED:
+        return None
+    loc = locate(spec, name=name)
+    bucket = loc.path.split("/", 1)[0]
+    if not bucket or loc.info_of(bucket).type != pafs.FileType.NotFound:
+        return None
+    name = loc.argument
+    lead = f"{arg(name)} names an output whose" if name else "its"
+    when = "no longer exists (deleted after the manifest was read)" if later else "does not exist"
+    return StorageError(f"{lead} bucket {bucket} {when}; "
+                        f"give an output that exists, or re-run `packtool pack`", path=loc.shown,
+                        flag=name and cli_flag(name))
 
 
 PROBE_TAG = ".packtool-probe"
@@ -302,7 +325,7 @@ def file_stat(path: str) -> tuple[int, int]:
 
 
 __all__ = ["BUCKETED", "PROBE_TAG", "check_form", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
-           "locate", "shown"]
+           "locate", "shown", "bucket_gone", "reading", "store_failure", "argument_for"]
 
 
 # What is small by nature is read whole, bounded (tokenize.json_depth's docstring says why);

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from urllib.parse import quote, unquote, urlsplit
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
@@ -264,6 +266,48 @@ def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageEr
     lead = f"{arg(name)} names a store that" if name else "the store"
     return StorageError(f"{lead} cannot be reached ({what}: {_why(e)}); {fix}", path=shown(spec),
                         flag=name and cli_flag(name))
+
+
+# --- the argument behind a store's later requests --------------------------------------
+# A reader's first request (its manifest) names the argument that gave the URI; its later ones
+# (shards, checksums, row groups: in another function, maybe another thread) did not, so a store
+# that stopped answering half way was "the store cannot be reached" or a raw Arrow error. Within
+# `reading`, every request below the URI names it, and `store_failure` says a caught one so.
+_READING: ContextVar[tuple[str, str] | None] = ContextVar("packtool_reading", default=None)
+
+
+def argument_for(spec: str) -> str | None:
+    """The argument that gave the store URI `spec` (or a prefix above it), within `reading`."""
+    held = _READING.get()
+    if held is None or not is_uri(spec):
+        return None
+    base, s = held[0], shown(spec).rstrip("/")
+    return held[1] if s == base or s.startswith(base + "/") else None
+
+
+@contextmanager
+def reading(spec: str, name: str | None):
+    """Requests of the store output `spec` that argument `name` gave, after its first: each names
+    `name` (its flag on the command line) when the store stops answering, and a raw OSError that
+    leaves the block (an Arrow file read half way) is that one line too."""
+    if name is None or not is_uri(spec):
+        yield
+        return
+    token = _READING.set((shown(spec).rstrip("/"), name))
+    try:
+        yield
+    except OSError as e:
+        if (err := unreached(e, spec, name)) is not None:
+            raise err from None
+        raise
+    finally:
+        _READING.reset(token)
+
+
+def store_failure(e: BaseException, path: str) -> StorageError | None:
+    """For an error a reader caught reading `path` (else None: the file's own problem, the caller's
+    to say): a store that stopped answering, named as `reading` names it, never "corrupt"."""
+    return unreached(e, path, argument_for(path)) if is_uri(path) else None
 
 
 def _hidden_below(path: str, base: str) -> bool:

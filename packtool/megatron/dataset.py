@@ -115,19 +115,21 @@ class PackedSlabDataset:
     micro_batch_tokens: merge slabs of a step into micro-batches of at most this many
       tokens (tail pad charged once per micro-batch); None = one slab per micro-batch. A
       budget below the largest slab is refused (it could not be kept).
+    argument: what the caller calls `path` (train: `data_dir`), named by a store output's
+      one line when the store stops answering after the manifest was read.
     """
 
     def __init__(self, path: str, dp_rank: int = 0, dp_size: int = 1, cp_rank: int = 0,
                  cp_size: int | None = None, seed: int = 0, grad_accum: int = 1,
                  micro_batch_tokens: int | None = None, device: Any = "cpu",
-                 cp_group: Any = None, dp_group: Any = None, row_group_cache: int = 2):
+                 cp_group: Any = None, dp_group: Any = None, row_group_cache: int = 2, argument: str = "path"):
         (dp_rank, dp_size, cp_rank, cp_size, seed, grad_accum, micro_batch_tokens, row_group_cache) = (
             checked(k, v, PacktoolConfigError) for k, v in (
                 ("dp_rank", dp_rank), ("dp_size", dp_size), ("cp_rank", cp_rank), ("cp_size", cp_size),
                 ("seed", seed), ("grad_accum", grad_accum), ("micro_batch_tokens", micro_batch_tokens),
                 ("row_group_cache", row_group_cache)))
         device = torch_device("device", device)  # at the call, not at the first micro-batch made
-        self.manifest = SlabManifest.read(path)
+        self.manifest = SlabManifest.read(path, argument)  # argument: a caller's name for `path` (train: data_dir)
         self.align = self.manifest.alignment
         self.index = SlabIndex.build(self.manifest)
         self.reader = SlabReader(self.manifest, self.index, cache=row_group_cache)

@@ -254,7 +254,7 @@ def _train(cfg: TrainConfig, source) -> TrainResult:
                            cp_rank=info.cp_rank, cp_size=cfg.cp, seed=cfg.seed,
                            grad_accum=cfg.grad_accum, micro_batch_tokens=cfg.micro_batch_tokens,
                            device=info.device, cp_group=info.cp_group,
-                           dp_group=info.dp_group if info.dp > 1 else None)
+                           dp_group=info.dp_group if info.dp > 1 else None, argument="data_dir")
     data = data_record(ds.manifest, cfg.vocab_size)
     ckpt = load_checkpoint(cfg.load, info.tp_rank, cfg.tp) if cfg.load else None
     if ckpt:

@@ -32,14 +32,14 @@ from packtool.arrays import first_null
 from packtool.errors import PacktoolConfigError
 from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
-from packtool.slabs.check_said import fix_of, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
+from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
 from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, file_size, is_file, is_uri
+from packtool.storage import arrow_file, bucket_gone, file_size, is_file, is_uri, store_failure
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM, fast_digest, file_digest
 
 
@@ -99,9 +99,10 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
             raise FileNotFoundError(path)
         size = file_size(path)
     except FileNotFoundError:
-        raise FormatError(f"{path}: listed in the manifest but missing (or not a plain file); {fix_of(sm)}") from None
+        raise bucket_gone(path) or FormatError(f"{path}: {listed(sm)} but missing (or not a plain file); "
+                                               f"{fix_of(sm)}") from None
     except OSError as e:
-        raise FormatError(f"{path}: cannot be read ({e.strerror or e}); {fix_of(sm)}") from None
+        raise store_failure(e, path) or FormatError(f"{path}: cannot be read ({e.strerror or e}); {fix_of(sm)}") from None
     if size != entry["bytes"]:  # the entry's counts: slabs.fields, at parse
         hint = " (truncated)" if size < entry["bytes"] else ""
         raise FormatError(f"{path}: {size} bytes, the manifest says {entry['bytes']}{hint}; {fix_of(sm)}")
@@ -109,7 +110,7 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
         md = pq.read_metadata(arrow_file(path))
         schema = md.schema.to_arrow_schema()
     except (OSError, pa.ArrowException, ValueError) as e:
-        raise FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
+        raise store_failure(e, path) or FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
                           f"{fix_of(sm)}") from None
     for col, typ in want.items():
         j = schema.get_field_index(col)
@@ -169,8 +170,10 @@ def check_checksum(sm: SlabManifest, i: int) -> None:
     path = sm.shard_path(i)
     try:
         got = fast_digest(path) if alg == SHARD_CHECKSUM and not is_uri(path) else file_digest(path, alg)
+    except FileNotFoundError:
+        raise shard_gone(sm, i) from None
     except OSError as e:
-        raise FormatError(f"{path}: cannot be read ({e.strerror}); {fix_of(sm)}") from None
+        raise store_failure(e, path) or FormatError(f"{path}: cannot be read ({e.strerror or e}); {fix_of(sm)}") from None
     if got != entry[alg]:
         # whole digests: an entry edited in its last digit read as two equal 16-digit prefixes
         raise FormatError(f"{path}: {alg} is {got}, the manifest says {entry[alg]}: the file (or the "

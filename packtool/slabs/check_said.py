@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.slabs.format import FormatError, SlabManifest, read_manifest
-from packtool.storage import is_uri
+from packtool.errors import arg
+from packtool.storage import bucket_gone, is_uri
 
 
 def fix_of(sm: SlabManifest) -> str:
@@ -32,8 +33,18 @@ def _replaced(sm: SlabManifest) -> bool:
 
 
 def shard_gone(sm: SlabManifest, i: int) -> FormatError:
-    """A listed shard that vanished after the open checks (a store output replaced meanwhile)."""
-    return FormatError(f"{sm.shard_path(i)}: listed in the manifest but missing; {fix_of(sm)}")
+    """A listed shard that vanished after the open checks (a store output replaced meanwhile, or
+    its bucket deleted)."""
+    gone = bucket_gone(sm.shard_path(i))
+    if gone is not None:
+        return gone
+    return FormatError(f"{sm.shard_path(i)}: {listed(sm)} but missing; {fix_of(sm)}")
+
+
+def listed(sm: SlabManifest) -> str:
+    """"listed in the manifest", naming the argument that gave a store output (its objects can go
+    between the manifest's read and a shard's)."""
+    return f"listed in the manifest that {arg(sm.argument)} names" if sm.argument else "listed in the manifest"
 
 
 def slab_at(sm: SlabManifest, cat: dict[str, np.ndarray], i: int) -> str:

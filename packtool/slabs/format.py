@@ -36,7 +36,7 @@ from packtool.slabs.names import (  # noqa: F401
 )
 from packtool.slabs.fields import MAX_COUNT, FieldError, check_fields, check_side_counts
 from packtool.slabs.schema import SCHEMA_VERSION, slab_schema
-from packtool.storage import is_uri, locate
+from packtool.storage import bucket_gone, is_uri, locate, reading
 
 FORMAT_NAME = manifest_name.FORMAT_NAME  # kept below the stages: tokenize.own_trees asks it too
 
@@ -166,6 +166,8 @@ def _read_store_manifest(directory: str, argument: str | None) -> dict:
             return parse_manifest(store_manifest_bytes(loc.join(name)), loc.join(name).shown)
         except FileNotFoundError:
             continue
+    if (gone := bucket_gone(directory, later=False, name=argument)) is not None:
+        raise gone  # not "not a packtool output": there is no bucket to hold one
     if loc.is_file():
         raise NotAnOutputError(f"{loc.shown}: an object, not a packtool output prefix; give the prefix that holds it")
     raise FormatError(f"{loc.shown}: no {MANIFEST} (not a packtool output, or a pack that has not "
@@ -299,6 +301,8 @@ class SlabManifest:
     shards: list[str]
     raw: dict
     side_columns: tuple[SideColumn, ...] = ()  # FORMAT.md "Side columns"; () for version 1
+    # the caller's argument that gave a store URI (None locally): its later requests name it too
+    argument: str | None = None
 
     @property
     def dp(self) -> int:
@@ -329,7 +333,8 @@ class SlabManifest:
         from packtool.params import path as checked_path
         path = checked_path(argument, path, optional=False)  # None, bytes: one line, not os.stat's TypeError
         m = read_manifest(path, argument)
-        where = manifest_file(path) or join(path, MANIFEST)
+        with reading(path, argument):  # its requests after the manifest's name `argument` too
+            where = manifest_file(path) or join(path, MANIFEST)
         align, packing = manifest_config(m, where)
         tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}
         try:
@@ -339,7 +344,13 @@ class SlabManifest:
                               f"re-run `packtool pack`") from None
         return cls(path=path, manifest=where, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
                    shards=shard_names(m, where), raw=m,
-                   side_columns=side_columns_from_manifest(m.get("side_columns"), where))  # checked by read_manifest
+                   side_columns=side_columns_from_manifest(m.get("side_columns"), where),  # checked by read_manifest
+                   argument=argument if is_uri(path) else None)
+
+    def reading(self):
+        """The block in which this output's shards are read: a store that stops answering (or
+        loses its bucket) meanwhile is one line naming the argument that gave it."""
+        return reading(self.path, self.argument)
 
     @property
     def schema(self) -> pa.Schema:

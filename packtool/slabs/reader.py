@@ -28,6 +28,7 @@ from packtool.slabs.check import (check_checksum, check_counts, check_coverage, 
                                   check_output, check_segment_counts, check_side_lengths)
 from packtool.slabs.check_said import shard_gone
 from packtool.slabs.format import FormatError, SlabManifest
+from packtool.storage import store_failure
 
 SCALARS = ("num_tokens", "num_loss_tokens", "layout_pad", "tail_pad", "fill_pad", "dp_rank",
            "step", "microbatch")
@@ -76,7 +77,8 @@ class SlabIndex:
 
     @classmethod
     def build(cls, manifest: SlabManifest) -> "SlabIndex":
-        return cls._checked(manifest, _scan(manifest))
+        with manifest.reading():
+            return cls._checked(manifest, _scan(manifest))
 
     @classmethod
     def _checked(cls, manifest: SlabManifest, cat: dict[str, np.ndarray]) -> "SlabIndex":
@@ -147,12 +149,16 @@ def _open(manifest: SlabManifest, i: int) -> pq.ParquetFile:
         return pq.ParquetFile(manifest.open_shard(i))
     except FileNotFoundError:  # gone since the open checks: a store output replaced meanwhile
         raise shard_gone(manifest, i) from None
+    except OSError as e:  # a store that stopped answering: said (reading), never "damaged"
+        raise store_failure(e, manifest.shard_path(i)) or e from None
 
 
 def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> pa.Table:
     try:
         t = pf.read_row_group(rg, columns=columns)
-    except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer
+    except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer, or a store gone
+        if (gone := store_failure(e, path)) is not None:
+            raise gone from None
         raise FormatError(f"{path} row group {rg}: cannot be decoded ({' '.join(str(e).split())[:160]}); "
                           f"run `packtool verify` on the output") from None
     check_nulls(path, rg, t)
@@ -240,7 +246,7 @@ class SlabReader:
             self._cache.clear()
 
     def _group(self, shard: int, rg: int) -> dict:
-        with self._lock:
+        with self._lock, self.manifest.reading():
             return self._group_locked(shard, rg)
 
     def _group_locked(self, shard: int, rg: int) -> dict:
@@ -310,7 +316,8 @@ def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (), advance=None
     `each_group(g)`: called with every checked row group as `SlabReader` holds it (list columns
     as (values, offsets), `side`), for figures from its other columns (inspect's side columns).
     `advance(n)`: called as the row-group checks finish shards (a progress bar)."""
-    cat = _scan(manifest, extra)
+    with manifest.reading():
+        cat = _scan(manifest, extra)
     index = SlabIndex._checked(manifest, cat)
     reader = SlabReader(manifest, index, cache=1)
     lens, done = [], 0

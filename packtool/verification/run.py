@@ -21,7 +21,7 @@ from packtool.slabs.format import FormatError, NotAnOutputError, manifest_config
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, in_flight, join, manifest_file, stray_entries
 from packtool.slabs.open_rules import linked_shard
 from packtool.side import side_columns_from_manifest
-from packtool.storage import is_file
+from packtool.storage import bucket_gone, is_file, reading
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.job import ShardJob, ShardResult
@@ -64,6 +64,14 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
            max_problems: int = 20, batch_rows: int = 128,
            source_fingerprint: str | None = None, progress: bool = False,
            source_tokenize=None, source_files: list[str] | None = None) -> VerifyReport:
+    # a store output's every request names `directory` when the store stops answering half way
+    with reading(directory if isinstance(directory, str) else "", "directory"):
+        return _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint, progress,
+                       source_tokenize, source_files)
+
+
+def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint, progress,
+            source_tokenize, source_files) -> VerifyReport:
     """Check `directory`; `source_dir` is a FlatTokens store of the tokenized source rows
     (see `packtool.tokenize.flat_tokens`, `source_store`), or None to check the output on its own.
     With a source, the manifest's provenance record is held to it (verification/source.py): read
@@ -105,6 +113,8 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
     listed = shard_names(man)  # checked by _check_manifest: plain names inside `directory`
     links = {f: linked_shard(directory, f) for f in listed}
     present = [f for f in listed if is_file(join(directory, f)) and not (links[f] and links[f].refused)]
+    if len(present) < len(listed) and (gone := bucket_gone(join(directory, MANIFEST))) is not None:
+        raise gone  # the bucket deleted since the manifest was read: no shard is "missing" from an output
     for f in listed:
         if links[f] and links[f].refused:  # the readers' rule (slabs/open_rules.py): what they refuse
             log.add("shard_missing", f"shard {f} is {links[f].refused}", shard=f)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from packtool.storage import arrow_file, file_size
+from packtool.storage import arrow_file, file_size, reading, store_failure
 from packtool.tokenize.checksum import file_digest
 from packtool.verification.batch import LIST_COLUMNS, SCALAR_COLUMNS, check_batch
 from packtool.verification.job import ShardJob, ShardResult
@@ -21,6 +21,13 @@ from packtool.verification.tally import Tally
 
 
 def check_shard(job: ShardJob) -> ShardResult:
+    # in a worker process too, a store that stops answering is verify's one line naming
+    # `directory` (storage_uri.reading), never a shard "truncated or corrupt"
+    with reading(job.path, "directory"):
+        return _check_shard(job)
+
+
+def _check_shard(job: ShardJob) -> ShardResult:
     digest, size = ((file_digest(job.path, job.checksum), file_size(job.path)) if job.hash_file
                     else ("", 0))
     res = ShardResult(job.name, digest, size, log=ProblemLog(job.max_problems))
@@ -28,6 +35,8 @@ def check_shard(job: ShardJob) -> ShardResult:
     try:
         pf = pq.ParquetFile(arrow_file(job.path))
     except (OSError, pa.ArrowException) as e:
+        if (gone := store_failure(e, job.path)) is not None:
+            raise gone from None
         res.readable = False
         log.add("shard_unreadable", f"cannot open as Parquet ({e}); the file is truncated or "
                 f"corrupt: re-run `packtool pack`", shard=job.name)
@@ -55,6 +64,8 @@ def check_shard(job: ShardJob) -> ShardResult:
             check_batch(batch, row0, job, src, log, acc, rows_of)
             row0 += batch.num_rows
     except (OSError, pa.ArrowException) as e:
+        if (gone := store_failure(e, job.path)) is not None:
+            raise gone from None
         res.readable = False
         log.add("shard_unreadable", f"cannot decode after row {row0} ({e}); the file is "
                 f"truncated or corrupt: re-run `packtool pack`", shard=job.name, row=row0)

@@ -82,7 +82,7 @@ def test_overwrite_swaps_the_manifest_and_deletes_only_the_old_shards(s3, tmp_pa
         check_output(stale)
     import packtool.slabs.reader as reader  # a shard deleted after the open checks passed
     monkeypatch.setattr(reader, "check_output", lambda sm: None)
-    with pytest.raises(FormatError, match="listed in the manifest but missing; .* open it again"):
+    with pytest.raises(FormatError, match="listed in the manifest that path names but missing; .* open it again"):
         SlabIndex.build(stale)
     locate(out).join("notes.txt").write_bytes(b"mine")  # not packtool's: the prefix is refused
     with pytest.raises(PacktoolOutputError, match="notes.txt"):
