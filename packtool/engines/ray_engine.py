@@ -110,28 +110,63 @@ def _daemons_apart():
         services.ConsolePopen = popen
 
 
-class _AuthAdvisory(logging.Filter):
-    """Ray's advisory that it turned its token authentication on, its default (S38-8): on
-    stderr in every run that starts a local Ray ("Set RAY_AUTH_MODE=disabled to opt out"),
-    even under -q, about a node only this run uses; none of packtool's lines. The setting
-    stays Ray's (docs/SCALING.md says it); only the line goes."""
-    ADVISORY = "Token authentication is enabled for this Ray cluster"
+# What Ray's Python side logs while ray.init starts or joins a cluster for packtool (S38-8, and
+# stop 38's "Left" 2): on stderr through Python's last-resort handler, under -q and --json too,
+# where stderr holds packtool's lines only. Its advisory about its own default (token
+# authentication, "Set RAY_AUTH_MODE=disabled to opt out") concerns a node only this run uses:
+# dropped (the setting stays Ray's; docs/SCALING.md says it). What a user can act on is said as a
+# packtool note in packtool's words (an object store off /dev/shm); any other warning as a note
+# too, quoting Ray: nothing of Ray's reaches stderr but through packtool, and --json keeps it.
+AUTH_ADVISORY = "Token authentication is enabled for this Ray cluster"
+_SHM = re.compile(r"object store is using (\S+) instead of /dev/shm because /dev/shm has only (\d+) bytes")
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.ADVISORY)
+
+def _in_packtools_words(text: str) -> str | None:
+    """A Ray start-up warning as packtool says it (None: not said)."""
+    if text.startswith(AUTH_ADVISORY):
+        return None
+    if m := _SHM.search(text):
+        return (f"Ray's object store is in {m.group(1)}, not /dev/shm (only {int(m.group(2)) >> 20} MiB free there): "
+                f"moving data between Ray tasks is slower; free space in /dev/shm or enlarge it (in Docker, "
+                f"docker run --shm-size)")
+    return f"Ray said while starting: {' '.join(text.split())}"
+
+
+class _StartSaid(logging.Handler):
+    """Python's last-resort handler while ray.init runs: Ray's records held, any other passed on."""
+
+    def __init__(self, other: logging.Handler | None):
+        super().__init__(logging.WARNING)
+        self.other, self.said = other, []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name != "ray" and not record.name.startswith("ray."):
+            if self.other is not None:
+                self.other.handle(record)
+            return
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format: its format, as Ray wrote it
+            text = str(record.msg)
+        if (said := _in_packtools_words(text)) is not None:
+            self.said.append(said)
 
 
 @contextmanager
-def _no_auth_advisory():
-    """While ray.init runs: a local start says it (enable_token_auth_by_default), a join with
-    no address or `auto` too when a token is found (maybe_enable_token_auth_if_token_available)."""
-    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    quiet = _AuthAdvisory()
-    log.addFilter(quiet)
+def _rays_start_said():
+    """While ray.init runs, Ray's warnings are held and said after as packtool's notes. With
+    configure_logging=False ray.init empties its `ray` logger's handlers (which does not
+    propagate): its records then reach stderr through Python's last-resort handler, which is this
+    one meanwhile. Ray's loggers are left as ray.init leaves them."""
+    from packtool.notes import note
+    held = _StartSaid(logging.lastResort)
+    logging.lastResort = held
     try:
         yield
     finally:
-        log.removeFilter(quiet)
+        logging.lastResort = held.other
+        for said in dict.fromkeys(held.said):  # each once
+            note(said)
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -160,7 +195,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             with ray_reads(address):
                 if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)
                     check_answers(address)
-                with _own_sigterm(), _no_auth_advisory():
+                with _own_sigterm(), _rays_start_said():
                     if address:
                         ray.init(address=address, **kw)
                     else:  # "local": no address Ray finds itself (a `ray start` cluster here)
