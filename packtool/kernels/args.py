@@ -31,6 +31,9 @@ def integer_ids(name: str, t, what: str = "token ids") -> torch.Tensor:
     """t, refused unless it holds integers: a float, bool or complex tensor of ids is an error
     before any cast can truncate it."""
     dt = tensor(name, t).dtype
+    if dt == getattr(torch, "uint64", None):  # refused by dtype: a value check would cost a host sync
+        raise PacktoolInputError(f"{name} is torch.uint64: ids past 2^63-1 would wrap to negatives when widened "
+                                 f"to the kernels' int64; pass torch.long (or int32) {what}")
     if dt not in INTEGER_IDS:
         raise PacktoolInputError(f"{name} is {dt}: expected integer {what} (torch.long or int32; "
                                  f"a cast would turn 1.7 or True into id 1)")

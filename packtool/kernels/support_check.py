@@ -50,6 +50,12 @@ def local_ids(ids: torch.Tensor, start: int, v_local: int) -> torch.Tensor:
     return torch.where(own, loc, torch.full_like(loc, PAD)).to(torch.int32)
 
 
+def _wrapped(sampled: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Where `t` (sampled cast to the support's dtype) is not the id given: past int32, or a
+    uint32 id past 2^31 read as a negative."""
+    return t.to(torch.int64) != sampled.to(torch.int64)
+
+
 def _first(flags: torch.Tensor) -> tuple[int, int]:
     """(row, column) of the first True in a [N] or [N, K] mask."""
     nz = torch.nonzero(flags)[0].tolist()
@@ -91,6 +97,9 @@ def launch_checks(sampled, support, vocab_total: int, vocab_start: int, vocab_lo
 
     t = sampled.to(support.dtype)
     ids, pos, counts = check_rows(support, t, loss_mask, vocab_total, vocab_start, vocab_local, probe_rows)
+    if t.dtype.itemsize < sampled.dtype.itemsize or sampled.dtype.is_signed != t.dtype.is_signed:
+        # a sampled id the narrowing wrapped: one more verdict, read in the checks' one host sync
+        counts = torch.cat([counts, _wrapped(sampled, t).sum().reshape(1).to(counts.dtype)])
     valid = support[:, 0] >= 0  # launched before the sync: after it the GPU waits on the host
     rows = SupportRows(ids=ids, start=int(vocab_start), v_local=int(vocab_local), pos=pos, valid=valid, owned=-1)
     return PendingChecks(rows, counts, (sampled, support, vocab_total, vocab_start, vocab_local, loss_mask),
@@ -127,6 +136,7 @@ def _check_shapes(sampled, support, loss_mask=None) -> None:
 def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_mask) -> SupportRows:
     s = support  # int32 stays int32: every pass below moves half the bytes of int64
     t = sampled.to(s.dtype)
+    wrapped = _wrapped(sampled, t)
     valid = s[:, 0] >= 0 if s.shape[1] else torch.zeros_like(t, dtype=torch.bool)
     real = s >= 0
     outside = (s < PAD) | (s >= vocab_total)
@@ -138,7 +148,12 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
     local = s - vocab_start
     own = real & (local >= 0) & (local < vocab_local)
     flags = torch.stack([outside.any(), gap.any(), dup.any(), missing.any(), unsupported.any(),
-                         own.sum()]).tolist()  # the one host sync of the checks
+                         own.sum(), wrapped.any()]).tolist()  # the one host sync of the checks
+    if flags[6]:  # before "not among its candidates": the id compared was not the one given
+        n, _ = _first(wrapped)
+        raise PacktoolInputError(
+            f"{arg('sampled')}[{n}] = {int(sampled[n])} does not fit the support's {s.dtype} (the sampled id is "
+            f"compared as the support's dtype: it would wrap onto id {int(t[n])}); ids are in [0, vocab)")
     if flags[0]:
         n, k = _first(outside)
         raise PacktoolInputError(

@@ -111,6 +111,9 @@ def _one_kind(seqs: list, what: str) -> None:
                                   f"every sequence of a column one dtype (concatenating would promote it)")
 
 
+_WIDE_UNSIGNED = tuple(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n))
+
+
 def _integer_ids(input_ids, lengths) -> None:
     """Token ids and lengths are integers: the int64 cast would truncate a float (1.7 -> 1)."""
     if lengths is not None:
@@ -122,8 +125,11 @@ def _integer_ids(input_ids, lengths) -> None:
         except (RuntimeError, TypeError, ValueError, OverflowError) as e:  # 10**19, ragged lists
             raise OnlinePackError(f"input_ids[{i}] is not a tensor of token ids ({one_line(e)}): pass "
                                   f"integer ids from 0 to 2^63-1 (torch.long)") from None
+        where = "input_ids" if isinstance(input_ids, torch.Tensor) else f"input_ids[{i}]"
+        if dt in _WIDE_UNSIGNED:  # by dtype: torch computes little on them, and uint64 past 2^63 wraps in int64
+            raise OnlinePackError(f"{where} is a {dt} tensor: token ids are read as torch.long (ids past 2^63-1 "
+                                  f"would wrap to negatives); pass ids from 0 to 2^63-1 as torch.long or int32")
         if dt.is_floating_point or dt.is_complex or dt == torch.bool:
-            where = "input_ids" if isinstance(input_ids, torch.Tensor) else f"input_ids[{i}]"
             raise OnlinePackError(f"{where} is a {dt} tensor: token ids must be integers (the cast "
                                   f"to int64 would truncate 1.7 to 1); pass integer ids (torch.long)")
 
