@@ -18,7 +18,8 @@ import types
 
 import numpy as np
 import pytest
-from slab_support import edit_checksum, find_row, load_rows, read_manifest, save_manifest, save_rows, write_pack
+from slab_support import (PAD, edit_checksum, find_row, load_rows, read_manifest, save_manifest, save_rows,
+                          write_pack)
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolError
@@ -547,6 +548,85 @@ def test_every_consumer_refuses_what_the_reader_checks_skipped(corpus, corruptio
     assert not verify(get(corruption), workers=1).ok
     kind, got = _result(results, get, consumer, corruption, str(tmp_path))
     assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+
+
+def _plus(col, n):
+    def edit(c):
+        c[col][0] += n
+    return edit
+
+
+def _widen_first_segment(c, row, by):
+    """`by` pad positions more after slab `row`'s first segment: its tokens, offsets and T follow."""
+    end = int(c["cu_seqlens_padded"][row][1])
+    for col in ("input_ids", "loss_mask"):
+        c[col][row] = np.insert(c[col][row], end, np.full(by, PAD if col == "input_ids" else 0)).astype(c[col][row].dtype)
+    c["cu_seqlens_padded"][row][1:] += by
+    c["cp_offsets"][row] = (c["cu_seqlens_padded"][row] // ALIGN.cp).astype(c["cp_offsets"][row].dtype)
+
+
+def _pad_as_fill(c):
+    """S39-1: a segment widened by s pads counted as fill_pad (no --fixed-length): T - fill_pad still
+    the slab's length, so only the layout of its seq_lens tells the slab is over its capacity."""
+    _widen_first_segment(c, 0, ALIGN.s)
+    c["fill_pad"][0] += ALIGN.s
+
+
+def _fill_moved_into_segment(c):
+    """s tokens of a fixed-length slab's fill moved into its first segment: T and T - fill_pad as
+    they may be, the padded lengths not the layout of its seq_lens."""
+    r = find_row(c, lambda r: r["source_index"][-1] < 0 and r["fill_pad"] > FIXED_ALIGN.s)
+    _widen_first_segment(c, r, FIXED_ALIGN.s)
+    for col in ("input_ids", "loss_mask"):
+        c[col][r] = c[col][r][:-FIXED_ALIGN.s]
+    c["cu_seqlens_padded"][r][-1] -= FIXED_ALIGN.s
+    c["cp_offsets"][r][-1] = c["cu_seqlens_padded"][r][-1] // FIXED_ALIGN.cp
+    c["fill_pad"][r] -= FIXED_ALIGN.s
+
+
+def _figures(shard, fn):
+    """`fn`'s edit re-signed down to the manifest's token counts (each shard's `tokens`, `loss_tokens`
+    and `stats`, from the slabs' figures as the readers' open scan sums them): only the row's own
+    figures against its layout are left to tell the lie."""
+    def run(out):
+        import pyarrow.parquet as pq
+        _edit(shard, fn)(out)
+        m = read_manifest(out)
+        for s in m["shards"]:
+            t = pq.read_table(os.path.join(out, s["file"]),
+                              columns=["num_tokens", "layout_pad", "tail_pad", "fill_pad", "num_loss_tokens"])
+            s["tokens"] = sum(int(t[c].to_numpy().sum()) for c in ("num_tokens", "layout_pad", "tail_pad", "fill_pad"))
+            s["loss_tokens"] = int(t["num_loss_tokens"].to_numpy().sum())
+        m["stats"]["physical_tokens"] = sum(s["tokens"] for s in m["shards"])
+        m["stats"]["loss_tokens"] = sum(s["loss_tokens"] for s in m["shards"])
+        save_manifest(out, m)
+    return run
+
+
+# S39-1: every per-slab figure FORMAT.md derives from the row (the padded lengths, `layout_pad`,
+# `tail_pad`, `fill_pad` as layout.compute_layout gives them for its seq_lens; `num_tokens`,
+# `num_loss_tokens` as its sums), each a lie re-signed: verify rejects them all, so every consumer
+# refuses them (the standalone reader went by T - fill_pad alone and handed out an over-capacity slab)
+ROW_FIGURES = {"figure:num_tokens": _figures(SHARD0, _plus("num_tokens", 1)),
+               "figure:num_loss_tokens": _figures(SHARD0, _plus("num_loss_tokens", 1)),
+               "figure:layout_pad": _figures(SHARD0, _plus("layout_pad", 4)),
+               "figure:tail_pad": _figures(SHARD0, _plus("tail_pad", 4)),
+               "figure:layout_pad-for-tail_pad": _figures(SHARD0, _layout_pad),
+               "figure:fill_pad-without-fixed-length": _figures(SHARD0, _plus("fill_pad", ALIGN.t)),
+               "figure:pads-inside-a-segment-as-fill_pad": _figures(SHARD0, _pad_as_fill),
+               f"{FIXED}/figure:fill-moved-into-a-segment": _figures(SHARD1, _fill_moved_into_segment)}
+CORRUPTIONS.update(ROW_FIGURES)
+
+
+@pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])  # train: the dataset's
+@pytest.mark.parametrize("corruption", list(ROW_FIGURES))
+def test_every_consumer_refuses_a_slab_whose_figures_are_not_its_layout(corpus, corruption, consumer, tmp_path):
+    get, results = corpus
+    from packtool.verification.run import verify
+    assert not verify(get(corruption), workers=1).ok
+    kind, got = _result(results, get, consumer, corruption, str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+    assert (SHARD1 if corruption.startswith(f"{FIXED}/") else SHARD0) in got, got
 
 
 def _dp_ranks_unequal(c):
