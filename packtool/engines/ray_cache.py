@@ -36,7 +36,7 @@ from packtool.tokenize.cache import (
 )
 from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION
 from packtool.storage import file_stat, is_uri, join_uri, locate
-from packtool.tokenize.blank_lines import say_record
+from packtool.tokenize.blank_lines import say_record, stored
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.chat_keys import merge, say_unrendered
 from packtool.tokenize.checksum import both_digests, sha256_file
@@ -316,7 +316,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
                 inputs_meta[-1]["unrendered"] = bt.unrendered[fi]
             if bt.blank_lines[fi]:  # the same: said, and kept for reuse (chat_keys.say_stored says it then)
                 say_record(f.path, bt.blank_lines[fi])
-                inputs_meta[-1]["blank_lines"] = bt.blank_lines[fi]
+            inputs_meta[-1].update(stored(f.kind, bt.blank_lines[fi]))
         meta = {
             "format": CACHE_FORMAT, "version": CACHE_VERSION, "columns": _COLUMNS,
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),

@@ -159,6 +159,29 @@ def _line(block: bytes, first_line: int, at: int) -> int:
     return first_line + block.count(b"\n", 0, at) + 1
 
 
+# cache.json's per-input record holds `blank_lines` for every CSV/TSV file a cache counted in:
+# [count, first line], or null for none. A cache made before packtool counted a CSV file's blank
+# lines (stop 38) has no such key: reused, it said nothing, which reads as "no blank lines" where
+# nobody counted. Such a cache is stale (`uncounted`, in cache.cache_problem) and is rebuilt, once;
+# the key in cache.json is no part of the content, so the cache version stays.
+COUNTED = ("csv",)
+
+
+def stored(kind: str, rec) -> dict:
+    """What an input's cache.json record keeps of its blank lines (`rec`: BlankLines.record())."""
+    return {"blank_lines": rec} if rec or kind in COUNTED else {}
+
+
+def uncounted(inputs) -> str | None:
+    """Why a cache whose per-input records are `inputs` does not know its blank lines (None: it
+    does, for every file whose kind packtool counts them in)."""
+    for rec in inputs if isinstance(inputs, list) else ():
+        if isinstance(rec, dict) and rec.get("format") in COUNTED and "blank_lines" not in rec:
+            return (f"cache.json has no blank-line count for {rec.get('path')} (made before packtool counted a "
+                    f"CSV/TSV file's blank lines): rebuilt, so that they are counted and said")
+    return None
+
+
 def say_record(path: str, rec) -> None:
     """One note for a file (`rec`: `BlankLines.record()`, or what cache.json kept of it)."""
     if not rec:
@@ -169,4 +192,4 @@ def say_record(path: str, rec) -> None:
          f"to be there, or remove them")
 
 
-__all__ = ["BlankLines", "CsvBlankLines", "say_record"]
+__all__ = ["BlankLines", "CsvBlankLines", "say_record", "stored", "uncounted"]

@@ -319,6 +319,9 @@ def cache_problem(root: str, fingerprint: str | None = None, check=_check_serial
         return "cache.json is of another format or version"
     if fingerprint is not None and meta.get("fingerprint") != fingerprint:
         return "cache.json belongs to other inputs or options (fingerprint differs)"
+    from packtool.tokenize.blank_lines import uncounted
+    if (why := uncounted(meta.get("inputs"))) is not None:
+        return why
     sums, parts = meta.get("checksums"), meta.get("parts")
     if not isinstance(sums, dict) or not isinstance(parts, list):
         return "cache.json has no checksums"

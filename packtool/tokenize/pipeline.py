@@ -30,7 +30,7 @@ from packtool.side import side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
-from packtool.tokenize.blank_lines import BlankLines, say_record
+from packtool.tokenize.blank_lines import BlankLines, say_record, stored
 from packtool.tokenize.chat_keys import merge, say_stored, say_unrendered
 from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
@@ -265,7 +265,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                 extra["unrendered"] = unrendered
             if blank.count:  # kept too, said again on reuse (chat_keys.say_stored)
                 say_record(f.path, blank.record())
-                extra["blank_lines"] = blank.record()
+            extra.update(stored(f.kind, blank.record()))  # a CSV's none too: counted (blank_lines.uncounted)
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)
