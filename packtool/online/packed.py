@@ -203,6 +203,10 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
         if v.dim() > 2:
             raise OnlinePackError(f"side column {name!r} has shape {tuple(v.shape)}: one scalar or one "
                                   f"K-wide row per token")
+        if v.dim() == 2 and v.shape[1] == 0:  # the kernels and `pack --side-columns` refuse K=0 alike
+            raise OnlinePackError(f"side column {name!r} (side[{name!r}]) has shape {tuple(v.shape)}: 0 values per "
+                                  f"token; a K-wide row needs K >= 1: give [L] or [L, K >= 1], or leave the "
+                                  f"column out of side=")
         out[name] = (v.to(device), _column_fill(name, v.dtype, side_fill.get(name)))
     return out
 

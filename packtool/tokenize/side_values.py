@@ -162,12 +162,12 @@ class SideReader:
 
         def bad(msg, row=None, pin=False):
             """`row`: the row in this batch, or (row, token in it); --json gets column and token;
-            `pin`: the fix is a dtype in side_columns, whose flag --json names."""
+            `pin`: the fix is a dtype in side_columns (or the flag named), whose flag --json names."""
             row, token = row if isinstance(row, tuple) else (row, None)
             details = {"column": name} if token is None else {"column": name, "token": int(token)}
             return PacktoolInputError(f"side column {name}: {msg}", path=path, details=details,
                                       row=None if row is None else first_row + int(row),
-                                      flag=cli_flag("side_columns") if pin else None)
+                                      flag=cli_flag(pin if isinstance(pin, str) else "side_columns") if pin else None)
 
         if not _is_list(t):
             raise bad(f"holds {t}, not a list per row (one value, or one K-long list, per token)", 0)
@@ -188,6 +188,9 @@ class SideReader:
         row_ok = _valid(col)
         if row_ok is not None:
             self._refuse_null(np.flatnonzero(~row_ok & (lens > 0)), None, name, bad)
+        if nested and self.columns[i] is None:  # before the null check: `[]` per token is no null
+            flag = "support_columns" if kind == "support" else "side_columns"
+            self._refuse_zero_width(inner, tok, rel, name, flag, bad)
         if natural == "null":
             self._refuse_null(np.arange(len(tok)), rel, name, bad, "the value")
         c = self.columns[i]
@@ -219,6 +222,25 @@ class SideReader:
         dst = np.concatenate(([0], np.cumsum(lens)))[:-1]
         _copy_runs(flat, rel[:-1][row_ok] * K, dst[row_ok] * K, lens[row_ok] * K, out)
         return out
+
+    @staticmethod
+    def _refuse_zero_width(inner: pa.DataType, tok: pa.Array, rel: np.ndarray, name: str, flag: str, bad) -> None:
+        """K is the fixed_size_list's size or the first token list's length: K=0 is a column of no
+        values, which no kernel reads (they refuse it) and no manifest declares (width >= 1)."""
+        if pa.types.is_fixed_size_list(inner):
+            if inner.list_size or not len(tok):
+                return
+            pos = 0
+        else:
+            n = np.diff(_list_offsets(tok))
+            ok = _valid(tok)
+            first = np.flatnonzero(ok) if ok is not None else np.arange(min(n.size, 1))
+            if not first.size or n[first[0]]:
+                return
+            pos = int(first[0])
+        r = int(np.searchsorted(rel, pos, side="right")) - 1
+        raise bad(f"token {pos - int(rel[r])} holds 0 values; a K-wide row needs K >= 1 (rows and tokens count "
+                  f"from 0): give every token K >= 1 values, or drop {name} from {arg(flag)}", (r, pos - int(rel[r])), pin=flag)
 
     @staticmethod
     def _first_width(tok: pa.Array) -> int | None:
