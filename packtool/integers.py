@@ -55,12 +55,27 @@ def int_array(values, name: str, error: type[PacktoolError] = PacktoolInputError
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise error(f"{said} must be a 1-D array of {span}, got {arr.dtype} of shape {arr.shape}: "
                     f"an integer cast would truncate floats and read booleans as 1")
+    if not isinstance(values, np.ndarray) and arr.size:
+        _bool_item(values, arr, said, span, error, at)
     if arr.size and (int(arr.max()) > maximum or int(arr.min()) < minimum):
         i = int(np.argmax(arr)) if int(arr.max()) > maximum else int(np.argmin(arr))
         if at is not None:
             raise at(i, f"{int(arr[i])} tokens, outside {minimum}..{_power(maximum)}: {said} takes {span}")
         raise error(f"{said}[{i}] is {int(arr[i])}: {said} takes {span}")
     return arr if arr.dtype == np.int64 else arr.astype(np.int64)
+
+
+def _bool_item(values, arr: np.ndarray, said: str, span: str, error, at) -> None:
+    """A list holding a bool (Python, numpy, a 0-d torch or numpy bool) among its ints: numpy
+    makes the list int64, True read as 1, before the dtype test can see it. Only items that
+    became 0 or 1 can be one, so no loop over the whole list."""
+    for i in np.flatnonzero(arr <= 1).tolist():
+        v = values[i]
+        if isinstance(v, (bool, np.bool_)) or str(getattr(v, "dtype", "")) in ("bool", "torch.bool"):
+            why = f"{said} takes {span}, and a cast would read it as {int(bool(v))}"
+            if at is not None:
+                raise at(i, f"a bool ({bool(v)}) for its length: {why}")
+            raise error(f"{said}[{i}] is a bool ({bool(v)}): {why}")
 
 
 def _big_python_int(values, said: str, span: str, minimum: int, maximum: int, error, at) -> None:

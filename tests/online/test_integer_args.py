@@ -125,3 +125,45 @@ def test_attn_coef_too_large_for_a_float():
 def test_least_common_multiple_of_dp_and_bin_count_multiple_beyond_int64():
     with pytest.raises(PacktoolError, match="bin_count_multiple=.* with dp=.*above 2\\^63-1"):
         pack_step([5, 6], capacity=64, bin_count_multiple=2**62 + 1, dp=2**30)
+
+
+def _bool_items():
+    """every bool a caller's list can hold among its ints: numpy's list conversion makes the
+    list int64 (True -> 1) before a dtype test sees it (S39-4)."""
+    items = {"python True": True, "python False": False, "numpy True": np.True_, "0-d numpy bool": np.array(True)}
+    try:
+        import torch
+        items["0-d torch bool"] = torch.tensor(True)
+    except ImportError:
+        pass
+    return items
+
+
+BOOL_ITEMS = _bool_items()
+BOOL_CASES = [(e, b) for e in ARRAYS for b in BOOL_ITEMS]
+
+
+@pytest.mark.parametrize("entry,item", BOOL_CASES, ids=[f"{e}-{b}" for e, b in BOOL_CASES])
+def test_a_bool_inside_a_list_of_ints_is_refused_naming_its_index(entry, item):
+    call, name, good = ARRAYS[entry]
+    value = BOOL_ITEMS[item]
+    bad = good[:-1] + [value]
+    if entry == "micro_batches row_offsets":  # offsets start at 0: the bool goes first
+        bad = [value, good[-1]]
+    with pytest.raises(PacktoolError) as e:
+        call(bad)
+    msg = str(e.value)
+    at = 0 if entry == "micro_batches row_offsets" else len(good) - 1
+    assert "\n" not in msg and "bool" in msg and name in msg and f"{at}" in msg, msg
+
+
+def test_s39_4_rollout_lengths_with_a_flag_are_not_a_one_token_sequence():
+    torch = pytest.importorskip("torch")
+    al = Alignment(capacity=1024)
+    for v in (True, np.True_, torch.tensor(True)):
+        with pytest.raises(PacktoolError, match=r"^lengths\[1\] is a bool \(True\)"):
+            pack_step([100, v], al)
+    with pytest.raises(PacktoolError, match=r"^seg_lens\[1\] is a bool \(True\)"):
+        micro_batches([100, True], al, budget=2048)
+    # 1-valued ints of every kind a caller holds still pass
+    assert pack_step([100, 1, np.int64(1), torch.tensor(1)], al).rank_bins(0)[0].tolist() == [0, 1, 2, 3]

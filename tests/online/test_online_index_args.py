@@ -84,3 +84,11 @@ def test_no_sequences_and_an_index():
     with pytest.raises(OnlinePackError, match=r"micro_batches\[0\] holds sequence indices, but input_ids holds no"):
         thd_batches([], AL, [[0]], cp_size=1)
     assert thd_batches([], AL, [[]], cp_size=1) == [None]
+
+
+@pytest.mark.parametrize("item", [True, False, torch.tensor(True)], ids=["True", "False", "torch True"])
+def test_a_bool_among_int_indices_is_not_sequence_1(item):
+    """S39-4's class: `[0, True]` became int64 [0, 1] (sequence 1 trained on without a word)."""
+    with pytest.raises(OnlinePackError) as e:
+        _thd_batches([[0, item]])
+    assert "micro_batches[0][1] is a bool" in str(e.value) and "\n" not in str(e.value), str(e.value)
