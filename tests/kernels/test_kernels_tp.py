@@ -8,6 +8,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # inherited by the spawned ranks
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from spawned_ranks import join_gloo  # noqa: E402
 
 WORLD, N, H, V = 2, 24, 16, 2 * 150  # 150 per rank: not a multiple of the 128-wide block
 
@@ -15,7 +16,7 @@ WORLD, N, H, V = 2, 24, 16, 2 * 150  # 150 per rank: not a multiple of the 128-w
 def _worker(rank: int, init_file: str) -> None:
     from packtool.kernels import lm_head as L
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    join_gloo(rank, WORLD, init_file)
     try:
         g = torch.Generator().manual_seed(0)
         h = torch.randn(N, H, generator=g, dtype=torch.float64)

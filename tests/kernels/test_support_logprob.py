@@ -16,6 +16,8 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from spawned_ranks import join_gloo  # noqa: E402
+
 from packtool.errors import PacktoolInputError  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -414,7 +416,7 @@ WORLD = 2  # V = 300: 150 rows per rank, ragged against the 128-wide H block too
 
 
 def _tp_worker(rank: int, init_file: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    join_gloo(rank, WORLD, init_file)
     calls = []
     real_all_reduce = dist.all_reduce
 

@@ -29,6 +29,7 @@ from parity_harness import (  # noqa: E402
     uncut,
 )
 from parity_data import pack_layouts, take_rows  # noqa: E402
+from spawned_ranks import join_gloo, spawn_ranks  # noqa: E402
 
 SHAPE = GPTShape(layers=2, hidden=64, heads=4, ffn=128, vocab=32000, kv_heads=2, max_seq=1024)
 TOKENIZE = {"tokenizer": MISTRAL_DIR, "prompt_field": "question", "response_field": "answer"}
@@ -68,10 +69,8 @@ def work(tmp_path_factory):
 
 
 def _worker(rank, world, init, ref_path, runs, out):
-    import torch.distributed as dist
-
     from parity_harness import LAYOUTS, Reference, cut_param, run_layout
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    join_gloo(rank, world, init)
     ref = Reference.load(ref_path)
     rows = {tag: run_layout(LAYOUTS[name], ref, data, "cpu", cut=cut or cut_param)
             for tag, name, data, cut in runs}
@@ -80,28 +79,13 @@ def _worker(rank, world, init, ref_path, runs, out):
 
 
 def _spawn(work_dir, world, runs):
-    import torch.multiprocessing as mp
     tag = f"w{world}"
     out = os.path.join(work_dir, f"rows-{tag}.pt")
-    ctx = mp.get_context("spawn")
     args = (world, os.path.join(work_dir, f"init-{tag}"), os.path.join(work_dir, "ref.pt"),
             runs, out)
-    procs = [ctx.Process(target=_worker, args=(r,) + args) for r in range(world)]
-    # CPU ranks: the GPUs stay hidden from them, so on a machine with CUDA they take the CPU-only
-    # path too (parity_harness.cpu_buffers; megatron's SP embedding forks a CUDA RNG state else)
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        if hidden is None:
-            del os.environ["CUDA_VISIBLE_DEVICES"]
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
-    for p in procs:
-        p.join(timeout=300)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    # CPU ranks (parity_harness.cpu_buffers): spawn_ranks hides the GPUs from them
+    codes = spawn_ranks(_worker, world, args)
+    assert codes == [0] * world, codes
     return torch.load(out, weights_only=False)
 
 

@@ -10,6 +10,8 @@ import torch
 
 pytest.importorskip("megatron.core")
 
+from spawned_ranks import join_gloo, spawn_ranks  # noqa: E402
+
 from packtool.align import Alignment  # noqa: E402
 from packtool.layout import compute_layout  # noqa: E402
 
@@ -29,14 +31,11 @@ def _batch_arrays():
 
 
 def _run(tp, rank=0, init_file=None):
-    import torch.distributed as dist
-
     from packtool.megatron.model import GPTShape, build_gpt, token_losses
     from packtool.megatron.parallel import init_parallel
     from packtool.megatron.thd import make_thd_batch
     if tp > 1:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                                world_size=tp)
+        join_gloo(rank, tp, init_file)
     init_parallel(tp, 1, "cpu")
     model = build_gpt(GPTShape(**SHAPE_KW), seed=3, tp=tp)
     b = make_thd_batch(*_batch_arrays())
@@ -54,15 +53,9 @@ def _worker(rank, init_file, out):
 
 
 def test_tp2_equals_tp1(tmp_path):
-    import torch.multiprocessing as mp
     out = str(tmp_path / "r")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, str(tmp_path / "init"), out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=240)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    codes = spawn_ranks(_worker, 2, (str(tmp_path / "init"), out), timeout=240)
+    assert codes == [0, 0], codes
     ref_loss, ref_grads = _run(1)
     shards = [torch.load(f"{out}.{r}", weights_only=False) for r in range(2)]
     for s in shards:

@@ -6,12 +6,11 @@ divergence are of finite weights), and a weight decay that steps every weight to
 check). Each rank must raise the same one line; none may hang or finish."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytest.importorskip("megatron.core")
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from spawned_ranks import join_gloo, spawn_ranks  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
 
@@ -20,11 +19,9 @@ CASES = [("dp2", "lr"), ("tp2", "lr"), ("cp2", "lr"), ("tp2", "weights")]
 
 
 def _worker(rank, init, data, layout, case, save, out):
-    import torch.distributed as dist
-
     from packtool.megatron.loop import TrainConfig, train
     from packtool.megatron.model import GPTShape
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)
+    join_gloo(rank, 2, init)
     kw = dict(lr=1e6, steps=8) if case == "lr" else dict(weight_decay=1e300, steps=2)
     try:
         train(TrainConfig(data_dir=data, shape=GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=128),
@@ -38,30 +35,12 @@ def _worker(rank, init, data, layout, case, save, out):
 
 @pytest.mark.parametrize("layout, case", CASES, ids=[f"{a}-{b}" for a, b in CASES])
 def test_every_rank_stops_at_the_same_step_with_the_same_line(tmp_path, layout, case):
-    import torch.multiprocessing as mp
     align = Alignment(capacity=64, **LAYOUTS[layout])
     seqs = random_sequences(24, 3, 30, seed=8)
     data = str(write_slab_dir(str(tmp_path / "d"), seqs, greedy_bins(seqs, align), align))
     out, save = str(tmp_path / "said"), str(tmp_path / "ck")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, str(tmp_path / "init"), data, layout, case, save, out))
-             for r in range(2)]
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU ranks (as test_megatron_parity_cpu)
-    try:
-        for p in procs:
-            p.start()
-    finally:
-        if hidden is None:
-            del os.environ["CUDA_VISIBLE_DEVICES"]
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = hidden
-    for p in procs:
-        p.join(timeout=300)
-    hung = [p.pid for p in procs if p.exitcode is None]
-    for p in procs:
-        if p.exitcode is None:
-            p.kill()
+    codes = spawn_ranks(_worker, 2, (str(tmp_path / "init"), data, layout, case, save, out))
+    hung = [r for r, c in enumerate(codes) if c is None]
     assert not hung, f"ranks {hung} still running: one rank left a collective the other waits in"
     said = [open(f"{out}.{r}").read() for r in range(2)]
     assert said[0] == said[1], said
