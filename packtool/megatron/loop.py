@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -234,20 +235,39 @@ def train(cfg: TrainConfig, source: Optional[Callable[[PackedSlabDataset, int], 
           = None) -> TrainResult:
     """Train per `cfg`. `source(dataset, start_step)` may replace the dataset's own steps
     (the benchmark feeds padded micro-batches of the same data through the same loop)."""
-    with torch_allocations(cfg.device):
-        return _train(cfg, source)
+    with torch_allocations(cfg.device), ExitStack() as held:
+        return _train(cfg, source, held)
 
 
-def _train(cfg: TrainConfig, source) -> TrainResult:
+def hold_written(cfg: TrainConfig, held: ExitStack) -> tuple[TrainConfig, bool]:
+    """Check --save and --json-log, hold them for the run (output.lock, the lock `pack -o`
+    takes) and check them again: two runs that both found the folder empty or the log new at
+    start saved over each other's checkpoint and interleaved their logs, both exiting 0. Held by
+    the run's rank 0 (RANK; its other ranks are the same run); the second check sees a run that
+    finished between the first and the lock. Returns the config (--save resolved) and whether
+    the log is appended to."""
+    from packtool.output.files import resolve
+    from packtool.output.lock import holding
+    for again in (False, True):
+        save = check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp) if cfg.save else None
+        append_log = check_json_log(cfg) if cfg.json_log else False
+        if again or os.environ.get("RANK", "0") != "0":
+            break
+        if save:
+            held.enter_context(holding(save, cfg.save, "save", "train", "checkpoint folder"))
+        if cfg.json_log:
+            held.enter_context(holding(resolve(cfg.json_log), cfg.json_log, "json_log", "train", "log"))
+    return dataclasses.replace(cfg, save=save), append_log
+
+
+def _train(cfg: TrainConfig, source, held: ExitStack) -> TrainResult:
     sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
     if cfg.fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
         from packtool.megatron.fp8 import check_recipe
         check_recipe(cfg.fp8, cfg.device)
     # slabs that do not fit this layout are refused before any process group or model exists
     check_training_layout(SlabManifest.read(cfg.data_dir, "data_dir").alignment, cfg.tp, cfg.cp, sp, cfg.fp8)
-    if cfg.save:
-        cfg = dataclasses.replace(cfg, save=check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp))
-    append_log = check_json_log(cfg) if cfg.json_log else False
+    cfg, append_log = hold_written(cfg, held)
     info = init_parallel(cfg.tp, cfg.cp, cfg.device)
     # the data is read before the model is built: a budget or checkpoint it refuses costs no model
     ds = PackedSlabDataset(cfg.data_dir, dp_rank=info.dp_rank, dp_size=info.dp,

@@ -6,7 +6,7 @@ nothing but its own manifest and shards; `--overwrite` replaces only such an out
 shard is packtool's only when its name follows the shard naming rule and its size and
 checksum are the manifest's. The path is resolved once (`~`, `./out/./`, a link followed
 once, a dangling link refused), checked before any work, and that path is used to the end.
-A lock file beside the output (`.<name>.packtool.lock`, fcntl; see files.open_lock) is held
+A lock file beside the output (`.<name>.packtool.lock`, fcntl; see output.lock.take) is held
 for the whole run, so a second writer fails at once. Temporary and spill folders carry the
 owner's marker (output.leftovers); a later run removes those it proves a dead run's (and
 restores a previous output a kill left half-swapped, marked before it was set aside). SIGTERM is turned into an exit that runs the same clean-up as
@@ -14,31 +14,23 @@ Ctrl-C; parent folders a failed run created go too. Nothing packtool did not wri
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import signal
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag, missing
 from packtool.output.files import (
     SPILL_TAG,
     TMP_TAG,
-    make_parents,
     make_temp_dir,
     nearest_existing,
-    lock_owner,
-    lock_text,
-    open_lock,
     refused,
-    remove_created,
     resolve,
     resolve_folder,
-    unlink_if_same,
 )
+from packtool.output.lock import Held, lock_file, release, take
 from packtool.output.leftovers import mark, owned_temp_dir, unmark
 from packtool.output.owned import owned_names, remove_previous, say
 from packtool.output.relations import check_relations, packed_problem
@@ -106,66 +98,16 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
 
 # --- the claim: lock, stale clean-up, SIGTERM -------------------------------------------
 
-@dataclass
-class _Held:
-    fd: int
-    lock_path: str
-    count: int
-    made: list[str] = field(default_factory=list)  # parent folders this run created
-
-
-_HELD: dict[str, _Held] = {}
+_HELD: dict[str, Held] = {}
 _HELD_LOCK = threading.Lock()
 
 
 def lock_path(output: str) -> str:
-    out = resolve_folder(output)
-    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.packtool.lock")
+    return lock_file(resolve_folder(output))
 
 
-def _take_lock(output: str, shown: str) -> _Held:
-    path = lock_path(output)
-    made: list[str] = []
-    try:
-        made = make_parents(os.path.dirname(path))
-        fd = open_lock(path, shown)
-    except OSError as e:
-        remove_created(made)
-        raise PacktoolOutputError(f"cannot be written: {e.strerror} ({os.path.dirname(path)}); "
-                                  f"pick another {arg('output')}", path=shown, flag=cli_flag("output")) from None
-    except BaseException:
-        remove_created(made)
-        raise
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            os.close(fd)
-            raise
-        try:
-            owner = lock_owner(fd)
-        finally:
-            os.close(fd)
-        raise PacktoolOutputError(f"another packtool pack (pid {owner}) is writing this output; "
-                                  f"wait for it to finish or pick another {arg('output')}",
-                                  path=shown, flag=cli_flag("output")) from None
-    try:
-        same = os.lstat(path).st_ino == os.fstat(fd).st_ino  # not unlinked by a finishing run
-    except FileNotFoundError:
-        same = False
-    if not same:
-        os.close(fd)
-        return _take_lock(output, shown)
-    os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
-    os.pwrite(fd, lock_text(), 0)  # the proof a later run reopens it on (output.lock)
-    return _Held(fd, path, 1, made)
-
-
-def _release(h: _Held, failed: bool) -> None:
-    unlink_if_same(h.lock_path, h.fd)  # while still locked: a waiting run re-checks the inode
-    os.close(h.fd)
-    if failed:
-        remove_created(h.made)
+def _take_lock(output: str, shown: str) -> Held:
+    return take(resolve_folder(output), shown, "output", "pack", "output")
 
 
 @contextmanager
@@ -233,7 +175,7 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
     finally:
         with _HELD_LOCK:
             _HELD.pop(key, None)
-        _release(held, failed and not os.path.lexists(key))
+        release(held, failed and not os.path.lexists(key))
 
 
 # --- temporary folders and the swap -----------------------------------------------------

@@ -7,6 +7,11 @@ file of this user holding the line packtool writes there (`lock_text`: a pid alo
 is what a user's file of that name may hold, so neither is proof). Anything else is refused in
 one line naming it, never truncated nor removed; an empty file another run holds the flock on is
 that run's lock between its create and its write (the caller's flock then says who).
+
+`take` / `holding` hold such a lock for a whole run on any path a run checks at its start and
+writes later (`pack -o`, `train --save`, `train --json-log`): two runs that both found the path
+free at start would otherwise both write it (a checkpoint saved over another's, two runs'
+lines interleaved in one log). The lock names the command holding it, for the run refused.
 """
 from __future__ import annotations
 
@@ -15,23 +20,34 @@ import fcntl
 import os
 import re
 import stat
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
 
 from packtool.errors import PacktoolOutputError, arg
-from packtool.output.writes import NEW_FILE_MODE
+from packtool.output.writes import NEW_FILE_MODE, make_parents, remove_created
 
-_LOCK_TEXT = re.compile(rb"^packtool lock, pid (\d+)\n\Z")  # \Z: `\n$` would take a second newline
+# \Z: `\n$` would take a second newline; the command is absent in a lock of an older packtool
+_LOCK_TEXT = re.compile(rb"^packtool lock, pid (\d+)(?:, ([a-z]+))?\n\Z")
 _MAX = 64  # longer than any lock_text: what a reopen reads
 
 
-def lock_text(pid: int | None = None) -> bytes:
-    """What packtool writes into its lock file once it holds the flock: the proof it is ours."""
-    return f"packtool lock, pid {os.getpid() if pid is None else pid}\n".encode()
+def lock_text(pid: int | None = None, command: str | None = None) -> bytes:
+    """What packtool writes into its lock file once it holds the flock: the proof it is ours,
+    and the command holding it (`pack`, `train`) for the message of a run it refuses."""
+    said = f", {command}" if command else ""
+    return f"packtool lock, pid {os.getpid() if pid is None else pid}{said}\n".encode()
 
 
 def lock_owner(fd: int) -> str:
     """The pid a held lock names, for the message of the run that waits ("?" while unwritten)."""
     m = _LOCK_TEXT.match(os.pread(fd, _MAX, 0))
     return m.group(1).decode() if m else "?"
+
+
+def _owner_command(fd: int) -> str | None:
+    m = _LOCK_TEXT.match(os.pread(fd, _MAX, 0))
+    return m.group(2).decode() if m and m.group(2) else None
 
 
 def open_lock(path: str, shown: str, flag: str = "output") -> int:
@@ -74,6 +90,81 @@ def _held(fd: int) -> bool:
     return False
 
 
+def lock_file(target: str) -> str:
+    """The lock of the resolved path `target`: `.<name>.packtool.lock` beside it."""
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.packtool.lock")
+
+
+@dataclass
+class Held:
+    fd: int
+    lock_path: str
+    count: int = 1
+    made: list[str] = field(default_factory=list)  # parent folders this run created
+
+
+def take(target: str, shown: str, flag: str, command: str, what: str) -> Held:
+    """Hold the lock of the resolved path `target` (`shown`: as the user typed it) for this
+    process, or refuse at once in one line naming `flag` and the run (`command`, pid) that
+    holds it. `what`: the path's kind in that line (output, checkpoint folder, log)."""
+    path = lock_file(target)
+    made: list[str] = []
+    try:
+        made = make_parents(os.path.dirname(path))
+        fd = open_lock(path, shown, flag)
+    except OSError as e:
+        remove_created(made)
+        raise PacktoolOutputError(f"cannot be written: {e.strerror} ({os.path.dirname(path)}); "
+                                  f"pick another {arg(flag)}", path=shown, flag=arg(flag)) from None
+    except BaseException:
+        remove_created(made)
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            os.close(fd)
+            raise
+        try:
+            owner, by = lock_owner(fd), _owner_command(fd) or command
+        finally:
+            os.close(fd)
+        remove_created(made)
+        raise PacktoolOutputError(f"another packtool {by} (pid {owner}) is writing this {what}; "
+                                  f"wait for it to finish or pick another {arg(flag)}",
+                                  path=shown, flag=arg(flag)) from None
+    try:
+        same = os.lstat(path).st_ino == os.fstat(fd).st_ino  # not unlinked by a finishing run
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return take(target, shown, flag, command, what)
+    os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
+    os.pwrite(fd, lock_text(command=command), 0)  # the proof a later run reopens it on
+    return Held(fd, path, 1, made)
+
+
+def release(h: Held, failed: bool) -> None:
+    """Give the lock up (its file removed); `failed`: the parents `take` made go too, if empty."""
+    unlink_if_same(h.lock_path, h.fd)  # while still locked: a waiting run re-checks the inode
+    os.close(h.fd)
+    if failed:
+        remove_created(h.made)
+
+
+@contextmanager
+def holding(target: str, shown: str, flag: str, command: str, what: str) -> Iterator[Held]:
+    """`take` for the block, released at its end (parents it made removed if the block failed)."""
+    h = take(target, shown, flag, command, what)
+    failed = True
+    try:
+        yield h
+        failed = False
+    finally:
+        release(h, failed)
+
+
 def unlink_if_same(path: str, fd: int) -> None:
     """Remove `path` only while it still names the open file `fd`."""
     try:
@@ -83,4 +174,4 @@ def unlink_if_same(path: str, fd: int) -> None:
         pass
 
 
-__all__ = ["lock_owner", "lock_text", "open_lock", "unlink_if_same"]
+__all__ = ["Held", "holding", "lock_file", "lock_owner", "lock_text", "open_lock", "release", "take", "unlink_if_same"]
