@@ -22,7 +22,7 @@ import numpy as np
 
 from packtool.errors import PacktoolFormatError, PacktoolInputError, arg, cli_flag
 
-__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "nonfinite", "side_columns_from_manifest",
+__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "name_problem", "nonfinite", "side_columns_from_manifest",
            "side_columns_to_manifest", "parse_names"]
 
 DTYPES = ("float32", "float64", "int32", "int64")
@@ -38,6 +38,19 @@ RESERVED = frozenset((
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")  # a Parquet column, a batch key and a CLI list item
 
 
+def name_problem(name) -> str | None:
+    """Why `name` cannot name a side column (None when it can): the one rule for
+    `pack --side-columns`, SideColumn and `packtool.online`'s `side=` keys, so that rollouts
+    packed online can be saved through `pack` under the same names."""
+    if not isinstance(name, str):
+        return f"a name is a str of letters, digits and _, not {type(name).__name__}"
+    if not _NAME.match(name):
+        return "a name is letters, digits and _ (not starting with a digit, at most 128 characters)"
+    if name in RESERVED:
+        return "the name is one of packtool's own columns or batch keys; rename the column"
+    return None
+
+
 @dataclass(frozen=True)
 class SideColumn:
     """One per-token side column. `fill=None` means the default: 0.0 for floats, -1 for ints."""
@@ -50,12 +63,9 @@ class SideColumn:
 
     def __post_init__(self) -> None:
         where = f"side column {self.name!r}"
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise PacktoolInputError(f"{where}: a name is letters, digits and _ (not starting with a digit, "
-                                     f"at most 128 characters)", flag=cli_flag("side_columns"))
-        if self.name in RESERVED:
-            raise PacktoolInputError(f"{where}: the name is one of packtool's own columns or batch keys; "
-                                     f"rename the input column", flag=cli_flag("side_columns"))
+        why = name_problem(self.name)
+        if why:
+            raise PacktoolInputError(f"{where}: {why}", flag=cli_flag("side_columns"))
         if self.dtype not in DTYPES:
             raise PacktoolInputError(f"{where}: dtype {self.dtype!r} is not one of {', '.join(DTYPES)}; "
                                      f"cast the input column", flag=cli_flag("side_columns"))

@@ -31,6 +31,7 @@ from packtool.layout import (
 from packtool.errors import one_line
 from packtool.integers import INT32_MAX, short
 from packtool.params import expect, torch_device
+from packtool.side import name_problem
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
@@ -187,6 +188,11 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
         if not isinstance(d, Mapping):
             raise OnlinePackError(f"{what} must be a dict of column name -> {'tensors' if what == 'side' else 'fill'}"
                                   f", got {type(d).__name__} {short(d)}")
+    for name in side:  # pack --side-columns' rule: a later save of these rollouts through pack takes the name
+        why = name_problem(name)
+        if why:
+            raise OnlinePackError(f"side[{short(name)}] is not a usable side column name: {why} "
+                                  f"(the rule of pack's side columns, so that these rollouts can be saved under it)")
     stray = sorted(map(str, set(side_fill) - set(side)))
     if stray:
         raise OnlinePackError(f"side_fill names {stray[0]!r}, not a side column (side= holds "

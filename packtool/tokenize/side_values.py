@@ -48,8 +48,12 @@ def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...
     pinned dtype or None, kind) per column; a support column not in the list is added."""
     out: dict[str, list] = {}
     for item in items or ():
-        name, _, dtype = str(item).partition(":")
+        name, colon, dtype = str(item).partition(":")
         (name,) = parse_names(name) or ("",)
+        if colon and not dtype.strip():  # `x:` is a pin left half-typed, not plain `x`
+            raise PacktoolInputError(f"{arg('side_columns')}: {item!r}: DTYPE is empty; give NAME (the input's "
+                                     f"type) or NAME:DTYPE with DTYPE one of {', '.join(DTYPES)}",
+                                     flag=cli_flag("side_columns"))
         dtype = dtype.strip() or None
         if not name or (dtype is not None and dtype not in DTYPES):
             raise PacktoolInputError(f"{arg('side_columns')}: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "

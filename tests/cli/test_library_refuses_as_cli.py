@@ -74,6 +74,10 @@ CASES = {
                                  lambda t: _pack(t, "--shape", "tokens", "--text-field", "text"), "--text-field"),
     "side_columns empty name": (lambda t: TokenizeConfig(side_columns="f,"), "side_columns",
                                 lambda t: _pack(t, "--side-columns", "f,"), "--side-columns"),
+    "side_columns empty DTYPE": (lambda t: TokenizeConfig(side_columns="f:"), "DTYPE is empty",
+                                 lambda t: _pack(t, "--side-columns", "f:"), "--side-columns"),
+    "side_columns blank DTYPE": (lambda t: TokenizeConfig(side_columns=("f: ",)), "DTYPE is empty",
+                                 lambda t: _pack(t, "--side-columns", "g,f: "), "--side-columns"),
     "support_columns empty name": (lambda t: TokenizeConfig(support_columns=["f", ""]), "support_columns",
                                    lambda t: _pack(t, "--support-columns", ",f"), "--support-columns"),
     "train device": (lambda t: _train_config(device="tpu"), "device",
@@ -103,3 +107,19 @@ def test_the_command_line_refuses_naming_its_flag(tmp_path, case):
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and flag in line, line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spec", ["x:", "x: ", "y,x:"])
+def test_an_empty_dtype_pin_is_refused_not_read_as_the_bare_name(tmp_path, spec):
+    """S39-9: `--side-columns 'x:'` packed as plain `x` (exit 0) where `x:FLOAT32` is refused."""
+    rows = [{"input_ids": [1, 2, 3], "x": [0.5, 0.25, 0.125], "y": [1, 2, 3]},
+            {"input_ids": [4, 5], "x": [1.0, 2.0], "y": [4, 5]}]
+    (tmp_path / "rl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["pack", str(tmp_path / "rl.jsonl"), "-C", "64", "-o", str(tmp_path / "out"), "--cache-dir",
+            str(tmp_path / "cache"), "-q", "--side-columns"]
+    r = runner.invoke(app, [*argv, spec])
+    assert r.exit_code == EXIT_USAGE, r.stdout + r.stderr
+    line = r.stderr.strip().splitlines()
+    assert len(line) == 1 and line[0].startswith("error: --side-columns") and "DTYPE is empty" in line[0], line
+    assert not (tmp_path / "out").exists()
+    assert runner.invoke(app, [*argv, spec.replace(":", "").strip()]).exit_code == 0  # the bare name packs
