@@ -101,6 +101,19 @@ def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int |
     ds.reader.bound_ids(top, said)
 
 
+def check_max_seq(ds: "PackedSlabDataset", max_seq: int, whose: str) -> None:
+    """The model's declared `max_seq` (`whose`: where it came from) is at least the output's longest
+    padded segment, the positions a THD batch asks of it (its max_seqlen): RoPE itself takes any
+    length, so a shape below its data trained without a word. Reads only the row groups of slabs
+    longer than max_seq, before the model is built."""
+    from packtool.slabs.reader import longest_segment
+    found = longest_segment(ds.manifest, ds.index, max_seq)
+    if found is not None:
+        raise PacktoolConfigError(f"{arg('max_seq', max_seq)} of {whose} is below the output's longest segment, "
+                                  f"{found[0]} tokens ({found[1]}, rows count from 0): give {arg('max_seq')} "
+                                  f"at least {found[0]}")
+
+
 class PackedSlabDataset:
     """Streams a packtool slab directory as optimizer steps of THD micro-batches.
 

@@ -31,7 +31,7 @@ from packtool.megatron.checkpoint import (CKPT, check_resumed_data, check_resume
                                           check_room, load_checkpoint, restore, save_checkpoint, state_bytes,
                                           trained_vocab)
 from packtool.megatron.compat import check_training_layout
-from packtool.megatron.dataset import PackedSlabDataset, Step, check_token_ids
+from packtool.megatron.dataset import PackedSlabDataset, Step, check_max_seq, check_token_ids
 from packtool.megatron.memory import check_fits, torch_allocations
 from packtool.megatron.finite import check_weights, diverged, json_line, step_is_finite
 from packtool.megatron.flops import H200_BF16_DENSE, train_flops
@@ -290,6 +290,7 @@ def _train(cfg: TrainConfig, source, held: ExitStack) -> TrainResult:
                          f"vocabulary {shape.vocab}")
     check_token_ids(ds, shape.vocab, cfg.vocab_size, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape",
                     trained=trained_vocab(ckpt, data, cfg.data_dir) if ckpt else None)
+    check_max_seq(ds, shape.max_seq, f"the checkpoint {ckpt['path']}" if ckpt else "the model shape")
     note_inert(cfg, ckpt["step"] if ckpt else 0)
     note_unused_side(cfg, ds.manifest.side_columns, info.is_main)
     check_fits(shape, cfg.tp, str(info.device))  # before the build: too large a model swapped for hours

@@ -36,7 +36,9 @@ def _yaml_shape(path: str) -> dict:
         what = " ".join(str(getattr(e, "problem", None) or e).split())
         raise PacktoolInputError(f"is not a YAML file packtool reads{where} ({what}): give a mapping such as "
                                  f"`layers: 2` (plain YAML, no tags)", path=path, flag="--config") from None
-    raw = {} if raw is None else raw
+    if raw is None or raw == {}:  # an empty file: a shape nobody wrote, the defaults taken without a word
+        raise PacktoolInputError(f"holds no keys: give at least one of {list(_SHAPE_KEYS)} (e.g. `layers: 2`), "
+                                 f"or leave out --config", path=path, flag="--config")
     if not isinstance(raw, dict):
         raise PacktoolInputError(f"holds a {type(raw).__name__}, not a mapping of keys: give e.g. `layers: 2`",
                                  path=path, flag="--config")
@@ -184,13 +186,16 @@ def train_command(
     shape, resume_shape = None, {}
     # the shape flags default to None so that one typed with --load is told from one left out
     typed = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("ffn", ffn)) if v is not None}
+    yaml_keys = _yaml_shape(config) if config else {}
     if load:  # the checkpoint holds the shape: what was typed or configured must agree with it
-        resume_shape = {**typed, **(_yaml_shape(config) if config else {})}
+        resume_shape = {**typed, **yaml_keys}
         if vocab_size is not None:  # checked against the output here, against the checkpoint by train()
             _vocab(man, vocab_size)
     else:
-        shape = _shape(man, typed, _yaml_shape(config) if config else {}, config, vocab_size, tp)
-    with spelled_as(_FLAGS):  # TrainConfig's checks name this command's flags
+        shape = _shape(man, typed, yaml_keys, config, vocab_size, tp)
+    # TrainConfig's checks name this command's flags; train()'s max_seq check the key and its file
+    max_seq = f"{config}: max_seq" if "max_seq" in yaml_keys else "--config's max_seq"
+    with spelled_as({**_FLAGS, "max_seq": max_seq}):
         cfg = TrainConfig(data_dir=data_dir, shape=shape, tp=tp, cp=cp, steps=steps, lr=lr,
                           warmup=warmup, micro_batch_tokens=micro_batch_tokens, vocab_size=vocab_size,
                           grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,

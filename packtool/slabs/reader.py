@@ -333,3 +333,23 @@ def check_rows(manifest: SlabManifest, extra: tuple[str, ...] = (), advance=None
         advance(len(manifest.shards) - done)
     cat["seq_lens"] = np.concatenate(lens) if lens else np.zeros(0, np.int32)
     return index, cat
+
+
+def longest_segment(manifest: SlabManifest, index: SlabIndex, above: int) -> tuple[int, str] | None:
+    """The longest padded segment (what sizes a model's positions: THD's max_seqlen) when one is
+    longer than `above`, with its shard and row; None when none is. Only row groups holding a slab
+    longer than `above` are read, and only their cu_seqlens_padded: nothing when none is."""
+    slab_len = index.stripped + index.tail_pad + index.fill_pad
+    over = np.flatnonzero(slab_len > above)
+    best: tuple[int, str] | None = None
+    for si, rg in sorted(set(zip(index.shard[over].tolist(), index.row_group[over].tolist()))):
+        path = manifest.shard_path(si)
+        values, offsets = list_parts(_read_group(_open(manifest, si), rg, ["cu_seqlens_padded"], path)
+                                     .column(0).combine_chunks())
+        seg = np.diff(values.astype(np.int64))
+        seg[offsets[1:-1] - 1] = 0  # a row's last offset to the next row's 0 is no segment
+        k = int(np.argmax(seg)) if seg.size else 0
+        if seg.size and seg[k] > above and (best is None or seg[k] > best[0]):
+            row = int(np.searchsorted(offsets, k, side="right")) - 1
+            best = (int(seg[k]), f"{path} row group {rg} row {row}")
+    return best

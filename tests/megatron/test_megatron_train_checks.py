@@ -41,7 +41,11 @@ CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "
           ("{hidden: 64, hidden: 128}", "line 1: key 'hidden' appears twice"),
           ("hidden: 64\n'hidden': 128", "line 2: key 'hidden' appears twice"),
           ("layers: 2\n2: 1\n0x2: 1", "line 3: key 2 appears twice"),
-          ("hidden:\n  a: 1\n  a: 2", "line 3: key 'a' appears twice")]
+          ("hidden:\n  a: 1\n  a: 2", "line 3: key 'a' appears twice"),
+          # S39-3: a shape below its data (RoPE takes any length: max_seq had no effect) and a file of no
+          # keys (the defaults taken without a word), in every form YAML reads as nothing
+          ("max_seq: 8", "max_seq=8 of the model shape is below the output's longest segment"),
+          ("", "holds no keys"), ("# layers: 2", "holds no keys"), ("{}", "holds no keys"), ("~", "holds no keys")]
 
 
 @pytest.mark.parametrize("flags, said", FLAGS + [(f"--config {y}", s) for y, s in CONFIG],
@@ -82,3 +86,43 @@ def test_library_shape_names_the_argument(key, value):
 def test_library_train_config_names_the_argument(key, value):
     with pytest.raises(PacktoolConfigError, match=rf"^{key}\b"):
         TrainConfig(data_dir="d", **{key: value})
+
+
+def _longest_segment(out):
+    import numpy as np
+    import pyarrow.parquet as pq
+    from packtool.slabs.format import SlabManifest
+    sm = SlabManifest.read(out)
+    return max(int(np.diff(cu).max()) for i in range(len(sm.shards))
+               for cu in pq.read_table(sm.shard_path(i), columns=["cu_seqlens_padded"]).column(0).to_pylist())
+
+
+@pytest.mark.parametrize("face", ["library", "cli"])
+def test_max_seq_below_the_longest_segment_is_refused_naming_it(slabs, tmp_path, face):
+    """S39-3: the exact bound, on both faces: max_seq one below the longest padded segment is refused
+    (naming the key, its file on the command line, and the segment's shard and row), at it trains."""
+    from packtool.cli.app import app
+    from packtool.megatron.loop import train
+    longest = _longest_segment(slabs)
+    for max_seq, ok in ((longest - 1, False), (longest, True)):
+        if face == "library":
+            cfg = TrainConfig(data_dir=slabs, shape=GPTShape(**{**SHAPE, "vocab": 50304, "max_seq": max_seq}),
+                              device="cpu", steps=1, log_every=100)
+            if ok:
+                train(cfg)
+                continue
+            with pytest.raises(PacktoolConfigError) as e:
+                train(cfg)
+            said = str(e.value)
+        else:
+            (tmp_path / "m.yaml").write_text(f"max_seq: {max_seq}\nlayers: 1\nhidden: 32\nheads: 2\n")
+            r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", "--config",
+                                         str(tmp_path / "m.yaml"), "--save", str(tmp_path / f"ck{max_seq}")])
+            assert r.exit_code == (0 if ok else 2) and "Traceback" not in r.output, r.output
+            if ok:
+                continue
+            errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+            assert len(errors) == 1 and f"m.yaml: max_seq={max_seq}" in errors[0], r.stderr
+            assert not (tmp_path / f"ck{max_seq}").exists()
+            said = errors[0]
+        assert f"longest segment, {longest} tokens" in said and "slabs-00000.parquet row group" in said, said
