@@ -83,10 +83,17 @@ FP8_TRANSPOSE = ("PACKTOOL_FP8_TRANSPOSE", ("fused", "copy"), "fused")
 
 
 def env_path(name: str) -> str | None:
-    """A path variable; unset or blank: None (the caller's default)."""
+    """A path variable; unset or empty: None (the caller's default), as a shell's `X=` means.
+    Blank (only whitespace) is refused, naming it, as RAY_ADDRESS is (engines.ray_join): read as
+    unset it put the cache somewhere the user did not say, read as a path it made a folder ' '."""
     raw = os.environ.get(name)
-    from packtool.params import expanded  # the one rule for `~` (an empty HOME refused, naming the variable)
-    return expanded(raw, name, PacktoolConfigError) if raw and raw.strip() else None
+    from packtool.params import blank, expanded  # the one rule for `~` (an empty HOME refused, naming the variable)
+    if not raw:
+        return None
+    if blank(raw):
+        raise PacktoolConfigError(f"environment variable {name}={raw!r} is blank (only whitespace), no path; "
+                                  f"set it to a folder, or unset it", flag=name)
+    return expanded(raw, name, PacktoolConfigError)
 
 
 def check_environment() -> None:

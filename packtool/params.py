@@ -54,6 +54,17 @@ def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> 
     return int_value(name, value, least, most, optional, error=error)
 
 
+def blank(p: str) -> str | None:
+    """How an empty or blank path is said ("is empty", "is blank (' ', only whitespace)"), else
+    None: the one rule every path flag, argument, write path and PACKTOOL_* path variable holds.
+    A blank path is no more a name than '' is: it made a folder named ' ' in the working
+    directory (a cache, possibly gigabytes, that `ls` barely shows), and the messages that named
+    it showed nothing (`error: : is a folder`)."""
+    if p == "":
+        return "is empty"
+    return f"is blank ({p!r}, only whitespace)" if not p.strip() else None
+
+
 def expanded(p: str, name: str | None = None, error: type[PacktoolError] = PacktoolInputError) -> str:
     """A path as every packtool entry reads it: a leading `~` is the home folder, as the shell
     would have made it (a quoted '~/x' reached packtool as is: `-o` expanded it, `verify` did
@@ -89,13 +100,13 @@ def path(name: str, value, error: type[PacktoolError] = PacktoolInputError,
     if value is None and optional:
         return None
     p = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-    if isinstance(p, str) and p:
+    if isinstance(p, str) and blank(p) is None:
         if is_uri(p):  # its text refused here names the argument (`output=`), as the CLI names its flag
             check_form(p, name)
         return expanded(p, name, error)
     none = " or None" if optional else ""
-    if p == "":  # an unset variable's value: not "not given", which is None
-        raise error(f"{arg(name)} is empty; give a path{none}", flag=cli_flag(name))
+    if isinstance(p, str):  # '': an unset variable's value; not "not given", which is None
+        raise error(f"{arg(name)} {blank(p)}; give a path{none}", flag=cli_flag(name))
     raise error(f"{arg(name)} must be a path (str or os.PathLike){none}, got {_got(value)}")
 
 

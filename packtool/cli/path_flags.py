@@ -33,13 +33,15 @@ def check_path_flags(command: str | None, args: dict) -> None:
     """Refuse an empty path in `command`'s path parameters (`args`, by name, changed in place:
     each value `~`-expanded) before any work."""
     from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_flag
-    from packtool.params import expanded
+    from packtool.params import blank, expanded
     for name in sorted(PATH_PARAMS.get(command or "", ())):
         v, said = args.get(name), PARAM_ARG.get(name, name)
         error = PacktoolOutputError if name in WRITES.get(command, ()) else PacktoolInputError
         for x in _values(v):
-            if x == "":
-                e = error(f"{arg(said)} is empty (as an unset shell variable gives it); give "
+            how = blank(x) if isinstance(x, str) else None
+            if how:  # blank too: a folder named ' ' made here, a name no message shows
+                how += " (as an unset shell variable gives it)" if x == "" else ""
+                e = error(f"{arg(said)} {how}; give "
                           f"{COMMAND_WHAT.get((command, name), WHAT[name])}", flag=cli_flag(said))
                 e.usage = True  # a value the flag cannot take, as click's own "Invalid value"
                 raise e

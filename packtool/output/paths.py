@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 
 from packtool.errors import PacktoolError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
 from packtool.output.relations import input_problem, packed_problem
-from packtool.params import expanded
+from packtool.params import blank, expanded
 from packtool.storage import kind_name
 
 TMP_TAG = "packtool-tmp"
@@ -74,8 +74,9 @@ def refuse_empty(path: str | os.PathLike, flag: str, what: str) -> None:
     """'' names no file: `resolve` would make it the working directory, and a caller that reads
     '' as "not given" writes nothing without a word (an unset shell variable: `--save "$CKPT"`).
     The CLI refuses it for every path flag first (cli.path_flags); this is every writer's."""
-    if os.fspath(path) == "":
-        raise PacktoolOutputError(f"{arg(flag)} is empty; give {what}", flag=cli_flag(flag))
+    said = blank(os.fspath(path)) if isinstance(os.fspath(path), str) else None
+    if said:  # a blank one too: it made a folder named ' ' here, invisible in every message
+        raise PacktoolOutputError(f"{arg(flag)} {said}; give {what}", flag=cli_flag(flag))
 
 
 def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
