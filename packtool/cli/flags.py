@@ -25,7 +25,9 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "lm_head": "--lm-head", "micro_batch_tokens": "--micro-batch-tokens", "grad_accum": "--grad-accum",
            "layers": "--layers", "hidden": "--hidden", "heads": "--heads", "ffn": "--ffn",  # train's too
            # the inputs: `pack`'s arguments (INPUTS, as its usage line names them), `verify`'s --source
-           "inputs": "INPUTS", "source": "--source"}  # their ranges: params.RANGES
+           "inputs": "INPUTS", "source": "--source",
+           # verify's and inspect's DIR, train's DATA_DIR: a store's later requests name them too
+           "directory": "DIR", "data_dir": "DATA_DIR"}  # their ranges: params.RANGES
 
 # Flags whose one value is a comma-separated list: given twice, the fix is both lists in one
 # (parsing._refuse_repeated), as a user repeating them per name (as --source invites) meant

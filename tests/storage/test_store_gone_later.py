@@ -179,3 +179,19 @@ def test_a_store_gone_after_the_open_checks_is_one_line_naming_the_argument_at_t
     with pytest.raises(PacktoolError) as e:
         row(opened)
     _said(e.value, name, how)
+
+
+CLI = {"verify": ("DIR", ["verify", URI]), "inspect": ("DIR", ["inspect", URI]),
+       "train": ("DATA_DIR", ["train", URI, "--device", "cpu", "--steps", "1"])}
+
+
+@pytest.mark.parametrize("command", CLI)
+def test_the_command_line_names_its_argument_for_a_bucket_deleted_after_the_manifest(store, monkeypatch, capsys,
+                                                                                     command):
+    """The library's argument is spelled as the command line's (DIR, DATA_DIR): one error line."""
+    from cli_main import run_main
+    said, argv = CLI[command]
+    _after_manifest(monkeypatch, store.drop_bucket)
+    assert run_main(monkeypatch, argv) == [2]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and f"{said} names an output whose bucket bkt " in err[0], err
