@@ -13,7 +13,9 @@ its text is read and the first field that is no integer named at its line.
 
 Files: .npy; .txt (one integer per line); .csv/.tsv (with a header, or one headerless
 column); .jsonl/.ndjson (one object per line); Parquet; Arrow IPC/Feather (.arrow, .feather,
-.ipc, or any other name).
+.ipc, or any other name). A text file's leading UTF-8 BOM is skipped by every text kind; an
+integer beyond a length (10^20, which JSON's reader holds as a double) is the range at its
+row and line, not a type error; a file of no lengths says so with the fix.
 
 A text lengths file is positional (row i is sequence i; a plan's source_index points at it): a
 blank line before the last length is refused, naming its line, since each parser skips it and
@@ -156,7 +158,8 @@ def _text(path: str, column: str | None) -> np.ndarray:
         with warnings.catch_warnings():  # an empty file is _check's one line, not numpy's warning first
             warnings.simplefilter("ignore", UserWarning)
             # ndmin=2: `1 2 3` on one line reads as shape (1, 3), not as three lengths
-            arr = np.loadtxt(path, dtype=np.int64, ndmin=2)
+            # utf-8-sig: a leading BOM (Notepad) is skipped, as Arrow's CSV and JSON readers skip it
+            arr = np.loadtxt(path, dtype=np.int64, ndmin=2, encoding="utf-8-sig")
     except ValueError as e:
         from packtool.tokenize.text_where import first_bad_int_line
         with open(path, "rb") as f:
@@ -165,6 +168,10 @@ def _text(path: str, column: str | None) -> np.ndarray:
             raise PlanInputError(f"{path}: a .txt file holds one integer length per line ({e}); "
                             f"for columns use .csv with a header") from None
         row, line, text = where
+        if _is_int(text.strip("'")):  # an integer numpy's int64 cannot hold: the range, not the type
+            from packtool.integers import int_array  # int_array's words, at this file's row and line
+            int_array([int(text.strip("'"))], "lengths", PlanInputError, minimum=1,
+                      at=lambda i, detail: PlanInputError(f"line {line}: {detail}", path=path, row=row))
         raise PlanInputError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
                         f"for columns use .csv with a header", path=path, row=row) from None
     if arr.size and arr.shape[1] != 1:
@@ -267,6 +274,8 @@ def _is_int(name: str) -> bool:
 
 def _pick(path: str, table, column: str | None):
     names = table.column_names
+    if not names and not table.num_rows:  # an empty .jsonl: no column either
+        raise _empty(path)
     if (table.schema.metadata or {}).get(_HEADERLESS):
         if column is not None:
             raise PlanInputError(f"{path}: has no header row (its first line is a length), so no column is named "
@@ -302,6 +311,8 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
                                  row=first)
         if _kind(path) == "csv" and not pa.types.is_integer(col.type):
             col = _csv_integers(path, name)
+        elif _kind(path) == "jsonl" and pa.types.is_floating(col.type) and name is not None:
+            col = _jsonl_integers(path, col, name)  # JSON's 10^20 (an integer) reached Arrow as a double
         elif pa.types.is_decimal(col.type) and col.type.scale == 0:
             col = _whole_decimals(col)  # exact integers: no digit after the point to lose
         elif not pa.types.is_integer(col.type):
@@ -311,7 +322,7 @@ def _check(path: str, col, name: str | None) -> np.ndarray:
     if not isinstance(col, list):  # a list: decimals beyond int64, for int_array to name
         col = _one_per_sequence(path, col, "lengths must be integers")
     if len(col) == 0:
-        raise PlanInputError(f"{path}: no lengths")
+        raise _empty(path)
     from packtool.integers import int_array  # a uint64 above 2^63-1 is not a negative length
     return int_array(col, "lengths", PlanInputError, minimum=1,
                      at=lambda i, detail: PlanInputError(_at_line(path, i, detail), path=path, row=i))
@@ -330,6 +341,24 @@ def _csv_integers(path: str, name: str | None) -> list[int]:
                                                  f"written in digits (100)"),
                              path=path, row=bad)
     return [int(v) for v in values]
+
+
+def _jsonl_integers(path: str, col, name: str) -> list[int]:
+    """A JSON Lines column Arrow typed double, from the JSON written: when every value was
+    written as an integer, one beyond int64 (10^20) made the column double, and int_array names
+    it at its row and line as out of range; a number written with a point (5.0, 1.5) is the
+    type's fault, said as before (an error path either way: a loop is fine)."""
+    import json
+    with open(path, encoding="utf-8-sig") as f:
+        values = [json.loads(line).get(name) for line in f if line.strip()]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+        raise _not_int(path, col, f"column {name} holds {col.type}")
+    return values
+
+
+def _empty(path: str) -> PlanInputError:
+    return PlanInputError(f"holds no lengths (0 entries): give {arg('lengths')} a file of one length per sequence",
+                          path=path, flag=cli_flag("lengths"))
 
 
 def _whole_decimals(col):

@@ -123,7 +123,7 @@ def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
     row = 0
     for line, raw in enumerate(_lines(f), 1):
         try:
-            text = raw.decode("utf-8").split("#", 1)[0].strip()
+            text = raw.decode("utf-8").lstrip("\ufeff" if line == 1 else "").split("#", 1)[0].strip()  # a BOM
         except UnicodeDecodeError:
             return row, line, "invalid UTF-8"
         if not text:

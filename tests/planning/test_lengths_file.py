@@ -78,7 +78,8 @@ def test_an_empty_text_file_is_one_line(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     p = subprocess.run([sys.executable, "-m", "packtool", "plan", "--lengths", str(tmp_path / "empty.txt")],
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and p.stderr.splitlines() == [f"error: {tmp_path / 'empty.txt'}: no lengths"], p.stderr
+    assert p.returncode == 2 and p.stderr.splitlines() == [f"error: {tmp_path / 'empty.txt'}: holds no lengths (0 entries): give "
+                                                      f"--lengths a file of one length per sequence"], p.stderr
 
 
 def _npy_header(shape: str) -> bytes:

@@ -55,7 +55,7 @@ def test_a_npy_is_one_integer_length_per_sequence(tmp_path, shape, dtype):
         return
     msg = _refusal(p)
     if arr.size == 0 and arr.ndim == 1 and arr.dtype.kind in "iu":
-        assert msg == f"{p}: no lengths", msg
+        assert msg == f"{p}: holds no lengths (0 entries): give lengths a file of one length per sequence", msg
     else:  # what it holds and the fix, whatever is wrong with it
         assert f"{arr.dtype} of shape {arr.shape}" in msg and ("np.save" in msg or "1-D" in msg), msg
 
