@@ -120,16 +120,25 @@ def own_tree_around(path: str, itself: bool = False, mine: str | None = None,
 
 
 def packed_problem(path: str, itself: bool = False, mine: str | None = None,
-                   kinds: tuple[str, ...] | None = None) -> str | None:
+                   kinds: tuple[str, ...] | None = None, role: str | None = None) -> str | None:
     """Why `path` may not be written (one of packtool's own trees, with `itself`, or inside one:
-    `own_tree_around`), or None; the caller adds its fix."""
+    `own_tree_around`), or None; the caller adds its fix. Said as what `path` is: the tree
+    itself given as something else (`role`: "a cache root"), the output's own manifest or an
+    existing file of it (replacing it destroys the output), or a new file inside (a stray shard
+    to every reader); "a stray shard" was said of all three."""
     found = own_tree_around(path, itself, mine, kinds)
     if found is None:
         return None
     d, kind = found
     what, why = WHY[kind]
-    where = f"is {what}" if d == real_path(path) else f"is inside {what} ({d})"
-    return f"{where}, {why}"
+    rp = real_path(path)
+    if d == rp:
+        return f"is {what}, not {role}" if role else f"is {what}, {why}"
+    if kind == "packed" and os.path.dirname(rp) == d and os.path.isfile(rp):
+        from packtool.manifest_name import manifest_file  # pyarrow.fs: not for importing relations
+        own = "the manifest" if rp == real_path(manifest_file(d) or "") else "a file"
+        return f"is {own} of the packed output {d} (replacing it would destroy that output)"
+    return f"is inside {what} ({d}), {why}"
 
 
 def input_problem(path: str, inputs: Iterable[str], holds: bool = True) -> str | None:

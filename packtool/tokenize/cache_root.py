@@ -96,7 +96,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     # a temporary as the root itself only when this process made it (verify --source's own cache,
     # source_store): one given by the user is removed by its run or the next sweep, entries and all
     mine = "temporary" if made_here(root) else None
-    problem = packed_problem(root, itself=True, mine=mine) or input_problem(root, inputs)
+    problem = packed_problem(root, itself=True, mine=mine, role="a cache root") or input_problem(root, inputs)
     if problem:
         refuse(problem)
     return root if cache_dir else None
