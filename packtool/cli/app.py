@@ -258,9 +258,16 @@ def inspect(
         if html:
             from packtool.inspection.html import check_html_path
             check_html_path(html, overwrite, read)
+        # only the flags typed: a default is no choice to hold a record to (S36-7); DIR and --plan
+        # record every setting, so a typed one must be theirs (S39-5: DIR ignored them)
+        typed = {k: v for k, v in dict(capacity=max_tokens, tp=tp, cp=cp, sp=sp, fp8=fp8,
+                                       fixed_length=fixed_length, convention=convention,
+                                       algorithm=algorithm, overflow=overflow, dp=dp, seed=seed).items()
+                 if getattr(ctx.get_parameter_source("max_tokens" if k == "capacity" else k),
+                            "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
         if directory is not None:
             report = inspect_packed(directory, compare=compare, what_if=what_if,
-                                    progress=not (json_out or quiet))
+                                    progress=not (json_out or quiet), given=typed)
         else:
             from packtool.planning.core import PackingConfig
             from packtool.planning.lengths import load_lengths
@@ -271,12 +278,6 @@ def inspect(
                     report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
                                              what_if=what_if, path=lengths)
             else:
-                # only the flags typed: a default is no choice to hold the file's record to (S36-7)
-                typed = {k: v for k, v in dict(capacity=max_tokens, tp=tp, cp=cp, sp=sp, fp8=fp8,
-                                               fixed_length=fixed_length, convention=convention,
-                                               algorithm=algorithm, overflow=overflow, dp=dp, seed=seed).items()
-                         if getattr(ctx.get_parameter_source("max_tokens" if k == "capacity" else k),
-                                    "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
                 report = inspect_plan_file(plan_file, compare=compare, what_if=what_if, given=typed)
         if html:
             from packtool.inspection.html import write_html

@@ -12,7 +12,7 @@ from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats, overflow_of_
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
-                   progress: bool = False) -> InspectReport:
+                   progress: bool = False, given: dict | None = None) -> InspectReport:
     """Reports from the small columns of each shard, after every check a reader makes
     (`slabs.reader.check_rows`: the open checks, each shard's checksum, every row group's
     layout, pads, loss flags and token ids): a report is never clean on an output a training
@@ -27,6 +27,9 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
                                                       progress=progress)
     sm = SlabManifest.read(directory, "directory")
     man, align, packing = sm.raw, sm.alignment, sm.packing
+    if given:  # typed planning flags (capacity, tp, ..., seed by name): the manifest's, or refused
+        from packtool.inspection.planned import held_to_record
+        held_to_record(directory, align, packing, given, "the output's manifest")
     from packtool.progress import bar, large
     paths = [sm.shard_path(i) for i in range(len(sm.shards))]
     from packtool.inspection.side import SideTally

@@ -253,17 +253,37 @@ def plan_settings(path: str, alignment: Alignment | None, packing: PackingConfig
             return Alignment(**ga), PackingConfig(**gp)
         return alignment, packing or PackingConfig()
     sa, sp = stored
-    if given is not None:  # each given setting laid over the record (sp and overflow resolve against it)
-        a, pk = replace(sa, **ga), replace(sp, **gp)
-    else:
-        a, pk = alignment or sa, packing or sp
-    named = ALIGNMENT_SETTINGS + PACKING_SETTINGS if given is None else tuple(given)
-    differ = [k for k in named if _value(a, pk, k) != _value(sa, sp, k)]
+    if given is not None:
+        return held_to_record(path, sa, sp, given, "the file")
+    a, pk = alignment or sa, packing or sp
+    differ = [k for k in ALIGNMENT_SETTINGS + PACKING_SETTINGS if _value(a, pk, k) != _value(sa, sp, k)]
     if differ:
-        raise InspectError(f"{path}: made with {_said(sa, sp, differ)}, but {_said(a, pk, differ)} was passed: "
-                           f"{_drop(differ)} (the file records every setting: {plan_flags(sa, sp)}) or pass the same",
-                           flag=cli_flag(differ[0]))
+        raise _differs(path, sa, sp, a, pk, differ, "the file")
     return sa, sp
+
+
+def held_to_record(path: str, sa: Alignment, sp: PackingConfig, given: dict,
+                   what: str) -> tuple[Alignment, PackingConfig]:
+    """Settings typed by name (`given`) held to the ones `path` records (`what`: "the file",
+    "the output's manifest"): each laid over the record (sp and overflow resolve against it,
+    a value out of range refused as everywhere), one that differs refused naming it. A plan file
+    and a packed output both record every setting: a flag typed with either changes nothing,
+    and was ignored without a word for a packed output (S39-5)."""
+    from dataclasses import replace
+    ga = {k: v for k, v in given.items() if k in ALIGNMENT_SETTINGS}
+    gp = {k: v for k, v in given.items() if k in PACKING_SETTINGS}
+    a, pk = replace(sa, **ga), replace(sp, **gp)
+    differ = [k for k in given if _value(a, pk, k) != _value(sa, sp, k)]
+    if differ:
+        raise _differs(path, sa, sp, a, pk, differ, what)
+    return sa, sp
+
+
+def _differs(path, sa, sp, a, pk, differ, what) -> InspectError:
+    from packtool.planning.plan_file import plan_flags
+    return InspectError(f"{path}: made with {_said(sa, sp, differ)}, but {_said(a, pk, differ)} was passed: "
+                        f"{_drop(differ)} ({what} records every setting: {plan_flags(sa, sp)}) or pass the same",
+                        flag=cli_flag(differ[0]))
 
 
 def _value(a: Alignment, pk: PackingConfig, name: str):
