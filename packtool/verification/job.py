@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from packtool.align import Alignment
+from packtool.errors import spelling_now
 from packtool.tokenize.checksum import SHARD_CHECKSUM
 from packtool.verification.problems import ProblemLog
 
@@ -31,6 +32,9 @@ class ShardJob:
     source_side: tuple = ()  # the tokenized source's side columns (its store's order)
     side_source: tuple = ()  # per manifest side column, its index in source_side, -1: not compared
     max_token_id: int | None = None  # the manifest's record for this shard (absent in older outputs)
+    # the caller's words for its arguments (errors.arg): a worker process names `directory` as the
+    # command line does (DIR), not as the library does
+    spelling: dict = field(default_factory=spelling_now)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.errors import spelled_as
 from packtool.storage import arrow_file, file_size, reading, store_failure
 from packtool.tokenize.checksum import file_digest
 from packtool.verification.batch import LIST_COLUMNS, SCALAR_COLUMNS, check_batch
@@ -23,7 +24,7 @@ from packtool.verification.tally import Tally
 def check_shard(job: ShardJob) -> ShardResult:
     # in a worker process too, a store that stops answering is verify's one line naming
     # `directory` (storage_uri.reading), never a shard "truncated or corrupt"
-    with reading(job.path, "directory"):
+    with spelled_as(job.spelling), reading(job.path, "directory"):
         return _check_shard(job)
 
 

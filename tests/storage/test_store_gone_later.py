@@ -195,3 +195,21 @@ def test_the_command_line_names_its_argument_for_a_bucket_deleted_after_the_mani
     assert run_main(monkeypatch, argv) == [2]
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(err) == 1 and f"{said} names an output whose bucket bkt " in err[0], err
+
+
+def test_verify_workers_name_dir_for_a_store_stopped_after_the_open_checks(store, monkeypatch, capsys):
+    """verify's worker processes read the shards: the store stopped by then is the command line's
+    line (DIR), as in the parent, not the library's spelling the worker would have on its own."""
+    from cli_main import run_main
+
+    import packtool.verification.run as run
+    pieces = run._pieces
+
+    def then_stop(*a):
+        out = pieces(*a)
+        store.stop()
+        return out
+    monkeypatch.setattr(run, "_pieces", then_stop)
+    assert run_main(monkeypatch, ["verify", URI, "--workers", "2"]) == [2]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and "DIR names a store that cannot be reached (no answer" in err[0], err
