@@ -243,7 +243,7 @@ def hold_written(cfg: TrainConfig, held: ExitStack) -> tuple[TrainConfig, bool]:
     """Check --save and --json-log, hold them for the run (output.lock, the lock `pack -o`
     takes) and check them again: two runs that both found the folder empty or the log new at
     start saved over each other's checkpoint and interleaved their logs, both exiting 0. Held by
-    the run's rank 0 (RANK; its other ranks are the same run); the second check sees a run that
+    the run's rank 0 (`_run_rank`; its other ranks are the same run); the second check sees a run that
     finished between the first and the lock. Returns the config (--save resolved) and whether
     the log is appended to."""
     from packtool.output.files import resolve
@@ -251,13 +251,24 @@ def hold_written(cfg: TrainConfig, held: ExitStack) -> tuple[TrainConfig, bool]:
     for again in (False, True):
         save = check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp) if cfg.save else None
         append_log = check_json_log(cfg) if cfg.json_log else False
-        if again or os.environ.get("RANK", "0") != "0":
+        if again or _run_rank() != 0:
             break
         if save:
             held.enter_context(holding(save, cfg.save, "save", "train", "checkpoint folder"))
         if cfg.json_log:
             held.enter_context(holding(resolve(cfg.json_log), cfg.json_log, "json_log", "train", "log"))
     return dataclasses.replace(cfg, save=save), append_log
+
+
+def _run_rank() -> int:
+    """This process's rank in the run: the caller's process group's when it made one (a
+    library user's own spawned ranks, which set no RANK: each took itself for rank 0, and the
+    second was refused as another run on the same --save), else torchrun's RANK (init_parallel
+    makes the group later)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return 0 if os.environ.get("RANK", "0") == "0" else 1
 
 
 def _train(cfg: TrainConfig, source, held: ExitStack) -> TrainResult:
