@@ -112,3 +112,16 @@ def tree(root, records: bool = False) -> dict:
             what = open(p, "rb").read() if os.path.isfile(p) else None
             out[rel] = (what, XATTR in os.listxattr(p, follow_symlinks=False)) if records else what
     return out
+
+
+def snapshot(root) -> dict[str, bytes]:
+    """Every file under `root` (but the tokenized cache, which a run may fill) with its bytes."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x != "cache"]
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = open(p, "rb").read()
+        for x in dirs:
+            out[os.path.relpath(os.path.join(d, x), root) + "/"] = b""
+    return out

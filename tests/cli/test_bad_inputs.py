@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2, PEPS
+from leftover_support import snapshot
 from typer.testing import CliRunner
 
 import packtool.tokenize.template_limits as template_limits
@@ -31,17 +32,6 @@ TEMP_MARKS = ("packtool-tmp", "packtool-spill", ".packtool.lock", ".tmp-")
 
 # --- harness ---------------------------------------------------------------------------
 
-def snapshot(root) -> dict[str, bytes]:
-    """Every file under `root` (but the tokenized cache, which a run may fill) with its bytes."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != "cache"]
-        for f in files:
-            p = os.path.join(d, f)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-        for x in dirs:
-            out[os.path.relpath(os.path.join(d, x), root) + "/"] = b""
-    return out
 
 
 def leftovers(root) -> list[str]:

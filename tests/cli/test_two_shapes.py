@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from leftover_support import snapshot
 from shape_rows import SHAPES
-from test_bad_inputs import expect_error, leftovers, runner, snapshot
+from test_bad_inputs import expect_error, leftovers, runner
 
 import packtool
 from packtool.align import Alignment

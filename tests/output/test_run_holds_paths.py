@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from leftover_support import snapshot  # noqa: E402
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -78,17 +79,6 @@ CASES = {
 }
 
 
-def _snapshot(root):
-    out = {}
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != "cache"]
-        for f in files:
-            p = os.path.join(d, f)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-        out.update({os.path.relpath(os.path.join(d, x), root) + "/": b"" for x in dirs})
-    return out
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_a_path_another_run_holds_is_refused_at_once(case, slabs, earlier, tmp_path, app):
     there, held, argv, flag = CASES[case]
@@ -104,9 +94,9 @@ def test_a_path_another_run_holds_is_refused_at_once(case, slabs, earlier, tmp_p
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.pwrite(fd, RUNNING, 0)
-        before = _snapshot(tmp_path)
+        before = snapshot(tmp_path)
         r = CliRunner().invoke(app, args)
-        assert _snapshot(tmp_path) == before  # the held path and the user's files as they were
+        assert snapshot(tmp_path) == before  # the held path and the user's files as they were
     finally:
         os.close(fd)
         os.unlink(lock)
