@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Annotated, Optional
 
 import typer
@@ -113,20 +113,18 @@ def plan(
     from packtool.planning.core import PackingConfig
     from packtool.planning.core import plan as make_plan
     from packtool.planning.lengths import load_lengths
-    from packtool.planning.plan_file import write_plan
+    from packtool.planning.plan_file import holding_plan_path, write_plan
     from packtool.planning.summary import plan_summary
-    try:
-        if output:  # before any work
-            from packtool.output import check_new_file
-            from packtool.output.folder import refuse_inside_packed
-            check_new_file(output, "output", replace=overwrite, inputs=[lengths])
-            refuse_inside_packed(output, "output")  # as typed (the resolved path beside it)
-        align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
-        cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
-        with _rows_of(lengths):
-            p = make_plan(load_lengths(lengths, column), align, cfg)
-        if output:
-            write_plan(p, output, overwrite, inputs=[lengths])
+    try:  # --output checked before any work and held to its end (a second run is refused)
+        from packtool.output.folder import refuse_inside_packed  # as typed (the resolved path beside it)
+        with holding_plan_path(output, overwrite, [lengths], lambda: refuse_inside_packed(output, "output")) \
+                if output else nullcontext():
+            align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+            cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+            with _rows_of(lengths):
+                p = make_plan(load_lengths(lengths, column), align, cfg)
+            if output:
+                write_plan(p, output, overwrite, inputs=[lengths])
     except Exception as e:
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing
@@ -253,35 +251,34 @@ def inspect(
     from packtool.inspection.planned import inspect_lengths, inspect_plan_file
     if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
         fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
-    try:
+    try:  # --html checked before any work and held to its end (a second run is refused)
         read = [p for p in (directory, lengths, plan_file) if p is not None]
-        if html:
-            from packtool.inspection.html import check_html_path
-            check_html_path(html, overwrite, read)
-        # only the flags typed: a default is no choice to hold a record to (S36-7); DIR and --plan
-        # record every setting, so a typed one must be theirs (S39-5: DIR ignored them)
-        typed = {k: v for k, v in dict(capacity=max_tokens, tp=tp, cp=cp, sp=sp, fp8=fp8,
-                                       fixed_length=fixed_length, convention=convention,
-                                       algorithm=algorithm, overflow=overflow, dp=dp, seed=seed).items()
-                 if getattr(ctx.get_parameter_source("max_tokens" if k == "capacity" else k),
-                            "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
-        if directory is not None:
-            report = inspect_packed(directory, compare=compare, what_if=what_if,
-                                    progress=not (json_out or quiet), given=typed)
-        else:
-            from packtool.planning.core import PackingConfig
-            from packtool.planning.lengths import load_lengths
-            align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
-            cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
-            if lengths is not None:
-                with _rows_of(lengths):
-                    report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
-                                             what_if=what_if, path=lengths)
+        from packtool.inspection.html import holding_html_path
+        with holding_html_path(html, overwrite, read) if html else nullcontext():
+            # only the flags typed: a default is no choice to hold a record to (S36-7); DIR and --plan
+            # record every setting, so a typed one must be theirs (S39-5: DIR ignored them)
+            typed = {k: v for k, v in dict(capacity=max_tokens, tp=tp, cp=cp, sp=sp, fp8=fp8,
+                                           fixed_length=fixed_length, convention=convention,
+                                           algorithm=algorithm, overflow=overflow, dp=dp, seed=seed).items()
+                     if getattr(ctx.get_parameter_source("max_tokens" if k == "capacity" else k),
+                                "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")}
+            if directory is not None:
+                report = inspect_packed(directory, compare=compare, what_if=what_if,
+                                        progress=not (json_out or quiet), given=typed)
             else:
-                report = inspect_plan_file(plan_file, compare=compare, what_if=what_if, given=typed)
-        if html:
-            from packtool.inspection.html import write_html
-            write_html(report, html, overwrite, read)
+                from packtool.planning.core import PackingConfig
+                from packtool.planning.lengths import load_lengths
+                align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
+                cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
+                if lengths is not None:
+                    with _rows_of(lengths):
+                        report = inspect_lengths(load_lengths(lengths, column), align, cfg, compare=compare,
+                                                 what_if=what_if, path=lengths)
+                else:
+                    report = inspect_plan_file(plan_file, compare=compare, what_if=what_if, given=typed)
+            if html:
+                from packtool.inspection.html import write_html
+                write_html(report, html, overwrite, read)
     except Exception as e:
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing

@@ -2,7 +2,9 @@
 with the same figures as the terminal table (`report.inspect_figures`) and the same charts."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from html import escape
+from typing import Iterator
 
 from packtool.inspection.figures import fmt_int, fmt_pct, histogram_rows, inspect_figures, what_if_line
 
@@ -136,8 +138,18 @@ def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
     return p
 
 
+@contextmanager
+def holding_html_path(path: str, overwrite: bool = False, inputs=()) -> Iterator[str]:
+    """`check_html_path`, the report held for the block (output.lock): a second run on the
+    same path is refused rather than both writing it, the last one silently winning."""
+    from packtool.output.lock import holding_file
+    with holding_file(lambda: check_html_path(path, overwrite, inputs), path, "html", "inspect",
+                      "report") as p:
+        yield p
+
+
 def write_html(r, path: str, overwrite: bool = False, inputs=()) -> None:
     from packtool.output.files import write_file
-    check_html_path(path, overwrite, inputs)
-    with write_file(path, "html", replace=overwrite, inputs=inputs, text=True) as f:
+    with holding_html_path(path, overwrite, inputs), \
+            write_file(path, "html", replace=overwrite, inputs=inputs, text=True) as f:
         f.write(render_html(r))

@@ -9,9 +9,11 @@ one line naming it, never truncated nor removed; an empty file another run holds
 that run's lock between its create and its write (the caller's flock then says who).
 
 `take` / `holding` hold such a lock for a whole run on any path a run checks at its start and
-writes later (`pack -o`, `train --save`, `train --json-log`): two runs that both found the path
-free at start would otherwise both write it (a checkpoint saved over another's, two runs'
-lines interleaved in one log). The lock names the command holding it, for the run refused.
+writes later (`pack -o`, `train --save`, `train --json-log`; `holding_file` for a single file:
+`plan -o`, `inspect --html`): two runs that both found the path free at start would otherwise
+both write it (a checkpoint saved over another's, two runs' lines interleaved in one log, a
+plan or report replaced by the other run's, both exit 0). The lock names the command holding
+it, for the run refused.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ import fcntl
 import os
 import re
 import stat
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from packtool.errors import PacktoolOutputError, arg
 from packtool.output.writes import NEW_FILE_MODE, make_parents, remove_created
@@ -165,6 +168,39 @@ def holding(target: str, shown: str, flag: str, command: str, what: str) -> Iter
         release(h, failed)
 
 
+_FILES: dict[str, Held] = {}  # single files this process holds: its library writer inside its CLI run
+_FILES_LOCK = threading.Lock()
+
+
+@contextmanager
+def holding_file(check: Callable[[], str], shown: str, flag: str, command: str, what: str) -> Iterator[str]:
+    """Hold a single-file output for the block: `check()` (the caller's rules for the path,
+    returning it resolved), its lock taken (`take`), and `check()` again, since a run that ended
+    between the two may have published the file. Yields the resolved path. Re-entrant within a
+    process: the library writer a CLI run calls holds nothing twice (a second flock of its own
+    would refuse the run itself)."""
+    target = check()
+    with _FILES_LOCK:
+        mine = _FILES.get(target)
+        if mine is not None:
+            mine.count += 1
+    if mine is not None:
+        try:
+            yield check()
+        finally:
+            with _FILES_LOCK:
+                mine.count -= 1
+        return
+    with holding(target, shown, flag, command, what) as h:
+        with _FILES_LOCK:
+            _FILES[target] = h
+        try:
+            yield check()
+        finally:
+            with _FILES_LOCK:
+                _FILES.pop(target, None)
+
+
 def unlink_if_same(path: str, fd: int) -> None:
     """Remove `path` only while it still names the open file `fd`."""
     try:
@@ -174,4 +210,4 @@ def unlink_if_same(path: str, fd: int) -> None:
         pass
 
 
-__all__ = ["Held", "holding", "lock_file", "lock_owner", "lock_text", "open_lock", "release", "take", "unlink_if_same"]
+__all__ = ["Held", "holding", "holding_file", "lock_file", "lock_owner", "lock_text", "open_lock", "release", "take", "unlink_if_same"]

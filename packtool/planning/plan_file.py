@@ -4,11 +4,14 @@ packing settings it was made with in the schema metadata (key `packtool.plan`), 
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from typing import Iterator
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
 from packtool.errors import cli_flag
-from packtool.output.files import write_file
+from packtool.output.files import check_new_file, write_file
+from packtool.output.lock import holding_file
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.planning.lengths import PlanInputError
 
@@ -20,10 +23,26 @@ def plan_config(p: Plan) -> dict:
             **config_dict(p.alignment, p.packing)}
 
 
+@contextmanager
+def holding_plan_path(path: str, overwrite: bool = False, inputs=(), also=None) -> Iterator[str]:
+    """The plan file checked (packtool.output's rules, then `also()`: the CLI's check that it
+    is not inside a packed output, a rule of a later stage) and held for the block
+    (output.lock), so a second run on the same path is refused rather than both writing it,
+    the last one silently winning."""
+    def check() -> str:
+        p = check_new_file(path, "output", replace=overwrite, inputs=inputs)
+        if also is not None:
+            also()
+        return p
+    with holding_file(check, path, "output", "plan", "plan file") as p:
+        yield p
+
+
 def write_plan(p: Plan, path: str, overwrite: bool = False, inputs=()) -> None:
     """One row per segment: slab, dp_rank, step, source_index, chunk_index, offsets, lengths;
     the settings in the schema metadata. Written through packtool.output: an existing file is
-    replaced only with `overwrite`, never one of `inputs` (the --lengths file) nor a link."""
+    replaced only with `overwrite`, never one of `inputs` (the --lengths file) nor a link, and
+    never while another run holds it (the CLI holds it from its start: `holding_plan_path`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -41,7 +60,8 @@ def write_plan(p: Plan, path: str, overwrite: bool = False, inputs=()) -> None:
         "padded": pa.array(lay.seg_padded[real], pa.int32()),
         "start": pa.array(lay.seg_start[real], pa.int32()),
     }).replace_schema_metadata({META_KEY: json.dumps(plan_config(p), sort_keys=True).encode()})
-    with write_file(path, "output", replace=overwrite, inputs=inputs) as f:
+    with holding_plan_path(path, overwrite, inputs), \
+            write_file(path, "output", replace=overwrite, inputs=inputs) as f:
         pq.write_table(table, f, compression="zstd")
 
 
