@@ -174,6 +174,12 @@ class SlabDataset(Dataset):
         True: a `datasets.IterableDataset` reading through this dataset, no copy (the
         trainer needs `max_steps`)."""
         streaming = switch("streaming", streaming, PacktoolConfigError)  # before the optional import
+        if streaming and load_kwargs:  # they would go nowhere: read through this dataset
+            raise PacktoolConfigError(f"to_hf(streaming=True) reads through this dataset, no load_dataset: "
+                                      f"load_kwargs {', '.join(load_kwargs)} would be ignored; drop them or pass "
+                                      f"streaming=False", path=self.path, flag="load_kwargs")
+        from packtool.hf_load import check_load_kwargs, in_datasets, load_shards
+        check_load_kwargs(load_kwargs)  # before the shards are hashed
         try:
             import datasets
         except ImportError as e:  # an optional dependency: the rest of packtool.hf works without it
@@ -188,9 +194,9 @@ class SlabDataset(Dataset):
             for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
                 check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
-        _fsspec_can_read(self.path)
-        full = datasets.load_dataset("parquet", data_files=files, split="train", **load_kwargs)
-        return full.select_columns(list(self._columns())).select(self.order)
+        full = load_shards(self.path, files, load_kwargs)  # datasets' failures: packtool's one line
+        return in_datasets(lambda: full.select_columns(list(self._columns())).select(self.order), self.path,
+                           files, load_kwargs)
 
     def __getitem__(self, i: int | slice) -> dict:
         """Slab `i` (an integer, negative from the end; params.position) as a dict of arrays;
@@ -216,23 +222,6 @@ class SlabDataset(Dataset):
                 "seq_lens": row.seq_lens.copy(),
                 "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded))),
                 **{k: v.copy() for k, v in row.side.items()}}
-
-
-def _fsspec_can_read(path: str) -> None:
-    """`datasets` reads a store through fsspec's own package for it (s3fs, gcsfs, adlfs); say
-    so in one line instead of its ImportError deep in load_dataset."""
-    from packtool.storage import is_uri
-    if not is_uri(path):
-        return
-    import fsspec
-    scheme = path.split("://", 1)[0]
-    try:
-        fsspec.get_filesystem_class(scheme)
-    except (ImportError, ValueError):
-        from packtool.errors import PacktoolInputError
-        raise PacktoolInputError(f"to_hf(streaming=False) of a {scheme}:// output is read by datasets "
-                                 f"through fsspec, which needs its {scheme} package (s3fs, gcsfs, adlfs); "
-                                 f"install it, or pass streaming=True (read through packtool)", path=path) from None
 
 
 def _items(ds: SlabDataset):

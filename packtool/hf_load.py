@@ -1,0 +1,158 @@
+"""`SlabDataset.to_hf()`'s calls into `datasets` and fsspec (packtool.hf's bridge): every
+failure there is packtool's own error, one line naming the argument (`load_kwargs` and its key,
+the dataset's `path`) and the location (the shard, the cache folder, the store).
+
+`datasets` raised its own errors and Python's, untranslated: a shard removed or damaged after
+packtool's checks (FileNotFoundError "Unable to find", DatasetGenerationError over an
+ArrowInvalid), a cache folder it cannot write (FileExistsError), a keyword it does not take or
+one to_hf sets itself (TypeError "got multiple values for keyword argument 'split'"), a bad
+value (ZeroDivisionError for num_proc=0, ValueError), a store that stopped answering.
+"""
+from __future__ import annotations
+
+import os
+
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError
+from packtool.integers import short
+
+# what to_hf decides itself: the output's shards, all of them as one split, every column in the
+# dataset's order (a caller selects rows or columns on the dataset to_hf returns)
+SET_BY_TO_HF = ("path", "data_files", "data_dir", "split", "streaming", "columns")
+_NETWORK = ("ConnectionError", "ClientConnectorError", "EndpointConnectionError", "ConnectTimeoutError",
+            "ReadTimeoutError", "ServerDisconnectedError", "NoCredentialsError")
+
+
+def check_load_kwargs(kwargs: dict) -> None:
+    """Refuse a keyword to_hf sets itself, before any work."""
+    for k in kwargs:
+        if k in SET_BY_TO_HF:
+            raise PacktoolConfigError(f"to_hf(load_kwargs): {k}={short(kwargs[k])} is to_hf's own: it loads "
+                                      f"every shard of the output as one split, every column, in the "
+                                      f"dataset's order; drop {k} (select rows or columns on the dataset "
+                                      f"to_hf returns)", flag="load_kwargs")
+
+
+def fsspec_can_read(path: str) -> None:
+    """`datasets` reads a store through fsspec's own package for it (s3fs, gcsfs, adlfs); say
+    so in one line instead of its ImportError deep in load_dataset."""
+    from packtool.storage import is_uri
+    if not is_uri(path):
+        return
+    import fsspec
+    scheme = path.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        raise PacktoolInputError(f"to_hf(streaming=False) of a {scheme}:// output is read by datasets "
+                                 f"through fsspec, which needs its {scheme} package (s3fs, gcsfs, adlfs); "
+                                 f"install it, or pass streaming=True (read through packtool)", path=path) from None
+
+
+def load_shards(path: str, files: list[str], kwargs: dict):
+    """`datasets.load_dataset` of the output's shard `files` as one "train" split."""
+    import datasets
+    check_load_kwargs(kwargs)
+    fsspec_can_read(path)
+    try:
+        return datasets.load_dataset("parquet", data_files=files, split="train", **kwargs)
+    except PacktoolError:
+        raise
+    except Exception as e:  # noqa: BLE001  datasets' and fsspec's errors, all of them: see translated
+        raise translated(e, path, files, kwargs) from None
+
+
+def in_datasets(step, path: str, files: list[str], kwargs: dict):
+    """`step()`, a call on the loaded dataset (select, select_columns: they write index files
+    into the datasets cache), its failures translated as load_shards' are."""
+    try:
+        return step()
+    except PacktoolError:
+        raise
+    except Exception as e:  # noqa: BLE001  as in load_shards
+        raise translated(e, path, files, kwargs) from None
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    while e is not None and e not in out:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _said(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _shard_named(chain: list[BaseException], files: list[str]) -> str | None:
+    """The shard of `files` an error of the chain names (by its filename or in its text)."""
+    for x in chain:
+        for f in files:
+            if getattr(x, "filename", None) == f or f in str(x):
+                return f
+    return None
+
+
+def _unreadable(files: list[str]) -> str | None:
+    """The first shard whose Parquet footer no longer reads (datasets' error does not say which)."""
+    import pyarrow.parquet as pq
+    for f in files:
+        try:
+            pq.read_metadata(f)
+        except Exception:  # noqa: BLE001  any failure names this shard; the caller says why
+            return f
+    return None
+
+
+def _cache_dir(kwargs: dict) -> str:
+    given = kwargs.get("cache_dir")
+    if given is not None:
+        return os.path.abspath(os.path.expanduser(os.fspath(given)))
+    import datasets.config
+    return os.path.abspath(str(datasets.config.HF_DATASETS_CACHE))
+
+
+def translated(e: Exception, path: str, files: list[str], kwargs: dict) -> PacktoolError:
+    """packtool's one line for what `datasets` (or fsspec under it) raised while loading the
+    output at `path`: the shard, the cache folder, the store or the keyword at fault."""
+    chain = _chain(e)
+    root = chain[-1]
+    shard = _shard_named(chain, files)
+    again = f"check the output with `packtool verify {path}` and re-open it"
+    if shard is not None:
+        what = "is gone (or no longer a file)" if any(isinstance(x, FileNotFoundError) for x in chain) \
+            else "cannot be read"
+        return PacktoolInputError(f"to_hf: shard {os.path.basename(shard)} {what} ({_said(root)}), though it "
+                                  f"passed packtool's checks a moment before: another run replaced or damaged "
+                                  f"the output while to_hf read it; {again}", path=shard)
+    if any(type(x).__name__ in _NETWORK or isinstance(x, (ConnectionError, TimeoutError)) for x in chain):
+        return PacktoolInputError(f"to_hf: the store that holds the output cannot be reached ({_said(root)}); "
+                                  f"check the endpoint and credentials, and re-run", path=path)
+    oserr = next((x for x in chain if isinstance(x, OSError) and getattr(x, "filename", None)), None)
+    if oserr is not None:
+        where = os.fspath(oserr.filename)
+        cache = _cache_dir(kwargs)
+        if os.path.abspath(where).startswith(cache):
+            flag = "load_kwargs['cache_dir']" if "cache_dir" in kwargs else "the datasets cache (HF_DATASETS_CACHE)"
+            return PacktoolOutputError(f"to_hf: {flag} {cache} cannot be written ({oserr.strerror or _said(oserr)}"
+                                       f" at {where}); pass load_kwargs cache_dir= a folder to_hf may write",
+                                       path=path, flag="load_kwargs")
+        return PacktoolInputError(f"to_hf: {where} cannot be used by datasets ({oserr.strerror or _said(oserr)})",
+                                  path=path)
+    from datasets.exceptions import DatasetGenerationError
+    if any(isinstance(x, DatasetGenerationError) for x in chain):
+        shard = _unreadable(files)
+        which = f"shard {os.path.basename(shard)}" if shard else "a shard of the output"
+        return PacktoolInputError(f"to_hf: {which} cannot be read by datasets ({_said(root)}), though every "
+                                  f"shard passed packtool's checks a moment before: another run replaced or "
+                                  f"damaged the output while to_hf read it; {again}", path=shard or path)
+    if kwargs:
+        key = next((k for k in kwargs if repr(k) in str(root) or repr(kwargs[k]) in str(root)), None)
+        named = f"{key}={short(kwargs[key])}" if key else ", ".join(f"{k}={short(v)}" for k, v in kwargs.items())
+        return PacktoolConfigError(f"to_hf(load_kwargs): datasets.load_dataset refused {named} ({_said(root)}); "
+                                   f"pass only its keywords, with values it takes (cache_dir, num_proc >= 1, "
+                                   f"keep_in_memory, ...)", path=path, flag="load_kwargs")
+    return PacktoolInputError(f"to_hf: datasets could not load the output ({_said(root)}); {again}", path=path)
+
+
+__all__ = ["SET_BY_TO_HF", "check_load_kwargs", "fsspec_can_read", "in_datasets", "load_shards", "translated"]
