@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -114,14 +115,26 @@ def tree(root, records: bool = False) -> dict:
     return out
 
 
-def snapshot(root) -> dict[str, bytes]:
-    """Every file under `root` (but the tokenized cache, which a run may fill) with its bytes."""
+def snapshot(root, skip=("cache",)) -> dict:
+    """Every entry under `root` with what it holds, to compare a folder before and after a run:
+    a file's bytes, b"" for a folder (its name ending in /), a link's target (never followed: a
+    dangling one is an entry too), a FIFO or other special file by its kind (never opened: it
+    would block). Folders named in `skip` are left out (the tokenized cache, which a run may
+    fill); `root` a file: that one entry, under ""."""
+    def held(p, st):
+        if stat.S_ISLNK(st.st_mode):
+            return ("link", os.readlink(p))
+        if stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as f:
+                return f.read()
+        return b"" if stat.S_ISDIR(st.st_mode) else ("kind", stat.S_IFMT(st.st_mode))
+    if not os.path.isdir(root) or os.path.islink(root):
+        return {"": held(root, os.lstat(root))} if os.path.lexists(root) else {}
     out = {}
     for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != "cache"]
-        for f in files:
-            p = os.path.join(d, f)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-        for x in dirs:
-            out[os.path.relpath(os.path.join(d, x), root) + "/"] = b""
+        dirs[:] = [x for x in dirs if x not in skip]
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root) + ("/" if stat.S_ISDIR(st.st_mode) else "")] = held(p, st)
     return out

@@ -9,10 +9,10 @@ written and the user's files stay byte for byte as they were."""
 from __future__ import annotations
 
 import os
-import stat
 
 import pytest
 from conftest import GPT2, GSM8K
+from leftover_support import snapshot
 from typer.testing import CliRunner
 
 import packtool
@@ -101,24 +101,6 @@ ENTRIES += [(kind, entry, "a store URI + PACKTOOL_CACHE_DIR") for kind, entry in
 STORE = "s3://packtool-test-bucket/cache"
 
 
-def _snapshot(d) -> dict:
-    """Every entry under `d`: a file's bytes, a folder, a link's target, a FIFO (not read)."""
-    seen = {}
-    for top, dirs, files in os.walk(d):
-        for n in dirs + files:
-            p = os.path.join(top, n)
-            st = os.lstat(p)
-            rel = os.path.relpath(p, d)
-            if stat.S_ISLNK(st.st_mode):
-                seen[rel] = ("link", os.readlink(p))
-            elif stat.S_ISREG(st.st_mode):
-                with open(p, "rb") as f:
-                    seen[rel] = ("file", f.read())
-            else:
-                seen[rel] = ("kind", stat.S_IFMT(st.st_mode))
-    return seen
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("kind, entry, how", ENTRIES)
 def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, entry, how, monkeypatch):
@@ -127,7 +109,7 @@ def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, ent
     given = {"argument": path, "PACKTOOL_CACHE_DIR": None}.get(how, STORE)
     if how != "argument":
         monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)
-    before = _snapshot(place)
+    before = snapshot(place, skip=())
     if kind == "library":
         with pytest.raises(PacktoolOutputError) as e:
             LIBRARY[entry](place, given)
@@ -142,7 +124,7 @@ def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, ent
         named = "--cache-dir" if how == "argument" else "PACKTOOL_CACHE_DIR"
     assert named in message and "Traceback" not in message and ".tmp-" not in message, message
     assert ("give another" in message or "set PACKTOOL_CACHE_DIR to another folder" in message), message
-    assert _snapshot(place) == before
+    assert snapshot(place, skip=()) == before
 
 
 def test_a_good_cache_dir_is_still_taken_and_resolved(place, tmp_path, monkeypatch):
@@ -168,7 +150,7 @@ def test_every_entry_refuses_a_default_root_under_a_home_that_is_no_home(place, 
     given = HOMES[home]
     monkeypatch.setenv("HOME", given if given in ("", "rel", "/proc") else str(place / given))
     at_root = os.path.exists("/.cache/packtool")
-    before = _snapshot(place)
+    before = snapshot(place, skip=())
     if kind == "library":
         with pytest.raises(PacktoolOutputError) as e:
             LIBRARY[entry](place, None)
@@ -179,5 +161,5 @@ def test_every_entry_refuses_a_default_root_under_a_home_that_is_no_home(place, 
         assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
         message, flag = lines[0], "--cache-dir"
     assert "HOME" in message and "PACKTOOL_CACHE_DIR" in message and flag in message, message
-    assert _snapshot(place) == before and os.listdir(tmp_path) == []
+    assert snapshot(place, skip=()) == before and os.listdir(tmp_path) == []
     assert os.path.exists("/.cache/packtool") == at_root

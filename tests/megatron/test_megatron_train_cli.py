@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 typer = pytest.importorskip("typer")
+from leftover_support import snapshot  # noqa: E402
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -108,12 +109,12 @@ def _bad_target(kind, tmp_path):
 def test_train_outputs_refuse_what_packtool_must_not_write(slabs, tmp_path, kind):
     from packtool.cli.app import app as packtool_app
     flags, kept, said = _bad_target(kind, tmp_path)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    before = snapshot(tmp_path, skip=())
     r = CliRunner().invoke(packtool_app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
     assert r.exit_code == 2, r.output
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and said in errors[0] and kept.name in errors[0], r.stderr
-    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert snapshot(tmp_path, skip=()) == before
     assert not (tmp_path / "mp_rank_00.pt").exists()
 
 

@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from leftover_support import snapshot  # noqa: E402
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -49,10 +50,6 @@ def _cli(args):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert "Traceback" not in r.output + r.stderr and "internal error" not in r.stderr, r.stderr
     return r, errors
-
-
-def _tree(p):
-    return {f.relative_to(p): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()} if p.exists() else None
 
 
 # --- the step's values: a loss or grad norm that is not finite ends the run, the step not applied
@@ -114,7 +111,7 @@ def test_a_diverged_run_exits_2_at_that_step_and_saves_no_nan_weights(slabs, tmp
         extra += ["--overwrite"]
     if "every" in case:
         extra += ["--save-every", "1"]
-    before = _tree(ck)
+    before = (snapshot(ck) if ck.exists() else None)
     r, errors = _cli([slabs, *TINY, "--steps", "8", "--lr", "1e6", "--json-log", str(log), *extra])
     assert r.exit_code == 2, r.output
     assert len(errors) == 1 and "diverged" in errors[0] and "--lr" in errors[0], r.stderr
@@ -129,7 +126,7 @@ def test_a_diverged_run_exits_2_at_that_step_and_saves_no_nan_weights(slabs, tmp
                    if torch.is_tensor(v) and v.is_floating_point())
         assert f"step {saved['step']} in {ck}" in errors[0], errors
     else:
-        assert _tree(ck) == before  # absent, or the earlier checkpoint byte for byte
+        assert (snapshot(ck) if ck.exists() else None) == before  # absent, or the earlier checkpoint byte for byte
 
 
 # --- every save: weights stepped to inf by a finite step are never written
@@ -138,13 +135,13 @@ def test_weights_that_are_not_finite_are_never_saved(slabs, tmp_path, save):
     ck = tmp_path / "ck"
     if "over" in save:
         train(TrainConfig(data_dir=slabs, shape=SHAPE, steps=1, quiet=True, save=str(ck)))
-    before = _tree(ck)
+    before = (snapshot(ck) if ck.exists() else None)
     # a weight decay of 1e300 steps every weight to inf while step 0's loss and grad norm are finite
     kw = dict(steps=2, save_every=1) if "every" in save else dict(steps=1)
     with pytest.raises(PacktoolConfigError, match=r"after step 0 the weights hold [\d,]+ values that are NaN or inf"):
         train(TrainConfig(data_dir=slabs, shape=SHAPE, quiet=True, save=str(ck), weight_decay=1e300,
                           overwrite="over" in save, **kw))
-    assert _tree(ck) == before
+    assert (snapshot(ck) if ck.exists() else None) == before
 
 
 # --- --lr: what AdamW can hold, before any work

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+from leftover_support import snapshot
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -22,15 +23,6 @@ from writer_support import WRITERS, write_into
 
 runner = CliRunner()
 PACK = ["pack", "toks.jsonl", "-C", "64", "--no-progress", "-q"]
-
-
-def _tree(root, rel) -> dict[str, bytes]:
-    out = {}
-    for d, dirs, files in os.walk(root / rel):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            out[os.path.relpath(p, root)] = open(p, "rb").read() if os.path.isfile(p) else b"/"
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +92,7 @@ def test_nothing_packtool_writes_lands_inside_its_own_trees(proj, what, kind, de
     rel = _own_tree(proj, kind)
     if depth:
         os.makedirs(proj / rel / depth, exist_ok=True)
-    before = _tree(proj, rel)
+    before = snapshot(proj / rel, skip=())
     out = os.path.join(rel, depth) if depth else rel
     name = WHY[kind][0]
     if what.startswith(("train", "library")):
@@ -112,7 +104,7 @@ def test_nothing_packtool_writes_lands_inside_its_own_trees(proj, what, kind, de
         r = write_into(what, out)
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.exit_code == 2 and len(errors) == 1 and f"inside {name}" in errors[0], r.stdout + r.stderr
-    assert _tree(proj, rel) == before
+    assert snapshot(proj / rel, skip=()) == before
 
 
 RANK_FILES = {"a user's text file": None, "another trainer's torch file": None,
@@ -128,14 +120,14 @@ def test_a_checkpoint_folder_is_known_by_its_contents_not_a_files_name(proj, who
     _checkpoint_folder(proj, whose)
     assert own_tree_kind(str(proj / "ckpt")) == RANK_FILES[whose]
     refused, needle = RANK_FILES[whose] is not None, f"inside {WHY['checkpoint'][0]}"
-    before = _tree(proj, "ckpt")
+    before = snapshot(proj / "ckpt", skip=())
     if what.startswith("library"):
         with pytest.raises(PacktoolOutputError, match=needle) if refused else contextlib.nullcontext():
             write_into(what, "ckpt")
     else:
         r = write_into(what, "ckpt")
         assert (r.exit_code, needle in r.stderr) == ((2, True) if refused else (0, False)), r.stdout + r.stderr
-    assert refused == (_tree(proj, "ckpt") == before)  # written beside a user's file, never into packtool's
+    assert refused == (snapshot(proj / "ckpt", skip=()) == before)  # written beside a user's file, never into packtool's
 
 
 def test_save_writes_into_its_own_checkpoint_folder(proj):
@@ -169,13 +161,13 @@ def test_a_damaged_entry_holding_a_users_file_is_named_and_left(proj, planted):
     with open(e / "flat" / "tokens.i32", "r+b") as f:  # any damage: a changed byte
         f.seek(8)
         f.write(b"X")
-    before = _tree(proj, "other")
+    before = snapshot(proj / "other", skip=())
     r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1, r.stdout + r.stderr
     named = "ckpt" if planted.startswith("ckpt/") else planted  # a folder of its own: named as one
     assert "is damaged" in errors[0] and f"({named})" in errors[0] and "move them out" in errors[0], errors[0]
-    assert _tree(proj, "other") == before  # nothing deleted, the user's file least of all
+    assert snapshot(proj / "other", skip=()) == before  # nothing deleted, the user's file least of all
 
 
 def test_a_damaged_entry_of_packtools_files_only_is_rebuilt(proj):
@@ -193,12 +185,12 @@ def test_a_store_output_inside_a_cache_entry_is_refused(proj, depth):
     """The same on an object store (a file:// URI takes the store's route): a prefix holding
     cache.json beside data/ or flat/ objects is an entry (output.store)."""
     rel = _own_tree(proj, "cache")
-    before = _tree(proj, rel)
+    before = snapshot(proj / rel, skip=())
     out = f"file://{proj}/{os.path.join(rel, depth, 'sub')}"
     r = runner.invoke(app, [*PACK, "--cache-dir", "cache", "-o", out])
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and "inside a tokenized cache entry" in errors[0], r.stdout + r.stderr
-    assert _tree(proj, rel) == before
+    assert snapshot(proj / rel, skip=()) == before
 
 
 @pytest.mark.parametrize("depth", ["", "data", "x/y"])
@@ -207,11 +199,11 @@ def test_a_cache_root_inside_packtools_own_trees_is_refused(proj, kind, depth):
     """The tokenized cache root is written into too (tokenize.cache_root.check_cache_dir asks
     the same rule): one inside an entry would be deleted with it."""
     rel = _own_tree(proj, kind)
-    before = _tree(proj, rel)
+    before = snapshot(proj / rel, skip=())
     r = runner.invoke(app, [*PACK, "--cache-dir", os.path.join(rel, depth, "c"), "--dry-run"])
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and f"inside {WHY[kind][0]}" in errors[0], r.stdout + r.stderr
-    assert _tree(proj, rel) == before
+    assert snapshot(proj / rel, skip=()) == before
 
 
 def test_a_flat_store_rebuilt_whole_keeps_a_users_file(proj):
@@ -222,8 +214,8 @@ def test_a_flat_store_rebuilt_whole_keeps_a_users_file(proj):
     e = proj / "other" / _fresh_entry(proj)
     (e / "flat" / "notes.txt").write_bytes(b"a user's file")
     os.unlink(e / "flat" / "tokens.i32")  # incomplete: rebuilt
-    before = _tree(proj, "other")
+    before = snapshot(proj / "other", skip=())
     parts = sorted(str(p) for p in (e / "data").iterdir())
     with pytest.raises(PacktoolError, match=r"holds files packtool did not write there \(notes.txt\)"):
         build_flat_tokens(parts, str(e / "flat"))
-    assert _tree(proj, "other") == before
+    assert snapshot(proj / "other", skip=()) == before

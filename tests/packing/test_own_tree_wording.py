@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from leftover_support import snapshot
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -32,11 +33,6 @@ def proj(tmp_path, monkeypatch):
     r = runner.invoke(app, ["pack", "toks.jsonl", "-C", "64", "--cache-dir", "cache", "-q", "-o", "packed"])
     assert r.exit_code == 0, r.output
     return tmp_path
-
-
-def _files(root):
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _, fs in os.walk(root) for f in fs}
 
 
 def _write(what, target):
@@ -61,13 +57,13 @@ def _write(what, target):
 def test_an_outputs_own_file_is_named_as_such(proj, what, file, said):
     target = "packed/.manifest.json" if file == "manifest" else os.path.relpath(
         sorted(glob.glob(str(proj / "packed" / "slabs-*.parquet")))[0], proj)
-    before = _files(proj / "packed")
+    before = snapshot(proj / "packed")
     code, err = _write(what, target)
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
     assert said in lines[0] and "destroy that output" in lines[0] and "stray shard" not in lines[0], lines[0]
     assert lines[0].startswith(f"error: {target}: ")
-    assert _files(proj / "packed") == before
+    assert snapshot(proj / "packed") == before
     assert runner.invoke(app, ["verify", "packed", "-q"]).exit_code == 0
 
 
@@ -77,11 +73,11 @@ def test_an_outputs_own_file_is_named_as_such(proj, what, file, said):
 def test_a_tree_of_packtools_given_as_the_cache_root(proj, tree, said, how):
     root = "packed" if tree == "packed" else os.path.relpath(
         os.path.dirname(glob.glob(str(proj / "cache" / "**" / "cache.json"), recursive=True)[0]), proj)
-    before = _files(proj)
+    before = snapshot(proj)
     extra = ["--cache-dir", root] if how == "--cache-dir" else []
     env = {"PACKTOOL_CACHE_DIR": root} if how == "PACKTOOL_CACHE_DIR" else {}
     r = runner.invoke(app, ["pack", "toks.jsonl", "-C", "64", "-q", "-o", "other", *extra], env=env)
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert said in lines[0] and "stray shard" not in lines[0] and how in lines[0], lines[0]
-    assert _files(proj) == before and not os.path.exists(proj / "other")
+    assert snapshot(proj) == before and not os.path.exists(proj / "other")

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from leftover_support import snapshot
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -33,27 +34,13 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def _files(root) -> dict[str, bytes]:
-    out = {}
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x != "cache"]
-        for f in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-            p = os.path.join(d, f)
-            out[os.path.relpath(p, root)] = (os.readlink(p).encode() if os.path.islink(p)
-                                             else open(p, "rb").read() if os.path.isfile(p)
-                                             else b"<special>")
-        for x in dirs:
-            out[os.path.relpath(os.path.join(d, x), root) + "/"] = b""
-    return out
-
-
 def _leftovers(root) -> list[str]:
     return [os.path.join(d, x) for d, dirs, files in os.walk(root) for x in dirs + files
             if any(m in x for m in MARKS)]
 
 
 def refused(root, args, *needles, code=2):
-    before, planted = _files(root), _leftovers(root)
+    before, planted = snapshot(root), _leftovers(root)
     r = runner.invoke(app, args)
     text = r.stdout + r.stderr
     assert r.exit_code == code, text
@@ -62,7 +49,7 @@ def refused(root, args, *needles, code=2):
     assert len(lines) == 1, text
     for n in needles:
         assert n in lines[0], (n, lines[0])
-    assert _files(root) == before
+    assert snapshot(root) == before
     assert _leftovers(root) == planted
     return lines[0]
 
@@ -392,7 +379,7 @@ def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj,
     assert runner.invoke(app, pack_args("-o", "packed")).exit_code == 0
     if depth:
         os.makedirs(proj / "packed" / depth)
-    before = _files(proj / "packed")
+    before = snapshot(proj / "packed")
     out = os.path.join("packed", depth) if depth else "packed"
     if what.startswith(("train", "library")):
         if what.startswith("train"):
@@ -402,7 +389,7 @@ def test_nothing_packtool_writes_for_the_user_lands_inside_a_packed_output(proj,
     else:
         r = write_into(what, out)
         assert r.exit_code == 2 and "inside a packed output folder" in r.stderr, r.stdout + r.stderr
-    assert _files(proj / "packed") == before and not _leftovers(proj)
+    assert snapshot(proj / "packed") == before and not _leftovers(proj)
     if depth:
         import shutil
         shutil.rmtree(proj / "packed" / "x")
