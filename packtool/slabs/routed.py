@@ -20,6 +20,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Callable
 
+import numba as nb
 import numpy as np
 
 from packtool.errors import PacktoolCacheError
@@ -39,6 +40,7 @@ from packtool.tokenize.flat_tokens import FlatTokens
 SEGMENT = np.dtype([("source", "<i8"), ("offset", "<i8"), ("start", "<i8"), ("length", "<i8"),
                     ("chunk", "<i4")])
 ROUTED = np.dtype([("pos", "<i8")] + [(f, SEGMENT[f]) for f in SEGMENT.names])
+assert all(ROUTED.fields[f][1] == SEGMENT.fields[f][1] + 8 for f in SEGMENT.names)  # _in_order
 
 ROUTE_STEP = 1 << 15  # placement items routed at a time (~100 bytes of working memory each)
 ORDER_STEP = 1 << 16  # records `put_in_order` holds at a time, per pass over a shard's file
@@ -201,35 +203,66 @@ def _split_by_position(path: str, n: int, size: int) -> list[str]:
         with open(path, "rb") as fh:
             for a in range(0, n, ORDER_STEP):
                 rec = np.fromfile(fh, ROUTED, min(ORDER_STEP, n - a))
-                pos = rec["pos"]
-                if pos.size and (pos.min() < 0 or pos.max() >= n):
+                order, cut = _by_range(rec["pos"], n, size, len(names))
+                if order.size != rec.size:
                     raise RuntimeError(f"{path}: a routed position is outside the shard's {n} segments")
-                b = pos // size
-                order = np.argsort(b, kind="stable")
-                cut = np.searchsorted(b[order], np.arange(len(names) + 1))
+                rec = np.take(rec, order)  # not rec[order]: a structured fancy index copies field by field (5x)
                 for k in np.flatnonzero(np.diff(cut)):
-                    rec[order[cut[k]:cut[k + 1]]].tofile(outs[k])
+                    rec[cut[k]:cut[k + 1]].tofile(outs[k])
     finally:
         for f in outs:
             f.close()
     return names
 
 
+@nb.njit(nogil=True, cache=True)
+def _by_range(pos, n, size, ranges):
+    """A counting sort of records by position range (`pos // size`), stable: the order and each
+    range's first index (`ranges + 1` cuts). An empty order when a position is outside [0, n).
+    Two passes over `pos` (an argsort of the ranges cost a third of put_in_order's time)."""
+    cut = np.zeros(ranges + 1, np.int64)
+    for p in pos:
+        if p < 0 or p >= n:
+            return np.zeros(0, np.int64), cut
+        cut[p // size + 1] += 1
+    for k in range(ranges):
+        cut[k + 1] += cut[k]
+    at = cut[:-1].copy()
+    order = np.empty(pos.size, np.int64)
+    for i in range(pos.size):
+        k = pos[i] // size
+        order[at[k]] = i
+        at[k] += 1
+    return order, cut
+
+
 def _in_order(path: str, rec: np.ndarray, a: int, n: int) -> np.ndarray:
     """SEGMENT records of positions [a, a + n) from their ROUTED records, each exactly once."""
     if rec.size != n:
         raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
-    pos = rec["pos"] - a
-    if pos.size and (pos.min() < 0 or pos.max() >= n):
-        raise RuntimeError(f"{path}: a routed position is outside the shard's segments")
-    out = np.empty(n, SEGMENT)
-    seen = np.zeros(n, bool)
-    seen[pos] = True
-    if not seen.all():
-        raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
-    for f in SEGMENT.names:
-        out[f][pos] = rec[f]
-    return out
+    where = _where_each(rec["pos"], a, n)
+    if where.size != n:
+        pos = rec["pos"] - a
+        said = "a routed position is outside the shard's segments" if (pos.min() < 0 or pos.max() >= n) else \
+            "routed positions repeat or miss"
+        raise RuntimeError(f"{path}: {said}; the routing does not match the plan")
+    placed = np.take(rec, where)  # whole records at once (rec[where] copies field by field: 5x slower)
+    # a SEGMENT record is a ROUTED one's bytes after `pos` (held below): one strided copy, not a copy per field
+    return np.ascontiguousarray(placed.view(np.uint8).reshape(n, ROUTED.itemsize)[:, 8:]).view(SEGMENT).reshape(n)
+
+
+@nb.njit(nogil=True, cache=True)
+def _where_each(pos, a, n):
+    """The record holding each position of [a, a + n) (the inverse permutation), or an empty
+    array when a position is outside the range or comes twice (`pos` holds n of them, so
+    none is missing then)."""
+    where = np.full(n, -1, np.int64)
+    for i in range(pos.size):
+        p = pos[i] - a
+        if p < 0 or p >= n or where[p] >= 0:
+            return np.zeros(0, np.int64)
+        where[p] = i
+    return where
 
 
 def read_segments(path: str, a: int, e: int) -> dict[str, np.ndarray]:

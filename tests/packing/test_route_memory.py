@@ -129,3 +129,35 @@ def test_a_shard_is_written_without_the_ordering_freed_heap(tmp_path, monkeypatc
     monkeypatch.setattr(routed, "write_shard_file", at_write)
     _pack(path, tmp_path / "out", tmp_path / "cache", workers=1, shard_tokens=1 << 30)
     assert kept and max(kept) < 1 << 20, kept
+
+
+@pytest.mark.parametrize("n,step,buckets", [(1, 4, 256), (13, 4, 256), (13, 4, 2), (300, 16, 7), (300, 1000, 256)])
+def test_put_in_order_is_the_records_sorted_by_position(tmp_path, monkeypatch, n, step, buckets):
+    """put_in_order (ranges through files, then each range in place) against a plain sort by
+    position, over odd sizes, range counts that do not divide n, one range and many."""
+    monkeypatch.setattr(routed, "ORDER_STEP", step)
+    monkeypatch.setattr(routed, "_BUCKETS", buckets)
+    rng = np.random.default_rng(n + step)
+    rec = np.zeros(n, routed.ROUTED)
+    rec["pos"] = rng.permutation(n)
+    for f in routed.SEGMENT.names:
+        rec[f] = rng.integers(0, 1 << 31, n)
+    path = str(tmp_path / "routed-00000.bin")
+    rec.tofile(path)
+    routed.put_in_order(path, n)
+    want = rec[np.argsort(rec["pos"])]
+    got = np.fromfile(path, routed.SEGMENT)
+    assert got.size == n and all((got[f] == want[f]).all() for f in routed.SEGMENT.names)
+    assert sorted(os.listdir(tmp_path)) == ["routed-00000.bin"]  # no range file left
+
+
+@pytest.mark.parametrize("bad", [-1, 13])
+def test_a_position_outside_the_shard_is_refused(tmp_path, monkeypatch, bad):
+    monkeypatch.setattr(routed, "ORDER_STEP", 4)
+    rec = np.zeros(13, routed.ROUTED)
+    rec["pos"] = np.arange(13)
+    rec["pos"][5] = bad
+    path = str(tmp_path / "routed-00000.bin")
+    rec.tofile(path)
+    with pytest.raises(RuntimeError, match="outside the shard"):
+        routed.put_in_order(path, 13)
