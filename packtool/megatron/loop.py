@@ -92,6 +92,10 @@ class TrainConfig:
         from packtool.params import path  # '' read as "not given" (`if cfg.save`): nothing saved, no word
         for name in ("json_log", "load", "save"):
             setattr(self, name, path(name, getattr(self, name), PacktoolConfigError, optional=True))
+        if not self.steps and not self.save:  # built the model, then exited 0 having done nothing (S40-6)
+            raise PacktoolConfigError(f"{arg('steps', 0)} without {arg('save')}: the run would train nothing and "
+                                      f"save nothing; give {arg('steps')} above 0, or {arg('save')} DIR to write "
+                                      f"the initial checkpoint", flag=cli_flag("steps"))
 
 @dataclass
 class StepRecord:
@@ -212,9 +216,6 @@ def note_inert(cfg: TrainConfig, start: int) -> None:
     if cfg.steps and cfg.lr == 0:
         note(f"{arg('lr', 0)}: the weights stay as they are{' loaded' if start else ' initialized'} (the run "
              f"trains nothing); give {arg('lr')} above 0")
-    if not cfg.steps and not cfg.save:
-        note(f"{arg('steps', 0)} without {arg('save')}: the run trains nothing and saves nothing; give "
-             f"{arg('steps')} above 0")
 
 
 def note_unused_side(cfg: TrainConfig, side, is_main: bool) -> None:

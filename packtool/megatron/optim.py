@@ -26,14 +26,25 @@ def lr_most(betas: tuple = BETAS) -> float:
 
 
 def check_lr(value) -> float:
-    """--lr: a finite number from 0 to lr_most(), refused before any work."""
+    """--lr: a finite number, 0 or from lr_least() to lr_most(), refused before any work."""
     from packtool.errors import PacktoolConfigError, arg, cli_flag
     from packtool.integers import short
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
     if not (ok and math.isfinite(value) and 0 <= value <= lr_most()):
         raise PacktoolConfigError(f"{arg('lr')} must be a finite number from 0 to {lr_most():.3g} (AdamW holds "
                                   f"lr / (1 - beta1) in float32), got {short(value)}", flag=cli_flag("lr"))
+    if 0 < value < lr_least():  # a step of 0 in float32: trained nothing without the note lr 0 gets (S40-10)
+        raise PacktoolConfigError(f"{arg('lr')} {short(value)} is below float32's smallest normal number "
+                                  f"{lr_least():.3g} (AdamW steps the weights in float32, where it is 0 or next "
+                                  f"to it: the run would train nothing); give {arg('lr')} 0 or at least "
+                                  f"{lr_least():.3g}", flag=cli_flag("lr"))
     return value
+
+
+def lr_least() -> float:
+    """The smallest positive learning rate taken: float32's smallest normal number. Below it the
+    step lr * m / sqrt(v) and the decay lr * wd are 0 (or subnormal, flushed on GPUs) in float32."""
+    return float(torch.finfo(torch.float32).tiny)
 
 
 class MasterAdamW:

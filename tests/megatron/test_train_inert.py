@@ -1,7 +1,8 @@
 """`packtool train` flags that made a run inert or mute without a word (S36-17): a warmup past the
-run's last step (the whole run at a fraction of --lr), --lr 0, --steps 0 with nothing saved each
-get a note naming the flags before any work; --log-every 0 prints the last step (train's result),
-as every other --log-every does."""
+run's last step (the whole run at a fraction of --lr) and --lr 0 each get a note naming the flags
+before any work (--steps 0 with nothing saved, and a positive --lr float32 holds as 0, are refused:
+test_train_refused_inert.py); --log-every 0 prints the last step (train's result), as every other
+--log-every does."""
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,6 @@ INERT = {  # the run's flags -> the arguments its note names (None: a run that t
     "warmup past --steps": (dict(steps=2, warmup=1000), ("warmup=1000", "steps=2", "0.2%")),
     "warmup past a resumed run's last step": (dict(steps=1, warmup=3, load="{ck}"), ("warmup=3", "step 1")),
     "lr 0": (dict(steps=1, lr=0.0), ("lr=0",)),
-    "steps 0, nothing saved": (dict(steps=0), ("steps=0", "save")),
     "warmup = steps (reaches the peak)": (dict(steps=2, warmup=2), None),
     "steps 0 with save (the initial checkpoint)": (dict(steps=0, save="{tmp}/init"), None),
 }
