@@ -49,8 +49,15 @@ NAMES = {"side_columns", "support_columns", "source_files"}
 ADDRESSES = {"ray_address"}  # None: RAY_ADDRESS if set, else a local Ray (engines.ray_join.chosen)
 
 
-def count(name: str, value, error: type[PacktoolError] = PacktoolInputError) -> int | None:
+def count(name: str, value, error: type[PacktoolError] | None = None) -> int | None:
+    """A count or size argument. An integer out of its range is `config`, as a flag's value out of
+    its range is (README's `kind`; `verify --max-problems -1` was `input`, S40-7); a value of
+    another kind (a bool, a float, a str) is the caller's `input`; `error`: a class of its own
+    (PlanError, ...) for both."""
     least, most, optional = RANGES[name]
+    if error is None:
+        number = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        error = PacktoolConfigError if number or (value is None and optional) else PacktoolInputError
     return int_value(name, value, least, most, optional, error=error)
 
 
@@ -155,12 +162,13 @@ def _shown(names: tuple) -> str:
     return repr(",".join(names))
 
 
-def checked(name: str, value, error: type[PacktoolError] = PacktoolInputError):
-    """`value` of library argument `name`, checked and normalized by the rule its name has."""
+def checked(name: str, value, error: type[PacktoolError] | None = None):
+    """`value` of library argument `name`, checked and normalized by the rule its name has (with
+    that rule's error class unless `error` is given)."""
     for table, rule in ((RANGES, count), (PATHS, path), (SWITCHES, switch), (TEXTS, text), (NAMES, names),
                         (ADDRESSES, address)):
         if name in table:
-            return rule(name, value, error)
+            return rule(name, value, error) if error else rule(name, value)
     raise KeyError(name)  # a bug: every argument checked here has a rule
 
 
@@ -221,7 +229,7 @@ def arguments(**values) -> list:
     return [checked(k, v) for k, v in values.items()]
 
 
-def check_fields(obj, *fields: str, error: type[PacktoolError] = PacktoolInputError) -> None:
+def check_fields(obj, *fields: str, error: type[PacktoolError] | None = None) -> None:
     """A frozen config dataclass's `fields`, checked and normalized in place (numpy ints to int,
     PathLike to str) so that what it records in a manifest is plain JSON."""
     for f in fields:
