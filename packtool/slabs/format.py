@@ -123,8 +123,8 @@ def read_manifest(directory: str, argument: str | None = None) -> dict:
     if is_uri(directory):
         return _read_store_manifest(directory, argument)
     if not os.path.isdir(directory):
-        raise NotAnOutputError(f"{directory}: a file, not a packtool output folder; give the folder that holds it"
-                          if os.path.exists(directory) else
+        from packtool.slabs.file_given import file_given
+        raise NotAnOutputError(file_given(directory) if os.path.exists(directory) else
                           f"{directory}: no such folder (not a packtool output); give the folder "
                           f"a pack wrote (pack's output=, `packtool pack -o`)")
     path = manifest_file(directory)
