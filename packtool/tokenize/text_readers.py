@@ -243,7 +243,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             yield from jsonl_batches(path, batch_size, columns, blank=blank)
         except PacktoolInputError as e:
             if getattr(e, "line_too_long", None) is None:
-                raise
+                raise _one_object(path) or e from None
             from packtool.tokenize.json_depth import mib
             raise PacktoolInputError(
                 f"line {e.line_too_long} is longer than {mib(MAX_JSON_LINE)}: a .json file that is no JSON array "
@@ -270,6 +270,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             raise PacktoolInputError(f"JSON array is not closed: its text ends at line {text.count(chr(10)) + 1} "
                                      f"without the closing ]", path=path, row=n)
         if text[pos] == "]":
+            _nothing_after(text, pos + 1, path, n)
             break
         try:
             obj, pos = raw_decode(text, pos)  # a key twice in a row is refused, as in JSON Lines
@@ -286,6 +287,42 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             rows = []
     if rows:
         yield _rows_to_batch(rows, path, n - len(rows))
+
+
+def _nothing_after(text: str, pos: int, path: str, rows: int) -> None:
+    """Past the array's closing `]` only whitespace: a second array (two exports joined), JSON
+    Lines rows or garbage there were passed over without a word, their rows lost, as no JSON
+    reader would (json.loads: "Extra data"; a JSON Lines line with more after it is refused)."""
+    rest = len(text) - len(text[pos:].lstrip())
+    if rest < len(text):
+        line = text.count("\n", 0, rest) + 1
+        column = rest - text.rfind("\n", 0, rest)
+        raise PacktoolInputError(
+            f"invalid JSON at line {line}, column {column}: extra data after the array's closing ] (the array "
+            f"held {rows:,} row(s); what follows is not read): a .json file holds one array of rows; join the "
+            f"arrays into one, or save every row as JSON Lines (one object per line)", path=path)
+
+
+def _one_object(path: str) -> PacktoolInputError | None:
+    """A .json file that failed as JSON Lines may be one pretty-printed object (the common
+    `{"version": 1, "data": [...]}` export): valid JSON a JSON writer wrote, which "invalid JSON
+    ... rewrite the file with a JSON writer" misnamed. Parsed whole only on this error path and
+    only up to the line bound (a larger file keeps the JSON Lines error)."""
+    try:
+        with open_bytes(path) as f:
+            raw = f.read(MAX_JSON_LINE + 1)
+        if len(raw) > MAX_JSON_LINE:
+            return None
+        obj = json.loads(raw)
+    except (OSError, ValueError, RecursionError):  # not one JSON value (or deeper than Python parses): the JSON Lines error stands
+        return None
+    if not isinstance(obj, dict):
+        return None
+    keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
+    return PacktoolInputError(
+        f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
+        f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
+        path=path)
 
 
 def _opens_array(f) -> bool:
