@@ -368,7 +368,20 @@ def _without_backend_notices(fn):
     return wrapper
 
 
-app.command("train", cls=Command)(guarded(_without_backend_notices(train_command)))
+def _json_result(fn):
+    """train's --json: its result as one JSON object with the notes it said, as every command's;
+    the step table is off (train_command runs quiet) so stdout holds the object alone."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        rv = fn(*args, **kwargs)
+        if kwargs.get("json_out") and rv is not None:
+            from packtool.megatron.loop import _run_rank
+            if _run_rank() == 0:  # torchrun's other ranks ran the same run: one object
+                print(json.dumps(with_notes(rv)))
+    return wrapper
+
+
+app.command("train", cls=Command)(guarded(_json_result(_without_backend_notices(train_command))))
 
 
 def main() -> None:

@@ -160,7 +160,8 @@ def train_command(
     lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton packtool.kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps, and the last (0: only the last).")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or a log packtool train wrote; any other existing file needs --overwrite; never an input).")] = None,
-) -> None:
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end (the run's last step, its figures and notes) instead of the step table; an error is a JSON object too.")] = False,
+) -> Optional[dict]:
     """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).
 
     Run under torchrun for several GPUs: DP = world / (tp x cp).
@@ -201,5 +202,19 @@ def train_command(
                           grad_accum=grad_accum, seed=seed, device=device, lm_head=lm_head, fp8=fp8,
                           log_every=log_every, json_log=json_log, load=load, save=save,
                           save_every=save_every, overwrite=overwrite, resume_shape=resume_shape,
-                          inputs=(config,) if config else ())
-        train(cfg)  # its checks of --load and --vocab-size name these flags too
+                          inputs=(config,) if config else (), quiet=json_out)
+        res = train(cfg)  # its checks of --load and --vocab-size name these flags too
+    return result_dict(cfg, res) if json_out else None
+
+
+def result_dict(cfg, res) -> dict:
+    """train's --json object (README: every command takes --json, S40-5): what the step table's
+    last line and the header say, as numbers (a value that is not finite is null, as in
+    --json-log)."""
+    import dataclasses
+    import json
+
+    from packtool.megatron.finite import json_line
+    last = json.loads(json_line(dataclasses.asdict(res.records[-1]))) if res.records else None
+    return {"data_dir": cfg.data_dir, "params": res.params, "final_step": res.final_step,
+            "steps_run": len(res.records), "last_step": last, "save": cfg.save, "json_log": cfg.json_log}

@@ -1,7 +1,7 @@
 """S33-9 (1, 2): every global option in every position the README shows, with every subcommand,
 behaves the same: --json and --debug before the subcommand, right after it or at the end give
-the same exit status, the same one error line and (--json) the same JSON object; a subcommand
-without --json (train) refuses it naming its own options and --help wherever it was typed;
+the same exit status, the same one error line and (--json) the same JSON object; every
+subcommand takes --json (train too, S40-5; test_global_json);
 --version under --json is a JSON object."""
 from __future__ import annotations
 
