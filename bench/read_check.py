@@ -25,12 +25,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 # every check a reader runs (FORMAT.md, "What a reader checks"), by the module that defines it:
-# the manifest's field checks at open (slabs.fields' table, format's numbers), then check.py's (open, per row group, nulls, side lengths).
+# the manifest's field checks at open (slabs.fields' table, format's numbers), then check.py's (open, per row group, nulls, side lengths) and check_side.py's (NaN / inf).
 # tests/slabs/test_read_check_bench.py holds the list to every check_* function of these modules
 CHECKS = {"packtool.slabs.fields": ("check_fields", "check_side_counts"),
           "packtool.slabs.format": ("check_numbers",),
           "packtool.slabs.check": ("check_output", "check_segment_counts", "check_coverage", "check_counts",
-                                   "check_checksum", "check_nulls", "check_side_lengths", "check_group")}
+                                   "check_checksum", "check_nulls", "check_side_lengths", "check_group"),
+          "packtool.slabs.check_side": ("check_side_nonfinite",)}
 # the open scan's columns only the checks use (slabs/reader.py): "off" leaves them unread
 CHECK_READS = ("SEGMENTS", "NULLS_ONLY")
 

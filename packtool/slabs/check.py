@@ -16,7 +16,8 @@ process), and every decoded row group (`check_group`: lengths, seq_lens as many 
 source_index and 0 where it marks the fill, `cu_seqlens`, `cp_offsets`, the layout of `seq_lens`,
 pads, loss flags, token ids below `vocab_size` or a trainer's bound, side columns' fill on pads),
 vectorized numpy; nulls at any depth (`check_nulls`), side columns' lengths (`check_side_lengths`).
-Left to `verify`: side columns' NaN/inf counts and the support rule (FORMAT.md says why).
+Float side columns' NaN/inf values against the manifest's counts: slabs/check_side.py. Left to
+`verify`: a NaN/inf count below the manifest's, and the support rule (FORMAT.md says why).
 Every failure is one line naming the shard (and row), exit 2 on the CLI: a `FormatError` (a bound's, config);
 where it is and the fix it names are slabs/check_said.py's.
 """

@@ -27,6 +27,7 @@ from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
                                   check_output, check_segment_counts, check_side_lengths)
 from packtool.slabs.check_said import shard_gone
+from packtool.slabs.check_side import check_side_nonfinite
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.storage import store_failure
 
@@ -223,6 +224,9 @@ class SlabReader:
         self._lock = threading.Lock()
         self.side_columns: tuple[SideColumn, ...] = manifest.side_columns
         self._ids_below: tuple[int, str] | None = None  # bound_ids
+        # per decoded (shard, row group), its float side columns' non-zero (NaN, +-inf) counts:
+        # each group counted once however often it is decoded again (check_side_nonfinite)
+        self._nonfinite: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
 
     def __getstate__(self) -> dict:
         """Spawn/forkserver DataLoader workers and `to_hf(streaming=True)` pickle the datasets
@@ -271,10 +275,23 @@ class SlabReader:
         check_group(self.manifest, where, g, ix.num_tokens[rows],
                     ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows],
                     ids_below=self._ids_below, max_id=self.manifest.shard_max_id(shard))
+        odd = check_side_nonfinite(self.manifest, where, g["side"], self._nonfinite_before(key))
+        if odd:
+            self._nonfinite[key] = odd
         self._cache[key] = g
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return g
+
+    def _nonfinite_before(self, key: tuple[int, int]) -> dict[str, tuple[int, int]]:
+        """Per side column, the (NaN, +-inf) counts of the groups decoded so far but `key`."""
+        total: dict[str, tuple[int, int]] = {}
+        for k, cols in self._nonfinite.items():
+            for name, (nan, inf) in cols.items():
+                if k != key:
+                    a, b = total.get(name, (0, 0))
+                    total[name] = (a + nan, b + inf)
+        return total
 
     def groups(self):
         """Every row group in on-disk order, each checked as `row` would check it (its shard's

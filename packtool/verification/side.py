@@ -194,8 +194,10 @@ def check_nonfinite(stats: dict, side, totals: dict, policy: str, log: ProblemLo
             notes.append(f"side column {c.name}: {unpaired} slab(s) whose values could not be placed (the side_null "
                          f"and side_length problems) are left out of its NaN / +-inf count, so a count below the "
                          f"manifest's stats was not held to it")
-        if got["nan"] or got["inf"]:
-            notes.append(f"side column {c.name} holds {got['nan']:,} NaN and {got['inf']:,} +-inf value(s), kept "
+        # the input's own values alone (what pack warned of): a count beyond it is the problem above
+        kept = {k: min(got[k], said[k]) if said[k] is not None else got[k] for k in got}
+        if kept["nan"] or kept["inf"]:
+            notes.append(f"side column {c.name} holds {kept['nan']:,} NaN and {kept['inf']:,} +-inf value(s) kept "
                          f"from the input as read (pack warned and names the first): a NaN log-prob makes a PPO "
                          f"loss NaN; fix them in the input or mask their tokens")
 

@@ -783,8 +783,8 @@ def test_verify_names_the_null(corpus, corruption):
 
 SIDE_DAMAGES = ("side_null", "side_null_row", "side_null_support_row", "side_null_support_value", "side_length",
                 "side_fill_float", "side_fill_negative_zero", "side_fill_rows")  # a manifest fill: test_side_fill_rule
-# verify's alone (FORMAT.md, "What a reader checks"): a count over the whole output, a compiled pass
-VERIFY_ONLY = ("side_nonfinite", "support_order", "support_absent", "support_twice", "support_empty_on_loss")
+# verify's alone (FORMAT.md, "What a reader checks"): a compiled pass over every token's K candidates
+VERIFY_ONLY = ("support_order", "support_absent", "support_twice", "support_empty_on_loss")
 
 
 def _side_entry(name, key, value):
@@ -822,6 +822,45 @@ SIDE_ENTRY = {"side_entry:kind-support-to-values": _side_entry("sup", "kind", "v
               "side_entry:support-fill": _side_entry("sup", "fill", 0)}
 
 
+def _nonfinite(values, counted=None, groups=1):
+    """`values` (NaN / inf) written into `lp` on real tokens of the slabs, one a slab from the first
+    with a pad, re-signed, the shard cut into `groups` row groups; `counted`: the manifest's
+    stats.side_nan / side_inf of `lp` set to it (the input's count, as if the input held them)."""
+    def run(out):
+        import pyarrow.parquet as pq
+        from side_support import pad_and_real, row_with_pad, set_column
+        from slab_support import resign
+        shard = read_manifest(out)["shards"][0]["file"]
+        path = os.path.join(out, shard)
+        t = pq.read_table(path)
+        lp, r = t.column("lp").to_pylist(), row_with_pad(t)
+        assert t.num_rows - r >= 2 * groups
+        for k, v in enumerate(values):  # one slab; across groups: one a slab, the last in the last group
+            row = r + k * (t.num_rows - r - 1) if groups > 1 else r
+            lp[row][pad_and_real(t, row)[1] + (k if groups == 1 else 0)] = v
+        pq.write_table(set_column(t, "lp", lp), path, compression="zstd", row_group_size=-(-t.num_rows // groups))
+        resign(out, shard)
+        if counted is not None:
+            m = read_manifest(out)
+            m["stats"]["side_nan"]["lp"], m["stats"]["side_inf"]["lp"] = counted
+            save_manifest(out, m)
+    return run
+
+
+# S40-3: a NaN / inf in a float side column beyond the manifest's count of what the input held
+# (stats.side_nan / side_inf): every consumer refuses it, as verify's side_nonfinite does
+NONFINITE = {"nonfinite:nan-input-none": _nonfinite([float("nan")]),
+             "nonfinite:inf-input-none": _nonfinite([float("-inf")]),
+             "nonfinite:nan-above-count": _nonfinite([float("nan")] * 2, counted=(1, 0)),
+             "nonfinite:inf-above-count": _nonfinite([float("inf")] * 3, counted=(0, 2)),
+             # one in each of two row groups, each within the count: a reader that decodes both adds them up
+             "nonfinite:nan-above-count-across-groups": _nonfinite([float("nan")] * 2, counted=(1, 0), groups=2)}
+# what the input held (pack kept it as read, verify notes it): read by every consumer
+NONFINITE_KEPT = {"nonfinite:nan-as-counted": _nonfinite([float("nan")], counted=(1, 0)),
+                  "nonfinite:both-as-counted-across-groups": _nonfinite([float("nan"), float("inf")], counted=(1, 1),
+                                                                         groups=2)}
+
+
 @pytest.fixture(scope="session")
 def side_corpus(tmp_path_factory):
     from side_support import plant_side, side_rows, write_input
@@ -839,10 +878,11 @@ def side_corpus(tmp_path_factory):
 
     def get(name):
         import pyarrow.parquet as pq
-        if name in SIDE_ENTRY and name not in made:
+        edits = {**SIDE_ENTRY, **NONFINITE, **NONFINITE_KEPT}
+        if name in edits and name not in made:
             d = str(root / re.sub(r"[^a-z0-9]+", "-", name))
             shutil.copytree(clean, d)
-            SIDE_ENTRY[name](d)
+            edits[name](d)
             made[name] = d
         if name not in made:
             d = str(root / name)
@@ -866,6 +906,45 @@ def test_every_consumer_refuses_side_column_damage_verify_rejects(side_corpus, d
     kind, got = _consume(consumer, side_corpus(damage), str(tmp_path))
     assert kind == "refused", f"{consumer} read the damaged output ({damage}) without a word"
     assert consumer == "standalone-reader" or ("row" in got and ("'lp'" in got or "'sup'" in got)), got
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "hf-to_hf", "inspect", "standalone-reader"])
+@pytest.mark.parametrize("damage", list(NONFINITE))
+def test_every_consumer_refuses_nonfinite_side_values_beyond_the_manifest(side_corpus, damage, consumer, tmp_path):
+    """S40-3: a NaN written into a side column after pack (re-signed) reached the loss through every
+    consumer but verify. The standalone reader reads one slab: it holds each slab to the whole
+    output's count, not the sum across slabs (FORMAT.md)."""
+    if consumer == "standalone-reader" and damage.endswith("across-groups"):
+        pytest.skip("a reader of one slab at a time holds no sum across slabs (FORMAT.md)")
+    kind, got = _consume(consumer, side_corpus(damage), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({damage}) without a word"
+    if consumer != "standalone-reader":
+        word = "NaN" if "nan" in damage else "inf"
+        assert "'lp'" in got and word in got and "stats.side_" in got and "packtool verify" in got, got
+        assert SHARD0 in got and " row " in got and "position" in got, got
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect", "standalone-reader"])
+@pytest.mark.parametrize("kept", list(NONFINITE_KEPT))
+def test_every_consumer_reads_the_nonfinite_values_the_input_held(side_corpus, kept, consumer, tmp_path):
+    kind, got = _consume(consumer, side_corpus(kept), str(tmp_path))
+    assert kind == "ok", got
+
+
+@pytest.mark.parametrize("damage", [*NONFINITE, *NONFINITE_KEPT])
+def test_verify_holds_nonfinite_side_values_to_the_manifest(side_corpus, damage):
+    """verify fails what every reader refuses and takes what they read; its note says pack warned
+    only of what the input held (S40-3: it said so of a NaN the manifest counts 0)."""
+    from packtool.cli.app import app
+    r = CliRunner().invoke(app, ["verify", side_corpus(damage), "--workers", "1", "--json"])
+    d = json.loads(r.output)
+    notes = " ".join(d.get("notes", []))
+    if damage in NONFINITE:
+        assert r.exit_code == 1 and set(d["counts"]) == {"side_nonfinite"}, r.output
+    else:
+        assert r.exit_code == 0 and "pack warned" in notes, r.output
+    if damage.endswith("input-none"):
+        assert "pack warned" not in notes, notes
 
 
 @pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect", "standalone-reader"])

@@ -138,6 +138,7 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     read (Megatron dataset epoch, hf items), no column only the checks use is read, and the
     rows are the same; on (the control): every listed check runs."""
     import packtool.slabs.check as check
+    import packtool.slabs.check_side as check_side
     import packtool.slabs.fields as fields
     import packtool.slabs.format as fmt
     import packtool.slabs.token_pass as token_pass
@@ -149,7 +150,7 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     bench = _bench(monkeypatch)
     bench.install(checks, monkeypatch.setattr)
     seen = count_decodes(monkeypatch)
-    with _calls_into({check.__file__, token_pass.__file__, fmt.__file__, fields.__file__}) as called:
+    with _calls_into({check.__file__, check_side.__file__, token_pass.__file__, fmt.__file__, fields.__file__}) as called:
         got = _megatron(packed, groups), _hf(packed, groups)
     assert got == want
     listed = {n for names in bench.CHECKS.values() for n in names}
