@@ -23,7 +23,7 @@ import pyarrow as pa
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
 from packtool.tokenize.blank_lines import say_record
-from packtool.tokenize.messages import no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
+from packtool.tokenize.messages import check_role, no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
 from packtool.tokenize.row_checks import has_value, turn_rows, valid_values
 
 # Row keys beside the turns that reach the template as variables (transformers' names), and
@@ -139,6 +139,9 @@ def chat_row(shape, row: tuple, path: str, row_no: int, use: KeyUse, turn_keys: 
     col, raw = shape.columns[0], row[0] or []
     msgs = ([normalize_message(m, path, row_no, col, j) for j, m in enumerate(raw)]
             if shape.kind == "chat" else sharegpt_to_messages(raw, path, row_no))
+    if shape.kind == "chat":  # ShareGPT's `from` is mapped to a role by name (sharegpt_to_messages)
+        for j, m in enumerate(msgs):
+            check_role(m, col, j, path, row_no)
     extra = dict(zip(shape.columns[1:], row[1:]))
     msgs = with_system(msgs, extra.pop("system", None), col, path, row_no)
     skip = [j for j, m in enumerate(msgs) if "weight" in m and untrained(m, col, j, path, row_no)]  # few turns have one

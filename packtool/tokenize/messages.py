@@ -14,6 +14,35 @@ _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assista
                    "observation": "tool", "function_response": "tool", "function_call": "assistant"}
 
 
+# the roles packtool's templates render, and the spellings of them a dataset uses instead: each
+# such turn was rendered as context under a role no template knows, never trained, and the row
+# called "no assistant tokens to train on" -- which --on-empty skip then dropped (S40-8)
+ROLES = ("system", "user", "assistant", "tool")
+_MEANT = {**{k: v for k, v in _SHAREGPT_ROLES.items() if k != "function_call"},
+          "model": "assistant", "bot": "assistant", "ai": "assistant", "gemini": "assistant",
+          "claude": "assistant", "chatbot": "assistant", "agent": "assistant", "answer": "assistant",
+          "response": "assistant", "question": "user", "prompt": "user", "sys": "system"}
+
+
+def check_role(m: dict, column: str, j: int, path: str | None, row: int | None) -> None:
+    """A turn's role is a string, and not a spelling of one of ROLES (a case, a space, another
+    dataset's name for it): those are named with the role meant. A role of no known meaning
+    (developer, narrator) goes to the template as given: a template may render it."""
+    role = m.get("role")
+    if role in ROLES:
+        return
+    if not isinstance(role, str):
+        got = "missing" if role is None else f"{type(role).__name__} {role!r}"
+        raise PacktoolInputError(f"{column}[{j}].role is {got}, not a role name; give each turn a role: "
+                                 f"{', '.join(ROLES)}", path=path, row=row)
+    meant = _MEANT.get(role.strip().lower())
+    if meant is not None:
+        raise PacktoolInputError(f"{column}[{j}].role is {role!r}, not a role packtool knows (the roles are "
+                                 f"{', '.join(ROLES)}; case and spaces matter): the turn would be rendered as "
+                                 f"context{' and never trained' if meant == 'assistant' else ''}; rename it "
+                                 f"{meant!r}", path=path, row=row)
+
+
 def _content_text(content, where: str, path: str | None, row: int | None) -> str | None:
     """OpenAI content parts joined: the text ones. A part of another kind (image_url,
     input_audio, file...) is refused, never dropped without a word (docs/TOKENIZATION.md)."""
