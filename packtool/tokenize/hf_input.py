@@ -24,6 +24,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.tokenize.text_readers import refuse_repeated_names
 from packtool.workers import thread_pool
 
 _HASH_POOL = thread_pool(1, "packtool-input-sha")
@@ -165,7 +166,10 @@ def resolve_sources(inputs, split: str | None = None) -> list:
 # ---------------------------------------------------------------- per input: file or source
 
 def columns_of(f) -> list[str]:
-    return list(f.columns) if isinstance(f, ArrowSource) else peek_columns(f)
+    if isinstance(f, ArrowSource):
+        refuse_repeated_names(list(f.columns), f.path, "its schema: ")
+        return list(f.columns)
+    return peek_columns(f)
 
 
 def rows_of(f) -> int | None:

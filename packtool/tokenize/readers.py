@@ -32,6 +32,7 @@ from packtool.tokenize.text_readers import (
     csv_names,
     json_array_batches,
     jsonl_batches,
+    refuse_repeated_names,
 )
 
 _PARQUET_EXT = (".parquet", ".pq")
@@ -315,11 +316,12 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
 def peek_columns(f: InputFile) -> list[str]:
     """Column names, from metadata where the format has it, else from the first batch."""
     try:
-        if f.kind == "parquet":
-            return list(pq.ParquetFile(arrow_file(f.path)).schema_arrow.names)
-        if f.kind == "arrow":
-            return list(_open_arrow(f.path).schema.names)
-        if f.kind == "csv":
+        if f.kind in ("parquet", "arrow"):
+            schema = pq.ParquetFile(arrow_file(f.path)).schema_arrow if f.kind == "parquet" else \
+                _open_arrow(f.path).schema
+            refuse_repeated_names(schema.names, f.path, "its schema: ")
+            return list(schema.names)
+        if f.kind == "csv":  # the header's names, each once (csv_names)
             return csv_names(f.path)
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         if f.kind == "csv":  # the reading paths' message, which names the line at fault

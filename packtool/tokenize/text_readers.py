@@ -357,7 +357,21 @@ def _csv_options(path: str, columns: list[str] | None, names: list[str] | None):
 def csv_names(path: str) -> list[str]:
     with _open_text(path) as (f, _):
         read, parse, _ = _csv_options(path, None, None)
-        return list(pacsv.open_csv(f, read_options=read, parse_options=parse).schema.names)
+        names = list(pacsv.open_csv(f, read_options=read, parse_options=parse).schema.names)
+    refuse_repeated_names(names, path, "line 1: ")
+    return names
+
+
+def refuse_repeated_names(names: list[str], path: str, where: str = "") -> None:
+    """A column named twice (a CSV header, a Parquet or Arrow schema) is ambiguous as a key given
+    twice in a JSON row: Arrow read the first and passed over the other (its content lost
+    without a word), or failed as an internal error. Refused, naming both places."""
+    first: dict = {}
+    for i, n in enumerate(names):
+        if n in first and n != "":  # an empty name is a header that is data: shape_detect says that
+            raise PacktoolInputError(f"{where}column {json.dumps(n, ensure_ascii=False)} is named twice (columns "
+                                     f"{first[n] + 1} and {i + 1}); rename one", path=path)
+        first[n] = i
 
 
 def csv_batches(path: str, batch_size: int, columns: list[str] | None,
@@ -368,28 +382,49 @@ def csv_batches(path: str, batch_size: int, columns: list[str] | None,
         names = csv_names(path)
         with _open_text(path) as (f, raw):
             read, parse, convert = _csv_options(path, columns, names)
-            if blank is not None:
-                f = _Shown(f, blank.scan)
+            f = shown = _Shown(f, blank.scan if blank is not None else None)
             for b in pacsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
                 if read_bytes is not None:
                     read_bytes(raw.tell())
                 yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
+        if shown.quotes % 2:
+            _refuse_open_quote(path)
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         raise csv_error(path, e) from None
 
 
+def _refuse_open_quote(path: str) -> None:
+    """Arrow's CSV reader ends a quoted field that is never closed at the end of the file: every
+    line after the quote was one row's text (4 rows read as 2, no word). An odd count of quote
+    characters is the cheap sign (a quote inside a quoted field is doubled); a bare quote in an
+    unquoted field (`5" tall`) is one too, so Python's strict reading decides and names the line."""
+    from packtool.tokenize.text_where import csv_bad_record
+    with _open_text(path) as (f, _):
+        where = csv_bad_record(f, csv_delimiter(path))
+    if where is not None:
+        row, line, what = where
+        if what == "unexpected end of data":
+            what = "a quoted field opened here is never closed (the file ends inside it, every later line read into it)"
+        raise PacktoolInputError(f"cannot read CSV at line {line}: {what}; close the quote (a quote inside a "
+                                 f"quoted field is written twice: \"\")", path=path, row=row)
+
+
 class _Shown:
-    """A read-only stream that shows each block it reads to `see` before handing it on: the
-    bytes Arrow's CSV reader parses are the bytes counted, read once."""
+    """A read-only stream that counts its quote characters and shows each block it reads to
+    `see` (when given) before handing it on: the bytes Arrow's CSV reader parses are the bytes
+    counted, read once."""
 
     closed = False
 
-    def __init__(self, f, see) -> None:
+    def __init__(self, f, see=None) -> None:
         self._f, self._see = f, see
+        self.quotes = 0  # the quote characters read (bytes.count, in C): an odd total is an open quote
 
     def read(self, n: int = -1) -> bytes:
         b = self._f.read(n)
-        self._see(b)
+        self.quotes += b.count(b'"')
+        if self._see is not None:
+            self._see(b)
         return b
 
     def readable(self) -> bool:

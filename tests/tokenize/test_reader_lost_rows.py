@@ -3,13 +3,20 @@ reader does not hand on is refused in one line naming the file and where, never 
 S40-1: a .json array with anything after its closing `]` (a second array, JSON Lines rows,
 garbage) packed the array only, exit 0, and `verify --source` said OK; S40-7: a pretty-printed
 .json holding one object was called "invalid JSON ... rewrite it with a JSON writer".
+S40-2: a column named twice (a CSV/TSV header: the second column's text dropped; a Parquet or
+Arrow schema: "internal error"), as a JSON key given twice is. S40-13: a CSV quote never closed
+read every later line into one row.
 Each case is read the ways packtool reads an input (its rows, its column peek) and through the
 CLI (pack leaves no output; verify --source refuses the same input)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 import pytest
 from cli_main import run_main
 from conftest import GPT2
@@ -28,13 +35,39 @@ _LOST = {
     "json_array_then_comma": ("a.json", b'[{"text":"a"}],\n', ["line 1, column 15", "extra data"]),
     "json_one_object": ("a.json", json.dumps({"version": 1, "data": [{"text": "a"}]}, indent=2).encode(),
                         ["holds one JSON object", "'version', 'data'", "array of row objects"]),
+    "csv_header_twice": ("a.csv", b"text,text\nalpha,beta\n", ['line 1: column "text" is named twice (columns 1 and 2)']),
+    "tsv_header_twice": ("a.tsv", b"id\ttext\tx\ttext\n1\talpha\t2\tbeta\n",
+                         ['line 1: column "text" is named twice (columns 2 and 4)']),
+    "csv_gz_header_twice": ("a.csv.gz", gzip.compress(b"text,text\nalpha,beta\n"), ['column "text" is named twice']),
+    "csv_open_quote": ("a.csv", b'text\nalpha\n"unterminated\nbeta\ngamma\n',
+                       ["line 3", "quoted field opened here is never closed"]),
+    "tsv_open_quote": ("a.tsv", b'id\ttext\n1\talpha\n2\t"open\n3\tbeta\n',
+                       ["line 3", "quoted field opened here is never closed"]),
+    "csv_gz_open_quote": ("a.csv.gz", gzip.compress(b'text\n"a ""b"" c"\n"open\nbeta\n'),
+                          ["line 3", "never closed"]),
+    "parquet_schema_twice": ("a.parquet", lambda p: pq.write_table(_twice(), p),
+                             ['its schema: column "text" is named twice (columns 1 and 2)']),
+    "arrow_stream_schema_twice": ("a.arrow", lambda p: _ipc(p, ipc.new_stream), ['column "text" is named twice']),
+    "arrow_file_schema_twice": ("a.feather", lambda p: _ipc(p, ipc.new_file), ['column "text" is named twice']),
 }
+
+
+def _twice() -> pa.Table:
+    return pa.Table.from_arrays([pa.array(["alpha"]), pa.array(["beta"])], names=["text", "text"])
+
+
+def _ipc(path, new) -> None:
+    with new(path, _twice().schema) as w:
+        w.write_table(_twice())
 
 
 def _write(tmp_path, case):
     name, body, words = _LOST[case]
     p = tmp_path / name
-    p.write_bytes(body)
+    if callable(body):
+        body(str(p))
+    else:
+        p.write_bytes(body)
     return str(p), words
 
 
@@ -52,10 +85,9 @@ def _refused(fn, words):
 def test_reader_refuses_rows_it_would_not_hand_on(tmp_path, case):
     path, words = _write(tmp_path, case)
     f = resolve_inputs([path])[0]
-    _refused(lambda: [b for b in iter_batches(f, 1)], words)
-    _refused(lambda: [b for b in iter_batches(f, 4, ["text"])], words)
-    if case == "json_one_object":
-        _refused(lambda: peek_columns(f), words)
+    # as a run reads it: its columns, then its rows (all, and the shape's columns only)
+    _refused(lambda: (peek_columns(f), list(iter_batches(f, 1))), words)
+    _refused(lambda: (peek_columns(f), list(iter_batches(f, 4, ["text"]))), words)
 
 
 @pytest.mark.parametrize("case", sorted(_LOST))
@@ -97,3 +129,17 @@ def test_whitespace_after_the_array_is_fine(tmp_path):
     rows = [r for b in iter_batches(resolve_inputs([str(p)])[0], 1) for r in b.to_pylist()]
     assert rows == [{"text": "a"}, {"text": "b"}]
     assert os.path.getsize(p) > 0
+
+
+@pytest.mark.parametrize("body,rows", [
+    (b'text\n5" tall\nbeta\n', ['5" tall', "beta"]),  # a bare quote in an unquoted field: an odd count, no open quote
+    (b'text\n"a ""q"" b"\n"two\nlines"\n', ['a "q" b', "two\nlines"]),
+    (b"a,b\n1,2\n", None),
+])
+def test_csv_quotes_that_close_read_as_before(tmp_path, body, rows):
+    p = tmp_path / "a.csv"
+    p.write_bytes(body)
+    f = resolve_inputs([str(p)])[0]
+    got = [r for b in iter_batches(f, 1) for r in b.to_pylist()]
+    if rows is not None:
+        assert [r["text"] for r in got] == rows
