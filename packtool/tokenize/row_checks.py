@@ -90,7 +90,8 @@ def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
         what = f"empty example: {what}"
     else:
         if turns:
-            what = f"{cols[0]} gives no assistant tokens to train on"
+            what = (f"{cols[0]} gives no assistant tokens to train on (only a turn whose role is 'assistant' "
+                    f"and whose weight is not 0 is trained)")
         elif shape.kind == "tokens":
             what = f"{next((c for c in cols if c in ('loss_mask', 'labels')), cols[0])} masks every token"
         else:

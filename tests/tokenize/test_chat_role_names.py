@@ -88,3 +88,13 @@ def test_the_legal_neighbours_pack(tmp_path, role):
                           {"role": "assistant", "content": "answer text"}]}]
     r = _pack(tmp_path, _write(tmp_path, rows, "jsonl"))
     assert r.exit_code == 0, r.output
+
+
+def test_a_row_with_no_assistant_turn_says_which_role_is_trained(tmp_path):
+    """A role of no known meaning goes to the template; a row with no assistant turn then says
+    which role is trained, so the user looks at the roles, not only at the content."""
+    rows = [{"messages": [{"role": "user", "content": "x"}, {"role": "developer", "content": "answer text"}]}]
+    r = _pack(tmp_path, _write(tmp_path, rows, "jsonl"))
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "only a turn whose role is 'assistant'" in errors[0], r.stderr
