@@ -45,7 +45,7 @@ class _ParsedHere:
             raise
 
     def _refuse_json_it_lacks(self, ctx, args: list[str]) -> None:
-        """--json is global (README: either side of the subcommand): one without it (train) is
+        """--json is global (README: either side of the subcommand): a subcommand without it is
         refused for it wherever it stands, not for whichever unknown flag click meets first."""
         if "--json" in (args[:args.index("--")] if "--" in args else args):  # after --: a word
             opts = [o for p in self.get_params(ctx) for o in getattr(p, "opts", ())]
@@ -136,6 +136,6 @@ class Commands(_ParsedHere, TyperGroup):
             return rest
         if at is None or "--json" not in argv[:at]:
             return argv
-        # moved for a subcommand without --json (train) too: it refuses it as it does after its
-        # name, naming its own --help and options, not the group's (`Possible options: --version`)
+        # moved for every subcommand: one without --json (none now; train took it in S40-5) refuses it as
+        # after its name, naming its own --help and options, not the group's (`Possible options: --version`)
         return [a for a in argv[:at] if a != "--json"] + [argv[at], "--json"] + argv[at + 1:]
