@@ -265,6 +265,22 @@ def _open_arrow(path: str):
         return ipc.open_stream(source)
 
 
+_STREAM_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC's end-of-stream marker (a 0-length message)
+
+
+def _stream_ended(path: str) -> bool:
+    """Whether an Arrow IPC stream closes with its end-of-stream marker. Arrow's stream reader
+    ends at the end of the bytes as at the marker: a stream cut at a batch boundary read as
+    whole, its later batches lost without a word (a cut .gz is refused). Only the last 8 bytes
+    are read. (The pre-0.15 4-byte marker is not taken: a batch's zero padding looks like it.)"""
+    with (locate(path).open_input() if is_uri(path) else pa.OSFile(path, "rb")) as f:
+        size = f.size()
+        if size < len(_STREAM_END):
+            return False
+        f.seek(size - len(_STREAM_END))
+        return f.read(len(_STREAM_END)) == _STREAM_END
+
+
 def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
     rows = None  # rows read before the batch that failed: a failure names the first it lacks
     try:
@@ -280,6 +296,11 @@ def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Ite
             for start in range(0, b.num_rows, batch_size):
                 yield b.slice(start, batch_size)
             rows += b.num_rows
+        if not isinstance(reader, ipc.RecordBatchFileReader) and not _stream_ended(path):
+            raise PacktoolInputError(
+                f"the Arrow stream ends without its end-of-stream marker after {rows:,} row(s) (a cut copy or a "
+                f"writer that did not finish: its later batches, if any, are missing); write the file again "
+                f"(a writer's close() writes the marker)", path=path)
     except (pa.ArrowInvalid, OSError) as e:
         where = f" after row {rows - 1}" if rows else " before its first row" if rows == 0 else ""
         raise PacktoolInputError(f"cannot read Arrow IPC{where} ({e})", path=path) from None

@@ -5,7 +5,8 @@ garbage) packed the array only, exit 0, and `verify --source` said OK; S40-7: a 
 .json holding one object was called "invalid JSON ... rewrite it with a JSON writer".
 S40-2: a column named twice (a CSV/TSV header: the second column's text dropped; a Parquet or
 Arrow schema: "internal error"), as a JSON key given twice is. S40-13: a CSV quote never closed
-read every later line into one row.
+read every later line into one row. S40-12: an Arrow IPC stream cut at a batch boundary (no
+end-of-stream marker) packed its first batches, exit 0, and verify --source said OK.
 Each case is read the ways packtool reads an input (its rows, its column peek) and through the
 CLI (pack leaves no output; verify --source refuses the same input)."""
 from __future__ import annotations
@@ -49,7 +50,29 @@ _LOST = {
                              ['its schema: column "text" is named twice (columns 1 and 2)']),
     "arrow_stream_schema_twice": ("a.arrow", lambda p: _ipc(p, ipc.new_stream), ['column "text" is named twice']),
     "arrow_file_schema_twice": ("a.feather", lambda p: _ipc(p, ipc.new_file), ['column "text" is named twice']),
+    "arrow_stream_cut_at_a_batch": ("a.arrow", lambda p: _cut_stream(p, lambda d, first, batch: d[:first]),
+                                    ["ends without its end-of-stream marker after 3 row(s)"]),
+    "arrow_stream_marker_cut": ("a.arrow", lambda p: _cut_stream(p, lambda d, first, batch: d[:-8]),
+                                ["ends without its end-of-stream marker after 6 row(s)"]),
+    "arrow_stream_schema_only": ("a.ipc", lambda p: _cut_stream(p, lambda d, first, batch: d[:first - batch]),
+                                 ["ends without its end-of-stream marker after 0 row(s)"]),
 }
+
+def _stream(t: pa.Table, batches: int) -> bytes:
+    s = pa.BufferOutputStream()
+    with ipc.new_stream(s, t.schema) as w:
+        for _ in range(batches):
+            w.write_table(t)
+    return s.getvalue().to_pybytes()
+
+
+def _cut_stream(path, cut) -> None:
+    t = pa.table({"text": ["hello", "world", "third"]})
+    whole, one = _stream(t, 2), _stream(t, 1)
+    first, batch = len(one) - 8, len(whole) - len(one)  # where the first batch ends; one batch's bytes
+    assert whole[:first] == one[:first]
+    with open(path, "wb") as f:
+        f.write(cut(whole, first, batch))
 
 
 def _twice() -> pa.Table:
@@ -143,3 +166,15 @@ def test_csv_quotes_that_close_read_as_before(tmp_path, body, rows):
     got = [r for b in iter_batches(f, 1) for r in b.to_pylist()]
     if rows is not None:
         assert [r["text"] for r in got] == rows
+
+
+@pytest.mark.parametrize("new", [ipc.new_stream, ipc.new_file])
+@pytest.mark.parametrize("batches", [0, 1, 3])
+def test_whole_arrow_files_read_as_before(tmp_path, new, batches):
+    t = pa.table({"text": ["hello", "world", "third"]})
+    p = tmp_path / "a.arrow"
+    with new(str(p), t.schema) as w:
+        for _ in range(batches):
+            w.write_table(t)
+    got = [r["text"] for b in iter_batches(resolve_inputs([str(p)])[0], 2) for r in b.to_pylist()]
+    assert got == ["hello", "world", "third"] * batches
