@@ -76,6 +76,8 @@ class ThdBatch:
     # ranks), for per-sequence reductions such as GRPO's sequence mean (docs/RL.md)
     segment: Optional[torch.Tensor] = None
     seg_loss_tokens: Optional[torch.Tensor] = None
+    # float side columns holding NaN / +-inf, with counts and the first (online.packed.PackedTensors')
+    side_nonfinite: dict = field(default_factory=dict)
 
 
 def shifted_targets(input_ids: np.ndarray, loss_mask: np.ndarray,

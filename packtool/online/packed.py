@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any, Sequence
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -52,6 +54,9 @@ class PackedTensors:
     seg_loss_tokens: torch.Tensor  # float32 [n_seg], loss tokens per segment (all CP ranks)
     side: dict = field(default_factory=dict)  # token-aligned, as given
     side_targets: dict = field(default_factory=dict)  # shifted like labels
+    # float side columns holding NaN / +-inf values (kept as given: they make a PPO loss NaN):
+    # name -> {"nan", "inf", "first": {"sequence", "token", "value"}}, as pack's --json side_nonfinite
+    side_nonfinite: dict = field(default_factory=dict)
 
     @property
     def cu_seqlens_padded(self) -> np.ndarray:
@@ -60,7 +65,15 @@ class PackedTensors:
 
 def _flat(x, lengths, what: str, lens_like=None):
     """(flat tensor with tokens on axis 0, int64 lengths) from a list of per-sequence
-    tensors or one flat tensor with `lengths`."""
+    tensors or one flat tensor with `lengths`; none on the meta device."""
+    flat, lens = _flat_any(x, lengths, what, lens_like)
+    if flat.is_meta:  # its values cannot be read: torch would say "Cannot copy out of meta tensor"
+        raise OnlinePackError(f"{what} is on the meta device (a tensor without data): pass tensors that "
+                              f"hold the values, on the CPU or the trainer's device")
+    return flat, lens
+
+
+def _flat_any(x, lengths, what: str, lens_like=None):
     if isinstance(x, torch.Tensor):
         if lengths is None:
             raise OnlinePackError(f"{what} is one flat tensor: pass lengths= (one per sequence)")
@@ -250,19 +263,44 @@ def _bad_mask(mask_in, lengths, lens: np.ndarray, bad: torch.Tensor) -> OnlinePa
 
 
 def _one_sync(weight: torch.Tensor, lowest: torch.Tensor | None, ids: torch.Tensor,
-              bad: torch.Tensor | None) -> tuple[int, bool]:
-    """(loss-token count, whether the mask held a value other than 0/1), with the lowest
-    token id checked, in one host sync: a second read of a GPU tensor per micro-batch would
-    stall the trainer's stream once more."""
-    vals = [weight.sum()]
-    vals += [] if lowest is None else [lowest.to(weight.device, weight.dtype)]
-    vals += [] if bad is None else [bad.any().to(weight.device, weight.dtype)]
+              bad: torch.Tensor | None, odd: list[torch.Tensor] = ()) -> tuple[int, bool, list[int]]:
+    """(loss-token count, whether the mask held a value other than 0/1, the `odd` counts), with
+    the lowest token id checked, in one host sync: a second read of a GPU tensor per
+    micro-batch would stall the trainer's stream once more. int64: exact for any count."""
+    i64 = dict(device=weight.device, dtype=torch.int64)
+    vals = [weight.sum().to(**i64)]  # 0/1 weights: a whole number
+    vals += [] if lowest is None else [lowest.to(**i64)]
+    vals += [] if bad is None else [bad.any().to(**i64)]
+    vals += [c.to(**i64) for c in odd]
     got = torch.stack(vals).tolist()
     if lowest is not None and got[1] < 0:  # a negative id is an embedding row of its own, never a token
         i = int(torch.argmin(ids))
         raise OnlinePackError(f"input_ids holds {int(ids[i])} at flat position {i}: token ids are "
                               f"nonnegative integers (pad with pad_id, mask with loss_mask)")
-    return int(got[0]), bad is not None and got[-1] != 0
+    n = len(vals) - len(odd)
+    return int(got[0]), bad is not None and got[n - 1] != 0, got[n:]
+
+
+def _nonfinite(cols: dict, counts: list[int], lens: np.ndarray) -> dict:
+    """The float side columns holding NaN / +-inf (counts: NaN, inf per float column, in
+    order), each with its first one's sequence, token and value; said in a warning, since
+    the values are kept as given (pack's rule: counted and named where the user looks)."""
+    out, parts = {}, []
+    floats = [n for n, (v, _) in cols.items() if v.dtype.is_floating_point]
+    for name, nan, inf in zip(floats, counts[::2], counts[1::2]):
+        if nan or inf:
+            v = cols[name][0]
+            i = int(torch.nonzero(~torch.isfinite(v.reshape(v.shape[0], -1)).all(dim=1))[0])
+            k = int(np.searchsorted(np.cumsum(lens), i, side="right"))
+            first = {"sequence": k, "token": i - int(lens[:k].sum()), "value": v[i].tolist()}
+            out[name] = {"nan": nan, "inf": inf, "first": first}
+            parts.append(f"side column {name!r} holds {nan:,} NaN and {inf:,} +-inf value(s) (first "
+                         f"{first['value']} in sequence {k} token {first['token']})")
+    if parts:
+        warnings.warn("; ".join(parts) + ": kept as given; a NaN log-prob makes a PPO loss NaN "
+                      "(PackedTensors / ThdBatch .side_nonfinite; sequences and tokens count from 0)",
+                      RuntimeWarning, stacklevel=3)
+    return out
 
 
 def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
@@ -300,9 +338,11 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     labels = labels * (weight != 0)
     seg = torch.as_tensor(segment_of_position(lay.seg_padded), device=device)
     seg_loss = torch.zeros(lay.seg_padded.size, dtype=torch.float32, device=device).index_add_(0, seg, weight)
-    n_loss, mask_bad = _one_sync(weight, lowest, ids, bad)  # the full micro-batch's loss tokens (all CP ranks)
+    odd = [c for v, _ in cols.values() if v.dtype.is_floating_point for c in (torch.isnan(v).sum(), torch.isinf(v).sum())]
+    n_loss, mask_bad, counts = _one_sync(weight, lowest, ids, bad, odd)  # the full micro-batch's (all CP ranks)
     if mask_bad:
         raise _bad_mask(loss_mask, lengths, lens, bad)
+    nonfinite = _nonfinite(cols, counts, lens)
     pos = torch.as_tensor(positions_in_segment(lay.seg_padded), device=device)
     stored, shifted = {}, {}
     for name, (v, fill) in cols.items():
@@ -317,4 +357,4 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     return PackedTensors(input_ids=full_ids, position_ids=pos, labels=labels, loss_weight=weight,
                          segment=seg, index=idx, seg_len=lay.seg_len, seg_padded=lay.seg_padded,
                          num_tokens=int(lens.sum()), num_loss_tokens=n_loss, seg_loss_tokens=seg_loss,
-                         side=stored, side_targets=shifted)
+                         side=stored, side_targets=shifted, side_nonfinite=nonfinite)

@@ -52,7 +52,7 @@ def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Align
                     num_tokens=p.num_tokens, num_loss_tokens=p.num_loss_tokens, seg_real=p.seg_len,
                     side={k: v[None] for k, v in p.side.items()},
                     side_targets={k: v[None] for k, v in p.side_targets.items()},
-                    segment=p.segment[None], seg_loss_tokens=p.seg_loss_tokens)
+                    segment=p.segment[None], seg_loss_tokens=p.seg_loss_tokens, side_nonfinite=p.side_nonfinite)
 
 
 def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
