@@ -129,10 +129,15 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
             if found:
                 field, was, at, kind = found
                 where = "in the same row" if at == i else f"at {row_name(at)}"
-                raise PacktoolInputError(
+                err = PacktoolInputError(
                     f"at {row_name(i)}: field {field} is a JSON {kind} here but a {was} {where}; "
                     f"give the field one type in every row (only a chat turn's content may be a "
-                    f"string or a list of content parts)", path=path) from None
+                    f"string or a list of content parts)", path=path)
+                # the rows' keys: a reader asking only for the column names (peek_columns) has
+                # them, and a clash in a column the run does not read stops nothing (the run
+                # reads its columns only, and meets the clash again if it is in one of them)
+                err.columns = list(dict.fromkeys(k for r in rows for k in r))
+                raise err from None
         raise PacktoolInputError(f"at {row_name(0)} and on: cannot hold these rows as one table "
                                  f"({' '.join(str(e).split())}); rewrite them with one type per field",
                                  path=path) from None

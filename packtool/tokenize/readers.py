@@ -350,8 +350,13 @@ def peek_columns(f: InputFile) -> list[str]:
         raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
     # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
     batches = jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)
-    for batch in batches:
-        return list(batch.schema.names)
+    try:
+        for batch in batches:
+            return list(batch.schema.names)
+    except PacktoolInputError as e:  # a field of two types: its rows' keys are the names (json_types)
+        if getattr(e, "columns", None) is None:
+            raise
+        return e.columns
     return []
 
 
