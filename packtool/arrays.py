@@ -11,7 +11,19 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["arrow_of", "first_null", "list_parts", "np_of", "null_rows", "span_mask"]
+__all__ = ["arrow_of", "first_null", "list_parts", "list_view_said", "np_of", "null_rows", "span_mask"]
+
+
+def list_view_said(t: pa.DataType) -> str | None:
+    """What to say of a column in Arrow's list_view layout (offsets and sizes), at any list level:
+    a list per row all the same, which packtool's readers do not take (they read a list's
+    offsets); None for any other type."""
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    if not (pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
+        return None
+    return ("Arrow's list_view layout is not supported; cast the column to a list type (pyarrow: table.cast "
+            "with pa.list_(...) in place of pa.list_view(...)) and write it again")
 
 
 def _primitive(t: pa.DataType) -> bool:

@@ -91,6 +91,11 @@ def _kind(v) -> str | None:
             dict: "object"}.get(type(v), type(v).__name__)
 
 
+def _a(kind: str) -> str:
+    """A JSON type's name with its article: an array, an object, a number."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
 def _walk(v, path: str, seen: dict, row: int):
     """The first field (as `messages[].content`) whose JSON type differs from the one an earlier
     value of it had: (field, earlier type, earlier row, this type); None if every field has one."""
@@ -130,7 +135,7 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                 field, was, at, kind = found
                 where = "in the same row" if at == i else f"at {row_name(at)}"
                 err = PacktoolInputError(
-                    f"at {row_name(i)}: field {field} is a JSON {kind} here but a {was} {where}; "
+                    f"at {row_name(i)}: field {field} is a JSON {kind} here but {_a(was)} {where}; "
                     f"give the field one type in every row (only a chat turn's content may be a "
                     f"string or a list of content parts)", path=path)
                 # the rows' keys: a reader asking only for the column names (peek_columns) has

@@ -29,7 +29,7 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
-from packtool.arrays import np_of
+from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
 from packtool.tokenize.side_casts import outside, refuse_changed, wider
@@ -173,6 +173,8 @@ class SideReader:
                                       row=None if row is None else first_row + int(row),
                                       flag=cli_flag(pin if isinstance(pin, str) else "side_columns") if pin else None)
 
+        if list_view_said(t):
+            raise bad(f"holds {t}: {list_view_said(t)}", 0)
         if not _is_list(t):
             raise bad(f"holds {t}, not a list per row (one value, or one K-long list, per token)", 0)
         inner = t.value_type

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from packtool.arrays import np_of
+from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.encode import EncodedBatch, row_sums
 from packtool.tokenize.shape_detect import Shape
@@ -52,6 +52,8 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
     """(flat numpy values, int32 row lengths) of a list-of-numbers column."""
     col = batch.column(name)
     t = col.type
+    if list_view_said(t):
+        raise PacktoolInputError(f"{name} holds {t}: {list_view_said(t)}", path=path, row=first_row)
     if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
         raise PacktoolInputError(f"{name} holds {t}, not a list of integers per row; write each "
                                  f"row's ids as a list", path=path, row=first_row)
