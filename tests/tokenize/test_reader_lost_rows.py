@@ -178,3 +178,26 @@ def test_whole_arrow_files_read_as_before(tmp_path, new, batches):
             w.write_table(t)
     got = [r["text"] for b in iter_batches(resolve_inputs([str(p)])[0], 2) for r in b.to_pylist()]
     assert got == ["hello", "world", "third"] * batches
+
+
+def test_an_entry_the_lenient_readers_made_is_not_reused(tmp_path, monkeypatch, capsys):
+    """A cache entry of a file the readers now refuse (made when a cut Arrow stream read as whole)
+    held fewer rows than the file: its cache version is not reused, so the file is read again
+    and refused, not packed short from the old entry."""
+    import packtool.engines.ray_cache as ray_cache
+    import packtool.tokenize.cache as cache
+    import packtool.tokenize.cache_entry as cache_entry
+    import packtool.tokenize.pipeline as pipeline
+    import packtool.tokenize.readers as readers
+    import packtool.tokenize.request as request
+    path, words = _write(tmp_path, "arrow_stream_cut_at_a_batch")
+    argv = ["pack", path, "--tokenizer", GPT2, "-C", "64", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    with monkeypatch.context() as old:  # the readers and cache version before the marker was checked
+        old.setattr(readers, "_stream_ended", lambda p: True)
+        for m in (cache_entry, cache, request, pipeline, ray_cache):
+            old.setattr(m, "CACHE_VERSION", 4)
+        assert run_main(monkeypatch, [*argv, "-o", str(tmp_path / "o1")]) == [0]
+    capsys.readouterr()
+    assert run_main(monkeypatch, [*argv, "-o", str(tmp_path / "o2")]) == [2]
+    assert words[0] in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
