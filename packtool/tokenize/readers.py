@@ -262,6 +262,12 @@ def _open_arrow(path: str):
         return ipc.open_file(source)
     except pa.ArrowInvalid:
         source.seek(0)
+        if source.read(6) == b"ARROW1":  # the file format's magic, its footer missing: read as a stream it
+            # was "Expected to read 1330795073 metadata bytes" (the magic taken for a length)
+            raise PacktoolInputError("an Arrow IPC file (it opens with ARROW1) without its footer (a cut copy or a "
+                                     "writer that did not finish); write the file again (a writer's close() "
+                                     "writes the footer)", path=path) from None
+        source.seek(0)
         return ipc.open_stream(source)
 
 

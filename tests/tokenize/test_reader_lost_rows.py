@@ -56,7 +56,20 @@ _LOST = {
                                 ["ends without its end-of-stream marker after 6 row(s)"]),
     "arrow_stream_schema_only": ("a.ipc", lambda p: _cut_stream(p, lambda d, first, batch: d[:first - batch]),
                                  ["ends without its end-of-stream marker after 0 row(s)"]),
+    "arrow_file_cut_at_a_batch": ("a.arrow", lambda p: _cut_file(p), ["Arrow IPC file", "without its footer"]),
 }
+
+
+def _cut_file(path) -> None:
+    t = pa.table({"text": ["hello", "world", "third"]})
+    s = pa.BufferOutputStream()
+    with ipc.new_file(s, t.schema) as w:
+        w.write_table(t)
+        w.write_table(t)
+    whole = s.getvalue().to_pybytes()
+    with open(path, "wb") as f:
+        f.write(whole[:len(whole) // 2])
+
 
 def _stream(t: pa.Table, batches: int) -> bytes:
     s = pa.BufferOutputStream()
