@@ -142,6 +142,7 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                 # them, and a clash in a column the run does not read stops nothing (the run
                 # reads its columns only, and meets the clash again if it is in one of them)
                 err.columns = list(dict.fromkeys(k for r in rows for k in r))
+                err.clash = field.split(".")[0].split("[")[0]  # the row's key it is under
                 raise err from None
         raise PacktoolInputError(f"at {row_name(0)} and on: cannot hold these rows as one table "
                                  f"({' '.join(str(e).split())}); rewrite them with one type per field",

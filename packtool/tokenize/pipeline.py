@@ -75,8 +75,20 @@ def refuse_other_shape(f: InputFile, shape: Shape, batch_size: int, row: int) ->
     flag that reads it (`--on-empty skip` would drop real data)."""
     if not isinstance(f, InputFile):  # an in-memory table or a stream: not read twice
         return
+    columns = None
+    while True:
+        try:
+            return _refuse_other_row_in(f, shape, batch_size, row, columns)
+        except PacktoolInputError as e:  # a JSON field of two types the run does not read stops nothing
+            clash = getattr(e, "clash", None)
+            if clash is None or clash in shape.columns:
+                raise
+            columns = [c for c in (columns or e.columns) if c != clash]
+
+
+def _refuse_other_row_in(f: InputFile, shape: Shape, batch_size: int, row: int, columns) -> None:
     seen = 0
-    for batch in batches_of(f, batch_size, None):
+    for batch in batches_of(f, batch_size, columns):
         if row < seen + batch.num_rows:
             refuse_other_row(batch, shape, f.path, row, row - seen)
             return

@@ -59,3 +59,19 @@ def test_pack_reads_past_an_unread_field_of_two_types(tmp_path, monkeypatch, cap
                                    "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
     assert codes == [0], capsys.readouterr().err
     assert (out / ".manifest.json").exists()
+
+
+@pytest.mark.parametrize("kind", _KINDS)
+@pytest.mark.parametrize("row,words", [
+    ({"text": "", "meta": "x"}, "empty example: text is null, empty or only whitespace"),
+    ({"text": None, "meta": "x", "prompt": "p", "completion": "c"}, "row has no text but holds prompt, completion"),
+])
+def test_an_empty_row_is_named_past_an_unread_field_of_two_types(tmp_path, monkeypatch, capsys, kind, row, words):
+    """An empty row is read again whole to tell an empty example from another shape's row: that
+    re-read met the unread clash and named it instead of the row."""
+    path = _write(tmp_path, kind, [{"text": "a", "meta": 1}, row])
+    codes = run_main(monkeypatch, ["pack", path, "--tokenizer", GPT2, "-C", "64", "-o", str(tmp_path / "o"),
+                                   "--shape", "text", "--cache-dir", str(tmp_path / "cache"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert codes == [2] and words in err and "row 1" in err, err
+    assert not (tmp_path / "o").exists()
