@@ -24,7 +24,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
-from packtool.tokenize.text_readers import refuse_repeated_names
+from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.workers import thread_pool
 
 _HASH_POOL = thread_pool(1, "packtool-input-sha")

@@ -23,6 +23,7 @@ from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, check_form, expand, is_file, is_uri, locate
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
+from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -32,7 +33,6 @@ from packtool.tokenize.text_readers import (
     csv_names,
     json_array_batches,
     jsonl_batches,
-    refuse_repeated_names,
 )
 
 _PARQUET_EXT = (".parquet", ".pq")

@@ -25,6 +25,7 @@ from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
 from packtool.tokenize.json_depth import check_json_depth
 from packtool.tokenize.json_types import block_table, free_form, has_timestamp, rows_batch
+from packtool.tokenize.read_checks import nothing_after, one_object, refuse_open_quote, refuse_repeated_names
 from packtool.storage import is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -243,7 +244,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             yield from jsonl_batches(path, batch_size, columns, blank=blank)
         except PacktoolInputError as e:
             if getattr(e, "line_too_long", None) is None:
-                raise _one_object(path) or e from None
+                raise one_object(path, MAX_JSON_LINE) or e from None
             from packtool.tokenize.json_depth import mib
             raise PacktoolInputError(
                 f"line {e.line_too_long} is longer than {mib(MAX_JSON_LINE)}: a .json file that is no JSON array "
@@ -270,7 +271,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             raise PacktoolInputError(f"JSON array is not closed: its text ends at line {text.count(chr(10)) + 1} "
                                      f"without the closing ]", path=path, row=n)
         if text[pos] == "]":
-            _nothing_after(text, pos + 1, path, n)
+            nothing_after(text, pos + 1, path, n)
             break
         try:
             obj, pos = raw_decode(text, pos)  # a key twice in a row is refused, as in JSON Lines
@@ -287,42 +288,6 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             rows = []
     if rows:
         yield _rows_to_batch(rows, path, n - len(rows))
-
-
-def _nothing_after(text: str, pos: int, path: str, rows: int) -> None:
-    """Past the array's closing `]` only whitespace: a second array (two exports joined), JSON
-    Lines rows or garbage there were passed over without a word, their rows lost, as no JSON
-    reader would (json.loads: "Extra data"; a JSON Lines line with more after it is refused)."""
-    rest = len(text) - len(text[pos:].lstrip())
-    if rest < len(text):
-        line = text.count("\n", 0, rest) + 1
-        column = rest - text.rfind("\n", 0, rest)
-        raise PacktoolInputError(
-            f"invalid JSON at line {line}, column {column}: extra data after the array's closing ] (the array "
-            f"held {rows:,} row(s); what follows is not read): a .json file holds one array of rows; join the "
-            f"arrays into one, or save every row as JSON Lines (one object per line)", path=path)
-
-
-def _one_object(path: str) -> PacktoolInputError | None:
-    """A .json file that failed as JSON Lines may be one pretty-printed object (the common
-    `{"version": 1, "data": [...]}` export): valid JSON a JSON writer wrote, which "invalid JSON
-    ... rewrite the file with a JSON writer" misnamed. Parsed whole only on this error path and
-    only up to the line bound (a larger file keeps the JSON Lines error)."""
-    try:
-        with open_bytes(path) as f:
-            raw = f.read(MAX_JSON_LINE + 1)
-        if len(raw) > MAX_JSON_LINE:
-            return None
-        obj = json.loads(raw)
-    except (OSError, ValueError, RecursionError):  # not one JSON value (or deeper than Python parses): the JSON Lines error stands
-        return None
-    if not isinstance(obj, dict):
-        return None
-    keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
-    return PacktoolInputError(
-        f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
-        f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
-        path=path)
 
 
 def _opens_array(f) -> bool:
@@ -362,18 +327,6 @@ def csv_names(path: str) -> list[str]:
     return names
 
 
-def refuse_repeated_names(names: list[str], path: str, where: str = "") -> None:
-    """A column named twice (a CSV header, a Parquet or Arrow schema) is ambiguous as a key given
-    twice in a JSON row: Arrow read the first and passed over the other (its content lost
-    without a word), or failed as an internal error. Refused, naming both places."""
-    first: dict = {}
-    for i, n in enumerate(names):
-        if n in first and n != "":  # an empty name is a header that is data: shape_detect says that
-            raise PacktoolInputError(f"{where}column {json.dumps(n, ensure_ascii=False)} is named twice (columns "
-                                     f"{first[n] + 1} and {i + 1}); rename one", path=path)
-        first[n] = i
-
-
 def csv_batches(path: str, batch_size: int, columns: list[str] | None,
                  read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
     """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks.
@@ -388,25 +341,9 @@ def csv_batches(path: str, batch_size: int, columns: list[str] | None,
                     read_bytes(raw.tell())
                 yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
         if shown.quotes % 2:
-            _refuse_open_quote(path)
+            refuse_open_quote(path, _open_text, csv_delimiter(path))
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         raise csv_error(path, e) from None
-
-
-def _refuse_open_quote(path: str) -> None:
-    """Arrow's CSV reader ends a quoted field that is never closed at the end of the file: every
-    line after the quote was one row's text (4 rows read as 2, no word). An odd count of quote
-    characters is the cheap sign (a quote inside a quoted field is doubled); a bare quote in an
-    unquoted field (`5" tall`) is one too, so Python's strict reading decides and names the line."""
-    from packtool.tokenize.text_where import csv_bad_record
-    with _open_text(path) as (f, _):
-        where = csv_bad_record(f, csv_delimiter(path))
-    if where is not None:
-        row, line, what = where
-        if what == "unexpected end of data":
-            what = "a quoted field opened here is never closed (the file ends inside it, every later line read into it)"
-        raise PacktoolInputError(f"cannot read CSV at line {line}: {what}; close the quote (a quote inside a "
-                                 f"quoted field is written twice: \"\")", path=path, row=row)
 
 
 class _Shown:

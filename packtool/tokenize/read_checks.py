@@ -1,0 +1,74 @@
+"""What a text reader checks so that no row or column of an input is passed over without a word:
+the end of a .json array (nothing after its `]`), a .json holding one object, a column named
+twice, a CSV quote never closed. Each runs where `text_readers` reads; none re-reads a file
+unless the read already found a sign of trouble."""
+from __future__ import annotations
+
+import json
+
+from packtool.errors import PacktoolInputError
+from packtool.storage import open_bytes
+
+
+def nothing_after(text: str, pos: int, path: str, rows: int) -> None:
+    """Past the array's closing `]` only whitespace: a second array (two exports joined), JSON
+    Lines rows or garbage there were passed over without a word, their rows lost, as no JSON
+    reader would (json.loads: "Extra data"; a JSON Lines line with more after it is refused)."""
+    rest = len(text) - len(text[pos:].lstrip())
+    if rest < len(text):
+        line = text.count("\n", 0, rest) + 1
+        column = rest - text.rfind("\n", 0, rest)
+        raise PacktoolInputError(
+            f"invalid JSON at line {line}, column {column}: extra data after the array's closing ] (the array "
+            f"held {rows:,} row(s); what follows is not read): a .json file holds one array of rows; join the "
+            f"arrays into one, or save every row as JSON Lines (one object per line)", path=path)
+
+
+def one_object(path: str, bound: int) -> PacktoolInputError | None:
+    """A .json file that failed as JSON Lines may be one pretty-printed object (the common
+    `{"version": 1, "data": [...]}` export): valid JSON a JSON writer wrote, which "invalid JSON
+    ... rewrite the file with a JSON writer" misnamed. Parsed whole only on this error path and
+    only up to the line bound (a larger file keeps the JSON Lines error)."""
+    try:
+        with open_bytes(path) as f:
+            raw = f.read(bound + 1)
+        if len(raw) > bound:
+            return None
+        obj = json.loads(raw)
+    except (OSError, ValueError, RecursionError):  # not one JSON value (or too deep): the JSON Lines error stands
+        return None
+    if not isinstance(obj, dict):
+        return None
+    keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
+    return PacktoolInputError(
+        f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
+        f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
+        path=path)
+
+
+def refuse_repeated_names(names: list[str], path: str, where: str = "") -> None:
+    """A column named twice (a CSV header, a Parquet or Arrow schema) is ambiguous as a key given
+    twice in a JSON row: Arrow read the first and passed over the other (its content lost
+    without a word), or failed as an internal error. Refused, naming both places."""
+    first: dict = {}
+    for i, n in enumerate(names):
+        if n in first and n != "":  # an empty name is a header that is data: shape_detect says that
+            raise PacktoolInputError(f"{where}column {json.dumps(n, ensure_ascii=False)} is named twice (columns "
+                                     f"{first[n] + 1} and {i + 1}); rename one", path=path)
+        first[n] = i
+
+
+def refuse_open_quote(path: str, open_text, delimiter: str) -> None:
+    """Arrow's CSV reader ends a quoted field that is never closed at the end of the file: every
+    line after the quote was one row's text (4 rows read as 2, no word). An odd count of quote
+    characters is the cheap sign (a quote inside a quoted field is doubled); a bare quote in an
+    unquoted field (`5" tall`) is one too, so Python's strict reading decides and names the line."""
+    from packtool.tokenize.text_where import csv_bad_record
+    with open_text(path) as (f, _):
+        where = csv_bad_record(f, delimiter)
+    if where is not None:
+        row, line, what = where
+        if what == "unexpected end of data":
+            what = "a quoted field opened here is never closed (the file ends inside it, every later line read into it)"
+        raise PacktoolInputError(f"cannot read CSV at line {line}: {what}; close the quote (a quote inside a "
+                                 f"quoted field is written twice: \"\")", path=path, row=row)
