@@ -11,27 +11,14 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import TINY, run_cli as _run, slabs  # noqa: E402,F401  (slabs: a fixture)
 
-from packtool.align import Alignment  # noqa: E402
 
-TINY = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2"]
 POSITIONS = {"before the subcommand (the finding)": lambda c, rest: ["--json", c, *rest],
              "after the subcommand": lambda c, rest: [c, "--json", *rest],
              "at the end": lambda c, rest: [c, *rest, "--json"]}
 
 
-@pytest.fixture(scope="module")
-def slabs(tmp_path_factory):
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
-
-
-def _run(args):
-    from packtool.cli.app import app
-    return CliRunner().invoke(app, args)
 
 
 @pytest.mark.parametrize("where", list(POSITIONS))

@@ -16,14 +16,11 @@ pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
 import torch  # noqa: E402
 from leftover_support import snapshot  # noqa: E402
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import TINY, run_cli as _run, slabs  # noqa: E402,F401  (slabs: a fixture)
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.megatron.loop import TrainConfig  # noqa: E402
 
-TINY = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2"]
 F32_TINY = float(torch.finfo(torch.float32).tiny)
 REFUSED = {  # the flags -> (the flag named, the library's arguments)
     "steps 0, no save": (["--steps", "0"], "--steps", dict(steps=0)),
@@ -36,16 +33,6 @@ REFUSED = {  # the flags -> (the flag named, the library's arguments)
 }
 
 
-@pytest.fixture(scope="module")
-def slabs(tmp_path_factory):
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
-
-
-def _run(args):
-    from packtool.cli.app import app
-    return CliRunner().invoke(app, args)
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
