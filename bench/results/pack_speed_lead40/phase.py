@@ -1,6 +1,7 @@
 """Per-phase CPU of one pre-tokenized pack (bench/pack_e2e_pretok.py's packtool case) in one tree:
 python phase.py TREE N WORK -> a RESULT line: process CPU / wall of the main-thread phases and the
-summed thread CPU of the functions writer threads run."""
+summed thread CPU of the functions writer threads run, the minor faults and glibc trims of the call. EXP=nowh (no
+writing_heap) and EXP=nocheck (no HeapBound trims in the write) take the class-8 write measures out (heap_exp.jsonl)."""
 import functools, json, os, shutil, sys, threading, time
 tree, n, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.path.insert(0, tree)
@@ -11,6 +12,21 @@ from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.tokenize.config import TokenizeConfig
 acc, lock = {}, threading.Lock()
+import contextlib, resource
+import packtool.heap as _heap, packtool.slabs.writer as _writer
+EXP = os.environ.get("EXP", "")
+if "nowh" in EXP:  # no trim threshold change during the write
+    _writer.writing_heap = contextlib.nullcontext
+if "nocheck" in EXP:
+    _heap.HeapBound.check = lambda self: None
+_trims = [0]
+_t = _heap.trim
+def _counted():
+    _trims[0] += 1; _t()
+_heap.trim = _counted
+for _m in list(sys.modules.values()):
+    if getattr(_m, "__name__", "").startswith("packtool") and getattr(_m, "trim", None) is _t:
+        _m.trim = _counted
 
 def wrap(modname, attr, kind):
     mod = importlib.import_module(modname)
@@ -59,9 +75,11 @@ acc.clear()
 cache, out = os.path.join(work, "c"), os.path.join(work, "o")
 shutil.rmtree(cache, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
 os.sync()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+_trims[0] = 0
 t0, c0 = time.perf_counter(), time.process_time()
 pack([src], *args, out, cache_dir=cache)
 r = {"tree": tree, "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-     "phases": {k: [round(v[0], 4), round(v[1], 4), v[2]] for k, v in acc.items()}}
+     "exp": EXP, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0, "trims": _trims[0], "phases": {k: [round(v[0], 4), round(v[1], 4), v[2]] for k, v in acc.items()}}
 shutil.rmtree(cache, ignore_errors=True); shutil.rmtree(out, ignore_errors=True)
 print("RESULT " + json.dumps(r))
