@@ -10,12 +10,11 @@ the RL loss of docs/RL.md) use it as it is. Needs torch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, Sequence
-
-import warnings
 
 import numpy as np
 import torch
