@@ -68,7 +68,7 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
     t.add_row("planning", f"{s.plan_seconds:.3f} s", plan_compile_note(s.compile_seconds, s.load_seconds))
     console.print(t)
     # on stderr, as every note is: stdout is the result, which a job may keep or send to /dev/null
-    changed = s.changes.warning()
+    changed = s.changes_warning()
     if changed:  # never silent: what did not reach the output as it was read
         note(changed, label="warning")
     odd = s.nonfinite_warning()

@@ -11,6 +11,7 @@ from packtool.align import Alignment
 from packtool.errors import arg
 from packtool.layout import Layout
 from packtool.planning.core import OverflowStats, Plan
+from packtool.tokenize.reply_roles import skipped_words
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,14 @@ class DataChanges:
     def any(self) -> bool:
         return any(asdict(self).values())
 
-    def warning(self) -> str | None:
-        """One line saying what changed, or None when nothing did."""
+    def warning(self, why_skipped: str = "") -> str | None:
+        """One line saying what changed, or None when nothing did (`why_skipped`: more words on
+        the skipped rows)."""
         parts = []
         if self.rows_skipped:
             parts.append(f"{self.rows_skipped:,} row(s) skipped by {arg('on_empty', 'skip')} "
                          f"({self.rows_skipped_empty:,} empty, {self.rows_skipped_all_masked:,} "
-                         f"with no loss tokens)")
+                         f"with no loss tokens){why_skipped}")
         if self.sequences_truncated:
             parts.append(f"{self.tokens_dropped:,} token(s) dropped from {self.sequences_truncated:,} "
                          f"sequence(s) by {arg('overflow', 'truncate')}")
@@ -118,6 +120,12 @@ class PlanSummary:
     # NaN / +-inf values of float side columns, kept as they are (the cache's side_nonfinite):
     # column -> {"nan": n, "inf": n, "first": {file, row, token, value}}
     side_nonfinite: dict = field(default_factory=dict)
+    # per role, the skipped chat rows with no trained turn that had it (the cache's skipped.roles)
+    skipped_roles: dict = field(default_factory=dict)
+
+    def changes_warning(self) -> str | None:
+        """`changes.warning()`, saying the roles of the skipped chat rows with no trained turn."""
+        return self.changes.warning(skipped_words(self.skipped_roles))
 
     def nonfinite_warning(self) -> str | None:
         """One line naming the side columns that hold NaN / +-inf values, or None."""
@@ -146,6 +154,7 @@ def with_skipped(summary: PlanSummary, skipped: dict | None, nonfinite: dict | N
     skipped = skipped or {}
     return replace(summary, skipped_rows={"empty": int(skipped.get("empty", 0)),
                                           "all_masked": int(skipped.get("all_masked", 0))},
+                   skipped_roles=dict(skipped.get("roles") or {}),
                    side_nonfinite=dict(nonfinite or {}))
 
 

@@ -24,6 +24,7 @@ from packtool.errors import PacktoolInputError
 from packtool.notes import note
 from packtool.tokenize.blank_lines import say_record
 from packtool.tokenize.messages import check_role, no_nulls, normalize_message, sharegpt_to_messages, untrained, with_system
+from packtool.tokenize.reply_roles import say_untrained
 from packtool.tokenize.row_checks import has_value, turn_rows, valid_values
 
 # Row keys beside the turns that reach the template as variables (transformers' names), and
@@ -157,3 +158,4 @@ def say_stored(meta: dict, template) -> None:
     for rec in meta.get("inputs", ()):
         say_unrendered(rec["path"], rec.get("unrendered") or {}, template.name if template else None)
         say_record(rec["path"], rec.get("blank_lines"))
+        say_untrained(rec["path"], rec.get("untrained"))

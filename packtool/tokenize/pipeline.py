@@ -39,6 +39,7 @@ from packtool.tokenize.long_rows import RowTooLongError
 from packtool.tokenize.hf_input import batches_of, rows_of, start_meta
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
+from packtool.tokenize.reply_roles import record, run_roles, say_untrained
 from packtool.tokenize.request import default_cache_dir, no_rows_error, resolve_cache, reusable_cache, special_tokens
 from packtool.tokenize.row_checks import bad_example
 from packtool.tokenize.shapes import RenderedBatch, Shape, refuse_other_row, render_batch
@@ -181,6 +182,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         bound_heap()
     sink = CacheSink(tmp, token_lists=not flat_only)
     side = SideReader(parse_side_spec(cfg.side_columns, cfg.support_columns))
+    waiting: dict = {}  # (file, row) -> roles of a chat row rendered with no trained turn, till finished
+    no_reply = [{} for _ in files]  # per file: the skipped such rows' roles (reply_roles.record)
 
     def finish(enc: EncodedBatch, f: InputFile, fi: int, first_row: int, first_global: int,
                sides: list | None = None) -> None:
@@ -190,7 +193,12 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             if cfg.on_empty == "error":
                 if enc.empty[r]:
                     refuse_other_shape(f, shapes[fi], cfg.batch_size, first_row + r)
-                raise bad_example(shapes[fi], bool(enc.empty[r]), f.path, first_row + r)
+                raise bad_example(shapes[fi], bool(enc.empty[r]), f.path, first_row + r,
+                                  waiting.get((fi, first_row + r)))
+            for r in np.nonzero(bad)[0].tolist() if waiting else ():  # skipped rows only
+                roles = waiting.pop((fi, first_row + r), None)
+                if roles is not None and not enc.empty[r]:
+                    record(no_reply[fi], roles, first_row + r)
             skipped["empty"] += int(enc.empty.sum())
             skipped["all_masked"] += int((enc.all_masked & ~enc.empty).sum())
             bad_rows = (first_global + np.nonzero(bad)[0]).tolist()
@@ -254,6 +262,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                     rb = render_batch(batch, shape, renderer, cfg.prompt_separator, f.path, file_rows,
                                       skip_null=cfg.on_empty == "skip")
                     merge(unrendered, rb.unrendered)
+                    waiting.update({(fi, file_rows + j): roles for j, roles in rb.no_reply.items()})
                     for off, part in split_rendered(rb, _CHUNK_CHARS):
                         fut = pool.submit(_encode_chunk, loaded, part, cfg, shape.templated, heap)
                         pending.append((fut, f, fi, file_rows + off, global_row + off))
@@ -281,6 +290,12 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             inputs_meta.append({**meta.result(), **extra, "shape": shape.kind, "columns": list(shape.columns),
                                 "rows": file_rows})
         drain(0)
+        for rec, acc in zip(inputs_meta, no_reply):
+            if acc:  # kept, so that a run reusing this cache says the note too
+                say_untrained(rec["path"], acc)
+                rec["untrained"] = acc
+        if any(no_reply):
+            skipped["roles"] = run_roles(no_reply)
 
     # Chunks of ~_CHUNK_CHARS queued _IN_FLIGHT deep: the encoder always has work while this
     # thread reads and renders, and the last chunk (whose tail nothing overlaps) is small.

@@ -12,6 +12,7 @@ import pyarrow as pa
 from packtool.arrays import np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.messages import text_part
+from packtool.tokenize.reply_roles import why
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -73,10 +74,11 @@ def refuse_null(what: str, path: str, row: int) -> None:
                              f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
 
 
-def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
+def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> PacktoolInputError:
     """A row that gave no token (`empty`) or no loss token, under --on-empty error: the key(s) at
     fault named with the row, so that the user looks at the right field, not only the row.
-    `shape`: the file's `shape_detect.Shape` (its columns in role order; held ones last)."""
+    `shape`: the file's `shape_detect.Shape` (its columns in role order; held ones last);
+    `roles`: a chat row's turns' roles, when it rendered with no trained turn (reply_roles.py)."""
     cols = shape.columns[:len(shape.columns) - len(shape.held)]
     turns = shape.kind in ("chat", "sharegpt")
     if empty:
@@ -89,7 +91,9 @@ def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
             what = f"{_and(keys)} {'is' if len(keys) == 1 else 'are'} null, empty or only whitespace"
         what = f"empty example: {what}"
     else:
-        if turns:
+        if roles is not None:
+            what = why(cols[0], roles)
+        elif turns:
             what = (f"{cols[0]} gives no assistant tokens to train on (only a turn whose role is 'assistant' "
                     f"and whose weight is not 0 is trained)")
         elif shape.kind == "tokens":
@@ -97,7 +101,8 @@ def bad_example(shape, empty: bool, path: str, row: int) -> PacktoolInputError:
         else:
             what = f"{cols[1] if len(cols) > 1 else cols[0]} gives no tokens to train on"
         what = f"example with no loss tokens (all masked): {what}"
-    return PacktoolInputError(f"{what}; fill it, drop the row, or pass {arg('on_empty', 'skip')} to skip such "
+    fill = "" if roles is not None else "fill it, "  # a role to rename: its text is there already
+    return PacktoolInputError(f"{what}; {fill}drop the row, or pass {arg('on_empty', 'skip')} to skip such "
                               f"rows (counted in cache.json)", path=path, row=row, flag=cli_flag("on_empty"))
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import KeyUse, chat_row, count, unrendered_turn_keys
+from packtool.tokenize.reply_roles import roles_of
 from packtool.tokenize.row_checks import (
     check_column_types,
     null_message,
@@ -94,6 +95,8 @@ class RenderedBatch:
     empty: list[bool]                            # no content at all (empty text / no messages)
     # chat keys the template does not render: key -> [rows, first row] (chat_keys.count)
     unrendered: dict = field(default_factory=dict)
+    # chat rows rendered with no trained turn: batch row -> its turns' roles (reply_roles.py)
+    no_reply: dict = field(default_factory=dict)
 
 
 def _prompt_response(shape: Shape, row: tuple, separator: str | None) -> tuple[str, str]:
@@ -157,6 +160,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         maybe_empty = rows_with_empty_turns(batch.column(shape.columns[0]), shape.kind)
         maybe_empty = [True] * batch.num_rows if maybe_empty is None else maybe_empty.tolist()
     unrendered: dict = {}
+    no_reply: dict = {}
     for i, row in enumerate(zip(*cols)):
         null = None
         if all(v is None for v in (row[:1] if msg_key else row)):  # a row's tools alone are no turns
@@ -212,4 +216,6 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         texts.append(text)
         spans.append(sp)
         empty.append(not text.strip())
-    return RenderedBatch(texts, spans, empty, unrendered)
+        if not sp and shape.kind == "chat":  # no loss token: the refusal or the skip names its roles
+            no_reply[i] = roles_of(msgs)
+    return RenderedBatch(texts, spans, empty, unrendered, no_reply)
