@@ -12,10 +12,9 @@ for one 300M-token row at -C 16, 18.75M chunks, against 0.68 GB for 1.9M).
 """
 from __future__ import annotations
 
-import os
-
 from packtool.align import Alignment
 from packtool.errors import PacktoolConfigError, arg
+from packtool import free_memory
 
 PLAN_BYTES_PER_C = 56
 WRITE_BYTES_PER_TOKEN = 16
@@ -28,18 +27,8 @@ SHARE = 0.5  # of the memory available now: the rest is for the data, the cache 
 
 
 def available_bytes() -> int | None:
-    """MemAvailable (Linux), else free physical pages; None when neither is known."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    """The memory available now (packtool.free_memory, asked at each call: one probe for all)."""
+    return free_memory.available_bytes()
 
 
 def _gb(n: float) -> str:

@@ -7,15 +7,19 @@ process with SIGSEGV, no message) and Python's json raises RecursionError. A bra
 Size: a file small by nature (a manifest, a tokenizer_config.json, a chat template, a
 dataset's state.json) is read whole, so one over its bound (a damaged or copied-over file, 8 GB
 of NULs) is refused by its size before the read, naming the file and the bound, instead of
-an out-of-memory that names neither.
+an out-of-memory that names neither. A JSON array data file is read whole too (it cannot be
+split unparsed): one that cannot fit in the memory available is refused by its size before the
+read, with the conversion to JSON Lines (read in blocks) that fixes it.
 """
 from __future__ import annotations
 
 import os
+import shlex
 
 import numba as nb
 import numpy as np
 
+from packtool import free_memory
 from packtool.errors import PacktoolInputError
 from packtool.storage import SETTINGS_BYTES, mib, read_small  # noqa: F401  (callers import them from here too)
 
@@ -73,3 +77,24 @@ def load_json_file(path: str, what: str, limit: int = SETTINGS_BYTES, flag: str 
     data = read_small(path, limit, what, "restore or remove it", flag=flag)
     check_json_depth(data, path, per_line=False)
     return loads(data)
+
+
+# A JSON array is held whole while it is parsed: its bytes, then their text, at least one byte a
+# character (2 or 4 where it holds a character past Latin-1 / outside the Basic Multilingual
+# Plane: an emoji). Measured, on a loaded box (text_readers.json_array_batches alone, peak RSS
+# over its baseline): 2.3x the file's size for a 200 MB ASCII array, 6x for one with an emoji.
+ARRAY_BYTES_PER_BYTE = 2
+
+
+def check_array_fits(path: str, size: int) -> None:
+    """Refuse a JSON array file whose read would need more memory than the machine has
+    available, before it is read (the least it needs: an emoji in it needs ~3x more)."""
+    need, have = ARRAY_BYTES_PER_BYTE * size, free_memory.available_bytes()
+    if have is None or need <= have:
+        return
+    out = shlex.quote(os.path.splitext(path)[0] + ".jsonl")
+    raise PacktoolInputError(
+        f"a JSON array is read whole: this {mib(size)} file needs at least {mib(need)} of memory (its bytes "
+        f"and their text), over the {mib(have)} this machine has available; convert it to JSON Lines (one "
+        f"object per line, read in blocks), e.g. jq -cn --stream 'fromstream(1|truncate_stream(inputs))' "
+        f"{shlex.quote(path)} > {out}, and pass that file", path=path)

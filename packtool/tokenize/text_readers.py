@@ -23,10 +23,10 @@ import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
-from packtool.tokenize.json_depth import check_json_depth
+from packtool.tokenize.json_depth import check_array_fits, check_json_depth
 from packtool.tokenize.json_types import block_table, free_form, has_timestamp, rows_batch
 from packtool.tokenize.read_checks import nothing_after, one_object, refuse_open_quote, refuse_repeated_names
-from packtool.storage import is_uri, open_bytes
+from packtool.storage import file_size, is_uri, open_bytes
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
 # One JSON line (one row) is held whole to be parsed: 256 MiB of text is ~60M tokens, far past
@@ -237,6 +237,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
     with open_bytes(path) as f:
         array = _opens_array(f)
         if array:
+            check_array_fits(path, file_size(path))  # before the read that holds it whole
             f.seek(0)
             raw = f.read()
     if not array:
