@@ -14,9 +14,10 @@ from packtool.megatron.loop import TrainConfig, train
 TINY = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2"]  # `train` flags of a tiny model
 
 
-def small_slabs(path) -> str:
-    """A slab folder of 12 random sequences at C=64 (megatron_slabs' writer)."""
-    align = Alignment(capacity=64)
+def small_slabs(path, fp8: str = "none") -> str:
+    """A slab folder of 12 random sequences at C=64 (megatron_slabs' writer); `fp8`: the
+    alignment's (tensorwise: every sequence padded for an FP8 run)."""
+    align = Alignment(fp8=fp8, capacity=64)
     seqs = random_sequences(12, 3, 30, seed=8)
     return str(write_slab_dir(str(path), seqs, greedy_bins(seqs, align), align))
 

@@ -11,10 +11,9 @@ import torch
 
 pytest.importorskip("megatron.core")
 typer = pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from megatron_runs import TINY, small_slabs  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolError  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
@@ -36,9 +35,7 @@ class _Runs:
 def run(tmp_path_factory):
     """(slab folder, a checkpoint folder a 1-step run saved)."""
     root = tmp_path_factory.mktemp("ck")
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    data = str(write_slab_dir(str(root / "d"), seqs, greedy_bins(seqs, align), align))
+    data = small_slabs(root / "d", fp8="tensorwise")
     train(TrainConfig(data_dir=data, shape=SHAPE, steps=1, quiet=True, save=str(root / "ck")))
     return data, root / "ck"
 
@@ -128,8 +125,7 @@ def test_load_refuses_a_shape_the_checkpoint_does_not_have(run, tmp_path, app, f
 
 def test_load_takes_the_shape_flags_that_agree(run, app):
     data, ck = run
-    r = CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--load", str(ck),
-                                 "--hidden", "32", "--layers", "1", "--heads", "2"])
+    r = CliRunner().invoke(app, ["train", data, *TINY, "--steps", "1", "--load", str(ck)])
     assert r.exit_code == 0, r.output
 
 

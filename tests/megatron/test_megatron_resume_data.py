@@ -13,6 +13,7 @@ import torch
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from megatron_runs import TINY  # noqa: E402
 from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -145,8 +146,8 @@ def _budget_paths(data, budget, app):
     return {
         "dataset": lambda: PackedSlabDataset(data, micro_batch_tokens=budget),
         "train": lambda: train(TrainConfig(data_dir=data, shape=SHAPE, steps=1, quiet=True, micro_batch_tokens=budget)),
-        "cli": lambda: CliRunner().invoke(app, ["train", data, "--device", "cpu", "--steps", "1", "--layers", "1",
-                                                "--hidden", "32", "--heads", "2", "--micro-batch-tokens", str(budget)]),
+        "cli": lambda: CliRunner().invoke(app, ["train", data, *TINY, "--steps", "1",
+                                                "--micro-batch-tokens", str(budget)]),
     }
 
 

@@ -7,10 +7,8 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import run_cli, small_slabs  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.megatron.loop import TrainConfig  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
@@ -18,9 +16,7 @@ from packtool.megatron.model import GPTShape  # noqa: E402
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("c") / "d", fp8="tensorwise")
 
 
 FLAGS = [("--heads 3", "--heads 3 must divide --hidden 64"), ("--layers 0", "--layers"),
@@ -51,12 +47,11 @@ CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "
 @pytest.mark.parametrize("flags, said", FLAGS + [(f"--config {y}", s) for y, s in CONFIG],
                          ids=[f for f, _ in FLAGS] + [y for y, _ in CONFIG])
 def test_every_model_and_optimizer_value_is_checked_before_any_work(slabs, tmp_path, flags, said):
-    from packtool.cli.app import app
     args = flags.split()
     if args[0] == "--config":
         (tmp_path / "m.yaml").write_text(flags.split(" ", 1)[1] + "\n")
         args = ["--config", str(tmp_path / "m.yaml")]
-    r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", "--save",
+    r = run_cli(["train", slabs, "--device", "cpu", "--steps", "1", "--save",
                                  str(tmp_path / "ck"), *args] if "--steps" not in flags else
                            ["train", slabs, "--device", "cpu", *args])
     assert r.exit_code == 2, r.output
@@ -101,7 +96,6 @@ def _longest_segment(out):
 def test_max_seq_below_the_longest_segment_is_refused_naming_it(slabs, tmp_path, face):
     """S39-3: the exact bound, on both faces: max_seq one below the longest padded segment is refused
     (naming the key, its file on the command line, and the segment's shard and row), at it trains."""
-    from packtool.cli.app import app
     from packtool.megatron.loop import train
     longest = _longest_segment(slabs)
     for max_seq, ok in ((longest - 1, False), (longest, True)):
@@ -116,7 +110,7 @@ def test_max_seq_below_the_longest_segment_is_refused_naming_it(slabs, tmp_path,
             said = str(e.value)
         else:
             (tmp_path / "m.yaml").write_text(f"max_seq: {max_seq}\nlayers: 1\nhidden: 32\nheads: 2\n")
-            r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", "--config",
+            r = run_cli(["train", slabs, "--device", "cpu", "--steps", "1", "--config",
                                          str(tmp_path / "m.yaml"), "--save", str(tmp_path / f"ck{max_seq}")])
             assert r.exit_code == (0 if ok else 2) and "Traceback" not in r.output, r.output
             if ok:

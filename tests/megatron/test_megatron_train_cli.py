@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("megatron.core")
 typer = pytest.importorskip("typer")
 from leftover_support import snapshot  # noqa: E402
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from megatron_runs import TINY, run_cli, small_slabs  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.cli.failure import guarded  # noqa: E402
 from packtool.megatron.train_cli import train_command  # noqa: E402
 
@@ -24,10 +23,7 @@ app.command("noop")(lambda: None)  # keep `train` a subcommand, as under packtoo
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs,
-                              greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("c") / "d", fp8="tensorwise")
 
 
 def test_cli_import_is_light():
@@ -69,10 +65,9 @@ def test_layout_mismatch_names_the_repack(slabs, flags, fix):
 def test_trainer_errors_name_the_flag_on_the_command_line(slabs, tmp_path, flags, said, lib):
     """The trainer (TrainConfig, the loop, the dataset) names its arguments; `packtool train`
     names the flags (errors.arg, FLAG_OF), never the library's spelling."""
-    from packtool.cli.app import app as packtool_app
     (tmp_path / "FILE").write_text("a user's file\n")
     flags = [str(tmp_path / f) if f == "FILE" else f for f in flags]
-    r = CliRunner().invoke(packtool_app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
+    r = run_cli(["train", slabs, "--device", "cpu", "--steps", "1", *flags])
     assert r.exit_code == 2, r.output
     line = r.stderr.strip().splitlines()[-1]
     import re
@@ -107,10 +102,9 @@ def _bad_target(kind, tmp_path):
 @pytest.mark.parametrize("kind", ["--json-log an existing file", "--json-log the --config",
                                   "--json-log a --load file", "--save a folder with a user's file"])
 def test_train_outputs_refuse_what_packtool_must_not_write(slabs, tmp_path, kind):
-    from packtool.cli.app import app as packtool_app
     flags, kept, said = _bad_target(kind, tmp_path)
     before = snapshot(tmp_path, skip=())
-    r = CliRunner().invoke(packtool_app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
+    r = run_cli(["train", slabs, "--device", "cpu", "--steps", "1", *flags])
     assert r.exit_code == 2, r.output
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and said in errors[0] and kept.name in errors[0], r.stderr
@@ -120,8 +114,7 @@ def test_train_outputs_refuse_what_packtool_must_not_write(slabs, tmp_path, kind
 
 def test_train_json_log_continues_its_own_log_and_replaces_another_only_with_overwrite(slabs, tmp_path):
     log = tmp_path / "l.jsonl"
-    args = ["train", slabs, "--device", "cpu", "--steps", "1", "--layers", "1", "--hidden", "32",
-            "--heads", "2", "--json-log", str(log)]
+    args = ["train", slabs, *TINY, "--steps", "1", "--json-log", str(log)]
     for _ in range(2):  # a second run appends to the log the first wrote
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 0, r.output

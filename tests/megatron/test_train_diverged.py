@@ -18,23 +18,13 @@ import pytest
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
 from leftover_support import snapshot  # noqa: E402
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import TINY, run_cli, slabs  # noqa: E402,F401  (slabs: a fixture)
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolConfigError, spelled_as  # noqa: E402
 from packtool.megatron.loop import StepRecord, TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
 SHAPE = GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=128)
-TINY = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2"]
-
-
-@pytest.fixture(scope="module")
-def slabs(tmp_path_factory):
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
 
 
 def _strict(text: str):
@@ -45,8 +35,7 @@ def _strict(text: str):
 
 
 def _cli(args):
-    from packtool.cli.app import app
-    r = CliRunner().invoke(app, ["train", *args])
+    r = run_cli(["train", *args])
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert "Traceback" not in r.output + r.stderr and "internal error" not in r.stderr, r.stderr
     return r, errors

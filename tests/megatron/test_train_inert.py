@@ -9,11 +9,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import TINY, run_cli, small_slabs  # noqa: E402
 
 from packtool import notes  # noqa: E402
-from packtool.align import Alignment  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
@@ -22,9 +20,7 @@ SHAPE = GPTShape(layers=1, hidden=32, heads=2, ffn=64, vocab=128)
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("c") / "d", fp8="tensorwise")
 
 
 INERT = {  # the run's flags -> the arguments its note names (None: a run that trains, no note)
@@ -52,9 +48,7 @@ def test_an_inert_schedule_is_said_before_any_work(slabs, tmp_path, case):
 
 
 def test_log_every_0_prints_the_last_step(slabs):
-    from packtool.cli.app import app
-    r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--layers", "1", "--hidden", "32", "--heads",
-                                 "2", "--steps", "3", "--log-every", "0"])
+    r = run_cli(["train", slabs, *TINY, "--steps", "3", "--log-every", "0"])
     assert r.exit_code == 0, r.output
     steps = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("step ")]
     assert steps == ["2"], r.stdout

@@ -11,10 +11,8 @@ import pytest
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
 import torch  # noqa: E402
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import run_cli, small_slabs  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 from packtool.megatron.loop import TrainConfig, train  # noqa: E402
 from packtool.megatron.model import GPTShape  # noqa: E402
 
@@ -23,9 +21,7 @@ HUGE = dict(layers=2, hidden=65536, heads=4)  # ~110G parameters: 1.6 TiB of tra
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("c") / "d", fp8="tensorwise")
 
 
 @pytest.fixture
@@ -38,8 +34,7 @@ def no_build(monkeypatch):
 
 
 def _cli(slabs, tmp_path, *flags):
-    from packtool.cli.app import app
-    r = CliRunner().invoke(app, ["train", slabs, "--device", "cpu", "--steps", "1", *flags])
+    r = run_cli(["train", slabs, "--device", "cpu", "--steps", "1", *flags])
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.exit_code == 2 and len(errors) == 1 and "internal" not in errors[0], r.output
     return errors[0]

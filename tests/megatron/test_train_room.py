@@ -17,19 +17,15 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from megatron_runs import TINY, run_cli, small_slabs  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 
-SMALL = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2", "--log-every", "1"]
+SMALL = [*TINY, "--log-every", "1"]
 
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(fp8="tensorwise", capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("c") / "d"), seqs, greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("c") / "d", fp8="tensorwise")
 
 
 @contextmanager
@@ -45,8 +41,7 @@ def file_size_limit(n: int):
 
 
 def _train(slabs, *flags):
-    from packtool.cli.app import app
-    return CliRunner().invoke(app, ["train", slabs, *SMALL, *flags])
+    return run_cli(["train", slabs, *SMALL, *flags])
 
 
 def _one_error(r) -> str:

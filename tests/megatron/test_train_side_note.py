@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
+from megatron_runs import TINY, run_cli  # noqa: E402
 from megatron_slabs import greedy_bins, random_sequences, random_side, write_slab_dir  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
 
 from packtool import notes  # noqa: E402
 from packtool.align import Alignment  # noqa: E402
@@ -47,10 +47,8 @@ def _resumed(path, tmp_path, steps):
 
 
 def _cli(path, tmp_path, steps):
-    from packtool.cli.app import app
-    r = CliRunner().invoke(app, ["train", path, "--device", "cpu", "--layers", "1", "--hidden", "32", "--heads",
-                                 "2", "--steps", str(steps), "--log-every", "0",
-                                 *(["--save", str(tmp_path / "ck")] if not steps else [])])
+    r = run_cli(["train", path, *TINY, "--steps", str(steps), "--log-every", "0",
+                 *(["--save", str(tmp_path / "ck")] if not steps else [])])
     assert r.exit_code == 0, r.output
 
 

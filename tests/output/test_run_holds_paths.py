@@ -19,10 +19,9 @@ import pytest
 pytest.importorskip("megatron.core")
 pytest.importorskip("typer")
 from leftover_support import snapshot  # noqa: E402
-from megatron_slabs import greedy_bins, random_sequences, write_slab_dir  # noqa: E402
+from megatron_runs import TINY, small_slabs  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from packtool.align import Alignment  # noqa: E402
 
 RUNNING = b"packtool lock, pid 4242, train\n"  # what a running `train` writes in the lock it holds
 
@@ -31,8 +30,7 @@ def lock_file(target: str) -> str:
     """The lock beside a path (output.lock.lock_file), as a run of packtool of any version names it."""
     return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.packtool.lock")
 
-MODEL = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2", "--ffn", "64",
-         "--log-every", "0"]
+MODEL = [*TINY, "--ffn", "64", "--log-every", "0"]
 TRAIN = [*MODEL, "--steps", "1"]
 
 
@@ -44,9 +42,7 @@ def app():
 
 @pytest.fixture(scope="module")
 def slabs(tmp_path_factory):
-    align = Alignment(capacity=64)
-    seqs = random_sequences(12, 3, 30, seed=8)
-    return str(write_slab_dir(str(tmp_path_factory.mktemp("held") / "d"), seqs, greedy_bins(seqs, align), align))
+    return small_slabs(tmp_path_factory.mktemp("held") / "d")
 
 
 @pytest.fixture(scope="module")
