@@ -96,8 +96,38 @@ def env_path(name: str) -> str | None:
     return expanded(raw, name, PacktoolConfigError)
 
 
+def no_home() -> str | None:
+    """Why `~` names no folder (None: it does): HOME unset and no entry in the password
+    database, where expanduser keeps `~` as it is. An empty or relative HOME is refused where
+    `~` is read (params.expanded, tokenize.cache_root), naming its value."""
+    if "HOME" in os.environ or os.path.expanduser("~") != "~":
+        return None
+    return f"HOME is not set and this user (uid {os.getuid()}) has no entry in the password database"
+
+
+def _kernels_cached_in_tree() -> bool:
+    """Whether numba can keep packtool's compiled kernels beside its sources (`__pycache__`);
+    else it keeps them under ~/.cache/numba (unless NUMBA_CACHE_DIR says where)."""
+    return os.access(os.path.dirname(os.path.abspath(__file__)), os.W_OK)
+
+
+def check_home() -> None:
+    """Refuse, before any work, a run whose compiled kernels would go to a folder named `~` in
+    the working directory: numba's user-wide cache is `~/.cache/numba`, expanded by Python,
+    which keeps `~` when there is no home (a folder `~` was made, or with a read-only working
+    directory numba failed with a traceback)."""
+    why = no_home()
+    if why and not os.environ.get("NUMBA_CACHE_DIR") and not _kernels_cached_in_tree():
+        raise PacktoolConfigError(
+            f"{why}, so ~ names no folder: the compiled kernels (numba's ~/.cache/numba, since packtool's "
+            f"folder is not writable) would be written to a folder named '~' here; set HOME to a folder of "
+            f"yours, or NUMBA_CACHE_DIR to a folder for the kernels (and PACKTOOL_CACHE_DIR or --cache-dir "
+            f"for the tokenized cache)", flag="HOME")
+
+
 def check_environment() -> None:
-    """Check every variable packtool reads, before any work (the CLI calls it first)."""
+    """Check every variable packtool reads, before any work (the CLI calls it first; `check_home`
+    it calls sooner, before its modules load)."""
     env_flag("PACKTOOL_DEBUG")
     env_flag("PACKTOOL_FUSED", True)
     env_seconds("PACKTOOL_TEMPLATE_SECONDS", 20.0)
@@ -105,5 +135,5 @@ def check_environment() -> None:
     env_choice(*FP8_TRANSPOSE)
 
 
-__all__ = ["FP8_QUANT", "FP8_TRANSPOSE", "check_environment", "debug_on", "env_choice", "env_flag", "env_path",
-           "env_seconds", "set_debug"]
+__all__ = ["FP8_QUANT", "FP8_TRANSPOSE", "check_environment", "check_home", "debug_on", "env_choice", "env_flag",
+           "env_path", "env_seconds", "no_home", "set_debug"]

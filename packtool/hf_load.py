@@ -48,11 +48,30 @@ def fsspec_can_read(path: str) -> None:
                                  f"install it, or pass streaming=True (read through packtool)", path=path) from None
 
 
+def _cache_placed(kwargs: dict) -> dict:
+    """`kwargs` with cache_dir's `~` expanded by packtool's one rule (params.expanded: no home
+    refused, naming HOME); with no cache_dir, refuse a datasets cache that no home holds (HOME
+    unset, no password entry: datasets' ~/.cache/huggingface would be a folder named `~` here)."""
+    given = kwargs.get("cache_dir")
+    if isinstance(given, (str, os.PathLike)):
+        from packtool.params import expanded
+        return {**kwargs, "cache_dir": expanded(os.fspath(given), None, PacktoolConfigError)}
+    import datasets.config
+    if given is None and str(datasets.config.HF_DATASETS_CACHE).startswith("~"):
+        from packtool.env import no_home
+        raise PacktoolConfigError(f"to_hf: {no_home() or 'HOME names no folder'}, so the datasets cache "
+                                  f"{datasets.config.HF_DATASETS_CACHE} would be a folder named '~' here; set HOME "
+                                  f"(or HF_HOME) to a folder, or pass load_kwargs cache_dir= a folder",
+                                  flag="load_kwargs")
+    return kwargs
+
+
 def load_shards(path: str, files: list[str], kwargs: dict):
     """`datasets.load_dataset` of the output's shard `files` as one "train" split."""
     import datasets
     check_load_kwargs(kwargs)
     fsspec_can_read(path)
+    kwargs = _cache_placed(kwargs)
     try:
         return datasets.load_dataset("parquet", data_files=files, split="train", **kwargs)
     except PacktoolError:
@@ -107,7 +126,8 @@ def _unreadable(files: list[str]) -> str | None:
 def _cache_dir(kwargs: dict) -> str:
     given = kwargs.get("cache_dir")
     if given is not None:
-        return os.path.abspath(os.path.expanduser(os.fspath(given)))
+        from packtool.params import expanded
+        return os.path.abspath(expanded(os.fspath(given)))
     import datasets.config
     return os.path.abspath(str(datasets.config.HF_DATASETS_CACHE))
 

@@ -43,6 +43,7 @@ def main() -> None:
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
         _let_held_signals_land()
+        _check_home(json_out)  # before the modules load: numba's kernel cache is placed as they do
         from packtool.cli.app import main as run
         from packtool.cli.failure import interrupted, keep_committed
         keep_committed()  # this process ends with the command: a printed result stays the outcome
@@ -60,6 +61,17 @@ def main() -> None:
         _leave(interrupted(json_out, e))
     except SystemExit as e:  # every end, not only a stopped one: see _leave
         _leave(_status(e.code))
+
+
+def _check_home(json_out: bool) -> None:
+    """No home (HOME unset, no password entry) where the kernels need one: the one line, exit 2."""
+    from packtool.env import check_home
+    from packtool.errors import PacktoolError
+    try:
+        check_home()
+    except PacktoolError as e:
+        from packtool.cli.failure import report
+        _leave(report(e, json_out))
 
 
 def _status(code) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from packtool.env import env_path
+from packtool.env import env_path, no_home
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.output.files import describe_kind, nearest_existing, resolve
 from packtool.output.relations import input_problem, packed_problem
@@ -32,6 +32,10 @@ def _home() -> str:
     relative or missing HOME as it is (a tree made from / down, a cache relative to the working
     directory). HOME itself is never created. Unset HOME: the password database's, as expanduser."""
     raw = os.environ.get("HOME")
+    if no_home():  # expanduser keeps `~`: the cache would be a folder named `~` here
+        raise PacktoolOutputError(f"{no_home()}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
+                                  f"has no place; set HOME to your home folder, PACKTOOL_CACHE_DIR to a cache "
+                                  f"folder, or pass {arg('cache_dir')}", flag=cli_flag("cache_dir"))
     home = os.path.expanduser("~") if raw is None else raw
     why = ("is empty" if not home.strip() else "is not an absolute path" if not os.path.isabs(home)
            else None if os.path.isdir(home) else "is not an existing folder")
