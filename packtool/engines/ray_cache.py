@@ -43,6 +43,7 @@ from packtool.tokenize.checksum import both_digests, sha256_file
 from packtool.tokenize.store_cache import commit_entry
 from packtool.tokenize.pipeline import all_skipped_error
 from packtool.tokenize.readers import count_rows, iter_batches
+from packtool.tokenize.reply_roles import merge_records, record, run_roles, say_untrained
 from packtool.tokenize.request import no_rows_error
 
 # same column descriptions as packtool.tokenize.pipeline writes into cache.json
@@ -60,6 +61,7 @@ BLOCK_SCHEMA = pa.schema([
     ("part_bytes", pa.list_(pa.int64())), ("part_xxh3", pa.list_(pa.string())),  # cache.json records
     ("unrendered", pa.string()),  # the block's chat keys its template does not render (chat_keys), JSON
     ("blank_lines", pa.string()),  # its file's blank-line record (blank_lines), JSON: one block of the file has it
+    ("untrained", pa.string()),  # its chat rows of no trained turn: their roles (reply_roles.record), JSON
 ])
 
 
@@ -76,6 +78,7 @@ class BlockTable:
     records: dict          # part file -> its cache.json record (bytes, xxh3-128), hashed by its task
     unrendered: list       # per file: chat key -> [rows, first row] (chat_keys), said and kept as locally
     blank_lines: list      # per file: BlankLines.record() (None: none inside), said and kept as locally
+    untrained: list        # per file: its rows of no trained turn, their roles (reply_roles.record), as locally
 
 
 def _flat(col: pa.ChunkedArray, order: np.ndarray, dtype) -> np.ndarray:
@@ -117,9 +120,12 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
     for f, said in zip(t.column("fi").to_pylist(), t.column("blank_lines").to_pylist()):
         if said:  # the whole file's record, read by one task: nothing to add up
             blank[f] = json.loads(said)
+    untrained: list = [{} for _ in range(n_files)]
+    for f, said in zip(t.column("fi").to_pylist(), t.column("untrained").to_pylist()):
+        merge_records(untrained[f], json.loads(said) if said else {})
     return BlockTable(base, bad_row[o], bad_kind[o], bad_fi[o], int(t.column("tokens").to_numpy().sum()),
                       int(t.column("loss").to_numpy().sum()), sorted(parts, key=lambda d: d["file"]), records,
-                      unrendered, blank)
+                      unrendered, blank, untrained)
 
 
 def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None) -> pa.Table:
@@ -153,6 +159,12 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
     for said in batch.column("unrendered").drop_null().to_pylist():
         merge(unrendered, json.loads(said))
     blank = batch.column("blank_lines").drop_null().to_pylist()  # a block is one file's: one record at most
+    untrained: dict = {}
+    roles = batch.column("roles")
+    if roles.null_count < len(roles):  # the rows of no trained turn only
+        at = np.flatnonzero(np.asarray(pc.is_valid(roles)))
+        for row, said in zip(rows_all[at].tolist(), roles.take(pa.array(at)).to_pylist()):
+            record(untrained, json.loads(said), row)
     return pa.table({
         "fi": pa.array([int(fi_all[0]) if fi_all.size else 0], pa.int32()),
         "first_row": pa.array([int(rows_all[0]) if rows_all.size else 0], pa.int64()),
@@ -165,6 +177,7 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
            for k in ("file", "rows", "tokens", "bytes", "xxh3")},
         "unrendered": pa.array([json.dumps(unrendered) if unrendered else None], pa.string()),
         "blank_lines": pa.array(blank[:1] or [None], pa.string()),
+        "untrained": pa.array([json.dumps(untrained) if untrained else None], pa.string()),
     }, schema=BLOCK_SCHEMA)
 
 
@@ -236,9 +249,12 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             from packtool.tokenize.pipeline import refuse_other_shape
             refuse_other_shape(job.files[fi], job.shapes[fi], job.cfg.batch_size, row)
         from packtool.tokenize.row_checks import bad_example
-        raise bad_example(job.shapes[fi], bt.bad_kind[0] == EMPTY, job.files[fi].path, row)
+        acc = bt.untrained[fi]  # the roles of its first such row, where that is the row refused
+        raise bad_example(job.shapes[fi], bt.bad_kind[0] == EMPTY, job.files[fi].path, row,
+                          acc["first_roles"] if acc.get("first") == row else None)
+    roles = run_roles(bt.untrained)
     return {"empty": int((bt.bad_kind == EMPTY).sum()), "all_masked": int((bt.bad_kind == ALL_MASKED).sum()),
-            "rows": bt.bad_row[:100].tolist()}
+            "rows": bt.bad_row[:100].tolist(), **({"roles": roles} if roles else {})}
 
 
 class InputHashes:
@@ -317,6 +333,9 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
             if bt.blank_lines[fi]:  # the same: said, and kept for reuse (chat_keys.say_stored says it then)
                 say_record(f.path, bt.blank_lines[fi])
             inputs_meta[-1].update(stored(f.kind, bt.blank_lines[fi]))
+            if bt.untrained[fi]:  # the same: said, and kept for reuse
+                say_untrained(f.path, bt.untrained[fi])
+                inputs_meta[-1]["untrained"] = bt.untrained[fi]
         meta = {
             "format": CACHE_FORMAT, "version": CACHE_VERSION, "columns": _COLUMNS,
             "config": job.cfg.as_dict(), "tokenizer": tokenizer_meta(job.info),

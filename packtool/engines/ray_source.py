@@ -50,6 +50,9 @@ TOKENIZED_SCHEMA = pa.schema([
     # the blank lines a JSON Lines file holds (blank_lines.BlankLines.record(), JSON): on one row
     # of the file's last block (null elsewhere), said and kept per file as locally
     ("blank_lines", pa.string()),
+    # a chat row with no trained turn, read as one with no loss tokens: its turns' roles, JSON
+    # (null elsewhere); the driver names them as the local engine does (tokenize.reply_roles)
+    ("roles", pa.string()),
 ])
 
 BLANK = "__blank"  # a read table's column carrying its file's blank-line record to the tokenize UDF
@@ -212,6 +215,7 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
     f, shape, cfg = job.files[fi], job.shapes[fi], job.cfg
     first_row = int(rows[0]) if rows.size else 0
     unrendered = [None] * int(rows.size)
+    no_reply: dict = {}
     if shape.kind == "tokens":
         enc = _tokens_batch(raw, shape, info.vocab_size if info else None, f.path, first_row)
     else:
@@ -223,7 +227,12 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
             raise e.at(f.path, first_row) from None
         if rendered.unrendered and unrendered:
             unrendered[0] = json.dumps(rendered.unrendered)
+        no_reply = rendered.no_reply
     bad = np.where(enc.empty, EMPTY, np.where(enc.all_masked, ALL_MASKED, OK)).astype(np.int8)
+    roles = [None] * int(rows.size)
+    for j, said in no_reply.items():  # the rows of no trained turn only
+        if bad[j] == ALL_MASKED:
+            roles[j] = json.dumps(said)
     keep = bad == OK
     if job.check_lengths is not None:
         job.check_lengths(enc.lengths, ~keep, f.path, first_row)
@@ -238,4 +247,5 @@ def _tokenize_rows(raw: pa.RecordBatch, rows: np.ndarray, fi: int, job: Tokenize
         pa.array(lens), pa.array(loss.astype(np.int64)),
         pa.array(np.full(lens.size, fi, np.int32)), pa.array(rows.astype(np.int64)),
         pa.array(bad), pa.array(unrendered, pa.string()), pa.nulls(lens.size, pa.string()),
+        pa.array(roles, pa.string()),
     ], schema=TOKENIZED_SCHEMA)

@@ -47,13 +47,27 @@ def why(column: str, roles) -> str:
 
 def record(acc: dict, roles, row: int) -> None:
     """Count one skipped row with `roles` in `acc` (JSON-ready, kept in cache.json):
-    {"rows": n, "first": first row, "roles": {role: [rows, first row]}}."""
+    {"rows": n, "first": first row, "first_roles": its roles, "roles": {role: [rows, first row]}}."""
     acc["rows"] = acc.get("rows", 0) + 1
-    acc["first"] = min(acc.get("first", row), row)
+    if row < acc.get("first", row + 1):
+        acc["first"], acc["first_roles"] = row, list(roles)
     for r in roles:
         seen = acc.setdefault("roles", {}).setdefault(r, [0, row])
         seen[0] += 1
         seen[1] = min(seen[1], row)
+
+
+def merge_records(acc: dict, more: dict) -> None:
+    """Add `more` (a `record` of other rows of the same file: a Ray block's) to `acc`."""
+    if not more:
+        return
+    acc["rows"] = acc.get("rows", 0) + more["rows"]
+    if more["first"] < acc.get("first", more["first"] + 1):
+        acc["first"], acc["first_roles"] = more["first"], more["first_roles"]
+    for r, (n, first) in more.get("roles", {}).items():
+        seen = acc.setdefault("roles", {}).setdefault(r, [0, first])
+        seen[0] += n
+        seen[1] = min(seen[1], first)
 
 
 def run_roles(accs) -> dict:

@@ -284,3 +284,34 @@ def test_unrendered_chat_keys_are_said_as_locally(tmp_path):
         said.append([n for n in notes.since(start) if "does not render these keys" in n])
     assert said[0] == said[1] == said[2] and len(said[0]) == 1, said
     assert "messages[].thinking (26 rows, first row 1); tools (1 row, first row 7)" in said[0][0]
+
+
+@pytest.mark.parametrize("on_empty", ["skip", "error"])
+def test_rows_of_no_trained_turn_name_their_roles_as_locally(tmp_path, on_empty):
+    """Stop 40 Left 1 on Ray: a chat row whose reply is under a role of no known meaning is
+    named with its roles in the same words as the local engine: the refusal (error), or the
+    per-file note, cache.json's counts and the summary's roles (skip), over every block."""
+    from packtool import notes
+    data = tmp_path / "d.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"Q{i}"},
+                          {"role": "narrator" if i % 9 == 4 else "assistant", "content": f"A{i}"}]} for i in range(40)]
+    data.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    cfg = TokenizeConfig(tokenizer=GPT2, chat_template="chatml", batch_size=8, on_empty=on_empty)
+    pk, al = PackingConfig("bfd", seed=1), Alignment(capacity=1024)
+    said, results = [], []
+    runs = [(pack, "c1"), (pack_ray, "c2"), (pack_ray, "c2")]  # the last: the Ray cache reused
+    for run, (fn, cache) in enumerate(runs if on_empty == "skip" else runs[:2]):
+        start = notes.mark()
+        try:
+            results.append(fn([str(data)], al, pk, cfg, output=str(tmp_path / f"o{run}"),
+                              cache_dir=str(tmp_path / cache)).summary.skipped_roles)
+        except PacktoolInputError as e:
+            results.append(str(e))
+        said.append([n for n in notes.since(start) if "had no trained turn" in n])
+    assert all(r == results[0] for r in results), results
+    if on_empty == "error":
+        assert "row 4: " in results[0] and "its turns' roles are 'user', 'narrator'" in results[0], results
+    else:
+        assert results[0] == {"user": 4, "narrator": 4}, results
+        assert said[0] == said[1] == said[2] and len(said[0]) == 1, said
+        assert "'narrator' (4 rows, first row 4)" in said[0][0], said
