@@ -173,20 +173,24 @@ def _append_routed(r, store: StoreOffsets, kind, paths: list[str]) -> None:
 def put_in_order(path: str, n: int) -> None:
     """Rewrite an output shard's routed records as its `n` SEGMENT records in on-disk order
     (the same bytes whatever order the records were appended in); every position must come
-    exactly once. A bucket sort through files beside it: records are first split by position
-    range into at most `_BUCKETS` files, then each range is put in order alone, so what this
-    holds is one range (`ORDER_STEP` records, or n / `_BUCKETS`), not the shard's segments."""
+    exactly once. Up to `2 * ORDER_STEP` records are put in place in memory, read a piece at a
+    time; a longer shard is a bucket sort through files beside it: records are first split by
+    position range into at most `_BUCKETS` files, then each range is put in place alone, so
+    what this holds is one range, not the shard's segments."""
     have = os.path.getsize(path) // ROUTED.itemsize
     if have != n:
         raise RuntimeError(f"{path}: {have} routed segments for a shard that holds {n}; the "
                            f"routing does not match the plan")
-    size = max(ORDER_STEP, -(-n // _BUCKETS))
+    # two pieces' worth in place: the ranges' round trip through files cost a 125k-segment
+    # shard a third more than one pass, and one range's SEGMENT records (44 bytes) plus a
+    # piece being read hold less than the piece, its gathered copy and a range did before
+    size = max(2 * ORDER_STEP, -(-n // _BUCKETS))
     buckets = [path] if n <= size else _split_by_position(path, n, size)
     ordered = path + ".ordered"
     with open(ordered, "wb") as out_f:
         for j, bucket in enumerate(buckets):
             a = j * size
-            _in_order(bucket, np.fromfile(bucket, ROUTED), a, min(size, n - a)).tofile(out_f)
+            _in_order(bucket, a, min(size, n - a)).tofile(out_f)
             if bucket != path:
                 os.remove(bucket)
     os.replace(ordered, path)
@@ -236,33 +240,39 @@ def _by_range(pos, n, size, ranges):
     return order, cut
 
 
-def _in_order(path: str, rec: np.ndarray, a: int, n: int) -> np.ndarray:
-    """SEGMENT records of positions [a, a + n) from their ROUTED records, each exactly once."""
-    if rec.size != n:
+def _in_order(path: str, a: int, n: int) -> np.ndarray:
+    """SEGMENT records of positions [a, a + n) from the ROUTED records in `path`, each exactly
+    once: read `ORDER_STEP` records at a time, each copied straight to its place."""
+    if os.path.getsize(path) != n * ROUTED.itemsize:
         raise RuntimeError(f"{path}: routed positions repeat or miss; the routing does not match the plan")
-    where = _where_each(rec["pos"], a, n)
-    if where.size != n:
-        pos = rec["pos"] - a
-        said = "a routed position is outside the shard's segments" if (pos.min() < 0 or pos.max() >= n) else \
-            "routed positions repeat or miss"
-        raise RuntimeError(f"{path}: {said}; the routing does not match the plan")
-    placed = np.take(rec, where)  # whole records at once (rec[where] copies field by field: 5x slower)
-    # a SEGMENT record is a ROUTED one's bytes after `pos` (held below): one strided copy, not a copy per field
-    return np.ascontiguousarray(placed.view(np.uint8).reshape(n, ROUTED.itemsize)[:, 8:]).view(SEGMENT).reshape(n)
+    out = np.empty((n, SEGMENT.itemsize), np.uint8)
+    seen = np.zeros(n, np.bool_)
+    with open(path, "rb") as fh:
+        for s in range(0, n, ORDER_STEP):
+            rec = np.fromfile(fh, ROUTED, min(ORDER_STEP, n - s))
+            bad = _place(rec["pos"], rec.view(np.uint8).reshape(rec.size, ROUTED.itemsize), a, out, seen)
+            if bad:  # n records, none twice: none is missing either
+                said = "a routed position is outside the shard's segments" if bad == 1 else \
+                    "routed positions repeat or miss"
+                raise RuntimeError(f"{path}: {said}; the routing does not match the plan")
+    return out.view(SEGMENT).reshape(n)
 
 
 @nb.njit(nogil=True, cache=True)
-def _where_each(pos, a, n):
-    """The record holding each position of [a, a + n) (the inverse permutation), or an empty
-    array when a position is outside the range or comes twice (`pos` holds n of them, so
-    none is missing then)."""
-    where = np.full(n, -1, np.int64)
+def _place(pos, rec, a, out, seen):
+    """Each record's bytes after `pos` (a SEGMENT record: held at import) to row `pos - a` of
+    `out`. 0, or 1 for a position outside the rows, 2 for one that comes twice."""
+    n, w = out.shape
     for i in range(pos.size):
         p = pos[i] - a
-        if p < 0 or p >= n or where[p] >= 0:
-            return np.zeros(0, np.int64)
-        where[p] = i
-    return where
+        if p < 0 or p >= n:
+            return 1
+        if seen[p]:
+            return 2
+        seen[p] = True
+        for b in range(w):
+            out[p, b] = rec[i, 8 + b]
+    return 0
 
 
 def read_segments(path: str, a: int, e: int) -> dict[str, np.ndarray]:
