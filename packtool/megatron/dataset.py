@@ -171,6 +171,8 @@ class PackedSlabDataset:
             raise PacktoolInputError("the output holds no slabs: pack data that holds at least one sequence",
                                      path=path)
         check_budget(self.index, self.align, micro_batch_tokens)
+        if not self.planned:
+            _say_dealing(path, len(self.index), dp_size, grad_accum)
 
     def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
         epoch, first_step = checked("epoch", epoch), checked("first_step", first_step)  # True is no epoch
@@ -227,6 +229,17 @@ class PackedSlabDataset:
                     return
             step += len(plans)
             epoch += 1
+
+
+def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int) -> None:
+    """Round-robin dealing of `n` slabs to `dp_size` ranks, `grad_accum` per step: what it cannot
+    give as asked is said (a step never spans two epochs, so it takes at most a rank's slabs)."""
+    from packtool.notes import note  # on stderr and kept (notes.NOTES, --json), as every note
+    per_rank = -(-n // dp_size)
+    if grad_accum > per_rank:
+        note(f"{arg('grad_accum', grad_accum)} is above the {per_rank} slab(s) of {path} per data-parallel rank "
+             f"({n} over {dp_size}): each step takes {per_rank} (one epoch), not {grad_accum}; give "
+             f"{arg('grad_accum')} at most {per_rank}, or pack into more slabs")
 
 
 def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any, packed_cp: int) -> int:

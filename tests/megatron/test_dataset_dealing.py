@@ -1,0 +1,52 @@
+"""Round-robin dealing of PackedSlabDataset (and so `packtool train`) says what it cannot give as
+asked: --grad-accum above a rank's slabs (S41-4)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from megatron_runs import TINY, run_cli, small_slabs  # noqa: E402
+
+import packtool.notes as N  # noqa: E402
+from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def slabs(tmp_path_factory):
+    path = small_slabs(tmp_path_factory.mktemp("deal") / "d")
+    return path, len(PackedSlabDataset(path).index)
+
+
+def _notes(fn):
+    start = N.mark()
+    fn()
+    return N.since(start)
+
+
+@pytest.mark.parametrize("dp_size, over", [(1, 0), (1, 1), (1, 1000), (2, 1), (2, 7)])
+def test_grad_accum_above_a_ranks_slabs_is_said(slabs, dp_size, over):
+    path, n = slabs
+    per_rank = -(-n // dp_size)
+    ga = per_rank + over
+    said = _notes(lambda: [PackedSlabDataset(path, dp_rank=r, dp_size=dp_size, grad_accum=ga) for r in range(dp_size)])
+    said = [s for s in said if "grad_accum" in s]
+    if not over:
+        assert said == []
+        return
+    assert len(said) == dp_size and f"grad_accum={ga} is above the {per_rank} slab(s)" in said[0], said
+    assert f"each step takes {per_rank}" in said[0] and f"at most {per_rank}" in said[0]
+    ds = PackedSlabDataset(path, dp_size=dp_size, grad_accum=ga)
+    assert ds.steps_per_epoch() == 1  # what the note says: one epoch per step
+
+
+def test_train_grad_accum_above_the_slabs_notes_the_flag(slabs):
+    path, n = slabs
+    r = run_cli(["train", path, *TINY, "--steps", "1", "--grad-accum", "1000", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    line = f"--grad-accum 1000 is above the {n} slab(s) of {path} per data-parallel rank"
+    assert got["last_step"]["micro_batches"] == n and any(line in x for x in got["notes"]), got["notes"]
+    assert line in r.stderr
