@@ -25,6 +25,7 @@ from packtool.align import Alignment
 from packtool.online import _kernels as K
 from packtool.integers import INT32_MAX, short
 from packtool.params import expect
+from packtool.online.room import check_padding
 from packtool.online.step import ALGORITHMS, OnlinePackError, StepPacker, as_lengths, check_int
 
 
@@ -106,6 +107,7 @@ def micro_batches(seg_lens, alignment: Alignment, budget: int, row_offsets=None,
         raise OnlinePackError(f"pad_to={pad_to} is below this rank's {nmb} micro-batches: "
                               f"pass the maximum over all DP ranks")
     if pad:
+        check_padding(int(pad_to), pad, n)
         offsets = np.concatenate((offsets, np.full(pad, offsets[-1])))
         footprint = np.concatenate((footprint, np.zeros(pad, np.int64)))
         over = np.concatenate((over, np.zeros(pad, bool)))

@@ -33,6 +33,7 @@ from packtool.errors import one_line
 from packtool.integers import INT32_MAX, short
 from packtool.params import expect, torch_device
 from packtool.side import name_problem
+from packtool.online.room import check_slab
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
 
@@ -326,6 +327,8 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
         raise OnlinePackError(f"cp_rank must be in 0..{cp - 1} for cp={cp}, got {cp_rank}")
     lay = compute_layout(lens, np.array([0, lens.size]), alignment)
     T = int(lay.slab_len[0])
+    check_slab(T, alignment, sum(v.element_size() * (v.shape[1] if v.dim() == 2 else 1)
+                                 for v, _ in cols.values()), device)
     start = lay.seg_start[~lay.is_fill]
     dst = token_destinations(lens, start, like=mask)
     full_ids = place_tokens(ids.to(device=device, dtype=torch.int64), dst, T, int(pad_id))
