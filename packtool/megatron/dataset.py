@@ -34,7 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
+
 from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
+from packtool.hf_dp import ranks_shown
 from packtool.align import Alignment
 from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
@@ -233,9 +236,22 @@ class PackedSlabDataset:
 
 def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int) -> None:
     """Round-robin dealing of `n` slabs to `dp_size` ranks, `grad_accum` per step: what it cannot
-    give as asked is said (a step never spans two epochs, so it takes at most a rank's slabs)."""
+    give as asked is refused or said, on every rank, as packtool.hf says its own (hf_dp): a rank
+    with no slab would only wait in the all-reduce, every step; a step never spans two epochs,
+    so it takes at most a rank's slabs."""
     from packtool.notes import note  # on stderr and kept (notes.NOTES, --json), as every note
+    if dp_size > n:
+        raise PacktoolConfigError(f"{arg('dp_size', dp_size)} but {path} holds {n} slabs: {dp_size - n} rank(s) would "
+                                  f"get none (an empty micro-batch every step); run at most {n} data-parallel "
+                                  f"ranks, or re-pack into more slabs (`packtool pack --dp {dp_size}`, or a "
+                                  f"smaller `--max-tokens`)")
     per_rank = -(-n // dp_size)
+    if n % dp_size:
+        short = np.arange(n % dp_size, dp_size)
+        note(f"{path}: {n} slabs do not divide among {arg('dp_size', dp_size)} ranks: rank(s) {ranks_shown(short)} "
+             f"take {per_rank - 1} per epoch where the others take {per_rank}, so their last step of every epoch "
+             f"has a slab fewer (an empty micro-batch where it had one); pack with `packtool pack --dp {dp_size}` "
+             f"to give every rank the same")
     if grad_accum > per_rank:
         note(f"{arg('grad_accum', grad_accum)} is above the {per_rank} slab(s) of {path} per data-parallel rank "
              f"({n} over {dp_size}): each step takes {per_rank} (one epoch), not {grad_accum}; give "

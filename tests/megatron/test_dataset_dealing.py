@@ -1,10 +1,13 @@
 """Round-robin dealing of PackedSlabDataset (and so `packtool train`) says what it cannot give as
-asked: --grad-accum above a rank's slabs (S41-4)."""
+asked: --grad-accum above a rank's slabs (S41-4); more DP ranks than slabs refused and ranks dealt a
+slab fewer named, as packtool.hf does (S41-7)."""
 from __future__ import annotations
 
 import json
 
 import pytest
+
+from packtool.errors import PacktoolConfigError
 
 pytest.importorskip("megatron.core")
 
@@ -50,3 +53,30 @@ def test_train_grad_accum_above_the_slabs_notes_the_flag(slabs):
     line = f"--grad-accum 1000 is above the {n} slab(s) of {path} per data-parallel rank"
     assert got["last_step"]["micro_batches"] == n and any(line in x for x in got["notes"]), got["notes"]
     assert line in r.stderr
+
+
+@pytest.mark.parametrize("extra", [1, 2, 88])
+@pytest.mark.parametrize("rank", ["first", "last"])
+def test_more_dp_ranks_than_slabs_is_refused(slabs, extra, rank):
+    path, n = slabs
+    dp = n + extra
+    with pytest.raises(PacktoolConfigError) as e:
+        PackedSlabDataset(path, dp_rank=0 if rank == "first" else dp - 1, dp_size=dp)
+    msg = str(e.value)
+    assert "\n" not in msg and f"dp_size={dp} but {path} holds {n} slabs: {extra} rank(s) would get none" in msg
+    assert f"run at most {n} data-parallel ranks" in msg and f"packtool pack --dp {dp}" in msg
+
+
+@pytest.mark.parametrize("dp", [2, 3, "n"])
+def test_ranks_dealt_a_slab_fewer_are_named_once_per_rank(slabs, dp):
+    path, n = slabs
+    dp = n if dp == "n" else dp
+    said = _notes(lambda: PackedSlabDataset(path, dp_rank=dp - 1, dp_size=dp))
+    said = [s for s in said if "do not divide" in s]
+    if n % dp == 0:
+        assert said == []
+        return
+    assert len(said) == 1 and f"{n} slabs do not divide among dp_size={dp} ranks: rank(s) {n % dp}" in said[0], said
+    assert f"packtool pack --dp {dp}" in said[0]
+    steps = list(PackedSlabDataset(path, dp_rank=dp - 1, dp_size=dp).steps(max_steps=2 * -(-n // dp)))
+    assert sum(all(mb is None for mb in s.micro_batches) for s in steps) == 2  # its last step of each epoch
