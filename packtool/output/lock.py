@@ -211,3 +211,18 @@ def unlink_if_same(path: str, fd: int) -> None:
 
 
 __all__ = ["Held", "holding", "holding_file", "lock_file", "lock_owner", "lock_text", "open_lock", "release", "take", "unlink_if_same"]
+
+
+def lock_holder(target: str) -> str | None:
+    """"pack, pid N" of the packtool lock beside the resolved path `target`, read without taking
+    it (a reader must never make a starting writer fail); None when there is none or it is not
+    packtool's."""
+    try:
+        fd = os.open(lock_file(target), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        m = _LOCK_TEXT.match(os.pread(fd, _MAX, 0))
+    finally:
+        os.close(fd)
+    return None if m is None else f"{m.group(2).decode() + ', ' if m.group(2) else ''}pid {m.group(1).decode()}"

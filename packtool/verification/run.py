@@ -23,7 +23,9 @@ from packtool.slabs.open_rules import linked_shard
 from packtool.side import side_columns_from_manifest
 from packtool.storage import bucket_gone, is_file, reading
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
+from packtool.errors import PacktoolError
 from packtool.verification.problems import Problem, ProblemLog
+from packtool.verification.unchanged import check_unchanged, folder_state
 from packtool.verification.job import ShardJob, ShardResult
 from packtool.verification.shard import check_shard
 from packtool.workers import cores
@@ -65,9 +67,16 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
            source_fingerprint: str | None = None, progress: bool = False,
            source_tokenize=None, source_files: list[str] | None = None) -> VerifyReport:
     # a store output's every request names `directory` when the store stops answering half way
-    with reading(directory if isinstance(directory, str) else "", "directory"):
-        return _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint, progress,
-                       source_tokenize, source_files)
+    before = folder_state(directory)  # a pack --overwrite of the same folder may swap it under us
+    try:
+        with reading(directory if isinstance(directory, str) else "", "directory"):
+            report = _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint,
+                             progress, source_tokenize, source_files)
+    except PacktoolError:
+        check_unchanged(directory, before)  # a folder gone mid-swap is the swap, not a bad argument
+        raise
+    check_unchanged(directory, before)
+    return report
 
 
 def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint, progress,

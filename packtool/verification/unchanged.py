@@ -1,0 +1,40 @@
+"""An output replaced while verify reads it (S41-2): verify reads the manifest first and the
+shards later, so a `pack --overwrite` of the same folder finishing in between made good shards
+look "truncated" or "edited" against the old manifest (or an old manifest's verdict stand for
+the new folder). The folder's and manifest's identity (device, inode, size, mtime) is taken
+before and compared after; a change is one line saying the output was replaced under verify,
+by whom when a packtool run's lock names it, and to run verify again, never a problem list.
+Local folders only: an object store's manifest is replaced in one put, and a store output's
+own checks (a deleted bucket, a vanished shard) are storage.py's."""
+from __future__ import annotations
+
+import os
+
+from packtool.errors import PacktoolInputError
+from packtool.manifest_name import manifest_file
+from packtool.output.lock import lock_holder
+from packtool.storage_uri import is_uri
+
+
+def folder_state(directory) -> tuple | None:
+    """What changes when the folder or its manifest is replaced; None: not a local folder."""
+    if not isinstance(directory, (str, os.PathLike)) or is_uri(str(directory)):
+        return None
+    try:
+        d = os.stat(directory)
+        m = manifest_file(str(directory))
+        s = os.stat(m) if m else None
+    except OSError:
+        return ("gone",)
+    return (d.st_dev, d.st_ino, m, s and (s.st_ino, s.st_size, s.st_mtime_ns))
+
+
+def check_unchanged(directory, before: tuple | None, command: str = "verify") -> None:
+    """Raise when the folder is no longer the one `before` described."""
+    if before is None or folder_state(directory) == before:
+        return
+    who = lock_holder(os.path.realpath(directory))
+    by = f"another packtool run ({who}) " if who else "another run "
+    raise PacktoolInputError(f"{directory}: the output changed while {command} read it ({by}replaced or "
+                             f"rewrote it); nothing read is a verdict on either output: run {command} "
+                             f"again once that run has finished", path=str(directory))
