@@ -135,6 +135,14 @@ def _is_step_log(path: str) -> bool:
     except (ValueError, TypeError, RecursionError):
         return False
 
+def _log_steps(path: str) -> str:
+    """Where a step log ends, for the refusal that names it (its last line: _is_step_log read it)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 16)))
+        last = json.loads(f.read(1 << 16).rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    return f"it ends at step {last['step']}"
+
+
 def refuse_inside_checkpoints(cfg: TrainConfig) -> None:
     """--json-log never inside the --save or --load folder: check_save lets only checkpoint files
     live there, so a log the run wrote (or one a checkpoint overwrote) stopped the resume."""
@@ -150,7 +158,8 @@ def refuse_inside_checkpoints(cfg: TrainConfig) -> None:
 def check_json_log(cfg: TrainConfig) -> bool:
     """--json-log, before any work: a file packtool may write (packtool.output's rules), never
     the run's inputs nor inside a packed output; an existing log of packtool train is appended
-    to (a resumed run), any other existing file only replaced with --overwrite. Returns
+    to by a resumed run (--load) only, any other existing file (or another run's log, for a run
+    that resumes nothing) only replaced with --overwrite. Returns
     whether the log is appended to."""
     from packtool.output.files import check_log_file
     from packtool.output.folder import refuse_inside_packed
@@ -158,6 +167,13 @@ def check_json_log(cfg: TrainConfig) -> bool:
         if cfg.load and os.path.isdir(cfg.load) else []
     append = check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,
                             inputs=[*cfg.inputs, *ckpts], ours=_is_step_log)
+    if append and not cfg.load and os.path.getsize(cfg.json_log):  # a new run never continues another's log
+        if not cfg.overwrite:
+            raise PacktoolOutputError(f"is the log of another packtool train run ({_log_steps(cfg.json_log)}); only "
+                                      f"a run resumed with {arg('load')} continues it: pass {arg('overwrite', True)} "
+                                      f"to start it anew, or give another {arg('json_log')}", path=cfg.json_log,
+                                      flag=cli_flag("json_log"))
+        append = False
     refuse_inside_packed(cfg.json_log, "json_log")  # after: a checkpoint given as the log is "the input"
     refuse_inside_checkpoints(cfg)  # after: a checkpoint file given as the log is "the input"
     return append

@@ -159,7 +159,7 @@ def train_command(
     device: Annotated[Optional[str], typer.Option("--device", help="cpu | cuda (default: cuda when torch sees a GPU, else cpu; said in one line).")] = None,
     lm_head: Annotated[str, typer.Option("--lm-head", help="fused (Triton packtool.kernels.lm_head) | torch (megatron output layer + CE) | auto (fused on cuda, torch on cpu).")] = "auto",
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps, and the last (0: only the last).")] = 10,
-    json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or a log packtool train wrote; any other existing file needs --overwrite; never an input).")] = None,
+    json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or the log a run resumed with --load continues; another run's log or any other existing file needs --overwrite; never an input).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end (the run's last step, its figures and notes) instead of the step table; an error is a JSON object too.")] = False,
 ) -> Optional[dict]:
     """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).

@@ -144,6 +144,9 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     refuse_empty(path, flag, f"a file name such as {_example(flag)}")
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
+    if shown == "-":  # stdin for an input (cli.inputs); as a target it made a file named '-' in the cwd
+        raise PacktoolOutputError(f"names standard output, but {flag} writes a file; give a file name such "
+                                  f"as {_example(flag)} (or ./- for a file of that name)", path=shown, flag=flag)
     p = resolve(path)
     try:
         st = os.lstat(p)

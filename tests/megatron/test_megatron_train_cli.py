@@ -115,10 +115,22 @@ def test_train_outputs_refuse_what_packtool_must_not_write(slabs, tmp_path, kind
 def test_train_json_log_continues_its_own_log_and_replaces_another_only_with_overwrite(slabs, tmp_path):
     log = tmp_path / "l.jsonl"
     args = ["train", slabs, *TINY, "--steps", "1", "--json-log", str(log)]
-    for _ in range(2):  # a second run appends to the log the first wrote
-        r = CliRunner().invoke(app, args)
-        assert r.exit_code == 0, r.output
-    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 0]
+    r = CliRunner().invoke(app, args + ["--save", str(tmp_path / "ck")])
+    assert r.exit_code == 0, r.output
+    first = log.read_bytes()
+    # a new run (no --load) never continues another run's log: two runs' steps 0.. mixed in one file (S41-10)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and log.read_bytes() == first, r.output
+    out = " ".join(r.output.split())
+    assert "is the log of another packtool train run (it ends at step 0); only a run resumed with" in out, out
+    assert "overwrite" in out and "Traceback" not in out
+    r = CliRunner().invoke(app, ["train", slabs, *TINY, "--steps", "1", "--json-log", str(log),
+                                 "--load", str(tmp_path / "ck")])  # a resumed run continues it
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 1]
+    r = CliRunner().invoke(app, args + ["--overwrite"])  # a new run starts it anew
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0]
     log.write_bytes(USER)
     r = CliRunner().invoke(app, args + ["--overwrite"])
     assert r.exit_code == 0, r.output

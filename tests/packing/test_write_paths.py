@@ -410,3 +410,27 @@ def test_a_local_file_flag_given_a_uri_is_one_line(proj, what):
             runner.invoke(app, ["inspect", "packed", "--html", "s3://bucket/x/report.html"])
         assert r.exit_code == 2 and "writes a local file" in r.stderr, r.stdout + r.stderr
     assert not os.path.exists(proj / "s3:")
+
+
+@pytest.mark.parametrize("what", ["plan -o", "inspect --html", "train --json-log"])
+def test_a_file_flag_given_dash_is_refused_not_a_file_named_dash(proj, what):
+    """`-` is stdin for an input; as a file target it made a file named '-' in the working
+    folder, exit 0 (S41-10)."""
+    assert runner.invoke(app, pack_args("-o", "packed")).exit_code == 0
+    before = sorted(os.listdir(proj))
+    if what == "train --json-log":
+        pytest.importorskip("torch")
+        from types import SimpleNamespace
+
+        from packtool.megatron.loop import check_json_log
+        with pytest.raises(PacktoolOutputError, match="names standard output, but json_log writes a file") as e:
+            check_json_log(SimpleNamespace(json_log="-", load=None, inputs=(), overwrite=False))
+        assert "\n" not in str(e.value)
+    else:
+        args = ["plan", "--lengths", "lengths.npy", "-o", "-"] if what == "plan -o" else ["inspect", "packed", "--html", "-"]
+        r = runner.invoke(app, args)
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1, r.stdout + r.stderr
+        flag = "--output" if what == "plan -o" else "--html"
+        assert f"names standard output, but {flag} writes a file" in lines[0] and "Traceback" not in r.stderr
+    assert sorted(os.listdir(proj)) == before and not os.path.exists(proj / "-")
