@@ -51,6 +51,7 @@ from torch.utils.data import Dataset
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.hf_dp import dp_order, ranks_shown, short_ranks
 from packtool.hf_mask import block_causal_mask
+from packtool.hf_rows import check_copies, check_row
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -80,16 +81,16 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     """(input_ids int64[n], labels int64[n], segment lengths int64[k]) of one slab.
     `keep_pads=False` keeps each segment's real tokens only; True keeps every physical
     position, the tail pad in the last segment and a fixed-length fill as its own segment."""
-    ids = np.asarray(input_ids)
     mask = np.asarray(loss_mask)
     keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
-    idx, lens = kept_positions(seq_lens, cu_seqlens_padded, ids.size, keep_pads)
-    lens = lens[lens > 0]
     bad = np.flatnonzero((mask != 0) & (mask != 1))  # `!= 0` would train on 2, -1 or NaN as a target
     if bad.size:
         raise PacktoolInputError(f"loss_mask holds {mask[bad[0]]} at slab position {int(bad[0])}: a slab's "
                                  f"loss_mask is 0 or 1 (FORMAT.md); these rows are not as packtool wrote "
                                  f"them: check the output with `packtool verify`")
+    ids, seq_lens, cu_seqlens_padded = check_row(input_ids, mask, seq_lens, cu_seqlens_padded)
+    idx, lens = kept_positions(seq_lens, cu_seqlens_padded, ids.size, keep_pads)
+    lens = lens[lens > 0]
     out_ids = ids[idx].astype(np.int64)
     labels = np.where(mask[idx] != 0, out_ids, IGNORE_INDEX)
     # FORMAT.md already gives a segment's first token no loss; a batch must never predict it
@@ -112,6 +113,8 @@ def slab_side_features(values, seq_lens, cu_seqlens_padded, fill,
     a segment's last real token gets the fill, never the next segment's first value."""
     v = _side_array(values)
     keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
+    seq_lens, cu_seqlens_padded = (check_row(np.zeros(v.shape[0], np.int64), np.zeros(v.shape[0], np.int8),
+                                             seq_lens, cu_seqlens_padded)[1:])
     idx, lens = kept_positions(seq_lens, cu_seqlens_padded, v.shape[0], keep_pads)
     kept = v[idx]
     return kept, shift_like_labels(kept, np.concatenate(([0], np.cumsum(lens))), fill)
@@ -286,6 +289,8 @@ class SlabCollator:
         _check_items(features)
         parts = [slab_features(f["input_ids"], f["loss_mask"], f["seq_lens"],
                                f["cu_seqlens_padded"], self.keep_pads) for f in features]
+        for f in features:  # seq_lens held by slab_features: the row's other copies of its layout
+            check_copies(f, np.asarray(f["seq_lens"], np.int64))
         ids = np.concatenate([p[0] for p in parts])
         labels = np.concatenate([p[1] for p in parts])
         lens = np.concatenate([p[2] for p in parts])

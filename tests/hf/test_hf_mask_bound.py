@@ -18,7 +18,7 @@ N, PADDED = 700, 704  # tokens and physical length of each slab's one segment
 
 
 def _slab():
-    return {"input_ids": np.arange(1, PADDED + 1), "loss_mask": np.ones(PADDED, np.uint8),
+    return {"input_ids": np.arange(1, PADDED + 1), "loss_mask": (np.arange(PADDED) < N).astype(np.uint8),  # no loss on the pads
             "seq_lens": np.array([N]), "cu_seqlens_padded": np.array([0, PADDED])}
 
 
