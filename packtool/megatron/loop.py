@@ -81,6 +81,12 @@ class TrainConfig:
             raise bad_choice(PacktoolConfigError, "device", self.device, DEVICES)
         if self.lm_head not in LM_HEADS:
             raise bad_choice(PacktoolConfigError, "lm_head", self.lm_head, LM_HEADS)
+        from packtool.kernels._triton import interpreting  # the kernel's own rule for where it runs
+        if self.lm_head == "fused" and self.device == "cpu" and not interpreting():  # failed after the build
+            raise PacktoolConfigError(f"{arg('lm_head', 'fused')} needs {arg('device', 'cuda')} (the Triton "
+                                      f"kernel); on CPU give {arg('lm_head', 'torch')}{' or auto' if cli_flag('lm_head') else ''}"
+                                      f" (or set TRITON_INTERPRET=1 for the slow CPU interpreter)",
+                                      flag=cli_flag("lm_head"))
         # the schedule's numbers: a negative count or an inf/NaN rate ran, or ran on NaN loss, without a word
         for name in ("steps", "warmup", "log_every", "save_every"):
             setattr(self, name, int_value(name, getattr(self, name), 0, INT64_MAX, error=PacktoolConfigError))
