@@ -220,7 +220,7 @@ def check_uri(spec: str, name: str, write: bool = False) -> Location:
             with loc.fs.open_output_stream(probe.path, compression=None):
                 pass  # an empty object: put at close
         except OSError as e:
-            raise StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
+            raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
                                f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
                                path=loc.shown, flag=flag) from None
         try:

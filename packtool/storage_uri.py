@@ -251,11 +251,26 @@ _OTHER_REGION = re.compile(r"HTTP status 301\b|PermanentRedirect|AuthorizationHe
                            r"region '[^']*' is wrong", re.I)
 
 
+# the bucket (container) itself is gone: checked before any work, so it was deleted since; not
+# the credentials' or the endpoint's fault, and every later request fails the same way
+_NO_BUCKET = re.compile(r"NoSuchBucket|NO_SUCH_BUCKET|specified bucket does not exist|ContainerNotFound|"
+                        r"container does not exist", re.I)
+
+
+def _bucket_of(spec: str) -> str:
+    return urlsplit(spec).netloc if is_uri(spec) else ""
+
+
 def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageError | None:
-    """The one line for a store `spec` that could not be reached (else None: the store answered,
-    its answer is the caller's to say), naming the argument `name` that gave it (its flag on the
-    command line), with the fix."""
+    """The one line for a store `spec` that could not be reached, or whose bucket is gone (else
+    None: the store answered about the object, its answer is the caller's to say), naming the
+    argument `name` that gave it (its flag on the command line), with the fix."""
     text = str(e)
+    if _NO_BUCKET.search(text):
+        lead = f"{arg(name)} names a location whose" if name else "its"
+        return StorageError(f"{lead} bucket {_bucket_of(spec) or '?'} does not exist (deleted during the run?): "
+                            f"create it, or give {arg(name) + ' a location' if name else 'a location'} in an existing bucket",
+                            path=shown(spec), flag=name and cli_flag(name))
     if _OTHER_REGION.search(text):
         what, fix = "it answers for another region", "give the bucket's region (for S3: AWS_REGION, or ?region= in the URI)"
     elif _NO_ANSWER.search(text):

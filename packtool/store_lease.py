@@ -24,6 +24,7 @@ import uuid
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.storage import Location, read_small
+from packtool.storage_uri import unreached
 
 LEASE = ".packtool.lock"
 LEASE_SECONDS = 120.0
@@ -124,7 +125,7 @@ def _s3_exclusive_put(lock: Location, body: bytes) -> bool | None:
         if code in ("PreconditionFailed", "ConditionalRequestConflict") or \
                 e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
             return False
-        raise PacktoolOutputError(f"cannot create the lease object ({code or 'error'}); check the "
+        raise unreached(e, lock.shown, lock.argument) or PacktoolOutputError(f"cannot create the lease object ({code or 'error'}); check the "
                                   f"store's credentials chain", path=lock.shown) from None
     return True
 
