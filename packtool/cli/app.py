@@ -106,7 +106,7 @@ def plan(
     algorithm: Algorithm = "bfd", overflow: Overflow = None, dp: Dp = 1, seed: Seed = 0,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the plan (one row per segment) to Parquet.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing --output file.")] = False,
-    json_out: JsonOut = False,
+    json_out: JsonOut = False, quiet: Quiet = False,  # no progress bar to hide: taken as by every command
 ) -> None:
     """Plan slabs for a list of sequence lengths and print where the padding goes."""
     from packtool.cli.printing import print_plan_summary
@@ -249,8 +249,10 @@ def inspect(
     from packtool.cli.printing import print_inspect_report
     from packtool.inspection.packed import inspect_packed
     from packtool.inspection.planned import inspect_lengths, inspect_plan_file
-    if sum(x is not None for x in (directory, lengths, plan_file)) != 1:
-        fail("give exactly one of DIR, --lengths FILE or --plan FILE", json_out)
+    given = [n for n, v in (("DIR", directory), ("--lengths", lengths), ("--plan", plan_file)) if v is not None]
+    if len(given) != 1:
+        fail(f"give exactly one of DIR, --lengths FILE or --plan FILE{' (given: ' + ', '.join(given) + ')' if given else ''}",
+             json_out, flag=next((g for g in given if g != "DIR"), None))
     try:  # --html checked before any work and held to its end (a second run is refused)
         read = [p for p in (directory, lengths, plan_file) if p is not None]
         from packtool.inspection.html import holding_html_path

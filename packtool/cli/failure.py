@@ -373,11 +373,13 @@ def _flag_of(e: click_exceptions.ClickException) -> str | None:
     return max(opts, key=len) if opts else None
 
 
-def fail(e: BaseException | str, json_out: bool = False) -> None:
-    """Stop the command here with `e` reported (a string is a usage error)."""
+def fail(e: BaseException | str, json_out: bool = False, flag: str | None = None) -> None:
+    """Stop the command here with `e` reported (a string is a usage error about `flag`, typed as
+    click's own usage errors are: `type` and `flag` were null in --json's object)."""
     committed()
     if isinstance(e, str):
-        print_error(one_line(e) + _help_hint(), "usage", EXIT_USAGE, json_out=json_out)
+        print_error(one_line(e) + _help_hint(), "usage", EXIT_USAGE, json_out=json_out,
+                    extra={"type": "UsageError", "flag": flag})
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(report(e, json_out))
 

@@ -161,6 +161,7 @@ def train_command(
     log_every: Annotated[int, typer.Option("--log-every", help="Print every N steps, and the last (0: only the last).")] = 10,
     json_log: Annotated[Optional[str], typer.Option("--json-log", help="Append one JSON line per step to FILE (created, or the log a run resumed with --load continues; another run's log or any other existing file needs --overwrite; never an input).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object at the end (the run's last step, its figures and notes) instead of the step table; an error is a JSON object too.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", "--no-progress", help="Taken as by every command (train shows no progress bar: the step table is its output; --json replaces it).")] = False,
 ) -> Optional[dict]:
     """Train a megatron-core GPTModel on packed slabs (THD, packtool's core attention).
 
