@@ -308,6 +308,17 @@ def _slab_columns():
     return SCHEMA.names
 
 
+# S41-6: another format or schema version, a DP plan the slabs do not follow, alignment fields of
+# the wrong type: verify rejects each, so every consumer (the standalone reader too) must refuse it
+MANIFEST_EDITS = {
+    "manifest:format-other": _set(("format",), "other"),
+    "manifest:schema_version-3": _set(("schema_version",), 3),
+    "manifest:dp-2-unplanned": _set(("config", "packing", "dp"), 2),
+    "manifest:capacity-str": _set(("config", "alignment", "capacity"), lambda v: str(v)),
+    "manifest:tp-bool": _set(("config", "alignment", "tp"), True),
+    "manifest:fp8-unknown": _set(("config", "alignment", "fp8"), "fp4"),
+}
+
 # S31-1: a null anywhere in a slab, in every column of the schema (list entries and scalars)
 NULLS = {f"null:{col}": _edit(SHARD0, _null_in(col)) for col in _slab_columns()}
 CORRUPTIONS = {
@@ -348,6 +359,8 @@ CORRUPTIONS = {
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
     "manifest:pad_id": _set(("tokenizer", "pad_id"), lambda v: v + 5),
     "overflow:chunks-under-error": _set(("config", "packing", "overflow"), "error"),
+    # S41-6: manifest edits every packtool consumer refused and FORMAT.md's standalone reader read
+    **MANIFEST_EDITS,
 }
 # verify itself cannot tell these from the clean output (it needs --source): harmless or refused
 NEEDS_SOURCE = {"source_tokens:re-signed"}
@@ -518,7 +531,7 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
 # reader checks"): inspect's clean report would send a user to train on them
 MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_range:re-signed",
                "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed",
-               "lie:max_token_id-lowered")
+               "lie:max_token_id-lowered", *MANIFEST_EDITS)
 
 
 @pytest.mark.parametrize("consumer", ["inspect", "hf", "hf-to_hf", "standalone-reader"])
