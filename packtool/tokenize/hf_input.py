@@ -141,7 +141,9 @@ def resolve_sources(inputs, split: str | None = None) -> list:
     if isinstance(inputs, (str, os.PathLike)) or not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
     if split is not None:  # as the CLI: a folder or a name with a split is read by `datasets`
-        inputs = [load_dataset(os.fspath(i), split, None) if _by_datasets(i) else i for i in inputs]
+        loaded = [load_dataset(os.fspath(i), split, None) if _by_datasets(i) else i for i in inputs]
+        # a DatasetDict folder's split comes back as its files (_saved_split)
+        inputs = [x for i in loaded for x in (i if isinstance(i, list) else [i])]
     strings = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if strings and split is not None:
         raise PacktoolInputError(f"{arg('split')} applies to a dataset object or name, not a file",
@@ -287,8 +289,35 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     """`datasets.load_dataset(spec, config, split=split)`: a Hub name (the local cache serves it
     offline, at once when the Hub cannot be reached) or a local dataset repo folder. One line
     naming the fix when it cannot."""
+    saved = _saved_split(spec, split, config)
+    if saved is not None:
+        return saved
     with _offline_unless_reachable(spec):
         return _load_dataset(spec, split, config)
+
+
+def _saved_split(spec: str, split: str | None, config: str | None):
+    """A `save_to_disk` folder given with --split/--config, which `datasets.load_dataset`
+    refuses with its own fix ("use load_from_disk", a function a CLI user cannot call, blamed on
+    --config): a DatasetDict folder's split is its subfolder, read as the folder; a one-split
+    folder is the split itself. None: not such a folder (load_dataset's to read)."""
+    if not isinstance(spec, str) or is_uri(spec) or not os.path.isdir(spec):
+        return None
+    dict_folder = os.path.exists(os.path.join(spec, "dataset_dict.json"))
+    if not dict_folder and not os.path.exists(os.path.join(spec, "state.json")):
+        return None
+    if config is not None:
+        raise PacktoolInputError(f"a datasets save_to_disk folder has no configurations; drop {arg('config')}",
+                                 path=spec, flag=cli_flag("config"))
+    if not dict_folder:
+        raise PacktoolInputError(f"a datasets save_to_disk folder of one split (it is read as itself); "
+                                 f"drop {arg('split')}", path=spec, flag=cli_flag("split"))
+    splits = sorted(d for d in os.listdir(spec) if os.path.isdir(os.path.join(spec, d)))
+    if split not in splits:
+        raise PacktoolInputError(f"a DatasetDict folder with no split {split!r}; its splits: {', '.join(splits)}",
+                                 path=spec, flag=cli_flag("split"))
+    from packtool.tokenize.readers import resolve_inputs
+    return resolve_inputs([os.path.join(spec, split)])
 
 
 def _load_dataset(spec: str, split: str | None, config: str | None):

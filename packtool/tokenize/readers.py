@@ -86,7 +86,11 @@ def _hf_dataset_files(folder: str) -> list[str]:
                                      path=state) from None
         if names:
             return [os.path.join(folder, n) for n in names]
-    return sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
+    if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
+        raise PacktoolInputError("a datasets save_to_disk folder holding no rows (its state.json lists no data "
+                                 "files, and it holds no .arrow file): remove it from the inputs", path=folder)
+    return found
 
 
 def _folder_files(folder: str, own: OwnTrees) -> list[str]:
