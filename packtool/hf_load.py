@@ -52,10 +52,15 @@ def _cache_placed(kwargs: dict) -> dict:
     """`kwargs` with cache_dir's `~` expanded by packtool's one rule (params.expanded: no home
     refused, naming HOME); with no cache_dir, refuse a datasets cache that no home holds (HOME
     unset, no password entry: datasets' ~/.cache/huggingface would be a folder named `~` here)."""
+    from packtool.output.folder import refuse_inside_packed
     given = kwargs.get("cache_dir")
     if isinstance(given, (str, os.PathLike)):
         from packtool.params import expanded
-        return {**kwargs, "cache_dir": expanded(os.fspath(given), None, PacktoolConfigError)}
+        placed = expanded(os.fspath(given), None, PacktoolConfigError)
+        # datasets writes its lock and Arrow files there: inside a packed output they are strays
+        # that every reader then refuses (S41-9); in a cache entry or checkpoint, foreign files
+        refuse_inside_packed(placed, "load_kwargs['cache_dir']", itself=True)
+        return {**kwargs, "cache_dir": placed}
     import datasets.config
     if given is None and str(datasets.config.HF_DATASETS_CACHE).startswith("~"):
         from packtool.env import no_home
@@ -63,6 +68,8 @@ def _cache_placed(kwargs: dict) -> dict:
                                   f"{datasets.config.HF_DATASETS_CACHE} would be a folder named '~' here; set HOME "
                                   f"(or HF_HOME) to a folder, or pass load_kwargs cache_dir= a folder",
                                   flag="load_kwargs")
+    if given is None:  # HF_DATASETS_CACHE / HF_HOME set inside an output: the same rule
+        refuse_inside_packed(str(datasets.config.HF_DATASETS_CACHE), "HF_DATASETS_CACHE", itself=True)
     return kwargs
 
 

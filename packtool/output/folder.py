@@ -54,11 +54,12 @@ class Terminated(SystemExit):
 
 # --- checks -----------------------------------------------------------------------------
 
-def refuse_inside_packed(path: str, flag: str, mine: str | None = None) -> None:
+def refuse_inside_packed(path: str, flag: str, mine: str | None = None, itself: bool = False) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
     inside a packed output folder, at any depth (output.relations.packed_problem, the rule
-    files.check_new_file applies to every file and check_output to --output)."""
-    problem = packed_problem(resolve(path), mine=mine)
+    files.check_new_file applies to every file and check_output to --output). `itself`: `path`
+    is a folder the writer fills (to_hf's datasets cache), refused as one of those trees too."""
+    problem = packed_problem(resolve(path), itself=itself, mine=mine)
     if problem:  # `path` as the user typed it (the resolved one beside it: paths.refused)
         raise refused(f"{problem}; write it beside that folder", path, resolve(path), cli_flag(flag) or flag)
 
