@@ -141,12 +141,29 @@ def _is_step_log(path: str) -> bool:
     except (ValueError, TypeError, RecursionError):
         return False
 
-def _log_steps(path: str) -> str:
-    """Where a step log ends, for the refusal that names it (its last line: _is_step_log read it)."""
+def _last_step(path: str) -> int:
+    """The step a step log ends at (its last line: _is_step_log read it)."""
     with open(path, "rb") as f:
         f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 16)))
-        last = json.loads(f.read(1 << 16).rstrip(b"\n").rsplit(b"\n", 1)[-1])
-    return f"it ends at step {last['step']}"
+        return int(json.loads(f.read(1 << 16).rstrip(b"\n").rsplit(b"\n", 1)[-1])["step"])
+
+
+def _log_steps(path: str) -> str:
+    return f"it ends at step {_last_step(path)}"
+
+
+def note_log_gap(cfg: TrainConfig, start: int) -> None:
+    """A resumed run continues its log; one that resumes elsewhere than the log's next step (an
+    earlier checkpoint, another run's) is said: its steps appear twice, or some are missing."""
+    from packtool.notes import note
+    try:
+        last = _last_step(cfg.json_log) if os.path.getsize(cfg.json_log) else start - 1
+    except (OSError, ValueError, KeyError, TypeError):  # checked as a step log at start: changed since
+        return
+    if last != start - 1:
+        what = (f"steps {start}..{last} appear twice" if last >= start else f"steps {last + 1}..{start - 1} are missing")
+        note(f"{cfg.json_log} ends at step {last} but this run resumes at step {start} ({arg('load')} {cfg.load}): "
+             f"its lines are appended, so {what}; give another {arg('json_log')} to keep the runs apart")
 
 
 def refuse_inside_checkpoints(cfg: TrainConfig) -> None:
@@ -335,6 +352,8 @@ def _train(cfg: TrainConfig, source, held: ExitStack) -> TrainResult:
     start = 0
     if ckpt:
         start = restore(ckpt, model, opt)
+        if append_log and info.is_main:
+            note_log_gap(cfg, start)
     if cfg.save:  # a checkpoint that cannot fit is refused now, not after the training
         check_room(cfg.save, state_bytes(model, opt), info)
     params = list(model.parameters())

@@ -135,3 +135,23 @@ def test_train_json_log_continues_its_own_log_and_replaces_another_only_with_ove
     r = CliRunner().invoke(app, args + ["--overwrite"])
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0]
+
+
+@pytest.mark.parametrize("resume_at, said", [(1, None), (2, "steps 1..1 are missing"), (0, "steps 0..0 appear twice")])
+def test_a_resumed_run_that_does_not_follow_its_log_says_so(slabs, tmp_path, resume_at, said):
+    import packtool.notes as N
+    log = tmp_path / "l.jsonl"
+    base = ["train", slabs, *TINY]
+    assert CliRunner().invoke(app, base + ["--steps", "1", "--json-log", str(log)]).exit_code == 0  # ends at step 0
+    ck = tmp_path / "ck"
+    r = CliRunner().invoke(app, base + ["--steps", str(resume_at), "--save", str(ck)])  # 0: the initial weights
+    assert r.exit_code == 0, r.output
+    start = N.mark()
+    r = CliRunner().invoke(app, base + ["--steps", "1", "--load", str(ck), "--json-log", str(log)])
+    assert r.exit_code == 0, r.output
+    gap = [x for x in N.since(start) if "l.jsonl ends at step" in x]
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, resume_at]
+    if said is None:
+        assert gap == []
+    else:
+        assert len(gap) == 1 and f"ends at step 0 but this run resumes at step {resume_at}" in gap[0] and said in gap[0]
