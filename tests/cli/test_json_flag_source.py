@@ -34,7 +34,7 @@ WHERE_FLAGS = {
     "pack: no input": None, "pack: no -o": "--output", "pack: -o a file": "--output",
     "pack: --workers 0": "--workers", "pack: --engine": "--engine", "pack: --shard-tokens 0": "--shard-tokens",
     "pack: --plan-shard-rows -1": "--plan-shard-rows", "pack: empty --side-columns name": "--side-columns",
-    "pack: bool side column": "--side-columns", "inspect: no output": None, "inspect: two sources": None,
+    "pack: bool side column": "--side-columns", "inspect: no output": None, "inspect: two sources": "--lengths",
     "inspect: --html exists": "--html", "inspect: no plan file": "--plan", "verify: a file": None,
 }
 
