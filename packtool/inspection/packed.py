@@ -8,7 +8,7 @@ import numpy as np
 
 from packtool.inspection.report import InspectReport, SlabSet, build_report, reassemble
 from packtool.params import arguments
-from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats, overflow_of_segments
+from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats, overflow_of_segments, overflow_off_policy
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
@@ -79,6 +79,12 @@ def _check_overflow(sm, counted: OverflowStats | None) -> None:
     are the reader's checks, `check_rows`)."""
     from packtool.slabs.format import FormatError
     st = sm.raw["stats"]["overflow"]
+    off = overflow_off_policy(st, sm.packing.overflow)  # figures no slab can tell: the policy's rule
+    if off:
+        k, want, got = off[0]
+        raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {got!r}, impossible under overflow policy "
+                          f"{sm.packing.overflow!r} (config.packing.overflow; expected {want!r}): the manifest "
+                          f"was edited; run `packtool verify {sm.path}`")
     for k in OVERFLOW_FIGURES[sm.packing.overflow] if counted is not None else ():
         if st[k] != getattr(counted, k):
             raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(counted, k)}; "

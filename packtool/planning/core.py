@@ -7,7 +7,7 @@ slabs to DP ranks and steps, shuffles slab order by seed and computes the layout
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -183,6 +183,20 @@ class Plan:
 OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
                     "truncate": ("sequences", "tokens_dropped"),
                     "split": ("sequences", "chunks", "targets_lost")}
+
+
+def overflow_off_policy(recorded: dict, policy: str) -> list[tuple[str, object, object]]:
+    """(key, expected, found) for each figure of a recorded overflow block (a manifest's
+    `stats.overflow`) that `policy` cannot produce: another policy named, or a figure outside
+    `OVERFLOW_FIGURES[policy]` not 0. `verify` reports each; `inspect`, which shows the block,
+    refuses the first (S41-11): an edited block is never shown as what pack did."""
+    out: list[tuple[str, object, object]] = []
+    if "policy" in recorded and recorded["policy"] != policy:
+        out.append(("policy", policy, recorded["policy"]))
+    allowed = OVERFLOW_FIGURES[policy]
+    out += [(k, 0, recorded[k]) for k in (f.name for f in fields(OverflowStats) if f.name != "policy")
+            if k not in allowed and recorded.get(k)]
+    return out
 
 
 def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str,

@@ -40,3 +40,46 @@ def test_an_overflow_figure_the_slabs_do_not_give_is_refused(packs, tmp_path, po
     with pytest.raises(PacktoolError) as e:
         inspect_packed(out, what_if=False)
     assert f"stats.overflow.{figure}" in str(e.value), str(e.value)
+
+
+# S41-11: a figure the policy cannot produce at all (stats.overflow.sequences 5 under `error`),
+# or another policy named in the block, is verify's `manifest_declared` problem; inspect showed
+# it as what pack did. Every policy, every figure outside OVERFLOW_FIGURES[policy], and the name.
+POLICIES = ("error", "split", "singleton", "truncate")
+FIGURES = ("sequences", "chunks", "targets_lost", "tokens_dropped", "singletons")
+OFF = [(p, k) for p in POLICIES for k in FIGURES if k not in OVERFLOW_FIGURES[p]] + [(p, "policy") for p in POLICIES]
+
+
+@pytest.fixture(scope="module")
+def every_policy(tmp_path_factory, packs):
+    root = tmp_path_factory.mktemp("every")
+    fits = LENGTHS[LENGTHS <= 256]  # `error` refuses a row over U
+    return {**packs, "error": write_pack(str(root / "error"), fits, Alignment(capacity=256),
+                                         PackingConfig("bfd", overflow="error"))[0]}
+
+
+@pytest.mark.parametrize("policy,figure", OFF, ids=[f"{p}-{k}" for p, k in OFF])
+def test_an_overflow_figure_the_policy_cannot_produce_is_refused(every_policy, tmp_path, policy, figure):
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    from packtool.verification.run import verify
+    out = str(tmp_path / "p")
+    shutil.copytree(every_policy[policy], out)
+    man = read_manifest(out)
+    man["stats"]["overflow"][figure] = "split" if figure == "policy" and policy != "split" else (
+        "error" if figure == "policy" else 5)
+    save_manifest(out, man)
+    before = open(f"{out}/.manifest.json", "rb").read()
+    assert not verify(out, workers=1).ok  # verify's manifest_declared rejects it
+    with pytest.raises(PacktoolError) as e:
+        inspect_packed(out, what_if=False)
+    msg = str(e.value)
+    assert "\n" not in msg and f"stats.overflow.{figure}" in msg and "packtool verify" in msg, msg
+    r = CliRunner().invoke(app, ["inspect", out, "--json"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert json.loads(r.stdout)["error"]["message"] == msg
+    assert open(f"{out}/.manifest.json", "rb").read() == before
