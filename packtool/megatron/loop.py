@@ -178,12 +178,12 @@ def refuse_inside_checkpoints(cfg: TrainConfig) -> None:
                                       flag=cli_flag("json_log"))
 
 
-def check_json_log(cfg: TrainConfig) -> bool:
+def check_json_log(cfg: TrainConfig, held: bool = False) -> bool:
     """--json-log, before any work: a file packtool may write (packtool.output's rules), never
     the run's inputs nor inside a packed output; an existing log of packtool train is appended
     to by a resumed run (--load) only, any other existing file (or another run's log, for a run
     that resumes nothing) only replaced with --overwrite. Returns
-    whether the log is appended to."""
+    whether the log is appended to (`held`: this run holds the log's lock already)."""
     from packtool.output.files import check_log_file
     from packtool.output.folder import refuse_inside_packed
     ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if CKPT.match(n)] \
@@ -192,6 +192,8 @@ def check_json_log(cfg: TrainConfig) -> bool:
                             inputs=[*cfg.inputs, *ckpts], ours=_is_step_log)
     if append and not cfg.load and os.path.getsize(cfg.json_log):  # a new run never continues another's log
         if not cfg.overwrite:
+            if not held:  # a run writing it now is said as that (the lock's line), not as a finished run's log
+                _probe_lock(cfg.json_log)
             raise PacktoolOutputError(f"is the log of another packtool train run ({_log_steps(cfg.json_log)}); only "
                                       f"a run resumed with {arg('load')} continues it: pass {arg('overwrite', True)} "
                                       f"to start it anew, or give another {arg('json_log')}", path=cfg.json_log,
@@ -200,6 +202,14 @@ def check_json_log(cfg: TrainConfig) -> bool:
     refuse_inside_packed(cfg.json_log, "json_log")  # after: a checkpoint given as the log is "the input"
     refuse_inside_checkpoints(cfg)  # after: a checkpoint file given as the log is "the input"
     return append
+
+
+def _probe_lock(log: str) -> None:
+    from packtool.output.files import resolve
+    from packtool.output.lock import holding
+    with holding(resolve(log), log, "json_log", "train", "log"):
+        pass
+
 
 class _Log:
     def __init__(self, cfg: TrainConfig, info: ParallelInfo, append: bool):
@@ -290,7 +300,7 @@ def hold_written(cfg: TrainConfig, held: ExitStack) -> tuple[TrainConfig, bool]:
     from packtool.output.lock import holding
     for again in (False, True):
         save = check_save(cfg.save, cfg.load, cfg.overwrite, cfg.tp) if cfg.save else None
-        append_log = check_json_log(cfg) if cfg.json_log else False
+        append_log = check_json_log(cfg, held=again) if cfg.json_log else False
         if again or _run_rank() != 0:
             break
         if save:
