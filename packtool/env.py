@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, arg
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off", "")
@@ -121,7 +121,7 @@ def check_home() -> None:
         raise PacktoolConfigError(
             f"{why}, so ~ names no folder: the compiled kernels (numba's ~/.cache/numba, since packtool's "
             f"folder is not writable) would be written to a folder named '~' here; set HOME to a folder of "
-            f"yours, or NUMBA_CACHE_DIR to a folder for the kernels (and PACKTOOL_CACHE_DIR or --cache-dir "
+            f"yours, or NUMBA_CACHE_DIR to a folder for the kernels (and PACKTOOL_CACHE_DIR or {arg('cache_dir')} "
             f"for the tokenized cache)", flag="HOME")
 
 

@@ -96,5 +96,5 @@ def check_array_fits(path: str, size: int) -> None:
     raise PacktoolInputError(
         f"a JSON array is read whole: this {mib(size)} file needs at least {mib(need)} of memory (its bytes "
         f"and their text), over the {mib(have)} this machine has available; convert it to JSON Lines (one "
-        f"object per line, read in blocks), e.g. jq -cn --stream 'fromstream(1|truncate_stream(inputs))' "
-        f"{shlex.quote(path)} > {out}, and pass that file", path=path)
+        f"object per line, read in blocks), e.g. `jq -cn --stream 'fromstream(1|truncate_stream(inputs))' "
+        f"{shlex.quote(path)} > {out}`, and pass that file", path=path)
