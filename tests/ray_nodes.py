@@ -97,6 +97,10 @@ FAST_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms":
             "RAY_health_check_failure_threshold": "3"}
 
 
+class _PortTaken(Exception):
+    pass
+
+
 def reset_driver_auth() -> None:
     """With AUTH_ENV in this process's environment: make it a driver of these nodes. Ray 2.60
     turns token authentication on in a process that started a local Ray (RAY_AUTH_MODE=token
@@ -225,7 +229,23 @@ class TwoNodes:
         self.second = Node("second", self.root, SECOND_IP) if self.second.proc is not None else self.second
         self._start(self.second, "--address", self.address)
 
-    def start(self, timeout: float = 90) -> "TwoNodes":
+    def start(self, timeout: float = 90, tries: int = 3) -> "TwoNodes":
+        """Both nodes, the GCS taking connections. `free_port` only probes: another process (a
+        parallel test's Ray) may bind the port before the head does, and the head then exits
+        ("Failed to start the grpc server"); started again on another port, up to `tries` times."""
+        for attempt in range(tries):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if attempt == tries - 1:
+                    raise RuntimeError(f"ray head exited: {self.log('head')}") from None
+                self.stop()
+                self.head, self.second = (Node(n.name, self.root, n.ip) for n in (self.head, self.second))
+                self.port = free_port(HEAD_IP)
+                self.address = f"{HEAD_IP}:{self.port}"
+        return self
+
+    def _start_once(self, timeout: float) -> "TwoNodes":
         self._start(self.head, "--head", "--port", str(self.port), "--include-dashboard", "false", "--no-monitor")
         # at once, not once the GCS answers: `ray start --address` retries its first connect
         # for ~20 s while the head comes up (both import Ray meanwhile); wait_nodes starts
@@ -234,6 +254,8 @@ class TwoNodes:
         t0 = time.time()
         while True:  # the GCS takes connections
             if self.head.proc.poll() is not None:
+                if "Failed to start the grpc server" in self.log("head"):
+                    raise _PortTaken()
                 raise RuntimeError(f"ray head exited: {self.log('head')}")
             try:
                 with socket.create_connection((HEAD_IP, self.port), timeout=1):
