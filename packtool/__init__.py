@@ -62,6 +62,13 @@ if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     # starts; an explicit JE_ARROW_MALLOC_CONF wins.
     _os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
 
+from packtool.env import KernelsNeedHome as _KernelsNeedHome  # noqa: E402
+
+if not any(isinstance(f, _KernelsNeedHome) for f in _sys.meta_path):  # (once, if packtool is reloaded)
+    # With no home, numba would make a folder named `~` in the caller's working directory as
+    # packtool's kernels load: the library refuses first, in the CLI's line (env.check_home).
+    _sys.meta_path.insert(0, _KernelsNeedHome())
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 from packtool.errors import PacktoolConfigError, arg
 
@@ -125,6 +126,34 @@ def check_home() -> None:
             f"for the tokenized cache)", flag="HOME")
 
 
+class KernelsNeedHome:
+    """The library's side of `check_home` (installed on sys.meta_path by packtool/__init__.py):
+    numba picks the kernels' cache folder, and makes it, as each `njit(cache=True)` function is
+    decorated, i.e. as packtool's modules load, and the library's names (packtool.pack, verify,
+    inspect), packtool.online, packtool.hf ... load them on first use, past any one call site.
+    So the check runs as packtool first loads numba, or, numba loaded already (by the caller),
+    as each packtool module loads. Another program's own `import numba` is not packtool's to
+    refuse. Cheap: numba loads once; a module once; HOME set, the check ends at once."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "numba" and _importer().startswith("packtool") or (
+                name.startswith("packtool.") and name not in _OWN and "numba" in sys.modules):
+            check_home()
+        return None  # found by the next finder, as always
+
+
+_OWN = ("packtool.env", "packtool.errors")  # the check's own modules (no kernels)
+
+
+def _importer() -> str:
+    """The module whose code runs the import being found (importlib's own frames skipped)."""
+    f = sys._getframe(2)
+    while f is not None and (f.f_code.co_filename.startswith("<frozen importlib")
+                             or f.f_globals.get("__name__") == "importlib"):
+        f = f.f_back
+    return f.f_globals.get("__name__", "") if f is not None else ""
+
+
 def check_environment() -> None:
     """Check every variable packtool reads, before any work (the CLI calls it first; `check_home`
     it calls sooner, before its modules load)."""
@@ -135,5 +164,5 @@ def check_environment() -> None:
     env_choice(*FP8_TRANSPOSE)
 
 
-__all__ = ["FP8_QUANT", "FP8_TRANSPOSE", "check_environment", "check_home", "debug_on", "env_choice", "env_flag",
-           "env_path", "env_seconds", "no_home", "set_debug"]
+__all__ = ["FP8_QUANT", "FP8_TRANSPOSE", "KernelsNeedHome", "check_environment", "check_home", "debug_on",
+           "env_choice", "env_flag", "env_path", "env_seconds", "no_home", "set_debug"]

@@ -160,3 +160,62 @@ def test_to_hf_with_no_home_names_the_datasets_cache(open_dir, packed):
     line = r.stdout.strip()
     assert line.startswith("to_hf: " + NO_ENTRY) and "cache_dir=" in line and "HF_HOME" in line, r.stdout + r.stderr
     assert "~" not in os.listdir(open_dir), os.listdir(open_dir)
+
+
+PACK = ("packtool.pack(pa.table({'input_ids': [[1, 2, 3]]}), alignment=packtool.Alignment(capacity=16), "
+        "output='o', cache_dir='c')")
+LIBRARY = {  # each library entry that loads packtool's kernels, as a program calls it (in `open_dir`, `out` beside)
+    "packtool.pack": "import packtool, pyarrow as pa\n" + PACK,
+    "packtool.plan": "import packtool\npacktool.plan([3, 5, 7], packtool.Alignment(capacity=16))",
+    "packtool.verify": "import packtool\npacktool.verify('out')",
+    "packtool.inspect": "import packtool\npacktool.inspect('out')",
+    "packtool.inspect_lengths": "import packtool\npacktool.inspect_lengths([3, 5, 7], packtool.Alignment(capacity=16))",
+    "packtool.online": "from packtool.align import Alignment\nfrom packtool.online import StepPacker\n"
+                       "StepPacker(Alignment(capacity=16)).pack([3, 5])",
+    "packtool.hf": "from packtool.hf import SlabDataset\nlist(SlabDataset('out'))",
+    "packtool.megatron": "from packtool.megatron import PackedSlabDataset\nPackedSlabDataset('out')",
+    "a module of packtool": "from packtool.packing import pack\nfrom packtool.align import Alignment\n"
+                            "import pyarrow as pa\npack(pa.table({'input_ids': [[1, 2, 3]]}), Alignment(capacity=16), "
+                            "output='o', cache_dir='c')",
+    "numba loaded first": "import numba, packtool, pyarrow as pa\n" + PACK,
+}
+READ_WITHOUT_KERNELS = ("packtool.hf", "packtool.megatron")  # numpy reads: they run, and make nothing
+
+
+@pytest.mark.parametrize("entry", list(LIBRARY))
+def test_the_library_with_no_home_is_the_clis_one_line_before_the_kernels_load(open_dir, packed, entry):
+    """The CLI checks before its modules load; the library's names load them on first use (and a
+    program may import a module of packtool, or numba, itself): each that loads the kernels refuses
+    in the CLI's line, in the library's words, and nothing is made, no folder named `~` in the
+    program's folder (the datasets' readers load none: they run)."""
+    if os.stat(os.path.dirname(packtool.__file__)).st_mode & 0o002:
+        pytest.skip("packtool's folder is writable by everyone: numba keeps the kernels there")
+    out = os.path.join(open_dir, "out")
+    shutil.copytree(packed, out)
+    for d, _, names in os.walk(out):
+        os.chmod(d, 0o755)
+        for n in names:
+            os.chmod(os.path.join(d, n), 0o644)
+    body = "".join(f"    {ln}\n" for ln in LIBRARY[entry].split("\n"))
+    code = ("from packtool.errors import PacktoolError\ntry:\n" + body
+            + "except PacktoolError as e:\n    print(type(e).__name__, e)\nelse:\n    print('ran')\n")
+    r = _as_no_user(["-c", code], open_dir)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    if entry in READ_WITHOUT_KERNELS:
+        assert lines == ["ran"], lines
+    else:
+        assert lines[0].startswith("PacktoolConfigError " + NO_ENTRY), lines
+        assert all(w in lines[0] for w in ("set HOME", "NUMBA_CACHE_DIR", "PACKTOOL_CACHE_DIR", " cache_dir ")), lines
+    assert sorted(os.listdir(open_dir)) == ["out"], os.listdir(open_dir)  # no `~`, no `o`, no `c`
+
+
+def test_a_programs_own_numba_is_not_packtools_to_refuse(open_dir):
+    """The neighbour: with packtool imported, the program's own `import numba` goes on (packtool's kernels
+    are not loaded by it); packtool refuses once one of its own modules would load them."""
+    code = ("import packtool\nimport numba\nprint('numba')\nfrom packtool.errors import PacktoolError\n"
+            "try:\n    packtool.verify\nexcept PacktoolError as e:\n    print(e)\n")
+    r = _as_no_user(["-c", code], open_dir)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and lines[0] == "numba" and lines[1].startswith(NO_ENTRY), r.stdout + r.stderr
+    assert os.listdir(open_dir) == [], os.listdir(open_dir)
