@@ -22,6 +22,7 @@ from packtool.output.paths import (
     nearest_existing,
     refuse_foreign_files,
     refuse_special_input,
+    refuse_stdout,
     refuse_uri,
     refused,
     resolve,
@@ -48,5 +49,5 @@ from packtool.output.writes import (
 __all__ = ["NEW_FILE_MODE", "SPILL_TAG", "TMP_TAG", "cannot_write", "check_log_file", "check_new_file", "describe_kind",
            "kind_name", "lock_owner", "lock_text", "make_parents", "make_temp_dir", "nearest_existing", "no_room",
            "open_append", "open_exclusive", "open_lock", "publish", "refuse_foreign_files", "refuse_special_input",
-           "refuse_uri", "refused", "remove_created", "resolve", "room_fix", "resolve_folder", "share_as_mkdir", "sweep_temps", "temp_name", "temp_target",
+           "refuse_stdout", "refuse_uri", "refused", "remove_created", "resolve", "room_fix", "resolve_folder", "share_as_mkdir", "sweep_temps", "temp_name", "temp_target",
            "unlink_if_same", "write_file"]

@@ -83,6 +83,7 @@ def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
     """`resolve`, then a link at the final name followed once; a link to nothing is refused
     (a write would create its target somewhere else than the folder checked)."""
     refuse_empty(path, flag, "a folder")
+    refuse_stdout(path, flag, "folder")
     p, flag = resolve(path), arg(flag)
     if os.path.islink(p):
         target = os.path.realpath(p)
@@ -144,9 +145,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     refuse_empty(path, flag, f"a file name such as {_example(flag)}")
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
-    if shown == "-":  # stdin for an input (cli.inputs); as a target it made a file named '-' in the cwd
-        raise PacktoolOutputError(f"names standard output, but {flag} writes a file; give a file name such "
-                                  f"as {_example(flag)} (or ./- for a file of that name)", path=shown, flag=flag)
+    refuse_stdout(shown, flag, "file")
     p = resolve(path)
     try:
         st = os.lstat(p)
@@ -178,6 +177,21 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         raise refused(f"cannot be written: folder {os.path.dirname(shown) or os.curdir} is read-only or not yours",
                       shown, p, flag)
     return p
+
+
+def refuse_stdout(path: str | os.PathLike, flag: str, kind: str) -> None:
+    """`-` is stdin for an input (cli.inputs); as a place packtool writes, a file (`kind` "file")
+    or a folder ("folder": pack -o, train --save, a cache root), it made one named '-' in the
+    working folder, and `pack -o -` then said "Done: -". Every writer's (check_new_file,
+    resolve_folder, the cache root's check)."""
+    if os.fspath(path) == "-":
+        said = arg(flag)
+        example = _example(flag) if kind == "file" else _FOLDERS.get(said.lstrip("-").replace("-", "_"), "out")
+        raise PacktoolOutputError(f"names standard output, but {said} writes a {kind}; give a {kind} name such as "
+                                  f"{example} (or ./- for a {kind} of that name)", path="-", flag=said)
+
+
+_FOLDERS = {"output": "packed", "save": "checkpoints", "cache_dir": "cache", "PACKTOOL_CACHE_DIR": "cache"}  # refuse_stdout's examples
 
 
 def refuse_folder_form(path: str, flag: str) -> None:
@@ -247,6 +261,7 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",
-           "refuse_empty", "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_uri", "refused", "resolve",
+           "refuse_empty", "refuse_folder_form", "refuse_foreign_files", "refuse_special_input", "refuse_stdout",
+           "refuse_uri", "refused", "resolve",
            "resolve_folder",
            "temp_name", "temp_target"]

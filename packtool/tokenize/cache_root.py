@@ -12,7 +12,7 @@ from typing import Iterable
 
 from packtool.env import env_path, no_home
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.output.files import describe_kind, nearest_existing, resolve
+from packtool.output.files import describe_kind, nearest_existing, refuse_stdout, resolve
 from packtool.output.relations import input_problem, packed_problem
 
 
@@ -81,6 +81,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
 
     def refuse(why: str) -> None:
         raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
+    refuse_stdout(shown, "cache_dir" if cache_dir else "PACKTOOL_CACHE_DIR", "folder")
     root = resolve(shown)
     if os.path.islink(root):  # followed once, as --output's is; one to nothing is refused
         if not os.path.exists(root):
