@@ -146,15 +146,16 @@ class SlabDataset(Dataset):
         self._pid = -1
 
     def _say_repeats(self) -> None:
-        """On every rank (rank 0, whose log is read, is never a short one under round robin)."""
+        """By rank 0 (rank None: every rank's, here), whose log is read: the same line on every rank
+        was N lines for N ranks."""
         short, repeats, each = short_ranks(self.index, self.manifest.dp, self.world_size)
         if repeats:
-            from packtool.notes import note  # on stderr and kept (notes.NOTES, --json), as every note
-            note(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
-                          f"ranks: rank(s) {ranks_shown(short)} take their first slab(s) again ({repeats} in all, "
-                          f"trained twice this epoch) so that every rank takes {each} (a DDP rank that runs out "
-                          f"leaves the others waiting in the all-reduce); pack with `packtool pack --dp "
-                          f"{self.world_size}` to train each slab once")
+            from packtool.notes import job_note  # on stderr and kept (notes.NOTES, --json), as every note
+            job_note(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
+                     f"ranks: rank(s) {ranks_shown(short)} take their first slab(s) again ({repeats} in all, "
+                     f"trained twice this epoch) so that every rank takes {each} (a DDP rank that runs out "
+                     f"leaves the others waiting in the all-reduce); pack with `packtool pack --dp "
+                     f"{self.world_size}` to train each slab once", self.rank)
 
     def __len__(self) -> int:
         return int(self.order.size)

@@ -34,6 +34,15 @@ def note(message: str, label: str = "packtool") -> None:
         _say(message, label)
 
 
+def job_note(message: str, rank: int | None, label: str = "packtool") -> None:
+    """A note on the whole data-parallel job, one its every rank would say alike (how the slabs
+    are dealt to the ranks): said by rank 0, whose log the user reads, not once per rank (a run of
+    N ranks printed it N times). `rank`: this process's rank in the job; None: this process deals
+    for every rank, and says it."""
+    if not rank:
+        note(message, label)
+
+
 def _say(message: str, label: str) -> None:
     NOTES.append(message)  # exact, for a library caller and --json
     try:  # its control characters escaped (errors.shown): one line, and a file name is no terminal command

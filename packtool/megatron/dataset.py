@@ -175,7 +175,7 @@ class PackedSlabDataset:
                                      path=path)
         check_budget(self.index, self.align, micro_batch_tokens)
         if not self.planned:
-            _say_dealing(path, len(self.index), dp_size, grad_accum)
+            _say_dealing(path, len(self.index), dp_size, grad_accum, _job_rank(dp_rank, cp_rank, self.cp_size))
 
     def plan(self, epoch: int, first_step: int = 0) -> list[StepPlan]:
         epoch, first_step = checked("epoch", epoch), checked("first_step", first_step)  # True is no epoch
@@ -234,12 +234,12 @@ class PackedSlabDataset:
             epoch += 1
 
 
-def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int) -> None:
+def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int, rank: int) -> None:
     """Round-robin dealing of `n` slabs to `dp_size` ranks, `grad_accum` per step: what it cannot
-    give as asked is refused or said, on every rank, as packtool.hf says its own (hf_dp): a rank
-    with no slab would only wait in the all-reduce, every step; a step never spans two epochs,
-    so it takes at most a rank's slabs."""
-    from packtool.notes import note  # on stderr and kept (notes.NOTES, --json), as every note
+    give as asked is refused on every rank, or said by the job's rank 0 (`rank`: this process's), as
+    packtool.hf says its own (hf_dp): a rank with no slab would only wait in the all-reduce, every
+    step; a step never spans two epochs, so it takes at most a rank's slabs."""
+    from packtool.notes import job_note as note  # on stderr and kept (notes.NOTES, --json), by rank 0
     if dp_size > n:
         raise PacktoolConfigError(f"{arg('dp_size', dp_size)} but {path} holds {n} slabs: {dp_size - n} rank(s) would "
                                   f"get none (an empty micro-batch every step); run at most {n} data-parallel "
@@ -251,11 +251,20 @@ def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int) -> None:
         note(f"{path}: {n} slabs do not divide among {arg('dp_size', dp_size)} ranks: rank(s) {ranks_shown(short)} "
              f"take {per_rank - 1} per epoch where the others take {per_rank}, so their last step of every epoch "
              f"has a slab fewer (an empty micro-batch where it had one); pack with `packtool pack --dp {dp_size}` "
-             f"to give every rank the same")
+             f"to give every rank the same", rank)
     if grad_accum > per_rank:
         note(f"{arg('grad_accum', grad_accum)} is above the {per_rank} slab(s) of {path} per data-parallel rank "
              f"({n} over {dp_size}): each step takes {per_rank} (one epoch), not {grad_accum}; give "
-             f"{arg('grad_accum')} at most {per_rank}, or pack into more slabs")
+             f"{arg('grad_accum')} at most {per_rank}, or pack into more slabs", rank)
+
+
+def _job_rank(dp_rank: int, cp_rank: int, cp_size: int) -> int:
+    """This process's rank in the job, 0 for one process only: the one its coordinates give, and
+    where a torch.distributed group is up, its rank there too (the tensor-parallel ranks of a DP
+    rank share its coordinates; a process that builds every rank's dataset has one group rank)."""
+    import torch.distributed as dist
+    own = dp_rank * cp_size + cp_rank
+    return (dist.get_rank() or own) if dist.is_available() and dist.is_initialized() else own
 
 
 def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any, packed_cp: int) -> int:
