@@ -17,7 +17,22 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     (`slabs.reader.check_rows`: the open checks, each shard's checksum, every row group's
     layout, pads, loss flags and token ids): a report is never clean on an output a training
     run would refuse (FORMAT.md, "What a reader checks"). The figures come from the columns
-    those checks read, so no column is read twice."""
+    those checks read, so no column is read twice. An output replaced while it is read (a `pack
+    --overwrite` of the folder) is one line, as verify's (output.unchanged): never a report
+    mixing the old manifest with the new shards, nor a reader's error about good shards."""
+    from packtool.errors import PacktoolError
+    from packtool.output.unchanged import check_unchanged, folder_state
+    before = folder_state(directory)
+    try:
+        report = _report(directory, compare, what_if, progress, given)
+    except PacktoolError:
+        check_unchanged(directory, before, "inspect")  # a folder gone mid-swap is the swap, not a bad argument
+        raise
+    check_unchanged(directory, before, "inspect")
+    return report
+
+
+def _report(directory, compare: bool, what_if: bool, progress: bool, given: dict | None) -> InspectReport:
     import time
 
     from packtool.slabs.format import SlabManifest

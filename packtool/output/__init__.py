@@ -12,6 +12,7 @@ files.py, each rule owned by one module:
                                   reopened only when it is packtool's (never truncated else)
   writes.make_parents / remove_created   parents a failed run created go with it
   relations.check_relations       where an --output may not lie (cwd, inputs, cache)
+  unchanged.check_unchanged       an output replaced while verify or inspect read it
 Stage half (after slabs/: reads the manifest), for the `pack` output folder:
   folder.check_cache_dir                where the tokenized cache root may not lie (a file, a
                                         packed output, an input folder), for every entry: owned

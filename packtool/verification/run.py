@@ -24,8 +24,8 @@ from packtool.side import side_columns_from_manifest
 from packtool.storage import bucket_gone, is_file, reading
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
 from packtool.errors import PacktoolError
+from packtool.output.unchanged import check_unchanged, folder_state
 from packtool.verification.problems import Problem, ProblemLog
-from packtool.verification.unchanged import check_unchanged, folder_state
 from packtool.verification.job import ShardJob, ShardResult
 from packtool.verification.shard import check_shard
 from packtool.workers import cores

@@ -1,11 +1,12 @@
-"""An output replaced while verify reads it (S41-2): verify reads the manifest first and the
-shards later, so a `pack --overwrite` of the same folder finishing in between made good shards
-look "truncated" or "edited" against the old manifest (or an old manifest's verdict stand for
-the new folder). The folder's and manifest's identity (device, inode, size, mtime) is taken
-before and compared after; a change is one line saying the output was replaced under verify,
-by whom when a packtool run's lock names it, and to run verify again, never a problem list.
-Local folders only: an object store's manifest is replaced in one put, and a store output's
-own checks (a deleted bucket, a vanished shard) are storage.py's."""
+"""An output replaced while verify or inspect reads it (S41-2): each reads the manifest first
+and the shards later, so a `pack --overwrite` of the same folder finishing in between made good
+shards look "truncated" or "edited" against the old manifest (or an old manifest's verdict or
+report stand for the new folder). The folder's and manifest's identity (device, inode, size,
+mtime) is taken before and compared after; a change is one line saying the output was replaced
+under the command, by whom when a packtool run's lock names it (output.lock), and to run it
+again, never a problem list or a report. Base, beside the lock: verification and inspection,
+sibling stages, both ask it. Local folders only: an object store's manifest is replaced in one
+put, and a store output's own checks (a deleted bucket, a vanished shard) are storage.py's."""
 from __future__ import annotations
 
 import os
@@ -36,5 +37,5 @@ def check_unchanged(directory, before: tuple | None, command: str = "verify") ->
     who = lock_holder(os.path.realpath(directory))
     by = f"another packtool run ({who}) " if who else "another run "
     raise PacktoolInputError(f"{directory}: the output changed while {command} read it ({by}replaced or "
-                             f"rewrote it); nothing read is a verdict on either output: run {command} "
+                             f"rewrote it); nothing read stands for either output: run {command} "
                              f"again once that run has finished", path=str(directory))
