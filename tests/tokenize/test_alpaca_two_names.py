@@ -4,13 +4,11 @@ is null" and, with --on-empty skip (which that message offered), dropped them as
 is read from the name that holds it; a row holding both is refused, naming the row."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from rows_support import write_rows
 
 from packtool.errors import PacktoolInputError
 from packtool.tokenize import tokenize_to_cache
@@ -18,18 +16,9 @@ from packtool.tokenize.config import TokenizeConfig
 
 ROWS = [{"instruction": "say hi", "response": "hi"}, {"instruction": "count", "input": "1 2", "output": "3"},
         {"instruction": "name one", "output": "", "response": "x"}, {"instruction": "q", "output": "a"}]
-
-
-def _write(tmp_path, rows: list[dict], fmt: str, name: str) -> str:
-    path = tmp_path / f"{name}.{fmt}"
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:  # the two names may differ in Arrow type (string / large_string) across exports
-        schema = pa.schema([("instruction", pa.string()), ("input", pa.string()),
-                            ("output", pa.string()), ("response", pa.large_string())])
-        full = [{k: r.get(k) for k in schema.names} for r in rows]
-        pq.write_table(pa.Table.from_pylist(full, schema=schema), path)
-    return str(path)
+# Parquet's: the two names may differ in Arrow type (string / large_string) across exports
+SCHEMA = pa.schema([("instruction", pa.string()), ("input", pa.string()), ("output", pa.string()),
+                    ("response", pa.large_string())])
 
 
 def _tokens(path: str, cache_dir: str, **kw) -> list[tuple[list, list]]:
@@ -43,23 +32,25 @@ def _tokens(path: str, cache_dir: str, **kw) -> list[tuple[list, list]]:
 @pytest.mark.parametrize("on_empty", ["error", "skip"])
 @pytest.mark.parametrize("shape", ["auto", "alpaca"])
 def test_rows_under_either_name_are_read_as_their_response(tmp_path, fmt, template, on_empty, shape):
-    mixed = _write(tmp_path, ROWS, fmt, "mixed")
+    mixed = write_rows(tmp_path, ROWS, fmt, name="mixed", schema=SCHEMA)
     one = [{k: v for k, v in r.items() if k != "response"} | {"output": r.get("response") or r.get("output")}
            for r in ROWS]
-    want = _tokens(_write(tmp_path, one, fmt, "one"), str(tmp_path / "c1"), chat_template=template)
+    want = _tokens(write_rows(tmp_path, one, fmt, name="one", schema=SCHEMA), str(tmp_path / "c1"),
+                   chat_template=template)
     got = _tokens(mixed, str(tmp_path / "c2"), chat_template=template, on_empty=on_empty, shape=shape)
     assert got == want and len(got) == len(ROWS)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_a_row_with_both_names_is_refused_naming_the_row(tmp_path, fmt, cache_dir):
-    path = _write(tmp_path, ROWS[:1] + [{"instruction": "i", "output": "a", "response": "b"}], fmt, "both")
+    rows = ROWS[:1] + [{"instruction": "i", "output": "a", "response": "b"}]
+    path = write_rows(tmp_path, rows, fmt, name="both", schema=SCHEMA)
     with pytest.raises(PacktoolInputError, match=r"row 1: row holds both output and response.*keep the one") as e:
         _tokens(path, cache_dir, on_empty="skip")
     assert "\n" not in str(e.value)
 
 
 def test_a_row_with_neither_names_both(tmp_path, cache_dir):
-    path = _write(tmp_path, ROWS[:1] + [{"instruction": "i", "output": None}], "jsonl", "neither")
+    path = write_rows(tmp_path, ROWS[:1] + [{"instruction": "i", "output": None}], "jsonl", name="neither")
     with pytest.raises(PacktoolInputError, match=r"row 1: output \(or response\) is null"):
         _tokens(path, cache_dir)

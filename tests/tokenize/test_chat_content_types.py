@@ -10,6 +10,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from rows_support import write_rows
 
 from packtool.errors import PacktoolError
 from packtool.tokenize.shapes import Shape, render_batch
@@ -34,12 +35,6 @@ def _rows(user, reply, mixing: str, texts: str, n: int = 4) -> list[dict]:
         rows.append({"messages": [{"role": "user", "content": u(q.format(i))},
                                   {"role": "assistant", "content": r(a.format(i))}]})
     return rows
-
-
-def _write(tmp_path, rows, reader: str):
-    p = tmp_path / ("d.jsonl" if reader == "jsonl" else "d.json")
-    p.write_text("\n".join(map(json.dumps, rows)) + "\n" if reader == "jsonl" else json.dumps(rows))
-    return str(p)
 
 
 def _batches(path: str, reader: str, mixing: str):
@@ -67,8 +62,8 @@ def test_mixed_content_renders_as_strings(tmp_path, pair, mixing, reader, texts)
     mixed = _rows(VARIANTS[pair[0]], VARIANTS[pair[1]], mixing, texts)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    want = _render(_write(tmp_path / "a", strings, reader), reader, mixing)
-    assert _render(_write(tmp_path / "b", mixed, reader), reader, mixing) == want
+    want = _render(write_rows(tmp_path / "a", strings, reader), reader, mixing)
+    assert _render(write_rows(tmp_path / "b", mixed, reader), reader, mixing) == want
     assert all(TEXTS[texts][1].format(i + 1) in t for i, t in enumerate(want))  # the reply's own text
 
 
@@ -77,7 +72,7 @@ def test_non_text_part_beside_string_replies_is_named(tmp_path, reader):
     """The mix is read, so an image part is refused as in an all-parts file (TOKENIZATION.md)."""
     rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
     rows[1]["messages"][0]["content"].append({"type": "image_url", "image_url": {"url": "x"}})
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     with pytest.raises(PacktoolError, match=r"row 1: messages\[0\]\.content has 1 non-text part\(s\) "
                                             r"\(image_url\)"):
         _render(path, reader, "turns")
@@ -93,7 +88,7 @@ def test_other_field_of_two_types_is_named(tmp_path, reader, same_row, where):
     rows = _rows(VARIANTS["string"], VARIANTS["parts"], "turns", "words", n=2)
     rows[1 if same_row else 0]["messages"][0]["x"] = 1
     rows[1]["messages"][1]["x"] = "s"
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     with pytest.raises(PacktoolError, match=where + r"; give the field one type in every row") as e:
         _render(path, reader, "turns")
     assert ("lines count from 1" if reader == "jsonl" else "rows count from 0") in str(e.value)
@@ -105,7 +100,7 @@ def test_a_key_only_later_rows_have_is_read(tmp_path, reader):
     a `tools` column first given in row 1 is seen by shape detection and read."""
     rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
     rows[1]["tools"] = [{"type": "function", "function": {"name": "T"}}]
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     (b,) = list(jsonl_batches(path, 1000, None) if reader == "jsonl" else json_array_batches(path, 1000, None))
     assert b.schema.names == ["messages", "tools"]
     assert json.loads(b.column("tools")[1].as_py()) == rows[1]["tools"]  # its JSON text (free-form, below)
@@ -148,7 +143,7 @@ def _free_rows(place: str, values) -> list[dict]:
 @pytest.mark.parametrize("place", sorted(CALL_FORMS) + ["tools", "documents"])
 def test_free_form_values_reach_the_template_as_written(tmp_path, place, values, reader):
     rows = _free_rows(place, FREE_VALUES[values])
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     (tmp_path / "t.jinja").write_text(FREE_TEMPLATE)
     renderer = Renderer(load_template(str(tmp_path / "t.jinja"), None), {})
     cols = ("messages",) + ((place,) if place in ("tools", "documents") else ())
@@ -174,7 +169,7 @@ def test_empty_content_of_any_form_is_named(tmp_path, empty, turn, reader):
     parts in other turns (a "" then becomes an empty text part): never packed as "answer nothing"."""
     rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
     rows[1]["messages"][turn]["content"] = EMPTY[empty]
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     with pytest.raises(PacktoolError, match=rf"row 1: messages\[{turn}\]\.content is null, missing or empty"):
         _render(path, reader, "turns")
 

@@ -10,11 +10,10 @@ turn with no role or a role that is not a string; the legal neighbours (the four
 no known meaning such as `developer`, which a template may render) still pack."""
 from __future__ import annotations
 
-import json
+import pathlib
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from rows_support import write_rows
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -34,16 +33,6 @@ def _rows(role, extra_good=False):
     return [good, bad] if extra_good else [bad]
 
 
-def _write(tmp_path, rows, kind):
-    if kind == "jsonl":
-        p = tmp_path / "in.jsonl"
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        p = tmp_path / "in.parquet"
-        pq.write_table(pa.Table.from_pylist(rows), p)
-    return p
-
-
 def _pack(tmp_path, p, *extra):
     return CliRunner().invoke(app, ["pack", str(p), "--tokenizer", T, "--chat-template", "chatml", "-C", "256",
                                     "-o", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), *extra])
@@ -51,7 +40,6 @@ def _pack(tmp_path, p, *extra):
 
 @pytest.fixture(autouse=True)
 def _tokenizer():
-    import pathlib
     if not pathlib.Path(T).exists():
         pytest.skip("no gpt2 tokenizer")
 
@@ -60,7 +48,7 @@ def _tokenizer():
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 @pytest.mark.parametrize("role", list(MEANT))
 def test_a_spelling_of_a_role_is_named_with_the_role_meant(tmp_path, role, kind, on_empty):
-    p = _write(tmp_path, _rows(role, extra_good=True), kind)
+    p = pathlib.Path(write_rows(tmp_path, _rows(role, extra_good=True), kind, name="in"))
     before = p.read_bytes()
     r = _pack(tmp_path, p, "--on-empty", on_empty)
     assert r.exit_code == 2, r.output
@@ -74,7 +62,7 @@ def test_a_spelling_of_a_role_is_named_with_the_role_meant(tmp_path, role, kind,
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_a_turn_without_a_role_is_one_line(tmp_path, kind):
-    p = _write(tmp_path, _rows(None, extra_good=True), kind)
+    p = pathlib.Path(write_rows(tmp_path, _rows(None, extra_good=True), kind, name="in"))
     r = _pack(tmp_path, p)
     assert r.exit_code == 2, r.output
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
@@ -86,7 +74,7 @@ def test_a_turn_without_a_role_is_one_line(tmp_path, kind):
 def test_the_legal_neighbours_pack(tmp_path, role):
     rows = [{"messages": [{"role": "user", "content": "x"}, {"role": role, "content": "more"},
                           {"role": "assistant", "content": "answer text"}]}]
-    r = _pack(tmp_path, _write(tmp_path, rows, "jsonl"))
+    r = _pack(tmp_path, write_rows(tmp_path, rows, "jsonl", name="in"))
     assert r.exit_code == 0, r.output
 
 
@@ -94,7 +82,7 @@ def test_a_row_with_no_assistant_turn_says_which_role_is_trained(tmp_path):
     """A role of no known meaning goes to the template; a row with no assistant turn then says
     which role is trained, so the user looks at the roles, not only at the content."""
     rows = [{"messages": [{"role": "user", "content": "x"}, {"role": "developer", "content": "answer text"}]}]
-    r = _pack(tmp_path, _write(tmp_path, rows, "jsonl"))
+    r = _pack(tmp_path, write_rows(tmp_path, rows, "jsonl", name="in"))
     assert r.exit_code == 2, r.output
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "only a turn whose role is 'assistant'" in errors[0], r.stderr

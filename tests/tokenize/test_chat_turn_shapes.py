@@ -3,11 +3,8 @@ chat shapes, never an AttributeError; a batch where Arrow united the keys of dif
 turns / calls / parts (an absent key comes back as a null) renders as each row alone does."""
 from __future__ import annotations
 
-import json
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from rows_support import write_rows
 
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.readers import _parquet_batches
@@ -17,17 +14,6 @@ from packtool.tokenize.text_readers import json_array_batches, jsonl_batches
 
 CHAT = {"col": "messages", "q": {"role": "user", "content": "Q"}, "a": {"role": "assistant", "content": "A"}}
 SHAREGPT = {"col": "conversations", "q": {"from": "human", "value": "Q"}, "a": {"from": "gpt", "value": "A"}}
-
-
-def _write(tmp_path, rows, reader: str) -> str:
-    p = tmp_path / f"d.{reader}"
-    if reader == "jsonl":
-        p.write_text("\n".join(map(json.dumps, rows)) + "\n")
-    elif reader == "json":
-        p.write_text(json.dumps(rows))
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), p)
-    return str(p)
 
 
 def _batches(path: str, reader: str, col: str | list[str]):
@@ -41,7 +27,7 @@ def _batches(path: str, reader: str, col: str | list[str]):
 
 def render(tmp_path, rows, reader: str, kind: str = "chat") -> list[str]:
     col = "messages" if kind == "chat" else "conversations"
-    path = _write(tmp_path, rows, reader)
+    path = write_rows(tmp_path, rows, reader)
     renderer = Renderer(load_template("chatml", None), {})
     texts, first = [], 0
     for b in _batches(path, reader, col):
@@ -120,7 +106,7 @@ def test_untyped_text_part_beside_typed(tmp_path, reader, pair):
                                         (3, "a number"), (True, "a boolean")])
 def test_tools_not_a_list_is_named_by_kind(tmp_path, reader, value, kind):
     row = {"messages": [CHAT["q"], CHAT["a"]], "tools": value}
-    path = _write(tmp_path, [row], reader)
+    path = write_rows(tmp_path, [row], reader)
     renderer = Renderer(load_template("chatml", None), {})
     shape = Shape("chat", ("messages", "tools"), templated=True)
     with pytest.raises(PacktoolInputError, match=f"tools is {kind}, not a list"):

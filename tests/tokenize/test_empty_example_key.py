@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from rows_support import write_rows
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -45,17 +44,6 @@ CASES = {
 }
 
 
-def _write(tmp_path, rows: list[dict], fmt: str) -> str:
-    p = tmp_path / f"d.{fmt}"
-    if fmt == "jsonl":
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "json":
-        p.write_text(json.dumps(rows))
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), p)
-    return str(p)
-
-
 def _cfg(case: str, extra: dict) -> TokenizeConfig:
     chat = "messages" in CASES[case][0] or "conversations" in CASES[case][0]
     return TokenizeConfig(tokenizer=GPT2, chat_template="chatml" if chat else None, **extra)
@@ -68,7 +56,7 @@ def test_the_refusal_names_the_key_and_the_row(tmp_path, case, at, fmt):
     good, bad, said, extra = CASES[case]
     rows = [good, good, good]
     rows[at] = bad
-    path = _write(tmp_path, rows, fmt)
+    path = write_rows(tmp_path, rows, fmt)
     with pytest.raises(PacktoolInputError) as e:
         tokenize_to_cache([path], _cfg(case, extra), path + ".cache", progress=False)
     line = str(e.value)
@@ -82,7 +70,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("case", ["chat messages null", "text empty", "tokens empty"])
 def test_the_command_line_names_the_key_and_the_flag(tmp_path, case):
     good, bad, said, _ = CASES[case]
-    path = _write(tmp_path, [good, bad], "jsonl")
+    path = write_rows(tmp_path, [good, bad], "jsonl")
     args = ["pack", path, "--dry-run", "--cache-dir", str(tmp_path / "c"), "--tokenizer", GPT2]
     if "messages" in bad:
         args += ["--chat-template", "chatml"]

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from rows_support import write_rows
 from typer.testing import CliRunner
 
 import packtool.tokenize.text_readers as text_readers
@@ -55,17 +54,6 @@ CASES = [(s, fmt, pos) for s in SHAPES for fmt in ("jsonl", "json", "parquet") f
          if (fmt != "parquet" or s in PARQUET) and (fmt == "jsonl" or pos != "own block")]
 
 
-def _write(tmp_path, rows: list[dict], fmt: str) -> str:
-    p = tmp_path / f"d.{fmt}"
-    if fmt == "jsonl":
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    elif fmt == "json":
-        p.write_text(json.dumps(rows, indent=1))
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), p)
-    return str(p)
-
-
 def _case(tmp_path, shape: str, fmt: str, pos: str, key: str = "messages"):
     make, said, unit = SHAPES[shape]
     u, a = TURNS[key]
@@ -76,7 +64,7 @@ def _case(tmp_path, shape: str, fmt: str, pos: str, key: str = "messages"):
     # reader finds the fault, a row (from 0) where the row checks do
     where = f"line {at + 1}" if unit == "line" and fmt == "jsonl" else f"row {at}"
     count = "(lines count from 1)" if where.startswith("line") else "(rows count from 0)"
-    return _write(tmp_path, rows, fmt), f"{key}{said}" if not said.startswith("empty") else said, where, count
+    return write_rows(tmp_path, rows, fmt), f"{key}{said}" if not said.startswith("empty") else said, where, count
 
 
 def _tokenize(path: str):

@@ -5,12 +5,10 @@ is no evidence; one value anywhere in the file still is."""
 from __future__ import annotations
 
 import itertools
-import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from rows_support import write_rows
 from shape_rows import SHAPES
 
 from packtool.errors import PacktoolInputError
@@ -20,15 +18,6 @@ from packtool.tokenize.request import _setup
 from packtool.tokenize.shapes import known_shapes
 
 PAIRS = [p for a, b in itertools.combinations(SHAPES, 2) for p in ((a, b), (b, a))]
-
-
-def _write(tmp_path, rows: list[dict], fmt: str) -> str:
-    path = tmp_path / f"d.{fmt}"
-    if fmt == "jsonl":
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), path)
-    return str(path)
 
 
 def _rows(real: str, null: str, n: int = 3, late: bool = False) -> list[dict]:
@@ -49,18 +38,18 @@ def _shape(path: str, **kw):
 def test_a_shape_null_on_every_row_is_no_second_shape(tmp_path, real, null, fmt):
     if set(SHAPES[null]) <= set(SHAPES[real]):
         pytest.skip("no column of its own")
-    assert _shape(_write(tmp_path, _rows(real, null), fmt)).kind == real
+    assert _shape(write_rows(tmp_path, _rows(real, null), fmt)).kind == real
 
 
 @pytest.mark.parametrize("real,null", [("text", "fields"), ("fields", "text"), ("chat", "text")])
 def test_one_value_anywhere_is_still_a_second_shape(tmp_path, real, null):
-    path = _write(tmp_path, _rows(real, null, n=20_000, late=True), "jsonl")
+    path = write_rows(tmp_path, _rows(real, null, n=20_000, late=True), "jsonl")
     with pytest.raises(PacktoolInputError, match="input shapes"):
         _shape(path)
 
 
 def test_an_explicit_shape_notes_no_null_column_as_not_read(tmp_path):
-    path = _write(tmp_path, _rows("fields", "text"), "parquet")
+    path = write_rows(tmp_path, _rows("fields", "text"), "parquet")
     before = len(NOTES)
     assert _shape(path, shape="fields", prompt_field="question", response_field="answer").kind == "fields"
     assert not [n for n in NOTES[before:] if "not read" in n], NOTES[before:]

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
+from rows_support import write_rows
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -26,15 +25,6 @@ RENAME = "rename the role that holds the replies to 'assistant' in the data"
 def _rows(role: str) -> list[dict]:
     bad = {"messages": [{"role": "user", "content": "question"}, {"role": role, "content": "the reply"}]}
     return [GOOD, GOOD, bad, GOOD]
-
-
-def _write(tmp_path, rows, kind: str) -> str:
-    p = tmp_path / f"chat.{kind}"
-    if kind == "jsonl":
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    else:
-        pq.write_table(pa.Table.from_pylist(rows), p)
-    return str(p)
 
 
 def _pack(tmp_path, path, on_empty, *pre, out="out"):
@@ -50,7 +40,7 @@ def _said(role: str) -> list[str]:
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 @pytest.mark.parametrize("role", ROLES)
 def test_error_names_the_rows_roles_and_the_role_that_trains(tmp_path, role, kind):
-    path = _write(tmp_path, _rows(role), kind)
+    path = write_rows(tmp_path, _rows(role), kind, name="chat")
     r = _pack(tmp_path, path, "error")
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
@@ -64,7 +54,7 @@ def test_error_names_the_rows_roles_and_the_role_that_trains(tmp_path, role, kin
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 @pytest.mark.parametrize("role", ROLES)
 def test_skip_names_the_roles_where_the_count_is(tmp_path, role, kind):
-    path = _write(tmp_path, _rows(role), kind)
+    path = write_rows(tmp_path, _rows(role), kind, name="chat")
     r = _pack(tmp_path, path, "skip")
     assert r.exit_code == 0, r.output
     warning = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
@@ -87,7 +77,7 @@ def test_a_reply_of_weight_0_says_the_weight(tmp_path):
     """The neighbour: the row has an assistant turn, of weight 0: the fix is the weight, not a
     rename."""
     bad = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "weight": 0}]}
-    path = _write(tmp_path, [GOOD, bad], "jsonl")
+    path = write_rows(tmp_path, [GOOD, bad], "jsonl", name="chat")
     r = _pack(tmp_path, path, "error")
     assert r.exit_code == 2, r.output
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
