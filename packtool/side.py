@@ -23,7 +23,8 @@ import numpy as np
 from packtool.errors import PacktoolFormatError, PacktoolInputError, arg, cli_flag
 
 __all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "name_problem", "nonfinite", "side_columns_from_manifest",
-           "side_columns_to_manifest", "parse_names"]
+           "side_columns_to_manifest", "parse_names",
+           "parse_side_spec"]
 
 DTYPES = ("float32", "float64", "int32", "int64")
 KINDS = ("values", "support")
@@ -190,6 +191,35 @@ def parse_names(text: str | None, flag: str = "side_columns") -> tuple[str, ...]
     if len(set(names)) != len(names):
         raise PacktoolInputError(f"{arg(flag)}: a name is given twice in {text!r}", flag=cli_flag(flag))
     return names
+
+
+def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
+    """TokenizeConfig.side_columns ("NAME" or "NAME:DTYPE") and .support_columns -> (name,
+    pinned dtype or None, kind) per column; a support column not in the list is added. The
+    one reading of the spelling: pack's config and every reader of the manifest's
+    `input.tokenize`, which records it as given (verify --source re-tokenizes with it)."""
+    out: dict[str, list] = {}
+    for item in items or ():
+        name, colon, dtype = str(item).partition(":")
+        (name,) = parse_names(name) or ("",)
+        if colon and not dtype.strip():  # `x:` is a pin left half-typed, not plain `x`
+            raise PacktoolInputError(f"{arg('side_columns')}: {item!r}: DTYPE is empty; give NAME (the input's "
+                                     f"type) or NAME:DTYPE with DTYPE one of {', '.join(DTYPES)}",
+                                     flag=cli_flag("side_columns"))
+        dtype = dtype.strip() or None
+        if not name or (dtype is not None and dtype not in DTYPES):
+            raise PacktoolInputError(f"{arg('side_columns')}: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "
+                                     f"{', '.join(DTYPES)})", flag=cli_flag("side_columns"))
+        if name in out:
+            raise PacktoolInputError(f"{arg('side_columns')}: {name!r} is given twice", flag=cli_flag("side_columns"))
+        out[name] = [name, dtype, "values"]
+    for name in parse_names(",".join(support or ()), "support_columns"):
+        out.setdefault(name, [name, None, "values"])[2] = "support"
+    clash = next((n for n in out if n.startswith("shift_") and n[6:] in out), None)
+    if clash:  # the HF and Megatron batches carry shift_NAME beside NAME: refused here, not at training
+        raise PacktoolInputError(f"{arg('side_columns')}: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
+                                 f"like labels; rename the column", flag=cli_flag("side_columns"))
+    return tuple(tuple(e) for e in out.values())
 
 
 def nonfinite(values: np.ndarray) -> tuple[int, int]:

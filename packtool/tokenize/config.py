@@ -48,7 +48,7 @@ class TokenizeConfig:
         for name in ("side_columns", "support_columns"):  # check_fields made them tuples (or None)
             object.__setattr__(self, name, getattr(self, name) or ())
         if self.side_columns or self.support_columns:
-            from packtool.tokenize.side_values import parse_side_spec
+            from packtool.side import parse_side_spec
             parse_side_spec(self.side_columns, self.support_columns)  # refused here, not mid-pack
         if (self.prompt_field is None) != (self.response_field is None):
             raise PacktoolInputError(f"{arg('prompt_field')} and {arg('response_field')} go together",

@@ -26,7 +26,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
 from packtool.output.leftovers import owned_temp_dir, remove_tree
-from packtool.side import side_columns_to_manifest
+from packtool.side import parse_side_spec, side_columns_to_manifest
 from packtool.storage import file_size, is_uri
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
@@ -43,7 +43,7 @@ from packtool.tokenize.reply_roles import record, run_roles, say_untrained
 from packtool.tokenize.request import default_cache_dir, no_rows_error, resolve_cache, reusable_cache, special_tokens
 from packtool.tokenize.row_checks import bad_example
 from packtool.tokenize.shapes import RenderedBatch, Shape, refuse_other_row, render_batch
-from packtool.tokenize.side_values import SideReader, parse_side_spec
+from packtool.tokenize.side_values import SideReader
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.cache_root import check_cache_dir
 from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry

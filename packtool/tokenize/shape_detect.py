@@ -65,7 +65,7 @@ def _need_side(cols: set[str], side: tuple[str, ...], path: str, found: list[str
     not a shape problem."""
     missing = [n for n in side if n not in cols]
     if missing:
-        from packtool.tokenize.side_values import parse_side_spec
+        from packtool.side import parse_side_spec
         named = {s[0] for s in parse_side_spec(getattr(cfg, "side_columns", ()) or (), ())}
         name = "side_columns" if set(missing) & named else "support_columns"
         raise PacktoolInputError(
@@ -77,7 +77,7 @@ def _side_names(cfg) -> tuple[str, ...]:
     spec = getattr(cfg, "side_columns", ()) or getattr(cfg, "support_columns", ())
     if not spec:
         return ()
-    from packtool.tokenize.side_values import parse_side_spec
+    from packtool.side import parse_side_spec
     return tuple(s[0] for s in parse_side_spec(cfg.side_columns, cfg.support_columns))
 
 

@@ -31,43 +31,16 @@ import pyarrow as pa
 
 from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.side import DTYPES, SideColumn, nonfinite, parse_names
+from packtool.side import DTYPES, SideColumn, nonfinite
 from packtool.tokenize.side_casts import outside, refuse_changed, wider
 
-__all__ = ["SIDE_VALUES", "SideReader", "parse_side_spec"]
+__all__ = ["SIDE_VALUES", "SideReader"]
 
 # What a cache's side values have been held to: 2 = nulls refused, non-finite floats counted
 # in cache.json; 3 = a boolean column refused unless pinned (it became int32 silently). In the
 # cache key, so a cache built under the earlier rules is not reused. 4 = a cast that would
 # change a value (finite -> inf, an integer rounded, 2^63 wrapped) refused (S31-21).
 SIDE_VALUES = 4
-
-
-def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...]:
-    """TokenizeConfig.side_columns ("NAME" or "NAME:DTYPE") and .support_columns -> (name,
-    pinned dtype or None, kind) per column; a support column not in the list is added."""
-    out: dict[str, list] = {}
-    for item in items or ():
-        name, colon, dtype = str(item).partition(":")
-        (name,) = parse_names(name) or ("",)
-        if colon and not dtype.strip():  # `x:` is a pin left half-typed, not plain `x`
-            raise PacktoolInputError(f"{arg('side_columns')}: {item!r}: DTYPE is empty; give NAME (the input's "
-                                     f"type) or NAME:DTYPE with DTYPE one of {', '.join(DTYPES)}",
-                                     flag=cli_flag("side_columns"))
-        dtype = dtype.strip() or None
-        if not name or (dtype is not None and dtype not in DTYPES):
-            raise PacktoolInputError(f"{arg('side_columns')}: {item!r} is not NAME or NAME:DTYPE (DTYPE one of "
-                                     f"{', '.join(DTYPES)})", flag=cli_flag("side_columns"))
-        if name in out:
-            raise PacktoolInputError(f"{arg('side_columns')}: {name!r} is given twice", flag=cli_flag("side_columns"))
-        out[name] = [name, dtype, "values"]
-    for name in parse_names(",".join(support or ()), "support_columns"):
-        out.setdefault(name, [name, None, "values"])[2] = "support"
-    clash = next((n for n in out if n.startswith("shift_") and n[6:] in out), None)
-    if clash:  # the HF and Megatron batches carry shift_NAME beside NAME: refused here, not at training
-        raise PacktoolInputError(f"{arg('side_columns')}: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
-                                 f"like labels; rename the column", flag=cli_flag("side_columns"))
-    return tuple(tuple(e) for e in out.values())
 
 
 def _is_list(t: pa.DataType) -> bool:

@@ -3,7 +3,8 @@ must agree with it. An edit that keeps every shard valid can otherwise switch a 
 (a support column declared `values`, a side column dropped with its declaration) or claim or
 hide a data change (`stats.changes` the recorded policies make impossible):
 
-- `side_columns` against `input.tokenize.side_columns` / `support_columns` (names, kind);
+- `side_columns` against `input.tokenize.side_columns` / `support_columns` (names, kind, a
+  `NAME:DTYPE` pin's dtype);
 - `stats.overflow.policy` against `config.packing.overflow`, and the overflow figures against
   what that policy can produce (planning.core.OVERFLOW_FIGURES, apply_overflow's own);
 - `stats.skipped_rows` against `input.tokenize.on_empty` (only `skip` skips a row);
@@ -17,7 +18,8 @@ from dataclasses import asdict, fields
 
 from packtool.planning.core import OverflowStats, overflow_off_policy
 from packtool.planning.summary import data_changes
-from packtool.side import side_columns_from_manifest
+from packtool.errors import PacktoolInputError, spelled_as
+from packtool.side import parse_side_spec, side_columns_from_manifest
 from packtool.verification.problems import ProblemLog
 
 _FIGURES = tuple(f.name for f in fields(OverflowStats) if f.name != "policy")
@@ -42,25 +44,42 @@ def _bad(log: ProblemLog, message: str, expected=None, found=None) -> None:
 
 
 def _side_against_tokenize(man: dict, tok: dict, log: ProblemLog) -> None:
-    values = list(tok.get("side_columns") or [])
-    support = list(tok.get("support_columns") or [])
+    # input.tokenize records the options as given (`NAME:DTYPE` pins included): read by their
+    # one owner, never compared as plain names
+    try:
+        with spelled_as({k: f"input.tokenize.{k}" for k in ("side_columns", "support_columns")}):
+            spec = parse_side_spec(_listed(tok, "side_columns"), _listed(tok, "support_columns"))
+    except PacktoolInputError as e:
+        _bad(log, str(e).split(" (see --")[0])
+        return
+    named = {name: (pinned, kind) for name, pinned, kind in spec}
     side = side_columns_from_manifest(man.get("side_columns"))
     have = {c.name: c for c in side}
-    for name in values + support:
+    for name in named:
         if name not in have:
             _bad(log, f"input.tokenize names side column {name!r} but side_columns does not declare it",
                  expected=name, found=None)
     for c in side:
-        if c.name not in values and c.name not in support:
+        if c.name not in named:
             _bad(log, f"side_columns declares {c.name!r}, which input.tokenize.side_columns/support_columns "
                  f"do not name", expected=None, found=c.name)
             continue
-        want = "support" if c.name in support else "values"
+        pinned, want = named[c.name]
         got = "support" if c.is_support else "values"
         if want != got:
             _bad(log, f"side_columns declares {c.name!r} kind {got!r}, but input.tokenize."
                  f"{'support' if want == 'support' else 'side'}_columns names it (kind {want!r})",
                  expected=want, found=got)
+        if pinned is not None and pinned != c.dtype:
+            _bad(log, f"side_columns declares {c.name!r} as {c.dtype}, but input.tokenize.side_columns pins "
+                 f"{c.name}:{pinned}", expected=pinned, found=c.dtype)
+
+
+def _listed(tok: dict, key: str) -> list:
+    value = tok.get(key)
+    if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise PacktoolInputError(f"input.tokenize.{key} is {value!r}, not a list of names")
+    return value or []
 
 
 def _overflow_against_policy(stats: dict, policy: str, log: ProblemLog) -> None:
