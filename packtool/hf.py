@@ -51,11 +51,11 @@ from torch.utils.data import Dataset
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.hf_dp import dp_order, ranks_shown, short_ranks
 from packtool.hf_mask import block_causal_mask
-from packtool.hf_rows import check_copies, check_row
+from packtool.hf_rows import FIX, check_copies, check_row
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
-from packtool.side import SideColumn
+from packtool.side import SideColumn, per_token, side_values
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -99,20 +99,21 @@ def slab_features(input_ids, loss_mask, seq_lens, cu_seqlens_padded,
     return out_ids, labels, lens
 
 
-def _side_array(values) -> np.ndarray:
-    v = np.asarray(values)
-    if v.dtype == object:  # K-wide rows from `datasets`: one array per token
-        v = np.stack(list(v)) if v.size else v.astype(np.float32)
-    return v
-
-
 def slab_side_features(values, seq_lens, cu_seqlens_padded, fill,
                        keep_pads: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(as stored, shifted like labels) of one slab's side column, on the positions
     `slab_features` keeps. The shift runs over the kept segments, so with the pads dropped
     a segment's last real token gets the fill, never the next segment's first value."""
-    v = _side_array(values)
     keep_pads = switch("keep_pads", keep_pads, PacktoolConfigError)
+    v, why = side_values(values, None)
+    if why is None and v.size == 0 and v.dtype.kind not in "fiu":  # [] holds no type: fill's
+        v = v.astype(np.float32)
+    if why is None:
+        cu = np.asarray(cu_seqlens_padded)
+        if cu.ndim == 1 and cu.size and cu.dtype.kind in "iu" and int(cu[-1]) != v.shape[0]:
+            why = f"hold {v.shape[0]} rows, cu_seqlens_padded ends at {int(cu[-1])}: one row per slab position"
+    if why:
+        raise PacktoolInputError(f"slab_side_features: values {why}; {FIX}")
     seq_lens, cu_seqlens_padded = (check_row(np.zeros(v.shape[0], np.int64), np.zeros(v.shape[0], np.int8),
                                              seq_lens, cu_seqlens_padded)[1:])
     idx, lens = kept_positions(seq_lens, cu_seqlens_padded, v.shape[0], keep_pads)
@@ -322,11 +323,16 @@ class SlabCollator:
         if any(name not in f for f in features):
             raise PacktoolInputError(f"SlabCollator: a slab has no side column {name!r}; pass the output's "
                                      f"own `SlabDataset.side_columns` (keep the column when loading with datasets)")
-        parts = []
-        for f in features:
-            v = _side_array(f[name])
-            if isinstance(c, SideColumn):  # `datasets` rows come back as Python lists: int64, float64
-                v = v.astype(c.np_dtype, copy=False)
+        parts, first = [], None
+        for i, f in enumerate(features):
+            # held to the declaration (`datasets` rows come back as Python lists: int64, float64,
+            # cast to it); a column known by name only, to the batch's first item's row width
+            v, why = side_values(f[name], np.asarray(f["input_ids"]).size, c if isinstance(c, SideColumn) else None)
+            if why is None and first is not None and v.shape[1:] != first.shape[1:]:
+                why = f"has {per_token(v.shape[1:])}, batch item 0 {per_token(first.shape[1:])}"
+            if why:
+                raise PacktoolInputError(f"SlabCollator: batch item {i}: side column {name!r} {why}; {FIX}")
+            first = v if first is None else first
             fill = c.fill if isinstance(c, SideColumn) else (0.0 if v.dtype.kind == "f" else -1)
             parts.append(slab_side_features(v, f["seq_lens"], f["cu_seqlens_padded"], fill, self.keep_pads))
         out[name] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[0] for p in parts])))[None]

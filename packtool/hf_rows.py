@@ -17,12 +17,12 @@ import numpy as np
 
 from packtool.errors import PacktoolInputError
 
-_FIX = "these rows are not as packtool wrote them: check the output with `packtool verify`"
+FIX = "these rows are not as packtool wrote them: check the output with `packtool verify`"
 _ID_TOP = 1 << 31  # input_ids is an int32 column (FORMAT.md)
 
 
 def _fail(what: str) -> PacktoolInputError:
-    return PacktoolInputError(f"{what}; {_FIX}")
+    return PacktoolInputError(f"{what}; {FIX}")
 
 
 def _ints(name: str, values) -> np.ndarray:
@@ -80,4 +80,4 @@ def check_copies(item: Mapping, lens: np.ndarray) -> None:
         raise _fail(f"num_tokens is {n}, its seq_lens sum to {int(lens.sum())} (seq_lens or num_tokens edited)")
 
 
-__all__ = ["check_row", "check_copies"]
+__all__ = ["FIX", "check_row", "check_copies"]

@@ -24,7 +24,7 @@ from packtool.errors import PacktoolFormatError, PacktoolInputError, arg, cli_fl
 
 __all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "name_problem", "nonfinite", "side_columns_from_manifest",
            "side_columns_to_manifest", "parse_names",
-           "parse_side_spec"]
+           "parse_side_spec", "per_token", "side_values"]
 
 DTYPES = ("float32", "float64", "int32", "int64")
 KINDS = ("values", "support")
@@ -140,6 +140,70 @@ class SideColumn:
     def filled(self, n: int) -> np.ndarray:
         """n tokens' worth of fill: shape (n,) for width 1, (n, width) otherwise."""
         return np.full((n,) if self.width == 1 else (n, self.width), self.fill, self.np_dtype)
+
+
+def per_token(row: tuple) -> str:
+    """A row shape said: () one value, (K,) a K-wide row (K=1 is a 1-wide row, not a value)."""
+    return "one value per token" if row == () else (f"a row of K={row[0]} per token" if len(row) == 1
+                                                    else f"rows of shape {row}")
+
+
+def _rows(values) -> tuple[np.ndarray | None, str | None]:
+    """values as one array: a list, an array, or an array of per-token arrays (`datasets`'
+    numpy rows); rows of differing widths are named by the first token that differs."""
+    try:
+        v = np.asarray(values)
+        if v.dtype == object and v.ndim == 1 and v.size:
+            v = np.stack([np.asarray(x) for x in v])
+    except (ValueError, TypeError):  # ragged: rows of different widths
+        try:
+            sizes = [int(np.size(x)) for x in values]
+        except (ValueError, TypeError):
+            sizes = []
+        t = next((i for i, n in enumerate(sizes) if n != sizes[0]), None)
+        if t is None:
+            return None, "is not a list of numbers, one or one K-wide row per token"
+        return None, f"has rows of differing widths: token 0 holds {sizes[0]} value(s), token {t} holds {sizes[t]}"
+    return v, None
+
+
+def side_values(values, tokens: int | None, col: SideColumn | None = None) -> tuple[np.ndarray | None, str | None]:
+    """One slab's (or sequence's) values of a side column held to its declaration `col`:
+    `tokens` rows shaped as `col.filled` gives them, numbers of `col.dtype`. (the values as
+    col.dtype, None), or (None, what differs) for the caller to say where. An int in a float
+    column is cast; a float, bool or str in an int column, or an int outside its dtype, is not
+    (the cast would make another id). col=None (a column known by name only): `tokens` rows of
+    one number or one fixed-width row each, kept as given. tokens=None: any number of rows."""
+    v, why = _rows(values)
+    if why:
+        return None, why
+    if v.ndim == 0:
+        return None, f"is {_short(v.item())}, not a list with one row per token"
+    if tokens is not None and v.shape[0] != tokens:
+        return None, f"holds {v.shape[0]} rows for {tokens} tokens (input_ids): one row per token"
+    want = None if col is None else col.filled(0).shape[1:]
+    if want is not None and v.shape[1:] != want:
+        return None, (f"has {per_token(v.shape[1:])}, the output declares {per_token(want)} "
+                      f"(SideColumn {col.name!r})")
+    if v.ndim > 2:
+        return None, f"has rows of shape {v.shape[1:]}: one value or one K-wide row per token"
+    kinds = "iu" if col is not None and col.is_int else "fiu"
+    if v.size and v.dtype.kind not in kinds:
+        what = col.dtype if col is not None else "a number"
+        return None, f"holds {v.dtype} values ({_short(v.flat[0])} first), the column is {what}"
+    if col is None:
+        return v, None
+    if col.is_int and v.size and not np.can_cast(v.dtype, col.np_dtype):
+        info = np.iinfo(col.dtype)
+        odd = np.flatnonzero((v < info.min) | (v > info.max))
+        if odd.size:
+            return None, f"holds {int(v.flat[odd[0]])}, outside {col.dtype}"
+    return v.astype(col.np_dtype, copy=False), None
+
+
+def _short(x) -> str:
+    r = repr(x.item() if isinstance(x, np.generic) else x)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def check_side_columns(cols) -> tuple[SideColumn, ...]:
