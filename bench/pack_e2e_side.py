@@ -54,7 +54,7 @@ def make_input(n: int, work: str) -> str:
     """The input for n sequences: one file up to BASE; above, a folder of n // BASE copies of
     the BASE file (distinct files, the same rows: packtool reads the folder in order)."""
     if n > BASE and n % BASE == 0:
-        folder = os.path.join(work, f"side_lm_{n}")
+        folder = os.path.join(work, f"side_lm2_{n}")
         if not os.path.isdir(folder):
             one = make_input(BASE, work)
             os.makedirs(folder + ".tmp", exist_ok=True)
@@ -66,12 +66,20 @@ def make_input(n: int, work: str) -> str:
     import pyarrow.parquet as pq
 
     from bench.pack_e2e import _lengths
-    path = os.path.join(work, f"side_lm_{n}.parquet")  # with loss_mask: the prompt's empty support rows are legal
+    # with loss_mask: the prompt's empty support rows are legal; "2": distinct candidates, which
+    # the support rule holds since S42-1 (an older file may repeat one)
+    path = os.path.join(work, f"side_lm2_{n}.parquet")
     if os.path.exists(path):
         return path
     lens = _lengths(n)
     rng = np.random.default_rng(1)
     table = rng.integers(1, VOCAB, (1 << 16, K), dtype=np.int32)  # candidate offsets, drawn per token
+    while True:  # distinct within a row: a candidate twice breaks the support rule
+        srt = np.sort(table, axis=1)
+        again = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+        if not again.any():
+            break
+        table[again] = rng.integers(1, VOCAB, (int(again.sum()), K), dtype=np.int32)
     schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())),
                         ("old_logprobs", pa.list_(pa.float32())),
                         ("advantages", pa.list_(pa.float32())),

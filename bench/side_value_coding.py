@@ -11,7 +11,7 @@ write (encode) and of the best of three whole-file reads (decode):
   plain_int32     the values as a flat int32 column (no list levels: no row structure left)
   fsb_row         fixed_size_binary(4K) per token (opaque to other readers)
 
-    python bench/side_value_coding.py /tmp/packtool_bench_side/side_lm_100000.parquet --row-groups 2
+    python bench/side_value_coding.py /tmp/packtool_bench_side/side_lm2_100000.parquet --row-groups 2
 """
 from __future__ import annotations
 

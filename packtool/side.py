@@ -5,8 +5,9 @@ candidate ids. The tool does not know the list; a user names the columns.
 A `SideColumn` says what every reader needs to place and check the values: the numpy dtype,
 the width (1 = one scalar per token, K = a fixed-width row per token), the fill held by pads
 and by tokens that have no value, and the kind. Kind "support" declares an int column whose
-rows follow the sampler-support rule (FORMAT.md, "Side columns"): -1 padded at the end, and
-for a token that has a row, the token id present in it exactly once. The declaration is
+rows follow the sampler-support rule (FORMAT.md, "Side columns"; packtool/support_rule.py):
+-1 padded at the end, distinct token ids, and for a token that has a row, the token id
+present in it exactly once. The declaration is
 explicit (`pack --support-columns`, `TokenizeConfig.support_columns`); a name never makes a
 column a support column.
 

@@ -120,7 +120,7 @@ def row_with_pad(t: pa.Table) -> int:
     raise AssertionError("no slab with a pad")
 
 
-def plant_side(t: pa.Table, case: str) -> pa.Table:
+def plant_side(t: pa.Table, case: str, vocab: int = 2**31 - 1) -> pa.Table:
     """Shard table `t` of a side-column pack (`lp`, `sup`) with one damage `case` planted (the
     cases of tests/verification/test_verify_side_columns.py; tests/slabs/test_consumers_refuse.py)."""
     r = row_with_pad(t)
@@ -163,6 +163,10 @@ def plant_side(t: pa.Table, case: str) -> pa.Table:
         sup[r][tok] = [token, token] + [-1] * (K - 2)
     elif case == "support_negative":
         sup[r][tok] = [token, -7] + [-1] * (K - 2)
+    elif case == "support_repeated":  # a candidate other than the token twice: the scorer refuses it (S42-1)
+        sup[r][tok] = [token, token + 1, token + 1] + [-1] * (K - 3)
+    elif case == "support_outside":  # an id at the manifest's vocab_size (`vocab` below): the scorer's bound
+        sup[r][tok] = [token, vocab] + [-1] * (K - 2)
     elif case == "support_empty_on_loss":
         lm = t.column("loss_mask")[r].as_py()
         sup[r][next(p for p in range(len(lm)) if lm[p])] = [-1] * K

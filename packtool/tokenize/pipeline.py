@@ -255,7 +255,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
                     enc = _tokens_batch(batch, shape, info.vocab_size if info else None, f.path, file_rows,
                                          lean=True)
                     sides = side.take(batch, enc.lengths, f.path, file_rows, enc.ids, enc.mask,
-                                      enc.empty | enc.all_masked) if side.spec else None
+                                      enc.empty | enc.all_masked, info.vocab_size if info else None) if side.spec else None
                     drain(0)
                     finish(enc, f, fi, file_rows, global_row, sides)
                 else:

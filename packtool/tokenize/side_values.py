@@ -39,8 +39,9 @@ __all__ = ["SIDE_VALUES", "SideReader"]
 # What a cache's side values have been held to: 2 = nulls refused, non-finite floats counted
 # in cache.json; 3 = a boolean column refused unless pinned (it became int32 silently). In the
 # cache key, so a cache built under the earlier rules is not reused. 4 = a cast that would
-# change a value (finite -> inf, an integer rounded, 2^63 wrapped) refused (S31-21).
-SIDE_VALUES = 4
+# change a value (finite -> inf, an integer rounded, 2^63 wrapped) refused (S31-21). 5 = support
+# candidates held to the vocabulary and distinct, as the scorer holds them (S42-1).
+SIDE_VALUES = 5
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -118,17 +119,18 @@ class SideReader:
 
     def take(self, batch: pa.RecordBatch, lens: np.ndarray, path: str, first_row: int,
              ids: np.ndarray | None = None, mask: np.ndarray | None = None,
-             dropped: np.ndarray | None = None) -> list[np.ndarray]:
+             dropped: np.ndarray | None = None, vocab_size: int | None = None) -> list[np.ndarray]:
         """Per side column, its values for every token of the batch's rows, flat (T * width,
         the column's dtype). A null in a row not `dropped` (bool per row: rows the tokenizer
         skips) is refused. With the rows' `ids` (and loss `mask`, None: every token a target),
-        support columns are held to the support rule."""
+        support columns are held to the support rule, their ids to `vocab_size` (the
+        tokenizer's; None: FORMAT.md's 2^31) as input_ids are."""
         self._dropped = None if dropped is None or not np.any(dropped) else np.asarray(dropped, bool)
         out = [self._one(i, batch.column(s[0]), lens, path, first_row) for i, s in enumerate(self.spec)]
         if ids is not None:
             for c, vals in zip(self.columns, out):
                 if c is not None and c.is_support:
-                    _check_support(c, vals, ids, mask, lens, path, first_row)
+                    _check_support(c, vals, ids, mask, lens, path, first_row, vocab_size)
         return out
 
     def _one(self, i: int, col, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:
@@ -337,21 +339,22 @@ class SideReader:
 
 
 def _check_support(c: SideColumn, vals: np.ndarray, ids: np.ndarray, mask, lens, path: str,
-                   first_row: int) -> None:
+                   first_row: int, vocab_size: int | None) -> None:
     """The first token of these rows that breaks the support rule: one line naming the row
     and the token, before anything is written."""
-    from packtool.support_rule import SUPPORT_RULES, first_breaks
+    from packtool.support_rule import broken, first_breaks
     lens = np.asarray(lens, np.int64)
     starts = np.concatenate(([0], np.cumsum(lens)))[:-1]
     loss = np.ones(ids.size, np.uint8) if mask is None else np.asarray(mask, np.uint8).copy()
     loss[starts[lens > 0]] = 0  # a row's first token is never a target
-    first = first_breaks(vals.reshape(-1, c.width), ids, np.ones(ids.size, bool), loss)
+    first = first_breaks(vals.reshape(-1, c.width), ids, np.ones(ids.size, bool), loss, vocab_size)
     if (first < 0).all():
         return
     k = int(np.argmin(np.where(first >= 0, first, np.iinfo(np.int64).max)))
     p = int(first[k])
     r = int(np.searchsorted(starts, p, side="right")) - 1
     raise PacktoolInputError(f"side column {c.name}: token {p - int(starts[r])} (id {int(ids[p])}) holds "
-                             f"{vals.reshape(-1, c.width)[p].tolist()}: {SUPPORT_RULES[k]} (rows and tokens count from 0)",
+                             f"{vals.reshape(-1, c.width)[p].tolist()}: {broken(k, vals.reshape(-1, c.width)[p], vocab_size)} "
+                             f"(rows and tokens count from 0)",
                              path=path, row=first_row + r, flag=cli_flag("support_columns"),
                              details={"column": c.name, "token": p - int(starts[r])})

@@ -193,7 +193,7 @@ def _check_rows(batch: pa.RecordBatch, S: dict, nulls: dict, skip, row0: int, jo
             source = (src, job.side_source, ids_off[seg_row[sel]] + seg_start[sel], src_idx[sel], s_off[sel],
                       seq_lens[sel], seg_in_row[sel], rows_of)
         odd = check_side_batch(batch, job.side, ids, ids_off, loss, seg_row, seg_start, seq_lens, fill, ok_rows,
-                               row0, where, log, source)
+                               row0, where, log, source, job.vocab_size)
         for k, v in odd.items():
             acc.tot[k] = acc.tot.get(k, 0) + v
     acc.tot["physical_tokens"] += int(T.sum())

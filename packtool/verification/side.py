@@ -2,8 +2,8 @@
 declares, and per record batch, length T per row, no null values (a slab that breaks either is left
 out of that column's other checks and counts, said once), the fill on every position
 that is not a real token, and for columns declared `kind: "support"` the sampler-support
-rule on every real token (packtool/support_rule.py: -1 pads the end only, the token once, a
-token the loss counts has candidates).
+rule on every real token (packtool/support_rule.py: -1 pads the end only, distinct ids below
+the manifest's vocab_size, the token once, a token the loss counts has candidates).
 
 Vectorized over the batch (numpy over the flattened lists); the support rule is one numba
 pass over the tokens.
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from packtool.arrays import first_null, null_rows, span_mask
 from packtool.side import SideColumn, nonfinite
-from packtool.support_rule import SUPPORT_RULES, first_breaks
+from packtool.support_rule import broken, first_breaks
 from packtool.slabs.schema import SCHEMA, side_field, side_field_problem
 from packtool.tokenize.source_rows import describe_row
 from packtool.verification.problems import ProblemLog
@@ -68,7 +68,8 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
 
 def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.ndarray, loss: np.ndarray, seg_row: np.ndarray,
                      seg_start: np.ndarray, seq_lens: np.ndarray, fill_seg: np.ndarray, ok_rows: np.ndarray,
-                     row0: int, where: dict, log: ProblemLog, source=None) -> dict[str, int]:
+                     row0: int, where: dict, log: ProblemLog, source=None,
+                     vocab_size: int | None = None) -> dict[str, int]:
     """The per-row and per-token side column checks of one record batch (rows whose layout
     is broken are left to the layout checks). `source`: (store, per column its index in the
     store or -1, then per compared segment its first position, source row, offset, length and
@@ -113,13 +114,13 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
-            first = first_breaks(vals, ids, real & keep, np.asarray(loss, np.uint8))
+            first = first_breaks(vals, ids, real & keep, np.asarray(loss, np.uint8), vocab_size)
             if (first >= 0).any():
                 for k in np.flatnonzero(first >= 0):
                     p = int(first[k])
                     r = int(row_of[p])
                     log.add("side_support", f"side column {c.name!r}, position {int(p - ids_off[r])} (token "
-                            f"{int(ids[p])}) holds {vals[p].tolist()}: {SUPPORT_RULES[k]}", row=row0 + r,
+                            f"{int(ids[p])}) holds {vals[p].tolist()}: {broken(k, vals[p], vocab_size)}", row=row0 + r,
                             found=vals[p].tolist(), **where)
     return odd
 

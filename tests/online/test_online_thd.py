@@ -85,7 +85,8 @@ def _side_of(ids, mask, seed):
     sup = np.full((len(ids), K), -1, np.int32)
     for j in np.flatnonzero(mask):
         n = int(rng.integers(1, K + 1))
-        sup[j, :n] = np.concatenate(([ids[j]], 60000 + rng.permutation(100)[:n - 1]))
+        others = 50100 + rng.permutation(150)  # token ids of the vocabulary (the support rule holds them to it)
+        sup[j, :n] = np.concatenate(([ids[j]], others[others != ids[j]][:n - 1]))
     return {"old_logprobs": _logprob_of(ids), "support": sup}
 
 

@@ -9,18 +9,24 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import GPT2
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
 
 runner = CliRunner()
 GOOD = [[[5, -1], [6, 9], [7, -1]], [[1, -1], [2, -1], [3, 4]]]
-BAD = {  # rule -> (row 1's support, the token it names, the needle)
+BAD = {  # rule -> (row 1's support, the token it names, the needle[, the flags it needs])
     "order": ([[1, -1], [-1, 2], [3, 4]], 1, "-1 pads the end"),
     "below_minus_one": ([[1, -1], [2, -7], [3, 4]], 1, "-1 pads the end"),
     "absent": ([[1, -1], [2, -1], [8, 4]], 2, "not among its candidates"),
     "twice": ([[1, -1], [2, 2], [3, 4]], 1, "more than once"),
     "empty_on_loss": ([[1, -1], [-1, -1], [3, 4]], 1, "the loss counts this token but its row is empty"),
+    # what the scorer refuses, refused at pack too (S42-1): an id past the vocabulary, a candidate twice
+    "outside_vocab": ([[1, -1], [2, 50257], [3, 4]], 1, "candidate id 50257 is outside the vocabulary: ids are "
+                      "in [0, vocab_size 50257)", ("--tokenizer", GPT2)),
+    "outside_2^31": ([[1, -1], [2, 2**31 + 5], [3, 4]], 1, "candidate id 2147483653 is outside [0, 2^31)"),
+    "repeated": ([[1, -1, -1], [2, -1, -1], [3, 9, 9]], 2, "candidate id 9 is in the row more than once"),
 }
 
 
@@ -39,9 +45,9 @@ def _pack(tmp_path, src, *extra):
 
 @pytest.mark.parametrize("rule", sorted(BAD))
 def test_a_row_that_breaks_the_support_rule_is_refused_before_writing(tmp_path, rule):
-    sup, token, needle = BAD[rule]
-    src = _write(tmp_path / "in.parquet", [GOOD[0], sup])
-    r = _pack(tmp_path, src, "--side-columns", "lp", "--support-columns", "sup")
+    sup, token, needle, *flags = BAD[rule]
+    src = _write(tmp_path / "in.parquet", [[row + [-1] * (len(sup[-1]) - 2) for row in GOOD[0]], sup])
+    r = _pack(tmp_path, src, "--side-columns", "lp", "--support-columns", "sup", *(flags[0] if flags else ()))
     assert r.exit_code == 2, r.stdout + r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

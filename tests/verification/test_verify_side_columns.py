@@ -114,6 +114,7 @@ CASES = {"side_dtype": "side_dtype", "side_width": "side_width", "side_length": 
          "side_fill_rows": "side_fill",
          "support_order": "side_support", "support_absent": "side_support", "support_twice": "side_support",
          "support_negative": "side_support", "support_empty_on_loss": "side_support",
+         "support_repeated": "side_support",
          "side_nonfinite": "side_nonfinite", "missing": "schema",
          "undeclared": "schema", "side_null_row": "side_null", "side_null_support_row": "side_null",
          "side_null_support_value": "side_null"}
