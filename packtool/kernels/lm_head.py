@@ -55,8 +55,7 @@ def _flatten(hidden, weight, targets, loss_weights):
 
 
 def _check_impl(impl, tp_group):
-    if impl not in IMPLS:
-        raise PacktoolInputError(f"impl {impl!r}: expected one of {IMPLS}")
+    A.choice("impl", impl, IMPLS)
     if impl == "torch" and tp_group is not None:
         raise PacktoolInputError("impl='torch' has no vocab sharding; use impl='fused' with tp_group")
 

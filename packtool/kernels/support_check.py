@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 from packtool.kernels import args as A
-from packtool.errors import PacktoolInputError, arg  # arg: a wrapper's spelling (online/support.py)
+from packtool.errors import PacktoolInputError, arg  # arg, A.caller: a wrapper's spelling (online/support.py)
 
 PAD = -1
 
@@ -152,28 +152,31 @@ def _check_torch(sampled, support, vocab_total, vocab_start, vocab_local, loss_m
     if flags[6]:  # before "not among its candidates": the id compared was not the one given
         n, _ = _first(wrapped)
         raise PacktoolInputError(
-            f"{arg('sampled')}[{n}] = {int(sampled[n])} does not fit the support's {s.dtype} (the sampled id is "
+            f"{A.caller()}{arg('sampled')}[{n}] = {int(sampled[n])} does not fit the support's {s.dtype} (the sampled id is "
             f"compared as the support's dtype: it would wrap onto id {int(t[n])}); ids are in [0, vocab)")
+    # every verdict names the row as an expression of what the caller passed (arg: a wrapper's
+    # batch key, `batch['shift_support'].flatten(0, -2)`), never a bare "token n" of a view it never saw
     if flags[0]:
         n, k = _first(outside)
         raise PacktoolInputError(
-            f"{arg('support')}[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}) "
-            f"(token {n}); -1 is the only padding value"
+            f"{A.caller()}{arg('support')}[{n}, {k}] = {int(s[n, k])} is outside the vocabulary [0, {vocab_total}); "
+            f"-1 is the only padding value"
         )
     if flags[1]:
         n, k = _first(gap)
-        raise PacktoolInputError(f"support row of token {n} has a candidate after -1 padding (column {k + 1}): "
-                         "padding must trail the candidates")
+        raise PacktoolInputError(f"{A.caller()}{arg('support')}[{n}, {k + 1}] = {int(s[n, k + 1])} follows -1 padding in its "
+                                 f"row: padding must trail the candidates")
     if flags[2]:
         raise_repeated(s, dup)
     if flags[3]:
         n, _ = _first(missing)
-        raise PacktoolInputError(f"{arg('sampled')}[{n}] = {int(t[n])} is not among its support row's candidates "
-                         f"(token {n}): the sampled id must be in its row exactly once")
+        raise PacktoolInputError(f"{A.caller()}{arg('sampled')}[{n}] = {int(t[n])} is not among its support row's "
+                                 f"candidates ({arg('support')}[{n}]): the sampled id must be in its row exactly once")
     if flags[4]:
         n, _ = _first(unsupported)
-        raise PacktoolInputError(f"token {n} is loss-active but its support row is empty (all -1): record "
-                         "the sampler's candidates for it or mask it out; no full-vocabulary fallback")
+        raise PacktoolInputError(f"{A.caller()}{arg('support')}[{n}] is empty (all -1), but {arg('loss_mask')}[{n}] makes that "
+                                 f"token a loss target: record the sampler's candidates for it or mask it out; no "
+                                 f"full-vocabulary fallback")
     pos = match.to(torch.int8).argmax(1)
     local = torch.where(own, local, torch.full_like(local, PAD)).to(torch.int32).contiguous()
     return SupportRows(ids=local, start=0, v_local=int(vocab_local), pos=pos, valid=valid, owned=int(flags[5]))
@@ -183,5 +186,7 @@ def raise_repeated(support: torch.Tensor, dup: torch.Tensor | None = None) -> No
     """The error for the first row holding an id twice (dup: repeated_ids(support), if known)."""
     dup = repeated_ids(support) if dup is None else dup
     n, k = _first(dup)
-    raise PacktoolInputError(f"support row of token {n} holds id {int(support[n].sort().values[k + 1])} "
-                     "twice: candidates must be distinct")
+    x = int(support[n].sort().values[k + 1])
+    cols = (support[n] == x).nonzero().flatten().tolist()
+    raise PacktoolInputError(f"{A.caller()}{arg('support')}[{n}] holds id {x} twice (columns {cols[0]} and {cols[1]}): "
+                             "candidates must be distinct")

@@ -46,7 +46,7 @@ from packtool.kernels import args as A
 from packtool.kernels import support_torch
 from packtool.kernels.support_check import SupportRows, check_support, launch_checks, local_ids, read_checks
 from packtool.kernels.vocab_parallel import VocabShard
-from packtool.errors import PacktoolConfigError, PacktoolInputError
+from packtool.errors import PacktoolConfigError, PacktoolInputError, spelled_as
 
 IMPLS = ("auto", "gather", "dense", "union", "torch")
 # impl="auto" on a GPU: the gather path while the candidates this rank projects, per row, are
@@ -257,8 +257,7 @@ def _triton_runs(hidden) -> bool:
 
 def choose_path(impl: str, hidden: torch.Tensor, weight: torch.Tensor, rows: SupportRows) -> str:
     """The path a call runs, or "auto" where Triton runs and `auto_path` decides."""
-    if impl not in IMPLS:
-        raise PacktoolInputError(f"impl {impl!r}: expected one of {IMPLS}")
+    A.choice("impl", impl, IMPLS)
     triton_ok = _triton_runs(hidden)
     if impl == "gather" and not triton_ok:
         raise PacktoolConfigError("support_logprob impl='gather' needs Triton and a CUDA device (or "
@@ -357,7 +356,17 @@ def support_logprob(
     = 0, valid False, and no gradient.
     """
     temperature, vocab_start = A.temperature(temperature), A.count("vocab_start", vocab_start, 0)
+    A.choice("impl", impl, IMPLS)
+    entropy, deterministic, reduce_grad_hidden, main_grad = A.switches(
+        entropy=entropy, deterministic=deterministic, reduce_grad_hidden=reduce_grad_hidden, main_grad=main_grad)
     lead = A.support_arguments(hidden, weight, sampled, support, loss_mask)
+    with spelled_as(A.flat_views(sampled=sampled, support=support, loss_mask=loss_mask)):
+        return _support_logprob(hidden, weight, sampled, support, lead, temperature, vocab_start, tp_group,
+                                entropy, loss_mask, impl, deterministic, reduce_grad_hidden, main_grad)
+
+
+def _support_logprob(hidden, weight, sampled, support, lead, temperature, vocab_start, tp_group, entropy,
+                     loss_mask, impl, deterministic, reduce_grad_hidden, main_grad):
     h = hidden.reshape(-1, hidden.shape[-1])
     shard = VocabShard.of(weight, tp_group)
     start = shard.start if vocab_start is None else int(vocab_start)

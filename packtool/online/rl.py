@@ -11,11 +11,13 @@ gradients as for any CP loss). Needs torch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from packtool.errors import PacktoolConfigError, PacktoolInputError, bad_choice
+from packtool.errors import PacktoolConfigError, bad_choice
+from packtool.kernels import args as A
 
 AGGREGATES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
@@ -31,8 +33,8 @@ class PolicyLoss:
 def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                         loss_weight: torch.Tensor, segment: torch.Tensor, seg_loss_tokens: torch.Tensor, *,
                         clip_low: float = 0.2, clip_high: float | None = None,
-                        aggregate: str = "token-mean", num_loss_tokens: float | None = None,
-                        num_sequences: float | None = None) -> PolicyLoss:
+                        aggregate: str = "token-mean", num_loss_tokens: int | None = None,
+                        num_sequences: int | None = None) -> PolicyLoss:
     """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A), r = exp(logprobs - old_logprobs),
     on the positions where loss_weight is nonzero (times the weight), reduced by `aggregate`:
 
@@ -47,19 +49,21 @@ def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adva
     Shapes [t] or [1, t] alike; computed in float32 whatever the model's dtype."""
     if aggregate not in AGGREGATES:
         raise bad_choice(PacktoolConfigError, "aggregate", aggregate, AGGREGATES)
-    clip_high = clip_low if clip_high is None else clip_high
-    lp, old, adv, w = (x.reshape(-1).float() for x in (logprobs, old_logprobs, advantages, loss_weight))
-    seg = segment.reshape(-1)
-    if not lp.shape == old.shape == adv.shape == w.shape == seg.shape:
-        raise PacktoolInputError(f"logprobs, old_logprobs, advantages, loss_weight and segment must hold one value "
-                         f"per local position, got {[tuple(x.shape) for x in (lp, old, adv, w, seg)]}")
+    # every argument checked before any work, by the kernels' owner of that rule (packtool/kernels/args.py)
+    lp, old, adv, w, counts, seg = A.policy_tensors(logprobs, old_logprobs, advantages, loss_weight, segment,
+                                                    seg_loss_tokens)
+    # a lower bound 1 - clip_low above the upper 1 + clip_high zeroed the objective (clip_low=-1)
+    clip_low = A.number("clip_low", clip_low, 0.0, 1.0, high_open=False)
+    clip_high = clip_low if clip_high is None else A.number("clip_high", clip_high, 0.0, math.inf)
+    num_loss_tokens = A.count("num_loss_tokens", num_loss_tokens, 0)
+    num_sequences = A.count("num_sequences", num_sequences, 0)
     on = w != 0
+    A.segments(segment, seg_loss_tokens, seg, counts, w, num_loss_tokens, num_sequences)
     # off target positions old_logprobs hold the fill: keep them out of exp()
     log_ratio = torch.where(on, lp - old, torch.zeros_like(lp))
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.where(on, -torch.minimum(ratio * adv, clipped * adv) * w, torch.zeros_like(lp))
-    counts = seg_loss_tokens.reshape(-1).float()
     seq_sum = torch.zeros(counts.shape[0], dtype=per_token.dtype, device=per_token.device)
     seq_sum = seq_sum.index_add(0, seg, per_token)
     per_sequence = seq_sum / counts.clamp(min=1)

@@ -61,7 +61,7 @@ def _labels(labels, where: str, said: str) -> torch.Tensor:
 def _score(hidden, weight, sampled, support, active, shape, names: dict, **kw):
     # names: the batch's keys, so that an argument on another device is named as the caller has it
     A.same_device("hidden", hidden, {"weight": A.tensor("weight", weight), names["labels"]: sampled,
-                                     names["support"]: support, **names.get("more", {})})
+                                     f"{names['caller']}: {names['support']}": support, **names.get("more", {})})
     rows = torch.where(active[:, None], support, torch.full_like(support, -1))
     t = torch.where(active, sampled, torch.zeros_like(sampled))
     # the kernel reads int32 or int64 rows as given; a narrowing cast would wrap an id past
@@ -70,7 +70,8 @@ def _score(hidden, weight, sampled, support, active, shape, names: dict, **kw):
     if rows.dtype not in (torch.int32, torch.int64):
         rows = rows.to(torch.int64)
     # the kernel's messages index its flat [N] / [N, K] views: spelled as expressions of the batch
-    with spelled_as({"sampled": names["sampled"], "support": names["support"] + ".flatten(0, -2)"}):
+    with spelled_as({A.CALLER: names["caller"], "sampled": names["sampled"], "loss_mask": names["loss_mask"],
+                     "support": names["support"] + ".flatten(0, -2)"}):
         lp, ent, valid = support_logprob(hidden, weight, t, rows, loss_mask=active, **kw)
     return lp.reshape(shape), (None if ent is None else ent.reshape(shape)), valid.reshape(shape)
 
@@ -91,8 +92,8 @@ def support_logprobs_thd(batch, hidden: torch.Tensor, weight: torch.Tensor, colu
     h = _rows(hidden, n, where)
     s = _support(batch.side_targets, column, column, n, where, "batch.side_targets")
     active = batch.loss_weight.reshape(-1) != 0
-    names = {"labels": f"{where}: batch.labels", "support": f"{where}: batch.side_targets[{column!r}]",
-             "sampled": f"{where}: batch.labels.flatten()",
+    names = {"labels": f"{where}: batch.labels", "support": f"batch.side_targets[{column!r}]",
+             "sampled": "batch.labels.flatten()", "loss_mask": "batch.loss_weight.flatten()", "caller": where,
              "more": {f"{where}: batch.loss_weight": batch.loss_weight}}
     return _score(h, weight, labels, s, active, batch.labels.shape, names, temperature=temperature,
                   entropy=entropy, tp_group=tp_group, **kw)
@@ -119,7 +120,8 @@ def support_logprobs_hf(batch: dict, hidden: torch.Tensor, weight: torch.Tensor,
     s = _support(batch, f"shift_{column}", column, n, where, "batch")
     target = torch.cat([flat[1:], flat.new_full((1,), IGNORE_INDEX)])  # each segment starts with -100
     active = target != IGNORE_INDEX
-    names = {"labels": f"{where}: batch['labels']", "support": f"{where}: batch['shift_{column}']",
-             "sampled": f"{where}: batch['labels'].flatten()[1:]"}  # position p scores label p + 1
+    names = {"labels": f"{where}: batch['labels']", "support": f"batch['shift_{column}']", "caller": where,
+             # position p scores label p + 1, a target where that label is not -100
+             "sampled": "batch['labels'].flatten()[1:]", "loss_mask": "batch['labels'].flatten()[1:]"}
     return _score(h, weight, target, s, active, labels.shape, names, temperature=temperature,
                   entropy=entropy, **kw)

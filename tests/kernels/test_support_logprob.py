@@ -178,11 +178,11 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
 
 BAD = {
     "missing": (lambda s, t: t.__setitem__(5, int(s[5].max()) + 1 if int(s[5].max()) + 1 < V else 0),
-                r"sampled\[5\] = \d+ is not among its support row's candidates \(token 5\)"),
-    "duplicate": (lambda s, t: s.__setitem__((6, 2), int(s[6, 1])), r"token 6 holds id \d+ twice"),
+                r"^sampled\[5\] = \d+ is not among its support row's candidates \(support\[5\]\)"),
+    "duplicate": (lambda s, t: s.__setitem__((6, 2), int(s[6, 1])), r"^support\[6\] holds id \d+ twice \(columns 1 and 2\)"),
     "above_vocab": (lambda s, t: s.__setitem__((7, 3), V), r"support\[7, 3\] = 300 is outside the vocabulary \[0, 300\)"),
     "below_pad": (lambda s, t: s.__setitem__((8, 1), -2), r"support\[8, 1\] = -2 is outside"),
-    "padding_gap": (lambda s, t: s.__setitem__((9, 2), -1), r"token 9 has a candidate after -1 padding"),
+    "padding_gap": (lambda s, t: s.__setitem__((9, 2), -1), r"^support\[9, 3\] = \d+ follows -1 padding in its row"),
 }
 
 
@@ -212,7 +212,7 @@ def test_repeated_id_is_found_by_the_checks_bitmaps(path):
                h, w, torch.float32, up)
     _close(got, _ref(h, w, samp, sup, 1.0, up), 2e-6)
     sup[6, 2] = sup[6, 1]
-    with pytest.raises(PacktoolInputError, match=r"token 6 holds id \d+ twice"):
+    with pytest.raises(PacktoolInputError, match=r"^support\[6\] holds id \d+ twice"):
         support_logprob(h.float(), w.float(), samp, sup, impl=path)
 
 
@@ -309,7 +309,7 @@ def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
 def test_loss_active_token_without_support_is_an_error():
     h, w, samp, sup, _ = _inputs()
     mask = torch.ones(N)
-    with pytest.raises(PacktoolInputError, match="token 3 is loss-active but its support row is empty"):
+    with pytest.raises(PacktoolInputError, match=r"^support\[3\] is empty \(all -1\), but loss_mask\[3\] makes that token a loss target"):
         support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)
     mask[3] = 0
     lp, _, valid = support_logprob(h.float(), w.float(), samp, sup, loss_mask=mask)

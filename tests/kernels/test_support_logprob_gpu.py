@@ -123,7 +123,7 @@ def test_wide_rows_repeated_id_is_an_error(S, impl):
     row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
     sup[row, 3] = sup[row, 2]
     samp[row] = sup[row, 0]
-    with pytest.raises(PacktoolInputError, match=f"token {row} holds id"):
+    with pytest.raises(PacktoolInputError, match=rf"^support\[{row}\] holds id"):
         S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
 
 

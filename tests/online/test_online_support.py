@@ -149,7 +149,8 @@ def test_thd_errors_name_the_column_and_the_shape(gpt):
     with pytest.raises(ValueError, match="holds 3 positions"):
         support_logprobs_thd(b, h[:3], gpt.output_layer.weight)
     b.side_targets["support"] = torch.where(b.loss_weight[..., None] != 0, -1, b.side_targets["support"])
-    with pytest.raises(ValueError, match="loss-active but its support row is empty"):
+    with pytest.raises(ValueError, match=r"^support_logprobs_thd: batch.side_targets\['support'\].flatten\(0, -2\)\[\d+\] is empty \(all -1\), "
+                       r"but batch.loss_weight.flatten\(\)\[\d+\] makes that token a loss target"):
         support_logprobs_thd(b, h, gpt.output_layer.weight)
 
 
