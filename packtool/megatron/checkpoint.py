@@ -228,14 +228,37 @@ def _read(path: str) -> object:
         raise _unreadable(path, "is damaged or incomplete (not a whole torch.save file)") from None
 
 
+def _not_a_checkpoint_folder(d: str, tp_rank: int) -> str:
+    """What --load names instead of a folder holding TP rank `tp_rank`'s checkpoint, said as what
+    it is (README: a path that is not there or not the kind its argument takes is named as
+    such), with the fix for that kind; the caller names the path and the flag."""
+    from packtool.output.paths import describe_kind
+    from packtool.output.relations import WHY, own_tree_kind
+    name, fix = os.path.basename(ckpt_path(d, tp_rank)), f"give {arg('load')} the folder `packtool train --save` wrote"
+    if not os.path.lexists(d):
+        return f"no such folder; {fix}"
+    if not os.path.isdir(d):
+        if CKPT.match(os.path.basename(os.path.normpath(d))) and os.path.isfile(d):
+            return f"is a checkpoint file; {arg('load')} takes the folder that holds it: " \
+                   f"{arg('load', os.path.dirname(os.path.normpath(d)) or os.curdir)}"
+        return f"is {describe_kind(d)}, not a checkpoint folder; {fix}"
+    kind = own_tree_kind(d)
+    if kind is not None and kind != "checkpoint":
+        also = " (a packed output is train's DATA_DIR)" if kind == "packed" else ""
+        return f"is {WHY[kind][0]}, not a checkpoint folder{also}; {fix}"
+    ranks = sorted(n for n in os.listdir(d) if CKPT.match(n))
+    if ranks:  # another TP rank's file only: the run that saved it had another --tp
+        return (f"holds {', '.join(ranks[:3])} but no {name} (TP rank {tp_rank}'s checkpoint): it was saved by "
+                f"a run of other tensor-parallel ranks; give the {arg('tp')} it was saved with")
+    return f"holds no checkpoint (no {name}); {fix}"
+
+
 def load_checkpoint(d: str, tp_rank: int, tp: Optional[int] = None) -> dict:
     """The checkpoint of TP rank `tp_rank` in folder `d`, checked to be one `save_checkpoint`
     wrote (for a run of `tp` TP ranks, when given); its shape as a GPTShape under "shape"."""
     path = ckpt_path(d, tp_rank)
     if not os.path.exists(path):
-        raise PacktoolInputError(f"{arg('load', d)}: no {os.path.basename(path)} (saved by "
-                                 f"`packtool train --save`; TP rank {tp_rank}): give the folder a saved run wrote",
-                                 path=d, flag=cli_flag("load"))
+        raise PacktoolInputError(_not_a_checkpoint_folder(d, tp_rank), path=d, flag=cli_flag("load"))
     ck = _read(path)
     lost = [k for k in KEYS if not isinstance(ck, dict) or k not in ck]
     if lost:

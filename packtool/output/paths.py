@@ -151,11 +151,17 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         st = os.lstat(p)
     except FileNotFoundError:
         st = None
+    # a folder flag's file (train --save's mp_rank_XX.pt): its name is packtool's, not the
+    # user's to change; the fix is the thing in the way, or another folder
+    member = _LOCAL_KIND.get(flag.lstrip("-").replace("-", "_")) == "folder"
+    fix = f"remove it, or give another {flag} folder" if member else None
     if st is not None and stat.S_ISLNK(st.st_mode):
-        raise refused("is a symbolic link; packtool never writes through one: give "
-                      "the real file's path or another name", shown, p, flag)
+        raise refused("is a symbolic link; packtool never writes through one: "
+                      + (fix or "give the real file's path or another name"), shown, p, flag)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise refused(f"is {kind_name(st.st_mode)}; give a file name such as {_example(flag)}", shown, p, flag)
+        what = f"is {kind_name(st.st_mode)}"
+        raise refused(f"{what}, not a {mine or 'file'} packtool wrote: {fix}" if member
+                      else f"{what}; give a file name such as {_example(flag)}", shown, p, flag)
     refuse_folder_form(shown, flag)  # a folder not there yet: its spelling says it
     for inp in inputs:
         if st is not None and inp and os.path.exists(inp) and os.path.samefile(inp, p):
@@ -168,7 +174,8 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     if problem:
         raise refused(f"{problem}; write it beside that folder", shown, p, flag)
     if st is not None and not replace:
-        raise refused(f"exists; pass {arg(replace_flag, True)} to replace it, or give another {flag}", shown, p, flag)
+        raise refused(f"exists; pass {arg(replace_flag, True)} to replace it, or give another {flag}"
+                      f"{' folder' if member else ''}", shown, p, flag)
     folder = os.path.dirname(p)
     if not os.path.isdir(folder):
         raise refused(f"folder {os.path.dirname(shown) or os.curdir} does not exist; create it or write elsewhere",

@@ -232,7 +232,7 @@ CASES = {
     "train --vocab-size 0": (None, [], lambda t: _train(t, "--vocab-size", "0"), "--vocab-size"),
     "train without a vocabulary": (None, [], lambda t: _train(t), "--vocab-size"),
     "train --vocab-size below an id": (None, [], lambda t: _train(t, "--vocab-size", "3"), "--vocab-size 3"),
-    "train --load missing": (_load, ["load=", "mp_rank_00.pt"],
+    "train --load missing": (_load, ["no such folder", "give load the folder"],
                              lambda t: _train(t, "--load", str(t / "no-checkpoint")), "--load"),
     "dataset dp": (lambda t: _dataset(t, data=_packed(t, "dp2", dp=2)), ["dp=2", "dp=1"], None, ""),
     "dataset dp_rank": (lambda t: _dataset(t, dp_rank=1), ["dp_rank=1"], None, ""),
