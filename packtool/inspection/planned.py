@@ -20,7 +20,8 @@ from packtool.arrays import first_null
 from packtool.integers import int_array
 from packtool.layout import compute_layout
 from packtool.params import arguments, expect
-from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, SequenceError, overflow_of_segments
+from packtool.planning.core import (OverflowStats, PackingConfig, Plan, PlanError, SequenceError, overflow_of_segments,
+                                    segments_off_policy)
 from packtool.planning.core import plan as make_plan
 
 
@@ -105,14 +106,23 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
     over = np.flatnonzero(~single & (lay.footprint > alignment.usable))
     if over.size:  # the plan was made for a larger capacity: every figure would be wrong
         b = int(over[0])
+        held = f"slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of C={alignment.capacity:,}"
+        if recorded:  # read with the file's own settings: no flag can make it agree
+            raise InspectError(f"{path}: {held} (the file's settings); {_REWRITE}", flag=cli_flag("plan"))
         raise InspectError(
-            f"{path}: slab {b} holds {int(lay.footprint[b]):,} tokens, more than U={alignment.usable:,} of "
-            f"C={alignment.capacity:,}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
+            f"{path}: {held}: the plan was made with a larger {arg(alignment.usable_arg)}; pass the same "
             f"{arg('capacity')}/{arg('fixed_length')} (and {arg('tp')}/{arg('cp')}/{arg('fp8')}/...) as `plan`",
             flag=cli_flag(alignment.usable_arg))
     src = col["source_index"]
     chunk = col["chunk_index"]
     _check_coverage(path, src, chunk, col["source_offset"], seg_len, t.schema.metadata)
+    off = segments_off_policy(src, chunk, seg_len, single, packing.overflow, alignment.usable)
+    if off:  # the settings say another policy than the rows were made under: its figures would lie
+        kind, i, why = off
+        where = f"segment row {i}" if kind == "segment" else f"slab {i}"
+        raise InspectError(f"{path}: {where} {why}; " + (_REWRITE if recorded else f"pass the same "
+                           f"{arg('overflow')} (and {arg('capacity')}) as `plan`"),
+                           flag=cli_flag("plan" if recorded else "overflow"))
     # truncate's figures are not in a plan's segments (nor its file): reported as 0
     ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or OverflowStats(packing.overflow)
     src_len = reassemble(src, seg_len)

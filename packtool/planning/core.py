@@ -216,6 +216,36 @@ def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str,
     return OverflowStats(policy, **{k: v for k, v in made.items() if k in OVERFLOW_FIGURES[policy]})
 
 
+def segments_off_policy(source: np.ndarray, chunk: np.ndarray, length: np.ndarray, singletons: np.ndarray,
+                        policy: str, usable: int) -> tuple[str, int, str] | None:
+    """What the real segments (source row, chunk number, length of each) and the slabs placed
+    alone (`singletons`, a bool per slab) hold that `apply_overflow` under `policy` cannot have
+    made, as ("segment" or "slab", its index, why), or None: a row cut into chunks under any
+    policy but split; a slab placed alone (a segment over U) under any but singleton; under
+    split, a chunk other than its row's last that is not U tokens (rows are cut into chunks of
+    U). `inspect` of a plan file or an output refuses the first: settings edited against their
+    rows would make every overflow figure a lie (S42-9)."""
+    cut = np.flatnonzero(chunk > 0)
+    if policy != "split" and cut.size:
+        i = int(cut[0])
+        return "segment", i, (f"is chunk {int(chunk[i])} of source row {int(source[i])}, but overflow "
+                              f"{policy!r} cuts no row (only 'split' does)")
+    alone = np.flatnonzero(singletons)
+    if policy != "singleton" and alone.size:
+        return "slab", int(alone[0]), (f"is a sequence over U={usable:,} placed alone, which overflow {policy!r} "
+                                       f"never makes (only 'singleton' does)")
+    if policy == "split" and cut.size:
+        order = np.lexsort((chunk, source))
+        s, ln = source[order], length[order]
+        short = np.flatnonzero((s[:-1] == s[1:]) & (ln[:-1] != usable))  # a chunk with one after it
+        if short.size:
+            i = int(order[short[0]])
+            return "segment", i, (f"is chunk {int(chunk[i])} of source row {int(source[i])} with {int(length[i]):,} "
+                                  f"tokens, but overflow 'split' cuts a row into chunks of U={usable:,} tokens "
+                                  f"(all but its last)")
+    return None
+
+
 def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
                    first_row: int = 0) -> tuple[Segments, OverflowStats]:
     """Segments of `lengths` under the overflow policy; sources are numbered from `first_row`
