@@ -3,8 +3,9 @@ tokens through the layout: rollout log-probs, advantages, loss weights, the samp
 candidate ids. The tool does not know the list; a user names the columns.
 
 A `SideColumn` says what every reader needs to place and check the values: the numpy dtype,
-the width (1 = one scalar per token, K = a fixed-width row per token), the fill held by pads
-and by tokens that have no value, and the kind. Kind "support" declares an int column whose
+the width (1 = one scalar per token, K = a fixed-width row per token; `row` says a width of 1
+is a 1-wide row, [T, 1], not one value per token, [T]: the support of greedy sampling), the
+fill held by pads and by tokens that have no value, and the kind. Kind "support" declares an int column whose
 rows follow the sampler-support rule (FORMAT.md, "Side columns"; packtool/support_rule.py):
 -1 padded at the end, distinct token ids, and for a token that has a row, the token id
 present in it exactly once. The declaration is
@@ -55,13 +56,16 @@ def name_problem(name) -> str | None:
 
 @dataclass(frozen=True)
 class SideColumn:
-    """One per-token side column. `fill=None` means the default: 0.0 for floats, -1 for ints."""
+    """One per-token side column. `fill=None` means the default: 0.0 for floats, -1 for ints.
+    `row=None` means the width's: a row per token for K > 1, one value for K = 1; `row=True`
+    with width 1 is a 1-wide row per token (S42-7: a K=1 input column had no declaration)."""
 
     name: str
     dtype: str
     width: int = 1
     fill: float | int | None = None
     kind: str = "values"
+    row: bool | None = None
 
     def __post_init__(self) -> None:
         where = f"side column {self.name!r}"
@@ -75,6 +79,12 @@ class SideColumn:
             raise PacktoolInputError(f"{where}: width {self.width!r} is not a positive integer",
                                      flag=cli_flag("side_columns"))
         object.__setattr__(self, "width", int(self.width))
+        if self.row is None:
+            object.__setattr__(self, "row", self.width > 1)
+        if not isinstance(self.row, (bool, np.bool_)) or (self.width > 1 and not self.row):
+            raise PacktoolInputError(f"{where}: row {self.row!r} is not True, or False with width 1 (a width "
+                                     f"{self.width} column holds a row per token)", flag=cli_flag("side_columns"))
+        object.__setattr__(self, "row", bool(self.row))
         if self.kind not in KINDS:
             raise PacktoolInputError(f"{where}: kind {self.kind!r} is not one of {', '.join(KINDS)}",
                                      flag=cli_flag("support_columns"))
@@ -111,9 +121,16 @@ class SideColumn:
     def is_support(self) -> bool:
         return self.kind == "support"
 
+    @property
+    def row_shape(self) -> tuple:
+        """One token's values: () one value, (K,) a K-wide row (K = 1 included)."""
+        return (self.width,) if self.row else ()
+
     def to_dict(self) -> dict:
-        """The manifest entry (FORMAT.md, "Side columns")."""
-        return {"name": self.name, "dtype": self.dtype, "width": self.width, "fill": self.fill, "kind": self.kind}
+        """The manifest entry (FORMAT.md, "Side columns"): `row` only where the width does not
+        say it (a 1-wide row), so every other entry is as before."""
+        d = {"name": self.name, "dtype": self.dtype, "width": self.width, "fill": self.fill, "kind": self.kind}
+        return {**d, "row": True} if self.row and self.width == 1 else d
 
     @classmethod
     def from_dict(cls, d: object, where: str = "manifest") -> "SideColumn":
@@ -123,14 +140,14 @@ class SideColumn:
                                       f"the manifest is edited or damaged: re-run `packtool pack`")
         try:
             col = cls(name=d["name"], dtype=d.get("dtype"), width=d.get("width", 1), fill=d.get("fill"),
-                      kind=d.get("kind", "values"))
+                      kind=d.get("kind", "values"), row=d.get("row"))
         except PacktoolInputError as e:
             what = re.sub(r" \(see --[a-z-]+\)$", "", str(e))  # a manifest has no flags to name
             raise PacktoolFormatError(f"{where}: side_columns: {what}; the manifest is edited or damaged") from None
         # a stored output holds FORMAT.md's fill, which pack always writes: another (pads rewritten
         # to match) would be shifted into every target-aligned batch as a made-up value; bit for
         # bit, as pads are held, so -0.0 is not 0.0
-        want = cls(col.name, col.dtype, col.width, kind=col.kind).fill
+        want = cls(col.name, col.dtype, col.width, kind=col.kind, row=col.row).fill
         bits = f"i{col.np_dtype.itemsize}"
         if np.asarray(col.fill, col.np_dtype).view(bits) != np.asarray(want, col.np_dtype).view(bits):
             raise PacktoolFormatError(f"{where}: side_columns: side column {col.name!r} ({col.dtype}) has fill "
@@ -139,8 +156,8 @@ class SideColumn:
         return col
 
     def filled(self, n: int) -> np.ndarray:
-        """n tokens' worth of fill: shape (n,) for width 1, (n, width) otherwise."""
-        return np.full((n,) if self.width == 1 else (n, self.width), self.fill, self.np_dtype)
+        """n tokens' worth of fill: shape (n,) for one value per token, (n, width) for rows."""
+        return np.full((n, *self.row_shape), self.fill, self.np_dtype)
 
 
 def per_token(row: tuple) -> str:

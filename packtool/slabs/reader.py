@@ -192,7 +192,7 @@ def _side_column(col: pa.ChunkedArray, c: SideColumn, where: str) -> tuple[np.nd
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     offsets = np_of(arr.offsets).astype(np.int64)
     inner = arr.values
-    if c.width > 1:
+    if c.row:
         if not pa.types.is_fixed_size_list(inner.type) or inner.type.list_size != c.width:
             raise FormatError(f"{where}: side column {c.name!r} is {arr.type}, the manifest says {c.width} "
                               f"{c.dtype} per token; run `packtool verify` on the output")
@@ -202,7 +202,7 @@ def _side_column(col: pa.ChunkedArray, c: SideColumn, where: str) -> tuple[np.nd
     if values.dtype != c.np_dtype:
         raise FormatError(f"{where}: side column {c.name!r} holds {values.dtype}, the manifest says {c.dtype}; "
                           f"run `packtool verify` on the output")
-    return (values if c.width == 1 else values.reshape(-1, c.width)), offsets
+    return values.reshape(-1, *c.row_shape), offsets
 
 
 class SlabReader:

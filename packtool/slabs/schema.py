@@ -44,10 +44,11 @@ SIDE_RECORD = b"packtool.side_column"
 
 
 def side_field(c: SideColumn) -> pa.Field:
-    """A side column's Parquet field: list<dtype> (width 1) or list<fixed_size_list<dtype, K>>,
-    one entry per physical token, like input_ids; its field metadata is `c`'s manifest entry."""
+    """A side column's Parquet field: list<dtype> (one value per token) or
+    list<fixed_size_list<dtype, K>> (a K-wide row, K >= 1), one entry per physical token, like
+    input_ids; its field metadata is `c`'s manifest entry."""
     t = pa.from_numpy_dtype(c.np_dtype)
-    return pa.field(c.name, pa.list_(t if c.width == 1 else pa.list_(t, c.width)),
+    return pa.field(c.name, pa.list_(pa.list_(t, c.width) if c.row else t),
                     metadata={SIDE_RECORD: json.dumps(c.to_dict(), sort_keys=True).encode()})
 
 
@@ -96,7 +97,7 @@ def side_encoding(side=()) -> dict:
     CPU than split, BENCHMARKS.md, side columns)."""
     enc = dict(TOKEN_ENCODING)
     for c in check_side_columns(side):
-        if c.width == 1:
+        if not c.row:
             enc[f"{c.name}.list.element"] = "BYTE_STREAM_SPLIT"
         else:
             enc[f"{c.name}.list.element.list.element"] = "PLAIN"

@@ -154,7 +154,7 @@ class SlabWriter:
         gather_side(self.tok, k, self.tok.offsets, src, src_off, length, dest, out)
         t = pa.from_numpy_dtype(c.np_dtype)
         values = _arrow(out.reshape(-1), t)
-        if c.width > 1:
+        if c.row:
             values = pa.FixedSizeListArray.from_arrays(values, c.width)
         return pa.ListArray.from_arrays(_arrow(row_off, pa.int32()), values)
 

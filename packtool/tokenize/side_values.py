@@ -185,9 +185,10 @@ class SideReader:
             if natural == "null" and pinned is None:
                 raise bad(f"holds no values, so its type is unknown: give it as {name}:DTYPE in "
                           f"{arg('side_columns')} (DTYPE one of {', '.join(DTYPES)})", pin=True)
-            c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind)
-        if (c.width > 1) != nested:
-            raise bad(f"is {'a K-long list' if c.width > 1 else 'one value'} per token in earlier rows "
+            # a list per token is a row, K = 1 too: the width alone cannot say a 1-wide row (S42-7)
+            c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind, row=nested)
+        if c.row != nested:  # the column was resolved from an earlier batch or input file
+            raise bad(f"is {f'a K={c.width} row' if c.row else 'one value'} per token in earlier rows "
                       f"but {t} here", 0)
         have = np.diff(offs)
         mism = (have != lens) if row_ok is None else ((have != lens) & row_ok)
@@ -233,7 +234,7 @@ class SideReader:
     def _tokens(self, c: SideColumn, tok: pa.Array, rel: np.ndarray, natural: str, pinned, bad) -> np.ndarray:
         """The values of the tokens in `tok` (rows at `rel`), flat: len(tok) * width."""
         K = c.width
-        if K == 1:
+        if not c.row:
             self._null_values(tok, rel, c.name, bad)
             return self._numbers(tok, c, natural, pinned, bad, rel)
         io = _list_offsets(tok)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from packtool.arrays import first_null, null_rows, span_mask
-from packtool.side import SideColumn, nonfinite
+from packtool.side import SideColumn, nonfinite, per_token
 from packtool.support_rule import broken, first_breaks
 from packtool.slabs.schema import SCHEMA, side_field, side_field_problem
 from packtool.tokenize.source_rows import describe_row
@@ -50,12 +50,17 @@ def check_side_schema(schema: pa.Schema, side: tuple[SideColumn, ...], name: str
                 log.add("schema", f"{problem}: the manifest or the shard was edited", shard=name)
             continue
         inner = got.value_type if pa.types.is_list(got) else None
-        got_w = inner.list_size if inner is not None and pa.types.is_fixed_size_list(inner) else \
+        fixed = inner is not None and pa.types.is_fixed_size_list(inner)
+        got_w = inner.list_size if fixed else \
             (1 if inner is not None and not pa.types.is_list(inner) and not pa.types.is_large_list(inner) else None)
-        scalar = inner.value_type if got_w and got_w > 1 else inner
+        scalar = inner.value_type if fixed else inner
         if got_w != c.width:
             log.add("side_width", f"side column {c.name!r} is {got}: {got_w or 'not a fixed'} value(s) per token, "
                     f"the manifest declares width {c.width}", shard=name, expected=c.width, found=got_w)
+        elif fixed != c.row:  # width 1 both: a 1-wide row against one value per token
+            log.add("side_width", f"side column {c.name!r} is {got}: {per_token((1,) if fixed else ())}, the "
+                    f"manifest declares {per_token(c.row_shape)}", shard=name, expected=per_token(c.row_shape),
+                    found=per_token((1,) if fixed else ()))
         elif scalar != pa.from_numpy_dtype(c.np_dtype):
             log.add("side_dtype", f"side column {c.name!r} holds {scalar}, the manifest declares {c.dtype}",
                     shard=name, expected=c.dtype, found=str(scalar))
@@ -110,7 +115,7 @@ def check_side_batch(batch: pa.RecordBatch, side, ids: np.ndarray, ids_off: np.n
         hit = np.flatnonzero(off_fill)
         for p in hit[np.flatnonzero(np.diff(np.concatenate(([-1], row_of[hit]))))][:20]:
             r = int(row_of[p])
-            log.add("side_fill", f"side column {c.name!r} holds {side_value(vals[p], c.width)} "
+            log.add("side_fill", f"side column {c.name!r} holds {side_value(vals[p], c.row)} "
                     f"at pad position {int(p - ids_off[r])}; every pad holds the fill {c.fill}",
                     row=row0 + r, expected=c.fill, **where)
         if c.is_support:
@@ -146,7 +151,7 @@ def _values(col: pa.Array, c: SideColumn, T: np.ndarray, ids_off: np.ndarray, pa
     tokens; the rows not `pair`ed hold 0 there (their values cannot be placed)."""
     offs = col.offsets.to_numpy().astype(np.int64)
     flat = col.values.slice(int(offs[0]), int(offs[-1] - offs[0]))
-    if c.width > 1:
+    if c.row:
         flat = flat.values.slice(flat.offset * c.width, len(flat) * c.width)
     if flat.null_count:  # in rows left out; an int column with a null would read back as floats
         flat = pc.fill_null(flat, pa.scalar(0, flat.type))
@@ -161,14 +166,14 @@ def _values(col: pa.Array, c: SideColumn, T: np.ndarray, ids_off: np.ndarray, pa
     return out
 
 
-def side_value(v: np.ndarray, width: int):
+def side_value(v: np.ndarray, row: bool):
     """One token's side value(s) as Python numbers that print as their own dtype does: a
     float32 as its shortest float32 repr (-0.1, not -0.10000000149011612), in text and JSON."""
     if v.dtype == np.float32:
         out = [float(str(x)) for x in v]  # numpy's str of a float32 is its shortest round-trip form
     else:
         out = v.tolist()
-    return out if width > 1 else out[0]
+    return out if row else out[0]
 
 
 def check_nonfinite(stats: dict, side, totals: dict, policy: str, log: ProblemLog, notes: list[str]) -> None:
@@ -217,10 +222,10 @@ def source_side_columns(source_dir: str, side, log: ProblemLog, notes: list[str]
         k = at.get(c.name, -1)
         if k < 0:
             missing.append(c.name)
-        elif (have[k].dtype, have[k].width) != (c.dtype, c.width):
-            log.add("source_side", f"side column {c.name!r} is {c.dtype} x {c.width} per token in the output, "
-                    f"{have[k].dtype} x {have[k].width} in the source: not the inputs or side columns of the pack",
-                    expected=f"{have[k].dtype} x {have[k].width}", found=f"{c.dtype} x {c.width}")
+        elif (have[k].dtype, have[k].row_shape) != (c.dtype, c.row_shape):
+            mine, theirs = (f"{x.dtype}, {per_token(x.row_shape)}" for x in (c, have[k]))
+            log.add("source_side", f"side column {c.name!r} is {mine} in the output, {theirs} in the source: not "
+                    f"the inputs or side columns of the pack", expected=theirs, found=mine)
             k = -1
         index.append(k)
     if missing:
@@ -251,7 +256,7 @@ def compare_side_source(vals: np.ndarray, c: SideColumn, src, k: int, pos: np.nd
     per_row = np.diff(np.append(firsts, diff.size))
     for f, n in zip(firsts, per_row):
         p, i, r = int(diff[f]), int(seg[f]), int(rows[f])
-        one = lambda a: side_value(a[p], c.width)  # noqa: E731
+        one = lambda a: side_value(a[p], c.row)  # noqa: E731
         more = f" ({int(n)} such positions in this slab)" if n > 1 else ""
         src, at = describe_row(rows_of, int(src_row[i]))
         log.add("source_side", f"side column {c.name!r} differs from the source: position {p - int(ids_off[r])} "
