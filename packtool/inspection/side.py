@@ -28,6 +28,7 @@ class SideColumnReport:
     fill_on_real_share: float  # fill_on_real / real_tokens
     nan: int = 0  # NaN values (float columns)
     inf: int = 0  # +-inf values (float columns)
+    row: bool = False  # a K-wide row per token, [T, K], K = 1 included (FORMAT.md "row"); False: one value, [T]
 
 
 class SideTally:
@@ -60,7 +61,7 @@ class SideTally:
         t, rt = self.total, self.real_total
         return [SideColumnReport(c.name, c.dtype, c.width, c.kind, c.fill, t, int(self.fill[k]),
                                  share(self.fill[k], t), rt, int(self.fill_real[k]), share(self.fill_real[k], rt),
-                                 int(self.odd[k, 0]), int(self.odd[k, 1]))
+                                 int(self.odd[k, 0]), int(self.odd[k, 1]), c.row)
                 for k, c in enumerate(self.side)]
 
 
@@ -82,7 +83,7 @@ def _real_positions(seq_lens, cu_padded) -> np.ndarray:
 def side_rows(r) -> list[list[str]]:
     """The text and HTML table of a report's side columns: one row per column."""
     from packtool.inspection.figures import fmt_pct
-    return [[c.name, c.dtype, str(c.width), c.kind, str(c.fill), fmt_pct(c.fill_share),
+    return [[c.name, c.dtype, f"{c.width} (row)" if c.row and c.width == 1 else str(c.width), c.kind, str(c.fill), fmt_pct(c.fill_share),
              fmt_pct(c.fill_on_real_share), "-" if c.dtype.startswith("int") else f"{c.nan:,} / {c.inf:,}"]
             for c in r.side_columns]
 

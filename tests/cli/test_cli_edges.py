@@ -129,13 +129,15 @@ def test_verify_source_leaves_no_cache_folder_it_made(rows, monkeypatch, source_
 def test_the_side_table_keeps_every_figure_at_80_columns():
     from packtool.cli.printing import side_table
     cols = [SimpleNamespace(name="old_logprobs", dtype="float32", width=1, kind="values", fill=0.0, fill_share=0.41,
-                            fill_on_real_share=0.0, nan=12, inf=3),
+                            fill_on_real_share=0.0, nan=12, inf=3, row=False),
             SimpleNamespace(name="support_of_the_sampler", dtype="int32", width=20, kind="support", fill=-1,
-                            fill_share=0.6, fill_on_real_share=0.39, nan=0, inf=0)]
+                            fill_share=0.6, fill_on_real_share=0.39, nan=0, inf=0, row=True),
+            SimpleNamespace(name="greedy_support", dtype="int32", width=1, kind="support", fill=-1,
+                            fill_share=0.6, fill_on_real_share=0.39, nan=0, inf=0, row=True)]
     for width in (80, 100, 160):
         con = Console(width=width, record=True)
         con.print(side_table(SimpleNamespace(side_columns=cols), con))
         text = con.export_text()
         assert "…" not in text and max(map(len, text.splitlines())) <= width, text
-        for figure in ("20", "-1", "41.00%", "39.00%", "12 / 3", "float32", "support"):
+        for figure in ("20", "-1", "41.00%", "39.00%", "12 / 3", "float32", "support", "1 (row)"):
             assert figure in text, (figure, text)

@@ -84,7 +84,7 @@ def test_inspect_reads_it(packed):
     from packtool.inspection.packed import inspect_packed
     name, out, _, _, _ = packed
     (c,) = inspect_packed(out, what_if=False).side_columns
-    assert (c.name, c.width, c.fill_on_real) == (SPELLINGS[name][0], 1, 0)
+    assert (c.name, c.width, c.row, c.fill_on_real) == (SPELLINGS[name][0], 1, True, 0)
 
 
 def _tokens_values(name: str, ids: np.ndarray) -> np.ndarray:
