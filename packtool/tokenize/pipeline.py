@@ -52,10 +52,11 @@ from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
 _LIST_COLUMNS = {"input_ids": "list<int32> token ids",
                  "loss_mask": "list<uint8> 1 = token is a target; null row: every token is"}
-# Encode chunks queued or running: one encoding (encode_batch uses every core) and one ready
-# to start the moment it ends. A third only added its Encodings to the peak, and the peak a
-# run meets grew with the run's length (issue 23 class 8, BENCHMARKS.md "Raw chat pack").
-_IN_FLIGHT = 2
+# Encode chunks queued or running: one encoding (encode_batch uses every core), one ready to
+# start the moment it ends, and a third being rendered for. Two cost raw chat 3.2% wall (cores
+# idle while the reader rendered the next chunk) for 7 MiB less peak; the peak is flat with rows
+# at either depth since the flat store keeps nothing per row (BENCHMARKS.md "Raw chat pack").
+_IN_FLIGHT = 3
 # Rendered characters per encode_batch call. A chunk's Encodings (ids, type ids, per-token
 # strings, offsets, words, masks: ~100 bytes a token) and encode_batch's scratch live in
 # glibc's arenas, which keep their high-water mark: at 1 Mi characters (with the earlier
