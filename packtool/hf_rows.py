@@ -16,9 +16,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from packtool.errors import PacktoolInputError
+from packtool.integers import TOKEN_ID_BOUND
 
 FIX = "these rows are not as packtool wrote them: check the output with `packtool verify`"
-_ID_TOP = 1 << 31  # input_ids is an int32 column (FORMAT.md)
 
 
 def _fail(what: str) -> PacktoolInputError:
@@ -61,7 +61,7 @@ def check_row(input_ids, loss_mask, seq_lens, cu_seqlens_padded) -> tuple[np.nda
     if lossy.size:
         raise _fail(f"loss_mask is {mask[lossy[0]]} at slab position {int(lossy[0])}, a pad of its segment "
                     f"(seq_lens): a pad carries no loss, so seq_lens or the mask was edited")
-    odd = np.flatnonzero((ids < 0) | (ids >= _ID_TOP))
+    odd = np.flatnonzero((ids < 0) | (ids >= TOKEN_ID_BOUND))
     if odd.size:
         raise _fail(f"input_ids holds {int(ids[odd[0]])} at slab position {int(odd[0])}, not a token id "
                     f"(0 .. 2^31-1)")

@@ -11,6 +11,7 @@ from packtool.errors import PacktoolError, PacktoolInputError, arg
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
+TOKEN_ID_BOUND = 2**31  # FORMAT.md: token ids in [0, vocab_size), below 2^31 (int32) without a vocabulary
 
 
 def short(value) -> str:
@@ -96,4 +97,4 @@ def _power(n: int) -> str:
     return f"{n:,}"
 
 
-__all__ = ["INT32_MAX", "INT64_MAX", "LENGTH_MAX", "int_array", "int_value", "short"]
+__all__ = ["INT32_MAX", "INT64_MAX", "LENGTH_MAX", "TOKEN_ID_BOUND", "int_array", "int_value", "short"]

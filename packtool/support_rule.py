@@ -16,7 +16,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-TOKEN_ID_BOUND = 2**31  # FORMAT.md: token ids in [0, vocab_size), below 2^31 without a vocabulary
+from packtool.integers import TOKEN_ID_BOUND
+
 
 SUPPORT_RULES = ("a -1 before a candidate id (or an id below -1): -1 pads the end of the row only",
                  "the token at this position is not among its candidates",

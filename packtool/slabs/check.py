@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from packtool.arrays import first_null
 from packtool.errors import PacktoolConfigError
+from packtool.integers import TOKEN_ID_BOUND
 from packtool.layout import compute_layout
 from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
@@ -318,7 +319,7 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
     if found is not None:
         code, r, p = found
         at = f" position {p}" if p >= 0 else ""
-        if code == 4 and held != top and 0 <= ids[id_off[r] + p] < (top or 1 << 31):
+        if code == 4 and held != top and 0 <= ids[id_off[r] + p] < (top or TOKEN_ID_BOUND):
             raise FormatError(f"{where} row {r}{at}: token id {int(ids[id_off[r] + p])} is above the shard's "
                               f"max_token_id {max_id} in the manifest; {fix_of(sm)}")
         if code == 4 and said:  # no damage: ids the model cannot embed (an IndexError mid-step)

@@ -19,6 +19,7 @@ from packtool import __version__
 from packtool.align import Alignment, AlignmentError
 from packtool import manifest_name
 from packtool.errors import PacktoolFormatError
+from packtool.integers import TOKEN_ID_BOUND
 from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.side import SideColumn, side_columns_from_manifest, side_columns_to_manifest
 
@@ -234,7 +235,7 @@ def check_numbers(m: dict, path: str) -> None:
         for key in ("rows", "tokens", "loss_tokens", "bytes"):
             count(f"shards[{i}].{key}", e.get(key))
         top = e.get("max_token_id", 0)  # absent in outputs written before it
-        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top < (vocab or 1 << 31):
+        if not isinstance(top, int) or isinstance(top, bool) or not 0 <= top < (vocab or TOKEN_ID_BOUND):
             bad(f"shards[{i}].max_token_id", top, f"not a token id in [0, {vocab or '2^31'})"
                 + (" (tokenizer.vocab_size)" if vocab else ""))
     cfg = m["config"]
@@ -243,11 +244,11 @@ def check_numbers(m: dict, path: str) -> None:
             v = (cfg.get(part) or {}).get(key) if isinstance(cfg.get(part), dict) else None
             if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= top:
                 bad(f"config.{part}.{key}", v, f"outside [1, {top}]")
-    if vocab is not None and not 1 <= vocab < 1 << 31:  # token ids are int32
+    if vocab is not None and not 1 <= vocab < TOKEN_ID_BOUND:  # vocab_size itself is an int32
         bad("tokenizer.vocab_size", vocab, "outside [1, 2^31)")
     for key in ("pad_id", "eos_id", "bos_id"):
         v = tok.get(key)
-        if v is not None and not 0 <= v < (vocab or 1 << 31):
+        if v is not None and not 0 <= v < (vocab or TOKEN_ID_BOUND):
             bad(f"tokenizer.{key}", v, f"outside [0, vocab_size={vocab})" if vocab else "negative or over 2^31")
 
 

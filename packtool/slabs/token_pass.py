@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from packtool.integers import TOKEN_ID_BOUND
+
 BAD = ("a pad position does not hold pad_id", "loss on a pad position", "loss on a segment's first token",
        "a loss_mask value other than 0 or 1", "a token id outside [0, vocab_size)",
        "num_loss_tokens differs from the loss_mask sum")
@@ -44,7 +46,7 @@ def _token_pass(ids, mask, id_off, seg_start, seq_lens, padded, pad_id, vocab, n
     reductions over the tokens (numpy: no kernel to compile or load in a reader's process);
     only a group that fails it is searched for the first broken rule, in the order of a scan
     row by row, segment by segment, position by position."""
-    top = vocab if vocab > 0 else 2**31 - 1
+    top = vocab if vocab > 0 else TOKEN_ID_BOUND
     a, b = int(id_off[0]), int(id_off[-1])  # positions are into the column's values
     pads = _runs(seg_start + seq_lens, padded - seq_lens)
     firsts = seg_start[seq_lens > 0]

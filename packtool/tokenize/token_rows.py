@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError
+from packtool.integers import TOKEN_ID_BOUND
 from packtool.tokenize.encode import EncodedBatch, row_sums
 from packtool.tokenize.shape_detect import Shape
 
@@ -103,7 +104,7 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
     """`lean`: a batch without a mask column gets mask None (every token a target) instead
     of a uint8 one per token (tokenize_to_cache's writers take None)."""
     flat, lens = _list_values(batch, "input_ids", path, first_row)
-    top = vocab_size or 2**31
+    top = vocab_size or TOKEN_ID_BOUND
     if flat.size:
         if flat.dtype.kind in "iu":
             bad = first_outside(flat, top)

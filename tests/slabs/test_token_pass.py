@@ -24,7 +24,7 @@ PAD, VOCAB = 7, 50
 
 def scan(ids, mask, id_off, seg_row, seg_start, seq_lens, padded, pad_id, vocab, n_loss):
     """The reference: the kernel's loop, in Python."""
-    top = vocab if vocab > 0 else 2**31 - 1
+    top = vocab if vocab > 0 else 2**31  # FORMAT.md: ids below 2^31 without a vocabulary
     for r in range(id_off.size - 1):
         total = 0
         for k in np.flatnonzero(seg_row == r):
