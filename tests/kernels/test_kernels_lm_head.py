@@ -4,22 +4,20 @@ Shapes stay tiny (the interpreter runs each program in numpy): V = 300 is not a 
 interpreter's 128-wide vocab block, and chunk_rows = 7 makes several ragged chunks.
 """
 
-import os
+import pytest
 
-# Before triton is imported: CPU tensors, no GPU driver. Triton fixes the mode of its own jit'd
-# library at import, so on a GPU machine run this file in a process of its own (not after
-# test_kernels_gpu.py imported triton compiled).
-os.environ["TRITON_INTERPRET"] = "1"
+from packtool.errors import PacktoolConfigError, PacktoolInputError
+import torch
 
-import pytest  # noqa: E402
+from packtool.kernels import lm_head as L
+from packtool.kernels.chunking import default_chunk_rows, find_active_rows
+from packtool.kernels.row_stats import row_stats_torch, row_stats_triton
+from packtool.kernels.softmax_grad import softmax_grad_torch_, softmax_grad_triton_
 
-from packtool.errors import PacktoolConfigError, PacktoolInputError  # noqa: E402
-import torch  # noqa: E402
-
-from packtool.kernels import lm_head as L  # noqa: E402
-from packtool.kernels.chunking import default_chunk_rows, find_active_rows  # noqa: E402
-from packtool.kernels.row_stats import row_stats_torch, row_stats_triton  # noqa: E402
-from packtool.kernels.softmax_grad import softmax_grad_torch_, softmax_grad_triton_  # noqa: E402
+# CPU tensors under the Triton interpreter, which tests/conftest.py turns on where no GPU is; where one is,
+# the compiled kernels are tested in the *_gpu.py modules (the interpreter cannot be a per-module choice:
+# set at import it leaked into every later module of the process, stop 43's 67 GPU failures).
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter tests on CPU tensors; see *_gpu.py")
 
 N, H, V = 40, 32, 300
 

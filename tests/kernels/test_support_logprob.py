@@ -8,24 +8,27 @@ Shapes are small and odd: V = 300 and H = 40 leave ragged blocks, K = 7 pads its
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (see test_kernels_lm_head.py)
+import subprocess
+import sys
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+from spawned_ranks import join_gloo
 
-from spawned_ranks import join_gloo  # noqa: E402
+from packtool.errors import PacktoolInputError
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-from packtool.errors import PacktoolInputError  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+from packtool.kernels.reference import torch_reference_logprobs_entropy
+from packtool.kernels.reference import torch_reference_support_logprob as reference
+from packtool.kernels.support_logprob import support_logprob
 
-from packtool.kernels.reference import torch_reference_logprobs_entropy  # noqa: E402
-from packtool.kernels.reference import torch_reference_support_logprob as reference  # noqa: E402
-from packtool.kernels.support_logprob import support_logprob  # noqa: E402
+# CPU tensors under the Triton interpreter, which tests/conftest.py turns on where no GPU is; where one is,
+# the compiled kernels are tested in the *_gpu.py modules (the interpreter cannot be a per-module choice:
+# set at import it leaked into every later module of the process, stop 43's 67 GPU failures).
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter tests on CPU tensors; see *_gpu.py")
 
 N, H, V, K = 13, 40, 300, 7
 PATHS = ["gather", "torch", "dense", "union"]
