@@ -313,8 +313,8 @@ def cache_problem(root: str, fingerprint: str | None = None, check=_check_serial
     [(name, record)])`: the first problem of those files (the Ray engine spreads it)."""
     try:
         meta = read_cache_json(root)
-    except CacheDamagedError:
-        return "cache.json cannot be read"
+    except CacheDamagedError as e:  # the reason alone: the caller's line names the entry and the fix
+        return str(e).partition(": ")[2].partition("; ")[0] or "cache.json cannot be read"
     if meta.get("format") != CACHE_FORMAT or meta.get("version") != CACHE_VERSION:
         return "cache.json is of another format or version"
     if fingerprint is not None and meta.get("fingerprint") != fingerprint:

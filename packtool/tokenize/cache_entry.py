@@ -7,8 +7,10 @@ The names: cache.json, data/ (cache_parts.DATA_DIR), flat/ and its token and sid
 files; the format's name and version, and the side column layout's (`SIDE_STORE`). cache.json
 read whole, bounded (storage.read_small), and written in one rename. Trust: cache.json records
 every file's size and xxh3-128 (`cache_checksums`); `file_problem` says why one file is not
-what it records. `CacheDamagedError` is every refusal of an entry whose files or cache.json do
-not hold.
+what it records; cache.json itself carries the xxh3-128 of its own content (`SEAL`), so a
+hand-edited count, input hash, tokenizer or side column declaration is refused as the files
+are, never fed into a pack. `CacheDamagedError` is every refusal of an entry whose files or
+cache.json do not hold.
 """
 from __future__ import annotations
 
@@ -56,12 +58,32 @@ class CacheDamagedError(PacktoolCacheError):
     directly gets this error, naming the cache and the fix."""
 
 
+# cache.json's checksum of its own content: the file records describe the data, but the counts,
+# the inputs' hashes, the tokenizer and the side columns' dtypes are read from cache.json alone
+SEAL = "cache_json_xxh3_128"
+
+
+def _seal_of(meta: dict) -> str:
+    """xxh3-128 of every key but the seal, in a canonical form (key order and whitespace are
+    no edit of the content)."""
+    import xxhash
+    body = {k: v for k, v in meta.items() if k != SEAL}
+    return xxhash.xxh3_128_hexdigest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def cache_json_bytes(meta: dict) -> bytes:
+    """cache.json's bytes, sealed (`meta` gets its seal): every writer of an entry's
+    cache.json, local or on a store, writes these."""
+    meta[SEAL] = _seal_of(meta)
+    return (json.dumps(meta, indent=1, sort_keys=False) + "\n").encode()
+
+
 def write_cache_json(directory: str, meta: dict) -> None:
     """cache.json, replaced in one rename (a reader sees the old or the new file, whole)."""
     from packtool.output.files import write_file
-    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, text=True, manifest=True) as f:
-        json.dump(meta, f, indent=1, sort_keys=False)
-        f.write("\n")
+    data = cache_json_bytes(meta)
+    with write_file(os.path.join(directory, "cache.json"), "cache_dir", replace=True, manifest=True) as f:
+        f.write(data)
 
 
 def read_cache_json(directory: str) -> dict:
@@ -77,6 +99,11 @@ def read_cache_json(directory: str) -> dict:
                                 f"folder and re-run (it is rebuilt)", path=directory) from None
     if not isinstance(meta, dict):
         raise CacheDamagedError("cache.json is not a JSON object; delete the folder and re-run",
+                                path=directory)
+    if meta.get(SEAL) != _seal_of(meta):
+        why = "has no checksum of its own (an older packtool wrote it)" if SEAL not in meta else \
+            "was changed after packtool wrote it (its own checksum differs)"
+        raise CacheDamagedError(f"cache.json {why}; delete the folder and re-run (it is rebuilt)",
                                 path=directory)
     return meta
 

@@ -74,8 +74,8 @@ def recorded_files(entry: Location) -> list[str]:
 def commit_entry(entry: str, meta: dict) -> None:
     """Put an entry's cache.json (written as the local cache writes it) once every file it
     records is uploaded: from then on the entry is used."""
-    import json
-    locate(entry).join(ENTRY_META).write_bytes((json.dumps(meta, indent=1, sort_keys=False) + "\n").encode())
+    from packtool.tokenize.cache_entry import cache_json_bytes
+    locate(entry).join(ENTRY_META).write_bytes(cache_json_bytes(meta))
 
 
 def push_entry(store: str, final: str, replace: bool = False) -> bool:

@@ -104,3 +104,24 @@ def test_an_entry_is_read_in_place_as_the_local_cache_and_strays_are_never_pulle
         _machine(monkeypatch, tmp_path, f"b-{key}")
         again = tokenize_to_cache(inputs, cfg, store, progress=False)
         assert again.reused and sorted(os.listdir(again.path)) == sorted(os.listdir(local.path))
+
+
+def test_an_edited_cache_json_on_the_store_is_rebuilt(s3, tmp_path, monkeypatch, capsys):
+    """cache.json's own values are checked as its files are (S43-3): an entry whose cache.json
+    was edited on the store (a count, here) is pulled, refused and rebuilt, never reused."""
+    import json
+    store = f"{s3}/cache"
+    _machine(monkeypatch, tmp_path, "a")
+    pack(*ARGS, output=str(tmp_path / "o1"), cache_dir=store)
+    meta_obj = next(i for i in locate(store).list() if i.path.endswith("/" + ENTRY_META))
+    from packtool.storage import Location
+    obj = Location(locate(store).fs, meta_obj.path, "", False)
+    meta = json.loads(obj.read_bytes())
+    meta["num_loss_tokens"] += 1
+    obj.write_bytes(json.dumps(meta, indent=1).encode())
+    _machine(monkeypatch, tmp_path, "b")
+    capsys.readouterr()
+    pack(*ARGS, output=str(tmp_path / "o2"), cache_dir=store)
+    assert "cache.json was changed after packtool wrote it" in capsys.readouterr().err
+    assert _files(str(tmp_path / "o1")) == _files(str(tmp_path / "o2"))
+    assert json.loads(obj.read_bytes())["num_loss_tokens"] == meta["num_loss_tokens"] - 1  # replaced

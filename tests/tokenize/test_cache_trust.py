@@ -24,6 +24,7 @@ from packtool.packing import pack_cache
 from packtool.slabs.names import MANIFEST
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, CacheDamagedError, TokenizedCache, cache_problem
+from packtool.tokenize.cache_entry import cache_json_bytes
 from packtool.tokenize.flat_tokens import TOKENS_FILE, flat_store_dir, flat_store_for
 
 CFG = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
@@ -149,7 +150,8 @@ def test_in_place_edit_with_same_size_and_mtime_is_caught(built, capsys, tmp_pat
 def test_opening_a_damaged_cache_directly_names_it(built):
     _, _, cache, _ = built
     with open(os.path.join(cache.root, "cache.json"), "wb") as f:
-        f.write(json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "num_rows": "x"}).encode())
+        # sealed as packtool writes it: what is refused is the value, not the edit
+        f.write(cache_json_bytes({"format": CACHE_FORMAT, "version": CACHE_VERSION, "num_rows": "x"}))
     with pytest.raises(CacheDamagedError, match="cache.json is damaged"):
         TokenizedCache(cache.root)
     with open(os.path.join(cache.root, "cache.json"), "wb") as f:
@@ -166,8 +168,8 @@ def test_flat_store_rebuilt_from_parquet_is_held_to_its_record(built):
     assert _bytes(os.path.join(d, TOKENS_FILE)) == files["flat/tokens.i32"]
     meta = json.load(open(os.path.join(cache.root, "cache.json")))
     meta["checksums"]["flat/tokens.i32"]["xxh3_128"] = "0" * 32
-    with open(os.path.join(cache.root, "cache.json"), "w") as f:
-        json.dump(meta, f)
+    with open(os.path.join(cache.root, "cache.json"), "wb") as f:  # sealed: a record packtool wrote
+        f.write(cache_json_bytes(meta))
     shutil.rmtree(d)
     with pytest.raises(CacheDamagedError, match="does not match cache.json's checksum"):
         flat_store_for(TokenizedCache(cache.root))
@@ -181,8 +183,8 @@ def test_cache_without_flat_checksums_records_them_when_the_store_is_built(built
     meta = json.load(open(os.path.join(cache.root, "cache.json")))
     for n in ("flat/tokens.i32", "flat/offsets.npy"):
         del meta["checksums"][n]
-    with open(os.path.join(cache.root, "cache.json"), "w") as f:
-        json.dump(meta, f)
+    with open(os.path.join(cache.root, "cache.json"), "wb") as f:  # sealed, as the Ray engine writes it
+        f.write(cache_json_bytes(meta))
     assert cache_problem(cache.root, cache.fingerprint) is None
     flat_store_for(TokenizedCache(cache.root))
     sums = json.load(open(os.path.join(cache.root, "cache.json")))["checksums"]

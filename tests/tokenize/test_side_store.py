@@ -16,6 +16,7 @@ from packtool.errors import PacktoolCacheError, PacktoolInputError
 from packtool.side import SideColumn
 from packtool.slabs.gather import gather_side
 from packtool.tokenize.cache import CacheDamagedError, TokenizedCache, cache_problem, side_files
+from packtool.tokenize.cache_entry import cache_json_bytes
 from packtool.tokenize.flat_tokens import FlatTokens
 from packtool.tokenize.side_store import BLOCK, SparseRowsWriter, read_dense, sparse_problem
 
@@ -100,8 +101,9 @@ def test_every_sparse_file_is_checksummed_and_a_dense_layout_cache_is_not_read(t
     assert not rebuilt.reused and cache_problem(rebuilt.root) is None
     meta_path = os.path.join(rebuilt.root, "cache.json")
     meta = json.load(open(meta_path))
-    del meta["side_store"]  # what a cache of the dense layout says
-    json.dump(meta, open(meta_path, "w"))
+    del meta["side_store"]  # what a cache of the dense layout says (sealed: refused for its layout)
+    with open(meta_path, "wb") as f:
+        f.write(cache_json_bytes(meta))
     with pytest.raises(PacktoolInputError, match="side column layout"):
         TokenizedCache(rebuilt.root)
     assert "side column layout" in cache_problem(rebuilt.root)
