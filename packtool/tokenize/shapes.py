@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import KeyUse, chat_row, count, unrendered_turn_keys
+from packtool.tokenize.gen_markers import MarkedValue, arrow_may_hold
 from packtool.tokenize.reply_roles import roles_of
 from packtool.tokenize.row_checks import (
     check_column_types,
@@ -161,6 +162,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         maybe_empty = [True] * batch.num_rows if maybe_empty is None else maybe_empty.tolist()
     unrendered: dict = {}
     no_reply: dict = {}
+    unmarked = renderer is not None and not arrow_may_hold([batch.column(c) for c in shape.columns])
     for i, row in enumerate(zip(*cols)):
         null = None
         if all(v is None for v in (row[:1] if msg_key else row)):  # a row's tools alone are no turns
@@ -209,7 +211,9 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             empty.append(True)
             continue
         try:
-            text, sp = renderer.render(msgs, skip, row_keys)
+            text, sp = renderer.render(msgs, skip, row_keys, unmarked)
+        except MarkedValue as e:  # the row's data, not the template: no --chat-template to blame
+            raise PacktoolInputError(e.text(), path=path, row=first_row + i) from None
         except (jinja2.TemplateError, TypeError) as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
                                      path=path, row=first_row + i, flag=cli_flag("chat_template")) from None

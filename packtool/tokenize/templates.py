@@ -3,7 +3,8 @@
 Loss spans come from `{% generation %}...{% endgeneration %}` blocks (the convention
 transformers uses for `return_assistant_tokens_mask`). We render the block's body between two
 private-use marker characters, then strip them and keep their positions: this works however
-jinja buffers output (set blocks, macros, filters). A template without generation blocks (a
+jinja buffers output (set blocks, macros). The markers' rules (no row value may hold one; the
+output must hold them in order) are gen_markers.py's. A template without generation blocks (a
 model folder's template, a user .jinja) gets spans by prefix rendering: assistant message i
 covers render(messages[:i], add_generation_prompt=True) .. render(messages[:i+1]), minus
 trailing whitespace; that needs each rendering to be a prefix of the next (checked).
@@ -28,11 +29,11 @@ import jinja2.ext
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.builtin_templates import BUILTIN, CHATML, LLAMA3, MISTRAL  # noqa: F401  (re-exported)
+from packtool.tokenize.gen_markers import CLOSE, OPEN, marked_at, strip_markers
 from packtool.tokenize.native_templates import NATIVE, Fallback
 from packtool.tokenize.template_limits import bounded_range, rendering, too_long
 from packtool.tokenize.template_sizes import Sandbox
 
-_OPEN, _CLOSE = "\ue000", "\ue001"  # private-use code points: never in real text (checked)
 _GEN_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class _Generation(jinja2.ext.Extension):
         return jinja2.nodes.CallBlock(self.call_method("_wrap"), [], [], body).set_lineno(lineno)
 
     def _wrap(self, caller):
-        return _OPEN + caller() + _CLOSE
+        return OPEN + caller() + CLOSE
 
 
 def _raise(message: str):
@@ -185,30 +186,6 @@ def compile_template(template: ChatTemplate) -> jinja2.Template:
                                  path=template.name, flag=cli_flag("chat_template")) from None
 
 
-def _strip_markers(marked: str) -> tuple[str, list[tuple[int, int]]]:
-    spans: list[tuple[int, int]] = []
-    out: list[str] = []
-    pos = 0
-    length = 0
-    while True:
-        i = marked.find(_OPEN, pos)
-        if i < 0:
-            out.append(marked[pos:])
-            break
-        j = marked.find(_CLOSE, i)
-        out.append(marked[pos:i])
-        length += i - pos
-        body = marked[i + 1:j]
-        if _OPEN in body:
-            raise jinja2.exceptions.TemplateError("nested {% generation %} blocks")
-        if body:
-            spans.append((length, length + len(body)))
-        out.append(body)
-        length += len(body)
-        pos = j + 1
-    return "".join(out), spans
-
-
 class Renderer:
     """Renders conversations to (text, assistant char spans) with one template."""
 
@@ -217,6 +194,11 @@ class Renderer:
         builtin = BUILTIN.get(template.name) == template.text
         self._jinja = compile_template(template)
         self._special = dict(special)
+        bad = marked_at({f"special token {k}": v for k, v in self._special.items()}) \
+            if template.has_generation else None
+        if bad is not None:  # the tokenizer's, not a row's: said before any row is read
+            raise PacktoolInputError(bad.text("give a tokenizer whose special tokens do not hold them"),
+                                     flag=cli_flag("tokenizer"))
         self._native = NATIVE[template.name] if builtin else None
         self._tool_use = Renderer(template.tool_use, special) if template.tool_use is not None else None
 
@@ -240,11 +222,19 @@ class Renderer:
                 raise jinja2.exceptions.TemplateError(f"{type(e).__name__}: {e}") from None
         return "".join(parts)
 
-    def render(self, messages: list[dict], untrained=(), row_keys=None) -> tuple[str, list[tuple[int, int]]]:
+    def render(self, messages: list[dict], untrained=(), row_keys=None,
+               unmarked: bool = False) -> tuple[str, list[tuple[int, int]]]:
         """Raises jinja2.TemplateError (the caller names the row). `untrained`: indices of turns
-        whose text gets no loss (weight 0); `row_keys`: see `_render`."""
+        whose text gets no loss (weight 0); `row_keys`: see `_render`. A value holding a
+        generation marker raises gen_markers.MarkedValue (a data error: the caller names the row),
+        whether or not this template would render it: what a template renders is its own code.
+        `unmarked`: the caller has checked that no value holds one (gen_markers.arrow_may_hold)."""
         if self._tool_use is not None and (row_keys or {}).get("tools") is not None:
-            return self._tool_use.render(messages, untrained, row_keys)
+            return self._tool_use.render(messages, untrained, row_keys, unmarked)
+        if self.template.has_generation and not unmarked:
+            bad = marked_at({"messages": messages, **(row_keys or {})})
+            if bad is not None:
+                raise bad
         text, spans = self._render_spans(messages, row_keys or None)
         for i in sorted(untrained):
             spans = self._without_turn(messages, i, text, spans, row_keys or None)
@@ -257,11 +247,7 @@ class Renderer:
             except Fallback:
                 pass
         if self.template.has_generation:
-            marked = self._render(messages, row_keys=row_keys)
-            if marked.count(_OPEN) != marked.count(_CLOSE) or \
-                    any(_OPEN in str(m.get("content", "")) for m in messages):
-                raise jinja2.exceptions.TemplateError("message text holds a reserved marker U+E000")
-            return _strip_markers(marked)
+            return strip_markers(self._render(messages, row_keys=row_keys))
         return self._render_by_prefix(messages, row_keys)
 
     def _without_turn(self, messages, i: int, text: str, spans, row_keys) -> list[tuple[int, int]]:
