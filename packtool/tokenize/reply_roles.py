@@ -30,9 +30,12 @@ def _quoted(roles) -> str:
 
 def fix(roles) -> str:
     """What trains and what to do, for rows whose turns had `roles`."""
-    said = [f"only a turn whose role is {TRAINED!r} and whose weight is not 0 is trained"]
-    if TRAINED in roles:  # an assistant turn that is not trained: its weight is 0
-        said.append("give a reply turn a weight of 1 (or none)")
+    said = [f"only a turn whose role is {TRAINED!r} and whose weight is not 0 is trained, and of it what the "
+            f"chat template trains (a turn of tool calls alone is context under the built-ins, which train "
+            f"a turn's text: a template trains calls inside {{% generation %}})"]
+    if TRAINED in roles:  # an assistant turn that is not trained: weight 0, or nothing the template trains
+        said.append("give a reply turn its text and a weight of 1 (or none), or use a template whose "
+                    "{% generation %} blocks hold its tool calls")
     if set(roles) - _KNOWN or TRAINED not in roles:
         said.append(f"packtool maps no other role to {TRAINED!r} (no flag does): rename the role that "
                     f"holds the replies to {TRAINED!r} in the data")

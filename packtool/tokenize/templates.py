@@ -284,7 +284,9 @@ class Renderer:
         full = self._render(messages, row_keys=row_keys)
         spans: list[tuple[int, int]] = []
         for i, m in enumerate(messages):
-            if m.get("role") != "assistant" or not m.get("content") or m.get("tool_calls"):
+            # an assistant turn's whole rendering is what it generated: its text and its tool
+            # calls, as this template writes them (nothing marks one apart from the other)
+            if m.get("role") != "assistant" or not (m.get("content") or m.get("tool_calls")):
                 continue
             head = self._render(messages[:i], add_generation_prompt=True, row_keys=row_keys) if i else ""
             upto = self._render(messages[:i + 1], row_keys=row_keys)
