@@ -12,6 +12,11 @@ The holder renews it every `RENEW_SECONDS`; a lease not renewed for `LEASE_SECON
 one whose holder ran on this host and whose process is gone, is a dead run's and the next
 run takes it over (and cleans what the dead run left). The record
 holds a random token, "pid N on HOST" and the renewal time: nothing secret.
+
+A holder paused past `LEASE_SECONDS` (SIGSTOP, a stalled host) resumes believing it holds the
+lease: output.store checks it (`Lease.check`) before each put and delete, and on S3 the
+renewal, the release and a takeover act only on the lease object as last seen (If-Match on
+its ETag, store_conditional), so the paused run never overwrites or deletes the new holder's.
 """
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ import time
 import uuid
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.storage import Location, read_small
-from packtool.storage_uri import unreached
+from packtool.storage import Location, bucket_gone, read_small
+from packtool.store_conditional import ABSENT, delete_if, etag, put_if
 
 LEASE = ".packtool.lock"
 LEASE_SECONDS = 120.0
@@ -54,6 +59,9 @@ class Lease:
         self.lock, self.prefix = lock, prefix
         self.token = uuid.uuid4().hex
         self.lost = False
+        # the ETag of the lease object as this run last put it, where the store offers
+        # conditional requests: renewal and release then act only on that very object
+        self.etag: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -66,19 +74,36 @@ class Lease:
         return bool(rec) and rec.get("token") == self.token
 
     def check(self) -> None:
-        """Raise unless the lease is still this run's (read from the store, not remembered)."""
+        """Raise unless the lease is still this run's (read from the store, not remembered): before
+        every put and delete of the commit protocol, since a run paused past LEASE_SECONDS (SIGSTOP,
+        a stalled host) resumes mid-step while another run may hold the prefix."""
         if self.lost or not self.held():
             self.lost = True
-            raise LeaseLostError("another packtool run took this output's lease while this one was "
-                                 "writing; nothing was committed: re-run when it is done", path=self.prefix)
+            gone = bucket_gone(self.lock.shown, later=False, name=self.lock.argument)
+            if gone is not None:  # not another run: the bucket was deleted under this one
+                raise gone
+            raise LeaseLostError(f"another packtool run took this output's lease while this one was "
+                                 f"writing (this one was stopped or cut off for over {LEASE_SECONDS:.0f} s); "
+                                 f"this run committed nothing and left the other's objects alone: re-run "
+                                 f"when it is done", path=self.prefix)
+
+    def renew(self) -> None:
+        if self.etag is not None:  # only while the object is still the one this run put
+            made = put_if(self.lock, self.record(), self.etag)
+            if made is False:
+                self.lost = True
+            elif made:
+                self.etag = made
+            return
+        if not self.held():
+            self.lost = True
+            return
+        self.lock.write_bytes(self.record())
 
     def _renew(self) -> None:
-        while not self._stop.wait(RENEW_SECONDS):
+        while not self._stop.wait(RENEW_SECONDS) and not self.lost:
             try:
-                if not self.held():
-                    self.lost = True
-                    return
-                self.lock.write_bytes(self.record())
+                self.renew()
             except Exception:  # a transient store error: the next renewal or check() says more
                 continue
 
@@ -92,7 +117,9 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         try:
-            if self.held():
+            if self.etag is not None:
+                delete_if(self.lock, self.etag)  # never another run's lease
+            elif self.held():
                 self.lock.delete()
         except Exception:  # the lease then expires on its own
             pass
@@ -106,28 +133,9 @@ def _busy(prefix: str, rec: dict) -> PacktoolOutputError:
                                path=prefix, flag=cli_flag("output"))
 
 
-def _s3_exclusive_put(lock: Location, body: bytes) -> bool | None:
-    """True: created; False: it exists; None: no conditional put here (not S3 or no botocore)."""
-    if getattr(lock.fs, "type_name", "") != "s3":
-        return None
-    try:
-        import botocore.session
-        from botocore.exceptions import ClientError
-    except ImportError:
-        return None
-    bucket, _, key = lock.path.partition("/")
-    region = getattr(lock.fs, "region", None) or None
-    client = botocore.session.get_session().create_client("s3", region_name=region)
-    try:
-        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-    except ClientError as e:
-        code = e.response.get("Error", {}).get("Code", "")
-        if code in ("PreconditionFailed", "ConditionalRequestConflict") or \
-                e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
-            return False
-        raise unreached(e, lock.shown, lock.argument) or PacktoolOutputError(f"cannot create the lease object ({code or 'error'}); check the "
-                                  f"store's credentials chain", path=lock.shown) from None
-    return True
+def _s3_exclusive_put(lock: Location, body: bytes) -> str | bool | None:
+    """The new ETag: created; False: it exists; None: no conditional put here (not S3 or no botocore)."""
+    return put_if(lock, body, ABSENT)
 
 
 def _dead_here(rec: dict) -> bool:
@@ -149,6 +157,7 @@ def _dead_here(rec: dict) -> bool:
 def take_lease(prefix: Location) -> Lease:
     lock = prefix.join(LEASE)
     lease = Lease(lock, prefix.shown)
+    seen = etag(lock)  # before the read: a lease renewed after it is not deleted below
     rec = _read(lock)
     if rec is not None:
         if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
@@ -156,7 +165,10 @@ def take_lease(prefix: Location) -> Lease:
         from packtool.notes import note
         note(f"taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
              f"stopped renewing it")
-        lock.delete()
+        if seen is None:
+            lock.delete()
+        elif seen == ABSENT or not delete_if(lock, seen):  # renewed, or taken over by a third run
+            raise _busy(prefix.shown, _read(lock) or {})
     made = _s3_exclusive_put(lock, lease.record())
     if made is False:
         raise _busy(prefix.shown, _read(lock) or {})
@@ -165,6 +177,8 @@ def take_lease(prefix: Location) -> Lease:
         time.sleep(SETTLE_SECONDS)
         if not lease.held():
             raise _busy(prefix.shown, _read(lock) or {})
+    else:
+        lease.etag = made
     return lease.start()
 
 

@@ -40,6 +40,7 @@ from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.output import store_intents
 from packtool.output.owned import refuse_foreign, shard_is_ours
 from packtool.output.store_intents import pending, proofs_of, shard_proof
+from packtool.output.store_relations import refuse_inside
 from packtool.slabs.format import FormatError, ShardInfo, shard_names
 from packtool.slabs.names import (
     LEGACY_MANIFEST,
@@ -51,8 +52,9 @@ from packtool.slabs.names import (
     proof_target,
     run_shard_file,
 )
-from packtool.storage import Location, check_uri, is_uri, join_uri, locate
-from packtool.store_lease import LEASE, Lease, take_lease
+from packtool.storage import Location, check_uri, join_uri, locate
+from packtool.store_conditional import etag, put_if
+from packtool.store_lease import LEASE, Lease, LeaseLostError, take_lease
 from packtool.workers import thread_pool
 
 class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
@@ -128,7 +130,7 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
     key = locate(output).shown
     if key not in _HELD:  # its first request: a store not reached is named with the argument, before the checks'
         check_uri(output, "output")  # a missing bucket too, as cli.store_flags names the flag
-    _refuse_inside(output, inputs, cache_dir)
+    refuse_inside(output, inputs, cache_dir)
     if key in _HELD:
         _HELD[key][1] += 1
         try:
@@ -146,60 +148,6 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
     finally:
         _HELD.pop(key, None)
         lease.release()
-
-
-def _refuse_inside(output: str, inputs, cache_dir) -> None:
-    """The store's form of output.relations: the prefix neither holds nor lies inside an input
-    prefix or the cache (a later pack of the input prefix would read the slabs as data)."""
-    out = locate(output).shown.rstrip("/") + "/"
-    shown = locate(output).shown
-    for p in inputs:
-        if not is_uri(p):
-            continue
-        inp = locate(p).shown.rstrip("/") + "/"
-        if inp.startswith(out):
-            raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an {arg('output')} outside "
-                                      f"the inputs", path=shown, flag=cli_flag("output"))
-        if out.startswith(inp):
-            raise PacktoolOutputError(f"is inside the input prefix {locate(p).shown} (a later pack of it "
-                                      f"would read the slabs as data); give an {arg('output')} outside it", path=shown,
-                                      flag=cli_flag("output"))
-    _refuse_in_packed_prefix(output, shown)
-    if cache_dir and is_uri(cache_dir):
-        cache = locate(cache_dir).shown.rstrip("/") + "/"
-        if cache.startswith(out) or out.startswith(cache):
-            raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
-                                      f"{locate(cache_dir).shown}; give another {arg('output')} (or {arg('cache_dir')})",
-                                      path=shown, flag=cli_flag("output"))
-
-
-def _refuse_in_packed_prefix(output: str, shown: str) -> None:
-    """output.relations.packed_problem on a store: no prefix above the output (up to the
-    bucket) is one of packtool's own trees a store holds, a packed output (its readers would
-    take the new slabs for stray shards, S32-2) or a tokenized cache entry (deleted whole when
-    found damaged, S33-1), each known as locally (relations.own_tree_kind)."""
-    from packtool.output.relations import WHY
-    base, q, query = output.partition("?")  # the query (endpoint, options) stays with each prefix
-    parts = base.rstrip("/").split("/")  # scheme:, "", bucket, key parts
-    for i in range(len(parts) - 1, 2, -1):
-        up = "/".join(parts[:i]) + q + query
-        kind = _store_tree_kind(up)
-        if kind:
-            what, why = WHY[kind]
-            raise PacktoolOutputError(f"is inside {what} ({locate(up).shown}), {why}; give another "
-                                      f"{arg('output')}, a new prefix outside any of packtool's own trees",
-                                      path=shown, flag=cli_flag("output"))
-
-
-def _store_tree_kind(prefix: str) -> str | None:
-    from packtool.manifest_name import manifest_file
-    from packtool.output.relations import CACHE_PARTS
-    if manifest_file(prefix) is not None:
-        return "packed"
-    loc = locate(prefix)
-    if loc.join("cache.json").is_file() and any(loc.join(d).is_dir() for d in CACHE_PARTS):
-        return "cache"
-    return None
 
 
 def clean_dead_runs(loc: Location, uri: str | None = None) -> int:
@@ -238,7 +186,7 @@ def commit_to_store(staged: str, output: str, shards: list[ShardInfo], manifest:
     dests = commit.begin([s.file for s in shards], [shard_proof(s) for s in shards])
     try:
         with thread_pool(UPLOADS, "packtool-upload") as pool:
-            for _ in pool.map(lambda pair: upload_file(os.path.join(staged, pair[0].file), pair[1]),
+            for _ in pool.map(lambda pair: commit.upload(os.path.join(staged, pair[0].file), pair[1]),
                               zip(shards, dests)):
                 pass
         return commit.finish([replace(s, file=d.name) for s, d in zip(shards, dests)], manifest)
@@ -261,10 +209,13 @@ class StoreCommit:
         if self.lease is None:
             raise PacktoolOutputError("a store commit outside claim_store (a packtool bug)", path=self.loc.shown)
         owned_objects(output)  # a manifest or shard changed since the claim's check: as a folder's swap
+        # the fencing token of the commit: the manifest is put only over the one read here
+        self.manifest_etag = etag(self.loc.join(MANIFEST))
         self.old, self.oname = read_store_manifest(self.loc)
         self.old_names = shard_names(self.old, self.oname) if self.old else []
         self.run = new_run_id()
         self.new: list[str] = []
+        self.renamed = False  # the new shards carry this run's id: no other run can have put them
         self.committed = False
         self.intent = self.loc.join(intent_file(self.run))
 
@@ -273,7 +224,9 @@ class StoreCommit:
         else a name with this run's id. The intent is put before this returns, with the size
         and checksum of each shard where known (`proofs`, one per name: the local engine's
         staged shards; a Ray task puts its own, `upload_proven`)."""
+        self.lease.check()
         rename = bool(self.old_names) or any(self.loc.join(n).exists() for n in names)
+        self.renamed = rename
         self.new = [run_shard_file(n, self.run) if rename else n for n in names]
         clash = set(self.old_names) & set(self.new)
         if clash:
@@ -292,6 +245,12 @@ class StoreCommit:
         return [(join_uri(self.output, d.name), join_uri(self.output, proof_file(self.run, d.name)))
                 for d in self.begin(names)]
 
+    def upload(self, src: str, dst: Location) -> None:
+        """One shard's put, while the lease is still this run's: a plain name may be another
+        run's shard by now."""
+        self.lease.check()
+        upload_file(src, dst)
+
     def finish(self, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
         """Commit `shards` (under the names `begin` gave); on failure nothing is committed."""
         if sorted(s.file for s in shards) != sorted(self.new):
@@ -299,14 +258,37 @@ class StoreCommit:
                                       path=self.loc.shown)
         manifest = dict(manifest, shards=[_as_dict(s) for s in shards])
         try:
+            self.lease.check()  # lost: what the prefix holds now is the other run's, not "foreign"
             owned_objects(self.output)  # as a folder's swap: what changed at the prefix since the start stops it
             self.lease.check()  # the last moment another writer could have taken the prefix
-            self.loc.join(MANIFEST).write_bytes((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+            self._put_manifest((json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         except BaseException:
             self.abort()
             raise
         self.committed = True  # from here on the new shards are the output: never removed
+        try:
+            self._clean_replaced()
+        except LeaseLostError:  # committed; the run holding the lease now removes them (the intent names them)
+            say(f"committed {self.loc.shown}, but another packtool run took its lease before this one "
+                f"deleted the replaced shards; that run removes them")
+            return shards
+        _forget(self.loc, self._proofs(), self.intent)
+        return shards
+
+    def _put_manifest(self, data: bytes) -> None:
+        """The commit: over the manifest this run read only (S3's If-Match / If-None-Match), so a
+        run paused between its lease check and this put never replaces another run's commit."""
+        made = None if self.manifest_etag is None else put_if(self.loc.join(MANIFEST), data, self.manifest_etag)
+        if made is False:
+            self.lease.lost = True
+            self.lease.check()
+        if made is None:
+            self.loc.join(MANIFEST).write_bytes(data)
+
+    def _clean_replaced(self) -> None:
+        """Step 5: the previous manifest's shards, each while the lease is still this run's."""
         if self.oname == LEGACY_MANIFEST:
+            self.lease.check()
             self.loc.join(LEGACY_MANIFEST).delete()
         records = dict(zip(self.old_names, (self.old or {}).get("shards", [])))
         keep, kept, present = set(self.new), [], set(self.loc.names())
@@ -314,14 +296,13 @@ class StoreCommit:
             if name in keep or name not in present:
                 continue
             if _is_ours(self.output, name, records[name]):
+                self.lease.check()
                 self.loc.join(name).delete()
             else:
                 kept.append(name)
         if kept:  # changed between the check above and here: the user's now, never deleted
             say(f"kept {', '.join(kept[:3])} at {self.loc.shown}: not the size and checksum its "
                 f"manifest recorded, so not packtool's to delete")
-        _forget(self.loc, self._proofs(), self.intent)
-        return shards
 
     def _proofs(self) -> list[str] | None:
         """The proof objects this run's write tasks put (only a Ray run's have any); None when
@@ -332,18 +313,34 @@ class StoreCommit:
             return None
 
     def abort(self) -> None:
-        if not self.committed:
-            proofs = self._proofs()
-            _forget(self.loc, None if proofs is None else self.new + proofs, self.intent)
+        """Remove what this run put. A plain shard name goes only while the lease is still this
+        run's (checked before each delete): once another run holds the prefix, an object there may
+        be its shard; names with this run's id (its renamed shards, proofs and intent) are its own."""
+        if self.committed:
+            return
+        proofs = self._proofs()
+        if proofs is None:
+            return
+        own = (self.new if self.renamed else []) + proofs
+        try:
+            for n in [] if self.renamed else self.new:
+                self.lease.check()
+                self.loc.join(n).delete()
+        except LeaseLostError:  # the intent stays: the run holding the lease cleans by it
+            _forget(self.loc, own, None)
+            return
+        _forget(self.loc, own, self.intent)
 
 
-def _forget(loc: Location, names: list[str] | None, intent: Location) -> None:
+def _forget(loc: Location, names: list[str] | None, intent: Location | None) -> None:
+    """Delete `names` and then the intent (if given)."""
     if names is None:
         return
     try:
         for n in names:
             loc.join(n).delete()
-        intent.delete()
+        if intent is not None:
+            intent.delete()
     except Exception:  # the intent stays: the next run removes what it names
         pass
 

@@ -135,15 +135,15 @@ def test_an_undamaged_previous_output_is_replaced_on_every_location(kind, templa
 def test_a_store_shard_changed_after_the_last_check_is_kept_and_said(template, tmp_path, s3, monkeypatch, capsys):
     """A store has no rename: between the check before the commit and the deletes a shard can
     still change. It is read again (its ETag moved) and kept, said, never deleted."""
-    from packtool.store_lease import Lease
+    from packtool.output.store import StoreCommit
     src, cache = template
     out = _place("store", src, tmp_path, s3)
-    orig = Lease.check
+    orig = StoreCommit._put_manifest  # after the last check, the commit itself
 
-    def damaged_then(self):
+    def damaged_then(self, data):
         _flip_a_byte(out)
-        return orig(self)
-    monkeypatch.setattr(Lease, "check", damaged_then)
+        return orig(self, data)
+    monkeypatch.setattr(StoreCommit, "_put_manifest", damaged_then)
     res = pack(*ARGS, output=out, cache_dir=cache, shard_tokens=20_000, overwrite=True)
     assert set(_snapshot(out)) == {MANIFEST, SHARD, *(s.file for s in res.shards)}
     assert f"kept {SHARD} at" in capsys.readouterr().err

@@ -1,0 +1,95 @@
+"""S3's conditional requests (If-None-Match / If-Match on PutObject and DeleteObject), the
+fencing of an object-store output's writer (store_lease, output.store): a put or delete that
+takes effect only while the object is what this run last saw, so a run that was paused past
+its lease and resumed can neither overwrite the manifest or lease another run put in the
+meantime nor delete them. pyarrow.fs has no conditional request, so they go through botocore
+when it is installed; elsewhere (another store, or no botocore) each call answers None and
+the caller falls back to reading first (a window of one request: FORMAT.md says so)."""
+from __future__ import annotations
+
+from packtool.errors import PacktoolOutputError
+from packtool.storage import Location
+from packtool.storage_uri import unreached
+
+_CLIENTS: dict = {}
+ABSENT = ""  # the ETag to expect of an object that must not exist yet (If-None-Match: *)
+
+
+def _client(loc: Location):
+    if getattr(loc.fs, "type_name", "") != "s3":
+        return None
+    try:
+        import botocore.session
+    except ImportError:
+        return None
+    region = getattr(loc.fs, "region", None) or None
+    if region not in _CLIENTS:
+        _CLIENTS[region] = botocore.session.get_session().create_client("s3", region_name=region)
+    return _CLIENTS[region]
+
+
+def _precondition_failed(e) -> bool:
+    """The object is not the one expected (another's now, or gone); a missing bucket is not that."""
+    code = e.response.get("Error", {}).get("Code", "")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") or \
+        e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412)
+
+
+def _fail(e, loc: Location, what: str) -> PacktoolOutputError:
+    code = e.response.get("Error", {}).get("Code", "") if hasattr(e, "response") else ""
+    return unreached(e, loc.shown, loc.argument) or PacktoolOutputError(
+        f"cannot {what} ({code or type(e).__name__}); check the store's credentials chain", path=loc.shown)
+
+
+def etag(loc: Location) -> str | None:
+    """The object's ETag now (ABSENT when there is none); None where conditions are not offered."""
+    client = _client(loc)
+    if client is None:
+        return None
+    from botocore.exceptions import ClientError
+    bucket, _, key = loc.path.partition("/")
+    try:
+        return str(client.head_object(Bucket=bucket, Key=key)["ETag"])
+    except ClientError as e:
+        if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 or \
+                e.response.get("Error", {}).get("Code", "") in ("404", "NoSuchKey", "NotFound"):
+            return ABSENT
+        raise _fail(e, loc, "read the object's ETag") from None
+
+
+def put_if(loc: Location, body: bytes, expect: str) -> str | bool | None:
+    """Put `body` only while the object's ETag is `expect` (ABSENT: only if it does not exist).
+    Returns the new ETag, False when the object is not what was expected, None where the store
+    offers no conditional put."""
+    client = _client(loc)
+    if client is None:
+        return None
+    from botocore.exceptions import ClientError
+    bucket, _, key = loc.path.partition("/")
+    cond = {"IfNoneMatch": "*"} if expect == ABSENT else {"IfMatch": expect}
+    try:
+        return str(client.put_object(Bucket=bucket, Key=key, Body=body, **cond)["ETag"])
+    except ClientError as e:
+        if _precondition_failed(e):
+            return False
+        raise _fail(e, loc, "put the object") from None
+
+
+def delete_if(loc: Location, expect: str) -> bool | None:
+    """Delete the object only while its ETag is `expect`: True when deleted, False when it is
+    not (another's now, or gone), None where the store offers no conditional delete."""
+    client = _client(loc)
+    if client is None:
+        return None
+    from botocore.exceptions import ClientError
+    bucket, _, key = loc.path.partition("/")
+    try:
+        client.delete_object(Bucket=bucket, Key=key, IfMatch=expect)
+    except ClientError as e:
+        if _precondition_failed(e):
+            return False
+        raise _fail(e, loc, "delete the object") from None
+    return True
+
+
+__all__ = ["ABSENT", "delete_if", "etag", "put_if"]
