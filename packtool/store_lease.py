@@ -45,13 +45,25 @@ LEASE_BYTES = 1 << 16  # a lease record is ~150 bytes; the object sits at a user
 
 
 def _read(lock: Location) -> dict | None:
+    """The lease record at `lock`; None when there is none; {} when the object there is not a
+    record packtool writes (`Lease.record`: exactly token, owner and renewal time)."""
     try:
         rec = json.loads(read_small(lock, LEASE_BYTES, "packtool lease", "remove it"))
     except FileNotFoundError:
         return None
     except ValueError:  # not JSON, or over the bound (a PacktoolInputError): not a lease packtool wrote
         return {}
-    return rec if isinstance(rec, dict) else {}
+    ok = isinstance(rec, dict) and set(rec) == {"token", "owner", "renewed"} and \
+        isinstance(rec["token"], str) and isinstance(rec["owner"], str) and \
+        type(rec["renewed"]) in (int, float)
+    return rec if ok else {}
+
+
+def _foreign(prefix: Location, lock: Location) -> PacktoolOutputError:
+    return PacktoolOutputError(f"holds {lock.name}, which is not a packtool lease (packtool puts its one-writer "
+                               f"lease at that name and never replaces or deletes an object it did not write); "
+                               f"move that object, or pick another {arg('output')}", path=prefix.shown,
+                               flag=cli_flag("output"))
 
 
 class Lease:
@@ -159,8 +171,10 @@ def take_lease(prefix: Location) -> Lease:
     lease = Lease(lock, prefix.shown)
     seen = etag(lock)  # before the read: a lease renewed after it is not deleted below
     rec = _read(lock)
+    if rec == {}:
+        raise _foreign(prefix, lock)
     if rec is not None:
-        if rec and time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
+        if time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
             raise _busy(prefix.shown, rec)
         from packtool.notes import note
         note(f"taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
@@ -171,7 +185,7 @@ def take_lease(prefix: Location) -> Lease:
             raise _busy(prefix.shown, _read(lock) or {})
     made = _s3_exclusive_put(lock, lease.record())
     if made is False:
-        raise _busy(prefix.shown, _read(lock) or {})
+        raise _busy(prefix.shown, _read(lock) or {})  # a foreign object put since the read: not ours either
     if made is None:
         lock.write_bytes(lease.record())
         time.sleep(SETTLE_SECONDS)
