@@ -84,6 +84,13 @@ class Location:
         """The plain names directly in this folder/prefix."""
         return [i.path.rsplit("/", 1)[-1] for i in self.list(recursive=False)]
 
+    def entries(self) -> list[str]:
+        """Every name directly in this folder/prefix, sub-prefixes too (os.listdir's): a plain
+        Parquet reader of the prefix reads the objects below them as well."""
+        sel = pafs.FileSelector(self.path.rstrip("/") or "/", allow_not_found=True, recursive=False)
+        found = self._call("list", self.fs.get_file_info, sel)
+        return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in found if i.type != pafs.FileType.NotFound)
+
     # --- bytes
     def open_input(self):
         """A seekable Arrow file (Parquet, Arrow IPC, ranged reads on object stores)."""

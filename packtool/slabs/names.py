@@ -116,7 +116,7 @@ def stray_entries(directory: str, shards: list[str]) -> list[str]:
     `pyarrow.dataset` and `datasets.load_dataset("parquet", data_dir=dir)` would read them as
     data. An older output's `manifest.json` is one of them."""
     listed = set(shards)
-    names = locate(directory).names() if is_uri(directory) else os.listdir(directory)
+    names = locate(directory).entries() if is_uri(directory) else os.listdir(directory)
     return sorted(n for n in names if n not in listed and not is_hidden(n))
 
 
