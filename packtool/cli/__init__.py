@@ -52,8 +52,11 @@ def main() -> None:
         msg = f"{how} while packtool was starting; nothing was read or written"
         sys.stderr.write(f"error: {msg}: re-run the command to start again\n")
         if json_out:
-            sys.stdout.write('{"error": {"kind": "interrupted", "type": "%s", "message": "%s", "path": null, '
-                             '"row": null, "flag": null, "exit_code": %d}}\n' % (type(e).__name__, msg, code))
+            try:  # stdout may be full or closed (cli.stdout's cases): the line above said it all
+                sys.stdout.write('{"error": {"kind": "interrupted", "type": "%s", "message": "%s", "path": null, '
+                                 '"row": null, "flag": null, "exit_code": %d}}\n' % (type(e).__name__, msg, code))
+            except (OSError, AttributeError):
+                pass
         _leave(code)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
     try:
         run()
@@ -110,7 +113,7 @@ def _leave(code: int) -> None:
     for s in (sys.stdout, sys.stderr):
         try:
             s.flush()
-        except (OSError, ValueError):  # a closed or gone reader: nothing more to say
+        except (OSError, ValueError, AttributeError):  # a full, closed or gone stdout (None: `>&-`): said already
             pass
     os._exit(code)
 

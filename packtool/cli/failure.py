@@ -10,7 +10,8 @@ rich markup), the same as a JSON object on stdout under `--json`, and the exit s
        printed (`committed`), Ctrl-C no longer changes the outcome: the rest of the run ignores
        it, so a complete output that `--json` called a success is never reported as 130
   143  terminated (SIGTERM, what batch schedulers send): the same path and line as Ctrl-C's
-  141  stdout closed by its reader (`packtool ... | head`): nothing more is printed
+  141  stdout closed by its reader (`packtool ... | head`): nothing more is printed; stdout
+       failing otherwise (`> /dev/full`, `>&-`) is a 2 (cli/stdout.py owns both)
 A traceback is printed only in debug mode.
 """
 from __future__ import annotations
@@ -36,16 +37,13 @@ except ImportError:  # older typer runs on click itself
 
 from packtool import notes
 from packtool.cli import places, written
+from packtool.cli.stdout import ReaderLeft, StdoutFailed
+from packtool.cli.stdout import failed as stdout_failed
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line, shown
 
 _STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
-
-
-class ReaderLeft(BrokenPipeError):
-    """A rich console lost stdout's reader. No errno on purpose: typer turns an EPIPE OSError
-    into exit 1 (verify's "problems found"), and this one must reach `reader_left` instead."""
 
 
 class _StdoutConsole(Console):
@@ -185,7 +183,7 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
     message = one_line(message)  # control characters of a path escaped, whoever built the message
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
     err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    if json_out:  # every key the README lists, in its order, whatever failed
+    if json_out and not stdout_failed():  # every key the README lists, in its order, whatever failed
         d = {"kind": kind, "type": None, "message": message, "path": None, "row": None, "flag": None,
              "exit_code": code}
         d.update(extra or {})
@@ -245,6 +243,10 @@ def report(e: BaseException, json_out: bool = False) -> int:
             extra["path"] = os.fspath(where)
     if place and extra.get("flag") is None:  # raised below the CLI, about one of its arguments
         extra["flag"] = place[0]
+    if isinstance(e, StdoutFailed):  # pack's output may be done: only its summary was lost
+        from packtool.output.folder import swapped_outputs
+        done = swapped_outputs()[_STATE.get("swapped_before", 0):]
+        message += f" (the output {shown(done[-1])} is complete and in place)" if done else ""
     print_error(message, kind, code, json_out=json_out, extra=extra)
     return code
 
@@ -290,6 +292,8 @@ def guarded(fn):
             raise
         except (typer.Abort, TyperException):
             raise
+        except ReaderLeft:  # a write to stdout met EPIPE (cli.stdout): `packtool ... | head`
+            raise typer.Exit(reader_left()) from None
         except BrokenPipeError as e:  # `packtool ... | head`: the reader left; not an error of ours
             if not _stdout_gone():
                 raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None

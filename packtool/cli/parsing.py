@@ -19,9 +19,11 @@ from packtool.cli.failure import (
     interrupted,
     reader_left,
     release,
+    report,
     reset,
     usage_error,
 )
+from packtool.cli.stdout import StdoutFailed, guard, unguard
 from packtool.cli.flags import FLAG_OF, LIST_FLAGS
 from packtool.cli.variadic import in_place, repeated
 from packtool.errors import shown, spelled_as
@@ -99,22 +101,28 @@ class Commands(_ParsedHere, TyperGroup):
         reset(next((a for a in given if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
         Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
+        stdout = guard()  # every write to stdout fails one way (cli.stdout), here and in the commands
         try:
-            argv = self._json_after_command(given, prog_name)
-            with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
-                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else 0
+            try:
+                argv = self._json_after_command(given, prog_name)
+                with spelled_as(FLAG_OF):  # the library's checks name the flags the user typed
+                    rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+                code = rv if isinstance(rv, int) else 0
+            except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
+                print(e.ctx.get_help())
+                code = e.exit_code
+            except click_exceptions.ClickException as e:
+                code = usage_error(e, json_out)
+            except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
+                code = EXIT_INTERRUPTED
+        # --help, --version and usage errors are printed outside any command's own handling
         except ReaderLeft:  # `packtool pack --help | head`: the reader left; SIGPIPE's status
             code = reader_left()
-        except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # bare `packtool`: the help
-            print(e.ctx.get_help())
-            code = e.exit_code
-        except click_exceptions.ClickException as e:
-            code = usage_error(e, json_out)
-        except (getattr(click_exceptions, "Abort", typer.Abort), typer.Abort, KeyboardInterrupt):
-            code = EXIT_INTERRUPTED
+        except StdoutFailed as e:  # `packtool --version > /dev/full`
+            code = report(e, json_out)
         finally:
             release()
+            unguard(stdout)
         if code == EXIT_INTERRUPTED:  # typer ends a Ctrl-C outside a command in silence
             code = interrupted(json_out)  # 143 when it was SIGTERM
         if not standalone_mode:

@@ -45,7 +45,7 @@ KIND_OF = {
     "PacktoolCacheError": "cache", "CacheDamagedError": "cache",
     "PacktoolFormatError": "format", "FormatError": "format", "NotAnOutputError": "format",
     "PacktoolOutputError": "output", "OutputExistsError": "output", "StoreOutputExistsError": "output",
-    "LeaseLostError": "output",
+    "LeaseLostError": "output", "StdoutFailed": "output",
 }
 
 

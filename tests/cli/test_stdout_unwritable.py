@@ -1,0 +1,98 @@
+"""stdout that cannot be written (S43-4), for every subcommand, --help and --version, with and
+without --json, as a user's shell makes it:
+
+- a pipe whose reader left (`packtool ... | head`): exit 141 (SIGPIPE's status), nothing said;
+- `> /dev/full` (a full disk behind `> file`) and a closed stdout (`>&-`): one `error:` line
+  on stderr naming stdout, exit 2, no JSON object attempted on the stdout that failed.
+
+Never a traceback. Before, --json's error object went to the same failed stdout (a traceback,
+exit 1), as did --help and --version's text; `--version | head` exited 1."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import GPT2, GSM8K
+
+from packtool.align import Alignment
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+
+GSM_ARGS = ["--tokenizer", GPT2, "--prompt-field", "question", "--response-field", "answer"]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stdout")
+    np.save(d / "lengths.npy", np.random.default_rng(2).integers(10, 1000, 200))
+    shutil.copy(GSM8K, d / "gsm.jsonl")
+    cfg = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
+    pack([str(d / "gsm.jsonl")], Alignment(capacity=1024), PackingConfig("bfd"), cfg,
+         output=str(d / "out"), cache_dir=str(d / "cache"), progress=False)
+    return d
+
+
+COMMANDS = {
+    "plan": ["plan", "--lengths", "{d}/lengths.npy", "-C", "1024"],
+    "pack": ["pack", "{d}/gsm.jsonl", *GSM_ARGS, "-C", "1024", "-o", "{t}/packed", "--no-progress",
+             "--cache-dir", "{d}/cache"],
+    "inspect": ["inspect", "{d}/out"],
+    "inspect-lengths": ["inspect", "--lengths", "{d}/lengths.npy", "-C", "1024"],
+    "verify": ["verify", "{d}/out"],
+    "train": ["train", "{d}/out", "--device", "cpu", "--steps", "1"],
+    "version": ["--version"],
+    "help": ["--help"],
+    "pack-help": ["pack", "--help"],
+    "bare": [],
+}
+JSON_TOO = {"plan", "pack", "inspect", "inspect-lengths", "verify", "train", "version"}
+CASES = [(c, j) for c in COMMANDS for j in ((False, True) if c in JSON_TOO else (False,))]
+
+
+def _run(made, tmp_path, name, json_out, stdout):
+    args = [a.format(d=made, t=tmp_path) for a in COMMANDS[name]] + (["--json"] if json_out else [])
+    env = dict(os.environ, COLUMNS="80")
+    p = subprocess.run([sys.executable, "-m", "packtool", *args], stdout=stdout, stderr=subprocess.PIPE,
+                       text=True, timeout=300, env=env)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def _ids(case):
+    return f"{case[0]}{'-json' if case[1] else ''}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_a_pipe_whose_reader_left_ends_quietly_with_141(made, tmp_path, case):
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first byte is written
+    try:
+        p = _run(made, tmp_path, *case, stdout=w)
+    finally:
+        os.close(w)
+    assert p.returncode == 141, p.stderr
+    assert "error" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("where", ["dev-full", "closed"])
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_stdout_that_cannot_be_written_is_one_line_and_exit_2(made, tmp_path, case, where):
+    if where == "dev-full":
+        with open("/dev/full", "w") as full:
+            p = _run(made, tmp_path, *case, stdout=full)
+    else:  # `>&-`: the child starts with fd 1 closed
+        args = [a.format(d=made, t=tmp_path) for a in COMMANDS[case[0]]] + (["--json"] if case[1] else [])
+        p = subprocess.run(["bash", "-c", 'exec "$@" >&-', "bash", sys.executable, "-m", "packtool", *args],
+                           stderr=subprocess.PIPE, text=True, timeout=300, env=dict(os.environ, COLUMNS="80"))
+        assert "Traceback" not in p.stderr, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 2, p.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: stdout cannot be written ("), p.stderr
+    assert "result was not printed" in lines[0] and "re-run" in lines[0]
+    if case[0] == "pack":  # the output was written before its summary: said, so it is not redone blindly
+        assert f"the output {tmp_path}/packed is complete and in place" in lines[0]
