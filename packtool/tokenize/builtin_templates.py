@@ -51,7 +51,9 @@ LLAMA3 = """
 """
 
 # Mistral v0.1 layout `<s>[INST] u [/INST] a</s>[INST] ...`. A system message is folded into
-# the first user turn (`[INST] system\n\nuser [/INST]`, as Mistral's later templates do). v0.1
+# the first user turn (`[INST] system\n\nuser [/INST]`, as Mistral's later templates do). Turns
+# must alternate user/assistant from a user turn, tool results and tool-call turns aside, as
+# Mistral's own templates require (v0.1 raises on any other order; v0.3 filters so too). v0.1
 # has no tool tokens: a call renders as ` [TOOL_CALLS] [{"name": .., "arguments": ..}]</s>` and
 # a result as ` [TOOL_RESULTS] content[/TOOL_RESULTS]` (the v3 layout, as plain text), no loss.
 MISTRAL = """
@@ -63,8 +65,17 @@ MISTRAL = """
 {%- set loop_messages = messages -%}
 {%- endif -%}
 {%- if system and (not loop_messages or loop_messages[0].role != 'user') -%}
-{{- raise_exception('mistral template: a system message must be followed by a user message') -}}
+{{- raise_exception('a system message must be followed by a user message') -}}
 {%- endif -%}
+{%- set ns = namespace(due='user') -%}
+{%- for message in loop_messages -%}
+{%- if message.role == 'user' or (message.role == 'assistant' and not (message.tool_calls is defined and message.tool_calls)) -%}
+{%- if message.role != ns.due -%}
+{{- raise_exception('conversation roles must alternate user/assistant/user/assistant/... after the optional system message (tool calls and tool results aside); messages[' ~ (loop.index0 + messages | length - loop_messages | length) ~ '] has role ' ~ message.role ~ ' where ' ~ ns.due ~ ' is due') -}}
+{%- endif -%}
+{%- set ns.due = 'assistant' if message.role == 'user' else 'user' -%}
+{%- endif -%}
+{%- endfor -%}
 {{- bos_token -}}
 {%- for message in loop_messages -%}
 {%- if message.role == 'user' -%}
@@ -87,7 +98,7 @@ MISTRAL = """
 {%- elif message.role == 'tool' -%}
 {{- ' [TOOL_RESULTS] ' + message.content + '[/TOOL_RESULTS]' -}}
 {%- else -%}
-{{- raise_exception('mistral template: unsupported role ' + message.role) -}}
+{{- raise_exception('unsupported role ' + message.role) -}}
 {%- endif -%}
 {%- endfor -%}
 """

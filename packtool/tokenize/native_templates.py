@@ -129,18 +129,26 @@ def mistral(messages: list[dict], special: dict) -> tuple[str, list[tuple[int, i
     if system and (not loop or loop[0].get("role") != "user"):
         raise Fallback  # the template raises its own error
     o.emit(special.get("bos_token", ""))
+    due = "user"  # the alternation the template checks: jinja raises its error
     for i, m in enumerate(loop):
         role = m.get("role")
         if role == "user":
+            if due != "user":
+                raise Fallback
+            due = "assistant"
             if i == 0 and system:
                 o.emit("[INST] " + system + "\n\n" + _content(m) + " [/INST]")
             else:
                 o.emit("[INST] " + _content(m) + " [/INST]")
         elif role == "assistant":
+            calls = m.get("tool_calls")
+            if not calls:
+                if due != "assistant":
+                    raise Fallback
+                due = "user"
             if m.get("content"):
                 o.emit(" ")
                 o.gen(_content(m) + eos)
-            calls = m.get("tool_calls")
             if calls:
                 o.emit(" [TOOL_CALLS] [" + ", ".join(_call_json(c, "arguments") for c in calls) + "]" + eos)
         elif role == "tool":

@@ -35,7 +35,7 @@ from packtool.tokenize.shape_detect import (  # noqa: F401  (re-exported: detect
     shape_columns,
     unread_shapes,
 )
-from packtool.tokenize.templates import Renderer
+from packtool.tokenize.templates import Renderer, TemplateRefusal
 
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides "
                  "further context. Write a response that appropriately completes the request.\n\n"
@@ -214,6 +214,10 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             text, sp = renderer.render(msgs, skip, row_keys, unmarked)
         except MarkedValue as e:  # the row's data, not the template: no --chat-template to blame
             raise PacktoolInputError(e.text(), path=path, row=first_row + i) from None
+        except TemplateRefusal as e:
+            raise PacktoolInputError(f"chat template {renderer.template.name} refuses the row: {e}; fix the row, "
+                                     f"or pick a template that takes it ({arg('chat_template')})",
+                                     path=path, row=first_row + i) from None
         except (jinja2.TemplateError, TypeError) as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
                                      path=path, row=first_row + i, flag=cli_flag("chat_template")) from None

@@ -73,7 +73,7 @@ def template_set(texts: dict[str, str], names: dict[str, str], set_name: str) ->
     refusal = (f"{set_name} holds named templates ({', '.join(sorted(texts))}) and no `default`, so a row "
                f"without tools has no template (transformers refuses it too); give the row tools, or pass "
                f"{arg('chat_template', 'FILE.jinja')} to render every row with one template")
-    return make_template(set_name, "{{ raise_exception(" + json.dumps(refusal) + ") }}", tool_use)
+    return make_template(set_name, "{{ packtool_fail(" + json.dumps(refusal) + ") }}", tool_use)
 
 
 def template_from_config(value, name: str, flag: str | None = None, path: str | None = None) -> ChatTemplate | None:
@@ -152,7 +152,18 @@ class _Generation(jinja2.ext.Extension):
         return OPEN + caller() + CLOSE
 
 
+class TemplateRefusal(jinja2.exceptions.TemplateError):
+    """A template's own raise_exception: its verdict on the row's data (roles out of order, a
+    system turn misplaced), said as a data error, not as the template's failure."""
+
+
 def _raise(message: str):
+    raise TemplateRefusal(message)
+
+
+def _fail(message: str):
+    """packtool's own refusal inside a template it made (a named set without `default`): the
+    template's choice is at fault, not the row."""
     raise jinja2.exceptions.TemplateError(message)
 
 
@@ -169,6 +180,7 @@ def _compile(text: str, trusted: bool) -> jinja2.Template:
     env = env_cls(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
+    env.globals["packtool_fail"] = _fail
     env.globals["range"] = bounded_range
     return env.from_string(text)
 
