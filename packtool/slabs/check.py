@@ -37,7 +37,7 @@ from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, segment_fields, slab_index
+from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, no_plan, segment_fields, slab_index
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -158,6 +158,8 @@ def check_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     found = dp_plan(dp_rank, cat["step"], cat["microbatch"], sm.dp)
     if found is None and "slab_index" in cat and cat["slab_index"].size == shard.size:
         found = slab_index(cat["slab_index"])
+        if found is None and sm.dp <= 1:
+            found = no_plan(cat["step"], cat["microbatch"], cat["slab_index"])
     if found is not None:
         raise FormatError(f"{slab_at(sm, cat, found[0])}: {found[1]}; {fix_of(sm)}")
 

@@ -60,6 +60,20 @@ def slab_index(idx: np.ndarray) -> tuple[int, str] | None:
                f"dropped or duplicated)")
 
 
+def no_plan(step: np.ndarray, microbatch: np.ndarray, slab_index: np.ndarray) -> tuple[int, str, int, int] | None:
+    """Without a DP plan (dp = 1; verify's `dp`): each slab is its own step, the one its
+    slab_index numbers, and micro-batch 0 of it, as every packtool writer makes it (S44-7: an
+    edited step or microbatch was held to nothing at dp=1). The first slab off it as (slab,
+    why, found, expected), or None."""
+    for name, got, want in (("step", step, slab_index), ("microbatch", microbatch, np.zeros_like(microbatch))):
+        bad = np.flatnonzero(got != want)
+        if bad.size:
+            i = int(bad[0])
+            return i, (f"{name} {int(got[i])} where it is {int(want[i])}: without a DP plan (dp=1) each slab is "
+                       f"micro-batch 0 of its own step, numbered by its slab_index"), int(got[i]), int(want[i])
+    return None
+
+
 def dp_plan(rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray, dp: int) -> tuple[int, str] | None:
     """Under a DP plan (dp > 1; ranks already in [0, dp)): every rank as many slabs, each (step,
     dp_rank, microbatch) once, steps never decreasing on disk (verify's `dp`). The dataset follows
@@ -67,6 +81,10 @@ def dp_plan(rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray, dp: int)
     micro-batch trains twice in one step."""
     if dp <= 1 or not rank.size:
         return None
+    neg = np.flatnonzero(microbatch < 0)
+    if neg.size:
+        i = int(neg[0])
+        return i, f"microbatch {int(microbatch[i])} is negative: a micro-batch of a step is numbered from 0"
     per_rank = np.bincount(rank, minlength=dp)
     if per_rank.min() != per_rank.max():
         r = int(np.argmin(per_rank))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.slabs.open_rules import no_plan
 from packtool.verification.problems import ProblemLog
 
 
@@ -141,8 +142,17 @@ def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None) -
         log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (the manifest's dp is {dp})",
                 expected=dp, found=int(rank_known[out][0]))
         return
+    every = known["step"] & known["dp_rank"] & known["microbatch"]
     if dp == 1:
+        at = np.flatnonzero(every & known["slab_index"])
+        off = no_plan(step[at], mb[at], idx[at])
+        if off is not None:
+            log.add("dp", f"slab {int(at[off[0]])}: {off[1]}", expected=off[3], found=off[2])
         return
+    neg = np.flatnonzero(known["microbatch"] & (mb < 0))
+    if neg.size:
+        log.add("dp", f"slab {int(neg[0])} has microbatch {int(mb[neg[0]])}: a micro-batch of a step is numbered "
+                f"from 0", expected=0, found=int(mb[neg[0]]))
     if n % dp:
         log.add("dp", f"{n} slabs is not a multiple of dp={dp}: some rank would run short",
                 expected=-(-n // dp) * dp, found=n)
@@ -153,7 +163,6 @@ def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None) -
     elif not n % dp and per_rank.max() > n // dp:  # the null ranks cannot even it out
         log.add("dp", f"a rank holds {int(per_rank.max())} slabs, more than its share n/dp = {n // dp}; every "
                 f"rank must run the same number of steps", expected=n // dp, found=int(per_rank.max()))
-    every = known["step"] & known["dp_rank"] & known["microbatch"]
     key = np.stack([step[every], rank[every], mb[every]], axis=1)
     uniq = np.unique(key, axis=0)
     if uniq.shape[0] != key.shape[0]:

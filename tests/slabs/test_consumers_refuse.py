@@ -660,54 +660,74 @@ def _dp_steps_back(c):
         c[col][r0], c[col][r1] = c[col][r1], c[col][r0]
 
 
-# verify's `dp` rules under a DP plan (--dp 2): the Megatron dataset follows the plan's steps and ranks
+def _set(col, value, row=0):
+    def run(c):
+        c[col][row] = value
+    return run
+
+
+def _steps_swapped(c):
+    """Two slabs swap steps: each still its own step, 0..n-1 once, but not the one its slab_index says."""
+    c["step"][0], c["step"][1] = c["step"][1], c["step"][0]
+
+
+# verify's `dp` rules under a DP plan (--dp 2): the Megatron dataset follows the plan's steps and ranks;
+# without one ("dp1:", dp=1) each slab is micro-batch 0 of its own step, numbered by slab_index (S44-7)
 DP_DAMAGES = {"dp:ranks-unequal": _dp_ranks_unequal, "dp:microbatch-twice": _dp_microbatch_twice,
-              "dp:steps-out-of-order": _dp_steps_back}
+              "dp:steps-out-of-order": _dp_steps_back, "dp:microbatch-negative": _set("microbatch", -7),
+              "dp1:step-huge": _set("step", 2**30), "dp1:steps-swapped": _steps_swapped,
+              "dp1:microbatch-negative": _set("microbatch", -7), "dp1:microbatch-one": _set("microbatch", 1)}
 
 
 @pytest.fixture(scope="session")
 def dp_corpus(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("dp_corpus"))
-    clean, _ = write_pack(os.path.join(root, "base"), LENGTHS, ALIGN, PackingConfig("bfd", overflow="split", dp=2),
-                          shard_tokens=8192, group_tokens=2048)
+    clean = {dp: write_pack(os.path.join(root, f"base{dp}"), LENGTHS, ALIGN, PackingConfig("bfd", overflow="split", dp=dp),
+                            shard_tokens=8192, group_tokens=2048)[0] for dp in (1, 2)}
 
     def get(name):
         d = os.path.join(root, re.sub(r"[^a-z0-9]+", "-", name))
         if not os.path.isdir(d):
-            shutil.copytree(clean, d)
-            if name != "clean":
+            shutil.copytree(clean[_dp_of(name)], d)
+            if not name.startswith("clean"):
                 _edit(SHARD0, DP_DAMAGES[name])(d)
         return d
     return get
 
 
-def _dp_dataset(out):
+def _dp_of(name: str) -> int:
+    return 1 if name.startswith(("dp1:", "clean1")) else 2
+
+
+def _dp_dataset(out, dp):
     from packtool.megatron.dataset import PackedSlabDataset
-    ds = PackedSlabDataset(out, dp_rank=0, dp_size=2, grad_accum=4, micro_batch_tokens=1024)
+    ds = PackedSlabDataset(out, dp_rank=0, dp_size=dp, grad_accum=4, micro_batch_tokens=1024)
     return sum(st.real_tokens for st in ds.steps(max_steps=ds.steps_per_epoch()))
 
 
-def _dp_hf(out):
+def _dp_hf(out, dp):
     from packtool.hf import SlabDataset
-    ds = SlabDataset(out, rank=0, world_size=2)
+    ds = SlabDataset(out, rank=0, world_size=dp)
     return [ds[i]["input_ids"].tobytes() for i in range(len(ds))]
 
 
 @pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect"])
-@pytest.mark.parametrize("damage", ["clean", *DP_DAMAGES])
+@pytest.mark.parametrize("damage", ["clean", "clean1", *DP_DAMAGES])
 def test_every_consumer_refuses_a_broken_dp_plan(dp_corpus, damage, consumer, tmp_path):
     """The standalone reader reads a slab by shard and row and no DP field: nothing to refuse."""
     from packtool.verification.run import verify
     out = dp_corpus(damage)
     report = verify(out, workers=1)
-    assert report.ok == (damage == "clean") and set(report.counts) <= {"dp"}, report.counts
-    read = {"megatron-dataset": _dp_dataset, "hf": _dp_hf, "inspect": lambda o: _inspect(o, str(tmp_path))}[consumer]
-    if damage == "clean":
+    assert report.ok == damage.startswith("clean") and set(report.counts) <= {"dp"}, report.counts
+    dp = _dp_of(damage)
+    read = {"megatron-dataset": lambda o: _dp_dataset(o, dp), "hf": lambda o: _dp_hf(o, dp),
+            "inspect": lambda o: _inspect(o, str(tmp_path))}[consumer]
+    if damage.startswith("clean"):
         read(out)
         return
     with pytest.raises((PacktoolError, Refused)) as e:  # inspect: the CLI's one line
         read(out)
-    assert SHARD0 in str(e.value) and ("step" in str(e.value) or "rank" in str(e.value)), str(e.value)
+    assert SHARD0 in str(e.value) and any(w in str(e.value) for w in ("step", "rank", "microbatch")), str(e.value)
 
 
 # a slab's per-segment lists that disagree on its segment count: inspect pairs seq_lens with
