@@ -50,6 +50,7 @@ def one_line(text: object) -> str:
 
 _LINE = re.compile(r"\bline \d")
 _ROWS = re.compile(r"\brows? \d")  # "rows 0..63", "after row 5": rows named in the text
+_ROWS_BASE = re.compile(r"\brows\b[\w ,]*count from 0")  # "rows count from 0", "rows and tokens count from 0"
 _LEADING_FLAG = re.compile(r"(--[a-z][a-z0-9-]*|-[A-Za-z])(?=[\s:,]|$)")
 
 
@@ -58,7 +59,8 @@ def number_base(text: str, has_row: bool) -> str | None:
     counts from 0 (as `source_index` and Python do), a line of a text file from 1 (as editors
     do)."""
     line = _LINE.search(text) is not None and "count from 1" not in text
-    if (has_row or _ROWS.search(text)) and "count from 0" not in text:
+    # "(tokens count from 0)" says nothing of rows: only a base naming rows stands for theirs
+    if (has_row or _ROWS.search(text)) and not _ROWS_BASE.search(text):
         return "rows count from 0, lines from 1" if line else "rows count from 0"
     return "lines count from 1" if line else None
 

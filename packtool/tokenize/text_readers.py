@@ -24,7 +24,7 @@ import pyarrow.json as pajson
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
 from packtool.tokenize.json_depth import check_array_fits, check_json_depth
-from packtool.tokenize.json_types import block_table, free_form, has_timestamp, rows_batch
+from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
 from packtool.tokenize.read_checks import nothing_after, one_object, refuse_open_quote, refuse_repeated_names
 from packtool.storage import file_size, is_uri, open_bytes
 
@@ -281,7 +281,8 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         except json.JSONDecodeError as e:
             raise PacktoolInputError(invalid_json(e, e.lineno), path=path, row=n) from None
         if not isinstance(obj, dict):
-            raise PacktoolInputError("JSON array element is not an object", path=path, row=n)
+            raise PacktoolInputError(f"the array's element is a JSON {_kind(obj) or 'null'}, not an object; write each "
+                                     f"element as one {{...}} row object", path=path, row=n)
         rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
         n += 1
         if len(rows) == batch_size:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from packtool.arrays import list_view_said, np_of
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg
 from packtool.integers import TOKEN_ID_BOUND
 from packtool.tokenize.encode import EncodedBatch, row_sums
 from packtool.tokenize.shape_detect import Shape
@@ -65,7 +65,8 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
                                  f"integers", path=path, row=first_row)
     if col.null_count:
         bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
-        raise PacktoolInputError(f"{name} is null", path=path, row=first_row + bad)
+        raise PacktoolInputError(f"{name} is null: give the row its list (one value per token) or drop the "
+                                 f"row", path=path, row=first_row + bad)
     if pa.types.is_fixed_size_list(t):
         values = col.flatten()
         lens = np.full(len(col), t.list_size, np.int32)
@@ -111,9 +112,14 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
         else:
             out = (flat < 0) | (flat >= top)
             bad = int(np.nonzero(out)[0][0]) if out.any() else -1
-        if bad >= 0:
-            raise PacktoolInputError(f"token id out of range 0..{top - 1}", path=path,
-                                     row=first_row + _row_of(lens, int(bad)))
+        if bad >= 0:  # the value and its place: one id among millions is found by them alone
+            r, t = _pos_in_row(lens, int(bad))
+            v = flat[bad].item()
+            fix = (f"outside the tokenizer's vocabulary 0..{top - 1}: give the {arg('tokenizer')} the ids were made with, "
+                   f"or fix the ids" if vocab_size else f"outside 0..{top - 1} (a token id is a non-negative int32): "
+                   f"fix the ids")
+            raise PacktoolInputError(f"input_ids[{t}] is {v}, {fix} (tokens count from 0)", path=path,
+                                     row=first_row + r)
     ids = flat.astype(np.int32)
     if "attention_mask" in shape.columns:
         _refuse_padding(_same_lengths(batch, "attention_mask", lens, path, first_row), lens, path, first_row)
@@ -136,8 +142,9 @@ def _same_lengths(batch: pa.RecordBatch, name: str, lens: np.ndarray, path: str,
     mv, mlens = _list_values(batch, name, path, first_row)
     if not np.array_equal(mlens, lens):
         row = int(np.nonzero(mlens != lens)[0][0])
-        raise PacktoolInputError(f"{name} length differs from input_ids length", path=path,
-                                 row=first_row + row)
+        n = int(mlens[row])
+        raise PacktoolInputError(f"{name} holds {n} value{'s' if n != 1 else ''} but input_ids {int(lens[row])}: give "
+                                 f"{name} one value per token of the row", path=path, row=first_row + row)
     return mv
 
 

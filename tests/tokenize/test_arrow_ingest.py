@@ -88,15 +88,15 @@ def test_loss_mask_and_labels_columns(tmp_path, cache_dir):
 
 @pytest.mark.parametrize("table, match", [
     (lambda: pa.table({"input_ids": pa.array([[1, 2], [3, -1], [4]], pa.list_(pa.int64()))}),
-     r"bad\.parquet, row 1: token id out of range"),
+     r"bad\.parquet, row 1: input_ids\[1\] is -1, outside 0\.\.2147483647 \(a token id is a non-negative int32\): fix the ids"),
     (lambda: pa.table({"input_ids": pa.array([[1], [2], [3, 2**31]], pa.list_(pa.int64()))}),
-     r"bad\.parquet, row 2: token id out of range"),
+     r"bad\.parquet, row 2: input_ids\[1\] is 2147483648, outside 0\.\.2147483647"),
     (lambda: pa.table({"input_ids": pa.array([[1], None, [3]], pa.list_(pa.int32()))}),
      r"bad\.parquet, row 1: input_ids is null"),
     (lambda: pa.table({"input_ids": pa.array([[1], [2, None]], pa.list_(pa.int32()))}),
      r"bad\.parquet, row 1: input_ids holds a null value inside a row"),
     (lambda: pa.table({"input_ids": pa.array([[1, 2], [3, 4]]), "loss_mask": pa.array([[1, 1], [1]])}),
-     r"bad\.parquet, row 1: loss_mask length differs"),
+     r"bad\.parquet, row 1: loss_mask holds 1 value but input_ids 2: give loss_mask one value per token"),
     (lambda: pa.table({"input_ids": pa.array(["a", "b"])}),
      r"bad\.parquet, row 0: input_ids holds string, not a list of integers"),
 ])

@@ -180,7 +180,7 @@ def test_an_error_stops_the_read_ahead_thread(tmp_path):
         tokenize_to_cache([str(src)], TokenizeConfig(shape="tokens", batch_size=20), str(tmp_path / "c"),
                           progress=False)
     except PacktoolInputError as e:  # checked while the error (and its frames) is still held
-        assert "bad.parquet, row 300: token id out of range" in str(e)
+        assert "bad.parquet, row 300: input_ids[0] is -1, outside 0..2147483647" in str(e)
         assert not [t for t in threading.enumerate() if t.name == "packtool-read"]
     else:
         pytest.fail("a negative id was accepted")

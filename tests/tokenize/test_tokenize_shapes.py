@@ -118,7 +118,7 @@ def test_tokens_with_labels_mask_or_nothing(tmp_path, cache_dir):
         assert cache.lengths().tolist() == lens.tolist()
     # with a tokenizer, ids are range-checked against its vocabulary
     pq.write_table(pa.table({"input_ids": [[1, 2], [3, 60000]]}), tmp_path / "big.parquet")
-    with pytest.raises(PacktoolInputError, match=r"big\.parquet, row 1: token id out of range"):
+    with pytest.raises(PacktoolInputError, match=r"big\.parquet, row 1: input_ids\[1\] is 60000, outside the tokenizer's vocabulary 0\.\.31999: give the tokenizer the ids were made with"):
         tokenize_to_cache([str(tmp_path / "big.parquet")], TokenizeConfig(tokenizer=MISTRAL), cache_dir,
                           progress=False)
 
