@@ -553,6 +553,27 @@ SKIPPED_ROWS = ("cp_offsets:re-signed", "array_length:cp_offsets:re-signed", "sl
                 "overflow:chunks-under-error")
 
 
+# S44-8: manifest fields no consumer's slicing reads, yet verify and packtool's readers refuse them as
+# a manifest that lies; FORMAT.md's standalone reader promised the same and read on
+MANIFEST_LIES = {"lie:convention": _set(("config", "alignment", "convention"), "megatron"),
+                 "lie:capacity-doubled": _set(("config", "alignment", "capacity"), lambda v: v * 2),
+                 "lie:bos_id-huge": _set(("tokenizer", "bos_id"), 10**9),
+                 "lie:eos_id-negative": _set(("tokenizer", "eos_id"), -3),
+                 "lie:algorithm": _set(("config", "packing", "algorithm"), "nonsense"),
+                 "lie:seed-text": _set(("config", "packing", "seed"), "x")}
+CORRUPTIONS.update(MANIFEST_LIES)
+
+
+@pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])
+@pytest.mark.parametrize("corruption", list(MANIFEST_LIES))
+def test_every_consumer_refuses_a_manifest_field_that_lies(corpus, corruption, consumer, tmp_path):
+    get, results = corpus
+    from packtool.verification.run import verify
+    assert not verify(get(corruption), workers=1).ok
+    kind, got = _result(results, get, consumer, corruption, str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+
+
 @pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])  # train: the dataset's
 @pytest.mark.parametrize("corruption", SKIPPED_ROWS)
 def test_every_consumer_refuses_what_the_reader_checks_skipped(corpus, corruption, consumer, tmp_path):
@@ -660,9 +681,9 @@ def _dp_steps_back(c):
         c[col][r0], c[col][r1] = c[col][r1], c[col][r0]
 
 
-def _set(col, value, row=0):
+def _slab0(col, value):
     def run(c):
-        c[col][row] = value
+        c[col][0] = value
     return run
 
 
@@ -674,9 +695,9 @@ def _steps_swapped(c):
 # verify's `dp` rules under a DP plan (--dp 2): the Megatron dataset follows the plan's steps and ranks;
 # without one ("dp1:", dp=1) each slab is micro-batch 0 of its own step, numbered by slab_index (S44-7)
 DP_DAMAGES = {"dp:ranks-unequal": _dp_ranks_unequal, "dp:microbatch-twice": _dp_microbatch_twice,
-              "dp:steps-out-of-order": _dp_steps_back, "dp:microbatch-negative": _set("microbatch", -7),
-              "dp1:step-huge": _set("step", 2**30), "dp1:steps-swapped": _steps_swapped,
-              "dp1:microbatch-negative": _set("microbatch", -7), "dp1:microbatch-one": _set("microbatch", 1)}
+              "dp:steps-out-of-order": _dp_steps_back, "dp:microbatch-negative": _slab0("microbatch", -7),
+              "dp1:step-huge": _slab0("step", 2**30), "dp1:steps-swapped": _steps_swapped,
+              "dp1:microbatch-negative": _slab0("microbatch", -7), "dp1:microbatch-one": _slab0("microbatch", 1)}
 
 
 @pytest.fixture(scope="session")
