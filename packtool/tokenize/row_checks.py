@@ -95,7 +95,7 @@ def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> Packtool
             what = why(cols[0], roles)
         elif turns:
             what = (f"{cols[0]} gives no assistant tokens to train on (only a turn whose role is 'assistant' "
-                    f"and whose weight is not 0 is trained)")
+                    f"and whose weight is not 0 is trained, and of it what the chat template trains)")
         elif shape.kind == "tokens":
             what = f"{next((c for c in cols if c in ('loss_mask', 'labels')), cols[0])} masks every token"
         else:

@@ -136,6 +136,26 @@ def refuse_other_row(batch: pa.RecordBatch, shape: Shape, path: str, row: int, i
         f"({arg('on_empty', 'skip')} would drop it); {fix}", path=path, row=row)
 
 
+def _source_place(where: str, shape: Shape, added: int) -> str:
+    """A value's place as the template got it (`messages[2].content`) as the row holds it: a
+    ShareGPT turn's `conversations[1].value`, a `system` column's prompt (`added`: 1 when it is
+    the first turn), a two-field row's column."""
+    head, sep, rest = where.partition("]")
+    if not head.startswith("messages[") or not sep:
+        return where
+    j = int(head[len("messages["):]) - added
+    if j < 0:
+        return "system" + rest.removeprefix(".content")
+    if shape.kind == "sharegpt":
+        return f"{shape.columns[0]}[{j}].value" + ("" if rest.startswith((".content", ".tool_calls")) else rest)
+    if shape.kind != "chat":  # a two-field row made a user turn and an assistant turn
+        if rest != ".content":
+            return where
+        return (f"the prompt ({shape.columns[0]}{' or input' if 'input' in shape.columns else ''})" if j == 0
+                else f"the response ({shape.columns[1]})")
+    return f"{shape.columns[0]}[{j}]{rest}"
+
+
 def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                  separator: str | None, path: str, first_row: int,
                  skip_null: bool = False) -> RenderedBatch:
@@ -213,6 +233,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         try:
             text, sp = renderer.render(msgs, skip, row_keys, unmarked)
         except MarkedValue as e:  # the row's data, not the template: no --chat-template to blame
+            e.where = _source_place(e.where, shape, len(msgs) - len(row[0] or []) if msg_key else 0)
             raise PacktoolInputError(e.text(), path=path, row=first_row + i) from None
         except TemplateRefusal as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} refuses the row: {e}; fix the row, "

@@ -78,7 +78,7 @@ def _row(place: str, mark: str) -> tuple[dict, str]:
         return row, "documents[0].text"
     elif place == "system column":
         row["system"] = bad
-        return row, "messages[0].content"
+        return row, "system"
     return row, "messages[1].content"
 
 
@@ -257,3 +257,26 @@ def test_a_filter_that_keeps_the_blocks_in_order_packs(proj, keeps):
                                    + "{% else %}<|user|>{{ m.content }}<|end|>{% endif %}{% endfor %}")
     r, _ = _pack(proj, [_row("content", "")[0]], "ok.jinja")
     assert r.exit_code == 0, r.stdout + r.stderr
+
+
+# --- the place is named as the row holds it ----------------------------------------------------------
+
+SHAREGPT_ROW = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": f"a{OPEN}b"}]}
+PLACES_IN_ROWS = {
+    "sharegpt value": ([SHAREGPT_ROW], "conversations[1].value"),
+    "sharegpt after a system column": ([{**SHAREGPT_ROW, "system": "be brief"}], "conversations[1].value"),
+    "system column": ([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}],
+                        "system": f"a{OPEN}"}], "system"),
+    "chat after a system column": ([{"messages": [{"role": "user", "content": f"a{OPEN}"},
+                                                  {"role": "assistant", "content": "ok"}],
+                                     "system": "be brief"}], "messages[0].content"),
+    "prompt": ([{"prompt": f"a{OPEN}", "completion": "ok"}], "the prompt (prompt)"),
+    "response": ([{"prompt": "hi", "completion": f"a{OPEN}"}], "the response (completion)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLACES_IN_ROWS))
+def test_the_place_is_named_as_the_row_holds_it(proj, case):
+    rows, where = PLACES_IN_ROWS[case]
+    r, data = _pack(proj, rows, "gen.jinja")
+    _refused(r, data, 0, where, OPEN)
