@@ -142,13 +142,17 @@ def _what_differs(man: dict, src: SourceRecord) -> list[str]:
     return said
 
 
+# tokenize options verify --source takes as flags of the same name (the fix a note can give)
+_FLAGGED = {"chat_template", "tokenizer", "on_empty", "prompt_field", "response_field", "text_field", "shape"}
+
+
 def _options_differ(was: dict, given: dict | None) -> list[str]:
     said = []
     for k, v in (given or {}).items():
         old = was.get(k)
         if k in was and _plain(old) != _plain(v) and not (
                 k == "tokenizer" and v and old and os.path.realpath(v) == os.path.realpath(old)):
-            said.append(f"{k} {v} (pack: {old})")
+            said.append(f"{k} {v} (pack: {old}" + (f": pass --{k.replace('_', '-')} {old})" if k in _FLAGGED else ")"))
     return said
 
 
@@ -159,7 +163,9 @@ def _files_differ(packed: list[tuple], src: SourceRecord, other_cause: bool) -> 
     if given != paths:
         gone = [p for p in paths if p not in given]
         new = [p for p in given if p not in paths]
-        return ["files " + ("in another order" if not gone and not new else
+        order = _names(paths, [])
+        return ["files " + (f"in another order (pack read {', '.join(order[:8])}{' ...' if len(order) > 8 else ''}: "
+                            f"give --source in that order)" if not gone and not new else
                             f"{', '.join(_names(new, gone)[:3]) or 'none'} given, "
                             f"{', '.join(_names(gone, new)[:3]) or 'none'} packed but not given")]
     if not src.hashed:  # paths only: the bytes cannot be told from the fingerprint

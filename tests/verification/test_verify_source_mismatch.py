@@ -42,7 +42,7 @@ def test_other_tokenizer_is_named(packed):
     root, out = packed
     code, notes = _notes(root, out, "--source", str(root / "gsm.jsonl"), "--tokenizer", MISTRAL)
     assert code == 1 and len(notes) == 1
-    assert f"tokenizer {MISTRAL} (pack: {GPT2})" in notes[0], notes
+    assert f"tokenizer {MISTRAL} (pack: {GPT2}: pass --tokenizer {GPT2})" in notes[0], notes
     # S30-12: the two fingerprints shown whole (cut to 16 digits, two that differ late read alike)
     given, said = notes[0].split("input fingerprint ", 1)[1].split(":")[0].split(", the manifest says ")
     assert len(given) == len(said) == 64 and given != said, notes
@@ -81,3 +81,23 @@ def test_the_same_file_changed_since_pack_is_said(tmp_path):
     now = hashlib.sha256(src.read_bytes()).hexdigest()
     was = json.loads((tmp_path / "out" / ".manifest.json").read_text())["input"]["files"][0][2]
     assert f"x.jsonl changed since pack (sha256 {now}, the manifest records {was})" in notes[0], notes
+
+
+def test_the_packed_order_and_the_flag_are_the_fix(packed):
+    """S44-11: files given in another order, or another option, were named without the fix."""
+    root, out = packed
+    lines = (root / "gsm.jsonl").read_text().splitlines(keepends=True)
+    (root / "a.jsonl").write_text("".join(lines[:100]))
+    (root / "b.jsonl").write_text("".join(lines[100:]))
+    two = root / "two"
+    r = runner.invoke(app, ["pack", str(root / "a.jsonl"), str(root / "b.jsonl"), "--tokenizer", GPT2, *GSM_ARGS,
+                            "-C", "2048", "-o", str(two), "--no-progress", "--cache-dir", str(root / "cache")])
+    assert r.exit_code == 0, r.output
+    code, notes = _notes(root, two, "--source", str(root / "b.jsonl"), str(root / "a.jsonl"), "--tokenizer", GPT2,
+                         *GSM_ARGS)
+    assert code == 1 and len(notes) == 1
+    assert "files in another order (pack read a.jsonl, b.jsonl: give --source in that order)" in notes[0], notes
+    code, notes = _notes(root, out, "--source", str(root / "gsm.jsonl"), "--tokenizer", GPT2,
+                         "--prompt-field", "answer", "--response-field", "question")
+    assert code == 1 and len(notes) == 1
+    assert "prompt_field answer (pack: question: pass --prompt-field question)" in notes[0], notes
