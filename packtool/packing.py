@@ -42,7 +42,7 @@ from packtool.planning.core import plan as make_plan
 from packtool.planning.sharded import ShardedPlan
 from packtool.planning.slabs import SlabSpec
 from packtool.planning.spill import PLAN_SHARD_ROWS
-from packtool.planning.summary import PlanSummary, plan_summary, with_skipped
+from packtool.planning.summary import PlanSummary, plan_summary, with_cache
 from packtool.progress import say_if_compiling
 from packtool.slabs.format import ShardInfo, build_manifest, write_manifest
 from packtool.slabs.writer import release_memory, write_shards
@@ -190,7 +190,7 @@ def _pack_cache(cache: TokenizedCache, alignment: Alignment, packing: PackingCon
     lengths = cache.lengths()
     with rows_named(cache):
         p = make_plan(lengths, alignment, packing)
-    summary = with_skipped(plan_summary(p), cache.skipped, getattr(cache, "side_nonfinite", None))
+    summary = with_cache(plan_summary(p), cache)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, tokenize_seconds, 0.0)
     release_memory()  # the planner's freed temporaries, before the write needs its own
@@ -220,7 +220,7 @@ def _pack_spilled(cache: TokenizedCache, alignment: Alignment, packing: PackingC
     try:
         with rows_named(cache):
             sp = plan_spilled(cache, alignment, packing, shard_rows, store_dir, spill)
-        summary = with_skipped(sp.summary(), cache.skipped, getattr(cache, "side_nonfinite", None))
+        summary = with_cache(sp.summary(), cache)
         if dry_run:
             return PackResult(None, replace(sp, handles=[]), summary, [], 0, cache.path,
                               tokenize_seconds, 0.0)

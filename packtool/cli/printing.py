@@ -10,7 +10,7 @@ from rich.table import Table
 
 from packtool.errors import number_base, shown
 from packtool.notes import note
-from packtool.planning.summary import PlanSummary
+from packtool.planning.summary import PlanSummary, overflow_text
 
 
 def pasteable(path: str) -> str:
@@ -60,8 +60,7 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
     t.add_row("fixed-length fill", f"{pad.fill_pad:,}", _pct(pad.fill_pad, cap))
     t.add_row("slack (unused capacity)", f"{pad.slack:,}", _pct(pad.slack, cap))
     t.add_row(f"overflow ({o.policy})", f"{o.sequences:,} sequences",
-              f"chunks {o.chunks:,} · targets lost {o.targets_lost:,} · dropped {o.tokens_dropped:,}"
-              f" · singletons {o.singletons:,}")
+              overflow_text(o, s.loss_counted))
     if s.packing["dp"] > 1:
         t.add_row(f"dp={s.packing['dp']}", f"imbalance {100 * s.dp_imbalance:.2f}%",
                   f"{s.dp_moved:,} sequences moved")

@@ -35,7 +35,7 @@ from packtool.packing import PackResult, _config_files, as_given, cache_root, cl
 from packtool.planning.core import PackingConfig, first_too_long
 from packtool.planning.core import plan as make_plan
 from packtool.planning.spill import PLAN_SHARD_ROWS
-from packtool.planning.summary import plan_summary, with_skipped
+from packtool.planning.summary import plan_summary, with_cache
 from packtool.workers import cores
 from packtool.output.folder import check_cache_dir
 from packtool.params import arguments
@@ -368,7 +368,7 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
         with rows_named(cache):
             p = make_plan(cache.lengths(), alignment, packing)
         summary = plan_summary(p)
-    summary = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
+    summary = with_cache(summary, cache)
     if dry_run:
         return PackResult(None, p, summary, [], 0, cache.path, t_tok, 0.0)
     from packtool.engines.ray_write import write_slabs

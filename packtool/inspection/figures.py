@@ -1,6 +1,8 @@
 """Figures of an inspect report as plain strings: shared by the terminal and HTML reports."""
 from __future__ import annotations
 
+from packtool.planning.summary import overflow_text
+
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
@@ -42,8 +44,7 @@ def inspect_figures(r) -> list[tuple[str, str, str]]:
         ("efficiency (real / physical)", fmt_pct(r.efficiency), ""),
         ("waste (padding + slack)", fmt_pct(r.waste), f"of {fmt_int(cap)} capacity tokens"),
         (f"overflow ({o.policy})", f"{fmt_int(o.sequences)} sequences",
-         f"chunks {fmt_int(o.chunks)} · targets lost {fmt_int(o.targets_lost)} · dropped "
-         f"{fmt_int(o.tokens_dropped)} · singletons {fmt_int(o.singletons)}"),
+         overflow_text(o, r.loss_tokens is not None, fmt_int)),
         (f"dp={r.dp.dp} imbalance", f"{fmt_pct(r.dp.compute_imbalance)} compute",
          f"{fmt_pct(r.dp.token_imbalance)} tokens · {fmt_pct(r.dp.step_imbalance)} per step"),
     ]

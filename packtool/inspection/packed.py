@@ -57,8 +57,8 @@ def _report(directory, compare: bool, what_if: bool, progress: bool, given: dict
     _check_overflow(sm, counted)
     seg_len = cat["len"].astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(cat["nseg"]))).astype(np.int64)
-    st = man["stats"]["overflow"]  # every key there: slabs.fields, at parse
-    ovf = OverflowStats(**{k: st[k] for k in OverflowStats.__dataclass_fields__})  # truncate's: the manifest's alone
+    st = man["stats"]["overflow"]  # every key there (but slabs.fields.LATER_COUNTS, absent in older outputs)
+    ovf = OverflowStats(**{k: st.get(k, 0) for k in OverflowStats.__dataclass_fields__})  # truncate's: the manifest's alone
     src_len = reassemble(cat["src"].astype(np.int64), seg_len)
     ss = SlabSet(align, packing, seg_len, offsets, cat["single"].astype(bool), cat["rank"], cat["step"],
                  ovf, man["stats"]["sequences"], src_len,

@@ -122,9 +122,11 @@ class OverflowStats:
     policy: str
     sequences: int = 0  # sequences whose footprint exceeds the usable capacity
     chunks: int = 0  # segments produced from them (split)
-    targets_lost: int = 0  # next-token targets lost at split boundaries
+    # split: next-token targets lost at the cuts (one per cut); truncate: the loss tokens cut away
+    targets_lost: int = 0
     tokens_dropped: int = 0  # truncate
     singletons: int = 0
+    untrained: int = 0  # truncate: sequences cut to no target at all (absent in older manifests)
 
 
 # The one set of names a segment goes by from plan to writer (docs/DESIGN.md, "Segments"):
@@ -181,8 +183,12 @@ class Plan:
 # one owner: verify holds a manifest's stats.overflow to it (verification/declared.py), and
 # tests/planning/test_overflow_figures.py runs apply_overflow to hold this to the function.
 OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
-                    "truncate": ("sequences", "tokens_dropped"),
+                    "truncate": ("sequences", "tokens_dropped", "targets_lost", "untrained"),
                     "split": ("sequences", "chunks", "targets_lost")}
+# Of those, the figures the loss masks hold and the lengths do not: apply_overflow leaves them 0,
+# pack counts them from the tokenized rows (planning.cut_targets, summary.with_cache) and
+# `verify --source` from the source; a plan of lengths alone says them unknown (S44-3).
+MASK_FIGURES = {"truncate": ("targets_lost", "untrained")}
 
 
 def overflow_off_policy(recorded: dict, policy: str) -> list[tuple[str, object, object]]:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.errors import arg
+from packtool.errors import arg, shown
 from packtool.layout import Layout
 from packtool.planning.core import OverflowStats, Plan
 from packtool.tokenize.reply_roles import skipped_words
@@ -49,8 +49,9 @@ def padding_stats(layout: Layout, align: Alignment, singleton: np.ndarray) -> Pa
 @dataclass(frozen=True)
 class DataChanges:
     """Every input row that is not in the output exactly as it was read: skipped while
-    tokenizing (`--on-empty skip`), cut short (`--overflow truncate`) or cut into chunks
-    (`--overflow split`, one next-token target lost per cut)."""
+    tokenizing (`--on-empty skip`), cut short (`--overflow truncate`, with the targets cut away
+    and the sequences left with none) or cut into chunks (`--overflow split`, one next-token
+    target lost per cut)."""
     rows_skipped_empty: int = 0
     rows_skipped_all_masked: int = 0
     sequences_truncated: int = 0
@@ -58,6 +59,7 @@ class DataChanges:
     sequences_split: int = 0
     chunks: int = 0
     targets_lost: int = 0
+    sequences_untrained: int = 0  # truncate: cut to no target (absent in older manifests)
 
     @property
     def rows_skipped(self) -> int:
@@ -66,17 +68,27 @@ class DataChanges:
     def any(self) -> bool:
         return any(asdict(self).values())
 
-    def warning(self, why_skipped: str = "") -> str | None:
+    def warning(self, why_skipped: str = "", loss_counted: bool = True, first_untrained: str = "") -> str | None:
         """One line saying what changed, or None when nothing did (`why_skipped`: more words on
-        the skipped rows)."""
+        the skipped rows; `loss_counted`: whether truncate's targets were counted from the loss
+        masks, which a plan of lengths does not see; `first_untrained`: where the first
+        sequence cut to no target was read)."""
         parts = []
         if self.rows_skipped:
             parts.append(f"{self.rows_skipped:,} row(s) skipped by {arg('on_empty', 'skip')} "
                          f"({self.rows_skipped_empty:,} empty, {self.rows_skipped_all_masked:,} "
                          f"with no loss tokens){why_skipped}")
         if self.sequences_truncated:
+            targets = (f", {self.targets_lost:,} of them target(s)" if loss_counted
+                       else ", targets among them not counted (lengths only)")
             parts.append(f"{self.tokens_dropped:,} token(s) dropped from {self.sequences_truncated:,} "
-                         f"sequence(s) by {arg('overflow', 'truncate')}")
+                         f"sequence(s) by {arg('overflow', 'truncate')}{targets}")
+            if self.sequences_untrained:
+                at = f" (first: {first_untrained})" if first_untrained else ""
+                # packed all the same: --on-empty judges a row as read, and the cut is this pack's
+                parts.append(f"{self.sequences_untrained:,} of those sequence(s) kept no target and train "
+                             f"nothing{at}: raise {arg('capacity')}, or {arg('overflow', 'split')} keeps "
+                             f"their targets in later chunks")
         if self.sequences_split:
             parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
                          f"{arg('overflow', 'split')} ({self.targets_lost:,} target(s) lost at the cuts)")
@@ -93,7 +105,17 @@ def data_changes(overflow: OverflowStats, skipped: dict | None = None) -> DataCh
         sequences_truncated=overflow.sequences if trunc else 0,
         tokens_dropped=overflow.tokens_dropped,
         sequences_split=overflow.sequences if split else 0,
-        chunks=overflow.chunks, targets_lost=overflow.targets_lost)
+        chunks=overflow.chunks, targets_lost=overflow.targets_lost,
+        sequences_untrained=overflow.untrained)
+
+
+def overflow_text(o: OverflowStats, loss_counted: bool = True, fmt=lambda n: f"{n:,}") -> str:
+    """The overflow figures as the pack/plan summary and `inspect` show them. Under truncate
+    without the loss masks (a plan of lengths) the targets cut are unknown, never said as 0."""
+    lost = fmt(o.targets_lost) if loss_counted or o.policy != "truncate" else "? (lengths only)"
+    text = (f"chunks {fmt(o.chunks)} · targets lost {lost} · dropped {fmt(o.tokens_dropped)} · "
+            f"singletons {fmt(o.singletons)}")
+    return text + (f" · untrained {fmt(o.untrained)}" if o.policy == "truncate" and loss_counted else "")
 
 
 @dataclass(frozen=True)
@@ -122,10 +144,14 @@ class PlanSummary:
     side_nonfinite: dict = field(default_factory=dict)
     # per role, the skipped chat rows with no trained turn that had it (the cache's skipped.roles)
     skipped_roles: dict = field(default_factory=dict)
+    # whether truncate's targets were counted from the loss masks (pack: `with_cache`); a plan
+    # of lengths alone cannot, and says so rather than "targets lost 0"
+    loss_counted: bool = False
+    first_untrained: str = ""  # where the first sequence truncate cut to no target was read
 
     def changes_warning(self) -> str | None:
         """`changes.warning()`, saying the roles of the skipped chat rows with no trained turn."""
-        return self.changes.warning(skipped_words(self.skipped_roles))
+        return self.changes.warning(skipped_words(self.skipped_roles), self.loss_counted, self.first_untrained)
 
     def nonfinite_warning(self) -> str | None:
         """One line naming the side columns that hold NaN / +-inf values, or None."""
@@ -156,6 +182,31 @@ def with_skipped(summary: PlanSummary, skipped: dict | None, nonfinite: dict | N
                                           "all_masked": int(skipped.get("all_masked", 0))},
                    skipped_roles=dict(skipped.get("roles") or {}),
                    side_nonfinite=dict(nonfinite or {}))
+
+
+def with_cache(summary: PlanSummary, cache) -> PlanSummary:
+    """`summary` with what only the tokenized cache (`tokenize.TokenizedCache`) knows: the rows
+    it skipped, its non-finite side values and, under truncate, the targets the cut removed and
+    the sequences it left with none (planning.cut_targets). Every engine's pack asks this."""
+    s = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
+    o = s.overflow
+    if o.policy != "truncate" or not o.sequences:
+        return replace(s, loss_counted=True)
+    from packtool.planning.cut_targets import cut_targets_of_cache
+    cut = cut_targets_of_cache(cache, cache.lengths(), s.alignment["usable"])
+    where = ""
+    if cut.first_untrained >= 0:
+        from packtool.tokenize.source_rows import SourceRows
+        path, row = SourceRows(cache).locate(cut.first_untrained)
+        where = f"{shown(path)} row {row}" if path else f"row {row}"
+    return with_cut_targets(s, cut, where)
+
+
+def with_cut_targets(summary: PlanSummary, cut, where: str = "") -> PlanSummary:
+    """`summary` under truncate with the targets the cut removed and the sequences it left with
+    none (a `planning.cut_targets.CutTargets`; `where`: the first such sequence's input row)."""
+    return replace(summary, overflow=replace(summary.overflow, targets_lost=cut.targets, untrained=cut.untrained),
+                   loss_counted=True, first_untrained=where)
 
 
 def plan_summary(p: Plan) -> PlanSummary:

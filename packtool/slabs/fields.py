@@ -73,8 +73,19 @@ class Counts:
 COUNTS_BY_NAME = Counts()
 
 # planning's figures of the overflow policy, each a count
-_OVERFLOW = {f.name: _str if f.name == "policy" else _count for f in fields(OverflowStats)}
-_CHANGES = {f.name: _count for f in fields(DataChanges)}  # planning's record of the rows changed
+# figures added after outputs were written that lack them: absent there, a count where present
+# (truncate's sequences cut to no target, S44-3; verify --source recounts them)
+LATER_COUNTS = frozenset({"untrained", "sequences_untrained"})
+
+
+def _later_count(v) -> str | None:
+    return None if v is _ABSENT else _count(v)
+
+
+_OVERFLOW = {f.name: _str if f.name == "policy" else _later_count if f.name in LATER_COUNTS else _count
+             for f in fields(OverflowStats)}
+# planning's record of the rows changed
+_CHANGES = {f.name: _later_count if f.name in LATER_COUNTS else _count for f in fields(DataChanges)}
 # every key pack writes into stats: each is held to the slabs by verify, most by every reader at
 # open (slabs.check) or by inspect; none may be absent (an absent one skipped its check)
 STATS = {"sequences": _count, "segments": _count, "slabs": _count, "real_tokens": _count,

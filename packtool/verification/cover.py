@@ -107,6 +107,7 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
             log.add("manifest_stats", f"the manifest's stats.overflow.tokens_dropped is "
                     f"{overflow['tokens_dropped']}, the source gives {dropped}",
                     expected=dropped, found=overflow["tokens_dropped"])
+        _check_cut_targets(src, align.usable, overflow, log)
     wrong = np.flatnonzero(got_total != want)
     if wrong.size:
         from packtool.tokenize.source_rows import describe_row, source_rows_at
@@ -124,6 +125,17 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
         if missing.size:
             log.add("missing_sequence", f"{missing.size} source row(s) appear in no slab, first "
                     f"{int(missing[0])}", expected=int(src_len.size), found=int(src_len.size - missing.size))
+
+
+def _check_cut_targets(src, usable: int, overflow: dict, log) -> None:
+    """Truncate's targets cut away and sequences left with none, counted from the source's loss
+    masks by pack's own count (planning.cut_targets); `untrained` is absent in older outputs."""
+    from packtool.planning.cut_targets import cut_targets_of_store
+    cut = cut_targets_of_store(src, usable)
+    for k, v in (("targets_lost", cut.targets), ("untrained", cut.untrained)):
+        if k in overflow and overflow[k] != v:
+            log.add("manifest_stats", f"the manifest's stats.overflow.{k} is {overflow[k]}, the source "
+                    f"gives {v}", expected=v, found=overflow[k])
 
 
 def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None) -> None:

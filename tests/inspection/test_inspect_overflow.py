@@ -14,7 +14,7 @@ from packtool.inspection.packed import inspect_packed
 from packtool.planning.core import OVERFLOW_FIGURES, PackingConfig
 
 LENGTHS = np.random.default_rng(5).integers(1, 40, 60) * 8 - 3
-LENGTHS[[3, 17, 40]] = [300, 420, 290]  # over U=256
+LENGTHS[[3, 17, 40]] = [300, 800, 290]  # over U=256 (800: its targets, past a third, all past U)
 CASES = [(p, k) for p in ("split", "singleton", "truncate") for k in OVERFLOW_FIGURES[p]]
 
 
@@ -46,7 +46,7 @@ def test_an_overflow_figure_the_slabs_do_not_give_is_refused(packs, tmp_path, po
 # or another policy named in the block, is verify's `manifest_declared` problem; inspect showed
 # it as what pack did. Every policy, every figure outside OVERFLOW_FIGURES[policy], and the name.
 POLICIES = ("error", "split", "singleton", "truncate")
-FIGURES = ("sequences", "chunks", "targets_lost", "tokens_dropped", "singletons")
+FIGURES = ("sequences", "chunks", "targets_lost", "tokens_dropped", "singletons", "untrained")
 OFF = [(p, k) for p in POLICIES for k in FIGURES if k not in OVERFLOW_FIGURES[p]] + [(p, "policy") for p in POLICIES]
 
 

@@ -1,0 +1,87 @@
+"""What `--overflow truncate` cuts away besides tokens: the targets (loss tokens) past the usable
+capacity U, and the sequences left with no target at all (S44-3).
+
+The planner sees lengths only, so `apply_overflow` counts the tokens a cut drops; the targets
+among them are in the loss masks, which pack (the tokenized cache) and `verify --source` (the
+flat store) hold. This module is the one count both ask, so the manifest's figures and
+verify's recount cannot drift apart. A truncated row keeps tokens [0, U); its first token is
+never a target in a slab (FORMAT.md, loss_mask), so the kept targets are [1, U) and the ones
+cut are [U, length).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+# loss flags read per batch of cut rows: bounded memory whatever the rows' lengths
+_BATCH_TOKENS = 1 << 24
+
+
+@dataclass(frozen=True)
+class CutTargets:
+    targets: int = 0  # loss tokens in the cut tails
+    untrained: int = 0  # cut rows that keep no target (every one of theirs was in the tail)
+    first_untrained: int = -1  # the first such row (cache row), -1 if none
+
+
+@nb.njit(nogil=True, cache=True)
+def _count(flags, offsets, rows, usable, shift, cut, kept):
+    """Per row k of `rows` (each longer than `usable`): cut[k] = targets at [U, length),
+    kept[k] = whether one is at [1, U). A flag is (flags[i] >> shift) & 1: shift 0 for a 0/1
+    loss mask, 31 for the flat store's `id | loss << 31` words."""
+    for k in range(rows.size):
+        a = offsets[rows[k]]
+        e = offsets[rows[k] + 1]
+        n = 0
+        for i in range(a + usable, e):
+            n += (flags[i] >> shift) & 1
+        cut[k] = n
+        has = False
+        for i in range(a + 1, a + usable):
+            if (flags[i] >> shift) & 1:
+                has = True
+                break
+        kept[k] = has
+
+
+def count_rows(flags: np.ndarray, offsets: np.ndarray, rows: np.ndarray, usable: int, shift: int,
+               row_ids: np.ndarray | None = None) -> CutTargets:
+    """`CutTargets` of `rows` (positions into `offsets`, each longer than `usable`); `row_ids`
+    names them in `first_untrained` (default: `rows`)."""
+    rows = np.ascontiguousarray(rows, np.int64)
+    cut, kept = np.zeros(rows.size, np.int64), np.zeros(rows.size, np.bool_)
+    if rows.size:
+        _count(flags, np.asarray(offsets, np.int64), rows, int(usable), int(shift), cut, kept)
+    untrained = np.flatnonzero(~kept & (cut > 0))
+    ids = rows if row_ids is None else row_ids
+    return CutTargets(int(cut.sum()), int(untrained.size), int(ids[untrained[0]]) if untrained.size else -1)
+
+
+def merge(parts) -> CutTargets:
+    parts = list(parts)
+    firsts = [p.first_untrained for p in parts if p.first_untrained >= 0]
+    return CutTargets(sum(p.targets for p in parts), sum(p.untrained for p in parts), min(firsts, default=-1))
+
+
+def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int) -> CutTargets:
+    """`CutTargets` of a tokenized cache's rows truncated to `usable` tokens: only the rows
+    longer than U are read (`TokenizedCache.read_rows`, any engine's cache), in batches."""
+    over = np.flatnonzero(np.asarray(lengths, np.int64) > usable)
+    parts, i = [], 0
+    while i < over.size:
+        take = np.cumsum(lengths[over[i:]]) <= _BATCH_TOKENS
+        j = i + max(1, int(take.sum()))
+        batch = over[i:j]
+        rows = cache.read_rows(batch)
+        parts.append(count_rows(rows.loss_mask, rows.offsets, np.arange(batch.size), usable, 0, row_ids=batch))
+        i = j
+    return merge(parts)
+
+
+def cut_targets_of_store(tokens, usable: int) -> CutTargets:
+    """`CutTargets` of a flat token store's (`tokenize.flat_tokens.FlatTokens`) rows truncated
+    to `usable` tokens (verify --source)."""
+    over = np.flatnonzero(np.diff(tokens.offsets) > usable)
+    return count_rows(tokens.tokens, tokens.offsets, over, usable, 31)
