@@ -210,7 +210,9 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
     if kind == "tokens":
         _need(cols, ("input_ids",), kind, path, columns)
         _need_side(cols, side, path, columns, cfg)
-        extra = tuple(c for c in ("loss_mask", "labels") if c in cols)[:1]
+        # both loss sources when both are given: token_rows holds them to each other (S44-1), as
+        # reading one by precedence dropped the other's content without a word
+        extra = tuple(c for c in ("loss_mask", "labels") if c in cols)
         # read to be checked: its zeros are padding that must not be packed (token_rows)
         attn = ("attention_mask",) if "attention_mask" in cols else ()
         return Shape(kind, ("input_ids",) + extra + attn, side=side)

@@ -123,14 +123,17 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
     ids = flat.astype(np.int32)
     if "attention_mask" in shape.columns:
         _refuse_padding(_same_lengths(batch, "attention_mask", lens, path, first_row), lens, path, first_row)
-    extra = [c for c in shape.columns[1:] if c != "attention_mask"]
+    extra = [c for c in shape.columns[1:] if c in ("loss_mask", "labels")]
     if extra:
-        name = extra[0]
-        mv = _same_lengths(batch, name, lens, path, first_row)
-        mask = (mv != -100) if name == "labels" else (mv != 0)
-        if name == "labels":
-            _labels_are_the_ids(mv, flat, mask, lens, path, first_row)
-        mask = mask.astype(np.uint8)
+        said = {}
+        for name in extra:
+            mv = _same_lengths(batch, name, lens, path, first_row)
+            said[name] = ((mv != -100) if name == "labels" else (mv != 0), mv)
+            if name == "labels":
+                _labels_are_the_ids(mv, flat, said[name][0], lens, path, first_row)
+        if len(said) == 2:
+            _loss_sources_agree(said, lens, path, first_row)
+        mask = said[extra[0]][0].astype(np.uint8)
         loss = row_sums(mask, lens)
     else:
         mask = None if lean else np.ones(ids.size, np.uint8)
@@ -159,6 +162,25 @@ def _refuse_padding(attn: np.ndarray, lens: np.ndarray, path: str, first_row: in
             f"would pack as real tokens with loss; tokenize without padding, or keep only the positions where "
             f"attention_mask is 1 (in input_ids and loss_mask/labels) and pack that (tokens count from 0)",
             path=path, row=first_row + r)
+
+
+def _loss_sources_agree(said: dict, lens: np.ndarray, path: str, first_row: int) -> None:
+    """A row giving both `loss_mask` and `labels` says twice which tokens are targets: where the
+    two disagree, reading either would drop what the other says without a word (S44-1). Read
+    both only to hold them to each other; the loss comes from the first (loss_mask)."""
+    (m, mv), (lb, lv) = said["loss_mask"], said["labels"]
+    differ = m != lb
+    # a row's first token is never a target in a slab (FORMAT.md, loss_mask): there they may differ
+    starts = (np.cumsum(lens) - lens)[lens > 0]
+    differ[starts] = False
+    off = np.flatnonzero(differ)
+    if off.size:
+        p = int(off[0])
+        r, t = _pos_in_row(lens, p)
+        raise PacktoolInputError(f"loss_mask[{t}] is {int(mv[p])} but labels[{t}] is {int(lv[p])}: the row gives both "
+                                 f"columns and they disagree on whether token {t} is a target; drop the column that "
+                                 f"is wrong (packtool reads either alone) (tokens count from 0)",
+                                 path=path, row=first_row + r)
 
 
 def _labels_are_the_ids(labels: np.ndarray, ids: np.ndarray, kept: np.ndarray, lens: np.ndarray, path: str,
