@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from packtool.slabs.format import FormatError, NotAnOutputError, read_manifest
@@ -252,14 +253,21 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     cache (never the cache being checked: a damaged one would vouch for itself), and return
     the FlatTokens directory the shard workers compare against, plus the input fingerprint.
     The temporary cache lives under the cache root (`cache_dir`, the same file system a
-    cache was sized for) and is removed when this process exits."""
+    cache was sized for) and is removed when this process exits. A cache on a store
+    (`--cache-dir s3://...`) is read through its local mirror under the local root, so the
+    temporary goes there too: nothing is put on the store, where no exit hook or sweep of this
+    machine could prove it its own (S43-7); what an older packtool's verify left there goes."""
     import atexit
 
+    from packtool.storage import is_uri
     from packtool.tokenize import default_cache_dir, tokenize_to_cache
     from packtool.tokenize.flat_tokens import flat_store_dir, flat_store_for
     from packtool.output.files import make_parents, remove_created
     from packtool.output.leftovers import owned_temp_dir, remove_tree
     from packtool.output.stale import clean_cache
+    if cache_dir and is_uri(cache_dir):
+        clean_store_leftovers(cache_dir)
+        cache_dir = None
     root = cache_dir or default_cache_dir()
     made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
     clean_cache(root)  # a killed verify's temporary cache goes with the next one
@@ -276,3 +284,53 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
         gone()
         raise
     return flat_store_dir(cache), cache.fingerprint
+
+
+_STORE_TMP = re.compile(r"^\.verify-source-\d+-[a-z0-9_]{8}\Z")  # owned_temp_dir's name, as output.stale
+_ENTRY_KEY = re.compile(r"^[0-9a-f]{32}\Z")  # tokenize.cache: an entry's folder, its key
+
+
+def clean_store_leftovers(store: str) -> int:
+    """Delete the temporary caches an older packtool's `verify --source` put under a store cache
+    root (`ROOT/.verify-source-PID-XXXXXXXX/KEY/...`, never removed there), each only when every
+    object in it is a cache entry's file that its cache.json records, or the cache.json itself:
+    packtool's own by name and content; anything else there is named and kept. The count removed."""
+    import pyarrow.fs as pafs
+
+    from packtool.notes import note
+    from packtool.storage import locate
+    from packtool.tokenize.store_cache import ENTRY_META, recorded_files as entry_files
+    root = locate(store)
+    gone, kept, found = 0, [], {}
+    try:
+        listed = root.list()  # one listing; a store's prefix shows no folders of its own
+    except FileNotFoundError:
+        return 0
+    for i in listed:
+        name, _, rel = i.path[len(root.path.rstrip("/")) + 1:].partition("/")
+        if _STORE_TMP.match(name) and i.type == pafs.FileType.File:
+            found.setdefault(name, []).append(rel)
+    for name, rels in sorted(found.items()):
+        tmp = root.join(name)
+        by_key: dict[str, set[str]] = {}
+        for rel in rels:
+            key, _, inner = rel.partition("/")
+            by_key.setdefault(key, set()).add(inner)
+        ours = all(_ENTRY_KEY.match(k) and ENTRY_META in inner and
+                   inner <= {ENTRY_META, *entry_files(tmp.join(k))} for k, inner in by_key.items())
+        if not ours:
+            kept.append(tmp.shown)
+            continue
+        for rel in sorted(rels, key=lambda r: r.endswith(ENTRY_META)):  # cache.json last: never a half entry
+            tmp.join(*rel.split("/")).delete()
+        try:  # the empty folder objects pyarrow puts for each level: every file in them was checked above
+            tmp.fs.delete_dir(tmp.path)
+        except OSError:
+            pass
+        gone += 1
+    if gone:
+        note(f"removed {gone} temporary cache(s) a verify --source of an older packtool left in {root.shown}")
+    if kept:
+        note(f"kept {', '.join(kept[:3])}: named like verify --source's temporary cache, but it holds objects "
+             f"that are not a cache entry's; remove it if it is not yours")
+    return gone
