@@ -1,55 +1,36 @@
-"""Where an object-store output may not go: the store's form of output.relations (claim_store
-asks before taking the lease)."""
+"""Where packtool may write on an object store: the store's form of output.relations, for an
+output prefix (claim_store asks before taking the lease) and for a tokenized cache root
+(tokenize.cache_root.check_cache_dir asks before its write probe), the same rules as for
+folders: not one of packtool's own trees nor inside one (a packed output: its readers would take
+what lands there for stray shards, S32-2; a cache entry: deleted whole when found damaged,
+S33-1), not holding nor inside an input prefix, and an output neither holding nor inside the
+cache it packs from."""
 from __future__ import annotations
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.storage import is_uri, locate
 
 
-def refuse_inside(output: str, inputs, cache_dir) -> None:
-    """The store's form of output.relations: the prefix neither holds nor lies inside an input
-    prefix or the cache (a later pack of the input prefix would read the slabs as data)."""
-    out = locate(output).shown.rstrip("/") + "/"
-    shown = locate(output).shown
-    for p in inputs:
-        if not is_uri(p):
-            continue
-        inp = locate(p).shown.rstrip("/") + "/"
-        if inp.startswith(out):
-            raise PacktoolOutputError(f"holds the input {locate(p).shown}; give an {arg('output')} outside "
-                                      f"the inputs", path=shown, flag=cli_flag("output"))
-        if out.startswith(inp):
-            raise PacktoolOutputError(f"is inside the input prefix {locate(p).shown} (a later pack of it "
-                                      f"would read the slabs as data); give an {arg('output')} outside it", path=shown,
-                                      flag=cli_flag("output"))
-    _refuse_in_packed_prefix(output, shown)
-    if cache_dir and is_uri(cache_dir):
-        cache = locate(cache_dir).shown.rstrip("/") + "/"
-        if cache.startswith(out) or out.startswith(cache):
-            raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
-                                      f"{locate(cache_dir).shown}; give another {arg('output')} (or {arg('cache_dir')})",
-                                      path=shown, flag=cli_flag("output"))
+def _prefix(uri: str) -> str:
+    return locate(uri).shown.rstrip("/") + "/"
 
 
-def _refuse_in_packed_prefix(output: str, shown: str) -> None:
-    """output.relations.packed_problem on a store: no prefix above the output (up to the
-    bucket) is one of packtool's own trees a store holds, a packed output (its readers would
-    take the new slabs for stray shards, S32-2) or a tokenized cache entry (deleted whole when
-    found damaged, S33-1), each known as locally (relations.own_tree_kind)."""
-    from packtool.output.relations import WHY
-    base, q, query = output.partition("?")  # the query (endpoint, options) stays with each prefix
+def tree_around(uri: str, itself: bool = False) -> tuple[str, str] | None:
+    """(the prefix, its kind: a key of output.relations.WHY) of the innermost of packtool's own
+    trees on the store that `uri` lies in up to the bucket, or, with `itself`, is; None when
+    there is none. Known as locally (relations.own_tree_kind): a manifest, or cache.json beside
+    an entry's parts."""
+    base, q, query = uri.partition("?")  # the query (endpoint, options) stays with each prefix
     parts = base.rstrip("/").split("/")  # scheme:, "", bucket, key parts
-    for i in range(len(parts) - 1, 2, -1):
+    for i in range(len(parts) - (0 if itself else 1), 2, -1):
         up = "/".join(parts[:i]) + q + query
-        kind = _store_tree_kind(up)
+        kind = _tree_kind(up)
         if kind:
-            what, why = WHY[kind]
-            raise PacktoolOutputError(f"is inside {what} ({locate(up).shown}), {why}; give another "
-                                      f"{arg('output')}, a new prefix outside any of packtool's own trees",
-                                      path=shown, flag=cli_flag("output"))
+            return up, kind
+    return None
 
 
-def _store_tree_kind(prefix: str) -> str | None:
+def _tree_kind(prefix: str) -> str | None:
     from packtool.manifest_name import manifest_file
     from packtool.output.relations import CACHE_PARTS
     if manifest_file(prefix) is not None:
@@ -60,4 +41,56 @@ def _store_tree_kind(prefix: str) -> str | None:
     return None
 
 
-__all__ = ["refuse_inside"]
+def _input_problem(uri: str, inputs) -> str | None:
+    """output.relations.input_problem on a store: `uri` holds an input prefix or lies inside one."""
+    here = _prefix(uri)
+    for p in inputs:
+        if not is_uri(p):
+            continue
+        inp = _prefix(p)
+        if inp.startswith(here):
+            return f"holds the input {locate(p).shown}"
+        if here.startswith(inp):
+            return f"is inside the input prefix {locate(p).shown} (a later read of it would take it for data)"
+    return None
+
+
+def refuse_inside(output: str, inputs, cache_dir) -> None:
+    """The output prefix neither holds nor lies inside an input prefix, the cache, or one of
+    packtool's own trees (relations.packed_problem's rule)."""
+    shown = locate(output).shown
+    problem = _input_problem(output, inputs)
+    if problem:
+        raise PacktoolOutputError(f"{problem}; give an {arg('output')} outside the inputs", path=shown,
+                                  flag=cli_flag("output"))
+    found = tree_around(output)
+    if found:
+        from packtool.output.relations import WHY
+        what, why = WHY[found[1]]
+        raise PacktoolOutputError(f"is inside {what} ({locate(found[0]).shown}), {why}; give another "
+                                  f"{arg('output')}, a new prefix outside any of packtool's own trees",
+                                  path=shown, flag=cli_flag("output"))
+    if cache_dir and is_uri(cache_dir):
+        out, cache = _prefix(output), _prefix(cache_dir)
+        if cache.startswith(out) or out.startswith(cache):
+            raise PacktoolOutputError(f"{'holds' if cache.startswith(out) else 'is inside'} the tokenized cache "
+                                      f"{locate(cache_dir).shown}; give another {arg('output')} (or {arg('cache_dir')})",
+                                      path=shown, flag=cli_flag("output"))
+
+
+def cache_root_problem(cache_dir: str, inputs=()) -> str | None:
+    """Why a store cache root may not be written (tokenize.cache_root.check_cache_dir's rules
+    for a folder root, said the same way), or None: it is a packed output or a cache entry, or
+    lies inside one; it holds or lies inside an input prefix."""
+    found = tree_around(cache_dir, itself=True)
+    if found:
+        from packtool.output.relations import WHY
+        up, kind = found
+        what, why = WHY[kind]
+        if locate(up).shown.rstrip("/") == locate(cache_dir).shown.rstrip("/"):
+            return f"is {what}, not a cache root"
+        return f"is inside {what} ({locate(up).shown}), {why}"
+    return _input_problem(cache_dir, inputs)
+
+
+__all__ = ["cache_root_problem", "refuse_inside", "tree_around"]

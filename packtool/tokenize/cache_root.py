@@ -73,8 +73,14 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     cache_dir = checked("cache_dir", cache_dir)
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if cache_dir and is_uri(cache_dir):
-        from packtool.storage import check_uri
+        from packtool.output.store_relations import cache_root_problem
+        from packtool.storage import check_uri, shown as shown_uri
         check_cache_dir(None, inputs)  # its local mirror is made under the default root (store_cache)
+        check_uri(cache_dir, "cache_dir")  # the bucket, said so, before the reads below
+        problem = cache_root_problem(cache_dir, inputs)  # a folder root's rules, before anything is put
+        if problem:
+            raise PacktoolOutputError(f"{arg('cache_dir')} {problem}; give another {arg('cache_dir')}",
+                                      path=shown_uri(cache_dir), flag=cli_flag("cache_dir"))
         check_uri(cache_dir, "cache_dir", write=True)  # the bucket and a write, now: not after tokenizing
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
