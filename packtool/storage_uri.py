@@ -135,8 +135,20 @@ def _path_problem(path: str) -> tuple[str, str, str, str] | None:
         odd = next(n for n in names if n in ("", ".", ".."))
         what = "an empty path component (//)" if not odd else f"a {odd!r} path component (percent-encoded or not)"
         return (what, "is", "a store keeps it in the key, it names no folder",
-                "/" + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in names if n not in ("", ".", "..")))
+                "/" + "/".join(quote(n, safe="!$&'()*+,;=:@~") for n in _as_a_path_reads(names)))
     return None
+
+
+def _as_a_path_reads(names: list[str]) -> list[str]:
+    """The names a local path would resolve `names` to (`a/../x` is `x`, not `a/x`; a `..` at the
+    bucket stays there): the URI to give is where the user meant, never a third place."""
+    out: list[str] = []
+    for n in names:
+        if n == "..":
+            out = out[:-1]
+        elif n not in ("", "."):
+            out.append(n)
+    return out
 
 
 def _azure_container(netloc: str, path: str) -> tuple[str, str] | None:

@@ -20,7 +20,9 @@ KINDS = {
     "empty-component": ("s3://bkt//out2", "an empty path component (//)", "s3://bkt/out2"),
     "space": ("s3://bkt/a b", "the character ' '", "s3://bkt/a%20b"),
     "encoded-dotdot": ("s3://bkt/%2e%2e/x", "a '..' path component", "s3://bkt/x"),
-    "dotdot": ("s3://bkt/p/../x", "a '..' path component", "s3://bkt/p/x"),
+    "dotdot": ("s3://bkt/p/../x", "a '..' path component", "s3://bkt/x"),  # where a path goes, not p/x (S43-2)
+    "dotdot-deeper": ("s3://bkt/a/b/../../c/./d/e/..", "a '..' path component", "s3://bkt/c/d"),
+    "dotdot-encoded-deeper": ("s3://bkt/a/%2E%2E/b/%2e/c", "a '..' path component", "s3://bkt/b/c"),
     "dot": ("s3://bkt/./x", "a '.' path component", "s3://bkt/x"),
     "encoded-slashes": ("s3://bkt/a%2F%2Fb", "an empty path component (//)", "s3://bkt/a/b"),
     "upper-case-bucket": ("s3://BKT/x", "an upper-case bucket name", "s3://bkt/x"),
