@@ -15,17 +15,29 @@ _CLIENTS: dict = {}
 ABSENT = ""  # the ETag to expect of an object that must not exist yet (If-None-Match: *)
 
 
-def _client(loc: Location):
+def client_for(loc: Location):
+    """A botocore client for the store `loc`'s filesystem reaches: its region and, from the URI's
+    `?endpoint_override=` (and `scheme=`), its endpoint, which AWS_ENDPOINT_URL would otherwise
+    replace: a conditional put sent to another store would write there."""
     if getattr(loc.fs, "type_name", "") != "s3":
         return None
     try:
         import botocore.session
     except ImportError:
         return None
-    region = getattr(loc.fs, "region", None) or None
-    if region not in _CLIENTS:
-        _CLIENTS[region] = botocore.session.get_session().create_client("s3", region_name=region)
-    return _CLIENTS[region]
+    try:
+        opts = loc.fs.__reduce__()[1][0]  # the S3FileSystem's own options (pyarrow shows them no other way)
+    except Exception:
+        opts = {}
+    opts = opts if isinstance(opts, dict) else {}
+    region = opts.get("region") or getattr(loc.fs, "region", None) or None
+    endpoint = opts.get("endpoint_override") or None
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{opts.get('scheme') or 'https'}://{endpoint}"
+    if (region, endpoint) not in _CLIENTS:
+        kw = {"endpoint_url": endpoint} if endpoint else {}
+        _CLIENTS[region, endpoint] = botocore.session.get_session().create_client("s3", region_name=region, **kw)
+    return _CLIENTS[region, endpoint]
 
 
 def _precondition_failed(e) -> bool:
@@ -43,7 +55,7 @@ def _fail(e, loc: Location, what: str) -> PacktoolOutputError:
 
 def etag(loc: Location) -> str | None:
     """The object's ETag now (ABSENT when there is none); None where conditions are not offered."""
-    client = _client(loc)
+    client = client_for(loc)
     if client is None:
         return None
     from botocore.exceptions import ClientError
@@ -61,7 +73,7 @@ def put_if(loc: Location, body: bytes, expect: str) -> str | bool | None:
     """Put `body` only while the object's ETag is `expect` (ABSENT: only if it does not exist).
     Returns the new ETag, False when the object is not what was expected, None where the store
     offers no conditional put."""
-    client = _client(loc)
+    client = client_for(loc)
     if client is None:
         return None
     from botocore.exceptions import ClientError
@@ -78,7 +90,7 @@ def put_if(loc: Location, body: bytes, expect: str) -> str | bool | None:
 def delete_if(loc: Location, expect: str) -> bool | None:
     """Delete the object only while its ETag is `expect`: True when deleted, False when it is
     not (another's now, or gone), None where the store offers no conditional delete."""
-    client = _client(loc)
+    client = client_for(loc)
     if client is None:
         return None
     from botocore.exceptions import ClientError
@@ -92,4 +104,4 @@ def delete_if(loc: Location, expect: str) -> bool | None:
     return True
 
 
-__all__ = ["ABSENT", "delete_if", "etag", "put_if"]
+__all__ = ["ABSENT", "client_for", "delete_if", "etag", "put_if"]

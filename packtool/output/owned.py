@@ -100,25 +100,17 @@ def _plain_stat(path: str) -> tuple[int, object] | None:
     return (int(info.size), None) if info.type == pafs.FileType.File else None
 
 
-_S3_CLIENTS: dict = {}
-
-
 def _s3_head(loc) -> tuple[int, str] | None:
     """(size, ETag) of an S3 object in one HEAD request, through botocore when it is installed
     (pyarrow.fs shows no ETag; store_lease reaches S3 the same way); None elsewhere, or when the
     request fails (the caller then asks pyarrow, which says why)."""
-    if getattr(loc.fs, "type_name", "") != "s3":
+    from packtool.store_conditional import client_for  # the store the URI names, its endpoint included
+    client = client_for(loc)
+    if client is None:
         return None
-    try:
-        import botocore.session
-    except ImportError:
-        return None
-    region = getattr(loc.fs, "region", None) or None
-    if region not in _S3_CLIENTS:
-        _S3_CLIENTS[region] = botocore.session.get_session().create_client("s3", region_name=region)
     bucket, _, key = loc.path.partition("/")
     try:
-        head = _S3_CLIENTS[region].head_object(Bucket=bucket, Key=key)
+        head = client.head_object(Bucket=bucket, Key=key)
     except Exception:  # botocore's errors, whatever the store answered: pyarrow's stat decides
         return None
     return int(head["ContentLength"]), str(head["ETag"])

@@ -87,7 +87,7 @@ def test_a_run_paused_past_its_lease_leaves_the_new_holders_output_whole(s3, tmp
     out = f"{s3}/paused"
     if not conditional:
         import packtool.store_conditional as sc
-        monkeypatch.setattr(sc, "_client", lambda loc: None)
+        monkeypatch.setattr(sc, "client_for", lambda loc: None)
     kw = dict(output=out, cache_dir=cache_dir, shard_tokens=20_000)
     if previous:
         pack(*ARGS, **kw)
@@ -130,3 +130,16 @@ def test_a_lease_taken_over_is_neither_renewed_nor_released_by_the_run_that_lost
     assert lock.read_bytes() == theirs and taker.held()
     taker.release()
     assert not lock.exists()
+
+
+def test_the_fence_reaches_the_store_the_uri_names(s3, s3_endpoint, cache_dir, monkeypatch):
+    """The conditional requests (lease, manifest) go to the endpoint the URI's
+    `?endpoint_override=` names, not to AWS_ENDPOINT_URL's (unset here: AWS itself, unreachable;
+    set to another store, the lease and manifest would be written there)."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    host = s3_endpoint.split("://", 1)[1]
+    out = f"{s3}/named?endpoint_override={host}&scheme=http&region=us-east-1"
+    pack(*ARGS, output=out, cache_dir=cache_dir, shard_tokens=20_000)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    assert verify(f"{s3}/named", workers=1).ok
+    assert LEASE not in locate(f"{s3}/named").names()
