@@ -185,7 +185,22 @@ def _auto_kind(columns: list[str], cfg, path: str, empty: frozenset[str]) -> tup
             f"cannot tell the input shape from columns {', '.join(columns) or 'none'}{_csv_hint(path)}; "
             f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
     kind = found[0][0]
+    if kind == "fields" and (cfg.prompt_field or cfg.response_field):
+        _refuse_other_pair(cfg, cols, columns, path)
     return kind, (_question_answer(cols - empty, path) if kind == "fields" else pair)
+
+
+def _refuse_other_pair(cfg, cols: set[str], columns: list[str], path: str) -> None:
+    """The user named the prompt/response columns and the file has question/answer instead:
+    packing those would train on columns no flag named (S43-11: `--response-field nope` packed
+    question -> answer without a word)."""
+    named = [("prompt_field", cfg.prompt_field), ("response_field", cfg.response_field)]
+    absent = [(k, v) for k, v in named if v is not None and v not in cols]
+    said = ", ".join(arg(k, v) for k, v in absent)
+    raise PacktoolInputError(
+        f"{said}: no such column here (columns: {', '.join(columns)}); name the columns the prompt and the response "
+        f"are in, e.g. {arg('prompt_field', 'question')} {arg('response_field', 'answer')}",
+        path=path, flag=cli_flag(absent[0][0]))
 
 
 def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
