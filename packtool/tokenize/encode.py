@@ -145,6 +145,24 @@ def _fix_for(path: str) -> str:
     return "the tokenizer folder or its tokenizer.json"
 
 
+def _missing_special(source: str, key: str, token: str, path: str, conf_path: str | None) -> PacktoolInputError:
+    """A special token not in the vocabulary, named where its value came from: the command line has
+    no flag for these, so a config's value is the config file's to fix (the library may also
+    override it), an argument's the argument's, a post_processor's the tokenizer.json's."""
+    where = f"the vocabulary of {path}"
+    if source == "argument":
+        return PacktoolInputError(f"{arg(key, token)} is not in {where}: pass a token it has, or leave "
+                                  f"{arg(key)} out to use the tokenizer's own", path=path, flag=cli_flag(key))
+    if source == "config":
+        cli = cli_flag("tokenizer")
+        also = "" if cli else f", or pass {arg(key)}= to override it"
+        return PacktoolInputError(f"{key} {token!r} is not in {where}: fix {key} in tokenizer_config.json to a "
+                                  f"token the tokenizer has (or remove the key){also}", path=conf_path, flag=cli)
+    return PacktoolInputError(f"its post_processor adds {key} {token!r}, which is not in its vocabulary: fix "
+                              f"the post_processor or the vocabulary of this tokenizer.json", path=path,
+                              flag=cli_flag("tokenizer"))
+
+
 def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
     """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
     if not spec:
@@ -191,11 +209,11 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     pp_bos, pp_eos = _post_processor_specials(tok)
 
     def pick(override, conf_key, pp_value, names, must_be_special=True):
-        for cand in (override, _token_str(conf.get(conf_key)), pp_value):
+        for source, cand in (("argument", override), ("config", _token_str(conf.get(conf_key))),
+                             ("post_processor", pp_value)):
             if cand:
                 if cand not in vocab:
-                    raise PacktoolInputError(f"{conf_key} {cand!r} is not in the tokenizer vocabulary",
-                                             path=path, flag=f"--{conf_key.replace('_', '-')}")
+                    raise _missing_special(source, conf_key, cand, path, conf_path)
                 return cand
         for n in names:
             if n in vocab and (n in specials or not must_be_special):
