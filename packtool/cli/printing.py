@@ -76,6 +76,7 @@ def print_plan_summary(s: PlanSummary, console: Console) -> None:
 
 
 _ROW = re.compile(r"\brows? \d")
+_IN_ROW = re.compile(r"\b(segments?|positions?) \d")
 
 
 def problem_text(p) -> str:
@@ -84,6 +85,8 @@ def problem_text(p) -> str:
     from 0."""
     text = f"{p.location()}: {p.message}"
     base = number_base(text, p.row is not None or _ROW.search(p.message) is not None)
+    if base and _IN_ROW.search(text):  # "segment 0 ... position 5": rows' base alone left these unsaid
+        base = base.replace("rows count from 0", "rows count from 0, segments and positions too")
     return f"{text} ({base})" if base else text
 
 
