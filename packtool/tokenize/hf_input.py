@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
-from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.checksum import fast_digest, sha256_file
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.workers import thread_pool
@@ -39,6 +39,7 @@ class ArrowSource:
     num_rows: int | None
     identity: str | None
     read: Callable[[int, list[str] | None], Iterator]  # (batch rows, columns) -> tables/batches
+    fingerprint: str | None = None  # the object's own, recorded in cache.json when not the key
 
     def batches(self, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
         """Record batches of at most `batch_size` rows, zero-copy slices of what `read` gives."""
@@ -76,8 +77,15 @@ def _hf_dataset(ds, name: str) -> ArrowSource:
         if sel._indices is None:  # the memory-mapped table itself, no copy
             return iter(sel.data.table.to_batches(max_chunksize=batch_size))
         return sel.with_format("arrow").iter(batch_size=batch_size)  # after select/shuffle
-    return ArrowSource(name, "hf-dataset", tuple(ds.column_names), ds.num_rows,
-                       getattr(ds, "_fingerprint", None), read)
+    fp = getattr(ds, "_fingerprint", None)
+    ident = fp
+    if ds.cache_files:
+        # files that change under an unchanged state.json keep the fingerprint: keyed, as the
+        # CLI keys a file, by the bytes read (the mapped table; its indices after select/shuffle)
+        ident = "xxh3:" + _content_hash(ds.data.table)
+        if ds._indices is not None:
+            ident += "+" + _content_hash(ds._indices.table)
+    return ArrowSource(name, "hf-dataset", tuple(ds.column_names), ds.num_rows, ident, read, fp)
 
 
 def _hf_iterable(ds, name: str) -> ArrowSource:
@@ -104,8 +112,13 @@ def _arrow_dataset(dset, name: str) -> ArrowSource:
                                             batch_readahead=0, fragment_readahead=0, use_threads=False)
     ident = None
     if isinstance(dset, pads.FileSystemDataset):
-        ident = repr([type(dset.format).__name__] + [
-            [f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in dset.files])
+        import pyarrow.fs as pafs
+        if isinstance(dset.filesystem, pafs.LocalFileSystem):
+            # by content, as the CLI keys a file: one edited in place keeping size and mtime is new
+            ident = repr([type(dset.format).__name__] + [[f, fast_digest(f)] for f in dset.files])
+        else:
+            ident = repr([type(dset.format).__name__] + [
+                [f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in dset.files])
     return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read)
 
 
@@ -187,7 +200,8 @@ def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None,
 
 def key_of(f) -> list:
     """The input's part of the cache key: a file by path, size and mtime (as before); a source
-    by its own fingerprint, or a fresh id when it has none (a stream: never reused)."""
+    by its identity (the content of the files behind it; an in-memory dataset's fingerprint),
+    or a fresh id when it has none (a stream: never reused)."""
     if isinstance(f, ArrowSource):
         return [f.kind, f.identity or f"unkeyed-{uuid.uuid4().hex}"]
     size, mtime = file_stat(f.path)
@@ -199,7 +213,7 @@ def start_meta(f) -> Future:
     GIL) while the file is read."""
     if isinstance(f, ArrowSource):
         done: Future = Future()
-        done.set_result({"path": f.path, "bytes": None, "sha256": None, "fingerprint": f.identity,
+        done.set_result({"path": f.path, "bytes": None, "sha256": None, "fingerprint": f.fingerprint or f.identity,
                          "mtime_ns": None, "format": f.kind})
         return done
 

@@ -1,0 +1,86 @@
+"""An object input backed by files (a `datasets.Dataset` from `load_from_disk` or a cache file,
+a `pyarrow.dataset` over files) is keyed by those files' content, as the CLI keys a file: data
+rewritten in place under the same fingerprint, size and mtime is a new cache key, never the old
+tokens (S44-15)."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+from test_arrow_ingest import list_array, shard_digests
+
+from packtool.align import Alignment
+from packtool.packing import pack
+from packtool.planning.core import PackingConfig
+from packtool.tokenize.config import TokenizeConfig
+
+datasets = pytest.importorskip("datasets", reason="the hf extra (datasets) is not installed")
+datasets.disable_progress_bars()
+
+OLD = [[1, 2, 3, 4], [5, 6, 7], [8, 9]]
+NEW = [[11, 12, 13, 14], [15, 16, 17], [18, 19]]  # same lengths: the same file size
+
+
+def _saved(tmp_path, name, ids):
+    datasets.Dataset.from_dict({"input_ids": ids}).save_to_disk(str(tmp_path / name))
+    return glob.glob(str(tmp_path / name / "data-*.arrow"))[0]
+
+
+def _parquet(tmp_path, name, ids):
+    path = str(tmp_path / name / "p.parquet")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table({"input_ids": list_array(ids)}), path, compression="none", use_dictionary=False)
+    return path
+
+
+# name -> (write the data file, open the object over the folder that holds it)
+KINDS = {
+    "load_from_disk": (_saved, lambda d: datasets.load_from_disk(d)),
+    "load_from_disk after select": (_saved, lambda d: datasets.load_from_disk(d).select([2, 0, 1])),
+    "DatasetDict from load_from_disk": (
+        _saved, lambda d: datasets.DatasetDict({"train": datasets.load_from_disk(d)})),
+    "pyarrow.dataset": (_parquet, lambda d: pads.dataset(os.path.join(d, "p.parquet"))),
+    "pyarrow.dataset folder": (_parquet, lambda d: pads.dataset(d)),
+}
+
+
+def _pack(obj, out, cache_dir, split=None):
+    pack(obj, Alignment(capacity=64), PackingConfig("bfd"), TokenizeConfig(shape="tokens"), out,
+         cache_dir=cache_dir, split=split, progress=False)
+    return shard_digests(out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_data_rewritten_in_place_is_a_new_key(kind, tmp_path):
+    write, open_ = KINDS[kind]
+    split = "train" if kind.startswith("DatasetDict") else None
+    data = write(tmp_path, "a", OLD)
+    new = write(tmp_path, "b", NEW)
+    assert os.path.getsize(data) == os.path.getsize(new)
+    folder = os.path.dirname(data)
+    cache = str(tmp_path / "cache")
+    old = _pack(open_(folder), str(tmp_path / "o1"), cache, split)
+    st = os.stat(data)
+    shutil.copyfile(new, data)  # in place: same inode, size, state.json; the mtime put back
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = _pack(open_(folder), str(tmp_path / "o2"), cache, split)
+    fresh = _pack(open_(folder), str(tmp_path / "o3"), str(tmp_path / "fresh"), split)
+    assert again == fresh != old
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unchanged_files_reuse_the_cache(kind, tmp_path):
+    from packtool.tokenize.hf_input import resolve_sources
+    from packtool.tokenize.pipeline import tokenize_to_cache
+    write, open_ = KINDS[kind]
+    folder = os.path.dirname(write(tmp_path, "a", OLD))
+    split = "train" if kind.startswith("DatasetDict") else None
+    cfg, cd = TokenizeConfig(shape="tokens"), str(tmp_path / "cache")
+    first = tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cd, progress=False)
+    again = tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cd, progress=False)
+    assert not first.reused and again.reused and again.fingerprint == first.fingerprint
