@@ -6,6 +6,7 @@ with text, a key with a value) is read here too, so that Python looks only at th
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -45,11 +46,17 @@ def check_column_types(batch: pa.RecordBatch, shape, path: str, first_row: int) 
 
 
 def _no_text(content) -> bool:
-    """null, "", or OpenAI content parts that join to "" (no part, or only text parts without
-    text: json_types makes a "" beside parts such a part); a non-text part is refused later."""
+    """null, "" or only whitespace, or OpenAI content parts that join to such (no part, or only
+    text parts without text: json_types makes a "" beside parts such a part); a non-text part is
+    refused later. Whitespace is no text here as in a text row (`{"text": "  "}` is an empty
+    example): a reply of spaces trains the model to answer nothing, and many templates trim it."""
     if isinstance(content, list):
-        return all(text_part(b) and not b.get("text") for b in content)
-    return content in (None, "")
+        return all(text_part(b) and _blank(b.get("text")) for b in content)
+    return _blank(content)
+
+
+def _blank(v) -> bool:
+    return v is None or (type(v) is str and (not v or v.isspace()))
 
 
 def null_message(m) -> bool:
@@ -58,20 +65,23 @@ def null_message(m) -> bool:
     if not isinstance(m, dict):
         return False
     content = m.get("content")
-    if type(content) is str and content:  # the common turn, decided without _no_text's call
+    if type(content) is str and content and not content.isspace():  # the common turn, at once
         return False
     return _no_text(content) and not (m.get("tool_calls") or m.get("tool_call"))
 
 
 def null_value(t) -> bool:
-    """A ShareGPT turn without text (its `value` null, missing or "")."""
-    return isinstance(t, dict) and t.get("value") in (None, "")
+    """A ShareGPT turn without text (its `value` null, missing, "" or only whitespace)."""
+    return isinstance(t, dict) and _blank(t.get("value"))
 
 
-def refuse_null(what: str, path: str, row: int) -> None:
-    raise PacktoolInputError(f"{what} is null, missing or empty (it would become an empty turn); fill "
-                             f"it, drop the row, or pass {arg('on_empty', 'skip')} to skip such rows "
-                             f"(counted)", path=path, row=row, flag=cli_flag("on_empty"))
+def refuse_null(what: str, path: str, row: int, turn: bool = False) -> None:
+    """An empty example for one of its values (a chat `turn`'s text may be only whitespace too):
+    the same words and the same --on-empty fix as `bad_example`'s for a whole row."""
+    blank = " (or only whitespace)" if turn else ""
+    raise PacktoolInputError(f"empty example: {what} is null, missing or empty{blank} (it would become an "
+                             f"empty turn); fill it, drop the row, or pass {arg('on_empty', 'skip')} to skip "
+                             f"such rows (counted in cache.json)", path=path, row=row, flag=cli_flag("on_empty"))
 
 
 def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> PacktoolInputError:
@@ -85,7 +95,7 @@ def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> Packtool
         if turns:
             what = f"{cols[0]} is null or holds no turns"
         elif shape.kind == "tokens":
-            what = f"{cols[0]} holds no tokens"
+            what = f"{cols[0]} is null, missing or holds no tokens"
         else:  # text, fields, prompt/completion, alpaca: every text column gave nothing
             keys = [c for c in cols if c not in ("loss_mask", "labels", "attention_mask")]
             what = f"{_and(keys)} {'is' if len(keys) == 1 else 'are'} null, empty or only whitespace"
@@ -188,13 +198,34 @@ def rows_with_empty_turns(col: pa.Array, kind: str) -> np.ndarray | None:
     fine = ~valid_values(turns)  # a null turn is no empty one (null_message(None) is False)
     text = "content" if kind == "chat" else "value"
     if text in names and _is_str(turns.type.field(text).type):
-        fine |= has_value(turns.field(text))
+        fine |= has_value(turns.field(text)) & ~maybe_blank(turns.field(text))
     for call in ("tool_calls", "tool_call") if kind == "chat" else ():
         if call in names:
             fine |= _truthy(turns.field(call))
     some = np.zeros(len(col), bool)
     some[row_of[~fine & (row_of >= 0)]] = True
     return some
+
+
+def maybe_blank(a: pa.Array) -> np.ndarray:
+    """Per string: whether it may be only whitespace (`_blank` decides, for those only): every
+    byte ASCII whitespace or not ASCII (a Unicode space, or text Python must look at)."""
+    width = np.dtype(np.int32 if pa.types.is_string(a.type) else np.int64)
+    offs = np.frombuffer(a.buffers()[1], width, len(a) + 1, a.offset * width.itemsize)
+    data = a.buffers()[2]
+    return _blank_bytes(np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8), offs)
+
+
+@numba.njit(cache=True)
+def _blank_bytes(data, offs):
+    out = np.ones(offs.shape[0] - 1, np.bool_)
+    for i in range(out.shape[0]):
+        for k in range(offs[i], offs[i + 1]):
+            b = data[k]
+            if b < 0x80 and not (b == 32 or 9 <= b <= 13 or 28 <= b <= 31):  # str.isspace's ASCII
+                out[i] = False
+                break
+    return out
 
 
 def _is_str(t: pa.DataType) -> bool:

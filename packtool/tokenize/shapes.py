@@ -202,7 +202,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             null = nulls[0] if nulls else None
         if null is not None:
             if not skip_null:
-                refuse_null(null, path, first_row + i)
+                refuse_null(null, path, first_row + i, turn=msg_key is not None)
             texts.append("")
             spans.append([])
             empty.append(True)

@@ -20,6 +20,7 @@ from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError, arg
 from packtool.integers import TOKEN_ID_BOUND
 from packtool.tokenize.encode import EncodedBatch, row_sums
+from packtool.tokenize.row_checks import valid_values
 from packtool.tokenize.shape_detect import Shape
 
 
@@ -53,6 +54,9 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
     """(flat numpy values, int32 row lengths) of a list-of-numbers column."""
     col = batch.column(name)
     t = col.type
+    if pa.types.is_null(t):  # a batch whose every row lacks the column: nulls, judged below
+        col = pa.nulls(len(col), pa.list_(pa.int32()))
+        t = col.type
     if list_view_said(t):
         raise PacktoolInputError(f"{name} holds {t}: {list_view_said(t)}", path=path, row=first_row)
     if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
@@ -64,9 +68,18 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
         raise PacktoolInputError(f"{name} holds lists of {vt}, not integers; write the ids as "
                                  f"integers", path=path, row=first_row)
     if col.null_count:
-        bad = int(np.nonzero(col.is_null().to_numpy(zero_copy_only=False))[0][0])
-        raise PacktoolInputError(f"{name} is null: give the row its list (one value per token) or drop the "
-                                 f"row", path=path, row=first_row + bad)
+        # A row whose input_ids is null or missing is an empty example, as [] is, for --on-empty
+        # to judge as in every shape (docs/TOKENIZATION.md); its other columns are as absent.
+        ids = batch.column("input_ids")
+        stray = ~valid_values(col) & valid_values(ids)
+        if stray.any():
+            raise PacktoolInputError(f"{name} is null: give the row its list (one value per token) or drop the "
+                                     f"row", path=path, row=first_row + int(np.flatnonzero(stray)[0]))
+        import pyarrow.compute as pc  # only for a batch with such rows: the import costs
+        if pa.types.is_fixed_size_list(t):  # no empty list of a fixed size
+            t = pa.list_(t.value_type)
+            col = col.cast(t)
+        col = pc.fill_null(col, pa.scalar([], t))
     if pa.types.is_fixed_size_list(t):
         values = col.flatten()
         lens = np.full(len(col), t.list_size, np.int32)

@@ -52,5 +52,5 @@ def test_a_row_with_both_names_is_refused_naming_the_row(tmp_path, fmt, cache_di
 
 def test_a_row_with_neither_names_both(tmp_path, cache_dir):
     path = write_rows(tmp_path, ROWS[:1] + [{"instruction": "i", "output": None}], "jsonl", name="neither")
-    with pytest.raises(PacktoolInputError, match=r"row 1: output \(or response\) is null"):
+    with pytest.raises(PacktoolInputError, match=r"row 1: empty example: output \(or response\) is null"):
         _tokens(path, cache_dir)

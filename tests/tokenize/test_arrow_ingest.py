@@ -92,7 +92,7 @@ def test_loss_mask_and_labels_columns(tmp_path, cache_dir):
     (lambda: pa.table({"input_ids": pa.array([[1], [2], [3, 2**31]], pa.list_(pa.int64()))}),
      r"bad\.parquet, row 2: input_ids\[1\] is 2147483648, outside 0\.\.2147483647"),
     (lambda: pa.table({"input_ids": pa.array([[1], None, [3]], pa.list_(pa.int32()))}),
-     r"bad\.parquet, row 1: input_ids is null"),
+     r"bad\.parquet, row 1: empty example: input_ids is null, missing or holds no tokens"),
     (lambda: pa.table({"input_ids": pa.array([[1], [2, None]], pa.list_(pa.int32()))}),
      r"bad\.parquet, row 1: input_ids holds a null value inside a row"),
     (lambda: pa.table({"input_ids": pa.array([[1, 2], [3, 4]]), "loss_mask": pa.array([[1, 1], [1]])}),

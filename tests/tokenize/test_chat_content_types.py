@@ -158,7 +158,8 @@ def test_free_form_values_reach_the_template_as_written(tmp_path, place, values,
 
 
 EMPTY = {"empty string": "", "null": None, "no parts": [], "empty text part": [{"type": "text", "text": ""}],
-         "null text part": [{"type": "text", "text": None}]}
+         "null text part": [{"type": "text", "text": None}],
+         "only whitespace": " \n\t", "blank text part": [{"type": "text", "text": "  "}]}  # S44-13: as ""
 
 
 @pytest.mark.parametrize("reader", ["jsonl", "json"])
@@ -170,7 +171,7 @@ def test_empty_content_of_any_form_is_named(tmp_path, empty, turn, reader):
     rows = _rows(VARIANTS["parts"], VARIANTS["string"], "turns", "words", n=2)
     rows[1]["messages"][turn]["content"] = EMPTY[empty]
     path = write_rows(tmp_path, rows, reader)
-    with pytest.raises(PacktoolError, match=rf"row 1: messages\[{turn}\]\.content is null, missing or empty"):
+    with pytest.raises(PacktoolError, match=rf"row 1: empty example: messages\[{turn}\]\.content is null, missing or empty"):
         _render(path, reader, "turns")
 
 

@@ -6,7 +6,9 @@ key(s) and the row, saying that rows count from 0, in every input format."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import pyarrow as pa
 import pytest
 from conftest import GPT2
 from rows_support import write_rows
@@ -33,7 +35,23 @@ CASES = {
                                 "empty example: prompt and completion are", {}),
     "fields empty": ({"q": "a", "a": "b"}, {"q": "", "a": ""}, "empty example: q and a are",
                      {"shape": "fields", "prompt_field": "q", "response_field": "a"}),
-    "tokens empty": ({"input_ids": [1, 2]}, {"input_ids": []}, "empty example: input_ids holds no tokens", {}),
+    "tokens empty": ({"input_ids": [1, 2]}, {"input_ids": []}, "empty example: input_ids is null, missing or holds "
+                     "no tokens", {}),
+    # S44-13: a null or missing token list is the same empty example as [] (it was "input_ids is null", no skip)
+    "tokens null": ({"input_ids": [1, 2]}, {"input_ids": None}, "empty example: input_ids is null, missing", {}),
+    "tokens missing": ({"input_ids": [1, 2]}, {}, "empty example: input_ids is null, missing", {}),
+    "tokens null with loss_mask": ({"input_ids": [1, 2], "loss_mask": [1, 1]}, {"input_ids": None, "loss_mask": None},
+                                   "empty example: input_ids is null, missing", {}),
+    "tokens null with labels": ({"input_ids": [1, 2], "labels": [1, 2]}, {}, "empty example: input_ids is null", {}),
+    # S44-13: a turn of only whitespace is the same empty turn as "" (text "  " is an empty example)
+    "chat reply blank": ({"messages": CHAT}, {"messages": [CHAT[0], {"role": "assistant", "content": "   "}]},
+                         "empty example: messages[1].content is null, missing or empty (or only whitespace)", {}),
+    "chat prompt blank": ({"messages": CHAT}, {"messages": [{"role": "user", "content": "\n \t"}, CHAT[1]]},
+                          "empty example: messages[0].content is null, missing or empty", {}),
+    "chat reply empty": ({"messages": CHAT}, {"messages": [CHAT[0], {"role": "assistant", "content": ""}]},
+                         "empty example: messages[1].content is null, missing or empty", {}),
+    "sharegpt reply blank": ({"conversations": SHAREGPT}, {"conversations": [SHAREGPT[0], {"from": "gpt", "value": " "}]},
+                             "empty example: conversations[1].value is null, missing or empty", {}),
     "completion empty": ({"prompt": "a", "completion": "b"}, {"prompt": "a", "completion": ""},
                          "no loss tokens (all masked): completion gives no tokens", {}),
     "chat user only": ({"messages": CHAT}, {"messages": CHAT[:1]}, "(all masked): messages gives no assistant", {}),
@@ -49,6 +67,11 @@ def _cfg(case: str, extra: dict) -> TokenizeConfig:
     return TokenizeConfig(tokenizer=GPT2, chat_template="chatml" if chat else None, **extra)
 
 
+def _schema(good: dict, bad: dict, fmt: str):
+    """A Parquet file's columns when the bad row lacks a key (Arrow infers from the first row)."""
+    return pa.Table.from_pylist([good]).schema if fmt == "parquet" and set(good) - set(bad) else None
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet"])
 @pytest.mark.parametrize("at", [0, 2])
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -56,7 +79,7 @@ def test_the_refusal_names_the_key_and_the_row(tmp_path, case, at, fmt):
     good, bad, said, extra = CASES[case]
     rows = [good, good, good]
     rows[at] = bad
-    path = write_rows(tmp_path, rows, fmt)
+    path = write_rows(tmp_path, rows, fmt, schema=_schema(good, bad, fmt))
     with pytest.raises(PacktoolInputError) as e:
         tokenize_to_cache([path], _cfg(case, extra), path + ".cache", progress=False)
     line = str(e.value)
@@ -79,3 +102,19 @@ def test_the_command_line_names_the_key_and_the_flag(tmp_path, case):
     err = json.loads(r.stdout.strip().splitlines()[-1])["error"]
     assert said.replace("on_empty='skip'", "--on-empty skip") in err["message"], err
     assert err["row"] == 1 and err["flag"] == "--on-empty" and "--on-empty skip" in err["message"], err
+
+
+EMPTY = sorted(c for c in CASES if "empty example" in CASES[c][2])
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("case", EMPTY)
+def test_on_empty_skip_drops_and_counts_every_empty_example(tmp_path, case, fmt):
+    """S44-13: one rule in every shape: what --on-empty error refuses as an empty example,
+    --on-empty skip drops and counts as empty (a null token list was refused under skip)."""
+    good, bad, _, extra = CASES[case]
+    path = write_rows(tmp_path, [good, bad, good], fmt, schema=_schema(good, bad, fmt))
+    cfg = _cfg(case, extra)
+    cache = tokenize_to_cache([path], replace(cfg, on_empty="skip"), path + ".cache",
+                              progress=False)
+    assert cache.skipped["empty"] == 1 and cache.num_rows == 2, cache.skipped

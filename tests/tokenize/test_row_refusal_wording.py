@@ -45,8 +45,8 @@ CASES = {  # name -> (file, writer, extra flags, the words the line must hold)
     "attention_mask length": ("x.parquet", _parquet({"input_ids": OK, "attention_mask": [[1], [1, 1, 1], [1, 1, 1]]}),
                               [], ["x.parquet, row 0: attention_mask holds 1 value but input_ids 3"]),
     "null input_ids": ("x.parquet", _parquet({"input_ids": [[1], None, [2]]}), [],
-                       ["x.parquet, row 1: input_ids is null: give the row its list (one value per token) or drop "
-                        "the row", "(rows count from 0)"]),
+                       ["x.parquet, row 1: empty example: input_ids is null, missing or holds no tokens; fill it, "
+                        "drop the row, or pass --on-empty skip", "(rows count from 0)"]),
     "null loss_mask": ("x.parquet", _parquet({"input_ids": OK, "loss_mask": [[1, 1, 1], [1, 1, 1], None]}), [],
                        ["x.parquet, row 2: loss_mask is null: give the row its list"]),
     "array element a number": ("x.json", _text(json.dumps([{"text": "a"}, 5])), ["--tokenizer", GPT2],
