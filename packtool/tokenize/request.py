@@ -208,8 +208,14 @@ def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
     problem = cache_problem(final, fingerprint)
     if problem is None:
         return TokenizedCache(final, reused=True)
+    if os.path.islink(final) or not os.path.isdir(final):
+        # packtool makes every entry a folder: this one is the user's (a link to a shared entry,
+        # a file), and renaming it aside would put it under a name packtool then disowns
+        what = "a symbolic link" if os.path.islink(final) else "not a folder"
+        raise PacktoolOutputError(f"is damaged ({problem}) and is {what}, which packtool did not make, so it "
+                                  f"left it: remove it or mend what it holds, and re-run", path=final)
     from packtool.output.entry_files import foreign_in_entry
-    foreign = foreign_in_entry(final) if os.path.isdir(final) and not os.path.islink(final) else []
+    foreign = foreign_in_entry(final)
     if foreign:  # deleted whole, the entry would take them along: a user's file is never lost
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise PacktoolOutputError(f"is damaged ({problem}) and holds files packtool did not write there "

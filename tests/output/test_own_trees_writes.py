@@ -219,3 +219,36 @@ def test_a_flat_store_rebuilt_whole_keeps_a_users_file(proj):
     with pytest.raises(PacktoolError, match=r"holds files packtool did not write there \(notes.txt\)"):
         build_flat_tokens(parts, str(e / "flat"))
     assert snapshot(proj / "other", skip=()) == before
+
+
+def _damage(entry_dir):
+    with open(os.path.join(entry_dir, "flat", "tokens.i32"), "r+b") as f:  # any damage: a changed byte
+        f.seek(8)
+        f.write(b"X")
+
+
+@pytest.mark.parametrize("kind", ["link to a damaged entry", "link to a file", "dangling link", "file"])
+def test_an_entry_packtool_did_not_make_is_named_and_left(proj, kind):
+    """S44-10: an entry under the key's name that is not a folder packtool made (the user's link
+    to a shared entry, a file) and does not check out is named and left, never renamed into
+    packtool's own set-aside pattern (which a later run would then disown as a lookalike)."""
+    entry = _fresh_entry(proj)
+    e, shared = proj / "other" / entry, proj / "shared"
+    shutil.move(str(e), str(shared))
+    if kind == "link to a damaged entry":
+        _damage(shared)
+        os.symlink(os.path.join("..", "shared"), e)
+    elif kind == "link to a file":
+        os.symlink(proj / "toks.jsonl", e)
+    elif kind == "dangling link":
+        os.symlink(proj / "gone", e)
+    else:
+        e.write_bytes(b"a user's file")
+    before = (snapshot(proj / "other", skip=()), snapshot(shared, skip=()))
+    r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1, r.stdout + r.stderr
+    assert str(e) in errors[0] and "left it" in errors[0] and "Traceback" not in r.stderr, errors[0]
+    assert (snapshot(proj / "other", skip=()), snapshot(shared, skip=())) == before
+    r = runner.invoke(app, [*PACK, "--cache-dir", "other", "--dry-run"])  # said again, nothing disowned
+    assert r.exit_code == 2 and "looks like a packtool temporary" not in r.stderr, r.stderr
