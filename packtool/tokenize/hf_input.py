@@ -113,13 +113,22 @@ def _arrow_dataset(dset, name: str) -> ArrowSource:
     ident = None
     if isinstance(dset, pads.FileSystemDataset):
         import pyarrow.fs as pafs
-        if isinstance(dset.filesystem, pafs.LocalFileSystem):
-            # by content, as the CLI keys a file: one edited in place keeping size and mtime is new
-            ident = repr([type(dset.format).__name__] + [[f, fast_digest(f)] for f in dset.files])
-        else:
-            ident = repr([type(dset.format).__name__] + [
-                [f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in dset.files])
+        fs = dset.filesystem
+        # by content, as the CLI keys a file: one edited in place keeping size and mtime is new;
+        # paths are the dataset's file system's (S3, a sub-tree), read through it
+        digest = fast_digest if isinstance(fs, pafs.LocalFileSystem) else (lambda f: _fs_digest(fs, f))
+        ident = repr([type(dset.format).__name__] + [[f, digest(f)] for f in dset.files])
     return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read)
+
+
+def _fs_digest(fs, path: str) -> str:
+    """xxh3-128 of a file read through a pyarrow file system, block by block."""
+    import xxhash
+    h = xxhash.xxh3_128()
+    with fs.open_input_stream(path) as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
 
 
 def as_source(obj, split: str | None = None) -> ArrowSource:

@@ -10,6 +10,7 @@ import shutil
 
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from test_arrow_ingest import list_array, shard_digests
@@ -46,6 +47,9 @@ KINDS = {
         _saved, lambda d: datasets.DatasetDict({"train": datasets.load_from_disk(d)})),
     "pyarrow.dataset": (_parquet, lambda d: pads.dataset(os.path.join(d, "p.parquet"))),
     "pyarrow.dataset folder": (_parquet, lambda d: pads.dataset(d)),
+    # paths relative to its own file system, not this process's: read through it
+    "pyarrow.dataset on another filesystem": (_parquet, lambda d: pads.dataset(
+        "p.parquet", filesystem=pafs.SubTreeFileSystem(d, pafs.LocalFileSystem()))),
 }
 
 
