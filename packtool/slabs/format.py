@@ -337,6 +337,10 @@ class SlabManifest:
         with reading(path, argument):  # its requests after the manifest's name `argument` too
             where = manifest_file(path) or join(path, MANIFEST)
         align, packing = manifest_config(m, where)
+        from packtool.slabs.declared import declared_breaks
+        for what, _, _ in declared_breaks(m, packing.overflow):  # verify's manifest_declared: the first
+            raise FormatError(f"{where}: {what}: the manifest was edited; run `packtool verify {path}` for every "
+                              f"problem, re-run `packtool pack`")
         tok = m.get("tokenizer") if isinstance(m.get("tokenizer"), dict) else {}
         try:
             pad_id, vocab = int(tok.get("pad_id") or 0), int(tok.get("vocab_size") or 0)

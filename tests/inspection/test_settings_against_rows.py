@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from slab_support import read_manifest, save_manifest, write_pack
+from slab_support import read_manifest, resign_changes, save_manifest, write_pack
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
@@ -122,6 +122,7 @@ def test_an_outputs_policy_edited_with_its_figures_is_refused(packs, tmp_path, m
     man = read_manifest(out)
     man["config"]["packing"]["overflow"] = said
     man["stats"]["overflow"] = {k: (said if k == "policy" else 0) for k in man["stats"]["overflow"]}
+    resign_changes(man)
     save_manifest(out, man)
     with pytest.raises(PacktoolError) as e:
         inspect_packed(out, what_if=False)

@@ -564,6 +564,40 @@ MANIFEST_LIES = {"lie:convention": _set(("config", "alignment", "convention"), "
 CORRUPTIONS.update(MANIFEST_LIES)
 
 
+def _tokenize_record(**kw):
+    def fn(m):
+        m.setdefault("input", {})["tokenize"] = {"on_empty": "error", "side_columns": [], **kw}
+    return _manifest(fn)
+
+
+def _skipped_under_error(m):
+    m.setdefault("input", {})["tokenize"] = {"on_empty": "error", "side_columns": []}
+    m["stats"]["skipped_rows"]["empty"] = 3
+
+
+# verify's manifest_declared (slabs/declared.py): fields that repeat a policy or a declaration and
+# disagree with it; train and the readers trained on them while verify rejected them
+DECLARED = {"declared:side_columns-not-a-list": _tokenize_record(side_columns=5),
+            "declared:side-column-undeclared": _tokenize_record(side_columns=["old_logprobs"]),
+            "declared:chunks-under-error": _set(("stats", "overflow", "chunks"), 7),
+            "declared:skipped-under-error": _manifest(_skipped_under_error),
+            "declared:changes": _set(("stats", "changes", "tokens_dropped"), 5)}
+CORRUPTIONS.update(DECLARED)
+
+
+@pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c not in ("train", "standalone-reader")), *ARROW])
+@pytest.mark.parametrize("corruption", list(DECLARED))
+def test_every_consumer_refuses_what_verify_calls_declared_wrongly(corpus, corruption, consumer, tmp_path):
+    """FORMAT.md's standalone reader does not claim these (its list of checks): left out."""
+    get, results = corpus
+    from packtool.verification.run import verify
+    rep = verify(get(corruption), workers=1)
+    assert not rep.ok and "manifest_declared" in rep.counts, rep.counts
+    kind, got = _result(results, get, consumer, corruption, str(tmp_path))
+    assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
+    assert "the manifest was edited" in got, got
+
+
 @pytest.mark.parametrize("consumer", [*(c for c in CONSUMERS if c != "train"), *ARROW])
 @pytest.mark.parametrize("corruption", list(MANIFEST_LIES))
 def test_every_consumer_refuses_a_manifest_field_that_lies(corpus, corruption, consumer, tmp_path):
