@@ -329,8 +329,8 @@ def clean_store_leftovers(store: str) -> int:
             pass
         gone += 1
     if gone:
-        note(f"removed {gone} temporary cache(s) a verify --source of an older packtool left in {root.shown}")
+        note(f"removed {gone} temporary cache(s) a `packtool verify --source` of an older packtool left in {root.shown}")
     if kept:
-        note(f"kept {', '.join(kept[:3])}: named like verify --source's temporary cache, but it holds objects "
+        note(f"kept {', '.join(kept[:3])}: named like `packtool verify --source`'s temporary cache, but it holds objects "
              f"that are not a cache entry's; remove it if it is not yours")
     return gone
