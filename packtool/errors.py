@@ -24,13 +24,17 @@ EXIT_INTERNAL = 3  # a bug in packtool (not the user's fault): report it with --
 
 
 # C0, DEL and C1 controls (an ESC starts a terminal command: clear the screen, retitle the
-# window, rewrite a line), and the bidirectional overrides that reorder what a line shows
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# window, rewrite a line), the bidirectional overrides that reorder what a line shows, and lone
+# surrogates: a file name's bytes that are not UTF-8, as Python holds them (surrogate escapes),
+# shown as the bytes they were (`o_\xfe`, S44-4)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def _escaped(m: re.Match) -> str:
     c = m.group()
+    if 0xDC80 <= ord(c) <= 0xDCFF:  # a surrogate escape: the byte itself
+        return f"\\x{ord(c) - 0xDC00:02x}"
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 

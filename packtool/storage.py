@@ -280,9 +280,29 @@ def _child(root: Location, path: str) -> Location:
 
 # --- the same questions of a string that may be a local path or a URI (readers' one call) ---
 
+def utf8_path(path: str) -> bool:
+    """Whether pyarrow can take `path` as a string: it encodes one as UTF-8, which a local name
+    from another locale (bytes Python holds as surrogate escapes, `p\udcfe.parquet`) is not."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def arrow_input(path: str):
+    """A seekable Arrow file to read `path` through: a URI's object, a local file (through
+    Python's own open where pyarrow cannot take the name, S44-4)."""
+    if is_uri(path):
+        return locate(path).open_input()
+    import pyarrow as pa
+    return pa.OSFile(path, "rb") if utf8_path(path) else pa.PythonFile(open(path, "rb"), mode="r")
+
+
 def arrow_file(path: str):
-    """What pyarrow readers take: a local path as it is, a URI as a seekable Arrow file."""
-    return locate(path).open_input() if is_uri(path) else path
+    """What pyarrow readers take: a local path as it is, a URI or a local name that is not UTF-8
+    as a seekable Arrow file."""
+    return path if not is_uri(path) and utf8_path(path) else arrow_input(path)
 
 
 READ_BLOCK = 8 << 20  # one ranged GET per this many bytes of a sequential read

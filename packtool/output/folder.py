@@ -76,6 +76,11 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
         return []
     if not output:
         raise _output_required()
+    from packtool.storage import utf8_path
+    if not utf8_path(output):  # before any work: the shards' Parquet writer cannot open a file there
+        raise PacktoolOutputError(f"is not valid UTF-8 (a name in another locale's bytes), under which the Parquet "
+                                  f"writer cannot create the shards; pick another {arg('output')}", path=output,
+                                  flag=cli_flag("output"))
     out = resolve_folder(output)
     check_relations(out, inputs, cache_dir, shown=output)
     if os.path.lexists(out) and not os.path.isdir(out):

@@ -43,7 +43,8 @@ def _parquet_schema(path: str) -> tuple[set, dict]:
             if f.read(4) != b"PAR1":
                 return set(), {}
         import pyarrow.parquet as pq
-        schema = pq.read_schema(path)
+        from packtool.storage import arrow_file  # a name that is not UTF-8 through Python's open (S44-4)
+        schema = pq.read_schema(arrow_file(path))
     except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError: a damaged file is no plan
         return set(), {}
     return set(schema.names), dict(schema.metadata or {})

@@ -88,6 +88,10 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     def refuse(why: str) -> None:
         raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
     refuse_stdout(shown, "cache_dir" if cache_dir else "PACKTOOL_CACHE_DIR", "folder")
+    from packtool.storage import utf8_path
+    if not utf8_path(shown):  # S44-4: before tokenizing, not at the first part written
+        refuse("is not valid UTF-8 (a name in another locale's bytes), under which the cache's Parquet parts "
+               "cannot be written")
     root = resolve(shown)
     if os.path.islink(root):  # followed once, as --output's is; one to nothing is refused
         if not os.path.exists(root):

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
-from packtool.storage import READ_BLOCK, arrow_file, check_form, expand, is_file, is_uri, locate
+from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, locate, utf8_path
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.text_readers import (
@@ -261,7 +261,7 @@ def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> I
 
 
 def _open_arrow(path: str):
-    source = locate(path).open_input() if is_uri(path) else pa.memory_map(path)
+    source = pa.memory_map(path) if not is_uri(path) and utf8_path(path) else arrow_input(path)
     try:
         return ipc.open_file(source)
     except pa.ArrowInvalid:
@@ -283,7 +283,7 @@ def _stream_ended(path: str) -> bool:
     ends at the end of the bytes as at the marker: a stream cut at a batch boundary read as
     whole, its later batches lost without a word (a cut .gz is refused). Only the last 8 bytes
     are read. (The pre-0.15 4-byte marker is not taken: a batch's zero padding looks like it.)"""
-    with (locate(path).open_input() if is_uri(path) else pa.OSFile(path, "rb")) as f:
+    with arrow_input(path) as f:
         size = f.size()
         if size < len(_STREAM_END):
             return False

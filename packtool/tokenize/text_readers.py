@@ -26,7 +26,7 @@ from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twic
 from packtool.tokenize.json_depth import check_array_fits, check_json_depth
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
 from packtool.tokenize.read_checks import nothing_after, one_object, refuse_open_quote, refuse_repeated_names
-from packtool.storage import file_size, is_uri, open_bytes
+from packtool.storage import file_size, is_uri, open_bytes, utf8_path
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
 # One JSON line (one row) is held whole to be parsed: 256 MiB of text is ~60M tokens, far past
@@ -220,7 +220,7 @@ def _open_text(path: str):
         with gzip.open(open_bytes(path), "rb") as f:
             yield f, f.fileobj
     elif codec is not None:
-        with (pa.PythonFile(open_bytes(path), "r") if is_uri(path) else pa.OSFile(path, "rb")) as raw, \
+        with (pa.PythonFile(open_bytes(path), "r") if is_uri(path) or not utf8_path(path) else pa.OSFile(path, "rb")) as raw, \
                 pa.CompressedInputStream(raw, codec) as f:
             yield f, raw
     else:
