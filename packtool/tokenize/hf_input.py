@@ -240,6 +240,15 @@ OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-typ
                 "and pass DIR")
 
 
+def offline_hint(name: str) -> str:
+    """OFFLINE_HINT for `name`, with the flags a downloaded repo folder is read with: as a plain
+    folder it would pack every configuration and split (repo_folder)."""
+    pick = f" with {arg('split', 'SPLIT')}"
+    if cli_flag("config"):
+        pick += f" (and {arg('config', 'CONFIG')} for a dataset of several configurations)"
+    return OFFLINE_HINT.replace("NAME", name) + pick
+
+
 # Suffixes that say "a file" (a Hub dataset name has none of them): a missing one is a typo or
 # a wrong path, never a name to look up on the Hub (which retries the network for ~30 s).
 FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
@@ -358,7 +367,7 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
                                 "localentrynotfound"))
         if offline and not os.path.isdir(spec):
             raise PacktoolInputError(f"dataset not in the local cache and the Hub cannot be "
-                                     f"reached; {OFFLINE_HINT.replace('NAME', spec)}", path=spec) from None
+                                     f"reached; {offline_hint(spec)}", path=spec) from None
         raise PacktoolInputError(f"datasets.load_dataset failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                                  path=spec, flag=cli_flag("config")) from None
     if split is None and _is(ds, "datasets", "DatasetDict", "IterableDatasetDict"):

@@ -24,6 +24,7 @@ from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, locate, utf8_path
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
+from packtool.tokenize.repo_folder import refuse_repo_folder
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -160,6 +161,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                 if not inner:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
+                refuse_repo_folder(p, inner)  # every split of a dataset repo, test rows too: not silently
                 out += [InputFile(f, _kind_of(f)) for f in inner]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)

@@ -1,0 +1,112 @@
+"""A local Hugging Face dataset repo folder given as a plain folder (no --split) is refused (S44-14).
+
+What `hf download --repo-type dataset NAME --local-dir DIR` leaves (a README.md whose YAML
+declares `configs:`, or split files such as data/train-*.parquet + data/test-*.parquet, or
+per-config folders of them) read as a folder packs every configuration and every split: the
+model trains on the test rows, and on a row once per configuration, without a word. Such a
+folder is one line naming its configurations and splits and the flags that pick one, as a
+DatasetDict (save_to_disk) folder is; `datasets.load_dataset` reads it with --split/--config.
+A folder whose files name one split at most (train-0.jsonl, train-1.jsonl) or none is data the
+user gathered, read as before.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from packtool.errors import PacktoolInputError, arg, cli_flag
+
+# The file/folder name words `datasets` infers a split from (datasets.data_files.SPLIT_KEYWORDS),
+# bounded as its patterns bound them (start, `/` or one of "-._ 0-9" on each side).
+_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
+             "test": ("test", "testing", "eval", "evaluation")}
+_WORD = {w: s for s, words in _KEYWORDS.items() for w in words}
+_SPLIT_WORD = re.compile(r"(?:^|(?<=[-._ 0-9/]))(" + "|".join(sorted(_WORD, key=len, reverse=True))
+                         + r")(?=[-._ 0-9/])")
+
+
+def _split_of(rel: str) -> str | None:
+    """The split `datasets` would put a file in, by its path below the folder (None: no split word)."""
+    m = _SPLIT_WORD.search(rel)
+    return _WORD[m.group(1)] if m else None
+
+
+def _front_matter(folder: str) -> str | None:
+    path = os.path.join(folder, "README.md")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return None
+    if not text.lstrip("\ufeff").startswith("---"):
+        return None
+    body = text.lstrip("\ufeff")[3:]
+    end = re.search(r"^---\s*$", body, re.M)
+    return body[:end.start()] if end else None
+
+
+def _declared_configs(folder: str) -> list[tuple[str, list[tuple[str, str]], bool]] | None:
+    """(name, [(split, path pattern)], default) per configuration a README's YAML declares; None
+    when it declares none."""
+    yaml_text = _front_matter(folder)
+    if yaml_text is None or not re.search(r"^configs\s*:", yaml_text, re.M):
+        return None
+    try:
+        import yaml
+        configs = (yaml.safe_load(yaml_text) or {}).get("configs") or []
+    except Exception:  # no PyYAML, or YAML datasets would refuse too: still a repo, named loosely
+        configs = [{"config_name": n} for n in re.findall(r"config_name\s*:\s*['\"]?([^\s'\"]+)", yaml_text)]
+    out = []
+    for c in configs if isinstance(configs, list) else []:
+        if not isinstance(c, dict):
+            continue
+        files = c.get("data_files")
+        pairs: list[tuple[str, str]] = []
+        for d in files if isinstance(files, list) else [files] if files else []:
+            if isinstance(d, dict) and "split" in d:
+                p = d.get("path")
+                pairs.append((str(d["split"]), str(p[0] if isinstance(p, list) and p else p or "")))
+            elif isinstance(d, str):  # a bare pattern is the train split
+                pairs.append(("train", d))
+        out.append((str(c.get("config_name", "default")), pairs, bool(c.get("default"))))
+    return out or [("default", [], True)]
+
+
+def refuse_repo_folder(folder: str, files: list[str]) -> None:
+    """Refuse `folder` (a folder input read without a split; `files`: the data files below it)
+    when it is a dataset repo: its README declares configurations, or its files' names hold
+    two splits or more."""
+    configs = _declared_configs(folder)
+    if configs is None:
+        by_split: dict[str, str] = {}
+        for f in sorted(files):
+            s = _split_of(os.path.relpath(f, folder).replace(os.sep, "/"))
+            if s is not None:
+                by_split.setdefault(s, os.path.relpath(f, folder))
+        if len(by_split) < 2:
+            return
+        splits = sorted(by_split)
+        pick = "train" if "train" in by_split else splits[0]
+        what = f"splits {', '.join(splits)} by its file names ({', '.join(by_split[s] for s in splits)})"
+        config = None
+        pattern = os.path.dirname(by_split[pick])
+        pattern = os.path.join(pattern, f"{pick}*") if pattern else f"{pick}*"
+    else:
+        default = next((c for c in configs if c[2]), configs[0])
+        splits = sorted({s for _, pairs, _ in configs for s, _ in pairs}) or ["train"]
+        names = [s for s, _ in default[1]]
+        pick = "train" if "train" in names else (names[0] if names else splits[0])
+        what = (f"configurations {', '.join(c[0] for c in configs)}; splits {', '.join(splits)}, "
+                f"declared in its README.md")
+        config = default[0] if len(configs) > 1 else None
+        pattern = next((p for s, p in default[1] if s == pick and p), None)
+    flags = f"{arg('split', pick)}" + (f" {arg('config', config)}" if config else "")
+    if cli_flag("split") is None and config is not None:  # the library has no config argument
+        flags = f"datasets.load_dataset({folder!r}, {config!r}, split={pick!r}) instead of the folder"
+    elif cli_flag("split") is None:
+        flags = f"{arg('split', pick)} with the folder"
+    files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
+    raise PacktoolInputError(
+        f"a Hugging Face dataset repo folder ({what}): read as a plain folder it would pack every "
+        f"configuration and split, the test rows too; pass {flags}{files_too}",
+        path=folder, flag=cli_flag("split"))

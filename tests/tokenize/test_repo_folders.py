@@ -1,0 +1,161 @@
+"""A local Hugging Face dataset repo folder given without --split (S44-14): what `hf download
+--repo-type dataset NAME --local-dir DIR` leaves (README `configs:`, data/train-* + data/test-*,
+per-config folders, split folders, train/dev file names) was packed as a plain folder, every
+configuration and split, test rows too, rc 0. Now each layout is one line naming its splits (and
+configurations) and the flags to pass, exit 2, through the CLI and the library; with the flags
+the right rows are read; a folder of data files that name one split at most is read as before."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from packtool.align import Alignment
+from packtool.cli.app import app
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.config import TokenizeConfig
+
+TRAIN, TEST = 5, 3  # rows per split; train rows are 4 tokens, test rows 2
+
+README = """---
+configs:
+- config_name: main
+  data_files:
+  - split: train
+    path: main/train-*
+  - split: test
+    path: main/test-*
+- config_name: socratic
+  data_files:
+  - split: train
+    path: socratic/train-*
+  - split: test
+    path: socratic/test-*
+---
+# a dataset card
+"""
+ONE_CONFIG = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n"
+
+
+def _rows(split):
+    return pa.table({"input_ids": [[1, 2, 3, 4]] * TRAIN if split == "train" else [[7, 8]] * TEST})
+
+
+def _write(root, rel, split):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if rel.endswith(".jsonl"):
+        path.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in _rows(split)["input_ids"].to_pylist()))
+    else:
+        pq.write_table(_rows(split), path)
+
+
+# name: (files {path: split}, README text, folder passed (below the root), words in the line, CLI fix flags)
+LAYOUTS = {
+    "README configs": ({f"{c}/{s}-00000-of-00001.parquet": s for c in ("main", "socratic") for s in ("train", "test")},
+                       README, "", "configurations main, socratic", ["--split", "train", "--config", "main"]),
+    "README, one config": ({"data/train-00000-of-00001.parquet": "train"}, ONE_CONFIG, "",
+                           "configurations default", ["--split", "train"]),
+    "data/ split files": ({"data/train-00000-of-00001.parquet": "train", "data/test-00000-of-00001.parquet": "test"},
+                          None, "", "splits test, train", ["--split", "train"]),
+    "per-config folders": ({f"{c}/{s}-00000-of-00001.parquet": s for c in ("main", "socratic") for s in ("train", "test")},
+                           None, "", "splits test, train", ["--split", "train"]),
+    "one config's folder": ({f"main/{s}-00000-of-00001.parquet": s for s in ("train", "test")}, README, "main",
+                            "splits test, train", ["--split", "train"]),
+    "split folders": ({"train/a.jsonl": "train", "test/a.jsonl": "test"}, None, "", "splits test, train",
+                      ["--split", "train"]),
+    "train/dev files": ({"train.jsonl": "train", "dev.jsonl": "validation"}, None, "", "splits train, validation",
+                        ["--split", "train"]),
+}
+
+
+def _repo(tmp_path, name):
+    files, readme, sub, _, _ = LAYOUTS[name]
+    root = tmp_path / "repo"
+    for rel, split in files.items():
+        _write(root, rel, split)
+    if readme:
+        (root / "README.md").write_text(readme)
+    return str(root / sub) if sub else str(root)
+
+
+def _last(r) -> dict:
+    line = r.output.strip().splitlines()[-1]
+    return json.loads(line[line.index("{"):])  # after any datasets progress bar on stderr
+
+
+def _cli(args, tmp_path):
+    return CliRunner().invoke(app, ["pack", *args, "-C", "64", "--dry-run", "--json",
+                                    "--cache-dir", str(tmp_path / "cache")])
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_cli_refuses_a_repo_folder_naming_its_splits_and_flags(tmp_path, name):
+    path = _repo(tmp_path, name)
+    r = _cli([path], tmp_path)
+    assert r.exit_code == 2, r.output
+    err = _last(r)["error"]
+    msg = err["message"]
+    assert LAYOUTS[name][3] in msg and "pass " + " ".join(LAYOUTS[name][4]) in msg, msg
+    assert "\n" not in msg and err["path"] == path and err["flag"] == "--split", err
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_library_refuses_a_repo_folder(tmp_path, name):
+    from packtool import pack
+    path = _repo(tmp_path, name)
+    with pytest.raises(PacktoolInputError) as e:
+        pack([path], Alignment(capacity=64), tokenize=TokenizeConfig(), dry_run=True, cache_dir=str(tmp_path / "c"))
+    fix = ("datasets.load_dataset(" if "--config" in LAYOUTS[name][4] else "split='train'")
+    assert LAYOUTS[name][3] in str(e.value) and fix in str(e.value) and "--split" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("name", ["README configs", "data/ split files", "split folders"])
+def test_the_named_flags_read_the_train_rows(tmp_path, monkeypatch, name):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    r = _cli([_repo(tmp_path, name), *LAYOUTS[name][4]], tmp_path)
+    assert r.exit_code == 0, r.output
+    stats = _last(r)
+    assert stats["sequences"] == TRAIN, stats  # one config's train rows, not test's, not twice
+
+
+# folders of data files that are no dataset repo: read as every file in them, as before
+PLAIN = {
+    "no split words": {"a.jsonl": "train", "b.jsonl": "test"},
+    "one split's shards": {"train-0.jsonl": "train", "train-1.jsonl": "train"},
+    "words inside names": {"constraint.jsonl": "train", "attest.jsonl": "test", "interval.jsonl": "train"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN))
+@pytest.mark.parametrize("readme", [None, "# notes\n", "---\nlicense: mit\n---\n"])
+def test_plain_folders_are_read_whole(tmp_path, name, readme):
+    root = tmp_path / "evaluation"  # the folder's own name is not one of its files' splits
+    for rel, split in PLAIN[name].items():
+        _write(root, rel, split)
+    if readme:
+        (root / "README.md").write_text(readme)
+    r = _cli([str(root)], tmp_path)
+    assert r.exit_code == 0, r.output
+    want = sum(TRAIN if s == "train" else TEST for s in PLAIN[name].values())
+    assert _last(r)["sequences"] == want, r.output
+
+
+def test_a_glob_of_one_splits_files_is_read(tmp_path):
+    path = _repo(tmp_path, "README configs")
+    r = _cli([f"{path}/main/train-*"], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert _last(r)["sequences"] == TRAIN, r.output
+
+
+def test_offline_name_says_to_pass_the_folder_with_split_and_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    r = _cli(["nobody-here/no-such-dataset"], tmp_path)
+    assert r.exit_code == 2, r.output
+    msg = _last(r)["error"]["message"]
+    assert "pass DIR with --split SPLIT (and --config CONFIG" in msg, msg
