@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.storage_uri import (_URI, BUCKETED, GLOB_CHARS, SCHEMES, StorageError, _glob_regex, _hidden_below, _why,
+from packtool.storage_uri import (_URI, BUCKETED, GLOB_CHARS, SCHEMES, StorageError, _why,
                                   argument_for, check_form, is_uri, join_uri, reading, shown, store_failure,
                                   unreached)
 
@@ -248,36 +248,6 @@ def as_arrow_fs(filesystem) -> pafs.FileSystem:
                        f"or an fsspec filesystem")
 
 
-def expand(spec: str, listed: list | None = None, name: str | None = None) -> list[Location]:
-    """An object-store input spec as its files, sorted: one object, every object below a
-    prefix, or the objects a glob (`*`, `?`, `[...]`, `**`) matches. Hidden names (`.`, `_`)
-    below a prefix are left out, as Arrow's dataset readers do. `listed`, when given, gets
-    the prefix listed (a Location) and every object path seen, hidden ones too: what else lies
-    there (packtool's own outputs and caches: tokenize.own_trees) without a second listing.
-    `name`: the argument that gave `spec`."""
-    loc = locate(spec, name=name)
-    if not any(c in loc.path for c in GLOB_CHARS):
-        if loc.is_file():
-            return [loc]
-        seen = loc.list()
-        if listed is not None:
-            listed += [loc, *(i.path for i in seen)]
-        return [_child(loc, i.path) for i in seen if not _hidden_below(i.path, loc.path)]
-    cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
-    base = loc.path[:cut].rsplit("/", 1)[0]
-    root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False, name)
-    pattern = _glob_regex(loc.path)
-    seen = root.list()
-    if listed is not None:
-        listed += [root, *(i.path for i in seen)]
-    return [_child(root, i.path) for i in seen if pattern.match(i.path)]
-
-
-def _child(root: Location, path: str) -> Location:
-    rel = path[len(root.path):].lstrip("/")
-    return Location(root.fs, path, root.shown.rstrip("/") + "/" + rel, root.local, root.argument)
-
-
 # --- the same questions of a string that may be a local path or a URI (readers' one call) ---
 
 def utf8_path(path: str) -> bool:
@@ -351,7 +321,7 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["BUCKETED", "PROBE_TAG", "check_form", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "expand", "is_uri",
+__all__ = ["BUCKETED", "PROBE_TAG", "check_form", "check_uri", "READ_BLOCK", "arrow_file", "join_uri", "read_range", "file_size", "file_stat", "is_file", "open_bytes", "GLOB_CHARS", "Location", "SCHEMES", "StorageError", "as_arrow_fs", "is_uri",
            "locate", "shown", "bucket_gone", "reading", "store_failure", "argument_for"]
 
 

@@ -219,6 +219,8 @@ def _check_text(spec: str, scheme: str, name: str | None) -> None:
     or without a value, a fragment after the query."""
     rest, q, query = spec.split("://", 1)[1].partition("?")
     query, hashed, fragment = query.partition("#")
+    if q and (not query or any("=" not in part for part in query.split("&"))):
+        _refuse_glob_mark(spec, name)
     netloc, path = rest.split("/", 1) if "/" in rest else (rest, "")
     path = "/" + path if path or rest.endswith("/") else ""
     host = netloc.rpartition("@")[2]
@@ -243,6 +245,19 @@ def _check_text(spec: str, scheme: str, name: str | None) -> None:
     # shown whole but its query (no secret reaches here: _refuse_secrets), a `#...` included
     e = StorageError(f"{what} {verb} refused{given} ({why}); give {how}", path=spec.split("?", 1)[0], flag=flag)
     e.usage = bool(flag)  # a flag's value the command cannot take
+    raise e
+
+
+def _refuse_glob_mark(spec: str, name: str | None) -> None:
+    """A `?` that starts no key=value query (`s3://b/in?`, `s3://b/i?.jsonl`): a glob character
+    on a path, but the start of the query in a URI, so Arrow would read another key (`in`) or
+    refuse its own way (S44-2). No URI is guessed for it: the user's meaning is not known."""
+    flag = name and cli_flag(name)
+    given = f" in {arg(name)}" if name else ""
+    e = StorageError(f"a '?' that starts no key=value query is refused{given} (in a store URI '?' begins the query, "
+                     f"not a glob character): write * to match characters, or %3F for a '?' in a key",
+                     path=spec.split("?", 1)[0], flag=flag)
+    e.usage = bool(flag)
     raise e
 
 

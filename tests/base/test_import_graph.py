@@ -24,6 +24,7 @@ BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool
 BASE |= {"json_text"}  # JSON a user wrote, a key twice refused: every stage's JSON readers (standard library only)
 BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a cache root in a packed output
 BASE |= {"storage_uri"}  # a location's text (standard library only): storage.py's other half
+BASE |= {"storage_glob"}  # an object-store input spec as its objects, beside storage.py
 BASE |= {"store_conditional"}  # S3 conditional puts and deletes: store_lease's and output.store's fencing
 BASE |= {"checkpoint_kind"}  # a train --save checkpoint known by its contents: output.relations and megatron ask it
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)

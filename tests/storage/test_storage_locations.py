@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from packtool.storage import StorageError, expand, is_uri, locate, shown
+from packtool.storage import StorageError, is_uri, locate, shown
+from packtool.storage_glob import expand
 
 
 @pytest.mark.parametrize("spec", ["ftp://host/data.jsonl", "http://example.com/x.parquet", "weird+x://a/b"])
