@@ -37,7 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
-from packtool.hf_dp import ranks_shown
+from packtool.hf.dp import ranks_shown
 from packtool.align import Alignment
 from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
@@ -237,7 +237,7 @@ class PackedSlabDataset:
 def _say_dealing(path: str, n: int, dp_size: int, grad_accum: int, rank: int) -> None:
     """Round-robin dealing of `n` slabs to `dp_size` ranks, `grad_accum` per step: what it cannot
     give as asked is refused on every rank, or said by the job's rank 0 (`rank`: this process's), as
-    packtool.hf says its own (hf_dp): a rank with no slab would only wait in the all-reduce, every
+    packtool.hf says its own (hf.dp): a rank with no slab would only wait in the all-reduce, every
     step; a step never spans two epochs, so it takes at most a rank's slabs."""
     from packtool.notes import job_note as note  # on stderr and kept (notes.NOTES, --json), by rank 0
     if dp_size > n:

@@ -2,12 +2,12 @@
 online API's counts are bounded only by the format (2^31 - 1), so an argument that does not
 follow from the data (`micro_batches`' pad_to, an Alignment's fixed_length) could ask for
 gigabytes for a few sequences; a size that cannot fit in half of the memory this process may
-still take (hf_mask.room_bytes: available memory within ulimit/overcommit; on a CUDA device,
+still take (hf.mask.room_bytes: available memory within ulimit/overcommit; on a CUDA device,
 its free memory) is one OnlinePackError naming the argument and the estimate, not an
 allocator's traceback or a swapping node."""
 from __future__ import annotations
 
-from packtool.hf_mask import room_bytes
+from packtool.hf.mask import room_bytes
 from packtool.planning.bounds import SHARE
 from packtool.online.step import OnlinePackError
 

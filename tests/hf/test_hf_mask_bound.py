@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import packtool.hf_mask as hf_mask  # noqa: E402
+import packtool.hf.mask as hf_mask  # noqa: E402
 import packtool.tokenize.long_rows as long_rows  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.hf import SlabCollator  # noqa: E402

@@ -1,4 +1,4 @@
-"""The order a packtool.hf consumer reads slabs in, per data-parallel rank (packtool/hf.py's
+"""The order a packtool.hf consumer reads slabs in, per data-parallel rank (packtool/hf/__init__.py's
 "DP" paragraph): the plan's per-rank streams of a `--dp N` output, or round robin; every
 rank's stream the same length (a DDP rank that runs out first leaves the others waiting in
 the gradient all-reduce), a short rank cycling its own first slabs."""

@@ -13,7 +13,7 @@ source masks. That is exactly the slab's own `loss_mask` (FORMAT.md), so labels 
   when no `attention_mask` is given and no KV cache is in use
   (`transformers.masking_utils.find_packed_sequence_indices`). Older transformers without it
   attend across segments: pass `mask_4d=True` there (a [1, 1, T, T] additive mask: memory
-  grows with T squared, a batch whose mask cannot fit is refused: packtool.hf_mask).
+  grows with T squared, a batch whose mask cannot fit is refused: packtool.hf.mask).
   `needs_4d_mask(model)` says which.
 
 So the collator never returns a 2D `attention_mask` (with one, transformers stops looking at
@@ -49,9 +49,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
-from packtool.hf_dp import dp_order, ranks_shown, short_ranks
-from packtool.hf_mask import block_causal_mask
-from packtool.hf_rows import FIX, check_copies, check_row
+from packtool.hf.dp import dp_order, ranks_shown, short_ranks
+from packtool.hf.mask import block_causal_mask
+from packtool.hf.rows import FIX, check_copies, check_row
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -183,7 +183,7 @@ class SlabDataset(Dataset):
             raise PacktoolConfigError(f"to_hf(streaming=True) reads through this dataset, no load_dataset: "
                                       f"load_kwargs {', '.join(load_kwargs)} would be ignored; drop them or pass "
                                       f"streaming=False", path=self.path, flag="load_kwargs")
-        from packtool.hf_load import check_load_kwargs, in_datasets, load_shards
+        from packtool.hf.load import check_load_kwargs, in_datasets, load_shards
         check_load_kwargs(load_kwargs)  # before the shards are hashed
         try:
             import datasets
