@@ -26,9 +26,8 @@ import torch
 
 from packtool.errors import PacktoolConfigError, arg, cli_flag, missing
 from packtool.integers import INT64_MAX, int_value
-from packtool.megatron.checkpoint import (check_resumed_data, check_resumed_shape, check_save, data_record,
-                                          check_room, load_checkpoint, restore, save_checkpoint, state_bytes,
-                                          trained_vocab)
+from packtool.megatron.checkpoint import check_room, check_save, data_record, save_checkpoint, state_bytes
+from packtool.megatron.resume import check_resumed_data, check_resumed_shape, load_checkpoint, restore, trained_vocab
 from packtool.megatron.compat import check_training_layout
 from packtool.megatron.dataset import PackedSlabDataset, Step, check_max_seq, check_token_ids
 from packtool.megatron.memory import check_fits, torch_allocations
