@@ -442,7 +442,11 @@ def _reader(out):
         import pyarrow.parquet as pq
         for row in range(pq.read_metadata(os.path.join(out, s["file"])).num_rows):
             for r in range(man["config"]["alignment"]["cp"]):
-                ids, mask, cu, side = mod.read_slab_for_cp_rank(out, s["file"], row, r, man)
+                try:
+                    ids, mask, cu, side = mod.read_slab_for_cp_rank(out, s["file"], row, r, man)
+                except READER_ERRORS as e:  # S45B-1: every refusal of a slab names it (it said `row False`)
+                    assert f"{s['file']} row {row}: " in str(e), str(e)
+                    raise
                 got.append((ids.tobytes(), mask.tobytes(), cu.tobytes(), sorted((k, v.tobytes()) for k, v in side.items())))
     return got
 
@@ -939,6 +943,26 @@ NONFINITE_KEPT = {"nonfinite:nan-as-counted": _nonfinite([float("nan")], counted
                                                                          groups=2)}
 
 
+def _alignment_lies():
+    """S45B-1: each alignment field of the side corpus's manifest (tp=2 cp=2 sp on, packtool) edited
+    alone to a value whose s, t or usable are not the recorded ones (s, t, usable left as packed):
+    verify rejects each; every consumer, the standalone reader too, must refuse it, or a trainer that
+    reads tp, fp8 or the convention from the manifest it "checked" is told a layout the slabs lack."""
+    from packtool.align import CONVENTIONS, FP8_RECIPES
+    packed = dict(tp=2, cp=2, sp=True, fp8="none", capacity=256, fixed_length=None, convention="packtool")
+    derived = (lambda a: (a.s, a.t, a.usable))
+    values = {"tp": [1, 4, 8], "cp": [1, 4], "sp": [False], "fp8": FP8_RECIPES, "convention": CONVENTIONS,
+              "capacity": [255, 512], "fixed_length": [128]}
+    lies = {f"alignment-lie:{k}={v}": _set(("config", "alignment", k), v) for k, vs in values.items() for v in vs
+            if derived(Alignment(**{**packed, k: v})) != derived(Alignment(**packed))}
+    # every field has a lie but sp: off gives tp=2 cp=2 the same s=4, t=lcm(4, 2)=4 (a layout the slabs have)
+    assert {k.split(":")[1].split("=")[0] for k in lies} == set(values) - {"sp"}, lies
+    return lies
+
+
+ALIGNMENT_LIES = _alignment_lies()
+
+
 @pytest.fixture(scope="session")
 def side_corpus(tmp_path_factory):
     from side_support import plant_side, side_rows, write_input
@@ -956,7 +980,7 @@ def side_corpus(tmp_path_factory):
 
     def get(name):
         import pyarrow.parquet as pq
-        edits = {**SIDE_ENTRY, **NONFINITE, **NONFINITE_KEPT}
+        edits = {**SIDE_ENTRY, **NONFINITE, **NONFINITE_KEPT, **ALIGNMENT_LIES}
         if name in edits and name not in made:
             d = str(root / re.sub(r"[^a-z0-9]+", "-", name))
             shutil.copytree(clean, d)
@@ -1000,6 +1024,18 @@ def test_every_consumer_refuses_nonfinite_side_values_beyond_the_manifest(side_c
         word = "NaN" if "nan" in damage else "inf"
         assert "'lp'" in got and word in got and "stats.side_" in got and "packtool verify" in got, got
         assert SHARD0 in got and " row " in got and "position" in got, got
+
+
+@pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "hf-to_hf", "inspect", "standalone-reader"])
+@pytest.mark.parametrize("lie", list(ALIGNMENT_LIES))
+def test_every_consumer_refuses_alignment_fields_that_do_not_give_the_recorded_multiples(side_corpus, lie,
+                                                                                          consumer, tmp_path):
+    from packtool.verification.run import verify
+    rep = verify(side_corpus(lie), workers=1)
+    assert not rep.ok and "the manifest was edited" in str(rep.to_dict()), rep.counts
+    kind, got = _consume(consumer, side_corpus(lie), str(tmp_path))
+    assert kind == "refused", f"{consumer} read the output whose manifest lies ({lie}) without a word"
+    assert "config.alignment" in got, got
 
 
 @pytest.mark.parametrize("consumer", ["megatron-dataset", "hf", "inspect", "standalone-reader"])

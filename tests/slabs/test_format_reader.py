@@ -98,6 +98,18 @@ def _reader(name="format_reader"):
     return mod
 
 
+def test_the_standalone_readers_multiples_are_packtools():
+    """S45B-1: the reader holds a manifest's s and t to what its tp, cp, sp, fp8 and convention give, in
+    its own transcription of align.py's rules: the two agree on every convention, recipe and size."""
+    import itertools
+    from packtool.align import CONVENTIONS, FP8_RECIPES
+    mod = _reader()
+    for conv, fp8, tp, cp, sp in itertools.product(CONVENTIONS, FP8_RECIPES, (1, 2, 3, 4, 8), (1, 2, 3, 4, 8),
+                                                   (False, True)):
+        a = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, convention=conv, capacity=1 << 20)
+        assert mod._multiples(tp, cp, sp, fp8, conv) == (a.s, a.t), a.describe()
+
+
 # every argument a caller gives the reader, each outside what the output holds (S36-16): a rank
 # past cp sliced another rank's chunks without a word, a row past the shard or a rank below 0 was
 # a bare IndexError, a shard the manifest does not list a StopIteration
