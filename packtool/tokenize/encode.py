@@ -24,6 +24,7 @@ from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
 from packtool.tokenize.templates import ChatTemplate
+from packtool.tokenize.tokenizer_config import config_token, read_config
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -51,12 +52,6 @@ class LoadedTokenizer:
     tokenizer: Tokenizer
     info: TokenizerInfo
     folder_template: ChatTemplate | None   # the folder's chat template, if any (folder_template)
-
-
-def _token_str(v) -> str | None:
-    if isinstance(v, dict):
-        return v.get("content")
-    return v
 
 
 def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
@@ -171,22 +166,11 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     conf_path = None
     if os.path.isdir(spec):
         path = os.path.join(spec, "tokenizer.json")
-        conf_path = os.path.join(spec, "tokenizer_config.json")
         if not os.path.exists(path):
             hint = " (it has tokenizer.model: convert it to tokenizer.json with transformers once)" \
                 if os.path.exists(os.path.join(spec, "tokenizer.model")) else ""
             raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag=cli_flag("tokenizer"))
-        if os.path.exists(conf_path):
-            try:
-                conf = load_json_file(conf_path, "tokenizer_config.json", flag=cli_flag("tokenizer"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=conf_path,
-                                         flag=cli_flag("tokenizer")) from None
-            if not isinstance(conf, dict):
-                raise PacktoolInputError("is not a JSON object; fix or remove it", path=conf_path,
-                                         flag=cli_flag("tokenizer"))
-        else:
-            conf_path = None
+        conf, conf_path = read_config(spec)
     else:
         path = spec
         if not os.path.exists(path):
@@ -209,7 +193,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     pp_bos, pp_eos = _post_processor_specials(tok)
 
     def pick(override, conf_key, pp_value, names, must_be_special=True):
-        for source, cand in (("argument", override), ("config", _token_str(conf.get(conf_key))),
+        for source, cand in (("argument", override), ("config", config_token(conf, conf_key, conf_path)),
                              ("post_processor", pp_value)):
             if cand:
                 if cand not in vocab:
