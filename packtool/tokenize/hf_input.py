@@ -291,30 +291,48 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
     return bool(ok)
 
 
+# What `datasets` and `huggingface_hub` read when imported: HF_DATASETS_OFFLINE when set, else
+# HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE, true for these values (their ENV_VARS_TRUE_VALUES).
+_TRUE = {"1", "ON", "YES", "TRUE"}
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def _offline_asked() -> bool:
+    """Whether the environment puts the Hub libraries offline, as they decide it at import."""
+    own = os.environ.get("HF_DATASETS_OFFLINE")
+    if own is not None:
+        return own.upper() in _TRUE
+    return (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "").upper() in _TRUE
+
+
 @contextmanager
 def _offline_unless_reachable(spec: str):
-    """A Hub name with no network: `datasets` would retry for ~25 s before failing. In offline
-    mode the local cache answers at once (a cached dataset loads, an uncached one fails)."""
-    on = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no", "off")
-    if on or os.path.isdir(spec) or _hub_reachable():
+    """A Hub name asked offline, or with no network: offline mode for the call, so the local
+    cache answers at once (a cached dataset loads, an uncached one fails) instead of ~25 s of
+    retries. The libraries read the environment once, at import: a caller that imported them
+    (or set the variable) before this call has constants that say otherwise, so they are set
+    for the call too, and put back."""
+    if os.path.isdir(spec) or (not _offline_asked() and _hub_reachable()):
         yield
         return
-    prev = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"  # read when datasets / huggingface_hub are imported
-    mods = [(m, "HF_HUB_OFFLINE") for m in (sys.modules.get("datasets.config"),
-                                             sys.modules.get("huggingface_hub.constants")) if m]
-    old = [getattr(m, k, None) for m, k in mods]
-    for m, k in mods:  # already imported (a library caller): their constants too
+    prev = {k: os.environ.get(k) for k in _OFFLINE_ENV}
+    os.environ.update(dict.fromkeys(_OFFLINE_ENV, "1"))  # for a first import inside the call
+    mods = [(m, k) for m, keys in ((sys.modules.get("datasets.config"), ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")),
+                                   (sys.modules.get("huggingface_hub.constants"), ("HF_HUB_OFFLINE",))) if m
+            for k in keys if hasattr(m, k)]
+    old = [getattr(m, k) for m, k in mods]
+    for m, k in mods:
         setattr(m, k, True)
     try:
         yield
     finally:
         for (m, k), v in zip(mods, old):
             setattr(m, k, v)
-        if prev is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = prev
+        for k, v in prev.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def load_dataset(spec: str, split: str | None, config: str | None):
