@@ -78,13 +78,14 @@ def _hf_dataset(ds, name: str) -> ArrowSource:
             return iter(sel.data.table.to_batches(max_chunksize=batch_size))
         return sel.with_format("arrow").iter(batch_size=batch_size)  # after select/shuffle
     fp = getattr(ds, "_fingerprint", None)
-    ident = fp
-    if ds.cache_files:
-        # files that change under an unchanged state.json keep the fingerprint: keyed, as the
-        # CLI keys a file, by the bytes read (the mapped table; its indices after select/shuffle)
-        ident = "xxh3:" + _content_hash(ds.data.table)
-        if ds._indices is not None:
-            ident += "+" + _content_hash(ds._indices.table)
+    # Keyed, as the CLI keys a file, by the bytes read (the table, mapped or in memory; its
+    # indices after select/shuffle), never by `_fingerprint`: datasets derives that from
+    # state.json and the transforms, so files rewritten under an unchanged state.json keep it,
+    # and so does every dataset made from them in memory (map/flatten_indices/filter with
+    # keep_in_memory=True, load_from_disk(keep_in_memory=True)), which holds no file to check
+    ident = "xxh3:" + _content_hash(ds.data.table)
+    if ds._indices is not None:
+        ident += "+" + _content_hash(ds._indices.table)
     return ArrowSource(name, "hf-dataset", tuple(ds.column_names), ds.num_rows, ident, read, fp)
 
 
@@ -209,8 +210,8 @@ def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None,
 
 def key_of(f) -> list:
     """The input's part of the cache key: a file by path, size and mtime (as before); a source
-    by its identity (the content of the files behind it; an in-memory dataset's fingerprint),
-    or a fresh id when it has none (a stream: never reused)."""
+    by its identity (the content it reads: its Arrow buffers, or the files behind it), or a
+    fresh id when it has none (a stream: never reused)."""
     if isinstance(f, ArrowSource):
         return [f.kind, f.identity or f"unkeyed-{uuid.uuid4().hex}"]
     size, mtime = file_stat(f.path)

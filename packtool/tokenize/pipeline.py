@@ -110,7 +110,7 @@ def all_skipped_error(empty: int, all_masked: int, files) -> PacktoolInputError:
 def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
                       progress: bool = True, check_lengths=None) -> TokenizedCache:
     """Tokenize `inputs` (paths, or objects: hf_input.as_source) into a Parquet cache, or return
-    the existing cache for the same inputs (content; an in-memory dataset's own fingerprint),
+    the existing cache for the same inputs (content, objects' too: hf_input.key_of),
     tokenizer (content hash), template text and options."""
     warm_compiled_code()
     store = cache_dir if is_uri(cache_dir) else None

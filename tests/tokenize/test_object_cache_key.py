@@ -1,7 +1,8 @@
 """An object input backed by files (a `datasets.Dataset` from `load_from_disk` or a cache file,
 a `pyarrow.dataset` over files) is keyed by those files' content, as the CLI keys a file: data
 rewritten in place under the same fingerprint, size and mtime is a new cache key, never the old
-tokens (S44-15)."""
+tokens (S44-15). So is a Dataset made from one in memory (S45A-1): keyed by the content it holds,
+never by datasets' `_fingerprint`, which is derived from the same unchanged state.json."""
 from __future__ import annotations
 
 import glob
@@ -39,12 +40,31 @@ def _parquet(tmp_path, name, ids):
     return path
 
 
+def _same(row):
+    return {"input_ids": row["input_ids"]}
+
+
+def _all(row):
+    return True
+
+
 # name -> (write the data file, open the object over the folder that holds it)
 KINDS = {
     "load_from_disk": (_saved, lambda d: datasets.load_from_disk(d)),
     "load_from_disk after select": (_saved, lambda d: datasets.load_from_disk(d).select([2, 0, 1])),
     "DatasetDict from load_from_disk": (
         _saved, lambda d: datasets.DatasetDict({"train": datasets.load_from_disk(d)})),
+    # made from one in memory: no cache_files left, and datasets' _fingerprint derived from
+    # state.json's, unchanged (S45A-1)
+    "load_from_disk keep_in_memory": (_saved, lambda d: datasets.load_from_disk(d, keep_in_memory=True)),
+    "map keep_in_memory": (_saved, lambda d: datasets.load_from_disk(d).map(_same, keep_in_memory=True)),
+    "filter keep_in_memory": (_saved, lambda d: datasets.load_from_disk(d).filter(_all, keep_in_memory=True)),
+    "flatten_indices keep_in_memory": (
+        _saved, lambda d: datasets.load_from_disk(d).select([2, 0, 1]).flatten_indices(keep_in_memory=True)),
+    "concatenate of a map keep_in_memory": (_saved, lambda d: datasets.concatenate_datasets(
+        [datasets.load_from_disk(d).map(_same, keep_in_memory=True)])),
+    "DatasetDict of a map keep_in_memory": (
+        _saved, lambda d: datasets.DatasetDict({"train": datasets.load_from_disk(d).map(_same, keep_in_memory=True)})),
     "pyarrow.dataset": (_parquet, lambda d: pads.dataset(os.path.join(d, "p.parquet"))),
     "pyarrow.dataset folder": (_parquet, lambda d: pads.dataset(d)),
     # paths relative to its own file system, not this process's: read through it
