@@ -6,17 +6,19 @@ without --json, as a user's shell makes it:
   on stderr naming stdout, exit 2, no JSON object attempted on the stdout that failed.
 
 Never a traceback. Before, --json's error object went to the same failed stdout (a traceback,
-exit 1), as did --help and --version's text; `--version | head` exited 1."""
+exit 1), as did --help and --version's text; `--version | head` exited 1.
+
+Each command line is a fresh process forked from one that imported the CLI once (tests/warm_cli.py):
+51 cold starts (torch and megatron-core for train) took ~4 min of CI."""
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from conftest import GPT2, GSM8K
+from warm_cli import WarmCli
 
 from packtool.align import Alignment
 from packtool.packing import pack
@@ -54,13 +56,24 @@ JSON_TOO = {"plan", "pack", "inspect", "inspect-lengths", "verify", "train", "ve
 CASES = [(c, j) for c in COMMANDS for j in ((False, True) if c in JSON_TOO else (False,))]
 
 
-def _run(made, tmp_path, name, json_out, stdout):
+# what the commands import on the way (the server imports them once; a child imports the rest)
+PRELOAD = ("packtool.cli.app", "packtool.cli.printing", "packtool.packing", "packtool.planning.core",
+           "packtool.planning.lengths", "packtool.planning.summary", "packtool.inspection.packed",
+           "packtool.inspection.planned", "packtool.verification.run", "packtool.megatron.loop")
+
+
+@pytest.fixture(scope="module")
+def cli():
+    server = WarmCli(PRELOAD, env=dict(os.environ, COLUMNS="80"))
+    yield server
+    server.close()
+
+
+def _run(cli, made, tmp_path, name, json_out, stdout):
     args = [a.format(d=made, t=tmp_path) for a in COMMANDS[name]] + (["--json"] if json_out else [])
-    env = dict(os.environ, COLUMNS="80")
-    p = subprocess.run([sys.executable, "-m", "packtool", *args], stdout=stdout, stderr=subprocess.PIPE,
-                       text=True, timeout=300, env=env)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    code, stderr = cli.run(args, stdout=stdout)
+    assert "Traceback" not in stderr, stderr
+    return code, stderr
 
 
 def _ids(case):
@@ -68,31 +81,19 @@ def _ids(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
-def test_a_pipe_whose_reader_left_ends_quietly_with_141(made, tmp_path, case):
-    r, w = os.pipe()
-    os.close(r)  # the reader is gone before the first byte is written
-    try:
-        p = _run(made, tmp_path, *case, stdout=w)
-    finally:
-        os.close(w)
-    assert p.returncode == 141, p.stderr
-    assert "error" not in p.stderr, p.stderr
+def test_a_pipe_whose_reader_left_ends_quietly_with_141(cli, made, tmp_path, case):
+    code, stderr = _run(cli, made, tmp_path, *case, stdout="gone-reader")  # gone before the first byte
+    assert code == 141, stderr
+    assert "error" not in stderr, stderr
 
 
 @pytest.mark.parametrize("where", ["dev-full", "closed"])
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
-def test_stdout_that_cannot_be_written_is_one_line_and_exit_2(made, tmp_path, case, where):
-    if where == "dev-full":
-        with open("/dev/full", "w") as full:
-            p = _run(made, tmp_path, *case, stdout=full)
-    else:  # `>&-`: the child starts with fd 1 closed
-        args = [a.format(d=made, t=tmp_path) for a in COMMANDS[case[0]]] + (["--json"] if case[1] else [])
-        p = subprocess.run(["bash", "-c", 'exec "$@" >&-', "bash", sys.executable, "-m", "packtool", *args],
-                           stderr=subprocess.PIPE, text=True, timeout=300, env=dict(os.environ, COLUMNS="80"))
-        assert "Traceback" not in p.stderr, p.stderr
-    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-    assert p.returncode == 2, p.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: stdout cannot be written ("), p.stderr
+def test_stdout_that_cannot_be_written_is_one_line_and_exit_2(cli, made, tmp_path, case, where):
+    code, stderr = _run(cli, made, tmp_path, *case, stdout=where)  # `> /dev/full`, or `>&-`: fd 1 closed
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("error: stdout cannot be written ("), stderr
     assert "result was not printed" in lines[0] and "re-run" in lines[0]
     if case[0] == "pack":  # the output was written before its summary: said, so it is not redone blindly
         assert f"the output {tmp_path}/packed is complete and in place" in lines[0]
