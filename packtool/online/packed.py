@@ -31,6 +31,7 @@ from packtool.layout import (
 )
 from packtool.errors import one_line
 from packtool.integers import INT32_MAX, short
+from packtool.kernels.args import FLOATS
 from packtool.params import expect, torch_device
 from packtool.side import name_problem
 from packtool.online.room import check_slab
@@ -177,9 +178,9 @@ _NEEDS_FILL = (torch.bool, torch.uint8)  # placed, but the default -1 would wrap
 def _column_fill(name: str, dtype: torch.dtype, given):
     """The pad value of side column `name`: packtool.side.SideColumn's defaults (0.0 for
     floats, -1 for ints) where the dtype holds them; a bool or uint8 column needs its fill
-    given (-1 became True / 255 on every pad); complex, the wider unsigned and the
+    given (-1 became True / 255 on every pad); complex, float8, the wider unsigned and the
     quantized dtypes are refused (torch cannot scatter some, and no loss reads the rest)."""
-    if dtype.is_floating_point or dtype in _SIGNED:
+    if dtype in FLOATS or dtype in _SIGNED:  # float8 is floating point, yet torch counts no NaN in it
         return (0.0 if dtype.is_floating_point else -1) if given is None else _fill(name, given, dtype)
     cast = "cast it (.to(torch.int32): pads -1, or .float(): pads 0.0)"
     if dtype in _NEEDS_FILL:
@@ -189,8 +190,8 @@ def _column_fill(name: str, dtype: torch.dtype, given):
                                   f"fill -1 (it would become {was}): pass side_fill={{{name!r}: {fill}}} "
                                   f"({held}), or {cast}")
         return _fill(name, given, dtype)
-    raise OnlinePackError(f"side column {name!r} is {dtype}: side columns are float, signed int (int8..int64), "
-                          f"or bool/uint8 with a side_fill: {cast}")
+    raise OnlinePackError(f"side column {name!r} is {dtype}: side columns are float (float16, bfloat16, "
+                          f"float32, float64), signed int (int8..int64), or bool/uint8 with a side_fill: {cast}")
 
 
 def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dict:
