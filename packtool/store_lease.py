@@ -26,9 +26,10 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.storage import Location, bucket_gone, read_small
+from packtool.storage import Location, bucket_gone, locate, read_small
 from packtool.store_conditional import ABSENT, delete_if, etag, put_if
 
 LEASE = ".packtool.lock"
@@ -66,6 +67,37 @@ def _foreign(prefix: Location, lock: Location) -> PacktoolOutputError:
                                flag=cli_flag("output"))
 
 
+def _holds(lock: Location, token: str) -> bool:
+    """The one rule of "still this run's": the lease object now holds this run's token."""
+    rec = _read(lock)
+    return bool(rec) and rec.get("token") == token
+
+
+def _lost(lock: Location, prefix: str):
+    gone = bucket_gone(lock.shown, later=False, name=lock.argument)
+    if gone is not None:  # not another run: the bucket was deleted under this one
+        raise gone
+    raise LeaseLostError(f"another packtool run took this output's lease while this one was "
+                         f"writing (this one was stopped or cut off for over {LEASE_SECONDS:.0f} s); "
+                         f"this run committed nothing and left the other's objects alone: re-run "
+                         f"when it is done", path=prefix)
+
+
+@dataclass(frozen=True)
+class LeaseTicket:
+    """A lease as a process that does not hold it sees it (picklable: URIs and the token): its
+    `check` is the holder's, read from the store, so a write task that outlives the run's lease
+    puts nothing more at the prefix."""
+    lock_uri: str
+    token: str
+    prefix: str
+
+    def check(self) -> None:
+        lock = locate(self.lock_uri)
+        if not _holds(lock, self.token):
+            _lost(lock, self.prefix)
+
+
 class Lease:
     def __init__(self, lock: Location, prefix: str):
         self.lock, self.prefix = lock, prefix
@@ -82,8 +114,7 @@ class Lease:
                            "renewed": time.time()}).encode()
 
     def held(self) -> bool:
-        rec = _read(self.lock)
-        return bool(rec) and rec.get("token") == self.token
+        return _holds(self.lock, self.token)
 
     def check(self) -> None:
         """Raise unless the lease is still this run's (read from the store, not remembered): before
@@ -91,13 +122,13 @@ class Lease:
         a stalled host) resumes mid-step while another run may hold the prefix."""
         if self.lost or not self.held():
             self.lost = True
-            gone = bucket_gone(self.lock.shown, later=False, name=self.lock.argument)
-            if gone is not None:  # not another run: the bucket was deleted under this one
-                raise gone
-            raise LeaseLostError(f"another packtool run took this output's lease while this one was "
-                                 f"writing (this one was stopped or cut off for over {LEASE_SECONDS:.0f} s); "
-                                 f"this run committed nothing and left the other's objects alone: re-run "
-                                 f"when it is done", path=self.prefix)
+            _lost(self.lock, self.prefix)
+
+    def ticket(self, lock_uri: str) -> "LeaseTicket":
+        """What a process other than the holder (a Ray write task on another node) asks before
+        each of its puts; `lock_uri`: the lease object's URI as the output was given (its query
+        reaches the store), located again where the task runs."""
+        return LeaseTicket(lock_uri, self.token, self.prefix)
 
     def renew(self) -> None:
         if self.etag is not None:  # only while the object is still the one this run put
@@ -196,4 +227,4 @@ def take_lease(prefix: Location) -> Lease:
     return lease.start()
 
 
-__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "RENEW_SECONDS", "take_lease"]
+__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "RENEW_SECONDS", "take_lease"]

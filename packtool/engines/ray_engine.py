@@ -375,9 +375,13 @@ def _pack_ray(inputs, alignment, packing, tokenize, output, dry_run, cache_dir, 
 
     t1 = time.perf_counter()
     # to a store, the write tasks upload the shards themselves (write_output's `uploads`)
-    shards, loss = write_output(p, summary, cache, output,
-                                lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens, progress=progress),
-                                uploads=True)
+    try:  # a write task's packtool error (its run's lease lost, on a store) as itself, not Ray's
+        shards, loss = write_output(p, summary, cache, output,
+                                    lambda tmp, pad_id: write_slabs(p, cache, tmp, pad_id, shard_tokens,
+                                                                    progress=progress),
+                                    uploads=True)
+    except Exception as e:
+        raise _unwrap(e) from None
     if plan_shard_rows:  # the placements are written: let the object store free them
         p = replace(p, handles=[])
     return PackResult(output, p, summary, shards, loss, cache.path, t_tok, time.perf_counter() - t1)

@@ -103,11 +103,12 @@ def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list, s
 
 def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: int,
                 group_tokens: int, side=(),
-                dests: list[str] | None = None) -> pa.Table:
+                dests: list[str] | None = None, lease=None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
     The shard's sub-plan is built here from its segments and the driver's per-slab values.
     Into the folder `out_dir`, or (`dests`: each shard's object URI and its proof's, named by
-    the driver's store commit) written on this node's own scratch and uploaded from here."""
+    the driver's store commit) written on this node's own scratch and uploaded from here, each
+    put only while the run still holds `lease` (the commit's store_lease.LeaseTicket)."""
     k = int(group.column("shard")[0].as_py())
     spec: SlabSpec = _get([spec_refs[k]])
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
@@ -133,7 +134,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
         with scratch("shard") as d:
             info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(d, shard_file(k)), group_tokens)
             dest = locate(dests[k][0])
-            upload_proven(os.path.join(d, info.file), *dests[k], info)
+            upload_proven(os.path.join(d, info.file), *dests[k], info, lease)
         info = replace(info, file=dest.name)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
                      "loss_tokens": [info.loss_tokens], "bytes": [info.bytes], "xxh3_128": [info.xxh3_128],
@@ -207,10 +208,11 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
         routing_refs = [[ray.put(r)] for r in split_routing(routing, source.piece_starts)]
         del routing
         spec_refs = [ray.put(spec_of_plan(plan, s0, s1)) for s0, s1 in ranges]
-    dests = None
+    dests = lease = None
     if not isinstance(out_dir, str):  # a StoreCommit: the intent names every shard first
         commit, out_dir = out_dir, None
         dests = commit.task_dests([shard_file(k) for k in range(len(ranges))])  # (shard, its proof) URIs
+        lease = commit.ticket()  # each task asks it before its puts, as the local engine's uploads do
     ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,
@@ -219,7 +221,7 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
-                                 "side": tuple(cache.side_columns), "dests": dests}))
+                                 "side": tuple(cache.side_columns), "dests": dests, "lease": lease}))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written

@@ -54,7 +54,7 @@ from packtool.slabs.names import (
 )
 from packtool.storage import Location, check_uri, join_uri, locate
 from packtool.store_conditional import etag, put_if
-from packtool.store_lease import LEASE, Lease, LeaseLostError, take_lease
+from packtool.store_lease import LEASE, Lease, LeaseLostError, LeaseTicket, take_lease
 from packtool.workers import thread_pool
 
 class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
@@ -246,10 +246,12 @@ class StoreCommit:
                 for d in self.begin(names)]
 
     def upload(self, src: str, dst: Location) -> None:
-        """One shard's put, while the lease is still this run's: a plain name may be another
-        run's shard by now."""
-        self.lease.check()
-        upload_file(src, dst)
+        """One shard's put from this process (the local engine's upload threads)."""
+        upload_leased(src, dst, self.lease)
+
+    def ticket(self) -> LeaseTicket:
+        """The lease as write tasks in other processes ask it (`upload_proven`)."""
+        return self.lease.ticket(join_uri(self.output, LEASE))
 
     def finish(self, shards: list[ShardInfo], manifest: dict) -> list[ShardInfo]:
         """Commit `shards` (under the names `begin` gave); on failure nothing is committed."""
@@ -360,11 +362,20 @@ UPLOAD_BUFFER = 16 << 20
 UPLOADS = 4  # shards uploaded at once (each also sends its multipart parts in the background)
 
 
-def upload_proven(src: str, dest: str, proof: str, info: ShardInfo) -> None:
+def upload_leased(src: str, dst: Location, lease: Lease | LeaseTicket) -> None:
+    """Every shard's put, from whichever process: only while the run's lease is still its own
+    (asked of the store, store_lease), since a plain name may be another run's shard by now."""
+    lease.check()
+    upload_file(src, dst)
+
+
+def upload_proven(src: str, dest: str, proof: str, info: ShardInfo, lease: LeaseTicket) -> None:
     """A write task's upload of shard `info` to `dest` (a `task_dests` pair): the shard's size
-    and checksum go first, so whatever a kill leaves at `dest` is provably the run's or not."""
+    and checksum go first, so whatever a kill leaves at `dest` is provably the run's or not;
+    each put only while the run still holds `lease` (`StoreCommit.ticket`)."""
+    lease.check()
     locate(proof).write_bytes(json.dumps(shard_proof(info)).encode())
-    upload_file(src, locate(dest))
+    upload_leased(src, locate(dest), lease)
 
 
 def upload_file(src: str, dst: Location) -> None:
@@ -375,4 +386,4 @@ def upload_file(src: str, dst: Location) -> None:
 
 __all__ = ["PENDING_PREFIX", "StoreCommit", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
            "commit_to_store", "owned_objects", "read_store_manifest", "scratch", "staging_dir", "upload_file",
-           "upload_proven"]
+           "upload_leased", "upload_proven"]

@@ -53,7 +53,7 @@ def _ray_tasks(commit, tmp_path, upload=(0, 1)) -> list[ShardInfo]:
     infos = [_staged(tmp_path, k, locate(d).name) for k, (d, _) in enumerate(dests)]
     for k, (d, proof) in enumerate(dests):
         if k in upload:
-            upload_proven(str(tmp_path / f"staged-{k}"), d, proof, infos[k])
+            upload_proven(str(tmp_path / f"staged-{k}"), d, proof, infos[k], commit.ticket())
         else:
             locate(proof).write_bytes(b'{"bytes": 1, "xxh3_128": "0"}')  # the proof put, the upload cut
     return infos
