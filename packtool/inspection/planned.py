@@ -171,19 +171,14 @@ def _check_slabs(path: str, slab: np.ndarray, rank: np.ndarray, step: np.ndarray
 
 def _check_schedule(path: str, rank: np.ndarray, step: np.ndarray, dp: int, recorded: bool) -> None:
     """Each slab's dp_rank and step as `plan` numbers them (planning.core.slab_order): ranks in
-    0..dp-1 under the DP plan's rule (slabs.open_rules.dp_plan, a packed output's too), steps 0, 1,
+    0..dp-1 under the DP plan's rules (slabs.open_rules.plan_breaks, a packed output's too), steps 0, 1,
     ... in file order (without DP: each slab its own step, 0..n-1 once each). A step past them
     would size the report's per-step table by it."""
-    from packtool.slabs.open_rules import dp_plan
+    from packtool.slabs.open_rules import plan_breaks
     fix = _REWRITE if recorded else f"pass the same {arg('dp')} as `plan`"
-    bad = np.flatnonzero((rank < 0) | (rank >= dp))
-    if bad.size:
-        b = int(bad[0])
-        raise InspectError(f"{path}: slab {b} has dp_rank {int(rank[b])}, outside 0..{dp - 1} of the plan's "
-                           f"dp={dp}; {fix}")
-    found = dp_plan(rank, step, np.zeros_like(step), dp)
-    if found is not None:
-        raise InspectError(f"{path}: slab {found[0]}: {found[1]}; {fix}")
+    found = plan_breaks(None, rank, step, np.zeros_like(step), dp)
+    if found:
+        raise InspectError(f"{path}: slab {found[0].slab}: {found[0].why}; {fix}")
     if dp > 1:
         bad = np.flatnonzero((np.diff(step, prepend=0) > 1) | (np.arange(step.size) == 0) & (step != 0))
         rule = "steps are numbered 0, 1, ... in file order"

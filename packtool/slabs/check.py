@@ -37,7 +37,7 @@ from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.open_rules import coverage, dp_plan, linked_shard, no_plan, segment_fields, slab_index
+from packtool.slabs.open_rules import coverage, linked_shard, plan_breaks, segment_fields
 from packtool.slabs.schema import side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -151,17 +151,10 @@ def check_counts(sm: SlabManifest, cat: dict[str, np.ndarray]) -> None:
     for key, got in (("physical_tokens", tok.sum()), ("loss_tokens", los.sum())):
         if stats[key] != int(got):
             raise FormatError(f"{sm.manifest}: stats.{key} is {stats[key]}, the shards hold {int(got)}; {fix_of(sm)}")
-    bad = np.flatnonzero((dp_rank < 0) | (dp_rank >= max(sm.dp, 1)))
-    if bad.size:
-        raise FormatError(f"{sm.path}: slab {int(bad[0])} has dp_rank {int(dp_rank[bad[0]])}, the output "
-                          f"was packed with dp={sm.dp} (its manifest); {fix_of(sm)}")
-    found = dp_plan(dp_rank, cat["step"], cat["microbatch"], sm.dp)
-    if found is None and "slab_index" in cat and cat["slab_index"].size == shard.size:
-        found = slab_index(cat["slab_index"])
-        if found is None and sm.dp <= 1:
-            found = no_plan(cat["step"], cat["microbatch"], cat["slab_index"])
-    if found is not None:
-        raise FormatError(f"{slab_at(sm, cat, found[0])}: {found[1]}; {fix_of(sm)}")
+    idx = cat["slab_index"] if "slab_index" in cat and cat["slab_index"].size == shard.size else None
+    found = plan_breaks(idx, dp_rank, cat["step"], cat["microbatch"], sm.dp)
+    if found:
+        raise FormatError(f"{slab_at(sm, cat, found[0].slab)}: {found[0].why}; {fix_of(sm)}")
 
 
 def check_checksum(sm: SlabManifest, i: int) -> None:

@@ -1,8 +1,9 @@
 """The rules `slabs.check` holds at open over what the reader's open scan read (FORMAT.md, "What a
-reader checks"): each segment's identity fields, `slab_index`, and the DP plan. Each returns
-its first break as (slab, message), slab in on-disk order, or None; `slabs.check` names the
-shard and row and raises. Pure numpy over a few values per slab or segment: no column is read
-for them that the scan does not read anyway (its check-only columns, `slabs.reader.NULLS_ONLY`).
+reader checks"): each segment's identity fields, and the DP fields (`plan_breaks`: the one owner
+of those rules, which verify and a plan file's inspection ask too). Each gives its break(s) by
+slab, in on-disk order; `slabs.check` names the shard and row and raises. Pure numpy over a few
+values per slab or segment: no column is read for them that the scan does not read anyway (its
+check-only columns, `slabs.reader.NULLS_ONLY`).
 
 And the one rule on what a listed shard may be on disk (`linked_shard`), which every reader
 (`slabs.check.check_output`) and `verify` ask.
@@ -44,65 +45,120 @@ def segment_fields(cat: dict[str, np.ndarray], fixed_length: int | None) -> tupl
                   f"fill of a fixed-length slab (source_index -1, chunk_index -1)" + (f"; {why}" if fill[k] else ""))
 
 
-def slab_index(idx: np.ndarray) -> tuple[int, str] | None:
-    """slab_index a permutation of 0..n-1 (verify's `slab_index`): a slab row copied or dropped
-    and the rows re-signed leave a repeat or a gap."""
-    n = idx.size
-    inside = (idx >= 0) & (idx < n)
-    seen = np.bincount(idx[inside], minlength=n)
+class Break(NamedTuple):
+    slab: int  # the slab, in on-disk order
+    why: str  # the rule and how the slab breaks it (no location: each caller names the slab its way)
+    found: int | None = None
+    expected: int | None = None
+    rule: str = "dp"  # verify's check: "slab_index" or "dp"
+
+
+DP_FIELDS = ("slab_index", "dp_rank", "step", "microbatch")
+
+
+def plan_breaks(slab_index: np.ndarray | None, rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray,
+                dp: int, known: dict[str, np.ndarray] | None = None) -> list[Break]:
+    """The rules of the DP fields (FORMAT.md: `dp_rank < dp`; under a DP plan, dp > 1, every rank as
+    many slabs, each (step, dp_rank, microbatch) once, steps never decreasing on disk; slab_index a
+    permutation of 0..n-1; without a plan each slab micro-batch 0 of its own step, numbered by its
+    slab_index): each broken rule's first break, in the order a reader refuses them (it raises the
+    first; verify reports them all). The one owner of these rules: the readers (`slabs.check`),
+    verify (`verification.cover`) and a plan file's inspection (`inspection.planned`, no
+    slab_index) ask it. `known` (per field, where its value is known: verify's nulls, each said
+    on its own): a rule is held over the known values and fails only where no values in place
+    of the nulls could keep it. The dataset follows the plan's steps and ranks: a rank short of
+    slabs idles through steps, a repeated micro-batch trains twice in one step."""
+    n = rank.size
+    k = {f: np.ones(n, bool) if known is None or f not in known else np.asarray(known[f], bool)
+         for f in DP_FIELDS}
+    out = np.flatnonzero(k["dp_rank"] & ((rank < 0) | (rank >= max(dp, 1))))
+    breaks = []
+    if out.size:  # every other plan rule counts slabs per rank: none holds without the ranks
+        i = int(out[0])
+        more = f" (and {out.size - 1} slab(s) more)" if out.size > 1 else ""
+        breaks.append(Break(i, f"dp_rank {int(rank[i])} is outside 0..{max(dp, 1) - 1} of the plan's dp={dp}{more}",
+                            int(rank[i]), dp))
+    elif dp > 1:
+        breaks += _plan(rank, step, microbatch, dp, k)
+    if slab_index is not None:
+        found = _slab_index(slab_index, k["slab_index"])
+        breaks += [found] if found else []
+        if dp <= 1:  # a step is held to its slab_index only where slab_index holds
+            at = np.flatnonzero(k["step"] & k["microbatch"] & k["slab_index"])
+            found = _no_plan(step[at], microbatch[at], slab_index[at], found is None)
+            breaks += [found._replace(slab=int(at[found.slab]))] if found else []
+    return breaks
+
+
+def _slab_index(idx: np.ndarray, known: np.ndarray) -> Break | None:
+    """slab_index a permutation of 0..n-1 over the n slabs, or (some null) its known values distinct
+    and in that range: a slab row copied or dropped and the rows re-signed leave a repeat or a gap."""
+    n, at = idx.size, np.flatnonzero(known)
+    v = idx[at]
+    inside = (v >= 0) & (v < n)
+    seen = np.bincount(v[inside], minlength=n)
     bad = ~inside
-    bad[inside] = seen[idx[inside]] > 1
+    bad[inside] = seen[v[inside]] > 1
     if not bad.any():
         return None
-    i = int(np.flatnonzero(bad)[0])
-    what = f"outside 0..{n - 1}" if not inside[i] else "held by another slab too"
-    return i, (f"slab_index {int(idx[i])} is {what}: slab_index is a permutation of 0..{n - 1} (a slab row "
-               f"dropped or duplicated)")
+    j = int(np.flatnonzero(bad)[0])
+    what = f"outside 0..{n - 1}" if not inside[j] else "held by another slab too"
+    nulls = f" (the other {n - at.size} null)" if at.size < n else ""
+    return Break(int(at[j]), f"slab_index {int(v[j])} is {what}: slab_index is a permutation of 0..{n - 1}{nulls} "
+                             f"(a slab row dropped or duplicated)", int(v[j]), rule="slab_index")
 
 
-def no_plan(step: np.ndarray, microbatch: np.ndarray, slab_index: np.ndarray) -> tuple[int, str, int, int] | None:
-    """Without a DP plan (dp = 1; verify's `dp`): each slab is its own step, the one its
-    slab_index numbers, and micro-batch 0 of it, as every packtool writer makes it (S44-7: an
-    edited step or microbatch was held to nothing at dp=1). The first slab off it as (slab,
-    why, found, expected), or None."""
-    for name, got, want in (("step", step, slab_index), ("microbatch", microbatch, np.zeros_like(microbatch))):
+def _no_plan(step: np.ndarray, microbatch: np.ndarray, slab_index: np.ndarray, steps: bool) -> Break | None:
+    """Without a DP plan (dp = 1): each slab is its own step, the one its slab_index numbers, and
+    micro-batch 0 of it, as every packtool writer makes it (S44-7: an edited step or microbatch was
+    held to nothing at dp=1)."""
+    held = (("step", step, slab_index),) if steps else ()
+    for name, got, want in (*held, ("microbatch", microbatch, np.zeros_like(microbatch))):
         bad = np.flatnonzero(got != want)
         if bad.size:
             i = int(bad[0])
-            return i, (f"{name} {int(got[i])} where it is {int(want[i])}: without a DP plan (dp=1) each slab is "
-                       f"micro-batch 0 of its own step, numbered by its slab_index"), int(got[i]), int(want[i])
+            return Break(i, f"{name} {int(got[i])} where it is {int(want[i])}: without a DP plan (dp=1) each slab "
+                            f"is micro-batch 0 of its own step, numbered by its slab_index", int(got[i]), int(want[i]))
     return None
 
 
-def dp_plan(rank: np.ndarray, step: np.ndarray, microbatch: np.ndarray, dp: int) -> tuple[int, str] | None:
-    """Under a DP plan (dp > 1; ranks already in [0, dp)): every rank as many slabs, each (step,
-    dp_rank, microbatch) once, steps never decreasing on disk (verify's `dp`). The dataset follows
-    the plan's steps and ranks: a rank short of slabs idles through steps, a repeated
-    micro-batch trains twice in one step."""
-    if dp <= 1 or not rank.size:
-        return None
-    neg = np.flatnonzero(microbatch < 0)
+def _plan(rank, step, microbatch, dp: int, k: dict) -> list[Break]:
+    """The DP plan's rules (dp > 1, ranks in [0, dp)), each one's first break."""
+    n, found = rank.size, []
+    neg = np.flatnonzero(k["microbatch"] & (microbatch < 0))
     if neg.size:
         i = int(neg[0])
-        return i, f"microbatch {int(microbatch[i])} is negative: a micro-batch of a step is numbered from 0"
-    per_rank = np.bincount(rank, minlength=dp)
-    if per_rank.min() != per_rank.max():
+        found.append(Break(i, f"microbatch {int(microbatch[i])} is negative: a micro-batch of a step is numbered "
+                              f"from 0", int(microbatch[i]), 0))
+    ranks = np.flatnonzero(k["dp_rank"])
+    per_rank = np.bincount(rank[ranks], minlength=dp)
+    if ranks.size == n and per_rank.min() != per_rank.max():
         r = int(np.argmin(per_rank))
         i = int(np.flatnonzero(rank == r)[0]) if per_rank[r] else 0
-        return i, (f"DP rank {r} holds {int(per_rank[r])} slabs, another {int(per_rank.max())}: every rank of the "
-                   f"dp={dp} plan holds as many")
-    order = np.lexsort((microbatch, rank, step))
+        found.append(Break(i, f"DP rank {r} holds {int(per_rank[r])} slabs, another {int(per_rank.max())}: every "
+                              f"rank of the dp={dp} plan holds as many", int(per_rank[r]), int(per_rank.max())))
+    elif ranks.size < n and (n % dp or per_rank.max() > n // dp):  # the null ranks cannot even them out
+        r = int(np.argmax(per_rank))
+        i = n - 1 if n % dp else int(ranks[rank[ranks] == r][0])
+        found.append(Break(i, f"{n} slabs, DP rank {r} holding {int(per_rank[r])} of the known ones: every rank "
+                              f"of the dp={dp} plan holds as many, whatever the null ranks are", n, -(-n // dp) * dp))
+    every = np.flatnonzero(k["step"] & k["dp_rank"] & k["microbatch"])
+    order = every[np.lexsort((microbatch[every], rank[every], step[every]))]
     s, r, m = step[order], rank[order], microbatch[order]
     twice = np.flatnonzero((s[1:] == s[:-1]) & (r[1:] == r[:-1]) & (m[1:] == m[:-1]))
     if twice.size:
         i = int(order[twice[0] + 1])
-        return i, (f"(step {int(step[i])}, dp_rank {int(rank[i])}, microbatch {int(microbatch[i])}) is another "
-                   f"slab's too: each micro-batch of the DP plan is one slab")
-    back = np.flatnonzero(np.diff(step) < 0)
+        found.append(Break(i, f"(step {int(step[i])}, dp_rank {int(rank[i])}, microbatch {int(microbatch[i])}) is "
+                              f"another slab's too: each micro-batch of the DP plan is one slab"))
+    at = np.flatnonzero(k["step"])
+    back = np.flatnonzero(np.diff(step[at]) < 0)
     if back.size:
-        i = int(back[0] + 1)
-        return i, f"step {int(step[i])} follows step {int(step[i - 1])} on disk: the plan's steps are in on-disk order"
-    return None
+        # plan numbers steps in on-disk order, so a consumer reading shards in order runs step 0,
+        # then step 1, ... on every rank together
+        j, i = int(at[back[0]]), int(at[back[0] + 1])
+        found.append(Break(i, f"step {int(step[i])} follows step {int(step[j])} on disk: the plan's steps are in "
+                              f"on-disk order", int(step[i]), int(step[j])))
+    return found
 
 
 class Coverage(NamedTuple):

@@ -1,12 +1,13 @@
 """`verify`, whole output: every source row exactly once (or as the overflow policy says),
-and the DP fields. Works on the per-segment arrays every shard worker returns, sorted once.
+and the DP fields (by the readers' rules). Works on the per-segment arrays every shard worker
+returns, sorted once.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from packtool.align import Alignment
-from packtool.slabs.open_rules import no_plan
+from packtool.slabs.open_rules import DP_FIELDS, plan_breaks
 from packtool.verification.problems import ProblemLog
 
 
@@ -138,73 +139,19 @@ def _check_cut_targets(src, usable: int, overflow: dict, log) -> None:
                     f"gives {v}", expected=v, found=overflow[k])
 
 
-def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None) -> None:
-    """slab_index a permutation, dp_rank in range, ranks balanced, (step, dp_rank, microbatch)
-    unique, steps in on-disk order. `nulls` (per field, the slabs where it is null, each said as
-    a `schema` problem): a rule is held over the known values, and only where no values in
-    place of the nulls could keep it does it fail (never a second line for the same null)."""
-    idx, rank, step, mb = slabs["slab_index"], slabs["dp_rank"], slabs["step"], slabs["microbatch"]
-    n = idx.size
-    known = {k: ~nulls[k] if nulls and k in nulls else np.ones(n, bool)
-             for k in ("slab_index", "dp_rank", "step", "microbatch")}
-    _check_slab_index(idx[known["slab_index"]], n, log)
-    rank_known = rank[known["dp_rank"]]
-    out = (rank_known < 0) | (rank_known >= dp)
-    if out.any():
-        log.add("dp", f"{int(out.sum())} slab(s) have dp_rank outside [0, {dp}) (the manifest's dp is {dp})",
-                expected=dp, found=int(rank_known[out][0]))
-        return
-    every = known["step"] & known["dp_rank"] & known["microbatch"]
-    if dp == 1:
-        at = np.flatnonzero(every & known["slab_index"])
-        off = no_plan(step[at], mb[at], idx[at])
-        if off is not None:
-            log.add("dp", f"slab {int(at[off[0]])}: {off[1]}", expected=off[3], found=off[2])
-        return
-    neg = np.flatnonzero(known["microbatch"] & (mb < 0))
-    if neg.size:
-        log.add("dp", f"slab {int(neg[0])} has microbatch {int(mb[neg[0]])}: a micro-batch of a step is numbered "
-                f"from 0", expected=0, found=int(mb[neg[0]]))
-    if n % dp:
-        log.add("dp", f"{n} slabs is not a multiple of dp={dp}: some rank would run short",
-                expected=-(-n // dp) * dp, found=n)
-    per_rank = np.bincount(rank_known, minlength=dp)
-    if known["dp_rank"].all() and per_rank.min() != per_rank.max():
-        log.add("dp", f"ranks hold {int(per_rank.min())}..{int(per_rank.max())} slabs; every rank must "
-                f"run the same number of steps", expected=int(per_rank.max()), found=int(per_rank.min()))
-    elif not n % dp and per_rank.max() > n // dp:  # the null ranks cannot even it out
-        log.add("dp", f"a rank holds {int(per_rank.max())} slabs, more than its share n/dp = {n // dp}; every "
-                f"rank must run the same number of steps", expected=n // dp, found=int(per_rank.max()))
-    key = np.stack([step[every], rank[every], mb[every]], axis=1)
-    uniq = np.unique(key, axis=0)
-    if uniq.shape[0] != key.shape[0]:
-        log.add("dp", f"{key.shape[0] - uniq.shape[0]} slab(s) repeat another slab's (step, dp_rank, microbatch)",
-                expected=key.shape[0], found=int(uniq.shape[0]))
-    at = np.flatnonzero(known["step"])  # on-disk positions of the known steps
-    back = np.flatnonzero(np.diff(step[at]) < 0)
-    if back.size:
-        # plan numbers steps in on-disk order, so a consumer reading shards in order runs
-        # step 0, then step 1, ... on every rank together
-        j, k = int(at[back[0]]), int(at[back[0] + 1])
-        log.add("dp", f"steps are not in on-disk order: slab {k} has step {int(step[k])} after "
-                f"step {int(step[j])}", expected=int(step[j]), found=int(step[k]))
-
-
-def _check_slab_index(idx: np.ndarray, n: int, log: ProblemLog) -> None:
-    """The known slab_index values (`idx`, of `n` slabs): all of them, a permutation of
-    0..n-1; some (the others null), distinct values in that range."""
-    s = np.sort(idx)
-    if idx.size == n:
-        bad = np.flatnonzero(s != np.arange(n))
-        if bad.size:
-            j = int(bad[0])
-            log.add("slab_index", f"slab_index is not a permutation of 0..{n - 1} (first gap or repeat near "
-                    f"{j}): a slab row was dropped or duplicated", expected=j, found=int(s[j]))
-        return
-    twice = s[1:][s[1:] == s[:-1]]
-    outside = s[(s < 0) | (s >= n)]
-    if twice.size or outside.size:
-        v = int(twice[0]) if twice.size else int(outside[0])
-        log.add("slab_index", f"slab_index {v} is {'repeated' if twice.size else 'outside 0..' + str(n - 1)} "
-                f"among the {idx.size} known values (the other {n - idx.size} are null): a slab row was "
-                f"dropped or duplicated", found=v)
+def check_dp(slabs: dict, dp: int, log: ProblemLog, nulls: dict | None = None,
+             shards: tuple[list[str], list[int]] | None = None) -> None:
+    """The DP fields' rules, the readers' own (`slabs.open_rules.plan_breaks`): each broken rule said
+    once, at its first slab, in the words a reader refuses it with. `nulls` (per field, the slabs
+    where it is null, each said as a `schema` problem): a rule fails only where no values in place
+    of the nulls could keep it. `shards` (names, slabs in each): the slab named by shard and row."""
+    known = {k: ~v for k, v in (nulls or {}).items() if k in DP_FIELDS}
+    for b in plan_breaks(slabs["slab_index"], slabs["dp_rank"], slabs["step"], slabs["microbatch"], dp, known):
+        if shards is None:
+            log.add(b.rule, f"slab {b.slab}: {b.why}", expected=b.expected, found=b.found)
+            continue
+        names, counts = shards
+        ends = np.cumsum(counts)
+        j = int(np.searchsorted(ends, b.slab, "right"))
+        log.add(b.rule, b.why, shard=names[j], row=b.slab - int(ends[j] - counts[j]),
+                expected=b.expected, found=b.found)

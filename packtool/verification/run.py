@@ -354,10 +354,11 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     slabs = {k: np.concatenate([r.slabs[k] for r in results]) for k in results[0].slabs}
     nulls = {k: np.concatenate([r.nulls[k] for r in results]) for k in results[0].nulls}
     unknown = _null_scalars(nulls, notes)
+    shards = ([r.name for r in results], [r.slabs["slab_index"].size for r in results])
     from packtool.verification.cover import check_coverage, check_dp
     skipped = sum(r.skipped for r in results)
     if skipped:  # their segments and tokens are unknown: every count below would be short by them
-        check_dp(slabs, dp, log, nulls)  # their scalars are counted
+        check_dp(slabs, dp, log, nulls, shards)  # their scalars are counted
         notes.append(f"{skipped} slab(s) with inconsistent array lengths or nulls (the array_length and schema "
                      f"problems) were not checked further; the shard token counts, manifest stats and coverage "
                      f"checks, which need their segments, were skipped")
@@ -379,7 +380,7 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     singletons = None if "singletons" in unknown else int(slabs["singleton"].sum())
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
                    singletons, source_dir, log, notes)
-    check_dp(slabs, dp, log, nulls)
+    check_dp(slabs, dp, log, nulls, shards)
     side = side_columns_from_manifest(man.get("side_columns"))
     if side:
         from packtool.verification.side import check_nonfinite

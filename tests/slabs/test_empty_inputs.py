@@ -47,8 +47,9 @@ CASES = {
     "open_rules.coverage": _coverage,
     "open_rules.segment_fields": lambda sm: open_rules.segment_fields(_scan(), None),
     "open_rules.segment_fields (no slab offsets)": lambda sm: open_rules.segment_fields({**_scan(), "segments": E}, 64),
-    "open_rules.slab_index": lambda sm: open_rules.slab_index(E),
-    "open_rules.dp_plan": lambda sm: open_rules.dp_plan(E, E, E, 2),
+    **{f"open_rules.plan_breaks (dp={dp}{', nulls' if nulls else ''})":
+       (lambda sm, dp=dp, nulls=nulls: open_rules.plan_breaks(E, E, E, E, dp, nulls) or None)
+       for dp in (1, 2) for nulls in (None, {k: np.zeros(0, bool) for k in open_rules.DP_FIELDS})},
     "check.check_segment_counts": lambda sm: check.check_segment_counts(sm, _scan()),
     "check.check_coverage": lambda sm: check.check_coverage(sm, _scan()),
     "check.check_counts": lambda sm: check.check_counts(sm, _scan()),
