@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.support_logprob import inputs, make_support, methods  # noqa: E402
 from packtool.kernels import support_det as SD  # noqa: E402
 from packtool.kernels import support_kernels as SK  # noqa: E402
-from packtool.kernels import support_logprob as SL  # noqa: E402
+from packtool.kernels import support_autograd as SA, support_path as SP, support_torch  # noqa: E402
 from packtool.kernels.support_check import check_support  # noqa: E402
 
 N, HDIM, V = 16384, 4096, 151936
@@ -141,16 +141,16 @@ def fwd(ks, rounds, reps):
         fns = methods(h, w, samp, sup, up, ["dense", "auto", "full_fused"])
         rows_ = check_support(samp, sup, V, 0, V)
         hd = h.detach()
-        z = SL.support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9)
+        z = support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9)
         parts = {
             "check_support": lambda: check_support(samp, sup, V, 0, V),
             "row_sort_only": lambda: sup.sort(dim=1),
-            "logits_dense": lambda: SL.support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9),
-            "stats_merge": lambda: SL._merge(*SL._stats(z, rows_.pos), None),
+            "logits_dense": lambda: support_torch.logits_dense(hd, w.detach(), rows_.cands, 1 / 0.9),
+            "stats_merge": lambda: SA._merge(*SA._stats(z, rows_.pos), None),
         }
         parts["dense_logits_stats"] = lambda: SK.dense_logits_stats(
             hd, w.detach(), rows_.cands, rows_.pos, 1 / 0.9, False)
-        parts["named_union"] = lambda: SL._union(rows_.cands, True)
+        parts["named_union"] = lambda: SP.union_of(rows_.cands, True)
         for m, f in fns.items():
             parts["whole_" + m] = (lambda f=f: f(False))
         with torch.no_grad():

@@ -31,7 +31,7 @@ from bench.support_det_profile import _ms  # noqa: E402  (median of CUDA-event t
 from bench.support_logprob import inputs, methods  # noqa: E402
 from packtool.kernels import row_stats  # noqa: E402
 from packtool.kernels import support_kernels as SK  # noqa: E402
-from packtool.kernels import support_logprob as SL  # noqa: E402
+from packtool.kernels import support_path as SP  # noqa: E402
 from packtool.kernels.support_check import check_support  # noqa: E402
 from packtool.kernels.support_torch import _dense_rows  # noqa: E402
 
@@ -73,7 +73,7 @@ def shape(n, hdim, vl, kl, rounds, reps):
     h, w, samp, sup, up = inputs(n, hdim, vl, kl, seed=kl)
     fns = methods(h, w, samp, sup, up, ["auto", "dense", "full_fused"])
     hd, wd = h.detach(), w.detach()
-    probe = SL._probe_rows("auto", True, hd, wd, n, kl)
+    probe = SP.probe_rows("auto", True, hd, wd, n, kl)
     rows_ = check_support(samp, sup, vl, 0, vl, use_triton=True, probe_rows=probe)
     chunk = min(n, _dense_rows(hd, wd, wd.dtype))
     buf = torch.empty(chunk, vl, dtype=wd.dtype, device="cuda")
@@ -101,7 +101,7 @@ def shape(n, hdim, vl, kl, rounds, reps):
             for m, fn in parts.items():
                 res[m].append(_ms(fn, reps))
         r = {"N": n, "H": hdim, "V_local": vl, "K_local": kl, "probe_rows": probe,
-             "auto_path": SL.auto_path(hd, wd, rows_)[0]}
+             "auto_path": SP.auto_path(hd, wd, rows_)[0]}
         for m, t in res.items():
             t = sorted(t)
             r[m] = [round(t[len(t) // 2], 4), round(t[0], 4), round(t[-1], 4)]

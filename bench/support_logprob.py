@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from packtool.kernels import lm_head as L  # noqa: E402
 from packtool.kernels.reference import torch_reference_support_logprob  # noqa: E402
 from packtool.kernels.support_check import check_support  # noqa: E402
-from packtool.kernels.support_logprob import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
-                                     UNION_PROBE, _triton_runs, auto_path, speculate_dense,
-                                     support_logprob)
+from packtool.kernels.support_logprob import support_logprob  # noqa: E402
+from packtool.kernels.support_path import (GATHER_MAX_SHARE, UNION_MAX_SHARE, UNION_PREFIX,  # noqa: E402
+                                           UNION_PROBE, auto_path, speculate_dense, triton_runs)
 
 STRIDE = 7919  # a prime: cold ids off + j * STRIDE are distinct when it is coprime to the range
 
@@ -97,9 +97,9 @@ def methods(h, w, samp, sup, up, names):
 
 def auto_pick(h, w, samp, sup, train: bool) -> str:
     """The path impl='auto' takes for these inputs (train: a call that runs backward)."""
-    if not train and speculate_dense("auto", _triton_runs(h), False, h, w, sup.shape[1], w.shape[0]):
+    if not train and speculate_dense("auto", triton_runs(h), False, h, w, sup.shape[1], w.shape[0]):
         return "dense (speculated)"
-    rows = check_support(samp, sup, w.shape[0], 0, w.shape[0], use_triton=_triton_runs(h))
+    rows = check_support(samp, sup, w.shape[0], 0, w.shape[0], use_triton=triton_runs(h))
     with torch.set_grad_enabled(train):
         return auto_path(h, w, rows)[0]
 

@@ -135,7 +135,7 @@ def test_half_hidden_triton_gather():
 
 
 def test_union_path_edges_and_the_auto_rule(monkeypatch):
-    from packtool.kernels import support_logprob as S
+    from packtool.kernels import support_path as P
 
     h, w, samp, sup, up = _inputs(5)
     # no row holds a support: every value 0, no gradient, and an empty union is no error
@@ -157,9 +157,9 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
     # when the candidates are few against the union's rows), over the whole vocabulary once the
     # union is most of it
     seen = []
-    probe, pick = S._named, S.auto_path
-    monkeypatch.setattr(S, "_named", lambda *a: seen.append("probe") or probe(*a))
-    monkeypatch.setattr(S, "auto_path", lambda *a: (lambda r: seen.append(r[0]) or r)(pick(*a)))
+    probe, pick = P.named_ids, P.auto_path
+    monkeypatch.setattr(P, "named_ids", lambda *a: seen.append("probe") or probe(*a))
+    monkeypatch.setattr(P, "auto_path", lambda *a: (lambda r: seen.append(r[0]) or r)(pick(*a)))
     owned = int((sup >= 0).sum())
     u = int(torch.unique(sup[sup >= 0]).numel())
     at = 2.0 * owned / (N * V)  # the gather limit over V at twice the candidates: probes the union
@@ -170,9 +170,9 @@ def test_union_path_edges_and_the_auto_rule(monkeypatch):
     assert 1.8 * owned * u / V < owned
     for i, (share, union_share, want) in enumerate(cases):
         # the last case: the first 3 rows (UNION_PREFIX x V ids) name over 1 % of V: no probe
-        monkeypatch.setattr(S, "UNION_PREFIX", 0.05 if i == len(cases) - 1 else 8)
-        monkeypatch.setattr(S, "GATHER_MAX_SHARE", {"train": share, "forward": share})
-        monkeypatch.setattr(S, "UNION_MAX_SHARE", union_share)
+        monkeypatch.setattr(P, "UNION_PREFIX", 0.05 if i == len(cases) - 1 else 8)
+        monkeypatch.setattr(P, "GATHER_MAX_SHARE", {"train": share, "forward": share})
+        monkeypatch.setattr(P, "UNION_MAX_SHARE", union_share)
         seen.clear()
         got = _run(lambda hh, ww: support_logprob(hh, ww, samp, sup, entropy=True), h, w, torch.float32, up)
         assert seen == want, (share, union_share, seen)
@@ -220,12 +220,14 @@ def test_repeated_id_is_found_by_the_checks_bitmaps(path):
 
 
 def _spy_checks(monkeypatch):
-    """The calls of support_logprob's checks-then-pick (empty: the call speculated dense)."""
+    """The calls of support_logprob's checks-then-pick (empty: the call speculated dense), and the
+    path rules' module (packtool/kernels/support_path.py), which owns the speculation's bounds."""
     from packtool.kernels import support_logprob as S
+    from packtool.kernels import support_path as P
 
     seen, check = [], S.check_support
     monkeypatch.setattr(S, "check_support", lambda *a, **k: seen.append("sync") or check(*a, **k))
-    return S, seen
+    return P, seen
 
 
 @pytest.mark.parametrize("speculate", [True, False])
@@ -233,9 +235,9 @@ def _spy_checks(monkeypatch):
 def test_bad_support_through_the_triton_checks_names_the_same_token(monkeypatch, case, speculate):
     # the one Triton pass counts the verdicts; any of them re-runs the torch checks for the message,
     # also where a forward-only call queued the dense path before reading them (speculated)
-    S, seen = _spy_checks(monkeypatch)
+    P, seen = _spy_checks(monkeypatch)
     if not speculate:
-        monkeypatch.setattr(S, "SPECULATE_MAX_FLOP", 0)
+        monkeypatch.setattr(P, "SPECULATE_MAX_FLOP", 0)
     h, w, samp, sup = _bad_inputs(case)
     with pytest.raises(PacktoolInputError, match=BAD[case][1]):
         support_logprob(h.float(), w.float(), samp, sup)
@@ -246,7 +248,7 @@ def test_forward_only_auto_speculates_dense_from_the_shapes(monkeypatch):
     # forward-only auto with wide rows (K 7 >= 0.78 % of V 300) and a small GEMM: the dense path
     # without the checks' sync first, the same values as impl="dense"; over the GEMM bound, with
     # backward, narrower rows or fp64 weights: the checks' sync, then the pick
-    S, seen = _spy_checks(monkeypatch)
+    P, seen = _spy_checks(monkeypatch)
     h, w, samp, sup, up = _inputs(9)
     hf, wf = h.float(), w.float()
     lp, ent, valid = support_logprob(hf, wf, samp, sup, entropy=True)
@@ -255,11 +257,11 @@ def test_forward_only_auto_speculates_dense_from_the_shapes(monkeypatch):
     assert torch.equal(lp, dense[0]) and torch.equal(ent, dense[1]) and torch.equal(valid, dense[2])
     ref = _ref(h, w, samp, sup, 1.0, up)
     assert _rel(lp, ref[0]) <= 2e-6 and _rel(ent, ref[1]) <= 2e-6
-    assert S.speculate_dense("auto", True, False, hf, wf, 3, V) and not S.speculate_dense("auto", True, False, hf, wf, 2, V)
+    assert P.speculate_dense("auto", True, False, hf, wf, 3, V) and not P.speculate_dense("auto", True, False, hf, wf, 2, V)
     seen.clear()
     support_logprob(h, w, samp, sup)  # fp64: no fused statistics
     support_logprob(hf, wf.requires_grad_(), samp, sup)  # backward will run
-    monkeypatch.setattr(S, "SPECULATE_MAX_FLOP", 2.0 * N * H * V - 1)
+    monkeypatch.setattr(P, "SPECULATE_MAX_FLOP", 2.0 * N * H * V - 1)
     support_logprob(hf, wf.detach(), samp, sup)
     assert seen == ["sync"] * 3
 
@@ -285,7 +287,6 @@ def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
     # no [N, K] copy of the ids at any vocab_start, int32 or int64: every kernel takes the
     # caller's rows with (start, V_local); changing them in place before backward is then an
     # error, not a silent gradient over other ids
-    from packtool.kernels import support_logprob as S
     from packtool.kernels.support_check import check_support
     from packtool.kernels.vocab_parallel import VocabShard
 
@@ -296,7 +297,7 @@ def test_support_rows_are_never_copied_and_guarded(monkeypatch, dtype, start):
     # one rank's share without its collectives: VocabShard.of gives the shard's start and no group
     # (tp_group is only passed on to it)
     shard = VocabShard(group=None, start=start, size=V - start, total=V)
-    monkeypatch.setattr(S.VocabShard, "of", staticmethod(lambda weight, group=None: shard))
+    monkeypatch.setattr(VocabShard, "of", staticmethod(lambda weight, group=None: shard))
     hh, ww = h.float().requires_grad_(), w.float()[start:].clone().requires_grad_()
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):

@@ -18,6 +18,13 @@ def S(monkeypatch):
     return support_logprob
 
 
+@pytest.fixture
+def P(S):
+    from packtool.kernels import support_path
+
+    return support_path
+
+
 def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
@@ -93,11 +100,11 @@ def test_forward_only_equals_the_training_forward(S, impl):
         assert torch.equal(a.detach(), b)
 
 
-def test_speculated_forward_equals_the_dense_path(S):
+def test_speculated_forward_equals_the_dense_path(S, P):
     # forward-only auto at wide rows and a small GEMM runs dense without the checks' sync first
     hid, w, samp, sup, up = _inputs(k=600)
     hb, wb = hid.bfloat16(), w.bfloat16()
-    assert S.speculate_dense("auto", True, False, hb, wb, 600, wb.shape[0])
+    assert P.speculate_dense("auto", True, False, hb, wb, 600, wb.shape[0])
     auto = S.support_logprob(hb, wb, samp, sup, temperature=0.8, entropy=True)
     dense = S.support_logprob(hb, wb, samp, sup, temperature=0.8, entropy=True, impl="dense")
     for a, b in zip(auto, dense):
@@ -113,12 +120,12 @@ def test_extreme_logits_no_nan(S):
 
 
 @pytest.mark.parametrize("impl", ["dense", "union", "gather", "auto"])
-def test_wide_rows_repeated_id_is_an_error(S, impl):
+def test_wide_rows_repeated_id_is_an_error(S, P, impl):
     # the checks' bitmaps (packtool/kernels/support_rows.py, compiled: persistent programs over many rows
     # each) find the id before any path runs (auto, forward only, K 600 >= 0.78 % of V: the dense
     # path speculated, the verdict read after it is queued), and flag no row without one
     hid, w, samp, sup, up = _inputs(n=512, k=600)
-    assert S.speculate_dense("auto", True, False, hid, w, 600, w.shape[0])
+    assert P.speculate_dense("auto", True, False, hid, w, 600, w.shape[0])
     S.support_logprob(hid.bfloat16(), w.bfloat16(), samp, sup, impl=impl)
     row = int(torch.nonzero(sup[:, 3] >= 0)[0, 0])
     sup[row, 3] = sup[row, 2]
@@ -140,7 +147,7 @@ def test_extra_memory_is_the_logits_and_the_dw_accumulator(S, monkeypatch, dtype
     hid, w, samp, sup, up = _inputs(n=4096, k=512)
     sup = sup.to(dtype)
     shard = VocabShard(group=None, start=start, size=w.shape[0] - start, total=w.shape[0])
-    monkeypatch.setattr(S.VocabShard, "of", staticmethod(lambda weight, group=None: shard))
+    monkeypatch.setattr(VocabShard, "of", staticmethod(lambda weight, group=None: shard))
     hh, ww = hid.bfloat16().requires_grad_(), w[start:].bfloat16().requires_grad_()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
