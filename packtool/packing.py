@@ -32,7 +32,7 @@ from packtool.output.folder import (  # noqa: F401
     swap_into_place,
     temp_dir,
 )
-from packtool.output.store import StoreCommit, claim_store, commit_to_store, staging_dir
+from packtool.output.store import StoreCommit, check_store, claim_store, commit_to_store, staging_dir
 from packtool.output.folder import check_cache_dir
 from packtool.output.leftovers import remove_tree  # marker last: a kill mid-removal leaves it provable
 from packtool.params import arguments, expect
@@ -116,10 +116,13 @@ def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, in
     (lease + commit protocol) for an object-store URI. Yields the output the work must use:
     a folder's resolved path (None for a dry run), a URI as given. `cache_uri`: a cache on
     the store (`cache_dir` is then its local mirror)."""
-    if output and is_uri(output) and not dry_run:
-        with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_uri or cache_dir):
-            yield output
-        return
+    if output and is_uri(output):
+        if not dry_run:
+            with _claim_store(output, overwrite, [os.fspath(i) for i in inputs], cache_uri or cache_dir):
+                yield output
+            return
+        check_store(output, overwrite, [os.fspath(i) for i in inputs], cache_uri or cache_dir)
+        output = None  # checked as the real run's would be; a dry run claims nothing there
     with claim_output(output, overwrite, dry_run, inputs=inputs, cache_dir=cache_dir,
                       cache_root=cache_root) as out:
         yield out
@@ -129,7 +132,7 @@ def claim(output: str | None, overwrite: bool = False, dry_run: bool = False, in
 def _claim_store(output: str, overwrite: bool, inputs: list[str], cache_dir: str | None):
     # claim_output's dry-run claim is its SIGTERM handling alone: a terminated run unwinds
     # like Ctrl-C, so the lease is released and the staging folder removed
-    with claim_output(output, overwrite, dry_run=True):
+    with claim_output(None, dry_run=True):
         try:
             with claim_store(output, overwrite, inputs=inputs, cache_dir=cache_dir):
                 yield

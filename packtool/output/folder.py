@@ -71,10 +71,12 @@ def _output_required() -> PacktoolInputError:
 def check_output(output: str | None, overwrite: bool = False, dry_run: bool = False,
                  inputs: Iterable[str] = (), cache_dir: str | None = None) -> list[str]:
     """Refuse, before any work, an --output packtool must not write to; return the names of a
-    previous output that the new one will replace (empty for a new or empty folder)."""
-    if dry_run:
-        return []
+    previous output that the new one will replace (empty for a new or empty folder). A dry run
+    with an --output is refused as the real run would be (it previews that run); one without
+    needs none."""
     if not output:
+        if dry_run:
+            return []
         raise _output_required()
     from packtool.storage import utf8_path
     if not utf8_path(output):  # before any work: the shards' Parquet writer cannot open a file there
@@ -145,8 +147,10 @@ def claim_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
                  cache_root: str | None = None) -> Iterator[str | None]:
     """Check `output` (see `check_output`), lock it for the block, clean up after dead runs
     and let SIGTERM unwind like Ctrl-C. Yields the resolved output path, the one the block
-    must write (None for a dry run). Re-entrant within a process (pack -> pack_cache)."""
+    must write (None for a dry run, whose --output is checked alone: nothing is locked, cleaned or
+    written). Re-entrant within a process (pack -> pack_cache)."""
     if dry_run:
+        check_output(output, overwrite, dry_run, inputs, cache_dir)
         with _sigterm_unwinds():
             yield None
         return

@@ -120,6 +120,14 @@ def check_store_output(output: str, overwrite: bool) -> dict | None:
     return m
 
 
+def check_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str | None = None) -> dict | None:
+    """Everything claim_store refuses before its lease, in its order: a dry run asks this alone
+    (it previews the real run's refusals and takes no lease)."""
+    check_uri(output, "output")  # a store not reached is named with the argument, before the checks'
+    refuse_inside(output, inputs, cache_dir)
+    return check_store_output(output, overwrite)
+
+
 _HELD: dict[str, list] = {}
 
 
@@ -128,17 +136,15 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
     """Check the prefix, take its lease for the block, remove what dead runs left (their
     intents say what). Re-entrant within a process (pack -> pack_cache)."""
     key = locate(output).shown
-    if key not in _HELD:  # its first request: a store not reached is named with the argument, before the checks'
-        check_uri(output, "output")  # a missing bucket too, as cli.store_flags names the flag
-    refuse_inside(output, inputs, cache_dir)
     if key in _HELD:
+        refuse_inside(output, inputs, cache_dir)
         _HELD[key][1] += 1
         try:
             yield _HELD[key][0]
         finally:
             _HELD[key][1] -= 1
         return
-    check_store_output(output, overwrite)
+    check_store(output, overwrite, inputs, cache_dir)
     lease = take_lease(locate(output))
     _HELD[key] = [lease, 1]
     try:
@@ -384,6 +390,6 @@ def upload_file(src: str, dst: Location) -> None:
         shutil.copyfileobj(f, out, UPLOAD_BUFFER)
 
 
-__all__ = ["PENDING_PREFIX", "StoreCommit", "StoreOutputExistsError", "check_store_output", "claim_store", "clean_dead_runs",
+__all__ = ["PENDING_PREFIX", "StoreCommit", "StoreOutputExistsError", "check_store", "check_store_output", "claim_store", "clean_dead_runs",
            "commit_to_store", "owned_objects", "read_store_manifest", "scratch", "staging_dir", "upload_file",
            "upload_leased", "upload_proven"]

@@ -50,7 +50,8 @@ CASES = {  # where a supplied path or value is printed -> (command line, the str
     "error: a row of an input": (lambda d: _pack_args(d, "-C", "16", "--dry-run"), "stderr"),
     "error: a usage error's value": (lambda d: ["plan", "--lengths", str(d / "l.txt"), "--fp8", NAME], "stderr"),
     "error: an existing -o": (lambda d: _pack_args(d, "-o", str(d / NAME)), "stderr"),
-    "note: --dry-run's -o": (lambda d: _pack_args(d, "--dry-run", "-o", str(d / NAME)), "stdout"),
+    # --overwrite: a dry run refuses an existing output as the real run does (L3)
+    "note: --dry-run's -o": (lambda d: _pack_args(d, "--dry-run", "--overwrite", "-o", str(d / NAME)), "stdout"),
     "result: Done line": (None, "stdout"),
     "result: verify's header": (lambda d: ["verify", str(d / NAME), "-q"], "stdout"),
     "result: inspect's header": (lambda d: ["inspect", str(d / NAME), "-q", "--no-what-if"], "stdout"),
