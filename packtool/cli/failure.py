@@ -39,7 +39,7 @@ from packtool import notes
 from packtool.cli import places, written
 from packtool.cli.stdout import ReaderLeft, StdoutFailed
 from packtool.cli.stdout import failed as stdout_failed
-from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, one_line, shown
+from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, arg, one_line, shown
 
 _STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
@@ -86,6 +86,19 @@ def reset(command: str | None = None) -> None:
     _STATE["notes_from"] = notes.mark()
     folder = sys.modules.get("packtool.output.folder")  # not loaded yet: nothing swapped so far
     _STATE["swapped_before"] = len(folder.swapped_outputs()) if folder else 0
+    writes = sys.modules.get("packtool.output.writes")
+    _STATE["written_before"] = len(writes.written_files()) if writes else 0
+
+
+def _completed() -> tuple[str, str] | None:
+    """("output", folder) or ("file", path): the last thing this command line put in place; a
+    stop after it must name it as new, never as "nothing was written"."""
+    folder, writes = sys.modules.get("packtool.output.folder"), sys.modules.get("packtool.output.writes")
+    done = folder.swapped_outputs()[_STATE.get("swapped_before", 0):] if folder else []
+    if done:
+        return "output", done[-1]
+    files = writes.written_files()[_STATE.get("written_before", 0):] if writes else []
+    return ("file", files[-1]) if files else None
 
 
 def command_notes() -> list[str]:
@@ -243,10 +256,9 @@ def report(e: BaseException, json_out: bool = False) -> int:
             extra["path"] = os.fspath(where)
     if place and extra.get("flag") is None:  # raised below the CLI, about one of its arguments
         extra["flag"] = place[0]
-    if isinstance(e, StdoutFailed):  # pack's output may be done: only its summary was lost
-        from packtool.output.folder import swapped_outputs
-        done = swapped_outputs()[_STATE.get("swapped_before", 0):]
-        message += f" (the output {shown(done[-1])} is complete and in place)" if done else ""
+    if isinstance(e, StdoutFailed) and (done := _completed()):  # only the summary of what is done was lost
+        message += (f" (the {done[0]} {shown(done[1])} is complete and in place: re-run with "
+                    f"{arg('overwrite', True)} to make it again)")
     print_error(message, kind, code, json_out=json_out, extra=extra)
     return code
 
@@ -313,12 +325,12 @@ def interrupted(json_out: bool = False, e: BaseException | None = None) -> int:
     how, code = stopped(e)
     if not _STATE.get("interrupted"):
         _STATE["interrupted"] = True
-        from packtool.output.folder import swapped_outputs
-        done = swapped_outputs()[_STATE.get("swapped_before", 0):]  # by this command line only
-        cmd = _STATE.get("command")
-        if done:
-            msg = (f"{how} after the new output {done[-1]} was complete and in place "
-                   f"(any previous output there is replaced); check it with `packtool verify {done[-1]}`")
+        done, cmd = _completed(), _STATE.get("command")  # by this command line only
+        if done and done[0] == "output":
+            msg = (f"{how} after the new output {done[1]} was complete and in place "
+                   f"(any previous output there is replaced); check it with `packtool verify {done[1]}`")
+        elif done:  # plan -o, inspect --html, train --save: the file was put in place before the stop
+            msg = f"{how} after the file {done[1]} was complete and in place (any previous file there is replaced)"
         elif cmd == "verify":  # it reads the output and writes nothing there
             copy = (", and the temporary copy of the tokenized --source it was making or comparing with "
                     "is removed") if _STATE.get("source_copy") else ""

@@ -169,12 +169,14 @@ def write_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         if not named and not replace:  # straight to its name: one link, or nothing at all
             unmark_file(fd)
             _link_fd(fd, p, shown, flag)
-            return
-        if not named:
-            _link_fd(fd, tmp, shown, flag)  # under the temporary's name only now, marked
-            named = True
-        publish(tmp, p, replace, shown, flag)
-        unmark_file(fd)  # published, it is the user's file: the record comes off its inode
+        else:
+            if not named:
+                _link_fd(fd, tmp, shown, flag)  # under the temporary's name only now, marked
+                named = True
+            publish(tmp, p, replace, shown, flag)
+            unmark_file(fd)  # published, it is the user's file: the record comes off its inode
+        if not manifest:  # an output folder's own files are the folder's (folder.swapped_outputs)
+            _WRITTEN.append(shown)
     except BaseException:
         if named:
             try:
@@ -205,6 +207,13 @@ def _new_temporary(p: str, tmp: str, shown: str, flag: str) -> tuple[int, bool]:
 
 
 _PROC_FD = "/proc/self/fd"
+_WRITTEN: list[str] = []  # files this process put in place, as typed: never "nothing was written" after that
+
+
+def written_files() -> list[str]:
+    """The files `write_file` has put in place so far in this process, in order (as typed):
+    what a run stopped after them (Ctrl-C, a failed stdout) must name as written."""
+    return list(_WRITTEN)
 
 
 def _link_fd(fd: int, name: str, shown: str, flag: str) -> None:
@@ -304,5 +313,5 @@ def remove_created(made: list[str]) -> None:
 
 
 
-__all__ = ["NEW_FILE_MODE", "cannot_write", "make_parents", "make_temp_dir", "no_room", "open_append", "room_fix", "open_exclusive",
+__all__ = ["NEW_FILE_MODE", "cannot_write", "make_parents", "make_temp_dir", "no_room", "open_append", "room_fix", "open_exclusive", "written_files",
            "publish", "remove_created", "share_as_mkdir", "sweep_temps", "write_file"]

@@ -43,7 +43,9 @@ COMMANDS = {
     "plan": ["plan", "--lengths", "{d}/lengths.npy", "-C", "1024"],
     "pack": ["pack", "{d}/gsm.jsonl", *GSM_ARGS, "-C", "1024", "-o", "{t}/packed", "--no-progress",
              "--cache-dir", "{d}/cache"],
+    "plan-o": ["plan", "--lengths", "{d}/lengths.npy", "-C", "1024", "-o", "{t}/plan.parquet"],
     "inspect": ["inspect", "{d}/out"],
+    "inspect-html": ["inspect", "{d}/out", "--html", "{t}/report.html"],
     "inspect-lengths": ["inspect", "--lengths", "{d}/lengths.npy", "-C", "1024"],
     "verify": ["verify", "{d}/out"],
     "train": ["train", "{d}/out", "--device", "cpu", "--steps", "1"],
@@ -52,7 +54,11 @@ COMMANDS = {
     "pack-help": ["pack", "--help"],
     "bare": [],
 }
-JSON_TOO = {"plan", "pack", "inspect", "inspect-lengths", "verify", "train", "version"}
+JSON_TOO = {"plan", "plan-o", "pack", "inspect", "inspect-html", "inspect-lengths", "verify", "train", "version"}
+# what each command line puts in place before its result is printed (S45B-5: plan -o's file was
+# written, and the line said only "re-run", which is then refused because the file exists)
+WRITES = {"pack": "the output {t}/packed", "plan-o": "the file {t}/plan.parquet",
+          "inspect-html": "the file {t}/report.html"}
 CASES = [(c, j) for c in COMMANDS for j in ((False, True) if c in JSON_TOO else (False,))]
 
 
@@ -95,5 +101,9 @@ def test_stdout_that_cannot_be_written_is_one_line_and_exit_2(cli, made, tmp_pat
     assert code == 2, stderr
     assert len(lines) == 1 and lines[0].startswith("error: stdout cannot be written ("), stderr
     assert "result was not printed" in lines[0] and "re-run" in lines[0]
-    if case[0] == "pack":  # the output was written before its summary: said, so it is not redone blindly
-        assert f"the output {tmp_path}/packed is complete and in place" in lines[0]
+    if case[0] in WRITES:  # written before its summary: said, so it is not redone blindly
+        done = WRITES[case[0]].format(t=tmp_path)
+        assert f"{done} is complete and in place: re-run with --overwrite" in lines[0], lines[0]
+        assert os.path.exists(done.split(" ", 2)[2])
+    else:
+        assert "complete and in place" not in lines[0], lines[0]
