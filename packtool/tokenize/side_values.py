@@ -16,9 +16,10 @@ from the type (fixed_size_list) or from the first token list seen. Both are fixe
 batch that holds the column, and every later batch (and input file) is cast to them: a value
 the cast would change (an int out of range, a fraction into an int column, doubles into a
 float32 column that was not pinned, a finite float that would become +-inf, an integer the
-float dtype holds only rounded) is refused, never rounded silently. Rounding a double to
-float32 is what pinning float32 asks for: the one change kept. So the NaN / +-inf counted are
-the input's own.
+float dtype holds only rounded) is refused, never rounded silently, in one line naming the
+pin that holds the values and, for an inferred dtype, the earlier rows it was inferred from
+(S45B-2: the user never saw it). Rounding a double to float32 is what pinning float32 asks
+for: the one change kept. So the NaN / +-inf counted are the input's own.
 
 Columnar throughout: Arrow buffers to numpy (packtool/arrays.py) and one compiled copy of
 runs; no Python loop over rows.
@@ -88,6 +89,7 @@ class SideReader:
     def __init__(self, spec) -> None:
         self.spec = tuple(spec)
         self.columns: list[SideColumn | None] = [None] * len(self.spec)
+        self._typed_at: list[str | None] = [None] * len(self.spec)  # the rows that fixed each dtype
         self._dropped: np.ndarray | None = None  # rows of the batch in `take` that are skipped
         self.nonfinite: dict[str, dict] = {}  # column -> NaN / inf counts and the first (cache.json)
 
@@ -139,9 +141,15 @@ class SideReader:
             col = col.combine_chunks()
         t = col.type
 
+        earlier = None  # the earlier rows that fixed an unpinned dtype (not this batch's)
+
         def bad(msg, row=None, pin=False):
             """`row`: the row in this batch, or (row, token in it); --json gets column and token;
-            `pin`: the fix is a dtype in side_columns (or the flag named), whose flag --json names."""
+            `pin`: the fix is a dtype in side_columns (or the flag named), whose flag --json names;
+            a dtype inferred from earlier rows (another file, an earlier JSON block: rows the user
+            may never have looked at) is said to be so."""
+            if pin is True and earlier:
+                msg += f" (its dtype was inferred from {earlier})"
             row, token = row if isinstance(row, tuple) else (row, None)
             details = {"column": name} if token is None else {"column": name, "token": int(token)}
             return PacktoolInputError(f"side column {name}: {msg}", path=path, details=details,
@@ -187,9 +195,12 @@ class SideReader:
                           f"{arg('side_columns')} (DTYPE one of {', '.join(DTYPES)})", pin=True)
             # a list per token is a row, K = 1 too: the width alone cannot say a 1-wide row (S42-7)
             c = self.columns[i] = SideColumn(name, pinned or natural, width, kind=kind, row=nested)
+            self._typed_at[i] = f"{path}, rows from {first_row}"
+        elif pinned is None:
+            earlier = self._typed_at[i]
         if c.row != nested:  # the column was resolved from an earlier batch or input file
             raise bad(f"is {f'a K={c.width} row' if c.row else 'one value'} per token in earlier rows "
-                      f"but {t} here", 0)
+                      f"({self._typed_at[i]}) but {t} here", 0)
         have = np.diff(offs)
         mism = (have != lens) if row_ok is None else ((have != lens) & row_ok)
         if mism.any():
@@ -327,7 +338,9 @@ class SideReader:
             if frac.any():
                 pos = int(np.flatnonzero(frac)[0])
                 at = where(pos)
-                raise bad(f"token {at[1]} holds {float(x[pos])!r} in an {c.dtype} column (not truncated)", at)
+                fl = natural if natural in ("float32", "float64") else "float64"  # the values' own float type
+                raise bad(f"token {at[1]} holds {float(x[pos])!r} in an {c.dtype} column (not truncated): "
+                          f"give the column as {c.name}:{fl} in {arg('side_columns')}", at, pin=True)
         out_of = outside(x, want)
         if ok is not None:
             out_of &= ok
