@@ -318,9 +318,9 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     lowest = ids.min() if ids.numel() else None  # read in the micro-batch's one host sync, below
     device = ids.device if device is None else torch_device("device", device, OnlinePackError)
     mask, bad = _mask(loss_mask, lengths, lens, device)
-    if lens.size and int(lens.min()) < 1:
-        raise OnlinePackError(f"sequence {int(np.argmin(lens))} is empty: drop empty "
-                              f"rollouts before batching")
+    if lens.size and not int(lens.sum()):  # pack_step's ffd/least-loaded place empty rollouts (as SkyRL)
+        raise OnlinePackError(f"the {lens.size} sequence(s) hold no token: a zero-loss micro-batch; skip it "
+                              f"(thd_batches gives None for it), or drop empty rollouts before pack_step")
     cols = _side(side or {}, side_fill or {}, lens, lengths, device)
     cp = alignment.cp if cp_size is None else check_int("cp_size", cp_size, 1, maximum=INT32_MAX)
     pad_id = check_int("pad_id", pad_id, 0)
@@ -334,7 +334,7 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     dst = token_destinations(lens, start, like=mask)
     full_ids = place_tokens(ids.to(device=device, dtype=torch.int64), dst, T, int(pad_id))
     weight_in = place_tokens(mask, dst, T, 0.0)
-    weight_in[torch.as_tensor(start, device=device)] = 0.0  # FORMAT.md: first token: no target
+    weight_in[torch.as_tensor(start[lens > 0], device=device)] = 0.0  # FORMAT.md: first token: no target (an empty rollout has none)
     cu_pad = np.concatenate(([0], np.cumsum(lay.seg_padded)))
     labels = shift_like_labels(full_ids, cu_pad, 0)
     weight = shift_like_labels(weight_in, cu_pad, 0.0)

@@ -247,7 +247,8 @@ class StepPacker:
                 i = int(np.argmin(lens))
                 raise OnlinePackError(f"sequence {i} has length 0: algorithm {self.algorithm!r} places "
                                       f"sequences of at least one token; drop empty rollouts or use "
-                                      f"algorithm='ffd' or 'least-loaded', which place them")
+                                      f"algorithm='ffd' or 'least-loaded', which place them (a batch "
+                                      f"holds each as a segment of no token)")
             st, v = K.check_sizes(fp, U, self.oversize == "error")
             if st == K.OK:
                 nb = self._place(fp, order, bin_of, U)

@@ -61,8 +61,8 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
                 side: dict | None = None, **kw) -> list[ThdBatch | None]:
     """`thd_batch` per micro-batch; micro_batches are lists of sequence indices (e.g.
     `StepBins.rank_bins(r)` or `MicroBatches.lists()` mapped to sequences; side columns
-    as per-sequence lists); an empty one
-    gives None (a zero-loss micro-batch, as PackedSlabDataset yields)."""
+    as per-sequence lists); an empty one, or one of empty rollouts only, gives None (a
+    zero-loss micro-batch, as PackedSlabDataset yields)."""
     n = len(input_ids)
     side = _per_sequence(side or {}, n)
     if loss_mask is not None and _count(loss_mask) != n:
@@ -71,7 +71,7 @@ def thd_batches(input_ids: Sequence[torch.Tensor], alignment: Alignment,
     out: list[ThdBatch | None] = []
     for m, mb in enumerate(_listed(micro_batches)):
         sel = _indices(mb, m, n)
-        if not sel:
+        if not any(len(input_ids[i]) for i in sel):  # no sequence, or empty rollouts only (ffd places them)
             out.append(None)
             continue
         out.append(thd_batch([input_ids[i] for i in sel], alignment,
