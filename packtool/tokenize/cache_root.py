@@ -117,6 +117,19 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     return root if cache_dir else None
 
 
+def refuse_unwritable_root(cache_dir: str | None, need: str) -> None:
+    """Refuse, before any work, a cache root that takes no new folder (a shared cache mounted
+    read-only) where an entry must be written there: `need` says why. Only then: a read-only
+    root serves the entries it holds. Else the first write failed later as a bare `Read-only file
+    system` naming packtool's own temporary, or a damaged entry was announced as rebuilt first."""
+    shown, said, flag, fix = _cache_named(cache_dir)
+    base = nearest_existing(resolve(shown))  # a root not made yet: where it will be made
+    why = _cannot_make(base) if os.path.isdir(base) else None
+    if why:
+        where = "" if base == resolve(shown) else f" ({base} takes no new folder)"
+        raise PacktoolOutputError(f"{said} cannot be written{where} ({why}), and {need}; {fix}", path=shown, flag=flag)
+
+
 def is_cache_entry(folder: str) -> bool:
     """Whether `folder` is a tokenized cache entry (cache.py's layout: `cache.json` beside its
     `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input knows
@@ -140,4 +153,4 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
             cli_flag("cache_dir"), fix)
 
 
-__all__ = ["check_cache_dir", "default_cache_dir", "is_cache_entry"]
+__all__ = ["check_cache_dir", "default_cache_dir", "is_cache_entry", "refuse_unwritable_root"]

@@ -21,7 +21,7 @@ from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.storage import is_uri, join_uri
 from packtool.tokenize.cache import TokenizedCache, cache_problem
 from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE
-from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir
+from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir, refuse_unwritable_root
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer
@@ -190,19 +190,27 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
     `digest(files)`: `input_digests`' values computed elsewhere (the Ray engine: in tasks).
     The cache root is checked first, as pack checks it: every entry that tokenizes (the
     library's tokenize_to_cache, both engines) passes here before it reads or writes."""
+    given = cache_dir
     cache_dir = check_cache_dir(cache_dir, inputs if isinstance(inputs, (list, tuple)) else [inputs])
     files, shapes, loaded, template = _setup(inputs, cfg)
     digests = (digest or input_digests)(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
     final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
-    return CacheRequest(files, shapes, loaded, template, fp, root, final,
-                        None if is_uri(root) else reusable_cache(final, fp), tuple(digests), cfg)
+    existing = None
+    if not is_uri(root):  # an entry is built here unless one is reused: the root must take it
+        existing = reusable_cache(final, fp, lambda problem: refuse_unwritable_root(
+            given, f"its entry for these inputs ({final}) is damaged ({problem}) and cannot be rebuilt there"))
+        if existing is None:
+            refuse_unwritable_root(given, "it holds no entry for these inputs and options (a cache that "
+                                          "cannot be written serves only the entries it holds)")
+    return CacheRequest(files, shapes, loaded, template, fp, root, final, existing, tuple(digests), cfg)
 
 
-def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
+def reusable_cache(final: str, fingerprint: str, before_rebuild=None) -> TokenizedCache | None:
     """The cache at `final` if it exists and checks out; None (after saying why, once, and
-    removing it) if it is damaged or stale; None if there is none."""
+    removing it) if it is damaged or stale; None if there is none. `before_rebuild(problem)`:
+    asked before a damaged entry is said to be rebuilt and removed (it refuses where it cannot)."""
     if not os.path.lexists(final):
         return None
     problem = cache_problem(final, fingerprint)
@@ -221,6 +229,8 @@ def reusable_cache(final: str, fingerprint: str) -> TokenizedCache | None:
         raise PacktoolOutputError(f"is damaged ({problem}) and holds files packtool did not write there "
                                   f"({', '.join(foreign[:3])}{more}); packtool deletes a damaged entry whole, "
                                   f"so it left it: move them out of it and re-run", path=final)
+    if before_rebuild is not None:
+        before_rebuild(problem)
     note(f"tokenized cache {final} is damaged ({problem}); rebuilding it from the inputs")
     discard_cache(final)
     return None

@@ -268,6 +268,8 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     if cache_dir and is_uri(cache_dir):
         clean_store_leftovers(cache_dir)
         cache_dir = None
+    from packtool.tokenize.cache_root import refuse_unwritable_root
+    refuse_unwritable_root(cache_dir, "verify --source re-tokenizes the source into a temporary cache there")
     root = cache_dir or default_cache_dir()
     made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
     clean_cache(root)  # a killed verify's temporary cache goes with the next one
