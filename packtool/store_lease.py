@@ -197,6 +197,12 @@ def _dead_here(rec: dict) -> bool:
     return False
 
 
+def expired(rec: dict) -> bool:
+    """A record with an owner and a renewal time (a lease; a store cache push, tokenize.store_push)
+    is a dead run's: not renewed for LEASE_SECONDS, or its holder ran on this host and is gone."""
+    return time.time() - float(rec.get("renewed") or 0) >= LEASE_SECONDS or _dead_here(rec)
+
+
 def take_lease(prefix: Location) -> Lease:
     lock = prefix.join(LEASE)
     lease = Lease(lock, prefix.shown)
@@ -205,7 +211,7 @@ def take_lease(prefix: Location) -> Lease:
     if rec == {}:
         raise _foreign(prefix, lock)
     if rec is not None:
-        if time.time() - float(rec.get("renewed") or 0) < LEASE_SECONDS and not _dead_here(rec):
+        if not expired(rec):
             raise _busy(prefix.shown, rec)
         from packtool.notes import note
         note(f"taking over {lock.shown}: the run that held it ({rec.get('owner', '?')}) "
@@ -227,4 +233,4 @@ def take_lease(prefix: Location) -> Lease:
     return lease.start()
 
 
-__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "RENEW_SECONDS", "take_lease"]
+__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired", "RENEW_SECONDS", "take_lease"]

@@ -6,7 +6,7 @@ because multiprocessing's atexit handler joins every non-daemon child and an idl
 waits for work that never comes (`packtool verify OUT`, Ctrl-C at the wrong instant). Thread
 pools cannot hang the console script (it leaves with os._exit), but their queued calls are
 cancelled here too so that an in-process caller's Ctrl-C starts nothing new. packtool's other
-threads are daemons that nothing joins (packtool-warm, -read, -encode, -lease, -hub-probe,
+threads are daemons that nothing joins (packtool-warm, -read, -encode, -lease, -push, -hub-probe,
 -template-watchdog): the console script's os._exit ends them where they are.
 
 Worker processes never take the terminal's Ctrl-C: the parent alone decides. A SIGINT sent to

@@ -128,7 +128,8 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
                       unrendered, blank, untrained)
 
 
-def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None) -> pa.Table:
+def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None,
+                push: str | None = None) -> pa.Table:
     """map_batches UDF: one tokenized block (a run of consecutive rows of one file) -> cache
     part files named by their first global row (sorted names = read order), each hashed here;
     into the build folder `tmp`, or (`entry`, a store cache) written on this node's own
@@ -146,13 +147,15 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
         if entry is None:
             stage = os.path.join(tmp, f".stage-{first:012d}")
             shutil.rmtree(stage, ignore_errors=True)  # a retried task starts clean
-            parts = _parts(b, file_base, stage, lambda path, name: os.replace(path, os.path.join(tmp, DATA_DIR, name)))
+            parts = _parts(b, file_base, stage,
+                           lambda path, name, rec: os.replace(path, os.path.join(tmp, DATA_DIR, name)))
             shutil.rmtree(stage, ignore_errors=True)
         else:
-            from packtool.output.store import scratch, upload_file
-            with scratch("part") as stage:
+            from packtool.output.store import scratch
+            from packtool.tokenize.store_push import put_proven
+            with scratch("part") as stage:  # each part's proof first (the push's), then the part
                 parts = _parts(b, file_base, stage,
-                               lambda path, name: upload_file(path, locate(join_uri(entry, DATA_DIR, name))))
+                               lambda path, name, rec: put_proven(path, entry, push, f"{DATA_DIR}/{name}", rec))
     length = batch.column("length").to_numpy()
     loss = batch.column("loss").to_numpy()
     unrendered: dict = {}
@@ -182,8 +185,8 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
 
 
 def _parts(b: pa.Table, file_base: np.ndarray, stage: str, put) -> list[dict]:
-    """The kept rows `b` of one block as cache parts written in `stage`; `put(path, name)`
-    moves each to where the cache keeps it, after it is hashed."""
+    """The kept rows `b` of one block as cache parts written in `stage`; `put(path, name, record)`
+    moves each to where the cache keeps it, after it is hashed (`record`: its size and xxh3-128)."""
     fi = int(b.column("fi")[0].as_py())
     src = file_base[fi] + b.column("file_row").to_numpy()
     ids, mask = b.column("input_ids").combine_chunks(), b.column("loss_mask").combine_chunks()
@@ -201,7 +204,7 @@ def _parts(b: pa.Table, file_base: np.ndarray, stage: str, put) -> list[dict]:
         name = f"part-{int(src[0]):012d}-{k:03d}.parquet"
         path = os.path.join(stage, DATA_DIR, part["file"])
         rec = file_record(path)
-        put(path, name)
+        put(path, name, rec)
         parts.append({"file": name, "rows": int(part["rows"]), "tokens": int(part["tokens"]),
                       "bytes": int(rec["bytes"]), "xxh3": rec[CHECKSUM_ALG]})
     return parts
@@ -279,10 +282,11 @@ class InputHashes:
 
 
 def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None,
-                progress: bool = False, sha256: dict | None = None) -> TokenizedCache:
+                progress: bool = False, sha256: dict | None = None, push: str | None = None) -> TokenizedCache:
     """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build),
     or, `final` a store entry URI (packtool.tokenize.store_cache), upload its parts from the
-    tasks that tokenize and put its cache.json last. `progress`: packtool's own bar, by rows, as
+    tasks that tokenize and put its cache.json last (`push`: the run id of the driver's
+    store_push.Push, which names each part's proof). `progress`: packtool's own bar, by rows, as
     blocks come back (Ray's bars stay off)."""
     import ray.data
 
@@ -303,7 +307,8 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
                 .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"job": job})
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
-                             fn_kwargs={"tmp": tmp, "file_base": file_base, "entry": final if store else None}))
+                             fn_kwargs={"tmp": tmp, "file_base": file_base, "entry": final if store else None,
+                                        "push": push}))
         with bar("Tokenizing (Ray)", int(file_base[-1]), "rows", progress) as advance:
             bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):

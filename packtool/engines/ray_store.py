@@ -4,8 +4,10 @@ no file system shared between nodes.
   cache   an entry of the store cache (packtool.tokenize.store_cache: `ROOT/<key>/`, cache.json
           put last). Built by the tasks that tokenize: each writes its parts on its own node's
           scratch, hashes them, uploads them under the entry and reports their records; the
-          driver puts cache.json (the commit) once all are up. Read by the plan and write tasks
-          straight from the store (ranged GETs of Parquet row groups). An entry found committed
+          driver puts cache.json (the commit) once all are up, under a push marker (each part's
+          proof put before it: tokenize.store_push, so what a kill leaves is removed later).
+          Read by the plan and write tasks straight from the store (ranged GETs of Parquet row
+          groups). An entry found committed
           is re-hashed by Ray tasks against cache.json before it is used (as a local cache is);
           a damaged one is uncommitted (its cache.json deleted) and rebuilt.
   output  the commit protocol of packtool.output.store: the driver holds the lease, names the
@@ -24,6 +26,7 @@ from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.request import resolve_cache
 from packtool.tokenize.store_cache import ENTRY_META
+from packtool.tokenize.store_push import Push, sweep_pushes
 
 CHECK_TASKS_PER_CPU = 2  # the re-hash of a reused entry, spread over the cluster
 
@@ -55,7 +58,9 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
     from packtool.engines.ray_source import TokenizeJob
 
     hashes = InputHashes()  # the inputs are read by tasks, never by the driver
+    sweep_pushes(cache_dir)  # what killed pushes left there (store_push)
     r = resolve_cache(inputs, cfg, cache_dir, digest=hashes)  # r.final: the entry's URI; nothing is local
+    damaged = False
     if is_file(join_uri(r.final, ENTRY_META)):
         problem = cache_problem(r.final, r.fingerprint, check=check_on_ray)
         if problem is None:
@@ -63,15 +68,20 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
             say_stored(cache.meta, r.template)  # its notes, as when it was built
             return cache
         note(f"tokenized cache {shown(r.final)} is damaged ({problem}); rebuilding it from the inputs")
-        locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
+        damaged = True
     if cfg.side_columns or cfg.support_columns:
         # pre-tokenized rows with side columns: the driver's columnar copy (no tokenizer), built
-        # in its own mirror and pushed; the tasks read the entry from the store
+        # in its own mirror and pushed (replacing a damaged entry); the tasks read the entry from the store
         from packtool.tokenize.pipeline import tokenize_to_cache
+        if damaged:
+            locate(r.final).join(ENTRY_META).delete()  # uncommitted: pushed again in full
         tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
         return TokenizedCache(r.final)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
-    return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256)
+    with Push(cache_dir, r.fingerprint[:32]) as push:  # the tasks put each part's proof first
+        if damaged:
+            locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
+        return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256, push=push.run)
 
 
 __all__ = ["check_on_ray", "store_tokenized_cache"]

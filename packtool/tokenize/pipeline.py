@@ -47,6 +47,7 @@ from packtool.tokenize.side_values import SideReader
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.cache_root import check_cache_dir
 from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry
+from packtool.tokenize.store_push import sweep_pushes
 from packtool.tokenize.templates import Renderer
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
 
@@ -116,6 +117,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     store = cache_dir if is_uri(cache_dir) else None
     if store:  # a local mirror of the store's entries (packtool.tokenize.store_cache)
         check_cache_dir(store, inputs if isinstance(inputs, (list, tuple)) else [inputs])  # before the mirror is made
+        sweep_pushes(store)  # what killed pushes left there (store_push)
         cache_dir = mirror_dir(store, default_cache_dir())
         os.makedirs(cache_dir, exist_ok=True)
     r = resolve_cache(inputs, cfg, cache_dir)

@@ -3,7 +3,8 @@ machine that packs the same inputs.
 
 An entry is the local cache folder of one fingerprint (`ROOT/<fp[:32]>/`: cache.json, data/
 parts, flat/ when built) uploaded object by object with `cache.json` put last: an entry
-without it is a partial one (a writer died) and is never used. A machine works on a local
+without it is a partial one (a writer died) and is never used; the next run with a cache on
+the store removes what the dead push provably put (store_push). A machine works on a local
 mirror of the store root (`PACKTOOL_CACHE_DIR`'s `store-<hash>/`): on a miss there it pulls
 the files the entry's cache.json records into a temporary folder, renames it into place, and the local cache check
 (every file re-hashed against cache.json's records) decides whether it is used; a damaged
@@ -20,6 +21,7 @@ import shutil
 from packtool.output.files import share_as_mkdir
 from packtool.output.leftovers import owned_temp_dir, remove_tree, unmark
 from packtool.storage import Location, locate, shown
+from packtool.tokenize.store_push import Push, upload
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
 META_BYTES = 256 << 20  # as the local cache.json's bound (cache_entry.read_cache_json)
@@ -80,20 +82,36 @@ def commit_entry(entry: str, meta: dict) -> None:
 
 def push_entry(store: str, final: str, replace: bool = False) -> bool:
     """Upload the finished local entry `final` unless the store has it committed already
-    (`replace`: it was found damaged); every file first, cache.json last. True when it
-    uploaded."""
+    (`replace`: it was found damaged); every file first, cache.json last, under a push marker
+    (store_push: what a kill leaves is removed by the next run). True when it uploaded."""
     entry = _entry(store, final)
-    if entry.join(ENTRY_META).is_file():
-        if not replace:
-            return False
-        entry.join(ENTRY_META).delete()  # uncommitted first: no one pulls it half-replaced
-    names = []
-    for d, _, files in os.walk(final):
-        names += [os.path.relpath(os.path.join(d, f), final) for f in files]
-    for rel in sorted(n for n in names if n != ENTRY_META) + [ENTRY_META]:
-        with open(os.path.join(final, rel), "rb") as src, entry.join(*rel.split(os.sep)).open_output() as out:
-            shutil.copyfileobj(src, out, 16 << 20)
+    committed = entry.join(ENTRY_META).is_file()
+    if committed and not replace:
+        return False
+    rels = sorted(os.path.relpath(os.path.join(d, f), final).replace(os.sep, "/")
+                  for d, _, files in os.walk(final) for f in files)
+    rels = [r for r in rels if r != ENTRY_META]
+    with Push(store, os.path.basename(final), _records(final, rels)):
+        if committed:
+            entry.join(ENTRY_META).delete()  # uncommitted first: no one pulls it half-replaced
+        for rel in rels + [ENTRY_META]:
+            upload(os.path.join(final, *rel.split("/")), entry.join(*rel.split("/")))
     return True
+
+
+def _records(final: str, rels: list[str]) -> dict:
+    """Each file's size and xxh3-128, as the local cache.json records them (hashed here where
+    it does not): the push marker's proof of what it puts."""
+    import json
+    from packtool.storage import read_small
+    from packtool.tokenize.cache_parts import file_record
+    try:
+        sums = json.loads(read_small(os.path.join(final, ENTRY_META), META_BYTES, "cache.json", "remove it"))
+        sums = sums.get("checksums") or {}
+    except (OSError, ValueError, AttributeError):
+        sums = {}
+    return {r: sums[r] if isinstance(sums.get(r), dict) else file_record(os.path.join(final, *r.split("/")))
+            for r in rels}
 
 
 __all__ = ["ENTRY_META", "commit_entry", "recorded_files", "mirror_dir", "pull_entry", "push_entry"]
