@@ -3,8 +3,8 @@
 
 Rows stay columnar: flat values + offsets straight from Arrow. What is not exactly a list of
 integers is an error naming the file, the row (counted from the file's start) and the fix:
-a column that is not a list, null rows, ids that are floats with a fraction, NaN or
-infinite, or out of the vocabulary. Floats that are whole numbers (`[1.0, 2.0]`, as some
+a column that is not a list, null rows, booleans in an id column (a mask under the wrong name),
+ids that are floats with a fraction, NaN or infinite, or out of the vocabulary. Floats that are whole numbers (`[1.0, 2.0]`, as some
 writers store ids) are taken as those integers: nothing changes. A mask (`loss_mask`,
 `attention_mask`) holds 0/1 (or true/false) only: a -1 or a 2 is no mask value packtool could
 read without guessing. An `attention_mask` 0 marks padding (Hugging Face `padding=...` output):
@@ -67,6 +67,14 @@ def _list_values(batch: pa.RecordBatch, name: str, path: str, first_row: int):
             or pa.types.is_null(vt)):
         raise PacktoolInputError(f"{name} holds lists of {vt}, not integers; write the ids as "
                                  f"integers", path=path, row=first_row)
+    if pa.types.is_boolean(vt) and name not in MASKS:
+        # true/false where ids belong is a mask saved under the wrong name: read as ids 1/0, every
+        # row became a run of tokens 0 and 1, trained on (S45A-4)
+        what = ("the token ids" if name == "input_ids" else
+                "the labels (each its token's id, -100 where the loss skips it)")
+        raise PacktoolInputError(f"{name} holds lists of bool, not integers: true/false is a mask (loss_mask, "
+                                 f"attention_mask) saved under the name {name}; write {what} as integers, "
+                                 f"a true/false mask as loss_mask", path=path, row=first_row)
     if col.null_count:
         # A row whose input_ids is null or missing is an empty example, as [] is, for --on-empty
         # to judge as in every shape (docs/TOKENIZATION.md); its other columns are as absent.
