@@ -51,7 +51,7 @@ from torch.utils.data import Dataset
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.hf.dp import dp_order, ranks_shown, short_ranks
 from packtool.hf.mask import block_causal_mask
-from packtool.hf.rows import FIX, check_copies, check_row
+from packtool.hf.rows import FIX, check_copies, check_row, check_side_fill
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -334,6 +334,12 @@ class SlabCollator:
                 raise PacktoolInputError(f"SlabCollator: batch item {i}: side column {name!r} {why}; {FIX}")
             first = v if first is None else first
             fill = c.fill if isinstance(c, SideColumn) else (0.0 if v.dtype.kind == "f" else -1)
+            if isinstance(c, SideColumn):  # the declaration says what a pad holds (the reader's check)
+                try:
+                    check_side_fill(name, v, *check_row(f["input_ids"], f["loss_mask"], f["seq_lens"],
+                                                        f["cu_seqlens_padded"])[1:], fill)
+                except PacktoolInputError as e:
+                    raise PacktoolInputError(f"SlabCollator: batch item {i}: {e}") from None
             parts.append(slab_side_features(v, f["seq_lens"], f["cu_seqlens_padded"], fill, self.keep_pads))
         out[name] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[0] for p in parts])))[None]
         out[f"shift_{name}"] = torch.from_numpy(np.ascontiguousarray(np.concatenate([p[1] for p in parts])))[None]

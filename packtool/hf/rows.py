@@ -7,7 +7,8 @@ layout was edited made silently wrong position_ids and labels, or a raw IndexErr
 What a row alone can prove (no manifest, so no alignment or vocabulary): integer columns,
 cu_seqlens_padded 0 .. T non-decreasing with one step per segment, every segment's real tokens
 within its padded length, no loss on a pad, ids that are token ids (>= 0 and int32), and the
-row's own copies of its layout (`cu_seqlens`, `num_tokens`) where the row carries them. The
+row's own copies of its layout (`cu_seqlens`, `num_tokens`) where the row carries them, and,
+for a side column declared to the collator, its fill on every pad. The
 alignment and vocabulary rules stay verify's (and the reader's, for SlabDataset items)."""
 from __future__ import annotations
 
@@ -80,4 +81,21 @@ def check_copies(item: Mapping, lens: np.ndarray) -> None:
         raise _fail(f"num_tokens is {n}, its seq_lens sum to {int(lens.sum())} (seq_lens or num_tokens edited)")
 
 
-__all__ = ["FIX", "check_row", "check_copies"]
+def check_side_fill(name: str, values: np.ndarray, seq_lens: np.ndarray, cu: np.ndarray, fill) -> None:
+    """A declared side column's pads hold its fill, bit for bit as the writer puts it (a NaN or
+    -0.0 is not the fill 0.0), as the slab reader holds SlabDataset items: with keep_pads a NaN
+    on a pad reached the batch and a `(ratio * mask).sum()` loss."""
+    pad = np.ones(values.shape[0], bool)
+    pad[np.repeat(cu[:-1], seq_lens) + np.arange(int(seq_lens.sum())) - np.repeat(np.cumsum(seq_lens) - seq_lens,
+                                                                                 seq_lens)] = False
+    got = np.ascontiguousarray(values[pad])
+    isz = f"i{got.dtype.itemsize}"
+    bad = got.view(isz) != np.asarray(fill, got.dtype).view(isz)
+    bad = bad.any(axis=1) if bad.ndim > 1 else bad
+    if bad.any():
+        p = int(np.flatnonzero(pad)[np.flatnonzero(bad)[0]])
+        raise _fail(f"side column {name!r} holds {values[p].tolist()} at slab position {p}, a pad of its segment "
+                    f"(seq_lens), where its fill is {fill}")
+
+
+__all__ = ["FIX", "check_row", "check_copies", "check_side_fill"]

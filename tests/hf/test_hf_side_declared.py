@@ -4,7 +4,8 @@ row per token of input_ids, the declared width (one value, or a row of K) and a 
 declared kind. A row cut to K-1 candidates trained silently, a short column was blamed on
 cu_seqlens_padded, strings gave numpy's ValueError (S42-6). Each damage, in the second item of
 a batch, is refused in one line naming the batch item, the column and what differs; a column
-known by name only is held to what needs no declaration (length, numbers, one width per batch)."""
+known by name only is held to what needs no declaration (length, numbers, one width per batch).
+A declared column's pads hold its fill, bit for bit, as the slab reader holds them (S45B-6)."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,6 +50,30 @@ DAMAGES = {
 }
 
 
+def _first_pad(r) -> int:
+    lens, cu = np.asarray(r["seq_lens"]), np.asarray(r["cu_seqlens_padded"])
+    s = int(np.flatnonzero(np.diff(cu) > lens)[0])
+    return int(cu[s] + lens[s])
+
+
+def _on_pad(value):
+    def put(v, r):
+        v = np.array(v, copy=True)
+        v[_first_pad(r)] = value
+        return v
+    return put
+
+
+# S45B-6: a pad holds the declared fill, bit for bit (the reader's rule); a NaN on a pad reached a
+# keep_pads batch from plain `datasets` rows
+PAD_DAMAGES = {
+    "NaN on a pad": (_set("lp", _on_pad(np.nan)), ["holds nan at slab position", "where its fill is 0.0"], False),
+    "-0.0 on a pad": (_set("lp", _on_pad(-0.0)), ["holds -0.0 at slab position", "where its fill is 0.0"], False),
+    "a candidate on a pad": (_set("sup", _on_pad(7)), ["'sup' holds [7, 7, 7", "where its fill is -1"], False),
+}
+DAMAGES.update(PAD_DAMAGES)
+
+
 def _refused(col, items, words):
     with pytest.raises(PacktoolInputError) as e:
         col(items)
@@ -66,6 +91,16 @@ def test_a_side_row_off_its_declaration_is_refused(out, damage):  # noqa: F811
     bad = dict(ds[1])
     edit(bad)
     _refused(SlabCollator(side_columns=ds.side_columns), [ds[0], bad], words)
+
+
+@pytest.mark.parametrize("keep_pads", [False, True])
+@pytest.mark.parametrize("damage", sorted(PAD_DAMAGES))
+def test_a_pad_off_the_declared_fill_is_refused_with_or_without_pads_kept(out, damage, keep_pads):  # noqa: F811
+    edit, words, _ = PAD_DAMAGES[damage]
+    ds = SlabDataset(out)
+    bad = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in ds[1].items()}  # as `datasets` hands it
+    edit(bad)
+    _refused(SlabCollator(side_columns=ds.side_columns, keep_pads=keep_pads), [ds[0], bad], words)
 
 
 @pytest.mark.parametrize("damage", sorted(d for d in DAMAGES if DAMAGES[d][2]))
