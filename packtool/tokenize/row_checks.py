@@ -75,13 +75,23 @@ def null_value(t) -> bool:
     return isinstance(t, dict) and _blank(t.get("value"))
 
 
-def refuse_null(what: str, path: str, row: int, turn: bool = False) -> None:
-    """An empty example for one of its values (a chat `turn`'s text may be only whitespace too):
-    the same words and the same --on-empty fix as `bad_example`'s for a whole row."""
-    blank = " (or only whitespace)" if turn else ""
-    raise PacktoolInputError(f"empty example: {what} is null, missing or empty{blank} (it would become an "
-                             f"empty turn); fill it, drop the row, or pass {arg('on_empty', 'skip')} to skip "
-                             f"such rows (counted in cache.json)", path=path, row=row, flag=cli_flag("on_empty"))
+def blank_fields(row: tuple, names: list[str]) -> list[str]:
+    """The names of a two-field row's prompt and response (its first two values) that hold no
+    text: null, "" or only whitespace, as a chat turn's content (`_no_text`) and a text row
+    (an empty prompt trains a reply to nothing, an empty response to answer nothing). A row's
+    other values (alpaca's input) are optional."""
+    return [names[j] for j in (0, 1) if _blank(row[j])]
+
+
+def refuse_null(names: list[str], path: str, row: int, turn: bool = True) -> None:
+    """An empty example for its values `names` (text null, missing, "" or only whitespace): the
+    same words and the same --on-empty fix as `bad_example`'s for a whole row. `turn`: the value
+    becomes a turn of a chat template (else an untemplated prompt or response)."""
+    became = "an empty turn" if turn else "an empty prompt or response"
+    raise PacktoolInputError(f"empty example: {_and(names)} {'is' if len(names) == 1 else 'are'} null, missing or "
+                             f"empty (or only whitespace) (it would become {became}, trained on); fill it, drop "
+                             f"the row, or pass {arg('on_empty', 'skip')} to skip such rows (counted in cache.json)",
+                             path=path, row=row, flag=cli_flag("on_empty"))
 
 
 def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> PacktoolInputError:

@@ -16,6 +16,7 @@ from packtool.tokenize.chat_keys import KeyUse, chat_row, count, unrendered_turn
 from packtool.tokenize.gen_markers import MarkedValue, arrow_may_hold
 from packtool.tokenize.reply_roles import roles_of
 from packtool.tokenize.row_checks import (
+    blank_fields,
     check_column_types,
     null_message,
     null_value,
@@ -184,7 +185,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     no_reply: dict = {}
     unmarked = renderer is not None and not arrow_may_hold([batch.column(c) for c in shape.columns])
     for i, row in enumerate(zip(*cols)):
-        null = None
+        null: list[str] = []
         if all(v is None for v in (row[:1] if msg_key else row)):  # a row's tools alone are no turns
             refuse_other_row(batch, shape, path, first_row + i, i)
         if shape.kind in ("chat", "sharegpt"):
@@ -192,17 +193,16 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             is_null = null_message if shape.kind == "chat" else null_value
             bad = [j for j, m in enumerate(row[0] or []) if is_null(m)] if maybe_empty[i] else ()
             if bad:
-                null = f"{shape.columns[0]}[{bad[0]}].{key}"
+                null = [f"{shape.columns[0]}[{bad[0]}].{key}"]
                 keys = turn_keys(row[0], bad[0])
                 if set(keys) - {"role", "from", "name"}:  # its text is under another key
                     if no_key or not skip_null:
                         refuse_keys(shape.columns[0], bad[0], keys, key, path, first_row + i, no_key)
         elif shape.kind != "text":
-            nulls = [names[j] for j in (0, 1) if row[j] is None]
-            null = nulls[0] if nulls else None
-        if null is not None:
+            null = blank_fields(row, names)
+        if null:
             if not skip_null:
-                refuse_null(null, path, first_row + i, turn=msg_key is not None)
+                refuse_null(null, path, first_row + i, turn=msg_key is not None or shape.templated)
             texts.append("")
             spans.append([])
             empty.append(True)

@@ -52,8 +52,35 @@ CASES = {
                          "empty example: messages[1].content is null, missing or empty", {}),
     "sharegpt reply blank": ({"conversations": SHAREGPT}, {"conversations": [SHAREGPT[0], {"from": "gpt", "value": " "}]},
                              "empty example: conversations[1].value is null, missing or empty", {}),
+    # L5: a two-field row's prompt or response of "" or only whitespace is the same empty example as a
+    # null one (and as a chat turn's): it was packed without a word, an empty completion counted as all masked
     "completion empty": ({"prompt": "a", "completion": "b"}, {"prompt": "a", "completion": ""},
-                         "no loss tokens (all masked): completion gives no tokens", {}),
+                         "empty example: completion is null, missing or empty (or only whitespace)", {}),
+    "completion blank": ({"prompt": "a", "completion": "b"}, {"prompt": "a", "completion": " \n"},
+                         "empty example: completion is null, missing or empty (or only whitespace)", {}),
+    "prompt empty": ({"prompt": "a", "completion": "b"}, {"prompt": "", "completion": "b"},
+                     "empty example: prompt is null, missing or empty (or only whitespace)", {}),
+    "prompt blank": ({"prompt": "a", "completion": "b"}, {"prompt": "\t ", "completion": "b"},
+                     "empty example: prompt is null, missing or empty", {}),
+    "completion blank templated": ({"prompt": "a", "completion": "b"}, {"prompt": "a", "completion": "  "},
+                                   "empty example: completion is null, missing or empty", {"chat_template": "chatml"}),
+    "prompt empty templated": ({"prompt": "a", "completion": "b"}, {"prompt": "", "completion": "b"},
+                               "empty example: prompt is null, missing or empty", {"chat_template": "chatml"}),
+    "question blank": ({"question": "a", "answer": "b"}, {"question": " ", "answer": "b"},
+                       "empty example: question is null, missing or empty", {}),
+    "answer empty": ({"question": "a", "answer": "b"}, {"question": "a", "answer": ""},
+                     "empty example: answer is null, missing or empty", {}),
+    "fields answer blank": ({"q": "a", "a": "b"}, {"q": "a", "a": "  "}, "empty example: a is null, missing or empty",
+                            {"shape": "fields", "prompt_field": "q", "response_field": "a"}),
+    "alpaca instruction blank": ({"instruction": "a", "input": "", "output": "b"},
+                                 {"instruction": " ", "input": "x", "output": "b"},
+                                 "empty example: instruction is null, missing or empty", {}),
+    "alpaca output empty": ({"instruction": "a", "input": "", "output": "b"},
+                            {"instruction": "a", "input": "x", "output": ""},
+                            "empty example: output is null, missing or empty", {}),
+    "alpaca output blank templated": ({"instruction": "a", "input": "", "output": "b"},
+                                      {"instruction": "a", "input": "", "output": "\n"},
+                                      "empty example: output is null, missing or empty", {"chat_template": "chatml"}),
     "chat user only": ({"messages": CHAT}, {"messages": CHAT[:1]}, "(all masked): messages gives no assistant", {}),
     "loss_mask zeros": ({"input_ids": [1, 2], "loss_mask": [1, 1]}, {"input_ids": [1, 2], "loss_mask": [0, 0]},
                         "(all masked): loss_mask masks every token", {}),
@@ -64,7 +91,7 @@ CASES = {
 
 def _cfg(case: str, extra: dict) -> TokenizeConfig:
     chat = "messages" in CASES[case][0] or "conversations" in CASES[case][0]
-    return TokenizeConfig(tokenizer=GPT2, chat_template="chatml" if chat else None, **extra)
+    return TokenizeConfig(tokenizer=GPT2, **{"chat_template": "chatml" if chat else None, **extra})
 
 
 def _schema(good: dict, bad: dict, fmt: str):

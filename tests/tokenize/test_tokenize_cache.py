@@ -127,7 +127,9 @@ def test_empty_and_all_masked_rows(tmp_path, cache_dir):
             {"question": "", "answer": "a3"}, {"question": "q4", "answer": "a4"}]
     path = _jsonl(tmp_path, "qa.jsonl", rows)
     cfg = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
-    with pytest.raises(PacktoolInputError, match=r"qa\.jsonl, row 1: example with no loss tokens.*on_empty='skip'"):
+    # an empty answer, and an empty question, are empty examples as a null one is (L5)
+    with pytest.raises(PacktoolInputError, match=r"qa\.jsonl, row 1: empty example: answer is null, missing or empty"
+                                                 r".*on_empty='skip'"):
         tokenize_to_cache([path], cfg, cache_dir, progress=False)
     text = _jsonl(tmp_path, "t.jsonl", [{"text": "hello"}, {"text": "   "}, {"text": "bye"}])
     with pytest.raises(PacktoolInputError, match=r"t\.jsonl, row 1: empty example"):
@@ -136,8 +138,8 @@ def test_empty_and_all_masked_rows(tmp_path, cache_dir):
     cache = tokenize_to_cache([path, text], TokenizeConfig(tokenizer=GPT2, prompt_field="question",
                                                            response_field="answer", on_empty="skip"),
                               cache_dir, progress=False)
-    assert cache.skipped == {"empty": 1, "all_masked": 1, "rows": [1, 5]}
-    assert cache.num_rows == 5 and cache.source_indices().tolist() == [0, 2, 3, 4, 6]
+    assert cache.skipped == {"empty": 3, "all_masked": 0, "rows": [1, 2, 5]}
+    assert cache.num_rows == 4 and cache.source_indices().tolist() == [0, 3, 4, 6]
     assert cache.meta["num_source_rows"] == 7
 
 
