@@ -144,9 +144,27 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                 err.columns = list(dict.fromkeys(k for r in rows for k in r))
                 err.clash = field.split(".")[0].split("[")[0]  # the row's key it is under
                 raise err from None
+        for i, r in enumerate(rows):
+            huge = _beyond_int64(r, "")
+            if huge:  # said as written (the line-wise reader, which reads it as a float, names it too)
+                raise PacktoolInputError(f"at {row_name(i)}: field {huge[0]} is {huge[1]}, beyond int64's range "
+                                         f"(-2**63..2**63-1), which no column of ids or numbers holds; fix the value",
+                                         path=path) from None
         raise PacktoolInputError(f"at {row_name(0)} and on: cannot hold these rows as one table "
                                  f"({' '.join(str(e).split())}); rewrite them with one type per field",
                                  path=path) from None
+
+
+def _beyond_int64(obj, where: str):
+    """(field, value) of the first integer in `obj` that no int64 holds, or None."""
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -2 ** 63 <= obj < 2 ** 63:
+        return where, obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _beyond_int64(v, f"{where}[{k}]" if isinstance(obj, list) else f"{where}.{k}" if where else k)
+        if found:
+            return found
+    return None
 
 
 def plain_part(where: str) -> str:

@@ -5,6 +5,7 @@ unless the read already found a sign of trouble."""
 from __future__ import annotations
 
 import json
+import re
 
 from packtool.errors import PacktoolInputError
 from packtool.storage import open_bytes
@@ -44,6 +45,41 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
         f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
         f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
         path=path)
+
+
+def opens_array(f) -> bool:
+    """Whether the first byte after leading whitespace is `[`, read 64 KiB at a time (a file of
+    whitespace is read through, never held). A UTF-8 BOM opening the file is no byte of its text."""
+    first = True
+    while True:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            return False
+        if first and chunk.startswith(b"\xef\xbb\xbf"):
+            chunk = chunk[3:]
+        first = False
+        rest = chunk.lstrip()  # ASCII whitespace: what the array's text.lstrip() passes over too
+        if rest:
+            return rest[:1] == b"["
+
+
+def compressed_array(path: str, open_text) -> PacktoolInputError | None:
+    """A compressed .json (`gzip data.json`: .json.gz, .json.zst, .json.bz2) is read as JSON Lines;
+    one that failed so and holds an array was told to write each line as an object, or "invalid
+    JSON at line 1" for a pretty-printed one, not what its kind is read as nor how to read the
+    array. Asked only on that error path (`open_text`: text_readers' decompressing opener)."""
+    m = re.search(r"\.json\.[a-z0-9]+$", path.lower())
+    if m is None:
+        return None
+    try:
+        with open_text(path) as (f, _):
+            if not opens_array(f):
+                return None
+    except (OSError, EOFError, ValueError):  # unreadable: the JSON Lines error stands
+        return None
+    return PacktoolInputError(f"a {m.group(0)} file is read as JSON Lines (one {{...}} object per line), and this one "
+                              f"holds a JSON array: decompress it to a .json file (read as one array), or write one "
+                              f"{{...}} object per line", path=path)
 
 
 def refuse_repeated_names(names: list[str], path: str, where: str = "") -> None:

@@ -25,7 +25,8 @@ from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
 from packtool.tokenize.json_depth import check_array_fits, check_json_depth
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
-from packtool.tokenize.read_checks import nothing_after, one_object, refuse_open_quote, refuse_repeated_names
+from packtool.tokenize.read_checks import (compressed_array, nothing_after, one_object, opens_array, refuse_open_quote,
+                                           refuse_repeated_names)
 from packtool.storage import file_size, is_uri, open_bytes, utf8_path
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -200,6 +201,11 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     break
     except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
         raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
+    except PacktoolInputError:
+        said = compressed_array(path, _open_text)
+        if said is None:
+            raise
+        raise said from None
 
 
 def _line_too_long(path: str, line: int) -> None:
@@ -235,7 +241,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
     first bytes, since one read of the whole file first held a 2 GiB file with no newline (or
     of NULs) in memory before the line bound refused it."""
     with open_bytes(path) as f:
-        array = _opens_array(f)
+        array = opens_array(f)
         if array:
             check_array_fits(path, file_size(path))  # before the read that holds it whole
             f.seek(0)
@@ -254,7 +260,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
                 path=path) from None
         return
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a BOM opening the file is skipped, as every text kind skips it
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise PacktoolInputError(f"invalid UTF-8 at line {line}; re-encode the file as UTF-8",
@@ -290,18 +296,6 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             rows = []
     if rows:
         yield _rows_to_batch(rows, path, n - len(rows))
-
-
-def _opens_array(f) -> bool:
-    """Whether the first byte after leading whitespace is `[`, read 64 KiB at a time (a file of
-    whitespace is read through, never held)."""
-    while True:
-        chunk = f.read(1 << 16)
-        if not chunk:
-            return False
-        rest = chunk.lstrip()  # ASCII whitespace: what the array's text.lstrip() passes over too
-        if rest:
-            return rest[:1] == b"["
 
 
 def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:

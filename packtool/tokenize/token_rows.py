@@ -37,6 +37,14 @@ def _pos_in_row(lens: np.ndarray, flat_pos: int) -> tuple[int, int]:
 MASKS = ("loss_mask", "attention_mask")  # 0/1 columns: any other value is refused, never cast
 
 
+def shown_value(v, kind: str):
+    """A value of a number column as a message shows it: one beyond int64 was read as a float
+    by the JSON reader (the file holds an integer), whose repr (`1e+23`) is no value the file holds."""
+    if kind == "f" and np.isfinite(v) and abs(float(v)) >= 2.0 ** 63:
+        return f"a number beyond int64's range ({'-' if v < 0 else ''}2**63 or more, read as a float)"
+    return repr(float(v)) if kind == "f" else int(v)
+
+
 def _refuse_non_binary(flat: np.ndarray, lens: np.ndarray, name: str, path: str, first_row: int) -> None:
     """A mask value other than 0/1 (-1 as an "ignore" sentinel, 2 as a weight, 0.5) read as
     `!= 0` would silently put loss (or attention) where the writer meant something else."""
@@ -44,7 +52,7 @@ def _refuse_non_binary(flat: np.ndarray, lens: np.ndarray, name: str, path: str,
     if bad.size:
         r, t = _pos_in_row(lens, int(bad[0]))
         v = flat[bad[0]]
-        shown = repr(float(v)) if flat.dtype.kind == "f" else int(v)
+        shown = shown_value(v, flat.dtype.kind)
         raise PacktoolInputError(f"{name}[{t}] is {shown}: a mask holds 0 or 1 (or false/true) only; rewrite "
                                  f"the column as 0/1 (1 where the token counts) (tokens count from 0)",
                                  path=path, row=first_row + r)
@@ -135,7 +143,7 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
             bad = int(np.nonzero(out)[0][0]) if out.any() else -1
         if bad >= 0:  # the value and its place: one id among millions is found by them alone
             r, t = _pos_in_row(lens, int(bad))
-            v = flat[bad].item()
+            v = shown_value(flat[bad], flat.dtype.kind)
             fix = (f"outside the tokenizer's vocabulary 0..{top - 1}: give the {arg('tokenizer')} the ids were made with, "
                    f"or fix the ids" if vocab_size else f"outside 0..{top - 1} (a token id is a non-negative int32): "
                    f"fix the ids")
