@@ -25,7 +25,7 @@ from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, is
 from packtool.storage_glob import expand
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
-from packtool.tokenize.repo_folder import refuse_repo_folder
+from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -192,9 +192,10 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage_glob.expand), each named by its URI without secrets."""
     listed: list = []
+    folders: list = []  # the prefixes read whole: a folder input's rules apply to each
     check_form(spec, "inputs")  # its text refused naming the argument, before a request
     try:
-        found = expand(spec, listed, name="inputs")  # a store not reached names the argument
+        found = expand(spec, listed, name="inputs", folders=folders)  # a store not reached names the argument
     except FileNotFoundError:
         found = []
     one = len(found) == 1 and found[0].path == locate(spec).path
@@ -216,6 +217,9 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     if not files:
         raise PacktoolInputError("prefix holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv objects",
                                  path=locate(spec).shown)
+    data = [x for x in found if _kind_of(x.path)]
+    for prefix in folders:  # every split of a dataset repo, test rows too: not silently
+        refuse_repo_prefix(prefix, data, set(listed[1:]))
     return files
 
 

@@ -1,4 +1,5 @@
-"""A local Hugging Face dataset repo folder given as a plain folder (no --split) is refused (S44-14).
+"""A Hugging Face dataset repo given as a plain folder (no --split) or store prefix is refused
+(S44-14; L4: a prefix holding one, read as plain objects, packed every split).
 
 What `hf download --repo-type dataset NAME --local-dir DIR` leaves (a README.md whose YAML
 declares `configs:`, or split files such as data/train-*.parquet + data/test-*.parquet, or
@@ -6,6 +7,8 @@ per-config folders of them) read as a folder packs every configuration and every
 model trains on the test rows, and on a row once per configuration, without a word. Such a
 folder is one line naming its configurations and splits and the flags that pick one, as a
 DatasetDict (save_to_disk) folder is; `datasets.load_dataset` reads it with --split/--config.
+A store prefix (given, or matched by a glob) is judged by the same rule from its listing; its
+fix names that split's objects, since --split reads no store URI.
 A folder whose files name one split at most (train-0.jsonl, train-1.jsonl) or none is data the
 user gathered, read as before.
 """
@@ -31,24 +34,22 @@ def _split_of(rel: str) -> str | None:
     return _WORD[m.group(1)] if m else None
 
 
-def _front_matter(folder: str) -> str | None:
-    path = os.path.join(folder, "README.md")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 20)
-    except OSError:
-        return None
-    if not text.lstrip("\ufeff").startswith("---"):
+README_BYTES = 1 << 20  # a dataset card's YAML header is at its top
+
+
+def _front_matter(text: str | None) -> str | None:
+    """The YAML header of a README's text (None: no README, or none there)."""
+    if text is None or not text.lstrip("\ufeff").startswith("---"):
         return None
     body = text.lstrip("\ufeff")[3:]
     end = re.search(r"^---\s*$", body, re.M)
     return body[:end.start()] if end else None
 
 
-def _declared_configs(folder: str) -> list[tuple[str, list[tuple[str, str]], bool]] | None:
+def _declared_configs(readme: str | None) -> list[tuple[str, list[tuple[str, str]], bool]] | None:
     """(name, [(split, path pattern)], default) per configuration a README's YAML declares; None
     when it declares none."""
-    yaml_text = _front_matter(folder)
+    yaml_text = _front_matter(readme)
     if yaml_text is None or not re.search(r"^configs\s*:", yaml_text, re.M):
         return None
     try:
@@ -76,21 +77,50 @@ def refuse_repo_folder(folder: str, files: list[str]) -> None:
     """Refuse `folder` (a folder input read without a split; `files`: the data files below it)
     when it is a dataset repo: its README declares configurations, or its files' names hold
     two splits or more."""
-    configs = _declared_configs(folder)
+    try:
+        with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as f:
+            readme = f.read(README_BYTES)
+    except OSError:
+        readme = None
+    _refuse(folder, [os.path.relpath(f, folder).replace(os.sep, "/") for f in files], readme, local=True)
+
+
+def refuse_repo_prefix(prefix, files: list, listed: set[str]) -> None:
+    """The same rule for a store prefix read whole (`prefix`: its Location; `files`: the data
+    objects below it; `listed`: every object path the listing saw, so a README.md is read only
+    where there is one). `--split` reads no store URI: the fix is that split's objects."""
+    base = prefix.path.rstrip("/") + "/"
+    readme = None
+    if base + "README.md" in listed:
+        with prefix.join("README.md").open_input() as f:
+            readme = f.read(README_BYTES).decode("utf-8", "replace")
+    _refuse(prefix.shown.rstrip("/"), [f.path[len(base):] for f in files if f.path.startswith(base)], readme,
+            local=False)
+
+
+def _split_pattern(rel: str) -> str:
+    """A glob that reads `rel`'s split: its path up to the split word's end, then `*` (a
+    folder it names is read whole)."""
+    m = _SPLIT_WORD.search(rel)
+    return rel[:m.end()] + "*" if m else rel
+
+
+def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> None:
+    """The one rule (`folder`: as shown; `rels`: its data files' paths below it, `/`-separated)."""
+    configs = _declared_configs(readme)
     if configs is None:
         by_split: dict[str, str] = {}
-        for f in sorted(files):
-            s = _split_of(os.path.relpath(f, folder).replace(os.sep, "/"))
+        for rel in sorted(rels):
+            s = _split_of(rel)
             if s is not None:
-                by_split.setdefault(s, os.path.relpath(f, folder))
+                by_split.setdefault(s, rel)
         if len(by_split) < 2:
             return
         splits = sorted(by_split)
         pick = "train" if "train" in by_split else splits[0]
         what = f"splits {', '.join(splits)} by its file names ({', '.join(by_split[s] for s in splits)})"
         config = None
-        pattern = os.path.dirname(by_split[pick])
-        pattern = os.path.join(pattern, f"{pick}*") if pattern else f"{pick}*"
+        pattern = _split_pattern(by_split[pick])
     else:
         default = next((c for c in configs if c[2]), configs[0])
         splits = sorted({s for _, pairs, _ in configs for s, _ in pairs}) or ["train"]
@@ -100,13 +130,16 @@ def refuse_repo_folder(folder: str, files: list[str]) -> None:
                 f"declared in its README.md")
         config = default[0] if len(configs) > 1 else None
         pattern = next((p for s, p in default[1] if s == pick and p), None)
+    kind = "folder" if local else "prefix"
+    lead = (f"a Hugging Face dataset repo {kind} ({what}): read as a plain {kind} it would pack every "
+            f"configuration and split, the test rows too; ")
+    if not local:
+        one = f"{folder}/{pattern}" if pattern else f"the {pick} split's objects of one configuration"
+        raise PacktoolInputError(f"{lead}pass that split's objects alone ({one})", path=folder)
     flags = f"{arg('split', pick)}" + (f" {arg('config', config)}" if config else "")
     if cli_flag("split") is None and config is not None:  # the library has no config argument
         flags = f"datasets.load_dataset({folder!r}, {config!r}, split={pick!r}) instead of the folder"
     elif cli_flag("split") is None:
         flags = f"{arg('split', pick)} with the folder"
     files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
-    raise PacktoolInputError(
-        f"a Hugging Face dataset repo folder ({what}): read as a plain folder it would pack every "
-        f"configuration and split, the test rows too; pass {flags}{files_too}",
-        path=folder, flag=cli_flag("split"))
+    raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))

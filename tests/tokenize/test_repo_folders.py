@@ -159,3 +159,67 @@ def test_offline_name_says_to_pass_the_folder_with_split_and_config(tmp_path, mo
     assert r.exit_code == 2, r.output
     msg = _last(r)["error"]["message"]
     assert "pass DIR with --split SPLIT (and --config CONFIG" in msg, msg
+
+
+# ---- the same rule for a store prefix (L4): given, or matched by a glob, as a folder is
+
+def _on_store(tmp_path, s3, files: dict, readme: str | None, sub: str = "") -> str:
+    """The layout's objects under `s3://BUCKET/repo/`; the URI of the prefix passed."""
+    from packtool.storage import locate
+    root = tmp_path / "up"
+    for rel, split in files.items():
+        _write(root, rel, split)
+    if readme:
+        (root / "README.md").write_text(readme)
+    for f in root.rglob("*"):
+        if f.is_file():
+            locate(f"{s3}/repo/{f.relative_to(root).as_posix()}").write_bytes(f.read_bytes())
+    return f"{s3}/repo" + (f"/{sub}" if sub else "")
+
+
+def _glob_of(uri: str) -> str:
+    return uri[:-1] + "*"  # s3://b/repo -> s3://b/rep*: the glob matches the prefix, read whole
+
+
+HOW = {"prefix": lambda uri: uri, "glob matching it": _glob_of}
+
+
+@pytest.mark.parametrize("how", sorted(HOW))
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_a_repo_prefix_on_a_store_is_refused_and_its_named_objects_read(tmp_path, s3, name, how):
+    files, readme, sub, words, _ = LAYOUTS[name]
+    uri = _on_store(tmp_path, s3, files, readme, sub)
+    r = _cli([HOW[how](uri)], tmp_path)
+    assert r.exit_code == 2, r.output
+    err = _last(r)["error"]
+    msg = err["message"]
+    assert words in msg and "\n" not in msg and err["path"] == uri, err
+    assert "--split" not in msg, msg  # --split reads no store URI: the fix is the split's objects
+    named = msg[msg.index("pass that split's objects alone (") + 33:-1]
+    assert named.startswith(uri + "/"), msg
+    r = _cli([named], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert _last(r)["sequences"] == TRAIN, r.output  # one config's train rows, not test's, not twice
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_the_files_a_refused_folder_names_read_its_train_rows(tmp_path, name):
+    """The local line's other fix, `or name that split's files (...)`, where it gives one."""
+    r = _cli([_repo(tmp_path, name)], tmp_path)
+    msg = _last(r)["error"]["message"]
+    if "name that split's files (" not in msg:
+        pytest.skip("no file pattern to name (README configs without data_files)")
+    named = msg[msg.index("name that split's files (") + 25:-1]
+    r = _cli([named], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert _last(r)["sequences"] == TRAIN, r.output
+
+
+@pytest.mark.parametrize("how", sorted(HOW))
+@pytest.mark.parametrize("name", sorted(PLAIN))
+def test_plain_prefixes_are_read_whole(tmp_path, s3, name, how):
+    uri = _on_store(tmp_path, s3, PLAIN[name], "---\nlicense: mit\n---\n")
+    r = _cli([HOW[how](uri)], tmp_path)
+    assert r.exit_code == 0, r.output
+    want = sum(TRAIN if s == "train" else TEST for s in PLAIN[name].values())
+    assert _last(r)["sequences"] == want, r.output
