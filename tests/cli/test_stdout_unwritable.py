@@ -25,6 +25,9 @@ from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.tokenize.config import TokenizeConfig
 
+# one worker runs the module (--dist loadgroup): one CLI server start and one packed output, not one per worker
+pytestmark = pytest.mark.xdist_group("stdout_unwritable")
+
 GSM_ARGS = ["--tokenizer", GPT2, "--prompt-field", "question", "--response-field", "answer"]
 
 

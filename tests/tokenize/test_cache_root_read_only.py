@@ -26,6 +26,8 @@ from packtool.tokenize.config import TokenizeConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIELDS = dict(tokenizer=GPT2, prompt_field="question", response_field="answer")
 CLI_TOK = ["--tokenizer", GPT2, "--prompt-field", "question", "--response-field", "answer", "--no-progress"]
+# one worker runs the module (--dist loadgroup): its cases come from one child process, run once
+pytestmark = pytest.mark.xdist_group("cache_root_read_only")
 ROOTS = ("empty", "damaged", "valid")  # ro/<name>: no entry, a damaged entry, the entry these runs ask for
 ENTRIES = ("pack", "pack --dry-run", "PACKTOOL_CACHE_DIR", "library pack", "library tokenize_to_cache",
            "verify --source")
