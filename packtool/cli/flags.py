@@ -17,7 +17,7 @@ FLAG_OF = {"capacity": "--max-tokens", "tp": "--tp", "cp": "--cp", "sp": "--sp",
            "plan_shard_rows": "--plan-shard-rows", "ray_address": "--ray-address", "output": "--output", "overwrite": "--overwrite",
            "dry_run": "--dry-run", "cache_dir": "--cache-dir", "engine": "--engine", "tokenizer": "--tokenizer",
            "chat_template": "--chat-template", "shape": "--shape", "prompt_field": "--prompt-field",
-           "response_field": "--response-field", "text_field": "--text-field", "add_eos": "--eos",
+           "response_field": "--response-field", "text_field": "--text-field", "add_bos": "--bos", "add_eos": "--eos",
            "on_empty": "--on-empty", "side_columns": "--side-columns", "support_columns": "--support-columns",
            "split": "--split", "config": "--config", "lengths": "--lengths", "column": "--column",
            "plan": "--plan", "html": "--html", "save": "--save", "load": "--load", "json_log": "--json-log",
@@ -61,7 +61,7 @@ Shape = Annotated[Optional[str], typer.Option("--shape", help="One of auto, toke
 PromptField = Annotated[Optional[str], typer.Option("--prompt-field", help="Prompt column of any two-field data (with --response-field).")]
 ResponseField = Annotated[Optional[str], typer.Option("--response-field")]
 TextField = Annotated[Optional[str], typer.Option("--text-field", help="Text column (default: text).")]
-AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default per shape).")]
+AddBos = Annotated[Optional[bool], typer.Option("--bos/--no-bos", help="Prepend BOS (default: when the tokenizer has one, unless its tokenizer_config.json says add_bos_token false).")]
 AddEos = Annotated[Optional[bool], typer.Option("--eos/--no-eos", help="Append EOS (default per shape).")]
 OnEmpty = Annotated[Optional[str], typer.Option("--on-empty", help="Empty or all-masked rows: error or skip (skips are counted; default error).")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Tokenized cache root (default ~/.cache/packtool), or an object-store URI (s3://bucket/cache) shared by every machine: entries are pulled into a local mirror, new ones pushed with cache.json last.")]

@@ -299,7 +299,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
         # flat/ (no tokenizer): the driver builds that cache, the cluster plans and writes
         from packtool.tokenize.pipeline import tokenize_to_cache
         return tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
-    job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
+    job = TokenizeJob(tuple(r.files), tuple(r.shapes), r.cfg, r.info, r.template, check_lengths)
     return build_cache(job, r.fingerprint, r.final, r.root, progress, hashes.sha256)
 
 

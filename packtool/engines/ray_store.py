@@ -77,7 +77,7 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
             locate(r.final).join(ENTRY_META).delete()  # uncommitted: pushed again in full
         tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
         return TokenizedCache(r.final)
-    job = TokenizeJob(tuple(r.files), tuple(r.shapes), cfg, r.info, r.template, check_lengths)
+    job = TokenizeJob(tuple(r.files), tuple(r.shapes), r.cfg, r.info, r.template, check_lengths)
     with Push(cache_dir, r.fingerprint[:32]) as push:  # the tasks put each part's proof first
         if damaged:
             locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt

@@ -13,7 +13,8 @@ class TokenizeConfig:
     """How raw rows become token ids and loss masks (the tokenized cache's key, with the inputs).
 
     None for add_bos/add_eos means "the sensible default for the shape" (see packtool/io/tokenize.py):
-    BOS when the tokenizer has one and the rendered text does not already start with it;
+    BOS when the tokenizer has one and the rendered text does not already start with it, unless
+    its tokenizer_config.json says add_bos_token false (tokenizer_config.ConfigSwitches.settle);
     EOS for text and untemplated prompt/response rows, not for chat (the template ends turns).
     """
     tokenizer: str | None = None          # tokenizer.json or a model folder holding one

@@ -24,7 +24,7 @@ from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
 from packtool.tokenize.templates import ChatTemplate
-from packtool.tokenize.tokenizer_config import config_token, read_config
+from packtool.tokenize.tokenizer_config import ConfigSwitches, config_token, read_config
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -52,6 +52,7 @@ class LoadedTokenizer:
     tokenizer: Tokenizer
     info: TokenizerInfo
     folder_template: ChatTemplate | None   # the folder's chat template, if any (folder_template)
+    switches: ConfigSwitches = ConfigSwitches()  # tokenizer_config.json's add_bos_token/add_eos_token
 
 
 def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
@@ -214,7 +215,8 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         eos_id=vocab.get(eos) if eos else None, pad_id=int(pad_id),
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
         pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
-    return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf))
+    return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf),
+                           ConfigSwitches.of(conf, conf_path, pp_bos))
 
 
 # ---------------------------------------------------------------- encoding

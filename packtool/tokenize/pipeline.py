@@ -135,7 +135,7 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     try:
         with _fewer_collections():
             try:
-                meta, known = _build(r.files, r.shapes, r.loaded, r.template, cfg, tmp, progress,
+                meta, known = _build(r.files, r.shapes, r.loaded, r.template, r.cfg, tmp, progress,
                                      list(r.digests), check_lengths)
             finally:  # the plan + write after allocate large arrays, as before the bound
                 unbound_heap()

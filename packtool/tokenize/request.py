@@ -193,6 +193,8 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
     given = cache_dir
     cache_dir = check_cache_dir(cache_dir, inputs if isinstance(inputs, (list, tuple)) else [inputs])
     files, shapes, loaded, template = _setup(inputs, cfg)
+    if loaded is not None:  # the key and the manifest name what is done, as the flag would
+        cfg = loaded.switches.settle(cfg)
     digests = (digest or input_digests)(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()

@@ -1,13 +1,15 @@
 """A tokenizer folder's tokenizer_config.json: read once (`read_config`), and every value packtool
 takes from it checked for its type here (`config_token`, `config_switch`), so that a value of
-another type is one line naming the file and the key, never an internal error further on.
+another type is one line naming the file and the key, never an internal error further on; and
+what its add_bos_token says a run does (`ConfigSwitches.settle`).
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 
-from packtool.errors import PacktoolInputError, cli_flag
+from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.json_depth import load_json_file
 
 CONFIG = "tokenizer_config.json"
@@ -61,3 +63,35 @@ def config_switch(conf: dict, key: str, path: str | None) -> bool | None:
     raise PacktoolInputError(f"{key} is {_kind(v)} ({json.dumps(v)[:60]}), not true or false: write "
                              f"true or false (JSON, unquoted) or remove the key", path=path,
                              flag=cli_flag("tokenizer"))
+
+
+@dataclass(frozen=True)
+class ConfigSwitches:
+    """What tokenizer_config.json says the tokenizer adds around a text (transformers' slow and
+    4.x fast Llama/GPT-NeoX/Gemma classes rebuild their post_processor from these two keys)."""
+    add_bos: bool | None = None      # add_bos_token; None: the key is absent
+    add_eos: bool | None = None      # add_eos_token
+    path: str | None = None          # the config file
+    post_processor_bos: str | None = None  # the BOS the tokenizer.json's own post_processor adds
+
+    @classmethod
+    def of(cls, conf: dict, path: str | None, post_processor_bos: str | None) -> "ConfigSwitches":
+        return cls(config_switch(conf, "add_bos_token", path), config_switch(conf, "add_eos_token", path),
+                   path, post_processor_bos)
+
+    def settle(self, cfg):
+        """`cfg` (a TokenizeConfig) with add_bos settled where the config decides it: a BOS the
+        config says the tokenizer does not add (GPT-NeoX/Pythia, OLMo, GPT-2-style configs naming a
+        bos_token) is not added, as the model's own tokenizer does not add it. add_bos given
+        (--bos/--no-bos) wins. add_bos_token true leaves the default (BOS when the tokenizer has
+        one, not doubled after a template that writes it); add_eos_token leaves add_eos alone
+        (docs/TOKENIZATION.md says why). Settled here, the cache key and the manifest's
+        input.tokenize name add_bos false, as --no-bos would."""
+        if cfg.add_bos is not None or self.add_bos is not False:
+            return cfg
+        if self.post_processor_bos:  # transformers 5 reads the post_processor alone, 4.x the config
+            from packtool.notes import note
+            note(f"{self.path}: add_bos_token is false, while tokenizer.json's post_processor adds "
+                 f"{self.post_processor_bos} (transformers 5 follows the post_processor, 4.x the "
+                 f"config): packtool follows the config and adds no BOS; pass {arg('add_bos', True)} to add it")
+        return replace(cfg, add_bos=False)

@@ -22,7 +22,8 @@ BAD_TOKENS = {"list": ["<|endoftext|>"], "object of a list": {"content": ["<|end
               "number": 5, "float": 1.5, "true": True, "object without content": {"special": True}}
 SWITCHES = ("add_bos_token", "add_eos_token")
 BAD_SWITCHES = {"string": "false", "number": 0, "list": [False], "object": {"value": False}}
-CASES = [(k, v, "a token string") for k in TOKENS for v in BAD_TOKENS]
+CASES = [(k, v, "a token string") for k in TOKENS for v in BAD_TOKENS] + \
+        [(k, v, "true or false") for k in SWITCHES for v in BAD_SWITCHES]
 PLACES = ("library", "pack", "pack --dry-run", "verify --source")
 
 

@@ -1,0 +1,44 @@
+"""S45A-2 on the Ray engine: its tokenize tasks add a BOS exactly where the local engine does when
+tokenizer_config.json says add_bos_token (the driver settles it; the tasks take the settled options),
+under the same cache key."""
+from __future__ import annotations
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+
+from conftest import GPT2, LOCAL_RAY_GROUP  # noqa: E402
+
+from packtool.engines.ray_engine import tokenized_cache  # noqa: E402
+from packtool.tokenize.config import TokenizeConfig  # noqa: E402
+from packtool.tokenize.pipeline import tokenize_to_cache  # noqa: E402
+
+pytestmark = [pytest.mark.usefixtures("local_ray"), LOCAL_RAY_GROUP]
+BOS = 50256  # gpt2's <|endoftext|>, the config's bos_token and eos_token
+
+
+def _folder(tmp_path, add_bos_token: bool) -> str:
+    d = tmp_path / "tok"
+    d.mkdir()
+    shutil.copy(GPT2, d / "tokenizer.json")
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": add_bos_token}))
+    return str(d)
+
+
+@pytest.mark.parametrize("add_bos_token,given,want", [(False, None, False), (True, None, True), (False, True, True)],
+                         ids=["false", "true", "false, add_bos=True"])
+def test_ray_tasks_add_the_bos_the_config_says(tmp_path, add_bos_token, given, want):
+    folder = _folder(tmp_path, add_bos_token)
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"text": "Hello world"}\n')
+    cfg = TokenizeConfig(tokenizer=folder, add_bos=given)
+    on_ray = tokenized_cache([str(src)], cfg, str(tmp_path / "ray"))
+    local = tokenize_to_cache([str(src)], cfg, str(tmp_path / "local"), progress=False)
+    assert on_ray.fingerprint == local.fingerprint
+    ids = on_ray.read_rows([0]).input_ids.tolist()
+    assert ids == local.read_rows([0]).input_ids.tolist()
+    assert (ids[0] == BOS) == want and ids[-1] == BOS  # EOS ends the text row either way
