@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from packtool.align import Alignment
 from packtool.packing import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
-from packtool.planning.core import PackingConfig, plan
+from packtool.planning.core import MASK_FIGURES, PackingConfig, plan
 from packtool.planning.cut_targets import cut_targets_of_store
 from packtool.planning.summary import plan_summary, with_cut_targets
 from packtool.slabs.format import build_manifest, write_manifest
@@ -49,8 +49,9 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
     os.makedirs(out, exist_ok=True)
     shards = write_shards(p, tokens, out, PAD, shard_tokens=shard_tokens, group_tokens=group_tokens)
     summary = plan_summary(p)
-    if p.packing.overflow == "truncate":  # the targets a cut removed, counted as pack counts them
-        summary = with_cut_targets(summary, cut_targets_of_store(tokens, align.usable))
+    if p.packing.overflow in MASK_FIGURES:  # the targets the cuts took, counted as pack counts them
+        summary = with_cut_targets(summary, cut_targets_of_store(tokens, align.usable,
+                                                                 split=p.packing.overflow == "split"))
     stats = _stats(summary, sum(s.loss_tokens for s in shards))
     tok = {"path": "synthetic", "pad_id": PAD, "bos_id": None, "eos_id": None, "vocab_size": VOCAB,
            **dict.fromkeys(("sha256", "config_sha256", "template_sha256", "chat_template", "bos_token", "eos_token",

@@ -8,7 +8,8 @@ import numpy as np
 
 from packtool.inspection.report import InspectReport, SlabSet, build_report, reassemble
 from packtool.params import arguments
-from packtool.planning.core import OVERFLOW_FIGURES, OverflowStats, overflow_of_segments, overflow_off_policy
+from packtool.planning.core import (MASK_FIGURES, OVERFLOW_FIGURES, OverflowStats, mask_figure_bounds,
+                                   overflow_of_segments, overflow_off_policy)
 
 
 def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
@@ -100,7 +101,14 @@ def _check_overflow(sm, counted: OverflowStats | None) -> None:
         raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {got!r}, impossible under overflow policy "
                           f"{sm.packing.overflow!r} (config.packing.overflow; expected {want!r}): the manifest "
                           f"was edited; run `packtool verify {sm.path}`")
-    for k in OVERFLOW_FIGURES[sm.packing.overflow] if counted is not None else ():
-        if st[k] != getattr(counted, k):
+    if counted is None:
+        return
+    masks = MASK_FIGURES.get(sm.packing.overflow, ())  # the loss masks' figures: the slabs bound them
+    for k in OVERFLOW_FIGURES[sm.packing.overflow]:
+        if k not in masks and st[k] != getattr(counted, k):
             raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, the slabs give {getattr(counted, k)}; "
                               f"run `packtool verify {sm.path}`")
+    for k, most in mask_figure_bounds(counted).items():
+        if st[k] > most:
+            raise FormatError(f"{sm.manifest}: stats.overflow.{k} is {st[k]}, more than the slabs' {most} cut(s) "
+                              f"can lose (one target each at most); run `packtool verify {sm.path}`")

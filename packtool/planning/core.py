@@ -122,7 +122,8 @@ class OverflowStats:
     policy: str
     sequences: int = 0  # sequences whose footprint exceeds the usable capacity
     chunks: int = 0  # segments produced from them (split)
-    # split: next-token targets lost at the cuts (one per cut); truncate: the loss tokens cut away
+    # the loss tokens a cut took: split, the targets among the chunks' first tokens (at most one
+    # per cut); truncate, those cut away. Both from the loss masks (MASK_FIGURES): 0 from lengths
     targets_lost: int = 0
     tokens_dropped: int = 0  # truncate
     singletons: int = 0
@@ -187,8 +188,19 @@ OVERFLOW_FIGURES = {"error": (), "singleton": ("sequences", "singletons"),
                     "split": ("sequences", "chunks", "targets_lost")}
 # Of those, the figures the loss masks hold and the lengths do not: apply_overflow leaves them 0,
 # pack counts them from the tokenized rows (planning.cut_targets, summary.with_cache) and
-# `verify --source` from the source; a plan of lengths alone says them unknown (S44-3).
-MASK_FIGURES = {"truncate": ("targets_lost", "untrained")}
+# `verify --source` from the source; a plan of lengths alone says them unknown (S44-3). Split's
+# targets lost are the targets among its chunks' first tokens, not one per cut (L6): a cut
+# inside a prompt loses none.
+MASK_FIGURES = {"truncate": ("targets_lost", "untrained"), "split": ("targets_lost",)}
+
+
+def mask_figure_bounds(counted: OverflowStats) -> dict[str, int]:
+    """The most each of MASK_FIGURES' figures can be, from what the segments hold
+    (`overflow_of_segments`): a split loses at most one target per cut. `verify` without the
+    source and `inspect` of an output hold the manifest's figures to these."""
+    if counted.policy == "split":
+        return {"targets_lost": counted.chunks - counted.sequences}
+    return {}
 
 
 def overflow_off_policy(recorded: dict, policy: str) -> list[tuple[str, object, object]]:
@@ -210,15 +222,15 @@ def overflow_of_segments(source: np.ndarray, chunk: np.ndarray, policy: str,
     """The `OverflowStats` that `apply_overflow` recorded, counted again from what it made: the
     real segments' source rows and chunk numbers and the slabs placed alone (`inspect` of a plan
     file, or of an output, whose manifest's figures it holds to them). Only
-    `OVERFLOW_FIGURES[policy]` can be non-zero. None under truncate, whose figures the segments
-    do not hold (a cut row looks like a row of U tokens)."""
+    `OVERFLOW_FIGURES[policy]` can be non-zero, MASK_FIGURES' stay 0 (`mask_figure_bounds`
+    bounds them). None under truncate, whose figures the segments do not hold (a cut row looks
+    like a row of U tokens)."""
     if "tokens_dropped" in OVERFLOW_FIGURES[policy]:  # what a cut removed is in no segment
         return None
     n_chunks = np.bincount(source[chunk >= 0]) if source.size else np.zeros(0, np.int64)
     cut = n_chunks > 1
     over = {"split": int(cut.sum()), "singleton": singletons}.get(policy, 0)
-    made = {"sequences": over, "chunks": int(n_chunks[cut].sum()), "targets_lost": int((n_chunks[cut] - 1).sum()),
-            "singletons": singletons}
+    made = {"sequences": over, "chunks": int(n_chunks[cut].sum()), "singletons": singletons}
     return OverflowStats(policy, **{k: v for k, v in made.items() if k in OVERFLOW_FIGURES[policy]})
 
 
@@ -285,7 +297,8 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
         new = np.minimum(lengths, U)  # U is a multiple of s, so the footprint is U
         st = OverflowStats(policy, n_over, tokens_dropped=int((lengths - new).sum()))
         return Segments(idx, zeros, new, zeros.astype(np.int32), np.zeros(lengths.size, bool)), st
-    # split: chunks of U tokens (U is a multiple of s); each boundary loses one target
+    # split: chunks of U tokens (U is a multiple of s); each boundary loses its token's target,
+    # if it is one: the loss masks say (MASK_FIGURES)
     n_chunks = np.where(over, -(-lengths // U), 1)
     from packtool.planning.bounds import check_split
     check_split(int(n_chunks.sum()), align, int(lengths.max()))
@@ -295,8 +308,7 @@ def apply_overflow(lengths: np.ndarray, align: Alignment, policy: str,
     offset = chunk.astype(np.int64) * U
     length = np.minimum(lengths[row] - offset, U)
     src = idx[row]
-    st = OverflowStats(policy, n_over, chunks=int(n_chunks[over].sum()),
-                       targets_lost=int((n_chunks[over] - 1).sum()))
+    st = OverflowStats(policy, n_over, chunks=int(n_chunks[over].sum()))
     return Segments(src, offset, length, chunk, np.zeros(src.size, bool)), st
 
 

@@ -1,12 +1,14 @@
-"""What `--overflow truncate` cuts away besides tokens: the targets (loss tokens) past the usable
-capacity U, and the sequences left with no target at all (S44-3).
+"""What an overflow cut costs besides tokens: the targets (loss tokens) it loses, and under
+`--overflow truncate` the sequences left with no target at all (S44-3).
 
 The planner sees lengths only, so `apply_overflow` counts the tokens a cut drops; the targets
 among them are in the loss masks, which pack (the tokenized cache) and `verify --source` (the
 flat store) hold. This module is the one count both ask, so the manifest's figures and
-verify's recount cannot drift apart. A truncated row keeps tokens [0, U); its first token is
-never a target in a slab (FORMAT.md, loss_mask), so the kept targets are [1, U) and the ones
-cut are [U, length).
+verify's recount cannot drift apart. A segment's first token is never a target in a slab
+(FORMAT.md, loss_mask). A truncated row keeps tokens [0, U), so the kept targets are [1, U) and
+the ones cut are [U, length). A split row's chunks start at U, 2U, ...: the targets lost are
+those of the tokens there, one per cut at most (L6: every cut was counted as one, a cut inside a
+prompt too).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ _BATCH_TOKENS = 1 << 24
 
 @dataclass(frozen=True)
 class CutTargets:
-    targets: int = 0  # loss tokens in the cut tails
+    targets: int = 0  # loss tokens in the cut tails (split: at the chunks' starts)
     untrained: int = 0  # cut rows that keep no target (every one of theirs was in the tail)
     first_untrained: int = -1  # the first such row (cache row), -1 if none
 
@@ -46,12 +48,28 @@ def _count(flags, offsets, rows, usable, shift, cut, kept):
         kept[k] = has
 
 
+@nb.njit(nogil=True, cache=True)
+def _count_split(flags, offsets, rows, usable, shift, cut):
+    """Per row k of `rows`: cut[k] = targets at U, 2U, ... below its length (its chunks' first tokens)."""
+    for k in range(rows.size):
+        a = offsets[rows[k]]
+        e = offsets[rows[k] + 1]
+        n = 0
+        for i in range(a + usable, e, usable):
+            n += (flags[i] >> shift) & 1
+        cut[k] = n
+
+
 def count_rows(flags: np.ndarray, offsets: np.ndarray, rows: np.ndarray, usable: int, shift: int,
-               row_ids: np.ndarray | None = None) -> CutTargets:
-    """`CutTargets` of `rows` (positions into `offsets`, each longer than `usable`); `row_ids`
-    names them in `first_untrained` (default: `rows`)."""
+               row_ids: np.ndarray | None = None, split: bool = False) -> CutTargets:
+    """`CutTargets` of `rows` (positions into `offsets`, each longer than `usable`) truncated, or
+    with `split` cut into chunks of `usable` (`untrained` is truncate's figure alone); `row_ids` names them in `first_untrained` (default: `rows`)."""
     rows = np.ascontiguousarray(rows, np.int64)
     cut, kept = np.zeros(rows.size, np.int64), np.zeros(rows.size, np.bool_)
+    if split:
+        if rows.size:
+            _count_split(flags, np.asarray(offsets, np.int64), rows, int(usable), int(shift), cut)
+        return CutTargets(int(cut.sum()))
     if rows.size:
         _count(flags, np.asarray(offsets, np.int64), rows, int(usable), int(shift), cut, kept)
     untrained = np.flatnonzero(~kept & (cut > 0))
@@ -65,9 +83,10 @@ def merge(parts) -> CutTargets:
     return CutTargets(sum(p.targets for p in parts), sum(p.untrained for p in parts), min(firsts, default=-1))
 
 
-def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int) -> CutTargets:
-    """`CutTargets` of a tokenized cache's rows truncated to `usable` tokens: only the rows
-    longer than U are read (`TokenizedCache.read_rows`, any engine's cache), in batches."""
+def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int, split: bool = False) -> CutTargets:
+    """`CutTargets` of a tokenized cache's rows truncated to `usable` tokens (`split`: cut into
+    chunks of it): only the rows longer than U are read (`TokenizedCache.read_rows`, any
+    engine's cache), in batches."""
     over = np.flatnonzero(np.asarray(lengths, np.int64) > usable)
     parts, i = [], 0
     while i < over.size:
@@ -75,13 +94,14 @@ def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int) -> CutTargets:
         j = i + max(1, int(take.sum()))
         batch = over[i:j]
         rows = cache.read_rows(batch)
-        parts.append(count_rows(rows.loss_mask, rows.offsets, np.arange(batch.size), usable, 0, row_ids=batch))
+        parts.append(count_rows(rows.loss_mask, rows.offsets, np.arange(batch.size), usable, 0, row_ids=batch,
+                                split=split))
         i = j
     return merge(parts)
 
 
-def cut_targets_of_store(tokens, usable: int) -> CutTargets:
+def cut_targets_of_store(tokens, usable: int, split: bool = False) -> CutTargets:
     """`CutTargets` of a flat token store's (`tokenize.flat_tokens.FlatTokens`) rows truncated
-    to `usable` tokens (verify --source)."""
+    to `usable` tokens, or `split` (verify --source)."""
     over = np.flatnonzero(np.diff(tokens.offsets) > usable)
-    return count_rows(tokens.tokens, tokens.offsets, over, usable, 31)
+    return count_rows(tokens.tokens, tokens.offsets, over, usable, 31, split=split)

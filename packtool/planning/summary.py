@@ -10,7 +10,7 @@ import numpy as np
 from packtool.align import Alignment
 from packtool.errors import arg, shown
 from packtool.layout import Layout
-from packtool.planning.core import OverflowStats, Plan
+from packtool.planning.core import MASK_FIGURES, OverflowStats, Plan
 from packtool.tokenize.reply_roles import skipped_words
 
 
@@ -70,8 +70,8 @@ class DataChanges:
 
     def warning(self, why_skipped: str = "", loss_counted: bool = True, first_untrained: str = "") -> str | None:
         """One line saying what changed, or None when nothing did (`why_skipped`: more words on
-        the skipped rows; `loss_counted`: whether truncate's targets were counted from the loss
-        masks, which a plan of lengths does not see; `first_untrained`: where the first
+        the skipped rows; `loss_counted`: whether the targets truncate or split took were
+        counted from the loss masks, which a plan of lengths does not see; `first_untrained`: where the first
         sequence cut to no target was read)."""
         parts = []
         if self.rows_skipped:
@@ -90,8 +90,10 @@ class DataChanges:
                              f"nothing{at}: raise {arg('capacity')}, or {arg('overflow', 'split')} keeps "
                              f"their targets in later chunks")
         if self.sequences_split:
+            lost = (f"{self.targets_lost:,} target(s) lost at the cuts" if loss_counted
+                    else "targets lost at the cuts not counted (lengths only)")
             parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
-                         f"{arg('overflow', 'split')} ({self.targets_lost:,} target(s) lost at the cuts)")
+                         f"{arg('overflow', 'split')} ({lost})")
         return "; ".join(parts) or None
 
 
@@ -112,7 +114,7 @@ def data_changes(overflow: OverflowStats, skipped: dict | None = None) -> DataCh
 def overflow_text(o: OverflowStats, loss_counted: bool = True, fmt=lambda n: f"{n:,}") -> str:
     """The overflow figures as the pack/plan summary and `inspect` show them. Under truncate
     without the loss masks (a plan of lengths) the targets cut are unknown, never said as 0."""
-    lost = fmt(o.targets_lost) if loss_counted or o.policy != "truncate" else "? (lengths only)"
+    lost = fmt(o.targets_lost) if loss_counted or o.policy not in MASK_FIGURES else "? (lengths only)"
     text = (f"chunks {fmt(o.chunks)} · targets lost {lost} · dropped {fmt(o.tokens_dropped)} · "
             f"singletons {fmt(o.singletons)}")
     return text + (f" · untrained {fmt(o.untrained)}" if o.policy == "truncate" and loss_counted else "")
@@ -186,14 +188,15 @@ def with_skipped(summary: PlanSummary, skipped: dict | None, nonfinite: dict | N
 
 def with_cache(summary: PlanSummary, cache) -> PlanSummary:
     """`summary` with what only the tokenized cache (`tokenize.TokenizedCache`) knows: the rows
-    it skipped, its non-finite side values and, under truncate, the targets the cut removed and
-    the sequences it left with none (planning.cut_targets). Every engine's pack asks this."""
+    it skipped, its non-finite side values and, under truncate or split, the targets the cuts
+    took (and the sequences truncate left with none: planning.cut_targets). Every engine's pack
+    asks this."""
     s = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
     o = s.overflow
-    if o.policy != "truncate" or not o.sequences:
+    if o.policy not in MASK_FIGURES or not o.sequences:
         return replace(s, loss_counted=True)
     from packtool.planning.cut_targets import cut_targets_of_cache
-    cut = cut_targets_of_cache(cache, cache.lengths(), s.alignment["usable"])
+    cut = cut_targets_of_cache(cache, cache.lengths(), s.alignment["usable"], split=o.policy == "split")
     where = ""
     if cut.first_untrained >= 0:
         from packtool.tokenize.source_rows import SourceRows
@@ -203,8 +206,9 @@ def with_cache(summary: PlanSummary, cache) -> PlanSummary:
 
 
 def with_cut_targets(summary: PlanSummary, cut, where: str = "") -> PlanSummary:
-    """`summary` under truncate with the targets the cut removed and the sequences it left with
-    none (a `planning.cut_targets.CutTargets`; `where`: the first such sequence's input row)."""
+    """`summary` under truncate or split with the targets the cuts took and the sequences
+    truncate left with none (a `planning.cut_targets.CutTargets`; `where`: the first such
+    sequence's input row)."""
     return replace(summary, overflow=replace(summary.overflow, targets_lost=cut.targets, untrained=cut.untrained),
                    loss_counted=True, first_untrained=where)
 

@@ -144,7 +144,9 @@ class TokenizedCache:
         return f"TokenizedCache({self.path!r}, rows={self.num_rows}, tokens={self.num_tokens})"
 
     def _column(self, name: str) -> np.ndarray:
-        parts = [np_of(pq.read_table(arrow_file(p), columns=[name]).column(0)) for p in self.parquet_files]
+        # ParquetFile.read, not pq.read_table: the dataset layer imports pyarrow.compute and pandas
+        # (tests/packing/test_lean_imports.py), and under truncate or split pack asks lengths() again
+        parts = [np_of(pq.ParquetFile(arrow_file(p)).read(columns=[name]).column(0)) for p in self.parquet_files]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def lengths(self) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from packtool.align import Alignment
+from packtool.planning.core import MASK_FIGURES, OverflowStats, mask_figure_bounds
 from packtool.slabs.open_rules import DP_FIELDS, plan_breaks
 from packtool.verification.problems import ProblemLog
 
@@ -74,14 +75,18 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
     # singletons None: a null `singleton` leaves the count (and the singleton policy's sequences) unknown
     got = {} if singletons is None else {"singletons": singletons}
     if policy == "split":
-        got.update(sequences=int(split_rows.sum()), chunks=int(n_chunks[split_rows].sum()),
-                   targets_lost=int((n_chunks[split_rows] - 1).sum()))
+        got.update(sequences=int(split_rows.sum()), chunks=int(n_chunks[split_rows].sum()))
     elif policy == "singleton" and singletons is not None:
         got["sequences"] = singletons
     for k, v in got.items():
         if k in overflow and overflow[k] != v:
             log.add("manifest_stats", f"the manifest's stats.overflow.{k} is {overflow[k]}, the shards give {v}",
                     expected=v, found=overflow[k])
+    # the loss masks' figures: the shards bound them (a first token's target is gone from them); the source counts them
+    for k, most in mask_figure_bounds(OverflowStats(policy, **got)).items():
+        if isinstance(overflow.get(k), int) and overflow[k] > most:
+            log.add("manifest_stats", f"the manifest's stats.overflow.{k} is {overflow[k]}, more than the shards' "
+                    f"{most} cut(s) can lose (one target each at most)", expected=most, found=overflow[k])
     if source_dir is not None:
         _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy,
                               n_seq, overflow, source_dir, log)
@@ -108,7 +113,8 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
             log.add("manifest_stats", f"the manifest's stats.overflow.tokens_dropped is "
                     f"{overflow['tokens_dropped']}, the source gives {dropped}",
                     expected=dropped, found=overflow["tokens_dropped"])
-        _check_cut_targets(src, align.usable, overflow, log)
+    if policy in MASK_FIGURES:
+        _check_cut_targets(src, align.usable, policy, overflow, log)
     wrong = np.flatnonzero(got_total != want)
     if wrong.size:
         from packtool.tokenize.source_rows import describe_row, source_rows_at
@@ -128,12 +134,14 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
                     f"{int(missing[0])}", expected=int(src_len.size), found=int(src_len.size - missing.size))
 
 
-def _check_cut_targets(src, usable: int, overflow: dict, log) -> None:
-    """Truncate's targets cut away and sequences left with none, counted from the source's loss
-    masks by pack's own count (planning.cut_targets); `untrained` is absent in older outputs."""
+def _check_cut_targets(src, usable: int, policy: str, overflow: dict, log) -> None:
+    """The targets truncate cut away (and the sequences it left with none) or split lost at its
+    cuts, counted from the source's loss masks by pack's own count (planning.cut_targets);
+    `untrained` is absent in older outputs."""
     from packtool.planning.cut_targets import cut_targets_of_store
-    cut = cut_targets_of_store(src, usable)
-    for k, v in (("targets_lost", cut.targets), ("untrained", cut.untrained)):
+    cut = cut_targets_of_store(src, usable, split=policy == "split")
+    for k in MASK_FIGURES[policy]:
+        v = {"targets_lost": cut.targets, "untrained": cut.untrained}[k]
         if k in overflow and overflow[k] != v:
             log.add("manifest_stats", f"the manifest's stats.overflow.{k} is {overflow[k]}, the source "
                     f"gives {v}", expected=v, found=overflow[k])

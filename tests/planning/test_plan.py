@@ -64,8 +64,9 @@ def _check(align: Alignment, cfg: PackingConfig, lengths: np.ndarray) -> None:
         assert p.overflow.tokens_dropped == int(np.maximum(lengths - U, 0).sum())
     else:
         assert covered.min() == 1
-    if cfg.overflow == "split":
-        assert p.overflow.targets_lost == int((np.where(over, -(-lengths // U), 1) - 1).sum())
+    if cfg.overflow == "split":  # the targets its cuts lose are the loss masks' (L6): lengths alone say 0
+        assert p.overflow.targets_lost == 0
+        assert p.overflow.chunks == int(np.where(over, -(-lengths // U), 1)[over].sum())
     assert p.overflow.sequences == int(over.sum())
     # footprints, paddings and capacity
     assert (lay.seg_padded % align.s == 0).all()
@@ -109,7 +110,7 @@ def test_split_chunks_hand_checked():
     assert segs.offset.tolist() == [0, 0, 16, 32]
     assert segs.length.tolist() == [5, 16, 16, 8]
     assert segs.chunk.tolist() == [0, 0, 1, 2]
-    assert (st_.sequences, st_.chunks, st_.targets_lost) == (1, 3, 2)
+    assert (st_.sequences, st_.chunks, st_.targets_lost) == (1, 3, 0)  # targets lost: the masks' (L6)
 
 
 def test_default_overflow_per_algorithm():
