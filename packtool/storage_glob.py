@@ -2,6 +2,8 @@
 spec over a folder reads (S44-2: a prefix a glob matches is read whole, as a matched folder is)."""
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from packtool.storage import Location, locate
 from packtool.storage_uri import GLOB_CHARS, _glob_regex, _hidden_below
 
@@ -28,7 +30,7 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
         return [_child(loc, i.path) for i in seen if not _hidden_below(i.path, loc.path)]
     cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
     base = loc.path[:cut].rsplit("/", 1)[0]
-    root = Location(loc.fs, base, loc.shown[:len(loc.shown) - len(loc.path) + len(base)], False, name)
+    root = Location(loc.fs, base, _typed_root(loc, base), False, name)
     pattern = _glob_regex(loc.path)
     seen = root.list()
     if listed is not None:
@@ -47,6 +49,16 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     return out
 
 
+def _typed_root(loc: Location, base: str) -> str:
+    """The URI of the glob's root folder as the user typed it: `loc.shown` cut as `base` cuts
+    `loc.path`, counted in names (the typed URI holds escapes, `%20` for a space, that make it
+    longer than Arrow's decoded path: cut by characters, it lost or kept the wrong ones)."""
+    head, sep, typed = loc.shown.partition("://")
+    host, _, rest = typed.partition("/")
+    below = len(base.split("/")) - len(loc.path.split("/")) + len(rest.split("/"))
+    return f"{head}{sep}{host}/" + "/".join(rest.split("/")[:below]) if below > 0 else f"{head}{sep}{host}"
+
+
 def _globbed(pattern, path: str, root: str | None) -> str | None:
     """"": the object itself matches; a prefix above it that matches (a "folder" the glob
     names), with nothing hidden between that prefix and the object (nor below `root`, when
@@ -61,9 +73,19 @@ def _globbed(pattern, path: str, root: str | None) -> str | None:
     return None
 
 
+# what a listed key's names keep unescaped in its URI: a URI's path characters but `%` (a key's
+# own `%41` must not read back as `A`, S45A-6) and the glob characters (`*` names no pattern there)
+_KEY_SAFE = "-._~!$&'()+,;=:@"
+
+
 def _child(root: Location, path: str) -> Location:
+    """A listed object: its key (`path`, Arrow's) as it is, and in `shown`, the URI packtool
+    records and later locates again (a reader, a Ray task, the manifest), its names
+    percent-encoded, as storage.locate decodes them: `#`, `?`, `%` or a space in a key read
+    like any other character, as in a local file name."""
     rel = path[len(root.path):].lstrip("/")
-    return Location(root.fs, path, root.shown.rstrip("/") + "/" + rel, root.local, root.argument)
+    said = "/".join(quote(n, safe=_KEY_SAFE) for n in rel.split("/"))
+    return Location(root.fs, path, root.shown.rstrip("/") + "/" + said, root.local, root.argument)
 
 
 __all__ = ["expand"]
