@@ -14,13 +14,22 @@ from packtool.output.lock import lock_file
 from packtool.slabs.names import MANIFEST
 
 ALIGN = Alignment(cp=2, capacity=256)
-MOMENTS = ["swap before the shards", "swap after the shards", "manifest rewritten", "swap by a locked pack"]
+# "to fewer shards" (S45B-3): a listed shard gone, not only changed (FileNotFoundError in verify's pass)
+MOMENTS = ["swap before the shards", "swap after the shards", "manifest rewritten", "swap by a locked pack",
+           "swap to fewer shards"]
 
 
 def two_outputs(tmp_path) -> tuple[str, str]:
     a, _ = write_pack(str(tmp_path / "a"), np.arange(5, 250, 7), ALIGN, seed=0)
     b, _ = write_pack(str(tmp_path / "b"), np.arange(9, 250, 5), ALIGN, seed=3)
+    small, _ = write_pack(str(tmp_path / "c"), [5, 9], ALIGN, seed=4)  # one shard: `smaller(b)`
+    assert len(os.listdir(a)) > len(os.listdir(small)) == 2
     return a, b
+
+
+def smaller(b: str) -> str:
+    """The one-shard output two_outputs made beside `b`."""
+    return os.path.join(os.path.dirname(os.path.dirname(b)), "c", "packed")
 
 
 def tree(d) -> dict[str, bytes]:
@@ -33,7 +42,7 @@ def tree(d) -> dict[str, bytes]:
     return out
 
 
-def _swap(a, b):
+def swap(a, b):
     os.rename(a, a + ".old")
     os.rename(b, a)
 
@@ -54,12 +63,12 @@ def arm(monkeypatch, module, name: str, a: str, b: str, moment: str) -> None:
     def reads(*args, **kw):
         if moment == "swap after the shards":
             res = real(*args, **kw)
-            _swap(a, b)
+            swap(a, b)
             return res
         if moment == "manifest rewritten":
             _rewrite_manifest(a)
         else:
-            _swap(a, b)
+            swap(a, smaller(b) if moment == "swap to fewer shards" else b)
             if moment == "swap by a locked pack":
                 with open(lock_file(os.path.realpath(a)), "wb") as f:
                     f.write(b"packtool lock, pid 4242, pack\n")

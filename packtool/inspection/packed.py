@@ -21,12 +21,11 @@ def inspect_packed(directory: str, compare: bool = False, what_if: bool = True,
     those checks read, so no column is read twice. An output replaced while it is read (a `pack
     --overwrite` of the folder) is one line, as verify's (output.unchanged): never a report
     mixing the old manifest with the new shards, nor a reader's error about good shards."""
-    from packtool.errors import PacktoolError
     from packtool.output.unchanged import check_unchanged, folder_state
     before = folder_state(directory)
     try:
         report = _report(directory, compare, what_if, progress, given)
-    except PacktoolError:
+    except Exception:  # a shard gone or cut mid-swap (FileNotFoundError, Arrow's) is the swap too
         check_unchanged(directory, before, "inspect")  # a folder gone mid-swap is the swap, not a bad argument
         raise
     check_unchanged(directory, before, "inspect")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
@@ -304,6 +305,9 @@ class SlabManifest:
     side_columns: tuple[SideColumn, ...] = ()  # FORMAT.md "Side columns"; () for version 1
     # the caller's argument that gave a store URI (None locally): its later requests name it too
     argument: str | None = None
+    # the local folder and manifest as they were before the manifest was read (output.unchanged):
+    # a shard that fails to open or read after a `pack --overwrite` replaced them is the swap
+    state: tuple | None = None
 
     @property
     def dp(self) -> int:
@@ -333,6 +337,8 @@ class SlabManifest:
         `data_dir` for train), named by a refusal of it."""
         from packtool.params import path as checked_path
         path = checked_path(argument, path, optional=False)  # None, bytes: one line, not os.stat's TypeError
+        from packtool.output.unchanged import folder_state
+        state = folder_state(path)
         m = read_manifest(path, argument)
         with reading(path, argument):  # its requests after the manifest's name `argument` too
             where = manifest_file(path) or join(path, MANIFEST)
@@ -350,12 +356,21 @@ class SlabManifest:
         return cls(path=path, manifest=where, alignment=align, packing=packing, pad_id=pad_id, vocab_size=vocab,
                    shards=shard_names(m, where), raw=m,
                    side_columns=side_columns_from_manifest(m.get("side_columns"), where),  # checked by read_manifest
-                   argument=argument if is_uri(path) else None)
+                   argument=argument if is_uri(path) else None, state=state)
 
+    @contextmanager
     def reading(self):
         """The block in which this output's shards are read: a store that stops answering (or
-        loses its bucket) meanwhile is one line naming the argument that gave it."""
-        return reading(self.path, self.argument)
+        loses its bucket) meanwhile is one line naming the argument that gave it; any error in
+        a local folder replaced since its manifest was read is the replacement, said so (S45B-3:
+        "listed but missing ... re-run `packtool pack`" of a healthy new output)."""
+        from packtool.output.unchanged import check_unchanged
+        try:
+            with reading(self.path, self.argument):
+                yield
+        except Exception:
+            check_unchanged(self.path, self.state, None)
+            raise
 
     @property
     def schema(self) -> pa.Schema:

@@ -23,7 +23,6 @@ from packtool.slabs.open_rules import linked_shard
 from packtool.side import side_columns_from_manifest
 from packtool.storage import bucket_gone, is_file, reading
 from packtool.tokenize.checksum import CHECKSUMS, SHARD_CHECKSUM
-from packtool.errors import PacktoolError
 from packtool.output.unchanged import check_unchanged, folder_state
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.job import ShardJob, ShardResult
@@ -72,7 +71,7 @@ def verify(directory: str, source_dir: str | None = None, workers: int | None = 
         with reading(directory if isinstance(directory, str) else "", "directory"):
             report = _verify(directory, source_dir, workers, max_problems, batch_rows, source_fingerprint,
                              progress, source_tokenize, source_files)
-    except PacktoolError:
+    except Exception:  # a shard gone or cut mid-swap (FileNotFoundError, Arrow's) is the swap too
         check_unchanged(directory, before)  # a folder gone mid-swap is the swap, not a bad argument
         raise
     check_unchanged(directory, before)
