@@ -12,8 +12,9 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
            folders: list | None = None) -> list[Location]:
     """An object-store input spec as its files, sorted: one object, every object below a
     prefix, or what a glob (`*`, `**`; a `?` starts the URI's query) matches: objects,
-    and prefixes read whole as a folder a local glob matches is (S44-2). Hidden names (`.`, `_`)
-    below a prefix are left out, as Arrow's dataset readers do. `listed`, when given, gets
+    and prefixes read whole as a folder a local glob matches is (S44-2); a pattern ending in `/`
+    matches prefixes only, as it matches folders only locally. Hidden names (a leading `.`)
+    below a prefix are left out, as a local folder's are (S45A-12). `listed`, when given, gets
     the prefix listed (a Location) and every object path seen, hidden ones too: what else lies
     there (packtool's own outputs and caches: tokenize.own_trees) without a second listing.
     `name`: the argument that gave `spec`. `folders`, when given, gets each prefix read whole
@@ -36,11 +37,12 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     if listed is not None:
         listed += [root, *(i.path for i in seen)]
     # a wildcard passes over hidden names, as a local glob does, unless the pattern names one
-    named = "/." in "/" + loc.path[len(base):].lstrip("/") or "/_" in "/" + loc.path[len(base):].lstrip("/")
+    named = "/." in "/" + loc.path[len(base):].lstrip("/")
+    folders_only = spec.partition("?")[0].endswith("/")  # (locate drops the `/`)
     out, whole = [], {}
     for i in seen:
         m = _globbed(pattern, i.path, None if named else base)
-        if m is not None:
+        if m is not None and not (folders_only and m == ""):
             out.append(_child(root, i.path))
             if m:
                 whole.setdefault(m, _child(root, m))
@@ -63,8 +65,10 @@ def _globbed(pattern, path: str, root: str | None) -> str | None:
     """"": the object itself matches; a prefix above it that matches (a "folder" the glob
     names), with nothing hidden between that prefix and the object (nor below `root`, when
     given); None: neither."""
+    if root is not None and _hidden_below(path, root):  # a wildcard matches no hidden name either
+        return None
     if pattern.match(path):
-        return "" if root is None or not _hidden_below(path, root) else None
+        return ""
     parts = path.split("/")
     for k in range(len(parts) - 1, 0, -1):
         above = "/".join(parts[:k])

@@ -353,7 +353,9 @@ def store_failure(e: BaseException, path: str) -> StorageError | None:
 
 
 def _hidden_below(path: str, base: str) -> bool:
-    return any(p.startswith((".", "_")) for p in path[len(base):].strip("/").split("/"))
+    """A name below `base` that a local folder input or glob passes over: one starting with `.`
+    (a `_` name is read locally, so it is on a store too: S45A-12)."""
+    return any(p.startswith(".") for p in path[len(base):].strip("/").split("/"))
 
 
 def _glob_regex(pattern: str) -> re.Pattern:

@@ -1,32 +1,25 @@
-"""A glob over an object store reads what the same glob reads over a folder (S44-2): a prefix it
-matches is read whole, as a matched folder is; a `?` that starts no key=value query is refused in
+"""A spec over an object store reads what the same spec reads over a folder (S44-2, S45A-12): a
+prefix a glob matches is read whole, as a matched folder is; only `.` names are hidden (a `_` name
+is read, as locally); a pattern ending in `/` matches prefixes only, as it matches folders only; a `?` that starts no key=value query is refused in
 one line (in a URI it begins the query: `s3://b/in?` read the prefix `in`, `s3://b/i?.jsonl` was a
 query parameter refused with another input as its fix)."""
 from __future__ import annotations
 
-import glob
 import os
 
 import pytest
 from conftest import S3_ENV  # noqa: F401  (the s3 fixture's environment)
 
 from packtool.storage import StorageError, locate
-from packtool.storage_glob import expand
 
-TREE = ["in/a.jsonl", "in/sub/c.jsonl", "in/.hidden/x.jsonl", "in2/b.jsonl", "in.jsonl", "other/in3.jsonl"]
+TREE = ["in/a.jsonl", "in/sub/c.jsonl", "in/.hidden/x.jsonl", "in2/b.jsonl", "in.jsonl", "other/in3.jsonl",
+        "in/_u.jsonl", "in/.h.jsonl", "in/_part/d.jsonl", "in/deeper/b.jsonl", "in/deeper/deepest/c.jsonl"]
 
 
-def _local(root, pattern: str) -> set[str]:
-    """What a local glob reads: each match, a matched folder's visible files below it."""
-    out = set()
-    for m in glob.glob(os.path.join(root, pattern), recursive=True):
-        if os.path.isdir(m):
-            for d, dirs, files in os.walk(m):
-                dirs[:] = [x for x in dirs if not x.startswith((".", "_"))]
-                out |= {os.path.relpath(os.path.join(d, f), root) for f in files if not f.startswith((".", "_"))}
-        else:
-            out.add(os.path.relpath(m, root))
-    return out
+def _read(spec: str, root: str) -> set[str]:
+    """The files packtool's input resolution reads for `spec` (what pack reads), below `root`."""
+    from packtool.tokenize.readers import resolve_inputs
+    return {f.path[len(root) + 1:] for f in resolve_inputs([spec], quiet=True)}
 
 
 @pytest.fixture
@@ -40,11 +33,16 @@ def both(s3, tmp_path):
     return f"{s3}/t", str(tmp_path)
 
 
-@pytest.mark.parametrize("pattern", ["in*", "in2*", "in*/*.jsonl", "*", "**/*.jsonl", "other/*", "in/.hidden/*"])
-def test_a_store_glob_reads_what_a_local_glob_reads(both, pattern):
+# globs (S44-2), and (S45A-12) a folder itself, `_` names (read locally: only `.` is hidden), and
+# patterns ending in `/` (folders only, locally)
+SPECS = ["in*", "in2*", "in*/*.jsonl", "*", "**/*.jsonl", "other/*", "in/.hidden/*", "in", "in/", "in/*.jsonl",
+         "in/**/*.jsonl", "in/*/", "in/deeper/*/", "*/", "in/_*"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_a_store_spec_reads_what_the_same_spec_over_a_folder_reads(both, spec):
     store, local = both
-    got = {p.shown[len(store) + 1:] for p in expand(f"{store}/{pattern}")}
-    assert got == _local(local, pattern), pattern
+    assert _read(f"{store}/{spec}", store) == _read(os.path.join(local, spec), local), spec
 
 
 @pytest.mark.parametrize("tail", ["in?", "i?.jsonl", "in?x", "in?a=1&b"])
