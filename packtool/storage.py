@@ -222,18 +222,20 @@ def check_uri(spec: str, name: str, write: bool = False) -> Location:
         raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
                            f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
     if write:
+        from packtool.store_conditional import no_new_marker
         probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
-        try:
-            with loc.fs.open_output_stream(probe.path, compression=None):
-                pass  # an empty object: put at close
-        except OSError as e:
-            raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
-                               f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
-                               path=loc.shown, flag=flag) from None
-        try:
-            probe.delete()
-        except StorageError:
-            pass  # a role that may put but not delete: the prefix takes objects, which is the question
+        with no_new_marker(loc):  # its delete's `PREFIX/` marker: a run that then fails leaves nothing
+            try:
+                with loc.fs.open_output_stream(probe.path, compression=None):
+                    pass  # an empty object: put at close
+            except OSError as e:
+                raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
+                                   f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
+                                   path=loc.shown, flag=flag) from None
+            try:
+                probe.delete()
+            except StorageError:
+                pass  # a role that may put but not delete: the prefix takes objects, which is the question
         _TAKES.add(loc.shown)
     return loc
 

@@ -7,6 +7,9 @@ when it is installed; elsewhere (another store, or no botocore) each call answer
 the caller falls back to reading first (a window of one request: FORMAT.md says so)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from packtool.errors import PacktoolOutputError
 from packtool.storage import Location
 from packtool.storage_uri import unreached
@@ -104,4 +107,46 @@ def delete_if(loc: Location, expect: str) -> bool | None:
     return True
 
 
-__all__ = ["ABSENT", "client_for", "delete_if", "etag", "put_if"]
+def _head(client, bucket: str, key: str) -> dict | None:
+    """HeadObject's answer, None when there is no such object."""
+    from botocore.exceptions import ClientError
+    try:
+        return client.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 or \
+                e.response.get("Error", {}).get("Code", "") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+@contextmanager
+def no_new_marker(loc: Location) -> Iterator[None]:
+    """Around a put and delete of one object under the prefix `loc` (storage.check_uri's write
+    probe): pyarrow's delete puts an empty marker object `PREFIX/` so the prefix stays listed, and
+    a run that then failed left that marker on a store where it had written nothing (S45A-14).
+    The marker the block made is deleted again, only while it is that empty object (by its
+    ETag); one that was there before stays. Where the store offers no such request, or asking
+    fails, the marker is left (it holds nothing)."""
+    client = client_for(loc)
+    bucket, _, key = loc.path.partition("/")
+    if client is None or not key:
+        yield
+        return
+    from botocore.exceptions import BotoCoreError, ClientError
+    marker = key.rstrip("/") + "/"
+    try:
+        had = _head(client, bucket, marker) is not None
+    except (BotoCoreError, ClientError):
+        had = True  # unknown: never delete what may have been there
+    yield
+    if had:
+        return
+    try:
+        head = _head(client, bucket, marker)
+        if head is not None and head.get("ContentLength") == 0:
+            client.delete_object(Bucket=bucket, Key=marker, IfMatch=head["ETag"])
+    except (BotoCoreError, ClientError):
+        pass  # another's put since, or no delete permission: an empty marker is harmless
+
+
+__all__ = ["ABSENT", "client_for", "delete_if", "etag", "no_new_marker", "put_if"]

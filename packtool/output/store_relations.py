@@ -81,7 +81,11 @@ def refuse_inside(output: str, inputs, cache_dir) -> None:
 def cache_root_problem(cache_dir: str, inputs=()) -> str | None:
     """Why a store cache root may not be written (tokenize.cache_root.check_cache_dir's rules
     for a folder root, said the same way), or None: it is a packed output or a cache entry, or
-    lies inside one; it holds or lies inside an input prefix."""
+    lies inside one; it holds or lies inside an input prefix; it is an object (as an --output
+    is refused: its entries would go under `NAME/` beside the object, as no folder can be made
+    under a local file)."""
+    if locate(cache_dir).is_file():
+        return "is an object, not a prefix"
     found = tree_around(cache_dir, itself=True)
     if found:
         from packtool.output.relations import WHY
