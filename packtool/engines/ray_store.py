@@ -25,7 +25,7 @@ from packtool.tokenize.cache_entry import file_problem
 from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.request import resolve_cache
-from packtool.tokenize.store_cache import ENTRY_META
+from packtool.tokenize.store_cache import ENTRY_META, refuse_foreign_objects
 from packtool.tokenize.store_push import Push, sweep_pushes
 
 CHECK_TASKS_PER_CPU = 2  # the re-hash of a reused entry, spread over the cluster
@@ -67,6 +67,7 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
             cache = r.this_run(TokenizedCache(r.final, reused=True))
             say_stored(cache.meta, r.template)  # its notes, as when it was built
             return cache
+        refuse_foreign_objects(r.final, problem)  # one holding a user's object is left, as locally
         note(f"tokenized cache {shown(r.final)} is damaged ({problem}); rebuilding it from the inputs")
         damaged = True
     if cfg.side_columns or cfg.support_columns:

@@ -45,6 +45,18 @@ def foreign_in_entry(entry: str) -> list[str]:
     return out
 
 
+def foreign_in_listing(rels) -> list[str]:
+    """`foreign_in_entry` for an entry on a store, from its objects' names relative to it (a
+    store holds no links nor special files; its folders are the names' parts)."""
+    out = []
+    for rel in rels:
+        parts = rel.split("/")
+        ok = all(_entry_file("/".join(parts[:i]) or ".", parts[i], stat.S_IFDIR) for i in range(len(parts) - 1))
+        if not (ok and _entry_file("/".join(parts[:-1]) or ".", parts[-1], stat.S_IFREG)):
+            out.append(rel)
+    return out
+
+
 def foreign_in_flat(flat: str) -> list[str]:
     """`foreign_in_entry` for an entry's flat/ store alone (rebuilt whole: tokenize.flat_tokens)."""
     try:
@@ -66,4 +78,4 @@ def _entry_file(rel: str, n: str, mode: int) -> bool:
     return inside is None or bool(inside(n))  # a build folder's (flat.tmp-N, stage-N) contents: its own
 
 
-__all__ = ["FLAT_NAMES", "FLAT_TMP", "entry_names", "foreign_in_entry", "foreign_in_flat"]
+__all__ = ["FLAT_NAMES", "FLAT_TMP", "entry_names", "foreign_in_entry", "foreign_in_flat", "foreign_in_listing"]

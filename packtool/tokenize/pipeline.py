@@ -27,7 +27,7 @@ from packtool.heap import HeapBound, bound_heap, unbound_heap
 from packtool.output.files import make_parents, remove_created
 from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.side import parse_side_spec, side_columns_to_manifest
-from packtool.storage import file_size, is_uri
+from packtool.storage import file_size, is_uri, join_uri, shown
 from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
 from packtool.tokenize.blank_lines import BlankLines, say_record, stored
@@ -46,7 +46,7 @@ from packtool.tokenize.shapes import RenderedBatch, Shape, refuse_other_row, ren
 from packtool.tokenize.side_values import SideReader
 from packtool.tokenize.sink import CacheSink
 from packtool.tokenize.cache_root import check_cache_dir
-from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry
+from packtool.tokenize.store_cache import mirror_dir, pull_entry, push_entry, refuse_foreign_objects
 from packtool.tokenize.store_push import sweep_pushes
 from packtool.tokenize.templates import Renderer
 from packtool.tokenize.token_rows import tokens_batch as _tokens_batch
@@ -123,7 +123,9 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     r = resolve_cache(inputs, cfg, cache_dir)
     damaged = False  # a pulled entry that fails the check is replaced on the store too
     if r.existing is None and store and pull_entry(store, r.final):
-        r = replace(r, existing=reusable_cache(r.final, r.fingerprint))
+        entry, mirror = join_uri(store, os.path.basename(r.final)), r.final
+        r = replace(r, existing=reusable_cache(mirror, r.fingerprint, named=shown(entry), before_rebuild=(
+            lambda problem: refuse_foreign_objects(entry, problem, mirror=mirror))))
         damaged = r.existing is None
     if r.existing is not None:
         say_stored(r.existing.meta, r.template)

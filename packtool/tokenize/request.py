@@ -209,10 +209,12 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
     return CacheRequest(files, shapes, loaded, template, fp, root, final, existing, tuple(digests), cfg)
 
 
-def reusable_cache(final: str, fingerprint: str, before_rebuild=None) -> TokenizedCache | None:
+def reusable_cache(final: str, fingerprint: str, before_rebuild=None, named: str | None = None) -> TokenizedCache | None:
     """The cache at `final` if it exists and checks out; None (after saying why, once, and
     removing it) if it is damaged or stale; None if there is none. `before_rebuild(problem)`:
-    asked before a damaged entry is said to be rebuilt and removed (it refuses where it cannot)."""
+    asked before a damaged entry is said to be rebuilt and removed (it refuses where it cannot).
+    `named`: the entry as the user knows it, said instead of `final` (a store entry, not the
+    machine's mirror of it)."""
     if not os.path.lexists(final):
         return None
     problem = cache_problem(final, fingerprint)
@@ -233,7 +235,7 @@ def reusable_cache(final: str, fingerprint: str, before_rebuild=None) -> Tokeniz
                                   f"so it left it: move them out of it and re-run", path=final)
     if before_rebuild is not None:
         before_rebuild(problem)
-    note(f"tokenized cache {final} is damaged ({problem}); rebuilding it from the inputs")
+    note(f"tokenized cache {named or final} is damaged ({problem}); rebuilding it from the inputs")
     discard_cache(final)
     return None
 

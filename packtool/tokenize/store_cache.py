@@ -8,7 +8,8 @@ the store removes what the dead push provably put (store_push). A machine works 
 mirror of the store root (`PACKTOOL_CACHE_DIR`'s `store-<hash>/`): on a miss there it pulls
 the files the entry's cache.json records into a temporary folder, renames it into place, and the local cache check
 (every file re-hashed against cache.json's records) decides whether it is used; a damaged
-entry is rebuilt from the inputs, as locally. A new entry is pushed after it is built.
+entry is rebuilt from the inputs, as locally, unless it holds objects packtool did not write
+there (named, left, the run stops: `refuse_foreign_objects`, both engines). A new entry is pushed after it is built.
 Content-keyed as the local cache: the same inputs, tokenizer and options give the same key
 on every machine.
 """
@@ -58,6 +59,29 @@ def pull_entry(store: str, final: str) -> bool:
         raise
     unmark(final)  # a published entry is no leftover
     return True
+
+
+def refuse_foreign_objects(entry: str, problem: str, mirror: str | None = None) -> None:
+    """Before a damaged store entry (`entry`, its URI) is rebuilt over: one holding objects
+    packtool did not write there is named with them and left, and the run stops, as a local
+    entry is (request.reusable_cache): a rebuild puts the entry's files over it and would keep
+    the user's objects inside an entry packtool replaces whole. `mirror`: this machine's pulled
+    copy of it, removed then (its own, and a re-run would say it damaged first)."""
+    from packtool.errors import PacktoolOutputError
+    from packtool.output.entry_files import foreign_in_listing
+    from packtool.tokenize.store_push import PROOF_PREFIX
+    loc = locate(entry)
+    rels = [i.path[len(loc.path.rstrip("/")) + 1:] for i in loc.list()]
+    foreign = foreign_in_listing(r for r in rels if not (r.startswith(PROOF_PREFIX) and "/" not in r))
+    if not foreign:
+        return
+    if mirror is not None:
+        from packtool.tokenize.request import discard_cache
+        discard_cache(mirror)
+    more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    raise PacktoolOutputError(f"is damaged ({problem}) and holds objects packtool did not write there "
+                              f"({', '.join(foreign[:3])}{more}); packtool replaces a damaged entry whole, so it "
+                              f"left it: move them out of it and re-run", path=loc.shown)
 
 
 def recorded_files(entry: Location) -> list[str]:
@@ -114,4 +138,5 @@ def _records(final: str, rels: list[str]) -> dict:
             for r in rels}
 
 
-__all__ = ["ENTRY_META", "commit_entry", "recorded_files", "mirror_dir", "pull_entry", "push_entry"]
+__all__ = ["ENTRY_META", "commit_entry", "recorded_files", "mirror_dir", "pull_entry", "push_entry",
+           "refuse_foreign_objects"]
