@@ -338,7 +338,7 @@ class SlabManifest:
         from packtool.params import path as checked_path
         path = checked_path(argument, path, optional=False)  # None, bytes: one line, not os.stat's TypeError
         from packtool.output.unchanged import folder_state
-        state = folder_state(path)
+        state = None if is_uri(path) else folder_state(path)  # a store's: check_said.fix_of, on a failure
         m = read_manifest(path, argument)
         with reading(path, argument):  # its requests after the manifest's name `argument` too
             where = manifest_file(path) or join(path, MANIFEST)
