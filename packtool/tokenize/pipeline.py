@@ -115,11 +115,22 @@ def tokenize_to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None = None,
     tokenizer (content hash), template text and options."""
     warm_compiled_code()
     store = cache_dir if is_uri(cache_dir) else None
-    if store:  # a local mirror of the store's entries (packtool.tokenize.store_cache)
-        check_cache_dir(store, inputs if isinstance(inputs, (list, tuple)) else [inputs])  # before the mirror is made
-        sweep_pushes(store)  # what killed pushes left there (store_push)
-        cache_dir = mirror_dir(store, default_cache_dir())
-        os.makedirs(cache_dir, exist_ok=True)
+    if not store:
+        return _to_cache(inputs, cfg, cache_dir, None, progress, check_lengths)
+    # a local mirror of the store's entries (packtool.tokenize.store_cache)
+    check_cache_dir(store, inputs if isinstance(inputs, (list, tuple)) else [inputs])  # before the mirror is made
+    sweep_pushes(store)  # what killed pushes left there (store_push)
+    mirror = mirror_dir(store, default_cache_dir())
+    made = make_parents(mirror)
+    try:
+        return _to_cache(inputs, cfg, mirror, store, progress, check_lengths)
+    except BaseException:
+        remove_created(made)  # the mirror's folders a failed run made, while empty: as a local root's
+        raise
+
+
+def _to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, store: str | None, progress: bool,
+              check_lengths) -> TokenizedCache:
     r = resolve_cache(inputs, cfg, cache_dir)
     damaged = False  # a pulled entry that fails the check is replaced on the store too
     if r.existing is None and store and pull_entry(store, r.final):

@@ -90,6 +90,7 @@ def test_a_failed_run_leaves_no_marker_of_a_new_cache_root(entry, root, s3, tmp_
         ENTRIES[entry](_src(tmp_path, chat=True), f"{s3}/{root}", str(tmp_path / "out"))
     assert "chat template" in str(e.value)
     assert _keys(s3) == []
+    assert not os.path.exists(tmp_path / "local")  # nor the local root its mirror was made in
 
 
 @pytest.mark.parametrize("entry", ["library tokenize_to_cache", "cli pack"])
