@@ -56,6 +56,9 @@ def _typed_root(loc: Location, base: str) -> str:
     `loc.path`, counted in names (the typed URI holds escapes, `%20` for a space, that make it
     longer than Arrow's decoded path: cut by characters, it lost or kept the wrong ones)."""
     head, sep, typed = loc.shown.partition("://")
+    if not sep:  # a file:// location is shown as its path: cut it the same way, names for names
+        parts = loc.shown.split("/")
+        return "/".join(parts[:len(base.split("/")) - len(loc.path.split("/")) + len(parts)]) or "/"
     host, _, rest = typed.partition("/")
     below = len(base.split("/")) - len(loc.path.split("/")) + len(rest.split("/"))
     return f"{head}{sep}{host}/" + "/".join(rest.split("/")[:below]) if below > 0 else f"{head}{sep}{host}"
