@@ -2,10 +2,11 @@
 spec over a folder reads (S44-2: a prefix a glob matches is read whole, as a matched folder is)."""
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+from packtool.errors import cli_flag
 from packtool.storage import Location, locate
-from packtool.storage_uri import GLOB_CHARS, _glob_regex, _hidden_below
+from packtool.storage_uri import GLOB_CHARS, StorageError, _glob_regex, _hidden_below
 
 
 def expand(spec: str, listed: list | None = None, name: str | None = None,
@@ -21,9 +22,24 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     (the one named, or each a glob matched; a Location): what a local folder input is."""
     loc = locate(spec, name=name)
     if not any(c in loc.path for c in GLOB_CHARS):
-        if loc.is_file():
+        # on a store one name can be an object and a prefix at once (a single-file write, then a
+        # folder of parts at the same name): a trailing / names the prefix, as `dir/` names a
+        # folder; a bare name that is both is refused, never read as one of them (S45A-10)
+        prefix, is_object = urlsplit(spec).path.endswith("/"), loc.is_file()
+        seen = loc.list()  # below the name as a prefix: nothing, for an object alone
+        if is_object and not prefix and not seen:
             return [loc]
-        seen = loc.list()
+        if is_object:
+            flag = name and cli_flag(name)
+            if not seen:
+                raise StorageError("is an object, not a prefix: drop the trailing / to read the object",
+                                   path=loc.shown + "/", flag=flag)
+            if not prefix:
+                first = seen[0].path[len(loc.path) - len(loc.path.rsplit("/", 1)[-1]):]
+                raise StorageError(f"is both an object and a prefix holding {len(seen)} object"
+                                   f"{'s' if len(seen) != 1 else ''} ({first}{', ...' if len(seen) > 1 else ''}): "
+                                   f"give {loc.shown}/ to read the prefix, or rename one of them to read the object",
+                                   path=loc.shown, flag=flag)
         if listed is not None:
             listed += [loc, *(i.path for i in seen)]
         if folders is not None and seen:
