@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import quote, urlsplit
 
+import pyarrow.fs as pafs
+
 from packtool.errors import cli_flag
 from packtool.storage import Location, locate
 from packtool.storage_uri import GLOB_CHARS, StorageError, _glob_regex, _hidden_below
@@ -25,8 +27,11 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
         # on a store one name can be an object and a prefix at once (a single-file write, then a
         # folder of parts at the same name): a trailing / names the prefix, as `dir/` names a
         # folder; a bare name that is both is refused, never read as one of them (S45A-10)
-        prefix, is_object = urlsplit(spec).path.endswith("/"), loc.is_file()
-        seen = loc.list()  # below the name as a prefix: nothing, for an object alone
+        # (a file:// location keeps its trailing /: the object is asked for by its name alone)
+        prefix = urlsplit(spec).path.endswith("/")
+        is_object = loc.info_of(loc.path.rstrip("/") or loc.path).type == pafs.FileType.File
+        # below the name as a prefix: nothing for an object alone; a local file (file://) is no folder
+        seen = [] if is_object and loc.local else loc.list()
         if is_object and not prefix and not seen:
             return [loc]
         if is_object:

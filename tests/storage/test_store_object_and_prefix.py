@@ -63,3 +63,18 @@ def test_pack_reads_or_refuses_them_alike(tree, spec, tmp_path):
     else:
         assert r.exit_code == 0, r.output
         assert json.loads(r.output)["sequences"] == sum(TREE[k] for k in want), r.output
+
+
+@pytest.mark.parametrize("spec, want", [("in/b.jsonl", {"in/b.jsonl"}), ("in/c", {"in/c/part-0.jsonl"}),
+                                        ("in/c/", {"in/c/part-0.jsonl"}), ("in/b.jsonl/", None)])
+def test_a_file_uri_reads_a_file_or_a_folder(tmp_path, spec, want):
+    """file:// goes through the same rule: a file is read without listing it as a folder."""
+    for key in ("in/b.jsonl", "in/c/part-0.jsonl"):
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text('{"text": "x"}\n')
+    uri = f"file://{tmp_path}/{spec}"
+    if want is None:
+        with pytest.raises(PacktoolError, match="drop the trailing /"):
+            expand(uri, name="inputs")
+    else:
+        assert {x.path[len(str(tmp_path)) + 1:] for x in expand(uri)} == want
