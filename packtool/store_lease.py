@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.storage import Location, bucket_gone, locate, read_small
+from packtool.storage import Location, bucket_gone, is_uri, locate, read_small
 from packtool.store_conditional import ABSENT, delete_if, etag, put_if
 
 LEASE = ".packtool.lock"
@@ -203,6 +203,16 @@ def expired(rec: dict) -> bool:
     return time.time() - float(rec.get("renewed") or 0) >= LEASE_SECONDS or _dead_here(rec)
 
 
+def run_holds(prefix: str) -> bool:
+    """A packtool run holds object-store prefix `prefix` now: its lease is a record packtool
+    wrote and not a dead run's (`expired`, the rule a takeover goes by). What `verify` asks of the
+    shards a run's intent names: a run in flight, or a dead run's left for plain readers."""
+    if not is_uri(prefix):
+        return False
+    rec = _read(locate(prefix).join(LEASE))
+    return bool(rec) and not expired(rec)
+
+
 def take_lease(prefix: Location) -> Lease:
     lock = prefix.join(LEASE)
     lease = Lease(lock, prefix.shown)
@@ -233,4 +243,5 @@ def take_lease(prefix: Location) -> Lease:
     return lease.start()
 
 
-__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired", "RENEW_SECONDS", "take_lease"]
+__all__ = ["LEASE", "LEASE_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired", "RENEW_SECONDS", "run_holds",
+           "take_lease"]

@@ -37,6 +37,9 @@ def owned_names(output: str) -> list[str]:
         raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=output) from None
     if not entries:
         return []
+    linked = [e for e in entries if e in _MANIFESTS and os.path.islink(os.path.join(output, e))]
+    if linked:  # the manifest held to the shards' rule (shard_is_ours): a user's link is not packtool's
+        return _refuse_foreign(output, linked, "a packtool output, but it also holds")
     try:
         m = read_manifest(output)
         listed = shard_names(m, manifest_file(output) or output)
@@ -125,8 +128,8 @@ def refuse_foreign(shown: str, foreign: list[str], why: str, place: str):
     (`place`), naming a few of what is not packtool's."""
     text = ", ".join(foreign[:SHOWN_FOREIGN]) + (f" and {len(foreign) - SHOWN_FOREIGN} more"
                                                  if len(foreign) > SHOWN_FOREIGN else "")
-    raise PacktoolOutputError(f"{why}: {text} (not packtool's: no shard name, or not the size "
-                              f"and checksum its manifest records); packtool writes only into a "
+    raise PacktoolOutputError(f"{why}: {text} (not packtool's: no shard name, a symbolic "
+                              f"link, or not the size and checksum its manifest records); packtool writes only into a "
                               f"new or empty {place} or its own previous output: pick another "
                               f"{arg('output')}", path=shown, flag=cli_flag("output"))
 

@@ -134,6 +134,10 @@ def read_manifest(directory: str, argument: str | None = None) -> dict:
         _refuse_manifest_kind(directory)
         raise FormatError(f"{directory}: no {MANIFEST} (not a packtool output, or an interrupted "
                           f"pack: re-run `packtool pack`)")
+    from packtool.slabs.open_rules import linked_shard
+    link = linked_shard(directory, os.path.basename(path), "manifest")
+    if link is not None and link.refused:  # the shards' rule: no file of the output read from elsewhere
+        raise FormatError(f"{path}: {link.refused}")
     from packtool.storage import read_small
     try:
         data = read_small(path, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)

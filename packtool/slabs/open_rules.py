@@ -205,26 +205,28 @@ class Link(NamedTuple):
     refused: str | None  # why no reader reads through it (the fix included); None: harmless
 
 
-def linked_shard(folder: str, name: str) -> Link | None:
+def linked_shard(folder: str, name: str, what: str = "shard") -> Link | None:
     """Listed shard `name` of the local output `folder` when it is a symbolic link (None when it is
     not, or on an object store, which has none). A shard is a regular file of the output folder:
     a link to one inside it reads that file's bytes, checked like any shard's (harmless: verify
     notes it, since `pack --overwrite` will not replace such an output); a link out of the folder
     or to nothing is refused, by every reader and by verify alike. A copy of the folder would lose
     the target, and a file outside is no part of what was packed, whatever its checksum says now.
-    A hard link is the file itself: its bytes are checked like any shard's (size, checksum)."""
+    A hard link is the file itself: its bytes are checked like any shard's (size, checksum).
+    The manifest is held to the same rule (`what` "manifest": slabs.format.read_manifest): it
+    says what the shards are, so a reader reads no manifest from elsewhere either."""
     path = os.path.join(folder, name)
     if is_uri(folder) or not os.path.islink(path):
         return None
     target, home = os.path.realpath(path), os.path.realpath(folder)
     if not os.path.exists(target):
-        return Link(target, f"a symbolic link to {target}, which does not exist (a dangling link); put the shard "
+        return Link(target, f"a symbolic link to {target}, which does not exist (a dangling link); put the {what} "
                             f"itself back, or re-run `packtool pack`")
     if os.path.commonpath([target, home]) != home:
-        return Link(target, f"a symbolic link to {target}, outside the output folder (a shard is a file of the "
+        return Link(target, f"a symbolic link to {target}, outside the output folder (a {what} is a file of the "
                             f"folder: a reader reads no file elsewhere); copy the file itself in "
                             f"(cp --remove-destination), or re-run `packtool pack`")
     if not os.path.isfile(target):
-        return Link(target, f"a symbolic link to {target}, which is not a regular file; put the shard itself back, "
+        return Link(target, f"a symbolic link to {target}, which is not a regular file; put the {what} itself back, "
                             f"or re-run `packtool pack`")
     return Link(target, None)

@@ -18,7 +18,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.slabs.format import FormatError, NotAnOutputError, manifest_config, read_manifest, shard_names
-from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, in_flight, join, manifest_file, stray_entries
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, join, manifest_file
 from packtool.slabs.open_rules import linked_shard
 from packtool.side import side_columns_from_manifest
 from packtool.storage import bucket_gone, is_file, reading
@@ -27,6 +27,7 @@ from packtool.output.unchanged import check_unchanged, folder_state
 from packtool.verification.problems import Problem, ProblemLog
 from packtool.verification.job import ShardJob, ShardResult
 from packtool.verification.shard import check_shard
+from packtool.verification.unlisted import check_unlisted
 from packtool.workers import cores
 from packtool.verification.source import (  # noqa: F401  (verify --source's side; importable from here too)
     recorded_tokenize,
@@ -129,26 +130,10 @@ def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fin
         elif f not in present:
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
-    notes += _linked_shards(links)
-    legacy = os.path.basename(manifest_file(directory) or "") == LEGACY_MANIFEST
-    flying = in_flight(directory)
-    strays = stray_entries(directory, listed)
-    if flying & set(strays):
-        notes.append(f"{len(flying & set(strays))} shard(s) named by a packtool run's intent in {directory} "
-                     f"(a run writing, deleting what it replaced, or killed): not part of this output, never "
-                     f"read through the manifest (a plain Parquet reader of the prefix meets them until the next pack "
-                     f"to it removes a dead run's)")
-    for f in strays:
-        if f in flying:
-            continue
-        if legacy and f == LEGACY_MANIFEST:
-            notes.append(f"{LEGACY_MANIFEST} is an older packtool's manifest name: packtool reads it, "
-                         f"but pq.read_table/pyarrow.dataset/datasets read it as a shard and fail; "
-                         f"rename it to {MANIFEST} (or re-pack) for a plain Parquet dataset")
-        else:
-            log.add("shard_extra", f"{f} is in {directory} but not listed in the manifest (a stray or "
-                    f"duplicated file: pq.read_table, pyarrow.dataset and datasets' parquet loader "
-                    f"read every file whose name does not start with '.' or '_')", shard=f)
+    named = os.path.basename(manifest_file(directory) or MANIFEST)  # the manifest: the shards' rule
+    notes += _linked_shards({**links, named: linked_shard(directory, named, "manifest")})
+    legacy = named == LEGACY_MANIFEST
+    check_unlisted(directory, listed, legacy, log, notes)
     tok = man.get("tokenizer") or {}
     side = side_columns_from_manifest(man.get("side_columns"))
     source_side, side_source = (), ()
@@ -189,7 +174,7 @@ def _linked_shards(links: dict) -> list[str]:
     `slabs.open_rules.linked_shard`; a link out of the folder or to nothing is a problem, refused by
     the readers too), but `pack --overwrite` refuses to replace a folder whose shard is a link
     (output/owned.py). Said, so that the OK is not read as "a plain folder of files"."""
-    return [f"shard {f} is a symbolic link to {link.target}: readers read it (a file of the output folder), "
+    return [f"{'shard ' * (f not in (MANIFEST, LEGACY_MANIFEST))}{f} is a symbolic link to {link.target}: readers read it (a file of the output folder), "
             f"but `pack --overwrite` will not replace this output; copy the file itself in "
             f"(cp --remove-destination)" for f, link in links.items() if link is not None and not link.refused]
 

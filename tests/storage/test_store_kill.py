@@ -75,8 +75,9 @@ def test_a_killed_store_pack_leaves_a_whole_output_and_the_rerun_the_same_bytes(
     _, err = p.communicate(timeout=60)
     after = locate(out).join(MANIFEST).read_bytes()
     assert (after == before_manifest) == (stage == "upload")  # the commit is the manifest put
-    rep = verify(out, workers=1)  # whole: the shards the dead run's intent names are a note, not damage
-    assert rep.ok, rep.problems
+    rep = verify(out, workers=1)  # whole; the shards the dead run's intent names are what plain readers still meet
+    assert all(p.check == "shard_extra" and "no longer running" in p.message for p in rep.problems), rep.problems
+    assert bool(rep.problems) == (sig == signal.SIGKILL)
     from packtool.hf import SlabDataset
     assert len(SlabDataset(out)) > 0  # and every consumer opens it (they once refused the replaced shards)
     assert _shard_bytes(out) == before  # either manifest lists shards of these bytes
