@@ -38,7 +38,7 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
             flag = name and cli_flag(name)
             if not seen:
                 raise StorageError("is an object, not a prefix: drop the trailing / to read the object",
-                                   path=loc.shown + "/", flag=flag)
+                                   path=loc.shown.rstrip("/") + "/", flag=flag)
             if not prefix:
                 first = seen[0].path[len(loc.path) - len(loc.path.rsplit("/", 1)[-1]):]
                 raise StorageError(f"is both an object and a prefix holding {len(seen)} object"

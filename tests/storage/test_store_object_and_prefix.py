@@ -74,7 +74,8 @@ def test_a_file_uri_reads_a_file_or_a_folder(tmp_path, spec, want):
         (tmp_path / key).write_text('{"text": "x"}\n')
     uri = f"file://{tmp_path}/{spec}"
     if want is None:
-        with pytest.raises(PacktoolError, match="drop the trailing /"):
+        with pytest.raises(PacktoolError, match="drop the trailing /") as e:
             expand(uri, name="inputs")
+        assert str(e.value).startswith(f"{tmp_path}/{spec}: is an object"), str(e.value)
     else:
         assert {x.path[len(str(tmp_path)) + 1:] for x in expand(uri)} == want
