@@ -20,6 +20,7 @@ What a URI's text alone says (those refusals, `shown`, `join_uri`, glob patterns
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -199,12 +200,14 @@ PROBE_TAG = ".packtool-probe"
 _TAKES: set[str] = set()  # store prefixes this process saw take an object (check_uri's probe)
 
 
-def check_uri(spec: str, name: str, write: bool = False) -> Location:
+def check_uri(spec: str, name: str, write: bool = False, around_probe=None) -> Location:
     """The one check of a store URI that argument `name` (its flag on the command line) gives,
     before any work: its form (locate: a known scheme, no credentials, a bucket named); a
     bucket that does not exist; and, `write`, that the prefix takes an object (a probe put and
     deleted, once per prefix and process): a missing bucket, no write permission or another
-    endpoint is said here, not after the inputs are tokenized. A store that answers the
+    endpoint is said here, not after the inputs are tokenized (`around_probe(loc)`: a context
+    the probe runs in, store_conditional.no_new_marker's, given by the caller since that module
+    is built on this one). A store that answers the
     bucket question with anything but "not found" (a role allowed objects, not the bucket) is
     left to the work's own requests."""
     loc = locate(spec, name=name)
@@ -222,9 +225,8 @@ def check_uri(spec: str, name: str, write: bool = False) -> Location:
         raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
                            f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
     if write:
-        from packtool.store_conditional import no_new_marker
         probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
-        with no_new_marker(loc):  # its delete's `PREFIX/` marker: a run that then fails leaves nothing
+        with around_probe(loc) if around_probe else nullcontext():  # its delete's `PREFIX/` marker
             try:
                 with loc.fs.open_output_stream(probe.path, compression=None):
                     pass  # an empty object: put at close

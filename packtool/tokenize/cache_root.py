@@ -81,7 +81,8 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
         if problem:
             raise PacktoolOutputError(f"{arg('cache_dir')} {problem}; give another {arg('cache_dir')}",
                                       path=shown_uri(cache_dir), flag=cli_flag("cache_dir"))
-        check_uri(cache_dir, "cache_dir", write=True)  # the bucket and a write, now: not after tokenizing
+        from packtool.store_conditional import no_new_marker  # a run that then fails leaves no `PREFIX/` marker
+        check_uri(cache_dir, "cache_dir", write=True, around_probe=no_new_marker)  # now: not after tokenizing
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
 
