@@ -86,8 +86,13 @@ def merge(parts) -> CutTargets:
 def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int, split: bool = False) -> CutTargets:
     """`CutTargets` of a tokenized cache's rows truncated to `usable` tokens (`split`: cut into
     chunks of it): only the rows longer than U are read (`TokenizedCache.read_rows`, any
-    engine's cache), in batches."""
-    over = np.flatnonzero(np.asarray(lengths, np.int64) > usable)
+    engine's cache), in batches. A cache whose every token is a target (no loss mask: plain
+    pre-tokenized rows) is counted from the lengths alone, reading nothing: under split that
+    read cost 8% of a pre-tokenized pack's wall (BENCHMARKS.md, stop 45)."""
+    lengths = np.asarray(lengths, np.int64)
+    over = np.flatnonzero(lengths > usable)
+    if getattr(cache, "num_loss_tokens", -1) == getattr(cache, "num_tokens", -2):
+        return _all_targets(lengths[over], over, usable, split)
     parts, i = [], 0
     while i < over.size:
         take = np.cumsum(lengths[over[i:]]) <= _BATCH_TOKENS
@@ -98,6 +103,16 @@ def cut_targets_of_cache(cache, lengths: np.ndarray, usable: int, split: bool = 
                                 split=split))
         i = j
     return merge(parts)
+
+
+def _all_targets(lens: np.ndarray, rows: np.ndarray, usable: int, split: bool) -> CutTargets:
+    """`count_rows` of rows (cache positions `rows`, lengths `lens`, each over U) whose every token
+    is a target: split loses one at each chunk start U, 2U, ...; truncate the tail [U, length),
+    and a row keeps a target in [1, U) unless U is 1."""
+    if split:
+        return CutTargets(int(((lens - 1) // usable).sum()))
+    untrained = rows if usable < 2 else rows[:0]
+    return CutTargets(int((lens - usable).sum()), int(untrained.size), int(untrained[0]) if untrained.size else -1)
 
 
 def cut_targets_of_store(tokens, usable: int, split: bool = False) -> CutTargets:
