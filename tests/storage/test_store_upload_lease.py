@@ -57,7 +57,17 @@ def ray_reaches_s3(request, s3):
     ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
     if ray.is_initialized():
         ray.shutdown()
-    return request.getfixturevalue("local_ray")
+    from packtool.engines.ray_engine import init_ray
+    from packtool.errors import PacktoolError
+    for attempt in (0, 1):  # a node started right after the last one's shutdown: its GCS may not come up
+        try:
+            init_ray(num_cpus=2)
+            break
+        except PacktoolError:
+            if attempt:
+                raise
+            time.sleep(5)
+    return request.getfixturevalue("local_ray")  # up now: kept, and shut down after the run of its tests
 
 
 @pytest.mark.parametrize("previous", [False, True], ids=["empty prefix", "over an output"])
