@@ -145,3 +145,16 @@ def resign_changes(man: dict) -> None:
     figures = {f.name: int(over.get(f.name) or 0) for f in fields(OverflowStats) if f.name != "policy"}
     stats = OverflowStats(man["config"]["packing"]["overflow"], **figures)
     man["stats"]["changes"] = asdict(data_changes(stats, man["stats"].get("skipped_rows") or {}))
+
+
+def run_format_reader(out: str, tmp_path) -> "subprocess.CompletedProcess":
+    """FORMAT.md's standalone reader, extracted as written, run on slab 0 of `out` in a fresh process."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    text = open(os.path.join(root, "FORMAT.md")).read()
+    script = tmp_path / "reader.py"
+    script.write_text(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1))
+    return subprocess.run([sys.executable, str(script), out, "slabs-00000.parquet", "0", "1"],
+                          capture_output=True, text=True)

@@ -55,11 +55,8 @@ def _linked(packed, tmp_path, name, kind) -> tuple[str, str]:
 
 
 def _standalone(out, tmp_path):
-    text = open(os.path.join(ROOT, "FORMAT.md")).read()
-    script = tmp_path / "reader.py"
-    script.write_text(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1))
-    return subprocess.run([sys.executable, str(script), out, "slabs-00000.parquet", "0", "1"],
-                          capture_output=True, text=True)
+    from slab_support import run_format_reader
+    return run_format_reader(out, tmp_path)
 
 
 def _consumers():
