@@ -16,6 +16,11 @@ feet. Workers are launched with SIGINT blocked in the launching thread (as multi
 starts its resource tracker): the forkserver, exec'd then, keeps the mask, and every worker it
 forks inherits it. They are also launched with the caller's `__main__` hidden, so a user
 script's top level never runs again in a worker.
+
+Every call runs under the caller's environment as it is when the call is submitted (`_noted`):
+the pools are kept for the process's life and the forkserver (one per process, every pool's)
+holds the environment of its first launch, so a library user who set AWS_ENDPOINT_URL (or any
+AWS_*, PACKTOOL_*, HF_* variable) after a first verify got workers without it, reaching real AWS.
 """
 from __future__ import annotations
 
@@ -81,8 +86,9 @@ def submit_all(pool: ProcessPoolExecutor, fn, items) -> list:
 
 def _noted(pool: ProcessPoolExecutor, fn, item) -> Future:
     """`pool.submit(fn, item)`, whose notes (packtool.notes) the worker keeps and this process
-    says, once, as the call ends: with its result, or before its error is raised."""
-    inner, outer = pool.submit(notes.held, fn, item), Future()
+    says, once, as the call ends: with its result, or before its error is raised. The call runs
+    under this process's environment as it is now (`_as_submitted`)."""
+    inner, outer = pool.submit(_as_submitted, dict(os.environ), fn, item), Future()
 
     def done(f: Future) -> None:
         if f.cancelled():
@@ -99,6 +105,18 @@ def _noted(pool: ProcessPoolExecutor, fn, item) -> Future:
 
     inner.add_done_callback(done)
     return outer
+
+
+def _as_submitted(environ: dict, fn, item):
+    """In a worker: `notes.held(fn, item)` with os.environ made `environ`, the caller's when it
+    submitted the call (every call sets it, so a worker's earlier call leaves nothing behind).
+    Through os.environ, so native code (Arrow's S3 client, the AWS chain) reads it too."""
+    for k in [k for k in os.environ if k not in environ]:
+        del os.environ[k]
+    for k, v in environ.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+    return notes.held(fn, item)
 
 
 def thread_pool(threads: int, name: str) -> ThreadPoolExecutor:
