@@ -23,6 +23,7 @@ import pyarrow as pa
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import fast_digest, sha256_file
+from packtool.tokenize.hf_format import has_transform, transformed
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.workers import thread_pool
@@ -72,12 +73,16 @@ def _content_hash(table: pa.Table) -> str:
 
 
 def _hf_dataset(ds, name: str) -> ArrowSource:
+    fp = getattr(ds, "_fingerprint", None)
+    if has_transform(ds):  # rows as ds[i] gives them, never keyed (hf_format)
+        columns, read_through = transformed(ds, name)
+        return ArrowSource(name, "hf-dataset", columns, ds.num_rows, None, read_through, fp)
+
     def read(batch_size, columns):
         sel = ds.select_columns(columns) if columns is not None else ds
         if sel._indices is None:  # the memory-mapped table itself, no copy
             return iter(sel.data.table.to_batches(max_chunksize=batch_size))
         return sel.with_format("arrow").iter(batch_size=batch_size)  # after select/shuffle
-    fp = getattr(ds, "_fingerprint", None)
     # Keyed, as the CLI keys a file, by the bytes read (the table, mapped or in memory; its
     # indices after select/shuffle), never by `_fingerprint`: datasets derives that from
     # state.json and the transforms, so files rewritten under an unchanged state.json keep it,
