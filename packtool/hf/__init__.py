@@ -183,7 +183,7 @@ class SlabDataset(Dataset):
             raise PacktoolConfigError(f"to_hf(streaming=True) reads through this dataset, no load_dataset: "
                                       f"load_kwargs {', '.join(load_kwargs)} would be ignored; drop them or pass "
                                       f"streaming=False", path=self.path, flag="load_kwargs")
-        from packtool.hf.load import check_load_kwargs, in_datasets, load_shards
+        from packtool.hf.load import check_load_kwargs, checked_name, in_datasets, load_shards
         check_load_kwargs(load_kwargs)  # before the shards are hashed
         try:
             import datasets
@@ -199,7 +199,8 @@ class SlabDataset(Dataset):
             for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
                 check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
-        full = load_shards(self.path, files, load_kwargs)  # datasets' failures: packtool's one line
+        # the conversion named by what was just checked (datasets' own key is a path and an mtime)
+        full = load_shards(self.path, files, load_kwargs, checked_name(self.manifest))
         return in_datasets(lambda: full.select_columns(list(self._columns())).select(self.order), self.path,
                            files, load_kwargs)
 

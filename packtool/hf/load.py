@@ -16,8 +16,9 @@ from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputErr
 from packtool.integers import short
 
 # what to_hf decides itself: the output's shards, all of them as one split, every column in the
-# dataset's order (a caller selects rows or columns on the dataset to_hf returns)
-SET_BY_TO_HF = ("path", "data_files", "data_dir", "split", "streaming", "columns")
+# dataset's order (a caller selects rows or columns on the dataset to_hf returns), the
+# conversion's name (checked_name)
+SET_BY_TO_HF = ("path", "name", "data_files", "data_dir", "split", "streaming", "columns")
 _NETWORK = ("ConnectionError", "ClientConnectorError", "EndpointConnectionError", "ConnectTimeoutError",
             "ReadTimeoutError", "ServerDisconnectedError", "NoCredentialsError")
 
@@ -28,8 +29,21 @@ def check_load_kwargs(kwargs: dict) -> None:
         if k in SET_BY_TO_HF:
             raise PacktoolConfigError(f"to_hf(load_kwargs): {k}={short(kwargs[k])} is to_hf's own: it loads "
                                       f"every shard of the output as one split, every column, in the "
-                                      f"dataset's order; drop {k} (select rows or columns on the dataset "
-                                      f"to_hf returns)", flag="load_kwargs")
+                                      f"dataset's order, named by the checksums it checked; drop {k} (select "
+                                      f"rows or columns on the dataset to_hf returns)", flag="load_kwargs")
+
+
+def checked_name(manifest) -> str:
+    """The name of the conversion of these shards in the datasets cache: a digest of every
+    shard's checksum in the manifest, which to_hf has just held each file to. datasets keys a
+    local file by its path and mtime only, so another output landed at the same paths with the
+    mtimes kept (cp -p, rsync -a, tar x, a mount with coarse or fixed mtimes) would be handed
+    out as the earlier conversion, rows of bytes never checked; the same bytes keep one name,
+    so they still convert once."""
+    import hashlib
+    from packtool.tokenize.checksum import CHECKSUMS
+    sums = [f"{a}:{e[a]}" for e in manifest.raw["shards"] for a in CHECKSUMS if a in e]
+    return "packtool-" + hashlib.sha256("\n".join(sums).encode()).hexdigest()[:32]
 
 
 def fsspec_can_read(path: str) -> None:
@@ -73,14 +87,15 @@ def _cache_placed(kwargs: dict) -> dict:
     return kwargs
 
 
-def load_shards(path: str, files: list[str], kwargs: dict):
-    """`datasets.load_dataset` of the output's shard `files` as one "train" split."""
+def load_shards(path: str, files: list[str], kwargs: dict, name: str):
+    """`datasets.load_dataset` of the output's shard `files` as one "train" split, its
+    conversion called `name` (checked_name) in the datasets cache."""
     import datasets
     check_load_kwargs(kwargs)
     fsspec_can_read(path)
     kwargs = _cache_placed(kwargs)
     try:
-        return datasets.load_dataset("parquet", data_files=files, split="train", **kwargs)
+        return datasets.load_dataset("parquet", name=name, data_files=files, split="train", **kwargs)
     except PacktoolError:
         raise
     except Exception as e:  # noqa: BLE001  datasets' and fsspec's errors, all of them: see translated

@@ -49,6 +49,7 @@ def _a_folder(p):
 # the keywords: (load_kwargs, the error type, what the line names besides load_kwargs)
 KWARGS = {
     "split (to_hf's own)": (dict(split="test"), PacktoolConfigError, "split='test'"),
+    "name (to_hf's own)": (dict(name="mine"), PacktoolConfigError, "name='mine'"),
     "data_files (to_hf's own)": (dict(data_files=["x.parquet"]), PacktoolConfigError, "data_files="),
     "data_dir (to_hf's own)": (dict(data_dir="elsewhere"), PacktoolConfigError, "data_dir="),
     "columns (to_hf's own)": (dict(columns=["input_ids"]), PacktoolConfigError, "columns="),

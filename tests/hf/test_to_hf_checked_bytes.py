@@ -1,0 +1,82 @@
+"""S46B-2: `SlabDataset.to_hf()` hashed every shard against the manifest, then handed out the
+`datasets` cache's conversion of whatever file had been at that path with that mtime before
+(datasets keys a local file by its path and mtime only): after another output landed in the
+folder with the shards' mtimes kept (`cp -p`, `rsync -a`, `tar x`, a mount with coarse or fixed
+mtimes), to_hf returned the first output's rows, with no word. The conversion is now named by the
+checksums to_hf checked: its rows are always those of the bytes checked, and the same bytes
+still convert once (a second call reuses the cache)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+datasets = pytest.importorskip("datasets", reason="the hf extra is not installed")
+
+from slab_support import write_pack  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.hf import SlabDataset  # noqa: E402
+
+LENGTHS = [40, 70, 90, 30, 100, 20, 60]
+
+
+def _pack(root, seed):
+    return write_pack(root, LENGTHS, Alignment(capacity=128), shard_tokens=200, seed=seed)[0]
+
+
+def _landed(src, dst):
+    """Output `src`'s files copied over `dst`'s, every file keeping the mtime dst's had."""
+    for name in os.listdir(src):
+        d = os.path.join(dst, name)
+        st = os.stat(d)
+        shutil.copyfile(os.path.join(src, name), d)
+        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _conversions(cache):
+    """The conversion folders datasets wrote for the parquet builder (one per config id)."""
+    base = os.path.join(cache, "parquet")
+    return sorted(os.listdir(base)) if os.path.isdir(base) else []
+
+
+# where the datasets cache lies: load_kwargs cache_dir, or HF_DATASETS_CACHE without it
+PLACES = ("load_kwargs cache_dir", "HF_DATASETS_CACHE")
+# load_dataset's keywords that change how the conversion is made or read, not which rows
+LOADS = {"plain": {}, "keep_in_memory": {"keep_in_memory": True}, "num_proc=2": {"num_proc": 2}}
+# the views of the output whose rows to_hf hands out
+VIEWS = {"whole": {}, "rank 1 of 2": {"rank": 1, "world_size": 2}}
+
+
+def _rows(h):
+    return [np.asarray(r) for r in h["input_ids"]]
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("place", PLACES)
+def test_to_hf_hands_out_the_rows_of_the_bytes_it_checked(tmp_path, monkeypatch, place, load, view):
+    out, other = _pack(str(tmp_path / "a"), 0), _pack(str(tmp_path / "b"), 1)
+    cache = str(tmp_path / "hfc")
+    kw = dict(LOADS[load])
+    if place == "HF_DATASETS_CACHE":
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    else:
+        kw["cache_dir"] = cache
+
+    first = SlabDataset(out, **VIEWS[view])
+    before = [first[i]["input_ids"].tolist() for i in range(len(first))]
+    assert [a.tolist() for a in _rows(first.to_hf(**kw))] == before
+    assert len(_conversions(cache)) == 1
+    SlabDataset(out, **VIEWS[view]).to_hf(**kw)  # the same bytes: converted once, the cache reused
+    assert len(_conversions(cache)) == 1
+
+    _landed(other, out)
+    ds = SlabDataset(out, **VIEWS[view])
+    want = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    assert want != before  # the bytes did change
+    assert [a.tolist() for a in _rows(ds.to_hf(**kw))] == want
+    assert len(_conversions(cache)) == 2  # a conversion of the new bytes beside the old one
