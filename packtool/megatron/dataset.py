@@ -99,8 +99,10 @@ def check_token_ids(ds: "PackedSlabDataset", model_vocab: int, vocab_size: int |
              f"held below {top} as each row group is read, mid-run, not at start; re-pack to have them checked "
              f"before training")
     elif most >= top:
-        raise PacktoolConfigError(f"{ds.manifest.manifest}: token id {most} (its largest, max_token_id) is "
-                                  f"not below {said}")
+        # the record, not a read of every id: one edited up passes every reader, verify fails it
+        raise PacktoolConfigError(f"{ds.manifest.manifest}: token id {most} (its largest as the manifest records "
+                                  f"it, max_token_id) is not below {said} (`packtool verify` fails a record "
+                                  f"above the shards' ids: run it first if no id that large was packed)")
     ds.reader.bound_ids(top, said)
 
 

@@ -50,3 +50,4 @@ class ShardResult:
     nulls: dict = field(default_factory=dict)  # scalar column -> per row: null there (a `schema` problem)
     log: ProblemLog | None = None
     skipped: int = 0  # rows with inconsistent array lengths, whose segments and tokens are not counted
+    top_id: int | None = None  # the largest token id read (pads too; None: no token), held to max_token_id

@@ -275,6 +275,8 @@ def _merge_pieces(results: list[ShardResult]) -> list[ShardResult]:
         m.rows += r.rows
         m.skipped += r.skipped
         m.readable &= r.readable
+        if r.top_id is not None and (m.top_id is None or r.top_id > m.top_id):
+            m.top_id = r.top_id
         m.log.merge(r.log)
         for k, v in r.totals.items():
             m.totals[k] = m.totals.get(k, 0) + v
@@ -332,6 +334,13 @@ def _check_shard_entry(entry: dict, res: ShardResult, log: ProblemLog) -> None:
             if key in entry and entry[key] != got:
                 log.add("shard_counts", f"shard {name} holds {got} {key.replace('_', ' ')}, the manifest "
                         f"says {entry[key]}", shard=name, expected=entry[key], found=got)
+        # a record above the shard's ids (one below is token_id_range, per slab: every reader
+        # refuses those groups) would size a trainer's vocabulary by a made-up id
+        top, said = res.top_id or 0, entry.get("max_token_id")  # 0 for a shard of no tokens (FORMAT.md)
+        if type(said) is int and said > top:
+            log.add("shard_counts", f"shard {name}'s largest token id is {top}, the manifest says max_token_id "
+                    f"{said}: the manifest's entry changed after packing; re-run `packtool pack`", shard=name,
+                    expected=said, found=top)
 
 
 def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, source_dir, notes) -> None:

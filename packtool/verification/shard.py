@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from packtool.errors import spelled_as
@@ -63,6 +64,10 @@ def _check_shard(job: ShardJob) -> ShardResult:
     try:
         for batch in pf.iter_batches(batch_size=job.batch_rows, row_groups=groups, use_threads=False):
             check_batch(batch, row0, job, src, log, acc, rows_of)
+            # every id, skipped slabs' too: the shard's max_token_id is held to it (run.py)
+            top = pc.max(pc.list_flatten(batch.column("input_ids"))).as_py()
+            if top is not None and (res.top_id is None or top > res.top_id):
+                res.top_id = top
             row0 += batch.num_rows
     except (OSError, pa.ArrowException) as e:
         if (gone := store_failure(e, job.path)) is not None:

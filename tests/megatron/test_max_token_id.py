@@ -128,6 +128,7 @@ def test_an_id_over_the_vocabulary_is_refused_before_the_model(ids_only, start, 
     msg = str(e.value)
     assert "\n" not in msg and f"token id {TOP} " in msg and "max_token_id" in msg, msg
     assert said.format(v=TOP) in msg, msg
+    assert "as the manifest records it" in msg and "`packtool verify` fails a record above" in msg, msg  # S46B-1
     assert not seen.get("input_ids"), dict(seen)
 
 
