@@ -13,7 +13,7 @@ import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg, cli_flag
 from packtool.integers import INT32_MAX, INT64_MAX, int_value, short
-from packtool.storage_uri import check_form, is_uri
+from packtool.storage import check_form, is_uri
 
 MAX_DEGREE = 2**31 - 1  # tp/cp: a degree above the most a slab holds cannot split one
 WORKERS_MAX = 4096  # threads or processes of one machine: more is a typo, not a machine

@@ -108,7 +108,7 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
     The shard's sub-plan is built here from its segments and the driver's per-slab values.
     Into the folder `out_dir`, or (`dests`: each shard's object URI and its proof's, named by
     the driver's store commit) written on this node's own scratch and uploaded from here, each
-    put only while the run still holds `lease` (the commit's store_lease.LeaseTicket)."""
+    put only while the run still holds `lease` (the commit's storage.lease.LeaseTicket)."""
     k = int(group.column("shard")[0].as_py())
     spec: SlabSpec = _get([spec_refs[k]])
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))

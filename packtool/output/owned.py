@@ -105,9 +105,9 @@ def _plain_stat(path: str) -> tuple[int, object] | None:
 
 def _s3_head(loc) -> tuple[int, str] | None:
     """(size, ETag) of an S3 object in one HEAD request, through botocore when it is installed
-    (pyarrow.fs shows no ETag; store_lease reaches S3 the same way); None elsewhere, or when the
+    (pyarrow.fs shows no ETag; storage.lease reaches S3 the same way); None elsewhere, or when the
     request fails (the caller then asks pyarrow, which says why)."""
-    from packtool.store_conditional import client_for  # the store the URI names, its endpoint included
+    from packtool.storage import client_for  # the store the URI names, its endpoint included
     client = client_for(loc)
     if client is None:
         return None

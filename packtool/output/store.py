@@ -52,9 +52,8 @@ from packtool.slabs.names import (
     proof_target,
     run_shard_file,
 )
-from packtool.storage import Location, check_uri, join_uri, locate
-from packtool.store_conditional import etag, put_if
-from packtool.store_lease import LEASE, Lease, LeaseLostError, LeaseTicket, take_lease
+from packtool.storage import (LEASE, Lease, LeaseLostError, LeaseTicket, Location, check_uri, etag, join_uri, locate,
+                              put_if, take_lease)
 from packtool.workers import thread_pool
 
 class StoreOutputExistsError(PacktoolOutputError, FileExistsError):
@@ -370,7 +369,7 @@ UPLOADS = 4  # shards uploaded at once (each also sends its multipart parts in t
 
 def upload_leased(src: str, dst: Location, lease: Lease | LeaseTicket) -> None:
     """Every shard's put, from whichever process: only while the run's lease is still its own
-    (asked of the store, store_lease), since a plain name may be another run's shard by now."""
+    (asked of the store, storage.lease), since a plain name may be another run's shard by now."""
     lease.check()
     upload_file(src, dst)
 

@@ -9,7 +9,7 @@ sibling stages, both ask it, on any error of their read (a shard gone is the swa
 and so does the slab readers' manifest on an error reading its shards (S45B-3). On an object
 store (S45A-13) the state is the manifest's bytes (a later pack commits by replacing it in one
 put; an object's mtime is in whole seconds); a store that does not answer gives no state, so its
-own error (storage.py's: the endpoint, a deleted bucket) is what is said. The slab readers' store
+own error (packtool.storage's: the endpoint, a deleted bucket) is what is said. The slab readers' store
 check is slabs/check_said.py's (it reads the manifest again only when a shard fails)."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import os
 from packtool.errors import PacktoolInputError
 from packtool.manifest_name import manifest_file
 from packtool.output.lock import lock_holder
-from packtool.storage_uri import is_uri
+from packtool.storage import is_uri
 
 
 def folder_state(directory) -> tuple | None:

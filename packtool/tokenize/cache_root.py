@@ -69,7 +69,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     parents; a URI as given). Inputs that are not paths are skipped."""
     from packtool.params import checked  # numpy and pyarrow.fs: not for importing output.folder
     from packtool.output.leftovers import made_here
-    from packtool.storage import is_uri
+    from packtool.storage import is_uri, utf8_path
     cache_dir = checked("cache_dir", cache_dir)
     inputs = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]
     if cache_dir and is_uri(cache_dir):
@@ -81,7 +81,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
         if problem:
             raise PacktoolOutputError(f"{arg('cache_dir')} {problem}; give another {arg('cache_dir')}",
                                       path=shown_uri(cache_dir), flag=cli_flag("cache_dir"))
-        from packtool.store_conditional import no_new_marker  # a run that then fails leaves no `PREFIX/` marker
+        from packtool.storage import no_new_marker  # a run that then fails leaves no `PREFIX/` marker
         check_uri(cache_dir, "cache_dir", write=True, around_probe=no_new_marker)  # now: not after tokenizing
         return cache_dir
     shown, said, flag, fix = _cache_named(cache_dir)
@@ -89,7 +89,6 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     def refuse(why: str) -> None:
         raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
     refuse_stdout(shown, "cache_dir" if cache_dir else "PACKTOOL_CACHE_DIR", "folder")
-    from packtool.storage import utf8_path
     if not utf8_path(shown):  # S44-4: before tokenizing, not at the first part written
         refuse("is not valid UTF-8 (a name in another locale's bytes), under which the cache's Parquet parts "
                "cannot be written")

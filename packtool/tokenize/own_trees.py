@@ -81,7 +81,7 @@ class OwnTrees:
 
 class StoreTrees(OwnTrees):
     """The same below an object-store prefix (or a glob's fixed prefix), from the listing
-    `storage_glob.expand` made anyway (`listed`: every object path, hidden names included): a
+    `storage.globs.expand` made anyway (`listed`: every object path, hidden names included): a
     prefix holding a manifest object is a packed output (manifest_name's names), one holding
     cache.json beside data/ or flat/ objects a cache entry."""
 

@@ -21,8 +21,7 @@ import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, arg
 from packtool.output.files import describe_kind, refuse_special_input
-from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, is_file, is_uri, locate, utf8_path
-from packtool.storage_glob import expand
+from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, locate, utf8_path
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
@@ -190,7 +189,7 @@ def _glob_base(spec: str) -> str:
 
 def _store_files(spec: str, owns: list) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
-    matches (packtool.storage_glob.expand), each named by its URI without secrets."""
+    matches (packtool.storage.globs.expand), each named by its URI without secrets."""
     listed: list = []
     folders: list = []  # the prefixes read whole: a folder input's rules apply to each
     check_form(spec, "inputs")  # its text refused naming the argument, before a request

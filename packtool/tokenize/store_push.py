@@ -4,7 +4,7 @@ on a store) and the sweep that removes what a killed push left there.
 An entry without cache.json is partial and never used (store_cache); a push killed before its
 cache.json went up left such an entry for good. So a push first puts a marker at the cache root,
 `ROOT/.packtool-push-KEY-RUN.json` (KEY: the entry's name), renewed while it runs and deleted
-once its cache.json is put: its owner and renewal time (store_lease's record, and its rule for
+once its cache.json is put: its owner and renewal time (storage.lease's record, and its rule for
 a dead run: `expired`), and the size and xxh3-128 of each file it puts (cache.json's record of
 it). The Ray engine's tokenize tasks name their parts only as they write them: each task puts
 its part's record first, beside it, `ROOT/KEY/.packtool-proof-RUN-PART.json`.
@@ -28,8 +28,7 @@ import time
 import uuid
 
 from packtool.notes import note
-from packtool.storage import Location, join_uri, locate, read_small, shown
-from packtool.store_lease import RENEW_SECONDS, expired
+from packtool.storage import RENEW_SECONDS, Location, expired, join_uri, locate, read_small, shown
 from packtool.tokenize.cache_entry import file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)

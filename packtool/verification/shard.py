@@ -24,7 +24,7 @@ from packtool.verification.tally import Tally
 
 def check_shard(job: ShardJob) -> ShardResult:
     # in a worker process too, a store that stops answering is verify's one line naming
-    # `directory` (storage_uri.reading), never a shard "truncated or corrupt"
+    # `directory` (storage.failures.reading), never a shard "truncated or corrupt"
     with spelled_as(job.spelling), reading(job.path, "directory"):
         return _check_shard(job)
 

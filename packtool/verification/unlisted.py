@@ -11,7 +11,7 @@ are a dead run's, and plain readers of the prefix read them as slabs until a pac
 from __future__ import annotations
 
 from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST, in_flight, stray_entries
-from packtool.store_lease import run_holds
+from packtool.storage import run_holds
 from packtool.verification.problems import ProblemLog
 
 PLAIN = ("pq.read_table, pyarrow.dataset and datasets' parquet loader read every file whose name does not "

@@ -18,14 +18,14 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "packtool")
 
-BASE = {"errors", "notes", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "storage", "store_lease",
-        "output", "env", "__init__"}
+BASE = {"errors", "notes", "params", "align", "layout", "arrays", "heap", "side", "support_rule", "packers", "progress", "output", "env",
+        "__init__"}
+# storage/: a location's text (standard library only), resolved to a pyarrow.fs location and every
+# request of it, object-store globs, S3's conditional requests and the one-writer lease
+BASE |= {"storage"}
 BASE |= {"integers"}  # integer arguments (numpy only): every stage and packtool.online check through it
 BASE |= {"json_text"}  # JSON a user wrote, a key twice refused: every stage's JSON readers (standard library only)
 BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a cache root in a packed output
-BASE |= {"storage_uri"}  # a location's text (standard library only): storage.py's other half
-BASE |= {"storage_glob"}  # an object-store input spec as its objects, beside storage.py
-BASE |= {"store_conditional"}  # S3 conditional puts and deletes: store_lease's and output.store's fencing
 BASE |= {"checkpoint_kind"}  # a train --save checkpoint known by its contents: output.relations and megatron ask it
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
 BASE |= {"free_memory"}  # the memory available now (standard library only): every bound, tokenize's whole-file reads too
@@ -57,6 +57,16 @@ def rank_of(module: str) -> float:
     return 0 if s in BASE else ORDER.get(s, CONSUMER)
 
 
+def lazy_face(path: str, package: str) -> dict[str, str]:
+    """A package face that loads its modules on first use (packtool.storage: `_MODULES`, module ->
+    the names it gives): name -> the module that runs when it is imported through the face."""
+    for node in ast.parse(open(path).read(), path).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_MODULES"]:
+            return {name: f"{package}.{module}" for module, names in ast.literal_eval(node.value).items()
+                    for name in names}
+    return {}
+
+
 def module_graph(root: str = ROOT) -> dict[str, set[str]]:
     """module -> modules of the same package it imports, parents included."""
     package = os.path.basename(os.path.normpath(root))
@@ -68,6 +78,7 @@ def module_graph(root: str = ROOT) -> dict[str, set[str]]:
                 if rel[-1] == "__init__":
                     rel = rel[:-1]
                 files[".".join(rel)] = os.path.join(d, n)
+    faces = {mod: lazy_face(path, mod) for mod, path in files.items() if path.endswith("__init__.py")}
     graph = {}
     for mod, path in files.items():
         tree = ast.parse(open(path).read(), path)
@@ -76,6 +87,7 @@ def module_graph(root: str = ROOT) -> dict[str, set[str]]:
             names = []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                names += [faces[node.module][a.name] for a in node.names if a.name in faces.get(node.module, {})]
             elif isinstance(node, ast.ImportFrom) and node.level:
                 raise AssertionError(f"{path}:{node.lineno}: relative import; packtool uses absolute imports")
             elif isinstance(node, ast.Import):

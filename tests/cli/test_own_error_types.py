@@ -308,9 +308,9 @@ def test_an_index_out_of_range_is_still_an_index_error(tmp_path):
 INTERNAL = {
     ("params.py", "checked"): "a packtool bug: every argument checked there has a rule",
     ("planning/slabs.py", "plan"): "segments read back from the spilled routing packtool wrote",
-    ("storage.py", "_call"): "os's own FileNotFoundError, as a local path raises it; callers catch it",
-    ("storage.py", "file_size"): "as os.path.getsize raises it; callers catch it",
-    ("storage.py", "file_stat"): "as os.stat raises it; callers catch it",
+    ("storage/location.py", "_call"): "os's own FileNotFoundError, as a local path raises it; callers catch it",
+    ("storage/paths.py", "file_size"): "as os.path.getsize raises it; callers catch it",
+    ("storage/paths.py", "file_stat"): "as os.stat raises it; callers catch it",
     ("slabs/check.py", "_check_shard_file"): "caught two lines below and said as a FormatError",
     ("engines/ray_cache.py", "collect_blocks"): "rows the engine's own read tasks returned",
     ("engines/ray_cache.py", "_block_of"): "blocks the engine's own tasks built",

@@ -24,8 +24,7 @@ from packtool.cli.app import app
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.slabs.names import PENDING_PREFIX
-from packtool.storage import locate
-from packtool.store_lease import LEASE
+from packtool.storage import LEASE, locate
 from packtool.tokenize.checksum import SHARD_CHECKSUM, file_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import verify

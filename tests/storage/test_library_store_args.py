@@ -2,7 +2,7 @@
 argument that gave the URI (`output='s3://BUCKET/PREFIX'`, "refused in output"), never a
 command-line flag, as the CLI names its flag for the same URI (cli.store_flags;
 errors.arg is the one spelling rule). Over every library argument that takes a store URI and
-every refusal of a URI's text (params.path holds each path argument to storage_uri.check_form),
+every refusal of a URI's text (params.path holds each path argument to storage.uri.check_form),
 and a missing bucket under pack's `output=` (checked before the lease, as the CLI's flag is)."""
 from __future__ import annotations
 

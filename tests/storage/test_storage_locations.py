@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from packtool.storage import StorageError, is_uri, locate, shown
-from packtool.storage_glob import expand
+from packtool.storage import StorageError, expand, is_uri, locate, shown
 
 
 @pytest.mark.parametrize("spec", ["ftp://host/data.jsonl", "http://example.com/x.parquet", "weird+x://a/b"])

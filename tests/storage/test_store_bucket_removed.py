@@ -24,8 +24,7 @@ def _drop(uri: str) -> None:
 
 
 def _lease(uri):
-    from packtool.storage import locate
-    from packtool.store_lease import take_lease
+    from packtool.storage import locate, take_lease
     take_lease(locate(uri + "/packed", name="output"))
 
 

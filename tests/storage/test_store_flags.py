@@ -114,6 +114,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
     from packtool.storage import StorageError, locate
     from packtool.tokenize import TokenizeConfig, tokenize_to_cache
     import packtool.storage as storage
+    import packtool.storage.probe as probe
     monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(tmp_path / "local"))
     cfg = TokenizeConfig(tokenizer=GPT2, prompt_field="question", response_field="answer")
     import packtool.tokenize.pipeline as pl
@@ -126,7 +127,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
         tokenize_to_cache([GSM8K], cfg, cache_dir="s3://")
     assert built == []
     puts = []
-    monkeypatch.setattr(storage, "_TAKES", set())
+    monkeypatch.setattr(probe, "_TAKES", set())
     real = storage.Location.delete
     monkeypatch.setattr(storage.Location, "delete", lambda self: puts.append(self.name) or real(self))
     tokenize_to_cache([GSM8K], cfg, cache_dir=f"{s3}/c")  # checked by every entry on the way: probed once
@@ -139,7 +140,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
 
 def test_a_store_reason_is_cut_at_a_word():
     """S35-7: the AWS text was cut mid-word ("The spe")."""
-    from packtool.storage import _why
+    from packtool.storage.failures import _why
     text = _why(OSError("AWS Error NO_SUCH_BUCKET during CreateMultipartUpload operation: " + "specified " * 40))
     assert text.endswith(" …") and text[:-2].rsplit(" ", 1)[-1] == "specified"
 

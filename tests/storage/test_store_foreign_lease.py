@@ -15,8 +15,7 @@ import pytest
 from conftest import GPT2, PEPS
 
 from packtool.errors import PacktoolOutputError
-from packtool.storage import locate
-from packtool.store_lease import LEASE, take_lease
+from packtool.storage import LEASE, locate, take_lease
 
 CLI = [PEPS, "--tokenizer", GPT2, "--max-tokens", "1024", "--overflow", "split", "--shard-tokens", "20000",
        "--no-progress"]

@@ -19,13 +19,12 @@ import pytest
 from conftest import GPT2, PEPS
 
 import packtool.output.store as store
-import packtool.store_lease as sl
+import packtool.storage.lease as sl
 from packtool.align import Alignment
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
 from packtool.slabs.names import MANIFEST
-from packtool.storage import locate
-from packtool.store_lease import LEASE, LeaseLostError
+from packtool.storage import LEASE, LeaseLostError, locate
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import verify
 
@@ -86,7 +85,7 @@ def test_a_run_paused_past_its_lease_leaves_the_new_holders_output_whole(s3, tmp
                                                                        moment, conditional, previous):
     out = f"{s3}/paused"
     if not conditional:
-        import packtool.store_conditional as sc
+        import packtool.storage.conditional as sc
         monkeypatch.setattr(sc, "client_for", lambda loc: None)
     kw = dict(output=out, cache_dir=cache_dir, shard_tokens=20_000)
     if previous:

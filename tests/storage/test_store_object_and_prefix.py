@@ -12,7 +12,7 @@ import pytest
 from conftest import GPT2, S3_ENV  # noqa: F401  (S3_ENV: the s3 fixture's environment)
 
 from packtool.errors import PacktoolError
-from packtool.storage_glob import expand
+from packtool.storage import expand
 
 TREE = {"in/a.jsonl": 1, "in/a.jsonl/part-0.jsonl": 2, "in/b.jsonl": 1, "in/c/part-0.jsonl": 3}
 # spec below the tree's root -> the objects read, or the words of the refusal

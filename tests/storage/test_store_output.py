@@ -21,8 +21,7 @@ from packtool.planning.core import PackingConfig
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.names import MANIFEST
 from packtool.slabs.reader import SlabIndex, SlabReader
-from packtool.storage import locate
-from packtool.store_lease import LEASE
+from packtool.storage import LEASE, locate
 from packtool.tokenize.checksum import file_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.verification.run import verify
@@ -97,14 +96,14 @@ def test_a_second_writer_fails_at_once(s3, monkeypatch, conditional):
     import subprocess
     import sys
 
-    import packtool.store_lease as sl
+    import packtool.storage.lease as sl
     if not conditional:
         monkeypatch.setattr(sl, "_s3_exclusive_put", lambda lock, body: None)
     out = f"{s3}/busy"
     with claim_store(out):
         with pytest.raises(PacktoolOutputError, match="another packtool pack"):
             sl.take_lease(locate(out))
-        code = ("import sys; from packtool.storage import locate; from packtool.store_lease import take_lease\n"
+        code = ("import sys; from packtool.storage import locate, take_lease\n"
                 "try: take_lease(locate(sys.argv[1]))\nexcept Exception as e: print(e); sys.exit(7)")
         t0 = time.perf_counter()
         r = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True)

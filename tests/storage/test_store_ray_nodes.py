@@ -45,8 +45,7 @@ from packtool.packing import pack  # noqa: E402
 from packtool.planning.core import PackingConfig  # noqa: E402
 from packtool.slabs.format import SlabManifest  # noqa: E402
 from packtool.slabs.names import MANIFEST, PENDING_PREFIX  # noqa: E402
-from packtool.storage import locate  # noqa: E402
-from packtool.store_lease import LEASE  # noqa: E402
+from packtool.storage import LEASE, locate  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 from packtool.tokenize.store_cache import ENTRY_META  # noqa: E402
 from packtool.verification.run import verify  # noqa: E402

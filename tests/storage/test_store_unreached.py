@@ -16,7 +16,7 @@ from conftest import GPT2, GSM8K, S3_ENV
 
 import packtool
 from packtool.errors import PacktoolError
-from packtool.storage_uri import StorageError, unreached
+from packtool.storage import StorageError, unreached
 
 
 @pytest.fixture

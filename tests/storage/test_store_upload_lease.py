@@ -18,12 +18,11 @@ import pytest
 from conftest import GPT2, LOCAL_RAY_GROUP, PEPS
 
 import packtool.output.store as store
-import packtool.store_lease as sl
+import packtool.storage.lease as sl
 from packtool.align import Alignment
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
-from packtool.storage import locate
-from packtool.store_lease import LEASE, LeaseLostError
+from packtool.storage import LEASE, LeaseLostError, locate
 from packtool.tokenize.config import TokenizeConfig
 
 ARGS = ([PEPS], Alignment(cp=2, capacity=1024), PackingConfig("bfd", overflow="split"), TokenizeConfig(tokenizer=GPT2))

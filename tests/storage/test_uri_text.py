@@ -98,17 +98,17 @@ def test_the_library_names_the_argument(tmp_path, monkeypatch, no_work, kind, pl
                                  "abfs://data@acct.dfs.core.windows.net/x", "abfss://acct.blob.core.windows.net/my-data/x",
                                  "abfs://acct@127.0.0.1:10000/data-1/x?enable_tls=false", "abfs://acct@$root/x"])
 def test_uris_packtool_takes_pass_the_text_check(uri):
-    from packtool.storage_uri import check_form, shown
+    from packtool.storage import check_form, shown
     check_form(uri, "output")
     assert shown(uri).split("://")[1].split("/")[0] == uri.split("://")[1].split("/")[0].split("?")[0]
 
 
 def test_the_query_keys_said_are_those_this_arrow_takes():
-    """storage_uri.QUERY_KEYS (checked without pyarrow) against the installed pyarrow's own
+    """storage.uri.QUERY_KEYS (checked without pyarrow) against the installed pyarrow's own
     FileSystem.from_uri: each key is one it takes (a region given: no request is made)."""
     import pyarrow.fs as pafs
 
-    from packtool.storage_uri import QUERY_KEYS
+    from packtool.storage import QUERY_KEYS
     base = {"s3": "s3://bkt/k?region=us-east-1&", "gs": "gs://bkt/k?", "gcs": "gs://bkt/k?",
             "abfs": "abfs://data@acct.dfs.core.windows.net/k?", "abfss": "abfs://data@acct.dfs.core.windows.net/k?"}
     for scheme, keys in QUERY_KEYS.items():

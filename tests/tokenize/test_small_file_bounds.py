@@ -168,7 +168,7 @@ def _store_cache_json(tmp_path, pad: int):
 
 def _lease(tmp_path, pad: int):
     from packtool.storage import locate
-    from packtool.store_lease import LEASE, _read
+    from packtool.storage.lease import LEASE, _read
     (tmp_path / LEASE).write_bytes(b'{"token": "t", "owner": "pid 1 on h", "renewed": 0}' + b" " * pad)
     return _read(locate(f"file://{tmp_path}").join(LEASE))
 
@@ -178,7 +178,7 @@ def _lease(tmp_path, pad: int):
 # (storage.read_small, the bound's owner).
 STORE = {"intent": (_intent, "packtool.slabs.names.INTENT_BYTES", None),
          "store cache.json": (_store_cache_json, "packtool.tokenize.store_cache.META_BYTES", []),
-         "lease": (_lease, "packtool.store_lease.LEASE_BYTES", {})}
+         "lease": (_lease, "packtool.storage.lease.LEASE_BYTES", {})}
 
 
 @pytest.mark.parametrize("case", sorted(STORE))

@@ -1,5 +1,5 @@
 """S3's conditional requests (If-None-Match / If-Match on PutObject and DeleteObject), the
-fencing of an object-store output's writer (store_lease, output.store): a put or delete that
+fencing of an object-store output's writer (storage.lease, output.store): a put or delete that
 takes effect only while the object is what this run last saw, so a run that was paused past
 its lease and resumed can neither overwrite the manifest or lease another run put in the
 meantime nor delete them. pyarrow.fs has no conditional request, so they go through botocore
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from packtool.errors import PacktoolOutputError
-from packtool.storage import Location
-from packtool.storage_uri import unreached
+from packtool.storage.failures import unreached
+from packtool.storage.location import Location
 
 _CLIENTS: dict = {}
 ABSENT = ""  # the ETag to expect of an object that must not exist yet (If-None-Match: *)
@@ -121,7 +121,7 @@ def _head(client, bucket: str, key: str) -> dict | None:
 
 @contextmanager
 def no_new_marker(loc: Location) -> Iterator[None]:
-    """Around a put and delete of one object under the prefix `loc` (storage.check_uri's write
+    """Around a put and delete of one object under the prefix `loc` (storage.probe.check_uri's write
     probe): pyarrow's delete puts an empty marker object `PREFIX/` so the prefix stays listed, and
     a run that then failed left that marker on a store where it had written nothing (S45A-14).
     The marker the block made is deleted again, only while it is that empty object (by its

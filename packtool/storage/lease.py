@@ -16,7 +16,7 @@ holds a random token, "pid N on HOST" and the renewal time: nothing secret.
 A holder paused past `LEASE_SECONDS` (SIGSTOP, a stalled host) resumes believing it holds the
 lease: output.store checks it (`Lease.check`) before each put and delete, and on S3 the
 renewal, the release and a takeover act only on the lease object as last seen (If-Match on
-its ETag, store_conditional), so the paused run never overwrites or deletes the new holder's.
+its ETag, storage.conditional), so the paused run never overwrites or deletes the new holder's.
 """
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ import uuid
 from dataclasses import dataclass
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.storage import Location, bucket_gone, is_uri, locate, read_small
-from packtool.store_conditional import ABSENT, delete_if, etag, put_if
+from packtool.storage.conditional import ABSENT, delete_if, etag, put_if
+from packtool.storage.location import Location, bucket_gone, locate
+from packtool.storage.small_files import read_small
+from packtool.storage.uri import is_uri
 
 LEASE = ".packtool.lock"
 LEASE_SECONDS = 120.0

@@ -4,16 +4,13 @@
 query), `join_uri` (names below a URI or path, as text a task on another machine locates
 again) and `check_form`: what a URI's text alone says packtool cannot use (a scheme Arrow does
 not know, credentials in it, no bucket). `StorageError` is every refusal of a location, here
-and in `packtool.storage` (which re-exports all of this), the module that resolves a location
-to a `pyarrow.fs` filesystem and makes its requests. Standard library only: the CLI's flag
-checks and a path's printing load no pyarrow.
+and in the rest of `packtool.storage`. Standard library only (the package's face loads its
+modules on first use): the CLI's flag checks and a path's printing load no pyarrow.
 """
 from __future__ import annotations
 
 import os
 import re
-from contextlib import contextmanager
-from contextvars import ContextVar
 from urllib.parse import quote, unquote, urlsplit
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
@@ -261,126 +258,5 @@ def _refuse_glob_mark(spec: str, name: str | None) -> None:
     raise e
 
 
-def _why(e: BaseException) -> str:
-    """The store's reason, one line, without anything that could carry a request signature;
-    a long one cut at a word, marked so (not mid-word, as if it were the whole text)."""
-    text = " ".join(str(e).split())
-    text = re.sub(r"(?i)(signature|credential|authorization|x-amz-[a-z-]+)=\S+", r"\1=…", text)
-    return text if len(text) <= 240 else text[:240].rsplit(" ", 1)[0] + " …"
-
-
-# a store that gave no answer (no connection, a host name that does not resolve, a timeout), or
-# one that answered for another region: the endpoint, the network or the region is wrong, not the
-# object, and every later request would fail the same way after the SDK's retries
-_NO_ANSWER = re.compile(r"NETWORK_CONNECTION|Could not (?:connect|resolve)|Connection refused|timed out|"
-                        r"Timeout was reached|curlCode: (?:6|7|28|35)\b", re.I)
-_OTHER_REGION = re.compile(r"HTTP status 301\b|PermanentRedirect|AuthorizationHeaderMalformed|"
-                           r"region '[^']*' is wrong", re.I)
-
-
-# the bucket (container) itself is gone: checked before any work, so it was deleted since; not
-# the credentials' or the endpoint's fault, and every later request fails the same way
-_NO_BUCKET = re.compile(r"NoSuchBucket|NO_SUCH_BUCKET|specified bucket does not exist|ContainerNotFound|"
-                        r"container does not exist", re.I)
-
-
-def _bucket_of(spec: str) -> str:
-    return urlsplit(spec).netloc if is_uri(spec) else ""
-
-
-def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageError | None:
-    """The one line for a store `spec` that could not be reached, or whose bucket is gone (else
-    None: the store answered about the object, its answer is the caller's to say), naming the
-    argument `name` that gave it (its flag on the command line), with the fix."""
-    text = str(e)
-    if _NO_BUCKET.search(text):
-        lead = f"{arg(name)} names a location whose" if name else "its"
-        return StorageError(f"{lead} bucket {_bucket_of(spec) or '?'} does not exist (deleted during the run?): "
-                            f"create it, or give {arg(name) + ' a location' if name else 'a location'} in an existing bucket",
-                            path=shown(spec), flag=name and cli_flag(name))
-    if _OTHER_REGION.search(text):
-        what, fix = "it answers for another region", "give the bucket's region (for S3: AWS_REGION, or ?region= in the URI)"
-    elif _NO_ANSWER.search(text):
-        what, fix = "no answer", ("check the endpoint, the network and the credentials chain (for S3: AWS_ENDPOINT_URL, "
-                                  "AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
-    else:
-        return None
-    lead = f"{arg(name)} names a store that" if name else "the store"
-    return StorageError(f"{lead} cannot be reached ({what}: {_why(e)}); {fix}", path=shown(spec),
-                        flag=name and cli_flag(name))
-
-
-# --- the argument behind a store's later requests --------------------------------------
-# A reader's first request (its manifest) names the argument that gave the URI; its later ones
-# (shards, checksums, row groups: in another function, maybe another thread) did not, so a store
-# that stopped answering half way was "the store cannot be reached" or a raw Arrow error. Within
-# `reading`, every request below the URI names it, and `store_failure` says a caught one so.
-_READING: ContextVar[tuple[str, str] | None] = ContextVar("packtool_reading", default=None)
-
-
-def argument_for(spec: str) -> str | None:
-    """The argument that gave the store URI `spec` (or a prefix above it), within `reading`."""
-    held = _READING.get()
-    if held is None or not is_uri(spec):
-        return None
-    base, s = held[0], shown(spec).rstrip("/")
-    return held[1] if s == base or s.startswith(base + "/") else None
-
-
-@contextmanager
-def reading(spec: str, name: str | None):
-    """Requests of the store output `spec` that argument `name` gave, after its first: each names
-    `name` (its flag on the command line) when the store stops answering, and a raw OSError that
-    leaves the block (an Arrow file read half way) is that one line too."""
-    if name is None or not is_uri(spec):
-        yield
-        return
-    token = _READING.set((shown(spec).rstrip("/"), name))
-    try:
-        yield
-    except OSError as e:
-        if (err := unreached(e, spec, name)) is not None:
-            raise err from None
-        raise
-    finally:
-        _READING.reset(token)
-
-
-def store_failure(e: BaseException, path: str) -> StorageError | None:
-    """For an error a reader caught reading `path` (else None: the file's own problem, the caller's
-    to say): a store that stopped answering, named as `reading` names it, never "corrupt"."""
-    return unreached(e, path, argument_for(path)) if is_uri(path) else None
-
-
-def _hidden_below(path: str, base: str) -> bool:
-    """A name below `base` that a local folder input or glob passes over: one starting with `.`
-    (a `_` name is read locally, so it is on a store too: S45A-12)."""
-    return any(p.startswith(".") for p in path[len(base):].strip("/").split("/"))
-
-
-def _glob_regex(pattern: str) -> re.Pattern:
-    """`**` crosses folders, `*` and `?` do not (glob.glob(recursive=True)'s rule)."""
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]*/)*")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and "]" in pattern[i + 2:]:
-            j = pattern.index("]", i + 2)
-            body = pattern[i + 1:j]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out) + r"\Z")
+__all__ = ["BUCKETED", "GLOB_CHARS", "QUERY_KEYS", "SCHEMES", "StorageError", "check_form", "is_uri", "join_uri",
+           "shown"]

@@ -1,14 +1,17 @@
 """Object-store input specs as their objects: one object, a prefix, or a glob, read as the same
-spec over a folder reads (S44-2: a prefix a glob matches is read whole, as a matched folder is)."""
+spec over a folder reads (S44-2: a prefix a glob matches is read whole, as a matched folder is),
+and the glob rule itself (`**` crosses folders, `*` and `?` do not; hidden names passed over).
+"""
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, urlsplit
 
 import pyarrow.fs as pafs
 
 from packtool.errors import cli_flag
-from packtool.storage import Location, locate
-from packtool.storage_uri import GLOB_CHARS, StorageError, _glob_regex, _hidden_below
+from packtool.storage.location import Location, locate
+from packtool.storage.uri import GLOB_CHARS, StorageError
 
 
 def expand(spec: str, listed: list | None = None, name: str | None = None,
@@ -109,11 +112,45 @@ _KEY_SAFE = "-._~!$&'()+,;=:@"
 def _child(root: Location, path: str) -> Location:
     """A listed object: its key (`path`, Arrow's) as it is, and in `shown`, the URI packtool
     records and later locates again (a reader, a Ray task, the manifest), its names
-    percent-encoded, as storage.locate decodes them: `#`, `?`, `%` or a space in a key read
+    percent-encoded, as storage.location.locate decodes them: `#`, `?`, `%` or a space in a key read
     like any other character, as in a local file name."""
     rel = path[len(root.path):].lstrip("/")
     said = "/".join(quote(n, safe=_KEY_SAFE) for n in rel.split("/"))
     return Location(root.fs, path, root.shown.rstrip("/") + "/" + said, root.local, root.argument)
+
+
+def _hidden_below(path: str, base: str) -> bool:
+    """A name below `base` that a local folder input or glob passes over: one starting with `.`
+    (a `_` name is read locally, so it is on a store too: S45A-12)."""
+    return any(p.startswith(".") for p in path[len(base):].strip("/").split("/"))
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """`**` crosses folders, `*` and `?` do not (glob.glob(recursive=True)'s rule)."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and "]" in pattern[i + 2:]:
+            j = pattern.index("]", i + 2)
+            body = pattern[i + 1:j]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
 
 
 __all__ = ["expand"]

@@ -1,0 +1,63 @@
+"""The one check of a store URI an argument gives, before any work (`check_uri`): its text,
+its bucket, and for a place written a probe put (a missing bucket, no write permission or
+another endpoint said before the inputs are tokenized); cli.store_flags applies it to every
+path flag, tokenize.cache_root to a cache on a store.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+
+import pyarrow.fs as pafs
+
+from packtool.errors import arg, cli_flag
+from packtool.storage.failures import _why, unreached
+from packtool.storage.location import Location, locate
+from packtool.storage.uri import BUCKETED, StorageError
+
+PROBE_TAG = ".packtool-probe"
+_TAKES: set[str] = set()  # store prefixes this process saw take an object (check_uri's probe)
+
+
+def check_uri(spec: str, name: str, write: bool = False, around_probe=None) -> Location:
+    """The one check of a store URI that argument `name` (its flag on the command line) gives,
+    before any work: its form (locate: a known scheme, no credentials, a bucket named); a
+    bucket that does not exist; and, `write`, that the prefix takes an object (a probe put and
+    deleted, once per prefix and process): a missing bucket, no write permission or another
+    endpoint is said here, not after the inputs are tokenized (`around_probe(loc)`: a context
+    the probe runs in, conditional.no_new_marker's, given by the caller: tokenize.cache_root).
+    A store that answers the bucket question with anything but "not found" (a role allowed objects, not the bucket) is
+    left to the work's own requests."""
+    loc = locate(spec, name=name)
+    flag, bucket = cli_flag(name), loc.path.split("/", 1)[0]
+    if loc.local or loc.shown in _TAKES:
+        return loc
+    try:  # a bucket store's first name only: on HDFS it is a folder an --output may create
+        missing = bool(bucket) and spec.split("://", 1)[0].lower() in BUCKETED and \
+            loc.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError as e:  # a store that answers otherwise is left to the work's requests; one that does not is said
+        if (err := unreached(e, spec, name)) is not None:
+            raise err from None
+        missing = False
+    if missing:
+        raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
+                           f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
+    if write:
+        probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
+        with around_probe(loc) if around_probe else nullcontext():  # its delete's `PREFIX/` marker
+            try:
+                with loc.fs.open_output_stream(probe.path, compression=None):
+                    pass  # an empty object: put at close
+            except OSError as e:
+                raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
+                                   f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
+                                   path=loc.shown, flag=flag) from None
+            try:
+                probe.delete()
+            except StorageError:
+                pass  # a role that may put but not delete: the prefix takes objects, which is the question
+        _TAKES.add(loc.shown)
+    return loc
+
+
+__all__ = ["PROBE_TAG", "check_uri"]
