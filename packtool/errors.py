@@ -79,7 +79,8 @@ _SPELLING: dict[str, str] = {}
 def arg(name: str, value: object = ..., choices: tuple | None = None) -> str:
     """Argument `name` as the caller spells it, with `value` or `choices` when given: library
     `capacity=4096`, `overflow='split'|'truncate'`; command line `--max-tokens 4096`,
-    `--overflow split|truncate`."""
+    `--overflow split|truncate`. A switch given True or False is its flag or its `--no-` side
+    (only for switches that have one: `--bos/--no-bos`)."""
     said = _SPELLING.get(name, name)
     flag = said.startswith("-")
     if choices is not None:
@@ -88,6 +89,8 @@ def arg(name: str, value: object = ..., choices: tuple | None = None) -> str:
         return said
     if value is True and flag:  # a switch: `--overwrite`, not `--overwrite True`
         return said
+    if value is False and flag:  # a switch's off side (`--eos/--no-eos`): `--no-eos`
+        return f"--no-{said[2:]}"
     return f"{said} {value}" if flag else f"{said}={value!r}"
 
 

@@ -219,6 +219,29 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
                            ConfigSwitches.of(conf, conf_path, pp_bos))
 
 
+def refuse_absent_specials(cfg, info: TokenizerInfo, shapes) -> None:
+    """A BOS or EOS asked for that the tokenizer has none of is refused, the two alike, before
+    any row is read (tokenize.request.resolve_cache: every engine and every caller): `--bos`/
+    `--eos` given (add_bos/add_eos True), or the EOS that ends a text or untemplated row by
+    default (add_eos None). Added as nothing, the rows would lack the separator the flag or the
+    default promises, without a word. A default BOS is only "when the tokenizer has one";
+    pre-tokenized rows get neither (they are kept exactly)."""
+    texts = [s for s in shapes if s.kind != "tokens"]
+    if not texts:
+        return
+    eos_default = any(not s.templated for s in texts)
+    for name, token, given, default in (("add_bos", info.bos_id, cfg.add_bos, False),
+                                        ("add_eos", info.eos_id, cfg.add_eos, eos_default)):
+        if token is not None or not (given or (given is None and default)):
+            continue
+        kind, key = ("a BOS", "bos_token") if name == "add_bos" else ("an EOS", "eos_token")
+        why = (f"{arg(name, True)} asks for {kind} token" if given else
+               f"text rows end with {kind} token by default ({arg(name, True)})")
+        raise PacktoolInputError(f"{why}, but this tokenizer has none: pass {arg(name, False)}, or give a "
+                                 f"tokenizer folder whose tokenizer_config.json names its {key}",
+                                 path=info.path, flag=cli_flag(name))
+
+
 # ---------------------------------------------------------------- encoding
 
 @dataclass
@@ -316,9 +339,7 @@ def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
         bos = np.full(n, 1 if use_bos else 0, np.uint8)
     if add_eos is None:
         add_eos = not templated
-    if add_eos and info.eos_id is None:
-        raise PacktoolInputError(f"{arg('add_eos', True)} needs an EOS token; the tokenizer has none",
-                                 flag=cli_flag("add_eos"))
+    # a BOS/EOS asked for that the tokenizer lacks was refused before (refuse_absent_specials)
     eos = np.full(n, 1 if add_eos else 0, np.uint8)
     ids, mask, out_lens, loss = _assemble(content, content_mask, lens, bos, eos,
                                           info.bos_id if info.bos_id is not None else -1,

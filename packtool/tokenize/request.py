@@ -24,7 +24,7 @@ from packtool.tokenize.cache_entry import CACHE_FORMAT, CACHE_VERSION, SIDE_STOR
 from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir, refuse_unwritable_root
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig
-from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer
+from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer, refuse_absent_specials
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.shape_detect import Shape, detect_shape, unread_shapes
@@ -195,6 +195,7 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
     files, shapes, loaded, template = _setup(inputs, cfg)
     if loaded is not None:  # the key and the manifest name what is done, as the flag would
         cfg = loaded.switches.settle(cfg)
+        refuse_absent_specials(cfg, loaded.info, shapes)
     digests = (digest or input_digests)(files)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
