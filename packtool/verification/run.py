@@ -126,7 +126,7 @@ def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fin
         raise gone  # the bucket deleted since the manifest was read: no shard is "missing" from an output
     for f in listed:
         if links[f] and links[f].refused:  # the readers' rule (slabs/open_rules.py): what they refuse
-            log.add("shard_missing", f"shard {f} is {links[f].refused}", shard=f)
+            log.add("shard_link", f"shard {f} is {links[f].refused}", shard=f)
         elif f not in present:
             log.add("shard_missing", f"shard {f} is listed in the manifest but missing from {directory}",
                     shard=f)
@@ -161,7 +161,7 @@ def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fin
         _check_totals(man, align, policy, dp, results, log, source_dir, notes)
     elif not complete:
         notes.append("whole-output checks (counts, coverage, bounds, DP) skipped: a shard is "
-                     "missing or unreadable")
+                     "missing, unreadable or a link the readers refuse")
     elif (man.get("stats") or {}).get("slabs"):
         log.add("manifest", f"the manifest lists no shards but stats.slabs is {man['stats']['slabs']}",
                 expected=man["stats"]["slabs"], found=0)
