@@ -36,6 +36,15 @@ def manifest_file(directory: str) -> str | None:
     return None
 
 
+def manifest_named(directory: str) -> bool:
+    """Whether a local `directory` holds a manifest in some form a reader speaks of rather than
+    "no manifest": `manifest_file`'s regular file, the current name as anything, the older one
+    as a symbolic link (slabs.format._refuse_manifest_kind says which; a folder or FIFO of the
+    older name is a data folder's own)."""
+    return manifest_file(directory) is not None or os.path.lexists(os.path.join(directory, MANIFEST)) \
+        or os.path.islink(os.path.join(directory, LEGACY_MANIFEST))
+
+
 def packtool_made(directory: str) -> bool:
     """Whether `directory` holds a manifest packtool wrote, for a reader that would pass the
     folder over as packtool's (tokenize.own_trees): the current name is packtool's alone; the
@@ -56,4 +65,5 @@ def names_this_format(path) -> bool:
         return False
 
 
-__all__ = ["FORMAT_NAME", "LEGACY_MANIFEST", "MANIFEST", "manifest_file", "names_this_format", "packtool_made"]
+__all__ = ["FORMAT_NAME", "LEGACY_MANIFEST", "MANIFEST", "manifest_file", "manifest_named", "names_this_format",
+           "packtool_made"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -324,9 +323,9 @@ def verify(
                                       text_field=text_field, add_bos=add_bos, add_eos=add_eos,
                                       on_empty=on_empty)
             if tok is None:  # verify reports why (exit 1, as without --source): say which it was
-                from packtool.manifest_name import MANIFEST, manifest_file
-                none = manifest_file(directory) is None and not os.path.lexists(os.path.join(directory, MANIFEST))
-                why = "it has no manifest" if none else "its manifest is unusable (the manifest check says why)"
+                from packtool.manifest_name import manifest_named
+                why = ("its manifest is unusable (the manifest check says why)" if manifest_named(directory)
+                       else "it has no manifest")
                 note(f"{directory}: {why}, so --source was not compared", label="note")
                 source = None
         if source:

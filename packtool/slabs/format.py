@@ -147,10 +147,17 @@ def read_manifest(directory: str, argument: str | None = None) -> dict:
 
 
 def _refuse_manifest_kind(directory: str) -> None:
-    """A manifest name there that is no regular file (manifest_file takes only those): a FIFO,
-    a folder, a link to nothing is said by its kind (output.paths, as inputs are), not "no
-    manifest"; never opened (a FIFO with no writer blocks). The older plain name is not: data
-    folders hold files of that name of their own (manifest_name.packtool_made)."""
+    """A manifest name there that is no regular file (manifest_file takes only those) is said by
+    what it is, not "no manifest"; never opened (a FIFO with no writer blocks). A symbolic link
+    under either name (to nothing, to a folder: made to stand for a manifest) in the links rule's
+    words (slabs.open_rules.linked_shard, as a shard's); any other kind (a FIFO, a folder) under
+    the current name by its kind (output.paths, as inputs are). The older plain name in another
+    kind is not: data folders hold entries of that name of their own (manifest_name.packtool_made)."""
+    from packtool.slabs.open_rules import linked_shard
+    for name in (MANIFEST, LEGACY_MANIFEST):
+        link = linked_shard(directory, name, "manifest")
+        if link is not None and link.refused:
+            raise FormatError(f"{os.path.join(directory, name)}: is {link.refused}")
     there = os.path.join(directory, MANIFEST)
     if os.path.lexists(there):
         from packtool.output.paths import describe_kind

@@ -3,7 +3,9 @@
 folder or to nothing is refused by every reader, verify, inspect and FORMAT.md's standalone
 reader alike; one to a regular file inside the folder is read (verify notes it); and `pack
 --overwrite` replaces no output whose manifest is a user's link, as it replaces none whose shard
-is. Parametrized over the link's kind, the manifest's two names and every reader."""
+is. Parametrized over the link's kind, the manifest's two names and every reader. L4: a link to nothing
+named manifest.json (the older name) read as "no manifest": it is said as a dangling link, as under the
+current name, and `verify --source` says the manifest is unusable, not absent."""
 from __future__ import annotations
 
 import os
@@ -83,12 +85,14 @@ def test_every_reader_holds_the_manifest_to_the_shards_link_rule(packed, tmp_pat
         for consumer in _consumers():
             consumer(out)
         return
-    # an older name's link to nothing is no manifest at all (data folders hold that name too)
-    said = "no .manifest.json" if (name, kind) == ("manifest.json", "dangling") else "symbolic link"
+    # L4: a link to nothing, under either name, is said as one (it was "no manifest" under the older name)
+    said = "a dangling link" if kind == "dangling" else "symbolic link"
     assert [x.check for x in rep.problems] == ["manifest"] and said in rep.problems[0].message, rep
     assert r.exit_code == 1 and said in r.output, r.output
     assert i.exit_code == 2 and said in " ".join(i.output.split()) and "Traceback" not in i.output, i.output
-    assert p.returncode != 0 and ("symbolic link" if said == "symbolic link" else "missing") in p.stderr, p.stderr
+    # FORMAT.md's standalone reader finds neither name through a link to nothing: "missing" (its own words)
+    older_dangling = (name, kind) == ("manifest.json", "dangling")
+    assert p.returncode != 0 and ("missing" if older_dangling else "symbolic link") in p.stderr, p.stderr
     for consumer in _consumers():
         with pytest.raises(PacktoolError, match=said):
             consumer(out)
@@ -104,3 +108,12 @@ def test_overwrite_replaces_no_output_whose_manifest_is_a_link(packed, tmp_path,
     assert r.exit_code == 2 and name in r.output and "symbolic" in r.output, r.output
     assert os.path.islink(os.path.join(out, name)) and os.readlink(os.path.join(out, name)) == target
     assert kind == "dangling" or open(target, "rb").read() == before
+
+
+@pytest.mark.parametrize("kind", ["outside", "dangling"])
+@pytest.mark.parametrize("name", NAMES)
+def test_verify_source_says_a_linked_manifest_is_unusable_not_absent(packed, tmp_path, name, kind):
+    out, _ = _linked(packed, tmp_path, name, kind)
+    r = CliRunner().invoke(app, ["verify", out, "--source", PEPS, "--cache-dir", packed[1], "-q"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert "its manifest is unusable" in r.stderr and "no manifest" not in r.stderr, r.stderr
