@@ -15,7 +15,7 @@ def bar(x: float, top: float, width: int = 30) -> str:
 
 
 def fmt_int(x) -> str:
-    return f"{int(x):,}"
+    return "?" if x is None else f"{int(x):,}"  # None: a figure not known (an older plan file's)
 
 
 def fmt_pct(x: float) -> str:

@@ -123,8 +123,7 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
         raise InspectError(f"{path}: {where} {why}; " + (_REWRITE if recorded else f"pass the same "
                            f"{arg('overflow')} (and {arg('capacity')}) as `plan`"),
                            flag=cli_flag("plan" if recorded else "overflow"))
-    # truncate's figures are not in a plan's segments (nor its file): reported as 0
-    ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or OverflowStats(packing.overflow)
+    ovf = overflow_of_segments(src, chunk, packing.overflow, int(single.sum())) or _truncated(path, packing.overflow)
     src_len = reassemble(src, seg_len)
     ss = SlabSet(alignment, packing, seg_len, offsets, single, col["dp_rank"][first],
                  col["step"][first], ovf, int(src_len.size), src_len)
@@ -132,6 +131,20 @@ def inspect_plan_file(path: str, alignment: Alignment | None = None, packing: Pa
 
 
 _REWRITE = "the file was edited or damaged: write it again with `packtool plan --output`"
+
+
+def _truncated(path: str, policy: str) -> OverflowStats:
+    """Truncate's figures, which no segment holds (a cut row looks like a row of U tokens): the
+    ones `plan` recorded in the file. A file written before they were has none: the rows cut and
+    the tokens dropped are unknown (null, "?"), never said as 0, and a note says why."""
+    from packtool.planning.plan_file import read_plan_overflow
+    rec = read_plan_overflow(path, policy)
+    if rec is not None:
+        return rec
+    from packtool.notes import note
+    note(f"{path}: written before plan files recorded truncate's figures: the rows cut and the tokens "
+         f"dropped are unknown (null, '?'); write it again with `packtool plan --output` to see them")
+    return OverflowStats(policy, sequences=None, tokens_dropped=None)
 
 
 def _integer_columns(path: str, t) -> dict[str, np.ndarray]:

@@ -120,12 +120,14 @@ def config_from_dict(cfg: dict) -> tuple[Alignment, PackingConfig]:
 @dataclass(frozen=True)
 class OverflowStats:
     policy: str
-    sequences: int = 0  # sequences whose footprint exceeds the usable capacity
+    # sequences whose footprint exceeds the usable capacity; None (with tokens_dropped): not known,
+    # a truncate plan file written before plan files recorded it (inspection.planned._truncated)
+    sequences: int | None = 0
     chunks: int = 0  # segments produced from them (split)
     # the loss tokens a cut took: split, the targets among the chunks' first tokens (at most one
     # per cut); truncate, those cut away. Both from the loss masks (MASK_FIGURES): 0 from lengths
     targets_lost: int = 0
-    tokens_dropped: int = 0  # truncate
+    tokens_dropped: int | None = 0  # truncate
     singletons: int = 0
     untrained: int = 0  # truncate: sequences cut to no target at all (absent in older manifests)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import asdict, fields
 from typing import Iterator
 
 from packtool import __version__
@@ -12,15 +13,19 @@ from packtool.align import Alignment, AlignmentError
 from packtool.errors import cli_flag
 from packtool.output.files import check_new_file, write_file
 from packtool.output.lock import holding_file
-from packtool.planning.core import PackingConfig, Plan, PlanError, config_dict, config_from_dict
+from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.planning.lengths import PlanInputError
 
 META_KEY = b"packtool.plan"
 
 
 def plan_config(p: Plan) -> dict:
+    """The settings, and the overflow figures the plan made: truncate's (rows cut, tokens
+    dropped) are in no segment of the file (a cut row looks like a row of U tokens), so
+    `inspect --plan` reads them here (`read_plan_overflow`)."""
     return {"packtool_version": __version__, "num_sequences": int(p.num_sequences),
-            **config_dict(p.alignment, p.packing)}
+            **config_dict(p.alignment, p.packing),
+            "overflow": {k: v if k == "policy" else int(v) for k, v in asdict(p.overflow).items()}}
 
 
 @contextmanager
@@ -83,6 +88,27 @@ def read_plan_config(path: str) -> tuple[Alignment, PackingConfig] | None:
     return align, packing
 
 
+def read_plan_overflow(path: str, policy: str) -> OverflowStats | None:
+    """The overflow figures a plan file records (`plan_config`), made under `policy` (the
+    settings it is read with); None for a file written before they were recorded. A record of
+    another policy, or a figure that is not a count, is an edited file, refused."""
+    import pyarrow.parquet as pq
+    raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+    if raw is None:
+        return None
+    from packtool.json_text import loads
+    rec = loads(raw).get("overflow")  # parsed before, by read_plan_config: depth and keys checked
+    if rec is None:
+        return None
+    names = {f.name for f in fields(OverflowStats)} - {"policy"}
+    if not (isinstance(rec, dict) and rec.get("policy") == policy and set(rec) - {"policy"} <= names
+            and all(type(rec[k]) is int and rec[k] >= 0 for k in set(rec) - {"policy"})):
+        raise PlanInputError(f"{path}: the overflow figures in its metadata ({json.dumps(rec)[:200]}) are not "
+                             f"counts made under overflow {policy!r}: the file was edited or damaged: write it "
+                             f"again with `packtool plan --output`")
+    return OverflowStats(**rec)
+
+
 def plan_flags(a: Alignment, pk: PackingConfig) -> str:
     """The command-line flags that give these settings, or a library caller's arguments."""
     if cli_flag("capacity") is None:
@@ -96,4 +122,4 @@ def plan_flags(a: Alignment, pk: PackingConfig) -> str:
             f"--seed {pk.seed}")
 
 
-__all__ = ["META_KEY", "plan_config", "plan_flags", "read_plan_config", "write_plan"]
+__all__ = ["META_KEY", "plan_config", "plan_flags", "read_plan_config", "read_plan_overflow", "write_plan"]
