@@ -10,15 +10,13 @@ import json
 import os
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from cut_support import PATHS, PLACES, CutRows, pack_cut, plan_lengths, random_masks, said
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.planning.cut_targets import count_rows
 from packtool.slabs.names import MANIFEST
-from packtool.tokenize.flat_tokens import pack_tokens
 
 runner = CliRunner()
 # 20 tokens with targets on the last 5 (all past U=12: the row keeps none), 5 tokens, 30 tokens
@@ -26,55 +24,21 @@ runner = CliRunner()
 IDS = [list(range(1, 21)), list(range(1, 6)), list(range(1, 31))]
 MASK = [[0] * 15 + [1] * 5, [0, 1, 1, 1, 1], [1] * 10 + [0] * 20]
 CUT, UNTRAINED, KEPT = 5, 1, 13
-PATHS = {"global": ["--plan-shard-rows", "0"], "spilled": [], "shards": ["--plan-shard-rows", "1"]}
-
-
-def _data(tmp_path) -> str:
-    p = str(tmp_path / "ov.parquet")
-    pq.write_table(pa.table({"input_ids": pa.array(IDS, pa.list_(pa.int32())),
-                             "loss_mask": pa.array(MASK, pa.list_(pa.int8()))}), p)
-    return p
-
-
-def _pack(tmp_path, path: str, *more):
-    out = str(tmp_path / f"o_{path}")
-    r = runner.invoke(app, ["pack", _data(tmp_path), "-C", "12", "--overflow", "truncate", "-o", out,
-                            "--overwrite", "--no-progress", "--cache-dir", str(tmp_path / "cache"),
-                            *PATHS[path], *more])
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return r, out
+ROWS = CutRows(IDS, MASK, 12, "truncate", KEPT)
 
 
 def _where(tmp_path, path: str, place: str) -> tuple[int, int]:
     """(targets cut, sequences left with none) as `place` says them."""
-    if place in ("json_changes", "json_overflow"):
-        r, _ = _pack(tmp_path, path, "--json")
-        d = json.loads(r.stdout)
-        assert d["loss_tokens"] == KEPT
-        if place == "json_changes":
-            return d["changes"]["targets_lost"], d["changes"]["sequences_untrained"]
-        return d["overflow"]["targets_lost"], d["overflow"]["untrained"]
-    r, out = _pack(tmp_path, path)
+    got = said(tmp_path, ROWS, path, place)
+    if got.figures is not None:  # `changes` names the second figure sequences_untrained
+        return got.figures["targets_lost"], got.figures["sequences_untrained" if place.endswith("changes") else "untrained"]
     if place == "warning":
-        line = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
-        assert len(line) == 1 and "ov.parquet row 0" in line[0], r.stderr
-        cut = int(line[0].split(", ")[1].split(" of them target")[0])
-        return cut, int(line[0].split("; ")[1].split(" of those sequence")[0])
-    if place in ("manifest_overflow", "manifest_changes"):
-        st = json.load(open(os.path.join(out, MANIFEST)))["stats"]
-        if place == "manifest_changes":
-            return st["changes"]["targets_lost"], st["changes"]["sequences_untrained"]
-        return st["overflow"]["targets_lost"], st["overflow"]["untrained"]
-    if place == "inspect_json":
-        o = json.loads(runner.invoke(app, ["inspect", out, "--json"]).stdout)["overflow"]
-        return o["targets_lost"], o["untrained"]
-    text = " ".join(runner.invoke(app, ["inspect", out], env={"COLUMNS": "300"}).stdout.split())
-    assert "overflow (truncate)" in text, text
+        line = got.text
+        assert "ov.parquet row 0" in line, line
+        cut = int(line.split(", ")[1].split(" of them target")[0])
+        return cut, int(line.split("; ")[1].split(" of those sequence")[0])
+    text = got.text
     return (int(text.split("targets lost ")[1].split()[0]), int(text.split("untrained ")[1].split()[0]))
-
-
-PLACES = ["json_changes", "json_overflow", "warning", "manifest_overflow", "manifest_changes",
-          "inspect_table", "inspect_json"]
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -84,7 +48,7 @@ def test_truncate_says_the_targets_it_cut_everywhere(tmp_path, path, place):
 
 
 def test_verify_source_recounts_them_and_an_older_output_still_reads(tmp_path):
-    _, out = _pack(tmp_path, "spilled")
+    _, out = pack_cut(tmp_path, ROWS, "spilled")
     src = str(tmp_path / "ov.parquet")
     cache = ["--cache-dir", str(tmp_path / "cache")]
     assert runner.invoke(app, ["verify", out, "--source", src, *cache]).exit_code == 0
@@ -106,12 +70,9 @@ def test_verify_source_recounts_them_and_an_older_output_still_reads(tmp_path):
 
 
 def test_a_plan_of_lengths_says_the_targets_unknown(tmp_path):
-    (tmp_path / "l.txt").write_text("20\n5\n30\n")
-    r = runner.invoke(app, ["plan", "--lengths", str(tmp_path / "l.txt"), "-C", "12", "--overflow", "truncate"],
-                      env={"COLUMNS": "300"})
-    assert r.exit_code == 0, r.stdout + r.stderr
-    assert "targets lost ? (lengths only)" in " ".join(r.stdout.split()), r.stdout
-    assert "targets among them not counted (lengths only)" in r.stderr, r.stderr
+    table, stderr = plan_lengths(tmp_path, map(len, IDS), 12, "truncate")
+    assert "targets lost ? (lengths only)" in table, table
+    assert "targets among them not counted (lengths only)" in stderr, stderr
 
 
 def _reference(ids_mask, usable):
@@ -130,14 +91,10 @@ def _reference(ids_mask, usable):
 
 @pytest.mark.parametrize("usable", [1, 2, 7, 16])
 def test_the_count_on_masks_and_on_flat_words_is_the_reference(usable):
-    rng = np.random.default_rng(usable)
-    lens = rng.integers(1, 30, 200)
-    masks = [(rng.random(n) < rng.choice([0.02, 0.3, 0.9])).astype(np.uint8) for n in lens]
-    flat = np.concatenate(masks)
-    offsets = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    masks, flat, offsets, words = random_masks(usable, 30)
+    lens = np.diff(offsets)
     over = np.flatnonzero(lens > usable)
     want = _reference([list(m) for m in masks], usable)
-    words = pack_tokens(rng.integers(0, 50_000, flat.size), flat)
     for flags, shift in ((flat, 0), (words, 31)):
         got = count_rows(flags, offsets, over, usable, shift)
         assert (got.targets, got.untrained, got.first_untrained) == want
