@@ -34,7 +34,9 @@ its own slabs. Every rank holds the same number of slabs, as the Megatron datase
 rank the same steps: a DDP rank that runs out first leaves the others waiting in the gradient
 all-reduce. Where the slab count is not a multiple of world_size (round robin), a short rank
 takes its first slab(s) again, as torch's DistributedSampler pads, with a warning (`--dp N`
-packs a multiple of N slabs: each once); a rank with no slab at all is refused. Not the
+packs a multiple of N slabs: each once); so does every rank whose slabs are not whole runs of
+`per_device_batch` (accelerate's last batch took another rank's slabs, S46B-7); a rank with no
+slab at all is refused. Not the
 Megatron dataset's empty micro-batch: an HF batch with no label has a NaN mean loss, and a
 DDP rank must run the backward all the same.
 """
@@ -49,7 +51,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
-from packtool.hf.dp import dp_order, ranks_shown, short_ranks
+from packtool.hf.dp import dp_order, repeats_said
 from packtool.hf.mask import block_causal_mask
 from packtool.hf.rows import FIX, check_copies, check_row, check_side_fill
 from packtool.layout import shift_like_labels
@@ -138,7 +140,7 @@ class SlabDataset(Dataset):
         self.manifest = SlabManifest.read(path)
         self.index = SlabIndex.build(self.manifest)
         self.order = dp_order(self.index, self.manifest.dp, world_size, rank, per_device_batch)
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.per_device_batch = rank, world_size, per_device_batch
         self._say_repeats()
         # the output's side columns: pass them on, `SlabCollator(side_columns=ds.side_columns)`
         self.side_columns: tuple[SideColumn, ...] = self.manifest.side_columns
@@ -149,14 +151,10 @@ class SlabDataset(Dataset):
     def _say_repeats(self) -> None:
         """By rank 0 (rank None: every rank's, here), whose log is read: the same line on every rank
         was N lines for N ranks."""
-        short, repeats, each = short_ranks(self.index, self.manifest.dp, self.world_size)
-        if repeats:
+        said = repeats_said(self.path, self.index, self.manifest.dp, self.world_size, self.per_device_batch)
+        if said:
             from packtool.notes import job_note  # on stderr and kept (notes.NOTES, --json), as every note
-            job_note(f"{self.path}: {len(self.index)} slabs do not divide among world_size={self.world_size} "
-                     f"ranks: rank(s) {ranks_shown(short)} take their first slab(s) again ({repeats} in all, "
-                     f"trained twice this epoch) so that every rank takes {each} (a DDP rank that runs out "
-                     f"leaves the others waiting in the all-reduce); pack with `packtool pack --dp "
-                     f"{self.world_size}` to train each slab once", self.rank)
+            job_note(said, self.rank)
 
     def __len__(self) -> int:
         return int(self.order.size)

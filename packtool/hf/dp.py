@@ -1,7 +1,10 @@
 """The order a packtool.hf consumer reads slabs in, per data-parallel rank (packtool/hf/__init__.py's
 "DP" paragraph): the plan's per-rank streams of a `--dp N` output, or round robin; every
 rank's stream the same length (a DDP rank that runs out first leaves the others waiting in
-the gradient all-reduce), a short rank cycling its own first slabs."""
+the gradient all-reduce) and a whole number of `per_device_batch` runs (accelerate deals the
+interleaved dataset's batches to ranks in turn: a rank's short last run took another rank's
+slabs into its batch, and its wrap-around took the first rank's again, S46B-7), a rank that
+is short of it cycling its own first slabs."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +13,7 @@ from packtool.errors import PacktoolInputError
 from packtool.params import checked
 from packtool.slabs.reader import SlabIndex
 
-__all__ = ["dp_order", "equal_streams", "ranks_shown", "short_ranks"]
+__all__ = ["dp_order", "equal_streams", "rank_counts", "ranks_shown", "repeats_said", "short_ranks", "stream_length"]
 
 
 def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int | None = None,
@@ -34,15 +37,17 @@ def dp_order(index: SlabIndex, planned_dp: int, world_size: int = 1, rank: int |
     else:
         order = np.argsort(np.arange(n) % world_size, kind="stable")  # i -> rank i % W
         owner = order % world_size
-    order, owner, pos = equal_streams(order, owner, world_size)
+    order, owner, pos = equal_streams(order, owner, world_size, per_device_batch)
     if rank is not None:
         return order[owner == rank].astype(np.int64)
     return order[np.lexsort((pos, owner, pos // per_device_batch))].astype(np.int64)
 
 
-def equal_streams(order: np.ndarray, owner: np.ndarray, world_size: int) -> tuple[np.ndarray, ...]:
+def equal_streams(order: np.ndarray, owner: np.ndarray, world_size: int,
+                  per_device_batch: int = 1) -> tuple[np.ndarray, ...]:
     """(order, owner, place in the rank's stream), rank-major, every rank's stream cycled to the
-    longest one's length: a data-parallel run's ranks must take the same number of steps."""
+    longest one's length, rounded up to whole runs of `per_device_batch`: a data-parallel run's
+    ranks must take the same number of steps, each batch of one rank's slabs."""
     n = owner.size
     if n == 0:  # no slab at all: every rank takes none, equally
         return order, owner, np.zeros(0, np.int64)
@@ -54,21 +59,58 @@ def equal_streams(order: np.ndarray, owner: np.ndarray, world_size: int) -> tupl
                                  f"get none, and every rank of a data-parallel run must take the same number of "
                                  f"steps; run at most {n} ranks, or re-pack into more slabs (`packtool pack --dp "
                                  f"{world_size}`, or `packtool pack` with a smaller `--max-tokens`)")
-    longest = int(counts.max())
+    longest = stream_length(counts, per_device_batch)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))  # owner is sorted (rank-major)
     owner = np.repeat(np.arange(world_size), longest)
     pos = np.tile(np.arange(longest), world_size)
     return order[first[owner] + pos % counts[owner]], owner, pos
 
 
-def short_ranks(index: SlabIndex, planned_dp: int, world_size: int) -> tuple[np.ndarray, int, int]:
-    """(the ranks that take slab(s) again to match the longest stream, how many in all, the
-    slabs every rank takes)."""
+def stream_length(counts: np.ndarray, per_device_batch: int = 1) -> int:
+    """The slabs every rank takes: the most any rank holds, up to a whole run of `per_device_batch`."""
+    return -(-int(counts.max()) // per_device_batch) * per_device_batch
+
+
+def rank_counts(index: SlabIndex, planned_dp: int, world_size: int) -> np.ndarray:
+    """The slabs each rank holds before its stream is cycled (the plan's, or round robin's)."""
+    if planned_dp > 1:
+        return np.bincount(index.dp_rank, minlength=world_size)
+    return np.bincount(np.arange(len(index)) % world_size, minlength=world_size)
+
+
+def short_ranks(index: SlabIndex, planned_dp: int, world_size: int,
+                per_device_batch: int = 1) -> tuple[np.ndarray, int, int]:
+    """(the ranks that take slab(s) again to fill the common stream, how many in all, the slabs
+    every rank takes)."""
     if len(index) == 0:
         return np.zeros(0, np.int64), 0, 0
-    counts = (np.bincount(index.dp_rank, minlength=world_size) if planned_dp > 1
-              else np.bincount(np.arange(len(index)) % world_size, minlength=world_size))
-    return np.flatnonzero(counts < counts.max()), int((counts.max() - counts).sum()), int(counts.max())
+    counts = rank_counts(index, planned_dp, world_size)
+    each = stream_length(counts, per_device_batch)
+    return np.flatnonzero(counts < each), int((each - counts).sum()), each
+
+
+def repeats_said(path: str, index: SlabIndex, planned_dp: int, world_size: int,
+                 per_device_batch: int = 1) -> str | None:
+    """The note for slabs a rank takes again (None: none): why, how many, and the fix."""
+    short, repeats, each = short_ranks(index, planned_dp, world_size, per_device_batch)
+    if not repeats:
+        return None
+    counts = rank_counts(index, planned_dp, world_size)
+    most, why, fix = int(counts.max()), [], []
+    if int(counts.min()) < most:
+        why.append(f"{len(index)} slabs do not divide among world_size={world_size} ranks")
+        fix.append(f"pack with `packtool pack --dp {world_size}`")
+    if each > most:
+        why.append(f"a rank's {most} slabs are not whole batches of per_device_batch={per_device_batch} "
+                   f"(accelerate would fill the last batch with another rank's slabs)")
+        d = np.arange(1, most + 1)
+        d = d[most % d == 0]
+        fix.append(f"pass a per_device_batch that divides {most} "
+                   f"({', '.join(map(str, d[:8].tolist()))}{', ...' if d.size > 8 else ''})")
+    return (f"{path}: {' and '.join(why)}: rank(s) {ranks_shown(short)} take their first slab(s) again "
+            f"({repeats} in all, trained more than once this epoch) so that every rank takes {each} (a DDP "
+            f"rank that runs out leaves the others waiting in the all-reduce); to train each slab once, "
+            f"{' and '.join(fix)}")
 
 
 def ranks_shown(ranks: np.ndarray) -> str:

@@ -67,26 +67,46 @@ def test_every_rank_takes_the_same_number_of_slabs(outs, kind, world):
         assert said == []
 
 
-@pytest.mark.parametrize("batch", [1, 2, 3])
-@pytest.mark.parametrize("world", [2, 4])
-def test_the_interleaved_dataset_hands_every_rank_its_own_equal_stream(outs, world, batch):
-    """What accelerate gives rank r of `SlabDataset(world_size=N)` is rank r's own stream, up
-    to its last whole run of `batch` slabs (all of it with batch 1: no slab of another rank
-    from accelerate's wrap-around), the same number of batches on every rank."""
+# (output, world_size as a function of the slab count n): a --dp N output runs N ranks
+WORLDS = [("round robin", lambda n: 2), ("round robin", lambda n: 4), ("--dp 3", lambda n: 3)]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5])
+@pytest.mark.parametrize("kind,world", WORLDS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(WORLDS)])
+def test_the_interleaved_dataset_hands_every_rank_its_own_equal_stream(outs, kind, world, batch):
+    """S46B-7: what accelerate gives rank r of `SlabDataset(world_size=N, per_device_batch=B)` is
+    rank r's own stream, whole: every batch one rank's slabs, never another rank's (its last
+    batch, and its wrap-around, took them where B did not divide a rank's slabs), the same
+    number on every rank; `SlabDataset(rank=r, world_size=N, per_device_batch=B)` is that
+    stream. A rank whose slabs B does not divide takes its own first slab(s) again, and the
+    note counts every repeat."""
     from accelerate.data_loader import BatchSamplerShard
     from torch.utils.data import BatchSampler, SequentialSampler
-    (paths, _) = outs
+    paths, n = outs
+    out, world = paths[kind], world(n)
+    start = notes.mark()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        every = SlabDataset(paths["round robin"], world_size=world, per_device_batch=batch)
-        mine = [SlabDataset(paths["round robin"], rank=r, world_size=world) for r in range(world)]
+        every = SlabDataset(out, world_size=world, per_device_batch=batch)
+    said = notes.since(start)
+    mine = [SlabDataset(out, rank=r, world_size=world, per_device_batch=batch) for r in range(world)]
+    planned = [np.unique(SlabDataset(out, rank=r, world_size=world).order) for r in range(world)]
     got = [[int(every.order[i]) for b in BatchSamplerShard(BatchSampler(SequentialSampler(every), batch, False),
                                                             world, r) for i in b]
            for r in range(world)]
-    assert len({len(g) for g in got}) == 1 and len({len(m) for m in mine}) == 1
-    whole = len(mine[0]) // batch * batch
     for r in range(world):
-        assert got[r][:whole] == mine[r].order[:whole].tolist() and (batch > 1 or whole == len(got[r]))
+        assert got[r] == mine[r].order.tolist(), (r, got[r], mine[r].order.tolist())
+        assert set(got[r]) == set(planned[r].tolist())  # its own slabs, every one of them
+        own = planned[r].size
+        assert got[r][own:] == (got[r][:own] * len(got[r]))[:len(got[r]) - own]  # its own first slabs again
+    assert len({len(g) for g in got}) == 1 and len(got[0]) % batch == 0
+    repeats = sum(len(g) - len(set(g)) for g in got)
+    if repeats:
+        assert len(said) == 1 and f"({repeats} in all" in said[0] and "\n" not in said[0], said
+        if len(got[0]) > max(p.size for p in planned):  # the batch made the repeats, or some of them
+            assert f"per_device_batch={batch}" in said[0], said
+    else:
+        assert said == []
 
 
 @pytest.mark.parametrize("extra", [1, 5, 2**31 - 100])
