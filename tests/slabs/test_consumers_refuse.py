@@ -355,6 +355,10 @@ CORRUPTIONS = {
     # ids over the largest the manifest records for their shard (below vocab_size): a trainer that
     # sized its vocabulary by the record would index past it
     "lie:max_token_id-lowered": _set(("shards", 0, "max_token_id"), lambda v: v - 1),
+    # S46B-1b: a record above the shard's largest id: verify's shard_counts; a reader cannot tell
+    # it before every row group is decoded, and builds no batch from it (FORMAT.md, "What a reader
+    # checks", the list of verify's own): refused at open (past vocab_size) or harmless
+    "lie:max_token_id-raised": _set(("shards", 0, "max_token_id"), lambda v: v + 1),
     "lie:tp-1e15": _set(("config", "alignment", "tp"), 10 ** 15),
     "lie:dp-1e15": _set(("config", "packing", "dp"), 10 ** 15),
     "manifest:pad_id": _set(("tokenizer", "pad_id"), lambda v: v + 5),
