@@ -58,10 +58,17 @@ def _unique(pairs: list) -> dict:
 _FAST = json.JSONDecoder(object_pairs_hook=_unique)
 
 
+BOM = "a UTF-8 byte order mark (BOM) opens the text, which JSON does not allow (save it without one)"
+
+
 def loads(text: str | bytes):
-    """json.loads, refusing a key given twice (DuplicateKeyError)."""
+    """json.loads, refusing a key given twice (DuplicateKeyError) and a byte order mark, said as
+    one (the decoder alone said "Expecting value: line 1 column 1"; json.loads of bytes skips it,
+    so a file read as bytes or as text would differ)."""
     if isinstance(text, (bytes, bytearray)):
         text = text.decode("utf-8")
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError(BOM, text, 0)
     return raw_decode(text, 0, whole=True)[0]
 
 

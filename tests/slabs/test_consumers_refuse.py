@@ -319,6 +319,35 @@ MANIFEST_EDITS = {
     "manifest:fp8-unknown": _set(("config", "alignment", "fp8"), "fp4"),
 }
 
+
+def _manifest_text(pattern, insert):
+    """The manifest's text with `insert` put after the first match of `pattern` (its JSON kept)."""
+    def run(out):
+        path = os.path.join(out, ".manifest.json")
+        text = open(path, encoding="utf-8").read()
+        edited = re.sub(pattern, lambda m: m.group(0) + insert, text, count=1)
+        assert edited != text, pattern
+        open(path, "w", encoding="utf-8").write(edited)
+    return run
+
+
+# S46B-3: a key given twice in one object (json keeps the last: here the real value, so the first,
+# wrong one hides), at every depth, and a UTF-8 BOM before the manifest: verify and packtool's
+# readers refuse each, and FORMAT.md's standalone reader read them
+MANIFEST_TEXT_EDITS = {
+    "manifest:twice-format": _manifest_text(r"\A\{", '"format": "other", '),
+    "manifest:twice-alignment-cp": _manifest_text(r'"alignment": \{', '"cp": 4, '),
+    "manifest:twice-stats-slabs": _manifest_text(r'"stats": \{', '"slabs": 1, '),
+    "manifest:twice-shard-rows": _manifest_text(r'"shards": \[\s*\{', '"rows": 1, '),
+    "manifest:utf8-bom": lambda out: _bom(os.path.join(out, ".manifest.json")),
+}
+
+
+def _bom(path):
+    data = open(path, "rb").read()
+    open(path, "wb").write(b"\xef\xbb\xbf" + data)
+
+
 # S31-1: a null anywhere in a slab, in every column of the schema (list entries and scalars)
 NULLS = {f"null:{col}": _edit(SHARD0, _null_in(col)) for col in _slab_columns()}
 CORRUPTIONS = {
@@ -365,6 +394,7 @@ CORRUPTIONS = {
     "overflow:chunks-under-error": _set(("config", "packing", "overflow"), "error"),
     # S41-6: manifest edits every packtool consumer refused and FORMAT.md's standalone reader read
     **MANIFEST_EDITS,
+    **MANIFEST_TEXT_EDITS,
 }
 # verify itself cannot tell these from the clean output (it needs --source): harmless or refused
 NEEDS_SOURCE = {"source_tokens:re-signed"}
@@ -539,7 +569,7 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
 # reader checks"): inspect's clean report would send a user to train on them
 MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_range:re-signed",
                "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed",
-               "lie:max_token_id-lowered", *MANIFEST_EDITS)
+               "lie:max_token_id-lowered", *MANIFEST_EDITS, *MANIFEST_TEXT_EDITS)
 
 
 @pytest.mark.parametrize("consumer", ["inspect", "hf", "hf-to_hf", "standalone-reader"])
@@ -823,6 +853,18 @@ def test_verify_says_a_lying_manifest_in_one_problem_with_exit_1(corpus, corrupt
     assert r.exit_code == 1 and "Traceback" not in r.output, r.output
     d = json.loads(r.output)
     assert not d["ok"] and set(d["counts"]) <= {"manifest", "manifest_stats", "shard_counts", "token_id_range"}, d
+
+
+@pytest.mark.parametrize("corruption", list(MANIFEST_TEXT_EDITS))
+def test_verify_says_what_makes_the_manifest_text_unreadable(corpus, corruption):
+    """verify rejects it (exit 1) saying why: the key given twice, or the BOM (it said "Expecting
+    value: line 1 column 1", which names neither)."""
+    from packtool.cli.app import app
+    get, _ = corpus
+    r = CliRunner().invoke(app, ["verify", get(corruption), "--workers", "1", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    said = " ".join(p["message"] for p in json.loads(r.output)["problems"])
+    assert ("byte order mark" in said) if corruption.endswith("bom") else ("appears twice" in said), said
 
 
 @pytest.mark.parametrize("alg", ["xxh3_128", "sha256"])
