@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import tokenizers
 
+from packtool.engines.ray_env import remote, task_options
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
 from packtool.errors import PacktoolInputError
 from packtool.output.files import make_parents, remove_created
@@ -225,8 +226,9 @@ def count_file_rows(job: TokenizeJob) -> np.ndarray:
     need = [i for i, c in enumerate(counts) if c is None]
     if need:
         ds = ray.data.from_items([{"fi": i} for i in need], override_num_blocks=len(need))
-        for b in ds.map_batches(_count_udf, batch_format="pyarrow", batch_size=1,
-                                fn_kwargs={"job": job}).iter_batches(batch_format="pyarrow", batch_size=None):
+        ds = ds.map_batches(_count_udf, batch_format="pyarrow", batch_size=1, fn_kwargs={"job": job},
+                            **task_options())
+        for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             for fi, n in zip(b.column("fi").to_pylist(), b.column("rows").to_pylist()):
                 counts[fi] = n
     return np.asarray(counts, np.int64)
@@ -275,8 +277,7 @@ class InputHashes:
         from packtool.tokenize.readers import InputFile
         if not all(isinstance(f, InputFile) for f in files):  # objects hash themselves (hf_input)
             return input_digests(files)
-        remote = ray.remote(both_digests)
-        got = ray.get([remote.remote(f.path) for f in files])
+        got = ray.get([remote(both_digests).remote(f.path) for f in files])
         self.sha256 = {f.path: sha for f, (_, sha) in zip(files, got)}
         return [x for x, _ in got]
 
@@ -303,12 +304,13 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
             raise no_rows_error(job.files[int(fi)].path)
         file_base = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         source = make_datasource(job)
-        rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
+        env = task_options()
+        rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, ray_remote_args=env)
                 .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
-                             fn_kwargs={"job": job})
+                             fn_kwargs={"job": job}, **env)
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"tmp": tmp, "file_base": file_base, "entry": final if store else None,
-                                        "push": push}))
+                                        "push": push}, **env))
         with bar("Tokenizing (Ray)", int(file_base[-1]), "rows", progress) as advance:
             bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from packtool.align import Alignment
+from packtool.engines.ray_env import job_env, started
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, cli_flag
 from packtool.output.folder import Terminated
@@ -181,7 +182,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                                  flag=cli_flag("engine")) from None
 
     if not ray.is_initialized():
-        env = {k: v for k, v in os.environ.items() if k.startswith("PACKTOOL_")}
+        env = job_env()
         # packtool shows its own bars (`progress`); Ray's bars and worker logs stay off:
         # a task's error still reaches the driver as the exception it raised
         kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
@@ -201,6 +202,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                     else:  # "local": no address Ray finds itself (a `ray start` cluster here)
                         with _daemons_apart():
                             ray.init(address="local", num_cpus=num_cpus or cores(), **kw)
+            started(local=not address)
         except Exception as e:  # (Ctrl-C and SIGTERM are BaseExceptions: they unwind as they are)
             raise not_started(e, address, from_env) from None
     ctx = ray.data.DataContext.get_current()

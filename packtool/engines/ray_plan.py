@@ -8,6 +8,7 @@ from the placements without bringing them to the driver.
 from __future__ import annotations
 
 from packtool.align import Alignment
+from packtool.engines.ray_env import remote
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import ShardedPlan, plan_shards
 from packtool.tokenize.cache_pieces import cache_shards
@@ -20,14 +21,14 @@ class RayRunner:
     def map(self, f, args: list[tuple]):
         """Every task submitted at once; summaries fetched one by one, in order."""
         import ray
-        rf = ray.remote(num_returns=2)(f)
+        rf = remote(f, num_returns=2)
         refs = [rf.remote(*a) for a in args]
         for summary_ref, placement_ref in refs:
             yield ray.get(summary_ref), placement_ref
 
     def call(self, f, handle, *args):
         import ray
-        return ray.get(ray.remote(f).remote(handle, *args))
+        return ray.get(remote(f).remote(handle, *args))
 
 
 

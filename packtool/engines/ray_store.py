@@ -18,6 +18,7 @@ no file system shared between nodes.
 """
 from __future__ import annotations
 
+from packtool.engines.ray_env import remote
 from packtool.notes import note
 from packtool.storage import is_file, join_uri, locate, shown
 from packtool.tokenize.cache import TokenizedCache, cache_problem
@@ -47,7 +48,7 @@ def check_on_ray(root: str, records: list) -> str | None:
         return None
     n = max(1, min(len(records), int(ray.cluster_resources().get("CPU", 1)) * CHECK_TASKS_PER_CPU))
     step = -(-len(records) // n)  # contiguous runs: the first problem is the first in order
-    f = ray.remote(_check_files)
+    f = remote(_check_files)
     refs = [f.remote(root, records[k:k + step]) for k in range(0, len(records), step)]
     return next((p for p in ray.get(refs) if p), None)
 

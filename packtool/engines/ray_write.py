@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 
+from packtool.engines.ray_env import remote, task_options
 from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
@@ -177,8 +178,7 @@ def cache_source(cache, groups_per_task: int = 8):
 def _sharded_routing_refs(sp: ShardedPlan, ranges: list, piece_starts: np.ndarray) -> list:
     """Per cache piece, the routing of the plan shard that holds its rows: one task per plan
     shard turns its placement (in the object store) into routing rows, on a worker."""
-    import ray
-    rf = ray.remote(shard_routing)
+    rf = remote(shard_routing)
     refs = [rf.remote(h, *a) for h, a in zip(sp.handles, sp.routing_args(ranges))]
     first = np.asarray(sp.first_rows, np.int64)
     lo = np.searchsorted(first, piece_starts, side="right") - 1
@@ -213,15 +213,16 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
         commit, out_dir = out_dir, None
         dests = commit.task_dests([shard_file(k) for k in range(len(ranges))])  # (shard, its proof) URIs
         lease = commit.ticket()  # each task asks it before its puts, as the local engine's uploads do
-    ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks)
+    env = task_options()
+    ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, ray_remote_args=env)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,
-                                  "side": tuple(cache.side_columns)})
+                                  "side": tuple(cache.side_columns)}, **env)
           .groupby("shard")
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
-                                 "side": tuple(cache.side_columns), "dests": dests, "lease": lease}))
+                                 "side": tuple(cache.side_columns), "dests": dests, "lease": lease}, **env))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written

@@ -51,13 +51,10 @@ def _puts(client, bucket: str) -> set[tuple[str, str]]:
 
 @pytest.fixture
 def ray_reaches_s3(request, s3):
-    """A local Ray whose workers were started with the endpoint's AWS environment (a Ray up
-    before `s3` set it would send the write tasks' puts elsewhere)."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
-    if ray.is_initialized():  # its workers lack the endpoint's environment, and a node started right after
-        # shutting one down did not reach its GCS on a 2-core box (CI, stop 45): these cases run where this
-        # file's Ray cases come first in their process (the file alone: 4/4)
-        pytest.skip("a Ray node of an earlier test is up in this process; run this file alone for its Ray cases")
+    """The process's local Ray, up or started now: pack_ray's tasks run under the driver's
+    environment as it is when submitted (packtool.engines.ray_env), the endpoint's included,
+    whichever environment the node was started under (an earlier test's, in a whole run)."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
     return request.getfixturevalue("local_ray")
 
 

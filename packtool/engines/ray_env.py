@@ -1,0 +1,74 @@
+"""The one owner of the environment packtool's Ray tasks run under: the driver's, as it is when
+each task is submitted, for the variables a task reads.
+
+A Ray job's workers get their environment once: a local node packtool starts (`init_ray`) takes
+the driver's at its start, and the job's runtime_env (PACKTOOL_* variables, given to a cluster's
+workers too) is fixed at `ray.init`. A library user who set AWS_ENDPOINT_URL (or AWS_*, HF_*,
+PACKTOOL_*) after a first `pack_ray` in the same process got tasks without it, which reached
+real AWS (the process pool's twin: packtool.workers). Every task packtool submits carries the
+variables that changed since then in its own runtime_env (Ray merges it with the job's per
+variable); none changed, it carries nothing and runs on the job's warm workers.
+
+What a task reads: on a local node, every variable of READS (the node's workers are this
+machine's and had the driver's at the start); on a cluster joined, PACKTOOL_* alone, as at the
+start (the nodes' own AWS and HF settings are theirs). A variable removed since the start is
+given as "" (a runtime_env cannot unset one).
+"""
+from __future__ import annotations
+
+import os
+
+READS = ("PACKTOOL_", "AWS_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "GOOGLE_",
+         "STORAGE_EMULATOR_HOST", "AZURE_")
+JOB = ("PACKTOOL_",)  # what a joined cluster's workers take from the driver
+
+_START: dict = {}  # the job (its id, its node's), the prefixes its tasks read from the driver, their values then
+
+
+def _of(prefixes) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+
+
+def job_env() -> dict[str, str]:
+    """The runtime_env env_vars `ray.init` gives the job: the driver's PACKTOOL_* variables."""
+    return _of(JOB)
+
+
+def started(local: bool) -> None:
+    """Right after packtool's `ray.init`: what the job's workers hold from now on."""
+    import ray
+    prefixes = READS if local else JOB
+    _START.clear()
+    _START.update(job=_job(ray), prefixes=prefixes, env=_of(prefixes))
+
+
+def _job(ray) -> tuple[str, str]:
+    """The job, told apart from a later one (a fresh local Ray numbers its first job as the last did)."""
+    ctx = ray.get_runtime_context()
+    return ctx.get_job_id(), ctx.get_node_id()
+
+
+def changed() -> dict[str, str]:
+    """The variables a task reads whose value differs from the job's start ("" where removed);
+    {} for a Ray that packtool did not start in this job (its runtime_env is its starter's)."""
+    import ray
+    if not _START or not ray.is_initialized() or _job(ray) != _START["job"]:
+        return {}
+    now, then = _of(_START["prefixes"]), _START["env"]
+    got = {k: v for k, v in now.items() if then.get(k) != v}
+    got.update({k: "" for k in then if k not in now})
+    return got
+
+
+def task_options() -> dict:
+    """Ray's remote options that give a task the driver's environment as it is now: every
+    task packtool submits takes them (`ray.remote(**o)`, Ray Data's `ray_remote_args`)."""
+    env = changed()
+    return {"runtime_env": {"env_vars": env}} if env else {}
+
+
+def remote(f, **options):
+    """`ray.remote(**options)(f)` whose tasks run under `task_options()` of this moment."""
+    import ray
+    options = {**options, **task_options()}
+    return ray.remote(**options)(f) if options else ray.remote(f)  # (ray.remote() refuses no options)
