@@ -9,6 +9,11 @@ on as input text. Every folder-expanding reader (`readers.resolve_inputs`: pack 
 engines, `verify --source`, `tokenize_to_cache`) passes them over with one counted note, so
 nothing leaves the data without a word. A tree the user names itself (the folder given is
 the output or the entry) is read as asked.
+
+A Spark/Hadoop job's `_temporary/` (FileOutputCommitter's scratch: the task attempts of a job
+that failed, was killed or is still writing, copies or half-copies of the part files committed
+beside it) is no one's data either: read, its rows were packed twice. pyarrow.dataset, Spark,
+Hive and `datasets` pass it over; so does this sort, with its own note (S46A-8).
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ from packtool.notes import note
 from packtool.output.relations import is_inside, packed_output_around, real_path
 from packtool.tokenize.cache_root import is_cache_entry
 
+JOB_SCRATCH = "_temporary"  # the committer's folder name, at any depth below the base
+_JOB = "a Spark/Hadoop job's uncommitted output"
+
 
 class OwnTrees:
     """Sorts the paths found below `base` (a folder input, or a glob's fixed folder) into
@@ -28,6 +36,7 @@ class OwnTrees:
         self.spec, self.base, self.real_base = spec, base, real_path(base)
         self._tree_of: dict[str, tuple[str, str] | None] = {}
         self.skipped: dict[tuple[str, str], int] = {}  # (tree, what) -> files passed over
+        self._in_scratch = _names_scratch(self.real_base)
 
     def keep(self, paths: list[str]) -> list[str]:
         """`paths` less those inside packtool's trees (counted)."""
@@ -49,6 +58,13 @@ class OwnTrees:
     def _find(self, rd: str) -> tuple[str, str] | None:
         if not is_inside(rd, self.real_base) or rd == self.real_base:
             return None
+        scratch, d = None, rd
+        while d != self.real_base and not self._in_scratch:  # the outermost `_temporary` strictly below the base
+            if os.path.basename(d) == JOB_SCRATCH:
+                scratch = d
+            d = os.path.dirname(d)
+        if scratch is not None:
+            return scratch, _JOB
         out = packed_output_around(rd, itself=True)
         if out is not None and out != self.real_base and is_inside(out, self.real_base) and packtool_made(out):
             return out, "a packed output"
@@ -63,20 +79,30 @@ class OwnTrees:
         """For "holds no data files": what was passed over, when anything was."""
         if not self.skipped:
             return ""
+        if all(what == _JOB for _, what in self.skipped):
+            return f" outside Spark/Hadoop `_temporary/` folders ({self._trees()}: a job's uncommitted output is not data)"
         return f" outside packtool's own folders ({self._trees()}: a packed output or cache is not data)"
 
-    def _trees(self) -> str:
+    def _trees(self, job: bool | None = None) -> str:
         return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.real_base))} ({what}, {k} "
-                         f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items()))
+                         f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items())
+                         if job is None or (what == _JOB) == job)
 
     def say(self) -> None:
-        if not self.skipped:
-            return
-        n = sum(self.skipped.values())
-        trees = self._trees()
-        note(f"{self.spec}: passed over {n} file{'s' if n != 1 else ''} in packtool's own folders inside it, "
-             f"not data: {trees}; move them out of the data folder (or pass the data files themselves) "
-             f"to silence this note")
+        for job in (False, True):
+            n = sum(k for (_, what), k in self.skipped.items() if (what == _JOB) == job)
+            if not n:
+                continue
+            files = f"{n} file{'s' if n != 1 else ''}"
+            if job:
+                note(f"{self.spec}: passed over {files} in Spark/Hadoop `_temporary/` folders inside it: "
+                     f"{self._trees(job)}: the committer's scratch (task attempts of a job not committed, "
+                     f"copies of the part files beside it), not data; pass the part files themselves to read "
+                     f"them, or remove the folder once the job is done")
+            else:
+                note(f"{self.spec}: passed over {files} in packtool's own folders inside it, "
+                     f"not data: {self._trees(job)}; move them out of the data folder (or pass the data files "
+                     f"themselves) to silence this note")
 
 
 class StoreTrees(OwnTrees):
@@ -88,7 +114,7 @@ class StoreTrees(OwnTrees):
     def __init__(self, spec: str, root, listed: list[str]):
         self.spec, self.base, self.real_base = spec, root.shown.rstrip("/"), root.path.rstrip("/")
         self._tree_of, self.skipped = {}, {}
-        self._trees_at = _store_trees(listed, self.real_base, root)
+        self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
 
     def keep(self, locs: list) -> list:
         out = []
@@ -110,7 +136,13 @@ class StoreTrees(OwnTrees):
         return self._tree_of[folder]
 
 
-def _store_trees(listed: list[str], base: str, root) -> dict[str, str]:
+def _names_scratch(base: str) -> bool:
+    """The base is a job's `_temporary` or lies inside one: the user named the scratch itself,
+    which is read as asked (its nested `_temporary` folders included)."""
+    return JOB_SCRATCH in base.replace("\\", "/").split("/")
+
+
+def _store_trees(listed: list[str], base: str, root, in_scratch: bool) -> dict[str, str]:
     from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, names_this_format
     from packtool.tokenize.cache_parts import DATA_DIR
     folders: set[str] = set()  # every folder (prefix) an object lies in, at any depth
@@ -126,6 +158,8 @@ def _store_trees(listed: list[str], base: str, root) -> dict[str, str]:
             out[d] = "a packed output"  # (the older plain name only when it is packtool's: packtool_made)
         elif name == "cache.json" and (f"{d}/{DATA_DIR}" in folders or f"{d}/flat" in folders):
             out.setdefault(d, "a tokenized cache entry")
+    if not in_scratch:
+        out.update({d: _JOB for d in folders if d.startswith(base + "/") and d.rsplit("/", 1)[1] == JOB_SCRATCH})
     return out
 
 
