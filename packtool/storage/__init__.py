@@ -30,7 +30,7 @@ _MODULES = {
               "read_range", "utf8_path"),
     "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small"),
     "globs": ("expand",),
-    "conditional": ("ABSENT", "client_for", "delete_if", "etag", "no_new_marker", "put_if"),
+    "conditional": ("ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"),
     "lease": ("LEASE", "LEASE_SECONDS", "RENEW_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired",
               "run_holds", "take_lease"),
 }

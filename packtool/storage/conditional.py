@@ -149,4 +149,33 @@ def no_new_marker(loc: Location) -> Iterator[None]:
         pass  # another's put since, or no delete permission: an empty marker is harmless
 
 
-__all__ = ["ABSENT", "client_for", "delete_if", "etag", "no_new_marker", "put_if"]
+def drop_markers(loc: Location) -> int:
+    """Delete every empty folder object (`X/`, 0 bytes) under the prefix `loc`, its own included:
+    pyarrow's delete puts one for the folder of each object it deletes, so a removal of what a
+    packtool push put in its own cache entry (tokenize.store_push) left `KEY/data/`, `KEY/flat/`
+    or `KEY/` there, holding nothing (L5). Each goes only while it is that empty object (by its
+    ETag); objects with bytes are never touched. The caller answers for the prefix being
+    packtool's own tree. Where the store offers no such request, or asking fails, they stay
+    (they hold nothing). Returns how many went."""
+    client = client_for(loc)
+    bucket, _, key = loc.path.partition("/")
+    if client is None or not key.strip("/"):
+        return 0
+    from botocore.exceptions import BotoCoreError, ClientError
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key.strip("/") + "/")
+        found = [(o["Key"], o["ETag"]) for page in pages for o in page.get("Contents", [])
+                 if o["Key"].endswith("/") and o["Size"] == 0]
+    except (BotoCoreError, ClientError):
+        return 0
+    gone = 0
+    for marker, tag in found:
+        try:
+            client.delete_object(Bucket=bucket, Key=marker, IfMatch=tag)
+            gone += 1
+        except (BotoCoreError, ClientError):
+            continue  # put over since (not empty now), or no delete permission: it holds nothing
+    return gone
+
+
+__all__ = ["ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"]

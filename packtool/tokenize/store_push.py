@@ -28,7 +28,8 @@ import time
 import uuid
 
 from packtool.notes import note
-from packtool.storage import RENEW_SECONDS, Location, expired, join_uri, locate, read_small, shown
+from packtool.storage import (RENEW_SECONDS, Location, drop_markers, expired, join_uri, locate, no_new_marker,
+                              read_small, shown)
 from packtool.tokenize.cache_entry import file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)
@@ -141,22 +142,28 @@ def _forget(entry: Location, run: str, marker: Location) -> None:
     marker.delete()
 
 
-def _remove_proven(root: str, key: str, run: str, files: dict) -> int:
-    """The files of a push's entry that the push provably put (its marker's `files`, its tasks'
-    proofs), where the entry holds no cache.json: how many were removed."""
-    entry_uri = join_uri(root, key)
-    entry = locate(entry_uri)
-    if entry.join(ENTRY_META).is_file():  # committed: its files are the entry's now
-        return 0
+def _named(entry: Location, run: str, files: dict) -> dict[str, dict]:
+    """The files of a push's entry that the push provably put: its marker's `files`, its tasks'
+    proofs (rel -> size and checksum)."""
     named = {rel: rec for rel, rec in files.items() if _safe(rel) and _record_ok(rec)}
     named.update({rel: rec for rel, (_, rec) in _proofs(entry, run).items()})
-    return sum(entry.join(*rel.split("/")).delete() for rel, rec in sorted(named.items())
-               if file_problem(entry_uri, rel, rec) is None)
+    return named
 
 
 def _clean(root: str, key: str, run: str, files: dict, marker: Location) -> int:
-    n = _remove_proven(root, key, run, files)
-    _forget(locate(join_uri(root, key)), run, marker)
+    """Remove the files the push provably put, where the entry holds no cache.json (committed:
+    its files are the entry's now), each still that size and checksum, then its proofs and
+    marker: how many files were removed. pyarrow's delete leaves an empty `PREFIX/` object for
+    the folder of each object it deletes: those inside the entry (packtool's own tree) go, and
+    the root's where this removal made it (S3, storage.drop_markers / no_new_marker)."""
+    entry_uri = join_uri(root, key)
+    entry = locate(entry_uri)
+    named = {} if entry.join(ENTRY_META).is_file() else _named(entry, run, files)
+    with no_new_marker(locate(root)):
+        n = sum(entry.join(*rel.split("/")).delete() for rel, rec in sorted(named.items())
+                if file_problem(entry_uri, rel, rec) is None)
+        _forget(entry, run, marker)
+        drop_markers(entry)
     return n
 
 
