@@ -14,6 +14,11 @@ A Spark/Hadoop job's `_temporary/` (FileOutputCommitter's scratch: the task atte
 that failed, was killed or is still writing, copies or half-copies of the part files committed
 beside it) is no one's data either: read, its rows were packed twice. pyarrow.dataset, Spark,
 Hive and `datasets` pass it over; so does this sort, with its own note (S46A-8).
+
+A tree is judged where it is found, step by step below the folder given, each step by what it
+resolves to: a link inside the folder to an output or a cache (`prev -> ../out`, a shared cache
+root linked in) is the same tree as a copy of it there, passed over and said as reached through
+a link (it was read as data: an output's slabs refused as rows, a cache.json as "not rows").
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import os
 
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
-from packtool.output.relations import is_inside, packed_output_around, real_path
+from packtool.output.relations import packed_output_around, real_path
 from packtool.tokenize.cache_root import is_cache_entry
 
 JOB_SCRATCH = "_temporary"  # the committer's folder name, at any depth below the base
@@ -34,7 +39,9 @@ class OwnTrees:
 
     def __init__(self, spec: str, base: str):
         self.spec, self.base, self.real_base = spec, base, real_path(base)
+        self.named_base = base  # what a tree's name is relative to (its found path, below `base`)
         self._tree_of: dict[str, tuple[str, str] | None] = {}
+        self._step_of: dict[str, str | None] = {}
         self.skipped: dict[tuple[str, str], int] = {}  # (tree, what) -> files passed over
         self._in_scratch = _names_scratch(self.real_base)
 
@@ -50,30 +57,34 @@ class OwnTrees:
         return out
 
     def _tree(self, folder: str) -> tuple[str, str] | None:
-        """(tree's real path, what it is) that `folder` lies in strictly below the base."""
-        if folder not in self._tree_of:  # by the name found: one real_path per folder, not per file
-            self._tree_of[folder] = self._find(real_path(folder))
+        """(the tree's path as found, what it is) that `folder` (as found) lies in strictly below
+        the base: the outermost step below the base that is a tree, as a manifest's folder is."""
+        if folder not in self._tree_of:  # by the name found: the steps' real paths once per folder
+            rel = os.path.relpath(folder, self.base)
+            steps = [] if rel == "." or rel.startswith("..") else rel.split(os.sep)
+            self._tree_of[folder], linked = None, False
+            for k in range(1, len(steps) + 1):
+                step = os.path.join(self.base, *steps[:k])
+                linked = linked or os.path.islink(step)
+                what = self._step(step)
+                if what is not None:
+                    self._tree_of[folder] = step, what + (" reached through a link" if linked and what != _JOB else "")
+                    break
         return self._tree_of[folder]
 
-    def _find(self, rd: str) -> tuple[str, str] | None:
-        if not is_inside(rd, self.real_base) or rd == self.real_base:
-            return None
-        scratch, d = None, rd
-        while d != self.real_base and not self._in_scratch:  # the outermost `_temporary` strictly below the base
-            if os.path.basename(d) == JOB_SCRATCH:
-                scratch = d
-            d = os.path.dirname(d)
-        if scratch is not None:
-            return scratch, _JOB
-        out = packed_output_around(rd, itself=True)
-        if out is not None and out != self.real_base and is_inside(out, self.real_base) and packtool_made(out):
-            return out, "a packed output"
-        d = rd
-        while d != self.real_base:  # an entry, or a folder inside one
-            if is_cache_entry(d):
-                return d, "a tokenized cache entry"
-            d = os.path.dirname(d)
-        return None
+    def _step(self, step: str) -> str | None:
+        """What the folder `step` resolves to is, if packtool's: never the base itself."""
+        if step not in self._step_of:
+            rd, what = real_path(step), None
+            if rd != self.real_base:
+                if not self._in_scratch and JOB_SCRATCH in (os.path.basename(step), os.path.basename(rd)):
+                    what = _JOB  # the outermost `_temporary` strictly below the base, before any tree in it
+                elif packed_output_around(rd, itself=True) == rd and packtool_made(rd):
+                    what = "a packed output"
+                elif is_cache_entry(rd):
+                    what = "a tokenized cache entry"
+            self._step_of[step] = what
+        return self._step_of[step]
 
     def only_own(self) -> str:
         """For "holds no data files": what was passed over, when anything was."""
@@ -84,7 +95,7 @@ class OwnTrees:
         return f" outside packtool's own folders ({self._trees()}: a packed output or cache is not data)"
 
     def _trees(self, job: bool | None = None) -> str:
-        return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.real_base))} ({what}, {k} "
+        return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.named_base))} ({what}, {k} "
                          f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items())
                          if job is None or (what == _JOB) == job)
 
@@ -113,6 +124,7 @@ class StoreTrees(OwnTrees):
 
     def __init__(self, spec: str, root, listed: list[str]):
         self.spec, self.base, self.real_base = spec, root.shown.rstrip("/"), root.path.rstrip("/")
+        self.named_base = self.real_base  # its trees are keyed by their store paths
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
 

@@ -49,16 +49,24 @@ TREES = {  # where in the data folder, made from what, then changed how
 }
 
 
-def _data(tmp_path, made, tree) -> tuple[str, str]:
+def _data(tmp_path, made, tree, linked=False) -> tuple[str, str]:
+    """(the data folder, where the tree is found in it). `linked` (S46A-9): the tree lies outside
+    the folder and the folder's first step towards it is a symbolic link (`prev -> ../out`, a
+    shared cache root linked into a project, a folder holding an output)."""
     t, entry = made
     where, src, change = TREES[tree]
     d = tmp_path / "data"
     d.mkdir()
     shutil.copy(t / "good" / "s.jsonl", d / "s.jsonl")
-    dest = str(d / where.format(entry=os.path.basename(entry)))
-    shutil.copytree(entry if src == "entry" else str(t / "out"), dest)
+    where = where.format(entry=os.path.basename(entry))
+    dest = str(d / where)
+    made_at = str(tmp_path / "elsewhere" / where) if linked else dest
+    shutil.copytree(entry if src == "entry" else str(t / "out"), made_at)
     if change:
-        change(dest)
+        change(made_at)
+    if linked:
+        first = where.split("/")[0]
+        os.symlink(tmp_path / "elsewhere" / first, d / first)
     return str(d), dest
 
 
@@ -92,13 +100,16 @@ def _cli_pack(spec, t):
     return r.stderr
 
 
-# every entry on a folder; the glob route (the same reader, resolve_inputs) once per tree
-CASES = [(e, t, False) for e in ENTRIES for t in TREES] + [("resolve_inputs", t, True) for t in TREES]
+# every entry on a folder; the glob route (the same reader, resolve_inputs) once per tree; each
+# with the tree in the folder and reached through a link in it (S46A-9: a link was read as data)
+CASES = [(e, t, False, k) for k in (False, True) for e in ENTRIES for t in TREES] + [
+    ("resolve_inputs", t, True, k) for k in (False, True) for t in TREES]
 
 
-@pytest.mark.parametrize("entry, tree, glob", CASES, ids=[f"{e}-{t}-{'glob' if g else 'folder'}" for e, t, g in CASES])
-def test_packtools_own_trees_in_a_data_folder_are_passed_over_with_a_note(tmp_path, made, entry, tree, glob):
-    folder, dest = _data(tmp_path, made, tree)
+@pytest.mark.parametrize("entry, tree, glob, linked", CASES, ids=[
+    f"{e}-{t}-{'glob' if g else 'folder'}{'-linked' if k else ''}" for e, t, g, k in CASES])
+def test_packtools_own_trees_in_a_data_folder_are_passed_over_with_a_note(tmp_path, made, entry, tree, glob, linked):
+    folder, dest = _data(tmp_path, made, tree, linked)
     spec = os.path.join(folder, "**", "*.*") if glob else folder
     start = notes.mark()
     said = ENTRIES[entry](spec, made[0]) or ""
@@ -106,6 +117,7 @@ def test_packtools_own_trees_in_a_data_folder_are_passed_over_with_a_note(tmp_pa
     assert len(heard) == 1, notes.since(start)  # once, though verify --source resolves twice
     rel = os.path.relpath(dest, folder)
     assert os.path.join(folder, rel) in heard[0] and heard[0].startswith(f"{spec}: passed over "), heard[0]
+    assert ("reached through a link" in heard[0]) == linked, heard[0]
     if entry.startswith("cli"):
         assert "passed over" in said
 
