@@ -17,21 +17,15 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolInputError, cli_flag
-from packtool.tokenize.templates import ChatTemplate, template_from_config, template_set
+from packtool.errors import cli_flag
+from packtool.tokenize.templates import ChatTemplate, read_template_file, template_from_config, template_set
 
 JINJA = "chat_template.jinja"      # transformers' CHAT_TEMPLATE_FILE
 EXTRA = "additional_chat_templates"  # transformers' CHAT_TEMPLATE_DIR
 
 
 def _read(path: str) -> str:
-    from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
-    try:
-        return read_small(path, SETTINGS_BYTES, "chat template", "fix or remove it",
-                          flag=cli_flag("tokenizer")).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PacktoolInputError(f"cannot read the chat template ({e}); fix or remove it", path=path,
-                                 flag=cli_flag("tokenizer")) from None
+    return read_template_file(path, "fix or remove it", cli_flag("tokenizer"))
 
 
 def _files(folder: str) -> dict[str, str]:

@@ -110,6 +110,26 @@ def _from_json_file(spec: str, text: str) -> ChatTemplate | None:
     return template_from_config(obj["chat_template"], os.path.abspath(spec), flag)
 
 
+def read_template_file(path: str, fix: str, flag: str | None) -> str:
+    """The text of a template file (--chat-template FILE, a model folder's chat_template.jinja or
+    additional_chat_templates/*.jinja). A leading UTF-8 BOM (Notepad, PowerShell's Out-File) is
+    refused naming the file: jinja renders it as text, so it opened every conversation (two junk
+    tokens, and a second BOS where the template adds one: the text no longer starts with it), and
+    transformers reads the file as it is, so skipping it would train on what the model's own
+    template does not render (S46A-7)."""
+    from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
+    try:
+        text = read_small(path, SETTINGS_BYTES, "chat template", fix, flag=flag).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PacktoolInputError(f"cannot read the chat template ({e}); {fix}", path=path, flag=flag) from None
+    if text.startswith("\ufeff"):
+        raise PacktoolInputError("chat template file starts with a UTF-8 byte order mark (BOM), which would be "
+                                 "rendered as text at the head of every conversation; save it without one "
+                                 "(UTF-8 without BOM), e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`",
+                                 path=path, flag=flag)
+    return text
+
+
 def load_template(spec: str | None, folder_template: ChatTemplate | None) -> ChatTemplate | None:
     """`spec`: a built-in name, a .jinja path (or a tokenizer_config.json: its chat_template),
     "none", or None (the model folder's template, encode.load_tokenizer)."""
@@ -120,14 +140,9 @@ def load_template(spec: str | None, folder_template: ChatTemplate | None) -> Cha
     if spec in BUILTIN:
         return make_template(spec, BUILTIN[spec])
     if os.path.isfile(spec):
-        try:
-            from packtool.tokenize.json_depth import SETTINGS_BYTES, read_small
-            text = read_small(spec, SETTINGS_BYTES, "chat template", "give the template's .jinja file",
-                              flag=cli_flag("chat_template")).decode("utf-8")
-            t = _from_json_file(spec, text) or make_template(os.path.abspath(spec), text)
-        except (OSError, UnicodeDecodeError) as e:
-            raise PacktoolInputError(f"cannot read the chat template ({e})", path=spec,
-                                     flag=cli_flag("chat_template")) from None
+        flag = cli_flag("chat_template")
+        text = read_template_file(spec, "give the template's .jinja file", flag)
+        t = _from_json_file(spec, text) or make_template(os.path.abspath(spec), text)
         compile_template(t)
         if t.tool_use is not None:
             compile_template(t.tool_use)
