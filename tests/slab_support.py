@@ -147,6 +147,18 @@ def resign_changes(man: dict) -> None:
     man["stats"]["changes"] = asdict(data_changes(stats, man["stats"].get("skipped_rows") or {}))
 
 
+def format_reader():
+    """FORMAT.md's standalone reader, extracted as written, as a module of this process."""
+    import re
+    import types
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    text = open(os.path.join(root, "FORMAT.md")).read()
+    mod = types.ModuleType("format_reader")
+    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    return mod
+
+
 def run_format_reader(out: str, tmp_path) -> "subprocess.CompletedProcess":
     """FORMAT.md's standalone reader, extracted as written, run on slab 0 of `out` in a fresh process."""
     import re
