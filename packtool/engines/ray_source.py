@@ -124,7 +124,8 @@ def _tagged(job: TokenizeJob, piece: Piece, blank: BlankLines):
         except (pa.ArrowInvalid, OSError) as e:
             raise PacktoolInputError(f"cannot read Parquet ({e})", path=f.path) from None
     else:
-        batches = iter_batches(f, job.cfg.batch_size, cols, blank=blank)
+        from packtool.tokenize.late_columns import late_columns
+        batches = iter_batches(f, job.cfg.batch_size, cols, blank=blank, judge=late_columns(f, shape, job.cfg))
     row = piece.first_row
     for b in batches:
         n = b.num_rows

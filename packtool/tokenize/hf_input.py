@@ -207,10 +207,10 @@ def rows_of(f) -> int | None:
 
 
 def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None,
-               blank=None) -> Iterator[pa.RecordBatch]:
+               blank=None, judge=None) -> Iterator[pa.RecordBatch]:
     if isinstance(f, ArrowSource):
         return f.batches(batch_size, columns)
-    return iter_batches(f, batch_size, columns, read_bytes=read_bytes, blank=blank)
+    return iter_batches(f, batch_size, columns, read_bytes=read_bytes, blank=blank, judge=judge)
 
 
 def key_of(f) -> list:

@@ -37,6 +37,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, encode_rendered, start_encode
 from packtool.tokenize.long_rows import RowTooLongError
 from packtool.tokenize.hf_input import batches_of, rows_of, start_meta
+from packtool.tokenize.late_columns import late_columns
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.reply_roles import record, run_roles, say_untrained
@@ -261,7 +262,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             base = bytes_before
             blank = BlankLines()  # the blank lines JSON Lines skips, said per file (blank_lines)
             batches = batches_of(f, cfg.batch_size, list(shape.columns) + list(shape.side),
-                                 read_bytes=lambda n, base=base: bar.at_bytes(base + n), blank=blank)
+                                 read_bytes=lambda n, base=base: bar.at_bytes(base + n), blank=blank,
+                                 judge=late_columns(f, shape, cfg))
             if shape.kind == "tokens" and isinstance(f, InputFile):  # decoding overlaps the rest
                 batches = read_ahead(batches)
                 readers.append(batches)

@@ -333,11 +333,12 @@ _READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
 
 
 def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None,
-                 read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
+                 read_bytes=None, blank=None, judge=None) -> Iterator[pa.RecordBatch]:
     """Record batches of at most `batch_size` rows, in file order. `columns` projects when the
     format allows it (JSON rows are parsed whole, then projected). `read_bytes`: see
     `text_readers.jsonl_batches` (JSON Lines and CSV). `blank`: a blank_lines.BlankLines that
-    hears the blank lines JSON Lines (a .json file may hold JSON Lines) and CSV/TSV skip."""
+    hears the blank lines JSON Lines (a .json file may hold JSON Lines) and CSV/TSV skip.
+    `judge`: a late_columns.LateColumns that sees every key of a JSON file's rows."""
     if not is_file(f.path):
         raise PacktoolInputError("input file not found", path=f.path)
     more = {}
@@ -345,6 +346,8 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
         more["read_bytes"] = read_bytes
     if f.kind in ("jsonl", "json") and blank is not None:
         more["blank"] = blank
+    if f.kind in ("jsonl", "json") and judge is not None:
+        more["judge"] = judge
     if f.kind == "csv" and blank is not None:  # its own counter: a CSV line end is the parse's to tell
         more["blank"] = blank.for_csv(csv_delimiter(f.path))
     return _READERS[f.kind](f.path, batch_size, columns, **more)

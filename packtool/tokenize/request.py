@@ -27,6 +27,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer, refuse_absent_specials
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
+from packtool.tokenize.late_columns import told_from
 from packtool.tokenize.shape_detect import Shape, detect_shape, unread_shapes
 from packtool.tokenize.side_values import SIDE_VALUES
 from packtool.tokenize.templates import Renderer, load_template
@@ -65,6 +66,8 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
                       info.eos_id, info.pad_id] if info else None,
         "options": opts,
     }
+    if any(s.told_from for s in shapes):  # entries built before every row's columns were held to the shape
+        key["late_columns"] = 1
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -84,7 +87,9 @@ def _setup(inputs, cfg: TokenizeConfig):
         if not c:
             raise no_rows_error(f.path)
     empty = [_without_values(f, c, cfg) for f, c in zip(files, columns)]
-    shapes = [detect_shape(c, cfg, f.path, template is not None, e) for f, c, e in zip(files, columns, empty)]
+    # a JSON file's later rows are held to the columns its shape was told from (late_columns)
+    shapes = [told_from(detect_shape(c, cfg, f.path, template is not None, e), f, c, e)
+              for f, c, e in zip(files, columns, empty)]
     for f, c, s, e in zip(files, columns, shapes, empty):
         _note_unread(f.path, c, s, cfg, e)
     for f, s in zip(files, shapes):

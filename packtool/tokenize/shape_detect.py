@@ -28,6 +28,10 @@ class Shape:
     templated: bool = False          # rendered through a chat template
     side: tuple[str, ...] = ()       # per-token side columns read beside (tokens only)
     held: tuple[str, ...] = ()       # content columns read only to refuse (the last of `columns`)
+    # a JSON file's columns the shape was told from, and those of them null on every row: its
+    # later rows are held to them as they are read (late_columns); () for a file with a schema
+    told_from: tuple[str, ...] = ()
+    told_empty: tuple[str, ...] = ()
 
 
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -112,6 +116,14 @@ HELD = {"system": "a system prompt", "history": "earlier [instruction, response]
 # Alpaca's response under either documented name: a file may hold both (two exports joined), each
 # row's response under one of them; a row is read from the one that holds it, never called empty.
 ALPACA_RESPONSE = ("output", "response")
+
+
+def held_message(name: str, shape: Shape) -> str:
+    """Why a row's `name` (a HELD column) holding a value is refused beside `shape`'s rows."""
+    return (f"column {name} holds {HELD[name]}, which {shape.kind} rows ({', '.join(shape.columns[:2])}) "
+            f"do not render: convert the rows to chat messages (system turn first, each history pair "
+            f"as user/assistant turns before the prompt) and pack them with {arg('shape', 'chat')}, or "
+            f"drop the column to pack without it")
 
 
 def _with_held(shape: Shape, cols: set[str]) -> Shape:

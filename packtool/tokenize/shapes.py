@@ -14,6 +14,7 @@ import pyarrow as pa
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import KeyUse, chat_row, count, unrendered_turn_keys
 from packtool.tokenize.gen_markers import MarkedValue, arrow_may_hold
+from packtool.tokenize.late_columns import has_value
 from packtool.tokenize.reply_roles import roles_of
 from packtool.tokenize.row_checks import (
     blank_fields,
@@ -32,6 +33,7 @@ from packtool.tokenize.shape_detect import (  # noqa: F401  (re-exported: detect
     QA,
     Shape,
     detect_shape,
+    held_message,
     known_shapes,
     shape_columns,
     unread_shapes,
@@ -58,34 +60,16 @@ def _one_response(cols: list[list], path: str, first_row: int) -> None:
     cols[1] = [r if o in (None, "") and r is not None else o for o, r in zip(cols[1], response)]
 
 
-def _has_value(col: pa.Array) -> pa.Array | None:
-    """Which rows hold something: null, "" and [] are nothing to render (LLaMA-Factory's own
-    empty system / history); any other value (a number, an object) is content."""
-    import pyarrow.compute as pc  # here: a pack of other shapes never loads it (25 ms)
-    t = col.type
-    if pa.types.is_null(t):
-        return None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pc.fill_null(pc.greater(pc.utf8_length(col), 0), False)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pc.fill_null(pc.greater(pc.list_value_length(col), 0), False)
-    return col.is_valid()
-
-
 def refuse_held(batch: pa.RecordBatch, shape: Shape, path: str, first_row: int) -> None:
     """A row's system prompt or history beside a prompt and its response: one line naming the
     column, its first row with a value and the fix (a chat row renders both)."""
     import pyarrow.compute as pc
     for name in shape.held:
-        has = _has_value(batch.column(name))
+        has = has_value(batch.column(name))
         if has is None or not pc.any(has).as_py():
             continue
         i = int(has.to_numpy(zero_copy_only=False).nonzero()[0][0])
-        raise PacktoolInputError(
-            f"column {name} holds {HELD[name]}, which {shape.kind} rows ({', '.join(shape.columns[:2])}) "
-            f"do not render: convert the rows to chat messages (system turn first, each history pair "
-            f"as user/assistant turns before the prompt) and pack them with {arg('shape', 'chat')}, or "
-            f"drop the column to pack without it", path=path, row=first_row + i, flag=cli_flag("shape"))
+        raise PacktoolInputError(held_message(name, shape), path=path, row=first_row + i, flag=cli_flag("shape"))
 
 
 # ---------------------------------------------------------------- rows -> text + spans

@@ -147,11 +147,12 @@ def _arrow_json_fix(msg: str) -> str:
 
 
 def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
-                   block_bytes: int | None = None, read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
+                   block_bytes: int | None = None, read_bytes=None, blank=None, judge=None) -> Iterator[pa.RecordBatch]:
     """`read_bytes(n)`, when given, hears the on-disk bytes read so far (compressed bytes for
     .gz/.zst/.bz2) after each block: JSON Lines store no row count, so progress goes by bytes.
-    `blank` (a blank_lines.BlankLines), when given, hears each block's blank lines."""
-    lines_before = 0
+    `blank` (a blank_lines.BlankLines), when given, hears each block's blank lines. `judge`
+    (a late_columns.LateColumns), when given, sees each block's every key before projection."""
+    lines_before = rows_before = 0
     try:
         with _open_text(path) as (f, raw):
             # the bytes after the last newline, as chunks: a long line gathered over many
@@ -191,6 +192,9 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
                     check_json_depth(block, path, first)
                     table = _parse_json_block(block, path, first, columns, rows)
                     block = None
+                    if judge is not None:  # the keys the projection below leaves out
+                        judge.block(table, rows_before)
+                    rows_before += table.num_rows
                     if columns is not None:  # a key absent from a whole block reads as nulls
                         table = pa.table({c: table.column(c) if c in table.column_names
                                           else pa.nulls(table.num_rows) for c in columns})
@@ -235,7 +239,7 @@ def _open_text(path: str):
 
 
 def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
-                       blank=None) -> Iterator[pa.RecordBatch]:
+                       blank=None, judge=None) -> Iterator[pa.RecordBatch]:
     """A JSON array, read whole (it cannot be split unparsed); a .json file that opens with
     anything but `[` holds JSON Lines, read as those, bounded per line: it is told from its
     first bytes, since one read of the whole file first held a 2 GiB file with no newline (or
@@ -248,7 +252,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             raw = f.read()
     if not array:
         try:
-            yield from jsonl_batches(path, batch_size, columns, blank=blank)
+            yield from jsonl_batches(path, batch_size, columns, blank=blank, judge=judge)
         except PacktoolInputError as e:
             if getattr(e, "line_too_long", None) is None:
                 raise one_object(path, MAX_JSON_LINE) or e from None
@@ -289,6 +293,8 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"the array's element is a JSON {_kind(obj) or 'null'}, not an object; write each "
                                      f"element as one {{...}} row object", path=path, row=n)
+        if judge is not None and not judge.known.issuperset(obj):  # a key of no earlier row
+            judge.block(rows_batch([obj], path, lambda k: f"row {n}"), n)
         rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
         n += 1
         if len(rows) == batch_size:
