@@ -181,7 +181,7 @@ class SlabDataset(Dataset):
             raise PacktoolConfigError(f"to_hf(streaming=True) reads through this dataset, no load_dataset: "
                                       f"load_kwargs {', '.join(load_kwargs)} would be ignored; drop them or pass "
                                       f"streaming=False", path=self.path, flag="load_kwargs")
-        from packtool.hf.load import check_load_kwargs, checked_name, in_datasets, load_shards
+        from packtool.hf.load import check_load_kwargs, loaded_as_checked
         check_load_kwargs(load_kwargs)  # before the shards are hashed
         try:
             import datasets
@@ -197,10 +197,8 @@ class SlabDataset(Dataset):
             for i in sorted(set(range(len(self.manifest.shards))) - checked):  # a shard of no rows: hashed all the same
                 check_checksum(self.manifest, i)
         files = [self.manifest.shard_path(i) for i in range(len(self.manifest.shards))]
-        # the conversion named by what was just checked (datasets' own key is a path and an mtime)
-        full = load_shards(self.path, files, load_kwargs, checked_name(self.manifest))
-        return in_datasets(lambda: full.select_columns(list(self._columns())).select(self.order), self.path,
-                           files, load_kwargs)
+        return loaded_as_checked(self.manifest, files, load_kwargs,
+                                 lambda full: full.select_columns(list(self._columns())).select(self.order))
 
     def __getitem__(self, i: int | slice) -> dict:
         """Slab `i` (an integer, negative from the end; params.position) as a dict of arrays;

@@ -102,6 +102,59 @@ def load_shards(path: str, files: list[str], kwargs: dict, name: str):
         raise translated(e, path, files, kwargs) from None
 
 
+def loaded_as_checked(manifest, files: list[str], kwargs: dict, view):
+    """`view(dataset)` of datasets' load of the output's shard `files`, the conversion named by
+    what to_hf has just checked (checked_name: datasets' own key is a path and an mtime), and held
+    to the output `manifest` was read from (S46B-8): another run's `pack --overwrite` landing after
+    the checks and before or while datasets read the shards gave the new output's rows, never
+    checked, or datasets' IndexError blamed on the user's keywords. A change (the slab readers'
+    own check, output.unchanged) is that one line, on success and on any failure of the load,
+    and the conversion this call wrote is removed: it holds rows of neither checked output and
+    would be served under the checked output's name."""
+    name = checked_name(manifest)
+    before = _conversions(kwargs, name)
+    try:
+        full = load_shards(manifest.path, files, kwargs, name)
+        out = in_datasets(lambda: view(full), manifest.path, files, kwargs)
+    except Exception:
+        _refuse_if_replaced(manifest, kwargs, name, before)
+        raise
+    _refuse_if_replaced(manifest, kwargs, name, before)
+    return out
+
+
+def _conversions(kwargs: dict, name: str) -> set[str]:
+    """What the datasets cache holds for the conversion `name`: its folders (one per datasets
+    config id) and the locks beside them, down to the config id's level."""
+    import glob
+    try:
+        base = os.path.join(_cache_dir(kwargs), "parquet", glob.escape(name))
+    except PacktoolError:  # a cache no home holds: load_shards says it
+        return set()
+    return {p for pattern in ("*", "*/*", "*/*/*") for p in glob.glob(base + pattern)}
+
+
+def _refuse_if_replaced(manifest, kwargs: dict, name: str, before: set[str]) -> None:
+    from packtool.output.unchanged import check_unchanged
+    try:
+        check_unchanged(manifest.path, manifest.state, None)
+    except PacktoolError:
+        import shutil
+        gone: list[str] = []
+        for p in sorted(_conversions(kwargs, name) - before):  # only what this call wrote
+            if any(p.startswith(g + os.sep) for g in gone):
+                continue
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+            gone.append(p)
+        raise
+
+
 def in_datasets(step, path: str, files: list[str], kwargs: dict):
     """`step()`, a call on the loaded dataset (select, select_columns: they write index files
     into the datasets cache), its failures translated as load_shards' are."""
@@ -197,4 +250,5 @@ def translated(e: Exception, path: str, files: list[str], kwargs: dict) -> Packt
     return PacktoolInputError(f"to_hf: datasets could not load the output ({_said(root)}); {again}", path=path)
 
 
-__all__ = ["SET_BY_TO_HF", "check_load_kwargs", "fsspec_can_read", "in_datasets", "load_shards", "translated"]
+__all__ = ["SET_BY_TO_HF", "check_load_kwargs", "fsspec_can_read", "in_datasets", "load_shards", "loaded_as_checked",
+           "translated"]
