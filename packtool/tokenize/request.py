@@ -28,6 +28,7 @@ from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokeni
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.late_columns import told_from
+from packtool.tokenize.same_inputs import note_same_inputs
 from packtool.tokenize.shape_detect import Shape, detect_shape, unread_shapes
 from packtool.tokenize.side_values import SIDE_VALUES
 from packtool.tokenize.templates import Renderer, load_template
@@ -202,6 +203,7 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
         cfg = loaded.switches.settle(cfg)
         refuse_absent_specials(cfg, loaded.info, shapes)
     digests = (digest or input_digests)(files)
+    note_same_inputs(files, digests)  # rows under two names: said (a copy may be an upsample)
     fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
     root = cache_dir or default_cache_dir()
     final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
