@@ -120,14 +120,18 @@ def describe_kind(path: str) -> str:
 def refuse_special_input(path: str, flag: str | None = None, error=None) -> None:
     """An input that is not a regular file or folder (a FIFO, socket or device, also behind a
     link) is refused by its kind: packtool reads an input more than once (its hash for the
-    cache key, then its rows), and opening a FIFO with no writer blocks forever."""
+    cache key, then its rows), and opening a FIFO with no writer blocks forever. A Git LFS
+    pointer in place of the file is refused as one (storage.refuse_lfs_pointer)."""
     try:
         st = os.stat(path)
     except OSError:
         return  # missing: the caller's own "not found"
-    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+    if stat.S_ISREG(st.st_mode):  # a Git LFS pointer left in its place is said as one
+        from packtool.storage import refuse_lfs_pointer
+        refuse_lfs_pointer(path, error or PacktoolInputError, flag=flag and cli_flag(flag))
         return
-    from packtool.errors import PacktoolInputError
+    if stat.S_ISDIR(st.st_mode):
+        return
     raise (error or PacktoolInputError)(
         f"is {kind_name(st.st_mode)}, not a regular file; packtool reads an input more than once: "
         f"save the data to a file and pass that", path=path, flag=flag and cli_flag(flag))

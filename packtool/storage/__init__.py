@@ -12,7 +12,8 @@ One module per rule it owns:
                path) that opens, lists, stats, writes and deletes; `bucket_gone`
   probe        `check_uri`: an argument's store checked before any work (a probe put if written)
   paths        the readers' one call for a string that may be a path or a URI (open, stat, ranges)
-  small_files  `read_small`: every file read whole, its size bound checked before the read
+  small_files  `read_small`: every file read whole, its size bound checked before the read; a
+               Git LFS pointer in place of a file refused as one (`refuse_lfs_pointer`)
   globs        `expand`: an object-store input spec (object, prefix, glob) as its objects
   conditional  S3's conditional puts and deletes (If-None-Match / If-Match), through botocore
   lease        one writer per object-store prefix: the lease object `PREFIX/.packtool.lock`
@@ -28,7 +29,7 @@ _MODULES = {
     "probe": ("PROBE_TAG", "check_uri"),
     "paths": ("READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "open_bytes",
               "read_range", "utf8_path"),
-    "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small"),
+    "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"),
     "globs": ("expand",),
     "conditional": ("ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"),
     "lease": ("LEASE", "LEASE_SECONDS", "RENEW_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired",

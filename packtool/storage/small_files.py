@@ -1,6 +1,7 @@
 """Every file packtool reads whole that is small by nature (settings, manifests, leases,
 intents), local or on a store: `read_small`, its size bound checked before any byte is read, a
-FIFO or device refused by kind (`kind_name`: the one wording of a file's kind).
+FIFO or device refused by kind (`kind_name`: the one wording of a file's kind); a Git LFS
+pointer left in place of a file refused as one (`refuse_lfs_pointer`, read_small's bytes too).
 """
 from __future__ import annotations
 
@@ -46,6 +47,40 @@ def kind_name(mode: int) -> str:
     return "not a regular file"
 
 
+# Git's LFS leaves this pointer (a few lines, under 1024 bytes by its spec) in place of each large
+# file of a repository cloned without git-lfs (a Hugging Face repo: its Parquet, tokenizer.json)
+_LFS = b"version https://git-lfs.github.com/spec/"
+_LFS_MOST = 1024
+
+
+def _lfs_words(head: bytes) -> str | None:
+    if not head.startswith(_LFS):
+        return None
+    size = next((w[5:].decode("ascii", "replace") for w in head.split(b"\n") if w.startswith(b"size ")), None)
+    stands = f" standing for a file of {size} bytes" if size and size.isdigit() else ""
+    return (f"is a Git LFS pointer{stands}, not the file itself: the repository was cloned without its LFS "
+            f"files; run `git lfs pull` there (or download the files with `hf download`)")
+
+
+def refuse_lfs_pointer(path: str, err=PacktoolInputError, **where) -> None:
+    """A local file that is a Git LFS pointer is refused as what it is (any parser would call it
+    invalid JSON, a damaged Parquet or tokenizer, and "fix or remove it" would send the user to
+    edit a file that only has to be fetched). A regular file under the pointer's size bound only:
+    one read of at most 1 KiB; a FIFO is never opened."""
+    import stat
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _LFS_MOST:
+            return
+        with open(path, "rb") as f:
+            head = f.read(_LFS_MOST)
+    except OSError:  # missing or unreadable: the caller's own words
+        return
+    said = _lfs_words(head)
+    if said:
+        raise err(said, **({"path": path} | where))
+
+
 def _open_regular(local: str, shown_path: str, what: str, err, where: dict):
     """`local` opened for reading if it is a regular file (followed through links). Opened
     non-blocking first: a FIFO with no writer would block open() itself forever, and a device
@@ -88,7 +123,10 @@ def read_small(path: "str | Location", limit: int, what: str, fix: str, err=Pack
     if size > limit or len(data) > limit:
         raise err(f"is {mib(max(size, len(data)))}, over the {mib(limit)} any {what} takes: not a {what} "
                   f"(a damaged or copied-over file?); {fix}", **({"path": path} | where))
+    said = _lfs_words(data[:_LFS_MOST])
+    if said:  # a settings file of a repository cloned without git-lfs
+        raise err(said, **({"path": path} | where))
     return data
 
 
-__all__ = ["SETTINGS_BYTES", "kind_name", "mib", "read_small"]
+__all__ = ["SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"]

@@ -162,6 +162,8 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
                 refuse_repo_folder(p, inner)  # every split of a dataset repo, test rows too: not silently
+                for f in inner:  # a repo cloned without git-lfs: its files are pointers, said as such
+                    refuse_special_input(f)
                 out += [InputFile(f, _kind_of(f)) for f in inner]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
