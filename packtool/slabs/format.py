@@ -148,21 +148,28 @@ def read_manifest(directory: str, argument: str | None = None) -> dict:
 
 def _refuse_manifest_kind(directory: str) -> None:
     """A manifest name there that is no regular file (manifest_file takes only those) is said by
-    what it is, not "no manifest"; never opened (a FIFO with no writer blocks). A symbolic link
-    under either name (to nothing, to a folder: made to stand for a manifest) in the links rule's
-    words (slabs.open_rules.linked_shard, as a shard's); any other kind (a FIFO, a folder) under
-    the current name by its kind (output.paths, as inputs are). The older plain name in another
-    kind is not: data folders hold entries of that name of their own (manifest_name.packtool_made)."""
+    what it is, not "no manifest"; never opened (a FIFO with no writer blocks). A symbolic link to
+    nothing under either name in the links rule's words (slabs.open_rules.linked_shard, as a
+    shard's: "a dangling link", where it points); the current name as anything else (a FIFO, a
+    device, a folder, also behind a link) by its kind (output.paths, as inputs are); the older
+    name as a link to what is no regular file in the links rule's words. The older plain name as
+    a FIFO or folder itself is not said: data folders hold entries of that name of their own
+    (manifest_name.packtool_made)."""
     from packtool.slabs.open_rules import linked_shard
-    for name in (MANIFEST, LEGACY_MANIFEST):
+
+    def refuse_link(name: str) -> None:
         link = linked_shard(directory, name, "manifest")
         if link is not None and link.refused:
             raise FormatError(f"{os.path.join(directory, name)}: is {link.refused}")
+    for name in (MANIFEST, LEGACY_MANIFEST):  # a link to nothing: "a dangling link", where it points
+        if not os.path.exists(os.path.join(directory, name)):
+            refuse_link(name)
     there = os.path.join(directory, MANIFEST)
-    if os.path.lexists(there):
+    if os.path.lexists(there):  # a FIFO, a device, a folder, also behind a link: by its kind
         from packtool.output.paths import describe_kind
         raise FormatError(f"{there}: is {describe_kind(there)}, not a regular file; a manifest is the file "
                           f"`packtool pack` writes: re-run `packtool pack`")
+    refuse_link(LEGACY_MANIFEST)
 
 
 def store_manifest_bytes(loc) -> bytes:
