@@ -25,6 +25,7 @@ from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, ex
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
+from packtool.tokenize.saved_folder import is_saved_folder, saved_files, saved_folders_below, saved_objects
 from packtool.tokenize.text_readers import (
     CSV_EXT,
     JSONL_CODECS,
@@ -66,32 +67,6 @@ def _kind_of(path: str) -> str | None:
     if low.endswith(CSV_EXT):
         return "csv"
     return None
-
-
-def _hf_dataset_files(folder: str) -> list[str]:
-    """Data files of a `datasets.save_to_disk` folder, in the order state.json lists them."""
-    if os.path.exists(os.path.join(folder, "dataset_dict.json")):
-        splits = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
-        raise PacktoolInputError(
-            f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
-    state = os.path.join(folder, "state.json")
-    if os.path.exists(state):
-        from packtool.tokenize.json_depth import load_json_file
-        try:
-            names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
-        except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
-            if isinstance(e, PacktoolInputError):
-                raise
-            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
-                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
-                                     path=state) from None
-        if names:
-            return [os.path.join(folder, n) for n in names]
-    found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
-    if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
-        raise PacktoolInputError("a datasets save_to_disk folder holding no rows (its state.json lists no data "
-                                 "files, and it holds no .arrow file): remove it from the inputs", path=folder)
-    return found
 
 
 def _folder_files(folder: str, own: OwnTrees) -> list[str]:
@@ -143,12 +118,11 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
             paths = [spec]
         for p in paths:
             if os.path.isdir(p):
-                if os.path.exists(os.path.join(p, "dataset_info.json")) or \
-                        os.path.exists(os.path.join(p, "dataset_dict.json")):
-                    out += [InputFile(f, "arrow") for f in _hf_dataset_files(p)]
+                if is_saved_folder(p):
+                    out += [InputFile(f, "arrow") for f in saved_files(p)]
                     continue
                 owns.append(OwnTrees(p, p))
-                found = _folder_files(p, owns[-1])
+                found, hf = saved_folders_below(p, _folder_files(p, owns[-1]))
                 unreadable = sorted(os.path.relpath(f, p) for f in found
                                     if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
                 if unreadable:
@@ -158,13 +132,15 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                         f"{more}; decompress or convert them (.parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow, .csv/.tsv), "
                         f"or pass the readable files themselves", path=p)
                 inner = sorted(f for f in found if _kind_of(f))
-                if not inner:
+                if not inner and not hf:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
                 refuse_repo_folder(p, inner)  # every split of a dataset repo, test rows too: not silently
                 for f in inner:  # a repo cloned without git-lfs: its files are pointers, said as such
                     refuse_special_input(f)
-                out += [InputFile(f, _kind_of(f)) for f in inner]
+                for f in sorted(inner + hf):  # in path order, a save_to_disk folder where its name sorts (as a glob)
+                    out += [InputFile(x, "arrow") for x in saved_files(f)] if f in hf else \
+                        [InputFile(f, _kind_of(f))]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
             else:
@@ -207,6 +183,7 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
         if not found and own.skipped:
             said = "glob matched no objects" if any(c in spec for c in "*?[") else "prefix holds no data objects"
             raise PacktoolInputError(said + own.only_own(), path=locate(spec).shown)
+    found = saved_objects(found)  # a datasets save_to_disk prefix read as itself, as a local folder is
     if not found:
         raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
                                  else "input not found (no such object or prefix)", path=locate(spec).shown)

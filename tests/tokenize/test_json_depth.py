@@ -62,8 +62,8 @@ def _hf_state(tmp, depth):
     d = tmp / "hf"
     d.mkdir()
     (d / "state.json").write_text('{"a": 1,\n"b": 2,\n"x": ' + _nested(depth - 1) + "}")
-    from packtool.tokenize.readers import _hf_dataset_files
-    return lambda: _hf_dataset_files(str(d))
+    from packtool.tokenize.saved_folder import saved_files
+    return lambda: saved_files(str(d))
 
 
 def _plan_metadata(tmp, depth):

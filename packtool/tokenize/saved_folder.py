@@ -1,0 +1,121 @@
+"""A `datasets.save_to_disk` folder (a Dataset's: state.json, dataset_info.json, data-*.arrow; or
+a DatasetDict's, dataset_dict.json over one folder per split) is one input, read as itself
+wherever it is met: given by name, matched by a glob, inside a folder input, or as a prefix on
+an object store (what `ds.save_to_disk("s3://...")` writes): its data files in the order its
+state.json lists them, never file by file (S46A-4: its dataset_info.json was read as a .json of
+rows and refused, "save the list of rows inside it", a file `datasets` owns). A DatasetDict is
+refused naming its splits, one of which to pass.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from packtool.errors import PacktoolInputError
+
+INFO, DICT, STATE = "dataset_info.json", "dataset_dict.json", "state.json"
+
+
+def saved_files(folder: str) -> list[str]:
+    """Data files of a `datasets.save_to_disk` folder, in the order state.json lists them."""
+    if os.path.exists(os.path.join(folder, DICT)):
+        splits = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+        raise PacktoolInputError(
+            f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
+    state = os.path.join(folder, STATE)
+    if os.path.exists(state):
+        from packtool.tokenize.json_depth import load_json_file
+        try:
+            names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
+            if isinstance(e, PacktoolInputError):
+                raise
+            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
+                                     path=state) from None
+        if names:
+            return [os.path.join(folder, n) for n in names]
+    found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
+    if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
+        raise PacktoolInputError("a datasets save_to_disk folder holding no rows (its state.json lists no data "
+                                 "files, and it holds no .arrow file): remove it from the inputs", path=folder)
+    return found
+
+
+def is_saved_folder(path: str) -> bool:
+    """A `datasets.save_to_disk` folder (a Dataset's, or a DatasetDict's): read as itself wherever
+    it is met, given by name, matched by a glob or inside a folder input (S46A-4: file by file,
+    its dataset_info.json was "not rows"), never file by file."""
+    return os.path.exists(os.path.join(path, INFO)) or os.path.exists(os.path.join(path, DICT))
+
+
+def saved_folders_below(folder: str, files: list[str]) -> tuple[list[str], list[str]]:
+    """(the files not inside one, the outermost save_to_disk folders) below a folder input."""
+    below = {d for f in files for d in _parents(f, folder)}
+    hf = sorted(d for d in below if is_saved_folder(d))
+    hf = [d for d in hf if not any(d.startswith(o + os.sep) for o in hf)]  # a DatasetDict's splits: the dict
+    inside = tuple(d + os.sep for d in hf)
+    return [f for f in files if not f.startswith(inside)], hf
+
+
+def _parents(path: str, folder: str) -> list[str]:
+    """The folders between `folder` (not itself) and `path`."""
+    out, d = [], os.path.dirname(path)
+    while len(d) > len(folder) and d.startswith(folder):
+        out.append(d)
+        d = os.path.dirname(d)
+    return out
+
+
+def saved_objects(found: list) -> list:
+    """Object-store inputs (Locations, in path order) with each save_to_disk prefix among them
+    read as itself: its data objects in state.json's order where its name sorts, its other
+    objects (state.json, dataset_info.json) no input; a DatasetDict prefix refused."""
+    marks = sorted(x.path.rsplit("/", 1)[0] for x in found if x.path.rsplit("/", 1)[-1] in (INFO, DICT))
+    saved = [d for d in marks if not any(d.startswith(o + "/") for o in marks)]
+    if not saved:
+        return found
+    by_path = {x.path: x for x in found}
+    out, done = [], set()
+    for x in found:
+        home = next((d for d in saved if x.path.startswith(d + "/")), None)
+        if home is None:
+            out.append(x)
+        elif home not in done:
+            done.add(home)
+            out += _saved_prefix(home, by_path)
+    return out
+
+
+def _saved_prefix(home: str, by_path: dict) -> list:
+    """The data objects of the save_to_disk prefix `home` (an Arrow path), in state.json's order."""
+    from packtool.tokenize.json_depth import load_json_file
+    below = {p: x for p, x in by_path.items() if p.startswith(home + "/")}
+    any_loc = next(iter(below.values()))
+    root = any_loc.__class__(any_loc.fs, home, any_loc.shown[:len(any_loc.shown) - len(any_loc.path) + len(home)],
+                             False, any_loc.argument)
+    if f"{home}/{DICT}" in below:
+        splits = sorted({p[len(home) + 1:].split("/")[0] for p in below if "/" in p[len(home) + 1:]})
+        raise PacktoolInputError(f"a DatasetDict prefix; pass one split prefix instead: {', '.join(splits)}",
+                                 path=root.shown)
+    names: list = []
+    if f"{home}/{STATE}" in below:
+        try:
+            state = load_json_file(below[f"{home}/{STATE}"].shown, "datasets state.json")
+            names = [d["filename"] for d in state.get("_data_files", [])]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            if isinstance(e, PacktoolInputError):
+                raise
+            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
+                                     path=below[f"{home}/{STATE}"].shown) from None
+    if names:
+        return [below.get(f"{home}/{n}") or root.join(*n.split("/")) for n in names]
+    arrows = [x for p, x in sorted(below.items()) if p.endswith(".arrow") and "/" not in p[len(home) + 1:]]
+    if not arrows:
+        raise PacktoolInputError("a datasets save_to_disk prefix holding no rows (its state.json lists no data "
+                                 "files, and it holds no .arrow object): remove it from the inputs", path=root.shown)
+    return arrows
+
+
+__all__ = ["INFO", "DICT", "STATE", "is_saved_folder", "saved_files", "saved_folders_below", "saved_objects"]

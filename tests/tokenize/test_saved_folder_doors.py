@@ -1,0 +1,110 @@
+"""S46A-4: a `datasets.save_to_disk` folder is one input wherever it is met: given by name,
+matched by a glob, inside a folder input (one or two deep), on an object-store prefix (what
+`ds.save_to_disk("s3://...")` writes) given or inside a prefix input: its data files in the
+order its state.json lists them (here not their name order), never file by file (its
+dataset_info.json was read as a .json of rows and refused, sending the user to rewrite a file
+`datasets` owns). A DatasetDict folder is refused by every door naming its splits."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from packtool.errors import PacktoolInputError  # noqa: E402
+from packtool.storage import locate  # noqa: E402
+from packtool.tokenize.readers import resolve_inputs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> str:
+    """A save_to_disk folder of 3 data files whose state.json lists them in reverse name order."""
+    d = str(tmp_path_factory.mktemp("sd") / "saved")
+    datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(9)]}).save_to_disk(d, num_shards=3)
+    state = json.load(open(os.path.join(d, "state.json")))
+    state["_data_files"].reverse()
+    json.dump(state, open(os.path.join(d, "state.json"), "w"))
+    return d
+
+
+def _state_order(d: str) -> list[str]:
+    return [f["filename"] for f in json.load(open(os.path.join(d, "state.json")))["_data_files"]]
+
+
+def _local(saved, tmp_path, door: str) -> tuple[list[str], list[str]]:
+    """(the inputs for `door`, the files expected in order)."""
+    par = tmp_path / "par"
+    par.mkdir()
+    (par / "a.jsonl").write_text('{"text": "plain row"}\n')
+    (par / "z.jsonl").write_text('{"text": "last row"}\n')
+    where = {"by name": tmp_path / "alone", "by a glob": par / "sdfolder", "inside a folder input": par / "sdfolder",
+             "two deep inside a folder input": par / "deeper" / "sdfolder"}[door]
+    shutil.copytree(saved, where)
+    spec = {"by name": str(where), "by a glob": str(par / "*")}.get(door, str(par))
+    data = [str(where / n) for n in _state_order(saved)]
+    plain = [] if door == "by name" else [str(par / "a.jsonl")]
+    return [spec], plain + data + ([] if door == "by name" else [str(par / "z.jsonl")])
+
+
+LOCAL = ["by name", "by a glob", "inside a folder input", "two deep inside a folder input"]
+
+
+@pytest.mark.parametrize("door", LOCAL)
+def test_a_saved_folder_is_read_as_itself_by_every_local_door(saved, tmp_path, door):
+    spec, want = _local(saved, tmp_path, door)
+    got = resolve_inputs(spec, quiet=True)
+    assert [f.path for f in got] == want
+    assert all(f.kind == "arrow" for f in got if f.path.endswith(".arrow"))
+
+
+def _upload(local: str, uri: str) -> None:
+    for d, _, files in os.walk(local):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
+            locate(uri).join(*rel.split("/")).write_bytes(open(os.path.join(d, f), "rb").read())
+
+
+@pytest.mark.parametrize("door", ["the prefix given", "inside a prefix input", "matched by a glob"])
+def test_a_saved_folder_on_a_store_is_read_as_itself(saved, s3, door, tmp_path):
+    _upload(saved, f"{s3}/in/sd")
+    locate(s3).join("in", "a.jsonl").write_bytes(b'{"text": "plain row"}\n')
+    spec = {"the prefix given": f"{s3}/in/sd/", "inside a prefix input": f"{s3}/in/",
+            "matched by a glob": f"{s3}/in/*"}[door]
+    got = [f.path for f in resolve_inputs([spec], quiet=True)]
+    data = [f"{s3}/in/sd/{n}" for n in _state_order(saved)]
+    assert got == (data if door == "the prefix given" else [f"{s3}/in/a.jsonl", *data]), got
+    if door == "inside a prefix input":  # and packed: every row of both, the Arrow streams read off the store
+        import subprocess
+        import sys
+        from conftest import GPT2
+        r = subprocess.run([sys.executable, "-m", "packtool", "pack", spec, "--tokenizer", GPT2, "-C", "64",
+                            "--dry-run", "-q", "--json", "--cache-dir", str(tmp_path / "c")], capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert r.returncode == 0 and json.loads(r.stdout)["sequences"] == 10, r.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def saved_dict(tmp_path_factory) -> str:
+    d = str(tmp_path_factory.mktemp("sdd") / "dict")
+    ds = datasets.Dataset.from_dict({"text": ["a", "b"]})
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(d)
+    return d
+
+
+@pytest.mark.parametrize("door", ["inside a folder input", "on a store prefix"])
+def test_a_dataset_dict_is_refused_naming_its_splits(saved_dict, tmp_path, door, request):
+    if door == "on a store prefix":
+        s3 = request.getfixturevalue("s3")
+        _upload(saved_dict, f"{s3}/in/dd")
+        spec = f"{s3}/in/"
+    else:
+        shutil.copytree(saved_dict, tmp_path / "par" / "dd")
+        (tmp_path / "par" / "a.jsonl").write_text('{"text": "plain row"}\n')
+        spec = str(tmp_path / "par")
+    with pytest.raises(PacktoolInputError) as e:
+        resolve_inputs([spec], quiet=True)
+    message = str(e.value)
+    assert "DatasetDict" in message and "test, train" in message and "dd" in message and "\n" not in message, message
