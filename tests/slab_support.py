@@ -94,7 +94,8 @@ def resign(out: str, shard: str) -> None:
             s[SHARD_CHECKSUM] = file_digest(path, SHARD_CHECKSUM)
             s["rows"] = pq.ParquetFile(path).metadata.num_rows
             if "max_token_id" in s:  # as pack records it: the edit is in the slabs, not the manifest
-                ids = pq.read_table(path, columns=["input_ids"]).column("input_ids").combine_chunks().flatten()
+                t = pq.ParquetFile(path).read()  # by index: an edit may hold a column twice (S46B-6)
+                ids = t.column(t.schema.get_all_field_indices("input_ids")[0]).combine_chunks().flatten()
                 import pyarrow.compute as pc
                 s["max_token_id"] = max(int(pc.max(ids).as_py() or 0), 0)
     save_manifest(out, man)

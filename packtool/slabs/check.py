@@ -38,7 +38,7 @@ from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noq
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
 from packtool.slabs.open_rules import coverage, linked_shard, plan_breaks, segment_fields
-from packtool.slabs.schema import side_field_problem, slab_schema
+from packtool.slabs.schema import repeated_column, side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
 from packtool.storage import arrow_file, bucket_gone, file_size, is_file, is_uri, store_failure
@@ -114,6 +114,9 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
     except (OSError, pa.ArrowException, ValueError) as e:
         raise store_failure(e, path) or FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
                           f"{fix_of(sm)}") from None
+    twice = repeated_column(schema)
+    if twice:
+        raise FormatError(f"{path}: {twice}")
     for col, typ in want.items():
         j = schema.get_field_index(col)
         if j < 0:

@@ -43,6 +43,20 @@ SCHEMA = pa.schema([
 SIDE_RECORD = b"packtool.side_column"
 
 
+def repeated_column(schema: pa.Schema) -> str | None:
+    """A name the shard's schema holds more than once (Parquet allows it: a recomputed column
+    appended under its own name), said as what it is; None when every name is one field. Asked
+    before any column is looked up by name, where pyarrow answers a repeated name as absent
+    ("column is missing" of a column the user sees twice) or with its bare KeyError (S46B-6).
+    Every reader of a shard's footer asks this (slabs.check, verify)."""
+    names = schema.names
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is None:
+        return None
+    return (f"column {twice!r} appears {names.count(twice)} times in the shard (one field per name); drop "
+            f"the extra one, or re-run `packtool pack`")
+
+
 def side_field(c: SideColumn) -> pa.Field:
     """A side column's Parquet field: list<dtype> (one value per token) or
     list<fixed_size_list<dtype, K>> (a K-wide row, K >= 1), one entry per physical token, like

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from packtool.errors import spelled_as
 from packtool.storage import arrow_file, file_size, reading, store_failure
+from packtool.slabs.schema import repeated_column
 from packtool.tokenize.checksum import file_digest
 from packtool.verification.batch import LIST_COLUMNS, SCALAR_COLUMNS, check_batch
 from packtool.verification.job import ShardJob, ShardResult
@@ -45,6 +46,11 @@ def _check_shard(job: ShardJob) -> ShardResult:
         return res
     # every piece checks the schema; only the first reports it
     schema_log = log if job.hash_file else ProblemLog()
+    twice = repeated_column(pf.schema_arrow)
+    if twice:  # every lookup by name below would call the column missing
+        schema_log.add("schema", twice, shard=job.name)
+        res.readable = False
+        return res
     if not (_check_schema(pf.schema_arrow, job.name, schema_log)
             & check_side_schema(pf.schema_arrow, job.side, job.name, schema_log)):
         res.readable = False
