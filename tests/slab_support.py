@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 from packtool.align import Alignment
 from packtool.packing import manifest_stats as _stats  # the manifest's stats block exactly as pack writes it
 from packtool.planning.core import MASK_FIGURES, PackingConfig, plan
-from packtool.planning.cut_targets import cut_targets_of_store
+from packtool.planning.cut_targets import cut_targets_of_store, one_token_rows
 from packtool.planning.summary import plan_summary, with_cut_targets
 from packtool.slabs.format import build_manifest, write_manifest
 from packtool.slabs.names import MANIFEST
@@ -48,7 +49,8 @@ def write_pack(root: str, lengths, align: Alignment, packing: PackingConfig | No
     out = os.path.join(root, "packed")
     os.makedirs(out, exist_ok=True)
     shards = write_shards(p, tokens, out, PAD, shard_tokens=shard_tokens, group_tokens=group_tokens)
-    summary = plan_summary(p)
+    # the rows of one token (they train nothing), counted as pack counts them
+    summary = replace(plan_summary(p), one_token_rows=one_token_rows(np.diff(tokens.offsets))[0])
     if p.packing.overflow in MASK_FIGURES:  # the targets the cuts took, counted as pack counts them
         summary = with_cut_targets(summary, cut_targets_of_store(tokens, align.usable,
                                                                  split=p.packing.overflow == "split"))
@@ -145,7 +147,8 @@ def resign_changes(man: dict) -> None:
     over = man["stats"]["overflow"]
     figures = {f.name: int(over.get(f.name) or 0) for f in fields(OverflowStats) if f.name != "policy"}
     stats = OverflowStats(man["config"]["packing"]["overflow"], **figures)
-    man["stats"]["changes"] = asdict(data_changes(stats, man["stats"].get("skipped_rows") or {}))
+    one = (man["stats"].get("changes") or {}).get("sequences_one_token", 0)  # the rows' own figure, kept
+    man["stats"]["changes"] = asdict(data_changes(stats, man["stats"].get("skipped_rows") or {}, one))
 
 
 def format_reader():

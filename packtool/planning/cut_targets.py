@@ -115,6 +115,25 @@ def _all_targets(lens: np.ndarray, rows: np.ndarray, usable: int, split: bool) -
     return CutTargets(int((lens - usable).sum()), int(untrained.size), int(untrained[0]) if untrained.size else -1)
 
 
+def one_token_rows(lengths) -> tuple[int, int]:
+    """(how many, the first's row or -1) of the rows of one token among `lengths` (an array, or
+    batches of one in row order: `TokenizedCache.length_batches`). Such a row trains nothing in a
+    slab, whose sequences' first tokens are never targets, and it is packed all the same: a
+    tokenized row holds a target past its first token unless it is of one token (encode.no_target
+    refuses or skips the labeled rows of none; a row without labels is every token a target), so
+    its length alone says it (S45A-7). Pack counts them (summary.with_cache) and `verify --source`
+    recounts them, by this one count."""
+    parts = [lengths] if isinstance(lengths, np.ndarray) else lengths
+    n, first, base = 0, -1, 0
+    for part in parts:
+        hit = np.flatnonzero(np.asarray(part) == 1)
+        if hit.size and first < 0:
+            first = base + int(hit[0])
+        n += int(hit.size)
+        base += len(part)
+    return n, first
+
+
 def cut_targets_of_store(tokens, usable: int, split: bool = False) -> CutTargets:
     """`CutTargets` of a flat token store's (`tokenize.flat_tokens.FlatTokens`) rows truncated
     to `usable` tokens, or `split` (verify --source)."""

@@ -51,7 +51,9 @@ class DataChanges:
     """Every input row that is not in the output exactly as it was read: skipped while
     tokenizing (`--on-empty skip`), cut short (`--overflow truncate`, with the targets cut away
     and the sequences left with none) or cut into chunks (`--overflow split`, one next-token
-    target lost per cut)."""
+    target lost per cut); and the rows packed that train nothing (`sequences_untrained`: those
+    truncate left with no target, and the rows of one token, `sequences_one_token`, whose only
+    token is a sequence's first, never a target)."""
     rows_skipped_empty: int = 0
     rows_skipped_all_masked: int = 0
     sequences_truncated: int = 0
@@ -59,7 +61,8 @@ class DataChanges:
     sequences_split: int = 0
     chunks: int = 0
     targets_lost: int = 0
-    sequences_untrained: int = 0  # truncate: cut to no target (absent in older manifests)
+    sequences_untrained: int = 0  # truncate's cut to no target + sequences_one_token (absent in older manifests)
+    sequences_one_token: int = 0  # rows of one token, packed: they train nothing (S45A-7; absent in older manifests)
 
     @property
     def rows_skipped(self) -> int:
@@ -68,11 +71,12 @@ class DataChanges:
     def any(self) -> bool:
         return any(asdict(self).values())
 
-    def warning(self, why_skipped: str = "", loss_counted: bool = True, first_untrained: str = "") -> str | None:
+    def warning(self, why_skipped: str = "", loss_counted: bool = True, first_untrained: str = "",
+                first_one_token: str = "") -> str | None:
         """One line saying what changed, or None when nothing did (`why_skipped`: more words on
         the skipped rows; `loss_counted`: whether the targets truncate or split took were
         counted from the loss masks, which a plan of lengths does not see; `first_untrained`: where the first
-        sequence cut to no target was read)."""
+        sequence cut to no target was read; `first_one_token`: where the first row of one token was)."""
         parts = []
         if self.rows_skipped:
             parts.append(f"{self.rows_skipped:,} row(s) skipped by {arg('on_empty', 'skip')} "
@@ -83,10 +87,11 @@ class DataChanges:
                        else ", targets among them not counted (lengths only)")
             parts.append(f"{self.tokens_dropped:,} token(s) dropped from {self.sequences_truncated:,} "
                          f"sequence(s) by {arg('overflow', 'truncate')}{targets}")
-            if self.sequences_untrained:
+            cut = self.sequences_untrained - self.sequences_one_token
+            if cut:
                 at = f" (first: {first_untrained})" if first_untrained else ""
                 # packed all the same: --on-empty judges a row as read, and the cut is this pack's
-                parts.append(f"{self.sequences_untrained:,} of those sequence(s) kept no target and train "
+                parts.append(f"{cut:,} of those sequence(s) kept no target and train "
                              f"nothing{at}: raise {arg('capacity')}, or {arg('overflow', 'split')} keeps "
                              f"their targets in later chunks")
         if self.sequences_split:
@@ -94,10 +99,17 @@ class DataChanges:
                     else "targets lost at the cuts not counted (lengths only)")
             parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
                          f"{arg('overflow', 'split')} ({lost})")
+        if self.sequences_one_token:
+            at = f"; first: {first_one_token}" if first_one_token else ""
+            # packed, never refused (the owner's rule): a row without labels is every token a target
+            parts.append(f"{self.sequences_one_token:,} row(s) of one token packed that train nothing (a "
+                         f"sequence's first token is never a target{at}): drop such rows if they should not "
+                         f"take room in the slabs")
         return "; ".join(parts) or None
 
 
-def data_changes(overflow: OverflowStats, skipped: dict | None = None) -> DataChanges:
+def data_changes(overflow: OverflowStats, skipped: dict | None = None, one_token: int = 0) -> DataChanges:
+    """`one_token`: the rows of one token packed (planning.cut_targets.one_token_rows)."""
     skipped = skipped or {}
     trunc = overflow.policy == "truncate"
     split = overflow.policy == "split"
@@ -108,7 +120,7 @@ def data_changes(overflow: OverflowStats, skipped: dict | None = None) -> DataCh
         tokens_dropped=overflow.tokens_dropped,
         sequences_split=overflow.sequences if split else 0,
         chunks=overflow.chunks, targets_lost=overflow.targets_lost,
-        sequences_untrained=overflow.untrained)
+        sequences_untrained=overflow.untrained + int(one_token), sequences_one_token=int(one_token))
 
 
 def overflow_text(o: OverflowStats, loss_counted: bool = True, fmt=lambda n: f"{n:,}") -> str:
@@ -150,10 +162,14 @@ class PlanSummary:
     # of lengths alone cannot, and says so rather than "targets lost 0"
     loss_counted: bool = False
     first_untrained: str = ""  # where the first sequence truncate cut to no target was read
+    # rows of one token packed, which train nothing (pack: `with_cache`), and where the first was read
+    one_token_rows: int = 0
+    first_one_token: str = ""
 
     def changes_warning(self) -> str | None:
         """`changes.warning()`, saying the roles of the skipped chat rows with no trained turn."""
-        return self.changes.warning(skipped_words(self.skipped_roles), self.loss_counted, self.first_untrained)
+        return self.changes.warning(skipped_words(self.skipped_roles), self.loss_counted, self.first_untrained,
+                                    self.first_one_token)
 
     def nonfinite_warning(self) -> str | None:
         """One line naming the side columns that hold NaN / +-inf values, or None."""
@@ -168,7 +184,7 @@ class PlanSummary:
 
     @property
     def changes(self) -> DataChanges:
-        return data_changes(self.overflow, self.skipped_rows)
+        return data_changes(self.overflow, self.skipped_rows, self.one_token_rows)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -188,21 +204,27 @@ def with_skipped(summary: PlanSummary, skipped: dict | None, nonfinite: dict | N
 
 def with_cache(summary: PlanSummary, cache) -> PlanSummary:
     """`summary` with what only the tokenized cache (`tokenize.TokenizedCache`) knows: the rows
-    it skipped, its non-finite side values and, under truncate or split, the targets the cuts
-    took (and the sequences truncate left with none: planning.cut_targets). Every engine's pack
-    asks this."""
+    it skipped, its non-finite side values, its rows of one token (packed, training nothing) and,
+    under truncate or split, the targets the cuts took (and the sequences truncate left with none:
+    planning.cut_targets). Every engine's pack asks this."""
+    from packtool.planning.cut_targets import cut_targets_of_cache, one_token_rows
     s = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
+    n_one, first_one = one_token_rows(cache.length_batches())
+    s = replace(s, one_token_rows=n_one, first_one_token=_where(cache, first_one))
     o = s.overflow
     if o.policy not in MASK_FIGURES or not o.sequences:
         return replace(s, loss_counted=True)
-    from packtool.planning.cut_targets import cut_targets_of_cache
     cut = cut_targets_of_cache(cache, cache.lengths(), s.alignment["usable"], split=o.policy == "split")
-    where = ""
-    if cut.first_untrained >= 0:
-        from packtool.tokenize.source_rows import SourceRows
-        path, row = SourceRows(cache).locate(cut.first_untrained)
-        where = f"{shown(path)} row {row}" if path else f"row {row}"
-    return with_cut_targets(s, cut, where)
+    return with_cut_targets(s, cut, _where(cache, cut.first_untrained))
+
+
+def _where(cache, row: int) -> str:
+    """Cache row `row` as the input file and row it was read from ("" for -1)."""
+    if row < 0:
+        return ""
+    from packtool.tokenize.source_rows import SourceRows
+    path, r = SourceRows(cache).locate(row)
+    return f"{shown(path)} row {r}" if path else f"row {r}"
 
 
 def with_cut_targets(summary: PlanSummary, cut, where: str = "") -> PlanSummary:

@@ -8,8 +8,8 @@ hide a data change (`stats.changes` the recorded policies make impossible):
 - `stats.overflow.policy` against `config.packing.overflow`, and the overflow figures against
   what that policy can produce (planning.core.OVERFLOW_FIGURES, apply_overflow's own);
 - `stats.skipped_rows` against `input.tokenize.on_empty` (only `skip` skips a row);
-- `stats.changes` against `stats.overflow` + `stats.skipped_rows`, derived by their one owner
-  (planning.summary.data_changes);
+- `stats.changes` against `stats.overflow` + `stats.skipped_rows` (+ its own `sequences_one_token`
+  in `sequences_untrained`), derived by their one owner (planning.summary.data_changes);
 
 Asked by `verify` (one problem each, check `manifest_declared`) and by every reader as it opens an
 output (slabs.format.SlabManifest.read, the first in one line): no consumer trains on a manifest
@@ -111,7 +111,10 @@ def _changes_against_figures(stats: dict, policy: str):
         return
     try:
         figures = OverflowStats(policy, **{k: int(over.get(k) or 0) for k in _FIGURES})
-        want = asdict(data_changes(figures, stats.get("skipped_rows") or {}))
+        # the rows of one token are the rows' own figure, no other block's: held to the source by
+        # verify --source (verification/cover.py), here only summed into sequences_untrained
+        one = int(changes.get("sequences_one_token") or 0)
+        want = asdict(data_changes(figures, stats.get("skipped_rows") or {}, one))
     except (TypeError, ValueError):  # not numbers: the manifest's form checks name them
         return
     for k, v in want.items():

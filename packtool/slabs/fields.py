@@ -74,8 +74,8 @@ COUNTS_BY_NAME = Counts()
 
 # planning's figures of the overflow policy, each a count
 # figures added after outputs were written that lack them: absent there, a count where present
-# (truncate's sequences cut to no target, S44-3; verify --source recounts them)
-LATER_COUNTS = frozenset({"untrained", "sequences_untrained"})
+# (truncate's sequences cut to no target, S44-3; the rows of one token, S45A-7; verify --source recounts them)
+LATER_COUNTS = frozenset({"untrained", "sequences_untrained", "sequences_one_token"})
 
 
 def _later_count(v) -> str | None:

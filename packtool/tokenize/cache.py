@@ -153,6 +153,12 @@ class TokenizedCache:
         """Token count of every row (int64), in row order (= source_index order)."""
         return self._column("length").astype(np.int64)
 
+    def length_batches(self, rows: int = 1 << 20):
+        """`lengths()` a batch of up to `rows` at a time, in row order: memory bounded whatever the rows."""
+        for p in self.parquet_files:
+            for b in pq.ParquetFile(arrow_file(p)).iter_batches(batch_size=rows, columns=["length"]):
+                yield np_of(b.column(0)).astype(np.int64)
+
     def source_indices(self) -> np.ndarray:
         """Global input row of every cache row; equals arange(num_rows) unless rows were skipped."""
         return self._column("source_index").astype(np.int64)

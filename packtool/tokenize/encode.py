@@ -250,7 +250,7 @@ class EncodedBatch:
     mask: np.ndarray       # uint8, same length
     lengths: np.ndarray    # int32, per row
     empty: np.ndarray      # bool, per row: no content
-    all_masked: np.ndarray  # bool, per row: no target token
+    all_masked: np.ndarray  # bool, per row: no target token, as a slab holds the row (`no_target`)
 
 
 @numba.njit(cache=True)
@@ -341,10 +341,34 @@ def encode_rendered(tok: Tokenizer, rb: RenderedBatch, info: TokenizerInfo,
         add_eos = not templated
     # a BOS/EOS asked for that the tokenizer lacks was refused before (refuse_absent_specials)
     eos = np.full(n, 1 if add_eos else 0, np.uint8)
-    ids, mask, out_lens, loss = _assemble(content, content_mask, lens, bos, eos,
-                                          info.bos_id if info.bos_id is not None else -1,
-                                          info.eos_id if info.eos_id is not None else -1)
-    return EncodedBatch(ids, mask, out_lens, np.asarray(rb.empty, bool) | (lens == 0), loss == 0)
+    ids, mask, out_lens, _ = _assemble(content, content_mask, lens, bos, eos,
+                                       info.bos_id if info.bos_id is not None else -1,
+                                       info.eos_id if info.eos_id is not None else -1)
+    labeled = np.fromiter((sp is not None for sp in rb.spans), np.bool_, count=n)
+    return EncodedBatch(ids, mask, out_lens, np.asarray(rb.empty, bool) | (lens == 0),
+                        no_target(mask, out_lens, labeled))
+
+
+def no_target(mask: np.ndarray | None, lens: np.ndarray, labeled) -> np.ndarray:
+    """Per row: the row trains nothing by the rows' own mask, the one rule of
+    EncodedBatch.all_masked (refused under --on-empty error, skipped and counted under skip), for
+    rows encoded and rows pre-tokenized. A `labeled` row (a bool, or one per row: a loss_mask or
+    labels column, a chat template's or a prompt/response shape's mask) is judged as a slab holds
+    it, where a sequence's first token is never a target (FORMAT.md, loss_mask): a mask whose only
+    target is its first token trains nothing (S45A-7, it was packed with none and counted
+    nowhere). A row without labels (`mask` None or every content token a target) has a target
+    while it holds a token: one of a single token is packed, and pack counts it
+    (planning.summary.with_cache, sequences_one_token), never refused (the owner's rule)."""
+    lens = np.asarray(lens, np.int64)
+    if mask is None:
+        return lens == 0
+    loss = row_sums(mask, lens)
+    labeled = np.broadcast_to(np.asarray(labeled, np.bool_), lens.shape)
+    starts = np.cumsum(lens) - lens
+    first = np.zeros(lens.size, np.int64)
+    judged = labeled & (lens > 0)
+    first[judged] = mask[starts[judged]]
+    return loss - first == 0
 
 
 def row_sums(flat: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -117,10 +117,14 @@ def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> Packtool
             what = (f"{cols[0]} gives no assistant tokens to train on (only a turn whose role is 'assistant' "
                     f"and whose weight is not 0 is trained, and of it what the chat template trains)")
         elif shape.kind == "tokens":
-            what = f"{next((c for c in cols if c in ('loss_mask', 'labels')), cols[0])} masks every token"
+            col = next((c for c in cols if c in ("loss_mask", "labels")), cols[0])
+            what = f"{col} masks every token after the first"
         else:
             what = f"{cols[1] if len(cols) > 1 else cols[0]} gives no tokens to train on"
-        what = f"example with no loss tokens (all masked): {what}"
+        # a mask whose only target is the row's first token is one of these (encode.no_target): said,
+        # as the mask the user gave has a 1 there
+        first = "" if roles is not None else " (a sequence's first token is never a target)"
+        what = f"example with no loss tokens (all masked): {what}{first}"
     fill = "" if roles is not None else "fill it, "  # a role to rename: its text is there already
     return PacktoolInputError(f"{what}; {fill}drop the row, or pass {arg('on_empty', 'skip')} to skip such "
                               f"rows (counted in cache.json)", path=path, row=row, flag=cli_flag("on_empty"))

@@ -19,7 +19,7 @@ import pyarrow as pa
 from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError, arg
 from packtool.integers import TOKEN_ID_BOUND
-from packtool.tokenize.encode import EncodedBatch, row_sums
+from packtool.tokenize.encode import EncodedBatch, no_target
 from packtool.tokenize.row_checks import valid_values
 from packtool.tokenize.shape_detect import Shape
 
@@ -163,11 +163,9 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
         if len(said) == 2:
             _loss_sources_agree(said, lens, path, first_row)
         mask = said[extra[0]][0].astype(np.uint8)
-        loss = row_sums(mask, lens)
     else:
         mask = None if lean else np.ones(ids.size, np.uint8)
-        loss = lens
-    return EncodedBatch(ids, mask, lens, lens == 0, loss == 0)
+    return EncodedBatch(ids, mask, lens, lens == 0, no_target(mask, lens, bool(extra)))
 
 
 def _same_lengths(batch: pa.RecordBatch, name: str, lens: np.ndarray, path: str, first_row: int) -> np.ndarray:

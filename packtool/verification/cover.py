@@ -23,7 +23,7 @@ def _loc(i, segs, shard_of, names) -> str:
 
 def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Alignment, policy: str,
                    n_seq: int | None, overflow: dict, singletons: int | None, source_dir: str | None,
-                   log: ProblemLog, notes: list[str]) -> None:
+                   log: ProblemLog, notes: list[str], changes: dict | None = None) -> None:
     src, chunk, off, length = segs["source"], segs["chunk"], segs["offset"], segs["length"]
     order = np.lexsort((chunk, src))
     s, c, o, n = src[order], chunk[order], off[order], length[order]
@@ -89,11 +89,11 @@ def check_coverage(segs: dict, shard_of: np.ndarray, names: list[str], align: Al
                     f"{most} cut(s) can lose (one target each at most)", expected=most, found=overflow[k])
     if source_dir is not None:
         _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy,
-                              n_seq, overflow, source_dir, log)
+                              n_seq, overflow, source_dir, log, changes or {})
 
 
 def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, align, policy, n_seq,
-                          overflow, source_dir, log) -> None:
+                          overflow, source_dir, log, changes: dict) -> None:
     """With the source: each row's pieces add up to the whole row (split, whole) or to the
     kept prefix (truncate); tokens themselves were compared by the shard workers."""
     from packtool.tokenize.flat_tokens import FlatTokens
@@ -115,6 +115,13 @@ def _check_source_lengths(s, n, rows, n_chunks, order, segs, shard_of, names, al
                     expected=dropped, found=overflow["tokens_dropped"])
     if policy in MASK_FIGURES:
         _check_cut_targets(src, align.usable, policy, overflow, log)
+    if "sequences_one_token" in changes:  # absent in older outputs
+        from packtool.planning.cut_targets import one_token_rows
+        one, _ = one_token_rows(src_len)
+        if changes["sequences_one_token"] != one:
+            log.add("manifest_stats", f"the manifest's stats.changes.sequences_one_token is "
+                    f"{changes['sequences_one_token']}, the source gives {one}",
+                    expected=one, found=changes["sequences_one_token"])
     wrong = np.flatnonzero(got_total != want)
     if wrong.size:
         from packtool.tokenize.source_rows import describe_row, source_rows_at

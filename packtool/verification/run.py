@@ -372,7 +372,7 @@ def _check_totals(man, align: Alignment, policy: str, dp: int, results, log, sou
     n_seq = stats.get("sequences")
     singletons = None if "singletons" in unknown else int(slabs["singleton"].sum())
     check_coverage(segs, shard_of, names, align, policy, n_seq, stats.get("overflow") or {},
-                   singletons, source_dir, log, notes)
+                   singletons, source_dir, log, notes, stats.get("changes") or {})
     check_dp(slabs, dp, log, nulls, shards)
     side = side_columns_from_manifest(man.get("side_columns"))
     if side:

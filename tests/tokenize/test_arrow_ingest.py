@@ -67,9 +67,11 @@ def test_same_bytes_from_every_format_and_list_type(tmp_path):
 
 
 def test_loss_mask_and_labels_columns(tmp_path, cache_dir):
-    ids = rows(200, seed=1, max_len=40)
+    ids = [r if len(r) > 1 else r * 2 for r in rows(200, seed=1, max_len=40)]
     rng = np.random.default_rng(2)
     masks = [[1] + rng.integers(0, 2, len(r) - 1).tolist() for r in ids]
+    for mk in masks:  # a target past the first token: one there alone is all masked (S45A-7)
+        mk[-1] = 1
     masks[3] = [0] * len(ids[3])  # all masked: refused by default, skipped on request
     labels = [[t if m else -100 for t, m in zip(r, mk)] for r, mk in zip(ids, masks)]
     for col, vals in (("loss_mask", masks), ("labels", labels)):

@@ -81,6 +81,14 @@ CASES = {
     "alpaca output blank templated": ({"instruction": "a", "input": "", "output": "b"},
                                       {"instruction": "a", "input": "", "output": "\n"},
                                       "empty example: output is null, missing or empty", {"chat_template": "chatml"}),
+    # S45A-7: a mask whose only target is the row's first token (never a target in a slab) is all masked
+    "loss_mask first token only": ({"input_ids": [1, 2], "loss_mask": [1, 1]},
+                                   {"input_ids": [1, 2, 3], "loss_mask": [1, 0, 0]},
+                                   "(all masked): loss_mask masks every token after the first (a sequence's first "
+                                   "token is never a target)", {}),
+    "labels first token only": ({"input_ids": [1, 2], "labels": [1, 2]},
+                                {"input_ids": [1, 2, 3], "labels": [1, -100, -100]},
+                                "(all masked): labels masks every token after the first", {}),
     "chat user only": ({"messages": CHAT}, {"messages": CHAT[:1]}, "(all masked): messages gives no assistant", {}),
     "loss_mask zeros": ({"input_ids": [1, 2], "loss_mask": [1, 1]}, {"input_ids": [1, 2], "loss_mask": [0, 0]},
                         "(all masked): loss_mask masks every token", {}),
@@ -132,6 +140,7 @@ def test_the_command_line_names_the_key_and_the_flag(tmp_path, case):
 
 
 EMPTY = sorted(c for c in CASES if "empty example" in CASES[c][2])
+ALL_MASKED = sorted(c for c in CASES if "(all masked)" in CASES[c][2])
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -145,3 +154,14 @@ def test_on_empty_skip_drops_and_counts_every_empty_example(tmp_path, case, fmt)
     cache = tokenize_to_cache([path], replace(cfg, on_empty="skip"), path + ".cache",
                               progress=False)
     assert cache.skipped["empty"] == 1 and cache.num_rows == 2, cache.skipped
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("case", ALL_MASKED)
+def test_on_empty_skip_drops_and_counts_every_all_masked_example(tmp_path, case, fmt):
+    """S45A-7: what --on-empty error refuses as all masked (a mask whose only target is the row's
+    first token among them), --on-empty skip drops and counts as all_masked."""
+    good, bad, _, extra = CASES[case]
+    path = write_rows(tmp_path, [good, bad, good], fmt, schema=_schema(good, bad, fmt))
+    cache = tokenize_to_cache([path], replace(_cfg(case, extra), on_empty="skip"), path + ".cache", progress=False)
+    assert cache.skipped["all_masked"] == 1 and cache.skipped["empty"] == 0 and cache.num_rows == 2, cache.skipped

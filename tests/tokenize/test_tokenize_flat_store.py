@@ -28,8 +28,9 @@ def _inputs(tmp_path) -> list[str]:
     skip = tmp_path / "skip.jsonl"
     skip.write_text('{"text": "kept"}\n{"text": "  "}\n{"text": "also kept"}\n')
     tok = tmp_path / "tok.parquet"
-    pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4], [5, 6]],
-                             "labels": [[-100, 2, 3], [4], [-100, 6]]}), tok)
+    # each row trains a token past its first (a labeled row whose only target is its first is all masked)
+    pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4, 7], [5, 6]],
+                             "labels": [[-100, 2, 3], [4, 7], [-100, 6]]}), tok)
     return [GSM8K, str(skip), TASKMASTER, str(tok), PEPS]
 
 

@@ -99,11 +99,11 @@ def test_prompt_completion_parquet(tmp_path, cache_dir):
 
 def test_tokens_with_labels_mask_or_nothing(tmp_path, cache_dir):
     rng = np.random.default_rng(0)
-    lens = rng.integers(1, 300, 500)
+    lens = np.maximum(rng.integers(1, 300, 500), 2)
     ids = [rng.integers(0, 32000, n).tolist() for n in lens]
     labels = [[-100 if rng.random() < 0.4 else t for t in row] for row in ids]
     for row, x in zip(labels, ids):
-        row[-1] = x[-1]                                    # at least one target per row (labels are the ids)
+        row[-1] = x[-1]          # a target past the first token per row (labels are the ids; S45A-7)
     masks = [[int(x != -100) for x in row] for row in labels]
     pq.write_table(pa.table({"input_ids": ids, "labels": labels}), tmp_path / "l.parquet", row_group_size=100)
     pq.write_table(pa.table({"input_ids": ids, "loss_mask": masks}), tmp_path / "m.parquet")
