@@ -53,7 +53,7 @@ from torch.utils.data import Dataset
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.hf.dp import dp_order, repeats_said
 from packtool.hf.mask import block_causal_mask
-from packtool.hf.rows import FIX, check_copies, check_row, check_side_fill
+from packtool.hf.rows import FIX, check_copies, check_row, check_side_fill, note_side_left_out
 from packtool.layout import shift_like_labels
 from packtool.integers import short
 from packtool.params import checked, names, position, switch
@@ -309,6 +309,8 @@ class SlabCollator:
             out["attention_mask"] = block_causal_mask(seg, self.mask_dtype or torch.float32)
         for c in self.side_columns:
             self._add_side(out, features, c)
+        if not getattr(self, "_said_side", False):  # once per collator, as packtool train says it once per run
+            self._said_side = note_side_left_out(features, self.side_columns)
         return out
 
     def _add_side(self, out: dict, features: Sequence[dict], c: SideColumn | str) -> None:

@@ -99,3 +99,21 @@ def check_side_fill(name: str, values: np.ndarray, seq_lens: np.ndarray, cu: np.
 
 
 __all__ = ["FIX", "check_row", "check_copies", "check_side_fill"]
+
+
+def note_side_left_out(features, given) -> bool:
+    """Say, in a note, the keys of a batch's items that are neither FORMAT.md's slab columns nor
+    side columns `given` to the collator: a packed output's side columns (advantages, log-probs,
+    support) it leaves out, every row then trained as SFT whatever its values (S46B-4). Whether
+    it said one."""
+    from packtool.slabs.schema import SCHEMA
+    known = set(SCHEMA.names) | {c.name if hasattr(c, "name") else str(c) for c in given}
+    first = features[0] if features and isinstance(features[0], Mapping) else {}
+    left = [k for k in first if k not in known]
+    if left:
+        from packtool.notes import note
+        note(f"SlabCollator: the slabs carry side column(s) {', '.join(left)}, which this collator leaves out of "
+             f"the batch (not in its side_columns): the loss uses none of them (every row is trained as SFT, "
+             f"whatever its values); pass SlabCollator(side_columns=ds.side_columns) to have them as batch keys "
+             f"for an RL loss (docs/RL.md)")
+    return bool(left)
