@@ -19,6 +19,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, missing
+from packtool.tokenize.backend_keys import apply as apply_keys, edits as backend_edits
 from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
@@ -53,6 +54,7 @@ class LoadedTokenizer:
     info: TokenizerInfo
     folder_template: ChatTemplate | None   # the folder's chat template, if any (folder_template)
     switches: ConfigSwitches = ConfigSwitches()  # tokenizer_config.json's add_bos_token/add_eos_token
+    backend: tuple = ()  # its keys applied to the backend (backend_keys.edits): in the cache key
 
 
 def _post_processor_specials(tok: Tokenizer) -> tuple[str | None, str | None]:
@@ -75,12 +77,16 @@ TOKENIZER_BYTES = 256 << 20  # the largest real tokenizer.json (a 256k vocabular
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str, size: int, mtime_ns: int) -> Tokenizer:
+def _load_cached(path: str, size: int, mtime_ns: int, settings: tuple = ()) -> Tokenizer:
     # Deserializing a 3.5 MB tokenizer.json costs ~0.5 s; runs that tokenize several input
     # groups in one process load it once. Keyed by size+mtime so an edited file reloads.
-    from packtool.storage import read_small  # a copied-over 8 GB file is refused by its size, not loaded
-    tok = Tokenizer.from_buffer(read_small(path, TOKENIZER_BYTES, "tokenizer.json", "pass the tokenizer "
-                                           "folder or its tokenizer.json", flag=cli_flag("tokenizer")))
+    # `settings`: tokenizer_config.json's keys that change the backend (backend_keys).
+    if settings:
+        tok = Tokenizer.from_str(apply_keys(_load_cached(path, size, mtime_ns).to_str(), settings))
+    else:
+        from packtool.storage import read_small  # a copied-over 8 GB file is refused by its size, not loaded
+        tok = Tokenizer.from_buffer(read_small(path, TOKENIZER_BYTES, "tokenizer.json", "pass the tokenizer "
+                                               "folder or its tokenizer.json", flag=cli_flag("tokenizer")))
     if not caches_words(tok):
         resize = getattr(tok.model, "_resize_cache", None)  # tokenizers >= 0.20; WordPiece has none
         if resize is not None:
@@ -189,6 +195,9 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
             raise PacktoolInputError(f"not a tokenizer.json ({what}): pass {_fix_for(path)}",
                                      path=path, flag=cli_flag("tokenizer")) from None
         raise PacktoolInputError(f"cannot load tokenizer ({e})", path=path, flag=cli_flag("tokenizer")) from None
+    settings = backend_edits(conf, conf_path, tok)
+    if settings:  # what the model's own tokenizer builds from its config (add_prefix_space)
+        tok = _load_cached(os.path.abspath(path), st.st_size, st.st_mtime_ns, settings)
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
     pp_bos, pp_eos = _post_processor_specials(tok)
@@ -216,7 +225,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
         pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
     return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf),
-                           ConfigSwitches.of(conf, conf_path, pp_bos))
+                           ConfigSwitches.of(conf, conf_path, pp_bos), settings)
 
 
 def refuse_absent_specials(cfg, info: TokenizerInfo, shapes) -> None:

@@ -46,7 +46,7 @@ def fingerprint_versions(side: bool) -> dict:
 
 
 def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig,
-                 info: TokenizerInfo | None, shapes: list[Shape]) -> str:
+                 info: TokenizerInfo | None, shapes: list[Shape], backend: tuple = ()) -> str:
     opts = cfg.as_dict()
     opts.pop("batch_size")          # changes row groups, not content
     opts.pop("tokenizer")           # identified by content hashes below
@@ -69,6 +69,8 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
     }
     if any(s.told_from for s in shapes):  # entries built before every row's columns were held to the shape
         key["late_columns"] = 1
+    if backend:  # tokenizer_config.json's keys applied to the backend (backend_keys); none: the old key
+        key["tokenizer"].append([list(kv) for kv in backend])
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -204,7 +206,7 @@ def resolve_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, digest=Non
         refuse_absent_specials(cfg, loaded.info, shapes)
     digests = (digest or input_digests)(files)
     note_same_inputs(files, digests)  # rows under two names: said (a copy may be an upsample)
-    fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes)
+    fp = _fingerprint(files, digests, cfg, loaded.info if loaded else None, shapes, loaded.backend if loaded else ())
     root = cache_dir or default_cache_dir()
     final = join_uri(root, fp[:32])  # a store entry (store_cache) is checked by its user
     existing = None
