@@ -138,15 +138,16 @@ def no_new_marker(loc: Location) -> Iterator[None]:
         had = _head(client, bucket, marker) is not None
     except (BotoCoreError, ClientError):
         had = True  # unknown: never delete what may have been there
-    yield
-    if had:
-        return
     try:
-        head = _head(client, bucket, marker)
-        if head is not None and head.get("ContentLength") == 0:
-            client.delete_object(Bucket=bucket, Key=marker, IfMatch=head["ETag"])
-    except (BotoCoreError, ClientError):
-        pass  # another's put since, or no delete permission: an empty marker is harmless
+        yield
+    finally:  # a block stopped (Ctrl-C, SIGTERM) made its marker all the same
+        if not had:
+            try:
+                head = _head(client, bucket, marker)
+                if head is not None and head.get("ContentLength") == 0:
+                    client.delete_object(Bucket=bucket, Key=marker, IfMatch=head["ETag"])
+            except (BotoCoreError, ClientError):
+                pass  # another's put since, or no delete permission: an empty marker is harmless
 
 
 def drop_markers(loc: Location) -> int:

@@ -5,7 +5,11 @@ path flag, tokenize.cache_root to a cache on a store.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+import socket
+import time
 from contextlib import nullcontext
 
 import pyarrow.fs as pafs
@@ -16,7 +20,42 @@ from packtool.storage.location import Location, locate
 from packtool.storage.uri import BUCKETED, StorageError
 
 PROBE_TAG = ".packtool-probe"
+_PROBE = re.compile(r"\.packtool-probe-\d+-[0-9a-f]{8}\Z")
 _TAKES: set[str] = set()  # store prefixes this process saw take an object (check_uri's probe)
+
+
+def _record() -> bytes:
+    """A probe's body: its owner and time (storage.lease's record, and its rule for a dead run)."""
+    return json.dumps({"owner": f"pid {os.getpid()} on {socket.gethostname()}", "renewed": time.time()}).encode()
+
+
+def _put(probe: Location) -> None:
+    """The probe object, its body `_record` (put at close): whose it is, so a kill's is provably packtool's."""
+    with probe.fs.open_output_stream(probe.path, compression=None) as f:
+        f.write(_record())
+
+
+def sweep_probes(loc: Location, names: list[str]) -> list[str]:
+    """Remove the probes among `names` (the listing of the prefix `loc`) that a run killed
+    between its put and its delete left (SIGKILL; S46A-3): named as check_uri names them and
+    holding exactly its record, whose run is dead (storage.lease.expired: not renewed for the
+    lease's time, or its process on this host gone). An object of that name in any other form
+    (a user's, an older packtool's empty probe) is not provably packtool's and stays. Returns
+    the names removed."""
+    from packtool.storage.lease import expired
+    from packtool.storage.small_files import read_small
+    gone = []
+    for n in names:
+        if not _PROBE.match(n):
+            continue
+        try:
+            rec = json.loads(read_small(loc.join(n), 1 << 16, "packtool probe", "remove it"))
+        except (FileNotFoundError, ValueError):  # gone since the listing, or not a record packtool writes
+            continue
+        if isinstance(rec, dict) and set(rec) == {"owner", "renewed"} and isinstance(rec["owner"], str) and \
+                type(rec["renewed"]) in (int, float) and expired(rec) and loc.join(n).delete():
+            gone.append(n)
+    return gone
 
 
 def check_uri(spec: str, name: str, write: bool = False, around_probe=None) -> Location:
@@ -46,18 +85,18 @@ def check_uri(spec: str, name: str, write: bool = False, around_probe=None) -> L
         probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
         with around_probe(loc) if around_probe else nullcontext():  # its delete's `PREFIX/` marker
             try:
-                with loc.fs.open_output_stream(probe.path, compression=None):
-                    pass  # an empty object: put at close
+                _put(probe)
             except OSError as e:
                 raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
                                    f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
                                    path=loc.shown, flag=flag) from None
-            try:
-                probe.delete()
-            except StorageError:
-                pass  # a role that may put but not delete: the prefix takes objects, which is the question
+            finally:  # Ctrl-C or SIGTERM between the put and its delete: gone all the same (S46A-3)
+                try:
+                    probe.delete()
+                except StorageError:
+                    pass  # a role that may put but not delete: the prefix takes objects, which is the question
         _TAKES.add(loc.shown)
     return loc
 
 
-__all__ = ["PROBE_TAG", "check_uri"]
+__all__ = ["PROBE_TAG", "check_uri", "sweep_probes"]

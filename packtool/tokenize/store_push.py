@@ -29,7 +29,7 @@ import uuid
 
 from packtool.notes import note
 from packtool.storage import (RENEW_SECONDS, Location, drop_markers, expired, join_uri, locate, no_new_marker,
-                              read_small, shown)
+                              read_small, shown, sweep_probes)
 from packtool.tokenize.cache_entry import file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)
@@ -171,7 +171,13 @@ def sweep_pushes(root: str) -> int:
     """Remove what dead pushes left at the store cache `root` (see the module's text); says what
     it removed and what it kept. Returns the number of files removed."""
     loc = locate(root)
-    found = [(m.group(1), m.group(2), n) for n in loc.names() for m in [_MARKER.match(n)] if m]
+    names = loc.names()
+    with no_new_marker(loc):
+        probes = sweep_probes(loc, names)  # a run killed between its write probe's put and delete (S46A-3)
+    if probes:
+        note(f"removed {len(probes)} write probe object(s) at {shown(root)} that a killed packtool run left "
+             f"({', '.join(probes[:3])}{', ...' if len(probes) > 3 else ''})")
+    found = [(m.group(1), m.group(2), n) for n in names for m in [_MARKER.match(n)] if m]
     if not found:
         return 0
     records = [(key, run, name, _read_json(loc.join(name), MARKER_BYTES)) for key, run, name in found]
