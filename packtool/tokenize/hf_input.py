@@ -24,6 +24,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import fast_digest, sha256_file
 from packtool.tokenize.hf_format import has_transform, transformed
+from packtool.tokenize.late_columns import fragment_batches, stream_batches
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.workers import thread_pool
@@ -39,12 +40,15 @@ class ArrowSource:
     columns: tuple[str, ...]
     num_rows: int | None
     identity: str | None
-    read: Callable[[int, list[str] | None], Iterator]  # (batch rows, columns) -> tables/batches
+    read: Callable[..., Iterator]  # (batch rows, columns[, judge]) -> tables/batches
     fingerprint: str | None = None  # the object's own, recorded in cache.json when not the key
+    # columns told from its first file or row: `read` takes a late_columns judge (late_columns.grows)
+    grows: bool = False
 
-    def batches(self, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
+    def batches(self, batch_size: int, columns: list[str] | None, judge=None) -> Iterator[pa.RecordBatch]:
         """Record batches of at most `batch_size` rows, zero-copy slices of what `read` gives."""
-        for part in self.read(batch_size, columns):
+        parts = self.read(batch_size, columns) if judge is None else self.read(batch_size, columns, judge)
+        for part in parts:
             if isinstance(part, pa.Table) and part.num_columns and part.column(0).num_chunks > 1:
                 part = part.combine_chunks()  # a stream's batch arrives as one chunk per row
             for b in (part.to_batches() if isinstance(part, pa.Table) else [part]):
@@ -95,27 +99,23 @@ def _hf_dataset(ds, name: str) -> ArrowSource:
 
 
 def _hf_iterable(ds, name: str) -> ArrowSource:
-    def read(batch_size, columns):
+    def read(batch_size, columns, judge=None):
+        if judge is not None:  # no features: a later row may hold a column the first did not
+            return stream_batches(ds, batch_size, columns, judge, name)
         sel = ds.select_columns(columns) if columns is not None else ds
         return sel.with_format("arrow").iter(batch_size=batch_size)  # streamed, never held
     cols = ds.column_names
     if cols is None:  # features unknown until read: one small batch says
         first = next(iter(ds.with_format("arrow").iter(batch_size=1)), None)
         cols = first.column_names if first is not None else []
-    return ArrowSource(name, "hf-iterable", tuple(cols), None, None, read)
+    return ArrowSource(name, "hf-iterable", tuple(cols), None, None, read, grows=ds.column_names is None)
 
 
 def _arrow_dataset(dset, name: str) -> ArrowSource:
     import pyarrow.dataset as pads
 
-    def read(batch_size, columns):
-        for frag in dset.get_fragments():
-            # one row group at a time: a scanner over the whole dataset reads ahead and held
-            # ~890 MiB over a 637 MB file of 1M rows
-            pieces = frag.split_by_row_group() if isinstance(frag, pads.ParquetFileFragment) else [frag]
-            for piece in pieces:
-                yield from piece.to_batches(schema=dset.schema, columns=columns, batch_size=batch_size,
-                                            batch_readahead=0, fragment_readahead=0, use_threads=False)
+    def read(batch_size, columns, judge=None):
+        return fragment_batches(dset, batch_size, columns, judge)
     ident = None
     if isinstance(dset, pads.FileSystemDataset):
         import pyarrow.fs as pafs
@@ -124,7 +124,8 @@ def _arrow_dataset(dset, name: str) -> ArrowSource:
         # paths are the dataset's file system's (S3, a sub-tree), read through it
         digest = fast_digest if isinstance(fs, pafs.LocalFileSystem) else (lambda f: _fs_digest(fs, f))
         ident = repr([type(dset.format).__name__] + [[f, digest(f)] for f in dset.files])
-    return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read)
+    # its schema is its first file's (unless given): a later file may hold more (late_columns)
+    return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read, grows=True)
 
 
 def _fs_digest(fs, path: str) -> str:
@@ -209,7 +210,7 @@ def rows_of(f) -> int | None:
 def batches_of(f, batch_size: int, columns: list[str] | None, read_bytes=None,
                blank=None, judge=None) -> Iterator[pa.RecordBatch]:
     if isinstance(f, ArrowSource):
-        return f.batches(batch_size, columns)
+        return f.batches(batch_size, columns, judge)
     return iter_batches(f, batch_size, columns, read_bytes=read_bytes, blank=blank, judge=judge)
 
 
