@@ -4,9 +4,11 @@ the file (and row, or flag) and the fix.
     PacktoolError            base; `kind` and `exit_code` say how the CLI reports it
       PacktoolInputError     bad input data, tokenizer or template (kind "input")
       PacktoolConfigError    flags that cannot work together: alignment, plan (kind "config")
-      PacktoolCacheError     a tokenized cache that cannot be used (kind "cache")
+      PacktoolCacheError     a tokenized cache that cannot be used, or a cache root refused (kind "cache")
       PacktoolFormatError    a packed output this packtool cannot read (kind "format")
       PacktoolOutputError    an --output packtool will not write to, or is busy (kind "output")
+
+A place packtool refuses to write is the kind of the argument that named it (`place_error`).
 
 The CLI prints `error: <message>` (escaped: user text is never read as markup) and exits with
 `exit_code` (2 for all of these; 1 is kept for "verify found problems"). The base derives
@@ -196,6 +198,18 @@ class PacktoolOutputError(PacktoolError):
     """An --output that packtool will not write to (not its own, inside an input, busy)."""
 
     kind = "output"
+
+
+_CACHE_ARGUMENTS = frozenset({"cache_dir", "PACKTOOL_CACHE_DIR"})
+
+
+def place_error(argument: str | None) -> type[PacktoolError]:
+    """The class of a refusal of the place `argument` names (its name, or its flag as spelled):
+    the README's exit table gives such an error the kind of the argument, `cache` for
+    --cache-dir / PACKTOOL_CACHE_DIR (a wrapper that routes on `kind` clears or moves the cache,
+    not the output), `output` for -o, --html, --save. The one rule every place check asks."""
+    name = (argument or "").lstrip("-").replace("-", "_")
+    return PacktoolCacheError if name in _CACHE_ARGUMENTS or argument in _CACHE_ARGUMENTS else PacktoolOutputError
 
 
 class PacktoolIndexError(PacktoolInputError, IndexError):

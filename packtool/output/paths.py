@@ -17,7 +17,7 @@ import re
 import stat
 from typing import Callable, Iterable
 
-from packtool.errors import PacktoolError, PacktoolInputError, PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolError, PacktoolInputError, PacktoolOutputError, arg, cli_flag, place_error
 from packtool.output.relations import input_problem, packed_problem
 from packtool.params import blank, expanded
 from packtool.storage import kind_name
@@ -66,7 +66,7 @@ def refuse_uri(path: str | os.PathLike, flag: str, reads: bool = False, error=No
     fix = ("copy it to this machine and give its local path (on an object store packtool reads inputs and "
            "packed outputs only)") if reads else \
         f"give a local path (only pack's {arg('output')} and {arg('cache_dir')} write to an object store)"
-    raise (error or (PacktoolInputError if reads else PacktoolOutputError))(
+    raise (error or (PacktoolInputError if reads else place_error(flag)))(
         f"{name} {'reads' if reads else 'writes'} a local {kind}; {fix}", path=os.fspath(path), flag=name)
 
 
@@ -76,7 +76,7 @@ def refuse_empty(path: str | os.PathLike, flag: str, what: str) -> None:
     The CLI refuses it for every path flag first (cli.path_flags); this is every writer's."""
     said = blank(os.fspath(path)) if isinstance(os.fspath(path), str) else None
     if said:  # a blank one too: it made a folder named ' ' here, invisible in every message
-        raise PacktoolOutputError(f"{arg(flag)} {said}; give {what}", flag=cli_flag(flag))
+        raise place_error(flag)(f"{arg(flag)} {said}; give {what}", flag=cli_flag(flag))
 
 
 def resolve_folder(path: str | os.PathLike, flag: str = "output") -> str:
@@ -198,7 +198,7 @@ def refuse_stdout(path: str | os.PathLike, flag: str, kind: str) -> None:
     if os.fspath(path) == "-":
         said = arg(flag)
         example = _example(flag) if kind == "file" else _FOLDERS.get(said.lstrip("-").replace("-", "_"), "out")
-        raise PacktoolOutputError(f"names standard output, but {said} writes a {kind}; give a {kind} name such as "
+        raise place_error(flag)(f"names standard output, but {said} writes a {kind}; give a {kind} name such as "
                                   f"{example} (or ./- for a {kind} of that name)", path="-", flag=said)
 
 

@@ -21,7 +21,7 @@ import stat
 from contextlib import contextmanager
 from typing import IO, Iterable, Iterator
 
-from packtool.errors import PacktoolCacheError, PacktoolOutputError, arg
+from packtool.errors import PacktoolError, arg, place_error
 from packtool.output.leftovers import Sweep, drop_dead_record, mark_file, unmark_file
 from packtool.output.paths import kind_name, check_new_file, refuse_uri, refused, resolve, temp_name, temp_target
 
@@ -69,13 +69,12 @@ def room_fix(e: BaseException, flag: str | None) -> str:
     return f"free space there{elsewhere}, and re-run"
 
 
-def cannot_write(e: OSError, shown: str, flag: str) -> PacktoolOutputError:
+def cannot_write(e: OSError, shown: str, flag: str) -> PacktoolError:
     """The one line for a file `flag` names that the system would not write: for room, what ran
-    out and the fix; a cache file is the cache's error (`--json` kind `cache`)."""
-    room = no_room(e)
+    out and the fix; a cache file is the cache's error (`--json` kind `cache`: place_error)."""
+    room, cls = no_room(e), place_error(flag)
     if room is None:
-        return PacktoolOutputError(f"cannot be written ({e.strerror or e})", path=shown, flag=arg(flag))
-    cls = PacktoolCacheError if flag == "cache_dir" else PacktoolOutputError
+        return cls(f"cannot be written ({e.strerror or e})", path=shown, flag=arg(flag))
     return cls(f"cannot be written: {room}; {room_fix(e, arg(flag))}", path=shown, flag=arg(flag))
 
 
@@ -225,7 +224,7 @@ def _link_fd(fd: int, name: str, shown: str, flag: str) -> None:
         finally:
             os.close(proc)
     except FileExistsError:
-        raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
+        raise place_error(flag)(f"appeared while packtool was writing it; left as it is: pass "
                                   f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
     except OSError as e:
         raise cannot_write(e, shown, flag) from None
@@ -237,20 +236,20 @@ def publish(tmp: str, p: str, replace: bool, shown: str, flag: str) -> None:
     rename); with it a rename, which replaces a link's entry, never the file it points to."""
     if replace:
         if os.path.islink(p) or (os.path.lexists(p) and not os.path.isfile(p)):
-            raise PacktoolOutputError("was replaced by a link or folder while packtool wrote it; "
+            raise place_error(flag)("was replaced by a link or folder while packtool wrote it; "
                                       "left as it is", path=shown, flag=arg(flag))
         os.replace(tmp, p)
         return
     try:
         os.link(tmp, p, follow_symlinks=False)
     except FileExistsError:
-        raise PacktoolOutputError(f"appeared while packtool was writing it; left as it is: pass "
+        raise place_error(flag)(f"appeared while packtool was writing it; left as it is: pass "
                                   f"{arg('overwrite', True)} or give another name", path=shown, flag=arg(flag)) from None
     except OSError as e:
         if e.errno not in _NO_LINKS:
             raise
         if os.path.lexists(p):
-            raise PacktoolOutputError("appeared while packtool was writing it; left as it is",
+            raise place_error(flag)("appeared while packtool was writing it; left as it is",
                                       path=shown, flag=arg(flag)) from None
         os.rename(tmp, p)
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolError, place_error
 from packtool.storage.failures import unreached
 from packtool.storage.location import Location
 
@@ -50,9 +50,9 @@ def _precondition_failed(e) -> bool:
         e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412)
 
 
-def _fail(e, loc: Location, what: str) -> PacktoolOutputError:
+def _fail(e, loc: Location, what: str) -> PacktoolError:
     code = e.response.get("Error", {}).get("Code", "") if hasattr(e, "response") else ""
-    return unreached(e, loc.shown, loc.argument) or PacktoolOutputError(
+    return unreached(e, loc.shown, loc.argument) or place_error(loc.argument)(
         f"cannot {what} ({code or type(e).__name__}); check the store's credentials chain", path=loc.shown)
 
 

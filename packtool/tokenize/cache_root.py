@@ -11,7 +11,7 @@ import os
 from typing import Iterable
 
 from packtool.env import env_path, no_home
-from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.errors import PacktoolCacheError, arg, cli_flag
 from packtool.output.files import describe_kind, nearest_existing, refuse_stdout, resolve
 from packtool.output.relations import input_problem, packed_problem
 
@@ -20,7 +20,7 @@ def default_cache_dir() -> str:
     env = env_path("PACKTOOL_CACHE_DIR")
     from packtool.storage import is_uri
     if env and is_uri(env):  # resolved as a local path it would be a folder named `s3:` here
-        raise PacktoolOutputError(f"PACKTOOL_CACHE_DIR={env} is a URI: it names the local cache folder, which also "
+        raise PacktoolCacheError(f"PACKTOOL_CACHE_DIR={env} is a URI: it names the local cache folder, which also "
                                   f"holds the local mirror of a cache on a store; set it to a local folder and "
                                   f"pass the store as {arg('cache_dir')}", flag="PACKTOOL_CACHE_DIR")
     return env or os.path.join(_home(), ".cache", "packtool", "tokenized")
@@ -33,7 +33,7 @@ def _home() -> str:
     directory). HOME itself is never created. Unset HOME: the password database's, as expanduser."""
     raw = os.environ.get("HOME")
     if no_home():  # expanduser keeps `~`: the cache would be a folder named `~` here
-        raise PacktoolOutputError(f"{no_home()}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
+        raise PacktoolCacheError(f"{no_home()}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
                                   f"has no place; set HOME to your home folder, PACKTOOL_CACHE_DIR to a cache "
                                   f"folder, or pass {arg('cache_dir')}", flag=cli_flag("cache_dir"))
     home = os.path.expanduser("~") if raw is None else raw
@@ -41,7 +41,7 @@ def _home() -> str:
            else None if os.path.isdir(home) else "is not an existing folder")
     if why:
         said = f"HOME={home!r}" if raw is not None else f"HOME (unset; the user's entry gives {home!r})"
-        raise PacktoolOutputError(f"{said} {why}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
+        raise PacktoolCacheError(f"{said} {why}, so the default tokenized cache folder ~/.cache/packtool/tokenized "
                                   f"has no place; set HOME to your home folder, PACKTOOL_CACHE_DIR to a cache "
                                   f"folder, or pass {arg('cache_dir')}", flag=cli_flag("cache_dir"))
     return home
@@ -79,7 +79,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
         check_uri(cache_dir, "cache_dir")  # the bucket, said so, before the reads below
         problem = cache_root_problem(cache_dir, inputs)  # a folder root's rules, before anything is put
         if problem:
-            raise PacktoolOutputError(f"{arg('cache_dir')} {problem}; give another {arg('cache_dir')}",
+            raise PacktoolCacheError(f"{arg('cache_dir')} {problem}; give another {arg('cache_dir')}",
                                       path=shown_uri(cache_dir), flag=cli_flag("cache_dir"))
         from packtool.storage import no_new_marker  # a run that then fails leaves no `PREFIX/` marker
         check_uri(cache_dir, "cache_dir", write=True, around_probe=no_new_marker)  # now: not after tokenizing
@@ -87,7 +87,7 @@ def check_cache_dir(cache_dir, inputs: Iterable = ()) -> str | None:
     shown, said, flag, fix = _cache_named(cache_dir)
 
     def refuse(why: str) -> None:
-        raise PacktoolOutputError(f"{said} {why}; {fix}", path=shown, flag=flag)
+        raise PacktoolCacheError(f"{said} {why}; {fix}", path=shown, flag=flag)
     refuse_stdout(shown, "cache_dir" if cache_dir else "PACKTOOL_CACHE_DIR", "folder")
     if not utf8_path(shown):  # S44-4: before tokenizing, not at the first part written
         refuse("is not valid UTF-8 (a name in another locale's bytes), under which the cache's Parquet parts "
@@ -127,7 +127,7 @@ def refuse_unwritable_root(cache_dir: str | None, need: str) -> None:
     why = _cannot_make(base) if os.path.isdir(base) else None
     if why:
         where = "" if base == resolve(shown) else f" ({base} takes no new folder)"
-        raise PacktoolOutputError(f"{said} cannot be written{where} ({why}), and {need}; {fix}", path=shown, flag=flag)
+        raise PacktoolCacheError(f"{said} cannot be written{where} ({why}), and {need}; {fix}", path=shown, flag=flag)
 
 
 def is_cache_entry(folder: str) -> bool:

@@ -67,7 +67,7 @@ def refuse_foreign_objects(entry: str, problem: str, mirror: str | None = None) 
     entry is (request.reusable_cache): a rebuild puts the entry's files over it and would keep
     the user's objects inside an entry packtool replaces whole. `mirror`: this machine's pulled
     copy of it, removed then (its own, and a re-run would say it damaged first)."""
-    from packtool.errors import PacktoolOutputError
+    from packtool.errors import PacktoolCacheError
     from packtool.output.entry_files import foreign_in_listing
     from packtool.tokenize.store_push import PROOF_PREFIX
     loc = locate(entry)
@@ -79,7 +79,7 @@ def refuse_foreign_objects(entry: str, problem: str, mirror: str | None = None) 
         from packtool.tokenize.request import discard_cache
         discard_cache(mirror)
     more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-    raise PacktoolOutputError(f"is damaged ({problem}) and holds objects packtool did not write there "
+    raise PacktoolCacheError(f"is damaged ({problem}) and holds objects packtool did not write there "
                               f"({', '.join(foreign[:3])}{more}); packtool replaces a damaged entry whole, so it "
                               f"left it: move them out of it and re-run", path=loc.shown)
 

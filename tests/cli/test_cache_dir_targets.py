@@ -8,6 +8,7 @@ one line naming the argument (library), the flag or the variable (CLI), the fix;
 written and the user's files stay byte for byte as they were."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 
 import packtool
 from packtool.cli.app import app
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolCacheError
 from packtool.tokenize import TokenizeConfig
 
 runner = CliRunner()
@@ -111,7 +112,7 @@ def test_every_cache_dir_entry_refuses_every_bad_target(place, target, kind, ent
         monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)
     before = snapshot(place, skip=())
     if kind == "library":
-        with pytest.raises(PacktoolOutputError) as e:
+        with pytest.raises(PacktoolCacheError) as e:
             LIBRARY[entry](place, given)
         message = str(e.value)
         assert "--cache-dir" not in message
@@ -152,7 +153,7 @@ def test_every_entry_refuses_a_default_root_under_a_home_that_is_no_home(place, 
     at_root = os.path.exists("/.cache/packtool")
     before = snapshot(place, skip=())
     if kind == "library":
-        with pytest.raises(PacktoolOutputError) as e:
+        with pytest.raises(PacktoolCacheError) as e:
             LIBRARY[entry](place, None)
         message, flag = str(e.value), "cache_dir"
     else:
@@ -163,3 +164,19 @@ def test_every_entry_refuses_a_default_root_under_a_home_that_is_no_home(place, 
     assert "HOME" in message and "PACKTOOL_CACHE_DIR" in message and flag in message, message
     assert snapshot(place, skip=()) == before and os.listdir(tmp_path) == []
     assert os.path.exists("/.cache/packtool") == at_root
+
+
+@pytest.mark.parametrize("how", ["argument", "PACKTOOL_CACHE_DIR"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_refused_cache_root_is_the_caches_error_in_json(place, target, how, monkeypatch):
+    """S46A-10: the README's exit table gives a refused place the kind of the argument that named
+    it; a cache root's was `output` (a wrapper routing on `kind` moved the output, not the cache)."""
+    path = TARGETS[target] if os.path.isabs(TARGETS[target]) else str(place / TARGETS[target])
+    monkeypatch.setitem(_READ, "input", INPUT.get(target, "ind"))
+    if how != "argument":
+        monkeypatch.setenv("PACKTOOL_CACHE_DIR", path)
+    r = runner.invoke(app, _cli_pack(place, ["--json", *(["--cache-dir", path] if how == "argument" else [])]))
+    e = json.loads(r.stdout)["error"]
+    named = "--cache-dir" if how == "argument" else "PACKTOOL_CACHE_DIR"
+    assert r.exit_code == 2 and (e["kind"], e["type"]) == ("cache", "PacktoolCacheError"), e
+    assert named in e["message"] or e["flag"] == named, e

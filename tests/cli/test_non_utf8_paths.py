@@ -93,7 +93,7 @@ def test_a_cache_dir_not_named_in_utf8_is_refused_before_any_work(tmp_path):
                             "--cache-dir", cache])
     assert r.exit_code == 2, r.stdout + r.stderr
     e = json.loads(r.stdout)["error"]
-    assert (e["kind"], e["flag"]) == ("output", "--cache-dir") and "c\\xfe" in e["message"], e
+    assert (e["kind"], e["flag"]) == ("cache", "--cache-dir") and "c\\xfe" in e["message"], e
     assert not os.path.lexists(cache) and not os.path.lexists(tmp_path / "o")
 
 

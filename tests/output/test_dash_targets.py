@@ -18,7 +18,7 @@ import packtool
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.cli.path_flags import WRITES
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolCacheError, PacktoolOutputError
 
 runner = CliRunner()
 PACK = ["pack", "toks.jsonl", "-C", "64", "--no-progress"]
@@ -96,7 +96,8 @@ def test_the_cache_roots_variable_given_dash_is_refused(here, monkeypatch):
 @pytest.mark.parametrize("argument", ["output", "cache_dir"])
 def test_the_librarys_folder_arguments_given_dash_are_refused(here, argument):
     kw = {"output": "out", "cache_dir": "cache", argument: "-"}
-    with pytest.raises(PacktoolOutputError, match=f"names standard output, but {argument} writes a folder") as e:
+    error = PacktoolCacheError if argument == "cache_dir" else PacktoolOutputError  # the argument's kind (place_error)
+    with pytest.raises(error, match=f"names standard output, but {argument} writes a folder") as e:
         packtool.pack(pa.table({"input_ids": [[1, 2, 3]]}), alignment=Alignment(capacity=16), **kw)
     assert "\n" not in str(e.value)
     assert not os.path.lexists(here / "-") and not os.path.lexists(here / "out")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import GPT2, GSM8K
 
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolCacheError
 from packtool.storage import Location, locate
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
 
@@ -63,7 +63,7 @@ def test_a_damaged_store_entry_holding_a_foreign_object_is_named_and_left(engine
     entry = _damaged_entry(store, src, tmp_path, monkeypatch)
     locate(entry).join(*foreign.split("/")).write_bytes(b"mine")
     before = _objects(store)
-    with pytest.raises(PacktoolOutputError) as e:
+    with pytest.raises(PacktoolCacheError) as e:
         ENGINES[engine](src, store)
     message = str(e.value)
     assert "\n" not in message and entry in message and foreign in message, message

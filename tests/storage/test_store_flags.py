@@ -110,7 +110,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
     """The library: a missing bucket under `cache_dir=` is refused before any row is tokenized; a
     good prefix takes the probe, which leaves nothing there; PACKTOOL_CACHE_DIR (the local root
     that holds a store cache's mirror) is never a URI."""
-    from packtool.errors import PacktoolOutputError
+    from packtool.errors import PacktoolCacheError
     from packtool.storage import StorageError, locate
     from packtool.tokenize import TokenizeConfig, tokenize_to_cache
     import packtool.storage as storage
@@ -134,7 +134,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
     assert built == [1] and [n for n in puts if n.startswith(storage.PROBE_TAG)].__len__() == 1
     assert not [i for i in locate(f"{s3}/c").list() if storage.PROBE_TAG in i.path]
     monkeypatch.setenv("PACKTOOL_CACHE_DIR", f"{s3}/c")
-    with pytest.raises(PacktoolOutputError, match="PACKTOOL_CACHE_DIR=.* is a URI"):
+    with pytest.raises(PacktoolCacheError, match="PACKTOOL_CACHE_DIR=.* is a URI"):
         tokenize_to_cache([GSM8K], cfg)
 
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
-from packtool.errors import PacktoolOutputError
+from packtool.errors import PacktoolCacheError
 
 runner = CliRunner()
 PACK = ["pack", "toks.jsonl", "-C", "64", "--no-progress", "-q"]
@@ -63,7 +63,7 @@ ENTRIES = {
 
 
 def _raised(call):
-    with pytest.raises(PacktoolOutputError) as e:
+    with pytest.raises(PacktoolCacheError) as e:
         call()
     return str(e.value)
 
@@ -80,5 +80,5 @@ def test_this_process_s_own_temporary_is_verify_sources_cache(proj):
     from packtool.tokenize.cache_root import check_cache_dir
     mine = owned_temp_dir(".verify-source-x-", str(proj))
     assert check_cache_dir(mine) == os.path.realpath(mine)
-    with pytest.raises(PacktoolOutputError, match="is inside a packtool temporary folder"):
+    with pytest.raises(PacktoolCacheError, match="is inside a packtool temporary folder"):
         check_cache_dir(os.path.join(mine, "c"))
