@@ -60,7 +60,8 @@ class OwnTrees:
         """(the tree's path as found, what it is) that `folder` (as found) lies in strictly below
         the base: the outermost step below the base that is a tree, as a manifest's folder is."""
         if folder not in self._tree_of:  # by the name found: the steps' real paths once per folder
-            rel = os.path.relpath(folder, self.base)
+            # a relative glob's matches ('*.jsonl': folder and base '') are the working folder's
+            rel = os.path.relpath(folder or os.curdir, self.base or os.curdir)
             steps = [] if rel == "." or rel.startswith("..") else rel.split(os.sep)
             self._tree_of[folder], linked = None, False
             for k in range(1, len(steps) + 1):
