@@ -16,9 +16,11 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 SHA256 = "64 lowercase hex digits (a sha256)"
 # The tokenizer block's fields the input fingerprint covers (its content hashes and ids; the
 # tokens and vocabulary follow from the content): the same fingerprint, the same values.
-TOKENIZER_IDENTITY = ("sha256", "config_sha256", "template_sha256", "bos_id", "eos_id", "pad_id",
-                      "vocab_size", "bos_token", "eos_token", "pad_token")
-_TOKENIZER_HASHES = ("sha256", "config_sha256", "template_sha256")
+TOKENIZER_IDENTITY = ("sha256", "config_sha256", "special_tokens_map_sha256", "template_sha256", "bos_id",
+                      "eos_id", "pad_id", "vocab_size", "bos_token", "eos_token", "pad_token")
+TOKENIZER_HASHES = ("sha256", "config_sha256", "special_tokens_map_sha256", "template_sha256")
+# hashes outputs of older packtool versions lack (absent there is null: nothing was read)
+_LATER_HASHES = ("special_tokens_map_sha256",)
 _TOKENIZER_TEXTS = ("path", "chat_template", "bos_token", "eos_token", "pad_token")
 # Options that do not change the fingerprint (row groups; paths whose content hashes it keys on)
 NOT_IN_FINGERPRINT = ("batch_size", "tokenizer", "chat_template")
@@ -62,8 +64,9 @@ def provenance_problems(manifest: dict) -> list[str]:
     if "tokenize" in rec:  # older outputs have none (FORMAT.md): verify --source takes the flags alone
         _tokenize_problems(rec["tokenize"], bad)
     tok = manifest.get("tokenizer") or {}
-    for key in _TOKENIZER_HASHES:  # a key absent is not null: pack writes every one (an edit)
-        if tok and (key not in tok or tok[key] is not None and not is_sha256(tok[key])):
+    for key in TOKENIZER_HASHES:  # a key absent is not null: pack writes every one (an edit)
+        if tok and (key not in tok and key not in _LATER_HASHES or tok.get(key) is not None
+                    and not is_sha256(tok[key])):
             bad(f"tokenizer.{key}", tok.get(key, "absent"), f"null or {SHA256}")
     for key in _TOKENIZER_TEXTS:
         if tok and (key not in tok or tok[key] is not None and not isinstance(tok[key], str)):

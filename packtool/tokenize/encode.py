@@ -25,7 +25,7 @@ from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
 from packtool.tokenize.templates import ChatTemplate
-from packtool.tokenize.tokenizer_config import ConfigSwitches, config_token, read_config
+from packtool.tokenize.tokenizer_config import ConfigSwitches, FolderSpecials, missing_special, read_config
 
 _BOS_NAMES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]")
 _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]")
@@ -46,6 +46,7 @@ class TokenizerInfo:
     eos_token: str | None = None
     pad_token: str | None = None
     config_sha256: str | None = None  # of the folder's tokenizer_config.json, if any
+    special_tokens_map_sha256: str | None = None  # of its special_tokens_map.json, where read (FolderSpecials)
 
 
 @dataclass
@@ -147,24 +148,6 @@ def _fix_for(path: str) -> str:
     return "the tokenizer folder or its tokenizer.json"
 
 
-def _missing_special(source: str, key: str, token: str, path: str, conf_path: str | None) -> PacktoolInputError:
-    """A special token not in the vocabulary, named where its value came from: the command line has
-    no flag for these, so a config's value is the config file's to fix (the library may also
-    override it), an argument's the argument's, a post_processor's the tokenizer.json's."""
-    where = f"the vocabulary of {path}"
-    if source == "argument":
-        return PacktoolInputError(f"{arg(key, token)} is not in {where}: pass a token it has, or leave "
-                                  f"{arg(key)} out to use the tokenizer's own", path=path, flag=cli_flag(key))
-    if source == "config":
-        cli = cli_flag("tokenizer")
-        also = "" if cli else f", or pass {arg(key)}= to override it"
-        return PacktoolInputError(f"{key} {token!r} is not in {where}: fix {key} in tokenizer_config.json to a "
-                                  f"token the tokenizer has (or remove the key){also}", path=conf_path, flag=cli)
-    return PacktoolInputError(f"its post_processor adds {key} {token!r}, which is not in its vocabulary: fix "
-                              f"the post_processor or the vocabulary of this tokenizer.json", path=path,
-                              flag=cli_flag("tokenizer"))
-
-
 def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> LoadedTokenizer:
     """`spec`: a tokenizer.json or a folder with one (and optionally tokenizer_config.json)."""
     if not spec:
@@ -201,13 +184,14 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
     pp_bos, pp_eos = _post_processor_specials(tok)
+    named = FolderSpecials.of(spec if os.path.isdir(spec) else None, conf, conf_path)
 
     def pick(override, conf_key, pp_value, names, must_be_special=True):
-        for source, cand in (("argument", override), ("config", config_token(conf, conf_key, conf_path)),
-                             ("post_processor", pp_value)):
+        from_folder, named_in = named.tokens[conf_key]
+        for source, cand in (("argument", override), ("config", from_folder), ("post_processor", pp_value)):
             if cand:
                 if cand not in vocab:
-                    raise _missing_special(source, conf_key, cand, path, conf_path)
+                    raise missing_special(source, conf_key, cand, path, named_in)
                 return cand
         for n in names:
             if n in vocab and (n in specials or not must_be_special):
@@ -223,7 +207,8 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         template_sha256=None, bos_id=vocab.get(bos) if bos else None,
         eos_id=vocab.get(eos) if eos else None, pad_id=int(pad_id),
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
-        pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None)
+        pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None,
+        special_tokens_map_sha256=named.map_sha256)
     return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf),
                            ConfigSwitches.of(conf, conf_path, pp_bos), settings)
 

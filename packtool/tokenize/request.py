@@ -71,6 +71,8 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
         key["late_columns"] = 1
     if backend:  # tokenizer_config.json's keys applied to the backend (backend_keys); none: the old key
         key["tokenizer"].append([list(kv) for kv in backend])
+    if info and info.special_tokens_map_sha256:  # where read (FolderSpecials); none: the old key
+        key["tokenizer"].append(["special_tokens_map", info.special_tokens_map_sha256])
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,7 +1,9 @@
-"""A tokenizer folder's tokenizer_config.json: read once (`read_config`), and every value packtool
-takes from it checked for its type here (`config_token`, `config_switch`), so that a value of
-another type is one line naming the file and the key, never an internal error further on; and
-what its add_bos_token says a run does (`ConfigSwitches.settle`).
+"""What packtool takes from a tokenizer folder's JSON files besides tokenizer.json: its
+tokenizer_config.json, read once (`read_config`), and its special_tokens_map.json where
+transformers reads it (`FolderSpecials.of`); every value taken checked for its type here
+(`config_token`, `config_switch`), so that a value of another type is one line naming the file
+and the key, never an internal error further on; and what its add_bos_token says a run does
+(`ConfigSwitches.settle`).
 """
 from __future__ import annotations
 
@@ -10,18 +12,21 @@ import os
 from dataclasses import dataclass, replace
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.tokenize.checksum import sha256_file
 from packtool.tokenize.json_depth import load_json_file
 
 CONFIG = "tokenizer_config.json"
+SPECIAL_MAP = "special_tokens_map.json"
+SPECIALS = ("bos_token", "eos_token", "pad_token")
 
 
-def read_config(folder: str) -> tuple[dict, str | None]:
-    """The folder's tokenizer_config.json as a dict and its path; ({}, None) when it has none."""
-    path = os.path.join(folder, CONFIG)
+def read_config(folder: str, name: str = CONFIG) -> tuple[dict, str | None]:
+    """The folder's tokenizer_config.json (or `name`) as a dict and its path; ({}, None) when it has none."""
+    path = os.path.join(folder, name)
     if not os.path.exists(path):
         return {}, None
     try:
-        conf = load_json_file(path, CONFIG, flag=cli_flag("tokenizer"))
+        conf = load_json_file(path, name, flag=cli_flag("tokenizer"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PacktoolInputError(f"cannot read as JSON ({e}); fix or remove it", path=path,
                                  flag=cli_flag("tokenizer")) from None
@@ -52,6 +57,47 @@ def config_token(conf: dict, key: str, path: str | None) -> str | None:
     what = f"{key}'s content" if isinstance(where, dict) else key
     raise PacktoolInputError(f"{what} is {_kind(v)} ({json.dumps(v)[:60]}), not a token string: write the "
                              f"token's text or remove the key", path=path, flag=cli_flag("tokenizer"))
+
+
+@dataclass(frozen=True)
+class FolderSpecials:
+    """The special tokens a tokenizer folder names (SPECIALS), each with the file that names it."""
+    tokens: dict            # key -> (its text or None, the file it came from or None)
+    map_sha256: str | None  # of special_tokens_map.json where it was read: in the cache key and manifest
+
+    @classmethod
+    def of(cls, folder: str | None, conf: dict, conf_path: str | None) -> "FolderSpecials":
+        """As transformers' from_pretrained reads them (4.x and 5.x alike): tokenizer_config.json's,
+        then, where that config has no added_tokens_decoder (saves before 4.34, which wrote the
+        special tokens to the map alone), special_tokens_map.json's, whose keys replace the
+        config's. Newer saves write both files, and their map is not read, as transformers does not
+        read it: an EOS named only in the map (a ChatML fine-tune's <|im_end|>) would otherwise
+        become a well-known name (<|endoftext|>) the model never emits (S46A-12)."""
+        tokens = {k: (config_token(conf, k, conf_path), conf_path) for k in SPECIALS}
+        smap, map_path = ({}, None) if folder is None or "added_tokens_decoder" in conf else \
+            read_config(folder, SPECIAL_MAP)
+        tokens.update({k: (config_token(smap, k, map_path), map_path) for k in SPECIALS if k in smap})
+        return cls(tokens, sha256_file(map_path) if map_path else None)
+
+
+def missing_special(source: str, key: str, token: str, path: str, named_in: str | None) -> PacktoolInputError:
+    """A special token not in the vocabulary, named where its value came from: the command line has
+    no flag for these, so a folder's value is the file's to fix that named it (`named_in`:
+    tokenizer_config.json or special_tokens_map.json; the library may also override it), an
+    argument's the argument's, a post_processor's the tokenizer.json's."""
+    where = f"the vocabulary of {path}"
+    if source == "argument":
+        return PacktoolInputError(f"{arg(key, token)} is not in {where}: pass a token it has, or leave "
+                                  f"{arg(key)} out to use the tokenizer's own", path=path, flag=cli_flag(key))
+    if source == "config":
+        cli = cli_flag("tokenizer")
+        also = "" if cli else f", or pass {arg(key)}= to override it"
+        return PacktoolInputError(f"{key} {token!r} is not in {where}: fix {key} in "
+                                  f"{os.path.basename(named_in)} to a token the tokenizer has (or remove the key){also}",
+                                  path=named_in, flag=cli)
+    return PacktoolInputError(f"its post_processor adds {key} {token!r}, which is not in its vocabulary: fix "
+                              f"the post_processor or the vocabulary of this tokenizer.json", path=path,
+                              flag=cli_flag("tokenizer"))
 
 
 def config_switch(conf: dict, key: str, path: str | None) -> bool | None:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from packtool.slabs.format import FormatError, NotAnOutputError, read_manifest
-from packtool.slabs.provenance import NOT_IN_FINGERPRINT, TOKENIZER_IDENTITY, recorded_files
+from packtool.slabs.provenance import NOT_IN_FINGERPRINT, TOKENIZER_HASHES, TOKENIZER_IDENTITY, recorded_files
 from packtool.verification.problems import ProblemLog
 
 _EDITED = "the manifest was edited: re-run `packtool pack` (or restore the field)"
@@ -131,7 +131,7 @@ def _what_differs(man: dict, src: SourceRecord) -> list[str]:
     tok = man.get("tokenizer") or {}
     if src.tokenizer is not None and tok and not any(s.startswith("tokenizer ") for s in said):
         said += [f"tokenizer content (tokenizer.{k} {src.tokenizer.get(k)}, pack: {tok.get(k)})"
-                 for k in ("sha256", "config_sha256", "template_sha256") if tok.get(k) != src.tokenizer.get(k)][:1]
+                 for k in TOKENIZER_HASHES if tok.get(k) != src.tokenizer.get(k)][:1]
     said += _files_differ(recorded_files(man), src, bool(said))
     if isinstance(rec.get("versions"), dict):
         said += [f"{_VERSION_NAMES.get(k, k)} {src.versions.get(k)} (pack: {v})"

@@ -25,16 +25,17 @@ from packtool.slabs.names import MANIFEST
 FORMAT_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")
 # FORMAT.md "The provenance record": read by `verify` alone (its form) and `verify --source`
 PROVENANCE = re.compile(r"^(input\b|packtool_version$|tokenizer\.(path|sha256|config_sha256|template_sha256|"
-                        r"chat_template|bos_token|eos_token|pad_token)$)")
+                        r"special_tokens_map_sha256|chat_template|bos_token|eos_token|pad_token)$)")
 # null is a value pack writes there (FORMAT.md): no fixed length, no BOS/EOS token, a hash or
 # label the tokenizer has none of, an input file of a `datasets` object, an option not given
 NULLABLE = re.compile(r"^(config\.alignment\.fixed_length|tokenizer\.(bos_id|eos_id|sha256|config_sha256|"
+                      r"special_tokens_map_sha256|"
                       r"template_sha256|chat_template|bos_token|eos_token|pad_token|path)|input\.files\[\d+\]\[[12]\]|"
                       r"input\.tokenize\.(tokenizer|chat_template|prompt_field|response_field|text_field|add_bos|add_eos|"
                       r"bos_token|eos_token|pad_token|prompt_separator))$")
 # absent in outputs of older packtool (FORMAT.md "The provenance record"): verify --source takes
 # the flags alone / says in a note that the fingerprint may differ by a version
-OLDER = re.compile(r"^input\.(tokenize|versions)$")
+OLDER = re.compile(r"^(input\.(tokenize|versions)|tokenizer\.special_tokens_map_sha256)$")
 # a well-formed record that only `verify --source` can tell from pack's (FORMAT.md): the files list
 # one input shorter still lists [path, bytes, sha256] triples; the fingerprint keys on the inputs
 WELL_FORMED = re.compile(r"^input\.files\[\d+\]$")
