@@ -57,9 +57,8 @@ def cache_dir(tmp_path):
 
 # ---- an S3-compatible endpoint in-process (tests/storage/): moto's server on 127.0.0.1, no network
 
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """`http://127.0.0.1:PORT` of a moto S3 server for this test process (one per xdist worker)."""
+def _moto_server():
+    """`http://127.0.0.1:PORT` of a new moto S3 server on loopback, until the generator ends."""
     server_mod = pytest.importorskip("moto.server", reason="moto[server] not installed (pip install 'packtool[test]')")
     import logging
     import socket
@@ -71,6 +70,19 @@ def s3_endpoint():
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A moto S3 server for this test process (one per xdist worker)."""
+    yield from _moto_server()
+
+
+@pytest.fixture
+def fresh_endpoint():
+    """A moto S3 server of this test alone: no worker pool or Ray node started before the test
+    can know its port (the tests of what workers read from the environment set after a start)."""
+    yield from _moto_server()
 
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "packtool-test-key-id", "AWS_SECRET_ACCESS_KEY": "packtool-test-SECRET-value",

@@ -66,20 +66,6 @@ def test_verify_is_the_pools_only_user():
     assert users == ["packtool/verification/run.py"], users
 
 
-@pytest.fixture
-def fresh_endpoint():
-    """A moto S3 server of this test alone: no worker started before the test can know its port."""
-    server_mod = pytest.importorskip("moto.server", reason="moto[server] not installed (pip install 'packtool[test]')")
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 def _library(out):
     rep = packtool.verify(out, workers=2)
     return rep.ok, str(rep.problems)

@@ -48,20 +48,6 @@ def test_a_task_sees_the_drivers_environment_as_submitted(local_ray, monkeypatch
     assert ray.get(remote(seen).remote(name)) in ((got, None) if new is None else (got,))
 
 
-@pytest.fixture
-def fresh_endpoint():
-    """A moto S3 server of this test alone: no Ray node started before the test knows its port."""
-    server_mod = pytest.importorskip("moto.server", reason="moto[server] not installed (pip install 'packtool[test]')")
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 def test_pack_ray_reaches_the_store_the_environment_names_now(local_ray, monkeypatch, fresh_endpoint):
     import boto3
 
