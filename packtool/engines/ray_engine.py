@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from packtool.align import Alignment
-from packtool.engines.ray_env import job_env, started
+from packtool.engines.ray_env import job_options, started
 from packtool.engines.ray_source import TokenizeJob
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, cli_flag
 from packtool.output.folder import Terminated
@@ -182,16 +182,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                                  flag=cli_flag("engine")) from None
 
     if not ray.is_initialized():
-        env = job_env()
         # packtool shows its own bars (`progress`); Ray's bars and worker logs stay off:
         # a task's error still reaches the driver as the exception it raised
-        kw = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
-                  include_dashboard=False, configure_logging=False)
+        kw = dict(log_to_driver=False, include_dashboard=False, configure_logging=False)
         # Ray's own variable (`ray job submit` sets it for the driver): ray.init joins its cluster
         # when given no address, so it is joined as --ray-address is (asked first, bounded); it
         # refused the local start's num_cpus there, said as "the local Ray node did not start"
         from packtool.engines.ray_join import check_answers, chosen, ray_reads
         address, from_env = chosen(address)
+        kw["runtime_env"] = job_options(address)
         try:
             with ray_reads(address):
                 if address:  # within a stated time, Ctrl-C landing (ray.init waits ~13 min, deaf)

@@ -12,15 +12,21 @@ variable); none changed, it carries nothing and runs on the job's warm workers.
 What a task reads: on a local node, every variable of READS (the node's workers are this
 machine's and had the driver's at the start); on a cluster joined, PACKTOOL_* alone, as at the
 start (the nodes' own AWS and HF settings are theirs). A variable removed since the start is
-given as "" (a runtime_env cannot unset one).
+absent in the task, as in the driver: a runtime_env can only set variables, so the task's
+runtime_env names the removed ones (REMOVED) and the job's worker start hook (`job_options`)
+unsets them in each worker that runs under it, before any task (a worker serves one runtime_env).
+Through Ray Client (ray://), which takes no start hook, one is given as "" instead.
 """
 from __future__ import annotations
 
+import json
 import os
 
 READS = ("PACKTOOL_", "AWS_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "GOOGLE_",
          "STORAGE_EMULATOR_HOST", "AZURE_")
 JOB = ("PACKTOOL_",)  # what a joined cluster's workers take from the driver
+
+REMOVED = "__PACKTOOL_RAY_REMOVED"  # a task runtime_env's names to unset (outside READS: never read back)
 
 _START: dict = {}  # the job (its id, its node's), the prefixes its tasks read from the driver, their values then
 
@@ -29,9 +35,27 @@ def _of(prefixes) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
 
 
-def job_env() -> dict[str, str]:
-    """The runtime_env env_vars `ray.init` gives the job: the driver's PACKTOOL_* variables."""
-    return _of(JOB)
+def job_options(address: str | None) -> dict | None:
+    """The runtime_env `ray.init` gives the job: the driver's PACKTOOL_* variables, and the
+    worker start hook that unsets what a task's runtime_env names removed (not through Ray
+    Client, which takes none)."""
+    env = _of(JOB)
+    hook = {} if (address or "").startswith("ray://") else {"worker_process_setup_hook": _unset_removed()}
+    return {**({"env_vars": env} if env else {}), **hook} or None
+
+
+def _unset_removed():
+    """The hook, made here so that Ray pickles it by value: a cluster's workers run it without
+    importing packtool (a worker that cannot start would never run a task). Through os.environ, so native code (Arrow's S3
+    client, the AWS chain) does not see the variable either."""
+    marker = REMOVED
+
+    def unset_removed() -> None:
+        import json
+        import os
+        for k in json.loads(os.environ.pop(marker, "[]")):
+            os.environ.pop(k, None)
+    return unset_removed
 
 
 def started(local: bool) -> None:
@@ -49,14 +73,17 @@ def _job(ray) -> tuple[str, str]:
 
 
 def changed() -> dict[str, str]:
-    """The variables a task reads whose value differs from the job's start ("" where removed);
-    {} for a Ray that packtool did not start in this job (its runtime_env is its starter's)."""
+    """The env_vars of a task's runtime_env: the variables a task reads whose value differs
+    from the job's start, those removed since as "" and named in REMOVED (the hook unsets
+    them); {} for a Ray that packtool did not start in this job (its runtime_env is its starter's)."""
     import ray
     if not _START or not ray.is_initialized() or _job(ray) != _START["job"]:
         return {}
     now, then = _of(_START["prefixes"]), _START["env"]
     got = {k: v for k, v in now.items() if then.get(k) != v}
-    got.update({k: "" for k in then if k not in now})
+    gone = sorted(k for k in then if k not in now)
+    if gone:  # "" too: a worker that ran no hook (Ray Client) keeps no value of the driver's past
+        got.update({**dict.fromkeys(gone, ""), REMOVED: json.dumps(gone)})
     return got
 
 
