@@ -139,19 +139,10 @@ def _refuse_if_replaced(manifest, kwargs: dict, name: str, before: set[str]) -> 
     try:
         check_unchanged(manifest.path, manifest.state, None)
     except PacktoolError:
-        import shutil
-        gone: list[str] = []
-        for p in sorted(_conversions(kwargs, name) - before):  # only what this call wrote
-            if any(p.startswith(g + os.sep) for g in gone):
-                continue
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
-            gone.append(p)
+        from packtool.output import removal
+        new = _conversions(kwargs, name) - before  # only what this call wrote
+        if new:
+            removal.remove_written(new, os.path.join(_cache_dir(kwargs), "parquet"))
         raise
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import socket
 import stat
 import tempfile
@@ -38,6 +37,7 @@ import tempfile
 from typing import Callable
 
 from packtool.notes import note
+from packtool.output import removal
 
 MARKER = ".packtool-owner"
 # a single temporary file's record (files.write_file): an extended attribute on its inode, so
@@ -290,17 +290,7 @@ def remove_tree(path: str) -> None:
         entries = os.listdir(path)
     except OSError:
         return
-    for e in entries:
-        if e == MARKER:
-            continue
-        p = os.path.join(path, e)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+    removal.remove_written([os.path.join(path, e) for e in entries if e != MARKER], path)
     unmark(path)
     try:
         os.rmdir(path)
