@@ -151,26 +151,32 @@ def resign_changes(man: dict) -> None:
     man["stats"]["changes"] = asdict(data_changes(stats, man["stats"].get("skipped_rows") or {}, one))
 
 
-def format_reader():
-    """FORMAT.md's standalone reader, extracted as written, as a module of this process."""
+def format_reader_code() -> str:
+    """FORMAT.md's standalone reader, as written (the first python block under its heading): the
+    one extraction every test asks, through `format_reader` or `run_format_reader`."""
     import re
-    import types
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    text = open(os.path.join(root, "FORMAT.md")).read()
-    mod = types.ModuleType("format_reader")
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    with open(os.path.join(root, "FORMAT.md")) as f:
+        m = re.search(r"## A standalone reader.*?```python\n(.*?)```", f.read(), re.S)
+    assert m, "FORMAT.md: no ```python block under '## A standalone reader'"
+    return m.group(1)
+
+
+def format_reader(name: str = "format_reader"):
+    """FORMAT.md's standalone reader as a module of this process (`name`: its __name__)."""
+    import types
+    mod = types.ModuleType(name)
+    exec(compile(format_reader_code(), "FORMAT.md", "exec"), mod.__dict__)
     return mod
 
 
-def run_format_reader(out: str, tmp_path) -> "subprocess.CompletedProcess":
-    """FORMAT.md's standalone reader, extracted as written, run on slab 0 of `out` in a fresh process."""
-    import re
+def run_format_reader(out: str, tmp_path, shard: str = "slabs-00000.parquet", row: int = 0, rank: int = 1,
+                      check: bool = False) -> "subprocess.CompletedProcess":
+    """FORMAT.md's standalone reader run as its script in a fresh process on slab `row` of `shard`
+    of `out`, for CP rank `rank` (its command line: OUTPUT SHARD ROW RANK)."""
     import subprocess
     import sys
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    text = open(os.path.join(root, "FORMAT.md")).read()
     script = tmp_path / "reader.py"
-    script.write_text(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1))
-    return subprocess.run([sys.executable, str(script), out, "slabs-00000.parquet", "0", "1"],
-                          capture_output=True, text=True)
+    script.write_text(format_reader_code())
+    return subprocess.run([sys.executable, str(script), out, shard, str(row), str(rank)],
+                          capture_output=True, text=True, check=check)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ALPACA, GPT2, GSM8K, MISTRAL_DIR, PEPS, ROOT, SHAREGPT, TASKMASTER
+from conftest import ALPACA, GPT2, GSM8K, MISTRAL_DIR, PEPS, SHAREGPT, TASKMASTER
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -233,10 +233,7 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
 
 def test_format_md_reader_example_runs(tmp_path):
     """The standalone reader in FORMAT.md slices a slab for each CP rank like layout does."""
-    text = open(os.path.join(ROOT, "FORMAT.md")).read()
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
-    script = tmp_path / "reader.py"
-    script.write_text(code)
+    from slab_support import run_format_reader
     out = str(tmp_path / "out")
     pack([GSM8K], Alignment(tp=2, cp=2, fp8="blockwise", capacity=2048), PackingConfig(),
          TokenizeConfig(tokenizer=MISTRAL_DIR, prompt_field="question", response_field="answer"),
@@ -244,8 +241,7 @@ def test_format_md_reader_example_runs(tmp_path):
     row = _rows(out).slice(0, 1).to_pylist()[0]
     cup = np.asarray(row["cu_seqlens_padded"])
     for r in range(2):
-        res = subprocess.run([sys.executable, str(script), out, "slabs-00000.parquet", "0", str(r)],
-                             capture_output=True, text=True, check=True)
+        res = run_format_reader(out, tmp_path, rank=r, check=True)
         n, loss, cu_local = res.stdout.split(" ", 2)
         idx = cp_rank_index(cup[:-1], np.diff(cup), 2, r)
         assert int(n) == idx.size

@@ -14,12 +14,11 @@ import json
 import os
 import re
 import shutil
-import types
 
 import numpy as np
 import pytest
-from slab_support import (PAD, edit_checksum, find_row, load_rows, read_manifest, save_manifest, save_rows,
-                          write_pack)
+from slab_support import (PAD, edit_checksum, find_row, format_reader, load_rows, read_manifest, save_manifest,
+                          save_rows, write_pack)
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolError
@@ -36,7 +35,6 @@ FIXED_ALIGN = Alignment(cp=2, capacity=256, fixed_length=256)
 # few distinct lengths (segments to swap), some over U (split chunks), some not a multiple of 8 once
 # padded to s=4 (so that slabs packed for cp=2 are not also laid out for cp=4)
 LENGTHS = np.random.default_rng(3).integers(1, 50, 240) * 8 - np.random.default_rng(4).choice([3, 6], 240)
-FORMAT_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")
 SHARD0, SHARD1 = "slabs-00000.parquet", "slabs-00001.parquet"
 
 
@@ -466,10 +464,7 @@ def _inspect(out, tmp):
 
 
 def _reader(out):
-    text = open(FORMAT_MD).read()
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
-    mod = types.ModuleType("format_reader")
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    mod = format_reader()
     man = mod.open_output(out)
     got = []
     for s in man["shards"]:

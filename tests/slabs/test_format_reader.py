@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import types
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2, GSM8K, PEPS
+from slab_support import format_reader
 
 from packtool.align import Alignment
 from packtool.layout import cp_rank_index
@@ -71,8 +71,7 @@ def test_the_manifest_examples_alignment_is_what_packtool_derives():
 
 
 def test_the_standalone_reader_matches_packtool(packed):
-    mod = types.ModuleType("format_reader")
-    exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
+    mod = format_reader()
     man = mod.open_output(packed)
     cp = man["config"]["alignment"]["cp"]
     checked = 0
@@ -92,18 +91,12 @@ def test_the_standalone_reader_matches_packtool(packed):
     assert checked >= 2 * cp
 
 
-def _reader(name="format_reader"):
-    mod = types.ModuleType(name)
-    exec(compile(_block("## A standalone reader", "python"), "FORMAT.md", "exec"), mod.__dict__)
-    return mod
-
-
 def test_the_standalone_readers_multiples_are_packtools():
     """S45B-1: the reader holds a manifest's s and t to what its tp, cp, sp, fp8 and convention give, in
     its own transcription of align.py's rules: the two agree on every convention, recipe and size."""
     import itertools
     from packtool.align import CONVENTIONS, FP8_RECIPES
-    mod = _reader()
+    mod = format_reader()
     for conv, fp8, tp, cp, sp in itertools.product(CONVENTIONS, FP8_RECIPES, (1, 2, 3, 4, 8), (1, 2, 3, 4, 8),
                                                    (False, True)):
         a = Alignment(tp=tp, cp=cp, sp=sp, fp8=fp8, convention=conv, capacity=1 << 20)
@@ -124,7 +117,7 @@ BAD_ARGUMENTS = {"rank cp": ("shard", 0, "cp", r"r=2 is not a CP rank of cp=2 \(
 
 @pytest.mark.parametrize("case", BAD_ARGUMENTS)
 def test_the_standalone_reader_refuses_arguments_outside_the_output(packed, case):
-    mod = _reader()
+    mod = format_reader()
     man = mod.open_output(packed)
     shard, row, r, message = BAD_ARGUMENTS[case]
     entry = man["shards"][0]
@@ -142,4 +135,17 @@ def test_the_standalone_readers_command_line_says_its_usage(argv, monkeypatch):
     import sys
     monkeypatch.setattr(sys, "argv", ["reader.py", *argv])
     with pytest.raises(SystemExit, match=r"^usage: reader\.py OUT_DIR SHARD ROW CP_RANK"):
-        _reader("__main__")
+        format_reader("__main__")
+
+
+def test_every_test_reads_format_mds_reader_through_slab_support():
+    """One extraction of FORMAT.md's standalone reader (slab_support.format_reader_code): a copy of
+    it in a test file would go on reading the reader its own way when FORMAT.md's section moves."""
+    tests = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    copies = []
+    for root, _, files in os.walk(tests):
+        for n in files:
+            p = os.path.join(root, n)
+            if n.endswith(".py") and n != "slab_support.py" and "## A standalone" + " reader" in open(p).read():
+                copies.append(os.path.relpath(p, tests))
+    assert copies == [], f"extract FORMAT.md's reader through slab_support.format_reader / run_format_reader: {copies}"

@@ -13,16 +13,15 @@ import json
 import os
 import re
 import shutil
-import types
 
 import pytest
 from conftest import fixture_path
 from side_support import side_rows, write_input
+from slab_support import format_reader
 
 from packtool.errors import PacktoolError
 from packtool.slabs.names import MANIFEST
 
-FORMAT_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")
 # FORMAT.md "The provenance record": read by `verify` alone (its form) and `verify --source`
 PROVENANCE = re.compile(r"^(input\b|packtool_version$|tokenizer\.(path|sha256|config_sha256|template_sha256|"
                         r"special_tokens_map_sha256|chat_template|bos_token|eos_token|pad_token)$)")
@@ -135,10 +134,7 @@ def _inspect(out):
 
 
 def _reader(out):
-    text = open(FORMAT_MD).read()
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
-    mod = types.ModuleType("format_reader")
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    mod = format_reader()
     try:
         mod.open_output(out)
     except ValueError as e:  # an example with no error type of its own

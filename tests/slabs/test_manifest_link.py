@@ -9,13 +9,10 @@ current name, and `verify --source` says the manifest is unusable, not absent.""
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
-import sys
 
 import pytest
-from conftest import GPT2, PEPS, ROOT
+from conftest import GPT2, PEPS
 from typer.testing import CliRunner
 
 from packtool.align import Alignment

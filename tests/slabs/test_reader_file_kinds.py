@@ -6,20 +6,17 @@ The same outputs go to packtool's consumers, which must refuse them too, in one 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import threading
-import types
 
 import numpy as np
 import pytest
-from slab_support import write_pack
+from slab_support import format_reader, write_pack
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolError
 
-FORMAT_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")
 SHARD = "slabs-00000.parquet"
 
 
@@ -85,10 +82,7 @@ class _FifoWatch:
 
 
 def _reader(out):
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", open(FORMAT_MD).read(), re.S).group(1)
-    mod = types.ModuleType("format_reader")
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
-    return mod.read_slab_for_cp_rank(out, SHARD, 0, 0)
+    return format_reader().read_slab_for_cp_rank(out, SHARD, 0, 0)
 
 
 def _inspect(out):

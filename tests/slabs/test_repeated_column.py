@@ -75,12 +75,8 @@ def _reader(out, tmp):
 
 def _standalone(out, tmp):
     """FORMAT.md's standalone reader: its one ValueError naming the shard, not pyarrow's KeyError."""
-    import re
-    import types
-    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "FORMAT.md")).read()
-    mod = types.ModuleType("format_reader")
-    exec(compile(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1), "FORMAT.md", "exec"),
-         mod.__dict__)
+    from slab_support import format_reader
+    mod = format_reader()
     with pytest.raises(ValueError) as e:
         mod.open_output(out)
     return str(e.value)

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from side_support import K, check_output, side_rows, write_input
+from slab_support import format_reader
 
 from packtool.cli.app import app
 from packtool.slabs.format import SlabManifest
@@ -135,18 +136,12 @@ def test_bad_side_column_flags_are_refused(tmp_path, flags):
 def test_the_standalone_reader_and_plain_readers_see_the_side_columns(tmp_path):
     """FORMAT.md's reader (pyarrow + numpy only) slices side columns like input_ids for every
     CP rank; pyarrow, datasets, DuckDB and polars open the output with them."""
-    import re
-    import types
-
     from packtool.layout import cp_rank_index
     ids, lp, sup = side_rows(n=60)
     inp = write_input(str(tmp_path / "in.parquet"), ids, lp, sup)
     out, res = _pack(tmp_path, inp, "out", "--cp", "2", "--tp", "2", "--max-tokens", "256", "--overflow", "split")
     assert res.exit_code == 0, res.output
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "FORMAT.md")).read()
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1)
-    mod = types.ModuleType("format_reader")
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    mod = format_reader()
     m = SlabManifest.read(out)
     t = pq.read_table(m.shard_path(0))
     for row in range(min(t.num_rows, 4)):

@@ -11,16 +11,14 @@ an entry whose `row` was edited away is refused; the finding's two commands."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import types
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import GPT2
-from slab_support import read_manifest, save_manifest
+from slab_support import format_reader, read_manifest, save_manifest
 
 from packtool.align import Alignment
 from packtool.packing import pack
@@ -121,10 +119,7 @@ def test_format_mds_standalone_reader_reads_it(packed):
     from packtool.slabs.format import SlabManifest
     name, out, _, _, _ = packed
     col = SPELLINGS[name][0]
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "FORMAT.md")).read()
-    mod = types.ModuleType("format_reader")
-    exec(compile(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1), "FORMAT.md", "exec"),
-         mod.__dict__)
+    mod = format_reader()
     m = SlabManifest.read(out)
     slab = pq.read_table(m.shard_path(0)).slice(0, 1).to_pylist()[0]
     cu = np.asarray(slab["cu_seqlens_padded"], np.int64)

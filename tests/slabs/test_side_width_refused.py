@@ -9,22 +9,19 @@ import json
 import os
 import re
 import shutil
-import types
 
 import pytest
 from side_support import side_output  # noqa: F401  (the fixture)
+from slab_support import format_reader
 from typer.testing import CliRunner
 
 from packtool.errors import PacktoolError
 
-FORMAT_MD = os.path.join(os.path.dirname(__file__), "..", "..", "FORMAT.md")
 WIDTHS = {"0": 0, "-1": -1, "2.5": 2.5, "5.0": 5.0, "'5' (a string)": "5", "true": True, "null": None}
 
 
 def _standalone(out):
-    code = re.search(r"## A standalone reader.*?```python\n(.*?)```", open(FORMAT_MD).read(), re.S).group(1)
-    mod = types.ModuleType("format_reader")
-    exec(compile(code, "FORMAT.md", "exec"), mod.__dict__)
+    mod = format_reader()
     man = mod.open_output(out)
     first = man["shards"][0]["file"]
     return mod.read_slab_for_cp_rank(out, first, 0, 0, man)

@@ -174,18 +174,11 @@ def test_what_is_not_supported_is_one_line(tmp_path, args, pattern):
 
 def test_format_md_reader_and_hf_dataset_read_a_store_output(s3, tmp_path, cache_dir):
     """FORMAT.md's standalone reader (pyarrow + numpy only) and packtool.hf take the URI."""
-    import re
-    import subprocess
-    import sys
-
-    from conftest import ROOT
+    from slab_support import run_format_reader
     out = f"{s3}/fmt"
     _pack(out, cache_dir)
-    text = open(os.path.join(ROOT, "FORMAT.md")).read()
-    script = tmp_path / "reader.py"
-    script.write_text(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1))
     first = SlabManifest.read(out).shards[0]
-    r = subprocess.run([sys.executable, str(script), out, first, "0", "1"], capture_output=True, text=True)
+    r = run_format_reader(out, tmp_path, first)
     assert r.returncode == 0, r.stderr
     n, loss, _ = r.stdout.split(" ", 2)
     assert int(n) > 0 and int(loss) >= 0

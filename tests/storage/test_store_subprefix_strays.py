@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
-from conftest import GPT2, PEPS, ROOT
+from conftest import GPT2, PEPS
+from slab_support import run_format_reader
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
@@ -100,10 +99,7 @@ def test_inspect_and_the_standalone_reader_refuse_it(damaged, extra, tmp_path):
     out = damaged(extra)
     r = CliRunner().invoke(app, ["inspect", out])
     assert r.exit_code == 2 and EXTRAS[extra].split("/")[0] in r.output, r.output
-    text = open(os.path.join(ROOT, "FORMAT.md")).read()
-    script = tmp_path / "reader.py"
-    script.write_text(re.search(r"## A standalone reader.*?```python\n(.*?)```", text, re.S).group(1))
-    p = subprocess.run([sys.executable, str(script), out, SHARD, "0", "1"], capture_output=True, text=True)
+    p = run_format_reader(out, tmp_path, SHARD)
     assert p.returncode != 0, p.stdout
 
 
