@@ -16,8 +16,8 @@ Two object doors read in batches whose columns may differ from the first's, and 
 same rule (`grows`): a `pyarrow.dataset.Dataset`, whose schema is its first file's (a later
 file's own columns were read away), and a `datasets.IterableDataset` without features, told from
 its first row. Their reads live here (`fragment_batches`, `stream_batches`): each batch is read
-with the columns it holds, judged, then projected; a column a batch lacks is nulls, which the
-row checks refuse as a row without it.
+with the columns it holds (a stream whose source yields Arrow, as its tables), judged, then
+projected; a column a batch lacks is nulls, which the row checks refuse as a row without it.
 """
 from __future__ import annotations
 
@@ -172,22 +172,53 @@ def fragment_batches(dset, batch_size: int, columns: list[str] | None, judge: La
 
 
 def stream_batches(ds, batch_size: int, columns: list[str] | None, judge: LateColumns, path: str):
-    """An IterableDataset without features, as its rows are: each batch's columns the union over
-    its rows (its Arrow format keeps the first row's, or fails on a batch that mixes them),
-    judged, then projected."""
+    """An IterableDataset without features, as its source gives it: the Arrow tables of one that
+    yields Arrow (`_source_tables`), else its rows, each batch's columns the union over its rows
+    (its Arrow format keeps the first row's, or fails on a batch that mixes them); each judged,
+    then projected."""
+    tables = _source_tables(ds, batch_size)
+    row = 0
+    for table in _row_tables(ds, batch_size, path) if tables is None else tables:
+        judge.block(table, row)
+        row += table.num_rows
+        yield _projected(table, columns, table.column_names)
+
+
+def _row_tables(ds, batch_size: int, path: str):
     from datasets.features.features import cast_to_python_objects  # as its own Arrow format does
     row = 0
     for batch in ds.with_format(None).iter(batch_size=batch_size):
         n = len(next(iter(batch.values()), ()))
         try:
-            table = pa.table(cast_to_python_objects(batch, only_1d_for_numpy=True))
+            yield pa.table(cast_to_python_objects(batch, only_1d_for_numpy=True))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise PacktoolInputError(f"rows {row}..{row + n - 1} cannot be read as Arrow columns "
                                      f"({str(e).splitlines()[0]}): give each column one type", path=path,
                                      row=row) from None
-        judge.block(table, row)
         row += n
-        yield _projected(table, columns, table.column_names)
+
+
+def _source_tables(ds, batch_size: int):
+    """The tables of a stream whose source yields Arrow (an Arrow-formatted batched map, which
+    drops the features), as the source makes them, in pieces of at most `batch_size` rows; None
+    for a stream of Python rows (from_generator, a row map), or one resumed from a state_dict
+    (its place is counted in datasets' own batches). datasets has no public read of its
+    source's tables: its Arrow format joins pieces of two tables into one batch, which fails
+    where their columns differ (the late column itself), and its Python format turns every
+    table into dicts, ~30x the read. Where its inner API is not as read here, None: rows."""
+    from datasets.iterable_dataset import FormattedExamplesIterable, RebatchedArrowExamplesIterable
+    if getattr(ds, "_starting_state_dict", None) or ds.features is not None:
+        return None
+    try:
+        ex = ds._prepare_ex_iterable_for_iteration(batch_size=batch_size)
+    except (AttributeError, TypeError):
+        return None
+    while isinstance(ex, FormattedExamplesIterable):  # formats only: no features to cast to
+        ex = ex.ex_iterable
+    if not isinstance(ex, RebatchedArrowExamplesIterable) or not getattr(ex.ex_iterable, "iter_arrow", None):
+        return None
+    return (pa.Table.from_batches([b]) for _, t in ex.ex_iterable.iter_arrow()
+            for b in t.to_batches(max_chunksize=batch_size) if b.num_rows)
 
 
 __all__ = ["LateColumns", "SCHEMALESS", "fragment_batches", "grows", "has_value", "late_columns",
