@@ -41,7 +41,7 @@ sink.CacheSink.add = counted
 bounds = []
 if os.environ.get("RIG_ONEBUF"):
     import numpy as np
-    from packtool.tokenize.flat_tokens import FlatTokensBuilder as FTB
+    from packtool.tokenize.flat_builder import FlatTokensBuilder as FTB
     _add, _close = FTB.add, FTB.close
     def _ftb_add(self, *a, **k):
         if not hasattr(self, "_buf"):

@@ -2,7 +2,8 @@
 
 Readers (`readers`), input shapes (`shapes`), chat templates (`templates`,
 `native_templates`), the tokenizer (`encode`), pre-tokenized rows (`token_rows`), the cache,
-its Parquet parts and its flat token store (`cache`, `cache_parts`, `flat_tokens`), the
+its Parquet parts and its flat token store (`cache`, `cache_parts`, `flat_tokens`, written while
+tokenizing by `flat_builder`), the
 threaded pipeline that ties them (`pipeline`, with its writers `sink`, read-ahead `prefetch`
 and bar `bar`), what a run settles before it encodes: inputs, shapes, tokenizer, the cache key
 and the cache to reuse (`request`), and this stage's options (`config.TokenizeConfig`). Imports

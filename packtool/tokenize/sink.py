@@ -14,7 +14,7 @@ from collections import deque
 import numpy as np
 
 from packtool.tokenize.cache import FLAT_DIR, CacheWriter
-from packtool.tokenize.flat_tokens import FlatTokensBuilder
+from packtool.tokenize.flat_builder import FlatTokensBuilder
 from packtool.workers import thread_pool
 
 DEPTH = 4  # batches queued per writer

@@ -10,7 +10,7 @@ import pytest
 
 import packtool.tokenize.offsets_file as offsets_file
 from packtool.tokenize.cache import CacheWriter
-from packtool.tokenize.flat_tokens import FlatTokensBuilder
+from packtool.tokenize.flat_builder import FlatTokensBuilder
 from packtool.tokenize.offsets_file import OffsetsFile
 
 
