@@ -4,7 +4,7 @@ Here: the files an input names (`resolve_inputs`: files, folders, globs, object-
 prefixes; a `datasets.save_to_disk` folder is a list of Arrow IPC stream files), the stream
 each file is read by (`iter_batches`, `peek_columns`, `count_rows`), and the binary formats:
 Parquet and Arrow IPC, read natively (column projection, one row group or IPC batch at a
-time). The text formats (JSON Lines, JSON arrays, CSV/TSV) are `text_readers`'.
+time). The text formats are `text_readers`' (JSON Lines, JSON arrays) and `csv_reader`'s (CSV/TSV).
 Memory stays bounded by one block / batch, except for JSON arrays (bounded by the file).
 """
 from __future__ import annotations
@@ -26,16 +26,8 @@ from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import is_saved_folder, saved_files, saved_folders_below, saved_objects
-from packtool.tokenize.text_readers import (
-    CSV_EXT,
-    JSONL_CODECS,
-    csv_batches,
-    csv_delimiter,
-    csv_error,
-    csv_names,
-    json_array_batches,
-    jsonl_batches,
-)
+from packtool.tokenize.csv_reader import CSV_EXT, csv_batches, csv_delimiter, csv_error, csv_names
+from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
 
 _PARQUET_EXT = (".parquet", ".pq")
 _JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz") + tuple(

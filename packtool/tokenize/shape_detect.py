@@ -41,7 +41,7 @@ def _headerless(path: str, columns: list[str], example: str = "text, or prompt,c
     """A CSV/TSV's column names are its first line: one with a number or nothing where a name goes
     is data (a file written without a header row), and a shape error naming "columns 4, What is
     2+2?" sent the user to --shape; its first row would be lost as the header anyway."""
-    from packtool.tokenize.text_readers import CSV_EXT
+    from packtool.tokenize.csv_reader import CSV_EXT
     if path.lower().endswith(CSV_EXT) and any(not c.strip() or _NUMBER.fullmatch(c.strip()) for c in columns):
         raise PacktoolInputError(
             f"its first line ({', '.join(columns)}) reads as data, not column names (a number or nothing where "
@@ -50,7 +50,7 @@ def _headerless(path: str, columns: list[str], example: str = "text, or prompt,c
 
 
 def _csv_hint(path: str) -> str:
-    from packtool.tokenize.text_readers import CSV_EXT
+    from packtool.tokenize.csv_reader import CSV_EXT
     return (" (a CSV/TSV's first line names its columns: if that line is data, add a header line naming them, "
             "e.g. text, or prompt,completion)") if path.lower().endswith(CSV_EXT) else ""
 

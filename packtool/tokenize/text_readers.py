@@ -1,12 +1,12 @@
-"""The text formats' streams: JSON Lines (optionally gzip, zstd or bzip2 compressed), JSON
-arrays and CSV/TSV, each as Arrow record batches with errors that name the line at fault.
+"""The JSON formats' streams: JSON Lines (optionally gzip, zstd or bzip2 compressed) and JSON
+arrays, each as Arrow record batches with errors that name the line at fault, and the
+decompressing opener every text format reads through (`open_text`; CSV/TSV is `csv_reader`'s).
 `readers` picks the stream for a file and owns the binary formats (Parquet, Arrow IPC).
 
 JSON Lines is read in byte blocks of whole lines, each parsed by Arrow's C++ JSON reader after
 a UTF-8 check (Arrow accepts invalid UTF-8 silently). A JSON array (`[{...}, ...]`) cannot be
 split without parsing, so its text is held once and decoded one element at a time; a .json
-file that is no array is JSON Lines, told from its first bytes and read as those. CSV/TSV (a
-header row, every column read as text) streams through Arrow's CSV reader.
+file that is no array is JSON Lines, told from its first bytes and read as those.
 """
 from __future__ import annotations
 
@@ -18,15 +18,13 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
 from packtool.tokenize.json_depth import check_array_fits, check_json_depth
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
-from packtool.tokenize.read_checks import (compressed_array, nothing_after, one_object, opens_array, refuse_open_quote,
-                                           refuse_repeated_names)
+from packtool.tokenize.read_checks import compressed_array, nothing_after, one_object, opens_array
 from packtool.storage import file_size, is_uri, open_bytes, utf8_path
 
 _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at once
@@ -36,7 +34,6 @@ _JSONL_BLOCK = 8 << 20  # bytes of whole lines handed to Arrow's JSON parser at 
 MAX_JSON_LINE = 256 << 20
 # Compressed JSON Lines: suffix -> Arrow codec (gzip goes through Python's gzip module).
 JSONL_CODECS = {".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2"}
-CSV_EXT = tuple(base + c for base in (".csv", ".tsv") for c in ("", ".gz", *JSONL_CODECS))
 
 
 def _check_utf8(block: bytes, path: str, first_line: int) -> None:
@@ -154,7 +151,7 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
     (a late_columns.LateColumns), when given, sees each block's every key before projection."""
     lines_before = rows_before = 0
     try:
-        with _open_text(path) as (f, raw):
+        with open_text(path) as (f, raw):
             # the bytes after the last newline, as chunks: a long line gathered over many
             # reads is joined once, and only each new chunk is searched (tail + chunk, then
             # rfind, copied and rescanned the whole tail each read: quadratic in the line)
@@ -206,7 +203,7 @@ def jsonl_batches(path: str, batch_size: int, columns: list[str] | None,
     except (OSError, EOFError, gzip.BadGzipFile, pa.ArrowInvalid) as e:
         raise PacktoolInputError(f"cannot read file ({' '.join(str(e).split())})", path=path) from None
     except PacktoolInputError:
-        said = compressed_array(path, _open_text)
+        said = compressed_array(path, open_text)
         if said is None:
             raise
         raise said from None
@@ -222,7 +219,7 @@ def _line_too_long(path: str, line: int) -> None:
 
 
 @contextmanager
-def _open_text(path: str):
+def open_text(path: str):
     """(decompressed stream, on-disk stream): `raw.tell()` counts the compressed bytes read."""
     low = path.lower()
     codec = next((c for ext, c in JSONL_CODECS.items() if low.endswith(ext)), None)
@@ -306,95 +303,3 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
 
 def _rows_to_batch(rows: list[dict], path: str, first_row: int) -> pa.RecordBatch:
     return rows_batch(rows, path, lambda k: f"row {first_row + k}")  # json_types names a field of two types
-
-
-def _csv_options(path: str, columns: list[str] | None, names: list[str] | None):
-    # every column a string: a column that looks numeric in the first block must not fail (or
-    # change type) on a later text row; an empty field is null, so a missing answer is named
-    # like a missing JSON key instead of becoming an empty turn
-    low = path.lower()
-    delimiter = "\t" if low.endswith(tuple(x for x in CSV_EXT if x.startswith(".tsv"))) else ","
-    parse = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
-    convert = pacsv.ConvertOptions(
-        column_types={n: pa.string() for n in names or []}, strings_can_be_null=True, null_values=[""],
-        include_columns=columns, include_missing_columns=columns is not None)
-    return pacsv.ReadOptions(block_size=_JSONL_BLOCK), parse, convert
-
-
-def csv_names(path: str) -> list[str]:
-    with _open_text(path) as (f, _):
-        read, parse, _ = _csv_options(path, None, None)
-        names = list(pacsv.open_csv(f, read_options=read, parse_options=parse).schema.names)
-    refuse_repeated_names(names, path, "line 1: ")
-    return names
-
-
-def csv_batches(path: str, batch_size: int, columns: list[str] | None,
-                 read_bytes=None, blank=None) -> Iterator[pa.RecordBatch]:
-    """CSV / TSV with a header row (quoted fields may hold newlines), streamed in 8 MB blocks.
-    `blank` (a blank_lines.CsvBlankLines), when given, is shown every block Arrow reads."""
-    try:
-        names = csv_names(path)
-        with _open_text(path) as (f, raw):
-            read, parse, convert = _csv_options(path, columns, names)
-            f = shown = _Shown(f, blank.scan if blank is not None else None)
-            for b in pacsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
-                if read_bytes is not None:
-                    read_bytes(raw.tell())
-                yield from pa.Table.from_batches([b]).to_batches(max_chunksize=batch_size)
-        if shown.quotes % 2:
-            refuse_open_quote(path, _open_text, csv_delimiter(path))
-    except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
-        raise csv_error(path, e) from None
-
-
-class _Shown:
-    """A read-only stream that counts its quote characters and shows each block it reads to
-    `see` (when given) before handing it on: the bytes Arrow's CSV reader parses are the bytes
-    counted, read once."""
-
-    closed = False
-
-    def __init__(self, f, see=None) -> None:
-        self._f, self._see = f, see
-        self.quotes = 0  # the quote characters read (bytes.count, in C): an odd total is an open quote
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._f.read(n)
-        self.quotes += b.count(b'"')
-        if self._see is not None:
-            self._see(b)
-        return b
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def close(self) -> None:
-        pass  # the stream is its opener's to close
-
-
-def csv_delimiter(path: str) -> str:
-    return _csv_options(path, None, None)[1].delimiter
-
-
-def csv_error(path: str, e: Exception) -> PacktoolInputError:
-    """Arrow's CSV error names no line: read the file once more to find the record at fault."""
-    from packtool.tokenize.text_where import csv_bad_record
-    fix = "check its quoting and header row, or convert it to JSON Lines"
-    where = None
-    if isinstance(e, pa.ArrowInvalid):
-        try:
-            with _open_text(path) as (f, _):
-                where = csv_bad_record(f, _csv_options(path, None, None)[1].delimiter)
-        except (OSError, EOFError, gzip.BadGzipFile):
-            pass
-    if where is None:
-        return PacktoolInputError(f"cannot read CSV ({' '.join(str(e).split())[:300]}); {fix}", path=path)
-    row, line, what = where
-    return PacktoolInputError(f"cannot read CSV at line {line}: {what}; {fix}", path=path, row=row)

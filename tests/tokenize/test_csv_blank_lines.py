@@ -12,7 +12,7 @@ from conftest import GPT2
 from test_blank_lines import _write  # the one writer of plain and compressed test inputs
 
 from packtool import notes
-from packtool.tokenize import text_readers
+from packtool.tokenize import csv_reader
 from packtool.tokenize.blank_lines import BlankLines
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.pipeline import tokenize_to_cache
@@ -45,7 +45,7 @@ def _text(lines, name: str, end: str = "\n") -> str:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_csv_reader_counts_the_blank_lines_inside(tmp_path, monkeypatch, name, layout, end, block):
     if block:  # Arrow reads the file in blocks this size: blank lines and quotes across a block's edge
-        monkeypatch.setattr(text_readers, "_JSONL_BLOCK", block)
+        monkeypatch.setattr(csv_reader, "_CSV_BLOCK", block)
     lines, records, want = LAYOUTS[layout]
     path = tmp_path / name
     _write(path, _text(lines, name, ENDS[end]))

@@ -152,7 +152,7 @@ def test_damaged_csv_is_one_line(tmp_path):
 
 
 def test_progress_of_compressed_csv_counts_compressed_bytes(tmp_path):
-    from packtool.tokenize.text_readers import csv_batches
+    from packtool.tokenize.csv_reader import csv_batches
     p = tmp_path / "gsm.csv.gz"
     _write_csv(p, _rows() * 20)
     seen: list[int] = []

@@ -15,7 +15,7 @@ import pytest
 from scan_counts import bytes_searched
 
 import packtool.tokenize.text_where as text_where
-from packtool.tokenize.text_readers import csv_error
+from packtool.tokenize.csv_reader import csv_error
 from packtool.tokenize.text_where import csv_bad_record, csv_record_line, first_bad_int_line
 
 _LINE = 4 << 20
