@@ -8,7 +8,8 @@ the file (and row, or flag) and the fix.
       PacktoolFormatError    a packed output this packtool cannot read (kind "format")
       PacktoolOutputError    an --output packtool will not write to, or is busy (kind "output")
 
-A place packtool refuses to write is the kind of the argument that named it (`place_error`).
+A place packtool refuses to write, or a store refusing a request, is the kind of the argument that
+named it (`argument_kind`, `place_error`; storage.uri's `store_error`).
 
 The CLI prints `error: <message>` (escaped: user text is never read as markup) and exits with
 `exit_code` (2 for all of these; 1 is kept for "verify found problems"). The base derives
@@ -201,15 +202,26 @@ class PacktoolOutputError(PacktoolError):
 
 
 _CACHE_ARGUMENTS = frozenset({"cache_dir", "PACKTOOL_CACHE_DIR"})
+_OUTPUT_ARGUMENTS = frozenset({"output", "o", "html", "save", "json_log"})
+
+
+def argument_kind(argument: str | None) -> str:
+    """The kind of the argument `argument` (its name, or its flag as spelled): `cache` for
+    --cache-dir / PACKTOOL_CACHE_DIR, `output` for a place packtool writes (-o, --html, --save,
+    --json-log), `input` for every other (what packtool reads: inputs, a packed output's DIR,
+    --source). The README's exit table gives a refusal of a place the kind of the argument that
+    named it: a wrapper that routes on `kind` clears or moves the cache, not the output."""
+    name = (argument or "").lstrip("-").replace("-", "_")
+    if name in _CACHE_ARGUMENTS or argument in _CACHE_ARGUMENTS:
+        return "cache"
+    return "output" if name in _OUTPUT_ARGUMENTS else "input"
 
 
 def place_error(argument: str | None) -> type[PacktoolError]:
-    """The class of a refusal of the place `argument` names (its name, or its flag as spelled):
-    the README's exit table gives such an error the kind of the argument, `cache` for
-    --cache-dir / PACKTOOL_CACHE_DIR (a wrapper that routes on `kind` clears or moves the cache,
-    not the output), `output` for -o, --html, --save. The one rule every place check asks."""
-    name = (argument or "").lstrip("-").replace("-", "_")
-    return PacktoolCacheError if name in _CACHE_ARGUMENTS or argument in _CACHE_ARGUMENTS else PacktoolOutputError
+    """The class of a refusal of a place packtool writes, named by `argument` (argument_kind):
+    PacktoolCacheError for the cache's, PacktoolOutputError for -o, --html, --save (and for a
+    written place no argument named). The one rule every place check asks."""
+    return PacktoolCacheError if argument_kind(argument) == "cache" else PacktoolOutputError
 
 
 class PacktoolIndexError(PacktoolInputError, IndexError):
@@ -218,5 +230,5 @@ class PacktoolIndexError(PacktoolInputError, IndexError):
 
 
 __all__ = ["PacktoolError", "PacktoolIndexError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "bad_choice", "missing", "cli_flag", "one_line", "shown", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "argument_kind", "bad_choice", "missing", "cli_flag", "one_line", "shown", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

@@ -240,9 +240,9 @@ def report(e: BaseException, json_out: bool = False) -> int:
     if isinstance(e, PacktoolError):
         extra.update(e.to_dict()["error"])
         extra.pop("message", None)
-        from packtool.storage import StorageError
+        from packtool.storage import STORE_ERRORS
         place = _place(extra.get("path") or _named_path(message))
-        if place and isinstance(e, StorageError):  # a store refusing: input when read, output when written
+        if place and isinstance(e, STORE_ERRORS):  # a store refusing: input when read, output when written
             extra["kind"] = kind = place[1]
         if e.usage:  # a flag's value the command cannot take: a usage error, as click's are
             message += _help_hint()

@@ -10,17 +10,17 @@ from __future__ import annotations
 import fnmatch
 import os
 
+from packtool.errors import argument_kind
+
 # a command's parameter -> (its flag, None for a positional argument; the kind of an unclassified
-# failure there). `config` is train's alone: pack's is a dataset configuration's name, not a file.
-PLACES = {
-    "output": ("--output", "output"), "html": ("--html", "output"), "save": ("--save", "output"),
-    "json_log": ("--json-log", "output"), "cache_dir": ("--cache-dir", "cache"),
-    "lengths": ("--lengths", "input"), "plan_file": ("--plan", "input"), "load": ("--load", "input"),
-    "tokenizer": ("--tokenizer", "input"), "chat_template": ("--chat-template", "input"),
-    "source": ("--source", "input"), "inputs": (None, "input"), "directory": (None, "input"),
-    "data_dir": (None, "input"),
-}
-COMMAND_PLACES = {"train": {"config": ("--config", "input")}}
+# failure there: the argument's, errors.argument_kind, the rule a library error asks too).
+# `config` is train's alone: pack's is a dataset configuration's name, not a file.
+_FLAGS = {"output": "--output", "html": "--html", "save": "--save", "json_log": "--json-log",
+          "cache_dir": "--cache-dir", "lengths": "--lengths", "plan_file": "--plan", "load": "--load",
+          "tokenizer": "--tokenizer", "chat_template": "--chat-template", "source": "--source", "inputs": None,
+          "directory": None, "data_dir": None}
+PLACES = {name: (flag, argument_kind(name)) for name, flag in _FLAGS.items()}
+COMMAND_PLACES = {"train": {"config": ("--config", argument_kind("config"))}}
 
 
 def _key(spec: str) -> str:

@@ -81,7 +81,7 @@ def owned_objects(output: str) -> tuple[dict | None, list[str]]:
     the manifest, the lease, what a dead run's intent names, and each shard the manifest lists
     that is the one it records, output.owned.shard_is_ours, the rule of a folder). Any other
     object makes the prefix not packtool's to write: refused, naming a few."""
-    loc = locate(output)
+    loc = locate(output, name="output")
     names = loc.names()
     if any(i.path.count("/") > loc.path.count("/") + 1 for i in loc.list()):
         sub = sorted({i.path[len(loc.path) + 1:].split("/")[0] for i in loc.list()
@@ -108,7 +108,7 @@ def owned_objects(output: str) -> tuple[dict | None, list[str]]:
 
 def check_store_output(output: str, overwrite: bool) -> dict | None:
     """Refuse, before any work, a prefix packtool must not write; the previous manifest."""
-    loc = locate(output)
+    loc = locate(output, name="output")
     if loc.is_file():
         raise PacktoolOutputError(f"is an object, not a prefix; pick another {arg('output')}", path=loc.shown,
                                   flag=cli_flag("output"))
@@ -134,7 +134,7 @@ _HELD: dict[str, list] = {}
 def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str | None = None) -> Iterator[Lease]:
     """Check the prefix, take its lease for the block, remove what dead runs left (their
     intents say what). Re-entrant within a process (pack -> pack_cache)."""
-    key = locate(output).shown
+    key = locate(output, name="output").shown
     if key in _HELD:
         refuse_inside(output, inputs, cache_dir)
         _HELD[key][1] += 1
@@ -144,10 +144,10 @@ def claim_store(output: str, overwrite: bool = False, inputs=(), cache_dir: str 
             _HELD[key][1] -= 1
         return
     check_store(output, overwrite, inputs, cache_dir)
-    lease = take_lease(locate(output))
+    lease = take_lease(locate(output, name="output"))
     _HELD[key] = [lease, 1]
     try:
-        clean_dead_runs(locate(output), output)
+        clean_dead_runs(locate(output, name="output"), output)
         check_store_output(output, overwrite)  # a run may have just ended
         yield lease
     finally:
@@ -209,7 +209,7 @@ class StoreCommit:
 
     def __init__(self, output: str):
         self.output = output  # as given: tasks locate `join_uri(output, name)` again
-        self.loc = locate(output)
+        self.loc = locate(output, name="output")
         self.lease = _HELD.get(self.loc.shown, [None])[0]
         if self.lease is None:
             raise PacktoolOutputError("a store commit outside claim_store (a packtool bug)", path=self.loc.shown)

@@ -5,7 +5,9 @@ names load their module on first use, so what a URI's text alone says (`is_uri`,
 
 One module per rule it owns:
   uri          a location's text: `is_uri`, `shown` (safe to print), `join_uri`, `check_form`
-               (what a URI's text alone refuses), `StorageError` (every refusal of a location)
+               (what a URI's text alone refuses), `StorageError` (a refusal of a location; of one
+               -o / --cache-dir named, StorageOutputError / StorageCacheError: `store_error`,
+               all of them `STORE_ERRORS`)
   failures     a store's failure in one line (`unreached`: no answer, another region, a bucket
                gone) and the argument behind later requests (`reading`, `store_failure`)
   location     `locate` a path or URI once into a `Location` (a `pyarrow.fs` filesystem and a
@@ -22,8 +24,8 @@ The object-store commit protocol over these is `packtool.output.store`'s.
 import importlib
 
 _MODULES = {
-    "uri": ("BUCKETED", "GLOB_CHARS", "QUERY_KEYS", "SCHEMES", "StorageError", "check_form", "is_uri", "join_uri",
-            "shown"),
+    "uri": ("BUCKETED", "GLOB_CHARS", "QUERY_KEYS", "SCHEMES", "STORE_ERRORS", "StorageCacheError", "StorageError",
+            "StorageOutputError", "check_form", "is_uri", "join_uri", "shown", "store_error"),
     "failures": ("argument_for", "reading", "store_failure", "unreached"),
     "location": ("Location", "as_arrow_fs", "bucket_gone", "locate"),
     "probe": ("PROBE_TAG", "check_uri", "sweep_probes"),

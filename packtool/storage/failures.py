@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from urllib.parse import urlsplit
 
-from packtool.errors import arg, cli_flag
-from packtool.storage.uri import StorageError, is_uri, shown
+from packtool.errors import PacktoolError, arg, cli_flag
+from packtool.storage.uri import is_uri, shown, store_error
 
 
 def _why(e: BaseException) -> str:
@@ -42,16 +42,16 @@ def _bucket_of(spec: str) -> str:
     return urlsplit(spec).netloc if is_uri(spec) else ""
 
 
-def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageError | None:
+def unreached(e: BaseException, spec: str, name: str | None = None) -> PacktoolError | None:
     """The one line for a store `spec` that could not be reached, or whose bucket is gone (else
     None: the store answered about the object, its answer is the caller's to say), naming the
     argument `name` that gave it (its flag on the command line), with the fix."""
     text = str(e)
     if _NO_BUCKET.search(text):
         lead = f"{arg(name)} names a location whose" if name else "its"
-        return StorageError(f"{lead} bucket {_bucket_of(spec) or '?'} does not exist (deleted during the run?): "
-                            f"create it, or give {arg(name) + ' a location' if name else 'a location'} in an existing bucket",
-                            path=shown(spec), flag=name and cli_flag(name))
+        return store_error(name)(f"{lead} bucket {_bucket_of(spec) or '?'} does not exist (deleted during the run?): "
+                                 f"create it, or give {arg(name) + ' a location' if name else 'a location'} in an existing bucket",
+                                 path=shown(spec), flag=name and cli_flag(name))
     if _OTHER_REGION.search(text):
         what, fix = "it answers for another region", "give the bucket's region (for S3: AWS_REGION, or ?region= in the URI)"
     elif _NO_ANSWER.search(text):
@@ -60,8 +60,8 @@ def unreached(e: BaseException, spec: str, name: str | None = None) -> StorageEr
     else:
         return None
     lead = f"{arg(name)} names a store that" if name else "the store"
-    return StorageError(f"{lead} cannot be reached ({what}: {_why(e)}); {fix}", path=shown(spec),
-                        flag=name and cli_flag(name))
+    return store_error(name)(f"{lead} cannot be reached ({what}: {_why(e)}); {fix}", path=shown(spec),
+                             flag=name and cli_flag(name))
 
 
 # --- the argument behind a store's later requests --------------------------------------
@@ -100,7 +100,7 @@ def reading(spec: str, name: str | None):
         _READING.reset(token)
 
 
-def store_failure(e: BaseException, path: str) -> StorageError | None:
+def store_failure(e: BaseException, path: str) -> PacktoolError | None:
     """For an error a reader caught reading `path` (else None: the file's own problem, the caller's
     to say): a store that stopped answering, named as `reading` names it, never "corrupt"."""
     return unreached(e, path, argument_for(path)) if is_uri(path) else None

@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 
 from packtool.errors import cli_flag
 from packtool.storage.location import Location, locate
-from packtool.storage.uri import GLOB_CHARS, StorageError
+from packtool.storage.uri import GLOB_CHARS, store_error
 
 
 def expand(spec: str, listed: list | None = None, name: str | None = None,
@@ -40,14 +40,14 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
         if is_object:
             flag = name and cli_flag(name)
             if not seen:
-                raise StorageError("is an object, not a prefix: drop the trailing / to read the object",
-                                   path=loc.shown.rstrip("/") + "/", flag=flag)
+                raise store_error(name)("is an object, not a prefix: drop the trailing / to read the object",
+                                        path=loc.shown.rstrip("/") + "/", flag=flag)
             if not prefix:
                 first = seen[0].path[len(loc.path) - len(loc.path.rsplit("/", 1)[-1]):]
-                raise StorageError(f"is both an object and a prefix holding {len(seen)} object"
-                                   f"{'s' if len(seen) != 1 else ''} ({first}{', ...' if len(seen) > 1 else ''}): "
-                                   f"give {loc.shown}/ to read the prefix, or rename one of them to read the object",
-                                   path=loc.shown, flag=flag)
+                raise store_error(name)(f"is both an object and a prefix holding {len(seen)} object"
+                                        f"{'s' if len(seen) != 1 else ''} ({first}{', ...' if len(seen) > 1 else ''}): "
+                                        f"give {loc.shown}/ to read the prefix, or rename one of them to read the object",
+                                        path=loc.shown, flag=flag)
         if listed is not None:
             listed += [loc, *(i.path for i in seen)]
         if folders is not None and seen:

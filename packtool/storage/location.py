@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from packtool.errors import arg, cli_flag
+from packtool.errors import PacktoolError, arg, cli_flag
 from packtool.storage.failures import _why, argument_for, unreached
-from packtool.storage.uri import _URI, BUCKETED, StorageError, check_form, is_uri, shown
+from packtool.storage.uri import _URI, BUCKETED, StorageError, check_form, is_uri, shown, store_error
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +122,7 @@ class Location:
         except OSError as e:
             if "not found" in str(e).lower() or "nosuchkey" in str(e).lower():
                 return False
-            raise unreached(e, self.shown, self.argument) or StorageError(f"cannot delete it ({_why(e)})", path=self.shown) from None
+            raise unreached(e, self.shown, self.argument) or store_error(self.argument)(f"cannot delete it ({_why(e)})", path=self.shown) from None
         return True
 
     def _call(self, what: str, fn, *args, **kw):
@@ -133,7 +133,7 @@ class Location:
         except OSError as e:
             if what != "write" and _not_found(e):
                 raise FileNotFoundError(self.shown) from None
-            raise unreached(e, self.shown, self.argument) or StorageError(f"cannot {what} it ({_why(e)}); check the store's credentials "
+            raise unreached(e, self.shown, self.argument) or store_error(self.argument)(f"cannot {what} it ({_why(e)}); check the store's credentials "
                                f"chain and endpoint (for S3: AWS_* variables, AWS_ENDPOINT_URL)",
                                path=self.shown) from None
 
@@ -167,13 +167,13 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
     try:
         fs, path = pafs.FileSystem.from_uri(spec)
     except (OSError, ValueError, ImportError) as e:  # (S3 asks the bucket's region here when the URI has none)
-        raise unreached(e, spec, name) or StorageError(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
+        raise unreached(e, spec, name) or store_error(name)(f"cannot open the store ({_why(e)}); this pyarrow may lack {scheme} "
                            f"support, or the store's configuration is incomplete", path=shown(spec),
                            flag=name and cli_flag(name)) from None
     return Location(fs, path.rstrip("/"), shown(spec).rstrip("/"), False, name)
 
 
-def bucket_gone(spec: str, later: bool = True, name: str | None = None) -> StorageError | None:
+def bucket_gone(spec: str, later: bool = True, name: str | None = None) -> PacktoolError | None:
     """For an object found missing (`later`: after its output's manifest was read): its bucket
     deleted, said naming the argument that gave it (failures.reading), else None."""
     if not is_uri(spec) or spec.split("://", 1)[0].lower() not in BUCKETED:
@@ -185,9 +185,9 @@ def bucket_gone(spec: str, later: bool = True, name: str | None = None) -> Stora
     name = loc.argument
     lead = f"{arg(name)} names an output whose" if name else "its"
     when = "no longer exists (deleted after the manifest was read)" if later else "does not exist"
-    return StorageError(f"{lead} bucket {bucket} {when}; "
-                        f"give an output that exists, or re-run `packtool pack`", path=loc.shown,
-                        flag=name and cli_flag(name))
+    return store_error(name)(f"{lead} bucket {bucket} {when}; "
+                             f"give an output that exists, or re-run `packtool pack`", path=loc.shown,
+                             flag=name and cli_flag(name))
 
 
 

@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 from packtool.errors import arg, cli_flag
 from packtool.storage.failures import _why, unreached
 from packtool.storage.location import Location, locate
-from packtool.storage.uri import BUCKETED, StorageError
+from packtool.storage.uri import BUCKETED, STORE_ERRORS, store_error
 
 PROBE_TAG = ".packtool-probe"
 _PROBE = re.compile(r"\.packtool-probe-\d+-[0-9a-f]{8}\Z")
@@ -79,21 +79,21 @@ def check_uri(spec: str, name: str, write: bool = False, around_probe=None) -> L
             raise err from None
         missing = False
     if missing:
-        raise StorageError(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
-                           f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
+        raise store_error(name)(f"its bucket {bucket} does not exist (or this endpoint has no such bucket); create "
+                                f"it, or give {arg(name)} a prefix in an existing bucket", path=loc.shown, flag=flag)
     if write:
         probe = loc.join(f"{PROBE_TAG}-{os.getpid()}-{os.urandom(4).hex()}")
         with around_probe(loc) if around_probe else nullcontext():  # its delete's `PREFIX/` marker
             try:
                 _put(probe)
             except OSError as e:
-                raise unreached(e, spec, name) or StorageError(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
+                raise unreached(e, spec, name) or store_error(name)(f"cannot be written ({_why(e)}); check the store's credentials chain and endpoint "
                                    f"(for S3: AWS_* variables, AWS_ENDPOINT_URL), or give another {arg(name)}",
                                    path=loc.shown, flag=flag) from None
             finally:  # Ctrl-C or SIGTERM between the put and its delete: gone all the same (S46A-3)
                 try:
                     probe.delete()
-                except StorageError:
+                except STORE_ERRORS:
                     pass  # a role that may put but not delete: the prefix takes objects, which is the question
         _TAKES.add(loc.shown)
     return loc

@@ -13,7 +13,7 @@ import os
 import re
 from urllib.parse import quote, unquote, urlsplit
 
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolCacheError, PacktoolError, PacktoolInputError, PacktoolOutputError, arg, argument_kind, cli_flag
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # what pyarrow.fs.FileSystem.from_uri resolves in this build (gs/az need Arrow built with them)
@@ -44,7 +44,31 @@ _CONTAINER_RULE = ("Azure container names are 3-63 lower-case letters, digits an
 
 class StorageError(PacktoolInputError):
     """A location packtool cannot use: an unknown scheme, credentials in a URI, a store that
-    cannot be reached or refuses a request. One line, the location shown without secrets."""
+    cannot be reached or refuses a request. One line, the location shown without secrets. Kind
+    `input`: a place packtool reads, or one no argument named (`store_error` gives the class of
+    the argument that named it)."""
+
+
+class StorageOutputError(PacktoolOutputError):
+    """A StorageError's refusal of a place packtool writes (-o, `output=`): kind `output`."""
+
+
+class StorageCacheError(PacktoolCacheError):
+    """A StorageError's refusal of the tokenized cache's place (--cache-dir, `cache_dir=`): kind `cache`."""
+
+
+# every refusal of a location, whichever argument named it (an `except` of them all); not one
+# class: an input error is kind `input` everywhere (a wrapper's `except PacktoolInputError` never
+# catches an output's)
+STORE_ERRORS = (StorageError, StorageOutputError, StorageCacheError)
+_BY_KIND = {"output": StorageOutputError, "cache": StorageCacheError}
+
+
+def store_error(name: str | None) -> type[PacktoolError]:
+    """The class of a refusal of a location that argument `name` gave (errors.argument_kind: the
+    README's exit table gives it the argument's kind, whatever the store said): the one rule
+    every refusal naming its argument asks."""
+    return _BY_KIND.get(argument_kind(name), StorageError) if name else StorageError
 
 
 def is_uri(spec: object) -> bool:
@@ -77,14 +101,14 @@ def _refuse_secrets(spec: str, name: str | None = None) -> None:
     u = urlsplit(spec)
     given = f" in {arg(name)}" if name else ""  # the argument (its flag on the command line) that gave it
     if u.password or (u.username and u.scheme.lower() not in AZURE):
-        raise StorageError(f"a URI with user:password@ is refused{given}: credentials come from the store's "
-                           "standard chain (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                           "AWS_PROFILE, an instance role)", path=shown(spec), flag=name and cli_flag(name))
+        raise store_error(name)(f"a URI with user:password@ is refused{given}: credentials come from the store's "
+                                "standard chain (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                                "AWS_PROFILE, an instance role)", path=shown(spec), flag=name and cli_flag(name))
     for part in u.query.split("&"):
         if part and _SECRET_QUERY.search(part.split("=", 1)[0]):
-            raise StorageError(f"the URI query parameter {part.split('=', 1)[0]!r} looks like a "
-                               f"credential and is refused{given}: use the store's standard chain",
-                               path=shown(spec), flag=name and cli_flag(name))
+            raise store_error(name)(f"the URI query parameter {part.split('=', 1)[0]!r} looks like a "
+                                    f"credential and is refused{given}: use the store's standard chain",
+                                    path=shown(spec), flag=name and cli_flag(name))
 
 
 def check_form(spec: str, name: str | None = None) -> None:
@@ -92,11 +116,11 @@ def check_form(spec: str, name: str | None = None) -> None:
     know, credentials in it, no bucket. `name`: the argument that gave it, named."""
     scheme, flag = spec.split("://", 1)[0].lower(), name and cli_flag(name)
     if scheme not in SCHEMES:
-        raise StorageError(f"the scheme {scheme}:// is not supported{f' in {arg(name)}' if name else ''}; "
-                           f"packtool reads and writes local "
-                           f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
-                           f"(through pyarrow.fs), or pass a filesystem object from Python",
-                           path=shown(spec), flag=flag)
+        raise store_error(name)(f"the scheme {scheme}:// is not supported{f' in {arg(name)}' if name else ''}; "
+                                f"packtool reads and writes local "
+                                f"paths and {', '.join(s + '://' for s in ('s3', 'gs', 'abfs', 'hdfs'))} "
+                                f"(through pyarrow.fs), or pass a filesystem object from Python",
+                                path=shown(spec), flag=flag)
     _refuse_secrets(spec, name)
     if scheme in BUCKETED and not urlsplit(spec).netloc:
         # Arrow would take the key for a bucket (`s3://` lists the account: its bucket `bkt` was
@@ -104,7 +128,7 @@ def check_form(spec: str, name: str | None = None) -> None:
         how, said = f"{scheme}://BUCKET/PREFIX", name and arg(name)
         if said:  # a library argument takes it as a value (`output='s3://...'`), a command line after its name
             how = f"{said} {how}" if said.startswith("-") or said.isupper() else f"{said}={how!r}"
-        e = StorageError(f"names no bucket; give {how}", path=shown(spec), flag=flag)
+        e = store_error(name)(f"names no bucket; give {how}", path=shown(spec), flag=flag)
         e.usage = bool(flag)  # a flag's value the command cannot take
         raise e
     if scheme not in ("file", "local"):  # (those are local paths, read as such by locate)
@@ -240,7 +264,7 @@ def _check_text(spec: str, scheme: str, name: str | None) -> None:
         how = f"{said} {uri}" if said.startswith("-") or said.isupper() else f"{said}={uri!r}"
     given = f" in {arg(name)}" if name else ""
     # shown whole but its query (no secret reaches here: _refuse_secrets), a `#...` included
-    e = StorageError(f"{what} {verb} refused{given} ({why}); give {how}", path=spec.split("?", 1)[0], flag=flag)
+    e = store_error(name)(f"{what} {verb} refused{given} ({why}); give {how}", path=spec.split("?", 1)[0], flag=flag)
     e.usage = bool(flag)  # a flag's value the command cannot take
     raise e
 
@@ -251,12 +275,12 @@ def _refuse_glob_mark(spec: str, name: str | None) -> None:
     refuse its own way (S44-2). No URI is guessed for it: the user's meaning is not known."""
     flag = name and cli_flag(name)
     given = f" in {arg(name)}" if name else ""
-    e = StorageError(f"a '?' that starts no key=value query is refused{given} (in a store URI '?' begins the query, "
-                     f"not a glob character): write * to match characters, or %3F for a '?' in a key",
-                     path=spec.split("?", 1)[0], flag=flag)
+    e = store_error(name)(f"a '?' that starts no key=value query is refused{given} (in a store URI '?' begins the query, "
+                          f"not a glob character): write * to match characters, or %3F for a '?' in a key",
+                          path=spec.split("?", 1)[0], flag=flag)
     e.usage = bool(flag)
     raise e
 
 
-__all__ = ["BUCKETED", "GLOB_CHARS", "QUERY_KEYS", "SCHEMES", "StorageError", "check_form", "is_uri", "join_uri",
-           "shown"]
+__all__ = ["BUCKETED", "GLOB_CHARS", "QUERY_KEYS", "SCHEMES", "STORE_ERRORS", "StorageCacheError", "StorageError", "StorageOutputError",
+           "check_form", "is_uri", "join_uri", "shown", "store_error"]

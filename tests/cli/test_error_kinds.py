@@ -42,9 +42,10 @@ KIND_OF = {
     "InspectError": "input", "OnlinePackError": "input", "PlanInputError": "input",
     "PacktoolConfigError": "config", "PlanError": "config", "SequenceError": "config",
     "AlignmentError": "config", "DPError": "config",
-    "PacktoolCacheError": "cache", "CacheDamagedError": "cache",
+    "PacktoolCacheError": "cache", "CacheDamagedError": "cache", "StorageCacheError": "cache",
     "PacktoolFormatError": "format", "FormatError": "format", "NotAnOutputError": "format",
     "PacktoolOutputError": "output", "OutputExistsError": "output", "StoreOutputExistsError": "output",
+    "StorageOutputError": "output",
     "LeaseLostError": "output", "StdoutFailed": "output",
 }
 

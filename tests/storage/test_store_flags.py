@@ -111,7 +111,7 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
     good prefix takes the probe, which leaves nothing there; PACKTOOL_CACHE_DIR (the local root
     that holds a store cache's mirror) is never a URI."""
     from packtool.errors import PacktoolCacheError
-    from packtool.storage import StorageError, locate
+    from packtool.storage import locate
     from packtool.tokenize import TokenizeConfig, tokenize_to_cache
     import packtool.storage as storage
     import packtool.storage.probe as probe
@@ -121,9 +121,9 @@ def test_a_cache_on_the_store_is_probed_once_before_tokenizing(s3, tmp_path, mon
     built = []
     orig = pl._build
     monkeypatch.setattr(pl, "_build", lambda *a, **k: built.append(1) or orig(*a, **k))
-    with pytest.raises(StorageError, match="bucket no-such-bkt-s35 does not exist.*cache_dir"):
+    with pytest.raises(PacktoolCacheError, match="bucket no-such-bkt-s35 does not exist.*cache_dir"):
         tokenize_to_cache([GSM8K], cfg, cache_dir="s3://no-such-bkt-s35/c")
-    with pytest.raises(StorageError, match="names no bucket"):
+    with pytest.raises(PacktoolCacheError, match="names no bucket"):
         tokenize_to_cache([GSM8K], cfg, cache_dir="s3://")
     assert built == []
     puts = []

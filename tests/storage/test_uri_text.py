@@ -47,6 +47,8 @@ KINDS = {
 }
 # where a URI is given: the command line's flag, the library's argument
 PLACES = {"output": "--output", "cache_dir": "--cache-dir", "inputs": "INPUTS"}
+# the class of a refusal there: the argument's kind's (errors.argument_kind, storage.store_error)
+TYPE = {"output": "StorageOutputError", "cache_dir": "StorageCacheError", "inputs": "StorageError"}
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def test_the_command_line_names_the_flag_and_the_uri_to_give(tmp_path, monkeypat
     assert run_main(monkeypatch, _argv(tmp_path, place, uri)) == [2]
     err = json.loads(capsys.readouterr().out)["error"]
     flag = PLACES[place]
-    assert err["type"] == "StorageError" and (err["flag"] == flag or flag == "INPUTS"), err
+    assert err["type"] == TYPE[place] and (err["flag"] == flag or flag == "INPUTS"), err
     msg = err["message"]
     assert said in msg and f"refused in {flag}" in msg and f"give {flag} {fixed}" in msg, msg
     assert "\n" not in msg and "Arrow" not in msg
@@ -89,6 +91,7 @@ def test_the_library_names_the_argument(tmp_path, monkeypatch, no_work, kind, pl
     msg = str(e.value)
     assert said in msg and f"refused in {place}" in msg and f"give {place}={fixed!r}" in msg, msg
     assert getattr(e.value, "flag", None) is None
+    assert type(e.value).__name__ == TYPE[place]  # the argument's kind: `except PacktoolOutputError` catches -o's
 
 
 @pytest.mark.parametrize("uri", ["s3://bkt/out/", "s3://bkt/a%20b", "s3://bkt/data/**/*.jsonl",
