@@ -113,7 +113,7 @@ def plan(
     from packtool.planning.core import plan as make_plan
     from packtool.planning.lengths import load_lengths
     from packtool.planning.plan_file import holding_plan_path, write_plan
-    from packtool.planning.summary import plan_summary
+    from packtool.planning.summary import plan_summary, with_lengths
     try:  # --output checked before any work and held to its end (a second run is refused)
         from packtool.output.folder import refuse_inside_packed  # as typed (the resolved path beside it)
         with holding_plan_path(output, overwrite, [lengths], lambda: refuse_inside_packed(output, "output")) \
@@ -121,13 +121,13 @@ def plan(
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)
             cfg = PackingConfig(algorithm=algorithm, overflow=overflow, dp=dp, seed=seed)
             with _rows_of(lengths):
-                p = make_plan(load_lengths(lengths, column), align, cfg)
+                p = make_plan(given := load_lengths(lengths, column), align, cfg)
             if output:
                 write_plan(p, output, overwrite, inputs=[lengths])
     except Exception as e:
         fail(e, json_out)
     committed()  # the result is decided: Ctrl-C from here on changes nothing
-    summary = plan_summary(p)
+    summary = with_lengths(plan_summary(p), given, lengths)  # its rows of one token, as pack counts them
     if json_out:
         print(json.dumps(with_notes(summary.to_dict())))
     else:

@@ -218,6 +218,16 @@ def with_cache(summary: PlanSummary, cache) -> PlanSummary:
     return with_cut_targets(s, cut, _where(cache, cut.first_untrained))
 
 
+def with_lengths(summary: PlanSummary, lengths, source: str | None = None) -> PlanSummary:
+    """`summary` of a plan of `lengths` alone (`plan --lengths`): its rows of one token, which
+    train nothing in a slab and which pack counts from its cache (`with_cache`), counted by the
+    same rule (planning.cut_targets.one_token_rows); the first named as row N of `source`."""
+    from packtool.planning.cut_targets import one_token_rows
+    n, first = one_token_rows(np.asarray(lengths))
+    where = "" if first < 0 else f"{shown(source)} row {first}" if source else f"row {first}"
+    return replace(summary, one_token_rows=n, first_one_token=where)
+
+
 def _where(cache, row: int) -> str:
     """Cache row `row` as the input file and row it was read from ("" for -1)."""
     if row < 0:
