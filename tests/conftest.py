@@ -7,6 +7,9 @@ import os
 # anything imports triton (torch and megatron do, from other test modules in the same worker).
 if not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# A local Ray's GCS publishes its port within 30 s or the start fails ("Failed to start GCS"):
+# on 2 cores under a whole-suite run beside other work it took longer. Ray's own setting.
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 
 import pytest  # noqa: E402
 
@@ -105,36 +108,56 @@ def s3(s3_endpoint, monkeypatch, request):
     return f"s3://{bucket}"
 
 
-# ---- one local Ray for the tests that need one (tests/engines/, the CLI's Ray cases)
+# ---- one Ray at a time: every test that starts a Ray node, in this process or a child
 
-_LOCAL_RAY = {"up": False}
-LOCAL_RAY_GROUP = pytest.mark.xdist_group("local_ray")  # its tests on one xdist worker, in a run
+# Its tests run on one xdist worker, in a row (--dist loadgroup): two Ray nodes starting at once on
+# 2 cores time out ("Failed to start GCS"). Every test that starts a Ray node, through local_ray, a
+# pack with --engine ray in this process or a subprocess, or a cluster of its own, carries it.
+LOCAL_RAY_GROUP = pytest.mark.xdist_group("local_ray")
+
+
+def ray_grouped(names) -> list:
+    """Parameter names, those naming Ray (a word "ray") carrying LOCAL_RAY_GROUP."""
+    return [pytest.param(n, marks=LOCAL_RAY_GROUP) if "ray" in str(n).split() else n for n in names]
+
+
+def in_ray_group(item) -> bool:
+    return any(m.args == ("local_ray",) or m.kwargs.get("name") == "local_ray"
+               for m in item.iter_markers("xdist_group"))
 
 
 @pytest.fixture
-def local_ray():
+def local_ray(request):
     """A local Ray (2 CPUs), started by the first test that asks and kept up while the next
     tests ask too (a start costs ~10 s on 2 cores); shut down after the last of a run of them
-    (pytest_runtest_teardown), so no idle Ray sits beside other tests. Its tests carry
-    LOCAL_RAY_GROUP, so under xdist one worker runs them in a row."""
+    (pytest_runtest_teardown), so no idle Ray sits beside other tests."""
     ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
+    if not in_ray_group(request.node):
+        pytest.fail(f"{request.node.nodeid} asks for local_ray without LOCAL_RAY_GROUP (tests/conftest.py): "
+                    "under xdist its Ray would start beside the group's")
     from packtool.engines.ray_engine import init_ray
     if not ray.is_initialized():
         init_ray(num_cpus=2)
-    _LOCAL_RAY["up"] = True
     return ray
 
 
-def _wants_local_ray(item) -> bool:
-    return "local_ray" in getattr(item, "fixturenames", ()) or any(
-        m.args == ("local_ray",) for m in item.iter_markers("xdist_group"))
+def _ray_up() -> bool:
+    import sys
+    ray = sys.modules.get("ray")
+    return ray is not None and hasattr(ray, "is_initialized") and ray.is_initialized()
 
 
 def pytest_runtest_teardown(item, nextitem):
-    if _LOCAL_RAY["up"] and (nextitem is None or not _wants_local_ray(nextitem)):
+    """A Ray left up in this worker is shut down before the first test outside the group; one a
+    test outside the group started (pack_ray leaves its node up for the process) fails that test,
+    since under xdist it ran beside the group's."""
+    up = _ray_up()
+    if up and (nextitem is None or not in_ray_group(nextitem)):
         import ray
         ray.shutdown()
-        _LOCAL_RAY["up"] = False
+    if up and not in_ray_group(item):
+        pytest.fail(f"{item.nodeid} started a Ray node in this process without LOCAL_RAY_GROUP "
+                    "(tests/conftest.py): mark it (or its Ray parameters) with it", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

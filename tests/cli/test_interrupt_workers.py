@@ -18,7 +18,7 @@ import signal
 
 import pytest
 from _signal_child import held_run, one_line
-from conftest import GPT2, GSM8K, PEPS
+from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP, PEPS
 
 TOK = ["--prompt-field", "question", "--response-field", "answer", "--tokenizer", GPT2]
 INT, TERM = signal.SIGINT, signal.SIGTERM
@@ -101,7 +101,7 @@ def test_stopped_while_verify_workers_start(packed, tmp_path, delay, sig, group)
     one_line(held_run(_verify(packed, tmp_path), "worker launch", tmp_path, sig, group, delay, hold_s=3), sig)
 
 
-@pytest.mark.xdist_group("cli_ray")  # one local Ray start at a time (--dist loadgroup): two at once timed out on 2 cores
+@LOCAL_RAY_GROUP  # one Ray start at a time (--dist loadgroup): two at once timed out on 2 cores
 @pytest.mark.parametrize("sig", [INT, TERM], ids=["SIGINT", "SIGTERM"])
 def test_stopped_with_the_ray_engine(packed, tmp_path, sig):
     """A local Ray started by the command, the driver waiting on a task: the group's signal

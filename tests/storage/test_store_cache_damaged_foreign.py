@@ -6,7 +6,7 @@ store entry (not only the machine's local mirror of it)."""
 from __future__ import annotations
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, GSM8K, ray_grouped
 
 from packtool.errors import PacktoolCacheError
 from packtool.storage import Location, locate
@@ -54,7 +54,7 @@ ENGINES = {"local": _local, "ray": _ray}
 
 
 @pytest.mark.parametrize("foreign", FOREIGN)
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ray_grouped(ENGINES))
 def test_a_damaged_store_entry_holding_a_foreign_object_is_named_and_left(engine, foreign, s3, tmp_path,
                                                                           monkeypatch, request):
     if engine == "ray":
@@ -71,7 +71,7 @@ def test_a_damaged_store_entry_holding_a_foreign_object_is_named_and_left(engine
     assert _objects(store) == before  # left as it was: the user's object and the damaged entry
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ray_grouped(ENGINES))
 def test_a_damaged_store_entry_is_rebuilt_and_named(engine, s3, tmp_path, monkeypatch, capsys, request):
     if engine == "ray":
         request.getfixturevalue("local_ray")

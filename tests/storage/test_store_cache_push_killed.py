@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import GPT2, GSM8K, PEPS
+from conftest import GPT2, GSM8K, PEPS, ray_grouped
 
 from packtool.storage import locate
 from packtool.tokenize.store_cache import ENTRY_META
@@ -74,7 +74,7 @@ def _objects(root: str) -> dict[str, bytes]:
 WRITERS = ["local push", "local push replacing a damaged entry", "ray build"]
 
 
-@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize("writer", ray_grouped(WRITERS))
 def test_a_killed_push_leaves_nothing_the_next_run_does_not_remove(s3, tmp_path, writer):
     if writer == "ray build":
         pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")

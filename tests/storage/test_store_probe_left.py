@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, GSM8K, ray_grouped
 
 import packtool.storage.probe as probe_mod
 from packtool.storage import check_uri, locate, no_new_marker
@@ -66,7 +66,7 @@ NOT_OURS = {"an older packtool's empty probe": b"", "a user's object": b"my note
             "a live run's": None}  # None: a record of now
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("entry", ray_grouped(ENTRIES))
 def test_a_killed_runs_probe_is_removed_by_the_next_run(entry, s3, tmp_path, monkeypatch, capsys, request):
     if entry.startswith("ray"):
         request.getfixturevalue("local_ray")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, GSM8K, ray_grouped
 
 from packtool.storage import locate
 from packtool.tokenize import TokenizeConfig, tokenize_to_cache
@@ -108,7 +108,7 @@ def _fails(remover, s3, tmp_path, monkeypatch, request, root="cache") -> list[st
     return before
 
 
-@pytest.mark.parametrize("remover", REMOVERS)
+@pytest.mark.parametrize("remover", ray_grouped(REMOVERS))
 def test_a_failed_push_leaves_no_marker_it_made(remover, s3, tmp_path, monkeypatch, request):
     before = _fails(remover, s3, tmp_path, monkeypatch, request)
     now = _keys(s3)
@@ -122,7 +122,7 @@ def test_a_failed_push_leaves_no_marker_it_made(remover, s3, tmp_path, monkeypat
         assert now == before, now  # nothing of the push: no file, proof, marker or prefix marker
 
 
-@pytest.mark.parametrize("remover", ["local push", "ray build", "the next run's sweep of a dead push"])
+@pytest.mark.parametrize("remover", ray_grouped(["local push", "ray build", "the next run's sweep of a dead push"]))
 def test_markers_and_objects_that_were_there_stay(remover, s3, tmp_path, monkeypatch, request):
     """A marker the user put at the root and beside an entry, and the user's object: kept."""
     import boto3
