@@ -25,7 +25,8 @@ from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, ex
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
-from packtool.tokenize.saved_folder import is_saved_folder, saved_files, saved_folders_below, saved_objects
+from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
+                                            saved_objects)
 from packtool.tokenize.csv_reader import CSV_EXT, csv_batches, csv_delimiter, csv_error, csv_names
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
 
@@ -103,7 +104,8 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             owns.append(OwnTrees(spec, _glob_base(spec)))
-            paths = owns[-1].keep(sorted(glob.glob(spec, recursive=True)))
+            # the files of a save_to_disk folder among the matches: the folder, read as itself
+            paths = saved_matches(owns[-1].keep(sorted(glob.glob(spec, recursive=True))))
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
         else:

@@ -23,23 +23,49 @@ def saved_files(folder: str) -> list[str]:
         raise PacktoolInputError(
             f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
     state = os.path.join(folder, STATE)
-    if os.path.exists(state):
-        from packtool.tokenize.json_depth import load_json_file
-        try:
-            names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
-        except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
-            if isinstance(e, PacktoolInputError):
-                raise
-            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
-                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
-                                     path=state) from None
-        if names:
-            return [os.path.join(folder, n) for n in names]
+    names = _data_files(state) if os.path.exists(state) else []
+    if names:
+        return [os.path.join(folder, n) for n in names]
     found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
     if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
         raise PacktoolInputError("a datasets save_to_disk folder holding no rows (its state.json lists no data "
                                  "files, and it holds no .arrow file): remove it from the inputs", path=folder)
     return found
+
+
+def _data_files(state: str) -> list[str]:
+    """The data file names a state.json (a local path or a store URI) lists, in its order: the
+    one read of it for every door; one packtool cannot read is one line naming it."""
+    from packtool.tokenize.json_depth import load_json_file
+    try:
+        return [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
+        if isinstance(e, PacktoolInputError):
+            raise
+        raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
+                                 path=state) from None
+
+
+def saved_matches(paths: list[str]) -> list[str]:
+    """A local glob's matches (in path order) with each save_to_disk folder whose
+    dataset_info.json or dataset_dict.json is among them given as the folder, where its first
+    match sorts, in place of its files: read as itself, as `saved_objects` does a store glob's
+    (file by file its dataset_info.json and state.json were rows; a glob matching only some of
+    its .arrow files reads those, as asked)."""
+    marks = sorted(os.path.dirname(p) for p in paths if os.path.basename(p) in (INFO, DICT))
+    saved = [d for d in marks if not any(d.startswith(o + os.sep) for o in marks)]
+    if not saved:
+        return paths
+    out, done = [], set()
+    for p in paths:
+        home = next((d for d in saved if p == d or p.startswith(d + os.sep)), None)
+        if home is None:
+            out.append(p)
+        elif home not in done:
+            done.add(home)
+            out.append(home)
+    return out
 
 
 def is_saved_folder(path: str) -> bool:
@@ -89,7 +115,6 @@ def saved_objects(found: list) -> list:
 
 def _saved_prefix(home: str, by_path: dict) -> list:
     """The data objects of the save_to_disk prefix `home` (an Arrow path), in state.json's order."""
-    from packtool.tokenize.json_depth import load_json_file
     below = {p: x for p, x in by_path.items() if p.startswith(home + "/")}
     any_loc = next(iter(below.values()))
     root = any_loc.__class__(any_loc.fs, home, any_loc.shown[:len(any_loc.shown) - len(any_loc.path) + len(home)],
@@ -98,17 +123,7 @@ def _saved_prefix(home: str, by_path: dict) -> list:
         splits = sorted({p[len(home) + 1:].split("/")[0] for p in below if "/" in p[len(home) + 1:]})
         raise PacktoolInputError(f"a DatasetDict prefix; pass one split prefix instead: {', '.join(splits)}",
                                  path=root.shown)
-    names: list = []
-    if f"{home}/{STATE}" in below:
-        try:
-            state = load_json_file(below[f"{home}/{STATE}"].shown, "datasets state.json")
-            names = [d["filename"] for d in state.get("_data_files", [])]
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            if isinstance(e, PacktoolInputError):
-                raise
-            raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
-                                     f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
-                                     path=below[f"{home}/{STATE}"].shown) from None
+    names = _data_files(below[f"{home}/{STATE}"].shown) if f"{home}/{STATE}" in below else []
     if names:
         return [below.get(f"{home}/{n}") or root.join(*n.split("/")) for n in names]
     arrows = [x for p, x in sorted(below.items()) if p.endswith(".arrow") and "/" not in p[len(home) + 1:]]
@@ -118,4 +133,5 @@ def _saved_prefix(home: str, by_path: dict) -> list:
     return arrows
 
 
-__all__ = ["INFO", "DICT", "STATE", "is_saved_folder", "saved_files", "saved_folders_below", "saved_objects"]
+__all__ = ["INFO", "DICT", "STATE", "is_saved_folder", "saved_files", "saved_folders_below", "saved_matches",
+           "saved_objects"]

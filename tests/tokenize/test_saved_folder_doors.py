@@ -108,3 +108,16 @@ def test_a_dataset_dict_is_refused_naming_its_splits(saved_dict, tmp_path, door,
         resolve_inputs([spec], quiet=True)
     message = str(e.value)
     assert "DatasetDict" in message and "test, train" in message and "dd" in message and "\n" not in message, message
+
+
+# R-1 (s47 review): a local glob whose matches are the files inside the folder (its
+# dataset_info.json and state.json among them) read them as row files; the store door grouped them
+@pytest.mark.parametrize("pattern", ["*/*", "**/*.json*"])
+def test_a_glob_matching_a_saved_folders_files_reads_the_folder_as_itself(saved, tmp_path, pattern):
+    par = tmp_path / "par"
+    par.mkdir()
+    (par / "a.jsonl").write_text('{"text": "plain row"}\n')
+    shutil.copytree(saved, par / "sdfolder")
+    got = [f.path for f in resolve_inputs([str(par / pattern)], quiet=True)]
+    data = [str(par / "sdfolder" / n) for n in _state_order(saved)]
+    assert got == {"*/*": data, "**/*.json*": [str(par / "a.jsonl"), *data]}[pattern], got
