@@ -85,9 +85,14 @@ def saved_folders_below(folder: str, files: list[str]) -> tuple[list[str], list[
 
 
 def _parents(path: str, folder: str) -> list[str]:
-    """The folders between `folder` (not itself) and `path`."""
+    """The folders between `folder` (not itself) and `path`, as `path` spells them: told by
+    relpath, since the listing's paths are normalized and the folder as given may not be
+    (`d//`: a text prefix test found none, and the folder's files were read one by one)."""
     out, d = [], os.path.dirname(path)
-    while len(d) > len(folder) and d.startswith(folder):
+    while d:
+        rel = os.path.relpath(d, folder)
+        if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep):
+            break
         out.append(d)
         d = os.path.dirname(d)
     return out

@@ -121,3 +121,15 @@ def test_a_glob_matching_a_saved_folders_files_reads_the_folder_as_itself(saved,
     got = [f.path for f in resolve_inputs([str(par / pattern)], quiet=True)]
     data = [str(par / "sdfolder" / n) for n in _state_order(saved)]
     assert got == {"*/*": data, "**/*.json*": [str(par / "a.jsonl"), *data]}[pattern], got
+
+
+# R-7 (s47 review): a folder input spelled another way than the paths its listing gives (`d//`)
+# found no save_to_disk folder below it: its files were read one by one
+@pytest.mark.parametrize("spelled", ["{par}//", "{par}/./", "{par}/../par"])
+def test_a_saved_folder_inside_a_folder_input_however_the_folder_is_spelled(saved, tmp_path, spelled):
+    par = tmp_path / "par"
+    par.mkdir()
+    (par / "a.jsonl").write_text('{"text": "plain row"}\n')
+    shutil.copytree(saved, par / "sdfolder")
+    got = [f.path for f in resolve_inputs([spelled.format(par=par)], quiet=True)]
+    assert got == [str(par / "a.jsonl"), *(str(par / "sdfolder" / n) for n in _state_order(saved))], got
