@@ -117,7 +117,8 @@ def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> Packtool
             what = (f"{cols[0]} gives no assistant tokens to train on (only a turn whose role is 'assistant' "
                     f"and whose weight is not 0 is trained, and of it what the chat template trains)")
         elif shape.kind == "tokens":
-            col = next((c for c in cols if c in ("loss_mask", "labels")), cols[0])
+            # the loss column read (shape_detect.LOSS_COLUMNS' first given), after input_ids
+            col = next((c for c in cols[1:] if c != "attention_mask"), cols[0])
             what = f"{col} masks every token after the first"
         else:
             what = f"{cols[1] if len(cols) > 1 else cols[0]} gives no tokens to train on"

@@ -34,6 +34,30 @@ class Shape:
     told_empty: tuple[str, ...] = ()
 
 
+# A pre-tokenized row's columns that say which tokens are targets, in the order read (the first
+# given is the loss, the others are held to it): packtool's own; the same 0/1 mask under the names
+# the user's toolchain gives it (transformers' apply_chat_template(return_assistant_tokens_mask=True)
+# and TRL's assistant_only_loss: assistant_masks; TRL's tokenized prompt-completion rows:
+# completion_mask), passed over, they left every prompt token a target (S47A-6); Hugging Face labels.
+LOSS_COLUMNS = ("loss_mask", "assistant_masks", "completion_mask", "labels")
+# mask-named columns whose meaning is known and is no loss (padding is checked in token_rows)
+_NOT_LOSS_MASKS = frozenset(("attention_mask", "special_tokens_mask"))
+
+
+def _refuse_unread_masks(columns: list[str], side: tuple[str, ...], empty: frozenset[str], path: str) -> None:
+    """A per-token mask under a name no rule reads (`mask`, `response_mask`, `action_mask`) says
+    which tokens count, and whether its 1s are targets or prompt is not packtool's to guess:
+    passed over, every token would be a target without a word."""
+    for c in columns:
+        if (c.lower().endswith(("mask", "masks")) and c not in LOSS_COLUMNS and c not in _NOT_LOSS_MASKS
+                and c not in side and c not in empty):
+            raise PacktoolInputError(
+                f"column {c} looks like a per-token mask, which packtool does not read under that name (its loss "
+                f"columns: {', '.join(LOSS_COLUMNS)}): if its 1s mark the tokens to train on, rename it loss_mask; "
+                f"to carry it beside the tokens, name it in {arg('side_columns')}; otherwise drop the column",
+                path=path, flag=cli_flag("side_columns"))
+
+
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -237,9 +261,10 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
     if kind == "tokens":
         _need(cols, ("input_ids",), kind, path, columns)
         _need_side(cols, side, path, columns, cfg)
-        # both loss sources when both are given: token_rows holds them to each other (S44-1), as
-        # reading one by precedence dropped the other's content without a word
-        extra = tuple(c for c in ("loss_mask", "labels") if c in cols)
+        # every loss source given: token_rows holds them to each other (S44-1), as reading one by
+        # precedence dropped the other's content without a word
+        extra = tuple(c for c in LOSS_COLUMNS if c in cols)
+        _refuse_unread_masks(columns, side, empty, path)
         # read to be checked: its zeros are padding that must not be packed (token_rows)
         attn = ("attention_mask",) if "attention_mask" in cols else ()
         return Shape(kind, ("input_ids",) + extra + attn, side=side)

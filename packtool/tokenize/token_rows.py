@@ -1,12 +1,12 @@
-"""Pre-tokenized rows (`input_ids`, optional `loss_mask` or `labels`, optional `attention_mask`)
--> an EncodedBatch.
+"""Pre-tokenized rows (`input_ids`, optional loss columns: `loss_mask`, `assistant_masks`,
+`completion_mask`, `labels` (shape_detect.LOSS_COLUMNS), optional `attention_mask`) -> an EncodedBatch.
 
 Rows stay columnar: flat values + offsets straight from Arrow. What is not exactly a list of
 integers is an error naming the file, the row (counted from the file's start) and the fix:
 a column that is not a list, null rows, booleans in an id column (a mask under the wrong name),
 ids that are floats with a fraction, NaN or infinite, or out of the vocabulary. Floats that are whole numbers (`[1.0, 2.0]`, as some
-writers store ids) are taken as those integers: nothing changes. A mask (`loss_mask`,
-`attention_mask`) holds 0/1 (or true/false) only: a -1 or a 2 is no mask value packtool could
+writers store ids) are taken as those integers: nothing changes. A mask (a loss column but
+`labels`, `attention_mask`) holds 0/1 (or true/false) only: a -1 or a 2 is no mask value packtool could
 read without guessing. An `attention_mask` 0 marks padding (Hugging Face `padding=...` output):
 packing it would train on pad tokens, so such a row is refused (docs/TOKENIZATION.md).
 """
@@ -21,7 +21,7 @@ from packtool.errors import PacktoolInputError, arg
 from packtool.integers import TOKEN_ID_BOUND
 from packtool.tokenize.encode import EncodedBatch, no_target
 from packtool.tokenize.row_checks import valid_values
-from packtool.tokenize.shape_detect import Shape
+from packtool.tokenize.shape_detect import LOSS_COLUMNS, Shape
 
 
 def _row_of(lens: np.ndarray, flat_pos: int) -> int:
@@ -34,7 +34,8 @@ def _pos_in_row(lens: np.ndarray, flat_pos: int) -> tuple[int, int]:
     return r, flat_pos - int(np.sum(lens[:r], dtype=np.int64))
 
 
-MASKS = ("loss_mask", "attention_mask")  # 0/1 columns: any other value is refused, never cast
+# 0/1 columns: any other value is refused, never cast
+MASKS = tuple(c for c in LOSS_COLUMNS if c != "labels") + ("attention_mask",)
 
 
 def shown_value(v, kind: str):
@@ -152,7 +153,7 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
     ids = flat.astype(np.int32)
     if "attention_mask" in shape.columns:
         _refuse_padding(_same_lengths(batch, "attention_mask", lens, path, first_row), lens, path, first_row)
-    extra = [c for c in shape.columns[1:] if c in ("loss_mask", "labels")]
+    extra = [c for c in shape.columns[1:] if c in LOSS_COLUMNS]
     if extra:
         said = {}
         for name in extra:
@@ -160,7 +161,7 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
             said[name] = ((mv != -100) if name == "labels" else (mv != 0), mv)
             if name == "labels":
                 _labels_are_the_ids(mv, flat, said[name][0], lens, path, first_row)
-        if len(said) == 2:
+        if len(said) > 1:
             _loss_sources_agree(said, lens, path, first_row)
         mask = said[extra[0]][0].astype(np.uint8)
     else:
@@ -192,22 +193,26 @@ def _refuse_padding(attn: np.ndarray, lens: np.ndarray, path: str, first_row: in
 
 
 def _loss_sources_agree(said: dict, lens: np.ndarray, path: str, first_row: int) -> None:
-    """A row giving both `loss_mask` and `labels` says twice which tokens are targets: where the
-    two disagree, reading either would drop what the other says without a word (S44-1). Read
-    both only to hold them to each other; the loss comes from the first (loss_mask)."""
-    (m, mv), (lb, lv) = said["loss_mask"], said["labels"]
-    differ = m != lb
+    """A row giving two loss columns (`loss_mask` and `labels`, `assistant_masks` and
+    `completion_mask`, ...) says twice which tokens are targets: where two disagree, reading either
+    would drop what the other says without a word (S44-1). Read all only to hold each to the first,
+    whose targets are the loss (LOSS_COLUMNS' order)."""
+    names = list(said)
+    m, mv = said[names[0]]
     # a row's first token is never a target in a slab (FORMAT.md, loss_mask): there they may differ
     starts = (np.cumsum(lens) - lens)[lens > 0]
-    differ[starts] = False
-    off = np.flatnonzero(differ)
-    if off.size:
-        p = int(off[0])
-        r, t = _pos_in_row(lens, p)
-        raise PacktoolInputError(f"loss_mask[{t}] is {int(mv[p])} but labels[{t}] is {int(lv[p])}: the row gives both "
-                                 f"columns and they disagree on whether token {t} is a target; drop the column that "
-                                 f"is wrong (packtool reads either alone) (tokens count from 0)",
-                                 path=path, row=first_row + r)
+    for other in names[1:]:
+        lb, lv = said[other]
+        differ = m != lb
+        differ[starts] = False
+        off = np.flatnonzero(differ)
+        if off.size:
+            p = int(off[0])
+            r, t = _pos_in_row(lens, p)
+            raise PacktoolInputError(f"{names[0]}[{t}] is {int(mv[p])} but {other}[{t}] is {int(lv[p])}: the row gives "
+                                     f"both columns and they disagree on whether token {t} is a target; drop the "
+                                     f"column that is wrong (packtool reads either alone) (tokens count from 0)",
+                                     path=path, row=first_row + r)
 
 
 def _labels_are_the_ids(labels: np.ndarray, ids: np.ndarray, kept: np.ndarray, lens: np.ndarray, path: str,

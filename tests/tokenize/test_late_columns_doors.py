@@ -25,6 +25,8 @@ IDS = [11, 12, 13, 14, 15, 16]
 COLUMNS = {  # the column, the late row's value, the config that reads it
     "loss_mask": ([0, 0, 0, 0, 1, 1], {}),
     "labels": ([-100, -100, -100, -100, 15, 16], {}),
+    "assistant_masks": ([0, 0, 0, 0, 1, 1], {}),  # the loss mask under transformers' / TRL's names (S47A-6)
+    "completion_mask": ([0, 0, 0, 0, 1, 1], {}),
     "attention_mask": ([1, 1, 1, 0, 0, 0], {}),
     "a side column": ([0.5] * 6, {"side_columns": ("adv",)}),
 }
