@@ -15,13 +15,13 @@ checkpoint folder by a checkpoint's contents, never by a file's name) and
 folder would take it for data)."""
 from __future__ import annotations
 
-import glob
 import os
 from typing import Iterable
 
 from packtool.checkpoint_kind import is_checkpoint_folder
 from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.params import expanded
+from packtool.storage import local_glob
 
 
 def real_path(p: str) -> str:
@@ -39,7 +39,7 @@ def input_paths(inputs: Iterable[str]) -> list[str]:
         if not s:
             continue
         s = expanded(str(s))
-        out += [s] if os.path.exists(s) else (glob.glob(s, recursive=True) or [s])
+        out += [s] if os.path.exists(s) else (local_glob(s) or [s])
     return out
 
 

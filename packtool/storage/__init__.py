@@ -17,6 +17,8 @@ One module per rule it owns:
   small_files  `read_small`: every file read whole, its size bound checked before the read; a
                Git LFS pointer in place of a file refused as one (`refuse_lfs_pointer`)
   globs        `expand`: an object-store input spec (object, prefix, glob) as its objects
+  local_walk   `local_glob`: a local glob's matches (a folder input is `DIR/**/*`), each real folder
+               walked once (a link back to a folder walked, or to one holding it, not followed)
   conditional  S3's conditional puts and deletes (If-None-Match / If-Match), through botocore
   lease        one writer per object-store prefix: the lease object `PREFIX/.packtool.lock`
 The object-store commit protocol over these is `packtool.output.store`'s.
@@ -33,6 +35,7 @@ _MODULES = {
               "read_range", "utf8_path"),
     "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"),
     "globs": ("expand",),
+    "local_walk": ("local_glob",),
     "conditional": ("ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"),
     "lease": ("LEASE", "LEASE_SECONDS", "RENEW_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired",
               "run_holds", "take_lease"),

@@ -20,8 +20,10 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from packtool.errors import PacktoolInputError, arg
+from packtool.notes import note
 from packtool.output.files import describe_kind, refuse_special_input
-from packtool.storage import READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, locate, utf8_path
+from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, local_glob,
+                              locate, utf8_path)
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
@@ -62,12 +64,13 @@ def _kind_of(path: str) -> str | None:
     return None
 
 
-def _folder_files(folder: str, own: OwnTrees) -> list[str]:
-    """The regular files below a folder input, less packtool's own trees (`own`). A data file's
+def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
+    """The regular files below a folder input, less packtool's own trees (`own`); each real
+    folder walked once (`passed` gets the links not followed: storage.local_walk). A data file's
     name on something else (a FIFO, a device, a link to nothing) is an error naming each, as
     each is when named directly: passing over it would drop its rows from the training data
     without a word."""
-    entries = own.keep([f for f in glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)
+    entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed)
                         if not os.path.isdir(f)])
     odd = sorted(f for f in entries if (_kind_of(f) or f.lower().endswith(_UNREADABLE_EXT))
                  and not os.path.isfile(f))
@@ -95,6 +98,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
     owns: list[OwnTrees] = []
+    links: dict[str, list] = {}  # spec -> links to folders not followed (walked already, or a loop)
     for spec in inputs:
         if spec == "-":
             raise stdin_refused()
@@ -105,7 +109,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             owns.append(OwnTrees(spec, _glob_base(spec)))
             # the files of a save_to_disk folder among the matches: the folder, read as itself
-            paths = saved_matches(owns[-1].keep(sorted(glob.glob(spec, recursive=True))))
+            paths = saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))))
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
         else:
@@ -116,7 +120,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                     out += [InputFile(f, "arrow") for f in saved_files(p)]
                     continue
                 owns.append(OwnTrees(p, p))
-                found, hf = saved_folders_below(p, _folder_files(p, owns[-1]))
+                found, hf = saved_folders_below(p, _folder_files(p, owns[-1], links.setdefault(spec, [])))
                 unreadable = sorted(os.path.relpath(f, p) for f in found
                                     if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
                 if unreadable:
@@ -148,9 +152,23 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     if not quiet:
         for own in owns:
             own.say()
+        for spec, passed in links.items():
+            _say_links(spec, passed)
     files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
     _refuse_repeats(files)
     return files
+
+
+def _say_links(spec: str, passed: list) -> None:
+    """One note per input for the links to folders its walk did not follow: nothing is left
+    out (each file is read once, by its own name), but a link the user may count on is named."""
+    pairs = list(dict.fromkeys(passed))
+    if not pairs:
+        return
+    more = f", and {len(pairs) - 4} more" if len(pairs) > 4 else ""
+    note(f"{spec}: did not follow {len(pairs)} link(s) to a folder read already or holding the link "
+         f"(a loop): {', '.join(f'{a} -> {b}' for a, b in pairs[:4])}{more}; each file below is read "
+         f"once, by its own name")
 
 
 def _glob_base(spec: str) -> str:
