@@ -97,8 +97,11 @@ class DataChanges:
         if self.sequences_split:
             lost = (f"{self.targets_lost:,} target(s) lost at the cuts" if loss_counted
                     else "targets lost at the cuts not counted (lengths only)")
+            # a chunk is a segment of its own: nothing in a batch ties it to its row's other chunks
             parts.append(f"{self.sequences_split:,} sequence(s) split into {self.chunks:,} chunks by "
-                         f"{arg('overflow', 'split')} ({lost})")
+                         f"{arg('overflow', 'split')} ({lost}); a per-sequence loss (GRPO's seq-mean-token-mean) "
+                         f"counts each chunk as a sequence: where a row must stay one, raise {arg('capacity')} "
+                         f"or pass {arg('overflow', 'error')}")
         if self.sequences_one_token:
             at = f"; first: {first_one_token}" if first_one_token else ""
             # packed, never refused (the owner's rule): a row without labels is every token a target
