@@ -324,6 +324,7 @@ INTERNAL = {
     ("packers/_common.py", None): "the max-tree's size bound",
     ("tokenize/flat_tokens.py", None): "ids from packtool's encoder, rows checked before (negative ids "
                                        "are refused per row), offsets re-raised as CacheDamagedError",
+    ("tokenize/flat_builder.py", "add"): "the tokenize step's own rows, ids, mask and lengths of one batch",
     ("tokenize/checksum.py", "_hasher"): "the algorithm is one of CHECKSUMS, chosen by packtool",
     ("kernels/row_stats.py", "row_stats_triton"): "the chunk loop (kernels/head_loop.py) hands it rows it made contiguous",
     ("kernels/softmax_grad.py", "softmax_grad_triton_"): "the chunk loop (kernels/head_loop.py) hands it rows it made contiguous",
