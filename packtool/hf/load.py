@@ -75,15 +75,9 @@ def _cache_placed(kwargs: dict) -> dict:
         # that every reader then refuses (S41-9); in a cache entry or checkpoint, foreign files
         refuse_inside_packed(placed, "load_kwargs['cache_dir']", itself=True)
         return {**kwargs, "cache_dir": placed}
-    import datasets.config
-    if given is None and str(datasets.config.HF_DATASETS_CACHE).startswith("~"):
-        from packtool.env import no_home
-        raise PacktoolConfigError(f"to_hf: {no_home() or 'HOME names no folder'}, so the datasets cache "
-                                  f"{datasets.config.HF_DATASETS_CACHE} would be a folder named '~' here; set HOME "
-                                  f"(or HF_HOME) to a folder, or pass load_kwargs cache_dir= a folder",
-                                  flag="load_kwargs")
-    if given is None:  # HF_DATASETS_CACHE / HF_HOME set inside an output: the same rule
-        refuse_inside_packed(str(datasets.config.HF_DATASETS_CACHE), "HF_DATASETS_CACHE", itself=True)
+    if given is None:  # HF_DATASETS_CACHE / HF_HOME: the same rule, and a home to hold it
+        from packtool.output.datasets_cache import check_datasets_cache
+        check_datasets_cache("to_hf", ", or pass load_kwargs cache_dir= a folder", flag="load_kwargs")
     return kwargs
 
 

@@ -20,13 +20,14 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, arg, cli_flag, shown
 from packtool.storage import file_stat, is_uri
 from packtool.tokenize.checksum import fast_digest, sha256_file
 from packtool.tokenize.hf_format import has_transform, transformed
 from packtool.tokenize.late_columns import fragment_batches, stream_batches
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
 from packtool.tokenize.read_checks import refuse_repeated_names
+from packtool.tokenize.repo_folder import generation_cause, split_files
 from packtool.workers import thread_pool
 
 _HASH_POOL = thread_pool(1, "packtool-input-sha")
@@ -349,6 +350,9 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     saved = _saved_split(spec, split, config)
     if saved is not None:
         return saved
+    files = split_files(spec, split, config) if split and os.path.isdir(spec) else None
+    if files:  # a JSON/Parquet repo's split: its files, by packtool's readers
+        return resolve_inputs(files)
     with _offline_unless_reachable(spec):
         return _load_dataset(spec, split, config)
 
@@ -383,8 +387,14 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
     except ImportError:
         raise PacktoolInputError("reading a dataset by name needs the `datasets` package: "
                                  "pip install 'packtool[hf]'", path=spec) from None
+    from packtool.output.datasets_cache import check_datasets_cache
+    check_datasets_cache(shown(spec), "")  # its Arrow conversion is written there
     try:
         ds = datasets.load_dataset(spec, config, split=split)
+    except datasets.exceptions.DatasetGenerationError as e:  # the data's fault: its cause says which
+        raise PacktoolInputError(f"datasets.load_dataset could not read it: {generation_cause(e)}; correct "
+                                 f"that file, or pass the split's files by name (packtool's readers name the "
+                                 f"row)", path=spec) from None
     except (ConnectionError, OSError, FileNotFoundError, ValueError) as e:
         text = f"{type(e).__name__} {e}".lower()
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false") or any(

@@ -143,3 +143,53 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
         flags = f"{arg('split', pick)} with the folder"
     files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
     raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))
+
+
+# the dataset repo modules whose files packtool's readers read as `datasets` would, and the
+# options of their configuration that would read them otherwise (then `datasets` reads them)
+_OWN_READ = {"json": ("field",), "parquet": ("columns", "filters")}
+
+
+def split_files(folder: str, split: str, config: str | None) -> list[str] | None:
+    """The files `datasets.load_dataset(folder, config, split=split)` reads for a local dataset
+    repo folder of JSON (Lines) or Parquet files: packtool's readers read them, so `--split` on
+    the folder gets the checks and the refusals (rows, lines, late columns) the same files get by
+    name, and datasets writes no Arrow conversion into its cache (S47A-14, S47A-15). The files
+    are found by datasets' own rules (its README `configs:`, its split patterns), which write
+    nothing. None where datasets must read it: another format, a configuration that casts
+    features or picks a field, a split or configuration it does not name (its own error then)."""
+    try:
+        from datasets.load import dataset_module_factory
+    except ImportError:
+        return None
+    try:
+        module = dataset_module_factory(folder)
+    except Exception:  # datasets' own error, said by its load_dataset as before
+        return None
+    options = _OWN_READ.get(module.module_path.rsplit(".", 1)[-1])
+    params = module.builder_configs_parameters
+    configs = {c.name: c for c in (params.builder_configs or [])}
+    name = config or params.default_config_name or (next(iter(configs)) if len(configs) == 1 else None)
+    cfg = configs.get(name)
+    if options is None or cfg is None or getattr(cfg, "features", None) is not None or any(
+            getattr(cfg, o, None) is not None for o in options):
+        return None
+    data_files = cfg.data_files or {}
+    if hasattr(data_files, "resolve"):  # a README's `configs:` give patterns below the folder
+        try:
+            data_files = data_files.resolve(module.builder_kwargs.get("base_path", folder), None)
+        except Exception:  # a pattern matching nothing: datasets' own error
+            return None
+    files = {str(k): [str(f) for f in v] for k, v in data_files.items()}
+    return files.get(split) or None
+
+
+def generation_cause(e: BaseException) -> str:
+    """What a `datasets` DatasetGenerationError hides in its cause chain (the JSON parse error,
+    the cast that failed), in one line: its own text is "An error occurred while generating the
+    dataset"."""
+    inner = e
+    while inner.__cause__ is not None or (inner.__context__ is not None and not inner.__suppress_context__):
+        inner = inner.__cause__ or inner.__context__
+    text = " ".join(str(inner).split()) or type(inner).__name__
+    return text if len(text) <= 240 else text[:240].rsplit(" ", 1)[0] + " …"

@@ -1,0 +1,133 @@
+"""`pack REPO --split S` on a local dataset repo folder went through `datasets.load_dataset`
+(S47A-14, S47A-15): its Arrow conversion was written into HF_DATASETS_CACHE with none of the
+checks every other place packtool makes something write gets (inside a packed output it made
+that output fail verify, even under --dry-run), and a data fault in a split file (a bad JSON
+line, a column first holding a value past the first block) was "internal error (a packtool bug)
+DatasetGenerationError", exit 3, no file, no line. A JSON (Lines) or Parquet repo's split files
+are now read by packtool's readers (found by datasets' own rules): the same verdict as the same
+files by name. What datasets still reads (another format; a Hub name from the local cache) is
+held to the cache-place rule first, and its data errors are the input's, exit 2."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import GPT2
+from packtool.cli.app import app
+
+pytest.importorskip("datasets")
+
+README = ("---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train-*\n"
+          "  - split: test\n    path: main/test-*\n---\n")
+# layout: (train file below the repo, test file, README)
+LAYOUTS = {"data/ split files": ("data/train-00000.jsonl", "data/test-00000.jsonl", None),
+           "split folders": ("train/part.jsonl", "test/part.jsonl", None),
+           "README configs": ("main/train-00000.jsonl", "main/test-00000.jsonl", README)}
+ROWS = [json.dumps({"text": f"row {i} " * 5}) for i in range(6)]
+LATE = [json.dumps({"input_ids": list(range(10, 40))})] * 9000 + [
+    json.dumps({"input_ids": [11, 12, 13, 14], "loss_mask": [0, 0, 1, 1]})]  # past the 64 KiB peek
+FAULTS = {"a bad JSON line": ROWS + ['{"text": [oops'], "a column first holding a value late": LATE}
+
+
+def _repo(tmp_path, layout: str, train_lines: list[str]) -> tuple[str, str]:
+    train, test, readme = LAYOUTS[layout]
+    root = tmp_path / "repo"
+    for rel, lines in ((train, train_lines), (test, ROWS[:2])):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("\n".join(lines) + "\n")
+    if readme:
+        (root / "README.md").write_text(readme)
+    return str(root), str(root / train)
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(monkeypatch, tmp_path):
+    """HF_DATASETS_CACHE as datasets reads it (once, at its import): its config, set per test."""
+    import datasets.config
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
+
+    def place(path):
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", path)
+        monkeypatch.setenv("HF_DATASETS_CACHE", path)
+    return place
+
+
+def _pack(args, tmp_path, **env):
+    r = CliRunner().invoke(app, ["pack", *args, "--tokenizer", GPT2, "-C", "256", "--dry-run", "--json",
+                                 "--cache-dir", str(tmp_path / "cache")], env={"HF_HUB_OFFLINE": "1", **env})
+    line = r.output.strip().splitlines()[-1]
+    return r.exit_code, json.loads(line[line.index("{"):])
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_split_files_fault_gets_the_verdict_the_file_gets_by_name(tmp_path, layout, fault):
+    repo, train = _repo(tmp_path, layout, FAULTS[fault])
+    config = ["--config", "main"] if LAYOUTS[layout][2] else []
+    by_door = _pack([repo, "--split", "train", *config], tmp_path)
+    by_name = _pack([train], tmp_path)
+    assert by_door[0] == by_name[0] == 2, (by_door, by_name)
+    assert by_door[1]["error"] == by_name[1]["error"], (by_door, by_name)
+    err = by_door[1]["error"]
+    assert err["kind"] == "input" and err["path"] == train and (err["row"] is not None or " line " in err["message"])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_split_is_read_and_datasets_writes_nothing(tmp_path, layout, _datasets_cache):
+    repo, train = _repo(tmp_path, layout, ROWS)
+    config = ["--config", "main"] if LAYOUTS[layout][2] else []
+    hf = tmp_path / "hf"
+    _datasets_cache(str(hf))
+    rc, out = _pack([repo, "--split", "train", *config], tmp_path)
+    assert rc == 0 and out["sequences"] == len(ROWS), out  # the train rows, not the test ones
+    assert not hf.exists() or not any(os.scandir(hf)), list(hf.rglob("*"))
+
+
+def _packed_output(tmp_path) -> str:
+    src = tmp_path / "src.jsonl"
+    src.write_text("\n".join(ROWS) + "\n")
+    out = str(tmp_path / "packed")
+    r = CliRunner().invoke(app, ["pack", str(src), "--tokenizer", GPT2, "-C", "256", "-q", "-o", out,
+                                 "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _csv_repo(tmp_path) -> str:
+    """A repo of CSV files: datasets still reads it (its csv options are not packtool's)."""
+    root = tmp_path / "csvrepo" / "data"
+    root.mkdir(parents=True)
+    (root / "train-0.csv").write_text("text\n" + "\n".join(f"row {i}" for i in range(4)) + "\n")
+    (root / "test-0.csv").write_text("text\nheld out\n")
+    return str(root.parent)
+
+
+@pytest.mark.parametrize("place", ["inside a packed output", "a file"])
+def test_the_datasets_cache_place_is_held_to_the_rule_before_datasets_writes(tmp_path, place, _datasets_cache):
+    out = _packed_output(tmp_path)
+    before = sorted(os.listdir(out))
+    cache = os.path.join(out, "hf") if place == "inside a packed output" else str(tmp_path / "hfc_file")
+    if place == "a file":
+        with open(cache, "w") as f:
+            f.write("x")
+    _datasets_cache(cache)
+    rc, got = _pack([_csv_repo(tmp_path), "--split", "train"], tmp_path)
+    err = got["error"]
+    assert rc == 2 and "HF_DATASETS_CACHE" in err["message"] and "\n" not in err["message"], got
+    assert err["kind"] == "config" if place == "a file" else err["kind"] in ("output", "config"), err
+    assert sorted(os.listdir(out)) == before  # nothing written into the output
+    assert CliRunner().invoke(app, ["verify", out, "-q"]).exit_code == 0
+
+
+def test_a_data_error_datasets_raises_is_the_inputs(tmp_path):
+    root = tmp_path / "csvrepo" / "data"
+    root.mkdir(parents=True)
+    (root / "train-0.csv").write_text("text,n\na,1\nb,2,3,4\n")  # a row with more fields than the header
+    (root / "test-0.csv").write_text("text,n\nc,3\n")
+    rc, got = _pack([str(root.parent), "--split", "train"], tmp_path)
+    err = got["error"]
+    assert rc == 2 and err["kind"] == "input" and err["path"] == str(root.parent), got
+    assert "packtool bug" not in err["message"] and "\n" not in err["message"], err
