@@ -35,7 +35,8 @@ rank the same steps: a DDP rank that runs out first leaves the others waiting in
 all-reduce. Where the slab count is not a multiple of world_size (round robin), a short rank
 takes its first slab(s) again, as torch's DistributedSampler pads, with a warning (`--dp N`
 packs a multiple of N slabs: each once); so does every rank whose slabs are not whole runs of
-`per_device_batch` (accelerate's last batch took another rank's slabs, S46B-7); a rank with no
+`per_device_batch` where world_size > 1 (accelerate's last batch took another rank's slabs,
+S46B-7; one process's last batch is just short); a rank with no
 slab at all is refused. Not the
 Megatron dataset's empty micro-batch: an HF batch with no label has a NaN mean loss, and a
 DDP rank must run the backward all the same.

@@ -67,8 +67,12 @@ def equal_streams(order: np.ndarray, owner: np.ndarray, world_size: int,
 
 
 def stream_length(counts: np.ndarray, per_device_batch: int = 1) -> int:
-    """The slabs every rank takes: the most any rank holds, up to a whole run of `per_device_batch`."""
-    return -(-int(counts.max()) // per_device_batch) * per_device_batch
+    """The slabs every rank takes: the most any rank holds, up to a whole run of `per_device_batch`
+    where there are ranks (`counts`: one per rank) whose slabs a short last batch could take. One
+    process has none, and no all-reduce to wait in (accelerate does not shard its sampler): its
+    last batch is short, every slab taken once (S47B-4: it took slabs again, "trained twice")."""
+    batch = per_device_batch if counts.size > 1 else 1
+    return -(-int(counts.max()) // batch) * batch
 
 
 def rank_counts(index: SlabIndex, planned_dp: int, world_size: int) -> np.ndarray:

@@ -109,6 +109,18 @@ def test_the_interleaved_dataset_hands_every_rank_its_own_equal_stream(outs, kin
         assert said == []
 
 
+# S47B-4 / review R-8: one process has no other rank whose slabs a short last batch could take
+# (accelerate does not shard its sampler) and no all-reduce to wait in: its stream is every slab
+# once, whatever per_device_batch, and nothing is said
+@pytest.mark.parametrize("rank", [None, 0])
+@pytest.mark.parametrize("batch", [2, 3, 5])
+def test_one_process_takes_every_slab_once_whatever_the_batch(outs, batch, rank):
+    paths, n = outs
+    start = notes.mark()
+    ds = SlabDataset(paths["round robin"], rank=rank, world_size=1, per_device_batch=batch)
+    assert ds.order.tolist() == list(range(n)) and notes.since(start) == []
+
+
 @pytest.mark.parametrize("extra", [1, 5, 2**31 - 100])
 def test_a_rank_that_would_get_no_slab_is_refused(outs, extra):
     paths, n = outs
