@@ -87,6 +87,14 @@ class OwnTrees:
             self._step_of[step] = what
         return self._step_of[step]
 
+    def names_a_tree(self) -> bool:
+        """The base itself is one of packtool's trees or a job's scratch (named, read as asked): its
+        files that are no data (an entry's flat/*.npy, a job's markers) are that tree's own,
+        neither refused nor noted as the user's (file_kinds)."""
+        rd = self.real_base
+        return self._in_scratch or is_cache_entry(rd) or (
+            packed_output_around(rd, itself=True) == rd and packtool_made(rd))
+
     def only_own(self) -> str:
         """For "holds no data files": what was passed over, when anything was."""
         if not self.skipped:
@@ -128,6 +136,13 @@ class StoreTrees(OwnTrees):
         self.named_base = self.real_base  # its trees are keyed by their store paths
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
+        from packtool.manifest_name import MANIFEST
+        names = {p[len(self.real_base) + 1:] for p in listed if p.startswith(self.real_base + "/")}
+        self._named_tree = _names_scratch(self.real_base) or MANIFEST in names or (
+            "cache.json" in names and any(n.startswith(("data/", "flat/")) for n in names))
+
+    def names_a_tree(self) -> bool:
+        return self._named_tree
 
     def keep(self, locs: list) -> list:
         out = []

@@ -29,39 +29,16 @@ from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
                                             saved_objects)
-from packtool.tokenize.csv_reader import CSV_EXT, csv_batches, csv_delimiter, csv_error, csv_names
+from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, csv_names
+from packtool.tokenize.file_kinds import READ_KINDS, say_passed_over, unreadable
+from packtool.tokenize.file_kinds import kind_of as _kind_of
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
-
-_PARQUET_EXT = (".parquet", ".pq")
-_JSONL_EXT = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz") + tuple(
-    base + c for base in (".jsonl", ".ndjson", ".json") for c in JSONL_CODECS)
-_ARROW_EXT = (".arrow", ".feather", ".ipc")
-# Data files packtool cannot read: in a folder input they are an error, not silently left out
-# (README.md, LICENSE, hidden files and the like are not data and are passed over).
-_UNREADABLE_EXT = (".zst", ".zstd", ".bz2", ".xz", ".lz4", ".lzma", ".br", ".zip", ".tar", ".tgz",
-                   ".7z", ".gz", ".orc", ".avro", ".xlsx", ".xls")
-
 
 @dataclass(frozen=True)
 class InputFile:
     """One concrete file to read. `kind`: parquet | jsonl | json | arrow | csv."""
     path: str
     kind: str
-
-
-def _kind_of(path: str) -> str | None:
-    low = path.lower()
-    if low.endswith(_PARQUET_EXT):
-        return "parquet"
-    if low.endswith(_JSONL_EXT):
-        return "jsonl"
-    if low.endswith(".json"):
-        return "json"
-    if low.endswith(_ARROW_EXT):
-        return "arrow"
-    if low.endswith(CSV_EXT):
-        return "csv"
-    return None
 
 
 def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
@@ -72,8 +49,7 @@ def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
     without a word."""
     entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed)
                         if not os.path.isdir(f)])
-    odd = sorted(f for f in entries if (_kind_of(f) or f.lower().endswith(_UNREADABLE_EXT))
-                 and not os.path.isfile(f))
+    odd = sorted(f for f in entries if (_kind_of(f) or unreadable(f)) and not os.path.isfile(f))
     if odd:
         named = ", ".join(f"{os.path.relpath(f, folder)} ({describe_kind(f)})" for f in odd)
         raise PacktoolInputError(f"folder holds data files that are not regular files: {named}; packtool "
@@ -103,7 +79,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):
-            out += _store_files(spec, owns)
+            out += _store_files(spec, owns, quiet)
             continue
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
@@ -121,15 +97,18 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                     continue
                 owns.append(OwnTrees(p, p))
                 found, hf = saved_folders_below(p, _folder_files(p, owns[-1], links.setdefault(spec, [])))
-                unreadable = sorted(os.path.relpath(f, p) for f in found
-                                    if not _kind_of(f) and f.lower().endswith(_UNREADABLE_EXT))
-                if unreadable:
-                    more = f" and {len(unreadable) - 3} more" if len(unreadable) > 3 else ""
+                # a tree of packtool's named itself: its other files are its own (own_trees)
+                mine = owns[-1].names_a_tree()
+                bad = [] if mine else sorted(os.path.relpath(f, p) for f in found if unreadable(f))
+                if bad:
+                    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
                     raise PacktoolInputError(
-                        f"folder holds data files packtool cannot read: {', '.join(unreadable[:3])}"
-                        f"{more}; decompress or convert them (.parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow, .csv/.tsv), "
+                        f"folder holds data files packtool cannot read: {', '.join(bad[:3])}"
+                        f"{more}; decompress or convert them ({READ_KINDS}), "
                         f"or pass the readable files themselves", path=p)
                 inner = sorted(f for f in found if _kind_of(f))
+                if not quiet and not mine:
+                    say_passed_over(p, [os.path.relpath(f, p) for f in found if not _kind_of(f)])
                 if not inner and not hf:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
@@ -177,7 +156,7 @@ def _glob_base(spec: str) -> str:
     return os.path.dirname(head) or "."
 
 
-def _store_files(spec: str, owns: list) -> list[InputFile]:
+def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage.globs.expand), each named by its URI without secrets."""
     listed: list = []
@@ -199,14 +178,19 @@ def _store_files(spec: str, owns: list) -> list[InputFile]:
     if not found:
         raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
                                  else "input not found (no such object or prefix)", path=locate(spec).shown)
-    bad = [x.shown for x in found if not _kind_of(x.path) and (one or x.path.lower().endswith(_UNREADABLE_EXT))]
+    mine = own is not None and own.names_a_tree()  # a tree of packtool's named itself: its files are its own
+    bad = [x.shown for x in found if not _kind_of(x.path) and (one or unreadable(x.path) and not mine)]
     if bad:
-        raise PacktoolInputError("unknown or unreadable file type; expected .parquet, .jsonl[.gz|.zst|.bz2], "
-                                 ".json, .arrow/.feather or .csv/.tsv", path=bad[0])
+        raise PacktoolInputError(f"unknown file type, or data packtool cannot read; expected {READ_KINDS}: "
+                                 f"decompress or convert it, or pass the readable objects themselves", path=bad[0])
     files = [InputFile(x.shown, _kind_of(x.path)) for x in found if _kind_of(x.path)]
     if not files:
         raise PacktoolInputError("prefix holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv objects",
                                  path=locate(spec).shown)
+    if not quiet and not mine:
+        base = locate(spec).shown.rstrip("/")
+        say_passed_over(base, [x.shown[len(base) + 1:] if x.shown.startswith(base + "/") else x.shown
+                               for x in found if not _kind_of(x.path)])
     data = [x for x in found if _kind_of(x.path)]
     for prefix in folders:  # every split of a dataset repo, test rows too: not silently
         refuse_repo_prefix(prefix, data, set(listed[1:]))
