@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -37,44 +36,14 @@ except ImportError:  # older typer runs on click itself
 
 from packtool import notes
 from packtool.cli import places, written
-from packtool.cli.stdout import ReaderLeft, StdoutFailed
+from packtool.cli.error_subject import named_path, subject_flag
+from packtool.cli.stdout import ReaderLeft, StdoutFailed, reader_left, stdout_gone
+from packtool.cli.stdout import stdout_console  # noqa: F401  (app.py asks it here, with the rest of a command's end)
 from packtool.cli.stdout import failed as stdout_failed
 from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, arg, one_line, shown
 
 _STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
-EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
-
-
-class _StdoutConsole(Console):
-    """rich's Console ends a broken pipe with exit 1 (verify's "problems found"); hand it to
-    `guarded` instead, which knows `| head` from a failure."""
-
-    def on_broken_pipe(self) -> None:
-        raise ReaderLeft("Broken pipe")
-
-
-def stdout_console() -> Console:
-    """The console every command prints its tables and lines to."""
-    return _StdoutConsole()
-
-
-def _stdout_gone() -> bool:
-    """Whether stdout is a pipe whose reader has closed (poll reports an error on its end), so a
-    BrokenPipeError from a worker's own pipe is never mistaken for `| head`."""
-    import select
-    try:
-        p = select.poll()
-        p.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(ev & select.POLLERR for _, ev in p.poll(0))
-    except (OSError, ValueError, AttributeError):  # not a real file (tests), or no poll
-        return False
-
-
-def reader_left() -> int:
-    """stdout's reader closed the pipe (`| head`): not an error of ours, SIGPIPE's status."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
-    return EXIT_PIPE
 
 
 def reset(command: str | None = None) -> None:
@@ -202,33 +171,10 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
         d.update(extra or {})
         # an error built without flag= (a ValueError, a usage string): only a flag it is about, the
         # one it starts with; never one the fix names (`... --split for a dataset`)
-        d["flag"] = d["flag"] or _subject_flag(message)
-        d["path"] = d["path"] or _named_path(message)
+        d["flag"] = d["flag"] or subject_flag(message)
+        d["path"] = d["path"] or named_path(message)
         said = command_notes()  # what it said on stderr before it failed
         print(json.dumps({"error": d, **({"notes": said} if said else {})}), flush=True)
-
-
-_SUBJECT = re.compile(r"^(?:[^:]+?(?:, row \d+)?: )?(--[a-z][a-z0-9-]*|-[A-Za-z])(?=[\s:,=]|$)")
-_WHERE = re.compile(r"^(.+?)(?:, row \d+)?: ")
-
-
-def _subject_flag(message: str) -> str | None:
-    """The flag a message is about, by the error contract's form: the one it opens with, after
-    its `<path>[, row N]: ` (`--workers must be >= 1`, `x.npy: --column ...`)."""
-    m = _SUBJECT.match(message)
-    return m.group(1) if m else None
-
-
-def _named_path(message: str) -> str | None:
-    """The file or folder a message starts with (`<path>[, row N]: ...`, the error contract's
-    form), when it reads as one: it exists, or it is one word with a folder or an extension."""
-    m = _WHERE.match(message)
-    cand = m.group(1) if m else ""
-    if not cand or cand.startswith("-"):
-        return None
-    if os.path.lexists(cand) or "://" in cand:
-        return cand
-    return cand if " " not in cand and ("/" in cand or re.search(r"\.\w{1,8}$", cand)) else None
 
 
 def report(e: BaseException, json_out: bool = False) -> int:
@@ -241,7 +187,7 @@ def report(e: BaseException, json_out: bool = False) -> int:
         extra.update(e.to_dict()["error"])
         extra.pop("message", None)
         from packtool.storage import STORE_ERRORS
-        place = _place(extra.get("path") or _named_path(message))
+        place = _place(extra.get("path") or named_path(message))
         if place and isinstance(e, STORE_ERRORS):  # a store refusing: input when read, output when written
             extra["kind"] = kind = place[1]
         if e.usage:  # a flag's value the command cannot take: a usage error, as click's are
@@ -307,7 +253,7 @@ def guarded(fn):
         except ReaderLeft:  # a write to stdout met EPIPE (cli.stdout): `packtool ... | head`
             raise typer.Exit(reader_left()) from None
         except BrokenPipeError as e:  # `packtool ... | head`: the reader left; not an error of ours
-            if not _stdout_gone():
+            if not stdout_gone():
                 raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
             raise typer.Exit(reader_left()) from None
         except KeyboardInterrupt as e:  # the bars are transient: without a line Ctrl-C ends in silence

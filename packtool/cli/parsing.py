@@ -11,19 +11,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
-from packtool.cli.failure import (
-    EXIT_INTERRUPTED,
-    ReaderLeft,
-    _StdoutConsole,
-    click_exceptions,
-    interrupted,
-    reader_left,
-    release,
-    report,
-    reset,
-    usage_error,
-)
-from packtool.cli.stdout import StdoutFailed, guard, unguard
+from packtool.cli.failure import EXIT_INTERRUPTED, click_exceptions, interrupted, release, report, reset, usage_error
+from packtool.cli.stdout import ReaderLeft, StdoutConsole, StdoutFailed, guard, reader_left, unguard
 from packtool.cli.flags import FLAG_OF, LIST_FLAGS
 from packtool.cli.variadic import in_place, repeated
 from packtool.errors import shown, spelled_as
@@ -100,7 +89,7 @@ class Commands(_ParsedHere, TyperGroup):
         json_out = self.json_out = "--json" in given  # --version's callback asks (app._say_version)
         reset(next((a for a in given if a in self.commands), None))
         # typer prints --help through consoles of its own: they end a closed pipe as ours do
-        Console.on_broken_pipe = _StdoutConsole.on_broken_pipe
+        Console.on_broken_pipe = StdoutConsole.on_broken_pipe
         stdout = guard()  # every write to stdout fails one way (cli.stdout), here and in the commands
         try:
             try:

@@ -4,7 +4,7 @@ a write that fails ends the same way wherever it came from (print, a rich consol
 help, train's step lines):
 
 - the reader left (EPIPE: `packtool inspect out | head`): `ReaderLeft`, ended quietly with
-  SIGPIPE's status (failure.reader_left);
+  SIGPIPE's status (`reader_left`);
 - anything else (`> /dev/full`, a full disk behind `> file`, EIO, stdout closed with `>&-`):
   `StdoutFailed`, one `error:` line on stderr, exit 2; no JSON object follows, since stdout is
   what failed.
@@ -14,20 +14,55 @@ so `--json`'s error object was written to the same full stdout (a traceback, exi
 from __future__ import annotations
 
 import errno
+import os
 import sys
+
+from rich.console import Console
 
 from packtool.errors import PacktoolOutputError
 
 _FAILED: list[BaseException] = []  # this command line's stdout failure, once found
+EXIT_PIPE = 141  # 128 + SIGPIPE, what `cmd | head` reports for a writer whose reader left
 
 
 class ReaderLeft(BrokenPipeError):
     """stdout's reader closed the pipe. No errno on purpose: typer turns an EPIPE OSError into
-    exit 1 (verify's "problems found"), and this one must reach `failure.reader_left` instead."""
+    exit 1 (verify's "problems found"), and this one must reach `reader_left` instead."""
 
 
 class StdoutFailed(PacktoolOutputError):
     """stdout could not be written for another reason than a gone reader: the result is lost."""
+
+
+class StdoutConsole(Console):
+    """rich's Console ends a broken pipe with exit 1 (verify's "problems found"); hand it to
+    `guarded` instead, which knows `| head` from a failure."""
+
+    def on_broken_pipe(self) -> None:
+        raise ReaderLeft("Broken pipe")
+
+
+def stdout_console() -> Console:
+    """The console every command prints its tables and lines to."""
+    return StdoutConsole()
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed (poll reports an error on its end), so a
+    BrokenPipeError from a worker's own pipe is never mistaken for `| head`."""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a real file (tests), or no poll
+        return False
+
+
+def reader_left() -> int:
+    """stdout's reader closed the pipe (`| head`): not an error of ours, SIGPIPE's status."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second failure at exit
+    return EXIT_PIPE
 
 
 def failed() -> bool:
@@ -90,4 +125,5 @@ def unguard(before) -> None:
     sys.stdout = before
 
 
-__all__ = ["ReaderLeft", "StdoutFailed", "failed", "guard", "unguard"]
+__all__ = ["EXIT_PIPE", "ReaderLeft", "StdoutConsole", "StdoutFailed", "failed", "guard", "reader_left", "stdout_console",
+           "stdout_gone", "unguard"]
