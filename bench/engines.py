@@ -114,7 +114,7 @@ def measure_plan(mode: str, n: int) -> dict:
     from packtool.align import Alignment
     from packtool.planning.core import PackingConfig, plan
     from packtool.planning.sharded import plan_shards
-    from packtool.slabs.writer import shard_ranges
+    from packtool.slabs.shard_sizes import shard_ranges
     align = Alignment(tp=4, cp=2, sp=True, fp8="blockwise", capacity=8192)
     pk = PackingConfig("bfd", overflow="split")
     pool = real_lengths()

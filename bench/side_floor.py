@@ -11,7 +11,7 @@ Each case runs in a fresh process, cases alternating (bench/pack_e2e_side.py's i
                    (`pa.FixedSizeListArray.from_arrays` + `pa.ListArray.from_arrays`, rows of
                    C tokens; pads left out, <1% here) and written with the writer's options
                    (zstd, no dictionary, no statistics, `slabs.schema.side_encoding`, row groups
-                   of `slabs.writer.side_group_tokens`), by two threads (two shards, as the
+                   of `slabs.shard_sizes.side_group_tokens`), by two threads (two shards, as the
                    writer runs on two cores);
 Neither step packs anything: the ids, the plan, the gather and the flat store are all left
 out, so tokens + decode + encode is a lower bound of the pack with those columns. CPU
@@ -76,7 +76,7 @@ def encode(batches, cols, work: str) -> dict:
 
     from packtool.side import SideColumn
     from packtool.slabs.schema import side_encoding
-    from packtool.slabs.writer import GROUP_TOKENS, side_group_tokens
+    from packtool.slabs.shard_sizes import GROUP_TOKENS, side_group_tokens
     side = []
     for name, v in zip(cols, batches[0]):
         width = v.type.list_size if pa.types.is_fixed_size_list(v.type) else 1

@@ -6,8 +6,8 @@ reads into a shared token store, the tokens move once through Ray Data's shuffle
     read(cache row groups) -> map_batches(route): (shard, position, tokens) per segment
     -> groupby(shard).map_groups(write): sort by position, build the shard's sub-plan from
        its segments and the driver's per-slab values (plan_slabs.SlabSpec), write slabs-NNNNN.parquet
-Shard boundaries are `writer.shard_ranges(slab_len, shard_tokens)`, the local writer's, and each
-shard's row groups are `_chunks(..., group_tokens)` inside it, so the files are the same bytes.
+Shard boundaries are `shard_sizes.shard_ranges(slab_len, shard_tokens)`, the local writer's, and each
+shard's row groups are `shard_sizes.group_ranges(..., group_tokens)` inside it, so the files are the same bytes.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from packtool.progress import bar
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.names import shard_file
 from packtool.storage import locate
-from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, shard_ranges, write_shard_file
+from packtool.slabs.shard_sizes import GROUP_TOKENS, shard_ranges
+from packtool.slabs.writer import ShardSlabWriter, write_shard_file
 from packtool.tokenize.cache_parts import mask_values
 from packtool.tokenize.cache_pieces import cache_pieces
 from packtool.tokenize.flat_tokens import FlatTokens

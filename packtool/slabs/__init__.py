@@ -3,7 +3,8 @@
 `format` is the one owner of the format: the manifest (write, read, validate, defaults), with
 its parts `schema` (the shards' Parquet schema), `names` (the names of an output's files) and
 `provenance` (the manifest's record of where the slabs came from);
-`writer` writes shards from an in-memory plan, `routed` from a plan spilled to disk,
+`writer` writes shards from an in-memory plan, `routed` from a plan spilled to disk, both cut
+into shards and row groups by `shard_sizes`,
 `gather` preads token spans from the flat store; `reader` reads slabs back with bounded
 memory (the Megatron dataset and users' own loaders).
 """

@@ -32,7 +32,8 @@ from packtool.planning.spill import PlacementFile, StoreOffsets
 from packtool.slabs.format import ShardInfo
 from packtool.slabs.names import shard_file
 from packtool.slabs.schema import slab_schema
-from packtool.slabs.writer import GROUP_TOKENS, ShardSlabWriter, run_shards, shard_ranges, write_shard_file
+from packtool.slabs.shard_sizes import GROUP_TOKENS, shard_ranges
+from packtool.slabs.writer import ShardSlabWriter, run_shards, write_shard_file
 from packtool.tokenize.flat_tokens import FlatTokens
 
 # One segment of an output shard: source row, offset in the row, absolute token start in

@@ -26,6 +26,7 @@ from packtool.slabs.format import ShardInfo
 from packtool.slabs.gather import fill_pads, fill_side_pads, gather_from_files, gather_side, row_sums, side_bits
 from packtool.slabs.names import partial_shard_file, shard_file
 from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
+from packtool.slabs.shard_sizes import GROUP_TOKENS, group_ranges, shard_ranges, side_group_tokens
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
 from packtool.workers import cores as default_cores, thread_pool
@@ -168,54 +169,6 @@ def release_memory() -> None:
     trim()
 
 
-def _chunks(slab_len: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Consecutive slab ranges of about `budget` tokens (at least one slab each)."""
-    out, b0 = [], 0
-    ends = np.cumsum(slab_len)
-    n = slab_len.size
-    while b0 < n:
-        start = ends[b0 - 1] if b0 else 0
-        b1 = int(np.searchsorted(ends, start + budget, side="right"))
-        b1 = max(b1, b0 + 1)
-        out.append((b0, b1))
-        b0 = b1
-    return out
-
-
-SHARD_MULTIPLE = 4  # output shards come in multiples of this (see shard_ranges)
-MIN_GROUP_TOKENS = 1 << 17
-
-
-def side_group_tokens(group_tokens: int, side) -> int:
-    """Tokens per row group with side columns: the same bytes per group as the token columns
-    alone (5 bytes per token), at least MIN_GROUP_TOKENS. A 20-wide int32 column is 80 bytes
-    per token, and Parquet holds a row group's repetition levels (4 bytes per value) while it
-    encodes it: two writer threads at a million tokens each held ~1 GB."""
-    extra = sum(c.width * c.np_dtype.itemsize for c in side)
-    if not extra:
-        return group_tokens
-    return max(min(group_tokens, MIN_GROUP_TOKENS), group_tokens * 5 // (5 + extra))
-GROUP_TOKENS = 1 << 20  # tokens per row group, every engine's default
-MIN_SPLIT_TOKENS = 1 << 22  # below this, one shard
-
-
-def shard_ranges(slab_len: np.ndarray, shard_tokens: int) -> list[tuple[int, int]]:
-    """The output shards: runs of consecutive slabs of about equal size, none much over
-    `shard_tokens`, and (above MIN_SPLIT_TOKENS) a multiple of SHARD_MULTIPLE of them. Shards
-    are written one per thread, so 1, 2 or 4 writers (and as many DP readers) get equal work
-    instead of one finishing a short last shard alone. A function of the slabs alone: the
-    bytes never depend on the machine."""
-    ends = np.cumsum(slab_len, dtype=np.int64)
-    total = int(ends[-1]) if ends.size else 0
-    n = max(1, -(-total // max(int(shard_tokens), 1)))
-    if total >= MIN_SPLIT_TOKENS:
-        n = -(-n // SHARD_MULTIPLE) * SHARD_MULTIPLE
-    # shard k ends at the first slab that reaches k/n of the tokens
-    cuts = np.searchsorted(ends, (np.arange(1, n) * total + n - 1) // n, side="left") + 1
-    bounds = np.unique(np.concatenate(([0], np.minimum(cuts, ends.size), [ends.size])))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-
-
 def write_shards(plan: Plan, tokens: FlatTokens, directory: str, pad_id: int,
                  shard_tokens: int = 64 << 20, group_tokens: int = GROUP_TOKENS,
                  on_rows: Callable[[int], None] | None = None,
@@ -325,7 +278,7 @@ def write_shard_file(w: SlabWriter, slab_len: np.ndarray, first: int, path: str,
     holds, the next row group is gathered by a helper thread while this one encodes."""
     tmp = partial_shard_file(path)  # a name the sweep of a killed run's folder knows (slabs.names)
     loss, top = 0, 0  # top: the shard's largest id, pads too (0 below any id: ids are >= 0)
-    groups = _chunks(slab_len, side_group_tokens(group_tokens, w.side))
+    groups = group_ranges(slab_len, side_group_tokens(group_tokens, w.side))
     # no dictionary pages: token ids have ~vocab distinct values and dictionary
     # attempts cost more than they save; zstd does the compressing. The two token columns
     # are byte-stream-split first: their high bytes are (nearly) constant, so zstd skips

@@ -15,7 +15,7 @@ from slab_support import PAD, write_source
 from packtool.align import Alignment
 from packtool.errors import PacktoolCacheError
 from packtool.planning.core import PackingConfig, plan
-from packtool.slabs import writer
+from packtool.slabs import shard_sizes, writer
 from packtool.slabs.writer import SlabWriter, write_shard_file, write_shards
 from packtool.tokenize.flat_tokens import TOKENS_FILE, FlatTokens
 
@@ -117,9 +117,9 @@ def test_a_failing_shard_stops_the_others_at_their_next_row_group(tmp_path, stor
 
     monkeypatch.setattr(SlabWriter, "batch", batch)
     sl = packed.layout.slab_len
-    shards = writer.shard_ranges(sl, 400_000)
+    shards = shard_sizes.shard_ranges(sl, 400_000)
     assert len(shards) >= 2
-    second = len(writer._chunks(sl[shards[1][0]:shards[1][1]], 2_000))  # ~200 row groups
+    second = len(shard_sizes.group_ranges(sl[shards[1][0]:shards[1][1]], 2_000))  # ~200 row groups
     with pytest.raises(RuntimeError, match="shard 0 breaks"):
         write_shards(packed, store, str(tmp_path), PAD, shard_tokens=400_000, group_tokens=2_000,
                      workers=2)
@@ -192,16 +192,16 @@ def test_token_columns_are_byte_stream_split_and_read_back_unchanged(tmp_path, s
 def test_shard_ranges_are_balanced_in_multiples_of_four_and_cover_every_slab():
     rng = np.random.default_rng(1)
     sl = rng.integers(4000, 8193, 40_000)  # ~245M tokens
-    r = writer.shard_ranges(sl, 64 << 20)
-    assert len(r) % writer.SHARD_MULTIPLE == 0 and len(r) >= 4
+    r = shard_sizes.shard_ranges(sl, 64 << 20)
+    assert len(r) % shard_sizes.SHARD_MULTIPLE == 0 and len(r) >= 4
     assert r[0][0] == 0 and r[-1][1] == sl.size and all(a[1] == b[0] for a, b in zip(r, r[1:]))
     sizes = np.array([sl[a:b].sum() for a, b in r])
     assert sizes.max() - sizes.min() <= 2 * sl.max()  # equal but for a slab at each cut
     assert sizes.max() <= (64 << 20) + sl.max()
     small = sl[:100]  # under MIN_SPLIT_TOKENS: one shard, however the budget falls
-    assert writer.shard_ranges(small, 64 << 20) == [(0, 100)]
-    assert len(writer.shard_ranges(small, -(-int(small.sum()) // 3))) == 3
-    assert writer.shard_ranges(sl[:0], 100) == []
+    assert shard_sizes.shard_ranges(small, 64 << 20) == [(0, 100)]
+    assert len(shard_sizes.shard_ranges(small, -(-int(small.sum()) // 3))) == 3
+    assert shard_sizes.shard_ranges(sl[:0], 100) == []
 
 
 @pytest.mark.parametrize("pad", [0, 5, 999, 5000])  # below, inside and above the ids [3, 1000)
