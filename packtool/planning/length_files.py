@@ -86,14 +86,35 @@ def at_line(path: str, row: int, detail: str) -> str:
     return detail if line is None else f"line {line}: {detail}"
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _refuse_not_npy(path: str) -> None:
+    """A .npy opens with numpy's magic (np.save writes it); numpy reads any other bytes as a
+    pickle and says to load it "unsafely" (advice to unpickle a file that is none), or, for no
+    bytes, raises EOFError: refused here, naming the file, before numpy sees it."""
+    with open(path, "rb") as f:
+        head = f.read(len(_NPY_MAGIC))
+    if not head:
+        raise PlanInputError("holds no data (0 bytes), so it is no .npy file (np.save writes a header): write it "
+                             "again", path=path, flag=cli_flag("lengths"))
+    if head != _NPY_MAGIC[:len(head)]:
+        raise PlanInputError("is not a .npy file (it does not open with numpy's \\x93NUMPY header, which np.save "
+                             "writes); give a .npy of integer lengths (np.save of an int64 array), or name the file "
+                             f"by its kind ({KINDS})", path=path, flag=cli_flag("lengths"))
+
+
 def read_npy(path: str, column: str | None) -> np.ndarray:
     if column:
         raise PlanInputError(f"{path}: a .npy array has no columns; drop {arg('column')}", flag=cli_flag("column"))
+    _refuse_not_npy(path)
     try:
         arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         # numpy's whole reason, one line: its messages hold "." inside (`arr.size * arr.dtype.itemsize`)
         why = " ".join(str(e).split()).rstrip(".")
+        if "allow_pickle" in why:  # an object array: a pickle inside, never loaded (numpy's words say how to)
+            why = "it holds an object array, pickled Python objects, which packtool never loads"
         raise PlanInputError(f"cannot read lengths from this .npy ({why}); give a .npy of integer lengths "
                         f"(np.save of an int64 array)", path=path, flag=cli_flag("lengths")) from None
     return np.asarray(arr)  # checked by the caller (lengths._check)
