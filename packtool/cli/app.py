@@ -170,7 +170,7 @@ def pack(
     """Tokenize (cached), plan and write alignment-aware Parquet slabs plus a manifest."""
     from packtool.cli.printing import pasteable, print_plan_summary
     from packtool.planning.core import PackingConfig
-    from packtool.tokenize import hf_input as _hf
+    from packtool.tokenize import hub_load as _hf
     from packtool.tokenize.config import TokenizeConfig
     try:
         align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)

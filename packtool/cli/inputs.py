@@ -7,7 +7,7 @@ import os
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
 from packtool.storage import is_uri, locate
-from packtool.tokenize.hf_input import FILE_SUFFIXES
+from packtool.tokenize.hub_load import FILE_SUFFIXES
 from packtool.tokenize.readers import stdin_refused
 
 

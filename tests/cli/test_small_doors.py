@@ -135,7 +135,7 @@ def test_train_vocab_size_for_an_output_without_tokenizer(proj):
 def test_a_hub_name_without_network_asks_the_local_cache_only(monkeypatch, reachable):
     """No network: offline mode at once (the local cache answers), not ~25 s of retries."""
     datasets = pytest.importorskip("datasets")
-    import packtool.tokenize.hf_input as hf
+    import packtool.tokenize.hub_load as hf
     seen = []
 
     def fake_load(spec, config=None, split=None):

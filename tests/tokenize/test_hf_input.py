@@ -159,7 +159,7 @@ def test_unreachable_hub_without_offline_mode_gets_the_offline_hint(monkeypatch)
     """The Hub down but HF_HUB_OFFLINE unset: huggingface_hub's LocalEntryNotFoundError
     ("Couldn't reach ...") is the offline case too, not a --config problem."""
     datasets = pytest.importorskip("datasets")
-    from packtool.tokenize.hf_input import is_dataset_name, load_dataset
+    from packtool.tokenize.hub_load import is_dataset_name, load_dataset
 
     class LocalEntryNotFoundError(OSError):
         pass

@@ -21,7 +21,7 @@ from packtool.tokenize.config import TokenizeConfig
 
 datasets = pytest.importorskip("datasets", reason="the hf extra (datasets) is not installed")
 import huggingface_hub.constants as hub_constants  # noqa: E402  (datasets installs it)
-import packtool.tokenize.hf_input as hf  # noqa: E402
+import packtool.tokenize.hub_load as hf  # noqa: E402
 
 NAME = "packtool-tests/no-such-dataset"
 VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
