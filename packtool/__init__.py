@@ -62,6 +62,11 @@ if "pyarrow" not in _sys.modules and _sys.platform.startswith("linux"):
     # starts; an explicit JE_ARROW_MALLOC_CONF wins.
     _os.environ.setdefault("JE_ARROW_MALLOC_CONF", JEMALLOC_CONF)
 
+if _sys.platform.startswith("linux"):
+    # before any thread of packtool's (or the tokenizer's) starts: arenas made before stay
+    from packtool.malloc_arenas import cap_arenas as _cap_arenas  # noqa: E402
+    _cap_arenas()
+
 from packtool.env import KernelsNeedHome as _KernelsNeedHome  # noqa: E402
 
 if not any(isinstance(f, _KernelsNeedHome) for f in _sys.meta_path):  # (once, if packtool is reloaded)
