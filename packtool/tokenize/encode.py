@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from packtool.errors import PacktoolInputError, arg, cli_flag, missing
 from packtool.tokenize.backend_keys import apply as apply_keys, edits as backend_edits
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.folder_files import file_present
 from packtool.tokenize.folder_templates import folder_template
 from packtool.tokenize.json_depth import load_json_file
 from packtool.tokenize.shapes import RenderedBatch
@@ -156,14 +157,14 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     conf_path = None
     if os.path.isdir(spec):
         path = os.path.join(spec, "tokenizer.json")
-        if not os.path.exists(path):
+        if not file_present(path):
             hint = " (it has tokenizer.model: convert it to tokenizer.json with transformers once)" \
                 if os.path.exists(os.path.join(spec, "tokenizer.model")) else ""
             raise PacktoolInputError(f"no tokenizer.json in folder{hint}", path=spec, flag=cli_flag("tokenizer"))
         conf, conf_path = read_config(spec)
     else:
         path = spec
-        if not os.path.exists(path):
+        if not file_present(path):
             raise PacktoolInputError("tokenizer file not found", path=spec, flag=cli_flag("tokenizer"))
     from packtool.output.files import refuse_special_input
     refuse_special_input(path, "tokenizer")

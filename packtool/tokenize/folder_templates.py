@@ -9,15 +9,17 @@
   rows with tools, `default` for the others);
 - otherwise tokenizer_config.json's `chat_template` (a string or a list of named templates).
 
-transformers reads only regular files (its cached_file skips a name that is no file): a folder or a
-dangling link under such a name is skipped likewise; a FIFO or device is refused by kind
-(read_small) rather than skipped, as packtool refuses every special file it is given.
+transformers reads only regular files (its cached_file skips a name that is no file): a folder
+under such a name is skipped likewise; a link to nothing is refused naming it (folder_files: the
+template it stood for would be dropped without a word), and a FIFO or device by kind (read_small),
+as packtool refuses every special file it is given.
 """
 from __future__ import annotations
 
 import os
 
 from packtool.errors import cli_flag
+from packtool.tokenize.folder_files import file_present
 from packtool.tokenize.templates import ChatTemplate, read_template_file, template_from_config, template_set
 
 JINJA = "chat_template.jinja"      # transformers' CHAT_TEMPLATE_FILE
@@ -37,7 +39,7 @@ def _files(folder: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for name, rel in names:
         path = os.path.join(folder, rel)
-        if os.path.exists(path) and not os.path.isdir(path):  # what transformers' cached_file finds
+        if file_present(path) and not os.path.isdir(path):  # what transformers' cached_file finds
             found[name] = rel
     return found
 

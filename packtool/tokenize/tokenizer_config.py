@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.checksum import sha256_file
+from packtool.tokenize.folder_files import file_present
 from packtool.tokenize.json_depth import load_json_file
 
 CONFIG = "tokenizer_config.json"
@@ -23,7 +24,7 @@ SPECIALS = ("bos_token", "eos_token", "pad_token")
 def read_config(folder: str, name: str = CONFIG) -> tuple[dict, str | None]:
     """The folder's tokenizer_config.json (or `name`) as a dict and its path; ({}, None) when it has none."""
     path = os.path.join(folder, name)
-    if not os.path.exists(path):
+    if not file_present(path):
         return {}, None
     try:
         conf = load_json_file(path, name, flag=cli_flag("tokenizer"))
