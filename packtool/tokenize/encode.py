@@ -186,6 +186,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
     pp_bos, pp_eos = _post_processor_specials(tok)
     named = FolderSpecials.of(spec if os.path.isdir(spec) else None, conf, conf_path)
+    named.refuse_absent(vocab, path)
 
     def pick(override, conf_key, pp_value, names, must_be_special=True):
         from_folder, named_in = named.tokens[conf_key]

@@ -60,11 +60,47 @@ def config_token(conf: dict, key: str, path: str | None) -> str | None:
                              f"token's text or remove the key", path=path, flag=cli_flag("tokenizer"))
 
 
+def _token_list(conf: dict, key: str, path: str | None) -> list[tuple[int | None, str]]:
+    """The tokens a list key adds (additional_special_tokens; extra_special_tokens, also an
+    object of name -> token in transformers 5), or added_tokens_decoder's id -> token entries, as
+    (id or None, text); each token a string or an object with a "content" string."""
+    v = conf.get(key)
+    if v is None:
+        return []
+    if key == "added_tokens_decoder":
+        if not isinstance(v, dict) or not all(isinstance(i, str) and i.isdigit() for i in v):
+            raise PacktoolInputError(f"{key} is {_kind(v)} ({json.dumps(v)[:60]}), not an object of token ids "
+                                     f"(\"50257\": {{\"content\": TEXT, ...}}): fix or remove the key", path=path,
+                                     flag=cli_flag("tokenizer"))
+        return [(int(i), _listed_token(conf, key, path, t)) for i, t in v.items()]
+    items = list(v.values()) if key == "extra_special_tokens" and isinstance(v, dict) else v
+    if not isinstance(items, list):
+        raise PacktoolInputError(f"{key} is {_kind(v)} ({json.dumps(v)[:60]}), not a list of tokens: fix or "
+                                 f"remove the key", path=path, flag=cli_flag("tokenizer"))
+    return [(None, _listed_token(conf, key, path, t)) for t in items]
+
+
+def _listed_token(conf: dict, key: str, path: str | None, t) -> str:
+    text = config_token({key: t}, key, path) if isinstance(t, (str, dict)) else t
+    if isinstance(text, str) and text:
+        return text
+    raise PacktoolInputError(f"{key} holds {json.dumps(t)[:60]}, not a token string: write the token's text (or "
+                             f"{{\"content\": TEXT}}) or remove it", path=path, flag=cli_flag("tokenizer"))
+
+
+# where a folder's files add tokens to the vocabulary (transformers' from_pretrained adds each
+# one tokenizer.json lacks, with an id of its own), per file
+ADDED_IN_CONFIG = ("added_tokens_decoder", "additional_special_tokens", "extra_special_tokens")
+ADDED_IN_MAP = ("additional_special_tokens",)
+
+
 @dataclass(frozen=True)
 class FolderSpecials:
-    """The special tokens a tokenizer folder names (SPECIALS), each with the file that names it."""
+    """The special tokens a tokenizer folder names (SPECIALS), each with the file that names it,
+    and the tokens its files add to the vocabulary (ADDED_IN_CONFIG, ADDED_IN_MAP)."""
     tokens: dict            # key -> (its text or None, the file it came from or None)
     map_sha256: str | None  # of special_tokens_map.json where it was read: in the cache key and manifest
+    added: tuple = ()       # (key, file, id or None, text) of every token a file adds
 
     @classmethod
     def of(cls, folder: str | None, conf: dict, conf_path: str | None) -> "FolderSpecials":
@@ -78,7 +114,31 @@ class FolderSpecials:
         smap, map_path = ({}, None) if folder is None or "added_tokens_decoder" in conf else \
             read_config(folder, SPECIAL_MAP)
         tokens.update({k: (config_token(smap, k, map_path), map_path) for k in SPECIALS if k in smap})
-        return cls(tokens, sha256_file(map_path) if map_path else None)
+        added = [(k, f, i, t) for c, f, keys in ((conf, conf_path, ADDED_IN_CONFIG), (smap, map_path, ADDED_IN_MAP))
+                 for k in keys for i, t in _token_list(c, k, f)]
+        return cls(tokens, sha256_file(map_path) if map_path else None, tuple(added))
+
+    def refuse_absent(self, vocab: dict, tokenizer_json: str) -> None:
+        """A token a file adds that tokenizer.json lacks, or an added_tokens_decoder id that
+        tokenizer.json gives another token, is refused naming the file, the key and the tokens
+        (S47A-3): the model's tokenizer (transformers) adds such a token with an id of its own,
+        packtool would encode each as ordinary pieces (a ChatML <|im_start|> as 7 tokens) and the
+        model would train on a chat format it is never prompted with."""
+        fix = (f"save the tokenizer again with transformers' save_pretrained (it writes them into "
+               f"{os.path.basename(tokenizer_json)})")
+        for key, path, _, _ in self.added:
+            lacking = list(dict.fromkeys(t for k, p, _, t in self.added if (k, p) == (key, path) and t not in vocab))
+            if lacking:
+                shown = ", ".join(repr(t) for t in lacking[:5]) + (f" and {len(lacking) - 5} more"
+                                                                    if len(lacking) > 5 else "")
+                raise PacktoolInputError(f"{key} names {shown}, which {tokenizer_json} lacks: the model's "
+                                         f"tokenizer adds them with ids of their own, packtool would split each "
+                                         f"into ordinary pieces; {fix}, or remove them from {key} if the model "
+                                         f"was never trained with them", path=path, flag=cli_flag("tokenizer"))
+        for key, path, i, t in self.added:
+            if i is not None and vocab[t] != i:
+                raise PacktoolInputError(f"{key} gives {t!r} id {i}, while {tokenizer_json} holds it as id "
+                                         f"{vocab[t]}: {fix}, or fix the id", path=path, flag=cli_flag("tokenizer"))
 
 
 def missing_special(source: str, key: str, token: str, path: str, named_in: str | None) -> PacktoolInputError:
