@@ -141,6 +141,17 @@ def _source_place(where: str, shape: Shape, added: int) -> str:
     return f"{shape.columns[0]}[{j}]{rest}"
 
 
+def _rendered_nothing(template, turns: int, path: str, row: int) -> None:
+    """A template that renders a row of turns as nothing (an empty file, one looping over another
+    variable than `messages`) was "empty example: messages ... holds no turns; drop the row": the
+    user sent to the data, and --on-empty skip dropped every templated row as empty (S47A-4)."""
+    why = ("the template is empty" if not template.text.strip() else
+           "the template writes nothing for these turns (a loop over another variable than `messages`?)")
+    raise PacktoolInputError(f"chat template {template.name} rendered nothing for this row ({turns} turn"
+                             f"{'s' if turns != 1 else ''}): {why}; fix the template, or pass another "
+                             f"{arg('chat_template')}", path=path, row=row, flag=cli_flag("chat_template"))
+
+
 def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
                  separator: str | None, path: str, first_row: int,
                  skip_null: bool = False) -> RenderedBatch:
@@ -226,9 +237,11 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
         except (jinja2.TemplateError, TypeError) as e:
             raise PacktoolInputError(f"chat template {renderer.template.name} failed: {e}",
                                      path=path, row=first_row + i, flag=cli_flag("chat_template")) from None
+        if not text.strip():  # the row has turns: nothing rendered is the template's doing, not the row's
+            _rendered_nothing(renderer.template, len(msgs), path, first_row + i)
         texts.append(text)
         spans.append(sp)
-        empty.append(not text.strip())
+        empty.append(False)
         if not sp and shape.kind == "chat":  # no loss token: the refusal or the skip names its roles
             no_reply[i] = roles_of(msgs)
     return RenderedBatch(texts, spans, empty, unrendered, no_reply)
