@@ -1,5 +1,6 @@
 """JSON a user wrote or may edit, decoded with one rule Python's json lacks: a key given twice
-in one object is an error, never "the last one wins" in silence. JSON Lines rows are parsed by
+in one object is an error, never "the last one wins" in silence (and an integer longer than
+Python converts is a JSON error at the number, not a bare ValueError). JSON Lines rows are parsed by
 Arrow, which refuses such a row at any depth (tokenize.text_readers names its line); every
 other JSON of user data or settings is decoded here: the rows of a `.json` array, a
 tokenizer_config.json or tokenizer.json, a dataset's state.json, a plan file's settings, a
@@ -16,6 +17,7 @@ import json
 import json.decoder
 import json.scanner
 import re
+import sys
 
 
 def twice(key: str) -> str:
@@ -81,6 +83,30 @@ def raw_decode(text: str, pos: int = 0, whole: bool = False):
         return _FAST.raw_decode(text, pos)
     except _Twice as t:
         raise DuplicateKeyError(t.key, text, _where(text, pos)) from None
+    except ValueError as e:  # JSONDecodeError is one: a syntax error is the caller's, said as such
+        if isinstance(e, json.JSONDecodeError) or "integer string conversion" not in str(e):
+            raise
+        raise _long_integer(text, pos) from None
+
+
+def _long_integer(text: str, pos: int) -> json.JSONDecodeError:
+    """An integer longer than Python converts (sys.get_int_max_str_digits(), 4300 by default) was
+    Python's bare ValueError, no file or line named, and no JSON error to any caller: said as
+    one at the number (the first such run of digits outside a string, found only on this path),
+    so every caller names the file and the line as for any JSON it cannot read (S47B-1)."""
+    limit = sys.get_int_max_str_digits()
+    found = [m for m in re.finditer(r"-?\d{%d,}" % (limit + 1), text[pos:]) if not _in_string(text, pos + m.start())]
+    at = pos + found[0].start() if found else pos
+    n = len(found[0].group().lstrip("-")) if found else limit + 1
+    return json.JSONDecodeError(f"an integer of {n} digits, more than Python reads ({limit}): the file is damaged or "
+                                f"was edited; write a shorter number", text, at)
+
+
+def _in_string(text: str, at: int) -> bool:
+    """Whether position `at` lies inside a JSON string (quotes before it on its line, escapes
+    counted: a rough test, enough to pass over digits a string holds)."""
+    line = text[text.rfind("\n", 0, at) + 1:at]
+    return len(re.findall(r'(?<!\\)"', line.replace("\\\\", ""))) % 2 == 1
 
 
 def _where(text: str, pos: int) -> int:
