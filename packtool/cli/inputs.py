@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
-from packtool.storage import is_uri, locate
+from packtool.storage import is_uri, join_uri, locate, shown
 from packtool.tokenize.hub_load import FILE_SUFFIXES
 from packtool.tokenize.readers import stdin_refused
 
@@ -43,3 +43,16 @@ def one_dataset(inputs: list[str], split: str | None, config: str | None, engine
         raise PacktoolConfigError(f"{what} is loaded by `datasets` on this machine, which --engine ray does not do; "
                                   f"drop --engine ray, or save the dataset to files (Dataset.to_parquet) and pass those",
                                   flag="--engine" if given is None else given)
+
+
+def refuse_store_dataset(inputs: list[str], split: str | None, config: str | None) -> None:
+    """--split / --config read a dataset name or a local folder through `datasets`: a store URI
+    with them went to the Hub door ("the Hub cannot be reached; hf download ... s3://..."). A
+    split saved on a store (`DatasetDict.save_to_disk("s3://...")`) is its own prefix: named."""
+    given = "--split" if split else "--config" if config else None
+    for spec in inputs if given else ():
+        if is_uri(spec):
+            fix = (f"pass the split's own prefix ({join_uri(shown(spec).rstrip('/'), split)}/) without {given}"
+                   if split else f"pass the configuration's own objects without {given}")
+            raise PacktoolConfigError(f"{given} reads a dataset name or a local folder through datasets, never a "
+                                      f"store URI; {fix}", path=shown(spec), flag=given)
