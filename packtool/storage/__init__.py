@@ -16,7 +16,8 @@ One module per rule it owns:
   paths        the readers' one call for a string that may be a path or a URI (open, stat, ranges)
   small_files  `read_small`: every file read whole, its size bound checked before the read; a
                Git LFS pointer in place of a file refused as one (`refuse_lfs_pointer`)
-  globs        `expand`: an object-store input spec (object, prefix, glob) as its objects
+  globs        `expand`: an object-store input spec (object, prefix, glob) as its objects;
+               `prefix_of`: a prefix above a listed object, its URI spelled as the object's
   local_walk   `local_glob`: a local glob's matches (a folder input is `DIR/**/*`), each real folder
                walked once (a link back to a folder walked, or to one holding it, not followed)
   conditional  S3's conditional puts and deletes (If-None-Match / If-Match), through botocore
@@ -34,7 +35,7 @@ _MODULES = {
     "paths": ("READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "open_bytes",
               "read_range", "utf8_path"),
     "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"),
-    "globs": ("expand",),
+    "globs": ("expand", "prefix_of"),
     "local_walk": ("local_glob",),
     "conditional": ("ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"),
     "lease": ("LEASE", "LEASE_SECONDS", "RENEW_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired",

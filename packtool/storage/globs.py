@@ -119,6 +119,16 @@ def _child(root: Location, path: str) -> Location:
     return Location(root.fs, path, root.shown.rstrip("/") + "/" + said, root.local, root.argument)
 
 
+def prefix_of(loc: Location, prefix: str) -> Location:
+    """The prefix `prefix` (an Arrow path above `loc.path`) of the listed object `loc`, its URI
+    spelled as `_child` spells the object's: the object's URI less its percent-encoded tail
+    (cut by the raw key's length, a name that encodes longer was cut mid-name)."""
+    tail = loc.path[len(prefix):].lstrip("/")
+    said = "/".join(quote(n, safe=_KEY_SAFE) for n in tail.split("/"))
+    cut = len(said) if loc.shown.endswith("/" + said) else len(tail)  # one object given as typed
+    return Location(loc.fs, prefix, loc.shown[:len(loc.shown) - cut].rstrip("/"), loc.local, loc.argument)
+
+
 def _hidden_below(path: str, base: str) -> bool:
     """A name below `base` that a local folder input or glob passes over: one starting with `.`
     (a `_` name is read locally, so it is on a store too: S45A-12)."""
@@ -153,4 +163,4 @@ def _glob_regex(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-__all__ = ["expand"]
+__all__ = ["expand", "prefix_of"]

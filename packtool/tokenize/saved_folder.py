@@ -121,9 +121,8 @@ def saved_objects(found: list) -> list:
 def _saved_prefix(home: str, by_path: dict) -> list:
     """The data objects of the save_to_disk prefix `home` (an Arrow path), in state.json's order."""
     below = {p: x for p, x in by_path.items() if p.startswith(home + "/")}
-    any_loc = next(iter(below.values()))
-    root = any_loc.__class__(any_loc.fs, home, any_loc.shown[:len(any_loc.shown) - len(any_loc.path) + len(home)],
-                             False, any_loc.argument)
+    from packtool.storage import prefix_of
+    root = prefix_of(next(iter(below.values())), home)
     if f"{home}/{DICT}" in below:
         splits = sorted({p[len(home) + 1:].split("/")[0] for p in below if "/" in p[len(home) + 1:]})
         raise PacktoolInputError(f"a DatasetDict prefix; pass one split prefix instead: {', '.join(splits)}",

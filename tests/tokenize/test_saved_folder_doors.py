@@ -133,3 +133,13 @@ def test_a_saved_folder_inside_a_folder_input_however_the_folder_is_spelled(save
     shutil.copytree(saved, par / "sdfolder")
     got = [f.path for f in resolve_inputs([spelled.format(par=par)], quiet=True)]
     assert got == [str(par / "a.jsonl"), *(str(par / "sdfolder" / n) for n in _state_order(saved))], got
+
+
+# R-10 (s47 review): a save_to_disk prefix's own URI was cut from its first object's URI by the
+# raw key's length; a name there that the URI percent-encodes (a space, '#') cut it mid-name
+def test_a_saved_prefix_is_named_whole_beside_an_object_whose_name_is_encoded(saved_dict, s3):
+    _upload(saved_dict, f"{s3}/in/dd")
+    locate(s3).join("in", "dd", "a b#.jsonl").write_bytes(b'{"text": "plain row"}\n')
+    with pytest.raises(PacktoolInputError) as e:
+        resolve_inputs([f"{s3}/in/"], quiet=True)
+    assert f"{s3}/in/dd:" in str(e.value) and "DatasetDict" in str(e.value), str(e.value)
