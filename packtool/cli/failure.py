@@ -151,10 +151,13 @@ def _place(where) -> tuple[str | None, str] | None:
         return None
     args, cmd = _STATE.get("args") or {}, _STATE.get("running")
     found = places.place_of(where, args, cmd) or places.place_of(written.published(os.fspath(where)), args, cmd)
-    if found is None and args.get("cache_dir") is None and "cache_dir" in args:
+    from packtool.storage import is_uri
+    given = args.get("cache_dir")
+    if found is None and "cache_dir" in args and (given is None or is_uri(given)):
         from packtool.tokenize.cache_root import default_cache_dir
-        try:
-            found = places.place_of(where, {"cache_dir": default_cache_dir()}) and ("--cache-dir", "cache")
+        try:  # a store cache's local copy lies under the local root: PACKTOOL_CACHE_DIR places it
+            found = places.place_of(where, {"cache_dir": default_cache_dir()}) and (
+                "PACKTOOL_CACHE_DIR" if given else "--cache-dir", "cache")
         except PacktoolError:  # no default root (HOME unusable): nothing of it was written
             found = None
     return found
