@@ -26,6 +26,7 @@ from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, e
                               locate, utf8_path)
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
+from packtool.tokenize.repeats import refuse_repeats
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
                                             saved_objects)
@@ -75,7 +76,10 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     out: list[InputFile] = []
     owns: list[OwnTrees] = []
     links: dict[str, list] = {}  # spec -> links to folders not followed (walked already, or a loop)
-    for spec in inputs:
+    marks: list[tuple[int, int, bool]] = []  # (first file, spec's index, expanded: a folder or glob)
+    for i, spec in enumerate(inputs):
+        marks.append((len(out), i, not is_uri(spec) and (os.path.isdir(spec) or (
+            any(c in spec for c in "*?[") and not os.path.exists(spec)))))
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):
@@ -134,8 +138,8 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         for spec, passed in links.items():
             _say_links(spec, passed)
     files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
-    _refuse_repeats(files)
-    return files
+    origin = [next((k, e) for start, k, e in reversed(marks) if start <= j) for j in range(len(files))]
+    return refuse_repeats(files, origin, inputs, quiet)
 
 
 def _say_links(spec: str, passed: list) -> None:
@@ -195,30 +199,6 @@ def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
     for prefix in folders:  # every split of a dataset repo, test rows too: not silently
         refuse_repo_prefix(prefix, data, set(listed[1:]))
     return files
-
-
-def _refuse_repeats(files: list[InputFile]) -> None:
-    """One file reached twice (named twice, by a glob and by name, through a link) would be
-    packed twice: an error, naming both spellings."""
-    seen: dict = {}
-    for f in files:
-        if is_uri(f.path):
-            key = f.path
-            if key in seen:
-                raise PacktoolInputError("input given more than once; pass each file once", path=f.path)
-            seen[key] = f.path
-            continue
-        try:
-            st = os.stat(f.path)
-        except OSError:  # missing: the reader names it
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            first = seen[key]
-            also = "" if first == f.path else f" (also given as {first})"
-            raise PacktoolInputError(f"input given more than once{also}; pass each file once",
-                                     path=f.path)
-        seen[key] = f.path
 
 
 # ---------------------------------------------------------------- per-format streams
