@@ -112,7 +112,7 @@ def _check_shard_file(sm: SlabManifest, i: int, entry: dict, want: dict) -> pq.F
         md = pq.read_metadata(arrow_file(path))
         schema = md.schema.to_arrow_schema()
     except (OSError, pa.ArrowException, ValueError) as e:
-        raise store_failure(e, path) or FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
+        raise store_failure(e, path, "footer") or FormatError(f"{path}: cannot be read as Parquet ({' '.join(str(e).split())[:160]}); "
                           f"{fix_of(sm)}") from None
     twice = repeated_column(schema)
     if twice:

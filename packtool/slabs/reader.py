@@ -150,15 +150,15 @@ def _open(manifest: SlabManifest, i: int) -> pq.ParquetFile:
         return pq.ParquetFile(manifest.open_shard(i))
     except FileNotFoundError:  # gone since the open checks: a store output replaced meanwhile
         raise shard_gone(manifest, i) from None
-    except OSError as e:  # a store that stopped answering: said (reading), never "damaged"
-        raise store_failure(e, manifest.shard_path(i)) or e from None
+    except (OSError, MemoryError) as e:  # a store that stopped answering, or no memory for the footer: never "damaged"
+        raise store_failure(e, manifest.shard_path(i), "footer") or e from None
 
 
 def _read_group(pf: pq.ParquetFile, rg: int, columns: list[str], path: str) -> pa.Table:
     try:
         t = pf.read_row_group(rg, columns=columns)
-    except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer, or a store gone
-        if (gone := store_failure(e, path)) is not None:
+    except (OSError, pa.ArrowException) as e:  # damaged pages under a valid footer, a store gone, no memory
+        if (gone := store_failure(e, path, f"row group {rg}")) is not None:
             raise gone from None
         raise FormatError(f"{path} row group {rg}: cannot be decoded ({' '.join(str(e).split())[:160]}); "
                           f"run `packtool verify` on the output") from None

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from urllib.parse import urlsplit
 
 from packtool.errors import PacktoolError, arg, cli_flag
+from packtool.free_memory import decode_out_of_memory
 from packtool.storage.uri import is_uri, shown, store_error
 
 
@@ -100,9 +101,13 @@ def reading(spec: str, name: str | None):
         _READING.reset(token)
 
 
-def store_failure(e: BaseException, path: str) -> PacktoolError | None:
-    """For an error a reader caught reading `path` (else None: the file's own problem, the caller's
-    to say): a store that stopped answering, named as `reading` names it, never "corrupt"."""
+def store_failure(e: BaseException, path: str, part: str | None = None) -> BaseException | None:
+    """For an error a reader caught reading `path` (its `part`, e.g. `row group 3`; else None:
+    the file's own problem, the caller's to say): a store that stopped answering, named as
+    `reading` names it, or an allocation that failed decoding it (a MemoryError: the CLI's
+    out-of-memory line); never "corrupt"."""
+    if (oom := decode_out_of_memory(e, path, part)) is not None:
+        return oom
     return unreached(e, path, argument_for(path)) if is_uri(path) else None
 
 

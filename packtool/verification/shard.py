@@ -38,7 +38,7 @@ def _check_shard(job: ShardJob) -> ShardResult:
     try:
         pf = pq.ParquetFile(arrow_file(job.path))
     except (OSError, pa.ArrowException) as e:
-        if (gone := store_failure(e, job.path)) is not None:
+        if (gone := store_failure(e, job.path, "footer")) is not None:
             raise gone from None
         res.readable = False
         log.add("shard_unreadable", f"cannot open as Parquet ({e}); the file is truncated or "
@@ -75,8 +75,8 @@ def _check_shard(job: ShardJob) -> ShardResult:
             if top is not None and (res.top_id is None or top > res.top_id):
                 res.top_id = top
             row0 += batch.num_rows
-    except (OSError, pa.ArrowException) as e:
-        if (gone := store_failure(e, job.path)) is not None:
+    except (OSError, pa.ArrowException) as e:  # a store gone or no memory to decode: not the file's fault
+        if (gone := store_failure(e, job.path, f"from row {row0}")) is not None:
             raise gone from None
         res.readable = False
         log.add("shard_unreadable", f"cannot decode after row {row0} ({e}); the file is "

@@ -1,0 +1,100 @@
+"""S47B-7: an allocation that fails while decoding a good shard (a long-context slab under a
+`ulimit -v`) was a damaged file: verify's `shard_unreadable` "truncated or corrupt: re-run
+`packtool pack`" (exit 1), and "cannot be decoded ... run `packtool verify`" (a FormatError) in
+every reader. It is out of memory (storage.failures.store_failure asks free_memory): a
+MemoryError naming the shard, in every consumer, and the CLI's `resources` line (exit 2).
+
+The failure is made where Arrow decodes (a shard's footer, its row groups), in the forms it takes:
+Arrow's own MemoryError, and C++'s bad_alloc that Parquet's decoder passes on in an OSError. The
+real thing (a 120 MB slab under `ulimit -v 1200000`) is /work/notes/s47/repro/b7_oom_corrupt.sh."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from slab_support import write_pack
+
+import packtool
+from packtool.align import Alignment
+from packtool.errors import PacktoolError
+
+LENGTHS = np.random.default_rng(7).integers(5, 60, 40)
+FORMS = {
+    "arrow": lambda: pa.ArrowMemoryError("realloc of size 134217728 failed"),
+    "bad_alloc": lambda: OSError("Couldn't deserialize thrift: std::bad_alloc"),
+}
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return write_pack(str(tmp_path_factory.mktemp("oom")), LENGTHS, Alignment(capacity=128))[0]
+
+
+def _fail_at(monkeypatch, where: str, form: str):
+    def fail(*a, **k):
+        raise FORMS[form]()
+    if where == "footer":
+        monkeypatch.setattr(pq, "read_metadata", fail)
+        monkeypatch.setattr(pq.ParquetFile, "__init__", fail)
+    else:
+        monkeypatch.setattr(pq.ParquetFile, "read_row_group", fail)
+        monkeypatch.setattr(pq.ParquetFile, "iter_batches", fail)
+
+
+def _reader(d):
+    from packtool.slabs.format import SlabManifest
+    from packtool.slabs.reader import SlabIndex, SlabReader
+    m = SlabManifest.read(d)
+    r = SlabReader(m, SlabIndex.build(m))
+    return r.row(len(r.index) - 1)
+
+
+def _hf(d):
+    ds = pytest.importorskip("packtool.hf").SlabDataset(d)
+    return ds[len(ds) - 1]
+
+
+def _megatron(d):
+    pytest.importorskip("torch")
+    from packtool.megatron.dataset import PackedSlabDataset
+    return next(PackedSlabDataset(d).steps())
+
+
+CONSUMERS = {"verify": lambda d: packtool.verify(d, workers=1), "inspect": packtool.inspect,
+             "reader": _reader, "hf.SlabDataset": _hf, "megatron": _megatron}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("where", ["footer", "row group"])
+@pytest.mark.parametrize("consumer", CONSUMERS)
+def test_an_allocation_failed_decoding_a_shard_is_out_of_memory_in_every_consumer(out, monkeypatch, consumer,
+                                                                                   where, form):
+    _fail_at(monkeypatch, where, form)
+    try:
+        got = CONSUMERS[consumer](out)
+    except MemoryError as e:
+        msg = str(e)
+    except PacktoolError as e:  # a FormatError: the file called damaged
+        pytest.fail(f"{type(e).__name__}: {e}")
+    else:  # verify's report: a finding instead of an error
+        pytest.fail(f"no error: {got!r}"[:400])
+    assert "out of memory" in msg and "slabs-0000" in msg and "\n" not in msg, msg
+    assert "corrupt" not in msg and "re-run" not in msg and "verify" not in msg, msg
+
+
+@pytest.mark.parametrize("where", ["footer", "row group"])
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_the_command_line_says_out_of_memory_kind_resources(out, monkeypatch, capsys, command, where):
+    from cli_main import run_main
+    _fail_at(monkeypatch, where, "arrow")
+    argv = [command, out, "--json"] + (["--workers", "1"] if command == "verify" else [])
+    assert run_main(monkeypatch, argv) == [2]
+    cap = capsys.readouterr()
+    err = [line for line in cap.err.splitlines() if line.startswith("error: ")]
+    assert len(err) == 1 and "out of memory" in err[0] and "slabs-0000" in err[0], cap.err
+    assert "corrupt" not in err[0] and "re-run" not in err[0], err
+    said = json.loads(cap.out.strip().splitlines()[-1])["error"]
+    assert said["kind"] == "resources" and said["exit_code"] == 2, said
