@@ -1,0 +1,36 @@
+"""S47B-2: an output listing a shard of 0 rows (schema intact, its manifest entry right: what a
+user's re-sharding or a merge tool leaves) passes verify and every reader reads it, but
+`to_hf()` refused it, saying another run replaced or damaged the output (datasets' parquet
+builder fails on a file of no row group). to_hf now gives datasets only the shards holding
+slabs (the rows are the same) and the same slabs come back, streamed or not."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("datasets")
+
+from slab_support import read_manifest, resign, save_manifest, write_pack  # noqa: E402
+
+from packtool.align import Alignment  # noqa: E402
+from packtool.hf import SlabDataset  # noqa: E402
+
+
+@pytest.mark.parametrize("where", ["last", "first"])
+def test_a_listed_shard_of_no_rows_is_read_as_nothing(tmp_path, where):
+    out, _ = write_pack(str(tmp_path / "p"), [40, 70, 90, 30, 100, 20, 60], Alignment(capacity=128))
+    man = read_manifest(out)
+    first = man["shards"][0]["file"]
+    empty = "slabs-00009.parquet"
+    pq.write_table(pq.read_table(os.path.join(out, first)).slice(0, 0), os.path.join(out, empty))
+    entry = {**man["shards"][0], "file": empty, "rows": 0, "tokens": 0, "loss_tokens": 0}
+    man["shards"] = man["shards"] + [entry] if where == "last" else [entry] + man["shards"]
+    save_manifest(out, man)
+    resign(out, empty)
+    ds = SlabDataset(out)
+    want = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+    got = ds.to_hf(cache_dir=str(tmp_path / "hfc"))
+    assert [list(r["input_ids"]) for r in got] == want
+    assert [list(r["input_ids"]) for r in ds.to_hf(streaming=True)] == want
