@@ -5,10 +5,11 @@ unless the read already found a sign of trouble."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from packtool.errors import PacktoolInputError
-from packtool.storage import open_bytes
+from packtool.storage import is_uri, open_bytes
 
 
 def nothing_after(text: str, pos: int, path: str, rows: int) -> None:
@@ -40,6 +41,14 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
         return None
     if not isinstance(obj, dict):
         return None
+    from packtool.tokenize.cache_root import is_cache_entry
+    entry = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == "cache.json" and not is_uri(path) and is_cache_entry(entry):
+        # the entry given itself (its other files are packtool's too): its fix is not to rewrite
+        # packtool's record of it (S47A-8)
+        return PacktoolInputError(
+            f"{entry} is a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
+            f"cache.json lists them); the same flags and --cache-dir reuse it", path=path)
     keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
     return PacktoolInputError(
         f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
