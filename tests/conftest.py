@@ -10,6 +10,10 @@ if not os.path.exists("/dev/nvidia0"):
 # A local Ray's GCS publishes its port within 30 s or the start fails ("Failed to start GCS"):
 # on 2 cores under a whole-suite run beside other work it took longer. Ray's own setting.
 os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
+# Held by the driver before any Ray node of the run starts (a node takes the driver's environment
+# at its start): tests/engines/test_ray_task_env.py removes them after one did.
+for _name in ("PACKTOOL_TEST_RAY_TASK_ENV_AT_START", "AWS_TEST_RAY_TASK_ENV_AT_START"):
+    os.environ.setdefault(_name, "at-start")
 
 import pytest  # noqa: E402
 

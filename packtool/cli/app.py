@@ -115,7 +115,7 @@ def plan(
     from packtool.planning.plan_file import holding_plan_path, write_plan
     from packtool.planning.summary import plan_summary, with_lengths
     try:  # --output checked before any work and held to its end (a second run is refused)
-        from packtool.output.folder import refuse_inside_packed  # as typed (the resolved path beside it)
+        from packtool.output.paths import refuse_inside_packed  # as typed (the resolved path beside it)
         with holding_plan_path(output, overwrite, [lengths], lambda: refuse_inside_packed(output, "output")) \
                 if output else nullcontext():
             align = _alignment(max_tokens, tp, cp, sp, fp8, fixed_length, convention)

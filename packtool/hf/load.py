@@ -66,7 +66,7 @@ def _cache_placed(kwargs: dict) -> dict:
     """`kwargs` with cache_dir's `~` expanded by packtool's one rule (params.expanded: no home
     refused, naming HOME); with no cache_dir, refuse a datasets cache that no home holds (HOME
     unset, no password entry: datasets' ~/.cache/huggingface would be a folder named `~` here)."""
-    from packtool.output.folder import refuse_inside_packed
+    from packtool.output.paths import refuse_inside_packed
     given = kwargs.get("cache_dir")
     if isinstance(given, (str, os.PathLike)):
         from packtool.params import expanded

@@ -132,7 +132,7 @@ def check_html_path(path: str, overwrite: bool = False, inputs=()) -> str:
     a packed output (every plain Parquet reader and `verify` would then take it for a shard).
     Returns the resolved path."""
     from packtool.output.files import check_new_file
-    from packtool.output.folder import refuse_inside_packed
+    from packtool.output.paths import refuse_inside_packed
     p = check_new_file(path, "html", replace=overwrite, inputs=inputs)
     refuse_inside_packed(path, "html")  # as typed (the resolved path beside it)
     return p

@@ -34,7 +34,7 @@ def check_save(d: str, load: Optional[str], overwrite: bool, tp: int = 1) -> str
     --load folder (a resumed run), never through a link, and only as a whole: a rank file the
     run of `tp` TP ranks does not write would stay beside the new ones. Returns the resolved folder."""
     from packtool.output.files import check_new_file, refuse_foreign_files, refuse_uri, refused, resolve_folder
-    from packtool.output.folder import refuse_inside_packed
+    from packtool.output.paths import refuse_inside_packed
     refuse_uri(d, "save")
     p = resolve_folder(d, "save")
     # the names below are said as typed (`d`), and resolve to those in `p` (paths.refused)

@@ -95,7 +95,7 @@ def check_json_log(cfg, held: bool = False) -> bool:
     that resumes nothing) only replaced with --overwrite. Returns
     whether the log is appended to (`held`: this run holds the log's lock already)."""
     from packtool.output.files import check_log_file
-    from packtool.output.folder import refuse_inside_packed
+    from packtool.output.paths import refuse_inside_packed
     ckpts = [os.path.join(cfg.load, n) for n in os.listdir(cfg.load) if CKPT.match(n)] \
         if cfg.load and os.path.isdir(cfg.load) else []
     append = check_log_file(cfg.json_log, "json_log", replace=cfg.overwrite,

@@ -1,7 +1,7 @@
 """The `datasets` library's cache where packtool makes it write: to_hf's conversion of an
 output, and pack's `--split` read of a Hub name or a dataset repo folder through
 `datasets.load_dataset` (its Arrow files and locks). One rule for that place, as for every path
-packtool writes (`folder.refuse_inside_packed`): never inside a packed output, a tokenized
+packtool writes (`paths.refuse_inside_packed`): never inside a packed output, a tokenized
 cache entry or a checkpoint (their readers then refuse the strays), never a folder named `~`
 when no home is known, never a file."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolConfigError
-from packtool.output.folder import refuse_inside_packed
+from packtool.output.paths import refuse_inside_packed
 
 
 def check_datasets_cache(who: str, fix: str, flag: str | None = None) -> None:

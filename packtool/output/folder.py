@@ -54,16 +54,6 @@ class Terminated(SystemExit):
 
 # --- checks -----------------------------------------------------------------------------
 
-def refuse_inside_packed(path: str, flag: str, mine: str | None = None, itself: bool = False) -> None:
-    """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
-    inside a packed output folder, at any depth (output.relations.packed_problem, the rule
-    files.check_new_file applies to every file and check_output to --output). `itself`: `path`
-    is a folder the writer fills (to_hf's datasets cache), refused as one of those trees too."""
-    problem = packed_problem(resolve(path), itself=itself, mine=mine)
-    if problem:  # `path` as the user typed it (the resolved one beside it: paths.refused)
-        raise refused(f"{problem}; write it beside that folder", path, resolve(path), cli_flag(flag) or flag)
-
-
 def _output_required() -> PacktoolInputError:
     return missing(PacktoolInputError, "output", f"{arg('output')} is required (or use {arg('dry_run', True)})")
 
@@ -276,5 +266,5 @@ def _mark_in_place(out: str) -> None:
 
 
 __all__ = ["check_cache_dir", "OutputExistsError", "Terminated", "check_output", "claim_output", "clean_stale",
-           "lock_path", "owned_names", "refuse_inside_packed", "say", "spill_dir", "swap_into_place",
+           "lock_path", "owned_names", "say", "spill_dir", "swap_into_place",
            "swapped_outputs", "temp_dir"]

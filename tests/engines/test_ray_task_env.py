@@ -23,9 +23,7 @@ MARK = "PACKTOOL_TEST_RAY_TASK_ENV"
 OTHER = "AWS_TEST_RAY_TASK_ENV"  # read from the driver on a local node only (a cluster's nodes keep theirs)
 
 
-AT_START = "_AT_START"  # the name's twin that the driver holds from before any Ray node starts
-for _name in (MARK, OTHER):  # at collection: a node started by any test of the run took them
-    os.environ.setdefault(_name + AT_START, "at-start")
+AT_START = "_AT_START"  # the name's twin the driver holds from before any Ray node starts (tests/conftest.py)
 CHANGES = {"set after": (None, "value", "value"), "changed": ("before", "after", "after"),
            "removed": ("at-start", None, None)}  # removed after the node started with it
 
