@@ -48,6 +48,7 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
                                         f"{'s' if len(seen) != 1 else ''} ({first}{', ...' if len(seen) > 1 else ''}): "
                                         f"give {loc.shown}/ to read the prefix, or rename one of them to read the object",
                                         path=loc.shown, flag=flag)
+        _refuse_empty_names(loc, [i.path for i in seen if not _hidden_below(i.path, loc.path)], name)
         if listed is not None:
             listed += [loc, *(i.path for i in seen)]
         if folders is not None and seen:
@@ -63,6 +64,10 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     # a wildcard passes over hidden names, as a local glob does, unless the pattern names one
     named = "/." in "/" + loc.path[len(base):].lstrip("/")
     folders_only = spec.partition("?")[0].endswith("/")  # (locate drops the `/`)
+    # a key read as a local path would be (`a//b` is `a/b`): one the glob means but cannot read is refused
+    _refuse_empty_names(root, [i.path for i in seen if "//" in i.path
+                               and _globbed(pattern, re.sub("//+", "/", i.path), None if named else base) is not None
+                               and not (folders_only and _globbed(pattern, re.sub("//+", "/", i.path), None) == "")], name)
     out, whole = [], {}
     for i in seen:
         m = _globbed(pattern, i.path, None if named else base)
@@ -127,6 +132,23 @@ def prefix_of(loc: Location, prefix: str) -> Location:
     said = "/".join(quote(n, safe=_KEY_SAFE) for n in tail.split("/"))
     cut = len(said) if loc.shown.endswith("/" + said) else len(tail)  # one object given as typed
     return Location(loc.fs, prefix, loc.shown[:len(loc.shown) - cut].rstrip("/"), loc.local, loc.argument)
+
+
+def _refuse_empty_names(root: Location, paths: list[str], name: str | None) -> None:
+    """A listed key holding an empty name (`in//b.jsonl`: what `f"{prefix}/{name}"` writes for a
+    prefix ending in `/`) is no path pyarrow reads: a URI's `//` is refused (storage.uri) and the
+    key without it is another object. Named as listed, with a fix that works (S47A-2): it was
+    read as `in/b.jsonl`, "does not exist", or a glob left its rows out without a word."""
+    bad = next((p for p in paths if "//" in p), None)
+    if bad is None:
+        return
+    rel = bad[len(root.path.rstrip("/")):].split("/")
+    said = lambda names: root.shown.rstrip("/") + "/".join(quote(n, safe=_KEY_SAFE) for n in names)  # noqa: E731
+    fixed = said(["", *(n for n in rel if n)])
+    raise store_error(name)(f"its key holds an empty path component (//), which no URI can address (a URI's // "
+                            f"names no folder, and the key without it is another object); move it to a key without "
+                            f"one ({fixed}), or pass the other objects by name", path=said(rel),
+                            flag=name and cli_flag(name))
 
 
 def _hidden_below(path: str, base: str) -> bool:
