@@ -15,6 +15,13 @@ that failed, was killed or is still writing, copies or half-copies of the part f
 beside it) is no one's data either: read, its rows were packed twice. pyarrow.dataset, Spark,
 Hive and `datasets` pass it over; so does this sort, with its own note (S46A-8).
 
+A table format's folder (Delta Lake's `_delta_log/`, Apache Iceberg's `metadata/*.metadata.json`,
+Apache Hudi's `.hoodie/`) is data whose listing is not its content: its log says which of its
+Parquet files are the table, and those of versions removed or overwritten stay until a VACUUM;
+read file by file, deleted rows were trained on beside the current ones (S47A-9). A folder, glob
+or store prefix whose files lie in such a table (or below one) is refused, naming the table and
+its own reader (`refuse_table`); a file named by its path is read as asked.
+
 A tree is judged where it is found, step by step below the folder given, each step by what it
 resolves to: a link inside the folder to an output or a cache (`prev -> ../out`, a shared cache
 root linked in) is the same tree as a copy of it there, passed over and said as reached through
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from packtool.errors import PacktoolInputError
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
 from packtool.output.relations import packed_output_around, real_path
@@ -31,6 +39,35 @@ from packtool.tokenize.cache_root import is_cache_entry
 
 JOB_SCRATCH = "_temporary"  # the committer's folder name, at any depth below the base
 _JOB = "a Spark/Hadoop job's uncommitted output"
+# a table format's marker folder -> the table, the log it keeps, how to read its current version
+_TABLES = {"_delta_log": ("a Delta Lake table", "_delta_log", "deltalake's DeltaTable(PATH).to_pyarrow_dataset()"),
+           "metadata": ("an Apache Iceberg table", "metadata/*.metadata.json", "pyiceberg's table.scan().to_arrow()"),
+           ".hoodie": ("an Apache Hudi table", ".hoodie timeline", "Spark's Hudi reader (spark.read.format('hudi'))")}
+
+
+def refuse_table(table: str, marker: str) -> PacktoolInputError:
+    what, log, reader = _TABLES[marker]
+    return PacktoolInputError(
+        f"{what}: its {log} says which of its Parquet files are the table now (those of removed or overwritten "
+        f"versions stay until VACUUM), which a folder's files cannot tell: read it with its own reader "
+        f"({reader.replace('PATH', repr(table))}) and pass that table or dataset to packtool.pack, or export "
+        f"its current version to a folder of its own", path=table)
+
+
+def _table_marker(folder: str) -> str | None:
+    """The table format whose folder `folder` is (a local folder), or None."""
+    for marker in _TABLES:
+        d = os.path.join(folder, marker)
+        if os.path.isdir(d) and (marker != "metadata" or any(n.endswith(".metadata.json") for n in _names(d))):
+            return marker
+    return None
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 class OwnTrees:
@@ -44,17 +81,31 @@ class OwnTrees:
         self._step_of: dict[str, str | None] = {}
         self.skipped: dict[tuple[str, str], int] = {}  # (tree, what) -> files passed over
         self._in_scratch = _names_scratch(self.real_base)
+        self._table_of: dict[str, None] = {}
 
     def keep(self, paths: list[str]) -> list[str]:
-        """`paths` less those inside packtool's trees (counted)."""
+        """`paths` less those inside packtool's trees (counted); refused where one lies in a
+        table format's folder (`refuse_table`)."""
         out = []
         for p in paths:
+            self._refuse_table(p if os.path.isdir(p) else os.path.dirname(p))
             tree = self._tree(p if os.path.isdir(p) else os.path.dirname(p))
             if tree is None:
                 out.append(p)
             else:
                 self.skipped[tree] = self.skipped.get(tree, 0) + _files_in(p)
         return out
+
+    def _refuse_table(self, folder: str) -> None:
+        """`folder` (as found) and every folder above it (a table's partition folder given is the
+        table's too), each once."""
+        d = os.path.abspath(folder or os.curdir)
+        while d not in self._table_of:
+            self._table_of[d] = None
+            marker = _table_marker(d)
+            if marker is not None:
+                raise refuse_table(d, marker)
+            d = os.path.dirname(d)
 
     def _tree(self, folder: str) -> tuple[str, str] | None:
         """(the tree's path as found, what it is) that `folder` (as found) lies in strictly below
@@ -136,6 +187,7 @@ class StoreTrees(OwnTrees):
         self.named_base = self.real_base  # its trees are keyed by their store paths
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
+        self._tables_at = _store_tables(listed, self.real_base)
         from packtool.manifest_name import MANIFEST
         names = {p[len(self.real_base) + 1:] for p in listed if p.startswith(self.real_base + "/")}
         self._named_tree = _names_scratch(self.real_base) or MANIFEST in names or (
@@ -147,6 +199,13 @@ class StoreTrees(OwnTrees):
     def keep(self, locs: list) -> list:
         out = []
         for x in locs:
+            d = x.path.rsplit("/", 1)[0]
+            while d == self.real_base or d.startswith(self.real_base + "/"):
+                if d in self._tables_at:
+                    raise refuse_table(self.base + d[len(self.real_base):], self._tables_at[d])
+                if d == self.real_base:  # (a bucket's root has no "/" above it)
+                    break
+                d = d.rsplit("/", 1)[0]
             tree = self._tree(x.path.rsplit("/", 1)[0])
             if tree is None:
                 out.append(x)
@@ -191,10 +250,21 @@ def _store_trees(listed: list[str], base: str, root, in_scratch: bool) -> dict[s
     return out
 
 
+def _store_tables(listed: list[str], base: str) -> dict[str, str]:
+    """The table formats' folders at or below `base` in a store listing: folder -> marker."""
+    out = {}
+    for p in listed:
+        parts = p[len(base) + 1:].split("/") if p.startswith(base + "/") else []
+        for k, name in enumerate(parts[:-1]):
+            if name in _TABLES and (name != "metadata" or parts[-1].endswith(".metadata.json") and k == len(parts) - 2):
+                out.setdefault("/".join([base, *parts[:k]]), name)
+    return out
+
+
 def _files_in(path: str) -> int:
     if not os.path.isdir(path):
         return 1
     return sum(len(files) for _, _, files in os.walk(path))
 
 
-__all__ = ["OwnTrees", "StoreTrees"]
+__all__ = ["OwnTrees", "StoreTrees", "refuse_table"]
