@@ -125,6 +125,24 @@ def ray_grouped(names) -> list:
     return [pytest.param(n, marks=LOCAL_RAY_GROUP) if "ray" in str(n).split() else n for n in names]
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """--dist loadgroup as pytest-xdist means it: an xdist worker names each test that carries
+    xdist_group marks `NODEID@GROUP`, and the scheduler keeps one GROUP on one worker. xdist
+    3.8 writes that name into `item._nodeid`, which pytest 9.2's nodes no longer read (their
+    nodeid is `_id`): every group was spread over both workers (local Ray starts side by side,
+    "Failed to start GCS"). Named here as xdist names it, where it did not."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        group = "_".join(names)
+        if names and not item.nodeid.endswith("@" + group):
+            from _pytest.nodeid import NodeId  # (pytest 9.2's; before it, xdist's own name holds)
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
 def in_ray_group(item) -> bool:
     return any(m.args == ("local_ray",) or m.kwargs.get("name") == "local_ray"
                for m in item.iter_markers("xdist_group"))
