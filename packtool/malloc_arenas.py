@@ -38,5 +38,7 @@ def cap_arenas() -> int | None:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no arenas to cap)
         return None
-    n = arenas_for(min(limits), os.cpu_count() or 1)
+    # glibc's own bound is 8 arenas per online CPU of the host (its get_nprocs), not the CPUs
+    # this process may run on (workers.cores)
+    n = arenas_for(min(limits), os.sysconf("SC_NPROCESSORS_ONLN") or 1)
     return n if mallopt(-8, n) == 1 else None  # -8: M_ARENA_MAX; mallopt returns 1 on success
