@@ -8,7 +8,7 @@ import json
 import os
 import re
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, arg
 from packtool.storage import is_uri, open_bytes
 
 
@@ -48,7 +48,7 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
         # packtool's record of it (S47A-8)
         return PacktoolInputError(
             f"{entry} is a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
-            f"cache.json lists them); the same flags and --cache-dir reuse it", path=path)
+            f"cache.json lists them); the same flags and {arg('cache_dir')} reuse it", path=path)
     keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
     return PacktoolInputError(
         f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "

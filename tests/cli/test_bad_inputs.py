@@ -408,7 +408,7 @@ def test_inspect_and_verify_not_an_output(tmp_path, monkeypatch, what):
     ("--plan", b"garbage", "cannot be read as a plan file"),
     ("--plan", None, "no such file"),
     ("--lengths", None, "no such file"),
-    ("--lengths", b"\x00\x01garbage", "cannot read lengths"),
+    ("--lengths", b"\x00\x01garbage", "is not a .npy file"),
 ])
 def test_inspect_bad_plan_or_lengths(tmp_path, monkeypatch, kind, content, needle):
     monkeypatch.chdir(tmp_path)

@@ -132,9 +132,10 @@ def test_train_vocab_size_for_an_output_without_tokenizer(proj):
 
 
 @pytest.mark.parametrize("reachable", [False, True])
-def test_a_hub_name_without_network_asks_the_local_cache_only(monkeypatch, reachable):
+def test_a_hub_name_without_network_asks_the_local_cache_only(monkeypatch, tmp_path, reachable):
     """No network: offline mode at once (the local cache answers), not ~25 s of retries."""
     datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))  # a place the rule takes
     import packtool.tokenize.hub_load as hf
     seen = []
 
