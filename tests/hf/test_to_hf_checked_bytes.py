@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -46,8 +48,6 @@ def _conversions(cache):
 # where the datasets cache lies: load_kwargs cache_dir, or HF_DATASETS_CACHE without it
 PLACES = ("load_kwargs cache_dir", "HF_DATASETS_CACHE")
 # load_dataset's keywords that change how the conversion is made or read, not which rows
-# (num_proc=2 left out: datasets forks the xdist worker, whose threads (Arrow's, torch's) then
-# hung the forked child on a lock in a whole-suite run, 2026-12-05; the name does not depend on it)
 LOADS = {"plain": {}, "keep_in_memory": {"keep_in_memory": True}}
 # the views of the output whose rows to_hf hands out
 VIEWS = {"whole": {}, "rank 1 of 2": {"rank": 1, "world_size": 2}}
@@ -57,15 +57,12 @@ def _rows(h):
     return [np.asarray(r) for r in h["input_ids"]]
 
 
-@pytest.mark.parametrize("view", VIEWS)
-@pytest.mark.parametrize("load", LOADS)
-@pytest.mark.parametrize("place", PLACES)
-def test_to_hf_hands_out_the_rows_of_the_bytes_it_checked(tmp_path, monkeypatch, place, load, view):
-    out, other = _pack(str(tmp_path / "a"), 0), _pack(str(tmp_path / "b"), 1)
-    cache = str(tmp_path / "hfc")
-    kw = dict(LOADS[load])
+def _check(tmp, place, kw, view):
+    out, other = _pack(os.path.join(tmp, "a"), 0), _pack(os.path.join(tmp, "b"), 1)
+    cache = os.path.join(tmp, "hfc")
+    kw = dict(kw)
     if place == "HF_DATASETS_CACHE":
-        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+        datasets.config.HF_DATASETS_CACHE = cache
     else:
         kw["cache_dir"] = cache
 
@@ -82,3 +79,38 @@ def test_to_hf_hands_out_the_rows_of_the_bytes_it_checked(tmp_path, monkeypatch,
     assert want != before  # the bytes did change
     assert [a.tolist() for a in _rows(ds.to_hf(**kw))] == want
     assert len(_conversions(cache)) == 2  # a conversion of the new bytes beside the old one
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("load", LOADS)
+@pytest.mark.parametrize("place", PLACES)
+def test_to_hf_hands_out_the_rows_of_the_bytes_it_checked(tmp_path, monkeypatch, place, load, view):
+    # _check may set the datasets cache place; monkeypatch puts it back after the test
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", datasets.config.HF_DATASETS_CACHE)
+    _check(str(tmp_path), place, LOADS[load], view)
+
+
+# num_proc=2 makes datasets fork: forking a pytest-xdist worker (threads alive, one holding a
+# lock) once hung the forked child for good in a whole-suite run (2026-12-05). A fresh
+# interpreter with no other threads is what a user's script is; the timeout turns a hang into a
+# failure here.
+_CHILD = """
+import importlib.util, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+spec = importlib.util.spec_from_file_location("checked_bytes", sys.argv[3])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+mod._check(sys.argv[4], sys.argv[5], {"num_proc": 2}, sys.argv[6])
+"""
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("place", PLACES)
+def test_to_hf_with_num_proc_hands_out_the_rows_of_the_bytes_it_checked(tmp_path, place, view):
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests, repo = os.path.dirname(here), os.path.dirname(os.path.dirname(here))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    run = subprocess.run(
+        [sys.executable, "-c", _CHILD, tests, repo, os.path.abspath(__file__), str(tmp_path), place, view],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
