@@ -46,7 +46,7 @@ LONG_FIRST = ("tests/hf/test_hf_collator.py", "tests/megatron/test_megatron_pari
               "tests/megatron/test_megatron_fused.py")
 
 
-def pytest_collection_modifyitems(config, items):
+def _long_first(items) -> None:
     rank = {path: i for i, path in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
@@ -131,7 +131,9 @@ def pytest_collection_modifyitems(config, items):
     xdist_group marks `NODEID@GROUP`, and the scheduler keeps one GROUP on one worker. xdist
     3.8 writes that name into `item._nodeid`, which pytest 9.2's nodes no longer read (their
     nodeid is `_id`): every group was spread over both workers (local Ray starts side by side,
-    "Failed to start GCS"). Named here as xdist names it, where it did not."""
+    "Failed to start GCS"). Named here as xdist names it, where it did not. (One hook per
+    conftest: the long-first order is set here too, before the names.)"""
+    _long_first(items)
     if not getattr(config.option, "loadgroup", False):  # set on xdist workers under --dist loadgroup
         return
     for item in items:
@@ -143,9 +145,22 @@ def pytest_collection_modifyitems(config, items):
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
+# the groups whose tests hold Ray up in their process: a local node (local_ray), or a connection
+# to tests/ray_nodes' two-node cluster that a module fixture keeps across its tests (ray_nodes)
+RAY_GROUPS = ("local_ray", "ray_nodes")
+
+
+def ray_group(item) -> str | None:
+    """The Ray group `item` carries, if any."""
+    for m in item.iter_markers("xdist_group"):
+        name = m.args[0] if m.args else m.kwargs.get("name")
+        if name in RAY_GROUPS:
+            return name
+    return None
+
+
 def in_ray_group(item) -> bool:
-    return any(m.args == ("local_ray",) or m.kwargs.get("name") == "local_ray"
-               for m in item.iter_markers("xdist_group"))
+    return ray_group(item) == "local_ray"
 
 
 @pytest.fixture
@@ -169,15 +184,19 @@ def _ray_up() -> bool:
     return ray is not None and hasattr(ray, "is_initialized") and ray.is_initialized()
 
 
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
-    """A Ray left up in this worker is shut down before the first test outside the group; one a
-    test outside the group started (pack_ray leaves its node up for the process) fails that test,
-    since under xdist it ran beside the group's."""
+    """A Ray left up in this worker is shut down before the first test outside its group (a
+    ray_nodes test's connection to the cluster kept, a local node never taken for it); one a test
+    outside both groups started (pack_ray leaves its node up for the process) fails that test,
+    since under xdist it ran beside the group's. Checked after the test's own teardown, so a
+    failure here leaves no fixture of it standing for the next test."""
+    yield
     up = _ray_up()
-    if up and (nextitem is None or not in_ray_group(nextitem)):
+    if up and (nextitem is None or ray_group(nextitem) != ray_group(item)):
         import ray
         ray.shutdown()
-    if up and not in_ray_group(item):
+    if up and ray_group(item) is None:
         pytest.fail(f"{item.nodeid} started a Ray node in this process without LOCAL_RAY_GROUP "
                     "(tests/conftest.py): mark it (or its Ray parameters) with it", pytrace=False)
 

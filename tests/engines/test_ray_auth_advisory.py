@@ -16,7 +16,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
-from conftest import GPT2, GSM8K, ROOT  # noqa: E402
+from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP, ROOT  # noqa: E402
 
 import packtool.engines.ray_join as ray_join  # noqa: E402
 from packtool.engines.ray_engine import init_ray  # noqa: E402
@@ -67,6 +67,7 @@ def test_rays_auth_advisory_is_not_said(monkeypatch, caplog, capsys, ray_init, s
     assert logging.lastResort is before  # only while ray.init runs
 
 
+@LOCAL_RAY_GROUP  # the subprocess starts a local Ray node
 def test_the_finding(tmp_path):
     """S38-8 as filed: a quiet dry run on a local Ray that packtool starts leaves stderr empty."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}

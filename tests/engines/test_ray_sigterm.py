@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import LOCAL_RAY_GROUP
 
 pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
@@ -26,6 +27,7 @@ with claim_output(sys.argv[1]):
 """
 
 
+@LOCAL_RAY_GROUP  # its child starts a local Ray node
 def test_sigterm_after_ray_started(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)

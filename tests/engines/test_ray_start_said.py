@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'packtool[ray]')")
 
-from conftest import GPT2, GSM8K, ROOT  # noqa: E402
+from conftest import GPT2, GSM8K, LOCAL_RAY_GROUP, ROOT  # noqa: E402
 
 import packtool.engines.ray_join as ray_join  # noqa: E402
 from packtool.engines.ray_engine import init_ray  # noqa: E402
@@ -77,6 +77,7 @@ main()
 """
 
 
+@LOCAL_RAY_GROUP  # the subprocess starts a local Ray node
 @pytest.mark.parametrize("quiet", ["-q", "--json"])
 def test_a_quiet_ray_run_leaves_packtools_lines_only_on_stderr(tmp_path, quiet):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
