@@ -37,10 +37,12 @@ class DecodeOutOfMemory(MemoryError):
     fault, so never "corrupt" (the CLI's out-of-memory line, kind `resources`)."""
 
 
-def decode_out_of_memory(e: BaseException, path: str, part: str | None = None) -> MemoryError | None:
+def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *, what: str = "the file",
+                         less: str = "read less at once") -> MemoryError | None:
     """For an error caught decoding `path` (its `part`, e.g. `row group 3`): the out-of-memory
     error naming the file, what could not be allocated and the process's limit, when `e` is an
-    allocation that failed (an Arrow MemoryError, or one Parquet's decoder wrapped); else None."""
+    allocation that failed (an Arrow MemoryError, or one Parquet's decoder wrapped); else None.
+    `what` is not at fault, and `less` is how the caller's door reads less at once."""
     text = " ".join(str(e).split())
     m = _ALLOCATION.search(text)
     if not (isinstance(e, MemoryError) or m):
@@ -50,5 +52,5 @@ def decode_out_of_memory(e: BaseException, path: str, part: str | None = None) -
               if (soft := resource.getrlimit(lim)[0]) != resource.RLIM_INFINITY]
     under = f"; {', '.join(limits)}" if limits else ""
     where = f"{path} {part}" if part else f"{path}"
-    return DecodeOutOfMemory(f"{where}: out of memory decoding it (could not allocate {size}{under}); the file "
-                             f"is not at fault: give the process more memory (raise the limit) or read less at once")
+    return DecodeOutOfMemory(f"{where}: out of memory decoding it (could not allocate {size}{under}); {what} "
+                             f"is not at fault: give the process more memory (raise the limit) or {less}")

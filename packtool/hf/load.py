@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError
+from packtool.free_memory import decode_out_of_memory
 from packtool.integers import short
 
 # what to_hf decides itself: the output's shards, all of them as one split, every column in the
@@ -192,12 +193,20 @@ def _cache_dir(kwargs: dict) -> str:
     return os.path.abspath(str(datasets.config.HF_DATASETS_CACHE))
 
 
-def translated(e: Exception, path: str, files: list[str], kwargs: dict) -> PacktoolError:
+def translated(e: Exception, path: str, files: list[str], kwargs: dict) -> PacktoolError | MemoryError:
     """packtool's one line for what `datasets` (or fsspec under it) raised while loading the
-    output at `path`: the shard, the cache folder, the store or the keyword at fault."""
+    output at `path`: the shard, the cache folder, the store or the keyword at fault; or out of
+    memory (free_memory's rule for every door that decodes a shard), never a damaged output."""
     chain = _chain(e)
     root = chain[-1]
     shard = _shard_named(chain, files)
+    for x in chain:  # the shards passed packtool's checks: an allocation failing is this process's memory
+        oom = decode_out_of_memory(x, shard or path, "in to_hf's datasets conversion",
+                                   what="the file" if shard else "the output",
+                                   less="pass to_hf(streaming=True) (read through packtool: at most "
+                                        "row_group_cache row groups held, no conversion)")
+        if oom is not None:
+            return oom
     again = f"check the output with `packtool verify {path}` and re-open it"
     if shard is not None:
         what = "is gone (or no longer a file)" if any(isinstance(x, FileNotFoundError) for x in chain) \

@@ -3,6 +3,9 @@
 `packtool pack`" (exit 1), and "cannot be decoded ... run `packtool verify`" (a FormatError) in
 every reader. It is out of memory (storage.failures.store_failure asks free_memory): a
 MemoryError naming the shard, in every consumer, and the CLI's `resources` line (exit 2).
+RB-6 (s48): to_hf hands the checked shards to `datasets`, whose failures hf/load.translated says;
+an allocation failing in datasets' Parquet conversion (or its select) was "another run replaced or
+damaged the output", kind input. Every door that reads a shard is one case below.
 
 The failure is made where Arrow decodes (a shard's footer, its row groups), in the forms it takes:
 Arrow's own MemoryError, and C++'s bad_alloc that Parquet's decoder passes on in an OSError. The
@@ -10,6 +13,8 @@ real thing (a 120 MB slab under `ulimit -v 1200000`) is /work/notes/s47/repro/b7
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -63,16 +68,44 @@ def _megatron(d):
     return next(PackedSlabDataset(d).steps())
 
 
+def _to_hf(d):
+    pytest.importorskip("datasets", reason="the hf extra is not installed")
+    # a fresh datasets cache each time: a conversion cached by one case would skip the next one's
+    cache = tempfile.mkdtemp(prefix="hf-", dir=os.path.dirname(d))
+    return pytest.importorskip("packtool.hf").SlabDataset(d).to_hf(cache_dir=cache)
+
+
+def _fail_in_datasets(monkeypatch, where: str, form: str):
+    """The allocation failing inside `datasets`, past packtool's own checks of every shard: its
+    Parquet builder's read (what `ulimit -v` gives for a long-context slab), or its select."""
+    import datasets
+    from datasets.packaged_modules.parquet import parquet
+
+    def fail(*a, **k):
+        raise FORMS[form]()
+    if where == "datasets' conversion":
+        def tables(*a, **k):
+            yield fail()
+        monkeypatch.setattr(parquet.Parquet, "_generate_tables", tables)
+    else:
+        monkeypatch.setattr(datasets.Dataset, "select", fail)
+
+
 CONSUMERS = {"verify": lambda d: packtool.verify(d, workers=1), "inspect": packtool.inspect,
-             "reader": _reader, "hf.SlabDataset": _hf, "megatron": _megatron}
+             "reader": _reader, "hf.SlabDataset": _hf, "megatron": _megatron, "hf.to_hf": _to_hf}
+# every door that reads a shard: each consumer where Arrow decodes it, and to_hf's steps in datasets
+DOORS = [(c, w) for c in CONSUMERS for w in ("footer", "row group")] + \
+        [("hf.to_hf", "datasets' conversion"), ("hf.to_hf", "datasets' select")]
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("where", ["footer", "row group"])
-@pytest.mark.parametrize("consumer", CONSUMERS)
+@pytest.mark.parametrize(("consumer", "where"), DOORS, ids=[f"{c}-{w}" for c, w in DOORS])
 def test_an_allocation_failed_decoding_a_shard_is_out_of_memory_in_every_consumer(out, monkeypatch, consumer,
                                                                                    where, form):
-    _fail_at(monkeypatch, where, form)
+    if where.startswith("datasets"):
+        _fail_in_datasets(monkeypatch, where, form)
+    else:
+        _fail_at(monkeypatch, where, form)
     try:
         got = CONSUMERS[consumer](out)
     except MemoryError as e:
@@ -81,8 +114,11 @@ def test_an_allocation_failed_decoding_a_shard_is_out_of_memory_in_every_consume
         pytest.fail(f"{type(e).__name__}: {e}")
     else:  # verify's report: a finding instead of an error
         pytest.fail(f"no error: {got!r}"[:400])
-    assert "out of memory" in msg and "slabs-0000" in msg and "\n" not in msg, msg
+    # packtool's readers name the shard; datasets' error names none: the output then
+    named = out if where.startswith("datasets") else "slabs-0000"
+    assert "out of memory" in msg and named in msg and "\n" not in msg, msg
     assert "corrupt" not in msg and "re-run" not in msg and "verify" not in msg, msg
+    assert "replaced" not in msg and "damaged" not in msg, msg
 
 
 @pytest.mark.parametrize("where", ["footer", "row group"])
