@@ -153,6 +153,16 @@ class SideColumn:
             raise PacktoolFormatError(f"{where}: side_columns: side column {col.name!r} ({col.dtype}) has fill "
                                       f"{col.fill!r}, FORMAT.md's is {want!r} (packtool writes no other); the "
                                       f"manifest is edited or damaged: re-run `packtool pack`")
+        # key for key the entry pack writes (`row` only true, only on width 1): a key defaulted or
+        # dropped here would pass where FORMAT.md's reader, holding the whole entry to the one its
+        # shard's field records, refuses it (S47B-3)
+        written = col.to_dict()
+        if set(d) != set(written):
+            k = sorted(set(d) ^ set(written))[0]
+            said = f"has {k!r}: {d[k]!r}" if k in d else f"has no {k!r}"
+            raise PacktoolFormatError(f"{where}: side_columns: side column {col.name!r} {said}; packtool writes "
+                                      f"{', '.join(written)} (`row` only as true, on a 1-wide row); the manifest "
+                                      f"is edited or damaged: re-run `packtool pack`")
         return col
 
     def filled(self, n: int) -> np.ndarray:

@@ -640,6 +640,75 @@ def test_every_consumer_refuses_what_the_reader_checks_skipped(corpus, corruptio
     kind, got = _result(results, get, consumer, corruption, str(tmp_path))
     assert kind == "refused", f"{consumer} read the damaged output ({corruption}) without a word"
 
+# S47B-3: every field verify holds the manifest to (slabs/fields.py's tables: its JSON type and its
+# presence; slabs/format.check_numbers' ranges; the names and the seed's range config_from_dict
+# takes), each broken alone: verify rejects each, so FORMAT.md's standalone reader must refuse it
+# too (it read schema_version 1 with side columns, an unknown overflow name, a non-numeric
+# stats.dp_imbalance, a seed past 2^63-1). Generated from the tables, so a field added to them is
+# swept with no edit here.
+def _manifest_form_lies():
+    from packtool.slabs import fields
+    from packtool.slabs.format import NUMBER_RANGES
+
+    def wrong(rule):  # a JSON value of another type than the rule's
+        return 5 if rule in (fields._str, fields._file) else "x"
+
+    lies = {}
+
+    def walk(path, spec, base=""):
+        for k, rule in spec.items():
+            at = (*path, k)
+            name = base + ".".join(map(str, at))
+            if isinstance(rule, dict):
+                walk(at, rule, base)
+                continue
+            lies[f"form:{name}=wrong-type"] = _set(at, wrong(rule))
+            if rule is not fields._later_count:  # absent in outputs written before the figure
+                lies[f"form:{name}=absent"] = _manifest(lambda m, at=at: _pop(m, at))
+            if rule in (fields._count, fields._later_count):
+                lies[f"form:{name}=over-max-count"] = _set(at, fields.MAX_COUNT + 1)
+    walk(("config",), fields.CONFIG)
+    walk(("stats",), {k: v for k, v in fields.STATS.items() if not isinstance(v, fields.Counts)})
+    walk(("tokenizer",), fields.TOKENIZER_IDS)
+    walk(("shards", 0), fields.SHARD)
+    walk(("side_columns", 0), fields.SIDE_COLUMN, base=SIDE_BASE)  # the side corpus's `lp` (float32, 1 wide)
+    for key in ("side_nan", "side_inf"):
+        lies[f"form:stats.{key}=wrong-type"] = _set(("stats", key), "x")
+    for key, top in NUMBER_RANGES.items():
+        part = "packing" if key == "dp" else "alignment"
+        lies[f"form:config.{part}.{key}=over-range"] = _set(("config", part, key), top + 1)
+    lies["form:tokenizer.vocab_size=over-range"] = _set(("tokenizer", "vocab_size"), 2 ** 31)
+    lies["form:tokenizer.pad_id=over-vocab"] = _set(("tokenizer", "pad_id"), lambda v: 10 ** 6)
+    for part, key in (("packing", "overflow"), ("packing", "algorithm"), ("alignment", "fp8"),
+                      ("alignment", "convention")):
+        lies[f"form:config.{part}.{key}=unknown-name"] = _set(("config", part, key), "zzz")
+    lies["form:config.packing.seed=2^63"] = _set(("config", "packing", "seed"), 2 ** 63)
+    lies["form:config.packing.seed=4001-digits"] = _set(("config", "packing", "seed"), 10 ** 4000)
+    lies[f"form:{SIDE_BASE}schema_version=1"] = _set(("schema_version",), 1)  # version 1 has no side columns
+    return lies
+
+
+def _pop(m, path):
+    d = m
+    for k in path[:-1]:
+        d = d[k]
+    del d[path[-1]]
+
+
+SIDE_BASE = "side/"  # a lie of the side corpus's manifest (`lp` and `sup` side columns), not the plain one's
+MANIFEST_FORM = _manifest_form_lies()
+
+
+@pytest.mark.parametrize("corruption", list(MANIFEST_FORM))
+def test_the_standalone_reader_refuses_every_manifest_form_verify_rejects(corpus, side_corpus, corruption, tmp_path):
+    from packtool.verification.run import verify
+    out = str(tmp_path / "out")
+    shutil.copytree(side_corpus("clean") if corruption.startswith(f"form:{SIDE_BASE}") else corpus[0]("clean"), out)
+    MANIFEST_FORM[corruption](out)
+    assert not verify(out, workers=1).ok, "verify took it: not a lie"
+    with pytest.raises(READER_ERRORS):
+        format_reader().open_output(out)
+
 
 def _plus(col, n):
     def edit(c):
@@ -942,7 +1011,13 @@ SIDE_ENTRY = {"side_entry:kind-support-to-values": _side_entry("sup", "kind", "v
               "side_entry:width": _side_entry("sup", "width", 4),
               "side_entry:dtype": _side_entry("lp", "dtype", "float64"),
               "side_entry:fill": _side_entry("lp", "fill", 5.0),
-              "side_entry:support-fill": _side_entry("sup", "fill", 0)}
+              "side_entry:support-fill": _side_entry("sup", "fill", 0),
+              # S47B-3: keys packtool never writes in that form (`row` only true, only on width 1:
+              # side.SideColumn.to_dict) or at all: the standalone reader refused each (the field's
+              # record differs), verify and packtool's readers read them (a key taken out: fields.py)
+              "side_entry:row-false": _side_entry("lp", "row", False),
+              "side_entry:row-true-wide": _side_entry("sup", "row", True),
+              "side_entry:unknown-key": _side_entry("lp", "note", "x")}
 
 
 def _nonfinite(values, counted=None, groups=1):
