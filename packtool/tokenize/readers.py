@@ -89,7 +89,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             owns.append(OwnTrees(spec, _glob_base(spec)))
             # the files of a save_to_disk folder among the matches: the folder, read as itself
-            paths = saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))))
+            paths = saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))), quiet)
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
         else:
@@ -178,7 +178,7 @@ def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
         if not found and own.skipped:
             said = "glob matched no objects" if any(c in spec for c in "*?[") else "prefix holds no data objects"
             raise PacktoolInputError(said + own.only_own(), path=locate(spec).shown)
-    found = saved_objects(found)  # a datasets save_to_disk prefix read as itself, as a local folder is
+    found = saved_objects(found, quiet, listed=not one)  # a datasets save_to_disk prefix read as itself, as a local folder is
     if not found:
         raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
                                  else "input not found (no such object or prefix)", path=locate(spec).shown)

@@ -47,16 +47,17 @@ def _data_files(state: str) -> list[str]:
                                  path=state) from None
 
 
-def saved_matches(paths: list[str]) -> list[str]:
+def saved_matches(paths: list[str], quiet: bool = False) -> list[str]:
     """A local glob's matches (in path order) with each save_to_disk folder whose
     dataset_info.json or dataset_dict.json is among them given as the folder, where its first
     match sorts, in place of its files: read as itself, as `saved_objects` does a store glob's
     (file by file its dataset_info.json and state.json were rows; a glob matching only some of
-    its .arrow files reads those, as asked)."""
+    its .arrow files reads those, as asked, less an earlier save's: `_current`)."""
     marks = sorted(os.path.dirname(p) for p in paths if os.path.basename(p) in (INFO, DICT))
     saved = [d for d in marks if not any(d.startswith(o + os.sep) for o in marks)]
     if not saved:
-        return paths
+        return _current(paths, os.path.dirname, lambda d: os.path.join(d, STATE) if os.path.isfile(
+            os.path.join(d, STATE)) else None, lambda p: p, quiet)
     out, done = [], set()
     for p in paths:
         home = next((d for d in saved if p == d or p.startswith(d + os.sep)), None)
@@ -65,6 +66,36 @@ def saved_matches(paths: list[str]) -> list[str]:
         elif home not in done:
             done.add(home)
             out.append(home)
+    return out
+
+
+def _current(found: list, parent, state_of, path_of, quiet: bool, shown=lambda home: home) -> list:
+    """A glob's matches less the .arrow files of a save_to_disk folder that its state.json does not
+    list: `datasets` leaves an earlier save's shards beside a new one (a notebook saving a filtered
+    dataset into its folder again), and reads only the listed ones; read here, the rows the user
+    replaced were trained on too (S48A-5). Each folder's are named in a note unless `quiet`.
+    `parent` (a match's folder), `state_of` (the folder's state.json to read, or None), `path_of`
+    and `shown` spell a match and its folder, local or on a store."""
+    listed: dict = {}
+    out, left = [], {}
+    for x in found:
+        p = path_of(x)
+        if p.endswith(".arrow"):
+            home = parent(x)
+            if home not in listed:
+                state = state_of(home)
+                listed[home] = None if state is None else set(_data_files(state))
+            if listed[home] is not None and p.rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1] not in listed[home]:
+                left.setdefault(home, []).append(p.rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1])
+                continue
+        out.append(x)
+    if not quiet:
+        from packtool.notes import note
+        for home, names in left.items():
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            note(f"{shown(home)}: passed over {len(names)} .arrow file(s) its state.json does not list (an earlier "
+                 f"save_to_disk's shards, which `datasets` does not read either): {', '.join(sorted(names)[:5])}"
+                 f"{more}; give the folder itself to read it as saved, or delete them to silence this note")
     return out
 
 
@@ -98,14 +129,29 @@ def _parents(path: str, folder: str) -> list[str]:
     return out
 
 
-def saved_objects(found: list) -> list:
+def saved_objects(found: list, quiet: bool = False, listed: bool = True) -> list:
     """Object-store inputs (Locations, in path order) with each save_to_disk prefix among them
     read as itself: its data objects in state.json's order where its name sorts, its other
-    objects (state.json, dataset_info.json) no input; a DatasetDict prefix refused."""
+    objects (state.json, dataset_info.json) no input; a DatasetDict prefix refused; a glob's
+    .arrow objects less an earlier save's (`_current`; `listed` False: one object named by its
+    URI, read as asked)."""
     marks = sorted(x.path.rsplit("/", 1)[0] for x in found if x.path.rsplit("/", 1)[-1] in (INFO, DICT))
     saved = [d for d in marks if not any(d.startswith(o + "/") for o in marks)]
-    if not saved:
+    if not saved and not listed:
         return found
+    if not saved:
+        from packtool.storage import prefix_of
+        homes: dict = {}  # one Location per prefix: `_current` keys its state.json read by it
+
+        def parent(x):
+            d = x.path.rsplit("/", 1)[0]
+            homes.setdefault(d, prefix_of(x, d))
+            return d
+
+        def state_of(home):
+            state = homes[home].join(STATE)
+            return state.shown if state.is_file() else None
+        return _current(found, parent, state_of, lambda x: x.path, quiet, lambda home: homes[home].shown)
     by_path = {x.path: x for x in found}
     out, done = [], set()
     for x in found:

@@ -143,3 +143,46 @@ def test_a_saved_prefix_is_named_whole_beside_an_object_whose_name_is_encoded(sa
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([f"{s3}/in/"], quiet=True)
     assert f"{s3}/in/dd:" in str(e.value) and "DatasetDict" in str(e.value), str(e.value)
+
+
+@pytest.fixture(scope="module")
+def resaved(tmp_path_factory) -> str:
+    """A save_to_disk folder saved into twice (10 rows in 2 shards, then 4 rows in 1): `datasets`
+    leaves the first save's shards beside the new one; state.json lists the new one alone."""
+    d = str(tmp_path_factory.mktemp("rsd") / "par" / "std2")
+    datasets.Dataset.from_dict({"text": [f"old {i}" for i in range(10)]}).save_to_disk(d, num_shards=2)
+    datasets.Dataset.from_dict({"text": [f"new {i}" for i in range(4)]}).save_to_disk(d, num_shards=1)
+    assert len(os.listdir(d)) == 5 and _state_order(d) == ["data-00000-of-00001.arrow"]
+    return d
+
+
+# S48A-5: a glob matching a save_to_disk folder's .arrow files (the folder's own name, `**`, local
+# and on a store) read the earlier save's shards beside the current one, with no word (14 rows where
+# the dataset holds 4); every door now reads what state.json lists and names the shards passed over
+@pytest.mark.parametrize("where", ["local", "store"])
+@pytest.mark.parametrize("pattern", ["std2/*.arrow", "**/*.arrow", "std2/data-*"])
+def test_a_glob_passes_over_an_earlier_saves_shards_with_a_note(resaved, where, pattern, request):
+    from packtool.notes import mark, since
+    par = os.path.dirname(resaved)
+    base = par
+    if where == "store":
+        base = f"{request.getfixturevalue('s3')}/par"
+        _upload(par, base)
+    start = mark()
+    got = [f.path for f in resolve_inputs([f"{base}/{pattern}"])]
+    assert got == [f"{base}/std2/data-00000-of-00001.arrow"], got
+    said = [n for n in since(start) if "state.json does not list" in n]
+    assert len(said) == 1 and "data-00000-of-00002.arrow, data-00001-of-00002.arrow" in said[0], since(start)
+    assert f"{base}/std2" in said[0], said
+
+
+@pytest.mark.parametrize("where", ["local", "store"])
+def test_an_earlier_saves_shard_named_by_its_path_is_read_as_asked(resaved, where, request):
+    from packtool.notes import mark, since
+    base = os.path.dirname(resaved)
+    if where == "store":
+        base = f"{request.getfixturevalue('s3')}/par"
+        _upload(os.path.dirname(resaved), base)
+    start = mark()
+    got = [f.path for f in resolve_inputs([f"{base}/std2/data-00001-of-00002.arrow"])]
+    assert got == [f"{base}/std2/data-00001-of-00002.arrow"] and not since(start), (got, since(start))
