@@ -41,7 +41,7 @@ from packtool.cli.flags import (
     Tokenizer,
     Tp,
 )
-from packtool.cli.inputs import check_input_specs, one_dataset
+from packtool.cli.inputs import by_datasets, check_input_specs
 from packtool.cli.parsing import Command, Commands
 from packtool.errors import PacktoolConfigError, bad_choice, shown
 from packtool.notes import note
@@ -194,8 +194,7 @@ def pack(
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         check_input_specs(inputs, split or config)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
-            one_dataset(inputs, split, config, engine)
-            inputs = _hf.load_dataset(inputs[0], split, config)
+            inputs, kw["split"] = by_datasets(inputs, split, config, engine)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
                        shard_tokens=shard_tokens, **kw)

@@ -74,7 +74,7 @@ def _cache_placed(kwargs: dict) -> dict:
         placed = expanded(os.fspath(given), None, PacktoolConfigError)
         # datasets writes its lock and Arrow files there: inside a packed output they are strays
         # that every reader then refuses (S41-9); in a cache entry or checkpoint, foreign files
-        refuse_inside_packed(placed, "load_kwargs['cache_dir']", itself=True)
+        refuse_inside_packed(placed, "load_kwargs['cache_dir']", itself=True, error=PacktoolConfigError)
         return {**kwargs, "cache_dir": placed}
     if given is None:  # HF_DATASETS_CACHE / HF_HOME: the same rule, and a home to hold it
         from packtool.output.datasets_cache import check_datasets_cache

@@ -271,14 +271,16 @@ def refuse_foreign_files(folder: str, shown: str, flag: str, ours: Callable[[str
 
 
 
-def refuse_inside_packed(path: str, flag: str, mine: str | None = None, itself: bool = False) -> None:
+def refuse_inside_packed(path: str, flag: str, mine: str | None = None, itself: bool = False,
+                         error=PacktoolOutputError) -> None:
     """A file packtool writes for the user (a report, a plan, a log, a checkpoint) never lands
     inside a packed output folder, at any depth (output.relations.packed_problem, the rule
     files.check_new_file applies to every file and check_output to --output). `itself`: `path`
     is a folder the writer fills (to_hf's datasets cache), refused as one of those trees too."""
     problem = packed_problem(resolve(path), itself=itself, mine=mine)
     if problem:  # `path` as the user typed it (the resolved one beside it: paths.refused)
-        raise refused(f"{problem}; write it beside that folder", path, resolve(path), cli_flag(flag) or flag)
+        raise refused(f"{problem}; write it beside that folder", path, resolve(path), cli_flag(flag) or flag,
+                      error=error)
 
 
 __all__ = ["SPILL_TAG", "TMP_TAG", "check_log_file", "check_new_file", "describe_kind", "kind_name", "nearest_existing",

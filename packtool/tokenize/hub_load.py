@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, shown
 from packtool.storage import is_uri
+from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.readers import resolve_inputs
 from packtool.tokenize.repo_folder import generation_cause, split_files
 
@@ -124,9 +125,24 @@ def load_dataset(spec: str, split: str | None, config: str | None):
         return saved
     files = split_files(spec, split, config) if split and os.path.isdir(spec) else None
     if files:  # a JSON/Parquet repo's split: its files, by packtool's readers
+        _refuse_own_trees(spec, split, files)
         return resolve_inputs(files)
     with _offline_unless_reachable(spec):
         return _load_dataset(spec, split, config)
+
+
+def _refuse_own_trees(spec: str, split: str, files: list[str]) -> None:
+    """The split's files as datasets' patterns found them, which know nothing of packtool's own
+    folders: a cache entry's part or a packed output's shard inside the repo became "the split"
+    (its format then chose which of the user's files were read), RA-11. Refused, not passed over:
+    what datasets chose counted them."""
+    own = OwnTrees(spec, spec)
+    own.keep(files)  # (a table format's folder is refused there)
+    if own.skipped:
+        raise PacktoolInputError(f"{arg('split')} {split}: datasets' split patterns take files inside packtool's own "
+                                 f"folders in the repo folder, not data: {own.trees()}; move them out of the "
+                                 f"folder, or pass the split's files by name",
+                                 path=spec, flag=cli_flag("split"))
 
 
 def _saved_split(spec: str, split: str | None, config: str | None):
@@ -159,7 +175,8 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
         raise PacktoolInputError("reading a dataset by name needs the `datasets` package: "
                                  "pip install 'packtool[hf]'", path=spec) from None
     from packtool.output.datasets_cache import check_datasets_cache
-    check_datasets_cache(shown(spec), "")  # its Arrow conversion is written there
+    # its Arrow conversion is written there: never inside the folder it reads
+    check_datasets_cache(shown(spec), "", inputs=[spec] if os.path.isdir(spec) else ())
     try:
         ds = datasets.load_dataset(spec, config, split=split)
     except datasets.exceptions.DatasetGenerationError as e:  # the data's fault: its cause says which

@@ -151,10 +151,10 @@ class OwnTrees:
         if not self.skipped:
             return ""
         if all(what == _JOB for _, what in self.skipped):
-            return f" outside Spark/Hadoop `_temporary/` folders ({self._trees()}: a job's uncommitted output is not data)"
-        return f" outside packtool's own folders ({self._trees()}: a packed output or cache is not data)"
+            return f" outside Spark/Hadoop `_temporary/` folders ({self.trees()}: a job's uncommitted output is not data)"
+        return f" outside packtool's own folders ({self.trees()}: a packed output or cache is not data)"
 
-    def _trees(self, job: bool | None = None) -> str:
+    def trees(self, job: bool | None = None) -> str:
         return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.named_base))} ({what}, {k} "
                          f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items())
                          if job is None or (what == _JOB) == job)
@@ -167,12 +167,12 @@ class OwnTrees:
             files = f"{n} file{'s' if n != 1 else ''}"
             if job:
                 note(f"{self.spec}: passed over {files} in Spark/Hadoop `_temporary/` folders inside it: "
-                     f"{self._trees(job)}: the committer's scratch (task attempts of a job not committed, "
+                     f"{self.trees(job)}: the committer's scratch (task attempts of a job not committed, "
                      f"copies of the part files beside it), not data; pass the part files themselves to read "
                      f"them, or remove the folder once the job is done")
             else:
                 note(f"{self.spec}: passed over {files} in packtool's own folders inside it, "
-                     f"not data: {self._trees(job)}; move them out of the data folder (or pass the data files "
+                     f"not data: {self.trees(job)}; move them out of the data folder (or pass the data files "
                      f"themselves) to silence this note")
 
 
