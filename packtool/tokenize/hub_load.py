@@ -14,7 +14,7 @@ from packtool.errors import PacktoolInputError, arg, cli_flag, shown
 from packtool.storage import is_uri
 from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.readers import resolve_inputs
-from packtool.tokenize.repo_folder import generation_cause, split_files
+from packtool.tokenize.repo_folder import generation_cause, left_out, split_files
 
 OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-type dataset NAME "  # flags of `hf`
                 "--local-dir DIR`, or `datasets.load_dataset(...).save_to_disk(DIR)`), copy DIR here "
@@ -126,6 +126,7 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     files = split_files(spec, split, config) if split and os.path.isdir(spec) else None
     if files:  # a JSON/Parquet repo's split: its files, by packtool's readers
         _refuse_own_trees(spec, split, files)
+        _refuse_left_out(spec, split, config, files)
         return resolve_inputs(files)
     with _offline_unless_reachable(spec):
         return _load_dataset(spec, split, config)
@@ -143,6 +144,17 @@ def _refuse_own_trees(spec: str, split: str, files: list[str]) -> None:
                                  f"folders in the repo folder, not data: {own.trees()}; move them out of the "
                                  f"folder, or pass the split's files by name",
                                  path=spec, flag=cli_flag("split"))
+
+
+def _refuse_left_out(spec: str, split: str, config: str | None, files: list[str]) -> None:
+    left = OwnTrees(spec, spec).keep(left_out(spec, split, config, files))  # (packtool's own: not data)
+    if left:
+        kinds = sorted({os.path.splitext(f)[1] for f in files})
+        names = ", ".join(os.path.relpath(f, spec) for f in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        raise PacktoolInputError(f"{arg('split')} {split}: datasets reads one file kind per split ({'/'.join(kinds)} "
+                                 f"here), so it would leave out {len(left)} file(s) of the split: {names}; convert "
+                                 f"them to that kind, or pass the split's files by name", path=spec,
+                                 flag=cli_flag("split"))
 
 
 def _saved_split(spec: str, split: str | None, config: str | None):
@@ -191,8 +203,11 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
         if offline and not os.path.isdir(spec):
             raise PacktoolInputError(f"dataset not in the local cache and the Hub cannot be "
                                      f"reached; {offline_hint(spec)}", path=spec) from None
-        raise PacktoolInputError(f"datasets.load_dataset failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
-                                 path=spec, flag=cli_flag("config")) from None
+        said = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "infer the same data file format" in said:  # files of two kinds in a folder's splits
+            raise PacktoolInputError(f"datasets.load_dataset failed: {said}; convert the files to one kind, or pass "
+                                     f"the split's files by name", path=spec, flag=cli_flag("split")) from None
+        raise PacktoolInputError(f"datasets.load_dataset failed: {said}", path=spec, flag=cli_flag("config")) from None
     if split is None and isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         if len(ds) != 1:
             raise PacktoolInputError(f"dataset has splits {', '.join(ds)}; pick one", path=spec, flag=cli_flag("split"))

@@ -184,6 +184,33 @@ def split_files(folder: str, split: str, config: str | None) -> list[str] | None
     return files.get(split) or None
 
 
+def left_out(folder: str, split: str, config: str | None, files: list[str]) -> list[str]:
+    """The split's files of a kind packtool reads (or refuses by name) that datasets' patterns
+    match and its one-format-per-split rule drops (S48A-1: a `train-00002.csv` or `.jsonlines`
+    beside two `.jsonl` files was not read, with no word, where naming the split's files read it).
+    Only where the split's patterns are datasets' defaults or a README configuration's own."""
+    from datasets.data_files import DataFilesDict, get_data_patterns, sanitize_patterns
+    from datasets.load import dataset_module_factory
+
+    from packtool.tokenize.file_kinds import kind_of, unreadable
+    module = dataset_module_factory(folder)
+    base = module.builder_kwargs.get("base_path", folder)
+    meta = module.builder_configs_parameters.metadata_configs or {}
+    if meta:
+        one = meta.get(config or next(iter(meta)), {})
+        if "data_files" not in one or one.get("data_dir"):
+            return []
+        patterns = sanitize_patterns(one["data_files"])
+    else:
+        patterns = get_data_patterns(base)
+    try:
+        raw = DataFilesDict.from_patterns(patterns, base_path=base)
+    except Exception:  # a pattern matching nothing: datasets' own error came first
+        return []
+    kept = set(files)
+    return [str(f) for f in raw.get(split, []) if str(f) not in kept and (kind_of(str(f)) or unreadable(str(f)))]
+
+
 def generation_cause(e: BaseException) -> str:
     """What a `datasets` DatasetGenerationError hides in its cause chain (the JSON parse error,
     the cast that failed), in one line: its own text is "An error occurred while generating the

@@ -204,3 +204,30 @@ def test_packtools_own_folder_the_split_patterns_take_is_refused(tmp_path, own):
     err = got["error"]
     assert rc == 2 and err["kind"] == "input" and err["flag"] == "--split", got
     assert own in err["message"] and "move them out" in err["message"], err
+
+
+def _third(path: str, ext: str) -> None:
+    if ext == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pq.write_table(pa.table({"text": ["held row"]}), path)
+    elif ext == "csv":
+        with open(path, "w") as f:
+            f.write("text\nheld row\n")
+    else:
+        with open(path, "w") as f:
+            f.write(json.dumps({"text": "held row"}) + "\n")
+
+
+@pytest.mark.parametrize("ext", ["csv", "parquet", "jsonlines"])
+def test_a_split_file_datasets_would_leave_out_is_refused_by_name(tmp_path, ext):
+    """S48A-1: datasets reads one file kind per split (the most common), so a train file of another
+    kind beside the .jsonl ones was not read, rc 0, no word; naming the split's files read it."""
+    repo = _json_repo(tmp_path)
+    _third(os.path.join(repo, "data", "train-00001.jsonl"), "jsonl")  # .jsonl the most common kind
+    _third(os.path.join(repo, "data", f"train-00002.{ext}"), ext)
+    rc, got = _pack([repo, "--split", "train"], tmp_path)
+    err = got.get("error")
+    assert rc == 2 and err and err["flag"] == "--split" and f"train-00002.{ext}" in err["message"], got
+    rc, got = _pack([os.path.join(repo, "data", "train*")], tmp_path)  # the other fix the line names
+    assert rc == 0 and got["sequences"] == len(ROWS) + 2, got
