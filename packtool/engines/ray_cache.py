@@ -24,7 +24,7 @@ import tokenizers
 
 from packtool.engines.ray_env import remote, task_options
 from packtool.engines.ray_source import ALL_MASKED, EMPTY, OK, TokenizeJob, make_datasource, tokenize_block
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolInputError, spelled_as, spelling_now
 from packtool.output.files import make_parents, remove_created
 from packtool.output.leftovers import owned_temp_dir, remove_tree
 from packtool.progress import bar
@@ -130,11 +130,12 @@ def collect_blocks(ds, n_files: int, advance=lambda rows: None) -> BlockTable:
 
 
 def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: str | None = None,
-                push: str | None = None) -> pa.Table:
+                push: str | None = None, spelling: dict | None = None) -> pa.Table:
     """map_batches UDF: one tokenized block (a run of consecutive rows of one file) -> cache
     part files named by their first global row (sorted names = read order), each hashed here;
     into the build folder `tmp`, or (`entry`, a store cache) written on this node's own
-    scratch and uploaded under the entry. Returns one summary row for the block (BLOCK_SCHEMA)."""
+    scratch and uploaded under the entry (`spelling`: the caller's words, errors.arg: a refused put
+    names --cache-dir / cache_dir). Returns one summary row for the block (BLOCK_SCHEMA)."""
     fi_all = batch.column("fi").to_numpy()
     rows_all = batch.column("file_row").to_numpy()
     bad = batch.column("bad").to_numpy()
@@ -154,7 +155,8 @@ def _write_part(batch: pa.Table, tmp: str | None, file_base: np.ndarray, entry: 
         else:
             from packtool.output.store import scratch
             from packtool.tokenize.store_push import put_proven
-            with scratch("part") as stage:  # each part's proof first (the push's), then the part
+            # each part's proof first (the push's), then the part
+            with scratch("part") as stage, spelled_as(spelling or {}):
                 parts = _parts(b, file_base, stage,
                                lambda path, name, rec: put_proven(path, entry, push, f"{DATA_DIR}/{name}", rec))
     length = batch.column("length").to_numpy()
@@ -310,7 +312,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
                              fn_kwargs={"job": job}, **env)
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"tmp": tmp, "file_base": file_base, "entry": final if store else None,
-                                        "push": push}, **env))
+                                        "push": push, "spelling": spelling_now()}, **env))
         with bar("Tokenizing (Ray)", int(file_base[-1]), "rows", progress) as advance:
             bt = collect_blocks(rows, len(job.files), advance)
         if not np.array_equal(bt.file_base, file_base):

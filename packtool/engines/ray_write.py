@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from packtool.engines.ray_env import remote, task_options
+from packtool.errors import spelled_as, spelling_now
 from packtool.planning.core import Plan
 from packtool.planning.sharded import ShardedPlan, shard_routing
 from packtool.planning.slabs import Routing, SlabSpec, routing_of_plan, spec_of_plan
@@ -105,12 +106,13 @@ def route_block(batch: pa.Table, piece_starts: np.ndarray, routing_refs: list, s
 
 def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: int,
                 group_tokens: int, side=(),
-                dests: list[str] | None = None, lease=None) -> pa.Table:
+                dests: list[str] | None = None, lease=None, spelling: dict | None = None) -> pa.Table:
     """map_groups UDF: every segment of one shard -> slabs-NNNNN.parquet, as write_shards does.
     The shard's sub-plan is built here from its segments and the driver's per-slab values.
     Into the folder `out_dir`, or (`dests`: each shard's object URI and its proof's, named by
     the driver's store commit) written on this node's own scratch and uploaded from here, each
-    put only while the run still holds `lease` (the commit's storage.lease.LeaseTicket)."""
+    put only while the run still holds `lease` (the commit's storage.lease.LeaseTicket).
+    `spelling`: the caller's words for its arguments (errors.arg), so a refused put names -o / output."""
     k = int(group.column("shard")[0].as_py())
     spec: SlabSpec = _get([spec_refs[k]])
     group = group.take(pa.array(np.argsort(group.column("pos").to_numpy(), kind="stable")))
@@ -133,9 +135,9 @@ def write_group(group: pa.Table, spec_refs: list, out_dir: str | None, pad_id: i
         info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(out_dir, shard_file(k)), group_tokens)
     else:
         from packtool.output.store import scratch, upload_proven
-        with scratch("shard") as d:
+        with scratch("shard") as d, spelled_as(spelling or {}):
             info = write_shard_file(writer, sub.layout.slab_len, 0, os.path.join(d, shard_file(k)), group_tokens)
-            dest = locate(dests[k][0])
+            dest = locate(dests[k][0], name="output")
             upload_proven(os.path.join(d, info.file), *dests[k], info, lease)
         info = replace(info, file=dest.name)
     return pa.table({"shard": [k], "file": [info.file], "rows": [info.rows], "tokens": [info.tokens],
@@ -223,7 +225,8 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
           .map_groups(write_group, batch_format="pyarrow", max_retries=WRITE_MAX_RETRIES,
                       fn_kwargs={"spec_refs": spec_refs, "out_dir": out_dir,
                                  "pad_id": pad_id, "group_tokens": group_tokens,
-                                 "side": tuple(cache.side_columns), "dests": dests, "lease": lease}, **env))
+                                 "side": tuple(cache.side_columns), "dests": dests, "lease": lease,
+                                 "spelling": spelling_now()}, **env))
     got = []
     with bar("Writing (Ray)", len(ranges), "shards", progress) as advance:
         for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):  # one row per shard written

@@ -379,8 +379,8 @@ def upload_proven(src: str, dest: str, proof: str, info: ShardInfo, lease: Lease
     and checksum go first, so whatever a kill leaves at `dest` is provably the run's or not;
     each put only while the run still holds `lease` (`StoreCommit.ticket`)."""
     lease.check()
-    locate(proof).write_bytes(json.dumps(shard_proof(info)).encode())
-    upload_leased(src, locate(dest), lease)
+    locate(proof, name=lease.argument).write_bytes(json.dumps(shard_proof(info)).encode())
+    upload_leased(src, locate(dest, name=lease.argument), lease)
 
 
 def upload_file(src: str, dst: Location) -> None:

@@ -93,9 +93,10 @@ class LeaseTicket:
     lock_uri: str
     token: str
     prefix: str
+    argument: str | None = None  # the one that gave the place (-o): a task's refusal is its kind, names it
 
     def check(self) -> None:
-        lock = locate(self.lock_uri)
+        lock = locate(self.lock_uri, name=self.argument)
         if not _holds(lock, self.token):
             _lost(lock, self.prefix)
 
@@ -130,7 +131,7 @@ class Lease:
         """What a process other than the holder (a Ray write task on another node) asks before
         each of its puts; `lock_uri`: the lease object's URI as the output was given (its query
         reaches the store), located again where the task runs."""
-        return LeaseTicket(lock_uri, self.token, self.prefix)
+        return LeaseTicket(lock_uri, self.token, self.prefix, self.lock.argument)
 
     def renew(self) -> None:
         if self.etag is not None:  # only while the object is still the one this run put

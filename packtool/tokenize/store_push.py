@@ -109,9 +109,10 @@ def upload(src: str, dst: Location) -> None:
 
 def put_proven(src: str, entry: str, run: str, rel: str, rec: dict) -> None:
     """A task's upload of one file of a push's entry (`run`: Push.run): its record goes first, so
-    whatever a kill leaves of the file is provably the push's or not."""
-    locate(proof_uri(entry, run, rel)).write_bytes(json.dumps(dict(rec, file=rel)).encode())
-    upload(src, locate(join_uri(entry, *rel.split("/"))))
+    whatever a kill leaves of the file is provably the push's or not. A refusal names --cache-dir
+    (`cache_dir`), the argument every push's entry lies under."""
+    locate(proof_uri(entry, run, rel), name="cache_dir").write_bytes(json.dumps(dict(rec, file=rel)).encode())
+    upload(src, locate(join_uri(entry, *rel.split("/")), name="cache_dir"))
 
 
 def _read_json(loc: Location, limit: int):
