@@ -104,10 +104,11 @@ class DataChanges:
                          f"or pass {arg('overflow', 'error')}")
         if self.sequences_one_token:
             at = f"; first: {first_one_token}" if first_one_token else ""
-            # packed, never refused (the owner's rule): a row without labels is every token a target
-            parts.append(f"{self.sequences_one_token:,} row(s) of one token packed that train nothing (a "
-                         f"sequence's first token is never a target{at}): drop such rows if they should not "
-                         f"take room in the slabs")
+            # kept, never refused (the owner's rule): a row without labels is every token a target.
+            # Worded for plan and pack --dry-run too, which pack nothing
+            parts.append(f"{self.sequences_one_token:,} row(s) of one token kept in the slabs, though they train "
+                         f"nothing (a sequence's first token is never a target{at}): drop such rows if they "
+                         f"should not take room there")
         return "; ".join(parts) or None
 
 

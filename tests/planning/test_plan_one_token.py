@@ -87,3 +87,27 @@ def test_plan_says_what_pack_says_of_the_same_rows(tmp_path):
     assert r.exit_code == 0, r.output
     packed, planned = json.loads(p.stdout), json.loads(r.stdout)
     assert planned["changes"] == packed["changes"], (planned["changes"], packed["changes"])
+
+
+# every command that says the rows of one token: plan packs nothing, nor does pack --dry-run
+SAYERS = {"plan": lambda t: ["plan", "--lengths", _write(t, "txt"), "-C", "64"],
+          "pack": lambda t: ["pack", _ids(t), "-C", "64", "-o", str(t / "out"), "--cache-dir", str(t / "c"),
+                             "--no-progress"],
+          "pack --dry-run": lambda t: ["pack", _ids(t), "-C", "64", "--dry-run", "--cache-dir", str(t / "c"),
+                                       "--no-progress"]}
+
+
+def _ids(tmp_path) -> str:
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": list(range(7, 7 + n))}) + "\n" for n in LENGTHS))
+    return str(data)
+
+
+@pytest.mark.parametrize("command", SAYERS)
+def test_the_one_token_warning_says_what_holds_for_the_command_that_says_it(tmp_path, command):
+    """It said "packed" under plan, which packs nothing: one wording, true of a plan and a pack alike."""
+    r = runner.invoke(app, SAYERS[command](tmp_path))
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.stderr.splitlines() if "of one token" in ln)
+    assert "packed" not in line, line
+    assert line.startswith("warning: 2 row(s) of one token kept in the slabs, though they train nothing"), line
