@@ -138,6 +138,9 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         if getattr(e, "path", None) is not None:  # a row refused by name (tokenize.long_rows): the contract's form
             line = one_line(PacktoolError(line, path=e.path, row=getattr(e, "row", None)))
         return "resources", line, EXIT_USAGE
+    from packtool.cli.memory import thread_refused, threads_refused
+    if thread_refused(e):  # the system's limit, not a bug: said as an out of memory is
+        return "resources", threads_refused(e, _STATE.get("running"), _STATE.get("args") or {}), EXIT_USAGE
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
@@ -262,6 +265,11 @@ def guarded(fn):
         except KeyboardInterrupt as e:  # the bars are transient: without a line Ctrl-C ends in silence
             raise typer.Exit(interrupted(bool(kwargs.get("json_out")), e)) from None
         except Exception as e:  # noqa: BLE001  the one place every failure ends
+            raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
+        except BaseException as e:  # a Rust library's panic (the tokenizer's) is no Exception
+            from packtool.cli.memory import native_panic
+            if not native_panic(e):
+                raise
             raise typer.Exit(report(e, bool(kwargs.get("json_out")))) from None
     return _with_debug_flag(wrapper, fn)
 

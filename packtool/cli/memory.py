@@ -5,7 +5,9 @@ does). A generic "try --workers 1" named flags that half the commands lack and t
 nothing while tokenizing."""
 from __future__ import annotations
 
-from packtool.errors import shown
+import resource
+
+from packtool.errors import one_line, shown
 
 # packtool package -> the stage, as said in the line
 _STAGE = {"tokenize": "tokenizing", "planning": "planning", "packers": "planning", "slabs": "slabs",
@@ -73,17 +75,65 @@ def _input(command: str, args: dict, stage: str | None) -> str:
     return ""
 
 
+def _where(command: str, args: dict, stage: str | None) -> str:
+    what = _input(command, args, stage)
+    doing = {"slabs": "writing the slabs of" if command == "pack" else "reading the slabs of",
+             "planning": "planning the slabs of" if command == "pack" else "planning"}.get(stage, stage)
+    return f" while {doing} {what}" if doing else f" on {what}" if what else ""
+
+
 def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
     """The one line for a MemoryError of `command` (its typer arguments `args`)."""
     stage = stage_of(e)
     if command not in {c for c, _ in _ADVICE}:
         return "out of memory" + (f" while {stage}" if stage else "") + "; give packtool more memory"
-    what = _input(command, args, stage)
-    doing = {"slabs": "writing the slabs of" if command == "pack" else "reading the slabs of",
-             "planning": "planning the slabs of" if command == "pack" else "planning"}.get(stage, stage)
-    where = f" while {doing} {what}" if doing else f" on {what}" if what else ""
     advice = _ADVICE.get((command, stage)) or _ADVICE[(command, None)]
-    return f"out of memory in `packtool {command}`{where}: {advice}"
+    return f"out of memory in `packtool {command}`{_where(command, args, stage)}: {advice}"
 
 
-__all__ = ["out_of_memory", "stage_of"]
+# What a thread the system would not start looks like from Python: threading's RuntimeError, and
+# the panic (pyo3's PanicException, a BaseException) of a Rust pool that could not start its
+# threads: the tokenizer's rayon pool says ThreadPoolBuildError with the errno's words
+_REFUSED_PANIC = ("ThreadPoolBuildError", "Resource temporarily unavailable", "Cannot allocate memory")
+
+
+def native_panic(e: BaseException) -> bool:
+    """A Rust library's panic raised into Python (pyo3's PanicException: no Exception, so no
+    `except Exception` catches it)."""
+    return type(e).__name__ == "PanicException" and type(e).__module__ in ("pyo3_runtime", "builtins")
+
+
+def thread_refused(e: BaseException) -> bool:
+    """A thread (of packtool, Arrow's or the tokenizer's pool) the system would not start: under a
+    memory limit too small for one more stack, or a limit on threads. Never a packtool bug."""
+    text = str(e)
+    if isinstance(e, RuntimeError) and "can't start new thread" in text:
+        return True
+    return native_panic(e) and any(w in text for w in _REFUSED_PANIC)
+
+
+def _kib(n: int) -> str:
+    return f"{n // 1024:,} KiB"
+
+
+def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
+    """The one line for `thread_refused(e)` in `command`: the limit that refused it and the fix."""
+    where = _where(command, args, stage_of(e)) if command else ""
+    lead = f"in `packtool {command}`{where}" if command else "here"
+    limit = min((x for x in (resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA))
+                 if x != resource.RLIM_INFINITY), default=None)
+    fewer = "or run fewer threads (RAYON_NUM_THREADS=1 for the tokenizer's pool)"
+    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size, not ulimit -s
+    if limit is not None:
+        stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+        each = f", {_kib(stack)} each (ulimit -s)" if stack != resource.RLIM_INFINITY and not pool else ""
+        why = (f"the memory limit ({_kib(limit)}, ulimit -v) has no room for another thread's stack{each}: "
+               f"raise the limit, {fewer}")
+    else:
+        why = f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}"
+    errno = next((w for w in _REFUSED_PANIC[1:] if w in str(e)), "refused")
+    said = f"the tokenizer's thread pool: {errno}" if pool else one_line(e)
+    return f"could not start a thread {lead} ({said}); {why}"
+
+
+__all__ = ["native_panic", "out_of_memory", "stage_of", "thread_refused", "threads_refused"]

@@ -72,7 +72,11 @@ def warm_compiled_code() -> threading.Thread:
 
     t = threading.Thread(target=warm, name="packtool-warm", daemon=True)
     _WARMING.add(t)
-    t.start()
+    try:
+        t.start()
+    except BaseException:  # not started (no room for its stack): nothing for the exit to join
+        _WARMING.discard(t)
+        raise
     return t
 
 

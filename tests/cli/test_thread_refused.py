@@ -1,0 +1,108 @@
+"""A thread the system will not start (S47A-16's rest) is the run's limit, not a packtool bug:
+under a memory limit too small for one more stack, Python's threading raised RuntimeError("can't
+start new thread") (exit 3, "internal error (a packtool bug)") and the tokenizer's rayon pool
+panicked (pyo3's PanicException, no Exception: a Python traceback, exit 1). Each is now kind
+`resources`, exit 2, one line naming the command, the stage and input, the limit and the fix;
+any other native panic is the one `internal` line, never a traceback. In-process over every
+command (the failure raised where its work runs), and for real in a child under rlimits."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+from cli_main import run_main
+from conftest import GPT2, GSM8K, ROOT
+
+# what each failure is, as Python sees it: pyo3's PanicException is a BaseException of pyo3_runtime
+PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+FAILURES = {
+    "thread not started": (lambda: RuntimeError("can't start new thread"), "resources", 2),
+    "tokenizer pool panic": (lambda: PanicException(
+        "The global thread pool has not been initialized.: ThreadPoolBuildError { kind: IOError(Os { code: 11, "
+        "kind: WouldBlock, message: \"Resource temporarily unavailable\" }) }"), "resources", 2),
+    "other native panic": (lambda: PanicException("index out of bounds: the len is 3 but the index is 7"),
+                           "internal", 3),
+}
+
+
+def _raiser(module: str, make):
+    ns = {"__name__": module, "make": make}
+    exec("def boom(*args, **kwargs):\n    raise make()\n", ns)
+    return ns["boom"]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    t = tmp_path_factory.mktemp("threads")
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
+                                 "--cache-dir", str(t / "c")])
+    assert r.exit_code == 0, r.output
+    (t / "l.txt").write_text("3\n5\n")
+    return t
+
+
+# command -> (argv, where its work is cut short, the stage's module, what the line names)
+COMMANDS = {
+    "pack": (lambda t: ["pack", GSM8K, "--tokenizer", GPT2, "--dry-run", "-q", "--cache-dir", str(t / "c2")],
+             "packtool.packing.tokenize_to_cache", "packtool.tokenize.pipeline", ["while tokenizing", GSM8K]),
+    "plan": (lambda t: ["plan", "--lengths", str(t / "l.txt")], "packtool.planning.core.plan",
+             "packtool.planning.core", ["while planning", "l.txt"]),
+    "inspect": (lambda t: ["inspect", str(t / "out"), "-q"], "packtool.inspection.packed.inspect_packed",
+                "packtool.slabs.reader", ["out"]),
+    "verify": (lambda t: ["verify", str(t / "out"), "-q"], "packtool.verification.run.verify",
+               "packtool.verification.shard", ["while checking", "out"]),
+}
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_thread_refused_is_resources_in_one_line(packed, monkeypatch, capsys, command, failure):
+    argv, site, module, said = COMMANDS[command]
+    make, kind, code = FAILURES[failure]
+    monkeypatch.setattr(site, _raiser(module, make))
+    ended = run_main(monkeypatch, ["--json", *argv(packed)])
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.startswith("error:")]
+    assert ended == [code] and len(err) == 1 and "Traceback" not in cap.err, cap.err
+    d = json.loads(cap.out)["error"]
+    assert (d["kind"], d["exit_code"]) == (kind, code), d
+    if kind == "resources":
+        assert err[0].startswith(f"error: could not start a thread in `packtool {command}`"), err[0]
+        assert all(s in err[0] for s in said) and "RAYON_NUM_THREADS" in err[0], err[0]
+        assert "packtool bug" not in err[0], err[0]
+
+
+def _limited(av_kib: int, stack_kib: int | None = None):
+    def set_limits():
+        if stack_kib:
+            resource.setrlimit(resource.RLIMIT_STACK, (stack_kib << 10, stack_kib << 10))
+        resource.setrlimit(resource.RLIMIT_AS, (av_kib << 10, av_kib << 10))
+    return set_limits
+
+
+# the real thing in a child: a stack limit past the address space leaves no thread room for its
+# stack (threading's RuntimeError); a tokenizer pool of 3,000 threads of 2 MiB under 3 GB (rayon's panic)
+REAL = {"thread not started": (_limited(6_000_000, 4_000_000), {}),
+        "tokenizer pool panic": (_limited(3_000_000), {"RAYON_NUM_THREADS": "3000"})}
+
+
+@pytest.mark.parametrize("failure", REAL)
+def test_a_thread_refused_under_a_real_limit_is_resources(tmp_path, failure):
+    limits, env = REAL[failure]
+    env = {**os.environ, **env, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1", "RUST_BACKTRACE": "0"}
+    env.pop("PACKTOOL_DEBUG", None)
+    r = subprocess.run([sys.executable, "-m", "packtool", "--json", "pack", GSM8K, "--tokenizer", GPT2,
+                        "--prompt-field", "question", "--response-field", "answer", "--dry-run", "--no-progress",
+                        "--cache-dir", str(tmp_path / "c")], env=env, preexec_fn=limits, capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-3000:])
+    d = json.loads(r.stdout)["error"]
+    assert d["kind"] == "resources" and d["message"].startswith("could not start a thread in `packtool pack`"), d
+    assert "ulimit -v" in d["message"], d
