@@ -25,6 +25,9 @@ def saved_files(folder: str) -> list[str]:
     state = os.path.join(folder, STATE)
     names = _data_files(state) if os.path.exists(state) else []
     if names:
+        for n in names:
+            if not os.path.isfile(os.path.join(folder, n)):
+                _gone(state, n, folder)
         return [os.path.join(folder, n) for n in names]
     found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
     if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
@@ -38,13 +41,39 @@ def _data_files(state: str) -> list[str]:
     one read of it for every door; one packtool cannot read is one line naming it."""
     from packtool.tokenize.json_depth import load_json_file
     try:
-        return [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+        names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
     except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
         if isinstance(e, PacktoolInputError):
             raise
         raise PacktoolInputError(f"is not a datasets state.json packtool reads ({type(e).__name__}: "
                                  f"{' '.join(str(e).split())}); save the dataset again with save_to_disk",
                                  path=state) from None
+    # save_to_disk writes plain file names beside state.json; a downloaded or shared folder's
+    # state.json naming `../x.arrow` or an absolute path made packtool read (and pack) a file
+    # outside the folder the user gave (S48A-17): held to names inside it, each once
+    seen = set()
+    for n in names:
+        if not isinstance(n, str) or n in ("", ".", "..") or "/" in n or "\\" in n or os.path.isabs(n):
+            raise PacktoolInputError(f"lists {_entry(n)} among its _data_files, which is not a file name inside "
+                                     "its folder (save_to_disk writes none such): save the dataset again with "
+                                     "save_to_disk, or pass the data files you mean to read", path=state)
+        if n in seen:
+            raise PacktoolInputError(f"lists {_entry(n)} more than once among its _data_files (save_to_disk "
+                                     "writes each once): save the dataset again with save_to_disk", path=state)
+        seen.add(n)
+    return names
+
+
+def _entry(name: object) -> str:
+    """A state.json entry as a message quotes it: a third party's text, bounded."""
+    text = name if isinstance(name, str) else repr(name)
+    return repr(text if len(text) <= 200 else text[:200] + "...")
+
+
+def _gone(state: str, name: str, folder: str):
+    raise PacktoolInputError(f"lists {_entry(name)}, which is not in {folder}: the folder is incomplete (a copy "
+                             "or download cut short?): save it again with save_to_disk, or copy it whole",
+                             path=state)
 
 
 def saved_matches(paths: list[str], quiet: bool = False) -> list[str]:
@@ -175,7 +204,13 @@ def _saved_prefix(home: str, by_path: dict) -> list:
                                  path=root.shown)
     names = _data_files(below[f"{home}/{STATE}"].shown) if f"{home}/{STATE}" in below else []
     if names:
-        return [below.get(f"{home}/{n}") or root.join(*n.split("/")) for n in names]
+        out = []
+        for n in names:  # an object a glob's listing did not hold may still be there: asked for
+            x = below.get(f"{home}/{n}") or root.join(n)
+            if f"{home}/{n}" not in below and not x.is_file():
+                _gone(below[f"{home}/{STATE}"].shown, n, root.shown)
+            out.append(x)
+        return out
     arrows = [x for p, x in sorted(below.items()) if p.endswith(".arrow") and "/" not in p[len(home) + 1:]]
     if not arrows:
         raise PacktoolInputError("a datasets save_to_disk prefix holding no rows (its state.json lists no data "

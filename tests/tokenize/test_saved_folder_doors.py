@@ -186,3 +186,38 @@ def test_an_earlier_saves_shard_named_by_its_path_is_read_as_asked(resaved, wher
     start = mark()
     got = [f.path for f in resolve_inputs([f"{base}/std2/data-00001-of-00002.arrow"])]
     assert got == [f"{base}/std2/data-00001-of-00002.arrow"] and not since(start), (got, since(start))
+
+
+# S48A-17: a state.json decides which files packtool reads: one naming `../other/x.arrow` or an
+# absolute path read (and packed) a file outside the folder the user gave, with no word; one naming
+# a file twice or a file that is gone was "input given more than once" / pyarrow's Errno 2, state.json
+# never named. Each is refused by every door (by name, inside a folder input, on a store prefix)
+# naming state.json and the entry.
+BAD_STATES = {"outside": (["../other/data-00000-of-00003.arrow"], "../other/data-00000-of-00003.arrow"),
+              "absolute": (["{abs}"], "{abs}"), "in a subfolder": (["sub/x.arrow"], "sub/x.arrow"),
+              "twice": (["data-00000-of-00003.arrow"] * 2, "more than once"), "gone": (["gone.arrow"], "gone.arrow")}
+
+
+@pytest.mark.parametrize("door", ["by name", "inside a folder input", "on a store prefix"])
+@pytest.mark.parametrize("bad", list(BAD_STATES))
+def test_a_state_json_naming_a_file_not_plainly_in_its_folder_is_refused(saved, tmp_path, door, bad, request):
+    names, said = BAD_STATES[bad]
+    other = tmp_path / "other"
+    shutil.copytree(saved, other)
+    names = [n.format(abs=str(other / "data-00001-of-00003.arrow")) for n in names]
+    said = said.format(abs=str(other / "data-00001-of-00003.arrow"))
+    mine = tmp_path / "par" / "sd"
+    shutil.copytree(saved, mine)
+    state = json.load(open(mine / "state.json"))
+    state["_data_files"] = [{"filename": n} for n in names]
+    json.dump(state, open(mine / "state.json", "w"))
+    spec = {"by name": str(mine), "inside a folder input": str(tmp_path / "par")}.get(door)
+    if door == "on a store prefix":
+        s3 = request.getfixturevalue("s3")
+        _upload(str(tmp_path / "par"), f"{s3}/par")
+        spec = f"{s3}/par/sd/"
+    with pytest.raises(PacktoolInputError) as e:
+        resolve_inputs([spec], quiet=True)
+    message = str(e.value)
+    assert "state.json" in message and said in message and "\n" not in message, message
+    assert "given more than once" not in message and "Errno" not in message, message
