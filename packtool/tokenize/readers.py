@@ -116,12 +116,14 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                 if not inner and not hf:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
-                refuse_repo_folder(p, inner)  # every split of a dataset repo, test rows too: not silently
+                saved = {d: saved_files(d) for d in hf}
+                # every split of a dataset repo, test rows too: not silently; a save_to_disk folder's
+                # data files are judged with the others (`sd/train` + `sd/test` saved one by one, S48A-9)
+                refuse_repo_folder(p, inner + [x for d in hf for x in saved[d]])
                 for f in inner:  # a repo cloned without git-lfs: its files are pointers, said as such
                     refuse_special_input(f)
                 for f in sorted(inner + hf):  # in path order, a save_to_disk folder where its name sorts (as a glob)
-                    out += [InputFile(x, "arrow") for x in saved_files(f)] if f in hf else \
-                        [InputFile(f, _kind_of(f))]
+                    out += [InputFile(x, "arrow") for x in saved[f]] if f in saved else [InputFile(f, _kind_of(f))]
             elif not os.path.exists(p):
                 raise PacktoolInputError("input file not found", path=p)
             else:
