@@ -41,19 +41,33 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
         return None
     if not isinstance(obj, dict):
         return None
-    from packtool.tokenize.cache_root import is_cache_entry
-    entry = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(path) == "cache.json" and not is_uri(path) and is_cache_entry(entry):
-        # the entry given itself (its other files are packtool's too): its fix is not to rewrite
-        # packtool's record of it (S47A-8)
-        return PacktoolInputError(
-            f"{entry} is a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
-            f"cache.json lists them); the same flags and {arg('cache_dir')} reuse it", path=path)
+    said = _packtool_record(obj, path)
+    if said is not None:
+        return said
     keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
     return PacktoolInputError(
         f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
         f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
         path=path)
+
+
+def _packtool_record(obj: dict, path: str) -> PacktoolInputError | None:
+    """A JSON object that is packtool's own record given as the input (a tokenized cache entry's
+    cache.json, a packed output's manifest), told by the record's `format`, so that every door
+    (a local folder or file, a store prefix or object) says it alike: its fix is not to rewrite
+    packtool's record (S47A-8, S48A-3)."""
+    from packtool.manifest_name import FORMAT_NAME
+    from packtool.tokenize.cache_entry import CACHE_FORMAT
+    home = path.rsplit("/", 1)[0] if is_uri(path) else os.path.dirname(os.path.abspath(path))
+    if obj.get("format") == CACHE_FORMAT:
+        return PacktoolInputError(
+            f"{home} is a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
+            f"cache.json lists them); the same flags and {arg('cache_dir')} reuse it", path=path)
+    if obj.get("format") == FORMAT_NAME:
+        return PacktoolInputError(
+            f"is a packed output's manifest, not data: pack the inputs it was made from (its `input` lists "
+            f"them) with the new flags, or read the output {home} itself (packtool.hf, packtool train)", path=path)
+    return None
 
 
 def opens_array(f) -> bool:
