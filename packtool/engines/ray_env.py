@@ -16,6 +16,13 @@ absent in the task, as in the driver: a runtime_env can only set variables, so t
 runtime_env names the removed ones (REMOVED) and the job's worker start hook (`job_options`)
 unsets them in each worker that runs under it, before any task (a worker serves one runtime_env).
 Through Ray Client (ray://), which takes no start hook, one is given as "" instead.
+
+A driver run by `ray job submit` is handed the job's runtime_env (SUBMITTED), which ray.init
+merges with the one packtool gives and refuses any key both give: the job's own start hook (Ray's
+way to set up logging on workers) or a PACKTOOL_* variable it sets. The job's wins, packtool's is
+left out: its workers then hold the job's values (a task whose driver holds another is given the
+driver's, as any change), and with the job's hook a removed variable is given as "", as through
+Ray Client.
 """
 from __future__ import annotations
 
@@ -26,6 +33,8 @@ READS = ("PACKTOOL_", "AWS_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZE
          "STORAGE_EMULATOR_HOST", "AZURE_")
 JOB = ("PACKTOOL_",)  # what a joined cluster's workers take from the driver
 
+SUBMITTED = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's (ray._private.runtime_env.constants): the job's config
+HOOK = "worker_process_setup_hook"
 REMOVED = "__PACKTOOL_RAY_REMOVED"  # a task runtime_env's names to unset (outside READS: never read back)
 
 _START: dict = {}  # the job (its id, its node's), the prefixes its tasks read from the driver, their values then
@@ -38,10 +47,24 @@ def _of(prefixes) -> dict[str, str]:
 def job_options(address: str | None) -> dict | None:
     """The runtime_env `ray.init` gives the job: the driver's PACKTOOL_* variables, and the
     worker start hook that unsets what a task's runtime_env names removed (not through Ray
-    Client, which takes none)."""
-    env = _of(JOB)
-    hook = {} if (address or "").startswith("ray://") else {"worker_process_setup_hook": _unset_removed()}
-    return {**({"env_vars": env} if env else {}), **hook} or None
+    Client, which takes none); each left out where a submitted job gives its own."""
+    job = _submitted()
+    env = {k: v for k, v in _of(JOB).items() if k not in job.get("env_vars", {})}
+    no_hook = (address or "").startswith("ray://") or HOOK in job  # Ray Client takes none; the job has its own
+    return {**({"env_vars": env} if env else {}), **({} if no_hook else {HOOK: _unset_removed()})} or None
+
+
+def _submitted() -> dict:
+    """The runtime_env of the job this driver runs as (`ray job submit`'s), {} for none or one
+    that Ray's own ray.init cannot read either (Ray then says why)."""
+    try:
+        job = json.loads(os.environ.get(SUBMITTED) or "{}").get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(job, dict):
+        return {}
+    env = job.get("env_vars")
+    return {**job, "env_vars": env if isinstance(env, dict) else {}}
 
 
 def _unset_removed():
@@ -63,7 +86,8 @@ def started(local: bool) -> None:
     import ray
     prefixes = READS if local else JOB
     _START.clear()
-    _START.update(job=_job(ray), prefixes=prefixes, env=_of(prefixes))
+    held = {k: v for k, v in _submitted().get("env_vars", {}).items() if k.startswith(prefixes)}  # the job's win
+    _START.update(job=_job(ray), prefixes=prefixes, env={**_of(prefixes), **held})
 
 
 def _job(ray) -> tuple[str, str]:
