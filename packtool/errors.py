@@ -55,6 +55,18 @@ def one_line(text: object) -> str:
     return shown(" ".join(str(text).split()))
 
 
+MESSAGE_MAX = 2000  # characters: a message quoting a whole value (a 2M-id list, a 3M-character role) was 16 MB
+
+
+def bounded(text: str) -> str:
+    """`text` whole up to MESSAGE_MAX characters; beyond, its middle left out (said so), keeping
+    the head (what and where) and the tail (the fix) (S48A-4)."""
+    if len(text) <= MESSAGE_MAX:
+        return text
+    head, tail = text[:MESSAGE_MAX * 3 // 5], text[-(MESSAGE_MAX // 4):]
+    return f"{head} … [{len(text) - len(head) - len(tail):,} characters left out] … {tail}"
+
+
 _LINE = re.compile(r"\bline \d")
 _ROWS = re.compile(r"\brows? \d")  # "rows 0..63", "after row 5": rows named in the text
 _ROWS_BASE = re.compile(r"\brows\b[\w ,]*count from 0")  # "rows count from 0", "rows and tokens count from 0"
@@ -149,7 +161,7 @@ class PacktoolError(ValueError):
                  flag: str | None = None, details: dict | None = None) -> None:
         where = ", ".join(p for p in (shown(path) if path is not None else None,  # `in\\nx.jsonl`, not two lines
                                        f"row {row}" if row is not None else None) if p)
-        text = one_line(message)
+        text = bounded(one_line(message))
         lead = _LEADING_FLAG.match(text)
         if flag is None and lead:  # "--tp must be ...": the flag at fault, for --json's `flag`
             flag = lead.group(1)

@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from packtool.errors import arg, cli_flag
+from packtool.integers import short
 from packtool.planning.length_files import (
     HEADERLESS,
     KINDS,
@@ -211,7 +212,7 @@ def _not_int(path: str, col, what: str, fix: str = "lengths must be integers") -
         return PlanInputError(f"{what}, {held}; {fix}", path=path, flag=cli_flag("lengths"))
     line = line_of(path, row)
     at = f" at line {line}" if line is not None else ""
-    return PlanInputError(f"{what}: value {values[row]!r}{at} is not an integer; {fix}", path=path, row=row)
+    return PlanInputError(f"{what}: value {short(values[row])}{at} is not an integer; {fix}", path=path, row=row)
 
 
 _STRINGS_FIX = {"npy": "np.save(FILE, lengths.astype(np.int64))",

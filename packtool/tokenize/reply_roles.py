@@ -12,6 +12,7 @@ in cache.json and said again on reuse) and per run (the skip warning of the pack
 from __future__ import annotations
 
 from packtool.errors import arg
+from packtool.integers import short
 from packtool.notes import note
 from packtool.tokenize.messages import ROLES
 
@@ -25,7 +26,7 @@ def roles_of(msgs: list) -> tuple[str, ...]:
 
 
 def _quoted(roles) -> str:
-    return ", ".join(repr(r) for r in roles)
+    return ", ".join(short(r) for r in roles)
 
 
 def fix(roles) -> str:
