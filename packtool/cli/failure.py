@@ -158,9 +158,12 @@ def _place(where) -> tuple[str | None, str] | None:
     given = args.get("cache_dir")
     if found is None and "cache_dir" in args and (given is None or is_uri(given)):
         from packtool.tokenize.cache_root import default_cache_dir
-        try:  # a store cache's local copy lies under the local root: PACKTOOL_CACHE_DIR places it
+        # the local root: PACKTOOL_CACHE_DIR places it where set (a store cache's local copy lies
+        # under it too); only the default under HOME is left for --cache-dir to move (S48A-8)
+        named = given or os.environ.get("PACKTOOL_CACHE_DIR")
+        try:
             found = places.place_of(where, {"cache_dir": default_cache_dir()}) and (
-                "PACKTOOL_CACHE_DIR" if given else "--cache-dir", "cache")
+                "PACKTOOL_CACHE_DIR" if named else "--cache-dir", "cache")
         except PacktoolError:  # no default root (HOME unusable): nothing of it was written
             found = None
     return found

@@ -37,3 +37,15 @@ def test_a_store_caches_local_copy_out_of_room_is_the_caches(tmp_path, monkeypat
                   cache_dir="s3://b/cache")
     assert (err["kind"], err["flag"]) == ("cache", "PACKTOOL_CACHE_DIR"), err
     assert "give PACKTOOL_CACHE_DIR a place on another disk" in err["message"], err["message"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+@pytest.mark.parametrize("given", ["PACKTOOL_CACHE_DIR", "--cache-dir"])
+def test_a_local_cache_root_out_of_room_names_what_placed_it(tmp_path, monkeypatch, capsys, code, given):
+    """S48A-8: a local root set by PACKTOOL_CACHE_DIR (no --cache-dir) was said as --cache-dir's."""
+    root = tmp_path / "root"
+    monkeypatch.setenv("PACKTOOL_CACHE_DIR", str(root))
+    args = {"inputs": ["in.jsonl"], "output": "out", "cache_dir": str(root) if given == "--cache-dir" else None}
+    err = _report(monkeypatch, capsys, OSError(code, "no room", f"{root}/.tmp-1/flat/tokens.i32"), **args)
+    assert (err["kind"], err["flag"]) == ("cache", given), err
+    assert f"give {given} a place on another disk" in err["message"], err["message"]
