@@ -47,14 +47,21 @@ def manifest_named(directory: str) -> bool:
 
 def packtool_made(directory: str) -> bool:
     """Whether `directory` holds a manifest packtool wrote, for a reader that would pass the
-    folder over as packtool's (tokenize.own_trees): the current name is packtool's alone; the
-    older plain `manifest.json`, a name datasets use too, only when it names this format
-    (read bounded; one that cannot be read is not taken for packtool's, so no data is dropped
-    on a guess)."""
+    folder over as packtool's (tokenize.own_trees): only on proof, under either name, since
+    `.manifest.json` is another tool's name too (a hidden export or checksum manifest) and
+    `manifest.json` datasets': the manifest names this format (read bounded), or a shard name
+    packtool writes lies beside it (an older output, a damaged manifest). Anything else is not
+    taken for packtool's, so no user's rows are dropped on a file name (S48A-16)."""
     path = manifest_file(directory)
-    if path is None or os.path.basename(path) == MANIFEST:
-        return path is not None
-    return names_this_format(path)
+    if path is None:
+        return False
+    if names_this_format(path):
+        return True
+    from packtool.slabs.names import is_shard_name  # (above this module; loaded by then)
+    try:
+        return any(is_shard_name(n) for n in os.listdir(directory))
+    except OSError:
+        return False
 
 
 def names_this_format(path) -> bool:

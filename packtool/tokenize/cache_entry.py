@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from packtool.errors import PacktoolCacheError
 from packtool.storage import file_size, is_file, is_uri, join_uri, locate
@@ -37,6 +38,25 @@ CACHE_VERSION = 11  # 2: content-keyed, every file checksummed; 3: null loss_mas
 # 11: assistant_masks / completion_mask are loss columns (S47A-6: an entry held every token a target)
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
+
+
+_PART = re.compile(r"part-\d{5,}\.parquet")  # cache_parts' part names
+_NAMES_CACHE = re.compile(rb'"format"\s*:\s*"' + CACHE_FORMAT.encode() + rb'"')
+
+
+def packtool_entry(cache_json, data_names, flat_names) -> bool:
+    """Whether a folder holding `cache_json` (a path or Location) beside data/ or flat/ (the
+    names in each) is an entry packtool wrote, for a reader that would pass it over as
+    packtool's (tokenize.own_trees): only on proof, since cache.json beside data/ is a
+    downloader's or scraper's layout too (S48A-16): the entry's own part or flat store names,
+    or a cache.json naming the format (read bounded; a damaged entry keeps its parts)."""
+    if any(_PART.fullmatch(n) for n in data_names) or any(n in FLAT_FILES for n in flat_names):
+        return True
+    from packtool.storage import SETTINGS_BYTES, read_small
+    try:
+        return _NAMES_CACHE.search(read_small(cache_json, SETTINGS_BYTES, "cache.json", "")) is not None
+    except (OSError, ValueError):  # over the bound, unreadable: not taken for packtool's on a guess
+        return False
 
 
 # The layout of side columns in flat/, in the key and in cache.json of every cache that has

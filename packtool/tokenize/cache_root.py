@@ -131,13 +131,24 @@ def refuse_unwritable_root(cache_dir: str | None, need: str) -> None:
 
 
 def is_cache_entry(folder: str) -> bool:
-    """Whether `folder` is a tokenized cache entry (cache.py's layout: `cache.json` beside its
-    `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input knows
-    packtool's cache among the data (tokenize.own_trees). The structure, not cache.json's
-    content: a damaged entry is packtool's too. The rule is output.relations' (every writer
-    refuses a path inside an entry by it)."""
+    """Whether `folder` is a tokenized cache entry packtool wrote (cache.py's layout: `cache.json`
+    beside its `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input
+    knows packtool's cache among the data (tokenize.own_trees). The structure (output.relations',
+    by which every writer refuses a path inside an entry) and proof that it is packtool's
+    (cache_entry.packtool_entry): a downloader's cache.json beside its data/ is the user's data."""
     from packtool.output.relations import is_cache_entry as entry
-    return entry(folder)
+    if not entry(folder):
+        return False
+    from packtool.tokenize.cache_entry import packtool_entry
+    names = {d: _names(os.path.join(folder, d)) for d in ("data", "flat")}
+    return packtool_entry(os.path.join(folder, "cache.json"), names["data"], names["flat"])
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:

@@ -188,10 +188,8 @@ class StoreTrees(OwnTrees):
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
         self._tables_at = _store_tables(listed, self.real_base)
-        from packtool.manifest_name import MANIFEST
-        names = {p[len(self.real_base) + 1:] for p in listed if p.startswith(self.real_base + "/")}
-        self._named_tree = _names_scratch(self.real_base) or MANIFEST in names or (
-            "cache.json" in names and any(n.startswith(("data/", "flat/")) for n in names))
+        # the base itself by the same proof as a tree below it (its key is never a tree's: _tree)
+        self._named_tree = _names_scratch(self.real_base) or self.real_base in self._trees_at
 
     def names_a_tree(self) -> bool:
         return self._named_tree
@@ -231,19 +229,28 @@ def _names_scratch(base: str) -> bool:
 
 def _store_trees(listed: list[str], base: str, root, in_scratch: bool) -> dict[str, str]:
     from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, names_this_format
+    from packtool.slabs.names import is_shard_name
+    from packtool.tokenize.cache_entry import packtool_entry
     from packtool.tokenize.cache_parts import DATA_DIR
     folders: set[str] = set()  # every folder (prefix) an object lies in, at any depth
+    inside: dict[str, list[str]] = {}  # folder -> the names of the objects directly in it
     for p in listed:
+        if "/" in p:
+            inside.setdefault(p.rsplit("/", 1)[0], []).append(p.rsplit("/", 1)[1])
         while "/" in p and (p := p.rsplit("/", 1)[0]) not in folders:
             folders.add(p)
     out = {}
     for p in listed:
         d, name = p.rsplit("/", 1) if "/" in p else ("", p)
-        if not d.startswith(base + "/"):
+        if not (d == base or d.startswith(base + "/")):
             continue
-        if name == MANIFEST or name == LEGACY_MANIFEST and names_this_format(root.join(p[len(base) + 1:])):
-            out[d] = "a packed output"  # (the older plain name only when it is packtool's: packtool_made)
-        elif name == "cache.json" and (f"{d}/{DATA_DIR}" in folders or f"{d}/flat" in folders):
+        # on proof only, as locally (manifest_name.packtool_made, cache_entry.packtool_entry): a
+        # manifest naming the format or shards beside it; a cache.json sealed or parts beside it
+        if name in (MANIFEST, LEGACY_MANIFEST) and (any(is_shard_name(n) for n in inside.get(d, ())) or
+                                                    names_this_format(root.join(p[len(base) + 1:]))):
+            out[d] = "a packed output"
+        elif name == "cache.json" and (f"{d}/{DATA_DIR}" in folders or f"{d}/flat" in folders) and packtool_entry(
+                root.join(p[len(base) + 1:]), inside.get(f"{d}/{DATA_DIR}", ()), inside.get(f"{d}/flat", ())):
             out.setdefault(d, "a tokenized cache entry")
     if not in_scratch:
         out.update({d: _JOB for d in folders if d.startswith(base + "/") and d.rsplit("/", 1)[1] == JOB_SCRATCH})

@@ -151,19 +151,35 @@ def test_on_a_store_prefix_too(tmp_path, made, tree, glob):
     assert len(heard) == 1 and dest in heard[0], notes.since(start)
 
 
+# S48A-16: a folder was passed over as packtool's own on a file name alone: any `.manifest.json`
+# (another tool's export or checksum manifest, empty, not JSON) made it "a packed output", any
+# cache.json beside data/ (a downloader's) "a tokenized cache entry", and its rows were left out.
+# A folder is packtool's only on proof: a manifest naming packtool's format (or shards beside it),
+# a cache.json packtool sealed (or the entry's parts beside it); the older plain `manifest.json`, a
+# name datasets use, the same.
+USERS = {  # the user's folder's own file, beside its data (data/ for the cache.json case)
+    "manifest.json naming another format": ("manifest.json", '{"format": "my-dataset", "files": ["s.jsonl"]}', ""),
+    ".manifest.json of another tool": (".manifest.json", '{"version": 3, "files": ["s.jsonl"]}', ""),
+    ".manifest.json empty": (".manifest.json", "", ""),
+    ".manifest.json not JSON": (".manifest.json", "not json", ""),
+    "cache.json of a downloader": ("cache.json", '{"etag": "x"}', "data"),
+}
+
+
 @pytest.mark.parametrize("store", [False, True], ids=["folder", "store prefix"])
-def test_a_users_own_manifest_json_is_not_taken_for_packtools(tmp_path, made, store):
-    """The older plain name `manifest.json` is packtool's only when it names packtool's format:
-    datasets ship files of that name beside their data, which must not be passed over."""
+@pytest.mark.parametrize("own", list(USERS))
+def test_a_users_folder_is_not_taken_for_packtools_on_a_file_name(tmp_path, made, own, store):
     t, _ = made
+    name, text, data = USERS[own]
     d = tmp_path / "data" / "shard1"
-    d.mkdir(parents=True)
-    shutil.copy(t / "good" / "s.jsonl", d / "s.jsonl")
-    (d / "manifest.json").write_text('{"format": "my-dataset", "files": ["s.jsonl"]}')
+    (d / data).mkdir(parents=True)
+    shutil.copy(t / "good" / "s.jsonl", d / data / "s.jsonl")
+    (d / name).write_text(text)
     spec = f"file://{tmp_path}/data" if store else str(tmp_path / "data")
     start = notes.mark()
-    files = [os.path.basename(f.path) for f in resolve_inputs([spec]) if f.kind != "json"]
-    assert files == ["s.jsonl"] and not notes.since(start)
+    files = [os.path.basename(f.path) for f in resolve_inputs([spec]) if not f.path.endswith(name)]
+    assert files == ["s.jsonl"], files
+    assert not [n for n in notes.since(start) if "packtool's own" in n], notes.since(start)
 
 
 @pytest.mark.parametrize("spec, expect", [
