@@ -19,7 +19,8 @@ One module per rule it owns:
   globs        `expand`: an object-store input spec (object, prefix, glob) as its objects;
                `prefix_of`: a prefix above a listed object, its URI spelled as the object's
   local_walk   `local_glob`: a local glob's matches (a folder input is `DIR/**/*`), each real folder
-               walked once (a link back to a folder walked, or to one holding it, not followed)
+               walked once (a link back to a folder walked, or to one holding it, not followed);
+               `outermost`: a glob's matches less those below a folder it matched (read through it)
   conditional  S3's conditional puts and deletes (If-None-Match / If-Match), through botocore
   lease        one writer per object-store prefix: the lease object `PREFIX/.packtool.lock`
 The object-store commit protocol over these is `packtool.output.store`'s.
@@ -36,7 +37,7 @@ _MODULES = {
               "read_range", "utf8_path"),
     "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"),
     "globs": ("expand", "prefix_of"),
-    "local_walk": ("local_glob",),
+    "local_walk": ("local_glob", "outermost"),
     "conditional": ("ABSENT", "client_for", "delete_if", "drop_markers", "etag", "no_new_marker", "put_if"),
     "lease": ("LEASE", "LEASE_SECONDS", "RENEW_SECONDS", "Lease", "LeaseLostError", "LeaseTicket", "expired",
               "run_holds", "take_lease"),

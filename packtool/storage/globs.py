@@ -65,13 +65,12 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     named = "/." in "/" + loc.path[len(base):].lstrip("/")
     folders_only = spec.partition("?")[0].endswith("/")  # (locate drops the `/`)
     # a key read as a local path would be (`a//b` is `a/b`): one the glob means but cannot read is refused
-    _refuse_empty_names(root, [i.path for i in seen if "//" in i.path
-                               and _globbed(pattern, re.sub("//+", "/", i.path), None if named else base) is not None
-                               and not (folders_only and _globbed(pattern, re.sub("//+", "/", i.path), None) == "")], name)
+    _refuse_empty_names(root, [i.path for i in seen if "//" in i.path and _globbed(
+        pattern, re.sub("//+", "/", i.path), None if named else base, not folders_only) is not None], name)
     out, whole = [], {}
     for i in seen:
-        m = _globbed(pattern, i.path, None if named else base)
-        if m is not None and not (folders_only and m == ""):
+        m = _globbed(pattern, i.path, None if named else base, not folders_only)
+        if m is not None:
             out.append(_child(root, i.path))
             if m:
                 whole.setdefault(m, _child(root, m))
@@ -93,13 +92,14 @@ def _typed_root(loc: Location, base: str) -> str:
     return f"{head}{sep}{host}/" + "/".join(rest.split("/")[:below]) if below > 0 else f"{head}{sep}{host}"
 
 
-def _globbed(pattern, path: str, root: str | None) -> str | None:
-    """"": the object itself matches; a prefix above it that matches (a "folder" the glob
-    names), with nothing hidden between that prefix and the object (nor below `root`, when
-    given); None: neither."""
+def _globbed(pattern, path: str, root: str | None, itself: bool = True) -> str | None:
+    """"": the object itself matches (counted only when `itself`: a pattern ending in `/` names
+    folders only, and an object below one it matches is read through that folder); a prefix above
+    it that matches (a "folder" the glob names), with nothing hidden between that prefix and the
+    object (nor below `root`, when given); None: neither."""
     if root is not None and _hidden_below(path, root):  # a wildcard matches no hidden name either
         return None
-    if pattern.match(path):
+    if itself and pattern.match(path):
         return ""
     parts = path.split("/")
     for k in range(len(parts) - 1, 0, -1):
@@ -162,6 +162,11 @@ def _glob_regex(pattern: str) -> re.Pattern:
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
+        if pattern.startswith("/**", i) and i + 3 == len(pattern):
+            # `DIR/**` matches DIR itself too, as glob.glob does (`DIR/`): `DIR/**/` read its
+            # top-level objects through no prefix, and so not at all
+            out.append("(?:/.*)?")
+            break
         if pattern.startswith("**/", i):
             out.append("(?:[^/]*/)*")
             i += 3

@@ -19,7 +19,7 @@ import fnmatch
 import glob
 import os
 
-__all__ = ["local_glob"]
+__all__ = ["local_glob", "outermost"]
 
 
 def local_glob(pattern: str, passed: list[tuple[str, str]] | None = None) -> list[str]:
@@ -32,6 +32,23 @@ def local_glob(pattern: str, passed: list[tuple[str, str]] | None = None) -> lis
     if pattern.startswith("**") and out and out[0] == "":  # glob's own: `**` at the start
         out = out[1:]
     return out
+
+
+def outermost(matches: list[str]) -> list[str]:
+    """A glob's matches (in order) less each one below a folder it matched as well: `DIR/**/*`
+    matches `DIR/sub` and the files in it, `DIR/**` matches `DIR/` itself. A matched folder is read
+    whole, as a prefix a store glob matches is (storage.globs), so what lies below it is read
+    through it, once: read again by its own match it was "input given more than once" (M5)."""
+    folders = {os.path.normpath(m) for m in matches if os.path.isdir(m)}
+
+    def below(m: str) -> bool:
+        here = os.path.normpath(m)
+        while (up := os.path.dirname(here)) not in ("", here):
+            if up in folders:
+                return True
+            here = up
+        return False
+    return [m for m in matches if not below(m)] if folders else matches
 
 
 def _iglob(pattern: str, dironly: bool, passed: list):

@@ -1,12 +1,14 @@
 """What a file met among an input's files is to packtool, by its name: a data file of a kind it
 reads (`kind_of`: parquet, jsonl, json, arrow, csv), a file of a kind that holds rows packtool
 does not read (`unreadable`: a compression or archive around data, a columnar or array format of
-another tool, a framework's tensors or records: refused inside a folder input or prefix, naming
-each, as its rows would otherwise be lost), or anything else (a README, a .txt, a licence, a
-script): passed over, and named in one note (`say_passed_over`), never left out without a word.
+another tool, a framework's tensors or records: refused inside a folder input, a prefix or a
+glob's matches, naming each, as its rows would otherwise be lost), or anything else (a README, a
+.txt, a licence, a script): passed over, and named in one note (`say_passed_over`), never left
+out without a word. `listed_data` is that rule, for every listing, local or on a store.
 """
 from __future__ import annotations
 
+from packtool.errors import PacktoolInputError
 from packtool.notes import note
 from packtool.tokenize.csv_reader import CSV_EXT
 from packtool.tokenize.text_readers import JSONL_CODECS
@@ -46,6 +48,27 @@ def unreadable(path: str) -> bool:
     return kind_of(path) is None and path.lower().endswith(UNREADABLE_EXT)
 
 
+def listed_data(where: str, found: list[tuple[str, str]], what: str, mine: bool = False,
+                quiet: bool = False) -> list[tuple[str, str]]:
+    """The files packtool reads among those a listing gave (a local folder, a store prefix, a
+    glob's matches, local or on a store: one rule for each, M5), in their order. `found`: (path
+    its kind is judged by, name as said relative to `where`). A file of rows of a kind packtool
+    does not read is refused naming it (passed over, its rows would be lost); any other file of no
+    kind it reads is passed over, named in one note unless `quiet`. `mine`: a tree of packtool's
+    own named itself, whose other files are its own: neither refused nor noted. `what`: how the
+    listing is said ("folder holds", "glob matched")."""
+    if not mine:
+        bad = [name for path, name in found if unreadable(path)]
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            raise PacktoolInputError(f"{what} data files packtool cannot read: {', '.join(bad[:3])}{more}; "
+                                     f"decompress or convert them ({READ_KINDS}), or pass the readable files "
+                                     f"themselves", path=where)
+        if not quiet:
+            say_passed_over(where, [name for path, name in found if kind_of(path) is None])
+    return [(path, name) for path, name in found if kind_of(path)]
+
+
 def say_passed_over(where: str, names: list[str]) -> None:
     """One note naming the files below the folder or prefix `where` that are neither read nor
     refused (`names`, as shown relative to it): a user who put rows there under another name
@@ -60,5 +83,5 @@ def say_passed_over(where: str, names: list[str]) -> None:
          f"those, or pass the data files themselves to silence this note")
 
 
-__all__ = ["ARROW_EXT", "JSONL_EXT", "PARQUET_EXT", "READ_KINDS", "UNREADABLE_EXT", "kind_of", "say_passed_over",
-           "unreadable"]
+__all__ = ["ARROW_EXT", "JSONL_EXT", "PARQUET_EXT", "READ_KINDS", "UNREADABLE_EXT", "kind_of", "listed_data",
+           "say_passed_over", "unreadable"]

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, shown
 from packtool.storage import is_uri
+from packtool.tokenize.csv_reader import CSV_EXT
+from packtool.tokenize.file_kinds import ARROW_EXT, JSONL_EXT, PARQUET_EXT, UNREADABLE_EXT
 from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.readers import resolve_inputs
 from packtool.tokenize.repo_folder import generation_cause, left_out, split_files
@@ -31,10 +33,10 @@ def offline_hint(name: str) -> str:
 
 
 # Suffixes that say "a file" (a Hub dataset name has none of them): a missing one is a typo or
-# a wrong path, never a name to look up on the Hub (which retries the network for ~30 s).
-FILE_SUFFIXES = (".parquet", ".pq", ".jsonl", ".ndjson", ".json", ".gz", ".zst", ".zstd", ".bz2",
-                 ".xz", ".lz4", ".zip", ".tar", ".tgz", ".7z", ".arrow", ".feather", ".ipc", ".csv",
-                 ".tsv", ".txt", ".orc", ".avro")
+# a wrong path, never a name to look up on the Hub (which retries the network for ~30 s). Every
+# kind file_kinds knows, read or refused (a list of its own here lacked `.jsonlines`: M5).
+FILE_SUFFIXES = tuple(dict.fromkeys((*PARQUET_EXT, *JSONL_EXT, ".json", *ARROW_EXT, *CSV_EXT, *UNREADABLE_EXT,
+                                     ".txt")))
 
 
 def by_datasets(item) -> bool:

@@ -23,7 +23,7 @@ from packtool.errors import PacktoolInputError, arg
 from packtool.notes import note
 from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, local_glob,
-                              locate, utf8_path)
+                              locate, outermost, utf8_path)
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repeats import refuse_repeats
@@ -31,7 +31,7 @@ from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
                                             saved_objects)
 from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, csv_names
-from packtool.tokenize.file_kinds import READ_KINDS, say_passed_over, unreadable
+from packtool.tokenize.file_kinds import READ_KINDS, listed_data, unreadable
 from packtool.tokenize.file_kinds import kind_of as _kind_of
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
 
@@ -88,10 +88,12 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
             owns.append(OwnTrees(spec, _glob_base(spec)))
-            # the files of a save_to_disk folder among the matches: the folder, read as itself
-            paths = saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))), quiet)
+            # the files of a save_to_disk folder among the matches: the folder, read as itself; a
+            # folder matched is read whole, the matches below it through it (`DIR/**/*`: once)
+            paths = outermost(saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))), quiet))
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
+            paths = _glob_data(spec, paths, owns[-1].names_a_tree(), quiet)
         else:
             paths = [spec]
         for p in paths:
@@ -102,17 +104,8 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
                 owns.append(OwnTrees(p, p))
                 found, hf = saved_folders_below(p, _folder_files(p, owns[-1], links.setdefault(spec, [])))
                 # a tree of packtool's named itself: its other files are its own (own_trees)
-                mine = owns[-1].names_a_tree()
-                bad = [] if mine else sorted(os.path.relpath(f, p) for f in found if unreadable(f))
-                if bad:
-                    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-                    raise PacktoolInputError(
-                        f"folder holds data files packtool cannot read: {', '.join(bad[:3])}"
-                        f"{more}; decompress or convert them ({READ_KINDS}), "
-                        f"or pass the readable files themselves", path=p)
-                inner = sorted(f for f in found if _kind_of(f))
-                if not quiet and not mine:
-                    say_passed_over(p, [os.path.relpath(f, p) for f in found if not _kind_of(f)])
+                inner = sorted(f for f, _ in listed_data(p, sorted((f, os.path.relpath(f, p)) for f in found),
+                                                         "folder holds", owns[-1].names_a_tree(), quiet))
                 if not inner and not hf:
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
@@ -142,6 +135,21 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
     origin = [next((k, e) for start, k, e in reversed(marks) if start <= j) for j in range(len(files))]
     return refuse_repeats(files, origin, inputs, quiet)
+
+
+def _glob_data(spec: str, paths: list[str], mine: bool, quiet: bool) -> list[str]:
+    """A local glob's matches less the files of no kind packtool reads, judged as a folder's and a
+    store glob's are (file_kinds.listed_data: refused, or passed over with a note; M5: one was
+    "unknown file type" here alone); its folders are judged when read. None left is said so."""
+    base = _glob_base(spec)
+    files = [p for p in paths if not os.path.isdir(p)]
+    kept = {p for p, _ in listed_data(spec, [(p, os.path.relpath(p, base)) for p in files], "glob matched",
+                                      mine, quiet)}
+    out = [p for p in paths if p in kept or os.path.isdir(p)]
+    if not out:
+        raise PacktoolInputError(f"glob matched no .parquet/.jsonl/.json/.arrow/.csv/.tsv files (it reads "
+                                 f"{READ_KINDS})", path=spec)
+    return out
 
 
 def _say_links(spec: str, passed: list) -> None:
@@ -184,20 +192,21 @@ def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
     if not found:
         raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
                                  else "input not found (no such object or prefix)", path=locate(spec).shown)
-    mine = own is not None and own.names_a_tree()  # a tree of packtool's named itself: its files are its own
-    bad = [x.shown for x in found if not _kind_of(x.path) and (one or unreadable(x.path) and not mine)]
-    if bad:
+    if one and not _kind_of(found[0].path):
         raise PacktoolInputError(f"unknown file type, or data packtool cannot read; expected {READ_KINDS}: "
-                                 f"decompress or convert it, or pass the readable objects themselves", path=bad[0])
-    files = [InputFile(x.shown, _kind_of(x.path)) for x in found if _kind_of(x.path)]
-    if not files:
-        raise PacktoolInputError("prefix holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv objects",
-                                 path=locate(spec).shown)
-    if not quiet and not mine:
-        base = locate(spec).shown.rstrip("/")
-        say_passed_over(base, [x.shown[len(base) + 1:] if x.shown.startswith(base + "/") else x.shown
-                               for x in found if not _kind_of(x.path)])
-    data = [x for x in found if _kind_of(x.path)]
+                                 f"decompress or convert it, or pass the readable objects themselves",
+                                 path=found[0].shown)
+    mine = own is not None and own.names_a_tree()  # a tree of packtool's named itself: its files are its own
+    base = locate(spec).shown.rstrip("/")
+    globbed = any(c in spec for c in "*?[")
+    by_path = {x.path: x for x in found}
+    data = [by_path[path] for path, _ in listed_data(
+        base, [(x.path, x.shown[len(base) + 1:] if x.shown.startswith(base + "/") else x.shown) for x in found],
+        "glob matched" if globbed else "prefix holds", mine, quiet)]
+    if not data:
+        raise PacktoolInputError(f"{'glob matched' if globbed else 'prefix holds'} no .parquet/.jsonl/.json/.arrow/"
+                                 f".csv/.tsv objects", path=locate(spec).shown)
+    files = [InputFile(x.shown, _kind_of(x.path)) for x in data]
     for prefix in folders:  # every split of a dataset repo, test rows too: not silently
         refuse_repo_prefix(prefix, data, set(listed[1:]))
     return files
