@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError
+from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError
 from packtool.free_memory import decode_out_of_memory
 from packtool.integers import short
 
@@ -110,12 +110,24 @@ def loaded_as_checked(manifest, files: list[str], kwargs: dict, view):
     before = _conversions(kwargs, name)
     try:
         full = load_shards(manifest.path, files, kwargs, name)
+        _hold(kwargs, name)  # the conversion's bytes, as datasets wrote them (S48B-6)
         out = in_datasets(lambda: view(full), manifest.path, files, kwargs)
-    except Exception:
+    except Exception as e:
         _refuse_if_replaced(manifest, kwargs, name, before)
+        if before and not isinstance(e, PacktoolCacheError):  # a reused conversion changed since: that, not datasets' words
+            _hold(kwargs, name, record=False)
         raise
     _refuse_if_replaced(manifest, kwargs, name, before)
     return out
+
+
+def _hold(kwargs: dict, name: str, record: bool = True) -> None:
+    from packtool.output.datasets_cache import hold_conversion
+    try:
+        base = os.path.join(_cache_dir(kwargs), "parquet", name)
+    except PacktoolError:  # a cache no home holds: load_shards says it
+        return
+    hold_conversion(base, record)
 
 
 def _conversions(kwargs: dict, name: str) -> set[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolConfigError
+from packtool.errors import PacktoolConfigError, PacktoolError
 from packtool.output.paths import refuse_inside_packed
 from packtool.output.relations import input_problem
 
@@ -39,3 +39,63 @@ def check_datasets_cache(who: str, fix: str, flag: str | None = None, inputs=())
                                   f"datasets writes its Arrow conversion of {who}, {problem}; set "
                                   f"HF_DATASETS_CACHE to a folder outside the inputs{fix}", path=place,
                                   flag="HF_DATASETS_CACHE")
+
+
+# to_hf's conversion of an output, held to the bytes datasets wrote (S48B-6): datasets reuses a
+# conversion by its name and hands its rows out as they are, so one changed since (a shared or
+# long-lived cache, a disk error, an edit) came back as the output's rows; one cut short was
+# datasets' ArrowInvalid, said as a keyword of the caller's it refused. The record lies beside the
+# conversion's Arrow files, written once, when to_hf first meets them (datasets' index files,
+# `cache-*.arrow`, made by a select on the dataset, are not the conversion's and not held)
+RECORD = "packtool-conversion.json"
+
+
+def _conversion_files(folder: str) -> list[str]:
+    return sorted(n for n in os.listdir(folder) if n.endswith(".arrow") and not n.startswith("cache-"))
+
+
+def _digest(path: str) -> str:
+    import xxhash
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hold_conversion(base: str, record: bool = True) -> None:
+    """Refuse a conversion `base`* (the datasets cache's folders of to_hf's conversion name)
+    whose Arrow files are not the bytes recorded when to_hf first met them: one line naming the
+    folder, with the fix. `record`: write the record where there is none (False once a load
+    failed: bytes datasets could not read are never recorded as the conversion's)."""
+    import glob
+    import json
+
+    from packtool.errors import PacktoolCacheError
+    from packtool.output.writes import write_file
+    # datasets names the folder `<name>-<config id>`, one per config id
+    folders = sorted({os.path.dirname(p) for p in glob.glob(glob.escape(base) + "*/**/*.arrow", recursive=True)})
+    for folder in folders:
+        sums = {n: _digest(os.path.join(folder, n)) for n in _conversion_files(folder)}
+        try:
+            with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
+                said = json.load(f)
+        except FileNotFoundError:
+            said = None
+        except ValueError:  # not the JSON packtool writes: as a changed conversion
+            said = {}
+        if said is None:
+            if record and sums:
+                try:
+                    with write_file(os.path.join(folder, RECORD), "load_kwargs", checked=True, text=True) as f:
+                        json.dump(sums, f)
+                except (OSError, PacktoolError):  # a read-only cache, or a concurrent to_hf's record: unheld
+                    pass
+            continue
+        if said != sums:
+            what = next((n for n in sorted(set(said) | set(sums)) if said.get(n) != sums.get(n)), RECORD) \
+                if isinstance(said, dict) else RECORD
+            top = os.path.join(os.path.dirname(base), os.path.relpath(folder, os.path.dirname(base)).split(os.sep)[0])
+            raise PacktoolCacheError(f"to_hf: the datasets cache's conversion of this output no longer holds the "
+                                     f"bytes datasets wrote ({what} changed since); remove the folder {top} "
+                                     f"(to_hf makes it again from the checked shards)", path=folder)
