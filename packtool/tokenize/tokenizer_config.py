@@ -126,8 +126,15 @@ class FolderSpecials:
         model would train on a chat format it is never prompted with."""
         fix = (f"save the tokenizer again with transformers' save_pretrained (it writes them into "
                f"{os.path.basename(tokenizer_json)})")
-        for key, path, _, _ in self.added:
-            lacking = list(dict.fromkeys(t for k, p, _, t in self.added if (k, p) == (key, path) and t not in vocab))
+        # one pass, grouped by (key, file) in the order they come: a rescan of every entry per entry
+        # cost seconds per load with thousands of added tokens (a visual-token vocabulary's 8k-32k)
+        groups: dict[tuple, dict] = {}
+        for key, path, _, t in self.added:
+            group = groups.setdefault((key, path), {})
+            if t not in vocab:
+                group[t] = None
+        for (key, path), group in groups.items():
+            lacking = list(group)
             if lacking:
                 shown = ", ".join(repr(t) for t in lacking[:5]) + (f" and {len(lacking) - 5} more"
                                                                     if len(lacking) > 5 else "")

@@ -133,3 +133,40 @@ def test_a_folder_whose_files_agree_packs_as_before(tmp_path):
                                 "additional_special_tokens": ["<|endoftext|>"]}, None)
     r = _pack(tmp_path, folder)
     assert r.exit_code == 0, r.output
+
+
+class _CountingVocab(dict):
+    """A vocabulary that counts the lookups made in it."""
+
+    looked = 0
+
+    def __contains__(self, t):
+        type(self).looked += 1
+        return super().__contains__(t)
+
+    def __getitem__(self, t):
+        type(self).looked += 1
+        return super().__getitem__(t)
+
+
+@pytest.mark.parametrize("lacking", [None, "the second key's last token"])
+def test_the_check_is_linear_in_the_added_tokens(lacking):
+    """RA-12: every entry rescanned every entry (n^2 lookups: seconds per load at 3k added tokens,
+    minutes at 32k); now each entry is looked up at most twice, and the refusal is the same one."""
+    from packtool.tokenize.tokenizer_config import FolderSpecials
+    n = 3000
+    toks = [f"<|v{i}|>" for i in range(n)]
+    added = tuple(("added_tokens_decoder", "tokenizer_config.json", 50257 + i, t) for i, t in enumerate(toks[:n // 2]))
+    added += tuple(("additional_special_tokens", "tokenizer_config.json", None, t) for t in toks[n // 2:])
+    vocab = _CountingVocab({t: 50257 + i for i, t in enumerate(toks)})
+    if lacking:
+        del vocab[toks[-1]]
+    _CountingVocab.looked = 0
+    specials = FolderSpecials({}, None, added)
+    if lacking:
+        with pytest.raises(PacktoolInputError) as e:
+            specials.refuse_absent(vocab, "tokenizer.json")
+        assert "additional_special_tokens names '<|v2999|>', which tokenizer.json lacks" in str(e.value)
+    else:
+        specials.refuse_absent(vocab, "tokenizer.json")
+    assert _CountingVocab.looked <= 2 * n
