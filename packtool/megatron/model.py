@@ -30,7 +30,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from packtool.errors import PacktoolConfigError, arg, bad_choice
+from packtool.errors import PacktoolConfigError, PacktoolInputError, arg, bad_choice
 from packtool.integers import INT32_MAX, int_value, short
 from packtool.params import torch_device
 from packtool.megatron.attention import PackedCoreAttention
@@ -191,18 +191,39 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
         d = cfg.kv_channels  # megatron RotaryEmbedding's inv_freq, rotary_percent 1.0
         model.packtool_inv_freq = 1.0 / (shape.rope_base ** (
             torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+    # every call of the model sets the rotation its core attention applies, the documented
+    # `model(ids, position_ids, None, packed_seq_params=...)` included: attached only by
+    # hidden_states(), a plain call ran with no RoPE at all and trained a position-blind model
+    model.register_forward_pre_hook(_rope_for_call, with_kwargs=True)
     return model
 
 
-def _attach_rope(model: GPTModel, batch: ThdBatch) -> None:
+def _call_arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _rope_for_call(model: GPTModel, args: tuple, kwargs: dict) -> None:
+    """Forward pre-hook: packtool's RoPE from this call's position_ids onto its params, computed
+    once per micro-batch (kept on the params while the same positions come again)."""
+    p = _call_arg(args, kwargs, 6, "packed_seq_params")
+    if not hasattr(p, "rope_cos"):
+        return  # not packtool's THD params: PackedCoreAttention refuses them in one line
     inv = getattr(model, "packtool_inv_freq", None)
-    p = batch.params
-    if inv is None or p.rope_cos is not None:
+    if inv is None:  # rope='megatron' rotates in SelfAttention: a rotation left by a packtool model would be twice
+        p.rope_cos = p.rope_sin = p.rope_from = None
         return
-    freqs = batch.position_ids[0].to(torch.float32)[:, None] * inv[None, :]
+    pos, ids = _call_arg(args, kwargs, 1, "position_ids"), _call_arg(args, kwargs, 0, "input_ids")
+    if not isinstance(pos, torch.Tensor) or pos.shape != getattr(ids, "shape", pos.shape) or pos.dim() != 2:
+        got = f"shape {list(pos.shape)}" if isinstance(pos, torch.Tensor) else short(pos)
+        raise PacktoolInputError(f"position_ids must be the micro-batch's [1, t] positions in segment "
+                                 f"(mb.position_ids, the shape of input_ids): a build_gpt(rope='packtool') model "
+                                 f"rotates queries and keys by them, got {got}")
+    if p.rope_cos is not None and p.rope_from is pos and p.rope_cos.device == pos.device:
+        return
+    freqs = pos[0].to(torch.float32)[:, None] * inv.to(pos.device)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
     dtype = model.config.params_dtype
-    p.rope_cos, p.rope_sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    p.rope_cos, p.rope_sin, p.rope_from = emb.cos().to(dtype), emb.sin().to(dtype), pos
 
 
 @contextmanager
@@ -219,7 +240,6 @@ def _hidden_only(model: GPTModel):
 
 def hidden_states(model: GPTModel, batch: ThdBatch) -> torch.Tensor:
     """Decoder output [t_local(/tp with SP), 1, hidden]."""
-    _attach_rope(model, batch)
     with _hidden_only(model):
         return model(batch.input_ids, batch.position_ids, None,
                      packed_seq_params=batch.params)

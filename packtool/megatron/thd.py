@@ -51,6 +51,7 @@ class SlabSeqParams(PackedSeqParams):
     kv_index: Optional[torch.Tensor] = None  # int64 into the gathered [cp * t_local] K/V
     rope_cos: Optional[torch.Tensor] = None  # [t_local, 1, head_dim], set by model.py
     rope_sin: Optional[torch.Tensor] = None
+    rope_from: Optional[torch.Tensor] = None  # the position_ids they were computed from
 
 
 @dataclass
@@ -58,7 +59,7 @@ class ThdBatch:
     """One micro-batch on one CP rank. Tensors are [1, t_local] (megatron's THD batch dim)."""
 
     input_ids: torch.Tensor  # int64
-    position_ids: torch.Tensor  # int64, position inside the segment (unused by RoPE-THD)
+    position_ids: torch.Tensor  # int64, position inside the segment (packtool's RoPE; megatron's uses cu_seqlens)
     labels: torch.Tensor  # int64; 0 where weight is 0
     loss_weight: torch.Tensor  # float32: 1 where the position predicts a target
     params: SlabSeqParams
