@@ -1,0 +1,47 @@
+"""RA-6: resolve_inputs told each file's input (for refuse_repeats: a second name inside one folder
+or glob is read once, the same file named twice refused) by searching the inputs back from the
+last for every file, quadratic in the inputs named (8 s over 16,000 shell-expanded files). It is
+one pass now; what each file is told must stay the same: its own input and whether that input
+was expanded (a folder or a glob)."""
+from __future__ import annotations
+
+import json
+
+import packtool.tokenize.readers as readers
+
+
+def _jsonl(path) -> None:
+    path.write_text(json.dumps({"text": str(path)}) + "\n")
+
+
+def test_each_file_is_told_its_own_input(tmp_path, monkeypatch):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "g").mkdir()
+    _jsonl(tmp_path / "one.jsonl")
+    for i in range(2):
+        _jsonl(tmp_path / "d" / f"{i}.jsonl")
+    for i in range(5):
+        _jsonl(tmp_path / "g" / f"{i}.jsonl")
+    _jsonl(tmp_path / "last.jsonl")
+    seen = {}
+
+    def capture(files, origin, inputs, quiet):
+        seen["origin"] = origin
+        return files
+    monkeypatch.setattr(readers, "refuse_repeats", capture)
+    inputs = [str(tmp_path / "one.jsonl"), str(tmp_path / "d"), str(tmp_path / "g" / "*.jsonl"),
+              str(tmp_path / "last.jsonl")]
+    files = readers.resolve_inputs(inputs, quiet=True)
+    assert len(files) == 9
+    assert seen["origin"] == [(0, False)] + [(1, True)] * 2 + [(2, True)] * 5 + [(3, False)]
+
+
+def test_many_inputs_of_one_file_each(tmp_path, monkeypatch):
+    names = []
+    for i in range(300):
+        _jsonl(tmp_path / f"f{i:03d}.jsonl")
+        names.append(str(tmp_path / f"f{i:03d}.jsonl"))
+    seen = {}
+    monkeypatch.setattr(readers, "refuse_repeats", lambda files, origin, inputs, quiet: seen.update(o=origin) or files)
+    assert len(readers.resolve_inputs(names, quiet=True)) == 300
+    assert seen["o"] == [(i, False) for i in range(300)]
