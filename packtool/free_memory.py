@@ -34,15 +34,21 @@ _LIMITS = ((resource.RLIMIT_AS, "the address-space limit (ulimit -v)"),
 
 class DecodeOutOfMemory(MemoryError):
     """A file packtool reads that this process had no memory to decode: the file is not at
-    fault, so never "corrupt" (the CLI's out-of-memory line, kind `resources`)."""
+    fault, so never "corrupt" (the CLI's out-of-memory line, kind `resources`). `path` is the file
+    (--json's path; the line names it already)."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
 
 
 def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *, what: str = "the file",
-                         less: str = "read less at once") -> MemoryError | None:
+                         less: str | None = None) -> MemoryError | None:
     """For an error caught decoding `path` (its `part`, e.g. `row group 3`): the out-of-memory
     error naming the file, what could not be allocated and the process's limit, when `e` is an
     allocation that failed (an Arrow MemoryError, or one Parquet's decoder wrapped); else None.
-    `what` is not at fault, and `less` is how the caller's door reads less at once."""
+    `what` is not at fault, and `less` is how the caller's door reads less at once, where it has
+    one ("read less at once" named no flag that does)."""
     text = " ".join(str(e).split())
     m = _ALLOCATION.search(text)
     if not (isinstance(e, MemoryError) or m):
@@ -52,5 +58,6 @@ def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *
               if (soft := resource.getrlimit(lim)[0]) != resource.RLIM_INFINITY]
     under = f"; {', '.join(limits)}" if limits else ""
     where = f"{path} {part}" if part else f"{path}"
+    more = f"raise the limit) or {less}" if less else "raise the limit, or run on a machine with more memory)"
     return DecodeOutOfMemory(f"{where}: out of memory decoding it (could not allocate {size}{under}); {what} "
-                             f"is not at fault: give the process more memory (raise the limit) or {less}")
+                             f"is not at fault: give the process more memory ({more}", path=path)

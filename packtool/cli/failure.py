@@ -135,7 +135,7 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         line = out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {})
         said = one_line(e) if str(e) else ""  # what a refusal before the allocation knew (the row, the limit)
         line = f"{line}; here: {said}" if said else line
-        if getattr(e, "path", None) is not None:  # a row refused by name (tokenize.long_rows): the contract's form
+        if getattr(e, "row", None) is not None:  # a row refused by name (tokenize.long_rows): the contract's form
             line = one_line(PacktoolError(line, path=e.path, row=getattr(e, "row", None)))
         return "resources", line, EXIT_USAGE
     from packtool.cli.memory import thread_refused, threads_refused
@@ -204,7 +204,7 @@ def report(e: BaseException, json_out: bool = False) -> int:
             extra["kind"] = kind = "usage"
     else:  # describe gave an OSError the kind of its place already
         where = written.failed_file(e) if isinstance(e, OSError) else None
-        if isinstance(e, MemoryError) and getattr(e, "path", None) is not None:  # a row refused by name
+        if isinstance(e, MemoryError) and getattr(e, "path", None) is not None:  # a row or a file's decode
             where, extra["row"] = e.path, getattr(e, "row", None)
         place = _place(where)
         if where is not None:

@@ -88,6 +88,8 @@ def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
     if command not in {c for c, _ in _ADVICE}:
         return "out of memory" + (f" while {stage}" if stage else "") + "; give packtool more memory"
     advice = _ADVICE.get((command, stage)) or _ADVICE[(command, None)]
+    if command == "verify" and stage != "tokenizing" and args.get("workers") == 1:  # the fix already in force
+        advice = "it runs one process already (--workers 1) and no verify flag reads a row group in less"
     return f"out of memory in `packtool {command}`{_where(command, args, stage)}: {advice}"
 
 

@@ -134,3 +134,9 @@ def test_the_command_line_says_out_of_memory_kind_resources(out, monkeypatch, ca
     assert "corrupt" not in err[0] and "re-run" not in err[0], err
     said = json.loads(cap.out.strip().splitlines()[-1])["error"]
     assert said["kind"] == "resources" and said["exit_code"] == 2, said
+    # RB-8 (s48): --json's path is the shard the line names (it was null); the line gives no fix already in
+    # force (verify's "--workers 1" when run with it) nor one no flag does ("read less at once"), and names
+    # the shard once, in its own words (not prefixed as a refused row is)
+    assert said["path"] and os.path.basename(said["path"]).startswith("slabs-0000"), said
+    assert "fewer processes" not in err[0] and "read less" not in err[0], err
+    assert err[0].count("slabs-0000") == 1 and "run on a machine with more memory" in err[0], err
