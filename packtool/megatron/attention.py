@@ -136,6 +136,12 @@ class PackedCoreAttention(MegatronModule):
         if p.rope_cos is not None:  # packtool's RoPE (model.py): positions within segments
             query, key = rope(query, key, p.rope_cos, p.rope_sin)
         if p.cp_size > 1:
+            if p.cp_group is None:  # half of each segment's keys are on another rank: none to ask
+                raise PacktoolConfigError(
+                    f"the micro-batch holds CP rank {p.cp_rank}'s chunks of each segment (made for cp_size="
+                    f"{p.cp_size}) but no cp_group to gather the other ranks' keys from: pass cp_group (your CP "
+                    f"group, e.g. ps.get_context_parallel_group()) where the batch is made, or cp_size=1 to "
+                    f"train without context parallelism")
             key = cp_all_gather(key, p.cp_group).index_select(0, p.kv_index)
             value = cp_all_gather(value, p.cp_group).index_select(0, p.kv_index)
         if key.shape[1] != query.shape[1]:

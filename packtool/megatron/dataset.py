@@ -125,8 +125,9 @@ class PackedSlabDataset:
     dp_rank/dp_size: this rank's data-parallel coordinates. When the manifest holds a DP
       plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
       followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
-    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else
-      the manifest's cp. Each rank gets chunks r and 2cp-1-r of every segment (packtool.layout),
+    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else 1
+      (whole slabs, whatever CP they were packed for). Each rank gets chunks r and 2cp-1-r of
+      every segment (packtool.layout),
       so slabs packed for another CP train as they are when their segments divide into
       2*cp_size chunks (packed cp=4 trains at cp=2 or 1); otherwise one line names the re-pack.
     seed: reshuffles every epoch (steps when planned; row groups and rows otherwise).
@@ -161,7 +162,7 @@ class PackedSlabDataset:
                                       f"0..{dp_size - 1}")
         if grad_accum < 1:
             raise PacktoolConfigError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
-        self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group, self.align.cp)
+        self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
             raise PacktoolConfigError(f"{path} was packed for cp={self.align.cp} (segments padded to "
@@ -269,12 +270,13 @@ def _job_rank(dp_rank: int, cp_rank: int, cp_size: int) -> int:
     return (dist.get_rank() or own) if dist.is_available() and dist.is_initialized() else own
 
 
-def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any, packed_cp: int) -> int:
-    """The CP size training runs: cp_size, else cp_group's size, else the packed cp; the
-    three (and cp_rank) must agree, or one line says which to change."""
+def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any) -> int:
+    """The CP size training runs: cp_size, else cp_group's size, else 1; the two (and cp_rank)
+    must agree, or one line says which to change. Never the packed cp by default (S48B-4): a
+    process with no CP group was handed CP rank 0's half of every segment, without a word."""
     group_size = int(cp_group.size()) if cp_group is not None and hasattr(cp_group, "size") else None
     if cp_size is None:
-        cp_size = group_size if group_size is not None else packed_cp
+        cp_size = group_size if group_size is not None else 1
     if not isinstance(cp_size, int) or cp_size < 1:
         raise PacktoolConfigError(f"cp_size must be a positive integer, got {cp_size!r}")
     if group_size is not None and group_size != cp_size:

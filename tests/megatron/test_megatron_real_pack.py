@@ -40,7 +40,7 @@ def test_loss_tokens_and_cp_slices_match_the_manifest(packed):
     steps = list(full.steps(max_steps=full.steps_per_epoch()))
     assert sum(s.loss_tokens for s in steps) == res.loss_tokens
     assert sum(s.real_tokens for s in steps) == int(full.index.num_tokens.sum())
-    ranks = [list(PackedSlabDataset(out, cp_rank=r, seed=0).steps(max_steps=len(steps)))
+    ranks = [list(PackedSlabDataset(out, cp_rank=r, cp_size=2, seed=0).steps(max_steps=len(steps)))
              for r in range(2)]
     for s, a, b in zip(steps, *ranks):
         for mf, m0, m1 in zip(s.micro_batches, a.micro_batches, b.micro_batches):
