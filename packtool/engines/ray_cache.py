@@ -307,7 +307,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
         file_base = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         source = make_datasource(job)
         env = task_options()
-        rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, ray_remote_args=env)
+        rows = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, **env)
                 .map_batches(tokenize_block, batch_format="pyarrow", batch_size=None,
                              fn_kwargs={"job": job}, **env)
                 .map_batches(_write_part, batch_format="pyarrow", batch_size=None,

@@ -113,7 +113,8 @@ def changed() -> dict[str, str]:
 
 def task_options() -> dict:
     """Ray's remote options that give a task the driver's environment as it is now: every
-    task packtool submits takes them (`ray.remote(**o)`, Ray Data's `ray_remote_args`)."""
+    task packtool submits takes them (`ray.remote(**o)`, and Ray Data's reads and maps as their named
+    `runtime_env`: its `ray_remote_args` is deprecated since Ray 2.60, removed in 2.64)."""
     env = changed()
     return {"runtime_env": {"env_vars": env}} if env else {}
 

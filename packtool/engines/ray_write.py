@@ -217,7 +217,7 @@ def write_slabs(plan: Plan | ShardedPlan, cache, out_dir, pad_id: int,
         dests = commit.task_dests([shard_file(k) for k in range(len(ranges))])  # (shard, its proof) URIs
         lease = commit.ticket()  # each task asks it before its puts, as the local engine's uploads do
     env = task_options()
-    ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, ray_remote_args=env)
+    ds = (ray.data.read_datasource(source, override_num_blocks=source.n_tasks, **env)
           .map_batches(route_block, batch_format="pyarrow", batch_size=None,
                        fn_kwargs={"piece_starts": source.piece_starts, "routing_refs": routing_refs,
                                   "side": tuple(cache.side_columns)}, **env)
