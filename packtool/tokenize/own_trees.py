@@ -20,7 +20,9 @@ Apache Hudi's `.hoodie/`) is data whose listing is not its content: its log says
 Parquet files are the table, and those of versions removed or overwritten stay until a VACUUM;
 read file by file, deleted rows were trained on beside the current ones (S47A-9). A folder, glob
 or store prefix whose files lie in such a table (or below one) is refused, naming the table and
-its own reader (`refuse_table`); a file named by its path is read as asked.
+its own reader (`refuse_table`); a file named by its path is read as asked. One marker rule
+(`_table_marker`) judges a local folder and a store prefix alike, the folders above the one given
+included (a partition, Iceberg's data/: RA-1, where the store door looked only below it).
 
 A tree is judged where it is found, step by step below the folder given, each step by what it
 resolves to: a link inside the folder to an output or a cache (`prev -> ../out`, a shared cache
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolInputError
+from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
 from packtool.output.relations import packed_output_around, real_path
@@ -54,13 +56,18 @@ def refuse_table(table: str, marker: str) -> PacktoolInputError:
         f"its current version to a folder of its own", path=table)
 
 
-def _table_marker(folder: str) -> str | None:
-    """The table format whose folder `folder` is (a local folder), or None."""
+def _table_marker(has_dir, names_in) -> str | None:
+    """The table format whose folder a folder is, or None: the one rule for a local folder and a
+    store prefix, asked or told from a listing (`has_dir(name)`: a folder `name` is directly in it;
+    `names_in(name)`: the file names directly in that folder)."""
     for marker in _TABLES:
-        d = os.path.join(folder, marker)
-        if os.path.isdir(d) and (marker != "metadata" or any(n.endswith(".metadata.json") for n in _names(d))):
+        if has_dir(marker) and (marker != "metadata" or any(n.endswith(".metadata.json") for n in names_in(marker))):
             return marker
     return None
+
+
+def _local_marker(folder: str) -> str | None:
+    return _table_marker(lambda n: os.path.isdir(os.path.join(folder, n)), lambda n: _names(os.path.join(folder, n)))
 
 
 def _names(folder: str) -> list[str]:
@@ -102,7 +109,7 @@ class OwnTrees:
         d = os.path.abspath(folder or os.curdir)
         while d not in self._table_of:
             self._table_of[d] = None
-            marker = _table_marker(d)
+            marker = _local_marker(d)
             if marker is not None:
                 raise refuse_table(d, marker)
             d = os.path.dirname(d)
@@ -187,7 +194,10 @@ class StoreTrees(OwnTrees):
         self.named_base = self.real_base  # its trees are keyed by their store paths
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
-        self._tables_at = _store_tables(listed, self.real_base)
+        # the table's folders at or below the prefix, from the listing; above it, asked (a
+        # partition prefix or Iceberg's data/ given is the table's, as a local one is: RA-1)
+        self._tables_at = {**_store_tables_above(root, self.real_base, self._shown),
+                           **_store_tables(listed, self.real_base)}
         # the base itself by the same proof as a tree below it (its key is never a tree's: _tree)
         self._named_tree = _names_scratch(self.real_base) or self.real_base in self._trees_at
 
@@ -198,10 +208,10 @@ class StoreTrees(OwnTrees):
         out = []
         for x in locs:
             d = x.path.rsplit("/", 1)[0]
-            while d == self.real_base or d.startswith(self.real_base + "/"):
+            while True:  # up to the bucket's root, which has no "/" above it
                 if d in self._tables_at:
-                    raise refuse_table(self.base + d[len(self.real_base):], self._tables_at[d])
-                if d == self.real_base:  # (a bucket's root has no "/" above it)
+                    raise refuse_table(self._shown(d), self._tables_at[d])
+                if "/" not in d:
                     break
                 d = d.rsplit("/", 1)[0]
             tree = self._tree(x.path.rsplit("/", 1)[0])
@@ -210,6 +220,12 @@ class StoreTrees(OwnTrees):
             else:
                 self.skipped[tree] = self.skipped.get(tree, 0) + 1
         return out
+
+    def _shown(self, d: str) -> str:
+        """The prefix `d` (a store path at, below or above the base) as the user's URI names it."""
+        if d == self.real_base or d.startswith(self.real_base + "/"):
+            return self.base + d[len(self.real_base):]
+        return self.base.rsplit("/", self.real_base.count("/") - d.count("/"))[0]  # names, not characters
 
     def _tree(self, folder: str) -> tuple[str, str] | None:
         if folder not in self._tree_of:
@@ -259,12 +275,38 @@ def _store_trees(listed: list[str], base: str, root, in_scratch: bool) -> dict[s
 
 def _store_tables(listed: list[str], base: str) -> dict[str, str]:
     """The table formats' folders at or below `base` in a store listing: folder -> marker."""
-    out = {}
+    names: dict[str, set[str]] = {}  # every prefix at or below base -> the object names directly in it
     for p in listed:
-        parts = p[len(base) + 1:].split("/") if p.startswith(base + "/") else []
-        for k, name in enumerate(parts[:-1]):
-            if name in _TABLES and (name != "metadata" or parts[-1].endswith(".metadata.json") and k == len(parts) - 2):
-                out.setdefault("/".join([base, *parts[:k]]), name)
+        if p.startswith(base + "/"):
+            d, name = p.rsplit("/", 1)
+            names.setdefault(d, set()).add(name)
+            while d != base and (d := d.rsplit("/", 1)[0]) not in names:
+                names[d] = set()
+    out = {}
+    for d in names:
+        marker = _table_marker(lambda n: f"{d}/{n}" in names, lambda n: names.get(f"{d}/{n}", ()))
+        if marker is not None:
+            out[d] = marker
+    return out
+
+
+def _store_tables_above(root, base: str, shown) -> dict[str, str]:
+    """The table formats' folders strictly above the prefix `base` (up to its bucket), asked of
+    the store (`root`: the listed prefix's Location; `shown(path)`: a path's URI): a few requests
+    per prefix above, each bounded whatever the prefix holds."""
+    from dataclasses import replace
+
+    from pyarrow.fs import FileType
+    out, d = {}, base
+    while "/" in d:
+        d = d.rsplit("/", 1)[0]
+        try:
+            marker = _table_marker(lambda n: root.info_of(f"{d}/{n}").type == FileType.Directory,
+                                   lambda n: replace(root, path=f"{d}/{n}", shown=f"{shown(d)}/{n}").names())
+        except PacktoolError:  # credentials for the prefix alone (its listing answered): nothing to see above
+            break
+        if marker is not None:
+            out[d] = marker
     return out
 
 

@@ -41,42 +41,48 @@ def _hudi(t):
 
 
 TABLES = {"Delta Lake": _delta, "Apache Iceberg": _iceberg, "Apache Hudi": _hudi}
+SUB = {"Apache Iceberg": "data"}  # where its files lie below the root; a partition folder otherwise
 
 
 def _table(tmp_path, kind) -> str:
     """data/tbl: a table of its format, with its current and a removed version's part, in a
-    partition folder (p=1) too."""
+    partition folder (p=1; Iceberg's data/) too."""
     t = tmp_path / "data" / "tbl"
-    (t / "p=1").mkdir(parents=True)
-    for name in (PART, "part-00000-aaa.snappy.parquet", f"p=1/{PART}"):
+    (t / SUB.get(kind, "p=1")).mkdir(parents=True)
+    for name in (PART, "part-00000-aaa.snappy.parquet", f"{SUB.get(kind, 'p=1')}/{PART}"):
         pq.write_table(pa.table({"input_ids": [[1, 2, 3]]}), t / name)
     TABLES[kind](t)
     return str(t)
 
 
-PLACES = {"the table folder": lambda t: t, "a folder holding it": os.path.dirname,
-          "a glob of its files": lambda t: f"{t}/*.parquet", "a glob above it": lambda t: f"{os.path.dirname(t)}/**/*.parquet",
-          "its partition folder": lambda t: f"{t}/p=1", "store prefix": lambda t: t, "store glob": lambda t: f"{t}/*.parquet"}
+# (the table's root, its partition folder's name) -> the input; RA-1: a store prefix or glob
+# below the table's root (a partition, Iceberg's data/) was read file by file, the local one refused
+PLACES = {"the table folder": lambda t, p: t, "a folder holding it": lambda t, p: os.path.dirname(t),
+          "a glob of its files": lambda t, p: f"{t}/*.parquet",
+          "a glob above it": lambda t, p: f"{os.path.dirname(t)}/**/*.parquet",
+          "its partition folder": lambda t, p: f"{t}/{p}", "a glob in its partition": lambda t, p: f"{t}/{p}/*.parquet",
+          "store prefix": lambda t, p: t, "store glob": lambda t, p: f"{t}/*.parquet",
+          "store partition prefix": lambda t, p: f"{t}/{p}/", "store glob in its partition": lambda t, p: f"{t}/{p}/*.parquet",
+          "store glob of partitions": lambda t, p: f"{t}/*/*.parquet"}
 
 
-def _spec(place, table, request) -> tuple[str, str]:
+def _spec(place, table, kind, request) -> tuple[str, str]:
     """The input spec, and the table's path as the refusal names it."""
+    sub = SUB.get(kind, "p=1")
     if not place.startswith("store"):
-        return PLACES[place](table), table
+        return PLACES[place](table, sub), table
     s3 = request.getfixturevalue("s3")
     for root, _, files in os.walk(table):
         for n in files:
             rel = os.path.relpath(os.path.join(root, n), table)
             locate(f"{s3}/tbl/{rel}").write_bytes(open(os.path.join(root, n), "rb").read())
-    return PLACES[place](f"{s3}/tbl"), f"{s3}/tbl"
+    return PLACES[place](f"{s3}/tbl", sub), f"{s3}/tbl"
 
 
 @pytest.mark.parametrize("place", PLACES)
 @pytest.mark.parametrize("kind", TABLES)
 def test_a_table_formats_folder_is_refused_naming_it_and_its_reader(request, tmp_path, kind, place):
-    if kind == "Apache Iceberg" and place == "its partition folder":
-        pytest.skip("an Iceberg table keeps its files under data/, not in partition folders of its root")
-    spec, table = _spec(place, _table(tmp_path, kind), request)
+    spec, table = _spec(place, _table(tmp_path, kind), kind, request)
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([spec])
     msg = str(e.value)
@@ -102,3 +108,19 @@ def test_a_folder_named_metadata_without_iceberg_files_is_data(tmp_path):
     (d / "metadata").mkdir(parents=True)
     pq.write_table(pa.table({"input_ids": [[1, 2, 3]]}), d / "metadata" / "a.parquet")
     assert len(resolve_inputs([str(d)])) == 1
+
+
+def test_a_store_prefix_whose_credentials_see_nothing_above_it_is_read(tmp_path, s3, monkeypatch):
+    """RA-1's question above the prefix, asked with credentials for the prefix alone (a policy
+    on the prefix: every request above it denied), passes: the listing of the prefix answered."""
+    from packtool.storage import Location, store_error
+    locate(f"{s3}/team/data/a.jsonl").write_bytes(b'{"input_ids": [1, 2, 3]}\n')
+    asked = Location.info_of
+
+    def denied_above(self, path):
+        if not path.startswith(f"{s3[5:]}/team/data"):
+            raise store_error("inputs")("cannot stat it (AWS Error ACCESS_DENIED during HeadObject operation)",
+                                        path=path)
+        return asked(self, path)
+    monkeypatch.setattr(Location, "info_of", denied_above)
+    assert [f.path for f in resolve_inputs([f"{s3}/team/data/"], quiet=True)] == [f"{s3}/team/data/a.jsonl"]
