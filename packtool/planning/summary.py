@@ -213,12 +213,16 @@ def with_cache(summary: PlanSummary, cache) -> PlanSummary:
     planning.cut_targets). Every engine's pack asks this."""
     from packtool.planning.cut_targets import cut_targets_of_cache, one_token_rows
     s = with_skipped(summary, cache.skipped, getattr(cache, "side_nonfinite", None))
-    n_one, first_one = one_token_rows(cache.length_batches())
-    s = replace(s, one_token_rows=n_one, first_one_token=_where(cache, first_one))
     o = s.overflow
-    if o.policy not in MASK_FIGURES or not o.sequences:
+    cuts = o.policy in MASK_FIGURES and bool(o.sequences)
+    # the cuts need every length at once: read the column once for both counts (it was read twice);
+    # otherwise a batch at a time, memory bounded
+    lengths = cache.lengths() if cuts else None
+    n_one, first_one = one_token_rows(cache.length_batches() if lengths is None else lengths)
+    s = replace(s, one_token_rows=n_one, first_one_token=_where(cache, first_one))
+    if not cuts:
         return replace(s, loss_counted=True)
-    cut = cut_targets_of_cache(cache, cache.lengths(), s.alignment["usable"], split=o.policy == "split")
+    cut = cut_targets_of_cache(cache, lengths, s.alignment["usable"], split=o.policy == "split")
     return with_cut_targets(s, cut, _where(cache, cut.first_untrained))
 
 

@@ -111,3 +111,26 @@ def test_the_one_token_warning_says_what_holds_for_the_command_that_says_it(tmp_
     line = next(ln for ln in r.stderr.splitlines() if "of one token" in ln)
     assert "packed" not in line, line
     assert line.startswith("warning: 2 row(s) of one token kept in the slabs, though they train nothing"), line
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_pack_reads_the_cache_lengths_once_for_its_counts(tmp_path, monkeypatch, policy):
+    """R-5 (s47): under truncate/split summary.with_cache read the cache's length column twice (once
+    in batches for the rows of one token, once whole for the cuts); once now, and the same counts."""
+    import sys
+
+    from packtool.tokenize.cache import TokenizedCache
+    reads = []
+    for name in ("lengths", "length_batches"):
+        def counted(self, *a, _f=getattr(TokenizedCache, name), **k):
+            if sys._getframe(1).f_code.co_name == "with_cache":
+                reads.append(_f.__name__)
+            return _f(self, *a, **k)
+        monkeypatch.setattr(TokenizedCache, name, counted)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": list(range(7, 7 + n))}) + "\n" for n in LENGTHS))
+    p = runner.invoke(app, ["--json", "pack", str(data), *POLICIES[policy], "-o", str(tmp_path / "out"),
+                            "--cache-dir", str(tmp_path / "c"), "--no-progress"])
+    assert p.exit_code == 0, p.output
+    assert len(reads) == 1, reads
+    assert json.loads(p.stdout)["changes"]["sequences_one_token"] == 2, p.stdout
