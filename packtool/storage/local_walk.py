@@ -10,11 +10,14 @@ followed), except that `**` walks each real folder (device, inode) once: the tre
 first, names sorted, then the links to folders met, each walked only when it leads somewhere not
 walked yet. A link to a folder already walked (a loop, or `current -> run3` beside `run3/`)
 is not walked again, so its files are read once, under their own names; `passed` gets each such
-link (as found) and the path its folder was walked as, for the reader's note. A pattern
-without `**` is glob's own: its depth is the pattern's.
+link (as found) and the path its folder was walked as, for the reader's note. A folder below
+a `**` that cannot be listed (EACCES, EIO) holds nothing, as in glob, and goes to `unlisted`
+(path, error), for the reader to refuse: its files' rows would be lost without a word. A
+pattern without `**` is glob's own: its depth is the pattern's.
 """
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import os
@@ -22,13 +25,15 @@ import os
 __all__ = ["local_glob", "outermost"]
 
 
-def local_glob(pattern: str, passed: list[tuple[str, str]] | None = None) -> list[str]:
+def local_glob(pattern: str, passed: list[tuple[str, str]] | None = None,
+               unlisted: list[tuple[str, OSError]] | None = None) -> list[str]:
     """glob.glob(pattern, recursive=True), each real folder walked once below a `**`; `passed`,
     when given, gets (link as found, the path its folder was walked as) for each folder not
-    walked again."""
+    walked again, `unlisted` (folder, error) for each folder below a `**` that could not be listed."""
     if "**" not in pattern:
         return glob.glob(pattern, recursive=True)
-    out = list(_iglob(pattern, False, passed if passed is not None else []))
+    walk = (passed if passed is not None else [], unlisted if unlisted is not None else [])
+    out = list(_iglob(pattern, False, walk))
     if pattern.startswith("**") and out and out[0] == "":  # glob's own: `**` at the start
         out = out[1:]
     return out
@@ -51,7 +56,7 @@ def outermost(matches: list[str]) -> list[str]:
     return [m for m in matches if not below(m)] if folders else matches
 
 
-def _iglob(pattern: str, dironly: bool, passed: list):
+def _iglob(pattern: str, dironly: bool, walk: tuple):
     # glob._iglob's structure (3.11), root_dir and dir_fd left out, `**` by _walk
     dirname, basename = os.path.split(pattern)
     if not glob.has_magic(pattern):
@@ -59,17 +64,17 @@ def _iglob(pattern: str, dironly: bool, passed: list):
             yield pattern
         return
     if not dirname:
-        yield from _in_dir("", basename, dironly, passed)
+        yield from _in_dir("", basename, dironly, walk)
         return
-    dirs = _iglob(dirname, True, passed) if dirname != pattern and glob.has_magic(dirname) else [dirname]
+    dirs = _iglob(dirname, True, walk) if dirname != pattern and glob.has_magic(dirname) else [dirname]
     for d in dirs:
-        for name in _in_dir(d, basename, dironly, passed):
+        for name in _in_dir(d, basename, dironly, walk):
             yield os.path.join(d, name)
 
 
-def _in_dir(folder: str, basename: str, dironly: bool, passed: list) -> list[str]:
+def _in_dir(folder: str, basename: str, dironly: bool, walk: tuple) -> list[str]:
     if basename == "**":
-        return ["", *_walk(folder, dironly, passed)]
+        return ["", *_walk(folder, dironly, walk)]
     if not glob.has_magic(basename):  # a literal name: it exists or not
         if basename:
             return [basename] if os.path.lexists(os.path.join(folder, basename)) else []
@@ -80,10 +85,12 @@ def _in_dir(folder: str, basename: str, dironly: bool, passed: list) -> list[str
     return fnmatch.filter(names, basename)
 
 
-def _walk(top: str, dironly: bool, passed: list) -> list[str]:
+def _walk(top: str, dironly: bool, walk: tuple) -> list[str]:
     """The names below `top` relative to it, as glob's `**` lists them (hidden ones passed over,
     only folders with `dironly`), each real folder walked once: a folder reached again (through
-    a link, or a bind mount) is neither listed nor walked, and said in `passed`."""
+    a link, or a bind mount) is neither listed nor walked, and said in `passed`; one that cannot
+    be listed, in `unlisted`."""
+    passed, unlisted = walk
     walked: dict[tuple[int, int], str] = {}
     key = _key(top or os.curdir)
     if key is not None:
@@ -95,7 +102,7 @@ def _walk(top: str, dironly: bool, passed: list) -> list[str]:
         stack = [rel]
         while stack:
             here = stack.pop()
-            entries = sorted(_entries(os.path.join(top, here) if here else top), key=lambda e: e.name)
+            entries = sorted(_entries(os.path.join(top, here) if here else top, unlisted), key=lambda e: e.name)
             below = []
             for e in entries:
                 if _hidden(e.name):
@@ -137,11 +144,13 @@ def _holds(folder: str, path: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _entries(folder: str) -> list:
+def _entries(folder: str, unlisted: list | None = None) -> list:
     try:
         with os.scandir(folder or os.curdir) as it:
             return list(it)
-    except OSError:  # glob's rule: a folder that cannot be listed holds nothing
+    except OSError as e:  # glob's rule: a folder that cannot be listed holds nothing
+        if unlisted is not None and e.errno != errno.ENOENT:  # (gone meanwhile: nothing lost)
+            unlisted.append((folder or os.curdir, e))
         return []
 
 

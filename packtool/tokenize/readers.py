@@ -47,16 +47,36 @@ def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
     folder walked once (`passed` gets the links not followed: storage.local_walk). A data file's
     name on something else (a FIFO, a device, a link to nothing) is an error naming each, as
     each is when named directly: passing over it would drop its rows from the training data
-    without a word."""
-    entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed)
+    without a word. So is a link to nothing of any name (what it stood for, a folder whose mount
+    is gone, cannot be known) and a folder below that cannot be listed; any other entry that is
+    not a regular file (a FIFO) is returned, to be named in the passed-over note."""
+    unlisted: list = []
+    entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed, unlisted)
                         if not os.path.isdir(f)])
+    refuse_unlisted(folder, unlisted)
     odd = sorted(f for f in entries if (_kind_of(f) or unreadable(f)) and not os.path.isfile(f))
     if odd:
         named = ", ".join(f"{os.path.relpath(f, folder)} ({describe_kind(f)})" for f in odd)
         raise PacktoolInputError(f"folder holds data files that are not regular files: {named}; packtool "
                                  f"reads an input more than once: save each to a regular file, or move it "
                                  f"out of the folder", path=folder)
-    return [f for f in entries if os.path.isfile(f)]
+    if dangling := sorted(f for f in entries if not os.path.exists(f)):
+        named = ", ".join(f"{os.path.relpath(f, folder)} -> {os.readlink(f)}" for f in dangling[:5])
+        more = f" and {len(dangling) - 5} more" if len(dangling) > 5 else ""
+        raise PacktoolInputError(f"folder holds a symbolic link to nothing: {named}{more}; the rows it stood "
+                                 f"for would be left out: restore its target (a mount, a pruned run), or "
+                                 f"remove the link", path=folder)
+    return entries
+
+
+def refuse_unlisted(spec: str, unlisted: list) -> None:
+    """A folder below an input that could not be listed (storage.local_walk's `unlisted`)."""
+    if unlisted:
+        where, e = unlisted[0]
+        more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
+        raise PacktoolInputError(f"folder {where}{more} below the input cannot be listed ({type(e).__name__}: "
+                                 f"{e.strerror or e}): its files' rows would be left out; give packtool read "
+                                 f"access to it, or pass the files to read themselves", path=spec)
 
 
 def stdin_refused(name: str = "inputs") -> PacktoolInputError:
@@ -90,7 +110,10 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
             owns.append(OwnTrees(spec, _glob_base(spec)))
             # the files of a save_to_disk folder among the matches: the folder, read as itself; a
             # folder matched is read whole, the matches below it through it (`DIR/**/*`: once)
-            paths = outermost(saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, [])))), quiet))
+            unlisted: list = []
+            paths = outermost(saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, []),
+                                                                             unlisted))), quiet))
+            refuse_unlisted(spec, unlisted)
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
             paths = _glob_data(spec, paths, owns[-1].names_a_tree(), quiet)
