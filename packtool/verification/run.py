@@ -153,6 +153,7 @@ def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fin
     for res in results:
         check_shard_entry(by_name[res.name], res, log)
         log.merge(res.log)
+    notes += _empty_shards(results)
     complete = len(base) == len(listed) and all(r.readable for r in results)
     if complete and results:
         check_totals(man, align, policy, dp, results, log, source_dir, notes)
@@ -163,6 +164,20 @@ def _verify(directory, source_dir, workers, max_problems, batch_rows, source_fin
         log.add("manifest", f"the manifest lists no shards but stats.slabs is {man['stats']['slabs']}",
                 expected=man["stats"]["slabs"], found=0)
     return _report(directory, log, notes, results, source_dir, t0)
+
+
+def _empty_shards(results) -> list[str]:
+    """A listed shard of 0 rows is valid (pack writes none, a re-sharding or merge tool may; every
+    packtool reader reads it as nothing), but the plain path HF.md and FORMAT.md name,
+    `datasets.load_dataset("parquet", data_dir=...)`, fails on it ("BatchSize must be greater
+    than 0"): said, so an OK does not promise that path (RB-7)."""
+    empty = sorted(r.name for r in results if r.readable and r.rows == 0)
+    if not empty:
+        return []
+    more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+    return [f"{len(empty)} shard(s) hold no rows ({', '.join(empty[:3])}{more}): packtool's readers read them as "
+            f"nothing, but datasets.load_dataset(\"parquet\", data_dir=...) fails on a file of no rows; read this "
+            f"output with SlabDataset(...).to_hf(), which leaves them out"]
 
 
 def _linked_shards(links: dict) -> list[str]:

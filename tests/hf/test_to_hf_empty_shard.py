@@ -34,3 +34,20 @@ def test_a_listed_shard_of_no_rows_is_read_as_nothing(tmp_path, where):
     got = ds.to_hf(cache_dir=str(tmp_path / "hfc"))
     assert [list(r["input_ids"]) for r in got] == want
     assert [list(r["input_ids"]) for r in ds.to_hf(streaming=True)] == want
+
+
+def test_verify_says_the_plain_datasets_path_fails_on_it(tmp_path):
+    """RB-7: verify passed such an output with no word, while the plain path HF.md and FORMAT.md
+    name (`datasets.load_dataset("parquet", data_dir=...)`) fails on the file of no rows."""
+    from packtool.verification import verify
+    out, _ = write_pack(str(tmp_path / "p"), [40, 70, 90, 30, 100, 20, 60], Alignment(capacity=128))
+    assert not any("hold no rows" in n for n in verify(out, workers=1).notes)
+    man = read_manifest(out)
+    empty = "slabs-00009.parquet"
+    pq.write_table(pq.read_table(os.path.join(out, man["shards"][0]["file"])).slice(0, 0), os.path.join(out, empty))
+    man["shards"] = man["shards"] + [{**man["shards"][0], "file": empty, "rows": 0, "tokens": 0, "loss_tokens": 0}]
+    save_manifest(out, man)
+    resign(out, empty)
+    report = verify(out, workers=1)
+    said = [n for n in report.notes if "hold no rows" in n]
+    assert report.ok and len(said) == 1 and empty in said[0] and "load_dataset" in said[0], report.notes
