@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 
+from packtool.checkpoint_kind import is_checkpoint_folder
 from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
@@ -142,6 +143,8 @@ class OwnTrees:
                     what = "a packed output"
                 elif is_cache_entry(rd):
                     what = "a tokenized cache entry"
+                elif is_checkpoint_folder(rd):  # its mp_rank_XX.pt was "data packtool cannot read" (RA-15)
+                    what = "a train checkpoint"
             self._step_of[step] = what
         return self._step_of[step]
 
@@ -150,7 +153,7 @@ class OwnTrees:
         files that are no data (an entry's flat/*.npy, a job's markers) are that tree's own,
         neither refused nor noted as the user's (file_kinds)."""
         rd = self.real_base
-        return self._in_scratch or is_cache_entry(rd) or (
+        return self._in_scratch or is_cache_entry(rd) or is_checkpoint_folder(rd) or (
             packed_output_around(rd, itself=True) == rd and packtool_made(rd))
 
     def only_own(self) -> str:
