@@ -271,6 +271,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
     del raw
     pos += 1
     rows: list[dict] = []
+    held_nothing: set[str] = set()  # late keys judged while holding only what has_value calls nothing
     n = 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
@@ -290,8 +291,13 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"the array's element is a JSON {_kind(obj) or 'null'}, not an object; write each "
                                      f"element as one {{...}} row object", path=path, row=n)
-        if judge is not None and not judge.known.issuperset(obj):  # a key of no earlier row
-            judge.block(rows_batch([obj], path, lambda k: f"row {n}"), n)
+        if judge is not None and not judge.known.issuperset(obj):  # a key of no earlier row's value
+            # a key judged already while it held nothing (null, "", []) is judged again only when it holds
+            # something: a late key of nothing in every row built a one-row table per row
+            late = [k for k in obj if k not in judge.known and not (k in held_nothing and obj[k] in (None, "", []))]
+            if late:
+                judge.block(rows_batch([obj], path, lambda k: f"row {n}"), n)
+                held_nothing.update(k for k in late if k not in judge.known)
         rows.append(obj if columns is None else {c: obj.get(c) for c in columns})
         n += 1
         if len(rows) == batch_size:

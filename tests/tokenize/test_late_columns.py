@@ -133,3 +133,22 @@ def test_a_late_column_that_holds_nothing_the_shape_reads_packs(tmp_path, door, 
     p.write_bytes(encode([make(i) for i in range(N)] + [LATE_NOTHING[late]]))
     cache = tokenize_to_cache([str(p)], TokenizeConfig(tokenizer=GPT2), str(tmp_path / "c"), progress=False)
     assert cache.num_rows == N + 1
+
+
+def test_a_json_arrays_late_key_of_nothing_is_judged_once_until_it_holds_something(tmp_path, monkeypatch):
+    """R-4 (s47): a .json array's key of no earlier row that then held only null/""/[] was judged again in
+    every row (a one-row Arrow table and the shape's judge per row); it is judged once, and again only
+    where it first holds something (still refused there, naming that row)."""
+    from packtool.tokenize.late_columns import LateColumns
+    calls = []
+    block = LateColumns.block
+    monkeypatch.setattr(LateColumns, "block", lambda self, t, r: (calls.append(r), block(self, t, r))[1])
+    make, late, said = LATE["an alpaca row's history"]
+    nothing = [None, "", []] * 100
+    rows = [make(i) for i in range(N)] + [{**make(N + i), "history": v} for i, v in enumerate(nothing)] + [late]
+    p = tmp_path / "rows.json"
+    p.write_bytes(json.dumps(rows).encode())
+    with pytest.raises(PacktoolInputError) as e:
+        tokenize_to_cache([str(p)], TokenizeConfig(tokenizer=GPT2), str(tmp_path / "c"), progress=False)
+    assert said in str(e.value) and f"row {len(rows) - 1}" in str(e.value), e.value
+    assert calls == [N, len(rows) - 1], calls[:10]
