@@ -30,6 +30,12 @@ def _yaml_shape(path: str) -> dict:
     except _Twice as e:
         raise PacktoolInputError(f"line {e.line}: key {e.key!r} appears twice (first at line {e.first}); keep one "
                                  f"of them (lines count from 1)", path=path, flag="--config") from None
+    except ValueError as e:  # yaml's int() of a number past Python's 4,300 digits (S48B-1)
+        if "integer string conversion" not in str(e):
+            raise
+        raise PacktoolInputError(f"holds an integer longer than Python reads ({' '.join(str(e).split()[:9])}); "
+                                 f"give the shape's numbers as written (e.g. `layers: 2`)", path=path,
+                                 flag="--config") from None
     except yaml.YAMLError as e:  # the user's file, not a packtool bug; an unsafe tag (!!python/...) too
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

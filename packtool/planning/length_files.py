@@ -141,7 +141,7 @@ def read_txt(path: str, column: str | None) -> np.ndarray:
         row, line, text = where
         if is_int(text.strip("'")):  # an integer numpy's int64 cannot hold: the range, not the type
             from packtool.integers import int_array  # int_array's words, at this file's row and line
-            int_array([int(text.strip("'"))], "lengths", PlanInputError, minimum=1,
+            int_array([text_int(text.strip("'"), path, row)], "lengths", PlanInputError, minimum=1,
                       at=lambda i, detail: PlanInputError(f"line {line}: {detail}", path=path, row=row))
         raise PlanInputError(f"line {line} holds {text}: a .txt file holds one integer length per line; "
                         f"for columns use .csv with a header", path=path, row=row) from None
@@ -220,6 +220,17 @@ def _csv_failed(path: str, sep: str) -> None:
 _INT = re.compile(r"[+-]?[0-9]+")
 
 
+def text_int(text: str, path: str, row: int) -> int:
+    """int(text) of a field is_int took, named at its row and line where it is longer than Python
+    converts (4,300 digits: its bare ValueError named no file, S48B-1): no length is that long."""
+    import sys
+    digits = len(text.strip().lstrip("+-"))
+    if digits > sys.get_int_max_str_digits():
+        raise PlanInputError(at_line(path, row, f"an integer of {digits} digits, not a length in 1..2^62; a "
+                                                f"length is a whole token count"), path=path, row=row)
+    return int(text)
+
+
 def is_int(name: str) -> bool:
     """Text numpy and Arrow read as an integer: Python's int() also takes '1_000' and other
     scripts' digits, which no lengths parser reads, so a message built on it said the wrong thing."""
@@ -238,7 +249,7 @@ def csv_integers(path: str, name: str | None) -> list[int]:
         raise PlanInputError(at_line(path, bad, f"{held} an integer; a length is a whole token count "
                                                  f"written in digits (100)"),
                              path=path, row=bad)
-    return [int(v) for v in values]
+    return [text_int(v, path, i) for i, v in enumerate(values)]
 
 
 def file_kind(path: str) -> str:

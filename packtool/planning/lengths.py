@@ -161,8 +161,16 @@ def _jsonl_integers(path: str, col, name: str) -> list[int]:
     it at its row and line as out of range; a number written with a point (5.0, 1.5) is the
     type's fault, said as before (an error path either way: a loop is fine)."""
     import json
+
+    from packtool.json_text import loads
+    values = []
     with open(path, encoding="utf-8-sig") as f:
-        values = [json.loads(line).get(name) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            try:  # json_text's: an integer longer than Python converts named as JSON (S48B-1)
+                values += [loads(line).get(name)] if line.strip() else []
+            except json.JSONDecodeError as e:
+                raise PlanInputError(f"line {n}: {e.msg}", path=path, row=len(values),
+                                     flag=cli_flag("lengths")) from None
     if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
         raise _not_int(path, col, f"column {name} holds {col.type}")
     return values

@@ -128,7 +128,9 @@ def first_bad_int_line(f: BinaryIO) -> tuple[int, int, str] | None:
             return row, line, "invalid UTF-8"
         if not text:
             continue
-        if not _NUMPY_INT.fullmatch(text) or not -2**63 <= int(text) < 2**63:  # what loadtxt's int64 reads
-            return row, line, repr(text[:40])  # (int() also took '1_000' and other scripts' digits)
+        # what loadtxt's int64 reads (past 19 digits none: int() of 4,301 raised its own ValueError)
+        if not _NUMPY_INT.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > 19 or not -2**63 <= int(text) < 2**63:
+            # (int() also took '1_000' and other scripts' digits); an integer whole: its range is said
+            return row, line, repr(text if _NUMPY_INT.fullmatch(text) else text[:40])
         row += 1
     return None

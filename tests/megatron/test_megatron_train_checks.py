@@ -41,11 +41,13 @@ CONFIG = [("layers: 2.5", "layers"), ('layers: "2"', "layers"), ("layers: -1", "
           # S39-3: a shape below its data (RoPE takes any length: max_seq had no effect) and a file of no
           # keys (the defaults taken without a word), in every form YAML reads as nothing
           ("max_seq: 8", "max_seq=8 of the model shape is below the output's longest segment"),
-          ("", "holds no keys"), ("# layers: 2", "holds no keys"), ("{}", "holds no keys"), ("~", "holds no keys")]
+          ("", "holds no keys"), ("# layers: 2", "holds no keys"), ("{}", "holds no keys"), ("~", "holds no keys"),
+          # S48B-1: a number longer than Python converts was its bare ValueError, no file named
+          ("layers: " + "1" * 5001, "holds an integer longer than Python reads")]
 
 
 @pytest.mark.parametrize("flags, said", FLAGS + [(f"--config {y}", s) for y, s in CONFIG],
-                         ids=[f for f, _ in FLAGS] + [y for y, _ in CONFIG])
+                         ids=[f for f, _ in FLAGS] + [y[:40] for y, _ in CONFIG])
 def test_every_model_and_optimizer_value_is_checked_before_any_work(slabs, tmp_path, flags, said):
     args = flags.split()
     if args[0] == "--config":
