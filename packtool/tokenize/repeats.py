@@ -35,11 +35,24 @@ def refuse_repeats(files: list, origin: list, inputs: list[str], quiet: bool) ->
     if not quiet:
         for spec, pairs in twice.items():
             more = f", and {len(pairs) - 3} more" if len(pairs) > 3 else ""
-            said = ", ".join(f"{a} ({'a link to' if os.path.islink(a) else 'a hard link of'} {b})" for a, b in pairs[:3])
+            said = ", ".join(f"{a} ({_second_name(a, b)})" for a, b in pairs[:3])
             note(f"{inputs[spec]}: {len(pairs)} file(s) in it are a second name of a file read already, read "
                  f"once: {said}{more}")
     _refuse_named_twice(kept)
     return kept
+
+
+def _second_name(a: str, b: str) -> str:
+    """What the name `a` dropped is to `b`, the name read: "a hard link" only where it is one
+    (S48A-7, RA-3: a file reached through a link to its folder, or the target of a link that
+    sorts first, was called one)."""
+    if os.path.islink(a):
+        return f"a link to {b}"
+    if os.path.islink(b):
+        return f"the file the link {b} points to"
+    if os.path.realpath(a) == os.path.realpath(b):
+        return f"the same file as {b}, one of them reached through a link to a folder"
+    return f"a hard link of {b}"
 
 
 def _refuse_named_twice(files: list) -> None:
