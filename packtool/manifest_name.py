@@ -1,5 +1,5 @@
-"""The manifest's file name, and so how a folder is known for a packed output: the one rule
-that stages below the slab format need too (the tokenize stage refuses a cache root inside a
+"""The manifest's file name and the shard names, and so how a folder is known for a packed
+output: the rules that stages below the slab format need too (the tokenize stage refuses a cache root inside a
 packed output, tokenize.cache_root). `slabs.names` owns every other name of the format and
 re-exports these; import them from there above the tokenize stage.
 
@@ -17,6 +17,7 @@ from packtool.storage import SETTINGS_BYTES, is_uri, locate, read_small
 MANIFEST = ".manifest.json"
 LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
 FORMAT_NAME = "packtool-slabs"  # the manifest's `format` (slabs.format, the format's owner, re-exports it)
+_SHARD_NAME = re.compile(r"slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet", re.ASCII)
 _NAMES_FORMAT = re.compile(rb'"format"\s*:\s*"' + FORMAT_NAME.encode() + rb'"')
 
 
@@ -57,11 +58,19 @@ def packtool_made(directory: str) -> bool:
         return False
     if names_this_format(path):
         return True
-    from packtool.slabs.names import is_shard_name  # (above this module; loaded by then)
     try:
         return any(is_shard_name(n) for n in os.listdir(directory))
     except OSError:
         return False
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether `name` is a shard name packtool writes, in either form: the one rule for what a
+    manifest may list (so every plain Parquet reader of the folder and the documented
+    `*.parquet` globs read exactly the shards packtool's readers do), what `--overwrite` may
+    delete, what a sweep of a dead run's folder takes for packtool's, and the proof that a
+    manifest beside such shards is packtool's (`packtool_made`)."""
+    return bool(_SHARD_NAME.fullmatch(name))
 
 
 def names_this_format(path) -> bool:

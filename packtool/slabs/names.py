@@ -23,7 +23,8 @@ import os
 import re
 
 from packtool.errors import PacktoolInputError
-from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, manifest_file  # noqa: F401  (owner: below the stages)
+from packtool.manifest_name import (  # noqa: F401  (owner: below the stages)
+    _SHARD_NAME, LEGACY_MANIFEST, MANIFEST, is_shard_name, manifest_file)
 from packtool.storage import Location, is_uri, locate, read_small
 
 # an object-store run's intent (output/store.py): the shards it names are in flight, not strays
@@ -34,7 +35,6 @@ INTENT_BYTES = 256 << 20  # an intent lists shard names: as many as a manifest a
 # a local folder holds the latter when it mirrors such a prefix (`aws s3 sync`)
 # Matched whole (`fullmatch`): `$` would also take a name ending in a newline, which the
 # documented `*.parquet` globs miss; ASCII: `\d` would take any Unicode digit, not the NNNNN written
-_SHARD_NAME = re.compile(r"slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet", re.ASCII)
 _RUN_ID = re.compile(r"[0-9a-f]{12}")
 SHARD_FORMS = "slabs-NNNNN.parquet or slabs-RUN-NNNNN.parquet"
 _PARTIAL = ".tmp"
@@ -64,14 +64,6 @@ def run_shard_file(name: str, run: str) -> str:
     if not m or m.group("run"):
         raise ValueError(f"{name!r} is not a plain shard name ({shard_file(0)}; a packtool bug)")
     return shard_file(int(m.group("k")), run)
-
-
-def is_shard_name(name: str) -> bool:
-    """Whether `name` is a shard name packtool writes, in either form: the one rule for what a
-    manifest may list (so every plain Parquet reader of the folder and the documented
-    `*.parquet` globs read exactly the shards packtool's readers do), what `--overwrite` may
-    delete, and what a sweep of a dead run's folder takes for packtool's."""
-    return bool(_SHARD_NAME.fullmatch(name))
 
 
 is_output_shard_name = is_shard_name  # the name slabs.format re-exports (one rule, one function)

@@ -247,8 +247,7 @@ def _names_scratch(base: str) -> bool:
 
 
 def _store_trees(listed: list[str], base: str, root, in_scratch: bool) -> dict[str, str]:
-    from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, names_this_format
-    from packtool.slabs.names import is_shard_name
+    from packtool.manifest_name import LEGACY_MANIFEST, MANIFEST, is_shard_name, names_this_format
     from packtool.tokenize.cache_entry import packtool_entry
     from packtool.tokenize.cache_parts import DATA_DIR
     folders: set[str] = set()  # every folder (prefix) an object lies in, at any depth
