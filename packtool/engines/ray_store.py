@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from packtool.engines.ray_env import remote
 from packtool.notes import note
-from packtool.storage import is_file, join_uri, locate, shown
+from packtool.storage import is_file, join_uri, shown
 from packtool.tokenize.cache import TokenizedCache, cache_problem
 from packtool.tokenize.cache_entry import file_problem
 from packtool.tokenize.chat_keys import say_stored
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.request import resolve_cache
 from packtool.tokenize.store_cache import ENTRY_META, refuse_foreign_objects
-from packtool.tokenize.store_push import Push, sweep_pushes
+from packtool.tokenize.store_push import Push, cache_place, sweep_pushes
 
 CHECK_TASKS_PER_CPU = 2  # the re-hash of a reused entry, spread over the cluster
 
@@ -76,13 +76,13 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
         # in its own mirror and pushed (replacing a damaged entry); the tasks read the entry from the store
         from packtool.tokenize.pipeline import tokenize_to_cache
         if damaged:
-            locate(r.final).join(ENTRY_META).delete()  # uncommitted: pushed again in full
+            cache_place(r.final).join(ENTRY_META).delete()  # uncommitted: pushed again in full
         tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
         return TokenizedCache(r.final)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), r.cfg, r.info, r.template, check_lengths)
     with Push(cache_dir, r.fingerprint[:32]) as push:  # the tasks put each part's proof first
         if damaged:
-            locate(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
+            cache_place(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
         return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256, push=push.run)
 
 

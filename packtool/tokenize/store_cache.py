@@ -21,8 +21,8 @@ import shutil
 
 from packtool.output.files import share_as_mkdir
 from packtool.output.leftovers import owned_temp_dir, remove_tree, unmark
-from packtool.storage import Location, locate, shown
-from packtool.tokenize.store_push import Push, upload
+from packtool.storage import Location, shown
+from packtool.tokenize.store_push import Push, cache_place, upload
 
 ENTRY_META = "cache.json"  # put last: its presence is the entry's commit
 META_BYTES = 256 << 20  # as the local cache.json's bound (cache_entry.read_cache_json)
@@ -34,7 +34,7 @@ def mirror_dir(store: str, local_root: str) -> str:
 
 
 def _entry(store: str, final: str) -> Location:
-    return locate(store).join(os.path.basename(final))
+    return cache_place(store).join(os.path.basename(final))
 
 
 def pull_entry(store: str, final: str) -> bool:
@@ -70,7 +70,7 @@ def refuse_foreign_objects(entry: str, problem: str, mirror: str | None = None) 
     from packtool.errors import PacktoolCacheError
     from packtool.output.entry_files import foreign_in_listing
     from packtool.tokenize.store_push import PROOF_PREFIX
-    loc = locate(entry)
+    loc = cache_place(entry)
     rels = [i.path[len(loc.path.rstrip("/")) + 1:] for i in loc.list()]
     foreign = foreign_in_listing(r for r in rels if not (r.startswith(PROOF_PREFIX) and "/" not in r))
     if not foreign:
@@ -101,7 +101,7 @@ def commit_entry(entry: str, meta: dict) -> None:
     """Put an entry's cache.json (written as the local cache writes it) once every file it
     records is uploaded: from then on the entry is used."""
     from packtool.tokenize.cache_entry import cache_json_bytes
-    locate(entry).join(ENTRY_META).write_bytes(cache_json_bytes(meta))
+    cache_place(entry).join(ENTRY_META).write_bytes(cache_json_bytes(meta))
 
 
 def push_entry(store: str, final: str, replace: bool = False) -> bool:

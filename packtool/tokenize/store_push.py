@@ -41,6 +41,13 @@ PROOF_BYTES = 1 << 16  # one file's record
 _KEYS = {"owner", "renewed", "entry", "run", "files"}
 
 
+def cache_place(uri: str) -> Location:
+    """A location of the store cache: every request names the argument that gave it (--cache-dir /
+    cache_dir=), so a store that stops answering or loses its bucket mid-run is the cache's
+    refusal (StorageCacheError, kind cache), not an input's, whichever request meets it (RA-13)."""
+    return locate(uri, name="cache_dir")
+
+
 def _record_ok(rec) -> bool:
     return isinstance(rec, dict) and type(rec.get("bytes")) is int and isinstance(rec.get("xxh3_128"), str)
 
@@ -59,7 +66,7 @@ class Push:
         self.run = uuid.uuid4().hex[:12]
         self.entry = join_uri(root, key)
         self.files = dict(files or {})
-        self.marker = locate(root).join(f"{PUSH_PREFIX}{key}-{self.run}.json")
+        self.marker = cache_place(root).join(f"{PUSH_PREFIX}{key}-{self.run}.json")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,7 +93,7 @@ class Push:
             self._thread.join(timeout=5)
         try:
             if kind is None:
-                _forget(locate(self.entry), self.run, self.marker)
+                _forget(cache_place(self.entry), self.run, self.marker)
             else:  # the entry is not committed: what this push put goes now, not after LEASE_SECONDS
                 _clean(self.root, self.key, self.run, self.files, self.marker)
         except Exception:  # the marker stays: the next run's sweep removes what it names
@@ -111,8 +118,8 @@ def put_proven(src: str, entry: str, run: str, rel: str, rec: dict) -> None:
     """A task's upload of one file of a push's entry (`run`: Push.run): its record goes first, so
     whatever a kill leaves of the file is provably the push's or not. A refusal names --cache-dir
     (`cache_dir`), the argument every push's entry lies under."""
-    locate(proof_uri(entry, run, rel), name="cache_dir").write_bytes(json.dumps(dict(rec, file=rel)).encode())
-    upload(src, locate(join_uri(entry, *rel.split("/")), name="cache_dir"))
+    cache_place(proof_uri(entry, run, rel)).write_bytes(json.dumps(dict(rec, file=rel)).encode())
+    upload(src, cache_place(join_uri(entry, *rel.split("/"))))
 
 
 def _read_json(loc: Location, limit: int):
@@ -158,9 +165,9 @@ def _clean(root: str, key: str, run: str, files: dict, marker: Location) -> int:
     the folder of each object it deletes: those inside the entry (packtool's own tree) go, and
     the root's where this removal made it (S3, storage.drop_markers / no_new_marker)."""
     entry_uri = join_uri(root, key)
-    entry = locate(entry_uri)
+    entry = cache_place(entry_uri)
     named = {} if entry.join(ENTRY_META).is_file() else _named(entry, run, files)
-    with no_new_marker(locate(root)):
+    with no_new_marker(cache_place(root)):
         n = sum(entry.join(*rel.split("/")).delete() for rel, rec in sorted(named.items())
                 if file_problem(entry_uri, rel, rec) is None)
         _forget(entry, run, marker)
@@ -171,7 +178,7 @@ def _clean(root: str, key: str, run: str, files: dict, marker: Location) -> int:
 def sweep_pushes(root: str) -> int:
     """Remove what dead pushes left at the store cache `root` (see the module's text); says what
     it removed and what it kept. Returns the number of files removed."""
-    loc = locate(root)
+    loc = cache_place(root)
     names = loc.names()
     with no_new_marker(loc):
         probes = sweep_probes(loc, names)  # a run killed between its write probe's put and delete (S46A-3)
@@ -192,7 +199,7 @@ def sweep_pushes(root: str) -> int:
     for key in sorted({k for k, _, _, _ in dead}):
         runs = [(r, n, rec) for k, r, n, rec in dead if k == key]
         removed += sum(_clean(root, key, r, rec["files"], loc.join(n)) for r, n, rec in runs)
-        entry = locate(join_uri(root, key))
+        entry = cache_place(join_uri(root, key))
         if not entry.join(ENTRY_META).is_file():  # (a committed one lost its marker only)
             entries += 1
             kept += [f"{key}/{i.path[len(entry.path) + 1:]}" for i in entry.list()]
