@@ -19,6 +19,12 @@ add_bos_token/add_eos_token (tokenizer_config.ConfigSwitches, which only decide 
   refused in one line naming the key, never packed as other ids.
 - `do_lower_case` (BERT-style classes build their normalizer from it) that disagrees with the
   tokenizer.json's normalizer: refused in one line, never packed with the other case.
+- `added_tokens_decoder`'s flags (lstrip, rstrip, single_word, normalized, special) for a token
+  tokenizer.json holds at that id: every transformers class re-adds an entry that differs from
+  tokenizer.json's as the config gives it (AddedToken's defaults for a flag not given), so its
+  flags are set on tokenizer.json's token (S48A-10: an end-of-turn marker's rstrip eats the "\n"
+  after it). An entry tokenizer.json lacks, or gives another id, is refused (tokenizer_config.
+  FolderSpecials.refuse_absent).
 
 The applied keys join the cache key (request._fingerprint) where any is applied, so a cache
 made before they were read is not reused for them.
@@ -39,6 +45,41 @@ def edits(conf: dict, path: str | None, tok) -> tuple:
     that it does not already do, as a hashable tuple ((key, value), ...) for the cache key and
     `apply`; () when nothing. Keys the rule refuses raise PacktoolInputError naming the file,
     the key and the fix."""
+    return _prefix_edits(conf, path, tok) + _flag_edits(conf, path, tok)
+
+
+# AddedToken's flags, as transformers re-adds an added_tokens_decoder entry
+FLAGS = ("lstrip", "rstrip", "single_word", "normalized", "special")
+
+
+def _flag_edits(conf: dict, path: str | None, tok) -> tuple:
+    """(("added_tokens", ((id, *FLAGS values), ...)),) for the added_tokens_decoder entries whose
+    flags differ from tokenizer.json's token at that id; () when none."""
+    from tokenizers import AddedToken
+    decoder = conf.get("added_tokens_decoder")
+    if not isinstance(decoder, dict):
+        return ()  # another shape: FolderSpecials refuses it
+    held = tok.get_added_tokens_decoder()
+    out = []
+    for i, entry in decoder.items():
+        if not (isinstance(i, str) and i.isdigit() and isinstance(entry, dict)):
+            continue
+        have = held.get(int(i))
+        if have is None or entry.get("content") != have.content:
+            continue  # refuse_absent names it
+        for k in FLAGS:
+            if k in entry and not isinstance(entry[k], bool):
+                raise PacktoolInputError(f"added_tokens_decoder's {have.content!r} has {k} "
+                                         f"{json.dumps(entry[k])[:60]}, not true or false: write true or false "
+                                         f"(JSON, unquoted) or remove the key", path=path, flag=cli_flag("tokenizer"))
+        given = AddedToken(have.content, **{k: entry[k] for k in FLAGS if k in entry})
+        want = tuple(getattr(given, k) for k in FLAGS)
+        if want != tuple(getattr(have, k) for k in FLAGS):
+            out.append((int(i), *want))
+    return (("added_tokens", tuple(out)),) if out else ()
+
+
+def _prefix_edits(conf: dict, path: str | None, tok) -> tuple:
     split = config_switch(conf, "split_special_tokens", path)
     if split:
         raise PacktoolInputError("split_special_tokens is true: the model's tokenizer splits special tokens "
@@ -76,7 +117,12 @@ def edits(conf: dict, path: str | None, tok) -> tuple:
 def apply(tokenizer_json: str, want: tuple) -> str:
     """The tokenizer.json text with `edits`' settings applied."""
     whole = json.loads(tokenizer_json)
-    whole.update(_applied(whole, want))
+    settings = dict(want)
+    if "add_prefix_space" in settings:
+        whole.update(_applied(whole, want))
+    flags = {e[0]: dict(zip(FLAGS, e[1:])) for e in settings.get("added_tokens", ())}
+    for token in whole.get("added_tokens") or []:
+        token.update(flags.get(token.get("id"), {}))
     return json.dumps(whole)
 
 
@@ -120,4 +166,4 @@ def _lowercases(n) -> bool:
     return n.get("type") == "Lowercase" or (n.get("type") == "BertNormalizer" and bool(n.get("lowercase")))
 
 
-__all__ = ["GENERIC", "apply", "edits"]
+__all__ = ["FLAGS", "GENERIC", "apply", "edits"]

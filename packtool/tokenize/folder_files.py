@@ -1,5 +1,5 @@
 """Whether a tokenizer folder's file is there: the one question every reader of the folder asks
-(tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja,
+(tokenizer.json, tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja,
 additional_chat_templates/*.jinja), and the tokenizer file given itself.
 
 A name that is a link to nothing (a Hub cache snapshot copied without `-L`, so its relative

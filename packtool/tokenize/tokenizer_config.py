@@ -1,6 +1,6 @@
 """What packtool takes from a tokenizer folder's JSON files besides tokenizer.json: its
-tokenizer_config.json, read once (`read_config`), and its special_tokens_map.json where
-transformers reads it (`FolderSpecials.of`); every value taken checked for its type here
+tokenizer_config.json, read once (`read_config`), and its special_tokens_map.json and
+added_tokens.json where transformers reads them (`FolderSpecials.of`); every value taken checked for its type here
 (`config_token`, `config_switch`), so that a value of another type is one line naming the file
 and the key, never an internal error further on; and what its add_bos_token says a run does
 (`ConfigSwitches.settle`).
@@ -18,6 +18,7 @@ from packtool.tokenize.json_depth import load_json_file
 
 CONFIG = "tokenizer_config.json"
 SPECIAL_MAP = "special_tokens_map.json"
+ADDED_FILE = "added_tokens.json"  # token -> id, a save before transformers 4.34
 SPECIALS = ("bos_token", "eos_token", "pad_token")
 
 
@@ -88,6 +89,16 @@ def _listed_token(conf: dict, key: str, path: str | None, t) -> str:
                              f"{{\"content\": TEXT}}) or remove it", path=path, flag=cli_flag("tokenizer"))
 
 
+def _added_ids(ids: dict, path: str | None) -> list[tuple[str, int]]:
+    """added_tokens.json's (token, id) pairs; an entry of another shape named in one line."""
+    for t, i in ids.items():
+        if not t or not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise PacktoolInputError(f"holds {json.dumps(t)[:60]}: {json.dumps(i)[:60]}, not a token and its id "
+                                     f"(\"<|im_start|>\": 50257): fix or remove it", path=path,
+                                     flag=cli_flag("tokenizer"))
+    return list(ids.items())
+
+
 # where a folder's files add tokens to the vocabulary (transformers' from_pretrained adds each
 # one tokenizer.json lacks, with an id of its own), per file
 ADDED_IN_CONFIG = ("added_tokens_decoder", "additional_special_tokens", "extra_special_tokens")
@@ -97,7 +108,7 @@ ADDED_IN_MAP = ("additional_special_tokens",)
 @dataclass(frozen=True)
 class FolderSpecials:
     """The special tokens a tokenizer folder names (SPECIALS), each with the file that names it,
-    and the tokens its files add to the vocabulary (ADDED_IN_CONFIG, ADDED_IN_MAP)."""
+    and the tokens its files add to the vocabulary (ADDED_IN_CONFIG, ADDED_IN_MAP, ADDED_FILE)."""
     tokens: dict            # key -> (its text or None, the file it came from or None)
     map_sha256: str | None  # of special_tokens_map.json where it was read: in the cache key and manifest
     added: tuple = ()       # (key, file, id or None, text) of every token a file adds
@@ -111,11 +122,14 @@ class FolderSpecials:
         read it: an EOS named only in the map (a ChatML fine-tune's <|im_end|>) would otherwise
         become a well-known name (<|endoftext|>) the model never emits (S46A-12)."""
         tokens = {k: (config_token(conf, k, conf_path), conf_path) for k in SPECIALS}
-        smap, map_path = ({}, None) if folder is None or "added_tokens_decoder" in conf else \
-            read_config(folder, SPECIAL_MAP)
+        older = folder is not None and "added_tokens_decoder" not in conf
+        smap, map_path = read_config(folder, SPECIAL_MAP) if older else ({}, None)
         tokens.update({k: (config_token(smap, k, map_path), map_path) for k in SPECIALS if k in smap})
         added = [(k, f, i, t) for c, f, keys in ((conf, conf_path, ADDED_IN_CONFIG), (smap, map_path, ADDED_IN_MAP))
                  for k in keys for i, t in _token_list(c, k, f)]
+        # transformers turns the same older save's added_tokens.json into added_tokens_decoder (RA-7)
+        ids, ids_path = read_config(folder, ADDED_FILE) if older else ({}, None)
+        added += [(ADDED_FILE, ids_path, i, t) for t, i in _added_ids(ids, ids_path)]
         return cls(tokens, sha256_file(map_path) if map_path else None, tuple(added))
 
     def refuse_absent(self, vocab: dict, tokenizer_json: str) -> None:

@@ -43,10 +43,14 @@ WHERE = {
                                     "extra_special_tokens"),
     "extra_special_tokens (object)": ({"extra_special_tokens": {"im_start": CHATML[0], "im_end": CHATML[1]}}, None,
                                       "tokenizer_config.json", "extra_special_tokens"),
+    # RA-7: a save before 4.34 (no added_tokens_decoder): transformers adds the file's tokens with their ids
+    "added_tokens.json (an older save)": ({}, None, "added_tokens.json", "added_tokens.json"),
 }
+# the folder's added_tokens.json, where it has one
+ADDED_FILE = {"added_tokens.json (an older save)": {CHATML[0]: 50257, CHATML[1]: 50258}}
 
 
-def _folder(tmp_path, conf: dict, smap: dict | None, name: str = "tok") -> str:
+def _folder(tmp_path, conf: dict, smap: dict | None, name: str = "tok", added: dict | None = None) -> str:
     d = tmp_path / name
     d.mkdir()
     shutil.copy(GPT2, d / "tokenizer.json")
@@ -54,6 +58,8 @@ def _folder(tmp_path, conf: dict, smap: dict | None, name: str = "tok") -> str:
                                                          **conf}))
     if smap is not None:
         (d / "special_tokens_map.json").write_text(json.dumps(smap))
+    if added is not None:
+        (d / "added_tokens.json").write_text(json.dumps(added))
     return str(d)
 
 
@@ -73,7 +79,7 @@ PLACES = {"library": None, "pack (text)": [], "pack --chat-template chatml": ["-
 @pytest.mark.parametrize("where", WHERE)
 def test_tokens_the_folder_adds_and_tokenizer_json_lacks_are_refused(tmp_path, where, place):
     conf, smap, named, key = WHERE[where]
-    folder = _folder(tmp_path, conf, smap)
+    folder = _folder(tmp_path, conf, smap, added=ADDED_FILE.get(where))
     transformers = pytest.importorskip("transformers", reason="transformers is the oracle")
     transformers.logging.set_verbosity_error()
     oracle = transformers.AutoTokenizer.from_pretrained(folder)
@@ -170,3 +176,20 @@ def test_the_check_is_linear_in_the_added_tokens(lacking):
     else:
         specials.refuse_absent(vocab, "tokenizer.json")
     assert _CountingVocab.looked <= 2 * n
+
+
+@pytest.mark.parametrize("added, ok", [({"<|endoftext|>": 50256}, True), ({"<|endoftext|>": 50300}, False),
+                                       ({"<|endoftext|>": "50256"}, False), ({"<|endoftext|>": True}, False),
+                                       (["<|endoftext|>"], False), ({"": 50257}, False)])
+def test_added_tokens_json_is_held_to_tokenizer_json(tmp_path, added, ok):
+    """Its tokens as tokenizer.json holds them pack as before; another id, or another shape, is
+    named; the file is not read where the config has added_tokens_decoder, as transformers."""
+    folder = _folder(tmp_path, {}, None, added=added)
+    if ok:
+        assert load_tokenizer(folder, TokenizeConfig(tokenizer=folder)).info.vocab_size == 50257
+        return
+    with pytest.raises(PacktoolInputError) as e:
+        load_tokenizer(folder, TokenizeConfig(tokenizer=folder))
+    assert e.value.path == os.path.join(folder, "added_tokens.json") and "\n" not in str(e.value), str(e.value)
+    newer = _folder(tmp_path, {"added_tokens_decoder": {"50256": _added("<|endoftext|>")}}, None, "newer", added)
+    assert load_tokenizer(newer, TokenizeConfig(tokenizer=newer)).info.vocab_size == 50257
