@@ -564,7 +564,7 @@ def test_consumer_refuses_or_is_harmless(corpus, corruption, consumer, tmp_path)
 # reader checks"): inspect's clean report would send a user to train on them
 MUST_REFUSE = ("cu_seqlens_padded:re-signed", "pad_token:re-signed", "token_id_range:re-signed",
                "loss_on_first_token:re-signed", "manifest:pad_id", "capacity:128", "cu_seqlens:re-signed",
-               "lie:max_token_id-lowered", *MANIFEST_EDITS, *MANIFEST_TEXT_EDITS)
+               "lie:max_token_id-lowered", "schema:column-type", *MANIFEST_EDITS, *MANIFEST_TEXT_EDITS)
 
 
 @pytest.mark.parametrize("consumer", ["inspect", "hf", "hf-to_hf", "standalone-reader"])

@@ -149,3 +149,9 @@ def test_every_test_reads_format_mds_reader_through_slab_support():
             if n.endswith(".py") and n != "slab_support.py" and "## A standalone" + " reader" in open(p).read():
                 copies.append(os.path.relpath(p, tests))
     assert copies == [], f"extract FORMAT.md's reader through slab_support.format_reader / run_format_reader: {copies}"
+
+
+def test_the_standalone_readers_column_types_are_the_formats():
+    """S48B-3: the reader holds each core column to its type as packtool's own readers do."""
+    from packtool.slabs.schema import SCHEMA
+    assert format_reader().COLUMNS == {f.name: f.type for f in SCHEMA}
