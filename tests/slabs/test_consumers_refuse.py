@@ -685,6 +685,11 @@ def _manifest_form_lies():
     lies["form:config.packing.seed=2^63"] = _set(("config", "packing", "seed"), 2 ** 63)
     lies["form:config.packing.seed=4001-digits"] = _set(("config", "packing", "seed"), 10 ** 4000)
     lies[f"form:{SIDE_BASE}schema_version=1"] = _set(("schema_version",), 1)  # version 1 has no side columns
+    # S48B-3: a count for no float side column (none such, an int one), a side column declared twice
+    lies[f"form:{SIDE_BASE}stats.side_nan.zzz"] = _set(("stats", "side_nan", "zzz"), 0)
+    lies[f"form:{SIDE_BASE}stats.side_inf.sup"] = _set(("stats", "side_inf", "sup"), 0)
+    lies[f"form:{SIDE_BASE}side_columns=lp-twice"] = _manifest(lambda m: m["side_columns"].append(
+        next(c for c in m["side_columns"] if c["name"] == "lp")))
     return lies
 
 
