@@ -50,6 +50,24 @@ def _long_first(items) -> None:
     rank = {path: i for i, path in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
+def gsm8k_packed(base, rows: int, data: str, *flags: str) -> str:
+    """The first `rows` GSM8K rows as `base/DATA` (a .jsonl file, or a folder holding s.jsonl)
+    packed with GPT2 at -C 1024 -q and `flags` (-o, --cache-dir, --dry-run): the set-up of the
+    tests that need a real output or cache entry. Returns the input's path."""
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    src = base / data
+    if not data.endswith(".jsonl"):
+        src.mkdir()
+        src = src / "s.jsonl"
+    with open(GSM8K) as f:
+        src.write_text("".join(f.readlines()[:rows]))
+    given = str(base / data)
+    r = CliRunner().invoke(app, ["pack", given, "--tokenizer", GPT2, "-C", "1024", "-q", *flags])
+    assert r.exit_code == 0, r.output
+    return given
+
 def fixture_path(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
 

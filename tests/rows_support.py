@@ -23,3 +23,43 @@ def write_rows(folder, rows: list[dict], fmt: str, name: str = "d", schema: pa.S
     else:
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
     return str(path)
+
+
+TABLE_KINDS = ("parquet", "jsonl", "arrow", "table", "datasets")
+
+
+def table_as(folder, kind: str, table: pa.Table):
+    """`table` as an input of `kind`: itself ("table"), a datasets.Dataset over it, or written as
+    `folder/rows.KIND` (Parquet, an Arrow IPC file, JSON Lines) and its path returned (the
+    row builders of the loss-column tests, test_loss_mask_names and test_two_loss_sources)."""
+    if kind == "table":
+        return table
+    if kind == "datasets":
+        import pytest
+        return pytest.importorskip("datasets").Dataset(table)
+    path = str(folder / f"rows.{kind}")
+    if kind == "parquet":
+        pq.write_table(table, path)
+    elif kind == "arrow":
+        from pyarrow import feather
+        feather.write_feather(table, path)
+    elif kind == "jsonl":
+        with open(path, "w") as f:
+            for r in table.to_pylist():
+                f.write(json.dumps(r) + "\n")
+    else:
+        raise ValueError(f"kind {kind!r}: one of {TABLE_KINDS}")
+    return path
+
+
+def slab_masks(out: str) -> dict[int, list[int]]:
+    """{source row: its loss_mask} read back from a packed output's one shard (the loss-column
+    tests' check of what was packed)."""
+    masks = {}
+    for slab in pq.read_table(f"{out}/slabs-00000.parquet", columns=["source_index", "seq_lens",
+                                                                     "loss_mask"]).to_pylist():
+        at = 0
+        for row, n in zip(slab["source_index"], slab["seq_lens"]):
+            masks[row] = slab["loss_mask"][at:at + n]
+            at += n
+    return masks

@@ -9,7 +9,7 @@ import json
 import shutil
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, gsm8k_packed
 from typer.testing import CliRunner
 
 import packtool
@@ -32,12 +32,7 @@ def test_the_decoder_names_the_number_and_its_line():
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     t = tmp_path_factory.mktemp("big")
-    (t / "d").mkdir()
-    with open(GSM8K) as f:
-        (t / "d" / "s.jsonl").write_text("".join(f.readlines()[:5]))
-    r = runner.invoke(app, ["pack", str(t / "d"), "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
-                            "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
+    gsm8k_packed(t, 5, "d", "-o", str(t / "out"), "--cache-dir", str(t / "c"))
     m = t / "out" / ".manifest.json"
     text = m.read_text()
     assert '"seed": 0' in text

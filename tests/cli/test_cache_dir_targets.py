@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, gsm8k_packed
 from leftover_support import snapshot
 from typer.testing import CliRunner
 
@@ -28,12 +28,7 @@ runner = CliRunner()
 def place(tmp_path_factory):
     """An input folder, a packed output of it, and the bad targets beside them."""
     d = tmp_path_factory.mktemp("cachedir")
-    (d / "ind").mkdir()
-    with open(GSM8K) as f:
-        (d / "ind" / "s.jsonl").write_text("".join(f.readlines()[:20]))
-    r = runner.invoke(app, ["pack", str(d / "ind"), "--tokenizer", GPT2, "-C", "1024", "-q",
-                            "-o", str(d / "packed"), "--cache-dir", str(d / "good-cache")])
-    assert r.exit_code == 0, r.output
+    gsm8k_packed(d, 20, "ind", "-o", str(d / "packed"), "--cache-dir", str(d / "good-cache"))
     (d / "notes.txt").write_text("mine\n")
     os.mkfifo(d / "fifo")
     os.symlink(d / "nowhere", d / "dangling")

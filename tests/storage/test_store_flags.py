@@ -13,7 +13,7 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, GSM8K, gsm8k_packed
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -27,12 +27,8 @@ runner = CliRunner()
 def place(tmp_path_factory):
     """An input, a packed output of it, a lengths file."""
     d = tmp_path_factory.mktemp("storeflags")
-    with open(GSM8K) as f:
-        (d / "in.jsonl").write_text("".join(f.readlines()[:10]))
     np.save(d / "l.npy", np.array([5, 7, 9], dtype=np.int64))
-    r = runner.invoke(app, ["pack", str(d / "in.jsonl"), "--tokenizer", GPT2, "-C", "1024", "-q",
-                            "-o", str(d / "packed"), "--cache-dir", str(d / "cache")])
-    assert r.exit_code == 0, r.output
+    gsm8k_packed(d, 10, "in.jsonl", "-o", str(d / "packed"), "--cache-dir", str(d / "cache"))
     return d
 
 

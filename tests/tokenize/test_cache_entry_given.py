@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, gsm8k_packed
 from typer.testing import CliRunner
 
 import packtool
@@ -19,13 +19,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def entry(tmp_path_factory):
-    from packtool.cli.app import app
     t = tmp_path_factory.mktemp("ce")
-    with open(GSM8K) as f:
-        (t / "a.jsonl").write_text("".join(f.readlines()[:5]))
-    r = runner.invoke(app, ["pack", str(t / "a.jsonl"), "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q",
-                            "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
+    gsm8k_packed(t, 5, "a.jsonl", "--dry-run", "--cache-dir", str(t / "c"))
     (name,) = os.listdir(t / "c")
     return str(t / "c" / name)
 

@@ -12,14 +12,13 @@ import json
 import os
 
 import pyarrow as pa
-import pyarrow.feather as feather
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
 from packtool.packing import pack
+from rows_support import slab_masks, table_as
 from conftest import GPT2
 
 runner = CliRunner()
@@ -36,23 +35,8 @@ def _table(cols: dict) -> pa.Table:
                      **{k: pa.array(v, pa.list_(pa.int64())) for k, v in cols.items()}})
 
 
-def _write(tmp_path, kind: str, cols: dict, extra=None):
-    t = _table(cols)
-    if kind == "table":
-        return t
-    if kind == "datasets":
-        datasets = pytest.importorskip("datasets")
-        return datasets.Dataset(t)
-    p = str(tmp_path / f"rows.{kind}")
-    if kind == "parquet":
-        pq.write_table(t, p)
-    elif kind == "arrow":
-        feather.write_feather(t, p)
-    else:
-        with open(p, "w") as f:
-            for r in t.to_pylist():
-                f.write(json.dumps(r) + "\n")
-    return p
+def _write(tmp_path, kind: str, cols: dict):
+    return table_as(tmp_path, kind, _table(cols))
 
 
 def _pack(tmp_path, src, *flags):
@@ -71,14 +55,7 @@ def _pack(tmp_path, src, *flags):
         if r.exit_code:
             assert r.exit_code == 2 and not os.path.exists(out), r.stdout + r.stderr
             return json.loads(r.stdout)["error"]["message"], None
-    got = pq.read_table(f"{out}/slabs-00000.parquet", columns=["source_index", "seq_lens", "loss_mask"]).to_pylist()
-    masks = {}
-    for slab in got:
-        at = 0
-        for row, n in zip(slab["source_index"], slab["seq_lens"]):
-            masks[row] = slab["loss_mask"][at:at + n]
-            at += n
-    return None, masks
+    return None, slab_masks(out)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, gsm8k_packed
 from typer.testing import CliRunner
 
 import packtool
@@ -26,12 +26,7 @@ runner = CliRunner()
 def made(tmp_path_factory):
     """A real packed output and cache entry of ten rows, copied into each case's data folder."""
     t = tmp_path_factory.mktemp("own")
-    (t / "good").mkdir()
-    with open(GSM8K) as f:
-        (t / "good" / "s.jsonl").write_text("".join(f.readlines()[:10]))
-    r = runner.invoke(app, ["pack", str(t / "good"), "--tokenizer", GPT2, "-C", "1024", "-q",
-                            "-o", str(t / "out"), "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
+    gsm8k_packed(t, 10, "good", "-o", str(t / "out"), "--cache-dir", str(t / "c"))
     (entry,) = os.listdir(t / "c")
     torch = pytest.importorskip("torch")
     from packtool.checkpoint_kind import KEYS

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-import pyarrow.feather as feather
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
 from packtool.packing import pack
+from rows_support import slab_masks, table_as
 
 runner = CliRunner()
 IDS = [[1, 2, 3], [4, 5, 6, 7]]
@@ -36,19 +35,7 @@ def _table(cols: dict) -> pa.Table:
 
 
 def _write(tmp_path, kind: str, cols: dict):
-    t = _table(cols)
-    if kind == "table":
-        return t
-    p = str(tmp_path / f"rows.{kind}")
-    if kind == "parquet":
-        pq.write_table(t, p)
-    elif kind == "arrow":
-        feather.write_feather(t, p)
-    else:
-        with open(p, "w") as f:
-            for r in t.to_pylist():
-                f.write(json.dumps(r) + "\n")
-    return p
+    return table_as(tmp_path, kind, _table(cols))
 
 
 KINDS = ["parquet", "jsonl", "arrow", "table"]
@@ -88,11 +75,5 @@ def test_agreeing_loss_mask_and_labels_pack_as_either_says(tmp_path, kind, case)
     res, out = _pack(tmp_path, src)
     if kind != "table":
         assert res.exit_code == 0, res.stdout + res.stderr
-    got = pq.read_table(f"{out}/slabs-00000.parquet", columns=["source_index", "seq_lens", "loss_mask"]).to_pylist()
-    masks = {}
-    for slab in got:
-        at = 0
-        for src_row, n in zip(slab["source_index"], slab["seq_lens"]):
-            masks[src_row] = slab["loss_mask"][at:at + n]
-            at += n
+    masks = slab_masks(out)
     assert masks == {0: [0, 1, 1], 1: [0, 0, 1, 1]}, masks
