@@ -113,4 +113,7 @@ def test_stopped_with_the_ray_engine(packed, tmp_path, sig):
     one_line(end, sig, ray=True)
     assert not os.path.exists(tmp_path / "out")
     daemons = [ln for ln in end.held if "gcs_server" in ln.split()[2] or "raylet" in ln.split()[2]]
-    assert len(daemons) == 2 and all(int(ln.split()[1]) != end.pid for ln in daemons), end.held
+    # both daemons were seen, none in the driver's group; a raylet's child caught between its fork
+    # and its exec still bears the raylet's name (a third line once, in a loaded whole-suite run)
+    assert {("gcs_server" in ln.split()[2]) for ln in daemons} == {True, False}, end.held
+    assert all(int(ln.split()[1]) != end.pid for ln in daemons), end.held
