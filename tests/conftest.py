@@ -114,6 +114,18 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "packtool-test-key-id", "AWS_SECRET_ACCESS_KEY": 
           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 
 
+def closed_store(monkeypatch) -> None:
+    """AWS's standard chain pointing at a 127.0.0.1 port nothing listens on: a store that cannot
+    be reached (or stopped mid-run)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch, request):
     """A fresh bucket on the in-process endpoint; returns its URI `s3://BUCKET`. The store is

@@ -31,14 +31,8 @@ REQUESTS = {
 @pytest.fixture
 def no_store(monkeypatch):
     """AWS's standard chain pointing at a port nothing listens on (the store stopped mid-run)."""
-    import socket
-    from conftest import S3_ENV
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    from conftest import closed_store
+    closed_store(monkeypatch)
 
 
 @pytest.mark.parametrize("request_", list(REQUESTS))

@@ -6,10 +6,8 @@ they named no argument, so a store refusing them (here: not reached) was Storage
 called here as its task calls it, under the caller's spelling (the task carries it: errors.arg)."""
 from __future__ import annotations
 
-import socket
 
 import pytest
-from conftest import S3_ENV
 
 from packtool.errors import PacktoolCacheError, PacktoolOutputError, spelled_as
 from packtool.slabs.format import ShardInfo
@@ -19,12 +17,8 @@ from packtool.storage.lease import LEASE, Lease
 
 @pytest.fixture
 def no_store(monkeypatch):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    from conftest import closed_store
+    closed_store(monkeypatch)
 
 
 def _shard(src: str) -> None:

@@ -13,11 +13,10 @@ store not reached."""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 from cli_main import run_main
-from conftest import GPT2, GSM8K, S3_ENV
+from conftest import GPT2, GSM8K
 
 import packtool
 from packtool.errors import PacktoolCacheError, PacktoolError, PacktoolInputError, PacktoolOutputError
@@ -27,12 +26,8 @@ from packtool.storage import STORE_ERRORS, StorageCacheError, StorageError, Stor
 @pytest.fixture
 def no_store(monkeypatch, tmp_path):
     """AWS's standard chain pointing at a port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    from conftest import closed_store
+    closed_store(monkeypatch)
     monkeypatch.chdir(tmp_path)
     import packtool.tokenize.pipeline as pl
     monkeypatch.setattr(pl, "_build", lambda *a, **k: pytest.fail("tokenized before the store was reached"))
