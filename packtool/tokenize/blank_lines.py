@@ -24,7 +24,7 @@ import numpy as np
 
 from packtool.notes import note
 
-_SPACE = b" \t\r\n"  # JSON's whitespace: what a blank line holds (text_readers._BLANK_LINE)
+_SPACE = b" \t\r\n"  # JSON's whitespace: what a blank line holds (text_readers._lines_with_text)
 
 
 class BlankLines:

@@ -12,7 +12,7 @@ import jinja2
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
-from packtool.tokenize.chat_keys import KeyUse, chat_row, count, unrendered_turn_keys
+from packtool.tokenize.chat_keys import KeyUse, chat_row, count, roles_known, unrendered_turn_keys
 from packtool.tokenize.gen_markers import MarkedValue, arrow_may_hold
 from packtool.tokenize.late_columns import has_value
 from packtool.tokenize.reply_roles import roles_of
@@ -173,6 +173,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
     empty: list[bool] = []
     use = KeyUse(renderer.template) if renderer is not None and msg_key else None
     keys_of = unrendered_turn_keys(batch.column(shape.columns[0]), shape.kind, use) if use else None
+    roles_ok = shape.kind == "chat" and roles_known(batch.column(shape.columns[0]))
     if msg_key:
         maybe_empty = rows_with_empty_turns(batch.column(shape.columns[0]), shape.kind)
         maybe_empty = [True] * batch.num_rows if maybe_empty is None else maybe_empty.tolist()
@@ -210,7 +211,7 @@ def render_batch(batch: pa.RecordBatch, shape: Shape, renderer: Renderer | None,
             continue
         skip, row_keys = (), None
         if shape.kind in ("chat", "sharegpt"):
-            msgs, skip, row_keys, left = chat_row(shape, row, path, first_row + i, use, keys_of[i])
+            msgs, skip, row_keys, left = chat_row(shape, row, path, first_row + i, use, keys_of[i], roles_ok)
             count(unrendered, left, first_row + i)
         else:
             prompt, response = _prompt_response(shape, row, separator)

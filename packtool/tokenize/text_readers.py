@@ -93,14 +93,20 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
         raise PacktoolInputError(f"cannot parse JSON Lines ({msg})", path=path) from None
 
 
-_BLANK_LINE = re.compile(rb"(?m)^[ \t\r]*$")  # JSON's whitespace: what Arrow skips as no row
+# A blank line holds only JSON's whitespace (what Arrow skips as no row). Searched from the
+# newline before it: a pattern opening with a literal is found by a fast scan for that byte, where
+# `(?m)^[ \t\r]*$` tried every position of the block (0.15 s per 37 MB of chats; now 0.04).
+_BLANK_AFTER_NEWLINE = re.compile(rb"\n[ \t\r]*(?=\n|\Z)")
+_BLANK_FIRST = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 
 
 def _lines_with_text(block: bytes) -> tuple[int, list[int]]:
     """The rows a block of JSON Lines holds, one per line that is not blank (counted in C: a
     block of 8 MiB is ~50k lines), and where its blank lines start (for blank_lines' note;
     the empty match after a final newline is no line)."""
-    starts = [m.start() for m in _BLANK_LINE.finditer(block)]
+    starts = [m.start() + 1 for m in _BLANK_AFTER_NEWLINE.finditer(block)]
+    if _BLANK_FIRST.match(block):
+        starts.insert(0, 0)
     rows = block.count(b"\n") + 1 - len(starts)
     if starts and starts[-1] == len(block):
         starts.pop()

@@ -104,3 +104,23 @@ def test_verify_source_says_the_note_of_the_source_it_reads(tmp_path):
     source_store([str(data)], TokenizeConfig(tokenizer=GPT2), cache_dir=str(tmp_path / "c"))
     (note,) = _said(start)
     assert note.startswith(f"{data}: 1 blank line skipped (first at line 2;"), note
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_block_count_matches_the_line_rule(seed):
+    """A block's rows and blank-line starts, found by a search from each newline (fast), equal the
+    rule read line by line: a line of only spaces, tabs and CRs is blank; the empty text after a
+    final newline is no line. Random blocks over the bytes that matter, ends and starts included."""
+    import random
+    rng = random.Random(seed)
+    for _ in range(3000):
+        block = b"".join(rng.choice((b"\n", b" ", b"\t", b"\r", b"{", b"x")) for _ in range(rng.randrange(12)))
+        lines = block.split(b"\n")
+        offsets = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+        blank = [o for o, x in zip(offsets, lines) if not x.strip(b" \t\r")]
+        if block.endswith(b"\n") or not block:
+            blank_all = blank
+            blank = [o for o in blank if o != len(block)]
+        else:
+            blank_all = blank
+        assert text_readers._lines_with_text(block) == (len(lines) - len(blank_all), blank), block
