@@ -191,8 +191,18 @@ class PlanSummary:
         return data_changes(self.overflow, self.skipped_rows, self.one_token_rows)
 
     def to_dict(self) -> dict:
+        """--json's object. A plan of lengths alone cannot know the figures the loss masks hold
+        (MASK_FIGURES): they are null here, as its table says `?` and inspect of a plan file does,
+        never 0 (a reader of plan --json took 0 targets lost for a fact)."""
         d = asdict(self)
         d["changes"] = asdict(self.changes)
+        unknown = () if self.loss_counted else MASK_FIGURES.get(self.overflow.policy, ())
+        for k in unknown:
+            d["overflow"][k] = None
+        if "targets_lost" in unknown:
+            d["changes"]["targets_lost"] = None
+        if "untrained" in unknown:  # truncate's cut to no target is part of it; the one-token rows stay counted
+            d["changes"]["sequences_untrained"] = None
         return d
 
 
