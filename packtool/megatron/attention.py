@@ -133,8 +133,15 @@ class PackedCoreAttention(MegatronModule):
         if attention_bias is not None:
             raise PacktoolInputError("attention_bias is not supported by PackedCoreAttention: pass attention_bias=None")
         # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
-        if p.rope_cos is not None:  # packtool's RoPE (model.py): positions within segments
-            query, key = rope(query, key, p.rope_cos, p.rope_sin)
+        own = getattr(self, "rope_key", None)  # set by build_gpt(rope='packtool'); a user's own GPTModel has none
+        if own is not None:  # packtool's RoPE (model.py): positions within segments, this model's
+            held = getattr(p, "rope", {}).get(own)
+            if held is None:
+                raise PacktoolInputError(
+                    "packtool's RoPE for this model is not on the micro-batch's packed_seq_params: call the "
+                    "model itself (model(ids, position_ids, None, packed_seq_params=...)), whose pre-hook "
+                    "computes it from position_ids; a layer called alone would run position-blind")
+            query, key = rope(query, key, held[0], held[1])
         if p.cp_size > 1:
             if p.cp_group is None:  # half of each segment's keys are on another rank: none to ask
                 raise PacktoolConfigError(

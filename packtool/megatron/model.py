@@ -191,6 +191,10 @@ def build_gpt(shape: GPTShape, device: str = "cpu", dtype: torch.dtype = torch.f
         d = cfg.kv_channels  # megatron RotaryEmbedding's inv_freq, rotary_percent 1.0
         model.packtool_inv_freq = 1.0 / (shape.rope_base ** (
             torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
+        model.packtool_rope_key = key = RopeKey()  # a deepcopy of the model gets its own, shared inside it
+        for m in model.modules():
+            if isinstance(m, PackedCoreAttention):
+                m.rope_key = key
     # every call of the model sets the rotation its core attention applies, the documented
     # `model(ids, position_ids, None, packed_seq_params=...)` included: attached only by
     # hidden_states(), a plain call ran with no RoPE at all and trained a position-blind model
@@ -202,28 +206,34 @@ def _call_arg(args: tuple, kwargs: dict, i: int, name: str) -> Any:
     return args[i] if len(args) > i else kwargs.get(name)
 
 
+class RopeKey:
+    """Names one build_gpt model's rotation on a micro-batch's params (SlabSeqParams.rope): its
+    PackedCoreAttention modules apply the entry of their model's key and no other."""
+
+    __slots__ = ()
+
+
 def _rope_for_call(model: GPTModel, args: tuple, kwargs: dict) -> None:
-    """Forward pre-hook: packtool's RoPE from this call's position_ids onto its params, computed
-    once per micro-batch (kept on the params while the same positions come again)."""
+    """Forward pre-hook: packtool's RoPE from this call's position_ids onto its params under the
+    model's key, computed once per micro-batch and model (kept while the same positions come
+    again: activation recompute in backward reads it there)."""
     p = _call_arg(args, kwargs, 6, "packed_seq_params")
-    if not hasattr(p, "rope_cos"):
-        return  # not packtool's THD params: PackedCoreAttention refuses them in one line
-    inv = getattr(model, "packtool_inv_freq", None)
-    if inv is None:  # rope='megatron' rotates in SelfAttention: a rotation left by a packtool model would be twice
-        p.rope_cos = p.rope_sin = p.rope_from = None
-        return
+    rotations = getattr(p, "rope", None)
+    key, inv = getattr(model, "packtool_rope_key", None), getattr(model, "packtool_inv_freq", None)
+    if not isinstance(rotations, dict) or key is None or inv is None:
+        return  # not packtool's THD params (refused by PackedCoreAttention), or rope='megatron' (rotates itself)
     pos, ids = _call_arg(args, kwargs, 1, "position_ids"), _call_arg(args, kwargs, 0, "input_ids")
     if not isinstance(pos, torch.Tensor) or pos.shape != getattr(ids, "shape", pos.shape) or pos.dim() != 2:
         got = f"shape {list(pos.shape)}" if isinstance(pos, torch.Tensor) else short(pos)
         raise PacktoolInputError(f"position_ids must be the micro-batch's [1, t] positions in segment "
                                  f"(mb.position_ids, the shape of input_ids): a build_gpt(rope='packtool') model "
                                  f"rotates queries and keys by them, got {got}")
-    if p.rope_cos is not None and p.rope_from is pos and p.rope_cos.device == pos.device:
+    dtype, held = model.config.params_dtype, rotations.get(key)
+    if held is not None and held[2] is pos and held[0].device == pos.device and held[0].dtype == dtype:
         return
     freqs = pos[0].to(torch.float32)[:, None] * inv.to(pos.device)[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]
-    dtype = model.config.params_dtype
-    p.rope_cos, p.rope_sin, p.rope_from = emb.cos().to(dtype), emb.sin().to(dtype), pos
+    rotations[key] = emb.cos().to(dtype), emb.sin().to(dtype), pos
 
 
 @contextmanager

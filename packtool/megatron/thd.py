@@ -49,9 +49,11 @@ class SlabSeqParams(PackedSeqParams):
     attn_cu_q_host: list = field(default_factory=list)
     attn_cu_k_host: list = field(default_factory=list)
     kv_index: Optional[torch.Tensor] = None  # int64 into the gathered [cp * t_local] K/V
-    rope_cos: Optional[torch.Tensor] = None  # [t_local, 1, head_dim], set by model.py
-    rope_sin: Optional[torch.Tensor] = None
-    rope_from: Optional[torch.Tensor] = None  # the position_ids they were computed from
+    # packtool's RoPE per model that ran on this micro-batch (model.py's pre-hook): the model's
+    # key -> (cos, sin [t_local, 1, head_dim], the position_ids they came from). One batch goes
+    # through a policy and a reference or critic model of another base, head dim or dtype: each
+    # attention applies its own model's rotation, never the one another model left here
+    rope: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -134,3 +134,68 @@ def test_rl_md_loop_verbatim_matches_the_hidden_states_path(slabs):
     assert all(g is not None for g in grads[0].values())
     for k in grads[0]:
         torch.testing.assert_close(grads[0][k], grads[1][k], rtol=1e-5, atol=1e-7)
+
+
+# RB-4 / S49B-1: the rotation was cached on the shared batch keyed by its position_ids alone, so a
+# second model on one micro-batch (an RL reference, reward or critic model) ran with the first
+# model's: another rope_base silently, another head dim as torch's broadcast error, another dtype with
+# the first's rounding; a user's own GPTModel (megatron RoPE, PackedCoreAttention) got the rotation
+# left on the batch on top of its own. Each model now applies its own, whatever ran first.
+OTHERS = {
+    "another rope_base": lambda: build_gpt(GPTShape(**{**SHAPE.__dict__, "rope_base": 500000}), seed=5),
+    "another head dim": lambda: build_gpt(GPTShape(**{**SHAPE.__dict__, "hidden": 64}), seed=5),
+    "another dtype": lambda: build_gpt(SHAPE, seed=5, dtype=torch.float64),
+    "megatron's RoPE": lambda: build_gpt(SHAPE, seed=5, rope="megatron"),
+    "the same model again": lambda: build_gpt(SHAPE, seed=3),
+}
+
+
+@pytest.mark.parametrize("other", OTHERS)
+@pytest.mark.parametrize("order", ["other after the policy", "policy after the other"])
+def test_each_model_on_a_shared_batch_applies_its_own_rope(slabs, other, order):
+    policy, second = _model(), OTHERS[other]()
+    ds = PackedSlabDataset(slabs, cp_size=1)
+    call = CALLS["documented"]
+    alone = {"policy": call(policy, ds.load([0])), "other": call(second, ds.load([0]))}
+    mb = ds.load([0])
+    first, then = (policy, second) if order == "other after the policy" else (second, policy)
+    shared = {id(first): call(first, mb)}
+    shared[id(then)] = call(then, mb)
+    shared[id(first)] = call(first, mb)  # and the first again, after the other ran
+    torch.testing.assert_close(shared[id(policy)], alone["policy"], rtol=0, atol=0)
+    torch.testing.assert_close(shared[id(second)], alone["other"], rtol=0, atol=0)
+
+
+def test_a_user_gptmodel_sees_no_rotation_another_model_left(slabs):
+    """TRAINING.md's own model (GPTModel with PackedCoreAttention, no packtool hook) gives the same
+    logits on a batch a build_gpt model ran on first as on a fresh one."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    from packtool.megatron.attention import PackedCoreAttention
+    from packtool.megatron.model import cpu_rope, transformer_config
+    policy = _model()
+    layer = get_gpt_layer_local_spec()
+    layer.submodules.self_attention.submodules.core_attention = PackedCoreAttention
+    torch.manual_seed(0)
+    own = cpu_rope(GPTModel(transformer_config(SHAPE, torch.float32, torch.device("cpu")), layer,
+                            vocab_size=SHAPE.vocab, max_sequence_length=SHAPE.max_seq,
+                            position_embedding_type="rope"))
+    ds = PackedSlabDataset(slabs, cp_size=1)
+    alone = CALLS["documented"](own, ds.load([0]))
+    mb = ds.load([0])
+    CALLS["documented"](policy, mb)
+    torch.testing.assert_close(CALLS["documented"](own, mb), alone, rtol=0, atol=0)
+
+
+def test_an_attention_layer_called_without_its_model_is_refused(slabs):
+    """The rotation comes from the model's pre-hook: a layer run alone on params no call of its model
+    filled would run position-blind; it says so in one line."""
+    from packtool.megatron.attention import PackedCoreAttention
+    model = _model()
+    mb = PackedSlabDataset(slabs, cp_size=1).load([0])
+    attn = next(m for m in model.modules() if isinstance(m, PackedCoreAttention))
+    q = torch.zeros(mb.input_ids.shape[1], 4, 8)
+    kv = torch.zeros(mb.input_ids.shape[1], 2, 8)
+    with pytest.raises(PacktoolInputError, match="call the model itself"):
+        attn(q, kv, kv, None, packed_seq_params=mb.params)
