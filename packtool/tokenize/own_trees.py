@@ -38,14 +38,30 @@ from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
 from packtool.output.relations import packed_output_around, real_path
+from packtool.tokenize.cache_entry import packtool_entry
 from packtool.tokenize.cache_root import is_cache_entry
+from packtool.tokenize.read_checks import cache_entry_not_data
 
+ENTRY = "a tokenized cache entry"  # above a store prefix: StoreTrees' _tables_at holds it beside the tables
 JOB_SCRATCH = "_temporary"  # the committer's folder name, at any depth below the base
 _JOB = "a Spark/Hadoop job's uncommitted output"
 # a table format's marker folder -> the table, the log it keeps, how to read its current version
 _TABLES = {"_delta_log": ("a Delta Lake table", "_delta_log", "deltalake's DeltaTable(PATH).to_pyarrow_dataset()"),
            "metadata": ("an Apache Iceberg table", "metadata/*.metadata.json", "pyiceberg's table.scan().to_arrow()"),
            ".hoodie": ("an Apache Hudi table", ".hoodie timeline", "Spark's Hudi reader (spark.read.format('hudi'))")}
+
+
+def refuse_inside_entry(path: str, seen: dict) -> None:
+    """An input named inside a tokenized cache entry (`ENTRY/flat`, `ENTRY/data/part-00000.parquet`)
+    is the entry's, not data: refused as the entry itself is (its flat/*.npy were "data files
+    packtool cannot read", its parts "cannot tell the input shape"). The folders above the path
+    are asked once each across the inputs (`seen`)."""
+    d = os.path.dirname(os.path.abspath(path))
+    while d not in seen:
+        seen[d] = None
+        if is_cache_entry(d):
+            raise cache_entry_not_data(d, path)
+        d = os.path.dirname(d)
 
 
 def refuse_table(table: str, marker: str) -> PacktoolInputError:
@@ -213,6 +229,8 @@ class StoreTrees(OwnTrees):
             d = x.path.rsplit("/", 1)[0]
             while True:  # up to the bucket's root, which has no "/" above it
                 if d in self._tables_at:
+                    if self._tables_at[d] == ENTRY:
+                        raise cache_entry_not_data(self._shown(d), self.base)
                     raise refuse_table(self._shown(d), self._tables_at[d])
                 if "/" not in d:
                     break
@@ -302,14 +320,39 @@ def _store_tables_above(root, base: str, shown) -> dict[str, str]:
     out, d = {}, base
     while "/" in d:
         d = d.rsplit("/", 1)[0]
+        at = lambda n: replace(root, path=f"{d}/{n}", shown=f"{shown(d)}/{n}")  # noqa: E731
         try:
             marker = _table_marker(lambda n: root.info_of(f"{d}/{n}").type == FileType.Directory,
-                                   lambda n: replace(root, path=f"{d}/{n}", shown=f"{shown(d)}/{n}").names())
+                                   lambda n: at(n).names())
+            if marker is None and root.info_of(f"{d}/cache.json").type == FileType.File and packtool_entry(
+                    at("cache.json"), _names_or_none(at("data")), _names_or_none(at("flat"))):
+                marker = ENTRY  # a prefix inside a tokenized cache entry (its flat/, data/): the entry's
         except PacktoolError:  # credentials for the prefix alone (its listing answered): nothing to see above
             break
         if marker is not None:
             out[d] = marker
     return out
+
+
+def refuse_object_in_entry(loc, seen: dict) -> None:
+    """A store object named by its path that lies in a tokenized cache entry (ENTRY/data/part-*.parquet)
+    is refused as a local one is (refuse_inside_entry); a table's file so named is read as asked.
+    The prefixes above are asked once per parent prefix across the inputs (`seen`: many objects
+    named one by one share it)."""
+    def shown(d: str) -> str:
+        return loc.shown.rsplit("/", loc.path.count("/") - d.count("/"))[0]
+    parent = loc.path.rsplit("/", 1)[0]
+    if parent not in seen:
+        seen[parent] = [d for d, marker in _store_tables_above(loc, loc.path, shown).items() if marker == ENTRY]
+    if seen[parent]:
+        raise cache_entry_not_data(shown(seen[parent][0]), loc.shown)
+
+
+def _names_or_none(loc) -> list[str]:
+    try:
+        return loc.names()
+    except (PacktoolError, OSError):
+        return []
 
 
 def _files_in(path: str) -> int:
@@ -318,4 +361,4 @@ def _files_in(path: str) -> int:
     return sum(len(files) for _, _, files in os.walk(path))
 
 
-__all__ = ["OwnTrees", "StoreTrees", "refuse_table"]
+__all__ = ["OwnTrees", "StoreTrees", "refuse_inside_entry", "refuse_object_in_entry", "refuse_table"]

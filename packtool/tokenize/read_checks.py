@@ -51,6 +51,16 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
         path=path)
 
 
+def cache_entry_not_data(entry: str, path: str) -> PacktoolInputError:
+    """An input that is a tokenized cache entry, its cache.json or a path inside it (flat/, data/,
+    a part file): one line at every door, naming the entry and the fix that reuses it."""
+    where = f"{entry} is" if os.path.basename(path) == "cache.json" or path.rstrip("/") == entry else \
+        f"lies inside {entry},"
+    return PacktoolInputError(
+        f"{where} a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
+        f"cache.json lists them); the same flags and {arg('cache_dir')} reuse it", path=path)
+
+
 def _packtool_record(obj: dict, path: str) -> PacktoolInputError | None:
     """A JSON object that is packtool's own record given as the input (a tokenized cache entry's
     cache.json, a packed output's manifest), told by the record's `format`, so that every door
@@ -60,9 +70,7 @@ def _packtool_record(obj: dict, path: str) -> PacktoolInputError | None:
     from packtool.tokenize.cache_entry import CACHE_FORMAT
     home = path.rsplit("/", 1)[0] if is_uri(path) else os.path.dirname(os.path.abspath(path))
     if obj.get("format") == CACHE_FORMAT:
-        return PacktoolInputError(
-            f"{home} is a packtool tokenized cache entry, not data: pack the inputs it was made from (its "
-            f"cache.json lists them); the same flags and {arg('cache_dir')} reuse it", path=path)
+        return cache_entry_not_data(home, path)
     if obj.get("format") == FORMAT_NAME:
         return PacktoolInputError(
             f"is a packed output's manifest, not data: pack the inputs it was made from (its `input` lists "

@@ -24,7 +24,7 @@ from packtool.notes import note
 from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, local_glob,
                               locate, outermost, utf8_path)
-from packtool.tokenize.own_trees import OwnTrees, StoreTrees
+from packtool.tokenize.own_trees import OwnTrees, StoreTrees, refuse_inside_entry, refuse_object_in_entry
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.tokenize.repeats import refuse_repeats
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
@@ -96,6 +96,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     out: list[InputFile] = []
     owns: list[OwnTrees] = []
     links: dict[str, list] = {}  # spec -> links to folders not followed (walked already, or a loop)
+    above: dict[str, None] = {}  # folders above the paths named, asked once whether a cache entry
     marks: list[tuple[int, int, bool]] = []  # (first file, spec's index, expanded: a folder or glob)
     for i, spec in enumerate(inputs):
         marks.append((len(out), i, not is_uri(spec) and (os.path.isdir(spec) or (
@@ -103,7 +104,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):
-            out += _store_files(spec, owns, quiet)
+            out += _store_files(spec, owns, quiet, above)
             continue
         # an existing path is itself even when its name holds glob characters (`run[1].jsonl`)
         if any(c in spec for c in "*?[") and not os.path.exists(spec):
@@ -120,6 +121,7 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
         else:
             paths = [spec]
         for p in paths:
+            refuse_inside_entry(p, above)
             if os.path.isdir(p):
                 if is_saved_folder(p):
                     out += [InputFile(f, "arrow") for f in saved_files(p)]
@@ -196,7 +198,7 @@ def _glob_base(spec: str) -> str:
     return os.path.dirname(head) or "."
 
 
-def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
+def _store_files(spec: str, owns: list, quiet: bool = False, above: dict | None = None) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage.globs.expand), each named by its URI without secrets."""
     listed: list = []
@@ -207,6 +209,8 @@ def _store_files(spec: str, owns: list, quiet: bool = False) -> list[InputFile]:
     except FileNotFoundError:
         found = []
     one = len(found) == 1 and found[0].path == locate(spec).path
+    if one:
+        refuse_object_in_entry(found[0], {} if above is None else above)
     own = StoreTrees(spec, listed[0], listed[1:]) if listed else None
     if own is not None:
         owns.append(own)

@@ -50,6 +50,12 @@ def packed(entry, tmp_path_factory):
 GIVEN = {"the entry": ("entry", ""), "its cache.json": ("entry", "cache.json"),
          "the entry on a store": ("entry", "store/"), "its cache.json on a store": ("entry", "store/cache.json"),
          "a manifest": ("packed", ".manifest.json"), "a manifest on a store": ("packed", "store/.manifest.json")}
+# F8 (S48A-3's rest): a path inside the entry (its flat/ or data/ folder, a file of either) was "holds
+# data files packtool cannot read: offsets.npy" or "cannot tell the input shape": the entry's, said so
+INSIDE = {"its flat/": ("entry", "flat"), "its data/": ("entry", "data"), "a flat/ file": ("entry", "flat/offsets.npy"),
+          "a data/ part": ("entry", "data/part-00000.parquet"), "its flat/ on a store": ("entry", "store/flat/"),
+          "a data/ part on a store": ("entry", "store/data/part-00000.parquet")}
+GIVEN.update(INSIDE)
 
 
 @pytest.mark.parametrize("given", list(GIVEN))
