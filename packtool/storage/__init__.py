@@ -33,7 +33,7 @@ _MODULES = {
     "failures": ("argument_for", "reading", "store_failure", "unreached"),
     "location": ("Location", "as_arrow_fs", "bucket_gone", "locate"),
     "probe": ("PROBE_TAG", "check_uri", "sweep_probes"),
-    "paths": ("READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "open_bytes",
+    "paths": ("READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "object_version", "open_bytes",
               "read_range", "utf8_path"),
     "small_files": ("SETTINGS_BYTES", "kind_name", "mib", "read_small", "refuse_lfs_pointer"),
     "globs": ("expand", "prefix_of"),

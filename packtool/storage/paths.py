@@ -83,5 +83,19 @@ def file_stat(path: str) -> tuple[int, int]:
     return int(info.size), int(info.mtime_ns or 0)
 
 
-__all__ = ["READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "open_bytes", "read_range",
-           "utf8_path"]
+def object_version(path: str) -> tuple:
+    """What changes with every put of an object: (size, mtime, ETag). A store's mtime has one-second
+    resolution, so an object replaced by another of its size within that second kept (size, mtime)
+    and passed as unchanged (S49A-1); the ETag (S3's, as pyarrow's HEAD response gives it) tells.
+    A store that gives none is judged by (size, mtime) alone, as before; a local path by its stat."""
+    if not is_uri(path):
+        return file_stat(path)
+    loc = locate(path)
+    with loc.open_input() as f:  # a HEAD request: the body is read only by reads
+        meta = f.metadata() or {}
+    tag = meta.get("ETag") or meta.get("etag") or b""
+    return (*file_stat(path), tag.decode(errors="replace") if isinstance(tag, bytes) else str(tag))
+
+
+__all__ = ["READ_BLOCK", "arrow_file", "arrow_input", "file_size", "file_stat", "is_file", "object_version", "open_bytes",
+           "read_range", "utf8_path"]

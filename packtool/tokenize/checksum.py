@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from packtool.storage import file_stat, is_uri, open_bytes
+from packtool.storage import is_uri, object_version, open_bytes
 
 SHARD_CHECKSUM = "xxh3_128"  # the manifest key of a shard's checksum
 CHECKSUMS = (SHARD_CHECKSUM, "sha256")  # what `verify` knows, newest first
@@ -59,11 +59,11 @@ _OBJECT_KEY: dict[str, tuple] = {}
 
 def digest_again(path: str) -> str:
     """`fast_digest` once more, after the file was read: did it change meanwhile? An object is
-    not downloaded a third time: a store replaces an object whole, with a new modification
-    time, so the same (size, mtime) as when it was hashed means the same bytes."""
+    not downloaded a third time: a store replaces an object whole, with a new ETag (and mtime),
+    so the same version (storage.object_version) as when it was hashed means the same bytes."""
     if is_uri(path) and path in _OBJECT_KEY:
         stat, digest = _OBJECT_KEY[path]
-        if file_stat(path) == stat:
+        if object_version(path) == stat:
             return digest
     return fast_digest(path)
 
@@ -93,7 +93,7 @@ def fast_digest(path: str) -> str:
     """xxh3-128 of a file's bytes, read in blocks into one reused buffer. Not one mapping of
     the whole file: its pages count in RSS while hashed (+~620 MiB peak for a 637 MB input)."""
     if is_uri(path):  # an object: streamed in ranged reads, never whole in memory
-        stat = file_stat(path)
+        stat = object_version(path)
         digest, _OBJECT_SHA256[path] = both_digests(path)
         _OBJECT_KEY[path] = (stat, digest)
         return digest

@@ -110,3 +110,27 @@ def test_an_object_replaced_while_it_is_read_is_refused_without_a_third_download
     monkeypatch.setattr(pl, "digest_again", replaced)
     with pytest.raises(PacktoolInputError, match="changed while it was being tokenized"):
         pack([uri], *args, output=str(tmp_path / "o2"), cache_dir=str(tmp_path / "c2"))
+
+
+def test_an_object_replaced_by_one_of_its_size_in_the_same_second_is_hashed_again(s3, monkeypatch):
+    """S49A-1: the recheck after tokenizing compared the object's (size, mtime); a store's mtime has
+    one-second resolution, so an object replaced by another of its size within the second it was
+    written passed as unchanged (a race a writer refreshing `latest.jsonl` met), and the cache entry
+    kept the new version's rows under the old version's key, served to later runs. The version
+    hashed is held by its ETag now. The second's resolution is made exact here (file_stat gives the
+    same (size, mtime) for both versions), so the case does not hang on timing."""
+    import packtool.storage.paths as paths
+    import packtool.tokenize.checksum as ck
+    uri = f"{s3}/in/a.jsonl"
+    rows = b"".join(b'{"question": "alpha %03d", "answer": "alpha"}\n' % i for i in range(50))
+    other = rows.replace(b"alpha", b"omega")
+    one_second = lambda p: (len(rows), 1796451548000000000)  # noqa: E731
+    monkeypatch.setattr(paths, "file_stat", one_second)
+    monkeypatch.setattr(ck, "file_stat", one_second, raising=False)  # where the check asked it before
+    locate(uri).write_bytes(rows)
+    hashed = ck.fast_digest(uri)
+    locate(uri).write_bytes(other)
+    import xxhash
+    assert hashed == xxhash.xxh3_128_hexdigest(rows)
+    assert ck.digest_again(uri) == xxhash.xxh3_128_hexdigest(other)  # not the first version's digest
+    assert ck.digest_again(uri) == xxhash.xxh3_128_hexdigest(other)
