@@ -116,6 +116,7 @@ class PackedCoreAttention(MegatronModule):
         if config.window_size is not None:
             raise PacktoolConfigError("window_size: sliding-window attention is not supported by PackedCoreAttention; "
                                       "unset window_size in the model config")
+        self.model_cp = int(getattr(config, "context_parallel_size", 1) or 1)
         self.layer_number = max(1, layer_number)
         head_dim = config.kv_channels
         self.softmax_scale = (1.0 / math.sqrt(head_dim) if softmax_scale is None
@@ -132,6 +133,11 @@ class PackedCoreAttention(MegatronModule):
                              "from packtool.megatron.thd.build_thd_params (qkv_format='thd')")
         if attention_bias is not None:
             raise PacktoolInputError("attention_bias is not supported by PackedCoreAttention: pass attention_bias=None")
+        if p.cp_size != self.model_cp:  # a cp=1 batch on a CP model: every rank ran the whole slab, a gradient of cp x
+            raise PacktoolConfigError(
+                f"the micro-batch was made for cp_size={p.cp_size}, the model for context_parallel_size="
+                f"{self.model_cp}: pass the training CP where the batches are made (PackedSlabDataset's cp_rank, "
+                f"cp_size, cp_group: ps.get_context_parallel_rank(), _world_size(), _group())")
         # query [t, np, hn]; key/value [t, ng, hn] (megatron squeezes the batch dim for THD)
         own = getattr(self, "rope_key", None)  # set by build_gpt(rope='packtool'); a user's own GPTModel has none
         if own is not None:  # packtool's RoPE (model.py): positions within segments, this model's

@@ -125,8 +125,9 @@ class PackedSlabDataset:
     dp_rank/dp_size: this rank's data-parallel coordinates. When the manifest holds a DP
       plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
       followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
-    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else 1
-      (whole slabs, whatever CP they were packed for). Each rank gets chunks r and 2cp-1-r of
+    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else the
+      CP megatron's parallel_state runs (its rank, size and group, when none of the three is
+      given), else 1 (whole slabs, whatever CP they were packed for). Each rank gets chunks r and 2cp-1-r of
       every segment (packtool.layout),
       so slabs packed for another CP train as they are when their segments divide into
       2*cp_size chunks (packed cp=4 trains at cp=2 or 1); otherwise one line names the re-pack.
@@ -162,6 +163,9 @@ class PackedSlabDataset:
                                       f"0..{dp_size - 1}")
         if grad_accum < 1:
             raise PacktoolConfigError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
+        if cp_size is None and cp_group is None and cp_rank == 0:  # none given: the CP this process runs
+            cp_rank, cp_size, cp_group = _process_cp()
+        cp_rank = _group_rank(path, cp_rank, cp_group)
         self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
@@ -268,6 +272,33 @@ def _job_rank(dp_rank: int, cp_rank: int, cp_size: int) -> int:
     import torch.distributed as dist
     own = dp_rank * cp_size + cp_rank
     return (dist.get_rank() or own) if dist.is_available() and dist.is_initialized() else own
+
+
+def _process_cp() -> tuple[int, int | None, Any]:
+    """(cp_rank, cp_size, cp_group) of megatron's parallel_state when it runs CP (> 1), else (0,
+    None, None): a CP job's dataset built without them handed every CP rank the whole slab, and a
+    CP model summed cp x the gradient with no word (S49B-3)."""
+    try:
+        from megatron.core import parallel_state as ps
+        if ps.model_parallel_is_initialized() and ps.get_context_parallel_world_size() > 1:
+            return (ps.get_context_parallel_rank(), ps.get_context_parallel_world_size(),
+                    ps.get_context_parallel_group())
+    except (ImportError, AssertionError, RuntimeError):  # no megatron, or its state not set up: no CP runs
+        pass
+    return 0, None, None
+
+
+def _group_rank(path: str, cp_rank: int, cp_group: Any) -> int:
+    """The CP rank: cp_group's own rank when it has one (a torch ProcessGroup does). A dataset given
+    the group and no cp_rank took rank 0 on every rank: each CP rank trained rank 0's chunks."""
+    rank = getattr(cp_group, "rank", None)
+    if not callable(rank):
+        return cp_rank
+    rank = int(rank())
+    if cp_rank not in (0, rank):
+        raise PacktoolConfigError(f"{path}: cp_rank={cp_rank} but this process is rank {rank} of cp_group: pass "
+                                  f"cp_rank={rank} (ps.get_context_parallel_rank()), or leave it out")
+    return rank
 
 
 def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any) -> int:

@@ -96,3 +96,52 @@ def test_a_cp_batch_without_cp_group_is_refused_naming_cp_group(packed, door):
         token_losses(model, mb)
     msg = str(e.value)
     assert "cp_group" in msg and "cp_size" in msg and "\n" not in msg, msg
+
+
+# S49B-3: in a CP=2 job (megatron's parallel_state holding a CP group of 2), a dataset built without
+# cp arguments (the DDP habit; RL.md's loop never shows the constructor) handed every CP rank the
+# whole slab, a build_gpt(cp=2) model ran it without a word, and the DP x CP gradient sum was twice
+# the objective's. The dataset now takes the CP the process runs, and a model refuses a batch made
+# for another CP from whichever door made it.
+def test_a_dataset_with_no_cp_arguments_takes_the_cp_the_process_runs(packed, monkeypatch):
+    from megatron.core import parallel_state as ps
+    groups = thread_cp_groups(2)
+    monkeypatch.setattr(ps, "model_parallel_is_initialized", lambda: True)
+    monkeypatch.setattr(ps, "get_context_parallel_world_size", lambda: 2)
+    monkeypatch.setattr(ps, "get_context_parallel_rank", lambda: 1)
+    monkeypatch.setattr(ps, "get_context_parallel_group", lambda: groups[1])
+    ds = PackedSlabDataset(packed, seed=0)
+    mb = ds.load([0])
+    assert (ds.cp_size, ds.cp_rank, ds.cp_group) == (2, 1, groups[1])
+    assert mb.input_ids.shape[1] * 2 == int(mb.params.cu_seqlens_q_padded[-1])  # rank 1's chunks, not the slab
+
+
+@pytest.mark.parametrize("batch_cp,model_cp", [(1, 2), (2, 1)])
+def test_a_model_refuses_a_batch_made_for_another_cp(packed, batch_cp, model_cp):
+    from dataclasses import replace as dc_replace
+
+    from packtool.megatron.attention import PackedCoreAttention
+    from packtool.megatron.model import transformer_config
+    groups = thread_cp_groups(2)
+    ds = PackedSlabDataset(packed, cp_size=batch_cp, cp_group=groups[0] if batch_cp > 1 else None)
+    mb = ds.load([0])
+    cfg = dc_replace(transformer_config(SHAPE, torch.float32, torch.device("cpu")), context_parallel_size=model_cp)
+    attn = PackedCoreAttention(cfg, 1, None, "self")
+    t = mb.input_ids.shape[1]
+    q = torch.zeros(t, SHAPE.heads, SHAPE.hidden // SHAPE.heads)
+    with pytest.raises(PacktoolConfigError) as e:
+        attn(q, q, q, None, packed_seq_params=mb.params)
+    msg = str(e.value)
+    assert f"cp_size={batch_cp}" in msg and f"context_parallel_size={model_cp}" in msg and "\n" not in msg, msg
+
+
+def test_a_dataset_given_only_cp_group_takes_the_groups_rank(packed):
+    """The same job's other door (S49B-3's script, 'cp_group only'): cp_rank defaulted to 0 on every
+    rank, so CP rank 1 trained rank 0's chunks; the group's own rank is taken, a contrary one refused."""
+    groups = thread_cp_groups(2)
+    ds = PackedSlabDataset(packed, cp_group=groups[1])
+    assert (ds.cp_size, ds.cp_rank) == (2, 1)
+    ref = PackedSlabDataset(packed, cp_rank=1, cp_size=2, cp_group=groups[1]).load([0])
+    torch.testing.assert_close(ds.load([0]).input_ids, ref.input_ids, rtol=0, atol=0)
+    with pytest.raises(PacktoolConfigError, match="cp_rank=1 but this process is rank 0 of cp_group"):
+        PackedSlabDataset(packed, cp_rank=1, cp_group=groups[0])
