@@ -16,7 +16,7 @@ from packtool.tokenize.csv_reader import CSV_EXT
 from packtool.tokenize.file_kinds import ARROW_EXT, JSONL_EXT, PARQUET_EXT, UNREADABLE_EXT
 from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.readers import resolve_inputs
-from packtool.tokenize.repo_folder import generation_cause, left_out, split_files
+from packtool.tokenize.repo_folder import generation_cause, left_out, refuse_partitioned_split, split_files
 
 OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-type dataset NAME "  # flags of `hf`
                 "--local-dir DIR`, or `datasets.load_dataset(...).save_to_disk(DIR)`), copy DIR here "
@@ -125,6 +125,8 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     saved = _saved_split(spec, split, config)
     if saved is not None:
         return saved
+    if split and os.path.isdir(spec):  # every partition read as the split asked for: not silently
+        refuse_partitioned_split(spec, split)
     files = split_files(spec, split, config) if split and os.path.isdir(spec) else None
     if files:  # a JSON/Parquet repo's split: its files, by packtool's readers
         _refuse_own_trees(spec, split, files)

@@ -28,10 +28,29 @@ _SPLIT_WORD = re.compile(r"(?:^|(?<=[-._ 0-9/]))(" + "|".join(sorted(_WORD, key=
                          + r")(?=[-._ 0-9/])")
 
 
+# A folder partitioned by split the Spark / pyarrow / polars / DuckDB way (`split=train/`,
+# `split=test/`: `partitionBy("split")`, `partition_cols=["split"]`, `PARTITION_BY (split)`), the
+# value a split word. datasets' inference does not read such names (its patterns put every file in
+# `train`), and the partition value is in no row packtool reads: the test rows could not be told
+# apart downstream (S48A-14).
+_PARTITION = re.compile(r"(?:^|/)([^/=]+)=(" + "|".join(sorted(_WORD, key=len, reverse=True)) + r")/")
+
+
 def _split_of(rel: str) -> str | None:
-    """The split `datasets` would put a file in, by its path below the folder (None: no split word)."""
-    m = _SPLIT_WORD.search(rel)
-    return _WORD[m.group(1)] if m else None
+    """The split a file is in by its path below the folder: its partition folder's value, else
+    the split `datasets` would put it in (None: no split word)."""
+    m = _PARTITION.search(rel) or _SPLIT_WORD.search(rel)
+    return _WORD[m.group(m.lastindex)] if m else None
+
+
+def _partition(rel: str) -> str | None:
+    """The partition folder that gives `rel`'s split, as a path below the folder that reads that
+    split alone (the partitions of other keys above it as `KEY=*`), or None: none gives it."""
+    m = _PARTITION.search(rel)
+    if m is None:
+        return None
+    above = [re.sub(r"=.*", "=*", c) if "=" in c else c for c in rel[:m.start()].split("/") if c]
+    return "/".join([*above, f"{m.group(1)}={m.group(2)}"])
 
 
 README_BYTES = 1 << 20  # a dataset card's YAML header is at its top
@@ -77,12 +96,16 @@ def refuse_repo_folder(folder: str, files: list[str]) -> None:
     """Refuse `folder` (a folder input read without a split; `files`: the data files below it)
     when it is a dataset repo: its README declares configurations, or its files' names hold
     two splits or more."""
+    _refuse(folder, [os.path.relpath(f, folder).replace(os.sep, "/") for f in files], _readme(folder), local=True)
+
+
+def _readme(folder: str) -> str | None:
+    """The head of a local folder's README.md (None: none)."""
     try:
         with open(os.path.join(folder, "README.md"), encoding="utf-8", errors="replace") as f:
-            readme = f.read(README_BYTES)
+            return f.read(README_BYTES)
     except OSError:
-        readme = None
-    _refuse(folder, [os.path.relpath(f, folder).replace(os.sep, "/") for f in files], readme, local=True)
+        return None
 
 
 def refuse_repo_prefix(prefix, files: list, listed: set[str]) -> None:
@@ -118,6 +141,8 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
             return
         splits = sorted(by_split)
         pick = "train" if "train" in by_split else splits[0]
+        if _partition(by_split[pick]) is not None:  # --split would read every partition: name the folder
+            _refuse_partitions(folder, {s: _partition(r) or r for s, r in by_split.items()}, pick, local)
         what = f"splits {', '.join(splits)} by its file names ({', '.join(by_split[s] for s in splits)})"
         config = None
         pattern = _split_pattern(by_split[pick])
@@ -143,6 +168,41 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
         flags = f"{arg('split', pick)} with the folder"
     files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
     raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))
+
+
+def _refuse_partitions(folder: str, parts: dict[str, str], pick: str, local: bool) -> None:
+    """A folder or prefix partitioned by split, read whole (`parts`: split -> its partition)."""
+    kind = "folder" if local else "prefix"
+    one = os.path.join(folder, parts[pick]) if local else f"{folder}/{parts[pick]}/"
+    raise PacktoolInputError(f"a {kind} partitioned by split ({', '.join(parts[s] for s in sorted(parts))}, as "
+                             f"Spark, pyarrow or DuckDB write them): read as a plain {kind} it would pack every "
+                             f"split, the test rows too, and no row says its split; pass that split's partition "
+                             f"alone ({one})", path=folder)
+
+
+def refuse_partitioned_split(folder: str, split: str) -> None:
+    """`--split` on a local folder partitioned by split (`split=train/` + `split=test/`): datasets
+    reads no split from such names, so every partition would be read as the one split asked for
+    (S48A-14). A README declaring `configs:` says which files are which: datasets follows it."""
+    if _declared_configs(_readme(folder)) is not None:
+        return
+    parts: dict[str, str] = {}
+    for d, subs, _ in os.walk(folder):
+        subs[:] = sorted(x for x in subs if not x.startswith("."))
+        for x in subs:
+            rel = os.path.relpath(os.path.join(d, x), folder).replace(os.sep, "/") + "/"
+            if (m := _PARTITION.search(rel)) is not None:
+                parts.setdefault(_WORD[m.group(2)], _partition(rel))
+    if len(parts) < 2:
+        return
+    pick = _WORD.get(split, split)
+    pick = pick if pick in parts else "train" if "train" in parts else sorted(parts)[0]
+    raise PacktoolInputError(f"{arg('split', split)}: the folder is partitioned by split "
+                             f"({', '.join(parts[s] for s in sorted(parts))}, as Spark, pyarrow or DuckDB write "
+                             f"them), which datasets does not read as splits: it would read every partition as "
+                             f"that split, the test rows too; pass that split's partition alone "
+                             f"({os.path.join(folder, parts[pick])}) without {arg('split')}",
+                             path=folder, flag=cli_flag("split"))
 
 
 # the dataset repo modules whose files packtool's readers read as `datasets` would, and the
