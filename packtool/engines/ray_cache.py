@@ -40,7 +40,7 @@ from packtool.storage import file_stat, is_uri, join_uri, locate
 from packtool.tokenize.blank_lines import say_record, stored
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, file_record
 from packtool.tokenize.chat_keys import merge, say_unrendered
-from packtool.tokenize.checksum import both_digests, sha256_file
+from packtool.tokenize.checksum import changed_since, hashed_version, sha256_file
 from packtool.tokenize.store_cache import commit_entry
 from packtool.tokenize.pipeline import all_skipped_error
 from packtool.tokenize.readers import count_rows, iter_batches
@@ -264,6 +264,20 @@ def _check_bad(bt: BlockTable, job: TokenizeJob) -> dict:
             "rows": bt.bad_row[:100].tolist(), **({"roles": roles} if roles else {})}
 
 
+def _refuse_changed(hashed: dict) -> None:
+    """The inputs hashed for the key (InputHashes.read), asked again by tasks once every read task
+    is done: a file replaced whole by one of the same row count (a re-export renamed into place)
+    passed the row count above, and the entry held one version's rows under the other's key
+    (S49A-6). Refused as the local engine refuses it (pipeline's recheck)."""
+    import ray
+    paths = sorted(hashed)
+    changed = ray.get([remote(changed_since).remote(p, *hashed[p]) for p in paths])
+    for p, c in zip(paths, changed):
+        if c:
+            raise PacktoolInputError("the file changed while it was being tokenized; re-run once it is complete",
+                                     path=p)
+
+
 class InputHashes:
     """`resolve_cache`'s `digest`: every input file hashed by a Ray task of its own, one read
     for both its xxh3-128 (the cache key) and its sha256 (cache.json), so the driver never
@@ -271,6 +285,7 @@ class InputHashes:
 
     def __init__(self):
         self.sha256: dict[str, str] = {}
+        self.read: dict[str, tuple] = {}  # path -> (xxh3-128, object version): what build_cache rechecks
 
     def __call__(self, files: list) -> list[str]:
         import ray
@@ -279,13 +294,15 @@ class InputHashes:
         from packtool.tokenize.readers import InputFile
         if not all(isinstance(f, InputFile) for f in files):  # objects hash themselves (hf_input)
             return input_digests(files)
-        got = ray.get([remote(both_digests).remote(f.path) for f in files])
-        self.sha256 = {f.path: sha for f, (_, sha) in zip(files, got)}
-        return [x for x, _ in got]
+        got = ray.get([remote(hashed_version).remote(f.path) for f in files])
+        self.sha256 = {f.path: sha for f, (_, sha, _) in zip(files, got)}
+        self.read = {f.path: (x, version) for f, (x, _, version) in zip(files, got)}
+        return [x for x, _, _ in got]
 
 
 def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None,
-                progress: bool = False, sha256: dict | None = None, push: str | None = None) -> TokenizedCache:
+                progress: bool = False, sha256: dict | None = None, push: str | None = None,
+                hashed: dict | None = None) -> TokenizedCache:
     """Tokenize with Ray Data and publish the cache at `final` (atomically, like the local build),
     or, `final` a store entry URI (packtool.tokenize.store_cache), upload its parts from the
     tasks that tokenize and put its cache.json last (`push`: the run id of the driver's
@@ -320,6 +337,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
             raise PacktoolInputError(f"read {int(np.diff(bt.file_base)[fi])} rows, counted {int(counts[fi])}: the "
                                      f"file changed during the run; re-run once it no longer changes",
                                      path=job.files[fi].path)
+        _refuse_changed(hashed or {})
         skipped = _check_bad(bt, job)
         n_rows = int(file_base[-1])
         n_kept = n_rows - int(bt.bad_row.size)

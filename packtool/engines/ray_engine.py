@@ -301,7 +301,7 @@ def tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str | Non
         from packtool.tokenize.pipeline import tokenize_to_cache
         return tokenize_to_cache(inputs, cfg, cache_dir, progress, check_lengths)
     job = TokenizeJob(tuple(r.files), tuple(r.shapes), r.cfg, r.info, r.template, check_lengths)
-    return build_cache(job, r.fingerprint, r.final, r.root, progress, hashes.sha256)
+    return build_cache(job, r.fingerprint, r.final, r.root, progress, hashes.sha256, hashed=hashes.read)
 
 
 def pack_ray(inputs: list[str], alignment: Alignment | None = None, packing: PackingConfig | None = None,

@@ -83,7 +83,8 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
     with Push(cache_dir, r.fingerprint[:32]) as push:  # the tasks put each part's proof first
         if damaged:
             cache_place(r.final).join(ENTRY_META).delete()  # uncommitted: no one uses it while it is rebuilt
-        return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256, push=push.run)
+        return build_cache(job, r.fingerprint, r.final, None, progress, hashes.sha256, push=push.run,
+                           hashed=hashes.read)
 
 
 __all__ = ["check_on_ray", "store_tokenized_cache"]

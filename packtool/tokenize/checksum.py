@@ -79,6 +79,21 @@ def both_digests(path: str) -> tuple[str, str]:
     return h.hexdigest(), sha.hexdigest()
 
 
+def hashed_version(path: str) -> tuple[str, str, tuple | None]:
+    """`both_digests` with the object version it read (None for a local file), for a process that
+    rechecks later elsewhere (`changed_since`): the Ray engine hashes and reads in other tasks."""
+    version = object_version(path) if is_uri(path) else None
+    return (*both_digests(path), version)
+
+
+def changed_since(path: str, digest: str, version: tuple | None) -> bool:
+    """Whether a file or object no longer holds the bytes `hashed_version` read: an object of the
+    same version is taken as unchanged (no download); anything else is hashed again."""
+    if version is not None and object_version(path) == version:
+        return False
+    return (both_digests(path)[0] if is_uri(path) else file_digest(path, SHARD_CHECKSUM)) != digest
+
+
 def sha256_file(path: str) -> str:
     if is_uri(path) and path in _OBJECT_SHA256:
         return _OBJECT_SHA256.pop(path)
