@@ -30,7 +30,7 @@ RANGES = {
     # the datasets' (packtool.hf.SlabDataset, packtool.megatron.PackedSlabDataset); a rank's upper
     # bound is its size, checked by the dataset once both are
     "rank": (0, INT32_MAX, True), "world_size": (1, INT32_MAX, False), "per_device_batch": (1, INT32_MAX, False),
-    "row_group_cache": (1, INT32_MAX, False), "dp_rank": (0, INT32_MAX, False), "dp_size": (1, INT32_MAX, False),
+    "row_group_cache": (1, INT32_MAX, False), "dp_rank": (0, INT32_MAX, False), "dp_size": (1, INT32_MAX, True),
     "cp_rank": (0, MAX_DEGREE, False), "cp_size": (1, MAX_DEGREE, True), "grad_accum": (1, INT32_MAX, False),
     "micro_batch_tokens": (1, INT64_MAX, True),
     # PackedSlabDataset.plan / steps: an epoch and global step numbers (resume), a step budget
@@ -259,5 +259,27 @@ def expect(value, cls: type, func: str, param: str, optional: bool = False):
     raise PacktoolConfigError(f"{func}({param}=...) takes {article} {name}, got {got}: pass {param}={how}")
 
 
-__all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "names",
+def group_coords(rank_name: str, rank: int, size_name: str, size: int | None, group, group_name: str,
+                 where: str = "") -> tuple[int, int | None]:
+    """(rank, size) of this process in a parallel group (DP, CP): a group given supplies both (a
+    torch ProcessGroup answers rank() and size()); a rank or size given that disagrees with it is
+    refused naming both. A group given alone left the rank at 0 on every process, each training
+    rank 0's share (S49B-5). Without a group, both as given (size None: the caller's default)."""
+    g_size, g_rank = getattr(group, "size", None), getattr(group, "rank", None)
+    if group is None or not callable(g_size):
+        return rank, size
+    n = int(g_size())
+    if size is not None and size != n:
+        raise PacktoolConfigError(f"{where}{size_name}={size} but {group_name} has {n} ranks: pass {size_name}={n}, "
+                                  f"or leave it out (the group's size)")
+    if callable(g_rank):
+        r = int(g_rank())
+        if rank not in (0, r):
+            raise PacktoolConfigError(f"{where}{rank_name}={rank} but this process is rank {r} of {group_name}: pass "
+                                      f"{rank_name}={r}, or leave it out (the group's rank)")
+        rank = r
+    return rank, n
+
+
+__all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "group_coords", "names",
            "path", "position", "switch", "text"]

@@ -42,7 +42,7 @@ from packtool.align import Alignment
 from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
-from packtool.params import checked, position, torch_device
+from packtool.params import checked, group_coords, position, torch_device
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -122,7 +122,8 @@ def check_max_seq(ds: "PackedSlabDataset", max_seq: int, whose: str) -> None:
 class PackedSlabDataset:
     """Streams a packtool slab directory as optimizer steps of THD micro-batches.
 
-    dp_rank/dp_size: this rank's data-parallel coordinates. When the manifest holds a DP
+    dp_rank/dp_size: this rank's data-parallel coordinates (default: dp_group's rank and size, else
+      those of the DP megatron's parallel_state runs, else 0 of 1). When the manifest holds a DP
       plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
       followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
     cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else the
@@ -139,7 +140,7 @@ class PackedSlabDataset:
       one line when the store stops answering after the manifest was read.
     """
 
-    def __init__(self, path: str, dp_rank: int = 0, dp_size: int = 1, cp_rank: int = 0,
+    def __init__(self, path: str, dp_rank: int = 0, dp_size: int | None = None, cp_rank: int = 0,
                  cp_size: int | None = None, seed: int = 0, grad_accum: int = 1,
                  micro_batch_tokens: int | None = None, device: Any = "cpu",
                  cp_group: Any = None, dp_group: Any = None, row_group_cache: int = 2, argument: str = "path"):
@@ -149,6 +150,14 @@ class PackedSlabDataset:
                 ("seed", seed), ("grad_accum", grad_accum), ("micro_batch_tokens", micro_batch_tokens),
                 ("row_group_cache", row_group_cache)))
         device = torch_device("device", device)  # at the call, not at the first micro-batch made
+        # none of a group's three given: the DP / CP this process runs (megatron's parallel_state)
+        if cp_size is None and cp_group is None and cp_rank == 0:
+            cp_rank, cp_size, cp_group = _process_group("context")
+        if dp_size is None and dp_group is None and dp_rank == 0:
+            dp_rank, dp_size, dp_group = _process_group("data")
+        cp_rank, cp_size = group_coords("cp_rank", cp_rank, "cp_size", cp_size, cp_group, "cp_group", f"{path}: ")
+        dp_rank, dp_size = group_coords("dp_rank", dp_rank, "dp_size", dp_size, dp_group, "dp_group", f"{path}: ")
+        dp_size = 1 if dp_size is None else dp_size
         self.manifest = SlabManifest.read(path, argument)  # argument: a caller's name for `path` (train: data_dir)
         self.align = self.manifest.alignment
         self.index = SlabIndex.build(self.manifest)
@@ -163,9 +172,6 @@ class PackedSlabDataset:
                                       f"0..{dp_size - 1}")
         if grad_accum < 1:
             raise PacktoolConfigError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
-        if cp_size is None and cp_group is None and cp_rank == 0:  # none given: the CP this process runs
-            cp_rank, cp_size, cp_group = _process_cp()
-        cp_rank = _group_rank(path, cp_rank, cp_group)
         self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
@@ -274,31 +280,21 @@ def _job_rank(dp_rank: int, cp_rank: int, cp_size: int) -> int:
     return (dist.get_rank() or own) if dist.is_available() and dist.is_initialized() else own
 
 
-def _process_cp() -> tuple[int, int | None, Any]:
-    """(cp_rank, cp_size, cp_group) of megatron's parallel_state when it runs CP (> 1), else (0,
-    None, None): a CP job's dataset built without them handed every CP rank the whole slab, and a
-    CP model summed cp x the gradient with no word (S49B-3)."""
+def _process_group(kind: str) -> tuple[int, int | None, Any]:
+    """(rank, size, group) of megatron parallel_state's `kind` ("data", "context") group when it has
+    more than one rank, else (0, None, None): a CP job's dataset built without its arguments handed
+    every CP rank the whole slab and a CP model summed cp x the gradient, with no word (S49B-3); a
+    DP job's, every DP rank the whole epoch."""
     try:
         from megatron.core import parallel_state as ps
-        if ps.model_parallel_is_initialized() and ps.get_context_parallel_world_size() > 1:
-            return (ps.get_context_parallel_rank(), ps.get_context_parallel_world_size(),
-                    ps.get_context_parallel_group())
-    except (ImportError, AssertionError, RuntimeError):  # no megatron, or its state not set up: no CP runs
+        if ps.model_parallel_is_initialized():
+            size = getattr(ps, f"get_{kind}_parallel_world_size")()
+            if size > 1:
+                return (getattr(ps, f"get_{kind}_parallel_rank")(), size,
+                        getattr(ps, f"get_{kind}_parallel_group")())
+    except (ImportError, AssertionError, RuntimeError):  # no megatron, or its state not set up: none runs
         pass
     return 0, None, None
-
-
-def _group_rank(path: str, cp_rank: int, cp_group: Any) -> int:
-    """The CP rank: cp_group's own rank when it has one (a torch ProcessGroup does). A dataset given
-    the group and no cp_rank took rank 0 on every rank: each CP rank trained rank 0's chunks."""
-    rank = getattr(cp_group, "rank", None)
-    if not callable(rank):
-        return cp_rank
-    rank = int(rank())
-    if cp_rank not in (0, rank):
-        raise PacktoolConfigError(f"{path}: cp_rank={cp_rank} but this process is rank {rank} of cp_group: pass "
-                                  f"cp_rank={rank} (ps.get_context_parallel_rank()), or leave it out")
-    return rank
 
 
 def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any) -> int:

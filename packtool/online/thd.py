@@ -20,6 +20,7 @@ from packtool.align import Alignment
 from packtool.megatron.thd import ThdBatch, build_thd_params
 from packtool.online.packed import pack_tensors
 from packtool.online.step import OnlinePackError, as_lengths
+from packtool.params import group_coords
 
 
 def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Alignment,
@@ -42,7 +43,9 @@ def thd_batch(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Align
       its fill given, complex and wider unsigned columns are refused.
     alignment: the run's Alignment; the slab is laid out by `layout.compute_layout`, with
       a fill segment up to `fixed_length` when it is set.
-    cp_size: CP degree of the slice (default alignment.cp); device: default, the tokens'."""
+    cp_size: CP degree of the slice (default: cp_group's size, else alignment.cp); cp_rank: default
+      cp_group's rank of this process; device: default, the tokens'."""
+    cp_rank, cp_size = group_coords("cp_rank", cp_rank, "cp_size", cp_size, cp_group, "cp_group", "thd_batch: ")
     p = pack_tensors(input_ids, alignment, loss_mask, side=side, side_fill=side_fill, lengths=lengths,
                      cp_rank=cp_rank, cp_size=cp_size, pad_id=pad_id, device=device)
     cp = alignment.cp if cp_size is None else int(cp_size)

@@ -135,13 +135,44 @@ def test_a_model_refuses_a_batch_made_for_another_cp(packed, batch_cp, model_cp)
     assert f"cp_size={batch_cp}" in msg and f"context_parallel_size={model_cp}" in msg and "\n" not in msg, msg
 
 
-def test_a_dataset_given_only_cp_group_takes_the_groups_rank(packed):
-    """The same job's other door (S49B-3's script, 'cp_group only'): cp_rank defaulted to 0 on every
-    rank, so CP rank 1 trained rank 0's chunks; the group's own rank is taken, a contrary one refused."""
+def _first_step(ds):
+    step = next(iter(ds.steps(max_steps=1)))
+    return [mb.input_ids for mb in step.micro_batches if mb is not None]
+
+
+# S49B-5 (high): a group given without its rank (cp_group; dp_size + dp_group) left the rank 0 on every
+# process, each training rank 0's share; dp_group alone was not even taken for the size. One rule for
+# every group (params.group_coords): the group supplies its size and this process's rank; a contrary one
+# given is refused naming both. Each subset of (rank, size, group), for DP and CP, against the full one.
+GIVEN = {"group only": ("group",), "size and group": ("size", "group"), "rank and group": ("rank", "group"),
+         "all three": ("rank", "size", "group")}
+
+
+@pytest.mark.parametrize("given", list(GIVEN))
+@pytest.mark.parametrize("axis", ["cp", "dp"])
+def test_a_dataset_given_a_group_takes_its_rank_and_size(packed, given, axis):
     groups = thread_cp_groups(2)
-    ds = PackedSlabDataset(packed, cp_group=groups[1])
-    assert (ds.cp_size, ds.cp_rank) == (2, 1)
-    ref = PackedSlabDataset(packed, cp_rank=1, cp_size=2, cp_group=groups[1]).load([0])
-    torch.testing.assert_close(ds.load([0]).input_ids, ref.input_ids, rtol=0, atol=0)
-    with pytest.raises(PacktoolConfigError, match="cp_rank=1 but this process is rank 0 of cp_group"):
-        PackedSlabDataset(packed, cp_rank=1, cp_group=groups[0])
+    full = {f"{axis}_rank": 1, f"{axis}_size": 2, f"{axis}_group": groups[1]}
+    kw = {k: v for k, v in full.items() if k.split("_")[1] in GIVEN[given]}
+    ds, ref = PackedSlabDataset(packed, **kw), PackedSlabDataset(packed, **full)
+    assert (getattr(ds, f"{axis}_rank"), getattr(ds, f"{axis}_size")) == (1, 2), kw
+    for a, b in zip(_first_step(ds), _first_step(ref), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("axis", ["cp", "dp"])
+def test_a_rank_or_size_against_the_group_is_refused_naming_both(packed, axis):
+    groups = thread_cp_groups(2)
+    with pytest.raises(PacktoolConfigError, match=f"{axis}_rank=1 but this process is rank 0 of {axis}_group"):
+        PackedSlabDataset(packed, **{f"{axis}_rank": 1, f"{axis}_group": groups[0]})
+    with pytest.raises(PacktoolConfigError, match=f"{axis}_size=4 but {axis}_group has 2 ranks"):
+        PackedSlabDataset(packed, **{f"{axis}_size": 4, f"{axis}_group": groups[0]})
+
+
+def test_online_thd_batch_given_cp_group_takes_its_rank():
+    from packtool.online import thd_batch
+    groups = thread_cp_groups(2)
+    seqs = [torch.arange(1, 20), torch.arange(3, 14)]
+    got, ref = thd_batch(seqs, ALIGN, cp_group=groups[1]), thd_batch(seqs, ALIGN, cp_rank=1, cp_group=groups[1])
+    assert got.params.cp_rank == 1
+    torch.testing.assert_close(got.input_ids, ref.input_ids, rtol=0, atol=0)
