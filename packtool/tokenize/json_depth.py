@@ -13,11 +13,16 @@ read, with the conversion to JSON Lines (read in blocks) that fixes it.
 """
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import shlex
 
 import numba as nb
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from packtool import free_memory
 from packtool.errors import PacktoolInputError
@@ -68,6 +73,159 @@ def check_json_depth(data: bytes, path: str, first_line: int = 0, per_line: bool
         line = first_line + data.count(b"\n", 0, at) + 1
         raise PacktoolInputError(f"line {line}: nested deeper than {limit} levels; packtool reads "
                                  f"JSON nested at most {limit} deep: flatten or drop that value", path=path)
+
+
+# float64's largest value is 1.797e308: a number token whose first significant digit stands at 10^308
+# or higher is checked exactly (float() of its text); one at 10^309 or higher always overflows.
+_EXP10_CHECKED = 308
+
+
+@nb.njit(nogil=True, cache=True)
+def _first_large_number(buf, start, per_line):
+    """Offset of the first number token at or after `start` (strings skipped, as above) whose
+    first significant digit stands at 10^308 or higher (1e400; an integer of 309 digits or more),
+    or -1. A JSON number's digits and its exponent are read here; its value only where it is
+    this large (float() decides; the few at exactly 10^308 may be in range)."""
+    in_str = False
+    esc = False
+    tok = -1  # where the number being read starts; -1 outside one
+    lead = frac0 = exp = part = 0  # digits before the point, zeros after it, exponent, part 0/1/2
+    sig = False
+    neg = False
+    for i in range(start, buf.size + 1):
+        c = buf[i] if i < buf.size else 32
+        if in_str:
+            if esc:
+                esc = False
+            elif c == 92:
+                esc = True
+            elif c == 34 or (c == 10 and per_line):
+                in_str = False
+            continue
+        if tok >= 0:
+            if 48 <= c <= 57:
+                if part == 2:
+                    exp = min(exp * 10 + c - 48, 1 << 30)
+                elif part == 0 and (sig or c != 48):
+                    sig = True
+                    lead += 1
+                elif part == 1 and not sig:
+                    if c == 48:
+                        frac0 += 1
+                    else:
+                        sig = True
+                continue
+            if c == 46:
+                part = 1
+                continue
+            if c == 101 or c == 69:
+                part = 2
+                continue
+            if part == 2 and (c == 45 or c == 43):
+                neg = c == 45
+                continue
+            if sig and (lead - 1 if lead else -frac0 - 1) + (-exp if neg else exp) >= _EXP10_CHECKED:
+                return tok
+            tok = -1
+        if c == 34:
+            in_str = True
+        elif c == 45 or 48 <= c <= 57:
+            tok, lead, frac0, exp, part, sig, neg = i, 0, 0, 0, 0, False, False
+            if c != 45:
+                sig = c != 48
+                lead = 1 if sig else 0
+    return -1
+
+
+_NUMBER = re.compile(rb"-?[0-9.eE+-]*")
+
+
+def number_beyond_float64(data: bytes, per_line: bool = True) -> tuple[int, str] | None:
+    """(byte offset, its text) of the first number in JSON text `data` that float64 cannot hold,
+    or None. Python's json makes such a number +-inf (1e400) or an int no float column holds (a
+    400-digit integer); Arrow's JSON reader makes an integer past 1.8e308 +-inf: each
+    would be a value the input never held (an `Infinity` literal is the input's own, kept)."""
+    buf, at = np.frombuffer(data, np.uint8), 0
+    while (at := _first_large_number(buf, at, per_line)) >= 0:
+        token = _NUMBER.match(data, at).group()
+        try:
+            if math.isinf(float(token)):
+                return at, token.decode()
+        except ValueError:  # no number (`1e400e5`): the parser names it
+            pass
+        at += len(token)
+    return None
+
+
+def beyond_float64(field: str | None, token: str) -> str:
+    """The one wording of a number no float64 holds, at every JSON door (a JSON Lines line, a
+    .json array's row, a block Python reads): what, where and the fix."""
+    digits = token.lstrip("-")
+    size = f"{len(digits)} digits" if digits.isdigit() else f"{len(token)} characters"
+    said = token if len(token) <= 24 else f"{token[:12]}…{token[-6:]} ({size})"
+    where = f"field {field} is {said}" if field else f"the number {said}"
+    return (f"{where}, a number beyond the float64 range (±1.8e308), which no column holds (read, it would "
+            f"become ±inf, a value the file does not hold); write it in range or as a string")
+
+
+def field_holding(text: str, pos: int, token: str) -> str | None:
+    """The field (`lp[0]`, `meta.score`) of the JSON value opening at `pos` that holds the number
+    written `token`, its numbers left unconverted (so neither an `Infinity` literal nor Python's
+    digit limit is taken for it); None if the value is no JSON."""
+    hit = object()
+    dec = json.JSONDecoder(parse_float=lambda t: hit if t == token else 0, parse_int=lambda t: hit if t == token else 0)
+    try:
+        obj = dec.raw_decode(text, pos)[0]
+    except ValueError:
+        return None
+
+    def walk(v, where):
+        if v is hit:
+            return where or "(the row)"
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in items:
+            found = walk(x, f"{where}[{k}]" if isinstance(v, list) else f"{where}.{k}" if where else k)
+            if found:
+                return found
+        return None
+    return walk(obj, "")
+
+
+def _float_in(t) -> bool:
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _float_in(t.value_type)
+    return pa.types.is_struct(t) and any(_float_in(t.field(i).type) for i in range(t.num_fields))
+
+
+def _inf_in(a) -> bool:
+    """Whether a float anywhere in `a` (a column, at any depth) is +-inf; only floats are read."""
+    t = a.type
+    if pa.types.is_floating(t):
+        return pc.any(pc.is_inf(a)).as_py() is True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _float_in(t.value_type) and _inf_in(pc.list_flatten(a))
+    return pa.types.is_struct(t) and any(_float_in(t.field(i).type) and _inf_in(pc.struct_field(a, [i]))
+                                         for i in range(t.num_fields))
+
+
+def check_json_numbers(block: bytes, path: str, first_line: int = 0, table: pa.Table | None = None) -> None:
+    """Refuse a block of JSON Lines holding a number float64 cannot hold, naming its line and
+    field: before Python reads a block, where Arrow refused one, and where Arrow read it into
+    `table` (every column, read or not), only when a float there is +-inf (the number's only
+    trace there; an int column holds none, so a block of ids costs no scan)."""
+    if table is not None and not any(_inf_in(c) for c in table.columns):
+        return
+    found = number_beyond_float64(block)
+    if found is not None:
+        at, token = found
+        start = block.rfind(b"\n", 0, at) + 1
+        end = block.find(b"\n", at)
+        text = block[start:end if end >= 0 else len(block)].decode("utf-8", "replace")
+        line = first_line + block.count(b"\n", 0, at) + 1
+        raise PacktoolInputError(f"at line {line}: {beyond_float64(field_holding(text, 0, token), token)}",
+                                 path=path)
 
 
 def load_json_file(path: str, what: str, limit: int = SETTINGS_BYTES, flag: str | None = None):

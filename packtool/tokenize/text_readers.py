@@ -22,7 +22,8 @@ import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
 from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
-from packtool.tokenize.json_depth import check_array_fits, check_json_depth
+from packtool.tokenize.json_depth import (beyond_float64, check_array_fits, check_json_depth, check_json_numbers,
+                                          field_holding, number_beyond_float64)
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
 from packtool.tokenize.read_checks import compressed_array, nothing_after, one_object, opens_array
 from packtool.storage import file_size, is_uri, open_bytes, utf8_path
@@ -61,6 +62,7 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
     try:
         table = pajson.read_json(pa.BufferReader(block),  # read in place, not copied into Arrow
                                  read_options=pajson.ReadOptions(block_size=max(len(block) + 1, 1 << 20)))
+        check_json_numbers(block, path, first_line, table)  # an integer past 1.8e308 read as +-inf
         if not _well_built(table, columns) or table.num_rows != rows:
             # a line Arrow read as two rows (`{...} {...}`) is no JSON Lines line: Python's
             # reading of the block names it ("extra data"), so row N stays line N+1's
@@ -79,6 +81,9 @@ def _parse_json_block(block: bytes, path: str, first_line: int, columns: list[st
                     json.loads(raw)
                 except json.JSONDecodeError as je:
                     raise PacktoolInputError(invalid_json(je, first_line + i + 1), path=path) from None
+                except ValueError:  # past Python's digit limit: a number beyond float64, named next
+                    pass
+        check_json_numbers(block, path, first_line)  # 1e400, Arrow's refusal, said as every JSON door says it
         if "changed from" in str(e):  # valid JSON, a field of two types: json_types reads or names it
             return block_table(block, path, first_line, columns)
         m = re.search(r"in row (\d+)", str(e))
@@ -274,6 +279,8 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
                                  path=path) from None
     pos = len(text) - len(text.lstrip())
     check_json_depth(raw, path, per_line=False)
+    huge = number_beyond_float64(raw, per_line=False)  # named at its row below (rows before it are read first)
+    huge_at = len(raw[:huge[0]].decode("utf-8-sig")) if huge else None
     del raw
     pos += 1
     rows: list[dict] = []
@@ -289,11 +296,18 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
             nothing_after(text, pos + 1, path, n)
             break
         try:
-            obj, pos = raw_decode(text, pos)  # a key twice in a row is refused, as in JSON Lines
+            obj, end = raw_decode(text, pos)  # a key twice in a row is refused, as in JSON Lines
         except DuplicateKeyError as e:
             raise PacktoolInputError(f"at line {e.lineno}: {e.msg}", path=path, row=n) from None
         except json.JSONDecodeError as e:
-            raise PacktoolInputError(invalid_json(e, e.lineno), path=path, row=n) from None
+            if e.pos != huge_at:  # at the number, Python's digit limit: said as any number beyond float64
+                raise PacktoolInputError(invalid_json(e, e.lineno), path=path, row=n) from None
+            end = len(text)
+        if huge_at is not None and huge_at < end:
+            line = text.count("\n", 0, huge_at) + 1
+            raise PacktoolInputError(f"at line {line}: {beyond_float64(field_holding(text, pos, huge[1]), huge[1])}",
+                                     path=path, row=n) from None
+        pos = end
         if not isinstance(obj, dict):
             raise PacktoolInputError(f"the array's element is a JSON {_kind(obj) or 'null'}, not an object; write each "
                                      f"element as one {{...}} row object", path=path, row=n)
