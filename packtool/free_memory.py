@@ -28,18 +28,52 @@ def available_bytes() -> int | None:
 # Arrow's allocator (Status::OutOfMemory: "realloc of size N failed"), and C++'s, as Parquet's
 # decoder passes it on inside an OSError ("Couldn't deserialize thrift: std::bad_alloc")
 _ALLOCATION = re.compile(r"\b(?:m|re|c)alloc of size (\d+) failed|std::bad_alloc|\bout of memory\b", re.I)
+# numpy's ("Unable to allocate 61.0 MiB for an array with shape ...") and torch's CPU allocator's
+# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 64000000 bytes")
+_NUMPY = re.compile(r"Unable to allocate ([\d.]+ [KMGTPE]?i?B)")
+_TORCH = re.compile(r"can't allocate memory(?:: you tried to allocate (\d+) bytes)?")
 _LIMITS = ((resource.RLIMIT_AS, "the address-space limit (ulimit -v)"),
            (resource.RLIMIT_DATA, "the data-size limit (ulimit -d)"))
 
 
 class DecodeOutOfMemory(MemoryError):
-    """A file packtool reads that this process had no memory to decode: the file is not at
-    fault, so never "corrupt" (the CLI's out-of-memory line, kind `resources`). `path` is the file
-    (--json's path; the line names it already)."""
+    """A file packtool reads, or the arrays built from it, that this process had no memory for:
+    the file is not at fault, so never "corrupt" (the CLI's out-of-memory line, kind `resources`).
+    `path` is the file (--json's path; the line names it already), None where no file is read."""
 
     def __init__(self, message: str, path: str | None = None):
         super().__init__(message)
         self.path = path
+
+
+def failed_allocation(e: BaseException) -> str | None:
+    """What an allocation that failed asked for ("61.0 MiB", or "memory" where `e` does not say),
+    when `e` is one (Arrow's, numpy's, torch's CPU allocator's, C++'s bad_alloc in an OSError);
+    else None."""
+    text = " ".join(str(e).split())
+    if "CUDA out of memory" in text:  # a GPU's memory, not this process's (torch's own line says it)
+        return None
+    if m := _NUMPY.search(text):
+        return m[1]
+    if (m := _ALLOCATION.search(text)) or (m := _TORCH.search(text)):
+        return f"{int(m[1]) / 2**20:,.1f} MiB" if m[1] else "memory"
+    return "memory" if isinstance(e, MemoryError) else None
+
+
+def out_of_memory(e: BaseException, where: str, doing: str, fault: str, more: str,
+                  path: str | None = None) -> DecodeOutOfMemory | None:
+    """The one out-of-memory line of every door that reads an output or builds batches from it,
+    when `e` is an allocation that failed (else None): `where` (a file, a slab, a batch), what it
+    was `doing`, what could not be allocated, the process's limits, that `fault` (the file, the
+    slabs) is not at fault, and `more`: how to give it more memory or need less there."""
+    size = failed_allocation(e)
+    if size is None:
+        return None
+    limits = [f"{said} is {soft / 2**20:,.0f} MiB" for lim, said in _LIMITS
+              if (soft := resource.getrlimit(lim)[0]) != resource.RLIM_INFINITY]
+    under = f"; {', '.join(limits)}" if limits else ""
+    return DecodeOutOfMemory(f"{where}: out of memory {doing} (could not allocate {size}{under}); {fault} is not at "
+                             f"fault: give the process more memory ({more}", path=path)
 
 
 def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *, what: str = "the file",
@@ -49,15 +83,8 @@ def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *
     allocation that failed (an Arrow MemoryError, or one Parquet's decoder wrapped); else None.
     `what` is not at fault, and `less` is how the caller's door reads less at once, where it has
     one ("read less at once" named no flag that does)."""
-    text = " ".join(str(e).split())
-    m = _ALLOCATION.search(text)
-    if not (isinstance(e, MemoryError) or m):
+    if not (isinstance(e, MemoryError) or _ALLOCATION.search(" ".join(str(e).split()))):
         return None
-    size = f"{int(m[1]) / 2**20:,.1f} MiB" if m and m[1] else "memory"
-    limits = [f"{said} is {soft / 2**20:,.0f} MiB" for lim, said in _LIMITS
-              if (soft := resource.getrlimit(lim)[0]) != resource.RLIM_INFINITY]
-    under = f"; {', '.join(limits)}" if limits else ""
     where = f"{path} {part}" if part else f"{path}"
     more = f"raise the limit) or {less}" if less else "raise the limit, or run on a machine with more memory)"
-    return DecodeOutOfMemory(f"{where}: out of memory decoding it (could not allocate {size}{under}); {what} "
-                             f"is not at fault: give the process more memory ({more}", path=path)
+    return out_of_memory(e, where, "decoding it", what, more, path=path)

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
+from packtool.free_memory import failed_allocation, out_of_memory
 from packtool.hf.features import slab_features, slab_side_features
 from packtool.hf.mask import block_causal_mask
 from packtool.hf.rows import FIX, check_copies, check_row, check_side_fill, note_side_left_out
@@ -74,8 +75,20 @@ class SlabCollator:
         return keys
 
     def __call__(self, features: Sequence[dict]) -> dict:
-        import torch
         _check_items(features)
+        try:
+            return self._collate(features)
+        except (MemoryError, RuntimeError) as e:  # numpy's MemoryError, torch's CPU allocator's RuntimeError
+            if failed_allocation(e) is None:
+                raise
+            tokens = sum(len(f["input_ids"]) if hasattr(f["input_ids"], "__len__") else 0 for f in features)
+            mask = ", or mask_4d=False (flash attention: the 4D mask grows with T squared)" if self.mask_4d else ""
+            raise out_of_memory(e, "SlabCollator", f"collating a batch of {len(features)} slab(s), {tokens:,} tokens",
+                                "the data", f"raise the limit), or fewer slabs per batch "
+                                f"(per_device_train_batch_size){mask}") from None
+
+    def _collate(self, features: Sequence[dict]) -> dict:
+        import torch
         parts = [slab_features(f["input_ids"], f["loss_mask"], f["seq_lens"],
                                f["cu_seqlens_padded"], self.keep_pads) for f in features]
         for f in features:  # seq_lens held by slab_features: the row's other copies of its layout

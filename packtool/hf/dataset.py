@@ -10,6 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
+from packtool.free_memory import out_of_memory
 from packtool.hf.dp import dp_order, repeats_said
 from packtool.params import checked, position, switch
 from packtool.side import SideColumn
@@ -114,12 +115,19 @@ class SlabDataset(Dataset):
         return ("input_ids", "loss_mask", "seq_lens", "cu_seqlens_padded", *(c.name for c in self.side_columns))
 
     def _item(self, i: int) -> dict[str, np.ndarray]:
-        row = self._read().row(int(self.order[i]))
-        # copies: the reader's arrays are views of a row group it may evict before collation
-        return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),
-                "seq_lens": row.seq_lens.copy(),
-                "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded))),
-                **{k: v.copy() for k, v in row.side.items()}}
+        reader, j = self._read(), int(self.order[i])
+        row = reader.row(j)
+        try:  # copies: the reader's arrays are views of a row group it may evict before collation
+            return {"input_ids": row.input_ids.copy(), "loss_mask": row.loss_mask.copy(),
+                    "seq_lens": row.seq_lens.copy(),
+                    "cu_seqlens_padded": np.concatenate(([0], np.cumsum(row.seg_padded))),
+                    **{k: v.copy() for k, v in row.side.items()}}
+        except MemoryError as e:
+            shard = reader.manifest.shard_path(int(reader.index.shard[j]))
+            raise out_of_memory(e, f"{shard} row group {int(reader.index.row_group[j])}",
+                                f"copying out SlabDataset item {i}, slab {j} of {row.input_ids.size:,} tokens",
+                                "the file", "raise the limit, or run on a machine with more memory)",
+                                path=shard) from None
 
 
 def _items(ds: SlabDataset):

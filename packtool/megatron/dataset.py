@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError, arg
+from packtool.free_memory import failed_allocation, out_of_memory
 from packtool.hf.dp import ranks_shown
 from packtool.align import Alignment
 from packtool.integers import INT64_MAX
@@ -208,11 +209,20 @@ class PackedSlabDataset:
         # slab numbers of the output (a plan's micro-batch): each an integer in range, negative from the end
         rows = [self.reader.row(position("mb", i, len(self.index), "slab", path=self.manifest.path)) for i in mb]
         fills = {c.name: c.fill for c in self.reader.side_columns}
-        m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None,
-                        side_fill=fills)
-        return make_thd_batch(m.input_ids, m.loss_mask, m.seg_len, m.seg_padded,
-                              cp=self.cp_size, cp_rank=self.cp_rank, device=self.device,
-                              cp_group=self.cp_group, side=m.side, side_fill=fills)
+        try:
+            m = merge_slabs(rows, self.align, self.manifest.pad_id, restrip=self.budget is not None,
+                            side_fill=fills)
+            return make_thd_batch(m.input_ids, m.loss_mask, m.seg_len, m.seg_padded,
+                                  cp=self.cp_size, cp_rank=self.cp_rank, device=self.device,
+                                  cp_group=self.cp_group, side=m.side, side_fill=fills)
+        except (MemoryError, RuntimeError) as e:  # numpy's MemoryError, torch's CPU allocator's RuntimeError
+            if failed_allocation(e) is None:
+                raise
+            said = ", ".join(str(i) for i in mb[:4]) + (f" and {len(mb) - 4} more" if len(mb) > 4 else "")
+            more = ("raise the limit), or fewer tokens per micro-batch (micro_batch_tokens)" if len(rows) > 1
+                    else "raise the limit, or run on a machine with more memory)")
+            raise out_of_memory(e, self.manifest.path, f"building the micro-batch of slabs {said} "
+                                f"({sum(r.input_ids.size for r in rows):,} tokens)", "the output", more) from None
 
     def steps(self, start_step: int = 0, max_steps: int | None = None) -> Iterator[Step]:
         """Steps forever (epoch after epoch) from global step `start_step` (resume)."""

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import list_parts, np_of
+from packtool.free_memory import decode_out_of_memory
 from packtool.params import position
 from packtool.side import SideColumn
 from packtool.slabs.check import (check_checksum, check_counts, check_coverage, check_group, check_nulls,
@@ -265,17 +266,20 @@ class SlabReader:
         where = f"{self.manifest.shard_path(shard)} row group {rg}"
         lists = [*LISTS, *(c for c in NULLS_ONLY if c in WITH_GROUP)]  # the bench's checks off: LISTS alone
         t = _read_group(self._files[shard], rg, [*lists, *side], self.manifest.shard_path(shard))
-        g = {c: _list_column(t.column(c)) for c in lists}
-        g["side"] = {c.name: _side_column(t.column(c.name), c, where) for c in self.side_columns}
-        check_side_lengths(where, g)
-        ix, i0 = self.index, self._first[key]
-        rows = slice(i0, i0 + t.num_rows)
-        g["tail_pad"], g["fill_pad"], g["singleton"] = ix.tail_pad[rows], ix.fill_pad[rows], ix.singleton[rows]
-        g["fill_seg"] = ix.fill_seg[rows]
-        check_group(self.manifest, where, g, ix.num_tokens[rows],
-                    ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows],
-                    ids_below=self._ids_below, max_id=self.manifest.shard_max_id(shard))
-        odd = check_side_nonfinite(self.manifest, where, g["side"], self._nonfinite_before(key))
+        try:  # the decoded columns made contiguous, and the checks' passes: allocations the decode's door says
+            g = {c: _list_column(t.column(c)) for c in lists}
+            g["side"] = {c.name: _side_column(t.column(c.name), c, where) for c in self.side_columns}
+            check_side_lengths(where, g)
+            ix, i0 = self.index, self._first[key]
+            rows = slice(i0, i0 + t.num_rows)
+            g["tail_pad"], g["fill_pad"], g["singleton"] = ix.tail_pad[rows], ix.fill_pad[rows], ix.singleton[rows]
+            g["fill_seg"] = ix.fill_seg[rows]
+            check_group(self.manifest, where, g, ix.num_tokens[rows],
+                        ix.stripped[rows] - ix.num_tokens[rows], ix.num_loss_tokens[rows], ix.n_seg[rows],
+                        ids_below=self._ids_below, max_id=self.manifest.shard_max_id(shard))
+            odd = check_side_nonfinite(self.manifest, where, g["side"], self._nonfinite_before(key))
+        except MemoryError as e:
+            raise decode_out_of_memory(e, self.manifest.shard_path(shard), f"row group {rg}") from None
         if odd:
             self._nonfinite[key] = odd
         self._cache[key] = g
@@ -361,8 +365,11 @@ def longest_segment(manifest: SlabManifest, index: SlabIndex, above: int) -> tup
     best: tuple[int, str] | None = None
     for si, rg in sorted(set(zip(index.shard[over].tolist(), index.row_group[over].tolist()))):
         path = manifest.shard_path(si)
-        values, offsets = list_parts(_read_group(_open(manifest, si), rg, ["cu_seqlens_padded"], path)
-                                     .column(0).combine_chunks())
+        col = _read_group(_open(manifest, si), rg, ["cu_seqlens_padded"], path).column(0)
+        try:
+            values, offsets = list_parts(col.combine_chunks())
+        except MemoryError as e:  # made contiguous past the guarded decode: the decode's door says it
+            raise decode_out_of_memory(e, path, f"row group {rg}") from None
         seg = np.diff(values.astype(np.int64))
         seg[offsets[1:-1] - 1] = 0  # a row's last offset to the next row's 0 is no segment
         k = int(np.argmax(seg)) if seg.size else 0
