@@ -44,29 +44,42 @@ class InputFile:
 
 def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
     """The regular files below a folder input, less packtool's own trees (`own`); each real
-    folder walked once (`passed` gets the links not followed: storage.local_walk). A data file's
-    name on something else (a FIFO, a device, a link to nothing) is an error naming each, as
-    each is when named directly: passing over it would drop its rows from the training data
-    without a word. So is a link to nothing of any name (what it stood for, a folder whose mount
-    is gone, cannot be known) and a folder below that cannot be listed; any other entry that is
-    not a regular file (a FIFO) is returned, to be named in the passed-over note."""
+    folder walked once (`passed` gets the links not followed: storage.local_walk). An entry that
+    is no regular file is judged by _refuse_odd_entries; a folder below that cannot be listed is
+    refused; any other (a FIFO of no data name) is returned, to be named in the passed-over note."""
     unlisted: list = []
     entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed, unlisted)
                         if not os.path.isdir(f)])
     refuse_unlisted(folder, unlisted)
+    _refuse_odd_entries(folder, entries, folder, "folder holds")
+    return entries
+
+
+def _refuse_odd_entries(spec: str, entries: list[str], base: str, what: str) -> None:
+    """The one rule for the entries a local listing meets that are not regular files (a folder
+    input's walk, a glob's matches: RA-1, a glob passed a link to nothing over as a file of no data
+    kind): a data file's name on something else (a FIFO, a device) is refused naming each, as each
+    is when named directly, and so is a link to nothing of any name (what it stood for, a folder
+    whose mount is gone, cannot be known); passing over either drops rows without a word."""
     odd = sorted(f for f in entries if (_kind_of(f) or unreadable(f)) and not os.path.isfile(f))
     if odd:
-        named = ", ".join(f"{os.path.relpath(f, folder)} ({describe_kind(f)})" for f in odd)
-        raise PacktoolInputError(f"folder holds data files that are not regular files: {named}; packtool "
+        named = ", ".join(f"{os.path.relpath(f, base)} ({describe_kind(f)})" for f in odd)
+        raise PacktoolInputError(f"{what} data files that are not regular files: {named}; packtool "
                                  f"reads an input more than once: save each to a regular file, or move it "
-                                 f"out of the folder", path=folder)
-    if dangling := sorted(f for f in entries if not os.path.exists(f)):
-        named = ", ".join(f"{os.path.relpath(f, folder)} -> {os.readlink(f)}" for f in dangling[:5])
+                                 f"out of the folder", path=spec)
+    if dangling := sorted(f for f in entries if os.path.islink(f) and not os.path.exists(f)):
+        named = ", ".join(f"{os.path.relpath(f, base)} -> {_target(f)}" for f in dangling[:5])
         more = f" and {len(dangling) - 5} more" if len(dangling) > 5 else ""
-        raise PacktoolInputError(f"folder holds a symbolic link to nothing: {named}{more}; the rows it stood "
+        raise PacktoolInputError(f"{what} a symbolic link to nothing: {named}{more}; the rows it stood "
                                  f"for would be left out: restore its target (a mount, a pruned run), or "
-                                 f"remove the link", path=folder)
-    return entries
+                                 f"remove the link", path=spec)
+
+
+def _target(link: str) -> str:
+    try:
+        return os.readlink(link)
+    except OSError:  # replaced since it was listed
+        return "?"
 
 
 def refuse_unlisted(spec: str, unlisted: list) -> None:
@@ -171,6 +184,7 @@ def _glob_data(spec: str, paths: list[str], mine: bool, quiet: bool) -> list[str
     "unknown file type" here alone); its folders are judged when read. None left is said so."""
     base = _glob_base(spec)
     files = [p for p in paths if not os.path.isdir(p)]
+    _refuse_odd_entries(spec, files, base, "glob matched")
     kept = {p for p, _ in listed_data(spec, [(p, os.path.relpath(p, base)) for p in files], "glob matched",
                                       mine, quiet)}
     out = [p for p in paths if p in kept or os.path.isdir(p)]

@@ -7,7 +7,12 @@ input that cannot be listed (EACCES, EIO) was walked as empty, its files' rows l
 The class, at every door a local folder is walked by (a folder input, a `**` glob): a link to
 nothing is refused naming it and its target (what it stood for cannot be known), any other
 entry that is not a regular file is named in the passed-over note, a folder that cannot be
-listed is refused naming it and the reason."""
+listed is refused naming it and the reason.
+
+RA-1 (session 49): a glob that matches the link itself (`DIR/*`, `DIR/**/*`) passed it over as "a
+file of a kind packtool does not read as data ... rename or convert", rc 0, its rows lost; and a data
+file's name on a FIFO there was read as the data file. One rule (readers._refuse_odd_entries) for
+every local listing: the folder, `DIR/**`, `DIR/**/*`, `DIR/*`."""
 from __future__ import annotations
 
 import errno
@@ -43,15 +48,32 @@ DANGLING = {"a link to a folder whose mount is gone": ("shard3", "/nonexistent/m
             "a link to a pruned run": ("latest", "run7")}
 
 
+# every door a local listing reaches an entry by: the folder, and globs over it
+DOORS = {"folder": lambda d: d, "DIR/**": lambda d: os.path.join(d, "**"),
+         "DIR/**/*": lambda d: os.path.join(d, "**", "*"), "DIR/*": lambda d: os.path.join(d, "*")}
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
 @pytest.mark.parametrize("case", sorted(DANGLING))
-def test_a_link_to_nothing_is_refused_naming_it(tmp_path, case):
+def test_a_link_to_nothing_is_refused_naming_it(tmp_path, case, door):
     name, target = DANGLING[case]
     d = _tree(tmp_path)
     os.symlink(target, os.path.join(d, name))
-    r, got = _pack(d)
+    r, got = _pack(DOORS[door](d))
     assert r.exit_code == 2, r.output
     msg = got["error"]["message"]
     assert name in msg and target in msg and "link to nothing" in msg and "\n" not in msg, msg
+    assert "rename or convert" not in msg, msg
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_a_data_name_on_a_fifo_is_refused_naming_it(tmp_path, door):
+    d = _tree(tmp_path)
+    os.mkfifo(os.path.join(d, "late.jsonl"))
+    r, got = _pack(DOORS[door](d))
+    assert r.exit_code == 2, r.output
+    msg = got["error"]["message"]
+    assert "late.jsonl" in msg and "not regular files" in msg and "\n" not in msg, msg
 
 
 def test_a_fifo_without_a_data_name_is_named_in_the_note(tmp_path):
