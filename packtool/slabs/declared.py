@@ -40,6 +40,19 @@ def declared_breaks(man: dict, policy: str) -> Iterator[tuple[str, object, objec
     if isinstance(tok, dict):
         yield from _skipped_against_on_empty(stats, tok.get("on_empty"))
     yield from _changes_against_figures(stats, policy)
+    yield from _some_slab(man.get("shards"))
+
+
+def _some_slab(shards) -> Iterator[tuple[str, object, object]]:
+    """An output whose listed shards all hold 0 rows (a merge or re-sharding tool's empty output:
+    pack refuses to write one) holds nothing to train: one verdict for verify and every reader
+    (S49B-4: verify passed it, SlabDataset read 0 slabs, to_hf blamed another run, train refused)."""
+    if not isinstance(shards, list) or not shards or not all(isinstance(e, dict) for e in shards):
+        return  # a manifest of another form: its own problems say so
+    rows = [e.get("rows") for e in shards]
+    if all(isinstance(n, int) and not isinstance(n, bool) for n in rows) and sum(rows) == 0:
+        yield _b(f"every listed shard holds 0 rows ({len(shards)} shard(s)): the output holds no slab, which "
+                 f"pack never writes", expected="at least one slab", found=0)
 
 
 def _side_against_tokenize(man: dict, tok: dict):

@@ -51,3 +51,43 @@ def test_verify_says_the_plain_datasets_path_fails_on_it(tmp_path):
     report = verify(out, workers=1)
     said = [n for n in report.notes if "hold no rows" in n]
     assert report.ok and len(said) == 1 and empty in said[0] and "load_dataset" in said[0], report.notes
+
+
+def _all_empty(tmp_path) -> str:
+    """A re-sharding or merge tool's empty output: every listed shard of 0 rows, its entry and the
+    stats' counts zeroed, re-signed (pack itself refuses to write one)."""
+    out, _ = write_pack(str(tmp_path / "p"), [40, 70], Alignment(capacity=128))
+    man = read_manifest(out)
+    for e in man["shards"]:
+        path = os.path.join(out, e["file"])
+        pq.write_table(pq.read_table(path).slice(0, 0), path)
+        e.update(rows=0, tokens=0, loss_tokens=0)
+    save_manifest(out, man)
+    for e in man["shards"]:
+        resign(out, e["file"])
+    return out
+
+
+READERS = {
+    "verify": lambda out, tmp: __import__("packtool.verification", fromlist=["verify"]).verify(out, workers=1),
+    "SlabDataset": lambda out, tmp: SlabDataset(out),
+    "to_hf": lambda out, tmp: SlabDataset(out).to_hf(cache_dir=str(tmp / "hfc")),
+    "PackedSlabDataset": lambda out, tmp: __import__("packtool.megatron.dataset", fromlist=["x"]).PackedSlabDataset(out),
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_an_output_of_no_slab_is_refused_by_every_reader(tmp_path, reader):
+    """S49B-4: verify passed it, SlabDataset read 0 slabs, to_hf said another run had replaced the
+    output, PackedSlabDataset and train refused it: one verdict now, the manifest's, at every door."""
+    from packtool.errors import PacktoolError
+    if reader == "PackedSlabDataset":
+        pytest.importorskip("megatron.core")
+    out = _all_empty(tmp_path)
+    if reader == "verify":
+        report = READERS[reader](out, tmp_path)
+        assert not report.ok and any("holds no slab" in p.message for p in report.problems), report.problems
+        return
+    with pytest.raises(PacktoolError) as e:
+        READERS[reader](out, tmp_path)
+    assert "holds no slab" in str(e.value) and "replaced" not in str(e.value), str(e.value)
