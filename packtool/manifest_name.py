@@ -56,12 +56,12 @@ def packtool_made(directory: str) -> bool:
     path = manifest_file(directory)
     if path is None:
         return False
-    if names_this_format(path):
-        return True
-    try:
-        return any(is_shard_name(n) for n in os.listdir(directory))
+    try:  # the listing first, as the store side asks: shards beside it prove most outputs without reading it
+        if any(is_shard_name(n) for n in os.listdir(directory)):
+            return True
     except OSError:
-        return False
+        pass
+    return names_this_format(path)
 
 
 def is_shard_name(name: str) -> bool:

@@ -1,8 +1,10 @@
 """packtool's own folders inside a data folder: what a folder or glob input passes over.
 
-A packed output (a folder holding a manifest: `output.relations.packed_output_around`, the rule
-every writer asks) and a tokenized cache entry (`cache_root.is_cache_entry`) are packtool's
-trees, not the user's data. Found below a folder input (or below a glob's fixed part), their
+A packed output and a tokenized cache entry (`cache_root.is_cache_entry`) are packtool's trees,
+not the user's data. Two rules tell an output, on purpose: a writer keeps the structural one (a
+folder holding a manifest: `output.relations.packed_output_around`: it must never write into what
+may be one), an input passes a folder over only on proof that packtool made it
+(`manifest_name.packtool_made`: a `.manifest.json` is other tools' name too, S48A-16). Found below a folder input (or below a glob's fixed part), their
 Parquet and JSON files were read as rows: a cache left in `data/` made the next `pack data`
 fail on `cache.json` ("cannot tell the input shape"), and an output's slabs would be trained
 on as input text. Every folder-expanding reader (`readers.resolve_inputs`: pack on both

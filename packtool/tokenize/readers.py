@@ -83,11 +83,14 @@ def _target(link: str) -> str:
 
 
 def refuse_unlisted(spec: str, unlisted: list) -> None:
-    """A folder below an input that could not be listed (storage.local_walk's `unlisted`)."""
+    """A folder below an input (or the input folder itself) that could not be listed
+    (storage.local_walk's `unlisted`)."""
     if unlisted:
         where, e = unlisted[0]
         more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
-        raise PacktoolInputError(f"folder {where}{more} below the input cannot be listed ({type(e).__name__}: "
+        itself = os.path.abspath(where) == os.path.abspath(spec)
+        said = "the input folder" if itself else f"folder {where} below the input"
+        raise PacktoolInputError(f"{said}{more} cannot be listed ({type(e).__name__}: "
                                  f"{e.strerror or e}): its files' rows would be left out; give packtool read "
                                  f"access to it, or pass the files to read themselves", path=spec)
 

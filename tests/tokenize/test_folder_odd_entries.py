@@ -101,3 +101,19 @@ def test_a_folder_that_cannot_be_listed_is_refused_naming_it(tmp_path, monkeypat
     assert r.exit_code == 2, r.output
     msg = got["error"]["message"]
     assert "p2" in msg and "Permission denied" in msg and "\n" not in msg, msg
+
+
+def test_the_input_folder_that_cannot_be_listed_is_said_as_itself(tmp_path, monkeypatch):
+    """RA-8 (session 49): the folder given, unlistable, was "folder D below the input cannot be listed"."""
+    d = _tree(tmp_path)
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.path.abspath(path) == d:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return scandir(path)
+    monkeypatch.setattr(os, "scandir", refusing)
+    r, got = _pack(d)
+    assert r.exit_code == 2, r.output
+    msg = got["error"]["message"]
+    assert "the input folder cannot be listed" in msg and "below the input" not in msg, msg
