@@ -24,7 +24,7 @@ ARROW_EXT = (".arrow", ".feather", ".ipc")
 UNREADABLE_EXT = (".zst", ".zstd", ".bz2", ".xz", ".lz4", ".lzma", ".br", ".zip", ".tar", ".tgz", ".7z", ".gz",
                   ".gzip", ".snappy", ".orc", ".avro", ".xlsx", ".xls", ".npy", ".npz", ".bin", ".idx", ".pt",
                   ".pth", ".pkl", ".pickle", ".h5", ".hdf5", ".tfrecord", ".tfrecords", ".msgpack")
-READ_KINDS = ".parquet, .jsonl[.gz|.zst|.bz2], .json, .arrow/.feather, .csv/.tsv"
+READ_KINDS = ".parquet/.pq, .jsonl/.ndjson/.jsonlines[.gz|.zst|.bz2], .json, .arrow/.feather/.ipc, .csv/.tsv"
 
 
 def kind_of(path: str) -> str | None:

@@ -25,7 +25,7 @@ from packtool.tokenize.checksum import fast_digest, sha256_file
 from packtool.tokenize.hf_format import has_transform, transformed
 from packtool.tokenize.hub_load import by_datasets, load_dataset
 from packtool.tokenize.late_columns import fragment_batches, stream_batches
-from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_inputs
+from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_each
 from packtool.tokenize.read_checks import refuse_repeated_names
 from packtool.workers import thread_pool
 
@@ -177,16 +177,14 @@ def resolve_sources(inputs, split: str | None = None) -> list:
     if strings and split is not None:
         raise PacktoolInputError(f"{arg('split')} applies to a dataset object or name, not a file",
                                  path=strings[0], flag=cli_flag("split"))
-    if strings and len(strings) == len(inputs):
-        return resolve_inputs(strings)  # one call: its checks (a file reached twice) see them all
-    if strings:
-        resolve_inputs(strings)
+    # one resolution: its checks (a file reached twice) see every path, its notes are said once
+    each = iter(resolve_each(strings)) if strings else iter(())
     out: list = []
     for item in inputs:
         if isinstance(item, (InputFile, ArrowSource)):
             out.append(item)
         elif isinstance(item, (str, os.PathLike)):
-            out += resolve_inputs([os.fspath(item)])
+            out += next(each)
         else:
             out.append(as_source(item, split))
     if not out:

@@ -33,6 +33,7 @@ a link (it was read as data: an output's slabs refused as rows, a cache.json as 
 """
 from __future__ import annotations
 
+import glob
 import os
 
 from packtool.checkpoint_kind import is_checkpoint_folder
@@ -40,6 +41,7 @@ from packtool.errors import PacktoolError, PacktoolInputError
 from packtool.manifest_name import packtool_made
 from packtool.notes import note
 from packtool.output.relations import packed_output_around, real_path
+from packtool.storage import local_glob
 from packtool.tokenize.cache_entry import packtool_entry
 from packtool.tokenize.cache_root import is_cache_entry
 from packtool.tokenize.read_checks import cache_entry_not_data
@@ -47,6 +49,7 @@ from packtool.tokenize.read_checks import cache_entry_not_data
 ENTRY = "a tokenized cache entry"  # above a store prefix: StoreTrees' _tables_at holds it beside the tables
 JOB_SCRATCH = "_temporary"  # the committer's folder name, at any depth below the base
 _JOB = "a Spark/Hadoop job's uncommitted output"
+_LINKED = " reached through a link"
 # a table format's marker folder -> the table, the log it keeps, how to read its current version
 _TABLES = {"_delta_log": ("a Delta Lake table", "_delta_log", "deltalake's DeltaTable(PATH).to_pyarrow_dataset()"),
            "metadata": ("an Apache Iceberg table", "metadata/*.metadata.json", "pyiceberg's table.scan().to_arrow()"),
@@ -146,7 +149,7 @@ class OwnTrees:
                 linked = linked or os.path.islink(step)
                 what = self._step(step)
                 if what is not None:
-                    self._tree_of[folder] = step, what + (" reached through a link" if linked and what != _JOB else "")
+                    self._tree_of[folder] = step, what + (_LINKED if linked and what != _JOB else "")
                     break
         return self._tree_of[folder]
 
@@ -184,12 +187,30 @@ class OwnTrees:
 
     def trees(self, job: bool | None = None) -> str:
         return ", ".join(f"{os.path.join(self.base, os.path.relpath(t, self.named_base))} ({what}, {k} "
-                         f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self.skipped.items())
+                         f"file{'s' if k != 1 else ''})" for (t, what), k in sorted(self._counted().items())
                          if job is None or (what == _JOB) == job)
 
+    def _counted(self) -> dict[tuple[str, str], int]:
+        """`skipped`, each tree once: one found by two names (a glob matching an output and a link
+        to it) was counted twice (S48A-7); it is said by the name reached through no link."""
+        real = {t: self._real(t) for t, _ in self.skipped}
+        out, seen = {}, set()
+
+        def linked(tree: tuple[str, str]) -> tuple[bool, bool, tuple[str, str]]:
+            return tree[1].endswith(_LINKED), real[tree[0]] != tree[0], tree
+        for (t, what) in sorted(self.skipped, key=linked):
+            if real[t] not in seen:
+                seen.add(real[t])
+                out[t, what] = self.skipped[t, what]
+        return out
+
+    def _real(self, tree: str) -> str:
+        return real_path(tree)
+
     def say(self) -> None:
+        counted = self._counted()
         for job in (False, True):
-            n = sum(k for (_, what), k in self.skipped.items() if (what == _JOB) == job)
+            n = sum(k for (_, what), k in counted.items() if (what == _JOB) == job)
             if not n:
                 continue
             files = f"{n} file{'s' if n != 1 else ''}"
@@ -213,6 +234,7 @@ class StoreTrees(OwnTrees):
     def __init__(self, spec: str, root, listed: list[str]):
         self.spec, self.base, self.real_base = spec, root.shown.rstrip("/"), root.path.rstrip("/")
         self.named_base = self.real_base  # its trees are keyed by their store paths
+        self._local = root.local
         self._tree_of, self.skipped = {}, {}
         self._trees_at = _store_trees(listed, self.real_base, root, _names_scratch(self.real_base))
         # the table's folders at or below the prefix, from the listing; above it, asked (a
@@ -224,6 +246,9 @@ class StoreTrees(OwnTrees):
 
     def names_a_tree(self) -> bool:
         return self._named_tree
+
+    def _real(self, tree: str) -> str:
+        return real_path(tree) if self._local else tree  # a file:// listing follows links; a store has none
 
     def keep(self, locs: list) -> list:
         out = []
@@ -358,9 +383,12 @@ def _names_or_none(loc) -> list[str]:
 
 
 def _files_in(path: str) -> int:
+    """The files a folder input would find in `path` (hidden names passed over, each real folder
+    once): a glob's match counted by os.walk's rule was a file more (the hidden manifest) than
+    the same output below a folder or a store prefix (S48A-7)."""
     if not os.path.isdir(path):
         return 1
-    return sum(len(files) for _, _, files in os.walk(path))
+    return sum(not os.path.isdir(f) for f in local_glob(os.path.join(glob.escape(path), "**", "*")))
 
 
 __all__ = ["OwnTrees", "StoreTrees", "refuse_inside_entry", "refuse_object_in_entry", "refuse_table"]

@@ -107,16 +107,23 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     """Expand files, folders and globs into files in a deterministic read order. packtool's
     own trees below a folder or a glob's fixed part are passed over, noted unless `quiet`
     (a second resolution of the same inputs)."""
+    return [f for each in resolve_each(inputs, quiet) for f in each]
+
+
+def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]]:
+    """resolve_inputs' files, one list per input: one resolution, its checks over all, its notes
+    said once (each path resolved again alone said each twice, and read a shared file twice: RA-10)."""
     if not inputs:
         raise PacktoolInputError("no input files given")
     out: list[InputFile] = []
     owns: list[OwnTrees] = []
     links: dict[str, list] = {}  # spec -> links to folders not followed (walked already, or a loop)
     above: dict[str, None] = {}  # folders above the paths named, asked once whether a cache entry
-    marks: list[tuple[int, int, bool]] = []  # (first file, spec's index, expanded: a folder or glob)
+    marks: list[tuple[int, int, str | None]] = []  # (first file, spec's index, the folder a folder or glob types)
     for i, spec in enumerate(inputs):
-        marks.append((len(out), i, not is_uri(spec) and (os.path.isdir(spec) or (
-            any(c in spec for c in "*?[") and not os.path.exists(spec)))))
+        globbed = not is_uri(spec) and any(c in spec for c in "*?[") and not os.path.exists(spec)
+        folder = not is_uri(spec) and not globbed and os.path.isdir(spec)
+        marks.append((len(out), i, _glob_base(spec) if globbed else spec if folder else None))
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):
@@ -178,7 +185,11 @@ def resolve_inputs(inputs: list[str], quiet: bool = False) -> list[InputFile]:
     # last input per file was quadratic, 8 s over 16,000 shell-expanded files: RA-6)
     ends = [start for start, _, _ in marks[1:]] + [len(files)]
     origin = [(k, e) for (start, k, e), end in zip(marks, ends) for _ in range(end - start)]
-    return refuse_repeats(files, origin, inputs, quiet)
+    spec_of = {f.path: k for f, (k, _) in zip(files, origin)}  # a path twice is refused: one input each
+    each: list[list[InputFile]] = [[] for _ in inputs]
+    for f in refuse_repeats(files, origin, inputs, quiet):
+        each[spec_of[f.path]].append(f)
+    return each
 
 
 def _glob_data(spec: str, paths: list[str], mine: bool, quiet: bool) -> list[str]:

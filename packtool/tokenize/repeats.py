@@ -1,6 +1,6 @@
 """One file reached twice among a run's inputs (readers.resolve_inputs asks this once, over every
-file it resolved): named twice by the user, an error naming both spellings; a second name inside
-one folder input or glob, read once with a note (S47A-10)."""
+file it resolved): a path the user typed twice, an error naming both spellings; a second name
+found inside folder inputs or globs, read once with a note (S47A-10, S48A-13)."""
 from __future__ import annotations
 
 import os
@@ -11,35 +11,81 @@ from packtool.storage import is_uri
 
 
 def refuse_repeats(files: list, origin: list, inputs: list[str], quiet: bool) -> list:
-    """One file reached twice would be packed twice. Named twice (twice, by a glob and by name,
-    two inputs holding it): an error, naming both spellings. Reached twice inside one folder
-    input or one glob (a link to a file beside it, a hard link: `cp -al`, rsync --link-dest),
-    which the user named once: read once, by its first name in path order, with one note naming
-    both (a copy with the same bytes is read twice with a note: the user may mean it, a second
-    name of one file is no upsample) (S47A-10)."""
-    seen: dict = {}
-    kept: list = []
-    twice: dict[int, list] = {}
-    for f, (spec, expanded) in zip(files, origin):
-        try:
-            st = None if is_uri(f.path) else os.stat(f.path)
-        except OSError:  # missing: the reader names it
-            st = None
-        if st is not None:
-            key = (st.st_dev, st.st_ino)
-            first = seen.setdefault(key, (f.path, spec, expanded))
-            if first[0] != f.path and expanded and first[1:] == (spec, True):
-                twice.setdefault(spec, []).append((f.path, first[0]))
-                continue
-        kept.append(f)
+    """One file reached twice would be packed twice. `origin[i]`: (the index of file i's input,
+    the folder that input's typed path names: the folder itself, a glob's fixed part; None for a
+    file named by its path). Typed twice (the same path twice, a folder and a file or folder
+    inside it, a folder and a link to it): an error naming both spellings. A second name found
+    inside the folders or globs given (a link beside the file, a hard link: `cp -al` snapshots,
+    rsync --link-dest; in one input or in two), which the user never typed: read once, by the
+    file's own name (the one reached through no link below its input; else the first in read
+    order), with one note per input naming the names dropped (a copy with the same bytes is read
+    twice with a note: the user may mean it, a second name of one file is no upsample)."""
+    groups: dict = {}  # (device, inode) or a URI -> the indexes of the files reaching it
+    for i, f in enumerate(files):
+        key = _key(f.path)
+        if key is None:  # missing: the reader names it
+            continue
+        for j in groups.setdefault(key, []):
+            if _typed_twice(files, origin, i, j):
+                first = files[j].path
+                also = "" if first == f.path else f" (also given as {first})"
+                raise PacktoolInputError(f"input given more than once{also}; pass each file once", path=f.path)
+        groups[key].append(i)
+    dropped: dict[int, str] = {}  # file index -> the name read in its place
+    for group in groups.values():
+        if len(group) > 1:
+            own = min(group, key=lambda i: (_links_below(files[i].path, origin[i][1]) > 0, i))
+            dropped.update((i, files[own].path) for i in group if i != own)
+    if not dropped:
+        return files
     if not quiet:
-        for spec, pairs in twice.items():
-            more = f", and {len(pairs) - 3} more" if len(pairs) > 3 else ""
-            said = ", ".join(f"{a} ({_second_name(a, b)})" for a, b in pairs[:3])
-            note(f"{inputs[spec]}: {len(pairs)} file(s) in it are a second name of a file read already, read "
-                 f"once: {said}{more}")
-    _refuse_named_twice(kept)
-    return kept
+        said: dict[int, list] = {}
+        for i in sorted(dropped):
+            said.setdefault(origin[i][0], []).append(f"{files[i].path} ({_second_name(files[i].path, dropped[i])})")
+        for spec, names in said.items():
+            more = f", and {len(names) - 3} more" if len(names) > 3 else ""
+            note(f"{inputs[spec]}: {len(names)} file(s) in it are a second name of a file read by its own name, "
+                 f"read once: {', '.join(names[:3])}{more}")
+    return [f for i, f in enumerate(files) if i not in dropped]
+
+
+def _key(path: str):
+    if is_uri(path):
+        return path
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _typed_twice(files: list, origin: list, i: int, j: int) -> bool:
+    """Whether files i and j (one file) come from a path the user typed twice, rather than from
+    a second name found inside what was typed."""
+    (spec_i, base_i), (spec_j, base_j) = origin[i], origin[j]
+    a, b = files[i].path, files[j].path
+    if is_uri(a) or a == b:
+        return True
+    if spec_i == spec_j and base_i is not None:  # inside one folder or glob: found, never typed
+        return False
+    if base_i is None or base_j is None:  # a file named by its path
+        return True
+    return _typed_path(a, base_i) == _typed_path(b, base_j)
+
+
+def _typed_path(path: str, base: str) -> str:
+    """`path` with the links in its input's typed part resolved, those found below it kept: a
+    folder and a link to it typed give one path; two snapshots sharing a file give two."""
+    return os.path.join(os.path.realpath(base), os.path.relpath(path, os.path.abspath(base)))
+
+
+def _links_below(path: str, base: str | None) -> int:
+    """How many steps of `path` below its input's typed folder are links (0 for a path typed)."""
+    if base is None:
+        return 0
+    rel = os.path.relpath(path, os.path.abspath(base))
+    steps = rel.split(os.sep)
+    return sum(os.path.islink(os.path.join(base, *steps[:k])) for k in range(1, len(steps) + 1))
 
 
 def _second_name(a: str, b: str) -> str:
@@ -51,27 +97,5 @@ def _second_name(a: str, b: str) -> str:
     if os.path.islink(b):
         return f"the file the link {b} points to"
     if os.path.realpath(a) == os.path.realpath(b):
-        return f"the same file as {b}, one of them reached through a link to a folder"
+        return f"reached through a link to a folder, the same file as {b}"
     return f"a hard link of {b}"
-
-
-def _refuse_named_twice(files: list) -> None:
-    seen: dict = {}
-    for f in files:
-        if is_uri(f.path):
-            key = f.path
-            if key in seen:
-                raise PacktoolInputError("input given more than once; pass each file once", path=f.path)
-            seen[key] = f.path
-            continue
-        try:
-            st = os.stat(f.path)
-        except OSError:  # missing: the reader names it
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            first = seen[key]
-            also = "" if first == f.path else f" (also given as {first})"
-            raise PacktoolInputError(f"input given more than once{also}; pass each file once",
-                                     path=f.path)
-        seen[key] = f.path

@@ -1,7 +1,7 @@
 """Inputs that hold the same rows under two names: said, never refused.
 
 One file reached twice (two spellings, a hard link, a link) is read once (`repeats.refuse_repeats`:
-refused when the user named it twice, read once with a note inside one folder or glob). Two files with the same bytes are not one file: a `cp`
+refused when the user typed it twice, read once with a note where found inside folders or globs). Two files with the same bytes are not one file: a `cp`
 copy left in a folder, or `X` beside the `X.gz` that `gzip -k` / `zstd` leave (they keep the
 source), were all read, their rows packed two or three times without a word (S46A-13). A copy can
 be deliberate (upsampling a source by copying it), so this is a note naming each pair, made from

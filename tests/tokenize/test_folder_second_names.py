@@ -1,9 +1,10 @@
 """S47A-10: inside ONE folder input (or one glob), a file beside its hard link (`cp -al`, rsync
 --link-dest) or a link to it was refused "input given more than once ... pass each file once",
 a fix the user (who named the folder once) cannot follow; beside a copy it was read with a note.
-A second name of one file inside one folder or glob is now read once, by its first name in path
-order, with one note naming both (readers._refuse_repeats, the one owner); a file named twice
-by the user (two arguments, a folder and a file in it) is still refused."""
+A second name of one file inside one folder or glob is now read once, by the file's own name
+(the first in path order among names reached through no link), with one note naming both
+(repeats.refuse_repeats, the one owner); a file named twice by the user (two arguments, a folder
+and a file in it) is still refused (two folder inputs: test_second_names_across_inputs)."""
 from __future__ import annotations
 
 import json

@@ -1,8 +1,8 @@
 """RA-6: resolve_inputs told each file's input (for refuse_repeats: a second name inside one folder
 or glob is read once, the same file named twice refused) by searching the inputs back from the
 last for every file, quadratic in the inputs named (8 s over 16,000 shell-expanded files). It is
-one pass now; what each file is told must stay the same: its own input and whether that input
-was expanded (a folder or a glob)."""
+one pass now; what each file is told must stay the same: its own input and the folder that input
+types, if a folder or a glob (S48A-13)."""
 from __future__ import annotations
 
 import json
@@ -33,7 +33,9 @@ def test_each_file_is_told_its_own_input(tmp_path, monkeypatch):
               str(tmp_path / "last.jsonl")]
     files = readers.resolve_inputs(inputs, quiet=True)
     assert len(files) == 9
-    assert seen["origin"] == [(0, False)] + [(1, True)] * 2 + [(2, True)] * 5 + [(3, False)]
+    # with the folder each input types (a glob's fixed part): a second name found below it is no path typed twice
+    d, g = str(tmp_path / "d"), str(tmp_path / "g")
+    assert seen["origin"] == [(0, None)] + [(1, d)] * 2 + [(2, g)] * 5 + [(3, None)]
 
 
 def test_many_inputs_of_one_file_each(tmp_path, monkeypatch):
@@ -44,4 +46,4 @@ def test_many_inputs_of_one_file_each(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(readers, "refuse_repeats", lambda files, origin, inputs, quiet: seen.update(o=origin) or files)
     assert len(readers.resolve_inputs(names, quiet=True)) == 300
-    assert seen["o"] == [(i, False) for i in range(300)]
+    assert seen["o"] == [(i, None) for i in range(300)]

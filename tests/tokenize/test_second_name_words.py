@@ -23,11 +23,11 @@ def _folder_link(d):  # `inlink -> in`: the glob `in*` matches both folders
     return str(d / "in*"), "link to a folder"
 
 
-def _link_first(d):  # `a.jsonl -> z.jsonl`: the link sorts first and is read
+def _link_first(d):  # `a.jsonl -> z.jsonl`: the link sorts first; the file is read by its own name
     (d / "f").mkdir()
     _row(d / "f" / "z.jsonl")
     os.symlink("z.jsonl", d / "f" / "a.jsonl")
-    return str(d / "f"), "the link"
+    return str(d / "f"), "a link to"
 
 
 def _hard(d):
