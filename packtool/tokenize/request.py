@@ -27,6 +27,7 @@ from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer, refuse_absent_specials
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
+from packtool.tokenize.row_checks import TRL_MASKS
 from packtool.tokenize.late_columns import told_from
 from packtool.tokenize.same_inputs import note_same_inputs
 from packtool.tokenize.shape_detect import Shape, detect_shape, unread_shapes
@@ -97,6 +98,10 @@ def _setup(inputs, cfg: TokenizeConfig):
               for f, c, e in zip(files, columns, empty)]
     for f, c, s, e in zip(files, columns, shapes, empty):
         _note_unread(f.path, c, s, cfg, e)
+        if s.kind == "tokens" and all(m in s.columns for m in TRL_MASKS):  # read as one (token_rows)
+            note(f"{f.path}: gives both assistant_masks and completion_mask: its targets are the tokens where "
+                 f"both are 1, as TRL trains (completion_mask marks the whole completion, assistant_masks the "
+                 f"assistant's tokens within it)")
     for f, s in zip(files, shapes):
         if s.kind != "tokens" and loaded is None:
             raise missing(PacktoolInputError, "tokenizer", f"shape {s.kind} needs {arg('tokenizer')}", path=f.path)

@@ -15,6 +15,9 @@ from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.messages import text_part
 from packtool.tokenize.reply_roles import why
 
+# TRL's two loss masks (shape_detect.LOSS_COLUMNS): both given, TRL trains where both are 1 (token_rows)
+TRL_MASKS = ("assistant_masks", "completion_mask")
+
 
 def _is_text(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
@@ -119,6 +122,8 @@ def bad_example(shape, empty: bool, path: str, row: int, roles=None) -> Packtool
         elif shape.kind == "tokens":
             # the loss column read (shape_detect.LOSS_COLUMNS' first given), after input_ids
             col = next((c for c in cols[1:] if c != "attention_mask"), cols[0])
+            if col == TRL_MASKS[0] and TRL_MASKS[1] in cols:  # read as one, as TRL trains (token_rows)
+                col = "assistant_masks AND completion_mask (TRL's targets: where both are 1)"
             what = f"{col} masks every token after the first"
         else:
             what = f"{cols[1] if len(cols) > 1 else cols[0]} gives no tokens to train on"

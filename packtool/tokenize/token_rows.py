@@ -20,7 +20,7 @@ from packtool.arrays import list_view_said, np_of
 from packtool.errors import PacktoolInputError, arg
 from packtool.integers import TOKEN_ID_BOUND
 from packtool.tokenize.encode import EncodedBatch, no_target
-from packtool.tokenize.row_checks import valid_values
+from packtool.tokenize.row_checks import TRL_MASKS, valid_values
 from packtool.tokenize.shape_detect import LOSS_COLUMNS, Shape
 
 
@@ -161,9 +161,10 @@ def tokens_batch(batch: pa.RecordBatch, shape: Shape, vocab_size: int | None,
             said[name] = ((mv != -100) if name == "labels" else (mv != 0), mv)
             if name == "labels":
                 _labels_are_the_ids(mv, flat, said[name][0], lens, path, first_row)
+        said = as_trl_trains(said)
         if len(said) > 1:
             _loss_sources_agree(said, lens, path, first_row)
-        mask = said[extra[0]][0].astype(np.uint8)
+        mask = next(iter(said.values()))[0].astype(np.uint8)
     else:
         mask = None if lean else np.ones(ids.size, np.uint8)
     return EncodedBatch(ids, mask, lens, lens == 0, no_target(mask, lens, bool(extra)))
@@ -190,6 +191,23 @@ def _refuse_padding(attn: np.ndarray, lens: np.ndarray, path: str, first_row: in
             f"would pack as real tokens with loss; tokenize without padding, or keep only the positions where "
             f"attention_mask is 1 (in input_ids and loss_mask/labels) and pack that (tokens count from 0)",
             path=path, row=first_row + r)
+
+
+TRL_BOTH = "(assistant_masks AND completion_mask)"
+
+
+def as_trl_trains(said: dict) -> dict:
+    """TRL writes both masks for a conversational prompt-completion row under assistant_only_loss,
+    completion_mask 1 over the whole completion (its role header too), assistant_masks 1 inside the
+    template's generation blocks, and trains where both are 1 (trl's SFTTrainer: a label is kept
+    where every mask given is 1). They differ on the header by construction, so they are not two
+    spellings of one mask to hold to each other (RA-16): read as one source, their AND, held to any
+    other loss column as each was. `said`: {column: (targets, values)} in LOSS_COLUMNS' order."""
+    if not all(n in said for n in TRL_MASKS):
+        return said
+    both = said["assistant_masks"][0] & said["completion_mask"][0]
+    return {(TRL_BOTH if n == TRL_MASKS[0] else n): ((both, both.astype(np.uint8)) if n == TRL_MASKS[0] else v)
+            for n, v in said.items() if n != TRL_MASKS[1]}
 
 
 def _loss_sources_agree(said: dict, lens: np.ndarray, path: str, first_row: int) -> None:

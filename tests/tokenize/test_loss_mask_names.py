@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from packtool import notes
 from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
 from packtool.packing import pack
@@ -76,7 +77,7 @@ def test_a_mask_column_no_rule_reads_is_refused_naming_it(tmp_path, kind, name):
 
 @pytest.mark.parametrize("kind", ["parquet", "jsonl"])
 @pytest.mark.parametrize("name, other", [(n, o) for n in ("assistant_masks", "completion_mask")
-                                         for o in ("loss_mask", "labels", "assistant_masks", "completion_mask") if o != n])
+                                         for o in ("loss_mask", "labels")])
 def test_two_loss_columns_that_disagree_are_refused(tmp_path, kind, name, other):
     off = [[0, 0, 0, 0, 1, 1], [0, 0, 1]]  # row 1 token 1: `name` says a target, `other` not
     said = ([[-100 if not m else i for i, m in zip(r, mr)] for r, mr in zip(IDS, off)] if other == "labels" else off)
@@ -92,6 +93,37 @@ def test_two_loss_columns_that_agree_pack_as_either_says(tmp_path, kind, other):
     err, masks = _pack(tmp_path, _write(tmp_path, kind, {"assistant_masks": MASK, other: said}))
     assert err is None, err
     assert masks == {0: MASK[0], 1: MASK[1]}, masks
+
+
+# RA-16: TRL writes both masks for a conversational prompt-completion row under assistant_only_loss:
+# completion_mask 1 over the whole completion (its role header too), assistant_masks 1 inside the
+# template's generation blocks, and trains where both are 1. They differ on the header by
+# construction: refused ("drop the column that is wrong"), neither was; both are read as TRL does.
+TRL = {"completion_mask": [[0, 0, 1, 1, 1, 1], [0, 1, 1]], "assistant_masks": [[0, 0, 0, 1, 1, 0], [0, 0, 1]]}
+BOTH = [[0, 0, 0, 1, 1, 0], [0, 0, 1]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_trls_two_masks_train_where_both_are_1(tmp_path, kind):
+    start = notes.mark()
+    err, masks = _pack(tmp_path, _write(tmp_path, kind, TRL))
+    assert err is None, err
+    assert masks == {0: BOTH[0], 1: BOTH[1]}, masks
+    said = [n for n in notes.since(start) if "assistant_masks" in n and "completion_mask" in n]
+    assert len(said) == 1 and "where both are 1, as TRL trains" in said[0], notes.since(start)
+
+
+@pytest.mark.parametrize("other", ["loss_mask", "labels"])
+@pytest.mark.parametrize("agrees", [True, False], ids=["agrees", "is completion_mask"])
+def test_a_third_loss_column_is_held_to_where_both_are_1(tmp_path, other, agrees):
+    mask = BOTH if agrees else TRL["completion_mask"]
+    said = [[-100 if not m else i for i, m in zip(r, mr)] for r, mr in zip(IDS, mask)] if other == "labels" else mask
+    err, masks = _pack(tmp_path, _write(tmp_path, "parquet", {**TRL, other: said}))
+    if agrees:
+        assert err is None and masks == {0: BOTH[0], 1: BOTH[1]}, (err, masks)
+    else:
+        assert err is not None and "disagree" in err and other in err and "row 0" in err, err
+        assert "assistant_masks AND completion_mask" in err, err
 
 
 @pytest.mark.parametrize("name", ["assistant_masks", "completion_mask"])
