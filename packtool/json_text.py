@@ -44,6 +44,16 @@ class DuplicateKeyError(json.JSONDecodeError):
         self.key = key
 
 
+class LongIntegerError(json.JSONDecodeError):
+    """An integer longer than Python converts; `pos` at the number."""
+
+
+def past_syntax(e: json.JSONDecodeError) -> bool:
+    """Whether the text is JSON but breaks one of this module's rules (a key twice, an integer
+    too long): a caller that says "not JSON" for a syntax error says this one's own words."""
+    return isinstance(e, (DuplicateKeyError, LongIntegerError))
+
+
 class _Twice(Exception):
     def __init__(self, key: str):
         self.key = key
@@ -89,7 +99,7 @@ def raw_decode(text: str, pos: int = 0, whole: bool = False):
         raise _long_integer(text, pos) from None
 
 
-def _long_integer(text: str, pos: int) -> json.JSONDecodeError:
+def _long_integer(text: str, pos: int) -> LongIntegerError:
     """An integer longer than Python converts (sys.get_int_max_str_digits(), 4300 by default) was
     Python's bare ValueError, no file or line named, and no JSON error to any caller: said as
     one at the number (the first such run of digits outside a string, found only on this path),
@@ -98,8 +108,8 @@ def _long_integer(text: str, pos: int) -> json.JSONDecodeError:
     found = [m for m in re.finditer(r"-?\d{%d,}" % (limit + 1), text[pos:]) if not _in_string(text, pos + m.start())]
     at = pos + found[0].start() if found else pos
     n = len(found[0].group().lstrip("-")) if found else limit + 1
-    return json.JSONDecodeError(f"an integer of {n} digits, more than Python reads ({limit}): the file is damaged or "
-                                f"was edited; write a shorter number", text, at)
+    return LongIntegerError(f"an integer of {n} digits, more than Python reads ({limit}): the file is damaged or "
+                            f"was edited; write a shorter number", text, at)
 
 
 def _in_string(text: str, at: int) -> bool:

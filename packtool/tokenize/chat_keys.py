@@ -20,6 +20,7 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from packtool import json_text
 from packtool.errors import PacktoolInputError
 from packtool.notes import note
 from packtool.tokenize.blank_lines import say_record
@@ -99,9 +100,12 @@ def row_value(value, key: str, path: str, row: int):
     if value is None:
         return None
     if isinstance(value, str):
-        try:  # JSON text: exact, nothing Arrow filled in
-            value = json.loads(value)
-        except json.JSONDecodeError:
+        try:  # JSON text: exact, nothing Arrow filled in; by packtool's rule (a key twice, a long integer)
+            value = json_text.loads(value)
+        except json.JSONDecodeError as e:
+            if json_text.past_syntax(e):
+                raise PacktoolInputError(f"{key} is JSON text packtool does not read: {e.msg}", path=path,
+                                         row=row) from None
             value = _NOT_JSON
     else:
         value = no_nulls(value)

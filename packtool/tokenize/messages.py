@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from packtool import json_text
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.json_types import ARGUMENTS, plain_part
 
@@ -104,7 +105,7 @@ def _tool_calls(calls, column: str, j: int | None, path: str | None, row: int | 
             fn = {a: v for a, v in fn.items() if v is not None}
         if fn is not None and isinstance(fn.get("arguments"), dict):
             args = fn["arguments"]  # its JSON text (json_types), or nulls Arrow filled in (Parquet)
-            fn["arguments"] = json.loads(args[ARGUMENTS]) if ARGUMENTS in args else no_nulls(args)
+            fn["arguments"] = json_text.loads(args[ARGUMENTS]) if ARGUMENTS in args else no_nulls(args)
         if fn is None or not isinstance(fn.get("name"), str) or \
                 not isinstance(fn.get("arguments"), (str, dict)):
             got = "no object" if fn is None else ("keys " + ", ".join(fn) if fn else "no keys")
@@ -193,9 +194,12 @@ def sharegpt_to_messages(turns: list[dict], path: str, row: int) -> list[dict]:
 
 def _sharegpt_calls(value, j: int, path: str, row: int) -> list[dict]:
     where = f"conversations[{j}]"
-    try:
-        calls = json.loads(value) if isinstance(value, str) else None
-    except json.JSONDecodeError:
+    try:  # by packtool's rule (a key twice, a long integer): Python's json let both by
+        calls = json_text.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError as e:
+        if json_text.past_syntax(e):
+            raise PacktoolInputError(f"{where} is a function_call whose value is JSON text packtool does not "
+                                     f"read: {e.msg}", path=path, row=row) from None
         calls = None
     if not isinstance(calls, (dict, list)):
         raise PacktoolInputError(f"{where} is a function_call whose value is not the JSON text of "
