@@ -32,8 +32,32 @@ _ALLOCATION = re.compile(r"\b(?:m|re|c)alloc of size (\d+) failed|std::bad_alloc
 # ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 64000000 bytes")
 _NUMPY = re.compile(r"Unable to allocate ([\d.]+ [KMGTPE]?i?B)")
 _TORCH = re.compile(r"can't allocate memory(?:: you tried to allocate (\d+) bytes)?")
-_LIMITS = ((resource.RLIMIT_AS, "the address-space limit (ulimit -v)"),
-           (resource.RLIMIT_DATA, "the data-size limit (ulimit -d)"))
+# each memory limit: its words, its flag, what /proc/self/status counts against it
+_LIMITS = ((resource.RLIMIT_AS, "the address-space limit", "ulimit -v", "VmSize"),
+           (resource.RLIMIT_DATA, "the data-size limit", "ulimit -d", "VmData"))
+
+
+def memory_limits() -> list[tuple[str, str, int, int | None]]:
+    """Each memory limit set on this process: (its words, its flag, the soft limit in bytes, what
+    the process counts against it now, None where unknown): the one table of which limit is
+    which (a thread refused named ulimit -v for a ulimit -d limit: RB-2)."""
+    out = []
+    for lim, words, flag, field in _LIMITS:
+        soft = resource.getrlimit(lim)[0]
+        if soft != resource.RLIM_INFINITY:
+            out.append((words, flag, soft, _status_bytes(field)))
+    return out
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class DecodeOutOfMemory(MemoryError):
@@ -69,8 +93,7 @@ def out_of_memory(e: BaseException, where: str, doing: str, fault: str, more: st
     size = failed_allocation(e)
     if size is None:
         return None
-    limits = [f"{said} is {soft / 2**20:,.0f} MiB" for lim, said in _LIMITS
-              if (soft := resource.getrlimit(lim)[0]) != resource.RLIM_INFINITY]
+    limits = [f"{words} ({flag}) is {soft / 2**20:,.0f} MiB" for words, flag, soft, _ in memory_limits()]
     under = f"; {', '.join(limits)}" if limits else ""
     return DecodeOutOfMemory(f"{where}: out of memory {doing} (could not allocate {size}{under}); {fault} is not at "
                              f"fault: give the process more memory ({more}", path=path)

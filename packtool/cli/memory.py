@@ -8,6 +8,7 @@ from __future__ import annotations
 import resource
 
 from packtool.errors import one_line, shown
+from packtool.free_memory import memory_limits
 
 # packtool package -> the stage, as said in the line
 _STAGE = {"tokenize": "tokenizing", "planning": "planning", "packers": "planning", "slabs": "slabs",
@@ -114,6 +115,9 @@ def thread_refused(e: BaseException) -> bool:
     return native_panic(e) and any(w in text for w in _REFUSED_PANIC)
 
 
+_UNSIZED_STACK = 32 << 20  # a thread's stack under an unlimited ulimit -s: at most this (glibc's default)
+
+
 def _kib(n: int) -> str:
     return f"{n // 1024:,} KiB"
 
@@ -122,17 +126,24 @@ def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
     """The one line for `thread_refused(e)` in `command`: the limit that refused it and the fix."""
     where = _where(command, args, stage_of(e)) if command else ""
     lead = f"in `packtool {command}`{where}" if command else "here"
-    limit = min((x for x in (resource.getrlimit(r)[0] for r in (resource.RLIMIT_AS, resource.RLIMIT_DATA))
-                 if x != resource.RLIM_INFINITY), default=None)
     fewer = "or run fewer threads (RAYON_NUM_THREADS=1 for the tokenizer's pool)"
-    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size, not ulimit -s
-    if limit is not None:
-        stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-        each = f", {_kib(stack)} each (ulimit -s)" if stack != resource.RLIM_INFINITY and not pool else ""
-        why = (f"the memory limit ({_kib(limit)}, ulimit -v) has no room for another thread's stack{each}: "
+    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size (2 MiB), not ulimit -s
+    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
+    sized = stack != resource.RLIM_INFINITY and not pool
+    room = stack if sized else (2 << 20 if pool else _UNSIZED_STACK)
+    # a limit the process is far below did not refuse a stack: many clusters set a large ulimit -v,
+    # and a refusal by the thread or pids limit was said as memory (RB-2)
+    limits = memory_limits()
+    full = [(words, flag, soft) for words, flag, soft, used in limits if used is None or used + room > soft]
+    if full:
+        words, flag, soft = full[0]
+        each = f", {_kib(stack)} each (ulimit -s)" if sized else ""
+        why = (f"{words} ({_kib(soft)}, {flag}) has no room for another thread's stack{each}: "
                f"raise the limit, {fewer}")
     else:
-        why = f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}"
+        room = "".join(f"; {words} ({flag}) is not what refused it ({_kib(used)} used of {_kib(soft)})"
+                       for words, flag, soft, used in limits)
+        why = f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}{room}"
     errno = next((w for w in _REFUSED_PANIC[1:] if w in str(e)), "refused")
     said = f"the tokenizer's thread pool: {errno}" if pool else one_line(e)
     return f"could not start a thread {lead} ({said}); {why}"
