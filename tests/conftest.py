@@ -220,15 +220,27 @@ def pytest_runtest_teardown(item, nextitem):
     ray_nodes test's connection to the cluster kept, a local node never taken for it); one a test
     outside both groups started (pack_ray leaves its node up for the process) fails that test,
     since under xdist it ran beside the group's. Checked after the test's own teardown, so a
-    failure here leaves no fixture of it standing for the next test."""
-    yield
+    failure here leaves no fixture of it standing for the next test. A teardown that raised (a
+    module fixture's, the cluster's) still gets the shutdown, its own error standing: skipped,
+    Ray stayed up and the next test outside the group was blamed for it (RB-7)."""
+    try:
+        result = yield
+    except BaseException:
+        _shut_between_groups(item, nextitem)
+        raise
+    if _shut_between_groups(item, nextitem) and ray_group(item) is None:
+        pytest.fail(f"{item.nodeid} started a Ray node in this process without LOCAL_RAY_GROUP "
+                    "(tests/conftest.py): mark it (or its Ray parameters) with it", pytrace=False)
+    return result
+
+
+def _shut_between_groups(item, nextitem) -> bool:
+    """Shut a Ray that is up down before the first test outside `item`'s group; whether it was up."""
     up = _ray_up()
     if up and (nextitem is None or ray_group(nextitem) != ray_group(item)):
         import ray
         ray.shutdown()
-    if up and ray_group(item) is None:
-        pytest.fail(f"{item.nodeid} started a Ray node in this process without LOCAL_RAY_GROUP "
-                    "(tests/conftest.py): mark it (or its Ray parameters) with it", pytrace=False)
+    return up
 
 
 @pytest.fixture(autouse=True)

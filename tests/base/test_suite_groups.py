@@ -35,15 +35,16 @@ def fake_ray(monkeypatch):
     return ray
 
 
-def _teardown(item, nextitem):
-    """Run the conftest wrapper around an empty teardown; the failure it raises, if any."""
+def _teardown(item, nextitem, raised: BaseException | None = None):
+    """Run the conftest wrapper around a teardown that passed, or raised `raised`; the failure
+    it raises, if any."""
     gen = conftest.pytest_runtest_teardown(item, nextitem)
     next(gen)
     try:
-        gen.send(None)
+        gen.send(None) if raised is None else gen.throw(raised)
     except StopIteration:
         return None
-    except pytest.fail.Exception as e:
+    except (pytest.fail.Exception, RuntimeError) as e:
         return str(e)
 
 
@@ -67,6 +68,15 @@ def test_ray_is_held_by_one_group_at_a_time(fake_ray, case):
     assert (said is not None) is failed
     if failed:
         assert "without LOCAL_RAY_GROUP" in said
+
+
+# RB-7: a teardown that raised (the ray_nodes cluster fixture's, at its module's last test) skipped
+# the shutdown: Ray stayed up, and the next test outside the group was failed for starting it
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][2]])
+def test_a_teardown_that_raised_still_gets_the_shutdown(fake_ray, case):
+    item, nextitem, _, _ = CASES[case]
+    said = _teardown(item, nextitem, RuntimeError("the cluster's teardown failed"))
+    assert fake_ray.shutdowns == 1 and said == "the cluster's teardown failed", said
 
 
 def test_no_ray_is_no_word(monkeypatch):
