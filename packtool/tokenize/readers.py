@@ -34,6 +34,7 @@ from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, 
 from packtool.tokenize.file_kinds import READ_KINDS, listed_data, unreadable
 from packtool.tokenize.file_kinds import kind_of as _kind_of
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
+from packtool.tokenize.unlisted import refuse_unlisted
 
 @dataclass(frozen=True)
 class InputFile:
@@ -42,7 +43,7 @@ class InputFile:
     kind: str
 
 
-def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
+def _folder_files(folder: str, own: OwnTrees, passed: list, quiet: bool) -> list[str]:
     """The regular files below a folder input, less packtool's own trees (`own`); each real
     folder walked once (`passed` gets the links not followed: storage.local_walk). An entry that
     is no regular file is judged by _refuse_odd_entries; a folder below that cannot be listed is
@@ -50,7 +51,7 @@ def _folder_files(folder: str, own: OwnTrees, passed: list) -> list[str]:
     unlisted: list = []
     entries = own.keep([f for f in local_glob(os.path.join(glob.escape(folder), "**", "*"), passed, unlisted)
                         if not os.path.isdir(f)])
-    refuse_unlisted(folder, unlisted)
+    refuse_unlisted(folder, unlisted, quiet)
     _refuse_odd_entries(folder, entries, folder, "folder holds")
     return entries
 
@@ -80,19 +81,6 @@ def _target(link: str) -> str:
         return os.readlink(link)
     except OSError:  # replaced since it was listed
         return "?"
-
-
-def refuse_unlisted(spec: str, unlisted: list) -> None:
-    """A folder below an input (or the input folder itself) that could not be listed
-    (storage.local_walk's `unlisted`)."""
-    if unlisted:
-        where, e = unlisted[0]
-        more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
-        itself = os.path.abspath(where) == os.path.abspath(spec)
-        said = "the input folder" if itself else f"folder {where} below the input"
-        raise PacktoolInputError(f"{said}{more} cannot be listed ({type(e).__name__}: "
-                                 f"{e.strerror or e}): its files' rows would be left out; give packtool read "
-                                 f"access to it, or pass the files to read themselves", path=spec)
 
 
 def stdin_refused(name: str = "inputs") -> PacktoolInputError:
@@ -137,7 +125,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
             unlisted: list = []
             paths = outermost(saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, []),
                                                                              unlisted))), quiet))
-            refuse_unlisted(spec, unlisted)
+            refuse_unlisted(spec, unlisted, quiet)
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
             paths = _glob_data(spec, paths, owns[-1].names_a_tree(), quiet)
@@ -150,7 +138,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
                     out += [InputFile(f, "arrow") for f in saved_files(p)]
                     continue
                 owns.append(OwnTrees(p, p))
-                found, hf = saved_folders_below(p, _folder_files(p, owns[-1], links.setdefault(spec, [])))
+                found, hf = saved_folders_below(p, _folder_files(p, owns[-1], links.setdefault(spec, []), quiet))
                 # a tree of packtool's named itself: its other files are its own (own_trees)
                 inner = sorted(f for f, _ in listed_data(p, sorted((f, os.path.relpath(f, p)) for f in found),
                                                          "folder holds", owns[-1].names_a_tree(), quiet))
