@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
-from packtool.storage import is_uri, join_uri, locate, shown
+from packtool.storage import is_uri, locate, shown
 from packtool.tokenize.hub_load import FILE_SUFFIXES
 from packtool.tokenize.readers import stdin_refused
 
@@ -64,7 +64,10 @@ def refuse_store_dataset(inputs: list[str], split: str | None, config: str | Non
     given = "--split" if split else "--config" if config else None
     for spec in inputs if given else ():
         if is_uri(spec):
-            fix = (f"pass the split's own prefix ({join_uri(shown(spec).rstrip('/'), split)}/) without {given}"
+            from packtool.tokenize.repo_folder import store_split_objects
+            objects = store_split_objects(spec, split) if split else None
+            fix = (f"pass that split's objects alone ({shown(objects)}) without {given}" if objects else
+                   f"no object below it names split {split}: pass the objects that hold it without {given}"
                    if split else f"pass the configuration's own objects without {given}")
             raise PacktoolConfigError(f"{given} reads a dataset name or a local folder through datasets, never a "
                                       f"store URI; {fix}", path=shown(spec), flag=given)

@@ -113,12 +113,52 @@ def refuse_repo_prefix(prefix, files: list, listed: set[str]) -> None:
     objects below it; `listed`: every object path the listing saw, so a README.md is read only
     where there is one). `--split` reads no store URI: the fix is that split's objects."""
     base = prefix.path.rstrip("/") + "/"
-    readme = None
-    if base + "README.md" in listed:
-        with prefix.join("README.md").open_input() as f:
-            readme = f.read(README_BYTES).decode("utf-8", "replace")
-    _refuse(prefix.shown.rstrip("/"), [f.path[len(base):] for f in files if f.path.startswith(base)], readme,
-            local=False)
+    _refuse(prefix.shown.rstrip("/"), [f.path[len(base):] for f in files if f.path.startswith(base)],
+            _prefix_readme(prefix, listed), local=False)
+
+
+def _prefix_readme(prefix, listed: set[str]) -> str | None:
+    """The head of a store prefix's README.md, read only where the listing saw one."""
+    if prefix.path.rstrip("/") + "/README.md" not in listed:
+        return None
+    with prefix.join("README.md").open_input() as f:
+        return f.read(README_BYTES).decode("utf-8", "replace")
+
+
+def store_split_objects(spec: str, split: str) -> str | None:
+    """What reads `split` alone from the store URI `spec` (a prefix, or a glob matching prefixes)
+    given with --split, which reads no store URI: the split's own prefix where a DatasetDict was
+    saved there, else that split's objects as the no-split refusal names them (README `configs:`,
+    a partition folder, the split word in the names), below the prefix the listing found (a glob's
+    match, not its text). S48A-15: the fix was PREFIX/SPLIT/ for every prefix, which a repo of
+    split-named files does not have. None: nothing there names the split."""
+    from packtool.storage import expand
+    from packtool.tokenize.file_kinds import kind_of
+    listed: list = []
+    folders: list = []
+    try:
+        expand(spec, listed, folders=folders)
+    except Exception:  # not listed: reading the input says why
+        return None
+    paths = set(listed[1:])
+    want = _WORD.get(split, split)
+    for prefix in folders:
+        base, shown_as = prefix.path.rstrip("/") + "/", prefix.shown.rstrip("/")
+        rels = sorted(p[len(base):] for p in paths if p.startswith(base))
+        if f"{split}/state.json" in rels:
+            return f"{shown_as}/{split}/"
+        configs = _declared_configs(_prefix_readme(prefix, paths))
+        if configs is not None:  # its declared files, as datasets reads them
+            default = next((c for c in configs if c[2]), configs[0])
+            pattern = next((p for s, p in default[1] if s == split and p), None)
+            if pattern:
+                return f"{shown_as}/{pattern}"
+            continue
+        rel = next((r for r in rels if kind_of(r) and _split_of(r) == want), None)
+        if rel is not None:
+            part = _partition(rel)
+            return f"{shown_as}/{part}/" if part else f"{shown_as}/{_split_pattern(rel)}"
+    return None
 
 
 def _split_pattern(rel: str) -> str:
