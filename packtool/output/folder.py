@@ -191,7 +191,7 @@ def temp_dir(output: str) -> str:
     """A fresh folder the new output is written into, beside `output` (same file system)."""
     parent, prefix = _beside(output, TMP_TAG)
     d = make_temp_dir(parent, prefix)
-    mark(d)  # the next run's sweep removes it only on this proof (output.leftovers)
+    mark(d, made=True)  # the next run's sweep removes it only on this proof (output.leftovers)
     return d
 
 

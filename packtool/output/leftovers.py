@@ -78,11 +78,23 @@ def _record() -> bytes:
     return json.dumps(dict(_machine(), token=os.urandom(16).hex(), pid=pid, start=_start_time(pid))).encode()
 
 
-def mark(folder: str) -> None:
-    """Write the marker into a folder this process just made (exclusively, never through a link)."""
-    fd = os.open(os.path.join(folder, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(_record())
+def mark(folder: str, made: bool = False) -> None:
+    """Write the marker into a folder this process just made (exclusively, never through a link).
+    A marker it could not fill (a full disk, `ulimit -f`) is removed, with the folder when `made`
+    (this run's, still empty): left, no later run could prove them packtool's (S49A-8). The
+    error then names the marker, for the place's argument in its line."""
+    path = os.path.join(folder, MARKER)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_record())
+    except OSError as e:
+        for gone in (lambda: os.unlink(path), lambda: made and os.rmdir(folder)):
+            try:
+                gone()
+            except OSError:
+                pass
+        raise OSError(e.errno, e.strerror, path) from None
 
 
 def mark_file(fd: int) -> bool:
@@ -143,7 +155,7 @@ def drop_dead_record(path: str) -> bool:
 def owned_temp_dir(prefix: str, dir: str | None = None) -> str:
     """`tempfile.mkdtemp` (private, exclusive), marked as this run's."""
     d = tempfile.mkdtemp(prefix=prefix, dir=dir)
-    mark(d)
+    mark(d, made=True)
     return d
 
 

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from packtool.errors import PacktoolOutputError, arg
-from packtool.output.writes import NEW_FILE_MODE, make_parents, remove_created
+from packtool.errors import PacktoolError, PacktoolOutputError, arg, place_error
+from packtool.output.writes import NEW_FILE_MODE, make_parents, no_room, remove_created, room_fix
 
 # \Z: `\n$` would take a second newline; the command is absent in a lock of an older packtool
 _LOCK_TEXT = re.compile(rb"^packtool lock, pid (\d+)(?:, ([a-z]+))?\n\Z")
@@ -76,8 +76,11 @@ def open_lock(path: str, shown: str, flag: str = "output") -> int:
     ours = plain and st.st_size <= _MAX and (_LOCK_TEXT.match(os.pread(fd, _MAX, 0)) or _held(fd))
     if not ours:
         os.close(fd)
+        # packtool of an earlier version left its lock empty when the disk was full (S49A-8)
+        empty = " (an empty one may be left by an older packtool that could not write it on a full disk)" \
+            if plain and st.st_size == 0 else ""
         raise PacktoolOutputError(f"{path} is not a packtool lock file (another file, another "
-                                  f"user's, or a second name of one); packtool never writes nor removes it: "
+                                  f"user's, or a second name of one){empty}; packtool never writes nor removes it: "
                                   f"move it away or pick another {arg(flag)}", path=shown, flag=arg(flag))
     return fd
 
@@ -117,8 +120,7 @@ def take(target: str, shown: str, flag: str, command: str, what: str) -> Held:
         fd = open_lock(path, shown, flag)
     except OSError as e:
         remove_created(made)
-        raise PacktoolOutputError(f"cannot be written: {e.strerror} ({os.path.dirname(path)}); "
-                                  f"pick another {arg(flag)}", path=shown, flag=arg(flag)) from None
+        raise _cannot_lock(e, os.path.dirname(path), shown, flag) from None
     except BaseException:
         remove_created(made)
         raise
@@ -143,9 +145,29 @@ def take(target: str, shown: str, flag: str, command: str, what: str) -> Held:
     if not same:
         os.close(fd)
         return take(target, shown, flag, command, what)
-    os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
-    os.pwrite(fd, lock_text(command=command), 0)  # the proof a later run reopens it on
+    text = lock_text(command=command)
+    try:
+        os.ftruncate(fd, 0)  # ours: open_lock refused anything but a packtool lock file
+        if os.pwrite(fd, text, 0) != len(text):  # the proof a later run reopens it on
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # only room stops a regular file's write short
+    except OSError as e:
+        # left unfilled, every later run would refuse it as a user's file (S49A-8): we hold it, it goes
+        unlink_if_same(path, fd)
+        os.close(fd)
+        remove_created(made)
+        raise _cannot_lock(e, path, shown, flag) from None
     return Held(fd, path, 1, made)
+
+
+def _cannot_lock(e: OSError, where: str, shown: str, flag: str) -> PacktoolError:
+    """The one line for a lock file (or its folder, `where`) the system would not write: for
+    room, what ran out and the fix; `--json` kind by `flag` (output, or the cache's)."""
+    room, cls = no_room(e), place_error(flag)
+    if room is None:
+        return cls(f"cannot be written: {e.strerror or e} ({where}); pick another {arg(flag)}",
+                   path=shown, flag=arg(flag))
+    return cls(f"its lock file cannot be written ({where}): {room}; {room_fix(e, arg(flag))}",
+               path=shown, flag=arg(flag))
 
 
 def release(h: Held, failed: bool) -> None:

@@ -203,7 +203,7 @@ def build_flat_tokens(parquet_files: list[str], directory: str,
     offsets = np.zeros(lengths.size + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tmp = make_temp_dir(os.path.dirname(directory), f"{os.path.basename(directory)}.tmp-{os.getpid()}-")
-    mark(tmp)  # the next run's sweep removes it only on this proof (output.leftovers)
+    mark(tmp, made=True)  # the next run's sweep removes it only on this proof (output.leftovers)
     fi = os.open(os.path.join(tmp, TOKENS_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, NEW_FILE_MODE)
     try:
         os.ftruncate(fi, int(offsets[-1]) * 4)
