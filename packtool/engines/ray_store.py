@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from packtool.engines.ray_env import remote
 from packtool.notes import note
-from packtool.storage import is_file, join_uri, shown
+from packtool.storage import shown
 from packtool.tokenize.cache import TokenizedCache, cache_problem
 from packtool.tokenize.cache_entry import file_problem
 from packtool.tokenize.chat_keys import say_stored
@@ -62,7 +62,7 @@ def store_tokenized_cache(inputs: list[str], cfg: TokenizeConfig, cache_dir: str
     sweep_pushes(cache_dir)  # what killed pushes left there (store_push)
     r = resolve_cache(inputs, cfg, cache_dir, digest=hashes)  # r.final: the entry's URI; nothing is local
     damaged = False
-    if is_file(join_uri(r.final, ENTRY_META)):
+    if cache_place(r.final).join(ENTRY_META).is_file():
         problem = cache_problem(r.final, r.fingerprint, check=check_on_ray)
         if problem is None:
             cache = r.this_run(TokenizedCache(r.final, reused=True))

@@ -18,12 +18,14 @@ after every recorded file is re-hashed and matches (`cache_problem`); anything e
 flipped byte, a truncated or missing file, a garbled cache.json -- is reported in one line
 and the cache is rebuilt (tokenize/pipeline.py).
 
-The entry's names, cache.json and each file's record are tokenize/cache_entry.py's; the parts
-as runs of row groups (plan shards, Ray tasks) tokenize/cache_pieces.py's; this module opens,
-reads and checks a whole entry and publishes a built one. It re-exports both.
+The entry's names, cache.json, each file's record and the check of a whole entry are
+tokenize/cache_entry.py's; the parts as runs of row groups (plan shards, Ray tasks)
+tokenize/cache_pieces.py's; this module opens and reads an entry and publishes a built one. It
+re-exports both.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from dataclasses import asdict
@@ -35,11 +37,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
-from packtool.errors import PacktoolFormatError, PacktoolIndexError, PacktoolInputError
+from packtool.errors import PacktoolError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError
 from packtool.output.files import share_as_mkdir
 from packtool.output.leftovers import remove_tree, unmark
 from packtool.side import side_columns_from_manifest
-from packtool.storage import arrow_file, is_file, is_uri, join_uri, read_range
+from packtool.storage import STORE_ERRORS, arrow_file, is_file, is_uri, join_uri, read_range
 from packtool.tokenize.cache_entry import (  # the entry's format and trust, re-exported: its readers import them from here
     CACHE_FORMAT,
     CACHE_JSON_BYTES,  # noqa: F401
@@ -49,7 +51,9 @@ from packtool.tokenize.cache_entry import (  # the entry's format and trust, re-
     SIDE_STORE,
     CacheDamagedError,
     cache_checksums,
-    file_problem,
+    entry_problem,
+    entry_reads,
+    file_problem,  # noqa: F401
     read_cache_json,
     side_file,  # noqa: F401
     side_files,
@@ -100,6 +104,16 @@ def _flat(col: pa.ChunkedArray, dtype) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(vals, dtype=dtype), offs - offs[0]
 
 
+def _entry_requests(method):
+    """A TokenizedCache method whose requests of a store entry name --cache-dir (entry_reads),
+    wherever it runs (the driver, a plan or write task)."""
+    @functools.wraps(method)
+    def read(self, *args, **kw):
+        with entry_reads(self.root):
+            return method(self, *args, **kw)
+    return read
+
+
 class TokenizedCache:
     """A finished cache directory. Cheap to open: only cache.json and Parquet footers are read."""
 
@@ -107,6 +121,10 @@ class TokenizedCache:
         path = path if is_uri(path) else os.path.normpath(path)
         if _base(path) == DATA_DIR and not is_uri(path):
             path = os.path.dirname(path)
+        with entry_reads(path):
+            self._open(path, reused)
+
+    def _open(self, path: str, reused: bool) -> None:
         meta_path = _join(path, "cache.json")
         if not is_file(meta_path):
             raise PacktoolInputError("not a tokenized cache (no cache.json)", path=path)
@@ -143,6 +161,7 @@ class TokenizedCache:
     def __repr__(self) -> str:
         return f"TokenizedCache({self.path!r}, rows={self.num_rows}, tokens={self.num_tokens})"
 
+    @_entry_requests
     def _column(self, name: str) -> np.ndarray:
         # ParquetFile.read, not pq.read_table: the dataset layer imports pyarrow.compute and pandas
         # (tests/packing/test_lean_imports.py), and under truncate or split pack asks lengths() again
@@ -155,14 +174,16 @@ class TokenizedCache:
 
     def length_batches(self, rows: int = 1 << 20):
         """`lengths()` a batch of up to `rows` at a time, in row order: memory bounded whatever the rows."""
-        for p in self.parquet_files:
-            for b in pq.ParquetFile(arrow_file(p)).iter_batches(batch_size=rows, columns=["length"]):
-                yield np_of(b.column(0)).astype(np.int64)
+        with entry_reads(self.root):  # it names only requests below the entry: the caller's between yields are theirs
+            for p in self.parquet_files:
+                for b in pq.ParquetFile(arrow_file(p)).iter_batches(batch_size=rows, columns=["length"]):
+                    yield np_of(b.column(0)).astype(np.int64)
 
     def source_indices(self) -> np.ndarray:
         """Global input row of every cache row; equals arange(num_rows) unless rows were skipped."""
         return self._column("source_index").astype(np.int64)
 
+    @_entry_requests
     def _row_groups(self) -> np.ndarray:
         if self._rg_start is None:
             starts = [0]
@@ -174,6 +195,7 @@ class TokenizedCache:
             self._rg_start = np.asarray(starts, np.int64)
         return self._rg_start
 
+    @_entry_requests
     def _load_group(self, g: int):
         hit = self._rg_cache.get(g)
         if hit is not None:
@@ -237,7 +259,8 @@ class TokenizedCache:
         return np.asarray(words), offsets
 
     def _read_flat(self, idx: np.ndarray) -> Rows:
-        tokens, offsets = self._flat_store()
+        tokens, offsets = self._flat_rows_of_store(idx) if is_uri(self.root) else self._flat_store()
+        idx = np.searchsorted(np.unique(idx), idx) if is_uri(self.root) else idx
         lens = offsets[idx + 1] - offsets[idx]
         out_offs = np.zeros(idx.size + 1, np.int64)
         np.cumsum(lens, out=out_offs[1:])
@@ -245,6 +268,23 @@ class TokenizedCache:
         _gather(tokens, offsets, idx, out_offs, words)
         return Rows(words & 0x7FFFFFFF, ((words >> 31) & 1).astype(np.uint8), out_offs)
 
+    @_entry_requests
+    def _flat_rows_of_store(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(words, offsets) of the distinct rows of `idx`, in order, from a store entry's flat/:
+        one ranged read per run of consecutive rows (the local store is mapped whole instead)."""
+        offsets = self._flat_offsets(0, self.num_rows + 1)
+        rows = np.unique(idx)
+        if not rows.size:
+            return np.zeros(0, np.int32), np.zeros(1, np.int64)
+        cut = np.nonzero(np.diff(rows) != 1)[0] + 1
+        firsts, lasts = rows[np.r_[0, cut]], rows[np.r_[cut - 1, rows.size - 1]] + 1
+        words = np.concatenate([self._flat_values(FLAT_FILES[0], np.dtype(np.int32), int(offsets[a]),
+                                                  int(offsets[e] - offsets[a])) for a, e in zip(firsts, lasts)])
+        sub = np.zeros(rows.size + 1, np.int64)
+        np.cumsum(offsets[rows + 1] - offsets[rows], out=sub[1:])
+        return words, sub
+
+    @_entry_requests
     def token_lists(self, path: str, groups, first: int) -> pa.Table:
         """`input_ids` and `loss_mask` (null rows: all targets) of the rows in row groups
         `groups` of part `path`, the first of which is cache row `first`; then, per side
@@ -267,6 +307,7 @@ class TokenizedCache:
             cols[f"side{k}"] = pa.ListArray.from_arrays(pa.array((offs * c.width).astype(np.int32)), pa.array(vals))
         return pa.table(cols)
 
+    @_entry_requests
     def _flat_offsets(self, first: int, n: int) -> np.ndarray:
         """offsets.npy[first:first + n], read alone (a ranged read on a store): the header's
         shape must be the row count's."""
@@ -281,6 +322,8 @@ class TokenizedCache:
             shape, fortran, dtype = read_header(f)
             start = f.tell()
             ok = shape == (self.num_rows + 1,) and not fortran and dtype == np.dtype(np.int64)
+        except PacktoolError:  # a store that did not answer (entry_reads): no damage of the entry
+            raise
         except (OSError, ValueError):
             ok = False
         if not ok:
@@ -288,6 +331,7 @@ class TokenizedCache:
                                     "delete the folder and re-run (it is rebuilt)", path=self.root)
         return np.frombuffer(read_range(path, start + 8 * first, 8 * n), np.int64)
 
+    @_entry_requests
     def _flat_values(self, name: str, dtype: np.dtype, first: int, n: int) -> np.ndarray:
         """Values [first, first + n) of a raw flat/ file (a ranged read on a store)."""
         data = read_range(_join(self.root, FLAT_DIR, name), first * dtype.itemsize, n * dtype.itemsize)
@@ -306,59 +350,22 @@ def _base(path: str) -> str:
     return path.partition("?")[0].rstrip("/").rsplit("/", 1)[-1] if is_uri(path) else os.path.basename(path)
 
 
-def _check_serially(root: str, records: list[tuple[str, dict]]) -> str | None:
-    for name, rec in records:
-        problem = file_problem(root, name, rec)
-        if problem:
-            return problem
-    return None
-
-
-def cache_problem(root: str, fingerprint: str | None = None, check=_check_serially) -> str | None:
+def cache_problem(root: str, fingerprint: str | None = None, check=None) -> str | None:
     """Why the cache at `root` (a folder or a store entry) must not be reused (None: every
-    recorded file re-hashed and matched). Reads each file once; the flat store may be absent
-    (it is rebuilt from the verified Parquet and must then hash to its record). `check(root,
-    [(name, record)])`: the first problem of those files (the Ray engine spreads it)."""
-    try:
-        meta = read_cache_json(root)
-    except CacheDamagedError as e:  # the reason alone: the caller's line names the entry and the fix
-        return str(e).partition(": ")[2].partition("; ")[0] or "cache.json cannot be read"
-    if meta.get("format") != CACHE_FORMAT or meta.get("version") != CACHE_VERSION:
-        return "cache.json is of another format or version"
-    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
-        return "cache.json belongs to other inputs or options (fingerprint differs)"
-    from packtool.tokenize.blank_lines import uncounted
-    if (why := uncounted(meta.get("inputs"))) is not None:
-        return why
-    sums, parts = meta.get("checksums"), meta.get("parts")
-    if not isinstance(sums, dict) or not isinstance(parts, list):
-        return "cache.json has no checksums"
-    try:
-        names = [f"{DATA_DIR}/{p['file']}" for p in parts]
-    except (TypeError, KeyError):
-        return "cache.json's list of parts is damaged"
-    flat_only = meta.get("token_lists", "parts") == "flat"
-    for n in FLAT_FILES:  # absent: rebuilt from the Parquet (unless only flat/ holds the tokens)
-        name = f"{FLAT_DIR}/{n}"
-        if flat_only or is_file(_join(root, FLAT_DIR, n)):
-            if name not in sums:
-                return f"{name} has no checksum in cache.json"
-            names.append(name)
-    side = meta.get("side_columns")
-    for k, e in enumerate(side if isinstance(side, list) else ()):  # only flat/ holds them
-        width = e.get("width", 1) if isinstance(e, dict) else 1
-        for n in side_files(k, width if isinstance(width, int) and width >= 1 else 1):
-            name = f"{FLAT_DIR}/{n}"
-            if name not in sums:
-                return f"{name} has no checksum in cache.json"
-            names.append(name)
-    problem = check(root, [(name, sums.get(name)) for name in names])
-    if problem:
-        return problem
-    try:
-        TokenizedCache(root)
-    except (PacktoolInputError, CacheDamagedError) as e:
-        return str(e)
+    recorded file re-hashed and matched, and it opens). Reads each file once; the flat store may
+    be absent (it is rebuilt from the verified Parquet and must then hash to its record).
+    `check(root, [(name, record)])`: the first problem of those files (the Ray engine spreads
+    it). A store that does not answer is no problem of the entry (whose fix would delete a good
+    shared one): raised, naming --cache-dir."""
+    with entry_reads(root):
+        if problem := entry_problem(root, fingerprint, check):
+            return problem
+        try:
+            TokenizedCache(root)
+        except STORE_ERRORS:  # the store's refusal, not the entry's
+            raise
+        except (PacktoolInputError, CacheDamagedError) as e:
+            return str(e)
     return None
 
 

@@ -10,7 +10,9 @@ every file's size and xxh3-128 (`cache_checksums`); `file_problem` says why one 
 what it records; cache.json itself carries the xxh3-128 of its own content (`SEAL`), so a
 hand-edited count, input hash, tokenizer or side column declaration is refused as the files
 are, never fed into a pack. `CacheDamagedError` is every refusal of an entry whose files or
-cache.json do not hold.
+cache.json do not hold; `entry_problem` says why a whole entry must not be reused. An entry on
+a store is read within `entry_reads`: a store that stops answering names --cache-dir, and is
+never taken for damage.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ import json
 import os
 import re
 
-from packtool.errors import PacktoolCacheError
-from packtool.storage import file_size, is_file, is_uri, join_uri, locate
+from packtool.errors import PacktoolCacheError, PacktoolError
+from packtool.storage import file_size, is_file, is_uri, join_uri, locate, reading
 from packtool.tokenize.cache_parts import CHECKSUM_ALG, DATA_DIR, file_record
 from packtool.tokenize.checksum import fast_digest, file_digest
 
@@ -57,6 +59,20 @@ def packtool_entry(cache_json, data_names, flat_names) -> bool:
         return _NAMES_CACHE.search(read_small(cache_json, SETTINGS_BYTES, "cache.json", "")) is not None
     except (OSError, ValueError):  # over the bound, unreadable: not taken for packtool's on a guess
         return False
+
+
+# the argument every store cache entry comes from (--cache-dir / cache_dir=): a store that stops
+# answering at any of its requests, reads as writes, is the cache's refusal naming it, never a
+# damaged entry (whose fix deletes a good shared one) nor an input's
+CACHE_ARGUMENT = "cache_dir"
+
+
+def entry_reads(root: str):
+    """The block in which the cache entry `root` is read: on a store, each request below it
+    names --cache-dir (storage.reading); a local folder, nothing. Every reader of an entry
+    (cache.json, the parts' footers and row groups, flat/, the checksums) reads within it,
+    in the driver or in the task that reads."""
+    return reading(root, CACHE_ARGUMENT)
 
 
 # The layout of side columns in flat/, in the key and in cache.json of every cache that has
@@ -117,10 +133,11 @@ def write_cache_json(directory: str, meta: dict) -> None:
 def read_cache_json(directory: str) -> dict:
     try:
         from packtool.storage import read_small
-        where = locate(directory).join("cache.json") if is_uri(directory) else os.path.join(directory, "cache.json")
-        meta = json.loads(read_small(where, CACHE_JSON_BYTES, "cache.json", "delete the folder and re-run (it is "
-                                     "rebuilt)", err=CacheDamagedError).decode("utf-8"))
-    except CacheDamagedError:  # over its bound: said with the size
+        with entry_reads(directory):
+            where = locate(directory).join("cache.json") if is_uri(directory) else os.path.join(directory, "cache.json")
+            meta = json.loads(read_small(where, CACHE_JSON_BYTES, "cache.json", "delete the folder and re-run (it is "
+                                         "rebuilt)", err=CacheDamagedError).decode("utf-8"))
+    except PacktoolError:  # over its bound (said with the size), or a store that did not answer: no damage
         raise
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CacheDamagedError(f"cache.json cannot be read ({type(e).__name__}); delete the "
@@ -152,16 +169,72 @@ def cache_checksums(root: str, parts: list[dict], known: dict | None = None) -> 
 
 def file_problem(root: str, name: str, rec) -> str | None:
     """Why one recorded file of the cache at `root` (a folder or a store entry) is not what
-    cache.json says; None when its size and xxh3-128 match."""
+    cache.json says; None when its size and xxh3-128 match. A store that does not answer is no
+    problem of the file: raised, naming --cache-dir (in the Ray engine's check tasks too)."""
     path = join_uri(root, *name.split("/"))
     if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or CHECKSUM_ALG not in rec:
         return f"cache.json's record of {name} is damaged"
-    if not is_file(path):
-        return f"{name} is missing"
-    size = file_size(path)
-    if size != rec["bytes"]:
-        return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
-    # an object streamed once, xxh3 alone (fast_digest also keeps its sha256 for the cache key)
-    if (file_digest(path, CHECKSUM_ALG) if is_uri(path) else fast_digest(path)) != rec[CHECKSUM_ALG]:
-        return f"{name} does not match its checksum (changed bytes)"
+    with entry_reads(root):
+        if not is_file(path):
+            return f"{name} is missing"
+        size = file_size(path)
+        if size != rec["bytes"]:
+            return f"{name} has {size} bytes, cache.json says {rec['bytes']}"
+        # an object streamed once, xxh3 alone (fast_digest also keeps its sha256 for the cache key)
+        if (file_digest(path, CHECKSUM_ALG) if is_uri(path) else fast_digest(path)) != rec[CHECKSUM_ALG]:
+            return f"{name} does not match its checksum (changed bytes)"
     return None
+
+
+def _check_serially(root: str, records: list[tuple[str, dict]]) -> str | None:
+    for name, rec in records:
+        problem = file_problem(root, name, rec)
+        if problem:
+            return problem
+    return None
+
+
+def entry_problem(root: str, fingerprint: str | None = None, check=None) -> str | None:
+    """`tokenize.cache.cache_problem` less its last step (the entry opened as a TokenizedCache):
+    why the entry at `root` must not be reused, from cache.json and each recorded file
+    re-hashed; None when they hold. `check(root, [(name, record)])`: the first problem of those
+    files (the Ray engine spreads it). A store that does not answer is raised, naming --cache-dir."""
+    with entry_reads(root):
+        return _problem(root, fingerprint, check or _check_serially)
+
+
+def _problem(root: str, fingerprint: str | None, check) -> str | None:
+    try:
+        meta = read_cache_json(root)
+    except CacheDamagedError as e:  # the reason alone: the caller's line names the entry and the fix
+        return str(e).partition(": ")[2].partition("; ")[0] or "cache.json cannot be read"
+    if meta.get("format") != CACHE_FORMAT or meta.get("version") != CACHE_VERSION:
+        return "cache.json is of another format or version"
+    if fingerprint is not None and meta.get("fingerprint") != fingerprint:
+        return "cache.json belongs to other inputs or options (fingerprint differs)"
+    from packtool.tokenize.blank_lines import uncounted
+    if (why := uncounted(meta.get("inputs"))) is not None:
+        return why
+    sums, parts = meta.get("checksums"), meta.get("parts")
+    if not isinstance(sums, dict) or not isinstance(parts, list):
+        return "cache.json has no checksums"
+    try:
+        names = [f"{DATA_DIR}/{p['file']}" for p in parts]
+    except (TypeError, KeyError):
+        return "cache.json's list of parts is damaged"
+    flat_only = meta.get("token_lists", "parts") == "flat"
+    for n in FLAT_FILES:  # absent: rebuilt from the Parquet (unless only flat/ holds the tokens)
+        name = f"{FLAT_DIR}/{n}"
+        if flat_only or is_file(join_uri(root, FLAT_DIR, n)):
+            if name not in sums:
+                return f"{name} has no checksum in cache.json"
+            names.append(name)
+    side = meta.get("side_columns")
+    for k, e in enumerate(side if isinstance(side, list) else ()):  # only flat/ holds them
+        width = e.get("width", 1) if isinstance(e, dict) else 1
+        for n in side_files(k, width if isinstance(width, int) and width >= 1 else 1):
+            name = f"{FLAT_DIR}/{n}"
+            if name not in sums:
+                return f"{name} has no checksum in cache.json"
+            names.append(name)
+    return check(root, [(name, sums.get(name)) for name in names]) or None

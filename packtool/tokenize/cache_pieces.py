@@ -13,13 +13,15 @@ import pyarrow.parquet as pq
 from packtool.arrays import np_of
 from packtool.errors import PacktoolConfigError, arg
 from packtool.storage import arrow_file
+from packtool.tokenize.cache_entry import entry_reads
 
 
 def cache_pieces(cache, groups_per_task: int = 8) -> list[tuple[str, list[int], int, int]]:
     """The cache as runs of row groups: (file, row groups, first cache row, rows), from footers."""
     pieces, row = [], 0
     for path in cache.parquet_files:
-        md = pq.ParquetFile(arrow_file(path)).metadata
+        with entry_reads(cache.root):
+            md = pq.ParquetFile(arrow_file(path)).metadata
         for g0 in range(0, md.num_row_groups, groups_per_task):
             gs = list(range(g0, min(g0 + groups_per_task, md.num_row_groups)))
             n = sum(md.row_group(g).num_rows for g in gs)
@@ -34,8 +36,11 @@ class CacheLengths:
     pieces: tuple  # ((parquet file, row groups, first, end), ...): rows [first, end) of the groups
 
     def __call__(self) -> np.ndarray:
-        parts = [np_of(pq.ParquetFile(arrow_file(path)).read_row_groups(list(gs), columns=["length"]).column(0))[a:e]
-                 for path, gs, a, e in self.pieces]
+        parts = []
+        for path, gs, a, e in self.pieces:
+            with entry_reads(path):  # a part of the entry: a store's requests name --cache-dir
+                parts.append(np_of(pq.ParquetFile(arrow_file(path)).read_row_groups(list(gs), columns=["length"])
+                                   .column(0))[a:e])
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 

@@ -30,7 +30,7 @@ import uuid
 from packtool.notes import note
 from packtool.storage import (RENEW_SECONDS, Location, drop_markers, expired, join_uri, locate, no_new_marker,
                               read_small, shown, sweep_probes)
-from packtool.tokenize.cache_entry import file_problem
+from packtool.tokenize.cache_entry import CACHE_ARGUMENT, file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)
 PUSH_PREFIX = ".packtool-push-"
@@ -45,7 +45,7 @@ def cache_place(uri: str) -> Location:
     """A location of the store cache: every request names the argument that gave it (--cache-dir /
     cache_dir=), so a store that stops answering or loses its bucket mid-run is the cache's
     refusal (StorageCacheError, kind cache), not an input's, whichever request meets it (RA-13)."""
-    return locate(uri, name="cache_dir")
+    return locate(uri, name=CACHE_ARGUMENT)
 
 
 def _record_ok(rec) -> bool:
