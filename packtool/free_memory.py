@@ -1,8 +1,8 @@
 """The memory this machine has available now: the one probe every bound asks (planning's
 capacity and worker bounds, the HF mask, the tokenize stage's whole-file reads), so that
 each refuses what cannot fit against the same figure, and a test stands in for one place; and
-what a failed allocation while decoding a file is (`decode_out_of_memory`): out of memory, never
-a damaged file."""
+what a failed allocation while decoding a file, or a mapping of it refused for memory, is
+(`decode_out_of_memory`): out of memory, never a damaged file."""
 from __future__ import annotations
 
 import os
@@ -32,6 +32,10 @@ _ALLOCATION = re.compile(r"\b(?:m|re|c)alloc of size (\d+) failed|std::bad_alloc
 # ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 64000000 bytes")
 _NUMPY = re.compile(r"Unable to allocate ([\d.]+ [KMGTPE]?i?B)")
 _TORCH = re.compile(r"can't allocate memory(?:: you tried to allocate (\d+) bytes)?")
+# a file mapped whole that the address space cannot hold (what `ulimit -v` refuses first wherever
+# a file is mapped: Arrow IPC inputs, datasets' conversion): Arrow says "Memory mapping file
+# failed: Cannot allocate memory" (no errno), numpy's and Python's mmap ENOMEM
+_MAPPING = re.compile(r"Memory mapping file failed|Cannot allocate memory", re.I)
 # each memory limit: its words, its flag, what /proc/self/status counts against it
 _LIMITS = ((resource.RLIMIT_AS, "the address-space limit", "ulimit -v", "VmSize"),
            (resource.RLIMIT_DATA, "the data-size limit", "ulimit -d", "VmData"))
@@ -91,12 +95,21 @@ def out_of_memory(e: BaseException, where: str, doing: str, fault: str, more: st
     was `doing`, what could not be allocated, the process's limits, that `fault` (the file, the
     slabs) is not at fault, and `more`: how to give it more memory or need less there."""
     size = failed_allocation(e)
-    if size is None:
+    mapped = size is None and mapping_refused(e)
+    if size is None and not mapped:
         return None
+    doing, could = ("mapping it", "could not map it into memory") if mapped else (doing, f"could not allocate {size}")
     limits = [f"{words} ({flag}) is {soft / 2**20:,.0f} MiB" for words, flag, soft, _ in memory_limits()]
     under = f"; {', '.join(limits)}" if limits else ""
-    return DecodeOutOfMemory(f"{where}: out of memory {doing} (could not allocate {size}{under}); {fault} is not at "
+    return DecodeOutOfMemory(f"{where}: out of memory {doing} ({could}{under}); {fault} is not at "
                              f"fault: give the process more memory ({more}", path=path)
+
+
+def mapping_refused(e: BaseException) -> bool:
+    """A file's memory mapping (or an allocation) the system refused for memory: ENOMEM, or
+    Arrow's "Memory mapping file failed: Cannot allocate memory", which carries no errno."""
+    import errno
+    return isinstance(e, OSError) and (e.errno == errno.ENOMEM or bool(_MAPPING.search(str(e))))
 
 
 def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *, what: str = "the file",
@@ -106,7 +119,7 @@ def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *
     allocation that failed (an Arrow MemoryError, or one Parquet's decoder wrapped); else None.
     `what` is not at fault, and `less` is how the caller's door reads less at once, where it has
     one ("read less at once" named no flag that does)."""
-    if not (isinstance(e, MemoryError) or _ALLOCATION.search(" ".join(str(e).split()))):
+    if not (isinstance(e, MemoryError) or _ALLOCATION.search(" ".join(str(e).split())) or mapping_refused(e)):
         return None
     where = f"{path} {part}" if part else f"{path}"
     more = f"raise the limit) or {less}" if less else "raise the limit, or run on a machine with more memory)"

@@ -118,7 +118,9 @@ def describe(e: BaseException) -> tuple[str, str, int]:
     """(kind, one-line message, exit status) for any exception a command let out."""
     if isinstance(e, PacktoolError):
         return e.kind, one_line(e), e.exit_code
-    if isinstance(e, OSError):
+    from packtool.free_memory import mapping_refused
+    memory = isinstance(e, MemoryError) or mapping_refused(e)  # a file mapped (np.memmap, mmap) past ulimit -v too
+    if isinstance(e, OSError) and not memory:
         where = written.failed_file(e)
         # the role of the argument it is about (an input read, an --output written); a file that is
         # none of them (a temporary) is the README's `io`
@@ -130,7 +132,7 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         return kind, one_line(f"{shown(where)}: {why}" if where else why), EXIT_USAGE
     if isinstance(e, (ValueError, UnicodeError)):
         return "input", one_line(e), EXIT_USAGE
-    if isinstance(e, MemoryError):  # the command, stage, input and the flags that help there
+    if memory:  # the command, stage, input and the flags that help there
         from packtool.cli.memory import out_of_memory
         line = out_of_memory(e, _STATE.get("running"), _STATE.get("args") or {})
         said = one_line(e) if str(e) else ""  # what a refusal before the allocation knew (the row, the limit)

@@ -88,6 +88,9 @@ def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
     stage = stage_of(e)
     if command not in {c for c, _ in _ADVICE}:
         return "out of memory" + (f" while {stage}" if stage else "") + "; give packtool more memory"
+    from packtool.free_memory import DecodeOutOfMemory
+    if isinstance(e, DecodeOutOfMemory) and stage == "tokenizing":  # an input's own line ("here") names its cause and fix
+        return f"out of memory in `packtool {command}`{_where(command, args, stage)}"
     advice = _ADVICE.get((command, stage)) or _ADVICE[(command, None)]
     if command == "verify" and stage != "tokenizing" and args.get("workers") == 1:  # the fix already in force
         advice = "it runs one process already (--workers 1) and no verify flag reads a row group in less"

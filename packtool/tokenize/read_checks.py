@@ -1,7 +1,8 @@
 """What a text reader checks so that no row or column of an input is passed over without a word:
 the end of a .json array (nothing after its `]`), a .json holding one object, a column named
 twice, a CSV quote never closed. Each runs where `text_readers` reads; none re-reads a file
-unless the read already found a sign of trouble."""
+unless the read already found a sign of trouble. And what an input that could not be read is
+(`read_failed`): out of memory where memory refused it, never an unreadable file."""
 from __future__ import annotations
 
 import json
@@ -139,3 +140,17 @@ def refuse_open_quote(path: str, open_text, delimiter: str) -> None:
             what = "a quoted field opened here is never closed (the file ends inside it, every later line read into it)"
         raise PacktoolInputError(f"cannot read CSV at line {line}: {what}; close the quote (a quote inside a "
                                  f"quoted field is written twice: \"\")", path=path, row=row)
+
+
+# how an input of each kind is read in less memory, where the memory ran out reading it
+_LESS = {"arrow": "convert it to Parquet or JSON Lines (an Arrow IPC file is mapped whole; those are read a batch "
+                  "at a time)",
+         "parquet": "write it with smaller row groups (packtool decodes one at a time)"}
+
+
+def read_failed(e: BaseException, path: str, kind: str, message: str) -> Exception:
+    """The error for an input a reader could not read: out of memory where the allocation or the
+    mapping was refused for memory (free_memory's one rule: the file is not at fault, kind
+    resources on the command line), else the input's `message`."""
+    from packtool.free_memory import decode_out_of_memory
+    return decode_out_of_memory(e, path, less=_LESS.get(kind)) or PacktoolInputError(message, path=path)

@@ -25,7 +25,7 @@ from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, local_glob,
                               locate, outermost, utf8_path)
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees, refuse_inside_entry, refuse_object_in_entry
-from packtool.tokenize.read_checks import refuse_repeated_names
+from packtool.tokenize.read_checks import read_failed, refuse_repeated_names
 from packtool.tokenize.repeats import refuse_repeats
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
@@ -275,7 +275,7 @@ def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> I
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         n = pf.metadata.row_group(g).num_rows if g is not None else 0
         where = f" row group {g} (rows {rows}..{rows + n - 1})" if g is not None else ""
-        raise PacktoolInputError(f"cannot read Parquet{where} ({e})", path=path) from None
+        raise read_failed(e, path, "parquet", f"cannot read Parquet{where} ({e})") from None
 
 
 def _open_arrow(path: str):
@@ -331,7 +331,7 @@ def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Ite
                 f"(a writer's close() writes the marker)", path=path)
     except (pa.ArrowInvalid, OSError) as e:
         where = f" after row {rows - 1}" if rows else " before its first row" if rows == 0 else ""
-        raise PacktoolInputError(f"cannot read Arrow IPC{where} ({e})", path=path) from None
+        raise read_failed(e, path, "arrow", f"cannot read Arrow IPC{where} ({e})") from None
 
 
 def read_json_lines(path: str) -> pa.Table:
@@ -378,7 +378,7 @@ def peek_columns(f: InputFile) -> list[str]:
     except (pa.ArrowInvalid, OSError, EOFError, gzip.BadGzipFile) as e:
         if f.kind == "csv":  # the reading paths' message, which names the line at fault
             raise csv_error(f.path, e) from None
-        raise PacktoolInputError(f"cannot read {f.kind} file ({e})", path=f.path) from None
+        raise read_failed(e, f.path, f.kind, f"cannot read {f.kind} file ({e})") from None
     # JSON Lines: parse a small first block only (the whole first 8 MB block would be parsed twice)
     batches = jsonl_batches(f.path, 64, None, 1 << 16) if f.kind == "jsonl" else iter_batches(f, 64)
     try:

@@ -30,6 +30,9 @@ LENGTHS = np.random.default_rng(7).integers(5, 60, 40)
 FORMS = {
     "arrow": lambda: pa.ArrowMemoryError("realloc of size 134217728 failed"),
     "bad_alloc": lambda: OSError("Couldn't deserialize thrift: std::bad_alloc"),
+    # RB-10: a mapping the address space cannot hold (ulimit -v), as Arrow says it (no errno):
+    # datasets maps every Arrow file of to_hf's conversion, and to_hf blamed its cache_dir keyword
+    "mmap": lambda: OSError("Memory mapping file failed: Cannot allocate memory"),
 }
 
 
