@@ -253,7 +253,7 @@ def side_columns_to_manifest(cols) -> list[dict]:
 
 
 def side_columns_from_manifest(entries: object, where: str = "manifest") -> tuple[SideColumn, ...]:
-    """The manifest's `side_columns` (absent or [] = none: schema version 1 outputs)."""
+    """The manifest's or cache.json's `side_columns` (absent or [] = none)."""
     if entries is None:
         return ()
     if not isinstance(entries, list):

@@ -144,12 +144,11 @@ def check_fields(m: dict) -> None:
         if len(sums) != 1 or _str(e[sums[0]]):
             raise FieldError(f"shards[{i}].{sums[0] if sums else CHECKSUMS[0]}",
                              e[sums[0]] if len(sums) == 1 else _ABSENT, "the shard's checksum, hex digits")
-    if m["schema_version"] >= 2 or "side_columns" in m:  # version 1 outputs have no side_columns
-        cols = m.get("side_columns", _ABSENT)
-        if not isinstance(cols, list):
-            raise FieldError("side_columns", cols, "a list ([] for an output without side columns)")
-        for i, e in enumerate(cols):
-            _object({f"side_columns[{i}]": e}, f"side_columns[{i}]", SIDE_COLUMN)
+    cols = m.get("side_columns", _ABSENT)  # (version 1 had none: refused before, slabs.format.OLD_VERSION)
+    if not isinstance(cols, list):
+        raise FieldError("side_columns", cols, "a list ([] for an output without side columns)")
+    for i, e in enumerate(cols):
+        _object({f"side_columns[{i}]": e}, f"side_columns[{i}]", SIDE_COLUMN)
 
 
 def _object(parent: dict, key: str, spec: dict, where: str = "") -> None:

@@ -58,9 +58,13 @@ class NotAnOutputError(FormatError):
     (a prefix): nothing to read or check, a bad input (exit 2 in every command, verify too)."""
 
 
-# 2: optional per-token side columns (schema.py). Version 1 outputs are version 2 outputs
-# without side columns: still read.
-READ_VERSIONS = (1, 2)
+# 2: optional per-token side columns and their counts (schema.py). Version 1 (written before
+# 2026-12-01) lacks the manifest fields every reader and verify hold a version 2 output to
+# (side_columns, stats.side_nan / side_inf, input.tokenize's columns): refused in one line, never
+# read by some readers and not others.
+READ_VERSIONS = (2,)
+OLD_VERSION = ("schema_version 1, written by a packtool before side columns (2026-12-01); this packtool reads "
+               "schema 2 only: pack the data again with this packtool")
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,9 @@ def parse_manifest(data: bytes, path: str) -> dict:
     except RecursionError:  # e.g. 100,000 nested brackets: no manifest nests more than a few levels
         raise FormatError(f"{path}: nested too deeply to be a manifest; the manifest is edited or damaged: "
                           f"re-run `packtool pack`") from None
+    if isinstance(m, dict) and m.get("format") == FORMAT_NAME and type(m.get("schema_version")) is int \
+            and m["schema_version"] == 1:
+        raise FormatError(f"{path}: {OLD_VERSION}")
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS:
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
@@ -212,9 +219,6 @@ def parse_manifest(data: bytes, path: str) -> dict:
         check_fields(m)
     except FieldError as e:
         raise FormatError(f"{path}: {e}; the manifest is edited or damaged: re-run `packtool pack`") from None
-    if m["schema_version"] < 2 and m.get("side_columns"):
-        raise FormatError(f"{path}: schema_version 1 has no side_columns; the manifest is edited or "
-                          f"damaged: re-run `packtool pack`")
     try:
         side = side_columns_from_manifest(m.get("side_columns"), path)
         check_side_counts(m["stats"], {c.name for c in side if not c.is_int})
@@ -320,7 +324,7 @@ class SlabManifest:
     vocab_size: int
     shards: list[str]
     raw: dict
-    side_columns: tuple[SideColumn, ...] = ()  # FORMAT.md "Side columns"; () for version 1
+    side_columns: tuple[SideColumn, ...] = ()  # FORMAT.md "Side columns"; () for none
     # the caller's argument that gave a store URI (None locally): its later requests name it too
     argument: str | None = None
     # the local folder and manifest as they were before the manifest was read (output.unchanged):

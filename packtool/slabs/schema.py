@@ -11,7 +11,7 @@ import pyarrow as pa
 from packtool.side import SideColumn, check_side_columns
 
 # 2: optional per-token side columns (manifest `side_columns`, one Parquet column each, after
-# the built-in ones). Version 1 outputs are version 2 outputs without side columns: still read.
+# the built-in ones). Version 1 outputs are refused by every reader (slabs.format.OLD_VERSION).
 SCHEMA_VERSION = 2
 
 

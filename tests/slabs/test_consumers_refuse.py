@@ -684,7 +684,7 @@ def _manifest_form_lies():
         lies[f"form:config.{part}.{key}=unknown-name"] = _set(("config", part, key), "zzz")
     lies["form:config.packing.seed=2^63"] = _set(("config", "packing", "seed"), 2 ** 63)
     lies["form:config.packing.seed=4001-digits"] = _set(("config", "packing", "seed"), 10 ** 4000)
-    lies[f"form:{SIDE_BASE}schema_version=1"] = _set(("schema_version",), 1)  # version 1 has no side columns
+    lies[f"form:{SIDE_BASE}schema_version=1"] = _set(("schema_version",), 1)  # version 1: refused whole (slabs.format.OLD_VERSION)
     # S48B-3: a count for no float side column (none such, an int one), a side column declared twice
     lies[f"form:{SIDE_BASE}stats.side_nan.zzz"] = _set(("stats", "side_nan", "zzz"), 0)
     lies[f"form:{SIDE_BASE}stats.side_inf.sup"] = _set(("stats", "side_inf", "sup"), 0)
