@@ -31,6 +31,7 @@ from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
                                             saved_objects)
 from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, csv_names
+from packtool.tokenize.byte_kinds import misnamed, said_by_bytes
 from packtool.tokenize.file_kinds import READ_KINDS, listed_data, unreadable
 from packtool.tokenize.file_kinds import kind_of as _kind_of
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
@@ -362,11 +363,19 @@ def iter_batches(f: InputFile, batch_size: int, columns: list[str] | None = None
         more["judge"] = judge
     if f.kind == "csv" and blank is not None:  # its own counter: a CSV line end is the parse's to tell
         more["blank"] = blank.for_csv(csv_delimiter(f.path))
-    return _READERS[f.kind](f.path, batch_size, columns, **more)
+    return said_by_bytes(_READERS[f.kind](f.path, batch_size, columns, **more), f.path)
 
 
 def peek_columns(f: InputFile) -> list[str]:
-    """Column names, from metadata where the format has it, else from the first batch."""
+    """Column names, from metadata where the format has it, else from the first batch; a file
+    whose bytes are another kind than its name is said so (byte_kinds)."""
+    try:
+        return _peek_columns(f)
+    except PacktoolInputError as e:
+        raise misnamed(f.path) or e from None
+
+
+def _peek_columns(f: InputFile) -> list[str]:
     try:
         if f.kind in ("parquet", "arrow"):
             schema = pq.ParquetFile(arrow_file(f.path)).schema_arrow if f.kind == "parquet" else \

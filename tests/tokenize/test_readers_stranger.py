@@ -68,7 +68,8 @@ def test_progress_of_compressed_jsonl_counts_compressed_bytes(tmp_path, suffix, 
 
 def test_damaged_zstd_is_one_line(tmp_path):
     p = tmp_path / "bad.jsonl.zst"
-    p.write_bytes(b"this is not zstd at all\n" * 10)
+    # zstd's magic, then no frame (text under a .zst name is said as text: test_wrong_kind_bytes)
+    p.write_bytes(b"\x28\xb5\x2f\xfd" + b"this is not zstd at all\n" * 10)
     with pytest.raises(PacktoolInputError, match=r"bad\.jsonl\.zst.*cannot read file"):
         _read_all([str(p)])
 
