@@ -55,6 +55,7 @@ class LoadedTokenizer:
     tokenizer: Tokenizer
     info: TokenizerInfo
     folder_template: ChatTemplate | None   # the folder's chat template, if any (folder_template)
+    template_gone: PacktoolInputError | None  # a link to nothing among its templates (folder_templates.refuse_gone)
     switches: ConfigSwitches = ConfigSwitches()  # tokenizer_config.json's add_bos_token/add_eos_token
     backend: tuple = ()  # its keys applied to the backend (backend_keys.edits): in the cache key
 
@@ -211,7 +212,7 @@ def load_tokenizer(spec: str | None, cfg, template_name: str | None = None) -> L
         vocab_size=tok.get_vocab_size(with_added_tokens=True), bos_token=bos, eos_token=eos,
         pad_token=pad if pad else eos, config_sha256=sha256_file(conf_path) if conf_path else None,
         special_tokens_map_sha256=named.map_sha256)
-    return LoadedTokenizer(tok, info, folder_template(spec if os.path.isdir(spec) else None, conf),
+    return LoadedTokenizer(tok, info, *folder_template(spec if os.path.isdir(spec) else None, conf),
                            ConfigSwitches.of(conf, conf_path, pp_bos), settings)
 
 

@@ -16,17 +16,24 @@ import os
 from packtool.errors import PacktoolInputError, cli_flag
 
 
+def link_to_nothing(path: str, flag: str = "tokenizer", fix: str | None = None) -> PacktoolInputError | None:
+    """The refusal of `path` if it is a link to nothing (naming where it points), else None; `fix`:
+    what to do, for a link that is no folder's entry (--chat-template FILE)."""
+    if os.path.exists(path) or not os.path.islink(path):
+        return None
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return PacktoolInputError(f"is a symbolic link to nothing ({target}): what it stood for is gone (a Hub "
+                              f"cache snapshot copied without its blobs, or a download cut short): "
+                              f"{fix or 'copy the folder again following links (cp -rL) or download it again'}",
+                              path=path, flag=cli_flag(flag))
+
+
 def file_present(path: str) -> bool:
     """Whether `path` names something (os.path.exists); a link to nothing is refused."""
-    if os.path.exists(path):
-        return True
-    if os.path.islink(path):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        raise PacktoolInputError(f"is a symbolic link to nothing ({target}): the file it stood for is gone (a Hub "
-                                 f"cache snapshot copied without its blobs, or a download cut short): copy the "
-                                 f"folder again following links (cp -rL) or download it again",
-                                 path=path, flag=cli_flag("tokenizer"))
-    return False
+    gone = link_to_nothing(path)
+    if gone is not None:
+        raise gone
+    return os.path.exists(path)

@@ -10,16 +10,20 @@
 - otherwise tokenizer_config.json's `chat_template` (a string or a list of named templates).
 
 transformers reads only regular files (its cached_file skips a name that is no file): a folder
-under such a name is skipped likewise; a link to nothing is refused naming it (folder_files: the
-template it stood for would be dropped without a word), and a FIFO or device by kind (read_small),
-as packtool refuses every special file it is given.
+under such a name is skipped likewise; a FIFO or device is refused by kind (read_small), as
+packtool refuses every special file it is given. A link to nothing (a template file, or the
+additional_chat_templates folder itself) is refused naming it (folder_files), where the folder's
+templates are used (`refuse_gone`: rows rendered through a template, no --chat-template given):
+the template it stood for would be dropped without a word there; a run of text or pre-tokenized
+rows, or one given its own template, renders none of them (RA-9).
 """
 from __future__ import annotations
 
 import os
 
 from packtool.errors import cli_flag
-from packtool.tokenize.folder_files import file_present
+from packtool.errors import PacktoolInputError
+from packtool.tokenize.folder_files import link_to_nothing
 from packtool.tokenize.templates import ChatTemplate, read_template_file, template_from_config, template_set
 
 JINJA = "chat_template.jinja"      # transformers' CHAT_TEMPLATE_FILE
@@ -30,25 +34,38 @@ def _read(path: str) -> str:
     return read_template_file(path, "fix or remove it", cli_flag("tokenizer"))
 
 
-def _files(folder: str) -> dict[str, str]:
-    """Template name -> its file's path relative to `folder`, in the order transformers reads them."""
+def _files(folder: str) -> tuple[dict[str, str], PacktoolInputError | None]:
+    """Template name -> its file's path relative to `folder`, in the order transformers reads them;
+    and the refusal of the first link to nothing among them, if any."""
     names = [("default", JINJA)]
     extra = os.path.join(folder, EXTRA)
+    gone = link_to_nothing(extra)
     if os.path.isdir(extra):
         names += sorted((n[:-len(".jinja")], f"{EXTRA}/{n}") for n in os.listdir(extra) if n.endswith(".jinja"))
     found: dict[str, str] = {}
     for name, rel in names:
         path = os.path.join(folder, rel)
-        if file_present(path) and not os.path.isdir(path):  # what transformers' cached_file finds
+        gone = gone or link_to_nothing(path)
+        if os.path.exists(path) and not os.path.isdir(path):  # what transformers' cached_file finds (a FIFO: refused by kind)
             found[name] = rel
-    return found
+    return found, gone
 
 
-def folder_template(folder: str | None, conf: dict) -> ChatTemplate | None:
-    """The chat template (or named set) a model folder gives; `conf`: its tokenizer_config.json."""
+def folder_template(folder: str | None, conf: dict) -> tuple[ChatTemplate | None, PacktoolInputError | None]:
+    """The chat template (or named set) a model folder gives, from the files there; `conf`: its
+    tokenizer_config.json. With it, the refusal of a template's link to nothing (`refuse_gone`)."""
     config = os.path.join(folder, "tokenizer_config.json") if folder else None
-    files = _files(folder) if folder else {}
+    files, gone = _files(folder) if folder else ({}, None)
     if not files:
-        return template_from_config(conf.get("chat_template"), "tokenizer_config.json", cli_flag("tokenizer"), config)
+        return template_from_config(conf.get("chat_template"), "tokenizer_config.json", cli_flag("tokenizer"),
+                                    config), gone
     texts = {name: _read(os.path.join(folder, rel)) for name, rel in files.items()}
-    return template_set(texts, files, EXTRA)
+    return template_set(texts, files, EXTRA), gone
+
+
+def refuse_gone(gone: PacktoolInputError | None, shapes) -> None:
+    """A template link to nothing in the folder whose templates render these rows is refused: the
+    template it stood for would be dropped (transformers skips it) and the rows rendered by
+    another, or by none. Rows no template renders (text, pre-tokenized) read on."""
+    if gone is not None and any(s.templated for s in shapes):
+        raise gone

@@ -25,6 +25,7 @@ from packtool.tokenize.cache_root import check_cache_dir, default_cache_dir, ref
 from packtool.tokenize.checksum import fast_digest
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import LoadedTokenizer, TokenizerInfo, load_tokenizer, refuse_absent_specials
+from packtool.tokenize.folder_templates import refuse_gone
 from packtool.tokenize.hf_input import batches_of, columns_of, key_of, resolve_sources
 from packtool.tokenize.readers import InputFile
 from packtool.tokenize.row_checks import TRL_MASKS
@@ -89,13 +90,17 @@ def _setup(inputs, cfg: TokenizeConfig):
     if cfg.tokenizer:
         loaded = load_tokenizer(cfg.tokenizer, cfg)
     template = load_template(cfg.chat_template, loaded.folder_template if loaded else None)
+    # the folder's template link to nothing, where its templates are the ones used: a shape that
+    # would be templated with it is, and is refused naming the link (refuse_gone)
+    gone = loaded.template_gone if loaded and cfg.chat_template is None else None
     for f, c in zip(files, columns):
         if not c:
             raise no_rows_error(f.path)
     empty = [_without_values(f, c, cfg) for f, c in zip(files, columns)]
     # a JSON file's later rows are held to the columns its shape was told from (late_columns)
-    shapes = [told_from(detect_shape(c, cfg, f.path, template is not None, e), f, c, e)
+    shapes = [told_from(detect_shape(c, cfg, f.path, template is not None or gone is not None, e), f, c, e)
               for f, c, e in zip(files, columns, empty)]
+    refuse_gone(gone, shapes)
     for f, c, s, e in zip(files, columns, shapes, empty):
         _note_unread(f.path, c, s, cfg, e)
         if s.kind == "tokens" and all(m in s.columns for m in TRL_MASKS):  # read as one (token_rows)

@@ -153,7 +153,11 @@ def load_template(spec: str | None, folder_template: ChatTemplate | None) -> Cha
             compile_template(t.tool_use)
         return t
     from packtool.output.files import refuse_special_input
+    from packtool.tokenize.folder_files import link_to_nothing
     refuse_special_input(spec, "chat_template")
+    gone = link_to_nothing(spec, "chat_template", "restore its target, or give the template's file itself")
+    if gone is not None:  # `ls` shows the name: "nor a file" sent the user looking at it
+        raise gone
     raise PacktoolInputError(
         f"{arg('chat_template', spec)} is neither a built-in ({', '.join(BUILTIN)}) nor a file",
         flag=cli_flag("chat_template"))

@@ -2,9 +2,10 @@
 without -L: its relative links into blobs/ lead nowhere) was taken for no file: a dangling
 tokenizer_config.json dropped its add_bos_token, special tokens and chat template without a
 word (the ids changed, rc 0), a dangling tokenizer.json said "no tokenizer.json in folder".
-Every file packtool reads from the folder (tokenize/folder_files.file_present, the one rule)
-is refused naming the link and where it points, at every door that loads a tokenizer; an
-absent file is still absent."""
+Every settings file packtool reads from the folder (tokenize/folder_files.file_present, the one
+rule) is refused naming the link and where it points, at every door that loads a tokenizer; an
+absent file is still absent. A template file's link to nothing is refused where the folder's
+templates are used (test_template_links: RA-9)."""
 from __future__ import annotations
 
 import json
@@ -23,14 +24,11 @@ from packtool.tokenize.encode import load_tokenizer
 
 runner = CliRunner()
 
-CONFIG = {"add_bos_token": False, "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}
 # the file a link to nothing stands in for -> the folder's other files (written whole)
 FILES = {
     "tokenizer.json": {},
     "tokenizer_config.json": {},
     "special_tokens_map.json": {"tokenizer_config.json": {}},  # read: the config has no added_tokens_decoder
-    "chat_template.jinja": {"tokenizer_config.json": CONFIG},
-    "additional_chat_templates/tool_use.jinja": {"tokenizer_config.json": CONFIG},
 }
 
 
