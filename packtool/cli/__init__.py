@@ -48,13 +48,18 @@ def main() -> None:
         from packtool.cli.failure import interrupted, keep_committed
         keep_committed()  # this process ends with the command: a printed result stays the outcome
     except KeyboardInterrupt as e:
-        how, code = stopped(e)
-        msg = f"{how} while packtool was starting; nothing was read or written"
-        sys.stderr.write(f"error: {msg}: re-run the command to start again\n")
+        from packtool.cli.memory import blas_refused, blas_threads_refused
+        if not isinstance(e, Terminated) and blas_refused(e):  # numpy's OpenBLAS, not the user
+            kind, msg, code, fix = "resources", blas_threads_refused(), 2, ""
+        else:
+            how, code = stopped(e)
+            kind, msg, fix = "interrupted", f"{how} while packtool was starting; nothing was read or written", \
+                ": re-run the command to start again"
+        sys.stderr.write(f"error: {msg}{fix}\n")
         if json_out:
             try:  # stdout may be full or closed (cli.stdout's cases): the line above said it all
-                sys.stdout.write('{"error": {"kind": "interrupted", "type": "%s", "message": "%s", "path": null, '
-                                 '"row": null, "flag": null, "exit_code": %d}}\n' % (type(e).__name__, msg, code))
+                sys.stdout.write('{"error": {"kind": "%s", "type": "%s", "message": %s, "path": null, "row": null, '
+                                 '"flag": null, "exit_code": %d}}\n' % (kind, type(e).__name__, _json_text(msg), code))
             except (OSError, AttributeError):
                 pass
         _leave(code)  # sys.exit's teardown ended some such runs by SIGINT (exit -2) after the line
@@ -64,6 +69,11 @@ def main() -> None:
         _leave(interrupted(json_out, e))
     except SystemExit as e:  # every end, not only a stopped one: see _leave
         _leave(_status(e.code))
+
+
+def _json_text(text: str) -> str:
+    import json
+    return json.dumps(text)
 
 
 def _check_home(json_out: bool) -> None:

@@ -125,15 +125,12 @@ def _kib(n: int) -> str:
     return f"{n // 1024:,} KiB"
 
 
-def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
-    """The one line for `thread_refused(e)` in `command`: the limit that refused it and the fix."""
-    where = _where(command, args, stage_of(e)) if command else ""
-    lead = f"in `packtool {command}`{where}" if command else "here"
-    fewer = "or run fewer threads (RAYON_NUM_THREADS=1 for the tokenizer's pool)"
-    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size (2 MiB), not ulimit -s
+def _limit_words(native: bool, fewer: str) -> str:
+    """Which limit refused a thread, and the fix (`fewer`: how to run fewer). `native`: a Rust
+    pool's threads, whose stacks are Rust's size (2 MiB), not ulimit -s."""
     stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-    sized = stack != resource.RLIM_INFINITY and not pool
-    room = stack if sized else (2 << 20 if pool else _UNSIZED_STACK)
+    sized = stack != resource.RLIM_INFINITY and not native
+    room = stack if sized else (2 << 20 if native else _UNSIZED_STACK)
     # a limit the process is far below did not refuse a stack: many clusters set a large ulimit -v,
     # and a refusal by the thread or pids limit was said as memory (RB-2)
     limits = memory_limits()
@@ -141,15 +138,56 @@ def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
     if full:
         words, flag, soft = full[0]
         each = f", {_kib(stack)} each (ulimit -s)" if sized else ""
-        why = (f"{words} ({_kib(soft)}, {flag}) has no room for another thread's stack{each}: "
-               f"raise the limit, {fewer}")
-    else:
-        room = "".join(f"; {words} ({flag}) is not what refused it ({_kib(used)} used of {_kib(soft)})"
-                       for words, flag, soft, used in limits)
-        why = f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}{room}"
+        return f"{words} ({_kib(soft)}, {flag}) has no room for another thread's stack{each}: raise the limit, {fewer}"
+    room = "".join(f"; {words} ({flag}) is not what refused it ({_kib(used)} used of {_kib(soft)})"
+                   for words, flag, soft, used in limits)
+    return f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}{room}"
+
+
+def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
+    """The one line for `thread_refused(e)` in `command`: the limit that refused it and the fix."""
+    where = _where(command, args, stage_of(e)) if command else ""
+    lead = f"in `packtool {command}`{where}" if command else "here"
+    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size (2 MiB), not ulimit -s
+    why = _limit_words(pool, "or run fewer threads (RAYON_NUM_THREADS=1 for the tokenizer's pool)")
     errno = next((w for w in _REFUSED_PANIC[1:] if w in str(e)), "refused")
     said = f"the tokenizer's thread pool: {errno}" if pool else one_line(e)
     return f"could not start a thread {lead} ({said}); {why}"
 
 
-__all__ = ["native_panic", "out_of_memory", "stage_of", "thread_refused", "threads_refused"]
+def blas_refused(e: BaseException) -> bool:
+    """A KeyboardInterrupt that numpy's OpenBLAS raised on itself: a thread of its pool was refused
+    while numpy loaded, and it raise()s SIGINT (blas_server.c), which Python takes for the user's
+    Ctrl-C. Told by where it landed (numpy's import, its innermost frame) and by threads that
+    will not start now, as many as OpenBLAS asked for; a Ctrl-C there with threads to spare is one."""
+    import os
+    import threading
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy"):
+        return False
+    wanted = next((os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if os.environ.get(v)), "")
+    n = int(wanted) if wanted.isdigit() else len(os.sched_getaffinity(0))
+    stop, started = threading.Event(), []
+    try:
+        for _ in range(max(1, min(n, 64) - 1)):  # its workers: one per core less the caller's
+            started.append(threading.Thread(target=stop.wait, daemon=True))
+            started[-1].start()
+        return False
+    except RuntimeError:  # "can't start new thread"
+        return True
+    finally:
+        stop.set()
+        for t in started:
+            if t.ident is not None:
+                t.join()
+
+
+def blas_threads_refused() -> str:
+    """The one line for `blas_refused`: the limit that refused OpenBLAS's threads and the fix."""
+    return ("could not start a thread while packtool was starting (numpy's OpenBLAS thread pool); "
+            + _limit_words(False, "or run fewer threads (OPENBLAS_NUM_THREADS=1 for numpy's pool)"))
+
+
+__all__ = ["blas_refused", "blas_threads_refused", "native_panic", "out_of_memory", "stage_of", "thread_refused", "threads_refused"]

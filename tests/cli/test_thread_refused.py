@@ -4,7 +4,11 @@ start new thread") (exit 3, "internal error (a packtool bug)") and the tokenizer
 panicked (pyo3's PanicException, no Exception: a Python traceback, exit 1). Each is now kind
 `resources`, exit 2, one line naming the command, the stage and input, the limit and the fix;
 any other native panic is the one `internal` line, never a traceback. In-process over every
-command (the failure raised where its work runs), and for real in a child under rlimits."""
+command (the failure raised where its work runs), and for real in a child under rlimits.
+F10: numpy's OpenBLAS, its pool's thread refused while packtool loads, prints its own lines and
+raise()s SIGINT on itself: the run said "interrupted (Ctrl-C) while packtool was starting" after
+OpenBLAS's four lines. It is now the one `resources` line (cli.memory.blas_refused) after them;
+a Ctrl-C landing there with threads to spare is still a Ctrl-C."""
 from __future__ import annotations
 
 import json
@@ -106,3 +110,42 @@ def test_a_thread_refused_under_a_real_limit_is_resources(tmp_path, failure):
     d = json.loads(r.stdout)["error"]
     assert d["kind"] == "resources" and d["message"].startswith("could not start a thread in `packtool pack`"), d
     assert "ulimit -v" in d["message"], d
+
+
+def test_openblas_refused_at_start_is_resources_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "4", "RUST_BACKTRACE": "0"}
+    env.pop("PACKTOOL_DEBUG", None)
+    r = subprocess.run([sys.executable, "-m", "packtool", "--json", "pack", GSM8K, "--tokenizer", GPT2,
+                        "--prompt-field", "question", "--response-field", "answer", "--dry-run", "--no-progress",
+                        "--cache-dir", str(tmp_path / "c")], env=env, preexec_fn=_limited(6_000_000, 4_000_000),
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lines = r.stderr.splitlines()
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert all(ln == errors[0] or ln.startswith("OpenBLAS blas_thread_init:") for ln in lines), r.stderr[-3000:]
+    d = json.loads(r.stdout)["error"]
+    assert d["kind"] == "resources" and "OpenBLAS" in d["message"] and "OPENBLAS_NUM_THREADS=1" in d["message"], d
+    assert "ulimit -v" in d["message"] and "Ctrl-C" not in d["message"], d
+
+
+def _interrupted_in(module: str) -> KeyboardInterrupt:
+    ns = {"__name__": module}
+    exec("def boom():\n    raise KeyboardInterrupt()\n", ns)
+    try:
+        ns["boom"]()
+    except KeyboardInterrupt as e:
+        return e
+
+
+@pytest.mark.parametrize("module, refused, said", [("numpy._core.multiarray", True, True),
+                                                   ("numpy._core.multiarray", False, False),
+                                                   ("packtool.cli.app", True, False)])
+def test_only_a_refused_pool_in_numpys_import_is_openblas(monkeypatch, module, refused, said):
+    import threading
+
+    from packtool.cli.memory import blas_refused
+    if refused:
+        def start(self):
+            raise RuntimeError("can't start new thread")
+        monkeypatch.setattr(threading.Thread, "start", start)
+    assert blas_refused(_interrupted_in(module)) is said
