@@ -17,6 +17,7 @@ from packtool.tokenize.file_kinds import ARROW_EXT, JSONL_EXT, PARQUET_EXT, UNRE
 from packtool.tokenize.own_trees import OwnTrees
 from packtool.tokenize.readers import resolve_inputs
 from packtool.tokenize.repo_folder import generation_cause, left_out, refuse_partitioned_split, split_files
+from packtool.tokenize.saved_folder import is_saved_folder
 
 OFFLINE_HINT = ("download it where the Hub is reachable (`hf download --repo-type dataset NAME "  # flags of `hf`
                 "--local-dir DIR`, or `datasets.load_dataset(...).save_to_disk(DIR)`), copy DIR here "
@@ -168,9 +169,9 @@ def _saved_split(spec: str, split: str | None, config: str | None):
     folder is the split itself. None: not such a folder (load_dataset's to read)."""
     if not isinstance(spec, str) or is_uri(spec) or not os.path.isdir(spec):
         return None
-    dict_folder = os.path.exists(os.path.join(spec, "dataset_dict.json"))
-    if not dict_folder and not os.path.exists(os.path.join(spec, "state.json")):
+    if not is_saved_folder(spec):  # the one proof every door asks: a state.json alone is also other tools' (RA-2)
         return None
+    dict_folder = os.path.exists(os.path.join(spec, "dataset_dict.json"))
     if config is not None:
         raise PacktoolInputError(f"a datasets save_to_disk folder has no configurations; drop {arg('config')}",
                                  path=spec, flag=cli_flag("config"))

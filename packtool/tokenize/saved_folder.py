@@ -23,17 +23,31 @@ def saved_files(folder: str) -> list[str]:
         raise PacktoolInputError(
             f"a DatasetDict folder; pass one split folder instead: {', '.join(splits)}", path=folder)
     state = os.path.join(folder, STATE)
-    names = _data_files(state) if os.path.exists(state) else []
-    if names:
+    if os.path.exists(state):  # it decides, listing none included: an earlier save's shards are no rows (RA-3)
+        names = _data_files(state)
         for n in names:
             if not os.path.isfile(os.path.join(folder, n)):
                 _gone(state, n, folder)
+        if not names:
+            _no_rows(folder, "folder", sorted(os.path.basename(f) for f in glob.glob(
+                os.path.join(glob.escape(folder), "*.arrow"))), listed=True)
         return [os.path.join(folder, n) for n in names]
     found = sorted(glob.glob(os.path.join(glob.escape(folder), "*.arrow")))
     if not found:  # a dataset of 0 rows is saved with no data file: not "no input files given"
-        raise PacktoolInputError("a datasets save_to_disk folder holding no rows (its state.json lists no data "
-                                 "files, and it holds no .arrow file): remove it from the inputs", path=folder)
+        _no_rows(folder, "folder", [], listed=False)
     return found
+
+
+def _no_rows(where: str, kind: str, stale: list[str], listed: bool):
+    """A save of 0 rows: `datasets` writes no data file and lists none; shards beside it are an
+    earlier save's, which `datasets` reads no more (read here, the replaced rows were packed)."""
+    more = f" and {len(stale) - 5} more" if len(stale) > 5 else ""
+    left = (f"; the .arrow file(s) beside it are an earlier save's, which `datasets` does not read either: "
+            f"{', '.join(stale[:5])}{more}") if stale else ""
+    why = "its state.json lists no data files" if listed else \
+        f"no state.json, and no .arrow {'file' if kind == 'folder' else 'object'}"
+    raise PacktoolInputError(f"a datasets save_to_disk {kind} holding no rows ({why}){left}: remove it from the "
+                             "inputs", path=where)
 
 
 def _data_files(state: str) -> list[str]:
@@ -41,7 +55,8 @@ def _data_files(state: str) -> list[str]:
     one read of it for every door; one packtool cannot read is one line naming it."""
     from packtool.tokenize.json_depth import load_json_file
     try:
-        names = [d["filename"] for d in load_json_file(state, "datasets state.json").get("_data_files", [])]
+        # no `_data_files` key is no datasets state.json (save_to_disk writes it, [] for 0 rows), not "lists none"
+        names = [d["filename"] for d in load_json_file(state, "datasets state.json")["_data_files"]]
     except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad JSON, a key twice, another shape
         if isinstance(e, PacktoolInputError):
             raise
@@ -85,8 +100,8 @@ def saved_matches(paths: list[str], quiet: bool = False) -> list[str]:
     marks = sorted(os.path.dirname(p) for p in paths if os.path.basename(p) in (INFO, DICT))
     saved = [d for d in marks if not any(d.startswith(o + os.sep) for o in marks)]
     if not saved:
-        return _current(paths, os.path.dirname, lambda d: os.path.join(d, STATE) if os.path.isfile(
-            os.path.join(d, STATE)) else None, lambda p: p, quiet)
+        return _current(paths, os.path.dirname, lambda d: os.path.join(d, STATE) if is_saved_folder(d) and
+                        os.path.isfile(os.path.join(d, STATE)) else None, lambda p: p, quiet)
     out, done = [], set()
     for p in paths:
         home = next((d for d in saved if p == d or p.startswith(d + os.sep)), None)
@@ -103,8 +118,10 @@ def _current(found: list, parent, state_of, path_of, quiet: bool, shown=lambda h
     list: `datasets` leaves an earlier save's shards beside a new one (a notebook saving a filtered
     dataset into its folder again), and reads only the listed ones; read here, the rows the user
     replaced were trained on too (S48A-5). Each folder's are named in a note unless `quiet`.
-    `parent` (a match's folder), `state_of` (the folder's state.json to read, or None), `path_of`
-    and `shown` spell a match and its folder, local or on a store."""
+    A folder is a save_to_disk folder on the one proof every door asks (is_saved_folder: a file
+    named state.json alone is also other tools', RA-2). `parent` (a match's folder), `state_of`
+    (the folder's state.json to read, or None: no such folder), `path_of` and `shown` spell a match
+    and its folder, local or on a store."""
     listed: dict = {}
     out, left = [], {}
     for x in found:
@@ -122,9 +139,12 @@ def _current(found: list, parent, state_of, path_of, quiet: bool, shown=lambda h
         from packtool.notes import note
         for home, names in left.items():
             more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            # a save of 0 rows lists none: the folder itself is no input either (saved_files refuses it)
+            fix = "give the folder itself to read it as saved, or" if listed[home] else \
+                "its save holds no rows (its state.json lists no data files);"
             note(f"{shown(home)}: passed over {len(names)} .arrow file(s) its state.json does not list (an earlier "
                  f"save_to_disk's shards, which `datasets` does not read either): {', '.join(sorted(names)[:5])}"
-                 f"{more}; give the folder itself to read it as saved, or delete them to silence this note")
+                 f"{more}; {fix} delete them to silence this note")
     return out
 
 
@@ -177,7 +197,9 @@ def saved_objects(found: list, quiet: bool = False, listed: bool = True) -> list
             homes.setdefault(d, prefix_of(x, d))
             return d
 
-        def state_of(home):
+        def state_of(home):  # on the proof a folder is asked for (is_saved_folder): another tool's state.json is none
+            if not any(homes[home].join(n).is_file() for n in (INFO, DICT)):
+                return None
             state = homes[home].join(STATE)
             return state.shown if state.is_file() else None
         return _current(found, parent, state_of, lambda x: x.path, quiet, lambda home: homes[home].shown)
@@ -202,8 +224,11 @@ def _saved_prefix(home: str, by_path: dict) -> list:
         splits = sorted({p[len(home) + 1:].split("/")[0] for p in below if "/" in p[len(home) + 1:]})
         raise PacktoolInputError(f"a DatasetDict prefix; pass one split prefix instead: {', '.join(splits)}",
                                  path=root.shown)
-    names = _data_files(below[f"{home}/{STATE}"].shown) if f"{home}/{STATE}" in below else []
-    if names:
+    arrows = [x for p, x in sorted(below.items()) if p.endswith(".arrow") and "/" not in p[len(home) + 1:]]
+    if f"{home}/{STATE}" in below:  # it decides, listing none included (RA-3), as saved_files
+        names = _data_files(below[f"{home}/{STATE}"].shown)
+        if not names:
+            _no_rows(root.shown, "prefix", [x.path.rsplit("/", 1)[-1] for x in arrows], listed=True)
         out = []
         for n in names:  # an object a glob's listing did not hold may still be there: asked for
             x = below.get(f"{home}/{n}") or root.join(n)
@@ -211,10 +236,8 @@ def _saved_prefix(home: str, by_path: dict) -> list:
                 _gone(below[f"{home}/{STATE}"].shown, n, root.shown)
             out.append(x)
         return out
-    arrows = [x for p, x in sorted(below.items()) if p.endswith(".arrow") and "/" not in p[len(home) + 1:]]
     if not arrows:
-        raise PacktoolInputError("a datasets save_to_disk prefix holding no rows (its state.json lists no data "
-                                 "files, and it holds no .arrow object): remove it from the inputs", path=root.shown)
+        _no_rows(root.shown, "prefix", [], listed=False)
     return arrows
 
 
