@@ -57,23 +57,27 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     cut = min(loc.path.index(c) for c in GLOB_CHARS if c in loc.path)
     base = loc.path[:cut].rsplit("/", 1)[0]
     root = Location(loc.fs, base, _typed_root(loc, base), False, name)
-    pattern = _glob_regex(loc.path)
+    folders_only = spec.partition("?")[0].endswith("/")
+    # (locate drops the `/` of a bucket's URI, a file:// one keeps it: `DIR/**/` matched no prefix there)
+    pattern = _glob_regex(loc.path.rstrip("/") if folders_only else loc.path)
     seen = root.list()
     if listed is not None:
         listed += [root, *(i.path for i in seen)]
     # a wildcard passes over hidden names, as a local glob does, unless the pattern names one
     named = "/." in "/" + loc.path[len(base):].lstrip("/")
-    folders_only = spec.partition("?")[0].endswith("/")  # (locate drops the `/`)
     # a key read as a local path would be (`a//b` is `a/b`): one the glob means but cannot read is refused
     _refuse_empty_names(root, [i.path for i in seen if "//" in i.path and _globbed(
         pattern, re.sub("//+", "/", i.path), None if named else base, not folders_only) is not None], name)
     out, whole = [], {}
     for i in seen:
-        m = _globbed(pattern, i.path, None if named else base, not folders_only)
-        if m is not None:
+        if _globbed(pattern, i.path, None if named else base, not folders_only) is not None:
             out.append(_child(root, i.path))
-            if m:
-                whole.setdefault(m, _child(root, m))
+            # read whole through the outermost prefix the pattern matches, as a local glob's
+            # outermost folder is, even where the object matches itself too (`DIR/**`: DIR; its
+            # folder rules, a dataset repo's splits, were never asked on a store, RA-5)
+            top = _outermost(pattern, i.path)
+            if top:
+                whole.setdefault(top, root if top == root.path else _child(root, top))
     if folders is not None:
         folders += whole.values()
     return out
@@ -107,6 +111,17 @@ def _globbed(pattern, path: str, root: str | None, itself: bool = True) -> str |
         if pattern.match(above):
             return None if _hidden_below(path, above) else above
     return None
+
+
+def _outermost(pattern, path: str) -> str:
+    """The outermost prefix above `path` the pattern matches with no hidden name between them
+    ("": none): the "folder" a local glob's outermost() reads the object through."""
+    parts = path.split("/")
+    for k in range(1, len(parts)):
+        above = "/".join(parts[:k])
+        if pattern.match(above) and not _hidden_below(path, above):
+            return above
+    return ""
 
 
 # what a listed key's names keep unescaped in its URI: a URI's path characters but `%` (a key's
