@@ -268,9 +268,7 @@ def split_files(folder: str, split: str, config: str | None) -> list[str] | None
         return None
     options = _OWN_READ.get(module.module_path.rsplit(".", 1)[-1])
     params = module.builder_configs_parameters
-    configs = {c.name: c for c in (params.builder_configs or [])}
-    name = config or params.default_config_name or (next(iter(configs)) if len(configs) == 1 else None)
-    cfg = configs.get(name)
+    cfg = {c.name: c for c in (params.builder_configs or [])}.get(_config_name(params, config))
     if options is None or cfg is None or getattr(cfg, "features", None) is not None or any(
             getattr(cfg, o, None) is not None for o in options):
         return None
@@ -282,6 +280,14 @@ def split_files(folder: str, split: str, config: str | None) -> list[str] | None
             return None
     files = {str(k): [str(f) for f in v] for k, v in data_files.items()}
     return files.get(split) or None
+
+
+def _config_name(params, config: str | None) -> str | None:
+    """The configuration `datasets.load_dataset(folder, config)` reads: the one given, else the
+    README's default (`default: true`, or named "default"), else the only one: the one owner of
+    that choice for split_files and left_out (RA-4: left_out took the README's first)."""
+    configs = [c.name for c in (params.builder_configs or [])]
+    return config or params.default_config_name or (configs[0] if len(configs) == 1 else None)
 
 
 def left_out(folder: str, split: str, config: str | None, files: list[str]) -> list[str]:
@@ -297,7 +303,7 @@ def left_out(folder: str, split: str, config: str | None, files: list[str]) -> l
     base = module.builder_kwargs.get("base_path", folder)
     meta = module.builder_configs_parameters.metadata_configs or {}
     if meta:
-        one = meta.get(config or next(iter(meta)), {})
+        one = meta.get(_config_name(module.builder_configs_parameters, config), {})
         if "data_files" not in one or one.get("data_dir"):
             return []
         patterns = sanitize_patterns(one["data_files"])
