@@ -29,3 +29,11 @@ def run_main(monkeypatch, argv: list[str]) -> list[int]:
     with pytest.raises(_Left):
         cli.main()
     return ended
+
+
+def raiser(module: str, make=MemoryError):
+    """A function whose frame is `module`'s, raising `make()`: the stage a failure is in, as the
+    CLI tells it from the traceback's deepest packtool module."""
+    ns = {"__name__": module, "make": make}
+    exec("def boom(*args, **kwargs):\n    raise make()\n", ns)
+    return ns["boom"]

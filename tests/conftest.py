@@ -68,6 +68,19 @@ def gsm8k_packed(base, rows: int, data: str, *flags: str) -> str:
     assert r.exit_code == 0, r.output
     return given
 
+def gsm8k_output(base):
+    """GSM8K whole packed with GPT2 at -C 1024 -q into `base/out` (its cache entry in `base/c`),
+    and a lengths file `base/l.txt` (3, 5): what the commands' failure tests read. Returns `base`."""
+    from typer.testing import CliRunner
+
+    from packtool.cli.app import app
+    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(base / "out"),
+                                 "--cache-dir", str(base / "c")])
+    assert r.exit_code == 0, r.output
+    (base / "l.txt").write_text("3\n5\n")
+    return base
+
+
 def fixture_path(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
 
@@ -124,6 +137,16 @@ def closed_store(monkeypatch) -> None:
     for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+def upload_tree(local: str, uri: str) -> None:
+    """Every file below the local folder `local` written to the store prefix `uri`, at the same
+    relative names: a tree made locally (a save_to_disk folder, a cache entry) put on a store."""
+    from packtool.storage import locate
+    for d, _, files in os.walk(local):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
+            locate(uri).join(*rel.split("/")).write_bytes(open(os.path.join(d, f), "rb").read())
 
 
 @pytest.fixture

@@ -6,28 +6,13 @@ through packtool.cli.main, with its `_leave` stood in (tests/cli_main.py)."""
 from __future__ import annotations
 
 import pytest
-from cli_main import run_main
-from conftest import GPT2, GSM8K
-
-
-def _raiser(module: str):
-    """A function whose frame is `module`'s, raising MemoryError: the stage the error is in."""
-    ns = {"__name__": module}
-    exec("def boom(*args, **kwargs):\n    raise MemoryError()\n", ns)
-    return ns["boom"]
+from cli_main import raiser, run_main
+from conftest import GPT2, GSM8K, gsm8k_output
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from packtool.cli.app import app
-    t = tmp_path_factory.mktemp("oom")
-    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
-                                 "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
-    (t / "l.txt").write_text("3\n5\n")
-    return t
+    return gsm8k_output(tmp_path_factory.mktemp("oom"))
 
 
 # case -> (argv given the fixture folder, where the work is cut short, the stage's module,
@@ -68,7 +53,7 @@ CASES = {
 def test_out_of_memory_names_command_stage_input_and_the_flags_that_help(case, packed, monkeypatch, capsys):
     argv, site, module, said = CASES[case]
     argv = argv(packed)
-    monkeypatch.setattr(site, _raiser(module))
+    monkeypatch.setattr(site, raiser(module))
     ended = run_main(monkeypatch, argv)
     stderr = capsys.readouterr().err  # (megatron's import warnings aside: not packtool's lines)
     err = [ln for ln in stderr.splitlines() if ln.startswith("error:")]

@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 import pytest
-from cli_main import run_main
-from conftest import GPT2, GSM8K, ROOT
+from cli_main import raiser, run_main
+from conftest import GPT2, GSM8K, ROOT, gsm8k_output
 
 # what each failure is, as Python sees it: pyo3's PanicException is a BaseException of pyo3_runtime
 PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
@@ -33,23 +33,9 @@ FAILURES = {
 }
 
 
-def _raiser(module: str, make):
-    ns = {"__name__": module, "make": make}
-    exec("def boom(*args, **kwargs):\n    raise make()\n", ns)
-    return ns["boom"]
-
-
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from packtool.cli.app import app
-    t = tmp_path_factory.mktemp("threads")
-    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
-                                 "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
-    (t / "l.txt").write_text("3\n5\n")
-    return t
+    return gsm8k_output(tmp_path_factory.mktemp("threads"))
 
 
 # command -> (argv, where its work is cut short, the stage's module, what the line names)
@@ -70,7 +56,7 @@ COMMANDS = {
 def test_a_thread_refused_is_resources_in_one_line(packed, monkeypatch, capsys, command, failure):
     argv, site, module, said = COMMANDS[command]
     make, kind, code = FAILURES[failure]
-    monkeypatch.setattr(site, _raiser(module, make))
+    monkeypatch.setattr(site, raiser(module, make))
     ended = run_main(monkeypatch, ["--json", *argv(packed)])
     cap = capsys.readouterr()
     err = [ln for ln in cap.err.splitlines() if ln.startswith("error:")]

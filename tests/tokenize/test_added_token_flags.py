@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
 from conftest import GPT2
+from tokenizer_support import oracle_ids, packed_ids
 
-from packtool.tokenize import tokenize_to_cache
 from packtool.tokenize.config import TokenizeConfig
 
 transformers = pytest.importorskip("transformers", reason="transformers is the oracle")
@@ -39,24 +38,10 @@ def _folder(tmp_path, flags: dict) -> str:
     return str(d)
 
 
-def _rows(folder: str, rows: list[dict], tmp_path, template: str | None = None) -> list[list[int]]:
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cache = tokenize_to_cache(str(data), TokenizeConfig(tokenizer=folder, add_bos=False, add_eos=False,
-                                                        chat_template=template),
-                              cache_dir=str(tmp_path / "cache"), progress=False)
-    got = cache.read_rows(np.arange(cache.num_rows))
-    return [got.input_ids[a:b].tolist() for a, b in zip(got.offsets[:-1], got.offsets[1:])]
-
-
-def _oracle(folder: str, text: str) -> list[int]:
-    return transformers.AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=False)["input_ids"]
-
-
 @pytest.mark.parametrize("flags", FLAGS)
 def test_text_rows_get_the_models_ids(tmp_path, flags):
     folder = _folder(tmp_path, FLAGS[flags])
-    assert _rows(folder, [{"text": t} for t in TEXTS], tmp_path) == [_oracle(folder, t) for t in TEXTS]
+    assert packed_ids(folder, [{"text": t} for t in TEXTS], tmp_path) == [oracle_ids(folder, t) for t in TEXTS]
 
 
 @pytest.mark.parametrize("flags", ["rstrip", "both strips"])
@@ -65,7 +50,7 @@ def test_rendered_chat_rows_get_the_models_ids(tmp_path, flags):
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE)
     rendered = f"user: hi{EOT}\nassistant: hello{EOT}\n"
-    assert _rows(folder, [CHAT], tmp_path, str(template)) == [_oracle(folder, rendered)]
+    assert packed_ids(folder, [CHAT], tmp_path, str(template)) == [oracle_ids(folder, rendered)]
 
 
 def test_a_flag_of_another_type_is_named(tmp_path):

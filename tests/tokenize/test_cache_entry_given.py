@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import GPT2, gsm8k_packed
+from conftest import GPT2, gsm8k_packed, upload_tree
 from typer.testing import CliRunner
 
 import packtool
@@ -23,14 +23,6 @@ def entry(tmp_path_factory):
     gsm8k_packed(t, 5, "a.jsonl", "--dry-run", "--cache-dir", str(t / "c"))
     (name,) = os.listdir(t / "c")
     return str(t / "c" / name)
-
-
-def _upload(local: str, uri: str) -> None:
-    from packtool.storage import locate
-    for d, _, files in os.walk(local):
-        for f in files:
-            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
-            locate(uri).join(*rel.split("/")).write_bytes(open(os.path.join(d, f), "rb").read())
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +58,7 @@ def test_a_cache_entry_given_is_said_as_one(entry, packed, given, door, tmp_path
     home = {"entry": entry, "packed": packed}[tree]
     if name.startswith("store/"):
         base = f"{request.getfixturevalue('s3')}/{tree}"
-        _upload(home, base)
+        upload_tree(home, base)
         spec = f"{base}/{name[len('store/'):]}"
     else:
         spec = os.path.join(home, name) if name else home

@@ -12,14 +12,12 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 from cli_main import run_main
 from conftest import GPT2, MISTRAL
+from tokenizer_support import oracle_ids, packed_ids
 
 from packtool.errors import PacktoolInputError
-from packtool.tokenize import tokenize_to_cache
-from packtool.tokenize.config import TokenizeConfig
 
 transformers = pytest.importorskip("transformers", reason="transformers is the oracle")
 transformers.logging.set_verbosity_error()
@@ -68,21 +66,6 @@ def _folder(tmp_path, form: str, cls: str, prefix, extra: dict | None = None) ->
     return str(d)
 
 
-def _oracle(folder: str, text: str) -> list[int]:
-    return transformers.AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=False)["input_ids"]
-
-
-def _rows(folder: str, rows: list[dict], tmp_path, template: str | None = None) -> list[list[int]]:
-    """Each row's ids as pack tokenizes them (the cache pack reads), in row order."""
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cache = tokenize_to_cache(str(data), TokenizeConfig(tokenizer=folder, add_bos=False, add_eos=False,
-                                                        chat_template=template),
-                              cache_dir=str(tmp_path / "cache"), progress=False)
-    got = cache.read_rows(np.arange(cache.num_rows))
-    return [got.input_ids[a:b].tolist() for a, b in zip(got.offsets[:-1], got.offsets[1:])]
-
-
 @pytest.mark.parametrize("prefix", [True, False, ...], ids=["true", "false", "absent"])
 @pytest.mark.parametrize("cls", CLASSES)
 @pytest.mark.parametrize("form", FORMS)
@@ -94,11 +77,11 @@ def test_text_ids_equal_the_models_own_tokenizer(tmp_path, form, cls, prefix):
     if cls == "none" and prefix is not ...:
         (tmp_path / "model").mkdir()
         model = _folder(tmp_path / "model", form, "model", prefix)
-        if [_oracle(model, t) for t in TEXTS] != [_oracle(folder, t) for t in TEXTS]:  # the key changes ids
+        if [oracle_ids(model, t) for t in TEXTS] != [oracle_ids(folder, t) for t in TEXTS]:  # the key changes ids
             with pytest.raises(PacktoolInputError, match="no tokenizer_class says"):
-                _rows(folder, [{"text": t} for t in TEXTS], tmp_path)
+                packed_ids(folder, [{"text": t} for t in TEXTS], tmp_path)
             return
-    assert _rows(folder, [{"text": t} for t in TEXTS], tmp_path) == [_oracle(folder, t) for t in TEXTS]
+    assert packed_ids(folder, [{"text": t} for t in TEXTS], tmp_path) == [oracle_ids(folder, t) for t in TEXTS]
 
 
 ROWS = {"prompt_completion": ({"prompt": "Hello", "completion": " world"}, None, "Hello world"),
@@ -112,7 +95,7 @@ def test_every_row_kind_gets_the_models_ids(tmp_path, form, kind):
     """The key reaches untemplated prompt/completion and rendered chat rows, not only text."""
     row, template, rendered = ROWS[kind]
     folder = _folder(tmp_path, form, "model", form == "bytelevel")  # the value that changes each
-    assert _rows(folder, [row], tmp_path, template) == [_oracle(folder, rendered)]
+    assert packed_ids(folder, [row], tmp_path, template) == [oracle_ids(folder, rendered)]
 
 
 @pytest.mark.parametrize("conf, words", [
@@ -125,7 +108,7 @@ def test_every_row_kind_gets_the_models_ids(tmp_path, form, kind):
 def test_a_key_packtool_does_not_apply_is_refused_in_one_line(tmp_path, monkeypatch, conf, words):
     folder = _folder(tmp_path, "bytelevel", "none", ..., conf)
     with pytest.raises(PacktoolInputError) as e:
-        _rows(folder, [{"text": "Hello"}], tmp_path)
+        packed_ids(folder, [{"text": "Hello"}], tmp_path)
     assert words in str(e.value) and "tokenizer_config.json" in str(e.value) and "\n" not in str(e.value)
     data = tmp_path / "rows.jsonl"  # the command line: exit 2, the same line, no traceback
     assert run_main(monkeypatch, ["pack", str(data), "--tokenizer", folder, "-C", "64", "-o",
@@ -151,5 +134,5 @@ def test_a_cache_made_before_the_key_was_read_is_not_reused(tmp_path, monkeypatc
     folder = _folder(tmp_path, "bytelevel", "model", True)
     with monkeypatch.context() as m:
         m.setattr(encode, "backend_edits", lambda *a: ())
-        before = _rows(folder, [{"text": "Hello world"}], tmp_path)
-    assert before == [[15496, 995]] and _rows(folder, [{"text": "Hello world"}], tmp_path) == [[18435, 995]]
+        before = packed_ids(folder, [{"text": "Hello world"}], tmp_path)
+    assert before == [[15496, 995]] and packed_ids(folder, [{"text": "Hello world"}], tmp_path) == [[18435, 995]]

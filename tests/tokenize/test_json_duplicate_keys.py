@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import GPT2, GSM8K
+from conftest import GPT2, gsm8k_output
 
 from packtool.errors import PacktoolError
 from packtool.planning.lengths import load_lengths
@@ -73,14 +73,7 @@ def _plan_file(tmp_path):
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from packtool.cli.app import app
-    t = tmp_path_factory.mktemp("dup")
-    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
-                                 "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
-    return str(t / "out")
+    return str(gsm8k_output(tmp_path_factory.mktemp("dup")) / "out")
 
 
 def _manifest(tmp_path, packed):

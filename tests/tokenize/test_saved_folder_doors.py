@@ -11,6 +11,7 @@ import os
 import shutil
 
 import pytest
+from conftest import upload_tree
 
 datasets = pytest.importorskip("datasets")
 
@@ -60,16 +61,9 @@ def test_a_saved_folder_is_read_as_itself_by_every_local_door(saved, tmp_path, d
     assert all(f.kind == "arrow" for f in got if f.path.endswith(".arrow"))
 
 
-def _upload(local: str, uri: str) -> None:
-    for d, _, files in os.walk(local):
-        for f in files:
-            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
-            locate(uri).join(*rel.split("/")).write_bytes(open(os.path.join(d, f), "rb").read())
-
-
 @pytest.mark.parametrize("door", ["the prefix given", "inside a prefix input", "matched by a glob"])
 def test_a_saved_folder_on_a_store_is_read_as_itself(saved, s3, door, tmp_path):
-    _upload(saved, f"{s3}/in/sd")
+    upload_tree(saved, f"{s3}/in/sd")
     locate(s3).join("in", "a.jsonl").write_bytes(b'{"text": "plain row"}\n')
     spec = {"the prefix given": f"{s3}/in/sd/", "inside a prefix input": f"{s3}/in/",
             "matched by a glob": f"{s3}/in/*"}[door]
@@ -98,7 +92,7 @@ def saved_dict(tmp_path_factory) -> str:
 def test_a_dataset_dict_is_refused_naming_its_splits(saved_dict, tmp_path, door, request):
     if door == "on a store prefix":
         s3 = request.getfixturevalue("s3")
-        _upload(saved_dict, f"{s3}/in/dd")
+        upload_tree(saved_dict, f"{s3}/in/dd")
         spec = f"{s3}/in/"
     else:
         shutil.copytree(saved_dict, tmp_path / "par" / "dd")
@@ -138,7 +132,7 @@ def test_a_saved_folder_inside_a_folder_input_however_the_folder_is_spelled(save
 # R-10 (s47 review): a save_to_disk prefix's own URI was cut from its first object's URI by the
 # raw key's length; a name there that the URI percent-encodes (a space, '#') cut it mid-name
 def test_a_saved_prefix_is_named_whole_beside_an_object_whose_name_is_encoded(saved_dict, s3):
-    _upload(saved_dict, f"{s3}/in/dd")
+    upload_tree(saved_dict, f"{s3}/in/dd")
     locate(s3).join("in", "dd", "a b#.jsonl").write_bytes(b'{"text": "plain row"}\n')
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([f"{s3}/in/"], quiet=True)
@@ -167,7 +161,7 @@ def test_a_glob_passes_over_an_earlier_saves_shards_with_a_note(resaved, where, 
     base = par
     if where == "store":
         base = f"{request.getfixturevalue('s3')}/par"
-        _upload(par, base)
+        upload_tree(par, base)
     start = mark()
     got = [f.path for f in resolve_inputs([f"{base}/{pattern}"])]
     assert got == [f"{base}/std2/data-00000-of-00001.arrow"], got
@@ -182,7 +176,7 @@ def test_an_earlier_saves_shard_named_by_its_path_is_read_as_asked(resaved, wher
     base = os.path.dirname(resaved)
     if where == "store":
         base = f"{request.getfixturevalue('s3')}/par"
-        _upload(os.path.dirname(resaved), base)
+        upload_tree(os.path.dirname(resaved), base)
     start = mark()
     got = [f.path for f in resolve_inputs([f"{base}/std2/data-00001-of-00002.arrow"])]
     assert got == [f"{base}/std2/data-00001-of-00002.arrow"] and not since(start), (got, since(start))
@@ -214,7 +208,7 @@ def test_a_state_json_naming_a_file_not_plainly_in_its_folder_is_refused(saved, 
     spec = {"by name": str(mine), "inside a folder input": str(tmp_path / "par")}.get(door)
     if door == "on a store prefix":
         s3 = request.getfixturevalue("s3")
-        _upload(str(tmp_path / "par"), f"{s3}/par")
+        upload_tree(str(tmp_path / "par"), f"{s3}/par")
         spec = f"{s3}/par/sd/"
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([spec], quiet=True)

@@ -18,21 +18,14 @@ import os
 import shutil
 
 import pytest
+from conftest import upload_tree
 
 datasets = pytest.importorskip("datasets")
 
 from packtool.errors import PacktoolInputError  # noqa: E402
-from packtool.storage import locate  # noqa: E402
 from packtool.tokenize.readers import resolve_inputs  # noqa: E402
 
 STALE = "data-00000-of-00002.arrow, data-00001-of-00002.arrow"
-
-
-def _upload(local: str, uri: str) -> None:
-    for d, _, files in os.walk(local):
-        for f in files:
-            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
-            locate(uri).join(*rel.split("/")).write_bytes(open(os.path.join(d, f), "rb").read())
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +53,7 @@ def test_a_folder_saved_again_with_no_rows_is_refused_by_every_door(emptied, whe
     base = emptied
     if where == "store":
         base = f"{request.getfixturevalue('s3')}/par"
-        _upload(emptied, base)
+        upload_tree(emptied, base)
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([WHOLE[door].format(base=base)], quiet=True)
     message = str(e.value)
@@ -74,7 +67,7 @@ def test_a_glob_of_its_shards_says_the_save_holds_no_rows(emptied, where, reques
     base = emptied
     if where == "store":
         base = f"{request.getfixturevalue('s3')}/par"
-        _upload(emptied, base)
+        upload_tree(emptied, base)
     start = mark()
     with pytest.raises(PacktoolInputError) as e:  # its shards are all it matched
         resolve_inputs([f"{base}/**/*.arrow"])
@@ -107,7 +100,7 @@ def test_a_state_json_with_no_save_to_disk_beside_it_decides_nothing(tmp_path, w
     base = _foreign(tmp_path, state)
     if where == "store":
         base = f"{request.getfixturevalue('s3')}/t"
-        _upload(str(tmp_path), base)
+        upload_tree(str(tmp_path), base)
     start = mark()
     got = [f.path for f in resolve_inputs([f"{base}/{pattern}"])]
     assert got == [f"{base}/d/a.arrow", f"{base}/d/b.arrow"], got
@@ -129,7 +122,7 @@ def test_a_saved_folders_state_json_without_data_files_is_not_read_as_listing_no
     spec = str(d)
     if where == "store":
         spec = f"{request.getfixturevalue('s3')}/par/std/"
-        _upload(str(tmp_path / "par"), f"{request.getfixturevalue('s3')}/par")
+        upload_tree(str(tmp_path / "par"), f"{request.getfixturevalue('s3')}/par")
     with pytest.raises(PacktoolInputError) as e:
         resolve_inputs([spec], quiet=True)
     message = str(e.value)

@@ -191,15 +191,8 @@ def test_a_store_object_over_its_bound_is_not_read_whole(tmp_path, monkeypatch, 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    from conftest import GPT2, GSM8K
-    from typer.testing import CliRunner
-
-    from packtool.cli.app import app
-    t = tmp_path_factory.mktemp("bounds")
-    r = CliRunner().invoke(app, ["pack", GSM8K, "--tokenizer", GPT2, "-C", "1024", "-q", "-o", str(t / "out"),
-                                 "--cache-dir", str(t / "c")])
-    assert r.exit_code == 0, r.output
-    return str(t / "out")
+    from conftest import gsm8k_output
+    return str(gsm8k_output(tmp_path_factory.mktemp("bounds")) / "out")
 
 
 CLI = {  # flag -> the command line, given an oversized file and a packed output
