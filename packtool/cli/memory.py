@@ -32,6 +32,13 @@ _ADVICE = {
     ("verify", None): "check with fewer processes (--workers 1: each reads its own shards' row groups)",
     ("train", None): "give a smaller --micro-batch-tokens, or a smaller model (--layers, --hidden, --ffn, --config)",
 }
+# the advice of each entry above that names --workers 1, for a run that has one worker already (the
+# flag given, or one core its default resolves to): never the fix already in force (RB-1)
+_AT_ONE_WORKER = {
+    ("pack", "slabs"): "it writes with one thread already (--workers 1): give a smaller -C",
+    ("pack", None): "it writes with one thread already (--workers 1): try a smaller --plan-shard-rows",
+    ("verify", None): "it runs one process already (--workers 1) and no verify flag reads a row group in less",
+}
 
 
 def stage_of(e: BaseException) -> str | None:
@@ -91,10 +98,17 @@ def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
     from packtool.free_memory import DecodeOutOfMemory
     if isinstance(e, DecodeOutOfMemory) and stage == "tokenizing":  # an input's own line ("here") names its cause and fix
         return f"out of memory in `packtool {command}`{_where(command, args, stage)}"
-    advice = _ADVICE.get((command, stage)) or _ADVICE[(command, None)]
-    if command == "verify" and stage != "tokenizing" and args.get("workers") == 1:  # the fix already in force
-        advice = "it runs one process already (--workers 1) and no verify flag reads a row group in less"
+    key = (command, stage) if (command, stage) in _ADVICE else (command, None)
+    advice = _ADVICE[key]
+    if key in _AT_ONE_WORKER and _one_worker(args):
+        advice = _AT_ONE_WORKER[key]
     return f"out of memory in `packtool {command}`{_where(command, args, stage)}: {advice}"
+
+
+def _one_worker(args: dict) -> bool:
+    """The run has one worker: --workers as pack and verify resolve it (unset: one per core)."""
+    from packtool.workers import cores
+    return (args.get("workers") or cores()) == 1
 
 
 # What a thread the system would not start looks like from Python: threading's RuntimeError, and

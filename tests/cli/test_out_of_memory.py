@@ -63,3 +63,26 @@ def test_out_of_memory_names_command_stage_input_and_the_flags_that_help(case, p
     assert all(s in line for s in said), (said, line)
     if argv[0] in ("plan", "inspect", "train"):  # flags those commands do not have
         assert "--workers" not in line and "--plan-shard-rows" not in line.split("pack the data")[0], line
+
+
+# RB-1 (s49 review): pack at --workers 1 (or one core, the default's count) was told to pass
+# --workers 1; only verify knew the fix was in force. Every entry whose advice names --workers,
+# each command and stage, with one worker given or resolved
+def _naming_workers():
+    from packtool.cli.memory import _ADVICE
+    return [key for key, advice in _ADVICE.items() if "--workers" in advice]
+
+
+@pytest.mark.parametrize("workers", [1, None], ids=["--workers 1", "one core"])
+@pytest.mark.parametrize("key", _naming_workers(), ids=str)
+def test_a_run_at_one_worker_is_not_told_to_pass_workers_1(key, workers, monkeypatch):
+    from packtool.cli import memory
+    command, stage = key
+    monkeypatch.setattr(memory, "stage_of", lambda e: stage)
+    monkeypatch.setattr("packtool.workers.cores", lambda: 1)
+    line = memory.out_of_memory(MemoryError(), command, {"workers": workers, "inputs": ["d.jsonl"], "directory": "o"})
+    assert "already (--workers 1)" in line and "try --workers" not in line and "(--workers 1:" not in line, line
+    monkeypatch.setattr("packtool.workers.cores", lambda: 8)  # more than one: the advice stands
+    line = memory.out_of_memory(MemoryError(), command, {"workers": 4 if workers else None, "inputs": ["d.jsonl"],
+                                                         "directory": "o"})
+    assert "already" not in line and "--workers 1" in line, line
