@@ -40,7 +40,7 @@ from packtool.cli.error_subject import named_path, subject_flag
 from packtool.cli.stdout import ReaderLeft, StdoutFailed, reader_left, stdout_gone
 from packtool.cli.stdout import stdout_console  # noqa: F401  (app.py asks it here, with the rest of a command's end)
 from packtool.cli.stdout import failed as stdout_failed
-from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, arg, one_line, shown
+from packtool.errors import EXIT_INTERNAL, EXIT_USAGE, PacktoolError, arg, bounded, one_line, shown
 
 _STATE: dict = {}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
@@ -173,7 +173,9 @@ def _place(where) -> tuple[str | None, str] | None:
 
 def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
                 json_out: bool = False, extra: dict | None = None) -> None:
-    message = one_line(message)  # control characters of a path escaped, whoever built the message
+    # control characters of a path escaped, and bounded, whoever built the message: click's usage
+    # errors quote the word given whole and are no PacktoolError (RB-5: a 1 MB argument, a 1 MB line)
+    message = bounded(one_line(message))
     err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
     err.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
     if json_out and not stdout_failed():  # every key the README lists, in its order, whatever failed
@@ -183,6 +185,8 @@ def print_error(message: str, kind: str = "input", code: int = EXIT_USAGE, *,
         # an error built without flag= (a ValueError, a usage string): only a flag it is about, the
         # one it starts with; never one the fix names (`... --split for a dataset`)
         d["flag"] = d["flag"] or subject_flag(message)
+        if isinstance(d["flag"], str):  # an unknown option is said as given: the word, bounded as the line
+            d["flag"] = bounded(d["flag"])
         d["path"] = d["path"] or named_path(message)
         said = command_notes()  # what it said on stderr before it failed
         print(json.dumps({"error": d, **({"notes": said} if said else {})}), flush=True)
