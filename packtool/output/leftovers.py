@@ -38,6 +38,7 @@ from typing import Callable
 
 from packtool.notes import note
 from packtool.output import removal
+from packtool.pids import plausible_pid
 
 MARKER = ".packtool-owner"
 # a single temporary file's record (files.write_file): an extended attribute on its inode, so
@@ -285,6 +286,8 @@ def _dead_run(rec: dict | None, unmarked: str) -> str | None:
     """None when `rec` names a process of this machine, boot and PID namespace that is gone."""
     if rec is None:
         return f"{unmarked} (made by an older packtool, or not by packtool)"
+    if not plausible_pid(rec.get("pid")):
+        return "its packtool record names a pid no process can have (damaged, or not packtool's)"
     here = _machine()
     if any(rec.get(k) != here[k] for k in here):
         return (f"made on host {rec.get('host')!r} (another machine, boot or container): packtool "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from packtool.pids import plausible_pid
 from packtool.output.files import SPILL_TAG, TMP_TAG, resolve_folder, temp_target
 from packtool.output.entry_files import FLAT_TMP, FLAT_NAMES, entry_names
 from packtool.output.leftovers import Sweep, drop_dead_record, remove_tree, unmark
@@ -41,7 +42,8 @@ _MADE = re.compile(r"(?:(?:^packtool-(?:tmp|spill|part|shard)|\.packtool-(?:tmp|
 def made_pid(name: str) -> int | None:
     """The pid in `name` when it is exactly a temporary folder's name as packtool makes it."""
     m = _MADE.search(name)
-    return int(m.group(1) or m.group(2)) if m else None
+    pid = int(m.group(1) or m.group(2)) if m else None
+    return pid if plausible_pid(pid) else None  # a pid no process has: not a name packtool gave
 
 
 def _stale_pattern(out: str) -> re.Pattern:

@@ -21,6 +21,7 @@ its ETag, storage.conditional), so the paused run never overwrites or deletes th
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -29,6 +30,7 @@ import uuid
 from dataclasses import dataclass
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
+from packtool.pids import plausible_pid
 from packtool.storage.conditional import ABSENT, delete_if, etag, put_if
 from packtool.storage.location import Location, bucket_gone, locate
 from packtool.storage.small_files import read_small
@@ -57,9 +59,25 @@ def _read(lock: Location) -> dict | None:
     except ValueError:  # not JSON, or over the bound (a PacktoolInputError): not a lease packtool wrote
         return {}
     ok = isinstance(rec, dict) and set(rec) == {"token", "owner", "renewed"} and \
-        isinstance(rec["token"], str) and isinstance(rec["owner"], str) and \
-        type(rec["renewed"]) in (int, float)
+        isinstance(rec["token"], str) and holder_ok(rec)
     return rec if ok else {}
+
+
+def holder_ok(rec: dict) -> bool:
+    """The holder half of a record packtool writes (a lease, a store cache push, a write probe):
+    an owner text whose pid, where it names one, a process can have, and a finite renewal time.
+    Anything else (NaN, Infinity, 1e400, a 20-digit pid) comes from damage or another writer:
+    read as a live run's, it would never expire (S49A-7)."""
+    owner, renewed = rec.get("owner"), rec.get("renewed")
+    if not isinstance(owner, str) or type(renewed) not in (int, float) or not math.isfinite(renewed):
+        return False
+    pid, on, _ = owner.removeprefix("pid ").partition(" on ")
+    return not (owner.startswith("pid ") and on and pid.isdigit()) or _pid_of(pid) is not None
+
+
+def _pid_of(text: str) -> int | None:
+    """The pid `text` names, if a process can have it (int() of 4,300+ digits raises: not asked)."""
+    return int(text) if text.isdigit() and len(text) <= 7 and plausible_pid(int(text)) else None
 
 
 def _foreign(prefix: Location, lock: Location) -> PacktoolOutputError:
@@ -189,7 +207,7 @@ def _dead_here(rec: dict) -> bool:
     the lease."""
     owner = str(rec.get("owner", ""))
     pid, _, host = owner.removeprefix("pid ").partition(" on ")
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    if host != socket.gethostname() or _pid_of(pid) in (None, os.getpid()):
         return False
     try:
         os.kill(int(pid), 0)

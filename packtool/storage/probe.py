@@ -42,7 +42,7 @@ def sweep_probes(loc: Location, names: list[str]) -> list[str]:
     lease's time, or its process on this host gone). An object of that name in any other form
     (a user's, an older packtool's empty probe) is not provably packtool's and stays. Returns
     the names removed."""
-    from packtool.storage.lease import expired
+    from packtool.storage.lease import expired, holder_ok
     from packtool.storage.small_files import read_small
     gone = []
     for n in names:
@@ -52,8 +52,8 @@ def sweep_probes(loc: Location, names: list[str]) -> list[str]:
             rec = json.loads(read_small(loc.join(n), 1 << 16, "packtool probe", "remove it"))
         except (FileNotFoundError, ValueError):  # gone since the listing, or not a record packtool writes
             continue
-        if isinstance(rec, dict) and set(rec) == {"owner", "renewed"} and isinstance(rec["owner"], str) and \
-                type(rec["renewed"]) in (int, float) and expired(rec) and loc.join(n).delete():
+        if isinstance(rec, dict) and set(rec) == {"owner", "renewed"} and holder_ok(rec) and expired(rec) and \
+                loc.join(n).delete():
             gone.append(n)
     return gone
 

@@ -30,6 +30,7 @@ import uuid
 from packtool.notes import note
 from packtool.storage import (RENEW_SECONDS, Location, drop_markers, expired, join_uri, locate, no_new_marker,
                               read_small, shown, sweep_probes)
+from packtool.storage.lease import holder_ok
 from packtool.tokenize.cache_entry import CACHE_ARGUMENT, file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)
@@ -191,7 +192,7 @@ def sweep_pushes(root: str) -> int:
     records = [(key, run, name, _read_json(loc.join(name), MARKER_BYTES)) for key, run, name in found]
     foreign = [n for k, r, n, rec in records if rec is not None and not (
         isinstance(rec, dict) and set(rec) == _KEYS and rec["entry"] == k and rec["run"] == r
-        and isinstance(rec["files"], dict))]
+        and isinstance(rec["files"], dict) and holder_ok(rec))]
     ours = [(k, r, n, rec) for k, r, n, rec in records if rec is not None and n not in foreign]
     live = {k for k, _, _, rec in ours if not expired(rec)}
     dead = [(k, r, n, rec) for k, r, n, rec in ours if k not in live]  # an entry being pushed is its pusher's

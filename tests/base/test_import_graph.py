@@ -29,6 +29,7 @@ BASE |= {"manifest_name"}  # the manifest's name: the tokenize stage refuses a c
 BASE |= {"checkpoint_kind"}  # a train --save checkpoint known by its contents: output.relations and megatron ask it
 BASE |= {"workers"}  # the one owner of the pools and processes packtool starts (standard library only)
 BASE |= {"free_memory"}  # the memory available now (standard library only): every bound, tokenize's whole-file reads too
+BASE |= {"pids"}  # a pid read back from a record or a name: one a process can have (standard library only)
 BASE |= {"malloc_arenas"}  # glibc's arenas capped under an address-space limit, at import (standard library only)
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with

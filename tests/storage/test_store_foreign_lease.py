@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import GPT2, PEPS
@@ -28,6 +30,14 @@ FOREIGN = {
     "a key more": json.dumps({"token": "x", "owner": "pid 1 on h", "renewed": 0, "mine": True}).encode(),
     "token not text": json.dumps({"token": 7, "owner": "pid 1 on h", "renewed": 0}).encode(),
     "too large": b"{" + b" " * (1 << 17) + b"}",
+    # S49A-7: never written by packtool, and read as a live run's they never expired (or raised OverflowError)
+    "renewed NaN": b'{"token": "x", "owner": "pid 1 on h", "renewed": NaN}',
+    "renewed Infinity": b'{"token": "x", "owner": "pid 1 on h", "renewed": Infinity}',
+    "renewed 1e400": b'{"token": "x", "owner": "pid 1 on h", "renewed": 1e400}',
+    "renewed -Infinity": b'{"token": "x", "owner": "pid 1 on h", "renewed": -Infinity}',
+    **{f"pid {pid} on this host": json.dumps({"token": "x", "owner": f"pid {pid} on {socket.gethostname()}",
+                                              "renewed": time.time()}).encode()
+       for pid in (10**20, 2**22 + 1, 0, '9' * 5001)},
 }
 
 
