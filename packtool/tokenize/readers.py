@@ -29,7 +29,7 @@ from packtool.tokenize.read_checks import read_failed, refuse_repeated_names
 from packtool.tokenize.repeats import refuse_repeats
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
-                                            saved_objects)
+                                            saved_objects, stale_named)
 from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, csv_names
 from packtool.tokenize.byte_kinds import misnamed, said_by_bytes
 from packtool.tokenize.file_kinds import READ_KINDS, listed_data, unreadable
@@ -109,10 +109,13 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
     links: dict[str, list] = {}  # spec -> links to folders not followed (walked already, or a loop)
     above: dict[str, None] = {}  # folders above the paths named, asked once whether a cache entry
     marks: list[tuple[int, int, str | None]] = []  # (first file, spec's index, the folder a folder or glob types)
+    stale = stale_named(inputs, quiet)  # a shell-expanded `std2/*.arrow`: as the quoted glob reads it
     for i, spec in enumerate(inputs):
         globbed = not is_uri(spec) and any(c in spec for c in "*?[") and not os.path.exists(spec)
         folder = not is_uri(spec) and not globbed and os.path.isdir(spec)
         marks.append((len(out), i, _glob_base(spec) if globbed else spec if folder else None))
+        if i in stale:
+            continue
         if spec == "-":
             raise stdin_refused()
         if is_uri(spec):

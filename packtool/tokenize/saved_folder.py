@@ -136,16 +136,54 @@ def _current(found: list, parent, state_of, path_of, quiet: bool, shown=lambda h
                 continue
         out.append(x)
     if not quiet:
-        from packtool.notes import note
         for home, names in left.items():
-            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-            # a save of 0 rows lists none: the folder itself is no input either (saved_files refuses it)
-            fix = "give the folder itself to read it as saved, or" if listed[home] else \
-                "its save holds no rows (its state.json lists no data files);"
-            note(f"{shown(home)}: passed over {len(names)} .arrow file(s) its state.json does not list (an earlier "
-                 f"save_to_disk's shards, which `datasets` does not read either): {', '.join(sorted(names)[:5])}"
-                 f"{more}; {fix} delete them to silence this note")
+            _say_stale(shown(home), names, bool(listed[home]))
     return out
+
+
+def _say_stale(home: str, names: list[str], rows: bool = True) -> None:
+    from packtool.notes import note
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    # a save of 0 rows lists none: the folder itself is no input either (saved_files refuses it)
+    fix = "give the folder itself to read it as saved, or" if rows else \
+        "its save holds no rows (its state.json lists no data files);"
+    note(f"{home}: passed over {len(names)} .arrow file(s) its state.json does not list (an earlier "
+         f"save_to_disk's shards, which `datasets` does not read either): {', '.join(sorted(names)[:5])}"
+         f"{more}; {fix} delete them to silence this note")
+
+
+def stale_named(specs: list[str], quiet: bool = False) -> set[int]:
+    """The indexes of inputs to pass over: .arrow files named one by one, as the shell expands an
+    unquoted `std2/*.arrow`, that their save_to_disk folder's state.json does not list, named beside
+    one it lists: read, the earlier save's rows were trained on too (S49A-9), where the quoted glob
+    passes them over (`_current`). Such files alone (no listed one named) are read as asked."""
+    from packtool.storage import is_uri, locate
+    groups: dict = {}
+    for i, s in enumerate(specs):
+        if not isinstance(s, str) or not s.endswith(".arrow"):
+            continue
+        if is_uri(s):
+            if not any(c in s for c in "*?["):
+                groups.setdefault(s.rsplit("/", 1)[0], []).append(i)
+        elif os.path.isfile(s):
+            groups.setdefault(os.path.dirname(os.path.abspath(s)), []).append(i)
+    skip: set[int] = set()
+    for home, idx in groups.items():
+        if len(idx) < 2:
+            continue
+        uri = is_uri(specs[idx[0]])
+        state = f"{home}/{STATE}" if uri else os.path.join(home, STATE)
+        if not (locate(state).is_file() if uri else os.path.isfile(state)):
+            continue
+        listed = set(_data_files(locate(state).shown if uri else state))
+        name = {i: specs[i].rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1] for i in idx}
+        stale = [i for i in idx if name[i] not in listed]
+        if stale and len(stale) < len(idx):
+            skip.update(stale)
+            if not quiet:
+                shown = locate(state).shown.rsplit("/", 1)[0] if uri else os.path.dirname(specs[idx[0]]) or "."
+                _say_stale(shown, [name[i] for i in stale])
+    return skip
 
 
 def is_saved_folder(path: str) -> bool:
@@ -242,4 +280,4 @@ def _saved_prefix(home: str, by_path: dict) -> list:
 
 
 __all__ = ["INFO", "DICT", "STATE", "is_saved_folder", "saved_files", "saved_folders_below", "saved_matches",
-           "saved_objects"]
+           "saved_objects", "stale_named"]

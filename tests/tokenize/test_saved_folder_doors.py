@@ -215,3 +215,25 @@ def test_a_state_json_naming_a_file_not_plainly_in_its_folder_is_refused(saved, 
     message = str(e.value)
     assert "state.json" in message and said in message and "\n" not in message, message
     assert "given more than once" not in message and "Errno" not in message, message
+
+
+# S49A-9: `pack std2/*.arrow` typed unquoted reaches packtool as the files the shell matched, each by
+# its path: the earlier save's shards were read beside the current one (14 rows for 4, no word) where
+# the quoted glob reads 4 and names them. Files of one save_to_disk folder named beside a file its
+# state.json lists are judged as that folder's glob matches are, local and on a store, by every order
+# (one stale shard alone stays "as asked": the test above).
+@pytest.mark.parametrize("where", ["local", "store"])
+@pytest.mark.parametrize("named", [["data-00000-of-00001.arrow", "data-00000-of-00002.arrow", "data-00001-of-00002.arrow"],
+                                   ["data-00001-of-00002.arrow", "data-00000-of-00001.arrow"]])
+def test_an_earlier_saves_shards_named_beside_the_listed_one_are_passed_over(resaved, where, named, request):
+    from packtool.notes import mark, since
+    base = os.path.dirname(resaved)
+    if where == "store":
+        base = f"{request.getfixturevalue('s3')}/par"
+        upload_tree(os.path.dirname(resaved), base)
+    start = mark()
+    got = [f.path for f in resolve_inputs([f"{base}/std2/{n}" for n in named])]
+    assert [os.path.basename(p) for p in got] == ["data-00000-of-00001.arrow"], got
+    said = [n for n in since(start) if "state.json does not list" in n]
+    stale = sorted(n for n in named if n.endswith("-of-00002.arrow"))
+    assert len(said) == 1 and ", ".join(stale) in said[0] and f"{base}/std2" in said[0], since(start)
