@@ -15,7 +15,7 @@ from packtool.storage import is_uri
 from packtool.tokenize.csv_reader import CSV_EXT
 from packtool.tokenize.file_kinds import ARROW_EXT, JSONL_EXT, PARQUET_EXT, UNREADABLE_EXT
 from packtool.tokenize.own_trees import OwnTrees
-from packtool.tokenize.readers import resolve_inputs
+from packtool.tokenize.readers import refuse_odd_files, resolve_inputs
 from packtool.tokenize.repo_folder import generation_cause, left_out, refuse_partitioned_split, split_files
 from packtool.tokenize.saved_folder import is_saved_folder
 
@@ -127,6 +127,7 @@ def load_dataset(spec: str, split: str | None, config: str | None):
     if saved is not None:
         return saved
     if split and os.path.isdir(spec):  # every partition read as the split asked for: not silently
+        refuse_odd_files(spec)  # a split file datasets' patterns pass over: as the folder door says it
         refuse_partitioned_split(spec, split)
     files = split_files(spec, split, config) if split and os.path.isdir(spec) else None
     if files:  # a JSON/Parquet repo's split: its files, by packtool's readers

@@ -84,6 +84,12 @@ def _target(link: str) -> str:
         return "?"
 
 
+def refuse_odd_files(folder: str) -> None:
+    """A folder read by another door (a repo folder's --split: datasets' patterns pass over a link to
+    nothing and a FIFO, S49A-2) held to the folder door's rule for what is not a regular file."""
+    _folder_files(folder, OwnTrees(folder, folder), [], quiet=True)  # its notes: the split read's own
+
+
 def stdin_refused(name: str = "inputs") -> PacktoolInputError:
     """`-` among the inputs (argument `name`): a stream has no bytes to key the cache by."""
     said = arg(name)

@@ -231,3 +231,21 @@ def test_a_split_file_datasets_would_leave_out_is_refused_by_name(tmp_path, ext)
     assert rc == 2 and err and err["flag"] == "--split" and f"train-00002.{ext}" in err["message"], got
     rc, got = _pack([os.path.join(repo, "data", "train*")], tmp_path)  # the other fix the line names
     assert rc == 0 and got["sequences"] == len(ROWS) + 2, got
+
+
+# S49A-2: datasets' split patterns (fsspec's glob) pass over a split file that is a link to nothing
+# (a Hub snapshot folder whose blob was pruned) or a FIFO: `pack REPO --split train` packed the split
+# without it, rc 0, no word, where `pack REPO` refuses it by name. The --split door holds the repo
+# folder to the folder door's rule, by every layout.
+ODD = {"a link to nothing": lambda p: os.symlink("/nonexistent/blobs/abc", p), "a FIFO": os.mkfifo}
+
+
+@pytest.mark.parametrize("odd", ODD)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_split_file_that_is_not_a_regular_file_is_refused_by_name(tmp_path, layout, odd):
+    repo, train = _repo(tmp_path, layout, ROWS)
+    ODD[odd](os.path.join(os.path.dirname(train), "train-00009.jsonl"))
+    config = ["--config", "main"] if LAYOUTS[layout][2] else []
+    rc, got = _pack([repo, "--split", "train", *config], tmp_path)
+    err = got.get("error")
+    assert rc == 2 and err and err["kind"] == "input" and "train-00009.jsonl" in err["message"], got
