@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from packtool.errors import PacktoolCacheError, PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError
 from packtool.free_memory import decode_out_of_memory
 from packtool.integers import short
 
@@ -113,8 +113,9 @@ def loaded_as_checked(manifest, files: list[str], kwargs: dict, view):
         _hold(kwargs, name)  # the conversion's bytes, as datasets wrote them (S48B-6)
         out = in_datasets(lambda: view(full), manifest.path, files, kwargs)
     except Exception as e:
+        from packtool.output.datasets_cache import ConversionChanged
         _refuse_if_replaced(manifest, kwargs, name, before)
-        if before and not isinstance(e, PacktoolCacheError):  # a reused conversion changed since: that, not datasets' words
+        if before and not isinstance(e, ConversionChanged):  # a reused conversion changed since: that, not datasets' words
             _hold(kwargs, name, record=False)
         raise
     _refuse_if_replaced(manifest, kwargs, name, before)
@@ -235,7 +236,7 @@ def translated(e: Exception, path: str, files: list[str], kwargs: dict) -> Packt
         cache = _cache_dir(kwargs)
         if os.path.abspath(where).startswith(cache):
             flag = "load_kwargs['cache_dir']" if "cache_dir" in kwargs else "the datasets cache (HF_DATASETS_CACHE)"
-            return PacktoolOutputError(f"to_hf: {flag} {cache} cannot be written ({oserr.strerror or _said(oserr)}"
+            return PacktoolConfigError(f"to_hf: {flag} {cache} cannot be written ({oserr.strerror or _said(oserr)}"
                                        f" at {where}); pass load_kwargs cache_dir= a folder to_hf may write",
                                        path=path, flag="load_kwargs")
         return PacktoolInputError(f"to_hf: {where} cannot be used by datasets ({oserr.strerror or _said(oserr)})",

@@ -13,11 +13,17 @@ from packtool.output.paths import refuse_inside_packed
 from packtool.output.relations import input_problem
 
 
+class ConversionChanged(PacktoolConfigError):
+    """to_hf's conversion in the datasets cache changed since datasets wrote it: kind config, as every
+    other fault of that place (RB-9: it was kind cache, the README's name for --cache-dir's)."""
+
+
 def check_datasets_cache(who: str, fix: str, flag: str | None = None, inputs=()) -> None:
     """Refuse, before datasets writes a byte, the cache it would use (HF_DATASETS_CACHE, else
     HF_HOME's, else ~/.cache/huggingface/datasets), kind config whatever the reason (it is the
-    environment's setting). `who` opens the line; `fix` is the caller's other way out ("pass
-    load_kwargs cache_dir= a folder"); `flag`: the caller's argument a refusal names where the
+    environment's setting, or the caller's load_kwargs cache_dir; so are a place datasets cannot
+    write below, hf/load.translated, and a conversion changed since, `hold_conversion`). `who`
+    opens the line; `fix` is the caller's other way out ("pass load_kwargs cache_dir= a folder"); `flag`: the caller's argument a refusal names where the
     place itself is not the cause. `inputs`: the folders read through datasets; a cache inside
     one, or holding one, is refused as packtool's own cache root is (S48A-2: datasets names its
     folder after the repo, so HF_DATASETS_CACHE holding the repo put its conversions inside it,
@@ -71,7 +77,6 @@ def hold_conversion(base: str, record: bool = True) -> None:
     import glob
     import json
 
-    from packtool.errors import PacktoolCacheError
     from packtool.output.writes import write_file
     # datasets names the folder `<name>-<config id>`, one per config id
     folders = sorted({os.path.dirname(p) for p in glob.glob(glob.escape(base) + "*/**/*.arrow", recursive=True)})
@@ -96,6 +101,6 @@ def hold_conversion(base: str, record: bool = True) -> None:
             what = next((n for n in sorted(set(said) | set(sums)) if said.get(n) != sums.get(n)), RECORD) \
                 if isinstance(said, dict) else RECORD
             top = os.path.join(os.path.dirname(base), os.path.relpath(folder, os.path.dirname(base)).split(os.sep)[0])
-            raise PacktoolCacheError(f"to_hf: the datasets cache's conversion of this output no longer holds the "
+            raise ConversionChanged(f"to_hf: the datasets cache's conversion of this output no longer holds the "
                                      f"bytes datasets wrote ({what} changed since); remove the folder {top} "
                                      f"(to_hf makes it again from the checked shards)", path=folder)

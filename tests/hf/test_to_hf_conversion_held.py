@@ -3,7 +3,7 @@ made (a shared or long-lived HF_DATASETS_CACHE, a disk error, an edit) came back
 rows (every id +100, no word), and one cut short was datasets' ArrowInvalid said as the caller's
 `cache_dir` keyword refused, a fix that cannot work. The conversion is now held to the bytes
 datasets wrote (a record beside them, written when to_hf first meets them): a changed one is one
-line, kind cache, naming the conversion's folder and the fix (remove it); removed, to_hf makes it
+line, kind config (RB-9), naming the conversion's folder and the fix (remove it); removed, to_hf makes it
 again with the checked rows. Over every place of the datasets cache, every load, every damage."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ datasets = pytest.importorskip("datasets", reason="the hf extra is not installed
 from slab_support import write_pack  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.errors import PacktoolCacheError  # noqa: E402
+from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.hf import SlabDataset  # noqa: E402
 
 LENGTHS = [40, 70, 90, 30, 100, 20, 60]
@@ -68,7 +68,7 @@ def test_a_conversion_changed_since_it_was_made_is_refused_naming_its_folder(tmp
     made = glob.glob(os.path.join(cache, "parquet", "packtool-*", "**", "parquet-train*.arrow"), recursive=True)
     assert len(made) == 1, made
     DAMAGES[damage](made[0])
-    with pytest.raises(PacktoolCacheError) as e:
+    with pytest.raises(PacktoolConfigError) as e:
         SlabDataset(out).to_hf(**kw)
     folder = os.path.join(cache, "parquet", os.path.relpath(made[0], os.path.join(cache, "parquet")).split(os.sep)[0])
     msg = str(e.value)

@@ -18,7 +18,7 @@ datasets = pytest.importorskip("datasets", reason="the hf extra is not installed
 from slab_support import write_pack  # noqa: E402
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, PacktoolOutputError  # noqa: E402
+from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError  # noqa: E402
 from packtool.hf import SlabDataset  # noqa: E402
 
 
@@ -57,7 +57,7 @@ KWARGS = {
     "a bad value": (dict(download_mode="sometimes"), PacktoolConfigError, "download_mode='sometimes'"),
     "num_proc=0": (dict(num_proc=0), PacktoolConfigError, "num_proc=0"),
     "num_proc=-2": (dict(num_proc=-2), PacktoolConfigError, "num_proc=-2"),
-    "cache_dir a file": (dict(cache_dir="FILE"), PacktoolOutputError, "cache_dir"),
+    "cache_dir a file": (dict(cache_dir="FILE"), PacktoolConfigError, "cache_dir"),
 }
 # a shard changed after packtool's checks, before datasets reads it (another run's --overwrite)
 SHARDS = {"removed": _removed, "truncated": _truncated, "replaced by a folder": _a_folder}
