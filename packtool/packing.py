@@ -72,15 +72,17 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
          overwrite: bool = False, dry_run: bool = False, cache_dir: str | None = None,
          progress: bool = False, shard_tokens: int = 64 << 20,
          workers: int | None = None, plan_shard_rows: int | None = None,
-         split: str | None = None) -> PackResult:
+         split: str | None = None, config: str | None = None) -> PackResult:
     """Tokenize `inputs` (through the cache) and pack them; see `pack_cache`. `inputs`: paths
     (files, folders, globs), or a `datasets.Dataset`, `IterableDataset` (streamed),
-    `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list).
+    `DatasetDict` with `split`, `pyarrow.Table` or `pyarrow.dataset.Dataset` (or a list); a
+    dataset repo folder or Hub name with `split` (and `config`, its configuration).
     `alignment`, `packing` and `tokenize` default as the CLI's flags do (pre-tokenized rows
     need no tokenizer)."""
-    output, overwrite, dry_run, cache_dir, progress, shard_tokens, workers, plan_shard_rows, split = arguments(
-        output=output, overwrite=overwrite, dry_run=dry_run, cache_dir=cache_dir, progress=progress,
-        shard_tokens=shard_tokens, workers=workers, plan_shard_rows=plan_shard_rows, split=split)
+    output, overwrite, dry_run, cache_dir, progress, shard_tokens, workers, plan_shard_rows, split, config = \
+        arguments(output=output, overwrite=overwrite, dry_run=dry_run, cache_dir=cache_dir, progress=progress,
+                  shard_tokens=shard_tokens, workers=workers, plan_shard_rows=plan_shard_rows, split=split,
+                  config=config)
     alignment = Alignment() if alignment is None else alignment
     tokenize = expect(tokenize, TokenizeConfig, "pack", "tokenize", optional=True) or TokenizeConfig()
     _expect_plan_args("pack", alignment, packing)
@@ -94,7 +96,7 @@ def pack(inputs, alignment: Alignment | None = None, packing: PackingConfig | No
         say_if_compiling(progress and not dry_run)
         t0 = time.perf_counter()
         # a reused entry comes back naming this run's tokenizer and options (request.CacheRequest)
-        cache = tokenize_to_cache(resolve_sources(inputs, split), tokenize, cache_dir=cache_dir,
+        cache = tokenize_to_cache(resolve_sources(inputs, split, config), tokenize, cache_dir=cache_dir,
                                   progress=progress, check_lengths=first_too_long(alignment, packing))
         res = pack_cache(cache, alignment, packing, out, overwrite=overwrite, dry_run=dry_run,
                          progress=progress, shard_tokens=shard_tokens,

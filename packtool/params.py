@@ -43,7 +43,7 @@ SWITCHES = {"overwrite": False, "dry_run": False, "progress": False, "compare": 
             "sp": True, "add_bos": True, "add_eos": True,
             # packtool.hf: SlabCollator's switches, slab_features' keep_pads, SlabDataset.to_hf's streaming
             "keep_pads": False, "flash_kwargs": False, "seq_idx": False, "mask_4d": False, "streaming": False}
-TEXTS = {"split", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
+TEXTS = {"split", "config", "source_fingerprint", "prompt_field", "response_field", "text_field", "bos_token",
          "eos_token", "pad_token", "prompt_separator"}  # choices (shape, fp8, ...): their own classes
 NAMES = {"side_columns", "support_columns", "source_files"}
 ADDRESSES = {"ray_address"}  # None: RAY_ADDRESS if set, else a local Ray (engines.ray_join.chosen)

@@ -194,7 +194,7 @@ def pack(
             kw = dict(workers=workers, plan_shard_rows=plan_shard_rows)
         check_input_specs(inputs, split or config)
         if split or config or (len(inputs) == 1 and _hf.is_dataset_name(inputs[0])):
-            inputs, kw["split"] = by_datasets(inputs, split, config, engine)
+            inputs, kw["split"], kw["config"] = by_datasets(inputs, split, config, engine)
         res = run_pack(inputs, align, cfg, tok, output=output, overwrite=overwrite,
                        dry_run=dry_run, cache_dir=cache_dir, progress=progress and not json_out,
                        shard_tokens=shard_tokens, **kw)

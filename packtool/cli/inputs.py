@@ -46,15 +46,15 @@ def one_dataset(inputs: list[str], split: str | None, config: str | None, engine
 
 
 def by_datasets(inputs: list[str], split: str | None, config: str | None, engine: str):
-    """(inputs, split) for pack: a local folder with --split alone goes to the library as the folder,
-    so -o, --cache-dir and HF_DATASETS_CACHE are held to it as to any folder input (inside it,
-    the next run read what packtool put there as the split's rows: S48A-6, RA-11); a name, or a
-    folder with --config, is loaded here."""
+    """(inputs, split, config) for pack: a local folder with --split (and --config) goes to the
+    library as the folder, so -o, --cache-dir and HF_DATASETS_CACHE are held to it as to any folder
+    input (inside it, the next run read what packtool put there as the split's rows: S48A-6,
+    RA-11; with --config too: RA-7); a name, or --config alone, is loaded here."""
     one_dataset(inputs, split, config, engine)
-    if split and config is None and os.path.isdir(inputs[0]):
-        return inputs, split
+    if split and os.path.isdir(inputs[0]):
+        return inputs, split, config
     from packtool.tokenize.hub_load import load_dataset
-    return load_dataset(inputs[0], split, config), None
+    return load_dataset(inputs[0], split, config), None, None
 
 
 def refuse_store_dataset(inputs: list[str], split: str | None, config: str | None) -> None:

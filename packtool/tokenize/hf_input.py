@@ -165,12 +165,15 @@ def as_source(obj, split: str | None = None) -> ArrowSource:
         "(with split), a pyarrow.Table or a pyarrow.dataset.Dataset")
 
 
-def resolve_sources(inputs, split: str | None = None) -> list:
+def resolve_sources(inputs, split: str | None = None, config: str | None = None) -> list:
     """Files (strings: files, folders, globs) and objects, in order, as InputFile/ArrowSource."""
     if isinstance(inputs, (str, os.PathLike)) or not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
+    if config is not None and split is None:
+        raise PacktoolInputError(f"{arg('config')} picks a dataset's configuration, read with {arg('split')}: "
+                                 f"pass the split too", flag=cli_flag("config"))
     if split is not None:  # as the CLI: a folder or a name with a split is read by `datasets`
-        loaded = [load_dataset(os.fspath(i), split, None) if by_datasets(i) else i for i in inputs]
+        loaded = [load_dataset(os.fspath(i), split, config) if by_datasets(i) else i for i in inputs]
         # a DatasetDict folder's split comes back as its files (hub_load._saved_split)
         inputs = [x for i in loaded for x in (i if isinstance(i, list) else [i])]
     strings = [os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))]

@@ -201,11 +201,10 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
     if not local:
         one = f"{folder}/{pattern}" if pattern else f"the {pick} split's objects of one configuration"
         raise PacktoolInputError(f"{lead}pass that split's objects alone ({one})", path=folder)
-    flags = f"{arg('split', pick)}" + (f" {arg('config', config)}" if config else "")
-    if cli_flag("split") is None and config is not None:  # the library has no config argument
-        flags = f"datasets.load_dataset({folder!r}, {config!r}, split={pick!r}) instead of the folder"
-    elif cli_flag("split") is None:
-        flags = f"{arg('split', pick)} with the folder"
+    library = cli_flag("split") is None
+    flags = f"{arg('split', pick)}" + (f"{',' if library else ''} {arg('config', config)}" if config else "")
+    if library:
+        flags += " with the folder"
     files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
     raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))
 

@@ -109,7 +109,7 @@ def test_library_refuses_a_repo_folder(tmp_path, name):
     path = _repo(tmp_path, name)
     with pytest.raises(PacktoolInputError) as e:
         pack([path], Alignment(capacity=64), tokenize=TokenizeConfig(), dry_run=True, cache_dir=str(tmp_path / "c"))
-    fix = ("datasets.load_dataset(" if "--config" in LAYOUTS[name][4] else "split='train'")
+    fix = "split='train', config='main' with" if "--config" in LAYOUTS[name][4] else "split='train' with"
     assert LAYOUTS[name][3] in str(e.value) and fix in str(e.value) and "--split" not in str(e.value), str(e.value)
 
 

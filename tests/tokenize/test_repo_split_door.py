@@ -249,3 +249,44 @@ def test_a_split_file_that_is_not_a_regular_file_is_refused_by_name(tmp_path, la
     rc, got = _pack([repo, "--split", "train", *config], tmp_path)
     err = got.get("error")
     assert rc == 2 and err and err["kind"] == "input" and "train-00009.jsonl" in err["message"], got
+
+
+# RA-7: with --config beside --split the CLI loaded the repo itself and handed the library its files,
+# so no place rule saw the repo folder: -o and --cache-dir inside it were accepted (a repo of several
+# configurations needs --config: the common case). The library now takes config= and reads the
+# folder itself, held to the same rules as with --split alone, by the CLI and by pack(config=).
+@pytest.mark.parametrize("door", ["CLI", "library"])
+@pytest.mark.parametrize("place", PLACES)
+def test_a_place_inside_a_repo_read_with_config_is_refused(tmp_path, monkeypatch, place, door):
+    repo, _ = _repo(tmp_path, "README configs", ROWS)
+    before = _files(repo)
+    env = {"HF_HUB_OFFLINE": "1", "PACKTOOL_CACHE_DIR": os.path.join(repo, "cache") if "PACKTOOL" in place
+           else str(tmp_path / "cache")}
+    args = PLACES[place](repo, str(tmp_path / "out"))
+    if door == "CLI":
+        r = CliRunner().invoke(app, ["--json", "pack", repo, "--split", "train", "--config", "main", "--tokenizer",
+                                     GPT2, "-C", "256", *args], env=env)
+        line = r.output.strip().splitlines()[-1]
+        err = json.loads(line[line.index("{"):]).get("error")
+        assert r.exit_code == 2 and err, r.output
+        message = err["message"]
+    else:
+        from packtool import TokenizeConfig, pack
+        from packtool.errors import PacktoolError
+        given = dict(zip(args[::2], args[1::2]))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        with pytest.raises(PacktoolError) as e:
+            pack(repo, tokenize=TokenizeConfig(tokenizer=GPT2), split="train", config="main",
+                 output=given["-o"], cache_dir=given.get("--cache-dir"))
+        message = str(e.value)
+    assert "inside the input folder" in message or "holds the input" in message, message
+    assert _files(repo) == before and not os.path.exists(tmp_path / "out")
+
+
+def test_the_library_reads_a_configuration_as_the_cli_does(tmp_path):
+    from packtool import TokenizeConfig, pack
+    repo, _ = _repo(tmp_path, "README configs", ROWS)
+    res = pack(repo, tokenize=TokenizeConfig(tokenizer=GPT2), split="train", config="main", dry_run=True,
+               cache_dir=str(tmp_path / "cache"))
+    assert res.summary.to_dict()["sequences"] == len(ROWS), res.summary.to_dict()
