@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from packtool import free_memory
 from packtool.errors import PacktoolInputError
 from packtool.storage import SETTINGS_BYTES, mib, read_small  # noqa: F401  (callers import them from here too)
+from packtool.tokenize.json_types import first_field
 
 MAX_JSON_DEPTH = 256  # far above any training row; far below what the parsers survive
 
@@ -178,17 +179,8 @@ def field_holding(text: str, pos: int, token: str) -> str | None:
         obj = dec.raw_decode(text, pos)[0]
     except ValueError:
         return None
-
-    def walk(v, where):
-        if v is hit:
-            return where or "(the row)"
-        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
-        for k, x in items:
-            found = walk(x, f"{where}[{k}]" if isinstance(v, list) else f"{where}.{k}" if where else k)
-            if found:
-                return found
-        return None
-    return walk(obj, "")
+    found = first_field(obj, lambda v: v is hit)
+    return (found[0] or "(the row)") if found else None
 
 
 def _float_in(t) -> bool:

@@ -155,16 +155,25 @@ def rows_batch(rows: list[dict], path: str, row_name) -> pa.RecordBatch:
                                  path=path) from None
 
 
-def _beyond_int64(obj, where: str):
-    """(field, value) of the first integer in `obj` that no int64 holds, or None."""
-    if isinstance(obj, int) and not isinstance(obj, bool) and not -2 ** 63 <= obj < 2 ** 63:
+def first_field(obj, test, where: str = ""):
+    """(field, value) of the first value in `obj`, depth first as written, that `test` holds for:
+    the field named as `lp[0]`, `meta.score` ("" for `obj` itself); None if none. The one walk of a
+    row's values that names where a bad one is (an int past int64 here, a float past float64 in
+    json_depth)."""
+    if test(obj):
         return where, obj
     items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
     for k, v in items:
-        found = _beyond_int64(v, f"{where}[{k}]" if isinstance(obj, list) else f"{where}.{k}" if where else k)
+        found = first_field(v, test, f"{where}[{k}]" if isinstance(obj, list) else f"{where}.{k}" if where else k)
         if found:
             return found
     return None
+
+
+def _beyond_int64(obj, where: str):
+    """(field, value) of the first integer in `obj` that no int64 holds, or None."""
+    return first_field(obj, lambda v: isinstance(v, int) and not isinstance(v, bool) and not -2 ** 63 <= v < 2 ** 63,
+                       where)
 
 
 def plain_part(where: str) -> str:

@@ -12,12 +12,12 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import upload_tree
 from typer.testing import CliRunner
 
 from packtool.align import Alignment
 from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
-from packtool.storage import locate
 from packtool.tokenize.config import TokenizeConfig
 
 TRAIN, TEST = 5, 3
@@ -131,10 +131,7 @@ STORE = {"the prefix": ("in/hv", "in/hv"), "a glob matching it": ("in/h*", "in/h
 def test_the_same_partitions_on_a_store_are_refused_alike(tmp_path, s3, layout, door):
     local = tmp_path / "up"
     _write(local, layout)
-    for d, _, names in os.walk(local):
-        for f in names:
-            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
-            locate(f"{s3}/in/hv/{rel}").write_bytes(open(os.path.join(d, f), "rb").read())
+    upload_tree(str(local), f"{s3}/in/hv")
     given, named = (f"{s3}/{p}" for p in STORE[door])
     rc, out = _cli([given], tmp_path)
     err = out.get("error") or {}

@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from conftest import upload_tree
 from typer.testing import CliRunner
 
 datasets = pytest.importorskip("datasets")
@@ -17,7 +18,6 @@ datasets = pytest.importorskip("datasets")
 from packtool.align import Alignment  # noqa: E402
 from packtool.cli.app import app  # noqa: E402
 from packtool.errors import PacktoolInputError  # noqa: E402
-from packtool.storage import locate  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 
 TRAIN, TEST = 5, 3
@@ -88,10 +88,7 @@ STORE = {"the prefix": ("in/sd", "in/sd"), "a glob matching it": ("in/s*", "in/s
 def test_the_same_splits_on_a_store_are_refused_alike(tmp_path, s3, layout, door):
     local = tmp_path / "up"
     _save(local, layout)
-    for d, _, names in os.walk(local):
-        for f in names:
-            rel = os.path.relpath(os.path.join(d, f), local).replace(os.sep, "/")
-            locate(f"{s3}/in/sd/{rel}").write_bytes(open(os.path.join(d, f), "rb").read())
+    upload_tree(str(local), f"{s3}/in/sd")
     given, named = (f"{s3}/{p}" for p in STORE[door])
     rc, out = _cli([given], tmp_path)
     err = out.get("error") or {}
