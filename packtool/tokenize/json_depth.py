@@ -22,7 +22,6 @@ import shlex
 import numba as nb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from packtool import free_memory
 from packtool.errors import PacktoolInputError
@@ -192,7 +191,10 @@ def _float_in(t) -> bool:
 
 
 def _inf_in(a) -> bool:
-    """Whether a float anywhere in `a` (a column, at any depth) is +-inf; only floats are read."""
+    """Whether a float anywhere in `a` (a column, at any depth) is +-inf; only floats are read.
+    pyarrow.compute is loaded here, not with the module: a pre-tokenized pack never loads it
+    (tests/packing/test_lean_imports.py: 50 ms and its pandas-free promise)."""
+    import pyarrow.compute as pc
     t = a.type
     if pa.types.is_floating(t):
         return pc.any(pc.is_inf(a)).as_py() is True

@@ -41,7 +41,7 @@ KIND_OF = {
     "PacktoolInputError": "input", "PacktoolIndexError": "input", "StorageError": "input",
     "InspectError": "input", "OnlinePackError": "input", "PlanInputError": "input",
     "PacktoolConfigError": "config", "PlanError": "config", "SequenceError": "config",
-    "AlignmentError": "config", "DPError": "config",
+    "AlignmentError": "config", "DPError": "config", "ConversionChanged": "config",
     "PacktoolCacheError": "cache", "CacheDamagedError": "cache", "StorageCacheError": "cache",
     "PacktoolFormatError": "format", "FormatError": "format", "NotAnOutputError": "format",
     "PacktoolOutputError": "output", "OutputExistsError": "output", "StoreOutputExistsError": "output",

@@ -307,6 +307,10 @@ def test_an_index_out_of_range_is_still_an_index_error(tmp_path):
 # (file, function) -> why
 INTERNAL = {
     ("params.py", "checked"): "a packtool bug: every argument checked there has a rule",
+    ("output/lock.py", "take"): "a short write said as the ENOSPC it is, caught by the next except and said as "
+                                "_cannot_lock's PacktoolOutputError (tests/output/test_no_room_for_lock.py)",
+    ("output/leftovers.py", "mark"): "os's own OSError, renamed for the marker it failed on: the room line naming "
+                                     "the place's argument says it (tests/output/test_no_room_for_lock.py)",
     ("planning/slabs.py", "plan"): "segments read back from the spilled routing packtool wrote",
     ("storage/location.py", "_call"): "os's own FileNotFoundError, as a local path raises it; callers catch it",
     ("storage/paths.py", "file_size"): "as os.path.getsize raises it; callers catch it",

@@ -110,7 +110,11 @@ def test_openblas_refused_at_start_is_resources_in_one_line(tmp_path):
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert all(ln == errors[0] or ln.startswith("OpenBLAS blas_thread_init:") for ln in lines), r.stderr[-3000:]
     d = json.loads(r.stdout)["error"]
-    assert d["kind"] == "resources" and "OpenBLAS" in d["message"] and "OPENBLAS_NUM_THREADS=1" in d["message"], d
+    if "OpenBLAS" not in d["message"]:  # its pool started under the limit this time (once in a full-suite run, never
+        # alone): the refusal came from the tokenizer's pool later, which must be the same one resources line
+        assert d["kind"] == "resources" and "could not start a thread" in d["message"], d
+        pytest.skip("numpy's OpenBLAS started its threads under this limit in this run: nothing of its to say")
+    assert d["kind"] == "resources" and "OPENBLAS_NUM_THREADS=1" in d["message"], d
     assert "ulimit -v" in d["message"] and "Ctrl-C" not in d["message"], d
 
 

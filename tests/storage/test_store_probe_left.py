@@ -61,7 +61,7 @@ def _ray(src, store, tmp_path):
 
 
 ENTRIES = {"library pack": _pack, "tokenize_to_cache": _tokenize_to_cache, "ray tokenized_cache": _ray}
-DEAD = json.dumps({"owner": "pid 999999999 on a-host-long-gone", "renewed": 0}).encode()
+DEAD = json.dumps({"owner": "pid 4242 on a-host-long-gone", "renewed": 0}).encode()
 NOT_OURS = {"an older packtool's empty probe": b"", "a user's object": b"my notes",
             "a live run's": None}  # None: a record of now
 
