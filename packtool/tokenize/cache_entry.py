@@ -27,7 +27,7 @@ from packtool.tokenize.checksum import fast_digest, file_digest
 
 CACHE_FORMAT = "packtool-tokenized-cache"
 CACHE_JSON_BYTES = 256 << 20  # read whole (storage.read_small): one record per input file and part
-CACHE_VERSION = 11  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets;
+CACHE_VERSION = 12  # 2: content-keyed, every file checksummed; 3: null loss_mask = all targets;
 # 4: chat weight 0 honoured; 5: readers refuse rows they passed over (data after a .json array, a CSV
 # quote never closed, an Arrow stream without its end marker): an entry of such a file held fewer rows
 # 6: a chat row holding U+E000/U+E001 (the generation markers) in any value is refused: a name, tool or
@@ -38,6 +38,9 @@ CACHE_VERSION = 11  # 2: content-keyed, every file checksummed; 3: null loss_mas
 # 10: a labeled row whose only target is its first token is all masked (S45A-7: an entry held it, and
 # pack counts every row of one token it holds as one that trains nothing)
 # 11: assistant_masks / completion_mask are loss columns (S47A-6: an entry held every token a target)
+# 12: stops 48-49 changed rules without a bump (JSON numbers beyond float64 refused at every door, TRL's
+# two masks read as their AND); from here tests/tokenize/test_cache_rules_record.py holds the version to
+# what a corpus of entries holds, one case per rule (tests/cache_rules_corpus.py)
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
 
