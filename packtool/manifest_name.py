@@ -4,8 +4,9 @@ packed output, tokenize.cache_root). `slabs.names` owns every other name of the 
 re-exports these; import them from there above the tokenize stage.
 
 The manifest is `.manifest.json`, written last: its presence means the output is whole
-(docs/DESIGN.md, "The slab format"). Outputs written before the rename carry `manifest.json`;
-every reader still takes them (`manifest_file`), nothing writes that name again.
+(docs/DESIGN.md, "The slab format"). Outputs written before the rename carry `manifest.json`:
+every reader finds it (`manifest_file`) and, those outputs being schema version 1, refuses them
+in its words (slabs.format.OLD_VERSION); --overwrite replaces them; nothing writes that name again.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import re
 from packtool.storage import SETTINGS_BYTES, is_uri, locate, read_small
 
 MANIFEST = ".manifest.json"
-LEGACY_MANIFEST = "manifest.json"  # read, never written (same schema version)
+LEGACY_MANIFEST = "manifest.json"  # found, never written (outputs of schema version 1 under it)
 FORMAT_NAME = "packtool-slabs"  # the manifest's `format` (slabs.format, the format's owner, re-exports it)
 _SHARD_NAME = re.compile(r"slabs-(?:(?P<run>[0-9a-f]{12})-)?(?P<k>\d{5,})\.parquet", re.ASCII)
 _NAMES_FORMAT = re.compile(rb'"format"\s*:\s*"' + FORMAT_NAME.encode() + rb'"')

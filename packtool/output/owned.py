@@ -41,7 +41,7 @@ def owned_names(output: str) -> list[str]:
     if linked:  # the manifest held to the shards' rule (shard_is_ours): a user's link is not packtool's
         return _refuse_foreign(output, linked, "a packtool output, but it also holds")
     try:
-        m = read_manifest(output)
+        m = read_manifest(output, replacing=True)  # a version 1 output too (its shards prove it)
         listed = shard_names(m, manifest_file(output) or output)
     except FormatError:
         return _refuse_foreign(output, entries, "it is not a packtool output (no readable manifest)")

@@ -72,7 +72,7 @@ def read_store_manifest(loc: Location) -> tuple[dict | None, str | None]:
             data = store_manifest_bytes(loc.join(name))  # bounded: a prefix is the user's
         except FileNotFoundError:
             continue
-        return parse_manifest(data, loc.join(name).shown), name
+        return parse_manifest(data, loc.join(name).shown, replacing=True), name  # a version 1 output too
     return None, None
 
 

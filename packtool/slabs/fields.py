@@ -123,9 +123,11 @@ class FieldError(ValueError):
 _ABSENT = object()
 
 
-def check_fields(m: dict) -> None:
+def check_fields(m: dict, shards_only: bool = False) -> None:
     """Raise FieldError for the first field of `m` that is not what pack writes (format and
-    schema_version are the caller's, checked first)."""
+    schema_version are the caller's, checked first); `shards_only`: the shard list alone."""
+    if shards_only:
+        return _check_shards(m)
     _object(m, "config", CONFIG)
     _object(m, "stats", STATS)
     tok = m.get("tokenizer", _ABSENT)
@@ -135,6 +137,15 @@ def check_fields(m: dict) -> None:
         _object(m, "tokenizer", TOKENIZER_IDS)
     if m.get("input") is not None and not isinstance(m["input"], dict):  # its fields: verify's (provenance)
         raise FieldError("input", m["input"], "an object (the provenance record)")
+    _check_shards(m)
+    cols = m.get("side_columns", _ABSENT)  # (version 1 had none: refused before, slabs.format.OLD_VERSION)
+    if not isinstance(cols, list):
+        raise FieldError("side_columns", cols, "a list ([] for an output without side columns)")
+    for i, e in enumerate(cols):
+        _object({f"side_columns[{i}]": e}, f"side_columns[{i}]", SIDE_COLUMN)
+
+
+def _check_shards(m: dict) -> None:
     shards = m.get("shards", _ABSENT)
     if not isinstance(shards, list):
         raise FieldError("shards", shards, "a list of shard entries")
@@ -144,11 +155,6 @@ def check_fields(m: dict) -> None:
         if len(sums) != 1 or _str(e[sums[0]]):
             raise FieldError(f"shards[{i}].{sums[0] if sums else CHECKSUMS[0]}",
                              e[sums[0]] if len(sums) == 1 else _ABSENT, "the shard's checksum, hex digits")
-    cols = m.get("side_columns", _ABSENT)  # (version 1 had none: refused before, slabs.format.OLD_VERSION)
-    if not isinstance(cols, list):
-        raise FieldError("side_columns", cols, "a list ([] for an output without side columns)")
-    for i, e in enumerate(cols):
-        _object({f"side_columns[{i}]": e}, f"side_columns[{i}]", SIDE_COLUMN)
 
 
 def _object(parent: dict, key: str, spec: dict, where: str = "") -> None:

@@ -120,7 +120,7 @@ def write_manifest(directory: str, manifest: dict) -> str:
     return path
 
 
-def read_manifest(directory: str, argument: str | None = None) -> dict:
+def read_manifest(directory: str, argument: str | None = None, replacing: bool = False) -> dict:
     """The manifest as written, after the checks every reader needs: it exists, parses, and
     names this format and version. A typo or a shard file is said as such: "re-run pack"
     would mislead there. `directory` may be an object-store prefix URI (s3://...); a store
@@ -147,7 +147,7 @@ def read_manifest(directory: str, argument: str | None = None) -> dict:
         data = read_small(path, MANIFEST_BYTES, "packtool manifest", "re-run `packtool pack`", err=FormatError)
     except OSError as e:
         raise FormatError(f"{path}: cannot be read as JSON ({e}); re-run `packtool pack`") from None
-    return parse_manifest(data, path)
+    return parse_manifest(data, path, replacing)
 
 
 def _refuse_manifest_kind(directory: str) -> None:
@@ -198,8 +198,10 @@ def _read_store_manifest(directory: str, argument: str | None) -> dict:
                       f"committed: re-run `packtool pack`)")
 
 
-def parse_manifest(data: bytes, path: str) -> dict:
-    """A manifest's bytes, checked: JSON, this format and version, the field types."""
+def parse_manifest(data: bytes, path: str, replacing: bool = False) -> dict:
+    """A manifest's bytes, checked: JSON, this format and version, the field types. `replacing`:
+    a writer's read of the output it may replace, where a version 1 output (no reader reads it) is
+    packtool's all the same, its shards held to their records (RB-2: else nothing could replace it)."""
     from packtool.json_text import loads
     try:
         m = loads(data)  # a hand-edited key given twice is refused, not read as its last value
@@ -208,17 +210,20 @@ def parse_manifest(data: bytes, path: str) -> dict:
     except RecursionError:  # e.g. 100,000 nested brackets: no manifest nests more than a few levels
         raise FormatError(f"{path}: nested too deeply to be a manifest; the manifest is edited or damaged: "
                           f"re-run `packtool pack`") from None
-    if isinstance(m, dict) and m.get("format") == FORMAT_NAME and type(m.get("schema_version")) is int \
-            and m["schema_version"] == 1:
+    old = isinstance(m, dict) and m.get("format") == FORMAT_NAME and type(m.get("schema_version")) is int \
+        and m["schema_version"] == 1
+    if old and not replacing:
         raise FormatError(f"{path}: {OLD_VERSION}")
-    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS:
+    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS + (1,):
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
                           f"{FORMAT_NAME!r} schema {' or '.join(map(str, READ_VERSIONS))}")
     try:
-        check_fields(m)
+        check_fields(m, shards_only=old)
     except FieldError as e:
         raise FormatError(f"{path}: {e}; the manifest is edited or damaged: re-run `packtool pack`") from None
+    if old:  # a writer's proof of what is packtool's to replace: the shards' names, sizes and checksums
+        return m
     try:
         side = side_columns_from_manifest(m.get("side_columns"), path)
         check_side_counts(m["stats"], {c.name for c in side if not c.is_int})

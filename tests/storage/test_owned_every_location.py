@@ -17,7 +17,7 @@ from packtool.align import Alignment
 from packtool.errors import PacktoolOutputError
 from packtool.packing import pack
 from packtool.planning.core import PackingConfig
-from packtool.slabs.names import MANIFEST
+from packtool.slabs.names import LEGACY_MANIFEST, MANIFEST
 from packtool.storage import join_uri, locate
 from packtool.tokenize.config import TokenizeConfig
 
@@ -147,3 +147,36 @@ def test_a_store_shard_changed_after_the_last_check_is_kept_and_said(template, t
     res = pack(*ARGS, output=out, cache_dir=cache, shard_tokens=20_000, overwrite=True)
     assert set(_snapshot(out)) == {MANIFEST, SHARD, *(s.file for s in res.shards)}
     assert f"kept {SHARD} at" in capsys.readouterr().err
+
+
+def _version_1(out: str, name: str) -> None:
+    """The manifest as a packtool before 2026-12-01 wrote it (schema_version 1: no side columns,
+    no side counts), under `name` (manifest.json was its name before .manifest.json)."""
+    obj = locate(join_uri(out, MANIFEST))
+    m = json.loads(obj.read_bytes())
+    m["schema_version"] = 1
+    del m["side_columns"], m["stats"]["side_nan"], m["stats"]["side_inf"]
+    obj.delete()
+    locate(join_uri(out, name)).write_bytes(json.dumps(m).encode())
+
+
+@pytest.mark.parametrize("damage", [None, "same size, other bytes", "unlisted shard name"])
+@pytest.mark.parametrize("name", [MANIFEST, LEGACY_MANIFEST])
+@pytest.mark.parametrize("kind", ["folder", "store"])
+def test_a_version_1_output_is_packtools_to_replace_on_every_location(kind, name, damage, template, tmp_path, request):
+    """RB-2: every reader refuses a version 1 output saying "pack the data again with this
+    packtool", and --overwrite to it was refused as "not a packtool output": the writers read the
+    manifest with the readers' parse. Its shards' records prove it packtool's as a version 2's do."""
+    s3 = request.getfixturevalue("s3") if kind == "store" else None
+    src, cache = template
+    out = _place(kind, src, tmp_path, s3)
+    _version_1(out, name)
+    if damage:
+        DAMAGE[damage](out)
+        before = _snapshot(out)
+        with pytest.raises(PacktoolOutputError, match="not packtool's"):
+            pack(*ARGS, output=out, cache_dir=cache, shard_tokens=20_000, overwrite=True)
+        assert _snapshot(out) == before
+        return
+    res = pack(*ARGS, output=out, cache_dir=cache, shard_tokens=20_000, overwrite=True)
+    assert set(_snapshot(out)) == {MANIFEST, *(s.file for s in res.shards)}
