@@ -139,6 +139,12 @@ class SideReader:
         name, pinned, kind = self.spec[i]
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
+        written = col.type  # as the user wrote it: said where the column is refused
+        if isinstance(col, pa.ExtensionArray):
+            # an extension is read as its storage: datasets' Array2D(shape=(None, K)), its feature
+            # for a K-wide row per token, stores the list of K-long lists per row read here
+            # (S49B-6: refused as "not a list per row")
+            col = col.storage
         t = col.type
 
         earlier = None  # the earlier rows that fixed an unpinned dtype (not this batch's)
@@ -159,7 +165,7 @@ class SideReader:
         if list_view_said(t):
             raise bad(f"holds {t}: {list_view_said(t)}", 0)
         if not _is_list(t):
-            raise bad(f"holds {t}, not a list per row (one value, or one K-long list, per token)", 0)
+            raise bad(f"holds {written}, not a list per row (one value, or one K-long list, per token)", 0)
         inner = t.value_type
         nested = _is_list(inner)
         scalar_t = inner.value_type if nested else inner
