@@ -27,29 +27,55 @@ def nothing_after(text: str, pos: int, path: str, rows: int) -> None:
             f"arrays into one, or save every row as JSON Lines (one object per line)", path=path)
 
 
-def one_object(path: str, bound: int) -> PacktoolInputError | None:
-    """A .json file that failed as JSON Lines may be one pretty-printed object (the common
-    `{"version": 1, "data": [...]}` export): valid JSON a JSON writer wrote, which "invalid JSON
-    ... rewrite the file with a JSON writer" misnamed. Parsed whole only on this error path and
-    only up to the line bound (a larger file keeps the JSON Lines error)."""
+# the fix for a .json record of another tool met among the inputs (a downloader's cache.json beside
+# its data/, a manifest): read as rows, it was sent to rewrite the file or to --shape (F4)
+_RECORD = ("if it is another tool's record (a downloader's cache.json, a manifest), it is no input: leave it out "
+           "(name the data files themselves, or move it out of the folder given)")
+
+
+def _single_object(path: str, bound: int) -> dict | None:
+    """The file's one JSON object, when the whole file (up to `bound` bytes) is one; else None."""
     try:
         with open_bytes(path) as f:
             raw = f.read(bound + 1)
         if len(raw) > bound:
             return None
         obj = json.loads(raw)
-    except (OSError, ValueError, RecursionError):  # not one JSON value (or too deep): the JSON Lines error stands
+    except (OSError, ValueError, RecursionError):  # not one JSON value (or too deep): the caller's error stands
         return None
-    if not isinstance(obj, dict):
+    return obj if isinstance(obj, dict) else None
+
+
+def _keys(obj: dict) -> str:
+    return ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
+
+
+def one_object(path: str, bound: int) -> PacktoolInputError | None:
+    """A .json file that failed as JSON Lines may be one pretty-printed object (the common
+    `{"version": 1, "data": [...]}` export, or another tool's record): valid JSON a JSON writer
+    wrote, which "invalid JSON ... rewrite the file with a JSON writer" misnamed. Parsed whole
+    only on this error path and only up to the line bound (a larger file keeps the JSON Lines error)."""
+    obj = _single_object(path, bound)
+    if obj is None:
         return None
-    said = _packtool_record(obj, path)
-    if said is not None:
-        return said
-    keys = ", ".join(repr(k) for k in list(obj)[:5]) + (", ..." if len(obj) > 5 else "")
-    return PacktoolInputError(
-        f"holds one JSON object (keys {keys}), not rows: a .json file must hold an array of row objects "
-        f"([{{...}}, ...]) or JSON Lines (one object per line); save the list of rows inside it as such a file",
-        path=path)
+    return _packtool_record(obj, path) or PacktoolInputError(
+        f"holds one JSON object (keys {_keys(obj)}), not rows: {_RECORD}; if it holds the rows, save them as an "
+        f"array of row objects ([{{...}}, ...]) or JSON Lines (one object per line)", path=path)
+
+
+def one_record(path: str, row_fix: str, bound: int = 64 << 20) -> PacktoolInputError | None:
+    """A .json file of one line whose object holds no input shape's columns (`{"etag": "x"}`): read as
+    JSON Lines it is one row, refused with the shape's fix alone (`row_fix`), which does not fit
+    a tool's record found among the data. Asked on the shape refusal only; a file over `bound`
+    bytes is no record."""
+    if not path.lower().endswith(".json"):
+        return None
+    obj = _single_object(path, bound)
+    if obj is None:
+        return None
+    return _packtool_record(obj, path) or PacktoolInputError(
+        f"holds one JSON object (keys {_keys(obj)}), whose keys are no input shape's columns: {_RECORD}; "
+        f"if it is one row, {row_fix}", path=path)
 
 
 def cache_entry_not_data(entry: str, path: str) -> PacktoolInputError:

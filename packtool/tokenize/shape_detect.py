@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import ROW_COLUMNS
+from packtool.tokenize.read_checks import one_record
 
 
 def _fix() -> str:
@@ -73,6 +74,22 @@ def _headerless(path: str, columns: list[str], example: str = "text, or prompt,c
             f"(e.g. {example}), or convert the file to JSON Lines", path=path)
 
 
+# every column a known shape reads (known_shapes), the default text field's included
+_SHAPE_COLUMNS = {"input_ids", "messages", "conversations", "instruction", "output", "response", "prompt",
+                  "completion", "text", "question", "answer"}
+
+
+def _record(path: str, columns: list[str]) -> None:
+    """A .json file that is one object holding no shape's column is likelier another tool's record
+    met among the data (a downloader's cache.json beside data/) than a row: said so, with both
+    fixes (read_checks.one_record), where the shape's fix alone did not fit it."""
+    if _SHAPE_COLUMNS & set(columns):
+        return
+    said = one_record(path, f"fix with {_fix()}")
+    if said is not None:
+        raise said
+
+
 def _csv_hint(path: str) -> str:
     from packtool.tokenize.csv_reader import CSV_EXT
     return (" (a CSV/TSV's first line names its columns: if that line is data, add a header line naming them, "
@@ -83,6 +100,7 @@ def _need(cols: set[str], names: tuple[str, ...], kind: str, path: str, found: l
     missing = [n for n in names if n not in cols]
     if missing:
         _headerless(path, found, ",".join(names))
+        _record(path, found)
         raise PacktoolInputError(
             f"shape {kind} needs column(s) {', '.join(missing)}; columns found: {', '.join(found) or 'none'}"
             f"{_csv_hint(path)}; fix with {_fix()}", path=path, flag=cli_flag("shape"))
@@ -217,6 +235,7 @@ def _auto_kind(columns: list[str], cfg, path: str, empty: frozenset[str]) -> tup
         _refuse_two_shapes(found, path)
     if not found:
         _headerless(path, columns)
+        _record(path, columns)
         raise PacktoolInputError(
             f"cannot tell the input shape from columns {', '.join(columns) or 'none'}{_csv_hint(path)}; "
             f"fix with {_fix()}", path=path, flag=cli_flag("shape"))
