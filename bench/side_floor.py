@@ -47,7 +47,7 @@ def _cpu() -> float:
 
 
 def decode(src: str, cols) -> tuple[list, dict]:
-    """Every batch of the columns, as packtool's reader yields them (readers._parquet_batches)."""
+    """Every batch of the columns, as packtool's reader yields them (columnar_readers.parquet_batches)."""
     import pyarrow.parquet as pq
     t0, c0 = time.perf_counter(), _cpu()
     files = [os.path.join(src, f) for f in sorted(os.listdir(src))] if os.path.isdir(src) else [src]

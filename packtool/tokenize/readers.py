@@ -1,10 +1,10 @@
 """Readers: every supported input format streamed as Arrow record batches.
 
 Here: the files an input names (`resolve_inputs`: files, folders, globs, object-store
-prefixes; a `datasets.save_to_disk` folder is a list of Arrow IPC stream files), the stream
-each file is read by (`iter_batches`, `peek_columns`, `count_rows`), and the binary formats:
-Parquet and Arrow IPC, read natively (column projection, one row group or IPC batch at a
-time). The text formats are `text_readers`' (JSON Lines, JSON arrays) and `csv_reader`'s (CSV/TSV).
+prefixes; a `datasets.save_to_disk` folder is a list of Arrow IPC stream files) and the stream
+each file is read by (`iter_batches`, `peek_columns`, `count_rows`). The formats' own readers:
+`columnar_readers` (Parquet, Arrow IPC), `text_readers` (JSON Lines, JSON arrays), `csv_reader`
+(CSV/TSV).
 Memory stays bounded by one block / batch, except for JSON arrays (bounded by the file).
 """
 from __future__ import annotations
@@ -22,8 +22,7 @@ import pyarrow.parquet as pq
 from packtool.errors import PacktoolInputError, arg
 from packtool.notes import note
 from packtool.output.files import describe_kind, refuse_special_input
-from packtool.storage import (READ_BLOCK, arrow_file, arrow_input, check_form, expand, is_file, is_uri, local_glob,
-                              locate, outermost, utf8_path)
+from packtool.storage import arrow_file, check_form, expand, is_file, is_uri, local_glob, locate, outermost
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees, refuse_inside_entry, refuse_object_in_entry
 from packtool.tokenize.read_checks import read_failed, refuse_repeated_names
 from packtool.tokenize.repeats import refuse_repeats
@@ -32,6 +31,7 @@ from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_
                                             saved_objects, stale_named)
 from packtool.tokenize.csv_reader import csv_batches, csv_delimiter, csv_error, csv_names
 from packtool.tokenize.byte_kinds import misnamed, said_by_bytes
+from packtool.tokenize.columnar_readers import arrow_batches, open_arrow, parquet_batches
 from packtool.tokenize.file_kinds import READ_KINDS, listed_data, unreadable
 from packtool.tokenize.file_kinds import kind_of as _kind_of
 from packtool.tokenize.text_readers import JSONL_CODECS, json_array_batches, jsonl_batches
@@ -268,89 +268,13 @@ def _store_files(spec: str, owns: list, quiet: bool = False, above: dict | None 
     return files
 
 
-# ---------------------------------------------------------------- per-format streams
-
-def _parquet_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-    g = rows = None  # the row group being read, its first row: a failure names them
-    try:
-        # on a store, column chunks are read in READ_BLOCK ranges, not whole: a shape check
-        # reading 64 rows does not fetch a row group's every byte
-        pf = pq.ParquetFile(arrow_file(path), buffer_size=READ_BLOCK if is_uri(path) else 0, pre_buffer=not is_uri(path))
-        # one reader per row group: a reader over the whole file keeps every decoded row
-        # group's buffers until it ends (RSS grew ~620 MiB over a 637 MB file of 1M rows)
-        rows = 0
-        for g in range(pf.num_row_groups):
-            yield from pf.iter_batches(batch_size=batch_size, columns=columns, row_groups=[g])
-            rows += pf.metadata.row_group(g).num_rows
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        n = pf.metadata.row_group(g).num_rows if g is not None else 0
-        where = f" row group {g} (rows {rows}..{rows + n - 1})" if g is not None else ""
-        raise read_failed(e, path, "parquet", f"cannot read Parquet{where} ({e})") from None
-
-
-def _open_arrow(path: str):
-    source = pa.memory_map(path) if not is_uri(path) and utf8_path(path) else arrow_input(path)
-    try:
-        return ipc.open_file(source)
-    except pa.ArrowInvalid:
-        source.seek(0)
-        if source.read(6) == b"ARROW1":  # the file format's magic, its footer missing: read as a stream it
-            # was "Expected to read 1330795073 metadata bytes" (the magic taken for a length)
-            raise PacktoolInputError("an Arrow IPC file (it opens with ARROW1) without its footer (a cut copy or a "
-                                     "writer that did not finish); write the file again (a writer's close() "
-                                     "writes the footer)", path=path) from None
-        source.seek(0)
-        return ipc.open_stream(source)
-
-
-_STREAM_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC's end-of-stream marker (a 0-length message)
-
-
-def _stream_ended(path: str) -> bool:
-    """Whether an Arrow IPC stream closes with its end-of-stream marker. Arrow's stream reader
-    ends at the end of the bytes as at the marker: a stream cut at a batch boundary read as
-    whole, its later batches lost without a word (a cut .gz is refused). Only the last 8 bytes
-    are read. (The pre-0.15 4-byte marker is not taken: a batch's zero padding looks like it.)"""
-    with arrow_input(path) as f:
-        size = f.size()
-        if size < len(_STREAM_END):
-            return False
-        f.seek(size - len(_STREAM_END))
-        return f.read(len(_STREAM_END)) == _STREAM_END
-
-
-def _arrow_batches(path: str, batch_size: int, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
-    rows = None  # rows read before the batch that failed: a failure names the first it lacks
-    try:
-        reader = _open_arrow(path)
-        if isinstance(reader, ipc.RecordBatchFileReader):
-            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-        else:
-            batches = iter(reader)
-        rows = 0
-        for b in batches:
-            if columns is not None:
-                b = b.select(columns)
-            for start in range(0, b.num_rows, batch_size):
-                yield b.slice(start, batch_size)
-            rows += b.num_rows
-        if not isinstance(reader, ipc.RecordBatchFileReader) and not _stream_ended(path):
-            raise PacktoolInputError(
-                f"the Arrow stream ends without its end-of-stream marker after {rows:,} row(s) (a cut copy or a "
-                f"writer that did not finish: its later batches, if any, are missing); write the file again "
-                f"(a writer's close() writes the marker)", path=path)
-    except (pa.ArrowInvalid, OSError) as e:
-        where = f" after row {rows - 1}" if rows else " before its first row" if rows == 0 else ""
-        raise read_failed(e, path, "arrow", f"cannot read Arrow IPC{where} ({e})") from None
-
-
 def read_json_lines(path: str) -> pa.Table:
     """A whole JSON Lines file as one table, with this module's errors (they name the line)."""
     batches = list(jsonl_batches(path, 1 << 20, None))
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
-_READERS = {"parquet": _parquet_batches, "arrow": _arrow_batches,
+_READERS = {"parquet": parquet_batches, "arrow": arrow_batches,
             "jsonl": jsonl_batches, "json": json_array_batches, "csv": csv_batches}
 
 
@@ -388,7 +312,7 @@ def _peek_columns(f: InputFile) -> list[str]:
     try:
         if f.kind in ("parquet", "arrow"):
             schema = pq.ParquetFile(arrow_file(f.path)).schema_arrow if f.kind == "parquet" else \
-                _open_arrow(f.path).schema
+                open_arrow(f.path).schema
             refuse_repeated_names(schema.names, f.path, "its schema: ")
             return list(schema.names)
         if f.kind == "csv":  # the header's names, each once (csv_names)
@@ -415,7 +339,7 @@ def count_rows(f: InputFile) -> int | None:
         if f.kind == "parquet":
             return pq.ParquetFile(arrow_file(f.path)).metadata.num_rows
         if f.kind == "arrow":
-            r = _open_arrow(f.path)
+            r = open_arrow(f.path)
             if isinstance(r, ipc.RecordBatchFileReader):
                 return sum(r.get_batch(i).num_rows for i in range(r.num_record_batches))
     except (pa.ArrowInvalid, OSError):

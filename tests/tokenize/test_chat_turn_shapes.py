@@ -7,7 +7,7 @@ import pytest
 from rows_support import write_rows
 
 from packtool.errors import PacktoolInputError
-from packtool.tokenize.readers import _parquet_batches
+from packtool.tokenize.columnar_readers import parquet_batches
 from packtool.tokenize.shapes import Shape, render_batch
 from packtool.tokenize.templates import Renderer, load_template
 from packtool.tokenize.text_readers import json_array_batches, jsonl_batches
@@ -22,7 +22,7 @@ def _batches(path: str, reader: str, col: str | list[str]):
         return jsonl_batches(path, 1000, cols)
     if reader == "json":
         return json_array_batches(path, 1000, cols)
-    return _parquet_batches(path, 1000, cols)
+    return parquet_batches(path, 1000, cols)
 
 
 def render(tmp_path, rows, reader: str, kind: str = "chat") -> list[str]:

@@ -201,12 +201,12 @@ def test_an_entry_the_lenient_readers_made_is_not_reused(tmp_path, monkeypatch, 
     import packtool.tokenize.cache as cache
     import packtool.tokenize.cache_entry as cache_entry
     import packtool.tokenize.pipeline as pipeline
-    import packtool.tokenize.readers as readers
+    import packtool.tokenize.columnar_readers as columnar_readers
     import packtool.tokenize.request as request
     path, words = _write(tmp_path, "arrow_stream_cut_at_a_batch")
     argv = ["pack", path, "--tokenizer", GPT2, "-C", "64", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
     with monkeypatch.context() as old:  # the readers and cache version before the marker was checked
-        old.setattr(readers, "_stream_ended", lambda p: True)
+        old.setattr(columnar_readers, "stream_ended", lambda p: True)
         for m in (cache_entry, cache, request, pipeline, ray_cache):
             old.setattr(m, "CACHE_VERSION", 4)
         assert run_main(monkeypatch, [*argv, "-o", str(tmp_path / "o1")]) == [0]
