@@ -26,6 +26,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, cli_flag, shown
+from packtool.tokenize.nothing import has_value
 from packtool.tokenize.shape_detect import Shape, detect_shape, held_message, unread_shapes
 
 SCHEMALESS = ("jsonl", "json")  # the input kinds whose columns are the union over their rows
@@ -41,20 +42,6 @@ def grows(f) -> bool:
     """Whether a later batch of `f` may hold columns its first did not: a JSON file, a pyarrow
     dataset, an IterableDataset without features (`ArrowSource.grows`)."""
     return getattr(f, "kind", None) in SCHEMALESS or getattr(f, "grows", False)
-
-
-def has_value(col) -> pa.Array | None:
-    """Which rows hold something: null, "" and [] are nothing to render (LLaMA-Factory's own
-    empty system / history); any other value (a number, an object) is content."""
-    import pyarrow.compute as pc  # here: a pack of other shapes never loads it (25 ms)
-    t = col.type
-    if pa.types.is_null(t):
-        return None
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pc.fill_null(pc.greater(pc.utf8_length(col), 0), False)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pc.fill_null(pc.greater(pc.list_value_length(col), 0), False)
-    return col.is_valid()
 
 
 def told_from(shape: Shape, f, columns: list[str], empty: frozenset[str]) -> Shape:
@@ -221,5 +208,5 @@ def _source_tables(ds, batch_size: int):
             for b in t.to_batches(max_chunksize=batch_size) if b.num_rows)
 
 
-__all__ = ["LateColumns", "SCHEMALESS", "fragment_batches", "grows", "has_value", "late_columns",
+__all__ = ["LateColumns", "SCHEMALESS", "fragment_batches", "grows", "late_columns",
            "stream_batches", "told_from"]

@@ -25,7 +25,7 @@ from packtool.output.files import describe_kind, refuse_special_input
 from packtool.storage import arrow_file, check_form, expand, is_file, is_uri, local_glob, locate, outermost
 from packtool.tokenize.own_trees import OwnTrees, StoreTrees, refuse_inside_entry, refuse_object_in_entry
 from packtool.tokenize.read_checks import read_failed, refuse_repeated_names
-from packtool.tokenize.repeats import refuse_repeats
+from packtool.tokenize.repeats import origins, refuse_repeats
 from packtool.tokenize.repo_folder import refuse_repo_folder, refuse_repo_prefix
 from packtool.tokenize.saved_folder import (is_saved_folder, saved_files, saved_folders_below, saved_matches,
                                             saved_objects, stale_named)
@@ -179,10 +179,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
         for spec, passed in links.items():
             _say_links(spec, passed)
     files = [f if is_uri(f.path) else InputFile(os.path.abspath(f.path), f.kind) for f in out]
-    # each input's files lie from its mark to the next one's: one pass (a search back from the
-    # last input per file was quadratic, 8 s over 16,000 shell-expanded files: RA-6)
-    ends = [start for start, _, _ in marks[1:]] + [len(files)]
-    origin = [(k, e) for (start, k, e), end in zip(marks, ends) for _ in range(end - start)]
+    origin = origins(marks, len(files))
     spec_of = {f.path: k for f, (k, _) in zip(files, origin)}  # a path twice is refused: one input each
     each: list[list[InputFile]] = [[] for _ in inputs]
     for f in refuse_repeats(files, origin, inputs, quiet):

@@ -14,7 +14,7 @@ import pyarrow as pa
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.tokenize.chat_keys import KeyUse, chat_row, count, roles_known, unrendered_turn_keys
 from packtool.tokenize.gen_markers import MarkedValue, arrow_may_hold
-from packtool.tokenize.late_columns import has_value
+from packtool.tokenize.nothing import has_value
 from packtool.tokenize.reply_roles import roles_of
 from packtool.tokenize.row_checks import (
     blank_fields,

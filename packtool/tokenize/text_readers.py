@@ -25,6 +25,7 @@ from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twic
 from packtool.tokenize.json_depth import (beyond_float64, check_array_fits, check_json_depth, check_json_numbers,
                                           field_holding, number_beyond_float64)
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
+from packtool.tokenize.nothing import is_nothing
 from packtool.tokenize.read_checks import compressed_array, nothing_after, one_object, opens_array
 from packtool.storage import file_size, is_uri, open_bytes, utf8_path
 
@@ -284,7 +285,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
     del raw
     pos += 1
     rows: list[dict] = []
-    held_nothing: set[str] = set()  # late keys judged while holding only what has_value calls nothing
+    held_nothing: set[str] = set()  # late keys judged while holding only nothing (tokenize.nothing)
     n = 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
@@ -314,7 +315,7 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         if judge is not None and not judge.known.issuperset(obj):  # a key of no earlier row's value
             # a key judged already while it held nothing (null, "", []) is judged again only when it holds
             # something: a late key of nothing in every row built a one-row table per row
-            late = [k for k in obj if k not in judge.known and not (k in held_nothing and obj[k] in (None, "", []))]
+            late = [k for k in obj if k not in judge.known and not (k in held_nothing and is_nothing(obj[k]))]
             if late:
                 judge.block(rows_batch([obj], path, lambda k: f"row {n}"), n)
                 held_nothing.update(k for k in late if k not in judge.known)

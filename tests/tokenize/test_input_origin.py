@@ -6,8 +6,12 @@ types, if a folder or a glob (S48A-13)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+
+import pytest
 
 import packtool.tokenize.readers as readers
+from packtool.tokenize.repeats import origins
 
 
 def _jsonl(path) -> None:
@@ -47,3 +51,30 @@ def test_many_inputs_of_one_file_each(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "refuse_repeats", lambda files, origin, inputs, quiet: seen.update(o=origin) or files)
     assert len(readers.resolve_inputs(names, quiet=True)) == 300
     assert seen["o"] == [(i, None) for i in range(300)]
+
+
+class _Counted(Sequence):
+    """Marks that count each element read (by index, iteration, slice or reversal)."""
+
+    def __init__(self, items):
+        self.items, self.reads = list(items), 0
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        got = self.items[i]
+        self.reads += len(got) if isinstance(i, slice) else 1
+        return got
+
+
+@pytest.mark.parametrize("per_input", [1, 3])
+def test_the_origins_read_each_mark_a_bounded_number_of_times(per_input):
+    """RA-8: the test above passed on the quadratic search back it replaced (RA-6), the one
+    owner of the origins (repeats.origins) is held to its cost here, by the marks it reads (no
+    clock): a constant number of reads per input, so a search back per file fails."""
+    m = 3000
+    marks = _Counted((i * per_input, i, None if i % 2 else f"d{i}") for i in range(m))
+    got = origins(marks, m * per_input)
+    assert got == [(i, None if i % 2 else f"d{i}") for i in range(m) for _ in range(per_input)]
+    assert marks.reads <= 4 * m, marks.reads
