@@ -4,6 +4,7 @@ and the glob rule itself (`**` crosses folders, `*` and `?` do not; hidden names
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from urllib.parse import quote, urlsplit
 
@@ -15,7 +16,7 @@ from packtool.storage.uri import GLOB_CHARS, store_error
 
 
 def expand(spec: str, listed: list | None = None, name: str | None = None,
-           folders: list | None = None) -> list[Location]:
+           folders: list | None = None, as_typed: bool = False) -> list[Location]:
     """An object-store input spec as its files, sorted: one object, every object below a
     prefix, or what a glob (`*`, `**`; a `?` starts the URI's query) matches: objects,
     and prefixes read whole as a folder a local glob matches is (S44-2); a pattern ending in `/`
@@ -24,9 +25,10 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     the prefix listed (a Location) and every object path seen, hidden ones too: what else lies
     there (packtool's own outputs and caches: tokenize.own_trees) without a second listing.
     `name`: the argument that gave `spec`. `folders`, when given, gets each prefix read whole
-    (the one named, or each a glob matched; a Location): what a local folder input is."""
+    (the one named, or each a glob matched; a Location): what a local folder input is. A name
+    that exists as typed is itself, glob characters and all (`as_typed`), as a local path is."""
     loc = locate(spec, name=name)
-    if not any(c in loc.path for c in GLOB_CHARS):
+    if as_typed or not any(c in loc.path for c in GLOB_CHARS):
         # on a store one name can be an object and a prefix at once (a single-file write, then a
         # folder of parts at the same name): a trailing / names the prefix, as `dir/` names a
         # folder; a bare name that is both is refused, never read as one of them (S45A-10)
@@ -61,6 +63,11 @@ def expand(spec: str, listed: list | None = None, name: str | None = None,
     # (locate drops the `/` of a bucket's URI, a file:// one keeps it: `DIR/**/` matched no prefix there)
     pattern = _glob_regex(loc.path.rstrip("/") if folders_only else loc.path)
     seen = root.list()
+    typed = loc.path.rstrip("/")
+    if any(i.path == typed or i.path.startswith(typed + "/") for i in seen):
+        # an object or prefix of this very name (`[1].jsonl`, a listed key's own URI read again):
+        # itself, as `os.path.exists` makes a local path (S49A-4); as a glob it named other keys
+        return expand(spec, listed, name, folders, as_typed=True)
     if listed is not None:
         listed += [root, *(i.path for i in seen)]
     # a wildcard passes over hidden names, as a local glob does, unless the pattern names one
@@ -172,32 +179,47 @@ def _hidden_below(path: str, base: str) -> bool:
     return any(p.startswith(".") for p in path[len(base):].strip("/").split("/"))
 
 
+def _class_end(pattern: str, i: int) -> int:
+    """Where the class opening at `i` closes, fnmatch's rule (a `]` first, or after a leading `!`, is
+    a member), or 0: no `]` before the name ends (a local glob splits at `/` first), `[` itself."""
+    j = i + 1
+    j += pattern.startswith("!", j)
+    j += pattern.startswith("]", j)
+    while j < len(pattern) and pattern[j] not in "]/":
+        j += 1
+    return j if j < len(pattern) and pattern[j] == "]" else 0
+
+
 def _glob_regex(pattern: str) -> re.Pattern:
-    """`**` crosses folders, `*` and `?` do not (glob.glob(recursive=True)'s rule)."""
+    """`**` crosses folders, `*` and `?` do not (glob.glob(recursive=True)'s rule: `**` only as a
+    whole name; within one, `in**.jsonl`, it is `*`, as a local glob reads it)."""
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]
+        whole = pattern.startswith("**", i) and (i == 0 or pattern[i - 1] == "/")
         if pattern.startswith("/**", i) and i + 3 == len(pattern):
             # `DIR/**` matches DIR itself too, as glob.glob does (`DIR/`): `DIR/**/` read its
             # top-level objects through no prefix, and so not at all
             out.append("(?:/.*)?")
             break
-        if pattern.startswith("**/", i):
+        if whole and pattern.startswith("**/", i):
             out.append("(?:[^/]*/)*")
             i += 3
             continue
-        if pattern.startswith("**", i):
+        if whole and i + 2 == len(pattern):
             out.append(".*")
-            i += 2
-            continue
+            break
         if c == "*":
             out.append("[^/]*")
+            while pattern.startswith("*", i + 1):  # `**` within a name: one `*` (no regex of n nested stars)
+                i += 1
         elif c == "?":
             out.append("[^/]")
-        elif c == "[" and "]" in pattern[i + 2:]:
-            j = pattern.index("]", i + 2)
-            body = pattern[i + 1:j]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+        elif c == "[" and (j := _class_end(pattern, i)):
+            # the class as Python's glob reads it locally (fnmatch's own translation: `[^a]` is `^` or
+            # `a`, `[!a]` not `a`, ranges), never the `/` between names: a local glob matches name by
+            # name (S49A-4: `[^a]` was a negation here, the same pattern another file set)
+            out.append("(?!/)" + re.sub(r"\\[Zz]$", "", fnmatch.translate(pattern[i:j + 1])))
             i = j
         else:
             out.append(re.escape(c))

@@ -139,6 +139,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
             paths = _glob_data(spec, paths, owns[-1].names_a_tree(), quiet)
+            glob_owns = len(owns) - 1
         else:
             paths = [spec]
         for p in paths:
@@ -153,6 +154,8 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
                 inner = sorted(f for f, _ in listed_data(p, sorted((f, os.path.relpath(f, p)) for f in found),
                                                          "folder holds", owns[-1].names_a_tree(), quiet))
                 if not inner and not hf:
+                    if globbed:  # one of the glob's matches (a docs/ beside data/): judged with the others, as
+                        continue  # a store glob's prefixes and `DIR/**` are (S49A-5); its other files noted
                     raise PacktoolInputError(
                         "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
                 saved = {d: saved_files(d) for d in hf}
@@ -173,6 +176,10 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
                         "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
                         ".arrow/.feather, .csv/.tsv or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
+        if globbed and len(out) == marks[-1][0]:  # every folder it matched held no data
+            own = next((x for o in owns[glob_owns:] if (x := o.only_own())), "")
+            raise PacktoolInputError(f"glob matched no .parquet/.jsonl/.json/.arrow/.csv/.tsv files (it reads "
+                                     f"{READ_KINDS}){own}", path=spec)
     if not quiet:
         for own in owns:
             own.say()
