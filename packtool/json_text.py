@@ -1,6 +1,7 @@
 """JSON a user wrote or may edit, decoded with one rule Python's json lacks: a key given twice
 in one object is an error, never "the last one wins" in silence (and an integer longer than
-Python converts is a JSON error at the number, not a bare ValueError). JSON Lines rows are parsed by
+Python converts is a JSON error at the number, not a bare ValueError; so is a number beyond the
+float64 range, which Python's json made inf: a value the text never held). JSON Lines rows are parsed by
 Arrow, which refuses such a row at any depth (tokenize.text_readers names its line); every
 other JSON of user data or settings is decoded here: the rows of a `.json` array, a
 tokenizer_config.json or tokenizer.json, a dataset's state.json, a plan file's settings, a
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import json.decoder
 import json.scanner
+import math
 import re
 import sys
 
@@ -48,10 +50,27 @@ class LongIntegerError(json.JSONDecodeError):
     """An integer longer than Python converts; `pos` at the number."""
 
 
+class BeyondFloat64Error(json.JSONDecodeError):
+    """A number float64 cannot hold (1e400, a 309-digit integer); `pos` at the number."""
+
+
+def beyond_float64(field: str | None, token: str) -> str:
+    """The one wording of a number no float64 holds, at every JSON door (a JSON Lines line, a
+    .json array's row, a block Python reads, a JSON text inside a row, a settings file): what,
+    where and the fix."""
+    digits = token.lstrip("-")
+    size = f"{len(digits)} digits" if digits.isdigit() else f"{len(token)} characters"
+    said = token if len(token) <= 24 else f"{token[:12]}…{token[-6:]} ({size})"
+    where = f"field {field} is {said}" if field else f"the number {said}"
+    return (f"{where}, a number beyond the float64 range (±1.8e308), which no column holds (read, it would "
+            f"become ±inf, a value the file does not hold); write it in range or as a string")
+
+
 def past_syntax(e: json.JSONDecodeError) -> bool:
     """Whether the text is JSON but breaks one of this module's rules (a key twice, an integer
-    too long): a caller that says "not JSON" for a syntax error says this one's own words."""
-    return isinstance(e, (DuplicateKeyError, LongIntegerError))
+    too long, a number beyond float64): a caller that says "not JSON" for a syntax error says
+    this one's own words."""
+    return isinstance(e, (DuplicateKeyError, LongIntegerError, BeyondFloat64Error))
 
 
 class _Twice(Exception):
@@ -88,15 +107,49 @@ def raw_decode(text: str, pos: int = 0, whole: bool = False):
     """JSONDecoder.raw_decode from `pos`, refusing a key given twice; `whole`: nothing but
     whitespace may follow (json.loads)."""
     try:
-        if whole:
-            return _FAST.decode(text), len(text)
-        return _FAST.raw_decode(text, pos)
+        out = (_FAST.decode(text), len(text)) if whole else _FAST.raw_decode(text, pos)
+        if _MAYBE_BEYOND.search(text, pos, out[1]):  # (a C-speed scan: only such a text is decoded again)
+            _CHECKED.decode(text) if whole else _CHECKED.raw_decode(text, pos)
+        return out
+    except _Beyond as b:
+        raise _beyond(text, pos, b.token) from None
     except _Twice as t:
         raise DuplicateKeyError(t.key, text, _where(text, pos)) from None
     except ValueError as e:  # JSONDecodeError is one: a syntax error is the caller's, said as such
         if isinstance(e, json.JSONDecodeError) or "integer string conversion" not in str(e):
             raise
         raise _long_integer(text, pos) from None
+
+
+class _Beyond(Exception):
+    def __init__(self, token: str):
+        self.token = token
+
+
+def _finite_float(token: str) -> float:
+    if math.isinf(v := float(token)):
+        raise _Beyond(token)
+    return v
+
+
+def _finite_int(token: str) -> int:
+    v = int(token)  # past Python's digit limit: its ValueError, the long-integer rule
+    if len(token) > 308 and math.isinf(float(token)):
+        raise _Beyond(token)
+    return v
+
+
+# a number float64 may not hold: an exponent of 3 digits or more, or 309 digits in a row (a string
+# holding such text matches too; the decode with these hooks then finds no number and passes it)
+_MAYBE_BEYOND = re.compile(r"\d[eE][+-]?\d{3}|\d{309}")
+_CHECKED = json.JSONDecoder(parse_float=_finite_float, parse_int=_finite_int)
+
+
+def _beyond(text: str, pos: int, token: str) -> BeyondFloat64Error:
+    """The error at the number written `token` (its first place outside a string)."""
+    pattern = r"(?<![\w.+-])" + re.escape(token) + r"(?![\w.+-])"
+    at = next((pos + m.start() for m in re.finditer(pattern, text[pos:]) if not _in_string(text, pos + m.start())), pos)
+    return BeyondFloat64Error(beyond_float64(None, token), text, at)
 
 
 def _long_integer(text: str, pos: int) -> LongIntegerError:
@@ -164,4 +217,5 @@ def _second_key(text: str, brace: int, key: str, dec: json.JSONDecoder) -> int:
             i += 1
 
 
-__all__ = ["DuplicateKeyError", "invalid_json", "loads", "raw_decode", "twice"]
+__all__ = ["BeyondFloat64Error", "DuplicateKeyError", "LongIntegerError", "beyond_float64", "invalid_json", "loads",
+           "past_syntax", "raw_decode", "twice"]

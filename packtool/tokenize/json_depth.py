@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from packtool import free_memory
 from packtool.errors import PacktoolInputError
+from packtool.json_text import beyond_float64  # noqa: F401  (the one wording; text_readers imports it here)
 from packtool.storage import SETTINGS_BYTES, mib, read_small  # noqa: F401  (callers import them from here too)
 from packtool.tokenize.json_types import first_field
 
@@ -155,17 +156,6 @@ def number_beyond_float64(data: bytes, per_line: bool = True) -> tuple[int, str]
             pass
         at += len(token)
     return None
-
-
-def beyond_float64(field: str | None, token: str) -> str:
-    """The one wording of a number no float64 holds, at every JSON door (a JSON Lines line, a
-    .json array's row, a block Python reads): what, where and the fix."""
-    digits = token.lstrip("-")
-    size = f"{len(digits)} digits" if digits.isdigit() else f"{len(token)} characters"
-    said = token if len(token) <= 24 else f"{token[:12]}…{token[-6:]} ({size})"
-    where = f"field {field} is {said}" if field else f"the number {said}"
-    return (f"{where}, a number beyond the float64 range (±1.8e308), which no column holds (read, it would "
-            f"become ±inf, a value the file does not hold); write it in range or as a string")
 
 
 def field_holding(text: str, pos: int, token: str) -> str | None:

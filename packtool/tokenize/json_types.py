@@ -19,7 +19,7 @@ import json
 import pyarrow as pa
 
 from packtool.errors import PacktoolInputError
-from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode
+from packtool.json_text import BeyondFloat64Error, DuplicateKeyError, invalid_json, raw_decode
 
 # The chat shapes' turn lists whose `content` may be a string or OpenAI content parts.
 _TURN_LISTS = ("messages",)
@@ -225,7 +225,7 @@ def block_table(block: bytes, path: str, first_line: int, columns: list[str] | N
         text = raw.decode("utf-8")
         try:
             obj = raw_decode(text, 0, whole=True)[0]
-        except DuplicateKeyError as e:
+        except (DuplicateKeyError, BeyondFloat64Error) as e:  # JSON, against packtool's rule: its own words
             raise PacktoolInputError(f"at line {first_line + i + 1}: {e.msg}", path=path) from None
         except json.JSONDecodeError as e:
             raise PacktoolInputError(invalid_json(e, first_line + i + 1), path=path) from None

@@ -98,11 +98,11 @@ def _from_json_file(spec: str, text: str) -> ChatTemplate | None:
     read for its `chat_template` key, as a model folder's is; never rendered as template text."""
     if text.lstrip()[:1] not in ("{", "["):  # jinja text never parses as a JSON object or array
         return None
-    from packtool.json_text import loads
+    from packtool.json_text import BeyondFloat64Error, LongIntegerError, loads
     try:
         obj = loads(text)
     except json.JSONDecodeError as e:  # jinja text that starts with {{ or {%
-        if e.msg.startswith("an integer of"):  # JSON, with a number too long to read (RB-5)
+        if isinstance(e, (LongIntegerError, BeyondFloat64Error)):  # JSON, with a number it cannot read (RB-5, RA-4)
             raise PacktoolInputError(f"line {e.lineno}: {e.msg}", path=spec, flag=cli_flag("chat_template")) from None
         return None
     except ValueError:  # (a key given twice: jinja it is not either; read as before)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from packtool.errors import PacktoolInputError
-from packtool.json_text import DuplicateKeyError, invalid_json, raw_decode, twice
+from packtool.json_text import BeyondFloat64Error, DuplicateKeyError, invalid_json, past_syntax, raw_decode, twice
 from packtool.tokenize.json_depth import (beyond_float64, check_array_fits, check_json_depth, check_json_numbers,
                                           field_holding, number_beyond_float64)
 from packtool.tokenize.json_types import _kind, block_table, free_form, has_timestamp, rows_batch
@@ -301,8 +301,10 @@ def json_array_batches(path: str, batch_size: int, columns: list[str] | None,
         except DuplicateKeyError as e:
             raise PacktoolInputError(f"at line {e.lineno}: {e.msg}", path=path, row=n) from None
         except json.JSONDecodeError as e:
-            if e.pos != huge_at:  # at the number, Python's digit limit: said as any number beyond float64
-                raise PacktoolInputError(invalid_json(e, e.lineno), path=path, row=n) from None
+            # at the number found above (Python's digit limit, or beyond float64): said below, its field named
+            if huge_at is None or (e.pos != huge_at and not isinstance(e, BeyondFloat64Error)):
+                said = f"at line {e.lineno}: {e.msg}" if past_syntax(e) else invalid_json(e, e.lineno)
+                raise PacktoolInputError(said, path=path, row=n) from None
             end = len(text)
         if huge_at is not None and huge_at < end:
             line = text.count("\n", 0, huge_at) + 1

@@ -3,7 +3,8 @@ function_call turn's value, a chat row's `tools` or `documents` given as JSON te
 Python's json: an integer past 4,300 digits was its bare ValueError (no file, no row, --json type
 ValueError), and a key given twice was read with the last one winning in silence, the rule
 packtool.json_text exists to refuse. Each now goes through json_text, one line naming the file, the
-row and the turn or key, with the reason, at every door (JSON Lines, a JSON array, Parquet)."""
+row and the turn or key, with the reason, at every door (JSON Lines, a JSON array, Parquet). So is a
+number beyond float64 there (RA-4, s50), as every file-level JSON door refuses it."""
 from __future__ import annotations
 
 import json
@@ -21,6 +22,9 @@ CHAT = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
 BAD = {  # the JSON text's fault -> what the line says of it
     "a long integer": ('{"name": "f", "x": ' + BIG + '}', "an integer of 5000 digits"),
     "a key twice": ('{"name": "f", "name": "g"}', "key 'name' appears twice"),
+    # (RA-4, s50) Python's json made it inf, and the template's tojson wrote `Infinity` into the trained text
+    "a float beyond float64": ('{"name": "f", "x": 1e400}', "1e400, a number beyond the float64 range"),
+    "an integer beyond float64": ('{"name": "f", "x": -' + "9" * 309 + '}', "a number beyond the float64 range"),
 }
 
 
