@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+from contextlib import contextmanager
 
 
 def available_bytes() -> int | None:
@@ -124,3 +125,18 @@ def decode_out_of_memory(e: BaseException, path: str, part: str | None = None, *
     where = f"{path} {part}" if part else f"{path}"
     more = f"raise the limit) or {less}" if less else "raise the limit, or run on a machine with more memory)"
     return out_of_memory(e, where, "decoding it", what, more, path=path)
+
+
+@contextmanager
+def mapped(path: str, what: str = "the file", less: str | None = None):
+    """Around mapping `path` (np.memmap, np.load's mmap_mode, mmap.mmap): a mapping the system refuses
+    for memory (ENOMEM: the address space a ulimit -v leaves cannot hold the file) is packtool's
+    out-of-memory error naming the file (DecodeOutOfMemory, kind `resources`), as every read of a
+    file is; it reached a library caller as a bare OSError, said only by the command line's translation."""
+    try:
+        yield
+    except OSError as e:
+        oom = decode_out_of_memory(e, path, what=what, less=less)
+        if oom is None:
+            raise
+        raise oom from None

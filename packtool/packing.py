@@ -369,7 +369,9 @@ def _progress_cb(progress: bool, total: int):
     bar = Progress(TextColumn("Writing "), BarColumn(), MofNCompleteColumn(), TextColumn("slabs"),
                    transient=False, console=Console(stderr=True))  # stdout: tables and --json
     task = bar.add_task("write", total=total)
-    bar.start()
+    from packtool.threads import starting
+    with starting():  # its refresh thread
+        bar.start()
     done = [0]
 
     def cb(n: int) -> None:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from packtool.storage import file_size
+from packtool.threads import starting
 
 # Below this many bytes of shards the work takes about a second: no bar.
 PROGRESS_MIN_BYTES = 64 << 20
@@ -28,8 +29,12 @@ def bar(label: str, total: int, unit: str, enabled: bool = True) -> Iterator[Cal
     p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                  TimeRemainingColumn(), console=Console(stderr=True), transient=True)
     task = p.add_task(label, total=total)
-    with p:
+    with starting():  # its refresh thread
+        p.start()
+    try:
         yield lambda n: p.update(task, advance=n)
+    finally:
+        p.stop()
 
 
 def large(paths: list[str]) -> bool:

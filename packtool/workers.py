@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from multiprocessing.context import ForkServerContext, ForkServerProcess
 
 from packtool import notes
+from packtool.threads import starting
 
 _LOCK = threading.Lock()
 _PROCESS_POOLS: dict[int, ProcessPoolExecutor] = {}  # kept for the process's life: start-up paid once
@@ -119,9 +120,17 @@ def _as_submitted(environ: dict, fn, item):
     return notes.held(fn, item)
 
 
+class _ThreadPool(ThreadPoolExecutor):
+    """Its threads start as calls are submitted: one the system would not start is ThreadRefused."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with starting():
+            return super().submit(fn, *args, **kwargs)
+
+
 def thread_pool(threads: int, name: str) -> ThreadPoolExecutor:
     """A ThreadPoolExecutor whose queued calls `stop_all` cancels."""
-    pool = ThreadPoolExecutor(threads, thread_name_prefix=name)
+    pool = _ThreadPool(threads, thread_name_prefix=name)
     _THREAD_POOLS.add(pool)
     return pool
 

@@ -40,18 +40,24 @@ def stopped(e: BaseException | None) -> tuple[str, int]:
 
 def main() -> None:
     json_out = "--json" in sys.argv[1:]
+    from packtool.threads import HeldStderr
+    blas = HeldStderr()
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
         _let_held_signals_land()
         _check_home(json_out)  # before the modules load: numba's kernel cache is placed as they do
-        from packtool.cli.app import main as run
+        with blas:  # numpy's OpenBLAS starts its pool as it loads, and prints its own lines if refused
+            from packtool.cli.app import main as run
+        blas.said()
         from packtool.cli.failure import interrupted, keep_committed
         keep_committed()  # this process ends with the command: a printed result stays the outcome
     except KeyboardInterrupt as e:
         from packtool.cli.memory import blas_refused, blas_threads_refused
-        if not isinstance(e, Terminated) and blas_refused(e):  # numpy's OpenBLAS, not the user
+        if not isinstance(e, Terminated) and blas_refused(e):  # numpy's OpenBLAS, not the user: its
+            # own four lines are this refusal, said in packtool's one line
             kind, msg, code, fix = "resources", blas_threads_refused(), 2, ""
         else:
+            blas.said()
             how, code = stopped(e)
             kind, msg, fix = "interrupted", f"{how} while packtool was starting; nothing was read or written", \
                 ": re-run the command to start again"

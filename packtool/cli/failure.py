@@ -116,6 +116,10 @@ from packtool.env import debug_on, set_debug  # noqa: E402  (the switch lives in
 
 def describe(e: BaseException) -> tuple[str, str, int]:
     """(kind, one-line message, exit status) for any exception a command let out."""
+    from packtool.threads import thread_refused
+    if thread_refused(e):  # the system's limit, not a bug (the library's ThreadRefused too): said with the command's place
+        from packtool.cli.memory import threads_refused
+        return "resources", threads_refused(e, _STATE.get("running"), _STATE.get("args") or {}), EXIT_USAGE
     if isinstance(e, PacktoolError):
         return e.kind, one_line(e), e.exit_code
     from packtool.free_memory import mapping_refused
@@ -126,6 +130,8 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         # none of them (a temporary) is the README's `io`
         place = _place(where)
         kind = place[1] if place else "io"
+        if (line := written.no_temp_folder(e)) is not None:  # the system's temp folder: TMPDIR's
+            return "io", line, EXIT_USAGE
         if written.no_room(e) is not None:
             return kind, written.no_room_line(e, where, place), EXIT_USAGE
         why = e.strerror or str(e)
@@ -140,9 +146,6 @@ def describe(e: BaseException) -> tuple[str, str, int]:
         if getattr(e, "row", None) is not None:  # a row refused by name (tokenize.long_rows): the contract's form
             line = one_line(PacktoolError(line, path=e.path, row=getattr(e, "row", None)))
         return "resources", line, EXIT_USAGE
-    from packtool.cli.memory import thread_refused, threads_refused
-    if thread_refused(e):  # the system's limit, not a bug: said as an out of memory is
-        return "resources", threads_refused(e, _STATE.get("running"), _STATE.get("args") or {}), EXIT_USAGE
     msg = one_line(f"{type(e).__name__}: {e}")
     return ("internal", f"internal error (a packtool bug) {msg}; re-run with --debug (or "
             f"PACKTOOL_DEBUG=1) for the traceback and report it", EXIT_INTERNAL)
@@ -212,7 +215,7 @@ def report(e: BaseException, json_out: bool = False) -> int:
         where = written.failed_file(e) if isinstance(e, OSError) else None
         if isinstance(e, MemoryError) and getattr(e, "path", None) is not None:  # a row or a file's decode
             where, extra["row"] = e.path, getattr(e, "row", None)
-        place = _place(where)
+        place = ("TMPDIR", "io") if written.no_temp_folder(e) else _place(where)
         if where is not None:
             extra["path"] = os.fspath(where)
     if place and extra.get("flag") is None:  # raised below the CLI, about one of its arguments

@@ -5,10 +5,8 @@ does). A generic "try --workers 1" named flags that half the commands lack and t
 nothing while tokenizing."""
 from __future__ import annotations
 
-import resource
-
-from packtool.errors import one_line, shown
-from packtool.free_memory import memory_limits
+from packtool.errors import shown
+from packtool.threads import limit_words, native_panic, thread_line, thread_refused
 
 # packtool package -> the stage, as said in the line
 _STAGE = {"tokenize": "tokenizing", "planning": "planning", "packers": "planning", "slabs": "slabs",
@@ -111,62 +109,11 @@ def _one_worker(args: dict) -> bool:
     return (args.get("workers") or cores()) == 1
 
 
-# What a thread the system would not start looks like from Python: threading's RuntimeError, and
-# the panic (pyo3's PanicException, a BaseException) of a Rust pool that could not start its
-# threads: the tokenizer's rayon pool says ThreadPoolBuildError with the errno's words
-_REFUSED_PANIC = ("ThreadPoolBuildError", "Resource temporarily unavailable", "Cannot allocate memory")
-
-
-def native_panic(e: BaseException) -> bool:
-    """A Rust library's panic raised into Python (pyo3's PanicException: no Exception, so no
-    `except Exception` catches it)."""
-    return type(e).__name__ == "PanicException" and type(e).__module__ in ("pyo3_runtime", "builtins")
-
-
-def thread_refused(e: BaseException) -> bool:
-    """A thread (of packtool, Arrow's or the tokenizer's pool) the system would not start: under a
-    memory limit too small for one more stack, or a limit on threads. Never a packtool bug."""
-    text = str(e)
-    if isinstance(e, RuntimeError) and "can't start new thread" in text:
-        return True
-    return native_panic(e) and any(w in text for w in _REFUSED_PANIC)
-
-
-_UNSIZED_STACK = 32 << 20  # a thread's stack under an unlimited ulimit -s: at most this (glibc's default)
-
-
-def _kib(n: int) -> str:
-    return f"{n // 1024:,} KiB"
-
-
-def _limit_words(native: bool, fewer: str) -> str:
-    """Which limit refused a thread, and the fix (`fewer`: how to run fewer). `native`: a Rust
-    pool's threads, whose stacks are Rust's size (2 MiB), not ulimit -s."""
-    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-    sized = stack != resource.RLIM_INFINITY and not native
-    room = stack if sized else (2 << 20 if native else _UNSIZED_STACK)
-    # a limit the process is far below did not refuse a stack: many clusters set a large ulimit -v,
-    # and a refusal by the thread or pids limit was said as memory (RB-2)
-    limits = memory_limits()
-    full = [(words, flag, soft) for words, flag, soft, used in limits if used is None or used + room > soft]
-    if full:
-        words, flag, soft = full[0]
-        each = f", {_kib(stack)} each (ulimit -s)" if sized else ""
-        return f"{words} ({_kib(soft)}, {flag}) has no room for another thread's stack{each}: raise the limit, {fewer}"
-    room = "".join(f"; {words} ({flag}) is not what refused it ({_kib(used)} used of {_kib(soft)})"
-                   for words, flag, soft, used in limits)
-    return f"the system allows no more threads (ulimit -u, or a container's pids limit): raise that limit, {fewer}{room}"
-
-
 def threads_refused(e: BaseException, command: str | None, args: dict) -> str:
-    """The one line for `thread_refused(e)` in `command`: the limit that refused it and the fix."""
+    """The one line for `thread_refused(e)` in `command`: where, the limit that refused it and the fix
+    (threads.thread_line, the library's ThreadRefused's own words, with the command's place)."""
     where = _where(command, args, stage_of(e)) if command else ""
-    lead = f"in `packtool {command}`{where}" if command else "here"
-    pool = native_panic(e)  # a Rust pool's threads take Rust's stack size (2 MiB), not ulimit -s
-    why = _limit_words(pool, "or run fewer threads (RAYON_NUM_THREADS=1 for the tokenizer's pool)")
-    errno = next((w for w in _REFUSED_PANIC[1:] if w in str(e)), "refused")
-    said = f"the tokenizer's thread pool: {errno}" if pool else one_line(e)
-    return f"could not start a thread {lead} ({said}); {why}"
+    return thread_line(e, f" in `packtool {command}`{where}" if command else " here")
 
 
 def blas_refused(e: BaseException) -> bool:
@@ -201,7 +148,7 @@ def blas_refused(e: BaseException) -> bool:
 def blas_threads_refused() -> str:
     """The one line for `blas_refused`: the limit that refused OpenBLAS's threads and the fix."""
     return ("could not start a thread while packtool was starting (numpy's OpenBLAS thread pool); "
-            + _limit_words(False, "or run fewer threads (OPENBLAS_NUM_THREADS=1 for numpy's pool)"))
+            + limit_words(False, "or run fewer threads (OPENBLAS_NUM_THREADS=1 for numpy's pool)"))
 
 
 __all__ = ["blas_refused", "blas_threads_refused", "native_panic", "out_of_memory", "stage_of", "thread_refused", "threads_refused"]

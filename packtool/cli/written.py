@@ -94,4 +94,25 @@ def no_room_line(e: OSError, where: str | None, place) -> str:
     return one_line(f"{shown(where)}: cannot be written{during}: {no_room(e)}; {_room_fix(e, flag)}")
 
 
-__all__ = ["being_written", "failed_file", "no_room", "no_room_line", "published"]
+_NO_TEMP = "No usable temporary directory found in"
+
+
+def no_temp_folder(e: BaseException) -> str | None:
+    """The line for Python's tempfile finding no folder it can write a file in (a library's import
+    asks it first: torch's, through dill, under `ulimit -f 0`), else None: it said only the folders it
+    tried (kind io, no flag). Each folder took no 4-byte file: the file size limit, when that is what
+    refuses it, else each folder is missing, read-only or full; the system's temp folder is TMPDIR's."""
+    if not isinstance(e, FileNotFoundError) or _NO_TEMP not in str(e):
+        return None
+    import resource
+    tried = str(e).split(_NO_TEMP, 1)[1].strip()
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and limit < 4:
+        return one_line(f"no usable temporary folder: no file can be written in any of {tried}, the file size limit "
+                        f"(`ulimit -f`) being {limit} bytes; raise the file size limit (TMPDIR names another folder, "
+                        f"but none takes a file under this limit), and re-run")
+    return one_line(f"no usable temporary folder: a file could be written in none of {tried} (each missing, "
+                    f"read-only or full); set TMPDIR to a folder that takes files, or free space there, and re-run")
+
+
+__all__ = ["being_written", "failed_file", "no_room", "no_room_line", "no_temp_folder", "published"]

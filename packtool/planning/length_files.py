@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from packtool.errors import PacktoolError, PacktoolInputError, arg, cli_flag
+from packtool.free_memory import mapped
 from packtool.planning.core import PlanError
 
 LENGTH_COLUMNS = ("length", "lengths", "num_tokens", "seq_len", "n_tokens")
@@ -47,7 +48,7 @@ def refuse_blank(path: str) -> None:
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with mapped(path, "the lengths file"), mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             m = _BLANK.search(mm)
             if m is None or _ANY.search(mm, m.end()) is None:
                 return

@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from packtool.errors import arg, cli_flag
+from packtool.free_memory import DecodeOutOfMemory
 from packtool.integers import short
 from packtool.planning.length_files import (
     HEADERLESS,
@@ -57,6 +58,8 @@ def load_lengths(path: str, column: str | None = None) -> np.ndarray:
     low = path.lower()
     try:
         return _load(path, column, low)
+    except DecodeOutOfMemory:  # the file mapped: its line says the file is not at fault
+        raise
     except MemoryError:  # a lengths file is not small by nature: no size bound, but the file named
         from packtool.tokenize.json_depth import mib
         raise PlanInputError(f"out of memory reading lengths from this {mib(os.path.getsize(path))} file; check it "

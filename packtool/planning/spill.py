@@ -25,6 +25,7 @@ import numpy as np
 
 from packtool.align import Alignment
 from packtool.errors import PacktoolCacheError, PacktoolConfigError, arg
+from packtool.free_memory import mapped
 from packtool.planning.core import PackingConfig
 from packtool.planning.sharded import Placement, ShardedPlan, plan_shards
 
@@ -96,7 +97,8 @@ class StoreOffsets:
 
     def __init__(self, store_dir: str):
         self.path = os.path.join(store_dir, "offsets.npy")
-        m = np.load(self.path, mmap_mode="r")
+        with mapped(self.path, "the flat token store"):  # its header only: the mapping touches no page
+            m = np.load(self.path, mmap_mode="r")
         self.rows, self.header, self.dtype = m.size - 1, int(m.offset), m.dtype
         del m
 

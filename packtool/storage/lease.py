@@ -35,6 +35,7 @@ from packtool.storage.conditional import ABSENT, delete_if, etag, put_if
 from packtool.storage.location import Location, bucket_gone, locate
 from packtool.storage.small_files import read_small
 from packtool.storage.uri import is_uri
+from packtool.threads import start
 
 LEASE = ".packtool.lock"
 LEASE_SECONDS = 120.0
@@ -173,7 +174,7 @@ class Lease:
 
     def start(self) -> "Lease":
         self._thread = threading.Thread(target=self._renew, name="packtool-lease", daemon=True)
-        self._thread.start()
+        start(self._thread)
         return self
 
     def release(self) -> None:

@@ -6,6 +6,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from packtool.threads import starting
+
 
 class TokenizeBar:
     """The tokenizing bar. Its unit is rows when every input stores its row count, else bytes
@@ -29,7 +31,8 @@ class TokenizeBar:
             self.p.update(self.task, completed=n)
 
     def __enter__(self):
-        self.p.__enter__()
+        with starting():  # its refresh thread
+            self.p.__enter__()
         return self
 
     def __exit__(self, *a):

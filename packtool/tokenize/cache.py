@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from packtool.arrays import np_of
 from packtool.errors import PacktoolError, PacktoolFormatError, PacktoolIndexError, PacktoolInputError
+from packtool.free_memory import mapped
 from packtool.output.files import share_as_mkdir
 from packtool.output.leftovers import remove_tree, unmark
 from packtool.side import side_columns_from_manifest
@@ -255,7 +256,10 @@ class TokenizedCache:
         if not ok:
             raise CacheDamagedError("the flat token store is missing or disagrees with cache.json; "
                                     "delete the folder and re-run (it is rebuilt)", path=self.root)
-        words = np.memmap(os.path.join(d, FLAT_FILES[0]), np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
+        if not n:
+            return np.zeros(0, np.int32), offsets
+        with mapped(os.path.join(d, FLAT_FILES[0]), "the flat token store"):
+            words = np.memmap(os.path.join(d, FLAT_FILES[0]), np.int32, "r", shape=(n,))
         return np.asarray(words), offsets
 
     def _read_flat(self, idx: np.ndarray) -> Rows:

@@ -380,7 +380,6 @@ def start_encode(tok: Tokenizer, rb: RenderedBatch):
     some row has spans, otherwise the cheaper encode_batch_fast is used."""
     fast = all(s is None for s in rb.spans) and hasattr(tok, "encode_batch_fast")
     from packtool.tokenize.long_rows import refuse_unencodable
+    from packtool.tokenize.tokenizer_pool import encode
     refuse_unencodable(tok, rb.texts, fast)  # a Rust allocation that fails aborts the process
-    if fast:
-        return tok.encode_batch_fast(rb.texts, add_special_tokens=False)
-    return tok.encode_batch(rb.texts, add_special_tokens=False)
+    return encode(tok, rb.texts, fast)

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from packtool.free_memory import mapped
 from packtool.output.files import NEW_FILE_MODE, make_temp_dir
 from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.tokenize.cache import (
@@ -163,7 +164,8 @@ class FlatTokens:
                                     f"{os.path.getsize(path)} bytes, offsets.npy says {4 * n}); "
                                     f"delete it (it is rebuilt from the cache) and re-run",
                                     path=directory)
-        tokens = np.memmap(path, np.int32, "r", shape=(n,))
+        with mapped(path, "the flat token store"):
+            tokens = np.memmap(path, np.int32, "r", shape=(n,))
         # shuffled slabs read short runs from everywhere: no read-ahead or fault-around,
         # which would map (and count in RSS) far more than the tokens copied
         mm = getattr(tokens, "_mmap", None)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from packtool.errors import PacktoolInputError, arg, cli_flag, shown
 from packtool.storage import is_uri
+from packtool.threads import start
 from packtool.tokenize.csv_reader import CSV_EXT
 from packtool.tokenize.file_kinds import ARROW_EXT, JSONL_EXT, PARQUET_EXT, UNREADABLE_EXT
 from packtool.tokenize.own_trees import OwnTrees
@@ -70,7 +71,7 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         except OSError:
             pass
     t = threading.Thread(target=probe, daemon=True, name="packtool-hub-probe")
-    t.start()
+    start(t)
     t.join(timeout + 0.5)
     return bool(ok)
 

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 
+from packtool.threads import start
+
 
 def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
     """The items of `batches`, in order, produced by a helper thread up to `depth` ahead. An
@@ -40,8 +42,7 @@ def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
         except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
             put((False, e))
 
-    t = threading.Thread(target=produce, name="packtool-read", daemon=True)
-    t.start()
+    t = start(threading.Thread(target=produce, name="packtool-read", daemon=True))
     try:
         while True:
             ok, b = q.get()
@@ -73,7 +74,7 @@ def warm_compiled_code() -> threading.Thread:
     t = threading.Thread(target=warm, name="packtool-warm", daemon=True)
     _WARMING.add(t)
     try:
-        t.start()
+        start(t)
     except BaseException:  # not started (no room for its stack): nothing for the exit to join
         _WARMING.discard(t)
         raise
@@ -132,8 +133,7 @@ class EncodePool:
         self._q.put((fut, fn, args))
         if not self._idle.acquire(blocking=False) and len(self._threads) < self._max:
             t = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
-            t.start()
-            self._threads.append(t)
+            self._threads.append(start(t))
         return fut
 
     def __enter__(self) -> "EncodePool":

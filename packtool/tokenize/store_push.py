@@ -31,6 +31,7 @@ from packtool.notes import note
 from packtool.storage import (RENEW_SECONDS, Location, drop_markers, expired, join_uri, locate, no_new_marker,
                               read_small, shown, sweep_probes)
 from packtool.storage.lease import holder_ok
+from packtool.threads import start
 from packtool.tokenize.cache_entry import CACHE_ARGUMENT, file_problem
 
 ENTRY_META = "cache.json"  # store_cache's commit (not imported: store_cache imports this module)
@@ -85,7 +86,7 @@ class Push:
     def __enter__(self) -> "Push":
         self.marker.write_bytes(self.record())  # before the first byte of the entry is touched
         self._thread = threading.Thread(target=self._renew, name="packtool-push", daemon=True)
-        self._thread.start()
+        start(self._thread)
         return self
 
     def __exit__(self, kind, value, tb) -> None:

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 import jinja2
 from jinja2.runtime import Namespace
 
+from packtool.threads import start
+
 MAX_RENDER_CHARS = 16 << 20  # text one conversation may render to
 MAX_RANGE_ITEMS = 1_000_000  # range() items one rendering may ask for, all calls together
 MAX_ITEMS = 1_000_000  # items in a list, tuple or dict one operation may build
@@ -81,7 +83,7 @@ class _Watchdog:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="packtool-template-watchdog",
                                                daemon=True)
-                self.thread.start()
+                start(self.thread)
         return tid
 
     def leave(self, tid: int) -> None:

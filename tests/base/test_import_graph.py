@@ -31,6 +31,7 @@ BASE |= {"workers"}  # the one owner of the pools and processes packtool starts 
 BASE |= {"free_memory"}  # the memory available now (standard library only): every bound, tokenize's whole-file reads too
 BASE |= {"pids"}  # a pid read back from a record or a name: one a process can have (standard library only)
 BASE |= {"malloc_arenas"}  # glibc's arenas capped under an address-space limit, at import (standard library only)
+BASE |= {"threads"}  # a thread the system would not start: packtool's error for it and its words (standard library only)
 # output/ owns every write: its file primitives are base (every stage writes through them);
 # its pack-folder half reads the slab format, so it sits between slabs and the pack job, with
 # output/store.py (the object-store commit protocol).

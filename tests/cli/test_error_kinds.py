@@ -47,6 +47,7 @@ KIND_OF = {
     "PacktoolOutputError": "output", "OutputExistsError": "output", "StoreOutputExistsError": "output",
     "StorageOutputError": "output",
     "LeaseLostError": "output", "StdoutFailed": "output",
+    "ThreadRefused": "resources",
 }
 
 

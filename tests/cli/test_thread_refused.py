@@ -30,6 +30,9 @@ FAILURES = {
         "kind: WouldBlock, message: \"Resource temporarily unavailable\" }) }"), "resources", 2),
     "other native panic": (lambda: PanicException("index out of bounds: the len is 3 but the index is 7"),
                            "internal", 3),
+    # the library's own error for either (RB-8): the command says it with its place
+    "packtool's ThreadRefused": (lambda: __import__("packtool.threads", fromlist=["refused"]).refused(
+        RuntimeError("can't start new thread")), "resources", 2),
 }
 
 
@@ -83,19 +86,46 @@ REAL = {"thread not started": (_limited(6_000_000, 4_000_000), {}),
         "tokenizer pool panic": (_limited(3_000_000), {"RAYON_NUM_THREADS": "3000"})}
 
 
+# RB-8: the library's door to the same refusal, in the same child: `packtool.pack` raised the tokenizer's
+# PanicException (no Exception: a caller's `except Exception` missed it) and threading's RuntimeError
+_LIBRARY = """
+import json, sys
+import packtool
+from packtool.tokenize.config import TokenizeConfig
+try:
+    packtool.pack([{data!r}], tokenize=TokenizeConfig(tokenizer={tok!r}, prompt_field="question",
+                  response_field="answer"), dry_run=True, cache_dir={cache!r})
+except Exception as e:
+    print(json.dumps({{"type": type(e).__name__, "kind": getattr(e, "kind", None), "message": str(e)}}))
+except BaseException as e:
+    print(json.dumps({{"type": type(e).__name__, "kind": "no Exception", "message": str(e)}}))
+"""
+DOORS = {"command": lambda t: ["-m", "packtool", "--json", "pack", GSM8K, "--tokenizer", GPT2, "--prompt-field",
+                               "question", "--response-field", "answer", "--dry-run", "--no-progress", "--cache-dir",
+                               str(t / "c")],
+         "library": lambda t: ["-c", _LIBRARY.format(data=GSM8K, tok=GPT2, cache=str(t / "c"))]}
+
+
+@pytest.mark.parametrize("door", DOORS)
 @pytest.mark.parametrize("failure", REAL)
-def test_a_thread_refused_under_a_real_limit_is_resources(tmp_path, failure):
+def test_a_thread_refused_under_a_real_limit_is_resources(tmp_path, failure, door):
     limits, env = REAL[failure]
     env = {**os.environ, **env, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1", "RUST_BACKTRACE": "0"}
     env.pop("PACKTOOL_DEBUG", None)
-    r = subprocess.run([sys.executable, "-m", "packtool", "--json", "pack", GSM8K, "--tokenizer", GPT2,
-                        "--prompt-field", "question", "--response-field", "answer", "--dry-run", "--no-progress",
-                        "--cache-dir", str(tmp_path / "c")], env=env, preexec_fn=limits, capture_output=True,
+    r = subprocess.run([sys.executable, *DOORS[door](tmp_path)], env=env, preexec_fn=limits, capture_output=True,
                        text=True, timeout=300, cwd=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-3000:])
-    d = json.loads(r.stdout)["error"]
-    assert d["kind"] == "resources" and d["message"].startswith("could not start a thread in `packtool pack`"), d
-    assert "ulimit -v" in d["message"], d
+    said = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    if door == "command":  # packtool's one line only: rust's own "thread ... panicked" lines are not printed
+        assert r.returncode == 2 and len(said) == 1 and said[0].startswith("error: "), (r.returncode, r.stderr[-3000:])
+        d = json.loads(r.stdout)["error"]
+        assert d["message"].startswith("could not start a thread in `packtool pack`"), d
+    else:  # packtool's own error, an Exception, with the command's words less its place
+        assert r.returncode == 0 and not said, (r.returncode, r.stderr[-3000:])
+        d = json.loads(r.stdout)
+        assert d["type"] == "ThreadRefused" and d["message"].startswith("could not start a thread ("), d
+    assert d["kind"] == "resources" and "ulimit -v" in d["message"], d
+    if failure == "tokenizer pool panic":
+        assert "RAYON_NUM_THREADS=1" in d["message"], d
 
 
 def test_openblas_refused_at_start_is_resources_in_one_line(tmp_path):
@@ -108,12 +138,13 @@ def test_openblas_refused_at_start_is_resources_in_one_line(tmp_path):
     lines = r.stderr.splitlines()
     errors = [ln for ln in lines if ln.startswith("error: ")]
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert all(ln == errors[0] or ln.startswith("OpenBLAS blas_thread_init:") for ln in lines), r.stderr[-3000:]
     d = json.loads(r.stdout)["error"]
     if "OpenBLAS" not in d["message"]:  # its pool started under the limit this time (once in a full-suite run, never
         # alone): the refusal came from the tokenizer's pool later, which must be the same one resources line
         assert d["kind"] == "resources" and "could not start a thread" in d["message"], d
         pytest.skip("numpy's OpenBLAS started its threads under this limit in this run: nothing of its to say")
+    # packtool's line alone: OpenBLAS's own four lines are this refusal (F3)
+    assert lines == errors, r.stderr[-3000:]
     assert d["kind"] == "resources" and "OPENBLAS_NUM_THREADS=1" in d["message"], d
     assert "ulimit -v" in d["message"] and "Ctrl-C" not in d["message"], d
 
