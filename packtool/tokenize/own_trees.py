@@ -59,14 +59,15 @@ _TABLES = {"_delta_log": ("a Delta Lake table", "_delta_log", "deltalake's Delta
 def refuse_inside_entry(path: str, seen: dict) -> None:
     """An input named inside a tokenized cache entry (`ENTRY/flat`, `ENTRY/data/part-00000.parquet`)
     is the entry's, not data: refused as the entry itself is (its flat/*.npy were "data files
-    packtool cannot read", its parts "cannot tell the input shape"). The folders above the path
-    are asked once each across the inputs (`seen`)."""
-    d = os.path.dirname(os.path.abspath(path))
-    while d not in seen:
-        seen[d] = None
-        if is_cache_entry(d):
-            raise cache_entry_not_data(d, path)
-        d = os.path.dirname(d)
+    packtool cannot read", its parts "cannot tell the input shape"). The folders above the path as
+    typed and above what it resolves to (a link to an entry's flat/ or a part: RA-9, judged by its
+    name alone it got F8's old words) are asked, once each across the inputs (`seen`)."""
+    for d in dict.fromkeys((os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path)))):
+        while d not in seen:
+            seen[d] = None
+            if is_cache_entry(d):
+                raise cache_entry_not_data(d, path)
+            d = os.path.dirname(d)
 
 
 def refuse_table(table: str, marker: str) -> PacktoolInputError:

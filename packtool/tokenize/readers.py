@@ -138,6 +138,8 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
             refuse_unlisted(spec, unlisted, quiet)
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
+            for p in paths:  # before the data kinds are judged: a glob of an entry's files is the entry's (RA-9)
+                refuse_inside_entry(p, above)
             paths = _glob_data(spec, paths, owns[-1].names_a_tree(), quiet)
             glob_owns = len(owns) - 1
         else:

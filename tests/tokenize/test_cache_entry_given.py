@@ -48,6 +48,12 @@ INSIDE = {"its flat/": ("entry", "flat"), "its data/": ("entry", "data"), "a fla
           "a data/ part": ("entry", "data/part-00000.parquet"), "its flat/ on a store": ("entry", "store/flat/"),
           "a data/ part on a store": ("entry", "store/data/part-00000.parquet")}
 GIVEN.update(INSIDE)
+# RA-9 (s50): a link to a path inside the entry was judged by the link's name alone ("folder holds data
+# files packtool cannot read: offsets.npy"), and a quoted glob of its files by the kinds it matched
+# ("glob matched no ... files") before the entry was asked: the path it resolves to, and each match
+INSIDE_TOO = {"a link to its flat/": ("entry", "link:flat"), "a link to a data/ part": ("entry", "link:data/part-00000.parquet"),
+              "a glob of flat/'s files": ("entry", "glob:flat/*"), "a ** glob of its .npy files": ("entry", "glob:**/*.npy")}
+GIVEN.update(INSIDE_TOO)
 
 
 @pytest.mark.parametrize("given", list(GIVEN))
@@ -60,8 +66,11 @@ def test_a_cache_entry_given_is_said_as_one(entry, packed, given, door, tmp_path
         base = f"{request.getfixturevalue('s3')}/{tree}"
         upload_tree(home, base)
         spec = f"{base}/{name[len('store/'):]}"
+    elif name.startswith("link:"):  # a link outside the entry to a path inside it
+        spec = str(tmp_path / "mylink")
+        os.symlink(os.path.join(home, name[len("link:"):]), spec)
     else:
-        spec = os.path.join(home, name) if name else home
+        spec = os.path.join(home, name.removeprefix("glob:")) if name else home
     if door == "cli":
         r = runner.invoke(app, ["pack", spec, "--tokenizer", GPT2, "-C", "1024", "--dry-run", "-q",
                                 "--cache-dir", str(tmp_path / "c2")])
