@@ -159,7 +159,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
                     if globbed:  # one of the glob's matches (a docs/ beside data/): judged with the others, as
                         continue  # a store glob's prefixes and `DIR/**` are (S49A-5); its other files noted
                     raise PacktoolInputError(
-                        "folder holds no .parquet/.jsonl/.json/.arrow/.csv/.tsv files" + owns[-1].only_own(), path=p)
+                        f"folder holds no data files packtool reads ({READ_KINDS})" + owns[-1].only_own(), path=p)
                 saved = {d: saved_files(d) for d in hf}
                 # every split of a dataset repo, test rows too: not silently; a save_to_disk folder's
                 # data files are judged with the others (`sd/train` + `sd/test` saved one by one, S48A-9)
@@ -175,13 +175,11 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
                 kind = _kind_of(p)
                 if kind is None:
                     raise PacktoolInputError(
-                        "unknown file type; expected .parquet, .jsonl[.gz|.zst|.bz2], .json, "
-                        ".arrow/.feather, .csv/.tsv or a datasets.save_to_disk folder", path=p)
+                        f"unknown file type; expected {READ_KINDS} or a datasets.save_to_disk folder", path=p)
                 out.append(InputFile(os.path.abspath(p), kind))
         if globbed and len(out) == marks[-1][0]:  # every folder it matched held no data
             own = next((x for o in owns[glob_owns:] if (x := o.only_own())), "")
-            raise PacktoolInputError(f"glob matched no .parquet/.jsonl/.json/.arrow/.csv/.tsv files (it reads "
-                                     f"{READ_KINDS}){own}", path=spec)
+            raise PacktoolInputError(f"glob matched no data files packtool reads ({READ_KINDS}){own}", path=spec)
     if not quiet:
         for own in owns:
             own.say()
@@ -207,8 +205,7 @@ def _glob_data(spec: str, paths: list[str], mine: bool, quiet: bool) -> list[str
                                       mine, quiet)}
     out = [p for p in paths if p in kept or os.path.isdir(p)]
     if not out:
-        raise PacktoolInputError(f"glob matched no .parquet/.jsonl/.json/.arrow/.csv/.tsv files (it reads "
-                                 f"{READ_KINDS})", path=spec)
+        raise PacktoolInputError(f"glob matched no data files packtool reads ({READ_KINDS})", path=spec)
     return out
 
 
@@ -266,8 +263,8 @@ def _store_files(spec: str, owns: list, quiet: bool = False, above: dict | None 
         base, [(x.path, x.shown[len(base) + 1:] if x.shown.startswith(base + "/") else x.shown) for x in found],
         "glob matched" if globbed else "prefix holds", mine, quiet)]
     if not data:
-        raise PacktoolInputError(f"{'glob matched' if globbed else 'prefix holds'} no .parquet/.jsonl/.json/.arrow/"
-                                 f".csv/.tsv objects", path=locate(spec).shown)
+        raise PacktoolInputError(f"{'glob matched' if globbed else 'prefix holds'} no data objects packtool reads "
+                                 f"({READ_KINDS})", path=locate(spec).shown)
     files = [InputFile(x.shown, _kind_of(x.path)) for x in data]
     for prefix in folders:  # every split of a dataset repo, test rows too: not silently
         refuse_repo_prefix(prefix, data, set(listed[1:]))
