@@ -11,6 +11,7 @@ kind its name says keeps its reader's own words.
 from __future__ import annotations
 
 import os
+import zlib
 from typing import Iterator
 
 from packtool.errors import PacktoolInputError
@@ -24,6 +25,7 @@ _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bzip2"
 _SUFFIX = {"gzip": ".gz", "zstd": ".zst", "bzip2": ".bz2"}
 _NAMED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bzip2"}
 _TOOL = {"gzip": "gunzip", "zstd": "unzstd", "bzip2": "bunzip2", "xz": "unxz", "zip": "unzip"}
+_AS_LINES = ": a compressed .json is read as JSON Lines, a JSON array only uncompressed"
 _WORDS = {"parquet": "a Parquet file", "arrow": "an Arrow IPC file", "jsonl": "JSON Lines text", "json": "JSON text",
           "csv": "CSV text", None: "text"}
 
@@ -83,10 +85,13 @@ def misnamed(path: str) -> PacktoolInputError | None:
     name = path.rsplit("/", 1)[-1] if is_uri(path) else os.path.basename(path)
     if real in _TOOL:  # compressed bytes: under another compression's name, or none
         said = f"{named}-compressed" if named else _WORDS[kind]
-        readable = text and real in _SUFFIX
+        # a compressed .json is read as JSON Lines: renamed, a JSON array in it was refused again (RA-5);
+        # decompressed under its .json name, either shape reads
+        readable = text and real in _SUFFIX and (kind != "json" or _opens_with(head, real) == b"{")
         fix = (f"rename it {os.path.basename(bare) if named else name}{_SUFFIX[real]}"
                f"{f' (or decompress it: {_TOOL[real]})' if not named else ''}" if readable else
-               f"decompress it ({_TOOL[real]}){' and name it by its kind' if named else ''}")
+               f"decompress it ({_TOOL[real]}){' and name it by its kind' if named else ''}"
+               f"{_AS_LINES if kind == 'json' else ''}")
         return PacktoolInputError(f"holds {real}-compressed data, not {said}: {fix}", path=path)
     if named is not None:  # a compression's name on bytes that are none
         what = "it holds text" if real in ("json", "text") else f"it is {_WORDS[real]}"
@@ -97,6 +102,18 @@ def misnamed(path: str) -> PacktoolInputError | None:
     ext = ".jsonl" if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{" else ".json" if real == "json" else None
     fix = f"rename it {_stem(name)}{ext}" if ext else "name it by its kind (.jsonl, .json, .csv or .tsv)"
     return PacktoolInputError(f"holds {'JSON ' if ext else ''}text, not {_WORDS[kind]}: {fix}", path=path)
+
+
+def _opens_with(head: bytes, real: str) -> bytes:
+    """The first byte past blanks of a compressed head's text (b"": not told; gzip alone, whose
+    stream the standard library reads in part: a bzip2 block or a zstd frame needs more)."""
+    if real != "gzip":
+        return b""
+    try:
+        body = zlib.decompressobj(31).decompress(head)
+    except zlib.error:
+        return b""
+    return body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
 
 
 def said_by_bytes(batches: Iterator, path: str) -> Iterator:

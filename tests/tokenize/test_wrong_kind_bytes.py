@@ -25,6 +25,7 @@ from packtool.errors import PacktoolInputError
 
 runner = CliRunner()
 ROWS = b"".join(json.dumps({"input_ids": [i, i + 1, i + 2]}).encode() + b"\n" for i in range(5))
+ARRAY = json.dumps([{"input_ids": [i, i + 1, i + 2]} for i in range(5)], indent=1).encode()
 TABLE = pa.table({"input_ids": [[1, 2, 3], [4, 5, 6]]})
 
 
@@ -59,6 +60,8 @@ CASES = {
     "g.parquet": (_arrow, ["is an Arrow IPC file", "rename it g.arrow"]),
     "h.parquet": (lambda: gzip.compress(ROWS), ["holds gzip-compressed data", "decompress it (gunzip)"]),
     "j.json": (lambda: gzip.compress(ROWS), ["holds gzip-compressed data", "rename it j.json.gz"]),
+    # a JSON array: a .json.gz is read as JSON Lines, so renaming it was refused again (RA-5, s50)
+    "k.json": (lambda: gzip.compress(ARRAY), ["holds gzip-compressed data", "decompress it (gunzip)"]),
 }
 
 
@@ -127,3 +130,22 @@ def test_a_damaged_file_of_its_names_kind_keeps_its_readers_words(tmp_path, name
     msg = json.loads(r.stdout.strip().splitlines()[-1])["error"]["message"]
     assert r.exit_code == 2 and words in msg and "rename it" not in msg, msg
     assert os.path.basename(name) in msg
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n.endswith((".json", ".jsonl", ".gz", ".zst"))])
+def test_the_fix_given_reads_the_file(tmp_path, name):
+    """The line's fix, followed (a rename, or the decompression), gives a file packtool reads."""
+    import re
+    from packtool.packing import pack
+    data = CASES[name][0]()
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(PacktoolInputError) as e:
+        pack([str(tmp_path / name)], dry_run=True, cache_dir=str(tmp_path / "c"))
+    msg = str(e.value)
+    if "decompress it (gunzip)" in msg and "rename it" not in msg:
+        (tmp_path / name).write_bytes(gzip.decompress(data))
+        fixed = name
+    else:
+        fixed = re.search(r"rename it (\S+?)(?:[ ;:]|$)", msg).group(1)
+        (tmp_path / name).rename(tmp_path / fixed)
+    pack([str(tmp_path / fixed)], dry_run=True, cache_dir=str(tmp_path / "c2"))
