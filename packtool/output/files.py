@@ -18,6 +18,7 @@ from packtool.output.paths import (
     check_log_file,
     check_new_file,
     describe_kind,
+    is_mount_point,
     kind_name,
     nearest_existing,
     refuse_foreign_files,
@@ -46,7 +47,7 @@ from packtool.output.writes import (
     write_file,
 )
 
-__all__ = ["NEW_FILE_MODE", "SPILL_TAG", "TMP_TAG", "cannot_write", "check_log_file", "check_new_file", "describe_kind",
+__all__ = ["NEW_FILE_MODE", "SPILL_TAG", "TMP_TAG", "cannot_write", "check_log_file", "check_new_file", "describe_kind", "is_mount_point",
            "kind_name", "lock_owner", "lock_text", "make_parents", "make_temp_dir", "nearest_existing", "no_room",
            "open_append", "open_exclusive", "open_lock", "publish", "refuse_foreign_files", "refuse_special_input",
            "refuse_stdout", "refuse_uri", "refused", "remove_created", "resolve", "room_fix", "resolve_folder", "share_as_mkdir", "sweep_temps", "temp_name", "temp_target",

@@ -24,6 +24,7 @@ from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, cli_fl
 from packtool.output.files import (
     SPILL_TAG,
     TMP_TAG,
+    is_mount_point,
     make_temp_dir,
     nearest_existing,
     refused,
@@ -31,7 +32,7 @@ from packtool.output.files import (
     resolve_folder,
 )
 from packtool.output.lock import Held, lock_file, release, take
-from packtool.output.leftovers import mark, owned_temp_dir, unmark
+from packtool.output.leftovers import MARKER, mark, owned_temp_dir, unmark
 from packtool.output.owned import owned_names, remove_previous, say
 from packtool.output.relations import check_relations, packed_problem
 from packtool.output.stale import clean_stale
@@ -87,8 +88,13 @@ def check_output(output: str | None, overwrite: bool = False, dry_run: bool = Fa
                                   f"another {arg('output')}", path=output, flag=cli_flag("output"))
     if not os.path.isdir(out):
         return []
+    if is_mount_point(out):  # refused before the work: the swap (two renames) would fail after it
+        raise PacktoolOutputError(
+            f"is a mount point (a container volume, a tmpfs), and packtool puts an output in place by renaming a "
+            f"finished folder onto its name, which a mount point cannot take; give a folder inside it: "
+            f"{arg('output')} {os.path.join(output, 'packed')}", path=output, flag=cli_flag("output"))
     names = owned_names(out)
-    if names and not overwrite:
+    if names and names != [MARKER] and not overwrite:  # a marker alone: a dead run's (claim_output drops it)
         raise OutputExistsError(f"exists (a previous packtool output): pass {arg('overwrite', True)} to "
                                 f"replace it", path=output, flag=cli_flag("output"))
     return names
@@ -240,7 +246,13 @@ def swap_into_place(tmp: str, output: str) -> None:
             names = owned_names(out)  # its shards checked again: unchanged since they were hashed
             old = tmp + ".old"
             _mark_in_place(out)
-            os.replace(out, old)
+            try:
+                os.replace(out, old)
+            except OSError as e:  # the previous output as it was, without this run's marker in it
+                unmark(out)
+                raise PacktoolOutputError(f"cannot be set aside to put the new output in place ({e.strerror}); it "
+                                          f"is as it was; give another {arg('output')}", path=output,
+                                          flag=cli_flag("output")) from None
             os.replace(tmp, out)
             _SWAPPED.append(out)
             unmark(out)  # the output is the user's once in place, not a leftover

@@ -37,6 +37,8 @@ def owned_names(output: str) -> list[str]:
         raise PacktoolOutputError(f"cannot list it ({e.strerror})", path=output) from None
     if not entries:
         return []
+    if entries == [MARKER] and has_marker(output):  # a run's marker alone (a kill, a failed swap left it)
+        return entries
     linked = [e for e in entries if e in _MANIFESTS and os.path.islink(os.path.join(output, e))]
     if linked:  # the manifest held to the shards' rule (shard_is_ours): a user's link is not packtool's
         return _refuse_foreign(output, linked, "a packtool output, but it also holds")

@@ -117,6 +117,26 @@ def describe_kind(path: str) -> str:
     return "a regular file" if stat.S_ISREG(st.st_mode) else kind_name(st.st_mode)
 
 
+def is_mount_point(path: str) -> bool:
+    """Whether `path` is where a file system, or a bind mount of a folder or a file, is mounted
+    (a container's volume, a tmpfs): rename(2) onto or from it fails (EBUSY), so a target packtool
+    puts in place by rename cannot be one. os.path.ismount misses a bind mount within one file
+    system (the same st_dev), so the kernel's mount table is read where there is one."""
+    if os.path.ismount(path):
+        return True
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            table = f.read()
+    except OSError:
+        return False
+    real = os.fsencode(os.path.realpath(path))  # the table escapes space, tab, newline, backslash as \ooo
+    return any(len(line.split(b" ")) > 4 and _OCTAL.sub(lambda m: bytes([int(m[1], 8)]), line.split(b" ")[4]) == real
+               for line in table.splitlines())
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
 def refuse_special_input(path: str, flag: str | None = None, error=None) -> None:
     """An input that is not a regular file or folder (a FIFO, socket or device, also behind a
     link) is refused by its kind: packtool reads an input more than once (its hash for the
@@ -162,6 +182,9 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise refused("is a symbolic link; packtool never writes through one: "
                       + (fix or "give the real file's path or another name"), shown, p, flag)
+    if st is not None and stat.S_ISREG(st.st_mode) and is_mount_point(p):  # a file bind-mounted there
+        raise refused("is a mount point (a file a container mounts), which the rename that puts the new file in "
+                      "place cannot replace: give a file name in a folder instead", shown, p, flag)
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = f"is {kind_name(st.st_mode)}"
         raise refused(f"{what}, not a {mine or 'file'} packtool wrote: {fix}" if member
