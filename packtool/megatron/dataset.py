@@ -184,9 +184,6 @@ class PackedSlabDataset:
         self.dp_rank, self.dp_size, self.cp_rank = dp_rank, dp_size, cp_rank
         self.seed, self.grad_accum, self.budget = seed, grad_accum, micro_batch_tokens
         self.device, self.cp_group, self.dp_group = device, cp_group, dp_group
-        if len(self.index) == 0:
-            raise PacktoolInputError("the output holds no slabs: pack data that holds at least one sequence",
-                                     path=path)
         check_budget(self.index, self.align, micro_batch_tokens)
         if not self.planned:
             _say_dealing(path, len(self.index), dp_size, grad_accum, _job_rank(dp_rank, cp_rank, self.cp_size))

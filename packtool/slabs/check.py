@@ -37,7 +37,7 @@ from packtool.planning.core import OVERFLOW_FIGURES
 from packtool.slabs.check_said import fix_of, listed, shard_gone, slab_at  # noqa: F401  (shard_gone: re-exported)
 from packtool.slabs.format import FormatError, SlabManifest
 from packtool.slabs.names import LEGACY_MANIFEST, in_flight, stray_entries
-from packtool.slabs.open_rules import coverage, linked_shard, plan_breaks, segment_fields
+from packtool.slabs.open_rules import NO_REAL_SEGMENT, coverage, linked_shard, no_real_segment, plan_breaks, segment_fields
 from packtool.slabs.schema import repeated_column, side_field_problem, slab_schema
 from packtool.slabs.token_pass import BAD, _runs, _token_pass
 from packtool.side import side_columns_from_manifest
@@ -252,8 +252,10 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
     if not np.array_equal(id_off, mask_off):
         fail(np.diff(id_off) != np.diff(mask_off), lambda r: "input_ids and loss_mask differ in length")
     nseg = np.diff(seg_off)
-    if not np.array_equal(np.diff(cu_off), nseg + 1) or (nseg < 1).any():
-        fail((np.diff(cu_off) != nseg + 1) | (nseg < 1), lambda r: "cu_seqlens_padded does not hold n_seg+1 offsets")
+    if (nseg < 1).any():  # verify's words: a row of n_seg+1 = 1 offsets has no offset problem
+        fail(nseg < 1, lambda r: f"{NO_REAL_SEGMENT} (no segment at all)")
+    if not np.array_equal(np.diff(cu_off), nseg + 1):
+        fail(np.diff(cu_off) != nseg + 1, lambda r: "cu_seqlens_padded does not hold n_seg+1 offsets")
     if not np.array_equal(nseg, n_seg):  # inspect pairs them entry by entry
         fail(nseg != n_seg, lambda r: f"seq_lens holds {int(nseg[r])} segments, source_index and chunk_index "
              f"{int(n_seg[r])}: one entry per segment each")
@@ -272,10 +274,10 @@ def check_group(sm: SlabManifest, where: str, g: dict, num_tokens: np.ndarray, l
         if not np.array_equal(fill, said):
             fail(np.bincount(row_of[fill != said], minlength=T.size) > 0, lambda r: "seq_lens and source_index "
                  "disagree on the fixed-length fill (seq_lens 0, source_index -1: the last segment, in both or neither)")
+    if no_real_segment(nseg, fill).any():
+        fail(no_real_segment(nseg, fill), lambda r: f"{NO_REAL_SEGMENT} (only the fixed-length fill)")
     real = ~fill
     counts = np.bincount(row_of[real], minlength=T.size)
-    if (counts < 1).any():
-        fail(counts < 1, lambda r: "no real segment")
     lay = compute_layout(lens[real], np.concatenate(([0], np.cumsum(counts))), sm.alignment)
     within = np.ones(cu.size - 1, bool)
     within[cu_off[1:-1] - 1] = False  # the step from one row's last offset to the next row's 0

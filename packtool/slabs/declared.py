@@ -44,11 +44,17 @@ def declared_breaks(man: dict, policy: str) -> Iterator[tuple[str, object, objec
 
 
 def _some_slab(shards) -> Iterator[tuple[str, object, object]]:
-    """An output whose listed shards all hold 0 rows (a merge or re-sharding tool's empty output:
-    pack refuses to write one) holds nothing to train: one verdict for verify and every reader
-    (S49B-4: verify passed it, SlabDataset read 0 slabs, to_hf blamed another run, train refused)."""
-    if not isinstance(shards, list) or not shards or not all(isinstance(e, dict) for e in shards):
+    """An output whose listed shards all hold 0 rows, or that lists no shard at all (a merge or
+    re-sharding tool's empty output, the 0-row files dropped or kept: pack refuses to write one),
+    holds nothing to train: one verdict for verify and every reader (S49B-4, S50B-1: verify passed
+    it, SlabDataset read 0 slabs, to_hf blamed another run or the caller's cache_dir, train refused).
+    The only owner of the rule: every reader asks it as it opens an output."""
+    if not isinstance(shards, list) or not all(isinstance(e, dict) for e in shards):
         return  # a manifest of another form: its own problems say so
+    if not shards:
+        yield _b("the manifest lists no shard: the output holds no slab, which pack never writes",
+                 expected="at least one slab", found=0)
+        return
     rows = [e.get("rows") for e in shards]
     if all(isinstance(n, int) and not isinstance(n, bool) for n in rows) and sum(rows) == 0:
         yield _b(f"every listed shard holds 0 rows ({len(shards)} shard(s)): the output holds no slab, which "

@@ -18,15 +18,28 @@ import numpy as np
 from packtool.storage import is_uri
 
 
+NO_REAL_SEGMENT = "the slab holds no real segment: nothing to train, which pack never writes"
+
+
+def no_real_segment(n_seg: np.ndarray, fill: np.ndarray) -> np.ndarray:
+    """Per slab, whether it holds no real segment (`n_seg` segments per slab, `fill` per segment:
+    the fixed-length fill, source_index -1): none at all, or the fill alone. The one rule for a
+    slab of nothing to train, said in NO_REAL_SEGMENT's words by verify (its `segment_fields`)
+    and every reader (at open here, and as a row group is decoded): S50B-1, verify passed a slab
+    every reader then called damaged."""
+    slab_of = np.repeat(np.arange(n_seg.size), n_seg)
+    return np.bincount(slab_of[~np.asarray(fill, bool)], minlength=n_seg.size) < 1
+
+
 def segment_fields(cat: dict[str, np.ndarray], fixed_length: int | None) -> tuple[int, str] | None:
     """Every segment real (source_index >= 0, chunk_index >= 0, source_offset >= 0) or the trailing
-    fill of a fixed-length slab (source_index -1, chunk_index -1): verify's `segment_fields`.
-    Entries per slab are already held equal (`check_segment_counts`); `source_offset` is absent
-    when the scan did not read it."""
+    fill of a fixed-length slab (source_index -1, chunk_index -1): verify's `segment_fields`; then
+    every slab holds a real one (`no_real_segment`). Entries per slab are already held equal
+    (`check_segment_counts`); `source_offset` is absent when the scan did not read it."""
     src, chunk, off = cat["source_index"], cat["chunk_index"], cat.get("source_offset")
-    if not src.size:
-        return None
     starts, n_seg = cat["segments"][:-1], cat["n_seg"]
+    if not src.size:
+        return (0, f"{NO_REAL_SEGMENT} (no segment at all)") if n_seg.size else None
     last = np.zeros(src.size, bool)
     last[(starts + n_seg - 1)[n_seg > 0]] = True
     fill = src < 0
@@ -34,7 +47,11 @@ def segment_fields(cat: dict[str, np.ndarray], fixed_length: int | None) -> tupl
     if off is not None and off.size == src.size:
         bad |= ~fill & (off < 0)
     if not bad.any():
-        return None
+        empty = no_real_segment(n_seg, fill)
+        if not empty.any():
+            return None
+        slab = int(np.flatnonzero(empty)[0])
+        return slab, f"{NO_REAL_SEGMENT} ({'only the fixed-length fill' if n_seg[slab] else 'no segment at all'})"
     k = int(np.flatnonzero(bad)[0])
     slab = int(np.searchsorted(cat["segments"], k, "right") - 1)
     shown = f" source_offset {int(off[k])}" if off is not None and off.size == src.size else ""

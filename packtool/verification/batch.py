@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from packtool.arrays import first_null, null_rows
 from packtool.layout import cp_local_cu_seqlens_padded
+from packtool.slabs.open_rules import NO_REAL_SEGMENT, no_real_segment
 from packtool.verification.job import ShardJob
 from packtool.verification.problems import ProblemLog, segment_problems
 from packtool.verification.side import check_side_batch
@@ -153,9 +154,11 @@ def _check_rows(batch: pa.RecordBatch, S: dict, nulls: dict, skip, row0: int, jo
                              f"{int(chunk[i])} seq_len={int(seq_lens[i])} source_offset={int(s_off[i])} "
                              f"is neither a real segment (source>=0, chunk>=0, len>=1) nor a trailing "
                              f"fixed-length fill (source -1, chunk -1, len 0)"))
-    real_count = np.add.reduceat((~fill).astype(np.int64), seg_off[:-1])
-    ok_rows &= real_count >= 1
-    ok_rows &= ~np.logical_or.reduceat(bad_fill | bad_real | bad_pos, seg_off[:-1])
+    said = np.logical_or.reduceat(bad_fill | bad_real | bad_pos, seg_off[:-1])
+    empty = no_real_segment(nseg, fill)  # the readers' rule: a slab of the fill alone trains nothing
+    for r in np.flatnonzero(empty & ~said):
+        log.add("segment_fields", f"{NO_REAL_SEGMENT} (only the fixed-length fill)", row=row0 + int(r), **where)
+    ok_rows &= ~empty & ~said
     check_layout(S, nulls, T, nseg, seq_lens, padded, fill, seg_row, seg_in_row, ok_rows, row0, job, log)
     # 5. per-token rules, one numba pass (only over rows whose cu arrays are sane)
     ids, ids_off = L["input_ids"]
@@ -226,5 +229,5 @@ def _array_lengths(L, T, nseg, row0, where, log) -> np.ndarray:
                     row=row0 + int(r), expected=int(want[r]), found=int(got[r]), **where)
         bad |= got != want
     for r in np.flatnonzero(nseg < 1):
-        log.add("array_length", "slab has no segments", row=row0 + int(r), **where)
+        log.add("array_length", f"{NO_REAL_SEGMENT} (no segment at all)", row=row0 + int(r), **where)
     return bad | (nseg < 1)
