@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from packtool.errors import PacktoolInputError, arg, cli_flag
 from packtool.storage import file_stat
-from packtool.tokenize.checksum import fast_digest, sha256_file
+from packtool.tokenize.checksum import digest_again, fast_digest, sha256_file
 from packtool.tokenize.hf_format import has_transform, transformed
 from packtool.tokenize.hub_load import by_datasets, load_dataset
 from packtool.tokenize.late_columns import fragment_batches, stream_batches
@@ -44,6 +44,9 @@ class ArrowSource:
     fingerprint: str | None = None  # the object's own, recorded in cache.json when not the key
     # columns told from its first file or row: `read` takes a late_columns judge (late_columns.grows)
     grows: bool = False
+    # the file(s) its identity hashed that hold other bytes now, asked once it is read: None for
+    # rows held in memory, which nothing replaces under it (changed_since_hashed)
+    changed: Callable[[], str | None] | None = None
 
     def batches(self, batch_size: int, columns: list[str] | None, judge=None) -> Iterator[pa.RecordBatch]:
         """Record batches of at most `batch_size` rows, zero-copy slices of what `read` gives."""
@@ -92,10 +95,14 @@ def _hf_dataset(ds, name: str) -> ArrowSource:
     # state.json and the transforms, so files rewritten under an unchanged state.json keep it,
     # and so does every dataset made from them in memory (map/flatten_indices/filter with
     # keep_in_memory=True, load_from_disk(keep_in_memory=True)), which holds no file to check
-    ident = "xxh3:" + _content_hash(ds.data.table)
-    if ds._indices is not None:
-        ident += "+" + _content_hash(ds._indices.table)
-    return ArrowSource(name, "hf-dataset", tuple(ds.column_names), ds.num_rows, ident, read, fp)
+    def identity() -> str:
+        out = "xxh3:" + _content_hash(ds.data.table)
+        return out + "+" + _content_hash(ds._indices.table) if ds._indices is not None else out
+    ident = identity()
+    files = [c["filename"] for c in ds.cache_files]
+    # a mapped file rewritten in place shows its new bytes to the read that follows the key
+    changed = (lambda: ", ".join(files) if identity() != ident else None) if files else None
+    return ArrowSource(name, "hf-dataset", tuple(ds.column_names), ds.num_rows, ident, read, fp, changed=changed)
 
 
 def _hf_iterable(ds, name: str) -> ArrowSource:
@@ -116,16 +123,28 @@ def _arrow_dataset(dset, name: str) -> ArrowSource:
 
     def read(batch_size, columns, judge=None):
         return fragment_batches(dset, batch_size, columns, judge)
-    ident = None
+    ident = changed = None
     if isinstance(dset, pads.FileSystemDataset):
         import pyarrow.fs as pafs
         fs = dset.filesystem
         # by content, as the CLI keys a file: one edited in place keeping size and mtime is new;
         # paths are the dataset's file system's (S3, a sub-tree), read through it
         digest = fast_digest if isinstance(fs, pafs.LocalFileSystem) else (lambda f: _fs_digest(fs, f))
-        ident = repr([type(dset.format).__name__] + [[f, digest(f)] for f in dset.files])
+        hashed = [[f, digest(f)] for f in dset.files]
+        ident = repr([type(dset.format).__name__] + hashed)
+        # read by path after the key: a file replaced between the two is read new, keyed old
+        changed = lambda: next((_fs_shown(fs, f) for f, d in hashed if digest(f) != d), None)  # noqa: E731
     # its schema is its first file's (unless given): a later file may hold more (late_columns)
-    return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read, grows=True)
+    return ArrowSource(name, "arrow-dataset", tuple(dset.schema.names), None, ident, read, grows=True,
+                       changed=changed)
+
+
+def _fs_shown(fs, path: str) -> str:
+    """A dataset file's path as its user knows it: a sub-tree's base before it, a store's scheme."""
+    import pyarrow.fs as pafs
+    if isinstance(fs, pafs.SubTreeFileSystem):
+        return _fs_shown(fs.base_fs, fs.base_path.rstrip("/") + "/" + path)
+    return path if isinstance(fs, pafs.LocalFileSystem) else f"{fs.type_name}://{path}"
 
 
 def _fs_digest(fs, path: str) -> str:
@@ -223,6 +242,15 @@ def key_of(f) -> list:
         return [f.kind, f.identity or f"unkeyed-{uuid.uuid4().hex}"]
     size, mtime = file_stat(f.path)
     return [f.path, size, mtime]
+
+
+def changed_since_hashed(f, digest: str) -> str | None:
+    """The file that no longer holds the bytes the key hashed (`digest`: the input's part of it),
+    asked once the input is read: its rows may be the new bytes', kept under the old bytes' key
+    and reused by every later run over them. None: unchanged, or rows held in memory."""
+    if isinstance(f, InputFile):
+        return f.path if digest_again(f.path) != digest else None
+    return f.changed() if f.changed is not None else None
 
 
 def start_meta(f) -> Future:

@@ -32,11 +32,10 @@ from packtool.tokenize.bar import TokenizeBar as _Progress
 from packtool.tokenize.cache import CACHE_FORMAT, CACHE_VERSION, SIDE_STORE, TokenizedCache, publish_cache, tokenizer_meta
 from packtool.tokenize.blank_lines import BlankLines, say_record, stored
 from packtool.tokenize.chat_keys import merge, say_stored, say_unrendered
-from packtool.tokenize.checksum import digest_again
 from packtool.tokenize.config import TokenizeConfig
 from packtool.tokenize.encode import EncodedBatch, LoadedTokenizer, encode_rendered, start_encode
 from packtool.tokenize.long_rows import RowTooLongError
-from packtool.tokenize.hf_input import batches_of, rows_of, start_meta
+from packtool.tokenize.hf_input import batches_of, changed_since_hashed, rows_of, start_meta
 from packtool.tokenize.late_columns import late_columns
 from packtool.tokenize.prefetch import EncodePool, read_ahead, warm_compiled_code
 from packtool.tokenize.readers import InputFile
@@ -240,7 +239,7 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
         bar.advance(enc.lengths.size, int(enc.ids.size))
 
     pending: deque = deque()  # (future, file, file index, first file row, first global row)
-    rechecks: list = []  # (file, its key digest, its digest once read)
+    rechecks: list = []  # the file each input's key hashed that changed since (None: none)
     readers: list = []  # read-ahead generators, closed (their threads stopped) on an error
 
     def drain(limit: int) -> None:
@@ -296,8 +295,8 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             if by_bytes:
                 bytes_before += sizes[fi]
                 bar.at_bytes(bytes_before)
-            if isinstance(f, InputFile):  # the key must describe what was read: re-hashed beside the writes
-                rechecks.append((f, digests[fi], pool.submit(digest_again, f.path)))
+            # the key must describe what was read: re-hashed beside the writes (objects too)
+            rechecks.append(pool.submit(changed_since_hashed, f, digests[fi]))
             extra = {"xxh3_128": digests[fi]} if isinstance(f, InputFile) else {}
             if unrendered:  # kept, so that a run reusing this cache says the note too
                 say_unrendered(f.path, unrendered, template.name)
@@ -323,15 +322,15 @@ def _build(files, shapes, loaded, template, cfg, tmp, progress, digests,
             try:
                 read_all(pool)
             except BaseException:
-                for fut in [p[0] for p in pending] + [r[2] for r in rechecks]:
+                for fut in [p[0] for p in pending] + rechecks:
                     fut.cancel()  # queued work is dropped; running encodes finish unwaited, results dropped
                 for it in readers:
                     it.close()
                 raise
-        for f, digest, now in rechecks:
-            if now.result() != digest:
+        for changed in rechecks:
+            if changed.result() is not None:
                 raise PacktoolInputError("the file changed while it was being tokenized; re-run "
-                                         "once it is complete", path=f.path)
+                                         "once it is complete", path=changed.result())
         parts, known = sink.close(side.resolved())
     except BaseException:
         sink.abort()

@@ -93,12 +93,12 @@ def test_an_object_replaced_while_it_is_read_is_refused_without_a_third_download
     """The cache key hashes the object once (sha256 for cache.json in the same pass); after the
     read, a changed (size, mtime) re-hashes and refuses, an unchanged one costs one HEAD."""
     import packtool.tokenize.checksum as ck
-    import packtool.tokenize.pipeline as pl
+    import packtool.tokenize.hf_input as hi
     import packtool.tokenize.request as rq
     uri = f"{s3}/in/a.jsonl"
     locate(uri).write_bytes(open(GSM8K, "rb").read())
     reads = []
-    orig_fast, orig_again = ck.fast_digest, pl.digest_again
+    orig_fast, orig_again = ck.fast_digest, hi.digest_again
     monkeypatch.setattr(rq, "fast_digest", lambda p: reads.append(p) or orig_fast(p))
     args = (Alignment(capacity=1024), PackingConfig("bfd", overflow="split"), TOK)
     pack([uri], *args, output=str(tmp_path / "o1"), cache_dir=cache_dir)
@@ -107,7 +107,7 @@ def test_an_object_replaced_while_it_is_read_is_refused_without_a_third_download
     def replaced(p):
         locate(p).write_bytes(open(GSM8K, "rb").read() + b'{"question": "q", "answer": "a"}\n')
         return orig_again(p)
-    monkeypatch.setattr(pl, "digest_again", replaced)
+    monkeypatch.setattr(hi, "digest_again", replaced)
     with pytest.raises(PacktoolInputError, match="changed while it was being tokenized"):
         pack([uri], *args, output=str(tmp_path / "o2"), cache_dir=str(tmp_path / "c2"))
 

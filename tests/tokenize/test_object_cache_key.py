@@ -108,3 +108,47 @@ def test_unchanged_files_reuse_the_cache(kind, tmp_path):
     first = tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cd, progress=False)
     again = tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cd, progress=False)
     assert not first.reused and again.reused and again.fingerprint == first.fingerprint
+
+
+def _replace(new: str, data: str, how: str) -> None:
+    if how == "in place":  # same inode: a memory-mapped table sees the new bytes
+        shutil.copyfile(new, data)
+    else:  # a writer's usual way: a new file renamed over the old
+        shutil.copyfile(new, data + ".part")
+        os.replace(data + ".part", data)
+
+
+@pytest.mark.parametrize("how", ["in place", "renamed into place"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_data_replaced_while_read_never_keys_the_other_rows(kind, how, tmp_path, monkeypatch):
+    """S49A-1's class by the object doors (RA-16): the files behind an object replaced after its key
+    was taken, before it was read. Refused as the file door refuses it, or read as keyed (an object
+    holding its rows in memory, a mapping of the replaced file): never an entry holding the new
+    rows under the old bytes' key, which a later run over the old bytes reuses."""
+    from packtool.errors import PacktoolInputError
+    from packtool.tokenize import pipeline
+    from packtool.tokenize.hf_input import resolve_sources
+    write, open_ = KINDS[kind]
+    split = "train" if kind.startswith("DatasetDict") else None
+    data = write(tmp_path, "a", OLD)
+    new, old = write(tmp_path, "b", NEW), write(tmp_path, "c", OLD)
+    folder = os.path.dirname(data)
+    cfg, cache = TokenizeConfig(shape="tokens"), str(tmp_path / "cache")
+    real = pipeline.batches_of
+
+    def replaced_then_read(*a, **k):
+        monkeypatch.setattr(pipeline, "batches_of", real)
+        _replace(new, data, how)
+        return real(*a, **k)
+    monkeypatch.setattr(pipeline, "batches_of", replaced_then_read)
+    try:
+        pipeline.tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cache, progress=False)
+    except PacktoolInputError as e:
+        assert str(e).endswith("the file changed while it was being tokenized; re-run once it is complete")
+        assert os.path.basename(data) in str(e)  # the file, not the object's <...> name
+    _replace(old, data, how)  # the bytes the key was taken from, back
+    again = pipeline.tokenize_to_cache(resolve_sources(open_(folder), split), cfg, cache, progress=False)
+    fresh = pipeline.tokenize_to_cache(resolve_sources(open_(folder), split), cfg, str(tmp_path / "fresh"),
+                                       progress=False)
+    rows = list(range(len(OLD)))
+    assert again.read_rows(rows).input_ids.tolist() == fresh.read_rows(rows).input_ids.tolist()
