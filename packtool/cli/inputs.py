@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from packtool.errors import PacktoolConfigError, PacktoolInputError
-from packtool.storage import is_uri, locate, shown
+from packtool.storage import is_uri, locate
 from packtool.tokenize.hub_load import FILE_SUFFIXES
 from packtool.tokenize.readers import stdin_refused
 
@@ -55,19 +55,3 @@ def by_datasets(inputs: list[str], split: str | None, config: str | None, engine
         return inputs, split, config
     from packtool.tokenize.hub_load import load_dataset
     return load_dataset(inputs[0], split, config), None, None
-
-
-def refuse_store_dataset(inputs: list[str], split: str | None, config: str | None) -> None:
-    """--split / --config read a dataset name or a local folder through `datasets`: a store URI
-    with them went to the Hub door ("the Hub cannot be reached; hf download ... s3://..."). A
-    split saved on a store (`DatasetDict.save_to_disk("s3://...")`) is its own prefix: named."""
-    given = "--split" if split else "--config" if config else None
-    for spec in inputs if given else ():
-        if is_uri(spec):
-            from packtool.tokenize.repo_folder import store_split_objects
-            objects = store_split_objects(spec, split) if split else None
-            fix = (f"pass that split's objects alone ({shown(objects)}) without {given}" if objects else
-                   f"no object below it names split {split}: pass the objects that hold it without {given}"
-                   if split else f"pass the configuration's own objects without {given}")
-            raise PacktoolConfigError(f"{given} reads a dataset name or a local folder through datasets, never a "
-                                      f"store URI; {fix}", path=shown(spec), flag=given)

@@ -37,8 +37,8 @@ def check_store_flags(command: str | None, args: dict) -> None:
     from packtool.output.paths import refuse_uri
     from packtool.storage import check_form, check_uri, is_uri
     if command == "pack":  # --split / --config with a URI: before it is asked of or taken for a Hub name
-        from packtool.cli.inputs import refuse_store_dataset
-        refuse_store_dataset(_values(args.get("inputs")), args.get("split"), args.get("config"))
+        from packtool.tokenize.store_split import refuse_store_split
+        refuse_store_split(_values(args.get("inputs")), args.get("split"), args.get("config"))
     store = STORE_PARAMS.get(command or "", set())
     for name in sorted(PATH_PARAMS.get(command or "", ())):
         said = PARAM_ARG.get(name, name)

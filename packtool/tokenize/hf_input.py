@@ -27,6 +27,7 @@ from packtool.tokenize.hub_load import by_datasets, load_dataset
 from packtool.tokenize.late_columns import fragment_batches, stream_batches
 from packtool.tokenize.readers import InputFile, count_rows, iter_batches, peek_columns, resolve_each
 from packtool.tokenize.read_checks import refuse_repeated_names
+from packtool.tokenize.store_split import refuse_store_split
 from packtool.workers import thread_pool
 
 _HASH_POOL = thread_pool(1, "packtool-input-sha")
@@ -192,6 +193,7 @@ def resolve_sources(inputs, split: str | None = None, config: str | None = None)
         raise PacktoolInputError(f"{arg('config')} picks a dataset's configuration, read with {arg('split')}: "
                                  f"pass the split too", flag=cli_flag("config"))
     if split is not None:  # as the CLI: a folder or a name with a split is read by `datasets`
+        refuse_store_split([os.fspath(i) for i in inputs if isinstance(i, (str, os.PathLike))], split, config)
         loaded = [load_dataset(os.fspath(i), split, config) if by_datasets(i) else i for i in inputs]
         # a DatasetDict folder's split comes back as its files (hub_load._saved_split)
         inputs = [x for i in loaded for x in (i if isinstance(i, list) else [i])]

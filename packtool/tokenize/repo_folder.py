@@ -8,7 +8,7 @@ model trains on the test rows, and on a row once per configuration, without a wo
 folder is one line naming its configurations and splits and the flags that pick one, as a
 DatasetDict (save_to_disk) folder is; `datasets.load_dataset` reads it with --split/--config.
 A store prefix (given, or matched by a glob) is judged by the same rule from its listing; its
-fix names that split's objects, since --split reads no store URI.
+fix names that split's objects, since --split reads no store URI (store_split, with --split).
 A folder whose files name one split at most (train-0.jsonl, train-1.jsonl) or none is data the
 user gathered, read as before.
 """
@@ -85,11 +85,30 @@ def _declared_configs(readme: str | None) -> list[tuple[str, list[tuple[str, str
         for d in files if isinstance(files, list) else [files] if files else []:
             if isinstance(d, dict) and "split" in d:
                 p = d.get("path")
-                pairs.append((str(d["split"]), str(p[0] if isinstance(p, list) and p else p or "")))
+                # a split of several patterns is every one of them (RA-15: its first alone is part of it)
+                pairs += [(str(d["split"]), str(x)) for x in (p if isinstance(p, list) else [p]) if x] or \
+                    [(str(d["split"]), "")]
             elif isinstance(d, str):  # a bare pattern is the train split
                 pairs.append(("train", d))
         out.append((str(c.get("config_name", "default")), pairs, bool(c.get("default"))))
     return out or [("default", [], True)]
+
+
+def chosen_config(configs: list, config: str | None):
+    """The declared configuration (of `_declared_configs`) `datasets.load_dataset(repo, config)`
+    reads: the one given, else its default as datasets' MetadataConfigs.get_default_config_name
+    tells it (the only one, the one named "default" or the one marked `default: true`; two of
+    those: none). None: none is read without --config. The README's side of `_config_name`,
+    for a repo datasets is not given (a store prefix's, a no-split refusal's)."""
+    if config is not None:
+        return next((c for c in configs if c[0] == config), None)
+    marked = [c for c in configs if len(configs) == 1 or c[0] == "default" or c[2]]
+    return marked[0] if len(marked) == 1 else None
+
+
+def split_patterns(configuration, split: str) -> list[str]:
+    """Every path pattern a declared configuration gives `split` (none: it does not declare it)."""
+    return [p for s, p in configuration[1] if s == split and p]
 
 
 def refuse_repo_folder(folder: str, files: list[str]) -> None:
@@ -125,42 +144,6 @@ def _prefix_readme(prefix, listed: set[str]) -> str | None:
         return f.read(README_BYTES).decode("utf-8", "replace")
 
 
-def store_split_objects(spec: str, split: str) -> str | None:
-    """What reads `split` alone from the store URI `spec` (a prefix, or a glob matching prefixes)
-    given with --split, which reads no store URI: the split's own prefix where a DatasetDict was
-    saved there, else that split's objects as the no-split refusal names them (README `configs:`,
-    a partition folder, the split word in the names), below the prefix the listing found (a glob's
-    match, not its text). S48A-15: the fix was PREFIX/SPLIT/ for every prefix, which a repo of
-    split-named files does not have. None: nothing there names the split."""
-    from packtool.storage import expand
-    from packtool.tokenize.file_kinds import kind_of
-    listed: list = []
-    folders: list = []
-    try:
-        expand(spec, listed, folders=folders)
-    except Exception:  # not listed: reading the input says why
-        return None
-    paths = set(listed[1:])
-    want = _WORD.get(split, split)
-    for prefix in folders:
-        base, shown_as = prefix.path.rstrip("/") + "/", prefix.shown.rstrip("/")
-        rels = sorted(p[len(base):] for p in paths if p.startswith(base))
-        if f"{split}/state.json" in rels:
-            return f"{shown_as}/{split}/"
-        configs = _declared_configs(_prefix_readme(prefix, paths))
-        if configs is not None:  # its declared files, as datasets reads them
-            default = next((c for c in configs if c[2]), configs[0])
-            pattern = next((p for s, p in default[1] if s == split and p), None)
-            if pattern:
-                return f"{shown_as}/{pattern}"
-            continue
-        rel = next((r for r in rels if kind_of(r) and _split_of(r) == want), None)
-        if rel is not None:
-            part = _partition(rel)
-            return f"{shown_as}/{part}/" if part else f"{shown_as}/{_split_pattern(rel)}"
-    return None
-
-
 def _split_pattern(rel: str) -> str:
     """A glob that reads `rel`'s split: its path up to the split word's end, then `*` (a
     folder it names is read whole)."""
@@ -185,27 +168,28 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
             _refuse_partitions(folder, {s: _partition(r) or r for s, r in by_split.items()}, pick, local)
         what = f"splits {', '.join(splits)} by its file names ({', '.join(by_split[s] for s in splits)})"
         config = None
-        pattern = _split_pattern(by_split[pick])
+        patterns = [_split_pattern(by_split[pick])]
     else:
-        default = next((c for c in configs if c[2]), configs[0])
+        default = chosen_config(configs, None) or configs[0]  # none: the first, named by --config
         splits = sorted({s for _, pairs, _ in configs for s, _ in pairs}) or ["train"]
         names = [s for s, _ in default[1]]
         pick = "train" if "train" in names else (names[0] if names else splits[0])
         what = (f"configurations {', '.join(c[0] for c in configs)}; splits {', '.join(splits)}, "
                 f"declared in its README.md")
         config = default[0] if len(configs) > 1 else None
-        pattern = next((p for s, p in default[1] if s == pick and p), None)
+        patterns = split_patterns(default, pick)
     kind = "folder" if local else "prefix"
     lead = (f"a Hugging Face dataset repo {kind} ({what}): read as a plain {kind} it would pack every "
             f"configuration and split, the test rows too; ")
     if not local:
-        one = f"{folder}/{pattern}" if pattern else f"the {pick} split's objects of one configuration"
+        one = " ".join(f"{folder}/{p}" for p in patterns) or f"the {pick} split's objects of one configuration"
         raise PacktoolInputError(f"{lead}pass that split's objects alone ({one})", path=folder)
     library = cli_flag("split") is None
     flags = f"{arg('split', pick)}" + (f"{',' if library else ''} {arg('config', config)}" if config else "")
     if library:
         flags += " with the folder"
-    files_too = f", or name that split's files ({os.path.join(folder, pattern)})" if pattern else ""
+    files_too = f", or name that split's files ({' '.join(os.path.join(folder, p) for p in patterns)})" \
+        if patterns else ""
     raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))
 
 

@@ -76,3 +76,90 @@ def test_a_prefix_naming_no_split_says_so(tmp_path, s3):
     err = out["error"]
     assert rc == 2 and "no object below it names split train" in err["message"], err
     assert "/train/" not in err["message"], err  # no prefix that is not there
+
+
+# RA-3 / RA-15: which configuration and which of its files the fix names, by the rule datasets reads
+# the same repo with (split_files on its local copy: the one owner of that answer locally)
+_EN_FR = {f"{lang}/{s}.jsonl": n for lang, base in (("en", 1), ("fr", 4)) for s, n in (("train", base), ("test", base + 1))}
+_AB = {f"{part}/{s}.jsonl": n for part, base in (("a", 1), ("b", 3)) for s, n in (("train", base), ("test", base + 1))}
+
+
+def _card(*configs: str) -> str:
+    return "---\nconfigs:\n" + "".join(configs) + "---\n# repo\n"
+
+
+def _config(name: str, paths: dict, default: bool = False) -> str:
+    return (f"- config_name: {name}\n" + ("  default: true\n" if default else "") + "  data_files:\n"
+            + "".join(f"  - split: {s}\n    path: {p}\n" for s, p in paths.items()))
+
+
+_EN = {"train": "en/train.jsonl", "test": "en/test.jsonl"}
+_FR = {"train": "fr/train.jsonl", "test": "fr/test.jsonl"}
+# name -> (objects: rows each, README, flags): datasets reads one configuration, its every pattern
+CONFIG_LAYOUTS = {
+    "default: true, --config the other": (_EN_FR, _card(_config("en", _EN, True), _config("fr", _FR)),
+                                          ["--config", "fr"]),
+    "default: true, no --config": (_EN_FR, _card(_config("fr", _FR), _config("en", _EN, True)), []),
+    "a configuration named default, second": (_EN_FR, _card(_config("en", _EN), _config("default", _FR)), []),
+    "the only configuration": (_EN_FR, _card(_config("fr", _FR)), []),
+    "a split of two patterns": (_AB, _card(_config("default", {"train": "[a/train.jsonl, b/train.jsonl]",
+                                                               "test": "[a/test.jsonl, b/test.jsonl]"})), []),
+    "a split of a pattern list, one a glob": (_AB, _card(_config("default", {
+        "train": "[a/train.jsonl, 'b/tr*']", "test": "[a/test.jsonl, 'b/te*']"})), []),
+}
+
+
+def _repo(s3, tmp_path, objects: dict, readme: str) -> str:
+    local = tmp_path / "repo"
+    for rel, n in {**objects, "README.md": None}.items():
+        body = readme if n is None else (json.dumps({"input_ids": [1, 2, 3]}) + "\n") * n
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_text(body)
+        locate(f"{s3}/in/repo/{rel}").write_bytes(body.encode())
+    return str(local)
+
+
+def _library(uri, split, config):
+    import packtool
+    from packtool.errors import PacktoolError
+    from packtool.tokenize.config import TokenizeConfig
+    try:
+        packtool.pack([uri], split=split, config=config, tokenize=TokenizeConfig(shape="tokens"), dry_run=True)
+    except PacktoolError as e:
+        return type(e).__name__, str(e), e.flag
+    return None
+
+
+@pytest.mark.parametrize("door", ["command line", "library"])
+@pytest.mark.parametrize("layout", sorted(CONFIG_LAYOUTS))
+def test_the_split_fix_names_every_file_of_the_configuration_datasets_reads(tmp_path, s3, layout, door):
+    from packtool.tokenize.repo_folder import split_files
+    split = "test"  # the rows a wrong fix would leak (train's lines are built by the same code)
+    objects, readme, flags = CONFIG_LAYOUTS[layout]
+    local = _repo(s3, tmp_path, objects, readme)
+    config = flags[1] if flags else None
+    read = split_files(local, split, config)  # what datasets reads of the same repo
+    want_rows = sum(objects[os.path.relpath(f, local).replace(os.sep, "/")] for f in read)
+    if door == "command line":
+        rc, out = _cli([f"{s3}/in/repo", "--split", split, *flags], tmp_path)
+        err = out.get("error") or {}
+        assert rc == 2 and err.get("flag") == "--split" and err.get("kind") == "config", out
+        message = err["message"]
+    else:
+        kind, message, flag = _library(f"{s3}/in/repo", split, config)
+        assert kind == "PacktoolConfigError" and flag is None, message
+        assert "without split" in message, message
+    fix = message[message.index("pass that split's objects alone (") + 33:].split(") without")[0].split(" ")
+    rc, out = _cli(fix, tmp_path)
+    assert rc == 0 and out["sequences"] == want_rows, (fix, out)  # that split's rows, all of them
+
+
+def test_no_default_configuration_names_each_ones_objects(tmp_path, s3):
+    _repo(s3, tmp_path, _EN_FR, _card(_config("en", _EN), _config("fr", _FR)))
+    rc, out = _cli([f"{s3}/in/repo", "--split", "test"], tmp_path)
+    message = out["error"]["message"]
+    assert rc == 2 and (f"pass one configuration's test objects alone (en: {s3}/in/repo/en/test.jsonl; "
+                        f"fr: {s3}/in/repo/fr/test.jsonl) without --split") in message, message
+    rc, out = _cli([f"{s3}/in/repo", "--split", "test", "--config", "de"], tmp_path)
+    message = out["error"]["message"]
+    assert rc == 2 and "declares no configuration de (it declares en, fr)" in message, message

@@ -223,3 +223,30 @@ def test_plain_prefixes_are_read_whole(tmp_path, s3, name, how):
     assert r.exit_code == 0, r.output
     want = sum(TRAIN if s == "train" else TEST for s in PLAIN[name].values())
     assert _last(r)["sequences"] == want, r.output
+
+
+TWO_PATTERNS = ("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                "    path: [a/train-*, b/train-*]\n  - split: test\n    path: [a/test-*, b/test-*]\n---\n")
+
+
+@pytest.mark.parametrize("door", ["folder", "prefix"])
+def test_a_split_of_several_patterns_is_named_by_every_one(tmp_path, s3, door):
+    """RA-15: a README split of several patterns was named by its first: following the fix packed
+    part of the split, rc 0. Every pattern is named; read, they give datasets' split, all of it."""
+    from packtool.tokenize.repo_folder import split_files
+    files = {f"{p}/{s}-0.parquet": s for p in ("a", "b") for s in ("train", "test")}
+    local = _repo_of(tmp_path / "repo", files, TWO_PATTERNS)
+    given = local if door == "folder" else _on_store(tmp_path, s3, files, TWO_PATTERNS)
+    msg = _last(_cli([given], tmp_path))["error"]["message"]
+    lead = "name that split's files (" if door == "folder" else "pass that split's objects alone ("
+    named = msg[msg.index(lead) + len(lead):msg.rindex(")")].split(" ")
+    r = _cli(named, tmp_path)
+    assert r.exit_code == 0, r.output
+    assert _last(r)["sequences"] == TRAIN * len(split_files(local, "train", None)) == 2 * TRAIN, (named, r.output)
+
+
+def _repo_of(root, files: dict, readme: str) -> str:
+    for rel, split in files.items():
+        _write(root, rel, split)
+    (root / "README.md").write_text(readme)
+    return str(root)
