@@ -10,12 +10,12 @@
 - otherwise tokenizer_config.json's `chat_template` (a string or a list of named templates).
 
 transformers reads only regular files (its cached_file skips a name that is no file): a folder
-under such a name is skipped likewise; a FIFO or device is refused by kind (read_small), as
-packtool refuses every special file it is given. A link to nothing (a template file, or the
-additional_chat_templates folder itself) is refused naming it (folder_files), where the folder's
-templates are used (`refuse_gone`: rows rendered through a template, no --chat-template given):
-the template it stood for would be dropped without a word there; a run of text or pre-tokenized
-rows, or one given its own template, renders none of them (RA-9).
+under such a name is skipped likewise. An entry packtool cannot read, a link to nothing (a
+template file, or the additional_chat_templates folder itself: folder_files names it) or a FIFO
+or device (read_small's refusal by kind), is refused where the folder's templates are used
+(`refuse_gone`: rows rendered through a template, no --chat-template given): the template it
+stood for would be dropped without a word there; a run of text or pre-tokenized rows, or one
+given its own template, renders none of them (RA-9; a FIFO was refused for every run: RA-14).
 """
 from __future__ import annotations
 
@@ -46,9 +46,20 @@ def _files(folder: str) -> tuple[dict[str, str], PacktoolInputError | None]:
     for name, rel in names:
         path = os.path.join(folder, rel)
         gone = gone or link_to_nothing(path)
-        if os.path.exists(path) and not os.path.isdir(path):  # what transformers' cached_file finds (a FIFO: refused by kind)
+        if os.path.isfile(path):  # what transformers' cached_file finds
             found[name] = rel
+        elif os.path.exists(path) and not os.path.isdir(path):  # a FIFO or device: unreadable, as a link to nothing
+            gone = gone or _refused(path)
     return found, gone
+
+
+def _refused(path: str) -> PacktoolInputError | None:
+    """read_small's refusal of a template file that is a FIFO or device (by kind: nothing is read)."""
+    try:
+        _read(path)
+    except PacktoolInputError as e:
+        return e
+    return None
 
 
 def folder_template(folder: str | None, conf: dict) -> tuple[ChatTemplate | None, PacktoolInputError | None]:

@@ -102,3 +102,21 @@ def test_a_chat_template_file_that_is_a_link_to_nothing_is_said_so(tmp_path, doo
     said = DOORS[door](tmp_path, _data(tmp_path, "chat"), GPT2, str(tmp_path / "t.jinja"))
     assert said is not None and "t.jinja" in said and "link to nothing (nowhere)" in said, said
     assert "neither a built-in" not in said and "\n" not in said, said
+
+
+# RA-14: a template entry that is a FIFO (or device) is unreadable as a link to nothing is, and was
+# refused for every run (text rows too): one rule, refused only where the folder's templates render
+@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("template", [None, "chatml"])
+@pytest.mark.parametrize("rows", ["chat", "text"])
+@pytest.mark.parametrize("entry", ["chat_template.jinja", "additional_chat_templates/tool_use.jinja"])
+def test_a_template_fifo_is_refused_where_a_link_to_nothing_is(tmp_path, entry, rows, template, door):
+    d = tmp_path / "snap"
+    (d / "additional_chat_templates").mkdir(parents=True)
+    shutil.copy(GPT2, d / "tokenizer.json")
+    os.mkfifo(d / entry)
+    said = DOORS[door](tmp_path, _data(tmp_path, rows), str(d), template)
+    if ROWS[rows][1] and template is None:
+        assert said is not None and os.path.join("snap", entry) in said and "FIFO" in said, said
+    else:
+        assert said is None, said
