@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import numpy as np
 
 from packtool.errors import PacktoolConfigError, PacktoolError, PacktoolInputError, arg, cli_flag
 from packtool.integers import INT32_MAX, INT64_MAX, int_value, short
 from packtool.storage import check_form, is_uri
+
+_LOCAL_URI = re.compile(r"(?i)(file|local)://")  # storage.uri's local schemes
 
 MAX_DEGREE = 2**31 - 1  # tp/cp: a degree above the most a slab holds cannot split one
 WORKERS_MAX = 4096  # threads or processes of one machine: more is a typo, not a machine
@@ -80,7 +83,13 @@ def expanded(p: str, name: str | None = None, error: type[PacktoolError] = Packt
     folder named `~nosuchuser` in the working directory while `~root/x` went to /root/x.
     So is a `~` of a HOME that is empty or not absolute: expanduser made HOME='' `~/x` into
     `/x` (a folder at the file system's root) and HOME=rel `rel/x` (below the working
-    directory). Every expansion of `~` in packtool goes through here."""
+    directory). Every expansion of `~` in packtool goes through here.
+    A `file://` or `local://` URI is the local path it names (as storage.locate reads it): spelled
+    so, an output or cache root inside a folder input was taken, and a `-o file://OUT` run took
+    the store door's lease where a `-o OUT` run held the local lock, so both wrote OUT."""
+    if _LOCAL_URI.match(p):
+        from urllib.parse import urlsplit
+        return urlsplit(p).path or p  # (`file://` alone: left for locate's refusal)
     if not p.startswith("~"):
         return p
     home = os.environ.get("HOME")
