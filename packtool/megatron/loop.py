@@ -178,8 +178,24 @@ def _run_rank() -> int:
     return 0 if os.environ.get("RANK", "0") == "0" else 1
 
 
+def _sequence_parallel(cfg: TrainConfig) -> bool:
+    """megatron-core's sequence parallelism reduce-scatters through CUDA: on by default under TP
+    on a GPU; on the CPU off by default (said) and refused when asked for (S50B-5: exit 3 at the
+    first forward, "Torch not compiled with CUDA enabled")."""
+    from packtool.notes import job_note
+    from packtool.params import torch_device
+    gpu = torch_device("device", cfg.device).type == "cuda"
+    if cfg.sp and not gpu:
+        raise PacktoolConfigError(f"{arg('sp', True)} with {arg('device', cfg.device)}: megatron-core's sequence "
+                                  f"parallelism needs CUDA; pass {arg('sp', False)}, or train on a GPU")
+    if cfg.sp is None and cfg.tp > 1 and not gpu:
+        job_note(f"{arg('device', cfg.device)}: sequence parallelism off (megatron-core's needs CUDA); "
+                 f"{arg('tp', cfg.tp)} splits the model without it", _run_rank())
+    return (cfg.tp > 1 and gpu) if cfg.sp is None else cfg.sp
+
+
 def _train(cfg: TrainConfig, source, held: ExitStack) -> TrainResult:
-    sp = cfg.tp > 1 if cfg.sp is None else cfg.sp
+    sp = _sequence_parallel(cfg)
     if cfg.fp8 != "none":  # a recipe this machine cannot run is refused before any re-pack advice
         from packtool.megatron.fp8 import check_recipe
         check_recipe(cfg.fp8, cfg.device)
