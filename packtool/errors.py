@@ -116,9 +116,35 @@ def spelling_now() -> dict[str, str]:
 
 def cli_flag(name: str) -> str | None:
     """The flag that sets `name` when the command line called (for `--json`'s `flag` and a
-    message's "(see --flag)"), None for a library caller: its message names the path or value."""
+    message's "(see --flag)"), None for a library caller: its message names the path or value.
+    None too where the running command has no such flag (`takes`): no flag set it."""
     said = _SPELLING.get(name, name)
-    return said if said.startswith("-") else None
+    return said if said.startswith("-") and name not in _NOT_TAKEN else None
+
+
+# The arguments the running command has no flag for (cli.parsing sets them as a command starts;
+# a library caller gives any). The library's checks are shared by every command, and a fix
+# offering one of them named a flag the command lacks (`verify --source REPO`: "pass --split
+# train", S49A-10): such a fix asks `takes` and offers what the caller can give instead.
+_NOT_TAKEN: set[str] = set()
+
+
+def takes(name: str) -> bool:
+    """Whether the caller can give argument `name`: a library caller any, a command its own."""
+    return name not in _NOT_TAKEN
+
+
+@contextmanager
+def taking_only(absent: set[str]):
+    """Within this block the caller has no argument in `absent` (`takes`); as before after it."""
+    before = set(_NOT_TAKEN)
+    _NOT_TAKEN.clear()
+    _NOT_TAKEN.update(absent)
+    try:
+        yield
+    finally:
+        _NOT_TAKEN.clear()
+        _NOT_TAKEN.update(before)
 
 
 @contextmanager
@@ -242,5 +268,5 @@ class PacktoolIndexError(PacktoolInputError, IndexError):
 
 
 __all__ = ["PacktoolError", "PacktoolIndexError", "PacktoolInputError", "PacktoolConfigError", "PacktoolCacheError",
-           "PacktoolFormatError", "PacktoolOutputError", "arg", "argument_kind", "bad_choice", "missing", "cli_flag", "one_line", "shown", "spelling_now", "spelled_as", "EXIT_OK", "EXIT_PROBLEMS",
+           "PacktoolFormatError", "PacktoolOutputError", "arg", "argument_kind", "bad_choice", "missing", "cli_flag", "one_line", "shown", "spelling_now", "spelled_as", "takes", "taking_only", "EXIT_OK", "EXIT_PROBLEMS",
            "EXIT_USAGE", "EXIT_INTERNAL"]

@@ -15,7 +15,7 @@ from packtool.cli.failure import EXIT_INTERRUPTED, click_exceptions, interrupted
 from packtool.cli.stdout import ReaderLeft, StdoutConsole, StdoutFailed, guard, reader_left, unguard
 from packtool.cli.flags import FLAG_OF, LIST_FLAGS
 from packtool.cli.variadic import in_place, repeated
-from packtool.errors import shown, spelled_as
+from packtool.errors import shown, spelled_as, taking_only
 
 
 class _ParsedHere:
@@ -76,7 +76,13 @@ class _ParsedHere:
 class Command(_ParsedHere, TyperCommand):
     """A subcommand: its path parameters are checked and `~`-expanded where its failures are
     reported (cli.path_flags, from cli.failure.guarded), not here: an error raised before the
-    command runs would escape the one `error:` line."""
+    command runs would escape the one `error:` line. It runs knowing which library arguments
+    it has no flag for (errors.takes): a fix names only flags of the command that raised it."""
+
+    def invoke(self, ctx):
+        own = {p.name for p in self.params} | {o for p in self.params for o in (*p.opts, *p.secondary_opts)}
+        with taking_only({k for k, v in FLAG_OF.items() if k not in own and v not in own}):
+            return super().invoke(ctx)
 
 
 class Commands(_ParsedHere, TyperGroup):

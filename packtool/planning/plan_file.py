@@ -4,19 +4,21 @@ packing settings it was made with in the schema metadata (key `packtool.plan`), 
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from typing import Iterator
 
 from packtool import __version__
 from packtool.align import Alignment, AlignmentError
-from packtool.errors import cli_flag
+from packtool.errors import PacktoolOutputError, arg, cli_flag
 from packtool.output.files import check_new_file, write_file
 from packtool.output.lock import holding_file
 from packtool.planning.core import OverflowStats, PackingConfig, Plan, PlanError, config_dict, config_from_dict
 from packtool.planning.lengths import PlanInputError
 
 META_KEY = b"packtool.plan"
+PLAN_SUFFIXES = (".parquet", ".pq")  # what the file is, whatever the name: no other format is written
 
 
 def plan_config(p: Plan) -> dict:
@@ -36,11 +38,26 @@ def holding_plan_path(path: str, overwrite: bool = False, inputs=(), also=None) 
     the last one silently winning."""
     def check() -> str:
         p = check_new_file(path, "output", replace=overwrite, inputs=inputs)
+        _refuse_other_kind(path)
         if also is not None:
             also()
         return p
     with holding_file(check, path, "output", "plan", "plan file") as p:
         yield p
+
+
+def _refuse_other_kind(path) -> None:
+    """A plan file is Parquet whatever its name: `plan.json` held Parquet bytes that the next
+    `pack` of its folder read as JSON ("invalid UTF-8 ... re-encode the file"), and other tools
+    would too (S49A-3). A name with another suffix is refused; one with none is taken as given."""
+    name = os.path.basename(os.fspath(path))
+    ext = os.path.splitext(name)[1]
+    if ext and ext.lower() not in PLAN_SUFFIXES:
+        stem = name[:-len(ext)]
+        fixed = stem if stem.lower().endswith(PLAN_SUFFIXES) else f"{stem}.parquet"
+        raise PacktoolOutputError(f"{arg('output')} writes a plan as Parquet whatever its name, and a {ext} name "
+                                  f"says another kind to every reader (a pack of its folder too); name it {fixed}",
+                                  path=os.fspath(path), flag=cli_flag("output"))
 
 
 def write_plan(p: Plan, path: str, overwrite: bool = False, inputs=()) -> None:
@@ -122,4 +139,5 @@ def plan_flags(a: Alignment, pk: PackingConfig) -> str:
             f"--seed {pk.seed}")
 
 
-__all__ = ["META_KEY", "plan_config", "plan_flags", "read_plan_config", "read_plan_overflow", "write_plan"]
+__all__ = ["META_KEY", "PLAN_SUFFIXES", "plan_config", "plan_flags", "read_plan_config", "read_plan_overflow",
+           "write_plan"]

@@ -213,10 +213,12 @@ def _load_dataset(spec: str, split: str | None, config: str | None):
         said = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "infer the same data file format" in said:  # files of two kinds in a folder's splits
             raise PacktoolInputError(f"datasets.load_dataset failed: {said}; convert the files to one kind, or pass "
-                                     f"the split's files by name", path=spec, flag=cli_flag("split")) from None
-        raise PacktoolInputError(f"datasets.load_dataset failed: {said}", path=spec, flag=cli_flag("config")) from None
+                                     f"the split's files by name", path=spec,
+                                     flag=cli_flag("split") if split else None) from None
+        raise PacktoolInputError(f"datasets.load_dataset failed: {said}", path=spec,
+                                 flag=cli_flag("config") if config else None) from None  # given, never suggested
     if split is None and isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         if len(ds) != 1:
-            raise PacktoolInputError(f"dataset has splits {', '.join(ds)}; pick one", path=spec, flag=cli_flag("split"))
+            raise PacktoolInputError(f"dataset has splits {', '.join(ds)}; pick one with {arg('split')}", path=spec)
         ds = next(iter(ds.values()))
     return ds

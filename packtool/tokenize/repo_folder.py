@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from packtool.errors import PacktoolInputError, arg, cli_flag
+from packtool.errors import PacktoolInputError, arg, cli_flag, takes
 
 # The file/folder name words `datasets` infers a split from (datasets.data_files.SPLIT_KEYWORDS),
 # bounded as its patterns bound them (start, `/` or one of "-._ 0-9" on each side).
@@ -181,16 +181,19 @@ def _refuse(folder: str, rels: list[str], readme: str | None, local: bool) -> No
     kind = "folder" if local else "prefix"
     lead = (f"a Hugging Face dataset repo {kind} ({what}): read as a plain {kind} it would pack every "
             f"configuration and split, the test rows too; ")
-    if not local:
-        one = " ".join(f"{folder}/{p}" for p in patterns) or f"the {pick} split's objects of one configuration"
-        raise PacktoolInputError(f"{lead}pass that split's objects alone ({one})", path=folder)
+    # flag: none of its own (--split was not given): the CLI names the argument that gave the folder
+    if not local or not takes("split"):  # --split reads no store URI; verify --source has no --split
+        things = "files" if local else "objects"
+        one = " ".join(os.path.join(folder, p) if local else f"{folder}/{p}" for p in patterns) or \
+            f"the {pick} split's {things} of one configuration"
+        raise PacktoolInputError(f"{lead}pass that split's {things} alone ({one})", path=folder)
     library = cli_flag("split") is None
     flags = f"{arg('split', pick)}" + (f"{',' if library else ''} {arg('config', config)}" if config else "")
     if library:
         flags += " with the folder"
     files_too = f", or name that split's files ({' '.join(os.path.join(folder, p) for p in patterns)})" \
         if patterns else ""
-    raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder, flag=cli_flag("split"))
+    raise PacktoolInputError(f"{lead}pass {flags}{files_too}", path=folder)
 
 
 def _refuse_partitions(folder: str, parts: dict[str, str], pick: str, local: bool) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import tokenizers
 
-from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, missing
+from packtool.errors import PacktoolInputError, PacktoolOutputError, arg, missing, takes
 from packtool.notes import note
 from packtool.output.leftovers import mark, remove_tree, unmark
 from packtool.storage import is_uri, join_uri
@@ -79,8 +79,9 @@ def _fingerprint(files: list[InputFile], digests: list[str], cfg: TokenizeConfig
 
 
 def no_rows_error(path: str) -> PacktoolInputError:
-    return PacktoolInputError(f"empty dataset (no rows): remove it from the inputs (or check the "
-                              f"path, and {arg('split')} for a dataset)", path=path)
+    split = f", and {arg('split')} for a dataset" if takes("split") else ""  # verify has none (errors.takes)
+    return PacktoolInputError(f"empty dataset (no rows): remove it from the inputs (or check the path{split})",
+                              path=path)
 
 
 def _setup(inputs, cfg: TokenizeConfig):

@@ -130,6 +130,10 @@ def _side_names(cfg) -> tuple[str, ...]:
 # Columns only a packed slab has (FORMAT.md): spelled here, as the tokenize stage comes before
 # the slab format's module and must not import it.
 _SLAB_COLUMNS = frozenset(("input_ids", "seq_lens", "cu_seqlens_padded", "slab_index"))
+# and those of a plan file (`packtool plan --output`, planning.plan_file: its test holds the two
+# lists together), met among the inputs where a user put it beside the data
+PLAN_COLUMNS = frozenset(("slab", "dp_rank", "step", "source_index", "chunk_index", "source_offset", "length",
+                          "padded", "start"))
 
 
 QA = {"question", "answer"}  # GSM8K's fields (docs/TOKENIZATION.md's own example of `fields`)
@@ -268,6 +272,10 @@ def detect_shape(columns: list[str], cfg, path: str, has_template: bool,
             "is a packtool slab shard (a packed output), not training rows: packing it again would make "
             "each slab one sequence and train on its pads; pack the inputs it was made from (its "
             ".manifest.json lists them) with the new flags", path=path)
+    if PLAN_COLUMNS <= cols:  # read as rows it was "cannot tell the input shape ... --shape" (S49A-3)
+        raise PacktoolInputError(
+            "is a packtool plan file (`packtool plan --output`), not training rows: look at it with "
+            "`packtool inspect --plan`, and pack the data it was planned for, leaving it out", path=path)
     text_field = cfg.text_field or "text"
     kind = cfg.shape
     pair = (cfg.prompt_field, cfg.response_field)

@@ -7,6 +7,7 @@ the right rows are read; a folder of data files that name one split at most is r
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -100,7 +101,8 @@ def test_cli_refuses_a_repo_folder_naming_its_splits_and_flags(tmp_path, name):
     err = _last(r)["error"]
     msg = err["message"]
     assert LAYOUTS[name][3] in msg and "pass " + " ".join(LAYOUTS[name][4]) in msg, msg
-    assert "\n" not in msg and err["path"] == path and err["flag"] == "--split", err
+    # S49A-10: --split was not given: the flag at fault is the positional input's (null), not one the fix names
+    assert "\n" not in msg and err["path"] == path and err["flag"] is None, err
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
@@ -150,6 +152,56 @@ def test_a_glob_of_one_splits_files_is_read(tmp_path):
     r = _cli([f"{path}/main/train-*"], tmp_path)
     assert r.exit_code == 0, r.output
     assert _last(r)["sequences"] == TRAIN, r.output
+
+
+def _options(command: str) -> set[str]:
+    import typer.main
+    params = typer.main.get_command(app).commands[command].params
+    return {o for p in params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+
+
+@pytest.fixture(scope="module")
+def packed_train(tmp_path_factory):
+    """A packed output of the train rows (what `pack REPO --split train` makes), for verify --source."""
+    t = tmp_path_factory.mktemp("vt")
+    _write(t, "train.jsonl", "train")
+    r = CliRunner().invoke(app, ["pack", str(t / "train.jsonl"), "-C", "64", "-q", "-o", str(t / "out"),
+                                 "--cache-dir", str(t / "c")])
+    assert r.exit_code == 0, r.output
+    return str(t / "out")
+
+
+def _verify(args, tmp_path):
+    return CliRunner().invoke(app, ["verify", *args, "--json", "--cache-dir", str(tmp_path / "cache")])
+
+
+# S49A-10: every fix names a flag of the command that raised it. `verify OUT --source REPO` was told
+# "pass --split train" (verify has none: "No such option"), its --json flag `--split`, never given;
+# an empty input under verify "check ... --split for a dataset" too. verify's line offers what it takes.
+VERIFY_DOORS = {**{f"a repo folder: {n}": n for n in LAYOUTS}, "an empty input": None}
+
+
+@pytest.mark.parametrize("door", sorted(VERIFY_DOORS))
+def test_verify_source_fixes_name_only_verify_flags(tmp_path, packed_train, door):
+    name = VERIFY_DOORS[door]
+    if name is None:
+        (tmp_path / "empty.jsonl").write_text("")
+        given = str(tmp_path / "empty.jsonl")
+    else:
+        given = _repo(tmp_path, name)
+    r = _verify([packed_train, "--source", given], tmp_path)
+    assert r.exit_code == 2, r.output
+    err = _last(r)["error"]
+    said = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", err["message"]))
+    assert said <= _options("verify"), (said - _options("verify"), err)
+    assert err["flag"] == "--source", err  # the flag that gave the folder, never one suggested
+    if name is None:
+        return
+    named = err["message"][err["message"].index("pass that split's files alone (") + 31:-1]
+    if not named.startswith(given):  # README configs without data_files: no file pattern to name
+        return
+    r = _verify([packed_train, "--source", named], tmp_path)
+    assert r.exit_code == 0, r.output  # the named split's files are the rows packed
 
 
 def test_offline_name_says_to_pass_the_folder_with_split_and_config(tmp_path, monkeypatch):
