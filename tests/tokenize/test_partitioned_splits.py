@@ -12,11 +12,9 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import upload_tree
-from typer.testing import CliRunner
+from split_support import STORE, cli, store_door_refused
 
 from packtool.align import Alignment
-from packtool.cli.app import app
 from packtool.errors import PacktoolInputError
 from packtool.tokenize.config import TokenizeConfig
 
@@ -57,13 +55,6 @@ def _datasets_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
 
 
-def _cli(args, tmp_path):
-    r = CliRunner().invoke(app, ["pack", *args, "-C", "64", "--dry-run", "--json",
-                                 "--cache-dir", str(tmp_path / "cache")], env={"HF_HUB_OFFLINE": "1"})
-    line = r.output.strip().splitlines()[-1]
-    return r.exit_code, json.loads(line[line.index("{"):])  # after any datasets progress bar
-
-
 def _fix(message: str) -> str:
     return message[message.index("pass that split's partition alone (") + 35:].split(")")[0]
 
@@ -83,14 +74,14 @@ LOCAL = {"the folder": ("in/hv", "in/hv"), "a folder holding it": ("in", "in"),
 def test_a_partitioned_folder_is_refused_and_its_fix_reads_the_train_rows(tmp_path, layout, door):
     _write(tmp_path / "in" / "hv", layout)
     given, named = (str(tmp_path / p) for p in LOCAL[door])
-    rc, out = _cli([given], tmp_path)
+    rc, out = cli([given], tmp_path)
     err = out.get("error") or {}
     assert rc == 2 and f"a folder partitioned by split ({_parts(layout, door)}, " in err.get("message", ""), out
     assert "\n" not in err["message"] and err["path"] == named, err
     below = os.path.relpath(named, tmp_path / "in" / "hv")
     assert _fix(err["message"]) == os.path.normpath(os.path.join(named, "" if below == "." else "hv",
                                                                  LAYOUTS[layout][2])), err
-    rc, out = _cli([_fix(err["message"])], tmp_path)
+    rc, out = cli([_fix(err["message"])], tmp_path)
     assert rc == 0 and out["sequences"] == TRAIN, out  # the train rows, not the test ones
 
 
@@ -99,14 +90,14 @@ def test_a_partitioned_folder_is_refused_and_its_fix_reads_the_train_rows(tmp_pa
 def test_split_on_a_partitioned_folder_is_refused_naming_that_partition(tmp_path, layout, split):
     """datasets would read every partition as the split asked for (or know no `test` split)."""
     _write(tmp_path / "hv", layout)
-    rc, out = _cli([str(tmp_path / "hv"), "--split", split], tmp_path)
+    rc, out = cli([str(tmp_path / "hv"), "--split", split], tmp_path)
     err = out.get("error") or {}
     assert rc == 2 and err.get("flag") == "--split" and LAYOUTS[layout][1] in err["message"], out
     want = split if f"split={split}" in LAYOUTS[layout][1] else "train"
     part = _fix(err["message"])
     assert part == str(tmp_path / "hv" / LAYOUTS[layout][2].replace("train", want)), err
     assert err["message"].endswith("without --split"), err
-    rc, out = _cli([part], tmp_path)
+    rc, out = cli([part], tmp_path)
     assert rc == 0 and out["sequences"] == (TRAIN if want == "train" else TEST), out
 
 
@@ -122,24 +113,12 @@ def test_the_library_refuses_a_partitioned_folder(tmp_path, layout, split):
     assert _fix(str(e.value)) == str(tmp_path / "hv" / LAYOUTS[layout][2]), str(e.value)
 
 
-STORE = {"the prefix": ("in/hv", "in/hv"), "a glob matching it": ("in/h*", "in/hv"),
-         "a prefix holding it": ("in/", "in")}
-
-
 @pytest.mark.parametrize("door", sorted(STORE))
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_the_same_partitions_on_a_store_are_refused_alike(tmp_path, s3, layout, door):
-    local = tmp_path / "up"
-    _write(local, layout)
-    upload_tree(str(local), f"{s3}/in/hv")
-    given, named = (f"{s3}/{p}" for p in STORE[door])
-    rc, out = _cli([given], tmp_path)
-    err = out.get("error") or {}
-    assert rc == 2 and f"a prefix partitioned by split ({_parts(layout, door)}, " in err.get("message", ""), out
-    assert "\n" not in err["message"] and err["path"] == named, err
-    assert _fix(err["message"]) == f"{s3}/in/hv/{LAYOUTS[layout][2]}/", err
-    rc, out = _cli([_fix(err["message"])], tmp_path)
-    assert rc == 0 and out["sequences"] == TRAIN, out
+    fix = store_door_refused(tmp_path, s3, lambda d: _write(d, layout), "hv", door,
+                             f"a prefix partitioned by split ({_parts(layout, door)}, ", _fix, TRAIN)
+    assert fix == f"{s3}/in/hv/{LAYOUTS[layout][2]}/", fix
 
 
 # partitions that are no two splits: data the user gathered, read whole as before
@@ -155,5 +134,5 @@ def test_partitions_of_one_split_at_most_are_read_whole(tmp_path, name):
         (tmp_path / "hv" / rel).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({"input_ids": [IDS[split]] * (TRAIN if split == "train" else TEST)}),
                        tmp_path / "hv" / rel)
-    rc, out = _cli([str(tmp_path / "hv")], tmp_path)
+    rc, out = cli([str(tmp_path / "hv")], tmp_path)
     assert rc == 0 and out["sequences"] == TRAIN + TEST, out

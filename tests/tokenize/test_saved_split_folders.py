@@ -10,13 +10,11 @@ import json
 import os
 
 import pytest
-from conftest import upload_tree
-from typer.testing import CliRunner
+from split_support import STORE, cli, store_door_refused
 
 datasets = pytest.importorskip("datasets")
 
 from packtool.align import Alignment  # noqa: E402
-from packtool.cli.app import app  # noqa: E402
 from packtool.errors import PacktoolInputError  # noqa: E402
 from packtool.tokenize.config import TokenizeConfig  # noqa: E402
 
@@ -40,13 +38,6 @@ def _datasets_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf"))
 
 
-def _cli(args, tmp_path):
-    r = CliRunner().invoke(app, ["pack", *args, "-C", "64", "--dry-run", "--json",
-                                 "--cache-dir", str(tmp_path / "cache")], env={"HF_HUB_OFFLINE": "1"})
-    line = r.output.strip().splitlines()[-1]
-    return r.exit_code, json.loads(line[line.index("{"):])  # after any datasets progress bar
-
-
 # local door: (the input given, the path the line names), below tmp_path/in (the layout in in/sd)
 LOCAL = {"the folder": ("in/sd", "in/sd"), "a folder holding it": ("in", "in"),
          "a glob matching the folder": ("in/s*", "in/sd")}
@@ -57,16 +48,16 @@ LOCAL = {"the folder": ("in/sd", "in/sd"), "a folder holding it": ("in", "in"),
 def test_a_folder_of_saved_splits_is_refused_and_its_fixes_read_the_train_rows(tmp_path, layout, door):
     _save(tmp_path / "in" / "sd", layout)
     given, named = (str(tmp_path / p) for p in LOCAL[door])
-    rc, out = _cli([given], tmp_path)
+    rc, out = cli([given], tmp_path)
     err = out.get("error") or {}
     assert rc == 2 and LAYOUTS[layout][1] in err.get("message", ""), out
     # --split was not given: the flag at fault is the positional input's (null), never one the fix names (S49A-10)
     assert "\n" not in err["message"] and err["path"] == named and err["flag"] is None, err
     assert "pass --split train" in err["message"], err
-    rc, out = _cli([named, "--split", "train"], tmp_path)
+    rc, out = cli([named, "--split", "train"], tmp_path)
     assert rc == 0 and out["sequences"] == TRAIN, out  # the train rows, not the test ones
     files = err["message"][err["message"].index("name that split's files (") + 25:-1]
-    rc, out = _cli([files], tmp_path)
+    rc, out = cli([files], tmp_path)
     assert rc == 0 and out["sequences"] == TRAIN, out
 
 
@@ -80,24 +71,11 @@ def test_the_library_refuses_a_folder_of_saved_splits(tmp_path, layout):
     assert LAYOUTS[layout][1] in str(e.value) and "split='train'" in str(e.value), str(e.value)
 
 
-STORE = {"the prefix": ("in/sd", "in/sd"), "a glob matching it": ("in/s*", "in/sd"),
-         "a prefix holding it": ("in/", "in")}
-
-
 @pytest.mark.parametrize("door", sorted(STORE))
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_the_same_splits_on_a_store_are_refused_alike(tmp_path, s3, layout, door):
-    local = tmp_path / "up"
-    _save(local, layout)
-    upload_tree(str(local), f"{s3}/in/sd")
-    given, named = (f"{s3}/{p}" for p in STORE[door])
-    rc, out = _cli([given], tmp_path)
-    err = out.get("error") or {}
-    assert rc == 2 and LAYOUTS[layout][1] in err.get("message", ""), out
-    assert "\n" not in err["message"] and err["path"] == named, err
-    objects = err["message"][err["message"].index("pass that split's objects alone (") + 33:-1]
-    rc, out = _cli([objects], tmp_path)
-    assert rc == 0 and out["sequences"] == TRAIN, out
+    store_door_refused(tmp_path, s3, lambda d: _save(d, layout), "sd", door, LAYOUTS[layout][1],
+                       lambda m: m[m.index("pass that split's objects alone (") + 33:-1], TRAIN)
 
 
 def test_one_saved_split_beside_plain_files_is_read_whole(tmp_path):
@@ -105,5 +83,5 @@ def test_one_saved_split_beside_plain_files_is_read_whole(tmp_path):
     _save(tmp_path / "in", "train/ + test/")
     os.rename(tmp_path / "in" / "test", tmp_path / "in" / "extra")
     (tmp_path / "in" / "more.jsonl").write_text(json.dumps({"input_ids": [5, 6, 7]}) + "\n")
-    rc, out = _cli([str(tmp_path / "in")], tmp_path)
+    rc, out = cli([str(tmp_path / "in")], tmp_path)
     assert rc == 0 and out["sequences"] == TRAIN + TEST + 1, out
