@@ -30,10 +30,11 @@ def refuse_repeats(files: list, origin: list, inputs: list[str], quiet: bool) ->
     file named by its path). Typed twice (the same path twice, a folder and a file or folder
     inside it, a folder and a link to it): an error naming both spellings. A second name found
     inside the folders or globs given (a link beside the file, a hard link: `cp -al` snapshots,
-    rsync --link-dest; in one input or in two), which the user never typed: read once, by the
-    file's own name (the one reached through no link below its input; else the first in read
-    order), with one note per input naming the names dropped (a copy with the same bytes is read
-    twice with a note: the user may mean it, a second name of one file is no upsample)."""
+    rsync --link-dest; in one input or in two; beside the file typed by its path), which the user
+    never typed: read once, by the file's own name (the one reached through no link below its
+    input; a path typed before a name found; else the first in read order), with one note per
+    input naming the names dropped (a copy with the same bytes is read twice with a note: the
+    user may mean it, a second name of one file is no upsample)."""
     groups: dict = {}  # (device, inode) or a URI -> the indexes of the files reaching it
     for i, f in enumerate(files):
         key = _key(f.path)
@@ -48,7 +49,8 @@ def refuse_repeats(files: list, origin: list, inputs: list[str], quiet: bool) ->
     dropped: dict[int, str] = {}  # file index -> the name read in its place
     for group in groups.values():
         if len(group) > 1:
-            own = min(group, key=lambda i: (_links_below(files[i].path, origin[i][1]) > 0, i))
+            # a name reached through no link below its input; of those, one typed by its path
+            own = min(group, key=lambda i: (_links_below(files[i].path, origin[i][1]) > 0, origin[i][1] is not None, i))
             dropped.update((i, files[own].path) for i in group if i != own)
     if not dropped:
         return files
@@ -82,9 +84,21 @@ def _typed_twice(files: list, origin: list, i: int, j: int) -> bool:
         return True
     if spec_i == spec_j and base_i is not None:  # inside one folder or glob: found, never typed
         return False
-    if base_i is None or base_j is None:  # a file named by its path
+    if base_i is None and base_j is None:  # two paths typed to one file (the file and a link to it)
         return True
+    if base_i is None or base_j is None:  # a file typed by its path, the other found in a folder or glob:
+        # typed twice only where that path is the one the folder or glob reaches (`d d/a.jsonl`), not
+        # a second name of it found there (`d1/a.jsonl d2`, d2/a.jsonl a hard link: RA-1)
+        typed, (found, base) = (a, (b, base_j)) if base_i is None else (b, (a, base_i))
+        return _typed_path(found, base) in _typed_names(typed)
     return _typed_path(a, base_i) == _typed_path(b, base_j)
+
+
+def _typed_names(path: str) -> set[str]:
+    """The paths a typed file's path names, every link in it typed: its folders resolved, and the
+    file itself resolved too or not (`d/lnk.jsonl` typed beside `d`: d/lnk.jsonl and d/a.jsonl)."""
+    return {os.path.realpath(path), os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))),
+                                                 os.path.basename(path))}
 
 
 def _typed_path(path: str, base: str) -> str:

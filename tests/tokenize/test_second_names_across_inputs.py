@@ -64,6 +64,28 @@ def test_a_second_name_in_another_folder_input_is_read_once(tmp_path, door, how)
     assert f"{how} " in said[0] and os.path.join(d1, "a.jsonl") in said[0], said[0]
 
 
+# RA-1: a file typed by its path, its second name found in a folder or glob input (snap/d1/a.jsonl typed,
+# snap/d2 a `cp -al` of it) was "input given more than once (also given as d1/a.jsonl); pass each file
+# once": a path the user never typed. Read once, by the typed name, in either order of the inputs.
+FOUND = {"a folder": lambda d2: d2, "a glob": lambda d2: os.path.join(d2, "*.jsonl"),
+         "a ** glob": lambda d2: os.path.join(d2, "**", "*.jsonl")}
+
+
+@pytest.mark.parametrize("first", ["the file first", "the file last"])
+@pytest.mark.parametrize("how", ["a hard link", "a link"])
+@pytest.mark.parametrize("found", FOUND)
+def test_a_second_name_of_a_typed_file_found_in_another_input_is_read_once(tmp_path, found, how, first):
+    d1, d2 = _snapshots(tmp_path, how)
+    typed = os.path.join(d1, "a.jsonl")
+    given = [typed, FOUND[found](d2)] if first == "the file first" else [FOUND[found](d2), typed]
+    start = notes.mark()
+    got = [f.path for f in resolve_inputs(given)]
+    want = [typed, os.path.join(d2, "b.jsonl")]
+    assert got == (want if first == "the file first" else want[::-1]), got
+    said = [n for n in notes.since(start) if "second name" in n]
+    assert len(said) == 1 and f"{os.path.join(d2, 'a.jsonl')} ({how} " in said[0] and typed in said[0], said
+
+
 TYPED_TWICE = {  # the user typed one path twice: refused, whatever lies inside
     "the same folder twice": lambda t: [t / "d", t / "d"],
     "a folder and one below it": lambda t: [t / "d", t / "d" / "sub"],
@@ -71,6 +93,10 @@ TYPED_TWICE = {  # the user typed one path twice: refused, whatever lies inside
     "a folder and a glob over it": lambda t: [t / "d", t / "d" / "**" / "*.jsonl"],
     "a folder and a file in it": lambda t: [t / "d", t / "d" / "sub" / "x.jsonl"],
     "a file and a link to it": lambda t: [t / "d" / "sub" / "x.jsonl", t / "xlink.jsonl"],
+    "a file in a folder, after it": lambda t: [t / "d" / "sub" / "x.jsonl", t / "d"],
+    "a link to a file in a folder": lambda t: [t / "xlink.jsonl", t / "d"],
+    "a file through a link to its folder": lambda t: [t / "d", t / "dlink" / "sub" / "x.jsonl"],
+    "a file and a glob over it": lambda t: [t / "d" / "sub" / "x.jsonl", t / "d" / "sub" / "*.jsonl"],
 }
 
 
