@@ -100,8 +100,7 @@ def saved_matches(paths: list[str], quiet: bool = False) -> list[str]:
     marks = sorted(os.path.dirname(p) for p in paths if os.path.basename(p) in (INFO, DICT))
     saved = [d for d in marks if not any(d.startswith(o + os.sep) for o in marks)]
     if not saved:
-        return _current(paths, os.path.dirname, lambda d: os.path.join(d, STATE) if is_saved_folder(d) and
-                        os.path.isfile(os.path.join(d, STATE)) else None, lambda p: p, quiet)
+        return _current(paths, os.path.dirname, saved_state, lambda p: p, quiet)
     out, done = [], set()
     for p in paths:
         home = next((d for d in saved if p == d or p.startswith(d + os.sep)), None)
@@ -157,7 +156,7 @@ def stale_named(specs: list[str], quiet: bool = False) -> set[int]:
     unquoted `std2/*.arrow`, that their save_to_disk folder's state.json does not list, named beside
     one it lists: read, the earlier save's rows were trained on too (S49A-9), where the quoted glob
     passes them over (`_current`). Such files alone (no listed one named) are read as asked."""
-    from packtool.storage import is_uri, locate
+    from packtool.storage import is_uri
     groups: dict = {}
     for i, s in enumerate(specs):
         if not isinstance(s, str) or not s.endswith(".arrow"):
@@ -172,18 +171,34 @@ def stale_named(specs: list[str], quiet: bool = False) -> set[int]:
         if len(idx) < 2:
             continue
         uri = is_uri(specs[idx[0]])
-        state = f"{home}/{STATE}" if uri else os.path.join(home, STATE)
-        if not (locate(state).is_file() if uri else os.path.isfile(state)):
+        state = saved_state(home)
+        if state is None:  # no save_to_disk folder: every file named is read, as the glob reads them
             continue
-        listed = set(_data_files(locate(state).shown if uri else state))
+        listed = set(_data_files(state))
         name = {i: specs[i].rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1] for i in idx}
         stale = [i for i in idx if name[i] not in listed]
         if stale and len(stale) < len(idx):
             skip.update(stale)
             if not quiet:
-                shown = locate(state).shown.rsplit("/", 1)[0] if uri else os.path.dirname(specs[idx[0]]) or "."
+                shown = state.rsplit("/", 1)[0] if uri else os.path.dirname(specs[idx[0]]) or "."
                 _say_stale(shown, [name[i] for i in stale])
     return skip
+
+
+def saved_state(home) -> str | None:
+    """The state.json to read of `home` (a local folder, a store prefix URI or Location) where it
+    is a save_to_disk folder on the one proof every door asks (`is_saved_folder`: dataset_info.json
+    or dataset_dict.json beside it; a state.json alone is other tools' too, RA-2: the .arrow files
+    named one by one beside one were dropped or refused where the glob read them); else None."""
+    from packtool.storage import is_uri, locate
+    if isinstance(home, (str, os.PathLike)) and not is_uri(os.fspath(home)):
+        state = os.path.join(home, STATE)
+        return state if is_saved_folder(home) and os.path.isfile(state) else None
+    loc = locate(home) if isinstance(home, str) else home
+    if not any(loc.join(n).is_file() for n in (INFO, DICT)):
+        return None
+    state = loc.join(STATE)
+    return state.shown if state.is_file() else None
 
 
 def is_saved_folder(path: str) -> bool:
@@ -235,12 +250,8 @@ def saved_objects(found: list, quiet: bool = False, listed: bool = True) -> list
             homes.setdefault(d, prefix_of(x, d))
             return d
 
-        def state_of(home):  # on the proof a folder is asked for (is_saved_folder): another tool's state.json is none
-            if not any(homes[home].join(n).is_file() for n in (INFO, DICT)):
-                return None
-            state = homes[home].join(STATE)
-            return state.shown if state.is_file() else None
-        return _current(found, parent, state_of, lambda x: x.path, quiet, lambda home: homes[home].shown)
+        return _current(found, parent, lambda home: saved_state(homes[home]), lambda x: x.path, quiet,
+                        lambda home: homes[home].shown)
     by_path = {x.path: x for x in found}
     out, done = [], set()
     for x in found:

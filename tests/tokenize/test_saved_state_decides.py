@@ -91,10 +91,17 @@ def _foreign(tmp_path, state) -> str:
     return str(tmp_path)
 
 
+# RA-2 (s50): the files typed one by one (what the shell makes of an unquoted d/*.arrow) took a state.json
+# alone as a save's: another tool's refused ("not a datasets state.json ... save the dataset again"), a
+# datasets-like one dropped b.arrow with a note. One proof (saved_folder.saved_state) at every door.
+PATTERNS = {"d/*.arrow": ["d/*.arrow"], "**/*.arrow": ["**/*.arrow"], "one by one": ["d/a.arrow", "d/b.arrow"]}
+
+
 @pytest.mark.parametrize("where", ["local", "store"])
-@pytest.mark.parametrize("state", [{"step": 3, "epoch": 1}, [1, 2], {"_data_files": []}],
-                         ids=["an object", "a list", "datasets-like, lists none"])
-@pytest.mark.parametrize("pattern", ["d/*.arrow", "**/*.arrow"])
+@pytest.mark.parametrize("state", [{"step": 3, "epoch": 1}, [1, 2], {"_data_files": []},
+                                   {"_data_files": [{"filename": "a.arrow"}], "_fingerprint": "x"}],
+                         ids=["an object", "a list", "datasets-like, lists none", "datasets-like, lists a.arrow"])
+@pytest.mark.parametrize("pattern", PATTERNS)
 def test_a_state_json_with_no_save_to_disk_beside_it_decides_nothing(tmp_path, where, state, pattern, request):
     from packtool.notes import mark, since
     base = _foreign(tmp_path, state)
@@ -102,7 +109,7 @@ def test_a_state_json_with_no_save_to_disk_beside_it_decides_nothing(tmp_path, w
         base = f"{request.getfixturevalue('s3')}/t"
         upload_tree(str(tmp_path), base)
     start = mark()
-    got = [f.path for f in resolve_inputs([f"{base}/{pattern}"])]
+    got = [f.path for f in resolve_inputs([f"{base}/{p}" for p in PATTERNS[pattern]])]
     assert got == [f"{base}/d/a.arrow", f"{base}/d/b.arrow"], got
     assert not [n for n in since(start) if "state.json" in n], since(start)
 
