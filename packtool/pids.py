@@ -11,3 +11,15 @@ PID_MAX = 1 << 22
 def plausible_pid(pid: object) -> bool:
     """`pid` is an int a process can have (a bool is not one)."""
     return type(pid) is int and 0 < pid <= PID_MAX
+
+
+def pid_in_text(text: str) -> int | None:
+    """The pid `text` names (a record's or a name's digits) where a process can have it, else None.
+    ASCII digits only, at most 7 of them: str.isdigit() admits `²` and `①`, which int() refuses,
+    and int() of 4,300+ digits raises; either ended a run reading a damaged or foreign record in a
+    bare ValueError (RA-6)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 7):
+        return None
+    pid = int(text)
+    return pid if plausible_pid(pid) else None
+

@@ -129,7 +129,8 @@ def blas_refused(e: BaseException) -> bool:
     if tb is None or not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy"):
         return False
     wanted = next((os.environ[v] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if os.environ.get(v)), "")
-    n = int(wanted) if wanted.isdigit() else len(os.sched_getaffinity(0))
+    # ASCII digits, bounded: int() refuses `²` (isdigit admits it) and 4,300+ digits, here inside an error's handling
+    n = int(wanted) if wanted.isascii() and wanted.isdigit() and len(wanted) <= 6 else len(os.sched_getaffinity(0))
     stop, started = threading.Event(), []
     try:
         for _ in range(max(1, min(n, 64) - 1)):  # its workers: one per core less the caller's

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass
 
 from packtool.errors import PacktoolOutputError, arg, cli_flag
-from packtool.pids import plausible_pid
+from packtool.pids import pid_in_text
 from packtool.storage.conditional import ABSENT, delete_if, etag, put_if
 from packtool.storage.location import Location, bucket_gone, locate
 from packtool.storage.small_files import read_small
@@ -73,12 +73,8 @@ def holder_ok(rec: dict) -> bool:
     if not isinstance(owner, str) or type(renewed) not in (int, float) or not math.isfinite(renewed):
         return False
     pid, on, _ = owner.removeprefix("pid ").partition(" on ")
-    return not (owner.startswith("pid ") and on and pid.isdigit()) or _pid_of(pid) is not None
-
-
-def _pid_of(text: str) -> int | None:
-    """The pid `text` names, if a process can have it (int() of 4,300+ digits raises: not asked)."""
-    return int(text) if text.isdigit() and len(text) <= 7 and plausible_pid(int(text)) else None
+    # an owner naming a pid names one a process can have; one naming none (another writer's words) stands
+    return not (owner.startswith("pid ") and on and pid.isdigit()) or pid_in_text(pid) is not None
 
 
 def _foreign(prefix: Location, lock: Location) -> PacktoolOutputError:
@@ -208,10 +204,10 @@ def _dead_here(rec: dict) -> bool:
     the lease."""
     owner = str(rec.get("owner", ""))
     pid, _, host = owner.removeprefix("pid ").partition(" on ")
-    if host != socket.gethostname() or _pid_of(pid) in (None, os.getpid()):
+    if host != socket.gethostname() or pid_in_text(pid) in (None, os.getpid()):
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid_in_text(pid), 0)
     except ProcessLookupError:
         return True
     except PermissionError:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 
 from packtool.errors import PacktoolInputError, cli_flag
-from packtool.tokenize.tokenizer_config import config_switch
+from packtool.tokenize.tokenizer_config import config_switch, token_id_key
 
 # transformers' classes that load tokenizer.json as it is, reading none of these keys
 GENERIC = {"PreTrainedTokenizerFast", "TokenizersBackend"}
@@ -62,9 +62,9 @@ def _flag_edits(conf: dict, path: str | None, tok) -> tuple:
     held = tok.get_added_tokens_decoder()
     out = []
     for i, entry in decoder.items():
-        if not (isinstance(i, str) and i.isdigit() and isinstance(entry, dict)):
+        if token_id_key(i) is None or not isinstance(entry, dict):
             continue
-        have = held.get(int(i))
+        have = held.get(token_id_key(i))
         if have is None or entry.get("content") != have.content:
             continue  # refuse_absent names it
         for k in FLAGS:

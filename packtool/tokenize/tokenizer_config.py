@@ -61,6 +61,13 @@ def config_token(conf: dict, key: str, path: str | None) -> str | None:
                              f"token's text or remove the key", path=path, flag=cli_flag("tokenizer"))
 
 
+def token_id_key(key: object) -> int | None:
+    """The token id an added_tokens_decoder key names ("50257"), else None: ASCII digits, at most
+    10 (ids are below 2^31). str.isdigit() admits `²`, which int() refuses, and int() of 4,300+
+    digits raises: either was a bare ValueError, not the key's refusal (RA-6)."""
+    return int(key) if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 10 else None
+
+
 def _token_list(conf: dict, key: str, path: str | None) -> list[tuple[int | None, str]]:
     """The tokens a list key adds (additional_special_tokens; extra_special_tokens, also an
     object of name -> token in transformers 5), or added_tokens_decoder's id -> token entries, as
@@ -69,11 +76,11 @@ def _token_list(conf: dict, key: str, path: str | None) -> list[tuple[int | None
     if v is None:
         return []
     if key == "added_tokens_decoder":
-        if not isinstance(v, dict) or not all(isinstance(i, str) and i.isdigit() for i in v):
+        if not isinstance(v, dict) or not all(token_id_key(i) is not None for i in v):
             raise PacktoolInputError(f"{key} is {_kind(v)} ({json.dumps(v)[:60]}), not an object of token ids "
                                      f"(\"50257\": {{\"content\": TEXT, ...}}): fix or remove the key", path=path,
                                      flag=cli_flag("tokenizer"))
-        return [(int(i), _listed_token(conf, key, path, t)) for i, t in v.items()]
+        return [(token_id_key(i), _listed_token(conf, key, path, t)) for i, t in v.items()]
     items = list(v.values()) if key == "extra_special_tokens" and isinstance(v, dict) else v
     if not isinstance(items, list):
         raise PacktoolInputError(f"{key} is {_kind(v)} ({json.dumps(v)[:60]}), not a list of tokens: fix or "
