@@ -29,6 +29,10 @@ def available_bytes() -> int | None:
 # Arrow's allocator (Status::OutOfMemory: "realloc of size N failed"), and C++'s, as Parquet's
 # decoder passes it on inside an OSError ("Couldn't deserialize thrift: std::bad_alloc")
 _ALLOCATION = re.compile(r"\b(?:m|re|c)alloc of size (\d+) failed|std::bad_alloc|\bout of memory\b", re.I)
+# an accelerator's out of memory, in torch's words: the caching allocator's ("CUDA out of memory.
+# Tried to allocate ..."), a runtime call's ("CUDA error: out of memory": context, cuBLAS, NCCL),
+# MPS's ("MPS backend out of memory"), XPU's, ROCm's ("HIP out of memory")
+_DEVICE = re.compile(r"\b(?:CUDA|HIP|MPS|XPU)\b(?: error:| backend)? out of memory\b")
 # numpy's ("Unable to allocate 61.0 MiB for an array with shape ...") and torch's CPU allocator's
 # ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 64000000 bytes")
 _NUMPY = re.compile(r"Unable to allocate ([\d.]+ [KMGTPE]?i?B)")
@@ -80,8 +84,9 @@ def failed_allocation(e: BaseException) -> str | None:
     when `e` is one (Arrow's, numpy's, torch's CPU allocator's, C++'s bad_alloc in an OSError);
     else None."""
     text = " ".join(str(e).split())
-    if "CUDA out of memory" in text:  # a GPU's memory, not this process's (torch's own line says it)
-        return None
+    if _DEVICE.search(text) or any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("torch")
+                                   for c in type(e).__mro__):
+        return None  # an accelerator's memory, not this process's: torch's own line says it (RB-3)
     if m := _NUMPY.search(text):
         return m[1]
     if (m := _ALLOCATION.search(text)) or (m := _TORCH.search(text)):
