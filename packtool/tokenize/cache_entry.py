@@ -39,7 +39,7 @@ CACHE_VERSION = 12  # 2: content-keyed, every file checksummed; 3: null loss_mas
 # pack counts every row of one token it holds as one that trains nothing)
 # 11: assistant_masks / completion_mask are loss columns (S47A-6: an entry held every token a target)
 # 12: stops 48-49 changed rules without a bump (JSON numbers beyond float64 refused at every door, TRL's
-# two masks read as their AND); from here tests/tokenize/test_cache_rules_record.py holds the version to
+# two masks read as their AND; a number beyond float64 in a row's JSON text, RA-4); from here tests/tokenize/test_cache_rules_record.py holds the version to
 # what a corpus of entries holds, one case per rule (tests/cache_rules_corpus.py)
 FLAT_DIR = "flat"
 FLAT_FILES = ("tokens.i32", "offsets.npy")  # flat_tokens.py's files, as cache.json names them
