@@ -44,7 +44,7 @@ def inspect_figures(r) -> list[tuple[str, str, str]]:
         ("efficiency (real / physical)", fmt_pct(r.efficiency), ""),
         ("waste (padding + slack)", fmt_pct(r.waste), f"of {fmt_int(cap)} capacity tokens"),
         (f"overflow ({o.policy})", f"{fmt_int(o.sequences)} sequences",
-         overflow_text(o, r.loss_tokens is not None, fmt_int)),
+         overflow_text(o, r.loss_counted, fmt_int)),
         (f"dp={r.dp.dp} imbalance", f"{fmt_pct(r.dp.compute_imbalance)} compute",
          f"{fmt_pct(r.dp.token_imbalance)} tokens · {fmt_pct(r.dp.step_imbalance)} per step"),
     ]

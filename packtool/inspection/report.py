@@ -18,7 +18,7 @@ from packtool.inspection.compare import CompareRow, WhatIf
 from packtool.layout import compute_layout
 from packtool.packers import ATTN_COEF
 from packtool.planning.core import OverflowStats, PackingConfig
-from packtool.planning.summary import PaddingStats, padding_stats
+from packtool.planning.summary import PaddingStats, overflow_dict, padding_stats
 
 SCHEMA = "packtool-inspect"
 SCHEMA_VERSION = 1
@@ -118,8 +118,14 @@ class InspectReport:
     seconds: float = 0.0
     side_columns: list = field(default_factory=list)  # inspection/side.SideColumnReport, packed outputs
 
+    @property
+    def loss_counted(self) -> bool:
+        """Whether the loss masks were read (an output): a plan file's cuts took targets it cannot count."""
+        return self.loss_tokens is not None
+
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["overflow"] = overflow_dict(self.overflow, self.loss_counted)  # plan's rule: null, never 0
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **d}
 
 

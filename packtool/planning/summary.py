@@ -127,13 +127,33 @@ def data_changes(overflow: OverflowStats, skipped: dict | None = None, one_token
         sequences_untrained=overflow.untrained + int(one_token), sequences_one_token=int(one_token))
 
 
+def unknown_figures(o: OverflowStats, loss_counted: bool) -> tuple[str, ...]:
+    """The overflow figures a plan cannot know: those the loss masks hold (MASK_FIGURES) when the
+    masks were not read (a plan of lengths, a plan file), unless no row was cut, where 0 is
+    certain. The one rule of `plan` and `inspect --plan`, table (`?`) and --json (null) alike: a
+    reader of either took 0 targets lost for a fact (RB-6)."""
+    if loss_counted or o.sequences == 0:
+        return ()
+    return MASK_FIGURES.get(o.policy, ())
+
+
+def overflow_dict(o: OverflowStats, loss_counted: bool) -> dict:
+    """`o` as --json writes it: the figures not known (`unknown_figures`) null."""
+    d = asdict(o)
+    for k in unknown_figures(o, loss_counted):
+        d[k] = None
+    return d
+
+
 def overflow_text(o: OverflowStats, loss_counted: bool = True, fmt=lambda n: f"{n:,}") -> str:
     """The overflow figures as the pack/plan summary and `inspect` show them. Under truncate
     without the loss masks (a plan of lengths) the targets cut are unknown, never said as 0."""
-    lost = fmt(o.targets_lost) if loss_counted or o.policy not in MASK_FIGURES else "? (lengths only)"
+    unknown = unknown_figures(o, loss_counted)
+    lost = "? (lengths only)" if "targets_lost" in unknown else fmt(o.targets_lost)
     text = (f"chunks {fmt(o.chunks)} · targets lost {lost} · dropped {fmt(o.tokens_dropped)} · "
             f"singletons {fmt(o.singletons)}")
-    return text + (f" · untrained {fmt(o.untrained)}" if o.policy == "truncate" and loss_counted else "")
+    return text + (f" · untrained {fmt(o.untrained)}" if o.policy == "truncate" and "untrained" not in unknown
+                   else "")
 
 
 @dataclass(frozen=True)
@@ -192,13 +212,12 @@ class PlanSummary:
 
     def to_dict(self) -> dict:
         """--json's object. A plan of lengths alone cannot know the figures the loss masks hold
-        (MASK_FIGURES): they are null here, as its table says `?` and inspect of a plan file does,
-        never 0 (a reader of plan --json took 0 targets lost for a fact)."""
+        where a row was cut (`unknown_figures`): they are null here, as in its table's `?` and
+        inspect of a plan file, never 0."""
         d = asdict(self)
         d["changes"] = asdict(self.changes)
-        unknown = () if self.loss_counted else MASK_FIGURES.get(self.overflow.policy, ())
-        for k in unknown:
-            d["overflow"][k] = None
+        unknown = unknown_figures(self.overflow, self.loss_counted)
+        d["overflow"] = overflow_dict(self.overflow, self.loss_counted)
         if "targets_lost" in unknown:
             d["changes"]["targets_lost"] = None
         if "untrained" in unknown:  # truncate's cut to no target is part of it; the one-token rows stay counted
