@@ -130,6 +130,17 @@ def refuse_unwritable_root(cache_dir: str | None, need: str) -> None:
         raise PacktoolCacheError(f"{said} cannot be written{where} ({why}), and {need}; {fix}", path=shown, flag=flag)
 
 
+def refuse_unwritable_entry(entry: str, need: str) -> None:
+    """Refuse an entry that must gain a folder (`need`: why) in a root that takes none (a shared
+    cache mounted read-only): the flat store a Ray-built entry lacks failed as a bare `Read-only
+    file system` naming packtool's own temporary (S50A-2)."""
+    why = _cannot_make(entry) if os.path.isdir(entry) else None
+    if why:
+        flag = cli_flag("cache_dir")
+        raise PacktoolCacheError(f"{arg('cache_dir')} cannot be written ({why}), and its entry {need}; give "
+                                 f"another {arg('cache_dir')}, one that can be written", path=entry, flag=flag)
+
+
 def is_cache_entry(folder: str) -> bool:
     """Whether `folder` is a tokenized cache entry packtool wrote (cache.py's layout: `cache.json`
     beside its `data/` parts or `flat/` store), complete, damaged or set aside: how a folder input

@@ -302,6 +302,10 @@ def flat_store_for(cache) -> FlatTokens:
     if built and getattr(cache, "flat_only", False):  # nothing to rebuild it from
         raise CacheDamagedError("the flat token store, the only copy of this cache's tokens, is "
                                 "missing; delete the folder and re-run (it is rebuilt)", path=cache.root)
+    if built:
+        from packtool.tokenize.cache_root import refuse_unwritable_entry
+        refuse_unwritable_entry(cache.root, "holds no flat token store (built by --engine ray, or flat/ "
+                                            "removed), which the local engine builds there before packing")
     store = build_flat_tokens(list(cache.parquet_files), d)
     if built:
         _hold_to_record(cache, d)
