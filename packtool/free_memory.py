@@ -79,14 +79,20 @@ class DecodeOutOfMemory(MemoryError):
         self.path = path
 
 
+def device_out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is an accelerator's out of memory (torch's words, or its OutOfMemoryError class
+    with none), not this process's: the one rule of the readers' doors and train's (RB-3)."""
+    return bool(_DEVICE.search(" ".join(str(e).split()))) or any(
+        c.__name__ == "OutOfMemoryError" and c.__module__.startswith("torch") for c in type(e).__mro__)
+
+
 def failed_allocation(e: BaseException) -> str | None:
     """What an allocation that failed asked for ("61.0 MiB", or "memory" where `e` does not say),
     when `e` is one (Arrow's, numpy's, torch's CPU allocator's, C++'s bad_alloc in an OSError);
     else None."""
-    text = " ".join(str(e).split())
-    if _DEVICE.search(text) or any(c.__name__ == "OutOfMemoryError" and c.__module__.startswith("torch")
-                                   for c in type(e).__mro__):
+    if device_out_of_memory(e):
         return None  # an accelerator's memory, not this process's: torch's own line says it (RB-3)
+    text = " ".join(str(e).split())
     if m := _NUMPY.search(text):
         return m[1]
     if (m := _ALLOCATION.search(text)) or (m := _TORCH.search(text)):

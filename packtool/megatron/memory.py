@@ -56,11 +56,11 @@ _GPU_SIZE = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
 
 
 def allocation_failure(e: BaseException) -> str | None:
-    """What torch could not allocate, when `e` is its allocator's failure (cpu or cuda), else None."""
-    import torch
+    """What torch could not allocate, when `e` is its allocator's failure (cpu or an accelerator's,
+    in any of torch's words: free_memory.device_out_of_memory), else None."""
+    from packtool.free_memory import device_out_of_memory
     text = str(e)
-    if not (isinstance(e, torch.cuda.OutOfMemoryError) or "can't allocate memory" in text
-            or "CUDA out of memory" in text):
+    if not (device_out_of_memory(e) or "can't allocate memory" in text):
         return None
     if m := _CPU_SIZE.search(text):
         return f"{int(m[1]) / 2**30:,.1f} GiB"

@@ -91,3 +91,24 @@ def test_the_refusal_is_kind_resources_and_counts_the_tensor_parallel_split(slab
     memory.check_fits(shape, 2, "cpu")  # half the state per rank fits
     with pytest.raises(MemoryError, match="a test's memory"):
         memory.check_fits(shape, 1, "cpu")
+
+
+# an accelerator's out of memory in torch's other words: a CUDA runtime call's (context, cuBLAS
+# workspace, NCCL), MPS's, XPU's, ROCm's, and its class with no such words (RB-3's rule at the
+# train door: one owner, free_memory.device_out_of_memory)
+DEVICE_OOM = {
+    "cuda_runtime": RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
+    "mps": RuntimeError("MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: 1.00 MB)"),
+    "xpu": RuntimeError("XPU out of memory. Tried to allocate 2.00 GiB"),
+    "hip": RuntimeError("HIP out of memory. Tried to allocate 2.00 GiB"),
+    "torch_class": torch.OutOfMemoryError("allocation on device 0 failed"),
+}
+
+
+@pytest.mark.parametrize("form", list(DEVICE_OOM))
+def test_an_accelerators_out_of_memory_in_any_words_is_the_out_of_memory_line(form):
+    """Not "internal error (a packtool bug)", exit 3: the train's own memory line, naming the device."""
+    from packtool.megatron.memory import TrainOutOfMemory, torch_allocations
+    with pytest.raises(TrainOutOfMemory, match=r"^torch could not allocate .+ on cuda:0$"):
+        with torch_allocations("cuda:0"):
+            raise DEVICE_OOM[form]
