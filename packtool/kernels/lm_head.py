@@ -23,6 +23,7 @@ from packtool.kernels.fused_ce import FusedLinearCrossEntropy
 from packtool.kernels.fused_logprobs import FusedLinearLogprobsEntropy
 from packtool.kernels.head_loop import HeadOptions
 from packtool.kernels.reference import torch_reference_cross_entropy, torch_reference_logprobs_entropy
+from packtool.kernels.vocab_parallel import VocabShard
 from packtool.errors import PacktoolInputError
 
 IMPLS = ("fused", "torch")
@@ -54,6 +55,13 @@ def _flatten(hidden, weight, targets, loss_weights):
     return lead, h, targets.reshape(-1).long(), w
 
 
+def _shard_checked(weight, tp_group):
+    # both impls: a TP rank's vocab slice without its group is refused (the fused path's own
+    # VocabShard.of runs inside autograd, after the torch path has already returned)
+    if tp_group is None:
+        VocabShard.of(weight)
+
+
 def _check_impl(impl, tp_group):
     A.choice("impl", impl, IMPLS)
     if impl == "torch" and tp_group is not None:
@@ -70,6 +78,7 @@ def fused_linear_cross_entropy(
     if reduction not in ("sum", "none"):
         raise PacktoolInputError(f"reduction {reduction!r}: expected 'sum' or 'none'")
     lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
+    _shard_checked(weight, tp_group)
     if impl == "torch":
         out = torch_reference_cross_entropy(h, weight, t, w, reduction)
         return out if reduction == "sum" else out.reshape(lead)
@@ -91,6 +100,7 @@ def fused_linear_logprobs_entropy(
     _check_impl(impl, tp_group)
     temperature, chunk_rows = A.temperature(temperature), A.count("chunk_rows", chunk_rows, 1)
     lead, h, t, w = _flatten(hidden, weight, targets, loss_weights)
+    _shard_checked(weight, tp_group)
     if impl == "torch":
         lp, ent = torch_reference_logprobs_entropy(h, weight, t, temperature, w)
     else:

@@ -8,11 +8,14 @@ merge is the identity, so single-GPU and TP runs share one code path.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+
+from packtool.errors import PacktoolInputError
 
 if TYPE_CHECKING:  # row_stats imports triton; the shard itself is plain torch (support_logprob's CPU path)
     from packtool.kernels.row_stats import RowStats
@@ -36,6 +39,7 @@ class VocabShard:
     def of(weight: torch.Tensor, group=None) -> "VocabShard":
         v_local = weight.shape[0]
         if group is None:
+            _refuse_unnamed_slice(weight)
             return VocabShard(group=None, start=0, size=v_local, total=v_local)
         # Megatron pads the vocab so that every rank holds the same number of rows.
         world = dist.get_world_size(group)
@@ -53,6 +57,31 @@ class VocabShard:
         if self.group is not None:
             dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
         return t
+
+
+def _megatron_tp_size() -> int:
+    """megatron-core's TP world size where its groups are set up, else 1. Looked up in sys.modules:
+    the kernels never import megatron (a plain torch caller may not have it)."""
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or getattr(ps, "_TENSOR_MODEL_PARALLEL_GROUP", None) is None:
+        return 1
+    return int(ps.get_tensor_model_parallel_world_size())
+
+
+def _refuse_unnamed_slice(weight) -> None:
+    # A TP rank's output weight holds rows [rank * V/TP, (rank + 1) * V/TP): read without the group
+    # as ids from 0, rank 0 blames the data for ids above its half and rank 1 silently scores
+    # other tokens. Megatron marks the vocab-split weight (partition_dim 0), at TP 1 too, so the
+    # mark counts only while its TP group is larger than one.
+    if not (getattr(weight, "tensor_model_parallel", False) and getattr(weight, "partition_dim", -1) == 0):
+        return
+    tp = _megatron_tp_size()
+    if tp > 1:
+        v = weight.shape[0]
+        raise PacktoolInputError(
+            f"weight {tuple(weight.shape)} is this TP rank's vocab slice ({v} of {v * tp} rows, megatron's "
+            "tensor_model_parallel) and no tp_group was given: pass "
+            "tp_group=parallel_state.get_tensor_model_parallel_group()")
 
 
 def merge_row_stats(stats: RowStats, shard: VocabShard) -> SoftmaxRows:
