@@ -24,7 +24,7 @@ import numpy as np
 
 from packtool.errors import PacktoolFormatError, PacktoolInputError, arg, cli_flag
 
-__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "name_problem", "nonfinite", "side_columns_from_manifest",
+__all__ = ["DTYPES", "KINDS", "RESERVED", "SideColumn", "check_side_columns", "name_problem", "shift_clash", "nonfinite", "side_columns_from_manifest",
            "side_columns_to_manifest", "parse_names",
            "parse_side_spec", "per_token", "side_values"]
 
@@ -52,6 +52,19 @@ def name_problem(name) -> str | None:
     if name in RESERVED:
         return "the name is one of packtool's own columns or batch keys; rename the column"
     return None
+
+
+def shift_clash(names) -> tuple[str, str] | None:
+    """(name, why) for a name of `names` that is another's shift_NAME, None when none is: every
+    batch carries NAME shifted like labels as shift_NAME (SlabCollator's key, the dict a trainer
+    makes of a ThdBatch's side and side_targets), so the pair would overwrite one with the other.
+    The one pair rule for `pack --side-columns` and `packtool.online`'s `side=` keys."""
+    given = [n for n in names if isinstance(n, str)]
+    have = set(given)
+    clash = next((n for n in given if n.startswith("shift_") and n[6:] in have), None)
+    if clash is None:
+        return None
+    return clash, f"{clash!r} is the name every batch gives {clash[6:]!r} shifted like labels; rename the column"
 
 
 @dataclass(frozen=True)
@@ -307,10 +320,9 @@ def parse_side_spec(items, support=()) -> tuple[tuple[str, str | None, str], ...
         out[name] = [name, dtype, "values"]
     for name in parse_names(",".join(support or ()), "support_columns"):
         out.setdefault(name, [name, None, "values"])[2] = "support"
-    clash = next((n for n in out if n.startswith("shift_") and n[6:] in out), None)
-    if clash:  # the HF and Megatron batches carry shift_NAME beside NAME: refused here, not at training
-        raise PacktoolInputError(f"{arg('side_columns')}: {clash!r} is the name every batch gives {clash[6:]!r} shifted "
-                                 f"like labels; rename the column", flag=cli_flag("side_columns"))
+    clash = shift_clash(out)
+    if clash:  # refused here, not at training
+        raise PacktoolInputError(f"{arg('side_columns')}: {clash[1]}", flag=cli_flag("side_columns"))
     return tuple(tuple(e) for e in out.values())
 
 

@@ -33,7 +33,7 @@ from packtool.errors import one_line
 from packtool.integers import INT32_MAX, short
 from packtool.kernels.args import FLOATS
 from packtool.params import expect, torch_device
-from packtool.side import name_problem
+from packtool.side import name_problem, shift_clash
 from packtool.online.room import check_slab
 from packtool.online.step import OnlinePackError, as_lengths, check_int
 
@@ -202,8 +202,9 @@ def _side(side: dict, side_fill: dict, lens: np.ndarray, lengths, device) -> dic
         if not isinstance(d, Mapping):
             raise OnlinePackError(f"{what} must be a dict of column name -> {'tensors' if what == 'side' else 'fill'}"
                                   f", got {type(d).__name__} {short(d)}")
-    for name in side:  # pack --side-columns' rule: a later save of these rollouts through pack takes the name
-        why = name_problem(name)
+    # pack --side-columns' rule, each name and the shift_NAME pair: a later save of these rollouts
+    # through pack takes the names
+    for name, why in [(n, name_problem(n)) for n in side] + [shift_clash(side) or (None, None)]:
         if why:
             raise OnlinePackError(f"side[{short(name)}] is not a usable side column name: {why} "
                                   f"(the rule of pack's side columns, so that these rollouts can be saved under it)")

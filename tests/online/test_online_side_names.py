@@ -67,3 +67,39 @@ def test_s39_9_the_findings_names():
     for name in ["", 3, None, "a b", ("t",)]:
         with pytest.raises(OnlinePackError, match=r"^side\[.*\] is not a usable side column name"):
             pack_tensors(IDS, AL, MASK, cp_rank=0, side=_side(name), side_fill={name: 0.0})
+
+
+# S50B-7: the pair rule too. `shift_lp` beside `lp` is the key every batch gives `lp` shifted like labels
+# (SlabCollator's batch; the dict a trainer makes of a ThdBatch's side and side_targets), which pack
+# --side-columns refused and every online entry took. Both orders of the pair, each entry.
+PAIRS = {"lp first": ("lp", "shift_lp"), "shift first": ("shift_lp", "lp"),
+         "RL's names": ("old_logprobs", "shift_old_logprobs")}
+PAIR_CASES = [(e, p) for e in ENTRIES for p in PAIRS]
+
+
+@pytest.mark.parametrize("entry,pair", PAIR_CASES, ids=[f"{e}-{p}" for e, p in PAIR_CASES])
+def test_a_shift_pair_is_refused_naming_the_shift_key(entry, pair):
+    call = ENTRIES[entry]()
+    a, b = PAIRS[pair]
+    shifted = b if b.startswith("shift_") else a
+    call(side={"shift_x": [torch.randn(10), torch.randn(6)]})  # shift_ alone names no other column: taken
+    with pytest.raises(OnlinePackError) as e:
+        call(side={**_side(a), **_side(b)})
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"side[{shifted!r}] is not a usable side column name"), msg
+    assert "shifted like labels" in msg, msg
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_pair_rule_is_packs(pair):
+    """pack --side-columns refuses the same pair with the same words (side.shift_clash, one rule)."""
+    from packtool.errors import PacktoolInputError
+    from packtool.side import parse_side_spec, shift_clash
+    a, b = PAIRS[pair]
+    why = shift_clash([a, b])[1]
+    with pytest.raises(PacktoolInputError, match="shifted like labels") as e:
+        parse_side_spec([a, b])
+    assert str(e.value).endswith(why)
+    with pytest.raises(OnlinePackError) as e:
+        pack_tensors(IDS, AL, MASK, cp_rank=0, side={**_side(a), **_side(b)})
+    assert why in str(e.value)
