@@ -314,7 +314,7 @@ def build_cache(job: TokenizeJob, fingerprint: str, final: str, root: str | None
     tmp, made = None, []
     if not store:
         made = make_parents(root)  # a failed run removes the --cache-dir folders it made, no others
-        tmp = owned_temp_dir(f".tmp-{fingerprint[:12]}-{os.getpid()}-", root)  # the next run removes it if we die
+        tmp = owned_temp_dir(f".tmp-{fingerprint[:12]}-{os.getpid()}-", root, made)  # the next run removes it if we die
     try:
         if tmp:
             os.makedirs(os.path.join(tmp, DATA_DIR))

@@ -27,6 +27,7 @@ folder under a temporary's name whose pid (in the name) is gone, which a sweep r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -153,10 +154,17 @@ def drop_dead_record(path: str) -> bool:
     return True
 
 
-def owned_temp_dir(prefix: str, dir: str | None = None) -> str:
-    """`tempfile.mkdtemp` (private, exclusive), marked as this run's."""
-    d = tempfile.mkdtemp(prefix=prefix, dir=dir)
-    mark(d, made=True)
+def owned_temp_dir(prefix: str, dir: str | None = None, made: list[str] = ()) -> str:
+    """`tempfile.mkdtemp` (private, exclusive), marked as this run's. `made`: the folders this run
+    made for `dir` (make_parents), removed when no temporary can be made there (S50A-1)."""
+    try:
+        d = tempfile.mkdtemp(prefix=prefix, dir=dir)
+        mark(d, made=True)
+    except BaseException:
+        for p in sorted(made, key=len, reverse=True):  # writes.remove_created's rule (writes imports this)
+            with contextlib.suppress(OSError):
+                os.rmdir(p)
+        raise
     return d
 
 

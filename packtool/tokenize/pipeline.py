@@ -144,7 +144,7 @@ def _to_cache(inputs, cfg: TokenizeConfig, cache_dir: str | None, store: str | N
             push_entry(store, r.final)
         return r.existing
     made = make_parents(r.root)  # a run that fails removes the --cache-dir folders it made, no others
-    tmp = owned_temp_dir(f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", r.root)
+    tmp = owned_temp_dir(f".tmp-{r.fingerprint[:12]}-{os.getpid()}-", r.root, made)
     try:
         with _fewer_collections():
             try:

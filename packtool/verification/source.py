@@ -273,7 +273,7 @@ def source_store(inputs: list[str], tokenize, cache_dir: str | None = None,
     root = cache_dir or default_cache_dir()
     made = make_parents(root)  # verify leaves no --cache-dir folder it made (its cache is temporary)
     clean_cache(root)  # a killed verify's temporary cache goes with the next one
-    fresh = owned_temp_dir(f".verify-source-{os.getpid()}-", root)
+    fresh = owned_temp_dir(f".verify-source-{os.getpid()}-", root, made)
 
     def gone() -> None:
         remove_tree(fresh)
