@@ -53,6 +53,37 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_RAN = "packtool_workers"
+
+
+@contextmanager
+def running(workers: int):
+    """Within the block, `workers` threads or processes do the work: an error leaving it records
+    that count (the innermost run's), the one the run had, which --workers and cores() are not:
+    a one-shard pack writes with one thread whatever they say (min(shards, workers)), and the
+    CLI's out-of-memory line tells "--workers 1" only to a run that had more (RB-7)."""
+    try:
+        yield
+    except BaseException as e:
+        if getattr(e, _RAN, None) is None:
+            try:
+                setattr(e, _RAN, workers)
+            except AttributeError:  # an exception type that takes no attribute: the count is unknown
+                pass
+        raise
+
+
+def workers_run(e: BaseException) -> int | None:
+    """The workers the run that `e` (or an error it came from) ended had, where one recorded it."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if (n := getattr(e, _RAN, None)) is not None:
+            return n
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def process_pool(workers: int) -> ProcessPoolExecutor:
     """The pool of `workers` processes shared by every caller in this process (start-up is
     paid once); its processes take no Ctrl-C and never import the caller's main module."""

@@ -98,15 +98,17 @@ def out_of_memory(e: BaseException, command: str | None, args: dict) -> str:
         return f"out of memory in `packtool {command}`{_where(command, args, stage)}"
     key = (command, stage) if (command, stage) in _ADVICE else (command, None)
     advice = _ADVICE[key]
-    if key in _AT_ONE_WORKER and _one_worker(args):
+    if key in _AT_ONE_WORKER and _one_worker(e, args):
         advice = _AT_ONE_WORKER[key]
     return f"out of memory in `packtool {command}`{_where(command, args, stage)}: {advice}"
 
 
-def _one_worker(args: dict) -> bool:
-    """The run has one worker: --workers as pack and verify resolve it (unset: one per core)."""
-    from packtool.workers import cores
-    return (args.get("workers") or cores()) == 1
+def _one_worker(e: BaseException, args: dict) -> bool:
+    """The run had one worker: the count its pool recorded (workers.running: min(shards or
+    pieces, --workers)), else --workers as pack and verify resolve it (unset: one per core)."""
+    from packtool.workers import cores, workers_run
+    n = workers_run(e)
+    return (n if n is not None else args.get("workers") or cores()) == 1
 
 
 def threads_refused(e: BaseException, command: str | None, args: dict) -> str:

@@ -29,7 +29,7 @@ from packtool.slabs.schema import SCHEMA, side_encoding, slab_schema
 from packtool.slabs.shard_sizes import GROUP_TOKENS, group_ranges, shard_ranges, side_group_tokens
 from packtool.tokenize.checksum import shard_checksum
 from packtool.tokenize.flat_tokens import FlatTokens, token_id, token_loss
-from packtool.workers import cores as default_cores, thread_pool
+from packtool.workers import cores as default_cores, running, thread_pool
 
 
 @nb.njit(nogil=True, cache=True)
@@ -206,7 +206,7 @@ def run_shards(n: int, write_one: Callable[..., ShardInfo], workers: int | None 
     # (issue 23 class 8)
     spare = lambda: n - done[0] < cores  # noqa: E731
     heap = HeapBound(WRITE_SLACK)
-    with writing_heap():
+    with writing_heap(), running(threads):
         if threads <= 1:
             out = []
             for k in range(n):

@@ -224,7 +224,13 @@ def _report(directory, log, notes, results, source_dir, t0) -> VerifyReport:
 
 
 def _run(jobs: list[ShardJob], workers: int, advance=lambda n: None) -> list[ShardResult]:
+    from packtool.workers import running
     workers = min(workers, len(jobs))
+    with running(max(workers, 1)):
+        return _run_in(jobs, workers, advance)
+
+
+def _run_in(jobs: list[ShardJob], workers: int, advance) -> list[ShardResult]:
     if workers <= 1:
         return [_done(check_shard(j), advance) for j in jobs]
     from packtool.workers import process_pool, stop_process_pool, submit_all

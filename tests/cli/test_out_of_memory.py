@@ -86,3 +86,43 @@ def test_a_run_at_one_worker_is_not_told_to_pass_workers_1(key, workers, monkeyp
     line = memory.out_of_memory(MemoryError(), command, {"workers": 4 if workers else None, "inputs": ["d.jsonl"],
                                                          "directory": "o"})
     assert "already" not in line and "--workers 1" in line, line
+
+
+# RB-7: the one-worker advice was judged by --workers / cores(), not by the workers the run had:
+# min(shards, workers) writer threads, min(workers, pieces) verify processes. A one-shard pack (or
+# a one-piece verify) at the default --workers on more than one core ran one and was told to pass
+# --workers 1. Every stage whose advice names --workers, through the CLI, on two cores.
+def _rows(tmp_path):
+    import json
+    with open(tmp_path / "rows.jsonl", "w") as f:
+        for i in range(6):
+            f.write(json.dumps({"input_ids": list(range(1, 8 + i)), "loss_mask": [1] * (7 + i)}) + "\n")
+
+
+RAN_ONE = {  # run -> (what fails, in which module, argv in tmp_path)
+    "pack, one shard": (("packtool.slabs.writer.write_shard_file", "packtool.slabs.routed.write_shard_file"),
+                        "packtool.slabs.writer",
+                        ["pack", "rows.jsonl", "-C", "64", "-o", "out", "--cache-dir", "c", "-q"]),
+    "verify, one piece": (("packtool.verification.run.check_shard",), "packtool.verification.shard",
+                          ["verify", "out", "-q"]),
+}
+
+
+@pytest.mark.parametrize("run", RAN_ONE)
+def test_a_run_that_had_one_worker_is_not_told_to_pass_workers_1(run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _rows(tmp_path)
+    if run.startswith("verify"):
+        assert run_main(monkeypatch, RAN_ONE["pack, one shard"][2]) == [0]
+    monkeypatch.setattr("packtool.workers.cores", lambda: 2)
+    monkeypatch.setattr("packtool.slabs.writer.default_cores", lambda: 2)
+    monkeypatch.setattr("packtool.verification.run.cores", lambda: 2)
+    sites, module, argv = RAN_ONE[run]
+    import packtool.slabs.routed  # noqa: F401  (imported here, not first under the patch: it keeps the name)
+    for site in sites:
+        monkeypatch.setattr(site, raiser(module))
+    capsys.readouterr()
+    assert run_main(monkeypatch, argv) == [2]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "out of memory" in err[0], err
+    assert "already (--workers 1)" in err[0] and "try --workers" not in err[0] and "(--workers 1:" not in err[0], err
