@@ -36,9 +36,6 @@ def check_store_flags(command: str | None, args: dict) -> None:
     packtool cannot use there."""
     from packtool.output.paths import refuse_uri
     from packtool.storage import check_form, check_uri, is_uri
-    if command == "pack":  # --split / --config with a URI: before it is asked of or taken for a Hub name
-        from packtool.tokenize.store_split import refuse_store_split
-        refuse_store_split(_values(args.get("inputs")), args.get("split"), args.get("config"))
     store = STORE_PARAMS.get(command or "", set())
     for name in sorted(PATH_PARAMS.get(command or "", ())):
         said = PARAM_ARG.get(name, name)
@@ -51,6 +48,10 @@ def check_store_flags(command: str | None, args: dict) -> None:
                 check_uri(spec, said)
             else:
                 refuse_uri(spec, said, reads=name not in LOCAL_WRITES.get(command, ()))
+    if command == "pack":  # --split / --config with a URI: before it is asked of or taken for a Hub name, after
+        # its store is checked (RB-13: a store that does not answer is its own line, with --split or not)
+        from packtool.tokenize.store_split import refuse_store_split
+        refuse_store_split(_values(args.get("inputs")), args.get("split"), args.get("config"))
 
 
 __all__ = ["LOCAL_WRITES", "PARAM_ARG", "STORE_PARAMS", "WRITTEN", "check_store_flags"]

@@ -227,6 +227,13 @@ def _glob_base(spec: str) -> str:
     return os.path.dirname(head) or "."
 
 
+def nothing_found(spec: str) -> PacktoolInputError:
+    """A store URI whose listing found nothing: what reading it says, and --split's refusal of it
+    (store_split) alike."""
+    return PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
+                              else "input not found (no such object or prefix)", path=locate(spec).shown)
+
+
 def _store_files(spec: str, owns: list, quiet: bool = False, above: dict | None = None) -> list[InputFile]:
     """An object-store URI: one object, every data object below a prefix, or a glob's
     matches (packtool.storage.globs.expand), each named by its URI without secrets."""
@@ -249,8 +256,7 @@ def _store_files(spec: str, owns: list, quiet: bool = False, above: dict | None 
             raise PacktoolInputError(said + own.only_own(), path=locate(spec).shown)
     found = saved_objects(found, quiet, listed=not one)  # a datasets save_to_disk prefix read as itself, as a local folder is
     if not found:
-        raise PacktoolInputError("glob matched no objects" if any(c in spec for c in "*?[")
-                                 else "input not found (no such object or prefix)", path=locate(spec).shown)
+        raise nothing_found(spec)
     if one and not _kind_of(found[0].path):
         raise PacktoolInputError(f"unknown file type, or data packtool cannot read; expected {READ_KINDS}: "
                                  f"decompress or convert it, or pass the readable objects themselves",

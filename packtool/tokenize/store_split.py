@@ -22,25 +22,29 @@ def refuse_store_split(inputs: list[str], split: str | None, config: str | None)
     for spec in inputs if given else ():
         if is_uri(spec):
             fix = _split_fix(spec, split, config) if split else "pass the configuration's own objects"
-            fix = fix or f"no object below it names split {split}: pass the objects that hold it"
             raise PacktoolConfigError(f"{arg(given)} reads a dataset name or a local folder through datasets, never "
                                       f"a store URI; {fix} without {arg(given)}", path=shown(spec),
                                       flag=cli_flag(given))
 
 
-def _split_fix(spec: str, split: str, config: str | None) -> str | None:
+def _split_fix(spec: str, split: str, config: str | None) -> str:
     """What reads `split` alone from the store URI `spec` (a prefix, or a glob matching prefixes),
     below the prefix the listing found (a glob's match, not its text). S48A-15: the fix was
-    PREFIX/SPLIT/ for every prefix, which a repo of split-named files does not have. None:
-    nothing there names the split."""
-    from packtool.storage import expand
+    PREFIX/SPLIT/ for every prefix, which a repo of split-named files does not have. A listing
+    that did not answer, or found nothing, raises what reading the input without --split says
+    (RA-10, RB-13: "no object below it names split S" was said of a store never listed)."""
+    from packtool.storage import check_form, expand
     from packtool.tokenize.file_kinds import kind_of
+    from packtool.tokenize.readers import nothing_found
     listed: list = []
     folders: list = []
-    try:
-        expand(spec, listed, folders=folders)
-    except Exception:  # not listed: reading the input says why
-        return None
+    check_form(spec, "inputs")
+    try:  # a store not reached, or refusing, is its own line naming INPUTS, as without --split
+        found = expand(spec, listed, name="inputs", folders=folders)
+    except FileNotFoundError:
+        found = []
+    if not found:
+        raise nothing_found(spec)
     paths = set(listed[1:])
     want = _WORD.get(split, split)
     for prefix in folders:
@@ -59,7 +63,10 @@ def _split_fix(spec: str, split: str, config: str | None) -> str | None:
             part = _partition(rel)
             return f"pass that split's objects alone ({shown_as}/{part}/)" if part else \
                 f"pass that split's objects alone ({shown_as}/{_split_pattern(rel)})"
-    return None
+    below = tuple(p.path.rstrip("/") + "/" for p in folders)
+    if folders and all(f.path.startswith(below) for f in found):  # every object found was looked at
+        return f"no object below it names split {split}: pass the objects that hold it"
+    return "pass the objects that hold it"  # an object, or a glob's objects, matched as themselves
 
 
 def _configured(configs: list, shown_as: str, split: str, config: str | None) -> str | None:

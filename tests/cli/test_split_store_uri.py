@@ -22,10 +22,11 @@ URIS = ["s3://ddb/dd/", "s3://ddb/dd", "s3://ddb/dd/data.jsonl"]
 
 @pytest.mark.parametrize("uri", URIS)
 @pytest.mark.parametrize("flags", FLAGS)
-def test_split_or_config_with_a_store_uri_is_refused_naming_the_prefix(s3_endpoint, monkeypatch, uri, flags):
-    from conftest import S3_ENV
-    for k, v in {**S3_ENV, "AWS_ENDPOINT_URL": s3_endpoint}.items():  # the listing finds no bucket
-        monkeypatch.setenv(k, v)
+def test_split_or_config_with_a_store_uri_is_refused_naming_the_prefix(s3, monkeypatch, uri, flags):
+    from packtool.storage import locate
+    uri = uri.replace("s3://ddb", s3)
+    # a store that answers (one that does not: test_split_store_unlisted)
+    locate(f"{s3}/dd/data.jsonl").write_bytes(b'{"input_ids": [1, 2]}\n')
     import packtool.tokenize.hub_load as hf
     monkeypatch.setattr(hf, "load_dataset", lambda *a, **k: pytest.fail("a store URI reached the datasets door"))
     r = runner.invoke(app, ["--json", "pack", uri, *FLAGS[flags], "--tokenizer", GPT2, "-C", "64", "--dry-run"])
@@ -34,5 +35,6 @@ def test_split_or_config_with_a_store_uri_is_refused_naming_the_prefix(s3_endpoi
     msg, flag = err["message"], FLAGS[flags][0]
     assert err["flag"] == flag and flag in msg and "store" in msg, err
     assert "Hub" not in msg and "hf download" not in msg and "\n" not in msg, msg
-    if flag == "--split":  # no bucket: nothing to name (test_split_store_fix names each layout's)
-        assert "no object below it names split train" in msg, msg
+    if flag == "--split":  # no split named (test_split_store_fix names each layout's); an object is no listing
+        claim = "no object below it names split train"
+        assert (claim in msg) == (not uri.endswith(".jsonl")) and "pass the objects that hold it" in msg, msg
