@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from typing import Any
 
 import numpy as np
 
@@ -290,5 +291,33 @@ def group_coords(rank_name: str, rank: int, size_name: str, size: int | None, gr
     return rank, n
 
 
+def process_coords(axis: str, rank: int, size: int | None, group, where: str = "") -> tuple[int, int | None, Any]:
+    """(rank, size, group) of this process on `axis` ("dp", "cp"): a group not given is the one
+    megatron's parallel_state runs for it (more than one rank) when what was given agrees with it
+    (size left out or equal, rank left at 0 or equal); then `group_coords`. Given in part (rank and
+    size without the group: megatron hands them out by two calls) the group was None, and the DP sum
+    of the loss tokens was each rank's own count, with no word (RB-11)."""
+    if group is None:
+        r, n, g = _parallel_state({"dp": "data", "cp": "context"}[axis])
+        if g is not None and (size is None or size == n) and rank in (0, r):
+            group = g
+    rank, size = group_coords(f"{axis}_rank", rank, f"{axis}_size", size, group, f"{axis}_group", where)
+    return rank, size, group
+
+
+def _parallel_state(kind: str) -> tuple[int, int, Any]:
+    """(rank, size, group) of megatron parallel_state's `kind` ("data", "context") group when one of
+    more than one rank runs, else (0, 1, None)."""
+    try:
+        from megatron.core import parallel_state as ps
+        if ps.model_parallel_is_initialized():
+            size = getattr(ps, f"get_{kind}_parallel_world_size")()
+            if size > 1:
+                return (getattr(ps, f"get_{kind}_parallel_rank")(), size, getattr(ps, f"get_{kind}_parallel_group")())
+    except (ImportError, AssertionError, RuntimeError):  # no megatron, or its state not set up: none runs
+        pass
+    return 0, 1, None
+
+
 __all__ = ["RANGES", "WORKERS_MAX", "arguments", "check_fields", "checked", "count", "expect", "group_coords", "names",
-           "path", "position", "switch", "text"]
+           "path", "position", "process_coords", "switch", "text"]

@@ -8,6 +8,7 @@ Use from your own megatron-core training script (one process per GPU, after
 
     ds = PackedSlabDataset("packed/", dp_rank=ps.get_data_parallel_rank(),
                            dp_size=ps.get_data_parallel_world_size(),
+                           dp_group=ps.get_data_parallel_group(),
                            cp_rank=ps.get_context_parallel_rank(),
                            cp_size=ps.get_context_parallel_world_size(),
                            cp_group=ps.get_context_parallel_group(),
@@ -43,7 +44,7 @@ from packtool.align import Alignment
 from packtool.integers import INT64_MAX
 from packtool.megatron.batching import StepPlan, check_budget, merge_slabs, plan_epoch
 from packtool.megatron.thd import ThdBatch, make_thd_batch
-from packtool.params import checked, group_coords, position, torch_device
+from packtool.params import checked, position, process_coords, torch_device
 from packtool.slabs.format import SlabManifest
 from packtool.slabs.reader import SlabIndex, SlabReader
 
@@ -57,11 +58,18 @@ class Step:
     loss_tokens: int  # this DP rank's loss tokens in the step (full micro-batches, all CP)
     real_tokens: int
     dp_group: Any = None
+    dp_size: int = 1
 
     def global_loss_tokens(self, device: Any = None) -> int:
         """Loss tokens of the step summed over DP ranks (an all-reduce when DP > 1)."""
         device = torch_device("device", device, optional=True)
         if self.dp_group is None:
+            if self.dp_size > 1:  # this rank's own count as every rank's denominator: a mis-weighted loss
+                raise PacktoolConfigError(
+                    f"global_loss_tokens: the dataset runs {arg('dp_size', self.dp_size)} but has no dp_group to "
+                    f"sum the step's loss tokens over ({self.loss_tokens} are this rank's alone): pass dp_group "
+                    f"to PackedSlabDataset (e.g. ps.get_data_parallel_group()), or sum step.loss_tokens over "
+                    f"the DP ranks yourself")
             return self.loss_tokens
         import torch
         import torch.distributed as dist
@@ -123,13 +131,14 @@ def check_max_seq(ds: "PackedSlabDataset", max_seq: int, whose: str) -> None:
 class PackedSlabDataset:
     """Streams a packtool slab directory as optimizer steps of THD micro-batches.
 
-    dp_rank/dp_size: this rank's data-parallel coordinates (default: dp_group's rank and size, else
-      those of the DP megatron's parallel_state runs, else 0 of 1). When the manifest holds a DP
-      plan (`--dp N` at pack time), dp_size must equal N and the slabs' dp_rank/step are
-      followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
-    cp_rank/cp_size: context-parallel coordinates; cp_size defaults to cp_group's size, else the
-      CP megatron's parallel_state runs (its rank, size and group, when none of the three is
-      given), else 1 (whole slabs, whatever CP they were packed for). Each rank gets chunks r and 2cp-1-r of
+    dp_rank/dp_size/dp_group: this rank's data-parallel coordinates (default: dp_group's rank and
+      size, else those of the DP megatron's parallel_state runs, else 0 of 1); a group left out is
+      parallel_state's when the rank and size given agree with it (params.process_coords). dp_group
+      sums Step.global_loss_tokens(): with dp_size > 1 and none, that call is refused. When the
+      manifest holds a DP plan (`--dp N` at pack time), dp_size must equal N and the slabs'
+      dp_rank/step are followed; otherwise slabs are dealt round-robin, `grad_accum` per rank per step.
+    cp_rank/cp_size/cp_group: context-parallel coordinates, taken as the DP ones are; cp_size
+      else 1 (whole slabs, whatever CP they were packed for). Each rank gets chunks r and 2cp-1-r of
       every segment (packtool.layout),
       so slabs packed for another CP train as they are when their segments divide into
       2*cp_size chunks (packed cp=4 trains at cp=2 or 1); otherwise one line names the re-pack.
@@ -151,13 +160,9 @@ class PackedSlabDataset:
                 ("seed", seed), ("grad_accum", grad_accum), ("micro_batch_tokens", micro_batch_tokens),
                 ("row_group_cache", row_group_cache)))
         device = torch_device("device", device)  # at the call, not at the first micro-batch made
-        # none of a group's three given: the DP / CP this process runs (megatron's parallel_state)
-        if cp_size is None and cp_group is None and cp_rank == 0:
-            cp_rank, cp_size, cp_group = _process_group("context")
-        if dp_size is None and dp_group is None and dp_rank == 0:
-            dp_rank, dp_size, dp_group = _process_group("data")
-        cp_rank, cp_size = group_coords("cp_rank", cp_rank, "cp_size", cp_size, cp_group, "cp_group", f"{path}: ")
-        dp_rank, dp_size = group_coords("dp_rank", dp_rank, "dp_size", dp_size, dp_group, "dp_group", f"{path}: ")
+        # a group not given: the DP / CP this process runs (megatron's parallel_state), when it agrees
+        cp_rank, cp_size, cp_group = process_coords("cp", cp_rank, cp_size, cp_group, f"{path}: ")
+        dp_rank, dp_size, dp_group = process_coords("dp", dp_rank, dp_size, dp_group, f"{path}: ")
         dp_size = 1 if dp_size is None else dp_size
         self.manifest = SlabManifest.read(path, argument)  # argument: a caller's name for `path` (train: data_dir)
         self.align = self.manifest.alignment
@@ -173,7 +178,7 @@ class PackedSlabDataset:
                                       f"0..{dp_size - 1}")
         if grad_accum < 1:
             raise PacktoolConfigError(f"{arg('grad_accum')} must be >= 1, got {grad_accum}")
-        self.cp_size = _training_cp(path, cp_size, cp_rank, cp_group)
+        self.cp_size = _training_cp(path, cp_size, cp_rank)
         need_s = Alignment(cp=self.cp_size).s  # the CP zigzag's per-sequence multiple
         if self.align.s % need_s:
             raise PacktoolConfigError(f"{path} was packed for cp={self.align.cp} (segments padded to "
@@ -246,7 +251,8 @@ class PackedSlabDataset:
                 real = [m for m in mbs if m is not None]
                 yield Step(step=p.step, epoch=epoch, micro_batches=mbs, n_empty=p.n_empty,
                            loss_tokens=sum(m.num_loss_tokens for m in real),
-                           real_tokens=sum(m.num_tokens for m in real), dp_group=self.dp_group)
+                           real_tokens=sum(m.num_tokens for m in real), dp_group=self.dp_group,
+                           dp_size=self.dp_size)
                 done += 1
                 if max_steps is not None and done >= max_steps:
                     return
@@ -287,35 +293,11 @@ def _job_rank(dp_rank: int, cp_rank: int, cp_size: int) -> int:
     return (dist.get_rank() or own) if dist.is_available() and dist.is_initialized() else own
 
 
-def _process_group(kind: str) -> tuple[int, int | None, Any]:
-    """(rank, size, group) of megatron parallel_state's `kind` ("data", "context") group when it has
-    more than one rank, else (0, None, None): a CP job's dataset built without its arguments handed
-    every CP rank the whole slab and a CP model summed cp x the gradient, with no word (S49B-3); a
-    DP job's, every DP rank the whole epoch."""
-    try:
-        from megatron.core import parallel_state as ps
-        if ps.model_parallel_is_initialized():
-            size = getattr(ps, f"get_{kind}_parallel_world_size")()
-            if size > 1:
-                return (getattr(ps, f"get_{kind}_parallel_rank")(), size,
-                        getattr(ps, f"get_{kind}_parallel_group")())
-    except (ImportError, AssertionError, RuntimeError):  # no megatron, or its state not set up: none runs
-        pass
-    return 0, None, None
-
-
-def _training_cp(path: str, cp_size: int | None, cp_rank: int, cp_group: Any) -> int:
-    """The CP size training runs: cp_size, else cp_group's size, else 1; the two (and cp_rank)
-    must agree, or one line says which to change. Never the packed cp by default (S48B-4): a
-    process with no CP group was handed CP rank 0's half of every segment, without a word."""
-    group_size = int(cp_group.size()) if cp_group is not None and hasattr(cp_group, "size") else None
-    if cp_size is None:
-        cp_size = group_size if group_size is not None else 1
-    if not isinstance(cp_size, int) or cp_size < 1:
-        raise PacktoolConfigError(f"cp_size must be a positive integer, got {cp_size!r}")
-    if group_size is not None and group_size != cp_size:
-        raise PacktoolConfigError(f"{path}: cp_size={cp_size} but cp_group has {group_size} ranks: pass "
-                         f"cp_size={group_size} (the training CP)")
+def _training_cp(path: str, cp_size: int | None, cp_rank: int) -> int:
+    """The CP size training runs: cp_size (a group's size once params.process_coords has asked it),
+    else 1, never the packed cp (S48B-4: a process with no CP group was handed CP rank 0's half of
+    every segment, without a word); cp_rank within it."""
+    cp_size = 1 if cp_size is None else cp_size
     if not 0 <= cp_rank < cp_size:
         raise PacktoolConfigError(f"{path}: cp_rank {cp_rank} out of range for cp_size {cp_size}: pass "
                          f"cp_size (the training CP, e.g. ps.get_context_parallel_world_size())")

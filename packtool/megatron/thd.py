@@ -29,7 +29,7 @@ from packtool.layout import (
     segment_of_position,
     shift_like_labels,
 )
-from packtool.params import torch_device
+from packtool.params import group_coords, torch_device
 
 __all__ = ["SlabSeqParams", "ThdBatch", "shifted_targets", "positions_in_segment", "build_thd_params",
            "make_thd_batch", "side_tensors"]
@@ -98,8 +98,11 @@ def shifted_targets(input_ids: np.ndarray, loss_mask: np.ndarray,
 def build_thd_params(seg_len: np.ndarray, seg_padded: np.ndarray, cp: int, cp_rank: int,
                      device: torch.device | str = "cpu", cp_group: Any = None) -> SlabSeqParams:
     """PackedSeqParams(qkv_format='thd') for CP rank `cp_rank` of a slab whose segments
-    have real lengths `seg_len` and physical lengths `seg_padded`."""
+    have real lengths `seg_len` and physical lengths `seg_padded`; cp_group, when given, supplies
+    the rank and size (params.group_coords), a contrary one is refused."""
     device = torch_device("device", device)
+    cp_rank, cp = group_coords("cp_rank", cp_rank, "cp", cp, cp_group, "cp_group", "build_thd_params: ")
+    cp = 1 if cp is None else cp
     seg_len = np.asarray(seg_len, np.int64)
     seg_padded = np.asarray(seg_padded, np.int64)
     cu = np.concatenate(([0], np.cumsum(seg_len))).astype(np.int32)
@@ -180,13 +183,17 @@ def _checked_mask(loss_mask) -> np.ndarray:
 
 
 def make_thd_batch(input_ids: np.ndarray, loss_mask: np.ndarray, seg_len: np.ndarray,
-                   seg_padded: np.ndarray, cp: int = 1, cp_rank: int = 0,
+                   seg_padded: np.ndarray, cp: int | None = None, cp_rank: int = 0,
                    device: torch.device | str = "cpu", cp_group: Any = None,
                    side: dict | None = None, side_fill: dict | None = None) -> ThdBatch:
     """Slice a full (all-CP-ranks) THD micro-batch for one CP rank and build its params.
     side: per-token columns of the full micro-batch (name -> [T] or [T, K]), their pads
-    holding `side_fill[name]`."""
+    holding `side_fill[name]`. cp and cp_rank default to cp_group's size and this process's rank
+    in it (params.group_coords), else 1 and 0: a group given alone left every CP rank slicing rank
+    0's chunks, a batch the model's CP check passed (RB-1)."""
     device = torch_device("device", device)
+    cp_rank, cp = group_coords("cp_rank", cp_rank, "cp", cp, cp_group, "cp_group", "make_thd_batch: ")
+    cp = 1 if cp is None else cp
     seg_len = np.asarray(seg_len, np.int64)
     seg_padded = np.asarray(seg_padded, np.int64)
     cu_pad = np.concatenate(([0], np.cumsum(seg_padded)))

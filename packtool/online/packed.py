@@ -29,7 +29,7 @@ from packtool.layout import (
     shift_like_labels,
     token_destinations,
 )
-from packtool.errors import one_line
+from packtool.errors import PacktoolConfigError, one_line
 from packtool.integers import INT32_MAX, short
 from packtool.kernels.args import FLOATS
 from packtool.params import expect, torch_device
@@ -327,6 +327,11 @@ def pack_tensors(input_ids: Sequence[torch.Tensor] | torch.Tensor, alignment: Al
     pad_id = check_int("pad_id", pad_id, 0)
     if check_int("cp_rank", cp_rank, 0) >= cp:
         raise OnlinePackError(f"cp_rank must be in 0..{cp - 1} for cp={cp}, got {cp_rank}")
+    if cp > 1 and alignment.s % (2 * cp):  # the zigzag cuts every segment into 2*cp chunks (packtool.layout)
+        raise PacktoolConfigError(f"alignment is for cp={alignment.cp} (segments padded to multiples of "
+                                  f"{alignment.s}) but the batch is cut for cp_size={cp} (given, or cp_group's "
+                                  f"size), which needs multiples of {2 * cp}: pass Alignment(cp={cp}, ...), the "
+                                  f"CP you train with (or neither cp_size nor cp_group, to train without CP)")
     lay = compute_layout(lens, np.array([0, lens.size]), alignment)
     T = int(lay.slab_len[0])
     check_slab(T, alignment, sum(v.element_size() * (v.shape[1] if v.dim() == 2 else 1)

@@ -18,8 +18,7 @@ from megatron_slabs import greedy_bins, random_sequences, thread_cp_groups, writ
 from packtool.align import Alignment  # noqa: E402
 from packtool.errors import PacktoolConfigError  # noqa: E402
 from packtool.megatron.dataset import PackedSlabDataset  # noqa: E402
-from packtool.megatron.model import GPTShape, build_gpt, token_losses  # noqa: E402
-from packtool.megatron.parallel import init_parallel  # noqa: E402
+from packtool.megatron.model import GPTShape  # noqa: E402
 from packtool.megatron.thd import make_thd_batch  # noqa: E402
 
 ALIGN = Alignment(cp=2, capacity=64)
@@ -86,16 +85,26 @@ DOORS = {"PackedSlabDataset(cp_size=2)": _by_dataset, "make_thd_batch(cp=2)": _b
          "online thd_batch(Alignment(cp=2))": _by_online}
 
 
+# RB-4: the rule is for a model of CP 2 given a cp=2 batch without its group (a CP-1 model refuses the
+# batch earlier, for the CP mismatch, in words that hold "cp_group" too): its own words, at every door
 @pytest.mark.parametrize("door", sorted(DOORS))
 def test_a_cp_batch_without_cp_group_is_refused_naming_cp_group(packed, door):
-    init_parallel(1, 1, "cpu")
-    model = build_gpt(SHAPE, seed=1)
     mb = DOORS[door](packed)
-    assert mb.params.cp_size == 2
+    assert mb.params.cp_size == 2 and mb.params.cp_group is None
+    q = torch.zeros(mb.input_ids.shape[1], SHAPE.heads, SHAPE.hidden // SHAPE.heads)
     with pytest.raises(PacktoolConfigError) as e:
-        token_losses(model, mb)
+        _attention(2)(q, q, q, None, packed_seq_params=mb.params)
     msg = str(e.value)
-    assert "cp_group" in msg and "cp_size" in msg and "\n" not in msg, msg
+    assert "no cp_group to gather" in msg and "pass cp_group" in msg and "\n" not in msg, msg
+
+
+def _attention(model_cp):
+    from dataclasses import replace as dc_replace
+
+    from packtool.megatron.attention import PackedCoreAttention
+    from packtool.megatron.model import transformer_config
+    cfg = dc_replace(transformer_config(SHAPE, torch.float32, torch.device("cpu")), context_parallel_size=model_cp)
+    return PackedCoreAttention(cfg, 1, None, "self")
 
 
 # S49B-3: in a CP=2 job (megatron's parallel_state holding a CP group of 2), a dataset built without
@@ -118,15 +127,10 @@ def test_a_dataset_with_no_cp_arguments_takes_the_cp_the_process_runs(packed, mo
 
 @pytest.mark.parametrize("batch_cp,model_cp", [(1, 2), (2, 1)])
 def test_a_model_refuses_a_batch_made_for_another_cp(packed, batch_cp, model_cp):
-    from dataclasses import replace as dc_replace
-
-    from packtool.megatron.attention import PackedCoreAttention
-    from packtool.megatron.model import transformer_config
     groups = thread_cp_groups(2)
     ds = PackedSlabDataset(packed, cp_size=batch_cp, cp_group=groups[0] if batch_cp > 1 else None)
     mb = ds.load([0])
-    cfg = dc_replace(transformer_config(SHAPE, torch.float32, torch.device("cpu")), context_parallel_size=model_cp)
-    attn = PackedCoreAttention(cfg, 1, None, "self")
+    attn = _attention(model_cp)
     t = mb.input_ids.shape[1]
     q = torch.zeros(t, SHAPE.heads, SHAPE.hidden // SHAPE.heads)
     with pytest.raises(PacktoolConfigError) as e:
@@ -169,10 +173,37 @@ def test_a_rank_or_size_against_the_group_is_refused_naming_both(packed, axis):
         PackedSlabDataset(packed, **{f"{axis}_size": 4, f"{axis}_group": groups[0]})
 
 
-def test_online_thd_batch_given_cp_group_takes_its_rank():
+# RB-1: make_thd_batch (exported) never asked the group: make_thd_batch(cp=2, cp_group=G) on CP rank 1
+# sliced rank 0's chunks and the model's CP check passed. Every door that makes a micro-batch, given
+# the group of CP rank 1 alone, makes rank 1's; a contrary rank is refused naming both.
+def _given_dataset(packed, **kw):
+    return PackedSlabDataset(packed, **kw).load([0])
+
+
+def _given_make_thd_batch(packed, **kw):
+    full = _slab(packed)
+    seg = np.diff(full.params.cu_seqlens_q_padded.numpy())
+    kw = {{"cp_size": "cp"}.get(k, k): v for k, v in kw.items()}
+    return make_thd_batch(full.input_ids[0].numpy(), (full.loss_weight[0] > 0).numpy().astype(np.uint8),
+                          np.asarray(full.seg_real), seg, **kw)
+
+
+def _given_online(packed, **kw):
     from packtool.online import thd_batch
+    return thd_batch([torch.arange(1, 20), torch.arange(3, 14)], ALIGN, **kw)
+
+
+GIVEN_DOORS = {"PackedSlabDataset": _given_dataset, "make_thd_batch": _given_make_thd_batch,
+               "online thd_batch": _given_online}
+
+
+@pytest.mark.parametrize("door", sorted(GIVEN_DOORS))
+def test_every_door_given_cp_group_alone_makes_that_ranks_chunks(packed, door):
     groups = thread_cp_groups(2)
-    seqs = [torch.arange(1, 20), torch.arange(3, 14)]
-    got, ref = thd_batch(seqs, ALIGN, cp_group=groups[1]), thd_batch(seqs, ALIGN, cp_rank=1, cp_group=groups[1])
-    assert got.params.cp_rank == 1
+    make = GIVEN_DOORS[door]
+    got, ref = make(packed, cp_group=groups[1]), make(packed, cp_rank=1, cp_size=2, cp_group=groups[1])
+    assert (got.params.cp_rank, got.params.cp_size) == (1, 2), door
     torch.testing.assert_close(got.input_ids, ref.input_ids, rtol=0, atol=0)
+    torch.testing.assert_close(got.labels, ref.labels, rtol=0, atol=0)
+    with pytest.raises(PacktoolConfigError, match="cp_rank=1 but this process is rank 0 of cp_group"):
+        make(packed, cp_rank=1, cp_group=groups[0])

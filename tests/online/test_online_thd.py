@@ -235,3 +235,21 @@ def test_side_columns_flat_with_lengths_and_default_fills():
     assert a.side_targets["lp"][0].tolist() == pytest.approx([.2, .3, 0, 0, .5, 0, 0, 0])
     assert a.side_targets["sup"][0, :, 0].tolist() == [2, 3, -1, -1, 6, -1, -1, -1]
     assert a.side["sup"].shape == (1, 8, 2) and a.side["sup"].dtype == torch.int32
+
+
+# RB-10: thd_batch's CP taken from cp_group (or given as cp_size) over an Alignment packed for a CP whose
+# segments do not split into 2*cp chunks ended in layout's words ("seg_padded: segment 0 ...", an
+# argument thd_batch has not, kind input): refused up front naming the Alignment, kind config
+@pytest.mark.parametrize("door,how", [("thd_batch", "cp_group"), ("thd_batch", "cp_size"),
+                                      ("pack_tensors", "cp_size")])  # pack_tensors takes no group
+def test_an_alignment_for_another_cp_is_refused_naming_it(door, how):
+    from megatron_slabs import thread_cp_groups
+
+    from packtool.errors import PacktoolConfigError
+    from packtool.online.packed import pack_tensors
+    kw = {"cp_group": thread_cp_groups(2)[1]} if how == "cp_group" else {"cp_size": 2}
+    call = thd_batch if door == "thd_batch" else pack_tensors
+    with pytest.raises(PacktoolConfigError) as e:
+        call([torch.arange(1, 20), torch.arange(3, 14)], Alignment(capacity=64), **kw)
+    msg = str(e.value)
+    assert "alignment is for cp=1" in msg and "pass Alignment(cp=2" in msg and "\n" not in msg, msg
