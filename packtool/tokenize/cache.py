@@ -70,6 +70,7 @@ from packtool.tokenize.cache_parts import (
 )
 from packtool.tokenize.cache_pieces import CacheLengths, cache_pieces, cache_shards  # noqa: F401  (re-exported)
 from packtool.tokenize.encode import TokenizerInfo
+from packtool.tokenize.flat_ranges import flat_rows
 from packtool.tokenize.side_store import read_dense
 
 
@@ -274,19 +275,10 @@ class TokenizedCache:
 
     @_entry_requests
     def _flat_rows_of_store(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(words, offsets) of the distinct rows of `idx`, in order, from a store entry's flat/:
-        one ranged read per run of consecutive rows (the local store is mapped whole instead)."""
-        offsets = self._flat_offsets(0, self.num_rows + 1)
-        rows = np.unique(idx)
-        if not rows.size:
-            return np.zeros(0, np.int32), np.zeros(1, np.int64)
-        cut = np.nonzero(np.diff(rows) != 1)[0] + 1
-        firsts, lasts = rows[np.r_[0, cut]], rows[np.r_[cut - 1, rows.size - 1]] + 1
-        words = np.concatenate([self._flat_values(FLAT_FILES[0], np.dtype(np.int32), int(offsets[a]),
-                                                  int(offsets[e] - offsets[a])) for a, e in zip(firsts, lasts)])
-        sub = np.zeros(rows.size + 1, np.int64)
-        np.cumsum(offsets[rows + 1] - offsets[rows], out=sub[1:])
-        return words, sub
+        """(words, offsets) of the distinct rows of `idx`, in order, from a store entry's flat/, in
+        requests bounded by the bytes spanned, not the rows (flat_ranges; the local store is mapped)."""
+        return flat_rows(np.unique(idx), self._flat_offsets,
+                         lambda a, n: self._flat_values(FLAT_FILES[0], np.dtype(np.int32), a, n))
 
     @_entry_requests
     def token_lists(self, path: str, groups, first: int) -> pa.Table:
@@ -316,6 +308,8 @@ class TokenizedCache:
         """offsets.npy[first:first + n], read alone (a ranged read on a store): the header's
         shape must be the row count's."""
         path = _join(self.root, FLAT_DIR, FLAT_FILES[1])
+        if getattr(self, "_offsets_at", None) is not None:  # the header, read once per entry opened
+            return np.frombuffer(read_range(path, self._offsets_at + 8 * first, 8 * n), np.int64)
         try:
             head = read_range(path, 0, 4096)
             import io
@@ -333,6 +327,7 @@ class TokenizedCache:
         if not ok:
             raise CacheDamagedError("the flat token store's offsets are missing or disagree with cache.json; "
                                     "delete the folder and re-run (it is rebuilt)", path=self.root)
+        self._offsets_at = start
         return np.frombuffer(read_range(path, start + 8 * first, 8 * n), np.int64)
 
     @_entry_requests

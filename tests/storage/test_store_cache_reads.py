@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from conftest import GPT2, PEPS
 
@@ -105,3 +106,64 @@ def test_rows_of_a_store_entry_read_in_place_are_the_local_entrys(layout, s3, tm
     for rows in ([0], [3, 1, 3, 2, 4], [], list(range(local.num_rows))[::-1]):
         got, want = entry.read_rows(rows), local.read_rows(rows)
         assert all(np.array_equal(a, b) for a, b in zip(got, want)), rows
+
+
+# RA-7: read_rows of a flat/-only store entry made one request per run of consecutive rows (the rows
+# cut targets asks, those over U, are scattered: ~one GET per row) and read all of offsets.npy (and
+# its header) again on every call. Its requests are bounded by the bytes spanned now, not the rows.
+SCATTERED = {"every other row": lambda n: np.arange(0, n, 2), "every 97th": lambda n: np.arange(5, n, 97),
+             "reversed, twice over": lambda n: np.r_[np.arange(n)[::-3], np.arange(n)[::-3]],
+             "first and last": lambda n: np.array([n - 1, 0])}
+
+
+@pytest.fixture(scope="module")
+def flat_entry(tmp_path_factory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from packtool.tokenize.pipeline import tokenize_to_cache
+    t = tmp_path_factory.mktemp("flat")
+    src = str(t / "tok.parquet")
+    n = 3000
+    pq.write_table(pa.table({"input_ids": pa.array([list(range(1, 3 + k % 7)) for k in range(n)], pa.list_(pa.int32())),
+                             "loss_mask": pa.array([[0] + [1] * (k % 7 + 1) for k in range(n)], pa.list_(pa.int8()))}),
+                   src)
+    store = f"file://{t}/store"  # a store's ranged reads (storage.read_range), without moto's server
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PACKTOOL_CACHE_DIR", str(t / "local"))
+        local = tokenize_to_cache([src], TokenizeConfig(shape="tokens"), store, progress=False)
+    return local, f"{store}/{os.path.basename(local.root)}"
+
+
+def _counted(monkeypatch):
+    import collections
+    cache, seen = __import__("packtool.tokenize.cache", fromlist=["x"]), collections.Counter()
+    real = cache.read_range
+    monkeypatch.setattr(cache, "read_range", lambda p, off, size: (seen.update([os.path.basename(p)]),
+                                                                   real(p, off, size))[1])
+    return seen
+
+
+@pytest.mark.parametrize("rows", list(SCATTERED))
+def test_scattered_rows_of_a_flat_store_entry_take_few_requests(flat_entry, rows, monkeypatch):
+    local, uri = flat_entry
+    entry = _c("TokenizedCache")(uri)
+    assert entry.flat_only
+    idx = SCATTERED[rows](local.num_rows)
+    seen = _counted(monkeypatch)
+    for call in range(2):  # the offsets' header once per entry opened, not once per call
+        got, want = entry.read_rows(idx), local.read_rows(idx)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), rows
+        assert seen["tokens.i32"] == call + 1 and seen["offsets.npy"] == call + 2, (rows, seen)
+
+
+@pytest.mark.parametrize("rows", list(SCATTERED))
+def test_rows_read_in_many_small_requests_are_the_same_rows(flat_entry, rows, monkeypatch):
+    """Gaps and request bounds far below a row (every row its own request, rows longer than one)."""
+    import packtool.tokenize.flat_ranges as fr
+    monkeypatch.setattr(fr, "COALESCE", 4)
+    monkeypatch.setattr(fr, "READ_BLOCK", 12)
+    local, uri = flat_entry
+    idx = SCATTERED[rows](local.num_rows)
+    got, want = _c("TokenizedCache")(uri).read_rows(idx), local.read_rows(idx)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want)), rows
