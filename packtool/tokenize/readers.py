@@ -135,7 +135,7 @@ def resolve_each(inputs: list[str], quiet: bool = False) -> list[list[InputFile]
             unlisted: list = []
             paths = outermost(saved_matches(owns[-1].keep(sorted(local_glob(spec, links.setdefault(spec, []),
                                                                              unlisted))), quiet))
-            refuse_unlisted(spec, unlisted, quiet)
+            refuse_unlisted(spec, unlisted, quiet, _glob_base(spec))
             if not paths:
                 raise PacktoolInputError("glob matched no files" + owns[-1].only_own(), path=spec)
             for p in paths:  # before the data kinds are judged: a glob of an entry's files is the entry's (RA-9)

@@ -103,8 +103,10 @@ def test_a_folder_that_cannot_be_listed_is_refused_naming_it(tmp_path, monkeypat
     assert "p2" in msg and "Permission denied" in msg and "\n" not in msg, msg
 
 
-def test_the_input_folder_that_cannot_be_listed_is_said_as_itself(tmp_path, monkeypatch):
-    """RA-8 (session 49): the folder given, unlistable, was "folder D below the input cannot be listed"."""
+@pytest.mark.parametrize("spec", ["D", "D/**", "D/**/*.parquet"])
+def test_the_input_folder_that_cannot_be_listed_is_said_as_itself(tmp_path, monkeypatch, spec):
+    """RA-8 (session 49): the folder given, unlistable, was "folder D below the input cannot be listed";
+    RA-12: by the glob doors, whose fixed part is the folder typed, still."""
     d = _tree(tmp_path)
     scandir = os.scandir
 
@@ -113,7 +115,7 @@ def test_the_input_folder_that_cannot_be_listed_is_said_as_itself(tmp_path, monk
             raise PermissionError(errno.EACCES, "Permission denied", path)
         return scandir(path)
     monkeypatch.setattr(os, "scandir", refusing)
-    r, got = _pack(d)
+    r, got = _pack(spec.replace("D", d, 1))
     assert r.exit_code == 2, r.output
     msg = got["error"]["message"]
     assert "the input folder cannot be listed" in msg and "below the input" not in msg, msg
