@@ -112,17 +112,28 @@ def _attention(model_cp):
 # whole slab, a build_gpt(cp=2) model ran it without a word, and the DP x CP gradient sum was twice
 # the objective's. The dataset now takes the CP the process runs, and a model refuses a batch made
 # for another CP from whichever door made it.
-def test_a_dataset_with_no_cp_arguments_takes_the_cp_the_process_runs(packed, monkeypatch):
+# RB-9: the DP group is taken by the same door (0c104ff, docs/TRAINING.md), which no test held:
+# a dataset built bare in a DP job reads its rank's 1/dp of the slabs, not all of them
+@pytest.mark.parametrize("kind", ["context", "data"])
+def test_a_dataset_with_no_group_arguments_takes_the_groups_the_process_runs(packed, monkeypatch, kind):
     from megatron.core import parallel_state as ps
     groups = thread_cp_groups(2)
     monkeypatch.setattr(ps, "model_parallel_is_initialized", lambda: True)
-    monkeypatch.setattr(ps, "get_context_parallel_world_size", lambda: 2)
-    monkeypatch.setattr(ps, "get_context_parallel_rank", lambda: 1)
-    monkeypatch.setattr(ps, "get_context_parallel_group", lambda: groups[1])
+    for k in ("context", "data"):  # the other kind runs one rank
+        monkeypatch.setattr(ps, f"get_{k}_parallel_world_size", (lambda: 2) if k == kind else (lambda: 1))
+        monkeypatch.setattr(ps, f"get_{k}_parallel_rank", (lambda: 1) if k == kind else (lambda: 0))
+        monkeypatch.setattr(ps, f"get_{k}_parallel_group", (lambda: groups[1]) if k == kind else (lambda: None))
     ds = PackedSlabDataset(packed, seed=0)
-    mb = ds.load([0])
-    assert (ds.cp_size, ds.cp_rank, ds.cp_group) == (2, 1, groups[1])
-    assert mb.input_ids.shape[1] * 2 == int(mb.params.cu_seqlens_q_padded[-1])  # rank 1's chunks, not the slab
+    if kind == "context":
+        mb = ds.load([0])
+        assert (ds.cp_size, ds.cp_rank, ds.cp_group) == (2, 1, groups[1])
+        assert mb.input_ids.shape[1] * 2 == int(mb.params.cu_seqlens_q_padded[-1])  # rank 1's chunks, not the slab
+        return
+    assert (ds.dp_size, ds.dp_rank, ds.dp_group, ds.cp_size) == (2, 1, groups[1], 1)
+    given = PackedSlabDataset(packed, seed=0, dp_rank=1, dp_size=2, dp_group=groups[1])
+    mine = [sorted(i for mb in s.micro_batches for i in mb) for s in ds.plan(0)]
+    assert mine == [sorted(i for mb in s.micro_batches for i in mb) for s in given.plan(0)]
+    assert 0 < sum(map(len, mine)) < len(ds.index)  # its share, not every slab
 
 
 @pytest.mark.parametrize("batch_cp,model_cp", [(1, 2), (2, 1)])
