@@ -11,7 +11,7 @@ import os
 from typing import Iterable
 
 from packtool.env import env_path, no_home
-from packtool.errors import PacktoolCacheError, arg, cli_flag
+from packtool.errors import PacktoolCacheError, PacktoolError, arg, cli_flag
 from packtool.output.files import describe_kind, nearest_existing, refuse_stdout, resolve
 from packtool.output.relations import input_problem, packed_problem
 
@@ -155,10 +155,30 @@ def is_cache_entry(folder: str) -> bool:
     return packtool_entry(os.path.join(folder, "cache.json"), names["data"], names["flat"])
 
 
+def is_store_entry(loc, prefix: str, shown: str) -> bool:
+    """is_cache_entry of a store prefix (`loc`: a Location on its store; `shown`: the prefix's
+    URI): its cache.json asked, the rest only where one is there (tokenize.own_trees)."""
+    from dataclasses import replace
+
+    from pyarrow.fs import FileType
+
+    from packtool.tokenize.cache_entry import packtool_entry
+    at = lambda n: replace(loc, path=f"{prefix}/{n}", shown=f"{shown}/{n}")  # noqa: E731
+    return loc.info_of(f"{prefix}/cache.json").type == FileType.File and packtool_entry(
+        at("cache.json"), _listed(at("data")), _listed(at("flat")))
+
+
 def _names(folder: str) -> list[str]:
     try:
         return os.listdir(folder)
     except OSError:
+        return []
+
+
+def _listed(loc) -> list[str]:
+    try:
+        return loc.names()
+    except (PacktoolError, OSError):
         return []
 
 
@@ -175,4 +195,4 @@ def _cache_named(cache_dir: str | None) -> tuple[str, str, str | None, str]:
             cli_flag("cache_dir"), fix)
 
 
-__all__ = ["check_cache_dir", "default_cache_dir", "is_cache_entry", "refuse_unwritable_root"]
+__all__ = ["check_cache_dir", "default_cache_dir", "is_cache_entry", "is_store_entry", "refuse_unwritable_root"]

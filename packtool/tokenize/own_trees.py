@@ -43,7 +43,7 @@ from packtool.notes import note
 from packtool.output.relations import packed_output_around, real_path
 from packtool.storage import local_glob
 from packtool.tokenize.cache_entry import packtool_entry
-from packtool.tokenize.cache_root import is_cache_entry
+from packtool.tokenize.cache_root import is_cache_entry, is_store_entry
 from packtool.tokenize.read_checks import cache_entry_not_data
 
 ENTRY = "a tokenized cache entry"  # above a store prefix: StoreTrees' _tables_at holds it beside the tables
@@ -352,8 +352,7 @@ def _store_tables_above(root, base: str, shown) -> dict[str, str]:
         try:
             marker = _table_marker(lambda n: root.info_of(f"{d}/{n}").type == FileType.Directory,
                                    lambda n: at(n).names())
-            if marker is None and root.info_of(f"{d}/cache.json").type == FileType.File and packtool_entry(
-                    at("cache.json"), _names_or_none(at("data")), _names_or_none(at("flat"))):
+            if marker is None and is_store_entry(root, d, shown(d)):
                 marker = ENTRY  # a prefix inside a tokenized cache entry (its flat/, data/): the entry's
         except PacktoolError:  # credentials for the prefix alone (its listing answered): nothing to see above
             break
@@ -365,22 +364,23 @@ def _store_tables_above(root, base: str, shown) -> dict[str, str]:
 def refuse_object_in_entry(loc, seen: dict) -> None:
     """A store object named by its path that lies in a tokenized cache entry (ENTRY/data/part-*.parquet)
     is refused as a local one is (refuse_inside_entry); a table's file so named is read as asked.
-    The prefixes above are asked once per parent prefix across the inputs (`seen`: many objects
-    named one by one share it)."""
+    Each prefix above is asked once across the inputs (`seen`, as the local door's folders), and
+    only whether it is an entry (RA-13: asked per parent, table markers too, objects named one by
+    one under date prefixes paid 4 requests per ancestor per parent)."""
     def shown(d: str) -> str:
         return loc.shown.rsplit("/", loc.path.count("/") - d.count("/"))[0]
-    parent = loc.path.rsplit("/", 1)[0]
-    if parent not in seen:
-        seen[parent] = [d for d, marker in _store_tables_above(loc, loc.path, shown).items() if marker == ENTRY]
-    if seen[parent]:
-        raise cache_entry_not_data(shown(seen[parent][0]), loc.shown)
-
-
-def _names_or_none(loc) -> list[str]:
-    try:
-        return loc.names()
-    except (PacktoolError, OSError):
-        return []
+    d = loc.path
+    while "/" in d:
+        d = d.rsplit("/", 1)[0]
+        if shown(d) in seen:  # asked, and every prefix above it (keyed by URI: another store's bucket is another)
+            return
+        seen[shown(d)] = None
+        try:
+            entry = is_store_entry(loc, d, shown(d))
+        except PacktoolError:  # credentials for the object alone: nothing to see above
+            return
+        if entry:
+            raise cache_entry_not_data(shown(d), loc.shown)
 
 
 def _files_in(path: str) -> int:

@@ -82,3 +82,30 @@ def test_a_cache_entry_given_is_said_as_one(entry, packed, given, door, tmp_path
         said = str(e.value)
     what = "tokenized cache entry, not data" if tree == "entry" else "packed output's manifest, not data"
     assert what in said and "pack the inputs it was made from" in said and "save the list of rows" not in said, said
+
+
+def test_store_objects_named_one_by_one_ask_each_prefix_above_once(entry, s3, monkeypatch):
+    """RA-13: each store object named by its path asked every prefix above its parent again (three
+    table markers and cache.json each), once per parent: objects under date prefixes paid every
+    shared ancestor per day. Each prefix is asked once across the inputs, and only its cache.json;
+    an object inside an entry named after them is still the entry's."""
+    from collections import Counter
+
+    from packtool.storage import location, locate
+    from packtool.tokenize.readers import resolve_inputs
+    uris = [f"{s3}/logs/2026/12/{k:02d}/x.jsonl" for k in range(4)]
+    for u in uris:
+        locate(u).write_bytes(b'{"text": "a"}\n')
+    upload_tree(entry, f"{s3}/logs/2026/ce")
+    asked: Counter = Counter()
+    real = location.Location.info_of
+    monkeypatch.setattr(location.Location, "info_of", lambda self, p: asked.update([p]) or real(self, p))
+    assert len(resolve_inputs(uris, quiet=True)) == len(uris)
+    with pytest.raises(packtool.PacktoolError, match="tokenized cache entry, not data"):
+        resolve_inputs([*uris, f"{s3}/logs/2026/ce/data/part-00000.parquet"], quiet=True)
+    above = {p: n for p, n in asked.items() if not p.endswith((".jsonl", ".parquet"))}
+    bucket = s3.removeprefix("s3://")
+    prefixes = {bucket, f"{bucket}/logs", f"{bucket}/logs/2026", f"{bucket}/logs/2026/12", f"{bucket}/logs/2026/ce",
+                f"{bucket}/logs/2026/ce/data", *(u.removeprefix("s3://").rsplit("/", 1)[0] for u in uris)}
+    # the first run asks each prefix once; the second (a new `seen`) once again, the entry's own once
+    assert above == {f"{p}/cache.json": 1 if "/ce" in p else 2 for p in prefixes}, sorted(above.items())
