@@ -25,6 +25,12 @@ def write_rows(folder, rows: list[dict], fmt: str, name: str = "d", schema: pa.S
     return str(path)
 
 
+def token_rows_jsonl(folder, n: int = 20, name: str = "toks.jsonl") -> str:
+    """`n` pre-tokenized rows of 7-11 ids as `folder/NAME` (the small pack the cache-root tests run)."""
+    return write_rows(folder, [{"input_ids": list(range(1, 8 + i % 5))} for i in range(n)], "jsonl",
+                      name=name.removesuffix(".jsonl"))
+
+
 TABLE_KINDS = ("parquet", "jsonl", "arrow", "table", "datasets")
 
 

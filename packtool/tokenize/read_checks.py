@@ -55,12 +55,9 @@ def one_object(path: str, bound: int) -> PacktoolInputError | None:
     `{"version": 1, "data": [...]}` export, or another tool's record): valid JSON a JSON writer
     wrote, which "invalid JSON ... rewrite the file with a JSON writer" misnamed. Parsed whole
     only on this error path and only up to the line bound (a larger file keeps the JSON Lines error)."""
-    obj = _single_object(path, bound)
-    if obj is None:
-        return None
-    return _packtool_record(obj, path) or PacktoolInputError(
-        f"holds one JSON object (keys {_keys(obj)}), not rows: {_RECORD}; if it holds the rows, save them as an "
-        f"array of row objects ([{{...}}, ...]) or JSON Lines (one object per line)", path=path)
+    return _one_object_refused(path, bound, lambda keys: (
+        f"holds one JSON object (keys {keys}), not rows: {_RECORD}; if it holds the rows, save them as an "
+        f"array of row objects ([{{...}}, ...]) or JSON Lines (one object per line)"))
 
 
 def one_record(path: str, row_fix: str, bound: int = 64 << 20) -> PacktoolInputError | None:
@@ -70,12 +67,18 @@ def one_record(path: str, row_fix: str, bound: int = 64 << 20) -> PacktoolInputE
     bytes is no record."""
     if not path.lower().endswith(".json"):
         return None
+    return _one_object_refused(path, bound, lambda keys: (
+        f"holds one JSON object (keys {keys}), whose keys are no input shape's columns: {_RECORD}; "
+        f"if it is one row, {row_fix}"))
+
+
+def _one_object_refused(path: str, bound: int, says) -> PacktoolInputError | None:
+    """The refusal of a file holding one JSON object: packtool's own record named as such, any
+    other in `says(its keys)`; None when the file is not one object within `bound`."""
     obj = _single_object(path, bound)
     if obj is None:
         return None
-    return _packtool_record(obj, path) or PacktoolInputError(
-        f"holds one JSON object (keys {_keys(obj)}), whose keys are no input shape's columns: {_RECORD}; "
-        f"if it is one row, {row_fix}", path=path)
+    return _packtool_record(obj, path) or PacktoolInputError(says(_keys(obj)), path=path)
 
 
 def cache_entry_not_data(entry: str, path: str) -> PacktoolInputError:

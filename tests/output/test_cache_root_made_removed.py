@@ -5,10 +5,10 @@ for it when it cannot be made; the marker's failure is stood in for in-process."
 from __future__ import annotations
 
 import errno
-import json
 import os
 
 import pytest
+from rows_support import token_rows_jsonl
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -20,9 +20,7 @@ runner = CliRunner()
 @pytest.fixture
 def proj(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with open("toks.jsonl", "w") as f:
-        for i in range(20):
-            f.write(json.dumps({"input_ids": list(range(1, 8 + i % 5))}) + "\n")
+    token_rows_jsonl(tmp_path)
     r = runner.invoke(app, ["pack", "toks.jsonl", "-C", "64", "--cache-dir", "c0", "-o", "out", "--no-progress", "-q"])
     assert r.exit_code == 0, r.stdout + r.stderr
     return tmp_path

@@ -10,6 +10,7 @@ import os
 
 import pytest
 from conftest import LOCAL_RAY_GROUP
+from rows_support import token_rows_jsonl
 from typer.testing import CliRunner
 
 from packtool.cli.app import app
@@ -21,9 +22,7 @@ runner = CliRunner()
 @pytest.fixture
 def entry(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with open("toks.jsonl", "w") as f:
-        for i in range(20):
-            f.write(json.dumps({"input_ids": list(range(1, 8 + i % 5))}) + "\n")
+    token_rows_jsonl(tmp_path)
     r = runner.invoke(app, ["pack", "toks.jsonl", "-C", "64", "--cache-dir", "c", "--engine", "ray", "--dry-run",
                             "--no-progress", "-q"])
     assert r.exit_code == 0, r.stdout + r.stderr
