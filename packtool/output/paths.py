@@ -159,13 +159,14 @@ def refuse_special_input(path: str, flag: str | None = None, error=None) -> None
 
 def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
                    inputs: Iterable[str] = (), replace_flag: str = "overwrite",
-                   manifest: bool = False, mine: str | None = None) -> str:
+                   manifest: bool = False, mine: str | None = None, in_place: bool = False) -> str:
     """Refuse, before any work, a file target packtool must not write: a link, a folder or a
     special file; one of the run's `inputs`, or a name inside one of packtool's own trees or an
     input folder (output.relations); an existing file unless `replace`; a missing or read-only
     folder. `manifest`: a file of the tree it lies in (a manifest, a cache entry's cache.json),
     checked from that tree's folder up; `mine`: the kind of tree the writer's own folder may be
-    (relations.own_tree_around). Returns the resolved path to write."""
+    (relations.own_tree_around); `in_place`: the writer opens the file itself (a log), no rename
+    puts it in place, so a mounted file is no obstacle. Returns the resolved path to write."""
     refuse_empty(path, flag, f"a file name such as {_example(flag)}")
     shown, flag = os.fspath(path), arg(flag)
     refuse_uri(shown, flag)
@@ -182,7 +183,7 @@ def check_new_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise refused("is a symbolic link; packtool never writes through one: "
                       + (fix or "give the real file's path or another name"), shown, p, flag)
-    if st is not None and stat.S_ISREG(st.st_mode) and is_mount_point(p):  # a file bind-mounted there
+    if st is not None and stat.S_ISREG(st.st_mode) and not in_place and is_mount_point(p):  # a file mounted there
         raise refused("is a mount point (a file a container mounts), which the rename that puts the new file in "
                       "place cannot replace: give a file name in a folder instead", shown, p, flag)
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -274,7 +275,7 @@ def check_log_file(path: str | os.PathLike, flag: str, *, replace: bool = False,
         st = None
     appendable = (st is not None and stat.S_ISREG(st.st_mode)
                   and (st.st_size == 0 or (ours is not None and ours(p))))
-    check_new_file(path, flag, replace=replace or appendable, inputs=inputs)
+    check_new_file(path, flag, replace=replace or appendable, inputs=inputs, in_place=True)
     return appendable
 
 

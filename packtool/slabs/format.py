@@ -214,7 +214,8 @@ def parse_manifest(data: bytes, path: str, replacing: bool = False) -> dict:
         and m["schema_version"] == 1
     if old and not replacing:
         raise FormatError(f"{path}: {OLD_VERSION}")
-    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or m.get("schema_version") not in READ_VERSIONS + (1,):
+    if not isinstance(m, dict) or m.get("format") != FORMAT_NAME or not (
+            old or (type(m.get("schema_version")) is int and m["schema_version"] in READ_VERSIONS)):
         fmt, ver = (m.get("format"), m.get("schema_version")) if isinstance(m, dict) else (None, None)
         raise FormatError(f"{path}: format {fmt!r} schema_version {ver!r}; this packtool reads "
                           f"{FORMAT_NAME!r} schema {' or '.join(map(str, READ_VERSIONS))}")

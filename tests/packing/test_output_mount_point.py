@@ -97,9 +97,16 @@ def mounted_file(tmp_path):
     subprocess.run(["umount", str(target)], check=True)
 
 
-@pytest.mark.parametrize("flag", ["plan", "inspect_html", "json_log"])
+@pytest.mark.parametrize("flag", ["plan", "inspect_html", "save"])
 def test_a_file_target_that_is_a_mount_point_is_refused_before_any_work(mounted_file, flag):
     from packtool.output.paths import check_new_file
     with pytest.raises(PacktoolOutputError, match="is a mount point") as e:
         check_new_file(str(mounted_file), flag, replace=True)
     assert "\n" not in str(e.value) and mounted_file.read_text() == "the host's file\n"
+
+
+def test_a_mounted_log_is_written_in_place(mounted_file):
+    """R2B-7: a log (--json-log) is opened and written where it is, never renamed into place:
+    a file a container mounts for it is taken."""
+    from packtool.output.paths import check_log_file
+    assert check_log_file(str(mounted_file), "json_log", replace=True) is False

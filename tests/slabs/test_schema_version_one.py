@@ -74,3 +74,18 @@ def test_verify_says_it_as_one_manifest_problem_exit_1(v1):
     from typer.testing import CliRunner
     res = CliRunner().invoke(app, ["verify", v1])
     assert res.exit_code == 1, res.output
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["a reader", "a writer's read"])
+@pytest.mark.parametrize("version", [1.0, True, 2.0, "2"])
+def test_a_schema_version_of_another_json_type_is_refused(tmp_path, version, replacing):
+    """R2B-1: the version is an integer; 1.0 and true compared equal to 1 once version 1 was taken
+    by the writers' read (a1068ad), and 2.0 to 2 always."""
+    import json
+
+    from packtool.slabs.format import FormatError, parse_manifest
+    out = write_pack(str(tmp_path), [40, 70], Alignment(capacity=128))[0]
+    m = read_manifest(out)
+    m["schema_version"] = version
+    with pytest.raises(FormatError, match="schema_version"):
+        parse_manifest(json.dumps(m).encode(), "m.json", replacing=replacing)
