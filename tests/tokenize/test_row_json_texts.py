@@ -25,6 +25,11 @@ BAD = {  # the JSON text's fault -> what the line says of it
     # (RA-4, s50) Python's json made it inf, and the template's tojson wrote `Infinity` into the trained text
     "a float beyond float64": ('{"name": "f", "x": 1e400}', "1e400, a number beyond the float64 range"),
     "an integer beyond float64": ('{"name": "f", "x": -' + "9" * 309 + '}', "a number beyond the float64 range"),
+    # R2B-4: spellings of 1e310 that carry no 3-digit exponent and no 309-digit run
+    "a long mantissa under a 2-digit exponent": ('{"name": "f", "x": 1' + "0" * 300 + 'e10}',
+                                                 "a number beyond the float64 range"),
+    "a long mantissa with a fraction": ('{"name": "f", "x": 1' + "0" * 250 + '.5e60}',
+                                        "a number beyond the float64 range"),
 }
 
 
