@@ -31,8 +31,10 @@ def available_bytes() -> int | None:
 _ALLOCATION = re.compile(r"\b(?:m|re|c)alloc of size (\d+) failed|std::bad_alloc|\bout of memory\b", re.I)
 # an accelerator's out of memory, in torch's words: the caching allocator's ("CUDA out of memory.
 # Tried to allocate ..."), a runtime call's ("CUDA error: out of memory": context, cuBLAS, NCCL),
-# MPS's ("MPS backend out of memory"), XPU's, ROCm's ("HIP out of memory")
-_DEVICE = re.compile(r"\b(?:CUDA|HIP|MPS|XPU)\b(?: error:| backend)? out of memory\b")
+# MPS's ("MPS backend out of memory"), XPU's, ROCm's ("HIP out of memory"); NCCL's ("Cuda failure 2
+# 'out of memory'") and Triton's ("Triton Error [CUDA]: out of memory"), R2B-3
+_DEVICE = re.compile(r"\b(?:CUDA|HIP|MPS|XPU)\b(?: error:| backend|\]:)? out of memory\b"
+                     r"|\b(?:Cuda|Hip) failure \d+ 'out of memory'", re.I)
 # numpy's ("Unable to allocate 61.0 MiB for an array with shape ...") and torch's CPU allocator's
 # ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 64000000 bytes")
 _NUMPY = re.compile(r"Unable to allocate ([\d.]+ [KMGTPE]?i?B)")

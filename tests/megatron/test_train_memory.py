@@ -101,6 +101,10 @@ DEVICE_OOM = {
     "mps": RuntimeError("MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: 1.00 MB)"),
     "xpu": RuntimeError("XPU out of memory. Tried to allocate 2.00 GiB"),
     "hip": RuntimeError("HIP out of memory. Tried to allocate 2.00 GiB"),
+    "nccl": RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled cuda error, NCCL version 2.20.5\n"
+                                   "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+                                   "Cuda failure 2 'out of memory'"),
+    "triton": RuntimeError("Triton Error [CUDA]: out of memory"),
     "torch_class": torch.OutOfMemoryError("allocation on device 0 failed"),
 }
 

@@ -141,6 +141,10 @@ DEVICE_OOM = {
     "mps": lambda: RuntimeError("MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: 1.00 MB)"),
     "xpu": lambda: RuntimeError("XPU out of memory. Tried to allocate 2.00 GiB"),
     "hip": lambda: RuntimeError("HIP out of memory. Tried to allocate 2.00 GiB"),
+    "nccl": lambda: RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled cuda error, NCCL version 2.20.5\n"
+                                   "ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+                                   "Cuda failure 2 'out of memory'"),
+    "triton": lambda: RuntimeError("Triton Error [CUDA]: out of memory"),
     "torch_class": lambda: OutOfMemoryError("allocation on device 0 failed"),
 }
 
