@@ -76,6 +76,19 @@ def blank(p: str) -> str | None:
     return f"is blank ({p!r}, only whitespace)" if not p.strip() else None
 
 
+def local_uri_path(p: str, name: str | None = None, error: type[PacktoolError] = PacktoolInputError) -> str:
+    """The local path a `file://` or `local://` URI names (`expanded` and storage.locate ask it).
+    A host part is refused: urlsplit keeps it apart from the path, so `-o local://data/out` was
+    /out, not data/out, without a word (R2B-6). `file://` alone is the empty path."""
+    from urllib.parse import urlsplit
+    u = urlsplit(p)
+    if u.netloc.lower() not in ("", "localhost"):
+        raise error(f"{arg(name) + ' ' if name else ''}names host {u.netloc!r} ({u.scheme}://HOST/PATH), not a "
+                    f"folder: a local path as a URI has three slashes ({u.scheme}:///{u.netloc}{u.path} for the "
+                    f"absolute path), or give the path itself", path=p, flag=name and cli_flag(name))
+    return u.path
+
+
 def expanded(p: str, name: str | None = None, error: type[PacktoolError] = PacktoolInputError) -> str:
     """A path as every packtool entry reads it: a leading `~` is the home folder, as the shell
     would have made it (a quoted '~/x' reached packtool as is: `-o` expanded it, `verify` did
@@ -89,8 +102,7 @@ def expanded(p: str, name: str | None = None, error: type[PacktoolError] = Packt
     so, an output or cache root inside a folder input was taken, and a `-o file://OUT` run took
     the store door's lease where a `-o OUT` run held the local lock, so both wrote OUT."""
     if _LOCAL_URI.match(p):
-        from urllib.parse import urlsplit
-        return urlsplit(p).path or p  # (`file://` alone: left for locate's refusal)
+        return local_uri_path(p, name, error) or p  # (`file://` alone: left for locate's refusal)
     if not p.startswith("~"):
         return p
     home = os.environ.get("HOME")

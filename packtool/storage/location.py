@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -160,7 +159,8 @@ def locate(spec, filesystem=None, name: str | None = None) -> Location:
         return Location(pafs.LocalFileSystem(), path, spec, True)
     scheme = m.group(1).lower()
     if scheme in ("file", "local"):
-        path = urlsplit(spec).path
+        from packtool.params import local_uri_path  # one reading of a local URI (a host part refused)
+        path = local_uri_path(spec, name, store_error(name))
         return Location(pafs.LocalFileSystem(), path, path, True)
     name = name or argument_for(spec)  # a later request of a reader's output (failures.reading)
     check_form(spec, name)

@@ -72,3 +72,34 @@ def test_a_local_uri_output_takes_the_paths_lock(proj, door, scheme):
             with pytest.raises(PacktoolError, match="is writing this output"):
                 packtool.pack("data", Alignment(capacity=64), output=_uri(scheme, "out"))
     assert not os.path.lexists("out")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("door", ["cli -o", "library path", "locate"])
+def test_a_local_uri_with_a_host_part_is_refused_not_read_as_another_path(proj, scheme, door):
+    """R2B-6: urlsplit keeps `data` of `local://data/out` as the host, so the path was /out: a run
+    wrote at the file system's root without a word. A host part (other than localhost) is refused."""
+    uri = f"{scheme}://data/out"
+    there = os.path.exists("/out")
+    if door == "cli -o":
+        r = runner.invoke(app, ["pack", "data/toks.jsonl", "-C", "64", "-o", uri, "--no-progress", "-q"])
+        said = r.stderr
+        assert r.exit_code == 2 and said.count("\n") == 1, said
+    else:
+        with pytest.raises(PacktoolError) as e:
+            if door == "library path":
+                from packtool.params import path
+                path("output", uri)
+            else:
+                from packtool.storage import locate
+                locate(uri, name="output")
+        said = str(e.value)
+    assert "names host 'data'" in said and f"{scheme}:///data/out" in said, said
+    assert os.path.exists("/out") == there
+
+
+@pytest.mark.parametrize("spelled", ["file:///{p}", "file://localhost/{p}", "local:///{p}"])
+def test_a_local_uri_of_no_host_or_localhost_is_the_path(proj, spelled):
+    from packtool.storage import locate
+    p = os.path.abspath("data").lstrip("/")
+    assert locate(spelled.format(p=p)).path == "/" + p
