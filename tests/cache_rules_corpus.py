@@ -42,9 +42,9 @@ CASES = {
     "chat_tool_calls": ("c.jsonl", _jsonl([{"messages": [_U, {"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 2}"}}]},
         {"role": "tool", "content": "4"}, _A]}]), {"chat_template": "chatml"}),
-    "chat_tool_arguments_beyond_float64": ("c.jsonl", _jsonl([{"messages": [_U, {"role": "assistant", "content": "",
-        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 7}}}]},
-        {"role": "tool", "content": "4"}, _A]}]).replace('"a": 7', '"a": 1e400'), {"chat_template": "chatml"}),
+    # a number beyond float64 inside a row's JSON text (RA-4: trained as Infinity before af05692)
+    "chat_tools_text_beyond_float64": ("c.jsonl", _jsonl([{"messages": [_U, _A], "tools": '[{"name": "f", "x": 7}]'}])
+                                       .replace('\\"x\\": 7', '\\"x\\": 1e400'), {"chat_template": "chatml"}),
     "chat_content_parts": ("c.jsonl", _jsonl([{"messages": [
         {"role": "user", "content": [{"type": "text", "text": "Say hi."}]}, _A]}]), {"chat_template": "chatml"}),
     "chat_generation_marker": ("c.jsonl", _jsonl([{"messages": [_U, {**_A, "content": "a\ue000b"}]}]),
