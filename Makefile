@@ -30,8 +30,11 @@ install-test: venv
 # the suite starts (the xdist workers, CLI subprocesses, spawned gloo ranks, Ray and DataLoader
 # workers, Inductor's compile pool) compiled torch, ray and the rest from source again, as
 # --no-compile left them; with it off, the first import writes the .pyc the others load.
+# -n 3 on 2 cores: the suite waits on child processes, Ray's start and signals' timers about a
+# third of its time (stop 49: 38 CPU-min in 31 min of -n 2 wall); a third worker fills it
+# (stop 50's rehearsal: 25.2 min for 14,930 tests under helpers' load, where -n 2 took 30.8 for 14,454)
 test: install-test
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 tests
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 3 --dist loadgroup --durations=15 tests
 
 demo: install
 	bash fixtures/demo.sh $(BIN)

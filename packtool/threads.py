@@ -147,7 +147,7 @@ class HeldStderr:
             self._saved = None
             os.close(r)
         else:
-            self._r = r
+            self._r, self._pipe = r, _identity(w)
         os.close(w)
         return self
 
@@ -155,7 +155,8 @@ class HeldStderr:
         if self._saved is None:
             return
         _flush()
-        os.dup2(self._saved, 2)
+        if _identity(2) == self._pipe:  # fd 2 made another file within the block is its maker's to keep
+            os.dup2(self._saved, 2)
         os.close(self._saved)
         chunks = []
         try:
@@ -174,6 +175,14 @@ class HeldStderr:
             while view:
                 view = view[os.write(2, view):]
             self.text = b""  # said once
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _flush() -> None:

@@ -126,8 +126,9 @@ def test_library_openers_never_follow_a_link(tmp_path, opener):
 
 # --- an existing file: replaced only with the flag, never an input -------------------------
 
+# the user's file under a name of the target's kind (plan -o takes a .parquet name alone, 5e0cfd6)
 EXISTING = {
-    "plan": (["plan", "--lengths", "lengths.npy", "-o", "thesis.txt"], "--overwrite"),
+    "plan": (["plan", "--lengths", "lengths.npy", "-o", "results.parquet"], "--overwrite"),
     "html": (["inspect", "--lengths", "lengths.npy", "--html", "thesis.txt"], "--overwrite"),
 }
 
@@ -135,10 +136,13 @@ EXISTING = {
 @pytest.mark.parametrize("what", sorted(EXISTING))
 def test_an_existing_file_needs_the_flag(proj, what):
     args, flag = EXISTING[what]
-    refused(proj, args, "thesis.txt", "exists", flag)
+    name = args[-1]
+    (proj / name).write_bytes(THESIS)
+    refused(proj, args, name, "exists", flag)
+    assert (proj / name).read_bytes() == THESIS
     r = runner.invoke(app, args + [flag])
     assert r.exit_code == 0, r.stdout + r.stderr
-    assert (proj / "thesis.txt").read_bytes() != THESIS and _leftovers(proj) == []
+    assert (proj / name).read_bytes() != THESIS and _leftovers(proj) == []
 
 
 @pytest.mark.parametrize("args", [
