@@ -120,7 +120,9 @@ def _noted(pool: ProcessPoolExecutor, fn, item) -> Future:
     """`pool.submit(fn, item)`, whose notes (packtool.notes) the worker keeps and this process
     says, once, as the call ends: with its result, or before its error is raised. The call runs
     under this process's environment as it is now (`_as_submitted`)."""
-    inner, outer = pool.submit(_as_submitted, dict(os.environ), fn, item), Future()
+    with starting():  # the first submit starts the executor's manager and feeder threads (R2B-5)
+        inner = pool.submit(_as_submitted, dict(os.environ), fn, item)
+    outer = Future()
 
     def done(f: Future) -> None:
         if f.cancelled():
@@ -218,8 +220,8 @@ def stop_process_pool(pool: ProcessPoolExecutor) -> None:
         if p.exitcode is None:
             _quietly(p.kill)
             _quietly(p.join, STOP_SECONDS)
-    if manager is not None and manager is not threading.current_thread():
-        manager.join(STOP_SECONDS)  # it saw the workers end and marked their calls broken
+    if manager is not None and manager is not threading.current_thread() and manager.ident is not None:
+        manager.join(STOP_SECONDS)  # it saw the workers end and marked their calls broken (if it started)
     _quietly(lambda: pool.shutdown(wait=False, cancel_futures=True))
 
 

@@ -94,3 +94,26 @@ def test_the_tokenizers_pool_started_once_its_refusal_said_in_one_error(monkeypa
         assert tokenizer_pool.encode(tok, ["x"], True) == [["x"]]
         assert capfd.readouterr().err == "a line of the tokenizer's own\n"  # anything else is said after all
         assert os.getpid() in tokenizer_pool._STARTED
+
+
+def test_a_refused_process_pool_thread_is_packtools_error_through_verify(tmp_path, monkeypatch):
+    """R2B-5: a process pool's first submit starts the executor's manager thread; refused there,
+    verify(workers >= 2) over several pieces gave a library caller RuntimeError."""
+    import concurrent.futures.process as cfp
+    out = str(tmp_path / "o")
+    packtool.pack([GSM8K], tokenize=packtool.TokenizeConfig(tokenizer=GPT2, prompt_field="question",
+                                                           response_field="answer"),
+                  output=out, cache_dir=str(tmp_path / "c"), progress=False, shard_tokens=4096)
+    real, asked = threading.Thread.start, []
+
+    def start(self):
+        if isinstance(self, cfp._ExecutorManagerThread):
+            asked.append(self.name)
+            raise RuntimeError("can't start new thread")
+        return real(self)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(Exception) as got:
+        packtool.verify(out, workers=2)
+    monkeypatch.undo()
+    assert asked, "verify started no process pool"
+    assert isinstance(got.value, ThreadRefused) and got.value.kind == "resources", repr(got.value)
