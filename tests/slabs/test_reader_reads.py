@@ -141,6 +141,7 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     import packtool.slabs.check_side as check_side
     import packtool.slabs.fields as fields
     import packtool.slabs.format as fmt
+    import packtool.slabs.numbers as numbers
     import packtool.slabs.token_pass as token_pass
     from packtool.megatron.dataset import PackedSlabDataset  # noqa: F401  (imported before install)
     sm = SlabManifest.read(packed)
@@ -150,12 +151,13 @@ def test_checks_off_runs_no_check_and_reads_only_what_rows_need(packed, checks, 
     bench = _bench(monkeypatch)
     bench.install(checks, monkeypatch.setattr)
     seen = count_decodes(monkeypatch)
-    with _calls_into({check.__file__, check_side.__file__, token_pass.__file__, fmt.__file__, fields.__file__}) as called:
+    manifest_files = (fmt.__file__, fields.__file__, numbers.__file__)
+    with _calls_into({check.__file__, check_side.__file__, token_pass.__file__, *manifest_files}) as called:
         got = _megatron(packed, groups), _hf(packed, groups)
     assert got == want
     listed = {n for names in bench.CHECKS.values() for n in names}
-    # all of check.py and its token pass; of the manifest's modules (its format, its field table), their checks
-    ran_checks = {n for f, n in called if f not in (fmt.__file__, fields.__file__) or "check" in n}
+    # all of check.py and its token pass; of the manifest's modules (its format, field table, ranges), their checks
+    ran_checks = {n for f, n in called if f not in manifest_files or "check" in n}
     only_checks = {"source_index", "chunk_index", "cp_offsets", "source_offset", "slab_index", "singleton"}
     if checks:
         assert listed <= ran_checks

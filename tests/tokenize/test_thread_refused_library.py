@@ -104,6 +104,8 @@ def test_a_refused_process_pool_thread_is_packtools_error_through_verify(tmp_pat
     packtool.pack([GSM8K], tokenize=packtool.TokenizeConfig(tokenizer=GPT2, prompt_field="question",
                                                            response_field="answer"),
                   output=out, cache_dir=str(tmp_path / "c"), progress=False, shard_tokens=4096)
+    from packtool import workers
+    monkeypatch.setattr(workers, "_PROCESS_POOLS", {})  # a pool an earlier test started has its threads
     real, asked = threading.Thread.start, []
 
     def start(self):
